@@ -1,0 +1,222 @@
+# gemmd - GPU matrix-multiplication service.
+#
+#   make            build bin/gemmd, bin/gemm, lib/libgemm.{a,so}
+#   make run        build and start the daemon (GPU if present, else CPU)
+#   make test       build and run every test this machine can run
+#   make test-san   the unit and end-to-end tests under AddressSanitizer + UBSan
+#   make gpu-sanitize  compute-sanitizer memcheck + racecheck on every kernel (GPU machine)
+#   make bench      build the benchmark programs (bench/)
+#
+# Options: CUDA=0|1 (default: 1 when nvcc is found), CUDA_ARCHS="80 90 90a" (SASS targets,
+# PTX of the highest plain one is added), SAN=1 (sanitizer build in build-san/), V=1.
+#
+# Layout conventions (new files are picked up without editing this file):
+#   common/*.c            shared by server and client (types, codecs)
+#   server/*.c            the daemon (server/main.c holds main)
+#   kernels/*.c           engine interface and CPU backend
+#   kernels/cuda/*.c|*.cu CUDA engine and kernel family (only when CUDA=1)
+#   client/lib/*.c        libgemm;  client/cli/*.c  the gemm command
+#   tests/unit/test_*.c   one cmocka program each
+#   tests/gpu/*.c|*.cu    one GPU test program each (CUDA=1)
+#   bench/*.c|*.cu        one benchmark program each (`make bench`)
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+
+# ---------------------------------------------------------------- toolchain
+CC ?= cc
+ifeq ($(CC),cc)
+CC := gcc
+endif
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifeq ($(origin CUDA),undefined)
+CUDA := $(if $(NVCC),1,0)
+endif
+ifeq ($(CUDA),1)
+ifeq ($(NVCC),)
+$(error CUDA=1 but nvcc was not found; install the CUDA toolkit or build with CUDA=0)
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+endif
+
+SAN ?= 0
+ifeq ($(SAN),1)
+BUILD ?= build-san
+BIN ?= build-san/bin
+LIBDIR ?= build-san/lib
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT ?= -O1 -g
+else
+BUILD ?= build
+BIN ?= bin
+LIBDIR ?= lib
+SANFLAGS :=
+OPT ?= -O2 -g
+endif
+
+Q := $(if $(filter 1,$(V)),,@)
+
+CPPFLAGS += -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Icommon -Ikernels -Ikernels/cuda -Iserver -Iclient/lib
+CFLAGS ?= $(OPT)
+CFLAGS += -std=c11 -Wall -Wextra -fPIC -pthread -MMD -MP $(SANFLAGS)
+LDFLAGS += -pthread $(SANFLAGS)
+SERVER_LIBS := -lmicrohttpd -lcjson -lopenblas -lm
+CLIENT_LIBS := -lcurl -lm
+TEST_LIBS := -lcmocka
+
+CUDA_ARCHS ?= 80 90 90a
+ifeq ($(CUDA),1)
+CPPFLAGS += -DGEMMD_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
+NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                -gencode arch=compute_$(lastword $(filter-out %a,$(CUDA_ARCHS))),code=compute_$(lastword $(filter-out %a,$(CUDA_ARCHS)))
+NVCCFLAGS ?= -O3 -lineinfo
+NVCCFLAGS += -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall,-Wextra -MMD -MP \
+             -Xptxas -warn-spills $(NVCC_EXTRA)
+else
+CUDA_LIBS :=
+endif
+
+# ---------------------------------------------------------------- sources
+COMMON_SRC := $(wildcard common/*.c)
+SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
+KERNEL_SRC := $(wildcard kernels/*.c)
+ifeq ($(CUDA),1)
+CUDA_C_SRC := $(wildcard kernels/cuda/*.c)
+CUDA_CU_SRC := $(wildcard kernels/cuda/*.cu)
+endif
+CLIENT_SRC := $(wildcard client/lib/*.c)
+CLI_SRC := $(wildcard client/cli/*.c)
+
+obj = $(patsubst %,$(BUILD)/obj/%.o,$(basename $(1)))
+
+COMMON_OBJ := $(call obj,$(COMMON_SRC))
+CORE_OBJ := $(COMMON_OBJ) $(call obj,$(SERVER_SRC) $(KERNEL_SRC) $(CUDA_C_SRC) $(CUDA_CU_SRC))
+CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
+CLI_OBJ := $(call obj,$(CLI_SRC))
+
+CORE_LIB := $(BUILD)/libgemmd_core.a
+GEMMD := $(BIN)/gemmd
+GEMM := $(BIN)/gemm
+LIBGEMM_A := $(LIBDIR)/libgemm.a
+LIBGEMM_SO := $(LIBDIR)/libgemm.so
+
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
+ifeq ($(CUDA),1)
+GPU_TEST_SRC := $(wildcard tests/gpu/*.c tests/gpu/*.cu)
+endif
+GPU_TEST_BIN := $(patsubst tests/gpu/%,$(BUILD)/tests/gpu/%,$(basename $(GPU_TEST_SRC)))
+BENCH_SRC := $(wildcard bench/*.c) $(if $(filter 1,$(CUDA)),$(wildcard bench/*.cu))
+BENCH_BIN := $(patsubst bench/%,$(BUILD)/bench/%,$(basename $(BENCH_SRC)))
+EXAMPLE_SRC := $(wildcard docs/examples/*.c)
+EXAMPLE_BIN := $(patsubst docs/examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
+
+# ---------------------------------------------------------------- top-level targets
+.PHONY: all deps deps-test build run test test-san check-tests gpu-sanitize bench clean info
+
+all: deps
+	$(Q)$(MAKE) --no-print-directory build
+
+info:
+	@echo "gemmd build: CC=$(CC) CUDA=$(CUDA)$(if $(filter 1,$(CUDA)), (nvcc $(NVCC), archs $(CUDA_ARCHS)), (no nvcc found: CPU backend only))$(if $(filter 1,$(SAN)), SAN=1 (ASan+UBSan in $(BUILD)),)"
+
+deps:
+	$(Q)scripts/deps.sh build
+
+deps-test:
+	$(Q)scripts/deps.sh test
+
+build: info $(GEMMD) $(GEMM) $(LIBGEMM_A) $(LIBGEMM_SO) $(LIBDIR)/pkgconfig/gemm.pc
+
+run: all
+	@echo "starting $(GEMMD) with config/gemmd.conf (Ctrl-C stops it)"
+	$(GEMMD) --config config/gemmd.conf $(ARGS)
+
+check-tests: build $(UNIT_BIN) $(GPU_TEST_BIN) $(EXAMPLE_BIN)
+
+test: deps-test
+	$(Q)$(MAKE) --no-print-directory check-tests
+	$(Q)BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) SAN=$(SAN) tests/run.sh
+
+test-san:
+	$(Q)$(MAKE) --no-print-directory test SAN=1 CUDA=0
+
+gpu-sanitize: check-tests
+	$(Q)BUILD=$(BUILD) tests/gpu/sanitize.sh
+
+bench: all $(BENCH_BIN)
+
+clean:
+	rm -rf build build-san bin lib
+
+# ---------------------------------------------------------------- rules
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(@D)
+	@echo "  NVCC    $<"
+	$(Q)$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -c $< -o $@
+
+$(CORE_LIB): $(CORE_OBJ)
+	@mkdir -p $(@D)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(GEMMD): $(BUILD)/obj/server/main.o $(CORE_LIB)
+	@mkdir -p $(@D)
+	@echo "  LINK    $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(SERVER_LIBS) $(CUDA_LIBS)
+
+$(LIBGEMM_A): $(CLIENT_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(LIBGEMM_SO): $(CLIENT_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LINK    $@"
+	$(Q)$(CC) -shared $(LDFLAGS) -Wl,-soname,libgemm.so.1 -o $@ $^ $(CLIENT_LIBS) -lcjson
+
+$(LIBDIR)/pkgconfig/gemm.pc: client/gemm.pc.in
+	@mkdir -p $(@D)
+	$(Q)sed -e 's#@PREFIX@#$(abspath .)#g' $< > $@
+
+$(GEMM): $(CLI_OBJ) $(LIBGEMM_A)
+	@mkdir -p $(@D)
+	@echo "  LINK    $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LIBS) -lcjson
+
+$(BUILD)/tests/unit/%: tests/unit/%.c $(CORE_LIB) $(LIBGEMM_A)
+	@mkdir -p $(@D)
+	@echo "  TEST    $@"
+	$(Q)$(CC) $(CPPFLAGS) -Itests/unit $(CFLAGS) $(LDFLAGS) -o $@ $< $(CORE_LIB) $(LIBGEMM_A) \
+		$(SERVER_LIBS) $(CLIENT_LIBS) $(CUDA_LIBS) $(TEST_LIBS)
+
+$(BUILD)/tests/gpu/%: tests/gpu/%.cu $(CORE_LIB)
+	@mkdir -p $(@D)
+	@echo "  GPUTEST $@"
+	$(Q)$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -o $@ $< $(CORE_LIB) $(SERVER_LIBS) $(CUDA_LIBS)
+
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(CORE_LIB)
+	@mkdir -p $(@D)
+	@echo "  GPUTEST $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(CORE_LIB) $(SERVER_LIBS) $(CUDA_LIBS)
+
+$(BUILD)/bench/%: bench/%.cu $(CORE_LIB)
+	@mkdir -p $(@D)
+	@echo "  BENCH   $@"
+	$(Q)$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -o $@ $< $(CORE_LIB) $(SERVER_LIBS) $(CUDA_LIBS)
+
+$(BUILD)/bench/%: bench/%.c $(CORE_LIB) $(LIBGEMM_A)
+	@mkdir -p $(@D)
+	@echo "  BENCH   $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(CORE_LIB) $(LIBGEMM_A) $(SERVER_LIBS) $(CLIENT_LIBS) $(CUDA_LIBS)
+
+$(BUILD)/examples/%: docs/examples/%.c $(LIBGEMM_SO) $(LIBDIR)/pkgconfig/gemm.pc
+	@mkdir -p $(@D)
+	@echo "  EXAMPLE $@"
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $$(PKG_CONFIG_PATH=$(LIBDIR)/pkgconfig pkg-config --cflags --libs gemm) -Wl,-rpath,$(abspath $(LIBDIR))
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,188 @@
+/* gemm_types.c - dtypes, math modes, checked sizes, errors, the host allocator. */
+#define _POSIX_C_SOURCE 200809L
+#include "gemm_types.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+size_t gemm_dtype_size(gemm_dtype d)
+{
+    switch (d) {
+    case GEMM_DTYPE_F32: return 4;
+    case GEMM_DTYPE_F64: return 8;
+    case GEMM_DTYPE_I32: return 4;
+    default: return 0;
+    }
+}
+
+const char *gemm_dtype_name(gemm_dtype d)
+{
+    switch (d) {
+    case GEMM_DTYPE_F32: return "float32";
+    case GEMM_DTYPE_F64: return "float64";
+    case GEMM_DTYPE_I32: return "int32";
+    default: return "invalid";
+    }
+}
+
+int gemm_dtype_from_name(const char *s, gemm_dtype *out)
+{
+    static const struct { const char *name; gemm_dtype d; } names[] = {
+        {"float32", GEMM_DTYPE_F32}, {"f4", GEMM_DTYPE_F32}, {"float", GEMM_DTYPE_F32},
+        {"float64", GEMM_DTYPE_F64}, {"f8", GEMM_DTYPE_F64}, {"double", GEMM_DTYPE_F64},
+        {"int32", GEMM_DTYPE_I32},   {"i4", GEMM_DTYPE_I32}, {"int", GEMM_DTYPE_I32},
+    };
+    if (!s) return -1;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcasecmp(s, names[i].name) == 0) {
+            *out = names[i].d;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static const char *const math_names[GEMM_MATH_COUNT] = {"default", "fp32", "tf32", "bf16"};
+
+const char *gemm_math_name(gemm_math m)
+{
+    return (m >= 0 && m < GEMM_MATH_COUNT) ? math_names[m] : "invalid";
+}
+
+int gemm_math_from_name(const char *s, gemm_math *out)
+{
+    if (!s) return -1;
+    for (int i = 0; i < GEMM_MATH_COUNT; i++) {
+        if (strcasecmp(s, math_names[i]) == 0) {
+            *out = (gemm_math)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const char *gemm_math_report_name(gemm_dtype d, gemm_math m)
+{
+    if (d != GEMM_DTYPE_F32) return "exact";
+    return m == GEMM_MATH_DEFAULT ? "fp32" : gemm_math_name(m);
+}
+
+bool gemm_mul_size(size_t a, size_t b, size_t *out)
+{
+    size_t r;
+    if (__builtin_mul_overflow(a, b, &r)) return false;
+    *out = r;
+    return true;
+}
+
+bool gemm_add_size(size_t a, size_t b, size_t *out)
+{
+    size_t r;
+    if (__builtin_add_overflow(a, b, &r)) return false;
+    *out = r;
+    return true;
+}
+
+bool gemm_matrix_bytes(uint64_t rows, uint64_t cols, gemm_dtype d, size_t *out)
+{
+    size_t es = gemm_dtype_size(d), n;
+    if (es == 0 || rows > SIZE_MAX || cols > SIZE_MAX) return false;
+    if (!gemm_mul_size((size_t)rows, (size_t)cols, &n)) return false;
+    return gemm_mul_size(n, es, out);
+}
+
+void gemm_err_clear(gemm_err *e)
+{
+    if (!e) return;
+    e->status = 0;
+    e->code[0] = '\0';
+    e->message[0] = '\0';
+}
+
+int gemm_err_set(gemm_err *e, int status, const char *code, const char *fmt, ...)
+{
+    if (!e) return -1;
+    e->status = status;
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "error");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int check_elements(const char *what, uint64_t r, uint64_t c, gemm_dtype d,
+                          const gemm_limits *lim, gemm_err *err)
+{
+    size_t bytes, elems;
+    if (!gemm_mul_size(r, c, &elems) || !gemm_matrix_bytes(r, c, d, &bytes))
+        return gemm_err_set(err, 413, "too_large",
+                            "%s would be %llux%llu, whose size overflows", what,
+                            (unsigned long long)r, (unsigned long long)c);
+    if (lim && lim->max_elements && elems > lim->max_elements)
+        return gemm_err_set(err, 413, "too_large",
+                            "%s would be %llux%llu = %zu elements; this server allows at most %llu",
+                            what, (unsigned long long)r, (unsigned long long)c, elems,
+                            (unsigned long long)lim->max_elements);
+    return 0;
+}
+
+int gemm_check_product(uint64_t m, uint64_t k, uint64_t kb, uint64_t n, gemm_dtype d,
+                       const gemm_limits *lim, gemm_err *err)
+{
+    if (gemm_dtype_size(d) == 0)
+        return gemm_err_set(err, 422, "bad_dtype", "unsupported dtype; use float32, float64 or int32");
+    if (m == 0 || k == 0 || kb == 0 || n == 0)
+        return gemm_err_set(err, 422, "empty_matrix",
+                            "A is %llux%llu and B is %llux%llu: every dimension must be at least 1",
+                            (unsigned long long)m, (unsigned long long)k,
+                            (unsigned long long)kb, (unsigned long long)n);
+    if (k != kb)
+        return gemm_err_set(err, 422, "shape_mismatch",
+                            "A is %llux%llu and B is %llux%llu: A's columns (%llu) must equal B's rows (%llu)",
+                            (unsigned long long)m, (unsigned long long)k,
+                            (unsigned long long)kb, (unsigned long long)n,
+                            (unsigned long long)k, (unsigned long long)kb);
+    if (lim && lim->max_dim) {
+        uint64_t big = m > k ? m : k;
+        big = big > n ? big : n;
+        if (big > lim->max_dim)
+            return gemm_err_set(err, 413, "too_large",
+                                "dimension %llu exceeds this server's limit of %llu (m=%llu k=%llu n=%llu)",
+                                (unsigned long long)big, (unsigned long long)lim->max_dim,
+                                (unsigned long long)m, (unsigned long long)k, (unsigned long long)n);
+    }
+    if (check_elements("A", m, k, d, lim, err) || check_elements("B", k, n, d, lim, err) ||
+        check_elements("C", m, n, d, lim, err))
+        return -1;
+    return 0;
+}
+
+static void *host_alloc(void *ctx, size_t bytes)
+{
+    (void)ctx;
+    void *p = NULL;
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    if (rounded < bytes) return NULL;
+    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) return NULL;
+    return p;
+}
+
+static void host_free(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+const gemm_allocator gemm_allocator_host = {host_alloc, host_free, NULL};
+
+double gemm_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}

@@ -1,0 +1,130 @@
+/*
+ * gemm_types.h - the vocabulary shared by the daemon, the engines and the client:
+ * element types, math modes, checked size arithmetic, matrices, limits, the error
+ * model and the allocator through which every matrix buffer is obtained.
+ *
+ * Matrices are always row-major (C order) in memory once decoded.
+ */
+#ifndef GEMM_TYPES_H
+#define GEMM_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- element types ---------------------------------------------------- */
+
+typedef enum {
+    GEMM_DTYPE_INVALID = -1,
+    GEMM_DTYPE_F32 = 0,
+    GEMM_DTYPE_F64 = 1,
+    GEMM_DTYPE_I32 = 2,
+    GEMM_DTYPE_COUNT = 3
+} gemm_dtype;
+
+/* Bytes per element; 0 for GEMM_DTYPE_INVALID. */
+size_t gemm_dtype_size(gemm_dtype d);
+/* Canonical name: "float32", "float64", "int32" ("invalid" otherwise). */
+const char *gemm_dtype_name(gemm_dtype d);
+/* Accepts the canonical names and the aliases "f4"/"f8"/"i4", "float"/"double"/"int".
+ * Returns 0 and sets *out, or -1 when the name is unknown. */
+int gemm_dtype_from_name(const char *s, gemm_dtype *out);
+
+/* ---- math modes (float32 only; float64 and int32 are always exact) ----- */
+
+typedef enum {
+    GEMM_MATH_DEFAULT = 0, /* whatever the dtype's exact mode is (fp32 for float32) */
+    GEMM_MATH_FP32 = 1,    /* exact IEEE float32 multiply-add */
+    GEMM_MATH_TF32 = 2,    /* tensor cores, inputs rounded to TF32, FP32 accumulate */
+    GEMM_MATH_BF16 = 3,    /* tensor cores, inputs rounded to BF16, FP32 accumulate */
+    GEMM_MATH_COUNT = 4
+} gemm_math;
+
+/* "default", "fp32", "tf32", "bf16". */
+const char *gemm_math_name(gemm_math m);
+int gemm_math_from_name(const char *s, gemm_math *out);
+/* The mode actually used for a dtype: DEFAULT resolves to FP32 for float32; float64 and
+ * int32 report "exact" through gemm_math_report_name(). */
+const char *gemm_math_report_name(gemm_dtype d, gemm_math m);
+
+/* ---- checked arithmetic ------------------------------------------------ */
+
+/* *out = a * b; returns false (and leaves *out untouched) on overflow. */
+bool gemm_mul_size(size_t a, size_t b, size_t *out);
+/* *out = a + b; returns false on overflow. */
+bool gemm_add_size(size_t a, size_t b, size_t *out);
+/* Bytes of a rows x cols matrix of dtype d; false on overflow or invalid dtype. */
+bool gemm_matrix_bytes(uint64_t rows, uint64_t cols, gemm_dtype d, size_t *out);
+
+/* ---- matrices ---------------------------------------------------------- */
+
+typedef struct {
+    uint64_t rows, cols;
+    gemm_dtype dtype;
+    void *data; /* rows*cols elements, row-major; owner documented by the caller */
+} gemm_matrix;
+
+/* ---- limits applied to everything that comes from the network ---------- */
+
+typedef struct {
+    uint64_t max_dim;      /* largest allowed m, k or n */
+    uint64_t max_elements; /* largest allowed element count of A, B or C */
+    size_t max_body_bytes; /* largest request body */
+} gemm_limits;
+
+/* ---- errors -------------------------------------------------------------
+ * Every failure that can reach a user carries an HTTP status, a short stable
+ * machine code (snake_case) and a sentence a person understands. */
+
+typedef struct {
+    int status;        /* HTTP status: 400, 404, 411, 413, 415, 422, 500, 503 ... */
+    char code[40];     /* e.g. "shape_mismatch", "body_too_large", "queue_full" */
+    char message[400]; /* e.g. "A is 3x4 and B is 5x2: A's columns (4) must equal B's rows (5)" */
+} gemm_err;
+
+void gemm_err_clear(gemm_err *e);
+/* Sets all three fields; the message is printf-formatted and truncated to fit.
+ * Safe to call with e == NULL (does nothing). Returns -1 so callers can
+ * `return gemm_err_set(...)`. */
+int gemm_err_set(gemm_err *e, int status, const char *code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+/* Shape validation for C = A(m x k) . B(kb x n), done before anything is allocated:
+ * every dimension >= 1 (422 empty_matrix), k == kb (422 shape_mismatch, message names
+ * both shapes), each dimension <= max_dim and each of A, B, C <= max_elements
+ * (413 too_large), and the byte sizes must not overflow (413 too_large).
+ * Returns 0 or -1 with *err set. */
+int gemm_check_product(uint64_t m, uint64_t k, uint64_t kb, uint64_t n, gemm_dtype d,
+                       const gemm_limits *lim, gemm_err *err);
+
+/* ---- allocators ---------------------------------------------------------
+ * Decoders never call malloc for matrix data directly: they ask the allocator they
+ * were given, so that the CUDA engine can hand out pinned memory and raw bodies land
+ * where the copy engine reads them. */
+
+typedef struct {
+    void *(*alloc)(void *ctx, size_t bytes); /* NULL on failure; 64-byte aligned */
+    void (*free)(void *ctx, void *p);        /* p may be NULL */
+    void *ctx;
+} gemm_allocator;
+
+/* Plain aligned host memory. */
+extern const gemm_allocator gemm_allocator_host;
+
+static inline void *gemm_alloc(const gemm_allocator *a, size_t bytes) { return a->alloc(a->ctx, bytes); }
+static inline void gemm_free(const gemm_allocator *a, void *p) { if (p) a->free(a->ctx, p); }
+
+/* Monotonic clock in milliseconds (CLOCK_MONOTONIC). */
+double gemm_now_ms(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GEMM_TYPES_H */

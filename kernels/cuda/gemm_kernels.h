@@ -1,0 +1,59 @@
+/*
+ * gemm_kernels.h - the CUDA kernel family: one signature, one dispatch table.
+ *
+ * Every member computes C = A * B on device memory, row-major:
+ *   A is m x k (leading dimension k), B is k x n (ld n), C is m x n (ld n),
+ * for any m, n, k >= 1 (edge tiles by bounds checks or padding), and enqueues its work on
+ * l->stream without synchronizing. int32 wraps in two's complement (unsigned arithmetic).
+ *
+ * Each member lives in its own file, kernels/cuda/kNN_<name>.cu, numbered in the order
+ * of the lesson, and exports one `const gemm_kernel_desc gemm_kernel_<name>`. The table
+ * in registry.c lists them; the engine and the benchmarks look kernels up by name.
+ */
+#ifndef GEMM_KERNELS_H
+#define GEMM_KERNELS_H
+
+#include <cuda_runtime.h>
+
+#include "gemm_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    gemm_dtype dtype;
+    gemm_math math;        /* resolved: FP32/TF32/BF16 for float32; DEFAULT otherwise */
+    int m, n, k;           /* each in [1, 2^31); products of two may exceed 2^31: index in size_t */
+    const void *A, *B;     /* device pointers */
+    void *C;               /* device pointer, m*n elements */
+    int tile;              /* 0 = the kernel's default; else one of desc->tiles */
+    cudaStream_t stream;
+    void *cublas;          /* a cublasHandle_t bound to `stream` (only the cublas member uses it) */
+    void *workspace;       /* optional device scratch for the kernel */
+    size_t workspace_bytes;
+} gemm_launch;
+
+typedef struct {
+    const char *name;        /* request name: "naive", "tiled", "cublas", ... */
+    const char *description; /* one line: what this step of the lesson changes */
+    unsigned dtypes;         /* bit (1u << gemm_dtype) per dtype it runs */
+    unsigned maths;          /* bit (1u << gemm_math) per float32 math mode it runs */
+    int tiles[4];            /* accepted tile values, 0-terminated; {0} = no tile option */
+    int min_cc;              /* lowest compute capability * 10 it needs (e.g. 90 for wgmma) */
+    /* Enqueues the product; returns cudaSuccess or the launch error (cudaGetLastError). */
+    cudaError_t (*launch)(const gemm_launch *l);
+} gemm_kernel_desc;
+
+/* All members, in lesson order, NULL-terminated. */
+extern const gemm_kernel_desc *const gemm_kernel_table[];
+/* By name; NULL when unknown. */
+const gemm_kernel_desc *gemm_kernel_find(const char *name);
+/* Whether desc can run (dtype, math, tile, compute capability); fills *why when not. */
+int gemm_kernel_supports(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m, int tile,
+                         int cc, const char **why);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GEMM_KERNELS_H */

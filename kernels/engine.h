@@ -1,0 +1,200 @@
+/*
+ * engine.h - the compute engine: one asynchronous interface, backends behind it.
+ *
+ *   gemm_engine *e = gemm_engine_open(&cfg, &err);     // backend auto | cpu | cuda
+ *   job->a = gemm_engine_host_alloc(e, bytes) ...      // inputs/outputs live in engine memory
+ *   gemm_engine_submit(e, job, &err);                  // never blocks on compute
+ *   ...  job->done(job) is called exactly once, from an engine thread ...
+ *   gemm_engine_close(e);                              // drains, calls every pending done()
+ *
+ * The generic part (engine.c) owns the bounded queue, the worker threads, cancellation
+ * and the queue timing; a backend (cpu.c, cuda/engine_cuda.c) only says how many workers
+ * it wants and how one worker runs one job synchronously. The engine never frees a job:
+ * the submitter owns it and may free it once done() has been called.
+ */
+#ifndef GEMM_ENGINE_H
+#define GEMM_ENGINE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "gemm_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GEMM_MAX_DEVICES 16
+#define GEMM_MAX_KERNELS 32
+#define GEMM_NAME_LEN 48
+
+/* ---- configuration (filled from config/gemmd.conf, GEMMD_* and flags) ---- */
+
+typedef struct {
+    char backend[8];           /* "auto", "cpu" or "cuda" */
+    int threads;               /* CPU backend: BLAS / int32 loop threads (0 = all cores) */
+    int cpu_workers;           /* CPU backend: jobs run at once (0 = 1) */
+    int queue_depth;           /* jobs waiting (not running) before submit says 503 */
+    char devices[128];         /* CUDA: "all" or a comma list of ordinals (after CUDA_VISIBLE_DEVICES) */
+    int streams_per_device;    /* CUDA: streams (and worker threads) per device, default 4 */
+    uint64_t device_mem_limit; /* CUDA: bytes of cached device buffers per stream (0 = no limit) */
+    char fault_inject[64];     /* test hook: "" or e.g. "oom:3" / "sticky:5" (backend-defined) */
+} gemm_engine_config;
+
+void gemm_engine_config_defaults(gemm_engine_config *cfg);
+
+/* ---- jobs ---------------------------------------------------------------- */
+
+typedef enum {
+    GEMM_JOB_QUEUED = 0,
+    GEMM_JOB_RUNNING,
+    GEMM_JOB_DONE,
+    GEMM_JOB_FAILED,
+    GEMM_JOB_CANCELLED
+} gemm_job_state;
+
+const char *gemm_job_state_name(gemm_job_state s); /* "queued", "running", ... */
+
+typedef struct {
+    double queue_ms;   /* submit -> a worker picked it up */
+    double h2d_ms;     /* host -> device copies (0 on the CPU backend) */
+    double kernel_ms;  /* the product itself (cudaEvent on the GPU) */
+    double d2h_ms;     /* device -> host copy (0 on the CPU backend) */
+    double compute_ms; /* worker start -> worker end (>= h2d + kernel + d2h) */
+    double gflops;     /* 2*m*n*k / kernel time */
+} gemm_job_timing;
+
+typedef struct gemm_job gemm_job;
+typedef void (*gemm_job_cb)(gemm_job *job);
+
+struct gemm_job {
+    /* ---- request: set by the submitter before gemm_engine_submit ---- */
+    gemm_dtype dtype;
+    uint64_t m, k, n;
+    void *a, *b;          /* m*k and k*n elements, row-major, from gemm_engine_host_alloc */
+    void *c;              /* room for m*n elements, from gemm_engine_host_alloc */
+    char kernel[GEMM_NAME_LEN]; /* "auto" (or "") or a kernel name from describe() */
+    int tile;             /* tile for kernels that take one; 0 = kernel default */
+    gemm_math math;
+    gemm_job_cb done;     /* called exactly once, on an engine thread */
+    void *user;           /* for the submitter */
+
+    /* ---- result: set by the engine before done() ---- */
+    _Atomic int state;    /* gemm_job_state */
+    gemm_err err;         /* status != 0 when state is FAILED or CANCELLED */
+    gemm_job_timing timing;
+    char kernel_used[GEMM_NAME_LEN];
+    int tile_used;
+    gemm_math math_used;
+    char device[GEMM_NAME_LEN]; /* "cpu" or e.g. "cuda:0 NVIDIA H100 80GB HBM3" */
+    int stream;           /* stream index on that device (-1 on the CPU) */
+
+    /* ---- engine-private ---- */
+    double t_submit_ms;
+    _Atomic int cancel_requested;
+    struct gemm_job *q_next;
+};
+
+/* ---- the engine -------------------------------------------------------- */
+
+typedef struct gemm_engine gemm_engine;
+
+typedef struct {
+    char name[GEMM_NAME_LEN];
+    uint64_t total_mem, free_mem;
+    int sms;
+    int cc_major, cc_minor;
+    int streams;
+} gemm_device_info;
+
+typedef struct {
+    char name[GEMM_NAME_LEN];      /* "naive", "tiled", "cublas", "openblas", ... */
+    char description[128];
+    unsigned dtypes;               /* bit (1u << gemm_dtype) per supported dtype */
+    unsigned maths;                /* bit (1u << gemm_math) per supported float32 math mode */
+    int tiles[4];                  /* tiles accepted (0-terminated); {0} = no tile option */
+} gemm_kernel_info;
+
+typedef struct {
+    char backend[8];               /* "cpu" or "cuda" */
+    int workers;
+    int queue_capacity;
+    int ndevices;
+    gemm_device_info devices[GEMM_MAX_DEVICES];
+    int nkernels;
+    gemm_kernel_info kernels[GEMM_MAX_KERNELS];
+} gemm_engine_info;
+
+typedef struct {
+    int queued;                    /* jobs waiting now */
+    int running;                   /* jobs on a worker now */
+    uint64_t completed, failed, cancelled, rejected; /* since open */
+    double compute_seconds;        /* sum of compute_ms / 1000 */
+    int ndevices;
+    double device_busy_seconds[GEMM_MAX_DEVICES];
+    uint64_t bytes_h2d[GEMM_MAX_DEVICES];
+    uint64_t bytes_d2h[GEMM_MAX_DEVICES];
+    uint64_t device_mem_used[GEMM_MAX_DEVICES];
+} gemm_engine_stats;
+
+/* Opens the backend named by cfg->backend ("auto": CUDA when built in and a device is
+ * present, else CPU). NULL with *err set on failure. */
+gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err);
+
+/* Queues a job. Never waits for compute. Returns 0, or -1 with *err set and done()
+ * NOT called: 503 queue_full when the queue is at capacity, 422 for a kernel / dtype /
+ * math / tile combination the backend cannot run, 503 shutting_down after close began. */
+int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err);
+
+/* Asks for a job to be cancelled. A queued job is taken off the queue and done() is
+ * called with state CANCELLED (from the calling thread). A running job finishes and its
+ * result is discarded by the caller; returns 1 if it was dequeued, 0 otherwise. */
+int gemm_engine_cancel(gemm_engine *e, gemm_job *job);
+
+/* Stops accepting, lets running jobs finish, fails queued ones with 503 shutting_down
+ * (their done() is called), joins the workers and frees the engine. */
+void gemm_engine_close(gemm_engine *e);
+
+/* Memory for job inputs and outputs: pinned on the CUDA backend. */
+void *gemm_engine_host_alloc(gemm_engine *e, size_t bytes);
+void gemm_engine_host_free(gemm_engine *e, void *p);
+const gemm_allocator *gemm_engine_allocator(gemm_engine *e);
+
+void gemm_engine_describe(gemm_engine *e, gemm_engine_info *out);
+void gemm_engine_get_stats(gemm_engine *e, gemm_engine_stats *out);
+/* True when the engine is open, not closing, and its queue has room. */
+int gemm_engine_ready(gemm_engine *e);
+
+/* ---- what a backend provides (used by engine.c only) -------------------- */
+
+typedef struct gemm_backend {
+    const char *name;
+    /* Creates backend state; returns NULL with *err set when it cannot run here. */
+    void *(*open)(const gemm_engine_config *cfg, gemm_err *err);
+    /* Number of worker threads the generic engine should start for it. */
+    int (*workers)(void *self);
+    /* Per-worker setup/teardown on the worker's own thread (may be NULL). */
+    void *(*worker_init)(void *self, int worker_index);
+    void (*worker_fini)(void *self, void *worker);
+    /* Checks options before queueing: resolve "auto", reject what cannot run (422). */
+    int (*validate)(void *self, gemm_job *job, gemm_err *err);
+    /* Runs one job to completion on this worker: fills c, timing (not queue_ms),
+     * kernel_used, tile_used, math_used, device, stream; returns 0 or -1 with job->err set. */
+    int (*run)(void *self, void *worker, gemm_job *job);
+    void (*describe)(void *self, gemm_engine_info *out);
+    void (*stats)(void *self, gemm_engine_stats *out); /* devices, bytes, memory */
+    const gemm_allocator *(*allocator)(void *self);
+    void (*close)(void *self);
+} gemm_backend;
+
+extern const gemm_backend gemm_backend_cpu;
+#ifdef GEMMD_HAVE_CUDA
+extern const gemm_backend gemm_backend_cuda;
+/* Number of usable CUDA devices (0 when the driver or a device is missing). */
+int gemm_cuda_device_count(void);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GEMM_ENGINE_H */
