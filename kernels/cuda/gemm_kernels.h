@@ -53,6 +53,10 @@ const gemm_kernel_desc *gemm_kernel_find(const char *name);
 int gemm_kernel_supports(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m, int tile,
                          int cc, const char **why);
 
+/* The kernel `auto` resolves to for this product, chosen from committed measurements
+ * (kernels/cuda/auto.c). Never NULL: falls back to a member that runs everything. */
+const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc);
+
 #ifdef __cplusplus
 }
 #endif
