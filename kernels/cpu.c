@@ -1,0 +1,251 @@
+/*
+ * cpu.c - the CPU backend: float32/float64 through OpenBLAS (row-major cblas_?gemm),
+ * int32 through our own cache-blocked loop (cpu_int32.c), `cpu_workers` jobs at once.
+ *
+ * Threads: `threads` (0 = every online core) is the backend's whole CPU budget; each of
+ * the `cpu_workers` workers gets threads / cpu_workers of it (at least one), both for
+ * OpenBLAS (openblas_set_num_threads, a process-wide setting) and for the int32 loop.
+ * With the default single worker one job gets every core.
+ *
+ * Test hooks (gemm_engine_config.fault_inject, comma-separated):
+ *   cpu_delay_ms:N   every job sleeps N ms before computing (fills the queue predictably)
+ *   cpu_fail:N       every Nth job run fails with 500 backend_failure
+ */
+#include "cpu_int32.h"
+#include "engine.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    int threads;       /* total budget */
+    int workers;
+    int job_threads;   /* per job */
+    int delay_ms;      /* fault hook */
+    int fail_every;    /* fault hook */
+    atomic_ullong runs;
+    atomic_ullong busy_us; /* time spent computing, for device_busy_seconds */
+} cpu_backend;
+
+static int parse_faults(cpu_backend *cb, const char *spec, gemm_err *err)
+{
+    char buf[sizeof ((gemm_engine_config *)0)->fault_inject];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ') tok++;
+        if (!*tok) continue;
+        char *colon = strchr(tok, ':');
+        char *end = NULL;
+        long v = colon ? strtol(colon + 1, &end, 10) : -1;
+        int ok = colon && end && end != colon + 1 && *end == '\0' && v >= 0 && v <= 3600000;
+        if (ok && strncmp(tok, "cpu_delay_ms:", 13) == 0) {
+            cb->delay_ms = (int)v;
+        } else if (ok && v >= 1 && strncmp(tok, "cpu_fail:", 9) == 0) {
+            cb->fail_every = (int)v;
+        } else {
+            return gemm_err_set(err, 400, "bad_config",
+                                "fault_inject \"%s\": the CPU backend understands "
+                                "cpu_delay_ms:N and cpu_fail:N (N >= 1)", tok);
+        }
+    }
+    return 0;
+}
+
+static void *cpu_open(const gemm_engine_config *cfg, gemm_err *err)
+{
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) {
+        gemm_err_set(err, 500, "out_of_memory", "cannot allocate the CPU backend");
+        return NULL;
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    cb->threads = cfg->threads > 0 ? cfg->threads : (int)cores;
+    cb->workers = cfg->cpu_workers > 0 ? cfg->cpu_workers : 1;
+    cb->job_threads = cb->threads / cb->workers;
+    if (cb->job_threads < 1) cb->job_threads = 1;
+    atomic_init(&cb->runs, 0);
+    atomic_init(&cb->busy_us, 0);
+    if (parse_faults(cb, cfg->fault_inject, err) != 0) {
+        free(cb);
+        return NULL;
+    }
+    openblas_set_num_threads(cb->job_threads);
+    return cb;
+}
+
+static int cpu_workers(void *self)
+{
+    return ((cpu_backend *)self)->workers;
+}
+
+static const char *default_kernel(gemm_dtype d)
+{
+    return d == GEMM_DTYPE_I32 ? "blocked" : "openblas";
+}
+
+static int cpu_validate(void *self, gemm_job *job, gemm_err *err)
+{
+    (void)self;
+    const char *want = job->kernel;
+    const char *use;
+    if (!want[0] || strcmp(want, "auto") == 0 || strcmp(want, "cpu") == 0) {
+        use = default_kernel(job->dtype);
+    } else if (strcmp(want, "openblas") == 0 || strcmp(want, "blocked") == 0) {
+        use = want;
+        if (strcmp(use, default_kernel(job->dtype)) != 0)
+            return gemm_err_set(err, 422, "unsupported_dtype",
+                                "kernel \"%s\" does not compute %s; on the CPU backend use "
+                                "openblas for float32/float64 and blocked for int32 (or auto)",
+                                use, gemm_dtype_name(job->dtype));
+    } else {
+        return gemm_err_set(err, 422, "unknown_kernel",
+                            "kernel \"%s\" is not available on the CPU backend; it has "
+                            "openblas (float32, float64) and blocked (int32), or auto",
+                            want);
+    }
+
+    if (job->math != GEMM_MATH_DEFAULT && job->math != GEMM_MATH_FP32)
+        return gemm_err_set(err, 422, "unsupported_math",
+                            "math \"%s\" needs tensor cores; the CPU backend computes in exact "
+                            "fp32 only (use math fp32 or default)",
+                            gemm_math_name(job->math));
+    if (job->tile != 0)
+        return gemm_err_set(err, 422, "bad_tile",
+                            "kernel \"%s\" takes no tile option (tile=%d)", use, job->tile);
+
+    /* cblas takes int dimensions and leading dimensions. */
+    if (job->m > INT_MAX || job->k > INT_MAX || job->n > INT_MAX)
+        return gemm_err_set(err, 413, "too_large",
+                            "m=%llu k=%llu n=%llu: the CPU backend takes dimensions up to %d",
+                            (unsigned long long)job->m, (unsigned long long)job->k,
+                            (unsigned long long)job->n, INT_MAX);
+
+    snprintf(job->kernel_used, sizeof job->kernel_used, "%s", use);
+    job->math_used = job->dtype == GEMM_DTYPE_F32 ? GEMM_MATH_FP32 : GEMM_MATH_DEFAULT;
+    job->tile_used = 0;
+    return 0;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+static int cpu_run(void *self, void *worker, gemm_job *job)
+{
+    (void)worker;
+    cpu_backend *cb = self;
+    unsigned long long nrun = atomic_fetch_add(&cb->runs, 1) + 1;
+
+    snprintf(job->device, sizeof job->device, "cpu");
+    job->stream = -1;
+    job->tile_used = 0;
+    job->math_used = job->dtype == GEMM_DTYPE_F32 ? GEMM_MATH_FP32 : GEMM_MATH_DEFAULT;
+    if (!job->kernel_used[0])
+        snprintf(job->kernel_used, sizeof job->kernel_used, "%s", default_kernel(job->dtype));
+
+    if (cb->delay_ms > 0) sleep_ms(cb->delay_ms);
+    if (cb->fail_every > 0 && nrun % (unsigned long long)cb->fail_every == 0)
+        return gemm_err_set(&job->err, 500, "backend_failure",
+                            "injected CPU backend failure (fault_inject cpu_fail:%d, run %llu)",
+                            cb->fail_every, nrun);
+
+    const int m = (int)job->m, k = (int)job->k, n = (int)job->n;
+    double t0 = gemm_now_ms();
+    switch (job->dtype) {
+    case GEMM_DTYPE_F32:
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, job->a, k, job->b,
+                    n, 0.0f, job->c, n);
+        break;
+    case GEMM_DTYPE_F64:
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0, job->a, k, job->b,
+                    n, 0.0, job->c, n);
+        break;
+    case GEMM_DTYPE_I32:
+        gemm_cpu_gemm_i32(job->a, job->b, job->c, job->m, job->k, job->n, cb->job_threads);
+        break;
+    default:
+        return gemm_err_set(&job->err, 422, "bad_dtype", "unsupported dtype");
+    }
+    double t1 = gemm_now_ms();
+
+    job->timing.h2d_ms = 0;
+    job->timing.d2h_ms = 0;
+    job->timing.kernel_ms = t1 - t0;
+    atomic_fetch_add(&cb->busy_us, (unsigned long long)(job->timing.kernel_ms * 1000.0));
+    double flops = 2.0 * (double)job->m * (double)job->n * (double)job->k;
+    job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
+    return 0;
+}
+
+static void cpu_describe(void *self, gemm_engine_info *out)
+{
+    cpu_backend *cb = self;
+    snprintf(out->backend, sizeof out->backend, "cpu");
+    out->ndevices = 1;
+    gemm_device_info *d = &out->devices[0];
+    memset(d, 0, sizeof *d);
+    snprintf(d->name, sizeof d->name, "cpu (%d threads)", cb->threads);
+    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES),
+         psize = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && psize > 0) d->total_mem = (uint64_t)pages * (uint64_t)psize;
+    if (avail > 0 && psize > 0) d->free_mem = (uint64_t)avail * (uint64_t)psize;
+    d->streams = cb->workers;
+
+    out->nkernels = 2;
+    gemm_kernel_info *k = &out->kernels[0];
+    memset(k, 0, 2 * sizeof *k);
+    snprintf(k[0].name, sizeof k[0].name, "openblas");
+    snprintf(k[0].description, sizeof k[0].description,
+             "OpenBLAS cblas_sgemm/cblas_dgemm, row-major, %d threads per job", cb->job_threads);
+    k[0].dtypes = (1u << GEMM_DTYPE_F32) | (1u << GEMM_DTYPE_F64);
+    k[0].maths = (1u << GEMM_MATH_DEFAULT) | (1u << GEMM_MATH_FP32);
+    snprintf(k[1].name, sizeof k[1].name, "blocked");
+    snprintf(k[1].description, sizeof k[1].description,
+             "cache-blocked int32 loop, wraps in two's complement, %d threads per job",
+             cb->job_threads);
+    k[1].dtypes = 1u << GEMM_DTYPE_I32;
+    k[1].maths = 0;
+}
+
+static void cpu_stats(void *self, gemm_engine_stats *out)
+{
+    cpu_backend *cb = self;
+    out->ndevices = 1; /* no copies and no device memory on the CPU */
+    out->device_busy_seconds[0] = (double)atomic_load(&cb->busy_us) / 1e6;
+}
+
+static const gemm_allocator *cpu_allocator(void *self)
+{
+    (void)self;
+    return &gemm_allocator_host;
+}
+
+static void cpu_close(void *self)
+{
+    free(self);
+}
+
+const gemm_backend gemm_backend_cpu = {
+    .name = "cpu",
+    .open = cpu_open,
+    .workers = cpu_workers,
+    .worker_init = NULL,
+    .worker_fini = NULL,
+    .validate = cpu_validate,
+    .run = cpu_run,
+    .describe = cpu_describe,
+    .stats = cpu_stats,
+    .allocator = cpu_allocator,
+    .close = cpu_close,
+};
