@@ -1,0 +1,622 @@
+/*
+ * config.c - the daemon's configuration: built-in defaults, then a key = value file,
+ * then GEMMD_<KEY> environment variables, then --key value flags; later wins.
+ *
+ * Every key is described once, in the table below (name, kind, range, help). The file,
+ * environment and flag readers all go through gemmd_config_set(), so a value is checked
+ * the same way wherever it comes from, and each error names where the value came from
+ * (file:line, GEMMD_X or --x) and what the key accepts.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define MB (1024ull * 1024ull)
+
+typedef enum {
+    K_INT,      /* int field, range [min, max] */
+    K_U64,      /* uint64_t field, range [min, max] */
+    K_MB_U64,   /* value in MiB, uint64_t field in bytes */
+    K_MB_SIZE,  /* value in MiB, size_t field in bytes */
+    K_STR,      /* free string (a path); may be empty */
+    K_LISTEN,   /* an IPv4 or IPv6 address */
+    K_BACKEND,  /* auto | cpu | cuda */
+    K_DEVICES,  /* all | comma list of ordinals */
+    K_LOGLEVEL  /* error | warn | info | debug */
+} key_kind;
+
+typedef struct {
+    const char *name;
+    key_kind kind;
+    size_t offset; /* into gemmd_config */
+    size_t size;   /* K_STR-like kinds: the buffer size */
+    long long min, max;
+    const char *help;
+} key_desc;
+
+#define OFF(f) offsetof(gemmd_config, f)
+#define SZ(f) sizeof(((gemmd_config *)0)->f)
+
+static const key_desc keys[] = {
+    {"listen", K_LISTEN, OFF(listen), SZ(listen), 0, 0,
+     "address to bind (IPv4 or IPv6); binding beyond loopback without tokens_file warns"},
+    {"port", K_INT, OFF(port), 0, 1, 65535, "TCP port"},
+    {"http_threads", K_INT, OFF(http_threads), 0, 1, 1024, "HTTP threads (libmicrohttpd thread pool)"},
+    {"connection_limit", K_INT, OFF(connection_limit), 0, 1, 1000000, "connections open at once"},
+    {"per_ip_limit", K_INT, OFF(per_ip_limit), 0, 0, 1000000,
+     "connections open at once from one address (0 = no limit)"},
+    {"connection_timeout", K_INT, OFF(connection_timeout_s), 0, 0, 86400,
+     "seconds a connection may stay idle (0 = never time out)"},
+    {"backend", K_BACKEND, OFF(engine.backend), SZ(engine.backend), 0, 0,
+     "compute engine: auto (CUDA when a GPU is present, else CPU), cpu or cuda"},
+    {"threads", K_INT, OFF(engine.threads), 0, 0, 4096, "CPU backend: BLAS threads (0 = all cores)"},
+    {"cpu_workers", K_INT, OFF(engine.cpu_workers), 0, 0, 1024, "CPU backend: products run at once (0 = 1)"},
+    {"queue_depth", K_INT, OFF(engine.queue_depth), 0, 1, 1000000,
+     "products waiting for a worker before new ones get 503 queue_full"},
+    {"devices", K_DEVICES, OFF(engine.devices), SZ(engine.devices), 0, 0,
+     "CUDA: all, or a comma list of device ordinals (e.g. 0,2)"},
+    {"streams_per_device", K_INT, OFF(engine.streams_per_device), 0, 1, 64,
+     "CUDA: streams (and worker threads) per device"},
+    {"device_mem_limit_mb", K_MB_U64, OFF(engine.device_mem_limit), 0, 0, 16777216,
+     "CUDA: MiB of cached device buffers per stream (0 = no limit)"},
+    {"fault_inject", K_STR, OFF(engine.fault_inject), SZ(engine.fault_inject), 0, 0,
+     "test hook for the backend (empty = off); never set in production"},
+    {"max_dim", K_U64, OFF(limits.max_dim), 0, 1, 4294967295LL, "largest m, k or n accepted"},
+    {"max_elements", K_U64, OFF(limits.max_elements), 0, 1, 1099511627776LL,
+     "largest element count of A, B or C"},
+    {"max_body_mb", K_MB_SIZE, OFF(limits.max_body_bytes), 0, 1, 1048576,
+     "largest request body in MiB (checked from Content-Length before reading)"},
+    {"max_json_mb", K_MB_U64, OFF(max_json_bytes), 0, 1, 65536,
+     "largest JSON request body in MiB (JSON is parsed whole)"},
+    {"job_ttl", K_INT, OFF(job_ttl_s), 0, 1, 2592000, "seconds a finished async job is kept"},
+    {"job_mem_mb", K_MB_U64, OFF(job_mem_bytes), 0, 1, 16777216, "MiB of memory all kept async jobs may hold"},
+    {"max_jobs", K_INT, OFF(max_jobs), 0, 1, 10000000, "async jobs kept at once"},
+    {"tokens_file", K_STR, OFF(tokens_file), SZ(tokens_file), 0, 0,
+     "file of bearer tokens, one a line (empty = no authentication)"},
+    {"tls_cert", K_STR, OFF(tls_cert), SZ(tls_cert), 0, 0, "PEM certificate (with tls_key: serve HTTPS)"},
+    {"tls_key", K_STR, OFF(tls_key), SZ(tls_key), 0, 0, "PEM private key (with tls_cert: serve HTTPS)"},
+    {"log_level", K_LOGLEVEL, OFF(log_level), SZ(log_level), 0, 0, "error, warn, info or debug"},
+};
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+void gemmd_config_defaults(gemmd_config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->listen, sizeof c->listen, "127.0.0.1");
+    c->port = 8080;
+    c->http_threads = 4;
+    c->connection_limit = 256;
+    c->per_ip_limit = 64;
+    c->connection_timeout_s = 60;
+    gemm_engine_config_defaults(&c->engine);
+    c->limits.max_dim = 65536;
+    c->limits.max_elements = 268435456ull;
+    c->limits.max_body_bytes = (size_t)(2048 * MB);
+    c->max_json_bytes = 64 * MB;
+    c->job_ttl_s = 600;
+    c->job_mem_bytes = 2048 * MB;
+    c->max_jobs = 1024;
+    snprintf(c->log_level, sizeof c->log_level, "info");
+}
+
+static const key_desc *find_key(const char *name)
+{
+    for (size_t i = 0; i < NKEYS; i++)
+        if (strcmp(keys[i].name, name) == 0) return &keys[i];
+    return NULL;
+}
+
+static void list_keys(char *out, size_t len)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < NKEYS && used < len; i++) {
+        int w = snprintf(out + used, len - used, "%s%s", i ? ", " : "", keys[i].name);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+}
+
+/* Strict decimal integer: optional '-', digits only, no overflow of long long. */
+static int parse_ll(const char *s, long long *out, int *overflow)
+{
+    const char *p = s;
+    int neg = 0;
+    unsigned long long v = 0;
+    *overflow = 0;
+    if (*p == '-' || *p == '+') neg = (*p++ == '-');
+    if (!isdigit((unsigned char)*p)) return -1;
+    for (; *p; p++) {
+        if (!isdigit((unsigned char)*p)) return -1;
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (9223372036854775807ull - d) / 10) {
+            *overflow = 1;
+            /* keep scanning: "99999999999999999999x" is still not an integer */
+            continue;
+        }
+        if (!*overflow) v = v * 10 + d;
+    }
+    if (*overflow) return 0;
+    *out = neg ? -(long long)v : (long long)v;
+    return 0;
+}
+
+static const char *kind_accepts(const key_desc *k, char *buf, size_t len)
+{
+    switch (k->kind) {
+    case K_INT:
+    case K_U64:
+        snprintf(buf, len, "an integer from %lld to %lld", k->min, k->max);
+        break;
+    case K_MB_U64:
+    case K_MB_SIZE:
+        snprintf(buf, len, "a whole number of MiB from %lld to %lld", k->min, k->max);
+        break;
+    case K_STR: snprintf(buf, len, "a path of at most %zu bytes, or empty", k->size - 1); break;
+    case K_LISTEN: snprintf(buf, len, "an IPv4 or IPv6 address such as 127.0.0.1, 0.0.0.0 or ::1"); break;
+    case K_BACKEND: snprintf(buf, len, "auto, cpu or cuda"); break;
+    case K_DEVICES: snprintf(buf, len, "all, or a comma list of device ordinals such as 0,1"); break;
+    case K_LOGLEVEL: snprintf(buf, len, "error, warn, info or debug"); break;
+    }
+    return buf;
+}
+
+static int set_string(gemmd_config *c, const key_desc *k, const char *value, char *msg, size_t msglen)
+{
+    char acc[160];
+    size_t n = strlen(value);
+    if (n >= k->size) {
+        snprintf(msg, msglen, "%s: value is %zu bytes long; accepted: %s", k->name, n,
+                 kind_accepts(k, acc, sizeof acc));
+        return -1;
+    }
+    memcpy((char *)c + k->offset, value, n + 1);
+    return 0;
+}
+
+static int valid_devices(const char *v)
+{
+    if (strcmp(v, "all") == 0) return 1;
+    const char *p = v;
+    for (;;) {
+        if (!isdigit((unsigned char)*p)) return 0;
+        int ndig = 0;
+        while (isdigit((unsigned char)*p)) {
+            p++;
+            if (++ndig > 3) return 0; /* ordinals are small */
+        }
+        if (*p == '\0') return 1;
+        if (*p != ',') return 0;
+        p++;
+    }
+}
+
+int gemmd_config_set(gemmd_config *c, const char *key, const char *value, char *msg, size_t msglen)
+{
+    char acc[160];
+    const key_desc *k = find_key(key);
+    if (!k) {
+        char all[600];
+        list_keys(all, sizeof all);
+        snprintf(msg, msglen, "unknown key '%s'; known keys: %s", key, all);
+        return -1;
+    }
+    if (!value) value = "";
+    void *field = (char *)c + k->offset;
+
+    switch (k->kind) {
+    case K_INT:
+    case K_U64:
+    case K_MB_U64:
+    case K_MB_SIZE: {
+        long long v = 0;
+        int overflow = 0;
+        if (value[0] == '\0') {
+            snprintf(msg, msglen, "%s: missing value; accepted: %s", k->name, kind_accepts(k, acc, sizeof acc));
+            return -1;
+        }
+        if (parse_ll(value, &v, &overflow) != 0) {
+            snprintf(msg, msglen, "%s: '%.60s' is not an integer; accepted: %s", k->name, value,
+                     kind_accepts(k, acc, sizeof acc));
+            return -1;
+        }
+        if (overflow) {
+            snprintf(msg, msglen, "%s: '%.60s' overflows; accepted: %s", k->name, value,
+                     kind_accepts(k, acc, sizeof acc));
+            return -1;
+        }
+        if (v < k->min || v > k->max) {
+            snprintf(msg, msglen, "%s: %lld is out of range; accepted: %s", k->name, v,
+                     kind_accepts(k, acc, sizeof acc));
+            return -1;
+        }
+        if (k->kind == K_INT) *(int *)field = (int)v;
+        else if (k->kind == K_U64) *(uint64_t *)field = (uint64_t)v;
+        else if (k->kind == K_MB_U64) *(uint64_t *)field = (uint64_t)v * MB;
+        else *(size_t *)field = (size_t)((uint64_t)v * MB);
+        return 0;
+    }
+    case K_STR:
+        return set_string(c, k, value, msg, msglen);
+    case K_LISTEN: {
+        unsigned char addr[16];
+        if (inet_pton(AF_INET, value, addr) != 1 && inet_pton(AF_INET6, value, addr) != 1) {
+            snprintf(msg, msglen, "%s: '%.60s' is not an IP address; accepted: %s", k->name, value,
+                     kind_accepts(k, acc, sizeof acc));
+            return -1;
+        }
+        return set_string(c, k, value, msg, msglen);
+    }
+    case K_BACKEND:
+        if (strcmp(value, "auto") && strcmp(value, "cpu") && strcmp(value, "cuda")) {
+            snprintf(msg, msglen, "%s: '%.60s' is not a backend; accepted: %s", k->name, value,
+                     kind_accepts(k, acc, sizeof acc));
+            return -1;
+        }
+        return set_string(c, k, value, msg, msglen);
+    case K_DEVICES:
+        if (!valid_devices(value)) {
+            snprintf(msg, msglen, "%s: '%.60s' is not a device list; accepted: %s", k->name, value,
+                     kind_accepts(k, acc, sizeof acc));
+            return -1;
+        }
+        return set_string(c, k, value, msg, msglen);
+    case K_LOGLEVEL:
+        if (gemmd_log_level_from_name(value) < 0) {
+            snprintf(msg, msglen, "%s: '%.60s' is not a log level; accepted: %s", k->name, value,
+                     kind_accepts(k, acc, sizeof acc));
+            return -1;
+        }
+        return set_string(c, k, value, msg, msglen);
+    }
+    snprintf(msg, msglen, "%s: internal error (unknown kind)", key);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- the file */
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+    return s;
+}
+
+/* Parses the value part in place: "quoted", 'quoted', or bare up to a " #" comment.
+ * Returns the value or NULL with *why set. */
+static char *parse_value(char *v, const char **why)
+{
+    v = trim(v);
+    if (*v == '"' || *v == '\'') {
+        char q = *v;
+        char *end = strchr(v + 1, q);
+        if (!end) {
+            *why = "unterminated quote";
+            return NULL;
+        }
+        *end = '\0';
+        char *rest = trim(end + 1);
+        if (*rest && *rest != '#') {
+            *why = "text after the closing quote";
+            return NULL;
+        }
+        return v + 1;
+    }
+    for (char *p = v; *p; p++) {
+        if (*p == '#' && (p == v || isspace((unsigned char)p[-1]))) {
+            *p = '\0';
+            break;
+        }
+    }
+    return trim(v);
+}
+
+int gemmd_config_load_file(gemmd_config *c, const char *path, char *msg, size_t msglen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(msg, msglen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[2048];
+    int lineno = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t n = strlen(line);
+        if (n == sizeof line - 1 && line[n - 1] != '\n' && !feof(f)) {
+            snprintf(msg, msglen, "%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 2);
+            rc = -1;
+            break;
+        }
+        char *s = trim(line);
+        if (*s == '\0' || *s == '#' || *s == ';') continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            snprintf(msg, msglen, "%s:%d: expected 'key = value', got '%.80s'", path, lineno, s);
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(s);
+        const char *why = NULL;
+        char *value = parse_value(eq + 1, &why);
+        if (*key == '\0') {
+            snprintf(msg, msglen, "%s:%d: missing key before '='", path, lineno);
+            rc = -1;
+            break;
+        }
+        if (!value) {
+            snprintf(msg, msglen, "%s:%d: %s: %s", path, lineno, key, why);
+            rc = -1;
+            break;
+        }
+        char m[512];
+        if (gemmd_config_set(c, key, value, m, sizeof m) != 0) {
+            snprintf(msg, msglen, "%s:%d: %s", path, lineno, m);
+            rc = -1;
+            break;
+        }
+    }
+    if (rc == 0 && ferror(f)) {
+        snprintf(msg, msglen, "%s: read error", path);
+        rc = -1;
+    }
+    fclose(f);
+    if (rc == 0) snprintf(c->config_path, sizeof c->config_path, "%s", path);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- environment */
+
+static void env_name(const char *key, char *out, size_t len)
+{
+    size_t i = 0;
+    int w = snprintf(out, len, "GEMMD_");
+    if (w < 0) return;
+    i = (size_t)w;
+    for (; *key && i + 1 < len; key++) out[i++] = (char)toupper((unsigned char)*key);
+    out[i] = '\0';
+}
+
+static const char *env_lookup(char **envp, const char *name)
+{
+    size_t n = strlen(name);
+    if (!envp) return NULL;
+    for (char **e = envp; *e; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+    return NULL;
+}
+
+int gemmd_config_load_env(gemmd_config *c, char **envp, char *msg, size_t msglen)
+{
+    for (size_t i = 0; i < NKEYS; i++) {
+        char name[64];
+        env_name(keys[i].name, name, sizeof name);
+        const char *v = env_lookup(envp, name);
+        if (!v) continue;
+        char m[512];
+        if (gemmd_config_set(c, keys[i].name, v, m, sizeof m) != 0) {
+            snprintf(msg, msglen, "environment variable %s: %s", name, m);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- flags */
+
+static void default_text(const gemmd_config *d, const key_desc *k, char *buf, size_t len)
+{
+    const void *field = (const char *)d + k->offset;
+    switch (k->kind) {
+    case K_INT: snprintf(buf, len, "%d", *(const int *)field); break;
+    case K_U64: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field); break;
+    case K_MB_U64: snprintf(buf, len, "%llu", (unsigned long long)(*(const uint64_t *)field / MB)); break;
+    case K_MB_SIZE: snprintf(buf, len, "%llu", (unsigned long long)(*(const size_t *)field / MB)); break;
+    default: {
+        const char *s = (const char *)field;
+        snprintf(buf, len, "%s", *s ? s : "(empty)");
+    }
+    }
+}
+
+static void flag_name(const char *key, char *out, size_t len)
+{
+    size_t i = 0;
+    for (; *key && i + 1 < len; key++) out[i++] = *key == '_' ? '-' : *key;
+    out[i] = '\0';
+}
+
+void gemmd_config_usage(FILE *out)
+{
+    gemmd_config d;
+    gemmd_config_defaults(&d);
+    fprintf(out,
+            "usage: gemmd [--config FILE] [--KEY VALUE | --KEY=VALUE]...\n"
+            "\n"
+            "gemmd serves matrix products C = A.B over HTTP (GPU when present, else CPU).\n"
+            "Settings come from built-in defaults, then the config file (--config FILE, else\n"
+            "$GEMMD_CONFIG, else config/gemmd.conf when it exists), then GEMMD_<KEY>\n"
+            "environment variables, then flags; later wins.\n"
+            "\n"
+            "  --config FILE                 read FILE (key = value lines)\n"
+            "  -h, --help                    print this help and exit\n"
+            "  -V, --version                 print the version and exit\n"
+            "\n");
+    for (size_t i = 0; i < NKEYS; i++) {
+        char flag[64], env[64], def[300], lhs[96];
+        flag_name(keys[i].name, flag, sizeof flag);
+        env_name(keys[i].name, env, sizeof env);
+        default_text(&d, &keys[i], def, sizeof def);
+        snprintf(lhs, sizeof lhs, "--%s VALUE", flag);
+        fprintf(out, "  %-29s %s\n  %-29s (env %s, default %s)\n", lhs, keys[i].help, "", env, def);
+    }
+}
+
+/* Maps "--max-body-mb" (or "--max_body_mb") to its key; NULL if unknown. */
+static const key_desc *flag_key(const char *flag)
+{
+    char name[64];
+    size_t i = 0;
+    for (const char *p = flag; *p && i + 1 < sizeof name; p++) name[i++] = *p == '-' ? '_' : *p;
+    name[i] = '\0';
+    return find_key(name);
+}
+
+static int is_flag(const char *a, const char *name)
+{
+    return strcmp(a, name) == 0;
+}
+
+int gemmd_config_from_args(gemmd_config *c, int argc, char **argv, char **envp)
+{
+    char msg[1024];
+    const char *config_path = NULL;
+    int config_explicit = 0;
+
+    gemmd_config_defaults(c);
+
+    /* First pass: --help, --version, --config, and shape errors in the flags. */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (is_flag(a, "--help") || is_flag(a, "-h")) {
+            gemmd_config_usage(stdout);
+            return 1;
+        }
+        if (is_flag(a, "--version") || is_flag(a, "-V")) {
+            printf("gemmd %s\n", GEMMD_VERSION);
+            return 1;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--config=", 9) == 0) {
+            config_path = a + 9;
+            config_explicit = 1;
+        } else if (is_flag(a, "--config")) {
+            if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) {
+                fprintf(stderr, "gemmd: --config: missing value (a config file path)\n");
+                return -1;
+            }
+            config_path = argv[++i];
+            config_explicit = 1;
+        }
+    }
+    if (!config_path) {
+        const char *e = env_lookup(envp, "GEMMD_CONFIG");
+        if (e && *e) {
+            config_path = e;
+            config_explicit = 1;
+        } else if (access("config/gemmd.conf", F_OK) == 0) {
+            config_path = "config/gemmd.conf";
+        }
+    }
+    if (config_path && *config_path) {
+        if (gemmd_config_load_file(c, config_path, msg, sizeof msg) != 0) {
+            fprintf(stderr, "gemmd: %s\n", msg);
+            return -1;
+        }
+    } else if (config_explicit) {
+        fprintf(stderr, "gemmd: --config: empty path\n");
+        return -1;
+    }
+
+    if (gemmd_config_load_env(c, envp, msg, sizeof msg) != 0) {
+        fprintf(stderr, "gemmd: %s\n", msg);
+        return -1;
+    }
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+            fprintf(stderr, "gemmd: unexpected argument '%s' (options are --key value; see --help)\n", a);
+            return -1;
+        }
+        char name[96];
+        const char *value = NULL;
+        const char *eq = strchr(a + 2, '=');
+        size_t nlen = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
+        if (nlen >= sizeof name) nlen = sizeof name - 1;
+        memcpy(name, a + 2, nlen);
+        name[nlen] = '\0';
+        if (eq) {
+            value = eq + 1;
+        } else {
+            if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) {
+                fprintf(stderr, "gemmd: --%s: missing value (see --help)\n", name);
+                return -1;
+            }
+            value = argv[++i];
+        }
+        if (strcmp(name, "config") == 0) continue; /* read above */
+        const key_desc *k = flag_key(name);
+        if (!k) {
+            fprintf(stderr, "gemmd: unknown option --%s (see --help for the list)\n", name);
+            return -1;
+        }
+        char m[512];
+        if (gemmd_config_set(c, k->name, value, m, sizeof m) != 0) {
+            fprintf(stderr, "gemmd: --%s: %s\n", name, m);
+            return -1;
+        }
+    }
+
+    if (gemmd_config_validate(c, msg, sizeof msg) != 0) {
+        fprintf(stderr, "gemmd: %s\n", msg);
+        return -1;
+    }
+    return 0;
+}
+
+int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen)
+{
+    if (c->port < 1 || c->port > 65535) {
+        snprintf(msg, msglen, "port: %d is out of range; accepted: 1 to 65535", c->port);
+        return -1;
+    }
+    if (c->http_threads < 1) {
+        snprintf(msg, msglen, "http_threads: must be at least 1");
+        return -1;
+    }
+    if (c->engine.queue_depth < 1) {
+        snprintf(msg, msglen, "queue_depth: must be at least 1");
+        return -1;
+    }
+    if (c->limits.max_dim < 1 || c->limits.max_elements < 1 || c->limits.max_body_bytes < 1) {
+        snprintf(msg, msglen, "max_dim, max_elements and max_body_mb must be at least 1");
+        return -1;
+    }
+    if (c->per_ip_limit > c->connection_limit) {
+        snprintf(msg, msglen, "per_ip_limit (%d) is larger than connection_limit (%d)", c->per_ip_limit,
+                 c->connection_limit);
+        return -1;
+    }
+    if ((c->tls_cert[0] != '\0') != (c->tls_key[0] != '\0')) {
+        snprintf(msg, msglen, "tls_cert and tls_key must be set together (got only %s)",
+                 c->tls_cert[0] ? "tls_cert" : "tls_key");
+        return -1;
+    }
+    const char *files[3] = {c->tokens_file, c->tls_cert, c->tls_key};
+    const char *names[3] = {"tokens_file", "tls_cert", "tls_key"};
+    for (int i = 0; i < 3; i++) {
+        if (files[i][0] && access(files[i], R_OK) != 0) {
+            snprintf(msg, msglen, "%s: cannot read '%s': %s", names[i], files[i], strerror(errno));
+            return -1;
+        }
+    }
+    if (gemmd_log_level_from_name(c->log_level) < 0) {
+        snprintf(msg, msglen, "log_level: '%s' is not a log level; accepted: error, warn, info or debug",
+                 c->log_level);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,60 @@
+/*
+ * config.h - daemon configuration: defaults, then config/gemmd.conf (key = value),
+ * then GEMMD_* environment variables, then command-line flags; later wins.
+ */
+#ifndef GEMMD_CONFIG_H
+#define GEMMD_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine.h"
+#include "gemm_types.h"
+
+#ifndef GEMMD_VERSION
+#define GEMMD_VERSION "0.1.0" /* printed by --version, /v1/info and gemmd_build_info */
+#endif
+
+typedef struct {
+    char listen[64];            /* listen = 127.0.0.1 (address to bind) */
+    int port;                   /* port = 8080 */
+    int http_threads;           /* http_threads = 4 (libmicrohttpd thread pool) */
+    int connection_limit;       /* connection_limit = 256 */
+    int per_ip_limit;           /* per_ip_limit = 64 */
+    int connection_timeout_s;   /* connection_timeout = 60 (seconds idle) */
+    gemm_engine_config engine;  /* backend, threads, cpu_workers, queue_depth, devices,
+                                   streams_per_device, device_mem_limit, fault_inject */
+    gemm_limits limits;         /* max_dim, max_elements, max_body_mb */
+    uint64_t max_json_bytes;    /* max_json_mb = 64: JSON bodies are parsed whole */
+    int job_ttl_s;              /* job_ttl = 600: finished async jobs kept this long */
+    uint64_t job_mem_bytes;     /* job_mem_mb = 2048: memory of all kept async jobs */
+    int max_jobs;               /* max_jobs = 1024: async jobs kept at once */
+    char tokens_file[256];      /* tokens_file = (empty: no auth) one bearer token a line */
+    char tls_cert[256];         /* tls_cert / tls_key: PEM files; both set -> HTTPS */
+    char tls_key[256];
+    char log_level[8];          /* log_level = info (error|warn|info|debug) */
+    char config_path[256];      /* the file that was read ("" if none) */
+} gemmd_config;
+
+void gemmd_config_defaults(gemmd_config *c);
+
+/* Applies one key = value (the names of the config file; flags and GEMMD_* variables map
+ * onto the same keys). Returns 0, or -1 with a message naming the key and what it accepts. */
+int gemmd_config_set(gemmd_config *c, const char *key, const char *value, char *msg, size_t msglen);
+
+/* Reads a config file. Unknown keys and bad values are errors naming file and line. */
+int gemmd_config_load_file(gemmd_config *c, const char *path, char *msg, size_t msglen);
+
+/* Applies GEMMD_<KEY> variables (GEMMD_PORT, GEMMD_MAX_DIM, ...). */
+int gemmd_config_load_env(gemmd_config *c, char **envp, char *msg, size_t msglen);
+
+/* Full start-up order: defaults, --config FILE (else GEMMD_CONFIG, else
+ * config/gemmd.conf if it exists), environment, flags. Returns 0 to run, 1 when --help or
+ * --version was printed (exit 0), -1 on error (message printed to stderr, exit 2). */
+int gemmd_config_from_args(gemmd_config *c, int argc, char **argv, char **envp);
+
+void gemmd_config_usage(FILE *out);
+
+/* Checks the values fit together (ports, limits, tls pair, token file readable). */
+int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen);
+#endif

@@ -1,0 +1,203 @@
+/*
+ * metrics.c - counters for /metrics in the Prometheus text format 0.0.4.
+ *
+ * Request counters and histograms are plain atomics (no lock on the request path). The
+ * histogram keeps one non-cumulative count per bucket; rendering adds them up, so the
+ * exposed buckets are cumulative and the +Inf bucket always equals _count, even while
+ * other threads keep counting. Engine figures are read from gemm_engine_get_stats() at
+ * render time.
+ */
+#include "metrics.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "config.h" /* GEMMD_VERSION */
+
+#define NCODES 600 /* HTTP status codes 0..599 */
+
+static const double bucket_le[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                   0.5,   1.0,    2.5,   5.0,  10.0,  30.0, 60.0};
+#define NBUCKETS (sizeof bucket_le / sizeof bucket_le[0])
+
+typedef struct {
+    _Atomic uint64_t by_code[NCODES];
+    _Atomic uint64_t buckets[NBUCKETS + 1]; /* last: above the largest bound (+Inf only) */
+    _Atomic uint64_t sum_ns;
+} route_counters;
+
+static route_counters routes[GEMMD_ROUTE_COUNT];
+static _Atomic uint64_t bytes_in_total, bytes_out_total;
+static _Atomic int jobs_state[5];
+
+static const char *const route_names[GEMMD_ROUTE_COUNT] = {
+    "/v1/matmul", "/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/result", "DELETE /v1/jobs/{id}",
+    "/healthz",   "/readyz",  "/v1/info",      "/metrics",             "other",
+};
+
+const char *gemmd_route_name(gemmd_route r)
+{
+    return (r >= 0 && r < GEMMD_ROUTE_COUNT) ? route_names[r] : "other";
+}
+
+void gemmd_metrics_init(void)
+{
+    for (int r = 0; r < GEMMD_ROUTE_COUNT; r++) {
+        for (int c = 0; c < NCODES; c++) atomic_store(&routes[r].by_code[c], 0);
+        for (size_t b = 0; b <= NBUCKETS; b++) atomic_store(&routes[r].buckets[b], 0);
+        atomic_store(&routes[r].sum_ns, 0);
+    }
+    atomic_store(&bytes_in_total, 0);
+    atomic_store(&bytes_out_total, 0);
+    for (int s = 0; s < 5; s++) atomic_store(&jobs_state[s], 0);
+}
+
+void gemmd_metrics_request(gemmd_route route, int status, double seconds, uint64_t bytes_in,
+                           uint64_t bytes_out)
+{
+    if (route < 0 || route >= GEMMD_ROUTE_COUNT) route = GEMMD_ROUTE_OTHER;
+    if (status < 0 || status >= NCODES) status = 0;
+    if (!(seconds >= 0)) seconds = 0; /* also catches NaN */
+    route_counters *rc = &routes[route];
+    atomic_fetch_add_explicit(&rc->by_code[status], 1, memory_order_relaxed);
+    size_t b = 0;
+    while (b < NBUCKETS && seconds > bucket_le[b]) b++;
+    atomic_fetch_add_explicit(&rc->buckets[b], 1, memory_order_relaxed);
+    double ns = seconds * 1e9;
+    if (ns > 1.8e19) ns = 1.8e19;
+    atomic_fetch_add_explicit(&rc->sum_ns, (uint64_t)ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&bytes_in_total, bytes_in, memory_order_relaxed);
+    atomic_fetch_add_explicit(&bytes_out_total, bytes_out, memory_order_relaxed);
+}
+
+void gemmd_metrics_jobs_by_state(const int counts[5])
+{
+    for (int s = 0; s < 5; s++) atomic_store(&jobs_state[s], counts[s]);
+}
+
+/* Label values: backslash, double quote and newline are escaped (format 0.0.4). */
+static void put_label(gemm_buf *out, const char *v)
+{
+    for (const char *p = v; *p; p++) {
+        if (*p == '\\') gemm_buf_puts(out, "\\\\");
+        else if (*p == '"') gemm_buf_puts(out, "\\\"");
+        else if (*p == '\n') gemm_buf_puts(out, "\\n");
+        else gemm_buf_append(out, p, 1);
+    }
+}
+
+static void header(gemm_buf *out, const char *name, const char *type, const char *help)
+{
+    gemm_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void render_requests(gemm_buf *out)
+{
+    header(out, "gemmd_requests_total", "counter", "HTTP requests answered, by route and status code.");
+    for (int r = 0; r < GEMMD_ROUTE_COUNT; r++) {
+        for (int c = 0; c < NCODES; c++) {
+            uint64_t v = atomic_load_explicit(&routes[r].by_code[c], memory_order_relaxed);
+            if (!v) continue;
+            gemm_buf_puts(out, "gemmd_requests_total{route=\"");
+            put_label(out, route_names[r]);
+            gemm_buf_printf(out, "\",code=\"%d\"} %llu\n", c, (unsigned long long)v);
+        }
+    }
+
+    header(out, "gemmd_request_duration_seconds", "histogram",
+           "Time from request start to the answer being queued, by route.");
+    for (int r = 0; r < GEMMD_ROUTE_COUNT; r++) {
+        uint64_t counts[NBUCKETS + 1], total = 0;
+        for (size_t b = 0; b <= NBUCKETS; b++) {
+            counts[b] = atomic_load_explicit(&routes[r].buckets[b], memory_order_relaxed);
+            total += counts[b];
+        }
+        if (!total) continue;
+        uint64_t cum = 0;
+        for (size_t b = 0; b <= NBUCKETS; b++) {
+            cum += counts[b];
+            gemm_buf_puts(out, "gemmd_request_duration_seconds_bucket{route=\"");
+            put_label(out, route_names[r]);
+            if (b < NBUCKETS) gemm_buf_printf(out, "\",le=\"%g\"} %llu\n", bucket_le[b], (unsigned long long)cum);
+            else gemm_buf_printf(out, "\",le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+        }
+        double sum = (double)atomic_load_explicit(&routes[r].sum_ns, memory_order_relaxed) / 1e9;
+        gemm_buf_puts(out, "gemmd_request_duration_seconds_sum{route=\"");
+        put_label(out, route_names[r]);
+        gemm_buf_printf(out, "\"} %.9f\n", sum);
+        gemm_buf_puts(out, "gemmd_request_duration_seconds_count{route=\"");
+        put_label(out, route_names[r]);
+        gemm_buf_printf(out, "\"} %llu\n", (unsigned long long)total);
+    }
+
+    header(out, "gemmd_bytes_received_total", "counter", "Request body bytes received.");
+    gemm_buf_printf(out, "gemmd_bytes_received_total %llu\n",
+                    (unsigned long long)atomic_load(&bytes_in_total));
+    header(out, "gemmd_bytes_sent_total", "counter", "Response body bytes sent.");
+    gemm_buf_printf(out, "gemmd_bytes_sent_total %llu\n", (unsigned long long)atomic_load(&bytes_out_total));
+}
+
+static const char *const state_names[5] = {"queued", "running", "done", "failed", "cancelled"};
+
+static void render_engine(gemm_buf *out, gemm_engine *engine)
+{
+    gemm_engine_stats st;
+    memset(&st, 0, sizeof st);
+    if (engine) gemm_engine_get_stats(engine, &st);
+
+    header(out, "gemmd_queue_depth", "gauge", "Products waiting for an engine worker.");
+    gemm_buf_printf(out, "gemmd_queue_depth %d\n", st.queued);
+    header(out, "gemmd_jobs_running", "gauge", "Products running on an engine worker.");
+    gemm_buf_printf(out, "gemmd_jobs_running %d\n", st.running);
+
+    header(out, "gemmd_jobs", "gauge", "Async jobs kept by the job store, by state.");
+    for (int s = 0; s < 5; s++)
+        gemm_buf_printf(out, "gemmd_jobs{state=\"%s\"} %d\n", state_names[s], atomic_load(&jobs_state[s]));
+
+    header(out, "gemmd_engine_jobs_total", "counter", "Products the engine finished, by result.");
+    gemm_buf_printf(out, "gemmd_engine_jobs_total{result=\"completed\"} %llu\n", (unsigned long long)st.completed);
+    gemm_buf_printf(out, "gemmd_engine_jobs_total{result=\"failed\"} %llu\n", (unsigned long long)st.failed);
+    gemm_buf_printf(out, "gemmd_engine_jobs_total{result=\"cancelled\"} %llu\n", (unsigned long long)st.cancelled);
+    gemm_buf_printf(out, "gemmd_engine_jobs_total{result=\"rejected\"} %llu\n", (unsigned long long)st.rejected);
+
+    header(out, "gemmd_compute_seconds_total", "counter", "Seconds engine workers spent computing products.");
+    gemm_buf_printf(out, "gemmd_compute_seconds_total %.6f\n", st.compute_seconds);
+
+    int nd = st.ndevices;
+    if (nd < 0) nd = 0;
+    if (nd > GEMM_MAX_DEVICES) nd = GEMM_MAX_DEVICES;
+    header(out, "gemmd_device_busy_seconds_total", "counter", "Seconds each device spent running products.");
+    for (int d = 0; d < nd; d++)
+        gemm_buf_printf(out, "gemmd_device_busy_seconds_total{device=\"%d\"} %.6f\n", d, st.device_busy_seconds[d]);
+    header(out, "gemmd_device_bytes_copied_total", "counter", "Bytes copied between host and each device.");
+    for (int d = 0; d < nd; d++) {
+        gemm_buf_printf(out, "gemmd_device_bytes_copied_total{device=\"%d\",direction=\"h2d\"} %llu\n", d,
+                        (unsigned long long)st.bytes_h2d[d]);
+        gemm_buf_printf(out, "gemmd_device_bytes_copied_total{device=\"%d\",direction=\"d2h\"} %llu\n", d,
+                        (unsigned long long)st.bytes_d2h[d]);
+    }
+    header(out, "gemmd_device_memory_used_bytes", "gauge", "Device memory held by the engine's buffers.");
+    for (int d = 0; d < nd; d++)
+        gemm_buf_printf(out, "gemmd_device_memory_used_bytes{device=\"%d\"} %llu\n", d,
+                        (unsigned long long)st.device_mem_used[d]);
+}
+
+void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine)
+{
+    render_requests(out);
+    render_engine(out, engine);
+
+    char backend[16] = "none";
+    if (engine) {
+        gemm_engine_info local;
+        memset(&local, 0, sizeof local);
+        gemm_engine_describe(engine, &local);
+        if (local.backend[0]) snprintf(backend, sizeof backend, "%s", local.backend);
+    }
+    header(out, "gemmd_build_info", "gauge", "Version and compute backend of this daemon (always 1).");
+    gemm_buf_puts(out, "gemmd_build_info{version=\"");
+    put_label(out, GEMMD_VERSION);
+    gemm_buf_puts(out, "\",backend=\"");
+    put_label(out, backend);
+    gemm_buf_puts(out, "\"} 1\n");
+}

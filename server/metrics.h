@@ -1,0 +1,36 @@
+/*
+ * metrics.h - counters for /metrics (Prometheus text format 0.0.4). Thread-safe.
+ */
+#ifndef GEMMD_METRICS_H
+#define GEMMD_METRICS_H
+
+#include <stdint.h>
+
+#include "engine.h"
+#include "json_codec.h" /* gemm_buf */
+
+/* Routes as they are counted (a label): */
+typedef enum {
+    GEMMD_ROUTE_MATMUL = 0, GEMMD_ROUTE_JOBS_SUBMIT, GEMMD_ROUTE_JOB_STATUS, GEMMD_ROUTE_JOB_RESULT,
+    GEMMD_ROUTE_JOB_DELETE, GEMMD_ROUTE_HEALTHZ, GEMMD_ROUTE_READYZ, GEMMD_ROUTE_INFO,
+    GEMMD_ROUTE_METRICS, GEMMD_ROUTE_OTHER, GEMMD_ROUTE_COUNT
+} gemmd_route;
+
+const char *gemmd_route_name(gemmd_route r); /* "/v1/matmul", "/v1/jobs", "/v1/jobs/{id}", ... */
+
+void gemmd_metrics_init(void);
+/* One finished request: its route, status and duration (seconds, request start to
+ * response queued), and the body bytes received and sent. */
+void gemmd_metrics_request(gemmd_route route, int status, double seconds, uint64_t bytes_in,
+                           uint64_t bytes_out);
+/* Async jobs kept, by state (set by the job store whenever it changes). */
+void gemmd_metrics_jobs_by_state(const int counts[5]);
+
+/* Appends the whole exposition: gemmd_requests_total{route,code}, gemmd_request_duration_seconds
+ * histogram, gemmd_bytes_received_total, gemmd_bytes_sent_total, gemmd_queue_depth,
+ * gemmd_jobs_running, gemmd_jobs{state}, gemmd_engine_jobs_total{result},
+ * gemmd_compute_seconds_total, per device gemmd_device_busy_seconds_total{device},
+ * gemmd_device_bytes_copied_total{device,direction}, gemmd_device_memory_used_bytes{device},
+ * gemmd_build_info{version,backend}. */
+void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine);
+#endif

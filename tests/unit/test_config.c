@@ -1,0 +1,350 @@
+/* test_config.c - defaults, precedence, the config file syntax and every error path. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+/* Writes text to a fresh temporary file; returns its path in buf. */
+static const char *temp_file(char *buf, size_t len, const char *text)
+{
+    snprintf(buf, len, "/tmp/gemmd_test_config_XXXXXX");
+    int fd = mkstemp(buf);
+    assert_true(fd >= 0);
+    size_t n = strlen(text);
+    assert_int_equal(write(fd, text, n), (ssize_t)n);
+    close(fd);
+    return buf;
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    gemmd_config c;
+    gemmd_config_defaults(&c);
+    assert_string_equal(c.listen, "127.0.0.1");
+    assert_int_equal(c.port, 8080);
+    assert_int_equal(c.http_threads, 4);
+    assert_int_equal(c.connection_limit, 256);
+    assert_int_equal(c.per_ip_limit, 64);
+    assert_int_equal(c.connection_timeout_s, 60);
+    assert_int_equal(c.limits.max_dim, 65536);
+    assert_int_equal(c.limits.max_elements, 268435456);
+    assert_true(c.limits.max_body_bytes == 2048ull * 1024 * 1024);
+    assert_true(c.max_json_bytes == 64ull * 1024 * 1024);
+    assert_int_equal(c.job_ttl_s, 600);
+    assert_true(c.job_mem_bytes == 2048ull * 1024 * 1024);
+    assert_int_equal(c.max_jobs, 1024);
+    assert_string_equal(c.log_level, "info");
+    assert_string_equal(c.tokens_file, "");
+
+    gemm_engine_config e;
+    gemm_engine_config_defaults(&e);
+    assert_memory_equal(&c.engine, &e, sizeof e);
+
+    char msg[256];
+    assert_int_equal(gemmd_config_validate(&c, msg, sizeof msg), 0);
+}
+
+static void test_set_every_kind(void **state)
+{
+    (void)state;
+    gemmd_config c;
+    char msg[1024];
+    gemmd_config_defaults(&c);
+    assert_int_equal(gemmd_config_set(&c, "port", "9001", msg, sizeof msg), 0);
+    assert_int_equal(c.port, 9001);
+    assert_int_equal(gemmd_config_set(&c, "listen", "::1", msg, sizeof msg), 0);
+    assert_string_equal(c.listen, "::1");
+    assert_int_equal(gemmd_config_set(&c, "backend", "cpu", msg, sizeof msg), 0);
+    assert_string_equal(c.engine.backend, "cpu");
+    assert_int_equal(gemmd_config_set(&c, "devices", "0,2,3", msg, sizeof msg), 0);
+    assert_string_equal(c.engine.devices, "0,2,3");
+    assert_int_equal(gemmd_config_set(&c, "max_body_mb", "3", msg, sizeof msg), 0);
+    assert_true(c.limits.max_body_bytes == 3u * 1024 * 1024);
+    assert_int_equal(gemmd_config_set(&c, "device_mem_limit_mb", "5", msg, sizeof msg), 0);
+    assert_true(c.engine.device_mem_limit == 5u * 1024 * 1024);
+    assert_int_equal(gemmd_config_set(&c, "max_elements", "1099511627776", msg, sizeof msg), 0);
+    assert_true(c.limits.max_elements == 1099511627776ull);
+    assert_int_equal(gemmd_config_set(&c, "fault_inject", "cpu_delay_ms:5", msg, sizeof msg), 0);
+    assert_string_equal(c.engine.fault_inject, "cpu_delay_ms:5");
+    assert_int_equal(gemmd_config_set(&c, "log_level", "debug", msg, sizeof msg), 0);
+    assert_string_equal(c.log_level, "debug");
+    assert_int_equal(gemmd_config_set(&c, "tokens_file", "", msg, sizeof msg), 0);
+    assert_int_equal(gemmd_config_set(&c, "per_ip_limit", "0", msg, sizeof msg), 0);
+    assert_int_equal(c.per_ip_limit, 0);
+}
+
+/* Each bad value fails, leaves the field alone and says the key and what it accepts. */
+static void expect_bad(const char *key, const char *value, const char *needle)
+{
+    gemmd_config c, before;
+    char msg[1024] = "";
+    gemmd_config_defaults(&c);
+    before = c;
+    assert_int_equal(gemmd_config_set(&c, key, value, msg, sizeof msg), -1);
+    assert_memory_equal(&c, &before, sizeof c);
+    if (!strstr(msg, needle) || (strcmp(key, "nope") != 0 && !strstr(msg, key)))
+        fail_msg("%s=%s: message '%s' lacks '%s' or the key", key, value, msg, needle);
+}
+
+static void test_parse_errors(void **state)
+{
+    (void)state;
+    expect_bad("port", "abc", "not an integer");
+    expect_bad("port", "80x", "not an integer");
+    expect_bad("port", "8 0", "not an integer");
+    expect_bad("port", "1.5", "not an integer");
+    expect_bad("port", "-", "not an integer");
+    expect_bad("port", "", "missing value");
+    expect_bad("port", "0", "out of range");
+    expect_bad("port", "65536", "out of range");
+    expect_bad("port", "-1", "1 to 65535");
+    expect_bad("port", "99999999999999999999999", "overflows");
+    expect_bad("max_dim", "18446744073709551616", "overflows");
+    expect_bad("max_dim", "0", "out of range");
+    expect_bad("max_body_mb", "1048577", "out of range");
+    expect_bad("job_ttl", "0", "out of range");
+    expect_bad("queue_depth", "0", "out of range");
+    expect_bad("backend", "gpu", "auto, cpu or cuda");
+    expect_bad("backend", "", "auto, cpu or cuda");
+    expect_bad("log_level", "verbose", "error, warn, info or debug");
+    expect_bad("listen", "localhost", "IP address");
+    expect_bad("listen", "300.1.1.1", "IP address");
+    expect_bad("devices", "0,,1", "device list");
+    expect_bad("devices", "gpu0", "device list");
+    expect_bad("nope", "1", "unknown key");
+    char longpath[400];
+    memset(longpath, 'x', sizeof longpath - 1);
+    longpath[sizeof longpath - 1] = '\0';
+    expect_bad("tokens_file", longpath, "at most");
+}
+
+static void test_file_syntax(void **state)
+{
+    (void)state;
+    char path[64], msg[1024];
+    temp_file(path, sizeof path,
+              "# a comment\n"
+              "\n"
+              "   \t\n"
+              "  port   =   9100   \n"
+              "listen=0.0.0.0 # trailing comment\n"
+              "tokens_file = \"/tmp/with # hash\"\n"
+              "tls_cert = ''\n"
+              "fault_inject = 'cpu_delay_ms:1'  # quoted\n"
+              "; another comment style\n"
+              "max_dim = 128\n"
+              "max_dim = 256\n"); /* later line wins */
+    gemmd_config c;
+    gemmd_config_defaults(&c);
+    assert_int_equal(gemmd_config_load_file(&c, path, msg, sizeof msg), 0);
+    assert_int_equal(c.port, 9100);
+    assert_string_equal(c.listen, "0.0.0.0");
+    assert_string_equal(c.tokens_file, "/tmp/with # hash");
+    assert_string_equal(c.tls_cert, "");
+    assert_string_equal(c.engine.fault_inject, "cpu_delay_ms:1");
+    assert_int_equal(c.limits.max_dim, 256);
+    assert_string_equal(c.config_path, path);
+    unlink(path);
+}
+
+static void expect_file_error(const char *text, const char *needle)
+{
+    char path[64], msg[1024] = "", want[128];
+    temp_file(path, sizeof path, text);
+    gemmd_config c;
+    gemmd_config_defaults(&c);
+    assert_int_equal(gemmd_config_load_file(&c, path, msg, sizeof msg), -1);
+    snprintf(want, sizeof want, "%s:", path);
+    if (strncmp(msg, want, strlen(want)) != 0 || !strstr(msg, needle))
+        fail_msg("file %s: message '%s' lacks '%s' or the file name", text, msg, needle);
+    unlink(path);
+}
+
+static void test_file_errors(void **state)
+{
+    (void)state;
+    expect_file_error("port = 1\nbogus = 2\n", ":2: unknown key 'bogus'");
+    expect_file_error("\n\n\nport = x\n", ":4: port: 'x' is not an integer");
+    expect_file_error("port 8080\n", ":1: expected 'key = value'");
+    expect_file_error("= 5\n", ":1: missing key");
+    expect_file_error("port =\n", ":1: port: missing value");
+    expect_file_error("tokens_file = \"abc\n", ":1: tokens_file: unterminated quote");
+    expect_file_error("tokens_file = \"abc\" def\n", "text after the closing quote");
+    expect_file_error("backend = gpu\n", ":1: backend: 'gpu' is not a backend");
+    expect_file_error("max_elements = 99999999999999999999\n", ":1: max_elements:");
+
+    char msg[512] = "";
+    gemmd_config c;
+    gemmd_config_defaults(&c);
+    assert_int_equal(gemmd_config_load_file(&c, "/nonexistent/gemmd.conf", msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "/nonexistent/gemmd.conf: cannot open"));
+}
+
+static void test_env(void **state)
+{
+    (void)state;
+    char *env[] = {"PATH=/bin", "GEMMD_PORT=7001", "GEMMD_MAX_BODY_MB=12", "GEMMD_BIN=bin/gemmd",
+                   "GEMMD_LOG_LEVEL=warn", NULL};
+    gemmd_config c;
+    char msg[1024];
+    gemmd_config_defaults(&c);
+    assert_int_equal(gemmd_config_load_env(&c, env, msg, sizeof msg), 0);
+    assert_int_equal(c.port, 7001);
+    assert_true(c.limits.max_body_bytes == 12u * 1024 * 1024);
+    assert_string_equal(c.log_level, "warn");
+
+    char *bad[] = {"GEMMD_QUEUE_DEPTH=lots", NULL};
+    assert_int_equal(gemmd_config_load_env(&c, bad, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "GEMMD_QUEUE_DEPTH"));
+    assert_non_null(strstr(msg, "not an integer"));
+}
+
+static void test_precedence(void **state)
+{
+    (void)state;
+    char path[64];
+    temp_file(path, sizeof path, "port = 1111\nmax_dim = 100\nqueue_depth = 5\nlog_level = warn\n");
+    char cfgflag[96];
+    snprintf(cfgflag, sizeof cfgflag, "--config=%s", path);
+    gemmd_config c;
+
+    /* file only */
+    char *a1[] = {"gemmd", cfgflag, NULL};
+    char *e0[] = {NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 2, a1, e0), 0);
+    assert_int_equal(c.port, 1111);
+    assert_int_equal(c.limits.max_dim, 100);
+    assert_string_equal(c.config_path, path);
+
+    /* env over file */
+    char *e1[] = {"GEMMD_PORT=2222", "GEMMD_MAX_DIM=200", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 2, a1, e1), 0);
+    assert_int_equal(c.port, 2222);
+    assert_int_equal(c.limits.max_dim, 200);
+    assert_int_equal(c.engine.queue_depth, 5);
+
+    /* flags over env, both flag spellings */
+    char *a2[] = {"gemmd", "--port", "3333", cfgflag, "--max-dim=300", "--queue_depth", "7", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 7, a2, e1), 0);
+    assert_int_equal(c.port, 3333);
+    assert_int_equal(c.limits.max_dim, 300);
+    assert_int_equal(c.engine.queue_depth, 7);
+    assert_string_equal(c.log_level, "warn");
+
+    /* GEMMD_CONFIG names the file when --config is absent */
+    char envcfg[96];
+    snprintf(envcfg, sizeof envcfg, "GEMMD_CONFIG=%s", path);
+    char *e2[] = {envcfg, NULL};
+    char *a3[] = {"gemmd", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 1, a3, e2), 0);
+    assert_int_equal(c.port, 1111);
+
+    /* --config wins over GEMMD_CONFIG */
+    char *e3[] = {"GEMMD_CONFIG=/nonexistent/x.conf", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 2, a1, e3), 0);
+    assert_int_equal(c.port, 1111);
+    unlink(path);
+}
+
+static void test_flag_errors(void **state)
+{
+    (void)state;
+    gemmd_config c;
+    char *e0[] = {NULL};
+    char *a1[] = {"gemmd", "--config=/nonexistent/none.conf", "--port", "1", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 2, a1, e0), -1);
+    char *a2[] = {"gemmd", "--config=/dev/null", "--port", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 3, a2, e0), -1); /* missing value */
+    char *a3[] = {"gemmd", "--config=/dev/null", "--port", "--listen", "::1", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 5, a3, e0), -1); /* missing value */
+    char *a4[] = {"gemmd", "--config=/dev/null", "--bogus", "1", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 4, a4, e0), -1); /* unknown option */
+    char *a5[] = {"gemmd", "--config=/dev/null", "--backend", "tpu", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 4, a5, e0), -1); /* bad backend */
+    char *a6[] = {"gemmd", "--config=/dev/null", "stray", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 3, a6, e0), -1); /* positional */
+    char *a7[] = {"gemmd", "--config=/dev/null", "--port=99999", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 3, a7, e0), -1); /* out of range */
+    char *a8[] = {"gemmd", "--config", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 2, a8, e0), -1); /* --config without path */
+    char *e1[] = {"GEMMD_PORT=http", NULL};
+    char *a9[] = {"gemmd", "--config=/dev/null", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 2, a9, e1), -1); /* bad env */
+    char *a10[] = {"gemmd", "--config=/dev/null", "--tls-cert=/etc/hostname", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 3, a10, e0), -1); /* cert without key */
+    char *a11[] = {"gemmd", "--config=/dev/null", "--tokens-file=/nonexistent/tokens", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 3, a11, e0), -1); /* unreadable */
+    char *a12[] = {"gemmd", "--config=/dev/null", "--per-ip-limit=300", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 3, a12, e0), -1); /* > connection_limit */
+}
+
+static void test_help_and_version(void **state)
+{
+    (void)state;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    gemmd_config_usage(f);
+    fclose(f);
+    static const char *const expect[] = {
+        "--listen VALUE", "default 127.0.0.1", "--port VALUE", "default 8080", "--http-threads VALUE",
+        "--connection-limit VALUE", "default 256", "--per-ip-limit VALUE", "--connection-timeout VALUE",
+        "--backend VALUE", "default auto", "--threads VALUE", "--cpu-workers VALUE", "--queue-depth VALUE",
+        "--devices VALUE", "default all", "--streams-per-device VALUE", "--device-mem-limit-mb VALUE",
+        "--fault-inject VALUE", "--max-dim VALUE", "default 65536", "--max-elements VALUE",
+        "default 268435456", "--max-body-mb VALUE", "default 2048", "--max-json-mb VALUE", "default 64",
+        "--job-ttl VALUE", "default 600", "--job-mem-mb VALUE", "--max-jobs VALUE", "default 1024",
+        "--tokens-file VALUE", "--tls-cert VALUE", "--tls-key VALUE", "--log-level VALUE",
+        "default info", "GEMMD_MAX_BODY_MB", "--config FILE", "--help", "--version"};
+    for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++)
+        if (!strstr(buf, expect[i])) fail_msg("usage lacks '%s'", expect[i]);
+    free(buf);
+
+    gemmd_config c;
+    char *e0[] = {NULL};
+    /* --help wins even over a broken config */
+    char *a1[] = {"gemmd", "--config=/nonexistent", "--help", NULL};
+    FILE *saved = stdout;
+    stdout = fopen("/dev/null", "w");
+    assert_int_equal(gemmd_config_from_args(&c, 3, a1, e0), 1);
+    char *a2[] = {"gemmd", "--version", NULL};
+    assert_int_equal(gemmd_config_from_args(&c, 2, a2, e0), 1);
+    fclose(stdout);
+    stdout = saved;
+}
+
+static void test_shipped_config_file(void **state)
+{
+    (void)state;
+    /* config/gemmd.conf sets every key to its default. */
+    if (access("config/gemmd.conf", R_OK) != 0) skip();
+    gemmd_config c, d;
+    char msg[1024];
+    gemmd_config_defaults(&c);
+    gemmd_config_defaults(&d);
+    assert_int_equal(gemmd_config_load_file(&c, "config/gemmd.conf", msg, sizeof msg), 0);
+    memset(c.config_path, 0, sizeof c.config_path);
+    assert_memory_equal(&c, &d, sizeof c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),         cmocka_unit_test(test_set_every_kind),
+        cmocka_unit_test(test_parse_errors),     cmocka_unit_test(test_file_syntax),
+        cmocka_unit_test(test_file_errors),      cmocka_unit_test(test_env),
+        cmocka_unit_test(test_precedence),       cmocka_unit_test(test_flag_errors),
+        cmocka_unit_test(test_help_and_version), cmocka_unit_test(test_shipped_config_file),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
