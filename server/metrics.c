@@ -76,7 +76,7 @@ void gemmd_metrics_jobs_by_state(const int counts[5])
 }
 
 /* Label values: backslash, double quote and newline are escaped (format 0.0.4). */
-static void put_label(gemm_buf *out, const char *v)
+void gemmd_metrics_label_value(gemm_buf *out, const char *v)
 {
     for (const char *p = v; *p; p++) {
         if (*p == '\\') gemm_buf_puts(out, "\\\\");
@@ -99,7 +99,7 @@ static void render_requests(gemm_buf *out)
             uint64_t v = atomic_load_explicit(&routes[r].by_code[c], memory_order_relaxed);
             if (!v) continue;
             gemm_buf_puts(out, "gemmd_requests_total{route=\"");
-            put_label(out, route_names[r]);
+            gemmd_metrics_label_value(out, route_names[r]);
             gemm_buf_printf(out, "\",code=\"%d\"} %llu\n", c, (unsigned long long)v);
         }
     }
@@ -117,16 +117,16 @@ static void render_requests(gemm_buf *out)
         for (size_t b = 0; b <= NBUCKETS; b++) {
             cum += counts[b];
             gemm_buf_puts(out, "gemmd_request_duration_seconds_bucket{route=\"");
-            put_label(out, route_names[r]);
+            gemmd_metrics_label_value(out, route_names[r]);
             if (b < NBUCKETS) gemm_buf_printf(out, "\",le=\"%g\"} %llu\n", bucket_le[b], (unsigned long long)cum);
             else gemm_buf_printf(out, "\",le=\"+Inf\"} %llu\n", (unsigned long long)cum);
         }
         double sum = (double)atomic_load_explicit(&routes[r].sum_ns, memory_order_relaxed) / 1e9;
         gemm_buf_puts(out, "gemmd_request_duration_seconds_sum{route=\"");
-        put_label(out, route_names[r]);
+        gemmd_metrics_label_value(out, route_names[r]);
         gemm_buf_printf(out, "\"} %.9f\n", sum);
         gemm_buf_puts(out, "gemmd_request_duration_seconds_count{route=\"");
-        put_label(out, route_names[r]);
+        gemmd_metrics_label_value(out, route_names[r]);
         gemm_buf_printf(out, "\"} %llu\n", (unsigned long long)total);
     }
 
@@ -196,8 +196,8 @@ void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine)
     }
     header(out, "gemmd_build_info", "gauge", "Version and compute backend of this daemon (always 1).");
     gemm_buf_puts(out, "gemmd_build_info{version=\"");
-    put_label(out, GEMMD_VERSION);
+    gemmd_metrics_label_value(out, GEMMD_VERSION);
     gemm_buf_puts(out, "\",backend=\"");
-    put_label(out, backend);
+    gemmd_metrics_label_value(out, backend);
     gemm_buf_puts(out, "\"} 1\n");
 }

@@ -33,4 +33,7 @@ void gemmd_metrics_jobs_by_state(const int counts[5]);
  * gemmd_device_bytes_copied_total{device,direction}, gemmd_device_memory_used_bytes{device},
  * gemmd_build_info{version,backend}. */
 void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine);
+
+/* Appends v escaped as a label value (backslash, double quote, newline). */
+void gemmd_metrics_label_value(gemm_buf *out, const char *v);
 #endif
