@@ -1,0 +1,91 @@
+/*
+ * cublas.cu - cuBLAS as the yardstick, behind the same signature as our own kernels.
+ *
+ * cuBLAS is column-major; our matrices are row-major. A row-major m x n matrix is the
+ * column-major n x m transpose, so C = A B is computed as C^T = B^T A^T: a column-major
+ * GEMM with dimensions (n, m, k), B first (ld n), then A (ld k), into C (ld n). No copy,
+ * no transpose flag.
+ *
+ * Math modes (float32): fp32 runs CUBLAS_COMPUTE_32F with CUBLAS_DEFAULT_MATH, which is
+ * IEEE float32 multiply-add and never TF32 behind the caller's back; tf32 asks for
+ * CUBLAS_COMPUTE_32F_FAST_TF32 and bf16 for CUBLAS_COMPUTE_32F_FAST_16BF (inputs rounded
+ * on the tensor cores, float32 accumulation and output). float64 runs cublasDgemm.
+ *
+ * int32 is not offered: cuBLAS has no int32 x int32 -> int32 GEMM that wraps modulo 2^32
+ * (its integer GEMM takes int8 inputs), so a request for kernel=cublas with int32 is
+ * refused with 422 by the support check; kernel=auto sends int32 to our own kernels.
+ */
+#include <stdio.h>
+
+#include <cublas_v2.h>
+
+#include "gemm_kernels.h"
+
+namespace {
+
+cudaError_t from_cublas(cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return cudaSuccess;
+    /* A CUDA error underneath (e.g. a sticky fault) says more than the cuBLAS status. */
+    cudaError_t c = cudaGetLastError();
+    if (c != cudaSuccess)
+        return c;
+    fprintf(stderr, "cublas: %s failed: %s\n", what, cublasGetStatusString(s));
+    if (s == CUBLAS_STATUS_ALLOC_FAILED)
+        return cudaErrorMemoryAllocation;
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_ARCH_MISMATCH)
+        return cudaErrorNotSupported;
+    if (s == CUBLAS_STATUS_INVALID_VALUE)
+        return cudaErrorInvalidValue;
+    return cudaErrorUnknown;
+}
+
+cudaError_t cublas_launch(const gemm_launch *l)
+{
+    cublasHandle_t h = (cublasHandle_t)l->cublas;
+    if (!h)
+        return cudaErrorInvalidValue;
+    cublasStatus_t s = cublasSetStream(h, l->stream);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return from_cublas(s, "cublasSetStream");
+    s = cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return from_cublas(s, "cublasSetMathMode");
+
+    if (l->dtype == GEMM_DTYPE_F64) {
+        const double one = 1.0, zero = 0.0;
+        s = cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, l->n, l->m, l->k, &one,
+                        (const double *)l->B, l->n, (const double *)l->A, l->k, &zero,
+                        (double *)l->C, l->n);
+        return from_cublas(s, "cublasDgemm");
+    }
+    if (l->dtype != GEMM_DTYPE_F32)
+        return cudaErrorNotSupported;
+
+    cublasComputeType_t ct;
+    switch (l->math) {
+    case GEMM_MATH_DEFAULT:
+    case GEMM_MATH_FP32: ct = CUBLAS_COMPUTE_32F; break;
+    case GEMM_MATH_TF32: ct = CUBLAS_COMPUTE_32F_FAST_TF32; break;
+    case GEMM_MATH_BF16: ct = CUBLAS_COMPUTE_32F_FAST_16BF; break;
+    default: return cudaErrorInvalidValue;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, l->n, l->m, l->k, &one, l->B, CUDA_R_32F,
+                     l->n, l->A, CUDA_R_32F, l->k, &zero, l->C, CUDA_R_32F, l->n, ct,
+                     CUBLAS_GEMM_DEFAULT);
+    return from_cublas(s, "cublasGemmEx");
+}
+
+} // namespace
+
+extern "C" const gemm_kernel_desc gemm_kernel_cublas = {
+    "cublas",
+    "cuBLAS (the production yardstick); float32 fp32/tf32/bf16 and float64, no int32",
+    (1u << GEMM_DTYPE_F32) | (1u << GEMM_DTYPE_F64),
+    (1u << GEMM_MATH_FP32) | (1u << GEMM_MATH_TF32) | (1u << GEMM_MATH_BF16),
+    {0, 0, 0, 0},
+    0,
+    cublas_launch,
+};
