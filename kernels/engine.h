@@ -40,6 +40,10 @@ typedef struct {
     uint64_t device_mem_limit; /* CUDA: bytes of cached device buffers per stream (0 = no limit) */
     char fault_inject[64];     /* test hook: "" or e.g. "oom:3" / "sticky:5" (backend-defined) */
 } gemm_engine_config;
+/* fault_inject on the CPU backend (comma-separated; anything else fails open with 400
+ * bad_config): "cpu_delay_ms:N" makes every job sleep N ms before computing (fills the
+ * queue predictably in tests); "cpu_fail:N" makes every Nth job fail with 500
+ * backend_failure. */
 
 void gemm_engine_config_defaults(gemm_engine_config *cfg);
 
