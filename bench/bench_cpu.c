@@ -1,0 +1,228 @@
+/*
+ * bench_cpu.c - float32 GFLOP/s of OpenBLAS called directly versus the same product
+ * through a running gemmd (POST /v1/matmul, raw binary over loopback), and the
+ * end-to-end binary throughput of the largest size.
+ *
+ *   build/bench/bench_cpu [--gemmd bin/gemmd | --url http://127.0.0.1:8080]
+ *                         [--sizes 256,512,1024,1536,2048] [--repeats 7] [--port 18481]
+ *
+ * --gemmd starts that daemon itself (--port P --backend cpu, plus --gemmd-args "...")
+ * on 127.0.0.1 and stops it at the end; --url uses one that is already running.
+ *
+ * First every size through OpenBLAS in this process (all cores), then every size through
+ * the daemon, so the two never compete for the cores. For each n (m = k = n) it prints
+ * one Markdown table row:
+ *   direct    median wall time of cblas_sgemm here, GFLOP/s
+ *   kernel    median of the daemon's own kernel time (Server-Timing kernel;dur=), GFLOP/s,
+ *             and direct time / kernel time
+ *   e2e       median wall time of the whole request as the client sees it (upload A and B,
+ *             queue, compute, download C), GFLOP/s, and direct time / e2e time
+ *   payload   (bytes of A + B + C) / e2e time, GB/s
+ *   xfer      the same bytes over (e2e - the daemon's Server-Timing total): the HTTP path
+ *             alone, without the product
+ * Every daemon answer is checked against OpenBLAS before the timed repeats.
+ */
+#define _GNU_SOURCE
+#include <cblas.h>
+#include <math.h>
+
+#include "bench_http.h"
+
+#define MAX_SIZES 16
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: bench_cpu [--gemmd PATH [--gemmd-args \"...\"] [--port P] | --url URL]\n"
+                    "                 [--sizes 256,512,...] [--repeats N] [--direct-only]\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *gemmd = NULL, *url_arg = NULL, *gemmd_args = NULL;
+    char sizes_arg[128] = "256,512,1024,1536,2048";
+    int repeats = 7, port = 18481, direct_only = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--gemmd") && v) gemmd = v, i++;
+        else if (!strcmp(a, "--gemmd-args") && v) gemmd_args = v, i++;
+        else if (!strcmp(a, "--url") && v) url_arg = v, i++;
+        else if (!strcmp(a, "--port") && v) port = atoi(v), i++;
+        else if (!strcmp(a, "--repeats") && v) repeats = atoi(v), i++;
+        else if (!strcmp(a, "--sizes") && v) snprintf(sizes_arg, sizeof sizes_arg, "%s", v), i++;
+        else if (!strcmp(a, "--direct-only")) direct_only = 1;
+        else {
+            usage();
+            return 2;
+        }
+    }
+    if (repeats < 1 || repeats > 1000 || port < 1 || port > 65535) {
+        usage();
+        return 2;
+    }
+    size_t sizes[MAX_SIZES];
+    int nsizes = 0;
+    for (char *save = NULL, *t = strtok_r(sizes_arg, ",", &save); t && nsizes < MAX_SIZES;
+         t = strtok_r(NULL, ",", &save)) {
+        long v = atol(t);
+        if (v < 1 || v > 16384) {
+            usage();
+            return 2;
+        }
+        sizes[nsizes++] = (size_t)v;
+    }
+
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    openblas_set_num_threads((int)(cores > 0 ? cores : 1));
+
+    char url[256];
+    snprintf(url, sizeof url, "%s", url_arg ? url_arg : "");
+    pid_t child = -1;
+    if (!direct_only) {
+        if (gemmd) {
+            snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+            child = start_daemon(gemmd, port, gemmd_args);
+        } else if (!url_arg) {
+            snprintf(url, sizeof url, "http://127.0.0.1:8080");
+        }
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        if (wait_healthy(url, 30) != 0) {
+            fprintf(stderr, "bench_cpu: no daemon answered %s/healthz\n", url);
+            if (child > 0) kill(child, SIGTERM), waitpid(child, NULL, 0);
+            return 1;
+        }
+    }
+
+    struct curl_slist *hdrs = NULL;
+    CURL *c = direct_only ? NULL : bench_curl(&hdrs);
+
+    int rc_all = 0;
+    double dir[MAX_SIZES];
+    double *t_dir = calloc((size_t)repeats, sizeof *t_dir);
+    double *t_ker = calloc((size_t)repeats, sizeof *t_ker);
+    double *t_srv = calloc((size_t)repeats, sizeof *t_srv);
+    double *t_e2e = calloc((size_t)repeats, sizeof *t_e2e);
+    if (!t_dir || !t_ker || !t_srv || !t_e2e) return 1;
+
+    /* Pass 1: OpenBLAS directly, every size, before the daemon gets any work (2 cores:
+     * the two must never compete, and OpenBLAS threads spin for a while after a call). */
+    for (int s = 0; s < nsizes; s++) {
+        size_t n = sizes[s], nn = n * n;
+        float *ab = malloc(2 * nn * sizeof(float)), *cd = malloc(nn * sizeof(float));
+        if (!ab || !cd) {
+            fprintf(stderr, "bench_cpu: out of memory at n=%zu\n", n);
+            return 1;
+        }
+        bench_fill(ab, 2 * nn, n);
+        for (int r = -1; r < repeats; r++) {
+            double t0 = gemm_now_ms();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, ab,
+                        (int)n, ab + nn, (int)n, 0.0f, cd, (int)n);
+            double t1 = gemm_now_ms();
+            if (r >= 0) t_dir[r] = t1 - t0;
+        }
+        dir[s] = median(t_dir, repeats);
+        free(ab);
+        free(cd);
+    }
+    /* The reference for checking the daemon's answers is computed on one thread. */
+    openblas_set_num_threads(1);
+    struct timespec pause = {1, 0};
+    nanosleep(&pause, NULL);
+
+    /* Pass 2: the daemon. */
+    double ker[MAX_SIZES], srv[MAX_SIZES], e2e[MAX_SIZES];
+    answer ans = {{NULL, 0, 0}, -1, -1, 0};
+    for (int s = 0; s < nsizes; s++) {
+        ker[s] = srv[s] = e2e[s] = NAN;
+        if (!c) continue;
+        size_t n = sizes[s], nn = n * n;
+        float *ab = malloc(2 * nn * sizeof(float)), *cref = malloc(nn * sizeof(float));
+        if (!ab || !cref) {
+            fprintf(stderr, "bench_cpu: out of memory at n=%zu\n", n);
+            return 1;
+        }
+        bench_fill(ab, 2 * nn, n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, ab,
+                    (int)n, ab + nn, (int)n, 0.0f, cref, (int)n);
+        int bad = 0;
+        for (int r = -1; r < repeats && !bad; r++) {
+            double wall = post_matmul(c, url, ab, 2 * nn * sizeof(float), n, n, n, &ans);
+            if (wall < 0 || ans.status != 200 || ans.body.len != nn * sizeof(float)) {
+                fprintf(stderr, "bench_cpu: n=%zu: status %ld, %zu bytes (expected %zu)%s%.*s\n", n,
+                        ans.status, ans.body.len, nn * sizeof(float), ans.body.len < 1024 ? ": " : "",
+                        ans.body.len < 1024 ? (int)ans.body.len : 0,
+                        ans.body.data ? ans.body.data : "");
+                bad = 1;
+                break;
+            }
+            if (r == -1) { /* correctness before speed */
+                const float *got = (const float *)ans.body.data;
+                double worst = 0;
+                for (size_t i = 0; i < nn; i++) {
+                    double d = fabs((double)got[i] - (double)cref[i]);
+                    if (!(d <= worst)) worst = d;
+                }
+                /* the same float32 product in possibly different summation orders: a few
+                 * ulps of sum|a||b| <= n */
+                if (!(worst <= 1e-5 * (double)n)) {
+                    fprintf(stderr, "bench_cpu: n=%zu: daemon answer differs by %g\n", n, worst);
+                    bad = 1;
+                }
+                continue;
+            }
+            if (ans.kernel_ms < 0 || ans.total_ms < 0) {
+                fprintf(stderr, "bench_cpu: n=%zu: no kernel;dur / total;dur in Server-Timing\n", n);
+                bad = 1;
+            }
+            t_ker[r] = ans.kernel_ms;
+            t_srv[r] = ans.total_ms;
+            t_e2e[r] = wall;
+        }
+        if (bad) {
+            rc_all = 1;
+        } else {
+            ker[s] = median(t_ker, repeats);
+            srv[s] = median(t_srv, repeats);
+            e2e[s] = median(t_e2e, repeats);
+        }
+        free(ab);
+        free(cref);
+    }
+
+    printf("# float32 C = A.B, n x n x n, median of %d repeats after one warm-up (checked)\n", repeats);
+    printf("# direct: cblas_sgemm in this process, %ld threads; daemon: %s\n", cores,
+           c ? url : "(not measured)");
+    printf("# kernel: the daemon's Server-Timing kernel;dur; e2e: client wall time of the request;\n"
+           "# payload: (A + B + C bytes) / e2e; xfer: payload / (e2e - Server-Timing total)\n");
+    printf("| n | direct ms | direct GFLOP/s | kernel ms | kernel GFLOP/s | kernel vs direct "
+           "| e2e ms | e2e GFLOP/s | e2e vs direct | payload GB/s | xfer GB/s |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int s = 0; s < nsizes; s++) {
+        size_t n = sizes[s];
+        double flops = 2.0 * (double)n * (double)n * (double)n;
+        double payload = 3.0 * (double)n * (double)n * sizeof(float);
+        printf("| %zu | %.3f | %.1f |", n, dir[s], flops / dir[s] / 1e6);
+        if (isnan(e2e[s])) {
+            printf(" - | - | - | - | - | - | - | - |\n");
+            continue;
+        }
+        printf(" %.3f | %.1f | %.1f%% | %.3f | %.1f | %.1f%% | %.2f | %.2f |\n", ker[s],
+               flops / ker[s] / 1e6, 100.0 * dir[s] / ker[s], e2e[s], flops / e2e[s] / 1e6,
+               100.0 * dir[s] / e2e[s], payload / (e2e[s] * 1e-3) / 1e9,
+               e2e[s] > srv[s] ? payload / ((e2e[s] - srv[s]) * 1e-3) / 1e9 : NAN);
+    }
+
+    free(t_srv);
+    free(t_dir), free(t_ker), free(t_e2e);
+    free(ans.body.data);
+    if (c) {
+        curl_slist_free_all(hdrs);
+        curl_easy_cleanup(c);
+        curl_global_cleanup();
+    }
+    if (child > 0) {
+        kill(child, SIGTERM);
+        waitpid(child, NULL, 0);
+    }
+    return rc_all;
+}
