@@ -108,12 +108,9 @@ static int q_remove(gemm_engine *e, gemm_job *job)
 
 /* ---- workers ------------------------------------------------------------- */
 
-static void run_one(gemm_engine *e, void *worker, gemm_job *job)
+/* Runs a job taken off the queue (state already RUNNING, t0 = when it was taken). */
+static void run_one(gemm_engine *e, void *worker, gemm_job *job, double t0)
 {
-    double t0 = gemm_now_ms();
-    job->timing.queue_ms = t0 - job->t_submit_ms;
-    atomic_store(&job->state, GEMM_JOB_RUNNING);
-
     int rc = e->be->run(e->self, worker, job);
 
     double t1 = gemm_now_ms();
@@ -150,8 +147,11 @@ static void *worker_main(void *arg)
             break;
         }
         e->running++;
+        double t0 = gemm_now_ms();
+        job->timing.queue_ms = t0 - job->t_submit_ms;
+        atomic_store(&job->state, GEMM_JOB_RUNNING); /* under the lock: cancel sees it */
         pthread_mutex_unlock(&e->mu);
-        run_one(e, worker, job);
+        run_one(e, worker, job, t0);
     }
 
     if (e->be->worker_fini) e->be->worker_fini(e->self, worker);
