@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+"""test_formats.py - every request format x every dtype x odd shapes x every answer format.
+
+Request formats: JSON nested arrays, JSON {"shape","data"}, raw little-endian binary with
+the shapes in the query (curl --data-binary), multipart .npy (curl -F a=@A.npy -F b=@B.npy)
+in C order, Fortran order and npy format 2.0. Answer formats by Accept: JSON, octet-stream
+(with X-Gemm-Shape / X-Gemm-Dtype) and .npy. Every product is checked against NumPy in
+float64 (int32: exact, in int64 wrapped to 32 bits); every answer carries Server-Timing.
+"""
+import json
+import os
+import re
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (Daemon, compare, load_npy, np_dtype, npy_bytes, random_matrix,  # noqa: E402
+                     reference, run_guarded, server_timing)
+
+DTYPES = ["float32", "float64", "int32"]
+SHAPES = [(1, 1, 1), (1, 40, 23), (37, 53, 29), (1, 1000, 1), (6, 1, 5)]
+INPUTS = ["json-nested", "json-shape-data", "raw", "npy", "npy-fortran", "npy-v2"]
+ANSWERS = {"json": "application/json", "octet": "application/octet-stream",
+           "npy": "application/x-npy"}
+STAGES = ("queue_ms", "h2d_ms", "kernel_ms", "d2h_ms")
+
+
+def send(d, fmt, a, b, dtype, accept):
+    if fmt == "json-nested":
+        return d.matmul_json(a, b, dtype=dtype, accept=accept)
+    if fmt == "json-shape-data":
+        body = {"a": {"shape": list(a.shape), "data": a.ravel().tolist()},
+                "b": {"shape": list(b.shape), "data": b.ravel().tolist()}, "dtype": dtype}
+        return d.curl("POST", "/v1/matmul", data=json.dumps(body).encode(),
+                      content_type="application/json", accept=accept)
+    if fmt == "raw":
+        return d.matmul_raw(a, b, dtype, accept=accept)
+    if fmt == "npy":
+        return d.matmul_npy(npy_bytes(a), npy_bytes(b), accept=accept)
+    if fmt == "npy-fortran":
+        return d.matmul_npy(npy_bytes(a, fortran=True), npy_bytes(b, fortran=True), accept=accept)
+    if fmt == "npy-v2":
+        return d.matmul_npy(npy_bytes(a, version=(2, 0)), npy_bytes(b, version=(2, 0)), accept=accept)
+    raise ValueError(fmt)
+
+
+def parse_shape(text):
+    """'37,29', '37x29', '[37, 29]' -> (37, 29); None if unreadable."""
+    nums = re.findall(r"\d+", text or "")
+    return tuple(int(x) for x in nums) if len(nums) == 2 else None
+
+
+def decode(r, answer, dtype):
+    """The matrix C from an answer in the given format, or (None, why)."""
+    ct = (r.header("content-type") or "").split(";")[0].strip()
+    if answer == "json":
+        if ct != "application/json":
+            return None, "Content-Type %r" % ct
+        j = r.json()
+        if not isinstance(j, dict) or "c" not in j:
+            return None, "no 'c' in the JSON answer"
+        if j.get("dtype") != dtype:
+            return None, "dtype %r" % j.get("dtype")
+        c = np.array(j["c"], dtype=np.float64 if dtype != "int32" else np.int64)
+        if c.ndim == 1 and c.size == 0:
+            c = c.reshape(0, 0)
+        if list(c.shape) != list(j.get("shape", [])):
+            return None, "shape field %r but c is %r" % (j.get("shape"), c.shape)
+        return c, ""
+    if answer == "octet":
+        if ct != "application/octet-stream":
+            return None, "Content-Type %r" % ct
+        shape = parse_shape(r.header("x-gemm-shape"))
+        if shape is None:
+            return None, "X-Gemm-Shape %r" % r.header("x-gemm-shape")
+        if r.header("x-gemm-dtype") != dtype:
+            return None, "X-Gemm-Dtype %r" % r.header("x-gemm-dtype")
+        want = shape[0] * shape[1] * np.dtype(np_dtype(dtype)).itemsize
+        if len(r.body) != want:
+            return None, "%d body bytes, want %d" % (len(r.body), want)
+        return np.frombuffer(r.body, dtype=np.dtype(np_dtype(dtype)).newbyteorder("<")).reshape(shape), ""
+    if answer == "npy":
+        if ct != "application/x-npy":
+            return None, "Content-Type %r" % ct
+        try:
+            c = load_npy(r.body)
+        except Exception as e:  # noqa: BLE001
+            return None, "not a .npy: %s" % e
+        if c.dtype != np.dtype(np_dtype(dtype)):
+            return None, "npy dtype %s" % c.dtype
+        return c, ""
+    raise ValueError(answer)
+
+
+def check_timing(tap, r, answer, name):
+    st = server_timing(r)
+    tap.ok(st is not None and "total" in st, name + ": Server-Timing with total",
+           "Server-Timing: %r" % r.header("server-timing"))
+    if answer == "json":
+        t = (r.json() or {}).get("timing")
+        good = isinstance(t, dict) and all(isinstance(t.get(s), (int, float)) for s in STAGES + ("total_ms",))
+        if good:
+            parts = sum(t[s] for s in STAGES)
+            good = all(t[s] >= 0 for s in STAGES) and parts <= t["total_ms"] * 1.0001 + 0.002
+        tap.ok(good, name + ": timing stages add up to <= total", "timing: %r" % (t,))
+
+
+def main(tap):
+    rng = np.random.default_rng(20261122)
+    with Daemon(tap, config={"backend": "cpu"}) as d:
+        for (m, k, n) in SHAPES:
+            for dtype in DTYPES:
+                a = random_matrix(rng, (m, k), dtype)
+                b = random_matrix(rng, (k, n), dtype)
+                ref = reference(a, b, dtype)
+                octets = {}
+                for fmt in INPUTS:
+                    bad = []
+                    for answer, accept in ANSWERS.items():
+                        r = send(d, fmt, a, b, dtype, accept)
+                        label = "%dx%dx%d %s %s->%s" % (m, k, n, dtype, fmt, answer)
+                        if r.status != 200:
+                            bad.append("%s: %r" % (label, r))
+                            continue
+                        c, why = decode(r, answer, dtype)
+                        if c is None:
+                            bad.append("%s: %s; %r" % (label, why, r))
+                            continue
+                        good, why = compare(c, ref, dtype, k)
+                        if not good:
+                            bad.append("%s: %s" % (label, why))
+                        st = server_timing(r)
+                        if st is None or "total" not in st:
+                            bad.append("%s: no or malformed Server-Timing: %r" % (label, r.header("server-timing")))
+                        elif sum(st.get(s[:-3], 0) for s in STAGES) > st["total"] * 1.0001 + 0.002:
+                            bad.append("%s: Server-Timing stages exceed total: %r" % (label, st))
+                        if answer == "octet":
+                            octets[fmt] = r.body
+                    tap.ok(not bad, "%dx%dx%d %s from %s: right in json, octet-stream and npy answers"
+                           % (m, k, n, dtype, fmt), "\n".join(bad))
+                same = len(set(octets.values())) == 1 and len(octets) == len(INPUTS)
+                tap.ok(same, "%dx%dx%d %s: every request format gives the same bytes of C" % (m, k, n, dtype),
+                       "formats with answers: %s; distinct results: %d" % (sorted(octets), len(set(octets.values()))))
+
+        # timing details, once per answer format
+        a = random_matrix(rng, (20, 30), "float32")
+        b = random_matrix(rng, (30, 10), "float32")
+        for answer, accept in ANSWERS.items():
+            r = d.matmul_json(a, b, dtype="float32", accept=accept)
+            tap.eq(r.status, 200, "timing probe answers 200 (%s)" % answer)
+            check_timing(tap, r, answer, "answer %s" % answer)
+        r = d.matmul_json(a, b, dtype="float32")
+        j = r.json() or {}
+        tap.ok(isinstance(j.get("kernel"), str) and j.get("kernel"), "JSON answer names the kernel", r)
+        tap.ok(j.get("shape") == [20, 10], "JSON answer has shape [m, n]", r)
+
+        # default answer format follows the request's family
+        r = d.matmul_json(a, b, dtype="float32")
+        tap.eq((r.header("content-type") or "").split(";")[0], "application/json", "JSON request -> JSON answer")
+        r = d.matmul_raw(a, b, "float32")
+        tap.eq((r.header("content-type") or "").split(";")[0], "application/octet-stream",
+               "raw request -> octet-stream answer")
+        r = d.matmul_npy(npy_bytes(a), npy_bytes(b))
+        tap.eq((r.header("content-type") or "").split(";")[0], "application/x-npy", "npy request -> npy answer")
+        r = d.matmul_json(a, b, dtype="float32", accept="*/*")
+        tap.eq(r.status, 200, "Accept */* is fine")
+
+        # dtype default: float64 when absent (JSON)
+        r = d.matmul_json([[1, 2]], [[3], [4]])
+        j = r.json() or {}
+        tap.ok(r.status == 200 and j.get("dtype") == "float64" and j.get("c") == [[11.0]],
+               "JSON without dtype computes float64", r)
+
+        # int32 wrap-around, computed in two's complement
+        a = np.array([[2**30, 2**30, 7], [-2**31, -1, 3]], dtype=np.int32)
+        b = np.array([[2, -3], [2, 5], [1, 2**31 - 1]], dtype=np.int32)
+        ref = reference(a, b, "int32")
+        for fmt in ("json-nested", "raw", "npy"):
+            for answer, accept in ANSWERS.items():
+                r = send(d, fmt, a, b, "int32", accept)
+                c, why = decode(r, answer, "int32") if r.status == 200 else (None, repr(r))
+                good, why2 = compare(c, ref, "int32", 3) if c is not None else (False, why)
+                tap.ok(good, "int32 wraps around in two's complement (%s -> %s)" % (fmt, answer), why2)
+        big = rng.integers(-2**31, 2**31, size=(9, 41), dtype=np.int64).astype(np.int32)
+        big2 = rng.integers(-2**31, 2**31, size=(41, 8), dtype=np.int64).astype(np.int32)
+        r = d.matmul_raw(big, big2, "int32", accept="application/x-npy")
+        c, why = decode(r, "npy", "int32") if r.status == 200 else (None, repr(r))
+        good, why2 = compare(c, reference(big, big2, "int32"), "int32", 41) if c is not None else (False, why)
+        tap.ok(good, "int32 full-range values wrap exactly", why2)
+
+        # a float32 product whose values are integers is exact in float32
+        a = rng.integers(-8, 8, size=(33, 65)).astype(np.float32)
+        b = rng.integers(-8, 8, size=(65, 17)).astype(np.float32)
+        r = d.matmul_raw(a, b, "float32")
+        c, why = decode(r, "octet", "float32") if r.status == 200 else (None, repr(r))
+        tap.ok(c is not None and np.array_equal(c.astype(np.float64), reference(a, b, "float32")),
+               "float32 integer-valued product is exact", why)
+
+        # float64 round-trips through JSON exactly (17 significant digits)
+        a = rng.standard_normal((3, 4))
+        b = rng.standard_normal((4, 2))
+        r1 = d.matmul_json(a, b, dtype="float64")
+        r2 = d.matmul_raw(a, b, "float64")
+        c1, _ = decode(r1, "json", "float64") if r1.status == 200 else (None, "")
+        c2, _ = decode(r2, "octet", "float64") if r2.status == 200 else (None, "")
+        tap.ok(c1 is not None and c2 is not None and np.array_equal(c1, c2),
+               "float64 JSON answer round-trips to the binary answer bit for bit")
+
+
+if __name__ == "__main__":
+    from harness import Tap
+    run_guarded(Tap(), main)

@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+"""test_ops.py - what an operator sees: /healthz, /readyz, /v1/info, /metrics (parses, and
+its counters move after requests), the log format, configuration by file, GEMMD_* and flags
+with the precedence visible in /v1/info, --help / --version, and bad configurations
+ending the daemon with exit status 2 and a message naming the problem.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (GEMMD_BIN, REPO, SLOW, Daemon, Tap, metric,  # noqa: E402
+                     run_guarded)
+
+LOG_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z (error|warn|info|debug)\s+\S")
+
+
+def find_key(obj, key):
+    """First value of key anywhere in a JSON tree (None if absent)."""
+    if isinstance(obj, dict):
+        if key in obj:
+            return obj[key]
+        for v in obj.values():
+            f = find_key(v, key)
+            if f is not None:
+                return f
+    elif isinstance(obj, list):
+        for v in obj:
+            f = find_key(v, key)
+            if f is not None:
+                return f
+    return None
+
+
+def endpoints(tap, d):
+    r = d.curl("GET", "/healthz")
+    tap.eq(r.status, 200, "/healthz -> 200")
+    r = d.curl("GET", "/readyz")
+    tap.eq(r.status, 200, "/readyz -> 200 with an idle engine")
+    r = d.curl("HEAD", "/healthz", extra=["-I"])
+    tap.ok(r.status in (200, 405), "HEAD /healthz answers", r)
+
+    r = d.curl("GET", "/v1/info")
+    j = r.json()
+    tap.ok(r.status == 200 and isinstance(j, dict), "/v1/info -> 200 JSON", r)
+    j = j or {}
+    tap.ok(isinstance(j.get("version"), str) and j["version"], "/v1/info has version", j)
+    backend = find_key(j, "backend")
+    tap.ok(backend == "cpu", "/v1/info says the backend is cpu", j)
+    tap.ok(isinstance(find_key(j, "devices"), list), "/v1/info lists devices", j)
+    kernels = find_key(j, "kernels")
+    tap.ok(isinstance(kernels, list) and len(kernels) >= 1, "/v1/info lists kernels", j)
+    dt = find_key(j, "dtypes")
+    tap.ok(isinstance(dt, list) and {"float32", "float64", "int32"} <= set(
+        x if isinstance(x, str) else "" for x in dt), "/v1/info lists the dtypes", j)
+    lim = j.get("limits")
+    tap.ok(isinstance(lim, dict) and all(k in lim for k in ("max_dim", "max_elements")),
+           "/v1/info shows limits", j)
+
+
+def metrics(tap, d):
+    r, m0 = d.metrics()
+    tap.ok(r.status == 200 and m0 is not None, "/metrics -> 200 and parses", r)
+    ct = r.header("content-type") or ""
+    tap.ok(ct.startswith("text/plain") and "0.0.4" in ct, "/metrics Content-Type text/plain; version=0.0.4", ct)
+    text = r.body.decode()
+    for fam in ("gemmd_requests_total", "gemmd_request_duration_seconds", "gemmd_bytes_received_total",
+                "gemmd_queue_depth", "gemmd_jobs_running", "gemmd_engine_jobs_total",
+                "gemmd_compute_seconds_total", "gemmd_build_info"):
+        tap.ok("# TYPE %s " % fam in text and "# HELP %s " % fam in text, "/metrics has HELP and TYPE for " + fam)
+
+    before = metric(m0, "gemmd_requests_total", route="/v1/matmul", code="200")
+    count0 = metric(m0, "gemmd_request_duration_seconds_count", route="/v1/matmul")
+    eng0 = metric(m0, "gemmd_engine_jobs_total", result="completed")
+    bytes0 = metric(m0, "gemmd_bytes_received_total")
+    err0 = metric(m0, "gemmd_requests_total", route="/v1/matmul", code="422")
+    a = np.ones((4, 5))
+    for _ in range(3):
+        r = d.matmul_json(a, a.T)
+        tap.eq(r.status, 200, "product for the counters")
+    d.matmul_json([[1, 2]], [[1, 2]])  # 422 shape_mismatch
+    r, m1 = d.metrics()
+    tap.ok(m1 is not None, "/metrics still parses", r)
+    m1 = m1 or {}
+    tap.eq(metric(m1, "gemmd_requests_total", route="/v1/matmul", code="200") - before, 3,
+           "requests_total{/v1/matmul,200} moved by 3")
+    tap.eq(metric(m1, "gemmd_requests_total", route="/v1/matmul", code="422") - err0, 1,
+           "requests_total{/v1/matmul,422} moved by 1")
+    tap.eq(metric(m1, "gemmd_request_duration_seconds_count", route="/v1/matmul") - count0, 4,
+           "duration histogram count moved by 4")
+    inf = metric(m1, "gemmd_request_duration_seconds_bucket", route="/v1/matmul", le="+Inf")
+    tap.eq(inf, metric(m1, "gemmd_request_duration_seconds_count", route="/v1/matmul"), "+Inf bucket == count")
+    tap.ok(metric(m1, "gemmd_engine_jobs_total", result="completed") - eng0 >= 3, "engine completed moved by >= 3")
+    tap.ok(metric(m1, "gemmd_bytes_received_total") > bytes0, "bytes received moved")
+    tap.ok(metric(m1, "gemmd_compute_seconds_total") > 0, "compute seconds > 0")
+    tap.ok(any(name == "gemmd_build_info" for (name, _l) in m1), "build_info present")
+    # buckets cumulative for every route
+    bad = []
+    routes = {dict(l).get("route") for (name, l) in m1 if name == "gemmd_request_duration_seconds_count"}
+    for route in routes:
+        bs = sorted(((float(dict(l)["le"]), v) for (name, l), v in m1.items()
+                     if name == "gemmd_request_duration_seconds_bucket" and dict(l).get("route") == route))
+        if any(bs[i][1] > bs[i + 1][1] for i in range(len(bs) - 1)):
+            bad.append(route)
+    tap.ok(not bad and routes, "histogram buckets are cumulative for every route", bad)
+
+
+def log_format(tap, d):
+    lines = [line for line in d.read_log().splitlines() if line.strip()]
+    bad = [line for line in lines if not LOG_RE.match(line)]
+    tap.ok(lines and not bad, "every log line is 'ISO-8601Z level message' (%d lines)" % len(lines), "\n".join(bad[:5]))
+
+
+def info_limits(d):
+    r = d.curl("GET", "/v1/info")
+    lim = (r.json() or {}).get("limits") or {}
+    return lim, r
+
+
+def precedence(tap):
+    cfg = {"backend": "cpu", "max_dim": 100, "max_elements": 5000}
+    with Daemon(tap, config=cfg, port_in="config") as d:
+        lim, r = info_limits(d)
+        tap.ok(lim.get("max_dim") == 100 and lim.get("max_elements") == 5000,
+               "config file sets max_dim and max_elements (and port)", r)
+    with Daemon(tap, config=cfg, env={"GEMMD_MAX_DIM": "200"}, port_in="env") as d:
+        lim, r = info_limits(d)
+        tap.ok(lim.get("max_dim") == 200 and lim.get("max_elements") == 5000,
+               "GEMMD_MAX_DIM overrides the file (and GEMMD_PORT the port)", r)
+    with Daemon(tap, config=cfg, env={"GEMMD_MAX_DIM": "200"}, flags=["--max-dim", "300"]) as d:
+        lim, r = info_limits(d)
+        tap.ok(lim.get("max_dim") == 300 and lim.get("max_elements") == 5000, "--max-dim overrides GEMMD_MAX_DIM", r)
+        # and the limit is enforced
+        r = d.matmul_json(np.ones((301, 1)), np.ones((1, 1)))
+        tap.ok(r.status == 413, "the configured max_dim is enforced", r)
+        r = d.matmul_json(np.ones((300, 1)), np.ones((1, 1)))
+        tap.ok(r.status == 200, "... and a product at exactly max_dim computes", r)
+    with Daemon(tap, config=cfg, flags=["--max-dim=150", "--max-body-mb", "3"]) as d:
+        lim, r = info_limits(d)
+        tap.ok(lim.get("max_dim") == 150, "--max-dim=VALUE form", r)
+        mb = lim.get("max_body_bytes", lim.get("max_body_mb"))
+        tap.ok(mb in (3, 3 * 1024 * 1024), "--max-body-mb 3 shows in the limits", r)
+
+
+def run_cli(args, env=None, timeout=30):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("GEMMD_")}
+    e.update(env or {})
+    p = subprocess.run([GEMMD_BIN] + args, cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=timeout * SLOW)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def command_line(tap):
+    rc, out, err = run_cli(["--help"])
+    tap.ok(rc == 0 and "--port" in out and "--max-body-mb" in out and "8080" in out,
+           "--help exits 0 and lists options with defaults", "rc %d\n%s%s" % (rc, out[:500], err[:500]))
+    keys = ["listen", "port", "http-threads", "connection-limit", "per-ip-limit", "connection-timeout", "backend",
+            "threads", "cpu-workers", "queue-depth", "devices", "streams-per-device", "device-mem-limit-mb",
+            "fault-inject", "max-dim", "max-elements", "max-body-mb", "max-json-mb", "job-ttl", "job-mem-mb",
+            "max-jobs", "tokens-file", "tls-cert", "tls-key", "log-level", "config"]
+    missing = [k for k in keys if "--" + k not in out]
+    tap.ok(not missing, "--help lists every key", missing)
+    rc, out, err = run_cli(["--version"])
+    tap.ok(rc == 0 and re.search(r"\d+\.\d+", out), "--version exits 0 and prints a version", out + err)
+
+    tmp = tempfile.mkdtemp(prefix="gemmd-e2e-ops-")
+    bad = os.path.join(tmp, "bad.conf")
+    with open(bad, "w") as f:
+        f.write("# a bad config\nport = 8080\nmax_dim = lots\n")
+    cases = [
+        (["--config", bad], None, [bad + ":3", "max_dim"], "bad value in the config file"),
+        (["--config", os.path.join(tmp, "missing.conf")], None, ["missing.conf"], "missing config file"),
+        (["--config", os.devnull, "--port", "70000"], None, ["port", "65535"], "--port out of range"),
+        (["--config", os.devnull, "--backend", "quantum"], None, ["backend", "auto, cpu or cuda"], "bad backend"),
+        (["--config", os.devnull, "--no-such-option", "1"], None, ["no-such-option"], "unknown option"),
+        (["--config", os.devnull, "--port"], None, ["--port", "missing value"], "flag without value"),
+        (["--config", os.devnull], {"GEMMD_QUEUE_DEPTH": "-3"}, ["GEMMD_QUEUE_DEPTH"], "bad GEMMD_ variable"),
+        ([], {"GEMMD_CONFIG": bad}, [bad + ":3"], "bad file named by GEMMD_CONFIG"),
+    ]
+    with open(os.path.join(tmp, "unknown.conf"), "w") as f:
+        f.write("prot = 9000\n")
+    cases.append((["--config", os.path.join(tmp, "unknown.conf")], None, ["unknown.conf:1", "prot"],
+                  "unknown key in the config file"))
+    for args, env, needles, name in cases:
+        rc, out, err = run_cli(args, env=env)
+        tap.ok(rc == 2 and all(n in err for n in needles), "%s: exit 2, message names %s" % (name, needles),
+               "rc %d stderr: %s" % (rc, err[:600]))
+    for p in os.listdir(tmp):
+        os.unlink(os.path.join(tmp, p))
+    os.rmdir(tmp)
+
+    # the port already taken: a clear error, not a hang
+    with Daemon(tap, config={"backend": "cpu"}) as d:
+        rc, out, err = run_cli(["--config", os.devnull, "--backend", "cpu", "--port", str(d.port)], timeout=30)
+        tap.ok(rc != 0 and err.strip(), "a second daemon on a taken port exits non-zero with a message",
+               "rc %d stderr %s" % (rc, err[:300]))
+
+
+def main(tap):
+    with Daemon(tap, config={"backend": "cpu"}) as d:
+        endpoints(tap, d)
+        metrics(tap, d)
+        log_format(tap, d)
+    precedence(tap)
+    command_line(tap)
+
+
+if __name__ == "__main__":
+    run_guarded(Tap(), main)
