@@ -67,7 +67,7 @@ TEST_LIBS := -lcmocka
 CUDA_ARCHS ?= 80 90 90a
 ifeq ($(CUDA),1)
 CPPFLAGS += -DGEMMD_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
                 -gencode arch=compute_$(lastword $(filter-out %a,$(CUDA_ARCHS))),code=compute_$(lastword $(filter-out %a,$(CUDA_ARCHS)))
 NVCCFLAGS ?= -O3 -lineinfo
