@@ -68,8 +68,10 @@ CUDA_ARCHS ?= 80 90 90a
 ifeq ($(CUDA),1)
 CPPFLAGS += -DGEMMD_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+# PTX of the highest plain arch; with only "a" archs (CUDA_ARCHS=90a) the plain one below it.
+CUDA_PTX_ARCH := $(or $(lastword $(filter-out %a,$(CUDA_ARCHS))),$(patsubst %a,%,$(lastword $(CUDA_ARCHS))))
 NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
-                -gencode arch=compute_$(lastword $(filter-out %a,$(CUDA_ARCHS))),code=compute_$(lastword $(filter-out %a,$(CUDA_ARCHS)))
+                -gencode arch=compute_$(CUDA_PTX_ARCH),code=compute_$(CUDA_PTX_ARCH)
 NVCCFLAGS ?= -O3 -lineinfo
 NVCCFLAGS += -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall,-Wextra -MMD -MP \
              -Xptxas -warn-spills $(NVCC_EXTRA)
