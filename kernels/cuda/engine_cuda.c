@@ -1,0 +1,490 @@
+/*
+ * engine_cuda.c - the CUDA backend: every chosen device, `streams_per_device` streams on
+ * each, one worker thread per stream.
+ *
+ * Worker i runs on device i % ndev, stream i / ndev, so the first workers to pick up jobs
+ * are spread over the devices; the shared queue of the generic engine hands the next job
+ * to whichever stream is idle (least-loaded scheduling). A worker owns its stream, its
+ * cuBLAS handle, four timing events and its cached device buffers for A, B and C (grown
+ * on demand, never above device_mem_limit); a job runs H2D -> kernel -> D2H on that
+ * stream, so one job's copies overlap another job's kernel on the same device.
+ *
+ * Faults: an allocation failure fails only its job (507 device_out_of_memory). Any other
+ * CUDA error fails its job with 500; when the device's context is broken (a sticky error,
+ * e.g. a kernel that trapped) the device is recovered: new jobs on it wait, the jobs in
+ * flight finish (failing), then the worker that saw the error frees every stream, handle
+ * and buffer of the device, calls cudaDeviceReset, and the workers rebuild their resources
+ * before their next job. The per-device generation number tells a worker that its
+ * resources are gone.
+ *
+ * Test hooks (gemm_engine_config.fault_inject, comma-separated):
+ *   oom:N      the Nth device-buffer allocation (counted over the backend) fails
+ *   sticky:N   the Nth job launches a trapping kernel before its product
+ */
+#include "cuda_engine.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm_kernels.h"
+
+/* ---- open / workers ------------------------------------------------------ */
+
+static void cuda_close(void *self);
+
+static void *cuda_open(const gemm_engine_config *cfg, gemm_err *err)
+{
+    int count = gemm_cuda_device_count();
+    if (count <= 0) {
+        gemm_err_set(err, 503, "no_device", "no usable CUDA device (check the driver and "
+                     "CUDA_VISIBLE_DEVICES)");
+        return NULL;
+    }
+    cuda_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) {
+        gemm_err_set(err, 500, "out_of_memory", "cannot allocate the CUDA backend");
+        return NULL;
+    }
+    if (gemm_cuda_parse_devices(cb, cfg->devices, count, err) != 0 ||
+        gemm_cuda_parse_faults(cb, cfg->fault_inject, err) != 0) {
+        free(cb);
+        return NULL;
+    }
+    cb->streams = cfg->streams_per_device > 0 ? cfg->streams_per_device : 4;
+    if (cb->streams > 64)
+        cb->streams = 64;
+    cb->mem_limit = cfg->device_mem_limit;
+    cb->min_cc = INT_MAX;
+    atomic_init(&cb->allocs, 0);
+    atomic_init(&cb->jobs, 0);
+
+    for (int i = 0; i < cb->ndev; i++) {
+        cuda_dev *d = &cb->devs[i];
+        struct cudaDeviceProp p;
+        cudaError_t e = cudaGetDeviceProperties(&p, d->ordinal);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            gemm_err_set(err, 503, "no_device", "cannot read the properties of CUDA device %d: %s",
+                         d->ordinal, cudaGetErrorString(e));
+            for (int j = 0; j < i; j++) {
+                pthread_cond_destroy(&cb->devs[j].cv);
+                pthread_mutex_destroy(&cb->devs[j].mu);
+            }
+            free(cb);
+            return NULL;
+        }
+        snprintf(d->info.name, sizeof d->info.name, "%.47s", p.name);
+        d->info.total_mem = p.totalGlobalMem;
+        d->info.sms = p.multiProcessorCount;
+        d->info.cc_major = p.major;
+        d->info.cc_minor = p.minor;
+        d->info.streams = cb->streams;
+        d->cc = p.major * 10 + p.minor;
+        if (d->cc < cb->min_cc)
+            cb->min_cc = d->cc;
+        d->gen = 1;
+        pthread_mutex_init(&d->mu, NULL);
+        pthread_cond_init(&d->cv, NULL);
+        atomic_init(&d->bytes_h2d, 0);
+        atomic_init(&d->bytes_d2h, 0);
+        atomic_init(&d->mem_used, 0);
+    }
+
+    cb->nworkers = cb->ndev * cb->streams;
+    cb->workers = calloc((size_t)cb->nworkers, sizeof *cb->workers);
+    cb->host = gemm_cuda_host_open(cb->devs[0].ordinal, HOST_CACHE_BYTES);
+    if (!cb->workers || !cb->host) {
+        gemm_err_set(err, 500, "out_of_memory", "cannot allocate the CUDA backend's workers");
+        cuda_close(cb);
+        return NULL;
+    }
+    cb->alloc = gemm_cuda_host_allocator(cb->host);
+    for (int i = 0; i < cb->nworkers; i++) {
+        cuda_worker *w = &cb->workers[i];
+        w->cb = cb;
+        w->index = i;
+        w->dev = &cb->devs[i % cb->ndev];     /* interleaved: load spreads over devices */
+        w->stream_index = i / cb->ndev;
+    }
+    return cb;
+}
+
+static int cuda_workers(void *self)
+{
+    return ((cuda_backend *)self)->nworkers;
+}
+
+static void *cuda_worker_init(void *self, int index)
+{
+    cuda_backend *cb = self;
+    if (index < 0 || index >= cb->nworkers)
+        return NULL;
+    cuda_worker *w = &cb->workers[index];
+    cuda_dev *d = w->dev;
+    gemm_cuda_site site = {0};
+    pthread_mutex_lock(&d->mu);
+    while (d->resetting)
+        pthread_cond_wait(&d->cv, &d->mu);
+    unsigned gen = d->gen;
+    if (cudaSetDevice(d->ordinal) == cudaSuccess && gemm_cuda_build_resources(w, gen, &site) != cudaSuccess)
+        fprintf(stderr, "gemmd cuda: worker %d on device %d: %s failed (%s); retried at its "
+                "first job\n", index, d->ordinal, site.call, cudaGetErrorString(site.err));
+    cudaGetLastError();
+    pthread_mutex_unlock(&d->mu);
+    return w;
+}
+
+static void cuda_worker_fini(void *self, void *worker)
+{
+    (void)self;
+    cuda_worker *w = worker;
+    if (!w)
+        return;
+    cuda_dev *d = w->dev;
+    pthread_mutex_lock(&d->mu);
+    while (d->resetting)
+        pthread_cond_wait(&d->cv, &d->mu);
+    if (w->gen != 0) {
+        cudaSetDevice(d->ordinal);
+        if (w->gen == d->gen)
+            gemm_cuda_destroy_resources(w);
+        w->gen = 0;
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* ---- validate: resolve the kernel, tile and math ------------------------ */
+
+/* The member `auto` stands for: cuBLAS where it computes the dtype, else tiled. */
+static const char *auto_kernel(gemm_dtype d)
+{
+    return d == GEMM_DTYPE_I32 ? "tiled" : "cublas";
+}
+
+static int cuda_validate(void *self, gemm_job *job, gemm_err *err)
+{
+    cuda_backend *cb = self;
+    if (job->m > INT_MAX || job->k > INT_MAX || job->n > INT_MAX)
+        return gemm_err_set(err, 413, "too_large",
+                            "m=%llu k=%llu n=%llu: the CUDA backend takes dimensions up to %d",
+                            (unsigned long long)job->m, (unsigned long long)job->k,
+                            (unsigned long long)job->n, INT_MAX);
+    int is_auto = !job->kernel[0] || strcmp(job->kernel, "auto") == 0;
+    const char *name = is_auto ? auto_kernel(job->dtype) : job->kernel;
+    const gemm_kernel_desc *k = gemm_kernel_find(name);
+    if (!k) {
+        char list[256] = "";
+        size_t off = 0;
+        for (int i = 0; gemm_kernel_table[i] && off < sizeof list; i++)
+            off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
+                                    gemm_kernel_table[i]->name);
+        return gemm_err_set(err, 422, "unknown_kernel",
+                            "kernel \"%s\" is not available on the CUDA backend; it has auto, %s",
+                            job->kernel, list);
+    }
+    const char *why = NULL;
+    if (!gemm_kernel_supports(k, job->dtype, job->math, job->tile, cb->min_cc, &why)) {
+        const char *code = "unsupported";
+        if (!(k->dtypes & (1u << job->dtype)))
+            code = "unsupported_dtype";
+        else if (job->tile && strstr(why, "tile"))
+            code = "bad_tile";
+        else if (strstr(why, "math"))
+            code = "unsupported_math";
+        if (strcmp(code, "unsupported_dtype") == 0 && strcmp(k->name, "cublas") == 0)
+            return gemm_err_set(err, 422, code,
+                                "kernel \"cublas\" does not compute %s: cuBLAS has no %s GEMM "
+                                "that wraps like two's complement; use kernel auto, naive or tiled",
+                                gemm_dtype_name(job->dtype), gemm_dtype_name(job->dtype));
+        if (strcmp(code, "bad_tile") == 0) {
+            char tiles[48] = "";
+            size_t off = 0;
+            for (int i = 0; i < 4 && k->tiles[i] && off < sizeof tiles; i++)
+                off += (size_t)snprintf(tiles + off, sizeof tiles - off, "%s%d", i ? ", " : "",
+                                        k->tiles[i]);
+            if (!k->tiles[0])
+                return gemm_err_set(err, 422, code, "kernel \"%s\" takes no tile option (tile=%d)",
+                                    k->name, job->tile);
+            return gemm_err_set(err, 422, code, "kernel \"%s\" takes tile %s, not %d", k->name,
+                                tiles, job->tile);
+        }
+        return gemm_err_set(err, 422, code, "kernel \"%s\" cannot run %s with math %s, tile %d: %s",
+                            k->name, gemm_dtype_name(job->dtype), gemm_math_name(job->math),
+                            job->tile, why ? why : "not supported");
+    }
+    snprintf(job->kernel_used, sizeof job->kernel_used, "%s", k->name);
+    job->tile_used = job->tile ? job->tile : k->tiles[0];
+    job->math_used = job->dtype == GEMM_DTYPE_F32
+                         ? (job->math == GEMM_MATH_DEFAULT ? GEMM_MATH_FP32 : job->math)
+                         : GEMM_MATH_DEFAULT;
+    return 0;
+}
+
+/* ---- run ----------------------------------------------------------------- */
+
+static float ev_ms(cudaEvent_t a, cudaEvent_t b, gemm_cuda_site *site)
+{
+    float ms = 0;
+    if (GEMM_CUDA_CHECK(site, cudaEventElapsedTime(&ms, a, b)) != cudaSuccess)
+        return 0;
+    return ms;
+}
+
+/* Whether the device's context is broken (a sticky error): after a failure, a device-wide
+ * synchronize and the last-error slot keep failing only then. */
+static int context_broken(void)
+{
+    cudaGetLastError();
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess)
+        e = cudaGetLastError();
+    return e != cudaSuccess;
+}
+
+static int fail_job(gemm_job *job, cuda_worker *w, const gemm_cuda_site *site, const char *stage,
+                    int broken)
+{
+    const char *ename = cudaGetErrorName(site->err);
+    const char *estr = cudaGetErrorString(site->err);
+    const char *file = site->file ? strrchr(site->file, '/') : NULL;
+    file = file ? file + 1 : (site->file ? site->file : "?");
+    fprintf(stderr, "gemmd cuda: %s, stream %d, %s: %s failed at %s:%d: %s (%s)%s\n",
+            job->device, w->stream_index, stage, site->call ? site->call : "?", file, site->line,
+            estr, ename, broken ? "; resetting the device" : "");
+    return gemm_err_set(&job->err, 500, "device_error",
+                        "CUDA error on %s during %s: %s (%s at %s:%d)%s", job->device, stage, estr,
+                        ename, file, site->line,
+                        broken ? "; the device is being reset and later jobs run normally" : "");
+}
+
+static int cuda_run(void *self, void *worker, gemm_job *job)
+{
+    cuda_backend *cb = self;
+    cuda_worker *w = worker;
+    if (!w)
+        return gemm_err_set(&job->err, 500, "backend_failure", "CUDA worker without a device");
+    cuda_dev *d = w->dev;
+    gemm_cuda_site site = {0};
+    const char *stage = "setup";
+    int broken = 0, rc = 0;
+
+    snprintf(job->device, sizeof job->device, "cuda:%d %.38s", d->ordinal, d->info.name);
+    job->stream = w->stream_index;
+
+    const gemm_kernel_desc *k = gemm_kernel_find(job->kernel_used);
+    if (!k) /* validate() always resolves; this only guards direct misuse */
+        return gemm_err_set(&job->err, 500, "internal_error", "job reached the CUDA worker "
+                            "without a resolved kernel (\"%s\")", job->kernel_used);
+
+    size_t es = gemm_dtype_size(job->dtype), need[3];
+    if (!gemm_matrix_bytes(job->m, job->k, job->dtype, &need[0]) ||
+        !gemm_matrix_bytes(job->k, job->n, job->dtype, &need[1]) ||
+        !gemm_matrix_bytes(job->m, job->n, job->dtype, &need[2]) || es == 0)
+        return gemm_err_set(&job->err, 413, "too_large", "the product's size overflows");
+    uint64_t total = (uint64_t)need[0] + need[1] + need[2];
+    if (cb->mem_limit && total > cb->mem_limit)
+        return gemm_err_set(&job->err, 507, "device_out_of_memory",
+                            "the product needs %llu bytes of device memory (A %zu, B %zu, C %zu); "
+                            "device_mem_limit allows %llu bytes per stream",
+                            (unsigned long long)total, need[0], need[1], need[2],
+                            (unsigned long long)cb->mem_limit);
+
+    unsigned gen = gemm_cuda_dev_enter(d);
+    if (GEMM_CUDA_CHECK(&site, cudaSetDevice(d->ordinal)) != cudaSuccess)
+        goto fail;
+    if (w->gen != gen) {
+        if (w->gen != 0)
+            gemm_cuda_destroy_resources(w); /* only when built before a reset that skipped it */
+        if (gemm_cuda_build_resources(w, gen, &site) != cudaSuccess)
+            goto fail;
+    }
+
+    stage = "device allocation";
+    if (gemm_cuda_ensure_buffers(w, need, &site) != cudaSuccess) {
+        if (site.err == cudaErrorMemoryAllocation) {
+            cudaGetLastError();
+            /* Give this worker's cache back and try once more with exact sizes. */
+            gemm_cuda_free_buffers(w);
+            gemm_cuda_site again = {0};
+            if (gemm_cuda_ensure_buffers(w, need, &again) == cudaSuccess)
+                goto allocated;
+            cudaGetLastError();
+            if (again.err == cudaErrorMemoryAllocation) {
+                size_t free_b = 0, total_b = 0;
+                if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+                    cudaGetLastError();
+                gemm_err_set(&job->err, 507, "device_out_of_memory",
+                             "%s is out of memory: the product needs %llu bytes on the device "
+                             "(A %zu, B %zu, C %zu) and %zu of %zu bytes are free",
+                             job->device, (unsigned long long)total, need[0], need[1], need[2],
+                             free_b, total_b);
+                rc = -1;
+                goto out;
+            }
+            site = again;
+        }
+        goto fail;
+    }
+allocated:;
+    cudaStream_t s = w->stream;
+    long njob = atomic_fetch_add(&cb->jobs, 1) + 1;
+
+    stage = "H2D copy";
+    if (GEMM_CUDA_CHECK(&site, cudaEventRecord(w->ev[0], s)) != cudaSuccess ||
+        GEMM_CUDA_CHECK(&site, cudaMemcpyAsync(w->buf[0], job->a, need[0], cudaMemcpyHostToDevice, s)) != cudaSuccess ||
+        GEMM_CUDA_CHECK(&site, cudaMemcpyAsync(w->buf[1], job->b, need[1], cudaMemcpyHostToDevice, s)) != cudaSuccess ||
+        GEMM_CUDA_CHECK(&site, cudaEventRecord(w->ev[1], s)) != cudaSuccess)
+        goto fail;
+
+    stage = "kernel";
+    if (cb->sticky_at > 0 && njob == cb->sticky_at &&
+        GEMM_CUDA_CHECK(&site, gemm_cuda_launch_trap(s)) != cudaSuccess)
+        goto fail;
+    gemm_launch l = {
+        .dtype = job->dtype,
+        .math = job->math_used,
+        .m = (int)job->m, .n = (int)job->n, .k = (int)job->k,
+        .A = w->buf[0], .B = w->buf[1], .C = w->buf[2],
+        .tile = job->tile_used,
+        .stream = s,
+        .cublas = w->blas,
+        .workspace = NULL,
+        .workspace_bytes = 0,
+    };
+    if (GEMM_CUDA_CHECK(&site, k->launch(&l)) != cudaSuccess ||
+        GEMM_CUDA_CHECK(&site, cudaEventRecord(w->ev[2], s)) != cudaSuccess)
+        goto fail;
+
+    stage = "D2H copy";
+    if (GEMM_CUDA_CHECK(&site, cudaMemcpyAsync(job->c, w->buf[2], need[2], cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
+        GEMM_CUDA_CHECK(&site, cudaEventRecord(w->ev[3], s)) != cudaSuccess)
+        goto fail;
+
+    stage = "synchronize";
+    if (GEMM_CUDA_CHECK(&site, cudaEventSynchronize(w->ev[3])) != cudaSuccess)
+        goto fail;
+
+    job->timing.h2d_ms = ev_ms(w->ev[0], w->ev[1], &site);
+    job->timing.kernel_ms = ev_ms(w->ev[1], w->ev[2], &site);
+    job->timing.d2h_ms = ev_ms(w->ev[2], w->ev[3], &site);
+    if (site.err != cudaSuccess)
+        goto fail;
+    double flops = 2.0 * (double)job->m * (double)job->n * (double)job->k;
+    job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
+    atomic_fetch_add(&d->bytes_h2d, (unsigned long long)(need[0] + need[1]));
+    atomic_fetch_add(&d->bytes_d2h, (unsigned long long)need[2]);
+    goto out;
+
+fail:
+    if (site.err == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        broken = context_broken();
+        if (!broken) {
+            gemm_err_set(&job->err, 507, "device_out_of_memory",
+                         "%s ran out of memory during %s (%s) for a product of %llu bytes",
+                         job->device, stage, site.call ? site.call : "?", (unsigned long long)total);
+            rc = -1;
+            goto out;
+        }
+    } else {
+        broken = context_broken();
+    }
+    fail_job(job, w, &site, stage, broken);
+    rc = -1;
+out:
+    gemm_cuda_dev_leave(cb, d, gen, broken);
+    return rc;
+}
+
+/* ---- describe / stats / close ------------------------------------------- */
+
+static void cuda_describe(void *self, gemm_engine_info *out)
+{
+    cuda_backend *cb = self;
+    snprintf(out->backend, sizeof out->backend, "cuda");
+    out->ndevices = cb->ndev;
+    for (int i = 0; i < cb->ndev; i++) {
+        cuda_dev *d = &cb->devs[i];
+        out->devices[i] = d->info;
+        size_t free_b = 0, total_b = 0;
+        int cur = 0;
+        if (cudaGetDevice(&cur) == cudaSuccess && cudaSetDevice(d->ordinal) == cudaSuccess &&
+            cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+            out->devices[i].free_mem = free_b;
+            out->devices[i].total_mem = total_b;
+        }
+        cudaSetDevice(cur);
+        cudaGetLastError();
+    }
+    int n = 0;
+    for (int i = 0; gemm_kernel_table[i] && n < GEMM_MAX_KERNELS; i++) {
+        const gemm_kernel_desc *k = gemm_kernel_table[i];
+        if (k->min_cc > cb->min_cc)
+            continue;
+        gemm_kernel_info *ki = &out->kernels[n++];
+        memset(ki, 0, sizeof *ki);
+        snprintf(ki->name, sizeof ki->name, "%s", k->name);
+        snprintf(ki->description, sizeof ki->description, "%s", k->description);
+        ki->dtypes = k->dtypes;
+        ki->maths = k->maths | (1u << GEMM_MATH_DEFAULT);
+        memcpy(ki->tiles, k->tiles, sizeof ki->tiles);
+    }
+    out->nkernels = n;
+}
+
+static void cuda_stats(void *self, gemm_engine_stats *out)
+{
+    cuda_backend *cb = self;
+    out->ndevices = cb->ndev;
+    for (int i = 0; i < cb->ndev; i++) {
+        cuda_dev *d = &cb->devs[i];
+        pthread_mutex_lock(&d->mu);
+        double busy = d->busy_ms + (d->active > 0 ? gemm_now_ms() - d->busy_since_ms : 0);
+        pthread_mutex_unlock(&d->mu);
+        out->device_busy_seconds[i] = busy / 1000.0;
+        out->bytes_h2d[i] = atomic_load(&d->bytes_h2d);
+        out->bytes_d2h[i] = atomic_load(&d->bytes_d2h);
+        out->device_mem_used[i] = atomic_load(&d->mem_used);
+    }
+}
+
+static const gemm_allocator *cuda_allocator(void *self)
+{
+    return &((cuda_backend *)self)->alloc;
+}
+
+static void cuda_close(void *self)
+{
+    cuda_backend *cb = self;
+    if (!cb)
+        return;
+    /* Workers have been joined and have freed their resources in worker_fini. */
+    for (int i = 0; i < cb->nworkers; i++)
+        if (cb->workers[i].gen != 0) {
+            cudaSetDevice(cb->workers[i].dev->ordinal);
+            gemm_cuda_destroy_resources(&cb->workers[i]);
+        }
+    gemm_cuda_host_close(cb->host);
+    for (int i = 0; i < cb->ndev; i++) {
+        pthread_cond_destroy(&cb->devs[i].cv);
+        pthread_mutex_destroy(&cb->devs[i].mu);
+    }
+    free(cb->workers);
+    free(cb);
+}
+
+const gemm_backend gemm_backend_cuda = {
+    .name = "cuda",
+    .open = cuda_open,
+    .workers = cuda_workers,
+    .worker_init = cuda_worker_init,
+    .worker_fini = cuda_worker_fini,
+    .validate = cuda_validate,
+    .run = cuda_run,
+    .describe = cuda_describe,
+    .stats = cuda_stats,
+    .allocator = cuda_allocator,
+    .close = cuda_close,
+};
