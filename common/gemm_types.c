@@ -186,3 +186,22 @@ double gemm_now_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
+
+int gemm_check_matrix(uint64_t rows, uint64_t cols, gemm_dtype d, const gemm_limits *lim,
+                      const char *what, gemm_err *err)
+{
+    if (!what) what = "the matrix";
+    if (gemm_dtype_size(d) == 0)
+        return gemm_err_set(err, 422, "bad_dtype", "%s: unsupported dtype; use float32, float64 or int32", what);
+    if (rows == 0 || cols == 0)
+        return gemm_err_set(err, 422, "empty_matrix",
+                            "%s is %llux%llu: every dimension must be at least 1", what,
+                            (unsigned long long)rows, (unsigned long long)cols);
+    if (lim && lim->max_dim && (rows > lim->max_dim || cols > lim->max_dim))
+        return gemm_err_set(err, 413, "too_large",
+                            "%s is %llux%llu: dimension %llu exceeds this server's limit of %llu", what,
+                            (unsigned long long)rows, (unsigned long long)cols,
+                            (unsigned long long)(rows > cols ? rows : cols),
+                            (unsigned long long)lim->max_dim);
+    return check_elements(what, rows, cols, d, lim, err);
+}

@@ -104,6 +104,13 @@ int gemm_err_set(gemm_err *e, int status, const char *code, const char *fmt, ...
 int gemm_check_product(uint64_t m, uint64_t k, uint64_t kb, uint64_t n, gemm_dtype d,
                        const gemm_limits *lim, gemm_err *err);
 
+/* Validation of one matrix that arrives on its own (a .npy part, a JSON operand), before
+ * its buffer is allocated: rows and cols >= 1 (422 empty_matrix), each <= max_dim and
+ * rows*cols <= max_elements (413 too_large), and the byte size must not overflow (413
+ * too_large). `what` names it in the message ("A", "part b"). Returns 0 or -1. */
+int gemm_check_matrix(uint64_t rows, uint64_t cols, gemm_dtype d, const gemm_limits *lim,
+                      const char *what, gemm_err *err);
+
 /* ---- allocators ---------------------------------------------------------
  * Decoders never call malloc for matrix data directly: they ask the allocator they
  * were given, so that the CUDA engine can hand out pinned memory and raw bodies land

@@ -1,0 +1,444 @@
+/* json_codec.c - request bodies in JSON (cJSON) and matrices written as JSON. */
+#include "json_codec.h"
+
+#include <cjson/cJSON.h>
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- gemm_buf ----------------------------------------------------------- */
+
+void gemm_buf_init(gemm_buf *b)
+{
+    b->data = NULL;
+    b->len = b->cap = 0;
+    b->failed = 0;
+}
+
+void gemm_buf_free(gemm_buf *b)
+{
+    free(b->data);
+    gemm_buf_init(b);
+}
+
+/* Makes room for n more bytes plus a terminating NUL; 0 on success. */
+static int buf_reserve(gemm_buf *b, size_t n)
+{
+    size_t need;
+    if (b->failed) return -1;
+    if (!gemm_add_size(b->len, n, &need) || !gemm_add_size(need, 1, &need)) {
+        b->failed = 1;
+        return -1;
+    }
+    if (need <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need) {
+        if (cap > SIZE_MAX / 2) {
+            cap = need;
+            break;
+        }
+        cap *= 2;
+    }
+    char *p = realloc(b->data, cap);
+    if (!p) {
+        b->failed = 1;
+        return -1;
+    }
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+void gemm_buf_append(gemm_buf *b, const void *p, size_t n)
+{
+    if (buf_reserve(b, n)) return;
+    if (n) memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+void gemm_buf_puts(gemm_buf *b, const char *s)
+{
+    gemm_buf_append(b, s, strlen(s));
+}
+
+void gemm_buf_printf(gemm_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    if (buf_reserve(b, 64)) return;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->failed = 1;
+        return;
+    }
+    if ((size_t)n >= b->cap - b->len) {
+        if (buf_reserve(b, (size_t)n)) return;
+        va_start(ap, fmt);
+        vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+    }
+    b->len += (size_t)n;
+}
+
+void gemm_buf_json_string(gemm_buf *b, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    gemm_buf_append(b, "\"", 1);
+    const char *run = s;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        const char *esc = NULL;
+        char u[7];
+        switch (*p) {
+        case '"': esc = "\\\""; break;
+        case '\\': esc = "\\\\"; break;
+        case '\n': esc = "\\n"; break;
+        case '\r': esc = "\\r"; break;
+        case '\t': esc = "\\t"; break;
+        case '\b': esc = "\\b"; break;
+        case '\f': esc = "\\f"; break;
+        default:
+            if (*p < 0x20 || *p == 0x7f) {
+                u[0] = '\\', u[1] = 'u', u[2] = '0', u[3] = '0';
+                u[4] = hex[*p >> 4], u[5] = hex[*p & 15], u[6] = '\0';
+                esc = u;
+            }
+        }
+        if (esc) {
+            gemm_buf_append(b, run, (size_t)((const char *)p - run));
+            gemm_buf_puts(b, esc);
+            run = (const char *)p + 1;
+        }
+    }
+    gemm_buf_append(b, run, strlen(run));
+    gemm_buf_append(b, "\"", 1);
+}
+
+/* ---- writing matrices ---------------------------------------------------- */
+
+/* Writes v in decimal at p; returns the length. */
+static size_t put_i64(char *p, int64_t v)
+{
+    char tmp[24];
+    size_t n = 0, len = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) p[len++] = '-';
+    while (n) p[len++] = tmp[--n];
+    return len;
+}
+
+/* Writes one element (at most 32 bytes) at p; returns the length. */
+static size_t put_double(char *p, double v, int digits)
+{
+    if (!isfinite(v)) {
+        memcpy(p, "null", 4);
+        return 4;
+    }
+    /* Integer-valued and exactly representable: print directly (fast and exact). */
+    if (v == v && fabs(v) < 9007199254740992.0 && v == (double)(int64_t)v) {
+        if (v == 0 && signbit(v)) {
+            memcpy(p, "-0", 2);
+            return 2;
+        }
+        return put_i64(p, (int64_t)v);
+    }
+    int n = snprintf(p, 32, "%.*g", digits, v);
+    return n > 0 && n < 32 ? (size_t)n : 0;
+}
+
+void gemm_json_write_matrix(gemm_buf *out, const gemm_matrix *m)
+{
+    size_t es = gemm_dtype_size(m->dtype);
+    if (es == 0 || (m->rows && m->cols && !m->data)) {
+        out->failed = 1;
+        return;
+    }
+    /* Reserve a good guess once; each element reserves its worst case as it goes. */
+    size_t guess;
+    if (gemm_mul_size((size_t)m->rows, (size_t)m->cols, &guess) && gemm_mul_size(guess, 12, &guess))
+        buf_reserve(out, guess);
+    gemm_buf_append(out, "[", 1);
+    for (uint64_t i = 0; i < m->rows && !out->failed; i++) {
+        if (i) gemm_buf_append(out, ",", 1);
+        gemm_buf_append(out, "[", 1);
+        for (uint64_t j = 0; j < m->cols; j++) {
+            if (buf_reserve(out, 40)) return;
+            char *p = out->data + out->len;
+            size_t n = 0;
+            if (j) p[n++] = ',';
+            size_t idx = (size_t)(i * m->cols + j);
+            switch (m->dtype) {
+            case GEMM_DTYPE_F32:
+                n += put_double(p + n, ((const float *)m->data)[idx], 9);
+                break;
+            case GEMM_DTYPE_F64:
+                n += put_double(p + n, ((const double *)m->data)[idx], 17);
+                break;
+            default:
+                n += put_i64(p + n, ((const int32_t *)m->data)[idx]);
+                break;
+            }
+            out->len += n;
+        }
+        gemm_buf_append(out, "]", 1);
+    }
+    gemm_buf_append(out, "]", 1);
+}
+
+/* ---- decoding requests ---------------------------------------------------- */
+
+static const char *type_name(const cJSON *v)
+{
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsArray(v)) return "an array";
+    if (cJSON_IsObject(v)) return "an object";
+    if (cJSON_IsBool(v)) return "a boolean";
+    if (cJSON_IsNull(v)) return "null";
+    if (cJSON_IsNumber(v)) return "a number";
+    return "not a value";
+}
+
+/* One operand as found in the body: its shape and where its numbers are. */
+typedef struct {
+    const char *name;   /* "a" or "b" */
+    const cJSON *rows;  /* nested form: the outer array; NULL for the shape/data form */
+    const cJSON *data;  /* shape/data form: the flat array */
+    uint64_t nrows, ncols;
+} operand;
+
+static int is_count(const cJSON *v, uint64_t *out)
+{
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d <= 9007199254740992.0) || d != floor(d)) return 0;
+    *out = (uint64_t)d;
+    return 1;
+}
+
+/* Finds the shape of operand `name` and checks its structure (not its elements). */
+static int inspect(const cJSON *root, const char *name, operand *op, gemm_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, name);
+    op->name = name;
+    op->rows = op->data = NULL;
+    if (!v)
+        return gemm_err_set(err, 400, "bad_matrix", "the body has no \"%s\" matrix", name);
+    if (cJSON_IsObject(v)) {
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(v, "shape");
+        const cJSON *data = cJSON_GetObjectItemCaseSensitive(v, "data");
+        if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) != 2 ||
+            !is_count(shape->child, &op->nrows) || !is_count(shape->child->next, &op->ncols))
+            return gemm_err_set(err, 400, "bad_matrix",
+                                "%s.shape must be [rows, cols] with two non-negative integers", name);
+        if (!cJSON_IsArray(data))
+            return gemm_err_set(err, 400, "bad_matrix", "%s.data must be an array of numbers (row-major), not %s",
+                                name, data ? type_name(data) : "missing");
+        op->data = data;
+        return 0;
+    }
+    if (!cJSON_IsArray(v))
+        return gemm_err_set(err, 400, "bad_matrix",
+                            "%s is %s; expected nested arrays [[..],[..]] or {\"shape\": [m,k], \"data\": [..]}",
+                            name, type_name(v));
+    op->rows = v;
+    op->nrows = 0;
+    op->ncols = 0;
+    uint64_t i = 0;
+    for (const cJSON *row = v->child; row; row = row->next, i++) {
+        if (!cJSON_IsArray(row)) {
+            if (i == 0 && cJSON_IsNumber(row))
+                return gemm_err_set(err, 400, "bad_matrix",
+                                    "%s is a 1-D array; a matrix is an array of rows, e.g. [[1,2],[3,4]]", name);
+            return gemm_err_set(err, 400, "bad_matrix", "%s[%llu] is %s, expected an array (a row)", name,
+                                (unsigned long long)i, type_name(row));
+        }
+        uint64_t n = 0;
+        for (const cJSON *e = row->child; e; e = e->next) n++;
+        if (i == 0) op->ncols = n;
+        else if (n != op->ncols)
+            return gemm_err_set(err, 400, "bad_matrix", "row %llu of %s has %llu elements, row 0 has %llu",
+                                (unsigned long long)i, name, (unsigned long long)n,
+                                (unsigned long long)op->ncols);
+    }
+    op->nrows = i;
+    return 0;
+}
+
+/* Converts one JSON number into element idx of dst; `where` names it for messages. */
+static int store(const cJSON *e, gemm_dtype d, void *dst, size_t idx, const char *where, gemm_err *err)
+{
+    if (!cJSON_IsNumber(e))
+        return gemm_err_set(err, 400, "bad_matrix", "%s is %s, expected a number", where, type_name(e));
+    double v = e->valuedouble;
+    switch (d) {
+    case GEMM_DTYPE_F32:
+        if (!isfinite(v) || fabs(v) > FLT_MAX)
+            return gemm_err_set(err, 422, "bad_value", "%s = %.17g is beyond float32's range (+-%.9g)", where, v,
+                                (double)FLT_MAX);
+        ((float *)dst)[idx] = (float)v;
+        return 0;
+    case GEMM_DTYPE_F64:
+        if (!isfinite(v))
+            return gemm_err_set(err, 422, "bad_value", "%s is beyond float64's range", where);
+        ((double *)dst)[idx] = v;
+        return 0;
+    default:
+        if (!(v >= -2147483648.0 && v <= 2147483647.0) || v != floor(v))
+            return gemm_err_set(err, 422, "bad_value",
+                                "%s = %.17g is not an int32 (integers from -2147483648 to 2147483647)", where, v);
+        ((int32_t *)dst)[idx] = (int32_t)v;
+        return 0;
+    }
+}
+
+static int fill(const operand *op, gemm_dtype d, const gemm_allocator *alloc, gemm_matrix *out, gemm_err *err)
+{
+    size_t bytes;
+    char where[96];
+    if (!gemm_matrix_bytes(op->nrows, op->ncols, d, &bytes))
+        return gemm_err_set(err, 413, "too_large", "%s is too large", op->name);
+    out->rows = op->nrows;
+    out->cols = op->ncols;
+    out->dtype = d;
+    out->data = gemm_alloc(alloc, bytes);
+    if (!out->data)
+        return gemm_err_set(err, 500, "out_of_memory", "could not allocate %zu bytes for %s", bytes, op->name);
+    size_t idx = 0;
+    if (op->data) {
+        for (const cJSON *e = op->data->child; e; e = e->next, idx++) {
+            if (cJSON_IsNumber(e) && d == GEMM_DTYPE_F64 && isfinite(e->valuedouble)) {
+                ((double *)out->data)[idx] = e->valuedouble;
+                continue;
+            }
+            snprintf(where, sizeof where, "%s.data[%zu]", op->name, idx);
+            if (store(e, d, out->data, idx, where, err)) goto fail;
+        }
+        return 0;
+    }
+    uint64_t i = 0;
+    for (const cJSON *row = op->rows->child; row; row = row->next, i++) {
+        uint64_t j = 0;
+        for (const cJSON *e = row->child; e; e = e->next, j++, idx++) {
+            if (cJSON_IsNumber(e) && d == GEMM_DTYPE_F64 && isfinite(e->valuedouble)) {
+                ((double *)out->data)[idx] = e->valuedouble;
+                continue;
+            }
+            snprintf(where, sizeof where, "%s[%llu][%llu]", op->name, (unsigned long long)i,
+                     (unsigned long long)j);
+            if (store(e, d, out->data, idx, where, err)) goto fail;
+        }
+    }
+    return 0;
+fail:
+    gemm_free(alloc, out->data);
+    out->data = NULL;
+    return -1;
+}
+
+/* Applies "dtype", "kernel", "tile", "math" when present in the body. */
+static int body_options(const cJSON *root, gemm_options *opt, gemm_err *err)
+{
+    static const char *const keys[] = {"dtype", "kernel", "tile", "math"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[i]);
+        char num[32];
+        const char *s;
+        if (!v) continue;
+        if (cJSON_IsString(v)) {
+            s = v->valuestring;
+        } else if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 1e15 &&
+                   v->valuedouble == floor(v->valuedouble)) {
+            snprintf(num, sizeof num, "%.0f", v->valuedouble);
+            s = num;
+        } else {
+            return gemm_err_set(err, 422, "bad_option", "\"%s\" is %s; expected a string%s", keys[i], type_name(v),
+                                strcmp(keys[i], "tile") == 0 ? " or a positive integer" : "");
+        }
+        if (gemm_options_set(opt, keys[i], s, err) < 0) return -1;
+    }
+    return 0;
+}
+
+static void where_in_text(const char *body, size_t len, size_t off, size_t *line, size_t *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < off && i < len; i++) {
+        if (body[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+int gemm_json_decode_request(const char *body, size_t len, const gemm_limits *lim,
+                             const gemm_allocator *alloc, gemm_options *opt,
+                             gemm_matrix *a, gemm_matrix *b, gemm_err *err)
+{
+    const char *end = NULL;
+    size_t line, col;
+    a->data = b->data = NULL;
+    if (!body || len == 0)
+        return gemm_err_set(err, 400, "bad_json", "the body is empty; expected a JSON object with \"a\" and \"b\"");
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!root) {
+        size_t off = (end && end >= body && end <= body + len) ? (size_t)(end - body) : 0;
+        where_in_text(body, len, off, &line, &col);
+        return gemm_err_set(err, 400, "bad_json", "invalid JSON at byte %zu (line %zu, column %zu)", off, line,
+                            col);
+    }
+    size_t off = (size_t)(end - body);
+    while (off < len && (body[off] == ' ' || body[off] == '\t' || body[off] == '\n' || body[off] == '\r'))
+        off++;
+    if (off < len && !(body[off] == '\0' && off + 1 == len)) {
+        where_in_text(body, len, off, &line, &col);
+        cJSON_Delete(root);
+        return gemm_err_set(err, 400, "bad_json",
+                            "unexpected data after the JSON value at byte %zu (line %zu, column %zu)", off, line, col);
+    }
+
+    int rc = -1;
+    operand oa, ob;
+    if (!cJSON_IsObject(root)) {
+        gemm_err_set(err, 400, "bad_matrix",
+                     "the body is %s; expected a JSON object {\"a\": [[..]], \"b\": [[..]]}", type_name(root));
+        goto out;
+    }
+    if (body_options(root, opt, err)) goto out;
+    if (opt->dtype == GEMM_DTYPE_INVALID) opt->dtype = GEMM_DTYPE_F64;
+    if (inspect(root, "a", &oa, err) || inspect(root, "b", &ob, err)) goto out;
+    if (gemm_check_product(oa.nrows, oa.ncols, ob.nrows, ob.ncols, opt->dtype, lim, err)) goto out;
+    /* The flat form's length is checked only now that the shape is known to be sane. */
+    const operand *ops[2] = {&oa, &ob};
+    for (int i = 0; i < 2; i++) {
+        if (!ops[i]->data) continue;
+        uint64_t cnt = 0, need = ops[i]->nrows * ops[i]->ncols;
+        for (const cJSON *e = ops[i]->data->child; e; e = e->next) cnt++;
+        if (cnt != need) {
+            gemm_err_set(err, 400, "bad_matrix", "%s.data has %llu numbers but shape [%llu,%llu] needs %llu",
+                         ops[i]->name, (unsigned long long)cnt, (unsigned long long)ops[i]->nrows,
+                         (unsigned long long)ops[i]->ncols, (unsigned long long)need);
+            goto out;
+        }
+    }
+    if (fill(&oa, opt->dtype, alloc, a, err)) goto out;
+    if (fill(&ob, opt->dtype, alloc, b, err)) {
+        gemm_free(alloc, a->data);
+        a->data = NULL;
+        goto out;
+    }
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    return rc;
+}

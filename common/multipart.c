@@ -1,0 +1,347 @@
+/* multipart.c - streaming multipart/form-data parser (RFC 2046 framing, RFC 7578 parts).
+ *
+ * The body is scanned for the delimiter "\r\n--" boundary. Parsing starts as if a CRLF
+ * preceded the body, so a body that opens with "--boundary" matches too. The delimiter
+ * begins with the only CR it contains (boundaries hold no CR), so when a partial match
+ * fails none of its bytes can begin another match: they are body bytes, and scanning
+ * resumes at the byte that broke the match. A match cut by the end of a chunk is carried
+ * over as a count. Part bodies go to the callbacks as they are scanned, never buffered. */
+#include "multipart.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define MP_MAX_BOUNDARY 70
+#define MP_MAX_HEADERS 8192
+
+enum {
+    S_PREAMBLE,   /* before the first delimiter: ignored */
+    S_AFTER_DELIM,/* right after a delimiter: "--", LWSP or CRLF */
+    S_CLOSE_DASH, /* saw one '-' of "--" */
+    S_LWSP,       /* transport padding before the CRLF */
+    S_DELIM_CR,   /* saw CR, expect LF */
+    S_HEADERS,    /* part header lines until an empty line */
+    S_BODY,       /* part body */
+    S_EPILOGUE,   /* after the close delimiter: ignored */
+    S_FAILED
+};
+
+struct gemm_multipart {
+    gemm_multipart_callbacks cb;
+    void *user;
+    char delim[4 + MP_MAX_BOUNDARY + 1]; /* "\r\n--" boundary */
+    size_t dlen;
+    size_t match; /* bytes of delim matched so far, carried across chunks */
+    int state;
+    int in_part;
+    int parts;
+    char hdr[MP_MAX_HEADERS + 1];
+    size_t hlen;
+};
+
+static const char *bchars = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ'()+_,-./:=? ";
+
+/* Finds parameter `name` in a header value "type; a=b; name="v"" into out (unquoted).
+ * Returns 1 when found, 0 when absent, -1 when malformed or too long. */
+static int header_param(const char *v, const char *name, char *out, size_t cap)
+{
+    size_t nlen = strlen(name);
+    const char *p = strchr(v, ';');
+    while (p) {
+        p++;
+        while (*p == ' ' || *p == '\t') p++;
+        const char *k = p;
+        while (*p && *p != '=' && *p != ';' && *p != ' ' && *p != '\t') p++;
+        size_t klen = (size_t)(p - k);
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p != '=') {
+            p = strchr(p, ';');
+            continue;
+        }
+        p++;
+        while (*p == ' ' || *p == '\t') p++;
+        size_t n = 0;
+        int match = klen == nlen && strncasecmp(k, name, nlen) == 0;
+        if (*p == '"') {
+            p++;
+            while (*p && *p != '"') {
+                if (*p == '\\' && p[1]) p++;
+                if (match) {
+                    if (n + 1 >= cap) return -1;
+                    out[n++] = *p;
+                }
+                p++;
+            }
+            if (*p != '"') return -1;
+            p++;
+        } else {
+            while (*p && *p != ';' && *p != ' ' && *p != '\t') {
+                if (match) {
+                    if (n + 1 >= cap) return -1;
+                    out[n++] = *p;
+                }
+                p++;
+            }
+        }
+        if (match) {
+            out[n] = '\0';
+            return 1;
+        }
+        p = strchr(p, ';');
+    }
+    return 0;
+}
+
+gemm_multipart *gemm_multipart_new(const char *content_type, const gemm_multipart_callbacks *cb, void *user,
+                                   gemm_err *err)
+{
+    char boundary[MP_MAX_BOUNDARY + 2];
+    if (!content_type || strncasecmp(content_type, "multipart/", 10) != 0) {
+        gemm_err_set(err, 400, "bad_multipart", "the Content-Type is not multipart/form-data");
+        return NULL;
+    }
+    int r = header_param(content_type, "boundary", boundary, sizeof boundary);
+    if (r <= 0) {
+        gemm_err_set(err, 400, "bad_multipart",
+                     r == 0 ? "the multipart Content-Type has no boundary parameter"
+                            : "the multipart boundary is malformed or longer than 70 characters");
+        return NULL;
+    }
+    size_t blen = strlen(boundary);
+    if (blen < 1 || blen > MP_MAX_BOUNDARY || strspn(boundary, bchars) != blen || boundary[blen - 1] == ' ') {
+        gemm_err_set(err, 400, "bad_multipart",
+                     "the multipart boundary must be 1 to 70 characters from RFC 2046's set, not ending in a space");
+        return NULL;
+    }
+    gemm_multipart *mp = calloc(1, sizeof *mp);
+    if (!mp) {
+        gemm_err_set(err, 500, "out_of_memory", "could not allocate the multipart parser");
+        return NULL;
+    }
+    if (cb) mp->cb = *cb;
+    mp->user = user;
+    memcpy(mp->delim, "\r\n--", 4);
+    memcpy(mp->delim + 4, boundary, blen);
+    mp->dlen = 4 + blen;
+    mp->delim[mp->dlen] = '\0';
+    mp->state = S_PREAMBLE;
+    mp->match = 2; /* the virtual CRLF before the body */
+    return mp;
+}
+
+static int failed(gemm_multipart *mp, gemm_err *err, const char *msg)
+{
+    mp->state = S_FAILED;
+    if (msg) gemm_err_set(err, 400, "bad_multipart", "%s", msg);
+    return -1;
+}
+
+/* A callback failed: keep its error, or supply one. */
+static int cb_failed(gemm_multipart *mp, gemm_err *err)
+{
+    mp->state = S_FAILED;
+    if (err && err->status == 0) gemm_err_set(err, 400, "bad_multipart", "a multipart part was refused");
+    return -1;
+}
+
+static int emit(gemm_multipart *mp, const char *p, size_t n, gemm_err *err)
+{
+    if (n == 0 || mp->state != S_BODY || !mp->cb.part_data) return 0;
+    if (mp->cb.part_data(mp->user, p, n, err)) return cb_failed(mp, err);
+    return 0;
+}
+
+/* The header block (without its final empty line) is in mp->hdr: parse it, begin the part. */
+static int begin_part(gemm_multipart *mp, gemm_err *err)
+{
+    char name[256], filename[256], ctype[256];
+    int have_disp = 0, have_name = 0, have_file = 0, have_ctype = 0;
+    char *line = mp->hdr;
+    char *end = mp->hdr + mp->hlen;
+    *end = '\0';
+    while (line < end) {
+        char *eol = strstr(line, "\r\n");
+        if (!eol) eol = end;
+        *eol = '\0';
+        /* Folded continuation lines (obsolete) are refused rather than guessed at. */
+        if (*line == ' ' || *line == '\t') return failed(mp, err, "folded multipart part headers are not supported");
+        char *colon = strchr(line, ':');
+        if (!colon || colon == line) return failed(mp, err, "a multipart part header line has no name");
+        *colon = '\0';
+        char *v = colon + 1;
+        while (*v == ' ' || *v == '\t') v++;
+        size_t vl = strlen(v);
+        while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t')) v[--vl] = '\0';
+        if (strcasecmp(line, "Content-Disposition") == 0) {
+            if (have_disp) return failed(mp, err, "a multipart part has two Content-Disposition headers");
+            have_disp = 1;
+            if (strncasecmp(v, "form-data", 9) != 0 || (v[9] && v[9] != ';' && v[9] != ' ' && v[9] != '\t'))
+                return failed(mp, err, "a multipart part's Content-Disposition is not form-data");
+            int r = header_param(v, "name", name, sizeof name);
+            if (r < 0) return failed(mp, err, "a multipart part's name is malformed or too long");
+            have_name = r;
+            r = header_param(v, "filename", filename, sizeof filename);
+            if (r < 0) return failed(mp, err, "a multipart part's filename is malformed or too long");
+            have_file = r;
+        } else if (strcasecmp(line, "Content-Type") == 0) {
+            if (vl >= sizeof ctype) return failed(mp, err, "a multipart part's Content-Type is too long");
+            memcpy(ctype, v, vl + 1);
+            have_ctype = 1;
+        }
+        line = eol + 2;
+    }
+    if (!have_name) return failed(mp, err, "a multipart part has no Content-Disposition: form-data; name=\"...\"");
+    mp->parts++;
+    mp->in_part = 1;
+    mp->state = S_BODY;
+    if (mp->cb.part_begin &&
+        mp->cb.part_begin(mp->user, name, have_file ? filename : NULL, have_ctype ? ctype : NULL, err))
+        return cb_failed(mp, err);
+    return 0;
+}
+
+static int end_part(gemm_multipart *mp, gemm_err *err)
+{
+    if (!mp->in_part) return 0;
+    mp->in_part = 0;
+    if (mp->cb.part_end && mp->cb.part_end(mp->user, err)) return cb_failed(mp, err);
+    return 0;
+}
+
+/* Scans body or preamble bytes for the delimiter. Returns the bytes consumed; sets
+ * *found when a whole delimiter ended at that point. */
+static size_t scan(gemm_multipart *mp, const char *p, size_t len, int *found, gemm_err *err)
+{
+    size_t i = 0, run = 0; /* body bytes [run, i) not yet emitted */
+    *found = 0;
+    /* A partial match carried over from the previous chunk. */
+    if (mp->match) {
+        while (i < len && mp->match < mp->dlen && p[i] == mp->delim[mp->match]) {
+            mp->match++;
+            i++;
+        }
+        if (mp->match == mp->dlen) {
+            mp->match = 0;
+            *found = 1;
+            return i;
+        }
+        if (i == len) return i; /* still partial */
+        /* Broken: the carried bytes were body bytes; rescan from p[i]. */
+        size_t carried = mp->match;
+        mp->match = 0;
+        if (emit(mp, mp->delim, carried, err)) return (size_t)-1;
+        run = i;
+    }
+    while (i < len) {
+        const char *cr = memchr(p + i, '\r', len - i);
+        if (!cr) {
+            i = len;
+            break;
+        }
+        size_t at = (size_t)(cr - p), m = 0;
+        while (at + m < len && m < mp->dlen && p[at + m] == mp->delim[m]) m++;
+        if (m == mp->dlen) {
+            if (emit(mp, p + run, at - run, err)) return (size_t)-1;
+            *found = 1;
+            return at + m;
+        }
+        if (at + m == len) {
+            /* A possible delimiter cut by the end of the chunk. */
+            if (emit(mp, p + run, at - run, err)) return (size_t)-1;
+            mp->match = m;
+            return len;
+        }
+        i = at + 1;
+    }
+    if (emit(mp, p + run, i - run, err)) return (size_t)-1;
+    return i;
+}
+
+int gemm_multipart_feed(gemm_multipart *mp, const void *data, size_t len, gemm_err *err)
+{
+    const char *p = data;
+    if (mp->state == S_FAILED) return gemm_err_set(err, 400, "bad_multipart", "the multipart parser already failed");
+    while (len) {
+        switch (mp->state) {
+        case S_PREAMBLE:
+        case S_BODY: {
+            int found;
+            size_t n = scan(mp, p, len, &found, err);
+            if (n == (size_t)-1) return -1;
+            p += n;
+            len -= n;
+            if (found) mp->state = S_AFTER_DELIM;
+            break;
+        }
+        case S_AFTER_DELIM:
+            if (*p == '-') mp->state = S_CLOSE_DASH;
+            else if (*p == ' ' || *p == '\t') mp->state = S_LWSP;
+            else if (*p == '\r') mp->state = S_DELIM_CR;
+            else return failed(mp, err, "a multipart boundary line is followed by unexpected bytes");
+            p++, len--;
+            break;
+        case S_CLOSE_DASH:
+            if (*p != '-') return failed(mp, err, "a multipart boundary line is followed by unexpected bytes");
+            p++, len--;
+            if (end_part(mp, err)) return -1;
+            if (mp->parts == 0) return failed(mp, err, "the multipart body has no parts");
+            mp->state = S_EPILOGUE;
+            break;
+        case S_LWSP:
+            if (*p == '\r') mp->state = S_DELIM_CR;
+            else if (*p != ' ' && *p != '\t')
+                return failed(mp, err, "a multipart boundary line is followed by unexpected bytes");
+            p++, len--;
+            break;
+        case S_DELIM_CR:
+            if (*p != '\n') return failed(mp, err, "a multipart boundary line does not end with CRLF");
+            p++, len--;
+            if (end_part(mp, err)) return -1;
+            mp->state = S_HEADERS;
+            mp->hlen = 0;
+            break;
+        case S_HEADERS: {
+            /* Copy up to the end of the header block ("\r\n" alone, or "\r\n\r\n"). */
+            while (len) {
+                if (mp->hlen >= MP_MAX_HEADERS)
+                    return failed(mp, err, "a multipart part's headers exceed 8 KiB");
+                char c = *p++;
+                len--;
+                if (c == '\0') return failed(mp, err, "a multipart part header contains a NUL byte");
+                mp->hdr[mp->hlen++] = c;
+                if (c != '\n') continue;
+                if (mp->hlen < 2 || mp->hdr[mp->hlen - 2] != '\r')
+                    return failed(mp, err, "a multipart part header line does not end with CRLF");
+                if (mp->hlen == 2 || (mp->hlen >= 4 && memcmp(mp->hdr + mp->hlen - 4, "\r\n\r\n", 4) == 0)) {
+                    mp->hlen = mp->hlen == 2 ? 0 : mp->hlen - 4;
+                    if (begin_part(mp, err)) return -1;
+                    break;
+                }
+            }
+            break;
+        }
+        case S_EPILOGUE:
+            return 0;
+        default:
+            return failed(mp, err, "the multipart parser is in a bad state");
+        }
+    }
+    return 0;
+}
+
+int gemm_multipart_finish(gemm_multipart *mp, gemm_err *err)
+{
+    if (mp->state == S_EPILOGUE) return 0;
+    if (mp->state == S_FAILED) return gemm_err_set(err, 400, "bad_multipart", "the multipart parser already failed");
+    mp->state = S_FAILED;
+    return gemm_err_set(err, 400, "truncated",
+                        mp->parts == 0 ? "the multipart body ended before its first boundary"
+                                       : "the multipart body ended before its closing boundary");
+}
+
+void gemm_multipart_free(gemm_multipart *mp)
+{
+    free(mp);
+}
