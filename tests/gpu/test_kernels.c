@@ -8,6 +8,7 @@
  *   test_kernels            all shapes (1x1x1 ... 4096^3 float32)
  *   test_kernels --small    small shapes only (the compute-sanitizer run)
  *   test_kernels --kernel NAME   one member only
+ *   test_kernels --list     print the table's names, one a line, and exit
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -93,7 +94,11 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--small") == 0) small = 1;
         else if (strcmp(argv[i], "--kernel") == 0 && i + 1 < argc) only = argv[++i];
-        else { fprintf(stderr, "usage: %s [--small] [--kernel NAME]\n", argv[0]); return 2; }
+        else if (strcmp(argv[i], "--list") == 0) {
+            for (int k = 0; gemm_kernel_table[k]; k++) printf("%s\n", gemm_kernel_table[k]->name);
+            return 0;
+        }
+        else { fprintf(stderr, "usage: %s [--small] [--kernel NAME] [--list]\n", argv[0]); return 2; }
     }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {

@@ -1,0 +1,438 @@
+/*
+ * test_engine_gpu.c - the CUDA backend through the engine interface: description, one
+ * job per kernel with its stage timing, many concurrent jobs of mixed shapes, dtypes and
+ * kernels on several streams (every result checked against a host reference), the 422
+ * refusals, pinned host memory, and the fault paths: device_mem_limit and an injected
+ * allocation failure give 507 and the next job runs; an injected trapping kernel (a
+ * sticky error) fails its job with 500, the device is reset, and later jobs are right.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <cuda_runtime.h>
+
+#include "engine.h"
+#include "gpu_ref.h"
+
+typedef struct {
+    gemm_job job;
+    gemm_engine *e;
+    double *ref;
+    uint32_t *ref_i;
+} tjob;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int ndone;
+
+static void on_done(gemm_job *j)
+{
+    (void)j;
+    pthread_mutex_lock(&mu);
+    ndone++;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+static void wait_done(int n)
+{
+    pthread_mutex_lock(&mu);
+    while (ndone < n) pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+}
+
+static gemm_engine *open_cuda(int streams, uint64_t mem_limit, const char *faults, int qdepth)
+{
+    gemm_engine_config cfg;
+    gemm_engine_config_defaults(&cfg);
+    snprintf(cfg.backend, sizeof cfg.backend, "cuda");
+    cfg.streams_per_device = streams;
+    cfg.device_mem_limit = mem_limit;
+    cfg.queue_depth = qdepth;
+    snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "%s", faults);
+    gemm_err err;
+    gemm_engine *e = gemm_engine_open(&cfg, &err);
+    if (!e) printf("# open failed: %d %s %s\n", err.status, err.code, err.message);
+    return e;
+}
+
+/* A job with fresh inputs and its reference; kernel may be "" (auto). */
+static tjob *make_job(gemm_engine *e, gemm_dtype d, int m, int k, int n, const char *kernel,
+                      int tile, gemm_math math, uint64_t seed)
+{
+    tjob *t = calloc(1, sizeof *t);
+    size_t es = gemm_dtype_size(d);
+    t->e = e;
+    t->job.dtype = d;
+    t->job.m = (uint64_t)m; t->job.k = (uint64_t)k; t->job.n = (uint64_t)n;
+    t->job.a = gemm_engine_host_alloc(e, (size_t)m * k * es);
+    t->job.b = gemm_engine_host_alloc(e, (size_t)k * n * es);
+    t->job.c = gemm_engine_host_alloc(e, (size_t)m * n * es);
+    snprintf(t->job.kernel, sizeof t->job.kernel, "%s", kernel);
+    t->job.tile = tile;
+    t->job.math = math;
+    t->job.done = on_done;
+    ref_fill(d, t->job.a, (size_t)m * k, seed);
+    ref_fill(d, t->job.b, (size_t)k * n, seed + 7777);
+    ref_poison(t->job.c, (size_t)m * n * es);
+    return t;
+}
+
+static void free_job(tjob *t)
+{
+    gemm_engine_host_free(t->e, t->job.a);
+    gemm_engine_host_free(t->e, t->job.b);
+    gemm_engine_host_free(t->e, t->job.c);
+    free(t->ref);
+    free(t->ref_i);
+    free(t);
+}
+
+/* 1 when the finished job's C matches the reference (tolerance by dtype and math). */
+static int job_correct(tjob *t, double *err_out)
+{
+    gemm_job *j = &t->job;
+    int m = (int)j->m, k = (int)j->k, n = (int)j->n;
+    size_t nc = (size_t)m * n;
+    if (j->dtype == GEMM_DTYPE_I32) {
+        t->ref_i = malloc(nc * sizeof *t->ref_i);
+        ref_gemm_i32(j->a, j->b, t->ref_i, m, k, n);
+        size_t bad = ref_mismatches_i32(j->c, t->ref_i, nc);
+        *err_out = (double)bad;
+        return bad == 0;
+    }
+    t->ref = malloc(nc * sizeof *t->ref);
+    ref_gemm_f64(j->dtype, j->a, j->b, t->ref, m, k, n);
+    double err = ref_rel_err(j->dtype, j->c, t->ref, nc);
+    double tol = j->dtype == GEMM_DTYPE_F64 ? 1e-12
+               : j->math_used == GEMM_MATH_TF32 ? 5e-3
+               : j->math_used == GEMM_MATH_BF16 ? 3e-2 : 1e-5;
+    *err_out = err;
+    return err < tol;
+}
+
+/* Submits one job and waits for it. Returns the submit status (0 or -1). */
+static int run_one(gemm_engine *e, tjob *t, gemm_err *err)
+{
+    pthread_mutex_lock(&mu);
+    int target = ndone + 1;
+    pthread_mutex_unlock(&mu);
+    if (gemm_engine_submit(e, &t->job, err) != 0) return -1;
+    wait_done(target);
+    return 0;
+}
+
+static void test_describe(void)
+{
+    gemm_engine *e = open_cuda(4, 0, "", 64);
+    tap(e != NULL, "cuda engine opens with 4 streams per device");
+    if (!e) return;
+    gemm_engine_info info;
+    gemm_engine_describe(e, &info);
+    tap(strcmp(info.backend, "cuda") == 0 && info.ndevices >= 1 &&
+        info.workers == info.ndevices * 4, "describe: backend cuda, %d device(s), %d workers",
+        info.ndevices, info.workers);
+    gemm_device_info *d = &info.devices[0];
+    tap(d->name[0] && d->total_mem > 0 && d->free_mem > 0 && d->free_mem <= d->total_mem &&
+        d->sms > 0 && d->cc_major >= 5 && d->streams == 4,
+        "device 0: %s, %llu MiB, %d SMs, cc %d.%d, %d streams", d->name,
+        (unsigned long long)(d->total_mem >> 20), d->sms, d->cc_major, d->cc_minor, d->streams);
+    int have = 0;
+    for (int i = 0; i < info.nkernels; i++) {
+        gemm_kernel_info *k = &info.kernels[i];
+        if (strcmp(k->name, "naive") == 0 || strcmp(k->name, "tiled") == 0 || strcmp(k->name, "cublas") == 0) have++;
+        if (strcmp(k->name, "cublas") == 0)
+            tap(!(k->dtypes & (1u << GEMM_DTYPE_I32)) && (k->maths & (1u << GEMM_MATH_TF32)) &&
+                (k->maths & (1u << GEMM_MATH_BF16)), "cublas: float32/float64, fp32/tf32/bf16, no int32");
+        if (strcmp(k->name, "tiled") == 0)
+            tap(k->tiles[0] == 32 && k->tiles[1] == 16, "tiled offers tiles 32 and 16");
+    }
+    tap(have == 3, "kernels listed: naive, tiled, cublas (%d in all)", info.nkernels);
+
+    /* pinned host memory */
+    void *p = gemm_engine_host_alloc(e, 3 << 20);
+    struct cudaPointerAttributes attr;
+    int pinned = p && cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeHost;
+    cudaGetLastError();
+    tap(pinned && ((uintptr_t)p % 64) == 0, "host_alloc gives page-locked, 64-byte aligned memory");
+    gemm_engine_host_free(e, p);
+    void *q = gemm_engine_host_alloc(e, (3 << 20) - 100);
+    tap(q == p, "a freed pinned block is reused for a similar size (no second registration)");
+    gemm_engine_host_free(e, q);
+    gemm_engine_close(e);
+}
+
+static void test_each_kernel(void)
+{
+    gemm_engine *e = open_cuda(2, 0, "", 64);
+    if (!e) { tap(0, "open"); return; }
+    struct { const char *kernel; int tile; gemm_dtype d; gemm_math math; const char *want; int want_tile; } cases[] = {
+        {"naive", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "naive", 0},
+        {"tiled", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "tiled", 32},
+        {"tiled", 16, GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "tiled", 16},
+        {"tiled", 32, GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, "tiled", 32},
+        {"cublas", 0, GEMM_DTYPE_F32, GEMM_MATH_FP32, "cublas", 0},
+        {"cublas", 0, GEMM_DTYPE_F32, GEMM_MATH_TF32, "cublas", 0},
+        {"cublas", 0, GEMM_DTYPE_F32, GEMM_MATH_BF16, "cublas", 0},
+        {"cublas", 0, GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "cublas", 0},
+        {"auto", 0, GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, NULL, -1},
+        {"", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, NULL, -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tjob *t = make_job(e, cases[i].d, 257, 300, 129, cases[i].kernel, cases[i].tile, cases[i].math, 100 + i);
+        gemm_err err;
+        int rc = run_one(e, t, &err);
+        double er = 0;
+        gemm_job *j = &t->job;
+        int ok = rc == 0 && atomic_load(&j->state) == GEMM_JOB_DONE && job_correct(t, &er);
+        const gemm_job_timing *tm = &j->timing;
+        int timing_ok = tm->h2d_ms > 0 && tm->kernel_ms > 0 && tm->d2h_ms > 0 && tm->gflops > 0 &&
+                        tm->h2d_ms + tm->kernel_ms + tm->d2h_ms <= tm->compute_ms + 0.05;
+        int names_ok = (!cases[i].want || strcmp(j->kernel_used, cases[i].want) == 0) &&
+                       (cases[i].want_tile < 0 || j->tile_used == cases[i].want_tile) &&
+                       strncmp(j->device, "cuda:", 5) == 0 && j->stream >= 0 &&
+                       (cases[i].d != GEMM_DTYPE_F32 ||
+                        j->math_used == (cases[i].math == GEMM_MATH_DEFAULT ? GEMM_MATH_FP32 : cases[i].math));
+        tap(ok && timing_ok && names_ok,
+            "kernel=%s tile=%d %s math=%s -> %s tile %d on %s stream %d: err %.3g; h2d %.3f + kernel %.3f + d2h %.3f <= total %.3f ms",
+            cases[i].kernel[0] ? cases[i].kernel : "(none)", cases[i].tile, gemm_dtype_name(cases[i].d),
+            gemm_math_name(cases[i].math), j->kernel_used, j->tile_used, j->device, j->stream, er,
+            tm->h2d_ms, tm->kernel_ms, tm->d2h_ms, tm->compute_ms);
+        if (rc != 0 || atomic_load(&j->state) != GEMM_JOB_DONE)
+            printf("#   submit %d / %s: %s\n", rc, j->err.code, rc ? err.message : j->err.message);
+        free_job(t);
+    }
+    if (strcmp(cases[8].kernel, "auto") == 0) {
+        tjob *t = make_job(e, GEMM_DTYPE_I32, 3, 3, 3, "auto", 0, GEMM_MATH_DEFAULT, 5);
+        gemm_err err;
+        run_one(e, t, &err);
+        tap(strcmp(t->job.kernel_used, "cublas") != 0 && t->job.kernel_used[0],
+            "auto never sends int32 to cuBLAS (chose %s)", t->job.kernel_used);
+        free_job(t);
+    }
+
+    /* refusals: 422 before queueing, done() not called */
+    struct { const char *kernel; int tile; gemm_dtype d; gemm_math math; const char *code; } bad[] = {
+        {"cublas", 0, GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, "unsupported_dtype"},
+        {"tiled", 8, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "bad_tile"},
+        {"naive", 16, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "bad_tile"},
+        {"naive", 0, GEMM_DTYPE_F32, GEMM_MATH_TF32, "unsupported_math"},
+        {"cublas", 0, GEMM_DTYPE_F64, GEMM_MATH_BF16, "unsupported_math"},
+        {"warp-magic", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "unknown_kernel"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tjob *t = make_job(e, bad[i].d, 4, 4, 4, bad[i].kernel, bad[i].tile, bad[i].math, 1);
+        gemm_err err;
+        pthread_mutex_lock(&mu);
+        int before = ndone;
+        pthread_mutex_unlock(&mu);
+        int rc = gemm_engine_submit(e, &t->job, &err);
+        pthread_mutex_lock(&mu);
+        int after = ndone;
+        pthread_mutex_unlock(&mu);
+        tap(rc == -1 && err.status == 422 && strcmp(err.code, bad[i].code) == 0 && before == after,
+            "kernel=%s tile=%d %s math=%s refused: %d %s (%s)", bad[i].kernel, bad[i].tile,
+            gemm_dtype_name(bad[i].d), gemm_math_name(bad[i].math), err.status, err.code, err.message);
+        free_job(t);
+    }
+    gemm_engine_close(e);
+}
+
+/* Many jobs at once over 4 streams: mixed shapes, dtypes, kernels; all must be right. */
+static void test_concurrent(void)
+{
+    enum { N = 120 };
+    gemm_engine *e = open_cuda(4, 0, "", N);
+    if (!e) { tap(0, "open"); return; }
+    static const int shp[][3] = {{1, 1, 1}, {37, 53, 29}, {128, 256, 64}, {300, 200, 500}, {513, 129, 257}, {1000, 1, 1000}};
+    static const char *kern[] = {"auto", "naive", "tiled", "cublas"};
+    tjob *jobs[N];
+    pthread_mutex_lock(&mu);
+    int base = ndone;
+    pthread_mutex_unlock(&mu);
+    int submitted = 0;
+    uint64_t bytes_in = 0, bytes_out = 0;
+    for (int i = 0; i < N; i++) {
+        gemm_dtype d = (gemm_dtype)(i % 3);
+        const char *k = kern[(i / 3) % 4];
+        if (d == GEMM_DTYPE_I32 && strcmp(k, "cublas") == 0) k = "tiled";
+        int tile = strcmp(k, "tiled") == 0 ? ((i / 12) % 2 ? 16 : 32) : 0;
+        const int *s = shp[(i / 2) % 6];
+        jobs[i] = make_job(e, d, s[0], s[1], s[2], k, tile, GEMM_MATH_DEFAULT, 1000 + i);
+        gemm_err err;
+        if (gemm_engine_submit(e, &jobs[i]->job, &err) == 0) submitted++;
+        else printf("# submit %d failed: %s\n", i, err.message);
+        size_t es = gemm_dtype_size(d);
+        bytes_in += ((uint64_t)s[0] * s[1] + (uint64_t)s[1] * s[2]) * es;
+        bytes_out += (uint64_t)s[0] * s[2] * es;
+    }
+    wait_done(base + submitted);
+    int right = 0, streams_seen = 0;
+    unsigned seen = 0;
+    for (int i = 0; i < N; i++) {
+        double er;
+        if (atomic_load(&jobs[i]->job.state) == GEMM_JOB_DONE && job_correct(jobs[i], &er)) right++;
+        else printf("#   job %d (%s %s %llux%llux%llu) wrong or failed: %s\n", i, jobs[i]->job.kernel_used,
+                    gemm_dtype_name(jobs[i]->job.dtype), (unsigned long long)jobs[i]->job.m,
+                    (unsigned long long)jobs[i]->job.k, (unsigned long long)jobs[i]->job.n, jobs[i]->job.err.message);
+        if (jobs[i]->job.stream >= 0 && jobs[i]->job.stream < 32) seen |= 1u << jobs[i]->job.stream;
+    }
+    for (int s = 0; s < 32; s++) streams_seen += (seen >> s) & 1;
+    tap(submitted == N && right == N, "%d concurrent jobs (mixed shapes, dtypes, kernels, tiles) all right: %d of %d",
+        N, right, N);
+    printf("# jobs ran on %d distinct stream(s)\n", streams_seen);
+    gemm_engine_stats st;
+    gemm_engine_get_stats(e, &st);
+    tap(st.ndevices >= 1 && st.bytes_h2d[0] == bytes_in && st.bytes_d2h[0] == bytes_out &&
+        st.device_mem_used[0] > 0 && st.device_busy_seconds[0] > 0 && st.completed >= (uint64_t)N,
+        "stats: h2d %llu B, d2h %llu B, device memory %llu B, busy %.3f s, %llu completed",
+        (unsigned long long)st.bytes_h2d[0], (unsigned long long)st.bytes_d2h[0],
+        (unsigned long long)st.device_mem_used[0], st.device_busy_seconds[0], (unsigned long long)st.completed);
+    for (int i = 0; i < N; i++) free_job(jobs[i]);
+    gemm_engine_close(e);
+}
+
+static int expect_ok(gemm_engine *e, gemm_dtype d, int m, int k, int n, const char *kernel, const char *what)
+{
+    tjob *t = make_job(e, d, m, k, n, kernel, 0, GEMM_MATH_DEFAULT, 42);
+    gemm_err err;
+    int rc = run_one(e, t, &err);
+    double er = 0;
+    int ok = rc == 0 && atomic_load(&t->job.state) == GEMM_JOB_DONE && job_correct(t, &er);
+    tap(ok, "%s: %s %dx%dx%d kernel=%s right (err %.3g)%s%s", what, gemm_dtype_name(d), m, k, n,
+        t->job.kernel_used, er, ok ? "" : " -- ", ok ? "" : (rc ? err.message : t->job.err.message));
+    free_job(t);
+    return ok;
+}
+
+static void expect_fail(gemm_engine *e, gemm_dtype d, int m, int k, int n, const char *kernel, int status,
+                        const char *code, const char *what)
+{
+    tjob *t = make_job(e, d, m, k, n, kernel, 0, GEMM_MATH_DEFAULT, 43);
+    gemm_err err;
+    int rc = run_one(e, t, &err);
+    const gemm_err *je = rc ? &err : &t->job.err;
+    tap(atomic_load(&t->job.state) == GEMM_JOB_FAILED && je->status == status && strcmp(je->code, code) == 0,
+        "%s: %d %s (%s)", what, je->status, je->code, je->message);
+    free_job(t);
+}
+
+static void test_faults(void)
+{
+    /* device_mem_limit: 4 MiB per stream; a 1024^2 float32 product needs 12 MiB */
+    gemm_engine *e = open_cuda(2, 4u << 20, "", 16);
+    if (e) {
+        expect_fail(e, GEMM_DTYPE_F32, 1024, 1024, 1024, "tiled", 507, "device_out_of_memory",
+                    "over device_mem_limit");
+        expect_ok(e, GEMM_DTYPE_F32, 512, 256, 512, "tiled", "after the over-limit product");
+        gemm_engine_close(e);
+    } else tap(0, "open with device_mem_limit");
+
+    /* the first device allocation fails */
+    e = open_cuda(1, 0, "oom:1", 16);
+    if (e) {
+        expect_fail(e, GEMM_DTYPE_F32, 200, 300, 100, "cublas", 507, "device_out_of_memory",
+                    "injected allocation failure");
+        expect_ok(e, GEMM_DTYPE_F32, 200, 300, 100, "cublas", "after the allocation failure");
+        gemm_engine_close(e);
+    } else tap(0, "open with oom:1");
+
+    /* a real out-of-memory: more than the device has */
+    e = open_cuda(1, 0, "", 16);
+    if (e) {
+        gemm_engine_info info;
+        gemm_engine_describe(e, &info);
+        /* A and C of 40000 x 400000 float32 (64 GB each) exceed an 80 GB device together;
+         * host memory for them is not needed because the job fails before any copy. */
+        tjob t;
+        memset(&t, 0, sizeof t);
+        uint64_t rows = info.devices[0].total_mem / 4 / 100000 + 1; /* A alone larger than the device */
+        t.job.dtype = GEMM_DTYPE_F32;
+        t.job.m = rows; t.job.k = 100000; t.job.n = 1;
+        static float dummy[4];
+        t.job.a = t.job.b = t.job.c = dummy;
+        snprintf(t.job.kernel, sizeof t.job.kernel, "naive");
+        t.job.done = on_done;
+        gemm_err err;
+        int rc = run_one(e, &t, &err);
+        tap(rc == 0 && atomic_load(&t.job.state) == GEMM_JOB_FAILED && t.job.err.status == 507 &&
+            strcmp(t.job.err.code, "device_out_of_memory") == 0,
+            "a product larger than device memory: %d %s (%s)", t.job.err.status, t.job.err.code, t.job.err.message);
+        expect_ok(e, GEMM_DTYPE_F64, 64, 64, 64, "tiled", "after the real out-of-memory");
+        gemm_engine_close(e);
+    }
+
+    /* sticky error on the 2nd job, one stream */
+    e = open_cuda(1, 0, "sticky:2", 16);
+    if (e) {
+        expect_ok(e, GEMM_DTYPE_F32, 100, 100, 100, "tiled", "before the sticky error");
+        expect_fail(e, GEMM_DTYPE_F32, 100, 100, 100, "tiled", 500, "device_error",
+                    "trapping kernel (sticky error)");
+        expect_ok(e, GEMM_DTYPE_F32, 300, 200, 100, "cublas", "after the device reset (cublas)");
+        expect_ok(e, GEMM_DTYPE_I32, 300, 200, 100, "tiled", "after the device reset (tiled int32)");
+        gemm_engine_close(e);
+    } else tap(0, "open with sticky:2");
+
+    /* sticky error among many concurrent jobs on 4 streams */
+    e = open_cuda(4, 0, "sticky:6", 64);
+    if (e) {
+        enum { N = 32 };
+        tjob *jobs[N];
+        pthread_mutex_lock(&mu);
+        int base = ndone;
+        pthread_mutex_unlock(&mu);
+        int sub = 0;
+        for (int i = 0; i < N; i++) {
+            jobs[i] = make_job(e, (gemm_dtype)(i % 3), 200 + i, 150, 170, i % 3 == 2 ? "tiled" : "auto", 0,
+                               GEMM_MATH_DEFAULT, 500 + i);
+            gemm_err err;
+            if (gemm_engine_submit(e, &jobs[i]->job, &err) == 0) sub++;
+        }
+        wait_done(base + sub);
+        int okc = 0, failed500 = 0, other = 0;
+        for (int i = 0; i < N; i++) {
+            double er;
+            int st = atomic_load(&jobs[i]->job.state);
+            if (st == GEMM_JOB_DONE && job_correct(jobs[i], &er)) okc++;
+            else if (st == GEMM_JOB_FAILED && jobs[i]->job.err.status == 500 &&
+                     strcmp(jobs[i]->job.err.code, "device_error") == 0) failed500++;
+            else other++;
+        }
+        tap(sub == N && failed500 >= 1 && other == 0 && okc + failed500 == N,
+            "sticky error among %d concurrent jobs on 4 streams: %d right, %d failed with 500, %d wrong", N, okc,
+            failed500, other);
+        for (int i = 0; i < N; i++) free_job(jobs[i]);
+        expect_ok(e, GEMM_DTYPE_F32, 333, 222, 111, "cublas", "after recovery on 4 streams");
+        expect_ok(e, GEMM_DTYPE_F64, 333, 222, 111, "naive", "after recovery on 4 streams");
+        gemm_engine_close(e);
+    } else tap(0, "open with sticky:6");
+
+    /* fault_inject syntax is checked */
+    gemm_engine_config cfg;
+    gemm_engine_config_defaults(&cfg);
+    snprintf(cfg.backend, sizeof cfg.backend, "cuda");
+    snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "explode:1");
+    gemm_err err;
+    gemm_engine *bad = gemm_engine_open(&cfg, &err);
+    tap(bad == NULL && err.status == 400, "unknown fault_inject is refused: %s", err.message);
+    if (bad) gemm_engine_close(bad);
+    gemm_engine_config_defaults(&cfg);
+    snprintf(cfg.backend, sizeof cfg.backend, "cuda");
+    snprintf(cfg.devices, sizeof cfg.devices, "0,99");
+    bad = gemm_engine_open(&cfg, &err);
+    tap(bad == NULL && err.status == 400, "devices naming a missing ordinal is refused: %s", err.message);
+    if (bad) gemm_engine_close(bad);
+}
+
+int main(void)
+{
+    if (gemm_cuda_device_count() == 0) {
+        tap_skip("no CUDA device", "CUDA engine");
+        return tap_done();
+    }
+    test_describe();
+    test_each_kernel();
+    test_concurrent();
+    test_faults();
+    return tap_done();
+}
