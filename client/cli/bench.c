@@ -1,0 +1,288 @@
+/*
+ * bench.c - `gemm bench`: C threads, each with its own client handle (its own keep-alive
+ * connection) and its own C buffer, send the same random A and B R times each. Latency is
+ * the client's wall time of one gemm_multiply() (upload, server, download). The first
+ * answer is checked against a float64 computation of sampled elements before any number
+ * is printed.
+ */
+#include "cli.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const gemm_cli_opts *o;
+    gemm_request req;     /* a, b shared; c per thread */
+    double *lat_ms;       /* repeat entries */
+    double *server_ms;    /* Server-Timing total */
+    double *kernel_ms;
+    int done;
+    int failed;
+    gemm_client_error err;
+    gemm_cli_progress bar; /* never drawn; makes Ctrl-C stop the transfers */
+    pthread_barrier_t *start; /* after the warm-up, every thread and main meet here */
+} worker;
+
+static void *run_worker(void *arg)
+{
+    worker *w = arg;
+    gemm_client *c = gemm_cli_client(w->o, &w->bar, &w->err);
+    if (!c) w->failed = 1;
+    for (int i = 0; c && !w->failed && i < w->o->warmup && !gemm_cli_interrupted; i++) {
+        gemm_timing t;
+        if (gemm_multiply(c, &w->req, &t, &w->err) != 0) w->failed = 1;
+    }
+    pthread_barrier_wait(w->start);
+    for (int j = 0; c && !w->failed && j < w->o->repeat && !gemm_cli_interrupted; j++) {
+        gemm_timing t;
+        double t0 = gemm_now_ms();
+        if (gemm_multiply(c, &w->req, &t, &w->err) != 0) {
+            w->failed = 1;
+            break;
+        }
+        w->lat_ms[j] = gemm_now_ms() - t0;
+        w->server_ms[j] = t.total_ms;
+        w->kernel_ms[j] = t.kernel_ms;
+        w->done = j + 1;
+    }
+    gemm_client_free(c);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of a sorted array. */
+static double pct(const double *v, size_t n, double p)
+{
+    if (n == 0) return NAN;
+    size_t r = (size_t)ceil(p / 100.0 * (double)n);
+    if (r < 1) r = 1;
+    if (r > n) r = n;
+    return v[r - 1];
+}
+
+static double median_of(double *v, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (v[i] >= 0) v[k++] = v[i];
+    if (k == 0) return -1;
+    qsort(v, k, sizeof *v, cmp_double);
+    return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void fill_random(void *p, size_t count, gemm_dtype d, uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < count; i++) {
+        /* small integers: exact in every dtype, so the check below can be tight */
+        int v = (int)(rng_next(&s) % 17) - 8;
+        switch (d) {
+        case GEMM_DTYPE_F32: ((float *)p)[i] = (float)v; break;
+        case GEMM_DTYPE_F64: ((double *)p)[i] = (double)v; break;
+        default: ((int32_t *)p)[i] = v; break;
+        }
+    }
+}
+
+static double elem(const void *p, size_t i, gemm_dtype d)
+{
+    switch (d) {
+    case GEMM_DTYPE_F32: return ((const float *)p)[i];
+    case GEMM_DTYPE_F64: return ((const double *)p)[i];
+    default: return ((const int32_t *)p)[i];
+    }
+}
+
+/* Checks 256 sampled elements of C against float64 dot products. */
+static int verify(const gemm_request *r, const void *c, char *msg, size_t cap)
+{
+    uint64_t s = 12345;
+    for (int t = 0; t < 256; t++) {
+        uint64_t i = rng_next(&s) % r->m, j = rng_next(&s) % r->n;
+        double ref = 0;
+        for (uint64_t q = 0; q < r->k; q++)
+            ref += elem(r->a, (size_t)(i * r->k + q), r->dtype) * elem(r->b, (size_t)(q * r->n + j), r->dtype);
+        double got = elem(c, (size_t)(i * r->n + j), r->dtype);
+        /* inputs are integers in [-8, 8]: every partial sum is exact in float64 and int32;
+         * float32 is exact while |sums| < 2^24, which holds for k < 2^24/64 */
+        double tol = r->dtype == GEMM_DTYPE_F32 && r->math > GEMM_MATH_FP32 ? 1e-2 * fabs(ref) + 1 : 1e-9 * fabs(ref);
+        if (fabs(got - ref) > tol) {
+            snprintf(msg, cap, "C[%llu][%llu] is %.17g, expected %.17g", (unsigned long long)i,
+                     (unsigned long long)j, got, ref);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int gemm_cli_bench(const gemm_cli_opts *o)
+{
+    gemm_request req = GEMM_REQUEST_INIT;
+    req.dtype = GEMM_DTYPE_F32;
+    if (o->dtype && gemm_dtype_from_name(o->dtype, &req.dtype) != 0) {
+        fprintf(stderr, "gemm: --dtype \"%s\": expected float32, float64 or int32\n", o->dtype);
+        return GEMM_EXIT_USAGE;
+    }
+    if (o->math && gemm_math_from_name(o->math, &req.math) != 0) {
+        fprintf(stderr, "gemm: --math \"%s\": expected fp32, tf32 or bf16\n", o->math);
+        return GEMM_EXIT_USAGE;
+    }
+    req.m = o->m ? o->m : o->size;
+    req.k = o->k ? o->k : o->size;
+    req.n = o->n ? o->n : o->size;
+    req.kernel = o->kernel;
+    req.tile = o->tile;
+    size_t ab, bb, cb;
+    if (!gemm_matrix_bytes(req.m, req.k, req.dtype, &ab) || !gemm_matrix_bytes(req.k, req.n, req.dtype, &bb) ||
+        !gemm_matrix_bytes(req.m, req.n, req.dtype, &cb)) {
+        fprintf(stderr, "gemm: the shape is too large\n");
+        return GEMM_EXIT_USAGE;
+    }
+    int nt = o->concurrency, rep = o->repeat;
+    void *A = malloc(ab), *B = malloc(bb);
+    worker *ws = calloc((size_t)nt, sizeof *ws);
+    pthread_t *tids = calloc((size_t)nt, sizeof *tids);
+    int rc = GEMM_EXIT_OK;
+    if (!A || !B || !ws || !tids) {
+        fprintf(stderr, "gemm: out of memory for the matrices\n");
+        rc = GEMM_EXIT_IO;
+        goto out;
+    }
+    fill_random(A, ab / gemm_dtype_size(req.dtype), req.dtype, 1);
+    fill_random(B, bb / gemm_dtype_size(req.dtype), req.dtype, 2);
+    req.a = A;
+    req.b = B;
+    for (int i = 0; i < nt; i++) {
+        ws[i].o = o;
+        ws[i].req = req;
+        ws[i].req.c = malloc(cb);
+        ws[i].lat_ms = calloc((size_t)rep, sizeof(double));
+        ws[i].server_ms = calloc((size_t)rep, sizeof(double));
+        ws[i].kernel_ms = calloc((size_t)rep, sizeof(double));
+        if (!ws[i].req.c || !ws[i].lat_ms || !ws[i].server_ms || !ws[i].kernel_ms) {
+            fprintf(stderr, "gemm: out of memory\n");
+            rc = GEMM_EXIT_IO;
+            goto out;
+        }
+    }
+
+    /* correctness first: one product, checked */
+    {
+        gemm_client_error err;
+        gemm_client *c = gemm_cli_client(o, &ws[0].bar, &err);
+        if (!c) {
+            rc = gemm_cli_fail(&err, "bench");
+            goto out;
+        }
+        gemm_timing t;
+        int r = gemm_multiply(c, &ws[0].req, &t, &err);
+        gemm_client_free(c);
+        if (r != 0) {
+            rc = gemm_cli_interrupted ? GEMM_EXIT_INTERRUPTED : gemm_cli_fail(&err, "bench");
+            goto out;
+        }
+        char msg[256];
+        if (verify(&ws[0].req, ws[0].req.c, msg, sizeof msg) != 0) {
+            fprintf(stderr, "gemm: bench: wrong answer from the server (kernel %s): %s\n", t.kernel, msg);
+            rc = GEMM_EXIT_SERVER;
+            goto out;
+        }
+    }
+
+    pthread_barrier_t barrier;
+    if (pthread_barrier_init(&barrier, NULL, (unsigned)nt + 1) != 0) {
+        fprintf(stderr, "gemm: bench: cannot make a barrier\n");
+        rc = GEMM_EXIT_IO;
+        goto out;
+    }
+    int started = 0;
+    for (int i = 0; i < nt; i++) {
+        ws[i].start = &barrier;
+        if (pthread_create(&tids[i], NULL, run_worker, &ws[i]) != 0) {
+            fprintf(stderr, "gemm: bench: cannot start thread %d of %d\n", i + 1, nt);
+            exit(GEMM_EXIT_IO); /* the others wait at the barrier for ever */
+        }
+        started++;
+    }
+    pthread_barrier_wait(&barrier);
+    double t0 = gemm_now_ms();
+    for (int i = 0; i < started; i++) pthread_join(tids[i], NULL);
+    double wall = gemm_now_ms() - t0;
+    pthread_barrier_destroy(&barrier);
+    if (gemm_cli_interrupted) {
+        fprintf(stderr, "gemm: bench interrupted\n");
+        rc = GEMM_EXIT_INTERRUPTED;
+        goto out;
+    }
+    for (int i = 0; i < nt; i++) {
+        if (ws[i].failed) {
+            rc = gemm_cli_fail(&ws[i].err, "bench");
+            goto out;
+        }
+    }
+    size_t total = (size_t)nt * (size_t)rep;
+    double *lat = malloc(total * sizeof *lat), *srv = malloc(total * sizeof *srv), *ker = malloc(total * sizeof *ker);
+    if (!lat || !srv || !ker) {
+        free(lat);
+        free(srv);
+        free(ker);
+        rc = GEMM_EXIT_IO;
+        goto out;
+    }
+    double sum_lat = 0;
+    for (int i = 0; i < nt; i++) {
+        memcpy(lat + (size_t)i * rep, ws[i].lat_ms, (size_t)rep * sizeof *lat);
+        memcpy(srv + (size_t)i * rep, ws[i].server_ms, (size_t)rep * sizeof *srv);
+        memcpy(ker + (size_t)i * rep, ws[i].kernel_ms, (size_t)rep * sizeof *ker);
+        for (int j = 0; j < rep; j++) sum_lat += ws[i].lat_ms[j];
+    }
+    qsort(lat, total, sizeof *lat, cmp_double);
+    double window_s = wall / 1000.0; /* from the end of the warm-up to the last answer */
+    double flops = 2.0 * (double)req.m * (double)req.n * (double)req.k;
+    double payload = (double)(ab + bb + cb);
+    double med_srv = median_of(srv, total), med_ker = median_of(ker, total);
+    printf("gemm bench: %llux%llux%llu %s, kernel %s, %d thread%s x %d requests (+%d warm-up each), server %s\n",
+           (unsigned long long)req.m, (unsigned long long)req.k, (unsigned long long)req.n,
+           gemm_dtype_name(req.dtype), req.kernel ? req.kernel : "auto", nt, nt == 1 ? "" : "s", rep, o->warmup,
+           o->server);
+    printf("  latency ms     min %.3f  median %.3f  p99 %.3f  mean %.3f  max %.3f\n", lat[0],
+           pct(lat, total, 50), pct(lat, total, 99), sum_lat / (double)total, lat[total - 1]);
+    if (med_srv >= 0)
+        printf("  server ms      median total %.3f  median kernel %.3f  (client-side share of the median: %.3f)\n",
+               med_srv, med_ker, pct(lat, total, 50) - med_srv);
+    printf("  throughput     %.2f requests/s  %.2f GFLOP/s  %.1f MB/s payload (A+B+C = %.1f MB per request)\n",
+           (double)total / window_s, flops * (double)total / window_s / 1e9, payload * (double)total / window_s / 1e6,
+           payload / 1e6);
+    free(lat);
+    free(srv);
+    free(ker);
+out:
+    if (ws)
+        for (int i = 0; i < nt; i++) {
+            free(ws[i].req.c);
+            free(ws[i].lat_ms);
+            free(ws[i].server_ms);
+            free(ws[i].kernel_ms);
+        }
+    free(ws);
+    free(tids);
+    free(A);
+    free(B);
+    return rc;
+}

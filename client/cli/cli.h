@@ -1,0 +1,127 @@
+/*
+ * cli.h - the parts of the `gemm` command: options, matrix files, progress and signals,
+ * and the subcommands.
+ */
+#ifndef GEMM_CLI_H
+#define GEMM_CLI_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemm.h"
+
+/* Exit codes (documented in `gemm --help` and docs/CLIENT.md). */
+enum {
+    GEMM_EXIT_OK = 0,
+    GEMM_EXIT_SERVER = 1,      /* the server answered with an error (or a wrong answer) */
+    GEMM_EXIT_USAGE = 2,       /* bad command line */
+    GEMM_EXIT_CONNECT = 3,     /* could not connect, or a timeout */
+    GEMM_EXIT_IO = 4,          /* local file I/O or format error */
+    GEMM_EXIT_INTERRUPTED = 130
+};
+
+/* ---- options shared by every subcommand -------------------------------- */
+
+typedef struct {
+    const char *server;
+    const char *token;
+    long timeout_ms;          /* --timeout SECONDS (0 = none) */
+    long connect_timeout_ms;  /* --connect-timeout SECONDS */
+    int retries;              /* --retries N */
+    int verbose;
+    int quiet;
+    /* multiply */
+    const char *out;
+    const char *format;       /* --format for inputs and output */
+    const char *out_format;
+    const char *dtype;
+    const char *shape;
+    const char *kernel;
+    const char *math;
+    int tile;
+    int async;
+    int timing;               /* --timing: print the stages on stderr */
+    int progress;             /* -1 auto (terminal), 0 off, 1 on */
+    /* bench */
+    uint64_t size, m, k, n;
+    int repeat, concurrency, warmup;
+    /* positional */
+    const char *pos[4];
+    int npos;
+} gemm_cli_opts;
+
+/* Maps a library error to an exit code, printing "gemm: <message>" on stderr. */
+int gemm_cli_fail(const gemm_client_error *err, const char *what);
+/* Creates the client for the options. With a bar, its progress callback is installed
+ * (Ctrl-C aborts transfers; the bar is drawn when bar->enabled). */
+typedef struct gemm_cli_progress gemm_cli_progress;
+gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gemm_client_error *err);
+
+/* ---- SIGINT and the progress bar ---------------------------------------- */
+
+extern volatile sig_atomic_t gemm_cli_interrupted;
+void gemm_cli_install_sigint(void);
+/* libgemm progress callback: stops the transfer after SIGINT; draws the bar when
+ * ctx->enabled and the transfer is over 64 MB. */
+struct gemm_cli_progress {
+    int enabled;
+    double last_draw_ms;
+    int drawn;
+};
+int gemm_cli_progress_cb(void *ctx, uint64_t up_now, uint64_t up_total, uint64_t down_now,
+                         uint64_t down_total);
+void gemm_cli_progress_done(gemm_cli_progress *p);
+extern gemm_cli_progress gemm_cli_bar; /* the one bar of the command */
+
+/* ---- matrix files -------------------------------------------------------- */
+
+typedef enum { GEMM_FMT_AUTO = 0, GEMM_FMT_NPY, GEMM_FMT_RAW, GEMM_FMT_CSV, GEMM_FMT_TSV, GEMM_FMT_TXT } gemm_cli_format;
+
+/* From --format (when given) or the file's extension. 0, or -1 with msg. */
+int gemm_cli_format_of(const char *path, const char *forced, gemm_cli_format *out, char *msg, size_t cap);
+const char *gemm_cli_format_name(gemm_cli_format f);
+
+typedef struct {
+    gemm_cli_format fmt;
+    gemm_dtype dtype;
+    uint64_t rows, cols;
+    const void *data;  /* row-major elements: inside the mapping, or owned */
+    void *map;
+    size_t map_len;
+    void *owned;
+} gemm_cli_input;
+
+/* Opens an input. dtype: GEMM_DTYPE_INVALID when not forced (npy carries its own; text
+ * defaults to float64; raw needs one). rows/cols: the raw shape (cols 0 = from the file
+ * size). Returns 0 or -1 with msg. */
+int gemm_cli_input_open(gemm_cli_input *m, const char *path, gemm_cli_format fmt, gemm_dtype dtype,
+                        uint64_t rows, uint64_t cols, char *msg, size_t cap);
+void gemm_cli_input_close(gemm_cli_input *m);
+
+typedef struct {
+    gemm_cli_format fmt;
+    gemm_dtype dtype;
+    uint64_t rows, cols;
+    char *path, *tmp_path; /* written to tmp_path (same folder), renamed on commit */
+    int fd;
+    void *map;
+    size_t map_len;
+    void *data;            /* where C goes: inside the mapping, or owned */
+    void *owned;
+    int to_stdout;
+} gemm_cli_output;
+
+int gemm_cli_output_create(gemm_cli_output *o, const char *path, gemm_cli_format fmt, gemm_dtype dtype,
+                           uint64_t rows, uint64_t cols, char *msg, size_t cap);
+/* Writes text formats, flushes and renames into place. 0 or -1 with msg. */
+int gemm_cli_output_commit(gemm_cli_output *o, char *msg, size_t cap);
+/* Removes the partial file. Safe after commit (does nothing then). */
+void gemm_cli_output_abort(gemm_cli_output *o);
+
+/* ---- subcommands ---------------------------------------------------------- */
+
+int gemm_cli_multiply(const gemm_cli_opts *o);
+int gemm_cli_bench(const gemm_cli_opts *o);
+
+#endif

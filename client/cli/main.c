@@ -1,0 +1,433 @@
+/*
+ * main.c - the `gemm` command: subcommands, options, help, exit codes; `info` and `health`.
+ */
+#include "cli.h"
+
+#include "gemm_util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#define DEFAULT_SERVER "http://127.0.0.1:8080"
+
+static const char *const common_help =
+    "Connection options (every subcommand):\n"
+    "  -s, --server URL         the daemon (default $GEMM_SERVER, else " DEFAULT_SERVER ")\n"
+    "  -t, --token TOKEN        bearer token (default $GEMM_TOKEN)\n"
+    "      --timeout SEC        limit on each request, upload to last byte (default none)\n"
+    "      --connect-timeout SEC  limit on connecting (default 10)\n"
+    "      --retries N          retries after 503 queue_full, honouring Retry-After (default 3)\n"
+    "  -v, --verbose            show the HTTP exchange\n"
+    "  -h, --help               this help\n";
+
+static const char *const exit_help =
+    "Exit status: 0 ok, 1 server error, 2 usage error, 3 connection failure or timeout,\n"
+    "4 local file I/O or format error, 130 interrupted (Ctrl-C).\n";
+
+static void usage_main(FILE *f)
+{
+    fprintf(f,
+            "usage: gemm [OPTIONS] COMMAND [ARGS]\n"
+            "\n"
+            "Client of the gemmd matrix-multiplication service.\n"
+            "\n"
+            "Commands:\n"
+            "  multiply A B -o C   C = A.B on the server (npy, raw binary, CSV/TSV files)\n"
+            "  bench               measure latency and throughput against the server\n"
+            "  info                the server's version, backends, devices, kernels, limits\n"
+            "  health              liveness and readiness of the server\n"
+            "  help COMMAND        help on one command (or: gemm COMMAND --help)\n"
+            "\n%s\n%s",
+            common_help, exit_help);
+}
+
+static void usage_multiply(FILE *f)
+{
+    fprintf(f,
+            "usage: gemm multiply [OPTIONS] A B [-o C]\n"
+            "\n"
+            "Computes C = A.B on the server. The format of each file comes from its extension\n"
+            "(.npy; .bin/.raw raw little-endian row-major; .csv, .tsv, .txt text) or --format.\n"
+            "Inputs are mapped and sent as they are (a fortran_order .npy is transposed into a\n"
+            "buffer first); .npy and raw outputs are written straight into the output file,\n"
+            "which appears only when the product succeeded. Without -o, C is printed as CSV.\n"
+            "\n"
+            "  -o, --output C           output file ('-' = standard output)\n"
+            "  -f, --format FMT         format of the inputs and output: npy, raw, csv, tsv, txt\n"
+            "      --out-format FMT     format of the output only\n"
+            "  -d, --dtype T            float32, float64, int32: needed for raw inputs; text\n"
+            "                           inputs are parsed as this (default float64); .npy\n"
+            "                           inputs must match it\n"
+            "      --shape MxK[xN]      shape of a raw A (B has K rows; its columns come from\n"
+            "                           its size, or N)\n"
+            "  -k, --kernel NAME        auto, naive, tiled, cublas, ... (see gemm info)\n"
+            "      --math MODE          float32 only: fp32, tf32, bf16\n"
+            "      --tile N             tile of the tiled kernel\n"
+            "      --async              queue a job, wait for it, fetch the result (Ctrl-C cancels it)\n"
+            "      --timing             print the server's stages and the client's time on stderr\n"
+            "      --progress / --no-progress  progress bar for transfers over 64 MB\n"
+            "                           (default: when stderr is a terminal)\n"
+            "\n%s\n%s",
+            common_help, exit_help);
+}
+
+static void usage_bench(FILE *f)
+{
+    fprintf(f,
+            "usage: gemm bench [OPTIONS]\n"
+            "\n"
+            "Sends the same random product repeatedly from C threads (one connection each) and\n"
+            "prints min/median/p99 latency, requests/s, GFLOP/s and payload MB/s (A+B+C bytes).\n"
+            "The first answer is checked against a float64 computation of sampled elements.\n"
+            "\n"
+            "  -n, --size N             square size (default 1024)\n"
+            "      --m M, --k K, --n N  a rectangular shape (each defaults to --size)\n"
+            "  -d, --dtype T            float32 (default), float64, int32\n"
+            "  -r, --repeat R           requests per thread (default 10)\n"
+            "  -c, --concurrency C      threads (default 1)\n"
+            "  -w, --warmup W           untimed requests per thread first (default 1)\n"
+            "  -k, --kernel NAME        kernel to ask for\n"
+            "      --math MODE, --tile N  as for multiply\n"
+            "\n%s\n%s",
+            common_help, exit_help);
+}
+
+static void usage_info(FILE *f)
+{
+    fprintf(f, "usage: gemm info [OPTIONS]\n\nPrints GET /v1/info: version, backends, devices, kernels, dtypes, limits.\n\n%s\n%s",
+            common_help, exit_help);
+}
+
+static void usage_health(FILE *f)
+{
+    fprintf(f,
+            "usage: gemm health [OPTIONS]\n\nAsks GET /healthz (alive) and GET /readyz (engine up, queue not full).\n"
+            "Exits 0 when both answer 2xx, 1 when the server answers otherwise, 3 when it cannot be reached.\n\n%s\n%s",
+            common_help, exit_help);
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+int gemm_cli_fail(const gemm_client_error *err, const char *what)
+{
+    switch (err->kind) {
+    case GEMM_CLIENT_E_SERVER:
+        fprintf(stderr, "gemm: %s: server error %d %s: %s\n", what, err->http_status, err->code, err->message);
+        return GEMM_EXIT_SERVER;
+    case GEMM_CLIENT_E_PROTOCOL:
+        fprintf(stderr, "gemm: %s: bad answer from the server: %s\n", what, err->message);
+        return GEMM_EXIT_SERVER;
+    case GEMM_CLIENT_E_CONNECT:
+        fprintf(stderr, "gemm: %s: cannot reach the server: %s\n", what, err->message);
+        return GEMM_EXIT_CONNECT;
+    case GEMM_CLIENT_E_TIMEOUT:
+        fprintf(stderr, "gemm: %s: timed out: %s\n", what, err->message);
+        return GEMM_EXIT_CONNECT;
+    case GEMM_CLIENT_E_ABORTED:
+        fprintf(stderr, "gemm: %s: interrupted\n", what);
+        return GEMM_EXIT_INTERRUPTED;
+    case GEMM_CLIENT_E_ARGUMENT:
+        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
+        return GEMM_EXIT_USAGE;
+    case GEMM_CLIENT_E_NOMEM:
+        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
+        return GEMM_EXIT_IO;
+    default:
+        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
+        return GEMM_EXIT_SERVER;
+    }
+}
+
+gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gemm_client_error *err)
+{
+    gemm_client_options co;
+    gemm_client_options_init(&co);
+    co.token = o->token;
+    co.timeout_ms = o->timeout_ms;
+    if (o->connect_timeout_ms > 0) co.connect_timeout_ms = o->connect_timeout_ms;
+    if (o->retries >= 0) co.max_retries = o->retries;
+    co.verbose = o->verbose;
+    if (bar) {
+        co.progress = gemm_cli_progress_cb;
+        co.progress_ctx = bar;
+    }
+    return gemm_client_new(o->server, &co, err);
+}
+
+static int parse_seconds(const char *s, long *ms)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || v < 0 || v > 1e6) return -1;
+    *ms = (long)(v * 1000.0 + 0.5);
+    if (v > 0 && *ms == 0) *ms = 1;
+    return 0;
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- info, health */
+
+static int cmd_info(const gemm_cli_opts *o)
+{
+    gemm_client_error err;
+    gemm_client *c = gemm_cli_client(o, &gemm_cli_bar, &err);
+    if (!c) return gemm_cli_fail(&err, "info");
+    char *body = NULL;
+    int status = 0;
+    int rc = GEMM_EXIT_OK;
+    if (gemm_get(c, "/v1/info", &body, &status, &err) != 0) {
+        rc = gemm_cli_fail(&err, "info");
+    } else if (status < 200 || status >= 300) {
+        cJSON *j = cJSON_Parse(body);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
+        fprintf(stderr, "gemm: info: server error %d: %s\n", status, cJSON_IsString(m) ? m->valuestring : body);
+        cJSON_Delete(j);
+        rc = GEMM_EXIT_SERVER;
+    } else {
+        cJSON *j = cJSON_Parse(body);
+        char *pretty = j ? cJSON_Print(j) : NULL;
+        printf("%s\n", pretty ? pretty : body);
+        cJSON_free(pretty);
+        cJSON_Delete(j);
+    }
+    free(body);
+    gemm_client_free(c);
+    return rc;
+}
+
+static int cmd_health(const gemm_cli_opts *o)
+{
+    gemm_client_error err;
+    gemm_cli_opts o2 = *o;
+    o2.retries = 0; /* a 503 from /readyz is the answer, not something to wait out */
+    gemm_client *c = gemm_cli_client(&o2, &gemm_cli_bar, &err);
+    if (!c) return gemm_cli_fail(&err, "health");
+    static const char *const paths[] = {"/healthz", "/readyz"};
+    int rc = GEMM_EXIT_OK;
+    for (int i = 0; i < 2; i++) {
+        char *body = NULL;
+        int status = 0;
+        if (gemm_get(c, paths[i], &body, &status, &err) != 0) {
+            rc = gemm_cli_fail(&err, paths[i] + 1);
+            free(body);
+            break;
+        }
+        size_t n = strlen(body);
+        while (n > 0 && (body[n - 1] == '\n' || body[n - 1] == '\r')) body[--n] = '\0';
+        printf("%-8s %d %s\n", paths[i] + 1, status, body);
+        if (status < 200 || status >= 300) rc = GEMM_EXIT_SERVER;
+        free(body);
+    }
+    gemm_client_free(c);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- options */
+
+enum {
+    OPT_TIMEOUT = 256, OPT_CONNECT_TIMEOUT, OPT_RETRIES, OPT_OUT_FORMAT, OPT_SHAPE, OPT_MATH,
+    OPT_TILE, OPT_ASYNC, OPT_TIMING, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_M, OPT_K, OPT_N
+};
+
+typedef enum { CMD_NONE, CMD_MULTIPLY, CMD_BENCH, CMD_INFO, CMD_HEALTH, CMD_HELP } command;
+
+static command command_of(const char *s)
+{
+    if (strcmp(s, "multiply") == 0 || strcmp(s, "mul") == 0) return CMD_MULTIPLY;
+    if (strcmp(s, "bench") == 0) return CMD_BENCH;
+    if (strcmp(s, "info") == 0) return CMD_INFO;
+    if (strcmp(s, "health") == 0) return CMD_HEALTH;
+    if (strcmp(s, "help") == 0) return CMD_HELP;
+    return CMD_NONE;
+}
+
+static void usage_of(command c, FILE *f)
+{
+    switch (c) {
+    case CMD_MULTIPLY: usage_multiply(f); break;
+    case CMD_BENCH: usage_bench(f); break;
+    case CMD_INFO: usage_info(f); break;
+    case CMD_HEALTH: usage_health(f); break;
+    default: usage_main(f); break;
+    }
+}
+
+static int usage_error(command c, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "gemm: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see gemm %s--help)\n",
+            c == CMD_MULTIPLY ? "multiply " : c == CMD_BENCH ? "bench " : c == CMD_INFO ? "info " :
+            c == CMD_HEALTH ? "health " : "");
+    return GEMM_EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    gemm_cli_opts o;
+    memset(&o, 0, sizeof o);
+    o.server = getenv("GEMM_SERVER");
+    if (!o.server || !*o.server) o.server = DEFAULT_SERVER;
+    o.token = getenv("GEMM_TOKEN");
+    o.retries = -1;
+    o.progress = -1;
+    o.repeat = 10;
+    o.concurrency = 1;
+    o.warmup = 1;
+    o.size = 1024;
+
+    static const struct option longopts[] = {
+        {"server", required_argument, NULL, 's'},
+        {"token", required_argument, NULL, 't'},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
+        {"retries", required_argument, NULL, OPT_RETRIES},
+        {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {"output", required_argument, NULL, 'o'},
+        {"format", required_argument, NULL, 'f'},
+        {"out-format", required_argument, NULL, OPT_OUT_FORMAT},
+        {"dtype", required_argument, NULL, 'd'},
+        {"shape", required_argument, NULL, OPT_SHAPE},
+        {"kernel", required_argument, NULL, 'k'},
+        {"math", required_argument, NULL, OPT_MATH},
+        {"tile", required_argument, NULL, OPT_TILE},
+        {"async", no_argument, NULL, OPT_ASYNC},
+        {"timing", no_argument, NULL, OPT_TIMING},
+        {"progress", no_argument, NULL, OPT_PROGRESS},
+        {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+        {"size", required_argument, NULL, 'n'},
+        {"m", required_argument, NULL, OPT_M},
+        {"k", required_argument, NULL, OPT_K},
+        {"n", required_argument, NULL, OPT_N},
+        {"repeat", required_argument, NULL, 'r'},
+        {"concurrency", required_argument, NULL, 'c'},
+        {"warmup", required_argument, NULL, 'w'},
+        {NULL, 0, NULL, 0},
+    };
+    /* Options may come before or after the command: find the command first. */
+    command cmd = CMD_NONE;
+    int help = 0;
+    long v;
+    opterr = 0;
+    int opt;
+    optind = 1;
+    /* "+": stop at the first non-option so positional arguments keep their order */
+    while (optind < argc) {
+        opt = getopt_long(argc, argv, "+:s:t:vho:f:d:k:n:r:c:w:", longopts, NULL);
+        if (opt == -1) {
+            const char *a = argv[optind++];
+            if (cmd == CMD_NONE) {
+                cmd = command_of(a);
+                if (cmd == CMD_NONE) return usage_error(CMD_NONE, "unknown command \"%s\"", a);
+            } else if (cmd == CMD_HELP && o.npos == 0) {
+                o.pos[o.npos++] = a;
+            } else if (o.npos < 4) {
+                o.pos[o.npos++] = a;
+            } else {
+                return usage_error(cmd, "too many arguments (\"%s\")", a);
+            }
+            continue;
+        }
+        const char *arg = optarg;
+        switch (opt) {
+        case 's': o.server = arg; break;
+        case 't': o.token = arg; break;
+        case OPT_TIMEOUT:
+            if (parse_seconds(arg, &o.timeout_ms) != 0) return usage_error(cmd, "--timeout: \"%s\" is not a number of seconds", arg);
+            break;
+        case OPT_CONNECT_TIMEOUT:
+            if (parse_seconds(arg, &o.connect_timeout_ms) != 0 || o.connect_timeout_ms == 0)
+                return usage_error(cmd, "--connect-timeout: \"%s\" is not a positive number of seconds", arg);
+            break;
+        case OPT_RETRIES:
+            if (parse_int(arg, 0, 100, &v) != 0) return usage_error(cmd, "--retries: \"%s\" is not 0..100", arg);
+            o.retries = (int)v;
+            break;
+        case 'v': o.verbose = 1; break;
+        case 'h': help = 1; break;
+        case 'o': o.out = arg; break;
+        case 'f': o.format = arg; break;
+        case OPT_OUT_FORMAT: o.out_format = arg; break;
+        case 'd': o.dtype = arg; break;
+        case OPT_SHAPE: o.shape = arg; break;
+        case 'k': o.kernel = arg; break;
+        case OPT_MATH: o.math = arg; break;
+        case OPT_TILE:
+            if (parse_int(arg, 1, 1024, &v) != 0) return usage_error(cmd, "--tile: \"%s\" is not 1..1024", arg);
+            o.tile = (int)v;
+            break;
+        case OPT_ASYNC: o.async = 1; break;
+        case OPT_TIMING: o.timing = 1; break;
+        case OPT_PROGRESS: o.progress = 1; break;
+        case OPT_NO_PROGRESS: o.progress = 0; break;
+        case 'n': case OPT_M: case OPT_K: case OPT_N: {
+            if (parse_int(arg, 1, 1L << 40, &v) != 0)
+                return usage_error(cmd, "a dimension must be a whole number >= 1 (got \"%s\")", arg);
+            if (opt == 'n') o.size = (uint64_t)v;
+            else if (opt == OPT_M) o.m = (uint64_t)v;
+            else if (opt == OPT_K) o.k = (uint64_t)v;
+            else o.n = (uint64_t)v;
+            break;
+        }
+        case 'r':
+            if (parse_int(arg, 1, 10000000, &v) != 0) return usage_error(cmd, "--repeat: \"%s\" is not >= 1", arg);
+            o.repeat = (int)v;
+            break;
+        case 'c':
+            if (parse_int(arg, 1, 1024, &v) != 0) return usage_error(cmd, "--concurrency: \"%s\" is not 1..1024", arg);
+            o.concurrency = (int)v;
+            break;
+        case 'w':
+            if (parse_int(arg, 0, 1000000, &v) != 0) return usage_error(cmd, "--warmup: \"%s\" is not >= 0", arg);
+            o.warmup = (int)v;
+            break;
+        case ':':
+            return usage_error(cmd, "option %s needs a value", argv[optind - 1]);
+        default:
+            return usage_error(cmd, "unknown option \"%s\"", argv[optind - 1]);
+        }
+    }
+    if (cmd == CMD_HELP) {
+        command about = o.npos > 0 ? command_of(o.pos[0]) : CMD_NONE;
+        if (o.npos > 0 && about == CMD_NONE) return usage_error(CMD_NONE, "no command \"%s\"", o.pos[0]);
+        usage_of(about, stdout);
+        return GEMM_EXIT_OK;
+    }
+    if (help) {
+        usage_of(cmd, stdout);
+        return GEMM_EXIT_OK;
+    }
+    if (cmd == CMD_NONE) {
+        usage_main(stderr);
+        return GEMM_EXIT_USAGE;
+    }
+    if (cmd != CMD_MULTIPLY && o.npos > 0) return usage_error(cmd, "unexpected argument \"%s\"", o.pos[0]);
+    gemm_cli_install_sigint();
+    switch (cmd) {
+    case CMD_MULTIPLY:
+        if (o.npos != 2) return usage_error(cmd, "multiply takes two inputs, A and B%s", "");
+        return gemm_cli_multiply(&o);
+    case CMD_BENCH: return gemm_cli_bench(&o);
+    case CMD_INFO: return cmd_info(&o);
+    case CMD_HEALTH: return cmd_health(&o);
+    default: return GEMM_EXIT_USAGE;
+    }
+}

@@ -1,0 +1,208 @@
+/*
+ * multiply.c - `gemm multiply A B -o C`: open the inputs (mapped), create the output at
+ * its final size, send the product (synchronously, or as a job with --async) and commit
+ * the output only when everything succeeded.
+ */
+#include "cli.h"
+
+#include "gemm_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int is_text(gemm_cli_format f) { return f == GEMM_FMT_CSV || f == GEMM_FMT_TSV || f == GEMM_FMT_TXT; }
+
+static void print_ms(const char *name, double v)
+{
+    if (v >= 0) fprintf(stderr, "  %-16s %10.3f ms\n", name, v);
+}
+
+static void print_timing(const gemm_timing *t, const gemm_request *r, double wall_ms)
+{
+    fprintf(stderr, "gemm: %llux%llux%llu %s, kernel %s%s%s\n", (unsigned long long)r->m,
+            (unsigned long long)r->k, (unsigned long long)r->n, gemm_dtype_name(r->dtype),
+            t->kernel[0] ? t->kernel : "?", t->math[0] ? ", math " : "", t->math);
+    print_ms("server recv", t->recv_ms);
+    print_ms("server queue", t->queue_ms);
+    print_ms("server h2d", t->h2d_ms);
+    print_ms("server kernel", t->kernel_ms);
+    print_ms("server d2h", t->d2h_ms);
+    print_ms("server total", t->total_ms);
+    print_ms("client request", t->client_total_ms);
+    print_ms("client transfer", t->client_transfer_ms);
+    print_ms("command total", wall_ms);
+    if (t->kernel_ms > 0)
+        fprintf(stderr, "  %-16s %10.2f GFLOP/s\n", "kernel rate",
+                2.0 * (double)r->m * (double)r->n * (double)r->k / (t->kernel_ms * 1e6));
+    if (t->retries) fprintf(stderr, "  %-16s %10d\n", "503 retries", t->retries);
+}
+
+/* Cancels a queued job after Ctrl-C, with a fresh handle (the main one aborts everything). */
+static void cancel_job(const gemm_cli_opts *o, const char *id)
+{
+    gemm_cli_opts o2 = *o;
+    o2.retries = 0;
+    if (o2.timeout_ms == 0 || o2.timeout_ms > 5000) o2.timeout_ms = 5000;
+    gemm_client_error err;
+    gemm_client *c = gemm_cli_client(&o2, NULL, &err);
+    if (!c) return;
+    if (gemm_job_delete(c, id, &err) == 0) fprintf(stderr, "gemm: job %s cancelled\n", id);
+    gemm_client_free(c);
+}
+
+static int run_async(const gemm_cli_opts *o, gemm_client *c, const gemm_request *r, gemm_timing *t,
+                     gemm_client_error *err)
+{
+    char id[96];
+    if (gemm_job_submit(c, r, id, sizeof id, err) != 0) return -1;
+    if (o->verbose) fprintf(stderr, "gemm: job %s queued\n", id);
+    gemm_job_info info;
+    if (gemm_job_wait(c, id, 10, o->timeout_ms, &info, err) != 0) {
+        if (err->kind == GEMM_CLIENT_E_ABORTED || err->kind == GEMM_CLIENT_E_TIMEOUT) cancel_job(o, id);
+        return -1;
+    }
+    if (gemm_job_fetch(c, id, r->dtype, r->m, r->n, r->c, t, err) != 0) {
+        if (err->kind == GEMM_CLIENT_E_ABORTED) cancel_job(o, id);
+        return -1;
+    }
+    /* the fetch's Server-Timing may be empty: keep the stages the status reported */
+    if (t->total_ms < 0) {
+        t->recv_ms = info.timing.recv_ms;
+        t->queue_ms = info.timing.queue_ms;
+        t->h2d_ms = info.timing.h2d_ms;
+        t->kernel_ms = info.timing.kernel_ms;
+        t->d2h_ms = info.timing.d2h_ms;
+        t->total_ms = info.timing.total_ms;
+        if (!t->kernel[0]) snprintf(t->kernel, sizeof t->kernel, "%s", info.timing.kernel);
+    }
+    gemm_client_error derr;
+    gemm_job_delete(c, id, &derr); /* the result is ours now: let the server forget it */
+    return 0;
+}
+
+int gemm_cli_multiply(const gemm_cli_opts *o)
+{
+    double start = gemm_now_ms();
+    char msg[600];
+    const char *pa = o->pos[0], *pb = o->pos[1], *pc = o->out ? o->out : "-";
+    gemm_cli_format fa, fb, fc;
+    if (gemm_cli_format_of(pa, o->format, &fa, msg, sizeof msg) != 0 ||
+        gemm_cli_format_of(pb, o->format, &fb, msg, sizeof msg) != 0 ||
+        gemm_cli_format_of(pc, o->out_format ? o->out_format : o->format, &fc, msg, sizeof msg) != 0) {
+        fprintf(stderr, "gemm: %s\n", msg);
+        return GEMM_EXIT_USAGE;
+    }
+    if (strcmp(pa, "-") == 0 || strcmp(pb, "-") == 0) {
+        fprintf(stderr, "gemm: inputs must be files (they are mapped, not read from a pipe)\n");
+        return GEMM_EXIT_USAGE;
+    }
+    gemm_dtype dtype = GEMM_DTYPE_INVALID;
+    if (o->dtype && gemm_dtype_from_name(o->dtype, &dtype) != 0) {
+        fprintf(stderr, "gemm: --dtype \"%s\": expected float32, float64 or int32\n", o->dtype);
+        return GEMM_EXIT_USAGE;
+    }
+    uint64_t shape[3] = {0, 0, 0};
+    int nshape = 0;
+    if (o->shape && (nshape = gemm_parse_shape(o->shape, shape)) < 0) {
+        fprintf(stderr, "gemm: --shape \"%s\": expected MxK or MxKxN (whole numbers >= 1)\n", o->shape);
+        return GEMM_EXIT_USAGE;
+    }
+    gemm_request req = GEMM_REQUEST_INIT;
+    req.kernel = o->kernel;
+    req.tile = o->tile;
+    if (o->math && gemm_math_from_name(o->math, &req.math) != 0) {
+        fprintf(stderr, "gemm: --math \"%s\": expected fp32, tf32 or bf16\n", o->math);
+        return GEMM_EXIT_USAGE;
+    }
+
+    gemm_cli_input A, B;
+    memset(&A, 0, sizeof A);
+    memset(&B, 0, sizeof B);
+    gemm_cli_output C;
+    memset(&C, 0, sizeof C);
+    C.fd = -1;
+    int rc = GEMM_EXIT_IO;
+    /* Binary inputs first: a text input without --dtype takes the other input's dtype. */
+    int a_first = !(is_text(fa) && !is_text(fb));
+    for (int pass = 0; pass < 2; pass++) {
+        int doing_a = (pass == 0) == a_first;
+        gemm_dtype want = dtype;
+        const gemm_cli_input *other = doing_a ? &B : &A;
+        if (want == GEMM_DTYPE_INVALID && other->data) want = other->dtype;
+        int ok;
+        if (doing_a) {
+            ok = gemm_cli_input_open(&A, pa, fa, fa == GEMM_FMT_NPY ? dtype : want, shape[0],
+                                     nshape >= 2 ? shape[1] : 0, msg, sizeof msg);
+        } else {
+            uint64_t rows = nshape >= 2 ? shape[1] : A.data ? A.cols : 0;
+            uint64_t cols = nshape == 3 ? shape[2] : 0;
+            if (fb == GEMM_FMT_RAW && rows == 0 && A.data) rows = A.cols;
+            ok = gemm_cli_input_open(&B, pb, fb, fb == GEMM_FMT_NPY ? dtype : want, rows, cols, msg, sizeof msg);
+            if (ok != 0 && fb == GEMM_FMT_RAW && rows == 0)
+                snprintf(msg, sizeof msg, "%s: raw binary B needs --shape MxKxN (or A's shape from A)", pb);
+        }
+        if (ok != 0) {
+            fprintf(stderr, "gemm: %s\n", msg);
+            rc = (strstr(msg, "needs --") != NULL) ? GEMM_EXIT_USAGE : GEMM_EXIT_IO;
+            goto out;
+        }
+    }
+    if (A.dtype != B.dtype) {
+        fprintf(stderr, "gemm: A is %s and B is %s: give both the same dtype\n", gemm_dtype_name(A.dtype),
+                gemm_dtype_name(B.dtype));
+        goto out;
+    }
+    if (A.cols != B.rows) {
+        fprintf(stderr, "gemm: A is %llux%llu and B is %llux%llu: A's columns (%llu) must equal B's rows (%llu)\n",
+                (unsigned long long)A.rows, (unsigned long long)A.cols, (unsigned long long)B.rows,
+                (unsigned long long)B.cols, (unsigned long long)A.cols, (unsigned long long)B.rows);
+        goto out;
+    }
+    if (gemm_cli_output_create(&C, pc, fc, A.dtype, A.rows, B.cols, msg, sizeof msg) != 0) {
+        fprintf(stderr, "gemm: %s\n", msg);
+        goto out;
+    }
+    req.dtype = A.dtype;
+    req.m = A.rows;
+    req.k = A.cols;
+    req.n = B.cols;
+    req.a = A.data;
+    req.b = B.data;
+    req.c = C.data;
+
+    gemm_client_error err;
+    gemm_cli_bar.enabled = o->progress > 0 || (o->progress < 0 && isatty(2));
+    gemm_client *cl = gemm_cli_client(o, &gemm_cli_bar, &err);
+    if (!cl) {
+        rc = gemm_cli_fail(&err, "multiply");
+        goto out;
+    }
+    gemm_timing t;
+    int r = o->async ? run_async(o, cl, &req, &t, &err) : gemm_multiply(cl, &req, &t, &err);
+    gemm_client_free(cl);
+    gemm_cli_progress_done(&gemm_cli_bar);
+    if (r != 0) {
+        rc = gemm_cli_interrupted ? GEMM_EXIT_INTERRUPTED : gemm_cli_fail(&err, "multiply");
+        if (gemm_cli_interrupted) fprintf(stderr, "\ngemm: interrupted; no output written\n");
+        goto out;
+    }
+    if (gemm_cli_interrupted) {
+        fprintf(stderr, "\ngemm: interrupted; no output written\n");
+        rc = GEMM_EXIT_INTERRUPTED;
+        goto out;
+    }
+    if (gemm_cli_output_commit(&C, msg, sizeof msg) != 0) {
+        fprintf(stderr, "gemm: %s\n", msg);
+        rc = GEMM_EXIT_IO;
+        goto out;
+    }
+    if (o->timing) print_timing(&t, &req, gemm_now_ms() - start);
+    rc = GEMM_EXIT_OK;
+out:
+    gemm_cli_output_abort(&C);
+    gemm_cli_input_close(&A);
+    gemm_cli_input_close(&B);
+    return rc;
+}

@@ -1,0 +1,179 @@
+/*
+ * gemm.h - libgemm, the C client of the gemmd matrix-multiplication service.
+ *
+ * A client handle talks to one daemon (one URL) over HTTP through libcurl and keeps its
+ * connection open between requests. Matrices travel in the raw binary format of the API
+ * (POST /v1/matmul?m=&k=&n=&dtype=, body A then B, row-major, little-endian): the inputs
+ * are sent from the caller's memory without a copy and the answer C is written straight
+ * into memory the caller provides; its length is checked against the X-Gemm-Shape header.
+ *
+ *     gemm_client_options o;
+ *     gemm_client_options_init(&o);
+ *     gemm_client_error err;
+ *     gemm_client *cl = gemm_client_new("http://gpu-box:8080", &o, &err);
+ *     gemm_request r = GEMM_REQUEST_INIT;
+ *     r.dtype = GEMM_DTYPE_F32; r.m = M; r.k = K; r.n = N; r.a = A; r.b = B; r.c = C;
+ *     gemm_timing t;
+ *     if (gemm_multiply(cl, &r, &t, &err) != 0) fprintf(stderr, "%s\n", err.message);
+ *     gemm_client_free(cl);
+ *
+ * Threads: a gemm_client is not safe to use from two threads at once. Give each thread
+ * its own handle (they are cheap: one curl easy handle each), or serialise the calls on a
+ * shared handle with a mutex. Library-wide set-up (curl_global_init) happens once, on the
+ * first gemm_client_new(), and is thread-safe. Link with `pkg-config --libs gemm`.
+ */
+#ifndef GEMM_CLIENT_H
+#define GEMM_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemm_types.h" /* gemm_dtype, gemm_math */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GEMM_CLIENT_VERSION "0.1.0"
+
+/* ---- errors ------------------------------------------------------------
+ * Every call that can fail returns 0 or -1 and fills a gemm_client_error. */
+
+typedef enum {
+    GEMM_CLIENT_OK = 0,
+    GEMM_CLIENT_E_SERVER,    /* the server answered with an HTTP error (status, code, message) */
+    GEMM_CLIENT_E_CONNECT,   /* could not connect / resolve / transport failure (curl_code) */
+    GEMM_CLIENT_E_TIMEOUT,   /* connect or total timeout expired (curl_code) */
+    GEMM_CLIENT_E_ABORTED,   /* the progress callback asked to stop */
+    GEMM_CLIENT_E_PROTOCOL,  /* the answer did not match the request (shape, length, headers) */
+    GEMM_CLIENT_E_ARGUMENT,  /* a bad argument: NULL buffers, zero or overflowing shape */
+    GEMM_CLIENT_E_NOMEM      /* out of memory in the client */
+} gemm_client_error_kind;
+
+typedef struct {
+    gemm_client_error_kind kind;
+    int http_status;     /* HTTP status of the last answer, 0 when none arrived */
+    int curl_code;       /* CURLcode of a transport failure, 0 otherwise */
+    char code[48];       /* the server's error code ("shape_mismatch", "queue_full", ...) or a
+                            client code: "connect_failed", "timeout", "aborted", "bad_response",
+                            "bad_argument", "out_of_memory" */
+    char message[512];   /* the server's message, or the client's / curl's explanation */
+    int retries;         /* 503 answers retried before this outcome */
+} gemm_client_error;
+
+/* Short name of a kind: "ok", "server", "connect", "timeout", "aborted", "protocol", ... */
+const char *gemm_client_error_kind_name(gemm_client_error_kind k);
+
+/* ---- client ------------------------------------------------------------ */
+
+/* Transfer progress: bytes sent and received so far and their totals (0 when unknown).
+ * Return 0 to go on, non-zero to abort the transfer (the call then fails with
+ * GEMM_CLIENT_E_ABORTED). Called often, from the calling thread. */
+typedef int (*gemm_progress_fn)(void *ctx, uint64_t up_now, uint64_t up_total,
+                                uint64_t down_now, uint64_t down_total);
+
+typedef struct {
+    const char *token;          /* bearer token (Authorization: Bearer ...), NULL for none */
+    long connect_timeout_ms;    /* default 10000 */
+    long timeout_ms;            /* whole request, upload to last byte; 0 = no limit (default) */
+    int max_retries;            /* retries after 503 queue_full, default 3; 0 disables */
+    long max_retry_wait_ms;     /* cap on one Retry-After wait, default 30000 */
+    long default_retry_wait_ms; /* wait when a 503 carries no Retry-After, default 1000 */
+    gemm_progress_fn progress;  /* optional */
+    void *progress_ctx;
+    int verbose;                /* non-zero: curl prints the exchange on stderr */
+} gemm_client_options;
+
+void gemm_client_options_init(gemm_client_options *o);
+
+typedef struct gemm_client gemm_client;
+
+/* url: "http://host:port" (a trailing "/" is fine; https works when the server has TLS).
+ * The options are copied (the token too). Returns NULL with *err set on failure. */
+gemm_client *gemm_client_new(const char *url, const gemm_client_options *o, gemm_client_error *err);
+void gemm_client_free(gemm_client *c); /* NULL is fine */
+
+/* ---- one product ------------------------------------------------------- */
+
+typedef struct {
+    gemm_dtype dtype;     /* float32, float64 or int32 */
+    uint64_t m, k, n;     /* A is m x k, B is k x n, C is m x n */
+    const void *a;        /* m*k elements, row-major; only read */
+    const void *b;        /* k*n elements, row-major; only read */
+    void *c;              /* m*n elements, written by gemm_multiply / gemm_job_fetch */
+    const char *kernel;   /* NULL = server default ("auto") */
+    gemm_math math;       /* GEMM_MATH_DEFAULT = not sent */
+    int tile;             /* 0 = not sent */
+} gemm_request;
+
+#define GEMM_REQUEST_INIT {GEMM_DTYPE_F32, 0, 0, 0, NULL, NULL, NULL, NULL, GEMM_MATH_DEFAULT, 0}
+
+/* Durations in milliseconds. Server stages are -1 when the server did not report them. */
+typedef struct {
+    double recv_ms, queue_ms, h2d_ms, kernel_ms, d2h_ms, total_ms; /* Server-Timing */
+    double client_total_ms;   /* the whole exchange as the client saw it */
+    double client_connect_ms; /* time to connect (0 when the connection was reused) */
+    double client_first_byte_ms; /* start until the first byte of the answer */
+    double client_transfer_ms; /* client_total_ms minus the server's total: time on the wire
+                                  and in the client (-1 when the server gave no total) */
+    uint64_t bytes_sent, bytes_received;
+    char kernel[48];          /* X-Gemm-Kernel: the kernel that ran ("" if not reported) */
+    char math[16];            /* X-Gemm-Math when sent, else "" */
+    int retries;              /* 503 answers retried */
+} gemm_timing;
+
+/* Synchronous product C = A.B for any dtype. r->c must hold m*n elements. Returns 0, or -1
+ * with *err set (C's contents are then unspecified). t may be NULL. */
+int gemm_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, gemm_client_error *err);
+
+/* ---- asynchronous jobs ------------------------------------------------- */
+
+typedef enum {
+    GEMM_JOB_UNKNOWN = 0,
+    GEMM_JOB_QUEUED,
+    GEMM_JOB_RUNNING,
+    GEMM_JOB_DONE,
+    GEMM_JOB_FAILED,
+    GEMM_JOB_CANCELLED
+} gemm_job_state;
+
+const char *gemm_job_state_name(gemm_job_state s);
+
+typedef struct {
+    char id[96];
+    gemm_job_state state;
+    uint64_t m, n;               /* C's shape when known */
+    gemm_dtype dtype;
+    gemm_timing timing;          /* server stages from the status' "timing" object */
+    char error_code[48];         /* for failed jobs */
+    char error_message[512];
+} gemm_job_info;
+
+/* Queues r (POST /v1/jobs, raw binary); r->c is not used. Writes the job id into id[cap]. */
+int gemm_job_submit(gemm_client *c, const gemm_request *r, char *id, size_t cap,
+                    gemm_client_error *err);
+/* GET /v1/jobs/{id}. */
+int gemm_job_status(gemm_client *c, const char *id, gemm_job_info *info, gemm_client_error *err);
+/* Polls the status until the job is done, failed or cancelled, or timeout_ms passes
+ * (0 = no limit; GEMM_CLIENT_E_TIMEOUT then). A failed job returns -1 with the job's
+ * error in *err (kind SERVER). poll_ms: first interval (default 20), doubling up to 500. */
+int gemm_job_wait(gemm_client *c, const char *id, long poll_ms, long timeout_ms,
+                  gemm_job_info *info, gemm_client_error *err);
+/* GET /v1/jobs/{id}/result as raw binary into c_out, which holds m*n elements of dtype
+ * (checked against the answer's X-Gemm-Shape and length). */
+int gemm_job_fetch(gemm_client *c, const char *id, gemm_dtype dtype, uint64_t m, uint64_t n,
+                   void *c_out, gemm_timing *t, gemm_client_error *err);
+/* DELETE /v1/jobs/{id}: cancels a queued job or forgets a finished one. */
+int gemm_job_delete(gemm_client *c, const char *id, gemm_client_error *err);
+
+/* ---- service ----------------------------------------------------------- */
+
+/* GET path (e.g. "/v1/info", "/healthz", "/readyz", "/metrics"): the body as a
+ * NUL-terminated string in *body (free() it) and the status in *status. HTTP errors are
+ * not failures here: only transport errors return -1. */
+int gemm_get(gemm_client *c, const char *path, char **body, int *status, gemm_client_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GEMM_CLIENT_H */

@@ -1,0 +1,541 @@
+/*
+ * http.c - the client handle and one HTTP exchange over libcurl: the body is streamed
+ * from the caller's buffers by a read callback (no copy of A or B), a binary answer is
+ * written by the write callback straight into the caller's C (after its X-Gemm-Shape and
+ * Content-Length were checked), other answers are kept as text; 503 answers are retried
+ * after Retry-After (capped).
+ */
+#include "client_internal.h"
+#include "gemm_util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+/* ---------------------------------------------------------------- errors */
+
+const char *gemm_client_error_kind_name(gemm_client_error_kind k)
+{
+    switch (k) {
+    case GEMM_CLIENT_OK: return "ok";
+    case GEMM_CLIENT_E_SERVER: return "server";
+    case GEMM_CLIENT_E_CONNECT: return "connect";
+    case GEMM_CLIENT_E_TIMEOUT: return "timeout";
+    case GEMM_CLIENT_E_ABORTED: return "aborted";
+    case GEMM_CLIENT_E_PROTOCOL: return "protocol";
+    case GEMM_CLIENT_E_ARGUMENT: return "argument";
+    case GEMM_CLIENT_E_NOMEM: return "nomem";
+    }
+    return "unknown";
+}
+
+void gemm_client_err_clear(gemm_client_error *err)
+{
+    if (!err) return;
+    memset(err, 0, sizeof *err);
+}
+
+int gemm_client_err(gemm_client_error *err, gemm_client_error_kind kind, const char *code,
+                    const char *fmt, ...)
+{
+    if (!err) return -1;
+    err->kind = kind;
+    snprintf(err->code, sizeof err->code, "%s", code);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- client */
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static CURLcode global_rc = CURLE_OK;
+
+static void global_init(void) { global_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+void gemm_client_options_init(gemm_client_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->connect_timeout_ms = 10000;
+    o->timeout_ms = 0;
+    o->max_retries = 3;
+    o->max_retry_wait_ms = 30000;
+    o->default_retry_wait_ms = 1000;
+}
+
+gemm_client *gemm_client_new(const char *url, const gemm_client_options *o, gemm_client_error *err)
+{
+    gemm_client_err_clear(err);
+    if (!url || !*url) {
+        gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument", "no server URL given");
+        return NULL;
+    }
+    if (!strstr(url, "://")) {
+        gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument",
+                        "server URL \"%s\" has no scheme (expected http://host:port)", url);
+        return NULL;
+    }
+    pthread_once(&global_once, global_init);
+    if (global_rc != CURLE_OK) {
+        gemm_client_err(err, GEMM_CLIENT_E_CONNECT, "curl_init", "curl_global_init failed: %s",
+                        curl_easy_strerror(global_rc));
+        return NULL;
+    }
+    gemm_client *c = calloc(1, sizeof *c);
+    if (!c) goto nomem;
+    if (o) c->o = *o;
+    else gemm_client_options_init(&c->o);
+    c->o.token = NULL;
+    size_t n = strlen(url);
+    while (n > 0 && url[n - 1] == '/') n--;
+    c->base = strndup(url, n);
+    if (!c->base) goto nomem;
+    if (o && o->token && *o->token) {
+        size_t len = strlen(o->token) + 32;
+        c->auth_header = malloc(len);
+        if (!c->auth_header) goto nomem;
+        snprintf(c->auth_header, len, "Authorization: Bearer %s", o->token);
+    }
+    c->curl = curl_easy_init();
+    if (!c->curl) goto nomem;
+    return c;
+nomem:
+    gemm_client_free(c);
+    gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory creating the client");
+    return NULL;
+}
+
+void gemm_client_free(gemm_client *c)
+{
+    if (!c) return;
+    if (c->curl) curl_easy_cleanup(c->curl);
+    free(c->base);
+    if (c->auth_header) {
+        /* the token is a secret: do not leave it in freed memory */
+        volatile char *p = c->auth_header;
+        while (*p) *p++ = 0;
+        free(c->auth_header);
+    }
+    free(c);
+}
+
+/* ---------------------------------------------------------------- one exchange */
+
+void gemm_xfer_init(gemm_xfer *x, gemm_client *cl, gemm_http_method m, const char *path_query)
+{
+    memset(x, 0, sizeof *x);
+    x->cl = cl;
+    x->method = m;
+    x->path_query = path_query;
+    x->text_limit = 1 << 20;
+    x->retry_after_ms = -1;
+}
+
+void gemm_xfer_free(gemm_xfer *x)
+{
+    free(x->text);
+    x->text = NULL;
+}
+
+static void xfer_reset_answer(gemm_xfer *x)
+{
+    x->upart = 0;
+    x->uoff = 0;
+    x->status = 0;
+    x->shape[0] = x->kernel[0] = x->math[0] = x->location[0] = x->content_type[0] = '\0';
+    x->server_timing[0] = '\0';
+    x->retry_after_ms = -1;
+    x->have_length = 0;
+    x->content_length = 0;
+    x->got = 0;
+    x->text_len = 0;
+    if (x->text) x->text[0] = '\0';
+    x->header_checked = 0;
+    x->protocol_error = 0;
+    x->protocol_msg[0] = '\0';
+    x->nomem = 0;
+}
+
+static size_t read_cb(char *buf, size_t size, size_t nitems, void *ud)
+{
+    gemm_xfer *x = ud;
+    size_t room = size * nitems, done = 0;
+    while (room > 0 && x->upart < 2) {
+        size_t left = x->part_len[x->upart] - x->uoff;
+        if (left == 0) {
+            x->upart++;
+            x->uoff = 0;
+            continue;
+        }
+        size_t take = left < room ? left : room;
+        memcpy(buf + done, x->part[x->upart] + x->uoff, take);
+        x->uoff += take;
+        done += take;
+        room -= take;
+    }
+    return done;
+}
+
+static int seek_cb(void *ud, curl_off_t offset, int origin)
+{
+    gemm_xfer *x = ud;
+    if (origin != SEEK_SET || offset < 0) return CURL_SEEKFUNC_CANTSEEK;
+    size_t off = (size_t)offset;
+    if (off <= x->part_len[0]) {
+        x->upart = 0;
+        x->uoff = off;
+    } else if (off - x->part_len[0] <= x->part_len[1]) {
+        x->upart = 1;
+        x->uoff = off - x->part_len[0];
+    } else {
+        return CURL_SEEKFUNC_FAIL;
+    }
+    return CURL_SEEKFUNC_OK;
+}
+
+static void copy_value(char *dst, size_t cap, const char *v, size_t len)
+{
+    while (len > 0 && (v[len - 1] == '\r' || v[len - 1] == '\n' || v[len - 1] == ' ' || v[len - 1] == '\t'))
+        len--;
+    while (len > 0 && (*v == ' ' || *v == '\t')) v++, len--;
+    if (len >= cap) len = cap - 1;
+    memcpy(dst, v, len);
+    dst[len] = '\0';
+}
+
+static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud)
+{
+    gemm_xfer *x = ud;
+    size_t len = size * nitems;
+    if (len >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
+        /* a new status line (after "100 Continue" or a retry): forget earlier headers */
+        const char *sp = memchr(buf, ' ', len);
+        int st = 0;
+        if (sp) st = atoi(sp + 1);
+        x->status = st;
+        x->shape[0] = x->kernel[0] = x->math[0] = x->location[0] = x->content_type[0] = '\0';
+        x->server_timing[0] = '\0';
+        x->retry_after_ms = -1;
+        x->have_length = 0;
+        return len;
+    }
+    const char *colon = memchr(buf, ':', len);
+    if (!colon) return len;
+    size_t nlen = (size_t)(colon - buf);
+    const char *v = colon + 1;
+    size_t vlen = len - nlen - 1;
+    char tmp[512];
+#define IS(name) (nlen == sizeof(name) - 1 && strncasecmp(buf, name, nlen) == 0)
+    if (IS("X-Gemm-Shape")) copy_value(x->shape, sizeof x->shape, v, vlen);
+    else if (IS("X-Gemm-Kernel")) copy_value(x->kernel, sizeof x->kernel, v, vlen);
+    else if (IS("X-Gemm-Math")) copy_value(x->math, sizeof x->math, v, vlen);
+    else if (IS("Location")) copy_value(x->location, sizeof x->location, v, vlen);
+    else if (IS("Content-Type")) copy_value(x->content_type, sizeof x->content_type, v, vlen);
+    else if (IS("Server-Timing")) {
+        /* several Server-Timing headers are allowed: join them */
+        size_t have = strlen(x->server_timing);
+        if (have > 0 && have + 2 < sizeof x->server_timing) {
+            x->server_timing[have++] = ',';
+            x->server_timing[have] = '\0';
+        }
+        copy_value(x->server_timing + have, sizeof x->server_timing - have, v, vlen);
+    } else if (IS("Retry-After")) {
+        copy_value(tmp, sizeof tmp, v, vlen);
+        x->retry_after_ms = gemm_parse_retry_after(tmp, (double)time(NULL));
+    } else if (IS("Content-Length")) {
+        copy_value(tmp, sizeof tmp, v, vlen);
+        char *end;
+        errno = 0;
+        unsigned long long cl = strtoull(tmp, &end, 10);
+        if (errno == 0 && end != tmp && *end == '\0') {
+            x->have_length = 1;
+            x->content_length = cl;
+        }
+    }
+#undef IS
+    return len;
+}
+
+static int is_success(int st) { return st >= 200 && st < 300; }
+
+/* Checks the headers of a binary answer once, before its first byte is stored. */
+static int check_binary_headers(gemm_xfer *x)
+{
+    x->header_checked = 1;
+    if (x->content_type[0] && strncasecmp(x->content_type, "application/octet-stream", 24) != 0) {
+        snprintf(x->protocol_msg, sizeof x->protocol_msg,
+                 "expected application/octet-stream, the server sent %s", x->content_type);
+        return -1;
+    }
+    if (x->shape[0]) {
+        uint64_t r, c;
+        if (gemm_parse_shape_header(x->shape, &r, &c) != 0) {
+            snprintf(x->protocol_msg, sizeof x->protocol_msg, "unreadable X-Gemm-Shape \"%s\"", x->shape);
+            return -1;
+        }
+        if (r != x->exp_m || c != x->exp_n) {
+            snprintf(x->protocol_msg, sizeof x->protocol_msg,
+                     "the answer is %llux%llu but %llux%llu was expected",
+                     (unsigned long long)r, (unsigned long long)c,
+                     (unsigned long long)x->exp_m, (unsigned long long)x->exp_n);
+            return -1;
+        }
+    }
+    if (x->have_length && x->content_length != x->dst_len) {
+        snprintf(x->protocol_msg, sizeof x->protocol_msg,
+                 "the answer has %llu bytes but C takes %zu",
+                 (unsigned long long)x->content_length, x->dst_len);
+        return -1;
+    }
+    return 0;
+}
+
+static size_t write_cb(char *buf, size_t size, size_t nitems, void *ud)
+{
+    gemm_xfer *x = ud;
+    size_t len = size * nitems;
+    if (x->want_binary && is_success(x->status)) {
+        if (!x->header_checked && check_binary_headers(x) != 0) {
+            x->protocol_error = 1;
+            return 0;
+        }
+        if (len > x->dst_len - x->got) {
+            x->protocol_error = 1;
+            snprintf(x->protocol_msg, sizeof x->protocol_msg,
+                     "the answer is longer than C (%zu bytes)", x->dst_len);
+            return 0;
+        }
+        memcpy((unsigned char *)x->dst + x->got, buf, len);
+        x->got += len;
+        return len;
+    }
+    /* text: error bodies, JSON; bounded */
+    if (x->text_len + len + 1 > x->text_cap) {
+        if (x->text_len + len + 1 > x->text_limit) {
+            size_t room = x->text_limit > x->text_len + 1 ? x->text_limit - x->text_len - 1 : 0;
+            len = len < room ? len : room; /* keep what fits, drop the rest */
+            if (len == 0) return size * nitems;
+        }
+        size_t cap = x->text_cap ? x->text_cap : 4096;
+        while (cap < x->text_len + len + 1) cap *= 2;
+        char *p = realloc(x->text, cap);
+        if (!p) {
+            x->nomem = 1;
+            return 0;
+        }
+        x->text = p;
+        x->text_cap = cap;
+    }
+    memcpy(x->text + x->text_len, buf, len);
+    x->text_len += len;
+    x->text[x->text_len] = '\0';
+    return size * nitems;
+}
+
+static int xferinfo_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    gemm_xfer *x = ud;
+    const gemm_client_options *o = &x->cl->o;
+    return o->progress(o->progress_ctx, (uint64_t)ulnow, (uint64_t)ultotal, (uint64_t)dlnow,
+                       (uint64_t)dltotal)
+               ? 1
+               : 0;
+}
+
+static int setup(gemm_xfer *x, struct curl_slist **hdrs, char *url, size_t urlcap)
+{
+    gemm_client *c = x->cl;
+    CURL *h = c->curl;
+    curl_easy_reset(h); /* keeps the open connection */
+    snprintf(url, urlcap, "%s%s", c->base, x->path_query);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->errbuf);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->o.connect_timeout_ms > 0 ? c->o.connect_timeout_ms : 10000L);
+    if (c->o.timeout_ms > 0) curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->o.timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
+    curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 1024L * 1024);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "libgemm/" GEMM_CLIENT_VERSION);
+    if (c->o.verbose) curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
+    if (c->o.progress) {
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xferinfo_cb);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
+    }
+    struct curl_slist *l = NULL, *t;
+#define ADD(s) do { t = curl_slist_append(l, s); if (!t) goto nomem; l = t; } while (0)
+    ADD(x->want_binary ? "Accept: application/octet-stream" : "Accept: application/json, */*;q=0.5");
+    if (c->auth_header) ADD(c->auth_header);
+    switch (x->method) {
+    case GEMM_HTTP_GET:
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+        break;
+    case GEMM_HTTP_DELETE:
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
+        break;
+    case GEMM_HTTP_POST:
+        ADD("Content-Type: application/octet-stream");
+        curl_easy_setopt(h, CURLOPT_POST, 1L);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
+                         (curl_off_t)(x->part_len[0] + x->part_len[1]));
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, read_cb);
+        curl_easy_setopt(h, CURLOPT_READDATA, x);
+        curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, seek_cb);
+        curl_easy_setopt(h, CURLOPT_SEEKDATA, x);
+        break;
+    }
+#undef ADD
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, l);
+    *hdrs = l;
+    return 0;
+nomem:
+    curl_slist_free_all(l);
+    return -1;
+}
+
+/* Sleeps ms milliseconds in small steps, asking the progress callback whether to stop. */
+static int wait_retry(gemm_client *c, long ms)
+{
+    while (ms > 0) {
+        long step = ms < 50 ? ms : 50;
+        struct timespec ts = {step / 1000, (step % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        ms -= step;
+        if (c->o.progress && c->o.progress(c->o.progress_ctx, 0, 0, 0, 0)) return -1;
+    }
+    return 0;
+}
+
+static void fill_timing(gemm_xfer *x, gemm_timing *t, int retries)
+{
+    CURL *h = x->cl->curl;
+    curl_off_t us = 0;
+    memset(t, 0, sizeof *t);
+    t->recv_ms = t->queue_ms = t->h2d_ms = t->kernel_ms = t->d2h_ms = t->total_ms = -1;
+    if (curl_easy_getinfo(h, CURLINFO_TOTAL_TIME_T, &us) == CURLE_OK) t->client_total_ms = us / 1000.0;
+    if (curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &us) == CURLE_OK) t->client_connect_ms = us / 1000.0;
+    if (curl_easy_getinfo(h, CURLINFO_STARTTRANSFER_TIME_T, &us) == CURLE_OK)
+        t->client_first_byte_ms = us / 1000.0;
+    if (curl_easy_getinfo(h, CURLINFO_SIZE_UPLOAD_T, &us) == CURLE_OK) t->bytes_sent = (uint64_t)us;
+    if (curl_easy_getinfo(h, CURLINFO_SIZE_DOWNLOAD_T, &us) == CURLE_OK) t->bytes_received = (uint64_t)us;
+    gemm_parse_server_timing(x->server_timing, t);
+    t->client_transfer_ms = t->total_ms >= 0 ? t->client_total_ms - t->total_ms : -1;
+    snprintf(t->kernel, sizeof t->kernel, "%s", x->kernel);
+    snprintf(t->math, sizeof t->math, "%s", x->math);
+    t->retries = retries;
+}
+
+static int transport_error(gemm_xfer *x, CURLcode rc, gemm_client_error *err)
+{
+    gemm_client *c = x->cl;
+    const char *detail = c->errbuf[0] ? c->errbuf : curl_easy_strerror(rc);
+    err->curl_code = (int)rc;
+    err->http_status = x->status;
+    if (x->protocol_error)
+        return gemm_client_err(err, GEMM_CLIENT_E_PROTOCOL, "bad_response", "%s (%s%s)",
+                               x->protocol_msg, c->base, x->path_query);
+    if (x->nomem)
+        return gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory reading the answer");
+    switch (rc) {
+    case CURLE_OPERATION_TIMEDOUT:
+        return gemm_client_err(err, GEMM_CLIENT_E_TIMEOUT, "timeout", "%s: %s", c->base, detail);
+    case CURLE_ABORTED_BY_CALLBACK:
+        return gemm_client_err(err, GEMM_CLIENT_E_ABORTED, "aborted", "transfer aborted");
+    case CURLE_URL_MALFORMAT:
+    case CURLE_UNSUPPORTED_PROTOCOL:
+        return gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_url", "%s: %s", c->base, detail);
+    default:
+        return gemm_client_err(err, GEMM_CLIENT_E_CONNECT, "connect_failed", "%s: %s", c->base, detail);
+    }
+}
+
+int gemm_xfer_run(gemm_xfer *x, gemm_timing *t, gemm_client_error *err)
+{
+    gemm_client *c = x->cl;
+    char url[2048];
+    int retries = 0;
+    gemm_client_err_clear(err);
+    if (strlen(c->base) + strlen(x->path_query) >= sizeof url)
+        return gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_url", "URL too long");
+    for (;;) {
+        struct curl_slist *hdrs = NULL;
+        xfer_reset_answer(x);
+        c->errbuf[0] = '\0';
+        if (setup(x, &hdrs, url, sizeof url) != 0)
+            return gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory building headers");
+        CURLcode rc = curl_easy_perform(c->curl);
+        curl_slist_free_all(hdrs);
+        curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, NULL);
+        if (t) fill_timing(x, t, retries);
+        if (err) err->retries = retries;
+        if (rc != CURLE_OK) {
+            /* A server that answers 503 before reading the body may close the connection
+             * while we still send: curl then reports a send error although a complete
+             * answer arrived. Treat that as the 503 it is. */
+            if (!(x->status == 503 && (rc == CURLE_SEND_ERROR || rc == CURLE_RECV_ERROR)))
+                return transport_error(x, rc, err);
+        }
+        if (x->want_binary && is_success(x->status) && x->got != x->dst_len) {
+            err->http_status = x->status;
+            return gemm_client_err(err, GEMM_CLIENT_E_PROTOCOL, "bad_response",
+                                   "the answer had %zu bytes, C takes %zu", x->got, x->dst_len);
+        }
+        if (x->status == 503 && retries < c->o.max_retries) {
+            long ms = x->retry_after_ms >= 0 ? x->retry_after_ms
+                                             : (c->o.default_retry_wait_ms > 0 ? c->o.default_retry_wait_ms : 1000);
+            long cap = c->o.max_retry_wait_ms > 0 ? c->o.max_retry_wait_ms : 30000;
+            if (ms > cap) ms = cap;
+            retries++;
+            if (wait_retry(c, ms) != 0) {
+                err->retries = retries;
+                return gemm_client_err(err, GEMM_CLIENT_E_ABORTED, "aborted", "aborted while waiting to retry");
+            }
+            continue;
+        }
+        return 0;
+    }
+}
+
+int gemm_xfer_server_error(const gemm_xfer *x, gemm_client_error *err)
+{
+    if (!err) return -1;
+    err->kind = GEMM_CLIENT_E_SERVER;
+    err->http_status = x->status;
+    err->curl_code = 0;
+    snprintf(err->code, sizeof err->code, "http_%d", x->status);
+    snprintf(err->message, sizeof err->message, "HTTP %d from %s%s", x->status, x->cl->base, x->path_query);
+    cJSON *j = x->text ? cJSON_ParseWithLength(x->text, x->text_len) : NULL;
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+    const cJSON *code = cJSON_GetObjectItemCaseSensitive(e, "code");
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(e, "message");
+    if (cJSON_IsString(code)) snprintf(err->code, sizeof err->code, "%s", code->valuestring);
+    if (cJSON_IsString(msg)) {
+        snprintf(err->message, sizeof err->message, "%s", msg->valuestring);
+    } else if (x->text && x->text_len > 0) {
+        /* not our JSON (a proxy?): show the start of what came */
+        size_t n = x->text_len < 200 ? x->text_len : 200;
+        char snippet[201];
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) snippet[k++] = isprint((unsigned char)x->text[i]) ? x->text[i] : ' ';
+        snippet[k] = '\0';
+        snprintf(err->message, sizeof err->message, "HTTP %d: %s", x->status, snippet);
+    }
+    cJSON_Delete(j);
+    return -1;
+}
