@@ -1,0 +1,19 @@
+/*
+ * auth.h - bearer tokens: one token a line in tokens_file (blank lines and lines
+ * starting with # are skipped). Compared in constant time.
+ */
+#ifndef GEMMD_AUTH_H
+#define GEMMD_AUTH_H
+
+#include <stddef.h>
+
+typedef struct gemmd_auth gemmd_auth;
+
+/* Reads the tokens. NULL with msg set when the file cannot be read or holds none. */
+gemmd_auth *gemmd_auth_load(const char *path, char *msg, size_t msglen);
+/* 1 when the Authorization header value is "Bearer <a known token>", else 0. */
+int gemmd_auth_check(const gemmd_auth *a, const char *authorization);
+int gemmd_auth_count(const gemmd_auth *a);
+void gemmd_auth_free(gemmd_auth *a);
+
+#endif

@@ -1,0 +1,423 @@
+/*
+ * http.c - the libmicrohttpd daemon: options, routing, the access handler's life cycle
+ * (headers, body chunks, end of body, resume), per-request log lines and shutdown.
+ *
+ * The access handler is called once with the headers (route, method, auth, limits and
+ * media type are checked there, so 4xx answers go out before a byte of the body is
+ * read), once per body chunk, once at the end of the body, and once more after a
+ * suspended product is resumed by the engine's done().
+ */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "log.h"
+#include "respond.h"
+#include "routes.h"
+
+/* After a body error the rest is read and dropped, up to this much, so the client
+ * gets the error; past it the connection is closed. */
+#define GEMMD_DISCARD_MAX (64ull * 1024 * 1024)
+#define GEMMD_CONN_MEMORY (256 * 1024)
+
+struct gemmd_server_ext {
+    gemmd_server s;
+    char *tls_cert, *tls_key;
+    MHD_socket quiesced;
+};
+
+/* ---- routing ------------------------------------------------------------------ */
+
+static int is_job_id(const char *s, size_t n)
+{
+    if (n == 0 || n > GEMMD_JOB_ID_LEN) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) return 0;
+    }
+    return 1;
+}
+
+/* Sets req->route and req->allow from the path; returns 0, or -1 for an unknown path. */
+static int resolve(gemmd_request *req, const char *url, const char *method)
+{
+    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    int post = strcmp(method, "POST") == 0;
+    int del = strcmp(method, "DELETE") == 0;
+    static const char jobs[] = "/v1/jobs/";
+    if (strcmp(url, "/v1/matmul") == 0) {
+        req->allow = "POST";
+        req->route = GEMMD_ROUTE_MATMUL;
+        return post ? 0 : 1;
+    }
+    if (strcmp(url, "/v1/jobs") == 0) {
+        req->allow = "POST";
+        req->route = GEMMD_ROUTE_JOBS_SUBMIT;
+        return post ? 0 : 1;
+    }
+    if (strncmp(url, jobs, sizeof jobs - 1) == 0) {
+        const char *id = url + sizeof jobs - 1;
+        const char *slash = strchr(id, '/');
+        size_t n = slash ? (size_t)(slash - id) : strlen(id);
+        snprintf(req->job_id, sizeof req->job_id, "%.*s", (int)(n < 40 ? n : 40), id);
+        if (!slash) {
+            req->allow = "GET, HEAD, DELETE";
+            req->route = del ? GEMMD_ROUTE_JOB_DELETE : GEMMD_ROUTE_JOB_STATUS;
+            if (!get && !del) return 1;
+        } else if (strcmp(slash, "/result") == 0) {
+            req->allow = "GET, HEAD";
+            req->route = GEMMD_ROUTE_JOB_RESULT;
+            if (!get) return 1;
+        } else {
+            return -1;
+        }
+        if (!is_job_id(id, n)) req->job_id[0] = '\0';
+        return 0;
+    }
+    static const struct { const char *path; gemmd_route route; } fixed[] = {
+        {"/healthz", GEMMD_ROUTE_HEALTHZ}, {"/readyz", GEMMD_ROUTE_READYZ},
+        {"/v1/info", GEMMD_ROUTE_INFO},    {"/metrics", GEMMD_ROUTE_METRICS},
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        if (strcmp(url, fixed[i].path) == 0) {
+            req->allow = "GET, HEAD";
+            req->route = fixed[i].route;
+            return get ? 0 : 1;
+        }
+    }
+    return -1;
+}
+
+static enum MHD_Result dispatch_get(gemmd_request *req)
+{
+    switch (req->route) {
+    case GEMMD_ROUTE_HEALTHZ: return gemmd_route_healthz(req);
+    case GEMMD_ROUTE_READYZ: return gemmd_route_readyz(req);
+    case GEMMD_ROUTE_INFO: return gemmd_route_info(req);
+    case GEMMD_ROUTE_METRICS: return gemmd_route_metrics(req);
+    case GEMMD_ROUTE_JOB_STATUS:
+    case GEMMD_ROUTE_JOB_RESULT:
+    case GEMMD_ROUTE_JOB_DELETE:
+        if (!req->job_id[0])
+            return gemmd_respond_errorf(req, 404, "job_not_found", "that is not a job id (32 hex digits)");
+        if (req->route == GEMMD_ROUTE_JOB_STATUS) return gemmd_route_job_status(req);
+        if (req->route == GEMMD_ROUTE_JOB_RESULT) return gemmd_route_job_result(req);
+        return gemmd_route_job_delete(req);
+    default: return gemmd_respond_errorf(req, 500, "internal_error", "no handler for this route");
+    }
+}
+
+/* First call: everything that can be decided from the request line and headers. */
+static enum MHD_Result start_request(gemmd_request *req, const char *url, const char *method)
+{
+    gemmd_server *srv = req->srv;
+    int r = resolve(req, url, method);
+    if (r < 0) {
+        req->route = GEMMD_ROUTE_OTHER;
+        return gemmd_respond_errorf(req, 404, "not_found",
+                                    "no route %.60s; see GET /v1/info and the API reference", url);
+    }
+    if (r > 0)
+        return gemmd_respond_errorf(req, 405, "method_not_allowed", "%.60s does not take %s (allowed: %s)", url,
+                                    method, req->allow);
+    if (srv->auth && req->route != GEMMD_ROUTE_HEALTHZ && req->route != GEMMD_ROUTE_READYZ &&
+        !gemmd_auth_check(srv->auth, gemmd_request_header(req, MHD_HTTP_HEADER_AUTHORIZATION)))
+        return gemmd_respond_errorf(req, 401, "unauthorized",
+                                    "this server needs \"Authorization: Bearer <token>\" with a known token");
+
+    if (req->route != GEMMD_ROUTE_MATMUL && req->route != GEMMD_ROUTE_JOBS_SUBMIT) return dispatch_get(req);
+
+    if (atomic_load(&srv->stopping))
+        return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
+    if (gemmd_body_begin(req) != 0) return gemmd_respond_error(req, &req->err);
+    req->answer = req->family;
+    if (req->route == GEMMD_ROUTE_MATMUL) {
+        req->answer = gemmd_negotiate(gemmd_request_header(req, MHD_HTTP_HEADER_ACCEPT), req->family);
+        if (req->answer == GEMMD_FMT_NONE)
+            return gemmd_respond_errorf(req, 406, "not_acceptable",
+                                        "Accept offers nothing this server answers: use application/json, "
+                                        "application/octet-stream or application/x-npy (or */*)");
+    }
+    req->phase = REQ_BODY;
+    return MHD_YES;
+}
+
+static enum MHD_Result body_complete(gemmd_request *req)
+{
+    if (req->failed) return gemmd_respond_error(req, &req->err);
+    if (gemmd_body_finish(req) != 0) return gemmd_respond_error(req, &req->err);
+    if (req->route == GEMMD_ROUTE_MATMUL) return gemmd_route_matmul(req);
+    return gemmd_route_jobs_submit(req);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    gemmd_server *srv = cls;
+    gemmd_request *req = *con_cls;
+    if (!req) {
+        req = gemmd_request_new(srv, conn, method, url);
+        if (!req) return MHD_NO;
+        *con_cls = req;
+        atomic_fetch_add(&srv->inflight, 1);
+        return start_request(req, url ? url : "", method ? method : "");
+    }
+    if (*upload_data_size) {
+        if (req->phase == REQ_BODY) {
+            gemmd_body_feed(req, upload_data, *upload_data_size);
+            if (req->failed && req->discarded > GEMMD_DISCARD_MAX) return MHD_NO;
+        } else {
+            req->bytes_in += *upload_data_size;
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (req->phase == REQ_BODY) return body_complete(req);
+    if (req->phase == REQ_WAIT && req->job_done) return gemmd_route_matmul_answer(req);
+    return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    gemmd_server *srv = cls;
+    gemmd_request *req = *con_cls;
+    if (!req) return;
+    *con_cls = NULL;
+    double ms = gemm_now_ms() - req->t_start_ms;
+    static const char *const why[] = {"ok", "error", "timeout", "shutdown", "read_error", "client_abort"};
+    const char *reason = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : "other";
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        LOG_INFO("request method=%s path=%s status=%d in=%llu out=%llu ms=%.3f", req->method, req->path,
+                 req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms);
+    else
+        LOG_INFO("request method=%s path=%s status=%d in=%llu out=%llu ms=%.3f ended=%s", req->method, req->path,
+                 req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms, reason);
+    gemmd_metrics_request(req->route, req->status, ms / 1000.0, req->bytes_in,
+                          toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? req->bytes_out : 0);
+    if (req->phase == REQ_WAIT && !req->job_done) {
+        /* Only reachable if the daemon is stopped with a product still on the engine;
+         * shutdown drains the engine first. Keeping it is safer than freeing it. */
+        LOG_ERROR("request path=%s ended while its product was on the engine; not freed", req->path);
+    } else {
+        gemmd_request_free(req);
+    }
+    atomic_fetch_sub(&srv->inflight, 1);
+}
+
+/* ---- start ------------------------------------------------------------------------ */
+
+static char *read_file(const char *path, gemm_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        gemm_err_set(err, 500, "bad_config", "cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *p = cap <= (1u << 24) ? realloc(buf, cap) : NULL;
+            if (!p) {
+                free(buf);
+                fclose(f);
+                gemm_err_set(err, 500, "bad_config", "%s is too large for a PEM file", path);
+                return NULL;
+            }
+            buf = p;
+        }
+        size_t n = fread(buf + len, 1, 4096, f);
+        len += n;
+        if (n < 4096) break;
+    }
+    fclose(f);
+    buf[len] = '\0';
+    return buf;
+}
+
+static int is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+    }
+    const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)ss;
+    return IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr);
+}
+
+static int parse_listen(const char *listen, int port, struct sockaddr_storage *ss, socklen_t *len, char *host,
+                        size_t hostlen)
+{
+    char buf[80];
+    snprintf(buf, sizeof buf, "%s", listen);
+    char *h = buf;
+    size_t n = strlen(h);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+        h[n - 1] = '\0';
+        h++;
+    }
+    if (strcmp(h, "localhost") == 0) h = "127.0.0.1";
+    memset(ss, 0, sizeof *ss);
+    struct sockaddr_in *a = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, h, &a->sin_addr) == 1) {
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        *len = sizeof *a;
+        snprintf(host, hostlen, "%s", h);
+        return 0;
+    }
+    if (inet_pton(AF_INET6, h, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)port);
+        *len = sizeof *a6;
+        snprintf(host, hostlen, "[%s]", h);
+        return 0;
+    }
+    return -1;
+}
+
+gemmd_server *gemmd_http_start(const gemmd_config *cfg, gemm_engine *engine, gemm_err *err)
+{
+    struct gemmd_server_ext *x = calloc(1, sizeof *x);
+    if (!x) {
+        gemm_err_set(err, 500, "out_of_memory", "cannot allocate the server");
+        return NULL;
+    }
+    gemmd_server *s = &x->s;
+    x->quiesced = MHD_INVALID_SOCKET;
+    s->cfg = *cfg;
+    s->engine = engine;
+    gemm_engine_describe(engine, &s->info);
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&s->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
+
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    char host[96];
+    if (parse_listen(cfg->listen, cfg->port, &ss, &sslen, host, sizeof host) != 0) {
+        gemm_err_set(err, 400, "bad_config", "listen = %s is not an IPv4 or IPv6 address literal", cfg->listen);
+        goto fail;
+    }
+    if (cfg->tokens_file[0]) {
+        char msg[300];
+        s->auth = gemmd_auth_load(cfg->tokens_file, msg, sizeof msg);
+        if (!s->auth) {
+            gemm_err_set(err, 400, "bad_config", "%s", msg);
+            goto fail;
+        }
+    } else if (!is_loopback(&ss)) {
+        LOG_WARN("!!! listening on %s without tokens_file: ANYONE who can reach this address can use the "
+                 "server; set tokens_file (one bearer token a line) or bind 127.0.0.1 !!!", cfg->listen);
+    }
+    s->jobs = gemmd_jobs_new(engine, cfg->job_ttl_s, cfg->job_mem_bytes, cfg->max_jobs);
+    if (!s->jobs) {
+        gemm_err_set(err, 500, "out_of_memory", "cannot allocate the job store");
+        goto fail;
+    }
+
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    int tls = cfg->tls_cert[0] && cfg->tls_key[0];
+    if (tls) {
+        x->tls_cert = read_file(cfg->tls_cert, err);
+        x->tls_key = x->tls_cert ? read_file(cfg->tls_key, err) : NULL;
+        if (!x->tls_key) goto fail;
+        flags |= MHD_USE_TLS;
+    }
+    unsigned threads = cfg->http_threads > 0 ? (unsigned)cfg->http_threads : 1;
+    s->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->connection_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)cfg->per_ip_limit, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GEMMD_CONN_MEMORY,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END,
+        x->tls_cert, MHD_OPTION_HTTPS_MEM_KEY, x->tls_key, MHD_OPTION_END);
+    if (!s->daemon) {
+        gemm_err_set(err, 500, "listen_failed",
+                     "cannot listen on %s port %d (address in use, not local, or TLS files invalid; "
+                     "see the log above)", cfg->listen, cfg->port);
+        goto fail;
+    }
+    int port = cfg->port;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    if (di && di->port) port = di->port;
+    snprintf(s->url, sizeof s->url, "%s://%s:%d", tls ? "https" : "http", host, port);
+    return s;
+
+fail:
+    gemmd_jobs_free(s->jobs);
+    gemmd_auth_free(s->auth);
+    pthread_mutex_destroy(&s->mu);
+    free(x->tls_cert);
+    free(x->tls_key);
+    free(x);
+    return NULL;
+}
+
+const char *gemmd_http_url(const gemmd_server *s) { return s->url; }
+
+/* ---- shutdown ---------------------------------------------------------------------- */
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+void gemmd_http_shutdown(gemmd_server *s)
+{
+    if (!s) return;
+    struct gemmd_server_ext *x = (struct gemmd_server_ext *)s;
+    x->quiesced = MHD_quiesce_daemon(s->daemon); /* no new connections */
+
+    pthread_mutex_lock(&s->mu);
+    atomic_store(&s->stopping, 1); /* no new products, from keep-alive connections either */
+    pthread_mutex_unlock(&s->mu);
+    gemmd_routes_cancel_pending(s); /* queued products answer 503 shutting_down */
+    gemmd_jobs_shutdown(s->jobs);   /* queued async jobs are cancelled */
+
+    /* Running products finish; their done() resumes their connections. */
+    double t0 = gemm_now_ms();
+    for (;;) {
+        gemm_engine_stats st;
+        gemm_engine_get_stats(s->engine, &st);
+        if (st.queued == 0 && st.running == 0) break;
+        if (gemm_now_ms() - t0 > 600000.0) {
+            LOG_ERROR("shutdown: %d products still running after 10 minutes; stopping anyway", st.running);
+            break;
+        }
+        sleep_ms(10);
+    }
+    /* Give the answers in flight a moment to go out. */
+    t0 = gemm_now_ms();
+    while (atomic_load(&s->inflight) > 0 && gemm_now_ms() - t0 < 3000.0) sleep_ms(5);
+    if (atomic_load(&s->inflight) > 0)
+        LOG_WARN("shutdown: closing %d requests that did not finish in time", atomic_load(&s->inflight));
+
+    MHD_stop_daemon(s->daemon);
+    if (x->quiesced != MHD_INVALID_SOCKET) close(x->quiesced);
+    gemmd_jobs_free(s->jobs);
+    gemmd_auth_free(s->auth);
+    pthread_mutex_destroy(&s->mu);
+    free(x->tls_cert);
+    free(x->tls_key);
+    free(x);
+}

@@ -1,0 +1,27 @@
+/*
+ * http.h - the daemon's HTTP side: libmicrohttpd with its own polling thread (epoll, a
+ * thread pool), suspend/resume so that no HTTP thread ever waits on compute.
+ *
+ *   gemmd_server *s = gemmd_http_start(&cfg, engine, &err);
+ *   ... SIGTERM ...
+ *   gemmd_http_shutdown(s);   // stop accepting, cancel queued work, let running work
+ *                             // finish and its answers flush, stop, free
+ *   gemm_engine_close(engine);
+ */
+#ifndef GEMMD_HTTP_H
+#define GEMMD_HTTP_H
+
+#include "config.h"
+#include "engine.h"
+#include "gemm_types.h"
+
+typedef struct gemmd_server gemmd_server;
+
+/* Starts listening on cfg->listen:cfg->port (IPv4 or IPv6 literal). NULL with *err set
+ * when the address, the tokens file, the TLS files or the socket fail. */
+gemmd_server *gemmd_http_start(const gemmd_config *cfg, gemm_engine *engine, gemm_err *err);
+/* "http://127.0.0.1:8080" */
+const char *gemmd_http_url(const gemmd_server *s);
+void gemmd_http_shutdown(gemmd_server *s);
+
+#endif

@@ -1,0 +1,388 @@
+/*
+ * jobs.c - the asynchronous job store: random ids, reference-counted entries, a TTL on
+ * finished results, and caps on their count and on the memory they keep.
+ *
+ * One mutex guards the list and every entry's private fields. The engine's done()
+ * callback takes it too, so gemm_engine_cancel() (which may call done() on this thread)
+ * is always called without it, holding a reference instead.
+ */
+#include "jobs.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "metrics.h"
+
+struct gemmd_jobs {
+    pthread_mutex_t mu;
+    gemm_engine *engine;
+    double ttl_ms;
+    uint64_t mem_cap, mem_used;
+    int max_jobs, count; /* count: entries alive (listed or still in the engine) */
+    int stopping;
+    gemmd_job_entry *head;
+};
+
+static int random_id(char out[GEMMD_JOB_ID_LEN + 1])
+{
+    unsigned char raw[GEMMD_JOB_ID_LEN / 2];
+    size_t got = 0;
+    while (got < sizeof raw) {
+        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        got += (size_t)n;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof raw; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[GEMMD_JOB_ID_LEN] = '\0';
+    return 0;
+}
+
+static void free_buffers(gemmd_jobs *s, gemmd_job_entry *j, int inputs_only)
+{
+    gemm_engine_host_free(s->engine, j->job.a);
+    gemm_engine_host_free(s->engine, j->job.b);
+    j->job.a = j->job.b = NULL;
+    if (!inputs_only) {
+        gemm_engine_host_free(s->engine, j->job.c);
+        j->job.c = NULL;
+    }
+}
+
+/* Drops one reference (lock held); returns 1 when the caller must destroy it. */
+static int unref_locked(gemmd_jobs *s, gemmd_job_entry *j)
+{
+    if (--j->refs > 0) return 0;
+    s->count--;
+    s->mem_used -= j->reserved;
+    j->reserved = 0;
+    return 1;
+}
+
+static void destroy(gemmd_jobs *s, gemmd_job_entry *j)
+{
+    free_buffers(s, j, 0);
+    free(j);
+}
+
+static void unlink_locked(gemmd_jobs *s, gemmd_job_entry *j)
+{
+    for (gemmd_job_entry **pp = &s->head; *pp; pp = &(*pp)->next) {
+        if (*pp == j) {
+            *pp = j->next;
+            j->next = NULL;
+            j->linked = 0;
+            return;
+        }
+    }
+}
+
+static void publish_counts_locked(gemmd_jobs *s)
+{
+    int counts[5] = {0};
+    for (gemmd_job_entry *j = s->head; j; j = j->next) {
+        int st = atomic_load(&j->job.state);
+        if (st >= 0 && st < 5) counts[st]++;
+    }
+    gemmd_metrics_jobs_by_state(counts);
+}
+
+/* Unlinks expired entries; those whose last reference went are chained on *dead. */
+static void sweep_locked(gemmd_jobs *s, gemmd_job_entry **dead)
+{
+    double now = gemm_now_ms();
+    gemmd_job_entry **pp = &s->head;
+    while (*pp) {
+        gemmd_job_entry *j = *pp;
+        if (j->finished && now - j->t_finished_ms >= s->ttl_ms) {
+            *pp = j->next;
+            j->next = NULL;
+            j->linked = 0;
+            if (unref_locked(s, j)) {
+                j->next = *dead;
+                *dead = j;
+            }
+            continue;
+        }
+        pp = &j->next;
+    }
+}
+
+static void destroy_chain(gemmd_jobs *s, gemmd_job_entry *dead)
+{
+    while (dead) {
+        gemmd_job_entry *n = dead->next;
+        destroy(s, dead);
+        dead = n;
+    }
+}
+
+gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, int max_jobs)
+{
+    gemmd_jobs *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    pthread_mutex_init(&s->mu, NULL);
+    s->engine = engine;
+    s->ttl_ms = (ttl_s > 0 ? ttl_s : 0) * 1000.0;
+    s->mem_cap = mem_bytes;
+    s->max_jobs = max_jobs > 0 ? max_jobs : 1;
+    return s;
+}
+
+void gemmd_jobs_free(gemmd_jobs *s)
+{
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    gemmd_job_entry *j = s->head;
+    s->head = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (j) {
+        gemmd_job_entry *n = j->next;
+        destroy(s, j);
+        j = n;
+    }
+    int zero[5] = {0};
+    gemmd_metrics_jobs_by_state(zero);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t result_bytes, gemm_err *err)
+{
+    gemmd_job_entry *dead = NULL, *j = NULL;
+    pthread_mutex_lock(&s->mu);
+    sweep_locked(s, &dead);
+    if (s->stopping) {
+        gemm_err_set(err, 503, "shutting_down", "the server is shutting down; retry elsewhere");
+    } else if (s->count >= s->max_jobs) {
+        gemm_err_set(err, 503, "job_store_full",
+                     "%d jobs are kept already (max_jobs); fetch or DELETE finished jobs, or retry "
+                     "once they expire", s->count);
+    } else if (result_bytes > s->mem_cap || s->mem_used > s->mem_cap - result_bytes) {
+        gemm_err_set(err, 503, "job_store_full",
+                     "the result needs %zu bytes but only %llu of the %llu bytes for kept results "
+                     "(job_mem_mb) are free; fetch or DELETE finished jobs",
+                     result_bytes, (unsigned long long)(s->mem_cap - s->mem_used),
+                     (unsigned long long)s->mem_cap);
+    } else if (!(j = calloc(1, sizeof *j))) {
+        gemm_err_set(err, 500, "out_of_memory", "cannot allocate a job");
+    } else if (random_id(j->id) != 0) {
+        gemm_err_set(err, 500, "internal_error", "cannot draw a random job id: %s", strerror(errno));
+        free(j);
+        j = NULL;
+    } else {
+        j->store = s;
+        j->refs = 1; /* the caller's, until submit or abandon */
+        j->reserved = result_bytes;
+        j->t_created_ms = gemm_now_ms();
+        j->job.user = j;
+        s->mem_used += result_bytes;
+        s->count++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    destroy_chain(s, dead);
+    return j;
+}
+
+void gemmd_jobs_abandon(gemmd_jobs *s, gemmd_job_entry *j)
+{
+    if (!j) return;
+    pthread_mutex_lock(&s->mu);
+    int last = unref_locked(s, j);
+    pthread_mutex_unlock(&s->mu);
+    if (last) destroy(s, j);
+}
+
+/* The engine's completion callback (an engine thread, or the thread cancelling). */
+static void on_done(gemm_job *job)
+{
+    gemmd_job_entry *j = job->user;
+    gemmd_jobs *s = j->store;
+    int st = atomic_load(&job->state);
+
+    pthread_mutex_lock(&s->mu);
+    free_buffers(s, j, st == GEMM_JOB_DONE); /* inputs always; the result unless it is one */
+    if (st != GEMM_JOB_DONE) {
+        s->mem_used -= j->reserved;
+        j->reserved = 0;
+    }
+    j->finished = 1;
+    j->in_engine = 0;
+    j->t_finished_ms = gemm_now_ms();
+    int last = unref_locked(s, j); /* the engine's reference */
+    publish_counts_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    if (last) destroy(s, j);
+}
+
+int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err)
+{
+    j->job.done = on_done;
+    j->job.user = j;
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        gemm_err_set(err, 503, "shutting_down", "the server is shutting down; retry elsewhere");
+        gemmd_jobs_abandon(s, j);
+        return -1;
+    }
+    /* The caller's reference becomes the list's; the engine gets its own. done() cannot
+     * run before submit returns (it needs this lock), so all of it is set up first. */
+    j->refs++;
+    j->in_engine = 1;
+    j->linked = 1;
+    j->next = s->head;
+    s->head = j;
+    if (gemm_engine_submit(s->engine, &j->job, err) != 0) {
+        unlink_locked(s, j);
+        j->in_engine = 0;
+        j->refs -= 2;
+        s->count--;
+        s->mem_used -= j->reserved;
+        pthread_mutex_unlock(&s->mu);
+        free_buffers(s, j, 0);
+        free(j);
+        return -1;
+    }
+    publish_counts_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+gemmd_job_entry *gemmd_jobs_get(gemmd_jobs *s, const char *id)
+{
+    gemmd_job_entry *dead = NULL, *found = NULL;
+    pthread_mutex_lock(&s->mu);
+    sweep_locked(s, &dead);
+    for (gemmd_job_entry *j = s->head; j; j = j->next) {
+        if (strcmp(j->id, id) == 0) {
+            j->refs++;
+            found = j;
+            break;
+        }
+    }
+    publish_counts_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    destroy_chain(s, dead);
+    return found;
+}
+
+void gemmd_jobs_put(gemmd_jobs *s, gemmd_job_entry *j)
+{
+    if (!j) return;
+    pthread_mutex_lock(&s->mu);
+    int last = unref_locked(s, j);
+    pthread_mutex_unlock(&s->mu);
+    if (last) destroy(s, j);
+}
+
+void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *v)
+{
+    memset(v, 0, sizeof *v);
+    pthread_mutex_lock(&s->mu);
+    double now = gemm_now_ms();
+    memcpy(v->id, j->id, sizeof v->id);
+    v->state = (gemm_job_state)atomic_load(&j->job.state);
+    v->finished = j->finished;
+    v->recv_ms = j->recv_ms;
+    v->decode_ms = j->decode_ms;
+    v->age_ms = now - j->t_created_ms;
+    v->dtype = j->job.dtype;
+    v->m = j->job.m;
+    v->k = j->job.k;
+    v->n = j->job.n;
+    if (j->finished) {
+        v->err = j->job.err;
+        v->timing = j->job.timing;
+        v->total_ms = j->t_finished_ms - j->t_created_ms + j->recv_ms + j->decode_ms;
+        double left = (j->t_finished_ms + s->ttl_ms - now) / 1000.0;
+        v->expires_in_s = left > 0 ? left : 0;
+        memcpy(v->kernel, j->job.kernel_used, sizeof v->kernel);
+        v->tile = j->job.tile_used;
+        v->math = j->job.math_used;
+        memcpy(v->device, j->job.device, sizeof v->device);
+    } else {
+        v->total_ms = v->age_ms + j->recv_ms + j->decode_ms;
+        memcpy(v->kernel, j->job.kernel, sizeof v->kernel);
+        v->tile = j->job.tile;
+        v->math = j->job.math;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+int gemmd_jobs_delete(gemmd_jobs *s, const char *id)
+{
+    gemmd_job_entry *j = gemmd_jobs_get(s, id); /* our reference keeps it alive below */
+    if (!j) return -1;
+    pthread_mutex_lock(&s->mu);
+    int was_linked = j->linked;
+    int cancel = j->in_engine;
+    if (was_linked) {
+        unlink_locked(s, j);
+        unref_locked(s, j); /* the list's; ours is still held, so never the last */
+    }
+    publish_counts_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    if (cancel) gemm_engine_cancel(s->engine, &j->job); /* may call on_done() here */
+    gemmd_jobs_put(s, j);
+    return was_linked ? 0 : -1;
+}
+
+void gemmd_jobs_sweep(gemmd_jobs *s)
+{
+    gemmd_job_entry *dead = NULL;
+    pthread_mutex_lock(&s->mu);
+    sweep_locked(s, &dead);
+    publish_counts_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    destroy_chain(s, dead);
+}
+
+void gemmd_jobs_shutdown(gemmd_jobs *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    int n = 0;
+    for (gemmd_job_entry *j = s->head; j; j = j->next)
+        if (j->in_engine) n++;
+    gemmd_job_entry **pending = n ? calloc((size_t)n, sizeof *pending) : NULL;
+    int k = 0;
+    if (pending) {
+        for (gemmd_job_entry *j = s->head; j && k < n; j = j->next) {
+            if (!j->in_engine) continue;
+            j->refs++;
+            pending[k++] = j;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < k; i++) {
+        gemm_engine_cancel(s->engine, &pending[i]->job); /* queued ones finish here */
+        gemmd_jobs_put(s, pending[i]);
+    }
+    free(pending);
+}
+
+void gemmd_jobs_counts(gemmd_jobs *s, int counts[5], int *kept, uint64_t *bytes)
+{
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < 5; i++) counts[i] = 0;
+    int n = 0;
+    for (gemmd_job_entry *j = s->head; j; j = j->next) {
+        int st = atomic_load(&j->job.state);
+        if (st >= 0 && st < 5) counts[st]++;
+        n++;
+    }
+    if (kept) *kept = n;
+    if (bytes) *bytes = s->mem_used;
+    pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,98 @@
+/*
+ * jobs.h - the store of asynchronous jobs (POST /v1/jobs ... GET /v1/jobs/{id}/result).
+ *
+ *   gemmd_job_entry *j = gemmd_jobs_reserve(store, c_bytes, &err);  // id, memory, count
+ *   j->job.a/b/c/dtype/m/k/n/kernel/... = ...;                      // filled by the caller
+ *   gemmd_jobs_submit(store, j, &err);                              // engine owns it now
+ *   ...
+ *   gemmd_job_entry *j = gemmd_jobs_get(store, id);                 // takes a reference
+ *   gemmd_jobs_view(store, j, &view); ... gemmd_jobs_put(store, j);
+ *
+ * Entries are reference counted: the store's list holds one reference, a job on the
+ * engine holds one, and every reader (a status or a result being sent) holds one. An
+ * entry is freed when the last one goes, so DELETE of a running job only unlinks it and
+ * the engine's done() frees it. Inputs are freed as soon as the product is done; the
+ * result is kept for ttl_s seconds after the job finished (swept lazily on every store
+ * call), its bytes reserved at submit against mem_bytes. Thread-safe.
+ */
+#ifndef GEMMD_JOBS_H
+#define GEMMD_JOBS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+
+#define GEMMD_JOB_ID_LEN 32 /* 128 random bits in hex */
+
+typedef struct gemmd_jobs gemmd_jobs;
+
+typedef struct gemmd_job_entry {
+    gemm_job job;         /* the engine job; job.user points back to the entry */
+    char id[GEMMD_JOB_ID_LEN + 1];
+    int family;           /* the request's format family (answer default), set by the caller */
+    double recv_ms;       /* set by the caller before submit */
+    double decode_ms;
+    /* ---- private to jobs.c, under the store's lock ---- */
+    gemmd_jobs *store;
+    int refs;
+    int linked;           /* in the store's list */
+    int in_engine;        /* submitted, done() not called yet */
+    int finished;         /* done() was called */
+    double t_created_ms, t_finished_ms;
+    size_t reserved;      /* result bytes reserved against mem_bytes */
+    struct gemmd_job_entry *next;
+} gemmd_job_entry;
+
+/* What a status answer shows; copied under the lock. */
+typedef struct {
+    char id[GEMMD_JOB_ID_LEN + 1];
+    gemm_job_state state;
+    int finished;
+    gemm_err err;
+    gemm_job_timing timing;
+    double recv_ms, decode_ms;
+    double total_ms;      /* created -> finished (or -> now while not finished) */
+    double age_ms;        /* since created */
+    double expires_in_s;  /* finished: seconds until the result is forgotten */
+    gemm_dtype dtype;
+    uint64_t m, k, n;
+    char kernel[GEMM_NAME_LEN];
+    int tile;
+    gemm_math math;
+    char device[GEMM_NAME_LEN];
+} gemmd_job_view;
+
+gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, int max_jobs);
+/* Frees every entry and buffer. Call after gemmd_jobs_shutdown() once the engine holds
+ * none of them any more (no entry may still be in the engine). */
+void gemmd_jobs_free(gemmd_jobs *s);
+
+/* A fresh entry with a random id, its result bytes reserved. NULL with 503
+ * job_store_full (too many jobs kept, or not enough of mem_bytes left), 503
+ * shutting_down after gemmd_jobs_shutdown(), or 500 when the id cannot be drawn. */
+gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t result_bytes, gemm_err *err);
+/* Gives back an entry that was reserved but not submitted, freeing any of
+ * job.a/b/c set on it (with the engine's allocator). */
+void gemmd_jobs_abandon(gemmd_jobs *s, gemmd_job_entry *j);
+/* Queues it on the engine and lists it. On failure (*err set: queue full, bad option,
+ * shutting down) the entry is abandoned (freed) and -1 is returned. */
+int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err);
+
+/* The entry with that id, with a reference taken; NULL when unknown or expired. */
+gemmd_job_entry *gemmd_jobs_get(gemmd_jobs *s, const char *id);
+void gemmd_jobs_put(gemmd_jobs *s, gemmd_job_entry *j);
+void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *out);
+
+/* Cancels (queued), marks for freeing when done() fires (running) or forgets (finished).
+ * Returns 0, or -1 when no such job is kept. */
+int gemmd_jobs_delete(gemmd_jobs *s, const char *id);
+
+/* Forgets finished jobs older than the TTL (every call does it too). */
+void gemmd_jobs_sweep(gemmd_jobs *s);
+/* Refuses new jobs from now on and cancels the queued ones (their done() fires). */
+void gemmd_jobs_shutdown(gemmd_jobs *s);
+/* Entries kept, by gemm_job_state; and how many / how many bytes are kept in all. */
+void gemmd_jobs_counts(gemmd_jobs *s, int counts[5], int *kept, uint64_t *bytes);
+
+#endif

@@ -1,0 +1,380 @@
+/*
+ * request.c - per-request state and the body readers (raw, JSON, multipart/npy).
+ */
+#include "request.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "json_codec.h"
+
+#define GEMMD_TEXT_PART_MAX 100 /* bytes of a form field such as dtype or kernel */
+
+gemmd_request *gemmd_request_new(gemmd_server *srv, struct MHD_Connection *conn, const char *method,
+                                 const char *url)
+{
+    gemmd_request *req = calloc(1, sizeof *req);
+    if (!req) return NULL;
+    req->srv = srv;
+    req->conn = conn;
+    req->t_start_ms = gemm_now_ms();
+    req->route = GEMMD_ROUTE_OTHER;
+    req->part = -1;
+    req->family = GEMMD_FMT_JSON;
+    snprintf(req->method, sizeof req->method, "%s", method ? method : "?");
+    snprintf(req->path, sizeof req->path, "%s", url ? url : "?");
+    gemm_options_init(&req->opt);
+    gemm_err_clear(&req->err);
+    req->a.dtype = req->b.dtype = GEMM_DTYPE_INVALID;
+    return req;
+}
+
+static void free_matrix(gemmd_request *req, gemm_matrix *m)
+{
+    gemm_engine_host_free(req->srv->engine, m->data);
+    m->data = NULL;
+}
+
+void gemmd_request_free(gemmd_request *req)
+{
+    if (!req) return;
+    gemm_engine *e = req->srv->engine;
+    free(req->json);
+    gemm_multipart_free(req->mp);
+    gemm_npy_reader_free(req->rd[0]);
+    gemm_npy_reader_free(req->rd[1]);
+    free_matrix(req, &req->a);
+    free_matrix(req, &req->b);
+    gemm_engine_host_free(e, req->job.a);
+    gemm_engine_host_free(e, req->job.b);
+    gemm_engine_host_free(e, req->job.c);
+    free(req);
+}
+
+const char *gemmd_request_header(gemmd_request *req, const char *name)
+{
+    return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
+/* ---- query options --------------------------------------------------------- */
+
+struct query_ctx {
+    gemm_options *opt;
+    gemm_err *err;
+    int failed;
+};
+
+static enum MHD_Result query_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    struct query_ctx *q = cls;
+    if (!key) return MHD_YES;
+    if (gemm_options_set(q->opt, key, value ? value : "", q->err) < 0) {
+        q->failed = 1;
+        return MHD_NO;
+    }
+    return MHD_YES; /* 1: not an option (ignored) */
+}
+
+int gemmd_request_query_options(gemmd_request *req, gemm_options *opt, gemm_err *err)
+{
+    struct query_ctx q = {opt, err, 0};
+    MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, query_arg, &q);
+    return q.failed ? -1 : 0;
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+/* Compares the media type (before any ';' parameters) case-insensitively. */
+static int media_is(const char *ct, const char *type)
+{
+    size_t n = strlen(type);
+    while (*ct == ' ' || *ct == '\t') ct++;
+    if (strncasecmp(ct, type, n) != 0) return 0;
+    char c = ct[n];
+    return c == '\0' || c == ';' || c == ' ' || c == '\t';
+}
+
+static int is_chunked(gemmd_request *req)
+{
+    const char *te = gemmd_request_header(req, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (!te) return 0;
+    for (const char *p = te; *p; p++)
+        if (strncasecmp(p, "chunked", 7) == 0) return 1;
+    return 0;
+}
+
+static const gemm_limits *limits(gemmd_request *req) { return &req->srv->cfg.limits; }
+
+/* ---- multipart callbacks -------------------------------------------------- */
+
+static int part_begin(void *user, const char *name, const char *filename, const char *content_type,
+                      gemm_err *err)
+{
+    (void)filename;
+    (void)content_type;
+    gemmd_request *req = user;
+    if (!name) return gemm_err_set(err, 400, "bad_multipart", "a form part has no name");
+    snprintf(req->part_name, sizeof req->part_name, "%s", name);
+    req->text_len = 0;
+    if (strcmp(name, "a") == 0 || strcmp(name, "b") == 0) {
+        int i = name[0] == 'b';
+        if (req->have[i] || req->rd[i])
+            return gemm_err_set(err, 400, "duplicate_part", "the form has two parts named \"%s\"", name);
+        req->rd[i] = gemm_npy_reader_new(limits(req), gemm_engine_allocator(req->srv->engine));
+        if (!req->rd[i]) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
+        req->part = i;
+        return 0;
+    }
+    if (strcmp(name, "dtype") == 0 || strcmp(name, "kernel") == 0 || strcmp(name, "tile") == 0 ||
+        strcmp(name, "math") == 0) {
+        req->part = 2;
+        return 0;
+    }
+    return gemm_err_set(err, 400, "unknown_part",
+                        "unexpected form part \"%.40s\"; send parts a and b (.npy files) and "
+                        "optionally dtype, kernel, tile, math", name);
+}
+
+static int part_data(void *user, const void *data, size_t len, gemm_err *err)
+{
+    gemmd_request *req = user;
+    if (req->part == 0 || req->part == 1) return gemm_npy_reader_feed(req->rd[req->part], data, len, err);
+    if (req->part == 2) {
+        if (len > GEMMD_TEXT_PART_MAX - req->text_len)
+            return gemm_err_set(err, 400, "bad_multipart", "form field \"%s\" is longer than %d bytes",
+                                req->part_name, GEMMD_TEXT_PART_MAX);
+        memcpy(req->text + req->text_len, data, len);
+        req->text_len += len;
+        return 0;
+    }
+    return gemm_err_set(err, 400, "bad_multipart", "form data outside of a part");
+}
+
+static int part_end(void *user, gemm_err *err)
+{
+    gemmd_request *req = user;
+    int p = req->part;
+    req->part = -1;
+    if (p == 0 || p == 1) {
+        gemm_matrix *m = p == 0 ? &req->a : &req->b;
+        int rc = gemm_npy_reader_finish(req->rd[p], m, err);
+        gemm_npy_reader_free(req->rd[p]);
+        req->rd[p] = NULL;
+        if (rc != 0) return -1;
+        req->have[p] = 1;
+        return 0;
+    }
+    if (p == 2) {
+        req->text[req->text_len] = '\0';
+        /* trim the line ending some clients add */
+        while (req->text_len && (req->text[req->text_len - 1] == '\n' || req->text[req->text_len - 1] == '\r'))
+            req->text[--req->text_len] = '\0';
+        return gemm_options_set(&req->opt, req->part_name, req->text, err) < 0 ? -1 : 0;
+    }
+    return 0;
+}
+
+static const gemm_multipart_callbacks mp_callbacks = {part_begin, part_data, part_end};
+
+/* ---- begin ---------------------------------------------------------------- */
+
+static int begin_raw(gemmd_request *req)
+{
+    gemm_err *err = &req->err;
+    if (!req->has_length || is_chunked(req))
+        return gemm_err_set(err, 411, "length_required",
+                            "raw bodies need a Content-Length (not chunked): the server checks it "
+                            "against m, k, n and dtype before reading");
+    gemm_options *o = &req->opt;
+    if (o->m == 0 || o->k == 0 || o->n == 0)
+        return gemm_err_set(err, 400, "missing_dimension",
+                            "raw bodies need m, k and n in the query, e.g. "
+                            "/v1/matmul?m=2&k=3&n=4&dtype=float32 (got m=%llu k=%llu n=%llu)",
+                            (unsigned long long)o->m, (unsigned long long)o->k, (unsigned long long)o->n);
+    if (o->dtype == GEMM_DTYPE_INVALID) o->dtype = GEMM_DTYPE_F32;
+    if (gemm_check_product(o->m, o->k, o->k, o->n, o->dtype, limits(req), err) != 0) return -1;
+    size_t a_bytes, b_bytes, total;
+    if (!gemm_matrix_bytes(o->m, o->k, o->dtype, &a_bytes) || !gemm_matrix_bytes(o->k, o->n, o->dtype, &b_bytes) ||
+        !gemm_add_size(a_bytes, b_bytes, &total))
+        return gemm_err_set(err, 413, "too_large", "the matrices' byte sizes overflow");
+    if (req->content_length != total)
+        return gemm_err_set(err, 400, "length_mismatch",
+                            "the body has %llu bytes but A (%llux%llu) and B (%llux%llu) of %s need "
+                            "%zu bytes",
+                            (unsigned long long)req->content_length, (unsigned long long)o->m,
+                            (unsigned long long)o->k, (unsigned long long)o->k, (unsigned long long)o->n,
+                            gemm_dtype_name(o->dtype), total);
+    req->a.data = gemm_engine_host_alloc(req->srv->engine, a_bytes);
+    req->b.data = gemm_engine_host_alloc(req->srv->engine, b_bytes);
+    if (!req->a.data || !req->b.data)
+        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for A and B now; retry later",
+                            total);
+    req->a.rows = o->m;
+    req->a.cols = o->k;
+    req->b.rows = o->k;
+    req->b.cols = o->n;
+    req->a.dtype = req->b.dtype = o->dtype;
+    req->raw_a_bytes = a_bytes;
+    req->raw_total = total;
+    return 0;
+}
+
+int gemmd_body_begin(gemmd_request *req)
+{
+    const gemmd_config *cfg = &req->srv->cfg;
+    gemm_err *err = &req->err;
+    const char *cl = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        if (gemm_parse_u64(cl, &req->content_length) != 0)
+            return gemm_err_set(err, 400, "bad_length", "Content-Length \"%.40s\" is not a number", cl);
+        req->has_length = 1;
+    }
+    req->limit = cfg->limits.max_body_bytes;
+    if (req->has_length && req->content_length > req->limit)
+        return gemm_err_set(err, 413, "body_too_large",
+                            "the body has %llu bytes; this server takes at most %llu (max_body_mb)",
+                            (unsigned long long)req->content_length, (unsigned long long)req->limit);
+
+    if (gemmd_request_query_options(req, &req->opt, err) != 0) return -1;
+
+    const char *ct = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (ct && media_is(ct, "application/json")) {
+        req->family = GEMMD_FMT_JSON;
+        if (cfg->max_json_bytes < req->limit) req->limit = cfg->max_json_bytes;
+        if (req->has_length && req->content_length > req->limit)
+            return gemm_err_set(err, 413, "body_too_large",
+                                "the JSON body has %llu bytes; JSON bodies are parsed whole and may "
+                                "have at most %llu (max_json_mb); send large matrices as raw or .npy",
+                                (unsigned long long)req->content_length, (unsigned long long)req->limit);
+        return 0;
+    }
+    if (ct && media_is(ct, "application/octet-stream")) {
+        req->family = GEMMD_FMT_RAW;
+        return begin_raw(req);
+    }
+    if (ct && media_is(ct, "multipart/form-data")) {
+        req->family = GEMMD_FMT_NPY;
+        req->mp = gemm_multipart_new(ct, &mp_callbacks, req, err);
+        return req->mp ? 0 : -1;
+    }
+    return gemm_err_set(err, 415, "unsupported_media_type",
+                        "Content-Type \"%.60s\" is not supported; send application/json, "
+                        "application/octet-stream (A then B, shapes in the query) or "
+                        "multipart/form-data with .npy parts a and b", ct ? ct : "(none)");
+}
+
+/* ---- feed / finish ---------------------------------------------------------- */
+
+static void fail(gemmd_request *req) { req->failed = 1; }
+
+void gemmd_body_feed(gemmd_request *req, const char *data, size_t len)
+{
+    req->bytes_in += len;
+    if (req->failed) {
+        req->discarded += len;
+        return;
+    }
+    if (req->bytes_in > req->limit) {
+        gemm_err_set(&req->err, 413, "body_too_large", "the body is over the limit of %llu bytes%s",
+                     (unsigned long long)req->limit,
+                     req->family == GEMMD_FMT_JSON ? " for JSON (max_json_mb)" : " (max_body_mb)");
+        fail(req);
+        return;
+    }
+    switch (req->family) {
+    case GEMMD_FMT_JSON:
+        if (req->json_len + len + 1 > req->json_cap) {
+            size_t cap = req->json_cap ? req->json_cap : 4096;
+            while (cap < req->json_len + len + 1) cap *= 2;
+            if (req->has_length && cap > req->content_length + 1) cap = req->content_length + 1;
+            if (cap < req->json_len + len + 1) cap = req->json_len + len + 1;
+            char *p = realloc(req->json, cap);
+            if (!p) {
+                gemm_err_set(&req->err, 503, "out_of_memory", "cannot buffer the JSON body now");
+                fail(req);
+                return;
+            }
+            req->json = p;
+            req->json_cap = cap;
+        }
+        memcpy(req->json + req->json_len, data, len);
+        req->json_len += len;
+        req->json[req->json_len] = '\0';
+        break;
+    case GEMMD_FMT_RAW: {
+        /* MHD never hands more than Content-Length bytes; guard anyway. */
+        if (len > req->raw_total - req->raw_got) {
+            gemm_err_set(&req->err, 400, "length_mismatch", "more body bytes than Content-Length");
+            fail(req);
+            return;
+        }
+        size_t off = req->raw_got;
+        if (off < req->raw_a_bytes) {
+            size_t n = req->raw_a_bytes - off < len ? req->raw_a_bytes - off : len;
+            memcpy((char *)req->a.data + off, data, n);
+            data += n;
+            len -= n;
+            off += n;
+        }
+        if (len) memcpy((char *)req->b.data + (off - req->raw_a_bytes), data, len);
+        req->raw_got = off + len;
+        break;
+    }
+    case GEMMD_FMT_NPY:
+        if (gemm_multipart_feed(req->mp, data, len, &req->err) != 0) fail(req);
+        break;
+    default:
+        break;
+    }
+}
+
+static int finish_npy(gemmd_request *req)
+{
+    gemm_err *err = &req->err;
+    if (gemm_multipart_finish(req->mp, err) != 0) return -1;
+    if (!req->have[0] || !req->have[1])
+        return gemm_err_set(err, 400, "missing_part", "the form needs .npy parts a and b (missing %s)",
+                            !req->have[0] && !req->have[1] ? "both" : (!req->have[0] ? "a" : "b"));
+    if (req->a.dtype != req->b.dtype)
+        return gemm_err_set(err, 422, "dtype_mismatch", "A is %s but B is %s; send both in one dtype",
+                            gemm_dtype_name(req->a.dtype), gemm_dtype_name(req->b.dtype));
+    if (req->opt.dtype != GEMM_DTYPE_INVALID && req->opt.dtype != req->a.dtype)
+        return gemm_err_set(err, 422, "dtype_mismatch",
+                            "dtype %s was asked for but the .npy files hold %s; convert them or "
+                            "leave dtype out", gemm_dtype_name(req->opt.dtype), gemm_dtype_name(req->a.dtype));
+    req->opt.dtype = req->a.dtype;
+    return gemm_check_product(req->a.rows, req->a.cols, req->b.rows, req->b.cols, req->a.dtype, limits(req),
+                              err);
+}
+
+int gemmd_body_finish(gemmd_request *req)
+{
+    req->t_body_ms = gemm_now_ms();
+    int rc = 0;
+    switch (req->family) {
+    case GEMMD_FMT_JSON:
+        rc = gemm_json_decode_request(req->json ? req->json : "", req->json_len, limits(req),
+                                      gemm_engine_allocator(req->srv->engine), &req->opt, &req->a, &req->b,
+                                      &req->err);
+        free(req->json);
+        req->json = NULL;
+        req->json_len = req->json_cap = 0;
+        if (rc == 0) req->opt.dtype = req->a.dtype;
+        break;
+    case GEMMD_FMT_RAW:
+        if (req->raw_got != req->raw_total)
+            rc = gemm_err_set(&req->err, 400, "truncated", "the body ended after %zu of %zu bytes", req->raw_got,
+                              req->raw_total);
+        break;
+    case GEMMD_FMT_NPY:
+        rc = finish_npy(req);
+        break;
+    default:
+        rc = gemm_err_set(&req->err, 500, "internal_error", "no body reader");
+    }
+    req->t_decoded_ms = gemm_now_ms();
+    return rc;
+}

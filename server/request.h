@@ -1,0 +1,124 @@
+/*
+ * request.h - the daemon's shared state and the state of one HTTP request, with the
+ * body readers that turn a request body into A, B and options.
+ *
+ * A request lives from the first call of the access handler to MHD's
+ * NOTIFY_COMPLETED callback (gemmd_request_free). Bodies are read as they arrive:
+ *   raw     straight into A and B, allocated from the engine once Content-Length and
+ *           the shapes in the query are checked;
+ *   json    buffered (up to max_json_bytes), parsed when complete;
+ *   npy     multipart parts streamed into npy readers that allocate from the engine.
+ */
+#ifndef GEMMD_REQUEST_H
+#define GEMMD_REQUEST_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "engine.h"
+#include "gemm_types.h"
+#include "jobs.h"
+#include "metrics.h"
+#include "multipart.h"
+#include "npy.h"
+#include "options.h"
+
+/* Answer formats; a request's family is the format of its own body. */
+typedef enum { GEMMD_FMT_JSON = 0, GEMMD_FMT_RAW = 1, GEMMD_FMT_NPY = 2, GEMMD_FMT_NONE = 3 } gemmd_format;
+
+typedef struct gemmd_auth gemmd_auth;
+typedef struct gemmd_request gemmd_request;
+
+typedef struct gemmd_server {
+    gemmd_config cfg;
+    gemm_engine *engine;
+    gemm_engine_info info;     /* described once at start */
+    gemmd_jobs *jobs;
+    gemmd_auth *auth;          /* NULL: no tokens configured */
+    struct MHD_Daemon *daemon;
+    char url[128];
+    _Atomic int stopping;
+    _Atomic int inflight;      /* requests between first call and NOTIFY_COMPLETED */
+    pthread_mutex_t mu;        /* recursive: pending list, suspend/resume handshake */
+    gemmd_request *pending;    /* synchronous products on the engine */
+} gemmd_server;
+
+/* Times of one product, in ms; the stages are consecutive, so they add up to <= total. */
+typedef struct {
+    double recv_ms, decode_ms, queue_ms, h2d_ms, kernel_ms, d2h_ms, compute_ms, encode_ms;
+    double total_ms, gflops;
+    double total_base_ms;      /* time before this request (a job's own total) */
+    int have_compute;
+} gemmd_timing;
+
+typedef enum { REQ_START = 0, REQ_BODY, REQ_WAIT, REQ_DONE } gemmd_req_phase;
+
+struct gemmd_request {
+    gemmd_server *srv;
+    struct MHD_Connection *conn;
+    char method[12];
+    char path[160];
+    gemmd_route route;
+    char job_id[GEMMD_JOB_ID_LEN + 8];
+    gemmd_req_phase phase;
+    double t_start_ms, t_body_ms, t_decoded_ms;
+    uint64_t bytes_in, bytes_out;
+    int status;                /* the answer's status once queued (0: none) */
+    const char *allow;         /* Allow header of a 405 */
+
+    /* body reading */
+    gemmd_format family;
+    gemmd_format answer;       /* negotiated from Accept */
+    gemm_options opt;
+    int failed;                /* err holds why; the rest of the body is discarded */
+    gemm_err err;
+    uint64_t discarded;
+    int has_length;
+    uint64_t content_length;
+    uint64_t limit;            /* body bytes allowed for this request */
+    char *json;
+    size_t json_len, json_cap;
+    size_t raw_a_bytes, raw_total, raw_got;
+    gemm_multipart *mp;
+    gemm_npy_reader *rd[2];
+    int part;                  /* current part: 0 a, 1 b, 2 text option, -1 none */
+    char part_name[16];
+    char text[128];
+    size_t text_len;
+    int have[2];
+    gemm_matrix a, b;          /* decoded inputs (engine memory) until handed to a job */
+
+    /* synchronous product */
+    gemm_job job;
+    int suspended, job_done;
+    gemmd_request *pend_next, *pend_prev;
+
+    /* answer */
+    gemmd_timing timing;
+    char hdr_kernel[GEMM_NAME_LEN];
+    char hdr_device[GEMM_NAME_LEN];
+};
+
+gemmd_request *gemmd_request_new(gemmd_server *srv, struct MHD_Connection *conn, const char *method,
+                                 const char *url);
+void gemmd_request_free(gemmd_request *req);
+
+/* Looks at the headers and the query before a byte of the body is read: media type,
+ * Content-Length against the limits, raw shapes, options. Returns 0, or -1 with
+ * req->err set (the caller answers at once). */
+int gemmd_body_begin(gemmd_request *req);
+/* One chunk of body; on error req->failed is set and the rest is discarded. */
+void gemmd_body_feed(gemmd_request *req, const char *data, size_t len);
+/* The body is complete: finishes decoding into req->a, req->b. 0 or -1 (req->err). */
+int gemmd_body_finish(gemmd_request *req);
+
+/* Applies every query argument that is an option (kernel, tile, math, dtype, m, k, n).
+ * 0 or -1 with *err set. */
+int gemmd_request_query_options(gemmd_request *req, gemm_options *opt, gemm_err *err);
+/* A header's value or NULL. */
+const char *gemmd_request_header(gemmd_request *req, const char *name);
+
+#endif

@@ -1,0 +1,352 @@
+/*
+ * respond.c - building and queueing answers.
+ */
+#include "respond.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define PAYLOAD_BLOCK (256 * 1024)
+
+/* ---- Accept ----------------------------------------------------------------- */
+
+const char *gemmd_format_mime(gemmd_format f)
+{
+    switch (f) {
+    case GEMMD_FMT_JSON: return "application/json";
+    case GEMMD_FMT_RAW: return "application/octet-stream";
+    case GEMMD_FMT_NPY: return "application/x-npy";
+    default: return "application/json";
+    }
+}
+
+static gemmd_format media_format(const char *s, size_t n, gemmd_format family)
+{
+#define IS(lit) (n == sizeof(lit) - 1 && strncasecmp(s, lit, n) == 0)
+    if (IS("application/json")) return GEMMD_FMT_JSON;
+    if (IS("application/octet-stream")) return GEMMD_FMT_RAW;
+    if (IS("application/x-npy") || IS("application/npy")) return GEMMD_FMT_NPY;
+    if (IS("*/*") || IS("application/*")) return family;
+#undef IS
+    return GEMMD_FMT_NONE;
+}
+
+gemmd_format gemmd_negotiate(const char *accept, gemmd_format family)
+{
+    if (!accept) return family;
+    const char *p = accept;
+    while (*p == ' ' || *p == '\t') p++;
+    if (!*p) return family;
+
+    gemmd_format best = GEMMD_FMT_NONE;
+    double best_q = 0;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        /* media range up to ';' or the end, trimmed */
+        const char *s = p;
+        while (s < p + len && (*s == ' ' || *s == '\t')) s++;
+        const char *e = s;
+        while (e < p + len && *e != ';' && *e != ' ' && *e != '\t') e++;
+        double q = 1.0;
+        for (const char *a = e; a < p + len; a++) {
+            if (*a == ';') {
+                const char *b = a + 1;
+                while (*b == ' ') b++;
+                if ((b[0] == 'q' || b[0] == 'Q') && b[1] == '=') q = strtod(b + 2, NULL);
+            }
+        }
+        gemmd_format f = media_format(s, (size_t)(e - s), family);
+        if (f != GEMMD_FMT_NONE && q > 0 &&
+            (q > best_q || (q == best_q && f == family && best != family))) {
+            best = f;
+            best_q = q;
+        }
+        p += len;
+        if (*p == ',') p++;
+    }
+    return best;
+}
+
+/* ---- timing ------------------------------------------------------------------ */
+
+void gemmd_timing_from_job(gemmd_timing *t, const gemm_job_timing *jt)
+{
+    t->queue_ms = jt->queue_ms;
+    t->h2d_ms = jt->h2d_ms;
+    t->kernel_ms = jt->kernel_ms;
+    t->d2h_ms = jt->d2h_ms;
+    t->compute_ms = jt->compute_ms;
+    t->gflops = jt->gflops;
+    t->have_compute = 1;
+}
+
+/* Stages are rounded down and the total up, so the printed stages never add up to more
+ * than the printed total. */
+static double down(double ms) { return ms > 0 ? floor(ms * 1e4) / 1e4 : 0; }
+static double up(double ms) { return ms > 0 ? ceil(ms * 1e4) / 1e4 : 0; }
+
+void gemmd_timing_json(gemm_buf *b, const gemmd_timing *t)
+{
+    gemm_buf_printf(b,
+                    "{\"recv_ms\":%.4f,\"decode_ms\":%.4f,\"queue_ms\":%.4f,\"h2d_ms\":%.4f,"
+                    "\"kernel_ms\":%.4f,\"d2h_ms\":%.4f,\"compute_ms\":%.4f,\"encode_ms\":%.4f,"
+                    "\"total_ms\":%.4f,\"gflops\":%.3f}",
+                    down(t->recv_ms), down(t->decode_ms), down(t->queue_ms), down(t->h2d_ms),
+                    down(t->kernel_ms), down(t->d2h_ms), down(t->compute_ms), down(t->encode_ms),
+                    up(t->total_ms), isfinite(t->gflops) ? t->gflops : 0.0);
+}
+
+static void server_timing(char *out, size_t cap, const gemmd_timing *t)
+{
+    int n = snprintf(out, cap, "recv;dur=%.4f, decode;dur=%.4f", down(t->recv_ms), down(t->decode_ms));
+    if (t->have_compute && n > 0 && (size_t)n < cap)
+        n += snprintf(out + n, cap - (size_t)n,
+                      ", queue;dur=%.4f, h2d;dur=%.4f, kernel;dur=%.4f, d2h;dur=%.4f, encode;dur=%.4f",
+                      down(t->queue_ms), down(t->h2d_ms), down(t->kernel_ms), down(t->d2h_ms),
+                      down(t->encode_ms));
+    if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, ", total;dur=%.4f", up(t->total_ms));
+}
+
+/* recv and decode of this request's own body, where it had one. */
+static void fill_request_times(gemmd_request *req)
+{
+    gemmd_timing *t = &req->timing;
+    if (t->recv_ms == 0 && req->t_body_ms > 0) t->recv_ms = req->t_body_ms - req->t_start_ms;
+    if (t->decode_ms == 0 && req->t_decoded_ms > req->t_body_ms && req->t_body_ms > 0)
+        t->decode_ms = req->t_decoded_ms - req->t_body_ms;
+}
+
+/* ---- queueing ------------------------------------------------------------------ */
+
+enum MHD_Result gemmd_respond_queue(gemmd_request *req, int status, struct MHD_Response *resp)
+{
+    if (!resp) {
+        static const char oom[] = "{\"error\":{\"code\":\"out_of_memory\",\"message\":\"cannot build the answer\"}}";
+        resp = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+        status = 500;
+        if (!resp) return MHD_NO;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    }
+    gemmd_timing *t = &req->timing;
+    fill_request_times(req);
+    if (t->total_ms == 0) t->total_ms = t->total_base_ms + gemm_now_ms() - req->t_start_ms;
+    char st[400];
+    server_timing(st, sizeof st, t);
+    MHD_add_response_header(resp, "Server-Timing", st);
+    if (req->hdr_kernel[0]) MHD_add_response_header(resp, "X-Gemm-Kernel", req->hdr_kernel);
+    const char *dev = req->hdr_device[0] ? req->hdr_device
+                      : req->srv->info.ndevices > 0 ? req->srv->info.devices[0].name
+                                                    : req->srv->info.backend;
+    if (dev && dev[0]) MHD_add_response_header(resp, "X-Gemm-Device", dev);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    enum MHD_Result rc = MHD_queue_response(req->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    if (rc == MHD_YES) req->status = status;
+    req->phase = REQ_DONE;
+    return rc;
+}
+
+static struct MHD_Response *from_buf(gemm_buf *body)
+{
+    if (body->failed) {
+        gemm_buf_free(body);
+        return NULL;
+    }
+    struct MHD_Response *r;
+    if (body->len == 0) {
+        r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        gemm_buf_free(body);
+    } else {
+        r = MHD_create_response_from_buffer(body->len, body->data, MHD_RESPMEM_MUST_FREE);
+        if (r) {
+            gemm_buf_init(body); /* MHD owns the bytes now */
+        } else {
+            gemm_buf_free(body);
+        }
+    }
+    return r;
+}
+
+enum MHD_Result gemmd_respond_buf(gemmd_request *req, int status, const char *mime, gemm_buf *body)
+{
+    size_t len = body->len;
+    struct MHD_Response *r = from_buf(body);
+    if (r && mime) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, mime);
+    if (r) req->bytes_out = len;
+    return gemmd_respond_queue(req, status, r);
+}
+
+enum MHD_Result gemmd_respond_json(gemmd_request *req, int status, gemm_buf *body)
+{
+    return gemmd_respond_buf(req, status, "application/json", body);
+}
+
+enum MHD_Result gemmd_respond_json_header(gemmd_request *req, int status, gemm_buf *body, const char *name,
+                                          const char *value)
+{
+    size_t len = body->len;
+    struct MHD_Response *r = from_buf(body);
+    if (r) {
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        MHD_add_response_header(r, name, value);
+        req->bytes_out = len;
+    }
+    return gemmd_respond_queue(req, status, r);
+}
+
+enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err)
+{
+    int status = err->status >= 400 && err->status <= 599 ? err->status : 500;
+    const char *code = err->code[0] ? err->code : "internal_error";
+    const char *msg = err->message[0] ? err->message : "internal error";
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemm_buf_puts(&b, "{\"error\":{\"code\":");
+    gemm_buf_json_string(&b, code);
+    gemm_buf_puts(&b, ",\"message\":");
+    gemm_buf_json_string(&b, msg);
+    gemm_buf_puts(&b, "}}\n");
+    size_t len = b.len;
+    struct MHD_Response *r = from_buf(&b);
+    if (r) {
+        req->bytes_out = len;
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        if (status == 405 && req->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, req->allow);
+        if (status == 401)
+            MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"gemmd\"");
+        if (status == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    }
+    return gemmd_respond_queue(req, status, r);
+}
+
+enum MHD_Result gemmd_respond_errorf(gemmd_request *req, int status, const char *code, const char *fmt, ...)
+{
+    gemm_err e;
+    gemm_err_clear(&e);
+    e.status = status;
+    snprintf(e.code, sizeof e.code, "%s", code);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    va_end(ap);
+    return gemmd_respond_error(req, &e);
+}
+
+/* ---- products ---------------------------------------------------------------- */
+
+typedef struct {
+    unsigned char prefix[128];
+    size_t prefix_len;
+    const unsigned char *data;
+    size_t data_len;
+    void (*release)(void *ctx);
+    void *ctx;
+} payload;
+
+static ssize_t payload_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    payload *p = cls;
+    size_t total = p->prefix_len + p->data_len;
+    if (pos >= total) return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t off = (size_t)pos, n = 0;
+    if (off < p->prefix_len) {
+        size_t k = p->prefix_len - off < max ? p->prefix_len - off : max;
+        memcpy(buf, p->prefix + off, k);
+        n += k;
+        off += k;
+    }
+    if (n < max && off < total) {
+        size_t doff = off - p->prefix_len;
+        size_t k = p->data_len - doff < max - n ? p->data_len - doff : max - n;
+        memcpy(buf + n, p->data + doff, k);
+        n += k;
+    }
+    return (ssize_t)n;
+}
+
+static void payload_free(void *cls)
+{
+    payload *p = cls;
+    if (p->release) p->release(p->ctx);
+    free(p);
+}
+
+static void add_product_headers(struct MHD_Response *r, uint64_t rows, uint64_t cols, const gemmd_product_meta *m)
+{
+    char shape[48];
+    snprintf(shape, sizeof shape, "%llu,%llu", (unsigned long long)rows, (unsigned long long)cols);
+    MHD_add_response_header(r, "X-Gemm-Shape", shape);
+    MHD_add_response_header(r, "X-Gemm-Dtype", gemm_dtype_name(m->dtype));
+    if (m->math) MHD_add_response_header(r, "X-Gemm-Math", m->math);
+    if (m->job_id) MHD_add_response_header(r, "X-Gemm-Job", m->job_id);
+}
+
+enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_format fmt, const void *data,
+                                      uint64_t rows, uint64_t cols, const gemmd_product_meta *meta,
+                                      void (*release)(void *ctx), void *ctx)
+{
+    if (meta->kernel) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", meta->kernel);
+    if (meta->device) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", meta->device);
+    size_t bytes = 0;
+    gemm_matrix_bytes(rows, cols, meta->dtype, &bytes);
+    fill_request_times(req);
+
+    if (fmt == GEMMD_FMT_JSON) {
+        double t0 = gemm_now_ms();
+        gemm_matrix c = {rows, cols, meta->dtype, (void *)data};
+        gemm_buf b;
+        gemm_buf_init(&b);
+        gemm_buf_puts(&b, "{");
+        if (meta->job_id) {
+            gemm_buf_puts(&b, "\"id\":");
+            gemm_buf_json_string(&b, meta->job_id);
+            gemm_buf_puts(&b, ",");
+        }
+        gemm_buf_puts(&b, "\"c\":");
+        gemm_json_write_matrix(&b, &c);
+        gemm_buf_printf(&b, ",\"shape\":[%llu,%llu],\"dtype\":", (unsigned long long)rows, (unsigned long long)cols);
+        gemm_buf_json_string(&b, gemm_dtype_name(meta->dtype));
+        gemm_buf_puts(&b, ",\"kernel\":");
+        gemm_buf_json_string(&b, meta->kernel ? meta->kernel : "");
+        gemm_buf_printf(&b, ",\"tile\":%d,\"math\":", meta->tile);
+        gemm_buf_json_string(&b, meta->math ? meta->math : "");
+        gemm_buf_puts(&b, ",\"device\":");
+        gemm_buf_json_string(&b, meta->device ? meta->device : "");
+        if (release) release(ctx); /* meta may point into what ctx owns */
+        double t1 = gemm_now_ms();
+        req->timing.encode_ms = t1 - t0;
+        req->timing.total_ms = req->timing.total_base_ms + t1 - req->t_start_ms;
+        gemm_buf_puts(&b, ",\"timing\":");
+        gemmd_timing_json(&b, &req->timing);
+        gemm_buf_puts(&b, "}\n");
+        return gemmd_respond_json(req, status, &b);
+    }
+
+    payload *p = calloc(1, sizeof *p);
+    if (!p) {
+        if (release) release(ctx);
+        return gemmd_respond_queue(req, 500, NULL);
+    }
+    p->data = data;
+    p->data_len = bytes;
+    p->release = release;
+    p->ctx = ctx;
+    if (fmt == GEMMD_FMT_NPY) p->prefix_len = gemm_npy_write_header(p->prefix, sizeof p->prefix, meta->dtype, rows, cols);
+    req->timing.encode_ms = 0;
+    req->timing.total_ms = req->timing.total_base_ms + gemm_now_ms() - req->t_start_ms;
+    uint64_t total = p->prefix_len + p->data_len;
+    struct MHD_Response *r = MHD_create_response_from_callback(total, PAYLOAD_BLOCK, payload_read, p, payload_free);
+    if (!r) {
+        payload_free(p);
+        return gemmd_respond_queue(req, 500, NULL);
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, gemmd_format_mime(fmt));
+    add_product_headers(r, rows, cols, meta);
+    req->bytes_out = total;
+    return gemmd_respond_queue(req, status, r);
+}

@@ -1,0 +1,58 @@
+/*
+ * respond.h - answers: JSON errors, products in JSON / octet-stream / npy, the
+ * Server-Timing and X-Gemm-* headers on every answer, and Accept negotiation.
+ *
+ * Every gemmd_respond_* call queues exactly one response on req's connection (or fails
+ * with MHD_NO, which closes it) and records its status for the log and the metrics.
+ */
+#ifndef GEMMD_RESPOND_H
+#define GEMMD_RESPOND_H
+
+#include "json_codec.h"
+#include "request.h"
+
+/* The format an Accept header asks for; family when Accept is absent or says * / *;
+ * GEMMD_FMT_NONE when nothing acceptable is offered (406). */
+gemmd_format gemmd_negotiate(const char *accept, gemmd_format family);
+const char *gemmd_format_mime(gemmd_format f);
+
+/* Fills the engine's part of *t from a finished job. */
+void gemmd_timing_from_job(gemmd_timing *t, const gemm_job_timing *jt);
+/* Appends "timing": {...} members' object (recv_ms ... gflops). */
+void gemmd_timing_json(gemm_buf *b, const gemmd_timing *t);
+
+enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err);
+enum MHD_Result gemmd_respond_errorf(gemmd_request *req, int status, const char *code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* A JSON body (taken over: freed here whatever happens). */
+enum MHD_Result gemmd_respond_json(gemmd_request *req, int status, gemm_buf *body);
+/* The same with one extra header (e.g. Location). */
+enum MHD_Result gemmd_respond_json_header(gemmd_request *req, int status, gemm_buf *body, const char *name,
+                                          const char *value);
+/* A body in any media type (taken over). */
+enum MHD_Result gemmd_respond_buf(gemmd_request *req, int status, const char *mime, gemm_buf *body);
+/* Adds the common headers, queues and releases resp (NULL: answers 500 instead). */
+enum MHD_Result gemmd_respond_queue(gemmd_request *req, int status, struct MHD_Response *resp);
+
+/* What a product answer says besides C itself. */
+typedef struct {
+    gemm_dtype dtype;
+    const char *kernel;
+    int tile;
+    const char *math;
+    const char *device;
+    const char *job_id; /* NULL for synchronous products */
+} gemmd_product_meta;
+
+/* Answers C (rows x cols of meta->dtype at data) in fmt. JSON is encoded here and
+ * release(ctx) is called before returning; raw and npy bodies are sent from data without
+ * a copy, and release(ctx) is called when MHD is done with it. req->timing must hold
+ * everything but encode_ms and total_ms. */
+enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_format fmt, const void *data,
+                                      uint64_t rows, uint64_t cols, const gemmd_product_meta *meta,
+                                      void (*release)(void *ctx), void *ctx);
+
+#endif

@@ -1,0 +1,27 @@
+/*
+ * routes.h - the handlers behind each route. Each answers exactly once (or suspends
+ * the connection until the engine's done() resumes it).
+ */
+#ifndef GEMMD_ROUTES_H
+#define GEMMD_ROUTES_H
+
+#include "request.h"
+
+/* routes_jobs.c: products. Called once the body is decoded into req->a, req->b. */
+enum MHD_Result gemmd_route_matmul(gemmd_request *req);
+/* Called when the resumed connection comes back after done(). */
+enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req);
+enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req);
+enum MHD_Result gemmd_route_job_status(gemmd_request *req);
+enum MHD_Result gemmd_route_job_result(gemmd_request *req);
+enum MHD_Result gemmd_route_job_delete(gemmd_request *req);
+/* Cancels every queued synchronous product (done() answers 503) at shutdown. */
+void gemmd_routes_cancel_pending(gemmd_server *srv);
+
+/* routes_info.c */
+enum MHD_Result gemmd_route_healthz(gemmd_request *req);
+enum MHD_Result gemmd_route_readyz(gemmd_request *req);
+enum MHD_Result gemmd_route_info(gemmd_request *req);
+enum MHD_Result gemmd_route_metrics(gemmd_request *req);
+
+#endif

@@ -1,0 +1,143 @@
+/*
+ * routes_info.c - GET /healthz, /readyz, /v1/info and /metrics.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "respond.h"
+#include "routes.h"
+
+enum MHD_Result gemmd_route_healthz(gemmd_request *req)
+{
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemm_buf_puts(&b, "{\"status\":\"ok\"}\n");
+    return gemmd_respond_json(req, 200, &b);
+}
+
+enum MHD_Result gemmd_route_readyz(gemmd_request *req)
+{
+    gemmd_server *srv = req->srv;
+    if (atomic_load(&srv->stopping))
+        return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down");
+    if (!gemm_engine_ready(srv->engine)) {
+        gemm_engine_stats st;
+        gemm_engine_get_stats(srv->engine, &st);
+        return gemmd_respond_errorf(req, 503, "not_ready",
+                                    "the engine is not taking work: %d of %d queue places are taken",
+                                    st.queued, srv->info.queue_capacity);
+    }
+    gemm_engine_stats st;
+    gemm_engine_get_stats(srv->engine, &st);
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemm_buf_printf(&b, "{\"status\":\"ready\",\"queued\":%d,\"running\":%d,\"queue_capacity\":%d}\n", st.queued,
+                    st.running, srv->info.queue_capacity);
+    return gemmd_respond_json(req, 200, &b);
+}
+
+static cJSON *names_of_bits(unsigned bits, int count, const char *(*name)(int))
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < count; i++)
+        if (bits & (1u << i)) cJSON_AddItemToArray(arr, cJSON_CreateString(name(i)));
+    return arr;
+}
+
+static const char *dtype_name_i(int i) { return gemm_dtype_name((gemm_dtype)i); }
+static const char *math_name_i(int i) { return gemm_math_name((gemm_math)i); }
+
+static cJSON *info_json(gemmd_server *srv)
+{
+    const gemm_engine_info *in = &srv->info;
+    const gemmd_config *cfg = &srv->cfg;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "name", "gemmd");
+    cJSON_AddStringToObject(root, "version", GEMMD_VERSION);
+    cJSON_AddStringToObject(root, "backend", in->backend);
+    cJSON_AddNumberToObject(root, "workers", in->workers);
+
+    cJSON *devs = cJSON_AddArrayToObject(root, "devices");
+    for (int i = 0; i < in->ndevices; i++) {
+        const gemm_device_info *d = &in->devices[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "index", i);
+        cJSON_AddStringToObject(o, "name", d->name);
+        cJSON_AddNumberToObject(o, "total_mem", (double)d->total_mem);
+        cJSON_AddNumberToObject(o, "free_mem", (double)d->free_mem);
+        cJSON_AddNumberToObject(o, "sms", d->sms);
+        if (d->cc_major) {
+            char cc[16];
+            snprintf(cc, sizeof cc, "%d.%d", d->cc_major, d->cc_minor);
+            cJSON_AddStringToObject(o, "compute_capability", cc);
+        }
+        cJSON_AddNumberToObject(o, "streams", d->streams);
+        cJSON_AddItemToArray(devs, o);
+    }
+
+    cJSON *kers = cJSON_AddArrayToObject(root, "kernels");
+    cJSON *auto_k = cJSON_CreateObject();
+    cJSON_AddStringToObject(auto_k, "name", "auto");
+    cJSON_AddStringToObject(auto_k, "description", "picks the fastest correct kernel for the shape and dtype");
+    cJSON_AddItemToArray(kers, auto_k);
+    for (int i = 0; i < in->nkernels; i++) {
+        const gemm_kernel_info *k = &in->kernels[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", k->name);
+        cJSON_AddStringToObject(o, "description", k->description);
+        cJSON_AddItemToObject(o, "dtypes", names_of_bits(k->dtypes, GEMM_DTYPE_COUNT, dtype_name_i));
+        cJSON_AddItemToObject(o, "maths", names_of_bits(k->maths, GEMM_MATH_COUNT, math_name_i));
+        cJSON *tiles = cJSON_AddArrayToObject(o, "tiles");
+        for (int t = 0; t < 4 && k->tiles[t]; t++) cJSON_AddItemToArray(tiles, cJSON_CreateNumber(k->tiles[t]));
+        cJSON_AddItemToArray(kers, o);
+    }
+
+    cJSON *dts = cJSON_AddArrayToObject(root, "dtypes");
+    for (int i = 0; i < GEMM_DTYPE_COUNT; i++) cJSON_AddItemToArray(dts, cJSON_CreateString(dtype_name_i(i)));
+    cJSON *fmts = cJSON_AddArrayToObject(root, "formats");
+    cJSON_AddItemToArray(fmts, cJSON_CreateString("application/json"));
+    cJSON_AddItemToArray(fmts, cJSON_CreateString("application/octet-stream"));
+    cJSON_AddItemToArray(fmts, cJSON_CreateString("multipart/form-data"));
+    cJSON_AddItemToArray(fmts, cJSON_CreateString("application/x-npy"));
+
+    cJSON *lim = cJSON_AddObjectToObject(root, "limits");
+    cJSON_AddNumberToObject(lim, "max_dim", (double)cfg->limits.max_dim);
+    cJSON_AddNumberToObject(lim, "max_elements", (double)cfg->limits.max_elements);
+    cJSON_AddNumberToObject(lim, "max_body_bytes", (double)cfg->limits.max_body_bytes);
+    cJSON_AddNumberToObject(lim, "max_json_bytes", (double)cfg->max_json_bytes);
+    cJSON_AddNumberToObject(lim, "queue_depth", in->queue_capacity);
+    cJSON_AddNumberToObject(lim, "max_jobs", cfg->max_jobs);
+    cJSON_AddNumberToObject(lim, "job_mem_bytes", (double)cfg->job_mem_bytes);
+    cJSON_AddNumberToObject(lim, "job_ttl_s", cfg->job_ttl_s);
+
+    int streams = 0;
+    for (int i = 0; i < in->ndevices; i++) streams += in->devices[i].streams;
+    cJSON_AddNumberToObject(root, "streams", streams);
+    cJSON_AddBoolToObject(root, "auth", srv->auth != NULL);
+    return root;
+}
+
+enum MHD_Result gemmd_route_info(gemmd_request *req)
+{
+    cJSON *root = info_json(req->srv);
+    char *text = root ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    gemm_buf b;
+    gemm_buf_init(&b);
+    if (!text) return gemmd_respond_errorf(req, 500, "out_of_memory", "cannot build the info answer");
+    gemm_buf_puts(&b, text);
+    gemm_buf_puts(&b, "\n");
+    cJSON_free(text);
+    return gemmd_respond_json(req, 200, &b);
+}
+
+enum MHD_Result gemmd_route_metrics(gemmd_request *req)
+{
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemmd_jobs_sweep(req->srv->jobs); /* expired jobs leave the gauges too */
+    gemmd_metrics_render(&b, req->srv->engine);
+    return gemmd_respond_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
+}

@@ -1,0 +1,298 @@
+/*
+ * routes_jobs.c - POST /v1/matmul (synchronous) and the /v1/jobs family (asynchronous).
+ *
+ * A synchronous product is submitted and its connection suspended under srv->mu; the
+ * engine's done() takes the same lock before resuming it, so the resume can never come
+ * before the suspend. The MHD thread that picks the resumed connection up encodes C.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "respond.h"
+#include "routes.h"
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+/* Moves the decoded A and B into job and gives it room for C. 0 or -1 (*err). */
+static int fill_job(gemmd_request *req, gemm_job *job, gemm_err *err)
+{
+    job->dtype = req->a.dtype;
+    job->m = req->a.rows;
+    job->k = req->a.cols;
+    job->n = req->b.cols;
+    job->a = req->a.data;
+    job->b = req->b.data;
+    req->a.data = req->b.data = NULL;
+    snprintf(job->kernel, sizeof job->kernel, "%s", req->opt.kernel[0] ? req->opt.kernel : "auto");
+    job->tile = req->opt.tile;
+    job->math = req->opt.math;
+    size_t c_bytes;
+    if (!gemm_matrix_bytes(job->m, job->n, job->dtype, &c_bytes))
+        return gemm_err_set(err, 413, "too_large", "C's byte size overflows");
+    job->c = gemm_engine_host_alloc(req->srv->engine, c_bytes);
+    if (!job->c)
+        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for C now; retry later", c_bytes);
+    return 0;
+}
+
+static void pending_unlink(gemmd_server *srv, gemmd_request *req)
+{
+    if (req->pend_prev)
+        req->pend_prev->pend_next = req->pend_next;
+    else if (srv->pending == req)
+        srv->pending = req->pend_next;
+    if (req->pend_next) req->pend_next->pend_prev = req->pend_prev;
+    req->pend_next = req->pend_prev = NULL;
+}
+
+static void job_meta(const gemm_job *job, gemmd_product_meta *m, const char *id)
+{
+    m->dtype = job->dtype;
+    m->kernel = job->kernel_used;
+    m->tile = job->tile_used;
+    m->math = gemm_math_report_name(job->dtype, job->math_used);
+    m->device = job->device;
+    m->job_id = id;
+}
+
+/* ---- POST /v1/matmul -------------------------------------------------------------- */
+
+static void on_sync_done(gemm_job *job)
+{
+    gemmd_request *req = job->user;
+    gemmd_server *srv = req->srv;
+    struct MHD_Connection *conn = req->conn;
+    gemm_engine_host_free(srv->engine, job->a); /* inputs go as soon as the product is done */
+    gemm_engine_host_free(srv->engine, job->b);
+    job->a = job->b = NULL;
+    pthread_mutex_lock(&srv->mu);
+    pending_unlink(srv, req);
+    req->job_done = 1;
+    int resume = req->suspended;
+    pthread_mutex_unlock(&srv->mu);
+    /* req may be answered and freed on an MHD thread from here on: only conn is used. */
+    if (resume) MHD_resume_connection(conn);
+}
+
+enum MHD_Result gemmd_route_matmul(gemmd_request *req)
+{
+    gemmd_server *srv = req->srv;
+    gemm_err err;
+    gemm_err_clear(&err);
+    if (fill_job(req, &req->job, &err) != 0) return gemmd_respond_error(req, &err);
+    req->job.done = on_sync_done;
+    req->job.user = req;
+
+    pthread_mutex_lock(&srv->mu);
+    if (atomic_load(&srv->stopping)) {
+        pthread_mutex_unlock(&srv->mu);
+        return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
+    }
+    if (gemm_engine_submit(srv->engine, &req->job, &err) != 0) {
+        pthread_mutex_unlock(&srv->mu);
+        return gemmd_respond_error(req, &err);
+    }
+    req->pend_prev = NULL;
+    req->pend_next = srv->pending;
+    if (srv->pending) srv->pending->pend_prev = req;
+    srv->pending = req;
+    req->phase = REQ_WAIT;
+    req->suspended = 1;
+    MHD_suspend_connection(req->conn);
+    pthread_mutex_unlock(&srv->mu);
+    return MHD_YES;
+}
+
+typedef struct {
+    gemm_engine *engine;
+    void *p;
+} owned_buffer;
+
+static void release_buffer(void *ctx)
+{
+    owned_buffer *ob = ctx;
+    gemm_engine_host_free(ob->engine, ob->p);
+    free(ob);
+}
+
+enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
+{
+    gemm_job *job = &req->job;
+    if (job->kernel_used[0]) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", job->kernel_used);
+    if (job->device[0]) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", job->device);
+    gemmd_timing_from_job(&req->timing, &job->timing);
+    int st = atomic_load(&job->state);
+    if (st != GEMM_JOB_DONE) {
+        if (st == GEMM_JOB_CANCELLED && atomic_load(&req->srv->stopping))
+            return gemmd_respond_errorf(req, 503, "shutting_down",
+                                        "the server is shutting down; the product was not started");
+        return gemmd_respond_error(req, &job->err);
+    }
+    owned_buffer *ob = malloc(sizeof *ob);
+    if (!ob) return gemmd_respond_queue(req, 500, NULL);
+    ob->engine = req->srv->engine;
+    ob->p = job->c;
+    job->c = NULL; /* the answer owns C now */
+    gemmd_product_meta meta;
+    job_meta(job, &meta, NULL);
+    return gemmd_respond_product(req, 200, req->answer, ob->p, job->m, job->n, &meta, release_buffer, ob);
+}
+
+void gemmd_routes_cancel_pending(gemmd_server *srv)
+{
+    pthread_mutex_lock(&srv->mu); /* recursive: a cancelled job's done() runs right here */
+    gemmd_request *r = srv->pending;
+    while (r) {
+        gemmd_request *next = r->pend_next; /* stays listed (and alive) while we hold mu */
+        gemm_engine_cancel(srv->engine, &r->job);
+        r = next;
+    }
+    pthread_mutex_unlock(&srv->mu);
+}
+
+/* ---- POST /v1/jobs -------------------------------------------------------------- */
+
+enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
+{
+    gemmd_server *srv = req->srv;
+    gemm_err err;
+    gemm_err_clear(&err);
+    size_t c_bytes;
+    if (!gemm_matrix_bytes(req->a.rows, req->b.cols, req->a.dtype, &c_bytes))
+        return gemmd_respond_errorf(req, 413, "too_large", "C's byte size overflows");
+    gemmd_job_entry *j = gemmd_jobs_reserve(srv->jobs, c_bytes, &err);
+    if (!j) return gemmd_respond_error(req, &err);
+    if (fill_job(req, &j->job, &err) != 0) {
+        gemmd_jobs_abandon(srv->jobs, j);
+        return gemmd_respond_error(req, &err);
+    }
+    j->family = (int)req->answer;
+    j->recv_ms = req->t_body_ms - req->t_start_ms;
+    j->decode_ms = req->t_decoded_ms - req->t_body_ms;
+    char id[GEMMD_JOB_ID_LEN + 1];
+    memcpy(id, j->id, sizeof id);
+    if (gemmd_jobs_submit(srv->jobs, j, &err) != 0) return gemmd_respond_error(req, &err);
+    /* j may already be done and even deleted: only the copied id is used below. */
+    char location[64];
+    snprintf(location, sizeof location, "/v1/jobs/%s", id);
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemm_buf_printf(&b, "{\"id\":\"%s\",\"state\":\"queued\",\"location\":\"%s\",\"result\":\"%s/result\"}\n", id,
+                    location, location);
+    return gemmd_respond_json_header(req, 202, &b, MHD_HTTP_HEADER_LOCATION, location);
+}
+
+/* ---- GET /v1/jobs/{id} ---------------------------------------------------------- */
+
+static enum MHD_Result no_such_job(gemmd_request *req)
+{
+    return gemmd_respond_errorf(req, 404, "job_not_found",
+                                "no job %.40s is kept here: it never existed, was deleted, or expired "
+                                "(job_ttl)", req->job_id);
+}
+
+static const char *view_state_name(const gemmd_job_view *v)
+{
+    return gemm_job_state_name(v->state);
+}
+
+enum MHD_Result gemmd_route_job_status(gemmd_request *req)
+{
+    gemmd_server *srv = req->srv;
+    gemmd_job_entry *j = gemmd_jobs_get(srv->jobs, req->job_id);
+    if (!j) return no_such_job(req);
+    gemmd_job_view v;
+    gemmd_jobs_view(srv->jobs, j, &v);
+    gemmd_jobs_put(srv->jobs, j);
+
+    gemmd_timing t = {0};
+    t.recv_ms = v.recv_ms;
+    t.decode_ms = v.decode_ms;
+    if (v.finished) gemmd_timing_from_job(&t, &v.timing);
+    t.total_ms = v.total_ms;
+    if (v.kernel[0] && v.finished) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", v.kernel);
+    if (v.device[0]) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", v.device);
+
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemm_buf_printf(&b, "{\"id\":\"%s\",\"state\":\"%s\",\"shape\":[%llu,%llu],\"k\":%llu,\"dtype\":", v.id,
+                    view_state_name(&v), (unsigned long long)v.m, (unsigned long long)v.n,
+                    (unsigned long long)v.k);
+    gemm_buf_json_string(&b, gemm_dtype_name(v.dtype));
+    gemm_buf_puts(&b, ",\"kernel\":");
+    gemm_buf_json_string(&b, v.kernel);
+    gemm_buf_printf(&b, ",\"tile\":%d,\"math\":", v.tile);
+    gemm_buf_json_string(&b, gemm_math_report_name(v.dtype, v.math));
+    gemm_buf_puts(&b, ",\"device\":");
+    gemm_buf_json_string(&b, v.device);
+    gemm_buf_printf(&b, ",\"location\":\"/v1/jobs/%s\",\"result\":\"/v1/jobs/%s/result\"", v.id, v.id);
+    if (v.finished) gemm_buf_printf(&b, ",\"expires_in_s\":%.1f", v.expires_in_s);
+    if (v.finished && v.state != GEMM_JOB_DONE) {
+        gemm_buf_printf(&b, ",\"error\":{\"status\":%d,\"code\":", v.err.status);
+        gemm_buf_json_string(&b, v.err.code);
+        gemm_buf_puts(&b, ",\"message\":");
+        gemm_buf_json_string(&b, v.err.message);
+        gemm_buf_puts(&b, "}");
+    }
+    gemm_buf_puts(&b, ",\"timing\":");
+    gemmd_timing_json(&b, &t);
+    gemm_buf_puts(&b, "}\n");
+    req->timing = t;
+    req->timing.total_ms = 0; /* this request's own total in Server-Timing */
+    req->timing.have_compute = 0;
+    req->timing.recv_ms = req->timing.decode_ms = 0;
+    return gemmd_respond_json(req, 200, &b);
+}
+
+/* ---- GET /v1/jobs/{id}/result ------------------------------------------------------ */
+
+static void release_entry(void *ctx)
+{
+    gemmd_job_entry *j = ctx;
+    gemmd_jobs_put(j->store, j);
+}
+
+enum MHD_Result gemmd_route_job_result(gemmd_request *req)
+{
+    gemmd_server *srv = req->srv;
+    gemmd_job_entry *j = gemmd_jobs_get(srv->jobs, req->job_id);
+    if (!j) return no_such_job(req);
+    gemmd_job_view v;
+    gemmd_jobs_view(srv->jobs, j, &v);
+    if (!v.finished) {
+        gemmd_jobs_put(srv->jobs, j);
+        return gemmd_respond_errorf(req, 409, "job_not_done",
+                                    "job %s is %s; poll GET /v1/jobs/%s until it is done", v.id,
+                                    view_state_name(&v), v.id);
+    }
+    if (v.state != GEMM_JOB_DONE) {
+        gemmd_jobs_put(srv->jobs, j);
+        return gemmd_respond_error(req, &v.err);
+    }
+    gemmd_format fmt = gemmd_negotiate(gemmd_request_header(req, MHD_HTTP_HEADER_ACCEPT), (gemmd_format)j->family);
+    if (fmt == GEMMD_FMT_NONE) {
+        gemmd_jobs_put(srv->jobs, j);
+        return gemmd_respond_errorf(req, 406, "not_acceptable",
+                                    "Accept offers nothing this server answers: use application/json, "
+                                    "application/octet-stream or application/x-npy");
+    }
+    req->timing.recv_ms = v.recv_ms;
+    req->timing.decode_ms = v.decode_ms;
+    gemmd_timing_from_job(&req->timing, &v.timing);
+    req->timing.total_base_ms = v.total_ms;
+    gemmd_product_meta meta;
+    job_meta(&j->job, &meta, j->id);
+    /* The entry (and C in it) lives until the answer is sent: the reference goes with it. */
+    return gemmd_respond_product(req, 200, fmt, j->job.c, v.m, v.n, &meta, release_entry, j);
+}
+
+/* ---- DELETE /v1/jobs/{id} -------------------------------------------------------- */
+
+enum MHD_Result gemmd_route_job_delete(gemmd_request *req)
+{
+    if (gemmd_jobs_delete(req->srv->jobs, req->job_id) != 0) return no_such_job(req);
+    gemm_buf b;
+    gemm_buf_init(&b);
+    return gemmd_respond_buf(req, 204, NULL, &b);
+}
