@@ -21,14 +21,17 @@ static void print_ms(const char *name, double v)
 
 static void print_timing(const gemm_timing *t, const gemm_request *r, double wall_ms)
 {
-    fprintf(stderr, "gemm: %llux%llux%llu %s, kernel %s%s%s\n", (unsigned long long)r->m,
+    fprintf(stderr, "gemm: %llux%llux%llu %s, kernel %s%s%s%s%s\n", (unsigned long long)r->m,
             (unsigned long long)r->k, (unsigned long long)r->n, gemm_dtype_name(r->dtype),
-            t->kernel[0] ? t->kernel : "?", t->math[0] ? ", math " : "", t->math);
+            t->kernel[0] ? t->kernel : "?", t->math[0] ? ", math " : "", t->math,
+            t->device[0] ? ", on " : "", t->device);
     print_ms("server recv", t->recv_ms);
+    print_ms("server decode", t->decode_ms);
     print_ms("server queue", t->queue_ms);
     print_ms("server h2d", t->h2d_ms);
     print_ms("server kernel", t->kernel_ms);
     print_ms("server d2h", t->d2h_ms);
+    print_ms("server encode", t->encode_ms);
     print_ms("server total", t->total_ms);
     print_ms("client request", t->client_total_ms);
     print_ms("client transfer", t->client_transfer_ms);
@@ -70,6 +73,8 @@ static int run_async(const gemm_cli_opts *o, gemm_client *c, const gemm_request 
     /* the fetch's Server-Timing may be empty: keep the stages the status reported */
     if (t->total_ms < 0) {
         t->recv_ms = info.timing.recv_ms;
+        t->decode_ms = info.timing.decode_ms;
+        t->encode_ms = info.timing.encode_ms;
         t->queue_ms = info.timing.queue_ms;
         t->h2d_ms = info.timing.h2d_ms;
         t->kernel_ms = info.timing.kernel_ms;

@@ -190,7 +190,8 @@ int gemm_job_status(gemm_client *c, const char *id, gemm_job_info *info, gemm_cl
         snprintf(info->id, sizeof info->id, "%s", id);
         info->dtype = GEMM_DTYPE_INVALID;
         gemm_timing *t = &info->timing;
-        t->recv_ms = t->queue_ms = t->h2d_ms = t->kernel_ms = t->d2h_ms = t->total_ms = -1;
+        t->recv_ms = t->decode_ms = t->queue_ms = t->h2d_ms = t->kernel_ms = t->d2h_ms = -1;
+        t->encode_ms = t->total_ms = -1;
         t->client_transfer_ms = -1;
         cJSON *j = x.text ? cJSON_ParseWithLength(x.text, x.text_len) : NULL;
         if (!cJSON_IsObject(j)) {
@@ -212,6 +213,8 @@ int gemm_job_status(gemm_client *c, const char *id, gemm_job_info *info, gemm_cl
             const cJSON *tm = cJSON_GetObjectItemCaseSensitive(j, "timing");
             if (cJSON_IsObject(tm)) {
                 t->recv_ms = num_or(tm, "recv", num_or(tm, "recv_ms", -1));
+                t->decode_ms = num_or(tm, "decode", num_or(tm, "decode_ms", -1));
+                t->encode_ms = num_or(tm, "encode", num_or(tm, "encode_ms", -1));
                 t->queue_ms = num_or(tm, "queue", num_or(tm, "queue_ms", -1));
                 t->h2d_ms = num_or(tm, "h2d", num_or(tm, "h2d_ms", -1));
                 t->kernel_ms = num_or(tm, "kernel", num_or(tm, "kernel_ms", -1));
@@ -220,6 +223,7 @@ int gemm_job_status(gemm_client *c, const char *id, gemm_job_info *info, gemm_cl
             }
             copy_str(t->kernel, sizeof t->kernel, j, "kernel");
             copy_str(t->math, sizeof t->math, j, "math");
+            copy_str(t->device, sizeof t->device, j, "device");
             const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
             if (cJSON_IsObject(e)) {
                 copy_str(info->error_code, sizeof info->error_code, e, "code");

@@ -39,7 +39,7 @@ typedef struct {
 
     /* answer */
     int status;
-    char shape[64], kernel[48], math[16], location[256], content_type[96];
+    char shape[64], kernel[48], math[16], device[64], location[256], content_type[96];
     char server_timing[512];
     long retry_after_ms;           /* -1 when absent */
     int have_length;

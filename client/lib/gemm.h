@@ -110,7 +110,10 @@ typedef struct {
 
 /* Durations in milliseconds. Server stages are -1 when the server did not report them. */
 typedef struct {
-    double recv_ms, queue_ms, h2d_ms, kernel_ms, d2h_ms, total_ms; /* Server-Timing */
+    double recv_ms, decode_ms, queue_ms, h2d_ms, kernel_ms, d2h_ms, encode_ms,
+        total_ms;             /* Server-Timing: receiving the body, decoding it, waiting in the
+                                 queue, host-to-device copy, kernel, device-to-host copy,
+                                 encoding C, and the server's whole time for the request */
     double client_total_ms;   /* the whole exchange as the client saw it */
     double client_connect_ms; /* time to connect (0 when the connection was reused) */
     double client_first_byte_ms; /* start until the first byte of the answer */
@@ -119,6 +122,7 @@ typedef struct {
     uint64_t bytes_sent, bytes_received;
     char kernel[48];          /* X-Gemm-Kernel: the kernel that ran ("" if not reported) */
     char math[16];            /* X-Gemm-Math when sent, else "" */
+    char device[64];          /* X-Gemm-Device: where it ran ("" if not reported) */
     int retries;              /* 503 answers retried */
 } gemm_timing;
 

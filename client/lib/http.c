@@ -152,7 +152,7 @@ static void xfer_reset_answer(gemm_xfer *x)
     x->upart = 0;
     x->uoff = 0;
     x->status = 0;
-    x->shape[0] = x->kernel[0] = x->math[0] = x->location[0] = x->content_type[0] = '\0';
+    x->shape[0] = x->kernel[0] = x->math[0] = x->device[0] = x->location[0] = x->content_type[0] = '\0';
     x->server_timing[0] = '\0';
     x->retry_after_ms = -1;
     x->have_length = 0;
@@ -223,7 +223,7 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud)
         int st = 0;
         if (sp) st = atoi(sp + 1);
         x->status = st;
-        x->shape[0] = x->kernel[0] = x->math[0] = x->location[0] = x->content_type[0] = '\0';
+        x->shape[0] = x->kernel[0] = x->math[0] = x->device[0] = x->location[0] = x->content_type[0] = '\0';
         x->server_timing[0] = '\0';
         x->retry_after_ms = -1;
         x->have_length = 0;
@@ -239,6 +239,7 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud)
     if (IS("X-Gemm-Shape")) copy_value(x->shape, sizeof x->shape, v, vlen);
     else if (IS("X-Gemm-Kernel")) copy_value(x->kernel, sizeof x->kernel, v, vlen);
     else if (IS("X-Gemm-Math")) copy_value(x->math, sizeof x->math, v, vlen);
+    else if (IS("X-Gemm-Device")) copy_value(x->device, sizeof x->device, v, vlen);
     else if (IS("Location")) copy_value(x->location, sizeof x->location, v, vlen);
     else if (IS("Content-Type")) copy_value(x->content_type, sizeof x->content_type, v, vlen);
     else if (IS("Server-Timing")) {
@@ -427,7 +428,8 @@ static void fill_timing(gemm_xfer *x, gemm_timing *t, int retries)
     CURL *h = x->cl->curl;
     curl_off_t us = 0;
     memset(t, 0, sizeof *t);
-    t->recv_ms = t->queue_ms = t->h2d_ms = t->kernel_ms = t->d2h_ms = t->total_ms = -1;
+    t->recv_ms = t->decode_ms = t->queue_ms = t->h2d_ms = t->kernel_ms = t->d2h_ms = t->encode_ms = -1;
+    t->total_ms = -1;
     if (curl_easy_getinfo(h, CURLINFO_TOTAL_TIME_T, &us) == CURLE_OK) t->client_total_ms = us / 1000.0;
     if (curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &us) == CURLE_OK) t->client_connect_ms = us / 1000.0;
     if (curl_easy_getinfo(h, CURLINFO_STARTTRANSFER_TIME_T, &us) == CURLE_OK)
@@ -438,6 +440,7 @@ static void fill_timing(gemm_xfer *x, gemm_timing *t, int retries)
     t->client_transfer_ms = t->total_ms >= 0 ? t->client_total_ms - t->total_ms : -1;
     snprintf(t->kernel, sizeof t->kernel, "%s", x->kernel);
     snprintf(t->math, sizeof t->math, "%s", x->math);
+    snprintf(t->device, sizeof t->device, "%s", x->device);
     t->retries = retries;
 }
 

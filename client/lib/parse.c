@@ -112,6 +112,8 @@ int gemm_parse_server_timing(const char *s, gemm_timing *t)
         double *slot = NULL;
 #define NAME(n) (nlen == sizeof(n) - 1 && strncasecmp(name, n, nlen) == 0)
         if (NAME("recv")) slot = &t->recv_ms;
+        else if (NAME("decode")) slot = &t->decode_ms;
+        else if (NAME("encode")) slot = &t->encode_ms;
         else if (NAME("queue")) slot = &t->queue_ms;
         else if (NAME("h2d")) slot = &t->h2d_ms;
         else if (NAME("kernel")) slot = &t->kernel_ms;
