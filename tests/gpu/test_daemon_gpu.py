@@ -1,0 +1,184 @@
+"""test_daemon_gpu.py - the real bin/gemmd on the CUDA backend, driven with curl.
+
+- 4096^3 float32 with kernel=tiled and kernel=cublas: within 1e-4 (relative Frobenius)
+  of NumPy in float64, stages in Server-Timing no larger than the total, and the kernel
+  named in X-Gemm-Kernel; cublas with math=tf32 is reported as such.
+- 64 concurrent clients with mixed shapes, dtypes and kernels: every answer right.
+- faults: a trapping kernel (fault_inject sticky:2) fails its request with 500 and the
+  next request is right; an injected allocation failure and device_mem_limit give 507
+  device_out_of_memory and the daemon keeps serving.
+
+Run by tests/run.sh only on a machine with a GPU and a CUDA build.
+"""
+import os
+import sys
+import threading
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "e2e"))
+from harness import Daemon, Tap, np_dtype, reference, run_guarded, server_timing  # noqa: E402
+
+BASE_CONFIG = {
+    "backend": "cuda",
+    "streams_per_device": "4",
+    "queue_depth": "256",
+    "max_body_mb": "512",
+    "max_dim": "65536",
+    "max_elements": "67108864",
+    "http_threads": "8",
+    "connection_limit": "512",
+    "per_ip_limit": "0",
+}
+
+
+def rel_err(c, ref):
+    c = np.asarray(c, dtype=np.float64)
+    den = np.linalg.norm(ref)
+    if not np.all(np.isfinite(c)):
+        return float("inf")
+    return float(np.linalg.norm(c - ref) / (den if den > 0 else 1.0))
+
+
+def rand(rng, shape, dtype):
+    if dtype == "int32":
+        return rng.integers(-2**31, 2**31, size=shape, dtype=np.int64).astype(np.int32)
+    return rng.uniform(-1, 1, size=shape).astype(np_dtype(dtype))
+
+
+def raw(d, a, b, dtype, query=""):
+    """POST raw binary, ask for raw binary; returns (response, C or None)."""
+    r = d.matmul_raw(a, b, dtype, accept="application/octet-stream", query=query)
+    c = None
+    if r.status == 200:
+        want = a.shape[0] * b.shape[1] * np.dtype(np_dtype(dtype)).itemsize
+        if len(r.body) == want:
+            c = np.frombuffer(r.body, dtype="<" + np.dtype(np_dtype(dtype)).str[1:]).reshape(a.shape[0], b.shape[1])
+    return r, c
+
+
+def right(c, a, b, dtype, tol):
+    if c is None:
+        return False, "no result"
+    ref = reference(a, b, dtype)
+    if dtype == "int32":
+        bad = int(np.count_nonzero(c.astype(np.int64) != ref))
+        return bad == 0, "%d elements differ" % bad
+    e = rel_err(c, ref)
+    return e < tol, "rel err %.3g (tol %.0e)" % (e, tol)
+
+
+def stages_ok(r):
+    st = server_timing(r) or {}
+    parts = [st.get(k) for k in ("h2d", "kernel", "d2h")]
+    if "total" not in st or any(p is None for p in parts):
+        return False, st
+    return sum(parts) <= st["total"] * 1.0001 + 0.002 and all(p > 0 for p in parts), st
+
+
+def test_big(tap, d, rng):
+    n = 4096
+    a = rand(rng, (n, n), "float32")
+    b = rand(rng, (n, n), "float32")
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    for kernel, math, tol in (("tiled", "", 1e-4), ("cublas", "", 1e-4), ("cublas", "tf32", 5e-3)):
+        q = "&kernel=" + kernel + ("&math=" + math if math else "")
+        r, c = raw(d, a, b, "float32", query=q)
+        e = rel_err(c, ref) if c is not None else float("inf")
+        tap.ok(r.status == 200 and e < tol, "4096^3 float32 kernel=%s%s: rel err %.3g < %.0e"
+               % (kernel, " math=" + math if math else "", e, tol), r if r.status != 200 else None)
+        good, st = stages_ok(r)
+        tap.ok(good, "4096^3 kernel=%s: h2d + kernel + d2h <= total in Server-Timing %r" % (kernel, st))
+        tap.eq(r.header("x-gemm-kernel"), kernel, "4096^3: X-Gemm-Kernel names %s" % kernel)
+        if math:
+            tap.eq(r.header("x-gemm-math"), math, "math=%s is reported back" % math)
+        dev = r.header("x-gemm-device") or ""
+        tap.ok(dev.startswith("cuda:"), "X-Gemm-Device names the GPU (%s)" % dev)
+
+
+def test_concurrent(tap, d):
+    shapes = [(1, 1, 1), (37, 53, 29), (128, 64, 96), (300, 200, 500), (513, 129, 257), (1000, 1, 1000)]
+    dtypes = ["float32", "float64", "int32"]
+    kernels = ["auto", "naive", "tiled", "cublas"]
+    results = [None] * 64
+
+    def client(i):
+        rng = np.random.default_rng(1000 + i)
+        m, k, n = shapes[i % len(shapes)]
+        dtype = dtypes[i % 3]
+        kernel = kernels[(i // 3) % 4]
+        if dtype == "int32" and kernel == "cublas":
+            kernel = "tiled"
+        a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+        try:
+            r, c = raw(d, a, b, dtype, query="&kernel=" + kernel)
+            ok, why = right(c, a, b, dtype, 1e-12 if dtype == "float64" else 1e-5)
+            results[i] = (r.status == 200 and ok, "%s %s %dx%dx%d: HTTP %d %s" % (kernel, dtype, m, k, n, r.status, why))
+        except Exception as ex:  # noqa: BLE001 - reported below
+            results[i] = (False, "client %d raised %r" % (i, ex))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    bad = [r[1] for r in results if r is None or not r[0]]
+    tap.ok(not bad, "64 concurrent clients, mixed shapes/dtypes/kernels: all right", "\n".join(bad[:10]))
+
+    rng = np.random.default_rng(7)
+    a, b = rand(rng, (8, 8), "int32"), rand(rng, (8, 8), "int32")
+    r, _ = raw(d, a, b, "int32", query="&kernel=cublas")
+    code = (r.json() or {}).get("error", {}).get("code") if r.status != 200 else None
+    tap.ok(r.status == 422 and code == "unsupported_dtype", "int32 with kernel=cublas is refused with 422 (%s)" % code, r)
+
+
+def test_faults(tap):
+    rng = np.random.default_rng(99)
+    a, b = rand(rng, (300, 200), "float32"), rand(rng, (200, 100), "float32")
+    cfg = dict(BASE_CONFIG, streams_per_device="2", fault_inject="sticky:2")
+    with Daemon(tap, config=cfg) as d:
+        r1, c1 = raw(d, a, b, "float32", query="&kernel=tiled")
+        tap.ok(r1.status == 200 and right(c1, a, b, "float32", 1e-5)[0], "sticky: first request right", r1)
+        r2, _ = raw(d, a, b, "float32", query="&kernel=tiled")
+        code = (r2.json() or {}).get("error", {}).get("code")
+        tap.ok(r2.status == 500 and code == "device_error", "sticky: the trapping request gets 500 device_error", r2)
+        for kernel in ("cublas", "tiled", "naive"):
+            r3, c3 = raw(d, a, b, "float32", query="&kernel=" + kernel)
+            ok, why = right(c3, a, b, "float32", 1e-5)
+            tap.ok(r3.status == 200 and ok, "after the device reset, kernel=%s is right (%s)" % (kernel, why), r3)
+        r4 = d.curl("GET", "/healthz")
+        tap.eq(r4.status, 200, "healthz after recovery")
+
+    cfg = dict(BASE_CONFIG, streams_per_device="1", fault_inject="oom:1")
+    with Daemon(tap, config=cfg) as d:
+        r1, _ = raw(d, a, b, "float32", query="&kernel=cublas")
+        code = (r1.json() or {}).get("error", {}).get("code")
+        tap.ok(r1.status == 507 and code == "device_out_of_memory", "oom:1: the first product gets 507 device_out_of_memory", r1)
+        r2, c2 = raw(d, a, b, "float32", query="&kernel=cublas")
+        tap.ok(r2.status == 200 and right(c2, a, b, "float32", 1e-5)[0], "oom:1: the next product is right", r2)
+
+    cfg = dict(BASE_CONFIG, device_mem_limit_mb="4")
+    with Daemon(tap, config=cfg) as d:
+        big_a, big_b = rand(rng, (1024, 1024), "float32"), rand(rng, (1024, 1024), "float32")
+        r1, _ = raw(d, big_a, big_b, "float32")
+        err = (r1.json() or {}).get("error", {})
+        tap.ok(r1.status == 507 and err.get("code") == "device_out_of_memory" and "bytes" in (err.get("message") or ""),
+               "over device_mem_limit: 507 naming the bytes (%s)" % err.get("message"), r1)
+        r2, c2 = raw(d, a, b, "float32")
+        tap.ok(r2.status == 200 and right(c2, a, b, "float32", 1e-5)[0], "under the limit: right", r2)
+
+
+def main(tap):
+    rng = np.random.default_rng(20261122)
+    with Daemon(tap, config=BASE_CONFIG) as d:
+        info = d.curl("GET", "/v1/info")
+        body = info.body.decode("utf-8", "replace")
+        tap.ok(info.status == 200 and "cuda" in body and "cublas" in body and "tiled" in body,
+               "/v1/info lists the CUDA backend and its kernels", info)
+        test_big(tap, d, rng)
+        test_concurrent(tap, d)
+    test_faults(tap)
+
+
+if __name__ == "__main__":
+    run_guarded(Tap(), main)
