@@ -151,6 +151,13 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
     return MHD_YES;
 }
 
+static int has_body(gemmd_request *req)
+{
+    const char *cl = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *te = gemmd_request_header(req, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    return (cl && strcmp(cl, "0") != 0) || te;
+}
+
 static enum MHD_Result body_complete(gemmd_request *req)
 {
     if (req->failed) return gemmd_respond_error(req, &req->err);
@@ -171,7 +178,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!req) return MHD_NO;
         *con_cls = req;
         atomic_fetch_add(&srv->inflight, 1);
-        return start_request(req, url ? url : "", method ? method : "");
+        /* A request with a body is judged now, so that errors go out before the body is
+         * read (MHD then closes the connection). One without a body is answered at the
+         * end of the request, which keeps the connection alive. */
+        if (has_body(req)) return start_request(req, url ? url : "", method ? method : "");
+        req->phase = REQ_DEFER;
+        return MHD_YES;
     }
     if (*upload_data_size) {
         if (req->phase == REQ_BODY) {
@@ -182,6 +194,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         *upload_data_size = 0;
         return MHD_YES;
+    }
+    if (req->phase == REQ_DEFER) {
+        enum MHD_Result rc = start_request(req, url ? url : "", method ? method : "");
+        if (req->phase == REQ_BODY) return body_complete(req); /* an empty body */
+        return rc;
     }
     if (req->phase == REQ_BODY) return body_complete(req);
     if (req->phase == REQ_WAIT && req->job_done) return gemmd_route_matmul_answer(req);

@@ -54,7 +54,7 @@ typedef struct {
     int have_compute;
 } gemmd_timing;
 
-typedef enum { REQ_START = 0, REQ_BODY, REQ_WAIT, REQ_DONE } gemmd_req_phase;
+typedef enum { REQ_START = 0, REQ_DEFER, REQ_BODY, REQ_WAIT, REQ_DONE } gemmd_req_phase;
 
 struct gemmd_request {
     gemmd_server *srv;
