@@ -68,6 +68,9 @@ CUDA_ARCHS ?= 80 90 90a
 ifeq ($(CUDA),1)
 CPPFLAGS += -DGEMMD_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+# nvcc links .cu programs itself and does not take -Wl,...: pass those through -Xlinker.
+comma := ,
+NVCC_CUDA_LIBS = $(subst -Wl$(comma),-Xlinker ,$(CUDA_LIBS))
 # PTX of the highest plain arch; with only "a" archs (CUDA_ARCHS=90a) the plain one below it.
 CUDA_PTX_ARCH := $(or $(lastword $(filter-out %a,$(CUDA_ARCHS))),$(patsubst %a,%,$(lastword $(CUDA_ARCHS))))
 NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
@@ -199,7 +202,7 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(CORE_LIB) $(LIBGEMM_A)
 $(BUILD)/tests/gpu/%: tests/gpu/%.cu $(CORE_LIB)
 	@mkdir -p $(@D)
 	@echo "  GPUTEST $@"
-	$(Q)$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -o $@ $< $(CORE_LIB) $(SERVER_LIBS) $(CUDA_LIBS)
+	$(Q)$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -o $@ $< $(CORE_LIB) $(SERVER_LIBS) $(NVCC_CUDA_LIBS)
 
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(CORE_LIB)
 	@mkdir -p $(@D)
@@ -209,7 +212,7 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(CORE_LIB)
 $(BUILD)/bench/%: bench/%.cu $(CORE_LIB)
 	@mkdir -p $(@D)
 	@echo "  BENCH   $@"
-	$(Q)$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -o $@ $< $(CORE_LIB) $(SERVER_LIBS) $(CUDA_LIBS)
+	$(Q)$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -o $@ $< $(CORE_LIB) $(SERVER_LIBS) $(NVCC_CUDA_LIBS)
 
 $(BUILD)/bench/%: bench/%.c $(CORE_LIB) $(LIBGEMM_A)
 	@mkdir -p $(@D)

@@ -10,10 +10,16 @@
 extern const gemm_kernel_desc gemm_kernel_naive;
 extern const gemm_kernel_desc gemm_kernel_tiled;
 extern const gemm_kernel_desc gemm_kernel_cublas;
+extern const gemm_kernel_desc gemm_kernel_simt;
+extern const gemm_kernel_desc gemm_kernel_mma;
+extern const gemm_kernel_desc gemm_kernel_dmma;
 
 const gemm_kernel_desc *const gemm_kernel_table[] = {
     &gemm_kernel_naive,
     &gemm_kernel_tiled,
+    &gemm_kernel_simt,
+    &gemm_kernel_mma,
+    &gemm_kernel_dmma,
     &gemm_kernel_cublas,
     NULL,
 };

@@ -1,0 +1,254 @@
+/*
+ * k05_dmma.cu - float64 on the tensor cores: mma.sync m8n8k4 f64 (DMMA, sm_80+), exact
+ * IEEE float64 products and sums (each DMMA is a chain of double fused multiply-adds),
+ * the same path cuBLAS DGEMM takes on the A100 and H100.
+ *
+ * Why: on an H100 the double-precision tensor cores run about twice the rate of the
+ * double FMA units, so the CUDA-core kernel (k03_simt, float64) is capped near half of
+ * cuBLAS whatever its tiling.
+ *
+ * Structure as in k04_mma: a BM x BN block tile split into WM x WN warp tiles, each a grid
+ * of (WM/8) x (WN/8) DMMA tiles with 2 doubles of accumulator per lane; A and B copied
+ * by a STAGES-deep cp.async pipeline (16-byte copies when k and n are even and the
+ * pointers aligned, 8-byte copies otherwise, zero-filled at the edges); fragments read
+ * with 64-bit shared loads. Row pads LDA = LDB = 4 (mod 16 doubles) put the 16 lanes of
+ * each half-warp phase on 16 different 8-byte bank pairs. The store is bounds-checked.
+ */
+#include <stdint.h>
+
+#include "gemm_async.cuh"
+#include "gemm_kernels.h"
+
+namespace {
+
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int ST_> struct dmma_cfg {
+    static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = ST_;
+    static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
+    static constexpr int THREADS = WARPS_M * WARPS_N * 32;
+    static constexpr int MI = WM / 8, NI = WN / 8;
+    static constexpr int LDA = BK + 4, LDB = BN + 4;
+    static constexpr size_t SMEM = (size_t)STAGES * (BM * LDA + BK * LDB) * sizeof(double);
+    static constexpr int MINB = THREADS >= 256 ? (MI * NI > 16 ? 1 : 2) : 4;
+    static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must divide the block tile");
+    static_assert(WM % 8 == 0 && WN % 8 == 0, "warp tiles are made of 8x8 DMMA tiles");
+    static_assert(BK % 4 == 0, "BK must be a multiple of the DMMA k (4)");
+    static_assert(LDA % 16 == 4 && LDB % 16 == 4, "pads chosen for conflict-free fragments");
+    static_assert((BM * BK / 2) % THREADS == 0 && (BK * BN / 2) % THREADS == 0,
+                  "tile copies must divide evenly among threads");
+    static_assert(STAGES >= 2 && STAGES <= 5, "2 to 5 pipeline stages");
+};
+
+template <typename Cfg, bool VEC>
+__device__ __forceinline__ void load_tile(double *As, double *Bs, const double *__restrict__ A,
+                                          const double *__restrict__ B, int m, int n, int k,
+                                          int bm, int bn, int k0)
+{
+    const int tid = threadIdx.x;
+    if (VEC) {
+        constexpr int AV = Cfg::BK / 2, BV = Cfg::BN / 2;
+#pragma unroll
+        for (int s = 0; s < Cfg::BM * AV / Cfg::THREADS; s++) {
+            const int idx = tid + s * Cfg::THREADS;
+            const int r = idx / AV, c = (idx % AV) * 2;
+            const bool ok = bm + r < m && k0 + c < k; /* k even: both or neither */
+            const double *src = ok ? A + (size_t)(bm + r) * k + (k0 + c) : A;
+            gemm_async::cp_async<16>(As + r * Cfg::LDA + c, src, ok);
+        }
+#pragma unroll
+        for (int s = 0; s < Cfg::BK * BV / Cfg::THREADS; s++) {
+            const int idx = tid + s * Cfg::THREADS;
+            const int r = idx / BV, c = (idx % BV) * 2;
+            const bool ok = k0 + r < k && bn + c < n;
+            const double *src = ok ? B + (size_t)(k0 + r) * n + (bn + c) : B;
+            gemm_async::cp_async<16>(Bs + r * Cfg::LDB + c, src, ok);
+        }
+    } else {
+#pragma unroll 4
+        for (int s = 0; s < Cfg::BM * Cfg::BK / Cfg::THREADS; s++) {
+            const int idx = tid + s * Cfg::THREADS;
+            const int r = idx / Cfg::BK, c = idx % Cfg::BK;
+            const bool ok = bm + r < m && k0 + c < k;
+            const double *src = ok ? A + (size_t)(bm + r) * k + (k0 + c) : A;
+            gemm_async::cp_async<8>(As + r * Cfg::LDA + c, src, ok);
+        }
+#pragma unroll 4
+        for (int s = 0; s < Cfg::BK * Cfg::BN / Cfg::THREADS; s++) {
+            const int idx = tid + s * Cfg::THREADS;
+            const int r = idx / Cfg::BN, c = idx % Cfg::BN;
+            const bool ok = k0 + r < k && bn + c < n;
+            const double *src = ok ? B + (size_t)(k0 + r) * n + (bn + c) : B;
+            gemm_async::cp_async<8>(Bs + r * Cfg::LDB + c, src, ok);
+        }
+    }
+}
+
+__device__ __forceinline__ void dmma(double (&d)[2], double a, double b)
+{
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, "
+                 "{%0,%1};\n"
+                 : "+d"(d[0]), "+d"(d[1])
+                 : "d"(a), "d"(b));
+}
+
+template <typename Cfg, bool VEC>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MINB)
+dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__restrict__ B,
+            double *__restrict__ C, int tiles_m, int tiles_n)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    double *As = reinterpret_cast<double *>(smem_raw);
+    double *Bs = As + Cfg::STAGES * Cfg::BM * Cfg::LDA;
+
+    constexpr int GROUP = 8;
+    const int pid = blockIdx.x;
+    const int per_group = GROUP * tiles_n;
+    const int first_m = (pid / per_group) * GROUP;
+    const int gsize = min(tiles_m - first_m, GROUP);
+    const int bm = (first_m + (pid % per_group) % gsize) * Cfg::BM;
+    const int bn = ((pid % per_group) / gsize) * Cfg::BN;
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int wm = (warp / Cfg::WARPS_N) * Cfg::WM, wn = (warp % Cfg::WARPS_N) * Cfg::WN;
+    const int g = lane / 4, t = lane % 4;
+
+    double acc[Cfg::MI][Cfg::NI][2];
+#pragma unroll
+    for (int i = 0; i < Cfg::MI; i++)
+#pragma unroll
+        for (int j = 0; j < Cfg::NI; j++)
+            acc[i][j][0] = acc[i][j][1] = 0.0;
+
+    const int KT = (k + Cfg::BK - 1) / Cfg::BK;
+#pragma unroll
+    for (int s = 0; s < Cfg::STAGES - 1; s++) {
+        if (s < KT)
+            load_tile<Cfg, VEC>(As + s * Cfg::BM * Cfg::LDA, Bs + s * Cfg::BK * Cfg::LDB, A, B,
+                                m, n, k, bm, bn, s * Cfg::BK);
+        gemm_async::commit();
+    }
+
+    for (int kt = 0; kt < KT; kt++) {
+        gemm_async::wait_group<Cfg::STAGES - 2>();
+        __syncthreads();
+        {
+            const int nt = kt + Cfg::STAGES - 1;
+            if (nt < KT) {
+                const int st = nt % Cfg::STAGES;
+                load_tile<Cfg, VEC>(As + st * Cfg::BM * Cfg::LDA, Bs + st * Cfg::BK * Cfg::LDB,
+                                    A, B, m, n, k, bm, bn, nt * Cfg::BK);
+            }
+            gemm_async::commit();
+        }
+        const int st = kt % Cfg::STAGES;
+        const double *as = As + st * Cfg::BM * Cfg::LDA + (wm + g) * Cfg::LDA + t;
+        const double *bs = Bs + st * Cfg::BK * Cfg::LDB + t * Cfg::LDB + wn + g;
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK; kk += 4) {
+            double bf[Cfg::NI];
+#pragma unroll
+            for (int j = 0; j < Cfg::NI; j++)
+                bf[j] = bs[kk * Cfg::LDB + j * 8];
+#pragma unroll
+            for (int i = 0; i < Cfg::MI; i++) {
+                const double af = as[i * 8 * Cfg::LDA + kk];
+#pragma unroll
+                for (int j = 0; j < Cfg::NI; j++)
+                    dmma(acc[i][j], af, bf[j]);
+            }
+        }
+    }
+    gemm_async::wait_group<0>();
+
+    /* Accumulator layout: d0, d1 at (g, 2t), (g, 2t+1). */
+#pragma unroll
+    for (int i = 0; i < Cfg::MI; i++) {
+        const int row = bm + wm + i * 8 + g;
+        if (row >= m)
+            continue;
+#pragma unroll
+        for (int j = 0; j < Cfg::NI; j++) {
+            const int col = bn + wn + j * 8 + 2 * t;
+            double *dst = C + (size_t)row * n + col;
+            if (VEC && col + 1 < n) {
+                *reinterpret_cast<double2 *>(dst) = make_double2(acc[i][j][0], acc[i][j][1]);
+            } else {
+                if (col < n)
+                    dst[0] = acc[i][j][0];
+                if (col + 1 < n)
+                    dst[1] = acc[i][j][1];
+            }
+        }
+    }
+}
+
+template <typename Cfg> cudaError_t run_cfg(const gemm_launch *l)
+{
+    const long long tm = (l->m + Cfg::BM - 1) / Cfg::BM, tn = (l->n + Cfg::BN - 1) / Cfg::BN;
+    if (tm * tn > 0x7fffffffLL || tn * 8 > 0x7fffffffLL)
+        return cudaErrorInvalidConfiguration;
+    const bool vec = gemm_vec_ok(l->A, l->k, 8, 16) && gemm_vec_ok(l->B, l->n, 8, 16) &&
+                     gemm_vec_ok(l->C, l->n, 8, 16);
+    void (*kern)(int, int, int, const double *, const double *, double *, int, int) =
+        vec ? dmma_kernel<Cfg, true> : dmma_kernel<Cfg, false>;
+    if (Cfg::SMEM > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)Cfg::SMEM);
+        if (e != cudaSuccess)
+            return e;
+    }
+    kern<<<(unsigned)(tm * tn), Cfg::THREADS, Cfg::SMEM, l->stream>>>(
+        l->m, l->n, l->k, (const double *)l->A, (const double *)l->B, (double *)l->C, (int)tm,
+        (int)tn);
+    return cudaGetLastError();
+}
+
+typedef dmma_cfg<128, 128, 16, 64, 32, 3> f64_v0; /* 8 warps, 64 accumulators per lane */
+typedef dmma_cfg<128, 128, 16, 32, 64, 3> f64_v1;
+typedef dmma_cfg<128, 64, 16, 32, 32, 3> f64_v2;
+typedef dmma_cfg<64, 64, 16, 32, 32, 3> f64_small;
+
+} // namespace
+
+extern "C" int gemm_dmma_variant_count(void) { return 4; }
+extern "C" const char *gemm_dmma_variant_name(int v)
+{
+    static const char *const names[] = {"128x128x16 warp64x32 st3", "128x128x16 warp32x64 st3",
+                                        "128x64x16 warp32x32 st3", "64x64x16 warp32x32 st3"};
+    return (v >= 0 && v < 4) ? names[v] : "?";
+}
+extern "C" cudaError_t gemm_dmma_variant_launch(int v, const gemm_launch *l)
+{
+    if (l->dtype != GEMM_DTYPE_F64)
+        return cudaErrorInvalidValue;
+    switch (v) {
+    case 0: return run_cfg<f64_v0>(l);
+    case 1: return run_cfg<f64_v1>(l);
+    case 2: return run_cfg<f64_v2>(l);
+    case 3: return run_cfg<f64_small>(l);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+namespace {
+cudaError_t dmma_launch(const gemm_launch *l)
+{
+    if (l->dtype != GEMM_DTYPE_F64)
+        return cudaErrorInvalidValue;
+    int tile = l->tile;
+    if (tile == 0) {
+        const long long tiles = (long long)((l->m + 127) / 128) * ((l->n + 127) / 128);
+        tile = tiles < 132 ? 64 : 128;
+    }
+    return tile == 64 ? run_cfg<f64_small>(l) : run_cfg<f64_v0>(l);
+}
+} // namespace
+
+extern "C" const gemm_kernel_desc gemm_kernel_dmma = {
+    "dmma",
+    "float64 on the tensor cores: mma.sync m8n8k4 (DMMA), cp.async multi-stage pipeline",
+    (1u << GEMM_DTYPE_F64),
+    (1u << GEMM_MATH_FP32),
+    {128, 64, 0, 0},
+    80,
+    dmma_launch,
+};
