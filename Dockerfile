@@ -1,0 +1,40 @@
+# gemmd in a container: build with the CUDA toolkit, run on the slim CUDA runtime.
+#
+#   docker build -t gemmd .
+#   docker run --gpus all -p 8080:8080 gemmd
+#   docker run --gpus all -p 8080:8080 -v $PWD/my.conf:/etc/gemmd/gemmd.conf:ro gemmd
+#
+# Build arguments: CUDA_VERSION (13.0.x, the same in both stages), CUDA_ARCHS (SASS
+# targets; PTX of the highest plain one is embedded too, so newer GPUs still run).
+ARG CUDA_VERSION=13.0.1
+
+# ---------------------------------------------------------------- build stage
+FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04 AS build
+ARG CUDA_ARCHS="80 90 90a"
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        make gcc pkg-config libmicrohttpd-dev libcjson-dev libcurl4-openssl-dev libopenblas-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+# The same invocation as on a development machine; CUDA=1 makes a missing nvcc an error.
+RUN make CUDA=1 CUDA_ARCHS="${CUDA_ARCHS}" -j"$(nproc)" build
+
+# ---------------------------------------------------------------- runtime stage
+FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        libmicrohttpd12t64 libcjson1 libcurl4t64 libopenblas0-pthread curl ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system gemmd \
+ && useradd --system --gid gemmd --home-dir /nonexistent --shell /usr/sbin/nologin gemmd \
+ && mkdir -p /etc/gemmd
+COPY --from=build /src/bin/gemmd /src/bin/gemm /usr/local/bin/
+COPY --from=build /src/config/gemmd.conf /etc/gemmd/gemmd.conf
+USER gemmd
+EXPOSE 8080
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+    CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
+# Mount another config over /etc/gemmd/gemmd.conf, or override keys with GEMMD_* variables.
+# Binding beyond loopback: set tokens_file in the config to require bearer tokens.
+CMD ["gemmd", "--config", "/etc/gemmd/gemmd.conf", "--listen", "0.0.0.0", "--port", "8080"]
