@@ -1,0 +1,478 @@
+/*
+ * test_jobs.c - the asynchronous job store over the real CPU engine: ids, results,
+ * inputs freed when done, the caps on memory and count, TTL expiry, DELETE of queued and
+ * finished jobs, readers keeping a deleted entry alive, failed submits, shutdown, and
+ * many threads at once. Leaks and use-after-free show under `make test-san`.
+ *
+ * Jobs are held queued without timing: a "gate" job submitted straight to the engine
+ * blocks the single worker in its done() until the test opens the gate.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+#include "jobs.h"
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static gemm_engine *open_engine(int queue_depth)
+{
+    gemm_engine_config cfg;
+    gemm_engine_config_defaults(&cfg);
+    snprintf(cfg.backend, sizeof cfg.backend, "cpu");
+    cfg.cpu_workers = 1;
+    cfg.threads = 1;
+    cfg.queue_depth = queue_depth;
+    gemm_err err;
+    gemm_engine *e = gemm_engine_open(&cfg, &err);
+    assert_non_null(e);
+    return e;
+}
+
+typedef struct {
+    gemm_job job;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int open, entered;
+} gate;
+
+static void gate_done(gemm_job *job)
+{
+    gate *g = job->user;
+    pthread_mutex_lock(&g->mu);
+    g->entered = 1;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Occupies the engine's only worker until gate_open(). */
+static void gate_close(gemm_engine *e, gate *g)
+{
+    memset(g, 0, sizeof *g);
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->job.dtype = GEMM_DTYPE_I32;
+    g->job.m = g->job.k = g->job.n = 1;
+    /* the CPU engine's memory is plain host memory: freed after the engine closes */
+    g->job.a = gemm_alloc(&gemm_allocator_host, 4);
+    g->job.b = gemm_alloc(&gemm_allocator_host, 4);
+    g->job.c = gemm_alloc(&gemm_allocator_host, 4);
+    memset(g->job.a, 0, 4);
+    memset(g->job.b, 0, 4);
+    snprintf(g->job.kernel, sizeof g->job.kernel, "auto");
+    g->job.done = gate_done;
+    g->job.user = g;
+    gemm_err err;
+    assert_int_equal(gemm_engine_submit(e, &g->job, &err), 0);
+    pthread_mutex_lock(&g->mu);
+    while (!g->entered) pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_open(gemm_engine *e, gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->open = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    /* The gate job's buffers are freed once the engine is done with it (at close). */
+    (void)e;
+}
+
+static void gate_free(gate *g)
+{
+    gemm_free(&gemm_allocator_host, g->job.a);
+    gemm_free(&gemm_allocator_host, g->job.b);
+    gemm_free(&gemm_allocator_host, g->job.c);
+}
+
+/* An int32 m x k . k x n job with A[i][j] = i + 2j + seed, B[i][j] = 3i - j + seed. */
+static gemmd_job_entry *make_job(gemm_engine *e, gemmd_jobs *s, uint64_t m, uint64_t k, uint64_t n, int seed,
+                                 gemm_err *err)
+{
+    gemmd_job_entry *j = gemmd_jobs_reserve(s, m * n * 4, err);
+    if (!j) return NULL;
+    j->job.dtype = GEMM_DTYPE_I32;
+    j->job.m = m;
+    j->job.k = k;
+    j->job.n = n;
+    int32_t *a = gemm_engine_host_alloc(e, m * k * 4);
+    int32_t *b = gemm_engine_host_alloc(e, k * n * 4);
+    j->job.c = gemm_engine_host_alloc(e, m * n * 4);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(j->job.c);
+    for (uint64_t i = 0; i < m; i++)
+        for (uint64_t q = 0; q < k; q++) a[i * k + q] = (int32_t)(i + 2 * q) + seed;
+    for (uint64_t i = 0; i < k; i++)
+        for (uint64_t q = 0; q < n; q++) b[i * n + q] = (int32_t)(3 * i) - (int32_t)q + seed;
+    j->job.a = a;
+    j->job.b = b;
+    snprintf(j->job.kernel, sizeof j->job.kernel, "auto");
+    return j;
+}
+
+static int64_t ref_elem(uint64_t i, uint64_t q, uint64_t k, int seed)
+{
+    int64_t sum = 0;
+    for (uint64_t p = 0; p < k; p++) sum += ((int64_t)i + 2 * (int64_t)p + seed) * (3 * (int64_t)p - (int64_t)q + seed);
+    return sum;
+}
+
+static void wait_finished(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *v)
+{
+    for (;;) {
+        gemmd_jobs_view(s, j, v);
+        if (v->finished) return;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The daemon's order: refuse and cancel, let running work finish, free the store
+ * (its buffers go back through the engine), close the engine. */
+static void close_all(gemm_engine *e, gemmd_jobs *s)
+{
+    gemmd_jobs_shutdown(s);
+    for (;;) {
+        gemm_engine_stats st;
+        gemm_engine_get_stats(e, &st);
+        if (st.queued == 0 && st.running == 0) break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    gemmd_jobs_free(s);
+    gemm_engine_close(e);
+}
+
+/* ---- tests ----------------------------------------------------------------- */
+
+static void test_ids_are_random_hex(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemm_err err;
+    gemmd_job_entry *j1 = gemmd_jobs_reserve(s, 16, &err);
+    gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 16, &err);
+    assert_non_null(j1);
+    assert_non_null(j2);
+    assert_int_equal(strlen(j1->id), GEMMD_JOB_ID_LEN);
+    assert_int_equal(strspn(j1->id, "0123456789abcdef"), GEMMD_JOB_ID_LEN);
+    assert_string_not_equal(j1->id, j2->id);
+    /* reserved but not submitted: not listed */
+    assert_null(gemmd_jobs_get(s, j1->id));
+    gemmd_jobs_abandon(s, j1);
+    gemmd_jobs_abandon(s, j2);
+    close_all(e, s);
+}
+
+static void test_result_and_inputs_freed(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemm_err err;
+    gemmd_job_entry *j = make_job(e, s, 5, 7, 3, 1, &err);
+    assert_non_null(j);
+    char id[GEMMD_JOB_ID_LEN + 1];
+    strcpy(id, j->id);
+    assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
+
+    gemmd_job_entry *g = gemmd_jobs_get(s, id);
+    assert_non_null(g);
+    gemmd_job_view v;
+    wait_finished(s, g, &v);
+    assert_int_equal(v.state, GEMM_JOB_DONE);
+    assert_string_equal(v.id, id);
+    assert_int_equal(v.m, 5);
+    assert_int_equal(v.n, 3);
+    assert_null(g->job.a); /* inputs go as soon as the product is done */
+    assert_null(g->job.b);
+    const int32_t *c = g->job.c;
+    assert_non_null(c);
+    for (uint64_t i = 0; i < 5; i++)
+        for (uint64_t q = 0; q < 3; q++) assert_int_equal(c[i * 3 + q], (int32_t)ref_elem(i, q, 7, 1));
+    int counts[5], kept;
+    uint64_t bytes;
+    gemmd_jobs_counts(s, counts, &kept, &bytes);
+    assert_int_equal(kept, 1);
+    assert_int_equal(counts[GEMM_JOB_DONE], 1);
+    assert_int_equal(bytes, 5 * 3 * 4);
+    gemmd_jobs_put(s, g);
+    close_all(e, s);
+}
+
+static void test_memory_cap(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 100, 16);
+    gemm_err err;
+    gemmd_job_entry *j1 = gemmd_jobs_reserve(s, 64, &err);
+    assert_non_null(j1);
+    assert_null(gemmd_jobs_reserve(s, 64, &err));
+    assert_int_equal(err.status, 503);
+    assert_string_equal(err.code, "job_store_full");
+    assert_null(gemmd_jobs_reserve(s, 101, &err));
+    assert_int_equal(err.status, 503);
+    gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 36, &err); /* exactly what is left */
+    assert_non_null(j2);
+    gemmd_jobs_abandon(s, j1);
+    j1 = gemmd_jobs_reserve(s, 64, &err); /* given back */
+    assert_non_null(j1);
+    gemmd_jobs_abandon(s, j1);
+    gemmd_jobs_abandon(s, j2);
+    close_all(e, s);
+}
+
+static void test_count_cap_and_delete_frees_room(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 2);
+    gemm_err err;
+    char ids[2][GEMMD_JOB_ID_LEN + 1];
+    for (int i = 0; i < 2; i++) {
+        gemmd_job_entry *j = make_job(e, s, 2, 2, 2, i, &err);
+        assert_non_null(j);
+        strcpy(ids[i], j->id);
+        assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
+    }
+    assert_null(gemmd_jobs_reserve(s, 16, &err));
+    assert_string_equal(err.code, "job_store_full");
+    /* wait for the first to finish, then forget it */
+    gemmd_job_entry *g = gemmd_jobs_get(s, ids[0]);
+    gemmd_job_view v;
+    wait_finished(s, g, &v);
+    gemmd_jobs_put(s, g);
+    assert_int_equal(gemmd_jobs_delete(s, ids[0]), 0);
+    assert_null(gemmd_jobs_get(s, ids[0]));
+    assert_int_equal(gemmd_jobs_delete(s, ids[0]), -1);
+    gemmd_job_entry *j = gemmd_jobs_reserve(s, 16, &err);
+    assert_non_null(j);
+    gemmd_jobs_abandon(s, j);
+    close_all(e, s);
+}
+
+static void test_delete_queued_job(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gate g;
+    gate_close(e, &g);
+    gemm_err err;
+    gemmd_job_entry *j = make_job(e, s, 3, 3, 3, 0, &err);
+    char id[GEMMD_JOB_ID_LEN + 1];
+    strcpy(id, j->id);
+    assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
+
+    gemmd_job_entry *r = gemmd_jobs_get(s, id);
+    gemmd_job_view v;
+    gemmd_jobs_view(s, r, &v);
+    assert_int_equal(v.state, GEMM_JOB_QUEUED);
+    assert_false(v.finished);
+    int counts[5], kept;
+    gemmd_jobs_counts(s, counts, &kept, NULL);
+    assert_int_equal(counts[GEMM_JOB_QUEUED], 1);
+
+    assert_int_equal(gemmd_jobs_delete(s, id), 0); /* cancelled: done() ran on this thread */
+    gemmd_jobs_view(s, r, &v);                      /* our reference keeps it readable */
+    assert_true(v.finished);
+    assert_int_equal(v.state, GEMM_JOB_CANCELLED);
+    assert_null(r->job.c); /* a cancelled job keeps no result */
+    assert_null(gemmd_jobs_get(s, id));
+    gemmd_jobs_put(s, r); /* the last reference: freed here */
+    gemmd_jobs_counts(s, counts, &kept, NULL);
+    assert_int_equal(kept, 0);
+
+    gate_open(e, &g);
+    close_all(e, s);
+    gate_free(&g);
+}
+
+static void test_reader_keeps_deleted_result(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemm_err err;
+    gemmd_job_entry *j = make_job(e, s, 4, 4, 4, 3, &err);
+    char id[GEMMD_JOB_ID_LEN + 1];
+    strcpy(id, j->id);
+    assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
+    gemmd_job_entry *r = gemmd_jobs_get(s, id);
+    gemmd_job_view v;
+    wait_finished(s, r, &v);
+    assert_int_equal(gemmd_jobs_delete(s, id), 0);
+    /* still readable through the reference (ASan would flag a use after free) */
+    const int32_t *c = r->job.c;
+    assert_int_equal(c[5], (int32_t)ref_elem(1, 1, 4, 3));
+    gemmd_jobs_put(s, r);
+    close_all(e, s);
+}
+
+static void test_ttl_expiry(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 0, 1 << 20, 16); /* finished jobs expire at once */
+    gemm_err err;
+    gemmd_job_entry *j = make_job(e, s, 2, 2, 2, 0, &err);
+    char id[GEMMD_JOB_ID_LEN + 1];
+    strcpy(id, j->id);
+    assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
+    gemmd_job_entry *r = gemmd_jobs_get(s, id);
+    assert_non_null(r); /* not finished yet or just finished: still listed until a sweep */
+    gemmd_job_view v;
+    wait_finished(s, r, &v);
+    gemmd_jobs_put(s, r);
+    gemmd_jobs_sweep(s);
+    assert_null(gemmd_jobs_get(s, id));
+    int counts[5], kept;
+    uint64_t bytes;
+    gemmd_jobs_counts(s, counts, &kept, &bytes);
+    assert_int_equal(kept, 0);
+    assert_int_equal(bytes, 0);
+    close_all(e, s);
+}
+
+static void test_submit_failure_frees_entry(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(1);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gate g;
+    gate_close(e, &g);
+    gemm_err err;
+    gemmd_job_entry *j1 = make_job(e, s, 2, 2, 2, 0, &err);
+    assert_int_equal(gemmd_jobs_submit(s, j1, &err), 0); /* takes the only queue place */
+    gemmd_job_entry *j2 = make_job(e, s, 2, 2, 2, 0, &err);
+    assert_int_equal(gemmd_jobs_submit(s, j2, &err), -1);
+    assert_int_equal(err.status, 503);
+    assert_string_equal(err.code, "queue_full");
+    int counts[5], kept;
+    uint64_t bytes;
+    gemmd_jobs_counts(s, counts, &kept, &bytes);
+    assert_int_equal(kept, 1);
+    assert_int_equal(bytes, 16);
+    /* a bad kernel is refused before queueing, and freed too */
+    gemmd_job_entry *j3 = make_job(e, s, 2, 2, 2, 0, &err);
+    snprintf(j3->job.kernel, sizeof j3->job.kernel, "no_such_kernel");
+    assert_int_equal(gemmd_jobs_submit(s, j3, &err), -1);
+    assert_int_equal(err.status, 422);
+    gate_open(e, &g);
+    close_all(e, s);
+    gate_free(&g);
+}
+
+static void test_shutdown_cancels_queued(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gate g;
+    gate_close(e, &g);
+    gemm_err err;
+    gemmd_job_entry *j = make_job(e, s, 2, 2, 2, 0, &err);
+    char id[GEMMD_JOB_ID_LEN + 1];
+    strcpy(id, j->id);
+    assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
+    gemmd_jobs_shutdown(s);
+    gemmd_job_entry *r = gemmd_jobs_get(s, id);
+    assert_non_null(r);
+    gemmd_job_view v;
+    gemmd_jobs_view(s, r, &v);
+    assert_true(v.finished);
+    assert_int_equal(v.state, GEMM_JOB_CANCELLED);
+    gemmd_jobs_put(s, r);
+    assert_null(gemmd_jobs_reserve(s, 16, &err));
+    assert_string_equal(err.code, "shutting_down");
+    gate_open(e, &g);
+    close_all(e, s);
+    gate_free(&g);
+}
+
+/* Many threads submit, read and delete at once. */
+typedef struct {
+    gemm_engine *e;
+    gemmd_jobs *s;
+    int seed;
+    int ok;
+} worker_arg;
+
+static void *worker(void *p)
+{
+    worker_arg *w = p;
+    for (int i = 0; i < 40; i++) {
+        gemm_err err;
+        gemmd_job_entry *j = make_job(w->e, w->s, 3, 4, 5, w->seed + i, &err);
+        if (!j) continue; /* the store may be full for a moment */
+        char id[GEMMD_JOB_ID_LEN + 1];
+        strcpy(id, j->id);
+        if (gemmd_jobs_submit(w->s, j, &err) != 0) continue;
+        gemmd_job_entry *r = gemmd_jobs_get(w->s, id);
+        if (!r) continue;
+        if (i % 3 == 0) {
+            gemmd_jobs_delete(w->s, id); /* possibly still queued or running */
+        } else {
+            gemmd_job_view v;
+            wait_finished(w->s, r, &v);
+            if (v.state == GEMM_JOB_DONE) {
+                const int32_t *c = r->job.c;
+                if (c[7] == (int32_t)ref_elem(1, 2, 4, w->seed + i)) w->ok++;
+            }
+            if (i % 3 == 1) gemmd_jobs_delete(w->s, id);
+        }
+        gemmd_jobs_put(w->s, r);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(256);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 1024);
+    pthread_t t[4];
+    worker_arg w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (worker_arg){e, s, 100 * i, 0};
+        pthread_create(&t[i], NULL, worker, &w[i]);
+    }
+    int ok = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        ok += w[i].ok;
+    }
+    assert_int_equal(ok, 4 * 26); /* i % 3 != 0: 26 of 40 each */
+    close_all(e, s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ids_are_random_hex),
+        cmocka_unit_test(test_result_and_inputs_freed),
+        cmocka_unit_test(test_memory_cap),
+        cmocka_unit_test(test_count_cap_and_delete_frees_room),
+        cmocka_unit_test(test_delete_queued_job),
+        cmocka_unit_test(test_reader_keeps_deleted_result),
+        cmocka_unit_test(test_ttl_expiry),
+        cmocka_unit_test(test_submit_failure_frees_entry),
+        cmocka_unit_test(test_shutdown_cancels_queued),
+        cmocka_unit_test(test_threads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
