@@ -302,15 +302,19 @@ static int cuda_run(void *self, void *worker, gemm_job *job)
     }
 
     stage = "device allocation";
+    size_t held = w->cap[0] + w->cap[1] + w->cap[2];
     if (gemm_cuda_ensure_buffers(w, need, &site) != cudaSuccess) {
         if (site.err == cudaErrorMemoryAllocation) {
             cudaGetLastError();
-            /* Give this worker's cache back and try once more with exact sizes. */
-            gemm_cuda_free_buffers(w);
-            gemm_cuda_site again = {0};
-            if (gemm_cuda_ensure_buffers(w, need, &again) == cudaSuccess)
-                goto allocated;
-            cudaGetLastError();
+            /* The failed attempt gave this worker's cached buffers back; when there were
+             * any, the memory they held may now be enough: try once more. */
+            gemm_cuda_site again = site;
+            if (held > 0) {
+                memset(&again, 0, sizeof again);
+                if (gemm_cuda_ensure_buffers(w, need, &again) == cudaSuccess)
+                    goto allocated;
+                cudaGetLastError();
+            }
             if (again.err == cudaErrorMemoryAllocation) {
                 size_t free_b = 0, total_b = 0;
                 if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)

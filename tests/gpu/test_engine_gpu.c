@@ -283,11 +283,19 @@ static void test_concurrent(void)
     printf("# jobs ran on %d distinct stream(s)\n", streams_seen);
     gemm_engine_stats st;
     gemm_engine_get_stats(e, &st);
-    tap(st.ndevices >= 1 && st.bytes_h2d[0] == bytes_in && st.bytes_d2h[0] == bytes_out &&
-        st.device_mem_used[0] > 0 && st.device_busy_seconds[0] > 0 && st.completed >= (uint64_t)N,
+    uint64_t h2d = 0, d2h = 0, mem = 0;
+    double busy = 0;
+    for (int i = 0; i < st.ndevices; i++) {
+        h2d += st.bytes_h2d[i];
+        d2h += st.bytes_d2h[i];
+        mem += st.device_mem_used[i];
+        busy += st.device_busy_seconds[i];
+    }
+    tap(st.ndevices >= 1 && h2d == bytes_in && d2h == bytes_out && mem > 0 && busy > 0 &&
+        st.completed >= (uint64_t)N,
         "stats: h2d %llu B, d2h %llu B, device memory %llu B, busy %.3f s, %llu completed",
-        (unsigned long long)st.bytes_h2d[0], (unsigned long long)st.bytes_d2h[0],
-        (unsigned long long)st.device_mem_used[0], st.device_busy_seconds[0], (unsigned long long)st.completed);
+        (unsigned long long)h2d, (unsigned long long)d2h, (unsigned long long)mem, busy,
+        (unsigned long long)st.completed);
     for (int i = 0; i < N; i++) free_job(jobs[i]);
     gemm_engine_close(e);
 }
