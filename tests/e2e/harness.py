@@ -197,6 +197,7 @@ class Daemon:
         self.proc = None
         self.exit_code = None
         self.dumped = False
+        self.saved_log = None  # the log, kept once the temp dir is gone
         tap.daemons.append(self)
         self.start(wait)
 
@@ -221,6 +222,8 @@ class Daemon:
                            % (START_TIMEOUT, self.read_log()))
 
     def read_log(self):
+        if self.saved_log is not None:
+            return self.saved_log
         try:
             with open(self.log_path, "rb") as f:
                 return f.read().decode("utf-8", "replace")
@@ -256,10 +259,21 @@ class Daemon:
         self.log.close()
         return self.exit_code
 
+    def sanitizer_report(self):
+        """The first lines of an ASan/LSan/UBSan report in the daemon's log, or ''."""
+        log = self.read_log()
+        for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+            i = log.find(marker)
+            if i >= 0:
+                return log[max(0, i - 200):i + 3000]
+        return ""
+
     def stop_and_check(self, name="daemon exits 0 on SIGTERM"):
         rc = self.stop()
         ok = self.tap.ok(rc == 0, name, "exit code %r (None: still running after %ds, killed)"
                          % (rc, STOP_TIMEOUT))
+        san = self.sanitizer_report()
+        ok = self.tap.ok(not san, "no sanitizer report in the daemon's log", san) and ok
         if not ok:
             self.dump_log()
         return ok
@@ -286,8 +300,13 @@ class Daemon:
             self.stop_and_check()
         else:
             self.kill_if_running()
-        self.tmp.cleanup()
+        self.cleanup()
         return False
+
+    def cleanup(self):
+        """Removes the temp dir (config, bodies, log), keeping the log text for dump_log."""
+        self.saved_log = self.read_log()
+        self.tmp.cleanup()
 
     # ---- requests
 

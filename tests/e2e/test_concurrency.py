@@ -141,6 +141,8 @@ def shutdown_under_load(tap):
     for t in threads:
         t.join(timeout=STOP_TIMEOUT + 60)
     tap.ok(rc == 0, "SIGTERM under load: daemon exits 0 within %ds" % STOP_TIMEOUT, "exit code %r" % rc)
+    san = d.sanitizer_report()
+    tap.ok(not san, "no sanitizer report after shutdown under load", san)
     kinds = {}
     bad = []
     for o in outcome:
@@ -152,9 +154,9 @@ def shutdown_under_load(tap):
             bad.append("%s: %s" % (o[0], o[2]))
     tap.ok(not bad, "every client got a right answer, a 503 with an error body, or a clean close (%s)"
            % ", ".join("%s %d" % kv for kv in sorted(kinds.items())), "\n".join(bad[:10]))
-    if rc != 0:
+    if rc != 0 or san:
         d.dump_log()
-    d.tmp.cleanup()
+    d.cleanup()
 
 
 def main(tap):

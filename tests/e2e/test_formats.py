@@ -197,6 +197,20 @@ def main(tap):
         tap.ok(c is not None and np.array_equal(c.astype(np.float64), reference(a, b, "float32")),
                "float32 integer-valued product is exact", why)
 
+        # bodies of many MB arrive in many chunks: raw 4 MiB + 4 MiB, JSON of about 3 MB
+        a = random_matrix(rng, (1024, 1024), "float32")
+        b = random_matrix(rng, (1024, 1024), "float32")
+        r = d.matmul_raw(a, b, "float32")
+        c, why = decode(r, "octet", "float32") if r.status == 200 else (None, repr(r))
+        good, why = compare(c, reference(a, b, "float32"), "float32", 1024) if c is not None else (False, why)
+        tap.ok(good, "raw 1024x1024x1024 float32 (8 MiB body) is right", why)
+        a = random_matrix(rng, (300, 250), "float64")
+        b = random_matrix(rng, (250, 200), "float64")
+        r = d.matmul_json(a, b, dtype="float64", accept="application/x-npy")
+        c, why = decode(r, "npy", "float64") if r.status == 200 else (None, repr(r))
+        good, why = compare(c, reference(a, b, "float64"), "float64", 250) if c is not None else (False, why)
+        tap.ok(good, "JSON 300x250x200 float64 (about 2 MB of text) is right", why)
+
         # float64 round-trips through JSON exactly (17 significant digits)
         a = rng.standard_normal((3, 4))
         b = rng.standard_normal((4, 2))

@@ -236,6 +236,22 @@ def slow_engine(tap, d):
     # leave the others in flight: SIGTERM must still end the daemon cleanly (checked on exit)
 
 
+def failing(tap, d):
+    """The daemon runs with cpu_fail:1: every product fails in the backend."""
+    r = submit_json(d, [[1.0]], [[2.0]])
+    jid = job_id(tap, r, "job that will fail")
+    r = wait_state(d, jid or "x")
+    j = r.json() or {}
+    err = j.get("error") or {}
+    tap.ok(r.status == 200 and j.get("state") == "failed" and err.get("code") == "backend_failure"
+           and err.get("message"), "status of a failed job: state failed with the error", r)
+    r = d.curl("GET", "/v1/jobs/%s/result" % jid)
+    code, msg = r.error()
+    tap.ok(r.status == 500 and code == "backend_failure" and msg, "result of a failed job answers its error (500)", r)
+    r = d.curl("DELETE", "/v1/jobs/" + (jid or "x"))
+    tap.ok(r.status in (200, 204), "a failed job can be deleted", r)
+
+
 def main(tap):
     rng = np.random.default_rng(99)
     with Daemon(tap, config={"backend": "cpu", "job_ttl": 600}) as d:
@@ -247,6 +263,8 @@ def main(tap):
     with Daemon(tap, config={"backend": "cpu", "queue_depth": 1, "cpu_workers": 1,
                              "fault_inject": "cpu_delay_ms:1500"}) as d:
         slow_engine(tap, d)
+    with Daemon(tap, config={"backend": "cpu", "fault_inject": "cpu_fail:1"}) as d:
+        failing(tap, d)
 
 
 if __name__ == "__main__":
