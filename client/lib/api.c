@@ -104,26 +104,26 @@ int gemm_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, gemm_cl
 
 /* ---------------------------------------------------------------- jobs */
 
-const char *gemm_job_state_name(gemm_job_state s)
+const char *gemm_client_job_state_name(gemm_client_job_state s)
 {
     switch (s) {
-    case GEMM_JOB_QUEUED: return "queued";
-    case GEMM_JOB_RUNNING: return "running";
-    case GEMM_JOB_DONE: return "done";
-    case GEMM_JOB_FAILED: return "failed";
-    case GEMM_JOB_CANCELLED: return "cancelled";
+    case GEMM_CLIENT_JOB_QUEUED: return "queued";
+    case GEMM_CLIENT_JOB_RUNNING: return "running";
+    case GEMM_CLIENT_JOB_DONE: return "done";
+    case GEMM_CLIENT_JOB_FAILED: return "failed";
+    case GEMM_CLIENT_JOB_CANCELLED: return "cancelled";
     default: return "unknown";
     }
 }
 
-static gemm_job_state state_from_name(const char *s)
+static gemm_client_job_state state_from_name(const char *s)
 {
-    if (!s) return GEMM_JOB_UNKNOWN;
+    if (!s) return GEMM_CLIENT_JOB_UNKNOWN;
     static const char *const names[] = {"queued", "running", "done", "failed", "cancelled"};
     for (int i = 0; i < 5; i++)
-        if (strcmp(s, names[i]) == 0) return (gemm_job_state)(i + 1);
-    if (strcmp(s, "canceled") == 0) return GEMM_JOB_CANCELLED;
-    return GEMM_JOB_UNKNOWN;
+        if (strcmp(s, names[i]) == 0) return (gemm_client_job_state)(i + 1);
+    if (strcmp(s, "canceled") == 0) return GEMM_CLIENT_JOB_CANCELLED;
+    return GEMM_CLIENT_JOB_UNKNOWN;
 }
 
 static double num_or(const cJSON *o, const char *key, double dflt)
@@ -229,7 +229,7 @@ int gemm_job_status(gemm_client *c, const char *id, gemm_job_info *info, gemm_cl
                 copy_str(info->error_code, sizeof info->error_code, e, "code");
                 copy_str(info->error_message, sizeof info->error_message, e, "message");
             }
-            if (info->state == GEMM_JOB_UNKNOWN)
+            if (info->state == GEMM_CLIENT_JOB_UNKNOWN)
                 rc = gemm_client_err(err, GEMM_CLIENT_E_PROTOCOL, "bad_response",
                                      "job %s has an unknown status", id);
         }
@@ -248,18 +248,18 @@ int gemm_job_wait(gemm_client *c, const char *id, long poll_ms, long timeout_ms,
     long interval = poll_ms > 0 ? poll_ms : 20;
     for (;;) {
         if (gemm_job_status(c, id, info, err) != 0) return -1;
-        if (info->state == GEMM_JOB_DONE) return 0;
-        if (info->state == GEMM_JOB_FAILED || info->state == GEMM_JOB_CANCELLED) {
+        if (info->state == GEMM_CLIENT_JOB_DONE) return 0;
+        if (info->state == GEMM_CLIENT_JOB_FAILED || info->state == GEMM_CLIENT_JOB_CANCELLED) {
             gemm_client_err(err, GEMM_CLIENT_E_SERVER,
-                            info->error_code[0] ? info->error_code : gemm_job_state_name(info->state),
-                            "job %s %s%s%s", id, gemm_job_state_name(info->state),
+                            info->error_code[0] ? info->error_code : gemm_client_job_state_name(info->state),
+                            "job %s %s%s%s", id, gemm_client_job_state_name(info->state),
                             info->error_message[0] ? ": " : "", info->error_message);
             return -1;
         }
         double left = timeout_ms > 0 ? timeout_ms - (gemm_now_ms() - start) : 1e18;
         if (left <= 0)
             return gemm_client_err(err, GEMM_CLIENT_E_TIMEOUT, "timeout", "job %s still %s after %ld ms", id,
-                                   gemm_job_state_name(info->state), timeout_ms);
+                                   gemm_client_job_state_name(info->state), timeout_ms);
         long ms = interval < left ? interval : (long)left;
         while (ms > 0) {
             long step = ms < 50 ? ms : 50;

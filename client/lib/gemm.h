@@ -133,19 +133,19 @@ int gemm_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, gemm_cl
 /* ---- asynchronous jobs ------------------------------------------------- */
 
 typedef enum {
-    GEMM_JOB_UNKNOWN = 0,
-    GEMM_JOB_QUEUED,
-    GEMM_JOB_RUNNING,
-    GEMM_JOB_DONE,
-    GEMM_JOB_FAILED,
-    GEMM_JOB_CANCELLED
-} gemm_job_state;
+    GEMM_CLIENT_JOB_UNKNOWN = 0,
+    GEMM_CLIENT_JOB_QUEUED,
+    GEMM_CLIENT_JOB_RUNNING,
+    GEMM_CLIENT_JOB_DONE,
+    GEMM_CLIENT_JOB_FAILED,
+    GEMM_CLIENT_JOB_CANCELLED
+} gemm_client_job_state;
 
-const char *gemm_job_state_name(gemm_job_state s);
+const char *gemm_client_job_state_name(gemm_client_job_state s);
 
 typedef struct {
     char id[96];
-    gemm_job_state state;
+    gemm_client_job_state state;
     uint64_t m, n;               /* C's shape when known */
     gemm_dtype dtype;
     gemm_timing timing;          /* server stages from the status' "timing" object */

@@ -69,8 +69,9 @@ static int parse_value(const char *s, gemm_dtype d, void *dst, size_t idx)
     while (*end == ' ' || *end == '\t') end++;
     if (*end) return -1;
     if (d == GEMM_DTYPE_F32) {
-        if (isfinite(v) && fabs(v) > 3.4028234663852886e38) return -1;
-        ((float *)dst)[idx] = (float)v;
+        float f = (float)v;
+        if (isfinite(v) && isinf(f)) return -1; /* rounds beyond FLT_MAX */
+        ((float *)dst)[idx] = f;
     } else {
         ((double *)dst)[idx] = v;
     }
