@@ -102,9 +102,9 @@ int gemm_parse_server_timing(const char *s, gemm_timing *t)
                         dur = v;
                         have = 1;
                     }
-                    p = end > p ? end : p + 1;
-                    continue;
+                    p = end > p + 4 ? end : p + 4;
                 }
+                continue; /* p is at the next character to look at (maybe the NUL) */
             }
             p++;
         }
