@@ -9,17 +9,16 @@
  * --gemmd starts that daemon itself (--port P --backend cpu, plus --gemmd-args "...")
  * on 127.0.0.1 and stops it at the end; --url uses one that is already running.
  *
- * First every size through OpenBLAS in this process (all cores), then every size through
- * the daemon, so the two never compete for the cores. For each n (m = k = n) it prints
- * one Markdown table row:
+ * Direct calls and daemon requests alternate (never at once), so both see the same
+ * background load. For each n (m = k = n) it prints one Markdown table row:
  *   direct    median wall time of cblas_sgemm here, GFLOP/s
  *   kernel    median of the daemon's own kernel time (Server-Timing kernel;dur=), GFLOP/s,
  *             and direct time / kernel time
  *   e2e       median wall time of the whole request as the client sees it (upload A and B,
  *             queue, compute, download C), GFLOP/s, and direct time / e2e time
  *   payload   (bytes of A + B + C) / e2e time, GB/s
- *   xfer      the same bytes over (e2e - the daemon's Server-Timing total): the HTTP path
- *             alone, without the product
+ *   xfer      the same bytes over (e2e - the daemon's work once the body had arrived, i.e.
+ *             Server-Timing total - recv): the HTTP path alone (upload and download)
  * Every daemon answer is checked against OpenBLAS before the timed repeats.
  */
 #define _GNU_SOURCE
@@ -71,6 +70,12 @@ int main(int argc, char **argv)
         sizes[nsizes++] = (size_t)v;
     }
 
+    /* OpenBLAS worker threads spin for ~0.1 s after each call by default; ours would take
+     * a core from the daemon during its request. They read this once, at load: re-exec. */
+    if (!getenv("OPENBLAS_THREAD_TIMEOUT")) {
+        setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+        execv("/proc/self/exe", argv);
+    }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     openblas_set_num_threads((int)(cores > 0 ? cores : 1));
 
@@ -103,49 +108,31 @@ int main(int argc, char **argv)
     double *t_e2e = calloc((size_t)repeats, sizeof *t_e2e);
     if (!t_dir || !t_ker || !t_srv || !t_e2e) return 1;
 
-    /* Pass 1: OpenBLAS directly, every size, before the daemon gets any work (2 cores:
-     * the two must never compete, and OpenBLAS threads spin for a while after a call). */
-    for (int s = 0; s < nsizes; s++) {
-        size_t n = sizes[s], nn = n * n;
-        float *ab = malloc(2 * nn * sizeof(float)), *cd = malloc(nn * sizeof(float));
-        if (!ab || !cd) {
-            fprintf(stderr, "bench_cpu: out of memory at n=%zu\n", n);
-            return 1;
-        }
-        bench_fill(ab, 2 * nn, n);
-        for (int r = -1; r < repeats; r++) {
-            double t0 = gemm_now_ms();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, ab,
-                        (int)n, ab + nn, (int)n, 0.0f, cd, (int)n);
-            double t1 = gemm_now_ms();
-            if (r >= 0) t_dir[r] = t1 - t0;
-        }
-        dir[s] = median(t_dir, repeats);
-        free(ab);
-        free(cd);
-    }
-    /* The reference for checking the daemon's answers is computed on one thread. */
-    openblas_set_num_threads(1);
-    struct timespec pause = {1, 0};
-    nanosleep(&pause, NULL);
-
-    /* Pass 2: the daemon. */
+    /* Per size: one untimed direct call (the reference) and one untimed, checked daemon
+     * request, then `repeats` rounds of {direct call, daemon request, pause}. Alternating
+     * puts both under the same background load; the pause lets the daemon's OpenBLAS
+     * threads stop spinning before the next direct call (ours stop at once: see main). */
     double ker[MAX_SIZES], srv[MAX_SIZES], e2e[MAX_SIZES];
-    answer ans = {{NULL, 0, 0}, -1, -1, 0};
+    answer ans = {{NULL, 0, 0}, -1, -1, -1, 0};
+    struct timespec pause = {0, 200000000};
     for (int s = 0; s < nsizes; s++) {
-        ker[s] = srv[s] = e2e[s] = NAN;
-        if (!c) continue;
         size_t n = sizes[s], nn = n * n;
+        ker[s] = srv[s] = e2e[s] = NAN;
         float *ab = malloc(2 * nn * sizeof(float)), *cref = malloc(nn * sizeof(float));
         if (!ab || !cref) {
             fprintf(stderr, "bench_cpu: out of memory at n=%zu\n", n);
             return 1;
         }
         bench_fill(ab, 2 * nn, n);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, ab,
-                    (int)n, ab + nn, (int)n, 0.0f, cref, (int)n);
         int bad = 0;
         for (int r = -1; r < repeats && !bad; r++) {
+            double t0 = gemm_now_ms();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, ab,
+                        (int)n, ab + nn, (int)n, 0.0f, cref, (int)n);
+            double t1 = gemm_now_ms();
+            if (r >= 0) t_dir[r] = t1 - t0;
+            if (!c) continue;
+
             double wall = post_matmul(c, url, ab, 2 * nn * sizeof(float), n, n, n, &ans);
             if (wall < 0 || ans.status != 200 || ans.body.len != nn * sizeof(float)) {
                 fprintf(stderr, "bench_cpu: n=%zu: status %ld, %zu bytes (expected %zu)%s%.*s\n", n,
@@ -155,6 +142,7 @@ int main(int argc, char **argv)
                 bad = 1;
                 break;
             }
+            nanosleep(&pause, NULL);
             if (r == -1) { /* correctness before speed */
                 const float *got = (const float *)ans.body.data;
                 double worst = 0;
@@ -175,12 +163,14 @@ int main(int argc, char **argv)
                 bad = 1;
             }
             t_ker[r] = ans.kernel_ms;
-            t_srv[r] = ans.total_ms;
+            /* the daemon's work after the body arrived: decode, queue, compute, encode */
+            t_srv[r] = ans.total_ms - (ans.recv_ms > 0 ? ans.recv_ms : 0);
             t_e2e[r] = wall;
         }
+        dir[s] = median(t_dir, repeats);
         if (bad) {
             rc_all = 1;
-        } else {
+        } else if (c) {
             ker[s] = median(t_ker, repeats);
             srv[s] = median(t_srv, repeats);
             e2e[s] = median(t_e2e, repeats);
@@ -189,11 +179,14 @@ int main(int argc, char **argv)
         free(cref);
     }
 
+    double load[3] = {0, 0, 0};
+    if (getloadavg(load, 3) < 0) load[0] = load[1] = load[2] = -1;
     printf("# float32 C = A.B, n x n x n, median of %d repeats after one warm-up (checked)\n", repeats);
+    printf("# load average at the end: %.2f %.2f %.2f (%ld cores)\n", load[0], load[1], load[2], cores);
     printf("# direct: cblas_sgemm in this process, %ld threads; daemon: %s\n", cores,
            c ? url : "(not measured)");
     printf("# kernel: the daemon's Server-Timing kernel;dur; e2e: client wall time of the request;\n"
-           "# payload: (A + B + C bytes) / e2e; xfer: payload / (e2e - Server-Timing total)\n");
+           "# payload: (A + B + C bytes) / e2e; xfer: payload / (e2e - (Server-Timing total - recv))\n");
     printf("| n | direct ms | direct GFLOP/s | kernel ms | kernel GFLOP/s | kernel vs direct "
            "| e2e ms | e2e GFLOP/s | e2e vs direct | payload GB/s | xfer GB/s |\n");
     printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");

@@ -28,7 +28,7 @@ typedef struct {
 
 typedef struct {
     buf body;
-    double kernel_ms, total_ms; /* from Server-Timing; -1 when absent */
+    double kernel_ms, total_ms, recv_ms; /* from Server-Timing; -1 when absent */
     long status;
 } answer;
 
@@ -65,9 +65,11 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *ud)
         size_t l = n < sizeof line - 1 ? n : sizeof line - 1;
         memcpy(line, p, l);
         line[l] = '\0';
-        double k = timing_field(line, "kernel"), t = timing_field(line, "total");
+        double k = timing_field(line, "kernel"), t = timing_field(line, "total"),
+               r = timing_field(line, "recv");
         if (k >= 0) a->kernel_ms = k;
         if (t >= 0) a->total_ms = t;
+        if (r >= 0) a->recv_ms = r;
     }
     return n;
 }
@@ -92,7 +94,7 @@ static double post_matmul(CURL *c, const char *url, const void *ab, size_t ab_by
     char full[512];
     snprintf(full, sizeof full, "%s/v1/matmul?m=%zu&k=%zu&n=%zu&dtype=float32", url, m, k, n);
     ans->body.len = 0;
-    ans->kernel_ms = ans->total_ms = -1;
+    ans->kernel_ms = ans->total_ms = ans->recv_ms = -1;
     ans->status = 0;
     curl_easy_setopt(c, CURLOPT_URL, full);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, ab);

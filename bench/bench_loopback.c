@@ -31,6 +31,7 @@ typedef struct {
     int repeats;
     double *walls;      /* repeats entries */
     double *srv;        /* Server-Timing total per request */
+    double *recv;       /* Server-Timing recv (headers to last body byte) per request */
     int failed;
     pthread_t tid;
 } client;
@@ -49,7 +50,7 @@ static void *client_main(void *arg)
     client *cl = arg;
     struct curl_slist *hdrs = NULL;
     CURL *c = bench_curl(&hdrs);
-    answer ans = {{NULL, 0, 0}, -1, -1, 0};
+    answer ans = {{NULL, 0, 0}, -1, -1, -1, 0};
     const shape *s = &cl->sh;
     size_t ab_bytes = (s->m * s->k + s->k * s->n) * sizeof(float);
     size_t c_bytes = s->m * s->n * sizeof(float);
@@ -78,6 +79,7 @@ static void *client_main(void *arg)
         }
         cl->walls[r] = wall;
         cl->srv[r] = ans.total_ms;
+        cl->recv[r] = ans.recv_ms;
     }
     if (!c) cl->failed = 1;
     free(ans.body.data);
@@ -142,8 +144,8 @@ int main(int argc, char **argv)
            url, nclients, repeats);
     printf("# payload = A + B + C bytes; GB/s = all payload / wall time of the run%s\n",
            nclients == 1 ? "; median = median request" : "");
-    printf("| shape | m x k x n | payload MB | median ms | server total ms | GB/s |\n");
-    printf("|---|---|---:|---:|---:|---:|\n");
+    printf("| shape | m x k x n | payload MB | median ms | server recv ms | server total ms | GB/s |\n");
+    printf("|---|---|---:|---:|---:|---:|---:|\n");
 
     int rc_all = 0;
     for (int si = 0; si < nsizes; si++) {
@@ -167,8 +169,9 @@ int main(int argc, char **argv)
             bench_fill(ab, ab_n, N + (size_t)h);
             for (int i = 0; i < nclients; i++) {
                 cls[i] = (client){url, *s, ab, repeats, calloc((size_t)repeats, sizeof(double)),
+                                  calloc((size_t)repeats, sizeof(double)),
                                   calloc((size_t)repeats, sizeof(double)), 0, 0};
-                if (!cls[i].walls || !cls[i].srv) return 1;
+                if (!cls[i].walls || !cls[i].srv || !cls[i].recv) return 1;
             }
             double t0 = gemm_now_ms();
             for (int i = 0; i < nclients; i++)
@@ -181,29 +184,30 @@ int main(int argc, char **argv)
             double t1 = gemm_now_ms();
             /* The run's wall time includes each client's warm-up; take the sum of the timed
              * requests of the slowest client instead when there is one client. */
-            double med = NAN, srv = NAN, gbs;
+            double med = NAN, srv = NAN, rcv = NAN, gbs;
             if (nclients == 1 && !failed) {
                 double sum = 0;
                 for (int r = 0; r < repeats; r++) sum += cls[0].walls[r];
                 med = median(cls[0].walls, repeats);
                 srv = median(cls[0].srv, repeats);
+                rcv = median(cls[0].recv, repeats);
                 gbs = payload * repeats / (sum * 1e-3) / 1e9;
             } else {
                 gbs = payload * (repeats + 1) * nclients / ((t1 - t0) * 1e-3) / 1e9;
             }
             if (failed) {
                 rc_all = 1;
-                printf("| %s | %zux%zux%zu | %.1f | failed | - | - |\n", s->name, s->m, s->k, s->n,
-                       payload / 1e6);
+                printf("| %s | %zux%zux%zu | %.1f | failed | - | - | - |\n", s->name, s->m, s->k,
+                       s->n, payload / 1e6);
             } else if (nclients == 1) {
-                printf("| %s | %zux%zux%zu | %.1f | %.3f | %.3f | %.2f |\n", s->name, s->m, s->k,
-                       s->n, payload / 1e6, med, srv, gbs);
+                printf("| %s | %zux%zux%zu | %.1f | %.3f | %.3f | %.3f | %.2f |\n", s->name, s->m,
+                       s->k, s->n, payload / 1e6, med, rcv, srv, gbs);
             } else {
-                printf("| %s | %zux%zux%zu | %.1f | - | - | %.2f |\n", s->name, s->m, s->k, s->n,
-                       payload / 1e6, gbs);
+                printf("| %s | %zux%zux%zu | %.1f | - | - | - | %.2f |\n", s->name, s->m, s->k,
+                       s->n, payload / 1e6, gbs);
             }
             fflush(stdout);
-            for (int i = 0; i < nclients; i++) free(cls[i].walls), free(cls[i].srv);
+            for (int i = 0; i < nclients; i++) free(cls[i].walls), free(cls[i].srv), free(cls[i].recv);
             free(cls);
             free(ab);
         }
