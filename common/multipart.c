@@ -259,6 +259,41 @@ static size_t scan(gemm_multipart *mp, const char *p, size_t len, int *found, ge
     return i;
 }
 
+/* Whether byte c may come next after a delimiter, in state st. */
+static int after_delim_ok(int st, char c)
+{
+    switch (st) {
+    case S_AFTER_DELIM: return c == '-' || c == ' ' || c == '\t' || c == '\r';
+    case S_CLOSE_DASH: return c == '-';
+    case S_LWSP: return c == ' ' || c == '\t' || c == '\r';
+    default: return c == '\n'; /* S_DELIM_CR */
+    }
+}
+
+/* One byte of the rest of a delimiter line: "--" (close), LWSP, CRLF. */
+static int after_delim(gemm_multipart *mp, char c, gemm_err *err)
+{
+    if (!after_delim_ok(mp->state, c))
+        return failed(mp, err, mp->state == S_DELIM_CR ? "a multipart boundary line does not end with CRLF"
+                                                       : "a multipart boundary line is followed by unexpected bytes");
+    switch (mp->state) {
+    case S_AFTER_DELIM:
+    case S_LWSP:
+        mp->state = c == '-' ? S_CLOSE_DASH : c == '\r' ? S_DELIM_CR : S_LWSP;
+        return 0;
+    case S_CLOSE_DASH:
+        if (end_part(mp, err)) return -1;
+        if (mp->parts == 0) return failed(mp, err, "the multipart body has no parts");
+        mp->state = S_EPILOGUE;
+        return 0;
+    default: /* S_DELIM_CR */
+        if (end_part(mp, err)) return -1;
+        mp->state = S_HEADERS;
+        mp->hlen = 0;
+        return 0;
+    }
+}
+
 int gemm_multipart_feed(gemm_multipart *mp, const void *data, size_t len, gemm_err *err)
 {
     const char *p = data;
@@ -276,31 +311,16 @@ int gemm_multipart_feed(gemm_multipart *mp, const void *data, size_t len, gemm_e
             break;
         }
         case S_AFTER_DELIM:
-            if (*p == '-') mp->state = S_CLOSE_DASH;
-            else if (*p == ' ' || *p == '\t') mp->state = S_LWSP;
-            else if (*p == '\r') mp->state = S_DELIM_CR;
-            else return failed(mp, err, "a multipart boundary line is followed by unexpected bytes");
-            p++, len--;
-            break;
         case S_CLOSE_DASH:
-            if (*p != '-') return failed(mp, err, "a multipart boundary line is followed by unexpected bytes");
-            p++, len--;
-            if (end_part(mp, err)) return -1;
-            if (mp->parts == 0) return failed(mp, err, "the multipart body has no parts");
-            mp->state = S_EPILOGUE;
-            break;
         case S_LWSP:
-            if (*p == '\r') mp->state = S_DELIM_CR;
-            else if (*p != ' ' && *p != '\t')
-                return failed(mp, err, "a multipart boundary line is followed by unexpected bytes");
-            p++, len--;
-            break;
         case S_DELIM_CR:
-            if (*p != '\n') return failed(mp, err, "a multipart boundary line does not end with CRLF");
+            /* In the preamble a boundary-like line that is not a delimiter is text. */
+            if (mp->parts == 0 && !after_delim_ok(mp->state, *p)) {
+                mp->state = S_PREAMBLE;
+                break;
+            }
+            if (after_delim(mp, *p, err)) return -1;
             p++, len--;
-            if (end_part(mp, err)) return -1;
-            mp->state = S_HEADERS;
-            mp->hlen = 0;
             break;
         case S_HEADERS: {
             /* Copy up to the end of the header block ("\r\n" alone, or "\r\n\r\n"). */
@@ -334,10 +354,11 @@ int gemm_multipart_feed(gemm_multipart *mp, const void *data, size_t len, gemm_e
 int gemm_multipart_finish(gemm_multipart *mp, gemm_err *err)
 {
     if (mp->state == S_EPILOGUE) return 0;
-    if (mp->state == S_FAILED) return gemm_err_set(err, 400, "bad_multipart", "the multipart parser already failed");
+    int st = mp->state;
+    if (st == S_FAILED) return gemm_err_set(err, 400, "bad_multipart", "the multipart parser already failed");
     mp->state = S_FAILED;
     return gemm_err_set(err, 400, "truncated",
-                        mp->parts == 0 ? "the multipart body ended before its first boundary"
+                        mp->parts == 0 && st == S_PREAMBLE ? "the multipart body ended before its first boundary"
                                        : "the multipart body ended before its closing boundary");
 }
 
