@@ -3,12 +3,17 @@
  * SIGTERM, then stop accepting, fail queued work, let running work finish and its
  * answers go out, free everything and exit 0.
  *
- * The signals are blocked before any thread starts, so every thread inherits the mask
- * and only the main thread sees them, in sigwait().
+ * SIGINT and SIGTERM go through a self-pipe that the main thread reads: a signal can be
+ * delivered to any thread, including the BLAS library's, which starts its threads before
+ * main() and so never inherits a signal mask set here (sigwait() would then miss it and
+ * the default action would kill the process).
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "engine.h"
@@ -17,6 +22,45 @@
 #include "metrics.h"
 
 extern char **environ;
+
+static int signal_pipe[2] = {-1, -1};
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    ssize_t n = write(signal_pipe[1], &b, 1); /* async-signal-safe; a full pipe is fine */
+    (void)n;
+    errno = saved;
+}
+
+static int install_signals(void)
+{
+    if (pipe(signal_pipe) != 0) return -1;
+    for (int i = 0; i < 2; i++) {
+        fcntl(signal_pipe[i], F_SETFD, FD_CLOEXEC);
+    }
+    fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0) return -1;
+    signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
+
+static int wait_signal(void)
+{
+    unsigned char b = 0;
+    for (;;) {
+        ssize_t n = read(signal_pipe[0], &b, 1);
+        if (n == 1) return b;
+        if (n < 0 && errno == EINTR) continue;
+        return SIGTERM; /* cannot happen; stop rather than spin */
+    }
+}
 
 static void describe_devices(gemm_engine *engine, char *out, size_t cap)
 {
@@ -47,12 +91,10 @@ int main(int argc, char **argv)
     gemmd_log_set_level(level < 0 ? GEMMD_LOG_INFO : (gemmd_log_level)level);
     gemmd_metrics_init();
 
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    if (install_signals() != 0) {
+        fprintf(stderr, "gemmd: cannot install the signal handlers: %s\n", strerror(errno));
+        return 1;
+    }
 
     gemm_err err;
     gemm_err_clear(&err);
@@ -75,13 +117,13 @@ int main(int argc, char **argv)
              GEMMD_VERSION, gemmd_http_url(srv), info.backend, devices, info.workers, info.queue_capacity,
              cfg.http_threads, cfg.config_path[0] ? " config=" : "", cfg.config_path);
 
-    int sig = 0;
-    while (sigwait(&set, &sig) != 0) {
-    }
+    int sig = wait_signal();
     LOG_INFO("received %s: stopping (no new connections, queued work fails with 503, running work finishes)",
              sig == SIGINT ? "SIGINT" : "SIGTERM");
     gemmd_http_shutdown(srv);
     gemm_engine_close(engine);
     LOG_INFO("stopped");
+    close(signal_pipe[0]);
+    close(signal_pipe[1]);
     return 0;
 }
