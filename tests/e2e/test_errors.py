@@ -137,6 +137,8 @@ def limit_cases(tap, d):
     a = np.ones((50, 50)).tolist()
     expect_error(tap, post_json(d, {"a": a, "b": np.ones((50, 2)).tolist()}), 413,
                  "element count over max_elements", "too_large")
+    expect_error(tap, post_json(d, {"a": np.ones((50, 1)).tolist(), "b": np.ones((1, 50)).tolist()}), 413,
+                 "small A and B but C over max_elements", "too_large")
     r = d.curl("POST", "/v1/matmul?m=64&k=64&n=1&dtype=float64", data=b"\0" * (64 * 64 * 8 + 64 * 8),
                content_type="application/octet-stream")
     expect_error(tap, r, 413, "raw A over max_elements", "too_large")
@@ -166,6 +168,37 @@ def limit_cases(tap, d):
             b"Content-Length: 1048577\r\n\r\n")
     st, h, bd, raw_ans = raw_request(d.port, head, b"", read_timeout=10)
     tap.ok(st == 413 and _code(bd) is not None, "JSON Content-Length just over max_json_mb -> 413", raw_ans[:400])
+
+
+def no_smuggling(tap, d):
+    """A body refused early must not be read as further requests on the same connection:
+    after the 413 the server closes the connection (or discards the body), so the GET
+    lines hidden in the body are never answered."""
+    hidden = b"GET /v1/nope-hidden HTTP/1.1\r\nHost: x\r\n\r\n" * 40000  # about 1.6 MB > 1 MiB limit
+    head = (b"POST /v1/matmul HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(hidden))
+    import socket
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    raw = b""
+    try:
+        try:
+            s.sendall(head + hidden)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                chunk = s.recv(65536)
+            except (socket.timeout, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            raw += chunk
+    finally:
+        s.close()
+    statuses = re.findall(rb"HTTP/1\.[01] (\d{3})", raw)
+    tap.ok(statuses[:1] == [b"413"] and b"404" not in statuses and len(statuses) == 1,
+           "body of a refused request is never parsed as more requests (statuses %r)" % statuses, raw[:300])
 
 
 def npy_cases(tap, d):
@@ -273,6 +306,7 @@ def run_all(tap):
         option_cases(tap, d)
         raw_cases(tap, d)
         limit_cases(tap, d)
+        no_smuggling(tap, d)
         npy_cases(tap, d)
         multipart_cases(tap, d)
         http_cases(tap, d)

@@ -6,9 +6,11 @@ ending the daemon with exit status 2 and a message naming the problem.
 """
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -200,12 +202,59 @@ def command_line(tap):
                "rc %d stderr %s" % (rc, err[:300]))
 
 
+def connections(tap):
+    """connection_timeout closes idle and stalled connections; per_ip_limit caps one client."""
+    with Daemon(tap, config={"backend": "cpu", "connection_timeout": 1, "per_ip_limit": 3}) as d:
+        idle = socket.create_connection(("127.0.0.1", d.port), timeout=15 * SLOW)
+        stalled = socket.create_connection(("127.0.0.1", d.port), timeout=15 * SLOW)
+        stalled.sendall(b"POST /v1/matmul?m=2&k=2&n=2&dtype=float32 HTTP/1.1\r\nHost: x\r\n"
+                        b"Content-Type: application/octet-stream\r\nContent-Length: 32\r\n\r\n" + b"\0" * 10)
+        for sock, what in ((idle, "an idle connection"), (stalled, "a connection stalled mid-body")):
+            try:
+                data = sock.recv(4096)
+                closed = True
+                while data:
+                    data = sock.recv(4096)
+            except ConnectionResetError:
+                closed = True
+            except socket.timeout:
+                closed = False
+            tap.ok(closed, "%s is closed after connection_timeout" % what)
+            sock.close()
+        r = d.curl("GET", "/healthz")
+        tap.eq(r.status, 200, "the daemon serves after closing timed-out connections")
+
+        held = []
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=10 * SLOW)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # headers not finished
+            held.append(s)
+        time.sleep(0.2)
+        r = d.curl("GET", "/healthz", max_time=5)
+        tap.ok(r.status == 0, "a 4th connection from one address with per_ip_limit 3 is refused", r)
+        for s in held:
+            s.close()
+        ok = False
+        for _ in range(50):
+            r = d.curl("GET", "/healthz", max_time=5)
+            if r.status == 200:
+                ok = True
+                break
+            time.sleep(0.1)
+        tap.ok(ok, "once they close, the client is served again", r)
+
+    with Daemon(tap, config={"backend": "cpu", "listen": "0.0.0.0"}) as d:
+        tap.ok(any(" warn " in line and "tokens_file" in line for line in d.read_log().splitlines()),
+               "listening beyond loopback without tokens_file logs a warning", d.read_log()[-1000:])
+
+
 def main(tap):
     with Daemon(tap, config={"backend": "cpu"}) as d:
         endpoints(tap, d)
         metrics(tap, d)
         log_format(tap, d)
     precedence(tap)
+    connections(tap)
     command_line(tap)
 
 
