@@ -168,7 +168,12 @@ gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t result_bytes, gemm_err
         gemm_err_set(err, 503, "job_store_full",
                      "%d jobs are kept already (max_jobs); fetch or DELETE finished jobs, or retry "
                      "once they expire", s->count);
-    } else if (result_bytes > s->mem_cap || s->mem_used > s->mem_cap - result_bytes) {
+    } else if (result_bytes > s->mem_cap) {
+        gemm_err_set(err, 413, "too_large",
+                     "the result needs %zu bytes but kept async results may hold at most %llu "
+                     "(job_mem_mb); use POST /v1/matmul for it",
+                     result_bytes, (unsigned long long)s->mem_cap);
+    } else if (s->mem_used > s->mem_cap - result_bytes) {
         gemm_err_set(err, 503, "job_store_full",
                      "the result needs %zu bytes but only %llu of the %llu bytes for kept results "
                      "(job_mem_mb) are free; fetch or DELETE finished jobs",

@@ -69,7 +69,8 @@ gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, i
 void gemmd_jobs_free(gemmd_jobs *s);
 
 /* A fresh entry with a random id, its result bytes reserved. NULL with 503
- * job_store_full (too many jobs kept, or not enough of mem_bytes left), 503
+ * job_store_full (too many jobs kept, or not enough of mem_bytes left), 413 too_large
+ * (the result alone is larger than mem_bytes), 503
  * shutting_down after gemmd_jobs_shutdown(), or 500 when the id cannot be drawn. */
 gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t result_bytes, gemm_err *err);
 /* Gives back an entry that was reserved but not submitted, freeing any of

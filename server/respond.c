@@ -44,6 +44,7 @@ gemmd_format gemmd_negotiate(const char *accept, gemmd_format family)
 
     gemmd_format best = GEMMD_FMT_NONE;
     double best_q = 0;
+    int ranges = 0;
     while (*p) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
@@ -60,6 +61,7 @@ gemmd_format gemmd_negotiate(const char *accept, gemmd_format family)
                 if ((b[0] == 'q' || b[0] == 'Q') && b[1] == '=') q = strtod(b + 2, NULL);
             }
         }
+        if (e > s) ranges++;
         gemmd_format f = media_format(s, (size_t)(e - s), family);
         if (f != GEMMD_FMT_NONE && q > 0 &&
             (q > best_q || (q == best_q && f == family && best != family))) {
@@ -69,7 +71,7 @@ gemmd_format gemmd_negotiate(const char *accept, gemmd_format family)
         p += len;
         if (*p == ',') p++;
     }
-    return best;
+    return ranges ? best : family; /* an Accept without a media range says nothing */
 }
 
 /* ---- timing ------------------------------------------------------------------ */

@@ -224,8 +224,9 @@ static void test_memory_cap(void **state)
     assert_null(gemmd_jobs_reserve(s, 64, &err));
     assert_int_equal(err.status, 503);
     assert_string_equal(err.code, "job_store_full");
-    assert_null(gemmd_jobs_reserve(s, 101, &err));
-    assert_int_equal(err.status, 503);
+    assert_null(gemmd_jobs_reserve(s, 101, &err)); /* could never fit */
+    assert_int_equal(err.status, 413);
+    assert_string_equal(err.code, "too_large");
     gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 36, &err); /* exactly what is left */
     assert_non_null(j2);
     gemmd_jobs_abandon(s, j1);

@@ -1,0 +1,87 @@
+/* test_auth.c - the bearer-token file (comments, blank lines, whitespace, missing or
+ * empty files, over-long tokens) and the Authorization header check. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "auth.h"
+
+static const char *temp_file(char *buf, size_t len, const char *text)
+{
+    snprintf(buf, len, "/tmp/gemmd_test_auth_XXXXXX");
+    int fd = mkstemp(buf);
+    assert_true(fd >= 0);
+    size_t n = strlen(text);
+    assert_int_equal(write(fd, text, n), (ssize_t)n);
+    close(fd);
+    return buf;
+}
+
+static void test_load_and_check(void **state)
+{
+    (void)state;
+    char path[64], msg[300];
+    temp_file(path, sizeof path, "# operators\n  alpha-123  \n\n\tbeta\r\n# end\n");
+    gemmd_auth *a = gemmd_auth_load(path, msg, sizeof msg);
+    unlink(path);
+    assert_non_null(a);
+    assert_int_equal(gemmd_auth_count(a), 2);
+    assert_true(gemmd_auth_check(a, "Bearer alpha-123"));
+    assert_true(gemmd_auth_check(a, "bearer beta"));
+    assert_true(gemmd_auth_check(a, "Bearer   beta"));
+    assert_false(gemmd_auth_check(a, NULL));
+    assert_false(gemmd_auth_check(a, ""));
+    assert_false(gemmd_auth_check(a, "Bearer "));
+    assert_false(gemmd_auth_check(a, "Bearer alpha"));     /* a prefix is not the token */
+    assert_false(gemmd_auth_check(a, "Bearer alpha-1234")); /* nor a longer one */
+    assert_false(gemmd_auth_check(a, "Basic YWxwaGEtMTIzOg=="));
+    assert_false(gemmd_auth_check(a, "alpha-123"));
+    assert_false(gemmd_auth_check(a, "Bearer # operators"));
+    gemmd_auth_free(a);
+}
+
+static void test_no_auth_allows(void **state)
+{
+    (void)state;
+    assert_true(gemmd_auth_check(NULL, NULL));
+    gemmd_auth_free(NULL);
+}
+
+static void test_bad_files(void **state)
+{
+    (void)state;
+    char path[64], msg[300];
+    assert_null(gemmd_auth_load("/nonexistent/tokens", msg, sizeof msg));
+    assert_non_null(strstr(msg, "/nonexistent/tokens"));
+
+    temp_file(path, sizeof path, "# only comments\n\n");
+    assert_null(gemmd_auth_load(path, msg, sizeof msg));
+    assert_non_null(strstr(msg, "no token"));
+    unlink(path);
+
+    char big[400];
+    memset(big, 'x', 300);
+    big[300] = '\n';
+    big[301] = '\0';
+    temp_file(path, sizeof path, big);
+    assert_null(gemmd_auth_load(path, msg, sizeof msg));
+    assert_non_null(strstr(msg, "longer than"));
+    unlink(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_load_and_check),
+        cmocka_unit_test(test_no_auth_allows),
+        cmocka_unit_test(test_bad_files),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
