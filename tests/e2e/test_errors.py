@@ -371,6 +371,18 @@ def run_all(tap):
             tap.ok(st == 401, "no token with a huge body -> 401 before the body is read", raw_ans[:300])
             r = d.curl("GET", "/healthz")
             tap.eq(r.status, 200, "/healthz needs no token (liveness probes)")
+            r = d.curl("GET", "/readyz")
+            tap.eq(r.status, 200, "/readyz needs no token (readiness probes)")
+            r = d.curl("GET", "/metrics")
+            expect_error(tap, r, 401, "/metrics without a token")
+            r = d.curl("GET", "/metrics", headers=["Authorization: Bearer secret-token-two"])
+            tap.eq(r.status, 200, "/metrics with a token")
+            r = d.curl("POST", "/v1/matmul", data=ok, content_type="application/json",
+                       headers=["Authorization: Bearer # tokens for the e2e test"])
+            expect_error(tap, r, 401, "a comment line of the tokens file is not a token")
+            r = d.curl("POST", "/v1/matmul", data=ok, content_type="application/json",
+                       headers=["Authorization: Bearer "])
+            expect_error(tap, r, 401, "an empty bearer token")
     finally:
         os.unlink(tmp_tokens)
 
