@@ -102,6 +102,17 @@ def leftovers(folder):
     return [f for f in os.listdir(folder) if ".part" in f]
 
 
+def wait_idle(d):
+    """Waits (bounded) until the daemon has nothing queued or running."""
+    deadline = time.monotonic() + 30 * SLOW
+    while time.monotonic() < deadline:
+        r = d.curl("GET", "/readyz")
+        j = r.json() or {}
+        if r.status == 200 and j.get("running") == 0 and j.get("queued") == 0:
+            return
+        time.sleep(0.1)
+
+
 def main(tap):
     if not os.path.exists(GEMM_BIN):
         tap.ok(False, "gemm binary exists at %s (make bin/gemm)" % GEMM_BIN)
@@ -371,17 +382,38 @@ def main(tap):
         tap.ok(not os.path.exists(os.path.join(T, "int.npy")) and not leftovers(T),
                "Ctrl-C: the partial output is removed")
 
+        # Ctrl-C while an --async job waits: exit 130, the job is cancelled on the server
+        wait_idle(d)  # the products interrupted above still run on the server
+        p = subprocess.Popen([GEMM_BIN, "--server", S, "-v", "multiply", pa, pb, "--async", "-o",
+                              os.path.join(T, "aint.npy")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(0.7)
+        p.send_signal(signal.SIGINT)
+        try:
+            _, e = p.communicate(timeout=30 * SLOW)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, e = p.communicate()
+            rc = None
+        e = e.decode("utf-8", "replace")
+        tap.ok(rc == 130 and "cancelled" in e, "Ctrl-C during --async: exit 130, job cancelled", (rc, e))
+        jid = None
+        for line in e.splitlines():
+            if line.startswith("gemm: job ") and line.endswith(" queued"):
+                jid = line.split()[2]
+        if jid:
+            r = d.curl("GET", "/v1/jobs/" + jid)
+            state = (r.json() or {}).get("state")
+            tap.ok(r.status == 404 or state == "cancelled", "the cancelled job is gone from the server", r)
+        else:
+            tap.ok(False, "the cancelled job is gone from the server", "no job id in: " + e)
+        tap.ok(not os.path.exists(os.path.join(T, "aint.npy")) and not leftovers(T),
+               "Ctrl-C during --async: no output")
+
         # fill the queue: one job running, one queued (queue_depth 1) -> 503 queue_full
         def job():
             return d.matmul_raw(np.ones((2, 2)), np.ones((2, 2)), "float64", path="/v1/jobs")
-        # wait for the interrupted product above to leave the worker
-        deadline = time.monotonic() + 30 * SLOW
-        while time.monotonic() < deadline:
-            r = d.curl("GET", "/readyz")
-            j = r.json() or {}
-            if r.status == 200 and j.get("running") == 0 and j.get("queued") == 0:
-                break
-            time.sleep(0.1)
+        wait_idle(d)
         r1, r2 = job(), job()
         probe = d.matmul_raw(np.ones((2, 2)), np.ones((2, 2)), "float64")
         if not (r1.status == 202 and r2.status == 202 and probe.status == 503):
