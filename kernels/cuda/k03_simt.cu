@@ -62,7 +62,8 @@ struct simt_cfg {
     static constexpr int VB = 16 / (int)sizeof(T); /* elements per 16-byte vector of B */
     static constexpr size_t SMEM = (size_t)STAGES * BK * (LDA + LDB) * sizeof(T);
     /* Blocks per SM the register budget is capped for (__launch_bounds__). */
-    static constexpr int MINB = TM * TN * (int)sizeof(T) > 256 ? 1 : (THREADS >= 256 ? 2 : 4);
+    static constexpr int MINB =
+        TM * TN * (int)sizeof(T) > 256 ? 1 : (THREADS >= 256 ? 2 : (TM * TN >= 64 ? 2 : 4));
     static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must divide the block tile");
     static_assert(WM % TM == 0 && WN % TN == 0, "thread tiles must divide the warp tile");
     static_assert(LM * LN == 32, "a warp tile must hold exactly 32 thread tiles");
@@ -248,6 +249,10 @@ typedef simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 3> f32_v2;
 typedef simt_cfg<float, 128, 128, 16, 64, 32, 8, 8, 3> f32_v3;
 typedef simt_cfg<float, 128, 256, 8, 64, 64, 8, 16, 2> f32_v4;
 typedef simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2> f32_v5;
+typedef simt_cfg<float, 128, 128, 16, 32, 64, 8, 8, 2> f32_v6;
+typedef simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2> f32_v7;
+typedef simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2> f32_v8;
+typedef simt_cfg<float, 256, 128, 8, 64, 64, 16, 8, 2> f32_v9;
 /* float64: 8x8 doubles would be 128 accumulator registers; 8 x 4 keeps two blocks per SM. */
 typedef simt_cfg<double, 128, 64, 8, 64, 16, 8, 4, 2> f64_big;
 typedef simt_cfg<double, 64, 64, 8, 32, 32, 4, 8, 2> f64_small;
@@ -286,15 +291,17 @@ cudaError_t simt_launch(const gemm_launch *l)
 } // namespace
 
 /* Tuning sweep entry points (float32 only), used by bench/bench_kernels.cu --tune. */
-extern "C" int gemm_simt_variant_count(void) { return 6; }
+extern "C" int gemm_simt_variant_count(void) { return 10; }
 extern "C" const char *gemm_simt_variant_name(int v)
 {
     static const char *const names[] = {
         "128x128x8 warp64x32 thr8x8 st2",  "128x128x16 warp64x32 thr8x8 st2",
         "128x128x8 warp64x32 thr8x8 st3",  "128x128x16 warp64x32 thr8x8 st3",
         "128x256x8 warp64x64 thr8x16 st2", "64x64x16 warp32x32 thr4x8 st2",
+        "128x128x16 warp32x64 thr8x8 st2", "128x128x8 warp32x64 thr8x8 st2" ,
+        "128x64x16 warp64x32 thr8x8 st2",  "256x128x8 warp64x64 thr16x8 st2",
     };
-    return (v >= 0 && v < 6) ? names[v] : "?";
+    return (v >= 0 && v < 10) ? names[v] : "?";
 }
 extern "C" cudaError_t gemm_simt_variant_launch(int v, const gemm_launch *l)
 {
@@ -307,6 +314,10 @@ extern "C" cudaError_t gemm_simt_variant_launch(int v, const gemm_launch *l)
     case 3: return run_cfg<float, f32_v3>(l);
     case 4: return run_cfg<float, f32_v4>(l);
     case 5: return run_cfg<float, f32_v5>(l);
+    case 6: return run_cfg<float, f32_v6>(l);
+    case 7: return run_cfg<float, f32_v7>(l);
+    case 8: return run_cfg<float, f32_v8>(l);
+    case 9: return run_cfg<float, f32_v9>(l);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -100,6 +100,23 @@ __device__ __forceinline__ uint32_t to_tf32(float x)
     return r;
 }
 
+/* Four 8x4 float32 sub-tiles of shared memory in one instruction (ldmatrix treats each as
+ * an 8x8 matrix of 16-bit halves: lane l gets row l/4, 32-bit column l%4 of each), which
+ * is exactly the tf32 m16n8k8 A fragment when the four matrices are (rows 0-7 | 8-15) x
+ * (k 0-3 | 4-7). */
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const float *p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+__device__ __forceinline__ uint32_t tf32_bits(uint32_t x)
+{
+    return to_tf32(__uint_as_float(x));
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (low half) = lo */
@@ -178,6 +195,9 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
         const int st = kt % Cfg::STAGES;
         const float *as = As + st * Cfg::BM * Cfg::LDA + (wm + g) * Cfg::LDA;
         const float *bs = Bs + st * Cfg::BK * Cfg::LDB + wn + g;
+        /* ldmatrix row address of this lane: row (lane%8) + 8*((lane/8)%2), k 4*(lane/16). */
+        const float *as_ld = As + st * Cfg::BM * Cfg::LDA +
+                             (wm + (lane % 8) + 8 * ((lane / 8) % 2)) * Cfg::LDA + 4 * (lane / 16);
 #pragma unroll
         for (int kk = 0; kk < Cfg::BK; kk += Cfg::KSTEP) {
             /* B fragments for the whole warp tile, then A one mma row at a time (fewer
@@ -192,12 +212,11 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
                 }
 #pragma unroll
                 for (int i = 0; i < Cfg::MI; i++) {
-                    const float *p = as + i * 16 * Cfg::LDA + kk + t;
                     uint32_t af[4];
-                    af[0] = to_tf32(p[0]);
-                    af[1] = to_tf32(p[8 * Cfg::LDA]);
-                    af[2] = to_tf32(p[4]);
-                    af[3] = to_tf32(p[8 * Cfg::LDA + 4]);
+                    ldmatrix_x4(af, as_ld + i * 16 * Cfg::LDA + kk);
+#pragma unroll
+                    for (int r = 0; r < 4; r++)
+                        af[r] = tf32_bits(af[r]);
 #pragma unroll
                     for (int j = 0; j < Cfg::NI; j++)
                         mma_tf32(acc[i][j], af, bf[j]);
@@ -282,10 +301,12 @@ typedef mma_cfg<MMA_TF32, 128, 128, 32, 64, 32, 3> tf32_v0;
 typedef mma_cfg<MMA_TF32, 128, 256, 32, 64, 64, 3> tf32_v1;
 typedef mma_cfg<MMA_TF32, 128, 128, 16, 64, 32, 4> tf32_v2;
 typedef mma_cfg<MMA_TF32, 64, 64, 32, 32, 32, 3> tf32_small;
+typedef mma_cfg<MMA_TF32, 256, 128, 32, 64, 64, 3> tf32_v4;
 typedef mma_cfg<MMA_BF16, 128, 128, 32, 64, 32, 3> bf16_v0;
 typedef mma_cfg<MMA_BF16, 128, 256, 32, 64, 64, 3> bf16_v1;
 typedef mma_cfg<MMA_BF16, 128, 128, 16, 64, 32, 4> bf16_v2;
 typedef mma_cfg<MMA_BF16, 64, 64, 32, 32, 32, 3> bf16_small;
+typedef mma_cfg<MMA_BF16, 256, 128, 32, 64, 64, 3> bf16_v4;
 
 #define TF32_DEFAULT tf32_v0
 #define BF16_DEFAULT bf16_v0
@@ -310,13 +331,13 @@ cudaError_t mma_launch(const gemm_launch *l)
 
 } // namespace
 
-extern "C" int gemm_mma_variant_count(void) { return 4; }
+extern "C" int gemm_mma_variant_count(void) { return 5; }
 extern "C" const char *gemm_mma_variant_name(int v)
 {
     static const char *const names[] = {
         "128x128x32 warp64x32 st3", "128x256x32 warp64x64 st3", "128x128x16 warp64x32 st4",
-        "64x64x32 warp32x32 st3"};
-    return (v >= 0 && v < 4) ? names[v] : "?";
+        "64x64x32 warp32x32 st3", "256x128x32 warp64x64 st3"};
+    return (v >= 0 && v < 5) ? names[v] : "?";
 }
 extern "C" cudaError_t gemm_mma_variant_launch(int v, const gemm_launch *l)
 {
@@ -330,6 +351,7 @@ extern "C" cudaError_t gemm_mma_variant_launch(int v, const gemm_launch *l)
     case 1: return tf ? run_cfg<tf32_v1>(l) : run_cfg<bf16_v1>(l);
     case 2: return tf ? run_cfg<tf32_v2>(l) : run_cfg<bf16_v2>(l);
     case 3: return tf ? run_cfg<tf32_small>(l) : run_cfg<bf16_small>(l);
+    case 4: return tf ? run_cfg<tf32_v4>(l) : run_cfg<bf16_v4>(l);
     default: return cudaErrorInvalidValue;
     }
 }

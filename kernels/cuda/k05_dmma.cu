@@ -21,17 +21,26 @@
 
 namespace {
 
-template <int BM_, int BN_, int BK_, int WM_, int WN_, int ST_> struct dmma_cfg {
+enum { DMMA_884 = 0, DMMA_16816 = 1 };
+
+template <int SHAPE_, int BM_, int BN_, int BK_, int WM_, int WN_, int ST_> struct dmma_cfg {
+    static constexpr int SHAPE = SHAPE_;
     static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = ST_;
+    static constexpr int MT = SHAPE == DMMA_884 ? 8 : 16;  /* rows of one mma tile */
+    static constexpr int KT = SHAPE == DMMA_884 ? 4 : 16;  /* k of one mma */
     static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
     static constexpr int THREADS = WARPS_M * WARPS_N * 32;
-    static constexpr int MI = WM / 8, NI = WN / 8;
+    static constexpr int MI = WM / MT, NI = WN / 8;
+    static constexpr int ACC = SHAPE == DMMA_884 ? 2 : 4; /* accumulators per lane per tile */
     static constexpr int LDA = BK + 4, LDB = BN + 4;
     static constexpr size_t SMEM = (size_t)STAGES * (BM * LDA + BK * LDB) * sizeof(double);
-    static constexpr int MINB = THREADS >= 256 ? (MI * NI > 16 ? 1 : 2) : 4;
+    /* Blocks per SM the register budget is capped for: the m16n8k16 fragments (8 + 4 per
+     * tile pair) need more than 128 registers a lane. */
+    static constexpr int MINB = SHAPE == DMMA_16816 ? (THREADS >= 256 ? 1 : 2)
+                                                    : (THREADS >= 256 ? (MI * NI > 16 ? 1 : 2) : 4);
     static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must divide the block tile");
-    static_assert(WM % 8 == 0 && WN % 8 == 0, "warp tiles are made of 8x8 DMMA tiles");
-    static_assert(BK % 4 == 0, "BK must be a multiple of the DMMA k (4)");
+    static_assert(WM % MT == 0 && WN % 8 == 0, "warp tiles are made of whole DMMA tiles");
+    static_assert(BK % KT == 0, "BK must be a multiple of the DMMA k");
     static_assert(LDA % 16 == 4 && LDB % 16 == 4, "pads chosen for conflict-free fragments");
     static_assert((BM * BK / 2) % THREADS == 0 && (BK * BN / 2) % THREADS == 0,
                   "tile copies must divide evenly among threads");
@@ -90,6 +99,24 @@ __device__ __forceinline__ void dmma(double (&d)[2], double a, double b)
                  : "d"(a), "d"(b));
 }
 
+/* m16n8k16 f64 exists from sm_90 on (PTX 7.8). The host launches the DMMA_16816 variants
+ * only on devices of compute capability 9.0 or newer (dmma_cc_ok); the sm_80 build of
+ * those variants is never run, and has no instruction to emit. */
+__device__ __forceinline__ void dmma16(double (&d)[4], const double (&a)[8], const double (&b)[4])
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7,%8,%9,%10,%11}, {%12,%13,%14,%15}, {%0,%1,%2,%3};\n"
+                 : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+                 : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]),
+                   "d"(a[6]), "d"(a[7]), "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
+#else
+    (void)d;
+    (void)a;
+    (void)b;
+#endif
+}
+
 template <typename Cfg, bool VEC>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MINB)
 dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__restrict__ B,
@@ -111,12 +138,14 @@ dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__r
     const int wm = (warp / Cfg::WARPS_N) * Cfg::WM, wn = (warp % Cfg::WARPS_N) * Cfg::WN;
     const int g = lane / 4, t = lane % 4;
 
-    double acc[Cfg::MI][Cfg::NI][2];
+    double acc[Cfg::MI][Cfg::NI][Cfg::ACC];
 #pragma unroll
     for (int i = 0; i < Cfg::MI; i++)
 #pragma unroll
         for (int j = 0; j < Cfg::NI; j++)
-            acc[i][j][0] = acc[i][j][1] = 0.0;
+#pragma unroll
+            for (int r = 0; r < Cfg::ACC; r++)
+                acc[i][j][r] = 0.0;
 
     const int KT = (k + Cfg::BK - 1) / Cfg::BK;
 #pragma unroll
@@ -142,40 +171,72 @@ dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__r
         const int st = kt % Cfg::STAGES;
         const double *as = As + st * Cfg::BM * Cfg::LDA + (wm + g) * Cfg::LDA + t;
         const double *bs = Bs + st * Cfg::BK * Cfg::LDB + t * Cfg::LDB + wn + g;
+        if constexpr (Cfg::SHAPE == DMMA_884) {
 #pragma unroll
-        for (int kk = 0; kk < Cfg::BK; kk += 4) {
-            double bf[Cfg::NI];
-#pragma unroll
-            for (int j = 0; j < Cfg::NI; j++)
-                bf[j] = bs[kk * Cfg::LDB + j * 8];
-#pragma unroll
-            for (int i = 0; i < Cfg::MI; i++) {
-                const double af = as[i * 8 * Cfg::LDA + kk];
+            for (int kk = 0; kk < Cfg::BK; kk += 4) {
+                double bf[Cfg::NI];
 #pragma unroll
                 for (int j = 0; j < Cfg::NI; j++)
-                    dmma(acc[i][j], af, bf[j]);
+                    bf[j] = bs[kk * Cfg::LDB + j * 8];
+#pragma unroll
+                for (int i = 0; i < Cfg::MI; i++) {
+                    const double af = as[i * 8 * Cfg::LDA + kk];
+#pragma unroll
+                    for (int j = 0; j < Cfg::NI; j++) {
+                        double(&d)[2] = *reinterpret_cast<double(*)[2]>(&acc[i][j][0]);
+                        dmma(d, af, bf[j]);
+                    }
+                }
+            }
+        } else {
+            /* m16n8k16: A element r of a lane is (g + 8*(r%2), t + 4*(r/2)); B element r is
+             * (t + 4r, g); accumulators (g, 2t..2t+1) and (g+8, 2t..2t+1). */
+#pragma unroll
+            for (int kk = 0; kk < Cfg::BK; kk += 16) {
+                double bf[Cfg::NI][4];
+#pragma unroll
+                for (int j = 0; j < Cfg::NI; j++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++)
+                        bf[j][r] = bs[(kk + 4 * r) * Cfg::LDB + j * 8];
+#pragma unroll
+                for (int i = 0; i < Cfg::MI; i++) {
+                    double af[8];
+#pragma unroll
+                    for (int r = 0; r < 8; r++)
+                        af[r] = as[(i * 16 + 8 * (r % 2)) * Cfg::LDA + kk + 4 * (r / 2)];
+#pragma unroll
+                    for (int j = 0; j < Cfg::NI; j++) {
+                        double(&d)[4] = *reinterpret_cast<double(*)[4]>(&acc[i][j][0]);
+                        dmma16(d, af, bf[j]);
+                    }
+                }
             }
         }
     }
     gemm_async::wait_group<0>();
 
-    /* Accumulator layout: d0, d1 at (g, 2t), (g, 2t+1). */
+    /* Accumulator layout: (g + 8h, 2t..2t+1) in elements 2h, 2h+1. */
 #pragma unroll
     for (int i = 0; i < Cfg::MI; i++) {
-        const int row = bm + wm + i * 8 + g;
-        if (row >= m)
-            continue;
 #pragma unroll
-        for (int j = 0; j < Cfg::NI; j++) {
-            const int col = bn + wn + j * 8 + 2 * t;
-            double *dst = C + (size_t)row * n + col;
-            if (VEC && col + 1 < n) {
-                *reinterpret_cast<double2 *>(dst) = make_double2(acc[i][j][0], acc[i][j][1]);
-            } else {
-                if (col < n)
-                    dst[0] = acc[i][j][0];
-                if (col + 1 < n)
-                    dst[1] = acc[i][j][1];
+        for (int h = 0; h < Cfg::ACC / 2; h++) {
+            const int row = bm + wm + i * Cfg::MT + g + 8 * h;
+            if (row >= m)
+                continue;
+#pragma unroll
+            for (int j = 0; j < Cfg::NI; j++) {
+                const int col = bn + wn + j * 8 + 2 * t;
+                double *dst = C + (size_t)row * n + col;
+                const double v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                if (VEC && col + 1 < n) {
+                    *reinterpret_cast<double2 *>(dst) = make_double2(v0, v1);
+                } else {
+                    if (col < n)
+                        dst[0] = v0;
+                    if (col + 1 < n)
+                        dst[1] = v1;
+                }
             }
         }
     }
@@ -202,29 +263,60 @@ template <typename Cfg> cudaError_t run_cfg(const gemm_launch *l)
     return cudaGetLastError();
 }
 
-typedef dmma_cfg<128, 128, 16, 64, 32, 3> f64_v0; /* 8 warps, 64 accumulators per lane */
-typedef dmma_cfg<128, 128, 16, 32, 64, 3> f64_v1;
-typedef dmma_cfg<128, 64, 16, 32, 32, 3> f64_v2;
-typedef dmma_cfg<64, 64, 16, 32, 32, 3> f64_small;
+typedef dmma_cfg<DMMA_884, 128, 128, 16, 64, 32, 3> f64_v0; /* 8 warps */
+typedef dmma_cfg<DMMA_884, 128, 128, 16, 32, 64, 3> f64_v1;
+typedef dmma_cfg<DMMA_884, 128, 64, 16, 32, 32, 3> f64_v2;
+typedef dmma_cfg<DMMA_884, 64, 64, 16, 32, 32, 3> f64_v3;
+typedef dmma_cfg<DMMA_16816, 128, 128, 16, 64, 32, 3> f64_v4; /* sm_90: m16n8k16 */
+typedef dmma_cfg<DMMA_16816, 128, 64, 16, 32, 32, 3> f64_v5;
+typedef dmma_cfg<DMMA_16816, 64, 64, 16, 32, 32, 3> f64_v6;
+typedef dmma_cfg<DMMA_16816, 128, 64, 32, 32, 32, 3> f64_v7;
+
+#define F64_SM90_DEFAULT f64_v5
+#define F64_SM90_SMALL f64_v6
+
+/* Whether the current device runs the sm_90 DMMA shapes (cached per process: the engine
+ * uses one kind of GPU). */
+bool dmma_cc_ok(void)
+{
+    static int cc = -1;
+    if (cc < 0) {
+        int dev = 0, major = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+            return false;
+        cc = major;
+    }
+    return cc >= 9;
+}
 
 } // namespace
 
-extern "C" int gemm_dmma_variant_count(void) { return 4; }
+extern "C" int gemm_dmma_variant_count(void) { return 8; }
 extern "C" const char *gemm_dmma_variant_name(int v)
 {
-    static const char *const names[] = {"128x128x16 warp64x32 st3", "128x128x16 warp32x64 st3",
-                                        "128x64x16 warp32x32 st3", "64x64x16 warp32x32 st3"};
-    return (v >= 0 && v < 4) ? names[v] : "?";
+    static const char *const names[] = {
+        "m8n8k4 128x128x16 warp64x32 st3",  "m8n8k4 128x128x16 warp32x64 st3",
+        "m8n8k4 128x64x16 warp32x32 st3",   "m8n8k4 64x64x16 warp32x32 st3",
+        "m16n8k16 128x128x16 warp64x32 st3", "m16n8k16 128x64x16 warp32x32 st3",
+        "m16n8k16 64x64x16 warp32x32 st3",  "m16n8k16 128x64x32 warp32x32 st3"};
+    return (v >= 0 && v < 8) ? names[v] : "?";
 }
 extern "C" cudaError_t gemm_dmma_variant_launch(int v, const gemm_launch *l)
 {
     if (l->dtype != GEMM_DTYPE_F64)
         return cudaErrorInvalidValue;
+    if (v >= 4 && !dmma_cc_ok())
+        return cudaErrorNotSupported;
     switch (v) {
     case 0: return run_cfg<f64_v0>(l);
     case 1: return run_cfg<f64_v1>(l);
     case 2: return run_cfg<f64_v2>(l);
-    case 3: return run_cfg<f64_small>(l);
+    case 3: return run_cfg<f64_v3>(l);
+    case 4: return run_cfg<f64_v4>(l);
+    case 5: return run_cfg<f64_v5>(l);
+    case 6: return run_cfg<f64_v6>(l);
+    case 7: return run_cfg<f64_v7>(l);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -239,7 +331,9 @@ cudaError_t dmma_launch(const gemm_launch *l)
         const long long tiles = (long long)((l->m + 127) / 128) * ((l->n + 127) / 128);
         tile = tiles < 132 ? 64 : 128;
     }
-    return tile == 64 ? run_cfg<f64_small>(l) : run_cfg<f64_v0>(l);
+    if (dmma_cc_ok())
+        return tile == 64 ? run_cfg<F64_SM90_SMALL>(l) : run_cfg<F64_SM90_DEFAULT>(l);
+    return tile == 64 ? run_cfg<f64_v3>(l) : run_cfg<f64_v2>(l);
 }
 } // namespace
 
