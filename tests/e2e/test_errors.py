@@ -80,6 +80,14 @@ def json_cases(tap, d):
     _, msg = r.error()
     tap.ok(msg is not None and "1x3" in msg and "2x2" in msg, "shape mismatch message names both shapes", r)
     expect_error(tap, post_json(d, {"a": ok2, "b": ok2, "dtype": "complex64"}), 422, "unknown dtype", "bad_option")
+    expect_error(tap, post_json(d, b'{"a":' + b"[" * 100000 + b"]" * 100000 + b',"b":[[1]]}'), 400,
+                 "JSON nested 100000 deep", "bad_json")
+    expect_error(tap, post_json(d, b'{"a":[[1e999]],"b":[[1]]}'), 422, "1e999 overflows float64", "bad_value")
+    expect_error(tap, post_json(d, b'{"a":[[NaN]],"b":[[1]]}'), 400, "NaN is not JSON", "bad_json")
+    expect_error(tap, post_json(d, b'{"a":[[true]],"b":[[1]]}'), 400, "boolean element", "bad_matrix")
+    for shape in ("[-1,1]", "[1e20,1]", "[1.5,1]", "[1,1,1]", "[1]", '"2x2"'):
+        body = ('{"a":{"shape":%s,"data":[1]},"b":[[2]]}' % shape).encode()
+        expect_error(tap, post_json(d, body), 400, "shape %s" % shape, "bad_matrix")
 
 
 def option_cases(tap, d):
@@ -163,6 +171,10 @@ def limit_cases(tap, d):
         st, h, bd, raw_ans = raw_request(d.port, head, b"", read_timeout=10)
         tap.ok(st == 413 and _code(bd) is not None, "1 TiB Content-Length (%s %s) -> 413 before any body byte"
                % (ctype.split(";")[0], path.split("?")[0]), raw_ans[:400])
+    # with Expect: 100-continue the refusal comes instead of the 100
+    r = d.curl("POST", "/v1/matmul?m=2&k=2&n=2&dtype=float32", data=b"\0" * (2 * 1024 * 1024),
+               content_type="application/octet-stream", headers=["Expect: 100-continue"])
+    expect_error(tap, r, 413, "2 MiB raw body with Expect: 100-continue", "body_too_large")
     # a JSON body over max_json_mb (1 MiB here) is refused from its Content-Length too
     head = (b"POST /v1/matmul HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1048577\r\n\r\n")
@@ -220,6 +232,10 @@ def npy_cases(tap, d):
     expect_error(tap, d.matmul_npy(good + b"\0\0\0\0", good), 400, "npy with trailing bytes", "bad_npy")
     bad_hdr = b"\x93NUMPY\x01\x00" + struct.pack("<H", 22) + b"{'descr': <f4 \x00\x01}\n"
     expect_error(tap, d.matmul_npy(bad_hdr + b"\0" * 16, good), 400, "npy with a malformed header dict", "bad_npy")
+    expect_error(tap, d.matmul_npy(npy_bytes(np.ones((0, 5), dtype=np.float32)), good), 422, "npy 0x5",
+                 "empty_matrix")
+    huge = b"\x93NUMPY\x02\x00" + struct.pack("<I", 0xFFFFFFF0) + b"{'descr'"
+    expect_error(tap, d.matmul_npy(huge, good), 400, "npy claiming a 4 GiB header", "bad_npy")
     mixed = npy_bytes(np.ones((2, 2), dtype=np.float64))
     r = d.matmul_npy(good, mixed)
     expect_error(tap, r, r.status if r.status in (400, 415, 422) else 422, "npy a float32, b float64")
@@ -234,6 +250,10 @@ def multipart_cases(tap, d):
         f.write(good)
     r = d.curl("POST", "/v1/matmul", form=["a=@" + path])
     expect_error(tap, r, 400, "multipart without part b")
+    r = d.curl("POST", "/v1/matmul", form=["a=@" + path, "a=@" + path, "b=@" + path])
+    expect_error(tap, r, 400, "multipart with part a twice")
+    r = d.curl("POST", "/v1/matmul", form=["a=@" + path, "b=@" + path, "kernel=zzz"])
+    expect_error(tap, r, 422, "multipart with a bad kernel field")
     r = d.curl("POST", "/v1/matmul", form=["x=@" + path, "y=@" + path])
     expect_error(tap, r, 400, "multipart with unknown part names only")
     body = b"--xyz--\r\n"
@@ -261,9 +281,13 @@ def http_cases(tap, d):
     expect_error(tap, d.curl("GET", "/nope"), 404, "unknown route /nope")
     expect_error(tap, d.curl("GET", "/v1/matmulx"), 404, "unknown route /v1/matmulx")
     expect_error(tap, d.curl("GET", "/v2/matmul"), 404, "unknown route /v2/matmul")
+    expect_error(tap, d.curl("GET", "/v1/jobs/../metrics", extra=["--path-as-is"]), 404, "/v1/jobs/../metrics")
+    expect_error(tap, d.curl("POST", "/v1/matmul", data=ok, extra=["-H", "Content-Type:"]), 415,
+                 "no Content-Type")
     for method, path, allow in (("GET", "/v1/matmul", "POST"), ("PUT", "/v1/matmul", "POST"),
                                 ("DELETE", "/healthz", "GET"), ("POST", "/v1/info", "GET"),
-                                ("POST", "/metrics", "GET"), ("PATCH", "/v1/jobs", "POST")):
+                                ("POST", "/metrics", "GET"), ("PATCH", "/v1/jobs", "POST"),
+                                ("GET", "/v1/jobs", "POST"), ("DELETE", "/v1/jobs/abc/result", "GET")):
         r = d.curl(method, path)
         expect_error(tap, r, 405, "%s %s" % (method, path))
         tap.ok(allow in (r.header("allow") or ""), "%s %s: Allow names %s" % (method, path, allow), r)

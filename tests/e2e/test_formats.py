@@ -166,6 +166,23 @@ def main(tap):
         r = d.matmul_json(a, b, dtype="float32", accept="*/*")
         tap.eq(r.status, 200, "Accept */* is fine")
 
+        # npy format 3.0, options as form fields, media type parameters and case
+        r = d.matmul_npy(npy_bytes(a, version=(3, 0)), npy_bytes(b, version=(3, 0)))
+        c, why = decode(r, "npy", "float32") if r.status == 200 else (None, repr(r))
+        good, why = compare(c, reference(a, b, "float32"), "float32", 30) if c is not None else (False, why)
+        tap.ok(good, "npy format 3.0 inputs", why)
+        pa, pb = os.path.join(d.tmp.name, "FA.npy"), os.path.join(d.tmp.name, "FB.npy")
+        open(pa, "wb").write(npy_bytes(a))
+        open(pb, "wb").write(npy_bytes(b))
+        r = d.curl("POST", "/v1/matmul", form=["a=@" + pa, "b=@" + pb, "kernel=auto"], accept="application/json")
+        tap.ok(r.status == 200 and (r.json() or {}).get("shape") == [20, 10], "multipart with a kernel form field", r)
+        r = d.curl("POST", "/v1/matmul", data=json.dumps({"a": [[1]], "b": [[2]]}).encode(),
+                   content_type="application/json; charset=utf-8", accept="application/json; charset=utf-8")
+        tap.ok(r.status == 200 and (r.json() or {}).get("c") == [[2.0]], "media types with parameters", r)
+        r = d.curl("POST", "/v1/matmul", data=json.dumps({"a": [[1]], "b": [[2]]}).encode(),
+                   content_type="Application/JSON")
+        tap.ok(r.status == 200 and (r.json() or {}).get("c") == [[2.0]], "media types are case-insensitive", r)
+
         # dtype default: float64 when absent (JSON)
         r = d.matmul_json([[1, 2]], [[3], [4]])
         j = r.json() or {}
