@@ -159,11 +159,46 @@ def shutdown_under_load(tap):
     d.cleanup()
 
 
+def vanishing_clients(tap):
+    """Clients that close while their product is on the engine, async jobs still running
+    and a client stalled mid-upload at SIGTERM: the daemon serves on and exits 0."""
+    import json
+    import socket
+    from harness import raw_request
+    d = Daemon(tap, config={"backend": "cpu", "fault_inject": "cpu_delay_ms:300", "queue_depth": 16})
+    a = np.ones((4, 4))
+    body = json.dumps({"a": a.tolist(), "b": a.tolist()}).encode()
+    head = (b"POST /v1/matmul HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body))
+    for _ in range(4):
+        raw_request(d.port, head, body, close_after_send=True)
+    jobs = [d.curl("POST", "/v1/jobs", data=body, content_type="application/json").status for _ in range(2)]
+    tap.eq(jobs, [202, 202], "async jobs accepted behind the vanished clients' products")
+    r = d.matmul_json(a, a)
+    tap.ok(r.status == 200 and (r.json() or {}).get("c") == (a @ a).tolist(),
+           "a product queued behind vanished clients is answered", r)
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    s.sendall(b"POST /v1/matmul?m=100&k=100&n=100&dtype=float64 HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Type: application/octet-stream\r\nContent-Length: 160000\r\n\r\n" + b"\0" * 1000)
+    for _ in range(2):
+        raw_request(d.port, head, body, close_after_send=True)
+    d.curl("POST", "/v1/jobs", data=body, content_type="application/json")
+    rc = d.stop()
+    s.close()
+    tap.ok(rc == 0, "SIGTERM with vanished clients, running jobs and a stalled upload: exit 0", "exit code %r" % rc)
+    san = d.sanitizer_report()
+    tap.ok(not san, "no sanitizer report (nothing leaked for the vanished clients)", san)
+    if rc != 0 or san:
+        d.dump_log()
+    d.cleanup()
+
+
 def main(tap):
     with Daemon(tap, config={"backend": "cpu", "queue_depth": 512, "connection_limit": 512,
                              "per_ip_limit": 256, "http_threads": 4}) as d:
         concurrent_clients(tap, d)
     shutdown_under_load(tap)
+    vanishing_clients(tap)
 
 
 if __name__ == "__main__":
