@@ -25,6 +25,11 @@ gemmd_request *gemmd_request_new(gemmd_server *srv, struct MHD_Connection *conn,
     req->family = GEMMD_FMT_JSON;
     snprintf(req->method, sizeof req->method, "%s", method ? method : "?");
     snprintf(req->path, sizeof req->path, "%s", url ? url : "?");
+    /* The path goes into log lines: no control characters or spaces from the network. */
+    for (char *p = req->path; *p; p++)
+        if ((unsigned char)*p < 0x21 || *p == 0x7f) *p = '?';
+    for (char *p = req->method; *p; p++)
+        if ((unsigned char)*p < 0x21 || *p == 0x7f) *p = '?';
     gemm_options_init(&req->opt);
     gemm_err_clear(&req->err);
     req->a.dtype = req->b.dtype = GEMM_DTYPE_INVALID;
