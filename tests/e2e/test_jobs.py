@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (SLOW, Daemon, Tap, compare, load_npy, npy_bytes, random_matrix,  # noqa: E402
+from harness import (SLOW, Daemon, Tap, compare, load_npy, metric, npy_bytes, random_matrix,  # noqa: E402
                      reference, run_guarded)
 
 ID_RE = re.compile(r"^/v1/jobs/([0-9A-Za-z_-]+)$")
@@ -63,6 +63,11 @@ def basic(tap, d, rng):
     t = j.get("timing")
     tap.ok(isinstance(t, dict) and all(isinstance(t.get(s), (int, float)) for s in
                                        ("queue_ms", "kernel_ms", "total_ms")), "status carries timing", r)
+    _, m = d.metrics()
+    tap.ok(m is not None and metric(m, "gemmd_jobs", state="done") == 1, "/metrics counts the kept job as done",
+           {k: v for k, v in (m or {}).items() if k[0] == "gemmd_jobs"})
+    r = d.curl("GET", "/v1/jobs/%s/result" % jid, accept="text/csv")
+    tap.ok(r.status == 406 and r.error()[0], "result with an unacceptable Accept -> 406", r)
     r = d.curl("GET", "/v1/jobs/%s/result" % jid)
     jr = r.json() or {}
     good, why = compare(np.array(jr.get("c", [])), ref, "float64", 21) if r.status == 200 else (False, repr(r))
@@ -233,6 +238,18 @@ def slow_engine(tap, d):
     r = d.curl("GET", "/v1/jobs/%s/result" % j1)
     tap.ok(r.status == 200 and (r.json() or {}).get("c") == [[7.0, 10.0], [15.0, 22.0]],
            "its result is right", r)
+    # DELETE while running: the job is forgotten at once and freed when the engine is done
+    r = submit_json(d, a, a)
+    jr = job_id(tap, r, "job to delete while it runs") if r.status == 202 else None
+    if jr:
+        r = wait_state(d, jr, states=("running", "done"), limit_s=30)
+        tap.ok((r.json() or {}).get("state") == "running", "it is running", r)
+        r = d.curl("DELETE", "/v1/jobs/" + jr)
+        tap.ok(r.status in (200, 202, 204), "DELETE of a running job", r)
+        r = d.curl("GET", "/v1/jobs/" + jr)
+        tap.eq(r.status, 404, "a deleted running job is gone at once")
+    else:
+        tap.ok(False, "job to delete while it runs: accepted", r)
     # leave the others in flight: SIGTERM must still end the daemon cleanly (checked on exit)
 
 
