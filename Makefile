@@ -225,3 +225,34 @@ $(BUILD)/examples/%: docs/examples/%.c $(LIBGEMM_SO) $(LIBDIR)/pkgconfig/gemm.pc
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $$(PKG_CONFIG_PATH=$(LIBDIR)/pkgconfig pkg-config --cflags --libs gemm) -Wl,-rpath,$(abspath $(LIBDIR))
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---------------------------------------------------------------- fuzz (codecs)
+# make fuzz: builds tests/fuzz/fuzz_*.c as libFuzzer targets (clang, ASan + UBSan) against
+# the codecs in common/ and runs each for FUZZ_SECONDS, starting from tests/fuzz/seeds/<name>
+# with tests/fuzz/<name>.dict. Findings (crash-*, leak-*) are written to $(BUILD)/fuzz/.
+# Not part of `make test`.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 30
+FUZZ_DIR := $(BUILD)/fuzz
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(FUZZ_DIR)/%,$(FUZZ_SRC))
+FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+
+.PHONY: fuzz fuzz-build
+fuzz-build: $(FUZZ_BIN)
+
+fuzz: fuzz-build
+	$(Q)for f in $(FUZZ_BIN); do \
+		name=$$(basename $$f); mkdir -p $(FUZZ_DIR)/corpus/$$name; \
+		echo "  FUZZ    $$name for $(FUZZ_SECONDS) s"; \
+		$$f -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
+			-artifact_prefix=$(FUZZ_DIR)/$$name- -dict=tests/fuzz/$$name.dict \
+			$(FUZZ_DIR)/corpus/$$name tests/fuzz/seeds/$$name 2>$(FUZZ_DIR)/$$name.log \
+			|| { tail -40 $(FUZZ_DIR)/$$name.log; exit 1; }; \
+		grep -E '^stat::number_of_executed_units|^Done' $(FUZZ_DIR)/$$name.log | tail -2; \
+	done
+
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(COMMON_SRC) $(wildcard common/*.h)
+	@mkdir -p $(@D)
+	@echo "  FUZZCC  $@"
+	$(Q)$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -o $@ $< $(COMMON_SRC) -lcjson -lm
