@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- devices ------------------------------------------------------------ */
 
@@ -242,11 +243,37 @@ void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken
             cudaGetLastError();
             if (d == &cb->devs[0])
                 gemm_cuda_host_device_reset(cb->host);
+            /* A new context can take a moment after the faulted one is torn down: try for
+             * up to RESET_WAIT_MS before declaring the device lost. */
+            double t0 = gemm_now_ms();
+            int tries = 0;
+            do {
+                tries++;
+                e = cudaSetDevice(d->ordinal);
+                if (e == cudaSuccess)
+                    e = cudaFree(0); /* makes the new primary context */
+                if (e == cudaSuccess)
+                    break;
+                cudaGetLastError();
+                struct timespec ts = {0, 200 * 1000000L};
+                nanosleep(&ts, NULL);
+            } while (gemm_now_ms() - t0 < RESET_WAIT_MS);
             d->gen++;
             d->resets++;
             d->resetting = 0;
-            fprintf(stderr, "gemmd cuda: device %d (%s) was reset after a sticky error; its "
-                    "streams are rebuilt before their next job\n", d->ordinal, d->info.name);
+            if (e == cudaSuccess) {
+                fprintf(stderr, "gemmd cuda: device %d (%s) was reset after a sticky error "
+                        "(new context after %d tr%s, %.0f ms); its streams are rebuilt before "
+                        "their next job\n", d->ordinal, d->info.name, tries, tries == 1 ? "y" : "ies",
+                        gemm_now_ms() - t0);
+            } else {
+                d->lost = 1;
+                d->lost_err = e;
+                fprintf(stderr, "gemmd cuda: device %d (%s) could not be recovered in this process "
+                        "after a sticky error (%s for %.0f ms after cudaDeviceReset); its jobs fail "
+                        "with 503 device_unavailable until gemmd is restarted\n", d->ordinal,
+                        d->info.name, cudaGetErrorString(e), gemm_now_ms() - t0);
+            }
         }
     }
     pthread_cond_broadcast(&d->cv);

@@ -19,6 +19,7 @@
 #include "engine.h"
 
 #define BUF_ROUND (1u << 20)           /* device buffers grow in whole MiB */
+#define RESET_WAIT_MS 1000.0           /* how long a reset device may take to accept a new context */
 #define HOST_CACHE_BYTES (1ull << 30)  /* pinned blocks kept for reuse */
 
 typedef struct cuda_worker cuda_worker;
@@ -34,6 +35,8 @@ typedef struct {
     int resetting;
     int active;                  /* workers inside a job on this device */
     unsigned resets;
+    int lost;                    /* reset done but no new context could be made */
+    cudaError_t lost_err;
     double busy_since_ms;        /* when active went 0 -> 1 */
     double busy_ms;              /* union of the time some job ran on the device */
 

@@ -10,12 +10,16 @@
  * stream, so one job's copies overlap another job's kernel on the same device.
  *
  * Faults: an allocation failure fails only its job (507 device_out_of_memory). Any other
- * CUDA error fails its job with 500; when the device's context is broken (a sticky error,
- * e.g. a kernel that trapped) the device is recovered: new jobs on it wait, the jobs in
- * flight finish (failing), then the worker that saw the error frees every stream, handle
- * and buffer of the device, calls cudaDeviceReset, and the workers rebuild their resources
- * before their next job. The per-device generation number tells a worker that its
- * resources are gone.
+ * CUDA error fails its job with 500. When the device's context is broken (a sticky error,
+ * e.g. a kernel that trapped) the device is recovered as far as the driver allows: new
+ * jobs on it wait, the jobs in flight finish (failing), then the worker that saw the error
+ * frees every stream, handle and buffer of the device, calls cudaDeviceReset and makes a
+ * new context; the workers rebuild their resources before their next job (the per-device
+ * generation number tells a worker that its resources are gone). Current drivers refuse a
+ * process whose context faulted any new context on that device (cudaSetDevice keeps
+ * failing with cudaErrorDevicesUnavailable; measured on an H100 with driver 580): then the
+ * device is marked lost and its jobs fail at once with 503 device_unavailable, so clients
+ * move on and an orchestrator can restart the daemon, instead of jobs hanging.
  *
  * Test hooks (gemm_engine_config.fault_inject, comma-separated):
  *   oom:N      the Nth device-buffer allocation (counted over the backend) fails
@@ -292,6 +296,14 @@ static int cuda_run(void *self, void *worker, gemm_job *job)
                             (unsigned long long)cb->mem_limit);
 
     unsigned gen = gemm_cuda_dev_enter(d);
+    if (d->lost) {
+        gemm_err_set(&job->err, 503, "device_unavailable",
+                     "%s could not be recovered after an earlier device error (%s); restart gemmd "
+                     "or send the product to another server", job->device,
+                     cudaGetErrorString(d->lost_err));
+        rc = -1;
+        goto out;
+    }
     if (GEMM_CUDA_CHECK(&site, cudaSetDevice(d->ordinal)) != cudaSuccess)
         goto fail;
     if (w->gen != gen) {
