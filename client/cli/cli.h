@@ -26,6 +26,7 @@ enum {
 typedef struct {
     const char *server;
     const char *token;
+    const char *cacert;       /* --cacert FILE */
     long timeout_ms;          /* --timeout SECONDS (0 = none) */
     long connect_timeout_ms;  /* --connect-timeout SECONDS */
     int retries;              /* --retries N */

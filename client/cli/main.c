@@ -22,6 +22,8 @@ static const char *const common_help =
     "  -t, --token TOKEN        bearer token (default $GEMM_TOKEN)\n"
     "      --timeout SEC        limit on each request, upload to last byte (default none)\n"
     "      --connect-timeout SEC  limit on connecting (default 10)\n"
+    "      --cacert FILE        https: verify the server with this PEM bundle (default $GEMM_CACERT,\n"
+    "                           else the system's)\n"
     "      --retries N          retries after 503 queue_full, honouring Retry-After (default 3)\n"
     "  -v, --verbose            show the HTTP exchange\n"
     "  -h, --help               this help\n";
@@ -153,6 +155,7 @@ gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gem
     if (o->connect_timeout_ms > 0) co.connect_timeout_ms = o->connect_timeout_ms;
     if (o->retries >= 0) co.max_retries = o->retries;
     co.verbose = o->verbose;
+    co.ca_file = o->cacert;
     if (bar) {
         co.progress = gemm_cli_progress_cb;
         co.progress_ctx = bar;
@@ -243,7 +246,7 @@ static int cmd_health(const gemm_cli_opts *o)
 
 enum {
     OPT_TIMEOUT = 256, OPT_CONNECT_TIMEOUT, OPT_RETRIES, OPT_OUT_FORMAT, OPT_SHAPE, OPT_MATH,
-    OPT_TILE, OPT_ASYNC, OPT_TIMING, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_M, OPT_K, OPT_N
+    OPT_TILE, OPT_CACERT, OPT_ASYNC, OPT_TIMING, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_M, OPT_K, OPT_N
 };
 
 typedef enum { CMD_NONE, CMD_MULTIPLY, CMD_BENCH, CMD_INFO, CMD_HEALTH, CMD_HELP } command;
@@ -286,6 +289,7 @@ int main(int argc, char **argv)
     o.server = getenv("GEMM_SERVER");
     if (!o.server || !*o.server) o.server = DEFAULT_SERVER;
     o.token = getenv("GEMM_TOKEN");
+    o.cacert = getenv("GEMM_CACERT");
     o.retries = -1;
     o.progress = -1;
     o.repeat = 10;
@@ -299,6 +303,7 @@ int main(int argc, char **argv)
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
         {"retries", required_argument, NULL, OPT_RETRIES},
+        {"cacert", required_argument, NULL, OPT_CACERT},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {"output", required_argument, NULL, 'o'},
@@ -361,6 +366,7 @@ int main(int argc, char **argv)
             if (parse_int(arg, 0, 100, &v) != 0) return usage_error(cmd, "--retries: \"%s\" is not 0..100", arg);
             o.retries = (int)v;
             break;
+        case OPT_CACERT: o.cacert = arg; break;
         case 'v': o.verbose = 1; break;
         case 'h': help = 1; break;
         case 'o': o.out = arg; break;

@@ -13,6 +13,7 @@ struct gemm_client {
     CURL *curl;
     char *base;        /* URL without a trailing '/' */
     char *auth_header; /* "Authorization: Bearer ..." or NULL */
+    char *ca_file;     /* copy of o.ca_file or NULL */
     gemm_client_options o;
     char errbuf[CURL_ERROR_SIZE];
 };

@@ -82,6 +82,8 @@ typedef struct {
     gemm_progress_fn progress;  /* optional */
     void *progress_ctx;
     int verbose;                /* non-zero: curl prints the exchange on stderr */
+    const char *ca_file;        /* https: PEM bundle to verify the server with (a self-signed
+                                   gemmd certificate); NULL = the system's store */
 } gemm_client_options;
 
 void gemm_client_options_init(gemm_client_options *o);

@@ -96,6 +96,11 @@ gemm_client *gemm_client_new(const char *url, const gemm_client_options *o, gemm
     if (o) c->o = *o;
     else gemm_client_options_init(&c->o);
     c->o.token = NULL;
+    c->o.ca_file = NULL;
+    if (o && o->ca_file && *o->ca_file) {
+        c->ca_file = strdup(o->ca_file);
+        if (!c->ca_file) goto nomem;
+    }
     size_t n = strlen(url);
     while (n > 0 && url[n - 1] == '/') n--;
     c->base = strndup(url, n);
@@ -120,6 +125,7 @@ void gemm_client_free(gemm_client *c)
     if (!c) return;
     if (c->curl) curl_easy_cleanup(c->curl);
     free(c->base);
+    free(c->ca_file);
     if (c->auth_header) {
         /* the token is a secret: do not leave it in freed memory */
         volatile char *p = c->auth_header;
@@ -374,6 +380,7 @@ static int setup(gemm_xfer *x, struct curl_slist **hdrs, char *url, size_t urlca
     curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "libgemm/" GEMM_CLIENT_VERSION);
     if (c->o.verbose) curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
+    if (c->ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
     if (c->o.progress) {
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xferinfo_cb);

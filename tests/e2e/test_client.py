@@ -448,6 +448,34 @@ def main(tap):
         rc, _, err = gemm(["multiply", pa, pb, "-o", os.path.join(T, "t2.npy")], server=S,
                           env={"GEMM_TOKEN": "s3cret-token-for-tests"})
         tap.ok(rc == 0, "GEMM_TOKEN: served", err)
+
+    # ------------------------------------------------------------ https with a self-signed certificate
+    import shutil
+    if not shutil.which("openssl"):
+        tap.skip("https with --cacert", "no openssl command to make a certificate")
+    else:
+        cert, key = os.path.join(T, "cert.pem"), os.path.join(T, "key.pem")
+        g = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                            "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if g.returncode != 0:
+            tap.skip("https with --cacert", "openssl could not make a certificate")
+        else:
+            d = Daemon(tap, config={"backend": "cpu", "tls_cert": cert, "tls_key": key}, wait=False)
+            with d:
+                S = d.base.replace("http://", "https://")
+                deadline = time.monotonic() + 30 * SLOW
+                while time.monotonic() < deadline:
+                    rc, _, _ = gemm(["health", "--cacert", cert], server=S)
+                    if rc == 0 or not d.alive():
+                        break
+                    time.sleep(0.1)
+                pa, pb = os.path.join(T, "a.npy"), os.path.join(T, "b.npy")
+                rc, _, err = gemm(["multiply", pa, pb, "-o", os.path.join(T, "tls.npy"), "--cacert", cert], server=S)
+                ok, why = close_enough(np.load(os.path.join(T, "tls.npy")) if rc == 0 else None, a, b, "float64")
+                tap.ok(rc == 0 and ok, "https with --cacert: served", (rc, err, why))
+                rc, _, err = gemm(["multiply", pa, pb, "-o", os.path.join(T, "tls2.npy")], server=S)
+                tap.ok(rc == 3 and "certificate" in err, "https without the certificate: exit 3, says why", (rc, err))
     tmp.cleanup()
 
 
