@@ -135,6 +135,68 @@ static size_t put_i64(char *p, int64_t v)
     return len;
 }
 
+/* x * 10^e, by exact powers of ten (each step rounds once). */
+static double scale10(double x, int e)
+{
+    static const double p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                   1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    while (e > 22) x *= 1e22, e -= 22;
+    while (e < -22) x /= 1e22, e += 22;
+    return e >= 0 ? x * p10[e] : x / p10[-e];
+}
+
+/* printf("%.9g") of a float32 value (held exactly in x) without printf: the nine digits
+ * are x scaled into [1e8, 1e9) in double arithmetic, whose error (a few units in 1e-16)
+ * can only matter when the scaled value is within 1e-5 of a rounding tie; then 0 is
+ * returned and the caller uses snprintf. Also 0 for x == 0 and non-finite x. */
+static size_t put_f32_g9(char *p, double x)
+{
+    char *s = p, dig[10];
+    if (!(x != 0) || !isfinite(x)) return 0;
+    if (x < 0) *s++ = '-', x = -x;
+    int e = (int)floor(log10(x));
+    double y = scale10(x, 8 - e);
+    if (y < 1e8) y = scale10(x, 8 - --e);
+    else if (y >= 1e9) y = scale10(x, 8 - ++e);
+    double fl = floor(y), fr = y - fl;
+    if (fabs(fr - 0.5) < 1e-5 || fl < 1e8 - 1 || fl >= 1e9) return 0;
+    uint64_t d = (uint64_t)fl + (fr > 0.5);
+    if (d >= 1000000000u) d /= 10, e++;
+    if (d < 100000000u) return 0;
+    for (int i = 8; i >= 0; i--) dig[i] = (char)('0' + d % 10), d /= 10;
+    int nd = 9;
+    while (nd > 1 && dig[nd - 1] == '0') nd--;
+    if (e < -4 || e >= 9) {
+        *s++ = dig[0];
+        if (nd > 1) {
+            *s++ = '.';
+            memcpy(s, dig + 1, (size_t)nd - 1);
+            s += nd - 1;
+        }
+        *s++ = 'e';
+        *s++ = e < 0 ? '-' : '+';
+        int ae = e < 0 ? -e : e;
+        if (ae >= 100) *s++ = (char)('0' + ae / 100);
+        *s++ = (char)('0' + ae / 10 % 10);
+        *s++ = (char)('0' + ae % 10);
+    } else if (e >= 0) {
+        memcpy(s, dig, (size_t)e + 1);
+        s += e + 1;
+        if (nd > e + 1) {
+            *s++ = '.';
+            memcpy(s, dig + e + 1, (size_t)(nd - e - 1));
+            s += nd - e - 1;
+        }
+    } else {
+        *s++ = '0';
+        *s++ = '.';
+        for (int i = 0; i < -e - 1; i++) *s++ = '0';
+        memcpy(s, dig, (size_t)nd);
+        s += nd;
+    }
+    return (size_t)(s - p);
+}
+
 /* Writes one element (at most 32 bytes) at p; returns the length. */
 static size_t put_double(char *p, double v, int digits)
 {
@@ -149,6 +211,10 @@ static size_t put_double(char *p, double v, int digits)
             return 2;
         }
         return put_i64(p, (int64_t)v);
+    }
+    if (digits == 9) {
+        size_t n = put_f32_g9(p, v);
+        if (n) return n;
     }
     int n = snprintf(p, 32, "%.*g", digits, v);
     return n > 0 && n < 32 ? (size_t)n : 0;
@@ -272,28 +338,42 @@ static int inspect(const cJSON *root, const char *name, operand *op, gemm_err *e
     return 0;
 }
 
-/* Converts one JSON number into element idx of dst; `where` names it for messages. */
-static int store(const cJSON *e, gemm_dtype d, void *dst, size_t idx, const char *where, gemm_err *err)
+/* Where an element sits, for messages: "a[2][1]" or "b.data[4]". Built only on error. */
+static const char *place(char *buf, size_t cap, const char *name, int flat, uint64_t i, uint64_t j)
 {
+    if (flat) snprintf(buf, cap, "%s.data[%llu]", name, (unsigned long long)j);
+    else snprintf(buf, cap, "%s[%llu][%llu]", name, (unsigned long long)i, (unsigned long long)j);
+    return buf;
+}
+
+/* Converts one JSON value into element idx of dst. Returns 0, or -1 with *err naming
+ * the element (row i, column j; or flat index j). */
+static int store(const cJSON *e, gemm_dtype d, void *dst, size_t idx, const char *name, int flat, uint64_t i,
+                 uint64_t j, gemm_err *err)
+{
+    char w[96];
     if (!cJSON_IsNumber(e))
-        return gemm_err_set(err, 400, "bad_matrix", "%s is %s, expected a number", where, type_name(e));
+        return gemm_err_set(err, 400, "bad_matrix", "%s is %s, expected a number", place(w, sizeof w, name, flat, i, j),
+                            type_name(e));
     double v = e->valuedouble;
     switch (d) {
     case GEMM_DTYPE_F32:
-        if (!isfinite(v) || fabs(v) > FLT_MAX)
-            return gemm_err_set(err, 422, "bad_value", "%s = %.17g is beyond float32's range (+-%.9g)", where, v,
-                                (double)FLT_MAX);
+        if (!(fabs(v) <= FLT_MAX))
+            return gemm_err_set(err, 422, "bad_value", "%s = %.17g is beyond float32's range (+-%.9g)",
+                                place(w, sizeof w, name, flat, i, j), v, (double)FLT_MAX);
         ((float *)dst)[idx] = (float)v;
         return 0;
     case GEMM_DTYPE_F64:
         if (!isfinite(v))
-            return gemm_err_set(err, 422, "bad_value", "%s is beyond float64's range", where);
+            return gemm_err_set(err, 422, "bad_value", "%s is beyond float64's range",
+                                place(w, sizeof w, name, flat, i, j));
         ((double *)dst)[idx] = v;
         return 0;
     default:
         if (!(v >= -2147483648.0 && v <= 2147483647.0) || v != floor(v))
             return gemm_err_set(err, 422, "bad_value",
-                                "%s = %.17g is not an int32 (integers from -2147483648 to 2147483647)", where, v);
+                                "%s = %.17g is not an int32 (integers from -2147483648 to 2147483647)",
+                                place(w, sizeof w, name, flat, i, j), v);
         ((int32_t *)dst)[idx] = (int32_t)v;
         return 0;
     }
@@ -302,7 +382,6 @@ static int store(const cJSON *e, gemm_dtype d, void *dst, size_t idx, const char
 static int fill(const operand *op, gemm_dtype d, const gemm_allocator *alloc, gemm_matrix *out, gemm_err *err)
 {
     size_t bytes;
-    char where[96];
     if (!gemm_matrix_bytes(op->nrows, op->ncols, d, &bytes))
         return gemm_err_set(err, 413, "too_large", "%s is too large", op->name);
     out->rows = op->nrows;
@@ -313,28 +392,15 @@ static int fill(const operand *op, gemm_dtype d, const gemm_allocator *alloc, ge
         return gemm_err_set(err, 500, "out_of_memory", "could not allocate %zu bytes for %s", bytes, op->name);
     size_t idx = 0;
     if (op->data) {
-        for (const cJSON *e = op->data->child; e; e = e->next, idx++) {
-            if (cJSON_IsNumber(e) && d == GEMM_DTYPE_F64 && isfinite(e->valuedouble)) {
-                ((double *)out->data)[idx] = e->valuedouble;
-                continue;
-            }
-            snprintf(where, sizeof where, "%s.data[%zu]", op->name, idx);
-            if (store(e, d, out->data, idx, where, err)) goto fail;
-        }
+        for (const cJSON *e = op->data->child; e; e = e->next, idx++)
+            if (store(e, d, out->data, idx, op->name, 1, 0, idx, err)) goto fail;
         return 0;
     }
     uint64_t i = 0;
     for (const cJSON *row = op->rows->child; row; row = row->next, i++) {
         uint64_t j = 0;
-        for (const cJSON *e = row->child; e; e = e->next, j++, idx++) {
-            if (cJSON_IsNumber(e) && d == GEMM_DTYPE_F64 && isfinite(e->valuedouble)) {
-                ((double *)out->data)[idx] = e->valuedouble;
-                continue;
-            }
-            snprintf(where, sizeof where, "%s[%llu][%llu]", op->name, (unsigned long long)i,
-                     (unsigned long long)j);
-            if (store(e, d, out->data, idx, where, err)) goto fail;
-        }
+        for (const cJSON *e = row->child; e; e = e->next, j++, idx++)
+            if (store(e, d, out->data, idx, op->name, 0, i, j, err)) goto fail;
     }
     return 0;
 fail:

@@ -374,6 +374,52 @@ static void test_write_formats(void **state)
     gemm_buf_free(&b);
 }
 
+/* float32 output equals printf("%.9g") exactly, over random values of every magnitude
+ * and an even stride through all finite bit patterns (the writer formats most float32
+ * values without printf). */
+static void test_float32_text_matches_printf(void **state)
+{
+    (void)state;
+    enum { N = 4096 };
+    float *v = malloc(N * sizeof *v);
+    gemm_buf want, got;
+    uint32_t stride_bits = 0;
+    for (int round = 0; round < 200; round++) {
+        for (int i = 0; i < N; i++) {
+            uint32_t bits;
+            float f;
+            do {
+                if (round % 2) {
+                    bits = stride_bits;
+                    stride_bits += 2097143u; /* prime stride: ~2000 steps cover the bit space */
+                } else {
+                    bits = (uint32_t)rnd();
+                }
+                memcpy(&f, &bits, 4);
+                if (round % 4 == 2) f = (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2 - 1);
+            } while (!isfinite(f));
+            v[i] = f;
+        }
+        gemm_matrix m = {1, N, GEMM_DTYPE_F32, v};
+        gemm_buf_init(&got);
+        gemm_json_write_matrix(&got, &m);
+        gemm_buf_init(&want);
+        gemm_buf_puts(&want, "[[");
+        for (int i = 0; i < N; i++) {
+            double d = v[i];
+            if (d == floor(d) && fabs(d) < 9007199254740992.0)
+                gemm_buf_printf(&want, "%s%s%.0f", i ? "," : "", (d == 0 && signbit(d)) ? "-" : "", d);
+            else
+                gemm_buf_printf(&want, "%s%.9g", i ? "," : "", d);
+        }
+        gemm_buf_puts(&want, "]]");
+        assert_string_equal(got.data, want.data);
+        gemm_buf_free(&got);
+        gemm_buf_free(&want);
+    }
+    free(v);
+}
+
 /* Random matrices, written and decoded again, are bit-identical (NaN/Inf excluded:
  * JSON cannot carry them). Values mix integers, fractions and extreme exponents. */
 static void test_random_round_trip(void **state)
@@ -490,6 +536,7 @@ int main(void)
         cmocka_unit_test(test_value_ranges),
         cmocka_unit_test(test_limits_before_allocation),
         cmocka_unit_test(test_write_formats),
+        cmocka_unit_test(test_float32_text_matches_printf),
         cmocka_unit_test(test_random_round_trip),
         cmocka_unit_test(test_buf),
     };
