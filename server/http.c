@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,6 +235,20 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     atomic_fetch_sub(&srv->inflight, 1);
 }
 
+/* libmicrohttpd's own messages (client went away, TLS handshake failed, ...) become
+ * ordinary log lines. */
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+    for (char *p = line; *p; p++)
+        if ((unsigned char)*p < 0x20) *p = ' ';
+    LOG_INFO("http: %s", line);
+}
+
 /* ---- start ------------------------------------------------------------------------ */
 
 static char *read_file(const char *path, gemm_err *err)
@@ -361,7 +376,8 @@ gemmd_server *gemmd_http_start(const gemmd_config *cfg, gemm_engine *engine, gem
     }
     unsigned threads = cfg->http_threads > 0 ? (unsigned)cfg->http_threads : 1;
     s->daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->connection_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)cfg->per_ip_limit, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GEMMD_CONN_MEMORY,
