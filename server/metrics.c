@@ -187,12 +187,19 @@ void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine)
     render_requests(out);
     render_engine(out, engine);
 
+    gemm_engine_info info;
+    memset(&info, 0, sizeof info);
     char backend[16] = "none";
     if (engine) {
-        gemm_engine_info local;
-        memset(&local, 0, sizeof local);
-        gemm_engine_describe(engine, &local);
-        if (local.backend[0]) snprintf(backend, sizeof backend, "%s", local.backend);
+        gemm_engine_describe(engine, &info);
+        if (info.backend[0]) snprintf(backend, sizeof backend, "%s", info.backend);
+    }
+    int nd = info.ndevices < 0 ? 0 : info.ndevices > GEMM_MAX_DEVICES ? GEMM_MAX_DEVICES : info.ndevices;
+    header(out, "gemmd_device_info", "gauge", "The devices the engine computes on, by index and name (always 1).");
+    for (int d = 0; d < nd; d++) {
+        gemm_buf_printf(out, "gemmd_device_info{device=\"%d\",name=\"", d);
+        gemmd_metrics_label_value(out, info.devices[d].name);
+        gemm_buf_puts(out, "\"} 1\n");
     }
     header(out, "gemmd_build_info", "gauge", "Version and compute backend of this daemon (always 1).");
     gemm_buf_puts(out, "gemmd_build_info{version=\"");

@@ -356,6 +356,8 @@ static void test_engine_stats(void **state)
     assert_true(value_of(&e, "gemmd_engine_jobs_total", "result=\"failed\"") == 0);
     assert_true(value_of(&e, "gemmd_compute_seconds_total", "") >= 0);
     assert_non_null(strstr(text, "backend=\"cpu\"} 1\n"));
+    assert_true(value_of(&e, "gemmd_device_busy_seconds_total", "device=\"0\"") >= 0);
+    assert_non_null(strstr(text, "gemmd_device_info{device=\"0\",name=\"cpu"));
     free(text);
 
     gemm_engine_host_free(eng, job.a);
