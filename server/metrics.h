@@ -31,7 +31,7 @@ void gemmd_metrics_jobs_by_state(const int counts[5]);
  * gemmd_jobs_running, gemmd_jobs{state}, gemmd_engine_jobs_total{result},
  * gemmd_compute_seconds_total, per device gemmd_device_busy_seconds_total{device},
  * gemmd_device_bytes_copied_total{device,direction}, gemmd_device_memory_used_bytes{device},
- * gemmd_build_info{version,backend}. */
+ * gemmd_device_info{device,name}, gemmd_build_info{version,backend}. */
 void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine);
 
 /* Appends v escaped as a label value (backslash, double quote, newline). */
