@@ -232,6 +232,9 @@ def npy_cases(tap, d):
     expect_error(tap, d.matmul_npy(good + b"\0\0\0\0", good), 400, "npy with trailing bytes", "bad_npy")
     bad_hdr = b"\x93NUMPY\x01\x00" + struct.pack("<H", 22) + b"{'descr': <f4 \x00\x01}\n"
     expect_error(tap, d.matmul_npy(bad_hdr + b"\0" * 16, good), 400, "npy with a malformed header dict", "bad_npy")
+    latin = npy_bytes(np.ones((2, 2), dtype=np.float32)).replace(b"'descr'", b"'d\xe9scr'")
+    expect_error(tap, d.matmul_npy(latin, good), 400, "npy header key with a non-UTF-8 byte (answer stays UTF-8)",
+                 "bad_npy")
     expect_error(tap, d.matmul_npy(npy_bytes(np.ones((0, 5), dtype=np.float32)), good), 422, "npy 0x5",
                  "empty_matrix")
     huge = b"\x93NUMPY\x02\x00" + struct.pack("<I", 0xFFFFFFF0) + b"{'descr'"
@@ -282,6 +285,10 @@ def http_cases(tap, d):
     expect_error(tap, d.curl("GET", "/v1/matmulx"), 404, "unknown route /v1/matmulx")
     expect_error(tap, d.curl("GET", "/v2/matmul"), 404, "unknown route /v2/matmul")
     expect_error(tap, d.curl("GET", "/v1/jobs/../metrics", extra=["--path-as-is"]), 404, "/v1/jobs/../metrics")
+    # bytes that are not UTF-8 in what the message quotes: the answer must still be JSON (UTF-8)
+    expect_error(tap, d.curl("GET", "/v1/nope%FF%C3"), 404, "unknown route with %FF%C3 in it (answer stays UTF-8)")
+    expect_error(tap, d.curl("POST", "/v1/matmul?kernel=%FF%FE", data=b'{"a":[[1]],"b":[[1]]}',
+                             content_type="application/json"), 422, "kernel %FF%FE (answer stays UTF-8)")
     expect_error(tap, d.curl("POST", "/v1/matmul", data=ok, extra=["-H", "Content-Type:"]), 415,
                  "no Content-Type")
     for method, path, allow in (("GET", "/v1/matmul", "POST"), ("PUT", "/v1/matmul", "POST"),
