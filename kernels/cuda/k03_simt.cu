@@ -259,7 +259,10 @@ typedef simt_cfg<double, 64, 64, 8, 32, 32, 4, 8, 2> f64_small;
 typedef simt_cfg<int32_t, 128, 128, 8, 64, 32, 8, 8, 2> i32_big;
 typedef simt_cfg<int32_t, 64, 64, 16, 32, 32, 4, 8, 2> i32_small;
 
+/* Tuning sweep on the H100 (docs/KERNELS.md): with 16-byte rows 128x128x16 in 3 stages
+ * won at 8192 (2 stages at 4096, within 0.3%); element-wise copies (odd n) favour BK = 8. */
 #define F32_DEFAULT f32_v3
+#define F32_DEFAULT_ODD f32_v0
 
 /* Fewer big tiles than about one wave of the 132 SMs of an H100: use the small tile. */
 bool small_problem(const gemm_launch *l, int bm, int bn)
@@ -275,7 +278,10 @@ cudaError_t simt_launch(const gemm_launch *l)
     case GEMM_DTYPE_F32:
         if (tile == 0)
             tile = small_problem(l, 128, 128) ? 64 : 128;
-        return tile == 64 ? run_cfg<float, f32_v5>(l) : run_cfg<float, F32_DEFAULT>(l);
+        if (tile == 64)
+            return run_cfg<float, f32_v5>(l);
+        return gemm_vec_ok(l->B, l->n, 4, 16) ? run_cfg<float, F32_DEFAULT>(l)
+                                              : run_cfg<float, F32_DEFAULT_ODD>(l);
     case GEMM_DTYPE_F64:
         if (tile == 0)
             tile = small_problem(l, 128, 64) ? 64 : 128;

@@ -308,8 +308,10 @@ typedef mma_cfg<MMA_BF16, 128, 128, 16, 64, 32, 4> bf16_v2;
 typedef mma_cfg<MMA_BF16, 64, 64, 32, 32, 32, 3> bf16_small;
 typedef mma_cfg<MMA_BF16, 256, 128, 32, 64, 64, 3> bf16_v4;
 
-#define TF32_DEFAULT tf32_v0
-#define BF16_DEFAULT bf16_v0
+/* Tuning sweep on the H100 (docs/KERNELS.md): 64x64 warp tiles won in both modes;
+ * tf32 prefers the 128x256 block, bf16 the 256x128 one. */
+#define TF32_DEFAULT tf32_v1
+#define BF16_DEFAULT bf16_v4
 
 cudaError_t mma_launch(const gemm_launch *l)
 {

@@ -271,9 +271,14 @@ typedef dmma_cfg<DMMA_16816, 128, 128, 16, 64, 32, 3> f64_v4; /* sm_90: m16n8k16
 typedef dmma_cfg<DMMA_16816, 128, 64, 16, 32, 32, 3> f64_v5;
 typedef dmma_cfg<DMMA_16816, 64, 64, 16, 32, 32, 3> f64_v6;
 typedef dmma_cfg<DMMA_16816, 128, 64, 32, 32, 32, 3> f64_v7;
+typedef dmma_cfg<DMMA_16816, 64, 128, 16, 32, 64, 3> f64_v8;
+typedef dmma_cfg<DMMA_16816, 64, 64, 16, 32, 32, 4> f64_v9;
+typedef dmma_cfg<DMMA_16816, 64, 64, 32, 32, 32, 3> f64_v10;
 
-#define F64_SM90_DEFAULT f64_v5
-#define F64_SM90_SMALL f64_v6
+/* Tuning sweep on the H100 (docs/KERNELS.md): the 64x64 m16n8k16 tile won at 2048-8192
+ * and 4097; tile=128 asks for the 128x128 one. */
+#define F64_SM90_DEFAULT f64_v6
+#define F64_SM90_128 f64_v4
 
 /* Whether the current device runs the sm_90 DMMA shapes (cached per process: the engine
  * uses one kind of GPU). */
@@ -292,15 +297,17 @@ bool dmma_cc_ok(void)
 
 } // namespace
 
-extern "C" int gemm_dmma_variant_count(void) { return 8; }
+extern "C" int gemm_dmma_variant_count(void) { return 11; }
 extern "C" const char *gemm_dmma_variant_name(int v)
 {
     static const char *const names[] = {
         "m8n8k4 128x128x16 warp64x32 st3",  "m8n8k4 128x128x16 warp32x64 st3",
         "m8n8k4 128x64x16 warp32x32 st3",   "m8n8k4 64x64x16 warp32x32 st3",
         "m16n8k16 128x128x16 warp64x32 st3", "m16n8k16 128x64x16 warp32x32 st3",
-        "m16n8k16 64x64x16 warp32x32 st3",  "m16n8k16 128x64x32 warp32x32 st3"};
-    return (v >= 0 && v < 8) ? names[v] : "?";
+        "m16n8k16 64x64x16 warp32x32 st3",  "m16n8k16 128x64x32 warp32x32 st3",
+        "m16n8k16 64x128x16 warp32x64 st3", "m16n8k16 64x64x16 warp32x32 st4",
+        "m16n8k16 64x64x32 warp32x32 st3"};
+    return (v >= 0 && v < 11) ? names[v] : "?";
 }
 extern "C" cudaError_t gemm_dmma_variant_launch(int v, const gemm_launch *l)
 {
@@ -317,6 +324,9 @@ extern "C" cudaError_t gemm_dmma_variant_launch(int v, const gemm_launch *l)
     case 5: return run_cfg<f64_v5>(l);
     case 6: return run_cfg<f64_v6>(l);
     case 7: return run_cfg<f64_v7>(l);
+    case 8: return run_cfg<f64_v8>(l);
+    case 9: return run_cfg<f64_v9>(l);
+    case 10: return run_cfg<f64_v10>(l);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -326,14 +336,9 @@ cudaError_t dmma_launch(const gemm_launch *l)
 {
     if (l->dtype != GEMM_DTYPE_F64)
         return cudaErrorInvalidValue;
-    int tile = l->tile;
-    if (tile == 0) {
-        const long long tiles = (long long)((l->m + 127) / 128) * ((l->n + 127) / 128);
-        tile = tiles < 132 ? 64 : 128;
-    }
     if (dmma_cc_ok())
-        return tile == 64 ? run_cfg<F64_SM90_SMALL>(l) : run_cfg<F64_SM90_DEFAULT>(l);
-    return tile == 64 ? run_cfg<f64_v3>(l) : run_cfg<f64_v2>(l);
+        return l->tile == 128 ? run_cfg<F64_SM90_128>(l) : run_cfg<F64_SM90_DEFAULT>(l);
+    return l->tile == 128 ? run_cfg<f64_v2>(l) : run_cfg<f64_v3>(l);
 }
 } // namespace
 
