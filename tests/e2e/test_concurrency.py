@@ -96,6 +96,68 @@ class _DaemonView:
     matmul_npy = Daemon.matmul_npy
 
 
+def concurrent_jobs(tap, d):
+    """32 clients each submit async jobs, poll them, fetch the result twice (one of them
+    while another client may delete its own) and delete them."""
+    import json
+    n = 32
+    results = [None] * n
+
+    def client(idx):
+        rng = np.random.default_rng(7000 + idx)
+        sub = os.path.join(d.tmp.name, "j%d" % idx)
+        os.makedirs(sub, exist_ok=True)
+        view = _DaemonView(d, sub)
+        out = []
+        for j in range(2):
+            m, k, nn = (int(x) for x in rng.integers(1, 40, size=3))
+            a = random_matrix(rng, (m, k), "float64")
+            b = random_matrix(rng, (k, nn), "float64")
+            body = json.dumps({"a": a.tolist(), "b": b.tolist()}).encode()
+            r = view.curl("POST", "/v1/jobs", data=body, content_type="application/json")
+            jid = (r.json() or {}).get("id") if r.status == 202 else None
+            if not jid:
+                out.append("submit: %r" % r)
+                continue
+            state = None
+            for _ in range(400):
+                st = view.curl("GET", "/v1/jobs/" + jid)
+                state = (st.json() or {}).get("state")
+                if state in ("done", "failed", "cancelled") or st.status != 200:
+                    break
+                time.sleep(0.02)
+            if state != "done":
+                out.append("job %s state %r" % (jid, state))
+                continue
+            for accept in ("application/json", "application/x-npy"):
+                r = view.curl("GET", "/v1/jobs/%s/result" % jid, accept=accept)
+                if r.status != 200:
+                    out.append("result %s: %r" % (jid, r))
+                    continue
+                c = np.array((r.json() or {}).get("c", [])) if accept == "application/json" else load_npy(r.body)
+                good, why = compare(c, reference(a, b, "float64"), "float64", k)
+                if not good:
+                    out.append("job %s: %s" % (jid, why))
+            r = view.curl("DELETE", "/v1/jobs/" + jid)
+            if r.status not in (200, 204):
+                out.append("delete %s: %r" % (jid, r))
+        results[idx] = out
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    bad = []
+    for idx, out in enumerate(results):
+        bad += ["client %d did not finish" % idx] if out is None else out
+    tap.ok(not bad, "%d concurrent clients submit, poll, fetch and delete async jobs: all right" % n,
+           "\n".join(bad[:10]))
+    _, m = d.metrics()
+    kept = sum(v for (name, _l), v in (m or {}).items() if name == "gemmd_jobs")
+    tap.ok(m is not None and kept == 0, "no job is kept after all were deleted", kept)
+
+
 def shutdown_under_load(tap):
     d = Daemon(tap, config={"backend": "cpu", "fault_inject": "cpu_delay_ms:100", "queue_depth": 256,
                             "cpu_workers": 2})
@@ -197,6 +259,7 @@ def main(tap):
     with Daemon(tap, config={"backend": "cpu", "queue_depth": 512, "connection_limit": 512,
                              "per_ip_limit": 256, "http_threads": 4}) as d:
         concurrent_clients(tap, d)
+        concurrent_jobs(tap, d)
     shutdown_under_load(tap)
     vanishing_clients(tap)
 
