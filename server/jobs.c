@@ -371,7 +371,8 @@ void gemmd_jobs_shutdown(gemmd_jobs *s)
     }
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < k; i++) {
-        gemm_engine_cancel(s->engine, &pending[i]->job); /* queued ones finish here */
+        if (atomic_load(&pending[i]->job.state) == GEMM_JOB_QUEUED) /* running ones finish */
+            gemm_engine_cancel(s->engine, &pending[i]->job);        /* done() runs here */
         gemmd_jobs_put(s, pending[i]);
     }
     free(pending);

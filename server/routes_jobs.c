@@ -145,7 +145,8 @@ void gemmd_routes_cancel_pending(gemmd_server *srv)
     gemmd_request *r = srv->pending;
     while (r) {
         gemmd_request *next = r->pend_next; /* stays listed (and alive) while we hold mu */
-        gemm_engine_cancel(srv->engine, &r->job);
+        if (atomic_load(&r->job.state) == GEMM_JOB_QUEUED) /* running ones finish */
+            gemm_engine_cancel(srv->engine, &r->job);
         r = next;
     }
     pthread_mutex_unlock(&srv->mu);
