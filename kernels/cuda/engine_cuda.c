@@ -260,7 +260,7 @@ static int fail_job(gemm_job *job, cuda_worker *w, const gemm_cuda_site *site, c
     return gemm_err_set(&job->err, 500, "device_error",
                         "CUDA error on %s during %s: %s (%s at %s:%d)%s", job->device, stage, estr,
                         ename, file, site->line,
-                        broken ? "; the device is being reset and later jobs run normally" : "");
+                        broken ? "; the device's context is broken and is being reset" : "");
 }
 
 static int cuda_run(void *self, void *worker, gemm_job *job)
