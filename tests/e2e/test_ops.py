@@ -243,6 +243,22 @@ def connections(tap):
             time.sleep(0.1)
         tap.ok(ok, "once they close, the client is served again", r)
 
+    try:
+        probe = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        probe.bind(("::1", 0))
+        probe.close()
+        have_v6 = True
+    except OSError:
+        have_v6 = False
+    if have_v6:
+        with Daemon(tap, config={"backend": "cpu", "listen": "::1"}, wait=False) as d:
+            d.base = "http://[::1]:%d" % d.port
+            d.wait_healthy()
+            r = d.matmul_json([[1, 2]], [[3], [4]])
+            tap.ok(r.status == 200 and (r.json() or {}).get("c") == [[11.0]], "listen = ::1 serves over IPv6", r)
+    else:
+        tap.skip("listen = ::1 serves over IPv6", "no IPv6 loopback on this machine")
+
     with Daemon(tap, config={"backend": "cpu", "listen": "0.0.0.0"}) as d:
         tap.ok(any(" warn " in line and "tokens_file" in line for line in d.read_log().splitlines()),
                "listening beyond loopback without tokens_file logs a warning", d.read_log()[-1000:])
