@@ -12,9 +12,18 @@
  * --jobs products of 2048^2 one at a time versus all submitted at once.
  * Every timed result is checked against a float64 host product on a sample of elements.
  */
+#include <stdio.h>
+
+#ifndef GEMMD_HAVE_CUDA
+/* Built without CUDA (CUDA=0): nothing to measure. */
+int main(void)
+{
+    fprintf(stderr, "bench_gpu_seeds: this build has no CUDA support (built with CUDA=0)\n");
+    return 2;
+}
+#else
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -298,3 +307,4 @@ int main(int argc, char **argv)
     part_engine(sizes, nsizes, reps, njobs);
     return 0;
 }
+#endif /* GEMMD_HAVE_CUDA */
