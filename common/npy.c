@@ -297,6 +297,8 @@ struct gemm_npy_reader {
     int state;
     unsigned char *hbuf; /* header bytes so far */
     size_t hlen, hwant;  /* have, and how many we need next */
+    size_t hcap;
+    int have_hdr;        /* the header parsed (even if the limits then refused it) */
     gemm_npy_header hdr;
     unsigned char *data;
     size_t bytes, got;
@@ -312,7 +314,7 @@ gemm_npy_reader *gemm_npy_reader_new(const gemm_limits *lim, const gemm_allocato
     }
     r->alloc = alloc ? *alloc : gemm_allocator_host;
     r->state = R_HEADER;
-    r->hwant = 8;
+    r->hwant = 8; /* magic and version first: they say how long the length field is */
     return r;
 }
 
@@ -331,6 +333,7 @@ static int header_complete(gemm_npy_reader *r, gemm_err *err)
         gemm_err_set(err, 500, "internal", "the .npy header was incomplete after reading it");
         return fail(r);
     }
+    r->have_hdr = 1;
     if (gemm_check_matrix(r->hdr.rows, r->hdr.cols, r->hdr.dtype, r->has_lim ? &r->lim : NULL, "the .npy array",
                           err))
         return fail(r);
@@ -355,12 +358,15 @@ int gemm_npy_reader_feed(gemm_npy_reader *r, const void *data, size_t len, gemm_
     if (r->state == R_FAILED)
         return gemm_err_set(err, 400, "bad_npy", "the .npy reader already failed");
     while (len && r->state == R_HEADER) {
-        if (!r->hbuf) {
-            r->hbuf = malloc(12 + GEMM_NPY_MAX_HEADER);
-            if (!r->hbuf) {
+        if (r->hcap < r->hwant) {
+            /* hwant is at most 12 + GEMM_NPY_MAX_HEADER: npy_prefix checked the length */
+            unsigned char *nb = realloc(r->hbuf, r->hwant);
+            if (!nb) {
                 gemm_err_set(err, 500, "out_of_memory", "could not allocate the .npy header buffer");
                 return fail(r);
             }
+            r->hbuf = nb;
+            r->hcap = r->hwant;
         }
         size_t take = r->hwant - r->hlen;
         if (take > len) take = len;
@@ -408,7 +414,7 @@ int gemm_npy_reader_feed(gemm_npy_reader *r, const void *data, size_t len, gemm_
 
 const gemm_npy_header *gemm_npy_reader_header(const gemm_npy_reader *r)
 {
-    return r && r->state != R_HEADER && r->hdr.dtype != GEMM_DTYPE_INVALID ? &r->hdr : NULL;
+    return r && r->have_hdr ? &r->hdr : NULL;
 }
 
 /* dst (rows x cols, row-major) = src (cols x rows, row-major), in cache-sized blocks. */

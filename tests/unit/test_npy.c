@@ -589,6 +589,7 @@ static void test_header_malformed(void **state)
     gemm_npy_reader *r = gemm_npy_reader_new(NULL, &gemm_allocator_host);
     gemm_err err;
     assert_int_equal(gemm_npy_reader_feed(r, "\x93NUMPZ", 6, &err), -1);
+    assert_null(gemm_npy_reader_header(r));
     assert_int_equal(err.status, 400);
     assert_int_equal(gemm_npy_reader_feed(r, "x", 1, &err), -1); /* and stays failed */
     gemm_npy_reader_free(r);
@@ -676,6 +677,10 @@ static void test_limits_before_allocation(void **state)
         assert_int_equal(gemm_npy_reader_feed(r, f, len, &err), -1);
         assert_int_equal(err.status, cases[i].status);
         assert_string_equal(err.code, cases[i].code);
+        /* the header itself was fine: it stays readable for the caller's message */
+        const gemm_npy_header *h = gemm_npy_reader_header(r);
+        assert_non_null(h);
+        assert_int_equal(h->dtype, GEMM_DTYPE_F32 + (i == 3));
         gemm_npy_reader_free(r);
         free(f);
     }
@@ -686,6 +691,7 @@ static void test_limits_before_allocation(void **state)
     gemm_npy_reader *r = gemm_npy_reader_new(&lim, &a);
     gemm_err err;
     assert_int_equal(gemm_npy_reader_feed(r, f, len, &err), 0);
+    assert_non_null(gemm_npy_reader_header(r));
     assert_int_equal(c.allocs, 1);
     assert_int_equal(c.last_bytes, 400000);
     /* freeing an unfinished reader returns the buffer */
