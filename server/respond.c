@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,21 @@ gemmd_format gemmd_negotiate(const char *accept, gemmd_format family)
         if (*p == ',') p++;
     }
     return ranges ? best : family; /* an Accept without a media range says nothing */
+}
+
+/* ---- JSON answer size ---------------------------------------------------------- */
+
+int gemmd_check_json_answer(const gemmd_server *srv, uint64_t rows, uint64_t cols, gemm_dtype d, gemm_err *err)
+{
+    /* Widest text of one element and its comma: float64 "-1.2345678901234567e-308,". */
+    uint64_t per = d == GEMM_DTYPE_F64 ? 26 : d == GEMM_DTYPE_F32 ? 17 : 12;
+    uint64_t cap = srv->cfg.max_json_bytes;
+    if (rows > 0 && cols <= cap / rows && rows * cols <= cap / per) return 0;
+    return gemm_err_set(err, 422, "answer_too_large",
+                        "C is %llux%llu: as JSON it could take more than the %llu bytes JSON is limited "
+                        "to (max_json_mb); ask for it with Accept: application/octet-stream or "
+                        "application/x-npy",
+                        (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)cap);
 }
 
 /* ---- timing ------------------------------------------------------------------ */
@@ -201,11 +217,49 @@ enum MHD_Result gemmd_respond_json_header(gemmd_request *req, int status, gemm_b
     return gemmd_respond_queue(req, status, r);
 }
 
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 when it is not one. */
+static size_t utf8_seq(const unsigned char *p)
+{
+    unsigned char c = p[0];
+    if (c < 0x80) return 1;
+    size_t n;
+    uint32_t cp;
+    if (c >= 0xc2 && c <= 0xdf) n = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef) n = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4) n = 4, cp = c & 0x07;
+    else return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0; /* also stops at the terminating NUL */
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+/* Messages quote what the client sent: bytes that are not UTF-8 become '?', so the
+ * JSON answer is always valid UTF-8. */
+static void utf8_clean(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        size_t n = utf8_seq(p);
+        if (n == 0) {
+            *p++ = '?';
+            continue;
+        }
+        p += n;
+    }
+}
+
 enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err)
 {
     int status = err->status >= 400 && err->status <= 599 ? err->status : 500;
-    const char *code = err->code[0] ? err->code : "internal_error";
-    const char *msg = err->message[0] ? err->message : "internal error";
+    char code[sizeof err->code], msg[sizeof err->message];
+    snprintf(code, sizeof code, "%s", err->code[0] ? err->code : "internal_error");
+    snprintf(msg, sizeof msg, "%s", err->message[0] ? err->message : "internal error");
+    utf8_clean(code);
+    utf8_clean(msg);
     gemm_buf b;
     gemm_buf_init(&b);
     gemm_buf_puts(&b, "{\"error\":{\"code\":");

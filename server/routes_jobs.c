@@ -80,6 +80,9 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
     gemmd_server *srv = req->srv;
     gemm_err err;
     gemm_err_clear(&err);
+    if (req->answer == GEMMD_FMT_JSON &&
+        gemmd_check_json_answer(srv, req->a.rows, req->b.cols, req->a.dtype, &err) != 0)
+        return gemmd_respond_error(req, &err);
     if (fill_job(req, &req->job, &err) != 0) return gemmd_respond_error(req, &err);
     req->job.done = on_sync_done;
     req->job.user = req;
@@ -277,6 +280,11 @@ enum MHD_Result gemmd_route_job_result(gemmd_request *req)
         return gemmd_respond_errorf(req, 406, "not_acceptable",
                                     "Accept offers nothing this server answers: use application/json, "
                                     "application/octet-stream or application/x-npy");
+    }
+    gemm_err err;
+    if (fmt == GEMMD_FMT_JSON && gemmd_check_json_answer(srv, v.m, v.n, v.dtype, &err) != 0) {
+        gemmd_jobs_put(srv->jobs, j);
+        return gemmd_respond_error(req, &err);
     }
     req->timing.recv_ms = v.recv_ms;
     req->timing.decode_ms = v.decode_ms;
