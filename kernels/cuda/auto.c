@@ -1,0 +1,83 @@
+/*
+ * auto.c - kernel=auto: the fastest correct member for a product, by dtype, math mode and
+ * shape class, from the measurements committed in bench/results/ (see RESULTS below).
+ *
+ * The choice is a table lookup, not a run-time probe: a row names, best first, the kernels
+ * that won the benchmark for that (dtype, math, shape class) on the device the results
+ * were taken on. Rows are tried in order; the first whose dtype, math and class match
+ * gives its first candidate the device supports (compute capability). When nothing
+ * matches, the answer is "tiled", a member that runs every dtype on every GPU.
+ *
+ * The shape class is kept in the table because it decided nothing on the H100: cuBLAS led
+ * every float shape we measured (square 512-8192, 4095, 4097, 8192x8192x1024,
+ * 1024x1024x8192, 8192x1024x8192, 1024x8192x1024, 3000x5000x700), so every row says ANY.
+ * A device or a kernel that changes that adds a SMALL or LARGE row above the ANY one.
+ */
+#include <stddef.h>
+
+#include "gemm_kernels.h"
+
+/* RESULTS: bench/results/kernels-h100.md (bench_kernels on an NVIDIA H100 80GB HBM3,
+ * 2026-11-22; CSV beside it). Each row lists candidates best first: the first one the
+ * device supports is returned, so a GPU older than a member's min_cc gets the next. */
+
+typedef enum {
+    SHAPE_ANY = 0,
+    SHAPE_SMALL, /* fewer 128x128 output tiles than the H100 has SMs (132), or k < 64 */
+    SHAPE_LARGE,
+} shape_class;
+
+#define MAX_CANDIDATES 3
+
+typedef struct {
+    gemm_dtype dtype;
+    gemm_math math; /* resolved mode; DEFAULT for float64/int32 */
+    shape_class shape;
+    const char *kernel[MAX_CANDIDATES]; /* best first, NULL-padded */
+} auto_row;
+
+static const auto_row ROWS[] = {
+    /* float32 exact: cuBLAS led at every measured shape; our simt came closest at 1024^3
+     * (92%) and sits at 77-87% elsewhere. */
+    {GEMM_DTYPE_F32, GEMM_MATH_FP32, SHAPE_ANY, {"cublas", "simt", "tiled"}},
+    /* float32 on tensor cores: cuBLAS (wgmma) led everywhere; mma reached 38-63% (tf32) and
+     * 43-66% (bf16) of it at >= 1024, 91-94% only at 512^3. */
+    {GEMM_DTYPE_F32, GEMM_MATH_TF32, SHAPE_ANY, {"cublas", "mma", NULL}},
+    {GEMM_DTYPE_F32, GEMM_MATH_BF16, SHAPE_ANY, {"cublas", "mma", NULL}},
+    /* float64: cuBLAS led; dmma 71-86% of it, far ahead of the CUDA-core kernels. */
+    {GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, SHAPE_ANY, {"cublas", "dmma", "simt"}},
+    /* int32: cuBLAS has no wrapping int32 GEMM; simt beat tiled at every size
+     * (512^3: 9.4 vs 7.1 TOP/s; 4096^3: 28.8 vs 8.9). */
+    {GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, SHAPE_ANY, {"simt", "tiled", NULL}},
+};
+
+static shape_class classify(int rows, int cols, int inner)
+{
+    const long long tiles = (long long)((rows + 127) / 128) * ((cols + 127) / 128);
+    if (tiles < 132 || inner < 64)
+        return SHAPE_SMALL;
+    return SHAPE_LARGE;
+}
+
+const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc)
+{
+    gemm_math r = m;
+    if (d == GEMM_DTYPE_F32)
+        r = (m == GEMM_MATH_DEFAULT) ? GEMM_MATH_FP32 : m;
+    else
+        r = GEMM_MATH_DEFAULT;
+    const shape_class sc = classify(rows, cols, inner);
+    for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
+        const auto_row *row = &ROWS[i];
+        if (row->dtype != d || row->math != r)
+            continue;
+        if (row->shape != SHAPE_ANY && row->shape != sc)
+            continue;
+        for (int c = 0; c < MAX_CANDIDATES && row->kernel[c]; c++) {
+            const gemm_kernel_desc *k = gemm_kernel_find(row->kernel[c]);
+            if (k && gemm_kernel_supports(k, d, m, 0, cc, NULL))
+                return row->kernel[c];
+        }
+    }
+    return "tiled";
+}
