@@ -141,8 +141,19 @@ static int read_shape(cursor *c, uint64_t *dims)
     return overflow ? -2 : nd;
 }
 
-static int dtype_error(const char *descr, gemm_err *err)
+/* A printable copy of header text for a message: the header comes from the network. */
+static const char *printable(const char *s, char *buf, size_t cap)
 {
+    size_t n = 0;
+    for (; *s && n + 1 < cap; s++) buf[n++] = (*s >= 0x20 && *s < 0x7f) ? *s : '?';
+    buf[n] = '\0';
+    return buf;
+}
+
+static int dtype_error(const char *raw, gemm_err *err)
+{
+    char descr[64];
+    printable(raw, descr, sizeof descr);
     char order = descr[0];
     const char *t = (order == '<' || order == '>' || order == '=' || order == '|') ? descr + 1 : descr;
     if (t[0] == 'O')
@@ -213,7 +224,9 @@ static int parse_dict(const char *text, size_t len, gemm_npy_header *hdr, gemm_e
                 return gemm_err_set(err, 400, "bad_npy", "the .npy shape must be a tuple of integers such as (3, 4)");
             if (shape_nd == -2) shape_ovf = 1;
         } else {
-            return gemm_err_set(err, 400, "bad_npy", "the .npy header has an unexpected or repeated key '%s'", key);
+            char shown[32];
+            return gemm_err_set(err, 400, "bad_npy", "the .npy header has an unexpected or repeated key '%s'",
+                                printable(key, shown, sizeof shown));
         }
         if (eat(&c, ',')) continue;
         if (eat(&c, '}')) break;

@@ -549,6 +549,11 @@ static void test_dtype_errors(void **state)
         expect_dict_error(dict, 415, "unsupported_dtype", "float32");
         expect_dict_error(dict, 415, "unsupported_dtype", "int32");
     }
+    /* header text is echoed printable only */
+    expect_dict_error("{'descr': '<\x01\xff\x1b[2J', 'fortran_order': False, 'shape': (3, 4), }", 415,
+                      "unsupported_dtype", "'<\?\?\?[2J'");
+    expect_dict_error("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), 'k\x07\xc3\xa9': 1}", 400, "bad_npy",
+                      "'k\?\?\?'");
     expect_dict_error("{'descr': [('x', '<f4'), ('y', '<i4')], 'fortran_order': False, 'shape': (3, 4), }", 415,
                       "unsupported_dtype", "structured");
     /* dtype is judged before shape, and by the same rules for 1-D arrays */
