@@ -161,12 +161,6 @@ static void cuda_worker_fini(void *self, void *worker)
 
 /* ---- validate: resolve the kernel, tile and math ------------------------ */
 
-/* The member `auto` stands for: cuBLAS where it computes the dtype, else tiled. */
-static const char *auto_kernel(gemm_dtype d)
-{
-    return d == GEMM_DTYPE_I32 ? "tiled" : "cublas";
-}
-
 static int cuda_validate(void *self, gemm_job *job, gemm_err *err)
 {
     cuda_backend *cb = self;
@@ -176,7 +170,11 @@ static int cuda_validate(void *self, gemm_job *job, gemm_err *err)
                             (unsigned long long)job->m, (unsigned long long)job->k,
                             (unsigned long long)job->n, INT_MAX);
     int is_auto = !job->kernel[0] || strcmp(job->kernel, "auto") == 0;
-    const char *name = is_auto ? auto_kernel(job->dtype) : job->kernel;
+    /* auto: the member the committed measurements pick for this dtype, math and shape
+     * (kernels/cuda/auto.c), for the oldest device a worker may run it on. */
+    const char *name = is_auto ? gemm_kernel_auto(job->dtype, job->math, (int)job->m, (int)job->n,
+                                                  (int)job->k, cb->min_cc)
+                               : job->kernel;
     const gemm_kernel_desc *k = gemm_kernel_find(name);
     if (!k) {
         char list[256] = "";
