@@ -448,6 +448,9 @@ static void cuda_describe(void *self, gemm_engine_info *out)
     out->nkernels = n;
 }
 
+/* device_busy_seconds: the time at least one job was inside the device (union of the jobs'
+ * intervals, so never more than wall time however many streams overlap); device_mem_used:
+ * the cached device buffers of all its streams (cuBLAS's own workspace not counted). */
 static void cuda_stats(void *self, gemm_engine_stats *out)
 {
     cuda_backend *cb = self;
