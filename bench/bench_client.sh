@@ -126,7 +126,7 @@ ratio_req = bmed / med(ct)
 print("Median ratio gemm/curl: whole process %.3f (%+.1f%%), per request %.3f (%+.1f%%). "
       "Target: the client adds at most 10%%." % (ratio_proc, 100 * (ratio_proc - 1), ratio_req, 100 * (ratio_req - 1)))
 print()
-print("Notes: both sides send the same %.1f MB body to the same URL with the same headers. curl "
+print("Notes: both sides send the same %.1f MB body to the same URL with the same Content-Type and Accept headers. curl "
       "`--data-binary @file` reads the whole file into memory before sending and uploads through "
       "its default 64 KiB buffer; gemm maps A and B and hands curl 1 MiB at a time straight from the "
       "mapping, and writes C from the socket into its output. The machine is shared (other builds "
