@@ -7,6 +7,8 @@
  *   multipart+npy     one multipart/form-data body (parts a and b, each a .npy file) fed to
  *                     gemm_multipart in 64 KiB chunks, each part streamed into its reader
  *   json encode       gemm_json_write_matrix of C (n x n) into a fresh gemm_buf
+ *   json encode f64   the same for a float64 C (17 significant digits; matrix MB/s counts
+ *                     its 8-byte elements)
  *
  *   build/bench/bench_decode [--sizes 256,1024,2048] [--repeats 7]
  *
@@ -165,7 +167,7 @@ static unsigned char *multipart_body(const char *boundary, const unsigned char *
 
 static void row(const char *what, size_t n, size_t wire, size_t matrix, double ms)
 {
-    printf("| %-14s | %5zu | %10.1f | %9.2f | %9.1f | %10.1f |\n", what, n, wire / 1e6, ms, wire / 1e3 / ms,
+    printf("| %-15s | %5zu | %10.1f | %9.2f | %9.1f | %10.1f |\n", what, n, wire / 1e6, ms, wire / 1e3 / ms,
            matrix / 1e3 / ms);
 }
 
@@ -188,8 +190,8 @@ int main(int argc, char **argv)
         }
     }
 
-    printf("| codec          |     n |  body (MB) | median ms | wire MB/s | matrix MB/s |\n");
-    printf("| -------------- | ----: | ---------: | --------: | --------: | ----------: |\n");
+    printf("| codec           |     n |  body (MB) | median ms | wire MB/s | matrix MB/s |\n");
+    printf("| --------------- | ----: | ---------: | --------: | --------: | ----------: |\n");
     for (int si = 0; si < nsizes; si++) {
         size_t n = sizes[si], mbytes = n * n * 4;
         float *A = random_matrix(n, 1), *B = random_matrix(n, 2);
@@ -287,6 +289,27 @@ int main(int argc, char **argv)
             gemm_buf_free(&out);
         }
         row("json encode", n, out_len, mbytes, median(t, repeats));
+
+        /* the same answer in float64 (17 significant digits) */
+        double *C64 = malloc(n * n * sizeof *C64);
+        if (!C64) die("malloc", NULL);
+        for (size_t i = 0; i < n * n; i++) C64[i] = (double)A[i] * (1.0 + 1.0 / 3.0);
+        gemm_matrix mc64 = {n, n, GEMM_DTYPE_F64, C64};
+        for (int r = 0; r <= repeats; r++) {
+            gemm_buf out;
+            gemm_buf_init(&out);
+            double t0 = gemm_now_ms();
+            gemm_buf_puts(&out, "{\"c\": ");
+            gemm_json_write_matrix(&out, &mc64);
+            gemm_buf_puts(&out, "}");
+            double t1 = gemm_now_ms();
+            if (out.failed) die("json encode", NULL);
+            out_len = out.len;
+            if (r > 0) t[r - 1] = t1 - t0;
+            gemm_buf_free(&out);
+        }
+        row("json encode f64", n, out_len, 2 * mbytes, median(t, repeats));
+        free(C64);
         free(A);
         free(B);
         fflush(stdout);

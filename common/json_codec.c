@@ -197,6 +197,77 @@ static size_t put_f32_g9(char *p, double x)
     return (size_t)(s - p);
 }
 
+#if defined(LDBL_MANT_DIG) && LDBL_MANT_DIG >= 64
+/* printf("%.17g") of a double without printf, the same way with 64-bit long double
+ * arithmetic: each scaling step (exact powers of ten up to 1e27) errs by at most 2^-64
+ * relative, so the scaled value in [1e16, 1e17) is off by less than 0.006 per step; within
+ * 0.01 per step of a rounding tie, 0 is returned and the caller uses snprintf. */
+static size_t put_f64_g17(char *p, double v)
+{
+    static const long double p10[28] = {1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,  1e8L,  1e9L,
+                                        1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L,
+                                        1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
+    char *s = p, dig[17];
+    if (!(v != 0) || !isfinite(v)) return 0;
+    if (v < 0) *s++ = '-', v = -v;
+    int e = (int)floor(log10(v)), steps = 0;
+    long double y = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        long double x = v;
+        int k = 16 - e;
+        steps = 1;
+        while (k > 27) x *= 1e27L, k -= 27, steps++;
+        while (k < -27) x /= 1e27L, k += 27, steps++;
+        y = k >= 0 ? x * p10[k] : x / p10[-k];
+        if (y < 1e16L) e--;
+        else if (y >= 1e17L) e++;
+        else break;
+    }
+    long double fl = floorl(y), fr = y - fl;
+    if (fl < 1e16L || fl >= 1e17L || fabsl(fr - 0.5L) < 0.01L * steps) return 0;
+    uint64_t d = (uint64_t)fl + (fr > 0.5L);
+    if (d >= 100000000000000000ull) d /= 10, e++;
+    for (int i = 16; i >= 0; i--) dig[i] = (char)('0' + d % 10), d /= 10;
+    int nd = 17;
+    while (nd > 1 && dig[nd - 1] == '0') nd--;
+    if (e < -4 || e >= 17) {
+        *s++ = dig[0];
+        if (nd > 1) {
+            *s++ = '.';
+            memcpy(s, dig + 1, (size_t)nd - 1);
+            s += nd - 1;
+        }
+        *s++ = 'e';
+        *s++ = e < 0 ? '-' : '+';
+        int ae = e < 0 ? -e : e;
+        if (ae >= 100) *s++ = (char)('0' + ae / 100);
+        *s++ = (char)('0' + ae / 10 % 10);
+        *s++ = (char)('0' + ae % 10);
+    } else if (e >= 0) {
+        memcpy(s, dig, (size_t)e + 1);
+        s += e + 1;
+        if (nd > e + 1) {
+            *s++ = '.';
+            memcpy(s, dig + e + 1, (size_t)(nd - e - 1));
+            s += nd - e - 1;
+        }
+    } else {
+        *s++ = '0';
+        *s++ = '.';
+        for (int i = 0; i < -e - 1; i++) *s++ = '0';
+        memcpy(s, dig, (size_t)nd);
+        s += nd;
+    }
+    return (size_t)(s - p);
+}
+#else
+static size_t put_f64_g17(char *p, double v)
+{
+    (void)p, (void)v;
+    return 0; /* no wide long double: snprintf does it */
+}
+#endif
+
 /* Writes one element (at most 32 bytes) at p; returns the length. */
 static size_t put_double(char *p, double v, int digits)
 {
@@ -212,10 +283,8 @@ static size_t put_double(char *p, double v, int digits)
         }
         return put_i64(p, (int64_t)v);
     }
-    if (digits == 9) {
-        size_t n = put_f32_g9(p, v);
-        if (n) return n;
-    }
+    size_t fast = digits == 9 ? put_f32_g9(p, v) : put_f64_g17(p, v);
+    if (fast) return fast;
     int n = snprintf(p, 32, "%.*g", digits, v);
     return n > 0 && n < 32 ? (size_t)n : 0;
 }

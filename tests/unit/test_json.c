@@ -420,6 +420,49 @@ static void test_float32_text_matches_printf(void **state)
     free(v);
 }
 
+/* The same for float64 and printf("%.17g"). */
+static void test_float64_text_matches_printf(void **state)
+{
+    (void)state;
+    enum { N = 4096 };
+    double *v = malloc(N * sizeof *v);
+    gemm_buf want, got;
+    uint64_t stride_bits = 0;
+    for (int round = 0; round < 200; round++) {
+        for (int i = 0; i < N; i++) {
+            double f;
+            do {
+                uint64_t r = rnd(), bits = r;
+                if (round % 2) {
+                    bits = stride_bits;
+                    stride_bits += 0x0000c3a5c85c97cbull; /* odd stride through the bit space */
+                }
+                memcpy(&f, &bits, 8);
+                if (round % 4 == 2) f = (double)(r >> 11) / 9007199254740992.0 * 2 - 1;
+                if (round % 8 == 4) f = (double)(int64_t)r / (double)(1ull << (r % 64));
+            } while (!isfinite(f));
+            v[i] = f;
+        }
+        gemm_matrix m = {N, 1, GEMM_DTYPE_F64, v};
+        gemm_buf_init(&got);
+        gemm_json_write_matrix(&got, &m);
+        gemm_buf_init(&want);
+        gemm_buf_puts(&want, "[");
+        for (int i = 0; i < N; i++) {
+            double d = v[i];
+            if (d == floor(d) && fabs(d) < 9007199254740992.0)
+                gemm_buf_printf(&want, "%s[%s%.0f]", i ? "," : "", (d == 0 && signbit(d)) ? "-" : "", d);
+            else
+                gemm_buf_printf(&want, "%s[%.17g]", i ? "," : "", d);
+        }
+        gemm_buf_puts(&want, "]");
+        assert_string_equal(got.data, want.data);
+        gemm_buf_free(&got);
+        gemm_buf_free(&want);
+    }
+    free(v);
+}
+
 /* Random matrices, written and decoded again, are bit-identical (NaN/Inf excluded:
  * JSON cannot carry them). Values mix integers, fractions and extreme exponents. */
 static void test_random_round_trip(void **state)
@@ -537,6 +580,7 @@ int main(void)
         cmocka_unit_test(test_limits_before_allocation),
         cmocka_unit_test(test_write_formats),
         cmocka_unit_test(test_float32_text_matches_printf),
+        cmocka_unit_test(test_float64_text_matches_printf),
         cmocka_unit_test(test_random_round_trip),
         cmocka_unit_test(test_buf),
     };
