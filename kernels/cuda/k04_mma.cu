@@ -27,16 +27,26 @@ namespace {
 
 enum { MMA_TF32 = 0, MMA_BF16 = 1 };
 
-template <int MATH_, int BM_, int BN_, int BK_, int WM_, int WN_, int ST_> struct mma_cfg {
+template <int MATH_, int BM_, int BN_, int BK_, int WM_, int WN_, int ST_, int CONV_ = 0>
+struct mma_cfg {
     static constexpr int MATH = MATH_;
+    /* CONV: each landed tile is converted once in shared memory (tf32: rounded in place;
+     * bf16: packed into a separate bf16 tile read with ldmatrix / ldmatrix.trans) instead
+     * of converting every fragment as it is read. */
+    static constexpr bool CONV = CONV_ != 0;
     static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = ST_;
     static constexpr int KSTEP = MATH == MMA_TF32 ? 8 : 16;
     static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
     static constexpr int THREADS = WARPS_M * WARPS_N * 32;
     static constexpr int MI = WM / 16, NI = WN / 8;
-    static constexpr int LDA = BK + (MATH == MMA_TF32 ? 4 : 8);
+    static constexpr int LDA = BK + (MATH == MMA_TF32 || CONV ? 4 : 8);
     static constexpr int LDB = BN + (MATH == MMA_TF32 ? 8 : 4);
-    static constexpr size_t SMEM = (size_t)STAGES * (BM * LDA + BK * LDB) * sizeof(float);
+    /* bf16 tiles of the CONV path, in halves: rows of 16*odd bytes, so the 8 row addresses
+     * of one ldmatrix fall in 8 different 16-byte bank groups. */
+    static constexpr int LDAH = BK + 8, LDBH = BN + 8;
+    static constexpr bool HALF = CONV && MATH == MMA_BF16;
+    static constexpr size_t SMEM = (size_t)STAGES * (BM * LDA + BK * LDB) * sizeof(float) +
+                                   (HALF ? (size_t)(BM * LDAH + BK * LDBH) * 2 : 0);
     /* Blocks per SM the register budget is capped for (__launch_bounds__). */
     static constexpr int MINB = THREADS >= 256 && BM * BN >= 128 * 256 ? 1 : (THREADS >= 256 ? 2 : 4);
     static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must divide the block tile");
@@ -47,6 +57,8 @@ template <int MATH_, int BM_, int BN_, int BK_, int WM_, int WN_, int ST_> struc
                   "tile copies must divide evenly among threads");
     static_assert(LDA % 4 == 0 && LDB % 4 == 0, "padded rows stay 16-byte aligned");
     static_assert(STAGES >= 2 && STAGES <= 5, "2 to 5 pipeline stages");
+    static_assert(!HALF || (NI % 2 == 0 && (LDAH * 2) % 32 == 16 && (LDBH * 2) % 32 == 16),
+                  "ldmatrix.trans loads B two n-tiles at a time; rows 16 mod 32 bytes");
 };
 
 template <typename Cfg, bool VEC>
@@ -104,10 +116,18 @@ __device__ __forceinline__ uint32_t to_tf32(float x)
  * an 8x8 matrix of 16-bit halves: lane l gets row l/4, 32-bit column l%4 of each), which
  * is exactly the tf32 m16n8k8 A fragment when the four matrices are (rows 0-7 | 8-15) x
  * (k 0-3 | 4-7). */
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const float *p)
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *p)
 {
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void *p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
 }
@@ -141,6 +161,43 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4],
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* The CONV step: the tile of stage (as, bs) converted once, by all threads. */
+template <typename Cfg>
+__device__ __forceinline__ void convert_tile(float *as, float *bs, uint16_t *ah, uint16_t *bh)
+{
+    constexpr int AV = Cfg::BK / 4, BV = Cfg::BN / 4;
+#pragma unroll
+    for (int s = 0; s < Cfg::BM * AV / Cfg::THREADS; s++) {
+        const int idx = threadIdx.x + s * Cfg::THREADS;
+        const int r = idx / AV, c = (idx % AV) * 4;
+        float4 *p = reinterpret_cast<float4 *>(as + r * Cfg::LDA + c);
+        float4 v = *p;
+        if constexpr (Cfg::HALF) {
+            *reinterpret_cast<uint2 *>(ah + r * Cfg::LDAH + c) =
+                make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+        } else {
+            v = make_float4(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)),
+                            __uint_as_float(to_tf32(v.z)), __uint_as_float(to_tf32(v.w)));
+            *p = v;
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < Cfg::BK * BV / Cfg::THREADS; s++) {
+        const int idx = threadIdx.x + s * Cfg::THREADS;
+        const int r = idx / BV, c = (idx % BV) * 4;
+        float4 *p = reinterpret_cast<float4 *>(bs + r * Cfg::LDB + c);
+        float4 v = *p;
+        if constexpr (Cfg::HALF) {
+            *reinterpret_cast<uint2 *>(bh + r * Cfg::LDBH + c) =
+                make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+        } else {
+            v = make_float4(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)),
+                            __uint_as_float(to_tf32(v.z)), __uint_as_float(to_tf32(v.w)));
+            *p = v;
+        }
+    }
+}
+
 template <typename Cfg, bool VEC>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MINB)
 mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__restrict__ B,
@@ -149,6 +206,8 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
     extern __shared__ __align__(16) unsigned char smem_raw[];
     float *As = reinterpret_cast<float *>(smem_raw);
     float *Bs = As + Cfg::STAGES * Cfg::BM * Cfg::LDA;
+    uint16_t *Ah = reinterpret_cast<uint16_t *>(Bs + Cfg::STAGES * Cfg::BK * Cfg::LDB);
+    uint16_t *Bh = Ah + Cfg::BM * Cfg::LDAH;
 
     constexpr int GROUP = 8;
     const int pid = blockIdx.x;
@@ -193,6 +252,42 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
             gemm_async::commit();
         }
         const int st = kt % Cfg::STAGES;
+        if constexpr (Cfg::CONV) {
+            /* Stage st is overwritten only after the next iteration's barrier, and Ah/Bh
+             * only after every warp passed that barrier, i.e. finished this tile. */
+            convert_tile<Cfg>(As + st * Cfg::BM * Cfg::LDA, Bs + st * Cfg::BK * Cfg::LDB, Ah, Bh);
+            __syncthreads();
+        }
+        if constexpr (Cfg::HALF) {
+            /* ldmatrix lane addresses: A rows (lane%8) + 8*((lane/8)%2), k 8*(lane/16);
+             * B (transposed) k rows (lane%8) + 8*((lane/8)%2), n 8*(lane/16). */
+            const uint16_t *ah = Ah + (wm + (lane % 8) + 8 * ((lane / 8) % 2)) * Cfg::LDAH +
+                                 8 * (lane / 16);
+            const uint16_t *bh = Bh + ((lane % 8) + 8 * ((lane / 8) % 2)) * Cfg::LDBH + wn +
+                                 8 * (lane / 16);
+#pragma unroll
+            for (int kk = 0; kk < Cfg::BK; kk += 16) {
+                uint32_t bf[Cfg::NI][2];
+#pragma unroll
+                for (int jj = 0; jj < Cfg::NI / 2; jj++) {
+                    uint32_t r[4];
+                    ldmatrix_x4_trans(r, bh + kk * Cfg::LDBH + jj * 16);
+                    bf[2 * jj][0] = r[0];
+                    bf[2 * jj][1] = r[1];
+                    bf[2 * jj + 1][0] = r[2];
+                    bf[2 * jj + 1][1] = r[3];
+                }
+#pragma unroll
+                for (int i = 0; i < Cfg::MI; i++) {
+                    uint32_t af[4];
+                    ldmatrix_x4(af, ah + i * 16 * Cfg::LDAH + kk);
+#pragma unroll
+                    for (int j = 0; j < Cfg::NI; j++)
+                        mma_bf16(acc[i][j], af, bf[j]);
+                }
+            }
+            continue;
+        }
         const float *as = As + st * Cfg::BM * Cfg::LDA + (wm + g) * Cfg::LDA;
         const float *bs = Bs + st * Cfg::BK * Cfg::LDB + wn + g;
         /* ldmatrix row address of this lane: row (lane%8) + 8*((lane/8)%2), k 4*(lane/16). */
@@ -207,16 +302,18 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
 #pragma unroll
                 for (int j = 0; j < Cfg::NI; j++) {
                     const float *p = bs + (kk + t) * Cfg::LDB + j * 8;
-                    bf[j][0] = to_tf32(p[0]);
-                    bf[j][1] = to_tf32(p[4 * Cfg::LDB]);
+                    bf[j][0] = Cfg::CONV ? __float_as_uint(p[0]) : to_tf32(p[0]);
+                    bf[j][1] = Cfg::CONV ? __float_as_uint(p[4 * Cfg::LDB]) : to_tf32(p[4 * Cfg::LDB]);
                 }
 #pragma unroll
                 for (int i = 0; i < Cfg::MI; i++) {
                     uint32_t af[4];
                     ldmatrix_x4(af, as_ld + i * 16 * Cfg::LDA + kk);
+                    if constexpr (!Cfg::CONV) {
 #pragma unroll
-                    for (int r = 0; r < 4; r++)
-                        af[r] = tf32_bits(af[r]);
+                        for (int r = 0; r < 4; r++)
+                            af[r] = tf32_bits(af[r]);
+                    }
 #pragma unroll
                     for (int j = 0; j < Cfg::NI; j++)
                         mma_tf32(acc[i][j], af, bf[j]);
@@ -307,11 +404,15 @@ typedef mma_cfg<MMA_BF16, 128, 256, 32, 64, 64, 3> bf16_v1;
 typedef mma_cfg<MMA_BF16, 128, 128, 16, 64, 32, 4> bf16_v2;
 typedef mma_cfg<MMA_BF16, 64, 64, 32, 32, 32, 3> bf16_small;
 typedef mma_cfg<MMA_BF16, 256, 128, 32, 64, 64, 3> bf16_v4;
+typedef mma_cfg<MMA_TF32, 128, 256, 32, 64, 64, 3, 1> tf32_v5; /* converted once per tile */
+typedef mma_cfg<MMA_TF32, 256, 128, 32, 64, 64, 3, 1> tf32_v6;
+typedef mma_cfg<MMA_BF16, 128, 256, 32, 64, 64, 3, 1> bf16_v5;
+typedef mma_cfg<MMA_BF16, 256, 128, 32, 64, 64, 3, 1> bf16_v6;
 
 /* Tuning sweep on the H100 (docs/KERNELS.md): 64x64 warp tiles won in both modes;
  * tf32 prefers the 128x256 block, bf16 the 256x128 one. */
-#define TF32_DEFAULT tf32_v1
-#define BF16_DEFAULT bf16_v4
+#define TF32_DEFAULT tf32_v5
+#define BF16_DEFAULT bf16_v6
 
 cudaError_t mma_launch(const gemm_launch *l)
 {
@@ -333,13 +434,14 @@ cudaError_t mma_launch(const gemm_launch *l)
 
 } // namespace
 
-extern "C" int gemm_mma_variant_count(void) { return 5; }
+extern "C" int gemm_mma_variant_count(void) { return 7; }
 extern "C" const char *gemm_mma_variant_name(int v)
 {
     static const char *const names[] = {
         "128x128x32 warp64x32 st3", "128x256x32 warp64x64 st3", "128x128x16 warp64x32 st4",
-        "64x64x32 warp32x32 st3", "256x128x32 warp64x64 st3"};
-    return (v >= 0 && v < 5) ? names[v] : "?";
+        "64x64x32 warp32x32 st3", "256x128x32 warp64x64 st3",
+        "128x256x32 warp64x64 st3 conv", "256x128x32 warp64x64 st3 conv"};
+    return (v >= 0 && v < 7) ? names[v] : "?";
 }
 extern "C" cudaError_t gemm_mma_variant_launch(int v, const gemm_launch *l)
 {
@@ -354,6 +456,8 @@ extern "C" cudaError_t gemm_mma_variant_launch(int v, const gemm_launch *l)
     case 2: return tf ? run_cfg<tf32_v2>(l) : run_cfg<bf16_v2>(l);
     case 3: return tf ? run_cfg<tf32_small>(l) : run_cfg<bf16_small>(l);
     case 4: return tf ? run_cfg<tf32_v4>(l) : run_cfg<bf16_v4>(l);
+    case 5: return tf ? run_cfg<tf32_v5>(l) : run_cfg<bf16_v5>(l);
+    case 6: return tf ? run_cfg<tf32_v6>(l) : run_cfg<bf16_v6>(l);
     default: return cudaErrorInvalidValue;
     }
 }
