@@ -117,6 +117,61 @@ def check_timing(tap, r, answer, name):
                "timing: %r" % (t,))
 
 
+def trickle(port, head, body, piece):
+    """Sends head + body in pieces of `piece` bytes (TCP_NODELAY, a short pause between
+    them) so the server sees the body in many small reads; returns (status, headers, body)."""
+    import socket
+    import time
+    from harness import _split_response
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    raw = b""
+    try:
+        s.sendall(head)
+        for i in range(0, len(body), piece):
+            s.sendall(body[i:i + piece])
+            time.sleep(0.001)
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            raw += chunk
+            st, h, b = _split_response(raw)
+            if st and "content-length" in h and len(b) >= int(h["content-length"]):
+                break
+    finally:
+        s.close()
+    return _split_response(raw)
+
+
+def trickled(tap, d, rng):
+    a = random_matrix(rng, (5, 7), "float32")
+    b = random_matrix(rng, (7, 3), "float32")
+    ref = reference(a, b, "float32")
+    bnd = b"trickle-boundary"
+    mp = (b"--" + bnd + b"\r\nContent-Disposition: form-data; name=\"a\"; filename=\"A.npy\"\r\n\r\n" +
+          npy_bytes(a) + b"\r\n--" + bnd + b"\r\nContent-Disposition: form-data; name=\"b\"; filename=\"B.npy\"\r\n\r\n" +
+          npy_bytes(b, fortran=True) + b"\r\n--" + bnd + b"--\r\n")
+    js = json.dumps({"a": a.tolist(), "b": b.tolist(), "dtype": "float32"}).encode()
+    raw = a.tobytes() + b.tobytes()
+    cases = [("multipart", "/v1/matmul", "multipart/form-data; boundary=" + bnd.decode(), mp),
+             ("JSON", "/v1/matmul", "application/json", js),
+             ("raw", "/v1/matmul?m=5&k=7&n=3&dtype=float32", "application/octet-stream", raw)]
+    for name, path, ctype, body in cases:
+        for piece in (1, 7):
+            if piece == 1 and len(body) > 2000:
+                continue
+            head = ("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\nAccept: application/x-npy\r\n"
+                    "Content-Length: %d\r\nConnection: close\r\n\r\n" % (path, ctype, len(body))).encode()
+            st, h, data = trickle(d.port, head, body, piece)
+            try:
+                c = load_npy(data) if st == 200 else None
+            except Exception:  # noqa: BLE001
+                c = None
+            good, why = compare(c, ref, "float32", 7) if c is not None else (False, "HTTP %d %r" % (st, data[:200]))
+            tap.ok(good, "%s body sent in %d-byte pieces is decoded right" % (name, piece), why)
+
+
 def main(tap):
     rng = np.random.default_rng(20261122)
     with Daemon(tap, config={"backend": "cpu"}) as d:
@@ -153,6 +208,8 @@ def main(tap):
                 same = len(set(octets.values())) == 1 and len(octets) == len(INPUTS)
                 tap.ok(same, "%dx%dx%d %s: every request format gives the same bytes of C" % (m, k, n, dtype),
                        "formats with answers: %s; distinct results: %d" % (sorted(octets), len(set(octets.values()))))
+
+        trickled(tap, d, rng)
 
         # timing details, once per answer format
         a = random_matrix(rng, (20, 30), "float32")
