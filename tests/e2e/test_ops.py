@@ -117,6 +117,21 @@ def log_format(tap, d):
     tap.ok(lines and not bad, "every log line is 'ISO-8601Z level message' (%d lines)" % len(lines), "\n".join(bad[:5]))
 
 
+def log_levels(tap):
+    with Daemon(tap, config={"backend": "cpu", "log_level": "warn"}) as d:
+        d.matmul_json([[1]], [[2]])
+        d.curl("GET", "/nope")
+        lines = d.read_log().splitlines()
+        tap.ok(not any(" info " in line or " debug " in line for line in lines),
+               "log_level warn: no info or debug lines", "\n".join(lines[:5]))
+    with Daemon(tap, config={"backend": "cpu"}, flags=["--log-level", "debug"]) as d:
+        d.matmul_json([[1]], [[2]])
+        lines = d.read_log().splitlines()
+        bad = [line for line in lines if not LOG_RE.match(line)]
+        tap.ok(any(" info " in line for line in lines) and not bad,
+               "log_level debug: info lines present, every line well-formed", "\n".join(bad[:5]))
+
+
 def info_limits(d):
     r = d.curl("GET", "/v1/info")
     lim = (r.json() or {}).get("limits") or {}
@@ -269,6 +284,7 @@ def main(tap):
         endpoints(tap, d)
         metrics(tap, d)
         log_format(tap, d)
+    log_levels(tap)
     precedence(tap)
     connections(tap)
     command_line(tap)
