@@ -25,6 +25,7 @@ grep -c '^ok' "$out/tests.log" | sed 's/^/ok: /'
 grep '^not ok' "$out/tests.log" | head -20
 
 step tune
+[ "${TUNE:-1}" = 1 ] &&
 timeout ${TUNE_LIMIT:-120} build/bench/bench_kernels --tune --no-main --csv "$out/tune.csv" >"$out/tune.log" 2>&1
 echo "tune exit $?"
 

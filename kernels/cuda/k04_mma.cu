@@ -410,9 +410,11 @@ typedef mma_cfg<MMA_BF16, 128, 256, 32, 64, 64, 3, 1> bf16_v5;
 typedef mma_cfg<MMA_BF16, 256, 128, 32, 64, 64, 3, 1> bf16_v6;
 
 /* Tuning sweep on the H100 (docs/KERNELS.md): 64x64 warp tiles won in both modes;
- * tf32 prefers the 128x256 block, bf16 the 256x128 one. */
-#define TF32_DEFAULT tf32_v5
-#define BF16_DEFAULT bf16_v6
+ * tf32 prefers the 128x256 block, bf16 the 256x128 one. Converting each tile once in
+ * shared memory (the "conv" variants) lost 20-25%: the extra pass and barrier per tile
+ * stall the single resident block. */
+#define TF32_DEFAULT tf32_v1
+#define BF16_DEFAULT bf16_v4
 
 cudaError_t mma_launch(const gemm_launch *l)
 {
