@@ -24,10 +24,11 @@ done >"$out/tests.log" 2>&1
 grep -c '^ok' "$out/tests.log" | sed 's/^/ok: /'
 grep '^not ok' "$out/tests.log" | head -20
 
-step tune
-[ "${TUNE:-1}" = 1 ] &&
-timeout ${TUNE_LIMIT:-120} build/bench/bench_kernels --tune --no-main --csv "$out/tune.csv" >"$out/tune.log" 2>&1
-echo "tune exit $?"
+if [ "${TUNE:-1}" = 1 ]; then
+    step tune
+    timeout ${TUNE_LIMIT:-120} build/bench/bench_kernels --tune --no-main --csv "$out/tune.csv" >"$out/tune.log" 2>&1
+    echo "tune exit $?"
+fi
 
 step bench
 timeout ${BENCH_LIMIT:-180} build/bench/bench_kernels --csv "$out/kernels.csv" ${BENCH_ARGS:-} >"$out/bench.log" 2>&1

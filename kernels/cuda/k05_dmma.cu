@@ -275,11 +275,12 @@ typedef dmma_cfg<DMMA_16816, 64, 128, 16, 32, 64, 3> f64_v8;
 typedef dmma_cfg<DMMA_16816, 64, 64, 16, 32, 32, 4> f64_v9;
 typedef dmma_cfg<DMMA_16816, 64, 64, 32, 32, 32, 3> f64_v10;
 
-/* Tuning sweep on the H100 (docs/KERNELS.md): with 16-byte rows the 64x128 m16n8k16 tile
- * won at 4096 and 8192 (64x64 within 1-4 points); with element-wise copies (odd k or n)
- * 64x64 won (4097). tile=128 asks for the 128x128 one. */
+/* Tuning sweep and benchmark on the H100 (docs/KERNELS.md): with 16-byte rows the 64x128
+ * m16n8k16 tile wins on big grids (8192^3: 82% of cuBLAS vs 77%) but loses badly when it
+ * makes too few blocks (1024^3: 67% vs 82%), so it is used only from 4 tiles per SM up;
+ * with element-wise copies (odd k or n) 64x64 won (4097). tile=128 asks for 128x128. */
 #define F64_SM90_DEFAULT f64_v8
-#define F64_SM90_ODD f64_v6
+#define F64_SM90_ODD f64_v6 /* also the small-grid choice */
 #define F64_SM90_128 f64_v4
 
 /* Whether the current device runs the sm_90 DMMA shapes (cached per process: the engine
@@ -343,7 +344,9 @@ cudaError_t dmma_launch(const gemm_launch *l)
             return run_cfg<F64_SM90_128>(l);
         const bool vec = gemm_vec_ok(l->A, l->k, 8, 16) && gemm_vec_ok(l->B, l->n, 8, 16) &&
                          gemm_vec_ok(l->C, l->n, 8, 16);
-        return vec ? run_cfg<F64_SM90_DEFAULT>(l) : run_cfg<F64_SM90_ODD>(l);
+        const long long tiles = (long long)((l->m + 63) / 64) * ((l->n + 127) / 128);
+        return vec && tiles >= 4 * 132 ? run_cfg<F64_SM90_DEFAULT>(l)
+                                       : run_cfg<F64_SM90_ODD>(l);
     }
     return l->tile == 128 ? run_cfg<f64_v2>(l) : run_cfg<f64_v3>(l);
 }
