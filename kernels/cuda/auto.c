@@ -38,10 +38,10 @@ typedef struct {
 
 static const auto_row ROWS[] = {
     /* float32 exact: cuBLAS led at every measured shape; our simt came closest at 1024^3
-     * (92%) and sits at 77-87% elsewhere. */
+     * (93%), 73-87% from 2048 up and on the non-square shapes, 64% at 512^3. */
     {GEMM_DTYPE_F32, GEMM_MATH_FP32, SHAPE_ANY, {"cublas", "simt", "tiled"}},
     /* float32 on tensor cores: cuBLAS (wgmma) led everywhere; mma reached 38-63% (tf32) and
-     * 43-66% (bf16) of it at >= 1024, 91-94% only at 512^3. */
+     * 43-67% (bf16) of it at >= 1024, 92-95% only at 512^3. */
     {GEMM_DTYPE_F32, GEMM_MATH_TF32, SHAPE_ANY, {"cublas", "mma", NULL}},
     {GEMM_DTYPE_F32, GEMM_MATH_BF16, SHAPE_ANY, {"cublas", "mma", NULL}},
     /* float64: cuBLAS led; dmma 71-86% of it, far ahead of the CUDA-core kernels. */
