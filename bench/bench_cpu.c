@@ -11,7 +11,9 @@
  *
  * Direct calls and daemon requests alternate (never at once), so both see the same
  * background load. For each n (m = k = n) it prints one Markdown table row:
- *   direct    median wall time of cblas_sgemm here, GFLOP/s
+ *   direct    median wall time of cblas_sgemm here, GFLOP/s (output buffer reused, as a
+ *             program calling OpenBLAS in a loop would); "fresh C": the same call writing
+ *             into a newly allocated buffer each time, as the daemon's output is
  *   kernel    median of the daemon's own kernel time (Server-Timing kernel;dur=), GFLOP/s,
  *             and direct time / kernel time
  *   e2e       median wall time of the whole request as the client sees it (upload A and B,
@@ -101,12 +103,13 @@ int main(int argc, char **argv)
     CURL *c = direct_only ? NULL : bench_curl(&hdrs);
 
     int rc_all = 0;
-    double dir[MAX_SIZES];
+    double dir[MAX_SIZES], dirf[MAX_SIZES];
     double *t_dir = calloc((size_t)repeats, sizeof *t_dir);
     double *t_ker = calloc((size_t)repeats, sizeof *t_ker);
     double *t_srv = calloc((size_t)repeats, sizeof *t_srv);
+    double *t_dirf = calloc((size_t)repeats, sizeof *t_dirf);
     double *t_e2e = calloc((size_t)repeats, sizeof *t_e2e);
-    if (!t_dir || !t_ker || !t_srv || !t_e2e) return 1;
+    if (!t_dir || !t_ker || !t_srv || !t_e2e || !t_dirf) return 1;
 
     /* Per size: one untimed direct call (the reference) and one untimed, checked daemon
      * request, then `repeats` rounds of {direct call, daemon request, pause}. Alternating
@@ -131,6 +134,15 @@ int main(int argc, char **argv)
                         (int)n, ab + nn, (int)n, 0.0f, cref, (int)n);
             double t1 = gemm_now_ms();
             if (r >= 0) t_dir[r] = t1 - t0;
+            /* the same call into a freshly allocated output, as the daemon's is */
+            float *fresh = gemm_alloc(&gemm_allocator_host, nn * sizeof(float));
+            if (!fresh) return 1;
+            t0 = gemm_now_ms();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, ab,
+                        (int)n, ab + nn, (int)n, 0.0f, fresh, (int)n);
+            t1 = gemm_now_ms();
+            gemm_free(&gemm_allocator_host, fresh);
+            if (r >= 0) t_dirf[r] = t1 - t0;
             if (!c) continue;
 
             double wall = post_matmul(c, url, ab, 2 * nn * sizeof(float), n, n, n, &ans);
@@ -168,6 +180,7 @@ int main(int argc, char **argv)
             t_e2e[r] = wall;
         }
         dir[s] = median(t_dir, repeats);
+        dirf[s] = median(t_dirf, repeats);
         if (bad) {
             rc_all = 1;
         } else if (c) {
@@ -187,14 +200,14 @@ int main(int argc, char **argv)
            c ? url : "(not measured)");
     printf("# kernel: the daemon's Server-Timing kernel;dur; e2e: client wall time of the request;\n"
            "# payload: (A + B + C bytes) / e2e; xfer: payload / (e2e - (Server-Timing total - recv))\n");
-    printf("| n | direct ms | direct GFLOP/s | kernel ms | kernel GFLOP/s | kernel vs direct "
+    printf("| n | direct ms | direct GFLOP/s | direct, fresh C ms | kernel ms | kernel GFLOP/s | kernel vs direct "
            "| e2e ms | e2e GFLOP/s | e2e vs direct | payload GB/s | xfer GB/s |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int s = 0; s < nsizes; s++) {
         size_t n = sizes[s];
         double flops = 2.0 * (double)n * (double)n * (double)n;
         double payload = 3.0 * (double)n * (double)n * sizeof(float);
-        printf("| %zu | %.3f | %.1f |", n, dir[s], flops / dir[s] / 1e6);
+        printf("| %zu | %.3f | %.1f | %.3f |", n, dir[s], flops / dir[s] / 1e6, dirf[s]);
         if (isnan(e2e[s])) {
             printf(" - | - | - | - | - | - | - | - |\n");
             continue;
@@ -206,6 +219,7 @@ int main(int argc, char **argv)
     }
 
     free(t_srv);
+    free(t_dirf);
     free(t_dir), free(t_ker), free(t_e2e);
     free(ans.body.data);
     if (c) {
