@@ -120,7 +120,6 @@ static void run_one(gemm_engine *e, void *worker, gemm_job *job, double t0)
                      e->be->name);
 
     pthread_mutex_lock(&e->mu);
-    e->running--;
     e->compute_seconds += job->timing.compute_ms / 1000.0;
     if (rc == 0)
         e->completed++;
@@ -130,6 +129,13 @@ static void run_one(gemm_engine *e, void *worker, gemm_job *job, double t0)
 
     atomic_store(&job->state, rc == 0 ? GEMM_JOB_DONE : GEMM_JOB_FAILED);
     if (job->done) job->done(job); /* the job may be freed from here on */
+
+    /* Only now is the job no longer running: a caller that waits for running == 0
+     * before freeing what done() touches (the daemon's job store at shutdown) must not
+     * see zero while a callback is still in flight. */
+    pthread_mutex_lock(&e->mu);
+    e->running--;
+    pthread_mutex_unlock(&e->mu);
 }
 
 static void *worker_main(void *arg)

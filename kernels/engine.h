@@ -131,7 +131,7 @@ typedef struct {
 
 typedef struct {
     int queued;                    /* jobs waiting now */
-    int running;                   /* jobs on a worker now */
+    int running;                   /* jobs on a worker now, until their done() has returned */
     uint64_t completed, failed, cancelled, rejected; /* since open */
     double compute_seconds;        /* sum of compute_ms / 1000 */
     int ndevices;
