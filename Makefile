@@ -182,11 +182,12 @@ $(LIBGEMM_A): $(CLIENT_OBJ) $(COMMON_OBJ)
 $(LIBGEMM_SO): $(CLIENT_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	@echo "  LINK    $@"
-	$(Q)$(CC) -shared $(LDFLAGS) -Wl,-soname,libgemm.so.1 -o $@ $^ $(CLIENT_LIBS) -lcjson
+	$(Q)$(CC) -shared $(LDFLAGS) -Wl,-soname,libgemm.so.1 -o $@.1 $^ $(CLIENT_LIBS) -lcjson
+	$(Q)ln -sf libgemm.so.1 $@
 
 $(LIBDIR)/pkgconfig/gemm.pc: client/gemm.pc.in
 	@mkdir -p $(@D)
-	$(Q)sed -e 's#@PREFIX@#$(abspath .)#g' $< > $@
+	$(Q)sed -e 's#@PREFIX@#$(abspath .)#g' -e 's#@LIBDIR@#$(abspath $(LIBDIR))#g' $< > $@
 
 $(GEMM): $(CLI_OBJ) $(LIBGEMM_A)
 	@mkdir -p $(@D)
@@ -222,7 +223,7 @@ $(BUILD)/bench/%: bench/%.c $(CORE_LIB) $(LIBGEMM_A)
 $(BUILD)/examples/%: docs/examples/%.c $(LIBGEMM_SO) $(LIBDIR)/pkgconfig/gemm.pc
 	@mkdir -p $(@D)
 	@echo "  EXAMPLE $@"
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $$(PKG_CONFIG_PATH=$(LIBDIR)/pkgconfig pkg-config --cflags --libs gemm) -Wl,-rpath,$(abspath $(LIBDIR))
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $$(PKG_CONFIG_PATH=$(LIBDIR)/pkgconfig$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH} pkg-config --cflags --libs gemm) -Wl,-rpath,$(abspath $(LIBDIR))
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
