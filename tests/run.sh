@@ -34,8 +34,12 @@ run_tap() {
     local name=$1; shift
     local log="$logdir/$(echo "$name" | tr '/ ' '__').log"
     local start=$SECONDS
-    CMOCKA_MESSAGE_OUTPUT=TAP "$@" >"$log" 2>&1
+    # A hung program must not hang the whole run: each gets TEST_TIMEOUT seconds.
+    CMOCKA_MESSAGE_OUTPUT=TAP timeout -k 10 "${TEST_TIMEOUT:-900}" "$@" >"$log" 2>&1
     local rc=$?
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+        echo "not ok 0 - $name timed out after ${TEST_TIMEOUT:-900} s (killed)" >>"$log"
+    fi
     local p f s
     p=$(grep -cE '^ok [0-9]+' "$log" | tr -d ' ')
     s=$(grep -cE '^ok [0-9]+.*# *(SKIP|skip)' "$log" | tr -d ' ')
