@@ -145,28 +145,14 @@ static double scale10(double x, int e)
     return e >= 0 ? x * p10[e] : x / p10[-e];
 }
 
-/* printf("%.9g") of a float32 value (held exactly in x) without printf: the nine digits
- * are x scaled into [1e8, 1e9) in double arithmetic, whose error (a few units in 1e-16)
- * can only matter when the scaled value is within 1e-5 of a rounding tie; then 0 is
- * returned and the caller uses snprintf. Also 0 for x == 0 and non-finite x. */
-static size_t put_f32_g9(char *p, double x)
+/* Lays out P significant digits dig[0..P) (exponent e: the value is d.ddd x 10^e) the
+ * way printf's %.<P>g does: trailing zeros dropped, scientific notation when e < -4 or
+ * e >= P. Returns the end of what was written at s. */
+static char *put_g_layout(char *s, const char *dig, int P, int e)
 {
-    char *s = p, dig[10];
-    if (!(x != 0) || !isfinite(x)) return 0;
-    if (x < 0) *s++ = '-', x = -x;
-    int e = (int)floor(log10(x));
-    double y = scale10(x, 8 - e);
-    if (y < 1e8) y = scale10(x, 8 - --e);
-    else if (y >= 1e9) y = scale10(x, 8 - ++e);
-    double fl = floor(y), fr = y - fl;
-    if (fabs(fr - 0.5) < 1e-5 || fl < 1e8 - 1 || fl >= 1e9) return 0;
-    uint64_t d = (uint64_t)fl + (fr > 0.5);
-    if (d >= 1000000000u) d /= 10, e++;
-    if (d < 100000000u) return 0;
-    for (int i = 8; i >= 0; i--) dig[i] = (char)('0' + d % 10), d /= 10;
-    int nd = 9;
+    int nd = P;
     while (nd > 1 && dig[nd - 1] == '0') nd--;
-    if (e < -4 || e >= 9) {
+    if (e < -4 || e >= P) {
         *s++ = dig[0];
         if (nd > 1) {
             *s++ = '.';
@@ -194,7 +180,30 @@ static size_t put_f32_g9(char *p, double x)
         memcpy(s, dig, (size_t)nd);
         s += nd;
     }
-    return (size_t)(s - p);
+    return s;
+}
+
+
+/* printf("%.9g") of a float32 value (held exactly in x) without printf: the nine digits
+ * are x scaled into [1e8, 1e9) in double arithmetic, whose error (a few units in 1e-16)
+ * can only matter when the scaled value is within 1e-5 of a rounding tie; then 0 is
+ * returned and the caller uses snprintf. Also 0 for x == 0 and non-finite x. */
+static size_t put_f32_g9(char *p, double x)
+{
+    char *s = p, dig[10];
+    if (!(x != 0) || !isfinite(x)) return 0;
+    if (x < 0) *s++ = '-', x = -x;
+    int e = (int)floor(log10(x));
+    double y = scale10(x, 8 - e);
+    if (y < 1e8) y = scale10(x, 8 - --e);
+    else if (y >= 1e9) y = scale10(x, 8 - ++e);
+    double fl = floor(y), fr = y - fl;
+    if (fabs(fr - 0.5) < 1e-5 || fl < 1e8 - 1 || fl >= 1e9) return 0;
+    uint64_t d = (uint64_t)fl + (fr > 0.5);
+    if (d >= 1000000000u) d /= 10, e++;
+    if (d < 100000000u) return 0;
+    for (int i = 8; i >= 0; i--) dig[i] = (char)('0' + d % 10), d /= 10;
+    return (size_t)(put_g_layout(s, dig, 9, e) - p);
 }
 
 #if defined(LDBL_MANT_DIG) && LDBL_MANT_DIG >= 64
@@ -228,37 +237,7 @@ static size_t put_f64_g17(char *p, double v)
     uint64_t d = (uint64_t)fl + (fr > 0.5L);
     if (d >= 100000000000000000ull) d /= 10, e++;
     for (int i = 16; i >= 0; i--) dig[i] = (char)('0' + d % 10), d /= 10;
-    int nd = 17;
-    while (nd > 1 && dig[nd - 1] == '0') nd--;
-    if (e < -4 || e >= 17) {
-        *s++ = dig[0];
-        if (nd > 1) {
-            *s++ = '.';
-            memcpy(s, dig + 1, (size_t)nd - 1);
-            s += nd - 1;
-        }
-        *s++ = 'e';
-        *s++ = e < 0 ? '-' : '+';
-        int ae = e < 0 ? -e : e;
-        if (ae >= 100) *s++ = (char)('0' + ae / 100);
-        *s++ = (char)('0' + ae / 10 % 10);
-        *s++ = (char)('0' + ae % 10);
-    } else if (e >= 0) {
-        memcpy(s, dig, (size_t)e + 1);
-        s += e + 1;
-        if (nd > e + 1) {
-            *s++ = '.';
-            memcpy(s, dig + e + 1, (size_t)(nd - e - 1));
-            s += nd - e - 1;
-        }
-    } else {
-        *s++ = '0';
-        *s++ = '.';
-        for (int i = 0; i < -e - 1; i++) *s++ = '0';
-        memcpy(s, dig, (size_t)nd);
-        s += nd;
-    }
-    return (size_t)(s - p);
+    return (size_t)(put_g_layout(s, dig, 17, e) - p);
 }
 #else
 static size_t put_f64_g17(char *p, double v)
