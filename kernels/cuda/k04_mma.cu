@@ -61,50 +61,6 @@ struct mma_cfg {
                   "ldmatrix.trans loads B two n-tiles at a time; rows 16 mod 32 bytes");
 };
 
-template <typename Cfg, bool VEC>
-__device__ __forceinline__ void load_tile(float *As, float *Bs, const float *__restrict__ A,
-                                          const float *__restrict__ B, int m, int n, int k,
-                                          int bm, int bn, int k0)
-{
-    const int tid = threadIdx.x;
-    if (VEC) {
-        constexpr int AV = Cfg::BK / 4, BV = Cfg::BN / 4; /* vectors per tile row */
-#pragma unroll
-        for (int s = 0; s < Cfg::BM * AV / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / AV, c = (idx % AV) * 4;
-            const bool ok = bm + r < m && k0 + c < k; /* k % 4 == 0: all or nothing */
-            const float *src = ok ? A + (size_t)(bm + r) * k + (k0 + c) : A;
-            gemm_async::cp_async<16>(As + r * Cfg::LDA + c, src, ok);
-        }
-#pragma unroll
-        for (int s = 0; s < Cfg::BK * BV / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / BV, c = (idx % BV) * 4;
-            const bool ok = k0 + r < k && bn + c < n;
-            const float *src = ok ? B + (size_t)(k0 + r) * n + (bn + c) : B;
-            gemm_async::cp_async<16>(Bs + r * Cfg::LDB + c, src, ok);
-        }
-    } else {
-#pragma unroll 4
-        for (int s = 0; s < Cfg::BM * Cfg::BK / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / Cfg::BK, c = idx % Cfg::BK;
-            const bool ok = bm + r < m && k0 + c < k;
-            const float *src = ok ? A + (size_t)(bm + r) * k + (k0 + c) : A;
-            gemm_async::cp_async<4>(As + r * Cfg::LDA + c, src, ok);
-        }
-#pragma unroll 4
-        for (int s = 0; s < Cfg::BK * Cfg::BN / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / Cfg::BN, c = idx % Cfg::BN;
-            const bool ok = k0 + r < k && bn + c < n;
-            const float *src = ok ? B + (size_t)(k0 + r) * n + (bn + c) : B;
-            gemm_async::cp_async<4>(Bs + r * Cfg::LDB + c, src, ok);
-        }
-    }
-}
-
 __device__ __forceinline__ uint32_t to_tf32(float x)
 {
     uint32_t r;
@@ -234,7 +190,7 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
 #pragma unroll
     for (int s = 0; s < Cfg::STAGES - 1; s++) {
         if (s < KT)
-            load_tile<Cfg, VEC>(As + s * Cfg::BM * Cfg::LDA, Bs + s * Cfg::BK * Cfg::LDB, A, B,
+            gemm_async::load_tiles<float, Cfg, VEC>(As + s * Cfg::BM * Cfg::LDA, Bs + s * Cfg::BK * Cfg::LDB, A, B,
                                 m, n, k, bm, bn, s * Cfg::BK);
         gemm_async::commit();
     }
@@ -246,7 +202,7 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
             const int nt = kt + Cfg::STAGES - 1;
             if (nt < KT) {
                 const int st = nt % Cfg::STAGES;
-                load_tile<Cfg, VEC>(As + st * Cfg::BM * Cfg::LDA, Bs + st * Cfg::BK * Cfg::LDB,
+                gemm_async::load_tiles<float, Cfg, VEC>(As + st * Cfg::BM * Cfg::LDA, Bs + st * Cfg::BK * Cfg::LDB,
                                     A, B, m, n, k, bm, bn, nt * Cfg::BK);
             }
             gemm_async::commit();

@@ -47,50 +47,6 @@ template <int SHAPE_, int BM_, int BN_, int BK_, int WM_, int WN_, int ST_> stru
     static_assert(STAGES >= 2 && STAGES <= 5, "2 to 5 pipeline stages");
 };
 
-template <typename Cfg, bool VEC>
-__device__ __forceinline__ void load_tile(double *As, double *Bs, const double *__restrict__ A,
-                                          const double *__restrict__ B, int m, int n, int k,
-                                          int bm, int bn, int k0)
-{
-    const int tid = threadIdx.x;
-    if (VEC) {
-        constexpr int AV = Cfg::BK / 2, BV = Cfg::BN / 2;
-#pragma unroll
-        for (int s = 0; s < Cfg::BM * AV / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / AV, c = (idx % AV) * 2;
-            const bool ok = bm + r < m && k0 + c < k; /* k even: both or neither */
-            const double *src = ok ? A + (size_t)(bm + r) * k + (k0 + c) : A;
-            gemm_async::cp_async<16>(As + r * Cfg::LDA + c, src, ok);
-        }
-#pragma unroll
-        for (int s = 0; s < Cfg::BK * BV / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / BV, c = (idx % BV) * 2;
-            const bool ok = k0 + r < k && bn + c < n;
-            const double *src = ok ? B + (size_t)(k0 + r) * n + (bn + c) : B;
-            gemm_async::cp_async<16>(Bs + r * Cfg::LDB + c, src, ok);
-        }
-    } else {
-#pragma unroll 4
-        for (int s = 0; s < Cfg::BM * Cfg::BK / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / Cfg::BK, c = idx % Cfg::BK;
-            const bool ok = bm + r < m && k0 + c < k;
-            const double *src = ok ? A + (size_t)(bm + r) * k + (k0 + c) : A;
-            gemm_async::cp_async<8>(As + r * Cfg::LDA + c, src, ok);
-        }
-#pragma unroll 4
-        for (int s = 0; s < Cfg::BK * Cfg::BN / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / Cfg::BN, c = idx % Cfg::BN;
-            const bool ok = k0 + r < k && bn + c < n;
-            const double *src = ok ? B + (size_t)(k0 + r) * n + (bn + c) : B;
-            gemm_async::cp_async<8>(Bs + r * Cfg::LDB + c, src, ok);
-        }
-    }
-}
-
 __device__ __forceinline__ void dmma(double (&d)[2], double a, double b)
 {
     asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, "
@@ -151,7 +107,7 @@ dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__r
 #pragma unroll
     for (int s = 0; s < Cfg::STAGES - 1; s++) {
         if (s < KT)
-            load_tile<Cfg, VEC>(As + s * Cfg::BM * Cfg::LDA, Bs + s * Cfg::BK * Cfg::LDB, A, B,
+            gemm_async::load_tiles<double, Cfg, VEC>(As + s * Cfg::BM * Cfg::LDA, Bs + s * Cfg::BK * Cfg::LDB, A, B,
                                 m, n, k, bm, bn, s * Cfg::BK);
         gemm_async::commit();
     }
@@ -163,7 +119,7 @@ dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__r
             const int nt = kt + Cfg::STAGES - 1;
             if (nt < KT) {
                 const int st = nt % Cfg::STAGES;
-                load_tile<Cfg, VEC>(As + st * Cfg::BM * Cfg::LDA, Bs + st * Cfg::BK * Cfg::LDB,
+                gemm_async::load_tiles<double, Cfg, VEC>(As + st * Cfg::BM * Cfg::LDA, Bs + st * Cfg::BK * Cfg::LDB,
                                     A, B, m, n, k, bm, bn, nt * Cfg::BK);
             }
             gemm_async::commit();
