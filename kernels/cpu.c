@@ -10,6 +10,11 @@
  * Test hooks (gemm_engine_config.fault_inject, comma-separated):
  *   cpu_delay_ms:N   every job sleeps N ms before computing (fills the queue predictably)
  *   cpu_fail:N       every Nth job run fails with 500 backend_failure
+ *   cpu_lost:N       the device is "lost" at the Nth job run: that job fails with 500
+ *                    device_error, every later one with 503 device_unavailable, and
+ *                    healthy() says 0 from then on (what a CUDA device does when its
+ *                    context cannot be rebuilt after a sticky error)
+ * The daemon ignores fault_inject in a process it restarted itself (GEMMD_RESTARTS > 0).
  */
 #include "cpu_int32.h"
 #include "engine.h"
@@ -29,6 +34,8 @@ typedef struct {
     int job_threads;   /* per job */
     int delay_ms;      /* fault hook */
     int fail_every;    /* fault hook */
+    int lost_at;       /* fault hook */
+    atomic_int lost;   /* the simulated device is gone */
     atomic_ullong runs;
     atomic_ullong busy_us; /* time spent computing, for device_busy_seconds */
 } cpu_backend;
@@ -49,10 +56,12 @@ static int parse_faults(cpu_backend *cb, const char *spec, gemm_err *err)
             cb->delay_ms = (int)v;
         } else if (ok && v >= 1 && strncmp(tok, "cpu_fail:", 9) == 0) {
             cb->fail_every = (int)v;
+        } else if (ok && v >= 1 && strncmp(tok, "cpu_lost:", 9) == 0) {
+            cb->lost_at = (int)v;
         } else {
             return gemm_err_set(err, 400, "bad_config",
                                 "fault_inject \"%s\": the CPU backend understands "
-                                "cpu_delay_ms:N and cpu_fail:N (N >= 1)", tok);
+                                "cpu_delay_ms:N, cpu_fail:N and cpu_lost:N (N >= 1)", tok);
         }
     }
     return 0;
@@ -73,6 +82,7 @@ static void *cpu_open(const gemm_engine_config *cfg, gemm_err *err)
     if (cb->job_threads < 1) cb->job_threads = 1;
     atomic_init(&cb->runs, 0);
     atomic_init(&cb->busy_us, 0);
+    atomic_init(&cb->lost, 0);
     if (parse_faults(cb, cfg->fault_inject, err) != 0) {
         free(cb);
         return NULL;
@@ -154,6 +164,17 @@ static int cpu_run(void *self, void *worker, gemm_job *job)
     if (!job->kernel_used[0])
         snprintf(job->kernel_used, sizeof job->kernel_used, "%s", default_kernel(job->dtype));
 
+    if (atomic_load(&cb->lost))
+        return gemm_err_set(&job->err, 503, "device_unavailable",
+                            "cpu could not be recovered after an earlier device error (injected by "
+                            "fault_inject cpu_lost:%d); restart gemmd or send the product to another "
+                            "server", cb->lost_at);
+    if (cb->lost_at > 0 && nrun >= (unsigned long long)cb->lost_at) {
+        atomic_store(&cb->lost, 1);
+        return gemm_err_set(&job->err, 500, "device_error",
+                            "injected loss of the device (fault_inject cpu_lost:%d, run %llu); the "
+                            "device cannot be used in this process any more", cb->lost_at, nrun);
+    }
     if (cb->delay_ms > 0) sleep_ms(cb->delay_ms);
     if (cb->fail_every > 0 && nrun % (unsigned long long)cb->fail_every == 0)
         return gemm_err_set(&job->err, 500, "backend_failure",
@@ -231,6 +252,11 @@ static const gemm_allocator *cpu_allocator(void *self)
     return &gemm_allocator_host;
 }
 
+static int cpu_healthy(void *self)
+{
+    return !atomic_load(&((cpu_backend *)self)->lost);
+}
+
 static void cpu_close(void *self)
 {
     free(self);
@@ -248,4 +274,5 @@ const gemm_backend gemm_backend_cpu = {
     .stats = cpu_stats,
     .allocator = cpu_allocator,
     .close = cpu_close,
+    .healthy = cpu_healthy,
 };

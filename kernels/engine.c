@@ -410,9 +410,15 @@ void gemm_engine_get_stats(gemm_engine *e, gemm_engine_stats *out)
     pthread_mutex_unlock(&e->mu);
 }
 
-int gemm_engine_ready(gemm_engine *e)
+int gemm_engine_healthy(gemm_engine *e)
 {
     if (!e) return 0;
+    return e->be->healthy ? e->be->healthy(e->self) != 0 : 1;
+}
+
+int gemm_engine_ready(gemm_engine *e)
+{
+    if (!e || !gemm_engine_healthy(e)) return 0;
     pthread_mutex_lock(&e->mu);
     int ok = !e->closing && e->queued < e->capacity;
     pthread_mutex_unlock(&e->mu);

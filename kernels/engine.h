@@ -43,7 +43,10 @@ typedef struct {
 /* fault_inject on the CPU backend (comma-separated; anything else fails open with 400
  * bad_config): "cpu_delay_ms:N" makes every job sleep N ms before computing (fills the
  * queue predictably in tests); "cpu_fail:N" makes every Nth job fail with 500
- * backend_failure. */
+ * backend_failure; "cpu_lost:N" simulates losing the device: products 1..N-1 run, the
+ * Nth fails with 500 device_error, every later one with 503 device_unavailable, and
+ * gemm_engine_healthy() is 0 from the Nth on. The daemon ignores fault_inject in a
+ * process it restarted itself (GEMMD_RESTARTS > 0), so a hook fires only once. */
 
 void gemm_engine_config_defaults(gemm_engine_config *cfg);
 
@@ -166,8 +169,11 @@ const gemm_allocator *gemm_engine_allocator(gemm_engine *e);
 
 void gemm_engine_describe(gemm_engine *e, gemm_engine_info *out);
 void gemm_engine_get_stats(gemm_engine *e, gemm_engine_stats *out);
-/* True when the engine is open, not closing, and its queue has room. */
+/* True when the engine is open, not closing, healthy, and its queue has room. */
 int gemm_engine_ready(gemm_engine *e);
+/* False once the backend has lost every device it uses: no product can run in this
+ * process any more and only a new process can recover (the daemon restarts itself). */
+int gemm_engine_healthy(gemm_engine *e);
 
 /* ---- what a backend provides (used by engine.c only) -------------------- */
 
@@ -189,6 +195,10 @@ typedef struct gemm_backend {
     void (*stats)(void *self, gemm_engine_stats *out); /* devices, bytes, memory */
     const gemm_allocator *(*allocator)(void *self);
     void (*close)(void *self);
+    /* 1 while the backend can still run products, 0 once every device it uses is lost
+     * (e.g. a CUDA context that could not be rebuilt after a sticky error). Called from
+     * any thread. May be NULL: always healthy. */
+    int (*healthy)(void *self);
 } gemm_backend;
 
 extern const gemm_backend gemm_backend_cpu;

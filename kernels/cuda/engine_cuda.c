@@ -19,7 +19,8 @@
  * process whose context faulted any new context on that device (cudaSetDevice keeps
  * failing with cudaErrorDevicesUnavailable; measured on an H100 with driver 580): then the
  * device is marked lost and its jobs fail at once with 503 device_unavailable, so clients
- * move on and an orchestrator can restart the daemon, instead of jobs hanging.
+ * move on, instead of jobs hanging. Once every device of the backend is lost, healthy()
+ * says 0 and the daemon restarts itself in place (a new process gets new contexts).
  *
  * Test hooks (gemm_engine_config.fault_inject, comma-separated):
  *   oom:N      the Nth device-buffer allocation (counted over the backend) fails
@@ -472,6 +473,19 @@ static const gemm_allocator *cuda_allocator(void *self)
     return &((cuda_backend *)self)->alloc;
 }
 
+/* Healthy while at least one of its devices can still run products. */
+static int cuda_healthy(void *self)
+{
+    cuda_backend *cb = self;
+    int usable = 0;
+    for (int i = 0; i < cb->ndev && !usable; i++) {
+        pthread_mutex_lock(&cb->devs[i].mu);
+        usable = !cb->devs[i].lost;
+        pthread_mutex_unlock(&cb->devs[i].mu);
+    }
+    return usable;
+}
+
 static void cuda_close(void *self)
 {
     cuda_backend *cb = self;
@@ -504,4 +518,5 @@ const gemm_backend gemm_backend_cuda = {
     .stats = cuda_stats,
     .allocator = cuda_allocator,
     .close = cuda_close,
+    .healthy = cuda_healthy,
 };
