@@ -30,7 +30,8 @@ typedef enum {
     K_LISTEN,   /* an IPv4 or IPv6 address */
     K_BACKEND,  /* auto | cpu | cuda */
     K_DEVICES,  /* all | comma list of ordinals */
-    K_LOGLEVEL  /* error | warn | info | debug */
+    K_LOGLEVEL, /* error | warn | info | debug */
+    K_BOOL      /* true | false (also yes/no, on/off, 1/0); int field */
 } key_kind;
 
 typedef struct {
@@ -84,6 +85,8 @@ static const key_desc keys[] = {
     {"tls_cert", K_STR, OFF(tls_cert), SZ(tls_cert), 0, 0, "PEM certificate (with tls_key: serve HTTPS)"},
     {"tls_key", K_STR, OFF(tls_key), SZ(tls_key), 0, 0, "PEM private key (with tls_cert: serve HTTPS)"},
     {"log_level", K_LOGLEVEL, OFF(log_level), SZ(log_level), 0, 0, "error, warn, info or debug"},
+    {"restart_on_device_loss", K_BOOL, OFF(restart_on_device_loss), 0, 0, 1,
+     "re-exec gemmd in place (same pid and port) when the engine has lost every device"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -105,6 +108,7 @@ void gemmd_config_defaults(gemmd_config *c)
     c->job_mem_bytes = 2048 * MB;
     c->max_jobs = 1024;
     snprintf(c->log_level, sizeof c->log_level, "info");
+    c->restart_on_device_loss = 1;
 }
 
 static const key_desc *find_key(const char *name)
@@ -165,6 +169,7 @@ static const char *kind_accepts(const key_desc *k, char *buf, size_t len)
     case K_BACKEND: snprintf(buf, len, "auto, cpu or cuda"); break;
     case K_DEVICES: snprintf(buf, len, "all, or a comma list of device ordinals such as 0,1"); break;
     case K_LOGLEVEL: snprintf(buf, len, "error, warn, info or debug"); break;
+    case K_BOOL: snprintf(buf, len, "true or false (or yes/no, on/off, 1/0)"); break;
     }
     return buf;
 }
@@ -276,6 +281,18 @@ int gemmd_config_set(gemmd_config *c, const char *key, const char *value, char *
             return -1;
         }
         return set_string(c, k, value, msg, msglen);
+    case K_BOOL: {
+        static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+        for (int i = 0; i < 4; i++) {
+            if (strcmp(value, yes[i]) == 0 || strcmp(value, no[i]) == 0) {
+                *(int *)field = strcmp(value, yes[i]) == 0;
+                return 0;
+            }
+        }
+        snprintf(msg, msglen, "%s: '%.60s' is not a boolean; accepted: %s", k->name, value,
+                 kind_accepts(k, acc, sizeof acc));
+        return -1;
+    }
     }
     snprintf(msg, msglen, "%s: internal error (unknown kind)", key);
     return -1;
@@ -422,6 +439,7 @@ static void default_text(const gemmd_config *d, const key_desc *k, char *buf, si
     case K_U64: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field); break;
     case K_MB_U64: snprintf(buf, len, "%llu", (unsigned long long)(*(const uint64_t *)field / MB)); break;
     case K_MB_SIZE: snprintf(buf, len, "%llu", (unsigned long long)(*(const size_t *)field / MB)); break;
+    case K_BOOL: snprintf(buf, len, "%s", *(const int *)field ? "true" : "false"); break;
     default: {
         const char *s = (const char *)field;
         snprintf(buf, len, "%s", *s ? s : "(empty)");

@@ -34,6 +34,8 @@ typedef struct {
     char tls_key[256];
     char log_level[8];          /* log_level = info (error|warn|info|debug) */
     char config_path[256];      /* the file that was read ("" if none) */
+    int restart_on_device_loss; /* restart_on_device_loss = true: re-exec in place when the
+                                   engine has lost every device */
 } gemmd_config;
 
 void gemmd_config_defaults(gemmd_config *c);

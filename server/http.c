@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -325,8 +326,14 @@ static int parse_listen(const char *listen, int port, struct sockaddr_storage *s
 
 gemmd_server *gemmd_http_start(const gemmd_config *cfg, gemm_engine *engine, gemm_err *err)
 {
+    return gemmd_http_start_fd(cfg, engine, -1, err);
+}
+
+gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, int listen_fd, gemm_err *err)
+{
     struct gemmd_server_ext *x = calloc(1, sizeof *x);
     if (!x) {
+        if (listen_fd >= 0) close(listen_fd);
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate the server");
         return NULL;
     }
@@ -375,10 +382,12 @@ gemmd_server *gemmd_http_start(const gemmd_config *cfg, gemm_engine *engine, gem
         flags |= MHD_USE_TLS;
     }
     unsigned threads = cfg->http_threads > 0 ? (unsigned)cfg->http_threads : 1;
+    /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
+    struct MHD_OptionItem where[2] = {{MHD_OPTION_SOCK_ADDR, 0, &ss}, {MHD_OPTION_END, 0, NULL}};
+    if (listen_fd >= 0) where[0] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, listen_fd, NULL};
     s->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+        MHD_OPTION_ARRAY, where, MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->connection_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)cfg->per_ip_limit, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GEMMD_CONN_MEMORY,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END,
@@ -389,13 +398,22 @@ gemmd_server *gemmd_http_start(const gemmd_config *cfg, gemm_engine *engine, gem
                      "see the log above)", cfg->listen, cfg->port);
         goto fail;
     }
+    listen_fd = -1; /* the daemon owns it now */
     int port = cfg->port;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     if (di && di->port) port = di->port;
+    di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_LISTEN_FD);
+    struct sockaddr_storage bound;
+    socklen_t blen = sizeof bound;
+    if (di && getsockname(di->listen_fd, (struct sockaddr *)&bound, &blen) == 0) {
+        if (bound.ss_family == AF_INET) port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
+        if (bound.ss_family == AF_INET6) port = ntohs(((struct sockaddr_in6 *)&bound)->sin6_port);
+    }
     snprintf(s->url, sizeof s->url, "%s://%s:%d", tls ? "https" : "http", host, port);
     return s;
 
 fail:
+    if (listen_fd >= 0) close(listen_fd);
     gemmd_jobs_free(s->jobs);
     gemmd_auth_free(s->auth);
     pthread_mutex_destroy(&s->mu);
@@ -415,9 +433,8 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-void gemmd_http_shutdown(gemmd_server *s)
+static int shutdown_server(gemmd_server *s, int keep_socket)
 {
-    if (!s) return;
     struct gemmd_server_ext *x = (struct gemmd_server_ext *)s;
     x->quiesced = MHD_quiesce_daemon(s->daemon); /* no new connections */
 
@@ -446,11 +463,29 @@ void gemmd_http_shutdown(gemmd_server *s)
         LOG_WARN("shutdown: closing %d requests that did not finish in time", atomic_load(&s->inflight));
 
     MHD_stop_daemon(s->daemon);
-    if (x->quiesced != MHD_INVALID_SOCKET) close(x->quiesced);
+    int kept = -1;
+    if (x->quiesced != MHD_INVALID_SOCKET) {
+        int fl = keep_socket ? fcntl(x->quiesced, F_GETFD) : -1;
+        if (fl >= 0 && fcntl(x->quiesced, F_SETFD, fl & ~FD_CLOEXEC) == 0)
+            kept = x->quiesced;
+        else
+            close(x->quiesced);
+    }
     gemmd_jobs_free(s->jobs);
     gemmd_auth_free(s->auth);
     pthread_mutex_destroy(&s->mu);
     free(x->tls_cert);
     free(x->tls_key);
     free(x);
+    return kept;
+}
+
+void gemmd_http_shutdown(gemmd_server *s)
+{
+    if (s) shutdown_server(s, 0);
+}
+
+int gemmd_http_shutdown_keep_socket(gemmd_server *s)
+{
+    return s ? shutdown_server(s, 1) : -1;
 }

@@ -20,8 +20,16 @@ typedef struct gemmd_server gemmd_server;
 /* Starts listening on cfg->listen:cfg->port (IPv4 or IPv6 literal). NULL with *err set
  * when the address, the tokens file, the TLS files or the socket fail. */
 gemmd_server *gemmd_http_start(const gemmd_config *cfg, gemm_engine *engine, gemm_err *err);
+/* The same on an inherited listening socket (listen_fd >= 0, already validated by the
+ * caller: a listening stream socket of cfg->listen's family); listen_fd < 0 binds. The
+ * server owns the socket from then on, on failure too. */
+gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, int listen_fd, gemm_err *err);
 /* "http://127.0.0.1:8080" */
 const char *gemmd_http_url(const gemmd_server *s);
 void gemmd_http_shutdown(gemmd_server *s);
+/* gemmd_http_shutdown, but the listening socket stays open (connections arriving meanwhile
+ * wait in the kernel's backlog) and is returned with FD_CLOEXEC cleared, for the process
+ * that replaces this one through exec; -1 when it could not be kept. */
+int gemmd_http_shutdown_keep_socket(gemmd_server *s);
 
 #endif

@@ -7,12 +7,22 @@
  * delivered to any thread, including the BLAS library's, which starts its threads before
  * main() and so never inherits a signal mask set here (sigwait() would then miss it and
  * the default action would kill the process).
+ *
+ * The main thread also watches the engine (every WATCH_MS): once it has lost every device
+ * (a GPU context that cannot be rebuilt in this process), the daemon restarts itself in
+ * place when restart_on_device_loss allows: the same graceful stop, but the listening
+ * socket stays open and is handed to a fresh exec of this binary (restart.c), so the pid
+ * and the port stay and new connections wait in the backlog. Without a restart (key off,
+ * or GEMMD_RESTART_MAX restarts within GEMMD_RESTART_WINDOW_S) it stays up unhealthy:
+ * /healthz and /readyz answer 503 so that an orchestrator restarts it.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -20,6 +30,10 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
+#include "restart.h"
+
+#define WATCH_MS 100
+#define DEVICE_LOST 0 /* wait_event(): the engine lost its devices (signals are > 0) */
 
 extern char **environ;
 
@@ -48,18 +62,37 @@ static int install_signals(void)
     sa.sa_flags = SA_RESTART;
     if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0) return -1;
     signal(SIGPIPE, SIG_IGN);
-    return 0;
+    /* A restart blocks these before exec, so that one arriving meanwhile stays pending
+     * for the new process, which takes it here. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    return pthread_sigmask(SIG_UNBLOCK, &set, NULL) == 0 ? 0 : -1;
 }
 
-static int wait_signal(void)
+/* The next signal, or DEVICE_LOST when `engine` (if not NULL) has become unhealthy. */
+static int wait_event(gemm_engine *engine)
 {
-    unsigned char b = 0;
     for (;;) {
-        ssize_t n = read(signal_pipe[0], &b, 1);
-        if (n == 1) return b;
-        if (n < 0 && errno == EINTR) continue;
-        return SIGTERM; /* cannot happen; stop rather than spin */
+        struct pollfd p = {signal_pipe[0], POLLIN, 0};
+        int r = poll(&p, 1, engine ? WATCH_MS : -1);
+        if (r < 0 && errno != EINTR) return SIGTERM; /* cannot happen; stop rather than spin */
+        if (r > 0) {
+            unsigned char b = 0;
+            ssize_t n = read(signal_pipe[0], &b, 1);
+            if (n == 1) return b;
+            if (n < 0 && errno != EINTR && errno != EAGAIN) return SIGTERM;
+        }
+        if (engine && !gemm_engine_healthy(engine)) return DEVICE_LOST;
     }
+}
+
+/* A signal that arrived while stopping for a restart: then stop for good. */
+static int signal_pending(void)
+{
+    struct pollfd p = {signal_pipe[0], POLLIN, 0};
+    return poll(&p, 1, 0) > 0;
 }
 
 static void describe_devices(gemm_engine *engine, char *out, size_t cap)
@@ -91,8 +124,19 @@ int main(int argc, char **argv)
     gemmd_log_set_level(level < 0 ? GEMMD_LOG_INFO : (gemmd_log_level)level);
     gemmd_metrics_init();
 
+    int restarts = gemmd_restart_count();
+    int listen_fd = gemmd_restart_inherited_socket(cfg.listen, cfg.port);
+    if (restarts > 0 && cfg.engine.fault_inject[0]) {
+        /* Test hook rule: a hook fires in the first process only, or a restart would
+         * inject the same fault again. */
+        LOG_INFO("restart %d: ignoring fault_inject = %s (a test hook applies to the first process only)",
+                 restarts, cfg.engine.fault_inject);
+        cfg.engine.fault_inject[0] = '\0';
+    }
+
     if (install_signals() != 0) {
         fprintf(stderr, "gemmd: cannot install the signal handlers: %s\n", strerror(errno));
+        if (listen_fd >= 0) close(listen_fd);
         return 1;
     }
 
@@ -101,9 +145,10 @@ int main(int argc, char **argv)
     gemm_engine *engine = gemm_engine_open(&cfg.engine, &err);
     if (!engine) {
         LOG_ERROR("engine did not start: %s (%s)", err.message, err.code);
+        if (listen_fd >= 0) close(listen_fd);
         return 1;
     }
-    gemmd_server *srv = gemmd_http_start(&cfg, engine, &err);
+    gemmd_server *srv = gemmd_http_start_fd(&cfg, engine, listen_fd, &err);
     if (!srv) {
         LOG_ERROR("http did not start: %s (%s)", err.message, err.code);
         gemm_engine_close(engine);
@@ -113,11 +158,43 @@ int main(int argc, char **argv)
     gemm_engine_describe(engine, &info);
     char devices[512];
     describe_devices(engine, devices, sizeof devices);
-    LOG_INFO("gemmd %s listening url=%s backend=%s devices=[%s] workers=%d queue=%d http_threads=%d%s%s",
+    char restarted[64] = "";
+    if (restarts > 0)
+        snprintf(restarted, sizeof restarted, " restart=%d listen_fd=%s", restarts, listen_fd >= 0 ? "inherited" : "new");
+    LOG_INFO("gemmd %s listening url=%s backend=%s devices=[%s] workers=%d queue=%d http_threads=%d%s%s%s",
              GEMMD_VERSION, gemmd_http_url(srv), info.backend, devices, info.workers, info.queue_capacity,
-             cfg.http_threads, cfg.config_path[0] ? " config=" : "", cfg.config_path);
+             cfg.http_threads, restarted, cfg.config_path[0] ? " config=" : "", cfg.config_path);
 
-    int sig = wait_signal();
+    int sig = wait_event(engine);
+    if (sig == DEVICE_LOST) {
+        char why[160] = "restart_on_device_loss = false";
+        if (cfg.restart_on_device_loss && gemmd_restart_allowed(why, sizeof why)) {
+            LOG_ERROR("the engine lost every device it uses (backend=%s devices=[%s]); restarting gemmd in place "
+                      "(restart %d; the listening socket is kept, queued work fails with 503, running work "
+                      "finishes, async job results kept in memory are lost)",
+                      info.backend, devices, restarts + 1);
+            int keep = gemmd_http_shutdown_keep_socket(srv);
+            gemm_engine_close(engine);
+            sigset_t set;
+            sigemptyset(&set);
+            sigaddset(&set, SIGINT);
+            sigaddset(&set, SIGTERM);
+            pthread_sigmask(SIG_BLOCK, &set, NULL);
+            if (signal_pending()) {
+                LOG_INFO("received a stop signal while restarting: stopped");
+                if (keep >= 0) close(keep);
+                return 0;
+            }
+            gemmd_restart_exec(argv, keep);
+            LOG_ERROR("restart failed: cannot exec /proc/self/exe: %s", strerror(errno));
+            if (keep >= 0) close(keep);
+            return 1;
+        }
+        LOG_ERROR("the engine lost every device it uses (backend=%s devices=[%s]) and gemmd does not restart "
+                  "itself (%s): products fail with 503, /healthz and /readyz answer 503; restart the process",
+                  info.backend, devices, why);
+        sig = wait_event(NULL);
+    }
     LOG_INFO("received %s: stopping (no new connections, queued work fails with 503, running work finishes)",
              sig == SIGINT ? "SIGINT" : "SIGTERM");
     gemmd_http_shutdown(srv);

@@ -11,6 +11,10 @@
 
 enum MHD_Result gemmd_route_healthz(gemmd_request *req)
 {
+    if (!gemm_engine_healthy(req->srv->engine))
+        return gemmd_respond_errorf(req, 503, "device_lost",
+                                    "the engine lost every device it uses; this process cannot recover "
+                                    "and must be restarted");
     gemm_buf b;
     gemm_buf_init(&b);
     gemm_buf_puts(&b, "{\"status\":\"ok\"}\n");
@@ -22,6 +26,9 @@ enum MHD_Result gemmd_route_readyz(gemmd_request *req)
     gemmd_server *srv = req->srv;
     if (atomic_load(&srv->stopping))
         return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down");
+    if (!gemm_engine_healthy(srv->engine))
+        return gemmd_respond_errorf(req, 503, "device_lost",
+                                    "the engine lost every device it uses; the process must be restarted");
     if (!gemm_engine_ready(srv->engine)) {
         gemm_engine_stats st;
         gemm_engine_get_stats(srv->engine, &st);
