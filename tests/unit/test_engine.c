@@ -475,6 +475,48 @@ static void test_done_may_free(void **st)
     assert_int_equal(__atomic_load_n(&count, __ATOMIC_SEQ_CST), accepted);
 }
 
+/* cpu_lost:2: job 1 runs, job 2 loses the device (500 device_error), job 3 gets 503
+ * device_unavailable; healthy and ready turn 0 at job 2 and stay 0. */
+static void test_healthy_lost(void **st)
+{
+    (void)st;
+    assert_int_equal(gemm_engine_healthy(NULL), 0);
+    gemm_engine *e = open_cpu(1, 4, "cpu_lost:2");
+    assert_int_equal(gemm_engine_healthy(e), 1);
+    assert_int_equal(gemm_engine_ready(e), 1);
+    tjob t[3];
+    gemm_err err;
+    for (int i = 0; i < 3; i++) {
+        tjob_init(e, &t[i], GEMM_DTYPE_F64, 9, 7, 5, 80 + (uint64_t)i);
+        assert_int_equal(gemm_engine_submit(e, &t[i].job, &err), 0);
+        tjob_wait(&t[i], 1);
+        if (i == 0) assert_int_equal(gemm_engine_healthy(e), 1);
+    }
+    assert_int_equal(t[0].state_at_done, GEMM_JOB_DONE);
+    assert_int_equal(tjob_check(&t[0]), 0);
+    assert_int_equal(t[1].state_at_done, GEMM_JOB_FAILED);
+    assert_int_equal(t[1].job.err.status, 500);
+    assert_string_equal(t[1].job.err.code, "device_error");
+    assert_int_equal(t[2].state_at_done, GEMM_JOB_FAILED);
+    assert_int_equal(t[2].job.err.status, 503);
+    assert_string_equal(t[2].job.err.code, "device_unavailable");
+    assert_int_equal(gemm_engine_healthy(e), 0);
+    assert_int_equal(gemm_engine_ready(e), 0);
+    gemm_engine_close(e);
+    for (int i = 0; i < 3; i++) tjob_free(&t[i]);
+
+    /* cpu_lost:0 is refused like the other hooks' bad values; no hook: always healthy. */
+    gemm_engine_config cfg;
+    gemm_engine_config_defaults(&cfg);
+    snprintf(cfg.backend, sizeof cfg.backend, "cpu");
+    snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "cpu_lost:0");
+    assert_null(gemm_engine_open(&cfg, &err));
+    assert_int_equal(err.status, 400);
+    e = open_cpu(1, 4, NULL);
+    assert_int_equal(gemm_engine_healthy(e), 1);
+    gemm_engine_close(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -487,6 +529,7 @@ int main(void)
         cmocka_unit_test(test_cancel_running),
         cmocka_unit_test(test_many_submitters),
         cmocka_unit_test(test_done_may_free),
+        cmocka_unit_test(test_healthy_lost),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }
