@@ -5,6 +5,7 @@
 #include "restart.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -118,6 +119,25 @@ int gemmd_restart_allowed(char *why, size_t whylen)
     return 0;
 }
 
+/* Every descriptor above stderr but listen_fd closes on exec: one a library opened
+ * without FD_CLOEXEC (a GPU driver's device files) must not keep the old process's
+ * state alive in the new one. */
+static void cloexec_all_but(int keep)
+{
+    DIR *dir = opendir("/proc/self/fd");
+    if (!dir) return;
+    int self = dirfd(dir);
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL) {
+        char *end = NULL;
+        long fd = strtol(de->d_name, &end, 10);
+        if (end == de->d_name || *end || fd <= 2 || fd == keep || fd == self) continue;
+        int fl = fcntl((int)fd, F_GETFD);
+        if (fl >= 0 && !(fl & FD_CLOEXEC)) fcntl((int)fd, F_SETFD, fl | FD_CLOEXEC);
+    }
+    closedir(dir);
+}
+
 int gemmd_restart_exec(char **argv, int listen_fd)
 {
     double now = mono_s(), t[64];
@@ -137,6 +157,7 @@ int gemmd_restart_exec(char **argv, int listen_fd)
     } else {
         unsetenv("GEMMD_LISTEN_FD");
     }
+    cloexec_all_but(listen_fd);
     execv("/proc/self/exe", argv);
     int saved = errno;
     unsetenv("GEMMD_LISTEN_FD");
