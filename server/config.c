@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "config_keys.h"
@@ -148,7 +149,7 @@ static const char *kind_accepts(const key_desc *k, char *buf, size_t len)
     case K_BACKEND: snprintf(buf, len, "auto, cpu or cuda"); break;
     case K_DEVICES: snprintf(buf, len, "all, or a comma list of device ordinals such as 0,1"); break;
     case K_LOGLEVEL: snprintf(buf, len, "error, warn, info or debug"); break;
-    case K_BOOL: snprintf(buf, len, "true or false (or yes/no, on/off, 1/0)"); break;
+    case K_BOOL: snprintf(buf, len, "true or false (or yes/no, on/off, 1/0; any case)"); break;
     }
     return buf;
 }
@@ -263,8 +264,8 @@ int gemmd_config_set(gemmd_config *c, const char *key, const char *value, char *
     case K_BOOL: {
         static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
         for (int i = 0; i < 4; i++) {
-            if (strcmp(value, yes[i]) == 0 || strcmp(value, no[i]) == 0) {
-                *(int *)field = strcmp(value, yes[i]) == 0;
+            if (strcasecmp(value, yes[i]) == 0 || strcasecmp(value, no[i]) == 0) {
+                *(int *)field = strcasecmp(value, yes[i]) == 0;
                 return 0;
             }
         }

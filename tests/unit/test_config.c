@@ -287,6 +287,31 @@ static void test_flag_errors(void **state)
     assert_int_equal(gemmd_config_from_args(&c, 3, a12, e0), -1); /* > connection_limit */
 }
 
+static void test_bool_key(void **state)
+{
+    (void)state;
+    gemmd_config c;
+    char msg[1024];
+    gemmd_config_defaults(&c);
+    assert_int_equal(c.restart_on_device_loss, 1);
+    static const struct { const char *text; int value; } ok[] = {
+        {"false", 0}, {"true", 1}, {"no", 0}, {"yes", 1}, {"off", 0}, {"on", 1}, {"0", 0}, {"1", 1},
+        {"FALSE", 0}, {"True", 1},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        c.restart_on_device_loss = !ok[i].value;
+        assert_int_equal(gemmd_config_set(&c, "restart_on_device_loss", ok[i].text, msg, sizeof msg), 0);
+        assert_int_equal(c.restart_on_device_loss, ok[i].value);
+    }
+    static const char *const bad[] = {"maybe", "", "2", "-1", "truee", "y e s"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c.restart_on_device_loss = 1;
+        assert_int_equal(gemmd_config_set(&c, "restart_on_device_loss", bad[i], msg, sizeof msg), -1);
+        assert_int_equal(c.restart_on_device_loss, 1); /* a refused value changes nothing */
+        assert_non_null(strstr(msg, "true or false"));
+    }
+}
+
 static void test_help_and_version(void **state)
 {
     (void)state;
@@ -345,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_file_errors),      cmocka_unit_test(test_env),
         cmocka_unit_test(test_precedence),       cmocka_unit_test(test_flag_errors),
         cmocka_unit_test(test_help_and_version), cmocka_unit_test(test_shipped_config_file),
+        cmocka_unit_test(test_bool_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
