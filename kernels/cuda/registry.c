@@ -13,6 +13,7 @@ extern const gemm_kernel_desc gemm_kernel_cublas;
 extern const gemm_kernel_desc gemm_kernel_simt;
 extern const gemm_kernel_desc gemm_kernel_mma;
 extern const gemm_kernel_desc gemm_kernel_dmma;
+extern const gemm_kernel_desc gemm_kernel_wgmma;
 
 const gemm_kernel_desc *const gemm_kernel_table[] = {
     &gemm_kernel_naive,
@@ -20,6 +21,7 @@ const gemm_kernel_desc *const gemm_kernel_table[] = {
     &gemm_kernel_simt,
     &gemm_kernel_mma,
     &gemm_kernel_dmma,
+    &gemm_kernel_wgmma,
     &gemm_kernel_cublas,
     NULL,
 };

@@ -1,0 +1,515 @@
+/*
+ * k06_wgmma.cu - Hopper tensor cores for float32 inputs through wgmma (sm_90a): math=tf32
+ * runs wgmma.m64n256k8 on TF32 operands, math=bf16 runs wgmma.m64n256k16 on BF16
+ * operands; both accumulate in float32 registers and write float32.
+ *
+ * Two steps, both enqueued on l->stream:
+ *  1. A pre-pass writes the operands the way wgmma reads them into device scratch
+ *     (l->workspace when large enough, else stream-ordered from a pool of this file):
+ *     B^T (n x kp, K-major) for both modes, rounded to TF32 (cvt.rna) or BF16 (rn); for
+ *     bf16 also A converted to BF16 (m x kp). For tf32, A is read in place when its rows
+ *     are 16-byte aligned (k % 4 == 0), else copied to m x kp. kp is k rounded up so that
+ *     a row is a multiple of 16 bytes, as the tensor copy engine requires.
+ *  2. The main kernel: a 128 x 256 block tile, 3 warpgroups. Warpgroup 0 is the producer:
+ *     one thread issues tensor copies (cp.async.bulk.tensor, 128-byte swizzle) of the A
+ *     (128 x BK) and B^T (256 x BK) tiles into a 4-stage shared-memory ring, completing on
+ *     an mbarrier per stage ("full"). Warpgroups 1 and 2 each own 64 rows of the tile:
+ *     per stage they issue four wgmma (k 16 bf16 / 8 tf32 each, 32 bytes of a 128-byte
+ *     row) with shared-memory descriptors, keep one stage of wgmma in flight and release
+ *     the stage before it to the producer through a second mbarrier ("empty").
+ *     setmaxnreg gives the consumers 232 registers (128 accumulators each) and the
+ *     producer 40. The tile's k and row edges are zero-filled by the copy engine (the
+ *     tensor maps carry the true sizes), so the loop has no edge cases; the store from
+ *     the accumulator fragments to C is bounds-checked. Blocks are rasterized in groups
+ *     of 8 tile rows for L2 reuse.
+ * A shared-memory row of a tile is always 128 bytes (64 bf16 or 32 float32), exactly one
+ * 128-byte swizzle atom wide: the copy engine writes 16-byte chunk c of row r at chunk
+ * c ^ (r % 8), which is the layout a K-major wgmma descriptor with 128-byte swizzle and a
+ * 1024-byte stride between 8-row groups describes.
+ *
+ * Needs sm_90a machine code: the kernel body exists only in the sm_90a build. The launcher
+ * refuses (cudaErrorNotSupported) on devices below 9.0 and when the binary chosen for the
+ * device lacks the body (a build without 90a in CUDA_ARCHS): that fallback body declares
+ * a static shared array, which the sm_90a body never does, and the launcher checks for it
+ * with cudaFuncGetAttributes.
+ */
+#include <stdint.h>
+
+#include <mutex>
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include "gemm_kernels.h"
+
+namespace {
+
+enum { WG_TF32 = 0, WG_BF16 = 1 };
+
+constexpr int BM = 128, BN = 256, STAGES = 4;
+constexpr int ROW_BYTES = 128; /* one tile row: BK elements */
+constexpr int A_TILE_BYTES = BM * ROW_BYTES;
+constexpr int B_TILE_BYTES = BN * ROW_BYTES;
+constexpr int STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;
+constexpr int THREADS = 384; /* producer warpgroup + 2 consumer warpgroups */
+constexpr int CONSUMER_THREADS = 256;
+/* The ring (1024-byte aligned by hand: the swizzle atoms must be), then 2 x STAGES
+ * mbarriers. */
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8;
+constexpr int GROUP_M = 8;
+
+template <int MATH> struct wg_traits;
+template <> struct wg_traits<WG_TF32> {
+    typedef float elem;
+    static constexpr int BK = 32;
+};
+template <> struct wg_traits<WG_BF16> {
+    typedef __nv_bfloat16 elem;
+    static constexpr int BK = 64;
+};
+static_assert(wg_traits<WG_TF32>::BK * sizeof(float) == ROW_BYTES &&
+                  wg_traits<WG_BF16>::BK * sizeof(__nv_bfloat16) == ROW_BYTES,
+              "a tile row is one 128-byte swizzle atom");
+static_assert(CONSUMER_THREADS == THREADS - 128, "one producer warpgroup");
+
+/* ------------------------------------------------------------------ pre-pass */
+
+__device__ __forceinline__ float round_to(float x, float *)
+{
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+}
+__device__ __forceinline__ __nv_bfloat16 round_to(float x, __nv_bfloat16 *)
+{
+    return __float2bfloat16_rn(x);
+}
+
+/* Bt[j][kk] = B[kk][j] rounded, for kk < k; zero for k <= kk < kp. 32 x 32 tiles through
+ * shared memory (padded a column against bank conflicts), block 32 x 8. */
+template <typename T>
+__global__ void transpose_b(const float *__restrict__ B, T *__restrict__ Bt, int k, int n, int kp)
+{
+    __shared__ float tile[32][33];
+    const int ntiles = (n + 31) / 32, ktiles = (kp + 31) / 32;
+    for (int ty = blockIdx.y; ty < ktiles; ty += gridDim.y) {
+        for (int tx = blockIdx.x; tx < ntiles; tx += gridDim.x) {
+            const int k0 = ty * 32, n0 = tx * 32;
+            for (int r = threadIdx.y; r < 32; r += 8) {
+                const int kk = k0 + r, j = n0 + threadIdx.x;
+                tile[r][threadIdx.x] = (kk < k && j < n) ? B[(size_t)kk * n + j] : 0.f;
+            }
+            __syncthreads();
+            for (int r = threadIdx.y; r < 32; r += 8) {
+                const int j = n0 + r, kk = k0 + threadIdx.x;
+                if (j < n && kk < kp)
+                    Bt[(size_t)j * kp + kk] = round_to(tile[threadIdx.x][r], (T *)nullptr);
+            }
+            __syncthreads();
+        }
+    }
+}
+
+/* Ah[r][c] = A[r][c] rounded, for c < k; zero for k <= c < kp. */
+template <typename T>
+__global__ void convert_a(const float *__restrict__ A, T *__restrict__ Ah, int m, int k, int kp)
+{
+    for (int r = blockIdx.y; r < m; r += gridDim.y)
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < kp; c += gridDim.x * blockDim.x)
+            Ah[(size_t)r * kp + c] =
+                round_to(c < k ? A[(size_t)r * k + c] : 0.f, (T *)nullptr);
+}
+
+/* ------------------------------------------------------------------ sm_90a primitives */
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT;\n"
+                 "}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+/* One box of a 2-D tensor map (inner coordinate x = k, outer y = row) into shared memory,
+ * completing `bar` with its byte count. */
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int x,
+                                         int y)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+                 : "memory");
+}
+
+/* K-major operand, 128-byte swizzle: start address, leading offset (unused with this
+ * swizzle, 16 bytes by convention), 1024 bytes between 8-row groups, swizzle mode 1. */
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+/* Keeps the compiler from moving accumulator reads/writes across the asynchronous MMA. */
+__device__ __forceinline__ void fence_acc(float (&d)[128])
+{
+#pragma unroll
+    for (int i = 0; i < 128; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define WG_ACC_OPERANDS                                                                      \
+    "{%0, %1, %2, %3, %4, %5, %6, %7,"                                                       \
+    "%8, %9, %10, %11, %12, %13, %14, %15,"                                                  \
+    "%16, %17, %18, %19, %20, %21, %22, %23,"                                                \
+    "%24, %25, %26, %27, %28, %29, %30, %31,"                                                \
+    "%32, %33, %34, %35, %36, %37, %38, %39,"                                                \
+    "%40, %41, %42, %43, %44, %45, %46, %47,"                                                \
+    "%48, %49, %50, %51, %52, %53, %54, %55,"                                                \
+    "%56, %57, %58, %59, %60, %61, %62, %63,"                                                \
+    "%64, %65, %66, %67, %68, %69, %70, %71,"                                                \
+    "%72, %73, %74, %75, %76, %77, %78, %79,"                                                \
+    "%80, %81, %82, %83, %84, %85, %86, %87,"                                                \
+    "%88, %89, %90, %91, %92, %93, %94, %95,"                                                \
+    "%96, %97, %98, %99, %100, %101, %102, %103,"                                            \
+    "%104, %105, %106, %107, %108, %109, %110, %111,"                                        \
+    "%112, %113, %114, %115, %116, %117, %118, %119,"                                        \
+    "%120, %121, %122, %123, %124, %125, %126, %127}"
+#define WG_ACC8(i)                                                                           \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]),              \
+        "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WG_ACC128                                                                            \
+    WG_ACC8(0), WG_ACC8(8), WG_ACC8(16), WG_ACC8(24), WG_ACC8(32), WG_ACC8(40), WG_ACC8(48), \
+        WG_ACC8(56), WG_ACC8(64), WG_ACC8(72), WG_ACC8(80), WG_ACC8(88), WG_ACC8(96),        \
+        WG_ACC8(104), WG_ACC8(112), WG_ACC8(120)
+
+/* d (64 x 256, this warpgroup's fragment) += A (64 x k-step) * B (k-step x 256), both from
+ * shared memory, K-major; scale-d 1 (accumulate), no negation, no transpose. */
+template <int MATH> __device__ __forceinline__ void wgmma_step(float (&d)[128], uint64_t da, uint64_t db);
+
+template <> __device__ __forceinline__ void wgmma_step<WG_BF16>(float (&d)[128], uint64_t da, uint64_t db)
+{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WG_ACC_OPERANDS
+                 ", %128, %129, 1, 1, 1, 0, 0;\n"
+                 : WG_ACC128
+                 : "l"(da), "l"(db));
+}
+
+template <> __device__ __forceinline__ void wgmma_step<WG_TF32>(float (&d)[128], uint64_t da, uint64_t db)
+{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " WG_ACC_OPERANDS
+                 ", %128, %129, 1, 1, 1;\n"
+                 : WG_ACC128
+                 : "l"(da), "l"(db));
+}
+
+#endif /* sm_90a */
+
+/* ------------------------------------------------------------------ main kernel */
+
+template <int MATH>
+__global__ void __launch_bounds__(THREADS, 1)
+wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+             float *__restrict__ C, int m, int n, int k, int tiles_m, int tiles_n, int vec)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BK = wg_traits<MATH>::BK;
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
+    const uint32_t bars = base + STAGES * STAGE_BYTES;
+    auto tile_a = [&](int s) { return base + (uint32_t)(s * STAGE_BYTES); };
+    auto tile_b = [&](int s) { return base + (uint32_t)(s * STAGE_BYTES + A_TILE_BYTES); };
+    auto full = [&](int s) { return bars + 8u * s; };
+    auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
+
+    /* Grouped rasterization: GROUP_M tile rows walk the tile columns together. */
+    const int pid = blockIdx.x;
+    const int per_group = GROUP_M * tiles_n;
+    const int first_m = (pid / per_group) * GROUP_M;
+    const int gsize = min(tiles_m - first_m, GROUP_M);
+    const int bm = (first_m + (pid % per_group) % gsize) * BM;
+    const int bn = ((pid % per_group) / gsize) * BN;
+
+    const int KT = (k + BK - 1) / BK;
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(full(s), 1);
+            mbar_init(empty(s), CONSUMER_THREADS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* Producer. */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (threadIdx.x == 0) {
+            for (int kt = 0; kt < KT; kt++) {
+                const int s = kt % STAGES;
+                mbar_wait(empty(s), ((kt / STAGES) & 1) ^ 1);
+                mbar_expect_tx(full(s), STAGE_BYTES);
+                tma_load(tile_a(s), &map_a, full(s), kt * BK, bm);
+                tma_load(tile_b(s), &map_b, full(s), kt * BK, bn);
+            }
+        }
+    } else {
+        /* Consumers: warpgroup 1 rows 0-63 of the tile, warpgroup 2 rows 64-127. */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        const int cw = wg - 1;
+        float d[128];
+#pragma unroll
+        for (int i = 0; i < 128; i++)
+            d[i] = 0.f;
+        for (int kt = 0; kt < KT; kt++) {
+            const int s = kt % STAGES;
+            mbar_wait(full(s), (kt / STAGES) & 1);
+            const uint32_t a = tile_a(s) + (uint32_t)(cw * 64 * ROW_BYTES), b = tile_b(s);
+            fence_acc(d);
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int kk = 0; kk < ROW_BYTES / 32; kk++)
+                wgmma_step<MATH>(d, smem_desc(a + 32 * kk), smem_desc(b + 32 * kk));
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            /* The previous stage's MMAs are done: hand its buffers back. */
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            fence_acc(d);
+            if (kt > 0)
+                mbar_arrive(empty((kt - 1) % STAGES));
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        fence_acc(d);
+
+        /* Fragment layout (per 8 columns j): d[4j], d[4j+1] at row w*16 + l/4, columns
+         * 8j + 2(l%4) + {0,1}; d[4j+2], d[4j+3] 8 rows below. */
+        const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
+        const int row0 = bm + cw * 64 + w * 16 + l / 4;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = row0 + 8 * h;
+            if (row >= m)
+                continue;
+            float *crow = C + (size_t)row * n;
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                const int col = bn + 8 * j + 2 * (l % 4);
+                if (vec && col + 1 < n) {
+                    *reinterpret_cast<float2 *>(crow + col) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                } else {
+                    if (col < n)
+                        crow[col] = d[4 * j + 2 * h];
+                    if (col + 1 < n)
+                        crow[col + 1] = d[4 * j + 2 * h + 1];
+                }
+            }
+        }
+    }
+#else
+    /* Not sm_90a: no body. The static array marks this binary for the launcher's check. */
+    __shared__ int no_wgmma[1];
+    if (m < 0)
+        ((volatile int *)no_wgmma)[0] = m;
+#endif
+}
+
+/* ------------------------------------------------------------------ host side */
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                    const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                    const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+encode_tiled_fn get_encode(void)
+{
+    static const encode_tiled_fn fn = []() -> encode_tiled_fn {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                             &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            return nullptr;
+        return reinterpret_cast<encode_tiled_fn>(p);
+    }();
+    return fn;
+}
+
+/* Tensor map of a rows x cols matrix (cols contiguous, row pitch ld elements), boxes of
+ * box_rows x (128 bytes), 128-byte swizzle, zero fill out of range. */
+bool make_map(CUtensorMap *map, encode_tiled_fn enc, CUtensorMapDataType type, int esize,
+              const void *ptr, int rows, int cols, size_t ld, int box_rows)
+{
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)(ld * esize)};
+    const cuuint32_t box[2] = {(cuuint32_t)(ROW_BYTES / esize), (cuuint32_t)box_rows};
+    const cuuint32_t estr[2] = {1, 1};
+    return enc(map, type, 2, const_cast<void *>(ptr), dims, strides, box, estr,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* The scratch comes from this file's own stream-ordered pool, one per device, which keeps
+ * up to SCRATCH_KEEP bytes between products (the default pool would hand its memory back
+ * at every synchronization, and the next product would map it again). */
+constexpr uint64_t SCRATCH_KEEP = 512ull << 20;
+constexpr int MAX_DEVICES = 64;
+
+cudaError_t scratch_pool(int dev, cudaMemPool_t *out)
+{
+    static std::mutex mu;
+    static cudaMemPool_t pools[MAX_DEVICES];
+    if (dev < 0 || dev >= MAX_DEVICES)
+        return cudaErrorInvalidDevice;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!pools[dev]) {
+        cudaMemPoolProps props = {};
+        props.allocType = cudaMemAllocationTypePinned;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = dev;
+        cudaMemPool_t p;
+        cudaError_t e = cudaMemPoolCreate(&p, &props);
+        if (e != cudaSuccess)
+            return e;
+        uint64_t keep = SCRATCH_KEEP;
+        e = cudaMemPoolSetAttribute(p, cudaMemPoolAttrReleaseThreshold, &keep);
+        if (e != cudaSuccess) {
+            cudaMemPoolDestroy(p);
+            return e;
+        }
+        pools[dev] = p;
+    }
+    *out = pools[dev];
+    return cudaSuccess;
+}
+
+template <int MATH> cudaError_t run(const gemm_launch *l)
+{
+    typedef typename wg_traits<MATH>::elem T;
+    const int esize = (int)sizeof(T);
+    const int m = l->m, n = l->n, k = l->k;
+    if (m < 1 || n < 1 || k < 1)
+        return cudaErrorInvalidValue;
+
+    int dev = 0, major = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e != cudaSuccess)
+        return e;
+    if (major < 9)
+        return cudaErrorNotSupported;
+    void (*kern)(CUtensorMap, CUtensorMap, float *, int, int, int, int, int, int) = wgmma_kernel<MATH>;
+    cudaFuncAttributes fa;
+    e = cudaFuncGetAttributes(&fa, kern);
+    if (e != cudaSuccess)
+        return e;
+    if (fa.sharedSizeBytes != 0) /* the body-less fallback binary: no sm_90a code */
+        return cudaErrorNotSupported;
+    const encode_tiled_fn enc = get_encode();
+    if (!enc)
+        return cudaErrorNotSupported;
+
+    const long long tm = (m + BM - 1) / BM, tn = (n + BN - 1) / BN;
+    if (tm * tn > 0x7fffffffLL || tn * GROUP_M > 0x7fffffffLL)
+        return cudaErrorInvalidConfiguration;
+
+    /* Scratch: B^T always; A for bf16, or for tf32 when A's rows are not 16-byte aligned. */
+    const int per16 = 16 / esize;
+    const long long kp = ((long long)k + per16 - 1) / per16 * per16;
+    if (kp > 0x7fffffffLL)
+        return cudaErrorInvalidValue;
+    const bool copy_a = MATH == WG_BF16 || (k % 4) != 0 || ((uintptr_t)l->A % 16) != 0;
+    const size_t bt_bytes = ((size_t)n * (size_t)kp * esize + 255) / 256 * 256;
+    const size_t need = bt_bytes + (copy_a ? (size_t)m * (size_t)kp * esize : 0);
+    void *scratch = l->workspace;
+    bool owned = false;
+    if (!scratch || l->workspace_bytes < need) {
+        cudaMemPool_t pool;
+        e = scratch_pool(dev, &pool);
+        if (e == cudaSuccess)
+            e = cudaMallocFromPoolAsync(&scratch, need, pool, l->stream);
+        if (e != cudaSuccess)
+            return e;
+        owned = true;
+    }
+    T *Bt = static_cast<T *>(scratch);
+    T *Ah = copy_a ? reinterpret_cast<T *>(static_cast<unsigned char *>(scratch) + bt_bytes) : nullptr;
+
+    {
+        const long long gx = (n + 31) / 32, gy = (kp + 31) / 32;
+        dim3 grid((unsigned)(gx < 65535 * 32 ? gx : 65535 * 32), (unsigned)(gy < 65535 ? gy : 65535));
+        transpose_b<T><<<grid, dim3(32, 8), 0, l->stream>>>((const float *)l->B, Bt, k, n, (int)kp);
+    }
+    if (copy_a) {
+        const long long gx = (kp + 255) / 256;
+        dim3 grid((unsigned)(gx < 64 ? gx : 64), (unsigned)(m < 65535 ? m : 65535));
+        convert_a<T><<<grid, 256, 0, l->stream>>>((const float *)l->A, Ah, m, k, (int)kp);
+    }
+
+    const CUtensorMapDataType type =
+        MATH == WG_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    CUtensorMap map_a, map_b;
+    const bool ok = make_map(&map_a, enc, type, esize, copy_a ? (const void *)Ah : l->A, m, k,
+                             copy_a ? (size_t)kp : (size_t)k, BM) &&
+                    make_map(&map_b, enc, type, esize, Bt, n, k, (size_t)kp, BN);
+    e = ok ? cudaSuccess : cudaErrorInvalidValue;
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+    if (e == cudaSuccess) {
+        const int vec = (n % 2 == 0) && ((uintptr_t)l->C % 8 == 0);
+        kern<<<(unsigned)(tm * tn), THREADS, SMEM_BYTES, l->stream>>>(
+            map_a, map_b, (float *)l->C, m, n, k, (int)tm, (int)tn, vec);
+        e = cudaGetLastError();
+    }
+    if (owned) {
+        const cudaError_t f = cudaFreeAsync(scratch, l->stream);
+        if (e == cudaSuccess)
+            e = f;
+    }
+    return e;
+}
+
+cudaError_t wgmma_launch(const gemm_launch *l)
+{
+    if (l->dtype != GEMM_DTYPE_F32 || l->tile != 0)
+        return cudaErrorInvalidValue;
+    switch (l->math) {
+    case GEMM_MATH_TF32: return run<WG_TF32>(l);
+    case GEMM_MATH_BF16: return run<WG_BF16>(l);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+} // namespace
+
+extern "C" const gemm_kernel_desc gemm_kernel_wgmma = {
+    "wgmma",
+    "Hopper wgmma (tf32 m64n256k8 / bf16 m64n256k16) fed by tensor copies into a 4-stage "
+    "mbarrier ring, producer/consumer warpgroups; operands pre-converted to K-major",
+    (1u << GEMM_DTYPE_F32),
+    (1u << GEMM_MATH_TF32) | (1u << GEMM_MATH_BF16),
+    {0, 0, 0, 0},
+    90,
+    wgmma_launch,
+};
