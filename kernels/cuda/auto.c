@@ -8,23 +8,33 @@
  * gives its first candidate the device supports (compute capability). When nothing
  * matches, the answer is "tiled", a member that runs every dtype on every GPU.
  *
- * The shape class is kept in the table because it decided nothing on the H100: cuBLAS led
- * every float shape we measured (square 512-8192, 4095, 4097, 8192x8192x1024,
- * 1024x1024x8192, 8192x1024x8192, 1024x8192x1024, 3000x5000x700), so every row says ANY.
- * A device or a kernel that changes that adds a SMALL or LARGE row above the ANY one.
+ * Until the wgmma member, cuBLAS led every float shape we measured (square 512-8192, 4095,
+ * 4097, 8192x8192x1024, 1024x1024x8192, 8192x1024x8192, 1024x8192x1024, 3000x5000x700).
+ * wgmma converts its operands in a pre-pass whose cost grows with (rows + cols) * inner
+ * while the product grows with rows * cols * inner, so it wins only where the output is
+ * large in both directions (the BIG classes below); and cuBLAS slows down 2.5-3.5x when a
+ * dimension is not a multiple of 4 (rows of float32 not 16-byte multiples), which wgmma's
+ * padded copies do not (BIG_UNALIGNED).
  */
 #include <stddef.h>
+#include <string.h>
 
 #include "gemm_kernels.h"
 
-/* RESULTS: bench/results/kernels-h100.md (bench_kernels on an NVIDIA H100 80GB HBM3,
- * 2026-11-22; CSV beside it). Each row lists candidates best first: the first one the
+/* k06_wgmma.cu: whether the build has sm_90a code for the current device. */
+int gemm_wgmma_runnable(void);
+
+/* RESULTS: bench/results/kernels-h100.md and, for wgmma, bench/results/kernels-wgmma-h100.md
+ * (bench_kernels on an NVIDIA H100 80GB HBM3, 2026-11-22; CSVs beside them). Each row lists candidates best first: the first one the
  * device supports is returned, so a GPU older than a member's min_cc gets the next. */
 
+/* Every product is in exactly one of SMALL, LARGE, BIG, BIG_UNALIGNED; ANY matches all. */
 typedef enum {
     SHAPE_ANY = 0,
     SHAPE_SMALL, /* fewer 128x128 output tiles than the H100 has SMs (132), or k < 64 */
-    SHAPE_LARGE,
+    SHAPE_LARGE, /* neither small nor big */
+    SHAPE_BIG,   /* harmonic mean of rows and cols >= 3072 and inner >= 512 */
+    SHAPE_BIG_UNALIGNED, /* big, and rows, cols or inner not a multiple of 4 */
 } shape_class;
 
 #define MAX_CANDIDATES 3
@@ -40,8 +50,16 @@ static const auto_row ROWS[] = {
     /* float32 exact: cuBLAS led at every measured shape; our simt came closest at 1024^3
      * (93%), 73-87% from 2048 up and on the non-square shapes, 64% at 512^3. */
     {GEMM_DTYPE_F32, GEMM_MATH_FP32, SHAPE_ANY, {"cublas", "simt", "tiled"}},
-    /* float32 on tensor cores: cuBLAS (wgmma) led everywhere; mma reached 38-63% (tf32) and
-     * 43-67% (bf16) of it at >= 1024, 92-95% only at 512^3. */
+    /* float32 on tensor cores. wgmma, bf16: 107-260% of cuBLAS on every BIG shape measured
+     * (4096^3, 8192^3, 4095^3, 4097^3, 8192x8192x1024, 3000x5000x700; cuBLAS's "bf16" runs
+     * its tf32 kernels), 52-80% where the output is smaller (2048^3, 8192x1024x8192,
+     * 1024x8192x1024, 1024^3 and below). wgmma, tf32: 83-93% of cuBLAS on the aligned BIG
+     * shapes, 132-185% at 4095^3 and 4097^3, where cuBLAS drops to 117-136 TFLOP/s.
+     * Elsewhere cuBLAS led; mma reached 38-63% (tf32) and 43-67% (bf16) of it at >= 1024,
+     * 92-95% only at 512^3. */
+    {GEMM_DTYPE_F32, GEMM_MATH_TF32, SHAPE_BIG_UNALIGNED, {"wgmma", "cublas", "mma"}},
+    {GEMM_DTYPE_F32, GEMM_MATH_BF16, SHAPE_BIG_UNALIGNED, {"wgmma", "cublas", "mma"}},
+    {GEMM_DTYPE_F32, GEMM_MATH_BF16, SHAPE_BIG, {"wgmma", "cublas", "mma"}},
     {GEMM_DTYPE_F32, GEMM_MATH_TF32, SHAPE_ANY, {"cublas", "mma", NULL}},
     {GEMM_DTYPE_F32, GEMM_MATH_BF16, SHAPE_ANY, {"cublas", "mma", NULL}},
     /* float64: cuBLAS led; dmma 71-86% of it, far ahead of the CUDA-core kernels. */
@@ -56,7 +74,17 @@ static shape_class classify(int rows, int cols, int inner)
     const long long tiles = (long long)((rows + 127) / 128) * ((cols + 127) / 128);
     if (tiles < 132 || inner < 64)
         return SHAPE_SMALL;
+    /* Harmonic mean 2*rows*cols/(rows+cols), in double (no overflow). */
+    const double harmonic = 2.0 * rows * cols / ((double)rows + cols);
+    if (harmonic >= 3072.0 && inner >= 512)
+        return (rows % 4 || cols % 4 || inner % 4) ? SHAPE_BIG_UNALIGNED : SHAPE_BIG;
     return SHAPE_LARGE;
+}
+
+/* Candidates whose code may be missing from this build are asked at run time. */
+static int runnable(const char *name)
+{
+    return strcmp(name, "wgmma") != 0 || gemm_wgmma_runnable();
 }
 
 const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc)
@@ -75,7 +103,7 @@ const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int 
             continue;
         for (int c = 0; c < MAX_CANDIDATES && row->kernel[c]; c++) {
             const gemm_kernel_desc *k = gemm_kernel_find(row->kernel[c]);
-            if (k && gemm_kernel_supports(k, d, m, 0, cc, NULL))
+            if (k && gemm_kernel_supports(k, d, m, 0, cc, NULL) && runnable(row->kernel[c]))
                 return row->kernel[c];
         }
     }

@@ -403,6 +403,18 @@ cudaError_t scratch_pool(int dev, cudaMemPool_t *out)
     return cudaSuccess;
 }
 
+/* cudaSuccess when the binary the runtime picks for the current device has the kernel's
+ * body (sm_90a code); cudaErrorNotSupported for the body-less fallback, recognized by its
+ * static shared array. */
+cudaError_t has_body(void (*kern)(CUtensorMap, CUtensorMap, float *, int, int, int, int, int, int))
+{
+    cudaFuncAttributes fa;
+    const cudaError_t e = cudaFuncGetAttributes(&fa, kern);
+    if (e != cudaSuccess)
+        return e;
+    return fa.sharedSizeBytes != 0 ? cudaErrorNotSupported : cudaSuccess;
+}
+
 template <int MATH> cudaError_t run(const gemm_launch *l)
 {
     typedef typename wg_traits<MATH>::elem T;
@@ -420,12 +432,9 @@ template <int MATH> cudaError_t run(const gemm_launch *l)
     if (major < 9)
         return cudaErrorNotSupported;
     void (*kern)(CUtensorMap, CUtensorMap, float *, int, int, int, int, int, int) = wgmma_kernel<MATH>;
-    cudaFuncAttributes fa;
-    e = cudaFuncGetAttributes(&fa, kern);
+    e = has_body(kern);
     if (e != cudaSuccess)
         return e;
-    if (fa.sharedSizeBytes != 0) /* the body-less fallback binary: no sm_90a code */
-        return cudaErrorNotSupported;
     const encode_tiled_fn enc = get_encode();
     if (!enc)
         return cudaErrorNotSupported;
@@ -502,6 +511,25 @@ cudaError_t wgmma_launch(const gemm_launch *l)
 }
 
 } // namespace
+
+/* Whether this build can run the member on the current device (cc >= 9.0 and sm_90a code
+ * present): kernel=auto asks before it picks wgmma, so a build without 90a in CUDA_ARCHS
+ * falls back to the next candidate instead of failing the product. */
+extern "C" int gemm_wgmma_runnable(void)
+{
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (major < 9 || has_body(wgmma_kernel<WG_BF16>) != cudaSuccess ||
+        has_body(wgmma_kernel<WG_TF32>) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return 1;
+}
 
 extern "C" const gemm_kernel_desc gemm_kernel_wgmma = {
     "wgmma",
