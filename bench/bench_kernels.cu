@@ -21,6 +21,7 @@
  * --tune times the registered variants of the simt (float32), mma (tf32, bf16) and dmma
  * (float64) kernels
  * against each other at a few shapes: the sweep docs/KERNELS.md records.
+ * With --kernels, --tune times only the variants of the kernels named.
  * --slow-limit N: kernels named naive and tiled run only when max(m, n, k) <= N (default
  * 4096), so the sweep of the big shapes stays short.
  */
@@ -455,6 +456,8 @@ static void run_tune(ctx &c, const std::vector<shape> &shapes)
         std::vector<unsigned char> ref = reference(c, GEMM_DTYPE_F32, s, b.A, b.B);
         const gemm_math maths[] = {GEMM_MATH_FP32, GEMM_MATH_TF32, GEMM_MATH_BF16};
         for (gemm_math m : maths) {
+            if (!wanted(c, m == GEMM_MATH_FP32 ? "simt" : "mma"))
+                continue;
             printf("== tune %s %dx%dx%d\n", mode_name(GEMM_DTYPE_F32, m), s.m, s.n, s.k);
             gemm_launch l = make_launch(c, GEMM_DTYPE_F32, m, s, b);
             g_desc = gemm_kernel_find("cublas");
@@ -472,6 +475,8 @@ static void run_tune(ctx &c, const std::vector<shape> &shapes)
             }
         }
         free_bufs(b);
+        if (!wanted(c, "dmma"))
+            continue;
         /* float64: the DMMA variants. */
         b = alloc_inputs(c, GEMM_DTYPE_F64, s, 98);
         ref = reference(c, GEMM_DTYPE_F64, s, b.A, b.B);

@@ -50,10 +50,13 @@ template <typename T> __device__ __forceinline__ void lds4(T (&r)[4], const T *p
     }
 }
 
-template <typename T, int BM_, int BN_, int BK_, int WM_, int WN_, int TM_, int TN_, int ST_>
+/* AMAP_: how the fast copy spreads A over threads (see fast_loader). */
+template <typename T, int BM_, int BN_, int BK_, int WM_, int WN_, int TM_, int TN_, int ST_,
+          int AMAP_ = 1>
 struct simt_cfg {
     static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, TM = TM_, TN = TN_;
     static constexpr int STAGES = ST_;
+    static constexpr int AMAP = AMAP_;
     static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
     static constexpr int THREADS = WARPS_M * WARPS_N * 32;
     static constexpr int LM = WM / TM, LN = WN / TN; /* lanes along m and n */
@@ -63,7 +66,7 @@ struct simt_cfg {
     static constexpr size_t SMEM = (size_t)STAGES * BK * (LDA + LDB) * sizeof(T);
     /* Blocks per SM the register budget is capped for (__launch_bounds__). */
     static constexpr int MINB =
-        TM * TN * (int)sizeof(T) > 256 ? 1 : (THREADS >= 256 ? 2 : (TM * TN >= 64 ? 2 : 4));
+        TM * TN * (int)sizeof(T) > 256 ? 1 : (THREADS >= 256 || TM * TN * (int)sizeof(T) >= 256 ? 2 : 3);
     static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must divide the block tile");
     static_assert(WM % TM == 0 && WN % TN == 0, "thread tiles must divide the warp tile");
     static_assert(LM * LN == 32, "a warp tile must hold exactly 32 thread tiles");
@@ -75,6 +78,99 @@ struct simt_cfg {
     static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 pipeline stages");
 };
 
+/*
+ * The copy of one k-step's tiles when the whole tile is in range (every block of an aligned
+ * product, all but the edge blocks of any other): no predicates, no zero fill, and every
+ * address an immediate offset from a few row pointers that advance by one tile per step.
+ * Computing each address from (row, column) afresh cost about 170 integer instructions
+ * per tile beside 1024 FFMA in the first version of this kernel; this costs about 20.
+ *
+ * A (element-wise, stored transposed): thread t owns rows t/KQ + h*AROWS and the four k
+ * values t%KQ + j*KQ; B: 16-byte vectors (VECB) or elements, 32 lanes across a row.
+ */
+/* p + step, computed where it stands: the compiler may not hoist the pointers of every pass
+ * out of the k loop, which would hold 2 registers per pass for the whole kernel and spill. */
+template <typename T> __device__ __forceinline__ const T *step_ptr(const T *p, size_t step_bytes)
+{
+    const T *q;
+    asm volatile("add.s64 %0, %1, %2;" : "=l"(q) : "l"(p), "l"(step_bytes));
+    return q;
+}
+
+template <typename T, typename Cfg, bool VECB> struct fast_loader {
+    /* A, AMAP 0: KQ = BK/4 threads across a k-step, each copying four k values KQ apart
+     * (immediate offsets from one row pointer). AMAP 1: BK threads across a k-step, one
+     * element each per pass, whole 64-byte rows per pair of warp lanes. */
+    static constexpr int KQ = Cfg::AMAP == 0 ? Cfg::BK / 4 : Cfg::BK;
+    static constexpr int AJ = Cfg::AMAP == 0 ? 4 : 1;  /* k values a thread copies per row */
+    static constexpr int AROWS = Cfg::THREADS / KQ;    /* A rows per pass */
+    static constexpr int AH = Cfg::BM / AROWS;         /* passes over A */
+    static constexpr int BW = VECB ? Cfg::BN / Cfg::VB : 32; /* threads across a row of B */
+    static constexpr int BCOLS = VECB ? 1 : Cfg::BN / 32;    /* copies per row (elements) */
+    static constexpr int BROWS = Cfg::THREADS / BW;          /* B rows per pass */
+    static constexpr int BH = Cfg::BK / BROWS;               /* passes over B */
+    static_assert(Cfg::BK % 4 == 0 && Cfg::THREADS % KQ == 0, "A loader: whole rows of threads");
+    static_assert(Cfg::BM % AROWS == 0 && AH >= 1, "A loader: whole passes");
+    static_assert(Cfg::THREADS % BW == 0 && Cfg::BK % BROWS == 0 && BH >= 1,
+                  "B loader: whole passes");
+    static_assert(VECB || Cfg::BN % 32 == 0, "B loader: 32 lanes across a row");
+
+    const T *a;     /* this thread's first A row at the current k-step */
+    size_t astep;   /* bytes between this thread's A rows of consecutive passes */
+    const T *b;     /* first B row of this thread at the current k-step */
+    size_t bstep;   /* bytes between this thread's B rows of consecutive passes */
+    int adst, bdst; /* shared-memory offsets within a stage */
+
+    __device__ __forceinline__ fast_loader(const T *A, const T *B, int n, int k, int bm, int bn)
+    {
+        const int t = threadIdx.x;
+        a = A + (size_t)(bm + t / KQ) * k + t % KQ;
+        astep = (size_t)AROWS * k * sizeof(T);
+        adst = (t % KQ) * Cfg::LDA + t / KQ;
+        const int bc = VECB ? (t % BW) * Cfg::VB : t % BW;
+        b = B + (size_t)(t / BW) * n + bn + bc;
+        bstep = (size_t)BROWS * n * sizeof(T);
+        bdst = (t / BW) * Cfg::LDB + bc;
+    }
+    /* Copies the tile at the current k-step into (As, Bs) and advances one step. */
+    __device__ __forceinline__ void load(T *As, T *Bs)
+    {
+        const T *src = a;
+#pragma unroll
+        for (int h = 0; h < AH; h++) {
+#pragma unroll
+            for (int j = 0; j < AJ; j++)
+                gemm_async::cp_async<sizeof(T)>(As + adst + j * KQ * Cfg::LDA + h * AROWS,
+                                                src + j * KQ, true);
+            if (h + 1 < AH)
+                src = step_ptr(src, astep);
+        }
+        a += Cfg::BK;
+        src = b;
+#pragma unroll
+        for (int h = 0; h < BH; h++) {
+            if (VECB) {
+                gemm_async::cp_async<16>(Bs + bdst + h * BROWS * Cfg::LDB, src, true);
+            } else {
+#pragma unroll
+                for (int c = 0; c < BCOLS; c++)
+                    gemm_async::cp_async<sizeof(T)>(Bs + bdst + h * BROWS * Cfg::LDB + c * 32,
+                                                    src + c * 32, true);
+            }
+            if (h + 1 < BH)
+                src = step_ptr(src, bstep);
+        }
+        b = step_ptr(b, (size_t)BH * bstep);
+    }
+    /* Skips one k-step (the edge loader copied it). */
+    __device__ __forceinline__ void skip()
+    {
+        a += Cfg::BK;
+        b = step_ptr(b, (size_t)BH * bstep);
+    }
+};
+
+/* The general copy, for tiles that cross an edge: every element checked, zeros outside. */
 template <typename T, typename Cfg, bool VECB>
 __device__ __forceinline__ void load_tile(T *As, T *Bs, const T *__restrict__ A,
                                           const T *__restrict__ B, int m, int n, int k,
@@ -148,27 +244,35 @@ simt_kernel(int m, int n, int k, const T *__restrict__ A, const T *__restrict__ 
             acc[i][j] = acc_t(0);
 
     const int KT = (k + Cfg::BK - 1) / Cfg::BK;
+    /* Tiles wholly in range take the fast copy; the rest (edge blocks, the last partial
+     * k-step) the checked one. Tiles are started in order, so the fast loader's pointers
+     * stay in step either way. */
+    const bool interior = bm + Cfg::BM <= m && bn + Cfg::BN <= n;
+    const int kfull = interior ? k / Cfg::BK : 0;
+    fast_loader<T, Cfg, VECB> fl(A, B, n, k, bm, bn);
+    auto start_tile = [&](int t) {
+        T *as = As + (t % Cfg::STAGES) * Cfg::BK * Cfg::LDA;
+        T *bs = Bs + (t % Cfg::STAGES) * Cfg::BK * Cfg::LDB;
+        if (t < kfull) {
+            fl.load(as, bs);
+        } else {
+            load_tile<T, Cfg, VECB>(as, bs, A, B, m, n, k, bm, bn, t * Cfg::BK);
+            fl.skip();
+        }
+    };
 #pragma unroll
     for (int s = 0; s < Cfg::STAGES - 1; s++) {
         if (s < KT)
-            load_tile<T, Cfg, VECB>(As + s * Cfg::BK * Cfg::LDA, Bs + s * Cfg::BK * Cfg::LDB, A,
-                                    B, m, n, k, bm, bn, s * Cfg::BK);
+            start_tile(s);
         gemm_async::commit();
     }
 
     for (int kt = 0; kt < KT; kt++) {
         gemm_async::wait_group<Cfg::STAGES - 2>();
         __syncthreads(); /* tile kt visible to all; stage (kt-1) no longer read by anyone */
-        {
-            const int nt = kt + Cfg::STAGES - 1;
-            if (nt < KT) {
-                const int st = nt % Cfg::STAGES;
-                load_tile<T, Cfg, VECB>(As + st * Cfg::BK * Cfg::LDA,
-                                        Bs + st * Cfg::BK * Cfg::LDB, A, B, m, n, k, bm, bn,
-                                        nt * Cfg::BK);
-            }
-            gemm_async::commit();
-        }
+        if (kt + Cfg::STAGES - 1 < KT)
+            start_tile(kt + Cfg::STAGES - 1);
+        gemm_async::commit();
         const int st = kt % Cfg::STAGES;
         const T *as = As + st * Cfg::BK * Cfg::LDA + wm + lm * 4;
         const T *bs = Bs + st * Cfg::BK * Cfg::LDB + wn + ln * 4;
@@ -242,34 +346,48 @@ template <typename T, typename Cfg> cudaError_t run_cfg(const gemm_launch *l)
     return cudaGetLastError();
 }
 
-/* The float32 variants of the tuning sweep (bench_kernels --tune). */
-typedef simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 2> f32_v0;
-typedef simt_cfg<float, 128, 128, 16, 64, 32, 8, 8, 2> f32_v1;
-typedef simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 3> f32_v2;
-typedef simt_cfg<float, 128, 128, 16, 64, 32, 8, 8, 3> f32_v3;
-typedef simt_cfg<float, 128, 256, 8, 64, 64, 8, 16, 2> f32_v4;
-typedef simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2> f32_v5;
-typedef simt_cfg<float, 128, 128, 16, 32, 64, 8, 8, 2> f32_v6;
-typedef simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2> f32_v7;
-typedef simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2> f32_v8;
-typedef simt_cfg<float, 256, 128, 8, 64, 64, 16, 8, 2> f32_v9;
+/* The float32 variants of the tuning sweep (bench_kernels --tune): name, then the
+ * configuration. Variants whose element-wise (odd n) form spilled registers under the
+ * 128-register cap of two blocks per SM are left out (128x128x16 in 2 or 4 stages,
+ * 128x128x16 with 32x64 warps); docs/KERNELS.md has their last measurements. */
+#define SIMT_F32_VARIANTS(X)                                                                  \
+    X("128x128x8 warp64x32 thr8x8 st2", simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 2>)        \
+    X("128x128x8 warp64x32 thr8x8 st3", simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 3>)        \
+    X("128x128x16 warp64x32 thr8x8 st3", simt_cfg<float, 128, 128, 16, 64, 32, 8, 8, 3>)      \
+    X("128x128x8 warp32x64 thr8x8 st2", simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>)        \
+    X("128x64x16 warp64x32 thr8x8 st2", simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2>)        \
+    X("64x64x16 warp32x32 thr4x8 st2", simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2>)          \
+    X("64x64x16 warp32x32 thr4x8 st3", simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 3>)          \
+    X("128x256x8 warp64x64 thr8x16 st2", simt_cfg<float, 128, 256, 8, 64, 64, 8, 16, 2>)      \
+    X("128x256x16 warp64x64 thr8x16 st2", simt_cfg<float, 128, 256, 16, 64, 64, 8, 16, 2>)    \
+    X("256x128x8 warp64x64 thr16x8 st2", simt_cfg<float, 256, 128, 8, 64, 64, 16, 8, 2>)      \
+    X("256x128x8 warp64x64 thr16x8 st3", simt_cfg<float, 256, 128, 8, 64, 64, 16, 8, 3>)      \
+    X("256x128x16 warp64x64 thr16x8 st2", simt_cfg<float, 256, 128, 16, 64, 64, 16, 8, 2>)    \
+    X("128x128x16 warp64x32 thr8x8 st3 amap0", simt_cfg<float, 128, 128, 16, 64, 32, 8, 8, 3, 0>) \
+    X("128x128x16 warp64x32 thr8x8 st2 amap0", simt_cfg<float, 128, 128, 16, 64, 32, 8, 8, 2, 0>) \
+    X("64x64x16 warp32x32 thr4x8 st2 amap0", simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2, 0>)
+/* The 256x128 and 128x256 tiles give a thread 128 outputs and take one block of 8 warps an
+ * SM: the shape of cuBLAS's own FP32 kernel on the H100 (256x128x8, 3 stages, 4x2 warps,
+ * 254 registers). */
+/* The float32 defaults, from the sweep on the H100 (docs/KERNELS.md): 128x128x8 with 32x64
+ * warp tiles in 2 stages was first or within 0.3% of first at every shape, 16-byte rows
+ * or not; 128x64x16 led where 128x128 tiles are fewer than the SMs (1024^3: 98% of
+ * cuBLAS against 86% for 64x64 and 56% for 128x128). */
+typedef simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2> f32_big;
+typedef simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2> f32_mid;
+typedef simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2> f32_small;
 /* float64: 8x8 doubles would be 128 accumulator registers; 8 x 4 keeps two blocks per SM. */
 typedef simt_cfg<double, 128, 64, 8, 64, 16, 8, 4, 2> f64_big;
 typedef simt_cfg<double, 64, 64, 8, 32, 32, 4, 8, 2> f64_small;
 typedef simt_cfg<int32_t, 128, 128, 8, 64, 32, 8, 8, 2> i32_big;
 typedef simt_cfg<int32_t, 64, 64, 16, 32, 32, 4, 8, 2> i32_small;
 
-/* Tuning sweep on the H100 (docs/KERNELS.md): with 16-byte rows 128x128x16 in 3 stages
- * won at 8192 (2 stages at 4096, within 0.3%); element-wise copies (odd n) favour BK = 8. */
-#define F32_DEFAULT f32_v3
-#define F32_DEFAULT_ODD f32_v0
-
 /* Fewer big tiles than about one wave of the 132 SMs of an H100: use the small tile. */
-bool small_problem(const gemm_launch *l, int bm, int bn)
+long long tile_count(const gemm_launch *l, int bm, int bn)
 {
-    const long long tiles = (long long)((l->m + bm - 1) / bm) * ((l->n + bn - 1) / bn);
-    return tiles < 132;
+    return (long long)((l->m + bm - 1) / bm) * ((l->n + bn - 1) / bn);
 }
+bool small_problem(const gemm_launch *l, int bm, int bn) { return tile_count(l, bm, bn) < 132; }
 
 cudaError_t simt_launch(const gemm_launch *l)
 {
@@ -278,10 +396,13 @@ cudaError_t simt_launch(const gemm_launch *l)
     case GEMM_DTYPE_F32:
         if (tile == 0)
             tile = small_problem(l, 128, 128) ? 64 : 128;
-        if (tile == 64)
-            return run_cfg<float, f32_v5>(l);
-        return gemm_vec_ok(l->B, l->n, 4, 16) ? run_cfg<float, F32_DEFAULT>(l)
-                                              : run_cfg<float, F32_DEFAULT_ODD>(l);
+        if (tile == 64) {
+            /* 128x64 tiles while they still give about three quarters of a wave. */
+            if (l->tile == 0 && tile_count(l, 128, 64) >= 96)
+                return run_cfg<float, f32_mid>(l);
+            return run_cfg<float, f32_small>(l);
+        }
+        return run_cfg<float, f32_big>(l);
     case GEMM_DTYPE_F64:
         if (tile == 0)
             tile = small_problem(l, 128, 64) ? 64 : 128;
@@ -297,35 +418,25 @@ cudaError_t simt_launch(const gemm_launch *l)
 } // namespace
 
 /* Tuning sweep entry points (float32 only), used by bench/bench_kernels.cu --tune. */
-extern "C" int gemm_simt_variant_count(void) { return 10; }
+#define SIMT_NAME(name, ...) name,
+static const char *const simt_variant_names[] = {SIMT_F32_VARIANTS(SIMT_NAME)};
+#undef SIMT_NAME
+static const int simt_variants = (int)(sizeof simt_variant_names / sizeof *simt_variant_names);
+
+extern "C" int gemm_simt_variant_count(void) { return simt_variants; }
 extern "C" const char *gemm_simt_variant_name(int v)
 {
-    static const char *const names[] = {
-        "128x128x8 warp64x32 thr8x8 st2",  "128x128x16 warp64x32 thr8x8 st2",
-        "128x128x8 warp64x32 thr8x8 st3",  "128x128x16 warp64x32 thr8x8 st3",
-        "128x256x8 warp64x64 thr8x16 st2", "64x64x16 warp32x32 thr4x8 st2",
-        "128x128x16 warp32x64 thr8x8 st2", "128x128x8 warp32x64 thr8x8 st2" ,
-        "128x64x16 warp64x32 thr8x8 st2",  "256x128x8 warp64x64 thr16x8 st2",
-    };
-    return (v >= 0 && v < 10) ? names[v] : "?";
+    return (v >= 0 && v < simt_variants) ? simt_variant_names[v] : "?";
 }
 extern "C" cudaError_t gemm_simt_variant_launch(int v, const gemm_launch *l)
 {
-    if (l->dtype != GEMM_DTYPE_F32)
+    if (l->dtype != GEMM_DTYPE_F32 || v < 0 || v >= simt_variants)
         return cudaErrorInvalidValue;
-    switch (v) {
-    case 0: return run_cfg<float, f32_v0>(l);
-    case 1: return run_cfg<float, f32_v1>(l);
-    case 2: return run_cfg<float, f32_v2>(l);
-    case 3: return run_cfg<float, f32_v3>(l);
-    case 4: return run_cfg<float, f32_v4>(l);
-    case 5: return run_cfg<float, f32_v5>(l);
-    case 6: return run_cfg<float, f32_v6>(l);
-    case 7: return run_cfg<float, f32_v7>(l);
-    case 8: return run_cfg<float, f32_v8>(l);
-    case 9: return run_cfg<float, f32_v9>(l);
-    default: return cudaErrorInvalidValue;
-    }
+    typedef cudaError_t (*launcher)(const gemm_launch *);
+#define SIMT_LAUNCHER(name, ...) run_cfg<float, __VA_ARGS__>,
+    static const launcher launchers[] = {SIMT_F32_VARIANTS(SIMT_LAUNCHER)};
+#undef SIMT_LAUNCHER
+    return launchers[v](l);
 }
 
 extern "C" const gemm_kernel_desc gemm_kernel_simt = {

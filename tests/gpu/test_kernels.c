@@ -24,6 +24,7 @@ static const shape shapes[] = {
     {64, 17, 65, 0},
     {1000, 1, 1000, 0},
     {1023, 1025, 1021, 0},
+    {520, 260, 264, 0},    /* whole 128-tiles beside edge tiles, 16-byte rows of B */
     {4096, 4096, 4096, 1}, /* float32 only */
 };
 static const shape small_shapes[] = {
@@ -31,6 +32,9 @@ static const shape small_shapes[] = {
     {37, 53, 29, 0},
     {64, 17, 65, 0},
     {33, 70, 47, 0},
+    {160, 40, 136, 0}, /* one whole 128-tile (the unchecked copy) beside edge tiles */
+    {131, 33, 129, 0}, /* the same with rows of B not 16-byte aligned */
+    {1100, 20, 700, 0}, /* enough 128x64 tiles for simt's default to take them */
 };
 
 static double tolerance(gemm_dtype d, gemm_math math, const shape *s)
@@ -172,9 +176,9 @@ int main(int argc, char **argv)
                     tap_skip("device compute capability too low", "%s %s", kd->name, gemm_dtype_name(d));
                     continue;
                 }
-                int tiles[5] = {0}, nt = 0;
+                /* The default (tile 0: the kernel picks by shape), then each tile it offers. */
+                int tiles[5] = {0}, nt = 1;
                 for (int t = 0; t < 4 && kd->tiles[t]; t++) tiles[nt++] = kd->tiles[t];
-                if (nt == 0) tiles[nt++] = 0;
                 for (int mi = GEMM_MATH_FP32; mi < GEMM_MATH_COUNT; mi++) {
                     gemm_math math = (gemm_math)mi;
                     if (d != GEMM_DTYPE_F32 && math != GEMM_MATH_FP32) continue;
