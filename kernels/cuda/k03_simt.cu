@@ -12,10 +12,14 @@
  *    copied 16 bytes at a time when n and the pointer allow it, element-wide otherwise.
  *  - cp.async multi-stage pipeline (STAGES buffers): tile t+STAGES-1 is in flight while
  *    tile t is multiplied; one barrier per tile.
+ *  - Tiles wholly in range are copied without checks from row pointers that advance one
+ *    k-step per tile (fast_loader), A in whole 64-byte row pieces: on the H100 an FFMA
+ *    takes a whole issue slot, so the integer work of a checked copy costs FFMA time.
  *  - Block order grouped by GROUP rows of tiles, so blocks running together share
  *    panels of A and B in L2.
- * Edges: out-of-range elements are copied as zeros (cp.async src-size 0) and the store is
- * bounds-checked, so any m, n, k >= 1 works. int32 accumulates in uint32 (wraps).
+ * Edges: tiles that cross an edge take the checked copy, where out-of-range elements are
+ * copied as zeros (cp.async src-size 0), and the store is bounds-checked, so any
+ * m, n, k >= 1 works. int32 accumulates in uint32 (wraps).
  *
  * Tile parameters are template arguments, checked by static_asserts; the float32
  * variants below were timed against each other by `bench_kernels --tune` on the H100
@@ -348,12 +352,12 @@ template <typename T, typename Cfg> cudaError_t run_cfg(const gemm_launch *l)
 
 /* The float32 variants of the tuning sweep (bench_kernels --tune): name, then the
  * configuration. Variants whose element-wise (odd n) form spilled registers under the
- * 128-register cap of two blocks per SM are left out (128x128x16 in 2 or 4 stages,
- * 128x128x16 with 32x64 warps); docs/KERNELS.md has their last measurements. */
+ * 128-register cap of two blocks per SM for one of the shipped architectures are left out
+ * (128x128x16 in 2, 3 or 4 stages, with 64x32 or 32x64 warps; amap0 in 2 stages);
+ * bench/results/kernels-h100.md has their last measurements. */
 #define SIMT_F32_VARIANTS(X)                                                                  \
     X("128x128x8 warp64x32 thr8x8 st2", simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 2>)        \
     X("128x128x8 warp64x32 thr8x8 st3", simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 3>)        \
-    X("128x128x16 warp64x32 thr8x8 st3", simt_cfg<float, 128, 128, 16, 64, 32, 8, 8, 3>)      \
     X("128x128x8 warp32x64 thr8x8 st2", simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>)        \
     X("128x64x16 warp64x32 thr8x8 st2", simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2>)        \
     X("64x64x16 warp32x32 thr4x8 st2", simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2>)          \
@@ -364,7 +368,6 @@ template <typename T, typename Cfg> cudaError_t run_cfg(const gemm_launch *l)
     X("256x128x8 warp64x64 thr16x8 st3", simt_cfg<float, 256, 128, 8, 64, 64, 16, 8, 3>)      \
     X("256x128x16 warp64x64 thr16x8 st2", simt_cfg<float, 256, 128, 16, 64, 64, 16, 8, 2>)    \
     X("128x128x16 warp64x32 thr8x8 st3 amap0", simt_cfg<float, 128, 128, 16, 64, 32, 8, 8, 3, 0>) \
-    X("128x128x16 warp64x32 thr8x8 st2 amap0", simt_cfg<float, 128, 128, 16, 64, 32, 8, 8, 2, 0>) \
     X("64x64x16 warp32x32 thr4x8 st2 amap0", simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2, 0>)
 /* The 256x128 and 128x256 tiles give a thread 128 outputs and take one block of 8 warps an
  * SM: the shape of cuBLAS's own FP32 kernel on the H100 (256x128x8, 3 stages, 4x2 warps,
