@@ -18,9 +18,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 MODES = [("float32", "fp32"), ("float32", "tf32"), ("float32", "bf16"),
          ("float64", "exact"), ("int32", "exact")]
-ORDER = ["naive", "tiled", "simt", "mma", "dmma", "cublas"]
+ORDER = ["naive", "tiled", "simt", "mma", "dmma", "wgmma", "cublas"]
 COLORS = {"naive": "#bbbbbb", "tiled": "#888888", "simt": "#2ca02c", "mma": "#1f77b4",
-          "dmma": "#d62728", "cublas": "#ff7f0e"}
+          "dmma": "#d62728", "wgmma": "#9467bd", "cublas": "#ff7f0e"}
 
 
 def shape_label(r):
