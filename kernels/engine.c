@@ -312,6 +312,7 @@ int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err)
     memset(&job->timing, 0, sizeof job->timing);
     job->kernel_used[0] = '\0';
     job->tile_used = 0;
+    job->block[0] = '\0';
     job->math_used = GEMM_MATH_DEFAULT;
     job->device[0] = '\0';
     job->stream = -1;

@@ -88,4 +88,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_cublas = {
     {0, 0, 0, 0},
     0,
     cublas_launch,
+    NULL,
 };

@@ -218,7 +218,10 @@ static int cuda_validate(void *self, gemm_job *job, gemm_err *err)
                             job->tile, why ? why : "not supported");
     }
     snprintf(job->kernel_used, sizeof job->kernel_used, "%s", k->name);
-    job->tile_used = job->tile ? job->tile : k->tiles[0];
+    /* What the tile resolves to depends on the device buffers too (alignment picks some
+     * blocks): run() asks the kernel's plan just before the launch. */
+    job->tile_used = job->tile;
+    job->block[0] = '\0';
     job->math_used = job->dtype == GEMM_DTYPE_F32
                          ? (job->math == GEMM_MATH_DEFAULT ? GEMM_MATH_FP32 : job->math)
                          : GEMM_MATH_DEFAULT;
@@ -362,12 +365,14 @@ allocated:;
         .math = job->math_used,
         .m = (int)job->m, .n = (int)job->n, .k = (int)job->k,
         .A = w->buf[0], .B = w->buf[1], .C = w->buf[2],
-        .tile = job->tile_used,
+        .tile = job->tile, /* 0: the kernel chooses by shape */
         .stream = s,
         .cublas = w->blas,
         .workspace = NULL,
         .workspace_bytes = 0,
     };
+    if (k->plan)
+        job->tile_used = k->plan(&l, job->block, sizeof job->block);
     if (GEMM_CUDA_CHECK(&site, k->launch(&l)) != cudaSuccess ||
         GEMM_CUDA_CHECK(&site, cudaEventRecord(w->ev[2], s)) != cudaSuccess)
         goto fail;

@@ -43,6 +43,11 @@ typedef struct {
     int min_cc;              /* lowest compute capability * 10 it needs (e.g. 90 for wgmma) */
     /* Enqueues the product; returns cudaSuccess or the launch error (cudaGetLastError). */
     cudaError_t (*launch)(const gemm_launch *l);
+    /* The block tile launch picks for l, written "BMxBNxBK" into out (tiled: "TxT"), and
+     * the tile option that selects it (0 when only the shape-based default reaches it).
+     * Made by the same choice as launch, so the answer reports what ran. NULL for members
+     * with no block tile of their own (naive, cublas). */
+    int (*plan)(const gemm_launch *l, char *out, size_t cap);
 } gemm_kernel_desc;
 
 /* All members, in lesson order, NULL-terminated. */
@@ -58,6 +63,32 @@ int gemm_kernel_supports(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m
 const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc);
 
 #ifdef __cplusplus
+}
+#endif
+
+#include <stdio.h>
+
+/* For the plan functions of the members. */
+static inline int gemm_block_dims(char *out, size_t cap, int bm, int bn, int bk, int tile)
+{
+    if (cap) {
+        if (bk > 0)
+            snprintf(out, cap, "%dx%dx%d", bm, bn, bk);
+        else
+            snprintf(out, cap, "%dx%d", bm, bn);
+    }
+    return tile;
+}
+static inline int gemm_block_name_none(char *out, size_t cap)
+{
+    if (cap)
+        out[0] = '\0';
+    return 0;
+}
+#ifdef __cplusplus
+template <class Cfg> static inline int gemm_block_name(char *out, size_t cap, int tile)
+{
+    return gemm_block_dims(out, cap, Cfg::BM, Cfg::BN, Cfg::BK, tile);
 }
 #endif
 #endif /* GEMM_KERNELS_H */

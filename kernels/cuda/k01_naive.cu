@@ -64,4 +64,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_naive = {
     {0, 0, 0, 0},
     0,
     naive_launch,
+    NULL,
 };

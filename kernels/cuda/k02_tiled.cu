@@ -75,6 +75,12 @@ cudaError_t tiled_launch(const gemm_launch *l)
     }
 }
 
+int tiled_plan(const gemm_launch *l, char *out, size_t cap)
+{
+    const int t = l->tile == 16 ? 16 : 32;
+    return gemm_block_dims(out, cap, t, t, 0, t);
+}
+
 } // namespace
 
 extern "C" const gemm_kernel_desc gemm_kernel_tiled = {
@@ -85,4 +91,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_tiled = {
     {32, 16, 0, 0},
     0,
     tiled_launch,
+    tiled_plan,
 };

@@ -392,29 +392,59 @@ long long tile_count(const gemm_launch *l, int bm, int bn)
 }
 bool small_problem(const gemm_launch *l, int bm, int bn) { return tile_count(l, bm, bn) < 132; }
 
-cudaError_t simt_launch(const gemm_launch *l)
+/* Which configuration simt_launch runs for l: one choice, used by the launcher and by
+ * simt_plan, so what the answer reports is what ran. */
+enum simt_pick { F32_BIG, F32_MID, F32_SMALL, F64_BIG, F64_SMALL, I32_BIG, I32_SMALL, PICK_NONE };
+
+simt_pick simt_choose(const gemm_launch *l)
 {
     int tile = l->tile;
     switch (l->dtype) {
     case GEMM_DTYPE_F32:
         if (tile == 0)
             tile = small_problem(l, 128, 128) ? 64 : 128;
-        if (tile == 64) {
+        if (tile == 64)
             /* 128x64 tiles while they still give about three quarters of a wave. */
-            if (l->tile == 0 && tile_count(l, 128, 64) >= 96)
-                return run_cfg<float, f32_mid>(l);
-            return run_cfg<float, f32_small>(l);
-        }
-        return run_cfg<float, f32_big>(l);
+            return l->tile == 0 && tile_count(l, 128, 64) >= 96 ? F32_MID : F32_SMALL;
+        return F32_BIG;
     case GEMM_DTYPE_F64:
         if (tile == 0)
             tile = small_problem(l, 128, 64) ? 64 : 128;
-        return tile == 64 ? run_cfg<double, f64_small>(l) : run_cfg<double, f64_big>(l);
+        return tile == 64 ? F64_SMALL : F64_BIG;
     case GEMM_DTYPE_I32:
         if (tile == 0)
             tile = small_problem(l, 128, 128) ? 64 : 128;
-        return tile == 64 ? run_cfg<int32_t, i32_small>(l) : run_cfg<int32_t, i32_big>(l);
+        return tile == 64 ? I32_SMALL : I32_BIG;
+    default: return PICK_NONE;
+    }
+}
+
+cudaError_t simt_launch(const gemm_launch *l)
+{
+    switch (simt_choose(l)) {
+    case F32_BIG: return run_cfg<float, f32_big>(l);
+    case F32_MID: return run_cfg<float, f32_mid>(l);
+    case F32_SMALL: return run_cfg<float, f32_small>(l);
+    case F64_BIG: return run_cfg<double, f64_big>(l);
+    case F64_SMALL: return run_cfg<double, f64_small>(l);
+    case I32_BIG: return run_cfg<int32_t, i32_big>(l);
+    case I32_SMALL: return run_cfg<int32_t, i32_small>(l);
     default: return cudaErrorInvalidValue;
+    }
+}
+
+/* The block tile, and the tile option that selects it: 128x64 is reached only by default. */
+int simt_plan(const gemm_launch *l, char *out, size_t cap)
+{
+    switch (simt_choose(l)) {
+    case F32_BIG: return gemm_block_name<f32_big>(out, cap, 128);
+    case F32_MID: return gemm_block_name<f32_mid>(out, cap, 0);
+    case F32_SMALL: return gemm_block_name<f32_small>(out, cap, 64);
+    case F64_BIG: return gemm_block_name<f64_big>(out, cap, 128);
+    case F64_SMALL: return gemm_block_name<f64_small>(out, cap, 64);
+    case I32_BIG: return gemm_block_name<i32_big>(out, cap, 128);
+    case I32_SMALL: return gemm_block_name<i32_small>(out, cap, 64);
+    default: return gemm_block_name_none(out, cap);
     }
 }
 
@@ -451,4 +481,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_simt = {
     {128, 64, 0, 0},
     80,
     simt_launch,
+    simt_plan,
 };

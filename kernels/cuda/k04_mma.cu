@@ -372,21 +372,40 @@ typedef mma_cfg<MMA_BF16, 256, 128, 32, 64, 64, 3, 1> bf16_v6;
 #define TF32_DEFAULT tf32_v1
 #define BF16_DEFAULT bf16_v4
 
+/* The tile option for l: 64x64 blocks when 128x128 ones would not fill the SMs once. */
+int mma_tile(const gemm_launch *l)
+{
+    if (l->tile)
+        return l->tile;
+    const long long tiles = (long long)((l->m + 127) / 128) * ((l->n + 127) / 128);
+    return tiles < 132 ? 64 : 128;
+}
+
 cudaError_t mma_launch(const gemm_launch *l)
 {
     if (l->dtype != GEMM_DTYPE_F32)
         return cudaErrorInvalidValue;
-    int tile = l->tile;
-    if (tile == 0) {
-        const long long tiles = (long long)((l->m + 127) / 128) * ((l->n + 127) / 128);
-        tile = tiles < 132 ? 64 : 128;
-    }
+    const int tile = mma_tile(l);
     switch (l->math) {
     case GEMM_MATH_TF32:
         return tile == 64 ? run_cfg<tf32_small>(l) : run_cfg<TF32_DEFAULT>(l);
     case GEMM_MATH_BF16:
         return tile == 64 ? run_cfg<bf16_small>(l) : run_cfg<BF16_DEFAULT>(l);
     default: return cudaErrorInvalidValue;
+    }
+}
+
+int mma_plan(const gemm_launch *l, char *out, size_t cap)
+{
+    const int tile = mma_tile(l);
+    switch (l->math) {
+    case GEMM_MATH_TF32:
+        return tile == 64 ? gemm_block_name<tf32_small>(out, cap, 64)
+                          : gemm_block_name<TF32_DEFAULT>(out, cap, 128);
+    case GEMM_MATH_BF16:
+        return tile == 64 ? gemm_block_name<bf16_small>(out, cap, 64)
+                          : gemm_block_name<BF16_DEFAULT>(out, cap, 128);
+    default: return gemm_block_name_none(out, cap);
     }
 }
 
@@ -429,4 +448,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_mma = {
     {128, 64, 0, 0},
     80,
     mma_launch,
+    mma_plan,
 };

@@ -291,20 +291,44 @@ extern "C" cudaError_t gemm_dmma_variant_launch(int v, const gemm_launch *l)
 }
 
 namespace {
+enum dmma_pick { SM90_128, SM90_DEFAULT, SM90_ODD, SM80_128, SM80_64 };
+
+dmma_pick dmma_choose(const gemm_launch *l)
+{
+    if (dmma_cc_ok()) {
+        if (l->tile == 128)
+            return SM90_128;
+        const bool vec = gemm_vec_ok(l->A, l->k, 8, 16) && gemm_vec_ok(l->B, l->n, 8, 16) &&
+                         gemm_vec_ok(l->C, l->n, 8, 16);
+        const long long tiles = (long long)((l->m + 63) / 64) * ((l->n + 127) / 128);
+        return vec && tiles >= 4 * 132 ? SM90_DEFAULT : SM90_ODD;
+    }
+    return l->tile == 128 ? SM80_128 : SM80_64;
+}
+
 cudaError_t dmma_launch(const gemm_launch *l)
 {
     if (l->dtype != GEMM_DTYPE_F64)
         return cudaErrorInvalidValue;
-    if (dmma_cc_ok()) {
-        if (l->tile == 128)
-            return run_cfg<F64_SM90_128>(l);
-        const bool vec = gemm_vec_ok(l->A, l->k, 8, 16) && gemm_vec_ok(l->B, l->n, 8, 16) &&
-                         gemm_vec_ok(l->C, l->n, 8, 16);
-        const long long tiles = (long long)((l->m + 63) / 64) * ((l->n + 127) / 128);
-        return vec && tiles >= 4 * 132 ? run_cfg<F64_SM90_DEFAULT>(l)
-                                       : run_cfg<F64_SM90_ODD>(l);
+    switch (dmma_choose(l)) {
+    case SM90_128: return run_cfg<F64_SM90_128>(l);
+    case SM90_DEFAULT: return run_cfg<F64_SM90_DEFAULT>(l);
+    case SM90_ODD: return run_cfg<F64_SM90_ODD>(l);
+    case SM80_128: return run_cfg<f64_v2>(l);
+    default: return run_cfg<f64_v3>(l);
     }
-    return l->tile == 128 ? run_cfg<f64_v2>(l) : run_cfg<f64_v3>(l);
+}
+
+/* tile=64 (or none) on sm_90 picks 64x128 or 64x64 by shape and alignment: both report 64. */
+int dmma_plan(const gemm_launch *l, char *out, size_t cap)
+{
+    switch (dmma_choose(l)) {
+    case SM90_128: return gemm_block_name<F64_SM90_128>(out, cap, 128);
+    case SM90_DEFAULT: return gemm_block_name<F64_SM90_DEFAULT>(out, cap, 64);
+    case SM90_ODD: return gemm_block_name<F64_SM90_ODD>(out, cap, 64);
+    case SM80_128: return gemm_block_name<f64_v2>(out, cap, 128);
+    default: return gemm_block_name<f64_v3>(out, cap, 64);
+    }
 }
 } // namespace
 
@@ -316,4 +340,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_dmma = {
     {128, 64, 0, 0},
     80,
     dmma_launch,
+    dmma_plan,
 };

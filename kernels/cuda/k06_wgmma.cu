@@ -510,6 +510,12 @@ cudaError_t wgmma_launch(const gemm_launch *l)
     }
 }
 
+int wgmma_plan(const gemm_launch *l, char *out, size_t cap)
+{
+    const int bk = l->math == GEMM_MATH_BF16 ? wg_traits<WG_BF16>::BK : wg_traits<WG_TF32>::BK;
+    return gemm_block_dims(out, cap, BM, BN, bk, 0);
+}
+
 } // namespace
 
 /* Whether this build can run the member on the current device (cc >= 9.0 and sm_90a code
@@ -540,4 +546,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_wgmma = {
     {0, 0, 0, 0},
     90,
     wgmma_launch,
+    wgmma_plan,
 };

@@ -168,7 +168,7 @@ static void test_each_kernel(void)
 {
     gemm_engine *e = open_cuda(2, 0, "", 64);
     if (!e) { tap(0, "open"); return; }
-    struct { const char *kernel; int tile; gemm_dtype d; gemm_math math; const char *want; int want_tile; } cases[] = {
+    struct { const char *kernel; int tile; gemm_dtype d; gemm_math math; const char *want; int want_tile; const char *want_block; } cases[] = {
         {"naive", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "naive", 0},
         {"tiled", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "tiled", 32},
         {"tiled", 16, GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "tiled", 16},
@@ -179,6 +179,12 @@ static void test_each_kernel(void)
         {"cublas", 0, GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "cublas", 0},
         {"auto", 0, GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, NULL, -1},
         {"", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, NULL, -1},
+        /* 257 x 300: nine 128x128 blocks, far from a wave: simt's default is the small block,
+         * and the answer says so (the launcher and the report make one choice). */
+        {"simt", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "simt", 64, "64x64x16"},
+        {"simt", 128, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "simt", 128, "128x128x8"},
+        {"tiled", 16, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "tiled", 16, "16x16"},
+        {"cublas", 0, GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "cublas", 0, ""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         tjob *t = make_job(e, cases[i].d, 257, 300, 129, cases[i].kernel, cases[i].tile, cases[i].math, 100 + i);
@@ -192,13 +198,14 @@ static void test_each_kernel(void)
                         tm->h2d_ms + tm->kernel_ms + tm->d2h_ms <= tm->compute_ms + 0.05;
         int names_ok = (!cases[i].want || strcmp(j->kernel_used, cases[i].want) == 0) &&
                        (cases[i].want_tile < 0 || j->tile_used == cases[i].want_tile) &&
+                       (!cases[i].want_block || strcmp(j->block, cases[i].want_block) == 0) &&
                        strncmp(j->device, "cuda:", 5) == 0 && j->stream >= 0 &&
                        (cases[i].d != GEMM_DTYPE_F32 ||
                         j->math_used == (cases[i].math == GEMM_MATH_DEFAULT ? GEMM_MATH_FP32 : cases[i].math));
         tap(ok && timing_ok && names_ok,
-            "kernel=%s tile=%d %s math=%s -> %s tile %d on %s stream %d: err %.3g; h2d %.3f + kernel %.3f + d2h %.3f <= total %.3f ms",
+            "kernel=%s tile=%d %s math=%s -> %s tile %d block \"%s\" on %s stream %d: err %.3g; h2d %.3f + kernel %.3f + d2h %.3f <= total %.3f ms",
             cases[i].kernel[0] ? cases[i].kernel : "(none)", cases[i].tile, gemm_dtype_name(cases[i].d),
-            gemm_math_name(cases[i].math), j->kernel_used, j->tile_used, j->device, j->stream, er,
+            gemm_math_name(cases[i].math), j->kernel_used, j->tile_used, j->block, j->device, j->stream, er,
             tm->h2d_ms, tm->kernel_ms, tm->d2h_ms, tm->compute_ms);
         if (rc != 0 || atomic_load(&j->state) != GEMM_JOB_DONE)
             printf("#   submit %d / %s: %s\n", rc, j->err.code, rc ? err.message : j->err.message);
