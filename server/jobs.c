@@ -314,12 +314,14 @@ void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *v)
         v->expires_in_s = left > 0 ? left : 0;
         memcpy(v->kernel, j->job.kernel_used, sizeof v->kernel);
         v->tile = j->job.tile_used;
+        memcpy(v->block, j->job.block, sizeof v->block);
         v->math = j->job.math_used;
         memcpy(v->device, j->job.device, sizeof v->device);
     } else {
         v->total_ms = v->age_ms + j->recv_ms + j->decode_ms;
         memcpy(v->kernel, j->job.kernel, sizeof v->kernel);
         v->tile = j->job.tile;
+        v->block[0] = '\0';
         v->math = j->job.math;
     }
     pthread_mutex_unlock(&s->mu);

@@ -47,6 +47,7 @@ typedef struct {
     gemm_dtype dtype;
     const char *kernel;
     int tile;
+    const char *block;  /* "BMxBNxBK" or "" */
     const char *math;
     const char *device;
     const char *job_id; /* NULL for synchronous products */

@@ -51,6 +51,7 @@ static void job_meta(const gemm_job *job, gemmd_product_meta *m, const char *id)
     m->dtype = job->dtype;
     m->kernel = job->kernel_used;
     m->tile = job->tile_used;
+    m->block = job->block;
     m->math = gemm_math_report_name(job->dtype, job->math_used);
     m->device = job->device;
     m->job_id = id;
@@ -226,7 +227,9 @@ enum MHD_Result gemmd_route_job_status(gemmd_request *req)
     gemm_buf_json_string(&b, gemm_dtype_name(v.dtype));
     gemm_buf_puts(&b, ",\"kernel\":");
     gemm_buf_json_string(&b, v.kernel);
-    gemm_buf_printf(&b, ",\"tile\":%d,\"math\":", v.tile);
+    gemm_buf_printf(&b, ",\"tile\":%d,\"block\":", v.tile);
+    gemm_buf_json_string(&b, v.block);
+    gemm_buf_puts(&b, ",\"math\":");
     gemm_buf_json_string(&b, gemm_math_report_name(v.dtype, v.math));
     gemm_buf_puts(&b, ",\"device\":");
     gemm_buf_json_string(&b, v.device);

@@ -70,7 +70,7 @@ static void usage_multiply(FILE *f)
             "                           its size, or N)\n"
             "  -k, --kernel NAME        auto, naive, tiled, cublas, ... (see gemm info)\n"
             "      --math MODE          float32 only: fp32, tf32, bf16\n"
-            "      --tile N             tile of the tiled kernel\n"
+            "      --tile N             block tile, for kernels that take one (see gemm info)\n"
             "      --async              queue a job, wait for it, fetch the result (Ctrl-C cancels it)\n"
             "      --timing             print the server's stages and the client's time on stderr\n"
             "      --progress / --no-progress  progress bar for transfers over 64 MB\n"

@@ -61,12 +61,21 @@ def parse_shape(text):
 def decode(r, answer, dtype):
     """The matrix C from an answer in the given format, or (None, why)."""
     ct = (r.header("content-type") or "").split(";")[0].strip()
+    if answer != "json":
+        # binary answers carry what the JSON body says in headers
+        for h in ("x-gemm-kernel", "x-gemm-device", "x-gemm-math"):
+            if not r.header(h):
+                return None, "no %s header" % h
+        if not re.fullmatch(r"\d+", r.header("x-gemm-tile") or ""):
+            return None, "X-Gemm-Tile %r" % r.header("x-gemm-tile")
     if answer == "json":
         if ct != "application/json":
             return None, "Content-Type %r" % ct
         j = r.json()
         if not isinstance(j, dict) or "c" not in j:
             return None, "no 'c' in the JSON answer"
+        if not isinstance(j.get("tile"), int) or not isinstance(j.get("block"), str):
+            return None, "tile %r / block %r in the JSON answer" % (j.get("tile"), j.get("block"))
         if j.get("dtype") != dtype:
             return None, "dtype %r" % j.get("dtype")
         c = np.array(j["c"], dtype=np.float64 if dtype != "int32" else np.int64)
@@ -104,6 +113,12 @@ def check_timing(tap, r, answer, name):
     st = server_timing(r)
     tap.ok(st is not None and "total" in st, name + ": Server-Timing with total",
            "Server-Timing: %r" % r.header("server-timing"))
+    rate = re.search(r'(?:^|,)\s*kernel;dur=[0-9.]+;desc="([0-9.]+) GFLOP/s"', r.header("server-timing") or "")
+    if answer == "json":
+        g = ((r.json() or {}).get("timing") or {}).get("gflops", 0)
+        tap.ok((rate is not None and abs(float(rate.group(1)) - g) <= 0.05 + 1e-3 * g) if g > 0 else rate is None,
+               name + ": the kernel's GFLOP/s in Server-Timing matches timing.gflops",
+               "Server-Timing: %r, gflops %r" % (r.header("server-timing"), g))
     if answer == "json":
         t = (r.json() or {}).get("timing")
         good = isinstance(t, dict) and all(isinstance(t.get(s), (int, float)) for s in STAGES + ("total_ms",))
