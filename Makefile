@@ -156,12 +156,22 @@ clean:
 	rm -rf build build-san bin lib
 
 # ---------------------------------------------------------------- rules
-$(BUILD)/obj/%.o: %.c
+# Objects remember the settings they were built with: switching CUDA=0/1, CC or the flags
+# (CUDA_ARCHS, OPT) rebuilds them instead of linking objects made for the other setting.
+FLAGS_STAMP := $(BUILD)/.flags
+FLAGS_NOW := CC=$(CC) CUDA=$(CUDA) CPPFLAGS=$(CPPFLAGS) CFLAGS=$(CFLAGS) NVCCFLAGS=$(NVCCFLAGS)
+.PHONY: FORCE
+FORCE:
+$(FLAGS_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo '$(FLAGS_NOW)' | cmp -s - $@ || echo '$(FLAGS_NOW)' > $@
+
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu
+$(BUILD)/obj/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	@echo "  NVCC    $<"
 	$(Q)$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -c $< -o $@
