@@ -19,6 +19,10 @@ WORKDIR /src
 COPY . .
 # The same invocation as on a development machine; CUDA=1 makes a missing nvcc an error.
 RUN make CUDA=1 CUDA_ARCHS="${CUDA_ARCHS}" -j"$(nproc)" build
+# The image's config is the shipped one listening on every interface (a container's
+# loopback is unreachable from outside), so no flag has to override it at run time.
+RUN sed -e 's/^listen = .*/listen = 0.0.0.0/' config/gemmd.conf > gemmd-container.conf \
+ && grep -q '^listen = 0.0.0.0$' gemmd-container.conf
 
 # ---------------------------------------------------------------- runtime stage
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04
@@ -30,11 +34,13 @@ RUN apt-get update \
  && useradd --system --gid gemmd --home-dir /nonexistent --shell /usr/sbin/nologin gemmd \
  && mkdir -p /etc/gemmd
 COPY --from=build /src/bin/gemmd /src/bin/gemm /usr/local/bin/
-COPY --from=build /src/config/gemmd.conf /etc/gemmd/gemmd.conf
+COPY --from=build /src/gemmd-container.conf /etc/gemmd/gemmd.conf
 USER gemmd
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
     CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
-# Mount another config over /etc/gemmd/gemmd.conf, or override keys with GEMMD_* variables.
-# Binding beyond loopback: set tokens_file in the config to require bearer tokens.
-CMD ["gemmd", "--config", "/etc/gemmd/gemmd.conf", "--listen", "0.0.0.0", "--port", "8080"]
+# Mount another config over /etc/gemmd/gemmd.conf (keep listen = 0.0.0.0 in it), or override
+# keys with GEMMD_* variables (-e GEMMD_STREAMS_PER_DEVICE=8): no flag below outranks them.
+# The health check and EXPOSE assume port 8080. Beyond a trusted network, set tokens_file
+# in the config to require bearer tokens.
+CMD ["gemmd", "--config", "/etc/gemmd/gemmd.conf"]
