@@ -47,8 +47,9 @@ typedef struct {
 } auto_row;
 
 static const auto_row ROWS[] = {
-    /* float32 exact: cuBLAS led at every measured shape; our simt came closest at 1024^3
-     * (93%), 73-87% from 2048 up and on the non-square shapes, 64% at 512^3. */
+    /* float32 exact: cuBLAS led at every measured shape; simt reached 99% of it at 1024^3,
+     * 90-94% from 2048 up and on the large non-square shapes, 87-88% at 4095^3/4097^3, 77%
+     * at 1024x1024x8192 and 69% at 512^3 (bench/results/kernels-h100.md). */
     {GEMM_DTYPE_F32, GEMM_MATH_FP32, SHAPE_ANY, {"cublas", "simt", "tiled"}},
     /* float32 on tensor cores. wgmma, bf16: 107-260% of cuBLAS on every BIG shape measured
      * (4096^3, 8192^3, 4095^3, 4097^3, 8192x8192x1024, 3000x5000x700; cuBLAS's "bf16" runs
@@ -62,10 +63,10 @@ static const auto_row ROWS[] = {
     {GEMM_DTYPE_F32, GEMM_MATH_BF16, SHAPE_BIG, {"wgmma", "cublas", "mma"}},
     {GEMM_DTYPE_F32, GEMM_MATH_TF32, SHAPE_ANY, {"cublas", "mma", NULL}},
     {GEMM_DTYPE_F32, GEMM_MATH_BF16, SHAPE_ANY, {"cublas", "mma", NULL}},
-    /* float64: cuBLAS led; dmma 71-86% of it, far ahead of the CUDA-core kernels. */
+    /* float64: cuBLAS led; dmma 68-86% of it, far ahead of the CUDA-core kernels. */
     {GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, SHAPE_ANY, {"cublas", "dmma", "simt"}},
     /* int32: cuBLAS has no wrapping int32 GEMM; simt beat tiled at every size
-     * (512^3: 9.4 vs 7.1 TOP/s; 4096^3: 28.8 vs 8.9). */
+     * (512^3: 9.9 vs 7.0 TOP/s; 4096^3: 29.9 vs 8.9). */
     {GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, SHAPE_ANY, {"simt", "tiled", NULL}},
 };
 
