@@ -13,6 +13,7 @@
 Run by tests/run.sh only on a machine with a GPU and a CUDA build.
 """
 import os
+import re
 import sys
 import threading
 import time
@@ -99,6 +100,29 @@ def test_big(tap, d, rng):
             tap.eq(r.header("x-gemm-math"), math, "math=%s is reported back" % math)
         dev = r.header("x-gemm-device") or ""
         tap.ok(dev.startswith("cuda:"), "X-Gemm-Device names the GPU (%s)" % dev)
+
+
+def test_blocks(tap, d, rng):
+    """Without a tile, the optimized kernels run the block the shape calls for, and the
+    answer names it: at 1024^3 float32 simt has 64 blocks of 128x128 for 132 SMs, so its
+    default is the 128x64 block (reached by no tile option: tile 0)."""
+    n = 1024
+    a = rand(rng, (n, n), "float32")
+    b = rand(rng, (n, n), "float32")
+    for q, tile, block in (("&kernel=simt", "0", "128x64x16"),
+                           ("&kernel=simt&tile=128", "128", "128x128x8"),
+                           ("&kernel=simt&tile=64", "64", "64x64x16"),
+                           ("&kernel=tiled", "32", "32x32")):
+        r, c = raw(d, a, b, "float32", query=q)
+        good, why = right(c, a, b, "float32", 1e-5)
+        tap.ok(r.status == 200 and good, "1024^3 %s: right (%s)" % (q[1:], why), r if r.status != 200 else None)
+        tap.ok(r.header("x-gemm-tile") == tile and r.header("x-gemm-block") == block,
+               "1024^3 %s: runs and reports tile %s, block %s" % (q[1:], tile, block),
+               "X-Gemm-Tile %r, X-Gemm-Block %r" % (r.header("x-gemm-tile"), r.header("x-gemm-block")))
+        rate = re.search(r'kernel;dur=[0-9.]+;desc="([0-9.]+) GFLOP/s"', r.header("server-timing") or "")
+        tap.ok(rate is not None and float(rate.group(1)) > 0,
+               "1024^3 %s: Server-Timing carries the kernel's GFLOP/s (%s)"
+               % (q[1:], rate.group(1) if rate else r.header("server-timing")))
 
 
 def test_concurrent(tap, d):
@@ -203,6 +227,7 @@ def main(tap):
         tap.ok(info.status == 200 and "cuda" in body and "cublas" in body and "tiled" in body,
                "/v1/info lists the CUDA backend and its kernels", info)
         test_big(tap, d, rng)
+        test_blocks(tap, d, rng)
         test_concurrent(tap, d)
     test_faults(tap)
 

@@ -169,16 +169,16 @@ static void test_each_kernel(void)
     gemm_engine *e = open_cuda(2, 0, "", 64);
     if (!e) { tap(0, "open"); return; }
     struct { const char *kernel; int tile; gemm_dtype d; gemm_math math; const char *want; int want_tile; const char *want_block; } cases[] = {
-        {"naive", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "naive", 0},
-        {"tiled", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "tiled", 32},
-        {"tiled", 16, GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "tiled", 16},
-        {"tiled", 32, GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, "tiled", 32},
-        {"cublas", 0, GEMM_DTYPE_F32, GEMM_MATH_FP32, "cublas", 0},
-        {"cublas", 0, GEMM_DTYPE_F32, GEMM_MATH_TF32, "cublas", 0},
-        {"cublas", 0, GEMM_DTYPE_F32, GEMM_MATH_BF16, "cublas", 0},
-        {"cublas", 0, GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "cublas", 0},
-        {"auto", 0, GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, NULL, -1},
-        {"", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, NULL, -1},
+        {"naive", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "naive", 0, NULL},
+        {"tiled", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "tiled", 32, NULL},
+        {"tiled", 16, GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "tiled", 16, NULL},
+        {"tiled", 32, GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, "tiled", 32, NULL},
+        {"cublas", 0, GEMM_DTYPE_F32, GEMM_MATH_FP32, "cublas", 0, NULL},
+        {"cublas", 0, GEMM_DTYPE_F32, GEMM_MATH_TF32, "cublas", 0, NULL},
+        {"cublas", 0, GEMM_DTYPE_F32, GEMM_MATH_BF16, "cublas", 0, NULL},
+        {"cublas", 0, GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "cublas", 0, NULL},
+        {"auto", 0, GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, NULL, -1, NULL},
+        {"", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, NULL, -1, NULL},
         /* 257 x 300: nine 128x128 blocks, far from a wave: simt's default is the small block,
          * and the answer says so (the launcher and the report make one choice). */
         {"simt", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "simt", 64, "64x64x16"},
