@@ -3,8 +3,11 @@
  *
  * Each block carries a 64-byte header in front of the caller's pointer: its capacity, the
  * registration generation (0 = not registered) and a magic number. The cache is a short
- * list; a request takes the smallest cached block that holds it without wasting more than
- * half of it.
+ * list, oldest first; a request takes the smallest cached block that holds it without
+ * wasting more than half of it. A freed block goes in at the young end and, when the cache
+ * is full, pushes out the oldest: a burst of small products must not leave a cache of
+ * small blocks that every later big product misses (each miss registers fresh memory, a
+ * few ms for a 1024^2 product's buffers, and unregisters it again).
  */
 #include "cuda_host.h"
 
@@ -115,7 +118,8 @@ static void *host_alloc(void *ctx, size_t bytes)
     }
     if (best >= 0) {
         void *p = h->cache[best];
-        h->cache[best] = h->cache[--h->ncached];
+        memmove(&h->cache[best], &h->cache[best + 1], (size_t)(h->ncached - best - 1) * sizeof *h->cache);
+        h->ncached--;
         h->cached_bytes -= hdr_of(p)->cap;
         h->in_use += hdr_of(p)->cap;
         pthread_mutex_unlock(&h->mu);
@@ -163,18 +167,29 @@ static void host_free(void *ctx, void *p)
         fprintf(stderr, "gemmd cuda: host_free of a pointer this allocator did not give out\n");
         abort();
     }
+    void *evict[MAX_CACHED];
+    int nevict = 0;
     pthread_mutex_lock(&h->mu);
     h->in_use -= b->cap;
     unsigned gen = h->gen;
-    /* Keep registered blocks of the current generation while the cache has room. */
-    if (b->gen == gen && h->ncached < MAX_CACHED && h->cached_bytes + b->cap <= h->max_cached) {
+    /* Keep registered blocks of the current generation, pushing out the oldest for room. */
+    if (b->gen == gen && b->cap <= h->max_cached) {
+        while (h->ncached > 0 && (h->ncached == MAX_CACHED || h->cached_bytes + b->cap > h->max_cached)) {
+            void *old = h->cache[0];
+            memmove(&h->cache[0], &h->cache[1], (size_t)(h->ncached - 1) * sizeof *h->cache);
+            h->ncached--;
+            h->cached_bytes -= hdr_of(old)->cap;
+            evict[nevict++] = old;
+        }
         h->cache[h->ncached++] = p;
         h->cached_bytes += b->cap;
-        pthread_mutex_unlock(&h->mu);
-        return;
+        p = NULL;
     }
     pthread_mutex_unlock(&h->mu);
-    release(h, p, gen);
+    for (int i = 0; i < nevict; i++)
+        release(h, evict[i], gen);
+    if (p)
+        release(h, p, gen);
 }
 
 gemm_allocator gemm_cuda_host_allocator(gemm_cuda_host *h)

@@ -13,6 +13,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda_host.h"
 #include "engine.h"
 #include "gpu_ref.h"
 
@@ -162,6 +163,35 @@ static void test_describe(void)
     tap(q == p, "a freed pinned block is reused for a similar size (no second registration)");
     gemm_engine_host_free(e, q);
     gemm_engine_close(e);
+}
+
+/* The pinned-block cache keeps the blocks freed last: after a burst of small products has
+ * filled it, a big product's blocks still get cached and reused instead of being
+ * registered and unregistered on every product. */
+static void test_host_cache(void)
+{
+    gemm_cuda_host *h = gemm_cuda_host_open(0, (size_t)1 << 30);
+    if (!h) { tap(0, "gemm_cuda_host_open"); return; }
+    gemm_allocator a = gemm_cuda_host_allocator(h);
+    enum { NSMALL = 24 };
+    void *small[NSMALL];
+    size_t cached = 0, in_use = 0;
+    for (int i = 0; i < NSMALL; i++) small[i] = a.alloc(a.ctx, 64 << 10);
+    for (int i = 0; i < NSMALL; i++) a.free(a.ctx, small[i]);
+    gemm_cuda_host_counts(h, &cached, &in_use);
+    size_t full = cached;
+    tap(full > 0 && full < NSMALL && in_use == 0, "host cache: %zu small blocks kept of %d freed", full, NSMALL);
+    void *big = a.alloc(a.ctx, 3 << 20);
+    a.free(a.ctx, big);
+    gemm_cuda_host_counts(h, &cached, NULL);
+    tap(cached == full, "host cache: a big block freed into the full cache is kept (%zu cached)", cached);
+    void *again = a.alloc(a.ctx, 3 << 20);
+    size_t after = 0;
+    gemm_cuda_host_counts(h, &after, NULL);
+    tap(again == big && after == full - 1, "host cache: the next big product reuses it (%zu -> %zu cached)",
+        cached, after);
+    a.free(a.ctx, again);
+    gemm_cuda_host_close(h);
 }
 
 static void test_each_kernel(void)
@@ -513,6 +543,7 @@ int main(int argc, char **argv)
         return tap_done();
     }
     test_describe();
+    test_host_cache();
     test_each_kernel();
     test_concurrent();
     test_faults();
