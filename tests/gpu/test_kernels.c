@@ -9,7 +9,11 @@
  *   test_kernels --small    small shapes only (the compute-sanitizer run)
  *   test_kernels --kernel NAME   one member only
  *   test_kernels --list     print the table's names, one a line, and exit
+ * Inputs come from a new seed each run (printed); GEMM_TEST_SEED=N repeats a run.
  */
+#include <time.h>
+#include <unistd.h>
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -136,7 +140,12 @@ int main(int argc, char **argv)
     const shape *list = small ? small_shapes : shapes;
     int nshapes = small ? (int)(sizeof small_shapes / sizeof *small_shapes)
                         : (int)(sizeof shapes / sizeof *shapes);
-    uint64_t seed = 1;
+    /* Fresh inputs each run; GEMM_TEST_SEED=N repeats one. */
+    uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    const char *env_seed = getenv("GEMM_TEST_SEED");
+    if (env_seed && *env_seed) seed = strtoull(env_seed, NULL, 10);
+    printf("# inputs from seed %llu (GEMM_TEST_SEED=%llu repeats them)\n", (unsigned long long)seed,
+           (unsigned long long)seed);
     for (int si = 0; si < nshapes; si++) {
         const shape *s = &list[si];
         for (int di = 0; di < GEMM_DTYPE_COUNT; di++) {
