@@ -492,6 +492,42 @@ static void test_faults(void)
         gemm_engine_close(e);
     } else tap(0, "open with oom:1");
 
+    /* an allocation failure among concurrent products fails only its own product */
+    e = open_cuda(4, 0, "oom:5", 64);
+    if (e) {
+        enum { N = 24 };
+        tjob *jobs[N];
+        pthread_mutex_lock(&mu);
+        int base = ndone;
+        pthread_mutex_unlock(&mu);
+        int sub = 0;
+        /* each stream's first product allocates its three buffers, so with all of them
+         * queued at once allocation 5 falls in some stream's first product, with nothing
+         * cached to give back and retry with */
+        for (int i = 0; i < N; i++)
+            jobs[i] = make_job(e, (gemm_dtype)(i % 3), 100 + 16 * i, 90 + 8 * i, 110 + 16 * i,
+                               i % 3 == 2 ? "tiled" : "auto", 0, GEMM_MATH_DEFAULT, 700 + i);
+        for (int i = 0; i < N; i++) {
+            gemm_err err;
+            if (gemm_engine_submit(e, &jobs[i]->job, &err) == 0) sub++;
+        }
+        wait_done(base + sub);
+        int right = 0, oom = 0, other = 0;
+        for (int i = 0; i < N; i++) {
+            double er;
+            gemm_job *j = &jobs[i]->job;
+            int st = atomic_load(&j->state);
+            if (st == GEMM_JOB_DONE && job_correct(jobs[i], &er)) right++;
+            else if (st == GEMM_JOB_FAILED && j->err.status == 507 && strcmp(j->err.code, "device_out_of_memory") == 0) oom++;
+            else { other++; printf("# job %d: %s\n", i, j->err.message[0] ? j->err.message : "wrong result"); }
+        }
+        tap(sub == N && oom == 1 && right == N - 1 && other == 0,
+            "%d concurrent products on 4 streams, allocation 5 fails: %d right, %d failed 507, %d otherwise",
+            N, right, oom, other);
+        for (int i = 0; i < N; i++) free_job(jobs[i]);
+        gemm_engine_close(e);
+    } else tap(0, "open with oom:5");
+
     /* a real out-of-memory: more than the device has */
     e = open_cuda(1, 0, "", 16);
     if (e) {
