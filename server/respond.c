@@ -126,8 +126,9 @@ static void server_timing(char *out, size_t cap, const gemmd_timing *t)
         n += snprintf(out + n, cap - (size_t)n,
                       ", queue;dur=%.4f, h2d;dur=%.4f, kernel;dur=%.4f", down(t->queue_ms),
                       down(t->h2d_ms), down(t->kernel_ms));
-    /* The kernel's rate rides on its entry as a description (no comma: one entry). */
-    if (t->have_compute && isfinite(t->gflops) && t->gflops > 0 && n > 0 && (size_t)n < cap)
+    /* The kernel's rate rides on its entry as a description (no comma: one entry), where it
+     * shows at one decimal. */
+    if (t->have_compute && isfinite(t->gflops) && t->gflops >= 0.05 && n > 0 && (size_t)n < cap)
         n += snprintf(out + n, cap - (size_t)n, ";desc=\"%.1f GFLOP/s\"", t->gflops);
     if (t->have_compute && n > 0 && (size_t)n < cap)
         n += snprintf(out + n, cap - (size_t)n, ", d2h;dur=%.4f, encode;dur=%.4f", down(t->d2h_ms),
