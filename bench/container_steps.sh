@@ -47,7 +47,9 @@ start() { # env assignments..., then CMD
     cat "$root/gemmd.log"
     fail "gemmd did not become ready"
 }
-stop() { kill $pid; wait $pid || fail "gemmd exited $? on SIGTERM"; }
+stop() { kill $pid; wait $pid || fail "gemmd exited $? on SIGTERM"; pid=; }
+pid=
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null' EXIT
 
 step "CMD [\"gemmd\", \"--config\", \"/etc/gemmd/gemmd.conf\"]"
 start GEMMD_LOG_LEVEL=info
