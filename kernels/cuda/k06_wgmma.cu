@@ -5,7 +5,7 @@
  *
  * Two steps, both enqueued on l->stream:
  *  1. A pre-pass writes the operands the way wgmma reads them into device scratch
- *     (l->workspace when large enough, else stream-ordered from a pool of this file):
+ *     (l->workspace when large enough, else stream-ordered scratch, gemm_scratch.h):
  *     B^T (n x kp, K-major) for both modes, rounded to TF32 (cvt.rna) or BF16 (rn); for
  *     bf16 also A converted to BF16 (m x kp). For tf32, A is read in place when its rows
  *     are 16-byte aligned (k % 4 == 0), else copied to m x kp. kp is k rounded up so that
@@ -35,12 +35,11 @@
  */
 #include <stdint.h>
 
-#include <mutex>
-
 #include <cuda.h>
 #include <cuda_bf16.h>
 
 #include "gemm_kernels.h"
+#include "gemm_scratch.h"
 
 namespace {
 
@@ -369,40 +368,6 @@ bool make_map(CUtensorMap *map, encode_tiled_fn enc, CUtensorMapDataType type, i
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* The scratch comes from this file's own stream-ordered pool, one per device, which keeps
- * up to SCRATCH_KEEP bytes between products (the default pool would hand its memory back
- * at every synchronization, and the next product would map it again). */
-constexpr uint64_t SCRATCH_KEEP = 512ull << 20;
-constexpr int MAX_DEVICES = 64;
-
-cudaError_t scratch_pool(int dev, cudaMemPool_t *out)
-{
-    static std::mutex mu;
-    static cudaMemPool_t pools[MAX_DEVICES];
-    if (dev < 0 || dev >= MAX_DEVICES)
-        return cudaErrorInvalidDevice;
-    std::lock_guard<std::mutex> lock(mu);
-    if (!pools[dev]) {
-        cudaMemPoolProps props = {};
-        props.allocType = cudaMemAllocationTypePinned;
-        props.location.type = cudaMemLocationTypeDevice;
-        props.location.id = dev;
-        cudaMemPool_t p;
-        cudaError_t e = cudaMemPoolCreate(&p, &props);
-        if (e != cudaSuccess)
-            return e;
-        uint64_t keep = SCRATCH_KEEP;
-        e = cudaMemPoolSetAttribute(p, cudaMemPoolAttrReleaseThreshold, &keep);
-        if (e != cudaSuccess) {
-            cudaMemPoolDestroy(p);
-            return e;
-        }
-        pools[dev] = p;
-    }
-    *out = pools[dev];
-    return cudaSuccess;
-}
-
 /* cudaSuccess when the binary the runtime picks for the current device has the kernel's
  * body (sm_90a code); cudaErrorNotSupported for the body-less fallback, recognized by its
  * static shared array. */
@@ -454,10 +419,7 @@ template <int MATH> cudaError_t run(const gemm_launch *l)
     void *scratch = l->workspace;
     bool owned = false;
     if (!scratch || l->workspace_bytes < need) {
-        cudaMemPool_t pool;
-        e = scratch_pool(dev, &pool);
-        if (e == cudaSuccess)
-            e = cudaMallocFromPoolAsync(&scratch, need, pool, l->stream);
+        e = gemm_scratch_alloc(&scratch, need, l->stream);
         if (e != cudaSuccess)
             return e;
         owned = true;
@@ -492,7 +454,7 @@ template <int MATH> cudaError_t run(const gemm_launch *l)
         e = cudaGetLastError();
     }
     if (owned) {
-        const cudaError_t f = cudaFreeAsync(scratch, l->stream);
+        const cudaError_t f = gemm_scratch_free(scratch, l->stream);
         if (e == cudaSuccess)
             e = f;
     }

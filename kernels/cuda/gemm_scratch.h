@@ -1,0 +1,29 @@
+/*
+ * gemm_scratch.h - device scratch for kernels that need more than their output: the
+ * operand copies of wgmma, the per-split partial sums of simt's split-k.
+ *
+ * Memory comes from one stream-ordered pool per device that keeps up to 512 MiB between
+ * products (the default pool hands its memory back at every synchronization, and the next
+ * product would map it again). Allocation and free are ordered on the caller's stream, so
+ * a kernel enqueued between them may use the memory and nothing waits on the host.
+ * A failed allocation returns cudaErrorMemoryAllocation, which the engine reports as out
+ * of device memory (507) for that product alone.
+ */
+#ifndef GEMM_SCRATCH_H
+#define GEMM_SCRATCH_H
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* *p = bytes of device memory on the current device, usable by work on `stream` after
+ * this call; free with gemm_scratch_free on the same stream. */
+cudaError_t gemm_scratch_alloc(void **p, size_t bytes, cudaStream_t stream);
+cudaError_t gemm_scratch_free(void *p, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GEMM_SCRATCH_H */
