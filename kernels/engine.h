@@ -92,7 +92,7 @@ struct gemm_job {
     gemm_job_timing timing;
     char kernel_used[GEMM_NAME_LEN];
     int tile_used;        /* the tile option that selects the block that ran (0: default only) */
-    char block[16];       /* that block tile, "BMxBNxBK" ("" when the kernel has none) */
+    char block[32];       /* that block tile, "BMxBNxBK" [" split-k S"] ("" when none) */
     gemm_math math_used;
     char device[GEMM_NAME_LEN]; /* "cpu" or e.g. "cuda:0 NVIDIA H100 80GB HBM3" */
     int stream;           /* stream index on that device (-1 on the CPU) */

@@ -59,7 +59,7 @@ typedef struct {
     uint64_t m, k, n;
     char kernel[GEMM_NAME_LEN];
     int tile;
-    char block[16];
+    char block[32];
     gemm_math math;
     char device[GEMM_NAME_LEN];
 } gemmd_job_view;
