@@ -17,6 +17,10 @@
  *    takes a whole issue slot, so the integer work of a checked copy costs FFMA time.
  *  - Block order grouped by GROUP rows of tiles, so blocks running together share
  *    panels of A and B in L2.
+ *  - Split-k for deep products with few output tiles (1024 x 1024 x 8192 has 64 blocks of
+ *    128 x 128 for 132 SMs): the k range is cut into S pieces, blockIdx.y picks one, each
+ *    piece writes its partial C into device scratch, and a second kernel adds the S
+ *    partials in a fixed order (the answer does not depend on timing).
  * Edges: tiles that cross an edge take the checked copy, where out-of-range elements are
  * copied as zeros (cp.async src-size 0), and the store is bounds-checked, so any
  * m, n, k >= 1 works. int32 accumulates in uint32 (wraps).
@@ -26,9 +30,11 @@
  * (docs/KERNELS.md records the sweep and the winner).
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "gemm_async.cuh"
 #include "gemm_kernels.h"
+#include "gemm_scratch.h"
 
 namespace {
 
@@ -125,14 +131,15 @@ template <typename T, typename Cfg, bool VECB> struct fast_loader {
     size_t bstep;   /* bytes between this thread's B rows of consecutive passes */
     int adst, bdst; /* shared-memory offsets within a stage */
 
-    __device__ __forceinline__ fast_loader(const T *A, const T *B, int n, int k, int bm, int bn)
+    __device__ __forceinline__ fast_loader(const T *A, const T *B, int n, int k, int bm, int bn,
+                                           int k0)
     {
         const int t = threadIdx.x;
-        a = A + (size_t)(bm + t / KQ) * k + t % KQ;
+        a = A + (size_t)(bm + t / KQ) * k + k0 + t % KQ;
         astep = (size_t)AROWS * k * sizeof(T);
         adst = (t % KQ) * Cfg::LDA + t / KQ;
         const int bc = VECB ? (t % BW) * Cfg::VB : t % BW;
-        b = B + (size_t)(t / BW) * n + bn + bc;
+        b = B + (size_t)(k0 + t / BW) * n + bn + bc;
         bstep = (size_t)BROWS * n * sizeof(T);
         bdst = (t / BW) * Cfg::LDB + bc;
     }
@@ -215,10 +222,12 @@ __device__ __forceinline__ void load_tile(T *As, T *Bs, const T *__restrict__ A,
     }
 }
 
-template <typename T, typename Cfg, bool VECB>
+/* SPLIT: blockIdx.y is a piece of k (split-k). A separate instance, so that the kernel
+ * without it keeps its loop exactly (the piece arithmetic cost 3.5% at 4096^3 when shared). */
+template <typename T, typename Cfg, bool VECB, bool SPLIT>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MINB)
 simt_kernel(int m, int n, int k, const T *__restrict__ A, const T *__restrict__ B,
-            T *__restrict__ C, int tiles_m, int tiles_n)
+            T *__restrict__ C, int tiles_m, int tiles_n, int kt_split)
 {
     typedef typename simt_acc<T>::type acc_t;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -247,20 +256,28 @@ simt_kernel(int m, int n, int k, const T *__restrict__ A, const T *__restrict__ 
         for (int j = 0; j < Cfg::TN; j++)
             acc[i][j] = acc_t(0);
 
-    const int KT = (k + Cfg::BK - 1) / Cfg::BK;
+    /* This block's k-steps: KT of them from step kt0 (all of k without split-k). With
+     * split-k, piece blockIdx.y writes its partial product to slice blockIdx.y of C (the
+     * scratch, m x n each). Below, tile t is k-step kt0 + t. */
+    int KT = (k + Cfg::BK - 1) / Cfg::BK, kt0 = 0;
+    if constexpr (SPLIT) {
+        kt0 = blockIdx.y * kt_split;
+        KT = min(KT - kt0, kt_split);
+        C += (size_t)blockIdx.y * m * n;
+    }
     /* Tiles wholly in range take the fast copy; the rest (edge blocks, the last partial
      * k-step) the checked one. Tiles are started in order, so the fast loader's pointers
      * stay in step either way. */
     const bool interior = bm + Cfg::BM <= m && bn + Cfg::BN <= n;
-    const int kfull = interior ? k / Cfg::BK : 0;
-    fast_loader<T, Cfg, VECB> fl(A, B, n, k, bm, bn);
+    const int kfull = interior ? k / Cfg::BK - kt0 : 0;
+    fast_loader<T, Cfg, VECB> fl(A, B, n, k, bm, bn, kt0 * Cfg::BK);
     auto start_tile = [&](int t) {
         T *as = As + (t % Cfg::STAGES) * Cfg::BK * Cfg::LDA;
         T *bs = Bs + (t % Cfg::STAGES) * Cfg::BK * Cfg::LDB;
         if (t < kfull) {
             fl.load(as, bs);
         } else {
-            load_tile<T, Cfg, VECB>(as, bs, A, B, m, n, k, bm, bn, t * Cfg::BK);
+            load_tile<T, Cfg, VECB>(as, bs, A, B, m, n, k, bm, bn, (kt0 + t) * Cfg::BK);
             fl.skip();
         }
     };
@@ -330,24 +347,93 @@ simt_kernel(int m, int n, int k, const T *__restrict__ A, const T *__restrict__ 
     }
 }
 
-template <typename T, typename Cfg> cudaError_t run_cfg(const gemm_launch *l)
+/* C = the sum of the `splits` partial products in W (slices of mn elements), added in
+ * slice order: the same answer on every run. int32 adds in uint32 (wraps). */
+template <typename T>
+__global__ void __launch_bounds__(256) split_sum(const T *__restrict__ W, T *__restrict__ C,
+                                                 size_t mn, int splits)
+{
+    typedef typename simt_acc<T>::type acc_t;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < mn;
+         i += (size_t)gridDim.x * blockDim.x) {
+        acc_t s = (acc_t)W[i];
+        for (int z = 1; z < splits; z++)
+            s += (acc_t)W[(size_t)z * mn + i];
+        C[i] = (T)s;
+    }
+}
+
+/* Partial products larger than this are not worth their traffic: split-k is for products
+ * whose C is small next to A and B. */
+constexpr size_t SPLIT_SCRATCH_MAX = 256u << 20;
+
+/* The pieces a launch of Cfg really cuts k into when asked for `splits`: whole k-steps per
+ * piece, none empty, and scratch within SPLIT_SCRATCH_MAX. kt_split gets the k-steps per
+ * piece. The launcher and the plan both ask this, so the answer reports what ran. */
+template <typename T, typename Cfg> int split_pieces(const gemm_launch *l, int splits, int *kt_split)
+{
+    const int KT = (l->k + Cfg::BK - 1) / Cfg::BK;
+    if (splits < 1)
+        splits = 1;
+    if (splits > 65535)
+        splits = 65535;
+    const size_t mn = (size_t)l->m * (size_t)l->n;
+    while (splits > 1 && (size_t)splits * mn * sizeof(T) > SPLIT_SCRATCH_MAX)
+        splits--;
+    *kt_split = (KT + splits - 1) / splits;
+    return (KT + *kt_split - 1) / *kt_split;
+}
+
+/* Runs configuration Cfg with the k range cut into `splits` pieces (1: no split-k). Only
+ * the configurations that may split (SPLIT) carry the split-k instance of the kernel. */
+template <typename T, typename Cfg, bool SPLIT = false>
+cudaError_t run_cfg(const gemm_launch *l, int splits)
 {
     const long long tm = (l->m + Cfg::BM - 1) / Cfg::BM, tn = (l->n + Cfg::BN - 1) / Cfg::BN;
     if (tm * tn > 0x7fffffffLL || (tn * 8) > 0x7fffffffLL)
         return cudaErrorInvalidConfiguration;
-    const bool vecb = gemm_vec_ok(l->B, l->n, (int)sizeof(T), 16) &&
-                      gemm_vec_ok(l->C, l->n, (int)sizeof(T), 16);
-    void (*kern)(int, int, int, const T *, const T *, T *, int, int) =
-        vecb ? simt_kernel<T, Cfg, true> : simt_kernel<T, Cfg, false>;
-    if (Cfg::SMEM > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)Cfg::SMEM);
+    int kt_split;
+    splits = split_pieces<T, Cfg>(l, SPLIT ? splits : 1, &kt_split);
+    const size_t mn = (size_t)l->m * (size_t)l->n;
+
+    T *out = (T *)l->C;
+    cudaError_t e = cudaSuccess;
+    if (splits > 1) {
+        void *w = nullptr;
+        e = gemm_scratch_alloc(&w, (size_t)splits * mn * sizeof(T), l->stream);
         if (e != cudaSuccess)
             return e;
+        out = (T *)w;
     }
-    kern<<<(unsigned)(tm * tn), Cfg::THREADS, Cfg::SMEM, l->stream>>>(
-        l->m, l->n, l->k, (const T *)l->A, (const T *)l->B, (T *)l->C, (int)tm, (int)tn);
-    return cudaGetLastError();
+    /* With split-k the 16-byte stores go to the scratch slices: each starts 16-byte aligned
+     * when rows are whole vectors, which gemm_vec_ok asks of n anyway. */
+    const bool vecb = gemm_vec_ok(l->B, l->n, (int)sizeof(T), 16) &&
+                      gemm_vec_ok(out, l->n, (int)sizeof(T), 16);
+    void (*kern)(int, int, int, const T *, const T *, T *, int, int, int) =
+        vecb ? simt_kernel<T, Cfg, true, false> : simt_kernel<T, Cfg, false, false>;
+    if constexpr (SPLIT) {
+        if (splits > 1)
+            kern = vecb ? simt_kernel<T, Cfg, true, true> : simt_kernel<T, Cfg, false, true>;
+    }
+    if (Cfg::SMEM > 48 * 1024)
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM);
+    if (e == cudaSuccess) {
+        kern<<<dim3((unsigned)(tm * tn), (unsigned)splits), Cfg::THREADS, Cfg::SMEM, l->stream>>>(
+            l->m, l->n, l->k, (const T *)l->A, (const T *)l->B, out, (int)tm, (int)tn, kt_split);
+        e = cudaGetLastError();
+    }
+    if (splits > 1) {
+        if (e == cudaSuccess) {
+            const size_t blocks = (mn + 255) / 256;
+            split_sum<T><<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, l->stream>>>(
+                out, (T *)l->C, mn, splits);
+            e = cudaGetLastError();
+        }
+        const cudaError_t f = gemm_scratch_free(out, l->stream);
+        if (e == cudaSuccess)
+            e = f;
+    }
+    return e;
 }
 
 /* The float32 variants of the tuning sweep (bench_kernels --tune): name, then the
@@ -356,19 +442,28 @@ template <typename T, typename Cfg> cudaError_t run_cfg(const gemm_launch *l)
  * (128x128x16 in 2, 3 or 4 stages, with 64x32 or 32x64 warps; amap0 in 2 stages);
  * bench/results/kernels-h100.md has their last measurements. */
 #define SIMT_F32_VARIANTS(X)                                                                  \
-    X("128x128x8 warp64x32 thr8x8 st2", simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 2>)        \
-    X("128x128x8 warp64x32 thr8x8 st3", simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 3>)        \
-    X("128x128x8 warp32x64 thr8x8 st2", simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>)        \
-    X("128x64x16 warp64x32 thr8x8 st2", simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2>)        \
-    X("64x64x16 warp32x32 thr4x8 st2", simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2>)          \
-    X("64x64x16 warp32x32 thr4x8 st3", simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 3>)          \
-    X("128x256x8 warp64x64 thr8x16 st2", simt_cfg<float, 128, 256, 8, 64, 64, 8, 16, 2>)      \
-    X("128x256x16 warp64x64 thr8x16 st2", simt_cfg<float, 128, 256, 16, 64, 64, 8, 16, 2>)    \
-    X("256x128x8 warp64x64 thr16x8 st2", simt_cfg<float, 256, 128, 8, 64, 64, 16, 8, 2>)      \
-    X("256x128x8 warp64x64 thr16x8 st3", simt_cfg<float, 256, 128, 8, 64, 64, 16, 8, 3>)      \
-    X("256x128x16 warp64x64 thr16x8 st2", simt_cfg<float, 256, 128, 16, 64, 64, 16, 8, 2>)    \
-    X("128x128x16 warp64x32 thr8x8 st3 amap0", simt_cfg<float, 128, 128, 16, 64, 32, 8, 8, 3, 0>) \
-    X("64x64x16 warp32x32 thr4x8 st2 amap0", simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2, 0>)
+    X("128x128x8 warp64x32 thr8x8 st2", 1, simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 2>)     \
+    X("128x128x8 warp64x32 thr8x8 st3", 1, simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 3>)     \
+    X("128x128x8 warp32x64 thr8x8 st2", 1, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>)     \
+    X("128x64x16 warp64x32 thr8x8 st2", 1, simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2>)     \
+    X("64x64x16 warp32x32 thr4x8 st2", 1, simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2>)       \
+    X("64x64x16 warp32x32 thr4x8 st3", 1, simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 3>)       \
+    X("128x256x8 warp64x64 thr8x16 st2", 1, simt_cfg<float, 128, 256, 8, 64, 64, 8, 16, 2>)   \
+    X("128x256x16 warp64x64 thr8x16 st2", 1, simt_cfg<float, 128, 256, 16, 64, 64, 8, 16, 2>) \
+    X("256x128x8 warp64x64 thr16x8 st2", 1, simt_cfg<float, 256, 128, 8, 64, 64, 16, 8, 2>)   \
+    X("256x128x8 warp64x64 thr16x8 st3", 1, simt_cfg<float, 256, 128, 8, 64, 64, 16, 8, 3>)   \
+    X("256x128x16 warp64x64 thr16x8 st2", 1, simt_cfg<float, 256, 128, 16, 64, 64, 16, 8, 2>) \
+    X("128x128x16 warp64x32 thr8x8 st3 amap0", 1, simt_cfg<float, 128, 128, 16, 64, 32, 8, 8, 3, 0>) \
+    X("64x64x16 warp32x32 thr4x8 st2 amap0", 1, simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2, 0>) \
+    X("128x128x8 warp32x64 thr8x8 st2 split2", 2, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
+    X("128x128x8 warp32x64 thr8x8 st2 split3", 3, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
+    X("128x128x8 warp32x64 thr8x8 st2 split4", 4, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
+    X("128x128x8 warp32x64 thr8x8 st2 split8", 8, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
+    X("128x128x8 warp32x64 thr8x8 st2 split16", 16, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
+    X("128x128x8 warp32x64 thr8x8 st2 split32", 32, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
+    X("128x64x16 warp64x32 thr8x8 st2 split2", 2, simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2>) \
+    X("128x64x16 warp64x32 thr8x8 st2 split4", 4, simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2>)
+/* The split variants cut k into that many pieces (split-k); the others run whole. */
 /* The 256x128 and 128x256 tiles give a thread 128 outputs and take one block of 8 warps an
  * SM: the shape of cuBLAS's own FP32 kernel on the H100 (256x128x8, 3 stages, 4x2 warps,
  * 254 registers). */
@@ -385,73 +480,157 @@ typedef simt_cfg<double, 64, 64, 8, 32, 32, 4, 8, 2> f64_small;
 typedef simt_cfg<int32_t, 128, 128, 8, 64, 32, 8, 8, 2> i32_big;
 typedef simt_cfg<int32_t, 64, 64, 16, 32, 32, 4, 8, 2> i32_small;
 
-/* Fewer big tiles than about one wave of the 132 SMs of an H100: use the small tile. */
+/* Fixed split count, for the tuning sweep. */
+template <typename T, int SPLIT, typename Cfg> cudaError_t run_fixed(const gemm_launch *l)
+{
+    return run_cfg<T, Cfg, (SPLIT > 1)>(l, SPLIT);
+}
+
+/* The current device's SM count (132 on an H100 SXM when it cannot be read). */
+int sm_count()
+{
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) {
+        cudaGetLastError();
+        sms = 132;
+    }
+    return sms;
+}
+
 long long tile_count(const gemm_launch *l, int bm, int bn)
 {
     return (long long)((l->m + bm - 1) / bm) * ((l->n + bn - 1) / bn);
 }
-bool small_problem(const gemm_launch *l, int bm, int bn) { return tile_count(l, bm, bn) < 132; }
-
-/* Which configuration simt_launch runs for l: one choice, used by the launcher and by
- * simt_plan, so what the answer reports is what ran. */
-enum simt_pick { F32_BIG, F32_MID, F32_SMALL, F64_BIG, F64_SMALL, I32_BIG, I32_SMALL, PICK_NONE };
-
-simt_pick simt_choose(const gemm_launch *l)
+/* Fewer big tiles than SMs: some SMs would idle. */
+bool small_problem(const gemm_launch *l, int bm, int bn, int sms)
 {
-    int tile = l->tile;
+    return tile_count(l, bm, bn) < sms;
+}
+
+/* Split-k pieces for a product of `tiles` output tiles of the big block (1: none); only
+ * for k of SPLIT_MIN_K and deeper, where the partial sums cost little next to the product.
+ *  - Fewer tiles than SMs: as many pieces as fill one wave of the two blocks an SM holds,
+ *    each at least SPLIT_MIN_DEPTH deep, at most SPLIT_MAX.
+ *  - Several waves whose last one is mostly empty (4097^3: 1089 tiles are 4.1 waves of
+ *    264): two pieces when that shortens the waves by 8% or more.
+ * The H100 sweep behind these numbers is in docs/KERNELS.md. */
+constexpr int SPLIT_MIN_K = 2048, SPLIT_MIN_DEPTH = 512, SPLIT_MAX = 32;
+int split_for(const gemm_launch *l, long long tiles, int sms)
+{
+    if (l->k < SPLIT_MIN_K)
+        return 1;
+    const long long slots = 2LL * sms;
+    if (tiles < sms) {
+        long long s = slots / tiles;
+        if (s > l->k / SPLIT_MIN_DEPTH)
+            s = l->k / SPLIT_MIN_DEPTH;
+        if (s > SPLIT_MAX)
+            s = SPLIT_MAX;
+        return s >= 2 ? (int)s : 1;
+    }
+    const long long w1 = (tiles + slots - 1) / slots;    /* waves, whole */
+    const long long w2 = (2 * tiles + slots - 1) / slots; /* waves of half-deep blocks */
+    return w2 * 100 <= w1 * 2 * 92 ? 2 : 1;
+}
+
+/* Which configuration simt_launch runs for l, and in how many k pieces: one choice, used by
+ * the launcher and by simt_plan, so what the answer reports is what ran. */
+enum simt_pick { F32_BIG, F32_MID, F32_SMALL, F64_BIG, F64_SMALL, I32_BIG, I32_SMALL, PICK_NONE };
+struct simt_choice {
+    simt_pick pick;
+    int splits;
+};
+
+/* Default (tile 0) of a dtype with a big and a small block: the big block when it fills the
+ * SMs or a deep product can be split into k pieces that do; else the small block. float64
+ * does not split: its split-k instance spilled registers for odd n, and float64 products go
+ * to cuBLAS or dmma by default anyway. */
+simt_choice big_or_small(const gemm_launch *l, int bm, int bn, simt_pick big, simt_pick small,
+                         bool may_split)
+{
+    const int sms = sm_count();
+    const int s = may_split ? split_for(l, tile_count(l, bm, bn), sms) : 1;
+    if (!small_problem(l, bm, bn, sms) || s > 1)
+        return {big, s};
+    return {small, 1};
+}
+
+simt_choice simt_choose(const gemm_launch *l)
+{
     switch (l->dtype) {
     case GEMM_DTYPE_F32:
-        if (tile == 0)
-            tile = small_problem(l, 128, 128) ? 64 : 128;
-        if (tile == 64)
+        if (l->tile == 128)
+            return {F32_BIG, 1};
+        if (l->tile == 64)
+            return {F32_SMALL, 1};
+        {
+            const simt_choice c = big_or_small(l, 128, 128, F32_BIG, F32_SMALL, true);
             /* 128x64 tiles while they still give about three quarters of a wave. */
-            return l->tile == 0 && tile_count(l, 128, 64) >= 96 ? F32_MID : F32_SMALL;
-        return F32_BIG;
+            if (c.pick == F32_SMALL && tile_count(l, 128, 64) >= 96)
+                return {F32_MID, 1};
+            return c;
+        }
     case GEMM_DTYPE_F64:
-        if (tile == 0)
-            tile = small_problem(l, 128, 64) ? 64 : 128;
-        return tile == 64 ? F64_SMALL : F64_BIG;
+        if (l->tile)
+            return {l->tile == 64 ? F64_SMALL : F64_BIG, 1};
+        return big_or_small(l, 128, 64, F64_BIG, F64_SMALL, false);
     case GEMM_DTYPE_I32:
-        if (tile == 0)
-            tile = small_problem(l, 128, 128) ? 64 : 128;
-        return tile == 64 ? I32_SMALL : I32_BIG;
-    default: return PICK_NONE;
+        if (l->tile)
+            return {l->tile == 64 ? I32_SMALL : I32_BIG, 1};
+        return big_or_small(l, 128, 128, I32_BIG, I32_SMALL, true);
+    default: return {PICK_NONE, 1};
     }
 }
 
 cudaError_t simt_launch(const gemm_launch *l)
 {
-    switch (simt_choose(l)) {
-    case F32_BIG: return run_cfg<float, f32_big>(l);
-    case F32_MID: return run_cfg<float, f32_mid>(l);
-    case F32_SMALL: return run_cfg<float, f32_small>(l);
-    case F64_BIG: return run_cfg<double, f64_big>(l);
-    case F64_SMALL: return run_cfg<double, f64_small>(l);
-    case I32_BIG: return run_cfg<int32_t, i32_big>(l);
-    case I32_SMALL: return run_cfg<int32_t, i32_small>(l);
+    const simt_choice c = simt_choose(l);
+    switch (c.pick) {
+    case F32_BIG: return run_cfg<float, f32_big, true>(l, c.splits);
+    case F32_MID: return run_cfg<float, f32_mid>(l, c.splits);
+    case F32_SMALL: return run_cfg<float, f32_small>(l, c.splits);
+    case F64_BIG: return run_cfg<double, f64_big>(l, c.splits);
+    case F64_SMALL: return run_cfg<double, f64_small>(l, c.splits);
+    case I32_BIG: return run_cfg<int32_t, i32_big, true>(l, c.splits);
+    case I32_SMALL: return run_cfg<int32_t, i32_small>(l, c.splits);
     default: return cudaErrorInvalidValue;
     }
 }
 
-/* The block tile, and the tile option that selects it: 128x64 is reached only by default. */
+/* The block tile ("BMxBNxBK", then " split-k S" when k is cut into S pieces), and the tile
+ * option that selects it: 128x64 and the split are reached only by default (tile 0). */
 int simt_plan(const gemm_launch *l, char *out, size_t cap)
 {
-    switch (simt_choose(l)) {
-    case F32_BIG: return gemm_block_name<f32_big>(out, cap, 128);
-    case F32_MID: return gemm_block_name<f32_mid>(out, cap, 0);
-    case F32_SMALL: return gemm_block_name<f32_small>(out, cap, 64);
-    case F64_BIG: return gemm_block_name<f64_big>(out, cap, 128);
-    case F64_SMALL: return gemm_block_name<f64_small>(out, cap, 64);
-    case I32_BIG: return gemm_block_name<i32_big>(out, cap, 128);
-    case I32_SMALL: return gemm_block_name<i32_small>(out, cap, 64);
+    const simt_choice c = simt_choose(l);
+    int tile;
+    switch (c.pick) {
+    case F32_BIG: tile = gemm_block_name<f32_big>(out, cap, 128); break;
+    case F32_MID: tile = gemm_block_name<f32_mid>(out, cap, 0); break;
+    case F32_SMALL: tile = gemm_block_name<f32_small>(out, cap, 64); break;
+    case F64_BIG: tile = gemm_block_name<f64_big>(out, cap, 128); break;
+    case F64_SMALL: tile = gemm_block_name<f64_small>(out, cap, 64); break;
+    case I32_BIG: tile = gemm_block_name<i32_big>(out, cap, 128); break;
+    case I32_SMALL: tile = gemm_block_name<i32_small>(out, cap, 64); break;
     default: return gemm_block_name_none(out, cap);
     }
+    int kt_split, pieces = 1;
+    if (c.splits > 1)
+        pieces = c.pick == I32_BIG ? split_pieces<int32_t, i32_big>(l, c.splits, &kt_split)
+                                   : split_pieces<float, f32_big>(l, c.splits, &kt_split);
+    if (pieces > 1) {
+        const size_t used = strlen(out);
+        if (used < cap)
+            snprintf(out + used, cap - used, " split-k %d", pieces);
+        tile = 0;
+    }
+    return tile;
 }
 
 } // namespace
 
 /* Tuning sweep entry points (float32 only), used by bench/bench_kernels.cu --tune. */
-#define SIMT_NAME(name, ...) name,
+#define SIMT_NAME(name, split, ...) name,
 static const char *const simt_variant_names[] = {SIMT_F32_VARIANTS(SIMT_NAME)};
 #undef SIMT_NAME
 static const int simt_variants = (int)(sizeof simt_variant_names / sizeof *simt_variant_names);
@@ -466,7 +645,7 @@ extern "C" cudaError_t gemm_simt_variant_launch(int v, const gemm_launch *l)
     if (l->dtype != GEMM_DTYPE_F32 || v < 0 || v >= simt_variants)
         return cudaErrorInvalidValue;
     typedef cudaError_t (*launcher)(const gemm_launch *);
-#define SIMT_LAUNCHER(name, ...) run_cfg<float, __VA_ARGS__>,
+#define SIMT_LAUNCHER(name, split, ...) run_fixed<float, split, __VA_ARGS__>,
     static const launcher launchers[] = {SIMT_F32_VARIANTS(SIMT_LAUNCHER)};
 #undef SIMT_LAUNCHER
     return launchers[v](l);

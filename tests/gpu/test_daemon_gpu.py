@@ -105,7 +105,8 @@ def test_big(tap, d, rng):
 def test_blocks(tap, d, rng):
     """Without a tile, the optimized kernels run the block the shape calls for, and the
     answer names it: at 1024^3 float32 simt has 64 blocks of 128x128 for 132 SMs, so its
-    default is the 128x64 block (reached by no tile option: tile 0)."""
+    default is the 128x64 block (reached by no tile option: tile 0). A deep product with
+    few output tiles runs split-k, and says so in the block."""
     n = 1024
     a = rand(rng, (n, n), "float32")
     b = rand(rng, (n, n), "float32")
@@ -123,6 +124,21 @@ def test_blocks(tap, d, rng):
         tap.ok(rate is not None and float(rate.group(1)) > 0,
                "1024^3 %s: Server-Timing carries the kernel's GFLOP/s (%s)"
                % (q[1:], rate.group(1) if rate else r.header("server-timing")))
+    # Deep and narrow: 4 tiles of 128x128 for 132 SMs, so simt cuts k into 16 pieces
+    # (split-k) by default for float32 and int32; an explicit tile runs whole.
+    m, k, n = 256, 8192, 256
+    for dtype, tol in (("float32", 1e-5), ("int32", 0)):
+        a = rand(rng, (m, k), dtype)
+        b = rand(rng, (k, n), dtype)
+        for q, tile, block in (("&kernel=simt", "0", "128x128x8 split-k 16"),
+                               ("&kernel=simt&tile=128", "128", "128x128x8")):
+            r, c = raw(d, a, b, dtype, query=q)
+            good, why = right(c, a, b, dtype, tol)
+            tap.ok(r.status == 200 and good, "%dx%dx%d %s %s: right (%s)" % (m, k, n, dtype, q[1:], why),
+                   r if r.status != 200 else None)
+            tap.ok(r.header("x-gemm-tile") == tile and r.header("x-gemm-block") == block,
+                   "%dx%dx%d %s %s: reports tile %s, block %s" % (m, k, n, dtype, q[1:], tile, block),
+                   "X-Gemm-Tile %r, X-Gemm-Block %r" % (r.header("x-gemm-tile"), r.header("x-gemm-block")))
 
 
 def test_concurrent(tap, d):

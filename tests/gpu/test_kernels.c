@@ -29,6 +29,8 @@ static const shape shapes[] = {
     {1000, 1, 1000, 0},
     {1023, 1025, 1021, 0},
     {520, 260, 264, 0},    /* whole 128-tiles beside edge tiles, 16-byte rows of B */
+    {129, 3001, 65, 0},    /* deep, few tiles: simt splits k (5 pieces, the last shorter) */
+    {256, 4096, 256, 0},   /* the same with 16-byte rows: vector stores into the pieces */
     {4096, 4096, 4096, 1}, /* float32 only */
 };
 static const shape small_shapes[] = {
@@ -39,6 +41,8 @@ static const shape small_shapes[] = {
     {160, 40, 136, 0}, /* one whole 128-tile (the unchecked copy) beside edge tiles */
     {131, 33, 129, 0}, /* the same with rows of B not 16-byte aligned */
     {1100, 20, 700, 0}, /* enough 128x64 tiles for simt's default to take them */
+    {70, 2100, 36, 0},  /* simt's split-k: 4 pieces of k, 16-byte rows */
+    {33, 2050, 47, 0},  /* the same with odd rows and an uneven last piece */
 };
 
 static double tolerance(gemm_dtype d, gemm_math math, const shape *s)
