@@ -47,9 +47,9 @@ typedef struct {
 } auto_row;
 
 static const auto_row ROWS[] = {
-    /* float32 exact: cuBLAS led at every measured shape; simt reached 99% of it at 1024^3,
-     * 90-94% from 2048 up and on the large non-square shapes, 87-88% at 4095^3/4097^3, 77%
-     * at 1024x1024x8192 and 69% at 512^3 (bench/results/kernels-h100.md). */
+    /* float32 exact: cuBLAS led at every measured shape; simt reached 98% of it at 1024^3,
+     * 89-94% from 2048 up, square or not (1024x1024x8192 93% with split-k), 91-92% at
+     * 4095^3/4097^3 and 69% at 512^3 (bench/results/kernels-h100.md, 2026-11-23). */
     {GEMM_DTYPE_F32, GEMM_MATH_FP32, SHAPE_ANY, {"cublas", "simt", "tiled"}},
     /* float32 on tensor cores. wgmma, bf16: 107-260% of cuBLAS on every BIG shape measured
      * (4096^3, 8192^3, 4095^3, 4097^3, 8192x8192x1024, 3000x5000x700; cuBLAS's "bf16" runs

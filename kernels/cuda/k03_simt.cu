@@ -440,7 +440,8 @@ cudaError_t run_cfg(const gemm_launch *l, int splits)
  * configuration. Variants whose element-wise (odd n) form spilled registers under the
  * 128-register cap of two blocks per SM for one of the shipped architectures are left out
  * (128x128x16 in 2, 3 or 4 stages, with 64x32 or 32x64 warps; amap0 in 2 stages);
- * bench/results/kernels-h100.md has their last measurements. */
+ * bench/results/kernels-h100.md has their last measurements. The second field is the
+ * number of split-k pieces ("splitN"; 1: the whole k range in one block). */
 #define SIMT_F32_VARIANTS(X)                                                                  \
     X("128x128x8 warp64x32 thr8x8 st2", 1, simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 2>)     \
     X("128x128x8 warp64x32 thr8x8 st3", 1, simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 3>)     \
@@ -463,7 +464,6 @@ cudaError_t run_cfg(const gemm_launch *l, int splits)
     X("128x128x8 warp32x64 thr8x8 st2 split32", 32, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
     X("128x64x16 warp64x32 thr8x8 st2 split2", 2, simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2>) \
     X("128x64x16 warp64x32 thr8x8 st2 split4", 4, simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2>)
-/* The split variants cut k into that many pieces (split-k); the others run whole. */
 /* The 256x128 and 128x256 tiles give a thread 128 outputs and take one block of 8 warps an
  * SM: the shape of cuBLAS's own FP32 kernel on the H100 (256x128x8, 3 stages, 4x2 warps,
  * 254 registers). */
