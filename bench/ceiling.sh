@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# bench/ceiling.sh [OUTDIR] - gemmd against the ceiling of its own HTTP library, in one run.
+#
+# For each size in SIZES (default "64 256 1024") and connection count in CONNS (default
+# "1 64 256") it runs wrk (Debian's `wrk`) for DURATION seconds (default 10) against
+#   bare   build/bench/bare_mhd: libmicrohttpd with the daemon's threading (HTTP_THREADS,
+#          default the daemon's own default 4) that reads the body and answers with the
+#          C-sized bytes of zeros - no decoding, no engine;
+#   gemmd  bin/gemmd (BACKEND, default auto: CUDA when a GPU is present), raw float32,
+#          kernel auto;
+# with the same body (A then B, raw float32, values in [-1, 1)) and the same answer size,
+# and prints a Markdown table: requests/s, p50, p99 for each, and gemmd / bare.
+#
+# The daemon runs with per_ip_limit 0 and connection_limit above the largest CONNS, so one
+# loopback source address is enough; everything else is its default. Non-200 answers are
+# counted and shown (a column that is not 0 means the figure is not a throughput of products).
+set -u
+cd "$(dirname "$0")/.."
+out=${1:-bench/out/ceiling}
+mkdir -p "$out"
+sizes=${SIZES:-64 256 1024}
+conns=${CONNS:-1 64 256}
+dur=${DURATION:-10}
+threads=${HTTP_THREADS:-4}
+backend=${BACKEND:-auto}
+WRK=${WRK:-$(command -v wrk || { test -x /tmp/deps/usr/bin/wrk && echo /tmp/deps/usr/bin/wrk; })}
+if [ -z "$WRK" ]; then
+    echo "ceiling.sh: wrk not found; install it: sudo apt-get install -y wrk" >&2
+    exit 2
+fi
+[ -x build/bench/bare_mhd ] && [ -x bin/gemmd ] || make -s bench >/dev/null || exit 1
+maxc=0
+for c in $conns; do [ "$c" -gt "$maxc" ] && maxc=$c; done
+limit=$((maxc + 64))
+nproc=$(nproc)
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_up() { for _ in $(seq 200); do curl -fsS "$1/healthz" >/dev/null 2>&1 && return 0; sleep 0.05; done; return 1; }
+
+bport=$(free_port)
+build/bench/bare_mhd --port "$bport" --threads "$threads" --connection-limit "$limit" 2>"$out/bare.log" &
+bpid=$!
+gport=$(free_port)
+bin/gemmd --config config/gemmd.conf --backend "$backend" --port "$gport" --http-threads "$threads" \
+    --per-ip-limit 0 --connection-limit "$limit" --queue-depth 1024 --log-level warn >"$out/gemmd.log" 2>&1 &
+gpid=$!
+trap 'kill $bpid $gpid 2>/dev/null; wait $bpid $gpid 2>/dev/null' EXIT
+wait_up "http://127.0.0.1:$bport" || { echo "bare_mhd did not start"; cat "$out/bare.log"; exit 1; }
+wait_up "http://127.0.0.1:$gport" || { echo "gemmd did not start"; cat "$out/gemmd.log"; exit 1; }
+curl -fsS "http://127.0.0.1:$gport/v1/info" >"$out/info.json"
+
+# wrk prints latency with units (us, ms, s): normalise to microseconds.
+to_us() {
+    awk -v v="$1" 'BEGIN { n = v + 0; u = v; sub(/^[0-9.]+/, "", u);
+        if (u == "us") print n; else if (u == "ms") print n * 1000; else if (u == "s") print n * 1e6; else print n }'
+}
+run_wrk() { # URL BODY CONNS LOG -> "rps p50_us p99_us non200"
+    local t=$3
+    [ "$t" -gt "$nproc" ] && t=$nproc
+    [ "$t" -gt 8 ] && t=8
+    WRK_BODY=$2 "$WRK" -t "$t" -c "$3" -d "${dur}s" --latency -s bench/wrk_post.lua "$1" >"$4" 2>&1
+    local rps p50 p99 bad
+    rps=$(awk '/^Requests\/sec:/ {print $2}' "$4")
+    p50=$(to_us "$(awk '$1 == "50%" {print $2}' "$4")")
+    p99=$(to_us "$(awk '$1 == "99%" {print $2}' "$4")")
+    bad=$(awk '/^non200:/ {print $2}' "$4")
+    echo "${rps:-0} ${p50:-0} ${p99:-0} ${bad:-?}"
+}
+
+echo "# gemmd vs a bare libmicrohttpd server (the ceiling), raw float32"
+echo
+echo "host: $(hostname), $(nproc) cores; $(python3 -c 'import json,sys; i=json.load(open(sys.argv[1])); print("backend", i.get("backend"), "-", ", ".join(d.get("name","?") for d in i.get("devices",[])) or "no devices")' "$out/info.json" 2>/dev/null)"
+echo "date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD 2>/dev/null); wrk $("$WRK" -v 2>&1 | head -1 | awk '{print $2}')"
+echo "command: SIZES=\"$sizes\" CONNS=\"$conns\" DURATION=$dur HTTP_THREADS=$threads BACKEND=$backend bench/ceiling.sh"
+echo
+echo "| size | conns | bare req/s | bare p50 µs | bare p99 µs | gemmd req/s | gemmd p50 µs | gemmd p99 µs | gemmd non-200 | gemmd / bare |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+for n in $sizes; do
+    body=$out/body-$n.bin
+    python3 - "$n" "$body" <<'PY'
+import array, random, sys
+n = int(sys.argv[1])
+rnd = random.Random(n)
+a = array.array("f", (rnd.uniform(-1, 1) for _ in range(2 * n * n)))
+open(sys.argv[2], "wb").write(a.tobytes())
+PY
+    q="?m=$n&k=$n&n=$n&dtype=float32"
+    for c in $conns; do
+        read -r brps bp50 bp99 _ < <(run_wrk "http://127.0.0.1:$bport/v1/matmul$q" "$body" "$c" "$out/bare-$n-$c.log")
+        read -r grps gp50 gp99 gbad < <(run_wrk "http://127.0.0.1:$gport/v1/matmul$q" "$body" "$c" "$out/gemmd-$n-$c.log")
+        ratio=$(awk -v g="$grps" -v b="$brps" 'BEGIN { if (b > 0) printf "%.1f%%", 100 * g / b; else print "-" }')
+        printf '| %s² | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s |\n' \
+            "$n" "$c" "$brps" "$bp50" "$bp99" "$grps" "$gp50" "$gp99" "$gbad" "$ratio"
+    done
+done
