@@ -105,6 +105,11 @@ GEMMD := $(BIN)/gemmd
 GEMM := $(BIN)/gemm
 LIBGEMM_A := $(LIBDIR)/libgemm.a
 LIBGEMM_SO := $(LIBDIR)/libgemm.so
+# libgemm's ABI: soname libgemm.so.$(LIBGEMM_ABI), file libgemm.so.$(LIBGEMM_ABI_FULL).
+LIBGEMM_ABI := 1
+LIBGEMM_ABI_FULL := $(LIBGEMM_ABI).0.0
+LIBGEMM_MAP := client/lib/libgemm.map
+VERSION := $(shell sed -n 's/^\#define GEMM_CLIENT_VERSION "\(.*\)"/\1/p' client/lib/gemm.h)
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
@@ -142,7 +147,7 @@ check-tests: build $(UNIT_BIN) $(GPU_TEST_BIN) $(EXAMPLE_BIN)
 
 test: deps-test
 	$(Q)$(MAKE) --no-print-directory check-tests
-	$(Q)BUILD=$(BUILD) BIN=$(BIN) CUDA=$(CUDA) SAN=$(SAN) tests/run.sh
+	$(Q)BUILD=$(BUILD) BIN=$(BIN) LIBDIR=$(LIBDIR) CUDA=$(CUDA) SAN=$(SAN) tests/run.sh
 
 test-san:
 	$(Q)$(MAKE) --no-print-directory test SAN=1 CUDA=0
@@ -189,15 +194,21 @@ $(LIBGEMM_A): $(CLIENT_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(LIBGEMM_SO): $(CLIENT_OBJ) $(COMMON_OBJ)
+# Only the gemm_client_* functions of the public headers are exported ($(LIBGEMM_MAP)).
+$(LIBGEMM_SO): $(CLIENT_OBJ) $(COMMON_OBJ) $(LIBGEMM_MAP)
 	@mkdir -p $(@D)
 	@echo "  LINK    $@"
-	$(Q)$(CC) -shared $(LDFLAGS) -Wl,-soname,libgemm.so.1 -o $@.1 $^ $(CLIENT_LIBS) -lcjson
-	$(Q)ln -sf libgemm.so.1 $@
+	$(Q)$(CC) -shared $(LDFLAGS) -Wl,-soname,libgemm.so.$(LIBGEMM_ABI) -Wl,--version-script=$(LIBGEMM_MAP) \
+		-Wl,--no-undefined -o $@.$(LIBGEMM_ABI_FULL) $(filter %.o,$^) $(CLIENT_LIBS) -lcjson
+	$(Q)ln -sf libgemm.so.$(LIBGEMM_ABI_FULL) $@.$(LIBGEMM_ABI) && ln -sf libgemm.so.$(LIBGEMM_ABI) $@
 
-$(LIBDIR)/pkgconfig/gemm.pc: client/gemm.pc.in
+# gemm.pc and gemm-static.pc for the build tree (make install writes the installed ones):
+# PKG_CONFIG_PATH=lib/pkgconfig pkg-config --cflags --libs gemm
+PC_SUBST = -e 's|@VERSION@|$(VERSION)|g' -e 's|@PREFIX@|$(1)|g' -e 's|@LIBDIR@|$(2)|g' \
+           -e 's|@INCLUDEDIR@|$(3)|g' -e 's|@CFLAGS@|$(4)|g'
+$(LIBDIR)/pkgconfig/%.pc: client/%.pc.in client/lib/gemm.h
 	@mkdir -p $(@D)
-	$(Q)sed -e 's#@PREFIX@#$(abspath .)#g' -e 's#@LIBDIR@#$(abspath $(LIBDIR))#g' $< > $@
+	$(Q)sed $(call PC_SUBST,$(abspath .),$(abspath $(LIBDIR)),$${prefix}/client/lib,-I$${includedir} -I$${prefix}/common) $< > $@
 
 $(GEMM): $(CLI_OBJ) $(LIBGEMM_A)
 	@mkdir -p $(@D)

@@ -12,6 +12,7 @@ SAN=${SAN:-0}
 export GEMMD_BIN=${GEMMD_BIN:-$BIN/gemmd}
 export GEMM_BIN=${GEMM_BIN:-$BIN/gemm}
 export GEMMD_BUILD=$BUILD
+export GEMMD_LIBDIR=${GEMMD_LIBDIR:-${LIBDIR:-lib}}
 logdir=$BUILD/test-logs
 mkdir -p "$logdir"
 

@@ -1,7 +1,7 @@
 /*
  * bench.c - `gemm bench`: C threads, each with its own client handle (its own keep-alive
  * connection) and its own C buffer, send the same random A and B R times each. Latency is
- * the client's wall time of one gemm_multiply() (upload, server, download). The first
+ * the client's wall time of one gemm_client_multiply() (upload, server, download). The first
  * answer is checked against a float64 computation of sampled elements before any number
  * is printed.
  */
@@ -33,13 +33,13 @@ static void *run_worker(void *arg)
     if (!c) w->failed = 1;
     for (int i = 0; c && !w->failed && i < w->o->warmup && !gemm_cli_interrupted; i++) {
         gemm_timing t;
-        if (gemm_multiply(c, &w->req, &t, &w->err) != 0) w->failed = 1;
+        if (gemm_client_multiply(c, &w->req, &t, &w->err) != 0) w->failed = 1;
     }
     pthread_barrier_wait(w->start);
     for (int j = 0; c && !w->failed && j < w->o->repeat && !gemm_cli_interrupted; j++) {
         gemm_timing t;
         double t0 = gemm_now_ms();
-        if (gemm_multiply(c, &w->req, &t, &w->err) != 0) {
+        if (gemm_client_multiply(c, &w->req, &t, &w->err) != 0) {
             w->failed = 1;
             break;
         }
@@ -191,7 +191,7 @@ int gemm_cli_bench(const gemm_cli_opts *o)
             goto out;
         }
         gemm_timing t;
-        int r = gemm_multiply(c, &ws[0].req, &t, &err);
+        int r = gemm_client_multiply(c, &ws[0].req, &t, &err);
         gemm_client_free(c);
         if (r != 0) {
             rc = gemm_cli_interrupted ? GEMM_EXIT_INTERRUPTED : gemm_cli_fail(&err, "bench");

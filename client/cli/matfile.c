@@ -227,7 +227,7 @@ int gemm_cli_input_open(gemm_cli_input *m, const char *path, gemm_cli_format fmt
         gemm_text_error te;
         void *data = NULL;
         if (dtype == GEMM_DTYPE_INVALID) dtype = GEMM_DTYPE_F64;
-        if (gemm_text_parse(m->map, m->map_len, delim_of(fmt), dtype, &m->rows, &m->cols, &data, &te) != 0) {
+        if (gemm_client_text_parse(m->map, m->map_len, delim_of(fmt), dtype, &m->rows, &m->cols, &data, &te) != 0) {
             if (te.line > 0) snprintf(msg, cap, "%s:%d: %s", path, te.line, te.message);
             else snprintf(msg, cap, "%s: %s", path, te.message);
             goto fail;
@@ -378,7 +378,7 @@ int gemm_cli_output_commit(gemm_cli_output *o, char *msg, size_t cap)
         } else if (o->fmt == GEMM_FMT_RAW) {
             rc = write_all(1, o->data, bytes);
         } else {
-            rc = gemm_text_write(stdout, delim_of(o->fmt), o->dtype, o->rows, o->cols, o->data);
+            rc = gemm_client_text_write(stdout, delim_of(o->fmt), o->dtype, o->rows, o->cols, o->data);
             if (fflush(stdout) != 0) rc = -1;
         }
         if (rc != 0) snprintf(msg, cap, "standard output: %s", strerror(errno));
@@ -417,7 +417,7 @@ int gemm_cli_output_commit(gemm_cli_output *o, char *msg, size_t cap)
         }
         o->fd = -1;
         setvbuf(f, NULL, _IOFBF, 1 << 20);
-        int rc = gemm_text_write(f, delim_of(o->fmt), o->dtype, o->rows, o->cols, o->data);
+        int rc = gemm_client_text_write(f, delim_of(o->fmt), o->dtype, o->rows, o->cols, o->data);
         int e = errno;
         if (fclose(f) != 0 && rc == 0) {
             rc = -1;

@@ -79,7 +79,7 @@ static void set_body(gemm_xfer *x, const gemm_request *r)
     x->part_len[1] = bb;
 }
 
-int gemm_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, gemm_client_error *err)
+int gemm_client_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, gemm_client_error *err)
 {
     LOCAL_ERR(err);
     gemm_client_err_clear(err);
@@ -138,8 +138,8 @@ static void copy_str(char *dst, size_t cap, const cJSON *o, const char *key)
     if (cJSON_IsString(v)) snprintf(dst, cap, "%s", v->valuestring);
 }
 
-int gemm_job_submit(gemm_client *c, const gemm_request *r, char *id, size_t cap,
-                    gemm_client_error *err)
+int gemm_client_job_submit(gemm_client *c, const gemm_request *r, char *id, size_t cap,
+                           gemm_client_error *err)
 {
     LOCAL_ERR(err);
     gemm_client_err_clear(err);
@@ -173,7 +173,7 @@ int gemm_job_submit(gemm_client *c, const gemm_request *r, char *id, size_t cap,
     return rc;
 }
 
-int gemm_job_status(gemm_client *c, const char *id, gemm_job_info *info, gemm_client_error *err)
+int gemm_client_job_status(gemm_client *c, const char *id, gemm_job_info *info, gemm_client_error *err)
 {
     LOCAL_ERR(err);
     gemm_client_err_clear(err);
@@ -240,14 +240,14 @@ int gemm_job_status(gemm_client *c, const char *id, gemm_job_info *info, gemm_cl
     return rc;
 }
 
-int gemm_job_wait(gemm_client *c, const char *id, long poll_ms, long timeout_ms,
-                  gemm_job_info *info, gemm_client_error *err)
+int gemm_client_job_wait(gemm_client *c, const char *id, long poll_ms, long timeout_ms,
+                         gemm_job_info *info, gemm_client_error *err)
 {
     LOCAL_ERR(err);
     double start = gemm_now_ms();
     long interval = poll_ms > 0 ? poll_ms : 20;
     for (;;) {
-        if (gemm_job_status(c, id, info, err) != 0) return -1;
+        if (gemm_client_job_status(c, id, info, err) != 0) return -1;
         if (info->state == GEMM_CLIENT_JOB_DONE) return 0;
         if (info->state == GEMM_CLIENT_JOB_FAILED || info->state == GEMM_CLIENT_JOB_CANCELLED) {
             gemm_client_err(err, GEMM_CLIENT_E_SERVER,
@@ -273,8 +273,8 @@ int gemm_job_wait(gemm_client *c, const char *id, long poll_ms, long timeout_ms,
     }
 }
 
-int gemm_job_fetch(gemm_client *c, const char *id, gemm_dtype dtype, uint64_t m, uint64_t n,
-                   void *c_out, gemm_timing *t, gemm_client_error *err)
+int gemm_client_job_fetch(gemm_client *c, const char *id, gemm_dtype dtype, uint64_t m, uint64_t n,
+                          void *c_out, gemm_timing *t, gemm_client_error *err)
 {
     LOCAL_ERR(err);
     gemm_client_err_clear(err);
@@ -298,7 +298,7 @@ int gemm_job_fetch(gemm_client *c, const char *id, gemm_dtype dtype, uint64_t m,
     return rc;
 }
 
-int gemm_job_delete(gemm_client *c, const char *id, gemm_client_error *err)
+int gemm_client_job_delete(gemm_client *c, const char *id, gemm_client_error *err)
 {
     LOCAL_ERR(err);
     gemm_client_err_clear(err);
@@ -315,7 +315,7 @@ int gemm_job_delete(gemm_client *c, const char *id, gemm_client_error *err)
     return rc;
 }
 
-int gemm_get(gemm_client *c, const char *path, char **body, int *status, gemm_client_error *err)
+int gemm_client_get(gemm_client *c, const char *path, char **body, int *status, gemm_client_error *err)
 {
     LOCAL_ERR(err);
     gemm_client_err_clear(err);

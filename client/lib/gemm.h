@@ -14,13 +14,16 @@
  *     gemm_request r = GEMM_REQUEST_INIT;
  *     r.dtype = GEMM_DTYPE_F32; r.m = M; r.k = K; r.n = N; r.a = A; r.b = B; r.c = C;
  *     gemm_timing t;
- *     if (gemm_multiply(cl, &r, &t, &err) != 0) fprintf(stderr, "%s\n", err.message);
+ *     if (gemm_client_multiply(cl, &r, &t, &err) != 0) fprintf(stderr, "%s\n", err.message);
  *     gemm_client_free(cl);
  *
  * Threads: a gemm_client is not safe to use from two threads at once. Give each thread
  * its own handle (they are cheap: one curl easy handle each), or serialise the calls on a
  * shared handle with a mutex. Library-wide set-up (curl_global_init) happens once, on the
  * first gemm_client_new(), and is thread-safe. Link with `pkg-config --libs gemm`.
+ *
+ * The shared library exports exactly the gemm_client_* functions of this header and
+ * gemm_util.h (client/lib/libgemm.map); nothing else in it is visible to a program.
  */
 #ifndef GEMM_CLIENT_H
 #define GEMM_CLIENT_H
@@ -102,7 +105,7 @@ typedef struct {
     uint64_t m, k, n;     /* A is m x k, B is k x n, C is m x n */
     const void *a;        /* m*k elements, row-major; only read */
     const void *b;        /* k*n elements, row-major; only read */
-    void *c;              /* m*n elements, written by gemm_multiply / gemm_job_fetch */
+    void *c;              /* m*n elements, written by gemm_client_multiply / gemm_client_job_fetch */
     const char *kernel;   /* NULL = server default ("auto") */
     gemm_math math;       /* GEMM_MATH_DEFAULT = not sent */
     int tile;             /* 0 = not sent */
@@ -130,7 +133,7 @@ typedef struct {
 
 /* Synchronous product C = A.B for any dtype. r->c must hold m*n elements. Returns 0, or -1
  * with *err set (C's contents are then unspecified). t may be NULL. */
-int gemm_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, gemm_client_error *err);
+int gemm_client_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, gemm_client_error *err);
 
 /* ---- asynchronous jobs ------------------------------------------------- */
 
@@ -156,28 +159,64 @@ typedef struct {
 } gemm_job_info;
 
 /* Queues r (POST /v1/jobs, raw binary); r->c is not used. Writes the job id into id[cap]. */
-int gemm_job_submit(gemm_client *c, const gemm_request *r, char *id, size_t cap,
-                    gemm_client_error *err);
+int gemm_client_job_submit(gemm_client *c, const gemm_request *r, char *id, size_t cap,
+                           gemm_client_error *err);
 /* GET /v1/jobs/{id}. */
-int gemm_job_status(gemm_client *c, const char *id, gemm_job_info *info, gemm_client_error *err);
+int gemm_client_job_status(gemm_client *c, const char *id, gemm_job_info *info, gemm_client_error *err);
 /* Polls the status until the job is done, failed or cancelled, or timeout_ms passes
  * (0 = no limit; GEMM_CLIENT_E_TIMEOUT then). A failed job returns -1 with the job's
  * error in *err (kind SERVER). poll_ms: first interval (default 20), doubling up to 500. */
-int gemm_job_wait(gemm_client *c, const char *id, long poll_ms, long timeout_ms,
-                  gemm_job_info *info, gemm_client_error *err);
+int gemm_client_job_wait(gemm_client *c, const char *id, long poll_ms, long timeout_ms,
+                         gemm_job_info *info, gemm_client_error *err);
 /* GET /v1/jobs/{id}/result as raw binary into c_out, which holds m*n elements of dtype
  * (checked against the answer's X-Gemm-Shape and length). */
-int gemm_job_fetch(gemm_client *c, const char *id, gemm_dtype dtype, uint64_t m, uint64_t n,
-                   void *c_out, gemm_timing *t, gemm_client_error *err);
+int gemm_client_job_fetch(gemm_client *c, const char *id, gemm_dtype dtype, uint64_t m, uint64_t n,
+                          void *c_out, gemm_timing *t, gemm_client_error *err);
 /* DELETE /v1/jobs/{id}: cancels a queued job or forgets a finished one. */
-int gemm_job_delete(gemm_client *c, const char *id, gemm_client_error *err);
+int gemm_client_job_delete(gemm_client *c, const char *id, gemm_client_error *err);
 
 /* ---- service ----------------------------------------------------------- */
 
 /* GET path (e.g. "/v1/info", "/healthz", "/readyz", "/metrics"): the body as a
  * NUL-terminated string in *body (free() it) and the status in *status. HTTP errors are
  * not failures here: only transport errors return -1. */
-int gemm_get(gemm_client *c, const char *path, char **body, int *status, gemm_client_error *err);
+int gemm_client_get(gemm_client *c, const char *path, char **body, int *status, gemm_client_error *err);
+
+/* ---- names of 0.1 -------------------------------------------------------
+ * The calls above were gemm_multiply, gemm_job_submit ... gemm_get before libgemm.so
+ * exported only gemm_client_* names. These inline forwarders keep code written against
+ * those names building; they add no symbol to the library. New code uses gemm_client_*. */
+static inline int gemm_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, gemm_client_error *err)
+{
+    return gemm_client_multiply(c, r, t, err);
+}
+static inline int gemm_job_submit(gemm_client *c, const gemm_request *r, char *id, size_t cap,
+                                  gemm_client_error *err)
+{
+    return gemm_client_job_submit(c, r, id, cap, err);
+}
+static inline int gemm_job_status(gemm_client *c, const char *id, gemm_job_info *info, gemm_client_error *err)
+{
+    return gemm_client_job_status(c, id, info, err);
+}
+static inline int gemm_job_wait(gemm_client *c, const char *id, long poll_ms, long timeout_ms,
+                                gemm_job_info *info, gemm_client_error *err)
+{
+    return gemm_client_job_wait(c, id, poll_ms, timeout_ms, info, err);
+}
+static inline int gemm_job_fetch(gemm_client *c, const char *id, gemm_dtype dtype, uint64_t m, uint64_t n,
+                                 void *c_out, gemm_timing *t, gemm_client_error *err)
+{
+    return gemm_client_job_fetch(c, id, dtype, m, n, c_out, t, err);
+}
+static inline int gemm_job_delete(gemm_client *c, const char *id, gemm_client_error *err)
+{
+    return gemm_client_job_delete(c, id, err);
+}
+static inline int gemm_get(gemm_client *c, const char *path, char **body, int *status, gemm_client_error *err)
+{
+    return gemm_client_get(c, path, body, status, err);
+}
 
 #ifdef __cplusplus
 }

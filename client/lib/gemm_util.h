@@ -17,19 +17,19 @@ extern "C" {
 
 /* "MxK" (also "M,K" or "M*K"; 'x' or 'X') -> 2 dims, or "MxKxN" -> 3 dims. Dimensions are
  * plain decimal integers >= 1. Returns the number of dimensions read (2 or 3), or -1. */
-int gemm_parse_shape(const char *s, uint64_t dims[3]);
+int gemm_client_parse_shape(const char *s, uint64_t dims[3]);
 
 /* Two numbers out of an X-Gemm-Shape value ("512x256", "512,256", "[512, 256]"). 0 or -1. */
-int gemm_parse_shape_header(const char *s, uint64_t *rows, uint64_t *cols);
+int gemm_client_parse_shape_header(const char *s, uint64_t *rows, uint64_t *cols);
 
 /* Fills the server stages of *t from a Server-Timing value
  * ("recv;dur=1.2, queue;dur=0.02, h2d;dur=1.21, kernel;dur=2.67, d2h;dur=1.18, total;dur=5.3").
  * Stages not named are left as they are. Returns how many stages were recognised. */
-int gemm_parse_server_timing(const char *s, gemm_timing *t);
+int gemm_client_parse_server_timing(const char *s, gemm_timing *t);
 
 /* Retry-After: delay-seconds ("3", "0.5") -> milliseconds, or an HTTP date relative to
  * now_epoch_s. Returns -1 when it cannot be parsed. */
-long gemm_parse_retry_after(const char *s, double now_epoch_s);
+long gemm_client_parse_retry_after(const char *s, double now_epoch_s);
 
 /* ---- CSV / TSV text matrices -------------------------------------------
  * One row a line, values separated by the delimiter (',' or '\t'; 0 = guess from the first
@@ -43,14 +43,14 @@ typedef struct {
 
 /* Parses text[0..len) into a malloc'ed row-major buffer of dtype (*data; free() it).
  * Returns 0 or -1 with *e set. */
-int gemm_text_parse(const char *text, size_t len, char delim, gemm_dtype dtype,
-                    uint64_t *rows, uint64_t *cols, void **data, gemm_text_error *e);
+int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype dtype,
+                           uint64_t *rows, uint64_t *cols, void **data, gemm_text_error *e);
 
 /* Writes a rows x cols matrix as text with delim between values (float32 with 9
  * significant digits, float64 with 17, so values read back exactly). Returns 0, or -1
  * on a write error (errno set). */
-int gemm_text_write(FILE *f, char delim, gemm_dtype dtype, uint64_t rows, uint64_t cols,
-                    const void *data);
+int gemm_client_text_write(FILE *f, char delim, gemm_dtype dtype, uint64_t rows, uint64_t cols,
+                           const void *data);
 
 #ifdef __cplusplus
 }

@@ -258,7 +258,7 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud)
         copy_value(x->server_timing + have, sizeof x->server_timing - have, v, vlen);
     } else if (IS("Retry-After")) {
         copy_value(tmp, sizeof tmp, v, vlen);
-        x->retry_after_ms = gemm_parse_retry_after(tmp, (double)time(NULL));
+        x->retry_after_ms = gemm_client_parse_retry_after(tmp, (double)time(NULL));
     } else if (IS("Content-Length")) {
         copy_value(tmp, sizeof tmp, v, vlen);
         char *end;
@@ -286,7 +286,7 @@ static int check_binary_headers(gemm_xfer *x)
     }
     if (x->shape[0]) {
         uint64_t r, c;
-        if (gemm_parse_shape_header(x->shape, &r, &c) != 0) {
+        if (gemm_client_parse_shape_header(x->shape, &r, &c) != 0) {
             snprintf(x->protocol_msg, sizeof x->protocol_msg, "unreadable X-Gemm-Shape \"%s\"", x->shape);
             return -1;
         }
@@ -443,7 +443,7 @@ static void fill_timing(gemm_xfer *x, gemm_timing *t, int retries)
         t->client_first_byte_ms = us / 1000.0;
     if (curl_easy_getinfo(h, CURLINFO_SIZE_UPLOAD_T, &us) == CURLE_OK) t->bytes_sent = (uint64_t)us;
     if (curl_easy_getinfo(h, CURLINFO_SIZE_DOWNLOAD_T, &us) == CURLE_OK) t->bytes_received = (uint64_t)us;
-    gemm_parse_server_timing(x->server_timing, t);
+    gemm_client_parse_server_timing(x->server_timing, t);
     t->client_transfer_ms = t->total_ms >= 0 ? t->client_total_ms - t->total_ms : -1;
     snprintf(t->kernel, sizeof t->kernel, "%s", x->kernel);
     snprintf(t->math, sizeof t->math, "%s", x->math);
@@ -539,10 +539,12 @@ int gemm_xfer_server_error(const gemm_xfer *x, gemm_client_error *err)
         snprintf(err->message, sizeof err->message, "%s", msg->valuestring);
     } else if (x->text && x->text_len > 0) {
         /* not our JSON (a proxy?): show the start of what came */
-        size_t n = x->text_len < 200 ? x->text_len : 200;
         char snippet[201];
         size_t k = 0;
-        for (size_t i = 0; i < n; i++) snippet[k++] = isprint((unsigned char)x->text[i]) ? x->text[i] : ' ';
+        while (k < sizeof snippet - 1 && k < x->text_len) {
+            snippet[k] = isprint((unsigned char)x->text[k]) ? x->text[k] : ' ';
+            k++;
+        }
         snippet[k] = '\0';
         snprintf(err->message, sizeof err->message, "HTTP %d: %s", x->status, snippet);
     }

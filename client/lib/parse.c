@@ -30,7 +30,7 @@ static int read_dim(const char **p, uint64_t *out)
     return 0;
 }
 
-int gemm_parse_shape(const char *s, uint64_t dims[3])
+int gemm_client_parse_shape(const char *s, uint64_t dims[3])
 {
     if (!s) return -1;
     int n = 0;
@@ -45,7 +45,7 @@ int gemm_parse_shape(const char *s, uint64_t dims[3])
     return n >= 2 ? n : -1;
 }
 
-int gemm_parse_shape_header(const char *s, uint64_t *rows, uint64_t *cols)
+int gemm_client_parse_shape_header(const char *s, uint64_t *rows, uint64_t *cols)
 {
     uint64_t v[2];
     int n = 0;
@@ -76,7 +76,7 @@ int gemm_parse_shape_header(const char *s, uint64_t *rows, uint64_t *cols)
     return 0;
 }
 
-int gemm_parse_server_timing(const char *s, gemm_timing *t)
+int gemm_client_parse_server_timing(const char *s, gemm_timing *t)
 {
     int found = 0;
     if (!s) return 0;
@@ -128,7 +128,7 @@ int gemm_parse_server_timing(const char *s, gemm_timing *t)
     return found;
 }
 
-long gemm_parse_retry_after(const char *s, double now_epoch_s)
+long gemm_client_parse_retry_after(const char *s, double now_epoch_s)
 {
     if (!s || !*s) return -1;
     char *end;

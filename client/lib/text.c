@@ -78,8 +78,8 @@ static int parse_value(const char *s, gemm_dtype d, void *dst, size_t idx)
     return 0;
 }
 
-int gemm_text_parse(const char *text, size_t len, char delim, gemm_dtype dtype,
-                    uint64_t *rows, uint64_t *cols, void **data, gemm_text_error *e)
+int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype dtype,
+                           uint64_t *rows, uint64_t *cols, void **data, gemm_text_error *e)
 {
     if (e) {
         e->line = 0;
@@ -181,8 +181,8 @@ fail:
     return -1;
 }
 
-int gemm_text_write(FILE *f, char delim, gemm_dtype dtype, uint64_t rows, uint64_t cols,
-                    const void *data)
+int gemm_client_text_write(FILE *f, char delim, gemm_dtype dtype, uint64_t rows, uint64_t cols,
+                           const void *data)
 {
     if (delim == 0) delim = ',';
     for (uint64_t i = 0; i < rows; i++) {

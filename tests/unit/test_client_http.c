@@ -152,7 +152,7 @@ static void test_request_and_answer(void **state)
     gemm_request r = one_by_one(&out);
     gemm_timing t;
     gemm_client_error err;
-    int rc = gemm_multiply(c, &r, &t, &err);
+    int rc = gemm_client_multiply(c, &r, &t, &err);
     stop(&s);
     gemm_client_free(c);
     if (rc != 0) fail_msg("%s: %s", err.code, err.message);
@@ -191,7 +191,7 @@ static void expect_failure(const char *answer, gemm_client_error_kind kind, cons
     double out = 0;
     gemm_request r = one_by_one(&out);
     gemm_client_error err;
-    int rc = gemm_multiply(c, &r, NULL, &err);
+    int rc = gemm_client_multiply(c, &r, NULL, &err);
     stop(&s);
     gemm_client_free(c);
     assert_int_equal(rc, -1);
@@ -249,7 +249,7 @@ static void test_retry_after_503(void **state)
     gemm_request r = one_by_one(&out);
     gemm_timing t;
     gemm_client_error err;
-    int rc = gemm_multiply(c, &r, &t, &err);
+    int rc = gemm_client_multiply(c, &r, &t, &err);
     stop(&s);
     gemm_client_free(c);
     if (rc != 0) fail_msg("%s: %s", err.code, err.message);
@@ -266,7 +266,7 @@ static void test_retry_after_503(void **state)
     const char *two[] = {answers[0], answers[0]};
     start(&s, two, 2);
     c = client_for(&s, 1);
-    rc = gemm_multiply(c, &r, NULL, &err);
+    rc = gemm_client_multiply(c, &r, NULL, &err);
     stop(&s);
     gemm_client_free(c);
     assert_int_equal(rc, -1);
@@ -293,10 +293,10 @@ static void test_job_submit(void **state)
     gemm_request r = one_by_one(&out);
     gemm_client_error err;
     char id[96];
-    assert_int_equal(gemm_job_submit(c, &r, id, sizeof id, &err), 0);
+    assert_int_equal(gemm_client_job_submit(c, &r, id, sizeof id, &err), 0);
     assert_string_equal(id, "abc123"); /* from Location when the body has no id */
     gemm_job_info info;
-    int rc = gemm_job_wait(c, id, 1, 10000, &info, &err);
+    int rc = gemm_client_job_wait(c, id, 1, 10000, &info, &err);
     stop(&s);
     gemm_client_free(c);
     assert_int_equal(rc, -1);
@@ -321,7 +321,7 @@ static void test_refused(void **state)
     gemm_client *c = gemm_client_new(url, NULL, &err);
     assert_non_null(c);
     char *body = NULL;
-    assert_int_equal(gemm_get(c, "/healthz", &body, NULL, &err), -1);
+    assert_int_equal(gemm_client_get(c, "/healthz", &body, NULL, &err), -1);
     assert_null(body);
     assert_int_equal(err.kind, GEMM_CLIENT_E_CONNECT);
     assert_true(err.curl_code != 0);
