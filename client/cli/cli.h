@@ -1,6 +1,11 @@
 /*
- * cli.h - the parts of the `gemm` command: options, matrix files, progress and signals,
- * and the subcommands.
+ * cli.h - the parts of the `gemm` command and how they depend on each other, without
+ * cycles:
+ *
+ *   main.c       command line, help, dispatch  ->  the subcommands
+ *   multiply.c, bench.c, info.c   the subcommands  ->  common.c, matfile.c, progress.c
+ *   common.c     client handle from the options, errors to exit codes  ->  progress.c
+ *   matfile.c    matrix files (npy, raw, CSV/TSV);  progress.c  Ctrl-C and the bar
  */
 #ifndef GEMM_CLI_H
 #define GEMM_CLI_H
@@ -44,6 +49,9 @@ typedef struct {
     int async;
     int timing;               /* --timing: print the stages on stderr */
     int progress;             /* -1 auto (terminal), 0 off, 1 on */
+    /* info, health */
+    int json;                 /* info --json: the server's JSON as it came */
+    int live;                 /* health --live: /healthz only */
     /* bench */
     uint64_t size, m, k, n;
     int repeat, concurrency, warmup;
@@ -51,6 +59,8 @@ typedef struct {
     const char *pos[4];
     int npos;
 } gemm_cli_opts;
+
+/* ---- common.c ------------------------------------------------------------ */
 
 /* Maps a library error to an exit code, printing "gemm: <message>" on stderr. */
 int gemm_cli_fail(const gemm_client_error *err, const char *what);
@@ -122,7 +132,9 @@ void gemm_cli_output_abort(gemm_cli_output *o);
 
 /* ---- subcommands ---------------------------------------------------------- */
 
-int gemm_cli_multiply(const gemm_cli_opts *o);
-int gemm_cli_bench(const gemm_cli_opts *o);
+int gemm_cli_multiply(const gemm_cli_opts *o); /* multiply.c */
+int gemm_cli_bench(const gemm_cli_opts *o);    /* bench.c */
+int gemm_cli_info(const gemm_cli_opts *o);     /* info.c */
+int gemm_cli_health(const gemm_cli_opts *o);   /* info.c */
 
 #endif

@@ -1,18 +1,14 @@
 /*
- * main.c - the `gemm` command: subcommands, options, help, exit codes; `info` and `health`.
+ * main.c - the `gemm` command: subcommands, options, help, exit codes. The subcommands
+ * live in their own files (see cli.h).
  */
 #include "cli.h"
-
-#include "gemm_util.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#include <cjson/cJSON.h>
 
 #define DEFAULT_SERVER "http://127.0.0.1:8080"
 
@@ -102,7 +98,10 @@ static void usage_bench(FILE *f)
 
 static void usage_info(FILE *f)
 {
-    fprintf(f, "usage: gemm info [OPTIONS]\n\nPrints GET /v1/info: version, backends, devices, kernels, dtypes, limits.\n\n%s\n%s",
+    fprintf(f,
+            "usage: gemm info [OPTIONS]\n\nPrints GET /v1/info for a person: version, backend, devices, kernels,\n"
+            "dtypes, limits, one \"key: value\" a line, nested parts indented.\n\n"
+            "      --json               the server's JSON as it came, for programs\n\n%s\n%s",
             common_help, exit_help);
 }
 
@@ -110,57 +109,9 @@ static void usage_health(FILE *f)
 {
     fprintf(f,
             "usage: gemm health [OPTIONS]\n\nAsks GET /healthz (alive) and GET /readyz (engine up, queue not full).\n"
-            "Exits 0 when both answer 2xx, 1 when the server answers otherwise, 3 when it cannot be reached.\n\n%s\n%s",
+            "Exits 0 when both answer 2xx, 1 when the server answers otherwise, 3 when it cannot be reached.\n\n"
+            "      --live               ask /healthz only (a liveness probe: a full queue is not a failure)\n\n%s\n%s",
             common_help, exit_help);
-}
-
-/* ---------------------------------------------------------------- helpers */
-
-int gemm_cli_fail(const gemm_client_error *err, const char *what)
-{
-    switch (err->kind) {
-    case GEMM_CLIENT_E_SERVER:
-        fprintf(stderr, "gemm: %s: server error %d %s: %s\n", what, err->http_status, err->code, err->message);
-        return GEMM_EXIT_SERVER;
-    case GEMM_CLIENT_E_PROTOCOL:
-        fprintf(stderr, "gemm: %s: bad answer from the server: %s\n", what, err->message);
-        return GEMM_EXIT_SERVER;
-    case GEMM_CLIENT_E_CONNECT:
-        fprintf(stderr, "gemm: %s: cannot reach the server: %s\n", what, err->message);
-        return GEMM_EXIT_CONNECT;
-    case GEMM_CLIENT_E_TIMEOUT:
-        fprintf(stderr, "gemm: %s: timed out: %s\n", what, err->message);
-        return GEMM_EXIT_CONNECT;
-    case GEMM_CLIENT_E_ABORTED:
-        fprintf(stderr, "gemm: %s: interrupted\n", what);
-        return GEMM_EXIT_INTERRUPTED;
-    case GEMM_CLIENT_E_ARGUMENT:
-        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
-        return GEMM_EXIT_USAGE;
-    case GEMM_CLIENT_E_NOMEM:
-        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
-        return GEMM_EXIT_IO;
-    default:
-        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
-        return GEMM_EXIT_SERVER;
-    }
-}
-
-gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gemm_client_error *err)
-{
-    gemm_client_options co;
-    gemm_client_options_init(&co);
-    co.token = o->token;
-    co.timeout_ms = o->timeout_ms;
-    if (o->connect_timeout_ms > 0) co.connect_timeout_ms = o->connect_timeout_ms;
-    if (o->retries >= 0) co.max_retries = o->retries;
-    co.verbose = o->verbose;
-    co.ca_file = o->cacert;
-    if (bar) {
-        co.progress = gemm_cli_progress_cb;
-        co.progress_ctx = bar;
-    }
-    return gemm_client_new(o->server, &co, err);
 }
 
 static int parse_seconds(const char *s, long *ms)
@@ -184,69 +135,12 @@ static int parse_int(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
-/* ---------------------------------------------------------------- info, health */
-
-static int cmd_info(const gemm_cli_opts *o)
-{
-    gemm_client_error err;
-    gemm_client *c = gemm_cli_client(o, &gemm_cli_bar, &err);
-    if (!c) return gemm_cli_fail(&err, "info");
-    char *body = NULL;
-    int status = 0;
-    int rc = GEMM_EXIT_OK;
-    if (gemm_get(c, "/v1/info", &body, &status, &err) != 0) {
-        rc = gemm_cli_fail(&err, "info");
-    } else if (status < 200 || status >= 300) {
-        cJSON *j = cJSON_Parse(body);
-        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
-        fprintf(stderr, "gemm: info: server error %d: %s\n", status, cJSON_IsString(m) ? m->valuestring : body);
-        cJSON_Delete(j);
-        rc = GEMM_EXIT_SERVER;
-    } else {
-        cJSON *j = cJSON_Parse(body);
-        char *pretty = j ? cJSON_Print(j) : NULL;
-        printf("%s\n", pretty ? pretty : body);
-        cJSON_free(pretty);
-        cJSON_Delete(j);
-    }
-    free(body);
-    gemm_client_free(c);
-    return rc;
-}
-
-static int cmd_health(const gemm_cli_opts *o)
-{
-    gemm_client_error err;
-    gemm_cli_opts o2 = *o;
-    o2.retries = 0; /* a 503 from /readyz is the answer, not something to wait out */
-    gemm_client *c = gemm_cli_client(&o2, &gemm_cli_bar, &err);
-    if (!c) return gemm_cli_fail(&err, "health");
-    static const char *const paths[] = {"/healthz", "/readyz"};
-    int rc = GEMM_EXIT_OK;
-    for (int i = 0; i < 2; i++) {
-        char *body = NULL;
-        int status = 0;
-        if (gemm_get(c, paths[i], &body, &status, &err) != 0) {
-            rc = gemm_cli_fail(&err, paths[i] + 1);
-            free(body);
-            break;
-        }
-        size_t n = strlen(body);
-        while (n > 0 && (body[n - 1] == '\n' || body[n - 1] == '\r')) body[--n] = '\0';
-        printf("%-8s %d %s\n", paths[i] + 1, status, body);
-        if (status < 200 || status >= 300) rc = GEMM_EXIT_SERVER;
-        free(body);
-    }
-    gemm_client_free(c);
-    return rc;
-}
-
 /* ---------------------------------------------------------------- options */
 
 enum {
     OPT_TIMEOUT = 256, OPT_CONNECT_TIMEOUT, OPT_RETRIES, OPT_OUT_FORMAT, OPT_SHAPE, OPT_MATH,
-    OPT_TILE, OPT_CACERT, OPT_ASYNC, OPT_TIMING, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_M, OPT_K, OPT_N
+    OPT_TILE, OPT_CACERT, OPT_ASYNC, OPT_TIMING, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_M, OPT_K, OPT_N,
+    OPT_JSON, OPT_LIVE
 };
 
 typedef enum { CMD_NONE, CMD_MULTIPLY, CMD_BENCH, CMD_INFO, CMD_HEALTH, CMD_HELP } command;
@@ -325,6 +219,8 @@ int main(int argc, char **argv)
         {"repeat", required_argument, NULL, 'r'},
         {"concurrency", required_argument, NULL, 'c'},
         {"warmup", required_argument, NULL, 'w'},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"live", no_argument, NULL, OPT_LIVE},
         {NULL, 0, NULL, 0},
     };
     /* Options may come before or after the command: find the command first. */
@@ -332,11 +228,10 @@ int main(int argc, char **argv)
     int help = 0;
     long v;
     opterr = 0;
-    int opt;
     optind = 1;
     /* "+": stop at the first non-option so positional arguments keep their order */
     while (optind < argc) {
-        opt = getopt_long(argc, argv, "+:s:t:vho:f:d:k:n:r:c:w:", longopts, NULL);
+        int opt = getopt_long(argc, argv, "+:s:t:vho:f:d:k:n:r:c:w:", longopts, NULL);
         if (opt == -1) {
             const char *a = argv[optind++];
             if (cmd == CMD_NONE) {
@@ -384,6 +279,8 @@ int main(int argc, char **argv)
         case OPT_TIMING: o.timing = 1; break;
         case OPT_PROGRESS: o.progress = 1; break;
         case OPT_NO_PROGRESS: o.progress = 0; break;
+        case OPT_JSON: o.json = 1; break;
+        case OPT_LIVE: o.live = 1; break;
         case 'n': case OPT_M: case OPT_K: case OPT_N: {
             if (parse_int(arg, 1, 1L << 40, &v) != 0)
                 return usage_error(cmd, "a dimension must be a whole number >= 1 (got \"%s\")", arg);
@@ -432,8 +329,8 @@ int main(int argc, char **argv)
         if (o.npos != 2) return usage_error(cmd, "multiply takes two inputs, A and B%s", "");
         return gemm_cli_multiply(&o);
     case CMD_BENCH: return gemm_cli_bench(&o);
-    case CMD_INFO: return cmd_info(&o);
-    case CMD_HEALTH: return cmd_health(&o);
+    case CMD_INFO: return gemm_cli_info(&o);
+    case CMD_HEALTH: return gemm_cli_health(&o);
     default: return GEMM_EXIT_USAGE;
     }
 }

@@ -7,7 +7,9 @@ connection refused, timeouts, 503 retries, Ctrl-C and tokens behave as documente
 library example in docs/examples compiles and runs; `gemm bench`, `info`, `health`.
 """
 
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -247,6 +249,12 @@ def main(tap):
             ok, why = close_enough(np.load(os.path.join(T, "qc.npy")) if rc == 0 else None, A, B, dtype)
             tap.ok(rc == 0 and ok, "--async %s round trip" % dtype, (err, why))
             tap.ok("server total" in err and "kernel" in err, "--timing prints the server's stages", err)
+            # The client's time of a job covers submit, polls and fetch: it encloses the
+            # server's total (both from the same run's own report, no clock assumption).
+            st = re.search(r"server total\s+([\d.]+) ms", err)
+            cj = re.search(r"client job\s+([\d.]+) ms", err)
+            tap.ok(st and cj and float(cj.group(1)) >= float(st.group(1)),
+                   "--async --timing: the client's job time is not smaller than the server's total", err)
 
         # ------------------------------------------------------------ server errors
         rc, _, err = gemm(["multiply", os.path.join(T, "a.npy"), os.path.join(T, "b.npy"), "-o",
@@ -309,10 +317,34 @@ def main(tap):
         rc, _, err = gemm(["multiply", os.path.join(T, "a.npy"), os.path.join(T, "b.npy"), "-o",
                            os.path.join(T, "env.npy")], env={"GEMM_SERVER": S})
         tap.ok(rc == 0 and os.path.exists(os.path.join(T, "env.npy")), "GEMM_SERVER picks the server", err)
+        info = d.curl("GET", "/v1/info").json() or {}
+        rc, out, err = gemm(["info", "--json"], server=S)
+        try:
+            got = json.loads(out.decode())
+        except ValueError:
+            got = None
+        same = got is not None and {k: v for k, v in got.items() if k != "devices"} == \
+            {k: v for k, v in info.items() if k != "devices"}
+        tap.ok(rc == 0 and same, "gemm info --json prints the server's /v1/info JSON", (rc, out[:300], err))
         rc, out, err = gemm(["info"], server=S)
-        tap.ok(rc == 0 and b'"version"' in out and b"cpu" in out, "gemm info prints /v1/info", (rc, out[:300], err))
+        text = out.decode()
+        lines = text.splitlines()
+        scalars = [k for k, v in info.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
+        missing = [k for k in scalars if "%s: %s" % (k, info[k]) not in lines]
+        kernels = [kk["name"] for kk in info.get("kernels", [])]
+        tap.ok(rc == 0 and scalars and not missing, "gemm info prints each top-level value as 'key: value'",
+               (rc, missing, text[:400], err))
+        tap.ok(all("  - name: %s" % k in lines for k in kernels) and "kernels:" in lines and "limits:" in lines
+               and "dtypes: %s" % ", ".join(info.get("dtypes", [])) in lines,
+               "gemm info: kernels as '- name:' items under 'kernels:', lists on one line, limits nested", text)
+        tap.ok(not re.search(r'[{}"\t]', text) and all((len(ln) - len(ln.lstrip(" "))) % 2 == 0 for ln in lines)
+               and any(ln.startswith("  max_dim: ") for ln in lines),
+               "gemm info is pretty: no JSON braces, quotes or tabs; nested keys indented by 2", text[:400])
         rc, out, err = gemm(["health"], server=S)
         tap.ok(rc == 0 and b"healthz" in out and b"readyz" in out, "gemm health: both probes, exit 0", (rc, out, err))
+        rc, out, err = gemm(["health", "--live"], server=S)
+        tap.ok(rc == 0 and b"healthz" in out and b"readyz" not in out, "gemm health --live: /healthz only, exit 0",
+               (rc, out, err))
 
         # ------------------------------------------------------------ bench
         rc, out, err = gemm(["bench", "--size", "48", "--repeat", "3", "--concurrency", "2"], server=S)
@@ -344,12 +376,14 @@ def main(tap):
         example = os.path.join(REPO, BUILD, "examples", "multiply")
         if not os.path.exists(example):
             src = os.path.join(REPO, "docs", "examples", "multiply.c")
-            pc = os.path.join(REPO, "lib", "pkgconfig")
+            libdir = os.path.join(REPO, os.environ.get("GEMMD_LIBDIR", "lib"))
+            pc = os.path.join(libdir, "pkgconfig")
             flags = subprocess.run(["pkg-config", "--cflags", "--libs", "gemm"], env=dict(os.environ, PKG_CONFIG_PATH=pc),
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             example = os.path.join(T, "multiply-example")
             cp = subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", src, "-o", example]
-                                + flags.stdout.decode().split(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                + flags.stdout.decode().split() + ["-Wl,-rpath," + libdir],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             tap.ok(cp.returncode == 0, "docs/examples/multiply.c compiles with pkg-config gemm", cp.stderr.decode())
         if os.path.exists(example):
             p = subprocess.run([example, S], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=RUN_TIMEOUT)

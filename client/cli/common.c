@@ -1,0 +1,57 @@
+/*
+ * common.c - what every subcommand of the `gemm` command shares: a client handle made
+ * from the command-line options, and library errors turned into messages and exit codes.
+ * The subcommands (multiply.c, bench.c, info.c) use it; main.c only parses the command
+ * line and calls them.
+ */
+#include "cli.h"
+
+#include <stdio.h>
+
+int gemm_cli_fail(const gemm_client_error *err, const char *what)
+{
+    switch (err->kind) {
+    case GEMM_CLIENT_E_SERVER:
+        fprintf(stderr, "gemm: %s: server error %d %s: %s\n", what, err->http_status, err->code, err->message);
+        return GEMM_EXIT_SERVER;
+    case GEMM_CLIENT_E_PROTOCOL:
+        fprintf(stderr, "gemm: %s: bad answer from the server: %s\n", what, err->message);
+        return GEMM_EXIT_SERVER;
+    case GEMM_CLIENT_E_CONNECT:
+        fprintf(stderr, "gemm: %s: cannot reach the server: %s\n", what, err->message);
+        return GEMM_EXIT_CONNECT;
+    case GEMM_CLIENT_E_TIMEOUT:
+        fprintf(stderr, "gemm: %s: timed out: %s\n", what, err->message);
+        return GEMM_EXIT_CONNECT;
+    case GEMM_CLIENT_E_ABORTED:
+        fprintf(stderr, "gemm: %s: interrupted\n", what);
+        return GEMM_EXIT_INTERRUPTED;
+    case GEMM_CLIENT_E_ARGUMENT:
+        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
+        return GEMM_EXIT_USAGE;
+    case GEMM_CLIENT_E_NOMEM:
+        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
+        return GEMM_EXIT_IO;
+    default:
+        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
+        return GEMM_EXIT_SERVER;
+    }
+}
+
+gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gemm_client_error *err)
+{
+    gemm_client_options co;
+    gemm_client_options_init(&co);
+    co.token = o->token;
+    co.timeout_ms = o->timeout_ms;
+    if (o->connect_timeout_ms > 0) co.connect_timeout_ms = o->connect_timeout_ms;
+    if (o->retries >= 0) co.max_retries = o->retries;
+    co.verbose = o->verbose;
+    co.ca_file = o->cacert;
+    if (bar) {
+        co.progress = gemm_cli_progress_cb;
+        co.progress_ctx = bar;
+    }
+    return gemm_client_new(o->server, &co, err);
+}
+

@@ -1,0 +1,189 @@
+/*
+ * info.c - `gemm info` and `gemm health`.
+ *
+ * info prints GET /v1/info for a person: one "key: value" a line, nested objects indented
+ * under their key, lists of objects as "- " items, lists of plain values on one line
+ * joined by ", ", byte counts also in GiB/MiB. It walks whatever the server sends, so new
+ * fields show up without a change here. --json prints the server's JSON as it came.
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+/* ---------------------------------------------------------------- the /v1/info printer */
+
+static int is_scalar(const cJSON *v) { return !cJSON_IsObject(v) && !cJSON_IsArray(v); }
+
+static int all_scalars(const cJSON *arr)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr)
+        if (!is_scalar(e)) return 0;
+    return 1;
+}
+
+/* A key that names a size in bytes: "total_mem", "free_mem", "max_body_bytes", ... */
+static int is_bytes_key(const char *key)
+{
+    if (!key) return 0;
+    size_t n = strlen(key);
+    return (n >= 4 && strcmp(key + n - 4, "_mem") == 0) || (n >= 5 && strcmp(key + n - 5, "bytes") == 0);
+}
+
+static void print_scalar(FILE *f, const cJSON *v, const char *key)
+{
+    if (cJSON_IsString(v)) {
+        fputs(v->valuestring, f);
+    } else if (cJSON_IsBool(v)) {
+        fputs(cJSON_IsTrue(v) ? "true" : "false", f);
+    } else if (cJSON_IsNull(v)) {
+        fputs("-", f);
+    } else if (cJSON_IsNumber(v)) {
+        double d = v->valuedouble;
+        if (d == (double)(long long)d && d > -9.0e15 && d < 9.0e15)
+            fprintf(f, "%lld", (long long)d);
+        else
+            fprintf(f, "%.6g", d);
+        if (is_bytes_key(key) && d >= 1048576.0)
+            fprintf(f, " (%.1f %s)", d >= 1073741824.0 ? d / 1073741824.0 : d / 1048576.0,
+                    d >= 1073741824.0 ? "GiB" : "MiB");
+    }
+}
+
+static void print_list(FILE *f, const cJSON *arr)
+{
+    if (cJSON_GetArraySize(arr) == 0) {
+        fputs("(none)", f);
+        return;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr) {
+        if (e != arr->child) fputs(", ", f);
+        print_scalar(f, e, NULL);
+    }
+}
+
+static void print_value(FILE *f, const cJSON *v, int indent);
+
+/* The members of an object, one a line at `indent`. A "- " item prints its first member
+ * on the dash's line: first_indent is then 0. */
+static void print_members(FILE *f, const cJSON *obj, int indent, int first_indent)
+{
+    const cJSON *m;
+    cJSON_ArrayForEach(m, obj) {
+        fprintf(f, "%*s%s:", m == obj->child ? first_indent : indent, "", m->string ? m->string : "?");
+        if (is_scalar(m)) {
+            fputc(' ', f);
+            print_scalar(f, m, m->string);
+            fputc('\n', f);
+        } else if (cJSON_IsArray(m) && all_scalars(m)) {
+            fputc(' ', f);
+            print_list(f, m);
+            fputc('\n', f);
+        } else if (cJSON_IsObject(m) && !m->child) {
+            fputs(" (none)\n", f);
+        } else {
+            fputc('\n', f);
+            print_value(f, m, indent + 2);
+        }
+    }
+}
+
+static void print_value(FILE *f, const cJSON *v, int indent)
+{
+    if (cJSON_IsObject(v)) {
+        print_members(f, v, indent, indent);
+    } else if (cJSON_IsArray(v)) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, v) {
+            fprintf(f, "%*s- ", indent, "");
+            if (cJSON_IsObject(e) && e->child) {
+                print_members(f, e, indent + 2, 0);
+            } else if (cJSON_IsArray(e) && all_scalars(e)) {
+                print_list(f, e);
+                fputc('\n', f);
+            } else if (is_scalar(e)) {
+                print_scalar(f, e, NULL);
+                fputc('\n', f);
+            } else {
+                fputs("\n", f);
+                print_value(f, e, indent + 2);
+            }
+        }
+    } else {
+        fprintf(f, "%*s", indent, "");
+        print_scalar(f, v, NULL);
+        fputc('\n', f);
+    }
+}
+
+/* ---------------------------------------------------------------- info, health */
+
+int gemm_cli_info(const gemm_cli_opts *o)
+{
+    gemm_client_error err;
+    gemm_client *c = gemm_cli_client(o, &gemm_cli_bar, &err);
+    if (!c) return gemm_cli_fail(&err, "info");
+    char *body = NULL;
+    int status = 0;
+    int rc = GEMM_EXIT_OK;
+    if (gemm_client_get(c, "/v1/info", &body, &status, &err) != 0) {
+        rc = gemm_cli_fail(&err, "info");
+    } else if (status < 200 || status >= 300) {
+        cJSON *j = cJSON_Parse(body);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
+        fprintf(stderr, "gemm: info: server error %d: %s\n", status, cJSON_IsString(m) ? m->valuestring : body);
+        cJSON_Delete(j);
+        rc = GEMM_EXIT_SERVER;
+    } else if (o->json) {
+        size_t n = strlen(body);
+        fputs(body, stdout);
+        if (n == 0 || body[n - 1] != '\n') fputc('\n', stdout);
+    } else {
+        cJSON *j = cJSON_Parse(body);
+        if (!cJSON_IsObject(j)) {
+            fprintf(stderr, "gemm: info: the server's answer is not a JSON object\n");
+            rc = GEMM_EXIT_SERVER;
+        } else {
+            print_value(stdout, j, 0);
+        }
+        cJSON_Delete(j);
+    }
+    free(body);
+    gemm_client_free(c);
+    if (fflush(stdout) != 0 && rc == GEMM_EXIT_OK) rc = GEMM_EXIT_IO;
+    return rc;
+}
+
+int gemm_cli_health(const gemm_cli_opts *o)
+{
+    gemm_client_error err;
+    gemm_cli_opts o2 = *o;
+    o2.retries = 0; /* a 503 from /readyz is the answer, not something to wait out */
+    gemm_client *c = gemm_cli_client(&o2, &gemm_cli_bar, &err);
+    if (!c) return gemm_cli_fail(&err, "health");
+    static const char *const paths[] = {"/healthz", "/readyz"};
+    int n_paths = o->live ? 1 : 2; /* --live: liveness only */
+    int rc = GEMM_EXIT_OK;
+    for (int i = 0; i < n_paths; i++) {
+        char *body = NULL;
+        int status = 0;
+        if (gemm_client_get(c, paths[i], &body, &status, &err) != 0) {
+            rc = gemm_cli_fail(&err, paths[i] + 1);
+            free(body);
+            break;
+        }
+        size_t n = strlen(body);
+        while (n > 0 && (body[n - 1] == '\n' || body[n - 1] == '\r')) body[--n] = '\0';
+        printf("%-8s %d %s\n", paths[i] + 1, status, body);
+        if (status < 200 || status >= 300) rc = GEMM_EXIT_SERVER;
+        free(body);
+    }
+    gemm_client_free(c);
+    return rc;
+}
