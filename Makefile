@@ -1,11 +1,16 @@
 # gemmd - GPU matrix-multiplication service.
 #
-#   make            build bin/gemmd, bin/gemm, lib/libgemm.{a,so}
-#   make run        build and start the daemon (GPU if present, else CPU)
-#   make test       build and run every test this machine can run
+#   make            build bin/gemmd, bin/gemm, lib/libgemm.{a,so} (never installs packages:
+#                   it names the missing ones and stops)
+#   make run        install missing packages, build and start the daemon (GPU if present)
+#   make test       install missing packages, build and run every test this machine can run
 #   make test-san   the unit and end-to-end tests under AddressSanitizer + UBSan
+#   make deps       install the packages the build needs (apt-get as root)
 #   make gpu-sanitize  compute-sanitizer memcheck + racecheck on every kernel (GPU machine)
 #   make bench      build the benchmark programs (bench/)
+#   make lint       cppcheck over the C sources;  make fuzz  libFuzzer runs over the codecs
+#   make install    PREFIX=/usr/local DESTDIR=: daemon, client, library, headers, gemm.pc,
+#                   config, systemd unit, docs;  make uninstall  removes them
 #
 # Options: CUDA=0|1 (default: 1 when nvcc is found), CUDA_ARCHS="80 90 90a" (SASS targets,
 # PTX of the highest plain one is added), SAN=1 (sanitizer build in build-san/), V=1.
@@ -125,21 +130,27 @@ EXAMPLE_BIN := $(patsubst docs/examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
 # ---------------------------------------------------------------- top-level targets
 .PHONY: all deps deps-test build run test test-san check-tests gpu-sanitize bench clean info
 
-all: deps
+# Plain `make` only checks for packages (and prints the apt-get line); run, test and deps
+# install them.
+DEPS_KINDS := build $(if $(filter 1,$(CUDA)),cuda)
+all:
+	$(Q)scripts/deps.sh --check $(DEPS_KINDS)
 	$(Q)$(MAKE) --no-print-directory build
 
 info:
 	@echo "gemmd build: CC=$(CC) CUDA=$(CUDA)$(if $(filter 1,$(CUDA)), (nvcc $(NVCC), archs $(CUDA_ARCHS)), (no nvcc found: CPU backend only))$(if $(filter 1,$(SAN)), SAN=1 (ASan+UBSan in $(BUILD)),)"
 
 deps:
-	$(Q)scripts/deps.sh build
+	$(Q)scripts/deps.sh $(DEPS_KINDS)
 
 deps-test:
-	$(Q)scripts/deps.sh test
+	$(Q)scripts/deps.sh $(DEPS_KINDS) test
 
-build: info $(GEMMD) $(GEMM) $(LIBGEMM_A) $(LIBGEMM_SO) $(LIBDIR)/pkgconfig/gemm.pc
+build: info $(GEMMD) $(GEMM) $(LIBGEMM_A) $(LIBGEMM_SO) $(LIBDIR)/pkgconfig/gemm.pc \
+       $(LIBDIR)/pkgconfig/gemm-static.pc
 
-run: all
+run: deps
+	$(Q)$(MAKE) --no-print-directory build
 	@echo "starting $(GEMMD) with config/gemmd.conf (Ctrl-C stops it)"
 	$(GEMMD) --config config/gemmd.conf $(ARGS)
 
@@ -155,7 +166,7 @@ test-san:
 gpu-sanitize: check-tests
 	$(Q)BUILD=$(BUILD) tests/gpu/sanitize.sh
 
-bench: all $(BENCH_BIN)
+bench: build $(BENCH_BIN)
 
 clean:
 	rm -rf build build-san bin lib
@@ -260,8 +271,10 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(FUZZ_DIR)/%,$(FUZZ_SRC))
 FUZZ_CFLAGS := -std=c11 -g -O1 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 
-.PHONY: fuzz fuzz-build
+.PHONY: fuzz fuzz-build fuzz-deps
 fuzz-build: $(FUZZ_BIN)
+fuzz-deps:
+	$(Q)scripts/deps.sh --check fuzz
 
 fuzz: fuzz-build
 	$(Q)for f in $(FUZZ_BIN); do \

@@ -1,24 +1,45 @@
 #!/usr/bin/env bash
-# deps.sh build|test - make sure what gemmd needs is installed, by probing for it the way
-# the build uses it (headers the compiler finds, libraries the linker finds, commands on
-# PATH). Missing pieces are installed with apt-get when running as root, otherwise the
-# exact command is printed and the script fails.
+# deps.sh [--check|--list] KIND... - make sure what gemmd needs is installed, by probing for
+# it the way the build uses it (headers the compiler finds, libraries the linker finds,
+# commands on PATH). KIND: build (the daemon, client and library), cuda (what nvcc needs
+# beside the CUDA toolkit: a host C++ compiler), test (make test: build + cmocka, curl,
+# NumPy), lint (cppcheck), fuzz (clang with libFuzzer). Missing Debian packages are
+# installed with apt-get when running as root, otherwise the exact command is printed and
+# the script fails. --check never installs: it prints the command and fails (what plain
+# `make` does). --list prints every package the kinds need, installed or not.
 set -u
-kind=${1:-build}
+check=0 list=0
+case "${1:-}" in
+--check) check=1; shift ;;
+--list) list=1; shift ;;
+esac
+kinds=" ${*:-build} "
+want() { case "$kinds" in *" $1 "*) return 0 ;; esac; return 1; }
+kinds_list=" ${*:-build}"
+want test && kinds="$kinds build "
 cc=${CC:-gcc}
 [ "$cc" = cc ] && cc=gcc
 missing=()
 
 have_header() { printf '#include <stdarg.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <setjmp.h>\n#include <%s>\nint main(void){return 0;}\n' "$1" | "$cc" -x c - -o /dev/null -fsyntax-only 2>/dev/null; }
 have_lib() { printf 'int main(void){return 0;}\n' | "$cc" -x c - -o /dev/null "-l$1" 2>/dev/null; }
+have_cmd() { command -v "$1" >/dev/null 2>&1; }
+if [ $list = 1 ]; then # every probe fails, so each package is named once
+    have_header() { return 1; }
+    have_lib() { return 1; }
+    have_cmd() { return 1; }
+fi
+have_cc() { [ $list = 1 ] || command -v "$cc" >/dev/null 2>&1; } # can headers be probed?
 need_header() { have_header "$1" || missing+=("$2"); }
 need_lib() { have_lib "$1" || missing+=("$2"); }
-need_cmd() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
+need_cmd() { have_cmd "$1" || missing+=("$2"); }
 
-command -v "$cc" >/dev/null 2>&1 || missing+=(gcc)
-need_cmd make make
-need_cmd pkg-config pkg-config
-if command -v "$cc" >/dev/null 2>&1; then
+if want build; then
+    need_cmd "$cc" gcc
+    need_cmd make make
+    need_cmd pkg-config pkg-config
+fi
+if want build && have_cc; then
     need_header microhttpd.h libmicrohttpd-dev
     need_lib microhttpd libmicrohttpd-dev
     need_header cjson/cJSON.h libcjson-dev
@@ -28,8 +49,11 @@ if command -v "$cc" >/dev/null 2>&1; then
     need_header cblas.h libopenblas-dev
     need_lib openblas libopenblas-dev
 fi
-if [ "$kind" = test ]; then
-    if command -v "$cc" >/dev/null 2>&1; then
+if want cuda; then
+    need_cmd g++ g++ # nvcc compiles the host side of .cu files with it
+fi
+if want test; then
+    if have_cc; then
         need_header cmocka.h libcmocka-dev
         need_lib cmocka libcmocka-dev
     fi
@@ -37,16 +61,28 @@ if [ "$kind" = test ]; then
     # The end-to-end tests take their float64 reference from NumPy.
     py_ok=0
     for py in python3 /usr/bin/python3; do
-        if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import numpy' 2>/dev/null; then py_ok=1; break; fi
+        if have_cmd "$py" && "$py" -c 'import numpy' 2>/dev/null; then py_ok=1; break; fi
     done
     [ $py_ok = 1 ] || missing+=(python3 python3-numpy)
+fi
+if want lint; then
+    need_cmd cppcheck cppcheck
+fi
+if want fuzz; then
+    # libFuzzer ships with Debian's clang (libclang-rt / compiler-rt): probe a fuzzer link.
+    fuzz_cc=${FUZZ_CC:-clang}
+    if [ $list = 1 ] || ! printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' |
+        "$fuzz_cc" -x c - -fsanitize=fuzzer,address,undefined -o /dev/null >/dev/null 2>&1; then
+        missing+=(clang)
+    fi
 fi
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 # unique, in order
 pkgs=$(printf '%s\n' "${missing[@]}" | awk '!seen[$0]++' | tr '\n' ' ')
-echo "gemmd: missing Debian packages: $pkgs"
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+if [ $list = 1 ]; then echo "$pkgs"; exit 0; fi
+echo "gemmd: missing Debian packages: $pkgs" >&2
+if [ $check = 0 ] && [ "$(id -u)" = 0 ] && have_cmd apt-get; then
     echo "gemmd: installing them with apt-get"
     export DEBIAN_FRONTEND=noninteractive
     if ! apt-get install -y --no-install-recommends $pkgs; then
@@ -55,6 +91,6 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     fi
     exit 0
 fi
-echo "gemmd: run this, then try again:" >&2
+echo "gemmd: run this (as root, scripts/deps.sh$kinds_list does it), then try again:" >&2
 echo "    sudo apt-get install -y $pkgs" >&2
 exit 1
