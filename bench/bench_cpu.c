@@ -156,10 +156,11 @@ int main(int argc, char **argv)
             }
             nanosleep(&pause, NULL);
             if (r == -1) { /* correctness before speed */
-                const float *got = (const float *)ans.body.data;
                 double worst = 0;
                 for (size_t i = 0; i < nn; i++) {
-                    double d = fabs((double)got[i] - (double)cref[i]);
+                    float got; /* the body is bytes: copy, not a cast (alignment, aliasing) */
+                    memcpy(&got, ans.body.data + i * sizeof got, sizeof got);
+                    double d = fabs((double)got - (double)cref[i]);
                     if (!(d <= worst)) worst = d;
                 }
                 /* the same float32 product in possibly different summation orders: a few

@@ -63,13 +63,14 @@ static void *client_main(void *arg)
             break;
         }
         if (r == -1) { /* check a sample of the answer */
-            const float *got = (const float *)ans.body.data;
             for (int t = 0; t < 64; t++) {
                 size_t i = (size_t)t * 7919 % s->m, j = (size_t)t * 104729 % s->n;
                 double want = ref_elem(s, cl->ab, i, j);
-                if (!(fabs((double)got[i * s->n + j] - want) <= 1e-5 * (double)s->k + 1e-6)) {
+                float got; /* the body is bytes: copy, not a cast (alignment, aliasing) */
+                memcpy(&got, ans.body.data + (i * s->n + j) * sizeof got, sizeof got);
+                if (!(fabs((double)got - want) <= 1e-5 * (double)s->k + 1e-6)) {
                     fprintf(stderr, "bench_loopback: %s: C[%zu][%zu] = %g, expected %g\n", s->name,
-                            i, j, (double)got[i * s->n + j], want);
+                            i, j, (double)got, want);
                     cl->failed = 1;
                     break;
                 }

@@ -130,9 +130,8 @@ static int read_shape(cursor *c, uint64_t *dims)
             c->p++;
         }
         if (c->p < c->end && (*c->p == 'L' || *c->p == 'l')) c->p++;
-        if (nd < SHAPE_MAX) dims[nd] = v;
-        if (nd < SHAPE_MAX) nd++;
-        else return -1;
+        if (nd >= SHAPE_MAX) return -1;
+        dims[nd++] = v;
         if (eat(c, ',')) continue;
         if (eat(c, ')')) break;
         return -1;

@@ -67,6 +67,9 @@ typedef struct {
 
 static void rows_product(const rows_task *t)
 {
+    /* cppcheck thinks tasks[0] may be unset (nt == 0); nt is >= 1: m == 0 gives work 0
+     * and so nt = 1 */
+    // cppcheck-suppress uninitvar
     if (t->r1 <= t->r0) return;
     memset(t->c + t->r0 * t->n, 0, (t->r1 - t->r0) * t->n * sizeof(uint32_t));
     for (size_t p0 = 0; p0 < t->k; p0 += KC) {

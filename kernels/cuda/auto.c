@@ -90,7 +90,7 @@ static int runnable(const char *name)
 
 const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc)
 {
-    gemm_math r = m;
+    gemm_math r;
     if (d == GEMM_DTYPE_F32)
         r = (m == GEMM_MATH_DEFAULT) ? GEMM_MATH_FP32 : m;
     else
