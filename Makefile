@@ -312,3 +312,84 @@ lint:
 	$(Q)$(CPPCHECK) $(LINT_FLAGS) $(LINT_SRC)
 	@echo "  CPPCHECK (CUDA build)"
 	$(Q)$(CPPCHECK) $(LINT_FLAGS) -DGEMMD_HAVE_CUDA=1 $(LINT_SRC)
+
+# ---------------------------------------------------------------- install
+# make install [PREFIX=/usr/local] [DESTDIR=/staging]: programs, libgemm (archive, shared
+# library with its soname links, headers, gemm.pc / gemm-static.pc naming the installed
+# prefix), the daemon's config (kept when one is already there), the systemd unit and its
+# sysusers.d entry, docs. The GNU directory variables below may be set one by one.
+# sysconfdir is /etc for PREFIX=/usr, else $(PREFIX)/etc: the config lands in
+# $(sysconfdir)/gemmd/gemmd.conf, and the installed unit points at it.
+PREFIX ?= /usr/local
+DESTDIR ?=
+bindir ?= $(PREFIX)/bin
+libdir ?= $(PREFIX)/lib
+includedir ?= $(PREFIX)/include
+pkgconfigdir ?= $(libdir)/pkgconfig
+sysconfdir ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+datarootdir ?= $(PREFIX)/share
+docdir ?= $(datarootdir)/doc/gemmd
+unitdir ?= $(PREFIX)/lib/systemd/system
+sysusersdir ?= $(PREFIX)/lib/sysusers.d
+INSTALL ?= install
+
+# What install copies. Other parts add theirs: programs to INSTALL_PROGRAMS, a shared
+# library without soname links (e.g. a preload library) to INSTALL_SHARED_LIBS, headers to
+# INSTALL_HEADERS, docs to INSTALL_DOCS; steps of their own (each honouring DESTDIR and
+# the directories above) to INSTALL_HOOKS / UNINSTALL_HOOKS as target names.
+INSTALL_PROGRAMS := $(GEMMD) $(GEMM)
+INSTALL_SHARED_LIBS :=
+INSTALL_HEADERS := client/lib/gemm_util.h
+INSTALL_DOCS := README.md $(wildcard docs/*.md) docs/openapi.yaml
+INSTALL_HOOKS :=
+UNINSTALL_HOOKS :=
+
+D := $(DESTDIR)
+# A directory below PREFIX is written as ${prefix}/... in gemm.pc (pkg-config --define-prefix).
+under_prefix = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+.PHONY: install uninstall install-files
+install: install-files
+	$(Q)if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+	@echo "installed under $(D)$(PREFIX) (config $(D)$(sysconfdir)/gemmd/gemmd.conf, unit $(D)$(unitdir)/gemmd.service)"
+
+install-files: build $(INSTALL_HOOKS)
+	@echo "  INSTALL $(D)$(PREFIX)"
+	$(Q)$(INSTALL) -d $(D)$(bindir) $(D)$(libdir) $(D)$(includedir) $(D)$(pkgconfigdir) \
+		$(D)$(sysconfdir)/gemmd $(D)$(unitdir) $(D)$(sysusersdir) $(D)$(docdir)/examples
+	$(Q)$(INSTALL) -m 755 $(INSTALL_PROGRAMS) $(D)$(bindir)/
+	$(Q)$(INSTALL) -m 644 $(LIBGEMM_A) $(D)$(libdir)/
+	$(Q)$(INSTALL) -m 755 $(LIBGEMM_SO).$(LIBGEMM_ABI_FULL) $(D)$(libdir)/
+	$(Q)ln -sf libgemm.so.$(LIBGEMM_ABI_FULL) $(D)$(libdir)/libgemm.so.$(LIBGEMM_ABI)
+	$(Q)ln -sf libgemm.so.$(LIBGEMM_ABI) $(D)$(libdir)/libgemm.so
+	$(Q)$(if $(strip $(INSTALL_SHARED_LIBS)),$(INSTALL) -m 755 $(INSTALL_SHARED_LIBS) $(D)$(libdir)/,:)
+	$(Q)scripts/public_header.sh client/lib/gemm.h common/gemm_types.h > $(D)$(includedir)/gemm.h
+	$(Q)chmod 644 $(D)$(includedir)/gemm.h
+	$(Q)$(INSTALL) -m 644 $(INSTALL_HEADERS) $(D)$(includedir)/
+	$(Q)for pc in gemm gemm-static; do \
+		sed $(call PC_SUBST,$(PREFIX),$(call under_prefix,$(libdir)),$(call under_prefix,$(includedir)),-I$${includedir}) \
+			client/$$pc.pc.in \
+			> $(D)$(pkgconfigdir)/$$pc.pc || exit 1; done
+	$(Q)if [ -e $(D)$(sysconfdir)/gemmd/gemmd.conf ]; then \
+		echo "  KEEP    $(D)$(sysconfdir)/gemmd/gemmd.conf (exists; the shipped one is $(D)$(docdir)/gemmd.conf)"; \
+	else $(INSTALL) -m 644 config/gemmd.conf $(D)$(sysconfdir)/gemmd/gemmd.conf; fi
+	$(Q)sed -e 's|/usr/local/bin/|$(bindir)/|g' -e 's|/usr/local/etc/|$(sysconfdir)/|g' config/gemmd.service \
+		> $(D)$(unitdir)/gemmd.service && chmod 644 $(D)$(unitdir)/gemmd.service
+	$(Q)$(INSTALL) -m 644 config/gemmd.sysusers $(D)$(sysusersdir)/gemmd.conf
+	$(Q)$(INSTALL) -m 644 $(INSTALL_DOCS) config/gemmd.conf $(D)$(docdir)/
+	$(Q)$(INSTALL) -m 644 docs/examples/*.c $(D)$(docdir)/examples/
+
+# Removes what install put there; the config only when it is still the shipped one.
+uninstall: $(UNINSTALL_HOOKS)
+	@echo "  REMOVE  $(D)$(PREFIX)"
+	$(Q)rm -f $(addprefix $(D)$(bindir)/,$(notdir $(INSTALL_PROGRAMS))) \
+		$(addprefix $(D)$(libdir)/,libgemm.a libgemm.so libgemm.so.$(LIBGEMM_ABI) \
+			libgemm.so.$(LIBGEMM_ABI_FULL) $(notdir $(INSTALL_SHARED_LIBS))) \
+		$(addprefix $(D)$(includedir)/,gemm.h $(notdir $(INSTALL_HEADERS))) \
+		$(D)$(pkgconfigdir)/gemm.pc $(D)$(pkgconfigdir)/gemm-static.pc \
+		$(D)$(unitdir)/gemmd.service $(D)$(sysusersdir)/gemmd.conf
+	$(Q)if cmp -s config/gemmd.conf $(D)$(sysconfdir)/gemmd/gemmd.conf; then rm -f $(D)$(sysconfdir)/gemmd/gemmd.conf; \
+	elif [ -e $(D)$(sysconfdir)/gemmd/gemmd.conf ]; then \
+		echo "  KEEP    $(D)$(sysconfdir)/gemmd/gemmd.conf (changed since it was installed)"; fi
+	$(Q)rm -f $(addprefix $(D)$(docdir)/,$(notdir $(INSTALL_DOCS)) gemmd.conf) \
+		$(addprefix $(D)$(docdir)/examples/,$(notdir $(wildcard docs/examples/*.c)))
+	$(Q)rmdir $(D)$(docdir)/examples $(D)$(docdir) $(D)$(sysconfdir)/gemmd 2>/dev/null || true

@@ -1,8 +1,20 @@
 /*
  * multiply.c - the libgemm example of docs/CLIENT.md: one product on a gemmd server.
  *
- *   cc multiply.c $(pkg-config --cflags --libs gemm) -o multiply
+ * In the source tree, after `make` (and with a daemon running: `make run`):
+ *
+ *   cc docs/examples/multiply.c $(PKG_CONFIG_PATH=lib/pkgconfig pkg-config --cflags --libs gemm) \
+ *      -Wl,-rpath,$PWD/lib -o multiply
  *   ./multiply http://127.0.0.1:8080
+ *
+ * Against an installed libgemm (`make install`, PREFIX=/usr/local: Debian's pkg-config
+ * and dynamic linker look in /usr/local/lib already), from share/doc/gemmd/examples:
+ *
+ *   cc multiply.c $(pkg-config --cflags --libs gemm) -o multiply
+ *   cc multiply.c $(pkg-config --cflags --libs gemm-static) -o multiply
+ *
+ * (the second links libgemm.a into the program). Another PREFIX: put PREFIX/lib/pkgconfig
+ * in PKG_CONFIG_PATH and add -Wl,-rpath,PREFIX/lib.
  *
  * Multiplies a 3x4 by a 4x2 float64 matrix, prints C and the server's stages, and checks
  * C against a local computation. Exit status 0 when the answer is right.
@@ -46,7 +58,7 @@ int main(int argc, char **argv)
     req.c = c; /* the answer is written here */
 
     gemm_timing t;
-    if (gemm_multiply(cl, &req, &t, &err) != 0) {
+    if (gemm_client_multiply(cl, &req, &t, &err) != 0) {
         /* kind says what failed: the server (http_status, code, message), the
          * connection, a timeout ... */
         fprintf(stderr, "multiply failed (%s): HTTP %d %s: %s\n", gemm_client_error_kind_name(err.kind),
