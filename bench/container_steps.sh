@@ -2,9 +2,11 @@
 # bench/container_steps.sh [ROOT] - the Dockerfile's steps, run on a GPU host without a
 # container engine, to check each command of the image: the build stage's make and the
 # config it writes, the runtime stage's files, a non-root user, CMD, a GEMMD_* override as
-# `docker run -e` would pass it, and HEALTHCHECK. ROOT (default /tmp/gemmd-image) stands
-# for the image's /. The apt-get lines are not run (they name Ubuntu 24.04 packages; the
-# host has the Debian ones). Keep in step with the Dockerfile.
+# `docker run -e` would pass it, and HEALTHCHECK (gemm health --live, run as the image's
+# user). ROOT (default /tmp/gemmd-image) stands for the image's /. The apt-get lines are not
+# run (they name Ubuntu 24.04 packages; the host has the Debian ones): the build stage's
+# list is checked against scripts/deps.sh by tests/e2e/test_docs.py instead. Keep in step
+# with the Dockerfile.
 set -eu
 cd "$(dirname "$0")/.."
 root=${1:-/tmp/gemmd-image}
@@ -23,7 +25,10 @@ cp bin/gemmd bin/gemm "$root/usr/local/bin/"
 cp "$root/src/gemmd-container.conf" "$root/etc/gemmd/gemmd.conf"
 chmod -R a+rX "$root"
 step "runtime stage: ldd (the shared libraries the image must provide)"
-ldd "$root/usr/local/bin/gemmd" | awk '{print "   ", $1}' | grep -v -e linux-vdso -e ld-linux
+for prog in gemmd gemm; do
+    echo "   $prog:"
+    ldd "$root/usr/local/bin/$prog" | awk '{print "     ", $1}' | grep -v -e linux-vdso -e ld-linux
+done
 
 runas=()
 if [ "$(id -u)" = 0 ]; then
@@ -56,9 +61,10 @@ start GEMMD_LOG_LEVEL=info
 head -3 "$root/gemmd.log" | sed 's/^/    /'
 user=$(ps -o user= -p $pid)
 echo "   running as: $user"
-step "HEALTHCHECK: curl -fsS http://127.0.0.1:8080/healthz"
-curl -fsS "http://127.0.0.1:$port/healthz" || fail "healthz"
-echo
+step "HEALTHCHECK: gemm --timeout 4 --retries 0 health --live (as the image's user)"
+env -u GEMM_SERVER "${runas[@]}" "$root/usr/local/bin/gemm" --timeout 4 --retries 0 health --live || fail "healthcheck"
+step "docker exec ... gemm info"
+env -u GEMM_SERVER "$root/usr/local/bin/gemm" info | head -4 | sed 's/^/    /' || fail "gemm info"
 addr=$(hostname -I 2>/dev/null | awk '{print $1}')
 if [ -n "$addr" ]; then
     step "listens beyond loopback: curl http://$addr:$port/healthz"
