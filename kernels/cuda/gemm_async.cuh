@@ -1,7 +1,8 @@
 /*
  * gemm_async.cuh - small device helpers shared by the optimized kernels (k03 onwards):
- * cp.async copies with zero fill, commit/wait, and the checks that decide whether a
- * matrix may be read with 16-byte vectors.
+ * cp.async copies with zero fill, commit/wait, the multi-stage main loop of the tensor-core
+ * kernels (mainloop, below), and the checks that decide whether a matrix may be read with
+ * 16-byte vectors.
  *
  * cp.async (sm_80+) copies global to shared memory without passing through registers,
  * so the next tile streams in while the current one is multiplied. Its "src-size"
@@ -84,6 +85,53 @@ __device__ __forceinline__ void load_tiles(T *As, T *Bs, const T *__restrict__ A
             cp_async<sizeof(T)>(Bs + r * Cfg::LDB + c, src, ok);
         }
     }
+}
+
+/* The multi-stage cp.async main loop of the tensor-core kernels (k04_mma, k05_dmma): the
+ * block's A rows [bm, bm+BM) and B columns [bn, bn+BN) stream through Cfg::STAGES shared
+ * stages, Cfg::STAGES - 1 k-tiles in flight ahead of the one being multiplied.
+ *
+ *   prologue: start the copies of k-tiles 0 .. STAGES-2 (one commit group each)
+ *   for each k-tile kt: wait until its group has landed; barrier (the landed tile is
+ *     visible to all, and every warp is done with the stage about to be refilled); start
+ *     the copy of k-tile kt + STAGES - 1 into that stage; step(kt % STAGES)
+ *   drain the (empty) trailing groups.
+ *
+ * As / Bs: STAGES tiles of BM x LDA and BK x LDB elements; stage st's tiles start at
+ * As + st * BM * LDA and Bs + st * BK * LDB. step(st) multiplies one k-tile; it is a lambda
+ * of the kernel that captures the accumulators by reference, inlined here, so they stay
+ * in registers: the kernels compile to the code they had with the loop written out in each
+ * (same PTX for every default configuration; `-Xptxas -warn-spills` clean). A group is
+ * committed every iteration, even when nothing is copied, so wait_group<STAGES - 2> always
+ * means "k-tile kt has landed". */
+template <typename T, typename Cfg, bool VEC, typename Step>
+__device__ __forceinline__ void mainloop(T *As, T *Bs, const T *__restrict__ A, const T *__restrict__ B,
+                                         int m, int n, int k, int bm, int bn, Step &&step)
+{
+    const int KT = (k + Cfg::BK - 1) / Cfg::BK;
+#pragma unroll
+    for (int s = 0; s < Cfg::STAGES - 1; s++) {
+        if (s < KT)
+            load_tiles<T, Cfg, VEC>(As + s * Cfg::BM * Cfg::LDA, Bs + s * Cfg::BK * Cfg::LDB, A, B, m, n,
+                                    k, bm, bn, s * Cfg::BK);
+        commit();
+    }
+
+    for (int kt = 0; kt < KT; kt++) {
+        wait_group<Cfg::STAGES - 2>();
+        __syncthreads();
+        {
+            const int nt = kt + Cfg::STAGES - 1;
+            if (nt < KT) {
+                const int st = nt % Cfg::STAGES;
+                load_tiles<T, Cfg, VEC>(As + st * Cfg::BM * Cfg::LDA, Bs + st * Cfg::BK * Cfg::LDB, A, B,
+                                        m, n, k, bm, bn, nt * Cfg::BK);
+            }
+            commit();
+        }
+        step(kt % Cfg::STAGES);
+    }
+    wait_group<0>();
 }
 
 } // namespace gemm_async

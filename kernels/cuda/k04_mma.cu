@@ -186,30 +186,11 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
             for (int r = 0; r < 4; r++)
                 acc[i][j][r] = 0.f;
 
-    const int KT = (k + Cfg::BK - 1) / Cfg::BK;
-#pragma unroll
-    for (int s = 0; s < Cfg::STAGES - 1; s++) {
-        if (s < KT)
-            gemm_async::load_tiles<float, Cfg, VEC>(As + s * Cfg::BM * Cfg::LDA, Bs + s * Cfg::BK * Cfg::LDB, A, B,
-                                m, n, k, bm, bn, s * Cfg::BK);
-        gemm_async::commit();
-    }
-
-    for (int kt = 0; kt < KT; kt++) {
-        gemm_async::wait_group<Cfg::STAGES - 2>();
-        __syncthreads();
-        {
-            const int nt = kt + Cfg::STAGES - 1;
-            if (nt < KT) {
-                const int st = nt % Cfg::STAGES;
-                gemm_async::load_tiles<float, Cfg, VEC>(As + st * Cfg::BM * Cfg::LDA, Bs + st * Cfg::BK * Cfg::LDB,
-                                    A, B, m, n, k, bm, bn, nt * Cfg::BK);
-            }
-            gemm_async::commit();
-        }
-        const int st = kt % Cfg::STAGES;
+    /* One k-tile, in shared stage st (landed, after the barrier): the main loop around it
+     * is gemm_async::mainloop. */
+    gemm_async::mainloop<float, Cfg, VEC>(As, Bs, A, B, m, n, k, bm, bn, [&](const int st) {
         if constexpr (Cfg::CONV) {
-            /* Stage st is overwritten only after the next iteration's barrier, and Ah/Bh
+            /* This stage is overwritten only after the next iteration's barrier, and Ah/Bh
              * only after every warp passed that barrier, i.e. finished this tile. */
             convert_tile<Cfg>(As + st * Cfg::BM * Cfg::LDA, Bs + st * Cfg::BK * Cfg::LDB, Ah, Bh);
             __syncthreads();
@@ -242,13 +223,12 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
                         mma_bf16(acc[i][j], af, bf[j]);
                 }
             }
-            continue;
+            return;
         }
         const float *as = As + st * Cfg::BM * Cfg::LDA + (wm + g) * Cfg::LDA;
         const float *bs = Bs + st * Cfg::BK * Cfg::LDB + wn + g;
         /* ldmatrix row address of this lane: row (lane%8) + 8*((lane/8)%2), k 4*(lane/16). */
-        const float *as_ld = As + st * Cfg::BM * Cfg::LDA +
-                             (wm + (lane % 8) + 8 * ((lane / 8) % 2)) * Cfg::LDA + 4 * (lane / 16);
+        const float *as_ld = As + st * Cfg::BM * Cfg::LDA + (wm + (lane % 8) + 8 * ((lane / 8) % 2)) * Cfg::LDA + 4 * (lane / 16);
 #pragma unroll
         for (int kk = 0; kk < Cfg::BK; kk += Cfg::KSTEP) {
             /* B fragments for the whole warp tile, then A one mma row at a time (fewer
@@ -299,8 +279,7 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
                 }
             }
         }
-    }
-    gemm_async::wait_group<0>();
+    });
 
     /* Accumulator layout: d0,d1 at (g, 2t..2t+1), d2,d3 at (g+8, 2t..2t+1). */
 #pragma unroll

@@ -103,28 +103,9 @@ dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__r
             for (int r = 0; r < Cfg::ACC; r++)
                 acc[i][j][r] = 0.0;
 
-    const int KT = (k + Cfg::BK - 1) / Cfg::BK;
-#pragma unroll
-    for (int s = 0; s < Cfg::STAGES - 1; s++) {
-        if (s < KT)
-            gemm_async::load_tiles<double, Cfg, VEC>(As + s * Cfg::BM * Cfg::LDA, Bs + s * Cfg::BK * Cfg::LDB, A, B,
-                                m, n, k, bm, bn, s * Cfg::BK);
-        gemm_async::commit();
-    }
-
-    for (int kt = 0; kt < KT; kt++) {
-        gemm_async::wait_group<Cfg::STAGES - 2>();
-        __syncthreads();
-        {
-            const int nt = kt + Cfg::STAGES - 1;
-            if (nt < KT) {
-                const int st = nt % Cfg::STAGES;
-                gemm_async::load_tiles<double, Cfg, VEC>(As + st * Cfg::BM * Cfg::LDA, Bs + st * Cfg::BK * Cfg::LDB,
-                                    A, B, m, n, k, bm, bn, nt * Cfg::BK);
-            }
-            gemm_async::commit();
-        }
-        const int st = kt % Cfg::STAGES;
+    /* One k-tile, in shared stage st (landed, after the barrier): the main loop around it
+     * is gemm_async::mainloop. */
+    gemm_async::mainloop<double, Cfg, VEC>(As, Bs, A, B, m, n, k, bm, bn, [&](const int st) {
         const double *as = As + st * Cfg::BM * Cfg::LDA + (wm + g) * Cfg::LDA + t;
         const double *bs = Bs + st * Cfg::BK * Cfg::LDB + t * Cfg::LDB + wn + g;
         if constexpr (Cfg::SHAPE == DMMA_884) {
@@ -169,8 +150,7 @@ dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__r
                 }
             }
         }
-    }
-    gemm_async::wait_group<0>();
+    });
 
     /* Accumulator layout: (g + 8h, 2t..2t+1) in elements 2h, 2h+1. */
 #pragma unroll
