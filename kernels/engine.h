@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "gemm_log.h"
 #include "gemm_types.h"
 
 #ifdef __cplusplus

@@ -95,6 +95,13 @@ static int signal_pending(void)
     return poll(&p, 1, 0) > 0;
 }
 
+/* The engine's messages (kernels/, gemm_log.h) go into this log with their level. */
+static void engine_log(void *user, gemm_log_level level, const char *msg)
+{
+    (void)user;
+    gemmd_log(level <= GEMM_LOG_DEBUG ? (gemmd_log_level)level : GEMMD_LOG_ERROR, "%s", msg);
+}
+
 static void describe_devices(gemm_engine *engine, char *out, size_t cap)
 {
     gemm_engine_info info;
@@ -142,6 +149,7 @@ int main(int argc, char **argv)
 
     gemm_err err;
     gemm_err_clear(&err);
+    gemm_engine_set_log(engine_log, NULL);
     gemm_engine *engine = gemm_engine_open(&cfg.engine, &err);
     if (!engine) {
         LOG_ERROR("engine did not start: %s (%s)", err.message, err.code);
