@@ -8,13 +8,18 @@
  * With the default single worker one job gets every core.
  *
  * Test hooks (gemm_engine_config.fault_inject, comma-separated):
- *   cpu_delay_ms:N   every job sleeps N ms before computing (fills the queue predictably)
+ *   cpu_delay_ms:N   every job sleeps N ms before computing (fills the queue predictably;
+ *                    a cancel of the job ends the sleep)
  *   cpu_fail:N       every Nth job run fails with 500 backend_failure
  *   cpu_lost:N       the device is "lost" at the Nth job run: that job fails with 500
  *                    device_error, every later one with 503 device_unavailable, and
  *                    healthy() says 0 from then on (what a CUDA device does when its
  *                    context cannot be rebuilt after a sticky error)
  * The daemon ignores fault_inject in a process it restarted itself (GEMMD_RESTARTS > 0).
+ *
+ * Cancellation (gemm_engine_cancel of a running job): checked before the product (after the
+ * cpu_delay_ms sleep) and, for int32, before every k-slice of the blocked loop; OpenBLAS
+ * calls are not interrupted.
  */
 #include "cpu_int32.h"
 #include "engine.h"
@@ -144,10 +149,16 @@ static int cpu_validate(void *self, gemm_job *job, gemm_err *err)
     return 0;
 }
 
-static void sleep_ms(int ms)
+/* The cpu_delay_ms hook: sleeps ms, in slices, ending early once the job is cancelled. */
+static void delay_ms(gemm_job *job, int ms)
 {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {
+    double end = gemm_now_ms() + ms;
+    for (;;) {
+        double left = end - gemm_now_ms();
+        if (left <= 0 || gemm_job_cancel_requested(job)) return;
+        if (left > 5) left = 5;
+        struct timespec ts = {0, (long)(left * 1e6)};
+        nanosleep(&ts, NULL);
     }
 }
 
@@ -175,7 +186,8 @@ static int cpu_run(void *self, void *worker, gemm_job *job)
                             "injected loss of the device (fault_inject cpu_lost:%d, run %llu); the "
                             "device cannot be used in this process any more", cb->lost_at, nrun);
     }
-    if (cb->delay_ms > 0) sleep_ms(cb->delay_ms);
+    if (cb->delay_ms > 0) delay_ms(job, cb->delay_ms);
+    if (gemm_job_cancel_requested(job)) return gemm_job_stop_cancelled(job, "its product");
     if (cb->fail_every > 0 && nrun % (unsigned long long)cb->fail_every == 0)
         return gemm_err_set(&job->err, 500, "backend_failure",
                             "injected CPU backend failure (fault_inject cpu_fail:%d, run %llu)",
@@ -193,7 +205,9 @@ static int cpu_run(void *self, void *worker, gemm_job *job)
                     n, 0.0, job->c, n);
         break;
     case GEMM_DTYPE_I32:
-        gemm_cpu_gemm_i32(job->a, job->b, job->c, job->m, job->k, job->n, cb->job_threads);
+        if (gemm_cpu_gemm_i32_stop(job->a, job->b, job->c, job->m, job->k, job->n, cb->job_threads,
+                                   &job->cancel_requested))
+            return gemm_job_stop_cancelled(job, "the rest of its product (between k-slices)");
         break;
     default:
         return gemm_err_set(&job->err, 422, "bad_dtype", "unsupported dtype");
@@ -244,6 +258,8 @@ static void cpu_stats(void *self, gemm_engine_stats *out)
     cpu_backend *cb = self;
     out->ndevices = 1; /* no copies and no device memory on the CPU */
     out->device_busy_seconds[0] = (double)atomic_load(&cb->busy_us) / 1e6;
+    long avail = sysconf(_SC_AVPHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    if (avail > 0 && psize > 0) out->device_mem_free[0] = (uint64_t)avail * (uint64_t)psize;
 }
 
 static const gemm_allocator *cpu_allocator(void *self)

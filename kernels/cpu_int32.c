@@ -6,7 +6,8 @@
  * the k-slice. The B panel (KC x NC) stays in L2 while all rows pass over it; four rows
  * share each B load; the innermost loop runs over contiguous j and vectorizes.
  * Everything is uint32_t: products and sums wrap mod 2^32, which is exactly two's
- * complement int32 arithmetic, without undefined behaviour.
+ * complement int32 arithmetic, without undefined behaviour. The _stop variant looks at a
+ * cancel flag before each k-slice, so a cancelled job stops within one slice.
  */
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #pragma GCC optimize("O3")
@@ -14,6 +15,7 @@
 #include "cpu_int32.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -63,9 +65,11 @@ typedef struct {
     const uint32_t *a, *b;
     uint32_t *c;
     size_t r0, r1, k, n;
+    const _Atomic int *stop; /* NULL: never */
+    int stopped;
 } rows_task;
 
-static void rows_product(const rows_task *t)
+static void rows_product(rows_task *t)
 {
     /* cppcheck thinks tasks[0] may be unset (nt == 0); nt is >= 1: m == 0 gives work 0
      * and so nt = 1 */
@@ -73,6 +77,10 @@ static void rows_product(const rows_task *t)
     if (t->r1 <= t->r0) return;
     memset(t->c + t->r0 * t->n, 0, (t->r1 - t->r0) * t->n * sizeof(uint32_t));
     for (size_t p0 = 0; p0 < t->k; p0 += KC) {
+        if (t->stop && atomic_load_explicit(t->stop, memory_order_relaxed)) {
+            t->stopped = 1;
+            return;
+        }
         size_t kc = t->k - p0 < KC ? t->k - p0 : KC;
         for (size_t j0 = 0; j0 < t->n; j0 += NC) {
             size_t nc = t->n - j0 < NC ? t->n - j0 : NC;
@@ -89,6 +97,12 @@ static void *rows_thread(void *arg)
 
 int gemm_cpu_gemm_i32(const int32_t *a, const int32_t *b, int32_t *c, uint64_t m, uint64_t k,
                       uint64_t n, int threads)
+{
+    return gemm_cpu_gemm_i32_stop(a, b, c, m, k, n, threads, NULL);
+}
+
+int gemm_cpu_gemm_i32_stop(const int32_t *a, const int32_t *b, int32_t *c, uint64_t m, uint64_t k,
+                           uint64_t n, int threads, const _Atomic int *stop)
 {
     /* int32_t and uint32_t may alias each other (C11 6.5p7). */
     const uint32_t *ua = (const uint32_t *)a, *ub = (const uint32_t *)b;
@@ -108,7 +122,7 @@ int gemm_cpu_gemm_i32(const int32_t *a, const int32_t *b, int32_t *c, uint64_t m
         size_t g0 = groups * t / nt, g1 = groups * (t + 1) / nt;
         size_t r0 = g0 * MR, r1 = g1 * MR;
         if (r1 > m) r1 = (size_t)m;
-        tasks[t] = (rows_task){ua, ub, uc, r0, r1, (size_t)k, (size_t)n};
+        tasks[t] = (rows_task){ua, ub, uc, r0, r1, (size_t)k, (size_t)n, stop, 0};
     }
     /* Threads 1..nt-1 on pthreads, share 0 here; a share whose thread cannot start runs
      * inline, so the product is always complete. */
@@ -120,7 +134,10 @@ int gemm_cpu_gemm_i32(const int32_t *a, const int32_t *b, int32_t *c, uint64_t m
             rows_product(&tasks[t]);
     }
     rows_product(&tasks[0]);
-    for (size_t t = 1; t < nt; t++)
+    int stopped = tasks[0].stopped;
+    for (size_t t = 1; t < nt; t++) {
         if (joined[t]) pthread_join(tid[t], NULL);
-    return 0;
+        stopped |= tasks[t].stopped;
+    }
+    return stopped;
 }

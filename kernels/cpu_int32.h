@@ -13,4 +13,9 @@
 int gemm_cpu_gemm_i32(const int32_t *a, const int32_t *b, int32_t *c, uint64_t m, uint64_t k,
                       uint64_t n, int threads);
 
+/* The same, stopping early once *stop is non-zero (checked by every thread before each
+ * panel of KC columns of A): returns 1 when it stopped (c is then incomplete), else 0. */
+int gemm_cpu_gemm_i32_stop(const int32_t *a, const int32_t *b, int32_t *c, uint64_t m, uint64_t k,
+                           uint64_t n, int threads, const _Atomic int *stop);
+
 #endif /* GEMM_CPU_INT32_H */

@@ -2,14 +2,20 @@
  * engine.c - the generic engine: backend choice, the bounded FIFO queue, the worker
  * threads, cancellation, queue timing, counters and close.
  *
- * One mutex guards the queue and the counters. Workers sleep on `work` until a job is
+ * One mutex guards the queue; the result counters are atomics, so a finished job takes
+ * the lock once (running--, after its done()). Workers sleep on `work` until a job is
  * queued or close begins. done() is always called with the lock released, exactly once
  * per accepted job, and the engine never touches a job after its done() (the submitter
  * may free it from inside the callback).
+ *
+ * Cancellation: gemm_engine_cancel() takes a queued job off the queue (done() at once) or
+ * flags a running one; the worker checks the flag before it calls the backend, and the
+ * backend at each of its stage boundaries (gemm_job_cancel_requested).
  */
 #include "engine.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +35,9 @@ struct gemm_engine {
     int nstarted;
     struct worker_arg *args;
 
-    /* counters, under mu */
-    uint64_t completed, failed, cancelled, rejected;
-    double compute_seconds;
+    /* counters */
+    atomic_ullong completed, failed, cancelled, rejected;
+    atomic_ullong compute_ns;   /* sum of compute_ms, in ns */
 };
 
 struct worker_arg {
@@ -108,26 +114,34 @@ static int q_remove(gemm_engine *e, gemm_job *job)
 
 /* ---- workers ------------------------------------------------------------- */
 
+int gemm_job_stop_cancelled(gemm_job *job, const char *stage)
+{
+    gemm_err_set(&job->err, 409, "cancelled", "the job was cancelled while running; it stopped before %s",
+                 stage);
+    return GEMM_RUN_CANCELLED;
+}
+
 /* Runs a job taken off the queue (state already RUNNING, t0 = when it was taken). */
 static void run_one(gemm_engine *e, void *worker, gemm_job *job, double t0)
 {
-    int rc = e->be->run(e->self, worker, job);
+    int rc = gemm_job_cancel_requested(job) ? gemm_job_stop_cancelled(job, "it started")
+                                            : e->be->run(e->self, worker, job);
 
     double t1 = gemm_now_ms();
     job->timing.compute_ms = t1 - t0;
-    if (rc != 0 && job->err.status == 0)
+    if (rc == GEMM_RUN_CANCELLED && job->err.status == 0)
+        gemm_job_stop_cancelled(job, "a stage boundary");
+    if (rc != 0 && rc != GEMM_RUN_CANCELLED && job->err.status == 0)
         gemm_err_set(&job->err, 500, "backend_failure", "the %s backend failed to run the product",
                      e->be->name);
 
-    pthread_mutex_lock(&e->mu);
-    e->compute_seconds += job->timing.compute_ms / 1000.0;
-    if (rc == 0)
-        e->completed++;
-    else
-        e->failed++;
-    pthread_mutex_unlock(&e->mu);
+    atomic_fetch_add(&e->compute_ns, (unsigned long long)(job->timing.compute_ms * 1e6));
+    gemm_job_state st = rc == 0 ? GEMM_JOB_DONE : rc == GEMM_RUN_CANCELLED ? GEMM_JOB_CANCELLED
+                                                                           : GEMM_JOB_FAILED;
+    atomic_fetch_add(st == GEMM_JOB_DONE ? &e->completed
+                     : st == GEMM_JOB_CANCELLED ? &e->cancelled : &e->failed, 1);
 
-    atomic_store(&job->state, rc == 0 ? GEMM_JOB_DONE : GEMM_JOB_FAILED);
+    atomic_store(&job->state, st);
     if (job->done) job->done(job); /* the job may be freed from here on */
 
     /* Only now is the job no longer running: a caller that waits for running == 0
@@ -221,6 +235,11 @@ gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err)
     }
     e->be = be;
     e->capacity = cfg->queue_depth > 0 ? cfg->queue_depth : 64;
+    atomic_init(&e->completed, 0);
+    atomic_init(&e->failed, 0);
+    atomic_init(&e->cancelled, 0);
+    atomic_init(&e->rejected, 0);
+    atomic_init(&e->compute_ns, 0);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
 
@@ -270,7 +289,7 @@ void gemm_engine_close(gemm_engine *e)
     int n = e->queued;
     e->head = e->tail = NULL;
     e->queued = 0;
-    e->failed += (uint64_t)n;
+    atomic_fetch_add(&e->failed, (unsigned long long)n);
     pthread_cond_broadcast(&e->work);
     pthread_mutex_unlock(&e->mu);
 
@@ -328,12 +347,12 @@ int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err)
 
     pthread_mutex_lock(&e->mu);
     if (e->closing) {
-        e->rejected++;
+        atomic_fetch_add(&e->rejected, 1);
         pthread_mutex_unlock(&e->mu);
         return gemm_err_set(err, 503, "shutting_down", "the server is shutting down; retry elsewhere");
     }
     if (e->queued >= e->capacity) {
-        e->rejected++;
+        atomic_fetch_add(&e->rejected, 1);
         int cap = e->capacity;
         pthread_mutex_unlock(&e->mu);
         return gemm_err_set(err, 503, "queue_full",
@@ -352,13 +371,12 @@ int gemm_engine_cancel(gemm_engine *e, gemm_job *job)
     if (!e || !job) return 0;
     pthread_mutex_lock(&e->mu);
     int removed = q_remove(e, job);
-    if (removed)
-        e->cancelled++;
-    else
-        atomic_store(&job->cancel_requested, 1);
+    if (!removed)
+        atomic_store(&job->cancel_requested, 1); /* running: the worker stops it */
     pthread_mutex_unlock(&e->mu);
     if (!removed) return 0;
 
+    atomic_fetch_add(&e->cancelled, 1);
     atomic_store(&job->cancel_requested, 1);
     job->timing.queue_ms = gemm_now_ms() - job->t_submit_ms;
     gemm_err_set(&job->err, 409, "cancelled", "the job was cancelled before it started");
@@ -403,12 +421,12 @@ void gemm_engine_get_stats(gemm_engine *e, gemm_engine_stats *out)
     pthread_mutex_lock(&e->mu);
     out->queued = e->queued;
     out->running = e->running;
-    out->completed = e->completed;
-    out->failed = e->failed;
-    out->cancelled = e->cancelled;
-    out->rejected = e->rejected;
-    out->compute_seconds = e->compute_seconds;
     pthread_mutex_unlock(&e->mu);
+    out->completed = atomic_load(&e->completed);
+    out->failed = atomic_load(&e->failed);
+    out->cancelled = atomic_load(&e->cancelled);
+    out->rejected = atomic_load(&e->rejected);
+    out->compute_seconds = (double)atomic_load(&e->compute_ns) / 1e9;
 }
 
 int gemm_engine_healthy(gemm_engine *e)

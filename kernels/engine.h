@@ -11,6 +11,11 @@
  * and the queue timing; a backend (cpu.c, cuda/engine_cuda.c) only says how many workers
  * it wants and how one worker runs one job synchronously. The engine never frees a job:
  * the submitter owns it and may free it once done() has been called.
+ *
+ * Threads: submit, cancel, describe, get_stats, ready, healthy, host_alloc and host_free
+ * are called from the daemon's HTTP threads and never wait on a device or make a CUDA
+ * call (the CUDA backend reads what it measured at open, on its workers or on its
+ * housekeeping thread). Messages go through the logging hook of gemm_log.h.
  */
 #ifndef GEMM_ENGINE_H
 #define GEMM_ENGINE_H
@@ -43,11 +48,15 @@ typedef struct {
 } gemm_engine_config;
 /* fault_inject on the CPU backend (comma-separated; anything else fails open with 400
  * bad_config): "cpu_delay_ms:N" makes every job sleep N ms before computing (fills the
- * queue predictably in tests); "cpu_fail:N" makes every Nth job fail with 500
+ * queue predictably in tests; a cancel ends the sleep, and the job stops before its
+ * product); "cpu_fail:N" makes every Nth job fail with 500
  * backend_failure; "cpu_lost:N" simulates losing the device: products 1..N-1 run, the
  * Nth fails with 500 device_error, every later one with 503 device_unavailable, and
- * gemm_engine_healthy() is 0 from the Nth on. The daemon ignores fault_inject in a
- * process it restarted itself (GEMMD_RESTARTS > 0), so a hook fires only once. */
+ * gemm_engine_healthy() is 0 from the Nth on. On the CUDA backend: "oom:N" (the Nth
+ * device allocation fails), "sticky:N" (the Nth job launches a trapping kernel) and
+ * "gpu_delay_ms:N" (every job's kernel stage begins with N ms of device-side waiting).
+ * The daemon ignores fault_inject in a process it restarted itself (GEMMD_RESTARTS > 0),
+ * so a hook fires only once. */
 
 void gemm_engine_config_defaults(gemm_engine_config *cfg);
 
@@ -89,7 +98,7 @@ struct gemm_job {
 
     /* ---- result: set by the engine before done() ---- */
     _Atomic int state;    /* gemm_job_state */
-    gemm_err err;         /* status != 0 when state is FAILED or CANCELLED */
+    gemm_err err;         /* status != 0 when state is FAILED or CANCELLED (409 cancelled) */
     gemm_job_timing timing;
     char kernel_used[GEMM_NAME_LEN];
     int tile_used;        /* the tile option that selects the block that ran (0: default only) */
@@ -100,7 +109,7 @@ struct gemm_job {
 
     /* ---- engine-private ---- */
     double t_submit_ms;
-    _Atomic int cancel_requested;
+    _Atomic int cancel_requested; /* set by gemm_engine_cancel; read by the worker */
     struct gemm_job *q_next;
 };
 
@@ -144,6 +153,7 @@ typedef struct {
     uint64_t bytes_h2d[GEMM_MAX_DEVICES];
     uint64_t bytes_d2h[GEMM_MAX_DEVICES];
     uint64_t device_mem_used[GEMM_MAX_DEVICES];
+    uint64_t device_mem_free[GEMM_MAX_DEVICES];
 } gemm_engine_stats;
 
 /* Opens the backend named by cfg->backend ("auto": CUDA when built in and a device is
@@ -155,9 +165,18 @@ gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err);
  * math / tile combination the backend cannot run, 503 shutting_down after close began. */
 int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err);
 
-/* Asks for a job to be cancelled. A queued job is taken off the queue and done() is
- * called with state CANCELLED (from the calling thread). A running job finishes and its
- * result is discarded by the caller; returns 1 if it was dequeued, 0 otherwise. */
+/* Asks for a job to be cancelled; returns 1 if it was dequeued, 0 otherwise.
+ * - Queued: it is taken off the queue and done() is called at once, from the calling
+ *   thread, with state CANCELLED and 409 cancelled.
+ * - Running: the request is noted and the worker stops the job at its next stage
+ *   boundary: before it starts; on the CUDA backend before the host-to-device copy, and
+ *   for a product long enough to be run stage by stage (see engine_cuda.c) also before
+ *   the kernel and before the device-to-host copy; on the CPU backend before the product
+ *   and, for int32, between panels of k. done() is then called once, from the worker,
+ *   with state CANCELLED and 409 cancelled (the message names the stage; c is not
+ *   complete). A job past its last boundary completes as usual (DONE or FAILED): the
+ *   caller discards that result. A kernel that is running is never interrupted.
+ * - Finished, or not known to the engine: nothing happens. */
 int gemm_engine_cancel(gemm_engine *e, gemm_job *job);
 
 /* Stops accepting, lets running jobs finish, fails queued ones with 503 shutting_down
@@ -170,6 +189,9 @@ void gemm_engine_host_free(gemm_engine *e, void *p);
 const gemm_allocator *gemm_engine_allocator(gemm_engine *e);
 
 void gemm_engine_describe(gemm_engine *e, gemm_engine_info *out);
+/* device_mem_free: the live free memory of each device (CUDA: cudaMemGetInfo sampled about
+ * every second by the backend's housekeeping thread, never on the caller's thread; CPU:
+ * available RAM now). gemm_engine_info.devices[].free_mem is the same sample. */
 void gemm_engine_get_stats(gemm_engine *e, gemm_engine_stats *out);
 /* True when the engine is open, not closing, healthy, and its queue has room. */
 int gemm_engine_ready(gemm_engine *e);
@@ -191,7 +213,9 @@ typedef struct gemm_backend {
     /* Checks options before queueing: resolve "auto", reject what cannot run (422). */
     int (*validate)(void *self, gemm_job *job, gemm_err *err);
     /* Runs one job to completion on this worker: fills c, timing (not queue_ms),
-     * kernel_used, tile_used, math_used, device, stream; returns 0 or -1 with job->err set. */
+     * kernel_used, tile_used, math_used, device, stream; returns 0, or -1 with job->err
+     * set, or GEMM_RUN_CANCELLED when it stopped at a stage boundary because a cancel was
+     * asked for (gemm_job_cancel_requested), through gemm_job_stop_cancelled. */
     int (*run)(void *self, void *worker, gemm_job *job);
     void (*describe)(void *self, gemm_engine_info *out);
     void (*stats)(void *self, gemm_engine_stats *out); /* devices, bytes, memory */
@@ -202,6 +226,18 @@ typedef struct gemm_backend {
      * any thread. May be NULL: always healthy. */
     int (*healthy)(void *self);
 } gemm_backend;
+
+#define GEMM_RUN_CANCELLED 1
+
+/* For backends: whether a cancel of this running job was asked for (a relaxed read: the
+ * worker checks it at each stage boundary). */
+static inline int gemm_job_cancel_requested(gemm_job *job)
+{
+    return atomic_load_explicit(&job->cancel_requested, memory_order_relaxed) != 0;
+}
+/* For backends: sets job->err to 409 cancelled, "... stopped before <stage>", and returns
+ * GEMM_RUN_CANCELLED for run() to return. */
+int gemm_job_stop_cancelled(gemm_job *job, const char *stage);
 
 extern const gemm_backend gemm_backend_cpu;
 #ifdef GEMMD_HAVE_CUDA

@@ -66,14 +66,17 @@ static cJSON *info_json(gemmd_server *srv)
     cJSON_AddStringToObject(root, "backend", in->backend);
     cJSON_AddNumberToObject(root, "workers", in->workers);
 
+    gemm_engine_stats st; /* free memory now (the engine samples it off this thread) */
+    gemm_engine_get_stats(srv->engine, &st);
     cJSON *devs = cJSON_AddArrayToObject(root, "devices");
     for (int i = 0; i < in->ndevices; i++) {
         const gemm_device_info *d = &in->devices[i];
+        uint64_t free_mem = i < st.ndevices && st.device_mem_free[i] ? st.device_mem_free[i] : d->free_mem;
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "index", i);
         cJSON_AddStringToObject(o, "name", d->name);
         cJSON_AddNumberToObject(o, "total_mem", (double)d->total_mem);
-        cJSON_AddNumberToObject(o, "free_mem", (double)d->free_mem);
+        cJSON_AddNumberToObject(o, "free_mem", (double)free_mem);
         cJSON_AddNumberToObject(o, "sms", d->sms);
         if (d->cc_major) {
             char cc[16];

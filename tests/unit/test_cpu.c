@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <stdatomic.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -220,6 +221,32 @@ static void test_i32_thread_split(void **st)
     free(c);
 }
 
+/* The int32 loop's cancel flag: raised before the call, every thread stops before its
+ * first k-slice (returns 1, C left as it was zeroed); clear, the answer is whole and
+ * right (returns 0). */
+static void test_i32_stop_flag(void **st)
+{
+    (void)st;
+    const size_t m = 67, k = 300, n = 40;
+    int32_t *a = malloc(m * k * 4), *b = malloc(k * n * 4), *c = malloc(m * n * 4);
+    assert_true(a && b && c);
+    ref_fill(GEMM_DTYPE_I32, a, m * k, 7);
+    ref_fill(GEMM_DTYPE_I32, b, k * n, 8);
+    _Atomic int stop = 1;
+    for (int t = 1; t <= 4; t++) {
+        ref_poison(GEMM_DTYPE_I32, c, m * n);
+        assert_int_equal(gemm_cpu_gemm_i32_stop(a, b, c, m, k, n, t, &stop), 1);
+        for (size_t i = 0; i < m * n; i++) assert_int_equal(c[i], 0);
+    }
+    atomic_store(&stop, 0);
+    ref_poison(GEMM_DTYPE_I32, c, m * n);
+    assert_int_equal(gemm_cpu_gemm_i32_stop(a, b, c, m, k, n, 3, &stop), 0);
+    assert_int_equal(ref_check(GEMM_DTYPE_I32, a, b, c, m, k, n, "int32 loop, flag clear"), 0);
+    free(a);
+    free(b);
+    free(c);
+}
+
 /* ---- options ------------------------------------------------------------- */
 
 static void expect_reject(gemm_engine *e, gemm_dtype d, const char *kernel, gemm_math math,
@@ -330,6 +357,11 @@ static void test_fault_fail(void **st)
     assert_int_equal(stats.completed, 2);
     assert_int_equal(stats.failed, 2);
     assert_int_equal(stats.ndevices, 1);
+    /* free memory: the host's available RAM, and no more than it has */
+    gemm_engine_info info;
+    gemm_engine_describe(e, &info);
+    assert_true(stats.device_mem_free[0] > 0);
+    assert_true(stats.device_mem_free[0] <= info.devices[0].total_mem);
     gemm_engine_close(e);
 }
 
@@ -363,6 +395,7 @@ int main(void)
         cmocka_unit_test(test_i32_wraps),
         cmocka_unit_test(test_i32_full_range),
         cmocka_unit_test(test_i32_thread_split),
+        cmocka_unit_test(test_i32_stop_flag),
         cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_kernel_names_resolve),
         cmocka_unit_test(test_describe),

@@ -1,7 +1,7 @@
 /*
  * test_engine.c - the generic engine over the CPU backend: defaults, backend choice,
  * submit validation, the bounded queue (503 queue_full, done() not called), cancel of a
- * queued and of a running job, close (queued jobs fail with 503 shutting_down, running
+ * queued and of a running job (stopped at its next stage boundary), close (queued jobs fail with 503 shutting_down, running
  * ones finish, every done() called once), many submitters on several threads, stats.
  *
  * Queue states are made deterministic without timing: a "gate" job's done() callback
@@ -13,11 +13,13 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "gemm_ref.h"
@@ -342,11 +344,13 @@ static void test_close_lets_running_finish(void **st)
     tjob_free(&a);
 }
 
-/* Cancel of a running job: not dequeued (0), flagged, and it still completes once. */
+/* Cancel of a running job: not dequeued (0), flagged, and the worker stops it at its next
+ * stage boundary: here the end of the cpu_delay_ms sleep (60 s, which the cancel cuts
+ * short), before the product. done() once, CANCELLED, 409 cancelled, C untouched. */
 static void test_cancel_running(void **st)
 {
     (void)st;
-    gemm_engine *e = open_cpu(1, 4, "cpu_delay_ms:50");
+    gemm_engine *e = open_cpu(1, 4, "cpu_delay_ms:60000");
     tjob a;
     gemm_err err;
     tjob_init(e, &a, GEMM_DTYPE_F32, 8, 8, 8, 70);
@@ -355,14 +359,67 @@ static void test_cancel_running(void **st)
     assert_int_equal(gemm_engine_cancel(e, &a.job), 0);
     assert_int_equal(atomic_load(&a.job.cancel_requested), 1);
     tjob_wait(&a, 1);
-    assert_int_equal(a.state_at_done, GEMM_JOB_DONE);
+    assert_int_equal(a.state_at_done, GEMM_JOB_CANCELLED);
+    assert_int_equal(a.job.err.status, 409);
+    assert_string_equal(a.job.err.code, "cancelled");
+    assert_non_null(strstr(a.job.err.message, "before its product"));
+    for (size_t i = 0; i < 64; i++) assert_true(isnan(((float *)a.job.c)[i])); /* never computed */
     gemm_engine_stats s;
     gemm_engine_get_stats(e, &s);
-    assert_int_equal(s.cancelled, 0);
-    assert_int_equal(s.completed, 1);
+    assert_int_equal(s.cancelled, 1);
+    assert_int_equal(s.completed, 0);
+    assert_int_equal(s.failed, 0);
+
+    /* The worker is free again: the next job runs (no cancel) and is right; a cancel of a
+     * finished job changes nothing. */
+    gemm_engine_close(e);
+    e = open_cpu(1, 4, NULL);
+    tjob b;
+    tjob_init(e, &b, GEMM_DTYPE_F64, 9, 8, 7, 71);
+    assert_int_equal(gemm_engine_submit(e, &b.job, &err), 0);
+    tjob_wait(&b, 1);
+    assert_int_equal(b.state_at_done, GEMM_JOB_DONE);
+    assert_int_equal(gemm_engine_cancel(e, &b.job), 0);
+    assert_int_equal(atomic_load(&b.job.state), GEMM_JOB_DONE);
+    assert_int_equal(tjob_check(&b), 0);
     gemm_engine_close(e);
     assert_int_equal(tjob_calls(&a), 1);
+    assert_int_equal(tjob_calls(&b), 1);
     tjob_free(&a);
+    tjob_free(&b);
+}
+
+/* A cancel of the running job with others queued behind it: it stops, the queued ones run
+ * and are right, and each done() is called once. */
+static void test_cancel_running_then_queue_runs(void **st)
+{
+    (void)st;
+    gemm_engine *e = open_cpu(1, 4, "cpu_delay_ms:60000");
+    tjob a, b;
+    gemm_err err;
+    tjob_init(e, &a, GEMM_DTYPE_I32, 17, 9, 5, 72);
+    tjob_init(e, &b, GEMM_DTYPE_I32, 6, 7, 8, 73);
+    assert_int_equal(gemm_engine_submit(e, &a.job, &err), 0);
+    wait_state(&a, GEMM_JOB_RUNNING);
+    assert_int_equal(gemm_engine_submit(e, &b.job, &err), 0);
+    assert_int_equal(atomic_load(&b.job.state), GEMM_JOB_QUEUED);
+    assert_int_equal(gemm_engine_cancel(e, &a.job), 0);
+    tjob_wait(&a, 1);
+    assert_int_equal(a.state_at_done, GEMM_JOB_CANCELLED);
+    /* b now sleeps its 60 s: cancel it too, while it runs. */
+    wait_state(&b, GEMM_JOB_RUNNING);
+    assert_int_equal(gemm_engine_cancel(e, &b.job), 0);
+    tjob_wait(&b, 1);
+    assert_int_equal(b.state_at_done, GEMM_JOB_CANCELLED);
+    gemm_engine_stats s;
+    gemm_engine_get_stats(e, &s);
+    assert_int_equal(s.cancelled, 2);
+    assert_int_equal(s.running, 0);
+    gemm_engine_close(e);
+    assert_int_equal(tjob_calls(&a), 1);
+    assert_int_equal(tjob_calls(&b), 1);
+    tjob_free(&a);
+    tjob_free(&b);
 }
 
 /* ---- many submitters --------------------------------------------------------- */
@@ -517,6 +574,60 @@ static void test_healthy_lost(void **st)
     gemm_engine_close(e);
 }
 
+/* ---- the logging hook ------------------------------------------------------ */
+
+typedef struct {
+    int calls;
+    gemm_log_level level;
+    char msg[256];
+} log_seen;
+
+static void log_hook(void *user, gemm_log_level level, const char *msg)
+{
+    log_seen *s = user;
+    s->calls++;
+    s->level = level;
+    snprintf(s->msg, sizeof s->msg, "%s", msg);
+}
+
+/* With a hook, every message goes to it with its level (debug included); without one, to
+ * stderr as "gemmd engine <level>: <msg>", one line each, debug dropped. */
+static void test_log_hook(void **st)
+{
+    (void)st;
+    log_seen seen = {0};
+    gemm_engine_set_log(log_hook, &seen);
+    gemm_engine_log(GEMM_LOG_WARN, "device %d: %s", 3, "reset");
+    assert_int_equal(seen.calls, 1);
+    assert_int_equal(seen.level, GEMM_LOG_WARN);
+    assert_string_equal(seen.msg, "device 3: reset");
+    gemm_engine_log(GEMM_LOG_DEBUG, "detail %s", "x");
+    assert_int_equal(seen.calls, 2);
+    assert_int_equal(seen.level, GEMM_LOG_DEBUG);
+    gemm_engine_set_log(NULL, NULL);
+
+    char path[] = "/tmp/gemm_log_testXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(fd, 2), 2);
+    gemm_engine_log(GEMM_LOG_ERROR, "cuda: %s failed", "cudaMalloc");
+    gemm_engine_log(GEMM_LOG_DEBUG, "not shown");
+    gemm_engine_log(GEMM_LOG_INFO, "second line");
+    dup2(saved, 2);
+    close(saved);
+    char buf[512] = "";
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    close(fd);
+    unlink(path);
+    assert_true(n > 0);
+    buf[n] = '\0';
+    assert_string_equal(buf, "gemmd engine error: cuda: cudaMalloc failed\ngemmd engine info: second line\n");
+    assert_int_equal(seen.calls, 2); /* the hook is gone */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -527,9 +638,11 @@ int main(void)
         cmocka_unit_test(test_queue_full_cancel_close),
         cmocka_unit_test(test_close_lets_running_finish),
         cmocka_unit_test(test_cancel_running),
+        cmocka_unit_test(test_cancel_running_then_queue_runs),
         cmocka_unit_test(test_many_submitters),
         cmocka_unit_test(test_done_may_free),
         cmocka_unit_test(test_healthy_lost),
+        cmocka_unit_test(test_log_hook),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }
