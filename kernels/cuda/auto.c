@@ -6,7 +6,8 @@
  * that won the benchmark for that (dtype, math, shape class) on the device the results
  * were taken on. Rows are tried in order; the first whose dtype, math and class match
  * gives its first candidate the device supports (compute capability). When nothing
- * matches, the answer is "tiled", a member that runs every dtype on every GPU.
+ * matches, the answer is "tiled", a member that runs every dtype on every GPU. No CUDA
+ * call: this runs on the request path (the daemon's HTTP threads).
  *
  * Until the wgmma member, cuBLAS led every float shape we measured (square 512-8192, 4095,
  * 4097, 8192x8192x1024, 1024x1024x8192, 8192x1024x8192, 1024x8192x1024, 3000x5000x700).
@@ -20,9 +21,6 @@
 #include <string.h>
 
 #include "gemm_kernels.h"
-
-/* k06_wgmma.cu: whether the build has sm_90a code for the current device. */
-int gemm_wgmma_runnable(void);
 
 /* RESULTS: bench/results/kernels-h100.md and, for wgmma, bench/results/kernels-wgmma-h100.md
  * (bench_kernels on an NVIDIA H100 80GB HBM3, 2026-11-22; CSVs beside them). Each row lists candidates best first: the first one the
@@ -82,13 +80,15 @@ static shape_class classify(int rows, int cols, int inner)
     return SHAPE_LARGE;
 }
 
-/* Candidates whose code may be missing from this build are asked at run time. */
-static int runnable(const char *name)
+/* Candidates whose code may be missing from this build: the caller says (the engine asked
+ * each device once, at open). */
+static int runnable(const char *name, int wgmma_ok)
 {
-    return strcmp(name, "wgmma") != 0 || gemm_wgmma_runnable();
+    return strcmp(name, "wgmma") != 0 || wgmma_ok;
 }
 
-const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc)
+const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc,
+                             int wgmma_ok)
 {
     gemm_math r;
     if (d == GEMM_DTYPE_F32)
@@ -104,7 +104,7 @@ const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int 
             continue;
         for (int c = 0; c < MAX_CANDIDATES && row->kernel[c]; c++) {
             const gemm_kernel_desc *k = gemm_kernel_find(row->kernel[c]);
-            if (k && gemm_kernel_supports(k, d, m, 0, cc, NULL) && runnable(row->kernel[c]))
+            if (k && gemm_kernel_supports(k, d, m, 0, cc, NULL) && runnable(row->kernel[c], wgmma_ok))
                 return row->kernel[c];
         }
     }

@@ -15,11 +15,10 @@
  * (its integer GEMM takes int8 inputs), so a request for kernel=cublas with int32 is
  * refused with 422 by the support check; kernel=auto sends int32 to our own kernels.
  */
-#include <stdio.h>
-
 #include <cublas_v2.h>
 
 #include "gemm_kernels.h"
+#include "gemm_log.h"
 
 namespace {
 
@@ -31,7 +30,7 @@ cudaError_t from_cublas(cublasStatus_t s, const char *what)
     cudaError_t c = cudaGetLastError();
     if (c != cudaSuccess)
         return c;
-    fprintf(stderr, "cublas: %s failed: %s\n", what, cublasGetStatusString(s));
+    gemm_engine_log(GEMM_LOG_WARN, "cuda: %s failed: %s", what, cublasGetStatusString(s));
     if (s == CUBLAS_STATUS_ALLOC_FAILED)
         return cudaErrorMemoryAllocation;
     if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_ARCH_MISMATCH)

@@ -6,6 +6,8 @@
  */
 #include "cuda_engine.h"
 
+#include "gemm_scratch.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,10 +75,12 @@ int gemm_cuda_parse_faults(cuda_backend *cb, const char *spec, gemm_err *err)
             cb->oom_at = v;
         else if (ok && strncmp(tok, "sticky:", 7) == 0)
             cb->sticky_at = v;
+        else if (ok && v <= 3600000 && strncmp(tok, "gpu_delay_ms:", 13) == 0)
+            cb->delay_ms = v;
         else
             return gemm_err_set(err, 400, "bad_config",
-                                "fault_inject \"%s\": the CUDA backend understands oom:N and "
-                                "sticky:N (N >= 1)", tok);
+                                "fault_inject \"%s\": the CUDA backend understands oom:N, "
+                                "sticky:N and gpu_delay_ms:N (N >= 1)", tok);
     }
     return 0;
 }
@@ -111,7 +115,7 @@ void gemm_cuda_destroy_resources(cuda_worker *w)
     gemm_cuda_free_buffers(w);
     if (w->blas)
         cublasDestroy(w->blas);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < WORKER_EVENTS; i++)
         if (w->ev[i])
             cudaEventDestroy(w->ev[i]);
     if (w->stream)
@@ -126,8 +130,10 @@ void gemm_cuda_destroy_resources(cuda_worker *w)
 cudaError_t gemm_cuda_build_resources(cuda_worker *w, unsigned gen, gemm_cuda_site *site)
 {
     cudaError_t e = GEMM_CUDA_CHECK(site, cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
-    for (int i = 0; i < 4 && e == cudaSuccess; i++)
-        e = GEMM_CUDA_CHECK(site, cudaEventCreate(&w->ev[i]));
+    /* Blocking-sync events: a worker waiting for its product sleeps instead of spinning a
+     * core (it polls only briefly first, see wait_event in engine_cuda.c). */
+    for (int i = 0; i < WORKER_EVENTS && e == cudaSuccess; i++)
+        e = GEMM_CUDA_CHECK(site, cudaEventCreateWithFlags(&w->ev[i], cudaEventBlockingSync));
     if (e == cudaSuccess)
         e = GEMM_CUBLAS_CHECK(site, cublasCreate(&w->blas));
     if (e == cudaSuccess)
@@ -204,24 +210,56 @@ unsigned gemm_cuda_dev_enter(cuda_dev *d)
     pthread_mutex_lock(&d->mu);
     while (d->resetting)
         pthread_cond_wait(&d->cv, &d->mu);
-    if (d->active++ == 0)
-        d->busy_since_ms = gemm_now_ms();
+    d->active++;
     unsigned gen = d->gen;
     pthread_mutex_unlock(&d->mu);
+    pthread_mutex_lock(&d->busy_mu);
+    if (d->jobs++ == 0)
+        d->busy_since_ms = gemm_now_ms();
+    pthread_mutex_unlock(&d->busy_mu);
     return gen;
 }
 
-static void dev_busy_end_locked(cuda_dev *d)
+int gemm_cuda_dev_enter_house(cuda_dev *d)
 {
-    if (--d->active == 0)
-        d->busy_ms += gemm_now_ms() - d->busy_since_ms;
+    pthread_mutex_lock(&d->mu);
+    while (d->resetting)
+        pthread_cond_wait(&d->cv, &d->mu);
+    int ok = !atomic_load(&d->lost);
+    if (ok)
+        d->active++;
+    pthread_mutex_unlock(&d->mu);
+    return ok;
+}
+
+void gemm_cuda_dev_leave_house(cuda_dev *d)
+{
+    pthread_mutex_lock(&d->mu);
+    d->active--;
+    pthread_cond_broadcast(&d->cv); /* a resetter may be waiting for active == 0 */
+    pthread_mutex_unlock(&d->mu);
+}
+
+void gemm_cuda_sample_memory(cuda_dev *d)
+{
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+        atomic_store(&d->mem_free, (unsigned long long)free_b);
+        atomic_store(&d->mem_total, (unsigned long long)total_b);
+    } else {
+        cudaGetLastError();
+    }
 }
 
 /* Leaves the device; when `broken` (and nobody reset it since gen), resets it first. */
 void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken)
 {
+    pthread_mutex_lock(&d->busy_mu);
+    if (--d->jobs == 0)
+        d->busy_ms += gemm_now_ms() - d->busy_since_ms;
+    pthread_mutex_unlock(&d->busy_mu);
     pthread_mutex_lock(&d->mu);
-    dev_busy_end_locked(d);
+    d->active--;
     if (broken && gen == d->gen) {
         if (d->resetting) {
             pthread_cond_broadcast(&d->cv); /* the resetter may be waiting for us */
@@ -236,13 +274,15 @@ void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken
             for (int i = 0; i < cb->nworkers; i++)
                 if (cb->workers[i].dev == d && cb->workers[i].gen != 0)
                     gemm_cuda_destroy_resources(&cb->workers[i]);
+            gemm_engine_log(GEMM_LOG_WARN, "cuda: device %d (%s): resetting after a sticky error",
+                            d->ordinal, d->info.name);
             cudaError_t e = cudaDeviceReset();
             if (e != cudaSuccess)
-                fprintf(stderr, "gemmd cuda: cudaDeviceReset on device %d failed: %s\n",
-                        d->ordinal, cudaGetErrorString(e));
+                gemm_engine_log(GEMM_LOG_ERROR, "cuda: cudaDeviceReset on device %d failed: %s",
+                                d->ordinal, cudaGetErrorString(e));
             cudaGetLastError();
-            if (d == &cb->devs[0])
-                gemm_cuda_host_device_reset(cb->host);
+            gemm_cuda_host_device_reset(cb->host, d->slot); /* its host registrations went too */
+            gemm_scratch_device_reset(d->ordinal);
             /* A new context can take a moment after the faulted one is torn down: try for
              * up to RESET_WAIT_MS before declaring the device lost. */
             double t0 = gemm_now_ms();
@@ -262,17 +302,17 @@ void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken
             d->resets++;
             d->resetting = 0;
             if (e == cudaSuccess) {
-                fprintf(stderr, "gemmd cuda: device %d (%s) was reset after a sticky error "
-                        "(new context after %d tr%s, %.0f ms); its streams are rebuilt before "
-                        "their next job\n", d->ordinal, d->info.name, tries, tries == 1 ? "y" : "ies",
-                        gemm_now_ms() - t0);
+                gemm_engine_log(GEMM_LOG_WARN, "cuda: device %d (%s) was reset after a sticky error "
+                                "(new context after %d tr%s, %.0f ms); its streams are rebuilt before "
+                                "their next job", d->ordinal, d->info.name, tries, tries == 1 ? "y" : "ies",
+                                gemm_now_ms() - t0);
             } else {
-                d->lost = 1;
                 d->lost_err = e;
-                fprintf(stderr, "gemmd cuda: device %d (%s) could not be recovered in this process "
-                        "after a sticky error (%s for %.0f ms after cudaDeviceReset); its jobs fail "
-                        "with 503 device_unavailable until gemmd is restarted\n", d->ordinal,
-                        d->info.name, cudaGetErrorString(e), gemm_now_ms() - t0);
+                atomic_store(&d->lost, 1);
+                gemm_engine_log(GEMM_LOG_ERROR, "cuda: device %d (%s) could not be recovered in this "
+                                "process after a sticky error (%s for %.0f ms after cudaDeviceReset); its "
+                                "jobs fail with 503 device_unavailable until gemmd is restarted", d->ordinal,
+                                d->info.name, cudaGetErrorString(e), gemm_now_ms() - t0);
             }
         }
     }

@@ -1,7 +1,8 @@
 /*
  * cuda_engine.h - the CUDA backend's insides, shared by engine_cuda.c (open, validate,
- * run, describe) and cuda_device.c (device list, per-worker resources, device buffers,
- * the enter/leave protocol and the reset after a sticky error). Not a public interface.
+ * run, describe), cuda_device.c (device list, per-worker resources, device buffers, the
+ * enter/leave protocol and the reset after a sticky error) and cuda_house.c (the
+ * housekeeping thread). Not a public interface.
  */
 #ifndef GEMM_CUDA_ENGINE_H
 #define GEMM_CUDA_ENGINE_H
@@ -21,26 +22,37 @@
 #define BUF_ROUND (1u << 20)           /* device buffers grow in whole MiB */
 #define RESET_WAIT_MS 1000.0           /* how long a reset device may take to accept a new context */
 #define HOST_CACHE_BYTES (1ull << 30)  /* pinned blocks kept for reuse */
+#define WORKER_EVENTS 6                /* h2d start/end, kernel start/end, d2h start/end */
+#define HOUSE_PERIOD_MS 1000           /* the housekeeping thread samples free memory this often */
 
 typedef struct cuda_worker cuda_worker;
 
 typedef struct {
     int ordinal;                 /* CUDA ordinal (after CUDA_VISIBLE_DEVICES) */
-    gemm_device_info info;       /* name, memory, SMs, cc, streams */
+    int slot;                    /* index in cuda_backend.devs */
+    gemm_device_info info;       /* name, memory, SMs, cc, streams (read at open) */
     int cc;                      /* major * 10 + minor */
+    int wgmma;                   /* the build's sm_90a wgmma code runs here (asked at open) */
+    char label[GEMM_NAME_LEN];   /* "cuda:N <name>", what a job's device says */
 
+    /* mu: the enter/leave protocol; a reset holds it throughout (up to RESET_WAIT_MS), so
+     * nothing the request path calls takes it (healthy reads `lost`, stats busy_mu). */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     unsigned gen;                /* bumped by each reset; worker resources carry it */
     int resetting;
-    int active;                  /* workers inside a job on this device */
+    int active;                  /* threads inside (jobs, housekeeping): a reset waits for 0 */
     unsigned resets;
-    int lost;                    /* reset done but no new context could be made */
-    cudaError_t lost_err;
-    double busy_since_ms;        /* when active went 0 -> 1 */
+    atomic_int lost;             /* reset done but no new context could be made */
+    cudaError_t lost_err;        /* set before lost */
+
+    pthread_mutex_t busy_mu;     /* the busy time */
+    int jobs;                    /* jobs inside */
+    double busy_since_ms;        /* when jobs went 0 -> 1 */
     double busy_ms;              /* union of the time some job ran on the device */
 
     atomic_ullong bytes_h2d, bytes_d2h, mem_used;
+    atomic_ullong mem_free, mem_total; /* cudaMemGetInfo, sampled off the request path */
 } cuda_dev;
 
 struct cuda_worker {
@@ -50,7 +62,7 @@ struct cuda_worker {
     unsigned gen;                /* dev->gen its resources belong to; 0 = none */
     cudaStream_t stream;
     cublasHandle_t blas;
-    cudaEvent_t ev[4];
+    cudaEvent_t ev[WORKER_EVENTS]; /* created with cudaEventBlockingSync */
     void *buf[3];                /* A, B, C on the device */
     size_t cap[3];
 };
@@ -61,11 +73,20 @@ typedef struct cuda_backend {
     int nworkers;
     cuda_worker *workers;
     uint64_t mem_limit;
-    int min_cc;
+    int min_cc;                  /* oldest device: what every worker can run */
+    int wgmma_ok;                /* every device runs wgmma */
     long oom_at, sticky_at;      /* fault hooks; 0 = off */
+    long delay_ms;               /* fault hook gpu_delay_ms; 0 = off */
     atomic_long allocs, jobs;
     gemm_cuda_host *host;
     gemm_allocator alloc;
+
+    /* the housekeeping thread (cuda_house.c) */
+    pthread_t house;
+    int house_started;
+    pthread_mutex_t house_mu;
+    pthread_cond_t house_cv;
+    int house_stop, house_wake;
 } cuda_backend;
 
 /* cuda_device.c */
@@ -75,10 +96,28 @@ void gemm_cuda_free_buffers(cuda_worker *w);
 void gemm_cuda_destroy_resources(cuda_worker *w);
 cudaError_t gemm_cuda_build_resources(cuda_worker *w, unsigned gen, gemm_cuda_site *site);
 cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_cuda_site *site);
+/* A job enters the device (waits out a reset) and leaves it; a broken leave resets it. */
 unsigned gemm_cuda_dev_enter(cuda_dev *d);
 void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken);
+/* The housekeeping thread enters (0: the device is lost, not entered) and leaves; it is
+ * counted so that no reset runs meanwhile, but not as busy time. */
+int gemm_cuda_dev_enter_house(cuda_dev *d);
+void gemm_cuda_dev_leave_house(cuda_dev *d);
+/* cudaMemGetInfo of the current device (d's) into d->mem_free / mem_total. */
+void gemm_cuda_sample_memory(cuda_dev *d);
+
+/* cuda_house.c: samples free memory every HOUSE_PERIOD_MS and unregisters the host blocks
+ * the allocator queued, on its own thread. */
+int gemm_cuda_house_start(cuda_backend *cb);
+void gemm_cuda_house_stop(cuda_backend *cb);
+void gemm_cuda_house_wake(void *cb); /* the host allocator's notify hook */
 
 /* cuda_fault.cu */
 cudaError_t gemm_cuda_launch_trap(cudaStream_t stream);
+cudaError_t gemm_cuda_launch_delay(cudaStream_t stream, long ms);
+
+/* k06_wgmma.cu: whether the build's sm_90a code runs on the current device. Makes CUDA
+ * calls: asked once per device at open, never per request. */
+int gemm_wgmma_runnable(void);
 
 #endif /* GEMM_CUDA_ENGINE_H */

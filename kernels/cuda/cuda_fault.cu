@@ -1,17 +1,41 @@
 /*
- * cuda_fault.cu - the fault the engine's tests inject on purpose: a kernel that traps,
- * which leaves the device's context in a sticky error state exactly as a real crash in a
- * kernel would (every later call on that device fails until cudaDeviceReset).
- * Used only when gemm_engine_config.fault_inject asks for "sticky:N".
+ * cuda_fault.cu - the faults and delays the engine's tests inject on purpose
+ * (gemm_engine_config.fault_inject):
+ *  - sticky:N      a kernel that traps, which leaves the device's context in a sticky error
+ *                  state exactly as a real crash in a kernel would (every later call on that
+ *                  device fails until cudaDeviceReset);
+ *  - gpu_delay_ms:N  a one-thread kernel that waits N ms of device time (the global timer)
+ *                  before the product: a long kernel of known length on any GPU, for the
+ *                  tests of blocking waits and of cancellation between stages.
  */
 #include <cuda_runtime.h>
 
 namespace {
 __global__ void trap_kernel(void) { __trap(); }
+
+__device__ __forceinline__ unsigned long long global_ns(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__global__ void delay_kernel(unsigned long long ns)
+{
+    const unsigned long long t0 = global_ns();
+    while (global_ns() - t0 < ns)
+        __nanosleep(100000); /* 0.1 ms: the SM stays nearly idle */
+}
 } // namespace
 
 extern "C" cudaError_t gemm_cuda_launch_trap(cudaStream_t stream)
 {
     trap_kernel<<<1, 1, 0, stream>>>();
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t gemm_cuda_launch_delay(cudaStream_t stream, long ms)
+{
+    delay_kernel<<<1, 1, 0, stream>>>((unsigned long long)ms * 1000000ull);
     return cudaGetLastError();
 }

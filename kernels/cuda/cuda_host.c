@@ -1,106 +1,180 @@
 /*
- * cuda_host.c - page-locked host blocks with a small cache (see cuda_host.h).
+ * cuda_host.c - host blocks for job buffers, locked by the workers, with a small cache
+ * (see cuda_host.h).
  *
  * Each block carries a 64-byte header in front of the caller's pointer: its capacity, the
- * registration generation (0 = not registered) and a magic number. The cache is a short
- * list, oldest first; a request takes the smallest cached block that holds it without
- * wasting more than half of it. A freed block goes in at the young end and, when the cache
- * is full, pushes out the oldest: a burst of small products must not leave a cache of
- * small blocks that every later big product misses (each miss registers fresh memory, a
- * few ms for a 1024^2 product's buffers, and unregisters it again).
+ * device slot that registered it and that slot's generation then (slot -1: not registered),
+ * a magic number and the link of the unregistration queue. A registration is valid while
+ * its slot's generation is unchanged (a reset of that device bumps it). The cache holds
+ * validly registered blocks only, oldest first; a request takes the smallest cached block
+ * that holds it without wasting more than half of it. A freed registered block goes in at
+ * the young end and, when the cache is full, pushes out the oldest: a burst of small
+ * products must not leave a cache of small blocks that every later big product misses.
+ * Blocks pushed out, or too big to cache, wait in the queue for the housekeeping thread.
+ *
+ * Everything here is guarded by one mutex, never held across a CUDA call.
  */
 #include "cuda_host.h"
 
 #include <pthread.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime.h>
+
+#include "gemm_log.h"
 
 #define HDR 64
 #define PAGE 4096
 #define MAX_CACHED 16
 #define MAGIC 0x67656d6d686f7374ull /* "gemmhost" */
 
-typedef struct {
-    size_t cap;       /* usable bytes after the header */
-    unsigned gen;     /* registration generation; 0 = not registered */
+typedef struct block_hdr {
+    size_t cap;              /* usable bytes after the header */
+    int slot;                /* device slot that registered it; -1 = not registered */
+    unsigned gen;            /* that slot's generation when it did */
     uint64_t magic;
+    struct block_hdr *qnext; /* unregistration queue */
 } block_hdr;
+_Static_assert(sizeof(block_hdr) <= HDR, "the block header fits in front of the data");
 
 struct gemm_cuda_host {
-    int device;
+    int ndev;
+    int *ordinal;            /* per slot */
+    unsigned *gen;           /* per slot, bumped by each reset of that device; starts at 1 */
     size_t max_cached;
     pthread_mutex_t mu;
-    unsigned gen;     /* bumped by each device reset; starts at 1 */
     void *cache[MAX_CACHED];
     int ncached;
     size_t cached_bytes, in_use;
+    block_hdr *queue;        /* registered blocks waiting to be unregistered */
+    size_t nqueued;
+    void (*notify)(void *);
+    void *notify_arg;
     int warned;
 };
 
 static block_hdr *hdr_of(void *p) { return (block_hdr *)((char *)p - HDR); }
 
-gemm_cuda_host *gemm_cuda_host_open(int device, size_t max_cached_bytes)
+/* Caller holds mu. */
+static int registered_locked(const gemm_cuda_host *h, const block_hdr *b)
 {
+    return b->slot >= 0 && b->slot < h->ndev && b->gen == h->gen[b->slot];
+}
+
+gemm_cuda_host *gemm_cuda_host_open(const int *ordinals, int ndev, size_t max_cached_bytes)
+{
+    if (ndev < 1)
+        return NULL;
     gemm_cuda_host *h = calloc(1, sizeof *h);
     if (!h)
         return NULL;
-    h->device = device;
+    h->ordinal = calloc((size_t)ndev, sizeof *h->ordinal);
+    h->gen = calloc((size_t)ndev, sizeof *h->gen);
+    if (!h->ordinal || !h->gen) {
+        free(h->ordinal);
+        free(h->gen);
+        free(h);
+        return NULL;
+    }
+    h->ndev = ndev;
+    for (int i = 0; i < ndev; i++) {
+        h->ordinal[i] = ordinals[i];
+        h->gen[i] = 1;
+    }
     h->max_cached = max_cached_bytes;
-    h->gen = 1;
     pthread_mutex_init(&h->mu, NULL);
     return h;
 }
 
-static void release(gemm_cuda_host *h, void *p, unsigned cur_gen)
+void gemm_cuda_host_set_notify(gemm_cuda_host *h, void (*fn)(void *), void *arg)
 {
-    block_hdr *b = hdr_of(p);
-    if (b->gen != 0 && b->gen == cur_gen) {
-        cudaSetDevice(h->device);
-        if (cudaHostUnregister(b) != cudaSuccess)
-            cudaGetLastError(); /* the registration went with a reset: nothing to undo */
-    }
+    pthread_mutex_lock(&h->mu);
+    h->notify = fn;
+    h->notify_arg = arg;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void free_block(block_hdr *b)
+{
     b->magic = 0;
     free(b);
 }
 
-static void drop_cache_locked(gemm_cuda_host *h, void **out, int *nout)
+/* Caller holds mu. */
+static void queue_locked(gemm_cuda_host *h, block_hdr *b)
 {
-    for (int i = 0; i < h->ncached; i++)
-        out[(*nout)++] = h->cache[i];
-    h->ncached = 0;
-    h->cached_bytes = 0;
+    b->qnext = h->queue;
+    h->queue = b;
+    h->nqueued++;
 }
 
 void gemm_cuda_host_close(gemm_cuda_host *h)
 {
     if (!h)
         return;
-    void *drop[MAX_CACHED];
-    int n = 0;
     pthread_mutex_lock(&h->mu);
-    drop_cache_locked(h, drop, &n);
-    unsigned gen = h->gen;
+    for (int i = 0; i < h->ncached; i++)
+        queue_locked(h, hdr_of(h->cache[i]));
+    h->ncached = 0;
+    h->cached_bytes = 0;
+    block_hdr *list = h->queue;
+    h->queue = NULL;
+    h->nqueued = 0;
     pthread_mutex_unlock(&h->mu);
-    for (int i = 0; i < n; i++)
-        release(h, drop[i], gen);
+    while (list) {
+        block_hdr *b = list;
+        list = b->qnext;
+        if (registered_locked(h, b) && cudaSetDevice(h->ordinal[b->slot]) == cudaSuccess &&
+            cudaHostUnregister(b) != cudaSuccess)
+            cudaGetLastError(); /* the registration went with the context: nothing to undo */
+        cudaGetLastError();
+        free_block(b);
+    }
     pthread_mutex_destroy(&h->mu);
+    free(h->ordinal);
+    free(h->gen);
     free(h);
 }
 
-void gemm_cuda_host_device_reset(gemm_cuda_host *h)
+void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
 {
-    void *drop[MAX_CACHED];
-    int n = 0;
+    if (slot < 0 || slot >= h->ndev)
+        return;
+    block_hdr *drop = NULL;
     pthread_mutex_lock(&h->mu);
-    h->gen++;
-    drop_cache_locked(h, drop, &n);
+    h->gen[slot]++;
+    int keep = 0;
+    for (int i = 0; i < h->ncached; i++) {
+        block_hdr *b = hdr_of(h->cache[i]);
+        if (b->slot == slot) {
+            h->cached_bytes -= b->cap;
+            b->qnext = drop;
+            drop = b;
+        } else {
+            h->cache[keep++] = h->cache[i];
+        }
+    }
+    h->ncached = keep;
+    block_hdr **link = &h->queue;
+    while (*link) {
+        block_hdr *b = *link;
+        if (b->slot == slot) {
+            *link = b->qnext;
+            h->nqueued--;
+            b->qnext = drop;
+            drop = b;
+        } else {
+            link = &b->qnext;
+        }
+    }
     pthread_mutex_unlock(&h->mu);
-    for (int i = 0; i < n; i++)
-        release(h, drop[i], 0); /* registrations are gone: just free */
+    while (drop) { /* registrations are gone: just free */
+        block_hdr *b = drop;
+        drop = b->qnext;
+        free_block(b);
+    }
 }
 
 static void *host_alloc(void *ctx, size_t bytes)
@@ -112,8 +186,7 @@ static void *host_alloc(void *ctx, size_t bytes)
     int best = -1;
     for (int i = 0; i < h->ncached; i++) {
         size_t cap = hdr_of(h->cache[i])->cap;
-        if (cap >= bytes && cap / 2 <= bytes &&
-            (best < 0 || cap < hdr_of(h->cache[best])->cap))
+        if (cap >= bytes && cap / 2 <= bytes && (best < 0 || cap < hdr_of(h->cache[best])->cap))
             best = i;
     }
     if (best >= 0) {
@@ -125,7 +198,6 @@ static void *host_alloc(void *ctx, size_t bytes)
         pthread_mutex_unlock(&h->mu);
         return p;
     }
-    unsigned gen = h->gen;
     pthread_mutex_unlock(&h->mu);
 
     if (bytes > SIZE_MAX - HDR - PAGE)
@@ -134,23 +206,10 @@ static void *host_alloc(void *ctx, size_t bytes)
     block_hdr *b = aligned_alloc(PAGE, total);
     if (!b)
         return NULL;
+    memset(b, 0, sizeof *b);
     b->cap = total - HDR;
+    b->slot = -1;
     b->magic = MAGIC;
-    b->gen = 0;
-    cudaSetDevice(h->device);
-    cudaError_t e = cudaHostRegister(b, total, cudaHostRegisterPortable);
-    if (e == cudaSuccess) {
-        b->gen = gen;
-    } else {
-        cudaGetLastError();
-        pthread_mutex_lock(&h->mu);
-        int warn = !h->warned;
-        h->warned = 1;
-        pthread_mutex_unlock(&h->mu);
-        if (warn)
-            fprintf(stderr, "gemmd cuda: cudaHostRegister of %zu bytes failed (%s); job buffers "
-                    "stay pageable and copies will be slower\n", total, cudaGetErrorString(e));
-    }
     pthread_mutex_lock(&h->mu);
     h->in_use += b->cap;
     pthread_mutex_unlock(&h->mu);
@@ -164,32 +223,124 @@ static void host_free(void *ctx, void *p)
         return;
     block_hdr *b = hdr_of(p);
     if (b->magic != MAGIC) {
-        fprintf(stderr, "gemmd cuda: host_free of a pointer this allocator did not give out\n");
+        gemm_engine_log(GEMM_LOG_ERROR, "cuda: host_free of a pointer this allocator did not give out");
         abort();
     }
-    void *evict[MAX_CACHED];
-    int nevict = 0;
+    int queued = 0;
     pthread_mutex_lock(&h->mu);
     h->in_use -= b->cap;
-    unsigned gen = h->gen;
-    /* Keep registered blocks of the current generation, pushing out the oldest for room. */
-    if (b->gen == gen && b->cap <= h->max_cached) {
+    if (!registered_locked(h, b)) {
+        pthread_mutex_unlock(&h->mu);
+        free_block(b); /* never locked, or its registration went with a reset */
+        return;
+    }
+    if (b->cap <= h->max_cached) {
+        /* Keep it, pushing out the oldest for room. */
         while (h->ncached > 0 && (h->ncached == MAX_CACHED || h->cached_bytes + b->cap > h->max_cached)) {
-            void *old = h->cache[0];
+            block_hdr *old = hdr_of(h->cache[0]);
             memmove(&h->cache[0], &h->cache[1], (size_t)(h->ncached - 1) * sizeof *h->cache);
             h->ncached--;
-            h->cached_bytes -= hdr_of(old)->cap;
-            evict[nevict++] = old;
+            h->cached_bytes -= old->cap;
+            queue_locked(h, old);
+            queued++;
         }
         h->cache[h->ncached++] = p;
         h->cached_bytes += b->cap;
-        p = NULL;
+    } else {
+        queue_locked(h, b);
+        queued++;
+    }
+    void (*notify)(void *) = h->notify;
+    void *arg = h->notify_arg;
+    pthread_mutex_unlock(&h->mu);
+    if (queued && notify)
+        notify(arg);
+}
+
+int gemm_cuda_host_pin(gemm_cuda_host *h, void *p, int slot)
+{
+    if (!p || slot < 0 || slot >= h->ndev)
+        return 0;
+    block_hdr *b = hdr_of(p);
+    if (b->magic != MAGIC)
+        return 0;
+    pthread_mutex_lock(&h->mu);
+    int ok = registered_locked(h, b);
+    unsigned gen = h->gen[slot];
+    pthread_mutex_unlock(&h->mu);
+    if (ok)
+        return 1;
+    /* Not registered, or its registration went with a reset of the device that made it.
+     * The block belongs to the job this worker runs: nobody else touches its header. */
+    cudaError_t e = cudaHostRegister(b, HDR + b->cap, cudaHostRegisterPortable);
+    if (e == cudaSuccess) {
+        pthread_mutex_lock(&h->mu);
+        b->slot = slot;
+        b->gen = gen;
+        pthread_mutex_unlock(&h->mu);
+        return 1;
+    }
+    cudaGetLastError();
+    pthread_mutex_lock(&h->mu);
+    int warn = !h->warned;
+    h->warned = 1;
+    pthread_mutex_unlock(&h->mu);
+    if (warn)
+        gemm_engine_log(GEMM_LOG_WARN, "cuda: cudaHostRegister of %zu bytes failed (%s); job buffers stay "
+                        "pageable and copies will be slower", HDR + b->cap, cudaGetErrorString(e));
+    return 0;
+}
+
+int gemm_cuda_host_drain(gemm_cuda_host *h, int slot)
+{
+    block_hdr *mine = NULL, *stale = NULL;
+    pthread_mutex_lock(&h->mu);
+    block_hdr **link = &h->queue;
+    while (*link) {
+        block_hdr *b = *link;
+        int valid = registered_locked(h, b);
+        if (valid && b->slot != slot) {
+            link = &b->qnext;
+            continue;
+        }
+        *link = b->qnext;
+        h->nqueued--;
+        if (valid) {
+            b->qnext = mine;
+            mine = b;
+        } else {
+            b->qnext = stale;
+            stale = b;
+        }
     }
     pthread_mutex_unlock(&h->mu);
-    for (int i = 0; i < nevict; i++)
-        release(h, evict[i], gen);
-    if (p)
-        release(h, p, gen);
+
+    int released = 0;
+    while (stale) {
+        block_hdr *b = stale;
+        stale = b->qnext;
+        free_block(b);
+        released++;
+    }
+    while (mine) {
+        block_hdr *b = mine;
+        mine = b->qnext;
+        cudaError_t e = cudaHostUnregister(b);
+        if (e == cudaSuccess) {
+            free_block(b);
+            released++;
+            continue;
+        }
+        /* A broken context: the reset that follows drops the registration and with it
+         * this block (device_reset); until then it waits in the queue. */
+        cudaGetLastError();
+        gemm_engine_log(GEMM_LOG_DEBUG, "cuda: cudaHostUnregister of %zu bytes failed (%s); retried later",
+                        HDR + b->cap, cudaGetErrorString(e));
+        pthread_mutex_lock(&h->mu);
+        queue_locked(h, b);
+        pthread_mutex_unlock(&h->mu);
+    }
+    return released;
 }
 
 gemm_allocator gemm_cuda_host_allocator(gemm_cuda_host *h)
@@ -198,12 +349,15 @@ gemm_allocator gemm_cuda_host_allocator(gemm_cuda_host *h)
     return a;
 }
 
-void gemm_cuda_host_counts(gemm_cuda_host *h, size_t *cached_blocks, size_t *bytes_in_use)
+void gemm_cuda_host_counts(gemm_cuda_host *h, size_t *cached_blocks, size_t *bytes_in_use,
+                           size_t *queued_blocks)
 {
     pthread_mutex_lock(&h->mu);
     if (cached_blocks)
         *cached_blocks = (size_t)h->ncached;
     if (bytes_in_use)
         *bytes_in_use = h->in_use;
+    if (queued_blocks)
+        *queued_blocks = h->nqueued;
     pthread_mutex_unlock(&h->mu);
 }

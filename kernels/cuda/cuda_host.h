@@ -1,12 +1,21 @@
 /*
- * cuda_host.h - page-locked host memory for job inputs and outputs, with a small cache.
+ * cuda_host.h - host memory for job inputs and outputs, page-locked by the workers, with a
+ * small cache of locked blocks.
  *
- * Blocks are ordinary aligned host memory registered with cudaHostRegister (portable), not
+ * Blocks are ordinary aligned host memory, registered with cudaHostRegister (portable), not
  * cudaHostAlloc: a device reset (the engine's recovery from a sticky error) drops the
  * registrations made in that device's context, and memory from cudaHostAlloc would be
  * freed under the daemon's feet, while registered memory simply stays valid, unpinned.
- * Registering is slow (page-table work), so freed blocks are kept in a small cache and
- * handed out again for requests of a similar size.
+ *
+ * No CUDA call is made by alloc or free, which run on HTTP threads (request bodies are
+ * written straight into these blocks as they arrive): a block is registered by the worker
+ * that first copies from or to it (gemm_cuda_host_pin, inside the device's enter/leave, so
+ * no reset of that device runs meanwhile), and a registered block that is not kept for
+ * reuse is queued and unregistered later by the backend's housekeeping thread
+ * (gemm_cuda_host_drain), again inside the enter/leave of the device that registered it.
+ * Registering is slow (page-table work), so freed registered blocks are kept in a small
+ * cache and handed out again for requests of a similar size: in steady state a product's
+ * buffers are already locked when its request arrives.
  */
 #ifndef GEMM_CUDA_HOST_H
 #define GEMM_CUDA_HOST_H
@@ -17,16 +26,35 @@
 
 typedef struct gemm_cuda_host gemm_cuda_host;
 
-/* device: the ordinal whose context holds the registrations. max_cached_bytes: cache cap. */
-gemm_cuda_host *gemm_cuda_host_open(int device, size_t max_cached_bytes);
-/* Frees the cached blocks. Blocks still handed out stay valid until freed through the
- * allocator, which must outlive them. */
+/* ordinals[0..ndev): the CUDA ordinal of each device slot (a slot is the backend's device
+ * index). max_cached_bytes: cache cap. */
+gemm_cuda_host *gemm_cuda_host_open(const int *ordinals, int ndev, size_t max_cached_bytes);
+/* Unregisters and frees the cached and queued blocks (sets the device of each; call it
+ * when no worker and no housekeeping thread runs). Blocks still handed out stay valid
+ * until freed through the allocator, which must outlive them. */
 void gemm_cuda_host_close(gemm_cuda_host *h);
-/* The allocator (ctx = h): 64-byte aligned, NULL on failure. */
+/* The allocator (ctx = h): 64-byte aligned, NULL on failure. No CUDA call. */
 gemm_allocator gemm_cuda_host_allocator(gemm_cuda_host *h);
-/* Called after the registration device was reset: registrations are gone; drop the cache. */
-void gemm_cuda_host_device_reset(gemm_cuda_host *h);
-/* Blocks in the cache / bytes in use (registered or not) for stats and tests. */
-void gemm_cuda_host_counts(gemm_cuda_host *h, size_t *cached_blocks, size_t *bytes_in_use);
+/* Called when a freed block was queued for unregistration (from the freeing thread, without
+ * the allocator's lock held): the owner wakes whatever drains the queue. */
+void gemm_cuda_host_set_notify(gemm_cuda_host *h, void (*fn)(void *), void *arg);
+
+/* Worker side. Locks the block holding p (from this allocator) for copies, registering it
+ * in the context of device slot `slot` unless it already is (in any slot, registrations
+ * are portable). Call with that device current and inside its enter/leave. Returns 1 when
+ * the block is page-locked, 0 when it stays pageable (registration failed: warned once;
+ * copies are slower but right). */
+int gemm_cuda_host_pin(gemm_cuda_host *h, void *p, int slot);
+/* Housekeeping side: unregisters and frees the queued blocks that slot registered (same
+ * conditions as pin). Returns how many blocks were released. */
+int gemm_cuda_host_drain(gemm_cuda_host *h, int slot);
+/* Called after device slot `slot` was reset: its registrations are gone; its cached and
+ * queued blocks are freed (no CUDA call). */
+void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot);
+
+/* For stats and tests: blocks in the cache, bytes handed out (locked or not), blocks
+ * queued for unregistration. Any pointer may be NULL. */
+void gemm_cuda_host_counts(gemm_cuda_host *h, size_t *cached_blocks, size_t *bytes_in_use,
+                           size_t *queued_blocks);
 
 #endif /* GEMM_CUDA_HOST_H */

@@ -5,9 +5,25 @@
  * Worker i runs on device i % ndev, stream i / ndev, so the first workers to pick up jobs
  * are spread over the devices; the shared queue of the generic engine hands the next job
  * to whichever stream is idle (least-loaded scheduling). A worker owns its stream, its
- * cuBLAS handle, four timing events and its cached device buffers for A, B and C (grown
+ * cuBLAS handle, six timing events and its cached device buffers for A, B and C (grown
  * on demand, never above device_mem_limit); a job runs H2D -> kernel -> D2H on that
  * stream, so one job's copies overlap another job's kernel on the same device.
+ *
+ * The request path makes no CUDA call: what validate() and describe() need (compute
+ * capability, whether the wgmma code runs, SMs, memory) is read once per device at open,
+ * free memory is sampled by the housekeeping thread (cuda_house.c), and host buffers are
+ * page-locked here, on the worker, before their copies (cuda_host.h).
+ *
+ * Waiting: the events are created with cudaEventBlockingSync, and a worker polls the event
+ * it waits for only for SPIN_US before it sleeps in cudaEventSynchronize, so a short
+ * product is picked up at once and a long one costs no CPU while it runs.
+ *
+ * Stages and cancellation: a job checks for a cancel request before its H2D copy. A long
+ * product (worth_staging: many flops, many bytes, or the gpu_delay_ms hook) runs stage by
+ * stage, waiting for each stage before enqueueing the next, and checks before the kernel
+ * and before the D2H copy too; a short one enqueues its three stages back to back (a wait
+ * between them would cost more than the stage). Each stage has its own start and end
+ * events, so the gap of a stage-by-stage wait is in no stage's time.
  *
  * Faults: an allocation failure fails only its job (507 device_out_of_memory). Any other
  * CUDA error fails its job with 500. When the device's context is broken (a sticky error,
@@ -23,8 +39,10 @@
  * says 0 and the daemon restarts itself in place (a new process gets new contexts).
  *
  * Test hooks (gemm_engine_config.fault_inject, comma-separated):
- *   oom:N      the Nth device-buffer allocation (counted over the backend) fails
- *   sticky:N   the Nth job launches a trapping kernel before its product
+ *   oom:N           the Nth device-buffer allocation (counted over the backend) fails
+ *   sticky:N        the Nth job launches a trapping kernel before its product
+ *   gpu_delay_ms:N  every job's kernel stage starts with N ms of device-side waiting (a
+ *                   long kernel of known length; such jobs run stage by stage)
  */
 #include "cuda_engine.h"
 
@@ -34,6 +52,11 @@
 #include <string.h>
 
 #include "gemm_kernels.h"
+
+#define SPIN_US 50.0                    /* poll an event this long before sleeping on it */
+#define STAGED_MIN_FLOP 2.7e11          /* ~5 ms on the fast members of an H100 */
+#define STAGED_MIN_FLOP_SLOW 1.7e10     /* naive and tiled: ~10x slower */
+#define STAGED_MIN_BYTES (256ull << 20) /* copies of ~5-10 ms */
 
 /* ---- open / workers ------------------------------------------------------ */
 
@@ -62,6 +85,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_err *err)
         cb->streams = 64;
     cb->mem_limit = cfg->device_mem_limit;
     cb->min_cc = INT_MAX;
+    cb->wgmma_ok = 1;
     atomic_init(&cb->allocs, 0);
     atomic_init(&cb->jobs, 0);
 
@@ -76,6 +100,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_err *err)
             for (int j = 0; j < i; j++) {
                 pthread_cond_destroy(&cb->devs[j].cv);
                 pthread_mutex_destroy(&cb->devs[j].mu);
+                pthread_mutex_destroy(&cb->devs[j].busy_mu);
             }
             free(cb);
             return NULL;
@@ -89,23 +114,52 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_err *err)
         d->cc = p.major * 10 + p.minor;
         if (d->cc < cb->min_cc)
             cb->min_cc = d->cc;
+        d->slot = i;
+        snprintf(d->label, sizeof d->label, "cuda:%d %.38s", d->ordinal, d->info.name);
         d->gen = 1;
         pthread_mutex_init(&d->mu, NULL);
+        pthread_mutex_init(&d->busy_mu, NULL);
         pthread_cond_init(&d->cv, NULL);
+        atomic_init(&d->lost, 0);
         atomic_init(&d->bytes_h2d, 0);
         atomic_init(&d->bytes_d2h, 0);
         atomic_init(&d->mem_used, 0);
+        atomic_init(&d->mem_free, 0);
+        atomic_init(&d->mem_total, (unsigned long long)p.totalGlobalMem);
+        /* What the request path will need, asked here once (this makes the device's
+         * context, which its workers would make anyway). */
+        if (cudaSetDevice(d->ordinal) == cudaSuccess) {
+            d->wgmma = gemm_wgmma_runnable();
+            gemm_cuda_sample_memory(d);
+        }
+        cudaGetLastError();
+        if (!d->wgmma)
+            cb->wgmma_ok = 0;
+        gemm_engine_log(GEMM_LOG_DEBUG, "cuda: device %d: %s, cc %d.%d, %d SMs, %llu MiB (%llu free), wgmma %s",
+                        d->ordinal, d->info.name, p.major, p.minor, d->info.sms,
+                        (unsigned long long)(p.totalGlobalMem >> 20),
+                        (unsigned long long)(atomic_load(&d->mem_free) >> 20),
+                        d->wgmma ? "runs" : "not in this build for this device");
     }
 
     cb->nworkers = cb->ndev * cb->streams;
     cb->workers = calloc((size_t)cb->nworkers, sizeof *cb->workers);
-    cb->host = gemm_cuda_host_open(cb->devs[0].ordinal, HOST_CACHE_BYTES);
+    int ordinals[GEMM_MAX_DEVICES];
+    for (int i = 0; i < cb->ndev; i++)
+        ordinals[i] = cb->devs[i].ordinal;
+    cb->host = gemm_cuda_host_open(ordinals, cb->ndev, HOST_CACHE_BYTES);
     if (!cb->workers || !cb->host) {
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate the CUDA backend's workers");
         cuda_close(cb);
         return NULL;
     }
     cb->alloc = gemm_cuda_host_allocator(cb->host);
+    if (gemm_cuda_house_start(cb) != 0) {
+        gemm_err_set(err, 500, "backend_failure", "cannot start the CUDA backend's housekeeping thread");
+        cuda_close(cb);
+        return NULL;
+    }
+    gemm_cuda_host_set_notify(cb->host, gemm_cuda_house_wake, cb);
     for (int i = 0; i < cb->nworkers; i++) {
         cuda_worker *w = &cb->workers[i];
         w->cb = cb;
@@ -134,8 +188,8 @@ static void *cuda_worker_init(void *self, int index)
         pthread_cond_wait(&d->cv, &d->mu);
     unsigned gen = d->gen;
     if (cudaSetDevice(d->ordinal) == cudaSuccess && gemm_cuda_build_resources(w, gen, &site) != cudaSuccess)
-        fprintf(stderr, "gemmd cuda: worker %d on device %d: %s failed (%s); retried at its "
-                "first job\n", index, d->ordinal, site.call, cudaGetErrorString(site.err));
+        gemm_engine_log(GEMM_LOG_WARN, "cuda: worker %d on device %d: %s failed (%s); retried at its "
+                        "first job", index, d->ordinal, site.call, cudaGetErrorString(site.err));
     cudaGetLastError();
     pthread_mutex_unlock(&d->mu);
     return w;
@@ -162,6 +216,8 @@ static void cuda_worker_fini(void *self, void *worker)
 
 /* ---- validate: resolve the kernel, tile and math ------------------------ */
 
+/* On the request path (an HTTP thread): reads only what open cached, no CUDA call. */
+
 static int cuda_validate(void *self, gemm_job *job, gemm_err *err)
 {
     cuda_backend *cb = self;
@@ -174,7 +230,7 @@ static int cuda_validate(void *self, gemm_job *job, gemm_err *err)
     /* auto: the member the committed measurements pick for this dtype, math and shape
      * (kernels/cuda/auto.c), for the oldest device a worker may run it on. */
     const char *name = is_auto ? gemm_kernel_auto(job->dtype, job->math, (int)job->m, (int)job->n,
-                                                  (int)job->k, cb->min_cc)
+                                                  (int)job->k, cb->min_cc, cb->wgmma_ok)
                                : job->kernel;
     const gemm_kernel_desc *k = gemm_kernel_find(name);
     if (!k) {
@@ -217,6 +273,11 @@ static int cuda_validate(void *self, gemm_job *job, gemm_err *err)
                             k->name, gemm_dtype_name(job->dtype), gemm_math_name(job->math),
                             job->tile, why ? why : "not supported");
     }
+    if (strcmp(k->name, "wgmma") == 0 && !cb->wgmma_ok)
+        return gemm_err_set(err, 422, "unsupported",
+                            "kernel \"wgmma\" cannot run here: this build has no sm_90a code for "
+                            "%s (build with CUDA_ARCHS including 90a); use kernel auto, mma or cublas",
+                            cb->ndev > 1 ? "every device" : "the device");
     snprintf(job->kernel_used, sizeof job->kernel_used, "%s", k->name);
     /* What the tile resolves to depends on the device buffers too (alignment picks some
      * blocks): run() asks the kernel's plan just before the launch. */
@@ -238,6 +299,34 @@ static float ev_ms(cudaEvent_t a, cudaEvent_t b, gemm_cuda_site *site)
     return ms;
 }
 
+/* Waits for ev: polls it for SPIN_US (a short product is done by then, and nothing sleeps),
+ * then sleeps in cudaEventSynchronize (a blocking-sync event: no CPU while it waits). */
+static cudaError_t wait_event(cudaEvent_t ev)
+{
+    double t0 = gemm_now_ms();
+    cudaError_t e;
+    while ((e = cudaEventQuery(ev)) == cudaErrorNotReady && gemm_now_ms() - t0 < SPIN_US / 1000.0) {
+    }
+    if (e != cudaErrorNotReady)
+        return e;
+    if (cudaPeekAtLastError() == cudaErrorNotReady) /* "not ready" is no error: never keep it */
+        cudaGetLastError();
+    return cudaEventSynchronize(ev);
+}
+
+/* Whether to run the product stage by stage (a host wait between stages, so a cancel can
+ * stop it before its kernel or its D2H copy): when the stages are long enough that the wait
+ * (tens of microseconds) does not matter. */
+static int worth_staging(const cuda_backend *cb, const gemm_kernel_desc *k, const gemm_job *job,
+                         uint64_t bytes)
+{
+    if (cb->delay_ms > 0)
+        return 1;
+    const double flops = 2.0 * (double)job->m * (double)job->n * (double)job->k;
+    const int slow = strcmp(k->name, "naive") == 0 || strcmp(k->name, "tiled") == 0;
+    return bytes >= STAGED_MIN_BYTES || flops >= (slow ? STAGED_MIN_FLOP_SLOW : STAGED_MIN_FLOP);
+}
+
 /* Whether the device's context is broken (a sticky error): after a failure, a device-wide
  * synchronize and the last-error slot keep failing only then. */
 static int context_broken(void)
@@ -256,9 +345,9 @@ static int fail_job(gemm_job *job, cuda_worker *w, const gemm_cuda_site *site, c
     const char *estr = cudaGetErrorString(site->err);
     const char *file = site->file ? strrchr(site->file, '/') : NULL;
     file = file ? file + 1 : (site->file ? site->file : "?");
-    fprintf(stderr, "gemmd cuda: %s, stream %d, %s: %s failed at %s:%d: %s (%s)%s\n",
-            job->device, w->stream_index, stage, site->call ? site->call : "?", file, site->line,
-            estr, ename, broken ? "; resetting the device" : "");
+    gemm_engine_log(GEMM_LOG_ERROR, "cuda: %s, stream %d, %s: %s failed at %s:%d: %s (%s)%s", job->device,
+                    w->stream_index, stage, site->call ? site->call : "?", file, site->line, estr, ename,
+                    broken ? "; resetting the device" : "");
     return gemm_err_set(&job->err, 500, "device_error",
                         "CUDA error on %s during %s: %s (%s at %s:%d)%s", job->device, stage, estr,
                         ename, file, site->line,
@@ -276,7 +365,7 @@ static int cuda_run(void *self, void *worker, gemm_job *job)
     const char *stage = "setup";
     int broken = 0, rc = 0;
 
-    snprintf(job->device, sizeof job->device, "cuda:%d %.38s", d->ordinal, d->info.name);
+    memcpy(job->device, d->label, sizeof job->device);
     job->stream = w->stream_index;
 
     const gemm_kernel_desc *k = gemm_kernel_find(job->kernel_used);
@@ -296,14 +385,19 @@ static int cuda_run(void *self, void *worker, gemm_job *job)
                             "device_mem_limit allows %llu bytes per stream",
                             (unsigned long long)total, need[0], need[1], need[2],
                             (unsigned long long)cb->mem_limit);
+    const int staged = worth_staging(cb, k, job, total);
 
     unsigned gen = gemm_cuda_dev_enter(d);
-    if (d->lost) {
+    if (atomic_load(&d->lost)) {
         gemm_err_set(&job->err, 503, "device_unavailable",
                      "%s could not be recovered after an earlier device error (%s); restart gemmd "
                      "or send the product to another server", job->device,
                      cudaGetErrorString(d->lost_err));
         rc = -1;
+        goto out;
+    }
+    if (gemm_job_cancel_requested(job)) {
+        rc = gemm_job_stop_cancelled(job, "its host-to-device copy");
         goto out;
     }
     if (GEMM_CUDA_CHECK(&site, cudaSetDevice(d->ordinal)) != cudaSuccess)
@@ -330,12 +424,11 @@ static int cuda_run(void *self, void *worker, gemm_job *job)
                 cudaGetLastError();
             }
             if (again.err == cudaErrorMemoryAllocation) {
-                size_t free_b = 0, total_b = 0;
-                if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
-                    cudaGetLastError();
+                gemm_cuda_sample_memory(d); /* on the worker: a CUDA call is fine here */
+                unsigned long long free_b = atomic_load(&d->mem_free), total_b = atomic_load(&d->mem_total);
                 gemm_err_set(&job->err, 507, "device_out_of_memory",
                              "%s is out of memory: the product needs %llu bytes on the device "
-                             "(A %zu, B %zu, C %zu) and %zu of %zu bytes are free",
+                             "(A %zu, B %zu, C %zu) and %llu of %llu bytes are free",
                              job->device, (unsigned long long)total, need[0], need[1], need[2],
                              free_b, total_b);
                 rc = -1;
@@ -347,18 +440,42 @@ static int cuda_run(void *self, void *worker, gemm_job *job)
     }
 allocated:;
     cudaStream_t s = w->stream;
+    cudaEvent_t *ev = w->ev;
     long njob = atomic_fetch_add(&cb->jobs, 1) + 1;
 
+    /* Host blocks are locked here, on the worker, once (cached by the allocator after);
+     * a block that cannot be locked is copied from pageable memory. */
+    gemm_cuda_host_pin(cb->host, job->a, d->slot);
+    gemm_cuda_host_pin(cb->host, job->b, d->slot);
+    gemm_cuda_host_pin(cb->host, job->c, d->slot);
+
+    /* H2D: ev[0] .. ev[1] */
     stage = "H2D copy";
-    if (GEMM_CUDA_CHECK(&site, cudaEventRecord(w->ev[0], s)) != cudaSuccess ||
+    if (GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[0], s)) != cudaSuccess ||
         GEMM_CUDA_CHECK(&site, cudaMemcpyAsync(w->buf[0], job->a, need[0], cudaMemcpyHostToDevice, s)) != cudaSuccess ||
         GEMM_CUDA_CHECK(&site, cudaMemcpyAsync(w->buf[1], job->b, need[1], cudaMemcpyHostToDevice, s)) != cudaSuccess ||
-        GEMM_CUDA_CHECK(&site, cudaEventRecord(w->ev[1], s)) != cudaSuccess)
+        GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[1], s)) != cudaSuccess)
         goto fail;
 
+    /* kernel: k0 .. ev[3] (k0 = ev[1] when the stages run back to back) */
+    cudaEvent_t k0 = ev[1], d0 = ev[3];
+    if (staged) {
+        if (GEMM_CUDA_CHECK(&site, wait_event(ev[1])) != cudaSuccess)
+            goto fail;
+        if (gemm_job_cancel_requested(job)) {
+            job->timing.h2d_ms = ev_ms(ev[0], ev[1], &site);
+            rc = gemm_job_stop_cancelled(job, "its kernel");
+            goto out;
+        }
+        k0 = ev[2];
+        if (GEMM_CUDA_CHECK(&site, cudaEventRecord(k0, s)) != cudaSuccess)
+            goto fail;
+    }
     stage = "kernel";
     if (cb->sticky_at > 0 && njob == cb->sticky_at &&
         GEMM_CUDA_CHECK(&site, gemm_cuda_launch_trap(s)) != cudaSuccess)
+        goto fail;
+    if (cb->delay_ms > 0 && GEMM_CUDA_CHECK(&site, gemm_cuda_launch_delay(s, cb->delay_ms)) != cudaSuccess)
         goto fail;
     gemm_launch l = {
         .dtype = job->dtype,
@@ -374,21 +491,35 @@ allocated:;
     if (k->plan)
         job->tile_used = k->plan(&l, job->block, sizeof job->block);
     if (GEMM_CUDA_CHECK(&site, k->launch(&l)) != cudaSuccess ||
-        GEMM_CUDA_CHECK(&site, cudaEventRecord(w->ev[2], s)) != cudaSuccess)
+        GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[3], s)) != cudaSuccess)
         goto fail;
 
+    /* D2H: d0 .. ev[5] (d0 = ev[3] when back to back) */
+    if (staged) {
+        if (GEMM_CUDA_CHECK(&site, wait_event(ev[3])) != cudaSuccess)
+            goto fail;
+        if (gemm_job_cancel_requested(job)) {
+            job->timing.h2d_ms = ev_ms(ev[0], ev[1], &site);
+            job->timing.kernel_ms = ev_ms(k0, ev[3], &site);
+            rc = gemm_job_stop_cancelled(job, "its device-to-host copy");
+            goto out;
+        }
+        d0 = ev[4];
+        if (GEMM_CUDA_CHECK(&site, cudaEventRecord(d0, s)) != cudaSuccess)
+            goto fail;
+    }
     stage = "D2H copy";
     if (GEMM_CUDA_CHECK(&site, cudaMemcpyAsync(job->c, w->buf[2], need[2], cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
-        GEMM_CUDA_CHECK(&site, cudaEventRecord(w->ev[3], s)) != cudaSuccess)
+        GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[5], s)) != cudaSuccess)
         goto fail;
 
     stage = "synchronize";
-    if (GEMM_CUDA_CHECK(&site, cudaEventSynchronize(w->ev[3])) != cudaSuccess)
+    if (GEMM_CUDA_CHECK(&site, wait_event(ev[5])) != cudaSuccess)
         goto fail;
 
-    job->timing.h2d_ms = ev_ms(w->ev[0], w->ev[1], &site);
-    job->timing.kernel_ms = ev_ms(w->ev[1], w->ev[2], &site);
-    job->timing.d2h_ms = ev_ms(w->ev[2], w->ev[3], &site);
+    job->timing.h2d_ms = ev_ms(ev[0], ev[1], &site);
+    job->timing.kernel_ms = ev_ms(k0, ev[3], &site);
+    job->timing.d2h_ms = ev_ms(d0, ev[5], &site);
     if (site.err != cudaSuccess)
         goto fail;
     double flops = 2.0 * (double)job->m * (double)job->n * (double)job->k;
@@ -420,6 +551,8 @@ out:
 
 /* ---- describe / stats / close ------------------------------------------- */
 
+/* From what open read and the housekeeping thread sampled: no CUDA call (the daemon calls
+ * this from HTTP threads, for /v1/info and /metrics). */
 static void cuda_describe(void *self, gemm_engine_info *out)
 {
     cuda_backend *cb = self;
@@ -428,20 +561,15 @@ static void cuda_describe(void *self, gemm_engine_info *out)
     for (int i = 0; i < cb->ndev; i++) {
         cuda_dev *d = &cb->devs[i];
         out->devices[i] = d->info;
-        size_t free_b = 0, total_b = 0;
-        int cur = 0;
-        if (cudaGetDevice(&cur) == cudaSuccess && cudaSetDevice(d->ordinal) == cudaSuccess &&
-            cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
-            out->devices[i].free_mem = free_b;
-            out->devices[i].total_mem = total_b;
-        }
-        cudaSetDevice(cur);
-        cudaGetLastError();
+        out->devices[i].free_mem = atomic_load(&d->mem_free);
+        unsigned long long total = atomic_load(&d->mem_total);
+        if (total)
+            out->devices[i].total_mem = total;
     }
     int n = 0;
     for (int i = 0; gemm_kernel_table[i] && n < GEMM_MAX_KERNELS; i++) {
         const gemm_kernel_desc *k = gemm_kernel_table[i];
-        if (k->min_cc > cb->min_cc)
+        if (k->min_cc > cb->min_cc || (strcmp(k->name, "wgmma") == 0 && !cb->wgmma_ok))
             continue;
         gemm_kernel_info *ki = &out->kernels[n++];
         memset(ki, 0, sizeof *ki);
@@ -456,20 +584,22 @@ static void cuda_describe(void *self, gemm_engine_info *out)
 
 /* device_busy_seconds: the time at least one job was inside the device (union of the jobs'
  * intervals, so never more than wall time however many streams overlap); device_mem_used:
- * the cached device buffers of all its streams (cuBLAS's own workspace not counted). */
+ * the cached device buffers of all its streams (cuBLAS's own workspace not counted);
+ * device_mem_free: the last sample of the housekeeping thread (at most ~1 s old). */
 static void cuda_stats(void *self, gemm_engine_stats *out)
 {
     cuda_backend *cb = self;
     out->ndevices = cb->ndev;
     for (int i = 0; i < cb->ndev; i++) {
         cuda_dev *d = &cb->devs[i];
-        pthread_mutex_lock(&d->mu);
-        double busy = d->busy_ms + (d->active > 0 ? gemm_now_ms() - d->busy_since_ms : 0);
-        pthread_mutex_unlock(&d->mu);
+        pthread_mutex_lock(&d->busy_mu);
+        double busy = d->busy_ms + (d->jobs > 0 ? gemm_now_ms() - d->busy_since_ms : 0);
+        pthread_mutex_unlock(&d->busy_mu);
         out->device_busy_seconds[i] = busy / 1000.0;
         out->bytes_h2d[i] = atomic_load(&d->bytes_h2d);
         out->bytes_d2h[i] = atomic_load(&d->bytes_d2h);
         out->device_mem_used[i] = atomic_load(&d->mem_used);
+        out->device_mem_free[i] = atomic_load(&d->mem_free);
     }
 }
 
@@ -483,11 +613,8 @@ static int cuda_healthy(void *self)
 {
     cuda_backend *cb = self;
     int usable = 0;
-    for (int i = 0; i < cb->ndev && !usable; i++) {
-        pthread_mutex_lock(&cb->devs[i].mu);
-        usable = !cb->devs[i].lost;
-        pthread_mutex_unlock(&cb->devs[i].mu);
-    }
+    for (int i = 0; i < cb->ndev && !usable; i++)
+        usable = !atomic_load(&cb->devs[i].lost);
     return usable;
 }
 
@@ -497,15 +624,18 @@ static void cuda_close(void *self)
     if (!cb)
         return;
     /* Workers have been joined and have freed their resources in worker_fini. */
-    for (int i = 0; i < cb->nworkers; i++)
-        if (cb->workers[i].gen != 0) {
-            cudaSetDevice(cb->workers[i].dev->ordinal);
-            gemm_cuda_destroy_resources(&cb->workers[i]);
-        }
+    gemm_cuda_house_stop(cb);
+    if (cb->workers)
+        for (int i = 0; i < cb->nworkers; i++)
+            if (cb->workers[i].gen != 0) {
+                cudaSetDevice(cb->workers[i].dev->ordinal);
+                gemm_cuda_destroy_resources(&cb->workers[i]);
+            }
     gemm_cuda_host_close(cb->host);
     for (int i = 0; i < cb->ndev; i++) {
         pthread_cond_destroy(&cb->devs[i].cv);
         pthread_mutex_destroy(&cb->devs[i].mu);
+        pthread_mutex_destroy(&cb->devs[i].busy_mu);
     }
     free(cb->workers);
     free(cb);

@@ -59,8 +59,11 @@ int gemm_kernel_supports(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m
                          int cc, const char **why);
 
 /* The kernel `auto` resolves to for this product, chosen from committed measurements
- * (kernels/cuda/auto.c). Never NULL: falls back to a member that runs everything. */
-const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc);
+ * (kernels/cuda/auto.c), for devices of compute capability cc (major * 10 + minor) on
+ * which the wgmma member's sm_90a code runs or not (wgmma_ok, from gemm_wgmma_runnable at
+ * engine open). Never NULL: falls back to a member that runs everything. No CUDA call. */
+const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc,
+                             int wgmma_ok);
 
 #ifdef __cplusplus
 }

@@ -12,10 +12,11 @@ namespace {
 constexpr uint64_t SCRATCH_KEEP = 512ull << 20; /* bytes a pool keeps between products */
 constexpr int MAX_DEVICES = 64;
 
+std::mutex mu;
+cudaMemPool_t pools[MAX_DEVICES];
+
 cudaError_t scratch_pool(int dev, cudaMemPool_t *out)
 {
-    static std::mutex mu;
-    static cudaMemPool_t pools[MAX_DEVICES];
     if (dev < 0 || dev >= MAX_DEVICES)
         return cudaErrorInvalidDevice;
     std::lock_guard<std::mutex> lock(mu);
@@ -57,4 +58,12 @@ extern "C" cudaError_t gemm_scratch_alloc(void **p, size_t bytes, cudaStream_t s
 extern "C" cudaError_t gemm_scratch_free(void *p, cudaStream_t stream)
 {
     return cudaFreeAsync(p, stream);
+}
+
+extern "C" void gemm_scratch_device_reset(int ordinal)
+{
+    if (ordinal < 0 || ordinal >= MAX_DEVICES)
+        return;
+    std::lock_guard<std::mutex> lock(mu);
+    pools[ordinal] = nullptr; /* destroyed with the context: nothing to free */
 }

@@ -22,6 +22,9 @@ extern "C" {
  * this call; free with gemm_scratch_free on the same stream. */
 cudaError_t gemm_scratch_alloc(void **p, size_t bytes, cudaStream_t stream);
 cudaError_t gemm_scratch_free(void *p, cudaStream_t stream);
+/* After cudaDeviceReset of `ordinal`: its pool went with the context; the next allocation
+ * there makes a new one. Call with no work running on that device. */
+void gemm_scratch_device_reset(int ordinal);
 
 #ifdef __cplusplus
 }

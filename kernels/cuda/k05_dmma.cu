@@ -16,6 +16,8 @@
  */
 #include <stdint.h>
 
+#include <atomic>
+
 #include "gemm_async.cuh"
 #include "gemm_kernels.h"
 
@@ -219,19 +221,28 @@ typedef dmma_cfg<DMMA_16816, 64, 64, 32, 32, 32, 3> f64_v10;
 #define F64_SM90_ODD f64_v6 /* also the small-grid choice */
 #define F64_SM90_128 f64_v4
 
-/* Whether the current device runs the sm_90 DMMA shapes (cached per process: the engine
- * uses one kind of GPU). */
+/* Whether the current device runs the sm_90 DMMA shapes (cached per device ordinal: the
+ * workers of several devices call this at once, and a host may mix GPU generations). */
 bool dmma_cc_ok(void)
 {
-    static int cc = -1;
-    if (cc < 0) {
-        int dev = 0, major = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-            return false;
-        cc = major;
+    constexpr int MAX_ORDINALS = 64;
+    static std::atomic<int> major_plus1[MAX_ORDINALS]; /* 0: not asked yet */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= MAX_ORDINALS) {
+        cudaGetLastError();
+        return false;
     }
-    return cc >= 9;
+    int v = major_plus1[dev].load(std::memory_order_relaxed);
+    if (v == 0) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+        v = major + 1;
+        major_plus1[dev].store(v, std::memory_order_relaxed);
+    }
+    return v - 1 >= 9;
 }
 
 } // namespace

@@ -481,8 +481,9 @@ int wgmma_plan(const gemm_launch *l, char *out, size_t cap)
 } // namespace
 
 /* Whether this build can run the member on the current device (cc >= 9.0 and sm_90a code
- * present): kernel=auto asks before it picks wgmma, so a build without 90a in CUDA_ARCHS
- * falls back to the next candidate instead of failing the product. */
+ * present). The engine asks once per device at open (CUDA calls: never on the request
+ * path); kernel=auto then skips wgmma where it cannot run, so a build without 90a in
+ * CUDA_ARCHS falls back to the next candidate, and kernel=wgmma is refused with 422. */
 extern "C" int gemm_wgmma_runnable(void)
 {
     int dev = 0, major = 0;

@@ -2,12 +2,18 @@
  * test_engine_gpu.c - the CUDA backend through the engine interface: description, one
  * job per kernel with its stage timing, many concurrent jobs of mixed shapes, dtypes and
  * kernels on several streams (every result checked against a host reference), the 422
- * refusals, pinned host memory, and the fault paths: device_mem_limit, an injected
- * allocation failure and a real one give 507 and the next job runs; an injected trapping
- * kernel (a sticky error) fails its job with 500 and no later job hangs or is wrong (see
- * the sticky scenarios below for what the driver allows after that).
+ * refusals, host memory locked by the workers and its cache, and the fault paths:
+ * device_mem_limit, an injected allocation failure and a real one give 507 and the next job
+ * runs; an injected trapping kernel (a sticky error) fails its job with 500 and no later
+ * job hangs or is wrong (see the sticky scenarios below for what the driver allows after
+ * that). Then: a worker waiting on a 1 s kernel uses almost no CPU (blocking-sync waits)
+ * with its stage timing right; a cancel of a running product stops it at the next stage
+ * boundary; free memory is live; the request-path calls make no CUDA call; wgmma is
+ * listed exactly where it runs.
  */
+#include <dlfcn.h>
 #include <pthread.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -15,6 +21,7 @@
 
 #include "cuda_host.h"
 #include "engine.h"
+#include "gemm_scratch.h"
 #include "gpu_ref.h"
 
 typedef struct {
@@ -152,45 +159,86 @@ static void test_describe(void)
     }
     tap(have == 3, "kernels listed: naive, tiled, cublas (%d in all)", info.nkernels);
 
-    /* pinned host memory */
-    void *p = gemm_engine_host_alloc(e, 3 << 20);
+    /* Host memory: host_alloc makes no CUDA call (it runs on HTTP threads), so a fresh
+     * block is pageable; the worker locks it before its first copy, and a freed locked
+     * block is handed out again for a similar size, still locked. */
+    tjob *t = make_job(e, GEMM_DTYPE_F32, 700, 600, 500, "cublas", 0, GEMM_MATH_DEFAULT, 11);
+    void *p = t->job.a;
     struct cudaPointerAttributes attr;
-    int pinned = p && cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeHost;
+    int fresh = p && cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeUnregistered;
     cudaGetLastError();
-    tap(pinned && ((uintptr_t)p % 64) == 0, "host_alloc gives page-locked, 64-byte aligned memory");
-    gemm_engine_host_free(e, p);
-    void *q = gemm_engine_host_alloc(e, (3 << 20) - 100);
-    tap(q == p, "a freed pinned block is reused for a similar size (no second registration)");
+    tap(fresh && ((uintptr_t)p % 64) == 0, "host_alloc gives 64-byte aligned memory, not yet locked");
+    gemm_err err;
+    double er = 0;
+    int ran = run_one(e, t, &err) == 0 && atomic_load(&t->job.state) == GEMM_JOB_DONE && job_correct(t, &er);
+    int locked = cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeHost;
+    cudaGetLastError();
+    tap(ran && locked, "after a product, its input block is page-locked (locked by the worker)");
+    free_job(t);
+    void *q = gemm_engine_host_alloc(e, 700 * 600 * 4 - 100);
+    locked = q && cudaPointerGetAttributes(&attr, q) == cudaSuccess && attr.type == cudaMemoryTypeHost;
+    cudaGetLastError();
+    tap(q == p && locked, "a freed locked block is reused for a similar size, still locked (no second registration)");
     gemm_engine_host_free(e, q);
     gemm_engine_close(e);
 }
 
 /* The pinned-block cache keeps the blocks freed last: after a burst of small products has
  * filled it, a big product's blocks still get cached and reused instead of being
- * registered and unregistered on every product. */
+ * registered and unregistered on every product. Blocks pushed out wait in the queue for
+ * the housekeeping side (drain); unlocked blocks are never cached; a reset of the device
+ * that locked them drops them. */
 static void test_host_cache(void)
 {
-    gemm_cuda_host *h = gemm_cuda_host_open(0, (size_t)1 << 30);
-    if (!h) { tap(0, "gemm_cuda_host_open"); return; }
+    const int ord0 = 0;
+    gemm_cuda_host *h = gemm_cuda_host_open(&ord0, 1, (size_t)1 << 30);
+    if (!h || cudaSetDevice(0) != cudaSuccess) { tap(0, "gemm_cuda_host_open"); return; }
     gemm_allocator a = gemm_cuda_host_allocator(h);
     enum { NSMALL = 24 };
     void *small[NSMALL];
-    size_t cached = 0, in_use = 0;
-    for (int i = 0; i < NSMALL; i++) small[i] = a.alloc(a.ctx, 64 << 10);
+    size_t cached = 0, in_use = 0, queued = 0;
+    int pinned = 0;
+    for (int i = 0; i < NSMALL; i++) {
+        small[i] = a.alloc(a.ctx, 64 << 10);
+        pinned += gemm_cuda_host_pin(h, small[i], 0);
+    }
     for (int i = 0; i < NSMALL; i++) a.free(a.ctx, small[i]);
-    gemm_cuda_host_counts(h, &cached, &in_use);
+    gemm_cuda_host_counts(h, &cached, &in_use, &queued);
     size_t full = cached;
-    tap(full > 0 && full < NSMALL && in_use == 0, "host cache: %zu small blocks kept of %d freed", full, NSMALL);
+    tap(pinned == NSMALL && full > 0 && full < NSMALL && in_use == 0 && queued == NSMALL - full,
+        "host cache: %zu small locked blocks kept of %d freed, %zu queued to unregister", full, NSMALL, queued);
+    int released = gemm_cuda_host_drain(h, 0);
+    gemm_cuda_host_counts(h, NULL, NULL, &queued);
+    tap(released == (int)(NSMALL - full) && queued == 0, "host cache: drain unregistered and freed %d", released);
+
     void *big = a.alloc(a.ctx, 3 << 20);
+    gemm_cuda_host_pin(h, big, 0);
     a.free(a.ctx, big);
-    gemm_cuda_host_counts(h, &cached, NULL);
-    tap(cached == full, "host cache: a big block freed into the full cache is kept (%zu cached)", cached);
+    gemm_cuda_host_counts(h, &cached, NULL, &queued);
+    tap(cached == full && queued == 1, "host cache: a big block freed into the full cache is kept (%zu cached, "
+        "the oldest small one queued)", cached);
     void *again = a.alloc(a.ctx, 3 << 20);
     size_t after = 0;
-    gemm_cuda_host_counts(h, &after, NULL);
+    gemm_cuda_host_counts(h, &after, NULL, NULL);
     tap(again == big && after == full - 1, "host cache: the next big product reuses it (%zu -> %zu cached)",
         cached, after);
     a.free(a.ctx, again);
+
+    void *loose = a.alloc(a.ctx, 5 << 20); /* never locked: freed, not cached */
+    gemm_cuda_host_counts(h, &cached, NULL, NULL);
+    a.free(a.ctx, loose);
+    size_t cached2 = 0;
+    gemm_cuda_host_counts(h, &cached2, NULL, NULL);
+    tap(cached2 == cached, "host cache: a block no worker locked is not cached");
+
+    /* What the engine does after a sticky error (no engine is open here): reset the device,
+     * which drops its registrations, then tell the allocator. */
+    cudaError_t re = cudaDeviceReset();
+    gemm_scratch_device_reset(0);
+    gemm_cuda_host_device_reset(h, 0);
+    gemm_cuda_host_counts(h, &cached, NULL, &queued);
+    tap(re == cudaSuccess && cached == 0 && queued == 0, "host cache: a reset of the device drops its blocks");
+    gemm_cuda_host_drain(h, 0);
     gemm_cuda_host_close(h);
 }
 
@@ -365,6 +413,279 @@ static void expect_fail(gemm_engine *e, gemm_dtype d, int m, int k, int n, const
 }
 
 
+/* ---- waiting, cancelling, sampling ---------------------------------------- */
+
+/* What done() saw on the worker's own thread: its CPU time and the wall clock. */
+typedef struct {
+    tjob *t;
+    double cpu_ms, wall_ms;
+} timed_done;
+static timed_done timed[4];
+static int ntimed;
+
+static double thread_cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void on_done_timed(gemm_job *j)
+{
+    pthread_mutex_lock(&mu);
+    if (ntimed < 4) {
+        timed[ntimed].t = j->user;
+        timed[ntimed].cpu_ms = thread_cpu_ms(); /* this is the worker thread */
+        timed[ntimed].wall_ms = gemm_now_ms();
+        ntimed++;
+    }
+    ndone++;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+/* A worker waiting for a long kernel sleeps: with gpu_delay_ms:1000 every product's kernel
+ * stage lasts a second of device time; the worker's CPU time over the second product (done()
+ * of the first to done() of the second, both on that one worker) must be a small part of
+ * the wall time (spinning would make it all of it). The stage timing stays right: the
+ * kernel stage holds the second, the copies are short, and they add up to no more than the
+ * worker's total. */
+static void test_blocking_wait(void)
+{
+    gemm_engine_config cfg;
+    gemm_engine_config_defaults(&cfg);
+    snprintf(cfg.backend, sizeof cfg.backend, "cuda");
+    snprintf(cfg.devices, sizeof cfg.devices, "0");
+    cfg.streams_per_device = 1;
+    snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "gpu_delay_ms:1000");
+    gemm_err err;
+    gemm_engine *e = gemm_engine_open(&cfg, &err);
+    if (!e) { tap(0, "open with gpu_delay_ms:1000: %s", err.message); return; }
+    tjob *t[2];
+    pthread_mutex_lock(&mu);
+    int base = ndone;
+    ntimed = 0;
+    pthread_mutex_unlock(&mu);
+    int sub = 0;
+    for (int i = 0; i < 2; i++) {
+        t[i] = make_job(e, GEMM_DTYPE_F32, 256, 128, 192, "tiled", 0, GEMM_MATH_DEFAULT, 900 + i);
+        t[i]->job.done = on_done_timed;
+        t[i]->job.user = t[i];
+        if (gemm_engine_submit(e, &t[i]->job, &err) == 0) sub++;
+    }
+    wait_done(base + sub);
+    double er0 = 0, er1 = 0;
+    int right = sub == 2 && ntimed == 2 && timed[0].t == t[0] && timed[1].t == t[1] &&
+                atomic_load(&t[0]->job.state) == GEMM_JOB_DONE && atomic_load(&t[1]->job.state) == GEMM_JOB_DONE &&
+                job_correct(t[0], &er0) && job_correct(t[1], &er1);
+    double wall = ntimed == 2 ? timed[1].wall_ms - timed[0].wall_ms : 0;
+    double cpu = ntimed == 2 ? timed[1].cpu_ms - timed[0].cpu_ms : 1e9;
+    tap(right, "two products with a 1 s kernel stage each, on one worker: both right (err %.2g, %.2g)", er0, er1);
+    /* Wide margin: spinning costs ~100%% of the wall time, sleeping well under 1%%. */
+    tap(wall >= 900 && cpu < 0.1 * wall,
+        "the worker sleeps while its kernel runs: %.1f ms of CPU over %.0f ms of wall time (%.2f%%)", cpu, wall,
+        wall > 0 ? 100.0 * cpu / wall : 0);
+    const gemm_job_timing *tm = &t[1]->job.timing;
+    tap(tm->kernel_ms >= 950 && tm->h2d_ms > 0 && tm->h2d_ms < 100 && tm->d2h_ms > 0 && tm->d2h_ms < 100 &&
+        tm->h2d_ms + tm->kernel_ms + tm->d2h_ms <= tm->compute_ms + 0.05,
+        "stage timing with stage-by-stage waits: h2d %.3f + kernel %.1f + d2h %.3f <= total %.1f ms",
+        tm->h2d_ms, tm->kernel_ms, tm->d2h_ms, tm->compute_ms);
+    for (int i = 0; i < 2; i++) free_job(t[i]);
+    gemm_engine_close(e);
+}
+
+/* A cancel of a running product stops it at the next stage boundary: with a 1.5 s kernel
+ * stage, a cancel during the kernel stops it before its D2H copy, so C keeps its poison;
+ * CANCELLED, 409 cancelled, done() once. The next product on that worker is right. */
+static void test_cancel_running(void)
+{
+    gemm_engine_config cfg;
+    gemm_engine_config_defaults(&cfg);
+    snprintf(cfg.backend, sizeof cfg.backend, "cuda");
+    snprintf(cfg.devices, sizeof cfg.devices, "0");
+    cfg.streams_per_device = 1;
+    snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "gpu_delay_ms:1500");
+    gemm_err err;
+    gemm_engine *e = gemm_engine_open(&cfg, &err);
+    if (!e) { tap(0, "open with gpu_delay_ms:1500: %s", err.message); return; }
+    tjob *t = make_job(e, GEMM_DTYPE_F64, 300, 200, 100, "tiled", 0, GEMM_MATH_DEFAULT, 950);
+    pthread_mutex_lock(&mu);
+    int base = ndone;
+    pthread_mutex_unlock(&mu);
+    int sub = gemm_engine_submit(e, &t->job, &err) == 0;
+    while (sub && atomic_load(&t->job.state) == GEMM_JOB_QUEUED) usleep(1000);
+    usleep(300 * 1000); /* into the kernel stage (any moment before its end would do) */
+    int r = gemm_engine_cancel(e, &t->job);
+    if (sub) wait_done(base + 1);
+    size_t nc = 300 * 100, poisoned = 0;
+    for (size_t i = 0; i < nc; i++) poisoned += isnan(((double *)t->job.c)[i]);
+    const gemm_err *je = &t->job.err;
+    tap(sub && r == 0 && atomic_load(&t->job.state) == GEMM_JOB_CANCELLED && je->status == 409 &&
+        strcmp(je->code, "cancelled") == 0 && strstr(je->message, "before its") && poisoned == nc,
+        "cancel while running: %s %d %s (%s); C untouched (%zu of %zu poisoned)",
+        gemm_job_state_name((gemm_job_state)atomic_load(&t->job.state)), je->status, je->code, je->message,
+        poisoned, nc);
+    tap(strstr(je->message, "device-to-host") && t->job.timing.kernel_ms >= 1400,
+        "it stopped after its kernel (%.0f ms), before the D2H copy", t->job.timing.kernel_ms);
+    free_job(t);
+    gemm_engine_stats st;
+    gemm_engine_get_stats(e, &st);
+    tap(st.cancelled == 1 && st.completed == 0 && st.failed == 0 && st.running == 0,
+        "stats: %llu cancelled, %llu completed, %llu failed", (unsigned long long)st.cancelled,
+        (unsigned long long)st.completed, (unsigned long long)st.failed);
+    expect_ok(e, GEMM_DTYPE_F64, 300, 200, 100, "tiled", "the next product after a cancel");
+    gemm_engine_close(e);
+}
+
+static double now_ms_sleep(int ms)
+{
+    usleep((useconds_t)ms * 1000);
+    return gemm_now_ms();
+}
+
+/* Free memory is live: it drops when something else takes device memory and comes back
+ * when it is freed (sampled about every second off the request path). */
+static void test_free_memory(void)
+{
+    gemm_engine *e = open_cuda(1, 0, "", 16);
+    if (!e) { tap(0, "open"); return; }
+    gemm_engine_stats st;
+    gemm_engine_get_stats(e, &st);
+    gemm_engine_info info;
+    gemm_engine_describe(e, &info);
+    uint64_t before = st.device_mem_free[0];
+    tap(before > 0 && before <= info.devices[0].total_mem && info.devices[0].free_mem > 0,
+        "free memory sampled: %llu of %llu MiB", (unsigned long long)(before >> 20),
+        (unsigned long long)(info.devices[0].total_mem >> 20));
+    size_t take = (size_t)1 << 30;
+    void *p = NULL;
+    if (before < 4 * (uint64_t)take || cudaSetDevice(0) != cudaSuccess || cudaMalloc(&p, take) != cudaSuccess) {
+        cudaGetLastError();
+        tap_skip("less than 4 GiB free or cudaMalloc failed", "free memory follows a 1 GiB allocation");
+        gemm_engine_close(e);
+        return;
+    }
+    uint64_t low = before;
+    for (double t0 = gemm_now_ms(); gemm_now_ms() - t0 < 5000 && low > before - take / 2; now_ms_sleep(100)) {
+        gemm_engine_get_stats(e, &st);
+        low = st.device_mem_free[0];
+    }
+    cudaFree(p);
+    uint64_t back = low;
+    for (double t0 = gemm_now_ms(); gemm_now_ms() - t0 < 5000 && back < before - take / 2; now_ms_sleep(100)) {
+        gemm_engine_get_stats(e, &st);
+        back = st.device_mem_free[0];
+    }
+    tap(low <= before - take / 2 && back >= before - take / 2,
+        "free memory follows a 1 GiB allocation: %llu -> %llu -> %llu MiB", (unsigned long long)(before >> 20),
+        (unsigned long long)(low >> 20), (unsigned long long)(back >> 20));
+    gemm_engine_close(e);
+}
+
+/* The calls the daemon makes on its HTTP threads make no CUDA call: a thread that only
+ * makes those (describe, stats, ready, healthy, host_alloc/free of locked blocks, submit
+ * with kernel=auto on a shape where wgmma is a candidate, cancel of a queued job) has no
+ * CUDA context current afterwards. The runtime makes the primary context current on a
+ * thread at its first call that needs one (cudaMemGetInfo, cudaHostRegister,
+ * cudaFuncGetAttributes would), so the driver's cuCtxGetCurrent tells. */
+typedef struct {
+    gemm_engine *e;
+    void *locked[3];
+    int ctx_checked, ctx_none, refused;
+} http_side;
+
+static void *http_thread(void *arg)
+{
+    http_side *hs = arg;
+    gemm_engine_info info;
+    gemm_engine_stats st;
+    gemm_engine_describe(hs->e, &info);
+    gemm_engine_get_stats(hs->e, &st);
+    (void)gemm_engine_ready(hs->e);
+    (void)gemm_engine_healthy(hs->e);
+    for (int i = 0; i < 3; i++) gemm_engine_host_free(hs->e, hs->locked[i]);
+    void *p = gemm_engine_host_alloc(hs->e, 4 << 20);
+    gemm_engine_host_free(hs->e, p);
+    /* A job that stays queued behind a gate is submitted (validate runs here) and
+     * cancelled from this thread. */
+    tjob *t = make_job(hs->e, GEMM_DTYPE_F32, 4096, 4096, 4096, "auto", 0, GEMM_MATH_BF16, 3);
+    gemm_err err;
+    if (gemm_engine_submit(hs->e, &t->job, &err) == 0) {
+        if (gemm_engine_cancel(hs->e, &t->job) == 0) { /* it started: wait for it */
+            pthread_mutex_lock(&mu);
+            while (atomic_load(&t->job.state) < GEMM_JOB_DONE) pthread_cond_wait(&cv, &mu);
+            pthread_mutex_unlock(&mu);
+        }
+    } else {
+        hs->refused = 1;
+    }
+    free_job(t);
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    int (*get_ctx)(void **) = lib ? (int (*)(void **))dlsym(lib, "cuCtxGetCurrent") : NULL;
+    if (get_ctx) {
+        void *ctx = (void *)1;
+        hs->ctx_checked = get_ctx(&ctx) == 0;
+        hs->ctx_none = ctx == NULL;
+    }
+    return NULL;
+}
+
+static void test_no_cuda_on_request_path(void)
+{
+    gemm_engine *e = open_cuda(1, 0, "gpu_delay_ms:400", 16);
+    if (!e) { tap(0, "open"); return; }
+    /* three locked blocks: a product's buffers, after it ran */
+    tjob *g = make_job(e, GEMM_DTYPE_F32, 64, 64, 64, "tiled", 0, GEMM_MATH_DEFAULT, 1);
+    gemm_err err;
+    run_one(e, g, &err);
+    /* a gate: the one worker is busy for 400 ms, so the request-side job stays queued */
+    tjob *gate = make_job(e, GEMM_DTYPE_F32, 64, 64, 64, "tiled", 0, GEMM_MATH_DEFAULT, 2);
+    pthread_mutex_lock(&mu);
+    int base = ndone;
+    pthread_mutex_unlock(&mu);
+    int gated = gemm_engine_submit(e, &gate->job, &err) == 0;
+    http_side hs = {.e = e, .locked = {g->job.a, g->job.b, g->job.c}};
+    g->job.a = g->job.b = g->job.c = NULL; /* now the thread's to free */
+    pthread_t th;
+    int started = pthread_create(&th, NULL, http_thread, &hs) == 0;
+    if (started) pthread_join(th, NULL);
+    if (gated) wait_done(base + 1);
+    if (!hs.ctx_checked)
+        tap_skip("cuCtxGetCurrent not found in libcuda.so.1", "the request-path calls make no CUDA call");
+    else
+        tap(started && !hs.refused && hs.ctx_none,
+            "the request-path calls (describe, stats, host_alloc/free, submit with auto, cancel) leave the "
+            "thread without a CUDA context: no CUDA call made");
+    free(g->ref);
+    free(g);
+    free_job(gate);
+    gemm_engine_close(e);
+}
+
+/* wgmma is listed exactly where it runs: listed -> kernel=wgmma runs and is right; not
+ * listed (no sm_90a code in this build for this GPU) -> refused with 422 before queueing. */
+static void test_wgmma_listed_iff_runs(void)
+{
+    gemm_engine *e = open_cuda(1, 0, "", 16);
+    if (!e) { tap(0, "open"); return; }
+    gemm_engine_info info;
+    gemm_engine_describe(e, &info);
+    int listed = 0;
+    for (int i = 0; i < info.nkernels; i++) listed |= strcmp(info.kernels[i].name, "wgmma") == 0;
+    tjob *t = make_job(e, GEMM_DTYPE_F32, 256, 320, 192, "wgmma", 0, GEMM_MATH_TF32, 77);
+    gemm_err err;
+    int rc = run_one(e, t, &err);
+    double er = 0;
+    if (listed)
+        tap(rc == 0 && atomic_load(&t->job.state) == GEMM_JOB_DONE && job_correct(t, &er),
+            "wgmma is listed (cc %d.%d) and runs: err %.2g", info.devices[0].cc_major, info.devices[0].cc_minor, er);
+    else
+        tap(rc == -1 && err.status == 422, "wgmma is not listed (cc %d.%d) and is refused: %d %s",
+            info.devices[0].cc_major, info.devices[0].cc_minor, err.status, err.message);
+    free_job(t);
+    gemm_engine_close(e);
+}
+
 /* ---- sticky errors: each scenario in a fresh process -----------------------
  * A sticky error (here a kernel that traps) poisons the CUDA context of the process: the
  * engine fails the jobs in flight with 500, resets the device and tries to make a new
@@ -387,8 +708,19 @@ static int ok_or_unavailable(tjob *t, const char **what)
     return 0;
 }
 
+/* The engine's messages reach the logging hook (the daemon's log), with their levels. */
+static atomic_int hook_warn_or_error;
+static void hook_print(void *user, gemm_log_level level, const char *msg)
+{
+    (void)user;
+    printf("# engine log, level %d: %s\n", (int)level, msg);
+    fflush(stdout);
+    if (level <= GEMM_LOG_WARN && strstr(msg, "cuda:")) atomic_fetch_add(&hook_warn_or_error, 1);
+}
+
 static int child_sticky_single(void)
 {
+    gemm_engine_set_log(hook_print, NULL);
     gemm_engine *e = open_cuda(1, 0, "sticky:2", 16);
     if (!e) return 1;
     int good = expect_ok(e, GEMM_DTYPE_F32, 100, 100, 100, "tiled", "before the sticky error");
@@ -413,7 +745,9 @@ static int child_sticky_single(void)
         free_job(t);
     }
     gemm_engine_close(e);
-    return good && trapped && after ? 0 : 1;
+    int logged = atomic_load(&hook_warn_or_error);
+    printf("# %d warning/error message(s) reached the logging hook\n", logged);
+    return good && trapped && after && logged >= 1 ? 0 : 1;
 }
 
 static int child_sticky_concurrent(void)
@@ -583,7 +917,12 @@ int main(int argc, char **argv)
     test_each_kernel();
     test_concurrent();
     test_faults();
-    run_child("--sticky-single", "sticky error on one stream: the job fails with 500, later jobs are right or 503 device_unavailable at once");
+    test_blocking_wait();
+    test_cancel_running();
+    test_free_memory();
+    test_no_cuda_on_request_path();
+    test_wgmma_listed_iff_runs();
+    run_child("--sticky-single", "sticky error on one stream: the job fails with 500, later jobs are right or 503 device_unavailable at once; the engine's messages reach the logging hook");
     run_child("--sticky-concurrent", "sticky error among 32 jobs on 4 streams: each right, 500 or 503; none hangs or is wrong");
     return tap_done();
 }
