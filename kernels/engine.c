@@ -55,6 +55,7 @@ void gemm_engine_config_defaults(gemm_engine_config *cfg)
     snprintf(cfg->devices, sizeof cfg->devices, "all");
     cfg->streams_per_device = 4;
     cfg->device_mem_limit = 0;
+    cfg->wait_spin_us = 50;
     cfg->fault_inject[0] = '\0';
 }
 

@@ -44,6 +44,8 @@ typedef struct {
     char devices[128];         /* CUDA: "all" or a comma list of ordinals (after CUDA_VISIBLE_DEVICES) */
     int streams_per_device;    /* CUDA: streams (and worker threads) per device, default 4 */
     uint64_t device_mem_limit; /* CUDA: bytes of cached device buffers per stream (0 = no limit) */
+    int wait_spin_us;          /* CUDA: a worker polls its product's event this long before it
+                                  sleeps on it (default 50; 0 = sleep at once) */
     char fault_inject[64];     /* test hook: "" or e.g. "oom:3" / "sticky:5" (backend-defined) */
 } gemm_engine_config;
 /* fault_inject on the CPU backend (comma-separated; anything else fails open with 400

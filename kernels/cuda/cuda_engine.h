@@ -73,6 +73,7 @@ typedef struct cuda_backend {
     int nworkers;
     cuda_worker *workers;
     uint64_t mem_limit;
+    double spin_ms;              /* wait_spin_us */
     int min_cc;                  /* oldest device: what every worker can run */
     int wgmma_ok;                /* every device runs wgmma */
     long oom_at, sticky_at;      /* fault hooks; 0 = off */

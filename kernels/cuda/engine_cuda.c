@@ -15,8 +15,8 @@
  * page-locked here, on the worker, before their copies (cuda_host.h).
  *
  * Waiting: the events are created with cudaEventBlockingSync, and a worker polls the event
- * it waits for only for SPIN_US before it sleeps in cudaEventSynchronize, so a short
- * product is picked up at once and a long one costs no CPU while it runs.
+ * it waits for only for wait_spin_us (default 50) before it sleeps in cudaEventSynchronize,
+ * so a short product is picked up at once and a long one costs no CPU while it runs.
  *
  * Stages and cancellation: a job checks for a cancel request before its H2D copy. A long
  * product (worth_staging: many flops, many bytes, or the gpu_delay_ms hook) runs stage by
@@ -53,7 +53,6 @@
 
 #include "gemm_kernels.h"
 
-#define SPIN_US 50.0                    /* poll an event this long before sleeping on it */
 #define STAGED_MIN_FLOP 2.7e11          /* ~5 ms on the fast members of an H100 */
 #define STAGED_MIN_FLOP_SLOW 1.7e10     /* naive and tiled: ~10x slower */
 #define STAGED_MIN_BYTES (256ull << 20) /* copies of ~5-10 ms */
@@ -84,6 +83,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_err *err)
     if (cb->streams > 64)
         cb->streams = 64;
     cb->mem_limit = cfg->device_mem_limit;
+    cb->spin_ms = cfg->wait_spin_us > 0 ? cfg->wait_spin_us / 1000.0 : 0;
     cb->min_cc = INT_MAX;
     cb->wgmma_ok = 1;
     atomic_init(&cb->allocs, 0);
@@ -299,13 +299,14 @@ static float ev_ms(cudaEvent_t a, cudaEvent_t b, gemm_cuda_site *site)
     return ms;
 }
 
-/* Waits for ev: polls it for SPIN_US (a short product is done by then, and nothing sleeps),
- * then sleeps in cudaEventSynchronize (a blocking-sync event: no CPU while it waits). */
-static cudaError_t wait_event(cudaEvent_t ev)
+/* Waits for ev: polls it for spin_ms (wait_spin_us: a short product is done by then, and
+ * nothing sleeps), then sleeps in cudaEventSynchronize (a blocking-sync event: no CPU while
+ * it waits). */
+static cudaError_t wait_event(cudaEvent_t ev, double spin_ms)
 {
     double t0 = gemm_now_ms();
     cudaError_t e;
-    while ((e = cudaEventQuery(ev)) == cudaErrorNotReady && gemm_now_ms() - t0 < SPIN_US / 1000.0) {
+    while ((e = cudaEventQuery(ev)) == cudaErrorNotReady && gemm_now_ms() - t0 < spin_ms) {
     }
     if (e != cudaErrorNotReady)
         return e;
@@ -460,7 +461,7 @@ allocated:;
     /* kernel: k0 .. ev[3] (k0 = ev[1] when the stages run back to back) */
     cudaEvent_t k0 = ev[1], d0 = ev[3];
     if (staged) {
-        if (GEMM_CUDA_CHECK(&site, wait_event(ev[1])) != cudaSuccess)
+        if (GEMM_CUDA_CHECK(&site, wait_event(ev[1], cb->spin_ms)) != cudaSuccess)
             goto fail;
         if (gemm_job_cancel_requested(job)) {
             job->timing.h2d_ms = ev_ms(ev[0], ev[1], &site);
@@ -496,7 +497,7 @@ allocated:;
 
     /* D2H: d0 .. ev[5] (d0 = ev[3] when back to back) */
     if (staged) {
-        if (GEMM_CUDA_CHECK(&site, wait_event(ev[3])) != cudaSuccess)
+        if (GEMM_CUDA_CHECK(&site, wait_event(ev[3], cb->spin_ms)) != cudaSuccess)
             goto fail;
         if (gemm_job_cancel_requested(job)) {
             job->timing.h2d_ms = ev_ms(ev[0], ev[1], &site);
@@ -514,7 +515,7 @@ allocated:;
         goto fail;
 
     stage = "synchronize";
-    if (GEMM_CUDA_CHECK(&site, wait_event(ev[5])) != cudaSuccess)
+    if (GEMM_CUDA_CHECK(&site, wait_event(ev[5], cb->spin_ms)) != cudaSuccess)
         goto fail;
 
     job->timing.h2d_ms = ev_ms(ev[0], ev[1], &site);
