@@ -154,12 +154,6 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_err *err)
         return NULL;
     }
     cb->alloc = gemm_cuda_host_allocator(cb->host);
-    if (gemm_cuda_house_start(cb) != 0) {
-        gemm_err_set(err, 500, "backend_failure", "cannot start the CUDA backend's housekeeping thread");
-        cuda_close(cb);
-        return NULL;
-    }
-    gemm_cuda_host_set_notify(cb->host, gemm_cuda_house_wake, cb);
     for (int i = 0; i < cb->nworkers; i++) {
         cuda_worker *w = &cb->workers[i];
         w->cb = cb;
@@ -167,6 +161,12 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_err *err)
         w->dev = &cb->devs[i % cb->ndev];     /* interleaved: load spreads over devices */
         w->stream_index = i / cb->ndev;
     }
+    if (gemm_cuda_house_start(cb) != 0) {
+        gemm_err_set(err, 500, "backend_failure", "cannot start the CUDA backend's housekeeping thread");
+        cuda_close(cb);
+        return NULL;
+    }
+    gemm_cuda_host_set_notify(cb->host, gemm_cuda_house_wake, cb);
     return cb;
 }
 
@@ -625,6 +625,8 @@ static void cuda_close(void *self)
     if (!cb)
         return;
     /* Workers have been joined and have freed their resources in worker_fini. */
+    if (cb->host)
+        gemm_cuda_host_set_notify(cb->host, NULL, NULL);
     gemm_cuda_house_stop(cb);
     if (cb->workers)
         for (int i = 0; i < cb->nworkers; i++)
