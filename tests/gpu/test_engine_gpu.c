@@ -608,7 +608,7 @@ static void *http_thread(void *arg)
     gemm_engine_host_free(hs->e, p);
     /* A job that stays queued behind a gate is submitted (validate runs here) and
      * cancelled from this thread. */
-    tjob *t = make_job(hs->e, GEMM_DTYPE_F32, 4096, 4096, 4096, "auto", 0, GEMM_MATH_BF16, 3);
+    tjob *t = make_job(hs->e, GEMM_DTYPE_F32, 3072, 512, 3072, "auto", 0, GEMM_MATH_BF16, 3); /* a "big" shape */
     gemm_err err;
     if (gemm_engine_submit(hs->e, &t->job, &err) == 0) {
         if (gemm_engine_cancel(hs->e, &t->job) == 0) { /* it started: wait for it */
@@ -632,13 +632,13 @@ static void *http_thread(void *arg)
 
 static void test_no_cuda_on_request_path(void)
 {
-    gemm_engine *e = open_cuda(1, 0, "gpu_delay_ms:400", 16);
+    gemm_engine *e = open_cuda(1, 0, "gpu_delay_ms:1500", 16);
     if (!e) { tap(0, "open"); return; }
     /* three locked blocks: a product's buffers, after it ran */
     tjob *g = make_job(e, GEMM_DTYPE_F32, 64, 64, 64, "tiled", 0, GEMM_MATH_DEFAULT, 1);
     gemm_err err;
     run_one(e, g, &err);
-    /* a gate: the one worker is busy for 400 ms, so the request-side job stays queued */
+    /* a gate: the one worker is busy for 1.5 s, so the request-side job stays queued */
     tjob *gate = make_job(e, GEMM_DTYPE_F32, 64, 64, 64, "tiled", 0, GEMM_MATH_DEFAULT, 2);
     pthread_mutex_lock(&mu);
     int base = ndone;
