@@ -27,7 +27,7 @@
 
 #define HDR 64
 #define PAGE 4096
-#define MAX_CACHED 16
+#define MAX_CACHED 256 /* blocks: enough for the buffers of many small products at once */
 #define MAGIC 0x67656d6d686f7374ull /* "gemmhost" */
 
 typedef struct block_hdr {
@@ -45,7 +45,10 @@ struct gemm_cuda_host {
     unsigned *gen;           /* per slot, bumped by each reset of that device; starts at 1 */
     size_t max_cached;
     pthread_mutex_t mu;
-    void *cache[MAX_CACHED];
+    struct {
+        void *p;
+        size_t cap;
+    } cache[MAX_CACHED];     /* oldest first; caps beside the pointers: one scan, no header reads */
     int ncached;
     size_t cached_bytes, in_use;
     block_hdr *queue;        /* registered blocks waiting to be unregistered */
@@ -116,7 +119,7 @@ void gemm_cuda_host_close(gemm_cuda_host *h)
         return;
     pthread_mutex_lock(&h->mu);
     for (int i = 0; i < h->ncached; i++)
-        queue_locked(h, hdr_of(h->cache[i]));
+        queue_locked(h, hdr_of(h->cache[i].p));
     h->ncached = 0;
     h->cached_bytes = 0;
     block_hdr *list = h->queue;
@@ -147,7 +150,7 @@ void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
     h->gen[slot]++;
     int keep = 0;
     for (int i = 0; i < h->ncached; i++) {
-        block_hdr *b = hdr_of(h->cache[i]);
+        block_hdr *b = hdr_of(h->cache[i].p);
         if (b->slot == slot) {
             h->cached_bytes -= b->cap;
             b->qnext = drop;
@@ -185,13 +188,13 @@ static void *host_alloc(void *ctx, size_t bytes)
     pthread_mutex_lock(&h->mu);
     int best = -1;
     for (int i = 0; i < h->ncached; i++) {
-        size_t cap = hdr_of(h->cache[i])->cap;
-        if (cap >= bytes && cap / 2 <= bytes && (best < 0 || cap < hdr_of(h->cache[best])->cap))
+        size_t cap = h->cache[i].cap;
+        if (cap >= bytes && cap / 2 <= bytes && (best < 0 || cap < h->cache[best].cap))
             best = i;
     }
     if (best >= 0) {
-        void *p = h->cache[best];
-        memmove(&h->cache[best], &h->cache[best + 1], (size_t)(h->ncached - best - 1) * sizeof *h->cache);
+        void *p = h->cache[best].p;
+        memmove(&h->cache[best], &h->cache[best + 1], (size_t)(h->ncached - best - 1) * sizeof h->cache[0]);
         h->ncached--;
         h->cached_bytes -= hdr_of(p)->cap;
         h->in_use += hdr_of(p)->cap;
@@ -237,14 +240,16 @@ static void host_free(void *ctx, void *p)
     if (b->cap <= h->max_cached) {
         /* Keep it, pushing out the oldest for room. */
         while (h->ncached > 0 && (h->ncached == MAX_CACHED || h->cached_bytes + b->cap > h->max_cached)) {
-            block_hdr *old = hdr_of(h->cache[0]);
-            memmove(&h->cache[0], &h->cache[1], (size_t)(h->ncached - 1) * sizeof *h->cache);
+            block_hdr *old = hdr_of(h->cache[0].p);
+            memmove(&h->cache[0], &h->cache[1], (size_t)(h->ncached - 1) * sizeof h->cache[0]);
             h->ncached--;
             h->cached_bytes -= old->cap;
             queue_locked(h, old);
             queued++;
         }
-        h->cache[h->ncached++] = p;
+        h->cache[h->ncached].p = p;
+        h->cache[h->ncached].cap = b->cap;
+        h->ncached++;
         h->cached_bytes += b->cap;
     } else {
         queue_locked(h, b);
