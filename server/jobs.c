@@ -3,18 +3,22 @@
  * finished results, and caps on their count and on the memory they keep.
  *
  * One mutex guards the list and every entry's private fields. The engine's done()
- * callback takes it too, so gemm_engine_cancel() (which may call done() on this thread)
- * is always called without it, holding a reference instead.
+ * callback takes it too, so the engine (gemm_engine_submit, gemm_engine_cancel, which may
+ * call done() on this thread) is always called without it, holding a reference instead.
+ * A sweeper thread sleeps until the oldest finished job expires and frees it then.
  */
 #include "jobs.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
+#include "log.h"
 #include "metrics.h"
 
 struct gemmd_jobs {
@@ -25,6 +29,16 @@ struct gemmd_jobs {
     int max_jobs, count; /* count: entries alive (listed or still in the engine) */
     int stopping;
     gemmd_job_entry *head;
+
+    /* the sweeper */
+    pthread_t sweeper;
+    int have_sweeper;
+    pthread_cond_t tick;  /* a job finished while the sweeper had nothing to wait for, or stop */
+    int sweeper_idle;     /* waiting without a deadline (no finished job listed) */
+    int sweeper_stop;
+
+    void (*done_hook)(gemmd_job_entry *j, void *arg); /* test hook */
+    void *done_hook_arg;
 };
 
 static int random_id(char out[GEMMD_JOB_ID_LEN + 1])
@@ -87,11 +101,19 @@ static void unlink_locked(gemmd_jobs *s, gemmd_job_entry *j)
     }
 }
 
+/* What the job reads as (lock held): its final state once done() has run, before that
+ * queued or running, whatever the engine has stored meanwhile. */
+static gemm_job_state state_locked(const gemmd_job_entry *j)
+{
+    if (j->finished) return j->state;
+    return atomic_load(&j->job.state) == GEMM_JOB_QUEUED ? GEMM_JOB_QUEUED : GEMM_JOB_RUNNING;
+}
+
 static void publish_counts_locked(gemmd_jobs *s)
 {
     int counts[5] = {0};
     for (gemmd_job_entry *j = s->head; j; j = j->next) {
-        int st = atomic_load(&j->job.state);
+        int st = (int)state_locked(j);
         if (st >= 0 && st < 5) counts[st]++;
     }
     gemmd_metrics_jobs_by_state(counts);
@@ -108,6 +130,8 @@ static void sweep_locked(gemmd_jobs *s, gemmd_job_entry **dead)
             *pp = j->next;
             j->next = NULL;
             j->linked = 0;
+            LOG_DEBUG("job %.*s expired (job_ttl %.0f s): forgotten", GEMMD_JOB_SHORT_LEN, j->id,
+                      s->ttl_ms / 1000.0);
             if (unref_locked(s, j)) {
                 j->next = *dead;
                 *dead = j;
@@ -127,21 +151,102 @@ static void destroy_chain(gemmd_jobs *s, gemmd_job_entry *dead)
     }
 }
 
+/* When the oldest listed finished job expires (gemm_now_ms clock), or -1 when none. */
+static double next_expiry_locked(gemmd_jobs *s)
+{
+    double next = -1;
+    for (gemmd_job_entry *j = s->head; j; j = j->next) {
+        if (!j->finished) continue;
+        double t = j->t_finished_ms + s->ttl_ms;
+        if (next < 0 || t < next) next = t;
+    }
+    return next;
+}
+
+/* Sleeps until the next expiry (or, with nothing finished, until a job finishes) and
+ * frees what expired, so a result's memory goes back at its TTL with no request. */
+static void *sweeper_main(void *arg)
+{
+    gemmd_jobs *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->sweeper_stop) {
+        gemmd_job_entry *dead = NULL;
+        sweep_locked(s, &dead);
+        if (dead) {
+            publish_counts_locked(s);
+            pthread_mutex_unlock(&s->mu);
+            destroy_chain(s, dead); /* buffers go back without the lock */
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        double next = next_expiry_locked(s);
+        if (next < 0) {
+            s->sweeper_idle = 1;
+            pthread_cond_wait(&s->tick, &s->mu);
+            s->sweeper_idle = 0;
+            continue;
+        }
+        /* gemm_now_ms() is CLOCK_MONOTONIC, the clock of the condition variable. */
+        double wait_ms = next - gemm_now_ms() + 1.0; /* +1: wake after it, not just before */
+        if (wait_ms <= 0) continue;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        double sec = floor(wait_ms / 1000.0);
+        ts.tv_sec += (time_t)sec;
+        ts.tv_nsec += (long)((wait_ms - sec * 1000.0) * 1e6);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->tick, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
 gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, int max_jobs)
 {
     gemmd_jobs *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->tick, &ca);
+    pthread_condattr_destroy(&ca);
     s->engine = engine;
     s->ttl_ms = (ttl_s > 0 ? ttl_s : 0) * 1000.0;
     s->mem_cap = mem_bytes;
     s->max_jobs = max_jobs > 0 ? max_jobs : 1;
+    if (pthread_create(&s->sweeper, NULL, sweeper_main, s) != 0) {
+        pthread_cond_destroy(&s->tick);
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return NULL;
+    }
+    s->have_sweeper = 1;
     return s;
+}
+
+void gemmd_jobs_set_done_hook(gemmd_jobs *s, void (*hook)(gemmd_job_entry *j, void *arg), void *arg)
+{
+    pthread_mutex_lock(&s->mu);
+    s->done_hook = hook;
+    s->done_hook_arg = arg;
+    pthread_mutex_unlock(&s->mu);
 }
 
 void gemmd_jobs_free(gemmd_jobs *s)
 {
     if (!s) return;
+    if (s->have_sweeper) {
+        pthread_mutex_lock(&s->mu);
+        s->sweeper_stop = 1;
+        pthread_cond_broadcast(&s->tick);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->sweeper, NULL);
+        s->have_sweeper = 0;
+    }
     pthread_mutex_lock(&s->mu);
     gemmd_job_entry *j = s->head;
     s->head = NULL;
@@ -153,6 +258,7 @@ void gemmd_jobs_free(gemmd_jobs *s)
     }
     int zero[5] = {0};
     gemmd_metrics_jobs_by_state(zero);
+    pthread_cond_destroy(&s->tick);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -208,12 +314,20 @@ void gemmd_jobs_abandon(gemmd_jobs *s, gemmd_job_entry *j)
     if (last) destroy(s, j);
 }
 
-/* The engine's completion callback (an engine thread, or the thread cancelling). */
+/* The engine's completion callback (an engine thread, or the thread cancelling). The
+ * state the job reads as and `finished` change together, here, under the lock. */
 static void on_done(gemm_job *job)
 {
     gemmd_job_entry *j = job->user;
     gemmd_jobs *s = j->store;
+    if (s->done_hook) s->done_hook(j, s->done_hook_arg);
     int st = atomic_load(&job->state);
+    if (st != GEMM_JOB_DONE && job->err.status == 0) {
+        if (st == GEMM_JOB_CANCELLED)
+            gemm_err_set(&job->err, 409, "cancelled", "the job was cancelled while it ran");
+        else
+            gemm_err_set(&job->err, 500, "backend_failure", "the job failed");
+    }
 
     pthread_mutex_lock(&s->mu);
     free_buffers(s, j, st == GEMM_JOB_DONE); /* inputs always; the result unless it is one */
@@ -221,11 +335,27 @@ static void on_done(gemm_job *job)
         s->mem_used -= j->reserved;
         j->reserved = 0;
     }
+    j->state = (gemm_job_state)st;
     j->finished = 1;
     j->in_engine = 0;
     j->t_finished_ms = gemm_now_ms();
+    if (s->sweeper_idle) pthread_cond_signal(&s->tick); /* it now has an expiry to wait for */
     int last = unref_locked(s, j); /* the engine's reference */
     publish_counts_locked(s);
+    LOG_DEBUG("job %.*s finished state=%s%s%s ms=%.3f", GEMMD_JOB_SHORT_LEN, j->id,
+              gemm_job_state_name((gemm_job_state)st), st != GEMM_JOB_DONE ? " code=" : "",
+              st != GEMM_JOB_DONE ? job->err.code : "", j->t_finished_ms - j->t_created_ms);
+    pthread_mutex_unlock(&s->mu);
+    if (last) destroy(s, j);
+}
+
+/* Forgets a reserved entry whose submit failed (no done() will come). */
+static void submit_failed(gemmd_jobs *s, gemmd_job_entry *j)
+{
+    pthread_mutex_lock(&s->mu);
+    j->in_engine = 0;
+    j->refs--; /* the engine's, never taken */
+    int last = unref_locked(s, j);
     pthread_mutex_unlock(&s->mu);
     if (last) destroy(s, j);
 }
@@ -241,38 +371,62 @@ int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err)
         gemmd_jobs_abandon(s, j);
         return -1;
     }
-    /* The caller's reference becomes the list's; the engine gets its own. done() cannot
-     * run before submit returns (it needs this lock), so all of it is set up first. */
+    /* The engine's reference is taken before it can call done(). The entry is listed
+     * only once the engine took it, so no lookup sees a job the engine may still refuse,
+     * and the engine (its backend's validation included) is called without the lock. */
     j->refs++;
     j->in_engine = 1;
+    pthread_mutex_unlock(&s->mu);
+    if (gemm_engine_submit(s->engine, &j->job, err) != 0) {
+        LOG_DEBUG("job %.*s refused by the engine: %d %s", GEMMD_JOB_SHORT_LEN, j->id, err->status, err->code);
+        submit_failed(s, j);
+        return -1;
+    }
+    pthread_mutex_lock(&s->mu);
+    /* The caller's reference becomes the list's (done() may even have run already). */
     j->linked = 1;
     j->next = s->head;
     s->head = j;
-    if (gemm_engine_submit(s->engine, &j->job, err) != 0) {
-        unlink_locked(s, j);
-        j->in_engine = 0;
-        j->refs -= 2;
-        s->count--;
-        s->mem_used -= j->reserved;
-        pthread_mutex_unlock(&s->mu);
-        free_buffers(s, j, 0);
-        free(j);
-        return -1;
-    }
+    if (j->finished && s->sweeper_idle) pthread_cond_signal(&s->tick); /* done() ran before the link */
+    int cancel = s->stopping && j->in_engine; /* shutdown began meanwhile and missed it */
+    if (cancel) j->refs++;
     publish_counts_locked(s);
+    LOG_DEBUG("job %.*s queued %s %llux%llux%llu kernel=%s owner=%d", GEMMD_JOB_SHORT_LEN, j->id,
+              gemm_dtype_name(j->job.dtype), (unsigned long long)j->job.m, (unsigned long long)j->job.k,
+              (unsigned long long)j->job.n, j->job.kernel, j->owner);
     pthread_mutex_unlock(&s->mu);
+    if (cancel) {
+        gemm_engine_cancel(s->engine, &j->job);
+        gemmd_jobs_put(s, j);
+    }
     return 0;
 }
 
+/* Ids are capabilities: compared in full, whatever byte differs. */
+static int same_id(const char *a, const char *b)
+{
+    unsigned char diff = 0;
+    size_t i = 0;
+    for (; i < GEMMD_JOB_ID_LEN && b[i]; i++) diff |= (unsigned char)(a[i] ^ b[i]);
+    return diff == 0 && i == GEMMD_JOB_ID_LEN && b[i] == '\0';
+}
+
 gemmd_job_entry *gemmd_jobs_get(gemmd_jobs *s, const char *id)
+{
+    return gemmd_jobs_get_owned(s, id, GEMMD_OWNER_ANY);
+}
+
+gemmd_job_entry *gemmd_jobs_get_owned(gemmd_jobs *s, const char *id, int owner)
 {
     gemmd_job_entry *dead = NULL, *found = NULL;
     pthread_mutex_lock(&s->mu);
     sweep_locked(s, &dead);
     for (gemmd_job_entry *j = s->head; j; j = j->next) {
-        if (strcmp(j->id, id) == 0) {
-            j->refs++;
-            found = j;
+        if (same_id(j->id, id)) {
+            if (owner == GEMMD_OWNER_ANY || owner == j->owner) {
+                j->refs++;
+                found = j;
+            }
             break;
         }
     }
@@ -297,7 +451,7 @@ void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *v)
     pthread_mutex_lock(&s->mu);
     double now = gemm_now_ms();
     memcpy(v->id, j->id, sizeof v->id);
-    v->state = (gemm_job_state)atomic_load(&j->job.state);
+    v->state = state_locked(j);
     v->finished = j->finished;
     v->recv_ms = j->recv_ms;
     v->decode_ms = j->decode_ms;
@@ -329,7 +483,12 @@ void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *v)
 
 int gemmd_jobs_delete(gemmd_jobs *s, const char *id)
 {
-    gemmd_job_entry *j = gemmd_jobs_get(s, id); /* our reference keeps it alive below */
+    return gemmd_jobs_delete_owned(s, id, GEMMD_OWNER_ANY);
+}
+
+int gemmd_jobs_delete_owned(gemmd_jobs *s, const char *id, int owner)
+{
+    gemmd_job_entry *j = gemmd_jobs_get_owned(s, id, owner); /* our reference keeps it alive below */
     if (!j) return -1;
     pthread_mutex_lock(&s->mu);
     int was_linked = j->linked;
@@ -339,8 +498,12 @@ int gemmd_jobs_delete(gemmd_jobs *s, const char *id)
         unref_locked(s, j); /* the list's; ours is still held, so never the last */
     }
     publish_counts_locked(s);
+    LOG_DEBUG("job %.*s deleted (%s)", GEMMD_JOB_SHORT_LEN, j->id,
+              cancel ? "on the engine: cancel asked, freed when it ends" : "finished: freed");
     pthread_mutex_unlock(&s->mu);
-    if (cancel) gemm_engine_cancel(s->engine, &j->job); /* may call on_done() here */
+    /* Queued: done() runs here with CANCELLED. Running: the engine stops it at its next
+     * stage boundary and done() frees it. */
+    if (cancel) gemm_engine_cancel(s->engine, &j->job);
     gemmd_jobs_put(s, j);
     return was_linked ? 0 : -1;
 }
@@ -372,12 +535,26 @@ void gemmd_jobs_shutdown(gemmd_jobs *s)
         }
     }
     pthread_mutex_unlock(&s->mu);
+    /* Queued ones end here (done() runs on this thread); running ones are asked to stop:
+     * their results could not be fetched once the daemon is gone. */
     for (int i = 0; i < k; i++) {
-        if (atomic_load(&pending[i]->job.state) == GEMM_JOB_QUEUED) /* running ones finish */
-            gemm_engine_cancel(s->engine, &pending[i]->job);        /* done() runs here */
+        gemm_engine_cancel(s->engine, &pending[i]->job);
         gemmd_jobs_put(s, pending[i]);
     }
+    if (k) LOG_DEBUG("jobs: shutdown cancelled %d jobs on the engine", k);
     free(pending);
+}
+
+int gemmd_jobs_retry_after_s(gemmd_jobs *s)
+{
+    pthread_mutex_lock(&s->mu);
+    double next = next_expiry_locked(s);
+    double left_ms = next < 0 ? s->ttl_ms : next - gemm_now_ms();
+    pthread_mutex_unlock(&s->mu);
+    double secs = ceil(left_ms / 1000.0);
+    if (secs < 1) secs = 1;
+    if (secs > 86400.0 * 30) secs = 86400.0 * 30;
+    return (int)secs;
 }
 
 void gemmd_jobs_counts(gemmd_jobs *s, int counts[5], int *kept, uint64_t *bytes)
@@ -386,7 +563,7 @@ void gemmd_jobs_counts(gemmd_jobs *s, int counts[5], int *kept, uint64_t *bytes)
     for (int i = 0; i < 5; i++) counts[i] = 0;
     int n = 0;
     for (gemmd_job_entry *j = s->head; j; j = j->next) {
-        int st = atomic_load(&j->job.state);
+        int st = (int)state_locked(j);
         if (st >= 0 && st < 5) counts[st]++;
         n++;
     }

@@ -2,18 +2,28 @@
  * jobs.h - the store of asynchronous jobs (POST /v1/jobs ... GET /v1/jobs/{id}/result).
  *
  *   gemmd_job_entry *j = gemmd_jobs_reserve(store, c_bytes, &err);  // id, memory, count
- *   j->job.a/b/c/dtype/m/k/n/kernel/... = ...;                      // filled by the caller
+ *   j->job.a/b/c/dtype/m/k/n/kernel/... = ...; j->owner = ...;      // filled by the caller
  *   gemmd_jobs_submit(store, j, &err);                              // engine owns it now
  *   ...
- *   gemmd_job_entry *j = gemmd_jobs_get(store, id);                 // takes a reference
+ *   gemmd_job_entry *j = gemmd_jobs_get_owned(store, id, owner);    // takes a reference
  *   gemmd_jobs_view(store, j, &view); ... gemmd_jobs_put(store, j);
  *
  * Entries are reference counted: the store's list holds one reference, a job on the
  * engine holds one, and every reader (a status or a result being sent) holds one. An
- * entry is freed when the last one goes, so DELETE of a running job only unlinks it and
- * the engine's done() frees it. Inputs are freed as soon as the product is done; the
- * result is kept for ttl_s seconds after the job finished (swept lazily on every store
- * call), its bytes reserved at submit against mem_bytes. Thread-safe.
+ * entry is freed when the last one goes, so DELETE of a running job only unlinks it,
+ * asks the engine to cancel it, and the engine's done() frees it. Inputs are freed as
+ * soon as the product is done; the result is kept for ttl_s seconds after the job
+ * finished, its bytes reserved at submit against mem_bytes. A sweeper thread forgets
+ * expired jobs when their time comes, whether or not requests arrive (every store call
+ * sweeps too). Thread-safe.
+ *
+ * State: a job reads queued or running until its done() has run under the store's lock;
+ * only then does it read done, failed or cancelled, together with `finished`, so a status
+ * that says done always comes with a fetchable result.
+ *
+ * Owners: with tokens configured a job belongs to the token that made it (owner =
+ * gemmd_auth_identify() + 1; 0 without tokens). Lookups by id find a job only for its
+ * owner, so another token cannot even learn that it exists.
  */
 #ifndef GEMMD_JOBS_H
 #define GEMMD_JOBS_H
@@ -24,6 +34,8 @@
 #include "engine.h"
 
 #define GEMMD_JOB_ID_LEN 32 /* 128 random bits in hex */
+#define GEMMD_JOB_SHORT_LEN 8 /* the prefix that log lines carry, never the whole id */
+#define GEMMD_OWNER_ANY (-1)  /* lookups that ignore the owner (tests, internal) */
 
 typedef struct gemmd_jobs gemmd_jobs;
 
@@ -31,6 +43,7 @@ typedef struct gemmd_job_entry {
     gemm_job job;         /* the engine job; job.user points back to the entry */
     char id[GEMMD_JOB_ID_LEN + 1];
     int family;           /* the request's format family (answer default), set by the caller */
+    int owner;            /* who made it (see Owners above), set by the caller before submit */
     double recv_ms;       /* set by the caller before submit */
     double decode_ms;
     /* ---- private to jobs.c, under the store's lock ---- */
@@ -39,6 +52,7 @@ typedef struct gemmd_job_entry {
     int linked;           /* in the store's list */
     int in_engine;        /* submitted, done() not called yet */
     int finished;         /* done() was called */
+    gemm_job_state state; /* the final state, copied from the engine in done() */
     double t_created_ms, t_finished_ms;
     size_t reserved;      /* result bytes reserved against mem_bytes */
     struct gemmd_job_entry *next;
@@ -81,19 +95,29 @@ void gemmd_jobs_abandon(gemmd_jobs *s, gemmd_job_entry *j);
  * shutting down) the entry is abandoned (freed) and -1 is returned. */
 int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err);
 
-/* The entry with that id, with a reference taken; NULL when unknown or expired. */
-gemmd_job_entry *gemmd_jobs_get(gemmd_jobs *s, const char *id);
+/* The entry with that id made by owner, with a reference taken; NULL when unknown,
+ * expired, or made by another owner (GEMMD_OWNER_ANY: whoever made it). */
+gemmd_job_entry *gemmd_jobs_get_owned(gemmd_jobs *s, const char *id, int owner);
+gemmd_job_entry *gemmd_jobs_get(gemmd_jobs *s, const char *id); /* any owner */
 void gemmd_jobs_put(gemmd_jobs *s, gemmd_job_entry *j);
 void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *out);
 
-/* Cancels (queued), marks for freeing when done() fires (running) or forgets (finished).
- * Returns 0, or -1 when no such job is kept. */
-int gemmd_jobs_delete(gemmd_jobs *s, const char *id);
+/* Cancels (queued), asks the engine to stop it and frees it when done() fires (running)
+ * or forgets (finished). Returns 0, or -1 when no such job of that owner is kept. */
+int gemmd_jobs_delete_owned(gemmd_jobs *s, const char *id, int owner);
+int gemmd_jobs_delete(gemmd_jobs *s, const char *id); /* any owner */
 
-/* Forgets finished jobs older than the TTL (every call does it too). */
+/* Forgets finished jobs older than the TTL (the sweeper and every call do it too). */
 void gemmd_jobs_sweep(gemmd_jobs *s);
-/* Refuses new jobs from now on and cancels the queued ones (their done() fires). */
+/* Refuses new jobs from now on, cancels the queued ones (their done() fires here) and
+ * asks the engine to stop the running ones (nobody can fetch their results any more). */
 void gemmd_jobs_shutdown(gemmd_jobs *s);
+/* An honest Retry-After for job_store_full: seconds until the oldest finished job
+ * expires, or the TTL when none has finished yet; at least 1. */
+int gemmd_jobs_retry_after_s(gemmd_jobs *s);
+/* Test hook: called at the start of every job's done(), after the engine stored the
+ * job's final state and before the store has seen it (NULL: none). */
+void gemmd_jobs_set_done_hook(gemmd_jobs *s, void (*hook)(gemmd_job_entry *j, void *arg), void *arg);
 /* Entries kept, by gemm_job_state; and how many / how many bytes are kept in all. */
 void gemmd_jobs_counts(gemmd_jobs *s, int counts[5], int *kept, uint64_t *bytes);
 

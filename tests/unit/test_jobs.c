@@ -1,11 +1,14 @@
 /*
  * test_jobs.c - the asynchronous job store over the real CPU engine: ids, results,
  * inputs freed when done, the caps on memory and count, TTL expiry, DELETE of queued and
- * finished jobs, readers keeping a deleted entry alive, failed submits, shutdown, and
- * many threads at once. Leaks and use-after-free show under `make test-san`.
+ * finished jobs, readers keeping a deleted entry alive, failed submits, shutdown, owners,
+ * the sweeper thread, the state a job reads as while its done() runs, and many threads at
+ * once. Leaks and use-after-free show under `make test-san`.
  *
  * Jobs are held queued without timing: a "gate" job submitted straight to the engine
- * blocks the single worker in its done() until the test opens the gate.
+ * blocks the single worker in its done() until the test opens the gate. A job is held at
+ * the critical point of its own completion (the engine has stored its final state, the
+ * store has not seen it yet) by the store's done hook, which blocks the same way.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -324,29 +327,295 @@ static void test_reader_keeps_deleted_result(void **state)
     close_all(e, s);
 }
 
+/* Polls the counts (which never sweep) until nothing is kept, for at most 30 s. */
+static int wait_kept_zero(gemmd_jobs *s, uint64_t *bytes)
+{
+    for (int i = 0; i < 30000; i++) {
+        int counts[5], kept;
+        gemmd_jobs_counts(s, counts, &kept, bytes);
+        if (kept == 0) return 1;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
 static void test_ttl_expiry(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
     gemmd_jobs *s = gemmd_jobs_new(e, 0, 1 << 20, 16); /* finished jobs expire at once */
+    gate g;
+    gate_close(e, &g); /* keeps the job queued, so it is surely listed below */
     gemm_err err;
     gemmd_job_entry *j = make_job(e, s, 2, 2, 2, 0, &err);
     char id[GEMMD_JOB_ID_LEN + 1];
     strcpy(id, j->id);
     assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
     gemmd_job_entry *r = gemmd_jobs_get(s, id);
-    assert_non_null(r); /* not finished yet or just finished: still listed until a sweep */
+    assert_non_null(r); /* queued: listed */
+    gate_open(e, &g);
+    gemmd_job_view v;
+    wait_finished(s, r, &v); /* our reference keeps it readable even once swept */
+    assert_int_equal(v.state, GEMM_JOB_DONE);
+    gemmd_jobs_put(s, r);
+    uint64_t bytes = 1;
+    assert_true(wait_kept_zero(s, &bytes)); /* the sweeper forgot it: no sweeping call was made */
+    assert_int_equal(bytes, 0);
+    assert_null(gemmd_jobs_get(s, id));
+    close_all(e, s);
+    gate_free(&g);
+}
+
+/* With a TTL of a second and no call that sweeps (counts and views never do), the
+ * sweeper thread alone frees the result once it expires. */
+static void test_sweeper_frees_without_calls(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 1, 1 << 20, 16);
+    gemm_err err;
+    gemmd_job_entry *j = make_job(e, s, 8, 8, 8, 0, &err);
+    assert_non_null(j);
+    assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
+    uint64_t bytes = 1;
+    assert_true(wait_kept_zero(s, &bytes));
+    assert_int_equal(bytes, 0);
+    close_all(e, s);
+}
+
+/* ---- the done hook: a job held at the critical point of its completion ------------- */
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int entered, open;
+    int engine_state;  /* the engine's state of the job seen inside the hook */
+    int make_cancelled; /* turn the job into one the engine stopped at a stage boundary */
+} done_gate;
+
+static void done_gate_init(done_gate *d)
+{
+    memset(d, 0, sizeof *d);
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+}
+
+static void done_gate_hook(gemmd_job_entry *j, void *arg)
+{
+    done_gate *d = arg;
+    pthread_mutex_lock(&d->mu);
+    d->engine_state = atomic_load(&j->job.state);
+    if (d->make_cancelled) { /* what an engine that honours cancel_requested stores */
+        gemm_err_clear(&j->job.err);
+        atomic_store(&j->job.state, GEMM_JOB_CANCELLED);
+    }
+    d->entered = 1;
+    pthread_cond_broadcast(&d->cv);
+    while (!d->open) pthread_cond_wait(&d->cv, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+}
+
+static void done_gate_wait_entered(done_gate *d)
+{
+    pthread_mutex_lock(&d->mu);
+    while (!d->entered) pthread_cond_wait(&d->cv, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+}
+
+static void done_gate_open(done_gate *d)
+{
+    pthread_mutex_lock(&d->mu);
+    d->open = 1;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Submits one 4x4x4 job whose done() blocks in the hook; returns it with a reference. */
+static gemmd_job_entry *held_job(gemm_engine *e, gemmd_jobs *s, done_gate *d)
+{
+    done_gate_init(d);
+    gemmd_jobs_set_done_hook(s, done_gate_hook, d);
+    gemm_err err;
+    gemmd_job_entry *j = make_job(e, s, 4, 4, 4, 5, &err);
+    assert_non_null(j);
+    char id[GEMMD_JOB_ID_LEN + 1];
+    strcpy(id, j->id);
+    assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
+    gemmd_job_entry *r = gemmd_jobs_get(s, id);
+    assert_non_null(r); /* listed: its done() cannot have finished yet */
+    done_gate_wait_entered(d);
+    return r;
+}
+
+/* The engine stores DONE before it calls done(); in between, the job must not read done
+ * (a client would then get 409 from the result): state and finished change together. */
+static void test_state_and_finished_change_together(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    done_gate d;
+    gemmd_job_entry *r = held_job(e, s, &d);
+    /* Look, then let the worker go before checking: a failed check must not leave it
+     * blocked (the program would hang instead of failing). */
+    gemmd_job_view held;
+    gemmd_jobs_view(s, r, &held);
+    int counts[5], kept;
+    gemmd_jobs_counts(s, counts, &kept, NULL);
+    done_gate_open(&d);
+    assert_int_equal(d.engine_state, GEMM_JOB_DONE); /* the engine said done ... */
+    assert_false(held.finished);                     /* ... the store had not seen it: */
+    assert_int_equal(held.state, GEMM_JOB_RUNNING);  /* it read running, not done */
+    assert_int_equal(counts[GEMM_JOB_DONE], 0);
+    assert_int_equal(counts[GEMM_JOB_RUNNING], 1);
+
     gemmd_job_view v;
     wait_finished(s, r, &v);
+    assert_true(v.finished);
+    assert_int_equal(v.state, GEMM_JOB_DONE);
+    const int32_t *c = r->job.c;
+    assert_non_null(c);
+    assert_int_equal(c[6], (int32_t)ref_elem(1, 2, 4, 5));
     gemmd_jobs_put(s, r);
-    gemmd_jobs_sweep(s);
-    assert_null(gemmd_jobs_get(s, id));
+    close_all(e, s);
+}
+
+/* DELETE of a job on a worker asks the engine to cancel it (cancel_requested), unlists it
+ * at once, and the entry goes when its done() comes. */
+static void test_delete_running_asks_engine(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    done_gate d;
+    gemmd_job_entry *r = held_job(e, s, &d);
+    char id[GEMMD_JOB_ID_LEN + 1];
+    strcpy(id, r->id);
+    int deleted = gemmd_jobs_delete(s, id);
+    int asked = atomic_load(&r->job.cancel_requested);
+    gemmd_job_entry *again = gemmd_jobs_get(s, id);
+    done_gate_open(&d);
+    assert_int_equal(deleted, 0);
+    assert_int_equal(asked, 1);
+    assert_null(again);
+    gemmd_job_view v;
+    wait_finished(s, r, &v);
+    gemmd_jobs_put(s, r); /* the last reference */
+    uint64_t bytes = 1;
+    assert_true(wait_kept_zero(s, &bytes));
+    assert_int_equal(bytes, 0);
+    close_all(e, s);
+}
+
+/* A job the engine stopped while it ran (state CANCELLED after RUNNING) is kept as
+ * cancelled with an error, its result memory given back. */
+static void test_cancelled_after_running(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    done_gate d;
+    done_gate_init(&d);
+    d.make_cancelled = 1;
+    gemmd_jobs_set_done_hook(s, done_gate_hook, &d);
+    gemm_err err;
+    gemmd_job_entry *j = make_job(e, s, 4, 4, 4, 5, &err);
+    char id[GEMMD_JOB_ID_LEN + 1];
+    strcpy(id, j->id);
+    assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
+    gemmd_job_entry *r = gemmd_jobs_get(s, id);
+    assert_non_null(r);
+    done_gate_open(&d);
+    gemmd_job_view v;
+    wait_finished(s, r, &v);
+    assert_int_equal(v.state, GEMM_JOB_CANCELLED);
+    assert_int_equal(v.err.status, 409);
+    assert_string_equal(v.err.code, "cancelled");
+    assert_null(r->job.c);
+    assert_null(r->job.a);
     int counts[5], kept;
     uint64_t bytes;
     gemmd_jobs_counts(s, counts, &kept, &bytes);
-    assert_int_equal(kept, 0);
+    assert_int_equal(kept, 1);
+    assert_int_equal(counts[GEMM_JOB_CANCELLED], 1);
     assert_int_equal(bytes, 0);
+    gemmd_jobs_put(s, r);
     close_all(e, s);
+}
+
+/* Shutdown asks the engine to stop a running job too: nobody could fetch its result. */
+static void test_shutdown_asks_running_to_stop(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    done_gate d;
+    gemmd_job_entry *r = held_job(e, s, &d);
+    gemmd_jobs_shutdown(s);
+    int asked = atomic_load(&r->job.cancel_requested);
+    done_gate_open(&d);
+    assert_int_equal(asked, 1);
+    gemmd_jobs_put(s, r);
+    close_all(e, s);
+}
+
+/* Another owner finds nothing (not even that the job exists) and cannot delete it. */
+static void test_owner(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemm_err err;
+    gemmd_job_entry *j = make_job(e, s, 2, 2, 2, 0, &err);
+    j->owner = 2;
+    char id[GEMMD_JOB_ID_LEN + 1];
+    strcpy(id, j->id);
+    assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
+    assert_null(gemmd_jobs_get_owned(s, id, 1));
+    assert_null(gemmd_jobs_get_owned(s, id, 0));
+    assert_int_equal(gemmd_jobs_delete_owned(s, id, 1), -1);
+    gemmd_job_entry *r = gemmd_jobs_get_owned(s, id, 2);
+    assert_non_null(r); /* still there for its owner */
+    gemmd_jobs_put(s, r);
+    /* an id that differs in its last digit, or is a prefix, is another id */
+    char other[GEMMD_JOB_ID_LEN + 1];
+    strcpy(other, id);
+    other[GEMMD_JOB_ID_LEN - 1] = other[GEMMD_JOB_ID_LEN - 1] == '0' ? '1' : '0';
+    assert_null(gemmd_jobs_get_owned(s, other, 2));
+    other[GEMMD_JOB_ID_LEN - 1] = '\0';
+    assert_null(gemmd_jobs_get_owned(s, other, 2));
+    assert_int_equal(gemmd_jobs_delete_owned(s, id, 2), 0);
+    close_all(e, s);
+}
+
+/* Retry-After for a full store: the TTL while nothing has finished, then the time until
+ * the oldest finished job expires. */
+static void test_retry_after(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 1);
+    gate g;
+    gate_close(e, &g);
+    gemm_err err;
+    gemmd_job_entry *j = make_job(e, s, 2, 2, 2, 0, &err);
+    char id[GEMMD_JOB_ID_LEN + 1];
+    strcpy(id, j->id);
+    assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
+    assert_null(gemmd_jobs_reserve(s, 16, &err));
+    assert_string_equal(err.code, "job_store_full");
+    assert_int_equal(gemmd_jobs_retry_after_s(s), 600); /* queued: nothing can expire before a TTL */
+    gate_open(e, &g);
+    gemmd_job_entry *r = gemmd_jobs_get(s, id);
+    gemmd_job_view v;
+    wait_finished(s, r, &v);
+    gemmd_jobs_put(s, r);
+    int ra = gemmd_jobs_retry_after_s(s);
+    assert_true(ra >= 1 && ra <= 600);
+    assert_true(ra >= 600 - (int)(v.age_ms / 1000.0) - 60); /* its expiry, not a fixed 1 */
+    close_all(e, s);
+    gate_free(&g);
 }
 
 static void test_submit_failure_frees_entry(void **state)
@@ -471,6 +740,13 @@ int main(void)
         cmocka_unit_test(test_delete_queued_job),
         cmocka_unit_test(test_reader_keeps_deleted_result),
         cmocka_unit_test(test_ttl_expiry),
+        cmocka_unit_test(test_sweeper_frees_without_calls),
+        cmocka_unit_test(test_state_and_finished_change_together),
+        cmocka_unit_test(test_delete_running_asks_engine),
+        cmocka_unit_test(test_cancelled_after_running),
+        cmocka_unit_test(test_shutdown_asks_running_to_stop),
+        cmocka_unit_test(test_owner),
+        cmocka_unit_test(test_retry_after),
         cmocka_unit_test(test_submit_failure_frees_entry),
         cmocka_unit_test(test_shutdown_cancels_queued),
         cmocka_unit_test(test_threads),
