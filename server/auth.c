@@ -55,7 +55,9 @@ gemmd_auth *gemmd_auth_load(const char *path, char *msg, size_t msglen)
         }
         memset(a->tokens[a->n], 0, sizeof a->tokens[a->n]);
         memcpy(a->tokens[a->n], s, len);
-        a->n++;
+        int dup = 0;
+        for (int i = 0; i < a->n; i++) dup |= memcmp(a->tokens[i], a->tokens[a->n], sizeof a->tokens[i]) == 0;
+        if (!dup) a->n++; /* one identity per distinct token */
     }
     fclose(f);
     if (a && a->n == 0) {
@@ -79,18 +81,26 @@ static int same(const char *tok, const char *slot)
     return diff == 0;
 }
 
+int gemmd_auth_identify(const gemmd_auth *a, const char *authorization)
+{
+    if (!a || !authorization) return -1;
+    while (*authorization == ' ') authorization++;
+    if (strncasecmp(authorization, "Bearer ", 7) != 0) return -1;
+    const char *tok = authorization + 7;
+    while (*tok == ' ') tok++;
+    if (!*tok) return -1;
+    int found = -1;
+    for (int i = 0; i < a->n; i++) {
+        int m = same(tok, a->tokens[i]);
+        found = m ? i : found; /* tokens are distinct: at most one matches */
+    }
+    return found;
+}
+
 int gemmd_auth_check(const gemmd_auth *a, const char *authorization)
 {
     if (!a) return 1;
-    if (!authorization) return 0;
-    while (*authorization == ' ') authorization++;
-    if (strncasecmp(authorization, "Bearer ", 7) != 0) return 0;
-    const char *tok = authorization + 7;
-    while (*tok == ' ') tok++;
-    if (!*tok) return 0;
-    int ok = 0;
-    for (int i = 0; i < a->n; i++) ok |= same(tok, a->tokens[i]);
-    return ok;
+    return gemmd_auth_identify(a, authorization) >= 0;
 }
 
 int gemmd_auth_count(const gemmd_auth *a) { return a ? a->n : 0; }

@@ -13,6 +13,11 @@ typedef struct gemmd_auth gemmd_auth;
 gemmd_auth *gemmd_auth_load(const char *path, char *msg, size_t msglen);
 /* 1 when the Authorization header value is "Bearer <a known token>", else 0. */
 int gemmd_auth_check(const gemmd_auth *a, const char *authorization);
+/* Who is asking: the index (0, 1, ...) of the token the header carries, or -1 when it
+ * carries none that is known. The same token listed twice has one index. Used as the
+ * owner of async jobs, so that the token itself is never stored anywhere else. Every
+ * token is compared, whichever matches, so the time does not say which one did. */
+int gemmd_auth_identify(const gemmd_auth *a, const char *authorization);
 int gemmd_auth_count(const gemmd_auth *a);
 void gemmd_auth_free(gemmd_auth *a);
 

@@ -47,6 +47,28 @@ static void test_load_and_check(void **state)
     gemmd_auth_free(a);
 }
 
+/* Each distinct token is one identity (the owner of async jobs); a token listed twice
+ * is one identity; an unknown or missing token is none. */
+static void test_identify(void **state)
+{
+    (void)state;
+    char path[64], msg[300];
+    temp_file(path, sizeof path, "alpha\nbeta\nalpha\ngamma\n");
+    gemmd_auth *a = gemmd_auth_load(path, msg, sizeof msg);
+    unlink(path);
+    assert_non_null(a);
+    assert_int_equal(gemmd_auth_count(a), 3);
+    assert_int_equal(gemmd_auth_identify(a, "Bearer alpha"), 0);
+    assert_int_equal(gemmd_auth_identify(a, "Bearer beta"), 1);
+    assert_int_equal(gemmd_auth_identify(a, "Bearer gamma"), 2);
+    assert_int_equal(gemmd_auth_identify(a, "bearer  gamma"), 2);
+    assert_int_equal(gemmd_auth_identify(a, "Bearer delta"), -1);
+    assert_int_equal(gemmd_auth_identify(a, "Bearer alph"), -1);
+    assert_int_equal(gemmd_auth_identify(a, NULL), -1);
+    assert_int_equal(gemmd_auth_identify(NULL, "Bearer alpha"), -1);
+    gemmd_auth_free(a);
+}
+
 static void test_no_auth_allows(void **state)
 {
     (void)state;
@@ -80,6 +102,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_and_check),
+        cmocka_unit_test(test_identify),
         cmocka_unit_test(test_no_auth_allows),
         cmocka_unit_test(test_bad_files),
     };
