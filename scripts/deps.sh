@@ -58,6 +58,8 @@ if want test; then
         need_lib cmocka libcmocka-dev
     fi
     need_cmd curl curl
+    # The HTTPS tests make a self-signed certificate with it.
+    need_cmd openssl openssl
     # The end-to-end tests take their float64 reference from NumPy.
     py_ok=0
     for py in python3 /usr/bin/python3; do

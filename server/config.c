@@ -64,6 +64,11 @@ const key_desc gemmd_config_keys[] = {
      "file of bearer tokens, one a line (empty = no authentication)"},
     {"tls_cert", K_STR, OFF(tls_cert), SZ(tls_cert), 0, 0, "PEM certificate (with tls_key: serve HTTPS)"},
     {"tls_key", K_STR, OFF(tls_key), SZ(tls_key), 0, 0, "PEM private key (with tls_cert: serve HTTPS)"},
+    {"tls_priorities", K_STR, OFF(tls_priorities), SZ(tls_priorities), 0, 0,
+     "GnuTLS priority string for HTTPS (protocol versions, ciphers); the default allows TLS 1.2 and 1.3 only"},
+    {"shutdown_timeout", K_INT, OFF(shutdown_timeout_s), 0, 0, 86400,
+     "seconds running products may take to finish after SIGTERM; then they are cancelled and their "
+     "clients get 503"},
     {"log_level", K_LOGLEVEL, OFF(log_level), SZ(log_level), 0, 0, "error, warn, info or debug"},
     {"restart_on_device_loss", K_BOOL, OFF(restart_on_device_loss), 0, 0, 1,
      "re-exec gemmd in place (same pid and port) when the engine has lost every device"},
@@ -87,6 +92,8 @@ void gemmd_config_defaults(gemmd_config *c)
     c->job_ttl_s = 600;
     c->job_mem_bytes = 2048 * MB;
     c->max_jobs = 1024;
+    snprintf(c->tls_priorities, sizeof c->tls_priorities, "%s", GEMMD_TLS_PRIORITIES_DEFAULT);
+    c->shutdown_timeout_s = 600;
     snprintf(c->log_level, sizeof c->log_level, "info");
     c->restart_on_device_loss = 1;
 }
@@ -144,7 +151,7 @@ static const char *kind_accepts(const key_desc *k, char *buf, size_t len)
     case K_MB_SIZE:
         snprintf(buf, len, "a whole number of MiB from %lld to %lld", k->min, k->max);
         break;
-    case K_STR: snprintf(buf, len, "a path of at most %zu bytes, or empty", k->size - 1); break;
+    case K_STR: snprintf(buf, len, "a string (a path, or a list) of at most %zu bytes, or empty", k->size - 1); break;
     case K_LISTEN: snprintf(buf, len, "an IPv4 or IPv6 address such as 127.0.0.1, 0.0.0.0 or ::1"); break;
     case K_BACKEND: snprintf(buf, len, "auto, cpu or cuda"); break;
     case K_DEVICES: snprintf(buf, len, "all, or a comma list of device ordinals such as 0,1"); break;
@@ -430,6 +437,11 @@ int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen)
     if (c->per_ip_limit > c->connection_limit) {
         snprintf(msg, msglen, "per_ip_limit (%d) is larger than connection_limit (%d)", c->per_ip_limit,
                  c->connection_limit);
+        return -1;
+    }
+    if (c->tls_cert[0] && !c->tls_priorities[0]) {
+        snprintf(msg, msglen, "tls_priorities: must not be empty when serving HTTPS (default: %s)",
+                 GEMMD_TLS_PRIORITIES_DEFAULT);
         return -1;
     }
     if ((c->tls_cert[0] != '\0') != (c->tls_key[0] != '\0')) {

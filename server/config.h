@@ -15,6 +15,9 @@
 #define GEMMD_VERSION "0.1.0" /* printed by --version, /v1/info and gemmd_build_info */
 #endif
 
+/* TLS 1.2 and 1.3 only; GnuTLS's NORMAL set of ciphers otherwise. */
+#define GEMMD_TLS_PRIORITIES_DEFAULT "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
+
 typedef struct {
     char listen[64];            /* listen = 127.0.0.1 (address to bind) */
     int port;                   /* port = 8080 */
@@ -32,6 +35,10 @@ typedef struct {
     char tokens_file[256];      /* tokens_file = (empty: no auth) one bearer token a line */
     char tls_cert[256];         /* tls_cert / tls_key: PEM files; both set -> HTTPS */
     char tls_key[256];
+    char tls_priorities[256];   /* tls_priorities = NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2
+                                   (GnuTLS priority string: TLS 1.2 and 1.3 only) */
+    int shutdown_timeout_s;     /* shutdown_timeout = 600: how long running products may
+                                   finish after SIGTERM before their clients get 503 */
     char log_level[8];          /* log_level = info (error|warn|info|debug) */
     char config_path[256];      /* the file that was read ("" if none) */
     int restart_on_device_loss; /* restart_on_device_loss = true: re-exec in place when the

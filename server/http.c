@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,6 +48,20 @@ static int is_job_id(const char *s, size_t n)
         if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) return 0;
     }
     return 1;
+}
+
+/* The path as log lines show it: a job id is a capability, so /v1/jobs/{id}[/result]
+ * keeps only the route; the id's first GEMMD_JOB_SHORT_LEN digits go in job=. */
+static const char *log_path(const gemmd_request *req, char *out, size_t cap)
+{
+    static const char jobs[] = "/v1/jobs/";
+    if (strncmp(req->path, jobs, sizeof jobs - 1) != 0) {
+        snprintf(out, cap, "%s", req->path);
+        return out;
+    }
+    const char *slash = strchr(req->path + sizeof jobs - 1, '/');
+    snprintf(out, cap, "/v1/jobs/{id}%.40s", slash ? slash : "");
+    return out;
 }
 
 /* Sets req->route and req->allow from the path; returns 0, or -1 for an unknown path. */
@@ -131,16 +146,24 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
     if (r > 0)
         return gemmd_respond_errorf(req, 405, "method_not_allowed", "%.60s does not take %s (allowed: %s)", url,
                                     method, req->allow);
-    if (srv->auth && req->route != GEMMD_ROUTE_HEALTHZ && req->route != GEMMD_ROUTE_READYZ &&
-        !gemmd_auth_check(srv->auth, gemmd_request_header(req, MHD_HTTP_HEADER_AUTHORIZATION)))
-        return gemmd_respond_errorf(req, 401, "unauthorized",
-                                    "this server needs \"Authorization: Bearer <token>\" with a known token");
+    if (srv->auth && req->route != GEMMD_ROUTE_HEALTHZ && req->route != GEMMD_ROUTE_READYZ) {
+        int who = gemmd_auth_identify(srv->auth, gemmd_request_header(req, MHD_HTTP_HEADER_AUTHORIZATION));
+        if (who < 0) {
+            LOG_DEBUG("request refused: no known bearer token");
+            return gemmd_respond_errorf(req, 401, "unauthorized",
+                                        "this server needs \"Authorization: Bearer <token>\" with a known token");
+        }
+        req->owner = who + 1; /* jobs.h: 0 is "no tokens configured" */
+    }
 
     if (req->route != GEMMD_ROUTE_MATMUL && req->route != GEMMD_ROUTE_JOBS_SUBMIT) return dispatch_get(req);
 
     if (atomic_load(&srv->stopping))
         return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
-    if (gemmd_body_begin(req) != 0) return gemmd_respond_error(req, &req->err);
+    if (gemmd_body_begin(req) != 0) {
+        LOG_DEBUG("request refused before its body: %d %s", req->err.status, req->err.code);
+        return gemmd_respond_error(req, &req->err);
+    }
     req->answer = req->family;
     if (req->route == GEMMD_ROUTE_MATMUL) {
         req->answer = gemmd_negotiate(gemmd_request_header(req, MHD_HTTP_HEADER_ACCEPT), req->family);
@@ -150,7 +173,57 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
                                         "application/octet-stream or application/x-npy (or */*)");
     }
     req->phase = REQ_BODY;
+    LOG_DEBUG("request body admitted: %s length=%s%llu limit=%llu", gemmd_format_mime(req->family),
+              req->has_length ? "" : "chunked, at most ", (unsigned long long)(req->has_length ? req->content_length : req->limit),
+              (unsigned long long)req->limit);
     return MHD_YES;
+}
+
+/* ---- message framing -------------------------------------------------------------- */
+
+struct header_count {
+    const char *name;
+    int n;
+};
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    (void)value;
+    struct header_count *c = cls;
+    if (key && strcasecmp(key, c->name) == 0) c->n++;
+    return MHD_YES;
+}
+
+static int header_count(gemmd_request *req, const char *name)
+{
+    struct header_count c = {name, 0};
+    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, count_header, &c);
+    return c.n;
+}
+
+/* Checks how the body is framed before anything else (0, or -1 with req->err set).
+ * libmicrohttpd takes the first of several Content-Length headers and reads a body with
+ * an unknown Transfer-Encoding until the client closes: both could make this server and
+ * a proxy in front of it disagree on where a request ends, so both are refused. */
+static int check_framing(gemmd_request *req)
+{
+    int ncl = header_count(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (ncl > 1)
+        return gemm_err_set(&req->err, 400, "bad_length",
+                            "the request has %d Content-Length headers; send exactly one", ncl);
+    int nte = header_count(req, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (nte == 0) return 0;
+    const char *te = gemmd_request_header(req, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (nte > 1 || !te || strcasecmp(te, "chunked") != 0)
+        return gemm_err_set(&req->err, 501, "unsupported_transfer_encoding",
+                            "Transfer-Encoding \"%.60s\"%s is not supported; send the body with a "
+                            "Content-Length, or with Transfer-Encoding: chunked alone",
+                            te ? te : "", nte > 1 ? " (in several headers)" : "");
+    if (ncl)
+        return gemm_err_set(&req->err, 400, "bad_length",
+                            "the request has both Transfer-Encoding and Content-Length; send one of them");
+    return 0;
 }
 
 static int has_body(gemmd_request *req)
@@ -162,8 +235,19 @@ static int has_body(gemmd_request *req)
 
 static enum MHD_Result body_complete(gemmd_request *req)
 {
-    if (req->failed) return gemmd_respond_error(req, &req->err);
-    if (gemmd_body_finish(req) != 0) return gemmd_respond_error(req, &req->err);
+    if (req->failed) {
+        LOG_DEBUG("request body refused: %d %s after %llu bytes", req->err.status, req->err.code,
+                  (unsigned long long)req->bytes_in);
+        return gemmd_respond_error(req, &req->err);
+    }
+    if (gemmd_body_finish(req) != 0) {
+        LOG_DEBUG("request body refused: %d %s", req->err.status, req->err.code);
+        return gemmd_respond_error(req, &req->err);
+    }
+    LOG_DEBUG("request body decoded: %s A %llux%llu B %llux%llu bytes=%llu recv_ms=%.3f decode_ms=%.3f",
+              gemm_dtype_name(req->a.dtype), (unsigned long long)req->a.rows, (unsigned long long)req->a.cols,
+              (unsigned long long)req->b.rows, (unsigned long long)req->b.cols, (unsigned long long)req->bytes_in,
+              req->t_body_ms - req->t_start_ms, req->t_decoded_ms - req->t_body_ms);
     if (req->route == GEMMD_ROUTE_MATMUL) return gemmd_route_matmul(req);
     return gemmd_route_jobs_submit(req);
 }
@@ -175,11 +259,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)version;
     gemmd_server *srv = cls;
     gemmd_request *req = *con_cls;
+    char lp[176];
     if (!req) {
         req = gemmd_request_new(srv, conn, method, url);
         if (!req) return MHD_NO;
         *con_cls = req;
         atomic_fetch_add(&srv->inflight, 1);
+        LOG_DEBUG("request start method=%s path=%s", req->method, log_path(req, lp, sizeof lp));
+        /* Framing errors are answered now, and MHD then closes the connection: the rest of
+         * the bytes cannot be trusted to be this request's body. */
+        if (check_framing(req) != 0) {
+            LOG_DEBUG("request refused: %d %s", req->err.status, req->err.code);
+            return gemmd_respond_error(req, &req->err);
+        }
         /* A request with a body is judged now, so that errors go out before the body is
          * read (MHD then closes the connection). One without a body is answered at the
          * end of the request, which keeps the connection alive. */
@@ -203,7 +295,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return rc;
     }
     if (req->phase == REQ_BODY) return body_complete(req);
-    if (req->phase == REQ_WAIT && req->job_done) return gemmd_route_matmul_answer(req);
+    if (req->phase == REQ_WAIT) return gemmd_route_matmul_resumed(req);
     return MHD_YES;
 }
 
@@ -218,21 +310,19 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     double ms = gemm_now_ms() - req->t_start_ms;
     static const char *const why[] = {"ok", "error", "timeout", "shutdown", "read_error", "client_abort"};
     const char *reason = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : "other";
+    char lp[176], job[24] = "";
+    log_path(req, lp, sizeof lp);
+    if (req->job_id[0]) snprintf(job, sizeof job, " job=%.*s", GEMMD_JOB_SHORT_LEN, req->job_id);
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        LOG_INFO("request method=%s path=%s status=%d in=%llu out=%llu ms=%.3f", req->method, req->path,
+        LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f", req->method, lp, job,
                  req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms);
     else
-        LOG_INFO("request method=%s path=%s status=%d in=%llu out=%llu ms=%.3f ended=%s", req->method, req->path,
+        LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f ended=%s", req->method, lp, job,
                  req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms, reason);
     gemmd_metrics_request(req->route, req->status, ms / 1000.0, req->bytes_in,
                           toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? req->bytes_out : 0);
-    if (req->phase == REQ_WAIT && !req->job_done) {
-        /* Only reachable if the daemon is stopped with a product still on the engine;
-         * shutdown drains the engine first. Keeping it is safer than freeing it. */
-        LOG_ERROR("request path=%s ended while its product was on the engine; not freed", req->path);
-    } else {
-        gemmd_request_free(req);
-    }
+    /* A product still on the engine (shutdown gave up on it) keeps req until its done(). */
+    gemmd_request_release(req);
     atomic_fetch_sub(&srv->inflight, 1);
 }
 
@@ -342,11 +432,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     s->cfg = *cfg;
     s->engine = engine;
     gemm_engine_describe(engine, &s->info);
-    pthread_mutexattr_t ma;
-    pthread_mutexattr_init(&ma);
-    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
-    pthread_mutex_init(&s->mu, &ma);
-    pthread_mutexattr_destroy(&ma);
+    pthread_mutex_init(&s->mu, NULL); /* lock order: request.h */
 
     struct sockaddr_storage ss;
     socklen_t sslen;
@@ -385,17 +471,24 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
     struct MHD_OptionItem where[2] = {{MHD_OPTION_SOCK_ADDR, 0, &ss}, {MHD_OPTION_END, 0, NULL}};
     if (listen_fd >= 0) where[0] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, listen_fd, NULL};
+    /* HTTPS: certificate, key, and the protocol versions and ciphers offered. */
+    struct MHD_OptionItem tls_opts[4] = {{MHD_OPTION_END, 0, NULL}};
+    if (tls) {
+        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, x->tls_cert};
+        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, x->tls_key};
+        tls_opts[2] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)cfg->tls_priorities};
+        tls_opts[3] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    }
     s->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
         MHD_OPTION_ARRAY, where, MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->connection_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)cfg->per_ip_limit, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GEMMD_CONN_MEMORY,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END,
-        x->tls_cert, MHD_OPTION_HTTPS_MEM_KEY, x->tls_key, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!s->daemon) {
         gemm_err_set(err, 500, "listen_failed",
-                     "cannot listen on %s port %d (address in use, not local, or TLS files invalid; "
-                     "see the log above)", cfg->listen, cfg->port);
+                     "cannot listen on %s port %d (address in use, not local%s; see the log above)", cfg->listen,
+                     cfg->port, tls ? ", TLS files invalid, or tls_priorities not a GnuTLS priority string" : "");
         goto fail;
     }
     listen_fd = -1; /* the daemon owns it now */
@@ -433,6 +526,38 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+static int engine_idle(gemm_engine *e, int *running)
+{
+    gemm_engine_stats st;
+    gemm_engine_get_stats(e, &st);
+    if (running) *running = st.running + st.queued;
+    return st.queued == 0 && st.running == 0;
+}
+
+/* Waits until the engine holds no job, at most limit_ms (< 0: however long it takes).
+ * Returns 1 when it is idle. */
+static int wait_engine_idle(gemm_engine *e, double limit_ms)
+{
+    double t0 = gemm_now_ms(), said = t0;
+    int n = 0;
+    while (!engine_idle(e, &n)) {
+        double now = gemm_now_ms();
+        if (limit_ms >= 0 && now - t0 >= limit_ms) return 0;
+        if (limit_ms < 0 && now - said >= 30000.0) {
+            LOG_WARN("shutdown: still waiting for %d products to leave the engine (%.0f s)", n, (now - t0) / 1000.0);
+            said = now;
+        }
+        sleep_ms(10);
+    }
+    return 1;
+}
+
+/* The graceful stop: no new connections or products; queued work fails with 503; running
+ * async jobs are cancelled (nobody could fetch them); running synchronous products get
+ * shutdown_timeout to finish. Past it they are asked to stop, and whatever is still
+ * suspended is resumed and answered 503, so that MHD_stop_daemon() never meets a
+ * suspended connection. Only once the engine holds none of our jobs (their done()
+ * touches the server and the store) is anything freed. */
 static int shutdown_server(gemmd_server *s, int keep_socket)
 {
     struct gemmd_server_ext *x = (struct gemmd_server_ext *)s;
@@ -441,28 +566,28 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     pthread_mutex_lock(&s->mu);
     atomic_store(&s->stopping, 1); /* no new products, from keep-alive connections either */
     pthread_mutex_unlock(&s->mu);
-    gemmd_routes_cancel_pending(s); /* queued products answer 503 shutting_down */
-    gemmd_jobs_shutdown(s->jobs);   /* queued async jobs are cancelled */
+    gemmd_routes_cancel_pending(s, 0); /* queued products answer 503 shutting_down */
+    gemmd_jobs_shutdown(s->jobs);      /* async jobs: queued cancelled, running asked to stop */
 
-    /* Running products finish; their done() resumes their connections. */
-    double t0 = gemm_now_ms();
-    for (;;) {
-        gemm_engine_stats st;
-        gemm_engine_get_stats(s->engine, &st);
-        if (st.queued == 0 && st.running == 0) break;
-        if (gemm_now_ms() - t0 > 600000.0) {
-            LOG_ERROR("shutdown: %d products still running after 10 minutes; stopping anyway", st.running);
-            break;
-        }
-        sleep_ms(10);
+    double limit_ms = s->cfg.shutdown_timeout_s * 1000.0;
+    if (!wait_engine_idle(s->engine, limit_ms)) {
+        int n = gemmd_routes_cancel_pending(s, 1);
+        LOG_WARN("shutdown: %d products still running after shutdown_timeout (%d s): asked them to stop", n,
+                 s->cfg.shutdown_timeout_s);
+        wait_engine_idle(s->engine, 2000.0); /* a product that stops at a stage boundary answers itself */
     }
+    /* Whatever is still waiting is answered now, whatever the time: even a product listed
+     * just before stopping was set and not yet on the engine when it looked idle. */
+    int n = gemmd_routes_abandon_pending(s);
+    if (n) LOG_WARN("shutdown: answered %d waiting clients with 503; their products are left to end", n);
     /* Give the answers in flight a moment to go out. */
-    t0 = gemm_now_ms();
+    double t0 = gemm_now_ms();
     while (atomic_load(&s->inflight) > 0 && gemm_now_ms() - t0 < 3000.0) sleep_ms(5);
     if (atomic_load(&s->inflight) > 0)
         LOG_WARN("shutdown: closing %d requests that did not finish in time", atomic_load(&s->inflight));
 
-    MHD_stop_daemon(s->daemon);
+    MHD_stop_daemon(s->daemon); /* nothing is suspended any more */
+    wait_engine_idle(s->engine, -1.0);
     int kept = -1;
     if (x->quiesced != MHD_INVALID_SOCKET) {
         int fl = keep_socket ? fcntl(x->quiesced, F_GETFD) : -1;

@@ -20,6 +20,7 @@ gemmd_request *gemmd_request_new(gemmd_server *srv, struct MHD_Connection *conn,
     req->srv = srv;
     req->conn = conn;
     req->t_start_ms = gemm_now_ms();
+    req->refs = 1; /* the connection's */
     req->route = GEMMD_ROUTE_OTHER;
     req->part = -1;
     req->family = GEMMD_FMT_JSON;
@@ -186,6 +187,40 @@ static const gemm_multipart_callbacks mp_callbacks = {part_begin, part_data, par
 
 /* ---- begin ---------------------------------------------------------------- */
 
+/* m, k and n of a raw body: each must be in the query (400 missing_dimension, naming the
+ * missing ones) and at least 1 (422 empty_matrix: a zero is given, not missing). */
+static int check_raw_dimensions(gemmd_request *req)
+{
+    static const char *const names[3] = {"m", "k", "n"};
+    const gemm_options *o = &req->opt;
+    const uint64_t v[3] = {o->m, o->k, o->n};
+    char missing[16] = "", zero[16] = "";
+    for (int i = 0; i < 3; i++) {
+        if (v[i]) continue;
+        int given = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, names[i]) != NULL;
+        char *list = given ? zero : missing;
+        size_t n = strlen(list);
+        snprintf(list + n, sizeof missing - n, "%s%s", n ? ", " : "", names[i]);
+    }
+    if (missing[0])
+        return gemm_err_set(&req->err, 400, "missing_dimension",
+                            "raw bodies need m, k and n in the query, e.g. "
+                            "/v1/matmul?m=2&k=3&n=4&dtype=float32 (missing: %s)", missing);
+    if (zero[0])
+        return gemm_err_set(&req->err, 422, "empty_matrix",
+                            "%s = 0 in the query: m, k and n must each be at least 1 (got m=%llu k=%llu n=%llu)",
+                            zero, (unsigned long long)o->m, (unsigned long long)o->k, (unsigned long long)o->n);
+    return 0;
+}
+
+int gemmd_check_math(const gemm_options *o, gemm_dtype dtype, gemm_err *err)
+{
+    if (o->math == GEMM_MATH_DEFAULT || dtype == GEMM_DTYPE_F32) return 0;
+    return gemm_err_set(err, 422, "unsupported_math",
+                        "math \"%s\" applies to float32 only; %s products are always computed exactly: "
+                        "leave math out (or send math=default)", gemm_math_name(o->math), gemm_dtype_name(dtype));
+}
+
 static int begin_raw(gemmd_request *req)
 {
     gemm_err *err = &req->err;
@@ -194,12 +229,9 @@ static int begin_raw(gemmd_request *req)
                             "raw bodies need a Content-Length (not chunked): the server checks it "
                             "against m, k, n and dtype before reading");
     gemm_options *o = &req->opt;
-    if (o->m == 0 || o->k == 0 || o->n == 0)
-        return gemm_err_set(err, 400, "missing_dimension",
-                            "raw bodies need m, k and n in the query, e.g. "
-                            "/v1/matmul?m=2&k=3&n=4&dtype=float32 (got m=%llu k=%llu n=%llu)",
-                            (unsigned long long)o->m, (unsigned long long)o->k, (unsigned long long)o->n);
+    if (check_raw_dimensions(req) != 0) return -1;
     if (o->dtype == GEMM_DTYPE_INVALID) o->dtype = GEMM_DTYPE_F32;
+    if (gemmd_check_math(o, o->dtype, err) != 0) return -1;
     if (gemm_check_product(o->m, o->k, o->k, o->n, o->dtype, limits(req), err) != 0) return -1;
     size_t a_bytes, b_bytes, total;
     if (!gemm_matrix_bytes(o->m, o->k, o->dtype, &a_bytes) || !gemm_matrix_bytes(o->k, o->n, o->dtype, &b_bytes) ||
@@ -351,6 +383,7 @@ static int finish_npy(gemmd_request *req)
                             "dtype %s was asked for but the .npy files hold %s; convert them or "
                             "leave dtype out", gemm_dtype_name(req->opt.dtype), gemm_dtype_name(req->a.dtype));
     req->opt.dtype = req->a.dtype;
+    if (gemmd_check_math(&req->opt, req->a.dtype, err) != 0) return -1;
     return gemm_check_product(req->a.rows, req->a.cols, req->b.rows, req->b.cols, req->a.dtype, limits(req),
                               err);
 }
@@ -368,6 +401,7 @@ int gemmd_body_finish(gemmd_request *req)
         req->json = NULL;
         req->json_len = req->json_cap = 0;
         if (rc == 0) req->opt.dtype = req->a.dtype;
+        if (rc == 0) rc = gemmd_check_math(&req->opt, req->a.dtype, &req->err);
         break;
     case GEMMD_FMT_RAW:
         if (req->raw_got != req->raw_total)

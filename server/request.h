@@ -42,7 +42,11 @@ typedef struct gemmd_server {
     char url[128];
     _Atomic int stopping;
     _Atomic int inflight;      /* requests between first call and NOTIFY_COMPLETED */
-    pthread_mutex_t mu;        /* recursive: pending list, suspend/resume handshake */
+    /* mu guards the pending list, every request's refs and its suspend/resume handshake
+     * (suspended, job_done, abandoned). It is never held while calling the engine or
+     * another lock's owner: lock order is mu alone (the job store and the engine have
+     * their own locks, never taken under it), so it is a plain, non-recursive mutex. */
+    pthread_mutex_t mu;
     gemmd_request *pending;    /* synchronous products on the engine */
 } gemmd_server;
 
@@ -63,6 +67,8 @@ struct gemmd_request {
     char path[160];
     gemmd_route route;
     char job_id[GEMMD_JOB_ID_LEN + 8];
+    int owner;                 /* gemmd_auth_identify() + 1 with tokens, else 0 (jobs.h) */
+    int retry_after_s;         /* Retry-After of a 503 answer (0: the default, 1) */
     gemmd_req_phase phase;
     double t_start_ms, t_body_ms, t_decoded_ms;
     uint64_t bytes_in, bytes_out;
@@ -91,10 +97,13 @@ struct gemmd_request {
     int have[2];
     gemm_matrix a, b;          /* decoded inputs (engine memory) until handed to a job */
 
-    /* synchronous product */
+    /* synchronous product; the fields below are under srv->mu */
     gemm_job job;
+    int refs;                  /* the connection's (until NOTIFY_COMPLETED), the engine's
+                                  (submit until done()), and short holds; freed at 0 */
     int suspended, job_done;
-    gemmd_request *pend_next, *pend_prev;
+    int abandoned;             /* shutdown gave up waiting: answer 503, the engine keeps req */
+    gemmd_request *pend_next, *pend_prev, *hold_next;
 
     /* answer */
     gemmd_timing timing;
@@ -118,6 +127,9 @@ int gemmd_body_finish(gemmd_request *req);
 /* Applies every query argument that is an option (kernel, tile, math, dtype, m, k, n).
  * 0 or -1 with *err set. */
 int gemmd_request_query_options(gemmd_request *req, gemm_options *opt, gemm_err *err);
+/* 422 unsupported_math when a math mode is asked for a product that is not float32
+ * (math selects how float32 is computed; float64 and int32 are always exact). 0 or -1. */
+int gemmd_check_math(const gemm_options *o, gemm_dtype dtype, gemm_err *err);
 /* A header's value or NULL. */
 const char *gemmd_request_header(gemmd_request *req, const char *name);
 

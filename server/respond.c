@@ -281,7 +281,11 @@ enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err)
         if (status == 405 && req->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, req->allow);
         if (status == 401)
             MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"gemmd\"");
-        if (status == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+        if (status == 503) {
+            char ra[16];
+            snprintf(ra, sizeof ra, "%d", req->retry_after_s > 0 ? req->retry_after_s : 1);
+            MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+        }
     }
     return gemmd_respond_queue(req, status, r);
 }

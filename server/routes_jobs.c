@@ -1,14 +1,18 @@
 /*
  * routes_jobs.c - POST /v1/matmul (synchronous) and the /v1/jobs family (asynchronous).
  *
- * A synchronous product is submitted and its connection suspended under srv->mu; the
- * engine's done() takes the same lock before resuming it, so the resume can never come
- * before the suspend. The MHD thread that picks the resumed connection up encodes C.
+ * A synchronous product is listed as pending, submitted without any lock held, and then,
+ * under srv->mu, either answered at once (its done() already ran) or suspended; done()
+ * takes the same lock and resumes only a connection that was suspended, so the resume
+ * never comes before the suspend. The MHD thread that picks the resumed connection up
+ * encodes C. A request is reference counted (request.h): the engine's reference keeps it
+ * alive if shutdown had to answer and close its connection before the product ended.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "respond.h"
 #include "routes.h"
 
@@ -59,6 +63,18 @@ static void job_meta(const gemm_job *job, gemmd_product_meta *m, const char *id)
 
 /* ---- POST /v1/matmul -------------------------------------------------------------- */
 
+/* Drops one reference (srv->mu held); 1 when the caller must free req after unlocking. */
+static int req_unref_locked(gemmd_request *req) { return --req->refs == 0; }
+
+void gemmd_request_release(gemmd_request *req)
+{
+    gemmd_server *srv = req->srv;
+    pthread_mutex_lock(&srv->mu);
+    int last = req_unref_locked(req);
+    pthread_mutex_unlock(&srv->mu);
+    if (last) gemmd_request_free(req);
+}
+
 static void on_sync_done(gemm_job *job)
 {
     gemmd_request *req = job->user;
@@ -67,13 +83,28 @@ static void on_sync_done(gemm_job *job)
     gemm_engine_host_free(srv->engine, job->a); /* inputs go as soon as the product is done */
     gemm_engine_host_free(srv->engine, job->b);
     job->a = job->b = NULL;
+    gemm_job_state st = (gemm_job_state)atomic_load(&job->state);
     pthread_mutex_lock(&srv->mu);
     pending_unlink(srv, req);
     req->job_done = 1;
     int resume = req->suspended;
+    req->suspended = 0;
+    int last = req_unref_locked(req); /* the engine's */
     pthread_mutex_unlock(&srv->mu);
-    /* req may be answered and freed on an MHD thread from here on: only conn is used. */
+    /* From here on req may be answered and freed by an HTTP thread (unless last): only
+     * conn and the copies above are used. A suspended connection stays open until
+     * resumed here, and MHD is never stopped while one is suspended. */
+    LOG_DEBUG("product done state=%s%s", gemm_job_state_name(st),
+              last ? " (its connection was closed at shutdown)" : resume ? ": resuming" : "");
     if (resume) MHD_resume_connection(conn);
+    if (last) gemmd_request_free(req);
+}
+
+static enum MHD_Result abandoned_answer(gemmd_request *req)
+{
+    return gemmd_respond_errorf(req, 503, "shutting_down",
+                                "the server is shutting down and the product did not finish within "
+                                "shutdown_timeout; retry elsewhere");
 }
 
 enum MHD_Result gemmd_route_matmul(gemmd_request *req)
@@ -88,23 +119,60 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
     req->job.done = on_sync_done;
     req->job.user = req;
 
+    /* Listed before it is submitted, under the same lock that shutdown sets stopping
+     * with: a product shutdown does not refuse is one it will find in the list. */
     pthread_mutex_lock(&srv->mu);
     if (atomic_load(&srv->stopping)) {
         pthread_mutex_unlock(&srv->mu);
         return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
     }
-    if (gemm_engine_submit(srv->engine, &req->job, &err) != 0) {
-        pthread_mutex_unlock(&srv->mu);
-        return gemmd_respond_error(req, &err);
-    }
     req->pend_prev = NULL;
     req->pend_next = srv->pending;
     if (srv->pending) srv->pending->pend_prev = req;
     srv->pending = req;
+    req->refs++; /* the engine's, dropped by done() */
     req->phase = REQ_WAIT;
+    pthread_mutex_unlock(&srv->mu);
+
+    if (gemm_engine_submit(srv->engine, &req->job, &err) != 0) { /* done() will not come */
+        pthread_mutex_lock(&srv->mu);
+        pending_unlink(srv, req);
+        req->refs--; /* never the last: the connection's is held */
+        req->phase = REQ_BODY;
+        pthread_mutex_unlock(&srv->mu);
+        LOG_DEBUG("product refused by the engine: %d %s", err.status, err.code);
+        return gemmd_respond_error(req, &err);
+    }
+    LOG_DEBUG("product queued %s %llux%llux%llu kernel=%s", gemm_dtype_name(req->job.dtype),
+              (unsigned long long)req->job.m, (unsigned long long)req->job.k, (unsigned long long)req->job.n,
+              req->job.kernel);
+    /* Shutdown began while it was being submitted: cancel it now (done() may run here).
+     * req cannot go away meanwhile: this connection holds it and is ours until we return. */
+    if (atomic_load(&srv->stopping)) gemm_engine_cancel(srv->engine, &req->job);
+
+    pthread_mutex_lock(&srv->mu);
+    if (req->job_done) { /* already finished: answer on this call */
+        pthread_mutex_unlock(&srv->mu);
+        return gemmd_route_matmul_answer(req);
+    }
+    if (req->abandoned) {
+        pthread_mutex_unlock(&srv->mu);
+        return abandoned_answer(req);
+    }
     req->suspended = 1;
     MHD_suspend_connection(req->conn);
     pthread_mutex_unlock(&srv->mu);
+    return MHD_YES;
+}
+
+enum MHD_Result gemmd_route_matmul_resumed(gemmd_request *req)
+{
+    gemmd_server *srv = req->srv;
+    pthread_mutex_lock(&srv->mu);
+    int done = req->job_done, abandoned = req->abandoned;
+    pthread_mutex_unlock(&srv->mu);
+    if (done) return gemmd_route_matmul_answer(req);
+    if (abandoned) return abandoned_answer(req);
     return MHD_YES;
 }
 
@@ -130,7 +198,9 @@ enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
     if (st != GEMM_JOB_DONE) {
         if (st == GEMM_JOB_CANCELLED && atomic_load(&req->srv->stopping))
             return gemmd_respond_errorf(req, 503, "shutting_down",
-                                        "the server is shutting down; the product was not started");
+                                        "the server is shutting down; the product was cancelled%s",
+                                        job->timing.compute_ms > 0 ? " while it ran (shutdown_timeout)"
+                                                                   : " before it started");
         return gemmd_respond_error(req, &job->err);
     }
     owned_buffer *ob = malloc(sizeof *ob);
@@ -143,17 +213,59 @@ enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
     return gemmd_respond_product(req, 200, req->answer, ob->p, job->m, job->n, &meta, release_buffer, ob);
 }
 
-void gemmd_routes_cancel_pending(gemmd_server *srv)
+/* The pending requests (all, or only those still queued), each with a hold taken, chained
+ * on hold_next; gemmd_request_release() drops the holds. */
+static gemmd_request *hold_pending(gemmd_server *srv, int queued_only)
 {
-    pthread_mutex_lock(&srv->mu); /* recursive: a cancelled job's done() runs right here */
-    gemmd_request *r = srv->pending;
-    while (r) {
-        gemmd_request *next = r->pend_next; /* stays listed (and alive) while we hold mu */
-        if (atomic_load(&r->job.state) == GEMM_JOB_QUEUED) /* running ones finish */
-            gemm_engine_cancel(srv->engine, &r->job);
-        r = next;
+    gemmd_request *held = NULL;
+    pthread_mutex_lock(&srv->mu);
+    for (gemmd_request *r = srv->pending; r; r = r->pend_next) {
+        if (queued_only && atomic_load(&r->job.state) != GEMM_JOB_QUEUED) continue;
+        r->refs++;
+        r->hold_next = held;
+        held = r;
     }
     pthread_mutex_unlock(&srv->mu);
+    return held;
+}
+
+int gemmd_routes_cancel_pending(gemmd_server *srv, int running_too)
+{
+    int n = 0;
+    gemmd_request *r = hold_pending(srv, !running_too);
+    while (r) {
+        gemmd_request *next = r->hold_next;
+        /* Queued: done() runs right here (503 shutting_down). Running: asked to stop at
+         * its next stage boundary. No lock is held: done() takes srv->mu. */
+        gemm_engine_cancel(srv->engine, &r->job);
+        gemmd_request_release(r);
+        r = next;
+        n++;
+    }
+    return n;
+}
+
+int gemmd_routes_abandon_pending(gemmd_server *srv)
+{
+    int n = 0;
+    gemmd_request *resume = NULL;
+    pthread_mutex_lock(&srv->mu);
+    for (gemmd_request *r = srv->pending; r; r = r->pend_next) {
+        r->abandoned = 1; /* one being submitted right now answers 503 instead of suspending */
+        if (!r->suspended) continue;
+        r->suspended = 0; /* done() will not resume it: we do */
+        r->hold_next = resume;
+        resume = r;
+        n++;
+    }
+    pthread_mutex_unlock(&srv->mu);
+    /* Each stays suspended (and so alive: its connection holds it) until resumed here. */
+    while (resume) {
+        gemmd_request *next = resume->hold_next;
+        MHD_resume_connection(resume->conn);
+        resume = next;
+    }
+    return n;
 }
 
 /* ---- POST /v1/jobs -------------------------------------------------------------- */
@@ -167,16 +279,23 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
     if (!gemm_matrix_bytes(req->a.rows, req->b.cols, req->a.dtype, &c_bytes))
         return gemmd_respond_errorf(req, 413, "too_large", "C's byte size overflows");
     gemmd_job_entry *j = gemmd_jobs_reserve(srv->jobs, c_bytes, &err);
-    if (!j) return gemmd_respond_error(req, &err);
+    if (!j) {
+        if (err.status == 503 && strcmp(err.code, "job_store_full") == 0)
+            req->retry_after_s = gemmd_jobs_retry_after_s(srv->jobs);
+        LOG_DEBUG("job refused: %d %s%s", err.status, err.code, req->retry_after_s ? " (retry after the oldest expires)" : "");
+        return gemmd_respond_error(req, &err);
+    }
     if (fill_job(req, &j->job, &err) != 0) {
         gemmd_jobs_abandon(srv->jobs, j);
         return gemmd_respond_error(req, &err);
     }
     j->family = (int)req->answer;
+    j->owner = req->owner;
     j->recv_ms = req->t_body_ms - req->t_start_ms;
     j->decode_ms = req->t_decoded_ms - req->t_body_ms;
     char id[GEMMD_JOB_ID_LEN + 1];
     memcpy(id, j->id, sizeof id);
+    snprintf(req->job_id, sizeof req->job_id, "%s", id); /* the access log shows its prefix */
     if (gemmd_jobs_submit(srv->jobs, j, &err) != 0) return gemmd_respond_error(req, &err);
     /* j may already be done and even deleted: only the copied id is used below. */
     char location[64];
@@ -190,6 +309,7 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
 
 /* ---- GET /v1/jobs/{id} ---------------------------------------------------------- */
 
+/* Also the answer for another token's job: its existence is not revealed. */
 static enum MHD_Result no_such_job(gemmd_request *req)
 {
     return gemmd_respond_errorf(req, 404, "job_not_found",
@@ -205,7 +325,7 @@ static const char *view_state_name(const gemmd_job_view *v)
 enum MHD_Result gemmd_route_job_status(gemmd_request *req)
 {
     gemmd_server *srv = req->srv;
-    gemmd_job_entry *j = gemmd_jobs_get(srv->jobs, req->job_id);
+    gemmd_job_entry *j = gemmd_jobs_get_owned(srv->jobs, req->job_id, req->owner);
     if (!j) return no_such_job(req);
     gemmd_job_view v;
     gemmd_jobs_view(srv->jobs, j, &v);
@@ -263,7 +383,7 @@ static void release_entry(void *ctx)
 enum MHD_Result gemmd_route_job_result(gemmd_request *req)
 {
     gemmd_server *srv = req->srv;
-    gemmd_job_entry *j = gemmd_jobs_get(srv->jobs, req->job_id);
+    gemmd_job_entry *j = gemmd_jobs_get_owned(srv->jobs, req->job_id, req->owner);
     if (!j) return no_such_job(req);
     gemmd_job_view v;
     gemmd_jobs_view(srv->jobs, j, &v);
@@ -303,7 +423,7 @@ enum MHD_Result gemmd_route_job_result(gemmd_request *req)
 
 enum MHD_Result gemmd_route_job_delete(gemmd_request *req)
 {
-    if (gemmd_jobs_delete(req->srv->jobs, req->job_id) != 0) return no_such_job(req);
+    if (gemmd_jobs_delete_owned(req->srv->jobs, req->job_id, req->owner) != 0) return no_such_job(req);
     gemm_buf b;
     gemm_buf_init(&b);
     return gemmd_respond_buf(req, 204, NULL, &b);

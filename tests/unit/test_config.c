@@ -44,6 +44,8 @@ static void test_defaults(void **state)
     assert_int_equal(c.max_jobs, 1024);
     assert_string_equal(c.log_level, "info");
     assert_string_equal(c.tokens_file, "");
+    assert_string_equal(c.tls_priorities, "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"); /* TLS 1.2+ */
+    assert_int_equal(c.shutdown_timeout_s, 600);
 
     gemm_engine_config e;
     gemm_engine_config_defaults(&e);
@@ -61,6 +63,11 @@ static void test_set_every_kind(void **state)
     gemmd_config_defaults(&c);
     assert_int_equal(gemmd_config_set(&c, "port", "9001", msg, sizeof msg), 0);
     assert_int_equal(c.port, 9001);
+    assert_int_equal(gemmd_config_set(&c, "tls_priorities", "SECURE256:-VERS-ALL:+VERS-TLS1.3", msg, sizeof msg), 0);
+    assert_string_equal(c.tls_priorities, "SECURE256:-VERS-ALL:+VERS-TLS1.3");
+    assert_int_equal(gemmd_config_set(&c, "shutdown_timeout", "0", msg, sizeof msg), 0);
+    assert_int_equal(c.shutdown_timeout_s, 0);
+    assert_int_equal(gemmd_config_set(&c, "shutdown_timeout", "-1", msg, sizeof msg), -1);
     assert_int_equal(gemmd_config_set(&c, "listen", "::1", msg, sizeof msg), 0);
     assert_string_equal(c.listen, "::1");
     assert_int_equal(gemmd_config_set(&c, "backend", "cpu", msg, sizeof msg), 0);

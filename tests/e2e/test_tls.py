@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""test_tls.py - HTTPS offers TLS 1.2 and 1.3 only by default (tls_priorities), and the
+key really sets what is offered.
+
+A self-signed certificate is made with the openssl command (scripts/deps.sh test installs
+it). Handshakes are made with Python's ssl module pinned to one protocol version (the
+security level lowered so that the client itself may offer TLS 1.0 and 1.1). Whether this
+client can speak TLS 1.0/1.1 at all is checked against a daemon configured to allow every
+version: only when that control handshake succeeds does a refused handshake against the
+default configuration count as a pass; otherwise the check is skipped, never passed.
+"""
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import SLOW, Daemon, Tap, run_guarded  # noqa: E402
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)  # TLSv1 / TLSv1_1 are deprecated names
+
+VERSIONS = [("TLS 1.0", "TLSv1"), ("TLS 1.1", "TLSv1_1"), ("TLS 1.2", "TLSv1_2"), ("TLS 1.3", "TLSv1_3")]
+
+
+def handshake(port, vname, timeout=10.0):
+    """('ok', version) after a handshake and GET /healthz; ('refused', why);
+    ('client', why) when this client cannot even be set up for that version."""
+    ver = getattr(ssl.TLSVersion, vname, None)
+    if ver is None:
+        return "client", "this Python has no %s" % vname
+    try:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
+        ctx.minimum_version = ver
+        ctx.maximum_version = ver
+    except (ValueError, ssl.SSLError) as e:
+        return "client", "cannot pin the client to %s: %s" % (vname, e)
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout * SLOW)
+    try:
+        t = ctx.wrap_socket(s)
+    except (ssl.SSLError, OSError) as e:
+        s.close()
+        return "refused", str(e)
+    try:
+        got = t.version()
+        t.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while True:
+            chunk = t.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        if not data.startswith(b"HTTP/1.1 200"):
+            return "refused", "handshake made (%s) but no 200: %r" % (got, data[:200])
+        return "ok", got
+    except (ssl.SSLError, OSError) as e:
+        return "refused", "after the handshake: %s" % e
+    finally:
+        t.close()
+
+
+def wait_tls(d, port):
+    deadline = time.monotonic() + 30 * SLOW
+    while time.monotonic() < deadline:
+        if not d.alive():
+            return False
+        try:
+            if handshake(port, "TLSv1_2", timeout=2)[0] == "ok":
+                return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def main(tap):
+    if not shutil.which("openssl"):
+        tap.skip("TLS versions", "no openssl command to make a certificate (run scripts/deps.sh test)")
+        return
+    tmp = tempfile.TemporaryDirectory(prefix="gemmd-e2e-tls-")
+    cert, key = os.path.join(tmp.name, "cert.pem"), os.path.join(tmp.name, "key.pem")
+    g = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                        "-days", "2", "-subj", "/CN=127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if g.returncode != 0:
+        tap.skip("TLS versions", "openssl could not make a certificate: %s" % g.stderr.decode()[-300:])
+        return
+    tls = {"backend": "cpu", "tls_cert": cert, "tls_key": key}
+
+    # The control: every version allowed, so this client's own abilities show.
+    control = {}
+    d = Daemon(tap, config=dict(tls, tls_priorities="NORMAL:+VERS-TLS1.0:+VERS-TLS1.1"), wait=False)
+    with d:
+        tap.ok(wait_tls(d, d.port), "HTTPS daemon with every version allowed starts", d.read_log()[-800:])
+        for label, vname in VERSIONS:
+            control[vname] = handshake(d.port, vname)
+        tap.ok(control["TLSv1_2"][0] == "ok", "control: TLS 1.2 served", control["TLSv1_2"])
+
+    # The default: TLS 1.2 and 1.3 only.
+    d = Daemon(tap, config=tls, wait=False)
+    with d:
+        tap.ok(wait_tls(d, d.port), "HTTPS daemon with the default tls_priorities starts", d.read_log()[-800:])
+        for label, vname in VERSIONS:
+            res = handshake(d.port, vname)
+            if vname in ("TLSv1_2", "TLSv1_3"):
+                if res[0] == "client":
+                    tap.skip("default: %s served" % label, res[1])
+                else:
+                    tap.ok(res[0] == "ok", "default: %s served" % label, res)
+                continue
+            ctl = control.get(vname, ("client", "no control"))
+            if ctl[0] != "ok":
+                tap.skip("default: %s refused" % label,
+                         "this client cannot speak %s even to a server that allows it (%s)" % (label, ctl[1]))
+                continue
+            tap.ok(res[0] == "refused", "default: %s refused (the control accepted it)" % label, res)
+
+    # The key is applied as given: TLS 1.3 only refuses 1.2.
+    d = Daemon(tap, config=dict(tls, tls_priorities="NORMAL:-VERS-ALL:+VERS-TLS1.3"), wait=False)
+    with d:
+        deadline = time.monotonic() + 30 * SLOW
+        res13 = ("refused", "not tried")
+        while time.monotonic() < deadline and d.alive():
+            try:
+                res13 = handshake(d.port, "TLSv1_3", timeout=2)
+            except OSError as e:
+                res13 = ("refused", str(e))
+            if res13[0] != "refused":
+                break
+            time.sleep(0.1)
+        if res13[0] == "client":
+            tap.skip("tls_priorities TLS 1.3 only", res13[1])
+        else:
+            tap.ok(res13[0] == "ok", "tls_priorities = TLS 1.3 only: 1.3 served", res13)
+            res12 = handshake(d.port, "TLSv1_2")
+            tap.ok(res12[0] == "refused", "tls_priorities = TLS 1.3 only: 1.2 refused", res12)
+
+    # A priority string GnuTLS does not know stops the daemon with a message naming the key.
+    d = Daemon(tap, config=dict(tls, tls_priorities="NOT-A-PRIORITY:+NONSENSE"), wait=False, check_exit=False)
+    with d:
+        try:
+            d.proc.wait(timeout=30 * SLOW)
+        except subprocess.TimeoutExpired:
+            pass
+        rc = d.proc.poll()
+        log = d.read_log()
+        tap.ok(rc not in (None, 0) and "tls_priorities" in log,
+               "a bad tls_priorities: the daemon does not start, and says why", (rc, log[-800:]))
+    tmp.cleanup()
+
+
+if __name__ == "__main__":
+    run_guarded(Tap(), main)
