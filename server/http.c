@@ -50,17 +50,49 @@ static int is_job_id(const char *s, size_t n)
     return 1;
 }
 
+static int is_hex(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* Cuts every run of 16 or more hex digits in s (in place) to its first
+ * GEMMD_JOB_SHORT_LEN digits and "...": whatever a log line quotes, a job id in it (a
+ * bearer capability) never appears whole. */
+static void scrub_ids(char *s)
+{
+    char *w = s;
+    for (const char *r = s; *r;) {
+        size_t n = 0;
+        while (is_hex(r[n])) n++;
+        if (n >= 16) {
+            memmove(w, r, GEMMD_JOB_SHORT_LEN);
+            memcpy(w + GEMMD_JOB_SHORT_LEN, "...", 3); /* 11 <= 16: never longer */
+            w += GEMMD_JOB_SHORT_LEN + 3;
+            r += n;
+        } else if (n) {
+            memmove(w, r, n);
+            w += n;
+            r += n;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+}
+
 /* The path as log lines show it: a job id is a capability, so /v1/jobs/{id}[/result]
- * keeps only the route; the id's first GEMMD_JOB_SHORT_LEN digits go in job=. */
+ * keeps only the route (the id's first GEMMD_JOB_SHORT_LEN digits go in job=), and any
+ * other long hex run is cut too. */
 static const char *log_path(const gemmd_request *req, char *out, size_t cap)
 {
     static const char jobs[] = "/v1/jobs/";
     if (strncmp(req->path, jobs, sizeof jobs - 1) != 0) {
         snprintf(out, cap, "%s", req->path);
-        return out;
+    } else {
+        const char *slash = strchr(req->path + sizeof jobs - 1, '/');
+        snprintf(out, cap, "/v1/jobs/{id}%.40s", slash ? slash : "");
     }
-    const char *slash = strchr(req->path + sizeof jobs - 1, '/');
-    snprintf(out, cap, "/v1/jobs/{id}%.40s", slash ? slash : "");
+    scrub_ids(out);
     return out;
 }
 
@@ -337,6 +369,7 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
     for (char *p = line; *p; p++)
         if ((unsigned char)*p < 0x20) *p = ' ';
+    scrub_ids(line); /* its messages may quote a URL */
     LOG_INFO("http: %s", line);
 }
 

@@ -104,6 +104,9 @@ def main(tap):
         tap.ok(r.status == 204, "its owner deletes it: 204", r)
         r = d.curl("GET", "/v1/jobs/" + jid2, headers=auth(other))
         tap.ok(r.status == 404, "deleted: 404 for its owner too", r)
+        for odd in ("/v1/jobs//" + jid, "/v1/jobs/%s/x/%s" % (jid, jid), "/v1/other/" + jid):
+            r = d.curl("GET", odd, headers=auth(own))
+            tap.ok(r.status == 404, "an odd path quoting the id: 404 (%s)" % odd.replace(jid, "{id}"), r)
         r = d.curl("DELETE", "/v1/jobs/" + jid, headers=auth(own))
         tap.ok(r.status == 204, "the first job deleted by its owner", r)
 
