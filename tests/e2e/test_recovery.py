@@ -83,9 +83,15 @@ def test_restart(tap, rng):
                "restart: meanwhile only 503 or a refused/closed connection (%d tries)" % len(statuses),
                statuses)
         tap.ok(d.alive() and d.proc.pid == pid, "restart: the same process (pid %d) serves on" % pid)
+        # The new process may answer before it writes its start-up line: wait for it (bounded).
+        adopted = lambda lg: "restart=1 listen_fd=inherited" in lg and lg.count("url=%s " % d.base) == 2  # noqa: E731
+        deadline = time.monotonic() + 10 * SLOW
         log = d.read_log()
+        while not adopted(log) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            log = d.read_log()
         tap.ok("restarting gemmd in place" in log, "restart: an error line says why it restarts")
-        tap.ok("restart=1 listen_fd=inherited" in log and log.count("url=%s " % d.base) == 2,
+        tap.ok(adopted(log),
                "restart: the new process adopted the same listening socket (same port)")
         tap.ok("ignoring fault_inject" in log, "restart: the restarted process ignores fault_inject")
 
