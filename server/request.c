@@ -400,8 +400,10 @@ int gemmd_body_finish(gemmd_request *req)
         free(req->json);
         req->json = NULL;
         req->json_len = req->json_cap = 0;
-        if (rc == 0) req->opt.dtype = req->a.dtype;
-        if (rc == 0) rc = gemmd_check_math(&req->opt, req->a.dtype, &req->err);
+        if (rc == 0) {
+            req->opt.dtype = req->a.dtype;
+            rc = gemmd_check_math(&req->opt, req->a.dtype, &req->err);
+        }
         break;
     case GEMMD_FMT_RAW:
         if (req->raw_got != req->raw_total)
