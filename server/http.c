@@ -607,7 +607,9 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
         int n = gemmd_routes_cancel_pending(s, 1);
         LOG_WARN("shutdown: %d products still running after shutdown_timeout (%d s): asked them to stop", n,
                  s->cfg.shutdown_timeout_s);
-        wait_engine_idle(s->engine, 2000.0); /* a product that stops at a stage boundary answers itself */
+        /* A product that stops at a stage boundary answers itself; give it a moment, but
+         * no more than the timeout itself (0: everything is answered at once). */
+        wait_engine_idle(s->engine, limit_ms < 2000.0 ? limit_ms : 2000.0);
     }
     /* Whatever is still waiting is answered now, whatever the time: even a product listed
      * just before stopping was set and not yet on the engine when it looked idle. */
