@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "config_keys.h"
+#include "instance.h"
 #include "log.h"
 
 #define MB GEMMD_MB
@@ -72,6 +73,8 @@ const key_desc gemmd_config_keys[] = {
     {"log_level", K_LOGLEVEL, OFF(log_level), SZ(log_level), 0, 0, "error, warn, info or debug"},
     {"restart_on_device_loss", K_BOOL, OFF(restart_on_device_loss), 0, 0, 1,
      "re-exec gemmd in place (same pid and port) when the engine has lost every device"},
+    {"instance_id", K_INSTANCE, OFF(instance_id), SZ(instance_id), 0, 0,
+     "this daemon's name among its peers, carried by job ids (empty = <short host name>-<port>)"},
 };
 const size_t gemmd_config_nkeys = sizeof gemmd_config_keys / sizeof gemmd_config_keys[0];
 
@@ -157,6 +160,10 @@ static const char *kind_accepts(const key_desc *k, char *buf, size_t len)
     case K_DEVICES: snprintf(buf, len, "all, or a comma list of device ordinals such as 0,1"); break;
     case K_LOGLEVEL: snprintf(buf, len, "error, warn, info or debug"); break;
     case K_BOOL: snprintf(buf, len, "true or false (or yes/no, on/off, 1/0; any case)"); break;
+    case K_INSTANCE:
+        snprintf(buf, len, "empty, or 1 to %d characters of A-Z a-z 0-9 . _ - starting and ending with a "
+                 "letter or digit", GEMMD_INSTANCE_MAX);
+        break;
     }
     return buf;
 }
@@ -268,6 +275,15 @@ int gemmd_config_set(gemmd_config *c, const char *key, const char *value, char *
             return -1;
         }
         return set_string(c, k, value, msg, msglen);
+    case K_INSTANCE: {
+        char why[96];
+        if (value[0] && gemmd_instance_check(value, why, sizeof why) != 0) {
+            snprintf(msg, msglen, "%s: '%.70s' %s; accepted: %s", k->name, value, why,
+                     kind_accepts(k, acc, sizeof acc));
+            return -1;
+        }
+        return set_string(c, k, value, msg, msglen);
+    }
     case K_BOOL: {
         static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
         for (int i = 0; i < 4; i++) {
@@ -414,6 +430,11 @@ int gemmd_config_load_env(gemmd_config *c, char **envp, char *msg, size_t msglen
         }
     }
     return 0;
+}
+
+void gemmd_config_resolve_instance(gemmd_config *c)
+{
+    if (!c->instance_id[0]) gemmd_instance_default(c->instance_id, sizeof c->instance_id, c->port);
 }
 
 int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen)

@@ -43,6 +43,8 @@ typedef struct {
     char config_path[256];      /* the file that was read ("" if none) */
     int restart_on_device_loss; /* restart_on_device_loss = true: re-exec in place when the
                                    engine has lost every device */
+    char instance_id[64];       /* instance_id = (empty: "<short host name>-<port>") the name
+                                   job ids carry, see instance.h */
 } gemmd_config;
 
 void gemmd_config_defaults(gemmd_config *c);
@@ -63,6 +65,9 @@ int gemmd_config_load_env(gemmd_config *c, char **envp, char *msg, size_t msglen
 int gemmd_config_from_args(gemmd_config *c, int argc, char **argv, char **envp);
 
 void gemmd_config_usage(FILE *out);
+
+/* Fills instance_id when it is empty: "<short host name>-<port>" (instance.h). */
+void gemmd_config_resolve_instance(gemmd_config *c);
 
 /* Checks the values fit together (ports, limits, tls pair, token file readable). */
 int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen);

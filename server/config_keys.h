@@ -21,7 +21,8 @@ typedef enum {
     K_BACKEND,  /* auto | cpu | cuda */
     K_DEVICES,  /* all | comma list of ordinals */
     K_LOGLEVEL, /* error | warn | info | debug */
-    K_BOOL      /* true | false (also yes/no, on/off, 1/0); int field */
+    K_BOOL,     /* true | false (also yes/no, on/off, 1/0); int field */
+    K_INSTANCE  /* an instance_id (instance.h), or empty */
 } key_kind;
 
 typedef struct {

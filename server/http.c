@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "instance.h"
 #include "log.h"
 #include "respond.h"
 #include "routes.h"
@@ -40,14 +41,10 @@ struct gemmd_server_ext {
 
 /* ---- routing ------------------------------------------------------------------ */
 
+/* [instance_id "-"] 32 hex digits (instance.h); the owner may be another instance. */
 static int is_job_id(const char *s, size_t n)
 {
-    if (n == 0 || n > GEMMD_JOB_ID_LEN) return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) return 0;
-    }
-    return 1;
+    return gemmd_instance_id_valid(s, n);
 }
 
 static int is_hex(char c)
@@ -117,7 +114,8 @@ static int resolve(gemmd_request *req, const char *url, const char *method)
         const char *id = url + sizeof jobs - 1;
         const char *slash = strchr(id, '/');
         size_t n = slash ? (size_t)(slash - id) : strlen(id);
-        snprintf(req->job_id, sizeof req->job_id, "%.*s", (int)(n < 40 ? n : 40), id);
+        size_t keep = n < sizeof req->job_id - 1 ? n : sizeof req->job_id - 1;
+        snprintf(req->job_id, sizeof req->job_id, "%.*s", (int)keep, id);
         if (!slash) {
             req->allow = "GET, HEAD, DELETE";
             req->route = del ? GEMMD_ROUTE_JOB_DELETE : GEMMD_ROUTE_JOB_STATUS;
@@ -157,7 +155,8 @@ static enum MHD_Result dispatch_get(gemmd_request *req)
     case GEMMD_ROUTE_JOB_RESULT:
     case GEMMD_ROUTE_JOB_DELETE:
         if (!req->job_id[0])
-            return gemmd_respond_errorf(req, 404, "job_not_found", "that is not a job id (32 hex digits)");
+            return gemmd_respond_errorf(req, 404, "job_not_found",
+                                        "that is not a job id ([instance_id-]32 hex digits)");
         if (req->route == GEMMD_ROUTE_JOB_STATUS) return gemmd_route_job_status(req);
         if (req->route == GEMMD_ROUTE_JOB_RESULT) return gemmd_route_job_result(req);
         return gemmd_route_job_delete(req);
@@ -342,9 +341,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     double ms = gemm_now_ms() - req->t_start_ms;
     static const char *const why[] = {"ok", "error", "timeout", "shutdown", "read_error", "client_abort"};
     const char *reason = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : "other";
-    char lp[176], job[24] = "";
+    char lp[176], job[GEMMD_INSTANCE_MAX + 24] = "";
     log_path(req, lp, sizeof lp);
-    if (req->job_id[0]) snprintf(job, sizeof job, " job=%.*s", GEMMD_JOB_SHORT_LEN, req->job_id);
+    if (req->job_id[0]) /* its instance and the first GEMMD_JOB_SHORT_LEN digits */
+        snprintf(job, sizeof job, " job=%.*s", gemmd_instance_id_log_len(req->job_id, GEMMD_JOB_SHORT_LEN),
+                 req->job_id);
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
         LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f", req->method, lp, job,
                  req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms);

@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include "log.h"
@@ -40,27 +39,6 @@ struct gemmd_jobs {
     void (*done_hook)(gemmd_job_entry *j, void *arg); /* test hook */
     void *done_hook_arg;
 };
-
-static int random_id(char out[GEMMD_JOB_ID_LEN + 1])
-{
-    unsigned char raw[GEMMD_JOB_ID_LEN / 2];
-    size_t got = 0;
-    while (got < sizeof raw) {
-        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        got += (size_t)n;
-    }
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < sizeof raw; i++) {
-        out[2 * i] = hex[raw[i] >> 4];
-        out[2 * i + 1] = hex[raw[i] & 15];
-    }
-    out[GEMMD_JOB_ID_LEN] = '\0';
-    return 0;
-}
 
 static void free_buffers(gemmd_jobs *s, gemmd_job_entry *j, int inputs_only)
 {
@@ -130,8 +108,8 @@ static void sweep_locked(gemmd_jobs *s, gemmd_job_entry **dead)
             *pp = j->next;
             j->next = NULL;
             j->linked = 0;
-            LOG_DEBUG("job %.*s expired (job_ttl %.0f s): forgotten", GEMMD_JOB_SHORT_LEN, j->id,
-                      s->ttl_ms / 1000.0);
+            LOG_DEBUG("job %.*s expired (job_ttl %.0f s): forgotten",
+                      gemmd_instance_id_log_len(j->id, GEMMD_JOB_SHORT_LEN), j->id, s->ttl_ms / 1000.0);
             if (unref_locked(s, j)) {
                 j->next = *dead;
                 *dead = j;
@@ -287,7 +265,7 @@ gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t result_bytes, gemm_err
                      (unsigned long long)s->mem_cap);
     } else if (!(j = calloc(1, sizeof *j))) {
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate a job");
-    } else if (random_id(j->id) != 0) {
+    } else if (gemmd_instance_new_id(j->id, sizeof j->id) != 0) {
         gemm_err_set(err, 500, "internal_error", "cannot draw a random job id: %s", strerror(errno));
         free(j);
         j = NULL;
@@ -402,13 +380,15 @@ int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err)
     return 0;
 }
 
-/* Ids are capabilities: compared in full, whatever byte differs. */
+/* Ids are capabilities: compared in full, whatever byte differs. Their lengths differ only
+ * by the instance_id in front, which is no secret. */
 static int same_id(const char *a, const char *b)
 {
+    size_t n = strnlen(a, GEMMD_JOB_ID_LEN + 1);
+    if (strnlen(b, GEMMD_JOB_ID_LEN + 1) != n) return 0;
     unsigned char diff = 0;
-    size_t i = 0;
-    for (; i < GEMMD_JOB_ID_LEN && b[i]; i++) diff |= (unsigned char)(a[i] ^ b[i]);
-    return diff == 0 && i == GEMMD_JOB_ID_LEN && b[i] == '\0';
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(a[i] ^ b[i]);
+    return diff == 0;
 }
 
 gemmd_job_entry *gemmd_jobs_get(gemmd_jobs *s, const char *id)

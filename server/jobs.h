@@ -32,8 +32,10 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "instance.h"
 
-#define GEMMD_JOB_ID_LEN 32 /* 128 random bits in hex */
+/* Longest job id: "<instance_id>-" and 128 random bits in hex (instance.h). */
+#define GEMMD_JOB_ID_LEN GEMMD_ID_MAX
 #define GEMMD_JOB_SHORT_LEN 8 /* the prefix that log lines carry, never the whole id */
 #define GEMMD_OWNER_ANY (-1)  /* lookups that ignore the owner (tests, internal) */
 

@@ -27,7 +27,9 @@
 
 #include "config.h"
 #include "engine.h"
+#include "fleet.h"
 #include "http.h"
+#include "instance.h"
 #include "log.h"
 #include "metrics.h"
 #include "restart.h"
@@ -130,6 +132,11 @@ int main(int argc, char **argv)
     int level = gemmd_log_level_from_name(cfg.log_level);
     gemmd_log_set_level(level < 0 ? GEMMD_LOG_INFO : (gemmd_log_level)level);
     gemmd_metrics_init();
+    gemmd_config_resolve_instance(&cfg);
+    if (gemmd_instance_set(cfg.instance_id) != 0) { /* a derived name is always valid */
+        fprintf(stderr, "gemmd: instance_id: '%s' is not valid\n", cfg.instance_id);
+        return 2;
+    }
 
     int restarts = gemmd_restart_count();
     int listen_fd = gemmd_restart_inherited_socket(cfg.listen, cfg.port);
@@ -156,6 +163,7 @@ int main(int argc, char **argv)
         if (listen_fd >= 0) close(listen_fd);
         return 1;
     }
+    gemmd_fleet_start(gemm_now_ms());
     gemmd_server *srv = gemmd_http_start_fd(&cfg, engine, listen_fd, &err);
     if (!srv) {
         LOG_ERROR("http did not start: %s (%s)", err.message, err.code);
@@ -169,8 +177,9 @@ int main(int argc, char **argv)
     char restarted[64] = "";
     if (restarts > 0)
         snprintf(restarted, sizeof restarted, " restart=%d listen_fd=%s", restarts, listen_fd >= 0 ? "inherited" : "new");
-    LOG_INFO("gemmd %s listening url=%s backend=%s devices=[%s] workers=%d queue=%d http_threads=%d%s%s%s",
-             GEMMD_VERSION, gemmd_http_url(srv), info.backend, devices, info.workers, info.queue_capacity,
+    LOG_INFO("gemmd %s listening url=%s instance=%s backend=%s devices=[%s] workers=%d queue=%d http_threads=%d%s%s%s",
+             GEMMD_VERSION, gemmd_http_url(srv), gemmd_instance_get(), info.backend, devices, info.workers,
+             info.queue_capacity,
              cfg.http_threads, restarted, cfg.config_path[0] ? " config=" : "", cfg.config_path);
 
     int sig = wait_event(engine);

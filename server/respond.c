@@ -11,6 +11,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "instance.h"
+
 #define PAYLOAD_BLOCK (256 * 1024)
 
 /* ---- Accept ----------------------------------------------------------------- */
@@ -168,6 +170,7 @@ enum MHD_Result gemmd_respond_queue(gemmd_request *req, int status, struct MHD_R
                                                     : req->srv->info.backend;
     if (dev && dev[0]) MHD_add_response_header(resp, "X-Gemm-Device", dev);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (gemmd_instance_get()[0]) MHD_add_response_header(resp, "X-Gemm-Instance", gemmd_instance_get());
     enum MHD_Result rc = MHD_queue_response(req->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     if (rc == MHD_YES) req->status = status;

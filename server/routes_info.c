@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fleet.h"
+#include "instance.h"
 #include "respond.h"
 #include "routes.h"
 
@@ -63,6 +65,7 @@ static cJSON *info_json(gemmd_server *srv)
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "name", "gemmd");
     cJSON_AddStringToObject(root, "version", GEMMD_VERSION);
+    cJSON_AddStringToObject(root, "instance_id", gemmd_instance_get());
     cJSON_AddStringToObject(root, "backend", in->backend);
     cJSON_AddNumberToObject(root, "workers", in->workers);
 
@@ -149,5 +152,6 @@ enum MHD_Result gemmd_route_metrics(gemmd_request *req)
     gemm_buf_init(&b);
     gemmd_jobs_sweep(req->srv->jobs); /* expired jobs leave the gauges too */
     gemmd_metrics_render(&b, req->srv->engine);
+    gemmd_fleet_render(&b, req->srv->engine, atomic_load(&req->srv->inflight) - 1);
     return gemmd_respond_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
 }

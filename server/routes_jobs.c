@@ -298,7 +298,7 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
     snprintf(req->job_id, sizeof req->job_id, "%s", id); /* the access log shows its prefix */
     if (gemmd_jobs_submit(srv->jobs, j, &err) != 0) return gemmd_respond_error(req, &err);
     /* j may already be done and even deleted: only the copied id is used below. */
-    char location[64];
+    char location[sizeof "/v1/jobs/" + GEMMD_JOB_ID_LEN];
     snprintf(location, sizeof location, "/v1/jobs/%s", id);
     gemm_buf b;
     gemm_buf_init(&b);

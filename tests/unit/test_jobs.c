@@ -170,8 +170,9 @@ static void test_ids_are_random_hex(void **state)
     gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 16, &err);
     assert_non_null(j1);
     assert_non_null(j2);
-    assert_int_equal(strlen(j1->id), GEMMD_JOB_ID_LEN);
-    assert_int_equal(strspn(j1->id, "0123456789abcdef"), GEMMD_JOB_ID_LEN);
+    /* no instance_id set in this process: the 32 hex digits alone */
+    assert_int_equal(strlen(j1->id), GEMMD_ID_RANDOM_HEX);
+    assert_int_equal(strspn(j1->id, "0123456789abcdef"), GEMMD_ID_RANDOM_HEX);
     assert_string_not_equal(j1->id, j2->id);
     /* reserved but not submitted: not listed */
     assert_null(gemmd_jobs_get(s, j1->id));
@@ -581,9 +582,10 @@ static void test_owner(void **state)
     /* an id that differs in its last digit, or is a prefix, is another id */
     char other[GEMMD_JOB_ID_LEN + 1];
     strcpy(other, id);
-    other[GEMMD_JOB_ID_LEN - 1] = other[GEMMD_JOB_ID_LEN - 1] == '0' ? '1' : '0';
+    size_t last = strlen(id) - 1;
+    other[last] = other[last] == '0' ? '1' : '0';
     assert_null(gemmd_jobs_get_owned(s, other, 2));
-    other[GEMMD_JOB_ID_LEN - 1] = '\0';
+    other[last] = '\0';
     assert_null(gemmd_jobs_get_owned(s, other, 2));
     assert_int_equal(gemmd_jobs_delete_owned(s, id, 2), 0);
     close_all(e, s);

@@ -1,0 +1,112 @@
+/*
+ * fleet.c - load gauges for balancers and autoscalers (see fleet.h).
+ */
+#include "fleet.h"
+
+#include <string.h>
+
+#include "instance.h"
+#include "metrics.h" /* gemmd_metrics_label_value */
+
+/* ---- busy fraction over a window ------------------------------------------------- */
+
+void gemmd_util_init(gemmd_util *u, double t0_ms)
+{
+    memset(u, 0, sizeof *u);
+    u->ring[0].t_ms = t0_ms;
+    u->count = 1;
+    u->newest = 0;
+}
+
+static const gemmd_util_sample *at(const gemmd_util *u, int age) /* 0: newest */
+{
+    int i = (u->newest - age) % GEMMD_UTIL_SAMPLES;
+    return &u->ring[i < 0 ? i + GEMMD_UTIL_SAMPLES : i];
+}
+
+void gemmd_util_update(gemmd_util *u, double now_ms, int nd, const double *busy_s, double *frac)
+{
+    if (nd < 0) nd = 0;
+    if (nd > GEMM_MAX_DEVICES) nd = GEMM_MAX_DEVICES;
+    /* The baseline: the newest sample at least a window old, else the oldest held. */
+    const gemmd_util_sample *base = at(u, u->count - 1);
+    for (int age = 0; age < u->count; age++) {
+        const gemmd_util_sample *s = at(u, age);
+        if (now_ms - s->t_ms >= GEMMD_UTIL_WINDOW_S * 1000.0) {
+            base = s;
+            break;
+        }
+    }
+    double span_s = (now_ms - base->t_ms) / 1000.0;
+    for (int d = 0; d < nd; d++) {
+        double f = span_s > 0.001 ? (busy_s[d] - base->busy_s[d]) / span_s : 0.0;
+        /* Counters reset (a device rebuilt) or summed over several CPU workers: 0..1. */
+        frac[d] = f < 0 ? 0 : f > 1 ? 1 : f;
+    }
+    if (now_ms - at(u, 0)->t_ms >= 1000.0) {
+        u->newest = (u->newest + 1) % GEMMD_UTIL_SAMPLES;
+        if (u->count < GEMMD_UTIL_SAMPLES) u->count++;
+        gemmd_util_sample *s = &u->ring[u->newest];
+        memset(s, 0, sizeof *s);
+        s->t_ms = now_ms;
+        for (int d = 0; d < nd; d++) s->busy_s[d] = busy_s[d];
+    }
+}
+
+/* ---- the process's history and the gauges ------------------------------------------ */
+
+static pthread_mutex_t util_mu = PTHREAD_MUTEX_INITIALIZER;
+static gemmd_util util;
+static int util_started;
+
+void gemmd_fleet_start(double now_ms)
+{
+    pthread_mutex_lock(&util_mu);
+    gemmd_util_init(&util, now_ms);
+    util_started = 1;
+    pthread_mutex_unlock(&util_mu);
+}
+
+static void header(gemm_buf *out, const char *name, const char *type, const char *help)
+{
+    gemm_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void gemmd_fleet_render(gemm_buf *out, gemm_engine *engine, int in_flight)
+{
+    gemm_engine_stats st;
+    gemm_engine_info info;
+    memset(&st, 0, sizeof st);
+    memset(&info, 0, sizeof info);
+    if (engine) {
+        gemm_engine_get_stats(engine, &st);
+        gemm_engine_describe(engine, &info);
+    }
+    int nd = st.ndevices < 0 ? 0 : st.ndevices > GEMM_MAX_DEVICES ? GEMM_MAX_DEVICES : st.ndevices;
+    double frac[GEMM_MAX_DEVICES] = {0};
+    double now = gemm_now_ms();
+    pthread_mutex_lock(&util_mu);
+    if (!util_started) { /* never started: the history begins with this scrape */
+        gemmd_util_init(&util, now);
+        memcpy(util.ring[0].busy_s, st.device_busy_seconds, sizeof util.ring[0].busy_s);
+        util_started = 1;
+    }
+    gemmd_util_update(&util, now, nd, st.device_busy_seconds, frac);
+    pthread_mutex_unlock(&util_mu);
+
+    header(out, "gemmd_instance_info", "gauge", "The instance_id that this daemon's job ids carry (always 1).");
+    gemm_buf_puts(out, "gemmd_instance_info{instance_id=\"");
+    gemmd_metrics_label_value(out, gemmd_instance_get());
+    gemm_buf_puts(out, "\"} 1\n");
+    header(out, "gemmd_requests_in_flight", "gauge",
+           "HTTP requests being read, computed or answered (this scrape left out).");
+    gemm_buf_printf(out, "gemmd_requests_in_flight %d\n", in_flight < 0 ? 0 : in_flight);
+    header(out, "gemmd_queue_capacity", "gauge", "Products that may wait for a worker (queue_depth).");
+    gemm_buf_printf(out, "gemmd_queue_capacity %d\n", info.queue_capacity);
+    header(out, "gemmd_workers", "gauge", "Engine workers: products computed at once.");
+    gemm_buf_printf(out, "gemmd_workers %d\n", info.workers);
+    header(out, "gemmd_device_utilization", "gauge",
+           "Fraction of the last 60 s each device spent running products (0 to 1).");
+    for (int d = 0; d < nd; d++)
+        gemm_buf_printf(out, "gemmd_device_utilization{device=\"%d\"} %.4f\n", d, frac[d]);
+}

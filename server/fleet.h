@@ -1,0 +1,46 @@
+/*
+ * fleet.h - the load figures that a balancer or an autoscaler in front of several daemons
+ * reads from /metrics: requests in flight, queue capacity, each device's busy fraction
+ * over the last minute, and the instance's name.
+ *
+ * The busy fraction is derived from the engine's busy-seconds counters: samples taken
+ * when /metrics is rendered (at most one a second, the last GEMMD_UTIL_SAMPLES kept) give
+ * the busy time between the newest sample at least GEMMD_UTIL_WINDOW_S old (or the
+ * oldest one, or the start) and now.
+ */
+#ifndef GEMMD_FLEET_H
+#define GEMMD_FLEET_H
+
+#include <pthread.h>
+
+#include "engine.h"
+#include "json_codec.h" /* gemm_buf */
+
+#define GEMMD_UTIL_WINDOW_S 60
+#define GEMMD_UTIL_SAMPLES 64
+
+typedef struct {
+    double t_ms;
+    double busy_s[GEMM_MAX_DEVICES];
+} gemmd_util_sample;
+
+typedef struct {
+    gemmd_util_sample ring[GEMMD_UTIL_SAMPLES];
+    int count, newest; /* samples held; index of the newest */
+} gemmd_util;
+
+/* Starts the history at t0_ms with every device idle so far (busy 0). */
+void gemmd_util_init(gemmd_util *u, double t0_ms);
+/* Records the busy seconds of nd devices at now_ms and writes each device's busy fraction
+ * (0..1) over the window into frac[nd]. Not thread-safe (the caller locks). */
+void gemmd_util_update(gemmd_util *u, double now_ms, int nd, const double *busy_s, double *frac);
+
+/* Marks the start of this process's engine (the window's first baseline). */
+void gemmd_fleet_start(double now_ms);
+
+/* Appends gemmd_instance_info{instance_id}, gemmd_requests_in_flight,
+ * gemmd_queue_capacity, gemmd_workers and gemmd_device_utilization{device}.
+ * in_flight: requests being read, computed or answered, the scrape itself left out. */
+void gemmd_fleet_render(gemm_buf *out, gemm_engine *engine, int in_flight);
+
+#endif
