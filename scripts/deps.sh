@@ -7,6 +7,9 @@
 # installed with apt-get when running as root, otherwise the exact command is printed and
 # the script fails. --check never installs: it prints the command and fails (what plain
 # `make` does). --list prints every package the kinds need, installed or not.
+# Optional packages (test: nginx, for tests/e2e/test_nginx.py) are installed with the
+# others as root; otherwise the command is printed and the script still succeeds: the
+# tests that need them SKIP, naming the same command.
 set -u
 check=0 list=0
 case "${1:-}" in
@@ -20,6 +23,7 @@ want test && kinds="$kinds build "
 cc=${CC:-gcc}
 [ "$cc" = cc ] && cc=gcc
 missing=()
+optional=()
 
 have_header() { printf '#include <stdarg.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <setjmp.h>\n#include <%s>\nint main(void){return 0;}\n' "$1" | "$cc" -x c - -o /dev/null -fsyntax-only 2>/dev/null; }
 have_lib() { printf 'int main(void){return 0;}\n' | "$cc" -x c - -o /dev/null "-l$1" 2>/dev/null; }
@@ -66,6 +70,8 @@ if want test; then
         if have_cmd "$py" && "$py" -c 'import numpy' 2>/dev/null; then py_ok=1; break; fi
     done
     [ $py_ok = 1 ] || missing+=(python3 python3-numpy)
+    # Optional: several daemons behind Debian's nginx (config/nginx/, test_nginx.py).
+    if [ $list = 1 ] || ! { have_cmd nginx || [ -x /usr/sbin/nginx ]; }; then optional+=(nginx); fi
 fi
 if want lint; then
     need_cmd cppcheck cppcheck
@@ -79,17 +85,28 @@ if want fuzz; then
     fi
 fi
 
-[ ${#missing[@]} -eq 0 ] && exit 0
+[ ${#missing[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ] && exit 0
 # unique, in order
-pkgs=$(printf '%s\n' "${missing[@]}" | awk '!seen[$0]++' | tr '\n' ' ')
-if [ $list = 1 ]; then echo "$pkgs"; exit 0; fi
-echo "gemmd: missing Debian packages: $pkgs" >&2
-if [ $check = 0 ] && [ "$(id -u)" = 0 ] && have_cmd apt-get; then
-    echo "gemmd: installing them with apt-get"
+pkgs=$(printf '%s\n' "${missing[@]}" | awk 'NF && !seen[$0]++' | tr '\n' ' ')
+opt=$(printf '%s\n' "${optional[@]}" | awk 'NF && !seen[$0]++' | tr '\n' ' ')
+if [ $list = 1 ]; then echo "$pkgs$opt"; exit 0; fi
+can_install=0
+[ $check = 0 ] && [ "$(id -u)" = 0 ] && have_cmd apt-get && can_install=1
+if [ -n "$opt" ] && [ $can_install = 0 ]; then
+    echo "gemmd: optional Debian packages missing (the tests that need them are skipped): $opt" >&2
+    echo "    sudo apt-get install -y $opt" >&2
+    opt=""
+fi
+[ -z "$pkgs" ] && [ -z "$opt" ] && exit 0
+[ -n "$pkgs" ] && echo "gemmd: missing Debian packages: $pkgs" >&2
+if [ $can_install = 1 ]; then
+    echo "gemmd: installing them with apt-get: $pkgs$opt"
     export DEBIAN_FRONTEND=noninteractive
-    if ! apt-get install -y --no-install-recommends $pkgs; then
-        apt-get update -q && apt-get install -y --no-install-recommends $pkgs || {
-            echo "gemmd: apt-get could not install: $pkgs" >&2; exit 1; }
+    if ! apt-get install -y --no-install-recommends $pkgs $opt; then
+        apt-get update -q && apt-get install -y --no-install-recommends $pkgs $opt || {
+            # The optional ones may fail alone; the required ones may not.
+            if [ -n "$pkgs" ]; then echo "gemmd: apt-get could not install: $pkgs$opt" >&2; exit 1; fi
+            echo "gemmd: apt-get could not install the optional $opt(their tests are skipped)" >&2; }
     fi
     exit 0
 fi
