@@ -78,8 +78,8 @@ static void scrub_ids(char *s)
 }
 
 /* The path as log lines show it: a job id is a capability, so /v1/jobs/{id}[/result]
- * keeps only the route (the id's first GEMMD_JOB_SHORT_LEN digits go in job=), and any
- * other long hex run is cut too. */
+ * keeps only the route (the id's instance and first GEMMD_JOB_SHORT_LEN digits go in
+ * job=), and any other long hex run is cut too. */
 static const char *log_path(const gemmd_request *req, char *out, size_t cap)
 {
     static const char jobs[] = "/v1/jobs/";
@@ -343,9 +343,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     const char *reason = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : "other";
     char lp[176], job[GEMMD_INSTANCE_MAX + 24] = "";
     log_path(req, lp, sizeof lp);
-    if (req->job_id[0]) /* its instance and the first GEMMD_JOB_SHORT_LEN digits */
-        snprintf(job, sizeof job, " job=%.*s", gemmd_instance_id_log_len(req->job_id, GEMMD_JOB_SHORT_LEN),
-                 req->job_id);
+    if (req->job_id[0]) snprintf(job, sizeof job, " job=%.*s", GEMMD_JOB_LOG_ID(req->job_id));
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
         LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f", req->method, lp, job,
                  req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms);

@@ -108,8 +108,8 @@ static void sweep_locked(gemmd_jobs *s, gemmd_job_entry **dead)
             *pp = j->next;
             j->next = NULL;
             j->linked = 0;
-            LOG_DEBUG("job %.*s expired (job_ttl %.0f s): forgotten",
-                      gemmd_instance_id_log_len(j->id, GEMMD_JOB_SHORT_LEN), j->id, s->ttl_ms / 1000.0);
+            LOG_DEBUG("job %.*s expired (job_ttl %.0f s): forgotten", GEMMD_JOB_LOG_ID(j->id),
+                      s->ttl_ms / 1000.0);
             if (unref_locked(s, j)) {
                 j->next = *dead;
                 *dead = j;
@@ -320,7 +320,7 @@ static void on_done(gemm_job *job)
     if (s->sweeper_idle) pthread_cond_signal(&s->tick); /* it now has an expiry to wait for */
     int last = unref_locked(s, j); /* the engine's reference */
     publish_counts_locked(s);
-    LOG_DEBUG("job %.*s finished state=%s%s%s ms=%.3f", GEMMD_JOB_SHORT_LEN, j->id,
+    LOG_DEBUG("job %.*s finished state=%s%s%s ms=%.3f", GEMMD_JOB_LOG_ID(j->id),
               gemm_job_state_name((gemm_job_state)st), st != GEMM_JOB_DONE ? " code=" : "",
               st != GEMM_JOB_DONE ? job->err.code : "", j->t_finished_ms - j->t_created_ms);
     pthread_mutex_unlock(&s->mu);
@@ -356,7 +356,7 @@ int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err)
     j->in_engine = 1;
     pthread_mutex_unlock(&s->mu);
     if (gemm_engine_submit(s->engine, &j->job, err) != 0) {
-        LOG_DEBUG("job %.*s refused by the engine: %d %s", GEMMD_JOB_SHORT_LEN, j->id, err->status, err->code);
+        LOG_DEBUG("job %.*s refused by the engine: %d %s", GEMMD_JOB_LOG_ID(j->id), err->status, err->code);
         submit_failed(s, j);
         return -1;
     }
@@ -369,7 +369,7 @@ int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err)
     int cancel = s->stopping && j->in_engine; /* shutdown began meanwhile and missed it */
     if (cancel) j->refs++;
     publish_counts_locked(s);
-    LOG_DEBUG("job %.*s queued %s %llux%llux%llu kernel=%s owner=%d", GEMMD_JOB_SHORT_LEN, j->id,
+    LOG_DEBUG("job %.*s queued %s %llux%llux%llu kernel=%s owner=%d", GEMMD_JOB_LOG_ID(j->id),
               gemm_dtype_name(j->job.dtype), (unsigned long long)j->job.m, (unsigned long long)j->job.k,
               (unsigned long long)j->job.n, j->job.kernel, j->owner);
     pthread_mutex_unlock(&s->mu);
@@ -478,7 +478,7 @@ int gemmd_jobs_delete_owned(gemmd_jobs *s, const char *id, int owner)
         unref_locked(s, j); /* the list's; ours is still held, so never the last */
     }
     publish_counts_locked(s);
-    LOG_DEBUG("job %.*s deleted (%s)", GEMMD_JOB_SHORT_LEN, j->id,
+    LOG_DEBUG("job %.*s deleted (%s)", GEMMD_JOB_LOG_ID(j->id),
               cancel ? "on the engine: cancel asked, freed when it ends" : "finished: freed");
     pthread_mutex_unlock(&s->mu);
     /* Queued: done() runs here with CANCELLED. Running: the engine stops it at its next

@@ -37,6 +37,9 @@
 /* Longest job id: "<instance_id>-" and 128 random bits in hex (instance.h). */
 #define GEMMD_JOB_ID_LEN GEMMD_ID_MAX
 #define GEMMD_JOB_SHORT_LEN 8 /* the prefix that log lines carry, never the whole id */
+/* printf arguments for "%.*s": an id as log lines show it, its instance and the first
+ * GEMMD_JOB_SHORT_LEN digits of its random part ("gemmd-a-8c1f02ab"). */
+#define GEMMD_JOB_LOG_ID(id) gemmd_instance_id_log_len((id), GEMMD_JOB_SHORT_LEN), (id)
 #define GEMMD_OWNER_ANY (-1)  /* lookups that ignore the owner (tests, internal) */
 
 typedef struct gemmd_jobs gemmd_jobs;

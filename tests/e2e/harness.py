@@ -553,6 +553,13 @@ def metric(metrics, name, **labels):
     return metrics.get((name, frozenset(labels.items())), 0.0)
 
 
+def short_id(jid):
+    """A job id as log lines show it: its instance and the first 8 of its 32 random digits
+    ("<instance_id>-8c1f02ab"); never the whole id."""
+    jid = jid or ""
+    return jid[:len(jid) - 32 + 8] if len(jid) >= 32 else jid[:8]
+
+
 def server_timing(resp):
     """Server-Timing header as {name: dur_ms}; None when absent or malformed."""
     h = resp.header("server-timing")

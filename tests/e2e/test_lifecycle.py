@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import SLOW, Daemon, Tap, metric, random_matrix, run_guarded  # noqa: E402
+from harness import SLOW, Daemon, Tap, metric, random_matrix, run_guarded, short_id  # noqa: E402
 
 
 def submit(d, a, b):
@@ -48,7 +48,7 @@ def ttl_timer(tap, rng):
         b = random_matrix(rng, (30, 20), "float64")
         r, jid = submit(d, a, b)
         tap.ok(r.status == 202 and jid, "a job with job_ttl = 1 is accepted", r)
-        short = (jid or "")[:8]
+        short = re.escape(short_id(jid))
         fin = wait_for(lambda: re.search(r"job %s finished state=done" % short, d.read_log()), 30)
         tap.ok(fin is not None, "the debug log says it finished", d.read_log()[-1500:])
         # No request from here on: only the timer can free it.
@@ -113,7 +113,7 @@ def delete_running(tap, rng):
         tap.ok(r.status == 204, "DELETE of the running job: 204 at once", r)
         r = d.curl("GET", "/v1/jobs/" + jid)
         tap.ok(r.status == 404, "it is gone for its owner at once", r)
-        gone = wait_for(lambda: re.search(r"job %s finished state=(done|cancelled)" % jid[:8], d.read_log()), 30)
+        gone = wait_for(lambda: re.search(r"job %s finished state=(done|cancelled)" % re.escape(short_id(jid)), d.read_log()), 30)
         tap.ok(gone, "the engine lets it go (done() ran)", d.read_log()[-1500:])
 
         def kept():

@@ -2,7 +2,8 @@
 """test_ownership.py - with tokens, an async job belongs to the token that made it: any
 other token gets 404 job_not_found (the same answer as for an id that never existed, not
 403) for the status, the result (GET and HEAD) and DELETE, and cannot cancel it either;
-its owner still gets it. Log lines carry a job id's first 8 digits, never the whole id.
+its owner still gets it. Log lines carry a job id's instance and first 8 random digits,
+never the whole id.
 
 Token crossing is tried on every job route, for a finished job and for one still on the
 engine (fault_inject = cpu_delay_ms holds it there by construction).
@@ -17,7 +18,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import SLOW, Daemon, Tap, compare, random_matrix, reference, run_guarded  # noqa: E402
+from harness import SLOW, Daemon, Tap, compare, random_matrix, reference, run_guarded, short_id  # noqa: E402
 
 TOKENS = ["owner-token-alpha-1", "other-token-beta-2", "third-token-gamma-3"]
 
@@ -136,7 +137,7 @@ def main(tap):
         long_hex = re.findall(r"[0-9a-f]{32}", log)
         tap.ok(not long_hex, "no 32-digit hex string in the log at all", long_hex[:5])
     log = tap.daemons[0].read_log()
-    tap.ok(("job=%s " % ids[0][:8]) in log, "access log lines name the job by its first 8 digits",
+    tap.ok(("job=%s " % short_id(ids[0])) in log, "access log lines name the job by its instance and first 8 digits",
            log[-1500:])
     tap.ok("path=/v1/jobs/{id}/result" in log, "the access log shows the route, not the id", log[-1500:])
     tmp.cleanup()

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (SLOW, Daemon, Tap, compare, npy_bytes, random_matrix, raw_request,  # noqa: E402
-                     reference, run_guarded)
+                     reference, run_guarded, short_id)
 
 BODY = b'{"a":[[1,2]],"b":[[3],[4]],"dtype":"float64"}'
 
@@ -155,9 +155,9 @@ def debug_log(tap, rng):
             ("body decoded", r" debug request body decoded: float64 A 5x6 B 6x7"),
             ("product queued", r" debug product queued float64 5x6x7"),
             ("product done", r" debug product done state=done"),
-            ("job queued", r" debug job %s queued float64 5x6x7" % jid[:8]),
-            ("job finished", r" debug job %s finished state=done" % jid[:8]),
-            ("job deleted", r" debug job %s deleted" % jid[:8]),
+            ("job queued", r" debug job %s queued float64 5x6x7" % re.escape(short_id(jid))),
+            ("job finished", r" debug job %s finished state=done" % re.escape(short_id(jid))),
+            ("job deleted", r" debug job %s deleted" % re.escape(short_id(jid))),
             ("admission refused", r" debug request refused before its body: 400 missing_dimension"),
         ]
         for name, pat in want:
