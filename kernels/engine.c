@@ -311,6 +311,19 @@ void gemm_engine_close(gemm_engine *e)
 
 /* ---- submit / cancel ----------------------------------------------------- */
 
+int gemm_job_bytes(const gemm_job *job, size_t out[3])
+{
+    uint64_t nb = gemm_job_batch(job), nbb = job->b_shared ? 1 : nb;
+    size_t a, b, c;
+    if (!gemm_matrix_bytes(job->m, job->k, job->dtype, &a) ||
+        !gemm_matrix_bytes(job->k, job->n, job->dtype, &b) ||
+        !gemm_matrix_bytes(job->m, job->n, job->dtype, &c) || (uint64_t)(size_t)nb != nb ||
+        !gemm_mul_size(a, (size_t)nb, &out[0]) || !gemm_mul_size(b, (size_t)nbb, &out[1]) ||
+        !gemm_mul_size(c, (size_t)nb, &out[2]))
+        return 0;
+    return 1;
+}
+
 int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err)
 {
     gemm_err_clear(err);
@@ -321,6 +334,17 @@ int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err)
     if (job->m == 0 || job->k == 0 || job->n == 0)
         return gemm_err_set(err, 422, "empty_matrix",
                             "m, k and n must each be at least 1 (got m=%llu k=%llu n=%llu)",
+                            (unsigned long long)job->m, (unsigned long long)job->k,
+                            (unsigned long long)job->n);
+    if (job->batch > GEMM_MAX_BATCH)
+        return gemm_err_set(err, 413, "too_large", "a batch of %llu products is more than the "
+                            "engine takes in one job (%d)", (unsigned long long)job->batch,
+                            GEMM_MAX_BATCH);
+    size_t bytes[3];
+    if (!gemm_job_bytes(job, bytes))
+        return gemm_err_set(err, 413, "too_large",
+                            "a batch of %llu products of m=%llu k=%llu n=%llu overflows the "
+                            "address space", (unsigned long long)gemm_job_batch(job),
                             (unsigned long long)job->m, (unsigned long long)job->k,
                             (unsigned long long)job->n);
     if (!job->a || !job->b || !job->c || !job->done)
@@ -336,6 +360,8 @@ int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err)
     job->math_used = GEMM_MATH_DEFAULT;
     job->device[0] = '\0';
     job->stream = -1;
+    job->batched = 0;
+    job->batch_mode[0] = '\0';
     atomic_store(&job->cancel_requested, 0);
     job->q_next = NULL;
 

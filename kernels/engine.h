@@ -92,6 +92,12 @@ struct gemm_job {
     uint64_t m, k, n;
     void *a, *b;          /* m*k and k*n elements, row-major, from gemm_engine_host_alloc */
     void *c;              /* room for m*n elements, from gemm_engine_host_alloc */
+    /* A batched job (batch > 1) computes batch products C[i] = A[i].B[i] in one go: a holds
+     * batch m*k matrices back to back, c room for batch m*n, and b holds batch k*n
+     * matrices, or one k*n matrix used by every product when b_shared is set (NumPy
+     * matmul broadcasting of a 2-D B). batch 0 and 1 both mean one product. */
+    uint64_t batch;
+    int b_shared;
     char kernel[GEMM_NAME_LEN]; /* "auto" (or "") or a kernel name from describe() */
     int tile;             /* tile for kernels that take one; 0 = kernel default */
     gemm_math math;
@@ -108,12 +114,27 @@ struct gemm_job {
     gemm_math math_used;
     char device[GEMM_NAME_LEN]; /* "cpu" or e.g. "cuda:0 NVIDIA H100 80GB HBM3" */
     int stream;           /* stream index on that device (-1 on the CPU) */
+    uint64_t batched;     /* products computed by the launch(es) this job ran in: its own
+                             batch for a batched job, 0 for a single product */
+    char batch_mode[16];  /* how a batched job ran: "strided" (one batched library call),
+                             "loop" (one launch per product on one stream, one H2D, one
+                             D2H), "" for a single product */
 
     /* ---- engine-private ---- */
     double t_submit_ms;
     _Atomic int cancel_requested; /* set by gemm_engine_cancel; read by the worker */
     struct gemm_job *q_next;
 };
+
+/* Products in a job: batch, or 1 for a single product. */
+static inline uint64_t gemm_job_batch(const gemm_job *job)
+{
+    return job->batch > 1 ? job->batch : 1;
+}
+/* Bytes of the job's A, B and C (all products of a batch); 0 on overflow or a bad dtype. */
+int gemm_job_bytes(const gemm_job *job, size_t out[3]);
+
+#define GEMM_MAX_BATCH 1000000 /* products in one job (the daemon's limits may say fewer) */
 
 /* ---- the engine -------------------------------------------------------- */
 

@@ -52,6 +52,16 @@ cudaError_t cublas_launch(const gemm_launch *l)
     if (s != CUBLAS_STATUS_SUCCESS)
         return from_cublas(s, "cublasSetMathMode");
 
+    const int batch = l->batch > 1 ? l->batch : 1;
+    if (l->dtype == GEMM_DTYPE_F64 && batch > 1) {
+        /* C^T = B^T A^T in cuBLAS's column-major view, one call for the whole batch. */
+        const double one = 1.0, zero = 0.0;
+        s = cublasDgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, l->n, l->m, l->k, &one,
+                                      (const double *)l->B, l->n, l->stride_b,
+                                      (const double *)l->A, l->k, l->stride_a, &zero,
+                                      (double *)l->C, l->n, l->stride_c, batch);
+        return from_cublas(s, "cublasDgemmStridedBatched");
+    }
     if (l->dtype == GEMM_DTYPE_F64) {
         const double one = 1.0, zero = 0.0;
         s = cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, l->n, l->m, l->k, &one,
@@ -71,6 +81,13 @@ cudaError_t cublas_launch(const gemm_launch *l)
     default: return cudaErrorInvalidValue;
     }
     const float one = 1.0f, zero = 0.0f;
+    if (batch > 1) {
+        s = cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, l->n, l->m, l->k, &one, l->B,
+                                       CUDA_R_32F, l->n, l->stride_b, l->A, CUDA_R_32F, l->k,
+                                       l->stride_a, &zero, l->C, CUDA_R_32F, l->n, l->stride_c,
+                                       batch, ct, CUBLAS_GEMM_DEFAULT);
+        return from_cublas(s, "cublasGemmStridedBatchedEx");
+    }
     s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, l->n, l->m, l->k, &one, l->B, CUDA_R_32F,
                      l->n, l->A, CUDA_R_32F, l->k, &zero, l->C, CUDA_R_32F, l->n, ct,
                      CUBLAS_GEMM_DEFAULT);
@@ -88,4 +105,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_cublas = {
     0,
     cublas_launch,
     NULL,
+    1,
 };

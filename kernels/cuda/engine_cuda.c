@@ -323,7 +323,8 @@ static int worth_staging(const cuda_backend *cb, const gemm_kernel_desc *k, cons
 {
     if (cb->delay_ms > 0)
         return 1;
-    const double flops = 2.0 * (double)job->m * (double)job->n * (double)job->k;
+    const double flops = 2.0 * (double)gemm_job_batch(job) * (double)job->m * (double)job->n *
+                         (double)job->k;
     const int slow = strcmp(k->name, "naive") == 0 || strcmp(k->name, "tiled") == 0;
     return bytes >= STAGED_MIN_BYTES || flops >= (slow ? STAGED_MIN_FLOP_SLOW : STAGED_MIN_FLOP);
 }
@@ -375,9 +376,8 @@ static int cuda_run(void *self, void *worker, gemm_job *job)
                             "without a resolved kernel (\"%s\")", job->kernel_used);
 
     size_t es = gemm_dtype_size(job->dtype), need[3];
-    if (!gemm_matrix_bytes(job->m, job->k, job->dtype, &need[0]) ||
-        !gemm_matrix_bytes(job->k, job->n, job->dtype, &need[1]) ||
-        !gemm_matrix_bytes(job->m, job->n, job->dtype, &need[2]) || es == 0)
+    const uint64_t nb = gemm_job_batch(job);
+    if (!gemm_job_bytes(job, need) || es == 0)
         return gemm_err_set(&job->err, 413, "too_large", "the product's size overflows");
     uint64_t total = (uint64_t)need[0] + need[1] + need[2];
     if (cb->mem_limit && total > cb->mem_limit)
@@ -491,8 +491,29 @@ allocated:;
     };
     if (k->plan)
         job->tile_used = k->plan(&l, job->block, sizeof job->block);
-    if (GEMM_CUDA_CHECK(&site, k->launch(&l)) != cudaSuccess ||
-        GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[3], s)) != cudaSuccess)
+    if (nb > 1 && k->batch_native) {
+        /* One strided-batched call; B's stride 0 broadcasts a shared B. */
+        l.batch = (int)nb;
+        l.stride_a = (long long)(job->m * job->k);
+        l.stride_b = job->b_shared ? 0 : (long long)(job->k * job->n);
+        l.stride_c = (long long)(job->m * job->n);
+        if (GEMM_CUDA_CHECK(&site, k->launch(&l)) != cudaSuccess)
+            goto fail;
+    } else {
+        /* One launch per product, back to back on the stream (one H2D and one D2H for all). */
+        for (uint64_t i = 0; i < nb; i++) {
+            l.A = (const char *)w->buf[0] + i * (size_t)(job->m * job->k) * es;
+            l.B = (const char *)w->buf[1] + (job->b_shared ? 0 : i * (size_t)(job->k * job->n) * es);
+            l.C = (char *)w->buf[2] + i * (size_t)(job->m * job->n) * es;
+            if (GEMM_CUDA_CHECK(&site, k->launch(&l)) != cudaSuccess)
+                goto fail;
+        }
+    }
+    if (nb > 1) {
+        job->batched = nb;
+        snprintf(job->batch_mode, sizeof job->batch_mode, "%s", k->batch_native ? "strided" : "loop");
+    }
+    if (GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[3], s)) != cudaSuccess)
         goto fail;
 
     /* D2H: d0 .. ev[5] (d0 = ev[3] when back to back) */
@@ -523,7 +544,7 @@ allocated:;
     job->timing.d2h_ms = ev_ms(d0, ev[5], &site);
     if (site.err != cudaSuccess)
         goto fail;
-    double flops = 2.0 * (double)job->m * (double)job->n * (double)job->k;
+    double flops = 2.0 * (double)nb * (double)job->m * (double)job->n * (double)job->k;
     job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
     atomic_fetch_add(&d->bytes_h2d, (unsigned long long)(need[0] + need[1]));
     atomic_fetch_add(&d->bytes_d2h, (unsigned long long)need[2]);

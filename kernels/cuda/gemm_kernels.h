@@ -32,6 +32,10 @@ typedef struct {
     void *cublas;          /* a cublasHandle_t bound to `stream` (only the cublas member uses it) */
     void *workspace;       /* optional device scratch for the kernel */
     size_t workspace_bytes;
+    /* Batched launch (only for members with batch_native): batch products, A, B and C of
+     * product i at A + i*stride_a elements (and so on); stride_b 0 = one B for all. */
+    int batch;             /* 0 or 1: one product */
+    long long stride_a, stride_b, stride_c;
 } gemm_launch;
 
 typedef struct {
@@ -48,6 +52,9 @@ typedef struct {
      * Made by the same choice as launch, so the answer reports what ran. NULL for members
      * with no block tile of their own (naive, cublas). */
     int (*plan)(const gemm_launch *l, char *out, size_t cap);
+    /* 1 when launch computes l->batch products in one call (cublas: strided-batched);
+     * the engine launches the others once per product of a batch. */
+    int batch_native;
 } gemm_kernel_desc;
 
 /* All members, in lesson order, NULL-terminated. */

@@ -65,4 +65,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_naive = {
     0,
     naive_launch,
     NULL,
+    0, /* batches: one launch per product */
 };

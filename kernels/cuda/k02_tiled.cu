@@ -92,4 +92,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_tiled = {
     0,
     tiled_launch,
     tiled_plan,
+    0, /* batches: one launch per product */
 };

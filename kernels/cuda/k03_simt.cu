@@ -661,4 +661,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_simt = {
     80,
     simt_launch,
     simt_plan,
+    0, /* batches: one launch per product */
 };

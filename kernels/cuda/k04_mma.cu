@@ -428,4 +428,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_mma = {
     80,
     mma_launch,
     mma_plan,
+    0, /* batches: one launch per product */
 };

@@ -332,4 +332,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_dmma = {
     80,
     dmma_launch,
     dmma_plan,
+    0, /* batches: one launch per product */
 };

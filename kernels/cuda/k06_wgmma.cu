@@ -510,4 +510,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_wgmma = {
     90,
     wgmma_launch,
     wgmma_plan,
+    0, /* batches: one launch per product */
 };
