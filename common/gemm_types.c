@@ -216,3 +216,30 @@ int gemm_check_matrix(uint64_t rows, uint64_t cols, gemm_dtype d, const gemm_lim
                             (unsigned long long)lim->max_dim);
     return check_elements(what, rows, cols, d, lim, err);
 }
+
+int gemm_check_stack(uint64_t batch, uint64_t rows, uint64_t cols, gemm_dtype d,
+                     const gemm_limits *lim, const char *what, gemm_err *err)
+{
+    if (!what) what = "the array";
+    if (gemm_check_matrix(rows, cols, d, lim, what, err) != 0) return -1;
+    if (batch == 0)
+        return gemm_err_set(err, 422, "bad_batch", "%s has a batch of 0 matrices; send at least one",
+                            what);
+    if (batch > GEMM_MAX_BATCH)
+        return gemm_err_set(err, 413, "too_large",
+                            "%s holds %llu matrices; one request carries at most %d", what,
+                            (unsigned long long)batch, GEMM_MAX_BATCH);
+    size_t elems, bytes;
+    if (!gemm_mul_size((size_t)rows, (size_t)cols, &elems) || !gemm_mul_size(elems, (size_t)batch, &elems) ||
+        !gemm_mul_size(elems, gemm_dtype_size(d), &bytes))
+        return gemm_err_set(err, 413, "too_large", "%s: %llu x %llu x %llu elements overflow", what,
+                            (unsigned long long)batch, (unsigned long long)rows,
+                            (unsigned long long)cols);
+    if (lim && lim->max_elements && elems > lim->max_elements)
+        return gemm_err_set(err, 413, "too_large",
+                            "%s is %llux%llux%llu = %zu elements, more than this server's limit of "
+                            "%llu per array", what, (unsigned long long)batch,
+                            (unsigned long long)rows, (unsigned long long)cols, elems,
+                            (unsigned long long)lim->max_elements);
+    return 0;
+}

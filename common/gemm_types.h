@@ -66,7 +66,12 @@ typedef struct {
     uint64_t rows, cols;
     gemm_dtype dtype;
     void *data; /* rows*cols elements, row-major; owner documented by the caller */
+    uint64_t batch; /* 0: one matrix; b >= 1: a 3-D stack of b rows x cols matrices
+                       (b*rows*cols elements; a (1, m, k) array has batch 1) */
 } gemm_matrix;
+
+/* Products one batched request may carry (the engine's ceiling for one job too). */
+#define GEMM_MAX_BATCH 1000000
 
 /* ---- limits applied to everything that comes from the network ---------- */
 
@@ -110,6 +115,12 @@ int gemm_check_product(uint64_t m, uint64_t k, uint64_t kb, uint64_t n, gemm_dty
  * too_large). `what` names it in the message ("A", "part b"). Returns 0 or -1. */
 int gemm_check_matrix(uint64_t rows, uint64_t cols, gemm_dtype d, const gemm_limits *lim,
                       const char *what, gemm_err *err);
+
+/* The same for a 3-D stack of batch such matrices (checked as above, then 1 <= batch <=
+ * GEMM_MAX_BATCH and batch*rows*cols within max_elements and the address space: 413
+ * too_large, 422 bad_batch for 0). */
+int gemm_check_stack(uint64_t batch, uint64_t rows, uint64_t cols, gemm_dtype d,
+                     const gemm_limits *lim, const char *what, gemm_err *err);
 
 /* ---- allocators ---------------------------------------------------------
  * Decoders never call malloc for matrix data directly: they ask the allocator they

@@ -245,10 +245,17 @@ static int parse_dict(const char *text, size_t len, gemm_npy_header *hdr, gemm_e
     if (descr_dtype(descr, &hdr->dtype)) return dtype_error(descr, err);
     if (shape_ovf)
         return gemm_err_set(err, 413, "too_large", "the .npy shape has a dimension too large to represent");
-    if (shape_nd != 2)
-        return gemm_err_set(err, 422, "bad_shape", "the .npy array is %d-D; it must be 2-D (a matrix)", shape_nd);
-    hdr->rows = dims[0];
-    hdr->cols = dims[1];
+    if (shape_nd != 2 && shape_nd != 3)
+        return gemm_err_set(err, 422, "bad_shape",
+                            "the .npy array is %d-D; it must be 2-D (a matrix) or 3-D (a stack of "
+                            "matrices)", shape_nd);
+    if (shape_nd == 3 && hdr->fortran_order)
+        return gemm_err_set(err, 422, "bad_shape",
+                            "3-D .npy arrays must be in C order (fortran_order False); save it "
+                            "with numpy.ascontiguousarray");
+    hdr->batch = shape_nd == 3 ? dims[0] : 0;
+    hdr->rows = dims[shape_nd - 2];
+    hdr->cols = dims[shape_nd - 1];
     return 0;
 }
 
@@ -273,15 +280,25 @@ int gemm_npy_parse_header(const void *buf, size_t len, gemm_npy_header *hdr, gem
 
 size_t gemm_npy_write_header(void *buf, size_t cap, gemm_dtype d, uint64_t rows, uint64_t cols)
 {
+    return gemm_npy_write_header3(buf, cap, d, 0, rows, cols);
+}
+
+size_t gemm_npy_write_header3(void *buf, size_t cap, gemm_dtype d, uint64_t batch, uint64_t rows,
+                              uint64_t cols)
+{
     const char *descr = d == GEMM_DTYPE_F32 ? "<f4" : d == GEMM_DTYPE_F64 ? "<f8" : d == GEMM_DTYPE_I32 ? "<i4" : NULL;
     char dict[192];
     if (!descr) return 0;
-    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%llu, %llu), }", descr,
-                     (unsigned long long)rows, (unsigned long long)cols);
+    int n = batch ? snprintf(dict, sizeof dict,
+                             "{'descr': '%s', 'fortran_order': False, 'shape': (%llu, %llu, %llu), }",
+                             descr, (unsigned long long)batch, (unsigned long long)rows,
+                             (unsigned long long)cols)
+                  : snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%llu, %llu), }",
+                             descr, (unsigned long long)rows, (unsigned long long)cols);
     if (n < 0 || (size_t)n >= sizeof dict) return 0;
     /* Like NumPy (>= 1.23): room for the first axis to grow to 21 digits in place. */
     char digits[24];
-    int nd = snprintf(digits, sizeof digits, "%llu", (unsigned long long)rows);
+    int nd = snprintf(digits, sizeof digits, "%llu", (unsigned long long)(batch ? batch : rows));
     size_t hlen = (size_t)n + (size_t)(nd < 21 ? 21 - nd : 0);
     size_t total = 10 + hlen + 1;
     total = (total + 63) / 64 * 64;
@@ -346,10 +363,13 @@ static int header_complete(gemm_npy_reader *r, gemm_err *err)
         return fail(r);
     }
     r->have_hdr = 1;
-    if (gemm_check_matrix(r->hdr.rows, r->hdr.cols, r->hdr.dtype, r->has_lim ? &r->lim : NULL, "the .npy array",
-                          err))
+    const gemm_limits *lim = r->has_lim ? &r->lim : NULL;
+    if (r->hdr.batch ? gemm_check_stack(r->hdr.batch, r->hdr.rows, r->hdr.cols, r->hdr.dtype, lim,
+                                        "the .npy array", err)
+                     : gemm_check_matrix(r->hdr.rows, r->hdr.cols, r->hdr.dtype, lim, "the .npy array", err))
         return fail(r);
-    if (!gemm_matrix_bytes(r->hdr.rows, r->hdr.cols, r->hdr.dtype, &r->bytes)) {
+    if (!gemm_matrix_bytes(r->hdr.rows, r->hdr.cols, r->hdr.dtype, &r->bytes) ||
+        (r->hdr.batch && !gemm_mul_size(r->bytes, (size_t)r->hdr.batch, &r->bytes))) {
         gemm_err_set(err, 413, "too_large", "the .npy array is too large");
         return fail(r);
     }
@@ -479,6 +499,7 @@ int gemm_npy_reader_finish(gemm_npy_reader *r, gemm_matrix *out, gemm_err *err)
     }
     out->rows = r->hdr.rows;
     out->cols = r->hdr.cols;
+    out->batch = r->hdr.batch;
     out->dtype = r->hdr.dtype;
     out->data = r->data;
     r->data = NULL;

@@ -1,7 +1,7 @@
 /*
  * npy.h - NumPy .npy files (format 1.0, 2.0 and 3.0), read as a stream and written.
  *
- * Only 2-D arrays of float32 ('<f4'), float64 ('<f8') and int32 ('<i4') are accepted
+ * Only 2-D arrays (and 3-D stacks of matrices, C order) of float32 ('<f4'), float64 ('<f8') and int32 ('<i4') are accepted
  * ('|' and '=' byte orders are taken as little-endian where the size allows). Big-endian,
  * object, structured and other dtypes are refused with a message naming the dtype.
  * fortran_order arrays are transposed into row-major on finish.
@@ -21,6 +21,7 @@ typedef struct {
     int major, minor;      /* format version */
     gemm_dtype dtype;
     uint64_t rows, cols;
+    uint64_t batch;        /* 0 for a 2-D array; the first dimension of a 3-D one */
     int fortran_order;
     size_t data_offset;    /* bytes before the data: magic + version + length + header */
 } gemm_npy_header;
@@ -28,12 +29,16 @@ typedef struct {
 /* Parses the header at the start of buf[0..len).
  * Returns 1 when complete (*hdr filled), 0 when more bytes are needed, -1 on error:
  * 400 bad_npy (not .npy, malformed header), 415 unsupported_dtype (big-endian, object,
- * other dtypes: the message names it), 422 bad_shape (not 2-D). */
+ * other dtypes: the message names it), 422 bad_shape (not 2-D or 3-D, or a 3-D array in
+ * fortran_order). */
 int gemm_npy_parse_header(const void *buf, size_t len, gemm_npy_header *hdr, gemm_err *err);
 
 /* Writes a format 1.0 header for a C-order rows x cols array; the total length is a
  * multiple of 64. Returns the bytes written, or 0 if cap is too small (128 is enough). */
 size_t gemm_npy_write_header(void *buf, size_t cap, gemm_dtype d, uint64_t rows, uint64_t cols);
+/* The same for a C-order batch x rows x cols array (batch 0 writes the 2-D header). */
+size_t gemm_npy_write_header3(void *buf, size_t cap, gemm_dtype d, uint64_t batch, uint64_t rows,
+                              uint64_t cols);
 
 /* Streaming reader: feed the file in chunks of any size. Once the header is complete
  * the shape is checked against the limits (413 too_large) and the data buffer is taken
@@ -46,7 +51,8 @@ int gemm_npy_reader_feed(gemm_npy_reader *r, const void *data, size_t len, gemm_
 /* The header, once parsed (NULL before). */
 const gemm_npy_header *gemm_npy_reader_header(const gemm_npy_reader *r);
 /* Checks that the whole array arrived (400 truncated otherwise), transposes a
- * fortran_order array, and moves the buffer to *out (the caller frees it with the same
+ * fortran_order array, and moves the buffer to *out (out->batch: 0 for 2-D, else the
+ * first dimension of a 3-D array) (the caller frees it with the same
  * allocator). Returns 0 or -1. */
 int gemm_npy_reader_finish(gemm_npy_reader *r, gemm_matrix *out, gemm_err *err);
 /* Frees the reader and any buffer not handed out. NULL is fine. */

@@ -96,6 +96,23 @@ int gemm_options_set(gemm_options *o, const char *key, const char *value, gemm_e
         o->math = m;
         return 0;
     }
+    if (strcmp(key, "batch") == 0) {
+        uint64_t v;
+        if (gemm_parse_u64(value, &v) != 0 || v < 1)
+            return gemm_err_set(err, 400, "bad_dimension",
+                                "batch '%s' is not a count of products (a decimal integer >= 1)",
+                                shown(value, tmp, sizeof tmp));
+        o->batch = v;
+        return 0;
+    }
+    if (strcmp(key, "b_shared") == 0) {
+        if (strcmp(value, "1") != 0 && strcmp(value, "0") != 0 && strcmp(value, "true") != 0 &&
+            strcmp(value, "false") != 0)
+            return gemm_err_set(err, 422, "bad_option", "b_shared '%s' is not valid; use 1 or 0",
+                                shown(value, tmp, sizeof tmp));
+        o->b_shared = value[0] == '1' || value[0] == 't';
+        return 0;
+    }
     if ((key[0] == 'm' || key[0] == 'k' || key[0] == 'n') && key[1] == '\0') {
         uint64_t v;
         if (gemm_parse_u64(value, &v) != 0)

@@ -134,7 +134,7 @@ static inline uint64_t gemm_job_batch(const gemm_job *job)
 /* Bytes of the job's A, B and C (all products of a batch); 0 on overflow or a bad dtype. */
 int gemm_job_bytes(const gemm_job *job, size_t out[3]);
 
-#define GEMM_MAX_BATCH 1000000 /* products in one job (the daemon's limits may say fewer) */
+/* GEMM_MAX_BATCH (gemm_types.h): products in one job. */
 
 /* ---- the engine -------------------------------------------------------- */
 

@@ -233,10 +233,24 @@ static int begin_raw(gemmd_request *req)
     if (o->dtype == GEMM_DTYPE_INVALID) o->dtype = GEMM_DTYPE_F32;
     if (gemmd_check_math(o, o->dtype, err) != 0) return -1;
     if (gemm_check_product(o->m, o->k, o->k, o->n, o->dtype, limits(req), err) != 0) return -1;
+    if (o->b_shared && !o->batch)
+        return gemm_err_set(err, 400, "missing_dimension", "b_shared=1 needs batch=b in the query");
+    if (o->batch && gemmd_check_batch(req, o->batch, o->m, o->k, o->n, o->b_shared ? 0 : o->batch) != 0)
+        return -1;
     size_t a_bytes, b_bytes, total;
+    uint64_t nb = o->batch ? o->batch : 1, nbb = o->b_shared ? 1 : nb;
     if (!gemm_matrix_bytes(o->m, o->k, o->dtype, &a_bytes) || !gemm_matrix_bytes(o->k, o->n, o->dtype, &b_bytes) ||
+        !gemm_mul_size(a_bytes, (size_t)nb, &a_bytes) || !gemm_mul_size(b_bytes, (size_t)nbb, &b_bytes) ||
         !gemm_add_size(a_bytes, b_bytes, &total))
         return gemm_err_set(err, 413, "too_large", "the matrices' byte sizes overflow");
+    if (req->content_length != total && o->batch)
+        return gemm_err_set(err, 400, "length_mismatch",
+                            "the body has %llu bytes but a batch of %llu products (A %llux%llu, B "
+                            "%llux%llu%s) of %s needs %zu bytes",
+                            (unsigned long long)req->content_length, (unsigned long long)nb,
+                            (unsigned long long)o->m, (unsigned long long)o->k, (unsigned long long)o->k,
+                            (unsigned long long)o->n, o->b_shared ? ", shared" : "",
+                            gemm_dtype_name(o->dtype), total);
     if (req->content_length != total)
         return gemm_err_set(err, 400, "length_mismatch",
                             "the body has %llu bytes but A (%llux%llu) and B (%llux%llu) of %s need "
@@ -254,6 +268,8 @@ static int begin_raw(gemmd_request *req)
     req->b.rows = o->k;
     req->b.cols = o->n;
     req->a.dtype = req->b.dtype = o->dtype;
+    req->a.batch = o->batch;
+    req->b.batch = o->b_shared ? 0 : o->batch;
     req->raw_a_bytes = a_bytes;
     req->raw_total = total;
     return 0;
@@ -384,8 +400,30 @@ static int finish_npy(gemmd_request *req)
                             "leave dtype out", gemm_dtype_name(req->opt.dtype), gemm_dtype_name(req->a.dtype));
     req->opt.dtype = req->a.dtype;
     if (gemmd_check_math(&req->opt, req->a.dtype, err) != 0) return -1;
-    return gemm_check_product(req->a.rows, req->a.cols, req->b.rows, req->b.cols, req->a.dtype, limits(req),
-                              err);
+    if (gemm_check_product(req->a.rows, req->a.cols, req->b.rows, req->b.cols, req->a.dtype, limits(req), err) != 0)
+        return -1;
+    if (!req->a.batch && !req->b.batch) return 0;
+    if (!req->a.batch)
+        return gemm_err_set(err, 422, "batch_mismatch",
+                            "B is 3-D (%llu matrices) but A is 2-D; a batched product needs A of shape "
+                            "(b, m, k) (B may be (b, k, n) or one (k, n) for all)",
+                            (unsigned long long)req->b.batch);
+    if (req->b.batch && req->b.batch != req->a.batch)
+        return gemm_err_set(err, 422, "batch_mismatch",
+                            "A holds %llu matrices and B %llu; send as many Bs as As, or one 2-D B for all",
+                            (unsigned long long)req->a.batch, (unsigned long long)req->b.batch);
+    return gemmd_check_batch(req, req->a.batch, req->a.rows, req->a.cols, req->b.cols, req->b.batch);
+}
+
+int gemmd_check_batch(gemmd_request *req, uint64_t batch, uint64_t m, uint64_t k, uint64_t n, uint64_t b_batch)
+{
+    gemm_err *err = &req->err;
+    gemm_dtype d = req->opt.dtype == GEMM_DTYPE_INVALID ? GEMM_DTYPE_F32 : req->opt.dtype;
+    if (gemm_check_stack(batch, m, k, d, limits(req), "A", err) != 0 ||
+        (b_batch && gemm_check_stack(b_batch, k, n, d, limits(req), "B", err) != 0) ||
+        gemm_check_stack(batch, m, n, d, limits(req), "C", err) != 0)
+        return -1;
+    return 0;
 }
 
 int gemmd_body_finish(gemmd_request *req)

@@ -124,6 +124,11 @@ void gemmd_body_feed(gemmd_request *req, const char *data, size_t len);
 /* The body is complete: finishes decoding into req->a, req->b. 0 or -1 (req->err). */
 int gemmd_body_finish(gemmd_request *req);
 
+/* Checks a batched product before anything is allocated: A (batch x m x k), B (b_batch x
+ * k x n, or one k x n when b_batch is 0) and C (batch x m x n) within the limits. 0 or -1
+ * with req->err set. */
+int gemmd_check_batch(gemmd_request *req, uint64_t batch, uint64_t m, uint64_t k, uint64_t n, uint64_t b_batch);
+
 /* Applies every query argument that is an option (kernel, tile, math, dtype, m, k, n).
  * 0 or -1 with *err set. */
 int gemmd_request_query_options(gemmd_request *req, gemm_options *opt, gemm_err *err);

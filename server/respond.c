@@ -347,9 +347,18 @@ static void payload_free(void *cls)
 
 static void add_product_headers(struct MHD_Response *r, uint64_t rows, uint64_t cols, const gemmd_product_meta *m)
 {
-    char shape[48];
-    snprintf(shape, sizeof shape, "%llu,%llu", (unsigned long long)rows, (unsigned long long)cols);
+    char shape[72];
+    if (m->batch)
+        snprintf(shape, sizeof shape, "%llu,%llu,%llu", (unsigned long long)m->batch, (unsigned long long)rows,
+                 (unsigned long long)cols);
+    else
+        snprintf(shape, sizeof shape, "%llu,%llu", (unsigned long long)rows, (unsigned long long)cols);
     MHD_add_response_header(r, "X-Gemm-Shape", shape);
+    if (m->batched) {
+        char b[48];
+        snprintf(b, sizeof b, "%llu %s", (unsigned long long)m->batched, m->batch_mode ? m->batch_mode : "");
+        MHD_add_response_header(r, "X-Gemm-Batched", b);
+    }
     MHD_add_response_header(r, "X-Gemm-Dtype", gemm_dtype_name(m->dtype));
     char tile[16];
     snprintf(tile, sizeof tile, "%d", m->tile);
@@ -365,13 +374,14 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
 {
     if (meta->kernel) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", meta->kernel);
     if (meta->device) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", meta->device);
-    size_t bytes = 0;
-    gemm_matrix_bytes(rows, cols, meta->dtype, &bytes);
+    size_t bytes = 0, one = 0;
+    gemm_matrix_bytes(rows, cols, meta->dtype, &one);
+    bytes = one * (size_t)(meta->batch ? meta->batch : 1); /* checked when C was allocated */
     fill_request_times(req);
 
     if (fmt == GEMMD_FMT_JSON) {
         double t0 = gemm_now_ms();
-        gemm_matrix c = {rows, cols, meta->dtype, (void *)data};
+        gemm_matrix c = {rows, cols, meta->dtype, (void *)data, 0};
         gemm_buf b;
         gemm_buf_init(&b);
         gemm_buf_puts(&b, "{");
@@ -381,8 +391,21 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
             gemm_buf_puts(&b, ",");
         }
         gemm_buf_puts(&b, "\"c\":");
-        gemm_json_write_matrix(&b, &c);
-        gemm_buf_printf(&b, ",\"shape\":[%llu,%llu],\"dtype\":", (unsigned long long)rows, (unsigned long long)cols);
+        if (meta->batch) { /* nested 3-D: one matrix after the other */
+            gemm_buf_puts(&b, "[");
+            for (uint64_t i = 0; i < meta->batch; i++) {
+                if (i) gemm_buf_puts(&b, ",");
+                c.data = (char *)data + i * one;
+                gemm_json_write_matrix(&b, &c);
+            }
+            gemm_buf_puts(&b, "]");
+            gemm_buf_printf(&b, ",\"shape\":[%llu,%llu,%llu],\"dtype\":", (unsigned long long)meta->batch,
+                            (unsigned long long)rows, (unsigned long long)cols);
+        } else {
+            gemm_json_write_matrix(&b, &c);
+            gemm_buf_printf(&b, ",\"shape\":[%llu,%llu],\"dtype\":", (unsigned long long)rows,
+                            (unsigned long long)cols);
+        }
         gemm_buf_json_string(&b, gemm_dtype_name(meta->dtype));
         gemm_buf_puts(&b, ",\"kernel\":");
         gemm_buf_json_string(&b, meta->kernel ? meta->kernel : "");
@@ -392,6 +415,11 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
         gemm_buf_json_string(&b, meta->math ? meta->math : "");
         gemm_buf_puts(&b, ",\"device\":");
         gemm_buf_json_string(&b, meta->device ? meta->device : "");
+        if (meta->batched) {
+            gemm_buf_printf(&b, ",\"batched\":{\"products\":%llu,\"mode\":", (unsigned long long)meta->batched);
+            gemm_buf_json_string(&b, meta->batch_mode ? meta->batch_mode : "");
+            gemm_buf_puts(&b, "}");
+        }
         if (release) release(ctx); /* meta may point into what ctx owns */
         double t1 = gemm_now_ms();
         req->timing.encode_ms = t1 - t0;
@@ -411,7 +439,8 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
     p->data_len = bytes;
     p->release = release;
     p->ctx = ctx;
-    if (fmt == GEMMD_FMT_NPY) p->prefix_len = gemm_npy_write_header(p->prefix, sizeof p->prefix, meta->dtype, rows, cols);
+    if (fmt == GEMMD_FMT_NPY)
+        p->prefix_len = gemm_npy_write_header3(p->prefix, sizeof p->prefix, meta->dtype, meta->batch, rows, cols);
     req->timing.encode_ms = 0;
     req->timing.total_ms = req->timing.total_base_ms + gemm_now_ms() - req->t_start_ms;
     uint64_t total = p->prefix_len + p->data_len;

@@ -51,9 +51,12 @@ typedef struct {
     const char *math;
     const char *device;
     const char *job_id; /* NULL for synchronous products */
+    uint64_t batch;     /* 0: C is rows x cols; b: C is b x rows x cols (a batched request) */
+    uint64_t batched;   /* products in the launch it ran in (0: alone) */
+    const char *batch_mode; /* how: "strided", "loop", ... ("" or NULL: alone) */
 } gemmd_product_meta;
 
-/* Answers C (rows x cols of meta->dtype at data) in fmt. JSON is encoded here and
+/* Answers C (rows x cols of meta->dtype at data, or meta->batch such matrices) in fmt. JSON is encoded here and
  * release(ctx) is called before returning; raw and npy bodies are sent from data without
  * a copy, and release(ctx) is called when MHD is done with it. req->timing must hold
  * everything but encode_ms and total_ms. */

@@ -27,13 +27,16 @@ static int fill_job(gemmd_request *req, gemm_job *job, gemm_err *err)
     job->n = req->b.cols;
     job->a = req->a.data;
     job->b = req->b.data;
+    job->batch = req->a.batch;                     /* 0: one product */
+    job->b_shared = req->a.batch && !req->b.batch; /* one B for the whole batch */
     req->a.data = req->b.data = NULL;
     snprintf(job->kernel, sizeof job->kernel, "%s", req->opt.kernel[0] ? req->opt.kernel : "auto");
     job->tile = req->opt.tile;
     job->math = req->opt.math;
-    size_t c_bytes;
-    if (!gemm_matrix_bytes(job->m, job->n, job->dtype, &c_bytes))
+    size_t bytes[3], c_bytes;
+    if (!gemm_job_bytes(job, bytes))
         return gemm_err_set(err, 413, "too_large", "C's byte size overflows");
+    c_bytes = bytes[2];
     job->c = gemm_engine_host_alloc(req->srv->engine, c_bytes);
     if (!job->c)
         return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for C now; retry later", c_bytes);
@@ -59,6 +62,9 @@ static void job_meta(const gemm_job *job, gemmd_product_meta *m, const char *id)
     m->math = gemm_math_report_name(job->dtype, job->math_used);
     m->device = job->device;
     m->job_id = id;
+    m->batch = job->batch;
+    m->batched = job->batched;
+    m->batch_mode = job->batch_mode;
 }
 
 /* ---- POST /v1/matmul -------------------------------------------------------------- */
@@ -113,7 +119,8 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
     gemm_err err;
     gemm_err_clear(&err);
     if (req->answer == GEMMD_FMT_JSON &&
-        gemmd_check_json_answer(srv, req->a.rows, req->b.cols, req->a.dtype, &err) != 0)
+        gemmd_check_json_answer(srv, req->a.rows * (req->a.batch ? req->a.batch : 1), req->b.cols,
+                                req->a.dtype, &err) != 0)
         return gemmd_respond_error(req, &err);
     if (fill_job(req, &req->job, &err) != 0) return gemmd_respond_error(req, &err);
     req->job.done = on_sync_done;
@@ -276,7 +283,8 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
     gemm_err err;
     gemm_err_clear(&err);
     size_t c_bytes;
-    if (!gemm_matrix_bytes(req->a.rows, req->b.cols, req->a.dtype, &c_bytes))
+    if (!gemm_matrix_bytes(req->a.rows, req->b.cols, req->a.dtype, &c_bytes) ||
+        !gemm_mul_size(c_bytes, (size_t)(req->a.batch ? req->a.batch : 1), &c_bytes))
         return gemmd_respond_errorf(req, 413, "too_large", "C's byte size overflows");
     gemmd_job_entry *j = gemmd_jobs_reserve(srv->jobs, c_bytes, &err);
     if (!j) {
@@ -405,7 +413,8 @@ enum MHD_Result gemmd_route_job_result(gemmd_request *req)
                                     "application/octet-stream or application/x-npy");
     }
     gemm_err err;
-    if (fmt == GEMMD_FMT_JSON && gemmd_check_json_answer(srv, v.m, v.n, v.dtype, &err) != 0) {
+    if (fmt == GEMMD_FMT_JSON &&
+        gemmd_check_json_answer(srv, v.m * (j->job.batch ? j->job.batch : 1), v.n, v.dtype, &err) != 0) {
         gemmd_jobs_put(srv->jobs, j);
         return gemmd_respond_error(req, &err);
     }
