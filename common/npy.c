@@ -253,6 +253,7 @@ static int parse_dict(const char *text, size_t len, gemm_npy_header *hdr, gemm_e
         return gemm_err_set(err, 422, "bad_shape",
                             "3-D .npy arrays must be in C order (fortran_order False); save it "
                             "with numpy.ascontiguousarray");
+    hdr->ndim = shape_nd;
     hdr->batch = shape_nd == 3 ? dims[0] : 0;
     hdr->rows = dims[shape_nd - 2];
     hdr->cols = dims[shape_nd - 1];
@@ -364,7 +365,7 @@ static int header_complete(gemm_npy_reader *r, gemm_err *err)
     }
     r->have_hdr = 1;
     const gemm_limits *lim = r->has_lim ? &r->lim : NULL;
-    if (r->hdr.batch ? gemm_check_stack(r->hdr.batch, r->hdr.rows, r->hdr.cols, r->hdr.dtype, lim,
+    if (r->hdr.ndim == 3 ? gemm_check_stack(r->hdr.batch, r->hdr.rows, r->hdr.cols, r->hdr.dtype, lim,
                                         "the .npy array", err)
                      : gemm_check_matrix(r->hdr.rows, r->hdr.cols, r->hdr.dtype, lim, "the .npy array", err))
         return fail(r);

@@ -22,6 +22,7 @@ typedef struct {
     gemm_dtype dtype;
     uint64_t rows, cols;
     uint64_t batch;        /* 0 for a 2-D array; the first dimension of a 3-D one */
+    int ndim;              /* 2 or 3 */
     int fortran_order;
     size_t data_offset;    /* bytes before the data: magic + version + length + header */
 } gemm_npy_header;

@@ -307,4 +307,7 @@ const gemm_backend gemm_backend_cpu = {
     .allocator = cpu_allocator,
     .close = cpu_close,
     .healthy = cpu_healthy,
+    /* Coalescing on the CPU only saves a queue hand-off per product and adds a gather and a
+     * scatter copy: off unless batch_max asks for it (bench/batch_bench.sh measures it). */
+    .batch_default = 1,
 };

@@ -8,6 +8,14 @@
  * per accepted job, and the engine never touches a job after its done() (the submitter
  * may free it from inside the callback).
  *
+ * Dynamic batching: a worker that takes a small single product also takes the queued
+ * products with the same key (dtype, resolved math, kernel, tile, m, k, n), up to
+ * group_max, waiting up to group_delay_ms for more; the group runs as ONE batched job on
+ * the backend (the inputs gathered into one A and one B stack in engine memory, C
+ * scattered back), and each product then gets its own result fields, its own queue_ms and
+ * its own done(). A product flagged for cancellation before its group starts is stopped
+ * as usual; once the group has started it runs to the end with the others.
+ *
  * Cancellation: gemm_engine_cancel() takes a queued job off the queue (done() at once) or
  * flags a running one; the worker checks the flag before it calls the backend, and the
  * backend at each of its stage boundaries (gemm_job_cancel_requested).
@@ -19,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct gemm_engine {
     const gemm_backend *be;
@@ -29,6 +38,11 @@ struct gemm_engine {
     gemm_job *head, *tail;
     int queued, running, capacity;
     int closing;
+
+    /* dynamic batching (see gemm_engine_config) */
+    int group_max;
+    double group_delay_ms;
+    uint64_t group_mnk;
 
     int nworkers;
     pthread_t *threads;
@@ -57,6 +71,9 @@ void gemm_engine_config_defaults(gemm_engine_config *cfg)
     cfg->device_mem_limit = 0;
     cfg->wait_spin_us = 50;
     cfg->fault_inject[0] = '\0';
+    cfg->batch_max = -1;
+    cfg->batch_max_delay_us = 0;
+    cfg->batch_max_mnk = 1ull << 24;
 }
 
 const char *gemm_job_state_name(gemm_job_state s)
@@ -122,12 +139,9 @@ int gemm_job_stop_cancelled(gemm_job *job, const char *stage)
     return GEMM_RUN_CANCELLED;
 }
 
-/* Runs a job taken off the queue (state already RUNNING, t0 = when it was taken). */
-static void run_one(gemm_engine *e, void *worker, gemm_job *job, double t0)
+/* Ends a job run by a worker: compute time, counters, state, done(), running--. */
+static void finish_one(gemm_engine *e, gemm_job *job, int rc, double t0)
 {
-    int rc = gemm_job_cancel_requested(job) ? gemm_job_stop_cancelled(job, "it started")
-                                            : e->be->run(e->self, worker, job);
-
     double t1 = gemm_now_ms();
     job->timing.compute_ms = t1 - t0;
     if (rc == GEMM_RUN_CANCELLED && job->err.status == 0)
@@ -153,11 +167,155 @@ static void run_one(gemm_engine *e, void *worker, gemm_job *job, double t0)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Runs a job taken off the queue (state already RUNNING, t0 = when it was taken). */
+static void run_one(gemm_engine *e, void *worker, gemm_job *job, double t0)
+{
+    int rc = gemm_job_cancel_requested(job) ? gemm_job_stop_cancelled(job, "it started")
+                                            : e->be->run(e->self, worker, job);
+    finish_one(e, job, rc, t0);
+}
+
+/* ---- dynamic batching ------------------------------------------------------ */
+
+static int groupable(const gemm_engine *e, const gemm_job *job)
+{
+    if (e->group_max < 2 || job->batch > 1) return 0;
+    double mnk = (double)job->m * (double)job->n * (double)job->k;
+    return mnk <= (double)e->group_mnk;
+}
+
+static int same_group(const gemm_job *a, const gemm_job *b)
+{
+    return a->dtype == b->dtype && a->math_used == b->math_used && a->tile == b->tile &&
+           a->m == b->m && a->k == b->k && a->n == b->n && b->batch <= 1 &&
+           strcmp(a->kernel_used, b->kernel_used) == 0;
+}
+
+/* Moves the queued jobs of job's group into g[*n..] (callers hold mu); marks them running. */
+static void take_group(gemm_engine *e, gemm_job **g, int *n, double now)
+{
+    gemm_job *prev = NULL, *it = e->head;
+    while (it && *n < e->group_max) {
+        gemm_job *next = it->q_next;
+        if (same_group(g[0], it)) {
+            if (prev)
+                prev->q_next = next;
+            else
+                e->head = next;
+            if (e->tail == it) e->tail = prev;
+            it->q_next = NULL;
+            e->queued--;
+            e->running++;
+            it->timing.queue_ms = now - it->t_submit_ms;
+            atomic_store(&it->state, GEMM_JOB_RUNNING);
+            g[(*n)++] = it;
+        } else {
+            prev = it;
+        }
+        it = next;
+    }
+}
+
+static struct timespec deadline_in(double ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long ns = (long long)ts.tv_nsec + (long long)(ms * 1e6);
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    return ts;
+}
+
+/* Runs the group g[0..n) (n >= 2, all RUNNING) as one batched job: gathers A and B, runs,
+ * scatters C and the result fields. Falls back to one by one when the staging memory
+ * cannot be had. */
+static void run_group(gemm_engine *e, void *worker, gemm_job **g, int n, double t0)
+{
+    /* Products whose cancel came before the group started stop here. */
+    int live = 0;
+    for (int i = 0; i < n; i++) {
+        if (gemm_job_cancel_requested(g[i]))
+            finish_one(e, g[i], gemm_job_stop_cancelled(g[i], "it started"), t0);
+        else
+            g[live++] = g[i];
+    }
+    if (live == 0) return;
+    if (live == 1) {
+        run_one(e, worker, g[0], t0);
+        return;
+    }
+    n = live;
+
+    gemm_job *first = g[0];
+    size_t one[3];
+    gemm_job big;
+    memset(&big, 0, sizeof big);
+    big.dtype = first->dtype;
+    big.m = first->m, big.k = first->k, big.n = first->n;
+    big.batch = (uint64_t)n;
+    big.tile = first->tile;
+    big.math = first->math;
+    snprintf(big.kernel, sizeof big.kernel, "%s", first->kernel);
+    /* validate() ran for every product of the group and resolved the same kernel. */
+    memcpy(big.kernel_used, first->kernel_used, sizeof big.kernel_used);
+    big.math_used = first->math_used;
+    big.tile_used = first->tile_used;
+    big.stream = -1;
+    atomic_init(&big.cancel_requested, 0);
+    atomic_init(&big.state, GEMM_JOB_RUNNING);
+    size_t stack[3];
+    int ok = gemm_job_bytes(first, one) && gemm_job_bytes(&big, stack);
+    if (ok) {
+        big.a = gemm_engine_host_alloc(e, stack[0]);
+        big.b = gemm_engine_host_alloc(e, stack[1]);
+        big.c = gemm_engine_host_alloc(e, stack[2]);
+        ok = big.a && big.b && big.c;
+    }
+    if (!ok) {
+        gemm_engine_host_free(e, big.a);
+        gemm_engine_host_free(e, big.b);
+        gemm_engine_host_free(e, big.c);
+        for (int i = 0; i < n; i++) run_one(e, worker, g[i], i == 0 ? t0 : gemm_now_ms());
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        memcpy((char *)big.a + (size_t)i * one[0], g[i]->a, one[0]);
+        memcpy((char *)big.b + (size_t)i * one[1], g[i]->b, one[1]);
+    }
+    int rc = e->be->run(e->self, worker, &big);
+    if (rc == GEMM_RUN_CANCELLED) rc = -1; /* nobody can cancel the synthetic job */
+    if (rc != 0 && big.err.status == 0)
+        gemm_err_set(&big.err, 500, "backend_failure", "the %s backend failed to run a batch of %d products",
+                     e->be->name, n);
+    for (int i = 0; i < n; i++) {
+        gemm_job *job = g[i];
+        if (rc == 0) memcpy(job->c, (const char *)big.c + (size_t)i * one[2], one[2]);
+        job->err = big.err;
+        double q = job->timing.queue_ms;
+        job->timing = big.timing;
+        job->timing.queue_ms = q;
+        memcpy(job->kernel_used, big.kernel_used, sizeof job->kernel_used);
+        job->tile_used = big.tile_used;
+        memcpy(job->block, big.block, sizeof job->block);
+        job->math_used = big.math_used;
+        memcpy(job->device, big.device, sizeof job->device);
+        job->stream = big.stream;
+        job->batched = (uint64_t)n;
+        snprintf(job->batch_mode, sizeof job->batch_mode, "coalesced %.16s", big.batch_mode);
+    }
+    gemm_engine_host_free(e, big.a);
+    gemm_engine_host_free(e, big.b);
+    gemm_engine_host_free(e, big.c);
+    for (int i = 0; i < n; i++) finish_one(e, g[i], rc, t0);
+}
+
 static void *worker_main(void *arg)
 {
     struct worker_arg *wa = arg;
     gemm_engine *e = wa->e;
     void *worker = e->be->worker_init ? e->be->worker_init(e->self, wa->index) : NULL;
+    /* Room for a group; without it this worker runs products one by one. */
+    gemm_job **g = e->group_max > 1 ? calloc((size_t)e->group_max, sizeof *g) : NULL;
 
     for (;;) {
         pthread_mutex_lock(&e->mu);
@@ -171,9 +329,31 @@ static void *worker_main(void *arg)
         double t0 = gemm_now_ms();
         job->timing.queue_ms = t0 - job->t_submit_ms;
         atomic_store(&job->state, GEMM_JOB_RUNNING); /* under the lock: cancel sees it */
+        if (!g || !groupable(e, job)) {
+            pthread_mutex_unlock(&e->mu);
+            run_one(e, worker, job, t0);
+            continue;
+        }
+        g[0] = job;
+        int n = 1;
+        take_group(e, g, &n, t0);
+        if (n < e->group_max && e->group_delay_ms > 0) {
+            struct timespec until = deadline_in(e->group_delay_ms);
+            while (n < e->group_max && !e->closing) {
+                if (pthread_cond_timedwait(&e->work, &e->mu, &until) != 0) break;
+                take_group(e, g, &n, gemm_now_ms());
+                /* The wake-up may have been meant for another group's job: pass it on. */
+                if (e->head) pthread_cond_signal(&e->work);
+            }
+            take_group(e, g, &n, gemm_now_ms());
+        }
         pthread_mutex_unlock(&e->mu);
-        run_one(e, worker, job, t0);
+        if (n == 1)
+            run_one(e, worker, job, t0);
+        else
+            run_group(e, worker, g, n, t0);
     }
+    free(g);
 
     if (e->be->worker_fini) e->be->worker_fini(e->self, worker);
     return NULL;
@@ -236,6 +416,10 @@ gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err)
     }
     e->be = be;
     e->capacity = cfg->queue_depth > 0 ? cfg->queue_depth : 64;
+    e->group_max = cfg->batch_max >= 1 ? cfg->batch_max : be->batch_default > 0 ? be->batch_default : 1;
+    if (e->group_max > GEMM_COALESCE_MAX) e->group_max = GEMM_COALESCE_MAX;
+    e->group_delay_ms = cfg->batch_max_delay_us > 0 ? cfg->batch_max_delay_us / 1000.0 : 0;
+    e->group_mnk = cfg->batch_max_mnk ? cfg->batch_max_mnk : 1ull << 24;
     atomic_init(&e->completed, 0);
     atomic_init(&e->failed, 0);
     atomic_init(&e->cancelled, 0);

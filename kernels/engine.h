@@ -47,7 +47,18 @@ typedef struct {
     int wait_spin_us;          /* CUDA: a worker polls its product's event this long before it
                                   sleeps on it (default 50; 0 = sleep at once) */
     char fault_inject[64];     /* test hook: "" or e.g. "oom:3" / "sticky:5" (backend-defined) */
+    /* Dynamic batching: a worker that takes a small product (m*n*k <= batch_max_mnk, not
+     * itself batched) also takes the queued products of the same dtype, math, kernel, tile
+     * and shape, up to batch_max in all, and runs them as one batched job (one gathered
+     * H2D, one launch, one scattered D2H on CUDA). */
+    int batch_max;             /* products per coalesced launch; -1 = the backend's default
+                                  (CUDA 32, CPU 1 = off), 1 = off, at most GEMM_COALESCE_MAX */
+    int batch_max_delay_us;    /* how long a worker waits for more of its group (0 = only what
+                                  is queued already) */
+    uint64_t batch_max_mnk;    /* what counts as small (default 2^24 = 256^3) */
 } gemm_engine_config;
+
+#define GEMM_COALESCE_MAX 1024
 /* fault_inject on the CPU backend (comma-separated; anything else fails open with 400
  * bad_config): "cpu_delay_ms:N" makes every job sleep N ms before computing (fills the
  * queue predictably in tests; a cancel ends the sleep, and the job stops before its
@@ -116,9 +127,11 @@ struct gemm_job {
     int stream;           /* stream index on that device (-1 on the CPU) */
     uint64_t batched;     /* products computed by the launch(es) this job ran in: its own
                              batch for a batched job, 0 for a single product */
-    char batch_mode[16];  /* how a batched job ran: "strided" (one batched library call),
+    char batch_mode[32];  /* how a batched job ran: "strided" (one batched library call),
                              "loop" (one launch per product on one stream, one H2D, one
-                             D2H), "" for a single product */
+                             D2H), "" for a single product; "coalesced strided" /
+                             "coalesced loop" for a product the engine ran together with
+                             other queued ones (batched = the group's size) */
 
     /* ---- engine-private ---- */
     double t_submit_ms;
@@ -248,6 +261,8 @@ typedef struct gemm_backend {
      * (e.g. a CUDA context that could not be rebuilt after a sticky error). Called from
      * any thread. May be NULL: always healthy. */
     int (*healthy)(void *self);
+    /* batch_max when the configuration says -1 (1: no dynamic batching by default). */
+    int batch_default;
 } gemm_backend;
 
 #define GEMM_RUN_CANCELLED 1

@@ -678,4 +678,5 @@ const gemm_backend gemm_backend_cuda = {
     .allocator = cuda_allocator,
     .close = cuda_close,
     .healthy = cuda_healthy,
+    .batch_default = 32, /* one launch, one H2D and one D2H for up to 32 small products */
 };

@@ -4,6 +4,11 @@
  * shapes, b = 1 and a large b; each product checked element by element against the
  * float64 / mod-2^32 reference of gemm_ref.h on poisoned outputs; the limits (too many
  * products, sizes that overflow) refused with 413 before any buffer is touched.
+ *
+ * Dynamic batching (batch_max > 1): queued small products of one key are coalesced into
+ * one batched run and each still gets its own right answer, done() and report; products
+ * of other shapes, dtypes or kernels, and large ones, are not mixed in; many threads
+ * submitting mixed products at once all get their own answers.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +17,7 @@
 
 #include <cmocka.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,6 +172,280 @@ static void test_batch_limits(void **st)
     gemm_engine_close(e);
 }
 
+/* ---- dynamic batching ------------------------------------------------------ */
+
+typedef struct {
+    bjob t;
+    int *gate_open;
+    pthread_mutex_t *gate_mu;
+    pthread_cond_t *gate_cv;
+} gjob;
+
+static void gjob_done(gemm_job *job)
+{
+    gjob *g = job->user;
+    bjob_done(job); /* bjob is the first member: job->user works for both */
+    if (g->gate_open) {
+        pthread_mutex_lock(g->gate_mu);
+        while (!*g->gate_open) pthread_cond_wait(g->gate_cv, g->gate_mu);
+        pthread_mutex_unlock(g->gate_mu);
+    }
+}
+
+static void gjob_init(gemm_engine *e, gjob *g, gemm_dtype d, size_t m, size_t k, size_t n, uint64_t seed)
+{
+    memset(g, 0, sizeof *g);
+    pthread_mutex_init(&g->t.mu, NULL);
+    pthread_cond_init(&g->t.cv, NULL);
+    size_t es = gemm_dtype_size(d);
+    gemm_job *j = &g->t.job;
+    j->dtype = d;
+    j->m = m, j->k = k, j->n = n;
+    j->a = gemm_engine_host_alloc(e, m * k * es);
+    j->b = gemm_engine_host_alloc(e, k * n * es);
+    j->c = gemm_engine_host_alloc(e, m * n * es);
+    assert_true(j->a && j->b && j->c);
+    ref_fill(d, j->a, m * k, seed);
+    ref_fill(d, j->b, k * n, seed + 3);
+    ref_poison(d, j->c, m * n);
+    j->done = gjob_done;
+    j->user = g;
+}
+
+static void gjob_wait(gjob *g)
+{
+    pthread_mutex_lock(&g->t.mu);
+    while (g->t.calls < 1) pthread_cond_wait(&g->t.cv, &g->t.mu);
+    pthread_mutex_unlock(&g->t.mu);
+}
+
+/* With the plain host allocator (the CPU engine's), so it works after close too. */
+static void gjob_free(gemm_engine *e, gjob *g)
+{
+    (void)e;
+    gemm_free(&gemm_allocator_host, g->t.job.a);
+    gemm_free(&gemm_allocator_host, g->t.job.b);
+    gemm_free(&gemm_allocator_host, g->t.job.c);
+    pthread_cond_destroy(&g->t.cv);
+    pthread_mutex_destroy(&g->t.mu);
+}
+
+static size_t gjob_check(gjob *g)
+{
+    gemm_job *j = &g->t.job;
+    return ref_check(j->dtype, j->a, j->b, j->c, j->m, j->k, j->n, "coalesced product");
+}
+
+static gemm_engine *open_grouping(int workers, int batch_max, int delay_us, uint64_t mnk)
+{
+    gemm_engine_config cfg;
+    gemm_engine_config_defaults(&cfg);
+    assert_int_equal(cfg.batch_max, -1);
+    assert_int_equal(cfg.batch_max_delay_us, 0);
+    assert_int_equal(cfg.batch_max_mnk, 1ull << 24);
+    snprintf(cfg.backend, sizeof cfg.backend, "cpu");
+    cfg.cpu_workers = workers;
+    cfg.queue_depth = 1024;
+    cfg.batch_max = batch_max;
+    cfg.batch_max_delay_us = delay_us;
+    cfg.batch_max_mnk = mnk;
+    gemm_err err;
+    gemm_engine *e = gemm_engine_open(&cfg, &err);
+    if (!e) fprintf(stderr, "# open: %s\n", err.message);
+    assert_non_null(e);
+    return e;
+}
+
+/* A gate job holds the only worker; 6 products of one shape, 2 of another shape, 1 of
+ * another dtype, 1 large and 1 already batched queue up; once the gate opens the 6 (and the
+ * 2) run coalesced, the rest alone, and every answer is right. */
+static void test_coalesce_groups(void **st)
+{
+    (void)st;
+    gemm_engine *e = open_grouping(1, 4, 0, 20 * 20 * 20);
+    int open = 0;
+    pthread_mutex_t gmu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t gcv = PTHREAD_COND_INITIALIZER;
+    gjob gate;
+    gjob_init(e, &gate, GEMM_DTYPE_F32, 2, 2, 2, 1);
+    gate.gate_open = &open, gate.gate_mu = &gmu, gate.gate_cv = &gcv;
+    gemm_err err;
+    assert_int_equal(gemm_engine_submit(e, &gate.t.job, &err), 0);
+    while (atomic_load(&gate.t.job.state) != GEMM_JOB_DONE) sched_yield();
+
+    enum { N = 11 };
+    gjob j[N];
+    gjob_init(e, &j[0], GEMM_DTYPE_F32, 7, 5, 3, 10);
+    gjob_init(e, &j[1], GEMM_DTYPE_F32, 9, 4, 11, 20); /* other shape */
+    for (int i = 2; i < 7; i++) gjob_init(e, &j[i], GEMM_DTYPE_F32, 7, 5, 3, 10 * (uint64_t)i);
+    gjob_init(e, &j[7], GEMM_DTYPE_F64, 7, 5, 3, 80);  /* other dtype */
+    gjob_init(e, &j[8], GEMM_DTYPE_F32, 9, 4, 11, 90); /* other shape, second of its group */
+    gjob_init(e, &j[9], GEMM_DTYPE_F32, 30, 30, 30, 100); /* large: never coalesced */
+    gjob_init(e, &j[10], GEMM_DTYPE_F32, 30, 30, 30, 110);
+    for (int i = 0; i < N; i++) assert_int_equal(gemm_engine_submit(e, &j[i].t.job, &err), 0);
+
+    pthread_mutex_lock(&gmu);
+    open = 1;
+    pthread_cond_broadcast(&gcv);
+    pthread_mutex_unlock(&gmu);
+    for (int i = 0; i < N; i++) gjob_wait(&j[i]);
+
+    /* 7x5x3 float32: 6 products, batch_max 4 -> a group of 4 then one of 2 */
+    int in4 = 0, in2 = 0;
+    for (int i = 0; i < N; i++) {
+        gemm_job *x = &j[i].t.job;
+        assert_int_equal(j[i].t.calls, 1);
+        assert_int_equal(atomic_load(&x->state), GEMM_JOB_DONE);
+        assert_int_equal(gjob_check(&j[i]), 0);
+        int same = x->dtype == GEMM_DTYPE_F32 && x->m == 7;
+        if (same) {
+            in4 += x->batched == 4;
+            in2 += x->batched == 2;
+            assert_string_equal(x->batch_mode, "coalesced loop");
+        } else if (i == 1 || i == 8) {
+            assert_int_equal(x->batched, 2);
+        } else {
+            assert_int_equal(x->batched, 0); /* alone: another dtype, or too large */
+            assert_string_equal(x->batch_mode, "");
+        }
+        assert_true(x->timing.queue_ms >= 0);
+        assert_string_equal(x->kernel_used, x->dtype == GEMM_DTYPE_I32 ? "blocked" : "openblas");
+    }
+    assert_int_equal(in4, 4);
+    assert_int_equal(in2, 2);
+    gemm_engine_close(e);
+    for (int i = 0; i < N; i++) gjob_free(e, &j[i]);
+    gjob_free(e, &gate);
+}
+
+/* batch_max 1 turns coalescing off: queued products of one shape run one by one. */
+static void test_coalesce_off(void **st)
+{
+    (void)st;
+    gemm_engine *e = open_grouping(1, 1, 0, 1ull << 24);
+    int open = 0;
+    pthread_mutex_t gmu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t gcv = PTHREAD_COND_INITIALIZER;
+    gjob gate, j[4];
+    gjob_init(e, &gate, GEMM_DTYPE_F32, 2, 2, 2, 1);
+    gate.gate_open = &open, gate.gate_mu = &gmu, gate.gate_cv = &gcv;
+    gemm_err err;
+    assert_int_equal(gemm_engine_submit(e, &gate.t.job, &err), 0);
+    while (atomic_load(&gate.t.job.state) != GEMM_JOB_DONE) sched_yield();
+    for (int i = 0; i < 4; i++) {
+        gjob_init(e, &j[i], GEMM_DTYPE_I32, 5, 6, 7, 5 + (uint64_t)i);
+        assert_int_equal(gemm_engine_submit(e, &j[i].t.job, &err), 0);
+    }
+    pthread_mutex_lock(&gmu);
+    open = 1;
+    pthread_cond_broadcast(&gcv);
+    pthread_mutex_unlock(&gmu);
+    for (int i = 0; i < 4; i++) {
+        gjob_wait(&j[i]);
+        assert_int_equal(gjob_check(&j[i]), 0);
+        assert_int_equal(j[i].t.job.batched, 0);
+    }
+    gemm_engine_close(e);
+    for (int i = 0; i < 4; i++) gjob_free(e, &j[i]);
+    gjob_free(e, &gate);
+}
+
+/* A product cancelled while queued leaves its group; the others still run coalesced. */
+static void test_coalesce_cancel(void **st)
+{
+    (void)st;
+    gemm_engine *e = open_grouping(1, 8, 0, 1ull << 24);
+    int open = 0;
+    pthread_mutex_t gmu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t gcv = PTHREAD_COND_INITIALIZER;
+    gjob gate, j[3];
+    gjob_init(e, &gate, GEMM_DTYPE_F32, 2, 2, 2, 1);
+    gate.gate_open = &open, gate.gate_mu = &gmu, gate.gate_cv = &gcv;
+    gemm_err err;
+    assert_int_equal(gemm_engine_submit(e, &gate.t.job, &err), 0);
+    while (atomic_load(&gate.t.job.state) != GEMM_JOB_DONE) sched_yield();
+    for (int i = 0; i < 3; i++) {
+        gjob_init(e, &j[i], GEMM_DTYPE_F64, 6, 6, 6, 40 + (uint64_t)i);
+        assert_int_equal(gemm_engine_submit(e, &j[i].t.job, &err), 0);
+    }
+    assert_int_equal(gemm_engine_cancel(e, &j[1].t.job), 1);
+    pthread_mutex_lock(&gmu);
+    open = 1;
+    pthread_cond_broadcast(&gcv);
+    pthread_mutex_unlock(&gmu);
+    for (int i = 0; i < 3; i++) gjob_wait(&j[i]);
+    assert_int_equal(atomic_load(&j[1].t.job.state), GEMM_JOB_CANCELLED);
+    for (int i = 0; i < 3; i += 2) {
+        assert_int_equal(atomic_load(&j[i].t.job.state), GEMM_JOB_DONE);
+        assert_int_equal(gjob_check(&j[i]), 0);
+        assert_int_equal(j[i].t.job.batched, 2);
+    }
+    gemm_engine_close(e);
+    for (int i = 0; i < 3; i++) gjob_free(e, &j[i]);
+    gjob_free(e, &gate);
+}
+
+/* 16 threads submit 40 products each of mixed dtypes and shapes (a few shapes, so groups
+ * form) to 2 workers that wait 200 us for more of a group: every product right. */
+typedef struct {
+    gemm_engine *e;
+    int id;
+    size_t bad, coalesced;
+} stress_arg;
+
+static void *stress_main(void *p)
+{
+    stress_arg *s = p;
+    enum { PER = 40, INFLIGHT = 8 };
+    static const size_t shapes[][3] = {{8, 8, 8}, {3, 17, 5}, {16, 1, 16}, {40, 40, 40}};
+    gjob *j = calloc(INFLIGHT, sizeof *j);
+    for (int round = 0; round < PER / INFLIGHT; round++) {
+        for (int i = 0; i < INFLIGHT; i++) {
+            int x = s->id * 7 + round * 3 + i;
+            const size_t *sh = shapes[x % 4];
+            gemm_dtype d = (gemm_dtype)(x % 3);
+            gjob_init(s->e, &j[i], d, sh[0], sh[1], sh[2], (uint64_t)(s->id * 1000 + round * 10 + i));
+            gemm_err err;
+            while (gemm_engine_submit(s->e, &j[i].t.job, &err) != 0) sched_yield(); /* queue full */
+        }
+        for (int i = 0; i < INFLIGHT; i++) {
+            gjob_wait(&j[i]);
+            if (atomic_load(&j[i].t.job.state) != GEMM_JOB_DONE || j[i].t.calls != 1) s->bad++;
+            else s->bad += gjob_check(&j[i]);
+            s->coalesced += j[i].t.job.batched > 1;
+            gjob_free(s->e, &j[i]);
+        }
+    }
+    free(j);
+    return NULL;
+}
+
+static void test_coalesce_many_threads(void **st)
+{
+    (void)st;
+    gemm_engine *e = open_grouping(2, 16, 200, 32 * 32 * 32);
+    enum { T = 16 };
+    pthread_t th[T];
+    stress_arg a[T];
+    for (int i = 0; i < T; i++) {
+        a[i] = (stress_arg){e, i, 0, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, stress_main, &a[i]), 0);
+    }
+    size_t bad = 0, coalesced = 0;
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        bad += a[i].bad;
+        coalesced += a[i].coalesced;
+    }
+    fprintf(stderr, "# %zu of %d products ran coalesced\n", coalesced, T * 40);
+    assert_int_equal(bad, 0);
+    gemm_engine_stats stt;
+    gemm_engine_get_stats(e, &stt);
+    assert_int_equal(stt.completed, T * 40);
+    assert_int_equal(stt.running, 0);
+    gemm_engine_close(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -173,6 +453,10 @@ int main(void)
         cmocka_unit_test(test_batch_f64),
         cmocka_unit_test(test_batch_i32),
         cmocka_unit_test(test_batch_limits),
+        cmocka_unit_test(test_coalesce_groups),
+        cmocka_unit_test(test_coalesce_off),
+        cmocka_unit_test(test_coalesce_cancel),
+        cmocka_unit_test(test_coalesce_many_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

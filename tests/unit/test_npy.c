@@ -499,13 +499,77 @@ static void test_header_variants(void **state)
     }
 }
 
+/* 3-D stacks: read with batch set, written by write_header3 and read back, limits. */
+static void test_3d(void **state)
+{
+    (void)state;
+    float data[12];
+    for (int i = 0; i < 12; i++) data[i] = (float)i - 3.5f;
+    size_t len;
+    unsigned char *f = make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3, 2), }", 1, data,
+                                sizeof data, &len);
+    size_t chunks[] = {0, 1, 5};
+    for (size_t c = 0; c < 3; c++) {
+        gemm_matrix m = {0};
+        gemm_err err;
+        assert_int_equal(read_npy(f, len, chunks[c], NULL, NULL, &m, &err), 0);
+        assert_int_equal(m.batch, 2);
+        assert_int_equal(m.rows, 3);
+        assert_int_equal(m.cols, 2);
+        assert_memory_equal(m.data, data, sizeof data);
+        gemm_allocator_host.free(NULL, m.data);
+    }
+    free(f);
+
+    /* a 2-D array says batch 0 */
+    f = make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", 1, data, sizeof data, &len);
+    gemm_matrix m2 = {0};
+    gemm_err err;
+    m2.batch = 77;
+    assert_int_equal(read_npy(f, len, 0, NULL, NULL, &m2, &err), 0);
+    assert_int_equal(m2.batch, 0);
+    gemm_allocator_host.free(NULL, m2.data);
+    free(f);
+
+    /* write_header3 round trip */
+    unsigned char hdr[128];
+    size_t hl = gemm_npy_write_header3(hdr, sizeof hdr, GEMM_DTYPE_I32, 1000, 7, 9);
+    assert_true(hl > 0 && hl % 64 == 0);
+    gemm_npy_header h;
+    assert_int_equal(gemm_npy_parse_header(hdr, hl, &h, &err), 1);
+    assert_int_equal(h.batch, 1000);
+    assert_int_equal(h.rows, 7);
+    assert_int_equal(h.cols, 9);
+    assert_int_equal(h.dtype, GEMM_DTYPE_I32);
+    assert_int_equal(gemm_npy_write_header3(hdr, sizeof hdr, GEMM_DTYPE_F32, 0, 7, 9),
+                     gemm_npy_write_header(hdr, sizeof hdr, GEMM_DTYPE_F32, 7, 9));
+
+    /* limits: a zero batch, a stack over max_elements, a stack that overflows */
+    f = make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 3, 2), }", 1, NULL, 0, &len);
+    expect_error(f, len, 422, "bad_batch", NULL);
+    free(f);
+    f = make_npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 4194304, 4194304), }", 1, NULL, 0,
+                 &len);
+    expect_error(f, len, 413, "too_large", NULL);
+    free(f);
+    gemm_limits lim = {0, 100, 0};
+    f = make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (5, 5, 5), }", 1, NULL, 0, &len);
+    gemm_matrix m3 = {0};
+    assert_int_equal(read_npy(f, len, 0, &lim, NULL, &m3, &err), -1);
+    assert_int_equal(err.status, 413);
+    assert_string_equal(err.code, "too_large");
+    free(f);
+}
+
 static void test_shape_errors(void **state)
 {
     (void)state;
     expect_dict_error("{'descr': '<f4', 'fortran_order': False, 'shape': (12,), }", 422, "bad_shape", "must be 2-D");
     expect_dict_error("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", 422, "bad_shape", "must be 2-D");
-    expect_dict_error("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3, 2), }", 422, "bad_shape",
+    expect_dict_error("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3, 2, 2), }", 422, "bad_shape",
                       "must be 2-D");
+    expect_dict_error("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3, 2), }", 422, "bad_shape",
+                      "C order");
     expect_dict_error("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999, 2), }", 413,
                       "too_large", NULL);
     expect_dict_error("{'descr': '<f4', 'fortran_order': False, 'shape': (3, -4), }", 400, "bad_npy", "shape");
@@ -793,6 +857,7 @@ int main(void)
         cmocka_unit_test(test_read_fortran_golden),
         cmocka_unit_test(test_header_variants),
         cmocka_unit_test(test_shape_errors),
+        cmocka_unit_test(test_3d),
         cmocka_unit_test(test_dtype_errors),
         cmocka_unit_test(test_header_malformed),
         cmocka_unit_test(test_header_too_long),
