@@ -71,7 +71,7 @@ void gemm_engine_config_defaults(gemm_engine_config *cfg)
     cfg->device_mem_limit = 0;
     cfg->wait_spin_us = 50;
     cfg->fault_inject[0] = '\0';
-    cfg->batch_max = -1;
+    cfg->batch_max = 0;
     cfg->batch_max_delay_us = 0;
     cfg->batch_max_mnk = 1ull << 24;
 }

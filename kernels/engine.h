@@ -51,7 +51,7 @@ typedef struct {
      * itself batched) also takes the queued products of the same dtype, math, kernel, tile
      * and shape, up to batch_max in all, and runs them as one batched job (one gathered
      * H2D, one launch, one scattered D2H on CUDA). */
-    int batch_max;             /* products per coalesced launch; -1 = the backend's default
+    int batch_max;             /* products per coalesced launch; 0 = the backend's default
                                   (CUDA 32, CPU 1 = off), 1 = off, at most GEMM_COALESCE_MAX */
     int batch_max_delay_us;    /* how long a worker waits for more of its group (0 = only what
                                   is queued already) */
@@ -261,7 +261,7 @@ typedef struct gemm_backend {
      * (e.g. a CUDA context that could not be rebuilt after a sticky error). Called from
      * any thread. May be NULL: always healthy. */
     int (*healthy)(void *self);
-    /* batch_max when the configuration says -1 (1: no dynamic batching by default). */
+    /* batch_max when the configuration says 0 (1: no dynamic batching by default). */
     int batch_default;
 } gemm_backend;
 

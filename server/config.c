@@ -49,6 +49,13 @@ const key_desc gemmd_config_keys[] = {
      "CUDA: streams (and worker threads) per device"},
     {"device_mem_limit_mb", K_MB_U64, OFF(engine.device_mem_limit), 0, 0, 16777216,
      "CUDA: MiB of cached device buffers per stream (0 = no limit)"},
+    {"batch_max", K_INT, OFF(engine.batch_max), 0, 0, 1024,
+     "dynamic batching: small queued products of one kind run as one batched launch, up to this "
+     "many (0 = backend default: CUDA 32, CPU 1 = off; 1 = off)"},
+    {"batch_max_delay_us", K_INT, OFF(engine.batch_max_delay_us), 0, 0, 1000000,
+     "dynamic batching: microseconds a worker waits for more of its batch (0 = only what is queued)"},
+    {"batch_max_mnk", K_U64, OFF(engine.batch_max_mnk), 0, 1, 1099511627776LL,
+     "dynamic batching: products with m*n*k up to this are small enough to coalesce"},
     {"fault_inject", K_STR, OFF(engine.fault_inject), SZ(engine.fault_inject), 0, 0,
      "test hook for the backend (empty = off); never set in production"},
     {"max_dim", K_U64, OFF(limits.max_dim), 0, 1, 4294967295LL, "largest m, k or n accepted"},
