@@ -97,6 +97,7 @@ typedef struct {
     gemm_cli_format fmt;
     gemm_dtype dtype;
     uint64_t rows, cols;
+    uint64_t batch;    /* a 3-D .npy stack: its first dimension (0: a matrix) */
     const void *data;  /* row-major elements: inside the mapping, or owned */
     void *map;
     size_t map_len;
@@ -114,6 +115,7 @@ typedef struct {
     gemm_cli_format fmt;
     gemm_dtype dtype;
     uint64_t rows, cols;
+    uint64_t batch;        /* C is batch rows x cols matrices (0: one matrix) */
     char *path, *tmp_path; /* written to tmp_path (same folder), renamed on commit */
     int fd;
     void *map;
@@ -125,6 +127,9 @@ typedef struct {
 
 int gemm_cli_output_create(gemm_cli_output *o, const char *path, gemm_cli_format fmt, gemm_dtype dtype,
                            uint64_t rows, uint64_t cols, char *msg, size_t cap);
+/* The same for a batch of C matrices (batch 0: one); only .npy (3-D) and raw take a batch. */
+int gemm_cli_output_create3(gemm_cli_output *o, const char *path, gemm_cli_format fmt, gemm_dtype dtype,
+                            uint64_t batch, uint64_t rows, uint64_t cols, char *msg, size_t cap);
 /* Writes text formats, flushes and renames into place. 0 or -1 with msg. */
 int gemm_cli_output_commit(gemm_cli_output *o, char *msg, size_t cap);
 /* Removes the partial file. Safe after commit (does nothing then). */

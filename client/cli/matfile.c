@@ -139,7 +139,8 @@ static int open_npy(gemm_cli_input *m, const char *path, gemm_dtype want, char *
         return -1;
     }
     size_t bytes, need;
-    if (!gemm_matrix_bytes(h.rows, h.cols, h.dtype, &bytes) || !gemm_add_size(h.data_offset, bytes, &need)) {
+    if (!gemm_matrix_bytes(h.rows, h.cols, h.dtype, &bytes) ||
+        (h.ndim == 3 && !gemm_mul_size(bytes, (size_t)h.batch, &bytes)) || !gemm_add_size(h.data_offset, bytes, &need)) {
         snprintf(msg, cap, "%s: shape too large", path);
         return -1;
     }
@@ -149,9 +150,14 @@ static int open_npy(gemm_cli_input *m, const char *path, gemm_dtype want, char *
                  m->map_len - h.data_offset);
         return -1;
     }
+    if (h.ndim == 3 && h.batch == 0) {
+        snprintf(msg, cap, "%s: a stack of 0 matrices", path);
+        return -1;
+    }
     m->dtype = h.dtype;
     m->rows = h.rows;
     m->cols = h.cols;
+    m->batch = h.batch; /* 3-D arrays are C order (the parser refuses Fortran order) */
     const unsigned char *src = (const unsigned char *)m->map + h.data_offset;
     if (!h.fortran_order || h.rows == 1 || h.cols == 1) {
         m->data = src;
@@ -262,14 +268,36 @@ void gemm_cli_input_close(gemm_cli_input *m)
 int gemm_cli_output_create(gemm_cli_output *o, const char *path, gemm_cli_format fmt, gemm_dtype dtype,
                            uint64_t rows, uint64_t cols, char *msg, size_t cap)
 {
+    return gemm_cli_output_create3(o, path, fmt, dtype, 0, rows, cols, msg, cap);
+}
+
+/* Bytes of o's C: batch matrices (or one); 0 on overflow. */
+static size_t output_bytes(const gemm_cli_output *o)
+{
+    size_t bytes = 0;
+    if (!gemm_matrix_bytes(o->rows, o->cols, o->dtype, &bytes) ||
+        (o->batch && !gemm_mul_size(bytes, (size_t)o->batch, &bytes)))
+        return 0;
+    return bytes;
+}
+
+int gemm_cli_output_create3(gemm_cli_output *o, const char *path, gemm_cli_format fmt, gemm_dtype dtype,
+                            uint64_t batch, uint64_t rows, uint64_t cols, char *msg, size_t cap)
+{
     memset(o, 0, sizeof *o);
     o->fd = -1;
     o->fmt = fmt;
     o->dtype = dtype;
     o->rows = rows;
     o->cols = cols;
-    size_t bytes;
-    if (!gemm_matrix_bytes(rows, cols, dtype, &bytes)) {
+    o->batch = batch;
+    if (batch && fmt != GEMM_FMT_NPY && fmt != GEMM_FMT_RAW) {
+        snprintf(msg, cap, "%s: a batch of %llu products is written as .npy (3-D) or raw binary, not text", path,
+                 (unsigned long long)batch);
+        return -1;
+    }
+    size_t bytes = output_bytes(o);
+    if (bytes == 0) {
         snprintf(msg, cap, "C (%llux%llu) is too large", (unsigned long long)rows, (unsigned long long)cols);
         return -1;
     }
@@ -315,7 +343,7 @@ int gemm_cli_output_create(gemm_cli_output *o, const char *path, gemm_cli_format
     unsigned char hdr[256];
     size_t hlen = 0;
     if (fmt == GEMM_FMT_NPY) {
-        hlen = gemm_npy_write_header(hdr, sizeof hdr, dtype, rows, cols);
+        hlen = gemm_npy_write_header3(hdr, sizeof hdr, dtype, batch, rows, cols);
         if (hlen == 0) {
             snprintf(msg, cap, "%s: cannot write the .npy header", path);
             goto fail;
@@ -367,13 +395,12 @@ static int write_all(int fd, const void *p, size_t n)
 
 int gemm_cli_output_commit(gemm_cli_output *o, char *msg, size_t cap)
 {
-    size_t bytes = 0;
-    gemm_matrix_bytes(o->rows, o->cols, o->dtype, &bytes);
+    size_t bytes = output_bytes(o);
     if (o->to_stdout) {
         int rc = 0;
         if (o->fmt == GEMM_FMT_NPY) {
             unsigned char hdr[256];
-            size_t hlen = gemm_npy_write_header(hdr, sizeof hdr, o->dtype, o->rows, o->cols);
+            size_t hlen = gemm_npy_write_header3(hdr, sizeof hdr, o->dtype, o->batch, o->rows, o->cols);
             rc = (hlen == 0 || write_all(1, hdr, hlen) != 0 || write_all(1, o->data, bytes) != 0) ? -1 : 0;
         } else if (o->fmt == GEMM_FMT_RAW) {
             rc = write_all(1, o->data, bytes);

@@ -173,7 +173,18 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
                 (unsigned long long)B.cols, (unsigned long long)A.cols, (unsigned long long)B.rows);
         goto out;
     }
-    if (gemm_cli_output_create(&C, pc, fc, A.dtype, A.rows, B.cols, msg, sizeof msg) != 0) {
+    /* 3-D .npy: A (b, m, k) with B (b, k, n) or one (k, n) for all, as numpy.matmul. */
+    if (B.batch && (!A.batch || B.batch != A.batch)) {
+        fprintf(stderr, "gemm: A holds %llu matrices and B %llu: B must hold as many as A, or be one 2-D matrix\n",
+                (unsigned long long)A.batch, (unsigned long long)B.batch);
+        goto out;
+    }
+    if (A.batch && o->async) {
+        fprintf(stderr, "gemm: --async takes one product; send a 3-D batch without it\n");
+        rc = GEMM_EXIT_USAGE;
+        goto out;
+    }
+    if (gemm_cli_output_create3(&C, pc, fc, A.dtype, A.batch, A.rows, B.cols, msg, sizeof msg) != 0) {
         fprintf(stderr, "gemm: %s\n", msg);
         goto out;
     }
@@ -193,7 +204,9 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
         goto out;
     }
     gemm_timing t;
-    int r = o->async ? run_async(o, cl, &req, &t, &err) : gemm_client_multiply(cl, &req, &t, &err);
+    int r = A.batch   ? gemm_client_multiply_batch(cl, &req, A.batch, B.batch == 0, &t, &err)
+            : o->async ? run_async(o, cl, &req, &t, &err)
+                       : gemm_client_multiply(cl, &req, &t, &err);
     gemm_client_free(cl);
     gemm_cli_progress_done(&gemm_cli_bar);
     if (r != 0) {

@@ -102,6 +102,46 @@ int gemm_client_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, 
     return rc;
 }
 
+int gemm_client_multiply_batch(gemm_client *c, const gemm_request *r, uint64_t batch, int b_shared,
+                               gemm_timing *t, gemm_client_error *err)
+{
+    LOCAL_ERR(err);
+    gemm_client_err_clear(err);
+    if (!c) return gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument", "no client");
+    if (check_request(r, 1, err) != 0) return -1;
+    if (batch < 1 || batch > GEMM_MAX_BATCH)
+        return gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument",
+                               "batch must be from 1 to %d (got %llu)", GEMM_MAX_BATCH, (unsigned long long)batch);
+    size_t ab = 0, bb = 0, cb = 0, tot;
+    gemm_matrix_bytes(r->m, r->k, r->dtype, &ab); /* each checked by check_request */
+    gemm_matrix_bytes(r->k, r->n, r->dtype, &bb);
+    gemm_matrix_bytes(r->m, r->n, r->dtype, &cb);
+    if (!gemm_mul_size(ab, (size_t)batch, &ab) || (!b_shared && !gemm_mul_size(bb, (size_t)batch, &bb)) ||
+        !gemm_mul_size(cb, (size_t)batch, &cb) || !gemm_add_size(ab, bb, &tot))
+        return gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument", "the batch's sizes overflow");
+    char pq[320];
+    if (gemm_request_query(r, "/v1/matmul", pq, sizeof pq - 64, err) != 0) return -1;
+    size_t used = strlen(pq);
+    snprintf(pq + used, sizeof pq - used, "&batch=%llu%s", (unsigned long long)batch, b_shared ? "&b_shared=1" : "");
+    gemm_xfer x;
+    gemm_xfer_init(&x, c, GEMM_HTTP_POST, pq);
+    x.part[0] = r->a;
+    x.part_len[0] = ab;
+    x.part[1] = r->b;
+    x.part_len[1] = bb;
+    x.want_binary = 1;
+    x.dst = r->c;
+    x.dst_len = cb;
+    x.exp_b = batch;
+    x.exp_m = r->m;
+    x.exp_n = r->n;
+    int rc = gemm_xfer_run(&x, t, err);
+    if (rc == 0 && (x.status < 200 || x.status >= 300)) rc = gemm_xfer_server_error(&x, err);
+    if (rc == 0) err->http_status = x.status;
+    gemm_xfer_free(&x);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- jobs */
 
 const char *gemm_client_job_state_name(gemm_client_job_state s)

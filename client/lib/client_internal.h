@@ -32,6 +32,7 @@ typedef struct {
     void *dst;
     size_t dst_len;                /* exact length expected */
     uint64_t exp_m, exp_n;         /* expected X-Gemm-Shape */
+    uint64_t exp_b;                /* batched: expected X-Gemm-Shape b,m,n (0: m,n) */
     size_t text_limit;             /* cap on bodies kept as text (errors, JSON) */
 
     /* upload state */

@@ -135,6 +135,13 @@ typedef struct {
  * with *err set (C's contents are then unspecified). t may be NULL. */
 int gemm_client_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, gemm_client_error *err);
 
+/* A batch of `batch` products in one request (the server's ?batch=): r->a holds batch m x k
+ * matrices back to back, r->b batch k x n matrices, or one k x n matrix used by every
+ * product when b_shared is non-zero, and r->c receives batch m x n matrices. 1 <= batch <=
+ * 1000000. Returns 0, or -1 with *err set. t describes the whole request. */
+int gemm_client_multiply_batch(gemm_client *c, const gemm_request *r, uint64_t batch, int b_shared,
+                               gemm_timing *t, gemm_client_error *err);
+
 /* ---- asynchronous jobs ------------------------------------------------- */
 
 typedef enum {

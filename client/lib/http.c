@@ -284,7 +284,19 @@ static int check_binary_headers(gemm_xfer *x)
                  "expected application/octet-stream, the server sent %s", x->content_type);
         return -1;
     }
-    if (x->shape[0]) {
+    if (x->shape[0] && x->exp_b) {
+        /* "b,m,n": the batch, then the rest as a 2-D shape */
+        char *end = NULL;
+        unsigned long long b = strtoull(x->shape, &end, 10);
+        uint64_t r, c;
+        if (!end || end == x->shape || *end != ',' || gemm_client_parse_shape_header(end + 1, &r, &c) != 0 ||
+            b != x->exp_b || r != x->exp_m || c != x->exp_n) {
+            snprintf(x->protocol_msg, sizeof x->protocol_msg,
+                     "the answer's X-Gemm-Shape is \"%s\" but %llu,%llu,%llu was expected", x->shape,
+                     (unsigned long long)x->exp_b, (unsigned long long)x->exp_m, (unsigned long long)x->exp_n);
+            return -1;
+        }
+    } else if (x->shape[0]) {
         uint64_t r, c;
         if (gemm_client_parse_shape_header(x->shape, &r, &c) != 0) {
             snprintf(x->protocol_msg, sizeof x->protocol_msg, "unreadable X-Gemm-Shape \"%s\"", x->shape);
