@@ -11,6 +11,7 @@ which the daemon still serves.
 """
 import os
 import re
+import subprocess
 import sys
 import time
 
@@ -161,11 +162,46 @@ def errors(tap, d, rng):
     tap.ok(ok, "the daemon still serves batched products after the errors", why or None)
 
 
+def cli(tap, d, rng):
+    """gemm multiply with 3-D .npy (through libgemm's gemm_client_multiply_batch)."""
+    gemm_bin = os.environ.get("GEMM_BIN", "bin/gemm")
+    if not os.path.isabs(gemm_bin):
+        gemm_bin = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                gemm_bin)
+    t = d.tmp.name
+    for dtype in DTYPES:
+        for shared in (False, True):
+            a = random_matrix(rng, (6, 7, 5), dtype)
+            b = random_matrix(rng, (5, 3) if shared else (6, 5, 3), dtype)
+            pa, pb, pc = (os.path.join(t, x) for x in ("cA.npy", "cB.npy", "cC.npy"))
+            open(pa, "wb").write(npy_bytes(a))
+            open(pb, "wb").write(npy_bytes(b))
+            p = subprocess.run([gemm_bin, "--server", d.base, "multiply", pa, pb, "-o", pc],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60 * SLOW)
+            if p.returncode != 0:
+                tap.ok(False, "gemm multiply 3-D %s%s" % (dtype, " shared B" if shared else ""), p.stderr)
+                continue
+            ok, why = compare(np.load(pc), reference(a, b, dtype), dtype, 5)
+            tap.ok(ok, "gemm multiply 3-D .npy %s%s: C (6, 7, 3) right" % (dtype, " shared B" if shared else ""),
+                   why or None)
+    open(pb, "wb").write(npy_bytes(random_matrix(rng, (4, 5, 3), "float64")))
+    open(pa, "wb").write(npy_bytes(random_matrix(rng, (6, 7, 5), "float64")))
+    p = subprocess.run([gemm_bin, "--server", d.base, "multiply", pa, pb, "-o", pc],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60 * SLOW)
+    tap.ok(p.returncode != 0 and b"as many" in p.stderr, "gemm multiply refuses 6 As with 4 Bs", p.stderr)
+    open(pb, "wb").write(npy_bytes(random_matrix(rng, (5, 3), "float64")))
+    p = subprocess.run([gemm_bin, "--server", d.base, "multiply", pa, pb, "-o", os.path.join(t, "c.csv")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60 * SLOW)
+    tap.ok(p.returncode != 0 and b"not text" in p.stderr, "gemm multiply writes a batch only as .npy or raw",
+           p.stderr)
+
+
 def main(tap):
     rng = np.random.default_rng(20261123)
     with Daemon(tap, config={"backend": "cpu"}) as d:
         products(tap, d, rng)
         async_job(tap, d, rng)
+        cli(tap, d, rng)
     with Daemon(tap, config={"backend": "cpu", "max_elements": 4000}) as d:
         errors(tap, d, rng)
 
