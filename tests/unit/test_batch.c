@@ -184,11 +184,15 @@ typedef struct {
 static void gjob_done(gemm_job *job)
 {
     gjob *g = job->user;
+    /* Read the gate first: once bjob_done() has signalled, the waiter may free g. */
+    int *gate = g->gate_open;
+    pthread_mutex_t *gmu = g->gate_mu;
+    pthread_cond_t *gcv = g->gate_cv;
     bjob_done(job); /* bjob is the first member: job->user works for both */
-    if (g->gate_open) {
-        pthread_mutex_lock(g->gate_mu);
-        while (!*g->gate_open) pthread_cond_wait(g->gate_cv, g->gate_mu);
-        pthread_mutex_unlock(g->gate_mu);
+    if (gate) {
+        pthread_mutex_lock(gmu);
+        while (!*gate) pthread_cond_wait(gcv, gmu);
+        pthread_mutex_unlock(gmu);
     }
 }
 
