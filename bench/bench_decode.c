@@ -195,7 +195,7 @@ int main(int argc, char **argv)
     for (int si = 0; si < nsizes; si++) {
         size_t n = sizes[si], mbytes = n * n * 4;
         float *A = random_matrix(n, 1), *B = random_matrix(n, 2);
-        gemm_matrix ma = {n, n, GEMM_DTYPE_F32, A}, mb = {n, n, GEMM_DTYPE_F32, B};
+        gemm_matrix ma = {n, n, GEMM_DTYPE_F32, A, 0}, mb = {n, n, GEMM_DTYPE_F32, B, 0};
         double t[MAX_REPEATS];
         gemm_err err;
 
@@ -294,7 +294,7 @@ int main(int argc, char **argv)
         double *C64 = malloc(n * n * sizeof *C64);
         if (!C64) die("malloc", NULL);
         for (size_t i = 0; i < n * n; i++) C64[i] = (double)A[i] * (1.0 + 1.0 / 3.0);
-        gemm_matrix mc64 = {n, n, GEMM_DTYPE_F64, C64};
+        gemm_matrix mc64 = {n, n, GEMM_DTYPE_F64, C64, 0};
         for (int r = 0; r <= repeats; r++) {
             gemm_buf out;
             gemm_buf_init(&out);

@@ -341,19 +341,19 @@ static void test_write_formats(void **state)
 {
     (void)state;
     float f[] = {1.0f, -0.0f, 0.1f, 16777216.0f, 1e30f, NAN, INFINITY, -INFINITY, FLT_MAX, 1e-45f, -2.5f, 3e9f};
-    gemm_matrix m = {3, 4, GEMM_DTYPE_F32, f};
+    gemm_matrix m = {3, 4, GEMM_DTYPE_F32, f, 0};
     char *s = write_json(&m);
     assert_string_equal(s, "[[1,-0,0.100000001,16777216],[1.00000002e+30,null,null,null],"
                            "[3.40282347e+38,1.40129846e-45,-2.5,3000000000]]");
     free(s);
     double d[] = {0.1, 1e300, -123456789012345.0, 9007199254740993.0, 1e16, NAN};
-    gemm_matrix md = {2, 3, GEMM_DTYPE_F64, d};
+    gemm_matrix md = {2, 3, GEMM_DTYPE_F64, d, 0};
     s = write_json(&md);
     assert_string_equal(s, "[[0.10000000000000001,1.0000000000000001e+300,-123456789012345],"
                            "[9007199254740992,10000000000000000,null]]");
     free(s);
     int32_t i[] = {INT32_MIN, -1, 0, INT32_MAX};
-    gemm_matrix mi = {4, 1, GEMM_DTYPE_I32, i};
+    gemm_matrix mi = {4, 1, GEMM_DTYPE_I32, i, 0};
     s = write_json(&mi);
     assert_string_equal(s, "[[-2147483648],[-1],[0],[2147483647]]");
     free(s);
@@ -368,7 +368,7 @@ static void test_write_formats(void **state)
     assert_null(b.data);
     /* an invalid dtype marks the buffer failed instead of writing garbage */
     gemm_buf_init(&b);
-    gemm_matrix bad = {1, 1, GEMM_DTYPE_INVALID, i};
+    gemm_matrix bad = {1, 1, GEMM_DTYPE_INVALID, i, 0};
     gemm_json_write_matrix(&b, &bad);
     assert_true(b.failed);
     gemm_buf_free(&b);
@@ -400,7 +400,7 @@ static void test_float32_text_matches_printf(void **state)
             } while (!isfinite(f));
             v[i] = f;
         }
-        gemm_matrix m = {1, N, GEMM_DTYPE_F32, v};
+        gemm_matrix m = {1, N, GEMM_DTYPE_F32, v, 0};
         gemm_buf_init(&got);
         gemm_json_write_matrix(&got, &m);
         gemm_buf_init(&want);
@@ -443,7 +443,7 @@ static void test_float64_text_matches_printf(void **state)
             } while (!isfinite(f));
             v[i] = f;
         }
-        gemm_matrix m = {N, 1, GEMM_DTYPE_F64, v};
+        gemm_matrix m = {N, 1, GEMM_DTYPE_F64, v, 0};
         gemm_buf_init(&got);
         gemm_json_write_matrix(&got, &m);
         gemm_buf_init(&want);
@@ -493,7 +493,7 @@ static void test_random_round_trip(void **state)
                 }
             }
         }
-        gemm_matrix ma = {m, k, d, src[0]}, mb = {k, n, d, src[1]};
+        gemm_matrix ma = {m, k, d, src[0], 0}, mb = {k, n, d, src[1], 0};
         gemm_buf body;
         gemm_buf_init(&body);
         gemm_buf_printf(&body, "{\"dtype\": \"%s\", \"a\": ", gemm_dtype_name(d));
