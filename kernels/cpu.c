@@ -204,20 +204,18 @@ static int cpu_run(void *self, void *worker, gemm_job *job)
     for (uint64_t i = 0; i < nb; i++) {
         if (i > 0 && gemm_job_cancel_requested(job))
             return gemm_job_stop_cancelled(job, "the rest of its batch (between products)");
-        const char *a = (const char *)job->a + i * sa, *b = (const char *)job->b + i * sb;
-        char *c = (char *)job->c + i * sc;
+        /* byte offsets, then plain element pointers (void * converts without a cast) */
+        const void *a = (const unsigned char *)job->a + i * sa, *b = (const unsigned char *)job->b + i * sb;
+        void *c = (unsigned char *)job->c + i * sc;
         switch (job->dtype) {
         case GEMM_DTYPE_F32:
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, (const float *)a,
-                        k, (const float *)b, n, 0.0f, (float *)c, n);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
             break;
         case GEMM_DTYPE_F64:
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0, (const double *)a,
-                        k, (const double *)b, n, 0.0, (double *)c, n);
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0, a, k, b, n, 0.0, c, n);
             break;
         case GEMM_DTYPE_I32:
-            if (gemm_cpu_gemm_i32_stop((const int32_t *)a, (const int32_t *)b, (int32_t *)c, job->m,
-                                       job->k, job->n, cb->job_threads, &job->cancel_requested))
+            if (gemm_cpu_gemm_i32_stop(a, b, c, job->m, job->k, job->n, cb->job_threads, &job->cancel_requested))
                 return gemm_job_stop_cancelled(job, "the rest of its product (between k-slices)");
             break;
         default:
