@@ -283,6 +283,15 @@ static void run_group(gemm_engine *e, void *worker, gemm_job **g, int n, double 
         memcpy((char *)big.b + (size_t)i * one[1], g[i]->b, one[1]);
     }
     int rc = e->be->run(e->self, worker, &big);
+    if (rc != 0 && big.err.status == 507) {
+        /* The group does not fit (device_mem_limit, a full device) where each product may:
+         * run them one by one, as if never grouped. */
+        gemm_engine_host_free(e, big.a);
+        gemm_engine_host_free(e, big.b);
+        gemm_engine_host_free(e, big.c);
+        for (int i = 0; i < n; i++) run_one(e, worker, g[i], i == 0 ? t0 : gemm_now_ms());
+        return;
+    }
     if (rc == GEMM_RUN_CANCELLED) rc = -1; /* nobody can cancel the synthetic job */
     if (rc != 0 && big.err.status == 0)
         gemm_err_set(&big.err, 500, "backend_failure", "the %s backend failed to run a batch of %d products",

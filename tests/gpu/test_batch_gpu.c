@@ -10,7 +10,8 @@
  *     64 small products of 3 kinds are queued; they come back right, coalesced (batched > 1,
  *     mode "coalesced ..."), each with its own done();
  *   - 16 threads submitting 64 mixed small products each to 4 streams with batch_max 32
- *     and a 100 us delay: every product right.
+ *     and a 100 us delay: every product right;
+ *   - a group larger than device_mem_limit falls back to one product at a time.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -44,10 +45,13 @@ static void wait_job(bjob *t)
     pthread_mutex_unlock(&mu);
 }
 
-static gemm_engine *open_cuda(int streams, int batch_max, int delay_us)
+static gemm_engine *open_cuda_cfg(int streams, int batch_max, int delay_us, uint64_t mem_limit,
+                                  const char *faults)
 {
     gemm_engine_config cfg;
     gemm_engine_config_defaults(&cfg);
+    cfg.device_mem_limit = mem_limit;
+    snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "%s", faults);
     snprintf(cfg.backend, sizeof cfg.backend, "cuda");
     cfg.streams_per_device = streams;
     cfg.queue_depth = 4096;
@@ -57,6 +61,11 @@ static gemm_engine *open_cuda(int streams, int batch_max, int delay_us)
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) printf("# open failed: %d %s %s\n", err.status, err.code, err.message);
     return e;
+}
+
+static gemm_engine *open_cuda(int streams, int batch_max, int delay_us)
+{
+    return open_cuda_cfg(streams, batch_max, delay_us, 0, "");
 }
 
 static bjob *make(gemm_engine *e, gemm_dtype d, int nb, int shared, int m, int k, int n, const char *kernel,
@@ -262,6 +271,35 @@ static void test_storm(void)
     gemm_engine_close(e);
 }
 
+/* A group that does not fit device_mem_limit (3 MiB) where each product does (768 KiB):
+ * the products run one by one instead, all right, none 507. Every kernel stage waits 50 ms
+ * (gpu_delay_ms), so the 7 products behind the first are queued together. */
+static void test_group_too_big(void)
+{
+    gemm_engine *e = open_cuda_cfg(1, 32, 0, 3u << 20, "gpu_delay_ms:50");
+    if (!e) {
+        tap(0, "open the CUDA engine with device_mem_limit 3 MiB");
+        return;
+    }
+    enum { N = 8 };
+    bjob *t[N];
+    gemm_err err;
+    int ok = 1;
+    for (int i = 0; i < N; i++) {
+        t[i] = make(e, GEMM_DTYPE_F32, 1, 0, 256, 256, 256, "cublas", 900 + (uint64_t)i);
+        ok = ok && gemm_engine_submit(e, &t[i]->job, &err) == 0;
+    }
+    int right = 0;
+    for (int i = 0; i < N; i++) {
+        wait_job(t[i]);
+        double w;
+        right += atomic_load(&t[i]->job.state) == GEMM_JOB_DONE && correct(t[i], &w);
+    }
+    tap(ok && right == N, "a group over device_mem_limit runs its products one by one: %d of %d right", right, N);
+    for (int i = 0; i < N; i++) release(t[i]);
+    gemm_engine_close(e);
+}
+
 int main(void)
 {
     if (gemm_cuda_device_count() == 0) {
@@ -271,5 +309,6 @@ int main(void)
     test_batched_jobs();
     test_coalesced();
     test_storm();
+    test_group_too_big();
     return tap_done();
 }
