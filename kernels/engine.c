@@ -52,6 +52,7 @@ struct gemm_engine {
     /* counters */
     atomic_ullong completed, failed, cancelled, rejected;
     atomic_ullong compute_ns;   /* sum of compute_ms, in ns */
+    atomic_ullong groups, grouped; /* coalesced launches and the products in them */
 };
 
 struct worker_arg {
@@ -293,6 +294,8 @@ static void run_group(gemm_engine *e, void *worker, gemm_job **g, int n, double 
         return;
     }
     if (rc == GEMM_RUN_CANCELLED) rc = -1; /* nobody can cancel the synthetic job */
+    atomic_fetch_add(&e->groups, 1);
+    atomic_fetch_add(&e->grouped, (unsigned long long)n);
     if (rc != 0 && big.err.status == 0)
         gemm_err_set(&big.err, 500, "backend_failure", "the %s backend failed to run a batch of %d products",
                      e->be->name, n);
@@ -434,6 +437,8 @@ gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err)
     atomic_init(&e->cancelled, 0);
     atomic_init(&e->rejected, 0);
     atomic_init(&e->compute_ns, 0);
+    atomic_init(&e->groups, 0);
+    atomic_init(&e->grouped, 0);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
 
@@ -647,6 +652,8 @@ void gemm_engine_get_stats(gemm_engine *e, gemm_engine_stats *out)
     out->cancelled = atomic_load(&e->cancelled);
     out->rejected = atomic_load(&e->rejected);
     out->compute_seconds = (double)atomic_load(&e->compute_ns) / 1e9;
+    out->coalesced_launches = atomic_load(&e->groups);
+    out->coalesced_products = atomic_load(&e->grouped);
 }
 
 int gemm_engine_healthy(gemm_engine *e)

@@ -183,6 +183,8 @@ typedef struct {
     int queued;                    /* jobs waiting now */
     int running;                   /* jobs on a worker now, until their done() has returned */
     uint64_t completed, failed, cancelled, rejected; /* since open */
+    uint64_t coalesced_launches;   /* groups of queued products run as one batched job */
+    uint64_t coalesced_products;   /* products that ran in those groups */
     double compute_seconds;        /* sum of compute_ms / 1000 */
     int ndevices;
     double device_busy_seconds[GEMM_MAX_DEVICES];

@@ -160,6 +160,12 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
     gemm_buf_printf(out, "gemmd_engine_jobs_total{result=\"cancelled\"} %llu\n", (unsigned long long)st.cancelled);
     gemm_buf_printf(out, "gemmd_engine_jobs_total{result=\"rejected\"} %llu\n", (unsigned long long)st.rejected);
 
+    header(out, "gemmd_coalesced_launches_total", "counter",
+           "Groups of queued small products the engine ran as one batched job (dynamic batching).");
+    gemm_buf_printf(out, "gemmd_coalesced_launches_total %llu\n", (unsigned long long)st.coalesced_launches);
+    header(out, "gemmd_coalesced_products_total", "counter", "Products that ran in those groups.");
+    gemm_buf_printf(out, "gemmd_coalesced_products_total %llu\n", (unsigned long long)st.coalesced_products);
+
     header(out, "gemmd_compute_seconds_total", "counter", "Seconds engine workers spent computing products.");
     gemm_buf_printf(out, "gemmd_compute_seconds_total %.6f\n", st.compute_seconds);
 

@@ -122,6 +122,13 @@ def main(tap):
         with Daemon(tap, config=dict(base, batch_max="32", fault_inject="cpu_delay_ms:20")) as d:
             n = storm(tap, d, "runs held 20 ms")
             tap.ok(n > 0, "queued products of one kind were coalesced and said so", n)
+            r = d.curl("GET", "/metrics")
+            text = r.body.decode("utf-8", "replace")
+            got = re.search(r"^gemmd_coalesced_products_total (\d+)$", text, re.M)
+            launches = re.search(r"^gemmd_coalesced_launches_total (\d+)$", text, re.M)
+            tap.ok(got and launches and int(got.group(1)) >= n and 0 < int(launches.group(1)) <= int(got.group(1)),
+                   "/metrics counts the coalesced launches and products (>= the answers that said so)",
+                   (got and got.group(0), launches and launches.group(0), n))
     # Off: nothing says it was coalesced.
     with Daemon(tap, config=dict(base, batch_max="1")) as d:
         n = storm(tap, d, "batch_max 1")

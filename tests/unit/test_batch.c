@@ -317,6 +317,10 @@ static void test_coalesce_groups(void **st)
     }
     assert_int_equal(in4, 4);
     assert_int_equal(in2, 2);
+    gemm_engine_stats stt;
+    gemm_engine_get_stats(e, &stt);
+    assert_int_equal(stt.coalesced_launches, 3); /* 4 + 2 of one shape, 2 of another */
+    assert_int_equal(stt.coalesced_products, 8);
     gemm_engine_close(e);
     for (int i = 0; i < N; i++) gjob_free(e, &j[i]);
     gjob_free(e, &gate);
