@@ -210,7 +210,9 @@ int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err);
  *   boundary: before it starts; on the CUDA backend before the host-to-device copy, and
  *   for a product long enough to be run stage by stage (see engine_cuda.c) also before
  *   the kernel and before the device-to-host copy; on the CPU backend before the product
- *   and, for int32, between panels of k. done() is then called once, from the worker,
+ *   (before each product of a batched job) and, for int32, between panels of k. A product
+ *   coalesced into a group (dynamic batching) stops only if the cancel came before the
+ *   group started. done() is then called once, from the worker,
  *   with state CANCELLED and 409 cancelled (the message names the stage; c is not
  *   complete). A job past its last boundary completes as usual (DONE or FAILED): the
  *   caller discards that result. A kernel that is running is never interrupted.
