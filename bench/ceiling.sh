@@ -6,8 +6,8 @@
 #   bare   build/bench/bare_mhd: libmicrohttpd with the daemon's threading (HTTP_THREADS,
 #          default the daemon's own default 4) that reads the body and answers with the
 #          C-sized bytes of zeros - no decoding, no engine;
-#   gemmd  bin/gemmd (BACKEND, default auto: CUDA when a GPU is present), raw float32,
-#          kernel auto;
+#   gemmd  $GEMMD (default bin/gemmd; BACKEND, default auto: CUDA when a GPU is present),
+#          raw float32, kernel auto, its config $GEMMD_CONF (default config/gemmd.conf);
 # with the same body (A then B, raw float32, values in [-1, 1)) and the same answer size,
 # and prints a Markdown table: requests/s, p50, p99 for each, and gemmd / bare.
 #
@@ -23,12 +23,14 @@ conns=${CONNS:-1 64 256}
 dur=${DURATION:-10}
 threads=${HTTP_THREADS:-4}
 backend=${BACKEND:-auto}
+gemmd=${GEMMD:-bin/gemmd}
+gemmd_conf=${GEMMD_CONF:-config/gemmd.conf}
 WRK=${WRK:-$(command -v wrk || { test -x /tmp/deps/usr/bin/wrk && echo /tmp/deps/usr/bin/wrk; })}
 if [ -z "$WRK" ]; then
     echo "ceiling.sh: wrk not found; install it: sudo apt-get install -y wrk" >&2
     exit 2
 fi
-[ -x build/bench/bare_mhd ] && [ -x bin/gemmd ] || make -s bench >/dev/null || exit 1
+[ -x build/bench/bare_mhd ] && [ -x "$gemmd" ] || make -s bench >/dev/null || exit 1
 maxc=0
 for c in $conns; do [ "$c" -gt "$maxc" ] && maxc=$c; done
 limit=$((maxc + 64))
@@ -41,7 +43,7 @@ bport=$(free_port)
 build/bench/bare_mhd --port "$bport" --threads "$threads" --connection-limit "$limit" 2>"$out/bare.log" &
 bpid=$!
 gport=$(free_port)
-bin/gemmd --config config/gemmd.conf --backend "$backend" --port "$gport" --http-threads "$threads" \
+"$gemmd" --config "$gemmd_conf" --backend "$backend" --port "$gport" --http-threads "$threads" \
     --per-ip-limit 0 --connection-limit "$limit" --queue-depth 1024 --log-level warn >"$out/gemmd.log" 2>&1 &
 gpid=$!
 trap 'kill $bpid $gpid 2>/dev/null; wait $bpid $gpid 2>/dev/null' EXIT
@@ -71,6 +73,7 @@ echo "# gemmd vs a bare libmicrohttpd server (the ceiling), raw float32"
 echo
 echo "host: $(hostname), $(nproc) cores; $(python3 -c 'import json,sys; i=json.load(open(sys.argv[1])); print("backend", i.get("backend"), "-", ", ".join(d.get("name","?") for d in i.get("devices",[])) or "no devices")' "$out/info.json" 2>/dev/null)"
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD 2>/dev/null); wrk $("$WRK" -v 2>&1 | head -1 | awk '{print $2}')"
+echo "daemon: $gemmd ($gemmd_conf)"
 echo "command: SIZES=\"$sizes\" CONNS=\"$conns\" DURATION=$dur HTTP_THREADS=$threads BACKEND=$backend bench/ceiling.sh"
 echo
 echo "| size | conns | bare req/s | bare p50 µs | bare p99 µs | gemmd req/s | gemmd p50 µs | gemmd p99 µs | gemmd non-200 | gemmd / bare |"
