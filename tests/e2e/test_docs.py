@@ -82,7 +82,12 @@ def python_dir(tmp):
     """A folder whose python3 is this one (it has NumPy), to put first on PATH."""
     d = os.path.join(tmp, "pybin")
     os.makedirs(d, exist_ok=True)
-    os.symlink(sys.executable, os.path.join(d, "python3"))
+    # A wrapper, not a symlink: a virtual environment's python found through a link in
+    # another folder no longer sees its environment (nor its NumPy).
+    w = os.path.join(d, "python3")
+    with open(w, "w") as f:
+        f.write("#!/bin/sh\nexec '%s' \"$@\"\n" % sys.executable.replace("'", "'\\''"))
+    os.chmod(w, 0o755)
     return d
 
 

@@ -132,7 +132,8 @@ def main(tap):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         tap.ok(cp.returncode == 0 and os.path.exists(exe), "as documented: " + line, cp.stderr.decode())
         exes.append(exe)
-    runenv = dict(os.environ, LD_LIBRARY_PATH=os.path.join(P, "lib"))
+    runenv = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(
+        x for x in (os.path.join(P, "lib"), os.environ.get("LD_LIBRARY_PATH")) if x))
     if shutil.which("ldd") and len(exes) == 2 and all(os.path.exists(e) for e in exes):
         l0 = subprocess.run(["ldd", exes[0]], env=runenv, stdout=subprocess.PIPE).stdout.decode()
         l1 = subprocess.run(["ldd", exes[1]], env=runenv, stdout=subprocess.PIPE).stdout.decode()
