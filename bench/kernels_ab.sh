@@ -7,6 +7,8 @@
 #   bench/kernels_ab.sh [-r REV] [-n ROUNDS] [-o OUTDIR] [-f "FILE ..."] [-- BENCH_ARGS]
 #
 #   -r REV     the revision the old files come from (default: main)
+#   -d DIR     take the old files from DIR, a tree exported from an older revision
+#              (`git archive REV | tar -x -C DIR`), where no git repository is at hand
 #   -f FILES   the files taken from REV (default: the cp.async main loop and its two users,
 #              kernels/cuda/gemm_async.cuh kernels/cuda/k04_mma.cu kernels/cuda/k05_dmma.cu)
 #   -n ROUNDS  old/new alternations (default 3)
@@ -18,12 +20,14 @@
 # default 90a), so a difference is the change's. Needs git (for REV) and nvcc.
 set -u
 rev=main
+olddir=""
 rounds=3
 out=bench/out/ab
 files="kernels/cuda/gemm_async.cuh kernels/cuda/k04_mma.cu kernels/cuda/k05_dmma.cu"
 while [ $# -gt 0 ]; do
     case $1 in
     -r) rev=$2; shift 2 ;;
+    -d) olddir=$2; shift 2 ;;
     -n) rounds=$2; shift 2 ;;
     -o) out=$2; shift 2 ;;
     -f) files=$2; shift 2 ;;
@@ -40,16 +44,23 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 root=$(pwd)
 
-git rev-parse --verify -q "$rev^{commit}" >/dev/null || { echo "no revision $rev here" >&2; exit 2; }
+if [ -n "$olddir" ]; then
+    [ -d "$olddir" ] || { echo "no folder $olddir" >&2; exit 2; }
+    rev=$olddir
+else
+    git rev-parse --verify -q "$rev^{commit}" >/dev/null || { echo "no revision $rev here" >&2; exit 2; }
+fi
 
 # The old tree: a copy of this one (sources only) with the named files from REV.
 old="$out/old-tree"
 rm -rf "$old"
 mkdir -p "$old"
-tar -C "$root" --exclude=./build --exclude=./build-san --exclude=./bin --exclude=./lib \
+tar -C "$root" --exclude=./.base --exclude=./.gpu --exclude=./build --exclude=./build-san --exclude=./bin --exclude=./lib \
     --exclude=./bench/out --exclude=./.git -cf - . | tar -C "$old" -xf -
 for f in $files; do
-    if git cat-file -e "$rev:$f" 2>/dev/null; then
+    if [ -n "$olddir" ]; then
+        if [ -f "$olddir/$f" ]; then cp "$olddir/$f" "$old/$f"; else rm -f "$old/$f"; fi
+    elif git cat-file -e "$rev:$f" 2>/dev/null; then
         git show "$rev:$f" >"$old/$f"
     else
         rm -f "$old/$f" # the file is new since REV
