@@ -17,7 +17,7 @@
 #     requests sent at CONNS at once after the run, read from X-Gemm-Batched).
 #
 # Each daemon runs alone (one after the other), with per_ip_limit 0, a connection limit
-# above CONNS and queue_depth 4096. Needs wrk (Debian `wrk`), curl and /usr/bin/python3 with
+# above CONNS and queue_depth 4096. Needs wrk (Debian `wrk`), curl and a python3 with
 # NumPy (for the bodies).
 set -u
 cd "$(dirname "$0")/.."
@@ -32,6 +32,12 @@ threads=${HTTP_THREADS:-4}
 backend=${BACKEND:-auto}
 bmax=${BATCH_MAX:-32}
 delay=${DELAY_US:-0}
+# The first python3 with NumPy: PY, then the one on PATH, then the system's.
+if [ -z "${PY:-}" ]; then
+    for p in python3 /usr/bin/python3; do
+        if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import numpy' 2>/dev/null; then PY=$p; break; fi
+    done
+fi
 PY=${PY:-/usr/bin/python3}
 WRK=${WRK:-$(command -v wrk || { test -x /tmp/deps/usr/bin/wrk && echo /tmp/deps/usr/bin/wrk; })}
 if [ -z "$WRK" ]; then
