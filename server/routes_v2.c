@@ -13,6 +13,7 @@
  */
 #include "routes_v2.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,39 +292,41 @@ static int begin_infer(gemmd_request *req)
         req->has_length = 1;
     }
     req->limit = cfg->limits.max_body_bytes;
-    if (req->has_length && req->content_length > req->limit)
+    const char *hl = gemmd_request_header(req, "Inference-Header-Content-Length");
+    uint64_t json_max = cfg->max_json_bytes;
+    if (!hl) {
+        /* All JSON: parsed whole, so the tighter of the two limits holds. */
+        int json_tighter = json_max <= req->limit;
+        if (json_tighter) req->limit = json_max;
+        if (req->has_length && req->content_length > req->limit)
+            return gemm_err_set(err, 413, "body_too_large",
+                                json_tighter ? "the JSON body has %llu bytes; JSON bodies are parsed whole and may "
+                                               "have at most %llu (max_json_mb); send the tensors as binary data "
+                                               "(binary_data_size and Inference-Header-Content-Length)"
+                                             : "the body has %llu bytes; this server takes at most %llu (max_body_mb)",
+                                (unsigned long long)req->content_length, (unsigned long long)req->limit);
+        return 0;
+    }
+    if (gemm_parse_u64(hl, &v->header_len) != 0 || v->header_len == 0)
+        return gemm_err_set(err, 400, "bad_header_length",
+                            "Inference-Header-Content-Length \"%.40s\" is not a positive number", hl);
+    v->has_header_len = 1;
+    if (v->header_len > json_max)
+        return gemm_err_set(err, 413, "body_too_large",
+                            "the JSON header has %llu bytes; it may have at most %llu (max_json_mb); send the "
+                            "tensors as binary data", (unsigned long long)v->header_len, (unsigned long long)json_max);
+    if (!req->has_length)
+        return gemm_err_set(err, 411, "length_required",
+                            "a body with binary tensor data needs a Content-Length (not chunked): the server "
+                            "checks it against the tensors' sizes before reading");
+    if (req->content_length > req->limit)
         return gemm_err_set(err, 413, "body_too_large",
                             "the body has %llu bytes; this server takes at most %llu (max_body_mb)",
                             (unsigned long long)req->content_length, (unsigned long long)req->limit);
-    const char *hl = gemmd_request_header(req, "Inference-Header-Content-Length");
-    uint64_t json_max = cfg->max_json_bytes;
-    if (hl) {
-        if (gemm_parse_u64(hl, &v->header_len) != 0 || v->header_len == 0)
-            return gemm_err_set(err, 400, "bad_header_length",
-                                "Inference-Header-Content-Length \"%.40s\" is not a positive number", hl);
-        v->has_header_len = 1;
-        if (v->header_len > json_max)
-            return gemm_err_set(err, 413, "body_too_large",
-                                "the JSON header has %llu bytes; it may have at most %llu (max_json_mb); send the "
-                                "tensors as binary data", (unsigned long long)v->header_len,
-                                (unsigned long long)json_max);
-        if (!req->has_length)
-            return gemm_err_set(err, 411, "length_required",
-                                "a body with binary tensor data needs a Content-Length (not chunked): the server "
-                                "checks it against the tensors' sizes before reading");
-        if (v->header_len > req->content_length)
-            return gemm_err_set(err, 400, "bad_header_length",
-                                "Inference-Header-Content-Length (%llu) is larger than the body (%llu bytes)",
-                                (unsigned long long)v->header_len, (unsigned long long)req->content_length);
-        return 0;
-    }
-    if (json_max < req->limit) req->limit = json_max;
-    if (req->has_length && req->content_length > req->limit)
-        return gemm_err_set(err, 413, "body_too_large",
-                            "the JSON body has %llu bytes; JSON bodies are parsed whole and may have at most %llu "
-                            "(max_json_mb); send the tensors as binary data (binary_data_size and "
-                            "Inference-Header-Content-Length)", (unsigned long long)req->content_length,
-                            (unsigned long long)req->limit);
+    if (v->header_len > req->content_length)
+        return gemm_err_set(err, 400, "bad_header_length",
+                            "Inference-Header-Content-Length (%llu) is larger than the body (%llu bytes)",
+                            (unsigned long long)v->header_len, (unsigned long long)req->content_length);
     return 0;
 }
 
@@ -540,7 +543,7 @@ static void answer_parameters(gemm_buf *b, const gemm_job *job, const gemmd_timi
                     ",\"recv_ms\":%.4f,\"decode_ms\":%.4f,\"queue_ms\":%.4f,\"h2d_ms\":%.4f,\"kernel_ms\":%.4f,"
                     "\"d2h_ms\":%.4f,\"compute_ms\":%.4f,\"encode_ms\":%.4f,\"total_ms\":%.4f,\"gflops\":%.3f}",
                     t->recv_ms, t->decode_ms, t->queue_ms, t->h2d_ms, t->kernel_ms, t->d2h_ms, t->compute_ms,
-                    t->encode_ms, t->total_ms, t->gflops == t->gflops ? t->gflops : 0.0);
+                    t->encode_ms, t->total_ms, isfinite(t->gflops) ? t->gflops : 0.0);
 }
 
 static void answer_head(gemm_buf *b, const gemmd_v2 *v)
