@@ -20,8 +20,10 @@ import asyncio
 import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -250,6 +252,32 @@ def raw_checks(tap, d):
     tap.ok(is_v2_error(r, 405) and "GET" in (r.header("allow") or ""), "POST on health: 405", r)
     tap.ok(is_v2_error(post(d, b""), 400, "empty"), "empty body: 400")
     tap.ok(is_v2_error(post(d, b"{\"inputs\": [1,"), 400, "not valid JSON"), "broken JSON: 400")
+
+    # a body that arrives in small pieces: the header and the binary data split anywhere
+    a = random_matrix(rng, (3, 4), "float32")
+    b = random_matrix(rng, (4, 5), "float32")
+    body, hl = infer_body({"A": (a, "FP32"), "B": (b, "FP32")}, binary=("A", "B"),
+                          outputs=[{"name": "C", "parameters": {"binary_data": True}}])
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nInference-Header-Content-Length: %d\r\n"
+              b"Connection: close\r\n\r\n" % (INFER.encode(), len(body), hl))
+    for i in range(0, len(body), 13):
+        s.sendall(body[i:i + 13])
+        time.sleep(0.003)
+    raw = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        raw += chunk
+    s.close()
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    hdrs = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:] if b": " in line)
+    n = int(hdrs.get(b"Inference-Header-Content-Length", b"0"))
+    good, why = compare(np.frombuffer(payload[n:], "<f4").reshape(3, 5), reference(a, b, "float32"), "float32", 4) \
+        if head.startswith(b"HTTP/1.1 200") and len(payload) == n + 60 else (False, raw[:300])
+    tap.ok(good, "a binary body sent 13 bytes at a time: right", why)
 
     # http.client, keep-alive: several requests on one connection
     conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
