@@ -10,16 +10,21 @@ unsupported datatype, missing input, too large, bad options, backend failure) an
 as {"error": "..."} with the right status; bearer tokens through headers=; concurrent
 async_infer and the asyncio client. Raw: the JSON and binary answers byte for byte
 (Inference-Header-Content-Length, Content-Type, binary_data_size), inputs listed B first,
-nested JSON data, every way a binary body can be inconsistent, limits, 404/405/415.
+nested JSON data, every way a binary body can be inconsistent, limits, 404/405/415. Docs:
+docs/V2.md's request, answer, error and binary examples and README's v2 curl block do what
+they say; the Python examples of both run (with small matrices) and compute A.B.
 
 Every product is checked against NumPy in float64 (int32: exact, wrapped to 32 bits). When
 the venv cannot be made (no network, no python3-venv), the tritonclient checks are
 reported as SKIP with the reason and the raw checks still run.
 """
 import asyncio
+import contextlib
 import http.client
+import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -302,6 +307,71 @@ def raw_checks(tap, d):
            "/metrics counts the v2 routes by status")
 
 
+def read_doc(path):
+    with open(os.path.join(REPO, path)) as f:
+        return f.read()
+
+
+def blocks(text, lang):
+    return [m.group(1) for m in re.finditer(r"^```%s\n(.*?)^```" % lang, text, re.M | re.S)]
+
+
+def readme_v2_section():
+    text = read_doc("README.md")
+    start = text.index("## From tools that speak KServe v2")
+    end = text.find("\n## ", start + 3)
+    return text[start:end if end > 0 else len(text)]
+
+
+def doc_checks(tap, d, have_triton):
+    v2md = read_doc("docs/V2.md")
+    js = blocks(v2md, "json")
+    req, ans, err = json.loads(js[0]), json.loads(js[1]), json.loads(js[2])
+    r = post(d, json.dumps(req).encode())
+    j = r.json() or {}
+    tap.ok(r.status == 200 and set(j) == set(ans) and j.get("id") == ans["id"]
+           and j["outputs"][0] == ans["outputs"][0] and set(j["parameters"]) == set(ans["parameters"]),
+           "V2.md: the request example gets the answer example (C, keys, parameters)", r)
+    body, _ = infer_body({"A": (np.ones((2, 3), np.float32), "FP32"), "B": (np.ones((4, 2), np.float32), "FP32")})
+    r = post(d, body)
+    tap.ok(r.status == 400 and r.json() == err, "V2.md: the error example is what a 2x3 times 4x2 gets", r)
+
+    ex = blocks(v2md, "http")[0]
+    hl = int(re.search(r"Inference-Header-Content-Length: (\d+)", ex).group(1))
+    cl = int(re.search(r"Content-Length: (\d+)", ex.replace("Inference-Header-Content-Length", "")).group(1))
+    text = ex.split("\n\n", 1)[1]
+    head = "".join(line.strip() for line in text.split("<16 bytes")[0].splitlines()).encode()
+    a = np.arange(4, dtype=np.float32).reshape(2, 2)
+    b = np.arange(4, 8, dtype=np.float32).reshape(2, 2)
+    ok = len(head) == hl and hl + 32 == cl
+    r = post(d, head + a.tobytes() + b.tobytes(), hl)
+    if ok and r.status == 200:
+        _, data = split_binary(r)
+        ok = np.array_equal(np.frombuffer(data, "<f4").reshape(2, 2), a @ b)
+    tap.ok(ok and r.status == 200, "V2.md: the binary example's lengths are right and it computes A.B",
+           (len(head), hl, cl, r))
+
+    sh = blocks(readme_v2_section(), "sh")
+    p = subprocess.run(["bash", "-euo", "pipefail", "-c", sh[0].replace("localhost:8080", "127.0.0.1:%d" % d.port)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60) if sh else None
+    want = re.search(r'^# (\{.*"data":\[11\]\}\])', sh[0], re.M) if sh else None
+    tap.ok(p is not None and p.returncode == 0 and want is not None and want.group(1) in p.stdout.decode(),
+           "README: the v2 curl block runs and answers what its comment shows", p and p.stdout.decode()[-600:])
+
+    for doc, text in (("README", readme_v2_section()), ("V2.md", v2md)):
+        name = "%s: the tritonclient example runs (48x48) and computes A.B" % doc
+        if not have_triton:
+            tap.skip(name, "no tritonclient")
+            continue
+        code = blocks(text, "python")[0].replace('"gpu-box:8080"', '"127.0.0.1:%d"' % d.port)
+        code = code.replace("4096", "48").replace('"cublas"', '"openblas"')
+        ns = {}
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(code, "%s example" % doc, "exec"), ns)  # noqa: S102 - our own docs
+        good, why = compare(ns["c"], reference(ns["a"], ns["b"], "float32"), "float32", 48)
+        tap.ok(good, name, why)
+
+
 def limit_checks(tap):
     """Limits, as for /v1: max_dim, max_json_mb, max_body_mb; and backend failures."""
     with Daemon(tap, config={"backend": "cpu", "max_dim": "300", "max_json_mb": "1", "max_body_mb": "1"}) as d:
@@ -534,6 +604,7 @@ def main(tap):
     why = ensure_venv()
     with Daemon(tap, config={"backend": "cpu"}) as d:
         raw_checks(tap, d)
+        doc_checks(tap, d, not why)
         if why:
             tap.skip("tritonclient[http] checks (health, metadata, every datatype, errors, async)", why)
         else:
