@@ -256,6 +256,10 @@ def raw_checks(tap, d):
     r = d.curl("POST", "/v2/health/ready", data=b"{}")
     tap.ok(is_v2_error(r, 405) and "GET" in (r.header("allow") or ""), "POST on health: 405", r)
     tap.ok(is_v2_error(post(d, b""), 400, "empty"), "empty body: 400")
+    bad = {"inputs": [{"name": "A", "shape": [1, 1], "datatype": "FLOAT", "data": [1]},
+                      {"name": "B", "shape": [1, 1], "datatype": "FLOAT", "data": [1]}]}
+    tap.ok(is_v2_error(post(d, json.dumps(bad).encode()), 400, "unknown datatype 'FLOAT'"),
+           "a datatype the protocol does not know: 400")
     tap.ok(is_v2_error(post(d, b"{\"inputs\": [1,"), 400, "not valid JSON"), "broken JSON: 400")
 
     # a body that arrives in small pieces: the header and the binary data split anywhere
