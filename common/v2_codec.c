@@ -498,7 +498,7 @@ void gemm_v2_write_output(gemm_buf *b, const char *name, const gemm_matrix *c, i
     /* Flat, row-major: C's elements are the one row of a 1 x (rows * cols) matrix, whose
      * JSON "[[...]]" loses its outer brackets. */
     size_t start = b->len;
-    gemm_matrix flat = {1, c->rows * c->cols, c->dtype, c->data};
+    gemm_matrix flat = {.rows = 1, .cols = c->rows * c->cols, .dtype = c->dtype, .data = c->data};
     gemm_json_write_matrix(b, &flat);
     if (!b->failed && b->len >= start + 4 && b->data[start] == '[' && b->data[start + 1] == '[') {
         memmove(b->data + start, b->data + start + 1, b->len - start - 2);

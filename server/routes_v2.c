@@ -575,7 +575,7 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
                                 : "the server is shutting down; the product was cancelled before it started");
         return gemmd_v2_respond_error(req, &job->err);
     }
-    gemm_matrix c = {job->m, job->n, job->dtype, job->c};
+    gemm_matrix c = {.rows = job->m, .cols = job->n, .dtype = job->dtype, .data = job->c};
     double t0 = gemm_now_ms();
     gemm_buf b;
     gemm_buf_init(&b);

@@ -54,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         gemm_buf_init(&body);
         gemm_buf_puts(&body, "{\"inputs\":[");
         for (int i = 0; i < 2; i++) {
-            gemm_matrix t = {r.in[i].rows, r.in[i].cols, r.dtype, m[i]};
+            gemm_matrix t = {.rows = r.in[i].rows, .cols = r.in[i].cols, .dtype = r.dtype, .data = m[i]};
             if (i) gemm_buf_puts(&body, ",");
             gemm_v2_write_output(&body, i ? "B" : "A", &t, 0);
         }

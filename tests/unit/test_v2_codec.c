@@ -362,7 +362,7 @@ static void test_write_output(void **state)
     (void)state;
     gemm_buf b;
     float c[6] = {1, -2.5f, 3, 0.1f, 1e-30f, 65504};
-    gemm_matrix m = {2, 3, GEMM_DTYPE_F32, c};
+    gemm_matrix m = {.rows = 2, .cols = 3, .dtype = GEMM_DTYPE_F32, .data = c};
     gemm_buf_init(&b);
     gemm_v2_write_output(&b, "C", &m, 0);
     assert_false(b.failed);
@@ -374,7 +374,7 @@ static void test_write_output(void **state)
                                 "\"parameters\":{\"binary_data_size\":24}}");
     gemm_buf_free(&b);
     int32_t ci[1] = {INT32_MIN};
-    gemm_matrix mi = {1, 1, GEMM_DTYPE_I32, ci};
+    gemm_matrix mi = {.rows = 1, .cols = 1, .dtype = GEMM_DTYPE_I32, .data = ci};
     gemm_v2_write_output(&b, "C", &mi, 0);
     assert_string_equal(b.data, "{\"name\":\"C\",\"datatype\":\"INT32\",\"shape\":[1,1],\"data\":[-2147483648]}");
     gemm_buf_free(&b);
@@ -390,7 +390,7 @@ static void test_write_output(void **state)
         cd[i] = ldexp(mant, (int)(x % 2000) - 1000);
     }
     cd[0] = -1.2345678901234567e-308;
-    gemm_matrix md = {R, K, GEMM_DTYPE_F64, cd};
+    gemm_matrix md = {.rows = R, .cols = K, .dtype = GEMM_DTYPE_F64, .data = cd};
     gemm_v2_write_output(&b, "C", &md, 0);
     assert_false(b.failed);
     assert_true(b.len <= gemm_v2_json_bytes_bound(R, K, GEMM_DTYPE_F64));
