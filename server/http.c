@@ -27,6 +27,7 @@
 #include "log.h"
 #include "respond.h"
 #include "routes.h"
+#include "routes_v2.h"
 
 /* After a body error the rest is read and dropped, up to this much, so the client
  * gets the error; past it the connection is closed. */
@@ -100,6 +101,7 @@ static int resolve(gemmd_request *req, const char *url, const char *method)
     int post = strcmp(method, "POST") == 0;
     int del = strcmp(method, "DELETE") == 0;
     static const char jobs[] = "/v1/jobs/";
+    if (gemmd_v2_match(url)) return gemmd_v2_resolve(req, url, method);
     if (strcmp(url, "/v1/matmul") == 0) {
         req->allow = "POST";
         req->route = GEMMD_ROUTE_MATMUL;
@@ -177,7 +179,8 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
     if (r > 0)
         return gemmd_respond_errorf(req, 405, "method_not_allowed", "%.60s does not take %s (allowed: %s)", url,
                                     method, req->allow);
-    if (srv->auth && req->route != GEMMD_ROUTE_HEALTHZ && req->route != GEMMD_ROUTE_READYZ) {
+    if (srv->auth && req->route != GEMMD_ROUTE_HEALTHZ && req->route != GEMMD_ROUTE_READYZ &&
+        req->route != GEMMD_ROUTE_V2_HEALTH) {
         int who = gemmd_auth_identify(srv->auth, gemmd_request_header(req, MHD_HTTP_HEADER_AUTHORIZATION));
         if (who < 0) {
             LOG_DEBUG("request refused: no known bearer token");
@@ -187,6 +190,7 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
         req->owner = who + 1; /* jobs.h: 0 is "no tokens configured" */
     }
 
+    if (gemmd_route_is_v2(req->route)) return gemmd_v2_start(req);
     if (req->route != GEMMD_ROUTE_MATMUL && req->route != GEMMD_ROUTE_JOBS_SUBMIT) return dispatch_get(req);
 
     if (atomic_load(&srv->stopping))
@@ -266,6 +270,7 @@ static int has_body(gemmd_request *req)
 
 static enum MHD_Result body_complete(gemmd_request *req)
 {
+    if (gemmd_route_is_v2(req->route)) return gemmd_v2_body_done(req);
     if (req->failed) {
         LOG_DEBUG("request body refused: %d %s after %llu bytes", req->err.status, req->err.code,
                   (unsigned long long)req->bytes_in);
@@ -312,7 +317,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (*upload_data_size) {
         if (req->phase == REQ_BODY) {
-            gemmd_body_feed(req, upload_data, *upload_data_size);
+            if (gemmd_route_is_v2(req->route)) gemmd_v2_body_feed(req, upload_data, *upload_data_size);
+            else gemmd_body_feed(req, upload_data, *upload_data_size);
             if (req->failed && req->discarded > GEMMD_DISCARD_MAX) return MHD_NO;
         } else {
             req->bytes_in += *upload_data_size;

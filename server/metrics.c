@@ -32,7 +32,8 @@ static _Atomic int jobs_state[5];
 
 static const char *const route_names[GEMMD_ROUTE_COUNT] = {
     "/v1/matmul", "/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/result", "DELETE /v1/jobs/{id}",
-    "/healthz",   "/readyz",  "/v1/info",      "/metrics",             "other",
+    "/healthz",   "/readyz",  "/v1/info",      "/metrics",             "/v2/health/{live,ready}",
+    "/v2[/models/{model}[/ready]]", "/v2/models/{model}/infer", "other",
 };
 
 const char *gemmd_route_name(gemmd_route r)

@@ -13,8 +13,15 @@
 typedef enum {
     GEMMD_ROUTE_MATMUL = 0, GEMMD_ROUTE_JOBS_SUBMIT, GEMMD_ROUTE_JOB_STATUS, GEMMD_ROUTE_JOB_RESULT,
     GEMMD_ROUTE_JOB_DELETE, GEMMD_ROUTE_HEALTHZ, GEMMD_ROUTE_READYZ, GEMMD_ROUTE_INFO,
-    GEMMD_ROUTE_METRICS, GEMMD_ROUTE_OTHER, GEMMD_ROUTE_COUNT
+    GEMMD_ROUTE_METRICS, GEMMD_ROUTE_V2_HEALTH, GEMMD_ROUTE_V2_METADATA, GEMMD_ROUTE_V2_INFER,
+    GEMMD_ROUTE_OTHER, GEMMD_ROUTE_COUNT
 } gemmd_route;
+
+/* The Open Inference Protocol's routes (routes_v2.c): answered in that protocol's shape. */
+static inline int gemmd_route_is_v2(gemmd_route r)
+{
+    return r == GEMMD_ROUTE_V2_HEALTH || r == GEMMD_ROUTE_V2_METADATA || r == GEMMD_ROUTE_V2_INFER;
+}
 
 const char *gemmd_route_name(gemmd_route r); /* "/v1/matmul", "/v1/jobs", "/v1/jobs/{id}", ... */
 

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "json_codec.h"
+#include "routes_v2.h"
 
 #define GEMMD_TEXT_PART_MAX 100 /* bytes of a form field such as dtype or kernel */
 
@@ -56,6 +57,7 @@ void gemmd_request_free(gemmd_request *req)
     gemm_engine_host_free(e, req->job.a);
     gemm_engine_host_free(e, req->job.b);
     gemm_engine_host_free(e, req->job.c);
+    gemmd_v2_free(req->v2);
     free(req);
 }
 

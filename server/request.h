@@ -31,6 +31,7 @@ typedef enum { GEMMD_FMT_JSON = 0, GEMMD_FMT_RAW = 1, GEMMD_FMT_NPY = 2, GEMMD_F
 
 typedef struct gemmd_auth gemmd_auth;
 typedef struct gemmd_request gemmd_request;
+typedef struct gemmd_v2 gemmd_v2;
 
 typedef struct gemmd_server {
     gemmd_config cfg;
@@ -109,6 +110,8 @@ struct gemmd_request {
     gemmd_timing timing;
     char hdr_kernel[GEMM_NAME_LEN];
     char hdr_device[GEMM_NAME_LEN];
+
+    gemmd_v2 *v2;              /* Open Inference Protocol routes (routes_v2.c), else NULL */
 };
 
 gemmd_request *gemmd_request_new(gemmd_server *srv, struct MHD_Connection *conn, const char *method,

@@ -3,6 +3,8 @@
  */
 #include "respond.h"
 
+#include "routes_v2.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -263,6 +265,7 @@ static void utf8_clean(char *s)
 
 enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err)
 {
+    if (gemmd_route_is_v2(req->route)) return gemmd_v2_respond_error(req, err); /* {"error": "..."} */
     int status = err->status >= 400 && err->status <= 599 ? err->status : 500;
     char code[sizeof err->code], msg[sizeof err->message];
     snprintf(code, sizeof code, "%s", err->code[0] ? err->code : "internal_error");

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "respond.h"
 #include "routes.h"
+#include "routes_v2.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 
@@ -197,6 +198,7 @@ static void release_buffer(void *ctx)
 
 enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
 {
+    if (gemmd_route_is_v2(req->route)) return gemmd_v2_answer(req); /* the Open Inference Protocol's answer */
     gemm_job *job = &req->job;
     if (job->kernel_used[0]) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", job->kernel_used);
     if (job->device[0]) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", job->device);

@@ -283,7 +283,7 @@ def http_cases(tap, d):
                  "Content-Type application/xml")
     expect_error(tap, d.curl("GET", "/nope"), 404, "unknown route /nope")
     expect_error(tap, d.curl("GET", "/v1/matmulx"), 404, "unknown route /v1/matmulx")
-    expect_error(tap, d.curl("GET", "/v2/matmul"), 404, "unknown route /v2/matmul")
+    expect_error(tap, d.curl("GET", "/v3/matmul"), 404, "unknown route /v3/matmul")  # /v2/...: test_v2.py
     expect_error(tap, d.curl("GET", "/v1/jobs/../metrics", extra=["--path-as-is"]), 404, "/v1/jobs/../metrics")
     # bytes that are not UTF-8 in what the message quotes: the answer must still be JSON (UTF-8)
     expect_error(tap, d.curl("GET", "/v1/nope%FF%C3"), 404, "unknown route with %FF%C3 in it (answer stays UTF-8)")

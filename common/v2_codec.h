@@ -1,0 +1,105 @@
+/*
+ * v2_codec.h - bodies of the Open Inference Protocol (KServe v2, REST) for the one model
+ * gemmd serves, "matmul": inputs A (m x k) and B (k x n), output C = A.B (m x n).
+ *
+ * An inference request is a JSON object, optionally followed by binary tensor data (the
+ * binary tensor data extension: the JSON's length is in the Inference-Header-Content-Length
+ * header, and each input sent that way has "parameters": {"binary_data_size": N}; the
+ * binary parts follow the JSON in the order the inputs are listed):
+ *
+ *   {"id": "42",
+ *    "parameters": {"kernel": "tiled", "math": "fp32", "tile": 32, "binary_data_output": true},
+ *    "inputs": [{"name": "A", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]},
+ *               {"name": "B", "shape": [3, 1], "datatype": "FP32",
+ *                "parameters": {"binary_data_size": 12}}],
+ *    "outputs": [{"name": "C", "parameters": {"binary_data": true}}]}
+ *
+ * JSON tensor data is row-major, flat ([1,2,3,4,5,6]) or nested by rows ([[1,2,3],[4,5,6]]).
+ * Datatypes: FP32, FP64, INT32 (A and B alike; C has theirs).
+ *
+ *   gemm_v2_request r;
+ *   gemm_v2_request_init(&r);
+ *   if (gemm_v2_parse_request(json, len, 1, &limits, &r, &err) == 0) {
+ *       ... allocate A and B (sizes are checked), gemm_v2_fill_input(&r, 0, a, &err) for JSON
+ *       inputs, binary inputs from the bytes after the JSON, in r.order ...
+ *   }
+ *   gemm_v2_request_free(&r);
+ */
+#ifndef GEMM_V2_CODEC_H
+#define GEMM_V2_CODEC_H
+
+#include "gemm_types.h"
+#include "json_codec.h"
+#include "options.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GEMM_V2_MODEL "matmul"
+#define GEMM_V2_MODEL_VERSION "1"
+#define GEMM_V2_ID_MAX 1024 /* bytes of a request id */
+
+/* "FP32" -> float32, "FP64" -> float64, "INT32" -> int32: 0. -1 for the protocol's other
+ * datatypes (BOOL, UINT8, ..., FP16, BF16, BYTES), which this model does not take; -2 for
+ * names that are not v2 datatypes at all. */
+int gemm_v2_dtype_from_name(const char *s, gemm_dtype *out);
+/* "FP32", "FP64", "INT32" ("" for an invalid dtype). */
+const char *gemm_v2_dtype_name(gemm_dtype d);
+
+typedef struct {
+    uint64_t rows, cols;
+    int binary;            /* its bytes follow the JSON header */
+    size_t binary_bytes;   /* rows * cols * element size when binary */
+    const void *data;      /* JSON form: the "data" array (cJSON, inside root) */
+    int nested;            /* JSON form: [[row], [row], ...] rather than flat */
+} gemm_v2_input;
+
+typedef struct {
+    void *root;            /* the parsed JSON (cJSON); owned */
+    char *id;              /* the request's "id" (valid UTF-8, owned), or NULL */
+    gemm_dtype dtype;      /* of A and B */
+    gemm_v2_input in[2];   /* [0] A, [1] B */
+    int order[2];          /* which input (0 A, 1 B) the request lists first and second */
+    int binary_output;     /* C is asked for as binary tensor data */
+    gemm_options opt;      /* kernel, tile, math from the request's "parameters" */
+} gemm_v2_request;
+
+void gemm_v2_request_init(gemm_v2_request *r);
+void gemm_v2_request_free(gemm_v2_request *r);
+
+/* Parses and checks a whole inference request header (len bytes of JSON). binary_ok: the
+ * body carries binary tensor data after the JSON (Inference-Header-Content-Length was
+ * given); without it an input with binary_data_size is an error. Checks, before anything
+ * is allocated: the structure, input and output names (A, B; C), datatypes, shapes
+ * ([rows, cols]), the product against lim (gemm_check_product), each binary_data_size
+ * against its shape and each JSON "data" array's length against its shape.
+ * Errors (all 400 unless noted): bad_json, bad_request, unknown_input, duplicate_input,
+ * missing_input, bad_datatype, dtype_mismatch, bad_shape, bad_data, bad_binary_size,
+ * unknown_output, unsupported, bad_parameter, and gemm_check_product's (422
+ * shape_mismatch / empty_matrix, 413 too_large). Returns 0 or -1 with *err set. */
+int gemm_v2_parse_request(const char *json, size_t len, int binary_ok, const gemm_limits *lim, gemm_v2_request *r,
+                          gemm_err *err);
+
+/* Converts JSON input `which` (0 A, 1 B; not a binary one) into dst, room for rows * cols
+ * elements of r->dtype. Errors: 400 bad_data (not a number, int32 not an integer or out of
+ * range, beyond the float range), naming the element. 0 or -1. */
+int gemm_v2_fill_input(const gemm_v2_request *r, int which, void *dst, gemm_err *err);
+
+/* Frees the parsed JSON once the JSON inputs are filled (in[].data become invalid). */
+void gemm_v2_release_json(gemm_v2_request *r);
+
+/* Appends one output tensor object: {"name": name, "datatype": .., "shape": [rows, cols],
+ * then "parameters": {"binary_data_size": N} when binary, else "data": [flat, row-major]}. */
+void gemm_v2_write_output(gemm_buf *b, const char *name, const gemm_matrix *c, int binary);
+
+/* Bytes of the JSON text of m's elements could take (an upper bound), for limits. */
+uint64_t gemm_v2_json_bytes_bound(uint64_t rows, uint64_t cols, gemm_dtype d);
+
+/* A copy of s in which every byte that is not part of valid UTF-8 is '?' (malloc). */
+char *gemm_v2_utf8_dup(const char *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

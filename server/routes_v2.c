@@ -1,0 +1,640 @@
+/*
+ * routes_v2.c - the Open Inference Protocol (KServe v2) over HTTP: health, metadata and
+ * inference of the one model "matmul" (A, B -> C = A.B).
+ *
+ * An inference body is read as it arrives: the JSON header (the whole body, or its first
+ * Inference-Header-Content-Length bytes) is buffered up to max_json_mb and parsed as soon
+ * as it is complete; A and B are then allocated from the engine (after the shapes, the
+ * limits and Content-Length are checked) and the binary tensor bytes that follow are
+ * written straight into them, in the order the inputs are listed. The product goes the
+ * way of POST /v1/matmul (gemmd_route_matmul: submit, suspend, resume; its answer step
+ * hands v2 requests to gemmd_v2_answer), and C is answered
+ * as JSON tensor data or, when asked for, as binary tensor data sent from C itself.
+ */
+#include "routes_v2.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config.h"
+#include "respond.h"
+#include "routes.h"
+#include "v2_codec.h"
+
+#define V2_PAYLOAD_BLOCK (256 * 1024)
+
+typedef enum {
+    V2_NOT_FOUND = 0,
+    V2_SERVER_META,
+    V2_LIVE,
+    V2_READY,
+    V2_MODEL_META,
+    V2_MODEL_READY,
+    V2_INFER
+} v2_endpoint;
+
+struct gemmd_v2 {
+    v2_endpoint endpoint;
+    char not_found[200];      /* the 404's message */
+    /* inference body */
+    int has_header_len;       /* Inference-Header-Content-Length was given */
+    uint64_t header_len;
+    int parsed;               /* the header is parsed and A, B are allocated */
+    gemm_v2_request r;
+    struct {
+        char *dst;
+        size_t len;
+    } seg[2];                 /* where the binary tensor data goes, in body order */
+    int nseg, cur;
+    size_t seg_off;
+    uint64_t binary_total, binary_got;
+};
+
+void gemmd_v2_free(gemmd_v2 *v)
+{
+    if (!v) return;
+    gemm_v2_request_free(&v->r);
+    free(v);
+}
+
+static gemmd_v2 *state(gemmd_request *req) { return req->v2; }
+
+/* ---- routing -------------------------------------------------------------------- */
+
+int gemmd_v2_match(const char *url)
+{
+    return strncmp(url, "/v2", 3) == 0 && (url[3] == '\0' || url[3] == '/');
+}
+
+/* The next path segment of *p (after its '/'): its start and length; 0 at the end. */
+static int segment(const char **p, const char **s, size_t *n)
+{
+    if (**p != '/') return 0;
+    *s = *p + 1;
+    const char *e = strchr(*s, '/');
+    *n = e ? (size_t)(e - *s) : strlen(*s);
+    *p = *s + *n;
+    return 1;
+}
+
+static int seg_is(const char *s, size_t n, const char *lit) { return n == strlen(lit) && strncmp(s, lit, n) == 0; }
+
+int gemmd_v2_resolve(gemmd_request *req, const char *url, const char *method)
+{
+    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    int post = strcmp(method, "POST") == 0;
+    gemmd_v2 *v = calloc(1, sizeof *v);
+    if (!v) return -1;
+    gemm_v2_request_init(&v->r);
+    req->v2 = v;
+    req->route = GEMMD_ROUTE_V2_METADATA;
+    req->allow = "GET, HEAD";
+    v->endpoint = V2_NOT_FOUND;
+    snprintf(v->not_found, sizeof v->not_found,
+             "no route %.60s; the v2 routes are /v2, /v2/health/{live,ready} and "
+             "/v2/models/" GEMM_V2_MODEL "[/versions/" GEMM_V2_MODEL_VERSION "][/ready|/infer]", url);
+
+    const char *p = url + 3, *s, *model = NULL, *version = NULL;
+    size_t n, model_n = 0, version_n = 0;
+    if (*p == '\0') {
+        v->endpoint = V2_SERVER_META;
+        return get ? 0 : 1;
+    }
+    if (!segment(&p, &s, &n)) return 0;
+    if (seg_is(s, n, "health")) {
+        if (!segment(&p, &s, &n) || *p) return 0;
+        if (seg_is(s, n, "live")) v->endpoint = V2_LIVE;
+        else if (seg_is(s, n, "ready")) v->endpoint = V2_READY;
+        else return 0;
+        req->route = GEMMD_ROUTE_V2_HEALTH;
+        return get ? 0 : 1;
+    }
+    if (!seg_is(s, n, "models") || !segment(&p, &model, &model_n) || model_n == 0) return 0;
+    v2_endpoint ep = V2_MODEL_META;
+    if (*p) {
+        segment(&p, &s, &n);
+        if (seg_is(s, n, "versions")) {
+            if (!segment(&p, &version, &version_n) || version_n == 0) return 0;
+            if (*p) segment(&p, &s, &n);
+            else s = NULL;
+        }
+        if (*p) return 0;
+        if (!s) ep = V2_MODEL_META;
+        else if (seg_is(s, n, "ready")) ep = V2_MODEL_READY;
+        else if (seg_is(s, n, "infer")) ep = V2_INFER;
+        else return 0;
+    }
+    if (ep == V2_INFER) {
+        req->route = GEMMD_ROUTE_V2_INFER;
+        req->allow = "POST";
+    }
+    if (!seg_is(model, model_n, GEMM_V2_MODEL)) {
+        snprintf(v->not_found, sizeof v->not_found,
+                 "unknown model '%.*s'; this server serves model '" GEMM_V2_MODEL "'", (int)(model_n < 60 ? model_n : 60),
+                 model);
+        ep = V2_NOT_FOUND;
+    } else if (version && !seg_is(version, version_n, GEMM_V2_MODEL_VERSION)) {
+        snprintf(v->not_found, sizeof v->not_found,
+                 "model '" GEMM_V2_MODEL "' has no version '%.*s'; its version is " GEMM_V2_MODEL_VERSION,
+                 (int)(version_n < 40 ? version_n : 40), version);
+        ep = V2_NOT_FOUND;
+    }
+    v->endpoint = ep;
+    if (ep == V2_NOT_FOUND) return 0;
+    return ep == V2_INFER ? (post ? 0 : 1) : (get ? 0 : 1);
+}
+
+/* ---- errors ------------------------------------------------------------------------ */
+
+enum MHD_Result gemmd_v2_respond_error(gemmd_request *req, const gemm_err *err)
+{
+    int status = err->status >= 400 && err->status <= 599 ? err->status : 500;
+    if (status == 422) status = 400;
+    char *msg = gemm_v2_utf8_dup(err->message[0] ? err->message : "internal error");
+    char *code = gemm_v2_utf8_dup(err->code[0] ? err->code : "internal_error");
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemm_buf_puts(&b, "{\"error\":");
+    gemm_buf_json_string(&b, msg ? msg : "out of memory");
+    gemm_buf_puts(&b, ",\"code\":");
+    gemm_buf_json_string(&b, code ? code : "out_of_memory");
+    gemm_buf_puts(&b, "}\n");
+    free(msg);
+    free(code);
+    struct MHD_Response *r = NULL;
+    if (!b.failed) r = MHD_create_response_from_buffer(b.len, b.data, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        gemm_buf_free(&b);
+        return gemmd_respond_queue(req, 500, NULL);
+    }
+    req->bytes_out = b.len;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (status == 405 && req->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, req->allow);
+    if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"gemmd\"");
+    if (status == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    return gemmd_respond_queue(req, status, r);
+}
+
+static enum MHD_Result v2_error(gemmd_request *req, int status, const char *code, const char *msg)
+{
+    gemm_err e;
+    gemm_err_set(&e, status, code, "%s", msg);
+    return gemmd_v2_respond_error(req, &e);
+}
+
+/* ---- health and metadata ------------------------------------------------------------- */
+
+/* Why the engine takes no work now, or NULL when it does (as GET /readyz). */
+static const char *not_ready(gemmd_server *srv, char *buf, size_t cap)
+{
+    if (atomic_load(&srv->stopping)) return "the server is shutting down";
+    if (!gemm_engine_healthy(srv->engine))
+        return "the engine lost every device it uses; the process must be restarted";
+    if (!gemm_engine_ready(srv->engine)) {
+        gemm_engine_stats st;
+        gemm_engine_get_stats(srv->engine, &st);
+        snprintf(buf, cap, "the engine is not taking work: %d of %d queue places are taken", st.queued,
+                 srv->info.queue_capacity);
+        return buf;
+    }
+    return NULL;
+}
+
+static enum MHD_Result answer_json(gemmd_request *req, gemm_buf *b)
+{
+    return gemmd_respond_json(req, 200, b);
+}
+
+static void tensor_meta(gemm_buf *b, const char *name)
+{
+    gemm_buf_printf(b, "{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":[-1,-1]}", name);
+}
+
+static enum MHD_Result model_metadata(gemmd_request *req)
+{
+    const gemm_engine_info *in = &req->srv->info;
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"versions\":[\"" GEMM_V2_MODEL_VERSION "\"],"
+                      "\"platform\":\"gemmd\",\"inputs\":[");
+    tensor_meta(&b, "A");
+    gemm_buf_puts(&b, ",");
+    tensor_meta(&b, "B");
+    gemm_buf_puts(&b, "],\"outputs\":[");
+    tensor_meta(&b, "C");
+    /* The tensors' datatype is the default one; A and B may be any of these, alike. */
+    gemm_buf_puts(&b, "],\"parameters\":{\"datatypes\":\"FP32,FP64,INT32\",\"backend\":");
+    gemm_buf_json_string(&b, in->backend);
+    gemm_buf_puts(&b, ",\"kernels\":\"auto");
+    for (int i = 0; i < in->nkernels; i++) gemm_buf_printf(&b, ",%s", in->kernels[i].name);
+    gemm_buf_puts(&b, "\",\"maths\":\"default,fp32,tf32,bf16\"}}\n");
+    return answer_json(req, &b);
+}
+
+static enum MHD_Result answer_get(gemmd_request *req)
+{
+    gemmd_v2 *v = state(req);
+    gemmd_server *srv = req->srv;
+    char why[160];
+    const char *nr;
+    gemm_buf b;
+    gemm_buf_init(&b);
+    switch (v->endpoint) {
+    case V2_SERVER_META:
+        gemm_buf_puts(&b, "{\"name\":\"gemmd\",\"version\":");
+        gemm_buf_json_string(&b, GEMMD_VERSION);
+        gemm_buf_puts(&b, ",\"extensions\":[\"binary_tensor_data\"]}\n");
+        return answer_json(req, &b);
+    case V2_LIVE:
+        if (!gemm_engine_healthy(srv->engine))
+            return v2_error(req, 400, "device_lost",
+                            "not live: the engine lost every device it uses; this process must be restarted");
+        gemm_buf_puts(&b, "{\"live\":true}\n");
+        return answer_json(req, &b);
+    case V2_READY:
+    case V2_MODEL_READY:
+        nr = not_ready(srv, why, sizeof why);
+        if (nr) {
+            char msg[220];
+            snprintf(msg, sizeof msg, "not ready: %s", nr);
+            return v2_error(req, 400, "not_ready", msg);
+        }
+        if (v->endpoint == V2_READY) gemm_buf_puts(&b, "{\"ready\":true}\n");
+        else gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"ready\":true}\n");
+        return answer_json(req, &b);
+    case V2_MODEL_META:
+        return model_metadata(req);
+    default:
+        return v2_error(req, 404, "not_found", v->not_found);
+    }
+}
+
+/* ---- inference: the body ------------------------------------------------------------- */
+
+static const gemm_limits *limits(gemmd_request *req) { return &req->srv->cfg.limits; }
+
+static int begin_infer(gemmd_request *req)
+{
+    gemmd_v2 *v = state(req);
+    const gemmd_config *cfg = &req->srv->cfg;
+    gemm_err *err = &req->err;
+    const char *ce = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    if (ce && strcasecmp(ce, "identity") != 0)
+        return gemm_err_set(err, 415, "unsupported_media_type",
+                            "Content-Encoding %.40s is not supported; send the request uncompressed", ce);
+    const char *cl = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        if (gemm_parse_u64(cl, &req->content_length) != 0)
+            return gemm_err_set(err, 400, "bad_length", "Content-Length \"%.40s\" is not a number", cl);
+        req->has_length = 1;
+    }
+    req->limit = cfg->limits.max_body_bytes;
+    const char *hl = gemmd_request_header(req, "Inference-Header-Content-Length");
+    uint64_t json_max = cfg->max_json_bytes;
+    if (!hl) {
+        /* All JSON: parsed whole, so the tighter of the two limits holds. */
+        int json_tighter = json_max <= req->limit;
+        if (json_tighter) req->limit = json_max;
+        if (req->has_length && req->content_length > req->limit)
+            return gemm_err_set(err, 413, "body_too_large",
+                                json_tighter ? "the JSON body has %llu bytes; JSON bodies are parsed whole and may "
+                                               "have at most %llu (max_json_mb); send the tensors as binary data "
+                                               "(binary_data_size and Inference-Header-Content-Length)"
+                                             : "the body has %llu bytes; this server takes at most %llu (max_body_mb)",
+                                (unsigned long long)req->content_length, (unsigned long long)req->limit);
+        return 0;
+    }
+    if (gemm_parse_u64(hl, &v->header_len) != 0 || v->header_len == 0)
+        return gemm_err_set(err, 400, "bad_header_length",
+                            "Inference-Header-Content-Length \"%.40s\" is not a positive number", hl);
+    v->has_header_len = 1;
+    if (v->header_len > json_max)
+        return gemm_err_set(err, 413, "body_too_large",
+                            "the JSON header has %llu bytes; it may have at most %llu (max_json_mb); send the "
+                            "tensors as binary data", (unsigned long long)v->header_len, (unsigned long long)json_max);
+    if (!req->has_length)
+        return gemm_err_set(err, 411, "length_required",
+                            "a body with binary tensor data needs a Content-Length (not chunked): the server "
+                            "checks it against the tensors' sizes before reading");
+    if (req->content_length > req->limit)
+        return gemm_err_set(err, 413, "body_too_large",
+                            "the body has %llu bytes; this server takes at most %llu (max_body_mb)",
+                            (unsigned long long)req->content_length, (unsigned long long)req->limit);
+    if (v->header_len > req->content_length)
+        return gemm_err_set(err, 400, "bad_header_length",
+                            "Inference-Header-Content-Length (%llu) is larger than the body (%llu bytes)",
+                            (unsigned long long)v->header_len, (unsigned long long)req->content_length);
+    return 0;
+}
+
+/* Appends to the JSON buffer, growing it towards what the headers announce. */
+static int json_append(gemmd_request *req, const char *data, size_t len)
+{
+    gemmd_v2 *v = state(req);
+    if (req->json_len + len + 1 > req->json_cap) {
+        size_t cap = req->json_cap ? req->json_cap : 4096;
+        while (cap < req->json_len + len + 1) cap *= 2;
+        uint64_t whole = v->has_header_len ? v->header_len : req->has_length ? req->content_length : 0;
+        if (whole && cap > whole + 1) cap = (size_t)whole + 1;
+        if (cap < req->json_len + len + 1) cap = req->json_len + len + 1;
+        char *p = realloc(req->json, cap);
+        if (!p) return gemm_err_set(&req->err, 503, "out_of_memory", "cannot buffer the JSON header now");
+        req->json = p;
+        req->json_cap = cap;
+    }
+    memcpy(req->json + req->json_len, data, len);
+    req->json_len += len;
+    req->json[req->json_len] = '\0';
+    return 0;
+}
+
+/* The header is complete: parse it, check the sizes, allocate A and B, fill the JSON
+ * inputs and lay out where the binary bytes go. 0 or -1 (req->err). */
+static int header_done(gemmd_request *req)
+{
+    gemmd_v2 *v = state(req);
+    gemm_err *err = &req->err;
+    gemm_v2_request *r = &v->r;
+    int rc = gemm_v2_parse_request(req->json, req->json_len, v->has_header_len, limits(req), r, err);
+    free(req->json);
+    req->json = NULL;
+    req->json_len = req->json_cap = 0;
+    if (rc != 0) return -1;
+
+    uint64_t bin = 0;
+    for (int i = 0; i < 2; i++)
+        if (r->in[i].binary) bin += r->in[i].binary_bytes; /* each <= max_elements * 8: no overflow */
+    if (req->has_length && (!v->has_header_len ? bin != 0 : req->content_length != v->header_len + bin))
+        return gemm_err_set(err, 400, "length_mismatch",
+                            "the body has %llu bytes but the JSON header (%llu) and the binary_data_size of the "
+                            "inputs (%llu) add up to %llu", (unsigned long long)req->content_length,
+                            (unsigned long long)v->header_len, (unsigned long long)bin,
+                            (unsigned long long)(v->header_len + bin));
+
+    gemm_matrix *m[2] = {&req->a, &req->b};
+    for (int i = 0; i < 2; i++) {
+        size_t bytes;
+        gemm_matrix_bytes(r->in[i].rows, r->in[i].cols, r->dtype, &bytes); /* checked by the parser */
+        m[i]->data = gemm_engine_host_alloc(req->srv->engine, bytes);
+        if (!m[i]->data)
+            return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for %s now; retry later", bytes,
+                                i ? "B" : "A");
+        m[i]->rows = r->in[i].rows;
+        m[i]->cols = r->in[i].cols;
+        m[i]->dtype = r->dtype;
+        if (!r->in[i].binary && gemm_v2_fill_input(r, i, m[i]->data, err) != 0) return -1;
+    }
+    gemm_v2_release_json(r);
+    for (int k = 0; k < 2; k++) {
+        int i = r->order[k];
+        if (!r->in[i].binary) continue;
+        v->seg[v->nseg].dst = m[i]->data;
+        v->seg[v->nseg].len = r->in[i].binary_bytes;
+        v->nseg++;
+    }
+    v->binary_total = bin;
+    req->opt = r->opt;
+    req->opt.dtype = r->dtype;
+    v->parsed = 1;
+    return 0;
+}
+
+static void fail(gemmd_request *req) { req->failed = 1; }
+
+void gemmd_v2_body_feed(gemmd_request *req, const char *data, size_t len)
+{
+    gemmd_v2 *v = state(req);
+    req->bytes_in += len;
+    if (req->failed) {
+        req->discarded += len;
+        return;
+    }
+    if (req->bytes_in > req->limit) {
+        gemm_err_set(&req->err, 413, "body_too_large", "the body is over the limit of %llu bytes%s",
+                     (unsigned long long)req->limit, v->has_header_len ? " (max_body_mb)" : " for JSON (max_json_mb)");
+        fail(req);
+        return;
+    }
+    while (len) {
+        if (!v->parsed) {
+            size_t take = len;
+            if (v->has_header_len && take > v->header_len - req->json_len) take = (size_t)(v->header_len - req->json_len);
+            if (json_append(req, data, take) != 0) {
+                fail(req);
+                return;
+            }
+            data += take;
+            len -= take;
+            if (v->has_header_len && req->json_len == v->header_len && header_done(req) != 0) {
+                fail(req);
+                return;
+            }
+            continue;
+        }
+        if (v->cur >= v->nseg) {
+            gemm_err_set(&req->err, 400, "length_mismatch",
+                         "the body is longer than the JSON header and the inputs' binary_data_size announce");
+            fail(req);
+            return;
+        }
+        size_t room = v->seg[v->cur].len - v->seg_off;
+        size_t n = len < room ? len : room;
+        memcpy(v->seg[v->cur].dst + v->seg_off, data, n);
+        v->seg_off += n;
+        v->binary_got += n;
+        data += n;
+        len -= n;
+        if (v->seg_off == v->seg[v->cur].len) {
+            v->cur++;
+            v->seg_off = 0;
+        }
+    }
+}
+
+/* ---- inference: the product ------------------------------------------------------------ */
+
+enum MHD_Result gemmd_v2_body_done(gemmd_request *req)
+{
+    gemmd_v2 *v = state(req);
+    if (req->failed) return gemmd_v2_respond_error(req, &req->err);
+    req->t_body_ms = gemm_now_ms();
+    if (!v->parsed) {
+        if (v->has_header_len)
+            return v2_error(req, 400, "truncated", "the body ended inside the JSON header "
+                                                   "(Inference-Header-Content-Length is larger than what came)");
+        if (header_done(req) != 0) return gemmd_v2_respond_error(req, &req->err);
+    }
+    if (v->binary_got != v->binary_total) {
+        gemm_err e;
+        gemm_err_set(&e, 400, "truncated", "the body ended after %llu of the %llu bytes of binary tensor data",
+                     (unsigned long long)v->binary_got, (unsigned long long)v->binary_total);
+        return gemmd_v2_respond_error(req, &e);
+    }
+    req->t_decoded_ms = gemm_now_ms();
+    const gemmd_config *cfg = &req->srv->cfg;
+    if (!v->r.binary_output &&
+        gemm_v2_json_bytes_bound(req->a.rows, req->b.cols, v->r.dtype) > cfg->max_json_bytes) {
+        gemm_err e;
+        gemm_err_set(&e, 400, "answer_too_large",
+                     "C is %llux%llu: as JSON tensor data it could take more than the %llu bytes JSON is limited "
+                     "to (max_json_mb); ask for it as binary data: \"outputs\": [{\"name\": \"C\", \"parameters\": "
+                     "{\"binary_data\": true}}]", (unsigned long long)req->a.rows, (unsigned long long)req->b.cols,
+                     (unsigned long long)cfg->max_json_bytes);
+        return gemmd_v2_respond_error(req, &e);
+    }
+    /* The engine path of POST /v1/matmul; the answer comes back through gemmd_v2_answer. */
+    req->answer = GEMMD_FMT_RAW;
+    return gemmd_route_matmul(req);
+}
+
+typedef struct {
+    char *head;            /* the JSON header */
+    size_t head_len;
+    const unsigned char *c;
+    size_t c_len;
+    gemm_engine *engine;
+    void *owned;           /* C, freed with the answer */
+} v2_payload;
+
+static ssize_t payload_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    v2_payload *p = cls;
+    uint64_t total = p->head_len + p->c_len;
+    if (pos >= total) return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t off = (size_t)pos, n = 0;
+    if (off < p->head_len) {
+        size_t k = p->head_len - off < max ? p->head_len - off : max;
+        memcpy(buf, p->head + off, k);
+        n += k;
+        off += k;
+    }
+    if (n < max && off < total) {
+        size_t coff = off - p->head_len;
+        size_t k = p->c_len - coff < max - n ? p->c_len - coff : max - n;
+        memcpy(buf + n, p->c + coff, k);
+        n += k;
+    }
+    return (ssize_t)n;
+}
+
+static void payload_free(void *cls)
+{
+    v2_payload *p = cls;
+    gemm_engine_host_free(p->engine, p->owned);
+    free(p->head);
+    free(p);
+}
+
+/* The answer's "parameters": what ran where, and the timing (ms) of each stage. */
+static void answer_parameters(gemm_buf *b, const gemm_job *job, const gemmd_timing *t)
+{
+    gemm_buf_puts(b, ",\"parameters\":{\"kernel\":");
+    gemm_buf_json_string(b, job->kernel_used);
+    gemm_buf_printf(b, ",\"tile\":%d,\"block\":", job->tile_used);
+    gemm_buf_json_string(b, job->block);
+    gemm_buf_puts(b, ",\"math\":");
+    gemm_buf_json_string(b, gemm_math_report_name(job->dtype, job->math_used));
+    gemm_buf_puts(b, ",\"device\":");
+    gemm_buf_json_string(b, job->device);
+    gemm_buf_printf(b,
+                    ",\"recv_ms\":%.4f,\"decode_ms\":%.4f,\"queue_ms\":%.4f,\"h2d_ms\":%.4f,\"kernel_ms\":%.4f,"
+                    "\"d2h_ms\":%.4f,\"compute_ms\":%.4f,\"encode_ms\":%.4f,\"total_ms\":%.4f,\"gflops\":%.3f}",
+                    t->recv_ms, t->decode_ms, t->queue_ms, t->h2d_ms, t->kernel_ms, t->d2h_ms, t->compute_ms,
+                    t->encode_ms, t->total_ms, isfinite(t->gflops) ? t->gflops : 0.0);
+}
+
+static void answer_head(gemm_buf *b, const gemmd_v2 *v)
+{
+    gemm_buf_puts(b, "{\"model_name\":\"" GEMM_V2_MODEL "\",\"model_version\":\"" GEMM_V2_MODEL_VERSION "\"");
+    if (v->r.id) {
+        gemm_buf_puts(b, ",\"id\":");
+        gemm_buf_json_string(b, v->r.id);
+    }
+    gemm_buf_puts(b, ",\"outputs\":[");
+}
+
+enum MHD_Result gemmd_v2_answer(gemmd_request *req)
+{
+    gemmd_v2 *v = state(req);
+    gemm_job *job = &req->job;
+    if (job->kernel_used[0]) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", job->kernel_used);
+    if (job->device[0]) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", job->device);
+    gemmd_timing_from_job(&req->timing, &job->timing);
+    gemmd_timing *t = &req->timing;
+    t->recv_ms = req->t_body_ms - req->t_start_ms;
+    t->decode_ms = req->t_decoded_ms - req->t_body_ms;
+    int st = atomic_load(&job->state);
+    if (st != GEMM_JOB_DONE) {
+        if (st == GEMM_JOB_CANCELLED && atomic_load(&req->srv->stopping))
+            return v2_error(req, 503, "shutting_down",
+                            job->timing.compute_ms > 0
+                                ? "the server is shutting down; the product was cancelled while it ran (shutdown_timeout)"
+                                : "the server is shutting down; the product was cancelled before it started");
+        return gemmd_v2_respond_error(req, &job->err);
+    }
+    gemm_matrix c = {.rows = job->m, .cols = job->n, .dtype = job->dtype, .data = job->c};
+    double t0 = gemm_now_ms();
+    gemm_buf b;
+    gemm_buf_init(&b);
+    answer_head(&b, v);
+    gemm_v2_write_output(&b, "C", &c, v->r.binary_output);
+    gemm_buf_puts(&b, "]");
+    if (!v->r.binary_output) {
+        gemm_engine_host_free(req->srv->engine, job->c); /* encoded: C goes now */
+        job->c = NULL;
+    }
+    double t1 = gemm_now_ms();
+    t->encode_ms = t1 - t0;
+    t->total_ms = t1 - req->t_start_ms;
+    answer_parameters(&b, job, t);
+    gemm_buf_puts(&b, "}");
+    if (b.failed) {
+        gemm_buf_free(&b);
+        return v2_error(req, 500, "out_of_memory", "cannot build the answer");
+    }
+    if (!v->r.binary_output) {
+        gemm_buf_puts(&b, "\n");
+        return gemmd_respond_json(req, 200, &b);
+    }
+
+    v2_payload *p = calloc(1, sizeof *p);
+    if (!p) {
+        gemm_buf_free(&b);
+        return v2_error(req, 500, "out_of_memory", "cannot build the answer");
+    }
+    p->head = b.data; /* the payload owns the header text and C from here on */
+    p->head_len = b.len;
+    p->engine = req->srv->engine;
+    p->owned = job->c;
+    p->c = job->c;
+    job->c = NULL;
+    gemm_matrix_bytes(c.rows, c.cols, c.dtype, &p->c_len);
+    uint64_t total = p->head_len + p->c_len;
+    struct MHD_Response *r = MHD_create_response_from_callback(total, V2_PAYLOAD_BLOCK, payload_read, p, payload_free);
+    if (!r) {
+        payload_free(p);
+        return v2_error(req, 500, "out_of_memory", "cannot build the answer");
+    }
+    char hl[24];
+    snprintf(hl, sizeof hl, "%zu", p->head_len);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+    MHD_add_response_header(r, "Inference-Header-Content-Length", hl);
+    req->bytes_out = total;
+    return gemmd_respond_queue(req, 200, r);
+}
+
+/* ---- start ------------------------------------------------------------------------------ */
+
+enum MHD_Result gemmd_v2_start(gemmd_request *req)
+{
+    gemmd_v2 *v = state(req);
+    if (v->endpoint != V2_INFER) return answer_get(req);
+    if (atomic_load(&req->srv->stopping))
+        return v2_error(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
+    if (begin_infer(req) != 0) return gemmd_v2_respond_error(req, &req->err);
+    req->phase = REQ_BODY;
+    return MHD_YES;
+}
