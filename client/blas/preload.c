@@ -72,6 +72,23 @@ static void scale_c(const gb_problem *pr)
     }
 }
 
+/* Big enough to send: the flop count and the flops per byte on the wire (alpha = 1,
+ * beta = 0: A and B out, C back). */
+static int worth_sending(const gb_settings *s, gb_type t, int m, int n, int k)
+{
+    double esz = t == GB_F32 ? 4 : 8;
+    double flops = 2.0 * m * (double)n * k;
+    double bytes = esz * ((double)m * k + (double)k * n + (double)m * n);
+    return flops >= s->min_flops[t] && flops >= s->min_intensity[t] * bytes;
+}
+
+/* The common case, kept short (it is all a small product pays): no log, valid arguments,
+ * something to multiply, not worth sending. */
+static int plain_host_call(const gb_settings *s, gb_type t, int valid, int m, int n, int k, double alpha)
+{
+    return !s->log && valid && m > 0 && n > 0 && k > 0 && alpha != 0 && (!s->enabled || !worth_sending(s, t, m, n, k));
+}
+
 /* Where a call goes and why (for the log). */
 typedef enum { GO_HOST = 0, GO_SERVER, GO_HERE } go;
 
@@ -96,12 +113,9 @@ static void run(const gb_call *call, const gb_settings *s, gb_problem *pr, int v
         where = GO_HERE;
         scale_c(pr);
     } else {
-        double esz = pr->type == GB_F32 ? 4 : 8;
-        double flops = 2.0 * m * (double)n * k;
-        double bytes = esz * ((double)m * k + (double)k * n + (double)m * n);
         if (!s->enabled) {
             why = "no GEMM_SERVER";
-        } else if (flops < s->min_flops[pr->type] || flops < s->min_intensity[pr->type] * bytes) {
+        } else if (!worth_sending(s, pr->type, m, n, k)) {
             why = "below threshold";
         } else {
             char desc[128];
@@ -145,6 +159,10 @@ static void cblas_call(gb_call *call, gb_type type, double alpha, double beta)
     const gb_settings *s = gb_settings_get();
     int valid = gb_check_cblas(call->order, call->ta, call->tb, call->m, call->n, call->k, call->lda, call->ldb,
                                call->ldc) == 0;
+    if (plain_host_call(s, type, valid, call->m, call->n, call->k, alpha)) {
+        gb_host_run(call);
+        return;
+    }
     gb_problem pr;
     memset(&pr, 0, sizeof pr);
     pr.alpha = alpha;
@@ -159,16 +177,20 @@ static void cblas_call(gb_call *call, gb_type type, double alpha, double beta)
 void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                  const float *b, int ldb, float beta, float *c, int ldc)
 {
-    gb_call call = {.entry = GB_CBLAS_SGEMM, .order = order, .ta = ta, .tb = tb, .m = m, .n = n, .k = k,
-                    .lda = lda, .ldb = ldb, .ldc = ldc, .alpha_f = alpha, .beta_f = beta, .a = a, .b = b, .c = c};
+    gb_call call; /* only the fields a CBLAS call uses are set: no zero-fill on every call */
+    call.entry = GB_CBLAS_SGEMM, call.order = order, call.ta = ta, call.tb = tb, call.m = m, call.n = n, call.k = k;
+    call.lda = lda, call.ldb = ldb, call.ldc = ldc, call.alpha_f = alpha, call.beta_f = beta;
+    call.a = a, call.b = b, call.c = c;
     cblas_call(&call, GB_F32, alpha, beta);
 }
 
 void cblas_dgemm(int order, int ta, int tb, int m, int n, int k, double alpha, const double *a, int lda,
                  const double *b, int ldb, double beta, double *c, int ldc)
 {
-    gb_call call = {.entry = GB_CBLAS_DGEMM, .order = order, .ta = ta, .tb = tb, .m = m, .n = n, .k = k,
-                    .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
+    gb_call call;
+    call.entry = GB_CBLAS_DGEMM, call.order = order, call.ta = ta, call.tb = tb, call.m = m, call.n = n, call.k = k;
+    call.lda = lda, call.ldb = ldb, call.ldc = ldc, call.alpha = alpha, call.beta = beta;
+    call.a = a, call.b = b, call.c = c;
     cblas_call(&call, GB_F64, alpha, beta);
 }
 
@@ -185,6 +207,10 @@ static void fortran_call(gb_call *call, gb_type type, double alpha, double beta)
     char ta = gb_trans_char(*call->fta), tb = gb_trans_char(*call->ftb);
     int valid = gb_check_fortran(*call->fta, *call->ftb, call->m, call->n, call->k, *call->flda, *call->fldb,
                                  *call->fldc) == 0;
+    if (plain_host_call(s, type, valid, call->m, call->n, call->k, alpha)) {
+        gb_host_run(call);
+        return;
+    }
     gb_problem pr;
     memset(&pr, 0, sizeof pr);
     pr.alpha = alpha;
@@ -199,8 +225,9 @@ void sgemm_(const char *ta, const char *tb, const int *m, const int *n, const in
             const float *a, const int *lda, const float *b, const int *ldb, const float *beta, float *c,
             const int *ldc)
 {
-    gb_call call = {.entry = GB_SGEMM, .fta = ta, .ftb = tb, .fm = m, .fn = n, .fk = k, .falpha = alpha,
-                    .a = a, .flda = lda, .b = b, .fldb = ldb, .fbeta = beta, .c = c, .fldc = ldc};
+    gb_call call; /* only the fields a Fortran call uses */
+    call.entry = GB_SGEMM, call.fta = ta, call.ftb = tb, call.fm = m, call.fn = n, call.fk = k, call.falpha = alpha;
+    call.a = a, call.flda = lda, call.b = b, call.fldb = ldb, call.fbeta = beta, call.c = c, call.fldc = ldc;
     fortran_call(&call, GB_F32, *alpha, *beta);
 }
 
@@ -208,7 +235,8 @@ void dgemm_(const char *ta, const char *tb, const int *m, const int *n, const in
             const double *a, const int *lda, const double *b, const int *ldb, const double *beta, double *c,
             const int *ldc)
 {
-    gb_call call = {.entry = GB_DGEMM, .fta = ta, .ftb = tb, .fm = m, .fn = n, .fk = k, .falpha = alpha,
-                    .a = a, .flda = lda, .b = b, .fldb = ldb, .fbeta = beta, .c = c, .fldc = ldc};
+    gb_call call;
+    call.entry = GB_DGEMM, call.fta = ta, call.ftb = tb, call.fm = m, call.fn = n, call.fk = k, call.falpha = alpha;
+    call.a = a, call.flda = lda, call.b = b, call.fldb = ldb, call.fbeta = beta, call.c = c, call.fldc = ldc;
     fortran_call(&call, GB_F64, *alpha, *beta);
 }

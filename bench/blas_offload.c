@@ -1,0 +1,194 @@
+/*
+ * blas_offload.c - what the BLAS preload adds to an offloaded product: the same product
+ * through libgemm_blas.so (cblas_sgemm / cblas_dgemm / dgemm_ as a program calls them)
+ * and through gemm_multiply() of libgemm directly, against the same server, interleaved.
+ *
+ *   GEMM_SERVER=http://host:8080 LD_PRELOAD=lib/libgemm_blas.so \
+ *       build/bench/blas_offload [--sizes 2048,4096] [--repeats 7] [--dtypes float32,float64]
+ *
+ * Must run with the library preloaded (checked: cblas_sgemm must come from it). Every
+ * product offloads (GEMM_OFFLOAD_MIN_FLOPS=0 is set here before the first call). Layouts
+ * through the preload:
+ *   row NN       cblas_*gemm(RowMajor, NoTrans, NoTrans), alpha 1, beta 0: NumPy's a @ b.
+ *                Operands and C go straight from/to the caller's memory.
+ *   col NN       dgemm_/sgemm_('N', 'N'), alpha 1, beta 0: a Fortran program. Sent as the
+ *                row-major product of the transposes: no copy either.
+ *   row TN       A transposed: A is packed (a blocked transpose) before sending.
+ *   row NN b=1   beta 1: C comes into a buffer, then C = alpha*T + beta*C in one pass.
+ * Per size and dtype it prints the median and minimum wall time of each path over the
+ * repeats (each repeat runs the direct call and every layout once, in rotating order), the
+ * ratio of the medians to the direct call, and the largest difference between each
+ * layout's C and the direct call's C (0 when the server computed them alike).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gemm.h"
+
+typedef void (*cblas_s_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
+                           float *, int);
+typedef void (*cblas_d_fn)(int, int, int, int, int, int, double, const double *, int, const double *, int,
+                           double, double *, int);
+typedef void (*f77_s_fn)(const char *, const char *, const int *, const int *, const int *, const float *,
+                         const float *, const int *, const float *, const int *, const float *, float *,
+                         const int *);
+typedef void (*f77_d_fn)(const char *, const char *, const int *, const int *, const int *, const double *,
+                         const double *, const int *, const double *, const int *, const double *, double *,
+                         const int *);
+
+enum { PATHS = 5, MAX_REPEATS = 101 };
+static const char *const path_name[PATHS] = {"gemm_multiply", "row NN", "col NN", "row TN", "row NN b=1"};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void *sym(const char *name)
+{
+    void *f = dlsym(RTLD_DEFAULT, name);
+    Dl_info di;
+    if (!f || !dladdr(f, &di) || !di.dli_fname || !strstr(di.dli_fname, "libgemm_blas")) {
+        fprintf(stderr, "blas_offload: %s does not come from libgemm_blas.so (%s): run with "
+                        "LD_PRELOAD=lib/libgemm_blas.so\n", name, f && di.dli_fname ? di.dli_fname : "not found");
+        exit(2);
+    }
+    return f;
+}
+
+int main(int argc, char **argv)
+{
+    const char *sizes = "2048,4096", *dtypes = "float32,float64";
+    int repeats = 7;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--sizes") && i + 1 < argc) sizes = argv[++i];
+        else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc) dtypes = argv[++i];
+        else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: GEMM_SERVER=URL LD_PRELOAD=lib/libgemm_blas.so blas_offload [--sizes 2048,4096] "
+                            "[--repeats 7] [--dtypes float32,float64]\n");
+            return 2;
+        }
+    }
+    if (repeats < 1 || repeats > MAX_REPEATS) repeats = 7;
+    const char *url = getenv("GEMM_SERVER");
+    if (!url || !*url) {
+        fprintf(stderr, "blas_offload: set GEMM_SERVER\n");
+        return 2;
+    }
+    setenv("GEMM_OFFLOAD_MIN_FLOPS", "0", 1);
+    setenv("GEMM_OFFLOAD_MIN_INTENSITY", "0", 1);
+    unsetenv("GEMM_OFFLOAD_LOG");
+    cblas_s_fn cs = (cblas_s_fn)sym("cblas_sgemm");
+    cblas_d_fn cd = (cblas_d_fn)sym("cblas_dgemm");
+    f77_s_fn fs = (f77_s_fn)sym("sgemm_");
+    f77_d_fn fd = (f77_d_fn)sym("dgemm_");
+
+    gemm_client_options o;
+    gemm_client_options_init(&o);
+    o.token = getenv("GEMM_TOKEN");
+    gemm_client_error err;
+    gemm_client *cl = gemm_client_new(url, &o, &err);
+    if (!cl) {
+        fprintf(stderr, "blas_offload: %s\n", err.message);
+        return 2;
+    }
+    printf("| n | dtype | path | median ms | min ms | median / gemm_multiply | max abs diff of C |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+    int rc = 0;
+    for (const char *sp = sizes; *sp;) {
+        int n = atoi(sp);
+        sp = strchr(sp, ',') ? strchr(sp, ',') + 1 : sp + strlen(sp);
+        for (const char *dp = dtypes; *dp;) {
+            int dbl = strncmp(dp, "float64", 7) == 0;
+            dp = strchr(dp, ',') ? strchr(dp, ',') + 1 : dp + strlen(dp);
+            size_t es = dbl ? 8 : 4, nn = (size_t)n * n;
+            char *a = malloc(nn * es), *at = malloc(nn * es), *b = malloc(nn * es);
+            char *c[PATHS];
+            for (int p = 0; p < PATHS; p++) c[p] = calloc(nn, es);
+            srand(1);
+            for (size_t i = 0; i < nn; i++) {
+                double x = rand() / (double)RAND_MAX - 0.5, y = rand() / (double)RAND_MAX - 0.5;
+                if (dbl) ((double *)a)[i] = x, ((double *)b)[i] = y;
+                else ((float *)a)[i] = (float)x, ((float *)b)[i] = (float)y;
+            }
+            for (int i = 0; i < n; i++) /* at = A transposed, row-major */
+                for (int j = 0; j < n; j++)
+                    memcpy(at + ((size_t)j * n + i) * es, a + ((size_t)i * n + j) * es, es);
+            double t[PATHS][MAX_REPEATS];
+            for (int r = -1; r < repeats; r++) { /* r = -1: warm-up (connections, pages) */
+                for (int q = 0; q < PATHS; q++) {
+                    int p = (q + (r < 0 ? 0 : r)) % PATHS;
+                    if (p == 4) memset(c[4], 0, nn * es); /* beta 1 adds to zeros: same C */
+                    double t0 = now_ms();
+                    int N = n;
+                    if (p == 0) {
+                        gemm_request rq = GEMM_REQUEST_INIT;
+                        rq.dtype = dbl ? GEMM_DTYPE_F64 : GEMM_DTYPE_F32;
+                        rq.m = rq.k = rq.n = (uint64_t)n;
+                        rq.a = a, rq.b = b, rq.c = c[0];
+                        if (gemm_multiply(cl, &rq, NULL, &err) != 0) {
+                            fprintf(stderr, "blas_offload: gemm_multiply: %s\n", err.message);
+                            return 1;
+                        }
+                    } else if (p == 2) { /* column-major C = A·B on the same memory: Cᵀ = Bᵀ·Aᵀ */
+                        if (dbl) {
+                            double one = 1, zero = 0;
+                            fd("N", "N", &N, &N, &N, &one, (double *)b, &N, (double *)a, &N, &zero, (double *)c[2], &N);
+                        } else {
+                            float one = 1, zero = 0;
+                            fs("N", "N", &N, &N, &N, &one, (float *)b, &N, (float *)a, &N, &zero, (float *)c[2], &N);
+                        }
+                    } else {
+                        const void *pa = p == 3 ? at : a;
+                        int ta = p == 3 ? 112 : 111;
+                        double beta = p == 4 ? 1 : 0;
+                        if (dbl) cd(101, ta, 111, n, n, n, 1.0, pa, n, (double *)b, n, beta, (double *)c[p], n);
+                        else cs(101, ta, 111, n, n, n, 1.0f, pa, n, (float *)b, n, (float)beta, (float *)c[p], n);
+                    }
+                    if (r >= 0) t[p][r] = now_ms() - t0;
+                }
+            }
+            double direct = 0;
+            for (int p = 0; p < PATHS; p++) {
+                double mn = t[p][0];
+                for (int r = 1; r < repeats; r++) mn = t[p][r] < mn ? t[p][r] : mn;
+                double med = median(t[p], repeats), diff = 0;
+                if (p == 0) direct = med;
+                for (size_t i = 0; i < nn; i++) {
+                    double x = dbl ? ((double *)c[p])[i] : ((float *)c[p])[i];
+                    double y = dbl ? ((double *)c[0])[i] : ((float *)c[0])[i];
+                    diff = fmax(diff, fabs(x - y));
+                    if (isnan(x)) diff = INFINITY;
+                }
+                if (diff > (dbl ? 1e-9 : 1e-2)) rc = 1; /* not the same product */
+                printf("| %d | %s | %s | %.1f | %.1f | %.3f | %.3g |\n", n, dbl ? "float64" : "float32", path_name[p],
+                       med, mn, med / direct, diff);
+                fflush(stdout);
+            }
+            free(a), free(at), free(b);
+            for (int p = 0; p < PATHS; p++) free(c[p]);
+        }
+    }
+    gemm_client_free(cl);
+    return rc;
+}
