@@ -123,7 +123,7 @@ int main(int argc, char **argv)
         char *eq = strchr(one, '='), *co = eq ? strchr(eq, ':') : NULL;
         if (eq) {
             *eq = '\0';
-            snprintf(links[nl].name, sizeof links[nl].name, "%s", one);
+            snprintf(links[nl].name, sizeof links[nl].name, "%.31s", one);
             links[nl].bw = atof(eq + 1);
             links[nl].rtt_ms = co ? atof(co + 1) : 0;
             if (links[nl].bw > 0) nl++;

@@ -8,8 +8,10 @@
  * The host BLAS is the library GEMM_BLAS_LIB names (default libblas.so.3); it is opened
  * here and the preload is told to use the same one, so both sides end in the same code.
  * GEMM_SERVER is unset for the run: the question is the cost of the decision, not of a
- * server. Per size, function and side: the median over `batches` batches of the time per
- * call (each batch repeats the call for about 20 ms), and the difference in ns.
+ * server. Per size, function and side: the median and the minimum over `batches` batches
+ * of the time per call (each batch repeats the call for about 20 ms, the two sides take
+ * turns), and the differences in ns. On a busy machine the minimum is the steadier figure:
+ * what the preload adds is a fixed amount of work, while other processes only add time.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -110,7 +112,8 @@ int main(int argc, char **argv)
     fprintf(stderr, "blas_tiny: host BLAS %s (the preload's first call prints a warning: no GEMM_SERVER)\n", lib);
     call(0, ours[0], 2); /* the preload's one-time set-up, outside the timing */
 
-    printf("| n | function | host BLAS direct ns/call | through libgemm_blas.so ns/call | added ns/call |\n");
+    printf("| n | function | host BLAS direct ns/call (median, min) | through libgemm_blas.so ns/call (median, min) | "
+           "added ns/call (medians, minima) |\n");
     printf("| --- | --- | --- | --- | --- |\n");
     for (const char *sp = sizes; *sp;) {
         int n = atoi(sp);
@@ -134,8 +137,9 @@ int main(int argc, char **argv)
                     (s ? to : th)[b] = (now_ns() - t0) / iters;
                 }
             }
-            double mh = median(th, batches), mo = median(to, batches);
-            printf("| %d | %s | %.1f | %.1f | %+.1f |\n", n, names[k], mh, mo, mo - mh);
+            double mh = median(th, batches), mo = median(to, batches); /* sorts th, to */
+            printf("| %d | %s | %.1f, %.1f | %.1f, %.1f | %+.1f, %+.1f |\n", n, names[k], mh, th[0], mo, to[0], mo - mh,
+                   to[0] - th[0]);
             fflush(stdout);
         }
     }

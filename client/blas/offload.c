@@ -323,6 +323,10 @@ static void failed(const gb_problem *pr, const gemm_client_error *e, gb_result *
         server_wide = 0;
         snprintf(res->why, sizeof res->why, "out of memory");
         break;
+    case GEMM_CLIENT_E_ARGUMENT: /* a bad URL concerns every product; sizes this one */
+        server_wide = strcmp(e->code, "too_large") != 0;
+        snprintf(res->why, sizeof res->why, "%s", key);
+        break;
     default:
         snprintf(res->why, sizeof res->why, "%s", key);
         break;
@@ -352,19 +356,32 @@ void gb_offload(const gb_problem *pr, gb_result *res)
         return;
     }
     size_t esz = pr->type == GB_F32 ? 4 : 8;
+    gemm_client_error err;
+    memset(&err, 0, sizeof err);
+    size_t bytes_c, bytes_a, bytes_b;
+    if (__builtin_mul_overflow((size_t)pr->m, (size_t)pr->n, &bytes_c) ||
+        __builtin_mul_overflow(bytes_c, esz, &bytes_c) ||
+        __builtin_mul_overflow((size_t)pr->m, (size_t)pr->k, &bytes_a) ||
+        __builtin_mul_overflow(bytes_a, esz, &bytes_a) ||
+        __builtin_mul_overflow((size_t)pr->k, (size_t)pr->n, &bytes_b) ||
+        __builtin_mul_overflow(bytes_b, esz, &bytes_b)) {
+        err.kind = GEMM_CLIENT_E_ARGUMENT;
+        snprintf(err.code, sizeof err.code, "too_large");
+        snprintf(err.message, sizeof err.message, "the matrices' sizes overflow");
+        failed(pr, &err, res);
+        return;
+    }
     double mn = (double)pr->m * (double)pr->n;
     int tight_c = pr->alpha == 1 && pr->beta == 0 && pr->ldc == pr->n;
     double direct = pack_cost(&pr->p, 0) + pack_cost(&pr->q, 0) + (tight_c ? 0 : mn);
     double swapped = pack_cost(&pr->q, 1) + pack_cost(&pr->p, 1) + 2 * mn;
     int swap = swapped < direct;
 
-    gemm_client_error err;
-    memset(&err, 0, sizeof err);
     void *own_a = NULL, *own_b = NULL, *own_t = NULL;
     const void *a = swap ? pack(&pr->q, 1, esz, &own_a) : pack(&pr->p, 0, esz, &own_a);
     const void *b = a ? (swap ? pack(&pr->p, 1, esz, &own_b) : pack(&pr->q, 0, esz, &own_b)) : NULL;
     void *t = pr->c;
-    if (swap || !tight_c) t = own_t = malloc((size_t)pr->m * (size_t)pr->n * esz);
+    if (swap || !tight_c) t = own_t = malloc(bytes_c);
     if (!a || !b || !t) {
         err.kind = GEMM_CLIENT_E_NOMEM;
         snprintf(err.code, sizeof err.code, "out_of_memory");
