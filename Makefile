@@ -369,7 +369,8 @@ INSTALL ?= install
 # INSTALL_HEADERS, docs to INSTALL_DOCS; steps of their own (each honouring DESTDIR and
 # the directories above) to INSTALL_HOOKS / UNINSTALL_HOOKS as target names.
 INSTALL_PROGRAMS := $(GEMMD) $(GEMM)
-INSTALL_SHARED_LIBS :=
+# the BLAS preload library (docs/BLAS.md): LD_PRELOAD=$(libdir)/libgemm_blas.so
+INSTALL_SHARED_LIBS := $(LIBGEMM_BLAS)
 INSTALL_HEADERS := client/lib/gemm_util.h
 INSTALL_DOCS := README.md $(wildcard docs/*.md) docs/openapi.yaml
 INSTALL_HOOKS :=

@@ -9,7 +9,7 @@
  * For each dtype and n (ascending):
  *   host      the host BLAS (GEMM_BLAS_LIB, default libblas.so.3, opened here) computing
  *             cblas_*gemm(RowMajor, N, N) on n x n operands: median over repeats;
- *   loopback  gemm_multiply() to GEMM_SERVER over one kept-alive connection: median of the
+ *   loopback  gemm_client_multiply() to GEMM_SERVER over one kept-alive connection: median of the
  *             whole exchange as the client sees it; its Server-Timing is kept (server total,
  *             the receive stage, the kernel) with the bytes sent and received;
  *   a link    L = bandwidth B (bytes/s) and round trip R (ms), modelled from that run as
@@ -212,14 +212,14 @@ int main(int argc, char **argv)
             double tl[MAX_REP], tt[MAX_REP], tr[MAX_REP], tk[MAX_REP];
             gemm_timing tm;
             t0 = now_ms();
-            if (gemm_multiply(cl, &rq, &tm, &err) != 0) {
+            if (gemm_client_multiply(cl, &rq, &tm, &err) != 0) {
                 fprintf(stderr, "blas_breakeven: n=%d: %s\n", n, err.message);
                 return 1;
             }
             reps = reps_for(now_ms() - t0, budget);
             for (int i = 0; i < reps; i++) {
                 t0 = now_ms();
-                if (gemm_multiply(cl, &rq, &tm, &err) != 0) {
+                if (gemm_client_multiply(cl, &rq, &tm, &err) != 0) {
                     fprintf(stderr, "blas_breakeven: n=%d: %s\n", n, err.message);
                     return 1;
                 }

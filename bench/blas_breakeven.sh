@@ -3,7 +3,7 @@
 #   1. the break-even table: from which n an n^3 product is faster on the server than on
 #      this host's BLAS, over loopback and over modelled links (build/bench/blas_breakeven);
 #   2. below the threshold: ns the preload adds per call (build/bench/blas_tiny);
-#   3. above it: the preload against gemm_multiply for the same product (build/bench/blas_offload).
+#   3. above it: the preload against gemm_client_multiply for the same product (build/bench/blas_offload).
 #
 #   bench/blas_breakeven.sh [--server URL] [--backend auto|cpu|cuda] [--sizes LIST]
 #                           [--offload-sizes 2048,4096] [--repeats N] [--gpu-tflops F32,F64]
@@ -85,7 +85,7 @@ report() {
     LD_PRELOAD=$PRELOAD "$BUILD/bench/blas_tiny" --batches 21 2>/dev/null
     echo
     if [ "$SKIP_OFFLOAD" = 0 ]; then
-        echo "## 3. Offloaded: the preload against gemm_multiply (build/bench/blas_offload)"
+        echo "## 3. Offloaded: the preload against gemm_client_multiply (build/bench/blas_offload)"
         echo
         echo "\`GEMM_SERVER=$SERVER LD_PRELOAD=$PRELOAD $BUILD/bench/blas_offload --sizes $OSIZES --repeats $REPEATS\`"
         echo

@@ -1,7 +1,7 @@
 /*
  * blas_offload.c - what the BLAS preload adds to an offloaded product: the same product
  * through libgemm_blas.so (cblas_sgemm / cblas_dgemm / dgemm_ as a program calls them)
- * and through gemm_multiply() of libgemm directly, against the same server, interleaved.
+ * and through gemm_client_multiply() of libgemm directly, against the same server, interleaved.
  *
  *   GEMM_SERVER=http://host:8080 LD_PRELOAD=lib/libgemm_blas.so \
  *       build/bench/blas_offload [--sizes 2048,4096] [--repeats 7] [--dtypes float32,float64]
@@ -43,7 +43,7 @@ typedef void (*f77_d_fn)(const char *, const char *, const int *, const int *, c
                          const int *);
 
 enum { PATHS = 5, MAX_REPEATS = 101 };
-static const char *const path_name[PATHS] = {"gemm_multiply", "row NN", "col NN", "row TN", "row NN b=1"};
+static const char *const path_name[PATHS] = {"gemm_client_multiply", "row NN", "col NN", "row TN", "row NN b=1"};
 
 static double now_ms(void)
 {
@@ -113,7 +113,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "blas_offload: %s\n", err.message);
         return 2;
     }
-    printf("| n | dtype | path | median ms | min ms | median / gemm_multiply's | min / gemm_multiply's | "
+    printf("| n | dtype | path | median ms | min ms | median / gemm_client_multiply's | min / gemm_client_multiply's | "
            "max abs diff of C |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
     int rc = 0;
@@ -148,8 +148,8 @@ int main(int argc, char **argv)
                         rq.dtype = dbl ? GEMM_DTYPE_F64 : GEMM_DTYPE_F32;
                         rq.m = rq.k = rq.n = (uint64_t)n;
                         rq.a = a, rq.b = b, rq.c = c[0];
-                        if (gemm_multiply(cl, &rq, NULL, &err) != 0) {
-                            fprintf(stderr, "blas_offload: gemm_multiply: %s\n", err.message);
+                        if (gemm_client_multiply(cl, &rq, NULL, &err) != 0) {
+                            fprintf(stderr, "blas_offload: gemm_client_multiply: %s\n", err.message);
                             return 1;
                         }
                     } else if (p == 2) { /* column-major C = A·B on the same memory: Cᵀ = Bᵀ·Aᵀ */

@@ -407,7 +407,7 @@ void gb_offload(const gb_problem *pr, gb_result *res)
     }
     gemm_timing tm;
     int64_t t0 = now_ns();
-    int rc = gemm_multiply(cl, &r, &tm, &err);
+    int rc = gemm_client_multiply(cl, &r, &tm, &err);
     res->ms = (double)(now_ns() - t0) / 1e6;
     if (rc != 0 && err.kind != GEMM_CLIENT_E_SERVER) {
         gemm_client_free(cl); /* the connection may be in any state */

@@ -29,6 +29,7 @@ heap checks.
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,7 +43,9 @@ BUILD = os.environ.get("GEMMD_BUILD", "build")
 if not os.path.isabs(BUILD):
     BUILD = os.path.join(REPO, BUILD)
 PROGS = os.path.join(BUILD, "tests", "blas")
-LIBDIR = os.path.join(os.path.dirname(os.path.dirname(GEMMD_BIN)), "lib")
+LIBDIR = os.environ.get("GEMMD_LIBDIR") or os.path.join(os.path.dirname(os.path.dirname(GEMMD_BIN)), "lib")
+if not os.path.isabs(LIBDIR):
+    LIBDIR = os.path.join(REPO, LIBDIR)
 PRELOAD = os.path.join(LIBDIR, "libgemm_blas.so")
 SAN = "build-san" in PRELOAD
 NETLIB = "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"
@@ -614,11 +617,24 @@ def test_server_faults(tap, rng):
         tap.ok(len(warnings(err)) == 1, "timeout: one warning", warnings(err))
 
 
+def test_exports(tap):
+    """Only the four *gemm symbols: libgemm, the codecs and libcurl's users stay the program's."""
+    if not shutil.which("nm"):
+        tap.skip("libgemm_blas.so exports", "nm (binutils) not found")
+        return
+    out = subprocess.run(["nm", "-D", "--defined-only", PRELOAD], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE).stdout.decode()
+    names = sorted(ln.split()[2] for ln in out.splitlines() if len(ln.split()) >= 3 and ln.split()[1] != "A")
+    tap.eq(names, ["cblas_dgemm", "cblas_sgemm", "dgemm_", "sgemm_"],
+           "libgemm_blas.so exports exactly cblas_sgemm, cblas_dgemm, sgemm_, dgemm_")
+
+
 def main(tap):
     missing = [p for p in (PRELOAD, os.path.join(PROGS, "blas_calls"), os.path.join(PROGS, "blas_threads"))
                if not os.path.exists(p)]
     if not tap.ok(not missing, "preload library and test programs are built", missing):
         return
+    test_exports(tap)
     rng = np.random.default_rng(int(os.environ.get("GEMM_TEST_SEED", "20261123")))
     with Daemon(tap, config={"backend": "cpu"}) as d:
         test_offload(tap, d, rng)
