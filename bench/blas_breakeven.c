@@ -115,6 +115,7 @@ int main(int argc, char **argv)
         }
     }
     link links[MAX_LINKS];
+    memset(links, 0, sizeof links);
     int nl = 0;
     for (const char *p = links_s; *p && nl < MAX_LINKS;) {
         const char *e = strchr(p, ',');
@@ -163,6 +164,7 @@ int main(int argc, char **argv)
         dp = strchr(dp, ',') ? strchr(dp, ',') + 1 : dp + strlen(dp);
         size_t es = dbl ? 8 : 4;
         row rows[MAX_SIZES];
+        memset(rows, 0, sizeof rows);
         int nr = 0;
         printf("### %s\n\n| n | host ms | loopback ms | server total ms | server recv ms | server kernel ms | "
                "MB on the wire |", dbl ? "float64" : "float32");
@@ -177,7 +179,7 @@ int main(int argc, char **argv)
             sp = strchr(sp, ',') ? strchr(sp, ',') + 1 : sp + strlen(sp);
             if (n < 1) continue;
             size_t nn = (size_t)n * n;
-            char *a = malloc(nn * es), *b = malloc(nn * es), *ch = malloc(nn * es), *cs = malloc(nn * es);
+            void *a = malloc(nn * es), *b = malloc(nn * es), *ch = malloc(nn * es), *cs = malloc(nn * es);
             if (!a || !b || !ch || !cs) {
                 fprintf(stderr, "blas_breakeven: out of memory at n=%d\n", n);
                 return 1;
@@ -259,6 +261,7 @@ int main(int argc, char **argv)
             fflush(stdout);
             free(a), free(b), free(ch), free(cs);
         }
+        if (nr == 0) continue;
         /* summary */
         double flops_max = 2.0 * rows[nr - 1].n * (double)rows[nr - 1].n * rows[nr - 1].n;
         double host_gfs = flops_max / (rows[nr - 1].host_ms * 1e6);

@@ -124,8 +124,8 @@ int main(int argc, char **argv)
             int dbl = strncmp(dp, "float64", 7) == 0;
             dp = strchr(dp, ',') ? strchr(dp, ',') + 1 : dp + strlen(dp);
             size_t es = dbl ? 8 : 4, nn = (size_t)n * n;
-            char *a = malloc(nn * es), *at = malloc(nn * es), *b = malloc(nn * es);
-            char *c[PATHS];
+            void *a = malloc(nn * es), *at = malloc(nn * es), *b = malloc(nn * es);
+            void *c[PATHS];
             for (int p = 0; p < PATHS; p++) c[p] = calloc(nn, es);
             srand(1);
             for (size_t i = 0; i < nn; i++) {
@@ -135,7 +135,7 @@ int main(int argc, char **argv)
             }
             for (int i = 0; i < n; i++) /* at = A transposed, row-major */
                 for (int j = 0; j < n; j++)
-                    memcpy(at + ((size_t)j * n + i) * es, a + ((size_t)i * n + j) * es, es);
+                    memcpy((char *)at + ((size_t)j * n + i) * es, (const char *)a + ((size_t)i * n + j) * es, es);
             double t[PATHS][MAX_REPEATS];
             for (int r = -1; r < repeats; r++) { /* r = -1: warm-up (connections, pages) */
                 for (int q = 0; q < PATHS; q++) {

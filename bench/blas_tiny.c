@@ -127,7 +127,7 @@ int main(int argc, char **argv)
             double per = (now_ns() - t0) / iters;
             iters = (long)(20e6 / (per > 1 ? per : 1));
             if (iters < 100) iters = 100;
-            double th[MAX_BATCHES], to[MAX_BATCHES];
+            double th[MAX_BATCHES] = {0}, to[MAX_BATCHES] = {0};
             for (int b = 0; b < batches; b++) {
                 for (int side = 0; side < 2; side++) {
                     int s = (side + b) % 2; /* alternate which goes first */
