@@ -50,7 +50,7 @@ trap cleanup EXIT
 
 if [ -z "$SERVER" ]; then
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
-           /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+           echo $((20000 + RANDOM % 20000)))
     bin/gemmd --backend "$BACKEND" --port "$port" --log-level warn >"$tmp/gemmd.log" 2>&1 &
     daemon_pid=$!
     SERVER="http://127.0.0.1:$port"
@@ -66,7 +66,9 @@ report() {
     echo "- host: $(uname -n), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')," \
          "load average $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-    echo "- server: $SERVER, $(curl -sf "$SERVER/v1/info" | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print("backend", d.get("backend"), "devices", [x.get("name") for x in d.get("devices", [])])' 2>/dev/null || echo '?')"
+    info=$(curl -sf "$SERVER/v1/info" || true)
+    echo "- server: $SERVER, backend $(echo "$info" | grep -o '"backend":"[^"]*"' | head -1 | cut -d'"' -f4)," \
+         "devices: $(echo "$info" | sed -n 's/.*"devices":\[\([^]]*\)\].*/\1/p' | grep -o '"name":"[^"]*"' | cut -d'"' -f4 | paste -sd ';' -)"
     echo "- host BLAS: ${GEMM_BLAS_LIB:-libblas.so.3} -> $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo '?')"
     echo
     echo "## 1. Break-even (bench/blas_breakeven.sh; build/bench/blas_breakeven)"
