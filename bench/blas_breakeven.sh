@@ -6,7 +6,7 @@
 #   3. above it: the preload against gemm_client_multiply for the same product (build/bench/blas_offload).
 #
 #   bench/blas_breakeven.sh [--server URL] [--backend auto|cpu|cuda] [--sizes LIST]
-#                           [--offload-sizes 2048,4096] [--repeats N] [--gpu-tflops F32,F64]
+#                           [--offload-sizes 256,512,2048,4096] [--repeats N] [--gpu-tflops F32,F64]
 #                           [--links NAME=BYTES_PER_S:RTT_MS,...] [--skip-offload] [--out FILE.md]
 #
 # Without --server it starts bin/gemmd (--backend, default auto: CUDA when there is a GPU)
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SERVER="" BACKEND=auto SIZES="" OSIZES="2048,4096" REPEATS=7 GPU="" LINKS="" OUT="" SKIP_OFFLOAD=0
+SERVER="" BACKEND=auto SIZES="" OSIZES="256,512,2048,4096" REPEATS=7 GPU="" LINKS="" OUT="" SKIP_OFFLOAD=0
 while [ $# -gt 0 ]; do
     case $1 in
     --server) SERVER=$2; shift 2 ;;

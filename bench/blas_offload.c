@@ -4,7 +4,8 @@
  * and through gemm_client_multiply() of libgemm directly, against the same server, interleaved.
  *
  *   GEMM_SERVER=http://host:8080 LD_PRELOAD=lib/libgemm_blas.so \
- *       build/bench/blas_offload [--sizes 2048,4096] [--repeats 7] [--dtypes float32,float64]
+ *       build/bench/blas_offload [--sizes 2048,4096] [--repeats 7] [--small-repeats 51]
+ *                                [--dtypes float32,float64]
  *
  * Must run with the library preloaded (checked: cblas_sgemm must come from it). Every
  * product offloads (GEMM_OFFLOAD_MIN_FLOPS=0 is set here before the first call). Layouts
@@ -16,10 +17,17 @@
  *   row TN       A transposed: A is packed (a blocked transpose) before sending.
  *   row NN b=1   beta 1: C comes into a buffer, then C = alpha*T + beta*C in one pass.
  * Per size and dtype it prints the median and minimum wall time of each path over the
- * repeats (each repeat runs the direct call and every layout once, in rotating order), the
+ * repeats (each repeat runs the direct call and every layout once, in rotating order; sizes
+ * up to 1024 take --small-repeats, where a few microseconds show against the exchange), the
  * ratios of the medians and of the minima to the direct call's (on a busy machine the
  * minimum is the steadier figure), and the largest difference between each
  * layout's C and the direct call's C (0 when the server computed them alike).
+ *
+ * The wall times include the server's work, which on a shared machine varies more than the
+ * preload costs. So the preload's own time is also measured exactly: with GEMM_OFFLOAD_LOG=1
+ * (stderr goes to a temporary file) each offloaded call logs its whole time and the time
+ * of its HTTP exchange; "own ms" is the median of the difference (checks, packing, the
+ * alpha/beta pass, the client pool), and "own / exchange" relates it to the exchange.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -28,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gemm.h"
 
@@ -79,18 +88,21 @@ static void *sym(const char *name)
 int main(int argc, char **argv)
 {
     const char *sizes = "2048,4096", *dtypes = "float32,float64";
-    int repeats = 7;
+    int repeats = 7, small_repeats = 51;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sizes") && i + 1 < argc) sizes = argv[++i];
         else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc) dtypes = argv[++i];
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--small-repeats") && i + 1 < argc) small_repeats = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: GEMM_SERVER=URL LD_PRELOAD=lib/libgemm_blas.so blas_offload [--sizes 2048,4096] "
-                            "[--repeats 7] [--dtypes float32,float64]\n");
+                            "[--repeats 7] [--small-repeats 51] [--dtypes float32,float64]\n");
             return 2;
         }
     }
     if (repeats < 1 || repeats > MAX_REPEATS) repeats = 7;
+    if (small_repeats < 1 || small_repeats > MAX_REPEATS) small_repeats = 51;
+    const int big_repeats = repeats;
     const char *url = getenv("GEMM_SERVER");
     if (!url || !*url) {
         fprintf(stderr, "blas_offload: set GEMM_SERVER\n");
@@ -98,7 +110,17 @@ int main(int argc, char **argv)
     }
     setenv("GEMM_OFFLOAD_MIN_FLOPS", "0", 1);
     setenv("GEMM_OFFLOAD_MIN_INTENSITY", "0", 1);
-    unsetenv("GEMM_OFFLOAD_LOG");
+    setenv("GEMM_OFFLOAD_LOG", "1", 1);
+    /* the preload's log lines go to a file; our own messages to the real stderr */
+    char logpath[] = "/tmp/blas_offload-XXXXXX";
+    int logfd = mkstemp(logpath);
+    int errfd = dup(2);
+    FILE *errf = errfd >= 0 ? fdopen(errfd, "w") : NULL;
+    if (logfd < 0 || !errf || dup2(logfd, 2) < 0) {
+        perror("blas_offload: log file");
+        return 2;
+    }
+    unlink(logpath);
     cblas_s_fn cs = (cblas_s_fn)sym("cblas_sgemm");
     cblas_d_fn cd = (cblas_d_fn)sym("cblas_dgemm");
     f77_s_fn fs = (f77_s_fn)sym("sgemm_");
@@ -107,15 +129,17 @@ int main(int argc, char **argv)
     gemm_client_options o;
     gemm_client_options_init(&o);
     o.token = getenv("GEMM_TOKEN");
+    /* the options the preload's clients have by default */
+    o.timeout_ms = 300000, o.connect_timeout_ms = 3000, o.max_retries = 2, o.max_retry_wait_ms = 2000;
     gemm_client_error err;
     gemm_client *cl = gemm_client_new(url, &o, &err);
     if (!cl) {
-        fprintf(stderr, "blas_offload: %s\n", err.message);
+        fprintf(errf, "blas_offload: %s\n", err.message);
         return 2;
     }
     printf("| n | dtype | path | median ms | min ms | median / gemm_client_multiply's | min / gemm_client_multiply's | "
-           "max abs diff of C |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+           "own ms (median) | own / exchange | max abs diff of C |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     int rc = 0;
     for (const char *sp = sizes; *sp;) {
         int n = atoi(sp);
@@ -124,6 +148,7 @@ int main(int argc, char **argv)
             int dbl = strncmp(dp, "float64", 7) == 0;
             dp = strchr(dp, ',') ? strchr(dp, ',') + 1 : dp + strlen(dp);
             size_t es = dbl ? 8 : 4, nn = (size_t)n * n;
+            repeats = n <= 1024 ? small_repeats : big_repeats;
             void *a = malloc(nn * es), *at = malloc(nn * es), *b = malloc(nn * es);
             void *c[PATHS];
             for (int p = 0; p < PATHS; p++) c[p] = calloc(nn, es);
@@ -136,7 +161,9 @@ int main(int argc, char **argv)
             for (int i = 0; i < n; i++) /* at = A transposed, row-major */
                 for (int j = 0; j < n; j++)
                     memcpy((char *)at + ((size_t)j * n + i) * es, (const char *)a + ((size_t)i * n + j) * es, es);
-            double t[PATHS][MAX_REPEATS];
+            double t[PATHS][MAX_REPEATS], own[PATHS][MAX_REPEATS], exch[PATHS][MAX_REPEATS];
+            int seq[(MAX_REPEATS + 1) * PATHS], nseq = 0; /* path of each logged call, in order */
+            if (ftruncate(logfd, 0) != 0 || lseek(logfd, 0, SEEK_SET) != 0) return 2;
             for (int r = -1; r < repeats; r++) { /* r = -1: warm-up (connections, pages) */
                 for (int q = 0; q < PATHS; q++) {
                     int p = (q + (r < 0 ? 0 : r)) % PATHS;
@@ -149,7 +176,7 @@ int main(int argc, char **argv)
                         rq.m = rq.k = rq.n = (uint64_t)n;
                         rq.a = a, rq.b = b, rq.c = c[0];
                         if (gemm_client_multiply(cl, &rq, NULL, &err) != 0) {
-                            fprintf(stderr, "blas_offload: gemm_client_multiply: %s\n", err.message);
+                            fprintf(errf, "blas_offload: gemm_client_multiply: %s\n", err.message);
                             return 1;
                         }
                     } else if (p == 2) { /* column-major C = A·B on the same memory: Cᵀ = Bᵀ·Aᵀ */
@@ -168,7 +195,36 @@ int main(int argc, char **argv)
                         else cs(101, ta, 111, n, n, n, 1.0f, pa, n, (float *)b, n, (float)beta, (float *)c[p], n);
                     }
                     if (r >= 0) t[p][r] = now_ms() - t0;
+                    if (p != 0) seq[nseq++] = r < 0 ? -p : p;
                 }
+            }
+            /* the log: one "-> server TOTAL ms (exchange X ms" line per preload call */
+            int got = 0, nown[PATHS] = {0};
+            FILE *lf = fdopen(dup(logfd), "r");
+            if (lf) {
+                char line[1024];
+                rewind(lf);
+                while (fgets(line, sizeof line, lf)) {
+                    const char *q = strstr(line, "-> server ");
+                    double tot, ex;
+                    if (!q) {
+                        fprintf(errf, "blas_offload: not offloaded: %s", line);
+                        rc = 1;
+                        got++;
+                        continue;
+                    }
+                    if (sscanf(q, "-> server %lf ms (exchange %lf ms", &tot, &ex) != 2 || got >= nseq) continue;
+                    int p = seq[got++];
+                    if (p > 0 && nown[p] < MAX_REPEATS) {
+                        own[p][nown[p]] = tot - ex;
+                        exch[p][nown[p]++] = ex;
+                    }
+                }
+                fclose(lf);
+            }
+            if (got != nseq) {
+                fprintf(errf, "blas_offload: %d log lines for %d preload calls\n", got, nseq);
+                rc = 1;
             }
             double direct = 0, direct_min = 0;
             for (int p = 0; p < PATHS; p++) {
@@ -183,8 +239,14 @@ int main(int argc, char **argv)
                     if (isnan(x)) diff = INFINITY;
                 }
                 if (diff > (dbl ? 1e-9 : 1e-2)) rc = 1; /* not the same product */
-                printf("| %d | %s | %s | %.1f | %.1f | %.3f | %.3f | %.3g |\n", n, dbl ? "float64" : "float32",
-                       path_name[p], med, mn, med / direct, mn / direct_min, diff);
+                char ownb[64] = "-", relb[64] = "-";
+                if (p > 0 && nown[p] > 0) {
+                    double o = median(own[p], nown[p]), e = median(exch[p], nown[p]);
+                    snprintf(ownb, sizeof ownb, "%.3f", o);
+                    snprintf(relb, sizeof relb, "%.2f%%", 100 * o / e);
+                }
+                printf("| %d | %s | %s | %.1f | %.1f | %.3f | %.3f | %s | %s | %.3g |\n", n, dbl ? "float64" : "float32",
+                       path_name[p], med, mn, med / direct, mn / direct_min, ownb, relb, diff);
                 fflush(stdout);
             }
             free(a), free(at), free(b);

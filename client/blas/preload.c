@@ -134,9 +134,9 @@ static void run(const gb_call *call, const gb_settings *s, gb_problem *pr, int v
     if (s->log) {
         double ms = now_ms() - t0;
         if (where == GO_SERVER)
-            gb_write_line("libgemm_blas: %s %s %c%c m=%d n=%d k=%d -> server %.3f ms (kernel %s)",
+            gb_write_line("libgemm_blas: %s %s %c%c m=%d n=%d k=%d -> server %.3f ms (exchange %.3f ms, kernel %s)",
                           gb_entry_name(call->entry), order_c == 'R' ? "RowMajor" : "ColMajor", ta_c, tb_c, m, n, k,
-                          ms, res.kernel[0] ? res.kernel : "?");
+                          ms, res.ms, res.kernel[0] ? res.kernel : "?");
         else if (where == GO_HERE)
             gb_write_line("libgemm_blas: %s %s %c%c m=%d n=%d k=%d -> here %.3f ms (%s)",
                           gb_entry_name(call->entry), order_c == 'R' ? "RowMajor" : "ColMajor", ta_c, tb_c, m, n, k,
