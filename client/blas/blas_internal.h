@@ -10,7 +10,8 @@
  *   host.c     the host BLAS (found by name, dlopen/dlsym), a built-in last resort,
  *              xerbla reporting when there is no host BLAS
  *   offload.c  the remote product: settings from the environment, a pool of libgemm
- *              clients, packing, alpha/beta, failure classes, warnings and back-off
+ *              clients, the layout chosen, failure classes, warnings and back-off
+ *   pack.c     operands into the wire's layout, the answer into C (alpha, beta)
  *
  * Every product is described once, in row-major terms, by gb_problem: a column-major
  * call C = op(A)·op(B) is the row-major product Cᵀ = op(B)ᵀ·op(A)ᵀ on the same memory, so
@@ -118,6 +119,22 @@ typedef struct {
 /* Tries the product on the server; on failure *res says why and C is to be recomputed
  * by the caller on the host (C may have been written when beta == 0). */
 void gb_offload(const gb_problem *pr, gb_result *res);
+
+/* ---- packing (pack.c) --------------------------------------------------------------- */
+
+/* Element moves (a transposed one counted twice) to have operand x as a contiguous
+ * row-major matrix, or its transpose when want_t. */
+double gb_pack_cost(const gb_operand *x, int want_t);
+
+/* The operand (or its transpose, want_t) as contiguous row-major memory: the caller's own
+ * when it already is, else a packed copy in *owned (free it). NULL when out of memory.
+ * The caller has checked that the size does not overflow. */
+const void *gb_pack(const gb_operand *x, int want_t, size_t esz, void **owned);
+
+/* C (m x n, row stride ldc) = alpha·T + beta·C, where T is m x n contiguous, or (trans_t)
+ * n x m holding Tᵀ. beta = 0 never reads C. */
+void gb_epilogue(gb_type type, void *c, int64_t ldc, const void *t, int64_t m, int64_t n, int trans_t,
+                 double alpha, double beta);
 
 /* One warning on stderr per process per key (thread-safe). */
 void gb_warn_once(const char *key, const char *fmt, ...)

@@ -7,8 +7,8 @@
  * fork() never uses its parent's connections (they share the sockets).
  *
  * The wire takes A (m x k) and B (k x n) contiguous and row-major. Operands that are
- * already so are sent from the caller's memory; others are packed first (rows copied, or
- * a blocked transpose). When both operands are stored transposed it is cheaper to ask for
+ * already so are sent from the caller's memory; others are packed first (pack.c: rows
+ * copied, or a blocked transpose). When both operands are stored transposed it is cheaper to ask for
  * Cᵀ = Qᵀ·Pᵀ, whose operands are then the caller's memory, and transpose the answer in
  * the pass that applies alpha and beta. The answer lands in C itself when alpha = 1,
  * beta = 0 and C is contiguous; otherwise in a buffer, then C = alpha·T + beta·C in one
@@ -231,78 +231,6 @@ static void pool_give(gemm_client *c)
     gemm_client_free(c);
 }
 
-/* ---------------------------------------------------------------- packing */
-
-/* dst (r x c, contiguous) = transpose of src (c x r, row stride ld), in cache blocks. */
-#define GB_TRANSPOSE(NAME, T)                                                                   \
-    static void NAME(T *dst, const T *src, int64_t r, int64_t c, int64_t ld)                    \
-    {                                                                                           \
-        const int64_t B = 32;                                                                   \
-        for (int64_t i0 = 0; i0 < r; i0 += B)                                                   \
-            for (int64_t j0 = 0; j0 < c; j0 += B) {                                             \
-                int64_t i1 = i0 + B < r ? i0 + B : r, j1 = j0 + B < c ? j0 + B : c;             \
-                for (int64_t i = i0; i < i1; i++)                                               \
-                    for (int64_t j = j0; j < j1; j++) dst[i * c + j] = src[j * ld + i];         \
-            }                                                                                   \
-    }
-GB_TRANSPOSE(transpose_f32, float)
-GB_TRANSPOSE(transpose_f64, double)
-
-/* What it costs (element moves, a transposed one counted twice) to have operand x as a
- * contiguous row-major matrix, or its transpose when want_t. */
-static double pack_cost(const gb_operand *x, int want_t)
-{
-    double elems = (double)x->rows * (double)x->cols;
-    if (x->trans != want_t) return 2 * elems;
-    int64_t width = want_t ? x->rows : x->cols; /* row length of the stored matrix */
-    return x->ld == width ? 0 : elems;
-}
-
-/* Returns the operand (or its transpose) as contiguous row-major memory: the caller's own
- * when it already is, else a packed copy in *owned. NULL when out of memory. */
-static const void *pack(const gb_operand *x, int want_t, size_t esz, void **owned)
-{
-    *owned = NULL;
-    int64_t r = want_t ? x->cols : x->rows, c = want_t ? x->rows : x->cols; /* wanted shape */
-    if (x->trans == want_t && x->ld == c) return x->p;
-    void *buf = malloc((size_t)r * (size_t)c * esz);
-    if (!buf) return NULL;
-    *owned = buf;
-    if (x->trans == want_t) {
-        for (int64_t i = 0; i < r; i++)
-            memcpy((char *)buf + (size_t)(i * c) * esz, (const char *)x->p + (size_t)(i * x->ld) * esz,
-                   (size_t)c * esz);
-    } else if (esz == 4) {
-        transpose_f32(buf, x->p, r, c, x->ld);
-    } else {
-        transpose_f64(buf, x->p, r, c, x->ld);
-    }
-    return buf;
-}
-
-/* C (m x n, ldc) = alpha * T + beta * C, where T is m x n contiguous, or (trans_t) n x m
- * holding Tᵀ. beta == 0 never reads C. */
-#define GB_EPILOGUE(NAME, T)                                                                    \
-    static void NAME(T *c, int64_t ldc, const T *t, int64_t m, int64_t n, int trans_t, T alpha, \
-                     T beta)                                                                    \
-    {                                                                                           \
-        const int64_t B = 32;                                                                   \
-        for (int64_t i0 = 0; i0 < m; i0 += (trans_t ? B : 1))                                   \
-            for (int64_t j0 = 0; j0 < n; j0 += B) {                                             \
-                int64_t i1 = trans_t ? (i0 + B < m ? i0 + B : m) : i0 + 1;                      \
-                int64_t j1 = j0 + B < n ? j0 + B : n;                                           \
-                for (int64_t i = i0; i < i1; i++) {                                             \
-                    T *ci = c + i * ldc;                                                        \
-                    for (int64_t j = j0; j < j1; j++) {                                         \
-                        T v = trans_t ? t[j * m + i] : t[i * n + j];                            \
-                        ci[j] = beta == 0 ? alpha * v : alpha * v + beta * ci[j];               \
-                    }                                                                           \
-                }                                                                               \
-            }                                                                                   \
-    }
-GB_EPILOGUE(epilogue_f32, float)
-GB_EPILOGUE(epilogue_f64, double)
-
 /* ---------------------------------------------------------------- failures */
 
 /* Fills res->why, warns once per reason, and starts the back-off when the server as a
@@ -373,13 +301,13 @@ void gb_offload(const gb_problem *pr, gb_result *res)
     }
     double mn = (double)pr->m * (double)pr->n;
     int tight_c = pr->alpha == 1 && pr->beta == 0 && pr->ldc == pr->n;
-    double direct = pack_cost(&pr->p, 0) + pack_cost(&pr->q, 0) + (tight_c ? 0 : mn);
-    double swapped = pack_cost(&pr->q, 1) + pack_cost(&pr->p, 1) + 2 * mn;
+    double direct = gb_pack_cost(&pr->p, 0) + gb_pack_cost(&pr->q, 0) + (tight_c ? 0 : mn);
+    double swapped = gb_pack_cost(&pr->q, 1) + gb_pack_cost(&pr->p, 1) + 2 * mn;
     int swap = swapped < direct;
 
     void *own_a = NULL, *own_b = NULL, *own_t = NULL;
-    const void *a = swap ? pack(&pr->q, 1, esz, &own_a) : pack(&pr->p, 0, esz, &own_a);
-    const void *b = a ? (swap ? pack(&pr->p, 1, esz, &own_b) : pack(&pr->q, 0, esz, &own_b)) : NULL;
+    const void *a = swap ? gb_pack(&pr->q, 1, esz, &own_a) : gb_pack(&pr->p, 0, esz, &own_a);
+    const void *b = a ? (swap ? gb_pack(&pr->p, 1, esz, &own_b) : gb_pack(&pr->q, 0, esz, &own_b)) : NULL;
     void *t = pr->c;
     if (swap || !tight_c) t = own_t = malloc(bytes_c);
     if (!a || !b || !t) {
@@ -418,12 +346,7 @@ void gb_offload(const gb_problem *pr, gb_result *res)
         failed(pr, &err, res);
         goto out;
     }
-    if (own_t) {
-        if (pr->type == GB_F32)
-            epilogue_f32(pr->c, pr->ldc, own_t, pr->m, pr->n, swap, (float)pr->alpha, (float)pr->beta);
-        else
-            epilogue_f64(pr->c, pr->ldc, own_t, pr->m, pr->n, swap, pr->alpha, pr->beta);
-    }
+    if (own_t) gb_epilogue(pr->type, pr->c, pr->ldc, own_t, pr->m, pr->n, swap, pr->alpha, pr->beta);
     res->ok = 1;
     snprintf(res->kernel, sizeof res->kernel, "%s", tm.kernel);
 out:

@@ -316,6 +316,14 @@ def test_offload(tap, d, rng):
            "default threshold: small products stay on the host as below the threshold",
            [lg for lg in log_lines(err)][:5])
 
+    # operands big enough to be packed and answered on several threads (pack.c)
+    big = [Case("cblas_dgemm", "R", "T", "N", 1100, 1030, 1050, (3, 0, 5), 1.5, -0.5),
+           Case("cblas_sgemm", "C", "T", "T", 1030, 1100, 1050, (0, 0, 0), 2.0, 0.0),
+           Case("dgemm_", "C", "N", "T", 1100, 1030, 1050, (1, 1, 1), 1.0, 1.0),
+           Case("cblas_sgemm", "R", "N", "N", 1500, 1400, 700, (0, 9, 2), -1.0, 0.0)]
+    env = child_env(d.base, GEMM_OFFLOAD_MIN_FLOPS=0, GEMM_OFFLOAD_MIN_INTENSITY=0)
+    run_calls(tap, "large packed layouts", big, env, rng, lambda cs: "server")
+
     # a threshold in between: the flop count decides
     thr = 2.0 * 64 * 64 * 64
     env = child_env(d.base, GEMM_OFFLOAD_MIN_FLOPS=thr, GEMM_OFFLOAD_MIN_INTENSITY=0)
