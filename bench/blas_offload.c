@@ -241,9 +241,9 @@ int main(int argc, char **argv)
                 if (diff > (dbl ? 1e-9 : 1e-2)) rc = 1; /* not the same product */
                 char ownb[64] = "-", relb[64] = "-";
                 if (p > 0 && nown[p] > 0) {
-                    double o = median(own[p], nown[p]), e = median(exch[p], nown[p]);
-                    snprintf(ownb, sizeof ownb, "%.3f", o);
-                    snprintf(relb, sizeof relb, "%.2f%%", 100 * o / e);
+                    double ow = median(own[p], nown[p]), ex = median(exch[p], nown[p]);
+                    snprintf(ownb, sizeof ownb, "%.3f", ow);
+                    snprintf(relb, sizeof relb, "%.2f%%", 100 * ow / ex);
                 }
                 printf("| %d | %s | %s | %.1f | %.1f | %.3f | %.3f | %s | %s | %.3g |\n", n, dbl ? "float64" : "float32",
                        path_name[p], med, mn, med / direct, mn / direct_min, ownb, relb, diff);
