@@ -82,14 +82,14 @@ report() {
     "$BUILD/bench/blas_breakeven" "${args[@]}"
     echo "## 2. Below the threshold: ns added per call (build/bench/blas_tiny)"
     echo
-    echo "\`LD_PRELOAD=$PRELOAD $BUILD/bench/blas_tiny --batches 21\`"
+    echo "\`LD_PRELOAD=lib/libgemm_blas.so $BUILD/bench/blas_tiny --batches 21\`"
     echo
     LD_PRELOAD=$PRELOAD "$BUILD/bench/blas_tiny" --batches 21 2>/dev/null
     echo
     if [ "$SKIP_OFFLOAD" = 0 ]; then
         echo "## 3. Offloaded: the preload against gemm_client_multiply (build/bench/blas_offload)"
         echo
-        echo "\`GEMM_SERVER=$SERVER LD_PRELOAD=$PRELOAD $BUILD/bench/blas_offload --sizes $OSIZES --repeats $REPEATS\`"
+        echo "\`GEMM_SERVER=$SERVER LD_PRELOAD=lib/libgemm_blas.so $BUILD/bench/blas_offload --sizes $OSIZES --repeats $REPEATS\`"
         echo
         LD_PRELOAD=$PRELOAD "$BUILD/bench/blas_offload" --sizes "$OSIZES" --repeats "$REPEATS"
         echo

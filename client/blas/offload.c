@@ -33,12 +33,16 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Default thresholds: see docs/BLAS.md and bench/results/blas-offload-cpu.md for the
- * measurements and the link model they come from. */
-#define GB_DEFAULT_MIN_FLOPS_F32 2.0e9
-#define GB_DEFAULT_MIN_FLOPS_F64 1.0e9
-#define GB_DEFAULT_MIN_INTENSITY_F32 32.0
-#define GB_DEFAULT_MIN_INTENSITY_F64 16.0
+/* Default thresholds, from the break-even measured on the 2-core development machine
+ * against a GPU server modelled behind 10 GbE (bench/results/blas-offload-cpu.md): offload
+ * paid from n = 768 (float32) and n = 512 (float64), i.e. 2n^3 flops; the host BLAS ran at
+ * 49 / 29 GFLOP/s, so a product must carry about 40 / 24 flops per byte on the wire
+ * (host rate / 1.25 GB/s) before its transfer is paid back. docs/BLAS.md says how to
+ * measure them for another host. */
+#define GB_DEFAULT_MIN_FLOPS_F32 9.0e8
+#define GB_DEFAULT_MIN_FLOPS_F64 2.7e8
+#define GB_DEFAULT_MIN_INTENSITY_F32 40.0
+#define GB_DEFAULT_MIN_INTENSITY_F64 24.0
 
 #define GB_POOL_IDLE 32
 
