@@ -15,6 +15,7 @@
 #include "blas_internal.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -42,12 +43,14 @@ static void *chunk_main(void *arg)
 
 static int processors(void)
 {
-    static int n; /* a benign race: every thread computes the same value */
-    if (n <= 0) {
+    static _Atomic int n; /* every thread that finds 0 computes the same value */
+    int v = atomic_load_explicit(&n, memory_order_relaxed);
+    if (v <= 0) {
         long p = sysconf(_SC_NPROCESSORS_ONLN);
-        n = p < 1 ? 1 : p > 1024 ? 1024 : (int)p;
+        v = p < 1 ? 1 : p > 1024 ? 1024 : (int)p;
+        atomic_store_explicit(&n, v, memory_order_relaxed);
     }
-    return n;
+    return v;
 }
 
 /* fn(ctx, lo, hi) over [0, rows), in pieces of whole tiles, on up to GB_PACK_THREADS
