@@ -1,7 +1,7 @@
 # gemmd - GPU matrix-multiplication service.
 #
-#   make            build bin/gemmd, bin/gemm, lib/libgemm.{a,so} (never installs packages:
-#                   it names the missing ones and stops)
+#   make            build bin/gemmd, bin/gemm, lib/libgemm.{a,so}, lib/libgemm_blas.so
+#                   (never installs packages: it names the missing ones and stops)
 #   make run        install missing packages, build and start the daemon (GPU if present)
 #   make test       install missing packages, build and run every test this machine can run
 #   make test-san   the unit and end-to-end tests under AddressSanitizer + UBSan
@@ -21,6 +21,8 @@
 #   kernels/*.c           engine interface and CPU backend
 #   kernels/cuda/*.c|*.cu CUDA engine and kernel family (only when CUDA=1)
 #   client/lib/*.c        libgemm;  client/cli/*.c  the gemm command
+#   client/blas/*.c       libgemm_blas.so, the BLAS preload library (docs/BLAS.md)
+#   tests/blas/*.c|*.f90  programs the BLAS preload tests run (plain BLAS programs)
 #   tests/unit/test_*.c   one cmocka program each
 #   tests/gpu/*.c|*.cu    one GPU test program each (CUDA=1)
 #   bench/*.c|*.cu        one benchmark program each (`make bench`)
@@ -97,6 +99,7 @@ CUDA_CU_SRC := $(wildcard kernels/cuda/*.cu)
 endif
 CLIENT_SRC := $(wildcard client/lib/*.c)
 CLI_SRC := $(wildcard client/cli/*.c)
+BLAS_SRC := $(wildcard client/blas/*.c)
 
 obj = $(patsubst %,$(BUILD)/obj/%.o,$(basename $(1)))
 
@@ -104,6 +107,7 @@ COMMON_OBJ := $(call obj,$(COMMON_SRC))
 CORE_OBJ := $(COMMON_OBJ) $(call obj,$(SERVER_SRC) $(KERNEL_SRC) $(CUDA_C_SRC) $(CUDA_CU_SRC))
 CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
 CLI_OBJ := $(call obj,$(CLI_SRC))
+BLAS_OBJ := $(call obj,$(BLAS_SRC))
 
 CORE_LIB := $(BUILD)/libgemmd_core.a
 GEMMD := $(BIN)/gemmd
@@ -115,6 +119,8 @@ LIBGEMM_ABI := 1
 LIBGEMM_ABI_FULL := $(LIBGEMM_ABI).0.0
 LIBGEMM_MAP := client/lib/libgemm.map
 VERSION := $(shell sed -n 's/^\#define GEMM_CLIENT_VERSION "\(.*\)"/\1/p' client/lib/gemm.h)
+# The BLAS preload library (LD_PRELOAD): libgemm inside, only the four *gemm symbols out.
+LIBGEMM_BLAS := $(LIBDIR)/libgemm_blas.so
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
@@ -124,6 +130,15 @@ endif
 GPU_TEST_BIN := $(patsubst tests/gpu/%,$(BUILD)/tests/gpu/%,$(basename $(GPU_TEST_SRC)))
 BENCH_SRC := $(wildcard bench/*.c) $(if $(filter 1,$(CUDA)),$(wildcard bench/*.cu))
 BENCH_BIN := $(patsubst bench/%,$(BUILD)/bench/%,$(basename $(BENCH_SRC)))
+# Plain BLAS programs (linked with -lblas only) that tests/e2e/test_blas.py preloads into;
+# the Fortran one only where gfortran is installed (scripts/deps.sh test installs it).
+FC ?= gfortran
+ifeq ($(FC),f77)
+FC := gfortran
+endif
+HAVE_FC := $(if $(shell command -v $(FC) 2>/dev/null),1,0)
+BLAS_TEST_SRC := $(wildcard tests/blas/*.c) $(if $(filter 1,$(HAVE_FC)),$(wildcard tests/blas/*.f90))
+BLAS_TEST_BIN := $(patsubst tests/blas/%,$(BUILD)/tests/blas/%,$(basename $(BLAS_TEST_SRC)))
 EXAMPLE_SRC := $(wildcard docs/examples/*.c)
 EXAMPLE_BIN := $(patsubst docs/examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
 
@@ -146,7 +161,7 @@ deps:
 deps-test:
 	$(Q)scripts/deps.sh $(DEPS_KINDS) test
 
-build: info $(GEMMD) $(GEMM) $(LIBGEMM_A) $(LIBGEMM_SO) $(LIBDIR)/pkgconfig/gemm.pc \
+build: info $(GEMMD) $(GEMM) $(LIBGEMM_A) $(LIBGEMM_SO) $(LIBGEMM_BLAS) $(LIBDIR)/pkgconfig/gemm.pc \
        $(LIBDIR)/pkgconfig/gemm-static.pc
 
 run: deps
@@ -154,7 +169,7 @@ run: deps
 	@echo "starting $(GEMMD) with config/gemmd.conf (Ctrl-C stops it)"
 	$(GEMMD) --config config/gemmd.conf $(ARGS)
 
-check-tests: build $(UNIT_BIN) $(GPU_TEST_BIN) $(EXAMPLE_BIN)
+check-tests: build $(UNIT_BIN) $(GPU_TEST_BIN) $(EXAMPLE_BIN) $(BLAS_TEST_BIN)
 
 test: deps-test
 	$(Q)$(MAKE) --no-print-directory check-tests
@@ -213,6 +228,12 @@ $(LIBGEMM_SO): $(CLIENT_OBJ) $(COMMON_OBJ) $(LIBGEMM_MAP)
 		-Wl,--no-undefined -o $@.$(LIBGEMM_ABI_FULL) $(filter %.o,$^) $(CLIENT_LIBS) -lcjson
 	$(Q)ln -sf libgemm.so.$(LIBGEMM_ABI_FULL) $@.$(LIBGEMM_ABI) && ln -sf libgemm.so.$(LIBGEMM_ABI) $@
 
+$(LIBGEMM_BLAS): $(BLAS_OBJ) $(CLIENT_OBJ) $(COMMON_OBJ) client/blas/libgemm_blas.map
+	@mkdir -p $(@D)
+	@echo "  LINK    $@"
+	$(Q)$(CC) -shared $(LDFLAGS) -Wl,-soname,libgemm_blas.so -Wl,--version-script=client/blas/libgemm_blas.map \
+		-Wl,-z,defs -o $@ $(BLAS_OBJ) $(CLIENT_OBJ) $(COMMON_OBJ) $(CLIENT_LIBS) -lcjson -ldl
+
 # gemm.pc and gemm-static.pc for the build tree (make install writes the installed ones):
 # PKG_CONFIG_PATH=lib/pkgconfig pkg-config --cflags --libs gemm
 PC_SUBST = -e 's|@VERSION@|$(VERSION)|g' -e 's|@PREFIX@|$(1)|g' -e 's|@LIBDIR@|$(2)|g' \
@@ -251,6 +272,16 @@ $(BUILD)/bench/%: bench/%.c $(CORE_LIB) $(LIBGEMM_A)
 	@mkdir -p $(@D)
 	@echo "  BENCH   $@"
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(CORE_LIB) $(LIBGEMM_A) $(SERVER_LIBS) $(CLIENT_LIBS) $(CUDA_LIBS)
+
+$(BUILD)/tests/blas/%: tests/blas/%.c
+	@mkdir -p $(@D)
+	@echo "  TEST    $@"
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -lblas -lm
+
+$(BUILD)/tests/blas/%: tests/blas/%.f90
+	@mkdir -p $(@D)
+	@echo "  FC      $@"
+	$(Q)$(FC) $(OPT) -Wall $(SANFLAGS) -J $(@D) -o $@ $< -lblas
 
 $(BUILD)/examples/%: docs/examples/%.c $(LIBGEMM_SO) $(LIBDIR)/pkgconfig/gemm.pc
 	@mkdir -p $(@D)
@@ -338,7 +369,8 @@ INSTALL ?= install
 # INSTALL_HEADERS, docs to INSTALL_DOCS; steps of their own (each honouring DESTDIR and
 # the directories above) to INSTALL_HOOKS / UNINSTALL_HOOKS as target names.
 INSTALL_PROGRAMS := $(GEMMD) $(GEMM)
-INSTALL_SHARED_LIBS :=
+# the BLAS preload library (docs/BLAS.md): LD_PRELOAD=$(libdir)/libgemm_blas.so
+INSTALL_SHARED_LIBS := $(LIBGEMM_BLAS)
 INSTALL_HEADERS := client/lib/gemm_util.h
 INSTALL_DOCS := README.md $(wildcard docs/*.md) docs/openapi.yaml
 INSTALL_HOOKS :=

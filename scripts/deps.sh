@@ -60,10 +60,14 @@ if want test; then
     if have_cc; then
         need_header cmocka.h libcmocka-dev
         need_lib cmocka libcmocka-dev
+        # the BLAS preload tests' programs link -lblas (OpenBLAS's dev package provides it)
+        need_lib blas libopenblas-dev
     fi
     need_cmd curl curl
     # The HTTPS tests make a self-signed certificate with it.
     need_cmd openssl openssl
+    # The BLAS preload tests run a Fortran program calling DGEMM / SGEMM.
+    need_cmd gfortran gfortran
     # The end-to-end tests take their float64 reference from NumPy.
     py_ok=0
     for py in python3 /usr/bin/python3; do

@@ -76,9 +76,9 @@ def main(tap):
         return
     P = dest + PREFIX
     want = ["bin/gemmd", "bin/gemm", "include/gemm.h", "include/gemm_util.h", "lib/libgemm.a",
-            "lib/libgemm.so.1.0.0", "lib/pkgconfig/gemm.pc", "lib/pkgconfig/gemm-static.pc",
+            "lib/libgemm.so.1.0.0", "lib/libgemm_blas.so", "lib/pkgconfig/gemm.pc", "lib/pkgconfig/gemm-static.pc",
             "etc/gemmd/gemmd.conf", "lib/systemd/system/gemmd.service", "lib/sysusers.d/gemmd.conf",
-            "share/doc/gemmd/README.md", "share/doc/gemmd/API.md", "share/doc/gemmd/examples/multiply.c"]
+            "share/doc/gemmd/README.md", "share/doc/gemmd/API.md", "share/doc/gemmd/BLAS.md", "share/doc/gemmd/examples/multiply.c"]
     missing = [w for w in want if not os.path.isfile(os.path.join(P, w))]
     tap.ok(not missing, "install puts the daemon, client, library, headers, gemm.pc, config, unit and docs "
            "under PREFIX", missing)

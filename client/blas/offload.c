@@ -1,0 +1,360 @@
+/*
+ * offload.c - one product on the gemmd server, through libgemm (raw binary over HTTP).
+ *
+ * Settings come from the environment, read once. Connections are reused: a pool of
+ * libgemm clients (each one curl handle with its open connection) that a thread borrows
+ * for one product and gives back; at most GB_POOL_IDLE idle ones are kept. A child made by
+ * fork() never uses its parent's connections (they share the sockets).
+ *
+ * The wire takes A (m x k) and B (k x n) contiguous and row-major. Operands that are
+ * already so are sent from the caller's memory; others are packed first (pack.c: rows
+ * copied, or a blocked transpose). When both operands are stored transposed it is cheaper to ask for
+ * Cᵀ = Qᵀ·Pᵀ, whose operands are then the caller's memory, and transpose the answer in
+ * the pass that applies alpha and beta. The answer lands in C itself when alpha = 1,
+ * beta = 0 and C is contiguous; otherwise in a buffer, then C = alpha·T + beta·C in one
+ * pass (beta = 0 never reads C, so NaN or Inf there is ignored, as BLAS requires).
+ *
+ * Failures: the caller recomputes on the host. Transport failures, timeouts, 5xx (503
+ * after libgemm's retries), refused tokens and garbled answers also stop offloading for
+ * GEMM_OFFLOAD_BACKOFF_MS (products go straight to the host meanwhile), then the server is
+ * tried again; other 4xx concern that product only. Each reason is warned about once.
+ */
+#include "blas_internal.h"
+#include "gemm.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Default thresholds, from the break-even measured on the 2-core development machine
+ * against a GPU server modelled behind 10 GbE (bench/results/blas-offload-cpu.md): offload
+ * paid from n = 768 (float32) and n = 512 (float64), i.e. 2n^3 flops; the host BLAS ran at
+ * 49 / 29 GFLOP/s, so a product must carry about 40 / 24 flops per byte on the wire
+ * (host rate / 1.25 GB/s) before its transfer is paid back. docs/BLAS.md says how to
+ * measure them for another host. */
+#define GB_DEFAULT_MIN_FLOPS_F32 9.0e8
+#define GB_DEFAULT_MIN_FLOPS_F64 2.7e8
+#define GB_DEFAULT_MIN_INTENSITY_F32 40.0
+#define GB_DEFAULT_MIN_INTENSITY_F64 24.0
+
+#define GB_POOL_IDLE 32
+
+static struct {
+    pthread_once_t once;
+    gb_settings pub;
+    char *url, *token, *kernel;
+    gemm_math math;
+    long timeout_ms, connect_timeout_ms, backoff_ms;
+    int retries;
+} cfg = {.once = PTHREAD_ONCE_INIT};
+
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static gemm_client *pool[GB_POOL_IDLE];
+static int pool_n;
+static gemm_client *stale[GB_POOL_IDLE]; /* a forked child's inherited connections: never used */
+static _Atomic int64_t down_until_ns;    /* back-off after a server failure */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- stderr */
+
+void gb_write_line(const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    const char *p = line;
+    while (n > 0) {
+        ssize_t w = write(2, p, (size_t)n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        p += w;
+        n -= (int)w;
+    }
+}
+
+void gb_warn_once(const char *key, const char *fmt, ...)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static char seen[64][48];
+    static int nseen;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nseen; i++)
+        if (strcmp(seen[i], key) == 0) {
+            pthread_mutex_unlock(&mu);
+            return;
+        }
+    if (nseen < 64) snprintf(seen[nseen++], sizeof seen[0], "%s", key);
+    pthread_mutex_unlock(&mu);
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    gb_write_line("libgemm_blas: warning: %s", msg);
+}
+
+/* ---------------------------------------------------------------- settings */
+
+static double env_double(const char *name, double dflt)
+{
+    const char *s = getenv(name);
+    if (!s || !*s) return dflt;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < 0) {
+        gb_warn_once(name, "%s=\"%s\" is not a number >= 0; using %g", name, s, dflt);
+        return dflt;
+    }
+    return v;
+}
+
+static long env_long(const char *name, long dflt, long lo, long hi)
+{
+    const char *s = getenv(name);
+    if (!s || !*s) return dflt;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        gb_warn_once(name, "%s=\"%s\" is not an integer in %ld..%ld; using %ld", name, s, lo, hi, dflt);
+        return dflt;
+    }
+    return v;
+}
+
+static char *env_dup(const char *name)
+{
+    const char *s = getenv(name);
+    return s && *s ? strdup(s) : NULL;
+}
+
+static void atfork_child(void)
+{
+    /* The parent's connections share sockets with the parent: keep them (reachable, so
+     * leak checkers stay quiet) but never use or close them here. */
+    pthread_mutex_init(&pool_mu, NULL);
+    for (int i = 0; i < pool_n; i++) stale[i] = pool[i];
+    for (int i = pool_n; i < GB_POOL_IDLE; i++) stale[i] = NULL;
+    pool_n = 0;
+}
+
+static void settings_init(void)
+{
+    gb_settings *s = &cfg.pub;
+    const char *lg = getenv("GEMM_OFFLOAD_LOG");
+    s->log = lg && *lg && strcmp(lg, "0") != 0;
+    s->min_flops[GB_F32] = s->min_flops[GB_F64] = -1;
+    const char *mf = getenv("GEMM_OFFLOAD_MIN_FLOPS");
+    if (mf && *mf) s->min_flops[GB_F32] = s->min_flops[GB_F64] = env_double("GEMM_OFFLOAD_MIN_FLOPS", -1);
+    if (s->min_flops[GB_F32] < 0) {
+        s->min_flops[GB_F32] = GB_DEFAULT_MIN_FLOPS_F32;
+        s->min_flops[GB_F64] = GB_DEFAULT_MIN_FLOPS_F64;
+    }
+    s->min_intensity[GB_F32] = s->min_intensity[GB_F64] = -1;
+    const char *mi = getenv("GEMM_OFFLOAD_MIN_INTENSITY");
+    if (mi && *mi)
+        s->min_intensity[GB_F32] = s->min_intensity[GB_F64] = env_double("GEMM_OFFLOAD_MIN_INTENSITY", -1);
+    if (s->min_intensity[GB_F32] < 0) {
+        s->min_intensity[GB_F32] = GB_DEFAULT_MIN_INTENSITY_F32;
+        s->min_intensity[GB_F64] = GB_DEFAULT_MIN_INTENSITY_F64;
+    }
+    cfg.url = env_dup("GEMM_SERVER");
+    cfg.token = env_dup("GEMM_TOKEN");
+    cfg.kernel = env_dup("GEMM_OFFLOAD_KERNEL");
+    cfg.math = GEMM_MATH_DEFAULT;
+    const char *m = getenv("GEMM_OFFLOAD_MATH");
+    if (m && *m && gemm_math_from_name(m, &cfg.math) != 0) {
+        gb_warn_once("GEMM_OFFLOAD_MATH", "GEMM_OFFLOAD_MATH=\"%s\" is not one of default, fp32, tf32, bf16; "
+                     "using the server's default", m);
+        cfg.math = GEMM_MATH_DEFAULT;
+    }
+    cfg.timeout_ms = env_long("GEMM_OFFLOAD_TIMEOUT_MS", 300000, 0, 86400000L);
+    cfg.connect_timeout_ms = env_long("GEMM_OFFLOAD_CONNECT_TIMEOUT_MS", 3000, 1, 600000L);
+    cfg.backoff_ms = env_long("GEMM_OFFLOAD_BACKOFF_MS", 10000, 0, 86400000L);
+    cfg.retries = (int)env_long("GEMM_OFFLOAD_RETRIES", 2, 0, 100);
+    s->enabled = cfg.url != NULL;
+    if (!s->enabled)
+        gb_warn_once("no_server", "GEMM_SERVER is not set: every product runs on the host BLAS (%s)",
+                     gb_host_name());
+    pthread_atfork(NULL, NULL, atfork_child);
+}
+
+const gb_settings *gb_settings_get(void)
+{
+    pthread_once(&cfg.once, settings_init);
+    return &cfg.pub;
+}
+
+/* ---------------------------------------------------------------- client pool */
+
+static gemm_client *pool_take(gemm_client_error *err)
+{
+    gemm_client *c = NULL;
+    pthread_mutex_lock(&pool_mu);
+    if (pool_n > 0) c = pool[--pool_n];
+    pthread_mutex_unlock(&pool_mu);
+    if (c) return c;
+    gemm_client_options o;
+    gemm_client_options_init(&o);
+    o.token = cfg.token;
+    o.connect_timeout_ms = cfg.connect_timeout_ms;
+    o.timeout_ms = cfg.timeout_ms;
+    o.max_retries = cfg.retries;
+    o.max_retry_wait_ms = 2000;
+    o.default_retry_wait_ms = 200;
+    return gemm_client_new(cfg.url, &o, err);
+}
+
+static void pool_give(gemm_client *c)
+{
+    pthread_mutex_lock(&pool_mu);
+    if (pool_n < GB_POOL_IDLE) {
+        pool[pool_n++] = c;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    gemm_client_free(c);
+}
+
+/* ---------------------------------------------------------------- failures */
+
+/* Fills res->why, warns once per reason, and starts the back-off when the server as a
+ * whole cannot take products right now. */
+static void failed(const gb_problem *pr, const gemm_client_error *e, gb_result *res)
+{
+    int server_wide = 1;
+    char key[64];
+    snprintf(key, sizeof key, "%s", e->code[0] ? e->code : gemm_client_error_kind_name(e->kind));
+    switch (e->kind) {
+    case GEMM_CLIENT_E_SERVER:
+        /* 503 (after retries), other 5xx and a refused token concern every product; other
+         * 4xx (too large, an option the server does not take) this one. */
+        server_wide = e->http_status >= 500 || e->http_status == 401 || e->http_status == 403;
+        snprintf(res->why, sizeof res->why, "HTTP %d %s", e->http_status, key);
+        break;
+    case GEMM_CLIENT_E_NOMEM:
+        server_wide = 0;
+        snprintf(res->why, sizeof res->why, "out of memory");
+        break;
+    case GEMM_CLIENT_E_ARGUMENT: /* a bad URL concerns every product; sizes this one */
+        server_wide = strcmp(e->code, "too_large") != 0;
+        snprintf(res->why, sizeof res->why, "%s", key);
+        break;
+    default:
+        snprintf(res->why, sizeof res->why, "%s", key);
+        break;
+    }
+    if (server_wide && cfg.backoff_ms > 0)
+        atomic_store(&down_until_ns, now_ns() + (int64_t)cfg.backoff_ms * 1000000);
+    char when[96] = "";
+    if (server_wide && cfg.backoff_ms > 0)
+        snprintf(when, sizeof when, "; for %ld ms every product does, then the server is tried again",
+                 cfg.backoff_ms);
+    gb_warn_once(key,
+                 "%s could not run on %s (%s: %s)%s; it ran on the host BLAS (%s)%s. This warning "
+                 "is given once per reason",
+                 pr->desc, cfg.url, res->why, e->message, e->retries ? " after retries" : "", gb_host_name(), when);
+}
+
+/* ---------------------------------------------------------------- the product */
+
+void gb_offload(const gb_problem *pr, gb_result *res)
+{
+    memset(res, 0, sizeof *res);
+    gb_settings_get();
+    int64_t until = atomic_load(&down_until_ns);
+    if (until && now_ns() < until) {
+        res->backoff = 1;
+        snprintf(res->why, sizeof res->why, "server failed recently");
+        return;
+    }
+    size_t esz = pr->type == GB_F32 ? 4 : 8;
+    gemm_client_error err;
+    memset(&err, 0, sizeof err);
+    size_t bytes_c, bytes_a, bytes_b;
+    if (__builtin_mul_overflow((size_t)pr->m, (size_t)pr->n, &bytes_c) ||
+        __builtin_mul_overflow(bytes_c, esz, &bytes_c) ||
+        __builtin_mul_overflow((size_t)pr->m, (size_t)pr->k, &bytes_a) ||
+        __builtin_mul_overflow(bytes_a, esz, &bytes_a) ||
+        __builtin_mul_overflow((size_t)pr->k, (size_t)pr->n, &bytes_b) ||
+        __builtin_mul_overflow(bytes_b, esz, &bytes_b)) {
+        err.kind = GEMM_CLIENT_E_ARGUMENT;
+        snprintf(err.code, sizeof err.code, "too_large");
+        snprintf(err.message, sizeof err.message, "the matrices' sizes overflow");
+        failed(pr, &err, res);
+        return;
+    }
+    double mn = (double)pr->m * (double)pr->n;
+    int tight_c = pr->alpha == 1 && pr->beta == 0 && pr->ldc == pr->n;
+    double direct = gb_pack_cost(&pr->p, 0) + gb_pack_cost(&pr->q, 0) + (tight_c ? 0 : mn);
+    double swapped = gb_pack_cost(&pr->q, 1) + gb_pack_cost(&pr->p, 1) + 2 * mn;
+    int swap = swapped < direct;
+
+    void *own_a = NULL, *own_b = NULL, *own_t = NULL;
+    const void *a = swap ? gb_pack(&pr->q, 1, esz, &own_a) : gb_pack(&pr->p, 0, esz, &own_a);
+    const void *b = a ? (swap ? gb_pack(&pr->p, 1, esz, &own_b) : gb_pack(&pr->q, 0, esz, &own_b)) : NULL;
+    void *t = pr->c;
+    if (swap || !tight_c) t = own_t = malloc(bytes_c);
+    if (!a || !b || !t) {
+        err.kind = GEMM_CLIENT_E_NOMEM;
+        snprintf(err.code, sizeof err.code, "out_of_memory");
+        snprintf(err.message, sizeof err.message, "packing the operands");
+        failed(pr, &err, res);
+        goto out;
+    }
+
+    gemm_request r = GEMM_REQUEST_INIT;
+    r.dtype = pr->type == GB_F32 ? GEMM_DTYPE_F32 : GEMM_DTYPE_F64;
+    r.m = (uint64_t)(swap ? pr->n : pr->m);
+    r.n = (uint64_t)(swap ? pr->m : pr->n);
+    r.k = (uint64_t)pr->k;
+    r.a = a;
+    r.b = b;
+    r.c = t;
+    r.kernel = cfg.kernel;
+    r.math = cfg.math;
+    gemm_client *cl = pool_take(&err);
+    if (!cl) {
+        failed(pr, &err, res);
+        goto out;
+    }
+    gemm_timing tm;
+    int64_t t0 = now_ns();
+    int rc = gemm_client_multiply(cl, &r, &tm, &err);
+    res->ms = (double)(now_ns() - t0) / 1e6;
+    if (rc != 0 && err.kind != GEMM_CLIENT_E_SERVER) {
+        gemm_client_free(cl); /* the connection may be in any state */
+    } else {
+        pool_give(cl);
+    }
+    if (rc != 0) {
+        failed(pr, &err, res);
+        goto out;
+    }
+    if (own_t) gb_epilogue(pr->type, pr->c, pr->ldc, own_t, pr->m, pr->n, swap, pr->alpha, pr->beta);
+    res->ok = 1;
+    snprintf(res->kernel, sizeof res->kernel, "%s", tm.kernel);
+out:
+    free(own_a);
+    free(own_b);
+    free(own_t);
+}
