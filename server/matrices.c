@@ -40,6 +40,7 @@ gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, uint64_t budget_bytes, i
 
 static void destroy(gemmd_matrices *s, gemmd_matrix_entry *e)
 {
+    gemm_engine_resident_free(s->engine, e->res); /* device copies go later, off this thread */
     gemm_engine_host_free(s->engine, e->m.data);
     free(e);
 }
@@ -93,7 +94,7 @@ void gemmd_matrices_unreserve(gemmd_matrices *s, size_t bytes)
     pthread_mutex_unlock(&s->mu);
 }
 
-int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, int owner, int family,
+int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int family,
                        char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
 {
     gemmd_matrix_entry *e = calloc(1, sizeof *e);
@@ -104,6 +105,12 @@ int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, int owner, int family,
     }
     e->m = *m;
     gemm_matrix_bytes(m->rows, m->cols, m->dtype, &e->bytes);
+    e->res = res && *res ? *res : gemm_engine_resident_new(s->engine, m->data, e->bytes);
+    if (!e->res) {
+        free(e);
+        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate a matrix handle now");
+    }
+    if (res) *res = NULL;
     e->owner = owner;
     e->family = family;
     e->store = s;

@@ -36,6 +36,7 @@ typedef struct gemmd_matrices gemmd_matrices;
 typedef struct gemmd_matrix_entry {
     char id[GEMMD_JOB_ID_LEN + 1];
     gemm_matrix m;        /* data from the engine's allocator, read-only once added */
+    gemm_resident *res;   /* the engine's handle: device copies on the CUDA backend */
     size_t bytes;
     int owner;
     int family;           /* the format it arrived in: the default of GET */
@@ -59,9 +60,11 @@ void gemmd_matrices_free(gemmd_matrices *s);
 int gemmd_matrices_reserve(gemmd_matrices *s, size_t bytes, gemm_err *err);
 void gemmd_matrices_unreserve(gemmd_matrices *s, size_t bytes);
 /* Adds m (its data is taken over: the store frees it) with a fresh random id written to
- * id_out, using bytes reserved before. On failure (-1, *err: 500 when no id can be
- * drawn) nothing is taken and the reservation stays with the caller. */
-int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, int owner, int family,
+ * id_out, using bytes reserved before. res: the engine handle for m.data when the caller
+ * has one (C of a product that kept it on the device; taken over too), else NULL (one is
+ * made). On failure (-1, *err: 500 when no id can be drawn, 503 out of memory) nothing
+ * is taken and the reservation stays with the caller. */
+int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int family,
                        char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
 
 /* The matrix with that id made by owner (GEMMD_OWNER_ANY: anyone's), with a reference

@@ -167,9 +167,13 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
     header(out, "gemmd_resident_matrices", "gauge", "Resident matrices kept (/v1/matrices).");
     gemm_buf_printf(out, "gemmd_resident_matrices %d\n", atomic_load(&resident_count));
     header(out, "gemmd_resident_bytes", "gauge",
-           "Bytes held by resident matrices (reservations included), by where they live.");
+           "Bytes held by resident matrices: host copies (reservations included) and, per device, "
+           "the device copies the CUDA backend keeps.");
     gemm_buf_printf(out, "gemmd_resident_bytes{where=\"host\"} %llu\n",
                     (unsigned long long)atomic_load(&resident_host_bytes));
+    for (int i = 0; i < st.ndevices && i < GEMM_MAX_DEVICES; i++) /* device copies (CUDA) */
+        gemm_buf_printf(out, "gemmd_resident_bytes{where=\"device\",device=\"%d\"} %llu\n", i,
+                        (unsigned long long)st.resident_bytes[i]);
     header(out, "gemmd_resident_budget_bytes", "gauge", "resident_mb in bytes.");
     gemm_buf_printf(out, "gemmd_resident_budget_bytes %llu\n", (unsigned long long)atomic_load(&resident_budget));
 

@@ -58,6 +58,7 @@ void gemmd_request_free(gemmd_request *req)
     gemm_engine_host_free(e, req->job.c);
     for (int i = 0; i < 2; i++) gemmd_matrices_put(req->srv->matrices, req->ref[i]);
     if (req->reserved) gemmd_matrices_unreserve(req->srv->matrices, req->reserved);
+    gemm_engine_resident_free(e, req->c_res);
     free(req);
 }
 

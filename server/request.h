@@ -102,6 +102,7 @@ struct gemmd_request {
                                   freed); a / b then hold their shape and dtype, data NULL */
     int store_c, return_c;     /* ?store=1: C becomes a resident matrix; &return=1: and is sent */
     size_t reserved;           /* bytes reserved in the matrix store, until added or freed */
+    gemm_resident *c_res;      /* store=1: C's engine handle, until the store takes it */
 
     /* synchronous product; the fields below are under srv->mu */
     gemm_job job;

@@ -44,8 +44,13 @@ static int fill_job(gemmd_request *req, gemm_job *job, int copy_refs, gemm_err *
                                     e->bytes, i ? 'B' : 'A');
             memcpy(p, e->m.data, e->bytes);
         }
-        if (i) job->b = p;
-        else job->a = p;
+        if (i) {
+            job->b = p;
+            job->b_res = copy_refs ? NULL : e->res;
+        } else {
+            job->a = p;
+            job->a_res = copy_refs ? NULL : e->res;
+        }
     }
     snprintf(job->kernel, sizeof job->kernel, "%s", req->opt.kernel[0] ? req->opt.kernel : "auto");
     job->tile = req->opt.tile;
@@ -161,6 +166,11 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
         req->reserved = c_bytes;
     }
     if (fill_job(req, &req->job, 0, &err) != 0) return gemmd_respond_error(req, &err);
+    if (req->store_c) { /* the engine may keep C on its device for the next product */
+        req->c_res = gemm_engine_resident_new(srv->engine, req->job.c, req->reserved);
+        if (!req->c_res) return gemmd_respond_errorf(req, 503, "out_of_memory", "cannot allocate a matrix handle now");
+        req->job.c_res = req->c_res;
+    }
     req->job.done = on_sync_done;
     req->job.user = req;
 
@@ -249,7 +259,7 @@ static enum MHD_Result stored_answer(gemmd_request *req)
     gemm_err_clear(&err);
     gemm_matrix cm = {job->m, job->n, job->dtype, job->c};
     char id[GEMMD_JOB_ID_LEN + 1];
-    if (gemmd_matrices_add(srv->matrices, &cm, req->owner, (int)req->answer, id, &err) != 0)
+    if (gemmd_matrices_add(srv->matrices, &cm, &req->c_res, req->owner, (int)req->answer, id, &err) != 0)
         return gemmd_respond_error(req, &err); /* C is still the job's: freed with the request */
     job->c = NULL;
     req->reserved = 0; /* the matrix holds those bytes now */

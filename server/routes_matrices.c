@@ -30,7 +30,7 @@ enum MHD_Result gemmd_route_matrix_create(gemmd_request *req)
         req->reserved = bytes;
     }
     char id[GEMMD_JOB_ID_LEN + 1];
-    if (gemmd_matrices_add(srv->matrices, &req->a, req->owner, (int)req->family, id, &err) != 0)
+    if (gemmd_matrices_add(srv->matrices, &req->a, NULL, req->owner, (int)req->family, id, &err) != 0)
         return gemmd_respond_error(req, &err);
     req->reserved = 0;
     snprintf(req->job_id, sizeof req->job_id, "%s", id); /* the access log shows its prefix */
