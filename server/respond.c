@@ -367,7 +367,7 @@ static void add_product_headers(struct MHD_Response *r, uint64_t rows, uint64_t 
     if (m->math) MHD_add_response_header(r, "X-Gemm-Math", m->math);
     if (m->job_id) MHD_add_response_header(r, "X-Gemm-Job", m->job_id);
     if (m->matrix_id) {
-        char loc[64];
+        char loc[GEMMD_JOB_ID_LEN + 24];
         snprintf(loc, sizeof loc, "/v1/matrices/%s", m->matrix_id);
         MHD_add_response_header(r, "X-Gemm-Matrix", m->matrix_id);
         MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, loc);
@@ -436,7 +436,7 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
         gemmd_timing_json(&b, &req->timing);
         gemm_buf_puts(&b, "}\n");
         if (meta->matrix_id) {
-            char loc[64];
+            char loc[GEMMD_JOB_ID_LEN + 24];
             snprintf(loc, sizeof loc, "/v1/matrices/%s", meta->matrix_id);
             return gemmd_respond_json_header(req, status, &b, MHD_HTTP_HEADER_LOCATION, loc);
         }

@@ -286,7 +286,7 @@ static enum MHD_Result stored_answer(gemmd_request *req)
     gemm_buf_puts(&b, ",\"timing\":");
     gemmd_timing_json(&b, &req->timing);
     gemm_buf_puts(&b, "}\n");
-    char loc[64];
+    char loc[GEMMD_JOB_ID_LEN + 24];
     snprintf(loc, sizeof loc, "/v1/matrices/%s", e->id);
     gemmd_matrices_put(srv->matrices, e);
     return gemmd_respond_json_header(req, 201, &b, MHD_HTTP_HEADER_LOCATION, loc);

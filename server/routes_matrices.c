@@ -41,7 +41,7 @@ enum MHD_Result gemmd_route_matrix_create(gemmd_request *req)
     gemmd_matrices_describe_json(srv->matrices, e, &b);
     gemm_buf_puts(&b, "\n");
     gemmd_matrices_put(srv->matrices, e);
-    char loc[64];
+    char loc[GEMMD_JOB_ID_LEN + 24];
     snprintf(loc, sizeof loc, "/v1/matrices/%s", id);
     LOG_DEBUG("matrix %.*s stored: %llux%llu %s", GEMMD_JOB_LOG_ID(id), (unsigned long long)req->a.rows,
               (unsigned long long)req->a.cols, gemm_dtype_name(req->a.dtype));

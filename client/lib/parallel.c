@@ -87,9 +87,9 @@ typedef struct {
 static void *run_panel(void *arg)
 {
     panel *p = arg;
-    char pq[320];
+    char pq[400];
     gemm_client_err_clear(&p->err);
-    p->rc = gemm_request_query(&p->r, "/v1/matmul", pq, sizeof pq - 48, &p->err);
+    p->rc = gemm_request_query(&p->r, "/v1/matmul", pq, sizeof pq - 136, &p->err);
     if (p->rc != 0) return NULL;
     snprintf(pq + strlen(pq), sizeof pq - strlen(pq), "&b=%s", p->b_id);
     gemm_xfer x;
@@ -124,8 +124,9 @@ static int upload_b(gemm_client *c, const gemm_request *r, char *id, size_t cap,
         id[0] = '\0';
         cJSON *j = x.text ? cJSON_ParseWithLength(x.text, x.text_len) : NULL;
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "id");
-        if (cJSON_IsString(v) && strlen(v->valuestring) < cap &&
-            strspn(v->valuestring, "0123456789abcdef") == strlen(v->valuestring) && v->valuestring[0])
+        static const char id_chars[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ._-";
+        if (cJSON_IsString(v) && strlen(v->valuestring) < cap && v->valuestring[0] &&
+            strspn(v->valuestring, id_chars) == strlen(v->valuestring)) /* [instance_id-]hex: URL-safe */
             snprintf(id, cap, "%s", v->valuestring);
         cJSON_Delete(j);
         if (!id[0])
@@ -138,7 +139,7 @@ static int upload_b(gemm_client *c, const gemm_request *r, char *id, size_t cap,
 
 static void delete_b(gemm_client *c, const char *id)
 {
-    char pq[96];
+    char pq[160];
     snprintf(pq, sizeof pq, "/v1/matrices/%s", id);
     gemm_xfer x;
     gemm_client_error e;
@@ -163,7 +164,7 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
         return gemm_client_multiply(c, r, t, err); /* one request (and its argument checks) */
 
     double t0 = gemm_now_ms();
-    char id[64];
+    char id[128];
     if (upload_b(c, r, id, sizeof id, err) != 0) return -1;
     panel *p = calloc((size_t)n, sizeof *p);
     pthread_t *th = calloc((size_t)n, sizeof *th);
