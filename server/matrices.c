@@ -117,7 +117,7 @@ int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, i
     e->refs = 1; /* the store's list */
     e->linked = 1;
     e->t_created_ms = e->t_used_ms = gemm_now_ms();
-    memcpy(id_out, e->id, GEMMD_JOB_ID_LEN + 1);
+    memcpy(id_out, e->id, strlen(e->id) + 1);
     pthread_mutex_lock(&s->mu);
     e->next = s->head;
     s->head = e;

@@ -39,7 +39,7 @@ static gemm_matrix make(gemm_engine *e, uint64_t rows, uint64_t cols, float v)
     return m;
 }
 
-static void add(gemmd_matrices *s, gemm_engine *e, uint64_t rows, uint64_t cols, int owner, char id[33])
+static void add(gemmd_matrices *s, gemm_engine *e, uint64_t rows, uint64_t cols, int owner, char id[GEMMD_JOB_ID_LEN + 1])
 {
     gemm_err err;
     assert_int_equal(gemmd_matrices_reserve(s, rows * cols * 4, &err), 0);
@@ -53,7 +53,7 @@ static void test_lifecycle_and_owner(void **state)
     (void)state;
     gemm_engine *e = open_engine();
     gemmd_matrices *s = gemmd_matrices_new(e, 1 << 20, 16);
-    char id[33];
+    char id[GEMMD_JOB_ID_LEN + 1];
     add(s, e, 4, 8, 1, id);
     assert_int_equal(strlen(id), 32);
     assert_true(strspn(id, "0123456789abcdef") == 32);
@@ -89,7 +89,7 @@ static void test_budget(void **state)
     gemm_err err;
     assert_int_equal(gemmd_matrices_reserve(s, 2048, &err), -1);
     assert_int_equal(err.status, 413);
-    char a[33], b[33], c[33];
+    char a[GEMMD_JOB_ID_LEN + 1], b[GEMMD_JOB_ID_LEN + 1], c[GEMMD_JOB_ID_LEN + 1];
     add(s, e, 8, 16, 0, a);                                 /* 512 */
     assert_int_equal(gemmd_matrices_reserve(s, 600, &err), -1);
     assert_int_equal(err.status, 507);
@@ -128,7 +128,7 @@ static void test_listing_by_last_use(void **state)
     (void)state;
     gemm_engine *e = open_engine();
     gemmd_matrices *s = gemmd_matrices_new(e, 1 << 20, 16);
-    char a[33], b[33], c[33], other[33];
+    char a[GEMMD_JOB_ID_LEN + 1], b[GEMMD_JOB_ID_LEN + 1], c[GEMMD_JOB_ID_LEN + 1], other[GEMMD_JOB_ID_LEN + 1];
     add(s, e, 2, 2, 5, a);
     sleep_ms(2);
     add(s, e, 2, 2, 5, b);
