@@ -599,6 +599,10 @@ static int finish_matrix_npy(gemmd_request *req)
         req->have[0] = 1;
     }
     if (!req->have[0]) return gemm_err_set(err, 400, "missing_part", "the form needs a .npy part named matrix");
+    if (req->a.batch)
+        return gemm_err_set(err, 422, "bad_shape",
+                            "the .npy array is 3-D (a batch of %llu matrices); a resident matrix is 2-D",
+                            (unsigned long long)req->a.batch);
     if (req->opt.dtype != GEMM_DTYPE_INVALID && req->opt.dtype != req->a.dtype)
         return gemm_err_set(err, 422, "dtype_mismatch",
                             "dtype %s was asked for but the .npy file holds %s; convert it or leave dtype out",

@@ -257,7 +257,7 @@ static enum MHD_Result stored_answer(gemmd_request *req)
     gemm_job *job = &req->job;
     gemm_err err;
     gemm_err_clear(&err);
-    gemm_matrix cm = {job->m, job->n, job->dtype, job->c};
+    gemm_matrix cm = {job->m, job->n, job->dtype, job->c, 0};
     char id[GEMMD_JOB_ID_LEN + 1];
     if (gemmd_matrices_add(srv->matrices, &cm, &req->c_res, req->owner, (int)req->answer, id, &err) != 0)
         return gemmd_respond_error(req, &err); /* C is still the job's: freed with the request */

@@ -146,7 +146,8 @@ int gemm_client_multiply_batch(gemm_client *c, const gemm_request *r, uint64_t b
  * answering its rows of C straight into r->c, and B is deleted afterwards. C is the same
  * bytes as gemm_client_multiply()'s. streams 0 chooses from the size
  * (gemm_client_auto_streams); 1, or a product too small to split, is one request. The
- * progress callback is not called for the panels. Needs a server with /v1/matrices. */
+ * progress callback (on the caller's thread) sees the panels' bytes added up, and a
+ * non-zero return stops them all. Needs a server with /v1/matrices. */
 int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int streams, gemm_timing *t,
                                  gemm_client_error *err);
 /* The number of connections gemm_client_multiply_streams uses for streams = 0: 1 when A, B

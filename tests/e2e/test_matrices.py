@@ -136,6 +136,12 @@ def lifecycle(tap, d, rng):
     r = d.curl("POST", "/v1/matrices", data=json.dumps({"shape": [2, 2], "data": [1, 2, 3]}).encode(),
                content_type="application/json")
     tap.ok(r.status == 400 and r.error()[0] == "bad_matrix", "JSON data of the wrong length: 400", r)
+    r = d.curl("POST", "/v1/matrices", data=npy_bytes(np.zeros((2, 3, 4))), content_type=NPY)
+    tap.ok(r.status == 422 and r.error()[0] == "bad_shape", "a 3-D .npy upload: 422 bad_shape", r)
+    two = mid(create_raw(d, np.zeros((2, 2), dtype=np.float32)))
+    r = d.curl("POST", "/v1/matmul?b=%s&batch=2&m=2&k=2&n=2" % two, data=b"\0" * 32, content_type=RAW)
+    tap.ok(r.status == 400 and r.error()[0] == "bad_option", "a batched request naming a resident operand: 400", r)
+    d.curl("DELETE", "/v1/matrices/%s" % two)
     r = d.curl("POST", "/v1/matrices", data=b"x", content_type="text/plain")
     tap.ok(r.status == 415, "text/plain upload: 415", r)
     r = d.curl("GET", "/v1/matrices")

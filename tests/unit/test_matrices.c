@@ -33,7 +33,7 @@ static gemm_engine *open_engine(void)
 /* A rows x cols float32 matrix filled with v, in engine memory. */
 static gemm_matrix make(gemm_engine *e, uint64_t rows, uint64_t cols, float v)
 {
-    gemm_matrix m = {rows, cols, GEMM_DTYPE_F32, gemm_engine_host_alloc(e, rows * cols * 4)};
+    gemm_matrix m = {rows, cols, GEMM_DTYPE_F32, gemm_engine_host_alloc(e, rows * cols * 4), 0};
     assert_non_null(m.data);
     for (uint64_t i = 0; i < rows * cols; i++) ((float *)m.data)[i] = v;
     return m;
