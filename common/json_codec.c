@@ -495,21 +495,21 @@ static void where_in_text(const char *body, size_t len, size_t off, size_t *line
     }
 }
 
-int gemm_json_decode_request(const char *body, size_t len, const gemm_limits *lim,
-                             const gemm_allocator *alloc, gemm_options *opt,
-                             gemm_matrix *a, gemm_matrix *b, gemm_err *err)
+/* Parses body into a cJSON root, checking that nothing follows the value. NULL (*err). */
+static cJSON *parse_whole(const char *body, size_t len, const char *expected, gemm_err *err)
 {
     const char *end = NULL;
     size_t line, col;
-    a->data = b->data = NULL;
-    if (!body || len == 0)
-        return gemm_err_set(err, 400, "bad_json", "the body is empty; expected a JSON object with \"a\" and \"b\"");
+    if (!body || len == 0) {
+        gemm_err_set(err, 400, "bad_json", "the body is empty; expected %s", expected);
+        return NULL;
+    }
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {
         size_t off = (end && end >= body && end <= body + len) ? (size_t)(end - body) : 0;
         where_in_text(body, len, off, &line, &col);
-        return gemm_err_set(err, 400, "bad_json", "invalid JSON at byte %zu (line %zu, column %zu)", off, line,
-                            col);
+        gemm_err_set(err, 400, "bad_json", "invalid JSON at byte %zu (line %zu, column %zu)", off, line, col);
+        return NULL;
     }
     size_t off = (size_t)(end - body);
     while (off < len && (body[off] == ' ' || body[off] == '\t' || body[off] == '\n' || body[off] == '\r'))
@@ -517,42 +517,154 @@ int gemm_json_decode_request(const char *body, size_t len, const gemm_limits *li
     if (off < len && !(body[off] == '\0' && off + 1 == len)) {
         where_in_text(body, len, off, &line, &col);
         cJSON_Delete(root);
-        return gemm_err_set(err, 400, "bad_json",
-                            "unexpected data after the JSON value at byte %zu (line %zu, column %zu)", off, line, col);
+        gemm_err_set(err, 400, "bad_json", "unexpected data after the JSON value at byte %zu (line %zu, column %zu)",
+                     off, line, col);
+        return NULL;
     }
+    return root;
+}
+
+/* The flat form's length, checked only once the shape is known to be sane. */
+static int check_flat_length(const operand *op, gemm_err *err)
+{
+    if (!op->data) return 0;
+    uint64_t cnt = 0, need = op->nrows * op->ncols;
+    for (const cJSON *e = op->data->child; e; e = e->next) cnt++;
+    if (cnt != need)
+        return gemm_err_set(err, 400, "bad_matrix", "%s.data has %llu numbers but shape [%llu,%llu] needs %llu",
+                            op->name, (unsigned long long)cnt, (unsigned long long)op->nrows,
+                            (unsigned long long)op->ncols, (unsigned long long)need);
+    return 0;
+}
+
+int gemm_json_decode_request(const char *body, size_t len, const gemm_limits *lim,
+                             const gemm_allocator *alloc, gemm_options *opt,
+                             gemm_matrix *a, gemm_matrix *b, gemm_err *err)
+{
+    return gemm_json_decode_request_refs(body, len, lim, alloc, opt, a, b, NULL, err);
+}
+
+int gemm_json_decode_request_refs(const char *body, size_t len, const gemm_limits *lim,
+                                  const gemm_allocator *alloc, gemm_options *opt, gemm_matrix *a,
+                                  gemm_matrix *b, const gemm_json_refs *refs, gemm_err *err)
+{
+    gemm_matrix *out[2] = {a, b};
+    int is_ref[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        is_ref[i] = refs && refs->given[i];
+        if (!is_ref[i]) out[i]->data = NULL;
+    }
+    cJSON *root = parse_whole(body, len, "a JSON object with \"a\" and \"b\"", err);
+    if (!root) return -1;
 
     int rc = -1;
-    operand oa, ob;
+    operand ops[2];
+    static const char *const names[2] = {"a", "b"};
     if (!cJSON_IsObject(root)) {
         gemm_err_set(err, 400, "bad_matrix",
                      "the body is %s; expected a JSON object {\"a\": [[..]], \"b\": [[..]]}", type_name(root));
         goto out;
     }
     if (body_options(root, opt, err)) goto out;
-    if (opt->dtype == GEMM_DTYPE_INVALID) opt->dtype = GEMM_DTYPE_F64;
-    if (inspect(root, "a", &oa, err) || inspect(root, "b", &ob, err)) goto out;
-    if (gemm_check_product(oa.nrows, oa.ncols, ob.nrows, ob.ncols, opt->dtype, lim, err)) goto out;
-    /* The flat form's length is checked only now that the shape is known to be sane. */
-    const operand *ops[2] = {&oa, &ob};
     for (int i = 0; i < 2; i++) {
-        if (!ops[i]->data) continue;
-        uint64_t cnt = 0, need = ops[i]->nrows * ops[i]->ncols;
-        for (const cJSON *e = ops[i]->data->child; e; e = e->next) cnt++;
-        if (cnt != need) {
-            gemm_err_set(err, 400, "bad_matrix", "%s.data has %llu numbers but shape [%llu,%llu] needs %llu",
-                         ops[i]->name, (unsigned long long)cnt, (unsigned long long)ops[i]->nrows,
-                         (unsigned long long)ops[i]->ncols, (unsigned long long)need);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, names[i]);
+        if (is_ref[i]) {
+            if (v) {
+                gemm_err_set(err, 400, "bad_matrix", "%s is named in the query (%s=ID) and given in the body too; "
+                             "send it once", names[i], names[i]);
+                goto out;
+            }
+            continue;
+        }
+        const cJSON *id = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "ref") : NULL;
+        if (id) {
+            if (!refs || !refs->resolve) {
+                gemm_err_set(err, 400, "bad_matrix", "%s.ref: references to resident matrices are not taken here",
+                             names[i]);
+                goto out;
+            }
+            if (!cJSON_IsString(id)) {
+                gemm_err_set(err, 400, "bad_matrix", "%s.ref is %s; expected a matrix id (a string)", names[i],
+                             type_name(id));
+                goto out;
+            }
+            if (refs->resolve(refs->user, i, id->valuestring, out[i], err) != 0) goto out;
+            is_ref[i] = 1;
+            continue;
+        }
+        if (inspect(root, names[i], &ops[i], err)) goto out;
+    }
+    /* A resident operand fixes the dtype: it is stored in one. */
+    for (int i = 0; i < 2; i++) {
+        if (!is_ref[i]) continue;
+        if (opt->dtype == GEMM_DTYPE_INVALID) opt->dtype = out[i]->dtype;
+        if (out[i]->dtype != opt->dtype) {
+            gemm_err_set(err, 422, "dtype_mismatch", "%s is a resident %s matrix but the product is %s",
+                         names[i], gemm_dtype_name(out[i]->dtype), gemm_dtype_name(opt->dtype));
             goto out;
         }
     }
-    if (fill(&oa, opt->dtype, alloc, a, err)) goto out;
-    if (fill(&ob, opt->dtype, alloc, b, err)) {
-        gemm_free(alloc, a->data);
-        a->data = NULL;
-        goto out;
+    if (opt->dtype == GEMM_DTYPE_INVALID) opt->dtype = GEMM_DTYPE_F64;
+    uint64_t r[2], c[2];
+    for (int i = 0; i < 2; i++) {
+        r[i] = is_ref[i] ? out[i]->rows : ops[i].nrows;
+        c[i] = is_ref[i] ? out[i]->cols : ops[i].ncols;
+    }
+    if (gemm_check_product(r[0], c[0], r[1], c[1], opt->dtype, lim, err)) goto out;
+    for (int i = 0; i < 2; i++)
+        if (!is_ref[i] && check_flat_length(&ops[i], err)) goto out;
+    for (int i = 0; i < 2; i++) {
+        if (is_ref[i]) continue;
+        if (fill(&ops[i], opt->dtype, alloc, out[i], err)) {
+            if (i == 1 && !is_ref[0]) {
+                gemm_free(alloc, a->data);
+                a->data = NULL;
+            }
+            goto out;
+        }
     }
     rc = 0;
 out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int gemm_json_decode_matrix(const char *body, size_t len, const gemm_limits *lim, const gemm_allocator *alloc,
+                            gemm_options *opt, gemm_matrix *m, gemm_err *err)
+{
+    m->data = NULL;
+    cJSON *root = parse_whole(body, len, "a matrix: [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}", err);
+    if (!root) return -1;
+    int rc = -1;
+    operand op;
+    /* inspect() looks a member up by name: give the matrix one. */
+    cJSON *holder = cJSON_CreateObject();
+    if (!holder) {
+        gemm_err_set(err, 500, "out_of_memory", "cannot parse the body now");
+        goto out;
+    }
+    if (cJSON_IsArray(root)) {
+        cJSON_AddItemReferenceToObject(holder, "matrix", root);
+    } else if (cJSON_IsObject(root)) {
+        if (body_options(root, opt, err)) goto out;
+        const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+        if (!cJSON_GetObjectItemCaseSensitive(root, "shape") && cJSON_IsArray(data))
+            cJSON_AddItemReferenceToObject(holder, "matrix", (cJSON *)data); /* {"data": [[..]]} */
+        else
+            cJSON_AddItemReferenceToObject(holder, "matrix", root);
+    } else {
+        gemm_err_set(err, 400, "bad_matrix", "the body is %s; expected [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}",
+                     type_name(root));
+        goto out;
+    }
+    if (inspect(holder, "matrix", &op, err)) goto out;
+    if (opt->dtype == GEMM_DTYPE_INVALID) opt->dtype = GEMM_DTYPE_F64;
+    if (gemm_check_matrix(op.nrows, op.ncols, opt->dtype, lim, "the matrix", err)) goto out;
+    if (check_flat_length(&op, err)) goto out;
+    if (fill(&op, opt->dtype, alloc, m, err)) goto out;
+    rc = 0;
+out:
+    cJSON_Delete(holder);
     cJSON_Delete(root);
     return rc;
 }

@@ -628,6 +628,28 @@ void gemm_engine_host_free(gemm_engine *e, void *p)
     gemm_free(gemm_engine_allocator(e), p);
 }
 
+gemm_resident *gemm_engine_resident_new(gemm_engine *e, const void *host, size_t bytes)
+{
+    (void)e;
+    gemm_resident *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->host = host;
+    r->bytes = bytes;
+    pthread_mutex_init(&r->mu, NULL);
+    return r;
+}
+
+void gemm_engine_resident_free(gemm_engine *e, gemm_resident *r)
+{
+    if (!r) return;
+    if (e && e->be->resident_free) {
+        e->be->resident_free(e->self, r);
+        return;
+    }
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
 void gemm_engine_describe(gemm_engine *e, gemm_engine_info *out)
 {
     memset(out, 0, sizeof *out);

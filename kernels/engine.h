@@ -20,6 +20,7 @@
 #ifndef GEMM_ENGINE_H
 #define GEMM_ENGINE_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -97,6 +98,22 @@ typedef struct {
 typedef struct gemm_job gemm_job;
 typedef void (*gemm_job_cb)(gemm_job *job);
 
+/* A resident operand: a matrix kept for many products. Its host copy (engine memory,
+ * owned by the caller, alive as long as the handle) is the authority; a backend with
+ * device memory keeps a copy per device, made by the first product that reads it there
+ * (or, for C, by the product that wrote it) and used without a host-to-device copy from
+ * then on. A device that is reset loses its copies; the next product copies again. When
+ * device memory is short the product simply reads the host copy (spill). */
+typedef struct gemm_resident {
+    const void *host;
+    size_t bytes;
+    /* ---- backend-private ---- */
+    pthread_mutex_t mu;
+    void *dev[GEMM_MAX_DEVICES];
+    unsigned gen[GEMM_MAX_DEVICES]; /* the device generation the copy belongs to */
+    struct gemm_resident *free_next;
+} gemm_resident;
+
 struct gemm_job {
     /* ---- request: set by the submitter before gemm_engine_submit ---- */
     gemm_dtype dtype;
@@ -112,6 +129,10 @@ struct gemm_job {
     char kernel[GEMM_NAME_LEN]; /* "auto" (or "") or a kernel name from describe() */
     int tile;             /* tile for kernels that take one; 0 = kernel default */
     gemm_math math;
+    gemm_resident *a_res, *b_res; /* optional: A / B are resident (a / b still point at
+                                     their host copies); NULL: plain host operands */
+    gemm_resident *c_res; /* optional: C (host copy at c) is kept resident on the device
+                             that computed it, for the next product to read */
     gemm_job_cb done;     /* called exactly once, on an engine thread */
     void *user;           /* for the submitter */
 
@@ -192,6 +213,7 @@ typedef struct {
     uint64_t bytes_d2h[GEMM_MAX_DEVICES];
     uint64_t device_mem_used[GEMM_MAX_DEVICES];
     uint64_t device_mem_free[GEMM_MAX_DEVICES];
+    uint64_t resident_bytes[GEMM_MAX_DEVICES]; /* device copies of resident operands */
 } gemm_engine_stats;
 
 /* Opens the backend named by cfg->backend ("auto": CUDA when built in and a device is
@@ -227,6 +249,12 @@ void gemm_engine_close(gemm_engine *e);
 void *gemm_engine_host_alloc(gemm_engine *e, size_t bytes);
 void gemm_engine_host_free(gemm_engine *e, void *p);
 const gemm_allocator *gemm_engine_allocator(gemm_engine *e);
+
+/* Resident operands (see gemm_resident): a handle for host bytes at host, and its release
+ * (device copies are freed later by the backend, off the caller's thread; the caller
+ * frees the host copy). Neither makes a device call. new: NULL when out of memory. */
+gemm_resident *gemm_engine_resident_new(gemm_engine *e, const void *host, size_t bytes);
+void gemm_engine_resident_free(gemm_engine *e, gemm_resident *r);
 
 void gemm_engine_describe(gemm_engine *e, gemm_engine_info *out);
 /* device_mem_free: the live free memory of each device (CUDA: cudaMemGetInfo sampled about
@@ -267,6 +295,9 @@ typedef struct gemm_backend {
     int (*healthy)(void *self);
     /* batch_max when the configuration says 0 (1: no dynamic batching by default). */
     int batch_default;
+    /* Takes a resident handle whose device copies must be freed (may be NULL: the
+     * backend keeps none; engine.c frees the handle). The backend frees it when done. */
+    void (*resident_free)(void *self, gemm_resident *r);
 } gemm_backend;
 
 #define GEMM_RUN_CANCELLED 1

@@ -68,6 +68,8 @@ const key_desc gemmd_config_keys[] = {
     {"job_ttl", K_INT, OFF(job_ttl_s), 0, 1, 2592000, "seconds a finished async job is kept"},
     {"job_mem_mb", K_MB_U64, OFF(job_mem_bytes), 0, 1, 16777216, "MiB of memory all kept async jobs may hold"},
     {"max_jobs", K_INT, OFF(max_jobs), 0, 1, 10000000, "async jobs kept at once"},
+    {"resident_mb", K_MB_U64, OFF(resident_bytes), 0, 0, 16777216, "MiB all resident matrices may hold (0: none)"},
+    {"max_matrices", K_INT, OFF(max_matrices), 0, 1, 10000000, "resident matrices kept at once"},
     {"tokens_file", K_STR, OFF(tokens_file), SZ(tokens_file), 0, 0,
      "file of bearer tokens, one a line (empty = no authentication)"},
     {"tls_cert", K_STR, OFF(tls_cert), SZ(tls_cert), 0, 0, "PEM certificate (with tls_key: serve HTTPS)"},
@@ -102,6 +104,8 @@ void gemmd_config_defaults(gemmd_config *c)
     c->job_ttl_s = 600;
     c->job_mem_bytes = 2048 * MB;
     c->max_jobs = 1024;
+    c->resident_bytes = 4096 * MB;
+    c->max_matrices = 4096;
     snprintf(c->tls_priorities, sizeof c->tls_priorities, "%s", GEMMD_TLS_PRIORITIES_DEFAULT);
     c->shutdown_timeout_s = 600;
     snprintf(c->log_level, sizeof c->log_level, "info");

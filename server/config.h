@@ -32,6 +32,8 @@ typedef struct {
     int job_ttl_s;              /* job_ttl = 600: finished async jobs kept this long */
     uint64_t job_mem_bytes;     /* job_mem_mb = 2048: memory of all kept async jobs */
     int max_jobs;               /* max_jobs = 1024: async jobs kept at once */
+    uint64_t resident_bytes;    /* resident_mb = 4096: memory of all resident matrices */
+    int max_matrices;           /* max_matrices = 4096: resident matrices kept at once */
     char tokens_file[256];      /* tokens_file = (empty: no auth) one bearer token a line */
     char tls_cert[256];         /* tls_cert / tls_key: PEM files; both set -> HTTPS */
     char tls_key[256];

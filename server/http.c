@@ -84,7 +84,9 @@ static void scrub_ids(char *s)
 static const char *log_path(const gemmd_request *req, char *out, size_t cap)
 {
     static const char jobs[] = "/v1/jobs/";
-    if (strncmp(req->path, jobs, sizeof jobs - 1) != 0) {
+    if (strncmp(req->path, "/v1/matrices/", 13) == 0) {
+        snprintf(out, cap, "/v1/matrices/{id}");
+    } else if (strncmp(req->path, jobs, sizeof jobs - 1) != 0) {
         snprintf(out, cap, "%s", req->path);
     } else {
         const char *slash = strchr(req->path + sizeof jobs - 1, '/');
@@ -102,6 +104,23 @@ static int resolve(gemmd_request *req, const char *url, const char *method)
     int del = strcmp(method, "DELETE") == 0;
     static const char jobs[] = "/v1/jobs/";
     if (gemmd_v2_match(url)) return gemmd_v2_resolve(req, url, method);
+    static const char mats[] = "/v1/matrices/";
+    if (strcmp(url, "/v1/matrices") == 0) {
+        req->allow = "GET, HEAD, POST";
+        req->route = post ? GEMMD_ROUTE_MATRIX_CREATE : GEMMD_ROUTE_MATRIX_LIST;
+        return post || get ? 0 : 1;
+    }
+    if (strncmp(url, mats, sizeof mats - 1) == 0) {
+        const char *id = url + sizeof mats - 1;
+        size_t n = strlen(id);
+        if (strchr(id, '/')) return -1;
+        req->allow = "GET, HEAD, DELETE";
+        req->route = del ? GEMMD_ROUTE_MATRIX_DELETE : GEMMD_ROUTE_MATRIX_GET;
+        size_t keep = n < sizeof req->job_id - 1 ? n : sizeof req->job_id - 1;
+        snprintf(req->job_id, sizeof req->job_id, "%.*s", (int)keep, id);
+        if (!is_job_id(id, n)) req->job_id[0] = '\0';
+        return get || del ? 0 : 1;
+    }
     if (strcmp(url, "/v1/matmul") == 0) {
         req->allow = "POST";
         req->route = GEMMD_ROUTE_MATMUL;
@@ -153,6 +172,12 @@ static enum MHD_Result dispatch_get(gemmd_request *req)
     case GEMMD_ROUTE_READYZ: return gemmd_route_readyz(req);
     case GEMMD_ROUTE_INFO: return gemmd_route_info(req);
     case GEMMD_ROUTE_METRICS: return gemmd_route_metrics(req);
+    case GEMMD_ROUTE_MATRIX_LIST: return gemmd_route_matrix_list(req);
+    case GEMMD_ROUTE_MATRIX_GET:
+    case GEMMD_ROUTE_MATRIX_DELETE:
+        if (!req->job_id[0])
+            return gemmd_respond_errorf(req, 404, "matrix_not_found", "that is not a matrix id ([instance_id-]32 hex digits)");
+        return req->route == GEMMD_ROUTE_MATRIX_GET ? gemmd_route_matrix_get(req) : gemmd_route_matrix_delete(req);
     case GEMMD_ROUTE_JOB_STATUS:
     case GEMMD_ROUTE_JOB_RESULT:
     case GEMMD_ROUTE_JOB_DELETE:
@@ -191,7 +216,9 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
     }
 
     if (gemmd_route_is_v2(req->route)) return gemmd_v2_start(req);
-    if (req->route != GEMMD_ROUTE_MATMUL && req->route != GEMMD_ROUTE_JOBS_SUBMIT) return dispatch_get(req);
+    if (req->route != GEMMD_ROUTE_MATMUL && req->route != GEMMD_ROUTE_JOBS_SUBMIT &&
+        req->route != GEMMD_ROUTE_MATRIX_CREATE)
+        return dispatch_get(req);
 
     if (atomic_load(&srv->stopping))
         return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
@@ -285,6 +312,7 @@ static enum MHD_Result body_complete(gemmd_request *req)
               (unsigned long long)req->b.rows, (unsigned long long)req->b.cols, (unsigned long long)req->bytes_in,
               req->t_body_ms - req->t_start_ms, req->t_decoded_ms - req->t_body_ms);
     if (req->route == GEMMD_ROUTE_MATMUL) return gemmd_route_matmul(req);
+    if (req->route == GEMMD_ROUTE_MATRIX_CREATE) return gemmd_route_matrix_create(req);
     return gemmd_route_jobs_submit(req);
 }
 
@@ -349,7 +377,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     const char *reason = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : "other";
     char lp[176], job[GEMMD_INSTANCE_MAX + 24] = "";
     log_path(req, lp, sizeof lp);
-    if (req->job_id[0]) snprintf(job, sizeof job, " job=%.*s", GEMMD_JOB_LOG_ID(req->job_id));
+    int mat = req->route >= GEMMD_ROUTE_MATRIX_CREATE && req->route <= GEMMD_ROUTE_MATRIX_DELETE;
+    if (req->job_id[0]) snprintf(job, sizeof job, " %s=%.*s", mat ? "matrix" : "job", GEMMD_JOB_LOG_ID(req->job_id));
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
         LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f", req->method, lp, job,
                  req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms);
@@ -491,7 +520,8 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
                  "server; set tokens_file (one bearer token a line) or bind 127.0.0.1 !!!", cfg->listen);
     }
     s->jobs = gemmd_jobs_new(engine, cfg->job_ttl_s, cfg->job_mem_bytes, cfg->max_jobs);
-    if (!s->jobs) {
+    s->matrices = gemmd_matrices_new(engine, cfg->resident_bytes, cfg->max_matrices);
+    if (!s->jobs || !s->matrices) {
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate the job store");
         goto fail;
     }
@@ -546,6 +576,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
 fail:
     if (listen_fd >= 0) close(listen_fd);
     gemmd_jobs_free(s->jobs);
+    gemmd_matrices_free(s->matrices);
     gemmd_auth_free(s->auth);
     pthread_mutex_destroy(&s->mu);
     free(x->tls_cert);
@@ -637,6 +668,7 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
             close(x->quiesced);
     }
     gemmd_jobs_free(s->jobs);
+    gemmd_matrices_free(s->matrices); /* no request holds one any more */
     gemmd_auth_free(s->auth);
     pthread_mutex_destroy(&s->mu);
     free(x->tls_cert);

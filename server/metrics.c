@@ -29,11 +29,14 @@ typedef struct {
 static route_counters routes[GEMMD_ROUTE_COUNT];
 static _Atomic uint64_t bytes_in_total, bytes_out_total;
 static _Atomic int jobs_state[5];
+static _Atomic int resident_count;
+static _Atomic uint64_t resident_host_bytes, resident_budget;
 
 static const char *const route_names[GEMMD_ROUTE_COUNT] = {
     "/v1/matmul", "/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/result", "DELETE /v1/jobs/{id}",
     "/healthz",   "/readyz",  "/v1/info",      "/metrics",             "/v2/health/{live,ready}",
-    "/v2[/models/{model}[/ready]]", "/v2/models/{model}/infer", "other",
+    "/v2[/models/{model}[/ready]]", "/v2/models/{model}/infer", "/v1/matrices",
+    "GET /v1/matrices", "/v1/matrices/{id}", "DELETE /v1/matrices/{id}", "other",
 };
 
 const char *gemmd_route_name(gemmd_route r)
@@ -74,6 +77,13 @@ void gemmd_metrics_request(gemmd_route route, int status, double seconds, uint64
 void gemmd_metrics_jobs_by_state(const int counts[5])
 {
     for (int s = 0; s < 5; s++) atomic_store(&jobs_state[s], counts[s]);
+}
+
+void gemmd_metrics_resident(int count, uint64_t host_bytes, uint64_t budget_bytes)
+{
+    atomic_store(&resident_count, count);
+    atomic_store(&resident_host_bytes, host_bytes);
+    atomic_store(&resident_budget, budget_bytes);
 }
 
 /* Label values: backslash, double quote and newline are escaped (format 0.0.4). */
@@ -154,6 +164,19 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
     header(out, "gemmd_jobs", "gauge", "Async jobs kept by the job store, by state.");
     for (int s = 0; s < 5; s++)
         gemm_buf_printf(out, "gemmd_jobs{state=\"%s\"} %d\n", state_names[s], atomic_load(&jobs_state[s]));
+
+    header(out, "gemmd_resident_matrices", "gauge", "Resident matrices kept (/v1/matrices).");
+    gemm_buf_printf(out, "gemmd_resident_matrices %d\n", atomic_load(&resident_count));
+    header(out, "gemmd_resident_bytes", "gauge",
+           "Bytes held by resident matrices: host copies (reservations included) and, per device, "
+           "the device copies the CUDA backend keeps.");
+    gemm_buf_printf(out, "gemmd_resident_bytes{where=\"host\"} %llu\n",
+                    (unsigned long long)atomic_load(&resident_host_bytes));
+    for (int i = 0; i < st.ndevices && i < GEMM_MAX_DEVICES; i++) /* device copies (CUDA) */
+        gemm_buf_printf(out, "gemmd_resident_bytes{where=\"device\",device=\"%d\"} %llu\n", i,
+                        (unsigned long long)st.resident_bytes[i]);
+    header(out, "gemmd_resident_budget_bytes", "gauge", "resident_mb in bytes.");
+    gemm_buf_printf(out, "gemmd_resident_budget_bytes %llu\n", (unsigned long long)atomic_load(&resident_budget));
 
     header(out, "gemmd_engine_jobs_total", "counter", "Products the engine finished, by result.");
     gemm_buf_printf(out, "gemmd_engine_jobs_total{result=\"completed\"} %llu\n", (unsigned long long)st.completed);

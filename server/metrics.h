@@ -14,7 +14,8 @@ typedef enum {
     GEMMD_ROUTE_MATMUL = 0, GEMMD_ROUTE_JOBS_SUBMIT, GEMMD_ROUTE_JOB_STATUS, GEMMD_ROUTE_JOB_RESULT,
     GEMMD_ROUTE_JOB_DELETE, GEMMD_ROUTE_HEALTHZ, GEMMD_ROUTE_READYZ, GEMMD_ROUTE_INFO,
     GEMMD_ROUTE_METRICS, GEMMD_ROUTE_V2_HEALTH, GEMMD_ROUTE_V2_METADATA, GEMMD_ROUTE_V2_INFER,
-    GEMMD_ROUTE_OTHER, GEMMD_ROUTE_COUNT
+    GEMMD_ROUTE_MATRIX_CREATE, GEMMD_ROUTE_MATRIX_LIST, GEMMD_ROUTE_MATRIX_GET,
+    GEMMD_ROUTE_MATRIX_DELETE, GEMMD_ROUTE_OTHER, GEMMD_ROUTE_COUNT
 } gemmd_route;
 
 /* The Open Inference Protocol's routes (routes_v2.c): answered in that protocol's shape. */
@@ -33,9 +34,13 @@ void gemmd_metrics_request(gemmd_route route, int status, double seconds, uint64
 /* Async jobs kept, by state (set by the job store whenever it changes). */
 void gemmd_metrics_jobs_by_state(const int counts[5]);
 
+/* Resident matrices kept and the bytes they hold (set by the matrix store). */
+void gemmd_metrics_resident(int count, uint64_t host_bytes, uint64_t budget_bytes);
+
 /* Appends the whole exposition: gemmd_requests_total{route,code}, gemmd_request_duration_seconds
  * histogram, gemmd_bytes_received_total, gemmd_bytes_sent_total, gemmd_queue_depth,
- * gemmd_jobs_running, gemmd_jobs{state}, gemmd_engine_jobs_total{result},
+ * gemmd_jobs_running, gemmd_jobs{state},
+ * gemmd_resident_matrices, gemmd_resident_bytes{where}, gemmd_resident_budget_bytes, gemmd_engine_jobs_total{result},
  * gemmd_compute_seconds_total, per device gemmd_device_busy_seconds_total{device},
  * gemmd_device_bytes_copied_total{device,direction}, gemmd_device_memory_used_bytes{device},
  * gemmd_device_info{device,name}, gemmd_build_info{version,backend}. */

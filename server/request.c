@@ -54,10 +54,13 @@ void gemmd_request_free(gemmd_request *req)
     gemm_npy_reader_free(req->rd[1]);
     free_matrix(req, &req->a);
     free_matrix(req, &req->b);
-    gemm_engine_host_free(e, req->job.a);
-    gemm_engine_host_free(e, req->job.b);
+    if (!req->ref[0]) gemm_engine_host_free(e, req->job.a); /* a resident operand is only borrowed */
+    if (!req->ref[1]) gemm_engine_host_free(e, req->job.b);
     gemm_engine_host_free(e, req->job.c);
     gemmd_v2_free(req->v2);
+    for (int i = 0; i < 2; i++) gemmd_matrices_put(req->srv->matrices, req->ref[i]);
+    if (req->reserved) gemmd_matrices_unreserve(req->srv->matrices, req->reserved);
+    gemm_engine_resident_free(e, req->c_res);
     free(req);
 }
 
@@ -116,6 +119,66 @@ static int is_chunked(gemmd_request *req)
 
 static const gemm_limits *limits(gemmd_request *req) { return &req->srv->cfg.limits; }
 
+/* ---- operands by reference ------------------------------------------------ */
+
+static int parse_flag(const char *v, int *out)
+{
+    static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(v, yes[i]) == 0) return *out = 1, 0;
+        if (strcasecmp(v, no[i]) == 0) return *out = 0, 0;
+    }
+    return -1;
+}
+
+/* Takes a reference on the caller's resident matrix id as operand i (0: A, 1: B);
+ * 404 matrix_not_found when it is unknown, deleted or another token's. */
+static int resolve_ref(gemmd_request *req, int i, const char *id, gemm_err *err)
+{
+    if (req->ref[i] || req->have[i])
+        return gemm_err_set(err, 400, "duplicate_part", "operand %c is given twice", i ? 'b' : 'a');
+    gemmd_matrix_entry *e = gemmd_matrices_get(req->srv->matrices, id, req->owner);
+    if (!e)
+        return gemm_err_set(err, 404, "matrix_not_found",
+                            "%c = %.40s: no resident matrix with that id is kept here (never created, deleted, "
+                            "or forgotten by a restart); POST /v1/matrices to upload it", i ? 'b' : 'a', id);
+    req->ref[i] = e;
+    gemm_matrix *m = i ? &req->b : &req->a;
+    m->rows = e->m.rows;
+    m->cols = e->m.cols;
+    m->dtype = e->m.dtype;
+    m->data = NULL;
+    req->have[i] = 1;
+    return 0;
+}
+
+static int json_ref(void *user, int which, const char *id, gemm_matrix *out, gemm_err *err)
+{
+    gemmd_request *req = user;
+    if (resolve_ref(req, which, id, err) != 0) return -1;
+    *out = which ? req->b : req->a;
+    return 0;
+}
+
+/* a=ID / b=ID in the query, and store / return. 0 or -1 (req->err). */
+static int query_refs(gemmd_request *req)
+{
+    static const char *const names[2] = {"a", "b"};
+    for (int i = 0; i < 2; i++) {
+        const char *id = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, names[i]);
+        if (id && resolve_ref(req, i, id, &req->err) != 0) return -1;
+    }
+    const char *v = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "store");
+    if (v && parse_flag(v, &req->store_c) != 0)
+        return gemm_err_set(&req->err, 400, "bad_option", "store must be 0 or 1 (true/false)");
+    v = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "return");
+    if (v && parse_flag(v, &req->return_c) != 0)
+        return gemm_err_set(&req->err, 400, "bad_option", "return must be 0 or 1 (true/false)");
+    if (req->return_c && !req->store_c)
+        return gemm_err_set(&req->err, 400, "bad_option", "return=1 goes with store=1 (C is always returned otherwise)");
+    return 0;
+}
+
 /* ---- multipart callbacks -------------------------------------------------- */
 
 static int part_begin(void *user, const char *name, const char *filename, const char *content_type,
@@ -127,6 +190,30 @@ static int part_begin(void *user, const char *name, const char *filename, const 
     if (!name) return gemm_err_set(err, 400, "bad_multipart", "a form part has no name");
     snprintf(req->part_name, sizeof req->part_name, "%s", name);
     req->text_len = 0;
+    if (req->route == GEMMD_ROUTE_MATRIX_CREATE) {
+        if (strcmp(name, "matrix") == 0 || strcmp(name, "a") == 0) {
+            if (req->have[0] || req->rd[0])
+                return gemm_err_set(err, 400, "duplicate_part", "the form has more than one matrix part");
+            req->rd[0] = gemm_npy_reader_new(limits(req), gemm_engine_allocator(req->srv->engine));
+            if (!req->rd[0]) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
+            req->part = 0;
+            return 0;
+        }
+        if (strcmp(name, "dtype") == 0) {
+            req->part = 2;
+            return 0;
+        }
+        return gemm_err_set(err, 400, "unknown_part",
+                            "unexpected form part \"%.40s\"; send one .npy part named matrix", name);
+    }
+    if ((strcmp(name, "a") == 0 || strcmp(name, "b") == 0) && !filename) {
+        /* a form field, not a file: the id of a resident matrix */
+        int i = name[0] == 'b';
+        if (req->have[i] || req->rd[i])
+            return gemm_err_set(err, 400, "duplicate_part", "operand %s is given twice (query or form)", name);
+        req->part = 3 + i;
+        return 0;
+    }
     if (strcmp(name, "a") == 0 || strcmp(name, "b") == 0) {
         int i = name[0] == 'b';
         if (req->have[i] || req->rd[i])
@@ -150,7 +237,7 @@ static int part_data(void *user, const void *data, size_t len, gemm_err *err)
 {
     gemmd_request *req = user;
     if (req->part == 0 || req->part == 1) return gemm_npy_reader_feed(req->rd[req->part], data, len, err);
-    if (req->part == 2) {
+    if (req->part >= 2) {
         if (len > GEMMD_TEXT_PART_MAX - req->text_len)
             return gemm_err_set(err, 400, "bad_multipart", "form field \"%s\" is longer than %d bytes",
                                 req->part_name, GEMMD_TEXT_PART_MAX);
@@ -175,11 +262,12 @@ static int part_end(void *user, gemm_err *err)
         req->have[p] = 1;
         return 0;
     }
-    if (p == 2) {
+    if (p >= 2) {
         req->text[req->text_len] = '\0';
         /* trim the line ending some clients add */
         while (req->text_len && (req->text[req->text_len - 1] == '\n' || req->text[req->text_len - 1] == '\r'))
             req->text[--req->text_len] = '\0';
+        if (p >= 3) return resolve_ref(req, p - 3, req->text, err);
         return gemm_options_set(&req->opt, req->part_name, req->text, err) < 0 ? -1 : 0;
     }
     return 0;
@@ -223,46 +311,79 @@ int gemmd_check_math(const gemm_options *o, gemm_dtype dtype, gemm_err *err)
                         "leave math out (or send math=default)", gemm_math_name(o->math), gemm_dtype_name(dtype));
 }
 
+/* Resident operands (a=ID / b=ID) fix their dimensions and the dtype; what the query says
+ * besides must agree. 0 or -1 (req->err). */
+static int apply_ref_shapes(gemmd_request *req)
+{
+    gemm_options *o = &req->opt;
+    for (int i = 0; i < 2; i++) {
+        if (!req->ref[i]) continue;
+        const gemm_matrix *r = i ? &req->b : &req->a;
+        uint64_t *rows = i ? &o->k : &o->m, *cols = i ? &o->n : &o->k;
+        if ((*rows && *rows != r->rows) || (*cols && *cols != r->cols))
+            return gemm_err_set(&req->err, 422, "shape_mismatch",
+                                "%c is a resident %llux%llu matrix but the query%s says %s %llu and %s %llu", i ? 'B' : 'A',
+                                (unsigned long long)r->rows, (unsigned long long)r->cols,
+                                i && req->ref[0] ? " or A" : "", i ? "k" : "m", (unsigned long long)*rows,
+                                i ? "n" : "k", (unsigned long long)*cols);
+        *rows = r->rows;
+        *cols = r->cols;
+        if (o->dtype != GEMM_DTYPE_INVALID && o->dtype != r->dtype)
+            return gemm_err_set(&req->err, 422, "dtype_mismatch", "%c is a resident %s matrix but the product is %s",
+                                i ? 'B' : 'A', gemm_dtype_name(r->dtype), gemm_dtype_name(o->dtype));
+        o->dtype = r->dtype;
+    }
+    return 0;
+}
+
 static int begin_raw(gemmd_request *req)
 {
     gemm_err *err = &req->err;
-    if (!req->has_length || is_chunked(req))
-        return gemm_err_set(err, 411, "length_required",
-                            "raw bodies need a Content-Length (not chunked): the server checks it "
-                            "against m, k, n and dtype before reading");
     gemm_options *o = &req->opt;
+    if (apply_ref_shapes(req) != 0) return -1;
     if (check_raw_dimensions(req) != 0) return -1;
     if (o->dtype == GEMM_DTYPE_INVALID) o->dtype = GEMM_DTYPE_F32;
     if (gemmd_check_math(o, o->dtype, err) != 0) return -1;
     if (gemm_check_product(o->m, o->k, o->k, o->n, o->dtype, limits(req), err) != 0) return -1;
     if (o->b_shared && !o->batch)
         return gemm_err_set(err, 400, "missing_dimension", "b_shared=1 needs batch=b in the query");
+    if (o->batch && (req->ref[0] || req->ref[1]))
+        return gemm_err_set(err, 400, "bad_option", "a batched request (batch=b) takes no resident operand (a=ID, b=ID)");
     if (o->batch && gemmd_check_batch(req, o->batch, o->m, o->k, o->n, o->b_shared ? 0 : o->batch) != 0)
         return -1;
-    size_t a_bytes, b_bytes, total;
+    size_t a_bytes = 0, b_bytes = 0, total;
     uint64_t nb = o->batch ? o->batch : 1, nbb = o->b_shared ? 1 : nb;
-    if (!gemm_matrix_bytes(o->m, o->k, o->dtype, &a_bytes) || !gemm_matrix_bytes(o->k, o->n, o->dtype, &b_bytes) ||
-        !gemm_mul_size(a_bytes, (size_t)nb, &a_bytes) || !gemm_mul_size(b_bytes, (size_t)nbb, &b_bytes) ||
+    if ((!req->ref[0] && (!gemm_matrix_bytes(o->m, o->k, o->dtype, &a_bytes) ||
+                          !gemm_mul_size(a_bytes, (size_t)nb, &a_bytes))) ||
+        (!req->ref[1] && (!gemm_matrix_bytes(o->k, o->n, o->dtype, &b_bytes) ||
+                          !gemm_mul_size(b_bytes, (size_t)nbb, &b_bytes))) ||
         !gemm_add_size(a_bytes, b_bytes, &total))
         return gemm_err_set(err, 413, "too_large", "the matrices' byte sizes overflow");
-    if (req->content_length != total && o->batch)
+    if (total && (!req->has_length || is_chunked(req)))
+        return gemm_err_set(err, 411, "length_required",
+                            "raw bodies need a Content-Length (not chunked): the server checks it "
+                            "against m, k, n and dtype before reading");
+    uint64_t got = req->has_length ? req->content_length : 0;
+    if (got != total && o->batch)
         return gemm_err_set(err, 400, "length_mismatch",
                             "the body has %llu bytes but a batch of %llu products (A %llux%llu, B "
                             "%llux%llu%s) of %s needs %zu bytes",
-                            (unsigned long long)req->content_length, (unsigned long long)nb,
+                            (unsigned long long)got, (unsigned long long)nb,
                             (unsigned long long)o->m, (unsigned long long)o->k, (unsigned long long)o->k,
                             (unsigned long long)o->n, o->b_shared ? ", shared" : "",
                             gemm_dtype_name(o->dtype), total);
-    if (req->content_length != total)
+    if (got != total)
         return gemm_err_set(err, 400, "length_mismatch",
-                            "the body has %llu bytes but A (%llux%llu) and B (%llux%llu) of %s need "
-                            "%zu bytes",
-                            (unsigned long long)req->content_length, (unsigned long long)o->m,
-                            (unsigned long long)o->k, (unsigned long long)o->k, (unsigned long long)o->n,
-                            gemm_dtype_name(o->dtype), total);
-    req->a.data = gemm_engine_host_alloc(req->srv->engine, a_bytes);
-    req->b.data = gemm_engine_host_alloc(req->srv->engine, b_bytes);
-    if (!req->a.data || !req->b.data)
+                            "the body has %llu bytes but %s of %s need %zu bytes%s",
+                            (unsigned long long)got,
+                            req->ref[0] && req->ref[1] ? "no operands (both are resident)"
+                            : req->ref[0] ? "B alone (A is resident)"
+                            : req->ref[1] ? "A alone (B is resident)" : "A then B",
+                            gemm_dtype_name(o->dtype), total,
+                            req->ref[0] || req->ref[1] ? "" : " (A is m x k, B is k x n, from the query)");
+    if (a_bytes) req->a.data = gemm_engine_host_alloc(req->srv->engine, a_bytes);
+    if (b_bytes) req->b.data = gemm_engine_host_alloc(req->srv->engine, b_bytes);
+    if ((a_bytes && !req->a.data) || (b_bytes && !req->b.data))
         return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for A and B now; retry later",
                             total);
     req->a.rows = o->m;
@@ -275,6 +396,77 @@ static int begin_raw(gemmd_request *req)
     req->raw_a_bytes = a_bytes;
     req->raw_total = total;
     return 0;
+}
+
+/* A query dimension (rows, cols); fallback (m, k as options parsed them) when absent. */
+static int query_dim(gemmd_request *req, const char *name, uint64_t fallback, uint64_t *out)
+{
+    const char *v = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
+    *out = fallback;
+    if (!v) return 0;
+    if (gemm_parse_u64(v, out) != 0)
+        return gemm_err_set(&req->err, 400, "bad_dimension", "%s '%.20s' is not a plain decimal integer", name, v);
+    return 0;
+}
+
+/* POST /v1/matrices with a raw body: rows and cols (or m and k) and dtype in the query. */
+static int begin_matrix_raw(gemmd_request *req)
+{
+    gemm_err *err = &req->err;
+    gemm_options *o = &req->opt;
+    uint64_t rows, cols;
+    if (query_dim(req, "rows", o->m, &rows) != 0 || query_dim(req, "cols", o->k, &cols) != 0) return -1;
+    if (!rows || !cols)
+        return gemm_err_set(err, rows || cols || MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "rows")
+                                     ? 422 : 400, rows || cols ? "empty_matrix" : "missing_dimension",
+                            "a raw matrix needs rows and cols (each at least 1) in the query, e.g. "
+                            "/v1/matrices?rows=4&cols=3&dtype=float32");
+    if (o->dtype == GEMM_DTYPE_INVALID) o->dtype = GEMM_DTYPE_F32;
+    if (gemm_check_matrix(rows, cols, o->dtype, limits(req), "the matrix", err) != 0) return -1;
+    size_t bytes;
+    if (!gemm_matrix_bytes(rows, cols, o->dtype, &bytes))
+        return gemm_err_set(err, 413, "too_large", "the matrix's byte size overflows");
+    if (!req->has_length || is_chunked(req))
+        return gemm_err_set(err, 411, "length_required", "raw bodies need a Content-Length (not chunked)");
+    if (req->content_length != bytes)
+        return gemm_err_set(err, 400, "length_mismatch", "the body has %llu bytes but a %llux%llu %s matrix has %zu",
+                            (unsigned long long)req->content_length, (unsigned long long)rows,
+                            (unsigned long long)cols, gemm_dtype_name(o->dtype), bytes);
+    if (gemmd_matrices_reserve(req->srv->matrices, bytes, err) != 0) return -1;
+    req->reserved = bytes;
+    req->a.data = gemm_engine_host_alloc(req->srv->engine, bytes);
+    if (!req->a.data)
+        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes now; retry later", bytes);
+    req->a.rows = rows;
+    req->a.cols = cols;
+    req->a.dtype = o->dtype;
+    req->raw_a_bytes = bytes;
+    req->raw_total = bytes;
+    return 0;
+}
+
+/* POST /v1/matrices: one matrix in any input format. */
+static int begin_matrix(gemmd_request *req, const char *ct)
+{
+    gemm_err *err = &req->err;
+    if (ct && media_is(ct, "application/octet-stream")) {
+        req->family = GEMMD_FMT_RAW;
+        return begin_matrix_raw(req);
+    }
+    if (ct && media_is(ct, "application/x-npy")) {
+        req->family = GEMMD_FMT_NPY;
+        req->rd[0] = gemm_npy_reader_new(limits(req), gemm_engine_allocator(req->srv->engine));
+        return req->rd[0] ? 0 : gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
+    }
+    if (ct && media_is(ct, "multipart/form-data")) {
+        req->family = GEMMD_FMT_NPY;
+        req->mp = gemm_multipart_new(ct, &mp_callbacks, req, err);
+        return req->mp ? 0 : -1;
+    }
+    return gemm_err_set(err, 415, "unsupported_media_type",
+                        "Content-Type \"%.60s\" is not supported for a matrix; send application/json, "
+                        "application/octet-stream (rows, cols and dtype in the query), application/x-npy "
+                        "or multipart/form-data with one .npy part named matrix", ct ? ct : "(none)");
 }
 
 int gemmd_body_begin(gemmd_request *req)
@@ -296,7 +488,14 @@ int gemmd_body_begin(gemmd_request *req)
     if (gemmd_request_query_options(req, &req->opt, err) != 0) return -1;
 
     const char *ct = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_TYPE);
-    if (ct && media_is(ct, "application/json")) {
+    int is_json = ct && media_is(ct, "application/json");
+    if (req->route == GEMMD_ROUTE_MATRIX_CREATE && !is_json) return begin_matrix(req, ct);
+    if (req->route != GEMMD_ROUTE_MATRIX_CREATE && query_refs(req) != 0) return -1;
+    if (!ct && req->ref[0] && req->ref[1]) { /* both resident: no body at all */
+        req->family = GEMMD_FMT_RAW;
+        return begin_raw(req);
+    }
+    if (is_json) {
         req->family = GEMMD_FMT_JSON;
         if (cfg->max_json_bytes < req->limit) req->limit = cfg->max_json_bytes;
         if (req->has_length && req->content_length > req->limit)
@@ -379,16 +578,44 @@ void gemmd_body_feed(gemmd_request *req, const char *data, size_t len)
         break;
     }
     case GEMMD_FMT_NPY:
-        if (gemm_multipart_feed(req->mp, data, len, &req->err) != 0) fail(req);
+        if (req->mp ? gemm_multipart_feed(req->mp, data, len, &req->err) != 0
+                    : gemm_npy_reader_feed(req->rd[0], data, len, &req->err) != 0)
+            fail(req);
         break;
     default:
         break;
     }
 }
 
+/* POST /v1/matrices: the single .npy (bare body or one form part). */
+static int finish_matrix_npy(gemmd_request *req)
+{
+    gemm_err *err = &req->err;
+    if (req->mp) {
+        if (gemm_multipart_finish(req->mp, err) != 0) return -1;
+    } else {
+        int rc = gemm_npy_reader_finish(req->rd[0], &req->a, err);
+        gemm_npy_reader_free(req->rd[0]);
+        req->rd[0] = NULL;
+        if (rc != 0) return -1;
+        req->have[0] = 1;
+    }
+    if (!req->have[0]) return gemm_err_set(err, 400, "missing_part", "the form needs a .npy part named matrix");
+    if (req->a.batch)
+        return gemm_err_set(err, 422, "bad_shape",
+                            "the .npy array is 3-D (a batch of %llu matrices); a resident matrix is 2-D",
+                            (unsigned long long)req->a.batch);
+    if (req->opt.dtype != GEMM_DTYPE_INVALID && req->opt.dtype != req->a.dtype)
+        return gemm_err_set(err, 422, "dtype_mismatch",
+                            "dtype %s was asked for but the .npy file holds %s; convert it or leave dtype out",
+                            gemm_dtype_name(req->opt.dtype), gemm_dtype_name(req->a.dtype));
+    return 0;
+}
+
 static int finish_npy(gemmd_request *req)
 {
     gemm_err *err = &req->err;
+    if (req->route == GEMMD_ROUTE_MATRIX_CREATE) return finish_matrix_npy(req);
     if (gemm_multipart_finish(req->mp, err) != 0) return -1;
     if (!req->have[0] || !req->have[1])
         return gemm_err_set(err, 400, "missing_part", "the form needs .npy parts a and b (missing %s)",
@@ -434,9 +661,15 @@ int gemmd_body_finish(gemmd_request *req)
     int rc = 0;
     switch (req->family) {
     case GEMMD_FMT_JSON:
-        rc = gemm_json_decode_request(req->json ? req->json : "", req->json_len, limits(req),
-                                      gemm_engine_allocator(req->srv->engine), &req->opt, &req->a, &req->b,
-                                      &req->err);
+        if (req->route == GEMMD_ROUTE_MATRIX_CREATE) {
+            rc = gemm_json_decode_matrix(req->json ? req->json : "", req->json_len, limits(req),
+                                         gemm_engine_allocator(req->srv->engine), &req->opt, &req->a, &req->err);
+        } else {
+            gemm_json_refs refs = {{req->ref[0] != NULL, req->ref[1] != NULL}, json_ref, req};
+            rc = gemm_json_decode_request_refs(req->json ? req->json : "", req->json_len, limits(req),
+                                               gemm_engine_allocator(req->srv->engine), &req->opt, &req->a,
+                                               &req->b, &refs, &req->err);
+        }
         free(req->json);
         req->json = NULL;
         req->json_len = req->json_cap = 0;

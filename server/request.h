@@ -21,6 +21,7 @@
 #include "engine.h"
 #include "gemm_types.h"
 #include "jobs.h"
+#include "matrices.h"
 #include "metrics.h"
 #include "multipart.h"
 #include "npy.h"
@@ -38,6 +39,7 @@ typedef struct gemmd_server {
     gemm_engine *engine;
     gemm_engine_info info;     /* described once at start */
     gemmd_jobs *jobs;
+    gemmd_matrices *matrices;  /* resident matrices (matrices.h) */
     gemmd_auth *auth;          /* NULL: no tokens configured */
     struct MHD_Daemon *daemon;
     char url[128];
@@ -97,6 +99,11 @@ struct gemmd_request {
     size_t text_len;
     int have[2];
     gemm_matrix a, b;          /* decoded inputs (engine memory) until handed to a job */
+    gemmd_matrix_entry *ref[2];/* A / B named by id (a reference held until the request is
+                                  freed); a / b then hold their shape and dtype, data NULL */
+    int store_c, return_c;     /* ?store=1: C becomes a resident matrix; &return=1: and is sent */
+    size_t reserved;           /* bytes reserved in the matrix store, until added or freed */
+    gemm_resident *c_res;      /* store=1: C's engine handle, until the store takes it */
 
     /* synchronous product; the fields below are under srv->mu */
     gemm_job job;
@@ -131,6 +138,9 @@ int gemmd_body_finish(gemmd_request *req);
  * k x n, or one k x n when b_batch is 0) and C (batch x m x n) within the limits. 0 or -1
  * with req->err set. */
 int gemmd_check_batch(gemmd_request *req, uint64_t batch, uint64_t m, uint64_t k, uint64_t n, uint64_t b_batch);
+
+/* 1 when operand i (0: A, 1: B) is a resident matrix named by id. */
+static inline int gemmd_request_is_ref(const gemmd_request *req, int i) { return req->ref[i] != NULL; }
 
 /* Applies every query argument that is an option (kernel, tile, math, dtype, m, k, n).
  * 0 or -1 with *err set. */

@@ -369,6 +369,12 @@ static void add_product_headers(struct MHD_Response *r, uint64_t rows, uint64_t 
     if (m->block && m->block[0]) MHD_add_response_header(r, "X-Gemm-Block", m->block);
     if (m->math) MHD_add_response_header(r, "X-Gemm-Math", m->math);
     if (m->job_id) MHD_add_response_header(r, "X-Gemm-Job", m->job_id);
+    if (m->matrix_id) {
+        char loc[GEMMD_JOB_ID_LEN + 24];
+        snprintf(loc, sizeof loc, "/v1/matrices/%s", m->matrix_id);
+        MHD_add_response_header(r, "X-Gemm-Matrix", m->matrix_id);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, loc);
+    }
 }
 
 enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_format fmt, const void *data,
@@ -393,6 +399,8 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
             gemm_buf_json_string(&b, meta->job_id);
             gemm_buf_puts(&b, ",");
         }
+        if (meta->matrix_id) gemm_buf_printf(&b, "\"matrix_id\":\"%s\",\"location\":\"/v1/matrices/%s\",",
+                                             meta->matrix_id, meta->matrix_id);
         gemm_buf_puts(&b, "\"c\":");
         if (meta->batch) { /* nested 3-D: one matrix after the other */
             gemm_buf_puts(&b, "[");
@@ -430,6 +438,11 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
         gemm_buf_puts(&b, ",\"timing\":");
         gemmd_timing_json(&b, &req->timing);
         gemm_buf_puts(&b, "}\n");
+        if (meta->matrix_id) {
+            char loc[GEMMD_JOB_ID_LEN + 24];
+            snprintf(loc, sizeof loc, "/v1/matrices/%s", meta->matrix_id);
+            return gemmd_respond_json_header(req, status, &b, MHD_HTTP_HEADER_LOCATION, loc);
+        }
         return gemmd_respond_json(req, status, &b);
     }
 

@@ -54,6 +54,7 @@ typedef struct {
     uint64_t batch;     /* 0: C is rows x cols; b: C is b x rows x cols (a batched request) */
     uint64_t batched;   /* products in the launch it ran in (0: alone) */
     const char *batch_mode; /* how: "strided", "loop", ... ("" or NULL: alone) */
+    const char *matrix_id; /* C kept as a resident matrix (store=1), else NULL */
 } gemmd_product_meta;
 
 /* Answers C (rows x cols of meta->dtype at data, or meta->batch such matrices) in fmt. JSON is encoded here and

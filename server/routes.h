@@ -25,6 +25,12 @@ int gemmd_routes_abandon_pending(gemmd_server *srv);
 /* Drops a reference to req (the connection's at NOTIFY_COMPLETED); frees it at zero. */
 void gemmd_request_release(gemmd_request *req);
 
+/* routes_matrices.c: /v1/matrices. create is called once the body is decoded into req->a. */
+enum MHD_Result gemmd_route_matrix_create(gemmd_request *req);
+enum MHD_Result gemmd_route_matrix_list(gemmd_request *req);
+enum MHD_Result gemmd_route_matrix_get(gemmd_request *req);
+enum MHD_Result gemmd_route_matrix_delete(gemmd_request *req);
+
 /* routes_info.c */
 enum MHD_Result gemmd_route_healthz(gemmd_request *req);
 enum MHD_Result gemmd_route_readyz(gemmd_request *req);

@@ -19,8 +19,10 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-/* Moves the decoded A and B into job and gives it room for C. 0 or -1 (*err). */
-static int fill_job(gemmd_request *req, gemm_job *job, gemm_err *err)
+/* Moves the decoded A and B into job and gives it room for C. A resident operand is
+ * borrowed (the request holds a reference until it is freed), or with copy_refs copied
+ * into a buffer of the job's own (an async job outlives its request). 0 or -1 (*err). */
+static int fill_job(gemmd_request *req, gemm_job *job, int copy_refs, gemm_err *err)
 {
     job->dtype = req->a.dtype;
     job->m = req->a.rows;
@@ -31,6 +33,26 @@ static int fill_job(gemmd_request *req, gemm_job *job, gemm_err *err)
     job->batch = req->a.batch;                     /* 0: one product */
     job->b_shared = req->a.batch && !req->b.batch; /* one B for the whole batch */
     req->a.data = req->b.data = NULL;
+    for (int i = 0; i < 2; i++) {
+        gemmd_matrix_entry *e = req->ref[i];
+        if (!e) continue;
+        gemmd_matrices_note_use(req->srv->matrices, e);
+        void *p = e->m.data;
+        if (copy_refs) {
+            p = gemm_engine_host_alloc(req->srv->engine, e->bytes);
+            if (!p)
+                return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for %c now; retry later",
+                                    e->bytes, i ? 'B' : 'A');
+            memcpy(p, e->m.data, e->bytes);
+        }
+        if (i) {
+            job->b = p;
+            job->b_res = copy_refs ? NULL : e->res;
+        } else {
+            job->a = p;
+            job->a_res = copy_refs ? NULL : e->res;
+        }
+    }
     snprintf(job->kernel, sizeof job->kernel, "%s", req->opt.kernel[0] ? req->opt.kernel : "auto");
     job->tile = req->opt.tile;
     job->math = req->opt.math;
@@ -66,6 +88,18 @@ static void job_meta(const gemm_job *job, gemmd_product_meta *m, const char *id)
     m->batch = job->batch;
     m->batched = job->batched;
     m->batch_mode = job->batch_mode;
+    m->matrix_id = NULL;
+}
+
+/* Resident operands and store=1 are for single products: 400 for a batched request. */
+static int check_resident_batch(const gemmd_request *req, gemm_err *err)
+{
+    if (!req->a.batch && !req->b.batch) return 0;
+    if (req->ref[0] || req->ref[1])
+        return gemm_err_set(err, 400, "bad_option", "a batched request takes no resident operand (a=ID, b=ID)");
+    if (req->store_c)
+        return gemm_err_set(err, 400, "bad_option", "store=1 keeps one matrix: it does not take a batched request");
+    return 0;
 }
 
 /* ---- POST /v1/matmul -------------------------------------------------------------- */
@@ -87,8 +121,9 @@ static void on_sync_done(gemm_job *job)
     gemmd_request *req = job->user;
     gemmd_server *srv = req->srv;
     struct MHD_Connection *conn = req->conn;
-    gemm_engine_host_free(srv->engine, job->a); /* inputs go as soon as the product is done */
-    gemm_engine_host_free(srv->engine, job->b);
+    /* inputs go as soon as the product is done; resident ones are only borrowed */
+    if (!req->ref[0]) gemm_engine_host_free(srv->engine, job->a);
+    if (!req->ref[1]) gemm_engine_host_free(srv->engine, job->b);
     job->a = job->b = NULL;
     gemm_job_state st = (gemm_job_state)atomic_load(&job->state);
     pthread_mutex_lock(&srv->mu);
@@ -119,11 +154,24 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
     gemmd_server *srv = req->srv;
     gemm_err err;
     gemm_err_clear(&err);
-    if (req->answer == GEMMD_FMT_JSON &&
+    if (check_resident_batch(req, &err) != 0) return gemmd_respond_error(req, &err);
+    if (req->answer == GEMMD_FMT_JSON && (!req->store_c || req->return_c) &&
         gemmd_check_json_answer(srv, req->a.rows * (req->a.batch ? req->a.batch : 1), req->b.cols,
                                 req->a.dtype, &err) != 0)
         return gemmd_respond_error(req, &err);
-    if (fill_job(req, &req->job, &err) != 0) return gemmd_respond_error(req, &err);
+    if (req->store_c) { /* room for C among the resident matrices before it is computed */
+        size_t c_bytes;
+        if (!gemm_matrix_bytes(req->a.rows, req->b.cols, req->a.dtype, &c_bytes))
+            return gemmd_respond_errorf(req, 413, "too_large", "C's byte size overflows");
+        if (gemmd_matrices_reserve(srv->matrices, c_bytes, &err) != 0) return gemmd_respond_error(req, &err);
+        req->reserved = c_bytes;
+    }
+    if (fill_job(req, &req->job, 0, &err) != 0) return gemmd_respond_error(req, &err);
+    if (req->store_c) { /* the engine may keep C on its device for the next product */
+        req->c_res = gemm_engine_resident_new(srv->engine, req->job.c, req->reserved);
+        if (!req->c_res) return gemmd_respond_errorf(req, 503, "out_of_memory", "cannot allocate a matrix handle now");
+        req->job.c_res = req->c_res;
+    }
     req->job.done = on_sync_done;
     req->job.user = req;
 
@@ -196,6 +244,55 @@ static void release_buffer(void *ctx)
     free(ob);
 }
 
+static void release_matrix(void *ctx)
+{
+    gemmd_matrix_entry *e = ctx;
+    gemmd_matrices_put(e->store, e);
+}
+
+/* store=1: C joins the resident matrices (201, Location); with return=1 it is also sent in
+ * the negotiated format, else the answer describes it in JSON. */
+static enum MHD_Result stored_answer(gemmd_request *req)
+{
+    gemmd_server *srv = req->srv;
+    gemm_job *job = &req->job;
+    gemm_err err;
+    gemm_err_clear(&err);
+    gemm_matrix cm = {job->m, job->n, job->dtype, job->c, 0};
+    char id[GEMMD_JOB_ID_LEN + 1];
+    if (gemmd_matrices_add(srv->matrices, &cm, &req->c_res, req->owner, (int)req->answer, id, &err) != 0)
+        return gemmd_respond_error(req, &err); /* C is still the job's: freed with the request */
+    job->c = NULL;
+    req->reserved = 0; /* the matrix holds those bytes now */
+    gemmd_matrix_entry *e = gemmd_matrices_get(srv->matrices, id, GEMMD_OWNER_ANY);
+    if (!e) /* deleted already by a guess of a 128-bit id: say what happened */
+        return gemmd_respond_errorf(req, 410, "matrix_gone", "C was stored as %s and deleted before the answer", id);
+    gemmd_product_meta meta;
+    job_meta(job, &meta, NULL);
+    meta.matrix_id = e->id;
+    if (req->return_c)
+        return gemmd_respond_product(req, 201, req->answer, e->m.data, job->m, job->n, &meta, release_matrix, e);
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemmd_matrices_describe_json(srv->matrices, e, &b);
+    /* {"id":..., ...} then the product's own fields */
+    if (b.len && b.data[b.len - 1] == '}') b.len--;
+    gemm_buf_puts(&b, ",\"kernel\":");
+    gemm_buf_json_string(&b, job->kernel_used);
+    gemm_buf_puts(&b, ",\"device\":");
+    gemm_buf_json_string(&b, job->device);
+    req->timing.total_ms = gemm_now_ms() - req->t_start_ms;
+    if (req->t_body_ms > 0) req->timing.recv_ms = req->t_body_ms - req->t_start_ms;
+    if (req->t_decoded_ms > req->t_body_ms) req->timing.decode_ms = req->t_decoded_ms - req->t_body_ms;
+    gemm_buf_puts(&b, ",\"timing\":");
+    gemmd_timing_json(&b, &req->timing);
+    gemm_buf_puts(&b, "}\n");
+    char loc[GEMMD_JOB_ID_LEN + 24];
+    snprintf(loc, sizeof loc, "/v1/matrices/%s", e->id);
+    gemmd_matrices_put(srv->matrices, e);
+    return gemmd_respond_json_header(req, 201, &b, MHD_HTTP_HEADER_LOCATION, loc);
+}
+
 enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
 {
     if (gemmd_route_is_v2(req->route)) return gemmd_v2_answer(req); /* the Open Inference Protocol's answer */
@@ -212,6 +309,7 @@ enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
                                                                    : " before it started");
         return gemmd_respond_error(req, &job->err);
     }
+    if (req->store_c) return stored_answer(req);
     owned_buffer *ob = malloc(sizeof *ob);
     if (!ob) return gemmd_respond_queue(req, 500, NULL);
     ob->engine = req->srv->engine;
@@ -295,7 +393,17 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
         LOG_DEBUG("job refused: %d %s%s", err.status, err.code, req->retry_after_s ? " (retry after the oldest expires)" : "");
         return gemmd_respond_error(req, &err);
     }
-    if (fill_job(req, &j->job, &err) != 0) {
+    if (check_resident_batch(req, &err) != 0) {
+        gemmd_jobs_abandon(srv->jobs, j);
+        return gemmd_respond_error(req, &err);
+    }
+    if (req->store_c) {
+        gemmd_jobs_abandon(srv->jobs, j);
+        return gemmd_respond_errorf(req, 400, "bad_option",
+                                    "store=1 is taken by POST /v1/matmul only; an async job's result is fetched "
+                                    "from /v1/jobs/{id}/result");
+    }
+    if (fill_job(req, &j->job, 1, &err) != 0) {
         gemmd_jobs_abandon(srv->jobs, j);
         return gemmd_respond_error(req, &err);
     }

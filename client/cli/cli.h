@@ -47,6 +47,7 @@ typedef struct {
     const char *math;
     int tile;
     int async;
+    int streams;              /* --streams N (0: chosen from the size) */
     int timing;               /* --timing: print the stages on stderr */
     int progress;             /* -1 auto (terminal), 0 off, 1 on */
     /* info, health */

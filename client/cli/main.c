@@ -68,6 +68,9 @@ static void usage_multiply(FILE *f)
             "      --math MODE          float32 only: fp32, tf32, bf16\n"
             "      --tile N             block tile, for kernels that take one (see gemm info)\n"
             "      --async              queue a job, wait for it, fetch the result (Ctrl-C cancels it)\n"
+            "      --streams N          send A in N row panels over N connections at once (B is\n"
+            "                           uploaded once as a resident matrix); default: 4 when A, B\n"
+            "                           and C are 64 MiB or more, else 1\n"
             "      --timing             print the server's stages and the client's time on stderr\n"
             "      --progress / --no-progress  progress bar for transfers over 64 MB\n"
             "                           (default: when stderr is a terminal)\n"
@@ -140,7 +143,7 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 enum {
     OPT_TIMEOUT = 256, OPT_CONNECT_TIMEOUT, OPT_RETRIES, OPT_OUT_FORMAT, OPT_SHAPE, OPT_MATH,
     OPT_TILE, OPT_CACERT, OPT_ASYNC, OPT_TIMING, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_M, OPT_K, OPT_N,
-    OPT_JSON, OPT_LIVE
+    OPT_JSON, OPT_LIVE, OPT_STREAMS
 };
 
 typedef enum { CMD_NONE, CMD_MULTIPLY, CMD_BENCH, CMD_INFO, CMD_HEALTH, CMD_HELP } command;
@@ -209,6 +212,7 @@ int main(int argc, char **argv)
         {"math", required_argument, NULL, OPT_MATH},
         {"tile", required_argument, NULL, OPT_TILE},
         {"async", no_argument, NULL, OPT_ASYNC},
+        {"streams", required_argument, NULL, OPT_STREAMS},
         {"timing", no_argument, NULL, OPT_TIMING},
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
@@ -276,6 +280,10 @@ int main(int argc, char **argv)
             o.tile = (int)v;
             break;
         case OPT_ASYNC: o.async = 1; break;
+        case OPT_STREAMS:
+            if (parse_int(arg, 1, 16, &v) != 0) return usage_error(cmd, "--streams: \"%s\" is not 1..16", arg);
+            o.streams = (int)v;
+            break;
         case OPT_TIMING: o.timing = 1; break;
         case OPT_PROGRESS: o.progress = 1; break;
         case OPT_NO_PROGRESS: o.progress = 0; break;

@@ -206,7 +206,7 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
     gemm_timing t;
     int r = A.batch   ? gemm_client_multiply_batch(cl, &req, A.batch, B.batch == 0, &t, &err)
             : o->async ? run_async(o, cl, &req, &t, &err)
-                       : gemm_client_multiply(cl, &req, &t, &err);
+                       : gemm_client_multiply_streams(cl, &req, o->streams, &t, &err);
     gemm_client_free(cl);
     gemm_cli_progress_done(&gemm_cli_bar);
     if (r != 0) {

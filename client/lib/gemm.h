@@ -141,6 +141,18 @@ int gemm_client_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, 
  * 1000000. Returns 0, or -1 with *err set. t describes the whole request. */
 int gemm_client_multiply_batch(gemm_client *c, const gemm_request *r, uint64_t batch, int b_shared,
                                gemm_timing *t, gemm_client_error *err);
+/* The same product over several connections at once: B is uploaded once as a resident
+ * matrix (POST /v1/matrices), A is cut into `streams` row panels sent in parallel, each
+ * answering its rows of C straight into r->c, and B is deleted afterwards. C is the same
+ * bytes as gemm_client_multiply()'s. streams 0 chooses from the size
+ * (gemm_client_auto_streams); 1, or a product too small to split, is one request. The
+ * progress callback (on the caller's thread) sees the panels' bytes added up, and a
+ * non-zero return stops them all. Needs a server with /v1/matrices. */
+int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int streams, gemm_timing *t,
+                                 gemm_client_error *err);
+/* The number of connections gemm_client_multiply_streams uses for streams = 0: 1 when A, B
+ * and C together are under 64 MiB (one connection is as fast), else 4. */
+int gemm_client_auto_streams(const gemm_request *r);
 
 /* ---- asynchronous jobs ------------------------------------------------- */
 

@@ -52,6 +52,7 @@ typedef struct {
     double busy_ms;              /* union of the time some job ran on the device */
 
     atomic_ullong bytes_h2d, bytes_d2h, mem_used;
+    atomic_ullong resident_bytes; /* device copies of resident operands (cuda_resident.c) */
     atomic_ullong mem_free, mem_total; /* cudaMemGetInfo, sampled off the request path */
 } cuda_dev;
 
@@ -88,6 +89,7 @@ typedef struct cuda_backend {
     pthread_mutex_t house_mu;
     pthread_cond_t house_cv;
     int house_stop, house_wake;
+    gemm_resident *res_free;     /* released resident handles, freed by the thread (house_mu) */
 } cuda_backend;
 
 /* cuda_device.c */
@@ -112,6 +114,19 @@ void gemm_cuda_sample_memory(cuda_dev *d);
 int gemm_cuda_house_start(cuda_backend *cb);
 void gemm_cuda_house_stop(cuda_backend *cb);
 void gemm_cuda_house_wake(void *cb); /* the host allocator's notify hook */
+
+/* cuda_resident.c: resident operands' device copies. get (on a worker, device entered
+ * at gen, current device set): 1 with *p the device copy (made now if needed; what that
+ * upload cost is added to *up_bytes / *up_ms), 0 when the product must read the host copy.
+ * keep: a fresh device block with a copy of src enqueued on s (NULL when none can be had);
+ * publish makes it r's copy once the stream has finished. release is the backend's
+ * resident_free; drain (housekeeping thread, and close) frees what was released. */
+int gemm_cuda_resident_get(cuda_backend *cb, cuda_dev *d, unsigned gen, gemm_resident *r, cudaStream_t s,
+                           void **p, size_t *up_bytes, double *up_ms);
+void *gemm_cuda_resident_keep(const void *src, size_t bytes, cudaStream_t s);
+void gemm_cuda_resident_publish(cuda_dev *d, unsigned gen, gemm_resident *r, void *q);
+void gemm_cuda_resident_release(void *self, gemm_resident *r);
+void gemm_cuda_resident_drain(cuda_backend *cb);
 
 /* cuda_fault.cu */
 cudaError_t gemm_cuda_launch_trap(cudaStream_t stream);

@@ -54,6 +54,7 @@ static void *house_main(void *arg)
         cb->house_wake = 0;
         pthread_mutex_unlock(&cb->house_mu);
         visit(cb, sample);
+        gemm_cuda_resident_drain(cb);
         pthread_mutex_lock(&cb->house_mu);
     }
     pthread_mutex_unlock(&cb->house_mu);

@@ -1,0 +1,126 @@
+/*
+ * cuda_resident.c - device copies of resident operands (engine.h, gemm_resident).
+ *
+ * A worker that runs a product on a resident operand asks for the copy on its device:
+ * made on first use (cudaMalloc + a host-to-device copy, synchronised before the copy is
+ * published, under the handle's lock so that two streams never upload it twice), then
+ * read in place by every later product there. A product that keeps C copies its result
+ * device-to-device into a fresh block, published once the product has finished. When the
+ * device has no room the product reads the host copy as usual (spill), and a copy made
+ * before a device reset is dropped (its memory went with the old context) and made again.
+ * Releasing a handle never makes a CUDA call on the caller's thread: the housekeeping
+ * thread frees the device copies.
+ */
+#include "cuda_engine.h"
+
+#include <stdlib.h>
+
+int gemm_cuda_resident_get(cuda_backend *cb, cuda_dev *d, unsigned gen, gemm_resident *r, cudaStream_t s,
+                           void **p, size_t *up_bytes, double *up_ms)
+{
+    int ok = 0, slot = d->slot;
+    pthread_mutex_lock(&r->mu);
+    if (r->dev[slot] && r->gen[slot] == gen) {
+        *p = r->dev[slot];
+        ok = 1;
+        goto out;
+    }
+    if (r->dev[slot]) {
+        r->dev[slot] = NULL;
+        atomic_fetch_sub(&d->resident_bytes, (unsigned long long)r->bytes);
+        gemm_engine_log(GEMM_LOG_WARN, "%s was reset since a resident matrix was copied there: its device copy "
+                        "is gone; copying it again from host memory", d->label);
+    }
+    void *q = NULL;
+    if (cudaMalloc(&q, r->bytes) != cudaSuccess) {
+        cudaGetLastError(); /* short of device memory: the product reads the host copy */
+        goto out;
+    }
+    gemm_cuda_host_pin(cb->host, (void *)r->host, slot);
+    double t0 = gemm_now_ms();
+    if (cudaMemcpyAsync(q, r->host, r->bytes, cudaMemcpyHostToDevice, s) != cudaSuccess ||
+        cudaStreamSynchronize(s) != cudaSuccess) {
+        cudaGetLastError();
+        cudaFree(q);
+        goto out;
+    }
+    *up_ms += gemm_now_ms() - t0;
+    *up_bytes += r->bytes;
+    r->dev[slot] = q;
+    r->gen[slot] = gen;
+    atomic_fetch_add(&d->resident_bytes, (unsigned long long)r->bytes);
+    *p = q;
+    ok = 1;
+out:
+    pthread_mutex_unlock(&r->mu);
+    return ok;
+}
+
+void *gemm_cuda_resident_keep(const void *src, size_t bytes, cudaStream_t s)
+{
+    void *q = NULL;
+    if (cudaMalloc(&q, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    if (cudaMemcpyAsync(q, src, bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess) {
+        cudaGetLastError();
+        cudaFree(q);
+        return NULL;
+    }
+    return q;
+}
+
+void gemm_cuda_resident_publish(cuda_dev *d, unsigned gen, gemm_resident *r, void *q)
+{
+    pthread_mutex_lock(&r->mu);
+    void *old = r->dev[d->slot];
+    unsigned old_gen = r->gen[d->slot];
+    r->dev[d->slot] = q;
+    r->gen[d->slot] = gen;
+    pthread_mutex_unlock(&r->mu);
+    atomic_fetch_add(&d->resident_bytes, (unsigned long long)r->bytes);
+    if (old) { /* C is written once; guard anyway */
+        if (old_gen == gen)
+            cudaFree(old);
+        atomic_fetch_sub(&d->resident_bytes, (unsigned long long)r->bytes);
+    }
+}
+
+void gemm_cuda_resident_release(void *self, gemm_resident *r)
+{
+    cuda_backend *cb = self;
+    pthread_mutex_lock(&cb->house_mu);
+    r->free_next = cb->res_free;
+    cb->res_free = r;
+    cb->house_wake = 1;
+    pthread_cond_signal(&cb->house_cv);
+    pthread_mutex_unlock(&cb->house_mu);
+}
+
+void gemm_cuda_resident_drain(cuda_backend *cb)
+{
+    pthread_mutex_lock(&cb->house_mu);
+    gemm_resident *list = cb->res_free;
+    cb->res_free = NULL;
+    pthread_mutex_unlock(&cb->house_mu);
+    while (list) {
+        gemm_resident *r = list;
+        list = r->free_next;
+        for (int i = 0; i < cb->ndev; i++) {
+            if (!r->dev[i])
+                continue;
+            cuda_dev *d = &cb->devs[i];
+            if (gemm_cuda_dev_enter_house(d)) {
+                /* entered: no reset runs now, so d->gen is stable */
+                if (d->gen == r->gen[i] && cudaSetDevice(d->ordinal) == cudaSuccess)
+                    cudaFree(r->dev[i]);
+                cudaGetLastError();
+                gemm_cuda_dev_leave_house(d);
+            }
+            atomic_fetch_sub(&d->resident_bytes, (unsigned long long)r->bytes);
+        }
+        pthread_mutex_destroy(&r->mu);
+        free(r);
+    }
+}

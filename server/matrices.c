@@ -1,0 +1,261 @@
+/*
+ * matrices.c - the resident matrix store: random ids, owners, reference-counted
+ * entries, a byte budget with reservations, and a listing by last use.
+ */
+#include "matrices.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "instance.h"
+#include "log.h"
+#include "metrics.h"
+
+struct gemmd_matrices {
+    gemm_engine *engine;
+    pthread_mutex_t mu;
+    gemmd_matrix_entry *head;
+    int count;                /* linked entries */
+    int max_count;
+    uint64_t budget;
+    uint64_t held;            /* bytes of live entries (linked or still referenced) + reserved */
+};
+
+static void publish_locked(gemmd_matrices *s) { gemmd_metrics_resident(s->count, s->held, s->budget); }
+
+gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, uint64_t budget_bytes, int max_count)
+{
+    gemmd_matrices *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->engine = engine;
+    s->budget = budget_bytes;
+    s->max_count = max_count > 0 ? max_count : 1;
+    pthread_mutex_init(&s->mu, NULL);
+    publish_locked(s);
+    return s;
+}
+
+static void destroy(gemmd_matrices *s, gemmd_matrix_entry *e)
+{
+    gemm_engine_resident_free(s->engine, e->res); /* device copies go later, off this thread */
+    gemm_engine_host_free(s->engine, e->m.data);
+    free(e);
+}
+
+void gemmd_matrices_free(gemmd_matrices *s)
+{
+    if (!s) return;
+    gemmd_matrix_entry *e = s->head;
+    while (e) {
+        gemmd_matrix_entry *next = e->next;
+        destroy(s, e);
+        e = next;
+    }
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+int gemmd_matrices_reserve(gemmd_matrices *s, size_t bytes, gemm_err *err)
+{
+    if (bytes > s->budget)
+        return gemm_err_set(err, 413, "too_large",
+                            "the matrix has %zu bytes; resident matrices may hold at most %llu in all "
+                            "(resident_mb)", bytes, (unsigned long long)s->budget);
+    pthread_mutex_lock(&s->mu);
+    if (s->count >= s->max_count) {
+        int n = s->count;
+        pthread_mutex_unlock(&s->mu);
+        return gemm_err_set(err, 507, "insufficient_storage",
+                            "%d resident matrices are kept, the most this server keeps (max_matrices); "
+                            "DELETE some first", n);
+    }
+    if (bytes > s->budget - s->held) {
+        uint64_t held = s->held;
+        pthread_mutex_unlock(&s->mu);
+        return gemm_err_set(err, 507, "insufficient_storage",
+                            "no room for %zu more bytes of resident matrices: %llu of %llu are held "
+                            "(resident_mb); DELETE matrices you no longer need", bytes,
+                            (unsigned long long)held, (unsigned long long)s->budget);
+    }
+    s->held += bytes;
+    publish_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void gemmd_matrices_unreserve(gemmd_matrices *s, size_t bytes)
+{
+    pthread_mutex_lock(&s->mu);
+    s->held -= bytes <= s->held ? bytes : s->held;
+    publish_locked(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int family,
+                       char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
+{
+    gemmd_matrix_entry *e = calloc(1, sizeof *e);
+    if (!e) return gemm_err_set(err, 503, "out_of_memory", "cannot allocate a matrix entry now");
+    if (gemmd_instance_new_id(e->id, sizeof e->id) != 0) {
+        free(e);
+        return gemm_err_set(err, 500, "internal_error", "cannot draw a random matrix id: %s", strerror(errno));
+    }
+    e->m = *m;
+    gemm_matrix_bytes(m->rows, m->cols, m->dtype, &e->bytes);
+    e->res = res && *res ? *res : gemm_engine_resident_new(s->engine, m->data, e->bytes);
+    if (!e->res) {
+        free(e);
+        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate a matrix handle now");
+    }
+    if (res) *res = NULL;
+    e->owner = owner;
+    e->family = family;
+    e->store = s;
+    e->refs = 1; /* the store's list */
+    e->linked = 1;
+    e->t_created_ms = e->t_used_ms = gemm_now_ms();
+    memcpy(id_out, e->id, strlen(e->id) + 1);
+    pthread_mutex_lock(&s->mu);
+    e->next = s->head;
+    s->head = e;
+    s->count++;
+    publish_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    m->data = NULL;
+    return 0;
+}
+
+static gemmd_matrix_entry *find_locked(gemmd_matrices *s, const char *id, int owner, gemmd_matrix_entry ***link)
+{
+    for (gemmd_matrix_entry **p = &s->head; *p; p = &(*p)->next) {
+        gemmd_matrix_entry *e = *p;
+        if (strcmp(e->id, id) != 0) continue;
+        if (owner != GEMMD_OWNER_ANY && e->owner != owner) return NULL;
+        if (link) *link = p;
+        return e;
+    }
+    return NULL;
+}
+
+gemmd_matrix_entry *gemmd_matrices_get(gemmd_matrices *s, const char *id, int owner)
+{
+    if (!id || !gemmd_instance_id_valid(id, strlen(id))) return NULL;
+    pthread_mutex_lock(&s->mu);
+    gemmd_matrix_entry *e = find_locked(s, id, owner, NULL);
+    if (e) {
+        e->refs++;
+        e->t_used_ms = gemm_now_ms();
+    }
+    pthread_mutex_unlock(&s->mu);
+    return e;
+}
+
+/* Drops a reference (lock held); 1 when the caller must destroy e after unlocking. */
+static int unref_locked(gemmd_matrices *s, gemmd_matrix_entry *e)
+{
+    if (--e->refs > 0) return 0;
+    s->held -= e->bytes <= s->held ? e->bytes : s->held;
+    publish_locked(s);
+    return 1;
+}
+
+void gemmd_matrices_put(gemmd_matrices *s, gemmd_matrix_entry *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&s->mu);
+    int last = unref_locked(s, e);
+    pthread_mutex_unlock(&s->mu);
+    if (last) destroy(s, e);
+}
+
+void gemmd_matrices_note_use(gemmd_matrices *s, gemmd_matrix_entry *e)
+{
+    pthread_mutex_lock(&s->mu);
+    e->uses++;
+    e->t_used_ms = gemm_now_ms();
+    pthread_mutex_unlock(&s->mu);
+}
+
+int gemmd_matrices_delete(gemmd_matrices *s, const char *id, int owner)
+{
+    if (!id || !gemmd_instance_id_valid(id, strlen(id))) return -1;
+    pthread_mutex_lock(&s->mu);
+    gemmd_matrix_entry **link = NULL;
+    gemmd_matrix_entry *e = find_locked(s, id, owner, &link);
+    if (!e) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    *link = e->next;
+    e->next = NULL;
+    e->linked = 0;
+    s->count--;
+    publish_locked(s);
+    int last = unref_locked(s, e);
+    pthread_mutex_unlock(&s->mu);
+    LOG_DEBUG("matrix %.*s deleted%s", GEMMD_JOB_LOG_ID(id), last ? "" : " (freed once its readers finish)");
+    if (last) destroy(s, e);
+    return 0;
+}
+
+static void describe_locked(const gemmd_matrix_entry *e, double now, gemm_buf *out)
+{
+    gemm_buf_printf(out, "{\"id\":\"%s\",\"shape\":[%llu,%llu],\"dtype\":", e->id, (unsigned long long)e->m.rows,
+                    (unsigned long long)e->m.cols);
+    gemm_buf_json_string(out, gemm_dtype_name(e->m.dtype));
+    gemm_buf_printf(out, ",\"bytes\":%zu,\"where\":\"host\",\"uses\":%llu,\"age_s\":%.3f,\"idle_s\":%.3f,"
+                         "\"location\":\"/v1/matrices/%s\"}",
+                    e->bytes, (unsigned long long)e->uses, (now - e->t_created_ms) / 1000.0,
+                    (now - e->t_used_ms) / 1000.0, e->id);
+}
+
+void gemmd_matrices_describe_json(gemmd_matrices *s, const gemmd_matrix_entry *e, gemm_buf *out)
+{
+    pthread_mutex_lock(&s->mu);
+    describe_locked(e, gemm_now_ms(), out);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int by_last_use(const void *x, const void *y)
+{
+    const gemmd_matrix_entry *a = *(const gemmd_matrix_entry *const *)x;
+    const gemmd_matrix_entry *b = *(const gemmd_matrix_entry *const *)y;
+    return a->t_used_ms > b->t_used_ms ? -1 : a->t_used_ms < b->t_used_ms ? 1 : 0;
+}
+
+void gemmd_matrices_list_json(gemmd_matrices *s, int owner, gemm_buf *out)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = 0;
+    uint64_t bytes = 0;
+    gemmd_matrix_entry **v = calloc((size_t)s->count + 1, sizeof *v);
+    for (gemmd_matrix_entry *e = s->head; e && v; e = e->next)
+        if (owner == GEMMD_OWNER_ANY || e->owner == owner) {
+            v[n++] = e;
+            bytes += e->bytes;
+        }
+    if (v) qsort(v, (size_t)n, sizeof *v, by_last_use);
+    double now = gemm_now_ms();
+    gemm_buf_puts(out, "{\"matrices\":[");
+    for (int i = 0; i < n; i++) {
+        if (i) gemm_buf_puts(out, ",");
+        describe_locked(v[i], now, out);
+    }
+    gemm_buf_printf(out, "],\"count\":%d,\"bytes\":%llu,\"budget_bytes\":%llu,\"held_bytes\":%llu}\n", n,
+                    (unsigned long long)bytes, (unsigned long long)s->budget, (unsigned long long)s->held);
+    pthread_mutex_unlock(&s->mu);
+    if (!v) out->failed = 1;
+    free(v);
+}
+
+void gemmd_matrices_usage(gemmd_matrices *s, int *count, uint64_t *bytes, uint64_t *budget)
+{
+    pthread_mutex_lock(&s->mu);
+    if (count) *count = s->count;
+    if (bytes) *bytes = s->held;
+    if (budget) *budget = s->budget;
+    pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,87 @@
+/*
+ * matrices.h - the store of resident matrices (/v1/matrices): operands kept on the server
+ * between requests, so that a product can name A or B by id instead of sending it again,
+ * and keep its C for the next product of a chain.
+ *
+ *   char id[GEMMD_JOB_ID_LEN + 1];
+ *   gemmd_matrices_reserve(store, bytes, &err);          // 507 when resident_mb is full
+ *   gemmd_matrices_add(store, &m, owner, family, id, &err); // takes m.data (engine memory)
+ *   gemmd_matrix_entry *e = gemmd_matrices_get(store, id, owner); // a reference; touches it
+ *   ... read e->m ... gemmd_matrices_put(store, e);
+ *   gemmd_matrices_delete(store, id, owner);
+ *
+ * Residency: a matrix is kept in the engine's host memory (pinned on the CUDA backend),
+ * and its bytes count against resident_mb from the moment they are reserved until the
+ * last reference goes (DELETE only unlinks: a product reading it finishes first). When
+ * the budget cannot take a new matrix the store answers 507 insufficient_storage: nothing
+ * is evicted behind a client's back. The listing shows the least recently used last.
+ * A restart forgets every matrix.
+ *
+ * Owners work as for jobs (jobs.h): with tokens a matrix belongs to the token that made
+ * it, and another token's lookups find nothing (404). Thread-safe; one mutex, never held
+ * while calling the engine.
+ */
+#ifndef GEMMD_MATRICES_H
+#define GEMMD_MATRICES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "jobs.h"
+#include "json_codec.h"
+
+typedef struct gemmd_matrices gemmd_matrices;
+
+typedef struct gemmd_matrix_entry {
+    char id[GEMMD_JOB_ID_LEN + 1];
+    gemm_matrix m;        /* data from the engine's allocator, read-only once added */
+    gemm_resident *res;   /* the engine's handle: device copies on the CUDA backend */
+    size_t bytes;
+    int owner;
+    int family;           /* the format it arrived in: the default of GET */
+    /* ---- private to matrices.c, under the store's lock ---- */
+    gemmd_matrices *store;
+    int refs;
+    int linked;
+    double t_created_ms, t_used_ms;
+    uint64_t uses;        /* products that read it */
+    struct gemmd_matrix_entry *next;
+} gemmd_matrix_entry;
+
+/* budget_bytes: resident_mb; max_count: matrices kept at once. */
+gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, uint64_t budget_bytes, int max_count);
+/* Frees every matrix; no reference may be held any more. */
+void gemmd_matrices_free(gemmd_matrices *s);
+
+/* Sets aside bytes of the budget for a matrix about to be added (an upload, or C of a
+ * product with store=1). 0, or -1 with 507 insufficient_storage (the budget has no room
+ * now) or 413 too_large (larger than the whole budget) or 507 (max_matrices reached). */
+int gemmd_matrices_reserve(gemmd_matrices *s, size_t bytes, gemm_err *err);
+void gemmd_matrices_unreserve(gemmd_matrices *s, size_t bytes);
+/* Adds m (its data is taken over: the store frees it) with a fresh random id written to
+ * id_out, using bytes reserved before. res: the engine handle for m.data when the caller
+ * has one (C of a product that kept it on the device; taken over too), else NULL (one is
+ * made). On failure (-1, *err: 500 when no id can be drawn, 503 out of memory) nothing
+ * is taken and the reservation stays with the caller. */
+int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int family,
+                       char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
+
+/* The matrix with that id made by owner (GEMMD_OWNER_ANY: anyone's), with a reference
+ * taken and its last use set to now; NULL when unknown, deleted or another owner's. */
+gemmd_matrix_entry *gemmd_matrices_get(gemmd_matrices *s, const char *id, int owner);
+void gemmd_matrices_put(gemmd_matrices *s, gemmd_matrix_entry *e);
+/* Counts a product that read it. */
+void gemmd_matrices_note_use(gemmd_matrices *s, gemmd_matrix_entry *e);
+/* Unlinks it (freed when the last reference goes). 0, or -1 when owner has no such one. */
+int gemmd_matrices_delete(gemmd_matrices *s, const char *id, int owner);
+
+/* Appends {"matrices":[...], "count":N, "bytes":B, "budget_bytes":X} for owner's matrices,
+ * most recently used first. */
+void gemmd_matrices_list_json(gemmd_matrices *s, int owner, gemm_buf *out);
+/* Appends one matrix's description: {"id","shape","dtype","bytes","where",...}. */
+void gemmd_matrices_describe_json(gemmd_matrices *s, const gemmd_matrix_entry *e, gemm_buf *out);
+/* Kept count, bytes held (reserved included) and the budget. */
+void gemmd_matrices_usage(gemmd_matrices *s, int *count, uint64_t *bytes, uint64_t *budget);
+
+#endif
