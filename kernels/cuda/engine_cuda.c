@@ -516,8 +516,9 @@ allocated:;
     } else {
         /* One launch per product, back to back on the stream (one H2D and one D2H for all). */
         for (uint64_t i = 0; i < nb; i++) {
-            l.A = (const char *)w->buf[0] + i * (size_t)(job->m * job->k) * es;
-            l.B = (const char *)w->buf[1] + (job->b_shared ? 0 : i * (size_t)(job->k * job->n) * es);
+            /* A and B: the worker's buffers, or a resident operand's device copy (nb == 1) */
+            l.A = (const char *)A + i * (size_t)(job->m * job->k) * es;
+            l.B = (const char *)B + (job->b_shared ? 0 : i * (size_t)(job->k * job->n) * es);
             l.C = (char *)w->buf[2] + i * (size_t)(job->m * job->n) * es;
             if (GEMM_CUDA_CHECK(&site, k->launch(&l)) != cudaSuccess)
                 goto fail;
