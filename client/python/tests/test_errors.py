@@ -147,6 +147,12 @@ def test_token_argument_and_environment(token_server, monkeypatch, rng):
     assert_product(c.matmul(a, b), a, b, np.float64)
     job = c.submit(a, b)
     assert_product(job.result(timeout=60 * SLOW), a, b, np.float64)
+    # a job belongs to the token that submitted it: another token does not see it
+    other = gemmd.Client(token_server.base, token="s3cret-token-for-tests").job(job.id)
+    with pytest.raises(gemmd.GemmError) as ei:
+        other.status()
+    assert ei.value.status == 404 and ei.value.code == "job_not_found"
+    assert other.cancel() is False
     assert job.cancel()
 
 

@@ -151,6 +151,20 @@ def test_cancel_a_queued_job(busy):
     assert running.cancel() is True
 
 
+def test_cancel_a_running_job(busy, rng):
+    c = gemmd.Client(busy.base)
+    wait_idle(busy.base)
+    job = c.submit(np.ones((5, 5)), np.ones((5, 5)))
+    wait_state(job, ("running",))
+    assert job.cancel() is True  # forgotten at once; the product stops before it computes
+    with pytest.raises(gemmd.GemmError) as ei:
+        job.status()
+    assert ei.value.status == 404 and ei.value.code == "job_not_found"
+    wait_idle(busy.base)         # the worker is free again
+    a, b = rng.standard_normal((4, 6)), rng.standard_normal((6, 3))
+    assert_product(c.matmul(a, b), a, b, np.float64)
+
+
 def test_result_timeout(busy):
     c = gemmd.Client(busy.base)
     wait_idle(busy.base)

@@ -154,6 +154,7 @@ def test_product_reports_kernel_and_timing(client, rng):
     assert p.device == "cpu"
     assert p.math == "exact"
     assert p.retries == 0 and p.job_id is None
+    assert p.instance == client.info()["instance_id"] != ""
     t = p.timing
     assert isinstance(t, gemmd.Timing)
     assert t.total_ms > 0 and t.kernel_ms > 0 and t.recv_ms >= 0

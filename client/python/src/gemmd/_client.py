@@ -518,6 +518,7 @@ class Client:
                        tile=int(tile) if tile.lstrip("-").isdigit() else 0,
                        block=resp.getheader("X-Gemm-Block") or "", math=resp.getheader("X-Gemm-Math") or "",
                        device=resp.getheader("X-Gemm-Device") or "",
+                       instance=resp.getheader("X-Gemm-Instance") or "",
                        timing=Timing.from_server_timing(resp.getheader("Server-Timing"), flops, wall_ms),
                        retries=retries, job_id=job_id)
 
@@ -623,9 +624,10 @@ class Job:
         return c._read_product(resp, conn, self._shape, self._dtype, out, flops, t0, retries, self.id)
 
     def cancel(self) -> bool:
-        """``DELETE /v1/jobs/{id}``: cancels a queued job (a running one is forgotten when it
-        ends) or forgets a finished one. Returns False when the server no longer knows the
-        job (already forgotten, or expired)."""
+        """``DELETE /v1/jobs/{id}``: cancels a queued or running job (the server forgets it at
+        once; a running product stops at its next stage boundary) or forgets a finished one.
+        Returns False when the server does not know the job (already forgotten, expired, or
+        another token's)."""
         c = self.client
         resp, conn, retries = c._call("DELETE", c._prefix + self._path())
         if resp.status == 404:

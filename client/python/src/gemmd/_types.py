@@ -76,9 +76,10 @@ class Product:
     """C and what the server reported about computing it.
 
     ``kernel``, ``tile``, ``block``, ``math`` and ``device`` are the ones that actually ran
-    (``X-Gemm-*`` headers; ``block`` is "" where the kernel has none), ``timing`` the
-    server's stages, ``retries`` the number of 503 answers waited out before it was
-    accepted, ``job_id`` the id when it came from ``Client.submit``.
+    (``X-Gemm-*`` headers; ``block`` is "" where the kernel has none), ``instance`` the
+    daemon that answered (its ``instance_id``; "" from a server that does not say),
+    ``timing`` the server's stages, ``retries`` the number of 503 answers waited out
+    before it was accepted, ``job_id`` the id when it came from ``Client.submit``.
     """
 
     c: npt.NDArray[Any]
@@ -88,6 +89,7 @@ class Product:
     math: str
     device: str
     timing: Timing
+    instance: str = ""
     retries: int = 0
     job_id: Optional[str] = None
 
