@@ -17,11 +17,16 @@ from conftest import SLOW, assert_product, daemon
 
 @pytest.mark.parametrize("a_shape,b_shape,match", [
     ((2, 3), (4, 2), r"A is 2x3 and B is 4x2: A's columns \(3\) must equal B's rows \(4\)"),
-    ((3,), (3, 2), "A must be a 2-D matrix"),
-    ((2, 3), (3, 2, 1), "B must be a 2-D matrix"),
+    ((3,), (3, 2), "A must be a 2-D matrix or a 3-D stack"),
+    ((2, 3), (2, 3, 2, 1), "B must be a 2-D matrix or a 3-D stack"),
     ((0, 3), (3, 2), "A is 0x3"),
     ((2, 0), (0, 2), "A is 2x0"),
-], ids=["mismatch", "A-1d", "B-3d", "no-rows", "k-0"])
+    ((0, 2, 3), (3, 2), "A is 0x2x3"),
+    ((2, 3), (4, 3, 2), "A is one 2x3 matrix and B a stack of 4"),
+    ((4, 2, 3), (5, 3, 2), "A is a stack of 4 matrices and B a stack of 5"),
+    ((4, 2, 3), (4, 2, 2), r"A is 4x2x3 and B is 4x2x2: A's columns \(3\) must equal B's rows \(2\)"),
+], ids=["mismatch", "A-1d", "B-4d", "no-rows", "k-0", "no-batch", "2d-with-stack", "batch-counts",
+        "batch-k"])
 def test_shape_errors_are_raised_locally(unused_url, a_shape, b_shape, match):
     c = gemmd.Client(unused_url)  # nothing listens: a ValueError proves nothing was sent
     with pytest.raises(ValueError, match=match):

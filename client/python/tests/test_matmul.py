@@ -224,3 +224,40 @@ def test_client_is_a_context_manager_and_reusable(server, rng):
     c.close()
     assert "token" not in repr(gemmd.Client(server.base))
     assert "s3cret" not in repr(gemmd.Client(server.base, token="s3cret"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shared", [False, True], ids=["b-each", "b-shared"])
+def test_batches(client, rng, dtype, shared):
+    nb, m, k, n = 7, 5, 9, 3
+    a = random_matrix(rng, (nb, m, k), dtype)
+    b = random_matrix(rng, (k, n) if shared else (nb, k, n), dtype)
+    p = client.product(a, b)
+    assert p.c.shape == (nb, m, n) and p.c.dtype == dtype
+    assert p.batched.startswith("%d " % nb), p.batched
+    for i in range(nb):
+        assert_product(np.ascontiguousarray(p.c[i]), a[i], b if shared else b[i], dtype)
+    assert p.timing.gflops == pytest.approx(2 * nb * m * n * k / (p.timing.kernel_ms * 1e6)) \
+        if p.timing.kernel_ms > 0 else True
+
+
+def test_batch_layouts_out_and_jobs(client, server, rng):
+    a = np.asfortranarray(rng.standard_normal((4, 30, 20)))   # copied into row-major
+    b = rng.standard_normal((4, 25, 20)).transpose(0, 2, 1)   # a stack of transposes
+    out = np.empty((4, 30, 25))
+    c = client.matmul(a, b, out=out)
+    assert c is out
+    for i in range(4):
+        assert_product(np.ascontiguousarray(c[i]), a[i], b[i], np.float64)
+    with pytest.raises(ValueError, match="out must be"):
+        client.matmul(a, b, out=np.empty((30, 25)))
+    job = client.submit(a, b[0])
+    with job:
+        p = job.product(timeout=60 * SLOW)
+        assert p.c.shape == (4, 30, 25)
+        for i in range(4):
+            assert_product(np.ascontiguousarray(p.c[i]), a[i], b[0], np.float64)
+        again = gemmd.Client(server.base).job(job.id).result(timeout=60 * SLOW)
+        np.testing.assert_array_equal(again, p.c)
+    one = client.matmul(a[:1], b[:1])  # a batch of one stays 3-D, as NumPy's matmul does
+    assert one.shape == (1, 30, 25)

@@ -60,7 +60,12 @@ def wire_dtype(dtype: npt.DTypeLike) -> str:
 
 def prepare(a: npt.ArrayLike, b: npt.ArrayLike,
             dtype: Optional[npt.DTypeLike] = None) -> Tuple[npt.NDArray[Any], npt.NDArray[Any], str]:
-    """A and B as the server takes them: 2-D, C-contiguous, little-endian, one dtype.
+    """A and B as the server takes them: C-contiguous, little-endian, one dtype.
+
+    A is an m×k matrix and B a k×n one, or A is a stack of b matrices (b, m, k) and B
+    either a stack (b, k, n), one B per product, or one k×n matrix shared by all (NumPy's
+    ``matmul`` broadcasting of a leading batch dimension; a 2-D A with a 3-D B is refused:
+    stack A with ``np.broadcast_to`` to send it).
 
     Without ``dtype`` the product's dtype is NumPy's promotion of A's and B's
     (``np.result_type``: float32 with float32 stays float32, float32 with int32 or float64
@@ -73,14 +78,24 @@ def prepare(a: npt.ArrayLike, b: npt.ArrayLike,
     a_arr = np.asarray(a)
     b_arr = np.asarray(b)
     for name, x in (("A", a_arr), ("B", b_arr)):
-        if x.ndim != 2:
-            raise ValueError("%s must be a 2-D matrix, not %d-D with shape %s" % (name, x.ndim, x.shape))
-        if x.shape[0] == 0 or x.shape[1] == 0:
-            raise ValueError("%s is %dx%d: gemmd multiplies matrices with at least one row and column"
-                             % (name, x.shape[0], x.shape[1]))
-    if a_arr.shape[1] != b_arr.shape[0]:
-        raise ValueError("A is %dx%d and B is %dx%d: A's columns (%d) must equal B's rows (%d)"
-                         % (a_arr.shape + b_arr.shape + (a_arr.shape[1], b_arr.shape[0])))
+        if x.ndim not in (2, 3):
+            raise ValueError("%s must be a 2-D matrix or a 3-D stack of matrices, not %d-D with shape %s"
+                             % (name, x.ndim, x.shape))
+        if 0 in x.shape:
+            raise ValueError("%s is %s: gemmd multiplies matrices with at least one row and column%s"
+                             % (name, "x".join(map(str, x.shape)), " and stacks of at least one"
+                                if x.ndim == 3 else ""))
+    if a_arr.ndim == 2 and b_arr.ndim == 3:
+        raise ValueError("A is one %dx%d matrix and B a stack of %d: gemmd takes a stack of As with one B or "
+                         "a B each; send np.broadcast_to(a, (%d,) + a.shape) as A"
+                         % (a_arr.shape + (b_arr.shape[0], b_arr.shape[0])))
+    if a_arr.ndim == 3 and b_arr.ndim == 3 and a_arr.shape[0] != b_arr.shape[0]:
+        raise ValueError("A is a stack of %d matrices and B a stack of %d: the counts must be equal (or B one "
+                         "matrix for all)" % (a_arr.shape[0], b_arr.shape[0]))
+    if a_arr.shape[-1] != b_arr.shape[-2]:
+        raise ValueError("A is %s and B is %s: A's columns (%d) must equal B's rows (%d)"
+                         % ("x".join(map(str, a_arr.shape)), "x".join(map(str, b_arr.shape)),
+                            a_arr.shape[-1], b_arr.shape[-2]))
     if dtype is None:
         dt = np.result_type(a_arr.dtype, b_arr.dtype)
         try:
@@ -217,11 +232,13 @@ class Client:
         """C = A·B computed by the server; returns C as an ndarray (the same object as ``out``
         when given).
 
-        A and B are any 2-D array-likes; see :func:`prepare` for the dtype rule (NumPy's
-        promotion, or ``dtype`` to convert) and for which inputs are copied. ``kernel``,
+        A and B are 2-D array-likes, or A a 3-D stack (b, m, k) with B a stack (b, k, n) or
+        one k×n matrix: a batch of b products in one request, C of shape (b, m, n). See
+        :func:`prepare` for the shapes, the dtype rule (NumPy's promotion, or ``dtype`` to
+        convert) and which inputs are copied. ``kernel``,
         ``math`` (float32: ``"fp32"``, ``"tf32"``, ``"bf16"``) and ``tile`` go to the server
         as they are (``info()["kernels"]`` lists what it has). ``out``, a C-contiguous array
-        of shape (m, n) and the product's dtype, receives C straight from the socket.
+        of C's shape and the product's dtype, receives C straight from the socket.
         Use :meth:`product` for the server's timing and the kernel that ran.
         """
         return self.product(a, b, kernel=kernel, math=math, tile=tile, dtype=dtype, out=out).c
@@ -232,16 +249,16 @@ class Client:
         """Like :meth:`matmul`, but returns a :class:`Product`: C (``.c``) with the kernel,
         tile, block, math mode and device that ran and the server's ``timing``."""
         a_w, b_w, name = prepare(a, b, dtype)
-        m, k, n = a_w.shape[0], a_w.shape[1], b_w.shape[1]
-        _check_out(out, m, n, name)
-        path = self._raw_path("/v1/matmul", m, k, n, name, _options(kernel, math, tile))
+        shape, k = _c_shape(a_w, b_w)
+        _check_out(out, shape, name)
+        path = self._raw_path("/v1/matmul", a_w, b_w, name, _options(kernel, math, tile))
         t0 = time.perf_counter()
         resp, conn, retries = self._call("POST", path, body=(_bytes_of(a_w), _bytes_of(b_w)),
                                          content_type="application/octet-stream",
                                          accept="application/octet-stream")
         if resp.status != 200:
             raise self._error(resp, conn, retries)
-        return self._read_product(resp, conn, (m, n), name, out, 2.0 * m * n * k, t0, retries)
+        return self._read_product(resp, conn, shape, name, out, 2.0 * float(np.prod(shape)) * k, t0, retries)
 
     def submit(self, a: npt.ArrayLike, b: npt.ArrayLike, *, kernel: Optional[str] = None,
                math: Optional[str] = None, tile: Optional[int] = None,
@@ -249,8 +266,8 @@ class Client:
         """Queues C = A·B as a job (``POST /v1/jobs``) and returns at once with a :class:`Job`.
         Arguments as for :meth:`matmul`."""
         a_w, b_w, name = prepare(a, b, dtype)
-        m, k, n = a_w.shape[0], a_w.shape[1], b_w.shape[1]
-        path = self._raw_path("/v1/jobs", m, k, n, name, _options(kernel, math, tile))
+        shape, k = _c_shape(a_w, b_w)
+        path = self._raw_path("/v1/jobs", a_w, b_w, name, _options(kernel, math, tile))
         resp, conn, retries = self._call("POST", path, body=(_bytes_of(a_w), _bytes_of(b_w)),
                                          content_type="application/octet-stream",
                                          accept="application/json")
@@ -260,7 +277,7 @@ class Client:
         job_id = obj.get("id") if isinstance(obj, dict) else None
         if not isinstance(job_id, str) or not job_id:
             raise GemmProtocolError("202 for a job without an id: %r" % (obj,), resp.status)
-        return Job(self, job_id, (m, n), k, name)
+        return Job(self, job_id, shape, k, name)
 
     def job(self, job_id: str) -> "Job":
         """A :class:`Job` for an id returned earlier (by this or another client)."""
@@ -294,10 +311,14 @@ class Client:
 
     # ---------------------------------------------------------------- internals
 
-    def _raw_path(self, route: str, m: int, k: int, n: int, dtype: str,
+    def _raw_path(self, route: str, a: npt.NDArray[Any], b: npt.NDArray[Any], dtype: str,
                   opts: Sequence[Tuple[str, str]]) -> str:
-        q = [("m", str(m)), ("k", str(k)), ("n", str(n)), ("dtype", dtype)] + list(opts)
-        return self._prefix + route + "?" + urllib.parse.urlencode(q)
+        q = [("m", str(a.shape[-2])), ("k", str(a.shape[-1])), ("n", str(b.shape[-1])), ("dtype", dtype)]
+        if a.ndim == 3:
+            q.append(("batch", str(a.shape[0])))
+            if b.ndim == 2:
+                q.append(("b_shared", "1"))
+        return self._prefix + route + "?" + urllib.parse.urlencode(q + list(opts))
 
     def _new_conn(self) -> http.client.HTTPConnection:
         if self._https:
@@ -456,7 +477,7 @@ class Client:
         return resp.status, self._read_json(resp, conn), resp
 
     def _read_product(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
-                      shape: Optional[Tuple[int, int]], dtype: Optional[str], out: Optional[npt.NDArray[Any]],
+                      shape: Optional[Tuple[int, ...]], dtype: Optional[str], out: Optional[npt.NDArray[Any]],
                       flops: float, t0: float, retries: int, job_id: Optional[str] = None) -> Product:
         """Reads a raw (octet-stream) C straight into an ndarray (``out`` or a new one),
         checking its shape, dtype and length against the headers and the request."""
@@ -466,27 +487,28 @@ class Client:
                 raise GemmProtocolError("asked for application/octet-stream, got %r" % ctype, resp.status)
             sh = (resp.getheader("X-Gemm-Shape") or "").split(",")
             try:
-                got_shape = (int(sh[0]), int(sh[1]))
-                if len(sh) != 2 or got_shape[0] <= 0 or got_shape[1] <= 0:
+                got_shape = tuple(int(x) for x in sh)
+                if len(got_shape) not in (2, 3) or min(got_shape) <= 0:
                     raise ValueError
-            except (ValueError, IndexError):
+            except ValueError:
                 raise GemmProtocolError("bad X-Gemm-Shape %r" % resp.getheader("X-Gemm-Shape"),
                                         resp.status) from None
             got_dtype = resp.getheader("X-Gemm-Dtype") or ""
             if got_dtype not in _WIRE:
                 raise GemmProtocolError("bad X-Gemm-Dtype %r" % got_dtype, resp.status)
             if shape is not None and got_shape != shape:
-                raise GemmProtocolError("asked for a %dx%d product, the answer is %dx%d"
-                                        % (shape + got_shape), resp.status)
+                raise GemmProtocolError("asked for a %s product, the answer is %s"
+                                        % ("x".join(map(str, shape)), "x".join(map(str, got_shape))), resp.status)
             if dtype is not None and got_dtype != dtype:
                 raise GemmProtocolError("asked for %s, the answer is %s" % (dtype, got_dtype), resp.status)
             w = _WIRE[got_dtype]
-            nbytes = got_shape[0] * got_shape[1] * w.itemsize
+            nbytes = int(np.prod(got_shape)) * w.itemsize
             if resp.length is not None and resp.length != nbytes:
-                raise GemmProtocolError("a %dx%d %s answer must be %d bytes, Content-Length says %d"
-                                        % (got_shape + (got_dtype, nbytes, resp.length)), resp.status)
+                raise GemmProtocolError("a %s %s answer must be %d bytes, Content-Length says %d"
+                                        % ("x".join(map(str, got_shape)), got_dtype, nbytes, resp.length),
+                                        resp.status)
             if out is not None:
-                _check_out(out, got_shape[0], got_shape[1], got_dtype)
+                _check_out(out, got_shape, got_dtype)
                 c = out
             else:
                 c = np.empty(got_shape, dtype=w)
@@ -519,19 +541,26 @@ class Client:
                        block=resp.getheader("X-Gemm-Block") or "", math=resp.getheader("X-Gemm-Math") or "",
                        device=resp.getheader("X-Gemm-Device") or "",
                        instance=resp.getheader("X-Gemm-Instance") or "",
+                       batched=resp.getheader("X-Gemm-Batched") or "",
                        timing=Timing.from_server_timing(resp.getheader("Server-Timing"), flops, wall_ms),
                        retries=retries, job_id=job_id)
 
 
-def _check_out(out: Optional[npt.NDArray[Any]], m: int, n: int, dtype: str) -> None:
+def _c_shape(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> Tuple[Tuple[int, ...], int]:
+    """C's shape, (m, n) or (b, m, n), and k."""
+    mn = (int(a.shape[-2]), int(b.shape[-1]))
+    return ((int(a.shape[0]),) + mn if a.ndim == 3 else mn), int(a.shape[-1])
+
+
+def _check_out(out: Optional[npt.NDArray[Any]], shape: Tuple[int, ...], dtype: str) -> None:
     if out is None:
         return
     if not isinstance(out, np.ndarray):
         raise TypeError("out must be an ndarray, not %s" % type(out).__name__)
     w = _WIRE[dtype]
-    if out.shape != (m, n) or out.dtype != w or not out.flags.c_contiguous or not out.flags.writeable:
-        raise ValueError("out must be a writeable C-contiguous %dx%d %s array; it is %s %s%s%s"
-                         % (m, n, dtype, "x".join(map(str, out.shape)), out.dtype,
+    if out.shape != shape or out.dtype != w or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be a writeable C-contiguous %s %s array; it is %s %s%s%s"
+                         % ("x".join(map(str, shape)), dtype, "x".join(map(str, out.shape)), out.dtype,
                             "" if out.flags.c_contiguous else ", not C-contiguous",
                             "" if out.flags.writeable else ", read-only"))
 
@@ -547,7 +576,7 @@ class Job:
     forgotten when the block ends.
     """
 
-    def __init__(self, client: Client, job_id: str, shape: Optional[Tuple[int, int]], k: Optional[int],
+    def __init__(self, client: Client, job_id: str, shape: Optional[Tuple[int, ...]], k: Optional[int],
                  dtype: Optional[str]) -> None:
         self.client = client
         self.id = job_id
@@ -576,8 +605,10 @@ class Job:
         if not isinstance(obj, dict):
             raise GemmProtocolError("a job's status is not a JSON object: %r" % (obj,), 200)
         st = JobStatus.from_json(obj)
-        if self._shape is None and st.shape[0] > 0:
-            self._shape, self._k, self._dtype = st.shape, st.k, st.dtype
+        if self._k is None and st.k > 0:
+            # A job found by its id: C's shape comes from the answer (a batch's count is
+            # not in the status), k and the dtype from here.
+            self._k, self._dtype = st.k, st.dtype
         return st, resp.getheader("Retry-After")
 
     def status(self) -> JobStatus:
@@ -619,8 +650,11 @@ class Job:
                                       accept="application/octet-stream")
         if resp.status != 200:
             raise c._error(resp, conn, retries)
-        k = self._k or 0
-        flops = 2.0 * self._shape[0] * self._shape[1] * k if self._shape else 0.0
+        if self._shape is not None:
+            flops = 2.0 * float(np.prod(self._shape)) * (self._k or 0)
+        else:
+            sh = (resp.getheader("X-Gemm-Shape") or "").split(",")
+            flops = 2.0 * float(np.prod([int(x) for x in sh if x.isdigit()])) * (self._k or 0)
         return c._read_product(resp, conn, self._shape, self._dtype, out, flops, t0, retries, self.id)
 
     def cancel(self) -> bool:

@@ -78,6 +78,9 @@ class Product:
     ``kernel``, ``tile``, ``block``, ``math`` and ``device`` are the ones that actually ran
     (``X-Gemm-*`` headers; ``block`` is "" where the kernel has none), ``instance`` the
     daemon that answered (its ``instance_id``; "" from a server that does not say),
+    ``batched`` how a batch ran (``X-Gemm-Batched``, e.g. ``"1000 strided"``, or
+    ``"8 coalesced loop"`` when the server ran this product together with others; "" when
+    neither),
     ``timing`` the server's stages, ``retries`` the number of 503 answers waited out
     before it was accepted, ``job_id`` the id when it came from ``Client.submit``.
     """
@@ -90,6 +93,7 @@ class Product:
     device: str
     timing: Timing
     instance: str = ""
+    batched: str = ""
     retries: int = 0
     job_id: Optional[str] = None
 
