@@ -1,0 +1,676 @@
+"""The client: one kept-alive HTTP connection per thread, raw binary on the wire."""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import json
+import os
+import socket
+import ssl
+import threading
+import time
+import urllib.parse
+import weakref
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import numpy.typing as npt
+
+from ._errors import (GemmBusyError, GemmConnectionError, GemmError, GemmProtocolError,
+                      GemmTimeoutError)
+from ._types import JobStatus, Product, Timing
+
+__all__ = ["Client", "Job", "DEFAULT_URL", "wire_dtype", "prepare"]
+
+#: Where the client goes without a url argument or ``GEMM_SERVER`` (the daemon's default).
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+_VERSION = "0.1.0"
+_USER_AGENT = "gemmd-python/" + _VERSION
+
+# The dtypes the server computes in, as they travel: little-endian, row-major.
+_WIRE: Dict[str, "np.dtype[Any]"] = {
+    "float32": np.dtype("<f4"),
+    "float64": np.dtype("<f8"),
+    "int32": np.dtype("<i4"),
+}
+
+# Answers that are read whole into memory (errors, JSON) are at most this large.
+_MAX_SMALL_BODY = 16 << 20
+
+Timeout = Optional[float]
+
+# socket.timeout is TimeoutError from Python 3.10 on, its own OSError subclass before.
+_TIMEOUTS = (socket.timeout, TimeoutError)
+
+
+# ------------------------------------------------------------------------------ inputs
+
+def wire_dtype(dtype: npt.DTypeLike) -> str:
+    """The server's name for ``dtype`` (``"float32"``, ``"float64"`` or ``"int32"``, any
+    byte order), or ``TypeError`` saying what the server takes."""
+    dt = np.dtype(dtype)
+    for name, w in _WIRE.items():
+        if dt.kind == w.kind and dt.itemsize == w.itemsize:
+            return name
+    raise TypeError("gemmd computes in float32, float64 or int32, not %s: pass dtype=np.float32, "
+                    "np.float64 or np.int32 to convert the inputs" % dt)
+
+
+def prepare(a: npt.ArrayLike, b: npt.ArrayLike,
+            dtype: Optional[npt.DTypeLike] = None) -> Tuple[npt.NDArray[Any], npt.NDArray[Any], str]:
+    """A and B as the server takes them: C-contiguous, little-endian, one dtype.
+
+    A is an m×k matrix and B a k×n one, or A is a stack of b matrices (b, m, k) and B
+    either a stack (b, k, n), one B per product, or one k×n matrix shared by all (NumPy's
+    ``matmul`` broadcasting of a leading batch dimension; a 2-D A with a 3-D B is refused:
+    stack A with ``np.broadcast_to`` to send it).
+
+    Without ``dtype`` the product's dtype is NumPy's promotion of A's and B's
+    (``np.result_type``: float32 with float32 stays float32, float32 with int32 or float64
+    becomes float64), and it must be one the server computes in; with ``dtype`` both are
+    converted to it (as ``astype`` would). An input that is already C-contiguous in that
+    dtype is used as it is, without a copy; a Fortran-ordered, strided or transposed one
+    is copied once into row-major order. Shapes are checked here, before anything is sent.
+    Returns (A, B, dtype name).
+    """
+    a_arr = np.asarray(a)
+    b_arr = np.asarray(b)
+    for name, x in (("A", a_arr), ("B", b_arr)):
+        if x.ndim not in (2, 3):
+            raise ValueError("%s must be a 2-D matrix or a 3-D stack of matrices, not %d-D with shape %s"
+                             % (name, x.ndim, x.shape))
+        if 0 in x.shape:
+            raise ValueError("%s is %s: gemmd multiplies matrices with at least one row and column%s"
+                             % (name, "x".join(map(str, x.shape)), " and stacks of at least one"
+                                if x.ndim == 3 else ""))
+    if a_arr.ndim == 2 and b_arr.ndim == 3:
+        raise ValueError("A is one %dx%d matrix and B a stack of %d: gemmd takes a stack of As with one B or "
+                         "a B each; send np.broadcast_to(a, (%d,) + a.shape) as A"
+                         % (a_arr.shape + (b_arr.shape[0], b_arr.shape[0])))
+    if a_arr.ndim == 3 and b_arr.ndim == 3 and a_arr.shape[0] != b_arr.shape[0]:
+        raise ValueError("A is a stack of %d matrices and B a stack of %d: the counts must be equal (or B one "
+                         "matrix for all)" % (a_arr.shape[0], b_arr.shape[0]))
+    if a_arr.shape[-1] != b_arr.shape[-2]:
+        raise ValueError("A is %s and B is %s: A's columns (%d) must equal B's rows (%d)"
+                         % ("x".join(map(str, a_arr.shape)), "x".join(map(str, b_arr.shape)),
+                            a_arr.shape[-1], b_arr.shape[-2]))
+    if dtype is None:
+        dt = np.result_type(a_arr.dtype, b_arr.dtype)
+        try:
+            name = wire_dtype(dt)
+        except TypeError:
+            raise TypeError("A is %s and B is %s, which NumPy promotes to %s; gemmd computes in float32, "
+                            "float64 or int32: pass dtype=np.float32, np.float64 or np.int32 to convert"
+                            % (a_arr.dtype, b_arr.dtype, dt)) from None
+    else:
+        name = wire_dtype(dtype)
+    w = _WIRE[name]
+    return np.ascontiguousarray(a_arr, dtype=w), np.ascontiguousarray(b_arr, dtype=w), name
+
+
+def _bytes_of(x: npt.NDArray[Any]) -> memoryview:
+    """The buffer of a C-contiguous array as bytes, without a copy."""
+    return x.data.cast("B")
+
+
+def _options(kernel: Optional[str], math: Optional[str], tile: Optional[int]) -> List[Tuple[str, str]]:
+    q: List[Tuple[str, str]] = []
+    if kernel is not None:
+        if not isinstance(kernel, str) or not kernel:
+            raise TypeError("kernel must be a kernel name (a non-empty str), not %r" % (kernel,))
+        q.append(("kernel", kernel))
+    if math is not None:
+        if not isinstance(math, str) or not math:
+            raise TypeError("math must be 'fp32', 'tf32' or 'bf16', not %r" % (math,))
+        q.append(("math", math))
+    if tile is not None:
+        if isinstance(tile, bool) or not isinstance(tile, (int, np.integer)) or tile <= 0:
+            raise ValueError("tile must be a positive int, not %r" % (tile,))
+        q.append(("tile", str(int(tile))))
+    return q
+
+
+def _retry_after(value: Optional[str], default: float, cap: float) -> float:
+    """Seconds to wait for a ``Retry-After`` (delta seconds or an HTTP date)."""
+    wait = default
+    if value:
+        v = value.strip()
+        if v.isdigit():
+            wait = float(v)
+        else:
+            try:
+                when = email.utils.parsedate_to_datetime(v)
+                wait = max(0.0, when.timestamp() - time.time())
+            except (TypeError, ValueError, IndexError, OverflowError):
+                wait = default
+    return max(0.0, min(wait, cap))
+
+
+# ------------------------------------------------------------------------------ client
+
+class Client:
+    """A connection to a gemmd server.
+
+    ``url`` defaults to ``$GEMM_SERVER``, else ``http://127.0.0.1:8080``; ``https://`` URLs
+    use TLS (``cafile``, default ``$GEMM_CACERT``, verifies a self-signed server
+    certificate; or pass a whole ``ssl_context``). ``token`` defaults to ``$GEMM_TOKEN`` and
+    is sent as ``Authorization: Bearer``.
+
+    ``timeout`` (seconds, None for no limit) bounds each step of a request: sending the
+    body, waiting for the answer (which includes the server's compute time) and each read
+    of it; ``connect_timeout`` bounds connecting. A 503 answer (queue full, job store full,
+    shutting down) is retried up to ``retries`` times after the server's ``Retry-After``
+    (each wait capped at ``max_retry_wait`` seconds; 1 s when there is none).
+
+    Each thread that uses a client gets its own kept-alive connection, so one client may
+    be shared by many threads. ``close()`` (or leaving a ``with`` block) closes them.
+    """
+
+    def __init__(self, url: Optional[str] = None, token: Optional[str] = None, *,
+                 timeout: Timeout = 300.0, connect_timeout: float = 10.0, retries: int = 3,
+                 max_retry_wait: float = 30.0, cafile: Optional[str] = None,
+                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+        url = url or os.environ.get("GEMM_SERVER") or DEFAULT_URL
+        if "://" not in url:
+            url = "http://" + url
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("the server URL must be http://host[:port] or https://host[:port], not %r" % url)
+        if parts.query or parts.fragment:
+            raise ValueError("the server URL takes no query or fragment: %r" % url)
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError("bad port in the server URL %r" % url) from None
+        if retries < 0:
+            raise ValueError("retries must be >= 0")
+        self.url = "%s://%s%s" % (parts.scheme, parts.netloc, parts.path.rstrip("/"))
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = port or (443 if self._https else 80)
+        self._prefix = parts.path.rstrip("/")
+        if token is None:
+            token = os.environ.get("GEMM_TOKEN") or None
+        self._token = token
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self.max_retry_wait = max_retry_wait
+        self._ssl: Optional[ssl.SSLContext] = None
+        if self._https:
+            if ssl_context is None:
+                cafile = cafile if cafile is not None else (os.environ.get("GEMM_CACERT") or None)
+                ssl_context = ssl.create_default_context(cafile=cafile)
+            self._ssl = ssl_context
+        self._local = threading.local()
+        self._conns: "weakref.WeakSet[http.client.HTTPConnection]" = weakref.WeakSet()
+        self._conns_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return "gemmd.Client(%r%s)" % (self.url, ", token=..." if self._token else "")
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes every connection this client holds (it reconnects if used again)."""
+        with self._conns_lock:
+            conns = list(self._conns)
+        for c in conns:
+            c.close()
+
+    # ---------------------------------------------------------------- products
+
+    def matmul(self, a: npt.ArrayLike, b: npt.ArrayLike, *, kernel: Optional[str] = None,
+               math: Optional[str] = None, tile: Optional[int] = None,
+               dtype: Optional[npt.DTypeLike] = None, out: Optional[npt.NDArray[Any]] = None) -> npt.NDArray[Any]:
+        """C = A·B computed by the server; returns C as an ndarray (the same object as ``out``
+        when given).
+
+        A and B are 2-D array-likes, or A a 3-D stack (b, m, k) with B a stack (b, k, n) or
+        one k×n matrix: a batch of b products in one request, C of shape (b, m, n). See
+        :func:`prepare` for the shapes, the dtype rule (NumPy's promotion, or ``dtype`` to
+        convert) and which inputs are copied. ``kernel``,
+        ``math`` (float32: ``"fp32"``, ``"tf32"``, ``"bf16"``) and ``tile`` go to the server
+        as they are (``info()["kernels"]`` lists what it has). ``out``, a C-contiguous array
+        of C's shape and the product's dtype, receives C straight from the socket.
+        Use :meth:`product` for the server's timing and the kernel that ran.
+        """
+        return self.product(a, b, kernel=kernel, math=math, tile=tile, dtype=dtype, out=out).c
+
+    def product(self, a: npt.ArrayLike, b: npt.ArrayLike, *, kernel: Optional[str] = None,
+                math: Optional[str] = None, tile: Optional[int] = None,
+                dtype: Optional[npt.DTypeLike] = None, out: Optional[npt.NDArray[Any]] = None) -> Product:
+        """Like :meth:`matmul`, but returns a :class:`Product`: C (``.c``) with the kernel,
+        tile, block, math mode and device that ran and the server's ``timing``."""
+        a_w, b_w, name = prepare(a, b, dtype)
+        shape, k = _c_shape(a_w, b_w)
+        _check_out(out, shape, name)
+        path = self._raw_path("/v1/matmul", a_w, b_w, name, _options(kernel, math, tile))
+        t0 = time.perf_counter()
+        resp, conn, retries = self._call("POST", path, body=(_bytes_of(a_w), _bytes_of(b_w)),
+                                         content_type="application/octet-stream",
+                                         accept="application/octet-stream")
+        if resp.status != 200:
+            raise self._error(resp, conn, retries)
+        return self._read_product(resp, conn, shape, name, out, 2.0 * float(np.prod(shape)) * k, t0, retries)
+
+    def submit(self, a: npt.ArrayLike, b: npt.ArrayLike, *, kernel: Optional[str] = None,
+               math: Optional[str] = None, tile: Optional[int] = None,
+               dtype: Optional[npt.DTypeLike] = None) -> "Job":
+        """Queues C = A·B as a job (``POST /v1/jobs``) and returns at once with a :class:`Job`.
+        Arguments as for :meth:`matmul`."""
+        a_w, b_w, name = prepare(a, b, dtype)
+        shape, k = _c_shape(a_w, b_w)
+        path = self._raw_path("/v1/jobs", a_w, b_w, name, _options(kernel, math, tile))
+        resp, conn, retries = self._call("POST", path, body=(_bytes_of(a_w), _bytes_of(b_w)),
+                                         content_type="application/octet-stream",
+                                         accept="application/json")
+        if resp.status != 202:
+            raise self._error(resp, conn, retries)
+        obj = self._read_json(resp, conn)
+        job_id = obj.get("id") if isinstance(obj, dict) else None
+        if not isinstance(job_id, str) or not job_id:
+            raise GemmProtocolError("202 for a job without an id: %r" % (obj,), resp.status)
+        return Job(self, job_id, shape, k, name)
+
+    def job(self, job_id: str) -> "Job":
+        """A :class:`Job` for an id returned earlier (by this or another client)."""
+        if not isinstance(job_id, str) or not job_id or "/" in job_id:
+            raise ValueError("not a job id: %r" % (job_id,))
+        return Job(self, job_id, None, None, None)
+
+    # ---------------------------------------------------------------- service
+
+    def info(self) -> Dict[str, Any]:
+        """``GET /v1/info``: version, backend, devices, kernels (with their dtypes, maths and
+        tiles), dtypes, formats, limits."""
+        _, obj, _ = self._get_json("/v1/info")
+        if not isinstance(obj, dict):
+            raise GemmProtocolError("/v1/info did not answer a JSON object", 200)
+        return obj
+
+    def health(self) -> Dict[str, Any]:
+        """``GET /healthz``: ``{"status": "ok"}`` while the server serves; raises
+        :class:`GemmError` otherwise (503 ``device_lost``: restart it)."""
+        _, obj, _ = self._get_json("/healthz", retry_busy=False)
+        if not isinstance(obj, dict):
+            raise GemmProtocolError("/healthz did not answer a JSON object", 200)
+        return obj
+
+    def ready(self) -> bool:
+        """``GET /readyz``: True when the server takes products now, False when it answers
+        503 (engine stopping, devices lost or queue full). Raises when it cannot be reached."""
+        status, _, _ = self._get_json("/readyz", retry_busy=False, ok=(200, 503))
+        return status == 200
+
+    # ---------------------------------------------------------------- internals
+
+    def _raw_path(self, route: str, a: npt.NDArray[Any], b: npt.NDArray[Any], dtype: str,
+                  opts: Sequence[Tuple[str, str]]) -> str:
+        q = [("m", str(a.shape[-2])), ("k", str(a.shape[-1])), ("n", str(b.shape[-1])), ("dtype", dtype)]
+        if a.ndim == 3:
+            q.append(("batch", str(a.shape[0])))
+            if b.ndim == 2:
+                q.append(("b_shared", "1"))
+        return self._prefix + route + "?" + urllib.parse.urlencode(q + list(opts))
+
+    def _new_conn(self) -> http.client.HTTPConnection:
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self.connect_timeout,
+                                               context=self._ssl)
+        return http.client.HTTPConnection(self._host, self._port, timeout=self.connect_timeout)
+
+    def _open(self) -> Tuple[http.client.HTTPConnection, bool]:
+        """This thread's connection, connected; and whether it was already (kept alive)."""
+        conn: Optional[http.client.HTTPConnection] = getattr(self._local, "conn", None)
+        if conn is not None and conn.sock is not None:
+            return conn, True
+        if conn is None:
+            conn = self._new_conn()
+            self._local.conn = conn
+            with self._conns_lock:
+                self._conns.add(conn)
+        try:
+            conn.connect()
+        except _TIMEOUTS:
+            conn.close()
+            raise GemmTimeoutError("connecting to %s took longer than %gs" % (self.url, self.connect_timeout)) from None
+        except ssl.SSLCertVerificationError as e:
+            conn.close()
+            raise GemmConnectionError("cannot verify the certificate of %s: %s (pass cafile= or set "
+                                      "GEMM_CACERT)" % (self.url, e.verify_message or e)) from e
+        except (OSError, ssl.SSLError) as e:
+            conn.close()
+            raise GemmConnectionError("cannot connect to %s: %s" % (self.url, e.strerror or e)) from e
+        assert conn.sock is not None
+        conn.sock.settimeout(self.timeout)
+        return conn, False
+
+    def _send(self, method: str, path: str, body: Sequence[memoryview], content_type: Optional[str],
+              accept: str) -> Tuple[http.client.HTTPResponse, http.client.HTTPConnection]:
+        """One request on this thread's connection; returns the answer with its head read.
+        A kept-alive connection that the server closed meanwhile is reopened once."""
+        length = sum(len(p) for p in body)
+        for attempt in (0, 1):
+            conn, reused = self._open()
+            try:
+                conn.putrequest(method, path, skip_accept_encoding=True)
+                conn.putheader("User-Agent", _USER_AGENT)
+                conn.putheader("Accept", accept)
+                if self._token:
+                    conn.putheader("Authorization", "Bearer " + self._token)
+                if method in ("POST", "PUT"):
+                    if content_type:
+                        conn.putheader("Content-Type", content_type)
+                    conn.putheader("Content-Length", str(length))
+                conn.endheaders()
+                try:
+                    for p in body:
+                        conn.send(p)
+                except _TIMEOUTS:
+                    raise
+                except OSError:
+                    # The server may have answered early (an error it saw in the head) and
+                    # closed: read that answer if it is there.
+                    pass
+                try:
+                    return conn.getresponse(), conn
+                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
+                        ConnectionAbortedError) as e:
+                    conn.close()
+                    if reused and attempt == 0:
+                        continue  # closed while idle (connection_timeout): once more, afresh
+                    raise GemmConnectionError("%s closed the connection without an answer (%s)"
+                                              % (self.url, e)) from e
+            except _TIMEOUTS:
+                conn.close()
+                raise GemmTimeoutError("%s %s: no answer within %gs" % (method, path.split("?")[0],
+                                                                      self.timeout or 0)) from None
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                if reused and attempt == 0 and isinstance(e, (BrokenPipeError, ConnectionResetError)):
+                    continue
+                raise GemmConnectionError("%s %s: %s" % (method, path.split("?")[0], e)) from e
+            except BaseException:
+                conn.close()
+                raise
+        raise AssertionError("unreachable")
+
+    def _call(self, method: str, path: str, *, body: Sequence[memoryview] = (),
+              content_type: Optional[str] = None, accept: str = "application/json",
+              retry_busy: bool = True) -> Tuple[http.client.HTTPResponse, http.client.HTTPConnection, int]:
+        """``_send`` with 503 answers retried after their Retry-After (bounded)."""
+        retries = 0
+        while True:
+            resp, conn = self._send(method, path, body, content_type, accept)
+            if resp.status != 503 or not retry_busy or retries >= self.retries:
+                return resp, conn, retries
+            wait = _retry_after(resp.getheader("Retry-After"), 1.0, self.max_retry_wait)
+            self._drain(resp, conn)
+            time.sleep(wait)
+            retries += 1
+
+    def _drain(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> bytes:
+        """Reads a small answer whole (the connection stays usable), or closes the connection
+        when it is too large to be worth reading."""
+        if resp.length is not None and resp.length > _MAX_SMALL_BODY:
+            conn.close()
+            resp.close()
+            return b""
+        try:
+            data = resp.read(_MAX_SMALL_BODY + 1)
+            if not resp.isclosed():
+                conn.close()
+                resp.close()
+            return data
+        except _TIMEOUTS:
+            conn.close()
+            raise GemmTimeoutError("reading an answer from %s took longer than %gs"
+                                   % (self.url, self.timeout or 0)) from None
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise GemmConnectionError("reading an answer from %s: %s" % (self.url, e)) from e
+
+    def _error(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
+               retries: int = 0) -> GemmError:
+        """The exception for an error answer, from its JSON ``{"error": {code, message}}``."""
+        status = resp.status
+        body = self._drain(resp, conn)
+        code: Optional[str] = None
+        message = ""
+        try:
+            obj = json.loads(body.decode("utf-8"))
+            err = obj.get("error") if isinstance(obj, dict) else None
+            if isinstance(err, dict):
+                code = str(err["code"]) if err.get("code") is not None else None
+                message = str(err.get("message", ""))
+        except (ValueError, UnicodeDecodeError):
+            pass
+        if not message:
+            text = body[:200].decode("utf-8", "replace").strip()
+            message = "HTTP %d %s%s" % (status, resp.reason, (": " + text) if text else "")
+        if status == 503:
+            if retries:
+                message += " (after %d retr%s)" % (retries, "y" if retries == 1 else "ies")
+            return GemmBusyError(message, status, code, retries)
+        return GemmError(message, status, code)
+
+    def _read_json(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> Any:
+        body = self._drain(resp, conn)
+        try:
+            return json.loads(body.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise GemmProtocolError("the answer to a JSON request is not JSON: %r" % body[:200],
+                                    resp.status) from None
+
+    def _get_json(self, path: str, retry_busy: bool = True,
+                  ok: Iterable[int] = (200,)) -> Tuple[int, Any, http.client.HTTPResponse]:
+        resp, conn, retries = self._call("GET", self._prefix + path, retry_busy=retry_busy)
+        if resp.status not in tuple(ok):
+            raise self._error(resp, conn, retries)
+        return resp.status, self._read_json(resp, conn), resp
+
+    def _read_product(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
+                      shape: Optional[Tuple[int, ...]], dtype: Optional[str], out: Optional[npt.NDArray[Any]],
+                      flops: float, t0: float, retries: int, job_id: Optional[str] = None) -> Product:
+        """Reads a raw (octet-stream) C straight into an ndarray (``out`` or a new one),
+        checking its shape, dtype and length against the headers and the request."""
+        try:
+            ctype = (resp.getheader("Content-Type") or "").split(";")[0].strip().lower()
+            if ctype != "application/octet-stream":
+                raise GemmProtocolError("asked for application/octet-stream, got %r" % ctype, resp.status)
+            sh = (resp.getheader("X-Gemm-Shape") or "").split(",")
+            try:
+                got_shape = tuple(int(x) for x in sh)
+                if len(got_shape) not in (2, 3) or min(got_shape) <= 0:
+                    raise ValueError
+            except ValueError:
+                raise GemmProtocolError("bad X-Gemm-Shape %r" % resp.getheader("X-Gemm-Shape"),
+                                        resp.status) from None
+            got_dtype = resp.getheader("X-Gemm-Dtype") or ""
+            if got_dtype not in _WIRE:
+                raise GemmProtocolError("bad X-Gemm-Dtype %r" % got_dtype, resp.status)
+            if shape is not None and got_shape != shape:
+                raise GemmProtocolError("asked for a %s product, the answer is %s"
+                                        % ("x".join(map(str, shape)), "x".join(map(str, got_shape))), resp.status)
+            if dtype is not None and got_dtype != dtype:
+                raise GemmProtocolError("asked for %s, the answer is %s" % (dtype, got_dtype), resp.status)
+            w = _WIRE[got_dtype]
+            nbytes = int(np.prod(got_shape)) * w.itemsize
+            if resp.length is not None and resp.length != nbytes:
+                raise GemmProtocolError("a %s %s answer must be %d bytes, Content-Length says %d"
+                                        % ("x".join(map(str, got_shape)), got_dtype, nbytes, resp.length),
+                                        resp.status)
+            if out is not None:
+                _check_out(out, got_shape, got_dtype)
+                c = out
+            else:
+                c = np.empty(got_shape, dtype=w)
+            view = _bytes_of(c)
+            got = 0
+            while got < nbytes:
+                r = resp.readinto(view[got:])
+                if not r:
+                    raise GemmConnectionError("the answer from %s ended after %d of %d bytes"
+                                              % (self.url, got, nbytes), resp.status)
+                got += r
+            if not resp.isclosed() and resp.read(1):  # a chunked answer's end
+                raise GemmProtocolError("the answer is longer than %d bytes" % nbytes, resp.status)
+        except _TIMEOUTS:
+            conn.close()
+            raise GemmTimeoutError("reading C from %s took longer than %gs" % (self.url, self.timeout or 0)) from None
+        except GemmError:
+            conn.close()
+            raise
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise GemmConnectionError("reading C from %s: %s" % (self.url, e)) from e
+        except BaseException:
+            conn.close()
+            raise
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        tile = resp.getheader("X-Gemm-Tile") or "0"
+        return Product(c=c, kernel=resp.getheader("X-Gemm-Kernel") or "",
+                       tile=int(tile) if tile.lstrip("-").isdigit() else 0,
+                       block=resp.getheader("X-Gemm-Block") or "", math=resp.getheader("X-Gemm-Math") or "",
+                       device=resp.getheader("X-Gemm-Device") or "",
+                       instance=resp.getheader("X-Gemm-Instance") or "",
+                       batched=resp.getheader("X-Gemm-Batched") or "",
+                       timing=Timing.from_server_timing(resp.getheader("Server-Timing"), flops, wall_ms),
+                       retries=retries, job_id=job_id)
+
+
+def _c_shape(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> Tuple[Tuple[int, ...], int]:
+    """C's shape, (m, n) or (b, m, n), and k."""
+    mn = (int(a.shape[-2]), int(b.shape[-1]))
+    return ((int(a.shape[0]),) + mn if a.ndim == 3 else mn), int(a.shape[-1])
+
+
+def _check_out(out: Optional[npt.NDArray[Any]], shape: Tuple[int, ...], dtype: str) -> None:
+    if out is None:
+        return
+    if not isinstance(out, np.ndarray):
+        raise TypeError("out must be an ndarray, not %s" % type(out).__name__)
+    w = _WIRE[dtype]
+    if out.shape != shape or out.dtype != w or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be a writeable C-contiguous %s %s array; it is %s %s%s%s"
+                         % ("x".join(map(str, shape)), dtype, "x".join(map(str, out.shape)), out.dtype,
+                            "" if out.flags.c_contiguous else ", not C-contiguous",
+                            "" if out.flags.writeable else ", read-only"))
+
+
+# ------------------------------------------------------------------------------ jobs
+
+class Job:
+    """A product queued with :meth:`Client.submit` (or found again with :meth:`Client.job`).
+
+    ``status()`` asks the server where it is, ``wait()`` polls until it has finished,
+    ``result()`` waits and fetches C, ``cancel()`` cancels it (or forgets it once finished,
+    freeing its result on the server). Used as a context manager, the job is cancelled or
+    forgotten when the block ends.
+    """
+
+    def __init__(self, client: Client, job_id: str, shape: Optional[Tuple[int, ...]], k: Optional[int],
+                 dtype: Optional[str]) -> None:
+        self.client = client
+        self.id = job_id
+        self._shape = shape
+        self._k = k
+        self._dtype = dtype
+
+    def __repr__(self) -> str:
+        return "gemmd.Job(%r)" % self.id
+
+    def __enter__(self) -> "Job":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.cancel()
+        except GemmError:
+            if exc[0] is None:
+                raise
+
+    def _path(self, tail: str = "") -> str:
+        return "/v1/jobs/%s%s" % (urllib.parse.quote(self.id, safe=""), tail)
+
+    def _status(self) -> Tuple[JobStatus, Optional[str]]:
+        _, obj, resp = self.client._get_json(self._path())
+        if not isinstance(obj, dict):
+            raise GemmProtocolError("a job's status is not a JSON object: %r" % (obj,), 200)
+        st = JobStatus.from_json(obj)
+        if self._k is None and st.k > 0:
+            # A job found by its id: C's shape comes from the answer (a batch's count is
+            # not in the status), k and the dtype from here.
+            self._k, self._dtype = st.k, st.dtype
+        return st, resp.getheader("Retry-After")
+
+    def status(self) -> JobStatus:
+        """``GET /v1/jobs/{id}``: the job's state and, once it ran, kernel and timing."""
+        return self._status()[0]
+
+    def wait(self, timeout: Timeout = None) -> JobStatus:
+        """Polls until the job has finished (done, failed or cancelled) and returns its last
+        status; raises :class:`GemmTimeoutError` when ``timeout`` seconds pass first. Polls
+        after 20 ms, doubling up to 0.5 s, or after the server's ``Retry-After`` if it sends one."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval = 0.02
+        while True:
+            st, retry_after = self._status()
+            if st.finished:
+                return st
+            wait = _retry_after(retry_after, interval, self.client.max_retry_wait) if retry_after else interval
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise GemmTimeoutError("job %s is still %s after %gs" % (self.id, st.state, timeout or 0))
+                wait = min(wait, left)
+            time.sleep(wait)
+            interval = min(interval * 2, 0.5)
+
+    def result(self, timeout: Timeout = None, *, out: Optional[npt.NDArray[Any]] = None) -> npt.NDArray[Any]:
+        """Waits for the job (see :meth:`wait`) and returns C; a failed or cancelled job
+        raises its error as a :class:`GemmError`."""
+        return self.product(timeout, out=out).c
+
+    def product(self, timeout: Timeout = None, *, out: Optional[npt.NDArray[Any]] = None) -> Product:
+        """Like :meth:`result`, but returns a :class:`Product` with the server's timing."""
+        st = self.wait(timeout)
+        if st.error is not None and st.state != "done":
+            raise st.error
+        c = self.client
+        t0 = time.perf_counter()
+        resp, conn, retries = c._call("GET", c._prefix + self._path("/result"),
+                                      accept="application/octet-stream")
+        if resp.status != 200:
+            raise c._error(resp, conn, retries)
+        if self._shape is not None:
+            flops = 2.0 * float(np.prod(self._shape)) * (self._k or 0)
+        else:
+            sh = (resp.getheader("X-Gemm-Shape") or "").split(",")
+            flops = 2.0 * float(np.prod([int(x) for x in sh if x.isdigit()])) * (self._k or 0)
+        return c._read_product(resp, conn, self._shape, self._dtype, out, flops, t0, retries, self.id)
+
+    def cancel(self) -> bool:
+        """``DELETE /v1/jobs/{id}``: cancels a queued or running job (the server forgets it at
+        once; a running product stops at its next stage boundary) or forgets a finished one.
+        Returns False when the server does not know the job (already forgotten, expired, or
+        another token's)."""
+        c = self.client
+        resp, conn, retries = c._call("DELETE", c._prefix + self._path())
+        if resp.status == 404:
+            err = c._error(resp, conn, retries)
+            if err.code == "job_not_found":
+                return False
+            raise err
+        if resp.status not in (200, 204):
+            raise c._error(resp, conn, retries)
+        c._drain(resp, conn)
+        return True
+

@@ -1,0 +1,159 @@
+"""What the server reports beside C: timing, the kernel that ran, job states."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import numpy as np
+import numpy.typing as npt
+
+from ._errors import GemmError
+
+# The stages of the daemon's Server-Timing header, in its order (see docs/API.md, "Timing").
+_STAGES = ("recv", "decode", "queue", "h2d", "kernel", "d2h", "encode", "total")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The server's stages of one product, in milliseconds, and the client's own wall time.
+
+    ``recv``: first to last body byte; ``decode``: body to A and B ready; ``queue``: waiting
+    for a worker; ``h2d`` / ``d2h``: copies to and from the device (0 on the CPU);
+    ``kernel``: the product itself; ``encode``: C to the answer's format; ``total``: the
+    server's whole request. ``gflops`` is 2·m·n·k over the kernel time (0 when the kernel
+    time is unknown). ``wall_ms`` is what this client measured for the whole call, from the
+    first byte sent to the last byte of C read (None for timing read from a job's status).
+    """
+
+    recv_ms: float = 0.0
+    decode_ms: float = 0.0
+    queue_ms: float = 0.0
+    h2d_ms: float = 0.0
+    kernel_ms: float = 0.0
+    d2h_ms: float = 0.0
+    encode_ms: float = 0.0
+    total_ms: float = 0.0
+    gflops: float = 0.0
+    wall_ms: Optional[float] = None
+
+    @classmethod
+    def from_server_timing(cls, header: Optional[str], flops: float = 0.0,
+                           wall_ms: Optional[float] = None) -> "Timing":
+        """Parses ``Server-Timing: recv;dur=0.06, ..., kernel;dur=2.1;desc="...", total;dur=5``.
+        Unknown entries are ignored, missing ones are 0."""
+        durs: Dict[str, float] = {}
+        for entry in (header or "").split(","):
+            fields = [f.strip() for f in entry.split(";")]
+            if not fields or fields[0] not in _STAGES:
+                continue
+            for f in fields[1:]:
+                if f.startswith("dur="):
+                    try:
+                        durs[fields[0]] = float(f[4:])
+                    except ValueError:
+                        pass
+        kernel = durs.get("kernel", 0.0)
+        return cls(gflops=flops / (kernel * 1e6) if kernel > 0 and flops > 0 else 0.0,
+                   wall_ms=wall_ms, **{s + "_ms": durs.get(s, 0.0) for s in _STAGES})
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "Timing":
+        """Reads the ``timing`` object of a job's status."""
+        if not isinstance(obj, Mapping):
+            return cls()
+        vals: Dict[str, float] = {}
+        for f in dataclasses.fields(cls):
+            v = obj.get(f.name)
+            if f.name != "wall_ms" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                vals[f.name] = float(v)
+        return cls(**vals)
+
+
+@dataclass(frozen=True, eq=False)
+class Product:
+    """C and what the server reported about computing it.
+
+    ``kernel``, ``tile``, ``block``, ``math`` and ``device`` are the ones that actually ran
+    (``X-Gemm-*`` headers; ``block`` is "" where the kernel has none), ``instance`` the
+    daemon that answered (its ``instance_id``; "" from a server that does not say),
+    ``batched`` how a batch ran (``X-Gemm-Batched``, e.g. ``"1000 strided"``, or
+    ``"8 coalesced loop"`` when the server ran this product together with others; "" when
+    neither),
+    ``timing`` the server's stages, ``retries`` the number of 503 answers waited out
+    before it was accepted, ``job_id`` the id when it came from ``Client.submit``.
+    """
+
+    c: npt.NDArray[Any]
+    kernel: str
+    tile: int
+    block: str
+    math: str
+    device: str
+    timing: Timing
+    instance: str = ""
+    batched: str = ""
+    retries: int = 0
+    job_id: Optional[str] = None
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return tuple(self.c.shape)
+
+    @property
+    def dtype(self) -> "np.dtype[Any]":
+        return np.dtype(self.c.dtype)
+
+
+#: The states a job goes through (``queued`` → ``running`` → one of the last three).
+JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One ``GET /v1/jobs/{id}``: the job's state and, once it ran, its kernel and timing.
+
+    ``error`` is set for a failed or cancelled job (a :class:`GemmError` carrying the
+    job's status, code and message); ``expires_in_s`` is how long a finished job is still
+    kept. ``raw`` is the whole JSON answer.
+    """
+
+    id: str
+    state: str
+    shape: Tuple[int, int]
+    k: int
+    dtype: str
+    kernel: str
+    tile: int
+    block: str
+    math: str
+    device: str
+    timing: Timing
+    expires_in_s: Optional[float]
+    error: Optional[GemmError]
+    raw: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
+
+    @property
+    def finished(self) -> bool:
+        """True once the job is done, failed or cancelled."""
+        return self.state in ("done", "failed", "cancelled")
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "JobStatus":
+        shape = obj.get("shape") or [0, 0]
+        err = None
+        e = obj.get("error")
+        if isinstance(e, Mapping):
+            status = e.get("status")
+            err = GemmError(str(e.get("message", "")), status if isinstance(status, int) else None,
+                            str(e["code"]) if e.get("code") is not None else None)
+        exp = obj.get("expires_in_s")
+        return cls(id=str(obj.get("id", "")), state=str(obj.get("state", "")),
+                   shape=(int(shape[0]), int(shape[1])), k=int(obj.get("k", 0)),
+                   dtype=str(obj.get("dtype", "")), kernel=str(obj.get("kernel", "")),
+                   tile=int(obj.get("tile", 0)), block=str(obj.get("block", "")),
+                   math=str(obj.get("math", "")), device=str(obj.get("device", "")),
+                   timing=Timing.from_json(obj.get("timing")),
+                   expires_in_s=float(exp) if isinstance(exp, (int, float)) else None,
+                   error=err, raw=dict(obj))
