@@ -37,6 +37,17 @@ const key_desc gemmd_config_keys[] = {
      "connections open at once from one address (0 = no limit)"},
     {"connection_timeout", K_INT, OFF(connection_timeout_s), 0, 0, 86400,
      "seconds a connection may stay idle (0 = never time out)"},
+    {"header_timeout", K_INT, OFF(header_timeout_s), 0, 0, 86400,
+     "seconds a request head may take, from the connection or the previous answer (0 = none)"},
+    {"request_timeout", K_INT, OFF(request_timeout_s), 0, 0, 86400,
+     "seconds the whole request (head and body) may take (0 = none)"},
+    {"min_rate_kb", K_INT, OFF(min_rate_kb), 0, 0, 10485760,
+     "KiB/s a body must average after header_timeout, and an answer must be taken at (0 = none)"},
+    {"send_timeout", K_INT, OFF(send_timeout_s), 0, 0, 86400,
+     "seconds an answer may wait for the client to take it, plus its size at min_rate_kb (0 = none)"},
+    {"max_inflight_mb", K_MB_U64, OFF(max_inflight_bytes), 0, 0, 16777216,
+     "MiB of memory all requests in flight may hold: bodies, inputs, kept results, answers "
+     "(0 = half of the host's or the container's memory)"},
     {"backend", K_BACKEND, OFF(engine.backend), SZ(engine.backend), 0, 0,
      "compute engine: auto (CUDA when a GPU is present, else CPU), cpu or cuda"},
     {"threads", K_INT, OFF(engine.threads), 0, 0, 4096, "CPU backend: BLAS threads (0 = all cores)"},
@@ -96,6 +107,11 @@ void gemmd_config_defaults(gemmd_config *c)
     c->connection_limit = 256;
     c->per_ip_limit = 64;
     c->connection_timeout_s = 60;
+    c->header_timeout_s = 10;
+    c->request_timeout_s = 600;
+    c->min_rate_kb = 64;
+    c->send_timeout_s = 30;
+    c->max_inflight_bytes = 0;
     gemm_engine_config_defaults(&c->engine);
     c->limits.max_dim = 65536;
     c->limits.max_elements = 268435456ull;

@@ -25,6 +25,12 @@ typedef struct {
     int connection_limit;       /* connection_limit = 256 */
     int per_ip_limit;           /* per_ip_limit = 64 */
     int connection_timeout_s;   /* connection_timeout = 60 (seconds idle) */
+    int header_timeout_s;       /* header_timeout = 10: a request head must arrive within */
+    int request_timeout_s;      /* request_timeout = 600: head and body must arrive within */
+    int min_rate_kb;            /* min_rate_kb = 64: KiB/s a body must keep up (0 = off) */
+    int send_timeout_s;         /* send_timeout = 30: an answer must start being taken within */
+    uint64_t max_inflight_bytes;/* max_inflight_mb = 0: memory budget of requests in flight
+                                   (0 = half of the host's or the cgroup's memory) */
     gemm_engine_config engine;  /* backend, threads, cpu_workers, queue_depth, devices,
                                    streams_per_device, device_mem_limit, fault_inject */
     gemm_limits limits;         /* max_dim, max_elements, max_body_mb */

@@ -25,6 +25,7 @@
 #include "auth.h"
 #include "instance.h"
 #include "log.h"
+#include "offload.h"
 #include "respond.h"
 #include "routes.h"
 #include "routes_v2.h"
@@ -33,11 +34,14 @@
  * gets the error; past it the connection is closed. */
 #define GEMMD_DISCARD_MAX (64ull * 1024 * 1024)
 #define GEMMD_CONN_MEMORY (256 * 1024)
+/* Threads that encode big JSON answers (the HTTP threads stay free for the rest). */
+#define GEMMD_OFFLOAD_THREADS 2
 
 struct gemmd_server_ext {
     gemmd_server s;
     char *tls_cert, *tls_key;
     MHD_socket quiesced;
+    gemmd_conns_config conns_cfg;
 };
 
 /* ---- routing ------------------------------------------------------------------ */
@@ -316,6 +320,17 @@ static enum MHD_Result body_complete(gemmd_request *req)
     return gemmd_route_jobs_submit(req);
 }
 
+/* A connection over connection_limit or per_ip_limit. On plain HTTP the 503 was written
+ * when it was accepted: close it now that its request head came. Over TLS it is answered
+ * here, and closed after the answer. */
+static enum MHD_Result refuse_connection(gemmd_request *req, const char *code, const char *msg)
+{
+    req->route = GEMMD_ROUTE_OTHER;
+    if (!req->srv->cfg.tls_cert[0]) return MHD_NO;
+    req->close_conn = 1;
+    return gemmd_respond_errorf(req, 503, code, "%s", msg);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
@@ -329,6 +344,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!req) return MHD_NO;
         *con_cls = req;
         atomic_fetch_add(&srv->inflight, 1);
+        req->cx = gemmd_conn_of(conn);
+        gemmd_conn_head(req->cx);
+        const char *why_msg = NULL;
+        const char *why = gemmd_conn_refusal(req->cx, &why_msg);
+        if (why) return refuse_connection(req, why, why_msg);
         LOG_DEBUG("request start method=%s path=%s", req->method, log_path(req, lp, sizeof lp));
         /* Framing errors are answered now, and MHD then closes the connection: the rest of
          * the bytes cannot be trusted to be this request's body. */
@@ -344,6 +364,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_data_size) {
+        gemmd_conn_body(req->cx, *upload_data_size);
         if (req->phase == REQ_BODY) {
             if (gemmd_route_is_v2(req->route)) gemmd_v2_body_feed(req, upload_data, *upload_data_size);
             else gemmd_body_feed(req, upload_data, *upload_data_size);
@@ -359,7 +380,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (req->phase == REQ_BODY) return body_complete(req); /* an empty body */
         return rc;
     }
-    if (req->phase == REQ_BODY) return body_complete(req);
+    if (req->phase == REQ_BODY) {
+        enum MHD_Result rc = body_complete(req);
+        if (req->phase == REQ_WAIT) gemmd_conn_wait(req->cx); /* no deadline on the engine */
+        return rc;
+    }
     if (req->phase == REQ_WAIT) return gemmd_route_matmul_resumed(req);
     return MHD_YES;
 }
@@ -387,6 +412,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                  req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms, reason);
     gemmd_metrics_request(req->route, req->status, ms / 1000.0, req->bytes_in,
                           toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? req->bytes_out : 0);
+    gemmd_conn_request_done(req->cx);
     /* A product still on the engine (shutdown gave up on it) keeps req until its done(). */
     gemmd_request_release(req);
     atomic_fetch_sub(&srv->inflight, 1);
@@ -408,6 +434,47 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
 }
 
 /* ---- start ------------------------------------------------------------------------ */
+
+/* The memory budget, the charging allocators and the connection limits and deadlines. */
+static int start_limits(gemmd_server *s, gemm_err *err)
+{
+    struct gemmd_server_ext *x = (struct gemmd_server_ext *)s;
+    const gemmd_config *cfg = &s->cfg;
+    uint64_t limit = cfg->max_inflight_bytes ? cfg->max_inflight_bytes : gemmd_budget_default_limit();
+    gemmd_budget_tune_malloc();
+    /* With nothing given back lately, a refused client is told to come back once the
+     * deadlines have dropped what a stuck client may hold. */
+    unsigned fallback = (unsigned)(cfg->header_timeout_s + cfg->send_timeout_s);
+    s->budget = gemmd_budget_new(limit, fallback ? fallback : 10);
+    if (!s->budget) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate the memory budget");
+    const gemm_allocator *base = gemm_engine_allocator(s->engine);
+    s->alloc_ctx = (gemmd_budget_alloc_ctx){s->budget, *base, GEMMD_MEM_INPUT, 0};
+    s->alloc = gemmd_budget_allocator(&s->alloc_ctx);
+    /* Pinned host memory (CUDA) is committed when it is allocated; plain memory as the
+     * body writes it. */
+    gemmd_budget_lazy_allocator(&s->lazy_ctx, s->budget, base, strcmp(s->info.backend, "cuda") == 0);
+    s->lazy_alloc = gemmd_budget_allocator(&s->lazy_ctx);
+
+    x->conns_cfg = (gemmd_conns_config){
+        .connection_limit = cfg->connection_limit,
+        .per_ip_limit = cfg->per_ip_limit,
+        .header_timeout_s = cfg->header_timeout_s,
+        .request_timeout_s = cfg->request_timeout_s,
+        .send_timeout_s = cfg->send_timeout_s,
+        .min_rate = (double)cfg->min_rate_kb * 1024.0,
+        .plain_http = !(cfg->tls_cert[0] && cfg->tls_key[0]),
+    };
+    s->conns = gemmd_conns_new(&x->conns_cfg);
+    if (!s->conns) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate the connection table");
+    s->offload = gemmd_offload_new(GEMMD_OFFLOAD_THREADS);
+    if (!s->offload) return gemm_err_set(err, 500, "out_of_memory", "cannot start the offload threads");
+    LOG_INFO("limits: memory budget %.0f MiB (max_inflight_mb%s), connections %d (%d per address), "
+             "header_timeout %d s, request_timeout %d s, min_rate_kb %d, send_timeout %d s",
+             (double)limit / (1024.0 * 1024.0), cfg->max_inflight_bytes ? "" : " = 0: half of this host's memory",
+             cfg->connection_limit, cfg->per_ip_limit, cfg->header_timeout_s, cfg->request_timeout_s,
+             cfg->min_rate_kb, cfg->send_timeout_s);
+    return 0;
+}
 
 static char *read_file(const char *path, gemm_err *err)
 {
@@ -519,12 +586,14 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         LOG_WARN("!!! listening on %s without tokens_file: ANYONE who can reach this address can use the "
                  "server; set tokens_file (one bearer token a line) or bind 127.0.0.1 !!!", cfg->listen);
     }
+    if (start_limits(s, err) != 0) goto fail;
     s->jobs = gemmd_jobs_new(engine, cfg->job_ttl_s, cfg->job_mem_bytes, cfg->max_jobs);
     s->matrices = gemmd_matrices_new(engine, cfg->resident_bytes, cfg->max_matrices);
     if (!s->jobs || !s->matrices) {
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate the job store");
         goto fail;
     }
+    gemmd_jobs_set_memory(s->jobs, &s->alloc, s->budget);
 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -536,6 +605,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         flags |= MHD_USE_TLS;
     }
     unsigned threads = cfg->http_threads > 0 ? (unsigned)cfg->http_threads : 1;
+    unsigned mhd_limit = gemmd_conns_mhd_limit(&x->conns_cfg);
     /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
     struct MHD_OptionItem where[2] = {{MHD_OPTION_SOCK_ADDR, 0, &ss}, {MHD_OPTION_END, 0, NULL}};
     if (listen_fd >= 0) where[0] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, listen_fd, NULL};
@@ -550,8 +620,10 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     s->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
         MHD_OPTION_ARRAY, where, MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->connection_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)cfg->per_ip_limit, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GEMMD_CONN_MEMORY,
+        /* room over connection_limit: gemmd answers the connections over its limits itself */
+        MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
+        MHD_OPTION_NOTIFY_CONNECTION, gemmd_conns_notify, s->conns,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GEMMD_CONN_MEMORY,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!s->daemon) {
         gemm_err_set(err, 500, "listen_failed",
@@ -560,6 +632,11 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         goto fail;
     }
     listen_fd = -1; /* the daemon owns it now */
+    if (gemmd_conns_start(s->conns) != 0) {
+        gemm_err_set(err, 500, "internal_error", "cannot start the connection watchdog");
+        MHD_stop_daemon(s->daemon);
+        goto fail;
+    }
     int port = cfg->port;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     if (di && di->port) port = di->port;
@@ -577,6 +654,9 @@ fail:
     if (listen_fd >= 0) close(listen_fd);
     gemmd_jobs_free(s->jobs);
     gemmd_matrices_free(s->matrices);
+    gemmd_conns_free(s->conns);
+    gemmd_offload_free(s->offload);
+    gemmd_budget_free(s->budget);
     gemmd_auth_free(s->auth);
     pthread_mutex_destroy(&s->mu);
     free(x->tls_cert);
@@ -657,6 +737,8 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     if (atomic_load(&s->inflight) > 0)
         LOG_WARN("shutdown: closing %d requests that did not finish in time", atomic_load(&s->inflight));
 
+    gemmd_offload_drain(s->offload); /* answers being encoded are finished and resumed */
+    gemmd_conns_stop(s->conns); /* no deadline may fire while MHD closes what is left */
     MHD_stop_daemon(s->daemon); /* nothing is suspended any more */
     wait_engine_idle(s->engine, -1.0);
     int kept = -1;
@@ -669,6 +751,9 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     }
     gemmd_jobs_free(s->jobs);
     gemmd_matrices_free(s->matrices); /* no request holds one any more */
+    gemmd_conns_free(s->conns);
+    gemmd_offload_free(s->offload);
+    gemmd_budget_free(s->budget);
     gemmd_auth_free(s->auth);
     pthread_mutex_destroy(&s->mu);
     free(x->tls_cert);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "budget.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -28,6 +29,8 @@ struct gemmd_jobs {
     int max_jobs, count; /* count: entries alive (listed or still in the engine) */
     int stopping;
     gemmd_job_entry *head;
+    const gemm_allocator *alloc; /* job buffers' allocator (NULL: the engine's) */
+    gemmd_budget *budget;        /* a finished result's charge becomes a kept result */
 
     /* the sweeper */
     pthread_t sweeper;
@@ -40,13 +43,19 @@ struct gemmd_jobs {
     void *done_hook_arg;
 };
 
+static void free_buffer(gemmd_jobs *s, void *p)
+{
+    if (s->alloc) gemm_free(s->alloc, p);
+    else gemm_engine_host_free(s->engine, p);
+}
+
 static void free_buffers(gemmd_jobs *s, gemmd_job_entry *j, int inputs_only)
 {
-    gemm_engine_host_free(s->engine, j->job.a);
-    gemm_engine_host_free(s->engine, j->job.b);
+    free_buffer(s, j->job.a);
+    free_buffer(s, j->job.b);
     j->job.a = j->job.b = NULL;
     if (!inputs_only) {
-        gemm_engine_host_free(s->engine, j->job.c);
+        free_buffer(s, j->job.c);
         j->job.c = NULL;
     }
 }
@@ -206,6 +215,12 @@ gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, i
     return s;
 }
 
+void gemmd_jobs_set_memory(gemmd_jobs *s, const gemm_allocator *alloc, gemmd_budget *budget)
+{
+    s->alloc = alloc;
+    s->budget = budget;
+}
+
 void gemmd_jobs_set_done_hook(gemmd_jobs *s, void (*hook)(gemmd_job_entry *j, void *arg), void *arg)
 {
     pthread_mutex_lock(&s->mu);
@@ -241,9 +256,11 @@ void gemmd_jobs_free(gemmd_jobs *s)
     free(s);
 }
 
-gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t result_bytes, gemm_err *err)
+gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t input_bytes, size_t result_bytes, gemm_err *err)
 {
     gemmd_job_entry *dead = NULL, *j = NULL;
+    size_t bytes = input_bytes + result_bytes;
+    if (bytes < input_bytes) bytes = SIZE_MAX;
     pthread_mutex_lock(&s->mu);
     sweep_locked(s, &dead);
     if (s->stopping) {
@@ -252,16 +269,16 @@ gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t result_bytes, gemm_err
         gemm_err_set(err, 503, "job_store_full",
                      "%d jobs are kept already (max_jobs); fetch or DELETE finished jobs, or retry "
                      "once they expire", s->count);
-    } else if (result_bytes > s->mem_cap) {
+    } else if (bytes > s->mem_cap) {
         gemm_err_set(err, 413, "too_large",
-                     "the result needs %zu bytes but kept async results may hold at most %llu "
-                     "(job_mem_mb); use POST /v1/matmul for it",
-                     result_bytes, (unsigned long long)s->mem_cap);
-    } else if (s->mem_used > s->mem_cap - result_bytes) {
+                     "the job needs %zu bytes (inputs %zu, result %zu) but async jobs may hold at most "
+                     "%llu together (job_mem_mb); use POST /v1/matmul for it",
+                     bytes, input_bytes, result_bytes, (unsigned long long)s->mem_cap);
+    } else if (s->mem_used > s->mem_cap - bytes) {
         gemm_err_set(err, 503, "job_store_full",
-                     "the result needs %zu bytes but only %llu of the %llu bytes for kept results "
-                     "(job_mem_mb) are free; fetch or DELETE finished jobs",
-                     result_bytes, (unsigned long long)(s->mem_cap - s->mem_used),
+                     "the job needs %zu bytes (inputs %zu, result %zu) but only %llu of the %llu bytes "
+                     "for async jobs (job_mem_mb) are free; fetch or DELETE finished jobs",
+                     bytes, input_bytes, result_bytes, (unsigned long long)(s->mem_cap - s->mem_used),
                      (unsigned long long)s->mem_cap);
     } else if (!(j = calloc(1, sizeof *j))) {
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate a job");
@@ -272,10 +289,11 @@ gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t result_bytes, gemm_err
     } else {
         j->store = s;
         j->refs = 1; /* the caller's, until submit or abandon */
-        j->reserved = result_bytes;
+        j->reserved = bytes;
+        j->reserved_inputs = input_bytes;
         j->t_created_ms = gemm_now_ms();
         j->job.user = j;
-        s->mem_used += result_bytes;
+        s->mem_used += bytes;
         s->count++;
     }
     pthread_mutex_unlock(&s->mu);
@@ -312,8 +330,13 @@ static void on_done(gemm_job *job)
     if (st != GEMM_JOB_DONE) {
         s->mem_used -= j->reserved;
         j->reserved = 0;
+    } else {
+        s->mem_used -= j->reserved_inputs; /* the inputs are gone; the result stays */
+        j->reserved -= j->reserved_inputs;
+        gemmd_budget_retag(s->budget, j->job.c, GEMMD_MEM_RESULT);
     }
     j->state = (gemm_job_state)st;
+    j->reserved_inputs = 0;
     j->finished = 1;
     j->in_engine = 0;
     j->t_finished_ms = gemm_now_ms();
@@ -530,6 +553,11 @@ int gemmd_jobs_retry_after_s(gemmd_jobs *s)
     pthread_mutex_lock(&s->mu);
     double next = next_expiry_locked(s);
     double left_ms = next < 0 ? s->ttl_ms : next - gemm_now_ms();
+    /* Full by memory rather than count: a job on the engine gives its inputs back when
+     * its product ends, long before any result expires. */
+    if (s->count < s->max_jobs)
+        for (gemmd_job_entry *j = s->head; j; j = j->next)
+            if (j->in_engine && j->reserved_inputs) left_ms = 1000.0;
     pthread_mutex_unlock(&s->mu);
     double secs = ceil(left_ms / 1000.0);
     if (secs < 1) secs = 1;

@@ -1,7 +1,7 @@
 /*
  * jobs.h - the store of asynchronous jobs (POST /v1/jobs ... GET /v1/jobs/{id}/result).
  *
- *   gemmd_job_entry *j = gemmd_jobs_reserve(store, c_bytes, &err);  // id, memory, count
+ *   gemmd_job_entry *j = gemmd_jobs_reserve(store, ab_bytes, c_bytes, &err); // id, memory, count
  *   j->job.a/b/c/dtype/m/k/n/kernel/... = ...; j->owner = ...;      // filled by the caller
  *   gemmd_jobs_submit(store, j, &err);                              // engine owns it now
  *   ...
@@ -13,7 +13,8 @@
  * entry is freed when the last one goes, so DELETE of a running job only unlinks it,
  * asks the engine to cancel it, and the engine's done() frees it. Inputs are freed as
  * soon as the product is done; the result is kept for ttl_s seconds after the job
- * finished, its bytes reserved at submit against mem_bytes. A sweeper thread forgets
+ * finished. The inputs and the result are reserved at submit against mem_bytes
+ * (job_mem_mb); the inputs' part is given back when the product is done. A sweeper thread forgets
  * expired jobs when their time comes, whether or not requests arrive (every store call
  * sweeps too). Thread-safe.
  *
@@ -33,6 +34,8 @@
 
 #include "engine.h"
 #include "instance.h"
+
+typedef struct gemmd_budget gemmd_budget;
 
 /* Longest job id: "<instance_id>-" and 128 random bits in hex (instance.h). */
 #define GEMMD_JOB_ID_LEN GEMMD_ID_MAX
@@ -59,7 +62,8 @@ typedef struct gemmd_job_entry {
     int finished;         /* done() was called */
     gemm_job_state state; /* the final state, copied from the engine in done() */
     double t_created_ms, t_finished_ms;
-    size_t reserved;      /* result bytes reserved against mem_bytes */
+    size_t reserved;      /* bytes reserved against mem_bytes (inputs until done, result) */
+    size_t reserved_inputs; /* the inputs' part of it */
     struct gemmd_job_entry *next;
 } gemmd_job_entry;
 
@@ -84,15 +88,18 @@ typedef struct {
 } gemmd_job_view;
 
 gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, int max_jobs);
+/* Job buffers are freed with alloc (the daemon's charged allocator) and a finished
+ * result's charge is moved to "results" in budget. Call before the first job. */
+void gemmd_jobs_set_memory(gemmd_jobs *s, const gemm_allocator *alloc, gemmd_budget *budget);
 /* Frees every entry and buffer. Call after gemmd_jobs_shutdown() once the engine holds
  * none of them any more (no entry may still be in the engine). */
 void gemmd_jobs_free(gemmd_jobs *s);
 
-/* A fresh entry with a random id, its result bytes reserved. NULL with 503
+/* A fresh entry with a random id, its inputs' and result's bytes reserved. NULL with 503
  * job_store_full (too many jobs kept, or not enough of mem_bytes left), 413 too_large
- * (the result alone is larger than mem_bytes), 503
+ * (inputs and result alone are larger than mem_bytes), 503
  * shutting_down after gemmd_jobs_shutdown(), or 500 when the id cannot be drawn. */
-gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t result_bytes, gemm_err *err);
+gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t input_bytes, size_t result_bytes, gemm_err *err);
 /* Gives back an entry that was reserved but not submitted, freeing any of
  * job.a/b/c set on it (with the engine's allocator). */
 void gemmd_jobs_abandon(gemmd_jobs *s, gemmd_job_entry *j);

@@ -238,3 +238,50 @@ void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine)
     gemmd_metrics_label_value(out, backend);
     gemm_buf_puts(out, "\"} 1\n");
 }
+
+void gemmd_metrics_render_memory(gemm_buf *out, const gemmd_budget_stats *st)
+{
+    header(out, "gemmd_memory_budget_bytes", "gauge",
+           "The memory budget of requests in flight (max_inflight_mb).");
+    gemm_buf_printf(out, "gemmd_memory_budget_bytes %llu\n", (unsigned long long)st->limit);
+    header(out, "gemmd_memory_inflight_bytes", "gauge", "Bytes charged against the memory budget now.");
+    gemm_buf_printf(out, "gemmd_memory_inflight_bytes %llu\n", (unsigned long long)st->used);
+    header(out, "gemmd_memory_inflight_peak_bytes", "gauge", "The most bytes charged at once since start.");
+    gemm_buf_printf(out, "gemmd_memory_inflight_peak_bytes %llu\n", (unsigned long long)st->peak);
+    header(out, "gemmd_memory_held_bytes", "gauge",
+           "Bytes charged now, by what holds them: request bodies being received, inputs of products "
+           "decoded, queued or running, kept async results, answers being sent.");
+    for (int k = 0; k < GEMMD_MEM_NKINDS; k++)
+        gemm_buf_printf(out, "gemmd_memory_held_bytes{holder=\"%s\"} %llu\n", gemmd_mem_kind_name((gemmd_mem_kind)k),
+                        (unsigned long long)st->by_kind[k]);
+    header(out, "gemmd_memory_refused_total", "counter", "Charges the memory budget refused (answered 503).");
+    gemm_buf_printf(out, "gemmd_memory_refused_total %llu\n", (unsigned long long)st->refused);
+}
+
+void gemmd_metrics_render_connections(gemm_buf *out, const gemmd_conns_stats *st)
+{
+    header(out, "gemmd_connections_open", "gauge", "Connections open now (admitted and refused).");
+    gemm_buf_printf(out, "gemmd_connections_open %d\n", st->open);
+    header(out, "gemmd_connections_admitted", "gauge", "Connections counted against connection_limit now.");
+    gemm_buf_printf(out, "gemmd_connections_admitted %d\n", st->admitted);
+    header(out, "gemmd_connections_accepted_total", "counter", "Connections accepted since start.");
+    gemm_buf_printf(out, "gemmd_connections_accepted_total %llu\n", (unsigned long long)st->accepted);
+    header(out, "gemmd_connections_refused_total", "counter",
+           "Connections answered 503 and closed for being over a limit.");
+    gemm_buf_printf(out, "gemmd_connections_refused_total{limit=\"connection_limit\"} %llu\n",
+                    (unsigned long long)st->refused_limit);
+    gemm_buf_printf(out, "gemmd_connections_refused_total{limit=\"per_ip_limit\"} %llu\n",
+                    (unsigned long long)st->refused_ip);
+    header(out, "gemmd_connections_evicted_total", "counter",
+           "Connections waiting for a request head closed to make room for a newcomer.");
+    gemm_buf_printf(out, "gemmd_connections_evicted_total %llu\n", (unsigned long long)st->evicted);
+    header(out, "gemmd_connections_closed_total", "counter", "Connections closed at a deadline, by deadline.");
+    gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"header\"} %llu\n",
+                    (unsigned long long)st->closed_header);
+    gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"min_rate\"} %llu\n",
+                    (unsigned long long)st->closed_body);
+    gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"request\"} %llu\n",
+                    (unsigned long long)st->closed_request);
+    gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"send\"} %llu\n",
+                    (unsigned long long)st->closed_send);
+}

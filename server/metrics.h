@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "budget.h"
+#include "conns.h"
 #include "engine.h"
 #include "json_codec.h" /* gemm_buf */
 
@@ -45,6 +47,15 @@ void gemmd_metrics_resident(int count, uint64_t host_bytes, uint64_t budget_byte
  * gemmd_device_bytes_copied_total{device,direction}, gemmd_device_memory_used_bytes{device},
  * gemmd_device_info{device,name}, gemmd_build_info{version,backend}. */
 void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine);
+
+/* Appends the memory budget: gemmd_memory_budget_bytes, gemmd_memory_inflight_bytes,
+ * gemmd_memory_inflight_peak_bytes, gemmd_memory_held_bytes{holder} (bodies, inputs,
+ * results, answers), gemmd_memory_refused_total. */
+void gemmd_metrics_render_memory(gemm_buf *out, const gemmd_budget_stats *st);
+/* Appends the connections: gemmd_connections_open, gemmd_connections_admitted,
+ * gemmd_connections_accepted_total, gemmd_connections_refused_total{limit},
+ * gemmd_connections_evicted_total, gemmd_connections_closed_total{deadline}. */
+void gemmd_metrics_render_connections(gemm_buf *out, const gemmd_conns_stats *st);
 
 /* Appends v escaped as a label value (backslash, double quote, newline). */
 void gemmd_metrics_label_value(gemm_buf *out, const char *v);

@@ -40,7 +40,7 @@ gemmd_request *gemmd_request_new(gemmd_server *srv, struct MHD_Connection *conn,
 
 static void free_matrix(gemmd_request *req, gemm_matrix *m)
 {
-    gemm_engine_host_free(req->srv->engine, m->data);
+    gemm_free(&req->srv->alloc, m->data);
     m->data = NULL;
 }
 
@@ -48,19 +48,25 @@ void gemmd_request_free(gemmd_request *req)
 {
     if (!req) return;
     gemm_engine *e = req->srv->engine;
+    const gemm_allocator *al = &req->srv->alloc;
     free(req->json);
     gemm_multipart_free(req->mp);
     gemm_npy_reader_free(req->rd[0]);
     gemm_npy_reader_free(req->rd[1]);
     free_matrix(req, &req->a);
     free_matrix(req, &req->b);
-    if (!req->ref[0]) gemm_engine_host_free(e, req->job.a); /* a resident operand is only borrowed */
-    if (!req->ref[1]) gemm_engine_host_free(e, req->job.b);
-    gemm_engine_host_free(e, req->job.c);
+    if (!req->ref[0]) gemm_free(al, req->job.a); /* a resident operand is only borrowed */
+    if (!req->ref[1]) gemm_free(al, req->job.b);
+    gemm_free(al, req->job.c);
     gemmd_v2_free(req->v2);
     for (int i = 0; i < 2; i++) gemmd_matrices_put(req->srv->matrices, req->ref[i]);
     if (req->reserved) gemmd_matrices_unreserve(req->srv->matrices, req->reserved);
     gemm_engine_resident_free(e, req->c_res);
+    gemmd_budget_release(req->srv->budget, GEMMD_MEM_BODY, req->body_charged);
+    if (req->prepared == 1) { /* encoded but never sent: the connection went away */
+        gemm_buf_free(&req->prepared_buf);
+        gemmd_budget_release(req->srv->budget, GEMMD_MEM_ANSWER, req->prepared_charge);
+    }
     free(req);
 }
 
@@ -194,7 +200,7 @@ static int part_begin(void *user, const char *name, const char *filename, const 
         if (strcmp(name, "matrix") == 0 || strcmp(name, "a") == 0) {
             if (req->have[0] || req->rd[0])
                 return gemm_err_set(err, 400, "duplicate_part", "the form has more than one matrix part");
-            req->rd[0] = gemm_npy_reader_new(limits(req), gemm_engine_allocator(req->srv->engine));
+            req->rd[0] = gemm_npy_reader_new(limits(req), &req->srv->lazy_alloc);
             if (!req->rd[0]) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
             req->part = 0;
             return 0;
@@ -218,7 +224,7 @@ static int part_begin(void *user, const char *name, const char *filename, const 
         int i = name[0] == 'b';
         if (req->have[i] || req->rd[i])
             return gemm_err_set(err, 400, "duplicate_part", "the form has two parts named \"%s\"", name);
-        req->rd[i] = gemm_npy_reader_new(limits(req), gemm_engine_allocator(req->srv->engine));
+        req->rd[i] = gemm_npy_reader_new(limits(req), &req->srv->lazy_alloc);
         if (!req->rd[i]) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
         req->part = i;
         return 0;
@@ -255,7 +261,17 @@ static int part_end(void *user, gemm_err *err)
     req->part = -1;
     if (p == 0 || p == 1) {
         gemm_matrix *m = p == 0 ? &req->a : &req->b;
+        /* A Fortran-order array is transposed through a copy of itself: admit it first. */
+        const gemm_npy_header *h = gemm_npy_reader_header(req->rd[p]);
+        size_t copy = 0;
+        if (h && h->fortran_order && h->rows > 1 && h->cols > 1 &&
+            gemm_matrix_bytes(h->rows, h->cols, h->dtype, &copy) &&
+            gemm_mul_size(copy, (size_t)(h->batch ? h->batch : 1), &copy) &&
+            gemmd_budget_charge(req->srv->budget, GEMMD_MEM_BODY, copy) != 0)
+            return gemmd_budget_refuse(req->srv->budget, copy, "transposing a Fortran-order .npy part", err,
+                                       &req->retry_after_s);
         int rc = gemm_npy_reader_finish(req->rd[p], m, err);
+        gemmd_budget_release(req->srv->budget, GEMMD_MEM_BODY, copy);
         gemm_npy_reader_free(req->rd[p]);
         req->rd[p] = NULL;
         if (rc != 0) return -1;
@@ -274,6 +290,79 @@ static int part_end(void *user, gemm_err *err)
 }
 
 static const gemm_multipart_callbacks mp_callbacks = {part_begin, part_data, part_end};
+
+/* ---- the memory budget -------------------------------------------------------- */
+
+/* Bodies are charged as their bytes arrive, in steps of a huge page (what writing into a
+ * fresh buffer makes resident), plus one step for the second operand's first page, and
+ * never more than the whole body. */
+#define BODY_GRANULE ((uint64_t)2 << 20)
+
+static gemmd_budget *budget(gemmd_request *req) { return req->srv->budget; }
+
+/* Buffers the body fills are charged by the body's bytes when the allocator commits
+ * memory only as it is written; when it commits at once they were charged whole. */
+static int body_fills_lazily(gemmd_request *req)
+{
+    return req->family == GEMMD_FMT_JSON || req->srv->lazy_ctx.lazy;
+}
+
+static int refuse(gemmd_request *req, uint64_t bytes, const char *what)
+{
+    return gemmd_budget_refuse(budget(req), bytes, what, &req->err, &req->retry_after_s);
+}
+
+/* Before a byte is read: a body the budget can never hold is 413, one it cannot hold now
+ * is 503 (nothing is reserved: the body is charged as it arrives). */
+static int admit_declared(gemmd_request *req, uint64_t need, const char *what)
+{
+    gemmd_budget *b = budget(req);
+    if (need > gemmd_budget_max_single(b))
+        return gemm_err_set(&req->err, 413, "too_large",
+                            "%s needs %.1f MiB, more than this server's memory budget lets one request hold "
+                            "(%.1f MiB of max_inflight_mb)", what, (double)need / (1 << 20),
+                            (double)gemmd_budget_max_single(b) / (1 << 20));
+    if (gemmd_budget_fits(b, need) != 0) return refuse(req, need, what);
+    return 0;
+}
+
+static int charge_body(gemmd_request *req)
+{
+    if (!body_fills_lazily(req)) return 0;
+    uint64_t got = req->bytes_in;
+    uint64_t want = (got + BODY_GRANULE - 1) / BODY_GRANULE * BODY_GRANULE;
+    if (got > BODY_GRANULE) want += BODY_GRANULE;
+    uint64_t cap = req->has_length ? req->content_length + 1 : req->limit + 1;
+    if (want > cap) want = cap;
+    if (want <= req->body_charged) return 0;
+    if (gemmd_budget_adjust(budget(req), GEMMD_MEM_BODY, req->body_charged, want) != 0) {
+        uint64_t rest = req->has_length && req->content_length > req->body_charged
+                            ? req->content_length - req->body_charged : want - req->body_charged;
+        return refuse(req, rest, "the rest of the request body");
+    }
+    req->body_charged = want;
+    return 0;
+}
+
+/* The body is complete: its buffers become the product's inputs, charged whole, with
+ * what the body was charged moved over. */
+static int settle_inputs(gemmd_request *req)
+{
+    gemmd_budget *b = budget(req);
+    uint64_t credit = req->body_charged;
+    int rc = gemmd_budget_settle(b, req->a.data, GEMMD_MEM_INPUT, GEMMD_MEM_BODY, &credit);
+    if (rc == 0) rc = gemmd_budget_settle(b, req->b.data, GEMMD_MEM_INPUT, GEMMD_MEM_BODY, &credit);
+    gemmd_budget_release(b, GEMMD_MEM_BODY, credit);
+    req->body_charged = 0;
+    if (rc != 0) {
+        size_t a_bytes = 0, b_bytes = 0;
+        gemm_matrix_bytes(req->a.rows, req->a.cols, req->a.dtype, &a_bytes);
+        gemm_matrix_bytes(req->b.rows, req->b.cols, req->b.dtype, &b_bytes);
+        return refuse(req, a_bytes * (req->a.batch ? req->a.batch : 1) + b_bytes * (req->b.batch ? req->b.batch : 1),
+                      "A and B");
+    }
+    return 0;
+}
 
 /* ---- begin ---------------------------------------------------------------- */
 
@@ -381,11 +470,21 @@ static int begin_raw(gemmd_request *req)
                             : req->ref[1] ? "A alone (B is resident)" : "A then B",
                             gemm_dtype_name(o->dtype), total,
                             req->ref[0] || req->ref[1] ? "" : " (A is m x k, B is k x n, from the query)");
-    if (a_bytes) req->a.data = gemm_engine_host_alloc(req->srv->engine, a_bytes);
-    if (b_bytes) req->b.data = gemm_engine_host_alloc(req->srv->engine, b_bytes);
-    if ((a_bytes && !req->a.data) || (b_bytes && !req->b.data))
+    size_t c_bytes = 0, need = 0;
+    if (!gemm_matrix_bytes(o->m, o->n, o->dtype, &c_bytes) || !gemm_mul_size(c_bytes, (size_t)nb, &c_bytes) ||
+        !gemm_add_size(total, c_bytes, &need))
+        return gemm_err_set(err, 413, "too_large", "the matrices' byte sizes overflow");
+    if (admit_declared(req, need, "this product (A, B and C)") != 0) return -1;
+    /* Host memory the allocator commits only as it is written is charged as the body fills
+     * it; memory it commits at once is charged whole here (gemmd_budget_lazy_allocator). */
+    gemmd_budget_take_refusal();
+    if (a_bytes) req->a.data = gemm_alloc(&req->srv->lazy_alloc, a_bytes);
+    if (b_bytes && (!a_bytes || req->a.data)) req->b.data = gemm_alloc(&req->srv->lazy_alloc, b_bytes);
+    if ((a_bytes && !req->a.data) || (b_bytes && !req->b.data)) {
+        if (gemmd_budget_take_refusal()) return refuse(req, total, "A and B");
         return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for A and B now; retry later",
                             total);
+    }
     req->a.rows = o->m;
     req->a.cols = o->k;
     req->b.rows = o->k;
@@ -434,9 +533,13 @@ static int begin_matrix_raw(gemmd_request *req)
                             (unsigned long long)cols, gemm_dtype_name(o->dtype), bytes);
     if (gemmd_matrices_reserve(req->srv->matrices, bytes, err) != 0) return -1;
     req->reserved = bytes;
-    req->a.data = gemm_engine_host_alloc(req->srv->engine, bytes);
-    if (!req->a.data)
+    if (admit_declared(req, bytes, "the matrix") != 0) return -1;
+    gemmd_budget_take_refusal();
+    req->a.data = gemm_alloc(&req->srv->lazy_alloc, bytes);
+    if (!req->a.data) {
+        if (gemmd_budget_take_refusal()) return refuse(req, bytes, "the matrix");
         return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes now; retry later", bytes);
+    }
     req->a.rows = rows;
     req->a.cols = cols;
     req->a.dtype = o->dtype;
@@ -455,7 +558,7 @@ static int begin_matrix(gemmd_request *req, const char *ct)
     }
     if (ct && media_is(ct, "application/x-npy")) {
         req->family = GEMMD_FMT_NPY;
-        req->rd[0] = gemm_npy_reader_new(limits(req), gemm_engine_allocator(req->srv->engine));
+        req->rd[0] = gemm_npy_reader_new(limits(req), &req->srv->lazy_alloc);
         return req->rd[0] ? 0 : gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
     }
     if (ct && media_is(ct, "multipart/form-data")) {
@@ -503,7 +606,7 @@ int gemmd_body_begin(gemmd_request *req)
                                 "the JSON body has %llu bytes; JSON bodies are parsed whole and may "
                                 "have at most %llu (max_json_mb); send large matrices as raw or .npy",
                                 (unsigned long long)req->content_length, (unsigned long long)req->limit);
-        return 0;
+        return req->has_length ? admit_declared(req, req->content_length, "the JSON body") : 0;
     }
     if (ct && media_is(ct, "application/octet-stream")) {
         req->family = GEMMD_FMT_RAW;
@@ -511,6 +614,7 @@ int gemmd_body_begin(gemmd_request *req)
     }
     if (ct && media_is(ct, "multipart/form-data")) {
         req->family = GEMMD_FMT_NPY;
+        if (req->has_length && admit_declared(req, req->content_length, "the form body") != 0) return -1;
         req->mp = gemm_multipart_new(ct, &mp_callbacks, req, err);
         return req->mp ? 0 : -1;
     }
@@ -535,6 +639,10 @@ void gemmd_body_feed(gemmd_request *req, const char *data, size_t len)
         gemm_err_set(&req->err, 413, "body_too_large", "the body is over the limit of %llu bytes%s",
                      (unsigned long long)req->limit,
                      req->family == GEMMD_FMT_JSON ? " for JSON (max_json_mb)" : " (max_body_mb)");
+        fail(req);
+        return;
+    }
+    if (charge_body(req) != 0) {
         fail(req);
         return;
     }
@@ -579,8 +687,11 @@ void gemmd_body_feed(gemmd_request *req, const char *data, size_t len)
     }
     case GEMMD_FMT_NPY:
         if (req->mp ? gemm_multipart_feed(req->mp, data, len, &req->err) != 0
-                    : gemm_npy_reader_feed(req->rd[0], data, len, &req->err) != 0)
+                    : gemm_npy_reader_feed(req->rd[0], data, len, &req->err) != 0) {
+            uint64_t refused = gemmd_budget_take_refusal();
+            if (refused) refuse(req, refused, "an .npy part");
             fail(req);
+        }
         break;
     default:
         break;
@@ -609,7 +720,7 @@ static int finish_matrix_npy(gemmd_request *req)
         return gemm_err_set(err, 422, "dtype_mismatch",
                             "dtype %s was asked for but the .npy file holds %s; convert it or leave dtype out",
                             gemm_dtype_name(req->opt.dtype), gemm_dtype_name(req->a.dtype));
-    return 0;
+    return settle_inputs(req);
 }
 
 static int finish_npy(gemmd_request *req)
@@ -631,8 +742,7 @@ static int finish_npy(gemmd_request *req)
     if (gemmd_check_math(&req->opt, req->a.dtype, err) != 0) return -1;
     if (gemm_check_product(req->a.rows, req->a.cols, req->b.rows, req->b.cols, req->a.dtype, limits(req), err) != 0)
         return -1;
-    if (!req->a.batch && !req->b.batch) return 0;
-    if (!req->a.batch)
+    if (req->b.batch && !req->a.batch)
         return gemm_err_set(err, 422, "batch_mismatch",
                             "B is 3-D (%llu matrices) but A is 2-D; a batched product needs A of shape "
                             "(b, m, k) (B may be (b, k, n) or one (k, n) for all)",
@@ -641,7 +751,10 @@ static int finish_npy(gemmd_request *req)
         return gemm_err_set(err, 422, "batch_mismatch",
                             "A holds %llu matrices and B %llu; send as many Bs as As, or one 2-D B for all",
                             (unsigned long long)req->a.batch, (unsigned long long)req->b.batch);
-    return gemmd_check_batch(req, req->a.batch, req->a.rows, req->a.cols, req->b.cols, req->b.batch);
+    if (req->a.batch &&
+        gemmd_check_batch(req, req->a.batch, req->a.rows, req->a.cols, req->b.cols, req->b.batch) != 0)
+        return -1;
+    return settle_inputs(req);
 }
 
 int gemmd_check_batch(gemmd_request *req, uint64_t batch, uint64_t m, uint64_t k, uint64_t n, uint64_t b_batch)
@@ -655,33 +768,60 @@ int gemmd_check_batch(gemmd_request *req, uint64_t batch, uint64_t m, uint64_t k
     return 0;
 }
 
+/* cJSON builds a tree of about 80 bytes per value before the matrices are checked and
+ * copied out: that working memory is admitted first, counted from the body's separators
+ * (an upper bound on its values). */
+#define JSON_TREE_BYTES_PER_VALUE 96
+
+static uint64_t json_tree_estimate(const char *s, size_t len)
+{
+    uint64_t n = 1;
+    for (const char *p = s, *end = s + len; p < end; p++) n += (*p == ',' || *p == '[' || *p == '{');
+    return n * JSON_TREE_BYTES_PER_VALUE;
+}
+
 int gemmd_body_finish(gemmd_request *req)
 {
     req->t_body_ms = gemm_now_ms();
     int rc = 0;
     switch (req->family) {
-    case GEMMD_FMT_JSON:
-        if (req->route == GEMMD_ROUTE_MATRIX_CREATE) {
-            rc = gemm_json_decode_matrix(req->json ? req->json : "", req->json_len, limits(req),
-                                         gemm_engine_allocator(req->srv->engine), &req->opt, &req->a, &req->err);
+    case GEMMD_FMT_JSON: {
+        uint64_t tree = json_tree_estimate(req->json ? req->json : "", req->json_len);
+        if (gemmd_budget_charge(budget(req), GEMMD_MEM_BODY, tree) != 0) {
+            rc = refuse(req, tree, "parsing this JSON body");
         } else {
-            gemm_json_refs refs = {{req->ref[0] != NULL, req->ref[1] != NULL}, json_ref, req};
-            rc = gemm_json_decode_request_refs(req->json ? req->json : "", req->json_len, limits(req),
-                                               gemm_engine_allocator(req->srv->engine), &req->opt, &req->a,
-                                               &req->b, &refs, &req->err);
+            gemmd_budget_take_refusal();
+            if (req->route == GEMMD_ROUTE_MATRIX_CREATE) {
+                rc = gemm_json_decode_matrix(req->json ? req->json : "", req->json_len, limits(req),
+                                             &req->srv->alloc, &req->opt, &req->a, &req->err);
+            } else {
+                gemm_json_refs refs = {{req->ref[0] != NULL, req->ref[1] != NULL}, json_ref, req};
+                rc = gemm_json_decode_request_refs(req->json ? req->json : "", req->json_len, limits(req),
+                                                   &req->srv->alloc, &req->opt, &req->a, &req->b, &refs,
+                                                   &req->err);
+            }
+            gemmd_budget_release(budget(req), GEMMD_MEM_BODY, tree);
+            if (tree >= (64u << 20)) gemmd_budget_trim(); /* the tree's blocks go back now */
+            uint64_t refused = gemmd_budget_take_refusal();
+            if (rc != 0 && refused) refuse(req, refused, "the decoded matrices");
         }
         free(req->json);
         req->json = NULL;
         req->json_len = req->json_cap = 0;
+        gemmd_budget_release(budget(req), GEMMD_MEM_BODY, req->body_charged);
+        req->body_charged = 0;
         if (rc == 0) {
             req->opt.dtype = req->a.dtype;
             rc = gemmd_check_math(&req->opt, req->a.dtype, &req->err);
         }
         break;
+    }
     case GEMMD_FMT_RAW:
         if (req->raw_got != req->raw_total)
             rc = gemm_err_set(&req->err, 400, "truncated", "the body ended after %zu of %zu bytes", req->raw_got,
                               req->raw_total);
+        else
+            rc = settle_inputs(req);
         break;
     case GEMMD_FMT_NPY:
         rc = finish_npy(req);

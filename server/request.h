@@ -17,7 +17,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "budget.h"
 #include "config.h"
+#include "conns.h"
 #include "engine.h"
 #include "gemm_types.h"
 #include "jobs.h"
@@ -51,6 +53,12 @@ typedef struct gemmd_server {
      * their own locks, never taken under it), so it is a plain, non-recursive mutex. */
     pthread_mutex_t mu;
     gemmd_request *pending;    /* synchronous products on the engine */
+    gemmd_budget *budget;      /* max_inflight_mb: every buffer is charged against it */
+    gemmd_budget_alloc_ctx alloc_ctx, lazy_ctx;
+    gemm_allocator alloc;      /* charged engine memory: decoded matrices, C (kind inputs) */
+    gemm_allocator lazy_alloc; /* for buffers the network fills (raw bodies, .npy parts) */
+    gemmd_conns *conns;        /* connection limits and deadlines */
+    struct gemmd_offload *offload; /* threads that encode big JSON answers */
 } gemmd_server;
 
 /* Times of one product, in ms; the stages are consecutive, so they add up to <= total. */
@@ -76,6 +84,8 @@ struct gemmd_request {
     double t_start_ms, t_body_ms, t_decoded_ms;
     uint64_t bytes_in, bytes_out;
     int status;                /* the answer's status once queued (0: none) */
+    gemmd_conn *cx;            /* the connection's deadlines (NULL: none) */
+    int close_conn;            /* answer with Connection: close */
     const char *allow;         /* Allow header of a 405 */
 
     /* body reading */
@@ -88,6 +98,7 @@ struct gemmd_request {
     int has_length;
     uint64_t content_length;
     uint64_t limit;            /* body bytes allowed for this request */
+    uint64_t body_charged;     /* bytes of the body charged against the budget so far */
     char *json;
     size_t json_len, json_cap;
     size_t raw_a_bytes, raw_total, raw_got;
@@ -112,6 +123,13 @@ struct gemmd_request {
     int suspended, job_done;
     int abandoned;             /* shutdown gave up waiting: answer 503, the engine keeps req */
     gemmd_request *pend_next, *pend_prev, *hold_next;
+
+    /* an answer encoded on an offload thread (the connection suspended meanwhile) */
+    int prepared;              /* 1: prepared_buf is the answer; -1: prepared_err is */
+    gemm_buf prepared_buf;
+    uint64_t prepared_charge;  /* its charge against the budget */
+    gemm_err prepared_err;
+    gemmd_job_entry *offload_entry; /* the kept job whose result is being encoded */
 
     /* answer */
     gemmd_timing timing;

@@ -16,6 +16,8 @@
 #include "instance.h"
 
 #define PAYLOAD_BLOCK (256 * 1024)
+/* JSON answers that may be larger than this are encoded on an offload thread. */
+#define GEMMD_JSON_OFFLOAD_BYTES (1u << 20)
 
 /* ---- Accept ----------------------------------------------------------------- */
 
@@ -173,6 +175,8 @@ enum MHD_Result gemmd_respond_queue(gemmd_request *req, int status, struct MHD_R
     if (dev && dev[0]) MHD_add_response_header(resp, "X-Gemm-Device", dev);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (gemmd_instance_get()[0]) MHD_add_response_header(resp, "X-Gemm-Instance", gemmd_instance_get());
+    if (req->close_conn) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    gemmd_conn_answer(req->cx, req->bytes_out); /* the send deadline starts */
     enum MHD_Result rc = MHD_queue_response(req->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     if (rc == MHD_YES) req->status = status;
@@ -318,12 +322,16 @@ typedef struct {
     size_t data_len;
     void (*release)(void *ctx);
     void *ctx;
+    gemmd_conn *cx;         /* told how much the client has taken (send deadline) */
 } payload;
 
 static ssize_t payload_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     payload *p = cls;
     size_t total = p->prefix_len + p->data_len;
+    /* MHD asks for more once what it had was sent: pos is what the client has taken,
+     * give or take the socket's buffer. */
+    gemmd_conn_progress(p->cx, pos);
     if (pos >= total) return MHD_CONTENT_READER_END_OF_STREAM;
     size_t off = (size_t)pos, n = 0;
     if (off < p->prefix_len) {
@@ -346,6 +354,70 @@ static void payload_free(void *cls)
     payload *p = cls;
     if (p->release) p->release(p->ctx);
     free(p);
+}
+
+/* ---- charged JSON answers ------------------------------------------------------ */
+
+/* The most bytes the JSON of a rows x cols answer can take: the widest element and its
+ * comma, a row's brackets, and room for the fields around C. */
+static uint64_t json_answer_bound(uint64_t rows, uint64_t cols, gemm_dtype d)
+{
+    uint64_t per = d == GEMM_DTYPE_F64 ? 26 : d == GEMM_DTYPE_F32 ? 17 : 12;
+    if (rows && cols > UINT64_MAX / rows / per) return UINT64_MAX;
+    return rows * cols * per + rows * 3 + 8192;
+}
+
+typedef struct {
+    char *data;
+    size_t len;
+    gemmd_budget *budget;
+    uint64_t charge;
+    gemmd_conn *cx;
+} charged_text;
+
+static ssize_t text_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    charged_text *t = cls;
+    gemmd_conn_progress(t->cx, pos);
+    if (pos >= t->len) return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t n = t->len - (size_t)pos < max ? t->len - (size_t)pos : max;
+    memcpy(buf, t->data + pos, n);
+    return (ssize_t)n;
+}
+
+static void text_free(void *cls)
+{
+    charged_text *t = cls;
+    free(t->data);
+    gemmd_budget_release(t->budget, GEMMD_MEM_ANSWER, t->charge);
+    free(t);
+}
+
+enum MHD_Result gemmd_respond_encoded_json(gemmd_request *req, int status, gemm_buf *b, uint64_t charge,
+                                           const char *location)
+{
+    gemmd_budget *bud = req->srv->budget;
+    charged_text *t = calloc(1, sizeof *t);
+    if (!t) {
+        gemm_buf_free(b);
+        gemmd_budget_release(bud, GEMMD_MEM_ANSWER, charge);
+        return gemmd_respond_queue(req, 500, NULL);
+    }
+    t->data = b->data;
+    t->len = b->len;
+    gemm_buf_init(b);
+    t->budget = bud;
+    t->charge = charge;
+    t->cx = req->cx;
+    struct MHD_Response *r = MHD_create_response_from_callback(t->len, PAYLOAD_BLOCK, text_read, t, text_free);
+    if (!r) {
+        text_free(t);
+        return gemmd_respond_queue(req, 500, NULL);
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (location) MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, location);
+    req->bytes_out = t->len;
+    return gemmd_respond_queue(req, status, r);
 }
 
 static void add_product_headers(struct MHD_Response *r, uint64_t rows, uint64_t cols, const gemmd_product_meta *m)
@@ -377,6 +449,103 @@ static void add_product_headers(struct MHD_Response *r, uint64_t rows, uint64_t 
     }
 }
 
+int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d)
+{
+    return json_answer_bound(rows, cols, d) >= GEMMD_JSON_OFFLOAD_BYTES;
+}
+
+int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t rows, uint64_t cols,
+                              const gemmd_product_meta *meta, void (*release)(void *ctx), void *ctx, gemm_buf *out,
+                              uint64_t *charge, gemm_err *err)
+{
+    if (meta->kernel) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", meta->kernel);
+    if (meta->device) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", meta->device);
+    fill_request_times(req);
+    /* The text is admitted against the memory budget at its largest before it is written,
+     * and its charge goes with it until MHD is done sending it. */
+    gemmd_budget *bud = req->srv->budget;
+    uint64_t nb = meta->batch ? meta->batch : 1;
+    uint64_t est = json_answer_bound(rows * nb, cols, meta->dtype); /* batches: rows * nb rows */
+    gemm_buf_init(out);
+    *charge = 0;
+    if (est > SIZE_MAX || gemmd_budget_charge(bud, GEMMD_MEM_ANSWER, est) != 0) {
+        if (release) release(ctx);
+        return gemmd_budget_refuse(bud, est, "the JSON answer", err, &req->retry_after_s);
+    }
+    gemm_buf b;
+    gemm_buf_init(&b);
+    b.data = malloc((size_t)est);
+    b.cap = b.data ? (size_t)est : 0;
+    b.failed = !b.data;
+    size_t one = 0;
+    gemm_matrix_bytes(rows, cols, meta->dtype, &one);
+    double t0 = gemm_now_ms();
+    gemm_matrix c = {rows, cols, meta->dtype, (void *)data, 0};
+    gemm_buf_puts(&b, "{");
+    if (meta->job_id) {
+        gemm_buf_puts(&b, "\"id\":");
+        gemm_buf_json_string(&b, meta->job_id);
+        gemm_buf_puts(&b, ",");
+    }
+    if (meta->matrix_id)
+        gemm_buf_printf(&b, "\"matrix_id\":\"%s\",\"location\":\"/v1/matrices/%s\",", meta->matrix_id,
+                        meta->matrix_id);
+    gemm_buf_puts(&b, "\"c\":");
+    if (meta->batch) { /* nested 3-D: one matrix after the other */
+        gemm_buf_puts(&b, "[");
+        for (uint64_t i = 0; i < meta->batch; i++) {
+            if (i) gemm_buf_puts(&b, ",");
+            c.data = (char *)data + i * one;
+            gemm_json_write_matrix(&b, &c);
+        }
+        gemm_buf_puts(&b, "]");
+        gemm_buf_printf(&b, ",\"shape\":[%llu,%llu,%llu],\"dtype\":", (unsigned long long)meta->batch,
+                        (unsigned long long)rows, (unsigned long long)cols);
+    } else {
+        gemm_json_write_matrix(&b, &c);
+        gemm_buf_printf(&b, ",\"shape\":[%llu,%llu],\"dtype\":", (unsigned long long)rows,
+                        (unsigned long long)cols);
+    }
+    gemm_buf_json_string(&b, gemm_dtype_name(meta->dtype));
+    gemm_buf_puts(&b, ",\"kernel\":");
+    gemm_buf_json_string(&b, meta->kernel ? meta->kernel : "");
+    gemm_buf_printf(&b, ",\"tile\":%d,\"block\":", meta->tile);
+    gemm_buf_json_string(&b, meta->block ? meta->block : "");
+    gemm_buf_puts(&b, ",\"math\":");
+    gemm_buf_json_string(&b, meta->math ? meta->math : "");
+    gemm_buf_puts(&b, ",\"device\":");
+    gemm_buf_json_string(&b, meta->device ? meta->device : "");
+    if (meta->batched) {
+        gemm_buf_printf(&b, ",\"batched\":{\"products\":%llu,\"mode\":", (unsigned long long)meta->batched);
+        gemm_buf_json_string(&b, meta->batch_mode ? meta->batch_mode : "");
+        gemm_buf_puts(&b, "}");
+    }
+    if (release) release(ctx); /* meta may point into what ctx owns */
+    double t1 = gemm_now_ms();
+    req->timing.encode_ms = t1 - t0;
+    req->timing.total_ms = req->timing.total_base_ms + t1 - req->t_start_ms;
+    gemm_buf_puts(&b, ",\"timing\":");
+    gemmd_timing_json(&b, &req->timing);
+    gemm_buf_puts(&b, "}\n");
+    if (b.failed) {
+        gemm_buf_free(&b);
+        gemmd_budget_release(bud, GEMMD_MEM_ANSWER, est);
+        return gemm_err_set(err, 500, "out_of_memory", "cannot build the JSON answer");
+    }
+    /* Charged what is held now: the text itself (more, if it grew past the bound). */
+    char *shrunk = realloc(b.data, b.len + 1);
+    if (shrunk) {
+        b.data = shrunk;
+        b.cap = b.len + 1;
+    }
+    uint64_t held = b.cap;
+    if (held > est && gemmd_budget_adjust(bud, GEMMD_MEM_ANSWER, est, held) != 0) held = est;
+    else if (held < est) gemmd_budget_adjust(bud, GEMMD_MEM_ANSWER, est, held);
+    *out = b;
+    *charge = held;
+    return 0;
+}
+
 enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_format fmt, const void *data,
                                       uint64_t rows, uint64_t cols, const gemmd_product_meta *meta,
                                       void (*release)(void *ctx), void *ctx)
@@ -389,61 +558,17 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
     fill_request_times(req);
 
     if (fmt == GEMMD_FMT_JSON) {
-        double t0 = gemm_now_ms();
-        gemm_matrix c = {rows, cols, meta->dtype, (void *)data, 0};
         gemm_buf b;
-        gemm_buf_init(&b);
-        gemm_buf_puts(&b, "{");
-        if (meta->job_id) {
-            gemm_buf_puts(&b, "\"id\":");
-            gemm_buf_json_string(&b, meta->job_id);
-            gemm_buf_puts(&b, ",");
-        }
-        if (meta->matrix_id) gemm_buf_printf(&b, "\"matrix_id\":\"%s\",\"location\":\"/v1/matrices/%s\",",
-                                             meta->matrix_id, meta->matrix_id);
-        gemm_buf_puts(&b, "\"c\":");
-        if (meta->batch) { /* nested 3-D: one matrix after the other */
-            gemm_buf_puts(&b, "[");
-            for (uint64_t i = 0; i < meta->batch; i++) {
-                if (i) gemm_buf_puts(&b, ",");
-                c.data = (char *)data + i * one;
-                gemm_json_write_matrix(&b, &c);
-            }
-            gemm_buf_puts(&b, "]");
-            gemm_buf_printf(&b, ",\"shape\":[%llu,%llu,%llu],\"dtype\":", (unsigned long long)meta->batch,
-                            (unsigned long long)rows, (unsigned long long)cols);
-        } else {
-            gemm_json_write_matrix(&b, &c);
-            gemm_buf_printf(&b, ",\"shape\":[%llu,%llu],\"dtype\":", (unsigned long long)rows,
-                            (unsigned long long)cols);
-        }
-        gemm_buf_json_string(&b, gemm_dtype_name(meta->dtype));
-        gemm_buf_puts(&b, ",\"kernel\":");
-        gemm_buf_json_string(&b, meta->kernel ? meta->kernel : "");
-        gemm_buf_printf(&b, ",\"tile\":%d,\"block\":", meta->tile);
-        gemm_buf_json_string(&b, meta->block ? meta->block : "");
-        gemm_buf_puts(&b, ",\"math\":");
-        gemm_buf_json_string(&b, meta->math ? meta->math : "");
-        gemm_buf_puts(&b, ",\"device\":");
-        gemm_buf_json_string(&b, meta->device ? meta->device : "");
-        if (meta->batched) {
-            gemm_buf_printf(&b, ",\"batched\":{\"products\":%llu,\"mode\":", (unsigned long long)meta->batched);
-            gemm_buf_json_string(&b, meta->batch_mode ? meta->batch_mode : "");
-            gemm_buf_puts(&b, "}");
-        }
-        if (release) release(ctx); /* meta may point into what ctx owns */
-        double t1 = gemm_now_ms();
-        req->timing.encode_ms = t1 - t0;
-        req->timing.total_ms = req->timing.total_base_ms + t1 - req->t_start_ms;
-        gemm_buf_puts(&b, ",\"timing\":");
-        gemmd_timing_json(&b, &req->timing);
-        gemm_buf_puts(&b, "}\n");
+        uint64_t charge = 0;
+        gemm_err e;
+        if (gemmd_encode_product_json(req, data, rows, cols, meta, release, ctx, &b, &charge, &e) != 0)
+            return gemmd_respond_error(req, &e);
         if (meta->matrix_id) {
             char loc[GEMMD_JOB_ID_LEN + 24];
             snprintf(loc, sizeof loc, "/v1/matrices/%s", meta->matrix_id);
-            return gemmd_respond_json_header(req, status, &b, MHD_HTTP_HEADER_LOCATION, loc);
+            return gemmd_respond_encoded_json(req, status, &b, charge, loc);
         }
-        return gemmd_respond_json(req, status, &b);
+        return gemmd_respond_encoded_json(req, status, &b, charge, NULL);
     }
 
     payload *p = calloc(1, sizeof *p);
@@ -455,6 +580,7 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
     p->data_len = bytes;
     p->release = release;
     p->ctx = ctx;
+    p->cx = req->cx;
     if (fmt == GEMMD_FMT_NPY)
         p->prefix_len = gemm_npy_write_header3(p->prefix, sizeof p->prefix, meta->dtype, meta->batch, rows, cols);
     req->timing.encode_ms = 0;

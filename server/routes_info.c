@@ -124,6 +124,15 @@ static cJSON *info_json(gemmd_server *srv)
     cJSON_AddNumberToObject(lim, "max_jobs", cfg->max_jobs);
     cJSON_AddNumberToObject(lim, "job_mem_bytes", (double)cfg->job_mem_bytes);
     cJSON_AddNumberToObject(lim, "job_ttl_s", cfg->job_ttl_s);
+    gemmd_budget_stats bs;
+    gemmd_budget_get_stats(srv->budget, &bs);
+    cJSON_AddNumberToObject(lim, "max_inflight_bytes", (double)bs.limit);
+    cJSON_AddNumberToObject(lim, "connection_limit", cfg->connection_limit);
+    cJSON_AddNumberToObject(lim, "per_ip_limit", cfg->per_ip_limit);
+    cJSON_AddNumberToObject(lim, "header_timeout_s", cfg->header_timeout_s);
+    cJSON_AddNumberToObject(lim, "request_timeout_s", cfg->request_timeout_s);
+    cJSON_AddNumberToObject(lim, "min_rate_kb", cfg->min_rate_kb);
+    cJSON_AddNumberToObject(lim, "send_timeout_s", cfg->send_timeout_s);
 
     int streams = 0;
     for (int i = 0; i < in->ndevices; i++) streams += in->devices[i].streams;
@@ -153,5 +162,11 @@ enum MHD_Result gemmd_route_metrics(gemmd_request *req)
     gemmd_jobs_sweep(req->srv->jobs); /* expired jobs leave the gauges too */
     gemmd_metrics_render(&b, req->srv->engine);
     gemmd_fleet_render(&b, req->srv->engine, atomic_load(&req->srv->inflight) - 1);
+    gemmd_budget_stats bs;
+    gemmd_budget_get_stats(req->srv->budget, &bs);
+    gemmd_metrics_render_memory(&b, &bs);
+    gemmd_conns_stats cs;
+    gemmd_conns_get_stats(req->srv->conns, &cs);
+    gemmd_metrics_render_connections(&b, &cs);
     return gemmd_respond_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
 }

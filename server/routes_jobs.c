@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "offload.h"
 #include "respond.h"
 #include "routes.h"
 #include "routes_v2.h"
@@ -60,9 +61,13 @@ static int fill_job(gemmd_request *req, gemm_job *job, int copy_refs, gemm_err *
     if (!gemm_job_bytes(job, bytes))
         return gemm_err_set(err, 413, "too_large", "C's byte size overflows");
     c_bytes = bytes[2];
-    job->c = gemm_engine_host_alloc(req->srv->engine, c_bytes);
-    if (!job->c)
+    gemmd_budget_take_refusal();
+    job->c = gemm_alloc(&req->srv->alloc, c_bytes);
+    if (!job->c) {
+        if (gemmd_budget_take_refusal())
+            return gemmd_budget_refuse(req->srv->budget, c_bytes, "C", err, &req->retry_after_s);
         return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for C now; retry later", c_bytes);
+    }
     return 0;
 }
 
@@ -116,18 +121,85 @@ void gemmd_request_release(gemmd_request *req)
     if (last) gemmd_request_free(req);
 }
 
+/* ---- answers encoded off the HTTP threads ------------------------------------------ */
+
+/* The offloaded encoding is done: the request's connection is resumed (the same
+ * handshake as a product's done(): the resume never comes before the suspend). */
+static void offload_finished(gemmd_request *req, int engine_ref)
+{
+    gemmd_server *srv = req->srv;
+    struct MHD_Connection *conn = req->conn;
+    pthread_mutex_lock(&srv->mu);
+    req->job_done = 1;
+    int resume = req->suspended;
+    req->suspended = 0;
+    int last = engine_ref && req_unref_locked(req); /* a product's: done() handed it over */
+    pthread_mutex_unlock(&srv->mu);
+    if (resume) MHD_resume_connection(conn);
+    if (last) gemmd_request_free(req);
+}
+
+/* C of a synchronous product as JSON (an offload thread). */
+static void encode_sync(void *arg)
+{
+    gemmd_request *req = arg;
+    gemm_job *job = &req->job;
+    gemmd_timing_from_job(&req->timing, &job->timing);
+    gemmd_product_meta meta;
+    job_meta(job, &meta, NULL);
+    req->prepared = gemmd_encode_product_json(req, job->c, job->m, job->n, &meta, NULL, NULL, &req->prepared_buf,
+                                              &req->prepared_charge, &req->prepared_err) == 0 ? 1 : -1;
+    gemm_free(&req->srv->alloc, job->c); /* read: C goes at once */
+    job->c = NULL;
+    offload_finished(req, 1);
+}
+
+static void release_entry(void *ctx);
+
+/* A kept result as JSON (an offload thread). */
+static void encode_result(void *arg)
+{
+    gemmd_request *req = arg;
+    gemmd_job_entry *j = req->offload_entry;
+    req->offload_entry = NULL;
+    gemmd_product_meta meta;
+    job_meta(&j->job, &meta, j->id);
+    req->prepared = gemmd_encode_product_json(req, j->job.c, j->job.m, j->job.n, &meta, release_entry, j,
+                                              &req->prepared_buf, &req->prepared_charge,
+                                              &req->prepared_err) == 0 ? 1 : -1;
+    offload_finished(req, 0);
+}
+
+static enum MHD_Result respond_prepared(gemmd_request *req)
+{
+    int p = req->prepared;
+    req->prepared = 0;
+    if (p < 0) return gemmd_respond_error(req, &req->prepared_err);
+    return gemmd_respond_encoded_json(req, 200, &req->prepared_buf, req->prepared_charge, NULL);
+}
+
 static void on_sync_done(gemm_job *job)
 {
     gemmd_request *req = job->user;
     gemmd_server *srv = req->srv;
     struct MHD_Connection *conn = req->conn;
+    int big_json = atomic_load(&job->state) == GEMM_JOB_DONE && req->answer == GEMMD_FMT_JSON &&
+                   !req->store_c && !gemmd_route_is_v2(req->route) &&
+                   srv->offload && gemmd_json_answer_is_big(job->m * (job->batch ? job->batch : 1), job->n,
+                                                            job->dtype);
     /* inputs go as soon as the product is done; resident ones are only borrowed */
-    if (!req->ref[0]) gemm_engine_host_free(srv->engine, job->a);
-    if (!req->ref[1]) gemm_engine_host_free(srv->engine, job->b);
+    if (!req->ref[0]) gemm_free(&srv->alloc, job->a);
+    if (!req->ref[1]) gemm_free(&srv->alloc, job->b);
     job->a = job->b = NULL;
     gemm_job_state st = (gemm_job_state)atomic_load(&job->state);
     pthread_mutex_lock(&srv->mu);
     pending_unlink(srv, req);
+    if (big_json && !req->abandoned && gemmd_offload_run(srv->offload, encode_sync, req) == 0) {
+        /* encode_sync answers it: it resumes the connection and drops the engine's reference */
+        pthread_mutex_unlock(&srv->mu);
+        LOG_DEBUG("product done: encoding its JSON answer on an offload thread");
+        return;
+    }
     req->job_done = 1;
     int resume = req->suspended;
     req->suspended = 0;
@@ -233,14 +305,14 @@ enum MHD_Result gemmd_route_matmul_resumed(gemmd_request *req)
 }
 
 typedef struct {
-    gemm_engine *engine;
+    const gemm_allocator *alloc;
     void *p;
 } owned_buffer;
 
 static void release_buffer(void *ctx)
 {
     owned_buffer *ob = ctx;
-    gemm_engine_host_free(ob->engine, ob->p);
+    gemm_free(ob->alloc, ob->p);
     free(ob);
 }
 
@@ -260,6 +332,7 @@ static enum MHD_Result stored_answer(gemmd_request *req)
     gemm_err_clear(&err);
     gemm_matrix cm = {job->m, job->n, job->dtype, job->c, 0};
     char id[GEMMD_JOB_ID_LEN + 1];
+    gemmd_budget_forget(srv->budget, job->c); /* resident_mb counts it from now on */
     if (gemmd_matrices_add(srv->matrices, &cm, &req->c_res, req->owner, (int)req->answer, id, &err) != 0)
         return gemmd_respond_error(req, &err); /* C is still the job's: freed with the request */
     job->c = NULL;
@@ -295,6 +368,7 @@ static enum MHD_Result stored_answer(gemmd_request *req)
 
 enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
 {
+    if (req->prepared) return respond_prepared(req);
     if (gemmd_route_is_v2(req->route)) return gemmd_v2_answer(req); /* the Open Inference Protocol's answer */
     gemm_job *job = &req->job;
     if (job->kernel_used[0]) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", job->kernel_used);
@@ -312,9 +386,10 @@ enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
     if (req->store_c) return stored_answer(req);
     owned_buffer *ob = malloc(sizeof *ob);
     if (!ob) return gemmd_respond_queue(req, 500, NULL);
-    ob->engine = req->srv->engine;
+    ob->alloc = &req->srv->alloc;
     ob->p = job->c;
     job->c = NULL; /* the answer owns C now */
+    gemmd_budget_retag(req->srv->budget, ob->p, GEMMD_MEM_ANSWER);
     gemmd_product_meta meta;
     job_meta(job, &meta, NULL);
     return gemmd_respond_product(req, 200, req->answer, ob->p, job->m, job->n, &meta, release_buffer, ob);
@@ -382,11 +457,15 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
     gemmd_server *srv = req->srv;
     gemm_err err;
     gemm_err_clear(&err);
-    size_t c_bytes;
+    size_t c_bytes, a_bytes, b_bytes;
     if (!gemm_matrix_bytes(req->a.rows, req->b.cols, req->a.dtype, &c_bytes) ||
-        !gemm_mul_size(c_bytes, (size_t)(req->a.batch ? req->a.batch : 1), &c_bytes))
+        !gemm_mul_size(c_bytes, (size_t)(req->a.batch ? req->a.batch : 1), &c_bytes) ||
+        !gemm_matrix_bytes(req->a.rows, req->a.cols, req->a.dtype, &a_bytes) ||
+        !gemm_mul_size(a_bytes, (size_t)(req->a.batch ? req->a.batch : 1), &a_bytes) ||
+        !gemm_matrix_bytes(req->b.rows, req->b.cols, req->b.dtype, &b_bytes) ||
+        !gemm_mul_size(b_bytes, (size_t)(req->b.batch ? req->b.batch : 1), &b_bytes))
         return gemmd_respond_errorf(req, 413, "too_large", "C's byte size overflows");
-    gemmd_job_entry *j = gemmd_jobs_reserve(srv->jobs, c_bytes, &err);
+    gemmd_job_entry *j = gemmd_jobs_reserve(srv->jobs, a_bytes + b_bytes, c_bytes, &err);
     if (!j) {
         if (err.status == 503 && strcmp(err.code, "job_store_full") == 0)
             req->retry_after_s = gemmd_jobs_retry_after_s(srv->jobs);
@@ -532,6 +611,22 @@ enum MHD_Result gemmd_route_job_result(gemmd_request *req)
     req->timing.decode_ms = v.decode_ms;
     gemmd_timing_from_job(&req->timing, &v.timing);
     req->timing.total_base_ms = v.total_ms;
+    if (fmt == GEMMD_FMT_JSON && srv->offload &&
+        gemmd_json_answer_is_big(v.m * (j->job.batch ? j->job.batch : 1), v.n, v.dtype)) {
+        /* Encoded on an offload thread while this connection waits suspended. */
+        pthread_mutex_lock(&srv->mu);
+        req->offload_entry = j;
+        if (gemmd_offload_run(srv->offload, encode_result, req) == 0) {
+            req->phase = REQ_WAIT;
+            req->suspended = 1;
+            MHD_suspend_connection(req->conn);
+            pthread_mutex_unlock(&srv->mu);
+            gemmd_conn_wait(req->cx);
+            return MHD_YES;
+        }
+        req->offload_entry = NULL;
+        pthread_mutex_unlock(&srv->mu);
+    }
     gemmd_product_meta meta;
     job_meta(&j->job, &meta, j->id);
     /* The entry (and C in it) lives until the answer is sent: the reference goes with it. */

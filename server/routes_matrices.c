@@ -30,6 +30,7 @@ enum MHD_Result gemmd_route_matrix_create(gemmd_request *req)
         req->reserved = bytes;
     }
     char id[GEMMD_JOB_ID_LEN + 1];
+    gemmd_budget_forget(srv->budget, req->a.data); /* resident_mb counts it from now on */
     if (gemmd_matrices_add(srv->matrices, &req->a, NULL, req->owner, (int)req->family, id, &err) != 0)
         return gemmd_respond_error(req, &err);
     req->reserved = 0;

@@ -218,7 +218,8 @@ def command_line(tap):
 
 
 def connections(tap):
-    """connection_timeout closes idle and stalled connections; per_ip_limit caps one client."""
+    """connection_timeout closes idle and stalled connections; per_ip_limit caps one client, with an
+    answer."""
     with Daemon(tap, config={"backend": "cpu", "connection_timeout": 1, "per_ip_limit": 3}) as d:
         idle = socket.create_connection(("127.0.0.1", d.port), timeout=15 * SLOW)
         stalled = socket.create_connection(("127.0.0.1", d.port), timeout=15 * SLOW)
@@ -246,7 +247,10 @@ def connections(tap):
             held.append(s)
         time.sleep(0.2)
         r = d.curl("GET", "/healthz", max_time=5)
-        tap.ok(r.status == 0, "a 4th connection from one address with per_ip_limit 3 is refused", r)
+        tap.ok(r.status == 503 and r.error()[0] == "too_many_connections_from_address" and r.error()[1]
+               and r.header("connection", "").lower() == "close" and r.header("retry-after"),
+               "a 4th connection from one address with per_ip_limit 3 gets 503 too_many_connections_from_address "
+               "(JSON, Retry-After, Connection: close)", r)
         for s in held:
             s.close()
         ok = False

@@ -103,7 +103,7 @@ static void gate_free(gate *g)
 static gemmd_job_entry *make_job(gemm_engine *e, gemmd_jobs *s, uint64_t m, uint64_t k, uint64_t n, int seed,
                                  gemm_err *err)
 {
-    gemmd_job_entry *j = gemmd_jobs_reserve(s, m * n * 4, err);
+    gemmd_job_entry *j = gemmd_jobs_reserve(s, (m * k + k * n) * 4, m * n * 4, err);
     if (!j) return NULL;
     j->job.dtype = GEMM_DTYPE_I32;
     j->job.m = m;
@@ -166,8 +166,8 @@ static void test_ids_are_random_hex(void **state)
     gemm_engine *e = open_engine(8);
     gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
     gemm_err err;
-    gemmd_job_entry *j1 = gemmd_jobs_reserve(s, 16, &err);
-    gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 16, &err);
+    gemmd_job_entry *j1 = gemmd_jobs_reserve(s, 0, 16, &err);
+    gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 0, 16, &err);
     assert_non_null(j1);
     assert_non_null(j2);
     /* no instance_id set in this process: the 32 hex digits alone */
@@ -223,22 +223,67 @@ static void test_memory_cap(void **state)
     gemm_engine *e = open_engine(8);
     gemmd_jobs *s = gemmd_jobs_new(e, 600, 100, 16);
     gemm_err err;
-    gemmd_job_entry *j1 = gemmd_jobs_reserve(s, 64, &err);
+    gemmd_job_entry *j1 = gemmd_jobs_reserve(s, 0, 64, &err);
     assert_non_null(j1);
-    assert_null(gemmd_jobs_reserve(s, 64, &err));
+    assert_null(gemmd_jobs_reserve(s, 0, 64, &err));
     assert_int_equal(err.status, 503);
     assert_string_equal(err.code, "job_store_full");
-    assert_null(gemmd_jobs_reserve(s, 101, &err)); /* could never fit */
+    assert_null(gemmd_jobs_reserve(s, 0, 101, &err)); /* could never fit */
     assert_int_equal(err.status, 413);
     assert_string_equal(err.code, "too_large");
-    gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 36, &err); /* exactly what is left */
+    gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 0, 36, &err); /* exactly what is left */
     assert_non_null(j2);
     gemmd_jobs_abandon(s, j1);
-    j1 = gemmd_jobs_reserve(s, 64, &err); /* given back */
+    j1 = gemmd_jobs_reserve(s, 0, 64, &err); /* given back */
     assert_non_null(j1);
     gemmd_jobs_abandon(s, j1);
     gemmd_jobs_abandon(s, j2);
     close_all(e, s);
+}
+
+/* job_mem_mb holds the inputs of queued jobs as well as results: a queued job's A and B
+ * are reserved until its product is done, then only C stays. */
+static void test_inputs_count_until_done(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine(8);
+    /* 8x8 int32: A and B 512 bytes together, C 256 */
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1100, 16);
+    gate g;
+    gate_close(e, &g);
+    gemm_err err;
+    gemmd_job_entry *j1 = make_job(e, s, 8, 8, 8, 1, &err);
+    assert_non_null(j1);
+    char id[GEMMD_JOB_ID_LEN + 1];
+    strcpy(id, j1->id);
+    assert_int_equal(gemmd_jobs_submit(s, j1, &err), 0);
+    int counts[5], kept;
+    uint64_t bytes;
+    gemmd_jobs_counts(s, counts, &kept, &bytes);
+    assert_int_equal(counts[GEMM_JOB_QUEUED], 1);
+    assert_int_equal(bytes, 768); /* queued: inputs and result */
+    /* a second one (768 more) does not fit in 1100 while the first is queued */
+    assert_null(gemmd_jobs_reserve(s, 512, 256, &err));
+    assert_int_equal(err.status, 503);
+    assert_string_equal(err.code, "job_store_full");
+    assert_non_null(strstr(err.message, "inputs"));
+    /* inputs alone over the cap: 413 */
+    assert_null(gemmd_jobs_reserve(s, 1100, 1, &err));
+    assert_int_equal(err.status, 413);
+    gate_open(e, &g);
+    gemmd_job_entry *x = gemmd_jobs_get(s, id);
+    assert_non_null(x);
+    gemmd_job_view v;
+    wait_finished(s, x, &v);
+    gemmd_jobs_put(s, x);
+    assert_int_equal(v.state, GEMM_JOB_DONE);
+    gemmd_jobs_counts(s, counts, &kept, &bytes);
+    assert_int_equal(bytes, 256); /* done: the result only */
+    gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 512, 256, &err); /* now it fits */
+    assert_non_null(j2);
+    gemmd_jobs_abandon(s, j2);
+    close_all(e, s);
+    gate_free(&g);
 }
 
 static void test_count_cap_and_delete_frees_room(void **state)
@@ -254,7 +299,7 @@ static void test_count_cap_and_delete_frees_room(void **state)
         strcpy(ids[i], j->id);
         assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
     }
-    assert_null(gemmd_jobs_reserve(s, 16, &err));
+    assert_null(gemmd_jobs_reserve(s, 0, 16, &err));
     assert_string_equal(err.code, "job_store_full");
     /* wait for the first to finish, then forget it */
     gemmd_job_entry *g = gemmd_jobs_get(s, ids[0]);
@@ -264,7 +309,7 @@ static void test_count_cap_and_delete_frees_room(void **state)
     assert_int_equal(gemmd_jobs_delete(s, ids[0]), 0);
     assert_null(gemmd_jobs_get(s, ids[0]));
     assert_int_equal(gemmd_jobs_delete(s, ids[0]), -1);
-    gemmd_job_entry *j = gemmd_jobs_reserve(s, 16, &err);
+    gemmd_job_entry *j = gemmd_jobs_reserve(s, 0, 16, &err);
     assert_non_null(j);
     gemmd_jobs_abandon(s, j);
     close_all(e, s);
@@ -605,7 +650,7 @@ static void test_retry_after(void **state)
     char id[GEMMD_JOB_ID_LEN + 1];
     strcpy(id, j->id);
     assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
-    assert_null(gemmd_jobs_reserve(s, 16, &err));
+    assert_null(gemmd_jobs_reserve(s, 0, 16, &err));
     assert_string_equal(err.code, "job_store_full");
     assert_int_equal(gemmd_jobs_retry_after_s(s), 600); /* queued: nothing can expire before a TTL */
     gate_open(e, &g);
@@ -638,7 +683,7 @@ static void test_submit_failure_frees_entry(void **state)
     uint64_t bytes;
     gemmd_jobs_counts(s, counts, &kept, &bytes);
     assert_int_equal(kept, 1);
-    assert_int_equal(bytes, 16);
+    assert_int_equal(bytes, 48); /* the queued one's inputs (32) and result (16) */
     /* a bad kernel is refused before queueing, and freed too */
     gemmd_job_entry *j3 = make_job(e, s, 2, 2, 2, 0, &err);
     snprintf(j3->job.kernel, sizeof j3->job.kernel, "no_such_kernel");
@@ -669,7 +714,7 @@ static void test_shutdown_cancels_queued(void **state)
     assert_true(v.finished);
     assert_int_equal(v.state, GEMM_JOB_CANCELLED);
     gemmd_jobs_put(s, r);
-    assert_null(gemmd_jobs_reserve(s, 16, &err));
+    assert_null(gemmd_jobs_reserve(s, 0, 16, &err));
     assert_string_equal(err.code, "shutting_down");
     gate_open(e, &g);
     close_all(e, s);
@@ -738,6 +783,7 @@ int main(void)
         cmocka_unit_test(test_ids_are_random_hex),
         cmocka_unit_test(test_result_and_inputs_freed),
         cmocka_unit_test(test_memory_cap),
+        cmocka_unit_test(test_inputs_count_until_done),
         cmocka_unit_test(test_count_cap_and_delete_frees_room),
         cmocka_unit_test(test_delete_queued_job),
         cmocka_unit_test(test_reader_keeps_deleted_result),

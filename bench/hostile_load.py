@@ -1,0 +1,189 @@
+#!/usr/bin/python3
+"""hostile_load.py - the hostile battery against a real daemon on loopback, phase by phase,
+with a well-behaved client and /healthz + /readyz probes running throughout.
+
+    /usr/bin/python3 bench/hostile_load.py                      # bin/gemmd, print the table
+    /usr/bin/python3 bench/hostile_load.py --bin /tmp/old-gemmd --label before --old
+    /usr/bin/python3 bench/hostile_load.py --label after --out bench/results/hostile-load-cpu.md
+
+--old leaves out the configuration keys an older daemon does not know (the memory budget
+and the deadlines). --out appends (or replaces) the section of that label in a Markdown
+file. Each phase reports the daemon's largest RSS during it, its peak RSS (VmHWM) so far,
+/healthz + /readyz latency (fresh connection each, every 50 ms), the well-behaved client's
+answers (checked against NumPy float64) and latency, and what the attack got.
+"""
+import argparse
+import datetime
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "e2e"))
+
+import hostile  # noqa: E402
+from harness import Daemon, Tap  # noqa: E402
+from hostile import percentile  # noqa: E402
+
+# (name, what, constructor(port) -> Worker, seconds)
+def phases(port, scale=1.0):
+    ips = lambda a, b: ["127.0.0.%d" % i for i in range(a, b + 1)]  # noqa: E731
+    t = lambda s: max(4.0, s * scale)  # noqa: E731
+    return [
+        ("slowloris", "5 addresses x 60 connections, one header byte a second",
+         lambda: [hostile.slowloris(port, ips(2, 6), 60)], t(10)),
+        ("idle flood", "1,000 connections from 10 addresses that send nothing",
+         lambda: [hostile.SocketFlood("idle", port, ips(7, 16), 100, reopen=1.0)], t(10)),
+        ("giant declared bodies", "100 connections declaring 256 MiB bodies (50 raw, 50 .npy), sending 20 bytes",
+         lambda: [hostile.giant_declared(port, ips(30, 30), 50, 256, "raw"),
+                  hostile.giant_declared(port, ips(31, 31), 50, 256, "npy")], t(8)),
+        ("big JSON", "4 clients posting 32 MiB JSON products back to back",
+         lambda: [hostile.BigJson(port, ips(40, 41), clients=4, mb=32)], t(10)),
+        ("non-readers", "10 JSON + 40 raw answers of 1000x1000 float64 asked for and never read",
+         lambda: [hostile.NonReader(port, ips(50, 50), count=10, n=1000, fmt="json"),
+                  hostile.NonReader(port, ips(51, 51), count=40, n=1000, fmt="raw")], t(10)),
+        ("all at once", "every attack above together",
+         lambda: [hostile.slowloris(port, ips(2, 6), 60),
+                  hostile.SocketFlood("idle", port, ips(7, 16), 100, reopen=1.0),
+                  hostile.giant_declared(port, ips(30, 30), 50, 256, "raw"),
+                  hostile.BigJson(port, ips(40, 41), clients=2, mb=32),
+                  hostile.NonReader(port, ips(50, 50), count=10, n=1000, fmt="json")], t(12)),
+    ]
+
+
+def attack_summary(w):
+    if isinstance(w, hostile.SocketFlood):
+        st = ", ".join("%s: %d" % ("no answer" if k == 0 else k, v) for k, v in sorted(w.statuses.items()))
+        life = ("closed after p50 %.1f s" % percentile(w.lifetimes, 50)) if w.lifetimes else "none closed"
+        return "%s: %d opened, %d closed by the daemon (%s; %s)" % (w.name, w.opened, w.closed_by_server,
+                                                                    st or "-", life)
+    if isinstance(w, hostile.BigJson):
+        st = ", ".join("%s: %d" % ("no answer" if k == 0 else k, v) for k, v in sorted(w.statuses.items()))
+        return "big JSON (%.0f MiB bodies): %s; %d wrong" % (len(w.body_bytes) / 2**20, st, w.wrong)
+    if isinstance(w, hostile.NonReader):
+        life = ("dropped after p50 %.1f s" % percentile(w.lifetimes, 50)) if w.lifetimes else "none dropped"
+        return "non-readers (%s): %d asked, %d dropped by the daemon (%s), %d answered 503" % (
+            w.fmt, w.sent, w.dropped, life, w.answered_503)
+    return w.name
+
+
+def run(args):
+    tap = Tap()
+    cfg = dict(hostile.BATTERY_CONFIG)
+    if args.old:
+        for k in hostile.NEW_KEYS:
+            cfg.pop(k, None)
+    if args.bin:
+        os.environ["GEMMD_BIN"] = args.bin
+        import harness
+        harness.GEMMD_BIN = os.path.abspath(args.bin)
+    rows = []
+    with Daemon(tap, config=cfg, check_exit=False) as d:
+        pid = d.proc.pid
+        base = hostile.proc_status(pid)
+        mon = hostile.Monitor(pid)
+        mon.start()
+        good = hostile.GoodClient(d.port, "127.0.0.20")
+        good.start()
+        probe = hostile.Probe(d.port, "127.0.0.21")
+        probe.start()
+        time.sleep(2)
+        rows.append(("idle", "no attack", probe.take(), good.take(), mon.take(), []))
+        for name, what, make, secs in phases(d.port, args.scale):
+            if not d.alive():
+                rows.append((name, what, None, None, None, ["the daemon is gone"]))
+                break
+            workers = make()
+            for w in workers:
+                w.start()
+            time.sleep(secs)
+            for w in workers:
+                w.stop(wait=90)
+            summ = [attack_summary(w) + ((" ERROR " + w.error.splitlines()[0]) if w.error else "")
+                    for w in workers]
+            rows.append((name, what, probe.take(), good.take(), mon.take(), summ))
+            time.sleep(args.settle)
+        probe.stop()
+        good.stop()
+        mon.stop()
+        alive = d.alive()
+        metrics = None
+        if alive:
+            r = d.curl("GET", "/metrics", max_time=10)
+            metrics = r.body.decode("utf-8", "replace") if r.status == 200 else None
+        d.stop()
+    return rows, base, mon, alive, metrics, cfg
+
+
+def fmt_ms(x):
+    return "-" if x != x else "%.1f" % x
+
+
+def table(rows, base, mon, alive, cfg, label, cmd):
+    out = []
+    out.append("### %s\n" % label)
+    out.append("Command: `%s`  " % cmd)
+    out.append("Daemon config: `%s`  " % ", ".join("%s=%s" % kv for kv in sorted(cfg.items())))
+    out.append("Start RSS %.0f MB; peak RSS (VmHWM) over the run **%.0f MB**; at most %d fds open; "
+               "daemon alive at the end: %s.\n" % (base.get("VmRSS", 0) / 1024, mon.hwm_kb / 1024, mon.max_fds,
+                                                    "yes" if alive else "**no**"))
+    out.append("| phase | attack | max RSS MB | VmHWM MB | health p50 / p99 / max ms (n, failed) "
+               "| good client ok / wrong / 503 / failed | good p50 / p99 / max ms |")
+    out.append("|---|---|---|---|---|---|---|")
+    for name, what, pr, gd, mo, _s in rows:
+        if pr is None:
+            out.append("| %s | %s | - | - | - | - | - |" % (name, what))
+            continue
+        lat, bad = pr
+        out.append("| %s | %s | %.0f | %.0f | %s / %s / %s (%d, %d) | %d / %d / %d / %d | %s / %s / %s |" % (
+            name, what, mo[0] / 1024, mo[1] / 1024, fmt_ms(percentile(lat, 50) * 1e3),
+            fmt_ms(percentile(lat, 99) * 1e3), fmt_ms(max(lat) * 1e3 if lat else float("nan")), len(lat), bad,
+            gd["ok"], gd["wrong"], gd["refused"], gd["failed"], fmt_ms(gd["p50_ms"]), fmt_ms(gd["p99_ms"]),
+            fmt_ms(gd["max_ms"])))
+    out.append("")
+    out.append("What each attack got:\n")
+    for name, _w, _p, _g, _m, summ in rows:
+        for s in summ:
+            out.append("- %s — %s" % (name, s))
+    out.append("")
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", help="daemon binary (default bin/gemmd or $GEMMD_BIN)")
+    ap.add_argument("--old", action="store_true", help="leave out configuration keys an older daemon lacks")
+    ap.add_argument("--label", default="run")
+    ap.add_argument("--out", help="Markdown file to add this run's section to")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply phase durations")
+    ap.add_argument("--settle", type=float, default=3.0, help="seconds between phases")
+    args = ap.parse_args()
+    cmd = "/usr/bin/python3 bench/hostile_load.py " + " ".join(sys.argv[1:])
+    rows, base, mon, alive, metrics, cfg = run(args)
+    text = table(rows, base, mon, alive, cfg, args.label, cmd)
+    print(text)
+    if metrics:
+        keep = [ln for ln in metrics.splitlines() if ln.startswith(("gemmd_memory", "gemmd_connections"))]
+        if keep:
+            print("metrics at the end:\n" + "\n".join(keep))
+    if args.out:
+        header = ("# Hostile load on the CPU backend\n\n"
+                  "Host: %s, %d cores (a 2-core development machine shared with other work), %s. "
+                  "Loopback only.\n\n" % (platform.node() or "dev", os.cpu_count() or 0, platform.platform()))
+        old = open(args.out).read() if os.path.exists(args.out) else header
+        start = old.find("### %s\n" % args.label)
+        section = "%s\n_Run %s._\n\n" % (text, datetime.date.today().isoformat())
+        if start >= 0:
+            end = old.find("\n### ", start + 1)
+            old = old[:start] + section + (old[end + 1:] if end >= 0 else "")
+        else:
+            old = old.rstrip("\n") + "\n\n" + section
+        with open(args.out, "w") as f:
+            f.write(old)
+
+
+if __name__ == "__main__":
+    main()

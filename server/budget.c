@@ -1,0 +1,451 @@
+/*
+ * budget.c - the memory budget: atomic counters for the charges, a ring of per-second
+ * counters of what was given back (the drain rate behind Retry-After), and a small hash
+ * table from buffer to charge for the charging allocator.
+ */
+#include "budget.h"
+
+#include <inttypes.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MIB (1024ull * 1024ull)
+#define DRAIN_SLOTS 16
+#define DRAIN_WINDOW_S 10
+
+typedef struct {
+    _Atomic int64_t sec;
+    _Atomic uint64_t bytes;
+} drain_slot;
+
+typedef struct {
+    void *p;              /* NULL: empty slot */
+    uint64_t charged;     /* bytes charged now (0 while lazy) */
+    uint64_t size;        /* bytes allocated */
+    unsigned char kind;
+    unsigned char lazy;
+} buf_entry;
+
+struct gemmd_budget {
+    uint64_t limit, reserve, small;
+    unsigned fallback_s;
+    _Atomic uint64_t used, peak, refused;
+    _Atomic uint64_t by_kind[GEMMD_MEM_NKINDS];
+    drain_slot drain[DRAIN_SLOTS];
+
+    pthread_mutex_t mu;   /* the buffer table */
+    buf_entry *tab;
+    size_t cap, count;    /* cap: a power of two */
+};
+
+static _Thread_local uint64_t last_refusal;
+
+static const char *const kind_names[GEMMD_MEM_NKINDS] = {"bodies", "inputs", "results", "answers"};
+
+const char *gemmd_mem_kind_name(gemmd_mem_kind k)
+{
+    return (unsigned)k < GEMMD_MEM_NKINDS ? kind_names[k] : "other";
+}
+
+static int64_t now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec;
+}
+
+gemmd_budget *gemmd_budget_new(uint64_t limit, unsigned fallback_s)
+{
+    gemmd_budget *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    if (limit < MIB) limit = MIB;
+    b->limit = limit;
+    b->reserve = limit / 8;
+    b->small = limit / 64;
+    b->fallback_s = fallback_s ? fallback_s : 1;
+    pthread_mutex_init(&b->mu, NULL);
+    b->cap = 256;
+    b->tab = calloc(b->cap, sizeof *b->tab);
+    if (!b->tab) {
+        pthread_mutex_destroy(&b->mu);
+        free(b);
+        return NULL;
+    }
+    for (int i = 0; i < DRAIN_SLOTS; i++) atomic_store(&b->drain[i].sec, -1);
+    return b;
+}
+
+void gemmd_budget_free(gemmd_budget *b)
+{
+    if (!b) return;
+    pthread_mutex_destroy(&b->mu);
+    free(b->tab);
+    free(b);
+}
+
+/* ---- the default limit ------------------------------------------------------------ */
+
+static uint64_t read_u64_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[64] = "";
+    uint64_t v = 0;
+    if (fgets(line, sizeof line, f) && line[0] >= '0' && line[0] <= '9') v = strtoull(line, NULL, 10);
+    fclose(f);
+    return v; /* 0 also for "max" (no limit) */
+}
+
+uint64_t gemmd_budget_default_limit(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    uint64_t host = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 8192 * MIB;
+    uint64_t cg = read_u64_file("/sys/fs/cgroup/memory.max");                   /* cgroup v2 */
+    if (!cg) cg = read_u64_file("/sys/fs/cgroup/memory/memory.limit_in_bytes"); /* v1 */
+    if (cg && cg < host) host = cg;
+    uint64_t lim = host / 2;
+    return lim < 64 * MIB ? 64 * MIB : lim;
+}
+
+void gemmd_budget_tune_malloc(void)
+{
+    /* glibc raises its mmap threshold to the size of each mapped block that is freed (up
+     * to 32 MiB), after which matrix-sized buffers come from heaps that keep freed memory:
+     * the process would hold memory the budget has long given back. A fixed threshold
+     * keeps every buffer of 1 MiB or more mapped, and unmapped when it is freed. */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    mallopt(M_TRIM_THRESHOLD, 4 << 20);
+}
+
+void gemmd_budget_trim(void)
+{
+    malloc_trim(0);
+}
+
+/* ---- counters ----------------------------------------------------------------------- */
+
+static uint64_t cap_for(const gemmd_budget *b, uint64_t bytes)
+{
+    return bytes > b->small ? b->limit - b->reserve : b->limit;
+}
+
+uint64_t gemmd_budget_max_single(const gemmd_budget *b) { return b->limit - b->reserve; }
+
+static void note_peak(gemmd_budget *b, uint64_t used)
+{
+    uint64_t p = atomic_load_explicit(&b->peak, memory_order_relaxed);
+    while (used > p && !atomic_compare_exchange_weak(&b->peak, &p, used)) {
+    }
+}
+
+static int take(gemmd_budget *b, uint64_t bytes)
+{
+    uint64_t cap = cap_for(b, bytes);
+    uint64_t cur = atomic_load(&b->used);
+    do {
+        if (cur > cap || bytes > cap - cur) {
+            atomic_fetch_add_explicit(&b->refused, 1, memory_order_relaxed);
+            last_refusal = bytes;
+            return -1;
+        }
+    } while (!atomic_compare_exchange_weak(&b->used, &cur, cur + bytes));
+    note_peak(b, cur + bytes);
+    return 0;
+}
+
+static void note_drain(gemmd_budget *b, uint64_t bytes)
+{
+    int64_t s = now_s();
+    drain_slot *d = &b->drain[s % DRAIN_SLOTS];
+    int64_t old = atomic_load(&d->sec);
+    if (old != s && atomic_compare_exchange_strong(&d->sec, &old, s)) atomic_store(&d->bytes, 0);
+    atomic_fetch_add_explicit(&d->bytes, bytes, memory_order_relaxed);
+}
+
+int gemmd_budget_charge(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes)
+{
+    if (!b || bytes == 0) return 0;
+    if (take(b, bytes) != 0) return -1;
+    atomic_fetch_add_explicit(&b->by_kind[k], bytes, memory_order_relaxed);
+    return 0;
+}
+
+void gemmd_budget_release(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes)
+{
+    if (!b || bytes == 0) return;
+    atomic_fetch_sub_explicit(&b->by_kind[k], bytes, memory_order_relaxed);
+    atomic_fetch_sub(&b->used, bytes);
+    note_drain(b, bytes);
+}
+
+int gemmd_budget_adjust(gemmd_budget *b, gemmd_mem_kind k, uint64_t old_bytes, uint64_t new_bytes)
+{
+    if (!b || new_bytes == old_bytes) return 0;
+    if (new_bytes < old_bytes) {
+        gemmd_budget_release(b, k, old_bytes - new_bytes);
+        return 0;
+    }
+    /* A growth is admitted by the size it grows to: a big body cannot creep into the
+     * reserve a few MiB at a time. */
+    uint64_t delta = new_bytes - old_bytes;
+    uint64_t cap = cap_for(b, new_bytes);
+    uint64_t cur = atomic_load(&b->used);
+    do {
+        if (cur > cap || delta > cap - cur) {
+            atomic_fetch_add_explicit(&b->refused, 1, memory_order_relaxed);
+            last_refusal = delta;
+            return -1;
+        }
+    } while (!atomic_compare_exchange_weak(&b->used, &cur, cur + delta));
+    note_peak(b, cur + delta);
+    atomic_fetch_add_explicit(&b->by_kind[k], delta, memory_order_relaxed);
+    return 0;
+}
+
+void gemmd_budget_move(gemmd_budget *b, gemmd_mem_kind from, gemmd_mem_kind to, uint64_t bytes)
+{
+    if (!b || bytes == 0 || from == to) return;
+    atomic_fetch_add_explicit(&b->by_kind[to], bytes, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&b->by_kind[from], bytes, memory_order_relaxed);
+}
+
+int gemmd_budget_fits(gemmd_budget *b, uint64_t bytes)
+{
+    if (!b) return 0;
+    uint64_t cap = cap_for(b, bytes), cur = atomic_load(&b->used);
+    return cur <= cap && bytes <= cap - cur ? 0 : -1;
+}
+
+unsigned gemmd_budget_retry_after(gemmd_budget *b, uint64_t bytes)
+{
+    if (!b) return 1;
+    uint64_t cap = cap_for(b, bytes), used = atomic_load(&b->used);
+    if (bytes > cap) return 3600; /* never fits; the caller should have said 413 */
+    uint64_t need = used + bytes > cap ? used + bytes - cap : 0;
+    if (need == 0) return 1;
+    int64_t s = now_s();
+    uint64_t drained = 0;
+    for (int i = 0; i < DRAIN_SLOTS; i++) {
+        int64_t at = atomic_load(&b->drain[i].sec);
+        if (at >= 0 && at <= s && s - at < DRAIN_WINDOW_S) drained += atomic_load(&b->drain[i].bytes);
+    }
+    if (drained == 0) return b->fallback_s;
+    double rate = (double)drained / DRAIN_WINDOW_S; /* bytes per second */
+    double secs = (double)need / rate;
+    if (secs < 1) return 1;
+    if (secs > 3600) return 3600;
+    return (unsigned)(secs + 0.999);
+}
+
+int gemmd_budget_refuse(gemmd_budget *b, uint64_t bytes, const char *what, gemm_err *err, int *retry_after_s)
+{
+    unsigned ra = gemmd_budget_retry_after(b, bytes);
+    if (retry_after_s) *retry_after_s = (int)ra;
+    uint64_t used = b ? atomic_load(&b->used) : 0, limit = b ? b->limit : 0;
+    return gemm_err_set(err, 503, "over_budget",
+                        "%s needs %.1f MiB but the server holds %.1f of its %.0f MiB memory budget "
+                        "(max_inflight_mb) for requests in flight; retry in %u s",
+                        what ? what : "this request", (double)bytes / MIB, (double)used / MIB,
+                        (double)limit / MIB, ra);
+}
+
+void gemmd_budget_get_stats(gemmd_budget *b, gemmd_budget_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!b) return;
+    out->limit = b->limit;
+    out->used = atomic_load(&b->used);
+    out->peak = atomic_load(&b->peak);
+    out->refused = atomic_load(&b->refused);
+    for (int k = 0; k < GEMMD_MEM_NKINDS; k++) out->by_kind[k] = atomic_load(&b->by_kind[k]);
+    pthread_mutex_lock(&b->mu);
+    out->buffers = b->count;
+    pthread_mutex_unlock(&b->mu);
+}
+
+uint64_t gemmd_budget_take_refusal(void)
+{
+    uint64_t v = last_refusal;
+    last_refusal = 0;
+    return v;
+}
+
+/* ---- the buffer table (open addressing, linear probing, backward-shift delete) ------ */
+
+static size_t slot_of(const gemmd_budget *b, const void *p)
+{
+    uint64_t h = (uint64_t)(uintptr_t)p >> 4;
+    h *= 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 17) & (b->cap - 1);
+}
+
+static buf_entry *find_locked(gemmd_budget *b, const void *p)
+{
+    for (size_t i = slot_of(b, p);; i = (i + 1) & (b->cap - 1)) {
+        if (b->tab[i].p == p) return &b->tab[i];
+        if (!b->tab[i].p) return NULL;
+    }
+}
+
+static int grow_locked(gemmd_budget *b)
+{
+    size_t ncap = b->cap * 2;
+    buf_entry *nt = calloc(ncap, sizeof *nt), *old = b->tab;
+    if (!nt) return -1;
+    size_t ocap = b->cap;
+    b->tab = nt;
+    b->cap = ncap;
+    for (size_t i = 0; i < ocap; i++) {
+        if (!old[i].p) continue;
+        size_t j = slot_of(b, old[i].p);
+        while (nt[j].p) j = (j + 1) & (ncap - 1);
+        nt[j] = old[i];
+    }
+    free(old);
+    return 0;
+}
+
+static int put(gemmd_budget *b, const buf_entry *e)
+{
+    pthread_mutex_lock(&b->mu);
+    if ((b->count + 1) * 2 > b->cap && grow_locked(b) != 0) {
+        pthread_mutex_unlock(&b->mu);
+        return -1;
+    }
+    size_t i = slot_of(b, e->p);
+    while (b->tab[i].p) i = (i + 1) & (b->cap - 1);
+    b->tab[i] = *e;
+    b->count++;
+    pthread_mutex_unlock(&b->mu);
+    return 0;
+}
+
+/* Removes p's entry into *out; 0, or -1 when p is not in the table. */
+static int take_entry(gemmd_budget *b, const void *p, buf_entry *out)
+{
+    pthread_mutex_lock(&b->mu);
+    buf_entry *e = find_locked(b, p);
+    if (!e) {
+        pthread_mutex_unlock(&b->mu);
+        return -1;
+    }
+    *out = *e;
+    size_t i = (size_t)(e - b->tab), mask = b->cap - 1;
+    b->tab[i].p = NULL;
+    /* Shift later members of the probe run back over the hole. */
+    for (size_t j = (i + 1) & mask; b->tab[j].p; j = (j + 1) & mask) {
+        size_t home = slot_of(b, b->tab[j].p);
+        /* j's entry may move to i if home is not in (i, j] cyclically */
+        int between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!between) {
+            b->tab[i] = b->tab[j];
+            b->tab[j].p = NULL;
+            i = j;
+        }
+    }
+    b->count--;
+    pthread_mutex_unlock(&b->mu);
+    return 0;
+}
+
+/* ---- the charging allocator ----------------------------------------------------------- */
+
+static void *budget_alloc(void *ctx, size_t bytes)
+{
+    gemmd_budget_alloc_ctx *c = ctx;
+    uint64_t charge = c->lazy ? 0 : bytes;
+    if (gemmd_budget_charge(c->budget, c->kind, charge) != 0) return NULL;
+    void *p = gemm_alloc(&c->base, bytes);
+    if (p) {
+        buf_entry e = {p, charge, bytes, (unsigned char)c->kind, (unsigned char)c->lazy};
+        if (put(c->budget, &e) == 0) return p;
+        gemm_free(&c->base, p);
+        p = NULL;
+    }
+    gemmd_budget_release(c->budget, c->kind, charge);
+    return NULL;
+}
+
+static void budget_free(void *ctx, void *p)
+{
+    gemmd_budget_alloc_ctx *c = ctx;
+    if (!p) return;
+    buf_entry e;
+    if (take_entry(c->budget, p, &e) == 0) gemmd_budget_release(c->budget, (gemmd_mem_kind)e.kind, e.charged);
+    gemm_free(&c->base, p);
+}
+
+gemm_allocator gemmd_budget_allocator(gemmd_budget_alloc_ctx *ctx)
+{
+    gemm_allocator a = {budget_alloc, budget_free, ctx};
+    return a;
+}
+
+void gemmd_budget_lazy_allocator(gemmd_budget_alloc_ctx *ctx, gemmd_budget *b, const gemm_allocator *base,
+                                 int commits_at_alloc)
+{
+    ctx->budget = b;
+    ctx->base = *base;
+    ctx->kind = GEMMD_MEM_BODY;
+    ctx->lazy = !commits_at_alloc;
+}
+
+int gemmd_budget_settle(gemmd_budget *b, void *p, gemmd_mem_kind k, gemmd_mem_kind credit_kind, uint64_t *credit)
+{
+    if (!b || !p) return 0;
+    pthread_mutex_lock(&b->mu);
+    buf_entry *e = find_locked(b, p);
+    int rc = 0;
+    if (e && e->lazy) {
+        uint64_t use = credit && *credit < e->size ? *credit : (credit ? e->size : 0);
+        if (gemmd_budget_charge(b, k, e->size - use) == 0) {
+            gemmd_budget_move(b, credit_kind, k, use);
+            if (credit) *credit -= use;
+            e->charged = e->size;
+            e->lazy = 0;
+            e->kind = (unsigned char)k;
+        } else {
+            rc = -1;
+        }
+    } else if (e && e->kind != k) {
+        gemmd_budget_move(b, (gemmd_mem_kind)e->kind, k, e->charged);
+        e->kind = (unsigned char)k;
+    }
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+void gemmd_budget_retag(gemmd_budget *b, void *p, gemmd_mem_kind k)
+{
+    if (!b || !p) return;
+    pthread_mutex_lock(&b->mu);
+    buf_entry *e = find_locked(b, p);
+    if (e && e->kind != k) {
+        gemmd_budget_move(b, (gemmd_mem_kind)e->kind, k, e->charged);
+        e->kind = (unsigned char)k;
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+void gemmd_budget_forget(gemmd_budget *b, void *p)
+{
+    if (!b || !p) return;
+    buf_entry e;
+    if (take_entry(b, p, &e) == 0) gemmd_budget_release(b, (gemmd_mem_kind)e.kind, e.charged);
+}
+
+uint64_t gemmd_budget_charged(gemmd_budget *b, void *p)
+{
+    if (!b || !p) return 0;
+    pthread_mutex_lock(&b->mu);
+    buf_entry *e = find_locked(b, p);
+    uint64_t v = e ? e->charged : 0;
+    pthread_mutex_unlock(&b->mu);
+    return v;
+}

@@ -1,0 +1,132 @@
+/*
+ * budget.h - the daemon's memory budget (max_inflight_mb).
+ *
+ * Every byte a client can make the daemon hold is admitted here before it is allocated:
+ * request bodies as they arrive, decoded matrices, the inputs and room for C of products
+ * queued or running, kept async results and answer buffers. A charge that does not fit
+ * is refused (the caller answers 503 over_budget with a Retry-After from
+ * gemmd_budget_retry_after()); nothing waits for memory.
+ *
+ *   gemmd_budget *b = gemmd_budget_new(limit, fallback_s);
+ *   if (gemmd_budget_charge(b, GEMMD_MEM_ANSWER, n) != 0) -> 503
+ *   ... gemmd_budget_release(b, GEMMD_MEM_ANSWER, n);
+ *
+ * Matrix buffers are charged through gemmd_budget_allocator(): the allocator charges
+ * before it allocates and remembers each buffer's charge and kind, so that whoever frees
+ * it (a request, the job store, an answer) gives back exactly what was taken, and a
+ * buffer can change hands (gemmd_budget_retag: a body becomes a product's input, C
+ * becomes a kept result or an answer) without being counted twice.
+ *
+ * Large charges may not take the last eighth of the budget (the reserve): however many
+ * big bodies or answers are in flight, small products still get through.
+ *
+ * Lock-free counters; the buffer table has one small mutex. Thread-safe.
+ */
+#ifndef GEMMD_BUDGET_H
+#define GEMMD_BUDGET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemm_types.h"
+
+/* What holds memory, as /metrics shows it. */
+typedef enum {
+    GEMMD_MEM_BODY = 0, /* request bodies being received (and buffers they fill) */
+    GEMMD_MEM_INPUT,    /* A, B and room for C of products decoded, queued or running */
+    GEMMD_MEM_RESULT,   /* finished async results kept in the job store */
+    GEMMD_MEM_ANSWER,   /* answers being sent (JSON text, C of a synchronous product) */
+    GEMMD_MEM_NKINDS
+} gemmd_mem_kind;
+
+const char *gemmd_mem_kind_name(gemmd_mem_kind k); /* "bodies", "inputs", "results", "answers" */
+
+typedef struct gemmd_budget gemmd_budget;
+
+/* limit: bytes (>= 1 MiB). fallback_s: the Retry-After when nothing has been given back
+ * lately (the longest a stuck body or answer may hold memory before its deadline). */
+gemmd_budget *gemmd_budget_new(uint64_t limit, unsigned fallback_s);
+void gemmd_budget_free(gemmd_budget *b);
+
+/* The default limit: half of the host's memory, or of the cgroup's memory limit when
+ * that is lower (a container). */
+uint64_t gemmd_budget_default_limit(void);
+
+/* Makes freed buffers go back to the system at once (glibc's malloc: a fixed mmap
+ * threshold), so that what the budget gives back the process gives back too. Call once at
+ * start; process-wide. */
+void gemmd_budget_tune_malloc(void);
+/* Gives free heap memory back to the system (after a burst of small blocks, e.g. a JSON
+ * tree, was freed). */
+void gemmd_budget_trim(void);
+
+/* Charges bytes of kind k: 0, or -1 when they do not fit (nothing is charged). */
+int gemmd_budget_charge(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes);
+void gemmd_budget_release(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes);
+/* Changes a charge by delta (new - old bytes, either sign) without releasing it first;
+ * a growth that does not fit returns -1 and changes nothing. */
+int gemmd_budget_adjust(gemmd_budget *b, gemmd_mem_kind k, uint64_t old_bytes, uint64_t new_bytes);
+/* Moves bytes from one kind to another (no admission: the total does not change). */
+void gemmd_budget_move(gemmd_budget *b, gemmd_mem_kind from, gemmd_mem_kind to, uint64_t bytes);
+
+/* Whether `bytes` could be charged now (no charge taken): 0, or -1. */
+int gemmd_budget_fits(gemmd_budget *b, uint64_t bytes);
+/* The most one request may ever be charged (the budget less its reserve). */
+uint64_t gemmd_budget_max_single(const gemmd_budget *b);
+
+/* Seconds after which `bytes` more should fit, from the rate at which memory was given
+ * back over the last seconds; fallback_s when nothing was; 1..3600. */
+unsigned gemmd_budget_retry_after(gemmd_budget *b, uint64_t bytes);
+
+/* Fills *err with 503 over_budget naming what was asked and what is held; returns -1.
+ * *retry_after_s (if not NULL) gets the Retry-After to send. */
+int gemmd_budget_refuse(gemmd_budget *b, uint64_t bytes, const char *what, gemm_err *err,
+                        int *retry_after_s);
+
+typedef struct {
+    uint64_t limit, used, peak;
+    uint64_t by_kind[GEMMD_MEM_NKINDS];
+    uint64_t refused;            /* charges refused since start */
+    uint64_t buffers;            /* buffers in the table */
+} gemmd_budget_stats;
+void gemmd_budget_get_stats(gemmd_budget *b, gemmd_budget_stats *out);
+
+/* ---- charged buffers ---------------------------------------------------------------
+ * An allocator whose alloc() charges kind k against the budget before calling base's,
+ * and whose free() gives the charge back. NULL from alloc() after a refusal sets the
+ * calling thread's refusal mark (gemmd_budget_take_refusal). Buffers from other
+ * allocators may be passed to free() too (they are just freed by base). */
+typedef struct {
+    gemmd_budget *budget;
+    gemm_allocator base;
+    gemmd_mem_kind kind;
+    int lazy;                    /* see gemmd_budget_lazy_allocator */
+} gemmd_budget_alloc_ctx;
+
+gemm_allocator gemmd_budget_allocator(gemmd_budget_alloc_ctx *ctx);
+/* A buffer that the network fills as bytes arrive (a raw body, an .npy part): when the
+ * base allocator commits memory only as it is written (plain host memory), nothing is
+ * charged at allocation: the request charges the bytes it receives instead, and
+ * gemmd_budget_settle() charges the whole buffer once the body is complete. When it
+ * commits at once (pinned memory), lazy is 0 and the whole buffer is charged up front. */
+void gemmd_budget_lazy_allocator(gemmd_budget_alloc_ctx *ctx, gemmd_budget *b, const gemm_allocator *base,
+                                 int commits_at_alloc);
+
+/* A lazily charged buffer becomes fully charged as kind k. Up to *credit bytes already
+ * charged as credit_kind (the body bytes the request charged while the buffer filled) are
+ * moved over rather than charged again, and *credit goes down by what was used; the rest
+ * is charged. 0, or -1 (over budget; nothing changes). Other buffers are only retagged. */
+int gemmd_budget_settle(gemmd_budget *b, void *p, gemmd_mem_kind k, gemmd_mem_kind credit_kind, uint64_t *credit);
+/* The buffer's charge moves to kind k (no-op for unknown pointers). */
+void gemmd_budget_retag(gemmd_budget *b, void *p, gemmd_mem_kind k);
+/* p leaves the budget (its charge is given back, the buffer is not freed): another
+ * accountant owns it from now on (a resident matrix counts against resident_mb). Whoever
+ * frees it may still do so through the charging allocator. */
+void gemmd_budget_forget(gemmd_budget *b, void *p);
+/* Bytes charged for p (0 when unknown or lazy). */
+uint64_t gemmd_budget_charged(gemmd_budget *b, void *p);
+
+/* Bytes of the last refusal on this thread (0: none), cleared by the call. */
+uint64_t gemmd_budget_take_refusal(void);
+
+#endif

@@ -1,0 +1,557 @@
+/*
+ * conns.c - the connection registry, the limits and the deadline watchdog (see conns.h).
+ *
+ * Safety of shutdown(2) from the watchdog: a record leaves the registry in MHD's
+ * NOTIFY_CONNECTION CLOSED callback, which MHD calls before it closes the socket, and
+ * the watchdog only touches sockets of records it finds in the registry while it holds
+ * the registry's lock (which that callback needs): a socket is never shut down after its
+ * number could have been reused.
+ */
+#include "conns.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define WATCH_MS 50
+#define REFUSED_LINGER_US 1000000 /* a refused connection is closed after this at the latest */
+/* What MHD may hold of an answer beyond what it wrote to the socket (its write buffer,
+ * GEMMD_CONN_MEMORY in http.c): not yet taken by the client. */
+#define MHD_HELD_BYTES (256u * 1024u)
+
+enum { ST_HEAD = 0, ST_BODY, ST_WAIT, ST_SEND };
+enum { REF_NONE = 0, REF_LIMIT, REF_IP };
+
+struct gemmd_conn {
+    gemmd_conns *owner;
+    int fd;
+    unsigned char addr[16];     /* IPv4 as ::ffff:a.b.c.d */
+    char addr_text[48];
+    int64_t t_open_us;
+    _Atomic int state;
+    _Atomic int64_t t_req_us;   /* the current request's head is waited for since */
+    _Atomic int64_t t_mark_us;  /* BODY: head complete; SEND: answer queued */
+    _Atomic uint64_t bytes;     /* BODY: body bytes; SEND: answer bytes taken */
+    _Atomic int requests;       /* requests that ended on this connection */
+    /* under the registry lock: */
+    int refused, closing, counted;
+    gemmd_conn *prev, *next;
+};
+
+typedef struct {
+    unsigned char addr[16];
+    int count;                  /* 0: empty slot */
+} ip_slot;
+
+struct gemmd_conns {
+    gemmd_conns_config cfg;
+    int64_t header_us, request_us, send_us;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int running, stop;
+    gemmd_conn *head;
+    int open, admitted, max_open;
+    ip_slot *ips;
+    size_t ip_cap;              /* power of two, > 2x the most connections MHD holds */
+    _Atomic uint64_t accepted, refused_limit, refused_ip, evicted;
+    _Atomic uint64_t closed_header, closed_body, closed_request, closed_send;
+};
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+unsigned gemmd_conns_mhd_limit(const gemmd_conns_config *cfg)
+{
+    unsigned lim = cfg->connection_limit > 0 ? (unsigned)cfg->connection_limit : 1;
+    unsigned extra = lim / 2 < 64 ? 64 : lim / 2;
+    return lim + extra;
+}
+
+gemmd_conns *gemmd_conns_new(const gemmd_conns_config *cfg)
+{
+    gemmd_conns *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->cfg = *cfg;
+    if (c->cfg.connection_limit < 1) c->cfg.connection_limit = 1;
+    c->header_us = (int64_t)(cfg->header_timeout_s * 1e6);
+    c->request_us = (int64_t)(cfg->request_timeout_s * 1e6);
+    c->send_us = (int64_t)(cfg->send_timeout_s * 1e6);
+    size_t need = 2 * (size_t)gemmd_conns_mhd_limit(cfg) + 16;
+    c->ip_cap = 64;
+    while (c->ip_cap < need) c->ip_cap *= 2;
+    c->ips = calloc(c->ip_cap, sizeof *c->ips);
+    if (!c->ips) {
+        free(c);
+        return NULL;
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return c;
+}
+
+/* ---- addresses ------------------------------------------------------------------ */
+
+static void addr_key(const struct sockaddr *sa, unsigned char key[16], char *text, size_t tlen)
+{
+    memset(key, 0, 16);
+    snprintf(text, tlen, "?");
+    if (!sa) return;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &a->sin_addr, 4);
+        inet_ntop(AF_INET, &a->sin_addr, text, (socklen_t)tlen);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)sa;
+        memcpy(key, &a6->sin6_addr, 16);
+        inet_ntop(AF_INET6, &a6->sin6_addr, text, (socklen_t)tlen);
+    }
+}
+
+static size_t ip_home(const gemmd_conns *c, const unsigned char *k)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < 16; i++) h = (h ^ k[i]) * 1099511628211ull;
+    return (size_t)h & (c->ip_cap - 1);
+}
+
+static ip_slot *ip_find(gemmd_conns *c, const unsigned char *k)
+{
+    for (size_t i = ip_home(c, k);; i = (i + 1) & (c->ip_cap - 1)) {
+        if (c->ips[i].count == 0) return NULL;
+        if (memcmp(c->ips[i].addr, k, 16) == 0) return &c->ips[i];
+    }
+}
+
+static int ip_count(gemmd_conns *c, const unsigned char *k)
+{
+    ip_slot *s = ip_find(c, k);
+    return s ? s->count : 0;
+}
+
+static void ip_add(gemmd_conns *c, const unsigned char *k)
+{
+    ip_slot *s = ip_find(c, k);
+    if (s) {
+        s->count++;
+        return;
+    }
+    size_t i = ip_home(c, k);
+    while (c->ips[i].count) i = (i + 1) & (c->ip_cap - 1);
+    memcpy(c->ips[i].addr, k, 16);
+    c->ips[i].count = 1;
+}
+
+static void ip_del(gemmd_conns *c, const unsigned char *k)
+{
+    ip_slot *s = ip_find(c, k);
+    if (!s || --s->count > 0) return;
+    size_t i = (size_t)(s - c->ips), mask = c->ip_cap - 1;
+    for (size_t j = (i + 1) & mask; c->ips[j].count; j = (j + 1) & mask) {
+        size_t home = ip_home(c, c->ips[j].addr);
+        int between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!between) {
+            c->ips[i] = c->ips[j];
+            c->ips[j].count = 0;
+            i = j;
+        }
+    }
+}
+
+/* ---- closing ---------------------------------------------------------------------- */
+
+/* Writes a whole small answer on a socket MHD has not answered on, best effort. */
+static void write_canned(int fd, int status, const char *reason, const char *code, const char *message,
+                         int retry_after)
+{
+    char body[512], msg[768];
+    int bl = snprintf(body, sizeof body, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}\n", code, message);
+    if (bl < 0 || (size_t)bl >= sizeof body) return;
+    char ra[40] = "";
+    if (retry_after > 0) snprintf(ra, sizeof ra, "Retry-After: %d\r\n", retry_after);
+    int ml = snprintf(msg, sizeof msg,
+                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                      "Cache-Control: no-store\r\nConnection: close\r\n%s\r\n%s",
+                      status, reason, bl, ra, body);
+    if (ml < 0 || (size_t)ml >= sizeof msg) return;
+    ssize_t n = send(fd, msg, (size_t)ml, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)n;
+}
+
+/* Reads and drops what the client sent (so that the close is a FIN after our answer,
+ * not a reset that could overtake it). */
+static void drain(int fd)
+{
+    char junk[4096];
+    for (int i = 0; i < 16; i++) {
+        ssize_t n = recv(fd, junk, sizeof junk, MSG_DONTWAIT);
+        if (n <= 0) break;
+    }
+}
+
+/* Shuts the socket down so that MHD closes the connection; abort: reset at close and
+ * drop what is unsent (a client that stopped reading or sending). Lock held. */
+static void shut(gemmd_conn *x, int abort)
+{
+    if (x->closing) return;
+    x->closing = 1;
+    if (abort) {
+        struct linger lg = {1, 0};
+        setsockopt(x->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    }
+    shutdown(x->fd, SHUT_RDWR);
+}
+
+static void uncount(gemmd_conns *c, gemmd_conn *x)
+{
+    if (!x->counted) return;
+    x->counted = 0;
+    c->admitted--;
+    ip_del(c, x->addr);
+}
+
+/* ---- MHD's notifications ------------------------------------------------------------ */
+
+static const char *const refusal_code[] = {NULL, "too_many_connections", "too_many_connections_from_address"};
+
+static void refusal_message(const gemmd_conns *c, int why, char *out, size_t len)
+{
+    if (why == REF_IP)
+        snprintf(out, len, "this address already has %d connections open (per_ip_limit); reuse them or retry",
+                 c->cfg.per_ip_limit);
+    else
+        snprintf(out, len, "the server has %d connections open (connection_limit), all busy; retry shortly",
+                 c->cfg.connection_limit);
+}
+
+/* The admitted connection to displace for a newcomer from key, or NULL: among those
+ * waiting for a request head, the oldest of the address holding the most, if that
+ * address holds more than the newcomer's would. Lock held. */
+static gemmd_conn *victim(gemmd_conns *c, const unsigned char *key)
+{
+    int mine = ip_count(c, key) + 1;
+    gemmd_conn *best = NULL;
+    int best_n = 0;
+    int64_t best_t = 0;
+    for (gemmd_conn *x = c->head; x; x = x->next) {
+        if (!x->counted || x->closing || atomic_load(&x->state) != ST_HEAD) continue;
+        int n = ip_count(c, x->addr);
+        int64_t t = atomic_load(&x->t_req_us);
+        if (n > best_n || (n == best_n && t < best_t)) {
+            best = x;
+            best_n = n;
+            best_t = t;
+        }
+    }
+    return best && best_n >= mine ? best : NULL;
+}
+
+static void on_started(gemmd_conns *c, struct MHD_Connection *conn, void **ctx)
+{
+    gemmd_conn *x = calloc(1, sizeof *x);
+    *ctx = x;
+    if (!x) return; /* no record: no deadlines for this one, but it still works */
+    x->owner = c;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    x->fd = ci ? ci->connect_fd : -1;
+    ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    addr_key(ci ? ci->client_addr : NULL, x->addr, x->addr_text, sizeof x->addr_text);
+    x->t_open_us = now_us();
+    atomic_store(&x->t_req_us, x->t_open_us);
+    atomic_store(&x->state, ST_HEAD);
+    atomic_fetch_add(&c->accepted, 1);
+
+    pthread_mutex_lock(&c->mu);
+    x->next = c->head;
+    if (c->head) c->head->prev = x;
+    c->head = x;
+    c->open++;
+    if (c->open > c->max_open) c->max_open = c->open;
+    int why = REF_NONE;
+    if (c->cfg.per_ip_limit > 0 && ip_count(c, x->addr) >= c->cfg.per_ip_limit) {
+        why = REF_IP;
+    } else if (c->admitted >= c->cfg.connection_limit) {
+        gemmd_conn *v = victim(c, x->addr);
+        if (v) {
+            int never = atomic_load(&v->requests) == 0;
+            if (c->cfg.plain_http && never) {
+                drain(v->fd);
+                write_canned(v->fd, 503, "Service Unavailable", "too_many_connections",
+                             "the server is full and this connection had not sent a request; retry", 1);
+            }
+            uncount(c, v);
+            shut(v, 0);
+            atomic_fetch_add(&c->evicted, 1);
+            LOG_DEBUG("connection from %s closed to make room (it had waited %.1f s for a request head)",
+                      v->addr_text, (double)(x->t_open_us - atomic_load(&v->t_req_us)) / 1e6);
+        } else {
+            why = REF_LIMIT;
+        }
+    }
+    if (why == REF_NONE) {
+        x->counted = 1;
+        c->admitted++;
+        ip_add(c, x->addr);
+    } else {
+        x->refused = why;
+        atomic_fetch_add(why == REF_IP ? &c->refused_ip : &c->refused_limit, 1);
+        if (c->cfg.plain_http && x->fd >= 0) {
+            /* Answer at once and stop sending; the watchdog closes it after a moment,
+             * the access handler at once if a request head comes. */
+            char m[200];
+            refusal_message(c, why, m, sizeof m);
+            write_canned(x->fd, 503, "Service Unavailable", refusal_code[why], m, 1);
+            shutdown(x->fd, SHUT_WR);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void on_closed(gemmd_conns *c, void **ctx)
+{
+    gemmd_conn *x = *ctx;
+    *ctx = NULL;
+    if (!x) return;
+    pthread_mutex_lock(&c->mu);
+    uncount(c, x);
+    if (x->prev) x->prev->next = x->next;
+    else c->head = x->next;
+    if (x->next) x->next->prev = x->prev;
+    c->open--;
+    pthread_mutex_unlock(&c->mu);
+    free(x);
+}
+
+void gemmd_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code)
+{
+    gemmd_conns *c = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) on_started(c, conn, socket_context);
+    else if (code == MHD_CONNECTION_NOTIFY_CLOSED) on_closed(c, socket_context);
+}
+
+gemmd_conn *gemmd_conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci = conn ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT)
+                                              : NULL;
+    return ci ? (gemmd_conn *)ci->socket_context : NULL;
+}
+
+/* ---- the request's hooks ------------------------------------------------------------ */
+
+void gemmd_conn_head(gemmd_conn *x)
+{
+    if (!x) return;
+    atomic_store(&x->bytes, 0);
+    atomic_store(&x->t_mark_us, now_us());
+    atomic_store(&x->state, ST_BODY);
+}
+
+void gemmd_conn_body(gemmd_conn *x, uint64_t bytes)
+{
+    if (x) atomic_fetch_add_explicit(&x->bytes, bytes, memory_order_relaxed);
+}
+
+void gemmd_conn_wait(gemmd_conn *x)
+{
+    if (x) atomic_store(&x->state, ST_WAIT);
+}
+
+void gemmd_conn_answer(gemmd_conn *x, uint64_t bytes)
+{
+    (void)bytes;
+    if (!x) return;
+    atomic_store(&x->bytes, 0);
+    atomic_store(&x->t_mark_us, now_us());
+    atomic_store(&x->state, ST_SEND);
+}
+
+void gemmd_conn_progress(gemmd_conn *x, uint64_t taken)
+{
+    if (x && atomic_load_explicit(&x->state, memory_order_relaxed) == ST_SEND)
+        atomic_store_explicit(&x->bytes, taken, memory_order_relaxed);
+}
+
+void gemmd_conn_request_done(gemmd_conn *x)
+{
+    if (!x) return;
+    atomic_fetch_add(&x->requests, 1);
+    atomic_store(&x->t_req_us, now_us());
+    atomic_store(&x->state, ST_HEAD);
+}
+
+const char *gemmd_conn_refusal(gemmd_conn *x, const char **message)
+{
+    if (!x) return NULL;
+    gemmd_conns *c = x->owner;
+    pthread_mutex_lock(&c->mu);
+    int why = x->refused;
+    pthread_mutex_unlock(&c->mu);
+    if (why == REF_NONE) return NULL;
+    static _Thread_local char m[200];
+    refusal_message(c, why, m, sizeof m);
+    if (message) *message = m;
+    return refusal_code[why];
+}
+
+/* ---- the watchdog -------------------------------------------------------------------- */
+
+static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
+{
+    if (x->closing) return;
+    if (x->refused) {
+        if (now - x->t_open_us >= REFUSED_LINGER_US) shut(x, 1);
+        return;
+    }
+    int st = atomic_load(&x->state);
+    double rate = c->cfg.min_rate;
+    if (st == ST_HEAD) {
+        if (c->header_us > 0 && now - atomic_load(&x->t_req_us) > c->header_us) {
+            int never = atomic_load(&x->requests) == 0;
+            if (c->cfg.plain_http && never) {
+                char m[160];
+                snprintf(m, sizeof m, "no complete request head arrived within %.0f s (header_timeout)",
+                         c->cfg.header_timeout_s);
+                drain(x->fd);
+                write_canned(x->fd, 408, "Request Timeout", "request_timeout", m, 0);
+            }
+            atomic_fetch_add(&c->closed_header, 1);
+            LOG_DEBUG("connection from %s closed: no request head within header_timeout", x->addr_text);
+            uncount(c, x);
+            shut(x, 0);
+        }
+        return;
+    }
+    if (st == ST_BODY) {
+        int64_t t_head = atomic_load(&x->t_mark_us);
+        uint64_t got = atomic_load(&x->bytes);
+        if (c->request_us > 0 && now - atomic_load(&x->t_req_us) > c->request_us) {
+            atomic_fetch_add(&c->closed_request, 1);
+            LOG_INFO("connection from %s closed: the request took longer than request_timeout (%.0f s, %llu "
+                     "body bytes)", x->addr_text, c->cfg.request_timeout_s, (unsigned long long)got);
+        } else if (rate > 0 && now - t_head > c->header_us &&
+                   (double)got < rate * (double)(now - t_head - c->header_us) / 1e6) {
+            atomic_fetch_add(&c->closed_body, 1);
+            LOG_INFO("connection from %s closed: its body arrived slower than min_rate_kb (%llu bytes in %.1f s)",
+                     x->addr_text, (unsigned long long)got, (double)(now - t_head) / 1e6);
+        } else {
+            return;
+        }
+        uncount(c, x);
+        shut(x, 1);
+        return;
+    }
+    if (st == ST_SEND && c->send_us > 0) {
+        /* Taken: handed to MHD less what still sits in MHD's buffer and, unacknowledged,
+         * in the socket's send queue. */
+        uint64_t handed = atomic_load(&x->bytes), queued = MHD_HELD_BYTES;
+        int outq = 0;
+        if (ioctl(x->fd, SIOCOUTQ, &outq) == 0 && outq > 0) queued += (uint64_t)outq;
+        uint64_t taken = handed > queued ? handed - queued : 0;
+        int64_t allowed = c->send_us + (rate > 0 ? (int64_t)((double)taken / rate * 1e6) : INT64_MAX / 4);
+        if (now - atomic_load(&x->t_mark_us) > allowed) {
+            atomic_fetch_add(&c->closed_send, 1);
+            LOG_INFO("connection from %s closed: the client stopped taking its answer (%llu bytes taken in "
+                     "%.1f s; send_timeout)", x->addr_text, (unsigned long long)taken,
+                     (double)(now - atomic_load(&x->t_mark_us)) / 1e6);
+            uncount(c, x);
+            shut(x, 1);
+        }
+    }
+}
+
+static void *watchdog(void *arg)
+{
+    gemmd_conns *c = arg;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += WATCH_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        if (c->stop) break;
+        int64_t now = now_us();
+        for (gemmd_conn *x = c->head; x; x = x->next) check_locked(c, x, now);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+int gemmd_conns_start(gemmd_conns *c)
+{
+    if (pthread_create(&c->thread, NULL, watchdog, c) != 0) return -1;
+    c->running = 1;
+    return 0;
+}
+
+void gemmd_conns_stop(gemmd_conns *c)
+{
+    if (!c || !c->running) return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->thread, NULL);
+    c->running = 0;
+}
+
+void gemmd_conns_free(gemmd_conns *c)
+{
+    if (!c) return;
+    gemmd_conns_stop(c);
+    /* MHD_stop_daemon closed every connection (CLOSED for each); free any left. */
+    gemmd_conn *x = c->head;
+    while (x) {
+        gemmd_conn *n = x->next;
+        free(x);
+        x = n;
+    }
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c->ips);
+    free(c);
+}
+
+void gemmd_conns_get_stats(gemmd_conns *c, gemmd_conns_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    out->open = c->open;
+    out->admitted = c->admitted;
+    out->max_open = c->max_open;
+    pthread_mutex_unlock(&c->mu);
+    out->accepted = atomic_load(&c->accepted);
+    out->refused_limit = atomic_load(&c->refused_limit);
+    out->refused_ip = atomic_load(&c->refused_ip);
+    out->evicted = atomic_load(&c->evicted);
+    out->closed_header = atomic_load(&c->closed_header);
+    out->closed_body = atomic_load(&c->closed_body);
+    out->closed_request = atomic_load(&c->closed_request);
+    out->closed_send = atomic_load(&c->closed_send);
+}

@@ -1,0 +1,89 @@
+/*
+ * conns.h - every connection's deadlines, and fair limits on how many are open.
+ *
+ * libmicrohttpd's own timeout is an idle timer: a client sending one byte a second keeps
+ * a connection forever. Here each connection is registered when MHD accepts it
+ * (MHD_OPTION_NOTIFY_CONNECTION) and the access handler reports where its request is;
+ * a watchdog thread looks at all of them every WATCH_MS and shuts down the socket of one
+ * past its deadline (shutdown(2): MHD then sees the end of the stream and closes and
+ * cleans up the connection itself, on its own thread):
+ *
+ *   waiting for a request head   header_timeout after the connection opened or the
+ *                                previous answer went out
+ *   receiving the body           request_timeout after the head began to be waited for
+ *                                (the whole request), and never slower than min_rate
+ *                                once header_timeout has passed since the head: by then
+ *                                it must have sent min_rate x (elapsed - header_timeout)
+ *   product on the engine        none (the connection is suspended; it is never shut
+ *                                down under a product that still runs)
+ *   sending the answer           send_timeout after it was queued, plus one second for
+ *                                each min_rate bytes the client has taken
+ *
+ * Limits: MHD is given room for more connections than connection_limit, so that the ones
+ * over a limit are answered 503 (JSON, Connection: close) instead of closed unanswered.
+ * When all connection_limit places are taken, a new connection displaces the connection
+ * that has waited longest for a request head among the address that holds the most
+ * connections (if that address holds more than the newcomer's): idle floods and slow
+ * heads cannot lock others out. Over per_ip_limit a connection is refused.
+ *
+ * Thread-safe: one mutex for the registry; the per-request hooks are lock-free.
+ */
+#ifndef GEMMD_CONNS_H
+#define GEMMD_CONNS_H
+
+#include <microhttpd.h>
+#include <stdint.h>
+
+typedef struct gemmd_conns gemmd_conns;
+typedef struct gemmd_conn gemmd_conn;
+
+typedef struct {
+    int connection_limit;      /* connections admitted at once */
+    int per_ip_limit;          /* from one address (0: no limit) */
+    double header_timeout_s;   /* 0: none */
+    double request_timeout_s;  /* 0: none */
+    double send_timeout_s;     /* 0: none */
+    double min_rate;           /* bytes per second (0: none) */
+    int plain_http;            /* 1: a connection closed before its head may get a canned
+                                  answer written on the socket (not over TLS) */
+} gemmd_conns_config;
+
+/* MHD's connection limit for cfg: connection_limit plus room to answer the refused. */
+unsigned gemmd_conns_mhd_limit(const gemmd_conns_config *cfg);
+
+gemmd_conns *gemmd_conns_new(const gemmd_conns_config *cfg);
+/* Starts the watchdog thread: 0 or -1. */
+int gemmd_conns_start(gemmd_conns *c);
+/* Stops the watchdog (before MHD_stop_daemon). */
+void gemmd_conns_stop(gemmd_conns *c);
+/* After MHD_stop_daemon (every connection is closed by then). */
+void gemmd_conns_free(gemmd_conns *c);
+
+/* The MHD_OPTION_NOTIFY_CONNECTION callback (cls: the gemmd_conns). */
+void gemmd_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code);
+
+/* The record of an MHD connection (NULL if it has none). */
+gemmd_conn *gemmd_conn_of(struct MHD_Connection *conn);
+
+/* Where the connection's request is (c may be NULL: then they do nothing). */
+void gemmd_conn_head(gemmd_conn *c);                 /* the request head is complete */
+void gemmd_conn_body(gemmd_conn *c, uint64_t bytes); /* body bytes arrived */
+void gemmd_conn_wait(gemmd_conn *c);                 /* suspended on the engine */
+void gemmd_conn_answer(gemmd_conn *c, uint64_t bytes); /* an answer of that size is queued */
+void gemmd_conn_progress(gemmd_conn *c, uint64_t taken); /* bytes of the answer taken so far */
+void gemmd_conn_request_done(gemmd_conn *c);         /* the request ended (keep-alive: the
+                                                        next head is waited for) */
+
+/* Over a limit: NULL when admitted, else the error code to answer 503 with
+ * ("too_many_connections" or "too_many_connections_from_address") and *message. */
+const char *gemmd_conn_refusal(gemmd_conn *c, const char **message);
+
+typedef struct {
+    int open, admitted, max_open;
+    uint64_t accepted, refused_limit, refused_ip, evicted;
+    uint64_t closed_header, closed_body, closed_request, closed_send;
+} gemmd_conns_stats;
+void gemmd_conns_get_stats(gemmd_conns *c, gemmd_conns_stats *out);
+
+#endif

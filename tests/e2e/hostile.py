@@ -1,0 +1,678 @@
+"""hostile.py - hostile clients for the load tests (tests/e2e/test_hostile.py) and the
+benchmark that records their figures (bench/hostile_load.py).
+
+Everything runs on loopback. Attackers bind their sockets to their own 127.0.0.x source
+addresses (Linux routes all of 127/8 to lo), so per-address limits see several clients.
+Many sockets are driven from one thread with selectors, so a thousand connections cost
+the test little CPU. Every attack runs until its stop event is set and then closes its
+sockets; each keeps counts of what the daemon did to it.
+
+    import hostile
+    d = Daemon(tap, config=hostile.BATTERY_CONFIG)
+    mon = hostile.Monitor(d.proc.pid); mon.start()
+    good = hostile.GoodClient(d.port, "127.0.0.20"); good.start()
+    probe = hostile.Probe(d.port, "127.0.0.21"); probe.start()
+    atk = hostile.Slowloris(d.port, ["127.0.0.2", ...], per_ip=60); atk.start()
+    ... atk.stop(); good.stop(); ...
+"""
+
+import io
+import json
+import os
+import random
+import selectors
+import socket
+import threading
+import time
+
+import numpy as np
+
+# The daemon's configuration under attack (deadlines short so that a run is short).
+BATTERY_CONFIG = {
+    "backend": "cpu",
+    "log_level": "warn",
+    "http_threads": 4,
+    "connection_limit": 256,
+    "per_ip_limit": 64,
+    "max_inflight_mb": 512,
+    "header_timeout": 2,
+    "request_timeout": 20,
+    "min_rate_kb": 64,
+    "send_timeout": 2,
+    "threads": 1,
+    "cpu_workers": 1,
+    "max_json_mb": 64,
+}
+# Keys an older daemon does not know (left out when measuring it).
+NEW_KEYS = ("max_inflight_mb", "header_timeout", "request_timeout", "min_rate_kb", "send_timeout")
+
+
+def proc_status(pid):
+    """{field: kB} of /proc/PID/status for VmRSS and VmHWM; {} when the process is gone."""
+    out = {}
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("VmRSS", "VmHWM"):
+                    out[k] = int(v.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+def fd_count(pid):
+    try:
+        return len(os.listdir("/proc/%d/fd" % pid))
+    except OSError:
+        return -1
+
+
+def percentile(xs, p):
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    i = min(len(s) - 1, max(0, int(round(p / 100.0 * (len(s) - 1)))))
+    return s[i]
+
+
+def connect(port, src, timeout=5.0):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.settimeout(timeout)
+    s.bind((src, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+class Worker(threading.Thread):
+    """A thread that runs until stop(); exceptions are kept for the report."""
+
+    def __init__(self, name):
+        super().__init__(name=name, daemon=True)
+        self.halt = threading.Event()
+        self.error = None
+
+    def stop(self, wait=30):
+        self.halt.set()
+        self.join(timeout=wait)
+
+    def run(self):
+        try:
+            self.body()
+        except Exception as e:  # noqa: BLE001 - reported by the caller
+            import traceback
+            self.error = "%s: %s\n%s" % (type(e).__name__, e, traceback.format_exc())
+
+
+# ---------------------------------------------------------------------------- HTTP on a socket
+
+def read_response(s, deadline):
+    """Reads one HTTP/1.1 answer with a Content-Length: (status, headers, body), status 0
+    when the connection closed or the deadline passed first."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return 0, {}, b""
+        s.settimeout(left)
+        try:
+            chunk = s.recv(65536)
+        except (socket.timeout, ConnectionError, OSError):
+            return 0, {}, b""
+        if not chunk:
+            return 0, {}, b""
+        buf += chunk
+    head, body = buf.split(b"\r\n\r\n", 1)
+    lines = head.split(b"\r\n")
+    try:
+        status = int(lines[0].split()[1])
+    except (IndexError, ValueError):
+        return 0, {}, b""
+    hdrs = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(b":")
+        hdrs[k.decode("latin-1").strip().lower()] = v.decode("latin-1").strip()
+    n = int(hdrs.get("content-length", "0"))
+    while len(body) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return 0, hdrs, body
+        s.settimeout(left)
+        try:
+            chunk = s.recv(max(65536, n - len(body)))
+        except (socket.timeout, ConnectionError, OSError):
+            return 0, hdrs, body
+        if not chunk:
+            return 0, hdrs, body
+        body += chunk
+    return status, hdrs, body
+
+
+def request(port, src, method, path, body=b"", ctype=None, accept=None, timeout=10.0, sock=None):
+    """One request; returns (status, headers, body, sock) with sock kept open for reuse
+    when the answer allows keep-alive (None otherwise). status 0: no answer."""
+    deadline = time.monotonic() + timeout
+    own = sock is None
+    try:
+        if own:
+            sock = connect(port, src, timeout)
+        head = "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n" % (method, path, len(body))
+        if ctype:
+            head += "Content-Type: %s\r\n" % ctype
+        if accept:
+            head += "Accept: %s\r\n" % accept
+        sock.settimeout(timeout)
+        try:
+            sock.sendall(head.encode() + b"\r\n" + body)
+        except (OSError, ConnectionError):
+            pass  # the daemon may have answered early (a refusal) and closed: read it
+        st, h, b = read_response(sock, deadline)
+    except (OSError, ConnectionError):
+        st, h, b = 0, {}, b""
+    if st == 0 or h.get("connection", "").lower() == "close":
+        try:
+            sock.close()
+        except (OSError, AttributeError):
+            pass
+        sock = None
+    return st, h, b, sock
+
+
+def npy(arr):
+    f = io.BytesIO()
+    np.save(f, np.ascontiguousarray(arr))
+    return f.getvalue()
+
+
+def multipart(parts):
+    """parts: [(name, bytes)] -> (body, content type)."""
+    boundary = "gemmdhostile%08x" % random.getrandbits(32)
+    out = b""
+    for name, data in parts:
+        out += ("--%s\r\nContent-Disposition: form-data; name=\"%s\"; filename=\"%s.npy\"\r\n"
+                "Content-Type: application/octet-stream\r\n\r\n" % (boundary, name, name)).encode()
+        out += data + b"\r\n"
+    out += ("--%s--\r\n" % boundary).encode()
+    return out, "multipart/form-data; boundary=" + boundary
+
+
+# ---------------------------------------------------------------------------- honest clients
+
+class GoodClient(Worker):
+    """A well-behaved client: small products in JSON, raw and npy, float32/float64/int32,
+    one after another on a keep-alive connection, each checked against NumPy (float64).
+    A 503 is retried after its Retry-After and counted."""
+
+    def __init__(self, port, src, seed=1, max_dim=48):
+        super().__init__("good-client")
+        self.port, self.src = port, src
+        self.rng = np.random.default_rng(seed)
+        self.max_dim = max_dim
+        self.latencies = []   # seconds of answered products (200)
+        self.ok = self.wrong = self.refused = self.failed = 0
+        self.retried = 0
+        self.notes = []
+
+    def one(self, i, sock):
+        dtype = ("float32", "float64", "int32")[i % 3]
+        fmt = (i // 3) % 3
+        m, k, n = (int(x) for x in self.rng.integers(1, self.max_dim, size=3))
+        npt = {"float32": np.float32, "float64": np.float64, "int32": np.int32}[dtype]
+        if dtype == "int32":
+            a = self.rng.integers(-1000, 1000, size=(m, k)).astype(np.int32)
+            b = self.rng.integers(-1000, 1000, size=(k, n)).astype(np.int32)
+            ref = a.astype(np.int64) @ b.astype(np.int64)
+        else:
+            a = self.rng.uniform(-1, 1, size=(m, k)).astype(npt)
+            b = self.rng.uniform(-1, 1, size=(k, n)).astype(npt)
+            ref = a.astype(np.float64) @ b.astype(np.float64)
+        if fmt == 0:
+            body = json.dumps({"a": a.tolist(), "b": b.tolist(), "dtype": dtype}).encode()
+            args = ("POST", "/v1/matmul", body, "application/json", None)
+        elif fmt == 1:
+            body = a.tobytes() + b.tobytes()
+            args = ("POST", "/v1/matmul?m=%d&k=%d&n=%d&dtype=%s" % (m, k, n, dtype), body,
+                    "application/octet-stream", None)
+        else:
+            body, ct = multipart([("a", npy(a)), ("b", npy(b))])
+            args = ("POST", "/v1/matmul", body, ct, "application/x-npy")
+        t0 = time.monotonic()
+        reused = sock is not None
+        st, h, rb, sock = request(self.port, self.src, *args, timeout=30, sock=sock)
+        if st == 0 and reused:
+            # A kept-alive connection the daemon closed while idle (header_timeout): like
+            # curl, send again once on a fresh one.
+            self.retried += 1
+            st, h, rb, sock = request(self.port, self.src, *args, timeout=30, sock=None)
+        dt = time.monotonic() - t0
+        if st == 503:
+            self.refused += 1
+            try:
+                wait = float(h.get("retry-after", "1"))
+            except ValueError:
+                wait = 1.0
+            self.halt.wait(min(wait, 5.0))
+            return sock
+        if st != 200:
+            self.failed += 1
+            if len(self.notes) < 5:
+                self.notes.append("HTTP %d %s" % (st, rb[:200]))
+            return sock
+        try:
+            if fmt == 0:
+                c = np.array(json.loads(rb)["c"], dtype=np.float64 if dtype != "int32" else np.int64)
+            elif fmt == 1:
+                c = np.frombuffer(rb, dtype=npt).reshape(m, n)
+            else:
+                c = np.load(io.BytesIO(rb), allow_pickle=False)
+        except (ValueError, KeyError) as e:
+            c = None
+            self.notes.append("undecodable answer: %s" % e)
+        if dtype == "int32":
+            good = c is not None and c.shape == ref.shape and np.array_equal(
+                c.astype(np.int64), ((ref + 2**31) % 2**32) - 2**31)
+        else:
+            tol = (1e-5 if dtype == "float32" else 1e-12) * k + 1e-6
+            good = c is not None and c.shape == ref.shape and np.all(np.abs(c.astype(np.float64) - ref) <= tol)
+        if good:
+            self.ok += 1
+            self.latencies.append(dt)
+        else:
+            self.wrong += 1
+            if len(self.notes) < 5:
+                self.notes.append("wrong answer %s %dx%dx%d fmt %d" % (dtype, m, k, n, fmt))
+        return sock
+
+    def body(self):
+        sock = None
+        i = 0
+        while not self.halt.is_set():
+            sock = self.one(i, sock)
+            i += 1
+        if sock:
+            sock.close()
+
+    def summary(self):
+        lat = self.latencies
+        return {"ok": self.ok, "wrong": self.wrong, "refused": self.refused, "failed": self.failed,
+                "p50_ms": percentile(lat, 50) * 1e3, "p99_ms": percentile(lat, 99) * 1e3,
+                "max_ms": (max(lat) * 1e3) if lat else float("nan"), "latencies": list(lat)}
+
+    def take(self):
+        """The summary since the last take(), and a fresh start."""
+        out = self.summary()
+        self.latencies = []
+        self.ok = self.wrong = self.refused = self.failed = 0
+        return out
+
+
+def _probe_main(port, src, every, timeout, path_out, stop_fd):
+    """The probe process: one line per probe, "path status seconds"."""
+    import select
+    with open(path_out, "a", buffering=1) as out:
+        i = 0
+        while True:
+            path = "/healthz" if i % 2 == 0 else "/readyz"
+            t0 = time.monotonic()
+            st, _h, b, sock = request(port, src, "GET", path, timeout=timeout)
+            dt = time.monotonic() - t0
+            if sock:
+                sock.close()
+            out.write("%s %d %.6f\n" % (path, st, dt))
+            i += 1
+            r, _w, _x = select.select([stop_fd], [], [], every)
+            if r:
+                return
+
+
+class Probe:
+    """/healthz and /readyz every `every` seconds, each on a fresh connection (the worst
+    case: it must be accepted while the floods hold connections), from a process of its
+    own so that the test's other threads cannot delay it. Latency = connect to the last
+    byte of the answer. A probe that got no answer counts as `timeout` seconds."""
+
+    def __init__(self, port, src, every=0.05, timeout=5.0):
+        import multiprocessing
+        import tempfile
+        self.port, self.src, self.every, self.timeout = port, src, every, timeout
+        fd, self.path = tempfile.mkstemp(prefix="gemmd-probe-")
+        os.close(fd)
+        self.offset = 0
+        self.rfd, self.wfd = os.pipe()
+        ctx = multiprocessing.get_context("fork")
+        self.proc = ctx.Process(target=_probe_main, args=(port, src, every, timeout, self.path, self.rfd),
+                                daemon=True)
+        self.lat = []
+        self.bad = []
+        self.bad_all = []
+        self.error = None
+
+    def start(self):
+        self.proc.start()
+
+    def stop(self, wait=30):
+        if self.proc.is_alive():
+            os.write(self.wfd, b"x")
+            self.proc.join(timeout=wait)
+            if self.proc.is_alive():
+                self.proc.kill()
+        self.collect()
+        for fd in (self.rfd, self.wfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def collect(self):
+        try:
+            with open(self.path) as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return
+        cut = data.rfind("\n") + 1
+        self.offset += len(data[:cut].encode())
+        for line in data[:cut].splitlines():
+            path, st, dt = line.split()
+            st, dt = int(st), float(dt)
+            good = st == 200 or (st == 503 and path == "/readyz")
+            self.lat.append(dt if st else self.timeout)
+            if not good:
+                self.bad.append((path, st, round(dt, 3)))
+
+    def all_latencies(self):
+        self.collect()
+        return list(self.lat)
+
+    def take(self):
+        """(latencies, failed probes) since the last take(), and a fresh start."""
+        self.collect()
+        out = (self.lat, len(self.bad))
+        self.bad_all += self.bad
+        self.lat, self.bad = [], []
+        return out
+
+
+class Monitor(Worker):
+    """Samples the daemon's VmRSS, VmHWM and open fds every `every` seconds."""
+
+    def __init__(self, pid, every=0.1):
+        super().__init__("monitor")
+        self.pid, self.every = pid, every
+        self.rss_kb = []
+        self.hwm_kb = 0
+        self.max_fds = 0
+        self.phase_max = 0
+
+    def sample(self):
+        st = proc_status(self.pid)
+        if st:
+            self.rss_kb.append(st.get("VmRSS", 0))
+            self.hwm_kb = max(self.hwm_kb, st.get("VmHWM", 0))
+            self.phase_max = max(self.phase_max, st.get("VmRSS", 0))
+        self.max_fds = max(self.max_fds, fd_count(self.pid))
+
+    def take(self):
+        """(largest RSS since the last take(), VmHWM so far) in kB."""
+        self.sample()
+        out = (self.phase_max, self.hwm_kb)
+        self.phase_max = 0
+        return out
+
+    def body(self):
+        while not self.halt.is_set():
+            self.sample()
+            self.halt.wait(self.every)
+        self.sample()
+
+
+# ---------------------------------------------------------------------------- attacks
+
+class SocketFlood(Worker):
+    """Keeps `per_ip` connections open from each source address, sending `send(i, n)`
+    bytes every `interval` seconds on each (None: nothing). A connection the daemon closes
+    is opened again after `reopen` seconds. Counts: opened, closed by the daemon, answers
+    seen (by status)."""
+
+    def __init__(self, name, port, sources, per_ip, interval=1.0, first=b"", drip=None, reopen=0.2,
+                 max_open=None):
+        super().__init__(name)
+        self.port, self.sources, self.per_ip = port, list(sources), per_ip
+        self.interval, self.first, self.drip, self.reopen = interval, first, drip, reopen
+        self.max_open = max_open
+        self.opened = self.closed_by_server = self.connect_failed = 0
+        self.statuses = {}
+        self.lifetimes = []   # seconds from open to the daemon's close
+        self.peak_open = 0
+
+    def body(self):
+        sel = selectors.DefaultSelector()
+        conns = {}  # sock -> [src, t_open, sent, rx]
+        pending = []  # (time, src) to reopen
+
+        def open_one(src):
+            try:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind((src, 0))
+                s.setblocking(False)
+                s.connect_ex(("127.0.0.1", self.port))
+            except OSError:
+                self.connect_failed += 1
+                pending.append((time.monotonic() + 1.0, src))
+                return
+            conns[s] = [src, time.monotonic(), 0, b""]
+            sel.register(s, selectors.EVENT_READ)
+            self.opened += 1
+            if self.first:
+                try:
+                    s.send(self.first)
+                except OSError:
+                    pass
+
+        for src in self.sources:
+            for _ in range(self.per_ip):
+                if self.halt.is_set():
+                    break
+                open_one(src)
+        next_drip = time.monotonic() + self.interval
+        while not self.halt.is_set():
+            self.peak_open = max(self.peak_open, len(conns))
+            for key, _ev in sel.select(timeout=0.05):
+                s = key.fileobj
+                info = conns.get(s)
+                try:
+                    data = s.recv(65536)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    data = b""
+                if data:
+                    info[3] += data
+                    continue
+                # closed by the daemon: note what it said first
+                self.closed_by_server += 1
+                self.lifetimes.append(time.monotonic() - info[1])
+                st = 0
+                if info[3].startswith(b"HTTP/1."):
+                    try:
+                        st = int(info[3].split()[1])
+                    except (IndexError, ValueError):
+                        st = -1
+                self.statuses[st] = self.statuses.get(st, 0) + 1
+                sel.unregister(s)
+                s.close()
+                del conns[s]
+                pending.append((time.monotonic() + self.reopen, info[0]))
+            now = time.monotonic()
+            due = [p for p in pending if p[0] <= now]
+            pending[:] = [p for p in pending if p[0] > now]
+            for _t, src in due:
+                if self.max_open is None or len(conns) < self.max_open:
+                    open_one(src)
+            if self.drip and now >= next_drip:
+                next_drip = now + self.interval
+                for s, info in list(conns.items()):
+                    b = self.drip(info[2])
+                    if b:
+                        try:
+                            s.send(b)
+                            info[2] += 1
+                        except OSError:
+                            pass
+        for s in list(conns):
+            sel.unregister(s)
+            s.close()
+        sel.close()
+
+
+def slowloris(port, sources, per_ip=60):
+    """Request heads sent one byte a second, never finished."""
+    head = b"POST /v1/matmul?m=4&k=4&n=4 HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+    filler = b"X-Slow: " + b"a" * 10000
+
+    def drip(i):
+        return (head + filler)[i:i + 1]
+    return SocketFlood("slowloris", port, sources, per_ip, interval=1.0, drip=drip)
+
+
+def idle_flood(port, sources, per_ip):
+    """Connections that send nothing at all."""
+    return SocketFlood("idle-flood", port, sources, per_ip, interval=1.0)
+
+
+def giant_declared(port, sources, per_ip, declared_mb=256, kind="raw"):
+    """Heads that declare a big body (raw: m x k x n float32 adding up to declared_mb;
+    npy: a form whose first part's .npy header announces that much), then 20 bytes of it,
+    then nothing."""
+    elems = declared_mb * 1024 * 1024 // 4 // 2
+    side = int(elems ** 0.5)
+    if kind == "raw":
+        total = 2 * side * side * 4
+        first = ("POST /v1/matmul?m=%d&k=%d&n=%d&dtype=float32 HTTP/1.1\r\nHost: x\r\n"
+                 "Content-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n"
+                 % (side, side, side, total)).encode() + b"\0" * 20
+    else:
+        hdr = npy(np.zeros((1, 1), np.float32))
+        hdr = hdr[:hdr.index(b"(")] + ("(%d, %d), }" % (side, side)).encode()
+        pad = 64 - (len(hdr) + 1) % 64
+        hdr = hdr + b" " * pad + b"\n"
+        hdr = hdr[:8] + (len(hdr) - 10).to_bytes(2, "little") + hdr[10:]
+        boundary = "gemmdgiant"
+        part = ("--%s\r\nContent-Disposition: form-data; name=\"a\"; filename=\"a.npy\"\r\n\r\n"
+                % boundary).encode() + hdr
+        total = len(part) + side * side * 4 * 2 + 400
+        first = ("POST /v1/matmul HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=%s\r\n"
+                 "Content-Length: %d\r\n\r\n" % (boundary, total)).encode() + part + b"\0" * 20
+    return SocketFlood("giant-" + kind, port, sources, per_ip, interval=1.0, first=first)
+
+
+class BigJson(Worker):
+    """`clients` threads posting valid JSON products of about `mb` MiB each, one after
+    another. Counts answers by status and the wrong ones."""
+
+    def __init__(self, port, sources, clients=4, mb=8):
+        super().__init__("big-json")
+        self.port, self.sources, self.clients = port, list(sources), clients
+        n = 1
+        while (2 * n * n * 11) < mb * 1024 * 1024:
+            n += 16
+        self.n = n
+        rng = np.random.default_rng(42)
+        self.a = rng.integers(-9, 9, size=(n, n)).astype(np.float64) / 8.0
+        self.body_bytes = json.dumps({"a": self.a.tolist(), "b": self.a.tolist(), "dtype": "float64"}).encode()
+        self.ref = self.a @ self.a
+        self.statuses = {}
+        self.wrong = 0
+        self.lock = threading.Lock()
+
+    def client(self, idx):
+        src = self.sources[idx % len(self.sources)]
+        while not self.halt.is_set():
+            st, h, b, sock = request(self.port, src, "POST", "/v1/matmul", self.body_bytes, "application/json",
+                                     accept="application/octet-stream", timeout=60)
+            if sock:
+                sock.close()
+            with self.lock:
+                self.statuses[st] = self.statuses.get(st, 0) + 1
+                if st == 200:
+                    c = np.frombuffer(b, dtype=np.float64)
+                    if c.size != self.n * self.n or not np.allclose(c.reshape(self.n, self.n), self.ref):
+                        self.wrong += 1
+            if st == 503:
+                try:
+                    self.halt.wait(min(float(h.get("retry-after", "1")), 2.0))
+                except ValueError:
+                    self.halt.wait(1.0)
+
+    def body(self):
+        ts = [threading.Thread(target=self.client, args=(i,), daemon=True) for i in range(self.clients)]
+        for t in ts:
+            t.start()
+        self.halt.wait()
+        for t in ts:
+            t.join(timeout=70)
+
+
+class NonReader(Worker):
+    """`count` connections that each ask for the JSON answer of an n x n float64 product
+    (raw body) and never read it. Reconnects when the daemon drops one."""
+
+    def __init__(self, port, sources, count=50, n=1000, fmt="json"):
+        super().__init__("non-reader")
+        self.port, self.sources, self.count, self.n, self.fmt = port, list(sources), count, n, fmt
+        a = np.ones((n, 1), np.float64) / 3.0
+        b = np.ones((1, n), np.float64) / 7.0
+        body = a.tobytes() + b.tobytes()
+        accept = "application/json" if fmt == "json" else "application/octet-stream"
+        self.req = ("POST /v1/matmul?m=%d&k=1&n=%d&dtype=float64 HTTP/1.1\r\nHost: x\r\n"
+                    "Content-Type: application/octet-stream\r\nAccept: %s\r\n"
+                    "Content-Length: %d\r\n\r\n" % (n, n, accept, len(body))).encode() + body
+        self.sent = self.dropped = self.answered_503 = 0
+        self.lifetimes = []
+
+    def body(self):
+        live = []  # (sock, t_open)
+        i = 0
+        while not self.halt.is_set():
+            while len(live) < self.count and not self.halt.is_set():
+                src = self.sources[i % len(self.sources)]
+                i += 1
+                try:
+                    s = connect(self.port, src, 5)
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                    s.sendall(self.req)
+                    s.setblocking(False)
+                    live.append((s, time.monotonic()))
+                    self.sent += 1
+                except OSError:
+                    self.halt.wait(0.2)
+                    break
+            # look (without reading the answer) whether the daemon dropped any: a socket
+            # it reset or closed leaves TCP state ESTABLISHED (1)
+            keep = []
+            for s, t in live:
+                try:
+                    state = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+                except OSError:
+                    state = 0
+                if state == 1:
+                    keep.append((s, t))
+                    continue
+                try:
+                    if s.recv(12, socket.MSG_PEEK) == b"HTTP/1.1 503":
+                        self.answered_503 += 1
+                except OSError:
+                    pass
+                self.dropped += 1
+                self.lifetimes.append(time.monotonic() - t)
+                s.close()
+            live = keep
+            self.halt.wait(0.2)
+        for s, _t in live:
+            s.close()

@@ -1,0 +1,294 @@
+/*
+ * test_budget.c - the memory budget: charges and refusals, the reserve kept for small
+ * charges, growth of a charge, moves between holders, Retry-After from what drained, the
+ * charging allocator (buffers remember their charge, lazy buffers settle with a credit,
+ * retagging), the buffer table under many buffers, and threads charging at once.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "budget.h"
+
+#define MIB (1024ull * 1024ull)
+
+static void test_charge_release(void **state)
+{
+    (void)state;
+    gemmd_budget *b = gemmd_budget_new(64 * MIB, 7);
+    assert_non_null(b);
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_BODY, 100), 0);
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_ANSWER, 200), 0);
+    gemmd_budget_stats st;
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.limit, 64 * MIB);
+    assert_int_equal(st.used, 300);
+    assert_int_equal(st.by_kind[GEMMD_MEM_BODY], 100);
+    assert_int_equal(st.by_kind[GEMMD_MEM_ANSWER], 200);
+    gemmd_budget_move(b, GEMMD_MEM_BODY, GEMMD_MEM_INPUT, 60);
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.by_kind[GEMMD_MEM_BODY], 40);
+    assert_int_equal(st.by_kind[GEMMD_MEM_INPUT], 60);
+    assert_int_equal(st.used, 300);
+    gemmd_budget_release(b, GEMMD_MEM_BODY, 40);
+    gemmd_budget_release(b, GEMMD_MEM_INPUT, 60);
+    gemmd_budget_release(b, GEMMD_MEM_ANSWER, 200);
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.peak, 300);
+    assert_string_equal(gemmd_mem_kind_name(GEMMD_MEM_RESULT), "results");
+    gemmd_budget_free(b);
+}
+
+/* Large charges may use the budget less its eighth; small ones (up to 1/64) all of it. */
+static void test_reserve_for_small(void **state)
+{
+    (void)state;
+    gemmd_budget *b = gemmd_budget_new(64 * MIB, 7);
+    assert_int_equal(gemmd_budget_max_single(b), 56 * MIB);
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_BODY, 57 * MIB), -1); /* into the reserve */
+    assert_int_equal(gemmd_budget_take_refusal(), 57 * MIB);
+    assert_int_equal(gemmd_budget_take_refusal(), 0); /* cleared by the call */
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_BODY, 56 * MIB), 0);
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_BODY, 2 * MIB), -1); /* large: reserve untouched */
+    assert_int_equal(gemmd_budget_fits(b, 2 * MIB), -1);
+    /* small charges (1 MiB = 64 MiB / 64) fill the reserve, and no more */
+    for (int i = 0; i < 8; i++) assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_INPUT, MIB), 0);
+    assert_int_equal(gemmd_budget_fits(b, 1), -1);
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_INPUT, 1), -1);
+    gemmd_budget_stats st;
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, 64 * MIB);
+    assert_int_equal(st.refused, 3); /* fits() only asks */
+    gemmd_budget_release(b, GEMMD_MEM_INPUT, 8 * MIB);
+    gemmd_budget_release(b, GEMMD_MEM_BODY, 56 * MIB);
+    gemmd_budget_free(b);
+}
+
+/* A growing charge is admitted by the size it grows to, so a body cannot creep into the
+ * reserve in small steps. */
+static void test_adjust(void **state)
+{
+    (void)state;
+    gemmd_budget *b = gemmd_budget_new(64 * MIB, 7);
+    uint64_t c = 0;
+    for (uint64_t want = 2 * MIB; want <= 56 * MIB; want += 2 * MIB) {
+        assert_int_equal(gemmd_budget_adjust(b, GEMMD_MEM_BODY, c, want), 0);
+        c = want;
+    }
+    assert_int_equal(gemmd_budget_adjust(b, GEMMD_MEM_BODY, c, c + 2 * MIB), -1);
+    assert_int_equal(gemmd_budget_adjust(b, GEMMD_MEM_BODY, c, MIB), 0); /* shrinking always works */
+    gemmd_budget_stats st;
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, MIB);
+    assert_int_equal(st.by_kind[GEMMD_MEM_BODY], MIB);
+    gemmd_budget_release(b, GEMMD_MEM_BODY, MIB);
+    gemmd_budget_free(b);
+}
+
+/* Retry-After: the fallback while nothing was given back, then excess / drain rate. */
+static void test_retry_after(void **state)
+{
+    (void)state;
+    gemmd_budget *b = gemmd_budget_new(64 * MIB, 9);
+    assert_int_equal(gemmd_budget_retry_after(b, MIB), 1); /* fits now */
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_RESULT, 56 * MIB), 0);
+    assert_int_equal(gemmd_budget_retry_after(b, 10 * MIB), 9); /* nothing drained yet */
+    /* 40 MiB given back within the window: 4 MiB/s; 10 MiB more than fits -> 3 s */
+    for (int i = 0; i < 8; i++) assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_INPUT, MIB), 0); /* 64 */
+    gemmd_budget_release(b, GEMMD_MEM_RESULT, 40 * MIB);                                    /* 24 used */
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_RESULT, 32 * MIB), 0); /* 56 used */
+    unsigned ra = gemmd_budget_retry_after(b, 10 * MIB);
+    assert_in_range(ra, 2, 3);
+    gemm_err err;
+    int r2 = 0;
+    assert_int_equal(gemmd_budget_refuse(b, 10 * MIB, "the thing", &err, &r2), -1);
+    assert_int_equal(err.status, 503);
+    assert_string_equal(err.code, "over_budget");
+    assert_non_null(strstr(err.message, "the thing"));
+    assert_non_null(strstr(err.message, "max_inflight_mb"));
+    assert_in_range(r2, 2, 3);
+    assert_int_equal(gemmd_budget_retry_after(b, 100 * MIB), 3600); /* can never fit */
+    gemmd_budget_release(b, GEMMD_MEM_RESULT, 48 * MIB);
+    gemmd_budget_release(b, GEMMD_MEM_INPUT, 8 * MIB);
+    gemmd_budget_free(b);
+}
+
+static void test_allocator(void **state)
+{
+    (void)state;
+    gemmd_budget *b = gemmd_budget_new(64 * MIB, 7);
+    gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, 0};
+    gemm_allocator al = gemmd_budget_allocator(&ctx);
+    void *p = gemm_alloc(&al, 3 * MIB);
+    assert_non_null(p);
+    memset(p, 1, 3 * MIB);
+    gemmd_budget_stats st;
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.by_kind[GEMMD_MEM_INPUT], 3 * MIB);
+    assert_int_equal(gemmd_budget_charged(b, p), 3 * MIB);
+    assert_int_equal(st.buffers, 1);
+    gemmd_budget_retag(b, p, GEMMD_MEM_ANSWER);
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.by_kind[GEMMD_MEM_INPUT], 0);
+    assert_int_equal(st.by_kind[GEMMD_MEM_ANSWER], 3 * MIB);
+    /* refused: NULL and the refusal mark, nothing charged or allocated */
+    gemmd_budget_take_refusal();
+    assert_null(gemm_alloc(&al, 60 * MIB));
+    assert_int_equal(gemmd_budget_take_refusal(), 60 * MIB);
+    gemm_free(&al, p); /* gives back what p was charged, whatever it is tagged now */
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.buffers, 0);
+    /* a buffer from elsewhere is just freed */
+    void *q = gemm_alloc(&gemm_allocator_host, 100);
+    gemm_free(&al, q);
+    gemmd_budget_free(b);
+}
+
+/* A lazy buffer is charged nothing at allocation; settling charges it whole, using the
+ * body's charge as credit first. */
+static void test_lazy_settle(void **state)
+{
+    (void)state;
+    gemmd_budget *b = gemmd_budget_new(64 * MIB, 7);
+    gemmd_budget_alloc_ctx lazy;
+    gemmd_budget_lazy_allocator(&lazy, b, &gemm_allocator_host, 0);
+    gemm_allocator al = gemmd_budget_allocator(&lazy);
+    void *a = gemm_alloc(&al, 6 * MIB), *c = gemm_alloc(&al, 4 * MIB);
+    assert_non_null(a);
+    assert_non_null(c);
+    gemmd_budget_stats st;
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, 0);
+    /* the body charged 8 MiB while it filled them */
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_BODY, 8 * MIB), 0);
+    uint64_t credit = 8 * MIB;
+    assert_int_equal(gemmd_budget_settle(b, a, GEMMD_MEM_INPUT, GEMMD_MEM_BODY, &credit), 0);
+    assert_int_equal(credit, 2 * MIB);
+    assert_int_equal(gemmd_budget_settle(b, c, GEMMD_MEM_INPUT, GEMMD_MEM_BODY, &credit), 0);
+    assert_int_equal(credit, 0);
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, 10 * MIB);
+    assert_int_equal(st.by_kind[GEMMD_MEM_BODY], 0);
+    assert_int_equal(st.by_kind[GEMMD_MEM_INPUT], 10 * MIB);
+    gemm_free(&al, a);
+    gemm_free(&al, c);
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, 0);
+    /* a settle that does not fit changes nothing */
+    void *big = gemm_alloc(&al, 40 * MIB);
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_RESULT, 30 * MIB), 0);
+    credit = 0;
+    assert_int_equal(gemmd_budget_settle(b, big, GEMMD_MEM_INPUT, GEMMD_MEM_BODY, &credit), -1);
+    assert_int_equal(gemmd_budget_charged(b, big), 0);
+    gemm_free(&al, big);
+    gemmd_budget_release(b, GEMMD_MEM_RESULT, 30 * MIB);
+    /* committing allocators (pinned memory) charge lazily-meant buffers whole at once */
+    gemmd_budget_lazy_allocator(&lazy, b, &gemm_allocator_host, 1);
+    al = gemmd_budget_allocator(&lazy);
+    void *pinned = gemm_alloc(&al, 5 * MIB);
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.by_kind[GEMMD_MEM_BODY], 5 * MIB);
+    credit = 0;
+    assert_int_equal(gemmd_budget_settle(b, pinned, GEMMD_MEM_INPUT, GEMMD_MEM_BODY, &credit), 0);
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.by_kind[GEMMD_MEM_INPUT], 5 * MIB);
+    gemm_free(&al, pinned);
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, 0);
+    gemmd_budget_free(b);
+}
+
+/* Many buffers: the table grows, and frees in any order find their charge. */
+static void test_many_buffers(void **state)
+{
+    (void)state;
+    enum { N = 3000 };
+    gemmd_budget *b = gemmd_budget_new(1024 * MIB, 7);
+    gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, 0};
+    gemm_allocator al = gemmd_budget_allocator(&ctx);
+    void **p = calloc(N, sizeof *p);
+    uint64_t total = 0;
+    for (int i = 0; i < N; i++) {
+        p[i] = gemm_alloc(&al, (size_t)(64 + i));
+        assert_non_null(p[i]);
+        total += (uint64_t)(64 + i);
+    }
+    gemmd_budget_stats st;
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, total);
+    assert_int_equal(st.buffers, N);
+    for (int i = 0; i < N; i += 2) gemm_free(&al, p[i]);
+    for (int i = 1; i < N; i += 2) assert_int_equal(gemmd_budget_charged(b, p[i]), (uint64_t)(64 + i));
+    for (int i = N - 1; i >= 1; i -= 2) gemm_free(&al, p[i]);
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.buffers, 0);
+    free(p);
+    gemmd_budget_free(b);
+}
+
+typedef struct {
+    gemmd_budget *b;
+    gemm_allocator al;
+    int refused;
+} worker_arg;
+
+static void *worker(void *arg)
+{
+    worker_arg *w = arg;
+    for (int i = 0; i < 2000; i++) {
+        void *p = gemm_alloc(&w->al, 4096);
+        if (gemmd_budget_charge(w->b, GEMMD_MEM_BODY, 100 * 1024) != 0) w->refused++;
+        else gemmd_budget_release(w->b, GEMMD_MEM_BODY, 100 * 1024);
+        gemm_free(&w->al, p);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    gemmd_budget *b = gemmd_budget_new(2 * MIB, 7);
+    gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, 0};
+    worker_arg w[8];
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++) {
+        w[i] = (worker_arg){b, gemmd_budget_allocator(&ctx), 0};
+        pthread_create(&t[i], NULL, worker, &w[i]);
+    }
+    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+    gemmd_budget_stats st;
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.buffers, 0);
+    assert_true(st.peak <= 2 * MIB);
+    for (int k = 0; k < GEMMD_MEM_NKINDS; k++) assert_int_equal(st.by_kind[k], 0);
+    gemmd_budget_free(b);
+}
+
+static void test_default_limit(void **state)
+{
+    (void)state;
+    uint64_t lim = gemmd_budget_default_limit();
+    assert_true(lim >= 64 * MIB);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_charge_release), cmocka_unit_test(test_reserve_for_small),
+        cmocka_unit_test(test_adjust),         cmocka_unit_test(test_retry_after),
+        cmocka_unit_test(test_allocator),      cmocka_unit_test(test_lazy_settle),
+        cmocka_unit_test(test_many_buffers),   cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_default_limit),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
