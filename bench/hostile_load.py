@@ -73,6 +73,7 @@ def attack_summary(w):
 def run(args):
     tap = Tap()
     cfg = dict(hostile.BATTERY_CONFIG)
+    cfg["backend"] = args.backend
     if args.old:
         for k in hostile.NEW_KEYS:
             cfg.pop(k, None)
@@ -118,6 +119,31 @@ def run(args):
     return rows, base, mon, alive, metrics, cfg
 
 
+def queued_jobs(args):
+    """Finding 4: async jobs whose inputs are big and results small, against job_mem_mb 16.
+    Returns (accepted, refused statuses, RSS MB with the jobs queued)."""
+    tap = Tap()
+    cfg = {"backend": args.backend, "log_level": "warn", "job_mem_mb": 16, "fault_inject": "cpu_delay_ms:3000",
+           "queue_depth": 64, "cpu_workers": 1, "threads": 1}
+    import numpy as np
+    a = np.ones((4096, 512), np.float32)   # 8 MiB
+    b = np.ones((512, 16), np.float32)     # 32 KiB; C is 256 KiB
+    body = a.tobytes() + b.tobytes()
+    accepted, refused = 0, {}
+    with Daemon(tap, config=cfg, check_exit=False) as d:
+        for _ in range(32):
+            r = d.curl("POST", "/v1/jobs?m=4096&k=512&n=16&dtype=float32", data=body,
+                       content_type="application/octet-stream")
+            if r.status == 202:
+                accepted += 1
+            else:
+                key = "%d %s" % (r.status, r.error()[0])
+                refused[key] = refused.get(key, 0) + 1
+        rss = hostile.proc_status(d.proc.pid).get("VmRSS", 0) / 1024.0
+        d.kill_if_running()
+    return accepted, refused, rss
+
+
 def fmt_ms(x):
     return "-" if x != x else "%.1f" % x
 
@@ -157,6 +183,7 @@ def main():
     ap.add_argument("--bin", help="daemon binary (default bin/gemmd or $GEMMD_BIN)")
     ap.add_argument("--old", action="store_true", help="leave out configuration keys an older daemon lacks")
     ap.add_argument("--label", default="run")
+    ap.add_argument("--backend", default="cpu", help="cpu, cuda or auto (default cpu)")
     ap.add_argument("--out", help="Markdown file to add this run's section to")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply phase durations")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds between phases")
@@ -164,14 +191,18 @@ def main():
     cmd = "/usr/bin/python3 bench/hostile_load.py " + " ".join(sys.argv[1:])
     rows, base, mon, alive, metrics, cfg = run(args)
     text = table(rows, base, mon, alive, cfg, args.label, cmd)
+    acc, ref, rss = queued_jobs(args)
+    text += ("Queued async jobs (finding 4), own daemon with `job_mem_mb = 16`, `cpu_delay_ms:3000`: 32 submits "
+             "of jobs with 8 MiB of inputs and a 256 KiB result: **%d accepted**, refused %s; daemon RSS with them "
+             "queued **%.0f MB**.\n" % (acc, ref or "none", rss))
     print(text)
     if metrics:
         keep = [ln for ln in metrics.splitlines() if ln.startswith(("gemmd_memory", "gemmd_connections"))]
         if keep:
             print("metrics at the end:\n" + "\n".join(keep))
     if args.out:
-        header = ("# Hostile load on the CPU backend\n\n"
-                  "Host: %s, %d cores (a 2-core development machine shared with other work), %s. "
+        header = ("# Hostile load on the %s backend\n\n" % args.backend.upper() +
+                  "Host: %s, %d cores, %s. "
                   "Loopback only.\n\n" % (platform.node() or "dev", os.cpu_count() or 0, platform.platform()))
         old = open(args.out).read() if os.path.exists(args.out) else header
         start = old.find("### %s\n" % args.label)

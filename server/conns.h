@@ -2,7 +2,9 @@
  * conns.h - every connection's deadlines, and fair limits on how many are open.
  *
  * libmicrohttpd's own timeout is an idle timer: a client sending one byte a second keeps
- * a connection forever. Here each connection is registered when MHD accepts it
+ * a connection forever (0.9.75, Debian 12, offers only that: MHD_OPTION_CONNECTION_TIMEOUT
+ * and its per-connection form, MHD_CONNECTION_OPTION_TIMEOUT; no head, body or rate
+ * deadline, and its connection limits close the connections over them unanswered). Here each connection is registered when MHD accepts it
  * (MHD_OPTION_NOTIFY_CONNECTION) and the access handler reports where its request is;
  * a watchdog thread looks at all of them every WATCH_MS and shuts down the socket of one
  * past its deadline (shutdown(2): MHD then sees the end of the stream and closes and

@@ -1,0 +1,265 @@
+#!/usr/bin/python3
+"""soak.py - a long mixed load against one daemon: does anything leak?
+
+    /usr/bin/python3 bench/soak.py                                  # 1,000,000 products, CPU
+    /usr/bin/python3 bench/soak.py -n 200000 --backend cuda --out bench/results/soak-gpu.md
+
+64 clients (4 processes x 16 threads, each on its own keep-alive connection) send small
+products in every format (JSON, raw, .npy multipart) and dtype (float32, float64, int32),
+synchronous (POST /v1/matmul) and asynchronous (POST /v1/jobs, GET .../result until done,
+DELETE). Every answer is checked against a NumPy reference computed in float64 (int32:
+int64, wrapped) before the run. Every 10,000 products the daemon's RSS and open fds are
+sampled. At the end: wrong answers (must be 0), errors by status, and whether RSS and
+the fd count stayed within +-10% of their value at the 100,000th product (or at 10% of
+the run when it is shorter).
+"""
+import argparse
+import datetime
+import io
+import json
+import multiprocessing as mp
+import os
+import platform
+import random
+import sys
+import threading
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "e2e"))
+import hostile  # noqa: E402
+from harness import Daemon, Tap  # noqa: E402
+
+PROCS = 4
+DTYPES = ("float32", "float64", "int32")
+NPT = {"float32": np.float32, "float64": np.float64, "int32": np.int32}
+
+
+def make_cases(seed, count, max_dim):
+    """Pre-built requests with their references: the run itself only sends and checks."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for i in range(count):
+        dtype = DTYPES[i % 3]
+        fmt = ("json", "raw", "npy")[(i // 3) % 3]
+        m, k, n = (int(x) for x in rng.integers(1, max_dim + 1, size=3))
+        if dtype == "int32":
+            a = rng.integers(-1000, 1000, size=(m, k)).astype(np.int32)
+            b = rng.integers(-1000, 1000, size=(k, n)).astype(np.int32)
+            ref = ((a.astype(np.int64) @ b.astype(np.int64) + 2**31) % 2**32) - 2**31
+        else:
+            a = rng.uniform(-1, 1, size=(m, k)).astype(NPT[dtype])
+            b = rng.uniform(-1, 1, size=(k, n)).astype(NPT[dtype])
+            ref = a.astype(np.float64) @ b.astype(np.float64)
+        if fmt == "json":
+            body = json.dumps({"a": a.tolist(), "b": b.tolist(), "dtype": dtype}).encode()
+            query, ctype, accept = "", "application/json", "application/json"
+        elif fmt == "raw":
+            body = a.tobytes() + b.tobytes()
+            query = "?m=%d&k=%d&n=%d&dtype=%s" % (m, k, n, dtype)
+            ctype, accept = "application/octet-stream", "application/octet-stream"
+        else:
+            body, ctype = hostile.multipart([("a", hostile.npy(a)), ("b", hostile.npy(b))])
+            query, accept = "", "application/x-npy"
+        tol = 0 if dtype == "int32" else (1e-5 if dtype == "float32" else 1e-12) * k + 1e-6
+        cases.append((fmt, dtype, m, n, query, body, ctype, accept, ref, tol))
+    return cases
+
+
+def check(case, body):
+    fmt, dtype, m, n, _q, _b, _c, _a, ref, tol = case
+    try:
+        if fmt == "json":
+            d = json.loads(body)
+            c = np.array(d["c"], dtype=np.float64 if dtype != "int32" else np.int64)
+        elif fmt == "raw":
+            c = np.frombuffer(body, dtype=NPT[dtype]).reshape(m, n)
+        else:
+            c = np.load(io.BytesIO(body), allow_pickle=False)
+    except (ValueError, KeyError, TypeError):
+        return False
+    if c.shape != ref.shape:
+        return False
+    if dtype == "int32":
+        return bool(np.array_equal(c.astype(np.int64), ref))
+    return bool(np.all(np.abs(c.astype(np.float64) - ref) <= tol))
+
+
+def client_thread(port, src, cases, counter, lock, stats, target, async_every, rng):
+    sock = None
+
+    def call(method, path, body=b"", ctype=None, accept=None):
+        nonlocal sock
+        for attempt in range(2):
+            reused = sock is not None
+            st, h, b, sock = hostile.request(port, src, method, path, body, ctype, accept, timeout=60, sock=sock)
+            if st == 0 and reused and attempt == 0:
+                continue  # a kept-alive connection closed while idle: once more, fresh
+            return st, h, b
+        return st, h, b
+
+    while True:
+        with lock:
+            if counter.value >= target:
+                break
+            counter.value += 1
+            i = counter.value
+        case = cases[rng.randrange(len(cases))]
+        fmt, dtype, m, n, query, body, ctype, accept, _ref, _tol = case
+        if async_every and i % async_every == 0:
+            st, h, b = call("POST", "/v1/jobs" + query, body, ctype, accept)
+            if st != 202:
+                stats["err_%d" % st] = stats.get("err_%d" % st, 0) + 1
+                continue
+            jid = json.loads(b)["id"]
+            for _ in range(2000):
+                st, h, b = call("GET", "/v1/jobs/%s/result" % jid, accept=accept)
+                if st != 409:
+                    break
+                time.sleep(0.002)
+            call("DELETE", "/v1/jobs/" + jid)
+            stats["async"] = stats.get("async", 0) + 1
+        else:
+            st, h, b = call("POST", "/v1/matmul" + query, body, ctype, accept)
+        if st == 200:
+            if check(case, b):
+                stats["ok"] = stats.get("ok", 0) + 1
+            else:
+                stats["wrong"] = stats.get("wrong", 0) + 1
+        else:
+            stats["err_%d" % st] = stats.get("err_%d" % st, 0) + 1
+            if st == 503:
+                time.sleep(0.05)
+    if sock:
+        sock.close()
+
+
+def client_proc(idx, port, threads, counter, lock, target, async_every, max_dim, out_q):
+    cases = make_cases(1000 + idx, 600, max_dim)
+    stats = [dict() for _ in range(threads)]
+    ts = [threading.Thread(target=client_thread,
+                           args=(port, "127.0.0.%d" % (60 + idx), cases, counter, lock, stats[t], target,
+                                 async_every, random.Random(idx * 100 + t)), daemon=True)
+          for t in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    total = {}
+    for s in stats:
+        for k, v in s.items():
+            total[k] = total.get(k, 0) + v
+    out_q.put(total)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=1000000, help="products to run (default 1,000,000)")
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--async-every", type=int, default=5, help="every Nth product is an async job (0: none)")
+    ap.add_argument("--max-dim", type=int, default=16)
+    ap.add_argument("--every", type=int, default=10000, help="sample RSS and fds every N products")
+    ap.add_argument("--bin", help="daemon binary (default bin/gemmd)")
+    ap.add_argument("--out", help="Markdown file to write the results to")
+    args = ap.parse_args()
+    if args.bin:
+        import harness
+        harness.GEMMD_BIN = os.path.abspath(args.bin)
+    tap = Tap()
+    cfg = {"backend": args.backend, "log_level": "warn", "queue_depth": 512, "max_jobs": 4096,
+           "http_threads": 4, "connection_limit": 512, "per_ip_limit": 128}
+    threads = max(1, args.clients // PROCS)
+    cmd = "/usr/bin/python3 bench/soak.py " + " ".join(sys.argv[1:])
+    with Daemon(tap, config=cfg, check_exit=False) as d:
+        pid = d.proc.pid
+        ctx = mp.get_context("fork")
+        counter = ctx.Value("q", 0, lock=False)
+        lock = ctx.Lock()
+        out_q = ctx.Queue()
+        procs = [ctx.Process(target=client_proc, args=(i, d.port, threads, counter, lock, args.n, args.async_every,
+                                                       args.max_dim, out_q)) for i in range(PROCS)]
+        t0 = time.monotonic()
+        for p in procs:
+            p.start()
+        samples = []
+        next_at = 0
+        while any(p.is_alive() for p in procs):
+            if counter.value >= next_at and next_at < args.n:
+                st = hostile.proc_status(pid)
+                samples.append((next_at, time.monotonic() - t0, st.get("VmRSS", 0) / 1024.0,
+                                hostile.fd_count(pid)))
+                print("%9d products  %7.1f s  RSS %7.1f MB  fds %4d" % samples[-1], flush=True)
+                next_at += args.every
+                continue
+            time.sleep(0.02)
+        time.sleep(1.0)  # the clients are gone: the daemon at rest
+        st = hostile.proc_status(pid)
+        idle = (args.n, time.monotonic() - t0, st.get("VmRSS", 0) / 1024.0, hostile.fd_count(pid))
+        totals = {}
+        for _ in procs:
+            for k, v in out_q.get(timeout=120).items():
+                totals[k] = totals.get(k, 0) + v
+        for p in procs:
+            p.join(timeout=60)
+        elapsed = time.monotonic() - t0
+        alive = d.alive()
+        r = d.curl("GET", "/metrics", max_time=10)
+        metrics = r.body.decode("utf-8", "replace") if r.status == 200 else ""
+        hwm = hostile.proc_status(pid).get("VmHWM", 0) / 1024.0
+        rc = d.stop()
+
+    ref_at = 100000 if args.n >= 200000 else args.n // 10
+    ref = [s for s in samples if s[0] >= ref_at]
+    base = ref[0] if ref else samples[0]
+    rss_dev = max(abs(s[2] - base[2]) / base[2] for s in ref) if ref and base[2] else float("nan")
+    fd_dev = max(abs(s[3] - base[3]) / base[3] for s in ref) if ref and base[3] else float("nan")
+    wrong = totals.get("wrong", 0)
+    errors = {k: v for k, v in totals.items() if k.startswith("err_")}
+    flat = rss_dev <= 0.10 and fd_dev <= 0.10
+    lines = []
+    lines.append("# Soak on the %s backend\n" % args.backend.upper())
+    lines.append("Host: %s, %d cores (a development machine shared with other work), %s; %s.  "
+                 % (platform.node() or "dev", os.cpu_count() or 0, platform.platform(),
+                    datetime.date.today().isoformat()))
+    lines.append("Command: `%s`  " % cmd)
+    lines.append("Daemon: `%s` (built-in defaults otherwise: memory budget, deadlines).\n"
+                 % ", ".join("%s=%s" % kv for kv in sorted(cfg.items())))
+    lines.append("%d products by %d clients (%d processes x %d threads, keep-alive) in %.0f s (%.0f products/s): "
+                 "JSON, raw and .npy; float32, float64 and int32; m, k, n in 1..%d; every %s an async job (submit, "
+                 "fetch the result, delete). Answers checked against NumPy (float64; int32 in int64, wrapped).\n"
+                 % (args.n, threads * PROCS, PROCS, threads, elapsed, args.n / elapsed, args.max_dim,
+                    ("%dth" % args.async_every) if args.async_every else "-"))
+    lines.append("| result | count |\n|---|---|")
+    lines.append("| right answers | %d |" % totals.get("ok", 0))
+    lines.append("| **wrong answers** | **%d** |" % wrong)
+    lines.append("| of them async jobs | %d |" % totals.get("async", 0))
+    for k, v in sorted(errors.items()):
+        lines.append("| HTTP %s (not an answer) | %d |" % (k[4:] or "none", v))
+    lines.append("")
+    lines.append("Daemon alive at the end: %s; exit status on SIGTERM: %s; peak RSS (VmHWM) %.1f MB.\n"
+                 % ("yes" if alive else "**no**", rc, hwm))
+    lines.append("From the %d-th product on: RSS within %+.1f%% and open fds within %+.1f%% of their value there "
+                 "(limit +-10%%): **%s**.\n" % (ref_at, 100 * rss_dev, 100 * fd_dev, "flat" if flat else "NOT flat"))
+    lines.append("Sampled while the clients ran (each row: after that many products), and once more a second "
+                 "after they all finished and closed their connections (the daemon at rest).\n")
+    lines.append("| products | seconds | RSS MB | open fds |\n|---|---|---|---|")
+    for s in samples:
+        lines.append("| %d | %.0f | %.1f | %d |" % s)
+    lines.append("| %d, at rest | %.0f | %.1f | %d |" % idle)
+    keep = [ln for ln in metrics.splitlines() if ln.startswith(("gemmd_memory", "gemmd_connections",
+                                                                "gemmd_engine_jobs_total"))]
+    if keep:
+        lines.append("\n/metrics at the end:\n\n```\n" + "\n".join(keep) + "\n```")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    sys.exit(0 if wrong == 0 and flat and alive else 1)
+
+
+if __name__ == "__main__":
+    main()
