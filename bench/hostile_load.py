@@ -16,6 +16,7 @@ import argparse
 import datetime
 import os
 import platform
+import shlex
 import socket
 import subprocess
 import sys
@@ -188,7 +189,7 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0, help="multiply phase durations")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds between phases")
     args = ap.parse_args()
-    cmd = "/usr/bin/python3 bench/hostile_load.py " + " ".join(sys.argv[1:])
+    cmd = "/usr/bin/python3 bench/hostile_load.py " + shlex.join(sys.argv[1:])
     rows, base, mon, alive, metrics, cfg = run(args)
     text = table(rows, base, mon, alive, cfg, args.label, cmd)
     acc, ref, rss = queued_jobs(args)
