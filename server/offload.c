@@ -11,7 +11,7 @@
 
 /* Offloaded work yields the CPU to the HTTP threads: health probes and small requests
  * must not queue behind a big encoding on a busy host. */
-#define OFFLOAD_NICE 10
+#define OFFLOAD_NICE 5
 
 typedef struct task {
     void (*fn)(void *);

@@ -635,6 +635,7 @@ class NonReader(Worker):
                     "Content-Length: %d\r\n\r\n" % (n, n, accept, len(body))).encode() + body
         self.sent = self.dropped = self.answered_503 = 0
         self.lifetimes = []
+        self.survivor_ages = []
 
     def body(self):
         live = []  # (sock, t_open)
@@ -674,5 +675,7 @@ class NonReader(Worker):
                 s.close()
             live = keep
             self.halt.wait(0.2)
+        now = time.monotonic()
+        self.survivor_ages = [now - t for _s, t in live]  # still held when the attack stopped
         for s, _t in live:
             s.close()

@@ -144,15 +144,18 @@ def battery(tap):
 
         # ---- 5. answers asked for and never read
         mon.take()
-        nr = run_phase([hostile.NonReader(d.port, ips(50, 50), count=8, n=1000, fmt="json"),
+        nr = run_phase([hostile.NonReader(d.port, ips(50, 50), count=8, n=600, fmt="json"),
                         hostile.NonReader(d.port, ips(51, 51), count=30, n=1000, fmt="raw")],
-                       secs=SEND_S + 6)
+                       secs=SEND_S + 10)
         no_errors(tap, nr, "non-readers")
         tap.ok(all(w.dropped > 0 for w in nr), "non-readers: the daemon drops connections that stop taking "
                "their answer (%s)" % ", ".join("%s %d of %d" % (w.fmt, w.dropped, w.sent) for w in nr))
-        longest = max((max(w.lifetimes) for w in nr if w.lifetimes), default=0)
-        tap.ok(longest <= SEND_S + 6 * SLOW, "non-readers: dropped within send_timeout + a few seconds "
-               "(longest %.1f s)" % longest)
+        # None still held at the end may be older than send_timeout plus the time to compute
+        # and encode its answer on a busy machine (without the deadline: the whole phase).
+        oldest = max((a for w in nr for a in w.survivor_ages), default=0)
+        bound = SEND_S + 6 * SLOW
+        tap.ok(oldest <= bound, "non-readers: none held longer than send_timeout + 6 s (%.0f s; the oldest still "
+               "held at the end of the %d s phase: %.1f s)" % (bound, SEND_S + 10, oldest))
         _, m = d.metrics()
         tap.ok(m is not None and metric(m, "gemmd_connections_closed_total", deadline="send") > 0,
                "metrics count answers dropped at the send deadline")
