@@ -417,6 +417,13 @@ const char *gemmd_conn_refusal(gemmd_conn *x, const char **message)
 
 /* ---- the watchdog -------------------------------------------------------------------- */
 
+/* Bytes that arrived on the socket and wait to be read. */
+static uint64_t unread(int fd)
+{
+    int n = 0;
+    return ioctl(fd, SIOCINQ, &n) == 0 && n > 0 ? (uint64_t)n : 0;
+}
+
 static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
 {
     if (x->closing) return;
@@ -428,6 +435,9 @@ static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
     double rate = c->cfg.min_rate;
     if (st == ST_HEAD) {
         if (c->header_us > 0 && now - atomic_load(&x->t_req_us) > c->header_us) {
+            /* Bytes the client sent that MHD has not read yet: its thread is busy, the
+             * client is not slow. Look again once they are read. */
+            if (unread(x->fd) > 0) return;
             int never = atomic_load(&x->requests) == 0;
             if (c->cfg.plain_http && never) {
                 char m[160];
@@ -445,7 +455,7 @@ static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
     }
     if (st == ST_BODY) {
         int64_t t_head = atomic_load(&x->t_mark_us);
-        uint64_t got = atomic_load(&x->bytes);
+        uint64_t got = atomic_load(&x->bytes) + unread(x->fd); /* arrived, read or not */
         if (c->request_us > 0 && now - atomic_load(&x->t_req_us) > c->request_us) {
             atomic_fetch_add(&c->closed_request, 1);
             LOG_INFO("connection from %s closed: the request took longer than request_timeout (%.0f s, %llu "

@@ -11,11 +11,14 @@
  * cleans up the connection itself, on its own thread):
  *
  *   waiting for a request head   header_timeout after the connection opened or the
- *                                previous answer went out
+ *                                previous answer went out (not while bytes the client
+ *                                sent wait unread in the socket: then MHD is behind,
+ *                                not the client)
  *   receiving the body           request_timeout after the head began to be waited for
  *                                (the whole request), and never slower than min_rate
  *                                once header_timeout has passed since the head: by then
  *                                it must have sent min_rate x (elapsed - header_timeout)
+ *                                (bytes waiting unread in the socket count as sent)
  *   product on the engine        none (the connection is suspended; it is never shut
  *                                down under a product that still runs)
  *   sending the answer           send_timeout after it was queued, plus one second for
