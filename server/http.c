@@ -450,9 +450,9 @@ static int start_limits(gemmd_server *s, gemm_err *err)
     const gemm_allocator *base = gemm_engine_allocator(s->engine);
     s->alloc_ctx = (gemmd_budget_alloc_ctx){s->budget, *base, GEMMD_MEM_INPUT, 0};
     s->alloc = gemmd_budget_allocator(&s->alloc_ctx);
-    /* Pinned host memory (CUDA) is committed when it is allocated; plain memory as the
-     * body writes it. */
-    gemmd_budget_lazy_allocator(&s->lazy_ctx, s->budget, base, strcmp(s->info.backend, "cuda") == 0);
+    /* Host memory is committed as the body writes it, on every backend (the CUDA engine
+     * page-locks its blocks on the worker, before its copies, not when they are allocated). */
+    gemmd_budget_lazy_allocator(&s->lazy_ctx, s->budget, base, 0);
     s->lazy_alloc = gemmd_budget_allocator(&s->lazy_ctx);
 
     x->conns_cfg = (gemmd_conns_config){
