@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_stream.h"
+
 /* ---- gemm_buf ----------------------------------------------------------- */
 
 void gemm_buf_init(gemm_buf *b)
@@ -541,7 +543,13 @@ int gemm_json_decode_request(const char *body, size_t len, const gemm_limits *li
                              const gemm_allocator *alloc, gemm_options *opt,
                              gemm_matrix *a, gemm_matrix *b, gemm_err *err)
 {
-    return gemm_json_decode_request_refs(body, len, lim, alloc, opt, a, b, NULL, err);
+    a->data = b->data = NULL;
+    gemm_json_stream *js = gemm_json_stream_new(lim, alloc, opt, len);
+    if (!js) return gemm_err_set(err, 500, "out_of_memory", "could not allocate the JSON decoder");
+    int rc = (len && body) ? gemm_json_stream_feed(js, body, len, err) : 0;
+    if (rc == 0) rc = gemm_json_stream_finish(js, opt, a, b, err);
+    gemm_json_stream_free(js);
+    return rc;
 }
 
 int gemm_json_decode_request_refs(const char *body, size_t len, const gemm_limits *lim,

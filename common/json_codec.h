@@ -19,9 +19,9 @@
 extern "C" {
 #endif
 
-/* Parses a whole request body. Options present in the body are applied to *opt (over
- * what the query string already set). A and B are allocated from alloc after the shapes
- * are validated with gemm_check_product(); the caller frees them.
+/* Decodes a whole request body in one piece with the streaming decoder (json_stream.h,
+ * which the daemon feeds chunk by chunk). Options present in the body are applied to *opt
+ * (over what the query string already set). A and B come from alloc; the caller frees them.
  * Errors: 400 bad_json (syntax, with the position), 400 bad_matrix (ragged rows,
  * non-numeric elements, data length != shape, missing "a"/"b"), 422 bad_value (int32
  * value not an integer or out of range, float out of the dtype's range), 422 bad_option,
