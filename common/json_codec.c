@@ -122,19 +122,41 @@ void gemm_buf_json_string(gemm_buf *b, const char *s)
 
 /* ---- writing matrices ---------------------------------------------------- */
 
+/* "00" .. "99": two digits at a time. */
+static const char digit_pairs[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                                     "8081828384858687888990919293949596979899";
+
+/* Writes the 8 digits of u (< 10^8, leading zeros kept) at p. */
+static void put_8digits(char *p, uint32_t u)
+{
+    uint32_t hi = u / 10000, lo = u % 10000;
+    memcpy(p, digit_pairs + 2 * (hi / 100), 2);
+    memcpy(p + 2, digit_pairs + 2 * (hi % 100), 2);
+    memcpy(p + 4, digit_pairs + 2 * (lo / 100), 2);
+    memcpy(p + 6, digit_pairs + 2 * (lo % 100), 2);
+}
+
 /* Writes v in decimal at p; returns the length. */
 static size_t put_i64(char *p, int64_t v)
 {
     char tmp[24];
-    size_t n = 0, len = 0;
+    size_t n = sizeof tmp, len = 0;
     uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    do {
-        tmp[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
+    while (u >= 100) {
+        n -= 2;
+        memcpy(tmp + n, digit_pairs + 2 * (u % 100), 2);
+        u /= 100;
+    }
+    if (u >= 10) {
+        n -= 2;
+        memcpy(tmp + n, digit_pairs + 2 * u, 2);
+    } else {
+        tmp[--n] = (char)('0' + u);
+    }
     if (v < 0) p[len++] = '-';
-    while (n) p[len++] = tmp[--n];
-    return len;
+    memcpy(p + len, tmp + n, sizeof tmp - n);
+    return len + sizeof tmp - n;
 }
 
 /* x * 10^e, by exact powers of ten (each step rounds once). */
@@ -249,6 +271,97 @@ static size_t put_f64_g17(char *p, double v)
 }
 #endif
 
+#if defined(__SIZEOF_INT128__)
+/* printf("%.<P>g") of v (finite, nonzero; P = 9 or 17) with exact integer arithmetic:
+ * v = m * 2^e2, and for a decimal exponent e with k = P - 1 - e in 0..27, v * 10^k =
+ * m * 5^k * 2^(e2 + k) exactly, m * 5^k < 2^117 in 128 bits. Its integer part is the P
+ * digits, its fraction rounds them (exact halves to even, as printf does). e starts from
+ * the binary exponent (floor(E * log10 2), or one less than the true e) and moves until
+ * the integer part has P digits. Returns 0 when k leaves 0..27 (|v| below about 10^(P-28)
+ * or at least 10^(P-1)): the caller takes another path. */
+static size_t put_g_exact(char *p, double v, int P)
+{
+    static const uint64_t p5[28] = {1ull, 5ull, 25ull, 125ull, 625ull, 3125ull, 15625ull, 78125ull, 390625ull,
+                                    1953125ull, 9765625ull, 48828125ull, 244140625ull, 1220703125ull,
+                                    6103515625ull, 30517578125ull, 152587890625ull, 762939453125ull,
+                                    3814697265625ull, 19073486328125ull, 95367431640625ull,
+                                    476837158203125ull, 2384185791015625ull, 11920928955078125ull,
+                                    59604644775390625ull, 298023223876953125ull, 1490116119384765625ull,
+                                    7450580596923828125ull};
+    const uint64_t lo_lim = P == 9 ? 100000000ull : 10000000000000000ull, hi_lim = lo_lim * 10;
+    uint64_t bits;
+    memcpy(&bits, &v, 8);
+    char *s = p;
+    if (bits >> 63) *s++ = '-';
+    int bexp = (int)((bits >> 52) & 0x7ff);
+    uint64_t m = bits & ((1ull << 52) - 1);
+    int e2;
+    if (bexp) {
+        m |= 1ull << 52;
+        e2 = bexp - 1075;
+    } else {
+        e2 = -1074;
+    }
+    int E = e2 + 63 - __builtin_clzll(m); /* v in [2^E, 2^(E+1)) */
+    int e = E >= 0 ? (E * 78913) >> 18 : -((-E * 78913 + (1 << 18) - 1) >> 18); /* floor(E log10 2) */
+    uint64_t ip;
+    unsigned __int128 rem, half;
+    for (int tries = 0;; tries++) {
+        int k = P - 1 - e;
+        if (k < 0 || k > 27 || tries > 2) return 0;
+        unsigned __int128 n = (unsigned __int128)m * p5[k];
+        int sh = -(e2 + k);
+        if (sh <= 0) { /* an integer: v * 10^k < 10^18 here, so the shift cannot overflow */
+            if (-sh > 63 || (n >> (64 + sh)) != 0) return 0;
+            ip = (uint64_t)(n << -sh);
+            rem = half = 0;
+        } else if (sh >= 128) {
+            return 0;
+        } else {
+            unsigned __int128 q = n >> sh;
+            if (q >> 64) {
+                e++;
+                continue;
+            }
+            ip = (uint64_t)q;
+            rem = n & (((unsigned __int128)1 << sh) - 1);
+            half = (unsigned __int128)1 << (sh - 1);
+        }
+        if (ip >= hi_lim) {
+            e++;
+            continue;
+        }
+        if (ip < lo_lim) {
+            e--;
+            continue;
+        }
+        break;
+    }
+    uint64_t d = ip + (rem > half || (half && rem == half && (ip & 1)));
+    if (d == hi_lim) {
+        d = lo_lim;
+        e++;
+    }
+    char dig[17];
+    if (P == 9) {
+        dig[0] = (char)('0' + d / 100000000);
+        put_8digits(dig + 1, (uint32_t)(d % 100000000));
+    } else {
+        uint64_t hi = d / 100000000;
+        dig[0] = (char)('0' + hi / 100000000);
+        put_8digits(dig + 1, (uint32_t)(hi % 100000000));
+        put_8digits(dig + 9, (uint32_t)(d % 100000000));
+    }
+    return (size_t)(put_g_layout(s, dig, P, e) - p);
+}
+#else
+static size_t put_g_exact(char *p, double v, int P)
+{
+    (void)p, (void)v, (void)P;
+    return 0;
+}
+#endif
+
 /* Writes one element (at most 32 bytes) at p; returns the length. */
 static size_t put_double(char *p, double v, int digits)
 {
@@ -264,7 +377,8 @@ static size_t put_double(char *p, double v, int digits)
         }
         return put_i64(p, (int64_t)v);
     }
-    size_t fast = digits == 9 ? put_f32_g9(p, v) : put_f64_g17(p, v);
+    size_t fast = put_g_exact(p, v, digits);
+    if (!fast) fast = digits == 9 ? put_f32_g9(p, v) : put_f64_g17(p, v);
     if (fast) return fast;
     int n = snprintf(p, 32, "%.*g", digits, v);
     return n > 0 && n < 32 ? (size_t)n : 0;
@@ -277,29 +391,29 @@ void gemm_json_write_matrix(gemm_buf *out, const gemm_matrix *m)
         out->failed = 1;
         return;
     }
-    /* Reserve a good guess once; each element reserves its worst case as it goes. */
+    /* Reserve a good guess once; each element makes room for its worst case (40 bytes with
+     * its comma) only when the room left is short. */
     size_t guess;
     if (gemm_mul_size((size_t)m->rows, (size_t)m->cols, &guess) && gemm_mul_size(guess, 12, &guess))
         buf_reserve(out, guess);
     gemm_buf_append(out, "[", 1);
     for (uint64_t i = 0; i < m->rows && !out->failed; i++) {
-        if (i) gemm_buf_append(out, ",", 1);
-        gemm_buf_append(out, "[", 1);
+        gemm_buf_append(out, i ? ",[" : "[", i ? 2 : 1);
+        const char *row = (const char *)m->data + (size_t)(i * m->cols) * es;
         for (uint64_t j = 0; j < m->cols; j++) {
-            if (buf_reserve(out, 40)) return;
+            if (out->cap - out->len < 41 && buf_reserve(out, 40)) return;
             char *p = out->data + out->len;
             size_t n = 0;
             if (j) p[n++] = ',';
-            size_t idx = (size_t)(i * m->cols + j);
             switch (m->dtype) {
             case GEMM_DTYPE_F32:
-                n += put_double(p + n, ((const float *)m->data)[idx], 9);
+                n += put_double(p + n, ((const float *)row)[j], 9);
                 break;
             case GEMM_DTYPE_F64:
-                n += put_double(p + n, ((const double *)m->data)[idx], 17);
+                n += put_double(p + n, ((const double *)row)[j], 17);
                 break;
             default:
-                n += put_i64(p + n, ((const int32_t *)m->data)[idx]);
+                n += put_i64(p + n, ((const int32_t *)row)[j]);
                 break;
             }
             out->len += n;

@@ -8,35 +8,7 @@
 
 /* ---- scanning ----------------------------------------------------------------- */
 
-static inline int is_digit(char c) { return (unsigned char)(c - '0') < 10; }
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define GEMM_SWAR 1
-/* Eight ASCII digits at p (p[0] the most significant) as their value, or -1 when one of
- * them is not a digit. Little-endian: p[0] is the lowest byte of the word. */
-static inline int64_t eight_digits(const char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    /* every byte 0x30..0x3f, and still below 0x40 after adding 6: every byte '0'..'9' */
-    if ((v & 0xf0f0f0f0f0f0f0f0ull) != 0x3030303030303030ull ||
-        ((v + 0x0606060606060606ull) & 0xf0f0f0f0f0f0f0f0ull) != 0x3030303030303030ull)
-        return -1;
-    v -= 0x3030303030303030ull;
-    /* pairs, then quads, then all eight: each step scales the more significant half */
-    v = (v * 10 + (v >> 8)) & 0x00ff00ff00ff00ffull;
-    v = (v * 100 + (v >> 16)) & 0x0000ffff0000ffffull;
-    v = (v * 10000 + (v >> 32)) & 0xffffffffull;
-    return (int64_t)v;
-}
-#else
-#define GEMM_SWAR 0
-#endif
-
-/* The careful scan, for numbers with more than 19 digits: leading zeros do not count as
- * significant, digits past the 19th only set trunc (and move the exponent). The grammar
- * was already checked by the fast scan; this only computes w, q and trunc. */
-static void scan_long(const char *p, const char *end, gemm_decimal *d)
+void gemm_decimal_scan_long(const char *p, const char *end, gemm_decimal *d)
 {
     uint64_t w = 0;
     int64_t q = 0;
@@ -48,7 +20,7 @@ static void scan_long(const char *p, const char *end, gemm_decimal *d)
             frac = 1;
             continue;
         }
-        if (!is_digit(c)) break;
+        if (!gemm_num_is_digit(c)) break;
         unsigned v = (unsigned)(c - '0');
         if (nd == 0 && v == 0) {
             if (frac) q--;
@@ -66,7 +38,7 @@ static void scan_long(const char *p, const char *end, gemm_decimal *d)
         int eneg = 0;
         p++;
         if (*p == '-' || *p == '+') eneg = *p++ == '-';
-        for (; p < end && is_digit(*p); p++)
+        for (; p < end && gemm_num_is_digit(*p); p++)
             if (e < 100000000) e = e * 10 + (*p - '0');
         if (eneg) e = -e;
     }
@@ -78,126 +50,13 @@ static void scan_long(const char *p, const char *end, gemm_decimal *d)
     d->trunc = (uint8_t)trunc;
 }
 
-ptrdiff_t gemm_json_scan_number(const char *s, const char *end, int at_eof, gemm_decimal *d)
-{
-    const char *p = s;
-    uint64_t w = 0;
-    int nd = 0;        /* digits taken into w (leading zeros included) */
-    int32_t q = 0;
-    int integer = 1;
-
-#define NEED_MORE() return at_eof ? -(ptrdiff_t)(1 + (p - s)) : 0
-    d->neg = 0;
-    if (*p == '-') {
-        d->neg = 1;
-        if (++p == end) NEED_MORE();
-    }
-    if (*p == '0') {
-        p++;
-        nd = 1;
-    } else if (is_digit(*p)) {
-#if GEMM_SWAR
-        while (end - p >= 8 && nd <= 11) {
-            int64_t v = eight_digits(p);
-            if (v < 0) break;
-            w = w * 100000000u + (uint64_t)v;
-            nd += 8;
-            p += 8;
-        }
-#endif
-        while (p < end && is_digit(*p)) {
-            w = w * 10 + (unsigned)(*p - '0');
-            nd++;
-            p++;
-            if (nd > 19) goto long_number;
-        }
-    } else {
-        return -(ptrdiff_t)(1 + (p - s));
-    }
-    if (p == end) goto at_end;
-    if (*p == '.') {
-        integer = 0;
-        if (++p == end) NEED_MORE();
-        if (!is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
-        const char *f0 = p;
-#if GEMM_SWAR
-        while (end - p >= 8 && nd <= 11) {
-            int64_t v = eight_digits(p);
-            if (v < 0) break;
-            w = w * 100000000u + (uint64_t)v;
-            nd += 8;
-            p += 8;
-        }
-#endif
-        while (p < end && is_digit(*p)) {
-            w = w * 10 + (unsigned)(*p - '0');
-            nd++;
-            p++;
-            if (nd > 19) goto long_number;
-        }
-        q = -(int32_t)(p - f0);
-        if (p == end) goto at_end;
-    }
-    if (*p == 'e' || *p == 'E') {
-        integer = 0;
-        int eneg = 0;
-        int32_t e = 0;
-        if (++p == end) NEED_MORE();
-        if (*p == '-' || *p == '+') {
-            eneg = *p == '-';
-            if (++p == end) NEED_MORE();
-        }
-        if (!is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
-        for (; p < end && is_digit(*p); p++)
-            if (e < 100000000) e = e * 10 + (*p - '0');
-        q += eneg ? -e : e;
-        if (p == end) goto at_end;
-    }
-    goto done;
-
-long_number:
-    /* More than 19 digits: finish the grammar check, then the careful scan. */
-    while (p < end && is_digit(*p)) p++;
-    if (p < end && *p == '.') {
-        if (!integer) goto done_long; /* second '.': the number ends before it */
-        integer = 0;
-        if (++p == end) NEED_MORE();
-        if (!is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
-        while (p < end && is_digit(*p)) p++;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        integer = 0;
-        if (++p == end) NEED_MORE();
-        if (*p == '-' || *p == '+')
-            if (++p == end) NEED_MORE();
-        if (!is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
-        while (p < end && is_digit(*p)) p++;
-    }
-done_long:
-    if (p == end && !at_eof) return 0;
-    d->integer = (uint8_t)integer;
-    d->text = s;
-    d->len = (size_t)(p - s);
-    scan_long(s, p, d);
-    return p - s;
-
-at_end:
-    if (!at_eof) return 0;
-done:
-    d->w = w;
-    d->q = q;
-    d->trunc = 0;
-    d->integer = (uint8_t)integer;
-    d->text = s;
-    d->len = (size_t)(p - s);
-    return p - s;
-#undef NEED_MORE
-}
-
 /* ---- conversion ------------------------------------------------------------------ */
 
-static const double p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
-                               1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+const double gemm_num_p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+const double gemm_num_ip10[23] = {1e-0,  1e-1,  1e-2,  1e-3,  1e-4,  1e-5,  1e-6,  1e-7,
+                                  1e-8,  1e-9,  1e-10, 1e-11, 1e-12, 1e-13, 1e-14, 1e-15,
+                                  1e-16, 1e-17, 1e-18, 1e-19, 1e-20, 1e-21, 1e-22};
 
 static const uint64_t p5[28] = {1ull,
                                 5ull,
@@ -300,32 +159,57 @@ static uint64_t exact_bits(uint64_t w, int q, int p, int emin, int emax)
 #define HAVE_EXACT 0
 #endif
 
-/* One rounding of w * 10^q in double arithmetic is correct only with plain binary64
- * evaluation (not x87 extended precision). */
-#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
-#define HAVE_CLINGER 1
+
+#if defined(__FLT_EVAL_METHOD__) && __FLT_EVAL_METHOD__ == 0
+#define HAVE_CLINGER 1 /* double arithmetic rounds once, to binary64 */
 #else
 #define HAVE_CLINGER 0
 #endif
 
-double gemm_decimal_to_f64(const gemm_decimal *d)
+#if defined(LDBL_MANT_DIG) && LDBL_MANT_DIG == 64 && (defined(__x86_64__) || defined(__i386__))
+/* x87 extended precision: w < 2^64 is exact in a long double and so is 10^k for k <= 27
+ * (5^27 < 2^64), so one multiplication or division rounds once, to 64 bits. Rounding that
+ * again to 53 bits gives the correctly rounded double unless the 64-bit result lies
+ * exactly halfway between two doubles (its 11 low bits 100 0000 0000): then 0 is returned
+ * and the caller takes the exact path. */
+static const long double p10l[28] = {1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,  1e8L,  1e9L,
+                                     1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L,
+                                     1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
+
+static int extended_f64(uint64_t w, int q, double *out)
+{
+    long double x = (long double)w;
+    long double y = q >= 0 ? x * p10l[q] : x / p10l[-q];
+    uint64_t mant;
+    memcpy(&mant, &y, 8); /* the 64-bit significand, explicit leading bit */
+    if ((mant & 0x7ff) == 0x400) return 0;
+    *out = (double)y;
+    return 1;
+}
+#define HAVE_EXTENDED 1
+#else
+#define HAVE_EXTENDED 0
+#endif
+
+double gemm_decimal_to_f64_hard(const gemm_decimal *d)
 {
     double v;
     if (d->w == 0) return d->neg ? -0.0 : 0.0;
-    if (!d->trunc) {
+    if (!d->trunc && d->q >= -27 && d->q <= 27) {
 #if HAVE_CLINGER
         if (d->w <= (1ull << 53) && d->q >= -22 && d->q <= 22) {
             v = (double)d->w;
-            v = d->q >= 0 ? v * p10[d->q] : v / p10[-d->q];
+            v = d->q >= 0 ? v * gemm_num_p10[d->q] : v / gemm_num_p10[-d->q];
             return d->neg ? -v : v;
         }
 #endif
+#if HAVE_EXTENDED
+        if (extended_f64(d->w, d->q, &v)) return d->neg ? -v : v;
+#endif
 #if HAVE_EXACT
-        if (d->q >= -27 && d->q <= 27) {
-            uint64_t bits = exact_bits(d->w, d->q, 53, -1022, 1023);
-            memcpy(&v, &bits, 8);
-            return d->neg ? -v : v;
-        }
+        uint64_t bits = exact_bits(d->w, d->q, 53, -1022, 1023);
+        memcpy(&v, &bits, 8);
+        return d->neg ? -v : v;
 #endif
     }
     char buf[GEMM_JSON_NUMBER_MAX + 1];
@@ -346,18 +230,19 @@ int gemm_f64_is_f32_midpoint(double v)
     return t >= 1 && t == floor(t) && fmod(t, 2.0) == 1.0;
 }
 
-float gemm_decimal_to_f32(const gemm_decimal *d)
+float gemm_decimal_to_f32_hard(const gemm_decimal *d)
 {
     if (d->w == 0) return d->neg ? -0.0f : 0.0f;
-    if (!d->trunc) {
+    if (!d->trunc && d->q >= -27 && d->q <= 27) {
 #if HAVE_CLINGER
         if (d->w <= (1ull << 53) && d->q >= -22 && d->q <= 22) {
-            double x = (double)d->w, p = p10[d->q >= 0 ? d->q : -d->q];
+            /* one correct rounding to double; then float, which is wrong only when the
+             * double lies exactly halfway between two floats: the exact residual (fma)
+             * says which side of it the decimal lies (0: exactly on it, ties to even) */
+            double x = (double)d->w, p = gemm_num_p10[d->q >= 0 ? d->q : -d->q];
             double v = d->q >= 0 ? x * p : x / p;
             float f = (float)v;
             if (gemm_f64_is_f32_midpoint(v)) {
-                /* v is halfway between two floats: the exact residual says which side of
-                 * v the decimal lies (0: exactly v, and the tie goes to even as (float) did) */
                 double r = d->q >= 0 ? fma(x, p, -v) : fma(-v, p, x);
                 if (r > 0 && (double)f < v) f = nextafterf(f, INFINITY);
                 else if (r < 0 && (double)f > v) f = nextafterf(f, 0.0f);
@@ -366,12 +251,10 @@ float gemm_decimal_to_f32(const gemm_decimal *d)
         }
 #endif
 #if HAVE_EXACT
-        if (d->q >= -27 && d->q <= 27) {
-            uint32_t bits = (uint32_t)exact_bits(d->w, d->q, 24, -126, 127);
-            float f;
-            memcpy(&f, &bits, 4);
-            return d->neg ? -f : f;
-        }
+        uint32_t bits = (uint32_t)exact_bits(d->w, d->q, 24, -126, 127);
+        float f;
+        memcpy(&f, &bits, 4);
+        return d->neg ? -f : f;
 #endif
     }
     char buf[GEMM_JSON_NUMBER_MAX + 1];
