@@ -21,10 +21,9 @@
 #include <string.h>
 
 #include "json_number.h"
+#include "json_store.h"
 
-#define INLINE_BYTES 512 /* elements kept inside the decoder before a buffer is taken */
 #define STR_MAX 255      /* captured keys and option values */
-#define FIRST_BUFFER 16384 /* bytes of the first buffer of a matrix of unknown size */
 #define STRINGIFY_(x) #x
 #define STRINGIFY(x) STRINGIFY_(x)
 #define NUM_MAX_TEXT STRINGIFY(GEMM_JSON_NUMBER_MAX)
@@ -55,11 +54,6 @@ typedef struct {
 } frame;
 
 typedef struct {
-    uint64_t index;
-    float value;
-} flip;
-
-typedef struct {
     const char *name;
     int present;          /* the key was given (the first time) */
     int form;             /* 0 none yet, '[' rows, '{' shape/data, other: wrong type */
@@ -69,20 +63,11 @@ typedef struct {
     int shape_state;      /* 0 not read, 1 valid, 2 invalid */
     uint64_t shape[2];    /* declared [rows, cols] */
     uint64_t count;       /* elements read (stored or not): the index of the next one */
-    /* storage */
-    int started;          /* the element type is chosen */
-    gemm_dtype st;        /* type held */
-    int deferred;         /* held as float64 until the body ends (dtype not known yet) */
+    int started;          /* storing has begun (the element type is chosen) */
     int dead;             /* no longer stored */
-    int exact;            /* cap is the matrix's exact size */
-    unsigned char *buf;   /* from the allocator, NULL while the elements fit inline */
-    size_t cap;           /* elements that fit (in buf, or inline) */
-    size_t buf_bytes;
     int has_bad;          /* an element error is noted at bad_index */
     uint64_t bad_index;
-    flip *flips;          /* deferred float32 corrections, by increasing index */
-    size_t nflips, flips_cap;
-    _Alignas(64) unsigned char inl[INLINE_BYTES];
+    gemm_json_store st;
 } operand;
 
 struct gemm_json_stream {
@@ -118,8 +103,7 @@ struct gemm_json_stream {
     gemm_err err;
     int nul_seen;
     uint64_t nul_off;
-    /* memory */
-    size_t held, peak;
+    gemm_json_mem mem;       /* what the stores hold from the allocator */
     operand op[2];
 };
 
@@ -172,34 +156,12 @@ static int syntax_at(gemm_json_stream *s, uint64_t off, const char *why)
 
 /* ---- memory ------------------------------------------------------------------- */
 
-static void *take(gemm_json_stream *s, size_t bytes)
-{
-    void *p = gemm_alloc(s->alloc, bytes);
-    if (p) {
-        s->held += bytes;
-        if (s->held > s->peak) s->peak = s->held;
-    }
-    return p;
-}
-
-static void give(gemm_json_stream *s, void *p, size_t bytes)
-{
-    if (!p) return;
-    gemm_free(s->alloc, p);
-    s->held -= bytes;
-}
-
 /* Stops storing operand o and gives its memory back. */
 static void kill_op(gemm_json_stream *s, operand *o)
 {
+    (void)s;
     o->dead = 1;
-    give(s, o->buf, o->buf_bytes);
-    o->buf = NULL;
-    o->buf_bytes = 0;
-    o->cap = 0;
-    give(s, o->flips, o->flips_cap * sizeof *o->flips);
-    o->flips = NULL;
-    o->nflips = o->flips_cap = 0;
+    gemm_json_store_release(&o->st);
 }
 
 /* ---- semantic errors ------------------------------------------------------------ */
@@ -302,77 +264,30 @@ static uint64_t max_elements(const gemm_json_stream *s, int x, int *exact)
 static void start_storage(gemm_json_stream *s, operand *o)
 {
     o->started = 1;
-    o->deferred = !s->body_dtype;
-    o->st = o->deferred ? GEMM_DTYPE_F64 : s->opt.dtype;
-    o->cap = INLINE_BYTES / gemm_dtype_size(o->st);
+    gemm_json_store_start(&o->st, s->opt.dtype, !s->body_dtype);
 }
 
-static void out_of_memory(gemm_json_stream *s, const operand *o, size_t bytes)
+static void out_of_memory(gemm_json_stream *s, operand *o)
 {
-    note(s, RK_MEMORY, 0, 500, "out_of_memory", "could not allocate %zu bytes for %s", bytes, o->name);
+    note(s, RK_MEMORY, 0, 500, "out_of_memory", "could not allocate memory for %s (%zu bytes held)", o->name,
+         s->mem.now);
+    kill_op(s, o);
 }
 
-/* Moves the elements of o into a buffer of exactly n elements. 0, or -1 (memory). */
-static int rehome(gemm_json_stream *s, operand *o, size_t n)
-{
-    size_t es = gemm_dtype_size(o->st), bytes = n * es;
-    unsigned char *p = take(s, bytes ? bytes : es);
-    if (!p) {
-        out_of_memory(s, o, bytes);
-        kill_op(s, o);
-        return -1;
-    }
-    size_t keep = o->count < n ? (size_t)o->count : n;
-    memcpy(p, o->buf ? o->buf : o->inl, keep * es);
-    give(s, o->buf, o->buf_bytes);
-    o->buf = p;
-    o->buf_bytes = bytes ? bytes : es;
-    o->cap = n;
-    return 0;
-}
-
-/* Room for element index i (i == o->cap). 0, or -1 when o stops being stored. */
-static int grow(gemm_json_stream *s, operand *o, uint64_t i, int x)
+/* Room for element index i of operand x (its store is full). 0, or -1 when x stops being
+ * stored (the element is one too many for any valid body, or memory ran out). */
+static int make_room(gemm_json_stream *s, operand *o, int x)
 {
     int exact;
-    uint64_t m = max_elements(s, x, &exact);
-    if (i >= m) { /* this element is one too many for any valid body */
-        kill_op(s, o);
-        return -1;
-    }
-    /* Each element still to come takes at least two bytes of the body ("1," or "1]"): a
-     * declared size the body cannot fill grows with what arrives instead. */
-    uint64_t bound = m, rest = s->body_max > s->base ? s->body_max - s->base : 0;
-    if (s->body_max && rest / 2 + 1 < bound - i) bound = i + rest / 2 + 1;
-    uint64_t want;
-    if (exact && m <= bound) {
-        want = m;
-    } else {
-        want = o->buf ? (uint64_t)o->cap * 2 : FIRST_BUFFER / gemm_dtype_size(o->st);
-        if (want > bound) want = bound;
-        if (want <= i) want = i + 1;
-    }
-    return rehome(s, o, (size_t)want);
-}
-
-static void note_flip(gemm_json_stream *s, operand *o, uint64_t i, float f)
-{
-    if (o->nflips == o->flips_cap) {
-        size_t ncap = o->flips_cap ? o->flips_cap * 2 : 16;
-        flip *p = take(s, ncap * sizeof *p);
-        if (!p) {
-            out_of_memory(s, o, ncap * sizeof *p);
-            kill_op(s, o);
-            return;
-        }
-        if (o->nflips) memcpy(p, o->flips, o->nflips * sizeof *p);
-        give(s, o->flips, o->flips_cap * sizeof *o->flips);
-        o->flips = p;
-        o->flips_cap = ncap;
-    }
-    o->flips[o->nflips].index = i;
-    o->flips[o->nflips].value = f;
-    o->nflips++;
+    uint64_t limit = max_elements(s, x, &exact);
+    /* each element still to come takes at least two bytes of the body ("1," or "1]") */
+    uint64_t more = UINT64_MAX;
+    if (s->body_max) more = (s->body_max > s->base ? s->body_max - s->base : 0) / 2 + 1;
+    int r = gemm_json_store_room(&o->st, limit, exact, more);
+    if (r == 0) return 0;
+    if (r < 0) out_of_memory(s, o);
+    else kill_op(s, o);
+    return -1;
 }
 
 /* The element error at index i of operand x: noted if it is the first. */
@@ -410,16 +325,15 @@ static void store_number(gemm_json_stream *s, int x, const gemm_decimal *d)
     uint64_t i = o->count++;
     if (o->dead) return;
     if (!o->started) start_storage(s, o);
-    if (i >= o->cap && grow(s, o, i, x)) return;
-    void *base = o->buf ? o->buf : o->inl;
-    switch (o->st) {
+    if (!o->st.left && make_room(s, o, x)) return;
+    switch (o->st.type) {
     case GEMM_DTYPE_F64: {
         double v = gemm_decimal_to_f64(d);
-        ((double *)base)[i] = v;
-        if (o->deferred) {
+        memcpy(gemm_json_store_next(&o->st), &v, 8);
+        if (o->st.deferred) {
             if (gemm_f64_is_f32_midpoint(v)) {
                 float f = gemm_decimal_to_f32(d);
-                if (f != (float)v) note_flip(s, o, i, f);
+                if (f != (float)v && gemm_json_store_flip(&o->st, i, f)) out_of_memory(s, o);
             }
         } else if (!isfinite(v)) {
             elem_error_at(s, x, i);
@@ -429,7 +343,7 @@ static void store_number(gemm_json_stream *s, int x, const gemm_decimal *d)
     }
     case GEMM_DTYPE_F32: {
         float f = gemm_decimal_to_f32(d);
-        ((float *)base)[i] = f;
+        memcpy(gemm_json_store_next(&o->st), &f, 4);
         if (isinf(f)) {
             elem_error_at(s, x, i);
             bad_value(s, x, GEMM_DTYPE_F32, i, gemm_decimal_to_f64(d), 0);
@@ -437,25 +351,21 @@ static void store_number(gemm_json_stream *s, int x, const gemm_decimal *d)
         break;
     }
     default: {
-        int32_t *dst = base;
-        if (d->integer && !d->trunc && d->w <= 2147483648ull) {
-            if (d->neg) {
-                dst[i] = (int32_t)(0 - (uint32_t)d->w);
-                break;
-            }
-            if (d->w <= 2147483647ull) {
-                dst[i] = (int32_t)d->w;
-                break;
-            }
-        }
-        double v = gemm_decimal_to_f64(d);
-        if (!i32_ok(v)) {
-            dst[i] = 0;
-            elem_error_at(s, x, i);
-            bad_value(s, x, GEMM_DTYPE_I32, i, v, 0);
+        int32_t v = 0;
+        if (d->integer && !d->trunc && d->w <= 2147483647ull) {
+            v = d->neg ? -(int32_t)d->w : (int32_t)d->w;
+        } else if (d->integer && !d->trunc && d->neg && d->w == 2147483648ull) {
+            v = INT32_MIN;
         } else {
-            dst[i] = (int32_t)v;
+            double f = gemm_decimal_to_f64(d);
+            if (i32_ok(f)) {
+                v = (int32_t)f;
+            } else {
+                elem_error_at(s, x, i);
+                bad_value(s, x, GEMM_DTYPE_I32, i, f, 0);
+            }
         }
+        memcpy(gemm_json_store_next(&o->st), &v, 4);
         break;
     }
     }
@@ -472,17 +382,27 @@ static void store_other(gemm_json_stream *s, int x, enum vtype t, uint64_t row, 
          type_name(t));
     if (o->dead) return;
     if (!o->started) start_storage(s, o);
-    if (i >= o->cap && grow(s, o, i, x)) return;
-    memset((o->buf ? o->buf : o->inl) + i * gemm_dtype_size(o->st), 0, gemm_dtype_size(o->st));
+    if (!o->st.left && make_room(s, o, x)) return;
+    memset(gemm_json_store_next(&o->st), 0, o->st.es);
 }
 
-/* Operand o's elements are all read: its buffer gets its exact size (unless held as
- * float64 for a later dtype: that is settled at the end). */
+/* Operand x's data has a length its shape does not allow. */
+static void count_error(gemm_json_stream *s, int x)
+{
+    const operand *o = &s->op[x];
+    note(s, RK_COUNT + x, 0, 400, "bad_matrix", "%s.data has %llu numbers but shape [%llu,%llu] needs %llu", o->name,
+         (unsigned long long)o->count, (unsigned long long)o->shape[0], (unsigned long long)o->shape[1],
+         (unsigned long long)(o->shape[0] * o->shape[1]));
+}
+
+/* Operand o's elements are all read: in their final type they are assembled now, unless
+ * the body fails anyway (held as float64 for a later dtype: at the end). */
 static void settle(gemm_json_stream *s, operand *o)
 {
-    if (o->dead || !o->started || o->deferred || o->count == 0) return;
-    if (o->buf && o->cap == o->count) return;
-    rehome(s, o, (size_t)o->count);
+    uint64_t bad;
+    double v;
+    if (o->dead || !o->started || o->st.deferred || o->count == 0 || s->rank < RK_NONE) return;
+    if (gemm_json_store_assemble(&o->st, o->st.type, 0, 1, &bad, &v)) out_of_memory(s, o);
 }
 
 /* ---- what values mean ----------------------------------------------------------------- */
@@ -665,6 +585,10 @@ static void close_role(gemm_json_stream *s, frame *f)
             kill_op(s, o);
         return;
     case R_DATA:
+        if (o->shape_state == 1) { /* the length is known already: a wrong one fails now */
+            uint64_t need;
+            if (!__builtin_mul_overflow(o->shape[0], o->shape[1], &need) && need != o->count) count_error(s, f->x);
+        }
         settle(s, o);
         return;
     case R_MATOBJ:
@@ -786,14 +710,23 @@ static const char *number_start(gemm_json_stream *s, const char *p, const char *
     return p + r;
 }
 
+/* A byte where a value has just ended and none of ',', ']', '}' (or the end) came. */
+static int after_value_error(gemm_json_stream *s, uint64_t off)
+{
+    if (s->state == S_END) return syntax_at(s, off, NULL);
+    return syntax_at(s, off, s->stack[s->depth - 1].kind == '[' ? "expected ',' or ']'" : "expected ',' or '}'");
+}
+
 /* The number cut by a chunk end is complete (the next byte does not continue it, or EOF). */
 static int number_finish(gemm_json_stream *s)
 {
     gemm_decimal d;
     ptrdiff_t r = gemm_json_scan_number(s->num, s->num + s->num_len, 1, &d);
     if (r < 0) return syntax_at(s, s->num_off + (uint64_t)(-r - 1), "not a valid number");
-    if ((size_t)r < s->num_len) return syntax_at(s, s->num_off + (uint64_t)r, "unexpected character after a number");
     number_value(s, &d);
+    /* what follows the number inside the buffer ("01", "1.5.3") is what the state after
+     * a value refuses, as it would in one piece */
+    if ((size_t)r < s->num_len) return after_value_error(s, s->num_off + (uint64_t)r);
     return 0;
 }
 
@@ -1047,7 +980,7 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
                 pop(s);
                 p++;
             } else {
-                syntax_at(s, off_of(s, p), f->kind == '[' ? "expected ',' or ']'" : "expected ',' or '}'");
+                after_value_error(s, off_of(s, p));
             }
             break;
         }
@@ -1116,64 +1049,18 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
 
 /* ---- the end --------------------------------------------------------------------------- */
 
-/* Operand x held as float64 gets the final dtype d. Element errors are looked for before
- * the first non-number element (which is already noted); when the body fails anyway,
- * only looked for. */
+/* Operand x held as float64 gets the final dtype d; element values are checked before the
+ * first non-number element (which is already noted). When the body fails anyway, only
+ * checked, nothing allocated. */
 static void convert(gemm_json_stream *s, int x, gemm_dtype d)
 {
     operand *o = &s->op[x];
-    if (o->dead || !o->started || !o->deferred || o->count == 0) return;
-    uint64_t n = o->count, upto = o->has_bad ? o->bad_index : n;
-    const double *src = (const double *)(o->buf ? o->buf : o->inl);
-    if (d == GEMM_DTYPE_F64) {
-        for (uint64_t i = 0; i < upto; i++)
-            if (!isfinite(src[i])) {
-                bad_value(s, x, d, i, src[i], 1);
-                return;
-            }
-        o->deferred = 0;
-        return;
-    }
-    unsigned char *dst = NULL;
-    size_t bytes = (size_t)n * 4, fl = 0;
-    if (s->rank >= RK_NONE) {
-        dst = take(s, bytes);
-        if (!dst) {
-            out_of_memory(s, o, bytes);
-            return;
-        }
-    }
-    for (uint64_t i = 0; i < upto; i++) {
-        double v = src[i];
-        if (d == GEMM_DTYPE_F32) {
-            float f = (float)v;
-            if (fl < o->nflips && o->flips[fl].index == i) f = o->flips[fl++].value;
-            if (isinf(f)) {
-                bad_value(s, x, d, i, v, 1);
-                break;
-            }
-            if (dst) ((float *)dst)[i] = f;
-        } else {
-            if (!i32_ok(v)) {
-                bad_value(s, x, d, i, v, 1);
-                break;
-            }
-            if (dst) ((int32_t *)dst)[i] = (int32_t)v;
-        }
-    }
-    if (!dst || s->rank < RK_NONE) {
-        give(s, dst, bytes);
-        return;
-    }
-    give(s, o->buf, o->buf_bytes);
-    o->buf = dst;
-    o->buf_bytes = bytes;
-    o->cap = (size_t)n;
-    o->st = d;
-    o->deferred = 0;
-    give(s, o->flips, o->flips_cap * sizeof *o->flips);
-    o->flips = NULL;
-    o->nflips = o->flips_cap = 0;
+    if (o->dead || !o->started || !o->st.deferred || o->count == 0) return;
+    uint64_t bad;
+    double v;
+    int r = gemm_json_store_assemble(&o->st, d, o->has_bad ? o->bad_index : o->count, s->rank >= RK_NONE, &bad, &v);
+    if (r > 0) bad_value(s, x, d, bad, v, 1);
+    else if (r < 0) out_of_memory(s, o);
 }
 
 static void release(gemm_json_stream *s)
@@ -1215,11 +1102,8 @@ int gemm_json_stream_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix 
     }
     for (int x = 0; x < 2 && s->rank > RK_COUNT + x; x++) {
         operand *o = &s->op[x];
-        uint64_t need = o->shape[0] * o->shape[1]; /* the product check passed: no overflow */
-        if (o->form == '{' && o->count != need)
-            note(s, RK_COUNT + x, 0, 400, "bad_matrix", "%s.data has %llu numbers but shape [%llu,%llu] needs %llu",
-                 o->name, (unsigned long long)o->count, (unsigned long long)o->shape[0],
-                 (unsigned long long)o->shape[1], (unsigned long long)need);
+        if (o->form == '{' && o->count != o->shape[0] * o->shape[1]) /* the product check passed: no overflow */
+            count_error(s, x);
     }
     for (int x = 0; x < 2 && s->rank >= RK_ELEM + x; x++) convert(s, x, d);
     for (int x = 0; x < 2 && s->rank >= RK_NONE; x++) {
@@ -1241,10 +1125,7 @@ int gemm_json_stream_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix 
         m[x]->rows = x ? br : ar;
         m[x]->cols = x ? bc : ac;
         m[x]->dtype = d;
-        m[x]->data = o->buf;
-        s->held -= o->buf_bytes;
-        o->buf = NULL;
-        o->buf_bytes = 0;
+        m[x]->data = gemm_json_store_take(&o->st);
         o->dead = 1;
     }
     return 0;
@@ -1268,8 +1149,10 @@ gemm_json_stream *gemm_json_stream_new(const gemm_limits *lim, const gemm_alloca
     s->line = 1;
     s->state = S_VALUE;
     s->rank = RK_NONE;
-    s->op[0].name = "a";
-    s->op[1].name = "b";
+    for (int x = 0; x < 2; x++) {
+        s->op[x].name = x ? "b" : "a";
+        gemm_json_store_init(&s->op[x].st, s->alloc, &s->mem);
+    }
     return s;
 }
 
@@ -1280,6 +1163,6 @@ void gemm_json_stream_free(gemm_json_stream *s)
     free(s);
 }
 
-size_t gemm_json_stream_held(const gemm_json_stream *s) { return s->held; }
-size_t gemm_json_stream_peak(const gemm_json_stream *s) { return s->peak; }
+size_t gemm_json_stream_held(const gemm_json_stream *s) { return s->mem.now; }
+size_t gemm_json_stream_peak(const gemm_json_stream *s) { return s->mem.peak; }
 uint64_t gemm_json_stream_offset(const gemm_json_stream *s) { return s->base; }

@@ -10,12 +10,13 @@
  * token anywhere) and writes each element of "a" and "b" straight into a typed buffer
  * taken from the allocator. Nothing else is allocated but the decoder itself (a few KiB).
  *
- * Buffers. A matrix whose size is known before its first element (the {"shape", "data"}
- * form with "shape" first) gets one buffer of exactly its size. Otherwise the first 512
- * bytes of elements are kept inside the decoder, and a matrix that ends there gets an exact
- * buffer; a longer one gets a buffer that grows geometrically (x2) as elements arrive, never
- * beyond what the limits (max_dim, max_elements, the other operand's shape) and the body
- * bytes still to come (Content-Length) allow, and is cut to its exact size when it ends.
+ * Buffers (json_store.h). A matrix whose size is known before its elements (the {"shape",
+ * "data"} form with "shape" first, or B's rows once A is read) gets one buffer of exactly
+ * its size. Otherwise the first 512 bytes of elements stay inside the decoder, then room
+ * is added in blocks (each half of what is held), never beyond what the limits (max_dim,
+ * max_elements, the other operand's shape) and the body bytes still to come allow; when
+ * the matrix is complete its blocks are copied into one exact buffer, each given back as
+ * it is copied. Nothing is copied while reading.
  *
  * dtype. A "dtype" in the body may come after the matrices and overrides the query's, so an
  * operand that starts before the body has named its dtype is held as float64 (exactly the
