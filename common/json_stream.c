@@ -95,7 +95,7 @@ struct gemm_json_stream {
     enum vtype lit_type;
     size_t num_len;
     uint64_t num_off;
-    char num[GEMM_JSON_NUMBER_MAX + 1];
+    char num[GEMM_JSON_NUMBER_MAX + 2]; /* a cut number: up to one character more than allowed */
     /* errors */
     int failed;              /* a syntax error, in syn */
     gemm_err syn;
@@ -690,12 +690,15 @@ static void number_value(gemm_json_stream *s, const gemm_decimal *d)
 static const char *number_start(gemm_json_stream *s, const char *p, const char *end)
 {
     gemm_decimal d;
-    ptrdiff_t r = gemm_json_scan_number(p, end, 0, &d);
+    /* only as much text as a cut number could have in its buffer, so that the answer does
+     * not depend on where chunks end */
+    int cut = end - p > GEMM_JSON_NUMBER_MAX + 1;
+    ptrdiff_t r = gemm_json_scan_number(p, cut ? p + GEMM_JSON_NUMBER_MAX + 1 : end, 0, &d);
     if (r < 0) {
         syntax_at(s, off_of(s, p) + (uint64_t)(-r - 1), "not a valid number");
         return end;
     }
-    if (r > GEMM_JSON_NUMBER_MAX || (r == 0 && end - p > GEMM_JSON_NUMBER_MAX)) {
+    if (r > GEMM_JSON_NUMBER_MAX || (r == 0 && cut)) {
         syntax_at(s, off_of(s, p), "a number longer than " NUM_MAX_TEXT " characters");
         return end;
     }
@@ -723,11 +726,28 @@ static int number_finish(gemm_json_stream *s)
     gemm_decimal d;
     ptrdiff_t r = gemm_json_scan_number(s->num, s->num + s->num_len, 1, &d);
     if (r < 0) return syntax_at(s, s->num_off + (uint64_t)(-r - 1), "not a valid number");
+    if (r > GEMM_JSON_NUMBER_MAX) return syntax_at(s, s->num_off, "a number longer than " NUM_MAX_TEXT " characters");
     number_value(s, &d);
     /* what follows the number inside the buffer ("01", "1.5.3") is what the state after
      * a value refuses, as it would in one piece */
     if ((size_t)r < s->num_len) return after_value_error(s, s->num_off + (uint64_t)r);
     return 0;
+}
+
+/* The buffer of a cut number filled up (GEMM_JSON_NUMBER_MAX + 1 characters of [0-9.eE+-]):
+ * the same decision number_start makes on text in one piece. */
+static void number_overflow(gemm_json_stream *s)
+{
+    gemm_decimal d;
+    ptrdiff_t r = gemm_json_scan_number(s->num, s->num + s->num_len, 0, &d);
+    if (r < 0) {
+        syntax_at(s, s->num_off + (uint64_t)(-r - 1), "not a valid number");
+    } else if (r == 0 || r > GEMM_JSON_NUMBER_MAX) {
+        syntax_at(s, s->num_off, "a number longer than " NUM_MAX_TEXT " characters");
+    } else { /* the number ended inside: what follows it is refused */
+        number_value(s, &d);
+        after_value_error(s, s->num_off + (uint64_t)r);
+    }
 }
 
 /* Numbers in a row or a data array, as long as they are whole inside the chunk: the
@@ -1010,9 +1030,11 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
         case S_NUMBER: {
             const char *q = p;
             while (q < end && (is_digit(*q) || *q == '.' || *q == 'e' || *q == 'E' || *q == '+' || *q == '-')) q++;
-            size_t n = (size_t)(q - p);
-            if (n > GEMM_JSON_NUMBER_MAX - s->num_len) {
-                syntax_at(s, s->num_off, "a number longer than " NUM_MAX_TEXT " characters");
+            size_t n = (size_t)(q - p), room = sizeof s->num - 1 - s->num_len;
+            if (n > room) { /* one more than the longest number: decide as in one piece */
+                memcpy(s->num + s->num_len, p, room);
+                s->num_len += room;
+                number_overflow(s);
                 break;
             }
             memcpy(s->num + s->num_len, p, n);

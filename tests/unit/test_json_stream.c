@@ -744,6 +744,20 @@ static void test_depth_and_length_limits(void **state)
         }
         gemm_buf_free(&b);
     }
+    /* a long run of number characters: the length decides before a later grammar error,
+     * and a grammar error within the first 1025 characters decides before the length,
+     * however the text is cut */
+    for (int bad_at = 500; bad_at <= 1500; bad_at += 1000) {
+        gemm_buf_init(&b);
+        gemm_buf_puts(&b, "{\"a\":[[1.");
+        for (int i = 0; i < 2000; i++) gemm_buf_puts(&b, i == bad_at ? "." : "5");
+        gemm_buf_puts(&b, "]],\"b\":[[1]]}");
+        r = chunk_invariant(b.data, NULL);
+        assert_int_equal(r.rc, -1);
+        if (bad_at < 1000) assert_non_null(strstr(r.err.message, "expected ',' or ']'"));
+        else assert_non_null(strstr(r.err.message, "longer than 1024"));
+        gemm_buf_free(&b);
+    }
 }
 
 static void test_semantic_errors_in_order(void **state)
