@@ -747,6 +747,19 @@ static void test_depth_and_length_limits(void **state)
     /* a long run of number characters: the length decides before a later grammar error,
      * and a grammar error within the first 1025 characters decides before the length,
      * however the text is cut */
+    /* exactly 1025 characters that are a number's beginning, then its end: too long, cut
+     * anywhere */
+    for (int tail = 0; tail < 3; tail++) {
+        gemm_buf_init(&b);
+        gemm_buf_puts(&b, "{\"a\":[[1");
+        for (int i = 1; i < GEMM_JSON_NUMBER_MAX; i++) gemm_buf_puts(&b, "0");
+        gemm_buf_puts(&b, tail == 0 ? "e" : tail == 1 ? "." : "5");
+        gemm_buf_puts(&b, "]],\"b\":[[1]]}");
+        r = chunk_invariant(b.data, NULL);
+        assert_int_equal(r.rc, -1);
+        assert_non_null(strstr(r.err.message, "byte 7 (line 1, column 8): a number longer than 1024"));
+        gemm_buf_free(&b);
+    }
     for (int bad_at = 500; bad_at <= 1500; bad_at += 1000) {
         gemm_buf_init(&b);
         gemm_buf_puts(&b, "{\"a\":[[1.");
