@@ -21,8 +21,9 @@
  * Every decoded matrix is compared bit for bit with its source, every encoded text with
  * the old writer's (the format is unchanged), before timing. Times are the thread's CPU
  * time (CLOCK_THREAD_CPUTIME_ID, page faults included), so MB/s is per core and does not
- * count time the thread waited for a core on a shared machine; each cell is the median of
- * the repeats. MB/s is bytes of JSON text per CPU second (MB = 10^6 bytes); "peak KiB" is
+ * count time the thread waited for a core on a shared machine. Each way runs once checked,
+ * then its repeats back to back (its steady state: memory it frees is reused by its next
+ * run, as in a daemon serving one request after another); each cell is the median. MB/s is bytes of JSON text per CPU second (MB = 10^6 bytes); "peak KiB" is
  * the most the streaming decoder held from its allocator at once (both operands; the body
  * itself is never held).
  */
@@ -216,13 +217,14 @@ int main(int argc, char **argv)
             body_of(&last, d, &ma, &mb, 1);
             double t[4][MAX_REPEATS];
             size_t peak = 0;
-            for (int how = DEC_BEFORE; how <= DEC_LAST; how++)
+            /* each way in its steady state: one checked run (which also brings the memory it
+             * reuses into the process), then its repeats back to back */
+            for (int how = DEC_BEFORE; how <= DEC_LAST; how++) {
                 decode_once(how, how == DEC_LAST ? &last : &body, chunk, &ma, &mb, 1, NULL);
-            /* interleaved, so that a change of machine load hits before and after alike */
-            for (int r = 0; r < repeats; r++)
-                for (int how = DEC_BEFORE; how <= DEC_LAST; how++)
+                for (int r = 0; r < repeats; r++)
                     t[how][r] = decode_once(how, how == DEC_LAST ? &last : &body, chunk, &ma, &mb, 0,
                                             how == DEC_STREAM ? &peak : NULL);
+            }
             double before = median(t[DEC_BEFORE], repeats);
             row("decode whole", dt, n, body.len, before, median(t[DEC_WHOLE], repeats), 0);
             row("decode stream", dt, n, body.len, before, median(t[DEC_STREAM], repeats), peak);
@@ -232,10 +234,8 @@ int main(int argc, char **argv)
             encode_once(1, &ma, &e0);
             encode_once(0, &ma, &e1);
             if (e0.len != e1.len || memcmp(e0.data, e1.data, e0.len)) die("the writer's text changed", NULL);
-            for (int r = 0; r < repeats; r++) {
-                t[0][r] = encode_once(1, &ma, NULL);
-                t[1][r] = encode_once(0, &ma, NULL);
-            }
+            for (int r = 0; r < repeats; r++) t[0][r] = encode_once(1, &ma, NULL);
+            for (int r = 0; r < repeats; r++) t[1][r] = encode_once(0, &ma, NULL);
             row("encode", dt, n, e1.len, median(t[0], repeats), median(t[1], repeats), 0);
             gemm_buf_free(&e0);
             gemm_buf_free(&e1);
