@@ -282,7 +282,7 @@ static void option_value(gemm_json_stream *s, int key, enum vtype t, const char 
     const char *name = names[k];
     char num[32];
     gemm_err e;
-    if (t == T_NUMBER) {
+    if (t == T_NUMBER && d) {
         double v = gemm_decimal_to_f64(d);
         if (v >= 0 && v <= 1e15 && v == floor(v)) {
             snprintf(num, sizeof num, "%.0f", v);

@@ -399,7 +399,7 @@ void gemm_json_write_matrix(gemm_buf *out, const gemm_matrix *m)
     gemm_buf_append(out, "[", 1);
     for (uint64_t i = 0; i < m->rows && !out->failed; i++) {
         gemm_buf_append(out, i ? ",[" : "[", i ? 2 : 1);
-        const char *row = (const char *)m->data + (size_t)(i * m->cols) * es;
+        const void *row = (const char *)m->data + (size_t)(i * m->cols) * es;
         for (uint64_t j = 0; j < m->cols; j++) {
             if (out->cap - out->len < 41 && buf_reserve(out, 40)) return;
             char *p = out->data + out->len;

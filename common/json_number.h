@@ -31,6 +31,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -62,8 +63,6 @@ extern const double gemm_num_p10[23];  /* 1e0 .. 1e22, all exact */
 extern const double gemm_num_ip10[23]; /* 1e-0 .. 1e-22, each rounded to nearest */
 
 /* ---- inline: the scanner and the common conversions (called once per element) ---- */
-
-#include <string.h>
 
 static inline int gemm_num_is_digit(char c) { return (unsigned char)(c - '0') < 10; }
 

@@ -95,8 +95,8 @@ static inline int i32_ok(double v) { return v >= -2147483648.0 && v <= 214748364
 /* Converts (and checks before upto) n float64 values src[0..n), the first being element
  * first, into dst as type d (dst NULL: check only). Returns the index of the first bad
  * value, or UINT64_MAX. */
-static uint64_t convert(gemm_json_store *st, const double *src, size_t n, uint64_t first, gemm_dtype d,
-                        unsigned char *dst, uint64_t upto, size_t *fl, double *bad_value)
+static uint64_t convert(gemm_json_store *st, const double *src, size_t n, uint64_t first, gemm_dtype d, void *dst,
+                        uint64_t upto, size_t *fl, double *bad_value)
 {
     for (size_t i = 0; i < n; i++) {
         uint64_t idx = first + i;
@@ -149,7 +149,7 @@ int gemm_json_store_assemble(gemm_json_store *st, gemm_dtype d, uint64_t upto, i
     uint64_t done = 0, b;
     int part = st->whole ? 0 : -1; /* -1: the inline elements */
     for (; done < n; part++) {
-        const unsigned char *src;
+        const void *src;
         size_t cnt;
         if (part < 0) {
             src = st->inl;
@@ -159,9 +159,9 @@ int gemm_json_store_assemble(gemm_json_store *st, gemm_dtype d, uint64_t upto, i
             cnt = st->blk[part].cap;
         }
         if (cnt > n - done) cnt = (size_t)(n - done);
-        unsigned char *dst = out ? out + (size_t)done * es_out : NULL;
+        void *dst = out ? out + (size_t)done * es_out : NULL;
         if (st->deferred) {
-            b = convert(st, (const double *)src, cnt, done, d, dst, upto, &fl, bad_value);
+            b = convert(st, src, cnt, done, d, dst, upto, &fl, bad_value);
             if (b != UINT64_MAX) {
                 give(st, out, (size_t)n * es_out);
                 *bad = b;
