@@ -161,7 +161,7 @@ static double encode_once(int before, const gemm_matrix *m, gemm_buf *keep)
     return ms;
 }
 
-static void row(const char *what, const char *dt, size_t n, size_t bytes, double before, double after,
+static void print_row(const char *what, const char *dt, size_t n, size_t bytes, double before, double after,
                 size_t peak)
 {
     printf("| %-17s | %-7s | %4zu | %9.2f | %10.2f | %9.2f | %10.1f | %9.1f | %6.2fx |", what, dt, n, bytes / 1e6,
@@ -226,9 +226,9 @@ int main(int argc, char **argv)
                                             how == DEC_STREAM ? &peak : NULL);
             }
             double before = median(t[DEC_BEFORE], repeats);
-            row("decode whole", dt, n, body.len, before, median(t[DEC_WHOLE], repeats), 0);
-            row("decode stream", dt, n, body.len, before, median(t[DEC_STREAM], repeats), peak);
-            row("decode dtype-last", dt, n, last.len, before, median(t[DEC_LAST], repeats), 0);
+            print_row("decode whole", dt, n, body.len, before, median(t[DEC_WHOLE], repeats), 0);
+            print_row("decode stream", dt, n, body.len, before, median(t[DEC_STREAM], repeats), peak);
+            print_row("decode dtype-last", dt, n, last.len, before, median(t[DEC_LAST], repeats), 0);
 
             gemm_buf e0, e1;
             encode_once(1, &ma, &e0);
@@ -236,7 +236,7 @@ int main(int argc, char **argv)
             if (e0.len != e1.len || memcmp(e0.data, e1.data, e0.len)) die("the writer's text changed", NULL);
             for (int r = 0; r < repeats; r++) t[0][r] = encode_once(1, &ma, NULL);
             for (int r = 0; r < repeats; r++) t[1][r] = encode_once(0, &ma, NULL);
-            row("encode", dt, n, e1.len, median(t[0], repeats), median(t[1], repeats), 0);
+            print_row("encode", dt, n, e1.len, median(t[0], repeats), median(t[1], repeats), 0);
             gemm_buf_free(&e0);
             gemm_buf_free(&e1);
             gemm_buf_free(&body);

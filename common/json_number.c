@@ -193,23 +193,24 @@ static int extended_f64(uint64_t w, int q, double *out)
 
 double gemm_decimal_to_f64_hard(const gemm_decimal *d)
 {
-    double v;
     if (d->w == 0) return d->neg ? -0.0 : 0.0;
     if (!d->trunc && d->q >= -27 && d->q <= 27) {
 #if HAVE_CLINGER
         if (d->w <= (1ull << 53) && d->q >= -22 && d->q <= 22) {
-            v = (double)d->w;
+            double v = (double)d->w;
             v = d->q >= 0 ? v * gemm_num_p10[d->q] : v / gemm_num_p10[-d->q];
             return d->neg ? -v : v;
         }
 #endif
 #if HAVE_EXTENDED
-        if (extended_f64(d->w, d->q, &v)) return d->neg ? -v : v;
+        double x;
+        if (extended_f64(d->w, d->q, &x)) return d->neg ? -x : x;
 #endif
 #if HAVE_EXACT
+        double e;
         uint64_t bits = exact_bits(d->w, d->q, 53, -1022, 1023);
-        memcpy(&v, &bits, 8);
-        return d->neg ? -v : v;
+        memcpy(&e, &bits, 8);
+        return d->neg ? -e : e;
 #endif
     }
     char buf[GEMM_JSON_NUMBER_MAX + 1];

@@ -976,7 +976,7 @@ static void test_peak_memory(void **state)
         for (int last = 0; last < 2; last++) {
             gemm_dtype d = (gemm_dtype)di;
             size_t es = gemm_dtype_size(d);
-            unsigned char *src = malloc(4000 * 3 * es);
+            void *src = malloc(4000 * 3 * es);
             for (size_t i = 0; i < 4000 * 3; i++) {
                 double u = (double)(rnd() >> 11) / 9007199254740992.0 * 2 - 1;
                 if (d == GEMM_DTYPE_F32) ((float *)src)[i] = (float)u;
