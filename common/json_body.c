@@ -137,8 +137,8 @@ static void start_storage(gemm_json_stream *s, operand *o)
 
 static void out_of_memory(gemm_json_stream *s, operand *o)
 {
-    note(s, RK_MEMORY, 0, 500, "out_of_memory", "could not allocate memory for %s (%zu bytes held)", o->name,
-         s->mem.now);
+    note(s, RK_MEMORY, 0, 503, "out_of_memory", "cannot allocate memory for %s now (%zu bytes held); retry later",
+         o->name, s->mem.now);
     kill_op(s, o);
 }
 

@@ -10,9 +10,11 @@
  * token anywhere) and writes each element of "a" and "b" straight into a typed buffer
  * taken from the allocator. Nothing else is allocated but the decoder itself (a few KiB).
  *
- * Buffers (json_store.h). A matrix whose size is known before its elements (the {"shape",
- * "data"} form with "shape" first, or B's rows once A is read) gets one buffer of exactly
- * its size. Otherwise the first 512 bytes of elements stay inside the decoder, then room
+ * Buffers (json_store.h). A matrix whose size is known before its elements need room (the
+ * {"shape", "data"} form with "shape" first; B in rows after A, whose columns are B's rows,
+ * when B's first row fits in the first 512 bytes) gets one buffer of exactly its size, if
+ * the rest of the body can still carry that many elements. Otherwise the first 512 bytes
+ * of elements stay inside the decoder, then room
  * is added in blocks (each half of what is held), never beyond what the limits (max_dim,
  * max_elements, the other operand's shape) and the body bytes still to come allow; when
  * the matrix is complete its blocks are copied into one exact buffer, each given back as

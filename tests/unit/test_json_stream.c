@@ -1026,7 +1026,7 @@ static void test_peak_memory(void **state)
     }
 }
 
-/* Every allocation failing in turn: an error (500 out_of_memory), nothing left behind. */
+/* Every allocation failing in turn: an error (503 out_of_memory), nothing left behind. */
 static void test_allocation_failures(void **state)
 {
     (void)state;
@@ -1044,7 +1044,7 @@ static void test_allocation_failures(void **state)
         c.fail_at = k;
         r = decode_chunks(b.data, b.len, 333, NULL, &al, NULL, b.len);
         assert_int_equal(r.rc, -1);
-        assert_int_equal(r.err.status, 500);
+        assert_int_equal(r.err.status, 503);
         assert_string_equal(r.err.code, "out_of_memory");
         assert_int_equal(c.now, 0);
         assert_int_equal(c.allocs, c.frees);
