@@ -211,7 +211,7 @@ int main(int argc, char **argv)
             gemm_dtype d = (gemm_dtype)di;
             const char *dt = gemm_dtype_name(d);
             size_t n = sizes[si];
-            gemm_matrix ma = {n, n, d, random_matrix(n, d)}, mb = {n, n, d, random_matrix(n, d)};
+            gemm_matrix ma = {n, n, d, random_matrix(n, d), 0}, mb = {n, n, d, random_matrix(n, d), 0};
             gemm_buf body, last;
             body_of(&body, d, &ma, &mb, 0);
             body_of(&last, d, &ma, &mb, 1);

@@ -501,6 +501,7 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
 int gemm_json_stream_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm_matrix *b, gemm_err *err)
 {
     a->data = b->data = NULL;
+    a->batch = b->batch = 0; /* JSON carries single matrices */
     if (!s->failed && s->state == S_NUMBER) number_finish(s);
     if (!s->failed && s->state != S_END) {
         if (s->base == 0) {

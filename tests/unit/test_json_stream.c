@@ -983,7 +983,7 @@ static void test_peak_memory(void **state)
                 else if (d == GEMM_DTYPE_F64) ((double *)src)[i] = u;
                 else ((int32_t *)src)[i] = (int32_t)(uint32_t)rnd();
             }
-            gemm_matrix ma = {4000, 3, d, src};
+            gemm_matrix ma = {.rows = 4000, .cols = 3, .dtype = d, .data = src, .batch = 0};
             gemm_buf_init(&b);
             if (!last) gemm_buf_printf(&b, "{\"dtype\": \"%s\", ", gemm_dtype_name(d));
             gemm_buf_puts(&b, last ? "{\"a\": " : "\"a\": ");
