@@ -1,7 +1,6 @@
 /* json_codec.c - request bodies in JSON (cJSON) and matrices written as JSON. */
 #include "json_codec.h"
 
-#include <cjson/cJSON.h>
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -423,331 +422,29 @@ void gemm_json_write_matrix(gemm_buf *out, const gemm_matrix *m)
     gemm_buf_append(out, "]", 1);
 }
 
-/* ---- decoding requests ---------------------------------------------------- */
-
-static const char *type_name(const cJSON *v)
-{
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsObject(v)) return "an object";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNull(v)) return "null";
-    if (cJSON_IsNumber(v)) return "a number";
-    return "not a value";
-}
-
-/* One operand as found in the body: its shape and where its numbers are. */
-typedef struct {
-    const char *name;   /* "a" or "b" */
-    const cJSON *rows;  /* nested form: the outer array; NULL for the shape/data form */
-    const cJSON *data;  /* shape/data form: the flat array */
-    uint64_t nrows, ncols;
-} operand;
-
-static int is_count(const cJSON *v, uint64_t *out)
-{
-    if (!cJSON_IsNumber(v)) return 0;
-    double d = v->valuedouble;
-    if (!(d >= 0 && d <= 9007199254740992.0) || d != floor(d)) return 0;
-    *out = (uint64_t)d;
-    return 1;
-}
-
-/* Finds the shape of operand `name` and checks its structure (not its elements). */
-static int inspect(const cJSON *root, const char *name, operand *op, gemm_err *err)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, name);
-    op->name = name;
-    op->rows = op->data = NULL;
-    if (!v)
-        return gemm_err_set(err, 400, "bad_matrix", "the body has no \"%s\" matrix", name);
-    if (cJSON_IsObject(v)) {
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(v, "shape");
-        const cJSON *data = cJSON_GetObjectItemCaseSensitive(v, "data");
-        if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) != 2 ||
-            !is_count(shape->child, &op->nrows) || !is_count(shape->child->next, &op->ncols))
-            return gemm_err_set(err, 400, "bad_matrix",
-                                "%s.shape must be [rows, cols] with two non-negative integers", name);
-        if (!cJSON_IsArray(data))
-            return gemm_err_set(err, 400, "bad_matrix", "%s.data must be an array of numbers (row-major), not %s",
-                                name, data ? type_name(data) : "missing");
-        op->data = data;
-        return 0;
-    }
-    if (!cJSON_IsArray(v))
-        return gemm_err_set(err, 400, "bad_matrix",
-                            "%s is %s; expected nested arrays [[..],[..]] or {\"shape\": [m,k], \"data\": [..]}",
-                            name, type_name(v));
-    op->rows = v;
-    op->nrows = 0;
-    op->ncols = 0;
-    uint64_t i = 0;
-    for (const cJSON *row = v->child; row; row = row->next, i++) {
-        if (!cJSON_IsArray(row)) {
-            if (i == 0 && cJSON_IsNumber(row))
-                return gemm_err_set(err, 400, "bad_matrix",
-                                    "%s is a 1-D array; a matrix is an array of rows, e.g. [[1,2],[3,4]]", name);
-            return gemm_err_set(err, 400, "bad_matrix", "%s[%llu] is %s, expected an array (a row)", name,
-                                (unsigned long long)i, type_name(row));
-        }
-        uint64_t n = 0;
-        for (const cJSON *e = row->child; e; e = e->next) n++;
-        if (i == 0) op->ncols = n;
-        else if (n != op->ncols)
-            return gemm_err_set(err, 400, "bad_matrix", "row %llu of %s has %llu elements, row 0 has %llu",
-                                (unsigned long long)i, name, (unsigned long long)n,
-                                (unsigned long long)op->ncols);
-    }
-    op->nrows = i;
-    return 0;
-}
-
-/* Where an element sits, for messages: "a[2][1]" or "b.data[4]". Built only on error. */
-static const char *place(char *buf, size_t cap, const char *name, int flat, uint64_t i, uint64_t j)
-{
-    if (flat) snprintf(buf, cap, "%s.data[%llu]", name, (unsigned long long)j);
-    else snprintf(buf, cap, "%s[%llu][%llu]", name, (unsigned long long)i, (unsigned long long)j);
-    return buf;
-}
-
-/* Converts one JSON value into element idx of dst. Returns 0, or -1 with *err naming
- * the element (row i, column j; or flat index j). */
-static int store(const cJSON *e, gemm_dtype d, void *dst, size_t idx, const char *name, int flat, uint64_t i,
-                 uint64_t j, gemm_err *err)
-{
-    char w[96];
-    if (!cJSON_IsNumber(e))
-        return gemm_err_set(err, 400, "bad_matrix", "%s is %s, expected a number", place(w, sizeof w, name, flat, i, j),
-                            type_name(e));
-    double v = e->valuedouble;
-    switch (d) {
-    case GEMM_DTYPE_F32:
-        if (!(fabs(v) <= FLT_MAX))
-            return gemm_err_set(err, 422, "bad_value", "%s = %.17g is beyond float32's range (+-%.9g)",
-                                place(w, sizeof w, name, flat, i, j), v, (double)FLT_MAX);
-        ((float *)dst)[idx] = (float)v;
-        return 0;
-    case GEMM_DTYPE_F64:
-        if (!isfinite(v))
-            return gemm_err_set(err, 422, "bad_value", "%s is beyond float64's range",
-                                place(w, sizeof w, name, flat, i, j));
-        ((double *)dst)[idx] = v;
-        return 0;
-    default:
-        if (!(v >= -2147483648.0 && v <= 2147483647.0) || v != floor(v))
-            return gemm_err_set(err, 422, "bad_value",
-                                "%s = %.17g is not an int32 (integers from -2147483648 to 2147483647)",
-                                place(w, sizeof w, name, flat, i, j), v);
-        ((int32_t *)dst)[idx] = (int32_t)v;
-        return 0;
-    }
-}
-
-static int fill(const operand *op, gemm_dtype d, const gemm_allocator *alloc, gemm_matrix *out, gemm_err *err)
-{
-    size_t bytes;
-    if (!gemm_matrix_bytes(op->nrows, op->ncols, d, &bytes))
-        return gemm_err_set(err, 413, "too_large", "%s is too large", op->name);
-    out->rows = op->nrows;
-    out->cols = op->ncols;
-    out->dtype = d;
-    out->data = gemm_alloc(alloc, bytes);
-    if (!out->data)
-        return gemm_err_set(err, 500, "out_of_memory", "could not allocate %zu bytes for %s", bytes, op->name);
-    size_t idx = 0;
-    if (op->data) {
-        for (const cJSON *e = op->data->child; e; e = e->next, idx++)
-            if (store(e, d, out->data, idx, op->name, 1, 0, idx, err)) goto fail;
-        return 0;
-    }
-    uint64_t i = 0;
-    for (const cJSON *row = op->rows->child; row; row = row->next, i++) {
-        uint64_t j = 0;
-        for (const cJSON *e = row->child; e; e = e->next, j++, idx++)
-            if (store(e, d, out->data, idx, op->name, 0, i, j, err)) goto fail;
-    }
-    return 0;
-fail:
-    gemm_free(alloc, out->data);
-    out->data = NULL;
-    return -1;
-}
-
-/* Applies "dtype", "kernel", "tile", "math" when present in the body. */
-static int body_options(const cJSON *root, gemm_options *opt, gemm_err *err)
-{
-    static const char *const keys[] = {"dtype", "kernel", "tile", "math"};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[i]);
-        char num[32];
-        const char *s;
-        if (!v) continue;
-        if (cJSON_IsString(v)) {
-            s = v->valuestring;
-        } else if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 1e15 &&
-                   v->valuedouble == floor(v->valuedouble)) {
-            snprintf(num, sizeof num, "%.0f", v->valuedouble);
-            s = num;
-        } else {
-            return gemm_err_set(err, 422, "bad_option", "\"%s\" is %s; expected a string%s", keys[i], type_name(v),
-                                strcmp(keys[i], "tile") == 0 ? " or a positive integer" : "");
-        }
-        if (gemm_options_set(opt, keys[i], s, err) < 0) return -1;
-    }
-    return 0;
-}
-
-static void where_in_text(const char *body, size_t len, size_t off, size_t *line, size_t *col)
-{
-    *line = 1;
-    *col = 1;
-    for (size_t i = 0; i < off && i < len; i++) {
-        if (body[i] == '\n') {
-            (*line)++;
-            *col = 1;
-        } else {
-            (*col)++;
-        }
-    }
-}
-
-/* Parses body into a cJSON root, checking that nothing follows the value. NULL (*err). */
-static cJSON *parse_whole(const char *body, size_t len, const char *expected, gemm_err *err)
-{
-    const char *end = NULL;
-    size_t line, col;
-    if (!body || len == 0) {
-        gemm_err_set(err, 400, "bad_json", "the body is empty; expected %s", expected);
-        return NULL;
-    }
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (!root) {
-        size_t off = (end && end >= body && end <= body + len) ? (size_t)(end - body) : 0;
-        where_in_text(body, len, off, &line, &col);
-        gemm_err_set(err, 400, "bad_json", "invalid JSON at byte %zu (line %zu, column %zu)", off, line, col);
-        return NULL;
-    }
-    size_t off = (size_t)(end - body);
-    while (off < len && (body[off] == ' ' || body[off] == '\t' || body[off] == '\n' || body[off] == '\r'))
-        off++;
-    if (off < len && !(body[off] == '\0' && off + 1 == len)) {
-        where_in_text(body, len, off, &line, &col);
-        cJSON_Delete(root);
-        gemm_err_set(err, 400, "bad_json", "unexpected data after the JSON value at byte %zu (line %zu, column %zu)",
-                     off, line, col);
-        return NULL;
-    }
-    return root;
-}
-
-/* The flat form's length, checked only once the shape is known to be sane. */
-static int check_flat_length(const operand *op, gemm_err *err)
-{
-    if (!op->data) return 0;
-    uint64_t cnt = 0, need = op->nrows * op->ncols;
-    for (const cJSON *e = op->data->child; e; e = e->next) cnt++;
-    if (cnt != need)
-        return gemm_err_set(err, 400, "bad_matrix", "%s.data has %llu numbers but shape [%llu,%llu] needs %llu",
-                            op->name, (unsigned long long)cnt, (unsigned long long)op->nrows,
-                            (unsigned long long)op->ncols, (unsigned long long)need);
-    return 0;
-}
+/* ---- decoding requests (whole bodies, through the streaming decoder) -------------- */
 
 int gemm_json_decode_request(const char *body, size_t len, const gemm_limits *lim,
                              const gemm_allocator *alloc, gemm_options *opt,
                              gemm_matrix *a, gemm_matrix *b, gemm_err *err)
 {
-    a->data = b->data = NULL;
-    gemm_json_stream *js = gemm_json_stream_new(lim, alloc, opt, len);
-    if (!js) return gemm_err_set(err, 500, "out_of_memory", "could not allocate the JSON decoder");
-    int rc = (len && body) ? gemm_json_stream_feed(js, body, len, err) : 0;
-    if (rc == 0) rc = gemm_json_stream_finish(js, opt, a, b, err);
-    gemm_json_stream_free(js);
-    return rc;
+    return gemm_json_decode_request_refs(body, len, lim, alloc, opt, a, b, NULL, err);
 }
 
 int gemm_json_decode_request_refs(const char *body, size_t len, const gemm_limits *lim,
                                   const gemm_allocator *alloc, gemm_options *opt, gemm_matrix *a,
                                   gemm_matrix *b, const gemm_json_refs *refs, gemm_err *err)
 {
-    gemm_matrix *out[2] = {a, b};
-    int is_ref[2] = {0, 0};
-    for (int i = 0; i < 2; i++) {
-        is_ref[i] = refs && refs->given[i];
-        if (!is_ref[i]) out[i]->data = NULL;
+    gemm_json_stream *js = gemm_json_stream_new(lim, alloc, opt, len);
+    if (!js) return gemm_err_set(err, 500, "out_of_memory", "could not allocate the JSON decoder");
+    if (refs) gemm_json_stream_set_refs(js, refs, a, b);
+    int rc = (len && body) ? gemm_json_stream_feed(js, body, len, err) : 0;
+    if (rc == 0) rc = gemm_json_stream_finish(js, opt, a, b, err);
+    else {
+        if (!refs || !refs->given[0]) a->data = NULL;
+        if (!refs || !refs->given[1]) b->data = NULL;
     }
-    cJSON *root = parse_whole(body, len, "a JSON object with \"a\" and \"b\"", err);
-    if (!root) return -1;
-
-    int rc = -1;
-    operand ops[2];
-    static const char *const names[2] = {"a", "b"};
-    if (!cJSON_IsObject(root)) {
-        gemm_err_set(err, 400, "bad_matrix",
-                     "the body is %s; expected a JSON object {\"a\": [[..]], \"b\": [[..]]}", type_name(root));
-        goto out;
-    }
-    if (body_options(root, opt, err)) goto out;
-    for (int i = 0; i < 2; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, names[i]);
-        if (is_ref[i]) {
-            if (v) {
-                gemm_err_set(err, 400, "bad_matrix", "%s is named in the query (%s=ID) and given in the body too; "
-                             "send it once", names[i], names[i]);
-                goto out;
-            }
-            continue;
-        }
-        const cJSON *id = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "ref") : NULL;
-        if (id) {
-            if (!refs || !refs->resolve) {
-                gemm_err_set(err, 400, "bad_matrix", "%s.ref: references to resident matrices are not taken here",
-                             names[i]);
-                goto out;
-            }
-            if (!cJSON_IsString(id)) {
-                gemm_err_set(err, 400, "bad_matrix", "%s.ref is %s; expected a matrix id (a string)", names[i],
-                             type_name(id));
-                goto out;
-            }
-            if (refs->resolve(refs->user, i, id->valuestring, out[i], err) != 0) goto out;
-            is_ref[i] = 1;
-            continue;
-        }
-        if (inspect(root, names[i], &ops[i], err)) goto out;
-    }
-    /* A resident operand fixes the dtype: it is stored in one. */
-    for (int i = 0; i < 2; i++) {
-        if (!is_ref[i]) continue;
-        if (opt->dtype == GEMM_DTYPE_INVALID) opt->dtype = out[i]->dtype;
-        if (out[i]->dtype != opt->dtype) {
-            gemm_err_set(err, 422, "dtype_mismatch", "%s is a resident %s matrix but the product is %s",
-                         names[i], gemm_dtype_name(out[i]->dtype), gemm_dtype_name(opt->dtype));
-            goto out;
-        }
-    }
-    if (opt->dtype == GEMM_DTYPE_INVALID) opt->dtype = GEMM_DTYPE_F64;
-    uint64_t r[2], c[2];
-    for (int i = 0; i < 2; i++) {
-        r[i] = is_ref[i] ? out[i]->rows : ops[i].nrows;
-        c[i] = is_ref[i] ? out[i]->cols : ops[i].ncols;
-    }
-    if (gemm_check_product(r[0], c[0], r[1], c[1], opt->dtype, lim, err)) goto out;
-    for (int i = 0; i < 2; i++)
-        if (!is_ref[i] && check_flat_length(&ops[i], err)) goto out;
-    for (int i = 0; i < 2; i++) {
-        if (is_ref[i]) continue;
-        if (fill(&ops[i], opt->dtype, alloc, out[i], err)) {
-            if (i == 1 && !is_ref[0]) {
-                gemm_free(alloc, a->data);
-                a->data = NULL;
-            }
-            goto out;
-        }
-    }
-    rc = 0;
-out:
-    cJSON_Delete(root);
+    gemm_json_stream_free(js);
     return rc;
 }
 
@@ -755,38 +452,10 @@ int gemm_json_decode_matrix(const char *body, size_t len, const gemm_limits *lim
                             gemm_options *opt, gemm_matrix *m, gemm_err *err)
 {
     m->data = NULL;
-    cJSON *root = parse_whole(body, len, "a matrix: [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}", err);
-    if (!root) return -1;
-    int rc = -1;
-    operand op;
-    /* inspect() looks a member up by name: give the matrix one. */
-    cJSON *holder = cJSON_CreateObject();
-    if (!holder) {
-        gemm_err_set(err, 500, "out_of_memory", "cannot parse the body now");
-        goto out;
-    }
-    if (cJSON_IsArray(root)) {
-        cJSON_AddItemReferenceToObject(holder, "matrix", root);
-    } else if (cJSON_IsObject(root)) {
-        if (body_options(root, opt, err)) goto out;
-        const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
-        if (!cJSON_GetObjectItemCaseSensitive(root, "shape") && cJSON_IsArray(data))
-            cJSON_AddItemReferenceToObject(holder, "matrix", (cJSON *)data); /* {"data": [[..]]} */
-        else
-            cJSON_AddItemReferenceToObject(holder, "matrix", root);
-    } else {
-        gemm_err_set(err, 400, "bad_matrix", "the body is %s; expected [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}",
-                     type_name(root));
-        goto out;
-    }
-    if (inspect(holder, "matrix", &op, err)) goto out;
-    if (opt->dtype == GEMM_DTYPE_INVALID) opt->dtype = GEMM_DTYPE_F64;
-    if (gemm_check_matrix(op.nrows, op.ncols, opt->dtype, lim, "the matrix", err)) goto out;
-    if (check_flat_length(&op, err)) goto out;
-    if (fill(&op, opt->dtype, alloc, m, err)) goto out;
-    rc = 0;
-out:
-    cJSON_Delete(holder);
-    cJSON_Delete(root);
+    gemm_json_stream *js = gemm_json_stream_new_matrix(lim, alloc, opt, len);
+    if (!js) return gemm_err_set(err, 500, "out_of_memory", "could not allocate the JSON decoder");
+    int rc = (len && body) ? gemm_json_stream_feed(js, body, len, err) : 0;
+    if (rc == 0) rc = gemm_json_stream_finish_matrix(js, opt, m, err);
+    gemm_json_stream_free(js);
     return rc;
 }

@@ -101,7 +101,8 @@ static int capture_value(const gemm_json_stream *s)
 {
     if (s->depth == 0) return 0;
     const frame *f = &s->stack[s->depth - 1];
-    return f->role == R_ROOT && f->key >= K_DTYPE && f->key <= K_MATH;
+    int option = f->key >= K_DTYPE && f->key <= K_MATH;
+    return (f->role == R_ROOT && option) || (f->role == R_MATOBJ && (option || f->key == K_REF));
 }
 
 static void number_value(gemm_json_stream *s, const gemm_decimal *d)
@@ -498,14 +499,13 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
 
 /* ---- the end --------------------------------------------------------------------------- */
 
-int gemm_json_stream_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm_matrix *b, gemm_err *err)
+/* The body has ended: a number or literal it ended in, and syntax. 0, or -1 (*err). */
+static int end_of_body(gemm_json_stream *s, const char *expected, gemm_err *err)
 {
-    a->data = b->data = NULL;
-    a->batch = b->batch = 0; /* JSON carries single matrices */
     if (!s->failed && s->state == S_NUMBER) number_finish(s);
     if (!s->failed && s->state != S_END) {
         if (s->base == 0) {
-            gemm_err_set(err, 400, "bad_json", "the body is empty; expected a JSON object with \"a\" and \"b\"");
+            gemm_err_set(err, 400, "bad_json", "the body is empty; expected %s", expected);
             gemm_jsb_release(s);
             return -1;
         }
@@ -516,7 +516,27 @@ int gemm_json_stream_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix 
         gemm_jsb_release(s);
         return -1;
     }
+    return 0;
+}
+
+int gemm_json_stream_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm_matrix *b, gemm_err *err)
+{
+    gemm_matrix *m[2] = {a, b};
+    for (int x = 0; x < 2; x++) {
+        if (s->op[x].given) continue; /* the caller's */
+        m[x]->data = NULL;
+        m[x]->batch = 0; /* JSON carries single matrices */
+    }
+    if (end_of_body(s, "a JSON object with \"a\" and \"b\"", err)) return -1;
     return gemm_jsb_finish(s, opt, a, b, err);
+}
+
+int gemm_json_stream_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *m, gemm_err *err)
+{
+    m->data = NULL;
+    m->batch = 0;
+    if (end_of_body(s, "a matrix: [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}", err)) return -1;
+    return gemm_jsb_finish_matrix(s, opt, m, err);
 }
 
 /* ---- life ------------------------------------------------------------------------------- */
@@ -537,11 +557,38 @@ gemm_json_stream *gemm_json_stream_new(const gemm_limits *lim, const gemm_alloca
     s->line = 1;
     s->state = S_VALUE;
     s->rank = RK_NONE;
+    s->fixed_dtype = GEMM_DTYPE_INVALID;
     for (int x = 0; x < 2; x++) {
         s->op[x].name = x ? "b" : "a";
+        s->op[x].rank = RK_NONE;
         gemm_json_store_init(&s->op[x].st, s->alloc, &s->mem);
     }
     return s;
+}
+
+gemm_json_stream *gemm_json_stream_new_matrix(const gemm_limits *lim, const gemm_allocator *alloc,
+                                              const gemm_options *opt, uint64_t body_max)
+{
+    gemm_json_stream *s = gemm_json_stream_new(lim, alloc, opt, body_max);
+    if (!s) return NULL;
+    s->single = 1;
+    s->op[0].name = "matrix";
+    return s;
+}
+
+void gemm_json_stream_set_refs(gemm_json_stream *s, const gemm_json_refs *refs, const gemm_matrix *a,
+                               const gemm_matrix *b)
+{
+    const gemm_matrix *m[2] = {a, b};
+    s->refs = *refs;
+    for (int x = 0; x < 2; x++) {
+        operand *o = &s->op[x];
+        if (!refs->given[x]) continue;
+        o->given = o->is_ref = 1;
+        o->refm = *m[x];
+        o->refm.data = NULL;
+        if (s->fixed_dtype == GEMM_DTYPE_INVALID) s->fixed_dtype = m[x]->dtype;
+    }
 }
 
 void gemm_json_stream_free(gemm_json_stream *s)

@@ -65,6 +65,35 @@ gemm_json_stream *gemm_json_stream_new(const gemm_limits *lim, const gemm_alloca
                                        const gemm_options *opt, uint64_t body_max);
 void gemm_json_stream_free(gemm_json_stream *s);
 
+/* Operands by reference (resident matrices). given[i]: operand i (0: a, 1: b) is known
+ * already (named in the query) and must not be in the body (400 bad_matrix); its shape and
+ * dtype are in *a / *b. An operand written {"ref": "ID"} is passed, once the whole body is
+ * read, to resolve(), which fills its shape and dtype (data NULL) or fails with *err set
+ * (e.g. 404 matrix_not_found); without resolve such an operand is 400 bad_matrix. A
+ * resident operand fixes the dtype (422 dtype_mismatch when "dtype", the query or the
+ * other operand says otherwise). */
+typedef struct {
+    int given[2];
+    int (*resolve)(void *user, int which, const char *id, gemm_matrix *out, gemm_err *err);
+    void *user;
+} gemm_json_refs;
+
+/* Sets the operands by reference of this body (before the first byte is fed); a and b
+ * hold the shapes and dtypes of the given ones. On success gemm_json_stream_finish leaves
+ * a given operand's matrix as it was and writes a resolved one's shape and dtype (data
+ * NULL); the caller reads the data from where it keeps resident matrices. */
+void gemm_json_stream_set_refs(gemm_json_stream *s, const gemm_json_refs *refs, const gemm_matrix *a,
+                               const gemm_matrix *b);
+
+/* A decoder for one matrix on its own (POST /v1/matrices): [[..],[..]], {"shape": [r,c],
+ * "data": [flat]} or {"data": [[..]]}, with "dtype" (default float64) and the other options
+ * as fields of the object. The same checks and memory as a request's operand; the limits
+ * are those of gemm_check_matrix ("the matrix"). Finish with gemm_json_stream_finish_matrix
+ * (*m owns a buffer from the allocator on success). */
+gemm_json_stream *gemm_json_stream_new_matrix(const gemm_limits *lim, const gemm_allocator *alloc,
+                                              const gemm_options *opt, uint64_t body_max);
+int gemm_json_stream_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *m, gemm_err *err);
+
 /* The next len bytes of the body. Returns 0, or -1 with *err set when the body cannot
  * become valid JSON (bad_json): the rest need not be fed. Other problems are reported by
  * gemm_json_stream_finish, once the whole body was read. */

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "json_codec.h"
+#include "json_stream.h"
 #include "routes_v2.h"
 
 #define GEMMD_TEXT_PART_MAX 100 /* bytes of a form field such as dtype or kernel */
@@ -48,6 +49,7 @@ void gemmd_request_free(gemmd_request *req)
 {
     if (!req) return;
     gemm_engine *e = req->srv->engine;
+    gemm_json_stream_free(req->js);
     free(req->json);
     gemm_multipart_free(req->mp);
     gemm_npy_reader_free(req->rd[0]);
@@ -500,9 +502,20 @@ int gemmd_body_begin(gemmd_request *req)
         if (cfg->max_json_bytes < req->limit) req->limit = cfg->max_json_bytes;
         if (req->has_length && req->content_length > req->limit)
             return gemm_err_set(err, 413, "body_too_large",
-                                "the JSON body has %llu bytes; JSON bodies are parsed whole and may "
-                                "have at most %llu (max_json_mb); send large matrices as raw or .npy",
+                                "the JSON body has %llu bytes; JSON bodies may have at most %llu "
+                                "(max_json_mb); send large matrices as raw or .npy",
                                 (unsigned long long)req->content_length, (unsigned long long)req->limit);
+        /* Decoded as it arrives: matrices go straight into engine memory, the body is never held. */
+        uint64_t body_max = req->has_length ? req->content_length : req->limit;
+        const gemm_allocator *al = gemm_engine_allocator(req->srv->engine);
+        if (req->route == GEMMD_ROUTE_MATRIX_CREATE) {
+            req->js = gemm_json_stream_new_matrix(limits(req), al, &req->opt, body_max);
+        } else {
+            req->js = gemm_json_stream_new(limits(req), al, &req->opt, body_max);
+            gemm_json_refs refs = {{req->ref[0] != NULL, req->ref[1] != NULL}, json_ref, req};
+            if (req->js) gemm_json_stream_set_refs(req->js, &refs, &req->a, &req->b);
+        }
+        if (!req->js) return gemm_err_set(err, 503, "out_of_memory", "cannot allocate a JSON decoder now; retry later");
         return 0;
     }
     if (ct && media_is(ct, "application/octet-stream")) {
@@ -540,23 +553,13 @@ void gemmd_body_feed(gemmd_request *req, const char *data, size_t len)
     }
     switch (req->family) {
     case GEMMD_FMT_JSON:
-        if (req->json_len + len + 1 > req->json_cap) {
-            size_t cap = req->json_cap ? req->json_cap : 4096;
-            while (cap < req->json_len + len + 1) cap *= 2;
-            if (req->has_length && cap > req->content_length + 1) cap = req->content_length + 1;
-            if (cap < req->json_len + len + 1) cap = req->json_len + len + 1;
-            char *p = realloc(req->json, cap);
-            if (!p) {
-                gemm_err_set(&req->err, 503, "out_of_memory", "cannot buffer the JSON body now");
-                fail(req);
-                return;
-            }
-            req->json = p;
-            req->json_cap = cap;
+        /* a syntax error ends the decoding; the rest of the body is discarded */
+        if (!req->js) {
+            gemm_err_set(&req->err, 500, "internal_error", "no JSON decoder");
+            fail(req);
+        } else if (gemm_json_stream_feed(req->js, data, len, &req->err) != 0) {
+            fail(req);
         }
-        memcpy(req->json + req->json_len, data, len);
-        req->json_len += len;
-        req->json[req->json_len] = '\0';
         break;
     case GEMMD_FMT_RAW: {
         /* MHD never hands more than Content-Length bytes; guard anyway. */
@@ -661,18 +664,14 @@ int gemmd_body_finish(gemmd_request *req)
     int rc = 0;
     switch (req->family) {
     case GEMMD_FMT_JSON:
-        if (req->route == GEMMD_ROUTE_MATRIX_CREATE) {
-            rc = gemm_json_decode_matrix(req->json ? req->json : "", req->json_len, limits(req),
-                                         gemm_engine_allocator(req->srv->engine), &req->opt, &req->a, &req->err);
-        } else {
-            gemm_json_refs refs = {{req->ref[0] != NULL, req->ref[1] != NULL}, json_ref, req};
-            rc = gemm_json_decode_request_refs(req->json ? req->json : "", req->json_len, limits(req),
-                                               gemm_engine_allocator(req->srv->engine), &req->opt, &req->a,
-                                               &req->b, &refs, &req->err);
-        }
-        free(req->json);
-        req->json = NULL;
-        req->json_len = req->json_cap = 0;
+        if (!req->js)
+            rc = gemm_err_set(&req->err, 500, "internal_error", "no JSON decoder");
+        else if (req->route == GEMMD_ROUTE_MATRIX_CREATE)
+            rc = gemm_json_stream_finish_matrix(req->js, &req->opt, &req->a, &req->err);
+        else
+            rc = gemm_json_stream_finish(req->js, &req->opt, &req->a, &req->b, &req->err);
+        gemm_json_stream_free(req->js);
+        req->js = NULL;
         if (rc == 0) {
             req->opt.dtype = req->a.dtype;
             rc = gemmd_check_math(&req->opt, req->a.dtype, &req->err);

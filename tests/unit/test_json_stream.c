@@ -1086,6 +1086,232 @@ static void test_held_and_offset(void **state)
     gemm_buf_free(&b);
 }
 
+/* ---- operands by reference, one matrix on its own ------------------------------------ */
+
+typedef struct {
+    int calls, which[4];
+    char ids[4][64];
+} resolver;
+
+/* Knows "F32" (2x2 float32) and "F64" (3x1 float64); anything else is 404. */
+static int resolve(void *user, int which, const char *id, gemm_matrix *out, gemm_err *err)
+{
+    resolver *r = user;
+    if (r->calls < 4) {
+        r->which[r->calls] = which;
+        snprintf(r->ids[r->calls], sizeof r->ids[0], "%s", id);
+    }
+    r->calls++;
+    memset(out, 0, sizeof *out);
+    if (strcmp(id, "F32") == 0) {
+        out->rows = out->cols = 2;
+        out->dtype = GEMM_DTYPE_F32;
+        return 0;
+    }
+    if (strcmp(id, "F64") == 0) {
+        out->rows = 3;
+        out->cols = 1;
+        out->dtype = GEMM_DTYPE_F64;
+        return 0;
+    }
+    return gemm_err_set(err, 404, "matrix_not_found", "no resident matrix %s", id);
+}
+
+/* body decoded with references, in pieces of chunk bytes (0: whole); a_given/b_given: the
+ * shapes of operands named in the query (NULL: not named). */
+static result decode_refs(const char *body, long chunk, resolver *rv, const gemm_matrix *a_given,
+                          const gemm_matrix *b_given)
+{
+    result r;
+    memset(&r, 0, sizeof r);
+    gemm_options_init(&r.opt);
+    if (a_given) r.a = *a_given;
+    if (b_given) r.b = *b_given;
+    gemm_json_refs refs = {{a_given != NULL, b_given != NULL}, resolve, rv};
+    gemm_json_stream *js = gemm_json_stream_new(NULL, &gemm_allocator_host, &r.opt, 0);
+    gemm_json_stream_set_refs(js, &refs, &r.a, &r.b);
+    size_t len = strlen(body);
+    for (size_t off = 0; off < len && r.rc == 0; off += chunk ? (size_t)chunk : len)
+        r.rc = gemm_json_stream_feed(js, body + off, chunk && (size_t)chunk < len - off ? (size_t)chunk : len - off,
+                                     &r.err);
+    if (r.rc == 0) r.rc = gemm_json_stream_finish(js, &r.opt, &r.a, &r.b, &r.err);
+    gemm_json_stream_free(js);
+    return r;
+}
+
+static void expect_refs(const char *body, const gemm_matrix *ag, const gemm_matrix *bg, int status, const char *code,
+                        const char *needle, int resolves)
+{
+    for (long chunk = 0; chunk <= 1; chunk++) {
+        resolver rv = {0};
+        result r = decode_refs(body, chunk, &rv, ag, bg);
+        if (r.rc != -1 || r.err.status != status || strcmp(r.err.code, code) || (needle && !strstr(r.err.message, needle)) ||
+            rv.calls != resolves) {
+            fprintf(stderr, "body %s\n  got %d %d %s: %s (%d resolves)\n  want %d %s with \"%s\" (%d)\n", body, r.rc,
+                    r.err.status, r.err.code, r.err.message, rv.calls, status, code, needle ? needle : "", resolves);
+            fail();
+        }
+    }
+}
+
+static void test_operands_by_reference(void **state)
+{
+    (void)state;
+    gemm_matrix named = {.rows = 2, .cols = 3, .dtype = GEMM_DTYPE_F32, .data = NULL, .batch = 0};
+    for (long chunk = 0; chunk <= 1; chunk++) {
+        /* A named in the query: B alone in the body, stored at once in A's dtype */
+        resolver rv = {0};
+        result r = decode_refs("{\"b\": [[0.1], [2], [3e0]]}", chunk, &rv, &named, NULL);
+        assert_int_equal(r.rc, 0);
+        assert_int_equal(rv.calls, 0);
+        assert_null(r.a.data);
+        assert_int_equal(r.a.rows, 2);
+        assert_int_equal(r.a.cols, 3);
+        assert_int_equal(r.opt.dtype, GEMM_DTYPE_F32);
+        assert_int_equal(r.b.dtype, GEMM_DTYPE_F32);
+        assert_int_equal(r.b.rows, 3);
+        assert_true(((float *)r.b.data)[0] == 0.1f);
+        free_result(&r, &gemm_allocator_host);
+
+        /* {"ref": ID} for A, resolved once the body is read; the rest of its object does not count */
+        memset(&rv, 0, sizeof rv);
+        r = decode_refs("{\"a\": {\"data\": [\"x\"], \"shape\": \"no\", \"ref\": \"F64\", \"data\": {}}, "
+                        "\"b\": {\"shape\": [1, 2], \"data\": [1, 2]}}",
+                        chunk, &rv, NULL, NULL);
+        assert_int_equal(r.rc, 0);
+        assert_int_equal(rv.calls, 1);
+        assert_int_equal(rv.which[0], 0);
+        assert_string_equal(rv.ids[0], "F64");
+        assert_null(r.a.data);
+        assert_int_equal(r.a.rows, 3);
+        assert_int_equal(r.a.cols, 1);
+        assert_int_equal(r.opt.dtype, GEMM_DTYPE_F64); /* the resident operand's */
+        assert_true(((double *)r.b.data)[1] == 2);
+        free_result(&r, &gemm_allocator_host);
+
+        /* both by reference: no elements at all */
+        memset(&rv, 0, sizeof rv);
+        r = decode_refs("{\"b\": {\"ref\": \"F32\"}, \"a\": {\"ref\": \"F32\"}}", chunk, &rv, NULL, NULL);
+        assert_int_equal(r.rc, 0);
+        assert_int_equal(rv.calls, 2);
+        assert_int_equal(rv.which[0], 0); /* a first, as a request is read */
+        assert_int_equal(r.opt.dtype, GEMM_DTYPE_F32);
+        assert_null(r.a.data);
+        assert_null(r.b.data);
+    }
+    expect_refs("{\"a\": [[1, 2, 3], [4, 5, 6]], \"b\": [[1]]}", &named, NULL, 400, "bad_matrix",
+                "a is named in the query (a=ID) and given in the body too; send it once", 0);
+    expect_refs("{\"a\": {\"ref\": \"nope\"}, \"b\": [[1]]}", NULL, NULL, 404, "matrix_not_found", "nope", 1);
+    expect_refs("{\"a\": {\"ref\": 7}, \"b\": [[1]]}", NULL, NULL, 400, "bad_matrix",
+                "a.ref is a number; expected a matrix id (a string)", 0);
+    expect_refs("{\"a\": {\"ref\": [\"F32\"]}, \"b\": [[1]]}", NULL, NULL, 400, "bad_matrix", "a.ref is an array", 0);
+    /* a's structure before b's reference: b is not even looked up */
+    expect_refs("{\"b\": {\"ref\": \"nope\"}, \"a\": [[1], [2, 3]]}", NULL, NULL, 400, "bad_matrix", "row 1 of a", 0);
+    /* a's reference before b's structure */
+    expect_refs("{\"b\": [[1], [2, 3]], \"a\": {\"ref\": \"nope\"}}", NULL, NULL, 404, "matrix_not_found", NULL, 1);
+    /* options before references */
+    expect_refs("{\"a\": {\"ref\": \"F32\"}, \"b\": [[1]], \"tile\": 0}", NULL, NULL, 422, "bad_option", "tile", 0);
+    /* a resident operand fixes the dtype */
+    expect_refs("{\"a\": {\"ref\": \"F32\"}, \"b\": [[1, 2], [3, 4]], \"dtype\": \"float64\"}", NULL, NULL, 422,
+                "dtype_mismatch", "a is a resident float32 matrix but the product is float64", 1);
+    expect_refs("{\"a\": {\"ref\": \"F64\"}, \"b\": {\"ref\": \"F32\"}}", NULL, NULL, 422, "dtype_mismatch",
+                "b is a resident float32 matrix but the product is float64", 2);
+    expect_refs("{\"a\": {\"ref\": \"F32\"}, \"b\": [[1, 2, 3]]}", NULL, NULL, 422, "shape_mismatch",
+                "A is 2x2 and B is 1x3", 1);
+    /* without a resolver (gemm_json_decode_request) a reference is not taken */
+    expect_error("{\"a\": {\"ref\": \"F32\"}, \"b\": [[1]]}", 400, "bad_matrix",
+                 "a.ref: references to resident matrices are not taken here");
+}
+
+static result decode_one(const char *body, long chunk)
+{
+    result r;
+    memset(&r, 0, sizeof r);
+    gemm_options_init(&r.opt);
+    gemm_json_stream *js = gemm_json_stream_new_matrix(NULL, &gemm_allocator_host, &r.opt, 0);
+    size_t len = strlen(body);
+    for (size_t off = 0; off < len && r.rc == 0; off += chunk ? (size_t)chunk : len)
+        r.rc = gemm_json_stream_feed(js, body + off, chunk && (size_t)chunk < len - off ? (size_t)chunk : len - off,
+                                     &r.err);
+    if (r.rc == 0) r.rc = gemm_json_stream_finish_matrix(js, &r.opt, &r.a, &r.err);
+    assert_int_equal(gemm_json_stream_held(js), 0);
+    gemm_json_stream_free(js);
+    return r;
+}
+
+static void expect_one(const char *body, int status, const char *code, const char *needle)
+{
+    for (long chunk = 0; chunk <= 1; chunk++) {
+        result r = decode_one(body, chunk);
+        if (r.rc != -1 || r.err.status != status || strcmp(r.err.code, code) || (needle && !strstr(r.err.message, needle))) {
+            fprintf(stderr, "body %s\n  got %d %d %s: %s\n  want %d %s with \"%s\"\n", body, r.rc, r.err.status, r.err.code,
+                    r.err.message, status, code, needle ? needle : "");
+            fail();
+        }
+        assert_null(r.a.data);
+    }
+}
+
+static void test_one_matrix(void **state)
+{
+    (void)state;
+    for (long chunk = 0; chunk <= 1; chunk++) {
+        result r = decode_one(" [[1, 2.5], [3, 4]] ", chunk);
+        assert_int_equal(r.rc, 0);
+        assert_int_equal(r.a.rows, 2);
+        assert_int_equal(r.a.dtype, GEMM_DTYPE_F64);
+        assert_true(((double *)r.a.data)[1] == 2.5);
+        free_result(&r, &gemm_allocator_host);
+        r = decode_one("{\"data\": [1, 2, 3, 4, 5, 6], \"dtype\": \"float32\", \"shape\": [2, 3]}", chunk);
+        assert_int_equal(r.rc, 0);
+        assert_int_equal(r.a.rows, 2);
+        assert_int_equal(r.a.cols, 3);
+        assert_int_equal(r.a.dtype, GEMM_DTYPE_F32);
+        assert_true(((float *)r.a.data)[5] == 6);
+        free_result(&r, &gemm_allocator_host);
+        r = decode_one("{\"kernel\": \"naive\", \"data\": [[1, 2], [3, -4]], \"dtype\": \"int32\", \"note\": [1]}", chunk);
+        assert_int_equal(r.rc, 0);
+        assert_int_equal(r.a.rows, 2);
+        assert_int_equal(r.a.cols, 2);
+        assert_int_equal(r.a.dtype, GEMM_DTYPE_I32);
+        assert_int_equal(((int32_t *)r.a.data)[3], -4);
+        assert_string_equal(r.opt.kernel, "naive");
+        free_result(&r, &gemm_allocator_host);
+    }
+    expect_one("", 400, "bad_json", "expected a matrix");
+    expect_one("42", 400, "bad_matrix", "the body is a number; expected [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}");
+    expect_one("[[1, 2], [3]]", 400, "bad_matrix", "row 1 of matrix has 1 elements, row 0 has 2");
+    expect_one("[1, 2]", 400, "bad_matrix", "matrix is a 1-D array");
+    expect_one("{\"data\": [1, 2, 3]}", 400, "bad_matrix", "matrix is a 1-D array");
+    expect_one("{\"data\": []}", 422, "empty_matrix", NULL);
+    expect_one("[]", 422, "empty_matrix", NULL);
+    expect_one("{\"data\": 5}", 400, "bad_matrix", "matrix.shape must be");
+    expect_one("{\"shape\": [2, 2]}", 400, "bad_matrix", "matrix.data must be an array of numbers (row-major), not missing");
+    expect_one("{\"shape\": [2, 2], \"data\": [1, 2, 3]}", 400, "bad_matrix", "matrix.data has 3 numbers but shape [2,2] needs 4");
+    expect_one("{\"data\": [[1, 2]], \"shape\": [1, 2]}", 400, "bad_matrix", "matrix.data has 1 numbers but shape [1,2] needs 2");
+    expect_one("{\"data\": [[1, 2]], \"shape\": [1, 1]}", 400, "bad_matrix", "matrix.data[0] is an array, expected a number");
+    expect_one("{\"data\": [[1, \"x\"]]}", 400, "bad_matrix", "matrix[0][1] is a string, expected a number");
+    expect_one("{\"shape\": [1, 2], \"data\": [1, null]}", 400, "bad_matrix", "matrix.data[1] is null");
+    expect_one("{\"data\": [[1]], \"dtype\": \"float16\"}", 422, "bad_option", "float16");
+    expect_one("{\"data\": [[1e39]], \"dtype\": \"float32\"}", 422, "bad_value", "matrix[0][0]");
+    expect_one("{\"ref\": \"F32\"}", 400, "bad_matrix", "matrix.shape must be"); /* not taken for an upload */
+    expect_one("[[1]] [[2]]", 400, "bad_json", "after the JSON value");
+    /* limits: gemm_check_matrix's, for "the matrix" */
+    gemm_limits lim = {.max_dim = 4, .max_elements = 8, .max_body_bytes = 0};
+    gemm_options opt;
+    gemm_matrix m;
+    gemm_err err;
+    gemm_options_init(&opt);
+    const char *wide = "[[1, 2, 3, 4, 5]]";
+    assert_int_equal(gemm_json_decode_matrix(wide, strlen(wide), &lim, &gemm_allocator_host, &opt, &m, &err), -1);
+    assert_int_equal(err.status, 413);
+    assert_non_null(strstr(err.message, "the matrix"));
+    const char *ok = "{\"shape\": [2, 4], \"data\": [1, 2, 3, 4, 5, 6, 7, 8]}";
+    assert_int_equal(gemm_json_decode_matrix(ok, strlen(ok), &lim, &gemm_allocator_host, &opt, &m, &err), 0);
+    assert_true(((double *)m.data)[7] == 8);
+    gemm_allocator_host.free(NULL, m.data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1103,6 +1329,8 @@ int main(void)
         cmocka_unit_test(test_peak_memory),
         cmocka_unit_test(test_allocation_failures),
         cmocka_unit_test(test_held_and_offset),
+        cmocka_unit_test(test_operands_by_reference),
+        cmocka_unit_test(test_one_matrix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
