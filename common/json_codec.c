@@ -1,13 +1,14 @@
 /* json_codec.c - request bodies in JSON (cJSON) and matrices written as JSON. */
 #include "json_codec.h"
 
-#include <cjson/cJSON.h>
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "json_stream.h"
 
 /* ---- gemm_buf ----------------------------------------------------------- */
 
@@ -120,19 +121,41 @@ void gemm_buf_json_string(gemm_buf *b, const char *s)
 
 /* ---- writing matrices ---------------------------------------------------- */
 
+/* "00" .. "99": two digits at a time. */
+static const char digit_pairs[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                                     "8081828384858687888990919293949596979899";
+
+/* Writes the 8 digits of u (< 10^8, leading zeros kept) at p. */
+static void put_8digits(char *p, uint32_t u)
+{
+    uint32_t hi = u / 10000, lo = u % 10000;
+    memcpy(p, digit_pairs + 2 * (hi / 100), 2);
+    memcpy(p + 2, digit_pairs + 2 * (hi % 100), 2);
+    memcpy(p + 4, digit_pairs + 2 * (lo / 100), 2);
+    memcpy(p + 6, digit_pairs + 2 * (lo % 100), 2);
+}
+
 /* Writes v in decimal at p; returns the length. */
 static size_t put_i64(char *p, int64_t v)
 {
     char tmp[24];
-    size_t n = 0, len = 0;
+    size_t n = sizeof tmp, len = 0;
     uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    do {
-        tmp[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
+    while (u >= 100) {
+        n -= 2;
+        memcpy(tmp + n, digit_pairs + 2 * (u % 100), 2);
+        u /= 100;
+    }
+    if (u >= 10) {
+        n -= 2;
+        memcpy(tmp + n, digit_pairs + 2 * u, 2);
+    } else {
+        tmp[--n] = (char)('0' + u);
+    }
     if (v < 0) p[len++] = '-';
-    while (n) p[len++] = tmp[--n];
-    return len;
+    memcpy(p + len, tmp + n, sizeof tmp - n);
+    return len + sizeof tmp - n;
 }
 
 /* x * 10^e, by exact powers of ten (each step rounds once). */
@@ -247,6 +270,97 @@ static size_t put_f64_g17(char *p, double v)
 }
 #endif
 
+#if defined(__SIZEOF_INT128__)
+/* printf("%.<P>g") of v (finite, nonzero; P = 9 or 17) with exact integer arithmetic:
+ * v = m * 2^e2, and for a decimal exponent e with k = P - 1 - e in 0..27, v * 10^k =
+ * m * 5^k * 2^(e2 + k) exactly, m * 5^k < 2^117 in 128 bits. Its integer part is the P
+ * digits, its fraction rounds them (exact halves to even, as printf does). e starts from
+ * the binary exponent (floor(E * log10 2), or one less than the true e) and moves until
+ * the integer part has P digits. Returns 0 when k leaves 0..27 (|v| below about 10^(P-28)
+ * or at least 10^(P-1)): the caller takes another path. */
+static size_t put_g_exact(char *p, double v, int P)
+{
+    static const uint64_t p5[28] = {1ull, 5ull, 25ull, 125ull, 625ull, 3125ull, 15625ull, 78125ull, 390625ull,
+                                    1953125ull, 9765625ull, 48828125ull, 244140625ull, 1220703125ull,
+                                    6103515625ull, 30517578125ull, 152587890625ull, 762939453125ull,
+                                    3814697265625ull, 19073486328125ull, 95367431640625ull,
+                                    476837158203125ull, 2384185791015625ull, 11920928955078125ull,
+                                    59604644775390625ull, 298023223876953125ull, 1490116119384765625ull,
+                                    7450580596923828125ull};
+    const uint64_t lo_lim = P == 9 ? 100000000ull : 10000000000000000ull, hi_lim = lo_lim * 10;
+    uint64_t bits;
+    memcpy(&bits, &v, 8);
+    char *s = p;
+    if (bits >> 63) *s++ = '-';
+    int bexp = (int)((bits >> 52) & 0x7ff);
+    uint64_t m = bits & ((1ull << 52) - 1);
+    int e2;
+    if (bexp) {
+        m |= 1ull << 52;
+        e2 = bexp - 1075;
+    } else {
+        e2 = -1074;
+    }
+    int E = e2 + 63 - __builtin_clzll(m); /* v in [2^E, 2^(E+1)) */
+    int e = E >= 0 ? (E * 78913) >> 18 : -((-E * 78913 + (1 << 18) - 1) >> 18); /* floor(E log10 2) */
+    uint64_t ip;
+    unsigned __int128 rem, half;
+    for (int tries = 0;; tries++) {
+        int k = P - 1 - e;
+        if (k < 0 || k > 27 || tries > 2) return 0;
+        unsigned __int128 n = (unsigned __int128)m * p5[k];
+        int sh = -(e2 + k);
+        if (sh <= 0) { /* an integer: v * 10^k < 10^18 here, so the shift cannot overflow */
+            if (-sh > 63 || (n >> (64 + sh)) != 0) return 0;
+            ip = (uint64_t)(n << -sh);
+            rem = half = 0;
+        } else if (sh >= 128) {
+            return 0;
+        } else {
+            unsigned __int128 q = n >> sh;
+            if (q >> 64) {
+                e++;
+                continue;
+            }
+            ip = (uint64_t)q;
+            rem = n & (((unsigned __int128)1 << sh) - 1);
+            half = (unsigned __int128)1 << (sh - 1);
+        }
+        if (ip >= hi_lim) {
+            e++;
+            continue;
+        }
+        if (ip < lo_lim) {
+            e--;
+            continue;
+        }
+        break;
+    }
+    uint64_t d = ip + (rem > half || (half && rem == half && (ip & 1)));
+    if (d == hi_lim) {
+        d = lo_lim;
+        e++;
+    }
+    char dig[17];
+    if (P == 9) {
+        dig[0] = (char)('0' + d / 100000000);
+        put_8digits(dig + 1, (uint32_t)(d % 100000000));
+    } else {
+        uint64_t hi = d / 100000000;
+        dig[0] = (char)('0' + hi / 100000000);
+        put_8digits(dig + 1, (uint32_t)(hi % 100000000));
+        put_8digits(dig + 9, (uint32_t)(d % 100000000));
+    }
+    return (size_t)(put_g_layout(s, dig, P, e) - p);
+}
+#else
+static size_t put_g_exact(char *p, double v, int P)
+{
+    (void)p, (void)v, (void)P;
+    return 0;
+}
+#endif
+
 /* Writes one element (at most 32 bytes) at p; returns the length. */
 static size_t put_double(char *p, double v, int digits)
 {
@@ -262,7 +376,8 @@ static size_t put_double(char *p, double v, int digits)
         }
         return put_i64(p, (int64_t)v);
     }
-    size_t fast = digits == 9 ? put_f32_g9(p, v) : put_f64_g17(p, v);
+    size_t fast = put_g_exact(p, v, digits);
+    if (!fast) fast = digits == 9 ? put_f32_g9(p, v) : put_f64_g17(p, v);
     if (fast) return fast;
     int n = snprintf(p, 32, "%.*g", digits, v);
     return n > 0 && n < 32 ? (size_t)n : 0;
@@ -275,29 +390,29 @@ void gemm_json_write_matrix(gemm_buf *out, const gemm_matrix *m)
         out->failed = 1;
         return;
     }
-    /* Reserve a good guess once; each element reserves its worst case as it goes. */
+    /* Reserve a good guess once; each element makes room for its worst case (40 bytes with
+     * its comma) only when the room left is short. */
     size_t guess;
     if (gemm_mul_size((size_t)m->rows, (size_t)m->cols, &guess) && gemm_mul_size(guess, 12, &guess))
         buf_reserve(out, guess);
     gemm_buf_append(out, "[", 1);
     for (uint64_t i = 0; i < m->rows && !out->failed; i++) {
-        if (i) gemm_buf_append(out, ",", 1);
-        gemm_buf_append(out, "[", 1);
+        gemm_buf_append(out, i ? ",[" : "[", i ? 2 : 1);
+        const void *row = (const char *)m->data + (size_t)(i * m->cols) * es;
         for (uint64_t j = 0; j < m->cols; j++) {
-            if (buf_reserve(out, 40)) return;
+            if (out->cap - out->len < 41 && buf_reserve(out, 40)) return;
             char *p = out->data + out->len;
             size_t n = 0;
             if (j) p[n++] = ',';
-            size_t idx = (size_t)(i * m->cols + j);
             switch (m->dtype) {
             case GEMM_DTYPE_F32:
-                n += put_double(p + n, ((const float *)m->data)[idx], 9);
+                n += put_double(p + n, ((const float *)row)[j], 9);
                 break;
             case GEMM_DTYPE_F64:
-                n += put_double(p + n, ((const double *)m->data)[idx], 17);
+                n += put_double(p + n, ((const double *)row)[j], 17);
                 break;
             default:
-                n += put_i64(p + n, ((const int32_t *)m->data)[idx]);
+                n += put_i64(p + n, ((const int32_t *)row)[j]);
                 break;
             }
             out->len += n;
@@ -307,235 +422,7 @@ void gemm_json_write_matrix(gemm_buf *out, const gemm_matrix *m)
     gemm_buf_append(out, "]", 1);
 }
 
-/* ---- decoding requests ---------------------------------------------------- */
-
-static const char *type_name(const cJSON *v)
-{
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsObject(v)) return "an object";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNull(v)) return "null";
-    if (cJSON_IsNumber(v)) return "a number";
-    return "not a value";
-}
-
-/* One operand as found in the body: its shape and where its numbers are. */
-typedef struct {
-    const char *name;   /* "a" or "b" */
-    const cJSON *rows;  /* nested form: the outer array; NULL for the shape/data form */
-    const cJSON *data;  /* shape/data form: the flat array */
-    uint64_t nrows, ncols;
-} operand;
-
-static int is_count(const cJSON *v, uint64_t *out)
-{
-    if (!cJSON_IsNumber(v)) return 0;
-    double d = v->valuedouble;
-    if (!(d >= 0 && d <= 9007199254740992.0) || d != floor(d)) return 0;
-    *out = (uint64_t)d;
-    return 1;
-}
-
-/* Finds the shape of operand `name` and checks its structure (not its elements). */
-static int inspect(const cJSON *root, const char *name, operand *op, gemm_err *err)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, name);
-    op->name = name;
-    op->rows = op->data = NULL;
-    if (!v)
-        return gemm_err_set(err, 400, "bad_matrix", "the body has no \"%s\" matrix", name);
-    if (cJSON_IsObject(v)) {
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(v, "shape");
-        const cJSON *data = cJSON_GetObjectItemCaseSensitive(v, "data");
-        if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) != 2 ||
-            !is_count(shape->child, &op->nrows) || !is_count(shape->child->next, &op->ncols))
-            return gemm_err_set(err, 400, "bad_matrix",
-                                "%s.shape must be [rows, cols] with two non-negative integers", name);
-        if (!cJSON_IsArray(data))
-            return gemm_err_set(err, 400, "bad_matrix", "%s.data must be an array of numbers (row-major), not %s",
-                                name, data ? type_name(data) : "missing");
-        op->data = data;
-        return 0;
-    }
-    if (!cJSON_IsArray(v))
-        return gemm_err_set(err, 400, "bad_matrix",
-                            "%s is %s; expected nested arrays [[..],[..]] or {\"shape\": [m,k], \"data\": [..]}",
-                            name, type_name(v));
-    op->rows = v;
-    op->nrows = 0;
-    op->ncols = 0;
-    uint64_t i = 0;
-    for (const cJSON *row = v->child; row; row = row->next, i++) {
-        if (!cJSON_IsArray(row)) {
-            if (i == 0 && cJSON_IsNumber(row))
-                return gemm_err_set(err, 400, "bad_matrix",
-                                    "%s is a 1-D array; a matrix is an array of rows, e.g. [[1,2],[3,4]]", name);
-            return gemm_err_set(err, 400, "bad_matrix", "%s[%llu] is %s, expected an array (a row)", name,
-                                (unsigned long long)i, type_name(row));
-        }
-        uint64_t n = 0;
-        for (const cJSON *e = row->child; e; e = e->next) n++;
-        if (i == 0) op->ncols = n;
-        else if (n != op->ncols)
-            return gemm_err_set(err, 400, "bad_matrix", "row %llu of %s has %llu elements, row 0 has %llu",
-                                (unsigned long long)i, name, (unsigned long long)n,
-                                (unsigned long long)op->ncols);
-    }
-    op->nrows = i;
-    return 0;
-}
-
-/* Where an element sits, for messages: "a[2][1]" or "b.data[4]". Built only on error. */
-static const char *place(char *buf, size_t cap, const char *name, int flat, uint64_t i, uint64_t j)
-{
-    if (flat) snprintf(buf, cap, "%s.data[%llu]", name, (unsigned long long)j);
-    else snprintf(buf, cap, "%s[%llu][%llu]", name, (unsigned long long)i, (unsigned long long)j);
-    return buf;
-}
-
-/* Converts one JSON value into element idx of dst. Returns 0, or -1 with *err naming
- * the element (row i, column j; or flat index j). */
-static int store(const cJSON *e, gemm_dtype d, void *dst, size_t idx, const char *name, int flat, uint64_t i,
-                 uint64_t j, gemm_err *err)
-{
-    char w[96];
-    if (!cJSON_IsNumber(e))
-        return gemm_err_set(err, 400, "bad_matrix", "%s is %s, expected a number", place(w, sizeof w, name, flat, i, j),
-                            type_name(e));
-    double v = e->valuedouble;
-    switch (d) {
-    case GEMM_DTYPE_F32:
-        if (!(fabs(v) <= FLT_MAX))
-            return gemm_err_set(err, 422, "bad_value", "%s = %.17g is beyond float32's range (+-%.9g)",
-                                place(w, sizeof w, name, flat, i, j), v, (double)FLT_MAX);
-        ((float *)dst)[idx] = (float)v;
-        return 0;
-    case GEMM_DTYPE_F64:
-        if (!isfinite(v))
-            return gemm_err_set(err, 422, "bad_value", "%s is beyond float64's range",
-                                place(w, sizeof w, name, flat, i, j));
-        ((double *)dst)[idx] = v;
-        return 0;
-    default:
-        if (!(v >= -2147483648.0 && v <= 2147483647.0) || v != floor(v))
-            return gemm_err_set(err, 422, "bad_value",
-                                "%s = %.17g is not an int32 (integers from -2147483648 to 2147483647)",
-                                place(w, sizeof w, name, flat, i, j), v);
-        ((int32_t *)dst)[idx] = (int32_t)v;
-        return 0;
-    }
-}
-
-static int fill(const operand *op, gemm_dtype d, const gemm_allocator *alloc, gemm_matrix *out, gemm_err *err)
-{
-    size_t bytes;
-    if (!gemm_matrix_bytes(op->nrows, op->ncols, d, &bytes))
-        return gemm_err_set(err, 413, "too_large", "%s is too large", op->name);
-    out->rows = op->nrows;
-    out->cols = op->ncols;
-    out->dtype = d;
-    out->data = gemm_alloc(alloc, bytes);
-    if (!out->data)
-        return gemm_err_set(err, 500, "out_of_memory", "could not allocate %zu bytes for %s", bytes, op->name);
-    size_t idx = 0;
-    if (op->data) {
-        for (const cJSON *e = op->data->child; e; e = e->next, idx++)
-            if (store(e, d, out->data, idx, op->name, 1, 0, idx, err)) goto fail;
-        return 0;
-    }
-    uint64_t i = 0;
-    for (const cJSON *row = op->rows->child; row; row = row->next, i++) {
-        uint64_t j = 0;
-        for (const cJSON *e = row->child; e; e = e->next, j++, idx++)
-            if (store(e, d, out->data, idx, op->name, 0, i, j, err)) goto fail;
-    }
-    return 0;
-fail:
-    gemm_free(alloc, out->data);
-    out->data = NULL;
-    return -1;
-}
-
-/* Applies "dtype", "kernel", "tile", "math" when present in the body. */
-static int body_options(const cJSON *root, gemm_options *opt, gemm_err *err)
-{
-    static const char *const keys[] = {"dtype", "kernel", "tile", "math"};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[i]);
-        char num[32];
-        const char *s;
-        if (!v) continue;
-        if (cJSON_IsString(v)) {
-            s = v->valuestring;
-        } else if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 1e15 &&
-                   v->valuedouble == floor(v->valuedouble)) {
-            snprintf(num, sizeof num, "%.0f", v->valuedouble);
-            s = num;
-        } else {
-            return gemm_err_set(err, 422, "bad_option", "\"%s\" is %s; expected a string%s", keys[i], type_name(v),
-                                strcmp(keys[i], "tile") == 0 ? " or a positive integer" : "");
-        }
-        if (gemm_options_set(opt, keys[i], s, err) < 0) return -1;
-    }
-    return 0;
-}
-
-static void where_in_text(const char *body, size_t len, size_t off, size_t *line, size_t *col)
-{
-    *line = 1;
-    *col = 1;
-    for (size_t i = 0; i < off && i < len; i++) {
-        if (body[i] == '\n') {
-            (*line)++;
-            *col = 1;
-        } else {
-            (*col)++;
-        }
-    }
-}
-
-/* Parses body into a cJSON root, checking that nothing follows the value. NULL (*err). */
-static cJSON *parse_whole(const char *body, size_t len, const char *expected, gemm_err *err)
-{
-    const char *end = NULL;
-    size_t line, col;
-    if (!body || len == 0) {
-        gemm_err_set(err, 400, "bad_json", "the body is empty; expected %s", expected);
-        return NULL;
-    }
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (!root) {
-        size_t off = (end && end >= body && end <= body + len) ? (size_t)(end - body) : 0;
-        where_in_text(body, len, off, &line, &col);
-        gemm_err_set(err, 400, "bad_json", "invalid JSON at byte %zu (line %zu, column %zu)", off, line, col);
-        return NULL;
-    }
-    size_t off = (size_t)(end - body);
-    while (off < len && (body[off] == ' ' || body[off] == '\t' || body[off] == '\n' || body[off] == '\r'))
-        off++;
-    if (off < len && !(body[off] == '\0' && off + 1 == len)) {
-        where_in_text(body, len, off, &line, &col);
-        cJSON_Delete(root);
-        gemm_err_set(err, 400, "bad_json", "unexpected data after the JSON value at byte %zu (line %zu, column %zu)",
-                     off, line, col);
-        return NULL;
-    }
-    return root;
-}
-
-/* The flat form's length, checked only once the shape is known to be sane. */
-static int check_flat_length(const operand *op, gemm_err *err)
-{
-    if (!op->data) return 0;
-    uint64_t cnt = 0, need = op->nrows * op->ncols;
-    for (const cJSON *e = op->data->child; e; e = e->next) cnt++;
-    if (cnt != need)
-        return gemm_err_set(err, 400, "bad_matrix", "%s.data has %llu numbers but shape [%llu,%llu] needs %llu",
-                            op->name, (unsigned long long)cnt, (unsigned long long)op->nrows,
-                            (unsigned long long)op->ncols, (unsigned long long)need);
-    return 0;
-}
+/* ---- decoding requests (whole bodies, through the streaming decoder) -------------- */
 
 int gemm_json_decode_request(const char *body, size_t len, const gemm_limits *lim,
                              const gemm_allocator *alloc, gemm_options *opt,
@@ -548,84 +435,16 @@ int gemm_json_decode_request_refs(const char *body, size_t len, const gemm_limit
                                   const gemm_allocator *alloc, gemm_options *opt, gemm_matrix *a,
                                   gemm_matrix *b, const gemm_json_refs *refs, gemm_err *err)
 {
-    gemm_matrix *out[2] = {a, b};
-    int is_ref[2] = {0, 0};
-    for (int i = 0; i < 2; i++) {
-        is_ref[i] = refs && refs->given[i];
-        if (!is_ref[i]) out[i]->data = NULL;
+    gemm_json_stream *js = gemm_json_stream_new(lim, alloc, opt, len);
+    if (!js) return gemm_err_set(err, 500, "out_of_memory", "could not allocate the JSON decoder");
+    if (refs) gemm_json_stream_set_refs(js, refs, a, b);
+    int rc = (len && body) ? gemm_json_stream_feed(js, body, len, err) : 0;
+    if (rc == 0) rc = gemm_json_stream_finish(js, opt, a, b, err);
+    else {
+        if (!refs || !refs->given[0]) a->data = NULL;
+        if (!refs || !refs->given[1]) b->data = NULL;
     }
-    cJSON *root = parse_whole(body, len, "a JSON object with \"a\" and \"b\"", err);
-    if (!root) return -1;
-
-    int rc = -1;
-    operand ops[2];
-    static const char *const names[2] = {"a", "b"};
-    if (!cJSON_IsObject(root)) {
-        gemm_err_set(err, 400, "bad_matrix",
-                     "the body is %s; expected a JSON object {\"a\": [[..]], \"b\": [[..]]}", type_name(root));
-        goto out;
-    }
-    if (body_options(root, opt, err)) goto out;
-    for (int i = 0; i < 2; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, names[i]);
-        if (is_ref[i]) {
-            if (v) {
-                gemm_err_set(err, 400, "bad_matrix", "%s is named in the query (%s=ID) and given in the body too; "
-                             "send it once", names[i], names[i]);
-                goto out;
-            }
-            continue;
-        }
-        const cJSON *id = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "ref") : NULL;
-        if (id) {
-            if (!refs || !refs->resolve) {
-                gemm_err_set(err, 400, "bad_matrix", "%s.ref: references to resident matrices are not taken here",
-                             names[i]);
-                goto out;
-            }
-            if (!cJSON_IsString(id)) {
-                gemm_err_set(err, 400, "bad_matrix", "%s.ref is %s; expected a matrix id (a string)", names[i],
-                             type_name(id));
-                goto out;
-            }
-            if (refs->resolve(refs->user, i, id->valuestring, out[i], err) != 0) goto out;
-            is_ref[i] = 1;
-            continue;
-        }
-        if (inspect(root, names[i], &ops[i], err)) goto out;
-    }
-    /* A resident operand fixes the dtype: it is stored in one. */
-    for (int i = 0; i < 2; i++) {
-        if (!is_ref[i]) continue;
-        if (opt->dtype == GEMM_DTYPE_INVALID) opt->dtype = out[i]->dtype;
-        if (out[i]->dtype != opt->dtype) {
-            gemm_err_set(err, 422, "dtype_mismatch", "%s is a resident %s matrix but the product is %s",
-                         names[i], gemm_dtype_name(out[i]->dtype), gemm_dtype_name(opt->dtype));
-            goto out;
-        }
-    }
-    if (opt->dtype == GEMM_DTYPE_INVALID) opt->dtype = GEMM_DTYPE_F64;
-    uint64_t r[2], c[2];
-    for (int i = 0; i < 2; i++) {
-        r[i] = is_ref[i] ? out[i]->rows : ops[i].nrows;
-        c[i] = is_ref[i] ? out[i]->cols : ops[i].ncols;
-    }
-    if (gemm_check_product(r[0], c[0], r[1], c[1], opt->dtype, lim, err)) goto out;
-    for (int i = 0; i < 2; i++)
-        if (!is_ref[i] && check_flat_length(&ops[i], err)) goto out;
-    for (int i = 0; i < 2; i++) {
-        if (is_ref[i]) continue;
-        if (fill(&ops[i], opt->dtype, alloc, out[i], err)) {
-            if (i == 1 && !is_ref[0]) {
-                gemm_free(alloc, a->data);
-                a->data = NULL;
-            }
-            goto out;
-        }
-    }
-    rc = 0;
-out:
-    cJSON_Delete(root);
+    gemm_json_stream_free(js);
     return rc;
 }
 
@@ -633,38 +452,10 @@ int gemm_json_decode_matrix(const char *body, size_t len, const gemm_limits *lim
                             gemm_options *opt, gemm_matrix *m, gemm_err *err)
 {
     m->data = NULL;
-    cJSON *root = parse_whole(body, len, "a matrix: [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}", err);
-    if (!root) return -1;
-    int rc = -1;
-    operand op;
-    /* inspect() looks a member up by name: give the matrix one. */
-    cJSON *holder = cJSON_CreateObject();
-    if (!holder) {
-        gemm_err_set(err, 500, "out_of_memory", "cannot parse the body now");
-        goto out;
-    }
-    if (cJSON_IsArray(root)) {
-        cJSON_AddItemReferenceToObject(holder, "matrix", root);
-    } else if (cJSON_IsObject(root)) {
-        if (body_options(root, opt, err)) goto out;
-        const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
-        if (!cJSON_GetObjectItemCaseSensitive(root, "shape") && cJSON_IsArray(data))
-            cJSON_AddItemReferenceToObject(holder, "matrix", (cJSON *)data); /* {"data": [[..]]} */
-        else
-            cJSON_AddItemReferenceToObject(holder, "matrix", root);
-    } else {
-        gemm_err_set(err, 400, "bad_matrix", "the body is %s; expected [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}",
-                     type_name(root));
-        goto out;
-    }
-    if (inspect(holder, "matrix", &op, err)) goto out;
-    if (opt->dtype == GEMM_DTYPE_INVALID) opt->dtype = GEMM_DTYPE_F64;
-    if (gemm_check_matrix(op.nrows, op.ncols, opt->dtype, lim, "the matrix", err)) goto out;
-    if (check_flat_length(&op, err)) goto out;
-    if (fill(&op, opt->dtype, alloc, m, err)) goto out;
-    rc = 0;
-out:
-    cJSON_Delete(holder);
-    cJSON_Delete(root);
+    gemm_json_stream *js = gemm_json_stream_new_matrix(lim, alloc, opt, len);
+    if (!js) return gemm_err_set(err, 500, "out_of_memory", "could not allocate the JSON decoder");
+    int rc = (len && body) ? gemm_json_stream_feed(js, body, len, err) : 0;
+    if (rc == 0) rc = gemm_json_stream_finish_matrix(js, opt, m, err);
+    gemm_json_stream_free(js);
     return rc;
 }

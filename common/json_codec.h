@@ -13,15 +13,16 @@
 #define GEMM_JSON_CODEC_H
 
 #include "gemm_types.h"
+#include "json_stream.h"
 #include "options.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Parses a whole request body. Options present in the body are applied to *opt (over
- * what the query string already set). A and B are allocated from alloc after the shapes
- * are validated with gemm_check_product(); the caller frees them.
+/* Decodes a whole request body in one piece with the streaming decoder (json_stream.h,
+ * which the daemon feeds chunk by chunk). Options present in the body are applied to *opt
+ * (over what the query string already set). A and B come from alloc; the caller frees them.
  * Errors: 400 bad_json (syntax, with the position), 400 bad_matrix (ragged rows,
  * non-numeric elements, data length != shape, missing "a"/"b"), 422 bad_value (int32
  * value not an integer or out of range, float out of the dtype's range), 422 bad_option,
@@ -30,23 +31,14 @@ int gemm_json_decode_request(const char *body, size_t len, const gemm_limits *li
                              const gemm_allocator *alloc, gemm_options *opt,
                              gemm_matrix *a, gemm_matrix *b, gemm_err *err);
 
-/* Operands by reference: given[i] says operand i (0: a, 1: b) is already known (its shape
- * and dtype are in *a / *b, data NULL) and must not be in the body; an operand written as
- * {"ref": "ID"} is passed to resolve(), which fills its shape and dtype (data NULL) or
- * fails with *err set (e.g. 404 matrix_not_found). A resident operand fixes the dtype
- * (422 dtype_mismatch when "dtype" or the other says otherwise). */
-typedef struct {
-    int given[2];
-    int (*resolve)(void *user, int which, const char *id, gemm_matrix *out, gemm_err *err);
-    void *user;
-} gemm_json_refs;
+/* The same with operands by reference (gemm_json_refs, json_stream.h). */
 int gemm_json_decode_request_refs(const char *body, size_t len, const gemm_limits *lim,
                                   const gemm_allocator *alloc, gemm_options *opt, gemm_matrix *a,
                                   gemm_matrix *b, const gemm_json_refs *refs, gemm_err *err);
 
-/* One matrix on its own (POST /v1/matrices): [[..],[..]], {"shape": [r,c], "data": [flat]}
- * or {"data": [[..]]}, with an optional "dtype" (default float64). Errors as above and
- * those of gemm_check_matrix(). */
+/* One matrix on its own (POST /v1/matrices; gemm_json_stream_new_matrix in one piece):
+ * [[..],[..]], {"shape": [r,c], "data": [flat]} or {"data": [[..]]}, with an optional "dtype"
+ * (default float64). Errors as above and those of gemm_check_matrix(). */
 int gemm_json_decode_matrix(const char *body, size_t len, const gemm_limits *lim, const gemm_allocator *alloc,
                             gemm_options *opt, gemm_matrix *m, gemm_err *err);
 

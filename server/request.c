@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "json_codec.h"
+#include "json_stream.h"
 #include "routes_v2.h"
 
 #define GEMMD_TEXT_PART_MAX 100 /* bytes of a form field such as dtype or kernel */
@@ -49,6 +50,7 @@ void gemmd_request_free(gemmd_request *req)
     if (!req) return;
     gemm_engine *e = req->srv->engine;
     const gemm_allocator *al = &req->srv->alloc;
+    gemm_json_stream_free(req->js);
     free(req->json);
     gemm_multipart_free(req->mp);
     gemm_npy_reader_free(req->rd[0]);
@@ -603,10 +605,22 @@ int gemmd_body_begin(gemmd_request *req)
         if (cfg->max_json_bytes < req->limit) req->limit = cfg->max_json_bytes;
         if (req->has_length && req->content_length > req->limit)
             return gemm_err_set(err, 413, "body_too_large",
-                                "the JSON body has %llu bytes; JSON bodies are parsed whole and may "
-                                "have at most %llu (max_json_mb); send large matrices as raw or .npy",
+                                "the JSON body has %llu bytes; JSON bodies may have at most %llu "
+                                "(max_json_mb); send large matrices as raw or .npy",
                                 (unsigned long long)req->content_length, (unsigned long long)req->limit);
-        return req->has_length ? admit_declared(req, req->content_length, "the JSON body") : 0;
+        if (req->has_length && admit_declared(req, req->content_length, "the JSON body") != 0) return -1;
+        /* Decoded as it arrives: matrices go straight into engine memory, the body is never held. */
+        uint64_t body_max = req->has_length ? req->content_length : req->limit;
+        const gemm_allocator *al = &req->srv->alloc; /* charged against the memory budget */
+        if (req->route == GEMMD_ROUTE_MATRIX_CREATE) {
+            req->js = gemm_json_stream_new_matrix(limits(req), al, &req->opt, body_max);
+        } else {
+            req->js = gemm_json_stream_new(limits(req), al, &req->opt, body_max);
+            gemm_json_refs refs = {{req->ref[0] != NULL, req->ref[1] != NULL}, json_ref, req};
+            if (req->js) gemm_json_stream_set_refs(req->js, &refs, &req->a, &req->b);
+        }
+        if (!req->js) return gemm_err_set(err, 503, "out_of_memory", "cannot allocate a JSON decoder now; retry later");
+        return 0;
     }
     if (ct && media_is(ct, "application/octet-stream")) {
         req->family = GEMMD_FMT_RAW;
@@ -648,23 +662,13 @@ void gemmd_body_feed(gemmd_request *req, const char *data, size_t len)
     }
     switch (req->family) {
     case GEMMD_FMT_JSON:
-        if (req->json_len + len + 1 > req->json_cap) {
-            size_t cap = req->json_cap ? req->json_cap : 4096;
-            while (cap < req->json_len + len + 1) cap *= 2;
-            if (req->has_length && cap > req->content_length + 1) cap = req->content_length + 1;
-            if (cap < req->json_len + len + 1) cap = req->json_len + len + 1;
-            char *p = realloc(req->json, cap);
-            if (!p) {
-                gemm_err_set(&req->err, 503, "out_of_memory", "cannot buffer the JSON body now");
-                fail(req);
-                return;
-            }
-            req->json = p;
-            req->json_cap = cap;
+        /* a syntax error ends the decoding; the rest of the body is discarded */
+        if (!req->js) {
+            gemm_err_set(&req->err, 500, "internal_error", "no JSON decoder");
+            fail(req);
+        } else if (gemm_json_stream_feed(req->js, data, len, &req->err) != 0) {
+            fail(req);
         }
-        memcpy(req->json + req->json_len, data, len);
-        req->json_len += len;
-        req->json[req->json_len] = '\0';
         break;
     case GEMMD_FMT_RAW: {
         /* MHD never hands more than Content-Length bytes; guard anyway. */
@@ -768,46 +772,25 @@ int gemmd_check_batch(gemmd_request *req, uint64_t batch, uint64_t m, uint64_t k
     return 0;
 }
 
-/* cJSON builds a tree of about 80 bytes per value before the matrices are checked and
- * copied out: that working memory is admitted first, counted from the body's separators
- * (an upper bound on its values). */
-#define JSON_TREE_BYTES_PER_VALUE 96
-
-static uint64_t json_tree_estimate(const char *s, size_t len)
-{
-    uint64_t n = 1;
-    for (const char *p = s, *end = s + len; p < end; p++) n += (*p == ',' || *p == '[' || *p == '{');
-    return n * JSON_TREE_BYTES_PER_VALUE;
-}
-
 int gemmd_body_finish(gemmd_request *req)
 {
     req->t_body_ms = gemm_now_ms();
     int rc = 0;
     switch (req->family) {
     case GEMMD_FMT_JSON: {
-        uint64_t tree = json_tree_estimate(req->json ? req->json : "", req->json_len);
-        if (gemmd_budget_charge(budget(req), GEMMD_MEM_BODY, tree) != 0) {
-            rc = refuse(req, tree, "parsing this JSON body");
-        } else {
-            gemmd_budget_take_refusal();
-            if (req->route == GEMMD_ROUTE_MATRIX_CREATE) {
-                rc = gemm_json_decode_matrix(req->json ? req->json : "", req->json_len, limits(req),
-                                             &req->srv->alloc, &req->opt, &req->a, &req->err);
-            } else {
-                gemm_json_refs refs = {{req->ref[0] != NULL, req->ref[1] != NULL}, json_ref, req};
-                rc = gemm_json_decode_request_refs(req->json ? req->json : "", req->json_len, limits(req),
-                                                   &req->srv->alloc, &req->opt, &req->a, &req->b, &refs,
-                                                   &req->err);
-            }
-            gemmd_budget_release(budget(req), GEMMD_MEM_BODY, tree);
-            if (tree >= (64u << 20)) gemmd_budget_trim(); /* the tree's blocks go back now */
+        if (!req->js)
+            rc = gemm_err_set(&req->err, 500, "internal_error", "no JSON decoder");
+        else if (req->route == GEMMD_ROUTE_MATRIX_CREATE)
+            rc = gemm_json_stream_finish_matrix(req->js, &req->opt, &req->a, &req->err);
+        else
+            rc = gemm_json_stream_finish(req->js, &req->opt, &req->a, &req->b, &req->err);
+        gemm_json_stream_free(req->js);
+        req->js = NULL;
+        {
             uint64_t refused = gemmd_budget_take_refusal();
             if (rc != 0 && refused) refuse(req, refused, "the decoded matrices");
         }
-        free(req->json);
-        req->json = NULL;
-        req->json_len = req->json_cap = 0;
+        /* the body itself was never held: its charge goes back with the decoder */
         gemmd_budget_release(budget(req), GEMMD_MEM_BODY, req->body_charged);
         req->body_charged = 0;
         if (rc == 0) {

@@ -6,7 +6,8 @@
  * NOTIFY_COMPLETED callback (gemmd_request_free). Bodies are read as they arrive:
  *   raw     straight into A and B, allocated from the engine once Content-Length and
  *           the shapes in the query are checked;
- *   json    buffered (up to max_json_bytes), parsed when complete;
+ *   json    decoded as it arrives (json_stream.h): elements straight into engine memory,
+ *           the body itself never held (at most max_json_bytes of it);
  *   npy     multipart parts streamed into npy readers that allocate from the engine.
  */
 #ifndef GEMMD_REQUEST_H
@@ -99,7 +100,8 @@ struct gemmd_request {
     uint64_t content_length;
     uint64_t limit;            /* body bytes allowed for this request */
     uint64_t body_charged;     /* bytes of the body charged against the budget so far */
-    char *json;
+    struct gemm_json_stream *js; /* JSON bodies: the decoder (gemm_json_stream_held: its bytes) */
+    char *json;                /* the v2 route's JSON header (routes_v2.c) */
     size_t json_len, json_cap;
     size_t raw_a_bytes, raw_total, raw_got;
     gemm_multipart *mp;

@@ -1,8 +1,13 @@
-/* fuzz_json.c - libFuzzer target for the JSON request decoder and the matrix writer.
+/* fuzz_json.c - libFuzzer target for the streaming JSON decoder and the writer.
  *
- * The input is a request body. When it decodes, A and B are written back with
- * gemm_json_write_matrix into a new body that must decode to bit-identical matrices
- * (the writer's digits round-trip). Every refusal must carry an error. Built and run by
+ * The input's first byte seeds how the rest, a body, is cut into chunks (sizes 1 to 64, or
+ * every byte alone) and, by its value mod 4, what it is: a request (0, 1), a request whose
+ * {"ref": ID} operands are resolved (2; ids "f32" and "f64" exist) and, every other time,
+ * whose B is named in the query, or one matrix on its own (3). The body is decoded in those
+ * chunks and in one piece: both must give the same matrices, or the same error (status,
+ * code and message, byte offsets included), and leave nothing held. When a plain request
+ * decodes, A and B are written back with gemm_json_write_matrix into a new body that must
+ * decode to bit-identical matrices (the writer's digits round-trip). Built and run by
  * `make fuzz`. */
 #include <stdint.h>
 #include <stdio.h>
@@ -10,47 +15,133 @@
 #include <string.h>
 
 #include "json_codec.h"
+#include "json_stream.h"
 
 static const gemm_limits lim = {.max_dim = 1 << 12, .max_elements = 1 << 16, .max_body_bytes = 0};
 
+typedef struct {
+    int rc;
+    gemm_err err;
+    gemm_options opt;
+    gemm_matrix a, b;
+} outcome;
+
+static int resolve(void *user, int which, const char *id, gemm_matrix *out, gemm_err *err)
+{
+    (void)user, (void)which;
+    memset(out, 0, sizeof *out);
+    if (strcmp(id, "f32") != 0 && strcmp(id, "f64") != 0)
+        return gemm_err_set(err, 404, "matrix_not_found", "no resident matrix %.40s", id);
+    out->rows = 2;
+    out->cols = 2;
+    out->dtype = id[1] == '3' ? GEMM_DTYPE_F32 : GEMM_DTYPE_F64;
+    return 0;
+}
+
+static void decode(const char *body, size_t len, uint32_t seed, int pieces, outcome *o)
+{
+    int mode = (int)(seed % 4);
+    memset(o, 0, sizeof *o);
+    gemm_options_init(&o->opt);
+    gemm_json_stream *js = mode == 3 ? gemm_json_stream_new_matrix(&lim, &gemm_allocator_host, &o->opt, pieces ? 0 : len)
+                                     : gemm_json_stream_new(&lim, &gemm_allocator_host, &o->opt, pieces ? 0 : len);
+    if (!js) abort();
+    if (mode == 2) {
+        gemm_json_refs refs = {{0, (int)(seed & 4)}, resolve, NULL};
+        o->b.rows = 2;
+        o->b.cols = 3;
+        o->b.dtype = GEMM_DTYPE_F64;
+        gemm_json_stream_set_refs(js, &refs, &o->a, &o->b);
+    }
+    size_t off = 0;
+    while (off < len && o->rc == 0) {
+        size_t n = len - off;
+        if (pieces) {
+            seed = seed * 1103515245u + 12345u;
+            size_t c = (seed >> 16) % 64 + 1;
+            if ((seed >> 8) % 8 == 0) c = 1;
+            if (c < n) n = c;
+        }
+        o->rc = gemm_json_stream_feed(js, body + off, n, &o->err);
+        off += n;
+    }
+    if (o->rc == 0)
+        o->rc = mode == 3 ? gemm_json_stream_finish_matrix(js, &o->opt, &o->a, &o->err)
+                          : gemm_json_stream_finish(js, &o->opt, &o->a, &o->b, &o->err);
+    if (gemm_json_stream_held(js) != 0) abort(); /* finished: the matrices are the caller's */
+    gemm_json_stream_free(js);
+    if (o->rc && (o->err.status == 0 || o->err.code[0] == '\0' || o->a.data || o->b.data)) abort();
+}
+
+static size_t bytes_of(const gemm_matrix *m)
+{
+    size_t n;
+    if (!m->data) return 0; /* a resident operand: shape only */
+    if (!gemm_matrix_bytes(m->rows, m->cols, m->dtype, &n)) abort();
+    return n;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    gemm_options opt;
-    gemm_matrix a = {0}, b = {0};
-    gemm_err err;
-    gemm_options_init(&opt);
-    gemm_err_clear(&err);
-    if (gemm_json_decode_request((const char *)data, size, &lim, &gemm_allocator_host, &opt, &a, &b, &err)) {
-        if (err.status == 0 || err.code[0] == '\0' || a.data || b.data) abort();
+    if (size < 1) return 0;
+    uint32_t seed = data[0];
+    const char *body = (const char *)data + 1;
+    size_t len = size - 1;
+
+    outcome whole, cut;
+    decode(body, len, seed, 0, &whole);
+    decode(body, len, seed, 1, &cut);
+    if (whole.rc != cut.rc) {
+        fprintf(stderr, "one piece %d (%s), in chunks %d (%s)\n", whole.rc, whole.err.message, cut.rc, cut.err.message);
+        abort();
+    }
+    if (whole.rc) {
+        if (whole.err.status != cut.err.status || strcmp(whole.err.code, cut.err.code) ||
+            strcmp(whole.err.message, cut.err.message)) {
+            fprintf(stderr, "one piece: %s\nin chunks: %s\n", whole.err.message, cut.err.message);
+            abort();
+        }
         return 0;
     }
-    if (a.cols != b.rows || a.dtype != opt.dtype || b.dtype != opt.dtype) abort();
+    if (seed % 4 != 3 && (whole.a.cols != whole.b.rows || whole.a.dtype != whole.opt.dtype ||
+                          whole.b.dtype != whole.opt.dtype))
+        abort();
+    if (cut.a.rows != whole.a.rows || cut.a.cols != whole.a.cols || cut.b.rows != whole.b.rows ||
+        cut.b.cols != whole.b.cols || cut.a.dtype != whole.a.dtype ||
+        (whole.a.data && memcmp(cut.a.data, whole.a.data, bytes_of(&whole.a))) ||
+        (whole.b.data && memcmp(cut.b.data, whole.b.data, bytes_of(&whole.b))))
+        abort();
+    if (seed % 4 >= 2) { /* references or one matrix: no round trip */
+        gemm_allocator_host.free(NULL, whole.a.data);
+        gemm_allocator_host.free(NULL, whole.b.data);
+        gemm_allocator_host.free(NULL, cut.a.data);
+        gemm_allocator_host.free(NULL, cut.b.data);
+        return 0;
+    }
 
-    gemm_buf body;
-    gemm_buf_init(&body);
-    gemm_buf_printf(&body, "{\"dtype\": \"%s\", \"a\": ", gemm_dtype_name(opt.dtype));
-    gemm_json_write_matrix(&body, &a);
-    gemm_buf_puts(&body, ", \"b\": ");
-    gemm_json_write_matrix(&body, &b);
-    gemm_buf_puts(&body, "}");
-    if (body.failed) abort();
-
-    gemm_options opt2;
-    gemm_matrix a2, b2;
-    gemm_options_init(&opt2);
-    if (gemm_json_decode_request(body.data, body.len, &lim, &gemm_allocator_host, &opt2, &a2, &b2, &err)) {
-        fprintf(stderr, "re-decoding failed: %s\n%s\n", err.message, body.data);
+    gemm_buf out;
+    gemm_buf_init(&out);
+    gemm_buf_printf(&out, "{\"dtype\": \"%s\", \"a\": ", gemm_dtype_name(whole.opt.dtype));
+    gemm_json_write_matrix(&out, &whole.a);
+    gemm_buf_puts(&out, ", \"b\": ");
+    gemm_json_write_matrix(&out, &whole.b);
+    gemm_buf_puts(&out, "}");
+    if (out.failed) abort();
+    outcome again;
+    decode(out.data, out.len, seed, 1, &again);
+    if (again.rc) {
+        fprintf(stderr, "re-decoding failed: %s\n%s\n", again.err.message, out.data);
         abort();
     }
-    size_t ba, bb;
-    if (!gemm_matrix_bytes(a.rows, a.cols, a.dtype, &ba) || !gemm_matrix_bytes(b.rows, b.cols, b.dtype, &bb)) abort();
-    if (a2.rows != a.rows || a2.cols != a.cols || b2.rows != b.rows || b2.cols != b.cols ||
-        memcmp(a.data, a2.data, ba) != 0 || memcmp(b.data, b2.data, bb) != 0)
+    if (again.a.rows != whole.a.rows || again.a.cols != whole.a.cols || again.b.rows != whole.b.rows ||
+        again.b.cols != whole.b.cols || memcmp(again.a.data, whole.a.data, bytes_of(&whole.a)) ||
+        memcmp(again.b.data, whole.b.data, bytes_of(&whole.b)))
         abort();
-    gemm_allocator_host.free(NULL, a.data);
-    gemm_allocator_host.free(NULL, b.data);
-    gemm_allocator_host.free(NULL, a2.data);
-    gemm_allocator_host.free(NULL, b2.data);
-    gemm_buf_free(&body);
+    outcome *all[3] = {&whole, &cut, &again};
+    for (int i = 0; i < 3; i++) {
+        gemm_allocator_host.free(NULL, all[i]->a.data);
+        gemm_allocator_host.free(NULL, all[i]->b.data);
+    }
+    gemm_buf_free(&out);
     return 0;
 }

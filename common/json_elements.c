@@ -1,0 +1,236 @@
+/* json_elements.c - the elements of the operands of a JSON body: where they are stored
+ * (json_store.h) within what the limits and the other operand allow, their values in the
+ * dtype, and their conversion when the dtype is known only at the end (see json_stream.h). */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "json_stream_int.h"
+
+/* ---- storage -------------------------------------------------------------------- */
+
+/* The shape of operand o when it is fully known and well formed. */
+int gemm_jsb_known_shape(const operand *o, uint64_t *rows, uint64_t *cols)
+{
+    if (o->is_ref) {
+        *rows = o->refm.rows;
+        *cols = o->refm.cols;
+        return 1;
+    }
+    if (!o->complete) return 0;
+    if (o->form == '[') {
+        *rows = o->rows;
+        *cols = o->rows ? o->ncols : 0;
+        return 1;
+    }
+    if (o->form == '{' && o->shape_state == 1) {
+        *rows = o->shape[0];
+        *cols = o->shape[1];
+        return 1;
+    }
+    return 0;
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* The most elements operand x can have and still be valid, from what is known now; *exact
+ * when that is its size. */
+static uint64_t max_elements(const gemm_json_stream *s, int x, int *exact)
+{
+    const operand *o = &s->op[x], *other = &s->op[1 - x];
+    uint64_t m = (uint64_t)(SIZE_MAX / 8), orows, ocols;
+    *exact = 0;
+    if (s->limp && s->lim.max_elements) m = min_u64(m, s->lim.max_elements);
+    if (o->form == '{') {
+        if (o->shape_state == 1) {
+            *exact = 1;
+            return min_u64(m, o->shape[0] * o->shape[1]); /* checked not to overflow */
+        }
+        return m;
+    }
+    int other_known = gemm_jsb_known_shape(other, &orows, &ocols);
+    if (o->rows == 0) { /* row 0 is being read: its length is the column count */
+        if (s->limp && s->lim.max_dim) m = min_u64(m, s->lim.max_dim);
+        if (x == 0 && other_known) m = min_u64(m, orows); /* A's columns are B's rows */
+        return m;
+    }
+    if (x == 1 && other_known && ocols && o->ncols && ocols <= m / o->ncols) { /* B's rows are A's columns */
+        *exact = 1;
+        return ocols * o->ncols;
+    }
+    if (s->limp && s->lim.max_dim && o->ncols && s->lim.max_dim <= m / o->ncols) m = min_u64(m, s->lim.max_dim * o->ncols);
+    return m;
+}
+
+static void start_storage(gemm_json_stream *s, operand *o)
+{
+    o->started = 1;
+    if (s->body_dtype) gemm_json_store_start(&o->st, s->opt.dtype, 0);
+    else if (s->fixed_dtype != GEMM_DTYPE_INVALID) gemm_json_store_start(&o->st, s->fixed_dtype, 0); /* else 422 */
+    else gemm_json_store_start(&o->st, GEMM_DTYPE_F64, 1);
+}
+
+static void out_of_memory(gemm_json_stream *s, operand *o)
+{
+    gemm_jsb_note(s, RK_MEMORY, 0, 503, "out_of_memory", "cannot allocate memory for %s now (%zu bytes held); retry later",
+         o->name, s->mem.now);
+    gemm_jsb_kill(s, o);
+}
+
+/* Room for element index i of operand x (its store is full). 0, or -1 when x stops being
+ * stored (the element is one too many for any valid body, or memory ran out). */
+static int make_room(gemm_json_stream *s, operand *o, int x)
+{
+    int exact;
+    uint64_t limit = max_elements(s, x, &exact);
+    /* each element still to come takes at least two bytes of the body ("1," or "1]") */
+    uint64_t more = UINT64_MAX;
+    if (s->body_max) more = (s->body_max > s->base ? s->body_max - s->base : 0) / 2 + 1;
+    int r = gemm_json_store_room(&o->st, limit, exact, more);
+    if (r == 0) return 0;
+    if (r < 0) out_of_memory(s, o);
+    else gemm_jsb_kill(s, o);
+    return -1;
+}
+
+/* The element error at index i of operand x: noted if it is the first. */
+static void elem_error_at(gemm_json_stream *s, int x, uint64_t i)
+{
+    operand *o = &s->op[x];
+    if (!o->has_bad) {
+        o->has_bad = 1;
+        o->bad_index = i;
+    }
+}
+
+/* A value out of the dtype's range (v is its float64 value). */
+static void bad_value(gemm_json_stream *s, int x, gemm_dtype d, uint64_t idx, double v, int replace)
+{
+    char w[96];
+    const operand *o = &s->op[x];
+    gemm_jsb_place_index(w, sizeof w, o, idx);
+    if (d == GEMM_DTYPE_F32)
+        gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value", "%s = %.17g is beyond float32's range (+-%.9g)", w, v,
+             (double)FLT_MAX);
+    else if (d == GEMM_DTYPE_F64)
+        gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value", "%s is beyond float64's range", w);
+    else
+        gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value",
+             "%s = %.17g is not an int32 (integers from -2147483648 to 2147483647)", w, v);
+}
+
+static inline int i32_ok(double v) { return v >= -2147483648.0 && v <= 2147483647.0 && v == floor(v); }
+
+/* The next element of operand x, a number. */
+void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d)
+{
+    operand *o = &s->op[x];
+    uint64_t i = o->count++;
+    if (o->dead) return;
+    if (!o->started) start_storage(s, o);
+    if (!o->st.left && make_room(s, o, x)) return;
+    switch (o->st.type) {
+    case GEMM_DTYPE_F64: {
+        double v = gemm_decimal_to_f64(d);
+        memcpy(gemm_json_store_next(&o->st), &v, 8);
+        if (o->st.deferred) {
+            if (gemm_f64_is_f32_midpoint(v)) {
+                float f = gemm_decimal_to_f32(d);
+                if (f != (float)v && gemm_json_store_flip(&o->st, i, f)) out_of_memory(s, o);
+            }
+        } else if (!isfinite(v)) {
+            elem_error_at(s, x, i);
+            bad_value(s, x, GEMM_DTYPE_F64, i, v, 0);
+        }
+        break;
+    }
+    case GEMM_DTYPE_F32: {
+        float f = gemm_decimal_to_f32(d);
+        memcpy(gemm_json_store_next(&o->st), &f, 4);
+        if (isinf(f)) {
+            elem_error_at(s, x, i);
+            bad_value(s, x, GEMM_DTYPE_F32, i, gemm_decimal_to_f64(d), 0);
+        }
+        break;
+    }
+    default: {
+        int32_t v = 0;
+        if (d->integer && !d->trunc && d->w <= 2147483647ull) {
+            v = d->neg ? -(int32_t)d->w : (int32_t)d->w;
+        } else if (d->integer && !d->trunc && d->neg && d->w == 2147483648ull) {
+            v = INT32_MIN;
+        } else {
+            double f = gemm_decimal_to_f64(d);
+            if (i32_ok(f)) {
+                v = (int32_t)f;
+            } else {
+                elem_error_at(s, x, i);
+                bad_value(s, x, GEMM_DTYPE_I32, i, f, 0);
+            }
+        }
+        memcpy(gemm_json_store_next(&o->st), &v, 4);
+        break;
+    }
+    }
+}
+
+/* The next element of operand x is not a number. */
+void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t row, uint64_t col)
+{
+    operand *o = &s->op[x];
+    uint64_t i = o->count++;
+    char w[96];
+    elem_error_at(s, x, i);
+    gemm_jsb_note(s, RK_ELEM + x, 0, 400, "bad_matrix", "%s is %s, expected a number", gemm_jsb_place(w, sizeof w, o, row, col),
+         gemm_jsb_type_name(t));
+    if (o->dead) return;
+    if (!o->started) start_storage(s, o);
+    if (!o->st.left && make_room(s, o, x)) return;
+    memset(gemm_json_store_next(&o->st), 0, o->st.es);
+}
+
+/* Operand x's data has a length its shape does not allow. */
+void gemm_jsb_count_error(gemm_json_stream *s, int x)
+{
+    const operand *o = &s->op[x];
+    gemm_jsb_note(s, RK_COUNT + x, 0, 400, "bad_matrix", "%s.data has %llu numbers but shape [%llu,%llu] needs %llu", o->name,
+         (unsigned long long)o->count, (unsigned long long)o->shape[0], (unsigned long long)o->shape[1],
+         (unsigned long long)(o->shape[0] * o->shape[1]));
+}
+
+/* Operand o's elements are all read: in their final type they are assembled now, unless
+ * the body fails anyway (held as float64 for a later dtype: at the end). */
+void gemm_jsb_settle(gemm_json_stream *s, operand *o)
+{
+    uint64_t bad;
+    double v;
+    if (o->dead || !o->started || o->st.deferred || o->count == 0 || gemm_jsb_best_rank(s) < RK_NONE) return;
+    if (gemm_json_store_assemble(&o->st, o->st.type, 0, 1, &bad, &v)) out_of_memory(s, o);
+}
+
+/* Operand x held as float64 gets the final dtype d; element values are checked before the
+ * first non-number element (which is already noted). When the body fails anyway, only
+ * checked, nothing allocated. */
+static void convert(gemm_json_stream *s, int x, gemm_dtype d)
+{
+    operand *o = &s->op[x];
+    if (o->dead || !o->started || !o->st.deferred || o->count == 0) return;
+    uint64_t bad;
+    double v;
+    int r = gemm_json_store_assemble(&o->st, d, o->has_bad ? o->bad_index : o->count, gemm_jsb_best_rank(s) >= RK_NONE, &bad,
+                                     &v);
+    if (r > 0) bad_value(s, x, d, bad, v, 1);
+    else if (r < 0) out_of_memory(s, o);
+}
+
+/* Element values, and the safety net, of operand x stored from the body. */
+void gemm_jsb_last_checks(gemm_json_stream *s, int x, gemm_dtype d)
+{
+    operand *o = &s->op[x];
+    if (gemm_jsb_best_rank(s) >= RK_ELEM + x) convert(s, x, d);
+    if (gemm_jsb_best_rank(s) < RK_NONE) return;
+    /* stopped for its size without a limit saying so (no limits: byte sizes beyond memory) */
+    if (o->dead || !o->started || o->count == 0) gemm_jsb_note(s, 500, 0, 413, "too_large", "%s is too large", o->name);
+    else gemm_jsb_settle(s, o);
+}

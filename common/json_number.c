@@ -1,0 +1,263 @@
+/* json_number.c - JSON number text to float64 / float32, correctly rounded (see json_number.h). */
+#include "json_number.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- scanning ----------------------------------------------------------------- */
+
+void gemm_decimal_scan_long(const char *p, const char *end, gemm_decimal *d)
+{
+    uint64_t w = 0;
+    int64_t q = 0;
+    int nd = 0, frac = 0, trunc = 0;
+    if (*p == '-') p++;
+    for (; p < end; p++) {
+        char c = *p;
+        if (c == '.') {
+            frac = 1;
+            continue;
+        }
+        if (!gemm_num_is_digit(c)) break;
+        unsigned v = (unsigned)(c - '0');
+        if (nd == 0 && v == 0) {
+            if (frac) q--;
+        } else if (nd < 19) {
+            w = w * 10 + v;
+            nd++;
+            if (frac) q--;
+        } else {
+            trunc |= v != 0;
+            if (!frac) q++;
+        }
+    }
+    int64_t e = 0;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        int eneg = 0;
+        p++;
+        if (*p == '-' || *p == '+') eneg = *p++ == '-';
+        for (; p < end && gemm_num_is_digit(*p); p++)
+            if (e < 100000000) e = e * 10 + (*p - '0');
+        if (eneg) e = -e;
+    }
+    q += e;
+    if (q > 100000000) q = 100000000;
+    if (q < -100000000) q = -100000000;
+    d->w = w;
+    d->q = (int32_t)q;
+    d->trunc = (uint8_t)trunc;
+}
+
+/* ---- conversion ------------------------------------------------------------------ */
+
+const double gemm_num_p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+const double gemm_num_ip10[23] = {1e-0,  1e-1,  1e-2,  1e-3,  1e-4,  1e-5,  1e-6,  1e-7,
+                                  1e-8,  1e-9,  1e-10, 1e-11, 1e-12, 1e-13, 1e-14, 1e-15,
+                                  1e-16, 1e-17, 1e-18, 1e-19, 1e-20, 1e-21, 1e-22};
+
+static const uint64_t p5[28] = {1ull,
+                                5ull,
+                                25ull,
+                                125ull,
+                                625ull,
+                                3125ull,
+                                15625ull,
+                                78125ull,
+                                390625ull,
+                                1953125ull,
+                                9765625ull,
+                                48828125ull,
+                                244140625ull,
+                                1220703125ull,
+                                6103515625ull,
+                                30517578125ull,
+                                152587890625ull,
+                                762939453125ull,
+                                3814697265625ull,
+                                19073486328125ull,
+                                95367431640625ull,
+                                476837158203125ull,
+                                2384185791015625ull,
+                                11920928955078125ull,
+                                59604644775390625ull,
+                                298023223876953125ull,
+                                1490116119384765625ull,
+                                7450580596923828125ull};
+
+/* The text of d, NUL-terminated, for strtod/strtof (d->len <= GEMM_JSON_NUMBER_MAX). */
+static const char *c_text(const gemm_decimal *d, char *buf)
+{
+    size_t n = d->len < GEMM_JSON_NUMBER_MAX ? d->len : GEMM_JSON_NUMBER_MAX;
+    memcpy(buf, d->text, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Rounds m * 2^e (m != 0; sticky: nonzero bits below m) to nearest-even with a p-bit
+ * significand and normal exponents emin..emax; returns the IEEE bits without the sign. */
+static uint64_t round_binary(uint64_t m, int e, int sticky, int p, int emin, int emax)
+{
+    int lz = __builtin_clzll(m);
+    m <<= lz;
+    e -= lz;
+    int E = e + 63; /* m * 2^e is in [2^E, 2^(E+1)) */
+    uint64_t inf = (uint64_t)(emax - emin + 2) << (p - 1);
+    if (E > emax) return inf;
+    int shift = 64 - p, biased = E - emin + 1;
+    if (E < emin) {
+        shift += emin - E;
+        biased = 0;
+        if (shift > 64) return 0; /* below half the smallest subnormal */
+    }
+    uint64_t mant, rem, half;
+    if (shift == 64) {
+        mant = 0;
+        rem = m;
+        half = 1ull << 63;
+    } else {
+        mant = m >> shift;
+        rem = m & ((1ull << shift) - 1);
+        half = 1ull << (shift - 1);
+    }
+    if (rem > half || (rem == half && (sticky || (mant & 1)))) mant++;
+    if (biased == 0) return mant; /* subnormal; 2^(p-1) after rounding is the smallest normal */
+    if (mant == 1ull << p) {
+        mant >>= 1;
+        if (++biased >= emax - emin + 2) return inf;
+    }
+    return ((uint64_t)biased << (p - 1)) | (mant & ((1ull << (p - 1)) - 1));
+}
+
+#if defined(__SIZEOF_INT128__)
+typedef unsigned __int128 u128;
+
+/* w * 10^q for w != 0, |q| <= 27, rounded to p bits exactly (see json_number.h). */
+static uint64_t exact_bits(uint64_t w, int q, int p, int emin, int emax)
+{
+    if (q >= 0) {
+        u128 n = (u128)w * p5[q];
+        uint64_t hi = (uint64_t)(n >> 64), lo = (uint64_t)n;
+        if (hi == 0) return round_binary(lo, q, 0, p, emin, emax);
+        int lz = __builtin_clzll(hi);
+        uint64_t m = lz ? (hi << lz) | (lo >> (64 - lz)) : hi;
+        return round_binary(m, q + 64 - lz, (lo << lz) != 0, p, emin, emax);
+    }
+    int k = -q, lz = __builtin_clzll(w);
+    u128 num = (u128)(w << lz) << 64;
+    u128 quo = num / p5[k];
+    uint64_t rem = (uint64_t)num - (uint64_t)quo * p5[k];
+    uint64_t hi = (uint64_t)(quo >> 64), lo = (uint64_t)quo; /* hi >= 1: num >= 2^127 > 2^64 * 5^k */
+    int l2 = __builtin_clzll(hi);
+    uint64_t m = l2 ? (hi << l2) | (lo >> (64 - l2)) : hi;
+    return round_binary(m, -lz - k - l2, (lo << l2) != 0 || rem != 0, p, emin, emax);
+}
+#define HAVE_EXACT 1
+#else
+#define HAVE_EXACT 0
+#endif
+
+
+#if defined(__FLT_EVAL_METHOD__) && __FLT_EVAL_METHOD__ == 0
+#define HAVE_CLINGER 1 /* double arithmetic rounds once, to binary64 */
+#else
+#define HAVE_CLINGER 0
+#endif
+
+#if defined(LDBL_MANT_DIG) && LDBL_MANT_DIG == 64 && (defined(__x86_64__) || defined(__i386__))
+/* x87 extended precision: w < 2^64 is exact in a long double and so is 10^k for k <= 27
+ * (5^27 < 2^64), so one multiplication or division rounds once, to 64 bits. Rounding that
+ * again to 53 bits gives the correctly rounded double unless the 64-bit result lies
+ * exactly halfway between two doubles (its 11 low bits 100 0000 0000): then 0 is returned
+ * and the caller takes the exact path. */
+static const long double p10l[28] = {1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,  1e8L,  1e9L,
+                                     1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L,
+                                     1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
+
+static int extended_f64(uint64_t w, int q, double *out)
+{
+    long double x = (long double)w;
+    long double y = q >= 0 ? x * p10l[q] : x / p10l[-q];
+    uint64_t mant;
+    memcpy(&mant, &y, 8); /* the 64-bit significand, explicit leading bit */
+    if ((mant & 0x7ff) == 0x400) return 0;
+    *out = (double)y;
+    return 1;
+}
+#define HAVE_EXTENDED 1
+#else
+#define HAVE_EXTENDED 0
+#endif
+
+double gemm_decimal_to_f64_hard(const gemm_decimal *d)
+{
+    if (d->w == 0) return d->neg ? -0.0 : 0.0;
+    if (!d->trunc && d->q >= -27 && d->q <= 27) {
+#if HAVE_CLINGER
+        if (d->w <= (1ull << 53) && d->q >= -22 && d->q <= 22) {
+            double v = (double)d->w;
+            v = d->q >= 0 ? v * gemm_num_p10[d->q] : v / gemm_num_p10[-d->q];
+            return d->neg ? -v : v;
+        }
+#endif
+#if HAVE_EXTENDED
+        double x;
+        if (extended_f64(d->w, d->q, &x)) return d->neg ? -x : x;
+#endif
+#if HAVE_EXACT
+        double e;
+        uint64_t bits = exact_bits(d->w, d->q, 53, -1022, 1023);
+        memcpy(&e, &bits, 8);
+        return d->neg ? -e : e;
+#endif
+    }
+    char buf[GEMM_JSON_NUMBER_MAX + 1];
+    return strtod(c_text(d, buf), NULL);
+}
+
+int gemm_f64_is_f32_midpoint(double v)
+{
+    uint64_t b;
+    v = fabs(v);
+    memcpy(&b, &v, 8);
+    int ex = (int)(b >> 52);
+    if (ex >= 1023 + 128) return 0; /* float32 overflow: +-inf whichever side */
+    if (ex >= 1023 - 126) /* float32 normal range (and above): 29 bits below float's 24 */
+        return (b & ((1ull << 29) - 1)) == (1ull << 28);
+    /* below float32's normal range: midpoints are odd multiples of 2^-150 */
+    double t = v * 0x1p150;
+    return t >= 1 && t == floor(t) && fmod(t, 2.0) == 1.0;
+}
+
+float gemm_decimal_to_f32_hard(const gemm_decimal *d)
+{
+    if (d->w == 0) return d->neg ? -0.0f : 0.0f;
+    if (!d->trunc && d->q >= -27 && d->q <= 27) {
+#if HAVE_CLINGER
+        if (d->w <= (1ull << 53) && d->q >= -22 && d->q <= 22) {
+            /* one correct rounding to double; then float, which is wrong only when the
+             * double lies exactly halfway between two floats: the exact residual (fma)
+             * says which side of it the decimal lies (0: exactly on it, ties to even) */
+            double x = (double)d->w, p = gemm_num_p10[d->q >= 0 ? d->q : -d->q];
+            double v = d->q >= 0 ? x * p : x / p;
+            float f = (float)v;
+            if (gemm_f64_is_f32_midpoint(v)) {
+                double r = d->q >= 0 ? fma(x, p, -v) : fma(-v, p, x);
+                if (r > 0 && (double)f < v) f = nextafterf(f, INFINITY);
+                else if (r < 0 && (double)f > v) f = nextafterf(f, 0.0f);
+            }
+            return d->neg ? -f : f;
+        }
+#endif
+#if HAVE_EXACT
+        uint32_t bits = (uint32_t)exact_bits(d->w, d->q, 24, -126, 127);
+        float f;
+        memcpy(&f, &bits, 4);
+        return d->neg ? -f : f;
+#endif
+    }
+    char buf[GEMM_JSON_NUMBER_MAX + 1];
+    return strtof(c_text(d, buf), NULL);
+}

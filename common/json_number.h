@@ -1,0 +1,254 @@
+/*
+ * json_number.h - JSON numbers read into float64, float32 and int32 exactly as strtod and
+ * strtof would round them, without calling them in the common cases.
+ *
+ * A number is first scanned (RFC 8259 grammar, strict: no leading zeros, no "1.", no ".5",
+ * no "+1") into a gemm_decimal: up to 19 significant digits as an integer w and a power of
+ * ten q, value = w * 10^q. Conversion then takes the first of these paths that applies:
+ *
+ *   float64, w <= 2^53 and |q| <= 22   w and 10^|q| are exact doubles: one multiplication
+ *                                      or division rounds once, correctly (inline).
+ *   float32, w <= 2^53 and |q| <= 22   w * 10^q within 2 units of the double's last place
+ *                                      (a multiplication, inline), rounded to float unless a
+ *                                      float32 midpoint is that close; then the division
+ *                                      above, and when the double lies exactly halfway
+ *                                      between two floats, the exact residual (fma) decides.
+ *   float64, |q| <= 27 on x86          x87 extended precision: w < 2^64 and 10^27 are exact,
+ *                                      one operation rounds to 64 bits, and the second
+ *                                      rounding to 53 is right unless the 64-bit result is a
+ *                                      binary64 midpoint (then the next path).
+ *   |q| <= 27                          128-bit integers: w * 5^q is an exact product, or
+ *                                      (w << 64) / 5^|q| a quotient with a remainder; the top
+ *                                      64 bits and a sticky bit round correctly to either
+ *                                      precision, subnormals and overflow included.
+ *   anything else                      strtod / strtof (more than 19 significant digits,
+ *                                      exponents beyond those ranges), which round correctly.
+ *
+ * Every path gives the bits strtod (float64) or strtof (float32) give for the same text.
+ */
+#ifndef GEMM_JSON_NUMBER_H
+#define GEMM_JSON_NUMBER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Longest number text accepted (characters); longer ones are refused as bad JSON. */
+#define GEMM_JSON_NUMBER_MAX 1024
+
+typedef struct {
+    uint64_t w;       /* the first (at most 19) significant digits */
+    int32_t q;        /* value = w * 10^q, when !trunc */
+    uint8_t neg;      /* a leading '-' */
+    uint8_t trunc;    /* nonzero digits after the 19th were dropped: w * 10^q is short of it */
+    uint8_t integer;  /* no fraction and no exponent in the text */
+    const char *text; /* the number's text (len bytes), for the strtod/strtof path */
+    size_t len;
+} gemm_decimal;
+
+/* True when rounding the double v to float32 could differ from rounding the decimal it came
+ * from (v lies exactly halfway between two float32 values). */
+int gemm_f64_is_f32_midpoint(double v);
+
+/* The paths of the conversions below that are not inline: exact integer arithmetic,
+ * extended precision, or strtod / strtof. */
+double gemm_decimal_to_f64_hard(const gemm_decimal *d);
+float gemm_decimal_to_f32_hard(const gemm_decimal *d);
+
+extern const double gemm_num_p10[23];  /* 1e0 .. 1e22, all exact */
+extern const double gemm_num_ip10[23]; /* 1e-0 .. 1e-22, each rounded to nearest */
+
+/* ---- inline: the scanner and the common conversions (called once per element) ---- */
+
+static inline int gemm_num_is_digit(char c) { return (unsigned char)(c - '0') < 10; }
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define GEMM_NUM_SWAR 1
+/* Eight ASCII digits at p (p[0] the most significant) as their value, or -1 when one of
+ * them is not a digit. Little-endian: p[0] is the lowest byte of the word. */
+static inline int64_t gemm_num_eight_digits(const char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    /* every byte 0x30..0x3f, and still below 0x40 after adding 6: every byte '0'..'9' */
+    if ((v & 0xf0f0f0f0f0f0f0f0ull) != 0x3030303030303030ull ||
+        ((v + 0x0606060606060606ull) & 0xf0f0f0f0f0f0f0f0ull) != 0x3030303030303030ull)
+        return -1;
+    v -= 0x3030303030303030ull;
+    /* pairs, then quads, then all eight: each step scales the more significant half */
+    v = (v * 10 + (v >> 8)) & 0x00ff00ff00ff00ffull;
+    v = (v * 100 + (v >> 16)) & 0x0000ffff0000ffffull;
+    v = (v * 10000 + (v >> 32)) & 0xffffffffull;
+    return (int64_t)v;
+}
+#else
+#define GEMM_NUM_SWAR 0
+#endif
+
+/* The careful scan, for numbers with more than 19 digits: leading zeros do not count as
+ * significant, digits past the 19th only set trunc (and move the exponent). The grammar
+ * was already checked by the fast scan; this only computes w, q and trunc. */
+void gemm_decimal_scan_long(const char *p, const char *end, gemm_decimal *d);
+
+static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, int at_eof, gemm_decimal *d)
+{
+    const char *p = s;
+    uint64_t w = 0;
+    int nd = 0;        /* digits taken into w (leading zeros included) */
+    int32_t q = 0;
+    int integer = 1;
+
+#define NEED_MORE() return at_eof ? -(ptrdiff_t)(1 + (p - s)) : 0
+    d->neg = 0;
+    if (*p == '-') {
+        d->neg = 1;
+        if (++p == end) NEED_MORE();
+    }
+    if (*p == '0') {
+        p++;
+        nd = 1;
+    } else if (gemm_num_is_digit(*p)) {
+#if GEMM_NUM_SWAR
+        while (end - p >= 8 && nd <= 11) {
+            int64_t v = gemm_num_eight_digits(p);
+            if (v < 0) break;
+            w = w * 100000000u + (uint64_t)v;
+            nd += 8;
+            p += 8;
+        }
+#endif
+        while (p < end && gemm_num_is_digit(*p)) {
+            w = w * 10 + (unsigned)(*p - '0');
+            nd++;
+            p++;
+            if (nd > 19) goto long_number;
+        }
+    } else {
+        return -(ptrdiff_t)(1 + (p - s));
+    }
+    if (p == end) goto at_end;
+    if (*p == '.') {
+        integer = 0;
+        if (++p == end) NEED_MORE();
+        if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
+        const char *f0 = p;
+#if GEMM_NUM_SWAR
+        while (end - p >= 8 && nd <= 11) {
+            int64_t v = gemm_num_eight_digits(p);
+            if (v < 0) break;
+            w = w * 100000000u + (uint64_t)v;
+            nd += 8;
+            p += 8;
+        }
+#endif
+        while (p < end && gemm_num_is_digit(*p)) {
+            w = w * 10 + (unsigned)(*p - '0');
+            nd++;
+            p++;
+            if (nd > 19) goto long_number;
+        }
+        q = -(int32_t)(p - f0);
+        if (p == end) goto at_end;
+    }
+    if (*p == 'e' || *p == 'E') {
+        integer = 0;
+        int eneg = 0;
+        int32_t e = 0;
+        if (++p == end) NEED_MORE();
+        if (*p == '-' || *p == '+') {
+            eneg = *p == '-';
+            if (++p == end) NEED_MORE();
+        }
+        if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
+        for (; p < end && gemm_num_is_digit(*p); p++)
+            if (e < 100000000) e = e * 10 + (*p - '0');
+        q += eneg ? -e : e;
+        if (p == end) goto at_end;
+    }
+    goto done;
+
+long_number:
+    /* More than 19 digits: finish the grammar check, then the careful scan. */
+    while (p < end && gemm_num_is_digit(*p)) p++;
+    if (p < end && *p == '.') {
+        if (!integer) goto done_long; /* second '.': the number ends before it */
+        integer = 0;
+        if (++p == end) NEED_MORE();
+        if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
+        while (p < end && gemm_num_is_digit(*p)) p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        integer = 0;
+        if (++p == end) NEED_MORE();
+        if (*p == '-' || *p == '+')
+            if (++p == end) NEED_MORE();
+        if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
+        while (p < end && gemm_num_is_digit(*p)) p++;
+    }
+done_long:
+    if (p == end && !at_eof) return 0;
+    d->integer = (uint8_t)integer;
+    d->text = s;
+    d->len = (size_t)(p - s);
+    gemm_decimal_scan_long(s, p, d);
+    return p - s;
+
+at_end:
+    if (!at_eof) return 0;
+done:
+    d->w = w;
+    d->q = q;
+    d->trunc = 0;
+    d->integer = (uint8_t)integer;
+    d->text = s;
+    d->len = (size_t)(p - s);
+    return p - s;
+#undef NEED_MORE
+}
+
+/* The value rounded to nearest-even, as strtod gives it (+-inf beyond range). */
+static inline double gemm_decimal_to_f64(const gemm_decimal *d)
+{
+    if (d->w == 0) return d->neg ? -0.0 : 0.0;
+#if defined(__FLT_EVAL_METHOD__) && __FLT_EVAL_METHOD__ == 0
+    /* w and 10^|q| are exact doubles: one operation, one correct rounding */
+    if (!d->trunc && d->w <= (1ull << 53) && d->q >= -22 && d->q <= 22) {
+        double v = (double)d->w;
+        v = d->q >= 0 ? v * gemm_num_p10[d->q] : v / gemm_num_p10[-d->q];
+        return d->neg ? -v : v;
+    }
+#endif
+    return gemm_decimal_to_f64_hard(d);
+}
+
+/* The value rounded to nearest-even float32, as strtof gives it (+-inf beyond range). */
+static inline float gemm_decimal_to_f32(const gemm_decimal *d)
+{
+    if (d->w == 0) return d->neg ? -0.0f : 0.0f;
+#if defined(__FLT_EVAL_METHOD__) && __FLT_EVAL_METHOD__ == 0
+    /* w * 10^q to within 2 units of the double's last place (a multiplication by 10^-k
+     * rounded, then rounded again); the float32 nearest to that is the float32 nearest to
+     * the decimal unless a float32 midpoint lies within those 2 units: then the 29 bits
+     * below float's 24 are within 3 of 1000...0 and the hard path settles it. Results here
+     * are in [1e-22, 2^53 * 1e22]: normal float32 values. */
+    if (!d->trunc && d->w <= (1ull << 53) && d->q >= -22 && d->q <= 22) {
+        double v = (double)d->w * (d->q >= 0 ? gemm_num_p10[d->q] : gemm_num_ip10[-d->q]);
+        uint64_t b;
+        memcpy(&b, &v, 8);
+        if ((uint32_t)((b & 0x1fffffff) - (0x10000000 - 3)) > 6) {
+            float f = (float)v;
+            return d->neg ? -f : f;
+        }
+    }
+#endif
+    return gemm_decimal_to_f32_hard(d);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,603 @@
+/* json_stream.c - the JSON request body decoded as it arrives (see json_stream.h).
+ *
+ * A pushdown tokenizer: `state` says what may come next, the stack holds one frame per
+ * open array or object with the role it plays (the top object, a matrix as rows, one row, a
+ * matrix object, its shape, its data, or something ignored). Tokens may be cut anywhere by
+ * chunk ends: strings and literals keep their progress in the state, numbers cut by a chunk
+ * end are copied into a small buffer and finished from there. Numbers inside a row or a
+ * data array take a fast loop that stays inside the chunk.
+ *
+ * Errors other than syntax are noted with a rank (lower wins; equal ranks keep the first)
+ * and reading goes on without storing, so that a later syntax error still wins and the
+ * shapes in messages are whole (see json_stream.h for the order).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_stream_int.h"
+
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
+#define NUM_MAX_TEXT STRINGIFY(GEMM_JSON_NUMBER_MAX)
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+static inline int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+static inline int is_digit(char c) { return (unsigned char)(c - '0') < 10; }
+
+static inline uint64_t off_of(const gemm_json_stream *s, const char *p) { return s->base + (uint64_t)(p - s->data); }
+
+static inline const char *skip_ws(gemm_json_stream *s, const char *p, const char *end)
+{
+    while (p < end && is_ws(*p)) {
+        if (*p == '\n') {
+            s->line++;
+            s->line_start = off_of(s, p) + 1;
+        }
+        p++;
+    }
+    return p;
+}
+
+/* A syntax error at absolute offset off: final. Returns -1. why == NULL: data after the
+ * JSON value. */
+static int syntax_at(gemm_json_stream *s, uint64_t off, const char *why)
+{
+    if (s->failed) return -1;
+    s->failed = 1;
+    uint64_t col = off >= s->line_start ? off - s->line_start + 1 : 1;
+    if (!why)
+        gemm_err_set(&s->syn, 400, "bad_json", "unexpected data after the JSON value at byte %llu (line %llu, column %llu)",
+                     (unsigned long long)off, (unsigned long long)s->line, (unsigned long long)col);
+    else
+        gemm_err_set(&s->syn, 400, "bad_json", "invalid JSON at byte %llu (line %llu, column %llu): %s",
+                     (unsigned long long)off, (unsigned long long)s->line, (unsigned long long)col, why);
+    return -1;
+}
+
+/* ---- the tokenizer ---------------------------------------------------------------------- */
+
+/* A value has ended: back in the container (or at the end of the body). */
+static inline void value_done(gemm_json_stream *s)
+{
+    if (s->depth == 0) {
+        s->state = S_END;
+    } else {
+        s->stack[s->depth - 1].n++;
+        s->state = S_NEXT;
+    }
+}
+
+static int push(gemm_json_stream *s, const char *p, char c)
+{
+    if (s->depth == GEMM_JSON_MAX_DEPTH) {
+        char why[64];
+        snprintf(why, sizeof why, "arrays and objects nested deeper than %d", GEMM_JSON_MAX_DEPTH);
+        return syntax_at(s, off_of(s, p), why);
+    }
+    int x;
+    int role = gemm_jsb_open(s, c, &x);
+    frame *f = &s->stack[s->depth++];
+    f->kind = (uint8_t)c;
+    f->role = (uint8_t)role;
+    f->x = (uint8_t)x;
+    f->key = K_NONE;
+    f->n = 0;
+    s->state = c == '{' ? S_OBJ_FIRST : S_ARR_FIRST;
+    return 0;
+}
+
+static void pop(gemm_json_stream *s)
+{
+    frame f = s->stack[s->depth - 1];
+    gemm_jsb_close(s, &f);
+    s->depth--;
+    value_done(s);
+}
+
+/* Is the value about to start an option's value (its string is kept)? */
+static int capture_value(const gemm_json_stream *s)
+{
+    if (s->depth == 0) return 0;
+    const frame *f = &s->stack[s->depth - 1];
+    int option = f->key >= K_DTYPE && f->key <= K_MATH;
+    return (f->role == R_ROOT && option) || (f->role == R_MATOBJ && (option || f->key == K_REF));
+}
+
+static void number_value(gemm_json_stream *s, const gemm_decimal *d)
+{
+    gemm_jsb_scalar(s, T_NUMBER, NULL, d);
+    value_done(s);
+}
+
+/* A number starting at p (p < end) in the generic path. Returns where reading goes on. */
+static const char *number_start(gemm_json_stream *s, const char *p, const char *end)
+{
+    gemm_decimal d;
+    /* only as much text as a cut number could have in its buffer, so that the answer does
+     * not depend on where chunks end */
+    int cut = end - p > GEMM_JSON_NUMBER_MAX + 1;
+    ptrdiff_t r = gemm_json_scan_number(p, cut ? p + GEMM_JSON_NUMBER_MAX + 1 : end, 0, &d);
+    if (r < 0) {
+        syntax_at(s, off_of(s, p) + (uint64_t)(-r - 1), "not a valid number");
+        return end;
+    }
+    if (r > GEMM_JSON_NUMBER_MAX || (r == 0 && cut)) {
+        syntax_at(s, off_of(s, p), "a number longer than " NUM_MAX_TEXT " characters");
+        return end;
+    }
+    if (r == 0) { /* the chunk ends inside the number */
+        s->num_len = (size_t)(end - p);
+        memcpy(s->num, p, s->num_len);
+        s->num_off = off_of(s, p);
+        s->state = S_NUMBER;
+        return end;
+    }
+    number_value(s, &d);
+    return p + r;
+}
+
+/* A byte where a value has just ended and none of ',', ']', '}' (or the end) came. */
+static int after_value_error(gemm_json_stream *s, uint64_t off)
+{
+    if (s->state == S_END) return syntax_at(s, off, NULL);
+    return syntax_at(s, off, s->stack[s->depth - 1].kind == '[' ? "expected ',' or ']'" : "expected ',' or '}'");
+}
+
+/* The buffer of a cut number filled up (GEMM_JSON_NUMBER_MAX + 1 characters of [0-9.eE+-]):
+ * the same decision number_start makes on text in one piece. */
+static void number_overflow(gemm_json_stream *s)
+{
+    gemm_decimal d;
+    ptrdiff_t r = gemm_json_scan_number(s->num, s->num + s->num_len, 0, &d);
+    if (r < 0) {
+        syntax_at(s, s->num_off + (uint64_t)(-r - 1), "not a valid number");
+    } else if (r == 0 || r > GEMM_JSON_NUMBER_MAX) {
+        syntax_at(s, s->num_off, "a number longer than " NUM_MAX_TEXT " characters");
+    } else { /* the number ended inside: what follows it is refused */
+        number_value(s, &d);
+        after_value_error(s, s->num_off + (uint64_t)r);
+    }
+}
+
+/* The number cut by a chunk end is complete (the next byte does not continue it, or EOF). */
+static int number_finish(gemm_json_stream *s)
+{
+    gemm_decimal d;
+    if (s->num_len > GEMM_JSON_NUMBER_MAX) { /* as long as number_start's window: decide as it does */
+        number_overflow(s);
+        return s->failed ? -1 : 0;
+    }
+    ptrdiff_t r = gemm_json_scan_number(s->num, s->num + s->num_len, 1, &d);
+    if (r < 0) return syntax_at(s, s->num_off + (uint64_t)(-r - 1), "not a valid number");
+    if (r > GEMM_JSON_NUMBER_MAX) return syntax_at(s, s->num_off, "a number longer than " NUM_MAX_TEXT " characters");
+    number_value(s, &d);
+    /* what follows the number inside the buffer ("01", "1.5.3") is what the state after
+     * a value refuses, as it would in one piece */
+    if ((size_t)r < s->num_len) return after_value_error(s, s->num_off + (uint64_t)r);
+    return 0;
+}
+
+/* Numbers in a row or a data array, as long as they are whole inside the chunk: the
+ * common case, without the general state machine. */
+static const char *number_run(gemm_json_stream *s, const char *p, const char *end)
+{
+    frame *f = &s->stack[s->depth - 1];
+    int x = f->x;
+    for (;;) {
+        p = skip_ws(s, p, end);
+        if (p == end || !(is_digit(*p) || *p == '-')) return p;
+        gemm_decimal d;
+        ptrdiff_t r = gemm_json_scan_number(p, end, 0, &d);
+        if (r <= 0 || r > GEMM_JSON_NUMBER_MAX) return p; /* the general path says what is wrong */
+        gemm_jsb_number(s, x, &d);
+        f->n++;
+        p = skip_ws(s, p + r, end);
+        s->state = S_NEXT;
+        if (p == end || *p != ',') return p;
+        p++;
+        s->state = S_VALUE;
+    }
+}
+
+static void capture(gemm_json_stream *s, const char *p, size_t n)
+{
+    if (!s->str_capture) return;
+    if (n > STR_MAX - s->str_len) {
+        n = STR_MAX - s->str_len;
+        s->str_over = 1;
+    }
+    memcpy(s->str + s->str_len, p, n);
+    s->str_len += n;
+    s->str[s->str_len] = '\0';
+}
+
+static void capture_code(gemm_json_stream *s, uint32_t c)
+{
+    char u[4];
+    size_t n;
+    if (c < 0x80) {
+        u[0] = (char)c;
+        n = 1;
+    } else if (c < 0x800) {
+        u[0] = (char)(0xc0 | (c >> 6));
+        u[1] = (char)(0x80 | (c & 0x3f));
+        n = 2;
+    } else if (c < 0x10000) {
+        u[0] = (char)(0xe0 | (c >> 12));
+        u[1] = (char)(0x80 | ((c >> 6) & 0x3f));
+        u[2] = (char)(0x80 | (c & 0x3f));
+        n = 3;
+    } else {
+        u[0] = (char)(0xf0 | (c >> 18));
+        u[1] = (char)(0x80 | ((c >> 12) & 0x3f));
+        u[2] = (char)(0x80 | ((c >> 6) & 0x3f));
+        u[3] = (char)(0x80 | (c & 0x3f));
+        n = 4;
+    }
+    capture(s, u, n);
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    c = (char)(c | 0x20);
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* Inside a string. Returns where reading goes on. */
+static const char *string_run(gemm_json_stream *s, const char *p, const char *end)
+{
+    while (p < end) {
+        if (s->esc == 0) {
+            const char *q = p;
+            while (q < end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) q++;
+            capture(s, p, (size_t)(q - p));
+            p = q;
+            if (p == end) return p;
+            if (*p == '"') {
+                p++;
+                if (s->str_key) {
+                    gemm_jsb_key(s);
+                    s->state = S_COLON;
+                } else {
+                    gemm_jsb_scalar(s, T_STRING, s->str, NULL);
+                    value_done(s);
+                }
+                return p;
+            }
+            if (*p == '\\') {
+                s->esc = 1;
+                p++;
+                continue;
+            }
+            syntax_at(s, off_of(s, p), "a control character inside a string (escape it)");
+            return end;
+        }
+        char c = *p;
+        if (s->esc == 1) {
+            static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+            const char *k = c ? strchr(from, c) : NULL;
+            if (k) {
+                capture(s, &to[k - from], 1);
+                s->esc = 0;
+            } else if (c == 'u') {
+                s->esc = 2;
+                s->ucode = 0;
+            } else {
+                syntax_at(s, off_of(s, p), "an invalid escape in a string");
+                return end;
+            }
+        } else if (s->esc == 6 || s->esc == 7) {
+            if (c != (s->esc == 6 ? '\\' : 'u')) {
+                syntax_at(s, off_of(s, p), "a \\u escape of a high surrogate without its low half");
+                return end;
+            }
+            s->esc++;
+            s->ucode = 0;
+        } else {
+            int h = hex_value(c);
+            if (h < 0) {
+                syntax_at(s, off_of(s, p), "\\u must be followed by four hex digits");
+                return end;
+            }
+            s->ucode = s->ucode * 16 + (uint32_t)h;
+            if (++s->esc == 6) { /* first \uXXXX complete */
+                if (s->ucode >= 0xd800 && s->ucode <= 0xdbff) {
+                    s->uhigh = s->ucode;
+                } else if (s->ucode >= 0xdc00 && s->ucode <= 0xdfff) {
+                    syntax_at(s, off_of(s, p), "a \\u escape of a lone low surrogate");
+                    return end;
+                } else {
+                    capture_code(s, s->ucode);
+                    s->esc = 0;
+                }
+            } else if (s->esc == 12) { /* the low half */
+                if (s->ucode < 0xdc00 || s->ucode > 0xdfff) {
+                    syntax_at(s, off_of(s, p), "a \\u escape of a high surrogate without its low half");
+                    return end;
+                }
+                capture_code(s, 0x10000 + ((s->uhigh - 0xd800) << 10) + (s->ucode - 0xdc00));
+                s->esc = 0;
+            }
+        }
+        p++;
+    }
+    return p;
+}
+
+static void string_start(gemm_json_stream *s, int key)
+{
+    s->str_key = key;
+    int role = s->depth ? s->stack[s->depth - 1].role : R_SKIP;
+    s->str_capture = key ? (role == R_ROOT || role == R_MATOBJ) : capture_value(s);
+    s->str_over = 0;
+    s->str_len = 0;
+    s->str[0] = '\0';
+    s->esc = 0;
+    s->state = S_STRING;
+}
+
+/* A value begins at p (not whitespace). Returns where reading goes on. */
+static const char *value_start(gemm_json_stream *s, const char *p, const char *end)
+{
+    char c = *p;
+    switch (c) {
+    case '{':
+    case '[':
+        if (push(s, p, c)) return end;
+        return p + 1;
+    case '"':
+        string_start(s, 0);
+        return p + 1;
+    case 't':
+        s->lit = "true", s->lit_type = T_BOOL;
+        break;
+    case 'f':
+        s->lit = "false", s->lit_type = T_BOOL;
+        break;
+    case 'n':
+        s->lit = "null", s->lit_type = T_NULL;
+        break;
+    default:
+        if (c == '-' || is_digit(c)) return number_start(s, p, end);
+        syntax_at(s, off_of(s, p), "expected a value");
+        return end;
+    }
+    s->lit_pos = 1;
+    s->state = S_LITERAL;
+    return p + 1;
+}
+
+int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gemm_err *err)
+{
+    const char *p = data, *end = data + len;
+    s->data = data;
+    while (p < end && !s->failed) {
+        switch (s->state) {
+        case S_VALUE:
+        case S_ARR_FIRST: {
+            int role = s->depth ? s->stack[s->depth - 1].role : R_SKIP;
+            if (role == R_ROW || role == R_DATA) {
+                p = number_run(s, p, end);
+                if (p == end || s->state == S_NEXT) break;
+            }
+            p = skip_ws(s, p, end);
+            if (p == end) break;
+            if (*p == ']' && s->state == S_ARR_FIRST) {
+                pop(s);
+                p++;
+                break;
+            }
+            p = value_start(s, p, end);
+            break;
+        }
+        case S_OBJ_FIRST:
+        case S_KEY:
+            p = skip_ws(s, p, end);
+            if (p == end) break;
+            if (*p == '}' && s->state == S_OBJ_FIRST) {
+                pop(s);
+                p++;
+            } else if (*p == '"') {
+                string_start(s, 1);
+                p++;
+            } else {
+                syntax_at(s, off_of(s, p), "expected a key (a string in double quotes)");
+            }
+            break;
+        case S_COLON:
+            p = skip_ws(s, p, end);
+            if (p == end) break;
+            if (*p != ':') {
+                syntax_at(s, off_of(s, p), "expected ':' after a key");
+                break;
+            }
+            s->state = S_VALUE;
+            p++;
+            break;
+        case S_NEXT: {
+            p = skip_ws(s, p, end);
+            if (p == end) break;
+            frame *f = &s->stack[s->depth - 1];
+            if (*p == ',') {
+                s->state = f->kind == '[' ? S_VALUE : S_KEY;
+                p++;
+            } else if (*p == (f->kind == '[' ? ']' : '}')) {
+                pop(s);
+                p++;
+            } else {
+                after_value_error(s, off_of(s, p));
+            }
+            break;
+        }
+        case S_END:
+            for (; p < end; p++) {
+                if (s->nul_seen) {
+                    syntax_at(s, s->nul_off, NULL);
+                    break;
+                }
+                if (*p == '\0') {
+                    s->nul_seen = 1;
+                    s->nul_off = off_of(s, p);
+                } else if (is_ws(*p)) {
+                    if (*p == '\n') {
+                        s->line++;
+                        s->line_start = off_of(s, p) + 1;
+                    }
+                } else {
+                    syntax_at(s, off_of(s, p), NULL);
+                    break;
+                }
+            }
+            break;
+        case S_STRING:
+            p = string_run(s, p, end);
+            break;
+        case S_NUMBER: {
+            const char *q = p;
+            while (q < end && (is_digit(*q) || *q == '.' || *q == 'e' || *q == 'E' || *q == '+' || *q == '-')) q++;
+            size_t n = (size_t)(q - p), room = sizeof s->num - 1 - s->num_len;
+            if (n > room) { /* one more than the longest number: decide as in one piece */
+                memcpy(s->num + s->num_len, p, room);
+                s->num_len += room;
+                number_overflow(s);
+                break;
+            }
+            memcpy(s->num + s->num_len, p, n);
+            s->num_len += n;
+            p = q;
+            if (p < end) number_finish(s);
+            break;
+        }
+        case S_LITERAL:
+            while (p < end && s->lit[s->lit_pos]) {
+                if (*p != s->lit[s->lit_pos]) {
+                    syntax_at(s, off_of(s, p), "expected true, false or null");
+                    break;
+                }
+                p++;
+                s->lit_pos++;
+            }
+            if (!s->failed && !s->lit[s->lit_pos]) {
+                gemm_jsb_scalar(s, s->lit_type, NULL, NULL);
+                value_done(s);
+            }
+            break;
+        }
+    }
+    s->base += len;
+    if (s->failed) {
+        if (err) *err = s->syn;
+        gemm_jsb_release(s);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the end --------------------------------------------------------------------------- */
+
+/* The body has ended: a number or literal it ended in, and syntax. 0, or -1 (*err). */
+static int end_of_body(gemm_json_stream *s, const char *expected, gemm_err *err)
+{
+    if (!s->failed && s->state == S_NUMBER) number_finish(s);
+    if (!s->failed && s->state != S_END) {
+        if (s->base == 0) {
+            gemm_err_set(err, 400, "bad_json", "the body is empty; expected %s", expected);
+            gemm_jsb_release(s);
+            return -1;
+        }
+        syntax_at(s, s->base, s->state == S_STRING ? "the body ends inside a string" : "the body ends before the JSON value does");
+    }
+    if (s->failed) {
+        *err = s->syn;
+        gemm_jsb_release(s);
+        return -1;
+    }
+    return 0;
+}
+
+int gemm_json_stream_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm_matrix *b, gemm_err *err)
+{
+    gemm_matrix *m[2] = {a, b};
+    for (int x = 0; x < 2; x++) {
+        if (s->op[x].given) continue; /* the caller's */
+        m[x]->data = NULL;
+        m[x]->batch = 0; /* JSON carries single matrices */
+    }
+    if (end_of_body(s, "a JSON object with \"a\" and \"b\"", err)) return -1;
+    return gemm_jsb_finish(s, opt, a, b, err);
+}
+
+int gemm_json_stream_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *m, gemm_err *err)
+{
+    m->data = NULL;
+    m->batch = 0;
+    if (end_of_body(s, "a matrix: [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}", err)) return -1;
+    return gemm_jsb_finish_matrix(s, opt, m, err);
+}
+
+/* ---- life ------------------------------------------------------------------------------- */
+
+gemm_json_stream *gemm_json_stream_new(const gemm_limits *lim, const gemm_allocator *alloc, const gemm_options *opt,
+                                       uint64_t body_max)
+{
+    gemm_json_stream *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    if (lim) {
+        s->lim = *lim;
+        s->limp = &s->lim;
+    }
+    s->alloc = alloc ? alloc : &gemm_allocator_host;
+    if (opt) s->opt = *opt;
+    else gemm_options_init(&s->opt);
+    s->body_max = body_max;
+    s->line = 1;
+    s->state = S_VALUE;
+    s->rank = RK_NONE;
+    s->fixed_dtype = GEMM_DTYPE_INVALID;
+    for (int x = 0; x < 2; x++) {
+        s->op[x].name = x ? "b" : "a";
+        s->op[x].rank = RK_NONE;
+        gemm_json_store_init(&s->op[x].st, s->alloc, &s->mem);
+    }
+    return s;
+}
+
+gemm_json_stream *gemm_json_stream_new_matrix(const gemm_limits *lim, const gemm_allocator *alloc,
+                                              const gemm_options *opt, uint64_t body_max)
+{
+    gemm_json_stream *s = gemm_json_stream_new(lim, alloc, opt, body_max);
+    if (!s) return NULL;
+    s->single = 1;
+    s->op[0].name = "matrix";
+    return s;
+}
+
+void gemm_json_stream_set_refs(gemm_json_stream *s, const gemm_json_refs *refs, const gemm_matrix *a,
+                               const gemm_matrix *b)
+{
+    const gemm_matrix *m[2] = {a, b};
+    s->refs = *refs;
+    for (int x = 0; x < 2; x++) {
+        operand *o = &s->op[x];
+        if (!refs->given[x]) continue;
+        o->given = o->is_ref = 1;
+        o->refm = *m[x];
+        o->refm.data = NULL;
+        if (s->fixed_dtype == GEMM_DTYPE_INVALID) s->fixed_dtype = m[x]->dtype;
+    }
+}
+
+void gemm_json_stream_free(gemm_json_stream *s)
+{
+    if (!s) return;
+    gemm_jsb_release(s);
+    free(s);
+}
+
+size_t gemm_json_stream_held(const gemm_json_stream *s) { return s->mem.now; }
+size_t gemm_json_stream_peak(const gemm_json_stream *s) { return s->mem.peak; }
+uint64_t gemm_json_stream_offset(const gemm_json_stream *s) { return s->base; }
