@@ -243,3 +243,22 @@ int gemm_check_stack(uint64_t batch, uint64_t rows, uint64_t cols, gemm_dtype d,
                             (unsigned long long)lim->max_elements);
     return 0;
 }
+
+size_t gemm_utf8_seq(const unsigned char *p)
+{
+    unsigned char c = p[0];
+    if (c < 0x80) return 1;
+    size_t n;
+    uint32_t cp;
+    if (c >= 0xc2 && c <= 0xdf) n = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef) n = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4) n = 4, cp = c & 0x07;
+    else return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0; /* also stops at the terminating NUL */
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}

@@ -142,6 +142,10 @@ static inline void gemm_free(const gemm_allocator *a, void *p) { if (p) a->free(
 /* Monotonic clock in milliseconds (CLOCK_MONOTONIC). */
 double gemm_now_ms(void);
 
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 when it is not one (an overlong
+ * form, a surrogate, past U+10FFFF, or a truncated sequence: it stops at a NUL). */
+size_t gemm_utf8_seq(const unsigned char *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -232,33 +232,13 @@ enum MHD_Result gemmd_respond_json_header(gemmd_request *req, int status, gemm_b
     return gemmd_respond_queue(req, status, r);
 }
 
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 when it is not one. */
-static size_t utf8_seq(const unsigned char *p)
-{
-    unsigned char c = p[0];
-    if (c < 0x80) return 1;
-    size_t n;
-    uint32_t cp;
-    if (c >= 0xc2 && c <= 0xdf) n = 2, cp = c & 0x1f;
-    else if (c >= 0xe0 && c <= 0xef) n = 3, cp = c & 0x0f;
-    else if (c >= 0xf0 && c <= 0xf4) n = 4, cp = c & 0x07;
-    else return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0; /* also stops at the terminating NUL */
-        cp = (cp << 6) | (p[i] & 0x3f);
-    }
-    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return n;
-}
-
 /* Messages quote what the client sent: bytes that are not UTF-8 become '?', so the
  * JSON answer is always valid UTF-8. */
 static void utf8_clean(char *s)
 {
     unsigned char *p = (unsigned char *)s;
     while (*p) {
-        size_t n = utf8_seq(p);
+        size_t n = gemm_utf8_seq(p);
         if (n == 0) {
             *p++ = '?';
             continue;
