@@ -47,6 +47,8 @@ struct gemm_engine {
     int nworkers;
     pthread_t *threads;
     int nstarted;
+    int ninited;          /* workers past worker_init (under mu) */
+    pthread_cond_t inited; /* ninited grew */
     struct worker_arg *args;
 
     /* counters */
@@ -75,6 +77,7 @@ void gemm_engine_config_defaults(gemm_engine_config *cfg)
     cfg->batch_max = 0;
     cfg->batch_max_delay_us = 0;
     cfg->batch_max_mnk = 1ull << 24;
+    cfg->warmup = 0;
 }
 
 const char *gemm_job_state_name(gemm_job_state s)
@@ -326,6 +329,10 @@ static void *worker_main(void *arg)
     struct worker_arg *wa = arg;
     gemm_engine *e = wa->e;
     void *worker = e->be->worker_init ? e->be->worker_init(e->self, wa->index) : NULL;
+    pthread_mutex_lock(&e->mu);
+    e->ninited++;
+    pthread_cond_broadcast(&e->inited);
+    pthread_mutex_unlock(&e->mu);
     /* Room for a group; without it this worker runs products one by one. */
     gemm_job **g = e->group_max > 1 ? calloc((size_t)e->group_max, sizeof *g) : NULL;
 
@@ -404,6 +411,7 @@ static void engine_free(gemm_engine *e)
 {
     if (e->self) e->be->close(e->self);
     pthread_cond_destroy(&e->work);
+    pthread_cond_destroy(&e->inited);
     pthread_mutex_destroy(&e->mu);
     free(e->threads);
     free(e->args);
@@ -441,6 +449,7 @@ gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err)
     atomic_init(&e->grouped, 0);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->inited, NULL);
 
     e->self = be->open(cfg, err);
     if (!e->self) {
@@ -475,6 +484,13 @@ gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err)
             return NULL;
         }
         e->nstarted++;
+    }
+    /* With warm-up, open returns once every worker is set up and warm: a daemon that
+     * listens after open never lets its first requests pay for it. */
+    if (cfg->warmup) {
+        pthread_mutex_lock(&e->mu);
+        while (e->ninited < e->nworkers) pthread_cond_wait(&e->inited, &e->mu);
+        pthread_mutex_unlock(&e->mu);
     }
     return e;
 }

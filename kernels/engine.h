@@ -57,6 +57,14 @@ typedef struct {
     int batch_max_delay_us;    /* how long a worker waits for more of its group (0 = only what
                                   is queued already) */
     uint64_t batch_max_mnk;    /* what counts as small (default 2^24 = 256^3) */
+    /* CUDA: before it takes its first job, each worker runs a few small products of every
+     * dtype on its own stream (single and batched), so that what a first product would pay
+     * once (loading kernel modules, cuBLAS setting itself up) is paid at start, not by the
+     * first requests. Not counted in any statistic; skipped when fault_inject is set (the
+     * hooks count products). With warmup set, gemm_engine_open returns once every worker
+     * is set up and warm (on the CPU backend: at once). Default 0 here; the daemon turns it
+     * on (config key warmup). */
+    int warmup;
 } gemm_engine_config;
 
 #define GEMM_COALESCE_MAX 1024

@@ -67,6 +67,9 @@ const key_desc gemmd_config_keys[] = {
      "dynamic batching: microseconds a worker waits for more of its batch (0 = only what is queued)"},
     {"batch_max_mnk", K_U64, OFF(engine.batch_max_mnk), 0, 1, 1099511627776LL,
      "dynamic batching: products with m*n*k up to this are small enough to coalesce"},
+    {"warmup", K_BOOL, OFF(engine.warmup), 0, 0, 1,
+     "CUDA: each worker runs a few small products at start, so the first requests do not pay "
+     "for loading kernels"},
     {"fault_inject", K_STR, OFF(engine.fault_inject), SZ(engine.fault_inject), 0, 0,
      "test hook for the backend (empty = off); never set in production"},
     {"max_dim", K_U64, OFF(limits.max_dim), 0, 1, 4294967295LL, "largest m, k or n accepted"},
@@ -126,6 +129,7 @@ void gemmd_config_defaults(gemmd_config *c)
     c->shutdown_timeout_s = 600;
     snprintf(c->log_level, sizeof c->log_level, "info");
     c->restart_on_device_loss = 1;
+    c->engine.warmup = 1;
 }
 
 const key_desc *gemmd_config_find_key(const char *name)

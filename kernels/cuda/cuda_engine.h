@@ -60,6 +60,7 @@ struct cuda_worker {
     struct cuda_backend *cb;
     cuda_dev *dev;
     int index, stream_index;
+    int warming;                 /* running its warm-up products: counted nowhere */
     unsigned gen;                /* dev->gen its resources belong to; 0 = none */
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -75,6 +76,7 @@ typedef struct cuda_backend {
     cuda_worker *workers;
     uint64_t mem_limit;
     double spin_ms;              /* wait_spin_us */
+    int warmup;                  /* workers warm up before their first job (config warmup) */
     int min_cc;                  /* oldest device: what every worker can run */
     int wgmma_ok;                /* every device runs wgmma */
     long oom_at, sticky_at;      /* fault hooks; 0 = off */

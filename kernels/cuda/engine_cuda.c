@@ -84,6 +84,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_err *err)
         cb->streams = 64;
     cb->mem_limit = cfg->device_mem_limit;
     cb->spin_ms = cfg->wait_spin_us > 0 ? cfg->wait_spin_us / 1000.0 : 0;
+    cb->warmup = cfg->warmup && !cfg->fault_inject[0];
     cb->min_cc = INT_MAX;
     cb->wgmma_ok = 1;
     atomic_init(&cb->allocs, 0);
@@ -171,6 +172,66 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_err *err)
     return cb;
 }
 
+static int cuda_validate(void *self, gemm_job *job, gemm_err *err);
+static int cuda_run(void *self, void *worker, gemm_job *job);
+
+/* ---- warm-up -------------------------------------------------------------
+ * The first launch of each kernel loads its module (CUDA loads modules lazily) and the
+ * first cuBLAS call of a shape family sets cuBLAS up: together 50-100 ms that the first
+ * small requests after a start would pay (it showed as the p99 of a one-connection run).
+ * Each worker pays it here instead, on its own stream, through the same validate and run
+ * as a request: for every dtype, one 64^3 and one 256^3 product with kernel auto, and one
+ * batched 64^3 job of 4 (what dynamic batching launches). Host blocks come from the
+ * engine's pinned allocator and go back to its cache. Nothing of it is counted: run()
+ * leaves the byte counters alone while w->warming, and the engine's job counters never
+ * see these products (they are not submitted). */
+static void cuda_warm(cuda_backend *cb, cuda_worker *w)
+{
+    static const gemm_dtype dtypes[] = {GEMM_DTYPE_F32, GEMM_DTYPE_F64, GEMM_DTYPE_I32};
+    static const struct { uint64_t n, batch; } shapes[] = {{64, 0}, {256, 0}, {64, 4}};
+    double t0 = gemm_now_ms();
+    int ran = 0, failed = 0;
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
+        for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++) {
+            gemm_job job;
+            memset(&job, 0, sizeof job);
+            job.dtype = dtypes[i];
+            job.m = job.k = job.n = shapes[j].n;
+            job.batch = shapes[j].batch;
+            job.math = GEMM_MATH_DEFAULT;
+            atomic_init(&job.state, GEMM_JOB_RUNNING);
+            atomic_init(&job.cancel_requested, 0);
+            size_t need[3];
+            gemm_err err;
+            if (!gemm_job_bytes(&job, need) || cuda_validate(cb, &job, &err) != 0)
+                continue;
+            job.a = cb->alloc.alloc(cb->alloc.ctx, need[0]);
+            job.b = cb->alloc.alloc(cb->alloc.ctx, need[1]);
+            job.c = cb->alloc.alloc(cb->alloc.ctx, need[2]);
+            if (job.a && job.b && job.c) {
+                memset(job.a, 0, need[0]);
+                memset(job.b, 0, need[1]);
+                if (cuda_run(cb, w, &job) == 0) {
+                    ran++;
+                } else {
+                    failed++;
+                    gemm_engine_log(GEMM_LOG_WARN, "cuda: worker %d: warm-up product %s %llu^3 "
+                                    "(batch %llu) failed: %s", w->index, gemm_dtype_name(job.dtype),
+                                    (unsigned long long)job.m, (unsigned long long)job.batch,
+                                    job.err.message);
+                }
+            }
+            cb->alloc.free(cb->alloc.ctx, job.a);
+            cb->alloc.free(cb->alloc.ctx, job.b);
+            cb->alloc.free(cb->alloc.ctx, job.c);
+            if (failed)
+                return; /* the first real job will meet (and report) the same trouble */
+        }
+    }
+    gemm_engine_log(GEMM_LOG_DEBUG, "cuda: worker %d (%s, stream %d) warmed up: %d products in %.1f ms",
+                    w->index, w->dev->label, w->stream_index, ran, gemm_now_ms() - t0);
+}
+
 static int cuda_workers(void *self)
 {
     return ((cuda_backend *)self)->nworkers;
@@ -193,6 +254,11 @@ static void *cuda_worker_init(void *self, int index)
                         "first job", index, d->ordinal, site.call, cudaGetErrorString(site.err));
     cudaGetLastError();
     pthread_mutex_unlock(&d->mu);
+    if (cb->warmup) {
+        w->warming = 1;
+        cuda_warm(cb, w);
+        w->warming = 0;
+    }
     return w;
 }
 
@@ -568,8 +634,10 @@ allocated:;
     }
     double flops = 2.0 * (double)nb * (double)job->m * (double)job->n * (double)job->k;
     job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
-    atomic_fetch_add(&d->bytes_h2d, (unsigned long long)(upload[0] + upload[1] + res_bytes));
-    atomic_fetch_add(&d->bytes_d2h, (unsigned long long)need[2]);
+    if (!w->warming) {
+        atomic_fetch_add(&d->bytes_h2d, (unsigned long long)(upload[0] + upload[1] + res_bytes));
+        atomic_fetch_add(&d->bytes_d2h, (unsigned long long)need[2]);
+    }
     goto out;
 
 fail:

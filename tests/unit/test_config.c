@@ -47,8 +47,11 @@ static void test_defaults(void **state)
     assert_string_equal(c.tls_priorities, "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"); /* TLS 1.2+ */
     assert_int_equal(c.shutdown_timeout_s, 600);
 
+    /* The engine's own defaults, but for warm-up, which the daemon turns on. */
     gemm_engine_config e;
     gemm_engine_config_defaults(&e);
+    assert_int_equal(e.warmup, 0);
+    e.warmup = 1;
     assert_memory_equal(&c.engine, &e, sizeof e);
 
     char msg[256];
@@ -301,6 +304,12 @@ static void test_bool_key(void **state)
     char msg[1024];
     gemmd_config_defaults(&c);
     assert_int_equal(c.restart_on_device_loss, 1);
+    assert_int_equal(c.engine.warmup, 1); /* the daemon warms its workers up; the library does not */
+    gemm_engine_config ec;
+    gemm_engine_config_defaults(&ec);
+    assert_int_equal(ec.warmup, 0);
+    assert_int_equal(gemmd_config_set(&c, "warmup", "off", msg, sizeof msg), 0);
+    assert_int_equal(c.engine.warmup, 0);
     static const struct { const char *text; int value; } ok[] = {
         {"false", 0}, {"true", 1}, {"no", 0}, {"yes", 1}, {"off", 0}, {"on", 1}, {"0", 0}, {"1", 1},
         {"FALSE", 0}, {"True", 1},
