@@ -11,6 +11,18 @@
 # with the same body (A then B, raw float32, values in [-1, 1)) and the same answer size,
 # and prints a Markdown table: requests/s, p50, p99 for each, and gemmd / bare.
 #
+# Before the cells of each size, both servers get WARMUP seconds (default 2) of the same
+# load at 4 connections, not recorded: first requests pay for things done once (the
+# daemon's first products load kernels, unless its workers warmed up at start), and the
+# figures are of a server that has run a while.
+#
+# wrk's latency percentiles are corrected for coordinated omission: for every answer that
+# took longer than twice the mean interval between requests, wrk adds the answers a
+# constant-rate client would have waited for meanwhile. At one connection and ~5,000 req/s
+# a single 100 ms stall thus adds ~500 samples and moves p99 to ~100 ms. That is the right
+# measure of a stall, but it is not the latency of 1% of the requests; `gemm bench -c 1`
+# (bench/daemon_latency.sh) reports those.
+#
 # The daemon runs with per_ip_limit 0 and connection_limit above the largest CONNS, so one
 # loopback source address is enough; everything else is its default. Non-200 answers are
 # counted and shown (a column that is not 0 means the figure is not a throughput of products).
@@ -21,6 +33,7 @@ mkdir -p "$out"
 sizes=${SIZES:-64 256 1024}
 conns=${CONNS:-1 64 256}
 dur=${DURATION:-10}
+warm=${WARMUP:-2}
 threads=${HTTP_THREADS:-4}
 backend=${BACKEND:-auto}
 gemmd=${GEMMD:-bin/gemmd}
@@ -74,7 +87,7 @@ echo
 echo "host: $(hostname), $(nproc) cores; $(python3 -c 'import json,sys; i=json.load(open(sys.argv[1])); print("backend", i.get("backend"), "-", ", ".join(d.get("name","?") for d in i.get("devices",[])) or "no devices")' "$out/info.json" 2>/dev/null)"
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD 2>/dev/null); wrk $("$WRK" -v 2>&1 | head -1 | awk '{print $2}')"
 echo "daemon: $gemmd ($gemmd_conf)"
-echo "command: SIZES=\"$sizes\" CONNS=\"$conns\" DURATION=$dur HTTP_THREADS=$threads BACKEND=$backend bench/ceiling.sh"
+echo "command: SIZES=\"$sizes\" CONNS=\"$conns\" DURATION=$dur WARMUP=$warm HTTP_THREADS=$threads BACKEND=$backend bench/ceiling.sh"
 echo
 echo "| size | conns | bare req/s | bare p50 µs | bare p99 µs | gemmd req/s | gemmd p50 µs | gemmd p99 µs | gemmd non-200 | gemmd / bare |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
@@ -88,6 +101,11 @@ a = array.array("f", (rnd.uniform(-1, 1) for _ in range(2 * n * n)))
 open(sys.argv[2], "wb").write(a.tobytes())
 PY
     q="?m=$n&k=$n&n=$n&dtype=float32"
+    if [ "$warm" -gt 0 ]; then
+        for u in "http://127.0.0.1:$bport" "http://127.0.0.1:$gport"; do
+            WRK_BODY=$body "$WRK" -t 1 -c 4 -d "${warm}s" -s bench/wrk_post.lua "$u/v1/matmul$q" >"$out/warmup.log" 2>&1
+        done
+    fi
     for c in $conns; do
         read -r brps bp50 bp99 _ < <(run_wrk "http://127.0.0.1:$bport/v1/matmul$q" "$body" "$c" "$out/bare-$n-$c.log")
         read -r grps gp50 gp99 gbad < <(run_wrk "http://127.0.0.1:$gport/v1/matmul$q" "$body" "$c" "$out/gemmd-$n-$c.log")

@@ -158,6 +158,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=1000000, help="products to run (default 1,000,000)")
     ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--max-seconds", type=float, default=0,
+                    help="stop the clients after this long even if fewer products ran (0: no limit); "
+                         "the report says how many ran")
+    ap.add_argument("--procs", type=int, default=PROCS,
+                    help="client processes the clients are spread over (default %d)" % PROCS)
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--async-every", type=int, default=5, help="every Nth product is an async job (0: none)")
     ap.add_argument("--max-dim", type=int, default=16)
@@ -171,7 +176,7 @@ def main():
     tap = Tap()
     cfg = {"backend": args.backend, "log_level": "warn", "queue_depth": 512, "max_jobs": 4096,
            "http_threads": 4, "connection_limit": 512, "per_ip_limit": 128}
-    threads = max(1, args.clients // PROCS)
+    threads = max(1, args.clients // args.procs)
     cmd = "/usr/bin/python3 bench/soak.py " + " ".join(sys.argv[1:])
     with Daemon(tap, config=cfg, check_exit=False) as d:
         pid = d.proc.pid
@@ -180,14 +185,21 @@ def main():
         lock = ctx.Lock()
         out_q = ctx.Queue()
         procs = [ctx.Process(target=client_proc, args=(i, d.port, threads, counter, lock, args.n, args.async_every,
-                                                       args.max_dim, out_q)) for i in range(PROCS)]
+                                                       args.max_dim, out_q)) for i in range(args.procs)]
         t0 = time.monotonic()
         for p in procs:
             p.start()
         samples = []
         next_at = 0
+        ran = args.n  # products started; fewer when --max-seconds stops the run
+        stopped = False
         while any(p.is_alive() for p in procs):
-            if counter.value >= next_at and next_at < args.n:
+            if args.max_seconds and not stopped and time.monotonic() - t0 > args.max_seconds:
+                with lock:  # no client starts another product from here on
+                    ran = counter.value
+                    counter.value = max(counter.value, args.n)
+                stopped = True
+            if not stopped and counter.value >= next_at and next_at < args.n:
                 st = hostile.proc_status(pid)
                 samples.append((next_at, time.monotonic() - t0, st.get("VmRSS", 0) / 1024.0,
                                 hostile.fd_count(pid)))
@@ -197,7 +209,7 @@ def main():
             time.sleep(0.02)
         time.sleep(1.0)  # the clients are gone: the daemon at rest
         st = hostile.proc_status(pid)
-        idle = (args.n, time.monotonic() - t0, st.get("VmRSS", 0) / 1024.0, hostile.fd_count(pid))
+        idle = (ran, time.monotonic() - t0, st.get("VmRSS", 0) / 1024.0, hostile.fd_count(pid))
         totals = {}
         for _ in procs:
             for k, v in out_q.get(timeout=120).items():
@@ -211,7 +223,7 @@ def main():
         hwm = hostile.proc_status(pid).get("VmHWM", 0) / 1024.0
         rc = d.stop()
 
-    ref_at = 100000 if args.n >= 200000 else args.n // 10
+    ref_at = 100000 if ran >= 200000 else ran // 10
     ref = [s for s in samples if s[0] >= ref_at]
     base = ref[0] if ref else samples[0]
     rss_dev = max(abs(s[2] - base[2]) / base[2] for s in ref) if ref and base[2] else float("nan")
@@ -221,7 +233,7 @@ def main():
     flat = rss_dev <= 0.10 and fd_dev <= 0.10
     lines = []
     lines.append("# Soak on the %s backend\n" % args.backend.upper())
-    lines.append("Host: %s, %d cores (a development machine shared with other work), %s; %s.  "
+    lines.append("Host: %s, %d cores, %s; %s.  "
                  % (platform.node() or "dev", os.cpu_count() or 0, platform.platform(),
                     datetime.date.today().isoformat()))
     lines.append("Command: `%s`  " % cmd)
@@ -230,8 +242,11 @@ def main():
     lines.append("%d products by %d clients (%d processes x %d threads, keep-alive) in %.0f s (%.0f products/s): "
                  "JSON, raw and .npy; float32, float64 and int32; m, k, n in 1..%d; every %s an async job (submit, "
                  "fetch the result, delete). Answers checked against NumPy (float64; int32 in int64, wrapped).\n"
-                 % (args.n, threads * PROCS, PROCS, threads, elapsed, args.n / elapsed, args.max_dim,
+                 % (ran, threads * args.procs, args.procs, threads, elapsed, ran / elapsed, args.max_dim,
                     ("%dth" % args.async_every) if args.async_every else "-"))
+    if stopped:
+        lines.append("**Stopped by --max-seconds %g after %d of the %d products asked for.**\n"
+                     % (args.max_seconds, ran, args.n))
     lines.append("| result | count |\n|---|---|")
     lines.append("| right answers | %d |" % totals.get("ok", 0))
     lines.append("| **wrong answers** | **%d** |" % wrong)
