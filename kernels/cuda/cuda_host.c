@@ -7,7 +7,8 @@
  * a magic number and the link of the unregistration queue. A registration is valid while
  * its slot's generation is unchanged (a reset of that device bumps it). The cache holds
  * validly registered blocks only, oldest first; a request takes the smallest cached block
- * that holds it without wasting more than half of it. A freed registered block goes in at
+ * that holds it and is at most twice what a new block for it would hold (blocks are whole
+ * pages: every request under a page takes any one-page block). A freed registered block goes in at
  * the young end and, when the cache is full, pushes out the oldest: a burst of small
  * products must not leave a cache of small blocks that every later big product misses.
  * Blocks pushed out, or too big to cache, wait in the queue for the housekeeping thread.
@@ -185,11 +186,17 @@ static void *host_alloc(void *ctx, size_t bytes)
     gemm_cuda_host *h = ctx;
     if (bytes == 0)
         bytes = 1;
+    if (bytes > SIZE_MAX - HDR - PAGE)
+        return NULL;
+    /* What a new block would hold: a cached one up to twice that is taken. Comparing with
+     * the request itself instead would never reuse a block for a request under half a page
+     * (a product of 16x16 matrices), and each would lock new pages with the driver. */
+    const size_t fresh = (bytes + HDR + PAGE - 1) / PAGE * PAGE - HDR;
     pthread_mutex_lock(&h->mu);
     int best = -1;
     for (int i = 0; i < h->ncached; i++) {
         size_t cap = h->cache[i].cap;
-        if (cap >= bytes && cap / 2 <= bytes && (best < 0 || cap < h->cache[best].cap))
+        if (cap >= bytes && cap / 2 <= fresh && (best < 0 || cap < h->cache[best].cap))
             best = i;
     }
     if (best >= 0) {
@@ -203,9 +210,7 @@ static void *host_alloc(void *ctx, size_t bytes)
     }
     pthread_mutex_unlock(&h->mu);
 
-    if (bytes > SIZE_MAX - HDR - PAGE)
-        return NULL;
-    size_t total = (bytes + HDR + PAGE - 1) / PAGE * PAGE;
+    size_t total = fresh + HDR;
     block_hdr *b = aligned_alloc(PAGE, total);
     if (!b)
         return NULL;

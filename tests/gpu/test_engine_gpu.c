@@ -236,6 +236,23 @@ static void test_host_cache(void)
     gemm_cuda_host_counts(h, &cached2, NULL, NULL);
     tap(cached2 == cached, "host cache: a block no worker locked is not cached");
 
+    /* Blocks are whole pages: a locked one-page block serves every later request under a
+     * page, whatever its size (products of tiny matrices must not lock new pages each time),
+     * and a big cached block is not spent on a tiny request. */
+    void *tiny = a.alloc(a.ctx, 100);
+    int tiny_pinned = gemm_cuda_host_pin(h, tiny, 0);
+    a.free(a.ctx, tiny);
+    void *tiny2 = a.alloc(a.ctx, 1000);
+    tap(tiny_pinned && tiny2 == tiny, "host cache: a 1000-byte request reuses the locked block of a 100-byte one");
+    void *big2 = a.alloc(a.ctx, 3 << 20);
+    gemm_cuda_host_pin(h, big2, 0);
+    a.free(a.ctx, big2);
+    a.free(a.ctx, tiny2);
+    void *tiny3 = a.alloc(a.ctx, 3000);
+    tap(tiny3 == tiny, "host cache: a tiny request takes the one-page block, not the 3 MiB one");
+    a.free(a.ctx, tiny3);
+    gemm_cuda_host_drain(h, 0);
+
     /* What the engine does after a sticky error (no engine is open here): reset the device,
      * which drops its registrations, then tell the allocator. */
     cudaError_t re = cudaDeviceReset();
