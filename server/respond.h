@@ -68,22 +68,9 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
 /* JSON answers of C too big to encode on an HTTP thread (its JSON may pass 1 MiB): they
  * are encoded on an offload thread while the connection is suspended. */
 int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d);
-/* Encodes the JSON answer of C into *out, admitted against the memory budget first
- * (*charge: the bytes charged as an answer, given back when it is sent), and fills the
- * encode and total times of req->timing. release(ctx) is called once C has been read,
- * also on failure. 0, or -1 with *err (503 over_budget with req->retry_after_s, 500).
- * Any thread may call it while req's connection is suspended. */
-int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t rows, uint64_t cols,
-                              const gemmd_product_meta *meta, void (*release)(void *ctx), void *ctx, gemm_buf *out,
-                              uint64_t *charge, gemm_err *err);
-/* Queues an answer encoded by gemmd_encode_product_json (b and its charge taken over),
- * with a Location header when location is not NULL. */
-enum MHD_Result gemmd_respond_encoded_json(gemmd_request *req, int status, gemm_buf *b, uint64_t charge,
-                                           const char *location);
-
-/* JSON answers of C too big to encode on an HTTP thread (its JSON may pass 1 MiB): they
- * are encoded on an offload thread while the connection is suspended. */
-int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d);
+/* The buffer block for a callback answer of total bytes: the answer's size up to 256 KiB
+ * (libmicrohttpd allocates and zeroes a block with every such answer). */
+size_t gemmd_payload_block(uint64_t total);
 /* Encodes the JSON answer of C into *out, admitted against the memory budget first
  * (*charge: the bytes charged as an answer, given back when it is sent), and fills the
  * encode and total times of req->timing. release(ctx) is called once C has been read,

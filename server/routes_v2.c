@@ -24,7 +24,6 @@
 #include "routes.h"
 #include "v2_codec.h"
 
-#define V2_PAYLOAD_BLOCK (256 * 1024)
 
 typedef enum {
     V2_NOT_FOUND = 0,
@@ -613,7 +612,7 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
     job->c = NULL;
     gemm_matrix_bytes(c.rows, c.cols, c.dtype, &p->c_len);
     uint64_t total = p->head_len + p->c_len;
-    struct MHD_Response *r = MHD_create_response_from_callback(total, V2_PAYLOAD_BLOCK, payload_read, p, payload_free);
+    struct MHD_Response *r = MHD_create_response_from_callback(total, gemmd_payload_block(total), payload_read, p, payload_free);
     if (!r) {
         payload_free(p);
         return v2_error(req, 500, "out_of_memory", "cannot build the answer");
