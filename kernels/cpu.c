@@ -10,6 +10,9 @@
  * Test hooks (gemm_engine_config.fault_inject, comma-separated):
  *   cpu_delay_ms:N   every job sleeps N ms before computing (fills the queue predictably;
  *                    a cancel of the job ends the sleep)
+ *   cpu_stuck_ms:N   every job spends N ms inside its product without looking at the
+ *                    cancel flag, as one long OpenBLAS call does (a product that cannot
+ *                    be stopped, whatever the host's speed)
  *   cpu_fail:N       every Nth job run fails with 500 backend_failure
  *   cpu_lost:N       the device is "lost" at the Nth job run: that job fails with 500
  *                    device_error, every later one with 503 device_unavailable, and
@@ -38,6 +41,7 @@ typedef struct {
     int workers;
     int job_threads;   /* per job */
     int delay_ms;      /* fault hook */
+    int stuck_ms;      /* fault hook */
     int fail_every;    /* fault hook */
     int lost_at;       /* fault hook */
     atomic_int lost;   /* the simulated device is gone */
@@ -59,6 +63,8 @@ static int parse_faults(cpu_backend *cb, const char *spec, gemm_err *err)
         int ok = colon && end && end != colon + 1 && *end == '\0' && v >= 0 && v <= 3600000;
         if (ok && strncmp(tok, "cpu_delay_ms:", 13) == 0) {
             cb->delay_ms = (int)v;
+        } else if (ok && strncmp(tok, "cpu_stuck_ms:", 13) == 0) {
+            cb->stuck_ms = (int)v;
         } else if (ok && v >= 1 && strncmp(tok, "cpu_fail:", 9) == 0) {
             cb->fail_every = (int)v;
         } else if (ok && v >= 1 && strncmp(tok, "cpu_lost:", 9) == 0) {
@@ -66,7 +72,7 @@ static int parse_faults(cpu_backend *cb, const char *spec, gemm_err *err)
         } else {
             return gemm_err_set(err, 400, "bad_config",
                                 "fault_inject \"%s\": the CPU backend understands "
-                                "cpu_delay_ms:N, cpu_fail:N and cpu_lost:N (N >= 1)", tok);
+                                "cpu_delay_ms:N, cpu_stuck_ms:N, cpu_fail:N and cpu_lost:N (N >= 1)", tok);
         }
     }
     return 0;
@@ -192,6 +198,10 @@ static int cpu_run(void *self, void *worker, gemm_job *job)
         return gemm_err_set(&job->err, 500, "backend_failure",
                             "injected CPU backend failure (fault_inject cpu_fail:%d, run %llu)",
                             cb->fail_every, nrun);
+    if (cb->stuck_ms > 0) { /* deaf to cancellation, like one long BLAS call */
+        struct timespec ts = {cb->stuck_ms / 1000, (long)(cb->stuck_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0) {}
+    }
 
     const int m = (int)job->m, k = (int)job->k, n = (int)job->n;
     const uint64_t nb = gemm_job_batch(job);

@@ -162,9 +162,12 @@ def shutdown_cancels_running(tap, rng):
 def shutdown_abandons_running(tap, rng):
     """A product that cannot stop (inside one BLAS call) past shutdown_timeout = 0: its
     connection is resumed and answered 503 while the product still runs; the request is
-    freed by the product's done() after libmicrohttpd has stopped."""
-    n = 2000  # about 0.7 s of float64 BLAS on two cores
-    d = Daemon(tap, config={"backend": "cpu", "shutdown_timeout": 0})
+    freed by the product's done() after libmicrohttpd has stopped. The cpu_stuck_ms hook
+    keeps the product inside its run, deaf to the cancel, for 3 s on any host (a real
+    2000^3 float64 product ends too soon on a many-core host)."""
+    n = 64
+    d = Daemon(tap, config={"backend": "cpu", "shutdown_timeout": 0,
+                            "fault_inject": "cpu_stuck_ms:%d" % int(3000 * SLOW)})
     with d:
         a = random_matrix(rng, (n, n), "float64")
         out = {}
@@ -175,11 +178,8 @@ def shutdown_abandons_running(tap, rng):
         t0 = time.monotonic()
         rc = d.stop(timeout=120 * SLOW)
         _, log = shutdown_checks(tap, d, out, t, t0, rc, "abandon")
-        if "answered 1 waiting clients with 503" in log:
-            tap.ok(True, "abandon: its connection was answered while the product still ran")
-        else:
-            tap.skip("abandon: its connection was answered while the product still ran",
-                     "the product ended before shutdown gave up on it on this machine")
+        tap.ok("answered 1 waiting clients with 503" in log,
+               "abandon: its connection was answered while the product still ran", log[-2000:])
 
 
 def main(tap):
