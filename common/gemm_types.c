@@ -244,6 +244,20 @@ int gemm_check_stack(uint64_t batch, uint64_t rows, uint64_t cols, gemm_dtype d,
     return 0;
 }
 
+int gemm_check_batch_pair(uint64_t a_batch, uint64_t b_batch, gemm_err *err)
+{
+    if (b_batch && !a_batch)
+        return gemm_err_set(err, 422, "batch_mismatch",
+                            "B is 3-D (%llu matrices) but A is 2-D; a batched product needs A of shape "
+                            "(b, m, k) (B may be (b, k, n) or one (k, n) for all)",
+                            (unsigned long long)b_batch);
+    if (b_batch && b_batch != a_batch)
+        return gemm_err_set(err, 422, "batch_mismatch",
+                            "A holds %llu matrices and B %llu; send as many Bs as As, or one 2-D B for all",
+                            (unsigned long long)a_batch, (unsigned long long)b_batch);
+    return 0;
+}
+
 size_t gemm_utf8_seq(const unsigned char *p)
 {
     unsigned char c = p[0];

@@ -122,6 +122,11 @@ int gemm_check_matrix(uint64_t rows, uint64_t cols, gemm_dtype d, const gemm_lim
 int gemm_check_stack(uint64_t batch, uint64_t rows, uint64_t cols, gemm_dtype d,
                      const gemm_limits *lim, const char *what, gemm_err *err);
 
+/* The leading batch dimensions of A and B (0: 2-D) pair as NumPy `matmul` broadcasts them
+ * for a batched request: A 3-D with B 3-D of as many matrices, or A 3-D with one 2-D B for
+ * all (or both 2-D). A 2-D A with a 3-D B, or different counts: 422 batch_mismatch. */
+int gemm_check_batch_pair(uint64_t a_batch, uint64_t b_batch, gemm_err *err);
+
 /* ---- allocators ---------------------------------------------------------
  * Decoders never call malloc for matrix data directly: they ask the allocator they
  * were given, so that the CUDA engine can hand out pinned memory and raw bodies land

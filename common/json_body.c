@@ -78,25 +78,50 @@ void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const
     }
 }
 
-/* Where an element sits, for messages: "a[2][1]" or "b.data[4]". */
-const char *gemm_jsb_place(char *buf, size_t cap, const operand *o, uint64_t i, uint64_t j)
+/* Where an element sits, for messages: "a[2][1]", "a[0][2][1]" or "b.data[4]". */
+const char *gemm_jsb_place(char *buf, size_t cap, const operand *o, uint64_t mat, uint64_t i, uint64_t j)
 {
     if (o->form == '{') snprintf(buf, cap, "%s.data[%llu]", o->name, (unsigned long long)j);
+    else if (o->batched)
+        snprintf(buf, cap, "%s[%llu][%llu][%llu]", o->name, (unsigned long long)mat, (unsigned long long)i,
+                 (unsigned long long)j);
     else snprintf(buf, cap, "%s[%llu][%llu]", o->name, (unsigned long long)i, (unsigned long long)j);
     return buf;
 }
 
-/* gemm_jsb_place() from a row-major index (rows of ncols). */
+/* gemm_jsb_place() from a row-major index (rows of ncols; 3-D: matrices of mrows rows, as
+ * matrix 0 has them once it is closed). */
 const char *gemm_jsb_place_index(char *buf, size_t cap, const operand *o, uint64_t idx)
 {
-    if (o->form == '{' || o->ncols == 0) return gemm_jsb_place(buf, cap, o, 0, idx);
-    return gemm_jsb_place(buf, cap, o, idx / o->ncols, idx % o->ncols);
+    if (o->form == '{' || o->ncols == 0) return gemm_jsb_place(buf, cap, o, 0, 0, idx);
+    uint64_t per = o->batched && o->nmat ? o->mrows * o->ncols : 0; /* both within the limits */
+    uint64_t mat = per ? idx / per : 0, in = per ? idx % per : idx;
+    return gemm_jsb_place(buf, cap, o, mat, in / o->ncols, in % o->ncols);
 }
 
 static void shape_error(gemm_json_stream *s, int x)
 {
-    gemm_jsb_note(s, RK_STRUCT + 10 * x, 0, 400, "bad_matrix", "%s.shape must be [rows, cols] with two non-negative integers",
-         s->op[x].name);
+    if (s->single)
+        gemm_jsb_note(s, RK_STRUCT + 10 * x, 0, 400, "bad_matrix",
+             "%s.shape must be [rows, cols] with two non-negative integers", s->op[x].name);
+    else
+        gemm_jsb_note(s, RK_STRUCT + 10 * x, 0, 400, "bad_matrix",
+             "%s.shape must be [rows, cols] or [batch, rows, cols] (a batch of matrices), with non-negative "
+             "integers", s->op[x].name);
+}
+
+/* Operand x has just become 3-D (or a 3-D operand begins its matrix number mat): it is no
+ * longer stored when it cannot be valid whatever follows - the other operand is resident
+ * (a batched request takes none), it is B and A is 2-D, or both are 3-D and it has more
+ * matrices than the other. The error itself is the product's, at the end. */
+static void check_batch_early(gemm_json_stream *s, int x, uint64_t mat)
+{
+    operand *o = &s->op[x], *other = &s->op[1 - x];
+    uint64_t ob, orows, ocols;
+    if (o->dead) return;
+    int nd = gemm_jsb_known_shape(other, &ob, &orows, &ocols);
+    if (other->is_ref || other->has_ref || (x == 1 && nd == 2) || (nd == 3 && mat >= ob) || mat >= GEMM_MAX_BATCH)
+        gemm_jsb_kill(s, o);
 }
 
 /* ---- what values mean ----------------------------------------------------------------- */
@@ -164,8 +189,14 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
     switch (f->role) {
     case R_ROW:
     case R_DATA:
-        if (t == T_NUMBER) gemm_jsb_number(s, f->x, d);
-        else gemm_jsb_other(s, f->x, t, f->role == R_ROW ? s->stack[s->depth - 2].n : 0, f->n);
+        if (t == T_NUMBER) {
+            gemm_jsb_number(s, f->x, d);
+        } else if (f->role == R_DATA) {
+            gemm_jsb_other(s, f->x, t, 0, 0, f->n);
+        } else {
+            const frame *rows = &s->stack[s->depth - 2];
+            gemm_jsb_other(s, f->x, t, rows->role == R_MAT ? s->stack[s->depth - 3].n : 0, rows->n, f->n);
+        }
         return;
     case R_ROOT:
         if (f->key == K_A || f->key == K_B) {
@@ -186,6 +217,15 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
             gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "%s[%llu] is %s, expected an array (a row)", o->name,
                  (unsigned long long)f->n, gemm_jsb_type_name(t));
         return;
+    case R_MAT:
+        gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "%s[%llu][%llu] is %s, expected an array (a row)",
+             o->name, (unsigned long long)s->stack[s->depth - 2].n, (unsigned long long)f->n, gemm_jsb_type_name(t));
+        return;
+    case R_STACK:
+        gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix",
+             "%s[%llu] is %s; %s is 3-D (a batch), each %s[i] a matrix: an array of rows", o->name,
+             (unsigned long long)f->n, gemm_jsb_type_name(t), o->name, o->name);
+        return;
     case R_MATOBJ:
         if (f->key == K_SHAPE) {
             shape_error(s, f->x);
@@ -200,13 +240,30 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
         return;
     case R_SHAPE: {
         double v = t == T_NUMBER ? gemm_decimal_to_f64(d) : -1;
-        if (!(v >= 0 && v <= 9007199254740992.0) || v != floor(v) || f->n >= 2) o->shape_state = 2;
+        if (!(v >= 0 && v <= 9007199254740992.0) || v != floor(v) || f->n >= (s->single ? 2u : 3u)) o->shape_state = 2;
         else o->shape[f->n] = (uint64_t)v;
         return;
     }
     default:
         return;
     }
+}
+
+/* An array or object (c) opens in the rows f of a matrix: row f->n, unless it is an object. */
+static int row_begins(gemm_json_stream *s, frame *f, char c)
+{
+    operand *o = &s->op[f->x];
+    if (c == '{') {
+        gemm_jsb_scalar(s, T_OBJECT, NULL, NULL);
+        return R_SKIP;
+    }
+    if (!o->dead) {
+        uint64_t ob, orows, ocols;
+        if ((s->limp && s->lim.max_dim && f->n >= s->lim.max_dim) ||
+            (f->x == 1 && gemm_jsb_known_shape(&s->op[0], &ob, &orows, &ocols) && f->n >= ocols))
+            gemm_jsb_kill(s, o); /* one row too many */
+    }
+    return R_ROW;
 }
 
 /* An array or object opens: the role it plays. */
@@ -239,7 +296,7 @@ int gemm_jsb_open(gemm_json_stream *s, char c, int *x)
     case R_DATA:
         /* one matrix: {"data": [[..]]} without a shape before it holds rows */
         if (!(s->single && c == '[' && f->n == 0 && !o->seen_shape)) {
-            gemm_jsb_other(s, f->x, t, 0, f->n);
+            gemm_jsb_other(s, f->x, t, 0, 0, f->n);
             return R_SKIP;
         }
         f->role = R_ROWS;
@@ -247,21 +304,28 @@ int gemm_jsb_open(gemm_json_stream *s, char c, int *x)
         o->data_rows = 1; /* and this is its first row */
         /* fall through */
     case R_ROWS:
+    case R_MAT:
+        return row_begins(s, f, c);
+    case R_STACK:
         if (c == '{') {
             gemm_jsb_scalar(s, t, NULL, NULL);
             return R_SKIP;
         }
-        /* row f->n begins */
-        if (!o->dead) {
-            uint64_t orows, ocols;
-            if ((s->limp && s->lim.max_dim && f->n >= s->lim.max_dim) ||
-                (f->x == 1 && gemm_jsb_known_shape(&s->op[0], &orows, &ocols) && f->n >= ocols))
-                gemm_jsb_kill(s, o); /* one row too many */
+        check_batch_early(s, f->x, f->n); /* matrix f->n begins */
+        return R_MAT;
+    case R_ROW: {
+        /* an array as the very first element: the operand is 3-D, its rows were matrices */
+        frame *rows = &s->stack[s->depth - 2];
+        if (!s->single && c == '[' && f->n == 0 && rows->role == R_ROWS && rows->n == 0 && !o->batched) {
+            o->batched = 1;
+            rows->role = R_STACK;
+            f->role = R_MAT;
+            check_batch_early(s, f->x, 0);
+            return row_begins(s, f, c);
         }
-        return R_ROW;
-    case R_ROW:
-        gemm_jsb_other(s, f->x, t, s->stack[s->depth - 2].n, f->n);
+        gemm_jsb_other(s, f->x, t, rows->role == R_MAT ? s->stack[s->depth - 3].n : 0, rows->n, f->n);
         return R_SKIP;
+    }
     case R_MATOBJ:
         if (f->key == K_SHAPE) {
             if (c == '[') return R_SHAPE;
@@ -293,12 +357,17 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
     switch (f->role) {
     case R_ROW: {
         frame *rows = &s->stack[s->depth - 2];
-        if (rows->n == 0) {
+        if (rows->n == 0 && o->nmat == 0) { /* row 0 (of matrix 0): the column count */
             o->ncols = f->n;
-            uint64_t orows, ocols;
-            if ((f->x == 0 && gemm_jsb_known_shape(&s->op[1], &orows, &ocols) && f->n != orows) ||
+            uint64_t ob, orows, ocols;
+            if ((f->x == 0 && gemm_jsb_known_shape(&s->op[1], &ob, &orows, &ocols) && f->n != orows) ||
                 (s->limp && s->lim.max_dim && f->n > s->lim.max_dim))
                 gemm_jsb_kill(s, o);
+        } else if (f->n != o->ncols && rows->role == R_MAT) {
+            gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix",
+                 "row %llu of %s[%llu] has %llu elements, row 0 of %s[0] has %llu", (unsigned long long)rows->n, o->name,
+                 (unsigned long long)s->stack[s->depth - 3].n, (unsigned long long)f->n, o->name,
+                 (unsigned long long)o->ncols);
         } else if (f->n != o->ncols) {
             gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "row %llu of %s has %llu elements, row 0 has %llu",
                  (unsigned long long)rows->n, o->name, (unsigned long long)f->n, (unsigned long long)o->ncols);
@@ -306,29 +375,51 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
         o->rows = rows->n + 1;
         return;
     }
+    case R_MAT: /* matrix nmat of a 3-D operand */
+        if (o->nmat == 0) {
+            o->mrows = f->n;
+            uint64_t ob, orows, ocols;
+            if ((f->x == 1 && gemm_jsb_known_shape(&s->op[0], &ob, &orows, &ocols) && f->n != ocols) ||
+                (s->limp && s->lim.max_dim && f->n > s->lim.max_dim))
+                gemm_jsb_kill(s, o);
+        } else if (f->n != o->mrows) {
+            gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "%s[%llu] has %llu rows, %s[0] has %llu", o->name,
+                 (unsigned long long)o->nmat, (unsigned long long)f->n, o->name, (unsigned long long)o->mrows);
+        }
+        o->nmat++;
+        return;
+    case R_STACK:
+        o->complete = 1;
+        gemm_jsb_settle(s, o);
+        return;
     case R_ROWS:
         o->rows = f->n;
         o->complete = 1;
         gemm_jsb_settle(s, o);
         return;
-    case R_SHAPE:
-        if (f->n != 2 || o->shape_state == 2) {
+    case R_SHAPE: {
+        if ((f->n != 2 && (f->n != 3 || s->single)) || o->shape_state == 2) {
             o->shape_state = 2;
             shape_error(s, f->x);
             return;
         }
         o->shape_state = 1;
+        o->batched = f->n == 3;
         if (o->seen_data && o->count > 0) return; /* data came first: compared at the end */
         /* declared sizes are checked before anything is allocated for them */
         gemm_err e;
-        if (gemm_check_matrix(o->shape[0], o->shape[1], s->body_dtype ? s->opt.dtype : GEMM_DTYPE_F64, s->limp,
-                              o->name, &e))
+        gemm_dtype d = s->body_dtype ? s->opt.dtype : GEMM_DTYPE_F64;
+        if (o->batched ? gemm_check_stack(o->shape[0], o->shape[1], o->shape[2], d, s->limp, o->name, &e)
+                       : gemm_check_matrix(o->shape[0], o->shape[1], d, s->limp, o->name, &e))
             gemm_jsb_kill(s, o);
+        else if (o->batched)
+            check_batch_early(s, f->x, o->shape[0] - 1);
         return;
+    }
     case R_DATA:
         if (o->shape_state == 1) { /* the length is known already: a wrong one fails now */
             uint64_t need;
-            if (!__builtin_mul_overflow(o->shape[0], o->shape[1], &need) && need != o->count) gemm_jsb_count_error(s, f->x);
+            if (!gemm_jsb_declared_count(o, &need) && need != o->count) gemm_jsb_count_error(s, f->x);
         }
         gemm_jsb_settle(s, o);
         return;
@@ -431,6 +522,32 @@ static const gemm_err *reported(const gemm_json_stream *s)
     return e;
 }
 
+/* The product's shapes and limits, as a raw or .npy request has them checked: a batched
+ * (3-D) one takes no resident operand; each A[i]·B[i] as gemm_check_product; the batches
+ * as NumPy matmul broadcasts them (gemm_check_batch_pair); the stacks of A, B and C within
+ * the limits (gemm_check_stack). nd: 0, 2 or 3 (gemm_jsb_known_shape). */
+static int check_product(const gemm_json_stream *s, const int nd[2], const uint64_t bt[2], const uint64_t r[2],
+                         const uint64_t c[2], gemm_dtype d, gemm_err *e)
+{
+    static const char *const up[2] = {"A", "B"};
+    int x3 = nd[0] == 3 ? 0 : nd[1] == 3 ? 1 : -1;
+    if (x3 >= 0 && (s->op[0].is_ref || s->op[1].is_ref))
+        return gemm_err_set(e, 400, "bad_option",
+                            "%s is 3-D (a batch of %llu matrices) and %s is a resident matrix; a batched request takes "
+                            "no resident operand (a=ID, b=ID or {\"ref\": ID}): send both in the body",
+                            s->op[x3].name, (unsigned long long)bt[x3], s->op[1 - x3].name);
+    if (gemm_check_product(r[0], c[0], r[1], c[1], d, s->limp, e)) return -1;
+    if (x3 < 0) return 0;
+    for (int x = 0; x < 2; x++)
+        if (nd[x] == 3 && bt[x] == 0) return gemm_check_stack(0, r[x], c[x], d, s->limp, up[x], e); /* 422 bad_batch */
+    if (gemm_check_batch_pair(nd[0] == 3 ? bt[0] : 0, nd[1] == 3 ? bt[1] : 0, e)) return -1;
+    if (gemm_check_stack(bt[0], r[0], c[0], d, s->limp, "A", e) ||
+        (nd[1] == 3 && gemm_check_stack(bt[1], r[1], c[1], d, s->limp, "B", e)) ||
+        gemm_check_stack(bt[0], r[0], c[1], d, s->limp, "C", e))
+        return -1;
+    return 0;
+}
+
 int gemm_jsb_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm_matrix *b, gemm_err *err)
 {
     for (int x = 0; x < 2; x++)
@@ -464,18 +581,18 @@ int gemm_jsb_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm
     }
     if (s->opt.dtype == GEMM_DTYPE_INVALID) s->opt.dtype = GEMM_DTYPE_F64;
     gemm_dtype d = s->opt.dtype;
-    uint64_t r[2] = {0, 0}, c[2] = {0, 0};
+    uint64_t bt[2] = {0, 0}, r[2] = {0, 0}, c[2] = {0, 0};
+    int nd[2] = {0, 0};
     if (gemm_jsb_best_rank(s) > RK_PRODUCT) {
-        gemm_jsb_known_shape(&s->op[0], &r[0], &c[0]);
-        gemm_jsb_known_shape(&s->op[1], &r[1], &c[1]);
+        for (int x = 0; x < 2; x++) nd[x] = gemm_jsb_known_shape(&s->op[x], &bt[x], &r[x], &c[x]);
         gemm_err e;
-        if (gemm_check_product(r[0], c[0], r[1], c[1], d, s->limp, &e))
-            gemm_jsb_note(s, RK_PRODUCT, 0, e.status, e.code, "%s", e.message);
+        if (check_product(s, nd, bt, r, c, d, &e)) gemm_jsb_note(s, RK_PRODUCT, 0, e.status, e.code, "%s", e.message);
     }
     for (int x = 0; x < 2 && gemm_jsb_best_rank(s) > RK_COUNT + x; x++) {
         operand *o = &s->op[x];
-        if (!o->is_ref && o->form == '{' && o->count != o->shape[0] * o->shape[1]) /* checked: no overflow */
-            gemm_jsb_count_error(s, x);
+        uint64_t need = 0;
+        gemm_jsb_declared_count(o, &need); /* the product's checks passed: no overflow */
+        if (!o->is_ref && o->form == '{' && o->count != need) gemm_jsb_count_error(s, x);
     }
     for (int x = 0; x < 2; x++)
         if (!s->op[x].is_ref) gemm_jsb_last_checks(s, x, d);
@@ -496,7 +613,7 @@ int gemm_jsb_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm
         m[x]->rows = r[x];
         m[x]->cols = c[x];
         m[x]->dtype = d;
-        m[x]->batch = 0;
+        m[x]->batch = nd[x] == 3 ? bt[x] : 0;
         m[x]->data = gemm_json_store_take(&o->st);
         o->dead = 1;
     }
@@ -514,7 +631,8 @@ int gemm_jsb_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *
         rows = o->shape[0];
         cols = o->shape[1];
     } else {
-        gemm_jsb_known_shape(o, &rows, &cols);
+        uint64_t batch;
+        gemm_jsb_known_shape(o, &batch, &rows, &cols);
     }
     if (gemm_jsb_best_rank(s) > RK_PRODUCT) {
         gemm_err e;

@@ -3,7 +3,8 @@
  *
  * Request body:  {"a": A, "b": B, "dtype": "float32", "kernel": "tiled", "tile": 32,
  *                 "math": "fp32"}
- * where a matrix is nested arrays [[1,2],[3,4]] or {"shape": [m,k], "data": [flat]}.
+ * where a matrix is nested arrays [[1,2],[3,4]] or {"shape": [m,k], "data": [flat]}, and
+ * an operand may be a batch of them: [[[..]],[[..]]] or {"shape": [b,m,k], "data": [flat]}.
  * dtype defaults to float64 when absent. int32 values must be integers in range.
  *
  * Answer body (written by the server around gemm_json_write_matrix):

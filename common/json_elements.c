@@ -10,25 +10,44 @@
 
 /* ---- storage -------------------------------------------------------------------- */
 
-/* The shape of operand o when it is fully known and well formed. */
-int gemm_jsb_known_shape(const operand *o, uint64_t *rows, uint64_t *cols)
+/* The shape of operand o when it is fully known and well formed: 2 or 3 (dimensions), 0. */
+int gemm_jsb_known_shape(const operand *o, uint64_t *batch, uint64_t *rows, uint64_t *cols)
 {
-    if (o->is_ref) {
+    *batch = 0;
+    if (o->is_ref) { /* resident matrices are 2-D */
         *rows = o->refm.rows;
         *cols = o->refm.cols;
-        return 1;
+        return 2;
     }
     if (!o->complete) return 0;
+    if (o->form == '[' && o->batched) { /* matrix 0 gave the rows and columns of all */
+        *batch = o->nmat;
+        *rows = o->mrows;
+        *cols = o->ncols;
+        return 3;
+    }
     if (o->form == '[') {
         *rows = o->rows;
         *cols = o->rows ? o->ncols : 0;
-        return 1;
+        return 2;
     }
     if (o->form == '{' && o->shape_state == 1) {
-        *rows = o->shape[0];
-        *cols = o->shape[1];
-        return 1;
+        int k = o->batched;
+        *batch = k ? o->shape[0] : 0;
+        *rows = o->shape[k];
+        *cols = o->shape[k + 1];
+        return 2 + k;
     }
+    return 0;
+}
+
+/* The elements a declared shape needs, in *n; -1 when that overflows. */
+int gemm_jsb_declared_count(const operand *o, uint64_t *n)
+{
+    uint64_t r = o->shape[0];
+    for (int i = 1; i < 2 + o->batched; i++)
+        if (__builtin_mul_overflow(r, o->shape[i], &r)) return -1;
+    *n = r;
     return 0;
 }
 
@@ -39,20 +58,31 @@ static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t max_elements(const gemm_json_stream *s, int x, int *exact)
 {
     const operand *o = &s->op[x], *other = &s->op[1 - x];
-    uint64_t m = (uint64_t)(SIZE_MAX / 8), orows, ocols;
+    uint64_t m = (uint64_t)(SIZE_MAX / 8), obatch, orows, ocols, t;
     *exact = 0;
     if (s->limp && s->lim.max_elements) m = min_u64(m, s->lim.max_elements);
     if (o->form == '{') {
         if (o->shape_state == 1) {
+            uint64_t need;
+            if (gemm_jsb_declared_count(o, &need)) return m; /* overflows: stopped when declared */
             *exact = 1;
-            return min_u64(m, o->shape[0] * o->shape[1]); /* checked not to overflow */
+            return min_u64(m, need);
         }
         return m;
     }
-    int other_known = gemm_jsb_known_shape(other, &orows, &ocols);
-    if (o->rows == 0) { /* row 0 is being read: its length is the column count */
+    int other_known = gemm_jsb_known_shape(other, &obatch, &orows, &ocols);
+    if (o->rows == 0 && o->nmat == 0) { /* row 0 is being read: its length is the column count */
         if (s->limp && s->lim.max_dim) m = min_u64(m, s->lim.max_dim);
         if (x == 0 && other_known) m = min_u64(m, orows); /* A's columns are B's rows */
+        return m;
+    }
+    if (o->batched) {
+        /* a 3-D B after a 3-D A: as many matrices as A, each of A's columns rows */
+        if (x == 1 && other_known == 3 && ocols && o->ncols && !__builtin_mul_overflow(obatch, ocols, &t) &&
+            !__builtin_mul_overflow(t, o->ncols, &t) && t <= m) {
+            *exact = 1;
+            return t;
+        }
         return m;
     }
     if (x == 1 && other_known && ocols && o->ncols && ocols <= m / o->ncols) { /* B's rows are A's columns */
@@ -176,14 +206,15 @@ void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d)
 }
 
 /* The next element of operand x is not a number. */
-void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t row, uint64_t col)
+void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint64_t row, uint64_t col)
 {
     operand *o = &s->op[x];
     uint64_t i = o->count++;
     char w[96];
     elem_error_at(s, x, i);
-    gemm_jsb_note(s, RK_ELEM + x, 0, 400, "bad_matrix", "%s is %s, expected a number", gemm_jsb_place(w, sizeof w, o, row, col),
-         gemm_jsb_type_name(t));
+    gemm_jsb_note(s, RK_ELEM + x, 0, 400, "bad_matrix", "%s is %s, expected a number%s", gemm_jsb_place(w, sizeof w, o, mat, row, col),
+         gemm_jsb_type_name(t),
+         o->batched && o->form == '[' && t == T_ARRAY ? " (an operand has at most three dimensions: batch, rows, cols)" : "");
     if (o->dead) return;
     if (!o->started) start_storage(s, o);
     if (!o->st.left && make_room(s, o, x)) return;
@@ -194,9 +225,16 @@ void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t row, uint
 void gemm_jsb_count_error(gemm_json_stream *s, int x)
 {
     const operand *o = &s->op[x];
-    gemm_jsb_note(s, RK_COUNT + x, 0, 400, "bad_matrix", "%s.data has %llu numbers but shape [%llu,%llu] needs %llu", o->name,
-         (unsigned long long)o->count, (unsigned long long)o->shape[0], (unsigned long long)o->shape[1],
-         (unsigned long long)(o->shape[0] * o->shape[1]));
+    char shape[80];
+    uint64_t need = 0;
+    gemm_jsb_declared_count(o, &need); /* called once the shape was found valid: no overflow */
+    if (o->batched)
+        snprintf(shape, sizeof shape, "[%llu,%llu,%llu]", (unsigned long long)o->shape[0], (unsigned long long)o->shape[1],
+                 (unsigned long long)o->shape[2]);
+    else
+        snprintf(shape, sizeof shape, "[%llu,%llu]", (unsigned long long)o->shape[0], (unsigned long long)o->shape[1]);
+    gemm_jsb_note(s, RK_COUNT + x, 0, 400, "bad_matrix", "%s.data has %llu numbers but shape %s needs %llu", o->name,
+         (unsigned long long)o->count, shape, (unsigned long long)need);
 }
 
 /* Operand o's elements are all read: in their final type they are assembled now, unless

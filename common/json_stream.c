@@ -525,7 +525,7 @@ int gemm_json_stream_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix 
     for (int x = 0; x < 2; x++) {
         if (s->op[x].given) continue; /* the caller's */
         m[x]->data = NULL;
-        m[x]->batch = 0; /* JSON carries single matrices */
+        m[x]->batch = 0; /* until the body says it is 3-D */
     }
     if (end_of_body(s, "a JSON object with \"a\" and \"b\"", err)) return -1;
     return gemm_jsb_finish(s, opt, a, b, err);

@@ -42,6 +42,17 @@
  * Keys: "a", "b", "dtype", "kernel", "tile", "math" at the top, "shape" and "data" in a
  * matrix object, in any order; other keys are read (and must be valid JSON) and ignored; a
  * key given twice counts the first time only.
+ *
+ * Batches. An operand of a request may be 3-D, a batch of matrices: nested three deep (known
+ * when its first row opens with an array, before an element is stored; every matrix is
+ * checked against matrix 0 as it closes) or {"shape": [b, r, c], "data": [..]} (checked with
+ * gemm_check_stack before anything is allocated). A (b, m, k) pairs with B (b, k, n) or one
+ * (k, n) for all, as NumPy matmul broadcasts a leading batch dimension (gemm_check_batch_pair:
+ * a 3-D B with a 2-D A is 422 batch_mismatch); the stacks of A, B and C are checked as for a
+ * raw batched request. A 3-D operand that cannot pair with the other (a 2-D or resident A for
+ * a 3-D B, more matrices than the other has) stops being stored at once; a 3-D B after a
+ * 3-D A gets one buffer of its exact size. A batch with a resident operand is 400
+ * bad_option. One matrix on its own (gemm_json_stream_new_matrix) is 2-D.
  */
 #ifndef GEMM_JSON_STREAM_H
 #define GEMM_JSON_STREAM_H
@@ -100,7 +111,8 @@ int gemm_json_stream_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_
 int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gemm_err *err);
 
 /* The body ended. On success *opt holds the options (dtype resolved: the body's, else the
- * query's, else float64) and *a, *b own buffers from the allocator (the caller frees them).
+ * query's, else float64) and *a, *b own buffers from the allocator (the caller frees them);
+ * a 3-D operand has its batch in ->batch (rows and cols are each matrix's), a 2-D one 0.
  * On error -1 with *err set, nothing allocated is left, *a and *b have data NULL. */
 int gemm_json_stream_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm_matrix *b,
                             gemm_err *err);

@@ -13,7 +13,9 @@
 
 #define STR_MAX 255 /* captured keys and option values */
 
-enum role { R_SKIP, R_ROOT, R_ROWS, R_ROW, R_MATOBJ, R_SHAPE, R_DATA };
+/* R_ROWS: a matrix as rows (R_ROW each). An operand whose first row opens with an array
+ * is 3-D: its R_ROWS becomes R_STACK (the batch), whose members are R_MAT (rows). */
+enum role { R_SKIP, R_ROOT, R_ROWS, R_ROW, R_MATOBJ, R_SHAPE, R_DATA, R_STACK, R_MAT };
 enum key { K_NONE, K_A, K_B, K_DTYPE, K_KERNEL, K_TILE, K_MATH, K_SHAPE, K_DATA, K_REF, K_OTHER };
 enum state { S_VALUE, S_ARR_FIRST, S_OBJ_FIRST, S_KEY, S_COLON, S_NEXT, S_END, S_STRING, S_NUMBER, S_LITERAL };
 enum vtype { T_STRING, T_NUMBER, T_BOOL, T_NULL, T_ARRAY, T_OBJECT };
@@ -47,10 +49,12 @@ typedef struct {
     int present;          /* the key was given (the first time) */
     int form;             /* 0 none yet, '[' rows, '{' shape/data, other: wrong type */
     int complete;         /* its value has closed */
-    uint64_t rows, ncols; /* rows form: rows closed so far, elements of row 0 */
+    uint64_t rows, ncols; /* rows form: rows closed so far (in the current matrix), elements of row 0 */
+    int batched;          /* 3-D: nested three deep, or a shape of three entries */
+    uint64_t nmat, mrows; /* 3-D rows form: matrices closed so far, rows of matrix 0 */
     int seen_shape, seen_data;
     int shape_state;      /* 0 not read, 1 valid, 2 invalid */
-    uint64_t shape[2];    /* declared [rows, cols] */
+    uint64_t shape[3];    /* declared [rows, cols] or [batch, rows, cols] */
     uint64_t count;       /* elements read (stored or not): the index of the next one */
     int started;          /* storing has begun (the element type is chosen) */
     int dead;             /* no longer stored */
@@ -147,16 +151,20 @@ int gemm_jsb_best_rank(const gemm_json_stream *s);
 void gemm_jsb_kill(gemm_json_stream *s, operand *o);
 /* "a string", "an array", ... */
 const char *gemm_jsb_type_name(enum vtype t);
-/* Where an element sits, for messages: "a[2][1]" or "b.data[4]"; from a row-major index. */
-const char *gemm_jsb_place(char *buf, size_t cap, const operand *o, uint64_t i, uint64_t j);
+/* Where an element sits, for messages: "a[2][1]", "a[0][2][1]" (3-D) or "b.data[4]"; from
+ * a row-major index. */
+const char *gemm_jsb_place(char *buf, size_t cap, const operand *o, uint64_t mat, uint64_t i, uint64_t j);
 const char *gemm_jsb_place_index(char *buf, size_t cap, const operand *o, uint64_t idx);
 
 /* json_elements.c: the shape of operand o once fully known and well formed (a reference's
- * included); elements that are not numbers; a data length its shape does not allow; the
- * elements assembled once all are read (in their final type); the checks and conversion
- * of operand x's elements when the body has ended. */
-int gemm_jsb_known_shape(const operand *o, uint64_t *rows, uint64_t *cols);
-void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t row, uint64_t col);
+ * included): 0 not known, 2 (rows x cols), 3 (batch matrices of rows x cols); the elements
+ * a declared shape needs (-1 on overflow); elements that are not numbers (at [mat][row][col]);
+ * a data length its shape does not allow; the elements assembled once all are read (in
+ * their final type); the checks and conversion of operand x's elements when the body has
+ * ended. */
+int gemm_jsb_known_shape(const operand *o, uint64_t *batch, uint64_t *rows, uint64_t *cols);
+int gemm_jsb_declared_count(const operand *o, uint64_t *n);
+void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint64_t row, uint64_t col);
 void gemm_jsb_count_error(gemm_json_stream *s, int x);
 void gemm_jsb_settle(gemm_json_stream *s, operand *o);
 void gemm_jsb_last_checks(gemm_json_stream *s, int x, gemm_dtype d);

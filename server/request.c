@@ -746,15 +746,7 @@ static int finish_npy(gemmd_request *req)
     if (gemmd_check_math(&req->opt, req->a.dtype, err) != 0) return -1;
     if (gemm_check_product(req->a.rows, req->a.cols, req->b.rows, req->b.cols, req->a.dtype, limits(req), err) != 0)
         return -1;
-    if (req->b.batch && !req->a.batch)
-        return gemm_err_set(err, 422, "batch_mismatch",
-                            "B is 3-D (%llu matrices) but A is 2-D; a batched product needs A of shape "
-                            "(b, m, k) (B may be (b, k, n) or one (k, n) for all)",
-                            (unsigned long long)req->b.batch);
-    if (req->b.batch && req->b.batch != req->a.batch)
-        return gemm_err_set(err, 422, "batch_mismatch",
-                            "A holds %llu matrices and B %llu; send as many Bs as As, or one 2-D B for all",
-                            (unsigned long long)req->a.batch, (unsigned long long)req->b.batch);
+    if (gemm_check_batch_pair(req->a.batch, req->b.batch, err) != 0) return -1;
     if (req->a.batch &&
         gemmd_check_batch(req, req->a.batch, req->a.rows, req->a.cols, req->b.cols, req->b.batch) != 0)
         return -1;

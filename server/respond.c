@@ -454,7 +454,9 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
      * and its charge goes with it until MHD is done sending it. */
     gemmd_budget *bud = req->srv->budget;
     uint64_t nb = meta->batch ? meta->batch : 1;
-    uint64_t est = json_answer_bound(rows * nb, cols, meta->dtype); /* batches: rows * nb rows */
+    /* a batch: rows * nb rows, and each matrix its own "[", "]" and "," */
+    uint64_t est = json_answer_bound(rows * nb, cols, meta->dtype);
+    if (meta->batch && est != UINT64_MAX) est += 3 * nb;
     gemm_buf_init(out);
     *charge = 0;
     if (est > SIZE_MAX || gemmd_budget_charge(bud, GEMMD_MEM_ANSWER, est) != 0) {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_fuzz.py - mutated request bodies (JSON, raw binary, multipart .npy) and mutated
+"""test_fuzz.py - mutated request bodies (JSON 2-D and batched, raw binary, multipart .npy) and mutated
 query strings, from a fixed seed: every answer is a product (200) or a JSON error with a
 4xx status (never 5xx, never a dropped connection), the daemon stays up, exits 0 and,
 under the sanitizers, reports nothing.
@@ -53,6 +53,11 @@ def seeds():
     js = json.dumps({"a": a.tolist(), "b": b.tolist(), "dtype": "float32"}).encode()
     jsd = json.dumps({"a": {"shape": [2, 3], "data": a.ravel().tolist()},
                       "b": {"shape": [3, 4], "data": b.ravel().tolist()}, "dtype": "int32"}).encode()
+    a3 = np.arange(24, dtype=np.float32).reshape(4, 2, 3)
+    b3 = np.arange(48, dtype=np.float32).reshape(4, 3, 4)
+    js3 = json.dumps({"a": a3.tolist(), "b": b.tolist(), "dtype": "float64"}).encode()
+    js3d = json.dumps({"dtype": "int32", "a": {"shape": [4, 2, 3], "data": a3.ravel().tolist()},
+                       "b": b3.tolist()}).encode()
     raw = a.tobytes() + b.tobytes()
     bnd = b"fuzzboundary"
     mp = (b"--" + bnd + b"\r\nContent-Disposition: form-data; name=\"a\"; filename=\"A.npy\"\r\n"
@@ -64,6 +69,8 @@ def seeds():
         ("json-data", "/v1/jobs", "application/json", jsd),
         ("raw", "/v1/matmul?m=2&k=3&n=4&dtype=float32", "application/octet-stream", raw),
         ("npy", "/v1/matmul", "multipart/form-data; boundary=fuzzboundary", mp),
+        ("json-batch", "/v1/matmul", "application/json", js3),
+        ("json-batch-data", "/v1/jobs", "application/json", js3d),
     ]
 
 

@@ -6,9 +6,9 @@
  * whose B is named in the query, or one matrix on its own (3). The body is decoded in those
  * chunks and in one piece: both must give the same matrices, or the same error (status,
  * code and message, byte offsets included), and leave nothing held. When a plain request
- * decodes, A and B are written back with gemm_json_write_matrix into a new body that must
- * decode to bit-identical matrices (the writer's digits round-trip). Built and run by
- * `make fuzz`. */
+ * decodes, A and B are written back with gemm_json_write_matrix (a 3-D operand, a batch,
+ * one matrix after the other inside one more array) into a new body that must decode to
+ * bit-identical matrices (the writer's digits round-trip). Built and run by `make fuzz`. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,8 +77,27 @@ static size_t bytes_of(const gemm_matrix *m)
 {
     size_t n;
     if (!m->data) return 0; /* a resident operand: shape only */
-    if (!gemm_matrix_bytes(m->rows, m->cols, m->dtype, &n)) abort();
+    if (!gemm_matrix_bytes(m->rows, m->cols, m->dtype, &n) || !gemm_mul_size(n, m->batch ? m->batch : 1, &n)) abort();
     return n;
+}
+
+/* m as JSON: nested arrays, three deep for a batch. */
+static void write_operand(gemm_buf *out, const gemm_matrix *m)
+{
+    if (!m->batch) {
+        gemm_json_write_matrix(out, m);
+        return;
+    }
+    gemm_matrix one = *m;
+    one.batch = 0;
+    size_t step = bytes_of(m) / m->batch;
+    gemm_buf_puts(out, "[");
+    for (uint64_t i = 0; i < m->batch; i++) {
+        if (i) gemm_buf_puts(out, ",");
+        one.data = (char *)m->data + i * step;
+        gemm_json_write_matrix(out, &one);
+    }
+    gemm_buf_puts(out, "]");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -103,11 +122,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         return 0;
     }
+    /* a product as NumPy matmul broadcasts a leading batch dimension; one matrix is 2-D */
     if (seed % 4 != 3 && (whole.a.cols != whole.b.rows || whole.a.dtype != whole.opt.dtype ||
-                          whole.b.dtype != whole.opt.dtype))
+                          whole.b.dtype != whole.opt.dtype || (whole.b.batch && whole.b.batch != whole.a.batch) ||
+                          ((whole.a.batch || whole.b.batch) && (!whole.a.data || !whole.b.data))))
         abort();
+    if (seed % 4 == 3 && whole.a.batch) abort();
     if (cut.a.rows != whole.a.rows || cut.a.cols != whole.a.cols || cut.b.rows != whole.b.rows ||
-        cut.b.cols != whole.b.cols || cut.a.dtype != whole.a.dtype ||
+        cut.b.cols != whole.b.cols || cut.a.dtype != whole.a.dtype || cut.a.batch != whole.a.batch ||
+        cut.b.batch != whole.b.batch ||
         (whole.a.data && memcmp(cut.a.data, whole.a.data, bytes_of(&whole.a))) ||
         (whole.b.data && memcmp(cut.b.data, whole.b.data, bytes_of(&whole.b))))
         abort();
@@ -122,9 +145,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     gemm_buf out;
     gemm_buf_init(&out);
     gemm_buf_printf(&out, "{\"dtype\": \"%s\", \"a\": ", gemm_dtype_name(whole.opt.dtype));
-    gemm_json_write_matrix(&out, &whole.a);
+    write_operand(&out, &whole.a);
     gemm_buf_puts(&out, ", \"b\": ");
-    gemm_json_write_matrix(&out, &whole.b);
+    write_operand(&out, &whole.b);
     gemm_buf_puts(&out, "}");
     if (out.failed) abort();
     outcome again;
@@ -134,7 +157,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     }
     if (again.a.rows != whole.a.rows || again.a.cols != whole.a.cols || again.b.rows != whole.b.rows ||
-        again.b.cols != whole.b.cols || memcmp(again.a.data, whole.a.data, bytes_of(&whole.a)) ||
+        again.b.cols != whole.b.cols || again.a.batch != whole.a.batch || again.b.batch != whole.b.batch || memcmp(again.a.data, whole.a.data, bytes_of(&whole.a)) ||
         memcmp(again.b.data, whole.b.data, bytes_of(&whole.b)))
         abort();
     outcome *all[3] = {&whole, &cut, &again};

@@ -244,7 +244,7 @@ static void test_structure_errors_name_the_place(void **state)
     expect_fail("{\"a\": [[1,2]], \"b\": {\"shape\": [2,1], \"data\": [1,true]}}", 400, "bad_matrix",
                 "b.data[1] is a boolean, expected a number");
     expect_fail("{\"a\": [[1,2]], \"b\": {\"shape\": [2], \"data\": [1,2]}}", 400, "bad_matrix", "b.shape");
-    expect_fail("{\"a\": [[1,2]], \"b\": {\"shape\": [2,1,1], \"data\": [1,2]}}", 400, "bad_matrix", "b.shape");
+    expect_fail("{\"a\": [[1,2]], \"b\": {\"shape\": [2,1,1,1], \"data\": [1,2]}}", 400, "bad_matrix", "b.shape");
     expect_fail("{\"a\": [[1,2]], \"b\": {\"shape\": [2,-1], \"data\": [1,2]}}", 400, "bad_matrix", "b.shape");
     expect_fail("{\"a\": [[1,2]], \"b\": {\"shape\": [2,0.5], \"data\": [1,2]}}", 400, "bad_matrix", "b.shape");
     expect_fail("{\"a\": [[1,2]], \"b\": {\"shape\": [2,1]}}", 400, "bad_matrix", "b.data");

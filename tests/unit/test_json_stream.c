@@ -127,7 +127,10 @@ static void free_result(result *r, const gemm_allocator *al)
     r->a.data = r->b.data = NULL;
 }
 
-static size_t mbytes(const gemm_matrix *m) { return (size_t)(m->rows * m->cols) * gemm_dtype_size(m->dtype); }
+static size_t mbytes(const gemm_matrix *m)
+{
+    return (size_t)(m->rows * m->cols * (m->batch ? m->batch : 1)) * gemm_dtype_size(m->dtype);
+}
 
 /* Two results are the same: both fail alike, or both give the same bits. */
 static void same_result(const result *x, const result *y, const char *body)
@@ -143,6 +146,8 @@ static void same_result(const result *x, const result *y, const char *body)
     assert_int_equal(x->a.cols, y->a.cols);
     assert_int_equal(x->b.rows, y->b.rows);
     assert_int_equal(x->b.cols, y->b.cols);
+    assert_int_equal(x->a.batch, y->a.batch);
+    assert_int_equal(x->b.batch, y->b.batch);
     assert_int_equal(x->a.dtype, y->a.dtype);
     assert_memory_equal(x->a.data, y->a.data, mbytes(&x->a));
     assert_memory_equal(x->b.data, y->b.data, mbytes(&x->b));
@@ -792,7 +797,7 @@ static void test_semantic_errors_in_order(void **state)
     expect_error("{\"a\": {\"shape\": [1, 1], \"data\": 5}, \"b\": [[1]]}", 400, "bad_matrix", "not a number");
     expect_error("{\"a\": {\"shape\": [1, 1], \"data\": {}}, \"b\": [[1]]}", 400, "bad_matrix", "not an object");
     expect_error("{\"a\": {\"shape\": [1, [1]], \"data\": [1]}, \"b\": [[1]]}", 400, "bad_matrix", "a.shape");
-    expect_error("{\"a\": {\"shape\": [1, 1, 1], \"data\": [1]}, \"b\": [[1]]}", 400, "bad_matrix", "a.shape");
+    expect_error("{\"a\": {\"shape\": [1, 1, 1, 1], \"data\": [1]}, \"b\": [[1]]}", 400, "bad_matrix", "a.shape");
     expect_error("{\"a\": {\"shape\": [1, -1], \"data\": [1]}, \"b\": [[1]]}", 400, "bad_matrix", "a.shape");
     expect_error("{\"a\": {\"shape\": [1, 1.5], \"data\": [1]}, \"b\": [[1]]}", 400, "bad_matrix", "a.shape");
     expect_error("{\"a\": {\"shape\": \"1x1\", \"data\": [1]}, \"b\": [[1]]}", 400, "bad_matrix", "a.shape");
@@ -1312,6 +1317,312 @@ static void test_one_matrix(void **state)
     gemm_allocator_host.free(NULL, m.data);
 }
 
+/* ---- batched (3-D) operands -------------------------------------------------------------- */
+
+/* A stack of batch rows x cols matrices as text: nested three deep, or {"shape": [b, r, c],
+ * "data": [flat]} with the shape first or last; its reference values in dst (row-major, the
+ * matrices one after the other). */
+static void stack_text(gemm_buf *b, gemm_dtype d, uint64_t batch, uint64_t rows, uint64_t cols, void *dst)
+{
+    if (below(2)) {
+        gemm_buf_puts(b, "[");
+        for (uint64_t s = 0; s < batch; s++) {
+            gemm_buf_puts(b, s ? ",[" : "[");
+            ws(b);
+            for (uint64_t i = 0; i < rows; i++) {
+                gemm_buf_puts(b, i ? ",[" : "[");
+                for (uint64_t j = 0; j < cols; j++) {
+                    if (j) gemm_buf_puts(b, ",");
+                    ws(b);
+                    element(b, d, dst, (size_t)((s * rows + i) * cols + j));
+                }
+                gemm_buf_puts(b, "]");
+            }
+            gemm_buf_puts(b, "]");
+        }
+        gemm_buf_puts(b, "]");
+        return;
+    }
+    int shape_first = (int)below(2);
+    gemm_buf_puts(b, "{");
+    if (shape_first)
+        gemm_buf_printf(b, "\"shape\":[%llu,%llu,%llu],", (unsigned long long)batch, (unsigned long long)rows,
+                        (unsigned long long)cols);
+    gemm_buf_puts(b, "\"data\":[");
+    for (uint64_t i = 0; i < batch * rows * cols; i++) {
+        if (i) gemm_buf_puts(b, ",");
+        ws(b);
+        element(b, d, dst, (size_t)i);
+    }
+    gemm_buf_puts(b, "]");
+    if (!shape_first)
+        gemm_buf_printf(b, ",\"shape\":[%llu,%llu,%llu]", (unsigned long long)batch, (unsigned long long)rows,
+                        (unsigned long long)cols);
+    gemm_buf_puts(b, "}");
+}
+
+/* Random batched requests - A (b, m, k) with B (b, k, n) or one (k, n), either form each,
+ * the dtype first, last, in the query or absent, in random chunks - give the values written,
+ * with the batch in gemm_matrix.batch (0 for a shared 2-D B). */
+static void test_batched_documents(void **state)
+{
+    (void)state;
+    for (int iter = 0; iter < 400; iter++) {
+        gemm_dtype d = (gemm_dtype)below(3);
+        int where = (int)below(4); /* 0 first, 1 last, 2 query, 3 none (float64) */
+        if (where == 3) d = GEMM_DTYPE_F64;
+        uint64_t bs = 1 + below(5), m = 1 + below(6), k = 1 + below(6), n = 1 + below(6);
+        if (iter % 40 == 0) bs = 150 + below(100); /* a large batch: outgrows the inline room */
+        int shared = (int)below(2), b_first = below(4) == 0;
+        uint64_t nb = shared ? 1 : bs;
+        size_t es = gemm_dtype_size(d);
+        void *ra = calloc((size_t)(bs * m * k), es), *rb = calloc((size_t)(nb * k * n), es);
+        gemm_buf b;
+        gemm_buf_init(&b);
+        gemm_buf_puts(&b, "{");
+        if (where == 0) gemm_buf_printf(&b, "\"dtype\":\"%s\",", gemm_dtype_name(d));
+        for (int i = 0; i < 2; i++) {
+            if (i) gemm_buf_puts(&b, ",");
+            ws(&b);
+            if ((i == 0) != b_first) {
+                gemm_buf_puts(&b, "\"a\":");
+                stack_text(&b, d, bs, m, k, ra);
+            } else {
+                gemm_buf_puts(&b, "\"b\":");
+                if (shared) matrix_text(&b, d, k, n, rb);
+                else stack_text(&b, d, bs, k, n, rb);
+            }
+        }
+        if (where == 1) gemm_buf_printf(&b, ",\"dtype\":\"%s\"", gemm_dtype_name(d));
+        gemm_buf_puts(&b, "}");
+        assert_false(b.failed);
+
+        gemm_options q;
+        gemm_options_init(&q);
+        if (where == 2) q.dtype = d;
+        long chunk = iter % 3 == 0 ? 1 : iter % 3 == 1 ? 0 : -17;
+        result r = decode_chunks(b.data, b.len, chunk, NULL, &gemm_allocator_host, &q, b.len);
+        if (r.rc) fprintf(stderr, "%s\n%.400s\n", r.err.message, b.data);
+        assert_int_equal(r.rc, 0);
+        assert_int_equal(r.a.dtype, d);
+        assert_int_equal(r.b.dtype, d);
+        assert_int_equal(r.a.batch, bs);
+        assert_int_equal(r.a.rows, m);
+        assert_int_equal(r.a.cols, k);
+        assert_int_equal(r.b.batch, shared ? 0 : bs);
+        assert_int_equal(r.b.rows, k);
+        assert_int_equal(r.b.cols, n);
+        if (memcmp(r.a.data, ra, (size_t)(bs * m * k) * es) || memcmp(r.b.data, rb, (size_t)(nb * k * n) * es)) {
+            fprintf(stderr, "wrong values (%s, dtype at %d):\n%.400s\n", gemm_dtype_name(d), where, b.data);
+            fail();
+        }
+        assert_int_equal(r.held_after, 0);
+        free_result(&r, &gemm_allocator_host);
+        gemm_buf_free(&b);
+        free(ra);
+        free(rb);
+    }
+    /* small ones, cut every way */
+    static const char *const docs[] = {
+        "{\"a\": [[[1, 2]], [[3, 4]]], \"b\": [[1], [2]]}",
+        "{\"b\": [[[1]], [[2]]], \"a\": {\"shape\": [2, 1, 1], \"data\": [3, 4]}, \"dtype\": \"int32\"}",
+        "{\"a\": {\"data\": [1, 2, 3], \"shape\": [3, 1, 1]}, \"b\": {\"shape\": [3, 1, 2], \"data\": [1,2,3,4,5,6]}}",
+        "{\"a\": [[[1, 2]], [[3]]], \"b\": [[1], [2]]}",
+        "{\"a\": [[[1]], [[2], [3]]], \"b\": [[1]]}",
+        "{\"a\": [[[[1]]]], \"b\": [[1]]}",
+        "{\"a\": [[[1]], [[2]]], \"b\": [[[1]], [[2]], [[3]]]}",
+        "{\"a\": [[1]], \"b\": [[[1]]]}",
+        "{\"a\": [[[1]], [[\"x\"]]], \"b\": [[1]], \"dtype\": \"float32\"}",
+    };
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
+        result r = chunk_invariant(docs[i], NULL);
+        free_result(&r, &gemm_allocator_host);
+    }
+    result r = chunk_invariant(docs[0], NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.a.batch, 2);
+    assert_int_equal(r.a.rows, 1);
+    assert_int_equal(r.a.cols, 2);
+    assert_int_equal(r.b.batch, 0);
+    assert_true(((double *)r.a.data)[3] == 4);
+    free_result(&r, &gemm_allocator_host);
+    /* a (1, m, k) array is a batch of one */
+    r = chunk_invariant("{\"a\": [[[1, 2], [3, 4]]], \"b\": [[[5], [6]]]}", NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.a.batch, 1);
+    assert_int_equal(r.a.rows, 2);
+    assert_int_equal(r.b.batch, 1);
+    assert_int_equal(r.b.rows, 2);
+    free_result(&r, &gemm_allocator_host);
+}
+
+static void test_batched_errors(void **state)
+{
+    (void)state;
+    /* structure: ragged rows, matrices of different sizes, wrong nesting */
+    expect_error("{\"a\": [[[1, 2]], [[3]]], \"b\": [[1], [2]]}", 400, "bad_matrix",
+                 "row 0 of a[1] has 1 elements, row 0 of a[0] has 2");
+    expect_error("{\"a\": [[[1, 2], [3, 4]], [[5, 6], [7]]], \"b\": [[1], [2]]}", 400, "bad_matrix",
+                 "row 1 of a[1] has 1 elements");
+    expect_error("{\"a\": [[[1]], [[2], [3]]], \"b\": [[1]]}", 400, "bad_matrix", "a[1] has 2 rows, a[0] has 1");
+    expect_error("{\"a\": [[[1]], 2], \"b\": [[1]]}", 400, "bad_matrix", "a[1] is a number; a is 3-D");
+    expect_error("{\"a\": [[[1]], {}], \"b\": [[1]]}", 400, "bad_matrix", "a[1] is an object; a is 3-D");
+    expect_error("{\"a\": [[[1]], [3]], \"b\": [[1]]}", 400, "bad_matrix", "a[1][0] is a number, expected an array (a row)");
+    expect_error("{\"a\": [[[1]], [{}]], \"b\": [[1]]}", 400, "bad_matrix", "a[1][0] is an object, expected an array");
+    expect_error("{\"a\": [[[[1]]]], \"b\": [[1]]}", 400, "bad_matrix",
+                 "a[0][0][0] is an array, expected a number (an operand has at most three dimensions");
+    expect_error("{\"a\": [[1], [[2]]], \"b\": [[1]]}", 400, "bad_matrix", "a[1][0] is an array, expected a number");
+    expect_error("{\"a\": {\"shape\": [1, 1, 1, 1], \"data\": [1]}, \"b\": [[1]]}", 400, "bad_matrix",
+                 "a.shape must be [rows, cols] or [batch, rows, cols]");
+    expect_error("{\"a\": {\"shape\": [2, 1, 1], \"data\": [1]}, \"b\": [[1]]}", 400, "bad_matrix",
+                 "a.data has 1 numbers but shape [2,1,1] needs 2");
+    expect_error("{\"a\": {\"data\": [1, 2, 3], \"shape\": [2, 1, 1]}, \"b\": [[1]]}", 400, "bad_matrix",
+                 "a.data has 3 numbers but shape [2,1,1] needs 2");
+    /* the product: batches as NumPy matmul broadcasts them, inner dimensions, empty ones */
+    expect_error("{\"a\": [[[1]], [[2]]], \"b\": [[[1]], [[2]], [[3]]]}", 422, "batch_mismatch",
+                 "A holds 2 matrices and B 3");
+    expect_error("{\"b\": {\"shape\": [3, 1, 1], \"data\": [1, 2, 3]}, \"a\": [[[1]], [[2]]]}", 422, "batch_mismatch",
+                 "A holds 2 matrices and B 3");
+    expect_error("{\"a\": [[1]], \"b\": [[[1]]]}", 422, "batch_mismatch", "B is 3-D (1 matrices) but A is 2-D");
+    expect_error("{\"b\": [[[1]], [[2]]], \"a\": [[1]]}", 422, "batch_mismatch", "B is 3-D (2 matrices) but A is 2-D");
+    expect_error("{\"a\": [[[1, 2]]], \"b\": [[[1]]]}", 422, "shape_mismatch", "A is 1x2 and B is 1x1");
+    expect_error("{\"a\": [[[1, 2]], [[3, 4]]], \"b\": [[1], [2], [3]]}", 422, "shape_mismatch", "A is 1x2 and B is 3x1");
+    expect_error("{\"a\": {\"shape\": [0, 1, 1], \"data\": []}, \"b\": [[1]]}", 422, "bad_batch", "A has a batch of 0");
+    expect_error("{\"a\": [[[1]]], \"b\": {\"shape\": [0, 1, 1], \"data\": []}}", 422, "bad_batch", "B has a batch of 0");
+    expect_error("{\"a\": [[[]]], \"b\": [[1]]}", 422, "empty_matrix", NULL);
+    expect_error("{\"a\": {\"shape\": [2, 0, 1], \"data\": []}, \"b\": [[1]]}", 422, "empty_matrix", NULL);
+    expect_error("{\"a\": {\"shape\": [1000001, 1, 1], \"data\": []}, \"b\": [[1]]}", 413, "too_large",
+                 "one request carries at most 1000000");
+    /* elements, named by their place */
+    expect_error("{\"a\": [[[1]], [[\"x\"]]], \"b\": [[1]]}", 400, "bad_matrix", "a[1][0][0] is a string, expected a number");
+    expect_error("{\"dtype\": \"int32\", \"a\": [[[1, 2]], [[3, 4.5]]], \"b\": [[1], [2]]}", 422, "bad_value",
+                 "a[1][0][1] = 4.5 is not an int32");
+    expect_error("{\"a\": [[[1, 2]], [[3, 4.5]]], \"b\": [[1], [2]], \"dtype\": \"int32\"}", 422, "bad_value",
+                 "a[1][0][1] = 4.5 is not an int32");
+    expect_error("{\"a\": [[[1], [2]], [[3], [1e39]]], \"b\": [[1]], \"dtype\": \"float32\"}", 422, "bad_value",
+                 "a[1][1][0] = 9.9999999999999994e+38 is beyond float32's range");
+    expect_error("{\"a\": [[[1]]], \"b\": {\"shape\": [1, 1, 2], \"data\": [1, null]}}", 400, "bad_matrix",
+                 "b.data[1] is null");
+    /* which error wins: structure before the batch, the batch before elements */
+    expect_error("{\"a\": [[[1]], [[2], [3]]], \"b\": [[[1]]]}", 400, "bad_matrix", "a[1] has 2 rows");
+    expect_error("{\"a\": [[[\"x\"]], [[2]]], \"b\": [[[1]]]}", 422, "batch_mismatch", NULL);
+    /* one matrix on its own (a resident matrix) is 2-D */
+    expect_one("[[[1]]]", 400, "bad_matrix", "matrix[0][0] is an array, expected a number");
+    expect_one("{\"shape\": [1, 1, 1], \"data\": [1]}", 400, "bad_matrix", "matrix.shape must be [rows, cols] with two");
+    /* a batched request takes no resident operand, named in the body or in the query */
+    expect_refs("{\"a\": [[[1, 2], [3, 4]]], \"b\": {\"ref\": \"F32\"}}", NULL, NULL, 400, "bad_option",
+                "a is 3-D (a batch of 1 matrices) and b is a resident matrix; a batched request takes no resident", 1);
+    expect_refs("{\"a\": {\"ref\": \"F32\"}, \"b\": {\"shape\": [4, 2, 2], \"data\": []}}", NULL, NULL, 400, "bad_option",
+                "b is 3-D (a batch of 4 matrices)", 1);
+    gemm_matrix named = {.rows = 2, .cols = 3, .dtype = GEMM_DTYPE_F64, .data = NULL, .batch = 0};
+    expect_refs("{\"a\": [[[1, 2]], [[3, 4]]]}", NULL, &named, 400, "bad_option", "a batched request takes no resident", 0);
+    expect_refs("{\"a\": [[[1, 2]]], \"b\": {\"ref\": \"nope\"}}", NULL, NULL, 404, "matrix_not_found", NULL, 1);
+}
+
+/* Limits and memory of 3-D operands: declared stacks checked before anything is allocated,
+ * storing stopped at the first element that makes the operand invalid, exact buffers when
+ * the size is known, nothing held at the end but the matrices. */
+static void test_batched_limits(void **state)
+{
+    (void)state;
+    counter c;
+    gemm_allocator al = counting(&c);
+    gemm_limits lim = {.max_dim = 1000, .max_elements = 20000, .max_body_bytes = 0};
+    static const char *const huge[] = {
+        "{\"a\": {\"shape\": [1000, 1000, 1000], \"data\": [1, 2, 3]}, \"b\": {\"shape\": [1000, 1], \"data\": []}}",
+        "{\"a\": {\"shape\": [1000001, 1, 1], \"data\": [1, 2, 3]}, \"b\": [[1]]}",
+        "{\"a\": {\"shape\": [1000000, 9007199254740992, 9007199254740992], \"data\": [1]}, "
+        "\"b\": {\"shape\": [9007199254740992, 1], \"data\": [1]}}",
+        "{\"a\": [[[1]]], \"b\": {\"shape\": [1, 1, 1001], \"data\": [1, 2, 3]}}",
+    };
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        for (int with_lim = 0; with_lim < 2; with_lim++) {
+            if (!with_lim && i == 3) continue; /* within the limits when there are none */
+            c.allocs = c.frees = 0;
+            result r = decode_chunks(huge[i], strlen(huge[i]), 5, with_lim ? &lim : NULL, &al, NULL, 0);
+            assert_int_equal(r.rc, -1);
+            if (with_lim || i == 1 || i == 2) { /* without limits, 8 GB for i = 0 would be fine */
+                assert_int_equal(r.err.status, 413);
+                assert_string_equal(r.err.code, "too_large");
+            }
+            assert_int_equal(c.allocs, 0);
+        }
+    }
+    gemm_buf b;
+    /* 5000 matrices of 2x4 int32 (40000 elements) against max_elements 20000 */
+    gemm_buf_init(&b);
+    gemm_buf_puts(&b, "{\"dtype\": \"int32\", \"a\": [");
+    for (int s = 0; s < 5000; s++) gemm_buf_printf(&b, "%s[[%d,1,2,3],[4,5,6,7]]", s ? "," : "", s % 97);
+    gemm_buf_puts(&b, "], \"b\": [[1],[2],[3],[4]]}");
+    memset(&c, 0, sizeof c);
+    c.fail_at = -1;
+    result r = decode_chunks(b.data, b.len, 4096, &lim, &al, NULL, b.len);
+    assert_int_equal(r.rc, -1);
+    assert_int_equal(r.err.status, 413);
+    assert_non_null(strstr(r.err.message, "A is 5000x2x4"));
+    assert_true(c.peak <= 3 * 20000 * 4);
+    assert_int_equal(c.now, 0);
+    gemm_buf_free(&b);
+    /* B with more matrices than A: storing B stops at the first one too many */
+    gemm_buf_init(&b);
+    gemm_buf_puts(&b, "{\"a\": [[[1, 2]], [[3, 4]]], \"b\": [");
+    for (int s = 0; s < 900; s++) gemm_buf_printf(&b, "%s[[1,2,3,4,5,6,7,8,9,10],[1,2,3,4,5,6,7,8,9,10]]", s ? "," : "");
+    gemm_buf_puts(&b, "]}");
+    memset(&c, 0, sizeof c);
+    c.fail_at = -1;
+    r = decode_chunks(b.data, b.len, 4096, &lim, &al, NULL, b.len);
+    assert_string_equal(r.err.code, "batch_mismatch");
+    assert_non_null(strstr(r.err.message, "A holds 2 matrices and B 900"));
+    assert_true(c.peak <= 2 * 2 * 10 * 8 + 2 * 2 * 8 + 64); /* B: exactly two matrices' room, at most */
+    assert_int_equal(c.now, 0);
+    gemm_buf_free(&b);
+    /* a 3-D B with a 2-D A is never stored; nor a 3-D operand with a resident other */
+    gemm_buf_init(&b);
+    gemm_buf_puts(&b, "{\"a\": [[1, 2]], \"b\": [");
+    for (int s = 0; s < 900; s++) gemm_buf_printf(&b, "%s[[1,2,3,4,5,6,7,8,9,10],[1,2,3,4,5,6,7,8,9,10]]", s ? "," : "");
+    gemm_buf_puts(&b, "]}");
+    memset(&c, 0, sizeof c);
+    c.fail_at = -1;
+    r = decode_chunks(b.data, b.len, 4096, &lim, &al, NULL, b.len);
+    assert_string_equal(r.err.code, "batch_mismatch");
+    assert_true(c.peak <= 2 * 8);
+    assert_int_equal(c.now, 0);
+    gemm_buf_free(&b);
+
+    /* exact buffers: a declared stack first, and B (3-D) after A (3-D), whose size A fixes */
+    const uint64_t bs = 40, m = 7, k = 9, n = 11;
+    gemm_buf_init(&b);
+    gemm_buf_printf(&b, "{\"dtype\": \"float32\", \"a\": {\"shape\": [%llu, %llu, %llu], \"data\": [", (unsigned long long)bs,
+                    (unsigned long long)m, (unsigned long long)k);
+    for (uint64_t i = 0; i < bs * m * k; i++) gemm_buf_printf(&b, i ? ",%llu" : "%llu", (unsigned long long)(i % 89));
+    gemm_buf_puts(&b, "]}, \"b\": [");
+    for (uint64_t s = 0; s < bs; s++) {
+        gemm_buf_puts(&b, s ? ",[" : "[");
+        for (uint64_t i = 0; i < k; i++) {
+            gemm_buf_puts(&b, i ? ",[" : "[");
+            for (uint64_t j = 0; j < n; j++) gemm_buf_printf(&b, j ? ",%llu" : "%llu", (unsigned long long)((s + i + j) % 7));
+            gemm_buf_puts(&b, "]");
+        }
+        gemm_buf_puts(&b, "]");
+    }
+    gemm_buf_puts(&b, "]}");
+    for (long chunk = 0; chunk <= 999; chunk += 999) {
+        memset(&c, 0, sizeof c);
+        c.fail_at = -1;
+        r = decode_chunks(b.data, b.len, chunk, NULL, &al, NULL, b.len);
+        assert_int_equal(r.rc, 0);
+        assert_int_equal(r.a.batch, bs);
+        assert_int_equal(r.b.batch, bs);
+        assert_int_equal(c.peak, (bs * m * k + bs * k * n) * 4); /* nothing but the two stacks, ever */
+        assert_int_equal(c.allocs, 2);
+        assert_true(((float *)r.b.data)[(bs - 1) * k * n + k * n - 1] == (float)((bs - 1 + k - 1 + n - 1) % 7));
+        assert_int_equal(r.held_after, 0);
+        free_result(&r, &al);
+        assert_int_equal(c.now, 0);
+    }
+    gemm_buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1331,6 +1642,9 @@ int main(void)
         cmocka_unit_test(test_held_and_offset),
         cmocka_unit_test(test_operands_by_reference),
         cmocka_unit_test(test_one_matrix),
+        cmocka_unit_test(test_batched_documents),
+        cmocka_unit_test(test_batched_errors),
+        cmocka_unit_test(test_batched_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
