@@ -3,10 +3,13 @@
 
 #include <cjson/cJSON.h>
 #include <float.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "json_number.h"
 
 /* ---- datatypes -------------------------------------------------------------- */
 
@@ -163,8 +166,8 @@ static int request_parameters(const cJSON *root, gemm_v2_request *r, int *binary
 }
 
 /* One entry of "inputs": name, datatype, shape, binary_data_size or data. */
-static int parse_input(const cJSON *t, size_t pos, int binary_ok, gemm_v2_request *r, int seen[2], gemm_dtype dts[2],
-                       gemm_err *err)
+static int parse_input(const cJSON *t, size_t pos, int binary_ok, const gemm_v2_input spans[2], gemm_v2_request *r,
+                       int seen[2], gemm_dtype dts[2], gemm_err *err)
 {
     char w[48];
     if (!cJSON_IsObject(t))
@@ -244,41 +247,54 @@ static int parse_input(const cJSON *t, size_t pos, int binary_ok, gemm_v2_reques
     }
     if (!data)
         return gemm_err_set(err, 400, "bad_data", "input %s has no \"data\" (nor binary_data_size)", input_name(which));
-    if (!cJSON_IsArray(data))
+    if (!cJSON_IsArray(data) || pos >= 2 || !spans[pos].data)
         return gemm_err_set(err, 400, "bad_data", "input %s: data is %s; expected an array of numbers (row-major)",
                             input_name(which), type_name(data));
-    in->data = data;
-    in->nested = data->child && cJSON_IsArray(data->child);
+    /* The array in the tree is the empty stand-in for the text the first pass measured. */
+    gemm_v2_input keep = *in;
+    *in = spans[pos];
+    in->rows = keep.rows;
+    in->cols = keep.cols;
     return 0;
 }
 
-/* The data array's layout against the (sane) shape. */
+static const char *char_type_name(char c)
+{
+    switch (c) {
+    case '"': return "a string";
+    case '[': return "an array";
+    case '{': return "an object";
+    case 't':
+    case 'f': return "a boolean";
+    case 'n': return "null";
+    default: return "a number";
+    }
+}
+
+/* The data array's layout (measured by the first pass) against the (sane) shape. */
 static int check_data(const gemm_v2_input *in, int which, gemm_err *err)
 {
-    const cJSON *data = in->data;
     if (!in->nested) {
-        uint64_t n = array_len(data);
-        if (n != in->rows * in->cols)
+        if (in->count != in->rows * in->cols)
             return gemm_err_set(err, 400, "bad_data", "input %s: data has %llu elements but shape [%llu,%llu] needs %llu",
-                                input_name(which), (unsigned long long)n, (unsigned long long)in->rows,
+                                input_name(which), (unsigned long long)in->count, (unsigned long long)in->rows,
                                 (unsigned long long)in->cols, (unsigned long long)(in->rows * in->cols));
         return 0;
     }
-    uint64_t i = 0;
-    for (const cJSON *row = data->child; row; row = row->next, i++) {
-        if (!cJSON_IsArray(row))
-            return gemm_err_set(err, 400, "bad_data", "input %s: data[%llu] is %s; nested data is an array of rows",
-                                input_name(which), (unsigned long long)i, type_name(row));
-        uint64_t n = array_len(row);
-        if (n != in->cols)
-            return gemm_err_set(err, 400, "bad_data", "input %s: data[%llu] has %llu elements but shape [%llu,%llu] "
-                                "has rows of %llu", input_name(which), (unsigned long long)i, (unsigned long long)n,
-                                (unsigned long long)in->rows, (unsigned long long)in->cols,
-                                (unsigned long long)in->cols);
-    }
-    if (i != in->rows)
+    /* the first row that is not an array or not of cols values */
+    uint64_t bad_len_row = in->row_len != in->cols ? 1 : in->odd_row, bad_len = in->row_len != in->cols ? in->row_len
+                                                                                                         : in->odd_len;
+    if (in->not_row && (!bad_len_row || in->not_row < bad_len_row))
+        return gemm_err_set(err, 400, "bad_data", "input %s: data[%llu] is %s; nested data is an array of rows",
+                            input_name(which), (unsigned long long)(in->not_row - 1), char_type_name(in->not_row_type));
+    if (bad_len_row)
+        return gemm_err_set(err, 400, "bad_data", "input %s: data[%llu] has %llu elements but shape [%llu,%llu] "
+                            "has rows of %llu", input_name(which), (unsigned long long)(bad_len_row - 1),
+                            (unsigned long long)bad_len, (unsigned long long)in->rows, (unsigned long long)in->cols,
+                            (unsigned long long)in->cols);
+    if (in->count != in->rows)
         return gemm_err_set(err, 400, "bad_data", "input %s: data has %llu rows but shape [%llu,%llu] needs %llu",
-                            input_name(which), (unsigned long long)i, (unsigned long long)in->rows,
+                            input_name(which), (unsigned long long)in->count, (unsigned long long)in->rows,
                             (unsigned long long)in->cols, (unsigned long long)in->rows);
     return 0;
 }
@@ -329,24 +345,370 @@ static int parse_outputs(const cJSON *root, int binary_default, gemm_v2_request 
     return 0;
 }
 
+/* ---- the first pass -------------------------------------------------------------
+ * Walks the whole header once, allocating nothing: checks its syntax, finds the "data"
+ * array of each of the first two inputs (the first "data" key of inputs[0] and inputs[1]
+ * of the first "inputs" key, keys compared as cJSON decodes them), checks that array
+ * strictly (RFC 8259 numbers) and measures it, and counts what cJSON will allocate for
+ * everything else. Outside those arrays it is as lenient as cJSON (which parses that part
+ * next), so that both agree on where every value ends. */
+
+#define V2_MAX_DEPTH 1000   /* cJSON's nesting limit */
+#define V2_ALLOC_SLACK 32   /* a malloc'd block takes at most its size and this much more */
+
+enum { V2_SKIP, V2_ROOT, V2_INPUTS, V2_INPUT };
+
+typedef struct {
+    const char *s;
+    size_t len, p;
+    int depth;
+    size_t fail_at;          /* where the syntax broke */
+    int seen_inputs;
+    uint64_t nodes, str_bytes;
+    gemm_v2_input span[2];   /* data of inputs[0] and inputs[1] (data NULL: not an array) */
+} v2_scan;
+
+static int is_ws(char c) { return (unsigned char)c <= 32; }
+static void skip_ws(v2_scan *sc)
+{
+    while (sc->p < sc->len && is_ws(sc->s[sc->p])) sc->p++;
+}
+static int bad(v2_scan *sc)
+{
+    sc->fail_at = sc->p;
+    return -1;
+}
+static int at(const v2_scan *sc, char c) { return sc->p < sc->len && sc->s[sc->p] == c; }
+
+static int hex4(const char *p, unsigned *out)
+{
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+        else return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A string at p: moves past it. key (cap bytes) gets its text as cJSON decodes it, up to a
+ * NUL (a C string ends there), or "" when it is longer or not ASCII: only short ASCII keys
+ * are looked for. Bad escapes are cJSON's to refuse. */
+static int scan_string(v2_scan *sc, char *key, size_t cap)
+{
+    size_t p = sc->p + 1, n = 0;
+    int over = 0, cut = 0;
+    while (p < sc->len && sc->s[p] != '"') {
+        unsigned cp = (unsigned char)sc->s[p];
+        size_t adv = 1;
+        if (cp == '\\') {
+            if (p + 1 >= sc->len) break;
+            char e = sc->s[p + 1];
+            adv = 2;
+            switch (e) {
+            case 'b': cp = '\b'; break;
+            case 'f': cp = '\f'; break;
+            case 'n': cp = '\n'; break;
+            case 'r': cp = '\r'; break;
+            case 't': cp = '\t'; break;
+            case '"':
+            case '\\':
+            case '/': cp = (unsigned char)e; break;
+            case 'u':
+                if (p + 6 <= sc->len && hex4(sc->s + p + 2, &cp) == 0) adv = 6;
+                else cp = 0x80;
+                break;
+            default: cp = 0x80;
+            }
+        }
+        if (key && !cut) {
+            if (cp == 0) cut = 1;
+            else if (cp < 0x80 && n + 1 < cap) key[n++] = (char)cp;
+            else over = 1;
+        }
+        p += adv;
+    }
+    if (p >= sc->len) {
+        sc->p = p;
+        return bad(sc);
+    }
+    sc->str_bytes += (p - sc->p) + V2_ALLOC_SLACK;
+    sc->p = p + 1;
+    if (key) key[over ? 0 : n] = '\0';
+    return 0;
+}
+
+static int scan_value(v2_scan *sc, int role, int pos);
+
+static int scan_literal(v2_scan *sc, const char *lit)
+{
+    size_t n = strlen(lit);
+    if (sc->len - sc->p < n || memcmp(sc->s + sc->p, lit, n) != 0) return bad(sc);
+    sc->p += n;
+    return 0;
+}
+
+/* A number of the tensor data: RFC 8259, at most GEMM_JSON_NUMBER_MAX characters. */
+static int scan_number_strict(v2_scan *sc)
+{
+    gemm_decimal d;
+    ptrdiff_t r = gemm_json_scan_number(sc->s + sc->p, sc->s + sc->len, 1, &d);
+    if (r <= 0) {
+        sc->p += (size_t)(-r) - 1;
+        return bad(sc);
+    }
+    if (r > GEMM_JSON_NUMBER_MAX) return bad(sc);
+    sc->p += (size_t)r;
+    return 0;
+}
+
+static int is_number_start(char c) { return c == '-' || gemm_num_is_digit(c); }
+
+/* One value inside a data array: a number (strict) or anything else (a bad_data later). */
+static int scan_element(v2_scan *sc)
+{
+    if (sc->p < sc->len && is_number_start(sc->s[sc->p])) return scan_number_strict(sc);
+    return scan_value(sc, V2_SKIP, 0);
+}
+
+/* Opens a container at p; then the caller's loop: after each value, ',' or close. */
+static int open_container(v2_scan *sc)
+{
+    if (++sc->depth > V2_MAX_DEPTH) return bad(sc);
+    sc->p++;
+    skip_ws(sc);
+    return 0;
+}
+
+/* ',' (1: another value follows) or the closing bracket (0); -1 otherwise. */
+static int next_or_close(v2_scan *sc, char close)
+{
+    skip_ws(sc);
+    if (at(sc, ',')) {
+        sc->p++;
+        skip_ws(sc);
+        return 1;
+    }
+    if (at(sc, close)) {
+        sc->p++;
+        sc->depth--;
+        return 0;
+    }
+    return bad(sc);
+}
+
+/* A row of nested data: its values counted into *n. */
+static int scan_row(v2_scan *sc, uint64_t *n)
+{
+    *n = 0;
+    if (open_container(sc)) return -1;
+    if (at(sc, ']')) {
+        sc->p++;
+        sc->depth--;
+        return 0;
+    }
+    for (;;) {
+        if (scan_element(sc)) return -1;
+        (*n)++;
+        int k = next_or_close(sc, ']');
+        if (k <= 0) return k;
+    }
+}
+
+/* The "data" array of input pos: measured, its text noted; the tree gets an empty one. */
+static int scan_data(v2_scan *sc, int pos)
+{
+    gemm_v2_input *d = &sc->span[pos];
+    memset(d, 0, sizeof *d);
+    size_t start = sc->p;
+    if (open_container(sc)) return -1;
+    if (at(sc, ']')) {
+        sc->p++;
+        sc->depth--;
+    } else {
+        for (uint64_t i = 0;; i++) {
+            if (i == 0) d->nested = at(sc, '[');
+            if (d->nested && at(sc, '[')) {
+                uint64_t n;
+                if (scan_row(sc, &n)) return -1;
+                if (i == 0) d->row_len = n;
+                else if (n != d->row_len && !d->odd_row) {
+                    d->odd_row = i + 1;
+                    d->odd_len = n;
+                }
+            } else {
+                if (d->nested && !d->not_row) {
+                    d->not_row = i + 1;
+                    d->not_row_type = sc->s[sc->p];
+                }
+                if (scan_element(sc)) return -1;
+            }
+            d->count++;
+            int k = next_or_close(sc, ']');
+            if (k < 0) return -1;
+            if (k == 0) break;
+        }
+    }
+    d->data = sc->s + start;
+    d->data_len = sc->p - start;
+    sc->nodes++; /* the stand-in */
+    return 0;
+}
+
+static int scan_object(v2_scan *sc, int role, int pos)
+{
+    int seen_data = 0;
+    if (open_container(sc)) return -1;
+    if (at(sc, '}')) {
+        sc->p++;
+        sc->depth--;
+        return 0;
+    }
+    for (;;) {
+        char key[8];
+        if (!at(sc, '"')) return bad(sc);
+        if (scan_string(sc, key, sizeof key)) return -1;
+        skip_ws(sc);
+        if (!at(sc, ':')) return bad(sc);
+        sc->p++;
+        skip_ws(sc);
+        int vrole = V2_SKIP, done = 0;
+        if (role == V2_ROOT && !sc->seen_inputs && strcmp(key, "inputs") == 0) {
+            sc->seen_inputs = 1;
+            vrole = V2_INPUTS;
+        } else if (role == V2_INPUT && !seen_data && strcmp(key, "data") == 0) {
+            seen_data = 1;
+            if (pos < 2 && at(sc, '[')) {
+                if (scan_data(sc, pos)) return -1;
+                done = 1;
+            }
+        }
+        if (!done && scan_value(sc, vrole, 0)) return -1;
+        int k = next_or_close(sc, '}');
+        if (k <= 0) return k;
+    }
+}
+
+static int scan_array(v2_scan *sc, int role)
+{
+    if (open_container(sc)) return -1;
+    if (at(sc, ']')) {
+        sc->p++;
+        sc->depth--;
+        return 0;
+    }
+    for (uint64_t i = 0;; i++) {
+        if (scan_value(sc, role == V2_INPUTS ? V2_INPUT : V2_SKIP, i < 2 ? (int)i : 2)) return -1;
+        int k = next_or_close(sc, ']');
+        if (k <= 0) return k;
+    }
+}
+
+static int scan_value(v2_scan *sc, int role, int pos)
+{
+    if (sc->p >= sc->len) return bad(sc);
+    char c = sc->s[sc->p];
+    sc->nodes++;
+    switch (c) {
+    case '{': return scan_object(sc, role, pos);
+    case '[': return scan_array(sc, role);
+    case '"': return scan_string(sc, NULL, 0);
+    case 't': return scan_literal(sc, "true");
+    case 'f': return scan_literal(sc, "false");
+    case 'n': return scan_literal(sc, "null");
+    default:
+        if (!is_number_start(c)) return bad(sc);
+        /* as cJSON reads a number: these characters, then strtod decides */
+        while (sc->p < sc->len && (gemm_num_is_digit(sc->s[sc->p]) || strchr("+-eE.", sc->s[sc->p]) != NULL) &&
+               sc->s[sc->p] != '\0')
+            sc->p++;
+        return 0;
+    }
+}
+
+/* ---- the request ----------------------------------------------------------------- */
+
+static int not_json(gemm_err *err, size_t off, int binary_ok)
+{
+    return gemm_err_set(err, 400, "bad_json", "the inference request is not valid JSON (at byte %zu)%s", off,
+                        binary_ok ? "; is Inference-Header-Content-Length right?" : "");
+}
+
 int gemm_v2_parse_request(const char *json, size_t len, int binary_ok, const gemm_limits *lim, gemm_v2_request *r,
                           gemm_err *err)
 {
-    const char *end = NULL;
+    return gemm_v2_parse_request_admitted(json, len, binary_ok, lim, NULL, NULL, r, err);
+}
+
+int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, const gemm_limits *lim,
+                                   gemm_v2_admit_fn admit, void *user, gemm_v2_request *r, gemm_err *err)
+{
     if (!json || len == 0)
         return gemm_err_set(err, 400, "bad_json", "the inference request is empty; expected a JSON object with \"inputs\"");
-    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
-    if (!root) {
-        size_t off = (end && end >= json && end <= json + len) ? (size_t)(end - json) : 0;
-        return gemm_err_set(err, 400, "bad_json", "the inference request is not valid JSON (at byte %zu)%s", off,
-                            binary_ok ? "; is Inference-Header-Content-Length right?" : "");
-    }
-    r->root = root;
-    size_t off = (size_t)(end - json);
+    v2_scan sc;
+    memset(&sc, 0, sizeof sc);
+    sc.s = json;
+    sc.len = len;
+    if (len >= 3 && memcmp(json, "\xef\xbb\xbf", 3) == 0) sc.p = 3; /* a byte order mark, as cJSON */
+    skip_ws(&sc);
+    size_t root_at = sc.p;
+    if (scan_value(&sc, V2_ROOT, 0) != 0) return not_json(err, sc.fail_at, binary_ok);
+    size_t off = sc.p;
     while (off < len && (json[off] == ' ' || json[off] == '\t' || json[off] == '\n' || json[off] == '\r')) off++;
     if (off < len)
         return gemm_err_set(err, 400, "bad_json", "unexpected data after the JSON object at byte %zu%s", off,
                             binary_ok ? "" : " (binary tensor data needs the Inference-Header-Content-Length header)");
+
+    /* The rest: the header with each data array replaced by [], parsed into a tree. */
+    size_t cut = 0;
+    for (int i = 0; i < 2; i++)
+        if (sc.span[i].data) cut += sc.span[i].data_len - 2;
+    size_t skel_len = sc.p - root_at - cut;
+    uint64_t bound = (uint64_t)skel_len + 1 + V2_ALLOC_SLACK + sc.nodes * (sizeof(cJSON) + V2_ALLOC_SLACK) +
+                     sc.str_bytes + GEMM_V2_ID_MAX + 2 * V2_ALLOC_SLACK;
+    if (admit && admit(user, bound, err) != 0) return -1;
+    char *skel = malloc(skel_len + 1);
+    if (!skel) return gemm_err_set(err, 503, "out_of_memory", "cannot parse the inference request now");
+    const gemm_v2_input *first = &sc.span[0], *second = &sc.span[1];
+    if (first->data && second->data && second->data < first->data) {
+        first = &sc.span[1];
+        second = &sc.span[0];
+    }
+    const char *from = json + root_at;
+    size_t k = 0;
+    for (const gemm_v2_input *sp = first; sp; sp = sp == first ? second : NULL) {
+        if (!sp->data) continue;
+        memcpy(skel + k, from, (size_t)(sp->data - from));
+        k += (size_t)(sp->data - from);
+        memcpy(skel + k, "[]", 2);
+        k += 2;
+        from = sp->data + sp->data_len;
+    }
+    memcpy(skel + k, from, (size_t)(json + sc.p - from));
+    k += (size_t)(json + sc.p - from);
+    skel[k] = '\0';
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(skel, k, &end, 0);
+    if (!root) {
+        /* where that is in the request: past the stand-ins before it */
+        size_t at_skel = end && end >= skel && end <= skel + k ? (size_t)(end - skel) : 0, at_req = root_at + at_skel;
+        size_t removed = 0;
+        for (const gemm_v2_input *sp = first; sp; sp = sp == first ? second : NULL) {
+            if (!sp->data) continue;
+            size_t in_skel = (size_t)(sp->data - json) - root_at - removed; /* where its [] is */
+            if (at_skel < in_skel + 2) break;
+            at_req += sp->data_len - 2;
+            removed += sp->data_len - 2;
+        }
+        free(skel);
+        return not_json(err, at_req, binary_ok);
+    }
+    free(skel);
+    r->root = root;
     if (!cJSON_IsObject(root))
         return gemm_err_set(err, 400, "bad_json", "the inference request is %s; expected a JSON object",
                             type_name(root));
@@ -371,7 +733,7 @@ int gemm_v2_parse_request(const char *json, size_t len, int binary_ok, const gem
     gemm_dtype dts[2] = {GEMM_DTYPE_INVALID, GEMM_DTYPE_INVALID};
     size_t pos = 0;
     for (const cJSON *t = inputs->child; t; t = t->next, pos++)
-        if (parse_input(t, pos, binary_ok, r, seen, dts, err) != 0) return -1;
+        if (parse_input(t, pos, binary_ok, sc.span, r, seen, dts, err) != 0) return -1;
     if (!seen[0] || !seen[1])
         return gemm_err_set(err, 400, "missing_input", "expected 2 inputs (A and B) but got %d; missing %s",
                             seen[0] + seen[1], !seen[0] && !seen[1] ? "A and B" : (!seen[0] ? "A" : "B"));
@@ -403,26 +765,39 @@ int gemm_v2_parse_request(const char *json, size_t len, int binary_ok, const gem
 
 /* ---- JSON tensor data ------------------------------------------------------------- */
 
-static int store(const cJSON *e, gemm_dtype d, void *dst, size_t idx, int which, gemm_err *err)
+/* The number at *p (checked by the first pass) into element idx of dst. */
+static int store(const char **p, const char *end, gemm_dtype dt, void *dst, size_t idx, int which, gemm_err *err)
 {
-    if (!cJSON_IsNumber(e))
+    if (!is_number_start(**p))
         return gemm_err_set(err, 400, "bad_data", "input %s: element %zu is %s; expected a number", input_name(which),
-                            idx, type_name(e));
-    double v = e->valuedouble;
-    switch (d) {
-    case GEMM_DTYPE_F32:
-        if (!(fabs(v) <= FLT_MAX))
+                            idx, char_type_name(**p));
+    gemm_decimal d;
+    ptrdiff_t n = gemm_json_scan_number(*p, end, 1, &d);
+    if (n <= 0) return gemm_err_set(err, 400, "bad_data", "input %s: element %zu is not a number", input_name(which), idx);
+    *p += n;
+    switch (dt) {
+    case GEMM_DTYPE_F32: {
+        float f = gemm_decimal_to_f32(&d);
+        if (isinf(f))
             return gemm_err_set(err, 400, "bad_data", "input %s: element %zu = %.17g is beyond FP32's range",
-                                input_name(which), idx, v);
-        ((float *)dst)[idx] = (float)v;
+                                input_name(which), idx, gemm_decimal_to_f64(&d));
+        ((float *)dst)[idx] = f;
         return 0;
-    case GEMM_DTYPE_F64:
-        if (!isfinite(v))
+    }
+    case GEMM_DTYPE_F64: {
+        double v = gemm_decimal_to_f64(&d);
+        if (isinf(v))
             return gemm_err_set(err, 400, "bad_data", "input %s: element %zu is beyond FP64's range", input_name(which),
                                 idx);
         ((double *)dst)[idx] = v;
         return 0;
-    default:
+    }
+    default: {
+        if (d.integer && !d.trunc && d.q == 0 && d.w <= 2147483648u && (d.neg || d.w <= 2147483647u)) {
+            ((int32_t *)dst)[idx] = d.neg ? (int32_t)(-(int64_t)d.w) : (int32_t)d.w;
+            return 0;
+        }
+        double v = gemm_decimal_to_f64(&d);
         if (!(v >= -2147483648.0 && v <= 2147483647.0) || v != floor(v))
             return gemm_err_set(err, 400, "bad_data",
                                 "input %s: element %zu = %.17g is not an INT32 (integers from -2147483648 to "
@@ -430,23 +805,48 @@ static int store(const cJSON *e, gemm_dtype d, void *dst, size_t idx, int which,
         ((int32_t *)dst)[idx] = (int32_t)v;
         return 0;
     }
+    }
+}
+
+static void fill_ws(const char **p, const char *end)
+{
+    while (*p < end && is_ws(**p)) (*p)++;
 }
 
 int gemm_v2_fill_input(const gemm_v2_request *r, int which, void *dst, gemm_err *err)
 {
     const gemm_v2_input *in = &r->in[which];
-    const cJSON *data = in->data;
-    if (in->binary || !data)
+    if (in->binary || !in->data)
         return gemm_err_set(err, 500, "internal_error", "input %s has no JSON data to convert", input_name(which));
-    size_t idx = 0;
-    if (!in->nested) {
-        for (const cJSON *e = data->child; e; e = e->next, idx++)
-            if (store(e, r->dtype, dst, idx, which, err)) return -1;
-        return 0;
+    /* The layout was checked against the shape: count values and rows as they come. */
+    const char *p = in->data + 1, *end = in->data + in->data_len;
+    size_t idx = 0, total = (size_t)(in->rows * in->cols);
+    fill_ws(&p, end);
+    while (p < end && *p != ']') {
+        if (in->nested) {
+            p++; /* '[' of a row */
+            fill_ws(&p, end);
+            while (p < end && *p != ']') {
+                if (idx >= total) return gemm_err_set(err, 500, "internal_error", "input %s: more data than checked",
+                                                      input_name(which));
+                if (store(&p, end, r->dtype, dst, idx++, which, err)) return -1;
+                fill_ws(&p, end);
+                if (p < end && *p == ',') p++;
+                fill_ws(&p, end);
+            }
+            p++; /* ']' */
+        } else {
+            if (idx >= total) return gemm_err_set(err, 500, "internal_error", "input %s: more data than checked",
+                                                  input_name(which));
+            if (store(&p, end, r->dtype, dst, idx++, which, err)) return -1;
+        }
+        fill_ws(&p, end);
+        if (p < end && *p == ',') p++;
+        fill_ws(&p, end);
     }
-    for (const cJSON *row = data->child; row; row = row->next)
-        for (const cJSON *e = row->child; e; e = e->next, idx++)
-            if (store(e, r->dtype, dst, idx, which, err)) return -1;
+    if (idx != total)
+        return gemm_err_set(err, 500, "internal_error", "input %s: %zu values where %zu were checked", input_name(which),
+                            idx, total);
     return 0;
 }
 

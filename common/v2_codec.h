@@ -51,12 +51,20 @@ typedef struct {
     uint64_t rows, cols;
     int binary;            /* its bytes follow the JSON header */
     size_t binary_bytes;   /* rows * cols * element size when binary */
-    const void *data;      /* JSON form: the "data" array (cJSON, inside root) */
-    int nested;            /* JSON form: [[row], [row], ...] rather than flat */
+    /* JSON form: the text of the "data" array, inside the caller's header (never a tree) */
+    const char *data;
+    size_t data_len;
+    int nested;            /* [[row], [row], ...] rather than flat */
+    uint64_t count;        /* values in the array (rows when nested) */
+    uint64_t row_len;      /* nested: values in row 0 */
+    uint64_t odd_row;      /* nested: 1 + the first row whose length is not row_len (0: none) */
+    uint64_t odd_len;      /*   and its length */
+    uint64_t not_row;      /* nested: 1 + the first value that is not an array (0: none) */
+    char not_row_type;     /*   its first character */
 } gemm_v2_input;
 
 typedef struct {
-    void *root;            /* the parsed JSON (cJSON); owned */
+    void *root;            /* the parsed header less its tensor data (cJSON); owned */
     char *id;              /* the request's "id" (valid UTF-8, owned), or NULL */
     gemm_dtype dtype;      /* of A and B */
     gemm_v2_input in[2];   /* [0] A, [1] B */
@@ -68,7 +76,11 @@ typedef struct {
 void gemm_v2_request_init(gemm_v2_request *r);
 void gemm_v2_request_free(gemm_v2_request *r);
 
-/* Parses and checks a whole inference request header (len bytes of JSON). binary_ok: the
+/* Parses and checks a whole inference request header (len bytes of JSON). The "data"
+ * arrays of the inputs are never parsed into a tree: a first pass checks the syntax of the
+ * whole header, measures each input's array (values, rows) and notes where its text lies;
+ * the rest (small in any sane request) is parsed by cJSON. json must stay valid until the
+ * JSON inputs are filled. binary_ok: the
  * body carries binary tensor data after the JSON (Inference-Header-Content-Length was
  * given); without it an input with binary_data_size is an error. Checks, before anything
  * is allocated: the structure, input and output names (A, B; C), datatypes, shapes
@@ -81,12 +93,23 @@ void gemm_v2_request_free(gemm_v2_request *r);
 int gemm_v2_parse_request(const char *json, size_t len, int binary_ok, const gemm_limits *lim, gemm_v2_request *r,
                           gemm_err *err);
 
+/* The same, with the memory the parse holds admitted first: after the first pass (which
+ * allocates nothing), admit(user, bytes, err) is called with a strict upper bound of what
+ * the tree of the rest will take (its text, every node and every string, each with the
+ * allocator's overhead); when it returns nonzero (err set: e.g. 503 over the memory
+ * budget) nothing is allocated and -1 is returned. admit may be NULL. */
+typedef int (*gemm_v2_admit_fn)(void *user, uint64_t bytes, gemm_err *err);
+int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, const gemm_limits *lim,
+                                   gemm_v2_admit_fn admit, void *user, gemm_v2_request *r, gemm_err *err);
+
 /* Converts JSON input `which` (0 A, 1 B; not a binary one) into dst, room for rows * cols
- * elements of r->dtype. Errors: 400 bad_data (not a number, int32 not an integer or out of
- * range, beyond the float range), naming the element. 0 or -1. */
+ * elements of r->dtype, straight from the header's text (json_number.h: float32 rounded
+ * from the decimal text, as strtof does). Errors: 400 bad_data (not a number, int32 not an
+ * integer or out of range, beyond the float range), naming the element. 0 or -1. */
 int gemm_v2_fill_input(const gemm_v2_request *r, int which, void *dst, gemm_err *err);
 
-/* Frees the parsed JSON once the JSON inputs are filled (in[].data become invalid). */
+/* Frees the parsed JSON once the JSON inputs are filled (in[].data are dropped; the
+ * caller may free the header text then). */
 void gemm_v2_release_json(gemm_v2_request *r);
 
 /* Appends one output tensor object: {"name": name, "datatype": .., "shape": [rows, cols],

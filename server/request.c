@@ -328,6 +328,16 @@ static int admit_declared(gemmd_request *req, uint64_t need, const char *what)
     return 0;
 }
 
+int gemmd_request_admit(gemmd_request *req, uint64_t need, const char *what)
+{
+    return admit_declared(req, need, what);
+}
+
+int gemmd_request_refuse(gemmd_request *req, uint64_t bytes, const char *what)
+{
+    return refuse(req, bytes, what);
+}
+
 static int charge_body(gemmd_request *req)
 {
     if (!body_fills_lazily(req)) return 0;

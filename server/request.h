@@ -101,7 +101,8 @@ struct gemmd_request {
     uint64_t limit;            /* body bytes allowed for this request */
     uint64_t body_charged;     /* bytes of the body charged against the budget so far */
     struct gemm_json_stream *js; /* JSON bodies: the decoder (gemm_json_stream_held: its bytes) */
-    char *json;                /* the v2 route's JSON header (routes_v2.c) */
+    char *json;                /* the v2 route's JSON header (routes_v2.c), its json_cap bytes
+                                  charged in body_charged */
     size_t json_len, json_cap;
     size_t raw_a_bytes, raw_total, raw_got;
     gemm_multipart *mp;
@@ -153,6 +154,13 @@ int gemmd_body_begin(gemmd_request *req);
 void gemmd_body_feed(gemmd_request *req, const char *data, size_t len);
 /* The body is complete: finishes decoding into req->a, req->b. 0 or -1 (req->err). */
 int gemmd_body_finish(gemmd_request *req);
+
+/* Before a body is read: 413 too_large when need bytes can never fit the memory budget,
+ * 503 over_budget (with req->retry_after_s) when they do not fit now; nothing is charged.
+ * 0 or -1 with req->err set. */
+int gemmd_request_admit(gemmd_request *req, uint64_t need, const char *what);
+/* 503 over_budget for bytes the budget refused (req->err, req->retry_after_s). Returns -1. */
+int gemmd_request_refuse(gemmd_request *req, uint64_t bytes, const char *what);
 
 /* Checks a batched product before anything is allocated: A (batch x m x k), B (b_batch x
  * k x n, or one k x n when b_batch is 0) and C (batch x m x n) within the limits. 0 or -1

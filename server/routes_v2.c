@@ -10,6 +10,13 @@
  * way of POST /v1/matmul (gemmd_route_matmul: submit, suspend, resume; its answer step
  * hands v2 requests to gemmd_v2_answer), and C is answered
  * as JSON tensor data or, when asked for, as binary tensor data sent from C itself.
+ *
+ * Memory, as on /v1 (budget.h): the declared body is admitted before a byte is read; the
+ * header buffer is charged as it grows (kind bodies), and so is the parse of the header
+ * (its JSON tensor data is converted from the text, never held as a tree: v2_codec.h),
+ * both given back once A and B are filled; A, B and C come from the charging allocator
+ * (inputs); the answer is charged until MHD has sent it (answers): the JSON text at its
+ * largest before it is written, or the header and C of a binary answer.
  */
 #include "routes_v2.h"
 
@@ -173,7 +180,11 @@ enum MHD_Result gemmd_v2_respond_error(gemmd_request *req, const gemm_err *err)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     if (status == 405 && req->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, req->allow);
     if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"gemmd\"");
-    if (status == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (status == 503) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%d", req->retry_after_s > 0 ? req->retry_after_s : 1);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
     return gemmd_respond_queue(req, status, r);
 }
 
@@ -304,7 +315,8 @@ static int begin_infer(gemmd_request *req)
                                                "(binary_data_size and Inference-Header-Content-Length)"
                                              : "the body has %llu bytes; this server takes at most %llu (max_body_mb)",
                                 (unsigned long long)req->content_length, (unsigned long long)req->limit);
-        return 0;
+        /* a chunked body is charged as it arrives */
+        return req->has_length ? gemmd_request_admit(req, req->content_length, "the JSON body") : 0;
     }
     if (gemm_parse_u64(hl, &v->header_len) != 0 || v->header_len == 0)
         return gemm_err_set(err, 400, "bad_header_length",
@@ -326,21 +338,33 @@ static int begin_infer(gemmd_request *req)
         return gemm_err_set(err, 400, "bad_header_length",
                             "Inference-Header-Content-Length (%llu) is larger than the body (%llu bytes)",
                             (unsigned long long)v->header_len, (unsigned long long)req->content_length);
-    return 0;
+    /* the binary tensor data becomes A and B: the body is what the inputs will hold */
+    return gemmd_request_admit(req, req->content_length, "the request body (JSON header and tensor data)");
 }
 
-/* Appends to the JSON buffer, growing it towards what the headers announce. */
+static gemmd_budget *budget(gemmd_request *req) { return req->srv->budget; }
+
+/* Appends to the JSON buffer, growing it (by doubling) towards what the headers announce.
+ * Each growth is charged before it is made, old and new block together while realloc may
+ * hold both. */
 static int json_append(gemmd_request *req, const char *data, size_t len)
 {
     gemmd_v2 *v = state(req);
     if (req->json_len + len + 1 > req->json_cap) {
-        size_t cap = req->json_cap ? req->json_cap : 4096;
+        size_t old = req->json_cap, cap = old ? old : 4096;
         while (cap < req->json_len + len + 1) cap *= 2;
         uint64_t whole = v->has_header_len ? v->header_len : req->has_length ? req->content_length : 0;
         if (whole && cap > whole + 1) cap = (size_t)whole + 1;
         if (cap < req->json_len + len + 1) cap = req->json_len + len + 1;
+        if (gemmd_budget_charge(budget(req), GEMMD_MEM_BODY, cap) != 0)
+            return gemmd_request_refuse(req, cap, "the JSON header");
         char *p = realloc(req->json, cap);
-        if (!p) return gemm_err_set(&req->err, 503, "out_of_memory", "cannot buffer the JSON header now");
+        if (!p) {
+            gemmd_budget_release(budget(req), GEMMD_MEM_BODY, cap);
+            return gemm_err_set(&req->err, 503, "out_of_memory", "cannot buffer the JSON header now");
+        }
+        gemmd_budget_release(budget(req), GEMMD_MEM_BODY, old);
+        req->body_charged = req->body_charged - old + cap;
         req->json = p;
         req->json_cap = cap;
     }
@@ -350,19 +374,23 @@ static int json_append(gemmd_request *req, const char *data, size_t len)
     return 0;
 }
 
-/* The header is complete: parse it, check the sizes, allocate A and B, fill the JSON
- * inputs and lay out where the binary bytes go. 0 or -1 (req->err). */
-static int header_done(gemmd_request *req)
+/* The parse of the header is charged (kind bodies) before it allocates. */
+static int admit_parse(void *user, uint64_t bytes, gemm_err *err)
+{
+    gemmd_request *req = user;
+    if (gemmd_budget_charge(budget(req), GEMMD_MEM_BODY, bytes) != 0)
+        return gemmd_budget_refuse(budget(req), bytes, "parsing the JSON header", err, &req->retry_after_s);
+    req->body_charged += bytes;
+    return 0;
+}
+
+/* The parsed header: checks the sizes against the body, allocates A and B (charged as
+ * inputs), fills the JSON inputs and lays out where the binary bytes go. 0 or -1. */
+static int take_inputs(gemmd_request *req)
 {
     gemmd_v2 *v = state(req);
     gemm_err *err = &req->err;
     gemm_v2_request *r = &v->r;
-    int rc = gemm_v2_parse_request(req->json, req->json_len, v->has_header_len, limits(req), r, err);
-    free(req->json);
-    req->json = NULL;
-    req->json_len = req->json_cap = 0;
-    if (rc != 0) return -1;
-
     uint64_t bin = 0;
     for (int i = 0; i < 2; i++)
         if (r->in[i].binary) bin += r->in[i].binary_bytes; /* each <= max_elements * 8: no overflow */
@@ -374,19 +402,22 @@ static int header_done(gemmd_request *req)
                             (unsigned long long)(v->header_len + bin));
 
     gemm_matrix *m[2] = {&req->a, &req->b};
+    size_t bytes[2];
+    for (int i = 0; i < 2; i++)
+        gemm_matrix_bytes(r->in[i].rows, r->in[i].cols, r->dtype, &bytes[i]); /* checked by the parser */
     for (int i = 0; i < 2; i++) {
-        size_t bytes;
-        gemm_matrix_bytes(r->in[i].rows, r->in[i].cols, r->dtype, &bytes); /* checked by the parser */
-        m[i]->data = gemm_engine_host_alloc(req->srv->engine, bytes);
-        if (!m[i]->data)
-            return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for %s now; retry later", bytes,
-                                i ? "B" : "A");
+        gemmd_budget_take_refusal();
+        m[i]->data = gemm_alloc(&req->srv->alloc, bytes[i]);
+        if (!m[i]->data) {
+            if (gemmd_budget_take_refusal()) return gemmd_request_refuse(req, bytes[0] + bytes[1], "A and B");
+            return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for %s now; retry later",
+                                bytes[i], i ? "B" : "A");
+        }
         m[i]->rows = r->in[i].rows;
         m[i]->cols = r->in[i].cols;
         m[i]->dtype = r->dtype;
         if (!r->in[i].binary && gemm_v2_fill_input(r, i, m[i]->data, err) != 0) return -1;
     }
-    gemm_v2_release_json(r);
     for (int k = 0; k < 2; k++) {
         int i = r->order[k];
         if (!r->in[i].binary) continue;
@@ -399,6 +430,23 @@ static int header_done(gemmd_request *req)
     req->opt.dtype = r->dtype;
     v->parsed = 1;
     return 0;
+}
+
+/* The header is complete: parse it and take the inputs; then the header's text and its
+ * parse are given back, whatever happened. 0 or -1 (req->err). */
+static int header_done(gemmd_request *req)
+{
+    gemmd_v2 *v = state(req);
+    int rc = gemm_v2_parse_request_admitted(req->json, req->json_len, v->has_header_len, limits(req), admit_parse, req,
+                                            &v->r, &req->err);
+    if (rc == 0) rc = take_inputs(req);
+    gemm_v2_release_json(&v->r);
+    free(req->json);
+    req->json = NULL;
+    req->json_len = req->json_cap = 0;
+    gemmd_budget_release(budget(req), GEMMD_MEM_BODY, req->body_charged);
+    req->body_charged = 0;
+    return rc;
 }
 
 static void fail(gemmd_request *req) { req->failed = 1; }
@@ -489,18 +537,24 @@ enum MHD_Result gemmd_v2_body_done(gemmd_request *req)
     return gemmd_route_matmul(req);
 }
 
+/* A binary answer: the JSON header, then C sent from where the product left it. Both are
+ * charged as answers until MHD is done with them. */
 typedef struct {
     char *head;            /* the JSON header */
     size_t head_len;
     const unsigned char *c;
     size_t c_len;
-    gemm_engine *engine;
+    const gemm_allocator *alloc; /* C's (the charging allocator) */
     void *owned;           /* C, freed with the answer */
+    gemmd_budget *budget;
+    uint64_t head_charge;
+    gemmd_conn *cx;        /* told how much the client has taken (send deadline) */
 } v2_payload;
 
 static ssize_t payload_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     v2_payload *p = cls;
+    gemmd_conn_progress(p->cx, pos);
     uint64_t total = p->head_len + p->c_len;
     if (pos >= total) return MHD_CONTENT_READER_END_OF_STREAM;
     size_t off = (size_t)pos, n = 0;
@@ -522,8 +576,9 @@ static ssize_t payload_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void payload_free(void *cls)
 {
     v2_payload *p = cls;
-    gemm_engine_host_free(p->engine, p->owned);
+    gemm_free(p->alloc, p->owned);
     free(p->head);
+    gemmd_budget_release(p->budget, GEMMD_MEM_ANSWER, p->head_charge);
     free(p);
 }
 
@@ -575,14 +630,29 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
         return gemmd_v2_respond_error(req, &job->err);
     }
     gemm_matrix c = {.rows = job->m, .cols = job->n, .dtype = job->dtype, .data = job->c};
+    gemmd_server *srv = req->srv;
+    int binary = v->r.binary_output;
+    /* The answer's text at its largest (C's elements as JSON, or none), admitted before it
+     * is written: the parameters and an id of GEMM_V2_ID_MAX bytes, escaped, fit in 8 KiB. */
+    uint64_t est = (binary ? 0 : gemm_v2_json_bytes_bound(c.rows, c.cols, c.dtype)) + 8192;
+    if (est > SIZE_MAX || gemmd_budget_charge(srv->budget, GEMMD_MEM_ANSWER, est) != 0) {
+        gemm_free(&srv->alloc, job->c);
+        job->c = NULL;
+        gemm_err e;
+        gemmd_budget_refuse(srv->budget, est, "the JSON answer", &e, &req->retry_after_s);
+        return gemmd_v2_respond_error(req, &e);
+    }
     double t0 = gemm_now_ms();
     gemm_buf b;
     gemm_buf_init(&b);
+    b.data = malloc((size_t)est);
+    b.cap = b.data ? (size_t)est : 0;
+    b.failed = !b.data;
     answer_head(&b, v);
-    gemm_v2_write_output(&b, "C", &c, v->r.binary_output);
+    gemm_v2_write_output(&b, "C", &c, binary);
     gemm_buf_puts(&b, "]");
-    if (!v->r.binary_output) {
-        gemm_engine_host_free(req->srv->engine, job->c); /* encoded: C goes now */
+    if (!binary) {
+        gemm_free(&srv->alloc, job->c); /* encoded: C goes now */
         job->c = NULL;
     }
     double t1 = gemm_now_ms();
@@ -590,25 +660,38 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
     t->total_ms = t1 - req->t_start_ms;
     answer_parameters(&b, job, t);
     gemm_buf_puts(&b, "}");
+    if (!binary) gemm_buf_puts(&b, "\n");
     if (b.failed) {
         gemm_buf_free(&b);
+        gemmd_budget_release(srv->budget, GEMMD_MEM_ANSWER, est);
         return v2_error(req, 500, "out_of_memory", "cannot build the answer");
     }
-    if (!v->r.binary_output) {
-        gemm_buf_puts(&b, "\n");
-        return gemmd_respond_json(req, 200, &b);
+    /* Charged what is held now: the text itself (more, if it outgrew the bound). */
+    char *shrunk = realloc(b.data, b.len + 1);
+    if (shrunk) {
+        b.data = shrunk;
+        b.cap = b.len + 1;
     }
+    uint64_t held = b.cap;
+    if (held > est && gemmd_budget_adjust(srv->budget, GEMMD_MEM_ANSWER, est, held) != 0) held = est;
+    else if (held < est) gemmd_budget_adjust(srv->budget, GEMMD_MEM_ANSWER, est, held);
+    if (!binary) return gemmd_respond_encoded_json(req, 200, &b, held, NULL);
 
     v2_payload *p = calloc(1, sizeof *p);
     if (!p) {
         gemm_buf_free(&b);
+        gemmd_budget_release(srv->budget, GEMMD_MEM_ANSWER, held);
         return v2_error(req, 500, "out_of_memory", "cannot build the answer");
     }
     p->head = b.data; /* the payload owns the header text and C from here on */
     p->head_len = b.len;
-    p->engine = req->srv->engine;
+    p->budget = srv->budget;
+    p->head_charge = held;
+    p->alloc = &srv->alloc;
     p->owned = job->c;
     p->c = job->c;
+    p->cx = req->cx;
+    gemmd_budget_retag(srv->budget, job->c, GEMMD_MEM_ANSWER);
     job->c = NULL;
     gemm_matrix_bytes(c.rows, c.cols, c.dtype, &p->c_len);
     uint64_t total = p->head_len + p->c_len;

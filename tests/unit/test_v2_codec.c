@@ -408,6 +408,135 @@ static void test_write_output(void **state)
     gemm_buf_free(&b);
 }
 
+
+/* The first pass finds the data arrays as cJSON reads the keys: escapes decoded, the first
+ * of two equal keys, a key cut at \u0000; and only those of "inputs". */
+static void test_data_keys(void **state)
+{
+    (void)state;
+    gemm_v2_request r;
+    gemm_err err;
+    float a[2], b[2];
+    const char *bodies[] = {
+        "{\"inputs\":[{\"name\":\"A\",\"shape\":[1,2],\"datatype\":\"FP32\",\"d\\u0061ta\":[1,2]},"
+        "{\"name\":\"B\",\"shape\":[2,1],\"datatype\":\"FP32\",\"data\":[3,4]}]}",
+        "{\"inputs\":[{\"name\":\"A\",\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":[1,2],\"data\":[9,9,9]},"
+        "{\"name\":\"B\",\"shape\":[2,1],\"datatype\":\"FP32\",\"data\\u0000x\":[3,4],\"data\":[8]}]}",
+        "{\"inputs\":[{\"name\":\"A\",\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":[1,2]},"
+        "{\"name\":\"B\",\"shape\":[2,1],\"datatype\":\"FP32\",\"data\":[3,4]}],"
+        "\"inputs\":[{\"name\":\"A\",\"data\":[7]}],\"parameters\":{\"data\":[[1],[2]]}}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        if (parse(bodies[i], 0, &r, &err) != 0) fail_msg("%s: %s %s", bodies[i], err.code, err.message);
+        assert_int_equal(gemm_v2_fill_input(&r, 0, a, &err), 0);
+        assert_int_equal(gemm_v2_fill_input(&r, 1, b, &err), 0);
+        assert_true(a[0] == 1 && a[1] == 2 && b[0] == 3 && b[1] == 4);
+        gemm_v2_request_free(&r);
+    }
+}
+
+/* Tensor data is RFC 8259 strictly (cJSON took "01" and "1."); syntax errors anywhere are
+ * bad_json at their byte in the request, after a data array too. */
+static void test_data_syntax(void **state)
+{
+    (void)state;
+    const char *B = "{\"name\":\"B\",\"shape\":[2,1],\"datatype\":\"FP32\",\"data\":[1,2]}";
+    const char *bad[] = {"[01,2]", "[1.,2]", "[.5,2]", "[+1,2]", "[1,2,]", "[[1,2]", "[1 2]", "[NaN,1]", "[1,2]]"};
+    char body[512];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "{\"inputs\":[{\"name\":\"A\",\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":%s},%s]}",
+                 bad[i], B);
+        expect_fail(body, 0, 400, "bad_json", "not valid JSON");
+    }
+    /* a bad token after the data: its offset in the request, not in what cJSON saw */
+    snprintf(body, sizeof body, "{\"inputs\":[{\"name\":\"A\",\"data\":[1, 2, 3, 4],\"shape\":[1,2] x},%s]}", B);
+    char want[64];
+    snprintf(want, sizeof want, "at byte %zu)", (size_t)(strchr(body, 'x') - body));
+    expect_fail(body, 0, 400, "bad_json", want);
+    /* one cJSON refuses (a bad escape in a key after the data) */
+    snprintf(body, sizeof body, "{\"inputs\":[{\"name\":\"A\",\"data\":[1, 2, 3, 4],\"\\q\":1},%s]}", B);
+    expect_fail(body, 0, 400, "bad_json", "not valid JSON");
+    /* nesting deeper than cJSON takes */
+    size_t n = 1200;
+    char *deep = malloc(2 * n + 64);
+    assert_non_null(deep);
+    strcpy(deep, "{\"x\":");
+    memset(deep + 5, '[', n);
+    memset(deep + 5 + n, ']', n);
+    strcpy(deep + 5 + 2 * n, "}");
+    expect_fail(deep, 0, 400, "bad_json", "not valid JSON");
+    free(deep);
+}
+
+typedef struct {
+    uint64_t asked;
+    int refuse;
+} admit_log;
+
+static int admit(void *user, uint64_t bytes, gemm_err *err)
+{
+    admit_log *l = user;
+    l->asked = bytes;
+    if (l->refuse) return gemm_err_set(err, 503, "over_budget", "no room for %llu", (unsigned long long)bytes);
+    return 0;
+}
+
+/* The tree of the rest is admitted before it is allocated, and the tensor data is not in it. */
+static void test_admission(void **state)
+{
+    (void)state;
+    enum { R = 300, C = 300 };
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemm_buf_puts(&b, "{\"id\":\"x\",\"inputs\":[{\"name\":\"A\",\"shape\":[300,300],\"datatype\":\"FP64\",\"data\":[");
+    for (int i = 0; i < R * C; i++) gemm_buf_printf(&b, "%s%d.125", i ? "," : "", i % 1000);
+    gemm_buf_puts(&b, "]},{\"name\":\"B\",\"shape\":[300,1],\"datatype\":\"FP64\",\"data\":[");
+    for (int i = 0; i < R; i++) gemm_buf_printf(&b, "%s[%d]", i ? "," : "", i);
+    gemm_buf_puts(&b, "]}]}");
+    assert_false(b.failed);
+    const gemm_limits big = {1000, 1000000, 1u << 30};
+    gemm_v2_request r;
+    gemm_err err;
+    admit_log l = {0, 0};
+    gemm_v2_request_init(&r);
+    assert_int_equal(gemm_v2_parse_request_admitted(b.data, b.len, 0, &big, admit, &l, &r, &err), 0);
+    /* a few nodes and strings: KiBs, where the body has MBs (and its tree took ~80 bytes a number) */
+    assert_true(l.asked > 0 && l.asked < 16384);
+    assert_true(b.len > 500000);
+    double *a = malloc(sizeof(double) * R * C), bb[R];
+    assert_non_null(a);
+    assert_int_equal(gemm_v2_fill_input(&r, 0, a, &err), 0);
+    assert_int_equal(gemm_v2_fill_input(&r, 1, bb, &err), 0);
+    for (int i = 0; i < R * C; i++) assert_true(a[i] == (i % 1000) + 0.125);
+    for (int i = 0; i < R; i++) assert_true(bb[i] == i);
+    gemm_v2_request_free(&r);
+    free(a);
+
+    /* a refusal: its error, nothing parsed */
+    l.refuse = 1;
+    gemm_v2_request_init(&r);
+    assert_int_equal(gemm_v2_parse_request_admitted(b.data, b.len, 0, &big, admit, &l, &r, &err), -1);
+    assert_int_equal(err.status, 503);
+    assert_string_equal(err.code, "over_budget");
+    assert_null(r.root);
+    gemm_v2_request_free(&r);
+
+    /* numbers elsewhere (not tensor data) are in the tree, and in what is admitted */
+    gemm_buf o;
+    gemm_buf_init(&o);
+    gemm_buf_puts(&o, "{\"parameters\":{\"junk\":[");
+    for (int i = 0; i < 10000; i++) gemm_buf_printf(&o, "%s%d", i ? "," : "", i);
+    gemm_buf_puts(&o, "]},\"inputs\":[]}");
+    l.refuse = 0;
+    gemm_v2_request_init(&r);
+    assert_int_equal(gemm_v2_parse_request_admitted(o.data, o.len, 0, &big, admit, &l, &r, &err), -1);
+    assert_string_equal(err.code, "missing_input");
+    assert_true(l.asked >= 10000 * sizeof(cJSON));
+    gemm_v2_request_free(&r);
+    gemm_buf_free(&o);
+    gemm_buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -420,6 +549,9 @@ int main(void)
         cmocka_unit_test(test_limits_before_allocation),
         cmocka_unit_test(test_id_utf8),
         cmocka_unit_test(test_write_output),
+        cmocka_unit_test(test_data_keys),
+        cmocka_unit_test(test_data_syntax),
+        cmocka_unit_test(test_admission),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
