@@ -165,6 +165,11 @@ def debug_log(tap, rng):
         tap.ok(jid and jid not in log, "debug log: never the whole job id", log[-2500:])
     with Daemon(tap, config={"backend": "cpu", "log_level": "info"}) as d:
         d.matmul_json(a, b, dtype="float64")
+        # The access line is written once the answer has gone out, which may be just after
+        # the client has it: wait for it before reading the log.
+        deadline = time.monotonic() + 10 * SLOW
+        while time.monotonic() < deadline and " info  request method=POST" not in d.read_log():
+            time.sleep(0.02)
         log = d.read_log()
         tap.ok(" debug " not in log and " info  request method=POST" in log, "info level: no debug lines", log[-1500:])
 
