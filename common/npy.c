@@ -171,7 +171,9 @@ static int dtype_error(const char *raw, gemm_err *err)
     if (order == '|' && strcmp(t, "V2") == 0)
         return gemm_err_set(err, 415, "unsupported_dtype",
                             "dtype '%s' is an opaque 2-byte type; bfloat16 is taken as '<V2', the form "
-                            "np.save writes for an ml_dtypes.bfloat16 array (a.astype(ml_dtypes.bfloat16))", descr);
+                            "np.save writes for an ml_dtypes.bfloat16 array (a.astype(ml_dtypes.bfloat16)); "
+                            "the others are float32 ('<f4'), float64 ('<f8'), int32 ('<i4') and float16 ('<f2')",
+                            descr);
     return gemm_err_set(err, 415, "unsupported_dtype",
                         "dtype '%s' is not supported; use float32 ('<f4'), float64 ('<f8'), int32 ('<i4'), "
                         "float16 ('<f2') or bfloat16 ('<V2', as ml_dtypes saves it), e.g. a.astype('<f8')", descr);
