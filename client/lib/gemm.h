@@ -120,7 +120,7 @@ typedef struct {
  * else the operands' dtype. r->c holds m*n elements of it. */
 static inline gemm_dtype gemm_request_c_dtype(const gemm_request *r)
 {
-    return gemm_dtype_is_half(r->dtype) && !r->out_half ? GEMM_DTYPE_F32 : r->dtype;
+    return (r->dtype == GEMM_DTYPE_F16 || r->dtype == GEMM_DTYPE_BF16) && !r->out_half ? GEMM_DTYPE_F32 : r->dtype;
 }
 
 /* Durations in milliseconds. Server stages are -1 when the server did not report them. */
