@@ -266,6 +266,11 @@ float gemm_decimal_to_f32_hard(const gemm_decimal *d)
 
 int gemm_decimal_side(const gemm_decimal *d, double v)
 {
+    /* an integer of at most 53 bits is its float64 exactly (the common case: integers above
+     * 2048 are often float16 midpoints) */
+    if (!d->trunc && d->w <= (1ull << 53) && d->q >= 0 && d->q <= 22 &&
+        (double)d->w * gemm_num_p10[d->q] < 0x1p53)
+        return 0;
     char buf[GEMM_JSON_NUMBER_MAX + 1];
     const char *t = c_text(d, buf);
     int mode = fegetround();

@@ -272,6 +272,9 @@ static void test_json_decimal_rounding(void **state)
         {"2.980232238769531250000001e-8", GEMM_DTYPE_F16, 0x0001},  /* above the tie */
         {"-0", GEMM_DTYPE_F16, 0x8000},
         {"0.1", GEMM_DTYPE_F16, 0x2e66},
+        {"2049", GEMM_DTYPE_F16, 0x6800},                            /* an integer halfway: to even */
+        {"2051", GEMM_DTYPE_F16, 0x6802},
+        {"2049.0000000000000001", GEMM_DTYPE_F16, 0x6801},
         {"1.00390625", GEMM_DTYPE_BF16, 0x3f80},                     /* 1 + 2^-8: tie to even */
         {"1.00390625000000000001", GEMM_DTYPE_BF16, 0x3f81},
         {"1.01171875", GEMM_DTYPE_BF16, 0x3f82},                     /* 1 + 3 * 2^-8: tie, odd below: up */
