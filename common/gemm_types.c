@@ -16,6 +16,8 @@ size_t gemm_dtype_size(gemm_dtype d)
     case GEMM_DTYPE_F32: return 4;
     case GEMM_DTYPE_F64: return 8;
     case GEMM_DTYPE_I32: return 4;
+    case GEMM_DTYPE_F16: return 2;
+    case GEMM_DTYPE_BF16: return 2;
     default: return 0;
     }
 }
@@ -26,6 +28,8 @@ const char *gemm_dtype_name(gemm_dtype d)
     case GEMM_DTYPE_F32: return "float32";
     case GEMM_DTYPE_F64: return "float64";
     case GEMM_DTYPE_I32: return "int32";
+    case GEMM_DTYPE_F16: return "float16";
+    case GEMM_DTYPE_BF16: return "bfloat16";
     default: return "invalid";
     }
 }
@@ -36,6 +40,8 @@ int gemm_dtype_from_name(const char *s, gemm_dtype *out)
         {"float32", GEMM_DTYPE_F32}, {"f4", GEMM_DTYPE_F32}, {"float", GEMM_DTYPE_F32},
         {"float64", GEMM_DTYPE_F64}, {"f8", GEMM_DTYPE_F64}, {"double", GEMM_DTYPE_F64},
         {"int32", GEMM_DTYPE_I32},   {"i4", GEMM_DTYPE_I32}, {"int", GEMM_DTYPE_I32},
+        {"float16", GEMM_DTYPE_F16}, {"f2", GEMM_DTYPE_F16}, {"half", GEMM_DTYPE_F16},
+        {"bfloat16", GEMM_DTYPE_BF16}, {"bf16", GEMM_DTYPE_BF16},
     };
     if (!s) return -1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -66,8 +72,29 @@ int gemm_math_from_name(const char *s, gemm_math *out)
     return -1;
 }
 
+int gemm_out_dtype_resolve(gemm_dtype d, gemm_dtype out, gemm_dtype *c, gemm_err *err)
+{
+    if (out == GEMM_DTYPE_INVALID) {
+        *c = gemm_dtype_is_half(d) ? GEMM_DTYPE_F32 : d;
+        return 0;
+    }
+    if (out == d || (gemm_dtype_is_half(d) && out == GEMM_DTYPE_F32)) {
+        *c = out;
+        return 0;
+    }
+    if (gemm_dtype_is_half(d))
+        return gemm_err_set(err, 422, "bad_out_dtype",
+                            "out_dtype %s is not available for %s operands; use float32 (the default) or %s",
+                            gemm_dtype_name(out), gemm_dtype_name(d), gemm_dtype_name(d));
+    return gemm_err_set(err, 422, "bad_out_dtype",
+                        "out_dtype %s is not available for %s operands: C is %s (out_dtype chooses between "
+                        "float32 and the input dtype for float16 and bfloat16 operands only)",
+                        gemm_dtype_name(out), gemm_dtype_name(d), gemm_dtype_name(d));
+}
+
 const char *gemm_math_report_name(gemm_dtype d, gemm_math m)
 {
+    if (gemm_dtype_is_half(d)) return "fp32"; /* float32 products of the exact half values, float32 sums */
     if (d != GEMM_DTYPE_F32) return "exact";
     return m == GEMM_MATH_DEFAULT ? "fp32" : gemm_math_name(m);
 }
@@ -136,7 +163,7 @@ int gemm_check_product(uint64_t m, uint64_t k, uint64_t kb, uint64_t n, gemm_dty
                        const gemm_limits *lim, gemm_err *err)
 {
     if (gemm_dtype_size(d) == 0)
-        return gemm_err_set(err, 422, "bad_dtype", "unsupported dtype; use float32, float64 or int32");
+        return gemm_err_set(err, 422, "bad_dtype", "unsupported dtype; use float32, float64, int32, float16 or bfloat16");
     if (m == 0 || k == 0 || kb == 0 || n == 0)
         return gemm_err_set(err, 422, "empty_matrix",
                             "A is %llux%llu and B is %llux%llu: every dimension must be at least 1",
@@ -203,7 +230,7 @@ int gemm_check_matrix(uint64_t rows, uint64_t cols, gemm_dtype d, const gemm_lim
 {
     if (!what) what = "the matrix";
     if (gemm_dtype_size(d) == 0)
-        return gemm_err_set(err, 422, "bad_dtype", "%s: unsupported dtype; use float32, float64 or int32", what);
+        return gemm_err_set(err, 422, "bad_dtype", "%s: unsupported dtype; use float32, float64, int32, float16 or bfloat16", what);
     if (rows == 0 || cols == 0)
         return gemm_err_set(err, 422, "empty_matrix",
                             "%s is %llux%llu: every dimension must be at least 1", what,

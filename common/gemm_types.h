@@ -23,16 +23,21 @@ typedef enum {
     GEMM_DTYPE_F32 = 0,
     GEMM_DTYPE_F64 = 1,
     GEMM_DTYPE_I32 = 2,
-    GEMM_DTYPE_COUNT = 3
+    GEMM_DTYPE_F16 = 3,  /* IEEE binary16 (1 sign, 5 exponent, 10 fraction bits) */
+    GEMM_DTYPE_BF16 = 4, /* bfloat16: the top half of a float32 (8 exponent, 7 fraction bits) */
+    GEMM_DTYPE_COUNT = 5
 } gemm_dtype;
 
 /* Bytes per element; 0 for GEMM_DTYPE_INVALID. */
 size_t gemm_dtype_size(gemm_dtype d);
-/* Canonical name: "float32", "float64", "int32" ("invalid" otherwise). */
+/* Canonical name: "float32", "float64", "int32", "float16", "bfloat16" ("invalid" otherwise). */
 const char *gemm_dtype_name(gemm_dtype d);
-/* Accepts the canonical names and the aliases "f4"/"f8"/"i4", "float"/"double"/"int".
- * Returns 0 and sets *out, or -1 when the name is unknown. */
+/* Accepts the canonical names and the aliases "f4"/"f8"/"i4"/"f2", "float"/"double"/"int"/
+ * "half", "bf16". Returns 0 and sets *out, or -1 when the name is unknown. */
 int gemm_dtype_from_name(const char *s, gemm_dtype *out);
+/* True for the 2-byte floating types (float16, bfloat16): operands that are computed in
+ * float32 and whose product C is float32 unless the input dtype is asked for (out_dtype). */
+static inline bool gemm_dtype_is_half(gemm_dtype d) { return d == GEMM_DTYPE_F16 || d == GEMM_DTYPE_BF16; }
 
 /* ---- math modes (float32 only; float64 and int32 are always exact) ----- */
 
@@ -100,6 +105,12 @@ int gemm_err_set(gemm_err *e, int status, const char *code, const char *fmt, ...
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
+
+/* The dtype of C for inputs of dtype d: out when given (GEMM_DTYPE_INVALID: not given),
+ * else float32 for the half types and d itself for the others. Returns 0, or -1 with 422
+ * bad_out_dtype when out is not one d allows (half inputs: float32 or d; other inputs:
+ * only d - the service converts nothing else). */
+int gemm_out_dtype_resolve(gemm_dtype d, gemm_dtype out, gemm_dtype *c, gemm_err *err);
 
 /* Shape validation for C = A(m x k) . B(kb x n), done before anything is allocated:
  * every dimension >= 1 (422 empty_matrix), k == kb (422 shape_mismatch, message names

@@ -128,7 +128,7 @@ static void check_batch_early(gemm_json_stream *s, int x, uint64_t mat)
 
 static void option_value(gemm_json_stream *s, int key, enum vtype t, const char *str, const gemm_decimal *d)
 {
-    static const char *const names[] = {"dtype", "kernel", "tile", "math"};
+    static const char *const names[] = {"dtype", "kernel", "tile", "math", "out_dtype"};
     int k = key - K_DTYPE;
     const char *name = names[k];
     char num[32];
@@ -170,7 +170,7 @@ static void ref_value(gemm_json_stream *s, int x, enum vtype t, const char *str)
     }
 }
 
-static int is_option_key(int key) { return key >= K_DTYPE && key <= K_MATH; }
+static int is_option_key(int key) { return key >= K_DTYPE && key <= K_OPT_LAST; }
 
 /* A scalar value (string, number, boolean, null) has been read in the current container. */
 void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const gemm_decimal *d)
@@ -205,7 +205,7 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
             gemm_jsb_note(s, RK_STRUCT + 10 * (f->key - K_A), 0, 400, "bad_matrix",
                  "%s is %s; expected nested arrays [[..],[..]] or {\"shape\": [m,k], \"data\": [..]}", o->name,
                  gemm_jsb_type_name(t));
-        } else if (f->key >= K_DTYPE && f->key <= K_MATH) {
+        } else if (f->key >= K_DTYPE && f->key <= K_OPT_LAST) {
             option_value(s, f->key, t, str, d);
         }
         return;
@@ -291,7 +291,7 @@ int gemm_jsb_open(gemm_json_stream *s, char c, int *x)
             s->op[*x].form = c;
             return c == '[' ? R_ROWS : R_MATOBJ;
         }
-        if (f->key >= K_DTYPE && f->key <= K_MATH) option_value(s, f->key, t, NULL, NULL);
+        if (f->key >= K_DTYPE && f->key <= K_OPT_LAST) option_value(s, f->key, t, NULL, NULL);
         return R_SKIP;
     case R_DATA:
         /* one matrix: {"data": [[..]]} without a shape before it holds rows */
@@ -454,9 +454,9 @@ void gemm_jsb_key(gemm_json_stream *s)
     f->key = K_OTHER;
     if (s->str_over || memchr(s->str, '\0', s->str_len)) return;
     const char *k = s->str;
-    static const char *const top[] = {NULL, "a", "b", "dtype", "kernel", "tile", "math"};
+    static const char *const top[] = {NULL, "a", "b", "dtype", "kernel", "tile", "math", "out_dtype"};
     if (f->role == R_ROOT) {
-        for (int i = K_A; i <= K_MATH; i++) {
+        for (int i = K_A; i <= K_OPT_LAST; i++) {
             if (strcmp(k, top[i]) == 0 && !s->seen_key[i]) {
                 s->seen_key[i] = 1;
                 if (i == K_A || i == K_B) {
@@ -490,7 +490,7 @@ void gemm_jsb_key(gemm_json_stream *s)
             gemm_jsb_kill(s, o);
             f->key = K_REF;
         } else if (s->single) { /* one matrix: its object carries the options */
-            for (int i = K_DTYPE; i <= K_MATH; i++) {
+            for (int i = K_DTYPE; i <= K_OPT_LAST; i++) {
                 if (strcmp(k, top[i]) == 0 && !s->seen_key[i]) {
                     s->seen_key[i] = 1;
                     f->key = (uint8_t)i;

@@ -1,5 +1,6 @@
 /* json_codec.c - request bodies in JSON (cJSON) and matrices written as JSON. */
 #include "json_codec.h"
+#include "gemm_half.h"
 
 #include <float.h>
 #include <math.h>
@@ -410,6 +411,10 @@ void gemm_json_write_matrix(gemm_buf *out, const gemm_matrix *m)
                 break;
             case GEMM_DTYPE_F64:
                 n += put_double(p + n, ((const double *)row)[j], 17);
+                break;
+            case GEMM_DTYPE_F16:
+            case GEMM_DTYPE_BF16: /* the exact float32 value, 9 digits: it reads back to the same element */
+                n += put_double(p + n, gemm_half_to_f32(m->dtype, ((const uint16_t *)row)[j]), 9);
                 break;
             default:
                 n += put_i64(p + n, ((const int32_t *)row)[j]);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "json_stream_int.h"
+#include "gemm_half.h"
 
 /* ---- storage -------------------------------------------------------------------- */
 
@@ -145,6 +146,12 @@ static void bad_value(gemm_json_stream *s, int x, gemm_dtype d, uint64_t idx, do
              (double)FLT_MAX);
     else if (d == GEMM_DTYPE_F64)
         gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value", "%s is beyond float64's range", w);
+    else if (d == GEMM_DTYPE_F16)
+        gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value",
+                      "%s = %.17g is beyond float16's range (+-65504; 65520 and beyond round to infinity)", w, v);
+    else if (d == GEMM_DTYPE_BF16)
+        gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value", "%s = %.17g is beyond bfloat16's range (+-%.9g)", w,
+                      v, (double)gemm_bf16_to_f32(0x7f7f));
     else
         gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value",
              "%s = %.17g is not an int32 (integers from -2147483648 to 2147483647)", w, v);
@@ -165,9 +172,12 @@ void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d)
         double v = gemm_decimal_to_f64(d);
         memcpy(gemm_json_store_next(&o->st), &v, 8);
         if (o->st.deferred) {
-            if (gemm_f64_is_f32_midpoint(v)) {
+            int side = 0;
+            if (gemm_f64_is_half_midpoint(GEMM_DTYPE_F16, v) || gemm_f64_is_half_midpoint(GEMM_DTYPE_BF16, v))
+                side = gemm_decimal_side(d, v);
+            if (side || gemm_f64_is_f32_midpoint(v)) {
                 float f = gemm_decimal_to_f32(d);
-                if (f != (float)v && gemm_json_store_flip(&o->st, i, f)) out_of_memory(s, o);
+                if ((side || f != (float)v) && gemm_json_store_flip(&o->st, i, f, side)) out_of_memory(s, o);
             }
         } else if (!isfinite(v)) {
             elem_error_at(s, x, i);
@@ -181,6 +191,16 @@ void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d)
         if (isinf(f)) {
             elem_error_at(s, x, i);
             bad_value(s, x, GEMM_DTYPE_F32, i, gemm_decimal_to_f64(d), 0);
+        }
+        break;
+    }
+    case GEMM_DTYPE_F16:
+    case GEMM_DTYPE_BF16: {
+        uint16_t h = gemm_decimal_to_half(d, o->st.type);
+        memcpy(gemm_json_store_next(&o->st), &h, 2);
+        if (!isfinite(gemm_half_to_f32(o->st.type, h))) {
+            elem_error_at(s, x, i);
+            bad_value(s, x, o->st.type, i, gemm_decimal_to_f64(d), 0);
         }
         break;
     }

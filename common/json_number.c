@@ -1,6 +1,8 @@
 /* json_number.c - JSON number text to float64 / float32, correctly rounded (see json_number.h). */
 #include "json_number.h"
+#include "gemm_half.h"
 
+#include <fenv.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -260,4 +262,33 @@ float gemm_decimal_to_f32_hard(const gemm_decimal *d)
     }
     char buf[GEMM_JSON_NUMBER_MAX + 1];
     return strtof(c_text(d, buf), NULL);
+}
+
+int gemm_decimal_side(const gemm_decimal *d, double v)
+{
+    /* an integer of at most 53 bits is its float64 exactly (the common case: integers above
+     * 2048 are often float16 midpoints) */
+    if (!d->trunc && d->w <= (1ull << 53) && d->q >= 0 && d->q <= 22 &&
+        (double)d->w * gemm_num_p10[d->q] < 0x1p53)
+        return 0;
+    char buf[GEMM_JSON_NUMBER_MAX + 1];
+    const char *t = c_text(d, buf);
+    int mode = fegetround();
+    fesetround(FE_DOWNWARD); /* the thread's own mode (fenv is per thread), put back below */
+    double lo = strtod(t, NULL);
+    fesetround(FE_UPWARD);
+    double hi = strtod(t, NULL);
+    fesetround(mode);
+    if (lo == hi) return 0; /* the decimal is exactly a float64 */
+    return lo == v ? 1 : -1;
+}
+
+uint16_t gemm_decimal_to_half(const gemm_decimal *dec, gemm_dtype d)
+{
+    double v = gemm_decimal_to_f64(dec);
+    if (gemm_f64_is_half_midpoint(d, v)) {
+        int side = gemm_decimal_side(dec, v);
+        if (side) v = nextafter(v, side > 0 ? INFINITY : -INFINITY);
+    }
+    return gemm_f64_to_half(d, v);
 }

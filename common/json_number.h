@@ -33,6 +33,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "gemm_types.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -58,6 +60,15 @@ int gemm_f64_is_f32_midpoint(double v);
  * extended precision, or strtod / strtof. */
 double gemm_decimal_to_f64_hard(const gemm_decimal *d);
 float gemm_decimal_to_f32_hard(const gemm_decimal *d);
+
+/* Which side of v (the float64 the decimal rounds to) the decimal lies on: -1 below, 0 exactly
+ * on it, +1 above. Slow (two directed-rounding strtod calls): for the rare element whose
+ * float64 is halfway between two float16 or bfloat16 values (gemm_f64_is_half_midpoint). */
+int gemm_decimal_side(const gemm_decimal *d, double v);
+/* The decimal rounded to nearest-even float16 / bfloat16 (dtype d), with one rounding: its
+ * float64 rounded, unless that lies exactly halfway between two neighbours; then the side of
+ * it the decimal lies on decides. Returns the element's bits. */
+uint16_t gemm_decimal_to_half(const gemm_decimal *dec, gemm_dtype d);
 
 extern const double gemm_num_p10[23];  /* 1e0 .. 1e22, all exact */
 extern const double gemm_num_ip10[23]; /* 1e-0 .. 1e-22, each rounded to nearest */

@@ -1,5 +1,6 @@
 /* json_store.c - typed elements in blocks, assembled at the end (see json_store.h). */
 #include "json_store.h"
+#include "gemm_half.h"
 
 #include <math.h>
 
@@ -73,7 +74,7 @@ int gemm_json_store_room(gemm_json_store *st, uint64_t limit, int exact, uint64_
     return 0;
 }
 
-int gemm_json_store_flip(gemm_json_store *st, uint64_t index, float f)
+int gemm_json_store_flip(gemm_json_store *st, uint64_t index, float f, int side)
 {
     if (st->nflips == st->flips_cap) {
         size_t ncap = st->flips_cap ? st->flips_cap * 2 : 16;
@@ -86,6 +87,7 @@ int gemm_json_store_flip(gemm_json_store *st, uint64_t index, float f)
     }
     st->flips[st->nflips].index = index;
     st->flips[st->nflips].value = f;
+    st->flips[st->nflips].side = (signed char)side;
     st->nflips++;
     return 0;
 }
@@ -111,6 +113,14 @@ static uint64_t convert(gemm_json_store *st, const double *src, size_t n, uint64
             if (*fl < st->nflips && st->flips[*fl].index == idx) f = st->flips[*fl].value;
             if (check && isinf(f)) goto bad;
             if (dst) ((float *)dst)[i] = f;
+        } else if (gemm_dtype_is_half(d)) {
+            double w = v;
+            while (*fl < st->nflips && st->flips[*fl].index < idx) (*fl)++;
+            if (*fl < st->nflips && st->flips[*fl].index == idx && st->flips[*fl].side)
+                w = nextafter(v, st->flips[*fl].side > 0 ? INFINITY : -INFINITY);
+            uint16_t h = gemm_f64_to_half(d, w);
+            if (check && !isfinite(gemm_half_to_f32(d, h))) goto bad;
+            if (dst) ((uint16_t *)dst)[i] = h;
         } else {
             if (check && !i32_ok(v)) goto bad;
             if (dst) ((int32_t *)dst)[i] = i32_ok(v) ? (int32_t)v : 0;

@@ -16,7 +16,9 @@
  *
  * A store whose type is not known yet holds float64 (deferred) and notes, for the rare
  * element whose float64 lies exactly halfway between two float32 values, the float32 its
- * text rounds to: assembly into float32 then gives exactly what strtof gives.
+ * text rounds to: assembly into float32 then gives exactly what strtof gives. Likewise,
+ * for an element whose float64 lies halfway between two float16 or bfloat16 values, which
+ * side of it the text lies on: those round from the text, once, too.
  */
 #ifndef GEMM_JSON_STORE_H
 #define GEMM_JSON_STORE_H
@@ -39,7 +41,9 @@ typedef struct {
 
 typedef struct {
     uint64_t index;
-    float value;
+    float value;      /* the float32 the text rounds to */
+    signed char side; /* the float64 is halfway between two float16 or bfloat16 values: the
+                         side of it the text lies on (-1 below, +1 above, 0 on it) */
 } gemm_json_flip;
 
 typedef struct {
@@ -84,8 +88,10 @@ static inline void *gemm_json_store_next(gemm_json_store *st)
     return p;
 }
 
-/* Element index holds v as float64 but its text rounds to f as float32. 0 or -1 (memory). */
-int gemm_json_store_flip(gemm_json_store *st, uint64_t index, float f);
+/* Element index holds v as float64 but its text rounds to f as float32, or v lies halfway
+ * between two float16 / bfloat16 values and the text lies on side of it (+-1). 0 or -1
+ * (memory). */
+int gemm_json_store_flip(gemm_json_store *st, uint64_t index, float f, int side);
 
 /* Assembles the elements into one buffer of type d (d == the held type, or any type from
  * a deferred store). Values of a deferred store are checked for d before index upto (float64

@@ -101,7 +101,7 @@ static int capture_value(const gemm_json_stream *s)
 {
     if (s->depth == 0) return 0;
     const frame *f = &s->stack[s->depth - 1];
-    int option = f->key >= K_DTYPE && f->key <= K_MATH;
+    int option = f->key >= K_DTYPE && f->key <= K_OPT_LAST;
     return (f->role == R_ROOT && option) || (f->role == R_MATOBJ && (option || f->key == K_REF));
 }
 

@@ -158,18 +158,25 @@ static int dtype_error(const char *raw, gemm_err *err)
     if (t[0] == 'O')
         return gemm_err_set(err, 415, "unsupported_dtype",
                             "object arrays ('%s') are refused: they hold Python objects, not numbers; "
-                            "send float32, float64 or int32 (e.g. a.astype('<f8'))", descr);
-    if (order == '>' && (strcmp(t, "f4") == 0 || strcmp(t, "f8") == 0 || strcmp(t, "i4") == 0))
+                            "send float32, float64, int32, float16 or bfloat16 (e.g. a.astype('<f8'))", descr);
+    if (order == '>' && (strcmp(t, "f4") == 0 || strcmp(t, "f8") == 0 || strcmp(t, "i4") == 0 || strcmp(t, "f2") == 0))
         return gemm_err_set(err, 415, "unsupported_dtype",
                             "the array is big-endian ('%s'); only little-endian is accepted: "
                             "convert it in NumPy with a.astype('<%s')", descr, t);
     if (order == '>')
         return gemm_err_set(err, 415, "unsupported_dtype",
-                            "dtype '%s' (big-endian) is not supported; use float32 ('<f4'), float64 ('<f8') "
-                            "or int32 ('<i4'), e.g. a.astype('<f8')", descr);
+                            "dtype '%s' (big-endian) is not supported; use float32 ('<f4'), float64 ('<f8'), "
+                            "int32 ('<i4'), float16 ('<f2') or bfloat16 ('<V2', as ml_dtypes saves it), "
+                            "e.g. a.astype('<f8')", descr);
+    if (order == '|' && strcmp(t, "V2") == 0)
+        return gemm_err_set(err, 415, "unsupported_dtype",
+                            "dtype '%s' is an opaque 2-byte type; bfloat16 is taken as '<V2', the form "
+                            "np.save writes for an ml_dtypes.bfloat16 array (a.astype(ml_dtypes.bfloat16)); "
+                            "the others are float32 ('<f4'), float64 ('<f8'), int32 ('<i4') and float16 ('<f2')",
+                            descr);
     return gemm_err_set(err, 415, "unsupported_dtype",
-                        "dtype '%s' is not supported; use float32 ('<f4'), float64 ('<f8') or int32 ('<i4'), "
-                        "e.g. a.astype('<f8')", descr);
+                        "dtype '%s' is not supported; use float32 ('<f4'), float64 ('<f8'), int32 ('<i4'), "
+                        "float16 ('<f2') or bfloat16 ('<V2', as ml_dtypes saves it), e.g. a.astype('<f8')", descr);
 }
 
 static int descr_dtype(const char *descr, gemm_dtype *out)
@@ -178,6 +185,8 @@ static int descr_dtype(const char *descr, gemm_dtype *out)
     if (strcmp(descr + 1, "f4") == 0) *out = GEMM_DTYPE_F32;
     else if (strcmp(descr + 1, "f8") == 0) *out = GEMM_DTYPE_F64;
     else if (strcmp(descr + 1, "i4") == 0) *out = GEMM_DTYPE_I32;
+    else if (strcmp(descr + 1, "f2") == 0) *out = GEMM_DTYPE_F16;
+    else if (strcmp(descr + 1, "V2") == 0) *out = GEMM_DTYPE_BF16; /* what np.save writes for ml_dtypes.bfloat16 */
     else return -1;
     return 0;
 }
@@ -279,6 +288,18 @@ int gemm_npy_parse_header(const void *buf, size_t len, gemm_npy_header *hdr, gem
     return 1;
 }
 
+const char *gemm_npy_descr(gemm_dtype d)
+{
+    switch (d) {
+    case GEMM_DTYPE_F32: return "<f4";
+    case GEMM_DTYPE_F64: return "<f8";
+    case GEMM_DTYPE_I32: return "<i4";
+    case GEMM_DTYPE_F16: return "<f2";
+    case GEMM_DTYPE_BF16: return "<V2"; /* as np.save writes an ml_dtypes.bfloat16 array */
+    default: return NULL;
+    }
+}
+
 size_t gemm_npy_write_header(void *buf, size_t cap, gemm_dtype d, uint64_t rows, uint64_t cols)
 {
     return gemm_npy_write_header3(buf, cap, d, 0, rows, cols);
@@ -287,7 +308,7 @@ size_t gemm_npy_write_header(void *buf, size_t cap, gemm_dtype d, uint64_t rows,
 size_t gemm_npy_write_header3(void *buf, size_t cap, gemm_dtype d, uint64_t batch, uint64_t rows,
                               uint64_t cols)
 {
-    const char *descr = d == GEMM_DTYPE_F32 ? "<f4" : d == GEMM_DTYPE_F64 ? "<f8" : d == GEMM_DTYPE_I32 ? "<i4" : NULL;
+    const char *descr = gemm_npy_descr(d);
     char dict[192];
     if (!descr) return 0;
     int n = batch ? snprintf(dict, sizeof dict,

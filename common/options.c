@@ -1,4 +1,4 @@
-/* options.c - per-request options (dtype, kernel, tile, math, m/k/n) from any source. */
+/* options.c - per-request options (dtype, kernel, tile, math, out_dtype, m/k/n) from any source. */
 #include "options.h"
 
 #include <stdio.h>
@@ -10,6 +10,7 @@ void gemm_options_init(gemm_options *o)
 {
     memset(o, 0, sizeof *o);
     o->dtype = GEMM_DTYPE_INVALID;
+    o->out_dtype = GEMM_DTYPE_INVALID;
     snprintf(o->kernel, sizeof o->kernel, "auto");
     o->tile = 0;
     o->math = GEMM_MATH_DEFAULT;
@@ -65,9 +66,19 @@ int gemm_options_set(gemm_options *o, const char *key, const char *value, gemm_e
         gemm_dtype d;
         if (gemm_dtype_from_name(value, &d) != 0)
             return gemm_err_set(err, 422, "bad_option",
-                                "dtype '%s' is not supported; use float32, float64 or int32",
+                                "dtype '%s' is not supported; use float32, float64, int32, float16 or bfloat16",
                                 shown(value, tmp, sizeof tmp));
         o->dtype = d;
+        return 0;
+    }
+    if (strcmp(key, "out_dtype") == 0) {
+        gemm_dtype d;
+        if (gemm_dtype_from_name(value, &d) != 0)
+            return gemm_err_set(err, 422, "bad_out_dtype",
+                                "out_dtype '%s' is not a dtype; use float32 (the default for float16 and "
+                                "bfloat16 operands) or the operands' own dtype",
+                                shown(value, tmp, sizeof tmp));
+        o->out_dtype = d;
         return 0;
     }
     if (strcmp(key, "kernel") == 0) {

@@ -1,5 +1,6 @@
 /* v2_codec.c - Open Inference Protocol (KServe v2) request headers and output tensors. */
 #include "v2_codec.h"
+#include "gemm_half.h"
 
 #include <cjson/cJSON.h>
 #include <float.h>
@@ -15,12 +16,14 @@
 
 int gemm_v2_dtype_from_name(const char *s, gemm_dtype *out)
 {
-    static const char *const others[] = {"BOOL",  "UINT8", "UINT16", "UINT32", "UINT64", "INT8",
-                                         "INT16", "INT64", "FP16",   "BF16",   "BYTES"};
+    static const char *const others[] = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64",
+                                         "INT8", "INT16", "INT64",  "BYTES"};
     if (!s) return -2;
     if (strcmp(s, "FP32") == 0) return *out = GEMM_DTYPE_F32, 0;
     if (strcmp(s, "FP64") == 0) return *out = GEMM_DTYPE_F64, 0;
     if (strcmp(s, "INT32") == 0) return *out = GEMM_DTYPE_I32, 0;
+    if (strcmp(s, "FP16") == 0) return *out = GEMM_DTYPE_F16, 0;
+    if (strcmp(s, "BF16") == 0) return *out = GEMM_DTYPE_BF16, 0;
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
         if (strcmp(s, others[i]) == 0) return -1;
     return -2;
@@ -32,6 +35,8 @@ const char *gemm_v2_dtype_name(gemm_dtype d)
     case GEMM_DTYPE_F32: return "FP32";
     case GEMM_DTYPE_F64: return "FP64";
     case GEMM_DTYPE_I32: return "INT32";
+    case GEMM_DTYPE_F16: return "FP16";
+    case GEMM_DTYPE_BF16: return "BF16";
     default: return "";
     }
 }
@@ -125,7 +130,8 @@ void gemm_v2_request_free(gemm_v2_request *r)
     r->id = NULL;
 }
 
-/* The request's "parameters": kernel, math, tile (options) and binary_data_output. Other
+/* The request's "parameters": kernel, math, tile, out_dtype (options; out_dtype as a v2
+ * datatype, FP32 / FP16 / BF16, or a dtype name) and binary_data_output. Other
  * parameters are the business of other models and servers; they are ignored. */
 static int request_parameters(const cJSON *root, gemm_v2_request *r, int *binary_default, gemm_err *err)
 {
@@ -134,7 +140,7 @@ static int request_parameters(const cJSON *root, gemm_v2_request *r, int *binary
     if (!params) return 0;
     if (!cJSON_IsObject(params))
         return gemm_err_set(err, 400, "bad_parameter", "\"parameters\" is %s; expected an object", type_name(params));
-    static const char *const keys[] = {"kernel", "math", "tile"};
+    static const char *const keys[] = {"kernel", "math", "tile", "out_dtype"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(params, keys[i]);
         char num[32];
@@ -150,6 +156,8 @@ static int request_parameters(const cJSON *root, gemm_v2_request *r, int *binary
             return gemm_err_set(err, 400, "bad_parameter", "parameters.%s is %s; expected a string%s", keys[i],
                                 type_name(v), i == 2 ? " or a positive integer" : "");
         }
+        gemm_dtype od;
+        if (i == 3 && gemm_v2_dtype_from_name(s, &od) == 0) s = gemm_dtype_name(od);
         if (gemm_options_set(&r->opt, keys[i], s, err) < 0) {
             err->status = 400;
             return -1;
@@ -192,16 +200,16 @@ static int parse_input(const cJSON *t, size_t pos, int binary_ok, const gemm_v2_
 
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "datatype");
     if (!cJSON_IsString(dt))
-        return gemm_err_set(err, 400, "bad_datatype", "input %s: datatype is %s; expected FP32, FP64 or INT32",
+        return gemm_err_set(err, 400, "bad_datatype", "input %s: datatype is %s; expected FP32, FP64, INT32, FP16 or BF16",
                             input_name(which), type_name(dt));
     int rc = gemm_v2_dtype_from_name(dt->valuestring, &dts[which]);
     if (rc == -1)
         return gemm_err_set(err, 400, "bad_datatype",
-                            "input %s: datatype %s is not supported by model '" GEMM_V2_MODEL "'; use FP32, FP64 or INT32",
+                            "input %s: datatype %s is not supported by model '" GEMM_V2_MODEL "'; use FP32, FP64, INT32, FP16 or BF16",
                             input_name(which), shown(dt->valuestring, w, sizeof w));
     if (rc != 0)
         return gemm_err_set(err, 400, "bad_datatype",
-                            "input %s: unknown datatype '%s'; model '" GEMM_V2_MODEL "' takes FP32, FP64 or INT32",
+                            "input %s: unknown datatype '%s'; model '" GEMM_V2_MODEL "' takes FP32, FP64, INT32, FP16 or BF16",
                             input_name(which), shown(dt->valuestring, w, sizeof w));
 
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
@@ -792,6 +800,15 @@ static int store(const char **p, const char *end, gemm_dtype dt, void *dst, size
         ((double *)dst)[idx] = v;
         return 0;
     }
+    case GEMM_DTYPE_F16:
+    case GEMM_DTYPE_BF16: {
+        uint16_t h = gemm_decimal_to_half(&d, dt); /* one rounding from the text, as on /v1 */
+        if (!isfinite(gemm_half_to_f32(dt, h)))
+            return gemm_err_set(err, 400, "bad_data", "input %s: element %zu = %.17g is beyond %s's range",
+                                input_name(which), idx, gemm_decimal_to_f64(&d), gemm_v2_dtype_name(dt));
+        ((uint16_t *)dst)[idx] = h;
+        return 0;
+    }
     default: {
         if (d.integer && !d.trunc && d.q == 0 && d.w <= 2147483648u && (d.neg || d.w <= 2147483647u)) {
             ((int32_t *)dst)[idx] = d.neg ? (int32_t)(-(int64_t)d.w) : (int32_t)d.w;
@@ -855,7 +872,7 @@ int gemm_v2_fill_input(const gemm_v2_request *r, int which, void *dst, gemm_err 
 uint64_t gemm_v2_json_bytes_bound(uint64_t rows, uint64_t cols, gemm_dtype d)
 {
     /* Widest text of one element and its comma: float64 "-1.2345678901234567e-308,". */
-    uint64_t per = d == GEMM_DTYPE_F64 ? 26 : d == GEMM_DTYPE_F32 ? 17 : 12;
+    uint64_t per = d == GEMM_DTYPE_F64 ? 26 : d == GEMM_DTYPE_I32 ? 12 : 17; /* float32 digits for the half types too */
     if (rows && cols > UINT64_MAX / rows) return UINT64_MAX;
     uint64_t n = rows * cols;
     return n > (UINT64_MAX - 256) / per ? UINT64_MAX : n * per + 256;

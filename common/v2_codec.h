@@ -15,7 +15,8 @@
  *    "outputs": [{"name": "C", "parameters": {"binary_data": true}}]}
  *
  * JSON tensor data is row-major, flat ([1,2,3,4,5,6]) or nested by rows ([[1,2,3],[4,5,6]]).
- * Datatypes: FP32, FP64, INT32 (A and B alike; C has theirs).
+ * Datatypes: FP32, FP64, INT32, FP16, BF16 (A and B alike; C has theirs, or FP32 for FP16 /
+ * BF16 unless parameters.out_dtype asks for theirs).
  *
  *   gemm_v2_request r;
  *   gemm_v2_request_init(&r);
@@ -40,11 +41,12 @@ extern "C" {
 #define GEMM_V2_MODEL_VERSION "1"
 #define GEMM_V2_ID_MAX 1024 /* bytes of a request id */
 
-/* "FP32" -> float32, "FP64" -> float64, "INT32" -> int32: 0. -1 for the protocol's other
- * datatypes (BOOL, UINT8, ..., FP16, BF16, BYTES), which this model does not take; -2 for
+/* "FP32" -> float32, "FP64" -> float64, "INT32" -> int32, "FP16" -> float16, "BF16" ->
+ * bfloat16: 0. -1 for the protocol's other datatypes (BOOL, UINT8, ..., BYTES), which this
+ * model does not take; -2 for
  * names that are not v2 datatypes at all. */
 int gemm_v2_dtype_from_name(const char *s, gemm_dtype *out);
-/* "FP32", "FP64", "INT32" ("" for an invalid dtype). */
+/* "FP32", "FP64", "INT32", "FP16", "BF16" ("" for an invalid dtype). */
 const char *gemm_v2_dtype_name(gemm_dtype d);
 
 typedef struct {

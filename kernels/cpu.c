@@ -26,6 +26,7 @@
  */
 #include "cpu_int32.h"
 #include "engine.h"
+#include "gemm_half.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -124,12 +125,12 @@ static int cpu_validate(void *self, gemm_job *job, gemm_err *err)
         if (strcmp(use, default_kernel(job->dtype)) != 0)
             return gemm_err_set(err, 422, "unsupported_dtype",
                                 "kernel \"%s\" does not compute %s; on the CPU backend use "
-                                "openblas for float32/float64 and blocked for int32 (or auto)",
+                                "openblas for float32/float64/float16/bfloat16 and blocked for int32 (or auto)",
                                 use, gemm_dtype_name(job->dtype));
     } else {
         return gemm_err_set(err, 422, "unknown_kernel",
                             "kernel \"%s\" is not available on the CPU backend; it has "
-                            "openblas (float32, float64) and blocked (int32), or auto",
+                            "openblas (float32, float64, float16, bfloat16) and blocked (int32), or auto",
                             want);
     }
 
@@ -166,6 +167,60 @@ static void delay_ms(gemm_job *job, int ms)
         struct timespec ts = {0, (long)(left * 1e6)};
         nanosleep(&ts, NULL);
     }
+}
+
+/* Timing and GFLOP/s of a job whose products took t0..t1. */
+static void note_timing(cpu_backend *cb, gemm_job *job, double t0, double t1)
+{
+    const uint64_t nb = gemm_job_batch(job);
+    job->timing.h2d_ms = 0;
+    job->timing.d2h_ms = 0;
+    job->timing.kernel_ms = t1 - t0;
+    atomic_fetch_add(&cb->busy_us, (unsigned long long)(job->timing.kernel_ms * 1000.0));
+    double flops = 2.0 * (double)nb * (double)job->m * (double)job->n * (double)job->k;
+    job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
+}
+
+/* float16 / bfloat16 operands: A and B widened to float32 (exactly), one cblas_sgemm (float32
+ * products and sums), C rounded to the operands' dtype when it is asked for. The float32
+ * copies (one product's A and B, and C when it is rounded) are the job's own, freed here.
+ * sa, sb, sc: bytes of one product's A, B (0: shared) and C in their dtypes. */
+static int run_half(cpu_backend *cb, gemm_job *job, size_t sa, size_t sb, size_t sc)
+{
+    const int m = (int)job->m, k = (int)job->k, n = (int)job->n;
+    const uint64_t nb = gemm_job_batch(job);
+    const gemm_dtype d = job->dtype;
+    const size_t na = (size_t)job->m * job->k, nbel = (size_t)job->k * job->n, nc = (size_t)job->m * job->n;
+    float *fa = malloc(na * sizeof(float)), *fb = malloc(nbel * sizeof(float));
+    float *fc = job->out_half ? malloc(nc * sizeof(float)) : NULL;
+    if (!fa || !fb || (job->out_half && !fc)) {
+        free(fa), free(fb), free(fc);
+        return gemm_err_set(&job->err, 503, "out_of_memory",
+                            "cannot allocate the float32 copies of a %dx%dx%d %s product now; retry later", m, k,
+                            n, gemm_dtype_name(d));
+    }
+    double t0 = gemm_now_ms();
+    for (uint64_t i = 0; i < nb; i++) {
+        if (i > 0 && gemm_job_cancel_requested(job)) {
+            free(fa), free(fb), free(fc);
+            return gemm_job_stop_cancelled(job, "the rest of its batch (between products)");
+        }
+        const uint16_t *a = (const void *)((const unsigned char *)job->a + i * sa);
+        const uint16_t *b = (const void *)((const unsigned char *)job->b + i * sb);
+        unsigned char *c = (unsigned char *)job->c + i * sc;
+        gemm_half_to_f32_array(d, a, fa, na);
+        if (i == 0 || sb) gemm_half_to_f32_array(d, b, fb, nbel);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, fa, k, fb, n, 0.0f,
+                    fc ? fc : (float *)(void *)c, n);
+        if (fc) gemm_f32_to_half_array(d, fc, (uint16_t *)(void *)c, nc);
+    }
+    free(fa), free(fb), free(fc);
+    if (nb > 1) {
+        job->batched = nb;
+        snprintf(job->batch_mode, sizeof job->batch_mode, "loop");
+    }
+    note_timing(cb, job, t0, gemm_now_ms());
+    return 0;
 }
 
 static int cpu_run(void *self, void *worker, gemm_job *job)
@@ -205,9 +260,10 @@ static int cpu_run(void *self, void *worker, gemm_job *job)
 
     const int m = (int)job->m, k = (int)job->k, n = (int)job->n;
     const uint64_t nb = gemm_job_batch(job);
-    const size_t es = gemm_dtype_size(job->dtype);
-    const size_t sa = (size_t)job->m * job->k * es, sc = (size_t)job->m * job->n * es,
+    const size_t es = gemm_dtype_size(job->dtype), esc = gemm_dtype_size(gemm_job_c_dtype(job));
+    const size_t sa = (size_t)job->m * job->k * es, sc = (size_t)job->m * job->n * esc,
                  sb = job->b_shared ? 0 : (size_t)job->k * job->n * es;
+    if (gemm_dtype_is_half(job->dtype)) return run_half(cb, job, sa, sb, sc);
     double t0 = gemm_now_ms();
     /* A batch is a loop of products over the same threads (the cblas of Debian's OpenBLAS
      * has no batched GEMM); a cancel stops it between products. */
@@ -236,14 +292,7 @@ static int cpu_run(void *self, void *worker, gemm_job *job)
         job->batched = nb;
         snprintf(job->batch_mode, sizeof job->batch_mode, "loop");
     }
-    double t1 = gemm_now_ms();
-
-    job->timing.h2d_ms = 0;
-    job->timing.d2h_ms = 0;
-    job->timing.kernel_ms = t1 - t0;
-    atomic_fetch_add(&cb->busy_us, (unsigned long long)(job->timing.kernel_ms * 1000.0));
-    double flops = 2.0 * (double)nb * (double)job->m * (double)job->n * (double)job->k;
-    job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
+    note_timing(cb, job, t0, gemm_now_ms());
     return 0;
 }
 
@@ -266,8 +315,9 @@ static void cpu_describe(void *self, gemm_engine_info *out)
     memset(k, 0, 2 * sizeof *k);
     snprintf(k[0].name, sizeof k[0].name, "openblas");
     snprintf(k[0].description, sizeof k[0].description,
-             "OpenBLAS cblas_sgemm/cblas_dgemm, row-major, %d threads per job", cb->job_threads);
-    k[0].dtypes = (1u << GEMM_DTYPE_F32) | (1u << GEMM_DTYPE_F64);
+             "OpenBLAS cblas_sgemm/cblas_dgemm, row-major, %d threads per job (float16/bfloat16: "
+             "widened to float32)", cb->job_threads);
+    k[0].dtypes = (1u << GEMM_DTYPE_F32) | (1u << GEMM_DTYPE_F64) | (1u << GEMM_DTYPE_F16) | (1u << GEMM_DTYPE_BF16);
     k[0].maths = (1u << GEMM_MATH_DEFAULT) | (1u << GEMM_MATH_FP32);
     snprintf(k[1].name, sizeof k[1].name, "blocked");
     snprintf(k[1].description, sizeof k[1].description,

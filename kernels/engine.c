@@ -190,7 +190,8 @@ static int groupable(const gemm_engine *e, const gemm_job *job)
 
 static int same_group(const gemm_job *a, const gemm_job *b)
 {
-    return a->dtype == b->dtype && a->math_used == b->math_used && a->tile == b->tile &&
+    return a->dtype == b->dtype && gemm_job_c_dtype(a) == gemm_job_c_dtype(b) && a->math_used == b->math_used &&
+           a->tile == b->tile &&
            a->m == b->m && a->k == b->k && a->n == b->n && b->batch <= 1 &&
            strcmp(a->kernel_used, b->kernel_used) == 0;
 }
@@ -259,6 +260,7 @@ static void run_group(gemm_engine *e, void *worker, gemm_job **g, int n, double 
     big.batch = (uint64_t)n;
     big.tile = first->tile;
     big.math = first->math;
+    big.out_half = first->out_half;
     snprintf(big.kernel, sizeof big.kernel, "%s", first->kernel);
     /* validate() ran for every product of the group and resolved the same kernel. */
     memcpy(big.kernel_used, first->kernel_used, sizeof big.kernel_used);
@@ -531,7 +533,7 @@ int gemm_job_bytes(const gemm_job *job, size_t out[3])
     size_t a, b, c;
     if (!gemm_matrix_bytes(job->m, job->k, job->dtype, &a) ||
         !gemm_matrix_bytes(job->k, job->n, job->dtype, &b) ||
-        !gemm_matrix_bytes(job->m, job->n, job->dtype, &c) || (uint64_t)(size_t)nb != nb ||
+        !gemm_matrix_bytes(job->m, job->n, gemm_job_c_dtype(job), &c) || (uint64_t)(size_t)nb != nb ||
         !gemm_mul_size(a, (size_t)nb, &out[0]) || !gemm_mul_size(b, (size_t)nbb, &out[1]) ||
         !gemm_mul_size(c, (size_t)nb, &out[2]))
         return 0;
@@ -544,7 +546,7 @@ int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err)
     if (!e || !job)
         return gemm_err_set(err, 500, "internal_error", "submit called without an engine or a job");
     if (gemm_dtype_size(job->dtype) == 0)
-        return gemm_err_set(err, 422, "bad_dtype", "unsupported dtype; use float32, float64 or int32");
+        return gemm_err_set(err, 422, "bad_dtype", "unsupported dtype; use float32, float64, int32, float16 or bfloat16");
     if (job->m == 0 || job->k == 0 || job->n == 0)
         return gemm_err_set(err, 422, "empty_matrix",
                             "m, k and n must each be at least 1 (got m=%llu k=%llu n=%llu)",

@@ -127,7 +127,7 @@ struct gemm_job {
     gemm_dtype dtype;
     uint64_t m, k, n;
     void *a, *b;          /* m*k and k*n elements, row-major, from gemm_engine_host_alloc */
-    void *c;              /* room for m*n elements, from gemm_engine_host_alloc */
+    void *c;              /* room for m*n elements of gemm_job_c_dtype(), from gemm_engine_host_alloc */
     /* A batched job (batch > 1) computes batch products C[i] = A[i].B[i] in one go: a holds
      * batch m*k matrices back to back, c room for batch m*n, and b holds batch k*n
      * matrices, or one k*n matrix used by every product when b_shared is set (NumPy
@@ -137,6 +137,9 @@ struct gemm_job {
     char kernel[GEMM_NAME_LEN]; /* "auto" (or "") or a kernel name from describe() */
     int tile;             /* tile for kernels that take one; 0 = kernel default */
     gemm_math math;
+    int out_half;         /* float16 / bfloat16 operands: 1 = C in their dtype (rounded to
+                             nearest even from the float32 result), 0 = C in float32 (the
+                             default); ignored for other dtypes (C is in theirs) */
     gemm_resident *a_res, *b_res; /* optional: A / B are resident (a / b still point at
                                      their host copies); NULL: plain host operands */
     gemm_resident *c_res; /* optional: C (host copy at c) is kept resident on the device
@@ -168,12 +171,20 @@ struct gemm_job {
     struct gemm_job *q_next;
 };
 
+/* The dtype of C: float32 for float16 / bfloat16 operands unless out_half asks for theirs;
+ * the operands' dtype otherwise. */
+static inline gemm_dtype gemm_job_c_dtype(const gemm_job *job)
+{
+    return gemm_dtype_is_half(job->dtype) && !job->out_half ? GEMM_DTYPE_F32 : job->dtype;
+}
+
 /* Products in a job: batch, or 1 for a single product. */
 static inline uint64_t gemm_job_batch(const gemm_job *job)
 {
     return job->batch > 1 ? job->batch : 1;
 }
-/* Bytes of the job's A, B and C (all products of a batch); 0 on overflow or a bad dtype. */
+/* Bytes of the job's A, B and C (all products of a batch; C in gemm_job_c_dtype()); 0 on
+ * overflow or a bad dtype. */
 int gemm_job_bytes(const gemm_job *job, size_t out[3]);
 
 /* GEMM_MAX_BATCH (gemm_types.h): products in one job. */

@@ -460,6 +460,7 @@ void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *v)
     v->decode_ms = j->decode_ms;
     v->age_ms = now - j->t_created_ms;
     v->dtype = j->job.dtype;
+    v->c_dtype = gemm_job_c_dtype(&j->job);
     v->m = j->job.m;
     v->k = j->job.k;
     v->n = j->job.n;

@@ -79,6 +79,7 @@ typedef struct {
     double age_ms;        /* since created */
     double expires_in_s;  /* finished: seconds until the result is forgotten */
     gemm_dtype dtype;
+    gemm_dtype c_dtype; /* C's (float32 for float16 / bfloat16 operands unless out_dtype) */
     uint64_t m, k, n;
     char kernel[GEMM_NAME_LEN];
     int tile;

@@ -232,13 +232,13 @@ static int part_begin(void *user, const char *name, const char *filename, const 
         return 0;
     }
     if (strcmp(name, "dtype") == 0 || strcmp(name, "kernel") == 0 || strcmp(name, "tile") == 0 ||
-        strcmp(name, "math") == 0) {
+        strcmp(name, "math") == 0 || strcmp(name, "out_dtype") == 0) {
         req->part = 2;
         return 0;
     }
     return gemm_err_set(err, 400, "unknown_part",
                         "unexpected form part \"%.40s\"; send parts a and b (.npy files) and "
-                        "optionally dtype, kernel, tile, math", name);
+                        "optionally dtype, kernel, tile, math, out_dtype", name);
 }
 
 static int part_data(void *user, const void *data, size_t len, gemm_err *err)
@@ -406,10 +406,24 @@ static int check_raw_dimensions(gemmd_request *req)
 
 int gemmd_check_math(const gemm_options *o, gemm_dtype dtype, gemm_err *err)
 {
+    gemm_dtype c;
+    if (gemm_out_dtype_resolve(dtype, o->out_dtype, &c, err) != 0) return -1;
     if (o->math == GEMM_MATH_DEFAULT || dtype == GEMM_DTYPE_F32) return 0;
+    if (gemm_dtype_is_half(dtype))
+        return gemm_err_set(err, 422, "unsupported_math",
+                            "math \"%s\" applies to float32 operands only; %s operands are multiplied exactly "
+                            "and summed in float32: leave math out (or send math=default)",
+                            gemm_math_name(o->math), gemm_dtype_name(dtype));
     return gemm_err_set(err, 422, "unsupported_math",
                         "math \"%s\" applies to float32 only; %s products are always computed exactly: "
                         "leave math out (or send math=default)", gemm_math_name(o->math), gemm_dtype_name(dtype));
+}
+
+gemm_dtype gemmd_request_c_dtype(const gemmd_request *req)
+{
+    gemm_dtype c = req->a.dtype;
+    if (gemm_out_dtype_resolve(req->a.dtype, req->opt.out_dtype, &c, NULL) != 0) c = req->a.dtype;
+    return c;
 }
 
 /* Resident operands (a=ID / b=ID) fix their dimensions and the dtype; what the query says
@@ -483,7 +497,9 @@ static int begin_raw(gemmd_request *req)
                             gemm_dtype_name(o->dtype), total,
                             req->ref[0] || req->ref[1] ? "" : " (A is m x k, B is k x n, from the query)");
     size_t c_bytes = 0, need = 0;
-    if (!gemm_matrix_bytes(o->m, o->n, o->dtype, &c_bytes) || !gemm_mul_size(c_bytes, (size_t)nb, &c_bytes) ||
+    gemm_dtype cd = o->dtype;
+    (void)gemm_out_dtype_resolve(o->dtype, o->out_dtype, &cd, NULL); /* checked above */
+    if (!gemm_matrix_bytes(o->m, o->n, cd, &c_bytes) || !gemm_mul_size(c_bytes, (size_t)nb, &c_bytes) ||
         !gemm_add_size(total, c_bytes, &need))
         return gemm_err_set(err, 413, "too_large", "the matrices' byte sizes overflow");
     if (admit_declared(req, need, "this product (A, B and C)") != 0) return -1;

@@ -170,12 +170,16 @@ int gemmd_check_batch(gemmd_request *req, uint64_t batch, uint64_t m, uint64_t k
 /* 1 when operand i (0: A, 1: B) is a resident matrix named by id. */
 static inline int gemmd_request_is_ref(const gemmd_request *req, int i) { return req->ref[i] != NULL; }
 
-/* Applies every query argument that is an option (kernel, tile, math, dtype, m, k, n).
+/* Applies every query argument that is an option (kernel, tile, math, dtype, out_dtype, m, k, n).
  * 0 or -1 with *err set. */
 int gemmd_request_query_options(gemmd_request *req, gemm_options *opt, gemm_err *err);
 /* 422 unsupported_math when a math mode is asked for a product that is not float32
- * (math selects how float32 is computed; float64 and int32 are always exact). 0 or -1. */
+ * (math selects how float32 is computed; float64 and int32 are always exact), and 422
+ * bad_out_dtype when out_dtype is not one the operands' dtype allows (float16 / bfloat16:
+ * float32 or theirs; others: only theirs). 0 or -1. */
 int gemmd_check_math(const gemm_options *o, gemm_dtype dtype, gemm_err *err);
+/* The dtype of the product's C (after the body: A's dtype and opt.out_dtype, checked). */
+gemm_dtype gemmd_request_c_dtype(const gemmd_request *req);
 /* A header's value or NULL. */
 const char *gemmd_request_header(gemmd_request *req, const char *name);
 

@@ -57,6 +57,7 @@ static int fill_job(gemmd_request *req, gemm_job *job, int copy_refs, gemm_err *
     snprintf(job->kernel, sizeof job->kernel, "%s", req->opt.kernel[0] ? req->opt.kernel : "auto");
     job->tile = req->opt.tile;
     job->math = req->opt.math;
+    job->out_half = gemm_dtype_is_half(job->dtype) && gemmd_request_c_dtype(req) == job->dtype;
     size_t bytes[3], c_bytes;
     if (!gemm_job_bytes(job, bytes))
         return gemm_err_set(err, 413, "too_large", "C's byte size overflows");
@@ -83,7 +84,7 @@ static void pending_unlink(gemmd_server *srv, gemmd_request *req)
 
 static void job_meta(const gemm_job *job, gemmd_product_meta *m, const char *id)
 {
-    m->dtype = job->dtype;
+    m->dtype = gemm_job_c_dtype(job); /* the answer's: C's */
     m->kernel = job->kernel_used;
     m->tile = job->tile_used;
     m->block = job->block;
@@ -186,7 +187,7 @@ static void on_sync_done(gemm_job *job)
     int big_json = atomic_load(&job->state) == GEMM_JOB_DONE && req->answer == GEMMD_FMT_JSON &&
                    !req->store_c && !gemmd_route_is_v2(req->route) &&
                    srv->offload && gemmd_json_answer_is_big(job->m * (job->batch ? job->batch : 1), job->n,
-                                                            job->dtype);
+                                                            gemm_job_c_dtype(job));
     /* inputs go as soon as the product is done; resident ones are only borrowed */
     if (!req->ref[0]) gemm_free(&srv->alloc, job->a);
     if (!req->ref[1]) gemm_free(&srv->alloc, job->b);
@@ -229,11 +230,11 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
     if (check_resident_batch(req, &err) != 0) return gemmd_respond_error(req, &err);
     if (req->answer == GEMMD_FMT_JSON && (!req->store_c || req->return_c) &&
         gemmd_check_json_answer(srv, req->a.rows * (req->a.batch ? req->a.batch : 1), req->b.cols,
-                                req->a.dtype, &err) != 0)
+                                gemmd_request_c_dtype(req), &err) != 0)
         return gemmd_respond_error(req, &err);
     if (req->store_c) { /* room for C among the resident matrices before it is computed */
         size_t c_bytes;
-        if (!gemm_matrix_bytes(req->a.rows, req->b.cols, req->a.dtype, &c_bytes))
+        if (!gemm_matrix_bytes(req->a.rows, req->b.cols, gemmd_request_c_dtype(req), &c_bytes))
             return gemmd_respond_errorf(req, 413, "too_large", "C's byte size overflows");
         if (gemmd_matrices_reserve(srv->matrices, c_bytes, &err) != 0) return gemmd_respond_error(req, &err);
         req->reserved = c_bytes;
@@ -330,7 +331,7 @@ static enum MHD_Result stored_answer(gemmd_request *req)
     gemm_job *job = &req->job;
     gemm_err err;
     gemm_err_clear(&err);
-    gemm_matrix cm = {job->m, job->n, job->dtype, job->c, 0};
+    gemm_matrix cm = {job->m, job->n, gemm_job_c_dtype(job), job->c, 0};
     char id[GEMMD_JOB_ID_LEN + 1];
     gemmd_budget_forget(srv->budget, job->c); /* resident_mb counts it from now on */
     if (gemmd_matrices_add(srv->matrices, &cm, &req->c_res, req->owner, (int)req->answer, id, &err) != 0)
@@ -458,7 +459,7 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
     gemm_err err;
     gemm_err_clear(&err);
     size_t c_bytes, a_bytes, b_bytes;
-    if (!gemm_matrix_bytes(req->a.rows, req->b.cols, req->a.dtype, &c_bytes) ||
+    if (!gemm_matrix_bytes(req->a.rows, req->b.cols, gemmd_request_c_dtype(req), &c_bytes) ||
         !gemm_mul_size(c_bytes, (size_t)(req->a.batch ? req->a.batch : 1), &c_bytes) ||
         !gemm_matrix_bytes(req->a.rows, req->a.cols, req->a.dtype, &a_bytes) ||
         !gemm_mul_size(a_bytes, (size_t)(req->a.batch ? req->a.batch : 1), &a_bytes) ||
@@ -542,6 +543,8 @@ enum MHD_Result gemmd_route_job_status(gemmd_request *req)
                     view_state_name(&v), (unsigned long long)v.m, (unsigned long long)v.n,
                     (unsigned long long)v.k);
     gemm_buf_json_string(&b, gemm_dtype_name(v.dtype));
+    gemm_buf_puts(&b, ",\"out_dtype\":");
+    gemm_buf_json_string(&b, gemm_dtype_name(v.c_dtype));
     gemm_buf_puts(&b, ",\"kernel\":");
     gemm_buf_json_string(&b, v.kernel);
     gemm_buf_printf(&b, ",\"tile\":%d,\"block\":", v.tile);
@@ -603,7 +606,7 @@ enum MHD_Result gemmd_route_job_result(gemmd_request *req)
     }
     gemm_err err;
     if (fmt == GEMMD_FMT_JSON &&
-        gemmd_check_json_answer(srv, v.m * (j->job.batch ? j->job.batch : 1), v.n, v.dtype, &err) != 0) {
+        gemmd_check_json_answer(srv, v.m * (j->job.batch ? j->job.batch : 1), v.n, v.c_dtype, &err) != 0) {
         gemmd_jobs_put(srv->jobs, j);
         return gemmd_respond_error(req, &err);
     }
@@ -612,7 +615,7 @@ enum MHD_Result gemmd_route_job_result(gemmd_request *req)
     gemmd_timing_from_job(&req->timing, &v.timing);
     req->timing.total_base_ms = v.total_ms;
     if (fmt == GEMMD_FMT_JSON && srv->offload &&
-        gemmd_json_answer_is_big(v.m * (j->job.batch ? j->job.batch : 1), v.n, v.dtype)) {
+        gemmd_json_answer_is_big(v.m * (j->job.batch ? j->job.batch : 1), v.n, v.c_dtype)) {
         /* Encoded on an offload thread while this connection waits suspended. */
         pthread_mutex_lock(&srv->mu);
         req->offload_entry = j;

@@ -235,8 +235,10 @@ static enum MHD_Result model_metadata(gemmd_request *req)
     tensor_meta(&b, "B");
     gemm_buf_puts(&b, "],\"outputs\":[");
     tensor_meta(&b, "C");
-    /* The tensors' datatype is the default one; A and B may be any of these, alike. */
-    gemm_buf_puts(&b, "],\"parameters\":{\"datatypes\":\"FP32,FP64,INT32\",\"backend\":");
+    /* The tensors' datatype is the default one; A and B may be any of these, alike (C: theirs,
+     * or FP32 for FP16 / BF16 unless parameters.out_dtype asks for theirs). */
+    gemm_buf_puts(&b, "],\"parameters\":{\"datatypes\":\"FP32,FP64,INT32,FP16,BF16\",\"out_dtypes\":"
+                      "\"FP16:FP32|FP16,BF16:FP32|BF16\",\"backend\":");
     gemm_buf_json_string(&b, in->backend);
     gemm_buf_puts(&b, ",\"kernels\":\"auto");
     for (int i = 0; i < in->nkernels; i++) gemm_buf_printf(&b, ",%s", in->kernels[i].name);
@@ -428,6 +430,11 @@ static int take_inputs(gemmd_request *req)
     v->binary_total = bin;
     req->opt = r->opt;
     req->opt.dtype = r->dtype;
+    gemm_dtype cd;
+    if (gemm_out_dtype_resolve(r->dtype, r->opt.out_dtype, &cd, err) != 0) {
+        err->status = 400; /* a parameter of the request, like kernel and math */
+        return -1;
+    }
     v->parsed = 1;
     return 0;
 }
@@ -523,7 +530,7 @@ enum MHD_Result gemmd_v2_body_done(gemmd_request *req)
     req->t_decoded_ms = gemm_now_ms();
     const gemmd_config *cfg = &req->srv->cfg;
     if (!v->r.binary_output &&
-        gemm_v2_json_bytes_bound(req->a.rows, req->b.cols, v->r.dtype) > cfg->max_json_bytes) {
+        gemm_v2_json_bytes_bound(req->a.rows, req->b.cols, gemmd_request_c_dtype(req)) > cfg->max_json_bytes) {
         gemm_err e;
         gemm_err_set(&e, 400, "answer_too_large",
                      "C is %llux%llu: as JSON tensor data it could take more than the %llu bytes JSON is limited "
@@ -629,7 +636,7 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
                                 : "the server is shutting down; the product was cancelled before it started");
         return gemmd_v2_respond_error(req, &job->err);
     }
-    gemm_matrix c = {.rows = job->m, .cols = job->n, .dtype = job->dtype, .data = job->c};
+    gemm_matrix c = {.rows = job->m, .cols = job->n, .dtype = gemm_job_c_dtype(job), .data = job->c};
     gemmd_server *srv = req->srv;
     int binary = v->r.binary_output;
     /* The answer's text at its largest (C's elements as JSON, or none), admitted before it

@@ -42,6 +42,7 @@ typedef struct {
     const char *format;       /* --format for inputs and output */
     const char *out_format;
     const char *dtype;
+    const char *out_dtype; /* --out-dtype: float16 / bfloat16 operands: C in float32 or theirs */
     const char *shape;
     const char *kernel;
     const char *math;

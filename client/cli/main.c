@@ -59,9 +59,12 @@ static void usage_multiply(FILE *f)
             "  -o, --output C           output file ('-' = standard output)\n"
             "  -f, --format FMT         format of the inputs and output: npy, raw, csv, tsv, txt\n"
             "      --out-format FMT     format of the output only\n"
-            "  -d, --dtype T            float32, float64, int32: needed for raw inputs; text\n"
+            "  -d, --dtype T            float32, float64, int32, float16, bfloat16: needed for\n"
+            "                           raw inputs; text\n"
             "                           inputs are parsed as this (default float64); .npy\n"
             "                           inputs must match it\n"
+            "      --out-dtype T        float16/bfloat16 inputs: C in float32 (default) or in\n"
+            "                           the inputs' dtype (half the bytes back)\n"
             "      --shape MxK[xN]      shape of a raw A (B has K rows; its columns come from\n"
             "                           its size, or N)\n"
             "  -k, --kernel NAME        auto, naive, tiled, cublas, ... (see gemm info)\n"
@@ -141,7 +144,7 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 /* ---------------------------------------------------------------- options */
 
 enum {
-    OPT_TIMEOUT = 256, OPT_CONNECT_TIMEOUT, OPT_RETRIES, OPT_OUT_FORMAT, OPT_SHAPE, OPT_MATH,
+    OPT_TIMEOUT = 256, OPT_CONNECT_TIMEOUT, OPT_RETRIES, OPT_OUT_FORMAT, OPT_OUT_DTYPE, OPT_SHAPE, OPT_MATH,
     OPT_TILE, OPT_CACERT, OPT_ASYNC, OPT_TIMING, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_M, OPT_K, OPT_N,
     OPT_JSON, OPT_LIVE, OPT_STREAMS
 };
@@ -206,6 +209,7 @@ int main(int argc, char **argv)
         {"output", required_argument, NULL, 'o'},
         {"format", required_argument, NULL, 'f'},
         {"out-format", required_argument, NULL, OPT_OUT_FORMAT},
+        {"out-dtype", required_argument, NULL, OPT_OUT_DTYPE},
         {"dtype", required_argument, NULL, 'd'},
         {"shape", required_argument, NULL, OPT_SHAPE},
         {"kernel", required_argument, NULL, 'k'},
@@ -271,6 +275,7 @@ int main(int argc, char **argv)
         case 'o': o.out = arg; break;
         case 'f': o.format = arg; break;
         case OPT_OUT_FORMAT: o.out_format = arg; break;
+        case OPT_OUT_DTYPE: o.out_dtype = arg; break;
         case 'd': o.dtype = arg; break;
         case OPT_SHAPE: o.shape = arg; break;
         case 'k': o.kernel = arg; break;

@@ -72,7 +72,7 @@ static int run_async(const gemm_cli_opts *o, gemm_client *c, const gemm_request 
         if (err->kind == GEMM_CLIENT_E_ABORTED || err->kind == GEMM_CLIENT_E_TIMEOUT) cancel_job(o, id);
         return -1;
     }
-    if (gemm_client_job_fetch(c, id, r->dtype, r->m, r->n, r->c, t, err) != 0) {
+    if (gemm_client_job_fetch(c, id, gemm_request_c_dtype(r), r->m, r->n, r->c, t, err) != 0) {
         if (err->kind == GEMM_CLIENT_E_ABORTED) cancel_job(o, id);
         return -1;
     }
@@ -113,7 +113,12 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
     }
     gemm_dtype dtype = GEMM_DTYPE_INVALID;
     if (o->dtype && gemm_dtype_from_name(o->dtype, &dtype) != 0) {
-        fprintf(stderr, "gemm: --dtype \"%s\": expected float32, float64 or int32\n", o->dtype);
+        fprintf(stderr, "gemm: --dtype \"%s\": expected float32, float64, int32, float16 or bfloat16\n", o->dtype);
+        return GEMM_EXIT_USAGE;
+    }
+    gemm_dtype out_dtype = GEMM_DTYPE_INVALID;
+    if (o->out_dtype && gemm_dtype_from_name(o->out_dtype, &out_dtype) != 0) {
+        fprintf(stderr, "gemm: --out-dtype \"%s\": expected float32, float16 or bfloat16\n", o->out_dtype);
         return GEMM_EXIT_USAGE;
     }
     uint64_t shape[3] = {0, 0, 0};
@@ -184,7 +189,18 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
         rc = GEMM_EXIT_USAGE;
         goto out;
     }
-    if (gemm_cli_output_create3(&C, pc, fc, A.dtype, A.batch, A.rows, B.cols, msg, sizeof msg) != 0) {
+    req.dtype = A.dtype;
+    if (out_dtype != GEMM_DTYPE_INVALID) {
+        gemm_dtype cd;
+        gemm_err oe;
+        if (gemm_out_dtype_resolve(A.dtype, out_dtype, &cd, &oe) != 0) {
+            fprintf(stderr, "gemm: --out-dtype: %s\n", oe.message);
+            rc = GEMM_EXIT_USAGE;
+            goto out;
+        }
+        req.out_half = gemm_dtype_is_half(A.dtype) && cd == A.dtype;
+    }
+    if (gemm_cli_output_create3(&C, pc, fc, gemm_request_c_dtype(&req), A.batch, A.rows, B.cols, msg, sizeof msg) != 0) {
         fprintf(stderr, "gemm: %s\n", msg);
         goto out;
     }

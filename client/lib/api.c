@@ -38,7 +38,7 @@ static int check_request(const gemm_request *r, int need_c, gemm_client_error *e
                                (unsigned long long)r->m, (unsigned long long)r->k, (unsigned long long)r->n);
     size_t ab, bb, cb, tot;
     if (!gemm_matrix_bytes(r->m, r->k, r->dtype, &ab) || !gemm_matrix_bytes(r->k, r->n, r->dtype, &bb) ||
-        !gemm_matrix_bytes(r->m, r->n, r->dtype, &cb) || !gemm_add_size(ab, bb, &tot))
+        !gemm_matrix_bytes(r->m, r->n, gemm_request_c_dtype(r), &cb) || !gemm_add_size(ab, bb, &tot))
         return gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument", "the matrices' sizes overflow");
     if (!r->a || !r->b || (need_c && !r->c))
         return gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument", "a NULL matrix buffer");
@@ -63,6 +63,8 @@ int gemm_request_query(const gemm_request *r, const char *path, char *buf, size_
         n += snprintf(buf + n, cap - (size_t)n, "&math=%s", gemm_math_name(r->math));
     if (n > 0 && (size_t)n < cap && r->tile > 0)
         n += snprintf(buf + n, cap - (size_t)n, "&tile=%d", r->tile);
+    if (n > 0 && (size_t)n < cap && gemm_dtype_is_half(r->dtype))
+        n += snprintf(buf + n, cap - (size_t)n, "&out_dtype=%s", gemm_dtype_name(gemm_request_c_dtype(r)));
     if (n < 0 || (size_t)n >= cap)
         return gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument", "request URL too long");
     return 0;
@@ -92,7 +94,7 @@ int gemm_client_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, 
     set_body(&x, r);
     x.want_binary = 1;
     x.dst = r->c;
-    gemm_matrix_bytes(r->m, r->n, r->dtype, &x.dst_len);
+    gemm_matrix_bytes(r->m, r->n, gemm_request_c_dtype(r), &x.dst_len);
     x.exp_m = r->m;
     x.exp_n = r->n;
     int rc = gemm_xfer_run(&x, t, err);
@@ -115,7 +117,7 @@ int gemm_client_multiply_batch(gemm_client *c, const gemm_request *r, uint64_t b
     size_t ab = 0, bb = 0, cb = 0, tot;
     gemm_matrix_bytes(r->m, r->k, r->dtype, &ab); /* each checked by check_request */
     gemm_matrix_bytes(r->k, r->n, r->dtype, &bb);
-    gemm_matrix_bytes(r->m, r->n, r->dtype, &cb);
+    gemm_matrix_bytes(r->m, r->n, gemm_request_c_dtype(r), &cb);
     if (!gemm_mul_size(ab, (size_t)batch, &ab) || (!b_shared && !gemm_mul_size(bb, (size_t)batch, &bb)) ||
         !gemm_mul_size(cb, (size_t)batch, &cb) || !gemm_add_size(ab, bb, &tot))
         return gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument", "the batch's sizes overflow");

@@ -101,7 +101,8 @@ void gemm_client_free(gemm_client *c); /* NULL is fine */
 /* ---- one product ------------------------------------------------------- */
 
 typedef struct {
-    gemm_dtype dtype;     /* float32, float64 or int32 */
+    gemm_dtype dtype;     /* float32, float64, int32, float16 or bfloat16 (2-byte elements,
+                             IEEE binary16 / the top half of a float32) */
     uint64_t m, k, n;     /* A is m x k, B is k x n, C is m x n */
     const void *a;        /* m*k elements, row-major; only read */
     const void *b;        /* k*n elements, row-major; only read */
@@ -109,9 +110,18 @@ typedef struct {
     const char *kernel;   /* NULL = server default ("auto") */
     gemm_math math;       /* GEMM_MATH_DEFAULT = not sent */
     int tile;             /* 0 = not sent */
+    int out_half;         /* float16 / bfloat16: 1 = C in that dtype (out_dtype), 0 = C in
+                             float32 (the server's default); ignored for other dtypes */
 } gemm_request;
 
-#define GEMM_REQUEST_INIT {GEMM_DTYPE_F32, 0, 0, 0, NULL, NULL, NULL, NULL, GEMM_MATH_DEFAULT, 0}
+#define GEMM_REQUEST_INIT {GEMM_DTYPE_F32, 0, 0, 0, NULL, NULL, NULL, NULL, GEMM_MATH_DEFAULT, 0, 0}
+
+/* The dtype of C for this request: float32 for float16 / bfloat16 operands unless out_half,
+ * else the operands' dtype. r->c holds m*n elements of it. */
+static inline gemm_dtype gemm_request_c_dtype(const gemm_request *r)
+{
+    return (r->dtype == GEMM_DTYPE_F16 || r->dtype == GEMM_DTYPE_BF16) && !r->out_half ? GEMM_DTYPE_F32 : r->dtype;
+}
 
 /* Durations in milliseconds. Server stages are -1 when the server did not report them. */
 typedef struct {
@@ -187,7 +197,8 @@ int gemm_client_job_status(gemm_client *c, const char *id, gemm_job_info *info, 
  * error in *err (kind SERVER). poll_ms: first interval (default 20), doubling up to 500. */
 int gemm_client_job_wait(gemm_client *c, const char *id, long poll_ms, long timeout_ms,
                          gemm_job_info *info, gemm_client_error *err);
-/* GET /v1/jobs/{id}/result as raw binary into c_out, which holds m*n elements of dtype
+/* GET /v1/jobs/{id}/result as raw binary into c_out, which holds m*n elements of dtype (C's:
+ * gemm_request_c_dtype() of the request)
  * (checked against the answer's X-Gemm-Shape and length). */
 int gemm_client_job_fetch(gemm_client *c, const char *id, gemm_dtype dtype, uint64_t m, uint64_t n,
                           void *c_out, gemm_timing *t, gemm_client_error *err);

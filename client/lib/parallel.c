@@ -25,7 +25,7 @@ int gemm_client_auto_streams(const gemm_request *r)
 {
     size_t ab, bb, cb;
     if (!r || !gemm_matrix_bytes(r->m, r->k, r->dtype, &ab) || !gemm_matrix_bytes(r->k, r->n, r->dtype, &bb) ||
-        !gemm_matrix_bytes(r->m, r->n, r->dtype, &cb))
+        !gemm_matrix_bytes(r->m, r->n, gemm_request_c_dtype(r), &cb))
         return 1;
     uint64_t total = (uint64_t)ab + bb + cb;
     if (total < AUTO_MIN_BYTES || r->m < 2 * AUTO_STREAMS) return 1;
@@ -98,7 +98,7 @@ static void *run_panel(void *arg)
     x.part[0] = p->r.a;
     x.want_binary = 1;
     x.dst = p->r.c;
-    gemm_matrix_bytes(p->r.m, p->r.n, p->r.dtype, &x.dst_len);
+    gemm_matrix_bytes(p->r.m, p->r.n, gemm_request_c_dtype(&p->r), &x.dst_len);
     x.exp_m = p->r.m;
     x.exp_n = p->r.n;
     p->rc = gemm_xfer_run(&x, &p->t, &p->err);
@@ -159,7 +159,7 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
     int n = streams > 0 ? streams : gemm_client_auto_streams(r);
     if (n > MAX_STREAMS) n = MAX_STREAMS;
     if ((uint64_t)n > r->m) n = (int)r->m;
-    size_t es = gemm_dtype_size(r->dtype);
+    size_t es = gemm_dtype_size(r->dtype), esc = gemm_dtype_size(gemm_request_c_dtype(r));
     if (n <= 1 || es == 0 || !r->a || !r->b || !r->c || r->k == 0 || r->n == 0)
         return gemm_client_multiply(c, r, t, err); /* one request (and its argument checks) */
 
@@ -183,7 +183,7 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
         p[i].r = *r;
         p[i].r.m = rows;
         p[i].r.a = (const char *)r->a + row * r->k * es;
-        p[i].r.c = (char *)r->c + row * r->n * es;
+        p[i].r.c = (char *)r->c + row * r->n * esc;
         p[i].b_id = id;
         row += rows;
         p[i].pp.sh = &sh;
@@ -205,7 +205,7 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
     for (int i = 0; i < n; i++) nstarted += started[i];
     size_t up_total = 0, down_total = 0;
     gemm_matrix_bytes(r->m, r->k, r->dtype, &up_total);
-    gemm_matrix_bytes(r->m, r->n, r->dtype, &down_total);
+    gemm_matrix_bytes(r->m, r->n, gemm_request_c_dtype(r), &down_total);
     while (atomic_load(&sh.finished) < nstarted) {
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);

@@ -1,6 +1,7 @@
 /*
  * text.c - matrices as CSV / TSV text (see gemm_util.h for the accepted syntax).
  */
+#include "gemm_half.h"
 #include "gemm_util.h"
 
 #include <errno.h>
@@ -72,6 +73,10 @@ static int parse_value(const char *s, gemm_dtype d, void *dst, size_t idx)
         float f = (float)v;
         if (isfinite(v) && isinf(f)) return -1; /* rounds beyond FLT_MAX */
         ((float *)dst)[idx] = f;
+    } else if (gemm_dtype_is_half(d)) {
+        uint16_t h = gemm_f64_to_half(d, v); /* one rounding from the float64 strtod read */
+        if (isfinite(v) && !isfinite(gemm_half_to_f32(d, h))) return -1; /* beyond the dtype's range */
+        ((uint16_t *)dst)[idx] = h;
     } else {
         ((double *)dst)[idx] = v;
     }
@@ -193,6 +198,10 @@ int gemm_client_text_write(FILE *f, char delim, gemm_dtype dtype, uint64_t rows,
             case GEMM_DTYPE_F32: rc = fprintf(f, "%.9g", (double)((const float *)data)[idx]); break;
             case GEMM_DTYPE_F64: rc = fprintf(f, "%.17g", ((const double *)data)[idx]); break;
             case GEMM_DTYPE_I32: rc = fprintf(f, "%d", (int)((const int32_t *)data)[idx]); break;
+            case GEMM_DTYPE_F16:
+            case GEMM_DTYPE_BF16: /* the element's exact float32 value: it reads back to itself */
+                rc = fprintf(f, "%.9g", (double)gemm_half_to_f32(dtype, ((const uint16_t *)data)[idx]));
+                break;
             default: errno = EINVAL; return -1;
             }
             if (rc < 0) return -1;

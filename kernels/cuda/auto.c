@@ -66,6 +66,9 @@ static const auto_row ROWS[] = {
     /* int32: cuBLAS has no wrapping int32 GEMM; simt beat tiled at every size
      * (512^3: 9.9 vs 7.0 TOP/s; 4096^3: 29.9 vs 8.9). */
     {GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, SHAPE_ANY, {"simt", "tiled", NULL}},
+    /* float16 / bfloat16 operands: cuBLAS only (half in memory, float32 sums) */
+    {GEMM_DTYPE_F16, GEMM_MATH_DEFAULT, SHAPE_ANY, {"cublas", NULL, NULL}},
+    {GEMM_DTYPE_BF16, GEMM_MATH_DEFAULT, SHAPE_ANY, {"cublas", NULL, NULL}},
 };
 
 static shape_class classify(int rows, int cols, int inner)

@@ -11,6 +11,10 @@
  * CUBLAS_COMPUTE_32F_FAST_TF32 and bf16 for CUBLAS_COMPUTE_32F_FAST_16BF (inputs rounded
  * on the tensor cores, float32 accumulation and output). float64 runs cublasDgemm.
  *
+ * float16 / bfloat16 operands (dtypes, not math modes: they are half in memory) run
+ * cublasGemmEx with CUDA_R_16F / CUDA_R_16BF for A and B, CUBLAS_COMPUTE_32F, and C in
+ * CUDA_R_32F or the operands' type (l->out_half); batches through cublasGemmStridedBatchedEx.
+ *
  * int32 is not offered: cuBLAS has no int32 x int32 -> int32 GEMM that wraps modulo 2^32
  * (its integer GEMM takes int8 inputs), so a request for kernel=cublas with int32 is
  * refused with 422 by the support check; kernel=auto sends int32 to our own kernels.
@@ -69,6 +73,22 @@ cudaError_t cublas_launch(const gemm_launch *l)
                         (double *)l->C, l->n);
         return from_cublas(s, "cublasDgemm");
     }
+    if (l->dtype == GEMM_DTYPE_F16 || l->dtype == GEMM_DTYPE_BF16) {
+        /* Half operands in memory, float32 sums (tensor cores), C in float32 or in the
+         * operands' type; the same C^T = B^T A^T as below. */
+        const cudaDataType_t ab = l->dtype == GEMM_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
+        const cudaDataType_t ct = l->out_half ? ab : CUDA_R_32F;
+        const float one = 1.0f, zero = 0.0f;
+        if (batch > 1) {
+            s = cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, l->n, l->m, l->k, &one, l->B, ab, l->n,
+                                           l->stride_b, l->A, ab, l->k, l->stride_a, &zero, l->C, ct, l->n,
+                                           l->stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            return from_cublas(s, "cublasGemmStridedBatchedEx (half)");
+        }
+        s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, l->n, l->m, l->k, &one, l->B, ab, l->n, l->A, ab, l->k,
+                         &zero, l->C, ct, l->n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        return from_cublas(s, "cublasGemmEx (half)");
+    }
     if (l->dtype != GEMM_DTYPE_F32)
         return cudaErrorNotSupported;
 
@@ -98,8 +118,8 @@ cudaError_t cublas_launch(const gemm_launch *l)
 
 extern "C" const gemm_kernel_desc gemm_kernel_cublas = {
     "cublas",
-    "cuBLAS (the production yardstick); float32 fp32/tf32/bf16 and float64, no int32",
-    (1u << GEMM_DTYPE_F32) | (1u << GEMM_DTYPE_F64),
+    "cuBLAS (the production yardstick); float32 fp32/tf32/bf16, float64, float16 and bfloat16, no int32",
+    (1u << GEMM_DTYPE_F32) | (1u << GEMM_DTYPE_F64) | (1u << GEMM_DTYPE_F16) | (1u << GEMM_DTYPE_BF16),
     (1u << GEMM_MATH_FP32) | (1u << GEMM_MATH_TF32) | (1u << GEMM_MATH_BF16),
     {0, 0, 0, 0},
     0,

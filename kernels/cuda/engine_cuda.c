@@ -187,7 +187,8 @@ static int cuda_run(void *self, void *worker, gemm_job *job);
  * see these products (they are not submitted). */
 static void cuda_warm(cuda_backend *cb, cuda_worker *w)
 {
-    static const gemm_dtype dtypes[] = {GEMM_DTYPE_F32, GEMM_DTYPE_F64, GEMM_DTYPE_I32};
+    static const gemm_dtype dtypes[] = {GEMM_DTYPE_F32, GEMM_DTYPE_F64, GEMM_DTYPE_I32, GEMM_DTYPE_F16,
+                                        GEMM_DTYPE_BF16};
     static const struct { uint64_t n, batch; } shapes[] = {{64, 0}, {256, 0}, {64, 4}};
     double t0 = gemm_now_ms();
     int ran = 0, failed = 0;
@@ -319,6 +320,16 @@ static int cuda_validate(void *self, gemm_job *job, gemm_err *err)
             code = "bad_tile";
         else if (strstr(why, "math"))
             code = "unsupported_math";
+        if (strcmp(code, "unsupported_dtype") == 0 && strcmp(k->name, "cublas") != 0) {
+            /* name the members that do run it */
+            char list[160] = "";
+            size_t off = 0;
+            for (int i = 0; gemm_kernel_table[i] && off < sizeof list; i++)
+                if (gemm_kernel_table[i]->dtypes & (1u << job->dtype))
+                    off += (size_t)snprintf(list + off, sizeof list - off, ", %s", gemm_kernel_table[i]->name);
+            return gemm_err_set(err, 422, code, "kernel \"%s\" does not compute %s; %s runs on kernel auto%s",
+                                k->name, gemm_dtype_name(job->dtype), gemm_dtype_name(job->dtype), list);
+        }
         if (strcmp(code, "unsupported_dtype") == 0 && strcmp(k->name, "cublas") == 0)
             return gemm_err_set(err, 422, code,
                                 "kernel \"cublas\" does not compute %s: cuBLAS has no %s GEMM "
@@ -443,7 +454,7 @@ static int cuda_run(void *self, void *worker, gemm_job *job)
         return gemm_err_set(&job->err, 500, "internal_error", "job reached the CUDA worker "
                             "without a resolved kernel (\"%s\")", job->kernel_used);
 
-    size_t es = gemm_dtype_size(job->dtype), need[3];
+    size_t es = gemm_dtype_size(job->dtype), esc = gemm_dtype_size(gemm_job_c_dtype(job)), need[3];
     const uint64_t nb = gemm_job_batch(job);
     if (!gemm_job_bytes(job, need) || es == 0)
         return gemm_err_set(&job->err, 413, "too_large", "the product's size overflows");
@@ -568,6 +579,7 @@ allocated:;
         .cublas = w->blas,
         .workspace = NULL,
         .workspace_bytes = 0,
+        .out_half = job->out_half,
     };
     if (k->plan)
         job->tile_used = k->plan(&l, job->block, sizeof job->block);
@@ -585,7 +597,7 @@ allocated:;
             /* A and B: the worker's buffers, or a resident operand's device copy (nb == 1) */
             l.A = (const char *)A + i * (size_t)(job->m * job->k) * es;
             l.B = (const char *)B + (job->b_shared ? 0 : i * (size_t)(job->k * job->n) * es);
-            l.C = (char *)w->buf[2] + i * (size_t)(job->m * job->n) * es;
+            l.C = (char *)w->buf[2] + i * (size_t)(job->m * job->n) * esc;
             if (GEMM_CUDA_CHECK(&site, k->launch(&l)) != cudaSuccess)
                 goto fail;
         }

@@ -5,6 +5,7 @@
  *   A is m x k (leading dimension k), B is k x n (ld n), C is m x n (ld n),
  * for any m, n, k >= 1 (edge tiles by bounds checks or padding), and enqueues its work on
  * l->stream without synchronizing. int32 wraps in two's complement (unsigned arithmetic).
+ * float16 / bfloat16 operands run on cublas only (C float32 or half, see out_half).
  *
  * Each member lives in its own file, kernels/cuda/kNN_<name>.cu, numbered in the order
  * of the lesson, and exports one `const gemm_kernel_desc gemm_kernel_<name>`. The table
@@ -36,6 +37,9 @@ typedef struct {
      * product i at A + i*stride_a elements (and so on); stride_b 0 = one B for all. */
     int batch;             /* 0 or 1: one product */
     long long stride_a, stride_b, stride_c;
+    /* float16 / bfloat16 A and B (only members with those dtype bits run them): C is
+     * float32 (0) or in A's dtype (1), sums in float32 either way. */
+    int out_half;
 } gemm_launch;
 
 typedef struct {

@@ -136,8 +136,8 @@ def raw_checks(tap, d):
                and set(ins) == {"A", "B"} and set(outs) == {"C"}
                and all(t.get("shape") == [-1, -1] and t.get("datatype") == "FP32"
                        for t in list(ins.values()) + list(outs.values()))
-               and j.get("parameters", {}).get("datatypes") == "FP32,FP64,INT32",
-               "GET %s: model metadata (A, B -> C, [-1,-1], FP32/FP64/INT32)" % path, r)
+               and j.get("parameters", {}).get("datatypes") == "FP32,FP64,INT32,FP16,BF16",
+               "GET %s: model metadata (A, B -> C, [-1,-1], FP32/FP64/INT32/FP16/BF16)" % path, r)
     for path in ("/v2/models/matmul/ready", "/v2/models/matmul/versions/1/ready"):
         r = d.curl("GET", path)
         tap.ok(r.status == 200 and (r.json() or {}).get("ready") is True, "GET %s answers 200" % path, r)
@@ -493,9 +493,27 @@ def triton_checks(tap, d, token=None):
         infer(np.ones((2, 3), np.float32), np.ones((4, 2), np.float32), "FP32")
     expect_error(mismatch, 400, "A's columns (3) must equal B's rows (4)", "tritonclient: shape mismatch is a 400")
 
-    def fp16():
-        infer(np.ones((2, 2), np.float16), np.ones((2, 2), np.float16), "FP16")
-    expect_error(fp16, 400, "FP16 is not supported", "tritonclient: FP16 is a 400")
+    def uint8():
+        infer(np.ones((2, 2), np.uint8), np.ones((2, 2), np.uint8), "UINT8")
+    expect_error(uint8, 400, "UINT8 is not supported", "tritonclient: UINT8 is a 400")
+
+    # FP16 operands: C is FP32 by default, FP16 with parameters.out_dtype; against NumPy's
+    # float64 product of the float16 inputs (float32 sums; FP16 C adds half an ulp)
+    a16 = np.random.default_rng(3).uniform(-1, 1, (9, 17)).astype(np.float16)
+    b16 = np.random.default_rng(4).uniform(-1, 1, (17, 5)).astype(np.float16)
+    ref16 = a16.astype(np.float64) @ b16.astype(np.float64)
+    for mode in ("binary", "json"):
+        try:
+            c32 = infer(a16, b16, "FP16", in_mode=mode, out_mode=mode).as_numpy("C")
+            c16 = infer(a16, b16, "FP16", in_mode=mode, out_mode=mode, parameters={"out_dtype": "FP16"}).as_numpy("C")
+        except Exception as e:  # noqa: BLE001
+            tap.ok(False, "tritonclient: FP16 (%s)" % mode, repr(e))
+            continue
+        tap.ok(c32.dtype == np.float32 and (np.abs(c32 - ref16) <= 1e-5 * 17 + 1e-6).all(),
+               "tritonclient: FP16 operands (%s), C FP32" % mode, "%s %r" % (c32.dtype, c32[:1]))
+        tap.ok(c16.dtype == np.float16 and
+               (np.abs(c16.astype(np.float64) - ref16) <= 1e-5 * 17 + 2.0 ** -11 * np.abs(ref16) + 2.0 ** -25).all(),
+               "tritonclient: FP16 operands (%s), out_dtype FP16: C FP16" % mode, "%s %r" % (c16.dtype, c16[:1]))
 
     def missing():
         ia = th.InferInput("A", [2, 2], "FP32")

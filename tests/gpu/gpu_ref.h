@@ -61,7 +61,7 @@ static uint64_t ref_next(uint64_t *s)
 }
 
 /* Floats uniform in [-1, 1); int32 over the whole range, so products wrap. */
-static void ref_fill(gemm_dtype d, void *p, size_t n, uint64_t seed)
+static inline void ref_fill(gemm_dtype d, void *p, size_t n, uint64_t seed)
 {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
     for (size_t i = 0; i < n; i++) {
@@ -77,7 +77,7 @@ static void ref_fill(gemm_dtype d, void *p, size_t n, uint64_t seed)
 static void ref_poison(void *p, size_t bytes) { memset(p, 0xFF, bytes); }
 
 /* ---- references ---- */
-static double *ref_upcast(gemm_dtype d, const void *p, size_t n)
+static inline double *ref_upcast(gemm_dtype d, const void *p, size_t n)
 {
     double *out = malloc(n * sizeof *out);
     if (!out) return NULL;
@@ -87,7 +87,7 @@ static double *ref_upcast(gemm_dtype d, const void *p, size_t n)
 }
 
 /* float64 reference of a float32/float64 product: ref is m x n. */
-static int ref_gemm_f64(gemm_dtype d, const void *A, const void *B, double *ref, int m, int k, int n)
+static inline int ref_gemm_f64(gemm_dtype d, const void *A, const void *B, double *ref, int m, int k, int n)
 {
     double *a = ref_upcast(d, A, (size_t)m * k), *b = ref_upcast(d, B, (size_t)k * n);
     if (!a || !b) { free(a); free(b); return -1; }
@@ -98,7 +98,7 @@ static int ref_gemm_f64(gemm_dtype d, const void *A, const void *B, double *ref,
 }
 
 /* int32 reference: C = A B mod 2^32, i-p-j loop in uint32_t. */
-static void ref_gemm_i32(const void *A, const void *B, uint32_t *ref, int m, int k, int n)
+static inline void ref_gemm_i32(const void *A, const void *B, uint32_t *ref, int m, int k, int n)
 {
     const uint32_t *a = A, *b = B;
     memset(ref, 0, (size_t)m * n * sizeof *ref);
@@ -113,7 +113,7 @@ static void ref_gemm_i32(const void *A, const void *B, uint32_t *ref, int m, int
 }
 
 /* ||C - ref||_F / ||ref||_F; +inf when C has a NaN (an element never written). */
-static double ref_rel_err(gemm_dtype d, const void *C, const double *ref, size_t n)
+static inline double ref_rel_err(gemm_dtype d, const void *C, const double *ref, size_t n)
 {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
@@ -127,7 +127,7 @@ static double ref_rel_err(gemm_dtype d, const void *C, const double *ref, size_t
 }
 
 /* Number of int32 elements that differ from the reference. */
-static size_t ref_mismatches_i32(const void *C, const uint32_t *ref, size_t n)
+static inline size_t ref_mismatches_i32(const void *C, const uint32_t *ref, size_t n)
 {
     const uint32_t *c = C;
     size_t bad = 0;

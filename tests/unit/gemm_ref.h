@@ -22,6 +22,39 @@ static inline uint64_t ref_rand(uint64_t *s)
     return *s = x;
 }
 
+/* The value of a float16 / bfloat16 element, from its fields (not the code under test). */
+static inline double ref_half_value(gemm_dtype d, uint16_t h)
+{
+    int bf = d == GEMM_DTYPE_BF16, mb = bf ? 7 : 10, eb = bf ? 8 : 5, bias = bf ? 127 : 15;
+    int s = h >> 15, e = (h >> mb) & ((1 << eb) - 1), m = h & ((1 << mb) - 1);
+    double v = e == (1 << eb) - 1 ? (m ? NAN : INFINITY)
+             : e == 0             ? ldexp((double)m, 1 - bias - mb)
+                                  : ldexp((double)(m + (1 << mb)), e - bias - mb);
+    return s ? -v : v;
+}
+
+/* A float16 / bfloat16 element near u (|u| < 2): its bits truncated (the reference needs
+ * values that are exactly elements, not a particular rounding). */
+static inline uint16_t ref_half_near(gemm_dtype d, double u)
+{
+    float f = (float)u;
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if (d == GEMM_DTYPE_BF16) return (uint16_t)(x >> 16);
+    uint16_t s = (uint16_t)((x >> 16) & 0x8000);
+    double a = fabs(u);
+    if (a < 0x1p-14) return (uint16_t)(s | (uint16_t)(a * 0x1p24)); /* subnormal */
+    int e;
+    double fr = frexp(a, &e); /* a = fr * 2^e, fr in [0.5, 1) */
+    return (uint16_t)(s | ((uint16_t)(e - 1 + 15) << 10) | ((uint16_t)(fr * 2048.0) & 0x3ff));
+}
+
+/* C's dtype when out_half is not asked: float32 for the half types. */
+static inline gemm_dtype ref_c_dtype(gemm_dtype d)
+{
+    return d == GEMM_DTYPE_F16 || d == GEMM_DTYPE_BF16 ? GEMM_DTYPE_F32 : d;
+}
+
 /* Fills n elements: floats uniform in [-1, 1); int32 small values in [-50, 50]. */
 static inline void ref_fill(gemm_dtype d, void *p, size_t n, uint64_t seed)
 {
@@ -32,6 +65,7 @@ static inline void ref_fill(gemm_dtype d, void *p, size_t n, uint64_t seed)
         if (d == GEMM_DTYPE_F32) ((float *)p)[i] = (float)u;
         if (d == GEMM_DTYPE_F64) ((double *)p)[i] = u;
         if (d == GEMM_DTYPE_I32) ((int32_t *)p)[i] = (int32_t)(r % 101) - 50;
+        if (d == GEMM_DTYPE_F16 || d == GEMM_DTYPE_BF16) ((uint16_t *)p)[i] = ref_half_near(d, u);
     }
 }
 
@@ -39,6 +73,7 @@ static inline double ref_get(gemm_dtype d, const void *p, size_t i)
 {
     if (d == GEMM_DTYPE_F32) return ((const float *)p)[i];
     if (d == GEMM_DTYPE_F64) return ((const double *)p)[i];
+    if (d == GEMM_DTYPE_F16 || d == GEMM_DTYPE_BF16) return ref_half_value(d, ((const uint16_t *)p)[i]);
     return ((const int32_t *)p)[i];
 }
 
@@ -49,6 +84,7 @@ static inline void ref_poison(gemm_dtype d, void *p, size_t n)
         if (d == GEMM_DTYPE_F32) ((float *)p)[i] = NAN;
         if (d == GEMM_DTYPE_F64) ((double *)p)[i] = NAN;
         if (d == GEMM_DTYPE_I32) ((int32_t *)p)[i] = 0x7eadbeef;
+        if (d == GEMM_DTYPE_F16 || d == GEMM_DTYPE_BF16) ((uint16_t *)p)[i] = 0x7fff;
     }
 }
 
@@ -68,15 +104,19 @@ static inline int32_t ref_i32_dot(const int32_t *a, const int32_t *b, size_t i, 
 /* Compares c (m x n) with the reference of a.b; returns the number of mismatches and
  * prints the first few. Floats: |c - ref| <= tol_rel * sum_p |a_ip b_pj| + tol_abs, where
  * tol_rel is a few units of roundoff times k for the dtype; int32: exact. */
-static inline size_t ref_check(gemm_dtype d, const void *a, const void *b, const void *c, size_t m,
-                               size_t k, size_t n, const char *what)
+static inline size_t ref_check_out(gemm_dtype d, gemm_dtype cd, const void *a, const void *b, const void *c,
+                                   size_t m, size_t k, size_t n, const char *what)
 {
     size_t bad = 0;
-    double eps = d == GEMM_DTYPE_F32 ? 1.2e-7 : 2.3e-16;
+    int half = d == GEMM_DTYPE_F16 || d == GEMM_DTYPE_BF16;
+    /* half operands: float32 products (exact) and sums; C rounded once more when it is half */
+    double eps = d == GEMM_DTYPE_F32 || half ? 1.2e-7 : 2.3e-16;
+    double u_out = cd == GEMM_DTYPE_F16 ? 0x1p-11 : cd == GEMM_DTYPE_BF16 ? 0x1p-8 : 0;
+    double tiny = cd == GEMM_DTYPE_F16 ? 0x1p-25 : 1e-30;
     for (size_t i = 0; i < m; i++) {
         for (size_t j = 0; j < n; j++) {
             int ok;
-            double got = ref_get(d, c, i * n + j), want;
+            double got = ref_get(cd, c, i * n + j), want;
             if (d == GEMM_DTYPE_I32) {
                 int32_t w = ref_i32_dot(a, b, i, j, k, n);
                 want = w;
@@ -89,7 +129,8 @@ static inline size_t ref_check(gemm_dtype d, const void *a, const void *b, const
                     mag += fabs(x);
                 }
                 want = s;
-                double tol = 4.0 * eps * (double)k * mag + 1e-30;
+                double tol = 4.0 * eps * (double)k * mag;
+                tol += u_out * (fabs(want) + tol) + tiny;
                 ok = !isnan(got) && fabs(got - want) <= tol;
             }
             if (!ok && bad++ < 5)
@@ -97,6 +138,12 @@ static inline size_t ref_check(gemm_dtype d, const void *a, const void *b, const
         }
     }
     return bad;
+}
+
+static inline size_t ref_check(gemm_dtype d, const void *a, const void *b, const void *c, size_t m, size_t k,
+                               size_t n, const char *what)
+{
+    return ref_check_out(d, ref_c_dtype(d), a, b, c, m, k, n, what);
 }
 
 #endif /* GEMM_TEST_REF_H */

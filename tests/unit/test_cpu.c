@@ -66,8 +66,18 @@ typedef struct {
 } product;
 
 /* Allocates A, B (filled from seed, or left for the caller when seed == 0) and a poisoned C. */
+/* out_half: float16 / bfloat16 operands with C in their dtype (else C is float32). */
+static void product_init_out(gemm_engine *e, product *p, gemm_dtype d, int out_half, size_t m, size_t k, size_t n,
+                             uint64_t seed);
+
 static void product_init(gemm_engine *e, product *p, gemm_dtype d, size_t m, size_t k, size_t n,
                          uint64_t seed)
+{
+    product_init_out(e, p, d, 0, m, k, n, seed);
+}
+
+static void product_init_out(gemm_engine *e, product *p, gemm_dtype d, int out_half, size_t m, size_t k, size_t n,
+                             uint64_t seed)
 {
     memset(p, 0, sizeof *p);
     pthread_mutex_init(&p->w.mu, NULL);
@@ -78,7 +88,9 @@ static void product_init(gemm_engine *e, product *p, gemm_dtype d, size_t m, siz
     p->job.m = m, p->job.k = k, p->job.n = n;
     p->job.a = gemm_engine_host_alloc(e, m * k * es);
     p->job.b = gemm_engine_host_alloc(e, k * n * es);
-    p->job.c = gemm_engine_host_alloc(e, m * n * es);
+    p->job.out_half = out_half;
+    gemm_dtype cd = gemm_job_c_dtype(&p->job);
+    p->job.c = gemm_engine_host_alloc(e, m * n * gemm_dtype_size(cd));
     assert_non_null(p->job.a);
     assert_non_null(p->job.b);
     assert_non_null(p->job.c);
@@ -86,7 +98,7 @@ static void product_init(gemm_engine *e, product *p, gemm_dtype d, size_t m, siz
         ref_fill(d, p->job.a, m * k, seed);
         ref_fill(d, p->job.b, k * n, seed + 1);
     }
-    ref_poison(d, p->job.c, m * n);
+    ref_poison(cd, p->job.c, m * n);
     p->job.done = on_done;
     p->job.user = &p->w;
 }
@@ -141,6 +153,58 @@ static void check_shapes(gemm_dtype d, int threads)
     }
     gemm_engine_close(e);
 }
+
+/* float16 / bfloat16 operands, C in float32 and in their dtype: odd shapes, a batch with its
+ * own Bs and one with a shared B, against a float64 reference of the elements. */
+static void check_half(gemm_dtype d)
+{
+    gemm_engine *e = open_cpu(2, 2, NULL);
+    static const size_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 64, 64}, {129, 67, 131}, {1, 300, 2}};
+    for (int out = 0; out < 2; out++) {
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            product p;
+            product_init_out(e, &p, d, out, shapes[s][0], shapes[s][1], shapes[s][2], 91 + s);
+            assert_int_equal(product_run(e, &p), GEMM_JOB_DONE);
+            char what[96];
+            snprintf(what, sizeof what, "%s %zux%zux%zu out %s", gemm_dtype_name(d), p.m, p.k, p.n,
+                     out ? gemm_dtype_name(d) : "float32");
+            assert_int_equal(ref_check_out(d, out ? d : GEMM_DTYPE_F32, p.job.a, p.job.b, p.job.c, p.m, p.k, p.n, what),
+                             0);
+            assert_string_equal(p.job.kernel_used, "openblas");
+            assert_string_equal(gemm_math_report_name(d, p.job.math_used), "fp32");
+            product_free(e, &p);
+        }
+        for (int shared = 0; shared < 2; shared++) { /* 4 products of 5x6 . 6x3 */
+            const size_t nb = 4, m = 5, k = 6, n = 3, es = 2, esc = out ? 2 : 4;
+            product p;
+            product_init_out(e, &p, d, out, m, k, n, 0);
+            gemm_engine_host_free(e, p.job.a);
+            gemm_engine_host_free(e, p.job.b);
+            gemm_engine_host_free(e, p.job.c);
+            p.job.batch = nb;
+            p.job.b_shared = shared;
+            p.job.a = gemm_engine_host_alloc(e, nb * m * k * es);
+            p.job.b = gemm_engine_host_alloc(e, (shared ? 1 : nb) * k * n * es);
+            p.job.c = gemm_engine_host_alloc(e, nb * m * n * esc);
+            ref_fill(d, p.job.a, nb * m * k, 7);
+            ref_fill(d, p.job.b, (shared ? 1 : nb) * k * n, 8);
+            ref_poison(out ? d : GEMM_DTYPE_F32, p.job.c, nb * m * n);
+            assert_int_equal(product_run(e, &p), GEMM_JOB_DONE);
+            for (size_t i = 0; i < nb; i++) {
+                const char *a = (const char *)p.job.a + i * m * k * es;
+                const char *b = (const char *)p.job.b + (shared ? 0 : i * k * n * es);
+                const char *c = (const char *)p.job.c + i * m * n * esc;
+                assert_int_equal(ref_check_out(d, out ? d : GEMM_DTYPE_F32, a, b, c, m, k, n, "half batch"), 0);
+            }
+            assert_int_equal(p.job.batched, nb);
+            product_free(e, &p);
+        }
+    }
+    gemm_engine_close(e);
+}
+
+static void test_half_f16(void **st) { (void)st; check_half(GEMM_DTYPE_F16); }
+static void test_half_bf16(void **st) { (void)st; check_half(GEMM_DTYPE_BF16); }
 
 static void test_shapes_f32(void **st) { (void)st; check_shapes(GEMM_DTYPE_F32, 0); }
 static void test_shapes_f64(void **st) { (void)st; check_shapes(GEMM_DTYPE_F64, 0); }
@@ -324,7 +388,8 @@ static void test_describe(void **st)
     assert_non_null(strstr(info.devices[0].name, "cpu"));
     assert_int_equal(info.nkernels, 2);
     assert_string_equal(info.kernels[0].name, "openblas");
-    assert_int_equal(info.kernels[0].dtypes, (1u << GEMM_DTYPE_F32) | (1u << GEMM_DTYPE_F64));
+    assert_int_equal(info.kernels[0].dtypes, (1u << GEMM_DTYPE_F32) | (1u << GEMM_DTYPE_F64) | (1u << GEMM_DTYPE_F16) |
+                                                  (1u << GEMM_DTYPE_BF16));
     assert_true(info.kernels[0].maths & (1u << GEMM_MATH_FP32));
     assert_false(info.kernels[0].maths & (1u << GEMM_MATH_TF32));
     assert_string_equal(info.kernels[1].name, "blocked");
@@ -387,7 +452,7 @@ static void test_fault_spec_rejected(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shapes_f32),
+        cmocka_unit_test(test_shapes_f32), cmocka_unit_test(test_half_f16), cmocka_unit_test(test_half_bf16),
         cmocka_unit_test(test_shapes_f64),
         cmocka_unit_test(test_shapes_i32),
         cmocka_unit_test(test_shapes_i32_three_threads),

@@ -64,11 +64,11 @@ static void tjob_init(gemm_engine *e, tjob *t, gemm_dtype d, size_t m, size_t k,
     t->job.m = m, t->job.k = k, t->job.n = n;
     t->job.a = gemm_engine_host_alloc(e, m * k * es);
     t->job.b = gemm_engine_host_alloc(e, k * n * es);
-    t->job.c = gemm_engine_host_alloc(e, m * n * es);
+    t->job.c = gemm_engine_host_alloc(e, m * n * gemm_dtype_size(ref_c_dtype(d))); /* half: float32 C */
     assert_true(t->job.a && t->job.b && t->job.c);
     ref_fill(d, t->job.a, m * k, seed);
     ref_fill(d, t->job.b, k * n, seed + 1);
-    ref_poison(d, t->job.c, m * n);
+    ref_poison(ref_c_dtype(d), t->job.c, m * n);
     t->job.done = tjob_done;
     t->job.user = t;
 }

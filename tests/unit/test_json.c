@@ -175,7 +175,8 @@ static void test_body_options(void **state)
     expect_fail("{\"a\": [[1]], \"b\": [[2]], \"tile\": 1.5}", 422, "bad_option", "tile");
     expect_fail("{\"a\": [[1]], \"b\": [[2]], \"tile\": -16}", 422, "bad_option", "tile");
     expect_fail("{\"a\": [[1]], \"b\": [[2]], \"tile\": true}", 422, "bad_option", "tile");
-    expect_fail("{\"a\": [[1]], \"b\": [[2]], \"dtype\": \"float16\"}", 422, "bad_option", "float16");
+    expect_fail("{\"a\": [[1]], \"b\": [[2]], \"dtype\": \"float8\"}", 422, "bad_option", "float8");
+    expect_fail("{\"a\": [[1]], \"b\": [[2]], \"out_dtype\": \"float8\"}", 422, "bad_out_dtype", "float8");
     expect_fail("{\"a\": [[1]], \"b\": [[2]], \"dtype\": null}", 422, "bad_option", "dtype");
     expect_fail("{\"a\": [[1]], \"b\": [[2]], \"kernel\": \"Tiled!\"}", 422, "bad_option", "kernel");
     expect_fail("{\"a\": [[1]], \"b\": [[2]], \"kernel\": [\"x\"]}", 422, "bad_option", "kernel");

@@ -576,7 +576,7 @@ static void test_every_split_point(void **state)
         "{\"a\": [[1, 2], [3]], \"b\": [[1], [2]]}",    /* ragged */
         "{\"a\": [[1e999]], \"b\": [[1]]}",              /* beyond float64 */
         "{\"dtype\": \"int32\", \"a\": [[2147483648]], \"b\": [[1]]}",
-        "{\"a\": [[1]], \"b\": [[1]], \"dtype\": \"float16\"}",
+        "{\"a\": [[1]], \"b\": [[1]], \"dtype\": \"float8\"}",
         "{\"a\": [[1]], \"b\": [[1]]} x",
         "{\"a\": [[1]], \"b\": [[\"\\ud800\"]]}",
         "{\"a\": [[01]], \"b\": [[1]]}",
@@ -1297,7 +1297,7 @@ static void test_one_matrix(void **state)
     expect_one("{\"data\": [[1, 2]], \"shape\": [1, 1]}", 400, "bad_matrix", "matrix.data[0] is an array, expected a number");
     expect_one("{\"data\": [[1, \"x\"]]}", 400, "bad_matrix", "matrix[0][1] is a string, expected a number");
     expect_one("{\"shape\": [1, 2], \"data\": [1, null]}", 400, "bad_matrix", "matrix.data[1] is null");
-    expect_one("{\"data\": [[1]], \"dtype\": \"float16\"}", 422, "bad_option", "float16");
+    expect_one("{\"data\": [[1]], \"dtype\": \"float8\"}", 422, "bad_option", "float8");
     expect_one("{\"data\": [[1e39]], \"dtype\": \"float32\"}", 422, "bad_value", "matrix[0][0]");
     expect_one("{\"ref\": \"F32\"}", 400, "bad_matrix", "matrix.shape must be"); /* not taken for an upload */
     expect_one("[[1]] [[2]]", 400, "bad_json", "after the JSON value");

@@ -328,6 +328,51 @@ static void test_write_header_golden(void **state)
     assert_int_equal(gemm_npy_write_header(small, sizeof small, GEMM_DTYPE_INVALID, 3, 4), 0);
 }
 
+/* float16 and bfloat16: the headers np.save writes (NumPy 1.24; the bfloat16 array an
+ * ml_dtypes 0.5 one, whose descr is '<V2'), byte for byte, and files read back. */
+static void test_half_descrs(void **state)
+{
+    (void)state;
+    static const char *const gold[2] = {
+        "\x93NUMPY\x01\x00v\x00{'descr': '<f2', 'fortran_order': False, 'shape': (3, 5), }",
+        "\x93NUMPY\x01\x00v\x00{'descr': '<V2', 'fortran_order': False, 'shape': (2, 2), }",
+    };
+    static const gemm_dtype ds[2] = {GEMM_DTYPE_F16, GEMM_DTYPE_BF16};
+    static const uint64_t rows[2] = {3, 2}, cols[2] = {5, 2};
+    assert_string_equal(gemm_npy_descr(GEMM_DTYPE_F16), "<f2");
+    assert_string_equal(gemm_npy_descr(GEMM_DTYPE_BF16), "<V2");
+    assert_null(gemm_npy_descr(GEMM_DTYPE_INVALID));
+    for (int i = 0; i < 2; i++) {
+        unsigned char want[128], buf[128 + 64];
+        size_t g = strlen(gold[i] + 10) + 10; /* the magic holds a NUL: count from the dict */
+        memcpy(want, gold[i], g);
+        memset(want + g, ' ', 127 - g);
+        want[127] = '\n';
+        assert_int_equal(gemm_npy_write_header(buf, 128, ds[i], rows[i], cols[i]), 128);
+        assert_memory_equal(buf, want, 128);
+        /* the file read back: its dtype and its elements, untouched */
+        size_t n = (size_t)(rows[i] * cols[i]);
+        for (size_t k = 0; k < n; k++) {
+            uint16_t v = (uint16_t)(0x3c00 + 37 * k);
+            memcpy(buf + 128 + 2 * k, &v, 2);
+        }
+        gemm_matrix m = {0};
+        gemm_err err;
+        gemm_err_clear(&err);
+        assert_int_equal(read_npy(buf, 128 + 2 * n, 7, NULL, NULL, &m, &err), 0);
+        assert_int_equal(m.dtype, ds[i]);
+        assert_int_equal(m.rows, rows[i]);
+        assert_int_equal(m.cols, cols[i]);
+        assert_memory_equal(m.data, buf + 128, 2 * n);
+        gemm_allocator_host.free(NULL, m.data);
+    }
+    /* a truncated float16 file: counted in 2-byte elements */
+    unsigned char f[128 + 29];
+    assert_int_equal(gemm_npy_write_header(f, 128, GEMM_DTYPE_F16, 3, 5), 128);
+    memset(f + 128, 0, 29);
+    expect_error(f, sizeof f, 400, "truncated", NULL);
+}
+
 /* header + the raw data equals what np.save wrote, byte for byte */
 static void test_write_whole_file_golden(void **state)
 {
@@ -602,9 +647,11 @@ static void test_dtype_errors(void **state)
                       "a.astype('<f8')");
     expect_dict_error("{'descr': '>i4', 'fortran_order': False, 'shape': (3, 4), }", 415, "unsupported_dtype",
                       "a.astype('<i4')");
+    expect_dict_error("{'descr': '>f2', 'fortran_order': False, 'shape': (3, 4), }", 415, "unsupported_dtype",
+                      "a.astype('<f2')");
     expect_dict_error("{'descr': '|O', 'fortran_order': False, 'shape': (3, 4), }", 415, "unsupported_dtype",
                       "object arrays");
-    const char *others[] = {"<i8", "<f2", "<c8", "|u1", "|b1", "<U10", "|f4", "<f16", "f4", ""};
+    const char *others[] = {"<i8", "<u2", "<c8", "|u1", "|b1", "<U10", "|f4", "<f16", "f4", "", "|V2", "<V4", ">u2"};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
         char dict[160], needle[32];
         snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (3, 4), }", others[i]);
@@ -865,6 +912,7 @@ int main(void)
         cmocka_unit_test(test_limits_before_allocation),
         cmocka_unit_test(test_random_round_trip),
         cmocka_unit_test(test_reader_api_edges),
+        cmocka_unit_test(test_half_descrs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,6 +53,13 @@ static void test_set_each_key(void **state)
     assert_int_equal(o.dtype, GEMM_DTYPE_F64);
     assert_int_equal(gemm_options_set(&o, "dtype", "INT32", &err), 0);
     assert_int_equal(o.dtype, GEMM_DTYPE_I32);
+    assert_int_equal(gemm_options_set(&o, "dtype", "bfloat16", &err), 0);
+    assert_int_equal(o.dtype, GEMM_DTYPE_BF16);
+    assert_int_equal(o.out_dtype, GEMM_DTYPE_INVALID);
+    assert_int_equal(gemm_options_set(&o, "out_dtype", "float16", &err), 0);
+    assert_int_equal(o.out_dtype, GEMM_DTYPE_F16);
+    assert_int_equal(gemm_options_set(&o, "out_dtype", "float32", &err), 0);
+    assert_int_equal(o.out_dtype, GEMM_DTYPE_F32);
     assert_int_equal(gemm_options_set(&o, "kernel", "tiled", &err), 0);
     assert_string_equal(o.kernel, "tiled");
     assert_int_equal(gemm_options_set(&o, "kernel", "wgmma_128x256_v2", &err), 0);
@@ -95,8 +102,9 @@ static void test_unknown_keys(void **state)
 static void test_bad_values(void **state)
 {
     (void)state;
-    expect_bad("dtype", "float16", 422, "bad_option", "float16");
-    expect_bad("dtype", "float16", 422, "bad_option", "float32, float64 or int32");
+    expect_bad("dtype", "float8", 422, "bad_option", "float8");
+    expect_bad("dtype", "float8", 422, "bad_option", "float32, float64, int32, float16 or bfloat16");
+    expect_bad("out_dtype", "float8", 422, "bad_out_dtype", "float8");
     expect_bad("dtype", "", 422, "bad_option", NULL);
     expect_bad("dtype", NULL, 422, "bad_option", NULL);
     expect_bad("kernel", "", 422, "bad_option", "kernel");

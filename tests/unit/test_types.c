@@ -17,6 +17,12 @@ static void test_dtypes(void **state)
     assert_int_equal(gemm_dtype_size(GEMM_DTYPE_F32), 4);
     assert_int_equal(gemm_dtype_size(GEMM_DTYPE_F64), 8);
     assert_int_equal(gemm_dtype_size(GEMM_DTYPE_I32), 4);
+    assert_int_equal(gemm_dtype_size(GEMM_DTYPE_F16), 2);
+    assert_int_equal(gemm_dtype_size(GEMM_DTYPE_BF16), 2);
+    assert_string_equal(gemm_dtype_name(GEMM_DTYPE_F16), "float16");
+    assert_string_equal(gemm_dtype_name(GEMM_DTYPE_BF16), "bfloat16");
+    assert_true(gemm_dtype_is_half(GEMM_DTYPE_F16) && gemm_dtype_is_half(GEMM_DTYPE_BF16));
+    assert_false(gemm_dtype_is_half(GEMM_DTYPE_F32) || gemm_dtype_is_half(GEMM_DTYPE_INVALID));
     assert_int_equal(gemm_dtype_size(GEMM_DTYPE_INVALID), 0);
     assert_int_equal(gemm_dtype_size(GEMM_DTYPE_COUNT), 0);
     assert_string_equal(gemm_dtype_name(GEMM_DTYPE_F32), "float32");
@@ -29,7 +35,8 @@ static void test_dtypes(void **state)
     } ok[] = {{"float32", GEMM_DTYPE_F32}, {"f4", GEMM_DTYPE_F32},   {"float", GEMM_DTYPE_F32},
               {"FLOAT32", GEMM_DTYPE_F32}, {"float64", GEMM_DTYPE_F64}, {"f8", GEMM_DTYPE_F64},
               {"double", GEMM_DTYPE_F64},  {"int32", GEMM_DTYPE_I32},   {"i4", GEMM_DTYPE_I32},
-              {"Int", GEMM_DTYPE_I32}};
+              {"Int", GEMM_DTYPE_I32},     {"float16", GEMM_DTYPE_F16}, {"f2", GEMM_DTYPE_F16},
+              {"half", GEMM_DTYPE_F16},    {"bfloat16", GEMM_DTYPE_BF16}, {"BF16", GEMM_DTYPE_BF16}};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         gemm_dtype d = GEMM_DTYPE_INVALID;
         assert_int_equal(gemm_dtype_from_name(ok[i].s, &d), 0);
@@ -41,7 +48,7 @@ static void test_dtypes(void **state)
         assert_int_equal(gemm_dtype_from_name(gemm_dtype_name((gemm_dtype)d), &back), 0);
         assert_int_equal(back, d);
     }
-    const char *bad[] = {"float16", "int64", "", "f", "float32 ", "invalid", "<f4"};
+    const char *bad[] = {"float8", "int64", "", "f", "float32 ", "invalid", "<f4", "bfloat"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         gemm_dtype d = GEMM_DTYPE_F64;
         assert_int_equal(gemm_dtype_from_name(bad[i], &d), -1);
@@ -68,6 +75,7 @@ static void test_math_modes(void **state)
     assert_int_equal(gemm_math_from_name("fp16", &m), -1);
     assert_int_equal(gemm_math_from_name(NULL, &m), -1);
     assert_string_equal(gemm_math_report_name(GEMM_DTYPE_F32, GEMM_MATH_DEFAULT), "fp32");
+    assert_string_equal(gemm_math_report_name(GEMM_DTYPE_F16, GEMM_MATH_DEFAULT), "fp32");
     assert_string_equal(gemm_math_report_name(GEMM_DTYPE_F32, GEMM_MATH_BF16), "bf16");
     assert_string_equal(gemm_math_report_name(GEMM_DTYPE_F64, GEMM_MATH_TF32), "exact");
     assert_string_equal(gemm_math_report_name(GEMM_DTYPE_I32, GEMM_MATH_DEFAULT), "exact");
@@ -210,6 +218,42 @@ static void test_errors(void **state)
     gemm_err_clear(NULL);
 }
 
+/* C's dtype: float32 by default for the half types, theirs when asked; nothing else. */
+static void test_out_dtype(void **state)
+{
+    (void)state;
+    static const struct {
+        gemm_dtype in, out, want;
+    } ok[] = {
+        {GEMM_DTYPE_F16, GEMM_DTYPE_INVALID, GEMM_DTYPE_F32},   {GEMM_DTYPE_F16, GEMM_DTYPE_F32, GEMM_DTYPE_F32},
+        {GEMM_DTYPE_F16, GEMM_DTYPE_F16, GEMM_DTYPE_F16},       {GEMM_DTYPE_BF16, GEMM_DTYPE_INVALID, GEMM_DTYPE_F32},
+        {GEMM_DTYPE_BF16, GEMM_DTYPE_BF16, GEMM_DTYPE_BF16},    {GEMM_DTYPE_F32, GEMM_DTYPE_INVALID, GEMM_DTYPE_F32},
+        {GEMM_DTYPE_F32, GEMM_DTYPE_F32, GEMM_DTYPE_F32},       {GEMM_DTYPE_F64, GEMM_DTYPE_F64, GEMM_DTYPE_F64},
+        {GEMM_DTYPE_I32, GEMM_DTYPE_INVALID, GEMM_DTYPE_I32},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        gemm_dtype c = GEMM_DTYPE_INVALID;
+        gemm_err err;
+        assert_int_equal(gemm_out_dtype_resolve(ok[i].in, ok[i].out, &c, &err), 0);
+        assert_int_equal(c, ok[i].want);
+    }
+    static const gemm_dtype bad[][2] = {
+        {GEMM_DTYPE_F16, GEMM_DTYPE_BF16}, {GEMM_DTYPE_F16, GEMM_DTYPE_F64}, {GEMM_DTYPE_BF16, GEMM_DTYPE_F16},
+        {GEMM_DTYPE_BF16, GEMM_DTYPE_I32}, {GEMM_DTYPE_F32, GEMM_DTYPE_F16}, {GEMM_DTYPE_F32, GEMM_DTYPE_F64},
+        {GEMM_DTYPE_F64, GEMM_DTYPE_F32},  {GEMM_DTYPE_I32, GEMM_DTYPE_F32},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        gemm_dtype c = GEMM_DTYPE_INVALID;
+        gemm_err err;
+        gemm_err_clear(&err);
+        assert_int_equal(gemm_out_dtype_resolve(bad[i][0], bad[i][1], &c, &err), -1);
+        assert_int_equal(err.status, 422);
+        assert_string_equal(err.code, "bad_out_dtype");
+        assert_non_null(strstr(err.message, gemm_dtype_name(bad[i][1])));
+        assert_int_equal(c, GEMM_DTYPE_INVALID);
+    }
+}
+
 static void test_host_allocator(void **state)
 {
     (void)state;
@@ -233,7 +277,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtypes),        cmocka_unit_test(test_math_modes),   cmocka_unit_test(test_checked_arithmetic),
         cmocka_unit_test(test_check_product), cmocka_unit_test(test_check_matrix), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_host_allocator),
+        cmocka_unit_test(test_host_allocator), cmocka_unit_test(test_out_dtype),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,7 +34,21 @@ _WIRE: Dict[str, "np.dtype[Any]"] = {
     "float32": np.dtype("<f4"),
     "float64": np.dtype("<f8"),
     "int32": np.dtype("<i4"),
+    "float16": np.dtype("<f2"),
 }
+
+# NumPy has no bfloat16; the ml_dtypes package (optional) gives one. Without it bfloat16
+# arrays cannot be represented here, so they can be neither sent nor received.
+try:
+    import ml_dtypes as _ml_dtypes  # type: ignore[import-not-found, unused-ignore]
+    _BF16: Optional["np.dtype[Any]"] = np.dtype(_ml_dtypes.bfloat16)
+    _WIRE["bfloat16"] = _BF16
+except ImportError:  # pragma: no cover - depends on the environment
+    _BF16 = None
+
+_NO_BF16 = ("bfloat16 needs the ml_dtypes package (pip install ml_dtypes): NumPy has no bfloat16 type, "
+            "so without it bfloat16 arrays cannot be represented")
+_HALF = ("float16", "bfloat16")
 
 # Answers that are read whole into memory (errors, JSON) are at most this large.
 _MAX_SMALL_BODY = 16 << 20
@@ -48,19 +62,37 @@ _TIMEOUTS = (socket.timeout, TimeoutError)
 # ------------------------------------------------------------------------------ inputs
 
 def wire_dtype(dtype: npt.DTypeLike) -> str:
-    """The server's name for ``dtype`` (``"float32"``, ``"float64"`` or ``"int32"``, any
-    byte order), or ``TypeError`` saying what the server takes."""
+    """The server's name for ``dtype`` (``"float32"``, ``"float64"``, ``"int32"``,
+    ``"float16"``, or ``"bfloat16"`` with ml_dtypes installed; any byte order), or
+    ``TypeError`` saying what the server takes."""
+    if isinstance(dtype, str) and dtype.lower() in ("bfloat16", "bf16") and _BF16 is None:
+        raise TypeError(_NO_BF16)
     dt = np.dtype(dtype)
+    if _BF16 is not None and dt == _BF16:
+        return "bfloat16"
     for name, w in _WIRE.items():
-        if dt.kind == w.kind and dt.itemsize == w.itemsize:
+        if name != "bfloat16" and dt.kind == w.kind and dt.itemsize == w.itemsize:
             return name
-    raise TypeError("gemmd computes in float32, float64 or int32, not %s: pass dtype=np.float32, "
-                    "np.float64 or np.int32 to convert the inputs" % dt)
+    raise TypeError("gemmd computes in float32, float64, int32, float16 or bfloat16 (ml_dtypes), not %s: "
+                    "pass dtype=np.float32, np.float64, np.int32 or np.float16 to convert the inputs" % dt)
+
+
+def _out_name(in_name: str, out_dtype: Optional[npt.DTypeLike]) -> Tuple[str, List[Tuple[str, str]]]:
+    """C's dtype name for operands of in_name, and the out_dtype query option (if any)."""
+    if out_dtype is None:
+        return ("float32" if in_name in _HALF else in_name), []
+    name = wire_dtype(out_dtype)
+    if name != in_name and not (in_name in _HALF and name == "float32"):
+        raise ValueError("out_dtype %s is not available for %s operands: %s" % (
+            name, in_name, "C is float32 (the default) or %s" % in_name if in_name in _HALF
+            else "C is %s (out_dtype picks float32 or the operands' dtype for float16 and bfloat16)" % in_name))
+    return name, [("out_dtype", name)]
 
 
 def prepare(a: npt.ArrayLike, b: npt.ArrayLike,
             dtype: Optional[npt.DTypeLike] = None) -> Tuple[npt.NDArray[Any], npt.NDArray[Any], str]:
-    """A and B as the server takes them: C-contiguous, little-endian, one dtype.
+    """A and B as the server takes them: C-contiguous, little-endian, one dtype
+    (float16 and bfloat16 included: half the bytes of float32 on the wire).
 
     A is an m×k matrix and B a k×n one, or A is a stack of b matrices (b, m, k) and B
     either a stack (b, k, n), one B per product, or one k×n matrix shared by all (NumPy's
@@ -102,7 +134,8 @@ def prepare(a: npt.ArrayLike, b: npt.ArrayLike,
             name = wire_dtype(dt)
         except TypeError:
             raise TypeError("A is %s and B is %s, which NumPy promotes to %s; gemmd computes in float32, "
-                            "float64 or int32: pass dtype=np.float32, np.float64 or np.int32 to convert"
+                            "float64, int32, float16 or bfloat16: pass dtype=np.float32, np.float64, np.int32 "
+                            "or np.float16 to convert"
                             % (a_arr.dtype, b_arr.dtype, dt)) from None
     else:
         name = wire_dtype(dtype)
@@ -112,6 +145,8 @@ def prepare(a: npt.ArrayLike, b: npt.ArrayLike,
 
 def _bytes_of(x: npt.NDArray[Any]) -> memoryview:
     """The buffer of a C-contiguous array as bytes, without a copy."""
+    if _BF16 is not None and x.dtype == _BF16:  # no buffer format of its own: its bits as uint16
+        x = x.view(np.uint16)
     return x.data.cast("B")
 
 
@@ -228,7 +263,8 @@ class Client:
 
     def matmul(self, a: npt.ArrayLike, b: npt.ArrayLike, *, kernel: Optional[str] = None,
                math: Optional[str] = None, tile: Optional[int] = None,
-               dtype: Optional[npt.DTypeLike] = None, out: Optional[npt.NDArray[Any]] = None) -> npt.NDArray[Any]:
+               dtype: Optional[npt.DTypeLike] = None, out: Optional[npt.NDArray[Any]] = None,
+               out_dtype: Optional[npt.DTypeLike] = None) -> npt.NDArray[Any]:
         """C = A·B computed by the server; returns C as an ndarray (the same object as ``out``
         when given).
 
@@ -238,36 +274,41 @@ class Client:
         convert) and which inputs are copied. ``kernel``,
         ``math`` (float32: ``"fp32"``, ``"tf32"``, ``"bf16"``) and ``tile`` go to the server
         as they are (``info()["kernels"]`` lists what it has). ``out``, a C-contiguous array
-        of C's shape and the product's dtype, receives C straight from the socket.
+        of C's shape and dtype, receives C straight from the socket. C's dtype is the
+        operands', except for float16 / bfloat16 operands: float32 (sums are float32), or
+        theirs with ``out_dtype`` (``np.float16`` / ``ml_dtypes.bfloat16``, or the name).
         Use :meth:`product` for the server's timing and the kernel that ran.
         """
-        return self.product(a, b, kernel=kernel, math=math, tile=tile, dtype=dtype, out=out).c
+        return self.product(a, b, kernel=kernel, math=math, tile=tile, dtype=dtype, out=out, out_dtype=out_dtype).c
 
     def product(self, a: npt.ArrayLike, b: npt.ArrayLike, *, kernel: Optional[str] = None,
                 math: Optional[str] = None, tile: Optional[int] = None,
-                dtype: Optional[npt.DTypeLike] = None, out: Optional[npt.NDArray[Any]] = None) -> Product:
+                dtype: Optional[npt.DTypeLike] = None, out: Optional[npt.NDArray[Any]] = None,
+                out_dtype: Optional[npt.DTypeLike] = None) -> Product:
         """Like :meth:`matmul`, but returns a :class:`Product`: C (``.c``) with the kernel,
         tile, block, math mode and device that ran and the server's ``timing``."""
         a_w, b_w, name = prepare(a, b, dtype)
+        c_name, out_opt = _out_name(name, out_dtype)
         shape, k = _c_shape(a_w, b_w)
-        _check_out(out, shape, name)
-        path = self._raw_path("/v1/matmul", a_w, b_w, name, _options(kernel, math, tile))
+        _check_out(out, shape, c_name)
+        path = self._raw_path("/v1/matmul", a_w, b_w, name, _options(kernel, math, tile) + out_opt)
         t0 = time.perf_counter()
         resp, conn, retries = self._call("POST", path, body=(_bytes_of(a_w), _bytes_of(b_w)),
                                          content_type="application/octet-stream",
                                          accept="application/octet-stream")
         if resp.status != 200:
             raise self._error(resp, conn, retries)
-        return self._read_product(resp, conn, shape, name, out, 2.0 * float(np.prod(shape)) * k, t0, retries)
+        return self._read_product(resp, conn, shape, c_name, out, 2.0 * float(np.prod(shape)) * k, t0, retries)
 
     def submit(self, a: npt.ArrayLike, b: npt.ArrayLike, *, kernel: Optional[str] = None,
                math: Optional[str] = None, tile: Optional[int] = None,
-               dtype: Optional[npt.DTypeLike] = None) -> "Job":
+               dtype: Optional[npt.DTypeLike] = None, out_dtype: Optional[npt.DTypeLike] = None) -> "Job":
         """Queues C = A·B as a job (``POST /v1/jobs``) and returns at once with a :class:`Job`.
         Arguments as for :meth:`matmul`."""
         a_w, b_w, name = prepare(a, b, dtype)
+        c_name, out_opt = _out_name(name, out_dtype)
         shape, k = _c_shape(a_w, b_w)
-        path = self._raw_path("/v1/jobs", a_w, b_w, name, _options(kernel, math, tile))
+        path = self._raw_path("/v1/jobs", a_w, b_w, name, _options(kernel, math, tile) + out_opt)
         resp, conn, retries = self._call("POST", path, body=(_bytes_of(a_w), _bytes_of(b_w)),
                                          content_type="application/octet-stream",
                                          accept="application/json")
@@ -277,7 +318,7 @@ class Client:
         job_id = obj.get("id") if isinstance(obj, dict) else None
         if not isinstance(job_id, str) or not job_id:
             raise GemmProtocolError("202 for a job without an id: %r" % (obj,), resp.status)
-        return Job(self, job_id, shape, k, name)
+        return Job(self, job_id, shape, k, c_name)
 
     def job(self, job_id: str) -> "Job":
         """A :class:`Job` for an id returned earlier (by this or another client)."""
@@ -494,6 +535,8 @@ class Client:
                 raise GemmProtocolError("bad X-Gemm-Shape %r" % resp.getheader("X-Gemm-Shape"),
                                         resp.status) from None
             got_dtype = resp.getheader("X-Gemm-Dtype") or ""
+            if got_dtype == "bfloat16" and _BF16 is None:
+                raise GemmProtocolError("the answer is bfloat16: " + _NO_BF16, resp.status)
             if got_dtype not in _WIRE:
                 raise GemmProtocolError("bad X-Gemm-Dtype %r" % got_dtype, resp.status)
             if shape is not None and got_shape != shape:
@@ -608,7 +651,7 @@ class Job:
         if self._k is None and st.k > 0:
             # A job found by its id: C's shape comes from the answer (a batch's count is
             # not in the status), k and the dtype from here.
-            self._k, self._dtype = st.k, st.dtype
+            self._k, self._dtype = st.k, st.out_dtype or st.dtype
         return st, resp.getheader("Retry-After")
 
     def status(self) -> JobStatus:

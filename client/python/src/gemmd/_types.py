@@ -133,6 +133,8 @@ class JobStatus:
     expires_in_s: Optional[float]
     error: Optional[GemmError]
     raw: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
+    #: C's dtype (float32 for float16 / bfloat16 operands unless out_dtype asked for theirs)
+    out_dtype: str = ""
 
     @property
     def finished(self) -> bool:
@@ -156,4 +158,4 @@ class JobStatus:
                    math=str(obj.get("math", "")), device=str(obj.get("device", "")),
                    timing=Timing.from_json(obj.get("timing")),
                    expires_in_s=float(exp) if isinstance(exp, (int, float)) else None,
-                   error=err, raw=dict(obj))
+                   error=err, raw=dict(obj), out_dtype=str(obj.get("out_dtype", obj.get("dtype", ""))))
