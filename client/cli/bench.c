@@ -6,6 +6,7 @@
  * is printed.
  */
 #include "cli.h"
+#include "gemm_half.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -95,6 +96,8 @@ static void fill_random(void *p, size_t count, gemm_dtype d, uint64_t seed)
         switch (d) {
         case GEMM_DTYPE_F32: ((float *)p)[i] = (float)v; break;
         case GEMM_DTYPE_F64: ((double *)p)[i] = (double)v; break;
+        case GEMM_DTYPE_F16:
+        case GEMM_DTYPE_BF16: ((uint16_t *)p)[i] = gemm_f64_to_half(d, (double)v); break;
         default: ((int32_t *)p)[i] = v; break;
         }
     }
@@ -105,6 +108,8 @@ static double elem(const void *p, size_t i, gemm_dtype d)
     switch (d) {
     case GEMM_DTYPE_F32: return ((const float *)p)[i];
     case GEMM_DTYPE_F64: return ((const double *)p)[i];
+    case GEMM_DTYPE_F16:
+    case GEMM_DTYPE_BF16: return gemm_half_to_f32(d, ((const uint16_t *)p)[i]);
     default: return ((const int32_t *)p)[i];
     }
 }
@@ -118,10 +123,15 @@ static int verify(const gemm_request *r, const void *c, char *msg, size_t cap)
         double ref = 0;
         for (uint64_t q = 0; q < r->k; q++)
             ref += elem(r->a, (size_t)(i * r->k + q), r->dtype) * elem(r->b, (size_t)(q * r->n + j), r->dtype);
-        double got = elem(c, (size_t)(i * r->n + j), r->dtype);
-        /* inputs are integers in [-8, 8]: every partial sum is exact in float64 and int32;
-         * float32 is exact while |sums| < 2^24, which holds for k < 2^24/64 */
-        double tol = r->dtype == GEMM_DTYPE_F32 && r->math > GEMM_MATH_FP32 ? 1e-2 * fabs(ref) + 1 : 1e-9 * fabs(ref);
+        gemm_dtype cd = gemm_request_c_dtype(r);
+        double got = elem(c, (size_t)(i * r->n + j), cd);
+        /* inputs are integers in [-8, 8], exact in every dtype: every partial sum is exact
+         * in float64 and int32; float32 is exact while |sums| < 2^24, which holds for
+         * k < 2^24/64; a half C is rounded once (8 or 11 significant bits) */
+        double tol = r->dtype == GEMM_DTYPE_F32 && r->math > GEMM_MATH_FP32 ? 1e-2 * fabs(ref) + 1
+                     : cd == GEMM_DTYPE_BF16 ? 1e-2 * fabs(ref)
+                     : cd == GEMM_DTYPE_F16 ? 1e-3 * fabs(ref)
+                                            : 1e-9 * fabs(ref);
         if (fabs(got - ref) > tol) {
             snprintf(msg, cap, "C[%llu][%llu] is %.17g, expected %.17g", (unsigned long long)i,
                      (unsigned long long)j, got, ref);
@@ -136,8 +146,18 @@ int gemm_cli_bench(const gemm_cli_opts *o)
     gemm_request req = GEMM_REQUEST_INIT;
     req.dtype = GEMM_DTYPE_F32;
     if (o->dtype && gemm_dtype_from_name(o->dtype, &req.dtype) != 0) {
-        fprintf(stderr, "gemm: --dtype \"%s\": expected float32, float64 or int32\n", o->dtype);
+        fprintf(stderr, "gemm: --dtype \"%s\": expected float32, float64, int32, float16 or bfloat16\n", o->dtype);
         return GEMM_EXIT_USAGE;
+    }
+    if (o->out_dtype) {
+        gemm_dtype want, cd;
+        gemm_err oe;
+        if (gemm_dtype_from_name(o->out_dtype, &want) != 0 || gemm_out_dtype_resolve(req.dtype, want, &cd, &oe) != 0) {
+            fprintf(stderr, "gemm: --out-dtype \"%s\": float32 for float16/bfloat16 operands (the default) or "
+                    "their own dtype; other operands answer in their own dtype\n", o->out_dtype);
+            return GEMM_EXIT_USAGE;
+        }
+        req.out_half = gemm_dtype_is_half(req.dtype) && cd == req.dtype;
     }
     if (o->math && gemm_math_from_name(o->math, &req.math) != 0) {
         fprintf(stderr, "gemm: --math \"%s\": expected fp32, tf32 or bf16\n", o->math);
@@ -150,7 +170,7 @@ int gemm_cli_bench(const gemm_cli_opts *o)
     req.tile = o->tile;
     size_t ab, bb, cb;
     if (!gemm_matrix_bytes(req.m, req.k, req.dtype, &ab) || !gemm_matrix_bytes(req.k, req.n, req.dtype, &bb) ||
-        !gemm_matrix_bytes(req.m, req.n, req.dtype, &cb)) {
+        !gemm_matrix_bytes(req.m, req.n, gemm_request_c_dtype(&req), &cb)) {
         fprintf(stderr, "gemm: the shape is too large\n");
         return GEMM_EXIT_USAGE;
     }

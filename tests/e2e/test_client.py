@@ -354,6 +354,15 @@ def main(tap):
         rc, out, err = gemm(["bench", "--m", "7", "--k", "300", "--n", "5", "--dtype", "int32", "--repeat", "2"],
                             server=S)
         tap.ok(rc == 0 and "7x300x5 int32" in out.decode(), "gemm bench with a rectangular int32 shape", (rc, out, err))
+        for dt, extra in (("float16", []), ("bfloat16", []), ("float16", ["--out-dtype", "float16"]),
+                          ("bfloat16", ["--out-dtype", "bfloat16"])):
+            rc, out, err = gemm(["bench", "--m", "9", "--k", "130", "--n", "7", "--dtype", dt, "--repeat", "2"] + extra,
+                                server=S)
+            tap.ok(rc == 0 and ("9x130x7 %s" % dt) in out.decode() and "median" in out.decode(),
+                   "gemm bench with %s operands%s (its first answer checked)" % (dt, " and C in " + dt if extra else ""),
+                   (rc, out, err))
+        rc, out, err = gemm(["bench", "--size", "8", "--dtype", "float32", "--out-dtype", "float16"], server=S)
+        tap.ok(rc == 2 and "--out-dtype" in err, "gemm bench refuses a half C of float32 operands", (rc, err))
 
         # ------------------------------------------------------------ progress bar over 64 MB
         big = 4200  # 4200^2 float32 = 70.6 MB per matrix
