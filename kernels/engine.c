@@ -429,6 +429,7 @@ static int split_start(gemm_engine *e, gemm_job *job, int slot, double t0)
         p->b = job->b;
         p->c = (unsigned char *)job->c + (size_t)(row0 * job->n) * es;
         p->b_res = job->b_res; /* the whole B: each device keeps its own copy */
+        p->a_block = job->a, p->b_block = job->b, p->c_block = job->c;
         /* What validate() resolved for the whole product, on every panel. */
         snprintf(p->kernel, sizeof p->kernel, "%s", job->kernel_used);
         memcpy(p->kernel_used, job->kernel_used, sizeof p->kernel_used);
@@ -489,6 +490,7 @@ static void split_finish(gemm_engine *e, struct gemm_split *sp)
         if (p->timing.d2h_ms > job->timing.d2h_ms) job->timing.d2h_ms = p->timing.d2h_ms;
         job->split[i].stream = p->stream;
         memcpy(job->split[i].device, p->device, sizeof job->split[i].device);
+        memcpy(job->split[i].block, p->block, sizeof job->split[i].block);
         job->split[i].kernel_ms = p->timing.kernel_ms;
     }
     double flops = 2.0 * (double)job->m * (double)job->n * (double)job->k;
@@ -812,6 +814,7 @@ int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err)
     job->q_next = NULL;
     job->split_state = NULL;
     job->panel_index = job->panel_slot = 0;
+    job->a_block = job->b_block = job->c_block = NULL;
 
     if (e->be->validate && e->be->validate(e->self, job, err) != 0) {
         if (err && err->status == 0)

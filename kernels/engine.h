@@ -123,6 +123,7 @@ typedef struct {
     uint64_t row0, rows;
     int stream;
     char device[GEMM_NAME_LEN];
+    char block[32];       /* the block tile the panel ran (see gemm_job.block) */
     double kernel_ms;
 } gemm_split_panel;
 
@@ -198,6 +199,10 @@ struct gemm_job {
     struct gemm_split *split_state; /* a split product's panels (parent), or the split a
                                        panel belongs to; NULL otherwise */
     int panel_index, panel_slot;
+    /* A panel's a and c point inside the product's blocks from gemm_engine_host_alloc:
+     * these are the blocks themselves, for a backend that pins host memory by block (the
+     * same B block is read by every panel, possibly at once). NULL for any other job. */
+    void *a_block, *b_block, *c_block;
 };
 
 /* The dtype of C: float32 for float16 / bfloat16 operands unless out_half asks for theirs;

@@ -525,9 +525,10 @@ allocated:;
 
     /* Host blocks are locked here, on the worker, once (cached by the allocator after);
      * a block that cannot be locked is copied from pageable memory. */
-    gemm_cuda_host_pin(cb->host, job->a, d->slot);
-    gemm_cuda_host_pin(cb->host, job->b, d->slot);
-    gemm_cuda_host_pin(cb->host, job->c, d->slot);
+    /* A panel of a split product points inside the product's blocks: pin those. */
+    gemm_cuda_host_pin(cb->host, job->a_block ? job->a_block : job->a, d->slot);
+    gemm_cuda_host_pin(cb->host, job->b_block ? job->b_block : job->b, d->slot);
+    gemm_cuda_host_pin(cb->host, job->c_block ? job->c_block : job->c, d->slot);
 
     /* Resident operands are read from their device copies: no H2D for them (the first
      * product on this device makes the copy; its cost is counted as this job's H2D). */

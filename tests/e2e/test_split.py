@@ -129,7 +129,11 @@ def formats(tap, d, rng):
     ok, why = compare(c.reshape(14, 13) if c.size == 14 * 13 else c, reference(a, b, "float32"), "float32", 9) \
         if r.status == 200 else (False, r)
     tap.ok(ok, "v2 infer float32 14x9x13: C matches NumPy", why)
-    check_split(tap, "v2 infer", r, 14, 3, js.get("parameters") or {})
+    check_split(tap, "v2 infer", r, 14, 3)
+    p = js.get("parameters") or {}
+    tap.ok(p.get("split_panels") == 3 and p.get("split_rows") == "5,5,4" and p.get("split_devices") == "cpu,cpu,cpu"
+           and all(isinstance(v, (str, int, float, bool)) for v in p.values()),
+           "v2 infer: parameters split_panels, split_rows, split_devices (scalars, as the protocol has them)", p)
 
 
 def not_split(tap, d, rng):
