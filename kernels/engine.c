@@ -661,7 +661,7 @@ gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err)
     if (e->group_max > GEMM_COALESCE_MAX) e->group_max = GEMM_COALESCE_MAX;
     e->group_delay_ms = cfg->batch_max_delay_us > 0 ? cfg->batch_max_delay_us / 1000.0 : 0;
     e->group_mnk = cfg->batch_max_mnk ? cfg->batch_max_mnk : 1ull << 24;
-    e->split_mnk = cfg->split_ways == 1 ? 0 : cfg->split_min_mnk;
+    e->split_mnk = cfg->split_min_mnk; /* off below when it could never split */
     e->split_ways = cfg->split_ways > GEMM_SPLIT_MAX ? GEMM_SPLIT_MAX : cfg->split_ways > 0 ? cfg->split_ways : 0;
     atomic_init(&e->splits, 0);
     atomic_init(&e->panels, 0);
@@ -700,6 +700,11 @@ gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err)
         e->args[i].slot = slot;
         if (slot + 1 > e->nslots) e->nslots = slot + 1;
     }
+    /* Splitting needs two panels at least: with one worker, split_ways 1, or one device
+     * and split_ways 0 it is off (and products it would have taken stay groupable). */
+    int most = e->split_ways > 0 ? e->split_ways : e->nslots;
+    if (most > e->nworkers) most = e->nworkers;
+    if (most < 2) e->split_mnk = 0;
     for (int i = 0; i < e->nworkers; i++) {
         e->args[i].e = e;
         e->args[i].index = i;

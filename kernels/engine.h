@@ -291,7 +291,8 @@ int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err);
  *   coalesced into a group (dynamic batching) stops only if the cancel came before the
  *   group started. done() is then called once, from the worker,
  *   with state CANCELLED and 409 cancelled (the message names the stage; c is not
- *   complete). A job past its last boundary completes as usual (DONE or FAILED): the
+ *   complete). A split product passes the request to each of its panels; it ends
+ *   CANCELLED once they have all stopped or finished (unless one failed: then FAILED). A job past its last boundary completes as usual (DONE or FAILED): the
  *   caller discards that result. A kernel that is running is never interrupted.
  * - Finished, or not known to the engine: nothing happens. */
 int gemm_engine_cancel(gemm_engine *e, gemm_job *job);
