@@ -417,7 +417,7 @@ static int split_start(gemm_engine *e, gemm_job *job, int slot, double t0)
     sp->t0 = t0;
     sp->panels = sp->left = ways;
     sp->failed = sp->cancelled = -1;
-    const size_t es = gemm_dtype_size(job->dtype);
+    const size_t es = gemm_dtype_size(job->dtype), ces = gemm_dtype_size(gemm_job_c_dtype(job));
     const uint64_t base = job->m / (uint64_t)ways, extra = job->m % (uint64_t)ways;
     uint64_t row0 = 0;
     for (int i = 0; i < ways; i++) {
@@ -427,7 +427,8 @@ static int split_start(gemm_engine *e, gemm_job *job, int slot, double t0)
         p->m = rows, p->k = job->k, p->n = job->n;
         p->a = (unsigned char *)job->a + (size_t)(row0 * job->k) * es;
         p->b = job->b;
-        p->c = (unsigned char *)job->c + (size_t)(row0 * job->n) * es;
+        p->c = (unsigned char *)job->c + (size_t)(row0 * job->n) * ces; /* C: its own dtype */
+        p->out_half = job->out_half;
         p->b_res = job->b_res; /* the whole B: each device keeps its own copy */
         p->a_block = job->a, p->b_block = job->b, p->c_block = job->c;
         /* What validate() resolved for the whole product, on every panel. */

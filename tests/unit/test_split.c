@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "engine.h"
+#include "gemm_half.h"
 #include "gemm_ref.h"
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -246,6 +247,63 @@ static void test_three_panels(void **st)
 {
     (void)st;
     split_results(3);
+}
+
+/* float16 / bfloat16 operands, C in float32 or in their own dtype (out_half): the panels'
+ * rows of C are placed by C's dtype, not the operands'. Checked against the same product
+ * run whole (both go through float32 OpenBLAS) within the output dtype's rounding. */
+static void test_half_dtypes(void **st)
+{
+    (void)st;
+    gemm_engine *es = open_split(2, 8, 2, 1, NULL), *ew = open_split(1, 8, 1, 1, NULL);
+    const size_t m = 13, k = 17, n = 9;
+    float fa[13 * 17], fb[17 * 9];
+    ref_fill(GEMM_DTYPE_F32, fa, m * k, 81);
+    ref_fill(GEMM_DTYPE_F32, fb, k * n, 82);
+    static const gemm_dtype ds[] = {GEMM_DTYPE_F16, GEMM_DTYPE_BF16};
+    for (int di = 0; di < 2; di++) {
+        for (int out_half = 0; out_half < 2; out_half++) {
+            sjob s, w;
+            sjob *both[2] = {&s, &w};
+            size_t ces = out_half ? 2 : 4;
+            for (int b = 0; b < 2; b++) {
+                sjob *t = both[b];
+                sjob_init(t, GEMM_DTYPE_F32, m, k, n, 1); /* buffers big enough; dtype set below */
+                t->job.dtype = ds[di];
+                t->job.out_half = out_half;
+                gemm_f32_to_half_array(ds[di], fa, t->job.a, m * k);
+                gemm_f32_to_half_array(ds[di], fb, t->job.b, k * n);
+                memset(t->job.c, 0xff, m * n * 4);
+            }
+            run_sync(es, &s);
+            run_sync(ew, &w);
+            assert_int_equal(s.state_at_done, GEMM_JOB_DONE);
+            assert_int_equal(w.state_at_done, GEMM_JOB_DONE);
+            check_rows(&s.job, 2);
+            assert_int_equal(w.job.split_panels, 0);
+            float cs[13 * 9], cw[13 * 9];
+            if (out_half) {
+                gemm_half_to_f32_array(ds[di], s.job.c, cs, m * n);
+                gemm_half_to_f32_array(ds[di], w.job.c, cw, m * n);
+            } else {
+                memcpy(cs, s.job.c, m * n * ces);
+                memcpy(cw, w.job.c, m * n * ces);
+            }
+            double eps = !out_half ? 1e-5 : ds[di] == GEMM_DTYPE_F16 ? 2e-3 : 1.6e-2;
+            for (size_t i = 0; i < m * n; i++) {
+                assert_false(isnan(cs[i]));
+                assert_true(fabs((double)cs[i] - (double)cw[i]) <= eps * (fabs((double)cw[i]) + 1.0));
+            }
+            /* the bytes past C's end (C in float16 takes half the room) are untouched */
+            if (out_half) {
+                unsigned char *tail = (unsigned char *)s.job.c + m * n * 2;
+                for (size_t i = 0; i < m * n * 2; i++) assert_int_equal(tail[i], 0xff);
+            }
+            sjob_free(&s), sjob_free(&w);
+        }
+    }
+    gemm_engine_close(es);
+    gemm_engine_close(ew);
 }
 
 /* More panels asked than rows: as many as there are rows; than workers: as many as workers. */
@@ -620,6 +678,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_panels),
         cmocka_unit_test(test_three_panels),
+        cmocka_unit_test(test_half_dtypes),
         cmocka_unit_test(test_panel_count_caps),
         cmocka_unit_test(test_not_split),
         cmocka_unit_test(test_panel_failure),
