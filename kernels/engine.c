@@ -19,6 +19,26 @@
  * Cancellation: gemm_engine_cancel() takes a queued job off the queue (done() at once) or
  * flags a running one; the worker checks the flag before it calls the backend, and the
  * backend at each of its stage boundaries (gemm_job_cancel_requested).
+ *
+ * Split products (split_min_mnk, split_ways): a single product big enough is queued as
+ * one job, like any other: it takes one place of the bounded queue and is counted once
+ * (completed / failed / cancelled, running). The worker that takes it cuts it into P row
+ * panels of A (rows m/P, the first m%P panels one more; each panel has the whole B and
+ * writes its rows of C in place), pins the kernel, math and tile that validate() resolved
+ * for the whole shape on every panel, and puts the panels on a panel list that workers
+ * serve before the queue. Panels never count against the queue's capacity: they belong
+ * to a product already admitted, at most GEMM_SPLIT_MAX per product and one product per
+ * worker, so a full queue can neither refuse nor deadlock them. Panel i is for device
+ * slot i (round robin over the usable slots, starting at the taker's own); a worker takes
+ * only its slot's panels, except after close began, when any worker takes any panel so
+ * that none is left behind. No worker ever waits for another panel: whichever worker
+ * finishes the last one fills in the product's result and calls its done(), once. A panel
+ * that fails flags its siblings to stop (at their next stage boundary) and the product
+ * fails with that panel's error; a cancel of the product flags every panel; a product
+ * whose panels were cancelled (and none failed) ends CANCELLED. Batched jobs are never
+ * split, nor products with a resident A or C (their device copies are whole matrices); a
+ * resident B is (each panel reads B's copy on its own device). Without memory for the
+ * panels the product simply runs whole.
  */
 #include "engine.h"
 
@@ -44,6 +64,12 @@ struct gemm_engine {
     double group_delay_ms;
     uint64_t group_mnk;
 
+    /* split products (see the head of this file) */
+    uint64_t split_mnk;   /* 0: never */
+    int split_ways;       /* 0: one panel per usable slot */
+    int nslots;           /* device slots the workers run on (1 without worker_slot) */
+    gemm_job *phead, *ptail; /* panels waiting for a worker of their slot */
+
     int nworkers;
     pthread_t *threads;
     int nstarted;
@@ -55,11 +81,23 @@ struct gemm_engine {
     atomic_ullong completed, failed, cancelled, rejected;
     atomic_ullong compute_ns;   /* sum of compute_ms, in ns */
     atomic_ullong groups, grouped; /* coalesced launches and the products in them */
+    atomic_ullong splits, panels;  /* split products and their panels */
 };
 
 struct worker_arg {
     gemm_engine *e;
     int index;
+    int slot;
+};
+
+/* A split product: its panels, and what they came to (under the engine's mu). */
+struct gemm_split {
+    gemm_job *parent;
+    double t0;            /* when a worker took the product */
+    int panels, left;     /* panels, and those not finished yet */
+    int failed;           /* index of the first panel that failed, or -1 */
+    int cancelled;        /* index of the first panel that stopped for a cancel, or -1 */
+    gemm_job child[];
 };
 
 void gemm_engine_config_defaults(gemm_engine_config *cfg)
@@ -78,6 +116,8 @@ void gemm_engine_config_defaults(gemm_engine_config *cfg)
     cfg->batch_max_delay_us = 0;
     cfg->batch_max_mnk = 1ull << 24;
     cfg->warmup = 0;
+    cfg->split_min_mnk = GEMM_SPLIT_MIN_MNK_DEFAULT;
+    cfg->split_ways = 0;
 }
 
 const char *gemm_job_state_name(gemm_job_state s)
@@ -181,6 +221,8 @@ static void run_one(gemm_engine *e, void *worker, gemm_job *job, double t0)
 
 /* ---- dynamic batching ------------------------------------------------------ */
 
+static int splittable(const gemm_engine *e, const gemm_job *job);
+
 static int groupable(const gemm_engine *e, const gemm_job *job)
 {
     if (e->group_max < 2 || job->batch > 1) return 0;
@@ -202,7 +244,7 @@ static void take_group(gemm_engine *e, gemm_job **g, int *n, double now)
     gemm_job *prev = NULL, *it = e->head;
     while (it && *n < e->group_max) {
         gemm_job *next = it->q_next;
-        if (same_group(g[0], it)) {
+        if (same_group(g[0], it) && !splittable(e, it)) {
             if (prev)
                 prev->q_next = next;
             else
@@ -326,6 +368,171 @@ static void run_group(gemm_engine *e, void *worker, gemm_job **g, int n, double 
     for (int i = 0; i < n; i++) finish_one(e, g[i], rc, t0);
 }
 
+/* ---- split products -------------------------------------------------------- */
+
+static int splittable(const gemm_engine *e, const gemm_job *job)
+{
+    if (e->split_mnk == 0 || job->batch > 1 || job->a_res || job->c_res || job->m < 2) return 0;
+    double mnk = (double)job->m * (double)job->n * (double)job->k;
+    return mnk >= (double)e->split_mnk;
+}
+
+/* Callers hold mu: the first panel for slot (any panel once close began), unlinked. */
+static gemm_job *take_panel(gemm_engine *e, int slot)
+{
+    gemm_job *prev = NULL;
+    for (gemm_job *it = e->phead; it; prev = it, it = it->q_next) {
+        if (!e->closing && it->panel_slot != slot) continue;
+        if (prev)
+            prev->q_next = it->q_next;
+        else
+            e->phead = it->q_next;
+        if (e->ptail == it) e->ptail = prev;
+        it->q_next = NULL;
+        return it;
+    }
+    return NULL;
+}
+
+/* Callers hold mu; job is RUNNING, taken by a worker on slot `slot` at t0. Cuts it into
+ * panels and queues them on the panel list; returns the number of panels, or 0 when the
+ * product runs whole (fewer than two usable engines, or no memory for the panels). */
+static int split_start(gemm_engine *e, gemm_job *job, int slot, double t0)
+{
+    int usable[GEMM_MAX_DEVICES], nu = 0, first = 0;
+    for (int s = 0; s < e->nslots; s++) {
+        if (e->be->slot_usable && !e->be->slot_usable(e->self, s)) continue;
+        if (s == slot) first = nu;
+        usable[nu++] = s;
+    }
+    if (nu == 0) return 0;
+    int ways = e->split_ways > 0 ? e->split_ways : nu;
+    if (ways > e->nworkers) ways = e->nworkers;
+    if (ways > GEMM_SPLIT_MAX) ways = GEMM_SPLIT_MAX;
+    if ((uint64_t)ways > job->m) ways = (int)job->m;
+    if (ways < 2) return 0;
+    struct gemm_split *sp = calloc(1, sizeof *sp + (size_t)ways * sizeof(gemm_job));
+    if (!sp) return 0;
+    sp->parent = job;
+    sp->t0 = t0;
+    sp->panels = sp->left = ways;
+    sp->failed = sp->cancelled = -1;
+    const size_t es = gemm_dtype_size(job->dtype), ces = gemm_dtype_size(gemm_job_c_dtype(job));
+    const uint64_t base = job->m / (uint64_t)ways, extra = job->m % (uint64_t)ways;
+    uint64_t row0 = 0;
+    for (int i = 0; i < ways; i++) {
+        gemm_job *p = &sp->child[i];
+        uint64_t rows = base + ((uint64_t)i < extra ? 1 : 0);
+        p->dtype = job->dtype;
+        p->m = rows, p->k = job->k, p->n = job->n;
+        p->a = (unsigned char *)job->a + (size_t)(row0 * job->k) * es;
+        p->b = job->b;
+        p->c = (unsigned char *)job->c + (size_t)(row0 * job->n) * ces; /* C: its own dtype */
+        p->out_half = job->out_half;
+        p->b_res = job->b_res; /* the whole B: each device keeps its own copy */
+        p->a_block = job->a, p->b_block = job->b, p->c_block = job->c;
+        /* What validate() resolved for the whole product, on every panel. */
+        snprintf(p->kernel, sizeof p->kernel, "%s", job->kernel_used);
+        memcpy(p->kernel_used, job->kernel_used, sizeof p->kernel_used);
+        p->tile = job->tile;
+        p->tile_used = job->tile_used;
+        p->math = job->math;
+        p->math_used = job->math_used;
+        p->stream = -1;
+        p->t_submit_ms = t0;
+        atomic_init(&p->state, GEMM_JOB_QUEUED);
+        atomic_init(&p->cancel_requested, 0);
+        p->split_state = sp;
+        p->panel_index = i;
+        p->panel_slot = usable[(first + i) % nu];
+        job->split[i].row0 = row0;
+        job->split[i].rows = rows;
+        row0 += rows;
+        if (e->ptail)
+            e->ptail->q_next = p;
+        else
+            e->phead = p;
+        e->ptail = p;
+    }
+    job->split_state = sp;
+    job->split_panels = ways;
+    atomic_fetch_add(&e->splits, 1);
+    atomic_fetch_add(&e->panels, (unsigned long long)ways);
+    pthread_cond_broadcast(&e->work); /* panels are for given slots: wake every worker */
+    return ways;
+}
+
+/* The last panel of a split finished: the product's result from its panels, then its
+ * done(). The split state is already detached from the product (cancel no longer sees it). */
+static void split_finish(gemm_engine *e, struct gemm_split *sp)
+{
+    gemm_job *job = sp->parent;
+    int rc = 0;
+    if (sp->failed >= 0) {
+        rc = -1;
+        job->err = sp->child[sp->failed].err;
+    } else if (sp->cancelled >= 0) {
+        rc = GEMM_RUN_CANCELLED;
+        job->err = sp->child[sp->cancelled].err;
+    }
+    const gemm_job *p0 = &sp->child[0];
+    job->tile_used = p0->tile_used;
+    memcpy(job->block, p0->block, sizeof job->block);
+    job->math_used = p0->math_used;
+    memcpy(job->device, p0->device, sizeof job->device);
+    job->stream = p0->stream;
+    double q = job->timing.queue_ms;
+    memset(&job->timing, 0, sizeof job->timing);
+    job->timing.queue_ms = q;
+    for (int i = 0; i < sp->panels; i++) {
+        const gemm_job *p = &sp->child[i];
+        if (p->timing.h2d_ms > job->timing.h2d_ms) job->timing.h2d_ms = p->timing.h2d_ms;
+        if (p->timing.kernel_ms > job->timing.kernel_ms) job->timing.kernel_ms = p->timing.kernel_ms;
+        if (p->timing.d2h_ms > job->timing.d2h_ms) job->timing.d2h_ms = p->timing.d2h_ms;
+        job->split[i].stream = p->stream;
+        memcpy(job->split[i].device, p->device, sizeof job->split[i].device);
+        memcpy(job->split[i].block, p->block, sizeof job->split[i].block);
+        job->split[i].kernel_ms = p->timing.kernel_ms;
+    }
+    double flops = 2.0 * (double)job->m * (double)job->n * (double)job->k;
+    job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
+    double t0 = sp->t0;
+    free(sp);
+    finish_one(e, job, rc, t0);
+}
+
+/* Runs one panel (taken off the panel list) and, when it is the split's last, ends the
+ * product. */
+static void run_panel(gemm_engine *e, void *worker, gemm_job *p)
+{
+    struct gemm_split *sp = p->split_state;
+    double t0 = gemm_now_ms();
+    p->timing.queue_ms = t0 - p->t_submit_ms;
+    atomic_store(&p->state, GEMM_JOB_RUNNING);
+    int rc = gemm_job_cancel_requested(p) ? gemm_job_stop_cancelled(p, "it started")
+                                          : e->be->run(e->self, worker, p);
+    p->timing.compute_ms = gemm_now_ms() - t0;
+    if (rc == GEMM_RUN_CANCELLED && p->err.status == 0) gemm_job_stop_cancelled(p, "a stage boundary");
+    if (rc != 0 && rc != GEMM_RUN_CANCELLED && p->err.status == 0)
+        gemm_err_set(&p->err, 500, "backend_failure", "the %s backend failed to run panel %d of a split product",
+                     e->be->name, p->panel_index);
+    atomic_store(&p->state, rc == 0 ? GEMM_JOB_DONE : rc == GEMM_RUN_CANCELLED ? GEMM_JOB_CANCELLED
+                                                                               : GEMM_JOB_FAILED);
+
+    pthread_mutex_lock(&e->mu);
+    if (rc != 0 && rc != GEMM_RUN_CANCELLED && sp->failed < 0) {
+        sp->failed = p->panel_index;
+        for (int i = 0; i < sp->panels; i++) /* the product has failed: the rest stop early */
+            atomic_store(&sp->child[i].cancel_requested, 1);
+    } else if (rc == GEMM_RUN_CANCELLED && sp->cancelled < 0) {
+        sp->cancelled = p->panel_index;
+    }
+    int last = --sp->left == 0;
+    if (last) sp->parent->split_state = NULL;
+    pthread_mutex_unlock(&e->mu);
+    if (last) split_finish(e, sp);
+}
+
 static void *worker_main(void *arg)
 {
     struct worker_arg *wa = arg;
@@ -340,7 +547,15 @@ static void *worker_main(void *arg)
 
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->head && !e->closing) pthread_cond_wait(&e->work, &e->mu);
+        gemm_job *panel;
+        while (!(panel = take_panel(e, wa->slot)) && !e->head && !e->closing)
+            pthread_cond_wait(&e->work, &e->mu);
+        if (panel) { /* panels of products already running come first */
+            if (e->head) pthread_cond_signal(&e->work); /* the wake-up may have been for it */
+            pthread_mutex_unlock(&e->mu);
+            run_panel(e, worker, panel);
+            continue;
+        }
         gemm_job *job = q_pop(e);
         if (!job) { /* closing and nothing left */
             pthread_mutex_unlock(&e->mu);
@@ -350,6 +565,10 @@ static void *worker_main(void *arg)
         double t0 = gemm_now_ms();
         job->timing.queue_ms = t0 - job->t_submit_ms;
         atomic_store(&job->state, GEMM_JOB_RUNNING); /* under the lock: cancel sees it */
+        if (splittable(e, job) && !gemm_job_cancel_requested(job) && split_start(e, job, wa->slot, t0) > 0) {
+            pthread_mutex_unlock(&e->mu);
+            continue; /* this worker takes a panel like any other */
+        }
         if (!g || !groupable(e, job)) {
             pthread_mutex_unlock(&e->mu);
             run_one(e, worker, job, t0);
@@ -363,8 +582,9 @@ static void *worker_main(void *arg)
             while (n < e->group_max && !e->closing) {
                 if (pthread_cond_timedwait(&e->work, &e->mu, &until) != 0) break;
                 take_group(e, g, &n, gemm_now_ms());
-                /* The wake-up may have been meant for another group's job: pass it on. */
-                if (e->head) pthread_cond_signal(&e->work);
+                /* The wake-up may have been meant for another group's job, or a panel:
+                 * pass it on. */
+                if (e->head || e->phead) pthread_cond_signal(&e->work);
             }
             take_group(e, g, &n, gemm_now_ms());
         }
@@ -442,6 +662,10 @@ gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err)
     if (e->group_max > GEMM_COALESCE_MAX) e->group_max = GEMM_COALESCE_MAX;
     e->group_delay_ms = cfg->batch_max_delay_us > 0 ? cfg->batch_max_delay_us / 1000.0 : 0;
     e->group_mnk = cfg->batch_max_mnk ? cfg->batch_max_mnk : 1ull << 24;
+    e->split_mnk = cfg->split_min_mnk; /* off below when it could never split */
+    e->split_ways = cfg->split_ways > GEMM_SPLIT_MAX ? GEMM_SPLIT_MAX : cfg->split_ways > 0 ? cfg->split_ways : 0;
+    atomic_init(&e->splits, 0);
+    atomic_init(&e->panels, 0);
     atomic_init(&e->completed, 0);
     atomic_init(&e->failed, 0);
     atomic_init(&e->cancelled, 0);
@@ -470,6 +694,18 @@ gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err)
         engine_free(e);
         return NULL;
     }
+    e->nslots = 1;
+    for (int i = 0; i < e->nworkers; i++) {
+        int slot = e->be->worker_slot ? e->be->worker_slot(e->self, i) : 0;
+        if (slot < 0 || slot >= GEMM_MAX_DEVICES) slot = 0;
+        e->args[i].slot = slot;
+        if (slot + 1 > e->nslots) e->nslots = slot + 1;
+    }
+    /* Splitting needs two panels at least: with one worker, split_ways 1, or one device
+     * and split_ways 0 it is off (and products it would have taken stay groupable). */
+    int most = e->split_ways > 0 ? e->split_ways : e->nslots;
+    if (most > e->nworkers) most = e->nworkers;
+    if (most < 2) e->split_mnk = 0;
     for (int i = 0; i < e->nworkers; i++) {
         e->args[i].e = e;
         e->args[i].index = i;
@@ -578,8 +814,13 @@ int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err)
     job->stream = -1;
     job->batched = 0;
     job->batch_mode[0] = '\0';
+    job->split_panels = 0;
+    memset(job->split, 0, sizeof job->split);
     atomic_store(&job->cancel_requested, 0);
     job->q_next = NULL;
+    job->split_state = NULL;
+    job->panel_index = job->panel_slot = 0;
+    job->a_block = job->b_block = job->c_block = NULL;
 
     if (e->be->validate && e->be->validate(e->self, job, err) != 0) {
         if (err && err->status == 0)
@@ -614,8 +855,11 @@ int gemm_engine_cancel(gemm_engine *e, gemm_job *job)
     if (!e || !job) return 0;
     pthread_mutex_lock(&e->mu);
     int removed = q_remove(e, job);
-    if (!removed)
+    if (!removed) {
         atomic_store(&job->cancel_requested, 1); /* running: the worker stops it */
+        struct gemm_split *sp = job->split_state; /* split: every panel stops */
+        for (int i = 0; sp && i < sp->panels; i++) atomic_store(&sp->child[i].cancel_requested, 1);
+    }
     pthread_mutex_unlock(&e->mu);
     if (!removed) return 0;
 
@@ -694,6 +938,8 @@ void gemm_engine_get_stats(gemm_engine *e, gemm_engine_stats *out)
     out->compute_seconds = (double)atomic_load(&e->compute_ns) / 1e9;
     out->coalesced_launches = atomic_load(&e->groups);
     out->coalesced_products = atomic_load(&e->grouped);
+    out->split_products = atomic_load(&e->splits);
+    out->split_panels = atomic_load(&e->panels);
 }
 
 int gemm_engine_healthy(gemm_engine *e)

@@ -65,7 +65,19 @@ typedef struct {
      * is set up and warm (on the CPU backend: at once). Default 0 here; the daemon turns it
      * on (config key warmup). */
     int warmup;
+    /* Split products: a single product with m*n*k >= split_min_mnk (0 = never split) is cut
+     * into row panels of A (each with the whole B), run as separate panels by whichever
+     * workers take them, and answered as one product. split_ways: panels per product; 0 =
+     * one per usable device (so a one-device backend never splits unless asked), 1 = off,
+     * 2..GEMM_SPLIT_MAX = that many, spread round robin over the usable devices (several on
+     * one device: one GPU, or the CPU's workers, treated as several engines). Never more
+     * panels than workers or than rows. See "Split products" in engine.c. */
+    uint64_t split_min_mnk;
+    int split_ways;
 } gemm_engine_config;
+
+#define GEMM_SPLIT_MAX 16
+#define GEMM_SPLIT_MIN_MNK_DEFAULT (1ull << 36) /* 4096^3 */
 
 #define GEMM_COALESCE_MAX 1024
 /* fault_inject on the CPU backend (comma-separated; anything else fails open with 400
@@ -105,6 +117,15 @@ typedef struct {
 
 typedef struct gemm_job gemm_job;
 typedef void (*gemm_job_cb)(gemm_job *job);
+
+/* One row panel of a split product: rows row0 .. row0+rows-1 of A and C, where it ran. */
+typedef struct {
+    uint64_t row0, rows;
+    int stream;
+    char device[GEMM_NAME_LEN];
+    char block[32];       /* the block tile the panel ran (see gemm_job.block) */
+    double kernel_ms;
+} gemm_split_panel;
 
 /* A resident operand: a matrix kept for many products. Its host copy (engine memory,
  * owned by the caller, alive as long as the handle) is the authority; a backend with
@@ -164,11 +185,24 @@ struct gemm_job {
                              D2H), "" for a single product; "coalesced strided" /
                              "coalesced loop" for a product the engine ran together with
                              other queued ones (batched = the group's size) */
+    /* A split product (split_panels >= 2) ran as that many row panels, split[0..panels)
+     * in row order; then device, stream, tile_used and block are panel 0's, h2d/kernel/d2h
+     * the longest panel's (they run side by side), compute_ms from the worker that took the
+     * product to the end of its last panel, and gflops 2*m*n*k over kernel_ms. 0: not split. */
+    int split_panels;
+    gemm_split_panel split[GEMM_SPLIT_MAX];
 
     /* ---- engine-private ---- */
     double t_submit_ms;
     _Atomic int cancel_requested; /* set by gemm_engine_cancel; read by the worker */
     struct gemm_job *q_next;
+    struct gemm_split *split_state; /* a split product's panels (parent), or the split a
+                                       panel belongs to; NULL otherwise */
+    int panel_index, panel_slot;
+    /* A panel's a and c point inside the product's blocks from gemm_engine_host_alloc:
+     * these are the blocks themselves, for a backend that pins host memory by block (the
+     * same B block is read by every panel, possibly at once). NULL for any other job. */
+    void *a_block, *b_block, *c_block;
 };
 
 /* The dtype of C: float32 for float16 / bfloat16 operands unless out_half asks for theirs;
@@ -225,6 +259,8 @@ typedef struct {
     uint64_t completed, failed, cancelled, rejected; /* since open */
     uint64_t coalesced_launches;   /* groups of queued products run as one batched job */
     uint64_t coalesced_products;   /* products that ran in those groups */
+    uint64_t split_products;       /* products run as row panels (each counted once above) */
+    uint64_t split_panels;         /* the panels they ran as */
     double compute_seconds;        /* sum of compute_ms / 1000 */
     int ndevices;
     double device_busy_seconds[GEMM_MAX_DEVICES];
@@ -255,7 +291,8 @@ int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err);
  *   coalesced into a group (dynamic batching) stops only if the cancel came before the
  *   group started. done() is then called once, from the worker,
  *   with state CANCELLED and 409 cancelled (the message names the stage; c is not
- *   complete). A job past its last boundary completes as usual (DONE or FAILED): the
+ *   complete). A split product passes the request to each of its panels; it ends
+ *   CANCELLED once they have all stopped or finished (unless one failed: then FAILED). A job past its last boundary completes as usual (DONE or FAILED): the
  *   caller discards that result. A kernel that is running is never interrupted.
  * - Finished, or not known to the engine: nothing happens. */
 int gemm_engine_cancel(gemm_engine *e, gemm_job *job);
@@ -317,6 +354,11 @@ typedef struct gemm_backend {
     /* Takes a resident handle whose device copies must be freed (may be NULL: the
      * backend keeps none; engine.c frees the handle). The backend frees it when done. */
     void (*resident_free)(void *self, gemm_resident *r);
+    /* Split products: the device slot (0 .. GEMM_MAX_DEVICES-1) worker worker_index runs
+     * on, and whether a slot can run products now (not lost). Either may be NULL: every
+     * worker is on slot 0, and every slot is usable. */
+    int (*worker_slot)(void *self, int worker_index);
+    int (*slot_usable)(void *self, int slot);
 } gemm_backend;
 
 #define GEMM_RUN_CANCELLED 1

@@ -67,6 +67,12 @@ const key_desc gemmd_config_keys[] = {
      "dynamic batching: microseconds a worker waits for more of its batch (0 = only what is queued)"},
     {"batch_max_mnk", K_U64, OFF(engine.batch_max_mnk), 0, 1, 1099511627776LL,
      "dynamic batching: products with m*n*k up to this are small enough to coalesce"},
+    {"split_min_mnk", K_U64, OFF(engine.split_min_mnk), 0, 0, 4611686018427387904LL,
+     "split products: a single product with m*n*k at least this is cut into row panels of A "
+     "that run on several devices (or workers) at once (0 = never)"},
+    {"split_ways", K_INT, OFF(engine.split_ways), 0, 0, GEMM_SPLIT_MAX,
+     "split products: panels per product (0 = one per device, so one device never splits; "
+     "1 = off; 2..16 = that many, spread over the devices, several per device allowed)"},
     {"warmup", K_BOOL, OFF(engine.warmup), 0, 0, 1,
      "CUDA: each worker runs a few small products at start, so the first requests do not pay "
      "for loading kernels"},

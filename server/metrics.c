@@ -189,6 +189,12 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
     gemm_buf_printf(out, "gemmd_coalesced_launches_total %llu\n", (unsigned long long)st.coalesced_launches);
     header(out, "gemmd_coalesced_products_total", "counter", "Products that ran in those groups.");
     gemm_buf_printf(out, "gemmd_coalesced_products_total %llu\n", (unsigned long long)st.coalesced_products);
+    header(out, "gemmd_split_products_total", "counter",
+           "Products the engine cut into row panels run on several devices or workers at once "
+           "(each also counted once in gemmd_engine_jobs_total).");
+    gemm_buf_printf(out, "gemmd_split_products_total %llu\n", (unsigned long long)st.split_products);
+    header(out, "gemmd_split_panels_total", "counter", "Row panels those products ran as.");
+    gemm_buf_printf(out, "gemmd_split_panels_total %llu\n", (unsigned long long)st.split_panels);
 
     header(out, "gemmd_compute_seconds_total", "counter", "Seconds engine workers spent computing products.");
     gemm_buf_printf(out, "gemmd_compute_seconds_total %.6f\n", st.compute_seconds);

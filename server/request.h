@@ -28,6 +28,9 @@
 #include "metrics.h"
 #include "multipart.h"
 #include "npy.h"
+
+/* X-Gemm-Split: "panels=P; rows=...; devices=..." for up to GEMM_SPLIT_MAX panels */
+#define GEMMD_SPLIT_HDR_LEN (32 + GEMM_SPLIT_MAX * (21 + GEMM_NAME_LEN))
 #include "options.h"
 
 /* Answer formats; a request's family is the format of its own body. */
@@ -138,6 +141,7 @@ struct gemmd_request {
     gemmd_timing timing;
     char hdr_kernel[GEMM_NAME_LEN];
     char hdr_device[GEMM_NAME_LEN];
+    char hdr_split[GEMMD_SPLIT_HDR_LEN]; /* X-Gemm-Split of a split product, else "" */
 
     gemmd_v2 *v2;              /* Open Inference Protocol routes (routes_v2.c), else NULL */
 };

@@ -182,6 +182,7 @@ enum MHD_Result gemmd_respond_queue(gemmd_request *req, int status, struct MHD_R
                       : req->srv->info.ndevices > 0 ? req->srv->info.devices[0].name
                                                     : req->srv->info.backend;
     if (dev && dev[0]) MHD_add_response_header(resp, "X-Gemm-Device", dev);
+    if (req->hdr_split[0]) MHD_add_response_header(resp, "X-Gemm-Split", req->hdr_split);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (gemmd_instance_get()[0]) MHD_add_response_header(resp, "X-Gemm-Instance", gemmd_instance_get());
     if (req->close_conn) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -409,6 +410,49 @@ enum MHD_Result gemmd_respond_encoded_json(gemmd_request *req, int status, gemm_
     return gemmd_respond_queue(req, status, r);
 }
 
+void gemmd_split_header(const gemm_job *job, char *out, size_t cap)
+{
+    if (cap == 0) return;
+    out[0] = '\0';
+    if (!job || job->split_panels < 2) return;
+    int np = job->split_panels > GEMM_SPLIT_MAX ? GEMM_SPLIT_MAX : job->split_panels;
+    size_t off = 0;
+#define PUT(...)                                                                 \
+    do {                                                                         \
+        int w_ = snprintf(out + off, off < cap ? cap - off : 0, __VA_ARGS__);    \
+        if (w_ > 0) off += (size_t)w_;                                           \
+    } while (0)
+    PUT("panels=%d; rows=", np);
+    for (int i = 0; i < np; i++) PUT("%s%llu", i ? "," : "", (unsigned long long)job->split[i].rows);
+    PUT("; devices=");
+    for (int i = 0; i < np; i++) {
+        const char *d = job->split[i].device;
+        size_t len = strcspn(d, " ");
+        PUT("%s%.*s", i ? "," : "", (int)len, d);
+    }
+#undef PUT
+    if (off >= cap) out[0] = '\0'; /* never a cut header: cap is sized for GEMM_SPLIT_MAX */
+}
+
+void gemmd_split_json(gemm_buf *b, const gemm_job *job)
+{
+    if (!job || job->split_panels < 2) return;
+    int np = job->split_panels > GEMM_SPLIT_MAX ? GEMM_SPLIT_MAX : job->split_panels;
+    gemm_buf_printf(b, ",\"split\":{\"panels\":%d,\"rows\":[", np);
+    for (int i = 0; i < np; i++) gemm_buf_printf(b, "%s%llu", i ? "," : "", (unsigned long long)job->split[i].rows);
+    gemm_buf_puts(b, "],\"devices\":[");
+    for (int i = 0; i < np; i++) {
+        if (i) gemm_buf_puts(b, ",");
+        gemm_buf_json_string(b, job->split[i].device);
+    }
+    gemm_buf_puts(b, "],\"streams\":[");
+    for (int i = 0; i < np; i++) gemm_buf_printf(b, "%s%d", i ? "," : "", job->split[i].stream);
+    gemm_buf_puts(b, "],\"kernel_ms\":[");
+    for (int i = 0; i < np; i++)
+        gemm_buf_printf(b, "%s%.4f", i ? "," : "", isfinite(job->split[i].kernel_ms) ? job->split[i].kernel_ms : 0.0);
+    gemm_buf_puts(b, "]}");
+}
+
 static void add_product_headers(struct MHD_Response *r, uint64_t rows, uint64_t cols, const gemmd_product_meta *m)
 {
     char shape[72];
@@ -449,6 +493,7 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
 {
     if (meta->kernel) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", meta->kernel);
     if (meta->device) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", meta->device);
+    gemmd_split_header(meta->split, req->hdr_split, sizeof req->hdr_split);
     fill_request_times(req);
     /* The text is admitted against the memory budget at its largest before it is written,
      * and its charge goes with it until MHD is done sending it. */
@@ -511,6 +556,7 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
         gemm_buf_json_string(&b, meta->batch_mode ? meta->batch_mode : "");
         gemm_buf_puts(&b, "}");
     }
+    gemmd_split_json(&b, meta->split);
     if (release) release(ctx); /* meta may point into what ctx owns */
     double t1 = gemm_now_ms();
     req->timing.encode_ms = t1 - t0;
@@ -543,6 +589,7 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
 {
     if (meta->kernel) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", meta->kernel);
     if (meta->device) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", meta->device);
+    gemmd_split_header(meta->split, req->hdr_split, sizeof req->hdr_split);
     size_t bytes = 0, one = 0;
     gemm_matrix_bytes(rows, cols, meta->dtype, &one);
     bytes = one * (size_t)(meta->batch ? meta->batch : 1); /* checked when C was allocated */

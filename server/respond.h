@@ -55,7 +55,16 @@ typedef struct {
     uint64_t batched;   /* products in the launch it ran in (0: alone) */
     const char *batch_mode; /* how: "strided", "loop", ... ("" or NULL: alone) */
     const char *matrix_id; /* C kept as a resident matrix (store=1), else NULL */
+    const gemm_job *split; /* the job, when it ran split into row panels; else NULL */
 } gemmd_product_meta;
+
+/* A split product (job->split_panels >= 2): the value of its X-Gemm-Split header,
+ * "panels=P; rows=r0,r1,...; devices=cuda:0,cuda:1,..." (each device's label up to its
+ * first space) into out ("" when not split), and its JSON member
+ * ,"split":{"panels":P,"rows":[...],"devices":[...],"streams":[...],"kernel_ms":[...]}
+ * appended to b (nothing when not split). */
+void gemmd_split_header(const gemm_job *job, char *out, size_t cap);
+void gemmd_split_json(gemm_buf *b, const gemm_job *job);
 
 /* Answers C (rows x cols of meta->dtype at data, or meta->batch such matrices) in fmt. JSON is encoded here and
  * release(ctx) is called before returning; raw and npy bodies are sent from data without

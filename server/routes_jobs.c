@@ -95,6 +95,7 @@ static void job_meta(const gemm_job *job, gemmd_product_meta *m, const char *id)
     m->batched = job->batched;
     m->batch_mode = job->batch_mode;
     m->matrix_id = NULL;
+    m->split = job->split_panels >= 2 ? job : NULL;
 }
 
 /* Resident operands and store=1 are for single products: 400 for a batched request. */
@@ -374,6 +375,7 @@ enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
     gemm_job *job = &req->job;
     if (job->kernel_used[0]) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", job->kernel_used);
     if (job->device[0]) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", job->device);
+    gemmd_split_header(job, req->hdr_split, sizeof req->hdr_split);
     gemmd_timing_from_job(&req->timing, &job->timing);
     int st = atomic_load(&job->state);
     if (st != GEMM_JOB_DONE) {

@@ -600,6 +600,15 @@ static void answer_parameters(gemm_buf *b, const gemm_job *job, const gemmd_timi
     gemm_buf_json_string(b, gemm_math_report_name(job->dtype, job->math_used));
     gemm_buf_puts(b, ",\"device\":");
     gemm_buf_json_string(b, job->device);
+    if (job->split_panels >= 2) { /* the protocol's parameters are scalars: the split as three */
+        int np = job->split_panels > GEMM_SPLIT_MAX ? GEMM_SPLIT_MAX : job->split_panels;
+        gemm_buf_printf(b, ",\"split_panels\":%d,\"split_rows\":\"", np);
+        for (int i = 0; i < np; i++) gemm_buf_printf(b, "%s%llu", i ? "," : "", (unsigned long long)job->split[i].rows);
+        gemm_buf_puts(b, "\",\"split_devices\":\"");
+        for (int i = 0; i < np; i++) /* labels up to their first space: "cuda:1", "cpu" (no quotes in them) */
+            gemm_buf_printf(b, "%s%.*s", i ? "," : "", (int)strcspn(job->split[i].device, " \"\\"), job->split[i].device);
+        gemm_buf_puts(b, "\"");
+    }
     gemm_buf_printf(b,
                     ",\"recv_ms\":%.4f,\"decode_ms\":%.4f,\"queue_ms\":%.4f,\"h2d_ms\":%.4f,\"kernel_ms\":%.4f,"
                     "\"d2h_ms\":%.4f,\"compute_ms\":%.4f,\"encode_ms\":%.4f,\"total_ms\":%.4f,\"gflops\":%.3f}",
@@ -623,6 +632,7 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
     gemm_job *job = &req->job;
     if (job->kernel_used[0]) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", job->kernel_used);
     if (job->device[0]) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", job->device);
+    gemmd_split_header(job, req->hdr_split, sizeof req->hdr_split);
     gemmd_timing_from_job(&req->timing, &job->timing);
     gemmd_timing *t = &req->timing;
     t->recv_ms = req->t_body_ms - req->t_start_ms;

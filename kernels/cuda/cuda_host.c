@@ -281,8 +281,14 @@ int gemm_cuda_host_pin(gemm_cuda_host *h, void *p, int slot)
     if (ok)
         return 1;
     /* Not registered, or its registration went with a reset of the device that made it.
-     * The block belongs to the job this worker runs: nobody else touches its header. */
+     * The block belongs to the job this worker runs; the panels of a split product share
+     * theirs, so another worker may register the same block at the same moment: then the
+     * driver says it is registered already, which is what we wanted. */
     cudaError_t e = cudaHostRegister(b, HDR + b->cap, cudaHostRegisterPortable);
+    if (e == cudaErrorHostMemoryAlreadyRegistered) {
+        cudaGetLastError();
+        return 1;
+    }
     if (e == cudaSuccess) {
         pthread_mutex_lock(&h->mu);
         b->slot = slot;

@@ -525,9 +525,10 @@ allocated:;
 
     /* Host blocks are locked here, on the worker, once (cached by the allocator after);
      * a block that cannot be locked is copied from pageable memory. */
-    gemm_cuda_host_pin(cb->host, job->a, d->slot);
-    gemm_cuda_host_pin(cb->host, job->b, d->slot);
-    gemm_cuda_host_pin(cb->host, job->c, d->slot);
+    /* A panel of a split product points inside the product's blocks: pin those. */
+    gemm_cuda_host_pin(cb->host, job->a_block ? job->a_block : job->a, d->slot);
+    gemm_cuda_host_pin(cb->host, job->b_block ? job->b_block : job->b, d->slot);
+    gemm_cuda_host_pin(cb->host, job->c_block ? job->c_block : job->c, d->slot);
 
     /* Resident operands are read from their device copies: no H2D for them (the first
      * product on this device makes the copy; its cost is counted as this job's H2D). */
@@ -748,6 +749,21 @@ static int cuda_healthy(void *self)
     return usable;
 }
 
+/* Split products: worker i is on device slot i % ndev; a lost device takes no panel. */
+static int cuda_worker_slot(void *self, int worker_index)
+{
+    cuda_backend *cb = self;
+    if (worker_index < 0 || worker_index >= cb->nworkers)
+        return 0;
+    return cb->workers[worker_index].dev->slot;
+}
+
+static int cuda_slot_usable(void *self, int slot)
+{
+    cuda_backend *cb = self;
+    return slot >= 0 && slot < cb->ndev && !atomic_load(&cb->devs[slot].lost);
+}
+
 static void cuda_close(void *self)
 {
     cuda_backend *cb = self;
@@ -789,4 +805,6 @@ const gemm_backend gemm_backend_cuda = {
     .healthy = cuda_healthy,
     .batch_default = 32, /* one launch, one H2D and one D2H for up to 32 small products */
     .resident_free = gemm_cuda_resident_release,
+    .worker_slot = cuda_worker_slot,
+    .slot_usable = cuda_slot_usable,
 };

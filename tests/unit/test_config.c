@@ -90,6 +90,19 @@ static void test_set_every_kind(void **state)
     assert_int_equal(gemmd_config_set(&c, "tokens_file", "", msg, sizeof msg), 0);
     assert_int_equal(gemmd_config_set(&c, "per_ip_limit", "0", msg, sizeof msg), 0);
     assert_int_equal(c.per_ip_limit, 0);
+    /* split products: the engine's defaults (4096^3, one panel per device), then set */
+    assert_true(c.engine.split_min_mnk == GEMM_SPLIT_MIN_MNK_DEFAULT);
+    assert_int_equal(c.engine.split_ways, 0);
+    assert_int_equal(gemmd_config_set(&c, "split_min_mnk", "0", msg, sizeof msg), 0);
+    assert_true(c.engine.split_min_mnk == 0);
+    assert_int_equal(gemmd_config_set(&c, "split_min_mnk", "68719476736", msg, sizeof msg), 0);
+    assert_true(c.engine.split_min_mnk == 68719476736ull);
+    assert_int_equal(gemmd_config_set(&c, "split_ways", "16", msg, sizeof msg), 0);
+    assert_int_equal(c.engine.split_ways, 16);
+    assert_int_equal(gemmd_config_set(&c, "split_ways", "17", msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "split_ways"));
+    assert_int_equal(gemmd_config_set(&c, "split_ways", "-1", msg, sizeof msg), -1);
+    assert_int_equal(c.engine.split_ways, 16);
 }
 
 /* Each bad value fails, leaves the field alone and says the key and what it accepts. */

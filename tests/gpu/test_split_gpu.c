@@ -1,0 +1,388 @@
+/*
+ * test_split_gpu.c - split products on the CUDA backend: one product cut into row panels of
+ * A (each with the whole B) that run on several streams of one GPU (split_ways 2: one GPU
+ * as two engines) or on several GPUs (split_ways 0: one panel per device, when the host
+ * has more than one), answered as one product.
+ *
+ * For each kernel, pinned by name (and kernel auto, which the engine resolves once for the
+ * whole shape and pins on every panel), the split product is checked against a float64
+ * host reference (int32: exact mod 2^32) and against the same product run whole on an
+ * engine that does not split:
+ *  - byte for byte where the kernel's result cannot depend on how the rows are grouped:
+ *    int32 (arithmetic mod 2^32 is associative), naive and tiled (each element one k-loop
+ *    in a fixed order), and the block-tiled members (simt, mma, dmma, wgmma) when every
+ *    panel ran the same block tile as the whole product and none cut k (split-k adds the
+ *    pieces in another order);
+ *  - within tolerance only where the choice depends on m: cuBLAS (its own heuristics may
+ *    pick another algorithm for a panel's shape) and a block or split-k chosen from the
+ *    shape. Whether those came out equal is printed as a diagnostic.
+ * Then: many split products at once on four streams, every one right; a cancel of a
+ * running split product (gpu_delay_ms hook) stops every panel and ends it CANCELLED once;
+ * and, on a host with two or more GPUs, panels on distinct devices.
+ *
+ * Run on a GPU host: make test (or build/tests/gpu/test_split_gpu directly).
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+
+#include "engine.h"
+#include "gpu_ref.h"
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int ndone;
+
+static void on_done(gemm_job *j)
+{
+    (void)j;
+    pthread_mutex_lock(&mu);
+    ndone++;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+static void wait_done(int n)
+{
+    pthread_mutex_lock(&mu);
+    while (ndone < n) pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+}
+
+static int done_count(void)
+{
+    pthread_mutex_lock(&mu);
+    int n = ndone;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+static gemm_engine *open_cuda(int ways, uint64_t min_mnk, const char *faults)
+{
+    gemm_engine_config cfg;
+    gemm_engine_config_defaults(&cfg);
+    snprintf(cfg.backend, sizeof cfg.backend, "cuda");
+    cfg.streams_per_device = 4;
+    cfg.queue_depth = 256;
+    cfg.split_ways = ways;
+    cfg.split_min_mnk = min_mnk;
+    snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "%s", faults);
+    gemm_err err;
+    gemm_engine *e = gemm_engine_open(&cfg, &err);
+    if (!e) printf("# open failed: %d %s %s\n", err.status, err.code, err.message);
+    return e;
+}
+
+typedef struct {
+    gemm_dtype dtype;
+    gemm_math math;
+    const char *kernel; /* "auto" or a member */
+    int tile;
+    int m, k, n;
+} scase;
+
+/* Same inputs for both engines: a, b filled once; c per engine. */
+static void setup(gemm_engine *e, gemm_job *j, const scase *c, void *a, void *b)
+{
+    memset(j, 0, sizeof *j);
+    size_t es = gemm_dtype_size(c->dtype);
+    j->dtype = c->dtype;
+    j->m = (uint64_t)c->m, j->k = (uint64_t)c->k, j->n = (uint64_t)c->n;
+    j->a = a;
+    j->b = b;
+    j->c = gemm_engine_host_alloc(e, (size_t)c->m * c->n * es);
+    ref_poison(j->c, (size_t)c->m * c->n * es);
+    snprintf(j->kernel, sizeof j->kernel, "%s", c->kernel);
+    j->tile = c->tile;
+    j->math = c->math;
+    j->done = on_done;
+}
+
+static int run_sync(gemm_engine *e, gemm_job *j)
+{
+    int target = done_count() + 1;
+    gemm_err err;
+    if (gemm_engine_submit(e, j, &err) != 0) {
+        printf("# submit: %d %s %s\n", err.status, err.code, err.message);
+        return -1;
+    }
+    wait_done(target);
+    return atomic_load(&j->state) == GEMM_JOB_DONE ? 0 : -1;
+}
+
+static double tolerance(const gemm_job *j)
+{
+    return j->dtype == GEMM_DTYPE_F64 ? 1e-12
+           : j->math_used == GEMM_MATH_TF32 ? 5e-3
+           : j->math_used == GEMM_MATH_BF16 ? 3e-2 : 1e-5;
+}
+
+static int correct(const gemm_job *j, const double *ref, const uint32_t *ref_i)
+{
+    size_t nc = (size_t)j->m * j->n;
+    if (j->dtype == GEMM_DTYPE_I32) return ref_mismatches_i32(j->c, ref_i, nc) == 0;
+    return ref_rel_err(j->dtype, j->c, ref, nc) < tolerance(j);
+}
+
+/* Whether the kernel's result for a row cannot depend on the rows run with it. */
+static int must_be_equal(const gemm_job *split, const gemm_job *whole)
+{
+    if (split->dtype == GEMM_DTYPE_I32) return 1;
+    const char *k = whole->kernel_used;
+    if (strcmp(k, "naive") == 0 || strcmp(k, "tiled") == 0) return 1;
+    if (strcmp(k, "cublas") == 0) return 0;
+    if (strstr(whole->block, "split-k")) return 0;
+    for (int i = 0; i < split->split_panels; i++)
+        if (strcmp(split->split[i].block, whole->block) != 0) return 0;
+    return 1;
+}
+
+static int kernel_listed(const gemm_engine_info *info, const char *name)
+{
+    for (int i = 0; i < info->nkernels; i++)
+        if (strcmp(info->kernels[i].name, name) == 0) return 1;
+    return 0;
+}
+
+static void test_equal_to_whole(void)
+{
+    gemm_engine *esp = open_cuda(2, 1, ""), *ewh = open_cuda(1, 0, "");
+    tap(esp && ewh, "cuda engines open: split_ways 2 (one GPU as two engines) and not split");
+    if (!esp || !ewh) {
+        gemm_engine_close(esp);
+        gemm_engine_close(ewh);
+        return;
+    }
+    gemm_engine_info info;
+    gemm_engine_describe(esp, &info);
+    static const scase cases[] = {
+        {GEMM_DTYPE_F32, GEMM_MATH_FP32, "naive", 0, 301, 257, 129},
+        {GEMM_DTYPE_F32, GEMM_MATH_FP32, "tiled", 16, 513, 300, 257},
+        {GEMM_DTYPE_F32, GEMM_MATH_FP32, "tiled", 32, 1001, 129, 255},
+        {GEMM_DTYPE_F32, GEMM_MATH_FP32, "simt", 64, 1001, 513, 769},
+        {GEMM_DTYPE_F32, GEMM_MATH_FP32, "simt", 128, 2049, 1000, 1023},
+        {GEMM_DTYPE_F32, GEMM_MATH_FP32, "simt", 0, 4097, 1024, 4095},
+        {GEMM_DTYPE_F32, GEMM_MATH_FP32, "simt", 0, 255, 4096, 255}, /* deep: split-k likely */
+        {GEMM_DTYPE_F32, GEMM_MATH_FP32, "cublas", 0, 2047, 1024, 2049},
+        {GEMM_DTYPE_F32, GEMM_MATH_FP32, "auto", 0, 4097, 1024, 4096},
+        {GEMM_DTYPE_F32, GEMM_MATH_TF32, "mma", 0, 1999, 512, 1001},
+        {GEMM_DTYPE_F32, GEMM_MATH_BF16, "mma", 128, 2001, 768, 2000},
+        {GEMM_DTYPE_F32, GEMM_MATH_BF16, "wgmma", 0, 4097, 1024, 4095},
+        {GEMM_DTYPE_F32, GEMM_MATH_TF32, "auto", 0, 4096, 1024, 4096},
+        {GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "dmma", 0, 777, 333, 555},
+        {GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "simt", 64, 1001, 257, 513},
+        {GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "cublas", 0, 1025, 512, 1023},
+        {GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, "naive", 0, 255, 129, 65},
+        {GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, "tiled", 16, 999, 300, 501},
+        {GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, "simt", 0, 2049, 1024, 2047},
+        {GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, "auto", 0, 3001, 512, 999},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const scase *c = &cases[ci];
+        char name[160];
+        snprintf(name, sizeof name, "%s %s kernel %s tile %d %dx%dx%d", gemm_dtype_name(c->dtype),
+                 gemm_math_name(c->math), c->kernel, c->tile, c->m, c->k, c->n);
+        if (strcmp(c->kernel, "auto") != 0 && !kernel_listed(&info, c->kernel)) {
+            tap_skip("kernel not listed for this device or build", "%s", name);
+            continue;
+        }
+        size_t es = gemm_dtype_size(c->dtype);
+        size_t abytes = (size_t)c->m * c->k * es, bbytes = (size_t)c->k * c->n * es;
+        /* the same inputs in each engine's own host blocks */
+        void *a = gemm_engine_host_alloc(esp, abytes), *b = gemm_engine_host_alloc(esp, bbytes);
+        void *a2 = gemm_engine_host_alloc(ewh, abytes), *b2 = gemm_engine_host_alloc(ewh, bbytes);
+        ref_fill(c->dtype, a, (size_t)c->m * c->k, 500 + ci);
+        ref_fill(c->dtype, b, (size_t)c->k * c->n, 900 + ci);
+        memcpy(a2, a, abytes);
+        memcpy(b2, b, bbytes);
+        gemm_job js, jw;
+        setup(esp, &js, c, a, b);
+        setup(ewh, &jw, c, a2, b2);
+        int rs = run_sync(esp, &js), rw = run_sync(ewh, &jw);
+        tap(rs == 0 && rw == 0, "%s: split and whole both ran (%s / %s)", name, rs ? js.err.message : "ok",
+            rw ? jw.err.message : "ok");
+        if (rs == 0 && rw == 0) {
+            tap(js.split_panels == 2 && jw.split_panels == 0 && js.split[0].rows + js.split[1].rows == js.m &&
+                    js.split[0].rows == (js.m + 1) / 2,
+                "%s: ran as 2 panels of %llu and %llu rows", name, (unsigned long long)js.split[0].rows,
+                (unsigned long long)js.split[1].rows);
+            tap(strcmp(js.kernel_used, jw.kernel_used) == 0 && js.math_used == jw.math_used,
+                "%s: every panel ran the kernel resolved for the whole product (%s)", name, jw.kernel_used);
+            size_t nc = (size_t)c->m * c->n;
+            double *ref = NULL;
+            uint32_t *ref_i = NULL;
+            if (c->dtype == GEMM_DTYPE_I32) {
+                ref_i = malloc(nc * sizeof *ref_i);
+                ref_gemm_i32(a, b, ref_i, c->m, c->k, c->n);
+            } else {
+                ref = malloc(nc * sizeof *ref);
+                ref_gemm_f64(c->dtype, a, b, ref, c->m, c->k, c->n);
+            }
+            tap(correct(&js, ref, ref_i), "%s: split result right against the host reference", name);
+            tap(correct(&jw, ref, ref_i), "%s: whole result right against the host reference", name);
+            int same = memcmp(js.c, jw.c, nc * es) == 0;
+            if (must_be_equal(&js, &jw))
+                tap(same, "%s: split equals whole byte for byte (block %s | %s, %s)", name, js.split[0].block,
+                    js.split[1].block, jw.block);
+            else
+                printf("# %s: block %s | %s vs whole %s: byte for byte %s (not required: the choice depends "
+                       "on m)\n", name, js.split[0].block, js.split[1].block, jw.block, same ? "equal" : "different");
+            free(ref);
+            free(ref_i);
+        }
+        gemm_engine_host_free(esp, js.c);
+        gemm_engine_host_free(ewh, jw.c);
+        gemm_engine_host_free(esp, a);
+        gemm_engine_host_free(esp, b);
+        gemm_engine_host_free(ewh, a2);
+        gemm_engine_host_free(ewh, b2);
+    }
+    gemm_engine_stats st;
+    gemm_engine_get_stats(esp, &st);
+    tap(st.split_panels == 2 * st.split_products && st.failed == 0, "counters: %llu split products, %llu panels",
+        (unsigned long long)st.split_products, (unsigned long long)st.split_panels);
+    gemm_engine_close(esp);
+    gemm_engine_close(ewh);
+}
+
+/* Many split products at once on 4 streams: every one right, each done() once. */
+static void test_concurrent(void)
+{
+    gemm_engine *e = open_cuda(2, 1, "");
+    if (!e) {
+        tap(0, "concurrent: engine opens");
+        return;
+    }
+    enum { N = 24 };
+    gemm_job jobs[N];
+    void *as[N], *bs[N];
+    static const char *kernels[] = {"auto", "simt", "tiled", "naive"};
+    int start = done_count(), submitted = 0;
+    for (int i = 0; i < N; i++) {
+        scase c = {i % 3 == 0 ? GEMM_DTYPE_F32 : i % 3 == 1 ? GEMM_DTYPE_F64 : GEMM_DTYPE_I32,
+                   GEMM_MATH_DEFAULT, kernels[i % 4], 0, 100 + 37 * i, 64 + 9 * i, 90 + 13 * i};
+        size_t es = gemm_dtype_size(c.dtype);
+        as[i] = gemm_engine_host_alloc(e, (size_t)c.m * c.k * es);
+        bs[i] = gemm_engine_host_alloc(e, (size_t)c.k * c.n * es);
+        ref_fill(c.dtype, as[i], (size_t)c.m * c.k, 3000 + (uint64_t)i);
+        ref_fill(c.dtype, bs[i], (size_t)c.k * c.n, 4000 + (uint64_t)i);
+        setup(e, &jobs[i], &c, as[i], bs[i]);
+        gemm_err err;
+        if (gemm_engine_submit(e, &jobs[i], &err) == 0) submitted++;
+        else printf("# submit %d: %s\n", i, err.message);
+    }
+    wait_done(start + submitted);
+    int right = 0, split = 0;
+    for (int i = 0; i < N; i++) {
+        gemm_job *j = &jobs[i];
+        size_t nc = (size_t)j->m * j->n;
+        double *ref = NULL;
+        uint32_t *ref_i = NULL;
+        if (j->dtype == GEMM_DTYPE_I32) {
+            ref_i = malloc(nc * sizeof *ref_i);
+            ref_gemm_i32(j->a, j->b, ref_i, (int)j->m, (int)j->k, (int)j->n);
+        } else {
+            ref = malloc(nc * sizeof *ref);
+            ref_gemm_f64(j->dtype, j->a, j->b, ref, (int)j->m, (int)j->k, (int)j->n);
+        }
+        right += atomic_load(&j->state) == GEMM_JOB_DONE && correct(j, ref, ref_i);
+        split += j->split_panels == 2;
+        free(ref);
+        free(ref_i);
+    }
+    tap(submitted == N && right == N && split == N, "concurrent: %d split products on 4 streams, %d right, %d split",
+        N, right, split);
+    tap(done_count() == start + submitted, "concurrent: each done() once");
+    for (int i = 0; i < N; i++) {
+        gemm_engine_host_free(e, jobs[i].c);
+        gemm_engine_host_free(e, as[i]);
+        gemm_engine_host_free(e, bs[i]);
+    }
+    gemm_engine_close(e);
+}
+
+/* A cancel of a running split product (each panel's kernel stage starts with 1 s of device
+ * waiting, so it runs stage by stage) stops every panel: CANCELLED, 409, once. */
+static void test_cancel(void)
+{
+    gemm_engine *e = open_cuda(2, 1, "gpu_delay_ms:1000");
+    if (!e) {
+        tap(0, "cancel: engine opens");
+        return;
+    }
+    scase c = {GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "simt", 0, 1024, 512, 1024};
+    void *a = gemm_engine_host_alloc(e, 1024 * 512 * 4), *b = gemm_engine_host_alloc(e, 512 * 1024 * 4);
+    ref_fill(c.dtype, a, 1024 * 512, 1);
+    ref_fill(c.dtype, b, 512 * 1024, 2);
+    gemm_job j;
+    setup(e, &j, &c, a, b);
+    int start = done_count();
+    gemm_err err;
+    int rc = gemm_engine_submit(e, &j, &err);
+    gemm_engine_stats st;
+    do {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+        gemm_engine_get_stats(e, &st);
+    } while (rc == 0 && st.split_products < 1);
+    gemm_engine_cancel(e, &j);
+    if (rc == 0) wait_done(start + 1);
+    tap(rc == 0 && atomic_load(&j.state) == GEMM_JOB_CANCELLED && j.err.status == 409,
+        "cancel: a running split product ends CANCELLED with 409 (%s)", j.err.message);
+    tap(done_count() == start + 1, "cancel: done() once");
+    gemm_engine_host_free(e, j.c);
+    gemm_engine_host_free(e, a);
+    gemm_engine_host_free(e, b);
+    gemm_engine_close(e);
+}
+
+/* Several GPUs: split_ways 0 gives one panel per device, each on its own device. */
+static void test_devices(void)
+{
+    gemm_engine *e = open_cuda(0, 1, "");
+    if (!e) {
+        tap(0, "devices: engine opens");
+        return;
+    }
+    gemm_engine_info info;
+    gemm_engine_describe(e, &info);
+    if (info.ndevices < 2) {
+        tap_skip("one CUDA device on this host", "one panel per GPU on distinct GPUs");
+        gemm_engine_close(e);
+        return;
+    }
+    scase c = {GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "auto", 0, 4099, 1024, 2048};
+    void *a = gemm_engine_host_alloc(e, (size_t)c.m * c.k * 4), *b = gemm_engine_host_alloc(e, (size_t)c.k * c.n * 4);
+    ref_fill(c.dtype, a, (size_t)c.m * c.k, 11);
+    ref_fill(c.dtype, b, (size_t)c.k * c.n, 12);
+    gemm_job j;
+    setup(e, &j, &c, a, b);
+    int ok = run_sync(e, &j) == 0 && j.split_panels == info.ndevices;
+    for (int p = 0; ok && p < j.split_panels; p++)
+        for (int q = p + 1; q < j.split_panels; q++)
+            if (strcmp(j.split[p].device, j.split[q].device) == 0) ok = 0;
+    double *ref = malloc((size_t)c.m * c.n * sizeof *ref);
+    ref_gemm_f64(c.dtype, a, b, ref, c.m, c.k, c.n);
+    tap(ok && correct(&j, ref, NULL), "devices: %d panels on %d distinct GPUs, right", j.split_panels, info.ndevices);
+    free(ref);
+    gemm_engine_host_free(e, j.c);
+    gemm_engine_host_free(e, a);
+    gemm_engine_host_free(e, b);
+    gemm_engine_close(e);
+}
+
+int main(void)
+{
+    if (gemm_cuda_device_count() == 0) {
+        tap_skip("no CUDA device", "split products on CUDA");
+        return tap_done();
+    }
+    test_equal_to_whole();
+    test_concurrent();
+    test_cancel();
+    test_devices();
+    return tap_done();
+}
