@@ -159,11 +159,11 @@ static void check_shapes(gemm_dtype d, int threads)
 static void check_half(gemm_dtype d)
 {
     gemm_engine *e = open_cpu(2, 2, NULL);
-    static const size_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 64, 64}, {129, 67, 131}, {1, 300, 2}};
+    static const size_t half_shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 64, 64}, {129, 67, 131}, {1, 300, 2}};
     for (int out = 0; out < 2; out++) {
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        for (size_t s = 0; s < sizeof half_shapes / sizeof half_shapes[0]; s++) {
             product p;
-            product_init_out(e, &p, d, out, shapes[s][0], shapes[s][1], shapes[s][2], 91 + s);
+            product_init_out(e, &p, d, out, half_shapes[s][0], half_shapes[s][1], half_shapes[s][2], 91 + s);
             assert_int_equal(product_run(e, &p), GEMM_JOB_DONE);
             char what[96];
             snprintf(what, sizeof what, "%s %zux%zux%zu out %s", gemm_dtype_name(d), p.m, p.k, p.n,

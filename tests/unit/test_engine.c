@@ -41,15 +41,19 @@ typedef struct {
 static void tjob_done(gemm_job *job)
 {
     tjob *t = job->user;
+    /* Read before the waiter is let go: from the unlock on, t may be gone. */
+    int *gate_open = t->gate_open;
+    pthread_mutex_t *gate_mu = t->gate_mu;
+    pthread_cond_t *gate_cv = t->gate_cv;
     pthread_mutex_lock(&t->mu);
     t->calls++;
     t->state_at_done = atomic_load(&job->state);
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
-    if (t->gate_open) {
-        pthread_mutex_lock(t->gate_mu);
-        while (!*t->gate_open) pthread_cond_wait(t->gate_cv, t->gate_mu);
-        pthread_mutex_unlock(t->gate_mu);
+    if (gate_open) {
+        pthread_mutex_lock(gate_mu);
+        while (!*gate_open) pthread_cond_wait(gate_cv, gate_mu);
+        pthread_mutex_unlock(gate_mu);
     }
 }
 
