@@ -9,12 +9,14 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h"
 #include "gemm_types.h"
 
 /* ---- TAP ---- */
@@ -133,6 +135,47 @@ static inline size_t ref_mismatches_i32(const void *C, const uint32_t *ref, size
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += c[i] != ref[i];
     return bad;
+}
+
+/* ---- products finished: gpu_on_done is a job's done(), counted per program ---- */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n;
+} gpu_done_state;
+
+static inline gpu_done_state *gpu_done(void)
+{
+    static gpu_done_state s = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    return &s;
+}
+
+static inline void gpu_on_done(gemm_job *j)
+{
+    (void)j;
+    gpu_done_state *s = gpu_done();
+    pthread_mutex_lock(&s->mu);
+    s->n++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Waits until n products in all have finished. */
+static inline void gpu_wait_done(int n)
+{
+    gpu_done_state *s = gpu_done();
+    pthread_mutex_lock(&s->mu);
+    while (s->n < n) pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static inline int gpu_done_count(void)
+{
+    gpu_done_state *s = gpu_done();
+    pthread_mutex_lock(&s->mu);
+    int n = s->n;
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 #endif /* GEMM_GPU_REF_H */

@@ -31,25 +31,6 @@ typedef struct {
     uint32_t *ref_i;
 } tjob;
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static int ndone;
-
-static void on_done(gemm_job *j)
-{
-    (void)j;
-    pthread_mutex_lock(&mu);
-    ndone++;
-    pthread_cond_broadcast(&cv);
-    pthread_mutex_unlock(&mu);
-}
-
-static void wait_done(int n)
-{
-    pthread_mutex_lock(&mu);
-    while (ndone < n) pthread_cond_wait(&cv, &mu);
-    pthread_mutex_unlock(&mu);
-}
 
 static gemm_engine *open_cuda(int streams, uint64_t mem_limit, const char *faults, int qdepth)
 {
@@ -81,7 +62,7 @@ static tjob *make_job(gemm_engine *e, gemm_dtype d, int m, int k, int n, const c
     snprintf(t->job.kernel, sizeof t->job.kernel, "%s", kernel);
     t->job.tile = tile;
     t->job.math = math;
-    t->job.done = on_done;
+    t->job.done = gpu_on_done;
     ref_fill(d, t->job.a, (size_t)m * k, seed);
     ref_fill(d, t->job.b, (size_t)k * n, seed + 7777);
     ref_poison(t->job.c, (size_t)m * n * es);
@@ -124,11 +105,9 @@ static int job_correct(tjob *t, double *err_out)
 /* Submits one job and waits for it. Returns the submit status (0 or -1). */
 static int run_one(gemm_engine *e, tjob *t, gemm_err *err)
 {
-    pthread_mutex_lock(&mu);
-    int target = ndone + 1;
-    pthread_mutex_unlock(&mu);
+    int target = gpu_done_count() + 1;
     if (gemm_engine_submit(e, &t->job, err) != 0) return -1;
-    wait_done(target);
+    gpu_wait_done(target);
     return 0;
 }
 
@@ -332,13 +311,9 @@ static void test_each_kernel(void)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         tjob *t = make_job(e, bad[i].d, 4, 4, 4, bad[i].kernel, bad[i].tile, bad[i].math, 1);
         gemm_err err;
-        pthread_mutex_lock(&mu);
-        int before = ndone;
-        pthread_mutex_unlock(&mu);
+        int before = gpu_done_count();
         int rc = gemm_engine_submit(e, &t->job, &err);
-        pthread_mutex_lock(&mu);
-        int after = ndone;
-        pthread_mutex_unlock(&mu);
+        int after = gpu_done_count();
         tap(rc == -1 && err.status == 422 && strcmp(err.code, bad[i].code) == 0 && before == after,
             "kernel=%s tile=%d %s math=%s refused: %d %s (%s)", bad[i].kernel, bad[i].tile,
             gemm_dtype_name(bad[i].d), gemm_math_name(bad[i].math), err.status, err.code, err.message);
@@ -356,9 +331,7 @@ static void test_concurrent(void)
     static const int shp[][3] = {{1, 1, 1}, {37, 53, 29}, {128, 256, 64}, {300, 200, 500}, {513, 129, 257}, {1000, 1, 1000}};
     static const char *kern[] = {"auto", "naive", "tiled", "cublas"};
     tjob *jobs[N];
-    pthread_mutex_lock(&mu);
-    int base = ndone;
-    pthread_mutex_unlock(&mu);
+    int base = gpu_done_count();
     int submitted = 0;
     uint64_t bytes_in = 0, bytes_out = 0;
     for (int i = 0; i < N; i++) {
@@ -375,7 +348,7 @@ static void test_concurrent(void)
         bytes_in += ((uint64_t)s[0] * s[1] + (uint64_t)s[1] * s[2]) * es;
         bytes_out += (uint64_t)s[0] * s[2] * es;
     }
-    wait_done(base + submitted);
+    gpu_wait_done(base + submitted);
     int right = 0, streams_seen = 0;
     unsigned seen = 0;
     for (int i = 0; i < N; i++) {
@@ -454,16 +427,17 @@ static double thread_cpu_ms(void)
 
 static void on_done_timed(gemm_job *j)
 {
-    pthread_mutex_lock(&mu);
+    gpu_done_state *s = gpu_done();
+    pthread_mutex_lock(&s->mu);
     if (ntimed < 4) {
         timed[ntimed].t = j->user;
         timed[ntimed].cpu_ms = thread_cpu_ms(); /* this is the worker thread */
         timed[ntimed].wall_ms = gemm_now_ms();
         ntimed++;
     }
-    ndone++;
-    pthread_cond_broadcast(&cv);
-    pthread_mutex_unlock(&mu);
+    s->n++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* A worker waiting for a long kernel sleeps: with gpu_delay_ms:1000 every product's kernel
@@ -484,10 +458,11 @@ static void test_blocking_wait(void)
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) { tap(0, "open with gpu_delay_ms:1000: %s", err.message); return; }
     tjob *t[2];
-    pthread_mutex_lock(&mu);
-    int base = ndone;
+    gpu_done_state *ds = gpu_done();
+    pthread_mutex_lock(&ds->mu);
+    int base = ds->n;
     ntimed = 0;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&ds->mu);
     int sub = 0;
     for (int i = 0; i < 2; i++) {
         t[i] = make_job(e, GEMM_DTYPE_F32, 256, 128, 192, "tiled", 0, GEMM_MATH_DEFAULT, 900 + i);
@@ -495,7 +470,7 @@ static void test_blocking_wait(void)
         t[i]->job.user = t[i];
         if (gemm_engine_submit(e, &t[i]->job, &err) == 0) sub++;
     }
-    wait_done(base + sub);
+    gpu_wait_done(base + sub);
     double er0 = 0, er1 = 0;
     int right = sub == 2 && ntimed == 2 && timed[0].t == t[0] && timed[1].t == t[1] &&
                 atomic_load(&t[0]->job.state) == GEMM_JOB_DONE && atomic_load(&t[1]->job.state) == GEMM_JOB_DONE &&
@@ -531,14 +506,12 @@ static void test_cancel_running(void)
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) { tap(0, "open with gpu_delay_ms:1500: %s", err.message); return; }
     tjob *t = make_job(e, GEMM_DTYPE_F64, 300, 200, 100, "tiled", 0, GEMM_MATH_DEFAULT, 950);
-    pthread_mutex_lock(&mu);
-    int base = ndone;
-    pthread_mutex_unlock(&mu);
+    int base = gpu_done_count();
     int sub = gemm_engine_submit(e, &t->job, &err) == 0;
     while (sub && atomic_load(&t->job.state) == GEMM_JOB_QUEUED) usleep(1000);
     usleep(300 * 1000); /* into the kernel stage (any moment before its end would do) */
     int r = gemm_engine_cancel(e, &t->job);
-    if (sub) wait_done(base + 1);
+    if (sub) gpu_wait_done(base + 1);
     size_t nc = 300 * 100, poisoned = 0;
     for (size_t i = 0; i < nc; i++) poisoned += isnan(((double *)t->job.c)[i]);
     const gemm_err *je = &t->job.err;
@@ -634,9 +607,10 @@ static void *http_thread(void *arg)
     gemm_err err;
     if (gemm_engine_submit(hs->e, &t->job, &err) == 0) {
         if (gemm_engine_cancel(hs->e, &t->job) == 0) { /* it started: wait for it */
-            pthread_mutex_lock(&mu);
-            while (atomic_load(&t->job.state) < GEMM_JOB_DONE) pthread_cond_wait(&cv, &mu);
-            pthread_mutex_unlock(&mu);
+            gpu_done_state *ds = gpu_done();
+            pthread_mutex_lock(&ds->mu);
+            while (atomic_load(&t->job.state) < GEMM_JOB_DONE) pthread_cond_wait(&ds->cv, &ds->mu);
+            pthread_mutex_unlock(&ds->mu);
         }
     } else {
         hs->refused = 1;
@@ -662,16 +636,14 @@ static void test_no_cuda_on_request_path(void)
     run_one(e, g, &err);
     /* a gate: the one worker is busy for 1.5 s, so the request-side job stays queued */
     tjob *gate = make_job(e, GEMM_DTYPE_F32, 64, 64, 64, "tiled", 0, GEMM_MATH_DEFAULT, 2);
-    pthread_mutex_lock(&mu);
-    int base = ndone;
-    pthread_mutex_unlock(&mu);
+    int base = gpu_done_count();
     int gated = gemm_engine_submit(e, &gate->job, &err) == 0;
     http_side hs = {.e = e, .locked = {g->job.a, g->job.b, g->job.c}};
     g->job.a = g->job.b = g->job.c = NULL; /* now the thread's to free */
     pthread_t th;
     int started = pthread_create(&th, NULL, http_thread, &hs) == 0;
     if (started) pthread_join(th, NULL);
-    if (gated) wait_done(base + 1);
+    if (gated) gpu_wait_done(base + 1);
     if (!hs.ctx_checked)
         tap_skip("cuCtxGetCurrent not found in libcuda.so.1", "the request-path calls make no CUDA call");
     else
@@ -778,9 +750,7 @@ static int child_sticky_concurrent(void)
     gemm_engine *e = open_cuda(4, 0, "sticky:6", 64);
     if (!e) return 1;
     tjob *jobs[N];
-    pthread_mutex_lock(&mu);
-    int base = ndone;
-    pthread_mutex_unlock(&mu);
+    int base = gpu_done_count();
     int sub = 0;
     for (int i = 0; i < N; i++) {
         jobs[i] = make_job(e, (gemm_dtype)(i % 3), 200 + i, 150, 170, i % 3 == 2 ? "tiled" : "auto", 0,
@@ -788,7 +758,7 @@ static int child_sticky_concurrent(void)
         gemm_err err;
         if (gemm_engine_submit(e, &jobs[i]->job, &err) == 0) sub++;
     }
-    wait_done(base + sub);
+    gpu_wait_done(base + sub);
     int right = 0, f500 = 0, f503 = 0, other = 0;
     for (int i = 0; i < N; i++) {
         double er;
@@ -853,9 +823,7 @@ static void test_faults(void)
     if (e) {
         enum { N = 24 };
         tjob *jobs[N];
-        pthread_mutex_lock(&mu);
-        int base = ndone;
-        pthread_mutex_unlock(&mu);
+        int base = gpu_done_count();
         int sub = 0;
         /* each stream's first product allocates its three buffers, so with all of them
          * queued at once allocation 5 falls in some stream's first product, with nothing
@@ -867,7 +835,7 @@ static void test_faults(void)
             gemm_err err;
             if (gemm_engine_submit(e, &jobs[i]->job, &err) == 0) sub++;
         }
-        wait_done(base + sub);
+        gpu_wait_done(base + sub);
         int right = 0, oom = 0, other = 0;
         for (int i = 0; i < N; i++) {
             double er;
@@ -899,7 +867,7 @@ static void test_faults(void)
         static float dummy[4];
         t.job.a = t.job.b = t.job.c = dummy;
         snprintf(t.job.kernel, sizeof t.job.kernel, "naive");
-        t.job.done = on_done;
+        t.job.done = gpu_on_done;
         gemm_err err;
         int rc = run_one(e, &t, &err);
         tap(rc == 0 && atomic_load(&t.job.state) == GEMM_JOB_FAILED && t.job.err.status == 507 &&

@@ -15,25 +15,6 @@
 #include "gemm_half.h"
 #include "gpu_ref.h"
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static int ndone;
-
-static void on_done(gemm_job *j)
-{
-    (void)j;
-    pthread_mutex_lock(&mu);
-    ndone++;
-    pthread_cond_broadcast(&cv);
-    pthread_mutex_unlock(&mu);
-}
-
-static void wait_done(int n)
-{
-    pthread_mutex_lock(&mu);
-    while (ndone < n) pthread_cond_wait(&cv, &mu);
-    pthread_mutex_unlock(&mu);
-}
 
 /* The value of an element from its fields (float16: 5-bit exponent, bias 15; bfloat16: 8,
  * bias 127). */
@@ -116,7 +97,7 @@ static hjob *make(gemm_engine *e, gemm_dtype d, int out_half, int m, int k, int 
     fill_half(d, j->a, bytes[0] / 2, seed);
     fill_half(d, j->b, bytes[1] / 2, seed + 1);
     ref_poison(j->c, bytes[2]);
-    j->done = on_done;
+    j->done = gpu_on_done;
     j->user = h;
     return h;
 }
@@ -163,14 +144,12 @@ static void run_and_check(gemm_engine *e, hjob *h, const char *what)
 {
     gemm_err err;
     int target;
-    pthread_mutex_lock(&mu);
-    target = ndone + 1;
-    pthread_mutex_unlock(&mu);
+    target = gpu_done_count() + 1;
     if (gemm_engine_submit(e, &h->job, &err) != 0) {
         tap(0, "%s: submitted (%d %s %s)", what, err.status, err.code, err.message);
         return;
     }
-    wait_done(target);
+    gpu_wait_done(target);
     double worst = 0;
     int ok = atomic_load(&h->job.state) == GEMM_JOB_DONE && verify(h, &worst);
     tap(ok, "%s: kernel %s, C %s, worst error %.2f of the tolerance%s%s", what, h->job.kernel_used,
@@ -240,16 +219,14 @@ int main(void)
             enum { N = 24 };
             hjob *hs[N];
             int target;
-            pthread_mutex_lock(&mu);
-            target = ndone;
-            pthread_mutex_unlock(&mu);
+            target = gpu_done_count();
             int submitted = 0;
             for (int i = 0; i < N; i++) {
                 hs[i] = make(e, ds[di], i % 3 == 2 ? !out : out, 31, 47, 29, 0, 0, "auto", 100 + (uint64_t)i);
                 gemm_err err;
                 if (gemm_engine_submit(e, &hs[i]->job, &err) == 0) submitted++;
             }
-            wait_done(target + submitted);
+            gpu_wait_done(target + submitted);
             int right = 0, grouped = 0;
             for (int i = 0; i < N; i++) {
                 double w;

@@ -32,33 +32,6 @@
 #include "engine.h"
 #include "gpu_ref.h"
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static int ndone;
-
-static void on_done(gemm_job *j)
-{
-    (void)j;
-    pthread_mutex_lock(&mu);
-    ndone++;
-    pthread_cond_broadcast(&cv);
-    pthread_mutex_unlock(&mu);
-}
-
-static void wait_done(int n)
-{
-    pthread_mutex_lock(&mu);
-    while (ndone < n) pthread_cond_wait(&cv, &mu);
-    pthread_mutex_unlock(&mu);
-}
-
-static int done_count(void)
-{
-    pthread_mutex_lock(&mu);
-    int n = ndone;
-    pthread_mutex_unlock(&mu);
-    return n;
-}
 
 static gemm_engine *open_cuda(int ways, uint64_t min_mnk, const char *faults)
 {
@@ -98,18 +71,18 @@ static void setup(gemm_engine *e, gemm_job *j, const scase *c, void *a, void *b)
     snprintf(j->kernel, sizeof j->kernel, "%s", c->kernel);
     j->tile = c->tile;
     j->math = c->math;
-    j->done = on_done;
+    j->done = gpu_on_done;
 }
 
 static int run_sync(gemm_engine *e, gemm_job *j)
 {
-    int target = done_count() + 1;
+    int target = gpu_done_count() + 1;
     gemm_err err;
     if (gemm_engine_submit(e, j, &err) != 0) {
         printf("# submit: %d %s %s\n", err.status, err.code, err.message);
         return -1;
     }
-    wait_done(target);
+    gpu_wait_done(target);
     return atomic_load(&j->state) == GEMM_JOB_DONE ? 0 : -1;
 }
 
@@ -260,7 +233,7 @@ static void test_concurrent(void)
     gemm_job jobs[N];
     void *as[N], *bs[N];
     static const char *kernels[] = {"auto", "simt", "tiled", "naive"};
-    int start = done_count(), submitted = 0;
+    int start = gpu_done_count(), submitted = 0;
     for (int i = 0; i < N; i++) {
         scase c = {i % 3 == 0 ? GEMM_DTYPE_F32 : i % 3 == 1 ? GEMM_DTYPE_F64 : GEMM_DTYPE_I32,
                    GEMM_MATH_DEFAULT, kernels[i % 4], 0, 100 + 37 * i, 64 + 9 * i, 90 + 13 * i};
@@ -274,7 +247,7 @@ static void test_concurrent(void)
         if (gemm_engine_submit(e, &jobs[i], &err) == 0) submitted++;
         else printf("# submit %d: %s\n", i, err.message);
     }
-    wait_done(start + submitted);
+    gpu_wait_done(start + submitted);
     int right = 0, split = 0;
     for (int i = 0; i < N; i++) {
         gemm_job *j = &jobs[i];
@@ -295,7 +268,7 @@ static void test_concurrent(void)
     }
     tap(submitted == N && right == N && split == N, "concurrent: %d split products on 4 streams, %d right, %d split",
         N, right, split);
-    tap(done_count() == start + submitted, "concurrent: each done() once");
+    tap(gpu_done_count() == start + submitted, "concurrent: each done() once");
     for (int i = 0; i < N; i++) {
         gemm_engine_host_free(e, jobs[i].c);
         gemm_engine_host_free(e, as[i]);
@@ -319,7 +292,7 @@ static void test_cancel(void)
     ref_fill(c.dtype, b, 512 * 1024, 2);
     gemm_job j;
     setup(e, &j, &c, a, b);
-    int start = done_count();
+    int start = gpu_done_count();
     gemm_err err;
     int rc = gemm_engine_submit(e, &j, &err);
     gemm_engine_stats st;
@@ -329,10 +302,10 @@ static void test_cancel(void)
         gemm_engine_get_stats(e, &st);
     } while (rc == 0 && st.split_products < 1);
     gemm_engine_cancel(e, &j);
-    if (rc == 0) wait_done(start + 1);
+    if (rc == 0) gpu_wait_done(start + 1);
     tap(rc == 0 && atomic_load(&j.state) == GEMM_JOB_CANCELLED && j.err.status == 409,
         "cancel: a running split product ends CANCELLED with 409 (%s)", j.err.message);
-    tap(done_count() == start + 1, "cancel: done() once");
+    tap(gpu_done_count() == start + 1, "cancel: done() once");
     gemm_engine_host_free(e, j.c);
     gemm_engine_host_free(e, a);
     gemm_engine_host_free(e, b);
