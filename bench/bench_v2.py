@@ -34,7 +34,6 @@ import http.client
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -66,12 +65,8 @@ def ensure_tritonclient(wheels):
     os.execve(py, [py] + sys.argv, dict(os.environ, GEMMD_BENCH_IN_VENV="1"))
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "e2e"))
+from harness import free_port  # noqa: E402  (one way to pick a loopback port, the tests')
 
 
 def server_timing(h):

@@ -23,7 +23,6 @@ import http.client
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,12 +35,8 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "e2e"))
+from harness import free_port  # noqa: E402  (one way to pick a loopback port, the tests')
 
 
 class Conn:

@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,12 +28,8 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "e2e"))
+from harness import free_port  # noqa: E402  (one way to pick a loopback port, the tests')
 
 
 def run(gemm, url, pa, pb, out, streams):
