@@ -471,7 +471,8 @@ const gemm_npy_header *gemm_npy_reader_header(const gemm_npy_reader *r)
     return r && r->have_hdr ? &r->hdr : NULL;
 }
 
-/* dst (rows x cols, row-major) = src (cols x rows, row-major), in cache-sized blocks. */
+/* dst (rows x cols, row-major) = src (cols x rows, row-major), in cache-sized blocks; elements of
+ * 2, 4 or 8 bytes (every dtype). */
 static void transpose(void *dst, const void *src, size_t rows, size_t cols, size_t es)
 {
     enum { B = 32 };
@@ -479,7 +480,12 @@ static void transpose(void *dst, const void *src, size_t rows, size_t cols, size
         size_t i1 = i0 + B < rows ? i0 + B : rows;
         for (size_t j0 = 0; j0 < cols; j0 += B) {
             size_t j1 = j0 + B < cols ? j0 + B : cols;
-            if (es == 4) {
+            if (es == 2) { /* float16, bfloat16 */
+                uint16_t *d = dst;
+                const uint16_t *s = src;
+                for (size_t i = i0; i < i1; i++)
+                    for (size_t j = j0; j < j1; j++) d[i * cols + j] = s[j * rows + i];
+            } else if (es == 4) {
                 uint32_t *d = dst;
                 const uint32_t *s = src;
                 for (size_t i = i0; i < i1; i++)

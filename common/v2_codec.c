@@ -551,7 +551,7 @@ static int scan_data(v2_scan *sc, int pos)
             } else {
                 if (d->nested && !d->not_row) {
                     d->not_row = i + 1;
-                    d->not_row_type = sc->s[sc->p];
+                    d->not_row_type = sc->p < sc->len ? sc->s[sc->p] : 0; /* the text may end here */
                 }
                 if (scan_element(sc)) return -1;
             }

@@ -491,6 +491,44 @@ static void test_read_fortran_golden(void **state)
     }
 }
 
+/* Fortran-order arrays of 2-byte elements (float16 '<f2', bfloat16 '<V2'): transposed into
+ * row-major like the others (a 2-byte element once went through the 8-byte path). The data
+ * is column-major 0..14 as element bit patterns, so C[i][j] must be the pattern j*3 + i. */
+static void test_read_fortran_half(void **state)
+{
+    (void)state;
+    static const char *const descr[] = {"<f2", "<V2"};
+    static const gemm_dtype want[] = {GEMM_DTYPE_F16, GEMM_DTYPE_BF16};
+    for (int t = 0; t < 2; t++) {
+        char dict[128];
+        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': True, 'shape': (3, 5), }", descr[t]);
+        unsigned char file[256];
+        size_t hl = strlen(dict), pad = (64 - (10 + hl + 1) % 64) % 64, head = 10 + hl + pad + 1;
+        memcpy(file, "\x93NUMPY\x01\x00", 8);
+        file[8] = (unsigned char)((head - 10) & 0xff);
+        file[9] = (unsigned char)((head - 10) >> 8);
+        memcpy(file + 10, dict, hl);
+        memset(file + 10 + hl, ' ', pad);
+        file[head - 1] = '\n';
+        for (int k = 0; k < 15; k++) { /* column-major: element (i, j) at k = j*3 + i */
+            file[head + 2 * k] = (unsigned char)k;
+            file[head + 2 * k + 1] = 0;
+        }
+        gemm_matrix m;
+        gemm_err err;
+        gemm_npy_reader *r = gemm_npy_reader_new(NULL, &gemm_allocator_host);
+        assert_int_equal(gemm_npy_reader_feed(r, file, head + 30, &err), 0);
+        assert_int_equal(gemm_npy_reader_finish(r, &m, &err), 0);
+        gemm_npy_reader_free(r);
+        assert_int_equal(m.dtype, want[t]);
+        assert_int_equal(m.rows, 3);
+        assert_int_equal(m.cols, 5);
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 5; j++) assert_int_equal(((uint16_t *)m.data)[i * 5 + j], j * 3 + i);
+        gemm_allocator_host.free(NULL, m.data);
+    }
+}
+
 static void test_header_variants(void **state)
 {
     (void)state;
@@ -902,6 +940,7 @@ int main(void)
         cmocka_unit_test(test_write_whole_file_golden),
         cmocka_unit_test(test_read_golden_any_chunking),
         cmocka_unit_test(test_read_fortran_golden),
+        cmocka_unit_test(test_read_fortran_half),
         cmocka_unit_test(test_header_variants),
         cmocka_unit_test(test_shape_errors),
         cmocka_unit_test(test_3d),
