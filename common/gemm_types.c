@@ -22,6 +22,11 @@ size_t gemm_dtype_size(gemm_dtype d)
     }
 }
 
+unsigned gemm_json_elem_width(gemm_dtype d)
+{
+    return d == GEMM_DTYPE_F64 ? 26 : d == GEMM_DTYPE_I32 ? 12 : 17;
+}
+
 const char *gemm_dtype_name(gemm_dtype d)
 {
     switch (d) {

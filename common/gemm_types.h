@@ -30,6 +30,10 @@ typedef enum {
 
 /* Bytes per element; 0 for GEMM_DTYPE_INVALID. */
 size_t gemm_dtype_size(gemm_dtype d);
+/* The widest JSON text of one element of d and its comma: float64 "-1.2345678901234567e-308,"
+ * (26), int32 (12), float32 and the half dtypes (written with float32's digits, 17). What
+ * every bound on a JSON answer's size is built from. */
+unsigned gemm_json_elem_width(gemm_dtype d);
 /* Canonical name: "float32", "float64", "int32", "float16", "bfloat16" ("invalid" otherwise). */
 const char *gemm_dtype_name(gemm_dtype d);
 /* Accepts the canonical names and the aliases "f4"/"f8"/"i4"/"f2", "float"/"double"/"int"/

@@ -871,8 +871,7 @@ int gemm_v2_fill_input(const gemm_v2_request *r, int which, void *dst, gemm_err 
 
 uint64_t gemm_v2_json_bytes_bound(uint64_t rows, uint64_t cols, gemm_dtype d)
 {
-    /* Widest text of one element and its comma: float64 "-1.2345678901234567e-308,". */
-    uint64_t per = d == GEMM_DTYPE_F64 ? 26 : d == GEMM_DTYPE_I32 ? 12 : 17; /* float32 digits for the half types too */
+    uint64_t per = gemm_json_elem_width(d);
     if (rows && cols > UINT64_MAX / rows) return UINT64_MAX;
     uint64_t n = rows * cols;
     return n > (UINT64_MAX - 256) / per ? UINT64_MAX : n * per + 256;

@@ -94,8 +94,7 @@ gemmd_format gemmd_negotiate(const char *accept, gemmd_format family)
 
 int gemmd_check_json_answer(const gemmd_server *srv, uint64_t rows, uint64_t cols, gemm_dtype d, gemm_err *err)
 {
-    /* Widest text of one element and its comma: float64 "-1.2345678901234567e-308,". */
-    uint64_t per = d == GEMM_DTYPE_F64 ? 26 : d == GEMM_DTYPE_I32 ? 12 : 17; /* float32 digits for the half types too */
+    uint64_t per = gemm_json_elem_width(d);
     uint64_t cap = srv->cfg.max_json_bytes;
     if (rows > 0 && cols <= cap / rows && rows * cols <= cap / per) return 0;
     return gemm_err_set(err, 422, "answer_too_large",
@@ -352,7 +351,7 @@ static void payload_free(void *cls)
  * comma, a row's brackets, and room for the fields around C. */
 static uint64_t json_answer_bound(uint64_t rows, uint64_t cols, gemm_dtype d)
 {
-    uint64_t per = d == GEMM_DTYPE_F64 ? 26 : d == GEMM_DTYPE_I32 ? 12 : 17; /* float32 digits for the half types too */
+    uint64_t per = gemm_json_elem_width(d);
     if (rows && cols > UINT64_MAX / rows / per) return UINT64_MAX;
     return rows * cols * per + rows * 3 + 8192;
 }
