@@ -64,22 +64,7 @@ start() { # extra gemmd flags...; sets url
 stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=; }
 trap stop EXIT
 
-to_us() {
-    awk -v v="$1" 'BEGIN { n = v + 0; u = v; sub(/^[0-9.]+/, "", u);
-        if (u == "us") print n; else if (u == "ms") print n * 1000; else if (u == "s") print n * 1e6; else print n }'
-}
-run_wrk() { # URL BODY CONNS LOG -> "rps p50_us p99_us non200"
-    local t=$3
-    [ "$t" -gt "$nproc" ] && t=$nproc
-    [ "$t" -gt 8 ] && t=8
-    WRK_BODY=$2 "$WRK" -t "$t" -c "$3" -d "${dur}s" --latency -s bench/wrk_post.lua "$1" >"$4" 2>&1
-    local rps p50 p99 bad
-    rps=$(awk '/^Requests\/sec:/ {print $2}' "$4")
-    p50=$(to_us "$(awk '$1 == "50%" {print $2}' "$4")")
-    p99=$(to_us "$(awk '$1 == "99%" {print $2}' "$4")")
-    bad=$(awk '/^non200:/ {print $2}' "$4")
-    echo "${rps:-0} ${p50:-0} ${p99:-0} ${bad:-?}"
-}
+. bench/wrk_run.sh # to_us, run_wrk
 
 # Bodies: one product, the batch with one B per product, the batch with one shared B.
 "$PY" - "$n" "$products" "$out" <<'PY' || exit 1

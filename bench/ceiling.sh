@@ -64,23 +64,7 @@ wait_up "http://127.0.0.1:$bport" || { echo "bare_mhd did not start"; cat "$out/
 wait_up "http://127.0.0.1:$gport" || { echo "gemmd did not start"; cat "$out/gemmd.log"; exit 1; }
 curl -fsS "http://127.0.0.1:$gport/v1/info" >"$out/info.json"
 
-# wrk prints latency with units (us, ms, s): normalise to microseconds.
-to_us() {
-    awk -v v="$1" 'BEGIN { n = v + 0; u = v; sub(/^[0-9.]+/, "", u);
-        if (u == "us") print n; else if (u == "ms") print n * 1000; else if (u == "s") print n * 1e6; else print n }'
-}
-run_wrk() { # URL BODY CONNS LOG -> "rps p50_us p99_us non200"
-    local t=$3
-    [ "$t" -gt "$nproc" ] && t=$nproc
-    [ "$t" -gt 8 ] && t=8
-    WRK_BODY=$2 "$WRK" -t "$t" -c "$3" -d "${dur}s" --latency -s bench/wrk_post.lua "$1" >"$4" 2>&1
-    local rps p50 p99 bad
-    rps=$(awk '/^Requests\/sec:/ {print $2}' "$4")
-    p50=$(to_us "$(awk '$1 == "50%" {print $2}' "$4")")
-    p99=$(to_us "$(awk '$1 == "99%" {print $2}' "$4")")
-    bad=$(awk '/^non200:/ {print $2}' "$4")
-    echo "${rps:-0} ${p50:-0} ${p99:-0} ${bad:-?}"
-}
+. bench/wrk_run.sh # to_us, run_wrk
 
 echo "# gemmd vs a bare libmicrohttpd server (the ceiling), raw float32"
 echo
