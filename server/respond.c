@@ -314,28 +314,34 @@ typedef struct {
     gemmd_conn *cx;         /* told how much the client has taken (send deadline) */
 } payload;
 
-static ssize_t payload_read(void *cls, uint64_t pos, char *buf, size_t max)
+ssize_t gemmd_read_two_parts(const void *head, size_t head_len, const void *data, size_t data_len, uint64_t pos,
+                             char *buf, size_t max)
 {
-    payload *p = cls;
-    size_t total = p->prefix_len + p->data_len;
-    /* MHD asks for more once what it had was sent: pos is what the client has taken,
-     * give or take the socket's buffer. */
-    gemmd_conn_progress(p->cx, pos);
+    size_t total = head_len + data_len;
     if (pos >= total) return MHD_CONTENT_READER_END_OF_STREAM;
     size_t off = (size_t)pos, n = 0;
-    if (off < p->prefix_len) {
-        size_t k = p->prefix_len - off < max ? p->prefix_len - off : max;
-        memcpy(buf, p->prefix + off, k);
+    if (off < head_len) {
+        size_t k = head_len - off < max ? head_len - off : max;
+        memcpy(buf, (const char *)head + off, k);
         n += k;
         off += k;
     }
     if (n < max && off < total) {
-        size_t doff = off - p->prefix_len;
-        size_t k = p->data_len - doff < max - n ? p->data_len - doff : max - n;
-        memcpy(buf + n, p->data + doff, k);
+        size_t doff = off - head_len;
+        size_t k = data_len - doff < max - n ? data_len - doff : max - n;
+        memcpy(buf + n, (const char *)data + doff, k);
         n += k;
     }
     return (ssize_t)n;
+}
+
+static ssize_t payload_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    payload *p = cls;
+    /* MHD asks for more once what it had was sent: pos is what the client has taken,
+     * give or take the socket's buffer. */
+    gemmd_conn_progress(p->cx, pos);
+    return gemmd_read_two_parts(p->prefix, p->prefix_len, p->data, p->data_len, pos, buf, max);
 }
 
 static void payload_free(void *cls)
@@ -368,10 +374,7 @@ static ssize_t text_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     charged_text *t = cls;
     gemmd_conn_progress(t->cx, pos);
-    if (pos >= t->len) return MHD_CONTENT_READER_END_OF_STREAM;
-    size_t n = t->len - (size_t)pos < max ? t->len - (size_t)pos : max;
-    memcpy(buf, t->data + pos, n);
-    return (ssize_t)n;
+    return gemmd_read_two_parts(t->data, t->len, NULL, 0, pos, buf, max);
 }
 
 static void text_free(void *cls)

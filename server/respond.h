@@ -80,6 +80,10 @@ int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d);
 /* The buffer block for a callback answer of total bytes: the answer's size up to 256 KiB
  * (libmicrohttpd allocates and zeroes a block with every such answer). */
 size_t gemmd_payload_block(uint64_t total);
+/* A callback answer's reader: bytes from pos of head then data (data may be NULL with
+ * data_len 0) into buf, at most max; MHD_CONTENT_READER_END_OF_STREAM past the end. */
+ssize_t gemmd_read_two_parts(const void *head, size_t head_len, const void *data, size_t data_len, uint64_t pos,
+                             char *buf, size_t max);
 /* Encodes the JSON answer of C into *out, admitted against the memory budget first
  * (*charge: the bytes charged as an answer, given back when it is sent), and fills the
  * encode and total times of req->timing. release(ctx) is called once C has been read,

@@ -562,22 +562,7 @@ static ssize_t payload_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     v2_payload *p = cls;
     gemmd_conn_progress(p->cx, pos);
-    uint64_t total = p->head_len + p->c_len;
-    if (pos >= total) return MHD_CONTENT_READER_END_OF_STREAM;
-    size_t off = (size_t)pos, n = 0;
-    if (off < p->head_len) {
-        size_t k = p->head_len - off < max ? p->head_len - off : max;
-        memcpy(buf, p->head + off, k);
-        n += k;
-        off += k;
-    }
-    if (n < max && off < total) {
-        size_t coff = off - p->head_len;
-        size_t k = p->c_len - coff < max - n ? p->c_len - coff : max - n;
-        memcpy(buf + n, p->c + coff, k);
-        n += k;
-    }
-    return (ssize_t)n;
+    return gemmd_read_two_parts(p->head, p->head_len, p->c, p->c_len, pos, buf, max);
 }
 
 static void payload_free(void *cls)
