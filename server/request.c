@@ -600,17 +600,23 @@ static int begin_matrix(gemmd_request *req, const char *ct)
                         "or multipart/form-data with one .npy part named matrix", ct ? ct : "(none)");
 }
 
+int gemmd_request_read_length(gemmd_request *req)
+{
+    const char *cl = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        if (gemm_parse_u64(cl, &req->content_length) != 0)
+            return gemm_err_set(&req->err, 400, "bad_length", "Content-Length \"%.40s\" is not a number", cl);
+        req->has_length = 1;
+    }
+    req->limit = req->srv->cfg.limits.max_body_bytes;
+    return 0;
+}
+
 int gemmd_body_begin(gemmd_request *req)
 {
     const gemmd_config *cfg = &req->srv->cfg;
     gemm_err *err = &req->err;
-    const char *cl = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl) {
-        if (gemm_parse_u64(cl, &req->content_length) != 0)
-            return gemm_err_set(err, 400, "bad_length", "Content-Length \"%.40s\" is not a number", cl);
-        req->has_length = 1;
-    }
-    req->limit = cfg->limits.max_body_bytes;
+    if (gemmd_request_read_length(req) != 0) return -1;
     if (req->has_length && req->content_length > req->limit)
         return gemm_err_set(err, 413, "body_too_large",
                             "the body has %llu bytes; this server takes at most %llu (max_body_mb)",

@@ -150,6 +150,9 @@ gemmd_request *gemmd_request_new(gemmd_server *srv, struct MHD_Connection *conn,
                                  const char *url);
 void gemmd_request_free(gemmd_request *req);
 
+/* Content-Length into req->content_length / has_length (400 bad_length when it is not a
+ * number) and req->limit = max_body_mb: 0, or -1 with req->err. */
+int gemmd_request_read_length(gemmd_request *req);
 /* Looks at the headers and the query before a byte of the body is read: media type,
  * Content-Length against the limits, raw shapes, options. Returns 0, or -1 with
  * req->err set (the caller answers at once). */

@@ -297,13 +297,7 @@ static int begin_infer(gemmd_request *req)
     if (ce && strcasecmp(ce, "identity") != 0)
         return gemm_err_set(err, 415, "unsupported_media_type",
                             "Content-Encoding %.40s is not supported; send the request uncompressed", ce);
-    const char *cl = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl) {
-        if (gemm_parse_u64(cl, &req->content_length) != 0)
-            return gemm_err_set(err, 400, "bad_length", "Content-Length \"%.40s\" is not a number", cl);
-        req->has_length = 1;
-    }
-    req->limit = cfg->limits.max_body_bytes;
+    if (gemmd_request_read_length(req) != 0) return -1;
     const char *hl = gemmd_request_header(req, "Inference-Header-Content-Length");
     uint64_t json_max = cfg->max_json_bytes;
     if (!hl) {
