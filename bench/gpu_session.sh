@@ -10,7 +10,8 @@
 #
 #   build     make -j all bench check-tests (skipped when bin/gemmd runs and BUILD_SKIP=1)
 #   gputests  the whole test suite (tests/run.sh with the CUDA build): GPU test programs
-#             included (kernels, engine, batch, coalesce, half, split, daemon, resident, v2)
+#             included (kernels, engine, batch, coalesce, half, split, multigpu, daemon,
+#             resident, v2); GPUTESTS_ONLY (a TEST_ONLY pattern, e.g. '^gpu/') narrows it
 #   first     bench/first_request.py: the first products after a start, warm-up off and on
 #   ceiling   bench/ceiling.sh: 64², 256², 1024² at 1, 64, 256 connections, against the
 #             bare libmicrohttpd server, then the same with GEMMD=$BASE/bin/gemmd (a build of
@@ -24,13 +25,15 @@
 #   half      float16/bfloat16 against float32 end to end at 4096² on one connection
 #             (bin/gemm bench), the issue's <= 55% target
 #   split     bench/split_bench.sh when present (one product over two engines)
+#   multigpu  bench/multigpu_bench.py: products/s on one GPU against every GPU (MG_SIZE,
+#             MG_CONNS, MG_SECONDS); on a host with one GPU it measures the same twice
 #   fleet     bench/fleet_nginx.sh (nginx and wrk on PATH or under /tmp/deps)
 set -u
 cd "$(dirname "$0")/.."
 out=${1:?usage: bench/gpu_session.sh OUTDIR [STEP ...]}
 shift
 mkdir -p "$out"
-steps=${*:-build gputests first ceiling latency soak python blas v2async half split fleet}
+steps=${*:-build gputests first ceiling latency soak python blas v2async half split multigpu fleet}
 export PATH=/tmp/deps/usr/sbin:/tmp/deps/usr/bin:$PATH
 JOBS=${JOBS:-$(nproc)}
 PY=${PY:-python3}
@@ -48,7 +51,7 @@ step_build() {
     grep -c warning "$1/build.log" | sed 's/^/warnings: /'; tail -3 "$1/build.log"; return $rc
 }
 step_gputests() {
-    BUILD=build BIN=bin CUDA=1 TEST_TIMEOUT=300 tests/run.sh >"$1/test.log" 2>&1; local rc=$?
+    TEST_ONLY=${GPUTESTS_ONLY:-} BUILD=build BIN=bin CUDA=1 TEST_TIMEOUT=300 tests/run.sh >"$1/test.log" 2>&1; local rc=$?
     grep -E '^(summary|  - |SKIPPED)' "$1/test.log" | tail -30
     cp -r build/test-logs "$1/" 2>/dev/null
     return $rc
@@ -111,13 +114,18 @@ step_split() {
     bench/split_bench.sh "$1" >"$1/split.md" 2>&1; local rc=$?
     grep '^| ' "$1/split.md" | head -20; return $rc
 }
+step_multigpu() {
+    "$PY" bench/multigpu_bench.py --size "${MG_SIZE:-8192}" --conns "${MG_CONNS:-8}" --seconds "${MG_SECONDS:-20}" \
+        --out "$1/multigpu.md" >"$1/multigpu.log" 2>&1; local rc=$?
+    grep '^| ' "$1/multigpu.md"; return $rc
+}
 step_fleet() { bench/fleet_nginx.sh "$1/run" >"$1/fleet.md" 2>&1; local rc=$?; grep '^| ' "$1/fleet.md"; return $rc; }
 
 for s in $steps; do
     if ! declare -F "step_$s" >/dev/null; then echo "unknown step $s" | tee -a "$summary"; continue; fi
     mkdir -p "$out/$s"
     lim_var=STEP_LIMIT_$s
-    case $s in build) def=300 ;; gputests) def=600 ;; soak) def=480 ;; ceiling) def=360 ;; fleet) def=240 ;; *) def=180 ;; esac
+    case $s in build) def=300 ;; gputests) def=600 ;; soak) def=480 ;; ceiling) def=360 ;; fleet) def=240 ;; multigpu) def=300 ;; *) def=180 ;; esac
     lim=${!lim_var:-$def}
     t0=$SECONDS
     # A step runs in its own shell under a time limit; what it printed goes into the summary.

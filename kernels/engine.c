@@ -3,10 +3,22 @@
  * threads, cancellation, queue timing, counters and close.
  *
  * One mutex guards the queue; the result counters are atomics, so a finished job takes
- * the lock once (running--, after its done()). Workers sleep on `work` until a job is
- * queued or close begins. done() is always called with the lock released, exactly once
- * per accepted job, and the engine never touches a job after its done() (the submitter
- * may free it from inside the callback).
+ * the lock once (running--, after its done()). done() is always called with the lock
+ * released, exactly once per accepted job, and the engine never touches a job after its
+ * done() (the submitter may free it from inside the callback).
+ *
+ * Which worker takes a job: every worker belongs to a device slot (the backend's
+ * worker_slot; one slot for all on the CPU) and sleeps on its slot's condition variable.
+ * A queued job goes to the least-loaded usable slot: of the slots that can still run
+ * products (slot_usable) and have a worker asleep, the one with the fewest workers busy
+ * (lowest index on a tie). Submit wakes a worker of that slot; a worker that finds a job
+ * queued takes it only if no usable slot with a sleeping worker is less busy than its own
+ * (a tie goes to the worker already awake), else it wakes one there and sleeps. So two
+ * products on an idle two-GPU host run one per GPU, not on two streams of one, and the
+ * workers of a lost device take no more products while another device can run them (they
+ * wait; when no slot is usable at all, any worker takes the job and the backend fails it
+ * with its error rather than leaving it queued). Whoever takes a job while more are queued
+ * wakes the next worker, so no job waits while a worker of its slot sleeps.
  *
  * Dynamic batching: a worker that takes a small single product also takes the queued
  * products with the same key (dtype, resolved math, kernel, tile, m, k, n), up to
@@ -54,7 +66,6 @@ struct gemm_engine {
     void *self;
 
     pthread_mutex_t mu;
-    pthread_cond_t work;  /* a job was queued, or close began */
     gemm_job *head, *tail;
     int queued, running, capacity;
     int closing;
@@ -69,6 +80,14 @@ struct gemm_engine {
     int split_ways;       /* 0: one panel per usable slot */
     int nslots;           /* device slots the workers run on (1 without worker_slot) */
     gemm_job *phead, *ptail; /* panels waiting for a worker of their slot */
+
+    /* Least-loaded scheduling (see "Which worker takes a job"): per device slot, the
+     * workers sleeping on its condition variable and the workers running something. */
+    pthread_cond_t slot_cv[GEMM_MAX_DEVICES];
+    int slot_waiting[GEMM_MAX_DEVICES];
+    int slot_busy[GEMM_MAX_DEVICES];
+    pthread_cond_t grouping; /* a job was queued: for workers waiting to fill a group */
+    int group_waiters;
 
     int nworkers;
     pthread_t *threads;
@@ -172,6 +191,50 @@ static int q_remove(gemm_engine *e, gemm_job *job)
         return 1;
     }
     return 0;
+}
+
+/* ---- which worker takes a job (callers hold mu) --------------------------- */
+
+static int slot_ok(const gemm_engine *e, int s)
+{
+    return !e->be->slot_usable || e->be->slot_usable(e->self, s);
+}
+
+/* The slot whose worker should take the next queued job, seen from a worker of slot
+ * `self` that is awake (-1: from submit, nobody awake): the usable slot with a sleeping
+ * worker (or self) and the fewest busy workers, self winning a tie, else the lowest index.
+ * -1 when a usable slot exists but none of them can take it now (their workers are busy:
+ * the job waits for one). With no usable slot at all, self or any sleeping worker: the
+ * backend fails the job rather than it waiting forever. */
+static int pick_slot(const gemm_engine *e, int self)
+{
+    int best = -1, any_usable = 0;
+    for (int s = 0; s < e->nslots; s++) {
+        if (!slot_ok(e, s)) continue;
+        any_usable = 1;
+        if (s != self && e->slot_waiting[s] == 0) continue;
+        if (best < 0 || e->slot_busy[s] < e->slot_busy[best] ||
+            (s == self && e->slot_busy[s] == e->slot_busy[best]))
+            best = s;
+    }
+    if (best >= 0 || any_usable) return best;
+    if (self >= 0) return self;
+    for (int s = 0; s < e->nslots; s++)
+        if (e->slot_waiting[s] > 0) return s;
+    return -1;
+}
+
+/* A job is queued: wake the worker that should take it, if one sleeps. */
+static void kick(gemm_engine *e)
+{
+    int s = pick_slot(e, -1);
+    if (s >= 0) pthread_cond_signal(&e->slot_cv[s]);
+}
+
+static void wake_all(gemm_engine *e)
+{
+    for (int s = 0; s < e->nslots; s++) pthread_cond_broadcast(&e->slot_cv[s]);
+    pthread_cond_broadcast(&e->grouping);
 }
 
 /* ---- workers ------------------------------------------------------------- */
@@ -458,7 +521,7 @@ static int split_start(gemm_engine *e, gemm_job *job, int slot, double t0)
     job->split_panels = ways;
     atomic_fetch_add(&e->splits, 1);
     atomic_fetch_add(&e->panels, (unsigned long long)ways);
-    pthread_cond_broadcast(&e->work); /* panels are for given slots: wake every worker */
+    wake_all(e); /* panels are for given slots: wake every worker */
     return ways;
 }
 
@@ -545,13 +608,26 @@ static void *worker_main(void *arg)
     /* Room for a group; without it this worker runs products one by one. */
     gemm_job **g = e->group_max > 1 ? calloc((size_t)e->group_max, sizeof *g) : NULL;
 
+    const int slot = wa->slot;
+    int took = 0; /* this worker counts in slot_busy[slot] */
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        gemm_job *panel;
-        while (!(panel = take_panel(e, wa->slot)) && !e->head && !e->closing)
-            pthread_cond_wait(&e->work, &e->mu);
+        if (took) e->slot_busy[slot]--, took = 0;
+        gemm_job *panel = NULL;
+        for (;;) {
+            if ((panel = take_panel(e, slot)) || e->closing) break;
+            if (e->head) {
+                int best = pick_slot(e, slot);
+                if (best == slot) break;
+                if (best >= 0) pthread_cond_signal(&e->slot_cv[best]); /* it is theirs */
+            }
+            e->slot_waiting[slot]++;
+            pthread_cond_wait(&e->slot_cv[slot], &e->mu);
+            e->slot_waiting[slot]--;
+        }
         if (panel) { /* panels of products already running come first */
-            if (e->head) pthread_cond_signal(&e->work); /* the wake-up may have been for it */
+            e->slot_busy[slot]++, took = 1;
+            if (e->head) kick(e); /* the wake-up may have been for the queue */
             pthread_mutex_unlock(&e->mu);
             run_panel(e, worker, panel);
             continue;
@@ -561,15 +637,17 @@ static void *worker_main(void *arg)
             pthread_mutex_unlock(&e->mu);
             break;
         }
+        e->slot_busy[slot]++, took = 1;
         e->running++;
         double t0 = gemm_now_ms();
         job->timing.queue_ms = t0 - job->t_submit_ms;
         atomic_store(&job->state, GEMM_JOB_RUNNING); /* under the lock: cancel sees it */
-        if (splittable(e, job) && !gemm_job_cancel_requested(job) && split_start(e, job, wa->slot, t0) > 0) {
+        if (splittable(e, job) && !gemm_job_cancel_requested(job) && split_start(e, job, slot, t0) > 0) {
             pthread_mutex_unlock(&e->mu);
             continue; /* this worker takes a panel like any other */
         }
         if (!g || !groupable(e, job)) {
+            if (e->head) kick(e);
             pthread_mutex_unlock(&e->mu);
             run_one(e, worker, job, t0);
             continue;
@@ -579,15 +657,18 @@ static void *worker_main(void *arg)
         take_group(e, g, &n, t0);
         if (n < e->group_max && e->group_delay_ms > 0) {
             struct timespec until = deadline_in(e->group_delay_ms);
+            /* Others queued meanwhile that are not of this group are for other workers. */
+            if (e->head) kick(e);
             while (n < e->group_max && !e->closing) {
-                if (pthread_cond_timedwait(&e->work, &e->mu, &until) != 0) break;
+                e->group_waiters++;
+                int rc = pthread_cond_timedwait(&e->grouping, &e->mu, &until);
+                e->group_waiters--;
+                if (rc != 0) break;
                 take_group(e, g, &n, gemm_now_ms());
-                /* The wake-up may have been meant for another group's job, or a panel:
-                 * pass it on. */
-                if (e->head || e->phead) pthread_cond_signal(&e->work);
             }
             take_group(e, g, &n, gemm_now_ms());
         }
+        if (e->head) kick(e);
         pthread_mutex_unlock(&e->mu);
         if (n == 1)
             run_one(e, worker, job, t0);
@@ -632,7 +713,8 @@ static const gemm_backend *pick_backend(const gemm_engine_config *cfg, gemm_err 
 static void engine_free(gemm_engine *e)
 {
     if (e->self) e->be->close(e->self);
-    pthread_cond_destroy(&e->work);
+    for (int i = 0; i < GEMM_MAX_DEVICES; i++) pthread_cond_destroy(&e->slot_cv[i]);
+    pthread_cond_destroy(&e->grouping);
     pthread_cond_destroy(&e->inited);
     pthread_mutex_destroy(&e->mu);
     free(e->threads);
@@ -650,6 +732,21 @@ gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err)
     gemm_err_clear(err);
     const gemm_backend *be = pick_backend(cfg, err);
     if (!be) return NULL;
+    return gemm_engine_open_backend(be, cfg, err);
+}
+
+gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_config *cfg, gemm_err *err)
+{
+    gemm_engine_config defaults;
+    if (!cfg) {
+        gemm_engine_config_defaults(&defaults);
+        cfg = &defaults;
+    }
+    gemm_err_clear(err);
+    if (!be || !be->open || !be->workers || !be->run || !be->close) {
+        gemm_err_set(err, 500, "internal_error", "a backend needs open, workers, run and close");
+        return NULL;
+    }
 
     gemm_engine *e = calloc(1, sizeof *e);
     if (!e) {
@@ -674,7 +771,8 @@ gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err)
     atomic_init(&e->groups, 0);
     atomic_init(&e->grouped, 0);
     pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->work, NULL);
+    for (int i = 0; i < GEMM_MAX_DEVICES; i++) pthread_cond_init(&e->slot_cv[i], NULL);
+    pthread_cond_init(&e->grouping, NULL);
     pthread_cond_init(&e->inited, NULL);
 
     e->self = be->open(cfg, err);
@@ -715,7 +813,7 @@ gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err)
                          e->nworkers, strerror(rc));
             pthread_mutex_lock(&e->mu);
             e->closing = 1;
-            pthread_cond_broadcast(&e->work);
+            wake_all(e);
             pthread_mutex_unlock(&e->mu);
             for (int j = 0; j < e->nstarted; j++) pthread_join(e->threads[j], NULL);
             engine_free(e);
@@ -743,7 +841,7 @@ void gemm_engine_close(gemm_engine *e)
     e->head = e->tail = NULL;
     e->queued = 0;
     atomic_fetch_add(&e->failed, (unsigned long long)n);
-    pthread_cond_broadcast(&e->work);
+    wake_all(e);
     pthread_mutex_unlock(&e->mu);
 
     /* Fail what never started; done() without the lock. */
@@ -845,7 +943,8 @@ int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err)
     job->t_submit_ms = gemm_now_ms();
     atomic_store(&job->state, GEMM_JOB_QUEUED);
     q_push(e, job);
-    pthread_cond_signal(&e->work);
+    if (e->group_waiters) pthread_cond_broadcast(&e->grouping);
+    kick(e);
     pthread_mutex_unlock(&e->mu);
     return 0;
 }
@@ -930,6 +1029,8 @@ void gemm_engine_get_stats(gemm_engine *e, gemm_engine_stats *out)
     pthread_mutex_lock(&e->mu);
     out->queued = e->queued;
     out->running = e->running;
+    out->nslots = e->nslots;
+    for (int s = 0; s < e->nslots; s++) out->slot_busy[s] = e->slot_busy[s];
     pthread_mutex_unlock(&e->mu);
     out->completed = atomic_load(&e->completed);
     out->failed = atomic_load(&e->failed);

@@ -269,6 +269,8 @@ typedef struct {
     uint64_t device_mem_used[GEMM_MAX_DEVICES];
     uint64_t device_mem_free[GEMM_MAX_DEVICES];
     uint64_t resident_bytes[GEMM_MAX_DEVICES]; /* device copies of resident operands */
+    int nslots;                    /* device slots of the workers (CUDA: devices; CPU: 1) */
+    int slot_busy[GEMM_MAX_DEVICES]; /* workers of each slot running a product, group or panel now */
 } gemm_engine_stats;
 
 /* Opens the backend named by cfg->backend ("auto": CUDA when built in and a device is
@@ -354,9 +356,10 @@ typedef struct gemm_backend {
     /* Takes a resident handle whose device copies must be freed (may be NULL: the
      * backend keeps none; engine.c frees the handle). The backend frees it when done. */
     void (*resident_free)(void *self, gemm_resident *r);
-    /* Split products: the device slot (0 .. GEMM_MAX_DEVICES-1) worker worker_index runs
-     * on, and whether a slot can run products now (not lost). Either may be NULL: every
-     * worker is on slot 0, and every slot is usable. */
+    /* The device slot (0 .. GEMM_MAX_DEVICES-1) worker worker_index runs on, and whether
+     * a slot can run products now (not lost): jobs go to the least-loaded usable slot,
+     * split panels one per usable slot (engine.c). Either may be NULL: every worker is on
+     * slot 0, and every slot is usable. slot_usable is called under the engine's lock. */
     int (*worker_slot)(void *self, int worker_index);
     int (*slot_usable)(void *self, int slot);
 } gemm_backend;
@@ -374,6 +377,10 @@ static inline int gemm_job_cancel_requested(gemm_job *job)
 int gemm_job_stop_cancelled(gemm_job *job, const char *stage);
 
 extern const gemm_backend gemm_backend_cpu;
+
+/* Opens an engine on the backend given (gemm_engine_open picks cpu or cuda by name);
+ * for tests of the generic engine with a backend of their own. */
+gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_config *cfg, gemm_err *err);
 #ifdef GEMMD_HAVE_CUDA
 extern const gemm_backend gemm_backend_cuda;
 /* Number of usable CUDA devices (0 when the driver or a device is missing). */

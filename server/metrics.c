@@ -212,6 +212,10 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
         gemm_buf_printf(out, "gemmd_device_bytes_copied_total{device=\"%d\",direction=\"d2h\"} %llu\n", d,
                         (unsigned long long)st.bytes_d2h[d]);
     }
+    header(out, "gemmd_device_running", "gauge",
+           "Streams of each device running a product, batch or panel now (its workers busy).");
+    for (int d = 0; d < nd; d++)
+        gemm_buf_printf(out, "gemmd_device_running{device=\"%d\"} %d\n", d, d < st.nslots ? st.slot_busy[d] : 0);
     header(out, "gemmd_device_memory_used_bytes", "gauge", "Device memory held by the engine's buffers.");
     for (int d = 0; d < nd; d++)
         gemm_buf_printf(out, "gemmd_device_memory_used_bytes{device=\"%d\"} %llu\n", d,

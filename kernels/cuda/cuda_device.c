@@ -310,8 +310,9 @@ void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken
                 d->lost_err = e;
                 atomic_store(&d->lost, 1);
                 gemm_engine_log(GEMM_LOG_ERROR, "cuda: device %d (%s) could not be recovered in this "
-                                "process after a sticky error (%s for %.0f ms after cudaDeviceReset); its "
-                                "jobs fail with 503 device_unavailable until gemmd is restarted", d->ordinal,
+                                "process after a sticky error (%s for %.0f ms after cudaDeviceReset); it "
+                                "takes no more products (the engine's other devices serve them; with none "
+                                "left they fail with 503 device_unavailable) until gemmd is restarted", d->ordinal,
                                 d->info.name, cudaGetErrorString(e), gemm_now_ms() - t0);
             }
         }

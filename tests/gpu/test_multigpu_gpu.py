@@ -1,0 +1,188 @@
+"""test_multigpu_gpu.py - the real bin/gemmd on a host with two GPUs or more (skipped, and
+said so, with fewer).
+
+- Least-loaded spreading: products that each hold a stream for a while (fault_inject
+  gpu_delay_ms) sent two at a time land one per GPU (X-Gemm-Device), four at a time two
+  per GPU, and /metrics shows gemmd_device_running per device while they run. Every
+  answer is checked against NumPy in float64.
+- Split: a product above split_min_mnk runs as one panel per GPU (X-Gemm-Split names both
+  devices) and equals the same product run whole.
+- Losing one GPU: a trapping kernel (fault_inject sticky:2) fails its own request with 500;
+  whether the driver lets the process reset that device or the device is lost, the daemon
+  keeps serving from the other one without restarting itself (same pid, no in-place
+  restart), every later answer is right, /healthz and /readyz answer 200.
+
+Run by tests/run.sh only on a machine with a GPU and a CUDA build.
+"""
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "e2e"))
+from harness import SLOW, Daemon, Tap, metric, reference, run_guarded  # noqa: E402
+
+BASE_CONFIG = {
+    "backend": "cuda",
+    "streams_per_device": "4",
+    "batch_max": "1",          # no coalescing: each request is its own product on its own stream
+    "queue_depth": "256",
+    "max_body_mb": "512",
+    "http_threads": "16",
+    "connection_limit": "512",
+    "per_ip_limit": "0",
+}
+
+
+def right(c, a, b):
+    if c is None:
+        return False
+    ref = reference(a, b, "float32")
+    return float(np.linalg.norm(c - ref) / max(np.linalg.norm(ref), 1e-30)) < 1e-5
+
+
+def product(d, a, b, query=""):
+    r = d.matmul_raw(a, b, "float32", accept="application/octet-stream", query=query)
+    c = None
+    if r.status == 200 and len(r.body) == a.shape[0] * b.shape[1] * 4:
+        c = np.frombuffer(r.body, dtype=np.float32).reshape(a.shape[0], b.shape[1])
+    return r, c
+
+
+def device_of(r):
+    return (r.header("x-gemm-device") or "").split(" ")[0]  # "cuda:1 NVIDIA H200" -> "cuda:1"
+
+
+def at_once(d, pairs, query=""):
+    """Sends the products concurrently, each on its own connection; (response, C) each."""
+    out = [None] * len(pairs)
+
+    def one(i):
+        out[i] = product(d, pairs[i][0], pairs[i][1], query)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(pairs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300 * SLOW)
+    return out
+
+
+def test_spread(tap, ndev):
+    rng = np.random.default_rng(515)
+    cfg = dict(BASE_CONFIG, fault_inject="gpu_delay_ms:1500")
+    with Daemon(tap, config=cfg) as d:
+        pairs = [(rng.uniform(-1, 1, (301, 203)).astype(np.float32), rng.uniform(-1, 1, (203, 97)).astype(np.float32))
+                 for _ in range(2 * ndev)]
+        for rnd in range(3):
+            got = at_once(d, pairs[:2])
+            devs = [device_of(r) for r, _ in got]
+            tap.ok(all(r.status == 200 and right(c, a, b) for (r, c), (a, b) in zip(got, pairs[:2])),
+                   "two at once, round %d: both right" % rnd, [r for r, _ in got])
+            tap.ok(len(set(devs)) == 2, "two at once, round %d: one per GPU (%s)" % (rnd, devs))
+
+        # Four at once on two GPUs (2 * ndev in general): two per GPU, seen in /metrics while
+        # they run (each holds its stream for 1.5 s of device time).
+        seen = {}
+        result = []
+        t = threading.Thread(target=lambda: result.extend(at_once(d, pairs)))
+        t.start()
+        deadline = time.monotonic() + 20 * SLOW
+        while time.monotonic() < deadline:
+            _, m = d.metrics()
+            m = m or {}
+            run = [metric(m, "gemmd_device_running", device=str(i)) or 0 for i in range(ndev)]
+            if sum(run) >= len(pairs):
+                seen = run
+                break
+            time.sleep(0.02)
+        t.join(timeout=300 * SLOW)
+        tap.ok(seen and all(x == 2 for x in seen), "%d at once: gemmd_device_running 2 on every GPU (%s)"
+               % (len(pairs), seen))
+        per = {}
+        for r, _ in result:
+            per[device_of(r)] = per.get(device_of(r), 0) + 1
+        tap.ok(len(result) == len(pairs) and all(r.status == 200 and right(c, a, b)
+                                                  for (r, c), (a, b) in zip(result, pairs)),
+               "%d at once: all right" % len(pairs))
+        tap.ok(sorted(per.values()) == [2] * ndev, "%d at once: two per GPU (%s)" % (len(pairs), per))
+
+
+def test_split(tap, ndev):
+    rng = np.random.default_rng(616)
+    a = rng.uniform(-1, 1, (1025, 700)).astype(np.float32)
+    b = rng.uniform(-1, 1, (700, 513)).astype(np.float32)
+    with Daemon(tap, config=dict(BASE_CONFIG, split_min_mnk="1000000", split_ways="0")) as d:
+        r, c = product(d, a, b, "&kernel=tiled")
+        split = r.header("x-gemm-split") or ""
+        tap.ok(r.status == 200 and right(c, a, b), "split over %d GPUs: right" % ndev, r)
+        tap.ok(all(("cuda:%d" % i) in split for i in range(ndev)), "X-Gemm-Split names every GPU (%s)" % split)
+    with Daemon(tap, config=dict(BASE_CONFIG, split_min_mnk="0")) as d:
+        r2, c2 = product(d, a, b, "&kernel=tiled")
+        tap.ok(r2.status == 200 and not r2.header("x-gemm-split"), "the same product whole", r2)
+        same_block = r.header("x-gemm-block") == r2.header("x-gemm-block")
+        equal = c is not None and c2 is not None and np.array_equal(c, c2)
+        tap.ok(equal or (not same_block and right(c, a, b)),
+               "split and whole: equal element for element where the panels ran the whole's block "
+               "(blocks %s / %s, equal %s)" % (r.header("x-gemm-block"), r2.header("x-gemm-block"), equal))
+
+
+def test_lose_one(tap, ndev):
+    rng = np.random.default_rng(717)
+    a = rng.uniform(-1, 1, (300, 200)).astype(np.float32)
+    b = rng.uniform(-1, 1, (200, 100)).astype(np.float32)
+    with Daemon(tap, config=dict(BASE_CONFIG, streams_per_device="2", fault_inject="sticky:2")) as d:
+        pid = d.proc.pid
+        r1, c1 = product(d, a, b, "&kernel=tiled")
+        tap.ok(r1.status == 200 and right(c1, a, b), "sticky: first request right", r1)
+        r2, _ = product(d, a, b, "&kernel=tiled")
+        code = (r2.json() or {}).get("error", {}).get("code")
+        tap.ok(r2.status == 500 and code == "device_error", "sticky: the trapping request gets 500 device_error", r2)
+        faulted = (r2.json() or {}).get("error", {}).get("message", "")
+        # While the faulted device is reset, a product that had already gone to it may get
+        # 503; bounded retries, then every answer must be right.
+        deadline = time.monotonic() + 120 * SLOW
+        seen = []
+        while True:
+            r3, c3 = product(d, a, b)
+            if r3.status == 200 or time.monotonic() > deadline or r3.status not in (0, 503):
+                break
+            seen.append(r3.status)
+            time.sleep(0.1)
+        tap.ok(r3.status == 200 and right(c3, a, b), "after the trap: right after %d tries (%s)" % (len(seen), seen), r3)
+        got = at_once(d, [(a, b)] * 16)
+        bad = [r for r, c in got if r.status != 200 or not right(c, a, b)]
+        devs = sorted({device_of(r) for r, _ in got})
+        tap.ok(not bad, "16 at once after the trap: all right (devices %s)" % devs, bad[:3])
+        log = d.read_log()
+        lost = "could not be recovered" in log
+        reset = "was reset after a sticky error" in log
+        tap.ok(lost or reset, "the faulted device was reset (%s) or marked lost (%s)" % (reset, lost))
+        tap.ok("restarting gemmd in place" not in log and d.alive() and d.proc.pid == pid,
+               "one lost GPU of %d: no in-place restart, the same process serves on" % ndev)
+        if lost:
+            tap.ok(len(devs) == ndev - 1, "the lost GPU takes no products (answers from %s; trap: %s)"
+                   % (devs, faulted[:80]))
+        tap.eq(d.curl("GET", "/healthz").status, 200, "healthz with one GPU lost or reset")
+        tap.eq(d.curl("GET", "/readyz").status, 200, "readyz with one GPU lost or reset")
+        d.stop_and_check()
+
+
+def main(tap):
+    with Daemon(tap, config=dict(BASE_CONFIG)) as d:
+        info = d.curl("GET", "/v1/info").json() or {}
+        ndev = len(info.get("devices") or [])
+    if ndev < 2:
+        tap.skip("multi-GPU: spreading, split over GPUs, losing one GPU",
+                 "this host has %d CUDA device(s); these need 2 or more" % ndev)
+        return
+    tap.diag("%d devices: %s" % (ndev, [x.get("name") for x in info.get("devices")]))
+    test_spread(tap, ndev)
+    test_split(tap, ndev)
+    test_lose_one(tap, ndev)
+
+
+if __name__ == "__main__":
+    run_guarded(Tap(), main)
