@@ -114,6 +114,7 @@ def resident_run(port, a, b, n, conns, seconds, math):
         t.join()
     wall = time.monotonic() - t0
     busy = busy_seconds(port) - b0
+    c0 = http.client.HTTPConnection("127.0.0.1", port, timeout=600)  # the first one idled out (header_timeout)
     for x in ids:
         req(c0, "DELETE", "/v1/matrices/%s" % x)
     return sum(count) / wall, busy / wall, err, errors

@@ -75,12 +75,14 @@ int gemm_cuda_parse_faults(cuda_backend *cb, const char *spec, gemm_err *err)
             cb->oom_at = v;
         else if (ok && strncmp(tok, "sticky:", 7) == 0)
             cb->sticky_at = v;
+        else if (ok && strncmp(tok, "lost:", 5) == 0)
+            cb->lost_at = v;
         else if (ok && v <= 3600000 && strncmp(tok, "gpu_delay_ms:", 13) == 0)
             cb->delay_ms = v;
         else
             return gemm_err_set(err, 400, "bad_config",
                                 "fault_inject \"%s\": the CUDA backend understands oom:N, "
-                                "sticky:N and gpu_delay_ms:N (N >= 1)", tok);
+                                "sticky:N, lost:N and gpu_delay_ms:N (N >= 1)", tok);
     }
     return 0;
 }

@@ -79,7 +79,7 @@ typedef struct cuda_backend {
     int warmup;                  /* workers warm up before their first job (config warmup) */
     int min_cc;                  /* oldest device: what every worker can run */
     int wgmma_ok;                /* every device runs wgmma */
-    long oom_at, sticky_at;      /* fault hooks; 0 = off */
+    long oom_at, sticky_at, lost_at; /* fault hooks; 0 = off */
     long delay_ms;               /* fault hook gpu_delay_ms; 0 = off */
     atomic_long allocs, jobs;
     gemm_cuda_host *host;

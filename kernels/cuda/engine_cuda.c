@@ -41,6 +41,8 @@
  * Test hooks (gemm_engine_config.fault_inject, comma-separated):
  *   oom:N           the Nth device-buffer allocation (counted over the backend) fails
  *   sticky:N        the Nth job launches a trapping kernel before its product
+ *   lost:N          the Nth job fails with 500 and its device is marked lost (no CUDA
+ *                   fault: the other devices' contexts stay intact), as after a failed reset
  *   gpu_delay_ms:N  every job's kernel stage starts with N ms of device-side waiting (a
  *                   long kernel of known length; such jobs run stage by stage)
  */
@@ -522,6 +524,19 @@ allocated:;
     cudaStream_t s = w->stream;
     cudaEvent_t *ev = w->ev;
     long njob = atomic_fetch_add(&cb->jobs, 1) + 1;
+    if (cb->lost_at > 0 && njob == cb->lost_at) {
+        /* Test hook: this device is lost as if its reset had failed, its context left
+         * intact (a real trap may break every device of the process: see OPERATIONS.md). */
+        d->lost_err = cudaErrorDevicesUnavailable;
+        atomic_store(&d->lost, 1);
+        gemm_engine_log(GEMM_LOG_ERROR, "cuda: device %d (%s) lost (fault_inject lost:%ld); it takes no more "
+                        "products (the engine's other devices serve them; with none left they fail with 503 "
+                        "device_unavailable) until gemmd is restarted", d->ordinal, d->info.name, cb->lost_at);
+        gemm_err_set(&job->err, 500, "device_error", "%s was lost while running this product (fault_inject lost:%ld)",
+                     job->device, cb->lost_at);
+        rc = -1;
+        goto out;
+    }
 
     /* Host blocks are locked here, on the worker, once (cached by the allocator after);
      * a block that cannot be locked is copied from pageable memory. */
