@@ -121,13 +121,14 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--port P] [--threads N] [--listen ADDR] [--connection-limit N] [--timeout S]\n"
+            "          [--connection-memory-kb K (default 64, the daemon's connection_memory_kb)]\n"
             "  a bare libmicrohttpd server answering POST ?m=&n=&dtype= with m*n zeros (the ceiling)\n",
             argv0);
 }
 
 int main(int argc, char **argv)
 {
-    int port = 8090, threads = 4, limit = 1024, timeout = 60;
+    int port = 8090, threads = 4, limit = 1024, timeout = 60, mem_kb = 64;
     const char *listen = "127.0.0.1";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -145,13 +146,14 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--listen") == 0) listen = v;
         else if (strcmp(a, "--connection-limit") == 0) limit = atoi(v);
         else if (strcmp(a, "--timeout") == 0) timeout = atoi(v);
+        else if (strcmp(a, "--connection-memory-kb") == 0) mem_kb = atoi(v);
         else {
             usage(argv[0]);
             return 2;
         }
         i++;
     }
-    if (port < 0 || port > 65535 || threads < 1 || limit < 1 || timeout < 0) {
+    if (port < 0 || port > 65535 || threads < 1 || limit < 1 || timeout < 0 || mem_kb < 16 || mem_kb > 16384) {
         usage(argv[0]);
         return 2;
     }
@@ -167,7 +169,7 @@ int main(int argc, char **argv)
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, (uint16_t)port, NULL, NULL, on_request,
         NULL, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)timeout, MHD_OPTION_CONNECTION_LIMIT, (unsigned)limit,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)mem_kb * 1024, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
         MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "bare_mhd: cannot listen on %s:%d\n", listen, port);

@@ -4,7 +4,8 @@
 # For each size in SIZES (default "64 256 1024") and connection count in CONNS (default
 # "1 64 256") it runs wrk (Debian's `wrk`) for DURATION seconds (default 10) against
 #   bare   build/bench/bare_mhd: libmicrohttpd with the daemon's threading (HTTP_THREADS,
-#          default the daemon's own default 4) that reads the body and answers with the
+#          default the daemon's own default 4) and connection buffer (CONN_MEMORY_KB,
+#          default the daemon's default connection_memory_kb, 64) that reads the body and answers with the
 #          C-sized bytes of zeros - no decoding, no engine;
 #   gemmd  $GEMMD (default bin/gemmd; BACKEND, default auto: CUDA when a GPU is present),
 #          raw float32, kernel auto, its config $GEMMD_CONF (default config/gemmd.conf);
@@ -53,7 +54,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 wait_up() { for _ in $(seq 200); do curl -fsS "$1/healthz" >/dev/null 2>&1 && return 0; sleep 0.05; done; return 1; }
 
 bport=$(free_port)
-build/bench/bare_mhd --port "$bport" --threads "$threads" --connection-limit "$limit" 2>"$out/bare.log" &
+build/bench/bare_mhd --port "$bport" --threads "$threads" --connection-limit "$limit" \
+    --connection-memory-kb "${CONN_MEMORY_KB:-64}" 2>"$out/bare.log" &
 bpid=$!
 gport=$(free_port)
 "$gemmd" --config "$gemmd_conf" --backend "$backend" --port "$gport" --http-threads "$threads" \

@@ -35,6 +35,8 @@ const key_desc gemmd_config_keys[] = {
     {"connection_limit", K_INT, OFF(connection_limit), 0, 1, 1000000, "connections open at once"},
     {"per_ip_limit", K_INT, OFF(per_ip_limit), 0, 0, 1000000,
      "connections open at once from one address (0 = no limit)"},
+    {"connection_memory_kb", K_INT, OFF(connection_memory_kb), 0, 16, 16384,
+     "KiB of libmicrohttpd buffer per connection: request head, reads and writes"},
     {"connection_timeout", K_INT, OFF(connection_timeout_s), 0, 0, 86400,
      "seconds a connection may stay idle (0 = never time out)"},
     {"header_timeout", K_INT, OFF(header_timeout_s), 0, 0, 86400,
@@ -115,6 +117,7 @@ void gemmd_config_defaults(gemmd_config *c)
     c->http_threads = 4;
     c->connection_limit = 256;
     c->per_ip_limit = 64;
+    c->connection_memory_kb = 64;
     c->connection_timeout_s = 60;
     c->header_timeout_s = 10;
     c->request_timeout_s = 600;

@@ -24,6 +24,8 @@ typedef struct {
     int http_threads;           /* http_threads = 4 (libmicrohttpd thread pool) */
     int connection_limit;       /* connection_limit = 256 */
     int per_ip_limit;           /* per_ip_limit = 64 */
+    int connection_memory_kb;   /* connection_memory_kb = 64: libmicrohttpd's buffer per
+                                   connection (request head, reads, writes) */
     int connection_timeout_s;   /* connection_timeout = 60 (seconds idle) */
     int header_timeout_s;       /* header_timeout = 10: a request head must arrive within */
     int request_timeout_s;      /* request_timeout = 600: head and body must arrive within */

@@ -27,9 +27,6 @@
 
 #define WATCH_MS 50
 #define REFUSED_LINGER_US 1000000 /* a refused connection is closed after this at the latest */
-/* What MHD may hold of an answer beyond what it wrote to the socket (its write buffer,
- * GEMMD_CONN_MEMORY in http.c): not yet taken by the client. */
-#define MHD_HELD_BYTES (256u * 1024u)
 
 enum { ST_HEAD = 0, ST_BODY, ST_WAIT, ST_SEND };
 enum { REF_NONE = 0, REF_LIMIT, REF_IP };
@@ -475,7 +472,7 @@ static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
     if (st == ST_SEND && c->send_us > 0) {
         /* Taken: handed to MHD less what still sits in MHD's buffer and, unacknowledged,
          * in the socket's send queue. */
-        uint64_t handed = atomic_load(&x->bytes), queued = MHD_HELD_BYTES;
+        uint64_t handed = atomic_load(&x->bytes), queued = c->cfg.mhd_buffer; /* MHD's write buffer */
         int outq = 0;
         if (ioctl(x->fd, SIOCOUTQ, &outq) == 0 && outq > 0) queued += (uint64_t)outq;
         uint64_t taken = handed > queued ? handed - queued : 0;

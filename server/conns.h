@@ -51,6 +51,8 @@ typedef struct {
     double min_rate;           /* bytes per second (0: none) */
     int plain_http;            /* 1: a connection closed before its head may get a canned
                                   answer written on the socket (not over TLS) */
+    uint64_t mhd_buffer;       /* bytes of libmicrohttpd's buffer per connection: what it may
+                                  hold of an answer beyond what reached the socket */
 } gemmd_conns_config;
 
 /* MHD's connection limit for cfg: connection_limit plus room to answer the refused. */

@@ -33,7 +33,6 @@
 /* After a body error the rest is read and dropped, up to this much, so the client
  * gets the error; past it the connection is closed. */
 #define GEMMD_DISCARD_MAX (64ull * 1024 * 1024)
-#define GEMMD_CONN_MEMORY (256 * 1024)
 /* Threads that encode big JSON answers (the HTTP threads stay free for the rest). */
 #define GEMMD_OFFLOAD_THREADS 2
 
@@ -463,6 +462,7 @@ static int start_limits(gemmd_server *s, gemm_err *err)
         .send_timeout_s = cfg->send_timeout_s,
         .min_rate = (double)cfg->min_rate_kb * 1024.0,
         .plain_http = !(cfg->tls_cert[0] && cfg->tls_key[0]),
+        .mhd_buffer = (uint64_t)(cfg->connection_memory_kb > 0 ? cfg->connection_memory_kb : 64) * 1024,
     };
     s->conns = gemmd_conns_new(&x->conns_cfg);
     if (!s->conns) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate the connection table");
@@ -623,7 +623,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         /* room over connection_limit: gemmd answers the connections over its limits itself */
         MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
         MHD_OPTION_NOTIFY_CONNECTION, gemmd_conns_notify, s->conns,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GEMMD_CONN_MEMORY,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)x->conns_cfg.mhd_buffer,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!s->daemon) {
         gemm_err_set(err, 500, "listen_failed",

@@ -12,6 +12,8 @@
 - --log-level debug logs request phases, admission decisions and job transitions, with
   job ids cut to 8 digits; info logs none of it.
 - Retry-After of job_store_full is the time until the oldest finished job expires.
+- connection_memory_kb bounds a request head: one that fits is served, one over it gets
+  431 and the daemon keeps serving; a product on a 16 KiB buffer is still right.
 """
 import json
 import os
@@ -193,6 +195,22 @@ def retry_after(tap, rng):
                "Retry-After is the time until the finished job expires (%s s of job_ttl %d)" % (ra, ttl), r)
 
 
+def connection_memory(tap, rng):
+    with Daemon(tap, config={"backend": "cpu", "connection_memory_kb": "16"}) as d:
+        fits = d.curl("GET", "/healthz", headers=["X-Pad: " + "p" * 4000])
+        tap.eq(fits.status, 200, "connection_memory_kb 16: a 4 KB header is served")
+        big = d.curl("GET", "/healthz", headers=["X-Pad: " + "p" * 40000])
+        tap.eq(big.status, 431, "connection_memory_kb 16: a 40 KB header gets 431")
+        a, b = random_matrix(rng, (130, 70), "float32"), random_matrix(rng, (70, 90), "float32")
+        r = d.matmul_raw(a, b, "float32", accept="application/octet-stream")
+        c = np.frombuffer(r.body, dtype=np.float32).reshape(130, 90) if r.status == 200 else None
+        ok, why = compare(c, reference(a, b, "float32"), "float32", 70) if c is not None else (False, r.status)
+        tap.ok(ok, "connection_memory_kb 16: a raw product is right (%s)" % why, r)
+    with Daemon(tap, config={"backend": "cpu"}) as d:
+        r = d.curl("GET", "/healthz", headers=["X-Pad: " + "p" * 40000])
+        tap.eq(r.status, 200, "default connection_memory_kb (64): a 40 KB header is served")
+
+
 def main(tap):
     rng = np.random.default_rng(12)
     with Daemon(tap, config={"backend": "cpu"}) as d:
@@ -203,6 +221,7 @@ def main(tap):
         tap.ok(r.status == 200, "the daemon keeps serving", r)
     debug_log(tap, rng)
     retry_after(tap, rng)
+    connection_memory(tap, rng)
 
 
 if __name__ == "__main__":
