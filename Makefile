@@ -143,14 +143,16 @@ EXAMPLE_SRC := $(wildcard docs/examples/*.c)
 EXAMPLE_BIN := $(patsubst docs/examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
 
 # ---------------------------------------------------------------- top-level targets
-.PHONY: all deps deps-test build run test test-san check-tests gpu-sanitize bench clean info
+.PHONY: all deps deps-test depcheck build run test test-san check-tests gpu-sanitize bench clean info
 
 # Plain `make` only checks for packages (and prints the apt-get line); run, test and deps
-# install them.
+# install them. `all` is not a recursive make: `make -j all bench check-tests` must not
+# run two makes over the same files (two of them once wrote lib/libgemm.a at once).
 DEPS_KINDS := build $(if $(filter 1,$(CUDA)),cuda)
-all:
+all: build
+
+depcheck:
 	$(Q)scripts/deps.sh --check $(DEPS_KINDS)
-	$(Q)$(MAKE) --no-print-directory build
 
 info:
 	@echo "gemmd build: CC=$(CC) CUDA=$(CUDA)$(if $(filter 1,$(CUDA)), (nvcc $(NVCC), archs $(CUDA_ARCHS)), (no nvcc found: CPU backend only))$(if $(filter 1,$(SAN)), SAN=1 (ASan+UBSan in $(BUILD)),)"
@@ -161,7 +163,7 @@ deps:
 deps-test:
 	$(Q)scripts/deps.sh $(DEPS_KINDS) test
 
-build: info $(GEMMD) $(GEMM) $(LIBGEMM_A) $(LIBGEMM_SO) $(LIBGEMM_BLAS) $(LIBDIR)/pkgconfig/gemm.pc \
+build: depcheck info $(GEMMD) $(GEMM) $(LIBGEMM_A) $(LIBGEMM_SO) $(LIBGEMM_BLAS) $(LIBDIR)/pkgconfig/gemm.pc \
        $(LIBDIR)/pkgconfig/gemm-static.pc
 
 run: deps
