@@ -120,11 +120,16 @@ def run(args):
     return rows, base, mon, alive, metrics, cfg
 
 
+def delay_hook(args):
+    """The backend's hook that keeps each product running 3 s (the CUDA backend refuses the CPU's)."""
+    return "cpu_delay_ms:3000" if args.backend == "cpu" else "gpu_delay_ms:3000"
+
+
 def queued_jobs(args):
     """Finding 4: async jobs whose inputs are big and results small, against job_mem_mb 16.
     Returns (accepted, refused statuses, RSS MB with the jobs queued)."""
     tap = Tap()
-    cfg = {"backend": args.backend, "log_level": "warn", "job_mem_mb": 16, "fault_inject": "cpu_delay_ms:3000",
+    cfg = {"backend": args.backend, "log_level": "warn", "job_mem_mb": 16, "fault_inject": delay_hook(args),
            "queue_depth": 64, "cpu_workers": 1, "threads": 1}
     import numpy as np
     a = np.ones((4096, 512), np.float32)   # 8 MiB
@@ -184,7 +189,7 @@ def main():
     ap.add_argument("--bin", help="daemon binary (default bin/gemmd or $GEMMD_BIN)")
     ap.add_argument("--old", action="store_true", help="leave out configuration keys an older daemon lacks")
     ap.add_argument("--label", default="run")
-    ap.add_argument("--backend", default="cpu", help="cpu, cuda or auto (default cpu)")
+    ap.add_argument("--backend", default="cpu", choices=("cpu", "cuda"), help="cpu or cuda (default cpu)")
     ap.add_argument("--out", help="Markdown file to add this run's section to")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply phase durations")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds between phases")
@@ -193,7 +198,7 @@ def main():
     rows, base, mon, alive, metrics, cfg = run(args)
     text = table(rows, base, mon, alive, cfg, args.label, cmd)
     acc, ref, rss = queued_jobs(args)
-    text += ("Queued async jobs (finding 4), own daemon with `job_mem_mb = 16`, `cpu_delay_ms:3000`: 32 submits "
+    text += ("Queued async jobs (finding 4), own daemon with `job_mem_mb = 16`, `" + delay_hook(args) + "`: 32 submits "
              "of jobs with 8 MiB of inputs and a 256 KiB result: **%d accepted**, refused %s; daemon RSS with them "
              "queued **%.0f MB**.\n" % (acc, ref or "none", rss))
     print(text)
