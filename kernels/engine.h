@@ -47,6 +47,9 @@ typedef struct {
     uint64_t device_mem_limit; /* CUDA: bytes of cached device buffers per stream (0 = no limit) */
     int wait_spin_us;          /* CUDA: a worker polls its product's event this long before it
                                   sleeps on it (default 50; 0 = sleep at once) */
+    uint64_t host_cache_bytes; /* CUDA: page-locked host blocks kept for reuse after their
+                                  owner freed them (0 = the default, 1 GiB); memory the
+                                  daemon's budget no longer counts, so it bounds it */
     char fault_inject[64];     /* test hook: "" or e.g. "oom:3" / "sticky:5" (backend-defined) */
     /* Dynamic batching: a worker that takes a small product (m*n*k <= batch_max_mnk, not
      * itself batched) also takes the queued products of the same dtype, math, kernel, tile
