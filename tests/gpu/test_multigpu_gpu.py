@@ -131,19 +131,28 @@ def test_split(tap, ndev):
                "(blocks %s / %s, equal %s)" % (r.header("x-gemm-block"), r2.header("x-gemm-block"), equal))
 
 
+def fault_pair(seed):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-1, 1, (300, 200)).astype(np.float32), rng.uniform(-1, 1, (200, 100)).astype(np.float32)
+
+
+def first_two(tap, d, a, b, hook):
+    """The first product is right; the second, the one the hook hits, gets 500 device_error."""
+    r1, c1 = product(d, a, b, "&kernel=tiled")
+    tap.ok(r1.status == 200 and right(c1, a, b), "%s: first request right" % hook, r1)
+    r2, _ = product(d, a, b, "&kernel=tiled")
+    code = (r2.json() or {}).get("error", {}).get("code")
+    tap.ok(r2.status == 500 and code == "device_error", "%s: the second request gets 500 device_error" % hook, r2)
+    return r2
+
+
 def test_lose_one(tap, ndev):
     """fault_inject lost:2 marks the second product's GPU lost, as a failed reset would,
     without a CUDA fault: the other GPUs serve everything, in the same process."""
-    rng = np.random.default_rng(717)
-    a = rng.uniform(-1, 1, (300, 200)).astype(np.float32)
-    b = rng.uniform(-1, 1, (200, 100)).astype(np.float32)
+    a, b = fault_pair(717)
     with Daemon(tap, config=dict(BASE_CONFIG, streams_per_device="2", fault_inject="lost:2")) as d:
         pid = d.proc.pid
-        r1, c1 = product(d, a, b, "&kernel=tiled")
-        tap.ok(r1.status == 200 and right(c1, a, b), "lost:2: first request right", r1)
-        r2, _ = product(d, a, b, "&kernel=tiled")
-        code = (r2.json() or {}).get("error", {}).get("code")
-        tap.ok(r2.status == 500 and code == "device_error", "lost:2: the request on the lost GPU gets 500 device_error", r2)
+        r2 = first_two(tap, d, a, b, "lost:2")
         lost_dev = device_of(r2)
         got = at_once(d, [(a, b)] * 16)
         bad = [r for r, c in got if r.status != 200 or not right(c, a, b)]
@@ -166,16 +175,10 @@ def test_trap(tap, ndev):
     GPU fails with cudaErrorLaunchFailure too), every device is lost and the daemon restarts
     itself in place. Either way: the trapping request gets 500, the others 500 or 503 or a
     closed connection while it recovers (bounded), then every answer is right."""
-    rng = np.random.default_rng(818)
-    a = rng.uniform(-1, 1, (300, 200)).astype(np.float32)
-    b = rng.uniform(-1, 1, (200, 100)).astype(np.float32)
+    a, b = fault_pair(818)
     with Daemon(tap, config=dict(BASE_CONFIG, streams_per_device="2", fault_inject="sticky:2")) as d:
         pid = d.proc.pid
-        r1, c1 = product(d, a, b, "&kernel=tiled")
-        tap.ok(r1.status == 200 and right(c1, a, b), "sticky: first request right", r1)
-        r2, _ = product(d, a, b, "&kernel=tiled")
-        code = (r2.json() or {}).get("error", {}).get("code")
-        tap.ok(r2.status == 500 and code == "device_error", "sticky: the trapping request gets 500 device_error", r2)
+        first_two(tap, d, a, b, "sticky:2")
         deadline = time.monotonic() + 120 * SLOW
         seen = []
         while True:
