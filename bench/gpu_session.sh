@@ -27,13 +27,19 @@
 #   split     bench/split_bench.sh when present (one product over two engines)
 #   multigpu  bench/multigpu_bench.py: products/s on one GPU against every GPU (MG_SIZE,
 #             MG_CONNS, MG_SECONDS); on a host with one GPU it measures the same twice
+#   batch     bench/batch_bench.sh: one request of 10,000 64² products against 10,000
+#             single requests at 64 connections, and dynamic batching off / on
+#   streams   bench/streams_bench.py --size 4096: parallel transfer over 1, 2, 4, 8
+#             connections, each answer compared byte for byte with the single request's
+#   hostile   bench/hostile_load.py --backend cuda (phases HOSTILE_SCALE x their CI length,
+#             default 0.4): peak RSS against the budget, probes and a good client
 #   fleet     bench/fleet_nginx.sh (nginx and wrk on PATH or under /tmp/deps)
 set -u
 cd "$(dirname "$0")/.."
 out=${1:?usage: bench/gpu_session.sh OUTDIR [STEP ...]}
 shift
 mkdir -p "$out"
-steps=${*:-build gputests first ceiling latency soak python blas v2async half split multigpu fleet}
+steps=${*:-build gputests first ceiling latency soak python blas v2async half split multigpu batch streams hostile fleet}
 export PATH=/tmp/deps/usr/sbin:/tmp/deps/usr/bin:$PATH
 JOBS=${JOBS:-$(nproc)}
 PY=${PY:-python3}
@@ -118,6 +124,19 @@ step_multigpu() {
     "$PY" bench/multigpu_bench.py --size "${MG_SIZE:-8192}" --conns "${MG_CONNS:-8}" --seconds "${MG_SECONDS:-20}" \
         --out "$1/multigpu.md" >"$1/multigpu.log" 2>&1; local rc=$?
     grep '^| ' "$1/multigpu.md"; return $rc
+}
+step_batch() {
+    DURATION=${BATCH_DURATION:-5} bench/batch_bench.sh "$1/run" >"$1/batch.md" 2>&1; local rc=$?
+    grep -E '^\| |on / off' "$1/batch.md" | head -20; return $rc
+}
+step_streams() {
+    "$PY" bench/streams_bench.py --size 4096 --backend cuda --reps 7 >"$1/streams.md" 2>&1; local rc=$?
+    grep '^| ' "$1/streams.md"; return $rc
+}
+step_hostile() {
+    "$PY" bench/hostile_load.py --backend cuda --label gpu --scale "${HOSTILE_SCALE:-0.4}" --settle 1 \
+        --out "$1/hostile.md" >"$1/hostile.log" 2>&1; local rc=$?
+    grep -E 'peak RSS|^\| (idle|all at once|non-readers)' "$1/hostile.md"; return $rc
 }
 step_fleet() { bench/fleet_nginx.sh "$1/run" >"$1/fleet.md" 2>&1; local rc=$?; grep '^| ' "$1/fleet.md"; return $rc; }
 

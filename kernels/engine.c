@@ -10,10 +10,13 @@
  * Which worker takes a job: every worker belongs to a device slot (the backend's
  * worker_slot; one slot for all on the CPU) and sleeps on its slot's condition variable.
  * A queued job goes to the least-loaded usable slot: of the slots that can still run
- * products (slot_usable) and have a worker asleep, the one with the fewest workers busy
+ * products (slot_usable) and have an idle worker, the one with the fewest workers busy
  * (lowest index on a tie). Submit wakes a worker of that slot; a worker that finds a job
- * queued takes it only if no usable slot with a sleeping worker is less busy than its own
- * (a tie goes to the worker already awake), else it wakes one there and sleeps. So two
+ * queued takes it only if no usable slot with an idle worker is less busy than its own
+ * (a tie goes to the worker already awake), else it wakes one there and sleeps. Idle
+ * counts workers that are not running anything, asleep or not (one just started, or just
+ * finished, looks at the queue before it sleeps), so jobs queued while workers start up
+ * spread too. So two
  * products on an idle two-GPU host run one per GPU, not on two streams of one, and the
  * workers of a lost device take no more products while another device can run them (they
  * wait; when no slot is usable at all, any worker takes the job and the backend fails it
@@ -81,13 +84,17 @@ struct gemm_engine {
     int nslots;           /* device slots the workers run on (1 without worker_slot) */
     gemm_job *phead, *ptail; /* panels waiting for a worker of their slot */
 
-    /* Least-loaded scheduling (see "Which worker takes a job"): per device slot, the
-     * workers sleeping on its condition variable and the workers running something. */
+    /* Least-loaded scheduling (see "Which worker takes a job"): per device slot, its
+     * workers' condition variable, how many workers it has and how many run something. */
     pthread_cond_t slot_cv[GEMM_MAX_DEVICES];
-    int slot_waiting[GEMM_MAX_DEVICES];
+    int slot_workers[GEMM_MAX_DEVICES];
     int slot_busy[GEMM_MAX_DEVICES];
     pthread_cond_t grouping; /* a job was queued: for workers waiting to fill a group */
     int group_waiters;
+    /* Workers that just finished poll for new work this long before they sleep
+     * (worker_spin_us); work_seq changes whenever a job or a panel is queued, or close. */
+    long spin_ns;
+    atomic_ulong work_seq;
 
     int nworkers;
     pthread_t *threads;
@@ -130,6 +137,7 @@ void gemm_engine_config_defaults(gemm_engine_config *cfg)
     cfg->streams_per_device = 4;
     cfg->device_mem_limit = 0;
     cfg->wait_spin_us = 50;
+    cfg->worker_spin_us = 0;
     cfg->fault_inject[0] = '\0';
     cfg->batch_max = 0;
     cfg->batch_max_delay_us = 0;
@@ -155,6 +163,7 @@ const char *gemm_job_state_name(gemm_job_state s)
 
 static void q_push(gemm_engine *e, gemm_job *job)
 {
+    atomic_fetch_add(&e->work_seq, 1);
     job->q_next = NULL;
     if (e->tail)
         e->tail->q_next = job;
@@ -201,18 +210,26 @@ static int slot_ok(const gemm_engine *e, int s)
 }
 
 /* The slot whose worker should take the next queued job, seen from a worker of slot
- * `self` that is awake (-1: from submit, nobody awake): the usable slot with a sleeping
- * worker (or self) and the fewest busy workers, self winning a tie, else the lowest index.
- * -1 when a usable slot exists but none of them can take it now (their workers are busy:
- * the job waits for one). With no usable slot at all, self or any sleeping worker: the
- * backend fails the job rather than it waiting forever. */
+ * `self` that is awake (-1: from submit): the usable slot with an idle worker (or self)
+ * and the fewest busy workers, self winning a tie, else the lowest index. An idle worker
+ * is one not running anything: asleep on its slot's condition variable (the signal wakes
+ * it), or awake (starting, just finished, polling: it looks at the queue before it
+ * sleeps, so a signal it misses loses nothing). -1 when a usable slot exists but none
+ * can take the job now (their workers are busy: it waits for one). With no usable slot
+ * at all, self or any slot with an idle worker: the backend fails the job rather than it
+ * waiting forever. */
+static int slot_idle(const gemm_engine *e, int s)
+{
+    return e->slot_workers[s] > e->slot_busy[s];
+}
+
 static int pick_slot(const gemm_engine *e, int self)
 {
     int best = -1, any_usable = 0;
     for (int s = 0; s < e->nslots; s++) {
         if (!slot_ok(e, s)) continue;
         any_usable = 1;
-        if (s != self && e->slot_waiting[s] == 0) continue;
+        if (s != self && !slot_idle(e, s)) continue;
         if (best < 0 || e->slot_busy[s] < e->slot_busy[best] ||
             (s == self && e->slot_busy[s] == e->slot_busy[best]))
             best = s;
@@ -220,7 +237,7 @@ static int pick_slot(const gemm_engine *e, int self)
     if (best >= 0 || any_usable) return best;
     if (self >= 0) return self;
     for (int s = 0; s < e->nslots; s++)
-        if (e->slot_waiting[s] > 0) return s;
+        if (slot_idle(e, s)) return s;
     return -1;
 }
 
@@ -233,8 +250,31 @@ static void kick(gemm_engine *e)
 
 static void wake_all(gemm_engine *e)
 {
+    atomic_fetch_add(&e->work_seq, 1);
     for (int s = 0; s < e->nslots; s++) pthread_cond_broadcast(&e->slot_cv[s]);
     pthread_cond_broadcast(&e->grouping);
+}
+
+/* A worker that has just finished polls (without the lock) for new work for up to
+ * spin_ns before it sleeps: at one connection the next request comes within tens of
+ * microseconds, and a worker that is still awake takes it without the wake-up of a
+ * sleeping thread (tens of microseconds more on a virtual machine). Returns when work_seq
+ * moves from seen, or the time is up. */
+static void spin_for_work(gemm_engine *e, unsigned long seen)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned i = 0;; i++) {
+        if (atomic_load_explicit(&e->work_seq, memory_order_acquire) != seen) return;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if ((i & 63) == 0) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            long ns = (long)(t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec);
+            if (ns >= e->spin_ns) return;
+        }
+    }
 }
 
 /* ---- workers ------------------------------------------------------------- */
@@ -612,6 +652,7 @@ static void *worker_main(void *arg)
     int took = 0; /* this worker counts in slot_busy[slot] */
     for (;;) {
         pthread_mutex_lock(&e->mu);
+        int may_spin = took && e->spin_ns > 0;
         if (took) e->slot_busy[slot]--, took = 0;
         gemm_job *panel = NULL;
         for (;;) {
@@ -621,9 +662,15 @@ static void *worker_main(void *arg)
                 if (best == slot) break;
                 if (best >= 0) pthread_cond_signal(&e->slot_cv[best]); /* it is theirs */
             }
-            e->slot_waiting[slot]++;
+            if (may_spin) { /* once, right after a job: poll before sleeping */
+                may_spin = 0;
+                unsigned long seen = atomic_load(&e->work_seq);
+                pthread_mutex_unlock(&e->mu);
+                spin_for_work(e, seen);
+                pthread_mutex_lock(&e->mu);
+                continue;
+            }
             pthread_cond_wait(&e->slot_cv[slot], &e->mu);
-            e->slot_waiting[slot]--;
         }
         if (panel) { /* panels of products already running come first */
             e->slot_busy[slot]++, took = 1;
@@ -761,6 +808,8 @@ gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_
     e->group_mnk = cfg->batch_max_mnk ? cfg->batch_max_mnk : 1ull << 24;
     e->split_mnk = cfg->split_min_mnk; /* off below when it could never split */
     e->split_ways = cfg->split_ways > GEMM_SPLIT_MAX ? GEMM_SPLIT_MAX : cfg->split_ways > 0 ? cfg->split_ways : 0;
+    atomic_init(&e->work_seq, 0);
+    e->spin_ns = cfg->worker_spin_us > 0 ? (long)cfg->worker_spin_us * 1000L : 0;
     atomic_init(&e->splits, 0);
     atomic_init(&e->panels, 0);
     atomic_init(&e->completed, 0);
@@ -797,6 +846,7 @@ gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_
         int slot = e->be->worker_slot ? e->be->worker_slot(e->self, i) : 0;
         if (slot < 0 || slot >= GEMM_MAX_DEVICES) slot = 0;
         e->args[i].slot = slot;
+        e->slot_workers[slot]++;
         if (slot + 1 > e->nslots) e->nslots = slot + 1;
     }
     /* Splitting needs two panels at least: with one worker, split_ways 1, or one device

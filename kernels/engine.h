@@ -47,6 +47,9 @@ typedef struct {
     uint64_t device_mem_limit; /* CUDA: bytes of cached device buffers per stream (0 = no limit) */
     int wait_spin_us;          /* CUDA: a worker polls its product's event this long before it
                                   sleeps on it (default 50; 0 = sleep at once) */
+    int worker_spin_us;        /* a worker that has just finished polls for the next job this
+                                  long before it sleeps (0 = sleep at once; the daemon's
+                                  worker_spin_us) */
     uint64_t host_cache_bytes; /* CUDA: page-locked host blocks kept for reuse after their
                                   owner freed them (0 = the default, 1 GiB); memory the
                                   daemon's budget no longer counts, so it bounds it */

@@ -75,6 +75,9 @@ const key_desc gemmd_config_keys[] = {
     {"split_ways", K_INT, OFF(engine.split_ways), 0, 0, GEMM_SPLIT_MAX,
      "split products: panels per product (0 = one per device, so one device never splits; "
      "1 = off; 2..16 = that many, spread over the devices, several per device allowed)"},
+    {"worker_spin_us", K_INT, OFF(engine.worker_spin_us), 0, 0, 100000,
+     "microseconds an engine worker that has just finished polls for the next product before it "
+     "sleeps (0 = sleep at once)"},
     {"warmup", K_BOOL, OFF(engine.warmup), 0, 0, 1,
      "CUDA: each worker runs a few small products at start, so the first requests do not pay "
      "for loading kernels"},
@@ -139,6 +142,7 @@ void gemmd_config_defaults(gemmd_config *c)
     snprintf(c->log_level, sizeof c->log_level, "info");
     c->restart_on_device_loss = 1;
     c->engine.warmup = 1;
+    c->engine.worker_spin_us = 100;
 }
 
 const key_desc *gemmd_config_find_key(const char *name)
