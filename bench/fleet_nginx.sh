@@ -124,28 +124,15 @@ except ImportError:
 PY
 }
 
-to_ms() {
-    awk -v v="$1" 'BEGIN { n = v + 0; u = v; sub(/^[0-9.]+/, "", u);
-        if (u == "us") printf "%.2f", n / 1000; else if (u == "ms") printf "%.2f", n; else if (u == "s") printf "%.2f", n * 1000; else printf "%.2f", n }'
-}
-# run_wrk URL BODY CONNS LOG -> "rps p50_ms p99_ms non200"
-run_wrk() {
-    local t=$wrk_threads
-    [ "$t" -gt "$3" ] && t=$3
-    WRK_BODY=$2 "$WRK" -t "$t" -c "$3" -d "${dur}s" --timeout 60s --latency -s bench/wrk_post.lua "$1" >"$4" 2>&1
-    local rps p50 p99 bad
-    rps=$(awk '/^Requests\/sec:/ {print $2}' "$4")
-    p50=$(to_ms "$(awk '$1 == "50%" {print $2}' "$4")")
-    p99=$(to_ms "$(awk '$1 == "99%" {print $2}' "$4")")
-    bad=$(awk '/^non200:/ {print $2}' "$4")
-    echo "${rps:-0} ${p50:-0} ${p99:-0} ${bad:-?}"
-}
+wrk_timeout=60s
+. bench/wrk_run.sh # to_us, run_wrk (wrk_threads, wrk_timeout)
 
 row() { # SETUP DAEMONS THREADS SIZE CONNS URL BODY LOG -> prints the row, sets last_rps
     local r p50 p99 bad
     read -r r p50 p99 bad < <(run_wrk "$6" "$7" "$5" "$8")
     last_rps=$r
-    printf '| %s | %s | %s | %s² | %s | %.1f | %s | %s | %s |\n' "$1" "$2" "$3" "$4" "$5" "$r" "$p50" "$p99" "$bad"
+    printf '| %s | %s | %s | %s² | %s | %.1f | %.2f | %.2f | %s |\n' "$1" "$2" "$3" "$4" "$5" "$r" \
+        "$(awk -v u="$p50" 'BEGIN { print u / 1000 }')" "$(awk -v u="$p99" 'BEGIN { print u / 1000 }')" "$bad"
 }
 
 echo "# gemmd behind nginx (config/nginx/gemmd.conf)"

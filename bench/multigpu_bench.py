@@ -34,17 +34,16 @@ import urllib.request
 
 import numpy as np
 
-BACKEND = "cuda"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
 from harness import free_port, parse_metrics  # noqa: E402
 
 
-def start(gemmd, devices, port, log, extra):
-    args = [gemmd, "--backend", BACKEND, "--port", str(port), "--devices", devices,
+def start(gemmd, backend, devices, port, log):
+    args = [gemmd, "--backend", backend, "--port", str(port), "--devices", devices,
             "--streams-per-device", "4", "--split-min-mnk", "0", "--max-body-mb", "4096",
             "--max-elements", str(1 << 30), "--queue-depth", "256", "--per-ip-limit", "0",
-            "--http-threads", "16", "--log-level", "warn", "--resident-mb", "16384"] + extra
+            "--http-threads", "16", "--log-level", "warn", "--resident-mb", "16384"]
     p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     for _ in range(600):
         try:
@@ -145,8 +144,6 @@ def main():
     ap.add_argument("--backend", default="cuda", help="cpu: a smoke run of this script (devices then mean nothing)")
     ap.add_argument("--out")
     args = ap.parse_args()
-    global BACKEND
-    BACKEND = args.backend
 
     n = args.size
     rng = np.random.default_rng(20261123)
@@ -162,7 +159,7 @@ def main():
     for devices in ("0", "all"):
         port = free_port()
         with open(os.path.join(tmp, "gemmd-%s.log" % devices), "w") as log:
-            p = start(args.gemmd, devices, port, log, [])
+            p = start(args.gemmd, args.backend, devices, port, log)
             try:
                 ps, util, err, errors = resident_run(port, a, b, n, args.conns, args.seconds, args.math)
                 rows.append((devices, "resident", ps, util, "max rel. err %.1e%s" % (err, "; " + errors[0] if errors else "")))

@@ -1,6 +1,8 @@
-# bench/wrk_run.sh - sourced by bench/ceiling.sh and bench/batch_bench.sh: one wrk run of
-# bench/wrk_post.lua and its figures. Needs WRK (the wrk binary), nproc (cores) and dur
-# (seconds a run) set by the script that sources it.
+# bench/wrk_run.sh - sourced by bench/ceiling.sh, bench/batch_bench.sh and
+# bench/fleet_nginx.sh: one wrk run of bench/wrk_post.lua and its figures. Needs WRK (the
+# wrk binary), nproc (cores) and dur (seconds a run) set by the script that sources it;
+# wrk_threads (wrk's threads, at most one a connection; unset: one a connection, at most
+# nproc and 8) and wrk_timeout (wrk's --timeout; unset: wrk's own) if it wants them.
 
 # wrk prints latency with units (us, ms, s): normalise to microseconds.
 to_us() {
@@ -10,9 +12,14 @@ to_us() {
 
 run_wrk() { # URL BODY CONNS LOG -> "rps p50_us p99_us non200"
     local t=$3
-    [ "$t" -gt "$nproc" ] && t=$nproc
-    [ "$t" -gt 8 ] && t=8
-    WRK_BODY=$2 "$WRK" -t "$t" -c "$3" -d "${dur}s" --latency -s bench/wrk_post.lua "$1" >"$4" 2>&1
+    if [ -n "${wrk_threads:-}" ]; then
+        [ "$wrk_threads" -lt "$t" ] && t=$wrk_threads
+    else
+        [ "$t" -gt "$nproc" ] && t=$nproc
+        [ "$t" -gt 8 ] && t=8
+    fi
+    WRK_BODY=$2 "$WRK" -t "$t" -c "$3" -d "${dur}s" ${wrk_timeout:+--timeout "$wrk_timeout"} --latency \
+        -s bench/wrk_post.lua "$1" >"$4" 2>&1
     local rps p50 p99 bad
     rps=$(awk '/^Requests\/sec:/ {print $2}' "$4")
     p50=$(to_us "$(awk '$1 == "50%" {print $2}' "$4")")

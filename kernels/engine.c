@@ -16,11 +16,10 @@
  * (a tie goes to the worker already awake), else it wakes one there and sleeps. Idle
  * counts workers that are not running anything, asleep or not (one just started, or just
  * finished, looks at the queue before it sleeps), so jobs queued while workers start up
- * spread too. So two
- * products on an idle two-GPU host run one per GPU, not on two streams of one, and the
- * workers of a lost device take no more products while another device can run them (they
- * wait; when no slot is usable at all, any worker takes the job and the backend fails it
- * with its error rather than leaving it queued). Whoever takes a job while more are queued
+ * spread too. So two products on an idle two-GPU host run one per GPU, not on two streams
+ * of one, and the workers of a lost device take no more products while another device can
+ * run them (they wait; when no slot is usable at all, any worker takes the job and the
+ * backend fails it with its error rather than leaving it queued). Whoever takes a job while more are queued
  * wakes the next worker, so no job waits while a worker of its slot sleeps.
  *
  * Dynamic batching: a worker that takes a small single product also takes the queued
@@ -209,20 +208,20 @@ static int slot_ok(const gemm_engine *e, int s)
     return !e->be->slot_usable || e->be->slot_usable(e->self, s);
 }
 
-/* The slot whose worker should take the next queued job, seen from a worker of slot
- * `self` that is awake (-1: from submit): the usable slot with an idle worker (or self)
- * and the fewest busy workers, self winning a tie, else the lowest index. An idle worker
- * is one not running anything: asleep on its slot's condition variable (the signal wakes
- * it), or awake (starting, just finished, polling: it looks at the queue before it
- * sleeps, so a signal it misses loses nothing). -1 when a usable slot exists but none
- * can take the job now (their workers are busy: it waits for one). With no usable slot
- * at all, self or any slot with an idle worker: the backend fails the job rather than it
- * waiting forever. */
+/* A slot has an idle worker: one not running anything, asleep on the slot's condition
+ * variable (a signal wakes it) or awake (starting, just finished, polling: it looks at
+ * the queue before it sleeps, so a signal it misses loses nothing). */
 static int slot_idle(const gemm_engine *e, int s)
 {
     return e->slot_workers[s] > e->slot_busy[s];
 }
 
+/* The slot whose worker should take the next queued job, seen from a worker of slot
+ * `self` that is awake (-1: from submit): the usable slot with an idle worker (or self)
+ * and the fewest busy workers, self winning a tie, else the lowest index. -1 when a
+ * usable slot exists but none can take the job now (their workers are busy: it waits for
+ * one). With no usable slot at all, self or any slot with an idle worker: the backend
+ * fails the job rather than it waiting forever. */
 static int pick_slot(const gemm_engine *e, int self)
 {
     int best = -1, any_usable = 0;

@@ -51,7 +51,7 @@ typedef struct {
                                   long before it sleeps (0 = sleep at once; the daemon's
                                   worker_spin_us) */
     uint64_t host_cache_bytes; /* CUDA: page-locked host blocks kept for reuse after their
-                                  owner freed them (0 = the default, 1 GiB); memory the
+                                  owner freed them (0 or more than 1 GiB: 1 GiB); memory the
                                   daemon's budget no longer counts, so it bounds it */
     char fault_inject[64];     /* test hook: "" or e.g. "oom:3" / "sticky:5" (backend-defined) */
     /* Dynamic batching: a worker that takes a small product (m*n*k <= batch_max_mnk, not

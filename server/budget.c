@@ -102,6 +102,11 @@ static uint64_t read_u64_file(const char *path)
     return v; /* 0 also for "max" (no limit) */
 }
 
+uint64_t gemmd_budget_limit(uint64_t configured)
+{
+    return configured ? configured : gemmd_budget_default_limit();
+}
+
 uint64_t gemmd_budget_default_limit(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);

@@ -51,6 +51,8 @@ void gemmd_budget_free(gemmd_budget *b);
 /* The default limit: half of the host's memory, or of the cgroup's memory limit when
  * that is lower (a container). */
 uint64_t gemmd_budget_default_limit(void);
+/* The budget max_inflight_mb asks for: configured bytes, or the default when 0. */
+uint64_t gemmd_budget_limit(uint64_t configured);
 
 /* Makes freed buffers go back to the system at once (glibc's malloc: a fixed mmap
  * threshold), so that what the budget gives back the process gives back too. Call once at

@@ -439,7 +439,7 @@ static int start_limits(gemmd_server *s, gemm_err *err)
 {
     struct gemmd_server_ext *x = (struct gemmd_server_ext *)s;
     const gemmd_config *cfg = &s->cfg;
-    uint64_t limit = cfg->max_inflight_bytes ? cfg->max_inflight_bytes : gemmd_budget_default_limit();
+    uint64_t limit = gemmd_budget_limit(cfg->max_inflight_bytes);
     gemmd_budget_tune_malloc();
     /* With nothing given back lately, a refused client is told to come back once the
      * deadlines have dropped what a stuck client may hold. */

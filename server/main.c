@@ -159,12 +159,9 @@ int main(int argc, char **argv)
     gemm_err_clear(&err);
     gemm_engine_set_log(engine_log, NULL);
     /* Page-locked blocks the CUDA engine keeps after their request freed them are outside
-     * the memory budget: at most a quarter of it (and at most the engine's 1 GiB). */
-    {
-        uint64_t budget = cfg.max_inflight_bytes ? cfg.max_inflight_bytes : gemmd_budget_default_limit();
-        uint64_t quarter = budget / 4, cap = 1ull << 30;
-        cfg.engine.host_cache_bytes = quarter < cap ? (quarter > 0 ? quarter : 1) : cap;
-    }
+     * the memory budget: at most a quarter of it (the engine caps it at its own 1 GiB). */
+    uint64_t quarter = gemmd_budget_limit(cfg.max_inflight_bytes) / 4;
+    cfg.engine.host_cache_bytes = quarter > 0 ? quarter : 1;
     gemm_engine *engine = gemm_engine_open(&cfg.engine, &err);
     if (!engine) {
         LOG_ERROR("engine did not start: %s (%s)", err.message, err.code);

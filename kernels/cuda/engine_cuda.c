@@ -151,7 +151,9 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_err *err)
     int ordinals[GEMM_MAX_DEVICES];
     for (int i = 0; i < cb->ndev; i++)
         ordinals[i] = cb->devs[i].ordinal;
-    cb->host = gemm_cuda_host_open(ordinals, cb->ndev, cfg->host_cache_bytes ? cfg->host_cache_bytes : HOST_CACHE_BYTES);
+    size_t cache = cfg->host_cache_bytes && cfg->host_cache_bytes < HOST_CACHE_BYTES ? cfg->host_cache_bytes
+                                                                                      : HOST_CACHE_BYTES;
+    cb->host = gemm_cuda_host_open(ordinals, cb->ndev, cache);
     if (!cb->workers || !cb->host) {
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate the CUDA backend's workers");
         cuda_close(cb);
