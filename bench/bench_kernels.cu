@@ -5,7 +5,10 @@
  * mode.
  *
  *   bench_kernels [--csv FILE] [--shapes MxNxK,...] [--reps N] [--tune] [--no-main]
- *                 [--kernels a,b,...] [--slow-limit N]
+ *                 [--kernels a,b,...] [--dtypes a,b,...] [--slow-limit N]
+ *
+ * Half operands (float16, bfloat16) are measured with C in float32 and in their own type,
+ * against cuBLAS with half operands in memory (cublasGemmEx, float32 sums).
  *
  * Correctness first: C is poisoned (all bytes 0xFF: NaN for floats) before the checked run,
  * so an unwritten element fails. The reference is float64 on the host when
@@ -35,6 +38,8 @@
 #include <vector>
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "gemm_kernels.h"
 
@@ -81,6 +86,10 @@ __global__ void fill_kernel(void *p, size_t count, int dtype, uint64_t seed)
         const double u = (double)r / 4294967296.0 * 2.0 - 1.0;
         if (dtype == GEMM_DTYPE_F32)
             ((float *)p)[i] = (float)u;
+        else if (dtype == GEMM_DTYPE_F16)
+            ((__half *)p)[i] = __float2half_rn((float)u);
+        else if (dtype == GEMM_DTYPE_BF16)
+            ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)u);
         else if (dtype == GEMM_DTYPE_F64)
             ((double *)p)[i] = u;
         else
@@ -88,7 +97,13 @@ __global__ void fill_kernel(void *p, size_t count, int dtype, uint64_t seed)
     }
 }
 
-/* float64-accumulating reference (float32/float64 inputs), 16x16 shared tiles. */
+__host__ __device__ inline double to_d(float x) { return x; }
+__host__ __device__ inline double to_d(double x) { return x; }
+__host__ __device__ inline double to_d(__half x) { return (double)__half2float(x); }
+__host__ __device__ inline double to_d(__nv_bfloat16 x) { return (double)__bfloat162float(x); }
+
+/* float64-accumulating reference (float32/float64/float16/bfloat16 inputs), 16x16 shared
+ * tiles. */
 template <typename T>
 __global__ void ref_kernel(int m, int n, int k, const T *A, const T *B, double *R)
 {
@@ -97,8 +112,8 @@ __global__ void ref_kernel(int m, int n, int k, const T *A, const T *B, double *
     const int row = blockIdx.y * 16 + ty, col = blockIdx.x * 16 + tx;
     double s = 0;
     for (int t = 0; t < k; t += 16) {
-        As[ty][tx] = (row < m && t + tx < k) ? (double)A[(size_t)row * k + t + tx] : 0.0;
-        Bs[ty][tx] = (t + ty < k && col < n) ? (double)B[(size_t)(t + ty) * n + col] : 0.0;
+        As[ty][tx] = (row < m && t + tx < k) ? to_d(A[(size_t)row * k + t + tx]) : 0.0;
+        Bs[ty][tx] = (t + ty < k && col < n) ? to_d(B[(size_t)(t + ty) * n + col]) : 0.0;
         __syncthreads();
 #pragma unroll
         for (int p = 0; p < 16; p++)
@@ -142,6 +157,7 @@ struct ctx {
     int slow_limit;
     FILE *csv;
     std::vector<std::string> only;
+    unsigned dtypes = ~0u; /* bit per gemm_dtype the main run measures (--dtypes) */
     std::string device;
 };
 
@@ -149,7 +165,21 @@ static int g_failures; /* checks that failed: the exit status says so */
 
 static double now_flops(const shape &s) { return 2.0 * s.m * (double)s.n * s.k; }
 
-static size_t esize(gemm_dtype d) { return d == GEMM_DTYPE_F64 ? 8 : 4; }
+static size_t esize(gemm_dtype d) { return d == GEMM_DTYPE_F64 ? 8 : gemm_dtype_is_half(d) ? 2 : 4; }
+/* Bytes of one element of C: half operands write float32 unless out_half. */
+static size_t c_esize(gemm_dtype d, int out_half) { return gemm_dtype_is_half(d) && !out_half ? 4 : esize(d); }
+
+/* Element i of a host array of dtype d, as double (float types). */
+static double host_value(gemm_dtype d, const unsigned char *p, size_t i)
+{
+    switch (d) {
+    case GEMM_DTYPE_F32: return ((const float *)p)[i];
+    case GEMM_DTYPE_F64: return ((const double *)p)[i];
+    case GEMM_DTYPE_F16: return to_d(((const __half *)p)[i]);
+    case GEMM_DTYPE_BF16: return to_d(((const __nv_bfloat16 *)p)[i]);
+    default: return NAN;
+    }
+}
 
 static void fill(void *p, size_t count, gemm_dtype d, uint64_t seed, cudaStream_t st)
 {
@@ -187,18 +217,9 @@ static std::vector<unsigned char> reference(ctx &c, gemm_dtype d, const shape &s
                 for (int j = 0; j < s.n; j++)
                     r[j] = 0;
                 for (int p = 0; p < s.k; p++) {
-                    const double av = d == GEMM_DTYPE_F32
-                                          ? (double)((const float *)A.data())[(size_t)i * s.k + p]
-                                          : ((const double *)A.data())[(size_t)i * s.k + p];
-                    if (d == GEMM_DTYPE_F32) {
-                        const float *b = (const float *)B.data() + (size_t)p * s.n;
-                        for (int j = 0; j < s.n; j++)
-                            r[j] += av * (double)b[j];
-                    } else {
-                        const double *b = (const double *)B.data() + (size_t)p * s.n;
-                        for (int j = 0; j < s.n; j++)
-                            r[j] += av * b[j];
-                    }
+                    const double av = host_value(d, A.data(), (size_t)i * s.k + p);
+                    for (int j = 0; j < s.n; j++)
+                        r[j] += av * host_value(d, B.data(), (size_t)p * s.n + j);
                 }
             }
         }
@@ -213,6 +234,12 @@ static std::vector<unsigned char> reference(ctx &c, gemm_dtype d, const shape &s
     else if (d == GEMM_DTYPE_F64)
         ref_kernel<double><<<grd, blk, 0, c.stream>>>(s.m, s.n, s.k, (const double *)dA,
                                                       (const double *)dB, (double *)dR);
+    else if (d == GEMM_DTYPE_F16)
+        ref_kernel<__half><<<grd, blk, 0, c.stream>>>(s.m, s.n, s.k, (const __half *)dA,
+                                                      (const __half *)dB, (double *)dR);
+    else if (d == GEMM_DTYPE_BF16)
+        ref_kernel<__nv_bfloat16><<<grd, blk, 0, c.stream>>>(s.m, s.n, s.k, (const __nv_bfloat16 *)dA,
+                                                             (const __nv_bfloat16 *)dB, (double *)dR);
     else
         ref_kernel_u32<<<grd, blk, 0, c.stream>>>(s.m, s.n, s.k, (const uint32_t *)dA,
                                                   (const uint32_t *)dB, (uint32_t *)dR);
@@ -225,11 +252,12 @@ static std::vector<unsigned char> reference(ctx &c, gemm_dtype d, const shape &s
 
 /* Relative Frobenius error of the device result against the reference; int32: the number
  * of differing elements. NaN anywhere gives NaN. */
-static double check(gemm_dtype d, const shape &s, const void *dC,
+static double check(gemm_dtype d, int out_half, const shape &s, const void *dC,
                     const std::vector<unsigned char> &ref)
 {
     const size_t mn = (size_t)s.m * s.n;
-    std::vector<unsigned char> C(mn * esize(d));
+    std::vector<unsigned char> C(mn * c_esize(d, out_half));
+    const gemm_dtype cd = gemm_dtype_is_half(d) && !out_half ? GEMM_DTYPE_F32 : d;
     CK(cudaMemcpy(C.data(), dC, C.size(), cudaMemcpyDeviceToHost));
     if (d == GEMM_DTYPE_I32) {
         const uint32_t *c = (const uint32_t *)C.data(), *r = (const uint32_t *)ref.data();
@@ -241,8 +269,7 @@ static double check(gemm_dtype d, const shape &s, const void *dC,
     const double *r = (const double *)ref.data();
     double num = 0, den = 0;
     for (size_t i = 0; i < mn; i++) {
-        const double v = d == GEMM_DTYPE_F32 ? (double)((const float *)C.data())[i]
-                                             : ((const double *)C.data())[i];
+        const double v = host_value(cd, C.data(), i);
         if (std::isnan(v))
             return NAN;
         num += (v - r[i]) * (v - r[i]);
@@ -251,8 +278,12 @@ static double check(gemm_dtype d, const shape &s, const void *dC,
     return std::sqrt(num / (den > 0 ? den : 1));
 }
 
-static double bound(gemm_dtype d, gemm_math m)
+static double bound(gemm_dtype d, gemm_math m, int out_half)
 {
+    /* Half operands are exact inputs, their products exact in float32: the error is the
+     * float32 sums', plus C's own rounding when C is half. */
+    if (gemm_dtype_is_half(d))
+        return !out_half ? 1e-5 : d == GEMM_DTYPE_F16 ? 1e-3 : 8e-3;
     if (d == GEMM_DTYPE_F64)
         return 1e-12;
     if (d == GEMM_DTYPE_I32)
@@ -276,7 +307,7 @@ static result measure(ctx &c, launch_fn fn, int variant, gemm_launch l, const sh
                       const std::vector<unsigned char> &ref)
 {
     result r = {false, NAN, NAN};
-    const size_t cbytes = (size_t)s.m * s.n * esize(l.dtype);
+    const size_t cbytes = (size_t)s.m * s.n * c_esize(l.dtype, l.out_half);
     CK(cudaMemsetAsync(l.C, 0xFF, cbytes, c.stream));
     cudaError_t e = fn(variant, &l);
     if (e == cudaSuccess)
@@ -288,8 +319,8 @@ static result measure(ctx &c, launch_fn fn, int variant, gemm_launch l, const sh
             exit(2); /* a sticky device fault: nothing after this would be trustworthy */
         return r;
     }
-    r.err = check(l.dtype, s, l.C, ref);
-    r.ok = !std::isnan(r.err) && r.err <= bound(l.dtype, l.math);
+    r.err = check(l.dtype, l.out_half, s, l.C, ref);
+    r.ok = !std::isnan(r.err) && r.err <= bound(l.dtype, l.math, l.out_half);
     if (!r.ok) {
         g_failures++;
         return r;
@@ -317,8 +348,12 @@ static result measure(ctx &c, launch_fn fn, int variant, gemm_launch l, const sh
 static const gemm_kernel_desc *g_desc; /* the member measure() launches through desc_fn */
 static cudaError_t desc_fn(int, const gemm_launch *l) { return g_desc->launch(l); }
 
-static const char *mode_name(gemm_dtype d, gemm_math m)
+static const char *mode_name(gemm_dtype d, gemm_math m, int out_half = 0)
 {
+    if (d == GEMM_DTYPE_F16)
+        return out_half ? "float16->float16" : "float16->float32";
+    if (d == GEMM_DTYPE_BF16)
+        return out_half ? "bfloat16->bfloat16" : "bfloat16->float32";
     if (d == GEMM_DTYPE_F64)
         return "float64";
     if (d == GEMM_DTYPE_I32)
@@ -327,14 +362,16 @@ static const char *mode_name(gemm_dtype d, gemm_math m)
 }
 
 static void csv_row(ctx &c, const char *section, const char *kernel, const char *variant,
-                    gemm_dtype d, gemm_math m, const shape &s, const result &r, double cublas_ms)
+                    gemm_dtype d, gemm_math m, const shape &s, const result &r, double cublas_ms,
+                    int out_half = 0)
 {
     const double tf = r.ok ? now_flops(s) / (r.ms * 1e-3) / 1e12 : NAN;
     const double pct = (r.ok && cublas_ms > 0) ? 100.0 * cublas_ms / r.ms : NAN;
     if (c.csv) {
         fprintf(c.csv, "%s,%s,%s,%s,%s,%s,%d,%d,%d,%s,%.5g,%.4g,%.4g,%.3g\n", section, c.device.c_str(),
                 kernel, variant, gemm_dtype_name(d),
-                d == GEMM_DTYPE_F32 ? gemm_math_name(m) : "exact", s.m, s.n, s.k,
+                d == GEMM_DTYPE_F32 ? gemm_math_name(m) : gemm_dtype_is_half(d) ? (out_half ? "out=half" : "out=float32") : "exact",
+                s.m, s.n, s.k,
                 r.ok ? "ok" : "FAIL", r.ms, tf, pct, r.err);
         fflush(c.csv);
     }
@@ -342,19 +379,24 @@ static void csv_row(ctx &c, const char *section, const char *kernel, const char 
     if (!std::isnan(pct))
         snprintf(pcts, sizeof pcts, "%6.1f%% of cuBLAS", pct);
     printf("  %-8s %-34s %-13s %5dx%5dx%5d  %s  %9.3f ms %8.2f TFLOP/s %s  err %.2e\n", kernel,
-           variant, mode_name(d, m), s.m, s.n, s.k, r.ok ? "ok  " : "FAIL", r.ms, tf, pcts, r.err);
+           variant, mode_name(d, m, out_half), s.m, s.n, s.k, r.ok ? "ok  " : "FAIL", r.ms, tf, pcts, r.err);
     fflush(stdout);
 }
 
 struct mode {
     gemm_dtype d;
     gemm_math m;
+    int out_half; /* half operands: C in their type */
 };
-static const mode MODES[] = {{GEMM_DTYPE_F32, GEMM_MATH_FP32},
-                             {GEMM_DTYPE_F32, GEMM_MATH_TF32},
-                             {GEMM_DTYPE_F32, GEMM_MATH_BF16},
-                             {GEMM_DTYPE_F64, GEMM_MATH_DEFAULT},
-                             {GEMM_DTYPE_I32, GEMM_MATH_DEFAULT}};
+static const mode MODES[] = {{GEMM_DTYPE_F32, GEMM_MATH_FP32, 0},
+                             {GEMM_DTYPE_F32, GEMM_MATH_TF32, 0},
+                             {GEMM_DTYPE_F32, GEMM_MATH_BF16, 0},
+                             {GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, 0},
+                             {GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, 0},
+                             {GEMM_DTYPE_F16, GEMM_MATH_DEFAULT, 0},
+                             {GEMM_DTYPE_F16, GEMM_MATH_DEFAULT, 1},
+                             {GEMM_DTYPE_BF16, GEMM_MATH_DEFAULT, 0},
+                             {GEMM_DTYPE_BF16, GEMM_MATH_DEFAULT, 1}};
 
 struct bufs {
     void *A, *B, *C;
@@ -366,7 +408,7 @@ static bufs alloc_inputs(ctx &c, gemm_dtype d, const shape &s, uint64_t seed)
     const size_t es = esize(d);
     CK(cudaMalloc(&b.A, (size_t)s.m * s.k * es));
     CK(cudaMalloc(&b.B, (size_t)s.k * s.n * es));
-    CK(cudaMalloc(&b.C, (size_t)s.m * s.n * es));
+    CK(cudaMalloc(&b.C, (size_t)s.m * s.n * std::max(es, (size_t)4))); /* half operands: float32 C */
     fill(b.A, (size_t)s.m * s.k, d, seed, c.stream);
     fill(b.B, (size_t)s.k * s.n, d, seed + 1, c.stream);
     CK(cudaStreamSynchronize(c.stream));
@@ -380,7 +422,8 @@ static void free_bufs(bufs &b)
     cudaFree(b.C);
 }
 
-static gemm_launch make_launch(ctx &c, gemm_dtype d, gemm_math m, const shape &s, const bufs &b)
+static gemm_launch make_launch(ctx &c, gemm_dtype d, gemm_math m, const shape &s, const bufs &b,
+                               int out_half = 0)
 {
     gemm_launch l;
     memset(&l, 0, sizeof l);
@@ -394,6 +437,7 @@ static gemm_launch make_launch(ctx &c, gemm_dtype d, gemm_math m, const shape &s
     l.C = b.C;
     l.stream = c.stream;
     l.cublas = c.cublas;
+    l.out_half = out_half;
     return l;
 }
 
@@ -412,15 +456,15 @@ static void run_main(ctx &c, const std::vector<shape> &shapes)
     for (const shape &s : shapes) {
         for (int dt = 0; dt < GEMM_DTYPE_COUNT; dt++) {
             const gemm_dtype d = (gemm_dtype)dt;
-            if (gemm_dtype_is_half(d))
-                continue; /* half operands run on cuBLAS only: measured by their own runs */
+            if (!(c.dtypes & (1u << dt)))
+                continue;
             bufs b = alloc_inputs(c, d, s, 1234 + dt);
             std::vector<unsigned char> ref = reference(c, d, s, b.A, b.B);
             for (const mode &md : MODES) {
                 if (md.d != d)
                     continue;
-                printf("== %s %dx%dx%d (m x n x k)\n", mode_name(d, md.m), s.m, s.n, s.k);
-                gemm_launch l = make_launch(c, d, md.m, s, b);
+                printf("== %s %dx%dx%d (m x n x k)\n", mode_name(d, md.m, md.out_half), s.m, s.n, s.k);
+                gemm_launch l = make_launch(c, d, md.m, s, b, md.out_half);
                 /* cuBLAS first: the yardstick for the percentages. */
                 double cublas_ms = -1;
                 const gemm_kernel_desc *cb = gemm_kernel_find("cublas");
@@ -430,7 +474,7 @@ static void run_main(ctx &c, const std::vector<shape> &shapes)
                     if (r.ok)
                         cublas_ms = r.ms;
                     if (wanted(c, "cublas"))
-                        csv_row(c, "main", "cublas", "-", d, md.m, s, r, cublas_ms);
+                        csv_row(c, "main", "cublas", "-", d, md.m, s, r, cublas_ms, md.out_half);
                 }
                 for (size_t i = 0; gemm_kernel_table[i]; i++) {
                     const gemm_kernel_desc *k = gemm_kernel_table[i];
@@ -443,7 +487,7 @@ static void run_main(ctx &c, const std::vector<shape> &shapes)
                         continue;
                     g_desc = k;
                     result r = measure(c, desc_fn, 0, l, s, ref);
-                    csv_row(c, "main", k->name, "default", d, md.m, s, r, cublas_ms);
+                    csv_row(c, "main", k->name, "default", d, md.m, s, r, cublas_ms, md.out_half);
                 }
             }
             free_bufs(b);
@@ -563,10 +607,27 @@ int main(int argc, char **argv)
                 c.only.push_back(s.substr(p, e - p));
                 p = e + 1;
             }
+        } else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc) {
+            std::string s(argv[++i]);
+            c.dtypes = 0;
+            size_t p = 0;
+            while (p <= s.size()) {
+                size_t e = s.find(',', p);
+                if (e == std::string::npos)
+                    e = s.size();
+                gemm_dtype d;
+                if (gemm_dtype_from_name(s.substr(p, e - p).c_str(), &d) != 0) {
+                    fprintf(stderr, "unknown dtype in --dtypes: %s\n", s.substr(p, e - p).c_str());
+                    return 2;
+                }
+                c.dtypes |= 1u << d;
+                p = e + 1;
+            }
         } else {
             fprintf(stderr,
                     "usage: %s [--csv FILE] [--shapes N|MxNxK,...] [--reps N] [--tune] "
-                    "[--tune-shapes ...] [--no-main] [--kernels a,b] [--slow-limit N]\n",
+                    "[--tune-shapes ...] [--no-main] [--kernels a,b] [--dtypes a,b] "
+                    "[--slow-limit N]\n",
                     argv[0]);
             return 2;
         }

@@ -37,13 +37,19 @@
 
 #include <cuda.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "gemm_kernels.h"
 #include "gemm_scratch.h"
 
 namespace {
 
-enum { WG_TF32 = 0, WG_BF16 = 1 };
+enum { WG_TF32 = 0, WG_BF16 = 1, WG_F16 = 2 };
+/* Where B comes from: K-major (B^T written by the pre-pass) or MN-major (B as it is in
+ * memory, k x n, read through the descriptor's transpose bit: half operands only). */
+enum { B_KMAJOR = 0, B_MNMAJOR = 1 };
+/* What C is written as: float32, or the half type of the operands. */
+enum { OUT_F32 = 0, OUT_HALF = 1 };
 
 constexpr int BM = 128, BN = 256, STAGES = 4;
 constexpr int ROW_BYTES = 128; /* one tile row: BK elements */
@@ -64,6 +70,10 @@ template <> struct wg_traits<WG_TF32> {
 };
 template <> struct wg_traits<WG_BF16> {
     typedef __nv_bfloat16 elem;
+    static constexpr int BK = 64;
+};
+template <> struct wg_traits<WG_F16> {
+    typedef __half elem;
     static constexpr int BK = 64;
 };
 static_assert(wg_traits<WG_TF32>::BK * sizeof(float) == ROW_BYTES &&
@@ -170,6 +180,16 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr)
            ((uint64_t)1 << 62);
 }
 
+/* MN-major operand (B as it lies in memory: k rows of n), 128-byte swizzle. The stage holds
+ * BN / 64 boxes of 64 columns x BK rows, each row 128 bytes; a swizzle atom is 64 columns
+ * x 8 rows. Leading offset: bytes between atoms along N (one box, BK x 128); stride offset:
+ * bytes between 8-row groups along K (1024). */
+__device__ __forceinline__ uint64_t smem_desc_mn(uint32_t addr, uint32_t box_bytes)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(box_bytes >> 4) << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
 /* Keeps the compiler from moving accumulator reads/writes across the asynchronous MMA. */
 __device__ __forceinline__ void fence_acc(float (&d)[128])
 {
@@ -204,10 +224,12 @@ __device__ __forceinline__ void fence_acc(float (&d)[128])
         WG_ACC8(104), WG_ACC8(112), WG_ACC8(120)
 
 /* d (64 x 256, this warpgroup's fragment) += A (64 x k-step) * B (k-step x 256), both from
- * shared memory, K-major; scale-d 1 (accumulate), no negation, no transpose. */
-template <int MATH> __device__ __forceinline__ void wgmma_step(float (&d)[128], uint64_t da, uint64_t db);
+ * shared memory, A K-major; B K-major (TRANS_B 0) or MN-major (1, 16-bit types only);
+ * scale-d 1 (accumulate), no negation. */
+template <int MATH, int TRANS_B>
+__device__ __forceinline__ void wgmma_step(float (&d)[128], uint64_t da, uint64_t db);
 
-template <> __device__ __forceinline__ void wgmma_step<WG_BF16>(float (&d)[128], uint64_t da, uint64_t db)
+template <> __device__ __forceinline__ void wgmma_step<WG_BF16, 0>(float (&d)[128], uint64_t da, uint64_t db)
 {
     asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WG_ACC_OPERANDS
                  ", %128, %129, 1, 1, 1, 0, 0;\n"
@@ -215,7 +237,23 @@ template <> __device__ __forceinline__ void wgmma_step<WG_BF16>(float (&d)[128],
                  : "l"(da), "l"(db));
 }
 
-template <> __device__ __forceinline__ void wgmma_step<WG_TF32>(float (&d)[128], uint64_t da, uint64_t db)
+template <> __device__ __forceinline__ void wgmma_step<WG_BF16, 1>(float (&d)[128], uint64_t da, uint64_t db)
+{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WG_ACC_OPERANDS
+                 ", %128, %129, 1, 1, 1, 0, 1;\n"
+                 : WG_ACC128
+                 : "l"(da), "l"(db));
+}
+
+template <> __device__ __forceinline__ void wgmma_step<WG_F16, 1>(float (&d)[128], uint64_t da, uint64_t db)
+{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " WG_ACC_OPERANDS
+                 ", %128, %129, 1, 1, 1, 0, 1;\n"
+                 : WG_ACC128
+                 : "l"(da), "l"(db));
+}
+
+template <> __device__ __forceinline__ void wgmma_step<WG_TF32, 0>(float (&d)[128], uint64_t da, uint64_t db)
 {
     asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " WG_ACC_OPERANDS
                  ", %128, %129, 1, 1, 1;\n"
@@ -223,17 +261,44 @@ template <> __device__ __forceinline__ void wgmma_step<WG_TF32>(float (&d)[128],
                  : "l"(da), "l"(db));
 }
 
+/* Two adjacent elements of a C row: float32, or rounded to the operands' half type. */
+template <int MATH, int OUT> struct c_store {
+    typedef float elem;
+    __device__ static void pair(elem *p, float x, float y) { *reinterpret_cast<float2 *>(p) = make_float2(x, y); }
+    __device__ static void one(elem *p, float x) { *p = x; }
+};
+template <> struct c_store<WG_BF16, OUT_HALF> {
+    typedef __nv_bfloat16 elem;
+    __device__ static void pair(elem *p, float x, float y)
+    {
+        *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
+    }
+    __device__ static void one(elem *p, float x) { *p = __float2bfloat16_rn(x); }
+};
+template <> struct c_store<WG_F16, OUT_HALF> {
+    typedef __half elem;
+    __device__ static void pair(elem *p, float x, float y) { *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(x, y); }
+    __device__ static void one(elem *p, float x) { *p = __float2half_rn(x); }
+};
+
 #endif /* sm_90a */
 
 /* ------------------------------------------------------------------ main kernel */
 
-template <int MATH>
+/* MATH: operand type on the tensor cores; BMN: B K-major (pre-pass) or MN-major (as in
+ * memory); OUT: C float32 or half. vec: C rows allow paired stores (n even, C aligned). */
+template <int MATH, int BMN, int OUT>
 __global__ void __launch_bounds__(THREADS, 1)
 wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-             float *__restrict__ C, int m, int n, int k, int tiles_m, int tiles_n, int vec)
+             void *__restrict__ Cv, int m, int n, int k, int tiles_m, int tiles_n, int vec)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BK = wg_traits<MATH>::BK;
+    /* MN-major B: BN / 64 boxes of BK rows x 128 bytes per stage. */
+    constexpr int B_BOX_BYTES = BK * ROW_BYTES;
+    static_assert(!BMN || (BN / 64) * B_BOX_BYTES == B_TILE_BYTES, "MN-major boxes fill the B tile");
+    typedef c_store<MATH, OUT> store;
+    typename store::elem *C = static_cast<typename store::elem *>(Cv);
     extern __shared__ unsigned char smem_raw[];
     const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
     const uint32_t bars = base + STAGES * STAGE_BYTES;
@@ -271,7 +336,13 @@ wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ 
                 mbar_wait(empty(s), ((kt / STAGES) & 1) ^ 1);
                 mbar_expect_tx(full(s), STAGE_BYTES);
                 tma_load(tile_a(s), &map_a, full(s), kt * BK, bm);
-                tma_load(tile_b(s), &map_b, full(s), kt * BK, bn);
+                if (BMN) {
+#pragma unroll
+                    for (int j = 0; j < BN / 64; j++)
+                        tma_load(tile_b(s) + (uint32_t)(j * B_BOX_BYTES), &map_b, full(s), bn + 64 * j, kt * BK);
+                } else {
+                    tma_load(tile_b(s), &map_b, full(s), kt * BK, bn);
+                }
             }
         }
     } else {
@@ -288,9 +359,13 @@ wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ 
             const uint32_t a = tile_a(s) + (uint32_t)(cw * 64 * ROW_BYTES), b = tile_b(s);
             fence_acc(d);
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+            /* Four k-steps of 32 bytes of an A row; for MN-major B the same k-step is 16 (bf16)
+             * rows of 128 bytes further into each box. */
 #pragma unroll
             for (int kk = 0; kk < ROW_BYTES / 32; kk++)
-                wgmma_step<MATH>(d, smem_desc(a + 32 * kk), smem_desc(b + 32 * kk));
+                wgmma_step<MATH, BMN>(d, smem_desc(a + 32 * kk),
+                                      BMN ? smem_desc_mn(b + (uint32_t)(kk * (BK / 4) * ROW_BYTES), B_BOX_BYTES)
+                                          : smem_desc(b + 32 * kk));
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             /* The previous stage's MMAs are done: hand its buffers back. */
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
@@ -310,17 +385,17 @@ wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ 
             const int row = row0 + 8 * h;
             if (row >= m)
                 continue;
-            float *crow = C + (size_t)row * n;
+            typename store::elem *crow = C + (size_t)row * n;
 #pragma unroll
             for (int j = 0; j < 32; j++) {
                 const int col = bn + 8 * j + 2 * (l % 4);
                 if (vec && col + 1 < n) {
-                    *reinterpret_cast<float2 *>(crow + col) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                    store::pair(crow + col, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
                 } else {
                     if (col < n)
-                        crow[col] = d[4 * j + 2 * h];
+                        store::one(crow + col, d[4 * j + 2 * h]);
                     if (col + 1 < n)
-                        crow[col + 1] = d[4 * j + 2 * h + 1];
+                        store::one(crow + col + 1, d[4 * j + 2 * h + 1]);
                 }
             }
         }
@@ -371,13 +446,34 @@ bool make_map(CUtensorMap *map, encode_tiled_fn enc, CUtensorMapDataType type, i
 /* cudaSuccess when the binary the runtime picks for the current device has the kernel's
  * body (sm_90a code); cudaErrorNotSupported for the body-less fallback, recognized by its
  * static shared array. */
-cudaError_t has_body(void (*kern)(CUtensorMap, CUtensorMap, float *, int, int, int, int, int, int))
+typedef void (*kernel_fn)(CUtensorMap, CUtensorMap, void *, int, int, int, int, int, int);
+
+cudaError_t has_body(kernel_fn kern)
 {
     cudaFuncAttributes fa;
     const cudaError_t e = cudaFuncGetAttributes(&fa, kern);
     if (e != cudaSuccess)
         return e;
     return fa.sharedSizeBytes != 0 ? cudaErrorNotSupported : cudaSuccess;
+}
+
+/* cudaSuccess when kern can run on the current device: compute capability 9.0 or more,
+ * its sm_90a body present, and the driver's tensor-map encoder found (*enc). */
+cudaError_t device_ready(kernel_fn kern, encode_tiled_fn *enc)
+{
+    int dev = 0, major = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e != cudaSuccess)
+        return e;
+    if (major < 9)
+        return cudaErrorNotSupported;
+    e = has_body(kern);
+    if (e != cudaSuccess)
+        return e;
+    *enc = get_encode();
+    return *enc ? cudaSuccess : cudaErrorNotSupported;
 }
 
 template <int MATH> cudaError_t run(const gemm_launch *l)
@@ -388,21 +484,11 @@ template <int MATH> cudaError_t run(const gemm_launch *l)
     if (m < 1 || n < 1 || k < 1)
         return cudaErrorInvalidValue;
 
-    int dev = 0, major = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    const kernel_fn kern = wgmma_kernel<MATH, B_KMAJOR, OUT_F32>;
+    encode_tiled_fn enc = nullptr;
+    cudaError_t e = device_ready(kern, &enc);
     if (e != cudaSuccess)
         return e;
-    if (major < 9)
-        return cudaErrorNotSupported;
-    void (*kern)(CUtensorMap, CUtensorMap, float *, int, int, int, int, int, int) = wgmma_kernel<MATH>;
-    e = has_body(kern);
-    if (e != cudaSuccess)
-        return e;
-    const encode_tiled_fn enc = get_encode();
-    if (!enc)
-        return cudaErrorNotSupported;
 
     const long long tm = (m + BM - 1) / BM, tn = (n + BN - 1) / BN;
     if (tm * tn > 0x7fffffffLL || tn * GROUP_M > 0x7fffffffLL)
@@ -449,8 +535,83 @@ template <int MATH> cudaError_t run(const gemm_launch *l)
         e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
     if (e == cudaSuccess) {
         const int vec = (n % 2 == 0) && ((uintptr_t)l->C % 8 == 0);
-        kern<<<(unsigned)(tm * tn), THREADS, SMEM_BYTES, l->stream>>>(
-            map_a, map_b, (float *)l->C, m, n, k, (int)tm, (int)tn, vec);
+        kern<<<(unsigned)(tm * tn), THREADS, SMEM_BYTES, l->stream>>>(map_a, map_b, l->C, m, n, k,
+                                                                     (int)tm, (int)tn, vec);
+        e = cudaGetLastError();
+    }
+    if (owned) {
+        const cudaError_t f = gemm_scratch_free(scratch, l->stream);
+        if (e == cudaSuccess)
+            e = f;
+    }
+    return e;
+}
+
+/* Half operands in memory (float16 / bfloat16): no conversion pass. A (m x k) is K-major
+ * and B (k x n) MN-major as they lie, read by the tensor copies straight from the caller's
+ * buffers when their rows are multiples of 16 bytes (k, n multiples of 8) and they start
+ * 16-byte aligned; otherwise that operand is first copied into scratch with its rows
+ * padded to 16 bytes (a strided device copy: the padding is never read, the tensor maps
+ * carry the true sizes and the copy engine zero-fills past them). */
+template <int MATH> cudaError_t run_half(const gemm_launch *l)
+{
+    constexpr int BK = wg_traits<MATH>::BK;
+    const int esize = 2;
+    const int m = l->m, n = l->n, k = l->k;
+    if (m < 1 || n < 1 || k < 1)
+        return cudaErrorInvalidValue;
+    const kernel_fn kern = l->out_half ? wgmma_kernel<MATH, B_MNMAJOR, OUT_HALF>
+                                       : wgmma_kernel<MATH, B_MNMAJOR, OUT_F32>;
+    encode_tiled_fn enc = nullptr;
+    cudaError_t e = device_ready(kern, &enc);
+    if (e != cudaSuccess)
+        return e;
+    const long long tm = (m + BM - 1) / BM, tn = (n + BN - 1) / BN;
+    if (tm * tn > 0x7fffffffLL || tn * GROUP_M > 0x7fffffffLL)
+        return cudaErrorInvalidConfiguration;
+
+    const bool a_direct = k % 8 == 0 && (uintptr_t)l->A % 16 == 0;
+    const bool b_direct = n % 8 == 0 && (uintptr_t)l->B % 16 == 0;
+    const size_t lda = a_direct ? (size_t)k : ((size_t)k + 7) / 8 * 8;
+    const size_t ldb = b_direct ? (size_t)n : ((size_t)n + 7) / 8 * 8;
+    const size_t a_bytes = a_direct ? 0 : ((size_t)m * lda * esize + 255) / 256 * 256;
+    const size_t b_bytes = b_direct ? 0 : (size_t)k * ldb * esize;
+    void *scratch = nullptr;
+    bool owned = false;
+    if (a_bytes + b_bytes) {
+        scratch = l->workspace;
+        if (!scratch || l->workspace_bytes < a_bytes + b_bytes) {
+            e = gemm_scratch_alloc(&scratch, a_bytes + b_bytes, l->stream);
+            if (e != cudaSuccess)
+                return e;
+            owned = true;
+        }
+    }
+    const void *A = l->A, *B = l->B;
+    if (!a_direct) {
+        A = scratch;
+        e = cudaMemcpy2DAsync(scratch, lda * esize, l->A, (size_t)k * esize, (size_t)k * esize, (size_t)m,
+                              cudaMemcpyDeviceToDevice, l->stream);
+    }
+    if (e == cudaSuccess && !b_direct) {
+        void *bp = static_cast<unsigned char *>(scratch) + a_bytes;
+        B = bp;
+        e = cudaMemcpy2DAsync(bp, ldb * esize, l->B, (size_t)n * esize, (size_t)n * esize, (size_t)k,
+                              cudaMemcpyDeviceToDevice, l->stream);
+    }
+    const CUtensorMapDataType type =
+        MATH == WG_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    CUtensorMap map_a, map_b;
+    if (e == cudaSuccess && !(make_map(&map_a, enc, type, esize, A, m, k, lda, BM) &&
+                              make_map(&map_b, enc, type, esize, B, k, n, ldb, BK)))
+        e = cudaErrorInvalidValue;
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+    if (e == cudaSuccess) {
+        const size_t csize = l->out_half ? 2 : 4;
+        const int vec = (n % 2 == 0) && ((uintptr_t)l->C % (2 * csize) == 0);
+        kern<<<(unsigned)(tm * tn), THREADS, SMEM_BYTES, l->stream>>>(map_a, map_b, l->C, m, n, k,
+                                                                     (int)tm, (int)tn, vec);
         e = cudaGetLastError();
     }
     if (owned) {
@@ -463,7 +624,13 @@ template <int MATH> cudaError_t run(const gemm_launch *l)
 
 cudaError_t wgmma_launch(const gemm_launch *l)
 {
-    if (l->dtype != GEMM_DTYPE_F32 || l->tile != 0)
+    if (l->tile != 0)
+        return cudaErrorInvalidValue;
+    if (l->dtype == GEMM_DTYPE_BF16)
+        return run_half<WG_BF16>(l);
+    if (l->dtype == GEMM_DTYPE_F16)
+        return run_half<WG_F16>(l);
+    if (l->dtype != GEMM_DTYPE_F32)
         return cudaErrorInvalidValue;
     switch (l->math) {
     case GEMM_MATH_TF32: return run<WG_TF32>(l);
@@ -474,7 +641,8 @@ cudaError_t wgmma_launch(const gemm_launch *l)
 
 int wgmma_plan(const gemm_launch *l, char *out, size_t cap)
 {
-    const int bk = l->math == GEMM_MATH_BF16 ? wg_traits<WG_BF16>::BK : wg_traits<WG_TF32>::BK;
+    const int bk = (l->dtype == GEMM_DTYPE_F32 && l->math != GEMM_MATH_BF16) ? wg_traits<WG_TF32>::BK
+                                                                             : wg_traits<WG_BF16>::BK;
     return gemm_block_dims(out, cap, BM, BN, bk, 0);
 }
 
@@ -492,8 +660,10 @@ extern "C" int gemm_wgmma_runnable(void)
         cudaGetLastError();
         return 0;
     }
-    if (major < 9 || has_body(wgmma_kernel<WG_BF16>) != cudaSuccess ||
-        has_body(wgmma_kernel<WG_TF32>) != cudaSuccess) {
+    if (major < 9 || has_body(wgmma_kernel<WG_BF16, B_KMAJOR, OUT_F32>) != cudaSuccess ||
+        has_body(wgmma_kernel<WG_TF32, B_KMAJOR, OUT_F32>) != cudaSuccess ||
+        has_body(wgmma_kernel<WG_BF16, B_MNMAJOR, OUT_HALF>) != cudaSuccess ||
+        has_body(wgmma_kernel<WG_F16, B_MNMAJOR, OUT_F32>) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
@@ -502,9 +672,10 @@ extern "C" int gemm_wgmma_runnable(void)
 
 extern "C" const gemm_kernel_desc gemm_kernel_wgmma = {
     "wgmma",
-    "Hopper wgmma (tf32 m64n256k8 / bf16 m64n256k16) fed by tensor copies into a 4-stage "
-    "mbarrier ring, producer/consumer warpgroups; operands pre-converted to K-major",
-    (1u << GEMM_DTYPE_F32),
+    "Hopper wgmma (tf32 m64n256k8 / bf16, f16 m64n256k16) fed by tensor copies into a 4-stage "
+    "mbarrier ring, producer/consumer warpgroups; float32 operands pre-converted to K-major, "
+    "float16/bfloat16 operands read as they lie",
+    (1u << GEMM_DTYPE_F32) | (1u << GEMM_DTYPE_F16) | (1u << GEMM_DTYPE_BF16),
     (1u << GEMM_MATH_TF32) | (1u << GEMM_MATH_BF16),
     {0, 0, 0, 0},
     90,

@@ -1,6 +1,7 @@
 /*
  * test_half_gpu.c - float16 and bfloat16 operands on the CUDA backend, through the engine:
- * kernel auto and cublas (cublasGemmEx, half A and B, float32 sums), C in float32 and in the
+ * kernel auto, cublas (cublasGemmEx, half A and B, float32 sums) and wgmma (tensor cores read
+ * the half operands in place; Hopper only), C in float32 and in the
  * operands' dtype, odd shapes, a batch with its own Bs and one with a shared B
  * (cublasGemmStridedBatchedEx), a group of queued products run together (dynamic
  * batching), and our own kernels refusing the half dtypes with 422 unsupported_dtype naming
@@ -13,6 +14,7 @@
 
 #include "engine.h"
 #include "gemm_half.h"
+#include "cuda_engine.h"
 #include "gpu_ref.h"
 
 
@@ -168,13 +170,20 @@ int main(void)
         return tap_done();
     }
     static const gemm_dtype ds[2] = {GEMM_DTYPE_F16, GEMM_DTYPE_BF16};
-    static const int shapes[][3] = {{1, 1, 1}, {7, 13, 5}, {33, 65, 17}, {128, 256, 64}, {257, 129, 383}, {1, 1000, 3}};
-    static const char *const kernels[2] = {"auto", "cublas"};
+    /* m, k, n: edges in every direction; k and n multiples of 8 (wgmma reads the operands in
+     * place) and not (it pads a copy first); several block tiles (300 x 520 x 264). */
+    static const int shapes[][3] = {{1, 1, 1},      {7, 13, 5},      {33, 65, 17},  {128, 256, 64},
+                                    {257, 129, 383}, {1, 1000, 3},   {300, 520, 264}, {129, 64, 520}};
+    /* wgmma runs half operands on Hopper (sm_90a code in this build) */
+    const int wgmma = gemm_wgmma_runnable();
+    if (!wgmma) tap_skip("wgmma cannot run on this device or build", "float16 / bfloat16 through kernel=wgmma");
+    static const char *const kernels[3] = {"auto", "cublas", "wgmma"};
+    const int nkernels = wgmma ? 3 : 2;
     uint64_t seed = 1;
     for (int di = 0; di < 2; di++) {
         for (int out = 0; out < 2; out++) {
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-                for (int ki = 0; ki < 2; ki++) {
+                for (int ki = 0; ki < nkernels; ki++) {
                     hjob *h = make(e, ds[di], out, shapes[s][0], shapes[s][1], shapes[s][2], 0, 0, kernels[ki], seed++);
                     char what[128];
                     snprintf(what, sizeof what, "%s %dx%dx%d out %s kernel=%s", gemm_dtype_name(ds[di]), shapes[s][0],
@@ -195,7 +204,7 @@ int main(void)
             }
         }
         /* our own kernels refuse, naming what runs half operands */
-        static const char *const ours[] = {"naive", "tiled", "simt", "mma", "dmma", "wgmma"};
+        static const char *const ours[] = {"naive", "tiled", "simt", "mma", "dmma"};
         for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) {
             hjob *h = make(e, ds[di], 0, 8, 8, 8, 0, 0, ours[i], 5);
             gemm_err err;
