@@ -32,7 +32,8 @@ typedef enum {
     SHAPE_SMALL, /* fewer 128x128 output tiles than the H100 has SMs (132), or k < 64 */
     SHAPE_LARGE, /* neither small nor big */
     SHAPE_BIG,   /* harmonic mean of rows and cols >= 3072 and inner >= 512 */
-    SHAPE_BIG_UNALIGNED, /* big, and rows, cols or inner not a multiple of 4 */
+    SHAPE_BIG_UNALIGNED, /* big, and rows, cols or inner not a multiple of 16 bytes of
+                          * elements (4 float32, 8 float16/bfloat16) */
 } shape_class;
 
 #define MAX_CANDIDATES 3
@@ -66,12 +67,21 @@ static const auto_row ROWS[] = {
     /* int32: cuBLAS has no wrapping int32 GEMM; simt beat tiled at every size
      * (512^3: 9.9 vs 7.0 TOP/s; 4096^3: 29.9 vs 8.9). */
     {GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, SHAPE_ANY, {"simt", "tiled", NULL}},
-    /* float16 / bfloat16 operands: cuBLAS only (half in memory, float32 sums) */
-    {GEMM_DTYPE_F16, GEMM_MATH_DEFAULT, SHAPE_ANY, {"cublas", NULL, NULL}},
-    {GEMM_DTYPE_BF16, GEMM_MATH_DEFAULT, SHAPE_ANY, {"cublas", NULL, NULL}},
+    /* float16 / bfloat16 operands (half in memory, float32 sums; bench/results/
+     * kernels-wgmma-half-h100.md): wgmma reads them in place and reached 92% of cuBLAS
+     * at 4096^3 and 99% at 8192^3 (C float32), 57-96% at 1024^3-2048^3 and 72-88% at
+     * 8192x8192x1024, 3000x5000x704, 1024x8192x1024: cuBLAS stays first where rows are
+     * aligned. At 4095^3 and 4097^3 cuBLAS drops to 135-152 TFLOP/s and wgmma (padded
+     * copies) runs 2.0-2.6x faster. */
+    {GEMM_DTYPE_F16, GEMM_MATH_DEFAULT, SHAPE_BIG_UNALIGNED, {"wgmma", "cublas", NULL}},
+    {GEMM_DTYPE_BF16, GEMM_MATH_DEFAULT, SHAPE_BIG_UNALIGNED, {"wgmma", "cublas", NULL}},
+    {GEMM_DTYPE_F16, GEMM_MATH_DEFAULT, SHAPE_ANY, {"cublas", "wgmma", NULL}},
+    {GEMM_DTYPE_BF16, GEMM_MATH_DEFAULT, SHAPE_ANY, {"cublas", "wgmma", NULL}},
 };
 
-static shape_class classify(int rows, int cols, int inner)
+/* align: elements per 16 bytes of a row (4 for 4-byte types, 8 for the half types): a
+ * big shape with a dimension not a multiple of it is BIG_UNALIGNED. */
+static shape_class classify(int rows, int cols, int inner, int align)
 {
     const long long tiles = (long long)((rows + 127) / 128) * ((cols + 127) / 128);
     if (tiles < 132 || inner < 64)
@@ -79,7 +89,7 @@ static shape_class classify(int rows, int cols, int inner)
     /* Harmonic mean 2*rows*cols/(rows+cols), in double (no overflow). */
     const double harmonic = 2.0 * rows * cols / ((double)rows + cols);
     if (harmonic >= 3072.0 && inner >= 512)
-        return (rows % 4 || cols % 4 || inner % 4) ? SHAPE_BIG_UNALIGNED : SHAPE_BIG;
+        return (rows % align || cols % align || inner % align) ? SHAPE_BIG_UNALIGNED : SHAPE_BIG;
     return SHAPE_LARGE;
 }
 
@@ -98,7 +108,7 @@ const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int 
         r = (m == GEMM_MATH_DEFAULT) ? GEMM_MATH_FP32 : m;
     else
         r = GEMM_MATH_DEFAULT;
-    const shape_class sc = classify(rows, cols, inner);
+    const shape_class sc = classify(rows, cols, inner, gemm_dtype_is_half(d) ? 8 : 4);
     for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
         const auto_row *row = &ROWS[i];
         if (row->dtype != d || row->math != r)

@@ -1,7 +1,8 @@
 /*
- * k06_wgmma.cu - Hopper tensor cores for float32 inputs through wgmma (sm_90a): math=tf32
+ * k06_wgmma.cu - Hopper tensor cores through wgmma (sm_90a). float32 inputs: math=tf32
  * runs wgmma.m64n256k8 on TF32 operands, math=bf16 runs wgmma.m64n256k16 on BF16
- * operands; both accumulate in float32 registers and write float32.
+ * operands. float16 / bfloat16 inputs run wgmma.m64n256k16 on the operands as they are.
+ * All accumulate in float32 registers; C is float32, or for half inputs their own type.
  *
  * Two steps, both enqueued on l->stream:
  *  1. A pre-pass writes the operands the way wgmma reads them into device scratch
@@ -22,6 +23,13 @@
  *     tensor maps carry the true sizes), so the loop has no edge cases; the store from
  *     the accumulator fragments to C is bounds-checked. Blocks are rasterized in groups
  *     of 8 tile rows for L2 reuse.
+ * Half operands in memory skip step 1: A (m x k) is already K-major, and B (k x n) is read
+ * MN-major, as it lies: per stage four tensor copies of 64 columns x 64 rows (128-byte rows,
+ * 128-byte swizzle), described to wgmma with the transpose bit for B, 8192 bytes between
+ * the 64-column boxes and 1024 between groups of 8 rows. Only an operand whose rows are
+ * not a multiple of 16 bytes (k or n not a multiple of 8), or that starts unaligned, is
+ * first copied into scratch with padded rows. A half C is written four elements (8 bytes)
+ * per lane after a shuffle within each quad, so each row segment fills whole sectors.
  * A shared-memory row of a tile is always 128 bytes (64 bf16 or 32 float32), exactly one
  * 128-byte swizzle atom wide: the copy engine writes 16-byte chunk c of row r at chunk
  * c ^ (r % 8), which is the layout a K-major wgmma descriptor with 128-byte swizzle and a
@@ -286,7 +294,8 @@ template <> struct c_store<WG_F16, OUT_HALF> {
 /* ------------------------------------------------------------------ main kernel */
 
 /* MATH: operand type on the tensor cores; BMN: B K-major (pre-pass) or MN-major (as in
- * memory); OUT: C float32 or half. vec: C rows allow paired stores (n even, C aligned). */
+ * memory); OUT: C float32 or half. vec: C rows allow wider stores (float32: pairs; half: 2
+ * for four elements), 0 for single elements. */
 template <int MATH, int BMN, int OUT>
 __global__ void __launch_bounds__(THREADS, 1)
 wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -380,22 +389,60 @@ wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ 
          * 8j + 2(l%4) + {0,1}; d[4j+2], d[4j+3] 8 rows below. */
         const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
         const int row0 = bm + cw * 64 + w * 16 + l / 4;
+        if constexpr (OUT == OUT_HALF) {
+            /* Half C: a quad of lanes holds 16 columns (32 bytes) of a row in two 8-column
+             * groups; shuffled so that lane q writes columns 4q..4q+3 (8 bytes), each row's
+             * 32 bytes are one whole sector instead of two half-written ones. */
+            const int q = l % 4, qa = q < 2 ? 2 * q : 2 * q - 4;
+            const int src_a = (l & ~3) + qa, src_b = src_a + 1;
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = row0 + 8 * h;
-            if (row >= m)
-                continue;
-            typename store::elem *crow = C + (size_t)row * n;
+            for (int h = 0; h < 2; h++) {
+                const int row = row0 + 8 * h;
 #pragma unroll
-            for (int j = 0; j < 32; j++) {
-                const int col = bn + 8 * j + 2 * (l % 4);
-                if (vec && col + 1 < n) {
-                    store::pair(crow + col, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-                } else {
-                    if (col < n)
-                        store::one(crow + col, d[4 * j + 2 * h]);
-                    if (col + 1 < n)
-                        store::one(crow + col + 1, d[4 * j + 2 * h + 1]);
+                for (int jj = 0; jj < 16; jj++) {
+                    const int j0 = 2 * jj, j1 = j0 + 1;
+                    const float a0 = __shfl_sync(0xffffffffu, d[4 * j0 + 2 * h], src_a);
+                    const float a1 = __shfl_sync(0xffffffffu, d[4 * j0 + 2 * h + 1], src_a);
+                    const float b0 = __shfl_sync(0xffffffffu, d[4 * j0 + 2 * h], src_b);
+                    const float b1 = __shfl_sync(0xffffffffu, d[4 * j0 + 2 * h + 1], src_b);
+                    const float c0 = __shfl_sync(0xffffffffu, d[4 * j1 + 2 * h], src_a);
+                    const float c1 = __shfl_sync(0xffffffffu, d[4 * j1 + 2 * h + 1], src_a);
+                    const float e0 = __shfl_sync(0xffffffffu, d[4 * j1 + 2 * h], src_b);
+                    const float e1 = __shfl_sync(0xffffffffu, d[4 * j1 + 2 * h + 1], src_b);
+                    const float v[4] = {q < 2 ? a0 : c0, q < 2 ? a1 : c1, q < 2 ? b0 : e0, q < 2 ? b1 : e1};
+                    if (row >= m)
+                        continue;
+                    typename store::elem *crow = C + (size_t)row * n;
+                    const int col = bn + 16 * jj + 4 * q;
+                    if (vec == 2 && col + 3 < n) {
+                        store::pair(crow + col, v[0], v[1]);
+                        store::pair(crow + col + 2, v[2], v[3]);
+                    } else {
+#pragma unroll
+                        for (int x = 0; x < 4; x++)
+                            if (col + x < n)
+                                store::one(crow + col + x, v[x]);
+                    }
+                }
+            }
+        } else {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = row0 + 8 * h;
+                if (row >= m)
+                    continue;
+                typename store::elem *crow = C + (size_t)row * n;
+#pragma unroll
+                for (int j = 0; j < 32; j++) {
+                    const int col = bn + 8 * j + 2 * (l % 4);
+                    if (vec && col + 1 < n) {
+                        store::pair(crow + col, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                    } else {
+                        if (col < n)
+                            store::one(crow + col, d[4 * j + 2 * h]);
+                        if (col + 1 < n)
+                            store::one(crow + col + 1, d[4 * j + 2 * h + 1]);
+                    }
                 }
             }
         }
@@ -608,8 +655,10 @@ template <int MATH> cudaError_t run_half(const gemm_launch *l)
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
     if (e == cudaSuccess) {
-        const size_t csize = l->out_half ? 2 : 4;
-        const int vec = (n % 2 == 0) && ((uintptr_t)l->C % (2 * csize) == 0);
+        /* float32 C: pairs (n even, 8-byte aligned); half C: two pairs side by side (n a
+         * multiple of 4, 8-byte aligned) give 2, else single elements. */
+        const int vec = l->out_half ? ((n % 4 == 0) && ((uintptr_t)l->C % 8 == 0) ? 2 : 0)
+                                    : (n % 2 == 0) && ((uintptr_t)l->C % 8 == 0);
         kern<<<(unsigned)(tm * tn), THREADS, SMEM_BYTES, l->stream>>>(map_a, map_b, l->C, m, n, k,
                                                                      (int)tm, (int)tn, vec);
         e = cudaGetLastError();
