@@ -95,6 +95,8 @@ def run(args):
         time.sleep(2)
         rows.append(("idle", "no attack", probe.take(), good.take(), mon.take(), []))
         for name, what, make, secs in phases(d.port, args.scale):
+            if args.phases and name not in args.phases.split(","):
+                continue
             if not d.alive():
                 rows.append((name, what, None, None, None, ["the daemon is gone"]))
                 break
@@ -154,7 +156,15 @@ def fmt_ms(x):
     return "-" if x != x else "%.1f" % x
 
 
-def table(rows, base, mon, alive, cfg, label, cmd):
+def metric(text, name):
+    """The value of an unlabelled metric in a /metrics text, or None."""
+    for line in (text or "").splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def table(rows, base, mon, alive, cfg, label, cmd, metrics=None):
     out = []
     out.append("### %s\n" % label)
     out.append("Command: `%s`  " % cmd)
@@ -162,6 +172,16 @@ def table(rows, base, mon, alive, cfg, label, cmd):
     out.append("Start RSS %.0f MB; peak RSS (VmHWM) over the run **%.0f MB**; at most %d fds open; "
                "daemon alive at the end: %s.\n" % (base.get("VmRSS", 0) / 1024, mon.hwm_kb / 1024, mon.max_fds,
                                                     "yes" if alive else "**no**"))
+    parts = mon.parts_at_max
+    if parts:
+        out.append("At the largest RSS: anonymous %.0f MB, file-backed %.0f MB, shared %.0f MB (the CUDA "
+                   "backend's page-locked blocks are shared mappings of the driver)." % (
+                       parts.get("RssAnon", 0) / 1024, parts.get("RssFile", 0) / 1024,
+                       parts.get("RssShmem", 0) / 1024))
+    peak = metric(metrics, "gemmd_memory_inflight_peak_bytes")
+    if peak is not None:
+        out.append("Most bytes charged against the budget at once: %.0f MB (gemmd_memory_inflight_peak_bytes).\n"
+                   % (peak / 1e6))
     out.append("| phase | attack | max RSS MB | VmHWM MB | health p50 / p99 / max ms (n, failed) "
                "| good client ok / wrong / 503 / failed | good p50 / p99 / max ms |")
     out.append("|---|---|---|---|---|---|---|")
@@ -193,10 +213,11 @@ def main():
     ap.add_argument("--out", help="Markdown file to add this run's section to")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply phase durations")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds between phases")
+    ap.add_argument("--phases", help="comma-separated phase names to run (default: all)")
     args = ap.parse_args()
     cmd = "/usr/bin/python3 bench/hostile_load.py " + shlex.join(sys.argv[1:])
     rows, base, mon, alive, metrics, cfg = run(args)
-    text = table(rows, base, mon, alive, cfg, args.label, cmd)
+    text = table(rows, base, mon, alive, cfg, args.label, cmd, metrics)
     acc, ref, rss = queued_jobs(args)
     text += ("Queued async jobs (finding 4), own daemon with `job_mem_mb = 16`, `" + delay_hook(args) + "`: 32 submits "
              "of jobs with 8 MiB of inputs and a 256 KiB result: **%d accepted**, refused %s; daemon RSS with them "

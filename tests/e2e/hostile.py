@@ -48,13 +48,14 @@ NEW_KEYS = ("max_inflight_mb", "header_timeout", "request_timeout", "min_rate_kb
 
 
 def proc_status(pid):
-    """{field: kB} of /proc/PID/status for VmRSS and VmHWM; {} when the process is gone."""
+    """{field: kB} of /proc/PID/status for VmRSS, VmHWM and the parts of RSS (RssAnon,
+    RssFile, RssShmem); {} when the process is gone."""
     out = {}
     try:
         with open("/proc/%d/status" % pid) as f:
             for line in f:
                 k, _, v = line.partition(":")
-                if k in ("VmRSS", "VmHWM"):
+                if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
                     out[k] = int(v.split()[0])
     except OSError:
         pass
@@ -408,12 +409,15 @@ class Monitor(Worker):
         self.hwm_kb = 0
         self.max_fds = 0
         self.phase_max = 0
+        self.parts_at_max = {}  # RssAnon / RssFile / RssShmem when RSS was largest
 
     def sample(self):
         st = proc_status(self.pid)
         if st:
             self.rss_kb.append(st.get("VmRSS", 0))
             self.hwm_kb = max(self.hwm_kb, st.get("VmHWM", 0))
+            if st.get("VmRSS", 0) > max(self.rss_kb[:-1] or [0]):
+                self.parts_at_max = {k: st.get(k, 0) for k in ("RssAnon", "RssFile", "RssShmem")}
             self.phase_max = max(self.phase_max, st.get("VmRSS", 0))
         self.max_fds = max(self.max_fds, fd_count(self.pid))
 

@@ -234,6 +234,14 @@ static void test_host_cache(void)
     void *tiny3 = a.alloc(a.ctx, 3000);
     tap(tiny3 == tiny, "host cache: a tiny request takes the one-page block, not the 3 MiB one");
     a.free(a.ctx, tiny3);
+    /* Locked pages are resident whatever the request used of them: a cached block is taken
+     * only when it is at most an eighth (and a page) bigger than a new block would be. */
+    void *mid = a.alloc(a.ctx, 2 << 20);
+    tap(mid != big2, "host cache: a 2 MiB request does not take the cached 3 MiB block");
+    a.free(a.ctx, mid);
+    void *near = a.alloc(a.ctx, (3 << 20) - (200 << 10));
+    tap(near == big2, "host cache: a request within an eighth of the cached 3 MiB block takes it");
+    a.free(a.ctx, near);
     gemm_cuda_host_drain(h, 0);
 
     /* What the engine does after a sticky error (no engine is open here): reset the device,
