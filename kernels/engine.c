@@ -1028,6 +1028,17 @@ const gemm_allocator *gemm_engine_allocator(gemm_engine *e)
     return a ? a : &gemm_allocator_host;
 }
 
+void gemm_engine_set_keep_charge(gemm_engine *e, gemm_keep_charge_fn fn, void *ctx)
+{
+    if (e && e->be->set_keep_charge)
+        e->be->set_keep_charge(e->self, fn, ctx);
+}
+
+uint64_t gemm_engine_trim_kept(gemm_engine *e)
+{
+    return (e && e->be->trim_kept) ? e->be->trim_kept(e->self) : 0;
+}
+
 void *gemm_engine_host_alloc(gemm_engine *e, size_t bytes)
 {
     return gemm_alloc(gemm_engine_allocator(e), bytes);

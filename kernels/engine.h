@@ -313,6 +313,16 @@ void gemm_engine_close(gemm_engine *e);
 void *gemm_engine_host_alloc(gemm_engine *e, size_t bytes);
 void gemm_engine_host_free(gemm_engine *e, void *p);
 const gemm_allocator *gemm_engine_allocator(gemm_engine *e);
+/* Memory the engine keeps after its owners freed it, for reuse (the CUDA engine's cache of
+ * page-locked blocks; the CPU engine keeps none), can be charged to the caller's account:
+ * fn(ctx, +bytes) before bytes are kept (nonzero: they are let go instead), fn(ctx, -bytes)
+ * when kept bytes are reused or let go. fn is called from any thread, under the engine's
+ * allocator lock: it must not call into the engine. NULL stops charging (call it before
+ * the account goes away). gemm_engine_trim_kept lets everything kept go now (it stops
+ * being charged at once; the memory is freed shortly after) and returns the bytes. */
+typedef int (*gemm_keep_charge_fn)(void *ctx, int64_t delta);
+void gemm_engine_set_keep_charge(gemm_engine *e, gemm_keep_charge_fn fn, void *ctx);
+uint64_t gemm_engine_trim_kept(gemm_engine *e);
 
 /* Resident operands (see gemm_resident): a handle for host bytes at host, and its release
  * (device copies are freed later by the backend, off the caller's thread; the caller
@@ -368,6 +378,9 @@ typedef struct gemm_backend {
      * slot 0, and every slot is usable. slot_usable is called under the engine's lock. */
     int (*worker_slot)(void *self, int worker_index);
     int (*slot_usable)(void *self, int slot);
+    /* gemm_engine_set_keep_charge / gemm_engine_trim_kept (may be NULL: nothing kept). */
+    void (*set_keep_charge)(void *self, gemm_keep_charge_fn fn, void *ctx);
+    uint64_t (*trim_kept)(void *self);
 } gemm_backend;
 
 #define GEMM_RUN_CANCELLED 1

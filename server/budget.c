@@ -39,6 +39,9 @@ struct gemmd_budget {
     _Atomic uint64_t by_kind[GEMMD_MEM_NKINDS];
     drain_slot drain[DRAIN_SLOTS];
 
+    uint64_t (*reclaim)(void *); /* lets the cache go (gemmd_budget_set_reclaim) */
+    void *reclaim_ctx;
+
     pthread_mutex_t mu;   /* the buffer table */
     buf_entry *tab;
     size_t cap, count;    /* cap: a power of two */
@@ -46,7 +49,7 @@ struct gemmd_budget {
 
 static _Thread_local uint64_t last_refusal;
 
-static const char *const kind_names[GEMMD_MEM_NKINDS] = {"bodies", "inputs", "results", "answers"};
+static const char *const kind_names[GEMMD_MEM_NKINDS] = {"bodies", "inputs", "results", "answers", "cache"};
 
 const char *gemmd_mem_kind_name(gemmd_mem_kind k)
 {
@@ -149,18 +152,46 @@ static void note_peak(gemmd_budget *b, uint64_t used)
     }
 }
 
-static int take(gemmd_budget *b, uint64_t bytes)
+/* Adds bytes to used when the total stays within cap (cap_for(admitted_as)). */
+static int take_within(gemmd_budget *b, uint64_t bytes, uint64_t admitted_as)
 {
-    uint64_t cap = cap_for(b, bytes);
+    uint64_t cap = cap_for(b, admitted_as);
     uint64_t cur = atomic_load(&b->used);
     do {
-        if (cur > cap || bytes > cap - cur) {
-            atomic_fetch_add_explicit(&b->refused, 1, memory_order_relaxed);
-            last_refusal = bytes;
-            return -1;
-        }
+        if (cur > cap || bytes > cap - cur) return -1;
     } while (!atomic_compare_exchange_weak(&b->used, &cur, cur + bytes));
     note_peak(b, cur + bytes);
+    return 0;
+}
+
+/* take_within, and for kinds other than the cache a second try after the cache was let
+ * go; a final refusal is counted. */
+static int take(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes, uint64_t admitted_as)
+{
+    if (take_within(b, bytes, admitted_as) == 0) return 0;
+    if (k != GEMMD_MEM_CACHE && b->reclaim && atomic_load(&b->by_kind[GEMMD_MEM_CACHE]) > 0) {
+        b->reclaim(b->reclaim_ctx);
+        if (take_within(b, bytes, admitted_as) == 0) return 0;
+    }
+    if (k != GEMMD_MEM_CACHE) { /* the cache is simply not kept: nobody was refused */
+        atomic_fetch_add_explicit(&b->refused, 1, memory_order_relaxed);
+        last_refusal = bytes;
+    }
+    return -1;
+}
+
+void gemmd_budget_set_reclaim(gemmd_budget *b, uint64_t (*fn)(void *ctx), void *ctx)
+{
+    if (!b) return;
+    b->reclaim = fn;
+    b->reclaim_ctx = ctx;
+}
+
+int gemmd_budget_keep_charge(void *budget, int64_t delta)
+{
+    gemmd_budget *b = budget;
+    if (delta >= 0) return gemmd_budget_charge(b, GEMMD_MEM_CACHE, (uint64_t)delta);
+    gemmd_budget_release(b, GEMMD_MEM_CACHE, (uint64_t)(-(delta + 1)) + 1);
     return 0;
 }
 
@@ -176,7 +207,7 @@ static void note_drain(gemmd_budget *b, uint64_t bytes)
 int gemmd_budget_charge(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes)
 {
     if (!b || bytes == 0) return 0;
-    if (take(b, bytes) != 0) return -1;
+    if (take(b, k, bytes, bytes) != 0) return -1;
     atomic_fetch_add_explicit(&b->by_kind[k], bytes, memory_order_relaxed);
     return 0;
 }
@@ -199,16 +230,7 @@ int gemmd_budget_adjust(gemmd_budget *b, gemmd_mem_kind k, uint64_t old_bytes, u
     /* A growth is admitted by the size it grows to: a big body cannot creep into the
      * reserve a few MiB at a time. */
     uint64_t delta = new_bytes - old_bytes;
-    uint64_t cap = cap_for(b, new_bytes);
-    uint64_t cur = atomic_load(&b->used);
-    do {
-        if (cur > cap || delta > cap - cur) {
-            atomic_fetch_add_explicit(&b->refused, 1, memory_order_relaxed);
-            last_refusal = delta;
-            return -1;
-        }
-    } while (!atomic_compare_exchange_weak(&b->used, &cur, cur + delta));
-    note_peak(b, cur + delta);
+    if (take(b, k, delta, new_bytes) != 0) return -1;
     atomic_fetch_add_explicit(&b->by_kind[k], delta, memory_order_relaxed);
     return 0;
 }
@@ -223,7 +245,10 @@ void gemmd_budget_move(gemmd_budget *b, gemmd_mem_kind from, gemmd_mem_kind to, 
 int gemmd_budget_fits(gemmd_budget *b, uint64_t bytes)
 {
     if (!b) return 0;
+    /* What the cache holds would be let go for it (gemmd_budget_set_reclaim). */
     uint64_t cap = cap_for(b, bytes), cur = atomic_load(&b->used);
+    uint64_t kept = b->reclaim ? atomic_load(&b->by_kind[GEMMD_MEM_CACHE]) : 0;
+    cur = cur > kept ? cur - kept : 0;
     return cur <= cap && bytes <= cap - cur ? 0 : -1;
 }
 

@@ -36,10 +36,13 @@ typedef enum {
     GEMMD_MEM_INPUT,    /* A, B and room for C of products decoded, queued or running */
     GEMMD_MEM_RESULT,   /* finished async results kept in the job store */
     GEMMD_MEM_ANSWER,   /* answers being sent (JSON text, C of a synchronous product) */
+    GEMMD_MEM_CACHE,    /* memory the engine keeps for reuse (page-locked blocks): it takes
+                           only room nobody else needs, and gives it up (the reclaim hook)
+                           when a charge of any other kind would not fit */
     GEMMD_MEM_NKINDS
 } gemmd_mem_kind;
 
-const char *gemmd_mem_kind_name(gemmd_mem_kind k); /* "bodies", "inputs", "results", "answers" */
+const char *gemmd_mem_kind_name(gemmd_mem_kind k); /* "bodies", "inputs", "results", "answers", "cache" */
 
 typedef struct gemmd_budget gemmd_budget;
 
@@ -61,6 +64,14 @@ void gemmd_budget_tune_malloc(void);
 /* Gives free heap memory back to the system (after a burst of small blocks, e.g. a JSON
  * tree, was freed). */
 void gemmd_budget_trim(void);
+
+/* Called when a charge of a kind other than GEMMD_MEM_CACHE would not fit while the cache
+ * holds bytes: fn lets the cache go (releasing its GEMMD_MEM_CACHE charge) and the charge
+ * is tried once more. fn may be NULL. Set it before charges run. */
+void gemmd_budget_set_reclaim(gemmd_budget *b, uint64_t (*fn)(void *ctx), void *ctx);
+/* The engine's keep-charge hook (gemm_engine_set_keep_charge) on this budget: ctx is the
+ * budget; +bytes charged as GEMMD_MEM_CACHE (refused like any charge), -bytes released. */
+int gemmd_budget_keep_charge(void *budget, int64_t delta);
 
 /* Charges bytes of kind k: 0, or -1 when they do not fit (nothing is charged). */
 int gemmd_budget_charge(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes);

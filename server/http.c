@@ -434,6 +434,8 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
 
 /* ---- start ------------------------------------------------------------------------ */
 
+static uint64_t reclaim_kept(void *engine) { return gemm_engine_trim_kept(engine); }
+
 /* The memory budget, the charging allocators and the connection limits and deadlines. */
 static int start_limits(gemmd_server *s, gemm_err *err)
 {
@@ -446,6 +448,11 @@ static int start_limits(gemmd_server *s, gemm_err *err)
     unsigned fallback = (unsigned)(cfg->header_timeout_s + cfg->send_timeout_s);
     s->budget = gemmd_budget_new(limit, fallback ? fallback : 10);
     if (!s->budget) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate the memory budget");
+    /* Memory the engine keeps for reuse (the CUDA engine's page-locked blocks) is resident
+     * too: it is charged as "cache", takes only room no request needs, and is let go when
+     * a request's charge would not fit otherwise. */
+    gemmd_budget_set_reclaim(s->budget, reclaim_kept, s->engine);
+    gemm_engine_set_keep_charge(s->engine, gemmd_budget_keep_charge, s->budget);
     const gemm_allocator *base = gemm_engine_allocator(s->engine);
     s->alloc_ctx = (gemmd_budget_alloc_ctx){s->budget, *base, GEMMD_MEM_INPUT, 0};
     s->alloc = gemmd_budget_allocator(&s->alloc_ctx);
@@ -656,6 +663,7 @@ fail:
     gemmd_matrices_free(s->matrices);
     gemmd_conns_free(s->conns);
     gemmd_offload_free(s->offload);
+    if (s->budget) gemm_engine_set_keep_charge(s->engine, NULL, NULL); /* off the budget first */
     gemmd_budget_free(s->budget);
     gemmd_auth_free(s->auth);
     pthread_mutex_destroy(&s->mu);
@@ -753,6 +761,7 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     gemmd_matrices_free(s->matrices); /* no request holds one any more */
     gemmd_conns_free(s->conns);
     gemmd_offload_free(s->offload);
+    if (s->budget) gemm_engine_set_keep_charge(s->engine, NULL, NULL); /* off the budget first */
     gemmd_budget_free(s->budget);
     gemmd_auth_free(s->auth);
     pthread_mutex_destroy(&s->mu);

@@ -158,8 +158,9 @@ int main(int argc, char **argv)
     gemm_err err;
     gemm_err_clear(&err);
     gemm_engine_set_log(engine_log, NULL);
-    /* Page-locked blocks the CUDA engine keeps after their request freed them are outside
-     * the memory budget: at most a quarter of it (the engine caps it at its own 1 GiB). */
+    /* Page-locked blocks the CUDA engine keeps after their request freed them: at most a
+     * quarter of the memory budget (the engine caps it at its own 1 GiB), and charged to
+     * it as "cache" while kept (http.c), so they only take room no request needs. */
     uint64_t quarter = gemmd_budget_limit(cfg.max_inflight_bytes) / 4;
     cfg.engine.host_cache_bytes = quarter > 0 ? quarter : 1;
     gemm_engine *engine = gemm_engine_open(&cfg.engine, &err);

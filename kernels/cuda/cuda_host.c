@@ -58,9 +58,19 @@ struct gemm_cuda_host {
     void (*notify)(void *);
     void *notify_arg;
     int warned;
+    /* Charges the bytes of cached blocks (gemm_cuda_host_set_charge); NULL: not charged. */
+    int (*charge)(void *, int64_t);
+    void *charge_ctx;
 };
 
 static block_hdr *hdr_of(void *p) { return (block_hdr *)((char *)p - HDR); }
+
+/* Caller holds mu: the cache gave up bytes of its blocks (reused, pushed out, dropped). */
+static void uncharge_locked(gemm_cuda_host *h, size_t bytes)
+{
+    if (h->charge && bytes)
+        h->charge(h->charge_ctx, -(int64_t)bytes);
+}
 
 /* Caller holds mu. */
 static int registered_locked(const gemm_cuda_host *h, const block_hdr *b)
@@ -122,6 +132,7 @@ void gemm_cuda_host_close(gemm_cuda_host *h)
     pthread_mutex_lock(&h->mu);
     for (int i = 0; i < h->ncached; i++)
         queue_locked(h, hdr_of(h->cache[i].p));
+    uncharge_locked(h, h->cached_bytes);
     h->ncached = 0;
     h->cached_bytes = 0;
     block_hdr *list = h->queue;
@@ -155,6 +166,7 @@ void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
         block_hdr *b = hdr_of(h->cache[i].p);
         if (b->slot == slot) {
             h->cached_bytes -= b->cap;
+            uncharge_locked(h, b->cap);
             b->qnext = drop;
             drop = b;
         } else {
@@ -208,6 +220,7 @@ static void *host_alloc(void *ctx, size_t bytes)
         memmove(&h->cache[best], &h->cache[best + 1], (size_t)(h->ncached - best - 1) * sizeof h->cache[0]);
         h->ncached--;
         h->cached_bytes -= hdr_of(p)->cap;
+        uncharge_locked(h, hdr_of(p)->cap);
         h->in_use += hdr_of(p)->cap;
         pthread_mutex_unlock(&h->mu);
         return p;
@@ -253,13 +266,20 @@ static void host_free(void *ctx, void *p)
             memmove(&h->cache[0], &h->cache[1], (size_t)(h->ncached - 1) * sizeof h->cache[0]);
             h->ncached--;
             h->cached_bytes -= old->cap;
+            uncharge_locked(h, old->cap);
             queue_locked(h, old);
             queued++;
         }
-        h->cache[h->ncached].p = p;
-        h->cache[h->ncached].cap = b->cap;
-        h->ncached++;
-        h->cached_bytes += b->cap;
+        if (h->charge && h->charge(h->charge_ctx, (int64_t)b->cap) != 0) {
+            /* No room in the memory budget: requests come first, the block is let go. */
+            queue_locked(h, b);
+            queued++;
+        } else {
+            h->cache[h->ncached].p = p;
+            h->cache[h->ncached].cap = b->cap;
+            h->ncached++;
+            h->cached_bytes += b->cap;
+        }
     } else {
         queue_locked(h, b);
         queued++;
@@ -361,6 +381,50 @@ int gemm_cuda_host_drain(gemm_cuda_host *h, int slot)
         pthread_mutex_unlock(&h->mu);
     }
     return released;
+}
+
+/* Caller holds mu: every cached block to the unregistration queue; returns the bytes. */
+static size_t trim_locked(gemm_cuda_host *h)
+{
+    size_t bytes = h->cached_bytes;
+    for (int i = 0; i < h->ncached; i++)
+        queue_locked(h, hdr_of(h->cache[i].p));
+    uncharge_locked(h, bytes);
+    h->ncached = 0;
+    h->cached_bytes = 0;
+    return bytes;
+}
+
+size_t gemm_cuda_host_trim(gemm_cuda_host *h)
+{
+    pthread_mutex_lock(&h->mu);
+    size_t bytes = trim_locked(h);
+    void (*notify)(void *) = h->notify;
+    void *arg = h->notify_arg;
+    pthread_mutex_unlock(&h->mu);
+    if (bytes && notify)
+        notify(arg);
+    return bytes;
+}
+
+void gemm_cuda_host_set_charge(gemm_cuda_host *h, int (*fn)(void *ctx, int64_t delta), void *ctx)
+{
+    pthread_mutex_lock(&h->mu);
+    uncharge_locked(h, h->cached_bytes); /* off the old account */
+    h->charge = fn;
+    h->charge_ctx = ctx;
+    size_t trimmed = 0;
+    if (fn && h->cached_bytes && fn(ctx, (int64_t)h->cached_bytes) != 0) {
+        /* What was cached before does not fit: let it go (it was never charged). */
+        h->charge = NULL;
+        trimmed = trim_locked(h);
+        h->charge = fn;
+    }
+    void (*notify)(void *) = h->notify;
+    void *arg = h->notify_arg;
+    pthread_mutex_unlock(&h->mu);
+    if (trimmed && notify)
+        notify(arg);
 }
 
 gemm_allocator gemm_cuda_host_allocator(gemm_cuda_host *h)

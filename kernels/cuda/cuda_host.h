@@ -21,6 +21,7 @@
 #define GEMM_CUDA_HOST_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "gemm_types.h"
 
@@ -38,6 +39,17 @@ gemm_allocator gemm_cuda_host_allocator(gemm_cuda_host *h);
 /* Called when a freed block was queued for unregistration (from the freeing thread, without
  * the allocator's lock held): the owner wakes whatever drains the queue. */
 void gemm_cuda_host_set_notify(gemm_cuda_host *h, void (*fn)(void *), void *arg);
+
+/* The cache's blocks are resident memory nobody asked for: fn(ctx, +bytes) is asked before
+ * a freed block is kept (nonzero: it is not, it goes to be unregistered and freed), and
+ * fn(ctx, -bytes) told when kept bytes leave the cache (reused, pushed out, dropped,
+ * trimmed). Called with the allocator's lock held: fn must not call back into it. What
+ * is cached when the hook is set is charged to it (let go if that does not fit); NULL
+ * stops charging. */
+void gemm_cuda_host_set_charge(gemm_cuda_host *h, int (*fn)(void *ctx, int64_t delta), void *ctx);
+/* Lets every cached block go (to be unregistered by the housekeeping side); returns the
+ * bytes. No CUDA call. */
+size_t gemm_cuda_host_trim(gemm_cuda_host *h);
 
 /* Worker side. Locks the block holding p (from this allocator) for copies, registering it
  * in the context of device slot `slot` unless it already is (in any slot, registrations

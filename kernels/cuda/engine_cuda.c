@@ -807,6 +807,18 @@ static void cuda_close(void *self)
     free(cb);
 }
 
+static void cuda_set_keep_charge(void *self, gemm_keep_charge_fn fn, void *ctx)
+{
+    cuda_backend *cb = self;
+    gemm_cuda_host_set_charge(cb->host, fn, ctx);
+}
+
+static uint64_t cuda_trim_kept(void *self)
+{
+    cuda_backend *cb = self;
+    return gemm_cuda_host_trim(cb->host);
+}
+
 const gemm_backend gemm_backend_cuda = {
     .name = "cuda",
     .open = cuda_open,
@@ -824,4 +836,6 @@ const gemm_backend gemm_backend_cuda = {
     .resident_free = gemm_cuda_resident_release,
     .worker_slot = cuda_worker_slot,
     .slot_usable = cuda_slot_usable,
+    .set_keep_charge = cuda_set_keep_charge,
+    .trim_kept = cuda_trim_kept,
 };

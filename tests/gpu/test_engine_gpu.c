@@ -255,6 +255,51 @@ static void test_host_cache(void)
     gemm_cuda_host_close(h);
 }
 
+/* The keep-charge hook: kept blocks are charged while cached, refused ones are let go,
+ * reuse and trim give the charge back. */
+typedef struct {
+    int64_t charged, limit;
+} charge_acct;
+
+static int acct_charge(void *ctx, int64_t delta)
+{
+    charge_acct *a = ctx;
+    if (delta > 0 && a->charged + delta > a->limit) return -1;
+    a->charged += delta;
+    return 0;
+}
+
+static void test_host_cache_charge(void)
+{
+    const int ord0 = 0;
+    gemm_cuda_host *h = gemm_cuda_host_open(&ord0, 1, (size_t)64 << 20);
+    if (!h || cudaSetDevice(0) != cudaSuccess) { tap(0, "gemm_cuda_host_open"); return; }
+    gemm_allocator a = gemm_cuda_host_allocator(h);
+    charge_acct acct = {0, (int64_t)3 << 20};
+    gemm_cuda_host_set_charge(h, acct_charge, &acct);
+    void *p1 = a.alloc(a.ctx, 2 << 20), *p2 = a.alloc(a.ctx, 2 << 20);
+    gemm_cuda_host_pin(h, p1, 0);
+    gemm_cuda_host_pin(h, p2, 0);
+    a.free(a.ctx, p1);
+    a.free(a.ctx, p2);
+    size_t cached = 0, queued = 0;
+    gemm_cuda_host_counts(h, &cached, NULL, &queued);
+    tap(cached == 1 && queued == 1 && acct.charged > (2 << 20) && acct.charged <= (3 << 20),
+        "host cache charge: one 2 MiB block kept and charged (%lld bytes), the one over the account let go",
+        (long long)acct.charged);
+    void *p3 = a.alloc(a.ctx, 2 << 20);
+    tap(p3 == p1 && acct.charged == 0, "host cache charge: a reused block is no longer charged");
+    gemm_cuda_host_pin(h, p3, 0);
+    a.free(a.ctx, p3);
+    size_t trimmed = gemm_cuda_host_trim(h);
+    gemm_cuda_host_counts(h, &cached, NULL, &queued);
+    tap(trimmed > (2 << 20) && cached == 0 && queued == 2 && acct.charged == 0,
+        "host cache charge: trim lets %zu bytes go, uncharged, queued to unregister", trimmed);
+    gemm_cuda_host_drain(h, 0);
+    gemm_cuda_host_set_charge(h, NULL, NULL);
+    gemm_cuda_host_close(h);
+}
+
 static void test_each_kernel(void)
 {
     gemm_engine *e = open_cuda(2, 0, "", 64);
@@ -921,6 +966,7 @@ int main(int argc, char **argv)
     }
     test_describe();
     test_host_cache();
+    test_host_cache_charge();
     test_each_kernel();
     test_concurrent();
     test_faults();

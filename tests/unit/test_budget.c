@@ -2,7 +2,8 @@
  * test_budget.c - the memory budget: charges and refusals, the reserve kept for small
  * charges, growth of a charge, moves between holders, Retry-After from what drained, the
  * charging allocator (buffers remember their charge, lazy buffers settle with a credit,
- * retagging), the buffer table under many buffers, and threads charging at once.
+ * retagging), the buffer table under many buffers, threads charging at once, and the
+ * engine's kept memory charged as "cache" and let go when a request needs its room.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,73 @@
 #include "budget.h"
 
 #define MIB (1024ull * 1024ull)
+
+/* A stand-in for the engine's cache of kept blocks: what it holds is charged as "cache"
+ * through the keep-charge hook; reclaim lets it all go. */
+typedef struct {
+    gemmd_budget *b;
+    uint64_t held;
+    int reclaims;
+} fake_cache;
+
+static int fake_keep(fake_cache *c, uint64_t bytes)
+{
+    if (gemmd_budget_keep_charge(c->b, (int64_t)bytes) != 0) return -1;
+    c->held += bytes;
+    return 0;
+}
+
+static uint64_t fake_reclaim(void *ctx)
+{
+    fake_cache *c = ctx;
+    uint64_t n = c->held;
+    c->reclaims++;
+    gemmd_budget_keep_charge(c->b, -(int64_t)n);
+    c->held = 0;
+    return n;
+}
+
+static void test_cache_gives_way(void **state)
+{
+    (void)state;
+    gemmd_budget *b = gemmd_budget_new(64 * MIB, 7);
+    assert_non_null(b);
+    fake_cache c = {b, 0, 0};
+    gemmd_budget_set_reclaim(b, fake_reclaim, &c);
+    /* the cache takes free room, and is refused what would not fit */
+    assert_int_equal(fake_keep(&c, 40 * MIB), 0);
+    assert_int_not_equal(fake_keep(&c, 40 * MIB), 0);
+    gemmd_budget_stats st;
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.by_kind[GEMMD_MEM_CACHE], 40 * MIB);
+    assert_string_equal(gemmd_mem_kind_name(GEMMD_MEM_CACHE), "cache");
+    /* a request's charge that fits beside it does not touch it */
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_INPUT, 4 * MIB), 0);
+    assert_int_equal(c.reclaims, 0);
+    /* one that does not fit beside it fits once it is let go: "fits" says so ahead */
+    assert_int_equal(gemmd_budget_fits(b, 30 * MIB), 0);
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_BODY, 30 * MIB), 0);
+    assert_int_equal(c.reclaims, 1);
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.by_kind[GEMMD_MEM_CACHE], 0);
+    assert_int_equal(st.used, 34 * MIB);
+    assert_int_equal(st.refused, 0);
+    /* growth goes the same way */
+    assert_int_equal(fake_keep(&c, 16 * MIB), 0);
+    assert_int_equal(gemmd_budget_adjust(b, GEMMD_MEM_BODY, 30 * MIB, 40 * MIB), 0);
+    assert_int_equal(c.reclaims, 2);
+    /* and what does not fit even without the cache is refused, counted once */
+    assert_int_equal(fake_keep(&c, 8 * MIB), 0);
+    assert_int_not_equal(gemmd_budget_charge(b, GEMMD_MEM_BODY, 40 * MIB), 0);
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.refused, 1);
+    assert_int_equal(c.reclaims, 3);
+    gemmd_budget_release(b, GEMMD_MEM_BODY, 40 * MIB);
+    gemmd_budget_release(b, GEMMD_MEM_INPUT, 4 * MIB);
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, 0);
+    gemmd_budget_free(b);
+}
 
 static void test_charge_release(void **state)
 {
@@ -288,7 +356,7 @@ int main(void)
         cmocka_unit_test(test_adjust),         cmocka_unit_test(test_retry_after),
         cmocka_unit_test(test_allocator),      cmocka_unit_test(test_lazy_settle),
         cmocka_unit_test(test_many_buffers),   cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_default_limit),
+        cmocka_unit_test(test_default_limit),  cmocka_unit_test(test_cache_gives_way),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
