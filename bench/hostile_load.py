@@ -174,8 +174,7 @@ def table(rows, base, mon, alive, cfg, label, cmd, metrics=None):
                                                     "yes" if alive else "**no**"))
     parts = mon.parts_at_max
     if parts:
-        out.append("At the largest RSS: anonymous %.0f MB, file-backed %.0f MB, shared %.0f MB (the CUDA "
-                   "backend's page-locked blocks are shared mappings of the driver)." % (
+        out.append("At the largest RSS: anonymous %.0f MB, file-backed %.0f MB, shared %.0f MB." % (
                        parts.get("RssAnon", 0) / 1024, parts.get("RssFile", 0) / 1024,
                        parts.get("RssShmem", 0) / 1024))
     peak = metric(metrics, "gemmd_memory_inflight_peak_bytes")

@@ -5,7 +5,7 @@
  *   A is m x k (leading dimension k), B is k x n (ld n), C is m x n (ld n),
  * for any m, n, k >= 1 (edge tiles by bounds checks or padding), and enqueues its work on
  * l->stream without synchronizing. int32 wraps in two's complement (unsigned arithmetic).
- * float16 / bfloat16 operands run on cublas only (C float32 or half, see out_half).
+ * float16 / bfloat16 operands run on cublas and wgmma (C float32 or half, see out_half).
  *
  * Each member lives in its own file, kernels/cuda/kNN_<name>.cu, numbered in the order
  * of the lesson, and exports one `const gemm_kernel_desc gemm_kernel_<name>`. The table
