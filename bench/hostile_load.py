@@ -169,9 +169,10 @@ def table(rows, base, mon, alive, cfg, label, cmd, metrics=None):
     out.append("### %s\n" % label)
     out.append("Command: `%s`  " % cmd)
     out.append("Daemon config: `%s`  " % ", ".join("%s=%s" % kv for kv in sorted(cfg.items())))
-    out.append("Start RSS %.0f MB; peak RSS (VmHWM) over the run **%.0f MB**; at most %d fds open; "
-               "daemon alive at the end: %s.\n" % (base.get("VmRSS", 0) / 1024, mon.hwm_kb / 1024, mon.max_fds,
-                                                    "yes" if alive else "**no**"))
+    out.append("Start RSS %.0f MB (anonymous %.0f, file-backed %.0f); peak RSS (VmHWM) over the run **%.0f MB**; "
+               "at most %d fds open; daemon alive at the end: %s.\n" % (
+                   base.get("VmRSS", 0) / 1024, base.get("RssAnon", 0) / 1024, base.get("RssFile", 0) / 1024,
+                   mon.hwm_kb / 1024, mon.max_fds, "yes" if alive else "**no**"))
     parts = mon.parts_at_max
     if parts:
         out.append("At the largest RSS: anonymous %.0f MB, file-backed %.0f MB, shared %.0f MB." % (
