@@ -36,6 +36,26 @@
 /* Threads that encode big JSON answers (the HTTP threads stay free for the rest). */
 #define GEMMD_OFFLOAD_THREADS 2
 
+/* The server: its services (request.h: what routes work with) and the HTTP layer's own
+ * state, which no other file sees. */
+struct gemmd_server {
+    gemmd_services svc;
+    struct MHD_Daemon *daemon;
+    char url[128];
+    _Atomic int stopping;
+    _Atomic int inflight;      /* requests between first call and NOTIFY_COMPLETED */
+    /* mu guards the pending list, every request's refs and its suspend/resume handshake
+     * (suspended, job_done, abandoned). It is never held while calling the engine or
+     * another lock's owner: lock order is mu alone (the job store and the engine have
+     * their own locks, never taken under it), so it is a plain, non-recursive mutex.
+     * (gemmd_sync_done may start an offload under it: the offload queue's own lock is
+     * taken after mu, never the other way.) */
+    pthread_mutex_t mu;
+    gemmd_request *pending;    /* synchronous products on the engine */
+    gemmd_budget_alloc_ctx alloc_ctx, lazy_ctx;
+    gemmd_conns *conns;        /* connection limits and deadlines */
+};
+
 struct gemmd_server_ext {
     gemmd_server s;
     char *tls_cert, *tls_key;
@@ -207,9 +227,9 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
     if (r > 0)
         return gemmd_respond_errorf(req, 405, "method_not_allowed", "%.60s does not take %s (allowed: %s)", url,
                                     method, req->allow);
-    if (srv->auth && req->route != GEMMD_ROUTE_HEALTHZ && req->route != GEMMD_ROUTE_READYZ &&
+    if (srv->svc.auth && req->route != GEMMD_ROUTE_HEALTHZ && req->route != GEMMD_ROUTE_READYZ &&
         req->route != GEMMD_ROUTE_V2_HEALTH) {
-        int who = gemmd_auth_identify(srv->auth, gemmd_request_header(req, MHD_HTTP_HEADER_AUTHORIZATION));
+        int who = gemmd_auth_identify(srv->svc.auth, gemmd_request_header(req, MHD_HTTP_HEADER_AUTHORIZATION));
         if (who < 0) {
             LOG_DEBUG("request refused: no known bearer token");
             return gemmd_respond_errorf(req, 401, "unauthorized",
@@ -325,7 +345,7 @@ static enum MHD_Result body_complete(gemmd_request *req)
 static enum MHD_Result refuse_connection(gemmd_request *req, const char *code, const char *msg)
 {
     req->route = GEMMD_ROUTE_OTHER;
-    if (!req->srv->cfg.tls_cert[0]) return MHD_NO;
+    if (!req->srv->svc.cfg.tls_cert[0]) return MHD_NO;
     req->close_conn = 1;
     return gemmd_respond_errorf(req, 503, code, "%s", msg);
 }
@@ -432,6 +452,209 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
     LOG_INFO("http: %s", line);
 }
 
+/* ---- what routes may ask of the HTTP layer (request.h) ----------------------------- */
+
+gemmd_services *gemmd_server_services(gemmd_server *srv) { return &srv->svc; }
+
+int gemmd_server_stopping(const gemmd_server *srv) { return atomic_load(&srv->stopping); }
+
+int gemmd_server_inflight(const gemmd_server *srv) { return atomic_load(&srv->inflight); }
+
+void gemmd_server_conns_stats(const gemmd_server *srv, gemmd_conns_stats *out)
+{
+    gemmd_conns_get_stats(srv->conns, out);
+}
+
+/* Caller holds mu. */
+static void pending_unlink(gemmd_server *srv, gemmd_request *req)
+{
+    if (req->pend_prev)
+        req->pend_prev->pend_next = req->pend_next;
+    else if (srv->pending == req)
+        srv->pending = req->pend_next;
+    if (req->pend_next) req->pend_next->pend_prev = req->pend_prev;
+    req->pend_next = req->pend_prev = NULL;
+}
+
+/* Drops one reference (mu held); 1 when the caller must free req after unlocking. */
+static int req_unref_locked(gemmd_request *req) { return --req->refs == 0; }
+
+void gemmd_request_release(gemmd_request *req)
+{
+    gemmd_server *srv = req->srv;
+    pthread_mutex_lock(&srv->mu);
+    int last = req_unref_locked(req);
+    pthread_mutex_unlock(&srv->mu);
+    if (last) gemmd_request_free(req);
+}
+
+int gemmd_sync_begin(gemmd_request *req)
+{
+    gemmd_server *srv = req->srv;
+    /* Listed before it is submitted, under the same lock that shutdown sets stopping
+     * with: a product shutdown does not refuse is one it will find in the list. */
+    pthread_mutex_lock(&srv->mu);
+    if (atomic_load(&srv->stopping)) {
+        pthread_mutex_unlock(&srv->mu);
+        return -1;
+    }
+    req->pend_prev = NULL;
+    req->pend_next = srv->pending;
+    if (srv->pending) srv->pending->pend_prev = req;
+    srv->pending = req;
+    req->refs++; /* the engine's, dropped by done() */
+    req->phase = REQ_WAIT;
+    pthread_mutex_unlock(&srv->mu);
+    return 0;
+}
+
+void gemmd_sync_refused(gemmd_request *req)
+{
+    gemmd_server *srv = req->srv;
+    pthread_mutex_lock(&srv->mu);
+    pending_unlink(srv, req);
+    req->refs--; /* never the last: the connection's is held */
+    req->phase = REQ_BODY;
+    pthread_mutex_unlock(&srv->mu);
+}
+
+int gemmd_sync_wait(gemmd_request *req)
+{
+    gemmd_server *srv = req->srv;
+    /* Shutdown began while it was being submitted: cancel it now (done() may run here).
+     * req cannot go away meanwhile: this connection holds it and is ours until we return. */
+    if (atomic_load(&srv->stopping)) gemm_engine_cancel(srv->svc.engine, &req->job);
+    pthread_mutex_lock(&srv->mu);
+    int r = req->job_done ? GEMMD_SYNC_DONE : req->abandoned ? GEMMD_SYNC_ABANDONED : GEMMD_SYNC_SUSPENDED;
+    if (r == GEMMD_SYNC_SUSPENDED) {
+        req->suspended = 1;
+        MHD_suspend_connection(req->conn);
+    }
+    pthread_mutex_unlock(&srv->mu);
+    return r;
+}
+
+int gemmd_sync_status(gemmd_request *req)
+{
+    gemmd_server *srv = req->srv;
+    pthread_mutex_lock(&srv->mu);
+    int r = req->job_done ? GEMMD_SYNC_DONE : req->abandoned ? GEMMD_SYNC_ABANDONED : GEMMD_SYNC_SUSPENDED;
+    pthread_mutex_unlock(&srv->mu);
+    return r;
+}
+
+void gemmd_sync_done(gemmd_request *req, int (*offload)(gemmd_request *req))
+{
+    gemmd_server *srv = req->srv;
+    struct MHD_Connection *conn = req->conn;
+    pthread_mutex_lock(&srv->mu);
+    pending_unlink(srv, req);
+    if (offload && !req->abandoned && offload(req) == 0) {
+        /* the offloaded answer resumes the connection and drops the engine's reference */
+        pthread_mutex_unlock(&srv->mu);
+        return;
+    }
+    req->job_done = 1;
+    int resume = req->suspended;
+    req->suspended = 0;
+    int last = req_unref_locked(req); /* the engine's */
+    pthread_mutex_unlock(&srv->mu);
+    /* From here on req may be answered and freed by an HTTP thread (unless last): only
+     * conn is used. A suspended connection stays open until resumed here, and MHD is
+     * never stopped while one is suspended. */
+    LOG_DEBUG("product done%s", last ? " (its connection was closed at shutdown)" : resume ? ": resuming" : "");
+    if (resume) MHD_resume_connection(conn);
+    if (last) gemmd_request_free(req);
+}
+
+void gemmd_sync_resume(gemmd_request *req, int engine_ref)
+{
+    gemmd_server *srv = req->srv;
+    struct MHD_Connection *conn = req->conn;
+    pthread_mutex_lock(&srv->mu);
+    req->job_done = 1;
+    int resume = req->suspended;
+    req->suspended = 0;
+    int last = engine_ref && req_unref_locked(req); /* a product's: done() handed it over */
+    pthread_mutex_unlock(&srv->mu);
+    if (resume) MHD_resume_connection(conn);
+    if (last) gemmd_request_free(req);
+}
+
+int gemmd_sync_suspend_for(gemmd_request *req, int (*start)(gemmd_request *req))
+{
+    gemmd_server *srv = req->srv;
+    pthread_mutex_lock(&srv->mu);
+    if (start(req) != 0) {
+        pthread_mutex_unlock(&srv->mu);
+        return -1;
+    }
+    req->phase = REQ_WAIT;
+    req->suspended = 1;
+    MHD_suspend_connection(req->conn);
+    pthread_mutex_unlock(&srv->mu);
+    return 0;
+}
+
+/* The pending requests (all, or only those still queued), each with a hold taken, chained
+ * on hold_next; gemmd_request_release() drops the holds. */
+static gemmd_request *hold_pending(gemmd_server *srv, int queued_only)
+{
+    gemmd_request *held = NULL;
+    pthread_mutex_lock(&srv->mu);
+    for (gemmd_request *r = srv->pending; r; r = r->pend_next) {
+        if (queued_only && atomic_load(&r->job.state) != GEMM_JOB_QUEUED) continue;
+        r->refs++;
+        r->hold_next = held;
+        held = r;
+    }
+    pthread_mutex_unlock(&srv->mu);
+    return held;
+}
+
+/* Cancels the pending synchronous products (only the queued ones unless running_too);
+ * returns how many. */
+static int cancel_pending(gemmd_server *srv, int running_too)
+{
+    int n = 0;
+    gemmd_request *r = hold_pending(srv, !running_too);
+    while (r) {
+        gemmd_request *next = r->hold_next;
+        /* Queued: done() runs right here (503 shutting_down). Running: asked to stop at
+         * its next stage boundary. No lock is held: done() takes srv->mu. */
+        gemm_engine_cancel(srv->svc.engine, &r->job);
+        gemmd_request_release(r);
+        r = next;
+        n++;
+    }
+    return n;
+}
+
+/* Shutdown gives up on the pending products: each suspended connection is resumed to
+ * answer 503 (the engine keeps its reference until done()); returns how many. */
+static int abandon_pending(gemmd_server *srv)
+{
+    int n = 0;
+    gemmd_request *resume = NULL;
+    pthread_mutex_lock(&srv->mu);
+    for (gemmd_request *r = srv->pending; r; r = r->pend_next) {
+        r->abandoned = 1; /* one being submitted right now answers 503 instead of suspending */
+        if (!r->suspended) continue;
+        r->suspended = 0; /* done() will not resume it: we do */
+        r->hold_next = resume;
+        resume = r;
+        n++;
+    }
+    pthread_mutex_unlock(&srv->mu);
+    /* Each stays suspended (and so alive: its connection holds it) until resumed here. */
+    while (resume) {
+        gemmd_request *next = resume->hold_next;
+        MHD_resume_connection(resume->conn);
+        resume = next;
+    }
+    return n;
+}
+
 /* ---- start ------------------------------------------------------------------------ */
 
 static uint64_t reclaim_kept(void *engine) { return gemm_engine_trim_kept(engine); }
@@ -440,26 +663,27 @@ static uint64_t reclaim_kept(void *engine) { return gemm_engine_trim_kept(engine
 static int start_limits(gemmd_server *s, gemm_err *err)
 {
     struct gemmd_server_ext *x = (struct gemmd_server_ext *)s;
-    const gemmd_config *cfg = &s->cfg;
+    const gemmd_config *cfg = &s->svc.cfg;
     uint64_t limit = gemmd_budget_limit(cfg->max_inflight_bytes);
     gemmd_budget_tune_malloc();
     /* With nothing given back lately, a refused client is told to come back once the
      * deadlines have dropped what a stuck client may hold. */
     unsigned fallback = (unsigned)(cfg->header_timeout_s + cfg->send_timeout_s);
-    s->budget = gemmd_budget_new(limit, fallback ? fallback : 10);
-    if (!s->budget) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate the memory budget");
+    s->svc.budget = gemmd_budget_new(limit, fallback ? fallback : 10);
+    if (!s->svc.budget) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate the memory budget");
     /* Memory the engine keeps for reuse (the CUDA engine's page-locked blocks) is resident
      * too: it is charged as "cache", takes only room no request needs, and is let go when
      * a request's charge would not fit otherwise. */
-    gemmd_budget_set_reclaim(s->budget, reclaim_kept, s->engine);
-    gemm_engine_set_keep_charge(s->engine, gemmd_budget_keep_charge, s->budget);
-    const gemm_allocator *base = gemm_engine_allocator(s->engine);
-    s->alloc_ctx = (gemmd_budget_alloc_ctx){s->budget, *base, GEMMD_MEM_INPUT, 0};
-    s->alloc = gemmd_budget_allocator(&s->alloc_ctx);
+    gemmd_budget_set_reclaim(s->svc.budget, reclaim_kept, s->svc.engine);
+    gemm_engine_set_keep_charge(s->svc.engine, gemmd_budget_keep_charge, s->svc.budget);
+    const gemm_allocator *base = gemm_engine_allocator(s->svc.engine);
+    s->alloc_ctx = (gemmd_budget_alloc_ctx){s->svc.budget, *base, GEMMD_MEM_INPUT, 0};
+    s->svc.alloc = gemmd_budget_allocator(&s->alloc_ctx);
     /* Host memory is committed as the body writes it, on every backend (the CUDA engine
      * page-locks its blocks on the worker, before its copies, not when they are allocated). */
-    gemmd_budget_lazy_allocator(&s->lazy_ctx, s->budget, base, 0);
-    s->lazy_alloc = gemmd_budget_allocator(&s->lazy_ctx);
+    gemmd_budget_lazy_allocator(&s->lazy_ctx, s->svc.budget, base, 0);
+    s->svc.lazy_alloc = gemmd_budget_allocator(&s->lazy_ctx);
+    s->svc.lazy_bodies = s->lazy_ctx.lazy;
 
     x->conns_cfg = (gemmd_conns_config){
         .connection_limit = cfg->connection_limit,
@@ -473,8 +697,8 @@ static int start_limits(gemmd_server *s, gemm_err *err)
     };
     s->conns = gemmd_conns_new(&x->conns_cfg);
     if (!s->conns) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate the connection table");
-    s->offload = gemmd_offload_new(GEMMD_OFFLOAD_THREADS);
-    if (!s->offload) return gemm_err_set(err, 500, "out_of_memory", "cannot start the offload threads");
+    s->svc.offload = gemmd_offload_new(GEMMD_OFFLOAD_THREADS);
+    if (!s->svc.offload) return gemm_err_set(err, 500, "out_of_memory", "cannot start the offload threads");
     LOG_INFO("limits: memory budget %.0f MiB (max_inflight_mb%s), connections %d (%d per address), "
              "header_timeout %d s, request_timeout %d s, min_rate_kb %d, send_timeout %d s",
              (double)limit / (1024.0 * 1024.0), cfg->max_inflight_bytes ? "" : " = 0: half of this host's memory",
@@ -570,9 +794,9 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     }
     gemmd_server *s = &x->s;
     x->quiesced = MHD_INVALID_SOCKET;
-    s->cfg = *cfg;
-    s->engine = engine;
-    gemm_engine_describe(engine, &s->info);
+    s->svc.cfg = *cfg;
+    s->svc.engine = engine;
+    gemm_engine_describe(engine, &s->svc.info);
     pthread_mutex_init(&s->mu, NULL); /* lock order: request.h */
 
     struct sockaddr_storage ss;
@@ -584,8 +808,8 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     }
     if (cfg->tokens_file[0]) {
         char msg[300];
-        s->auth = gemmd_auth_load(cfg->tokens_file, msg, sizeof msg);
-        if (!s->auth) {
+        s->svc.auth = gemmd_auth_load(cfg->tokens_file, msg, sizeof msg);
+        if (!s->svc.auth) {
             gemm_err_set(err, 400, "bad_config", "%s", msg);
             goto fail;
         }
@@ -594,13 +818,13 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
                  "server; set tokens_file (one bearer token a line) or bind 127.0.0.1 !!!", cfg->listen);
     }
     if (start_limits(s, err) != 0) goto fail;
-    s->jobs = gemmd_jobs_new(engine, cfg->job_ttl_s, cfg->job_mem_bytes, cfg->max_jobs);
-    s->matrices = gemmd_matrices_new(engine, cfg->resident_bytes, cfg->max_matrices);
-    if (!s->jobs || !s->matrices) {
+    s->svc.jobs = gemmd_jobs_new(engine, cfg->job_ttl_s, cfg->job_mem_bytes, cfg->max_jobs);
+    s->svc.matrices = gemmd_matrices_new(engine, cfg->resident_bytes, cfg->max_matrices);
+    if (!s->svc.jobs || !s->svc.matrices) {
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate the job store");
         goto fail;
     }
-    gemmd_jobs_set_memory(s->jobs, &s->alloc, s->budget);
+    gemmd_jobs_set_memory(s->svc.jobs, &s->svc.alloc, s->svc.budget);
 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -659,13 +883,13 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
 
 fail:
     if (listen_fd >= 0) close(listen_fd);
-    gemmd_jobs_free(s->jobs);
-    gemmd_matrices_free(s->matrices);
+    gemmd_jobs_free(s->svc.jobs);
+    gemmd_matrices_free(s->svc.matrices);
     gemmd_conns_free(s->conns);
-    gemmd_offload_free(s->offload);
-    if (s->budget) gemm_engine_set_keep_charge(s->engine, NULL, NULL); /* off the budget first */
-    gemmd_budget_free(s->budget);
-    gemmd_auth_free(s->auth);
+    gemmd_offload_free(s->svc.offload);
+    if (s->svc.budget) gemm_engine_set_keep_charge(s->svc.engine, NULL, NULL); /* off the budget first */
+    gemmd_budget_free(s->svc.budget);
+    gemmd_auth_free(s->svc.auth);
     pthread_mutex_destroy(&s->mu);
     free(x->tls_cert);
     free(x->tls_key);
@@ -723,21 +947,21 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     pthread_mutex_lock(&s->mu);
     atomic_store(&s->stopping, 1); /* no new products, from keep-alive connections either */
     pthread_mutex_unlock(&s->mu);
-    gemmd_routes_cancel_pending(s, 0); /* queued products answer 503 shutting_down */
-    gemmd_jobs_shutdown(s->jobs);      /* async jobs: queued cancelled, running asked to stop */
+    cancel_pending(s, 0); /* queued products answer 503 shutting_down */
+    gemmd_jobs_shutdown(s->svc.jobs);      /* async jobs: queued cancelled, running asked to stop */
 
-    double limit_ms = s->cfg.shutdown_timeout_s * 1000.0;
-    if (!wait_engine_idle(s->engine, limit_ms)) {
-        int n = gemmd_routes_cancel_pending(s, 1);
+    double limit_ms = s->svc.cfg.shutdown_timeout_s * 1000.0;
+    if (!wait_engine_idle(s->svc.engine, limit_ms)) {
+        int n = cancel_pending(s, 1);
         LOG_WARN("shutdown: %d products still running after shutdown_timeout (%d s): asked them to stop", n,
-                 s->cfg.shutdown_timeout_s);
+                 s->svc.cfg.shutdown_timeout_s);
         /* A product that stops at a stage boundary answers itself; give it a moment, but
          * no more than the timeout itself (0: everything is answered at once). */
-        wait_engine_idle(s->engine, limit_ms < 2000.0 ? limit_ms : 2000.0);
+        wait_engine_idle(s->svc.engine, limit_ms < 2000.0 ? limit_ms : 2000.0);
     }
     /* Whatever is still waiting is answered now, whatever the time: even a product listed
      * just before stopping was set and not yet on the engine when it looked idle. */
-    int n = gemmd_routes_abandon_pending(s);
+    int n = abandon_pending(s);
     if (n) LOG_WARN("shutdown: answered %d waiting clients with 503; their products are left to end", n);
     /* Give the answers in flight a moment to go out. */
     double t0 = gemm_now_ms();
@@ -745,10 +969,10 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     if (atomic_load(&s->inflight) > 0)
         LOG_WARN("shutdown: closing %d requests that did not finish in time", atomic_load(&s->inflight));
 
-    gemmd_offload_drain(s->offload); /* answers being encoded are finished and resumed */
+    gemmd_offload_drain(s->svc.offload); /* answers being encoded are finished and resumed */
     gemmd_conns_stop(s->conns); /* no deadline may fire while MHD closes what is left */
     MHD_stop_daemon(s->daemon); /* nothing is suspended any more */
-    wait_engine_idle(s->engine, -1.0);
+    wait_engine_idle(s->svc.engine, -1.0);
     int kept = -1;
     if (x->quiesced != MHD_INVALID_SOCKET) {
         int fl = keep_socket ? fcntl(x->quiesced, F_GETFD) : -1;
@@ -757,13 +981,13 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
         else
             close(x->quiesced);
     }
-    gemmd_jobs_free(s->jobs);
-    gemmd_matrices_free(s->matrices); /* no request holds one any more */
+    gemmd_jobs_free(s->svc.jobs);
+    gemmd_matrices_free(s->svc.matrices); /* no request holds one any more */
     gemmd_conns_free(s->conns);
-    gemmd_offload_free(s->offload);
-    if (s->budget) gemm_engine_set_keep_charge(s->engine, NULL, NULL); /* off the budget first */
-    gemmd_budget_free(s->budget);
-    gemmd_auth_free(s->auth);
+    gemmd_offload_free(s->svc.offload);
+    if (s->svc.budget) gemm_engine_set_keep_charge(s->svc.engine, NULL, NULL); /* off the budget first */
+    gemmd_budget_free(s->svc.budget);
+    gemmd_auth_free(s->svc.auth);
     pthread_mutex_destroy(&s->mu);
     free(x->tls_cert);
     free(x->tls_key);

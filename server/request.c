@@ -20,6 +20,7 @@ gemmd_request *gemmd_request_new(gemmd_server *srv, struct MHD_Connection *conn,
     gemmd_request *req = calloc(1, sizeof *req);
     if (!req) return NULL;
     req->srv = srv;
+    req->svc = gemmd_server_services(srv);
     req->conn = conn;
     req->t_start_ms = gemm_now_ms();
     req->refs = 1; /* the connection's */
@@ -41,15 +42,15 @@ gemmd_request *gemmd_request_new(gemmd_server *srv, struct MHD_Connection *conn,
 
 static void free_matrix(gemmd_request *req, gemm_matrix *m)
 {
-    gemm_free(&req->srv->alloc, m->data);
+    gemm_free(&req->svc->alloc, m->data);
     m->data = NULL;
 }
 
 void gemmd_request_free(gemmd_request *req)
 {
     if (!req) return;
-    gemm_engine *e = req->srv->engine;
-    const gemm_allocator *al = &req->srv->alloc;
+    gemm_engine *e = req->svc->engine;
+    const gemm_allocator *al = &req->svc->alloc;
     gemm_json_stream_free(req->js);
     free(req->json);
     gemm_multipart_free(req->mp);
@@ -61,13 +62,13 @@ void gemmd_request_free(gemmd_request *req)
     if (!req->ref[1]) gemm_free(al, req->job.b);
     gemm_free(al, req->job.c);
     gemmd_v2_free(req->v2);
-    for (int i = 0; i < 2; i++) gemmd_matrices_put(req->srv->matrices, req->ref[i]);
-    if (req->reserved) gemmd_matrices_unreserve(req->srv->matrices, req->reserved);
+    for (int i = 0; i < 2; i++) gemmd_matrices_put(req->svc->matrices, req->ref[i]);
+    if (req->reserved) gemmd_matrices_unreserve(req->svc->matrices, req->reserved);
     gemm_engine_resident_free(e, req->c_res);
-    gemmd_budget_release(req->srv->budget, GEMMD_MEM_BODY, req->body_charged);
+    gemmd_budget_release(req->svc->budget, GEMMD_MEM_BODY, req->body_charged);
     if (req->prepared == 1) { /* encoded but never sent: the connection went away */
         gemm_buf_free(&req->prepared_buf);
-        gemmd_budget_release(req->srv->budget, GEMMD_MEM_ANSWER, req->prepared_charge);
+        gemmd_budget_release(req->svc->budget, GEMMD_MEM_ANSWER, req->prepared_charge);
     }
     free(req);
 }
@@ -125,7 +126,7 @@ static int is_chunked(gemmd_request *req)
     return 0;
 }
 
-static const gemm_limits *limits(gemmd_request *req) { return &req->srv->cfg.limits; }
+static const gemm_limits *limits(gemmd_request *req) { return &req->svc->cfg.limits; }
 
 /* ---- operands by reference ------------------------------------------------ */
 
@@ -145,7 +146,7 @@ static int resolve_ref(gemmd_request *req, int i, const char *id, gemm_err *err)
 {
     if (req->ref[i] || req->have[i])
         return gemm_err_set(err, 400, "duplicate_part", "operand %c is given twice", i ? 'b' : 'a');
-    gemmd_matrix_entry *e = gemmd_matrices_get(req->srv->matrices, id, req->owner);
+    gemmd_matrix_entry *e = gemmd_matrices_get(req->svc->matrices, id, req->owner);
     if (!e)
         return gemm_err_set(err, 404, "matrix_not_found",
                             "%c = %.40s: no resident matrix with that id is kept here (never created, deleted, "
@@ -202,7 +203,7 @@ static int part_begin(void *user, const char *name, const char *filename, const 
         if (strcmp(name, "matrix") == 0 || strcmp(name, "a") == 0) {
             if (req->have[0] || req->rd[0])
                 return gemm_err_set(err, 400, "duplicate_part", "the form has more than one matrix part");
-            req->rd[0] = gemm_npy_reader_new(limits(req), &req->srv->lazy_alloc);
+            req->rd[0] = gemm_npy_reader_new(limits(req), &req->svc->lazy_alloc);
             if (!req->rd[0]) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
             req->part = 0;
             return 0;
@@ -226,7 +227,7 @@ static int part_begin(void *user, const char *name, const char *filename, const 
         int i = name[0] == 'b';
         if (req->have[i] || req->rd[i])
             return gemm_err_set(err, 400, "duplicate_part", "the form has two parts named \"%s\"", name);
-        req->rd[i] = gemm_npy_reader_new(limits(req), &req->srv->lazy_alloc);
+        req->rd[i] = gemm_npy_reader_new(limits(req), &req->svc->lazy_alloc);
         if (!req->rd[i]) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
         req->part = i;
         return 0;
@@ -269,11 +270,11 @@ static int part_end(void *user, gemm_err *err)
         if (h && h->fortran_order && h->rows > 1 && h->cols > 1 &&
             gemm_matrix_bytes(h->rows, h->cols, h->dtype, &copy) &&
             gemm_mul_size(copy, (size_t)(h->batch ? h->batch : 1), &copy) &&
-            gemmd_budget_charge(req->srv->budget, GEMMD_MEM_BODY, copy) != 0)
-            return gemmd_budget_refuse(req->srv->budget, copy, "transposing a Fortran-order .npy part", err,
+            gemmd_budget_charge(req->svc->budget, GEMMD_MEM_BODY, copy) != 0)
+            return gemmd_budget_refuse(req->svc->budget, copy, "transposing a Fortran-order .npy part", err,
                                        &req->retry_after_s);
         int rc = gemm_npy_reader_finish(req->rd[p], m, err);
-        gemmd_budget_release(req->srv->budget, GEMMD_MEM_BODY, copy);
+        gemmd_budget_release(req->svc->budget, GEMMD_MEM_BODY, copy);
         gemm_npy_reader_free(req->rd[p]);
         req->rd[p] = NULL;
         if (rc != 0) return -1;
@@ -300,13 +301,13 @@ static const gemm_multipart_callbacks mp_callbacks = {part_begin, part_data, par
  * never more than the whole body. */
 #define BODY_GRANULE ((uint64_t)2 << 20)
 
-static gemmd_budget *budget(gemmd_request *req) { return req->srv->budget; }
+static gemmd_budget *budget(gemmd_request *req) { return req->svc->budget; }
 
 /* Buffers the body fills are charged by the body's bytes when the allocator commits
  * memory only as it is written; when it commits at once they were charged whole. */
 static int body_fills_lazily(gemmd_request *req)
 {
-    return req->family == GEMMD_FMT_JSON || req->srv->lazy_ctx.lazy;
+    return req->family == GEMMD_FMT_JSON || req->svc->lazy_bodies;
 }
 
 static int refuse(gemmd_request *req, uint64_t bytes, const char *what)
@@ -506,8 +507,8 @@ static int begin_raw(gemmd_request *req)
     /* Host memory the allocator commits only as it is written is charged as the body fills
      * it; memory it commits at once is charged whole here (gemmd_budget_lazy_allocator). */
     gemmd_budget_take_refusal();
-    if (a_bytes) req->a.data = gemm_alloc(&req->srv->lazy_alloc, a_bytes);
-    if (b_bytes && (!a_bytes || req->a.data)) req->b.data = gemm_alloc(&req->srv->lazy_alloc, b_bytes);
+    if (a_bytes) req->a.data = gemm_alloc(&req->svc->lazy_alloc, a_bytes);
+    if (b_bytes && (!a_bytes || req->a.data)) req->b.data = gemm_alloc(&req->svc->lazy_alloc, b_bytes);
     if ((a_bytes && !req->a.data) || (b_bytes && !req->b.data)) {
         if (gemmd_budget_take_refusal()) return refuse(req, total, "A and B");
         return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for A and B now; retry later",
@@ -559,11 +560,11 @@ static int begin_matrix_raw(gemmd_request *req)
         return gemm_err_set(err, 400, "length_mismatch", "the body has %llu bytes but a %llux%llu %s matrix has %zu",
                             (unsigned long long)req->content_length, (unsigned long long)rows,
                             (unsigned long long)cols, gemm_dtype_name(o->dtype), bytes);
-    if (gemmd_matrices_reserve(req->srv->matrices, bytes, err) != 0) return -1;
+    if (gemmd_matrices_reserve(req->svc->matrices, bytes, err) != 0) return -1;
     req->reserved = bytes;
     if (admit_declared(req, bytes, "the matrix") != 0) return -1;
     gemmd_budget_take_refusal();
-    req->a.data = gemm_alloc(&req->srv->lazy_alloc, bytes);
+    req->a.data = gemm_alloc(&req->svc->lazy_alloc, bytes);
     if (!req->a.data) {
         if (gemmd_budget_take_refusal()) return refuse(req, bytes, "the matrix");
         return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes now; retry later", bytes);
@@ -586,7 +587,7 @@ static int begin_matrix(gemmd_request *req, const char *ct)
     }
     if (ct && media_is(ct, "application/x-npy")) {
         req->family = GEMMD_FMT_NPY;
-        req->rd[0] = gemm_npy_reader_new(limits(req), &req->srv->lazy_alloc);
+        req->rd[0] = gemm_npy_reader_new(limits(req), &req->svc->lazy_alloc);
         return req->rd[0] ? 0 : gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
     }
     if (ct && media_is(ct, "multipart/form-data")) {
@@ -608,13 +609,13 @@ int gemmd_request_read_length(gemmd_request *req)
             return gemm_err_set(&req->err, 400, "bad_length", "Content-Length \"%.40s\" is not a number", cl);
         req->has_length = 1;
     }
-    req->limit = req->srv->cfg.limits.max_body_bytes;
+    req->limit = req->svc->cfg.limits.max_body_bytes;
     return 0;
 }
 
 int gemmd_body_begin(gemmd_request *req)
 {
-    const gemmd_config *cfg = &req->srv->cfg;
+    const gemmd_config *cfg = &req->svc->cfg;
     gemm_err *err = &req->err;
     if (gemmd_request_read_length(req) != 0) return -1;
     if (req->has_length && req->content_length > req->limit)
@@ -643,7 +644,7 @@ int gemmd_body_begin(gemmd_request *req)
         if (req->has_length && admit_declared(req, req->content_length, "the JSON body") != 0) return -1;
         /* Decoded as it arrives: matrices go straight into engine memory, the body is never held. */
         uint64_t body_max = req->has_length ? req->content_length : req->limit;
-        const gemm_allocator *al = &req->srv->alloc; /* charged against the memory budget */
+        const gemm_allocator *al = &req->svc->alloc; /* charged against the memory budget */
         if (req->route == GEMMD_ROUTE_MATRIX_CREATE) {
             req->js = gemm_json_stream_new_matrix(limits(req), al, &req->opt, body_max);
         } else {

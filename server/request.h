@@ -1,6 +1,7 @@
 /*
- * request.h - the daemon's shared state and the state of one HTTP request, with the
- * body readers that turn a request body into A, B and options.
+ * request.h - what routes work with: the daemon's services (gemmd_services), the calls of
+ * the HTTP layer (http.c, whose server struct no other file sees), and the state of one
+ * HTTP request, with the body readers that turn a request body into A, B and options.
  *
  * A request lives from the first call of the access handler to MHD's
  * NOTIFY_COMPLETED callback (gemmd_request_free). Bodies are read as they arrive:
@@ -40,30 +41,25 @@ typedef struct gemmd_auth gemmd_auth;
 typedef struct gemmd_request gemmd_request;
 typedef struct gemmd_v2 gemmd_v2;
 
-typedef struct gemmd_server {
+/* The daemon's HTTP layer (the MHD daemon, the suspended requests and their lock, the
+ * connection limits) is private to http.c; routes reach it only through the calls below. */
+typedef struct gemmd_server gemmd_server;
+
+/* What the routes work with: the daemon's services, owned by http.c, read-only after start
+ * except through their own calls (each store and the budget have their own locks). */
+typedef struct gemmd_services {
     gemmd_config cfg;
     gemm_engine *engine;
     gemm_engine_info info;     /* described once at start */
     gemmd_jobs *jobs;
     gemmd_matrices *matrices;  /* resident matrices (matrices.h) */
     gemmd_auth *auth;          /* NULL: no tokens configured */
-    struct MHD_Daemon *daemon;
-    char url[128];
-    _Atomic int stopping;
-    _Atomic int inflight;      /* requests between first call and NOTIFY_COMPLETED */
-    /* mu guards the pending list, every request's refs and its suspend/resume handshake
-     * (suspended, job_done, abandoned). It is never held while calling the engine or
-     * another lock's owner: lock order is mu alone (the job store and the engine have
-     * their own locks, never taken under it), so it is a plain, non-recursive mutex. */
-    pthread_mutex_t mu;
-    gemmd_request *pending;    /* synchronous products on the engine */
     gemmd_budget *budget;      /* max_inflight_mb: every buffer is charged against it */
-    gemmd_budget_alloc_ctx alloc_ctx, lazy_ctx;
     gemm_allocator alloc;      /* charged engine memory: decoded matrices, C (kind inputs) */
     gemm_allocator lazy_alloc; /* for buffers the network fills (raw bodies, .npy parts) */
-    gemmd_conns *conns;        /* connection limits and deadlines */
+    int lazy_bodies;           /* lazy_alloc charges bodies as their bytes arrive */
     struct gemmd_offload *offload; /* threads that encode big JSON answers */
-} gemmd_server;
+} gemmd_services;
 
 /* Times of one product, in ms; the stages are consecutive, so they add up to <= total. */
 typedef struct {
@@ -76,7 +72,8 @@ typedef struct {
 typedef enum { REQ_START = 0, REQ_DEFER, REQ_BODY, REQ_WAIT, REQ_DONE } gemmd_req_phase;
 
 struct gemmd_request {
-    gemmd_server *srv;
+    gemmd_server *srv;         /* opaque: for the calls of http.c below */
+    gemmd_services *svc;       /* the services (the server's own) */
     struct MHD_Connection *conn;
     char method[12];
     char path[160];
@@ -149,6 +146,51 @@ struct gemmd_request {
 gemmd_request *gemmd_request_new(gemmd_server *srv, struct MHD_Connection *conn, const char *method,
                                  const char *url);
 void gemmd_request_free(gemmd_request *req);
+
+/* ---- the HTTP layer's calls for routes (http.c) ---------------------------------------
+ *
+ * A synchronous product's connection waits suspended while the engine runs it. The
+ * handshake lives in http.c, under the server's lock: the product is listed as pending
+ * before it is submitted (so that shutdown finds it), the connection is suspended only if
+ * done() has not already run, and done() resumes only a connection that was suspended,
+ * so the resume never comes before the suspend. A request is reference counted: the
+ * connection's reference, the engine's (submit until done()), and short holds. */
+
+/* The server's services (what gemmd_request_new puts in req->svc). */
+gemmd_services *gemmd_server_services(gemmd_server *srv);
+/* Whether shutdown has begun (new products are refused). */
+int gemmd_server_stopping(const gemmd_server *srv);
+/* Requests between their first call and NOTIFY_COMPLETED. */
+int gemmd_server_inflight(const gemmd_server *srv);
+/* The connection limits' counters (/metrics). */
+void gemmd_server_conns_stats(const gemmd_server *srv, gemmd_conns_stats *out);
+
+/* Lists req as pending and takes the engine's reference, before gemm_engine_submit: 0, or
+ * -1 when shutdown has begun (nothing taken; answer 503). */
+int gemmd_sync_begin(gemmd_request *req);
+/* The engine refused the product: done() will not come; undoes gemmd_sync_begin. */
+void gemmd_sync_refused(gemmd_request *req);
+/* After a successful submit: GEMMD_SYNC_DONE (done() already ran: answer now),
+ * GEMMD_SYNC_ABANDONED (shutdown gave up: answer 503) or GEMMD_SYNC_SUSPENDED (the
+ * connection now waits for done()). Also what a resumed connection finds, with
+ * GEMMD_SYNC_SUSPENDED meaning "not yet". */
+enum { GEMMD_SYNC_SUSPENDED = 0, GEMMD_SYNC_DONE = 1, GEMMD_SYNC_ABANDONED = 2 };
+int gemmd_sync_wait(gemmd_request *req);
+int gemmd_sync_status(gemmd_request *req);
+/* done() of a synchronous product: unlists req; when offload is given and shutdown has
+ * not abandoned req, offload(req) is tried under the lock (0: it took the answer over and
+ * will call gemmd_sync_resume(req, 1)); else marks the product done, resumes a suspended
+ * connection and drops the engine's reference (freeing req when it was the last). */
+void gemmd_sync_done(gemmd_request *req, int (*offload)(gemmd_request *req));
+/* An answer prepared off the HTTP threads is ready: marks it done, resumes the suspended
+ * connection, and with engine_ref drops the engine's reference (handed over by done()). */
+void gemmd_sync_resume(gemmd_request *req, int engine_ref);
+/* Suspends req's connection while start(req) runs elsewhere (under the lock, so its end,
+ * gemmd_sync_resume, cannot come first): 0 when start returned 0 (suspended), else -1
+ * and nothing was suspended. */
+int gemmd_sync_suspend_for(gemmd_request *req, int (*start)(gemmd_request *req));
+/* Drops a hold (or the engine's reference) on req, freeing it when it was the last. */
+void gemmd_request_release(gemmd_request *req);
 
 /* Content-Length into req->content_length / has_length (400 bad_length when it is not a
  * number) and req->limit = max_body_mb: 0, or -1 with req->err. */

@@ -92,7 +92,7 @@ gemmd_format gemmd_negotiate(const char *accept, gemmd_format family)
 
 /* ---- JSON answer size ---------------------------------------------------------- */
 
-int gemmd_check_json_answer(const gemmd_server *srv, uint64_t rows, uint64_t cols, gemm_dtype d, gemm_err *err)
+int gemmd_check_json_answer(const gemmd_services *srv, uint64_t rows, uint64_t cols, gemm_dtype d, gemm_err *err)
 {
     uint64_t per = gemm_json_elem_width(d);
     uint64_t cap = srv->cfg.max_json_bytes;
@@ -178,8 +178,8 @@ enum MHD_Result gemmd_respond_queue(gemmd_request *req, int status, struct MHD_R
     MHD_add_response_header(resp, "Server-Timing", st);
     if (req->hdr_kernel[0]) MHD_add_response_header(resp, "X-Gemm-Kernel", req->hdr_kernel);
     const char *dev = req->hdr_device[0] ? req->hdr_device
-                      : req->srv->info.ndevices > 0 ? req->srv->info.devices[0].name
-                                                    : req->srv->info.backend;
+                      : req->svc->info.ndevices > 0 ? req->svc->info.devices[0].name
+                                                    : req->svc->info.backend;
     if (dev && dev[0]) MHD_add_response_header(resp, "X-Gemm-Device", dev);
     if (req->hdr_split[0]) MHD_add_response_header(resp, "X-Gemm-Split", req->hdr_split);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
@@ -388,7 +388,7 @@ static void text_free(void *cls)
 enum MHD_Result gemmd_respond_encoded_json(gemmd_request *req, int status, gemm_buf *b, uint64_t charge,
                                            const char *location)
 {
-    gemmd_budget *bud = req->srv->budget;
+    gemmd_budget *bud = req->svc->budget;
     charged_text *t = calloc(1, sizeof *t);
     if (!t) {
         gemm_buf_free(b);
@@ -499,7 +499,7 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
     fill_request_times(req);
     /* The text is admitted against the memory budget at its largest before it is written,
      * and its charge goes with it until MHD is done sending it. */
-    gemmd_budget *bud = req->srv->budget;
+    gemmd_budget *bud = req->svc->budget;
     uint64_t nb = meta->batch ? meta->batch : 1;
     /* a batch: rows * nb rows, and each matrix its own "[", "]" and "," */
     uint64_t est = json_answer_bound(rows * nb, cols, meta->dtype);

@@ -19,7 +19,7 @@ const char *gemmd_format_mime(gemmd_format f);
 /* JSON answers are built whole in memory: a C whose JSON would pass max_json_bytes is
  * refused (422 answer_too_large, naming the binary formats) before it is computed or sent.
  * Returns 0 or -1 with *err set. */
-int gemmd_check_json_answer(const gemmd_server *srv, uint64_t rows, uint64_t cols, gemm_dtype d, gemm_err *err);
+int gemmd_check_json_answer(const gemmd_services *srv, uint64_t rows, uint64_t cols, gemm_dtype d, gemm_err *err);
 
 /* Fills the engine's part of *t from a finished job. */
 void gemmd_timing_from_job(gemmd_timing *t, const gemm_job_timing *jt);

@@ -16,14 +16,7 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req);
 enum MHD_Result gemmd_route_job_status(gemmd_request *req);
 enum MHD_Result gemmd_route_job_result(gemmd_request *req);
 enum MHD_Result gemmd_route_job_delete(gemmd_request *req);
-/* Shutdown: cancels every queued synchronous product (done() answers 503), and with
- * running_too asks the engine to stop the running ones too. Returns how many. */
-int gemmd_routes_cancel_pending(gemmd_server *srv, int running_too);
-/* Shutdown gave up waiting: every suspended product's connection is resumed and answers
- * 503 (the request itself stays alive until the engine's done()). Returns how many. */
-int gemmd_routes_abandon_pending(gemmd_server *srv);
-/* Drops a reference to req (the connection's at NOTIFY_COMPLETED); frees it at zero. */
-void gemmd_request_release(gemmd_request *req);
+
 
 /* routes_matrices.c: /v1/matrices. create is called once the body is decoded into req->a. */
 enum MHD_Result gemmd_route_matrix_create(gemmd_request *req);

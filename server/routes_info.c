@@ -13,7 +13,7 @@
 
 enum MHD_Result gemmd_route_healthz(gemmd_request *req)
 {
-    if (!gemm_engine_healthy(req->srv->engine))
+    if (!gemm_engine_healthy(req->svc->engine))
         return gemmd_respond_errorf(req, 503, "device_lost",
                                     "the engine lost every device it uses; this process cannot recover "
                                     "and must be restarted");
@@ -25,8 +25,8 @@ enum MHD_Result gemmd_route_healthz(gemmd_request *req)
 
 enum MHD_Result gemmd_route_readyz(gemmd_request *req)
 {
-    gemmd_server *srv = req->srv;
-    if (atomic_load(&srv->stopping))
+    gemmd_services *srv = req->svc;
+    if (gemmd_server_stopping(req->srv))
         return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down");
     if (!gemm_engine_healthy(srv->engine))
         return gemmd_respond_errorf(req, 503, "device_lost",
@@ -58,7 +58,7 @@ static cJSON *names_of_bits(unsigned bits, int count, const char *(*name)(int))
 static const char *dtype_name_i(int i) { return gemm_dtype_name((gemm_dtype)i); }
 static const char *math_name_i(int i) { return gemm_math_name((gemm_math)i); }
 
-static cJSON *info_json(gemmd_server *srv)
+static cJSON *info_json(gemmd_services *srv)
 {
     const gemm_engine_info *in = &srv->info;
     const gemmd_config *cfg = &srv->cfg;
@@ -143,7 +143,7 @@ static cJSON *info_json(gemmd_server *srv)
 
 enum MHD_Result gemmd_route_info(gemmd_request *req)
 {
-    cJSON *root = info_json(req->srv);
+    cJSON *root = info_json(req->svc);
     char *text = root ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
     gemm_buf b;
@@ -159,14 +159,14 @@ enum MHD_Result gemmd_route_metrics(gemmd_request *req)
 {
     gemm_buf b;
     gemm_buf_init(&b);
-    gemmd_jobs_sweep(req->srv->jobs); /* expired jobs leave the gauges too */
-    gemmd_metrics_render(&b, req->srv->engine);
-    gemmd_fleet_render(&b, req->srv->engine, atomic_load(&req->srv->inflight) - 1);
+    gemmd_jobs_sweep(req->svc->jobs); /* expired jobs leave the gauges too */
+    gemmd_metrics_render(&b, req->svc->engine);
+    gemmd_fleet_render(&b, req->svc->engine, gemmd_server_inflight(req->srv) - 1);
     gemmd_budget_stats bs;
-    gemmd_budget_get_stats(req->srv->budget, &bs);
+    gemmd_budget_get_stats(req->svc->budget, &bs);
     gemmd_metrics_render_memory(&b, &bs);
     gemmd_conns_stats cs;
-    gemmd_conns_get_stats(req->srv->conns, &cs);
+    gemmd_server_conns_stats(req->srv, &cs);
     gemmd_metrics_render_connections(&b, &cs);
     return gemmd_respond_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
 }

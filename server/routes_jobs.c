@@ -1,12 +1,13 @@
 /*
  * routes_jobs.c - POST /v1/matmul (synchronous) and the /v1/jobs family (asynchronous).
  *
- * A synchronous product is listed as pending, submitted without any lock held, and then,
- * under srv->mu, either answered at once (its done() already ran) or suspended; done()
- * takes the same lock and resumes only a connection that was suspended, so the resume
- * never comes before the suspend. The MHD thread that picks the resumed connection up
- * encodes C. A request is reference counted (request.h): the engine's reference keeps it
- * alive if shutdown had to answer and close its connection before the product ended.
+ * A synchronous product is listed as pending (gemmd_sync_begin), submitted without any
+ * lock held, and then either answered at once (its done() already ran) or suspended
+ * (gemmd_sync_wait); done() resumes only a connection that was suspended (gemmd_sync_done),
+ * so the resume never comes before the suspend: the handshake is the HTTP layer's, in
+ * http.c. The MHD thread that picks the resumed connection up encodes C. A request is
+ * reference counted (request.h): the engine's reference keeps it alive if shutdown had to
+ * answer and close its connection before the product ended.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,10 +38,10 @@ static int fill_job(gemmd_request *req, gemm_job *job, int copy_refs, gemm_err *
     for (int i = 0; i < 2; i++) {
         gemmd_matrix_entry *e = req->ref[i];
         if (!e) continue;
-        gemmd_matrices_note_use(req->srv->matrices, e);
+        gemmd_matrices_note_use(req->svc->matrices, e);
         void *p = e->m.data;
         if (copy_refs) {
-            p = gemm_engine_host_alloc(req->srv->engine, e->bytes);
+            p = gemm_engine_host_alloc(req->svc->engine, e->bytes);
             if (!p)
                 return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for %c now; retry later",
                                     e->bytes, i ? 'B' : 'A');
@@ -63,23 +64,13 @@ static int fill_job(gemmd_request *req, gemm_job *job, int copy_refs, gemm_err *
         return gemm_err_set(err, 413, "too_large", "C's byte size overflows");
     c_bytes = bytes[2];
     gemmd_budget_take_refusal();
-    job->c = gemm_alloc(&req->srv->alloc, c_bytes);
+    job->c = gemm_alloc(&req->svc->alloc, c_bytes);
     if (!job->c) {
         if (gemmd_budget_take_refusal())
-            return gemmd_budget_refuse(req->srv->budget, c_bytes, "C", err, &req->retry_after_s);
+            return gemmd_budget_refuse(req->svc->budget, c_bytes, "C", err, &req->retry_after_s);
         return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for C now; retry later", c_bytes);
     }
     return 0;
-}
-
-static void pending_unlink(gemmd_server *srv, gemmd_request *req)
-{
-    if (req->pend_prev)
-        req->pend_prev->pend_next = req->pend_next;
-    else if (srv->pending == req)
-        srv->pending = req->pend_next;
-    if (req->pend_next) req->pend_next->pend_prev = req->pend_prev;
-    req->pend_next = req->pend_prev = NULL;
 }
 
 static void job_meta(const gemm_job *job, gemmd_product_meta *m, const char *id)
@@ -111,35 +102,7 @@ static int check_resident_batch(const gemmd_request *req, gemm_err *err)
 
 /* ---- POST /v1/matmul -------------------------------------------------------------- */
 
-/* Drops one reference (srv->mu held); 1 when the caller must free req after unlocking. */
-static int req_unref_locked(gemmd_request *req) { return --req->refs == 0; }
-
-void gemmd_request_release(gemmd_request *req)
-{
-    gemmd_server *srv = req->srv;
-    pthread_mutex_lock(&srv->mu);
-    int last = req_unref_locked(req);
-    pthread_mutex_unlock(&srv->mu);
-    if (last) gemmd_request_free(req);
-}
-
 /* ---- answers encoded off the HTTP threads ------------------------------------------ */
-
-/* The offloaded encoding is done: the request's connection is resumed (the same
- * handshake as a product's done(): the resume never comes before the suspend). */
-static void offload_finished(gemmd_request *req, int engine_ref)
-{
-    gemmd_server *srv = req->srv;
-    struct MHD_Connection *conn = req->conn;
-    pthread_mutex_lock(&srv->mu);
-    req->job_done = 1;
-    int resume = req->suspended;
-    req->suspended = 0;
-    int last = engine_ref && req_unref_locked(req); /* a product's: done() handed it over */
-    pthread_mutex_unlock(&srv->mu);
-    if (resume) MHD_resume_connection(conn);
-    if (last) gemmd_request_free(req);
-}
 
 /* C of a synchronous product as JSON (an offload thread). */
 static void encode_sync(void *arg)
@@ -151,9 +114,9 @@ static void encode_sync(void *arg)
     job_meta(job, &meta, NULL);
     req->prepared = gemmd_encode_product_json(req, job->c, job->m, job->n, &meta, NULL, NULL, &req->prepared_buf,
                                               &req->prepared_charge, &req->prepared_err) == 0 ? 1 : -1;
-    gemm_free(&req->srv->alloc, job->c); /* read: C goes at once */
+    gemm_free(&req->svc->alloc, job->c); /* read: C goes at once */
     job->c = NULL;
-    offload_finished(req, 1);
+    gemmd_sync_resume(req, 1);
 }
 
 static void release_entry(void *ctx);
@@ -169,7 +132,7 @@ static void encode_result(void *arg)
     req->prepared = gemmd_encode_product_json(req, j->job.c, j->job.m, j->job.n, &meta, release_entry, j,
                                               &req->prepared_buf, &req->prepared_charge,
                                               &req->prepared_err) == 0 ? 1 : -1;
-    offload_finished(req, 0);
+    gemmd_sync_resume(req, 0);
 }
 
 static enum MHD_Result respond_prepared(gemmd_request *req)
@@ -180,11 +143,17 @@ static enum MHD_Result respond_prepared(gemmd_request *req)
     return gemmd_respond_encoded_json(req, 200, &req->prepared_buf, req->prepared_charge, NULL);
 }
 
+/* Under the server's lock (gemmd_sync_done): a big JSON answer is encoded on an offload
+ * thread, which answers and drops the engine's reference (0), else -1. */
+static int offload_sync(gemmd_request *req)
+{
+    return gemmd_offload_run(req->svc->offload, encode_sync, req);
+}
+
 static void on_sync_done(gemm_job *job)
 {
     gemmd_request *req = job->user;
-    gemmd_server *srv = req->srv;
-    struct MHD_Connection *conn = req->conn;
+    gemmd_services *srv = req->svc;
     int big_json = atomic_load(&job->state) == GEMM_JOB_DONE && req->answer == GEMMD_FMT_JSON &&
                    !req->store_c && !gemmd_route_is_v2(req->route) &&
                    srv->offload && gemmd_json_answer_is_big(job->m * (job->batch ? job->batch : 1), job->n,
@@ -193,27 +162,9 @@ static void on_sync_done(gemm_job *job)
     if (!req->ref[0]) gemm_free(&srv->alloc, job->a);
     if (!req->ref[1]) gemm_free(&srv->alloc, job->b);
     job->a = job->b = NULL;
-    gemm_job_state st = (gemm_job_state)atomic_load(&job->state);
-    pthread_mutex_lock(&srv->mu);
-    pending_unlink(srv, req);
-    if (big_json && !req->abandoned && gemmd_offload_run(srv->offload, encode_sync, req) == 0) {
-        /* encode_sync answers it: it resumes the connection and drops the engine's reference */
-        pthread_mutex_unlock(&srv->mu);
-        LOG_DEBUG("product done: encoding its JSON answer on an offload thread");
-        return;
-    }
-    req->job_done = 1;
-    int resume = req->suspended;
-    req->suspended = 0;
-    int last = req_unref_locked(req); /* the engine's */
-    pthread_mutex_unlock(&srv->mu);
-    /* From here on req may be answered and freed by an HTTP thread (unless last): only
-     * conn and the copies above are used. A suspended connection stays open until
-     * resumed here, and MHD is never stopped while one is suspended. */
-    LOG_DEBUG("product done state=%s%s", gemm_job_state_name(st),
-              last ? " (its connection was closed at shutdown)" : resume ? ": resuming" : "");
-    if (resume) MHD_resume_connection(conn);
-    if (last) gemmd_request_free(req);
+    LOG_DEBUG("product done state=%s%s", gemm_job_state_name((gemm_job_state)atomic_load(&job->state)),
+              big_json ? " (a big JSON answer: encoded off the HTTP threads)" : "");
+    gemmd_sync_done(req, big_json ? offload_sync : NULL);
 }
 
 static enum MHD_Result abandoned_answer(gemmd_request *req)
@@ -225,7 +176,7 @@ static enum MHD_Result abandoned_answer(gemmd_request *req)
 
 enum MHD_Result gemmd_route_matmul(gemmd_request *req)
 {
-    gemmd_server *srv = req->srv;
+    gemmd_services *srv = req->svc;
     gemm_err err;
     gemm_err_clear(&err);
     if (check_resident_batch(req, &err) != 0) return gemmd_respond_error(req, &err);
@@ -249,61 +200,30 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
     req->job.done = on_sync_done;
     req->job.user = req;
 
-    /* Listed before it is submitted, under the same lock that shutdown sets stopping
-     * with: a product shutdown does not refuse is one it will find in the list. */
-    pthread_mutex_lock(&srv->mu);
-    if (atomic_load(&srv->stopping)) {
-        pthread_mutex_unlock(&srv->mu);
+    if (gemmd_sync_begin(req) != 0)
         return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
-    }
-    req->pend_prev = NULL;
-    req->pend_next = srv->pending;
-    if (srv->pending) srv->pending->pend_prev = req;
-    srv->pending = req;
-    req->refs++; /* the engine's, dropped by done() */
-    req->phase = REQ_WAIT;
-    pthread_mutex_unlock(&srv->mu);
-
     if (gemm_engine_submit(srv->engine, &req->job, &err) != 0) { /* done() will not come */
-        pthread_mutex_lock(&srv->mu);
-        pending_unlink(srv, req);
-        req->refs--; /* never the last: the connection's is held */
-        req->phase = REQ_BODY;
-        pthread_mutex_unlock(&srv->mu);
+        gemmd_sync_refused(req);
         LOG_DEBUG("product refused by the engine: %d %s", err.status, err.code);
         return gemmd_respond_error(req, &err);
     }
     LOG_DEBUG("product queued %s %llux%llux%llu kernel=%s", gemm_dtype_name(req->job.dtype),
               (unsigned long long)req->job.m, (unsigned long long)req->job.k, (unsigned long long)req->job.n,
               req->job.kernel);
-    /* Shutdown began while it was being submitted: cancel it now (done() may run here).
-     * req cannot go away meanwhile: this connection holds it and is ours until we return. */
-    if (atomic_load(&srv->stopping)) gemm_engine_cancel(srv->engine, &req->job);
-
-    pthread_mutex_lock(&srv->mu);
-    if (req->job_done) { /* already finished: answer on this call */
-        pthread_mutex_unlock(&srv->mu);
-        return gemmd_route_matmul_answer(req);
+    switch (gemmd_sync_wait(req)) {
+    case GEMMD_SYNC_DONE: return gemmd_route_matmul_answer(req); /* already finished: answer now */
+    case GEMMD_SYNC_ABANDONED: return abandoned_answer(req);
+    default: return MHD_YES; /* suspended until done() */
     }
-    if (req->abandoned) {
-        pthread_mutex_unlock(&srv->mu);
-        return abandoned_answer(req);
-    }
-    req->suspended = 1;
-    MHD_suspend_connection(req->conn);
-    pthread_mutex_unlock(&srv->mu);
-    return MHD_YES;
 }
 
 enum MHD_Result gemmd_route_matmul_resumed(gemmd_request *req)
 {
-    gemmd_server *srv = req->srv;
-    pthread_mutex_lock(&srv->mu);
-    int done = req->job_done, abandoned = req->abandoned;
-    pthread_mutex_unlock(&srv->mu);
-    if (done) return gemmd_route_matmul_answer(req);
-    if (abandoned) return abandoned_answer(req);
-    return MHD_YES;
+    switch (gemmd_sync_status(req)) {
+    case GEMMD_SYNC_DONE: return gemmd_route_matmul_answer(req);
+    case GEMMD_SYNC_ABANDONED: return abandoned_answer(req);
+    default: return MHD_YES;
+    }
 }
 
 typedef struct {
@@ -328,7 +248,7 @@ static void release_matrix(void *ctx)
  * the negotiated format, else the answer describes it in JSON. */
 static enum MHD_Result stored_answer(gemmd_request *req)
 {
-    gemmd_server *srv = req->srv;
+    gemmd_services *srv = req->svc;
     gemm_job *job = &req->job;
     gemm_err err;
     gemm_err_clear(&err);
@@ -379,7 +299,7 @@ enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
     gemmd_timing_from_job(&req->timing, &job->timing);
     int st = atomic_load(&job->state);
     if (st != GEMM_JOB_DONE) {
-        if (st == GEMM_JOB_CANCELLED && atomic_load(&req->srv->stopping))
+        if (st == GEMM_JOB_CANCELLED && gemmd_server_stopping(req->srv))
             return gemmd_respond_errorf(req, 503, "shutting_down",
                                         "the server is shutting down; the product was cancelled%s",
                                         job->timing.compute_ms > 0 ? " while it ran (shutdown_timeout)"
@@ -389,75 +309,20 @@ enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
     if (req->store_c) return stored_answer(req);
     owned_buffer *ob = malloc(sizeof *ob);
     if (!ob) return gemmd_respond_queue(req, 500, NULL);
-    ob->alloc = &req->srv->alloc;
+    ob->alloc = &req->svc->alloc;
     ob->p = job->c;
     job->c = NULL; /* the answer owns C now */
-    gemmd_budget_retag(req->srv->budget, ob->p, GEMMD_MEM_ANSWER);
+    gemmd_budget_retag(req->svc->budget, ob->p, GEMMD_MEM_ANSWER);
     gemmd_product_meta meta;
     job_meta(job, &meta, NULL);
     return gemmd_respond_product(req, 200, req->answer, ob->p, job->m, job->n, &meta, release_buffer, ob);
-}
-
-/* The pending requests (all, or only those still queued), each with a hold taken, chained
- * on hold_next; gemmd_request_release() drops the holds. */
-static gemmd_request *hold_pending(gemmd_server *srv, int queued_only)
-{
-    gemmd_request *held = NULL;
-    pthread_mutex_lock(&srv->mu);
-    for (gemmd_request *r = srv->pending; r; r = r->pend_next) {
-        if (queued_only && atomic_load(&r->job.state) != GEMM_JOB_QUEUED) continue;
-        r->refs++;
-        r->hold_next = held;
-        held = r;
-    }
-    pthread_mutex_unlock(&srv->mu);
-    return held;
-}
-
-int gemmd_routes_cancel_pending(gemmd_server *srv, int running_too)
-{
-    int n = 0;
-    gemmd_request *r = hold_pending(srv, !running_too);
-    while (r) {
-        gemmd_request *next = r->hold_next;
-        /* Queued: done() runs right here (503 shutting_down). Running: asked to stop at
-         * its next stage boundary. No lock is held: done() takes srv->mu. */
-        gemm_engine_cancel(srv->engine, &r->job);
-        gemmd_request_release(r);
-        r = next;
-        n++;
-    }
-    return n;
-}
-
-int gemmd_routes_abandon_pending(gemmd_server *srv)
-{
-    int n = 0;
-    gemmd_request *resume = NULL;
-    pthread_mutex_lock(&srv->mu);
-    for (gemmd_request *r = srv->pending; r; r = r->pend_next) {
-        r->abandoned = 1; /* one being submitted right now answers 503 instead of suspending */
-        if (!r->suspended) continue;
-        r->suspended = 0; /* done() will not resume it: we do */
-        r->hold_next = resume;
-        resume = r;
-        n++;
-    }
-    pthread_mutex_unlock(&srv->mu);
-    /* Each stays suspended (and so alive: its connection holds it) until resumed here. */
-    while (resume) {
-        gemmd_request *next = resume->hold_next;
-        MHD_resume_connection(resume->conn);
-        resume = next;
-    }
-    return n;
 }
 
 /* ---- POST /v1/jobs -------------------------------------------------------------- */
 
 enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
 {
-    gemmd_server *srv = req->srv;
+    gemmd_services *srv = req->svc;
     gemm_err err;
     gemm_err_clear(&err);
     size_t c_bytes, a_bytes, b_bytes;
@@ -524,7 +389,7 @@ static const char *view_state_name(const gemmd_job_view *v)
 
 enum MHD_Result gemmd_route_job_status(gemmd_request *req)
 {
-    gemmd_server *srv = req->srv;
+    gemmd_services *srv = req->svc;
     gemmd_job_entry *j = gemmd_jobs_get_owned(srv->jobs, req->job_id, req->owner);
     if (!j) return no_such_job(req);
     gemmd_job_view v;
@@ -582,9 +447,15 @@ static void release_entry(void *ctx)
     gemmd_jobs_put(j->store, j);
 }
 
+/* Under the server's lock (gemmd_sync_suspend_for): starts encoding req's kept result. */
+static int offload_result(gemmd_request *req)
+{
+    return gemmd_offload_run(req->svc->offload, encode_result, req);
+}
+
 enum MHD_Result gemmd_route_job_result(gemmd_request *req)
 {
-    gemmd_server *srv = req->srv;
+    gemmd_services *srv = req->svc;
     gemmd_job_entry *j = gemmd_jobs_get_owned(srv->jobs, req->job_id, req->owner);
     if (!j) return no_such_job(req);
     gemmd_job_view v;
@@ -619,18 +490,12 @@ enum MHD_Result gemmd_route_job_result(gemmd_request *req)
     if (fmt == GEMMD_FMT_JSON && srv->offload &&
         gemmd_json_answer_is_big(v.m * (j->job.batch ? j->job.batch : 1), v.n, v.c_dtype)) {
         /* Encoded on an offload thread while this connection waits suspended. */
-        pthread_mutex_lock(&srv->mu);
         req->offload_entry = j;
-        if (gemmd_offload_run(srv->offload, encode_result, req) == 0) {
-            req->phase = REQ_WAIT;
-            req->suspended = 1;
-            MHD_suspend_connection(req->conn);
-            pthread_mutex_unlock(&srv->mu);
+        if (gemmd_sync_suspend_for(req, offload_result) == 0) {
             gemmd_conn_wait(req->cx);
             return MHD_YES;
         }
         req->offload_entry = NULL;
-        pthread_mutex_unlock(&srv->mu);
     }
     gemmd_product_meta meta;
     job_meta(&j->job, &meta, j->id);
@@ -642,7 +507,7 @@ enum MHD_Result gemmd_route_job_result(gemmd_request *req)
 
 enum MHD_Result gemmd_route_job_delete(gemmd_request *req)
 {
-    if (gemmd_jobs_delete_owned(req->srv->jobs, req->job_id, req->owner) != 0) return no_such_job(req);
+    if (gemmd_jobs_delete_owned(req->svc->jobs, req->job_id, req->owner) != 0) return no_such_job(req);
     gemm_buf b;
     gemm_buf_init(&b);
     return gemmd_respond_buf(req, 204, NULL, &b);

@@ -19,7 +19,7 @@ static enum MHD_Result no_such_matrix(gemmd_request *req)
 /* POST /v1/matrices: the body is decoded into req->a (engine memory). */
 enum MHD_Result gemmd_route_matrix_create(gemmd_request *req)
 {
-    gemmd_server *srv = req->srv;
+    gemmd_services *srv = req->svc;
     gemm_err err;
     gemm_err_clear(&err);
     if (!req->reserved) { /* raw bodies reserved before reading; the others now */
@@ -53,7 +53,7 @@ enum MHD_Result gemmd_route_matrix_list(gemmd_request *req)
 {
     gemm_buf b;
     gemm_buf_init(&b);
-    gemmd_matrices_list_json(req->srv->matrices, req->owner, &b);
+    gemmd_matrices_list_json(req->svc->matrices, req->owner, &b);
     return gemmd_respond_json(req, 200, &b);
 }
 
@@ -65,7 +65,7 @@ static void release_matrix(void *ctx)
 
 enum MHD_Result gemmd_route_matrix_get(gemmd_request *req)
 {
-    gemmd_server *srv = req->srv;
+    gemmd_services *srv = req->svc;
     gemmd_matrix_entry *e = gemmd_matrices_get(srv->matrices, req->job_id, req->owner);
     if (!e) return no_such_matrix(req);
     gemmd_format fmt = gemmd_negotiate(gemmd_request_header(req, MHD_HTTP_HEADER_ACCEPT), (gemmd_format)e->family);
@@ -102,7 +102,7 @@ enum MHD_Result gemmd_route_matrix_get(gemmd_request *req)
 
 enum MHD_Result gemmd_route_matrix_delete(gemmd_request *req)
 {
-    if (gemmd_matrices_delete(req->srv->matrices, req->job_id, req->owner) != 0) return no_such_matrix(req);
+    if (gemmd_matrices_delete(req->svc->matrices, req->job_id, req->owner) != 0) return no_such_matrix(req);
     gemm_buf b;
     gemm_buf_init(&b);
     return gemmd_respond_buf(req, 204, NULL, &b);

@@ -198,9 +198,10 @@ static enum MHD_Result v2_error(gemmd_request *req, int status, const char *code
 /* ---- health and metadata ------------------------------------------------------------- */
 
 /* Why the engine takes no work now, or NULL when it does (as GET /readyz). */
-static const char *not_ready(gemmd_server *srv, char *buf, size_t cap)
+static const char *not_ready(gemmd_request *req, char *buf, size_t cap)
 {
-    if (atomic_load(&srv->stopping)) return "the server is shutting down";
+    const gemmd_services *srv = req->svc;
+    if (gemmd_server_stopping(req->srv)) return "the server is shutting down";
     if (!gemm_engine_healthy(srv->engine))
         return "the engine lost every device it uses; the process must be restarted";
     if (!gemm_engine_ready(srv->engine)) {
@@ -225,7 +226,7 @@ static void tensor_meta(gemm_buf *b, const char *name)
 
 static enum MHD_Result model_metadata(gemmd_request *req)
 {
-    const gemm_engine_info *in = &req->srv->info;
+    const gemm_engine_info *in = &req->svc->info;
     gemm_buf b;
     gemm_buf_init(&b);
     gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"versions\":[\"" GEMM_V2_MODEL_VERSION "\"],"
@@ -249,7 +250,7 @@ static enum MHD_Result model_metadata(gemmd_request *req)
 static enum MHD_Result answer_get(gemmd_request *req)
 {
     gemmd_v2 *v = state(req);
-    gemmd_server *srv = req->srv;
+    gemmd_services *srv = req->svc;
     char why[160];
     const char *nr;
     gemm_buf b;
@@ -268,7 +269,7 @@ static enum MHD_Result answer_get(gemmd_request *req)
         return answer_json(req, &b);
     case V2_READY:
     case V2_MODEL_READY:
-        nr = not_ready(srv, why, sizeof why);
+        nr = not_ready(req, why, sizeof why);
         if (nr) {
             char msg[220];
             snprintf(msg, sizeof msg, "not ready: %s", nr);
@@ -286,12 +287,12 @@ static enum MHD_Result answer_get(gemmd_request *req)
 
 /* ---- inference: the body ------------------------------------------------------------- */
 
-static const gemm_limits *limits(gemmd_request *req) { return &req->srv->cfg.limits; }
+static const gemm_limits *limits(gemmd_request *req) { return &req->svc->cfg.limits; }
 
 static int begin_infer(gemmd_request *req)
 {
     gemmd_v2 *v = state(req);
-    const gemmd_config *cfg = &req->srv->cfg;
+    const gemmd_config *cfg = &req->svc->cfg;
     gemm_err *err = &req->err;
     const char *ce = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_ENCODING);
     if (ce && strcasecmp(ce, "identity") != 0)
@@ -338,7 +339,7 @@ static int begin_infer(gemmd_request *req)
     return gemmd_request_admit(req, req->content_length, "the request body (JSON header and tensor data)");
 }
 
-static gemmd_budget *budget(gemmd_request *req) { return req->srv->budget; }
+static gemmd_budget *budget(gemmd_request *req) { return req->svc->budget; }
 
 /* Appends to the JSON buffer, growing it (by doubling) towards what the headers announce.
  * Each growth is charged before it is made, old and new block together while realloc may
@@ -403,7 +404,7 @@ static int take_inputs(gemmd_request *req)
         gemm_matrix_bytes(r->in[i].rows, r->in[i].cols, r->dtype, &bytes[i]); /* checked by the parser */
     for (int i = 0; i < 2; i++) {
         gemmd_budget_take_refusal();
-        m[i]->data = gemm_alloc(&req->srv->alloc, bytes[i]);
+        m[i]->data = gemm_alloc(&req->svc->alloc, bytes[i]);
         if (!m[i]->data) {
             if (gemmd_budget_take_refusal()) return gemmd_request_refuse(req, bytes[0] + bytes[1], "A and B");
             return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for %s now; retry later",
@@ -522,7 +523,7 @@ enum MHD_Result gemmd_v2_body_done(gemmd_request *req)
         return gemmd_v2_respond_error(req, &e);
     }
     req->t_decoded_ms = gemm_now_ms();
-    const gemmd_config *cfg = &req->srv->cfg;
+    const gemmd_config *cfg = &req->svc->cfg;
     if (!v->r.binary_output &&
         gemm_v2_json_bytes_bound(req->a.rows, req->b.cols, gemmd_request_c_dtype(req)) > cfg->max_json_bytes) {
         gemm_err e;
@@ -618,7 +619,7 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
     t->decode_ms = req->t_decoded_ms - req->t_body_ms;
     int st = atomic_load(&job->state);
     if (st != GEMM_JOB_DONE) {
-        if (st == GEMM_JOB_CANCELLED && atomic_load(&req->srv->stopping))
+        if (st == GEMM_JOB_CANCELLED && gemmd_server_stopping(req->srv))
             return v2_error(req, 503, "shutting_down",
                             job->timing.compute_ms > 0
                                 ? "the server is shutting down; the product was cancelled while it ran (shutdown_timeout)"
@@ -626,7 +627,7 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
         return gemmd_v2_respond_error(req, &job->err);
     }
     gemm_matrix c = {.rows = job->m, .cols = job->n, .dtype = gemm_job_c_dtype(job), .data = job->c};
-    gemmd_server *srv = req->srv;
+    gemmd_services *srv = req->svc;
     int binary = v->r.binary_output;
     /* The answer's text at its largest (C's elements as JSON, or none), admitted before it
      * is written: the parameters and an id of GEMM_V2_ID_MAX bytes, escaped, fit in 8 KiB. */
@@ -710,7 +711,7 @@ enum MHD_Result gemmd_v2_start(gemmd_request *req)
 {
     gemmd_v2 *v = state(req);
     if (v->endpoint != V2_INFER) return answer_get(req);
-    if (atomic_load(&req->srv->stopping))
+    if (gemmd_server_stopping(req->srv))
         return v2_error(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
     if (begin_infer(req) != 0) return gemmd_v2_respond_error(req, &req->err);
     req->phase = REQ_BODY;
