@@ -510,6 +510,9 @@ static void test_blocking_wait(void)
     snprintf(cfg.backend, sizeof cfg.backend, "cuda");
     snprintf(cfg.devices, sizeof cfg.devices, "0");
     cfg.streams_per_device = 1;
+    /* One product at a time: with dynamic batching the two could run as one group when the
+     * second is queued before the worker takes the first, and end together. */
+    cfg.batch_max = 1;
     snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "gpu_delay_ms:1000");
     gemm_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
