@@ -125,6 +125,7 @@ static int resolve(gemmd_request *req, const char *url, const char *method)
     int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     int post = strcmp(method, "POST") == 0;
     int del = strcmp(method, "DELETE") == 0;
+    int put = strcmp(method, "PUT") == 0;
     static const char jobs[] = "/v1/jobs/";
     if (gemmd_v2_match(url)) return gemmd_v2_resolve(req, url, method);
     static const char mats[] = "/v1/matrices/";
@@ -137,12 +138,12 @@ static int resolve(gemmd_request *req, const char *url, const char *method)
         const char *id = url + sizeof mats - 1;
         size_t n = strlen(id);
         if (strchr(id, '/')) return -1;
-        req->allow = "GET, HEAD, DELETE";
-        req->route = del ? GEMMD_ROUTE_MATRIX_DELETE : GEMMD_ROUTE_MATRIX_GET;
+        req->allow = "GET, HEAD, PUT, DELETE";
+        req->route = del ? GEMMD_ROUTE_MATRIX_DELETE : put ? GEMMD_ROUTE_MATRIX_PUT : GEMMD_ROUTE_MATRIX_GET;
         size_t keep = n < sizeof req->job_id - 1 ? n : sizeof req->job_id - 1;
         snprintf(req->job_id, sizeof req->job_id, "%.*s", (int)keep, id);
         if (!is_job_id(id, n)) req->job_id[0] = '\0';
-        return get || del ? 0 : 1;
+        return get || del || put ? 0 : 1;
     }
     if (strcmp(url, "/v1/matmul") == 0) {
         req->allow = "POST";
@@ -240,7 +241,7 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
 
     if (gemmd_route_is_v2(req->route)) return gemmd_v2_start(req);
     if (req->route != GEMMD_ROUTE_MATMUL && req->route != GEMMD_ROUTE_JOBS_SUBMIT &&
-        req->route != GEMMD_ROUTE_MATRIX_CREATE)
+        req->route != GEMMD_ROUTE_MATRIX_CREATE && req->route != GEMMD_ROUTE_MATRIX_PUT)
         return dispatch_get(req);
 
     if (atomic_load(&srv->stopping))
@@ -336,6 +337,7 @@ static enum MHD_Result body_complete(gemmd_request *req)
               req->t_body_ms - req->t_start_ms, req->t_decoded_ms - req->t_body_ms);
     if (req->route == GEMMD_ROUTE_MATMUL) return gemmd_route_matmul(req);
     if (req->route == GEMMD_ROUTE_MATRIX_CREATE) return gemmd_route_matrix_create(req);
+    if (req->route == GEMMD_ROUTE_MATRIX_PUT) return gemmd_route_matrix_put(req);
     return gemmd_route_jobs_submit(req);
 }
 

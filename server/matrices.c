@@ -42,6 +42,7 @@ static void destroy(gemmd_matrices *s, gemmd_matrix_entry *e)
 {
     gemm_engine_resident_free(s->engine, e->res); /* device copies go later, off this thread */
     gemm_engine_host_free(s->engine, e->m.data);
+    free(e->row_state);
     free(e);
 }
 
@@ -94,12 +95,17 @@ void gemmd_matrices_unreserve(gemmd_matrices *s, size_t bytes)
     pthread_mutex_unlock(&s->mu);
 }
 
-int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int family,
-                       char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
+static int add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int family, int empty,
+               char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
 {
     gemmd_matrix_entry *e = calloc(1, sizeof *e);
     if (!e) return gemm_err_set(err, 503, "out_of_memory", "cannot allocate a matrix entry now");
+    if (empty && !(e->row_state = calloc(m->rows ? (size_t)m->rows : 1, 1))) {
+        free(e);
+        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate the row map of a matrix now");
+    }
     if (gemmd_instance_new_id(e->id, sizeof e->id) != 0) {
+        free(e->row_state);
         free(e);
         return gemm_err_set(err, 500, "internal_error", "cannot draw a random matrix id: %s", strerror(errno));
     }
@@ -107,6 +113,7 @@ int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, i
     gemm_matrix_bytes(m->rows, m->cols, m->dtype, &e->bytes);
     e->res = res && *res ? *res : gemm_engine_resident_new(s->engine, m->data, e->bytes);
     if (!e->res) {
+        free(e->row_state);
         free(e);
         return gemm_err_set(err, 503, "out_of_memory", "cannot allocate a matrix handle now");
     }
@@ -126,6 +133,18 @@ int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, i
     pthread_mutex_unlock(&s->mu);
     m->data = NULL;
     return 0;
+}
+
+int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int family,
+                       char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
+{
+    return add(s, m, res, owner, family, 0, id_out, err);
+}
+
+int gemmd_matrices_add_empty(gemmd_matrices *s, gemm_matrix *m, int owner, int family,
+                             char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
+{
+    return add(s, m, NULL, owner, family, 1, id_out, err);
 }
 
 static gemmd_matrix_entry *find_locked(gemmd_matrices *s, const char *id, int owner, gemmd_matrix_entry ***link)
@@ -201,15 +220,70 @@ int gemmd_matrices_delete(gemmd_matrices *s, const char *id, int owner)
     return 0;
 }
 
+int gemmd_matrices_claim_rows(gemmd_matrices *s, gemmd_matrix_entry *e, uint64_t row0, uint64_t rows, gemm_err *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    if (!e->row_state) {
+        rc = gemm_err_set(err, 409, "matrix_complete",
+                          "matrix %s has all its rows: a resident matrix is read-only once complete; upload "
+                          "another one (POST /v1/matrices)", e->id);
+    } else if (rows == 0 || row0 >= e->m.rows || rows > e->m.rows - row0) {
+        rc = gemm_err_set(err, 422, "bad_rows", "rows %llu..%llu are outside matrix %s's %llu rows",
+                          (unsigned long long)row0, (unsigned long long)(row0 + rows),
+                          e->id, (unsigned long long)e->m.rows);
+    } else {
+        for (uint64_t r = row0; r < row0 + rows; r++)
+            if (e->row_state[r]) {
+                rc = gemm_err_set(err, 409, "rows_taken",
+                                  "row %llu of matrix %s is %s; each row is written once, by one PUT",
+                                  (unsigned long long)r, e->id,
+                                  e->row_state[r] == 2 ? "written already" : "being written by another request");
+                break;
+            }
+        if (rc == 0) memset(e->row_state + row0, 1, (size_t)rows);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+uint64_t gemmd_matrices_release_rows(gemmd_matrices *s, gemmd_matrix_entry *e, uint64_t row0, uint64_t rows,
+                                     int written)
+{
+    unsigned char *done = NULL;
+    pthread_mutex_lock(&s->mu);
+    uint64_t filled = e->rows_filled;
+    if (e->row_state && row0 < e->m.rows && rows <= e->m.rows - row0) {
+        memset(e->row_state + row0, written ? 2 : 0, (size_t)rows);
+        if (written) filled = e->rows_filled += rows;
+        if (filled == e->m.rows) { /* complete: read-only from now on */
+            done = e->row_state;
+            e->row_state = NULL;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    free(done);
+    return filled;
+}
+
+int gemmd_matrices_ready(gemmd_matrices *s, const gemmd_matrix_entry *e)
+{
+    pthread_mutex_lock(&s->mu);
+    int ready = e->row_state == NULL;
+    pthread_mutex_unlock(&s->mu);
+    return ready;
+}
+
 static void describe_locked(const gemmd_matrix_entry *e, double now, gemm_buf *out)
 {
     gemm_buf_printf(out, "{\"id\":\"%s\",\"shape\":[%llu,%llu],\"dtype\":", e->id, (unsigned long long)e->m.rows,
                     (unsigned long long)e->m.cols);
     gemm_buf_json_string(out, gemm_dtype_name(e->m.dtype));
     gemm_buf_printf(out, ",\"bytes\":%zu,\"where\":\"host\",\"uses\":%llu,\"age_s\":%.3f,\"idle_s\":%.3f,"
-                         "\"location\":\"/v1/matrices/%s\"}",
+                         "\"location\":\"/v1/matrices/%s\",\"state\":\"%s\",\"rows_filled\":%llu}",
                     e->bytes, (unsigned long long)e->uses, (now - e->t_created_ms) / 1000.0,
-                    (now - e->t_used_ms) / 1000.0, e->id);
+                    (now - e->t_used_ms) / 1000.0, e->id, e->row_state ? "filling" : "ready",
+                    (unsigned long long)(e->row_state ? e->rows_filled : e->m.rows));
 }
 
 void gemmd_matrices_describe_json(gemmd_matrices *s, const gemmd_matrix_entry *e, gemm_buf *out)

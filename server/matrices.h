@@ -46,6 +46,9 @@ typedef struct gemmd_matrix_entry {
     int linked;
     double t_created_ms, t_used_ms;
     uint64_t uses;        /* products that read it */
+    unsigned char *row_state; /* a matrix filled in parts: per row 0 free, 1 being written,
+                                 2 written; NULL once every row is (or when it came whole) */
+    uint64_t rows_filled;
     struct gemmd_matrix_entry *next;
 } gemmd_matrix_entry;
 
@@ -66,6 +69,22 @@ void gemmd_matrices_unreserve(gemmd_matrices *s, size_t bytes);
  * is taken and the reservation stays with the caller. */
 int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int family,
                        char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
+/* The same for a matrix filled in parts (POST /v1/matrices?...&empty=1, then PUTs of row
+ * ranges over any number of connections at once): m.data's rows are yet to come, and no
+ * product or download may read it until the last one is written (gemmd_matrices_ready). */
+int gemmd_matrices_add_empty(gemmd_matrices *s, gemm_matrix *m, int owner, int family,
+                             char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
+
+/* Claims rows [row0, row0 + rows) of e for one PUT: 0, or -1 with 409 matrix_complete
+ * (e is not being filled), 422 bad_rows (out of range) or 409 rows_taken (a row of the
+ * range is written or being written). */
+int gemmd_matrices_claim_rows(gemmd_matrices *s, gemmd_matrix_entry *e, uint64_t row0, uint64_t rows, gemm_err *err);
+/* Ends a claim: written, its rows count as filled (the last one makes e ready); else they
+ * are free again for another PUT. Returns the rows filled so far. */
+uint64_t gemmd_matrices_release_rows(gemmd_matrices *s, gemmd_matrix_entry *e, uint64_t row0, uint64_t rows,
+                                     int written);
+/* 1 when every row of e is there (always, for a matrix that came whole). */
+int gemmd_matrices_ready(gemmd_matrices *s, const gemmd_matrix_entry *e);
 
 /* The matrix with that id made by owner (GEMMD_OWNER_ANY: anyone's), with a reference
  * taken and its last use set to now; NULL when unknown, deleted or another owner's. */

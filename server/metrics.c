@@ -36,7 +36,7 @@ static const char *const route_names[GEMMD_ROUTE_COUNT] = {
     "/v1/matmul", "/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/result", "DELETE /v1/jobs/{id}",
     "/healthz",   "/readyz",  "/v1/info",      "/metrics",             "/v2/health/{live,ready}",
     "/v2[/models/{model}[/ready]]", "/v2/models/{model}/infer", "/v1/matrices",
-    "GET /v1/matrices", "/v1/matrices/{id}", "DELETE /v1/matrices/{id}", "other",
+    "GET /v1/matrices", "/v1/matrices/{id}", "PUT /v1/matrices/{id}", "DELETE /v1/matrices/{id}", "other",
 };
 
 const char *gemmd_route_name(gemmd_route r)

@@ -63,6 +63,11 @@ void gemmd_request_free(gemmd_request *req)
     gemm_free(al, req->job.c);
     gemmd_v2_free(req->v2);
     for (int i = 0; i < 2; i++) gemmd_matrices_put(req->svc->matrices, req->ref[i]);
+    if (req->put) { /* rows of a PUT that did not finish are free for another one */
+        if (req->put_claimed)
+            gemmd_matrices_release_rows(req->svc->matrices, req->put, req->put_row0, req->put_rows, 0);
+        gemmd_matrices_put(req->svc->matrices, req->put);
+    }
     if (req->reserved) gemmd_matrices_unreserve(req->svc->matrices, req->reserved);
     gemm_engine_resident_free(e, req->c_res);
     gemmd_budget_release(req->svc->budget, GEMMD_MEM_BODY, req->body_charged);
@@ -151,6 +156,12 @@ static int resolve_ref(gemmd_request *req, int i, const char *id, gemm_err *err)
         return gemm_err_set(err, 404, "matrix_not_found",
                             "%c = %.40s: no resident matrix with that id is kept here (never created, deleted, "
                             "or forgotten by a restart); POST /v1/matrices to upload it", i ? 'b' : 'a', id);
+    if (!gemmd_matrices_ready(req->svc->matrices, e)) {
+        gemmd_matrices_put(req->svc->matrices, e);
+        return gemm_err_set(err, 409, "matrix_incomplete",
+                            "%c = %.40s: that matrix is still being filled (PUT of its rows); a product can "
+                            "read it once every row is written", i ? 'b' : 'a', id);
+    }
     req->ref[i] = e;
     gemm_matrix *m = i ? &req->b : &req->a;
     m->rows = e->m.rows;
@@ -307,6 +318,7 @@ static gemmd_budget *budget(gemmd_request *req) { return req->svc->budget; }
  * memory only as it is written; when it commits at once they were charged whole. */
 static int body_fills_lazily(gemmd_request *req)
 {
+    if (req->put) return 0; /* PUT rows land in a resident matrix, counted in resident_mb */
     return req->family == GEMMD_FMT_JSON || req->svc->lazy_bodies;
 }
 
@@ -577,10 +589,100 @@ static int begin_matrix_raw(gemmd_request *req)
     return 0;
 }
 
+/* POST /v1/matrices?rows=R&cols=C&dtype=T&empty=1, without a body: a matrix whose rows
+ * come later, in PUTs of row ranges (begin_matrix_put), over any number of connections. */
+static int begin_matrix_empty(gemmd_request *req)
+{
+    gemm_err *err = &req->err;
+    gemm_options *o = &req->opt;
+    if ((req->has_length && req->content_length != 0) || is_chunked(req))
+        return gemm_err_set(err, 400, "unexpected_body",
+                            "empty=1 makes a matrix to be filled by PUT /v1/matrices/{id}?row=R; this request "
+                            "takes no body");
+    uint64_t rows, cols;
+    if (query_dim(req, "rows", o->m, &rows) != 0 || query_dim(req, "cols", o->k, &cols) != 0) return -1;
+    int missing = !MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "rows") ||
+                  !MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "cols");
+    if (missing || !rows || !cols)
+        return gemm_err_set(err, missing ? 400 : 422, missing ? "missing_dimension" : "empty_matrix",
+                            "empty=1 needs rows and cols (each at least 1) in the query, e.g. "
+                            "/v1/matrices?rows=4096&cols=4096&dtype=float32&empty=1");
+    if (o->dtype == GEMM_DTYPE_INVALID) o->dtype = GEMM_DTYPE_F32;
+    if (gemm_check_matrix(rows, cols, o->dtype, limits(req), "the matrix", err) != 0) return -1;
+    size_t bytes;
+    if (!gemm_matrix_bytes(rows, cols, o->dtype, &bytes))
+        return gemm_err_set(err, 413, "too_large", "the matrix's byte size overflows");
+    if (gemmd_matrices_reserve(req->svc->matrices, bytes, err) != 0) return -1;
+    req->reserved = bytes;
+    if (admit_declared(req, bytes, "the matrix") != 0) return -1;
+    gemmd_budget_take_refusal();
+    req->a.data = gemm_alloc(&req->svc->lazy_alloc, bytes);
+    if (!req->a.data) {
+        if (gemmd_budget_take_refusal()) return refuse(req, bytes, "the matrix");
+        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes now; retry later", bytes);
+    }
+    req->family = GEMMD_FMT_RAW;
+    req->a.rows = rows;
+    req->a.cols = cols;
+    req->a.dtype = o->dtype;
+    req->raw_a_bytes = req->raw_total = 0; /* nothing to read */
+    req->matrix_empty = 1;
+    return 0;
+}
+
+/* PUT /v1/matrices/{id}?row=R with raw rows (application/octet-stream): whole rows of a
+ * matrix made with empty=1, from row R on, written straight into it. Each row is written
+ * once; the rows are claimed before a byte is read, and freed again if the body does not
+ * arrive whole. */
+static int begin_matrix_put(gemmd_request *req, const char *ct)
+{
+    gemm_err *err = &req->err;
+    if (!ct || !media_is(ct, "application/octet-stream"))
+        return gemm_err_set(err, 415, "unsupported_media_type",
+                            "PUT /v1/matrices/{id} takes raw rows: Content-Type application/octet-stream, "
+                            "row-major little-endian, the first row's index in ?row=R");
+    gemmd_matrix_entry *e = req->job_id[0] ? gemmd_matrices_get(req->svc->matrices, req->job_id, req->owner) : NULL;
+    if (!e)
+        return gemm_err_set(err, 404, "matrix_not_found",
+                            "no resident matrix with that id is kept here (never created, deleted, or "
+                            "forgotten by a restart)");
+    req->put = e;
+    const char *rv = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "row");
+    uint64_t row0;
+    if (!rv) return gemm_err_set(err, 400, "missing_dimension", "PUT needs ?row=R: the index of the first row sent");
+    if (gemm_parse_u64(rv, &row0) != 0)
+        return gemm_err_set(err, 400, "bad_option", "row \"%.40s\" is not a row index", rv);
+    if (!req->has_length || is_chunked(req))
+        return gemm_err_set(err, 411, "length_required", "raw rows need a Content-Length (not chunked)");
+    size_t row_bytes;
+    if (!gemm_matrix_bytes(1, e->m.cols, e->m.dtype, &row_bytes) || row_bytes == 0)
+        return gemm_err_set(err, 500, "internal_error", "the matrix has no row size");
+    if (req->content_length == 0 || req->content_length % row_bytes)
+        return gemm_err_set(err, 400, "length_mismatch",
+                            "the body has %llu bytes; rows of this %llux%llu %s matrix have %zu bytes each, and a "
+                            "PUT sends at least one whole row", (unsigned long long)req->content_length,
+                            (unsigned long long)e->m.rows, (unsigned long long)e->m.cols,
+                            gemm_dtype_name(e->m.dtype), row_bytes);
+    uint64_t rows = req->content_length / row_bytes;
+    if (gemmd_matrices_claim_rows(req->svc->matrices, e, row0, rows, err) != 0) return -1;
+    req->put_claimed = 1;
+    req->put_row0 = row0;
+    req->put_rows = rows;
+    req->put_dst = (char *)e->m.data + (size_t)row0 * row_bytes;
+    req->family = GEMMD_FMT_RAW;
+    req->raw_a_bytes = req->raw_total = (size_t)req->content_length;
+    return 0;
+}
+
 /* POST /v1/matrices: one matrix in any input format. */
 static int begin_matrix(gemmd_request *req, const char *ct)
 {
     gemm_err *err = &req->err;
+    const char *empty = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "empty");
+    int want_empty = 0;
+    if (empty && parse_flag(empty, &want_empty) != 0)
+        return gemm_err_set(err, 422, "bad_option", "empty '%.20s' is not valid; use 1 or 0", empty);
+    if (want_empty) return begin_matrix_empty(req);
     if (ct && media_is(ct, "application/octet-stream")) {
         req->family = GEMMD_FMT_RAW;
         return begin_matrix_raw(req);
@@ -627,6 +729,7 @@ int gemmd_body_begin(gemmd_request *req)
 
     const char *ct = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_TYPE);
     int is_json = ct && media_is(ct, "application/json");
+    if (req->route == GEMMD_ROUTE_MATRIX_PUT) return begin_matrix_put(req, ct);
     if (req->route == GEMMD_ROUTE_MATRIX_CREATE && !is_json) return begin_matrix(req, ct);
     if (req->route != GEMMD_ROUTE_MATRIX_CREATE && query_refs(req) != 0) return -1;
     if (!ct && req->ref[0] && req->ref[1]) { /* both resident: no body at all */
@@ -711,6 +814,11 @@ void gemmd_body_feed(gemmd_request *req, const char *data, size_t len)
             return;
         }
         size_t off = req->raw_got;
+        if (req->put_dst) { /* PUT: rows straight into the resident matrix */
+            memcpy(req->put_dst + off, data, len);
+            req->raw_got = off + len;
+            break;
+        }
         if (off < req->raw_a_bytes) {
             size_t n = req->raw_a_bytes - off < len ? req->raw_a_bytes - off : len;
             memcpy((char *)req->a.data + off, data, n);
@@ -828,7 +936,7 @@ int gemmd_body_finish(gemmd_request *req)
         if (req->raw_got != req->raw_total)
             rc = gemm_err_set(&req->err, 400, "truncated", "the body ended after %zu of %zu bytes", req->raw_got,
                               req->raw_total);
-        else
+        else if (!req->put)
             rc = settle_inputs(req);
         break;
     case GEMMD_FMT_NPY:

@@ -117,6 +117,11 @@ struct gemmd_request {
                                   freed); a / b then hold their shape and dtype, data NULL */
     int store_c, return_c;     /* ?store=1: C becomes a resident matrix; &return=1: and is sent */
     size_t reserved;           /* bytes reserved in the matrix store, until added or freed */
+    int matrix_empty;          /* POST /v1/matrices?empty=1: created to be filled by PUTs */
+    gemmd_matrix_entry *put;   /* PUT /v1/matrices/{id}: the matrix (a reference held) */
+    char *put_dst;             /* where its rows go (inside put's host copy) */
+    uint64_t put_row0, put_rows; /* the rows claimed, released when the request ends */
+    int put_claimed, put_written;
     gemm_resident *c_res;      /* store=1: C's engine handle, until the store takes it */
 
     /* synchronous product; the fields below are under srv->mu */

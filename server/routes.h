@@ -23,6 +23,8 @@ enum MHD_Result gemmd_route_matrix_create(gemmd_request *req);
 enum MHD_Result gemmd_route_matrix_list(gemmd_request *req);
 enum MHD_Result gemmd_route_matrix_get(gemmd_request *req);
 enum MHD_Result gemmd_route_matrix_delete(gemmd_request *req);
+/* PUT /v1/matrices/{id}?row=R: called once the rows are written into the matrix. */
+enum MHD_Result gemmd_route_matrix_put(gemmd_request *req);
 
 /* routes_info.c */
 enum MHD_Result gemmd_route_healthz(gemmd_request *req);

@@ -31,7 +31,8 @@ enum MHD_Result gemmd_route_matrix_create(gemmd_request *req)
     }
     char id[GEMMD_JOB_ID_LEN + 1];
     gemmd_budget_forget(srv->budget, req->a.data); /* resident_mb counts it from now on */
-    if (gemmd_matrices_add(srv->matrices, &req->a, NULL, req->owner, (int)req->family, id, &err) != 0)
+    if ((req->matrix_empty ? gemmd_matrices_add_empty(srv->matrices, &req->a, req->owner, (int)req->family, id, &err)
+                           : gemmd_matrices_add(srv->matrices, &req->a, NULL, req->owner, (int)req->family, id, &err)) != 0)
         return gemmd_respond_error(req, &err);
     req->reserved = 0;
     snprintf(req->job_id, sizeof req->job_id, "%s", id); /* the access log shows its prefix */
@@ -68,6 +69,12 @@ enum MHD_Result gemmd_route_matrix_get(gemmd_request *req)
     gemmd_services *srv = req->svc;
     gemmd_matrix_entry *e = gemmd_matrices_get(srv->matrices, req->job_id, req->owner);
     if (!e) return no_such_matrix(req);
+    if (!gemmd_matrices_ready(srv->matrices, e)) {
+        gemmd_matrices_put(srv->matrices, e);
+        return gemmd_respond_errorf(req, 409, "matrix_incomplete",
+                                    "the matrix is still being filled (PUT of its rows); it can be read once "
+                                    "every row is written");
+    }
     gemmd_format fmt = gemmd_negotiate(gemmd_request_header(req, MHD_HTTP_HEADER_ACCEPT), (gemmd_format)e->family);
     if (fmt == GEMMD_FMT_NONE) {
         gemmd_matrices_put(srv->matrices, e);
@@ -106,4 +113,21 @@ enum MHD_Result gemmd_route_matrix_delete(gemmd_request *req)
     gemm_buf b;
     gemm_buf_init(&b);
     return gemmd_respond_buf(req, 204, NULL, &b);
+}
+
+enum MHD_Result gemmd_route_matrix_put(gemmd_request *req)
+{
+    gemmd_services *srv = req->svc;
+    gemmd_matrix_entry *e = req->put;
+    uint64_t filled = gemmd_matrices_release_rows(srv->matrices, e, req->put_row0, req->put_rows, 1);
+    req->put_claimed = 0;
+    snprintf(req->job_id, sizeof req->job_id, "%s", e->id);
+    LOG_DEBUG("matrix %.*s: rows %llu..%llu written, %llu of %llu filled", GEMMD_JOB_LOG_ID(e->id),
+              (unsigned long long)req->put_row0, (unsigned long long)(req->put_row0 + req->put_rows),
+              (unsigned long long)filled, (unsigned long long)e->m.rows);
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemmd_matrices_describe_json(srv->matrices, e, &b);
+    gemm_buf_puts(&b, "\n");
+    return gemmd_respond_json(req, 200, &b);
 }

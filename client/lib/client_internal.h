@@ -18,7 +18,7 @@ struct gemm_client {
     char errbuf[CURL_ERROR_SIZE];
 };
 
-typedef enum { GEMM_HTTP_GET, GEMM_HTTP_POST, GEMM_HTTP_DELETE } gemm_http_method;
+typedef enum { GEMM_HTTP_GET, GEMM_HTTP_POST, GEMM_HTTP_DELETE, GEMM_HTTP_PUT } gemm_http_method;
 
 /* One request and its answer. The caller fills the "request" part and calls
  * gemm_xfer_run(), which retries 503 answers as the options allow. */

@@ -410,8 +410,10 @@ static int setup(gemm_xfer *x, struct curl_slist **hdrs, char *url, size_t urlca
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
         break;
     case GEMM_HTTP_POST:
+    case GEMM_HTTP_PUT:
         ADD("Content-Type: application/octet-stream");
         curl_easy_setopt(h, CURLOPT_POST, 1L);
+        if (x->method == GEMM_HTTP_PUT) curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
                          (curl_off_t)(x->part_len[0] + x->part_len[1]));
         curl_easy_setopt(h, CURLOPT_READFUNCTION, read_cb);

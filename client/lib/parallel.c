@@ -4,12 +4,20 @@
  * /v1/matmul?b=ID carries one panel of A and answers that panel of C, written straight
  * into place), and B is deleted afterwards. Every panel is the same product the single
  * request would run on those rows, so C is the same bytes.
+ *
+ * B goes up over the same connections: the server makes an empty resident matrix
+ * (POST /v1/matrices?...&empty=1), each connection PUTs its share of B's rows, and once
+ * every share is in (a barrier) each sends its panel of A. A server without empty
+ * matrices (400) gets B whole over one connection first, as before.
  */
 #include "client_internal.h"
 #include "gemm_util.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,11 +46,17 @@ int gemm_client_auto_streams(const gemm_request *r)
 typedef struct {
     _Atomic int stop;
     _Atomic int finished;
+    /* the barrier between B's shares and A's panels: each panel arrives once its share of
+     * B is in; the caller's thread sets expected once it knows how many panels started */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived, expected; /* expected -1: not known yet */
 } shared_state;
 
 typedef struct {
     shared_state *sh;
     _Atomic unsigned long long up, down;
+    unsigned long long up_base; /* bytes of this panel's earlier requests (its share of B) */
 } panel_progress;
 
 static int panel_progress_cb(void *ctx, uint64_t up_now, uint64_t up_total, uint64_t down_now, uint64_t down_total)
@@ -50,7 +64,7 @@ static int panel_progress_cb(void *ctx, uint64_t up_now, uint64_t up_total, uint
     (void)up_total;
     (void)down_total;
     panel_progress *pp = ctx;
-    atomic_store(&pp->up, (unsigned long long)up_now);
+    atomic_store(&pp->up, pp->up_base + (unsigned long long)up_now);
     atomic_store(&pp->down, (unsigned long long)down_now);
     return atomic_load(&pp->sh->stop);
 }
@@ -79,18 +93,95 @@ typedef struct {
     panel_progress pp;
     gemm_request r;   /* this panel: m rows of A and C */
     const char *b_id;
+    uint64_t b_row0, b_rows; /* this panel's share of B to PUT first (0 rows: B is in) */
+    int stopped;             /* it stopped because another one failed */
     gemm_timing t;
     gemm_client_error err;
     int rc;
 } panel;
+
+/* Faults in the pages of C this panel will write, before its bytes arrive (a fresh
+ * mapping of an output file would otherwise take a fault per page while receiving).
+ * Only whole pages inside the range; best effort (kernels before 5.14 lack it). */
+static void prefault(void *p, size_t len)
+{
+#ifdef MADV_POPULATE_WRITE
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0 || !p || len < (size_t)pg) return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    uintptr_t b = ((uintptr_t)p + len) & ~((uintptr_t)pg - 1);
+    if (b > a) (void)madvise((void *)a, b - a, MADV_POPULATE_WRITE);
+#else
+    (void)p;
+    (void)len;
+#endif
+}
+
+/* PUT rows [b_row0, b_row0 + b_rows) of B into the empty resident matrix b_id. */
+static int put_b_share(panel *p)
+{
+    char pq[200];
+    snprintf(pq, sizeof pq, "/v1/matrices/%s?row=%llu", p->b_id, (unsigned long long)p->b_row0);
+    size_t row_bytes = 0;
+    gemm_matrix_bytes(1, p->r.n, p->r.dtype, &row_bytes);
+    gemm_xfer x;
+    gemm_xfer_init(&x, p->cl, GEMM_HTTP_PUT, pq);
+    x.part[0] = (const unsigned char *)p->r.b + p->b_row0 * row_bytes;
+    x.part_len[0] = (size_t)p->b_rows * row_bytes;
+    int rc = gemm_xfer_run(&x, NULL, &p->err);
+    if (rc == 0 && (x.status < 200 || x.status >= 300)) rc = gemm_xfer_server_error(&x, &p->err);
+    gemm_xfer_free(&x);
+    p->pp.up_base += (unsigned long long)p->b_rows * row_bytes;
+    return rc;
+}
+
+/* Waits until every started panel has its share of B in, or a stop. 0, or -1 (stopped). */
+static int barrier_wait(shared_state *sh)
+{
+    pthread_mutex_lock(&sh->mu);
+    sh->arrived++;
+    pthread_cond_broadcast(&sh->cv);
+    while (!atomic_load(&sh->stop) && (sh->expected < 0 || sh->arrived < sh->expected))
+        pthread_cond_wait(&sh->cv, &sh->mu);
+    int stopped = atomic_load(&sh->stop);
+    pthread_mutex_unlock(&sh->mu);
+    return stopped ? -1 : 0;
+}
+
+static void stop_all(shared_state *sh)
+{
+    pthread_mutex_lock(&sh->mu);
+    atomic_store(&sh->stop, 1);
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+}
 
 static void *run_panel(void *arg)
 {
     panel *p = arg;
     char pq[400];
     gemm_client_err_clear(&p->err);
+    size_t c_bytes = 0;
+    gemm_matrix_bytes(p->r.m, p->r.n, gemm_request_c_dtype(&p->r), &c_bytes);
+    if (p->b_rows && put_b_share(p) != 0) {
+        p->rc = -1;
+        stop_all(p->pp.sh);
+        atomic_fetch_add(&p->pp.sh->finished, 1);
+        return NULL;
+    }
+    prefault(p->r.c, c_bytes);
+    if (barrier_wait(p->pp.sh) != 0) { /* another panel failed (its error is the one told) */
+        p->rc = gemm_client_err(&p->err, GEMM_CLIENT_E_ABORTED, "aborted", "stopped: another panel failed");
+        p->stopped = 1;
+        atomic_fetch_add(&p->pp.sh->finished, 1);
+        return NULL;
+    }
     p->rc = gemm_request_query(&p->r, "/v1/matmul", pq, sizeof pq - 136, &p->err);
-    if (p->rc != 0) return NULL;
+    if (p->rc != 0) {
+        stop_all(p->pp.sh);
+        atomic_fetch_add(&p->pp.sh->finished, 1);
+        return NULL;
+    }
     snprintf(pq + strlen(pq), sizeof pq - strlen(pq), "&b=%s", p->b_id);
     gemm_xfer x;
     gemm_xfer_init(&x, p->cl, GEMM_HTTP_POST, pq);
@@ -108,16 +199,17 @@ static void *run_panel(void *arg)
     return NULL;
 }
 
-/* POST /v1/matrices with B; its id into id[cap]. */
-static int upload_b(gemm_client *c, const gemm_request *r, char *id, size_t cap, gemm_client_error *err)
+/* POST /v1/matrices with B (empty: without its rows, which the panels PUT); its id into
+ * id[cap]. */
+static int upload_b(gemm_client *c, const gemm_request *r, int empty, char *id, size_t cap, gemm_client_error *err)
 {
     char pq[160];
-    snprintf(pq, sizeof pq, "/v1/matrices?rows=%llu&cols=%llu&dtype=%s", (unsigned long long)r->k,
-             (unsigned long long)r->n, gemm_dtype_name(r->dtype));
+    snprintf(pq, sizeof pq, "/v1/matrices?rows=%llu&cols=%llu&dtype=%s%s", (unsigned long long)r->k,
+             (unsigned long long)r->n, gemm_dtype_name(r->dtype), empty ? "&empty=1" : "");
     gemm_xfer x;
     gemm_xfer_init(&x, c, GEMM_HTTP_POST, pq);
     x.part[0] = r->b;
-    gemm_matrix_bytes(r->k, r->n, r->dtype, &x.part_len[0]);
+    if (!empty) gemm_matrix_bytes(r->k, r->n, r->dtype, &x.part_len[0]);
     int rc = gemm_xfer_run(&x, NULL, err);
     if (rc == 0 && (x.status < 200 || x.status >= 300)) rc = gemm_xfer_server_error(&x, err);
     if (rc == 0) {
@@ -165,13 +257,25 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
 
     double t0 = gemm_now_ms();
     char id[128];
-    if (upload_b(c, r, id, sizeof id, err) != 0) return -1;
+    /* B empty, its rows PUT by the panels; a server that does not know empty matrices
+     * answers 400 (a raw matrix without its bytes): B goes whole, first */
+    int parts = 1;
+    if (upload_b(c, r, 1, id, sizeof id, err) != 0) {
+        if (err->kind != GEMM_CLIENT_E_SERVER || err->http_status != 400) return -1;
+        gemm_client_err_clear(err);
+        parts = 0;
+        if (upload_b(c, r, 0, id, sizeof id, err) != 0) return -1;
+    }
     panel *p = calloc((size_t)n, sizeof *p);
     pthread_t *th = calloc((size_t)n, sizeof *th);
     int *started = calloc((size_t)n, sizeof *started);
     shared_state sh;
     atomic_init(&sh.stop, 0);
     atomic_init(&sh.finished, 0);
+    pthread_mutex_init(&sh.mu, NULL);
+    pthread_cond_init(&sh.cv, NULL);
+    sh.arrived = 0;
+    sh.expected = -1;
     int rc = 0;
     if (!p || !th || !started) {
         rc = gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory");
@@ -185,6 +289,10 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
         p[i].r.a = (const char *)r->a + row * r->k * es;
         p[i].r.c = (char *)r->c + row * r->n * esc;
         p[i].b_id = id;
+        if (parts) { /* B's rows shared out the same way */
+            p[i].b_rows = r->k / (uint64_t)n + ((uint64_t)i < r->k % (uint64_t)n ? 1 : 0);
+            p[i].b_row0 = i ? p[i - 1].b_row0 + p[i - 1].b_rows : 0;
+        }
         row += rows;
         p[i].pp.sh = &sh;
         p[i].cl = clone_client(c, &p[i].pp);
@@ -203,8 +311,14 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
     /* The caller's thread reports the panels' progress together, and passes a stop on. */
     int nstarted = 0;
     for (int i = 0; i < n; i++) nstarted += started[i];
-    size_t up_total = 0, down_total = 0;
+    if (rc != 0) stop_all(&sh); /* not every share of B will come: the started ones stop */
+    pthread_mutex_lock(&sh.mu);
+    sh.expected = nstarted;
+    pthread_cond_broadcast(&sh.cv);
+    pthread_mutex_unlock(&sh.mu);
+    size_t up_total = 0, down_total = 0, b_total = 0;
     gemm_matrix_bytes(r->m, r->k, r->dtype, &up_total);
+    if (parts && gemm_matrix_bytes(r->k, r->n, r->dtype, &b_total)) up_total += b_total;
     gemm_matrix_bytes(r->m, r->n, gemm_request_c_dtype(r), &down_total);
     while (atomic_load(&sh.finished) < nstarted) {
         struct timespec ts = {0, 20 * 1000000L};
@@ -215,15 +329,17 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
             up += atomic_load(&p[i].pp.up);
             down += atomic_load(&p[i].pp.down);
         }
-        if (c->o.progress(c->o.progress_ctx, up, up_total, down, down_total)) atomic_store(&sh.stop, 1);
+        if (c->o.progress(c->o.progress_ctx, up, up_total, down, down_total)) stop_all(&sh);
     }
     for (int i = 0; i < n; i++)
         if (started[i]) pthread_join(th[i], NULL);
-    for (int i = 0; rc == 0 && i < n; i++)
-        if (p[i].rc != 0) {
-            *err = p[i].err;
-            rc = -1;
-        }
+    /* the first panel's own failure; "stopped because another failed" only if none */
+    for (int pass = 0; pass < 2 && rc == 0; pass++)
+        for (int i = 0; rc == 0 && i < n; i++)
+            if (p[i].rc != 0 && (pass || !p[i].stopped)) {
+                *err = p[i].err;
+                rc = -1;
+            }
     if (rc == 0 && t) {
         *t = p[0].t;
         t->bytes_sent = t->bytes_received = 0;
@@ -243,6 +359,8 @@ out:
     free(p);
     free(th);
     free(started);
+    pthread_mutex_destroy(&sh.mu);
+    pthread_cond_destroy(&sh.cv);
     if (rc == 0) err->http_status = 200;
     return rc;
 }

@@ -10,7 +10,14 @@ ever leaving the server, checked against a float64 NumPy reference. Missing, del
 other tokens' ids are 404 matrix_not_found; shape and dtype mismatches 422; the resident_mb
 budget answers 507 insufficient_storage and frees its bytes on DELETE; /metrics shows the
 bytes held.
+
+Filled in parts: a matrix made with empty=1 takes PUTs of row ranges (several at once, over
+separate connections), is refused to products and downloads (409 matrix_incomplete) until
+its last row is in, then reads back as sent and serves a product; a row written twice, a
+range outside the matrix, a body that is not whole rows, a PUT after completion and
+another token's PUT are refused; a PUT whose body stops short frees its rows for another.
 """
+import threading
 import json
 import os
 import sys
@@ -123,8 +130,10 @@ def lifecycle(tap, d, rng):
     tap.ok(r.status == 404, "a second DELETE: 404", r)
     r = d.curl("GET", "/v1/matrices/nothex")
     tap.ok(r.status == 404 and r.error()[0] == "matrix_not_found", "a malformed id: 404 matrix_not_found", r)
-    r = d.curl("PUT", "/v1/matrices/" + "0" * 32)
-    tap.ok(r.status == 405, "PUT on a matrix: 405", r)
+    r = d.curl("PATCH", "/v1/matrices/" + "0" * 32)
+    tap.ok(r.status == 405 and "PUT" in (r.header("allow") or ""), "PATCH on a matrix: 405, Allow names PUT", r)
+    r = d.curl("PUT", "/v1/matrices/" + "0" * 32 + "?row=0", data=b"\0" * 8, content_type=RAW)
+    tap.ok(r.status == 404 and r.error()[0] == "matrix_not_found", "PUT rows of an unknown matrix: 404", r)
 
     # bad uploads
     r = d.curl("POST", "/v1/matrices?rows=2&cols=2&dtype=float32", data=b"\0" * 12, content_type=RAW)
@@ -269,6 +278,86 @@ def chain(tap, d, rng):
         d.curl("DELETE", "/v1/matrices/" + m["id"])
 
 
+def put_rows(d, id_, row0, arr, headers=None):
+    return d.curl("PUT", "/v1/matrices/%s?row=%d" % (id_, row0), data=np.ascontiguousarray(arr).tobytes(),
+                  content_type=RAW, headers=headers)
+
+
+def filled_in_parts(tap, d, rng):
+    b = random_matrix(rng, (37, 11), "float32")
+    r = d.curl("POST", "/v1/matrices?rows=37&cols=11&dtype=float32&empty=1")
+    j = r.json() or {}
+    tap.ok(r.status == 201 and j.get("state") == "filling" and j.get("rows_filled") == 0 and j.get("bytes") == 37 * 44,
+           "empty=1: 201, state filling, no rows yet", r)
+    id_ = mid(r)
+    a = random_matrix(rng, (5, 37), "float32")
+    r = d.curl("POST", "/v1/matmul?m=5&k=37&n=11&dtype=float32&b=%s" % id_, data=a.tobytes(), content_type=RAW)
+    tap.ok(r.status == 409 and r.error()[0] == "matrix_incomplete", "a product on a filling matrix: 409", r)
+    r = download(d, id_, RAW)
+    tap.ok(r.status == 409 and r.error()[0] == "matrix_incomplete", "a download of a filling matrix: 409", r)
+    r = put_rows(d, id_, 30, b[30:37])
+    j = r.json() or {}
+    tap.ok(r.status == 200 and j.get("rows_filled") == 7 and j.get("state") == "filling", "PUT rows 30..37: 200", r)
+    r = put_rows(d, id_, 29, b[29:31])
+    tap.ok(r.status == 409 and r.error()[0] == "rows_taken", "PUT over a written row: 409 rows_taken", r)
+    r = put_rows(d, id_, 35, b[0:4])
+    tap.ok(r.status == 422 and r.error()[0] == "bad_rows", "PUT past the last row: 422 bad_rows", r)
+    r = d.curl("PUT", "/v1/matrices/%s?row=0" % id_, data=b"\0" * 45, content_type=RAW)
+    tap.ok(r.status == 400 and r.error()[0] == "length_mismatch", "a body that is not whole rows: 400", r)
+    r = d.curl("PUT", "/v1/matrices/%s" % id_, data=b"\0" * 44, content_type=RAW)
+    tap.ok(r.status == 400 and r.error()[0] == "missing_dimension", "PUT without ?row: 400", r)
+    r = d.curl("PUT", "/v1/matrices/%s?row=0" % id_, data=b"{}", content_type="application/json")
+    tap.ok(r.status == 415, "PUT of JSON: 415", r)
+    # a body that stops short: its rows are free again afterwards
+    st, _, body, _ = raw_request(d.port, ("PUT /v1/matrices/%s?row=0 HTTP/1.1\r\nHost: x\r\n"
+                                          "Content-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n"
+                                          % (id_, 10 * 44)).encode(), body=b"\0" * 100, close_after_send=True)
+    # the rest in parallel, one PUT per connection, rows 0..30 in 5 shares. The short PUT
+    # holds rows 0..10 until the server sees its connection go: at once when the close is
+    # noticed, else when the body's deadline (header_timeout 1 s here, min_rate_kb) ends it
+    res = [None] * 5
+
+    def share(i):
+        for _ in range(160):
+            res[i] = put_rows(d, id_, i * 6, b[i * 6:(i + 1) * 6])
+            if res[i].status != 409:
+                return
+            threading.Event().wait(0.05)
+    ts = [threading.Thread(target=share, args=(i,)) for i in range(5)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    tap.ok(all(x is not None and x.status == 200 for x in res), "five PUTs at once (a short one's rows freed)",
+           [x.status if x else None for x in res])
+    r = d.curl("GET", "/v1/matrices")
+    m = [x for x in (r.json() or {}).get("matrices", []) if x.get("id") == id_]
+    tap.ok(m and m[0].get("state") == "ready" and m[0].get("rows_filled") == 37, "every row in: state ready", m)
+    r = download(d, id_, RAW)
+    got = np.frombuffer(r.body, dtype="<f4").reshape(37, 11) if r.status == 200 else None
+    tap.ok(got is not None and np.array_equal(got, b), "the matrix reads back as sent, row for row", r)
+    r = d.curl("POST", "/v1/matmul?m=5&k=37&n=11&dtype=float32&b=%s" % id_, data=a.tobytes(), content_type=RAW,
+               accept=RAW)
+    c = np.frombuffer(r.body, dtype="<f4").reshape(5, 11) if r.status == 200 else None
+    ok, why = compare(c, reference(a, b, "float32"), "float32", 37) if c is not None else (False, r)
+    tap.ok(ok, "a product with the filled matrix as B", why)
+    r = put_rows(d, id_, 0, b[0:1])
+    tap.ok(r.status == 409 and r.error()[0] == "matrix_complete", "PUT after the last row: 409 matrix_complete", r)
+    r = d.curl("POST", "/v1/matrices?rows=2&cols=2&dtype=float32&empty=1", data=b"\0" * 16, content_type=RAW)
+    tap.ok(r.status == 400 and r.error()[0] == "unexpected_body", "empty=1 with a body: 400", r)
+    r = d.curl("POST", "/v1/matrices?cols=2&empty=1")
+    tap.ok(r.status == 400 and r.error()[0] == "missing_dimension", "empty=1 without rows: 400", r)
+    r = d.curl("POST", "/v1/matrices?rows=2&cols=2&empty=maybe")
+    tap.ok(r.status == 422 and r.error()[0] == "bad_option", "empty=maybe: 422", r)
+    d.curl("DELETE", "/v1/matrices/" + id_)
+    # deleted while filling: later PUTs find nothing
+    r = d.curl("POST", "/v1/matrices?rows=4&cols=4&dtype=float64&empty=1")
+    id2 = mid(r)
+    r = d.curl("DELETE", "/v1/matrices/%s" % id2)
+    r2 = put_rows(d, id2, 0, np.zeros((4, 4)))
+    tap.ok(r.status == 204 and r2.status == 404, "DELETE of a filling matrix; a later PUT: 404", r2)
+
+
 def budget(tap, rng):
     # resident_mb = 1: 1 MiB; a 256x256 float64 matrix is 512 KiB.
     with Daemon(tap, config={"backend": "cpu", "resident_mb": "1"}) as d:
@@ -323,6 +412,10 @@ def ownership(tap, rng):
         tap.ok(r.status == 404 and r.error()[0] == "matrix_not_found", "token two: product by reference 404", r)
         r = d.curl("GET", "/v1/matrices", headers=two)
         tap.ok((r.json() or {}).get("count") == 0, "token two's listing is empty", r)
+        r = d.curl("POST", "/v1/matrices?rows=2&cols=3&dtype=float32&empty=1", headers=one)
+        r2 = put_rows(d, mid(r), 0, np.zeros((2, 3), np.float32), headers=two)
+        tap.ok(r.status == 201 and r2.status == 404, "token two: PUT rows into token one's matrix 404", r2)
+        d.curl("DELETE", "/v1/matrices/" + str(mid(r)), headers=one)
         r = d.curl("GET", "/v1/matrices", headers=one)
         tap.ok((r.json() or {}).get("count") == 1, "token one's listing has it", r)
         r = d.curl("POST", "/v1/matmul?a=%s&b=%s" % (id1, id1), headers=one, accept=RAW)
@@ -340,6 +433,9 @@ def main(tap):
         lifecycle(tap, d, rng)
         products(tap, d, rng)
         chain(tap, d, rng)
+        d.stop_and_check()
+    with Daemon(tap, config={"backend": "cpu", "header_timeout": "1"}) as d:
+        filled_in_parts(tap, d, rng)
         d.stop_and_check()
     budget(tap, rng)
     ownership(tap, rng)

@@ -4,10 +4,14 @@ A cut into row panels sent over N connections at once, B uploaded once as a resi
 matrix and deleted afterwards.
 
 - For float32, float64 and int32, and for N = 2, 3, 4, 16 (more panels than rows
-  included), the output file is byte for byte the one a single request (--streams 1)
-  writes, and it matches NumPy in float64.
-- The daemon's access log shows B uploaded once, N products, and B deleted; no resident
-  matrix is left behind (the listing is empty).
+  included), the output matches NumPy in float64. For int32 (exact arithmetic) it is byte
+  for byte the file a single request (--streams 1) writes. For float32/float64 the CPU
+  backend runs OpenBLAS, whose code path for a row can depend on how many rows the product
+  has (on AMD Zen builds it does): equal bytes are not promised there (docs/CLIENT.md), and
+  the test does not ask for them.
+- The daemon's access log shows B made once (empty), its rows PUT in N shares over the
+  panels' connections, N products, and B deleted; no resident matrix is left behind (the
+  listing is empty).
 - With tokens the panels carry the token too (the resident B is the caller's).
 - A server error (a shape the server refuses) fails the command with the server's error
   and still leaves no matrix behind.
@@ -68,14 +72,20 @@ def main(tap):
                 before = d.read_log()
                 out = os.path.join(T, "s%d.npy" % n)
                 rc, err = gemm(["multiply", pa, pb, "-o", out, "--streams", str(n)], d.base)
-                tap.ok(rc == 0 and read(out) == read(one),
-                       "%s: --streams %d writes the same bytes as one request" % (dtype, n), err)
+                if dtype == "int32":
+                    tap.ok(rc == 0 and read(out) == read(one),
+                           "%s: --streams %d writes the same bytes as one request" % (dtype, n), err)
+                else:
+                    ok, why = compare(np.load(out), reference(a, b, dtype), dtype, 29) if rc == 0 else (False, err)
+                    tap.ok(ok, "%s: --streams %d matches NumPy" % (dtype, n), why)
                 log = d.read_log()[len(before):]
                 want = min(n, 37)
                 tap.ok(count(log, "method=POST path=/v1/matrices ") == 1 and
+                       count(log, "method=PUT path=/v1/matrices/{id}") == min(want, 29) and
                        count(log, "method=POST path=/v1/matmul ") == want and
                        count(log, "method=DELETE path=/v1/matrices/{id}") == 1,
-                       "%s: --streams %d: B uploaded once, %d panels, B deleted" % (dtype, n, want), log[-800:])
+                       "%s: --streams %d: B made once and filled in %d shares, %d panels, B deleted"
+                       % (dtype, n, min(want, 29), want), log[-800:])
         r = d.curl("GET", "/v1/matrices")
         tap.ok((r.json() or {}).get("count") == 0, "no resident matrix is left behind", r)
 
