@@ -156,6 +156,16 @@ static void stop_all(shared_state *sh)
     pthread_mutex_unlock(&sh->mu);
 }
 
+/* A panel has ended (whichever way): the caller's thread wakes at once, not at its next
+ * progress tick. */
+static void panel_done(shared_state *sh)
+{
+    pthread_mutex_lock(&sh->mu);
+    atomic_fetch_add(&sh->finished, 1);
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+}
+
 static void *run_panel(void *arg)
 {
     panel *p = arg;
@@ -166,20 +176,20 @@ static void *run_panel(void *arg)
     if (p->b_rows && put_b_share(p) != 0) {
         p->rc = -1;
         stop_all(p->pp.sh);
-        atomic_fetch_add(&p->pp.sh->finished, 1);
+        panel_done(p->pp.sh);
         return NULL;
     }
     prefault(p->r.c, c_bytes);
     if (barrier_wait(p->pp.sh) != 0) { /* another panel failed (its error is the one told) */
         p->rc = gemm_client_err(&p->err, GEMM_CLIENT_E_ABORTED, "aborted", "stopped: another panel failed");
         p->stopped = 1;
-        atomic_fetch_add(&p->pp.sh->finished, 1);
+        panel_done(p->pp.sh);
         return NULL;
     }
     p->rc = gemm_request_query(&p->r, "/v1/matmul", pq, sizeof pq - 136, &p->err);
     if (p->rc != 0) {
         stop_all(p->pp.sh);
-        atomic_fetch_add(&p->pp.sh->finished, 1);
+        panel_done(p->pp.sh);
         return NULL;
     }
     snprintf(pq + strlen(pq), sizeof pq - strlen(pq), "&b=%s", p->b_id);
@@ -195,7 +205,7 @@ static void *run_panel(void *arg)
     p->rc = gemm_xfer_run(&x, &p->t, &p->err);
     if (p->rc == 0 && (x.status < 200 || x.status >= 300)) p->rc = gemm_xfer_server_error(&x, &p->err);
     gemm_xfer_free(&x);
-    atomic_fetch_add(&p->pp.sh->finished, 1);
+    panel_done(p->pp.sh);
     return NULL;
 }
 
@@ -320,9 +330,22 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
     gemm_matrix_bytes(r->m, r->k, r->dtype, &up_total);
     if (parts && gemm_matrix_bytes(r->k, r->n, r->dtype, &b_total)) up_total += b_total;
     gemm_matrix_bytes(r->m, r->n, gemm_request_c_dtype(r), &down_total);
-    while (atomic_load(&sh.finished) < nstarted) {
-        struct timespec ts = {0, 20 * 1000000L};
-        nanosleep(&ts, NULL);
+    for (;;) {
+        /* wakes when the last panel ends, else every 20 ms for the progress callback */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 20 * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&sh.mu);
+        while (atomic_load(&sh.finished) < nstarted &&
+               pthread_cond_timedwait(&sh.cv, &sh.mu, &until) == 0) {
+        }
+        int all = atomic_load(&sh.finished) >= nstarted;
+        pthread_mutex_unlock(&sh.mu);
+        if (all) break;
         if (!c->o.progress) continue;
         uint64_t up = 0, down = 0;
         for (int i = 0; i < n; i++) {
