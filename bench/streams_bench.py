@@ -50,6 +50,8 @@ def main():
     ap.add_argument("--url")
     ap.add_argument("--gemmd", default=os.path.join(REPO, "bin", "gemmd"))
     ap.add_argument("--gemm", default=os.path.join(REPO, "bin", "gemm"))
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="another line of the daemon's config (e.g. connection_memory_kb=256)")
     a = ap.parse_args()
     tmp = tempfile.TemporaryDirectory(prefix="streams-bench-")
     proc, url = None, a.url
@@ -59,6 +61,9 @@ def main():
         with open(cfg, "w") as f:
             f.write("backend = %s\nlog_level = warn\nmax_body_mb = 1024\nmax_dim = 65536\n"
                     "max_elements = 268435456\nresident_mb = 8192\nhttp_threads = 8\n" % a.backend)
+            for kv in a.set:
+                k, _, v = kv.partition("=")
+                f.write("%s = %s\n" % (k.strip(), v.strip()))
         proc = subprocess.Popen([a.gemmd, "--config", cfg, "--port", str(port)], stderr=subprocess.DEVNULL)
         url = "http://127.0.0.1:%d" % port
         for _ in range(300):
@@ -91,6 +96,8 @@ def main():
         dev = ", ".join(d.get("name", "?") for d in info.get("devices", []))
         print()
         print("- payload: A and B sent, C received: %.0f MB; time is `gemm multiply --timing`'s client request (B upload, the panels and B's delete included; file I/O not)" % mb)
+        if a.set:
+            print("- daemon config beside the defaults above: %s" % ", ".join(a.set))
         print("- device: %s; backend %s; host %s, %d CPUs" % (dev, info.get("backend"), platform.node(),
                                                             os.cpu_count() or 0))
         return 0 if all(r[3] for r in rows) else 1
