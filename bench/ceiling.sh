@@ -8,7 +8,8 @@
 #          default the daemon's default connection_memory_kb, 64) that reads the body and answers with the
 #          C-sized bytes of zeros - no decoding, no engine;
 #   gemmd  $GEMMD (default bin/gemmd; BACKEND, default auto: CUDA when a GPU is present),
-#          raw float32, kernel auto, its config $GEMMD_CONF (default config/gemmd.conf);
+#          raw float32, kernel $KERNEL (default auto), its config $GEMMD_CONF (default
+#          config/gemmd.conf);
 # with the same body (A then B, raw float32, values in [-1, 1)) and the same answer size,
 # and prints a Markdown table: requests/s, p50, p99 for each, and gemmd / bare.
 #
@@ -87,14 +88,14 @@ a = array.array("f", (rnd.uniform(-1, 1) for _ in range(2 * n * n)))
 open(sys.argv[2], "wb").write(a.tobytes())
 PY
     q="?m=$n&k=$n&n=$n&dtype=float32"
+    gq="$q${KERNEL:+&kernel=$KERNEL}"
     if [ "$warm" -gt 0 ]; then
-        for u in "http://127.0.0.1:$bport" "http://127.0.0.1:$gport"; do
-            WRK_BODY=$body "$WRK" -t 1 -c 4 -d "${warm}s" -s bench/wrk_post.lua "$u/v1/matmul$q" >"$out/warmup.log" 2>&1
-        done
+        WRK_BODY=$body "$WRK" -t 1 -c 4 -d "${warm}s" -s bench/wrk_post.lua "http://127.0.0.1:$bport/v1/matmul$q" >"$out/warmup.log" 2>&1
+        WRK_BODY=$body "$WRK" -t 1 -c 4 -d "${warm}s" -s bench/wrk_post.lua "http://127.0.0.1:$gport/v1/matmul$gq" >"$out/warmup.log" 2>&1
     fi
     for c in $conns; do
         read -r brps bp50 bp99 _ < <(run_wrk "http://127.0.0.1:$bport/v1/matmul$q" "$body" "$c" "$out/bare-$n-$c.log")
-        read -r grps gp50 gp99 gbad < <(run_wrk "http://127.0.0.1:$gport/v1/matmul$q" "$body" "$c" "$out/gemmd-$n-$c.log")
+        read -r grps gp50 gp99 gbad < <(run_wrk "http://127.0.0.1:$gport/v1/matmul$gq" "$body" "$c" "$out/gemmd-$n-$c.log")
         ratio=$(awk -v g="$grps" -v b="$brps" 'BEGIN { if (b > 0) printf "%.1f%%", 100 * g / b; else print "-" }')
         printf '| %s² | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s |\n' \
             "$n" "$c" "$brps" "$bp50" "$bp99" "$grps" "$gp50" "$gp99" "$gbad" "$ratio"
