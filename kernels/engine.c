@@ -56,6 +56,7 @@
  */
 #include "engine.h"
 
+#include <sys/prctl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -637,6 +638,7 @@ static void run_panel(gemm_engine *e, void *worker, gemm_job *p)
 
 static void *worker_main(void *arg)
 {
+    prctl(PR_SET_NAME, "gemm-worker", 0, 0, 0); /* shows in top -H, ps -L, /proc */
     struct worker_arg *wa = arg;
     gemm_engine *e = wa->e;
     void *worker = e->be->worker_init ? e->be->worker_init(e->self, wa->index) : NULL;

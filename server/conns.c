@@ -9,6 +9,7 @@
  */
 #include "conns.h"
 
+#include <sys/prctl.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -490,6 +491,7 @@ static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
 
 static void *watchdog(void *arg)
 {
+    prctl(PR_SET_NAME, "gemmd-watchdog", 0, 0, 0); /* shows in top -H, ps -L, /proc */
     gemmd_conns *c = arg;
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {

@@ -9,6 +9,7 @@
  */
 #include "jobs.h"
 
+#include <sys/prctl.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -154,6 +155,7 @@ static double next_expiry_locked(gemmd_jobs *s)
  * frees what expired, so a result's memory goes back at its TTL with no request. */
 static void *sweeper_main(void *arg)
 {
+    prctl(PR_SET_NAME, "gemmd-sweeper", 0, 0, 0); /* shows in top -H, ps -L, /proc */
     gemmd_jobs *s = arg;
     pthread_mutex_lock(&s->mu);
     while (!s->sweeper_stop) {

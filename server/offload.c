@@ -3,6 +3,7 @@
  */
 #include "offload.h"
 
+#include <sys/prctl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -29,6 +30,7 @@ struct gemmd_offload {
 
 static void *worker(void *arg)
 {
+    prctl(PR_SET_NAME, "gemmd-encoder", 0, 0, 0); /* shows in top -H, ps -L, /proc */
     gemmd_offload *o = arg;
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), OFFLOAD_NICE); /* this thread only */
     pthread_mutex_lock(&o->mu);

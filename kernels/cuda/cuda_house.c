@@ -11,6 +11,7 @@
  */
 #include "cuda_engine.h"
 
+#include <sys/prctl.h>
 #include <errno.h>
 #include <time.h>
 
@@ -32,6 +33,7 @@ static void visit(cuda_backend *cb, int sample)
 
 static void *house_main(void *arg)
 {
+    prctl(PR_SET_NAME, "gemm-house", 0, 0, 0); /* shows in top -H, ps -L, /proc */
     cuda_backend *cb = arg;
     double next = gemm_now_ms() + HOUSE_PERIOD_MS;
     pthread_mutex_lock(&cb->house_mu);
