@@ -4,7 +4,7 @@
 # For each size in SIZES (default "64 256 1024") and connection count in CONNS (default
 # "1 64 256") it runs wrk (Debian's `wrk`) for DURATION seconds (default 10) against
 #   bare   build/bench/bare_mhd: libmicrohttpd with the daemon's threading (HTTP_THREADS,
-#          default the daemon's own default 4) and connection buffer (CONN_MEMORY_KB,
+#          default the daemon's own default: half the CPUs, 4 to 16) and connection buffer (CONN_MEMORY_KB,
 #          default the daemon's default connection_memory_kb, 64) that reads the body and answers with the
 #          C-sized bytes of zeros - no decoding, no engine;
 #   gemmd  $GEMMD (default bin/gemmd; BACKEND, default auto: CUDA when a GPU is present),
@@ -36,7 +36,8 @@ sizes=${SIZES:-64 256 1024}
 conns=${CONNS:-1 64 256}
 dur=${DURATION:-10}
 warm=${WARMUP:-2}
-threads=${HTTP_THREADS:-4}
+cpus=$(nproc)
+threads=${HTTP_THREADS:-$(( cpus / 2 < 4 ? 4 : cpus / 2 > 16 ? 16 : cpus / 2 ))}
 backend=${BACKEND:-auto}
 gemmd=${GEMMD:-bin/gemmd}
 gemmd_conf=${GEMMD_CONF:-config/gemmd.conf}

@@ -31,7 +31,7 @@ const key_desc gemmd_config_keys[] = {
     {"listen", K_LISTEN, OFF(listen), SZ(listen), 0, 0,
      "address to bind (IPv4 or IPv6); binding beyond loopback without tokens_file warns"},
     {"port", K_INT, OFF(port), 0, 1, 65535, "TCP port"},
-    {"http_threads", K_INT, OFF(http_threads), 0, 1, 1024, "HTTP threads (libmicrohttpd thread pool)"},
+    {"http_threads", K_INT, OFF(http_threads), 0, 0, 1024, "HTTP threads (libmicrohttpd thread pool; 0 = half the CPUs, 4 to 16)"},
     {"connection_limit", K_INT, OFF(connection_limit), 0, 1, 1000000, "connections open at once"},
     {"per_ip_limit", K_INT, OFF(per_ip_limit), 0, 0, 1000000,
      "connections open at once from one address (0 = no limit)"},
@@ -117,7 +117,7 @@ void gemmd_config_defaults(gemmd_config *c)
     memset(c, 0, sizeof *c);
     snprintf(c->listen, sizeof c->listen, "127.0.0.1");
     c->port = 8080;
-    c->http_threads = 4;
+    c->http_threads = 0; /* half the CPUs, 4 to 16 (gemmd_config_validate) */
     c->connection_limit = 256;
     c->per_ip_limit = 64;
     c->connection_memory_kb = 64;
@@ -481,14 +481,25 @@ void gemmd_config_resolve_instance(gemmd_config *c)
     if (!c->instance_id[0]) gemmd_instance_default(c->instance_id, sizeof c->instance_id, c->port);
 }
 
+int gemmd_config_http_threads(const gemmd_config *c)
+{
+    if (c->http_threads > 0) return c->http_threads;
+    /* The HTTP threads carry most of a small product's CPU time (receiving, answering). */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long t = cpus > 0 ? cpus / 2 : 4;
+    return t < 4 ? 4 : t > 16 ? 16 : (int)t;
+}
+
+void gemmd_config_resolve_http_threads(gemmd_config *c) { c->http_threads = gemmd_config_http_threads(c); }
+
 int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen)
 {
     if (c->port < 1 || c->port > 65535) {
         snprintf(msg, msglen, "port: %d is out of range; accepted: 1 to 65535", c->port);
         return -1;
     }
-    if (c->http_threads < 1) {
-        snprintf(msg, msglen, "http_threads: must be at least 1");
+    if (c->http_threads < 0) {
+        snprintf(msg, msglen, "http_threads: must be 0 (half the CPUs, 4 to 16) or at least 1");
         return -1;
     }
     if (c->engine.queue_depth < 1) {

@@ -21,7 +21,7 @@
 typedef struct {
     char listen[64];            /* listen = 127.0.0.1 (address to bind) */
     int port;                   /* port = 8080 */
-    int http_threads;           /* http_threads = 4 (libmicrohttpd thread pool) */
+    int http_threads;           /* http_threads = 0: half the CPUs, 4 to 16 (libmicrohttpd thread pool) */
     int connection_limit;       /* connection_limit = 256 */
     int per_ip_limit;           /* per_ip_limit = 64 */
     int connection_memory_kb;   /* connection_memory_kb = 64: libmicrohttpd's buffer per
@@ -81,4 +81,8 @@ void gemmd_config_resolve_instance(gemmd_config *c);
 
 /* Checks the values fit together (ports, limits, tls pair, token file readable). */
 int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen);
+/* The HTTP threads to run: http_threads, or for 0 half the CPUs online, at least 4, at
+ * most 16; resolve writes that into c (the log and /v1/info then show it). */
+int gemmd_config_http_threads(const gemmd_config *c);
+void gemmd_config_resolve_http_threads(gemmd_config *c);
 #endif

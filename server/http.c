@@ -837,7 +837,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         if (!x->tls_key) goto fail;
         flags |= MHD_USE_TLS;
     }
-    unsigned threads = cfg->http_threads > 0 ? (unsigned)cfg->http_threads : 1;
+    unsigned threads = (unsigned)gemmd_config_http_threads(cfg);
     unsigned mhd_limit = gemmd_conns_mhd_limit(&x->conns_cfg);
     /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
     struct MHD_OptionItem where[2] = {{MHD_OPTION_SOCK_ADDR, 0, &ss}, {MHD_OPTION_END, 0, NULL}};

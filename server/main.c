@@ -134,6 +134,7 @@ int main(int argc, char **argv)
     gemmd_log_set_level(level < 0 ? GEMMD_LOG_INFO : (gemmd_log_level)level);
     gemmd_metrics_init();
     gemmd_config_resolve_instance(&cfg);
+    gemmd_config_resolve_http_threads(&cfg);
     if (gemmd_instance_set(cfg.instance_id) != 0) { /* a derived name is always valid */
         fprintf(stderr, "gemmd: instance_id: '%s' is not valid\n", cfg.instance_id);
         return 2;
