@@ -550,6 +550,26 @@ static int query_dim(gemmd_request *req, const char *name, uint64_t fallback, ui
 }
 
 /* POST /v1/matrices with a raw body: rows and cols (or m and k) and dtype in the query. */
+/* A resident matrix's memory (A's): its bytes reserved in resident_mb, admitted by the
+ * memory budget, allocated. 0, or -1 with req->err. */
+static int alloc_matrix(gemmd_request *req, uint64_t rows, uint64_t cols, gemm_dtype dtype, size_t bytes)
+{
+    gemm_err *err = &req->err;
+    if (gemmd_matrices_reserve(req->svc->matrices, bytes, err) != 0) return -1;
+    req->reserved = bytes;
+    if (admit_declared(req, bytes, "the matrix") != 0) return -1;
+    gemmd_budget_take_refusal();
+    req->a.data = gemm_alloc(&req->svc->lazy_alloc, bytes);
+    if (!req->a.data) {
+        if (gemmd_budget_take_refusal()) return refuse(req, bytes, "the matrix");
+        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes now; retry later", bytes);
+    }
+    req->a.rows = rows;
+    req->a.cols = cols;
+    req->a.dtype = dtype;
+    return 0;
+}
+
 static int begin_matrix_raw(gemmd_request *req)
 {
     gemm_err *err = &req->err;
@@ -572,18 +592,7 @@ static int begin_matrix_raw(gemmd_request *req)
         return gemm_err_set(err, 400, "length_mismatch", "the body has %llu bytes but a %llux%llu %s matrix has %zu",
                             (unsigned long long)req->content_length, (unsigned long long)rows,
                             (unsigned long long)cols, gemm_dtype_name(o->dtype), bytes);
-    if (gemmd_matrices_reserve(req->svc->matrices, bytes, err) != 0) return -1;
-    req->reserved = bytes;
-    if (admit_declared(req, bytes, "the matrix") != 0) return -1;
-    gemmd_budget_take_refusal();
-    req->a.data = gemm_alloc(&req->svc->lazy_alloc, bytes);
-    if (!req->a.data) {
-        if (gemmd_budget_take_refusal()) return refuse(req, bytes, "the matrix");
-        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes now; retry later", bytes);
-    }
-    req->a.rows = rows;
-    req->a.cols = cols;
-    req->a.dtype = o->dtype;
+    if (alloc_matrix(req, rows, cols, o->dtype, bytes) != 0) return -1;
     req->raw_a_bytes = bytes;
     req->raw_total = bytes;
     return 0;
@@ -612,19 +621,8 @@ static int begin_matrix_empty(gemmd_request *req)
     size_t bytes;
     if (!gemm_matrix_bytes(rows, cols, o->dtype, &bytes))
         return gemm_err_set(err, 413, "too_large", "the matrix's byte size overflows");
-    if (gemmd_matrices_reserve(req->svc->matrices, bytes, err) != 0) return -1;
-    req->reserved = bytes;
-    if (admit_declared(req, bytes, "the matrix") != 0) return -1;
-    gemmd_budget_take_refusal();
-    req->a.data = gemm_alloc(&req->svc->lazy_alloc, bytes);
-    if (!req->a.data) {
-        if (gemmd_budget_take_refusal()) return refuse(req, bytes, "the matrix");
-        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes now; retry later", bytes);
-    }
+    if (alloc_matrix(req, rows, cols, o->dtype, bytes) != 0) return -1;
     req->family = GEMMD_FMT_RAW;
-    req->a.rows = rows;
-    req->a.cols = cols;
-    req->a.dtype = o->dtype;
     req->raw_a_bytes = req->raw_total = 0; /* nothing to read */
     req->matrix_empty = 1;
     return 0;
