@@ -31,7 +31,15 @@ static void test_defaults(void **state)
     gemmd_config_defaults(&c);
     assert_string_equal(c.listen, "127.0.0.1");
     assert_int_equal(c.port, 8080);
-    assert_int_equal(c.http_threads, 4);
+    assert_int_equal(c.http_threads, 0); /* resolved at start: half the CPUs, 4 to 16 */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int want = cpus / 2 < 4 ? 4 : cpus / 2 > 16 ? 16 : (int)(cpus / 2);
+    assert_int_equal(gemmd_config_http_threads(&c), want);
+    gemmd_config_resolve_http_threads(&c);
+    assert_int_equal(c.http_threads, want);
+    c.http_threads = 3; /* a set count stays */
+    assert_int_equal(gemmd_config_http_threads(&c), 3);
+    gemmd_config_defaults(&c);
     assert_int_equal(c.connection_limit, 256);
     assert_int_equal(c.per_ip_limit, 64);
     assert_int_equal(c.connection_timeout_s, 60);
