@@ -549,7 +549,29 @@ static int query_dim(gemmd_request *req, const char *name, uint64_t fallback, ui
     return 0;
 }
 
-/* POST /v1/matrices with a raw body: rows and cols (or m and k) and dtype in the query. */
+/* The shape of a matrix named in the query of POST /v1/matrices: rows and cols (or m and
+ * k), dtype (default float32), checked against the limits, and its byte size. 0, or -1
+ * with req->err: 400 missing_dimension when one is absent, 422 empty_matrix when it is 0.
+ * what / example: for the message. */
+static int matrix_query_shape(gemmd_request *req, const char *what, const char *example, uint64_t *rows,
+                              uint64_t *cols, size_t *bytes)
+{
+    gemm_err *err = &req->err;
+    gemm_options *o = &req->opt;
+    if (query_dim(req, "rows", o->m, rows) != 0 || query_dim(req, "cols", o->k, cols) != 0) return -1;
+#define HAS(key) (MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key) != NULL)
+    int given = (HAS("rows") || HAS("m")) && (HAS("cols") || HAS("k"));
+#undef HAS
+    if (!given || !*rows || !*cols)
+        return gemm_err_set(err, given ? 422 : 400, given ? "empty_matrix" : "missing_dimension",
+                            "%s needs rows and cols (each at least 1) in the query, e.g. %s", what, example);
+    if (o->dtype == GEMM_DTYPE_INVALID) o->dtype = GEMM_DTYPE_F32;
+    if (gemm_check_matrix(*rows, *cols, o->dtype, limits(req), "the matrix", err) != 0) return -1;
+    if (!gemm_matrix_bytes(*rows, *cols, o->dtype, bytes))
+        return gemm_err_set(err, 413, "too_large", "the matrix's byte size overflows");
+    return 0;
+}
+
 /* A resident matrix's memory (A's): its bytes reserved in resident_mb, admitted by the
  * memory budget, allocated. 0, or -1 with req->err. */
 static int alloc_matrix(gemmd_request *req, uint64_t rows, uint64_t cols, gemm_dtype dtype, size_t bytes)
@@ -570,22 +592,15 @@ static int alloc_matrix(gemmd_request *req, uint64_t rows, uint64_t cols, gemm_d
     return 0;
 }
 
+/* POST /v1/matrices with a raw body: rows and cols (or m and k) and dtype in the query. */
 static int begin_matrix_raw(gemmd_request *req)
 {
     gemm_err *err = &req->err;
     gemm_options *o = &req->opt;
     uint64_t rows, cols;
-    if (query_dim(req, "rows", o->m, &rows) != 0 || query_dim(req, "cols", o->k, &cols) != 0) return -1;
-    if (!rows || !cols)
-        return gemm_err_set(err, rows || cols || MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "rows")
-                                     ? 422 : 400, rows || cols ? "empty_matrix" : "missing_dimension",
-                            "a raw matrix needs rows and cols (each at least 1) in the query, e.g. "
-                            "/v1/matrices?rows=4&cols=3&dtype=float32");
-    if (o->dtype == GEMM_DTYPE_INVALID) o->dtype = GEMM_DTYPE_F32;
-    if (gemm_check_matrix(rows, cols, o->dtype, limits(req), "the matrix", err) != 0) return -1;
     size_t bytes;
-    if (!gemm_matrix_bytes(rows, cols, o->dtype, &bytes))
-        return gemm_err_set(err, 413, "too_large", "the matrix's byte size overflows");
+    if (matrix_query_shape(req, "a raw matrix", "/v1/matrices?rows=4&cols=3&dtype=float32", &rows, &cols, &bytes) != 0)
+        return -1;
     if (!req->has_length || is_chunked(req))
         return gemm_err_set(err, 411, "length_required", "raw bodies need a Content-Length (not chunked)");
     if (req->content_length != bytes)
@@ -609,18 +624,10 @@ static int begin_matrix_empty(gemmd_request *req)
                             "empty=1 makes a matrix to be filled by PUT /v1/matrices/{id}?row=R; this request "
                             "takes no body");
     uint64_t rows, cols;
-    if (query_dim(req, "rows", o->m, &rows) != 0 || query_dim(req, "cols", o->k, &cols) != 0) return -1;
-    int missing = !MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "rows") ||
-                  !MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "cols");
-    if (missing || !rows || !cols)
-        return gemm_err_set(err, missing ? 400 : 422, missing ? "missing_dimension" : "empty_matrix",
-                            "empty=1 needs rows and cols (each at least 1) in the query, e.g. "
-                            "/v1/matrices?rows=4096&cols=4096&dtype=float32&empty=1");
-    if (o->dtype == GEMM_DTYPE_INVALID) o->dtype = GEMM_DTYPE_F32;
-    if (gemm_check_matrix(rows, cols, o->dtype, limits(req), "the matrix", err) != 0) return -1;
     size_t bytes;
-    if (!gemm_matrix_bytes(rows, cols, o->dtype, &bytes))
-        return gemm_err_set(err, 413, "too_large", "the matrix's byte size overflows");
+    if (matrix_query_shape(req, "empty=1", "/v1/matrices?rows=4096&cols=4096&dtype=float32&empty=1", &rows, &cols,
+                           &bytes) != 0)
+        return -1;
     if (alloc_matrix(req, rows, cols, o->dtype, bytes) != 0) return -1;
     req->family = GEMMD_FMT_RAW;
     req->raw_a_bytes = req->raw_total = 0; /* nothing to read */
