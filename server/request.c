@@ -686,7 +686,7 @@ static int begin_matrix(gemmd_request *req, const char *ct)
     const char *empty = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "empty");
     int want_empty = 0;
     if (empty && parse_flag(empty, &want_empty) != 0)
-        return gemm_err_set(err, 422, "bad_option", "empty '%.20s' is not valid; use 1 or 0", empty);
+        return gemm_err_set(err, 400, "bad_option", "empty must be 0 or 1 (true/false)");
     if (want_empty) return begin_matrix_empty(req);
     if (ct && media_is(ct, "application/octet-stream")) {
         req->family = GEMMD_FMT_RAW;

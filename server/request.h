@@ -121,7 +121,7 @@ struct gemmd_request {
     gemmd_matrix_entry *put;   /* PUT /v1/matrices/{id}: the matrix (a reference held) */
     char *put_dst;             /* where its rows go (inside put's host copy) */
     uint64_t put_row0, put_rows; /* the rows claimed, released when the request ends */
-    int put_claimed, put_written;
+    int put_claimed;
     gemm_resident *c_res;      /* store=1: C's engine handle, until the store takes it */
 
     /* synchronous product; the fields below are under srv->mu */

@@ -348,7 +348,7 @@ def filled_in_parts(tap, d, rng):
     r = d.curl("POST", "/v1/matrices?cols=2&empty=1")
     tap.ok(r.status == 400 and r.error()[0] == "missing_dimension", "empty=1 without rows: 400", r)
     r = d.curl("POST", "/v1/matrices?rows=2&cols=2&empty=maybe")
-    tap.ok(r.status == 422 and r.error()[0] == "bad_option", "empty=maybe: 422", r)
+    tap.ok(r.status == 400 and r.error()[0] == "bad_option", "empty=maybe: 400, as store= and return=", r)
     d.curl("DELETE", "/v1/matrices/" + id_)
     # deleted while filling: later PUTs find nothing
     r = d.curl("POST", "/v1/matrices?rows=4&cols=4&dtype=float64&empty=1")
