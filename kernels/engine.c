@@ -336,7 +336,7 @@ static int groupable(const gemm_engine *e, const gemm_job *job)
 static int same_group(const gemm_job *a, const gemm_job *b)
 {
     return a->dtype == b->dtype && gemm_job_c_dtype(a) == gemm_job_c_dtype(b) && a->math_used == b->math_used &&
-           a->tile == b->tile &&
+           a->tile == b->tile && a->plan_m == b->plan_m &&
            a->m == b->m && a->k == b->k && a->n == b->n && b->batch <= 1 &&
            strcmp(a->kernel_used, b->kernel_used) == 0;
 }
@@ -532,6 +532,8 @@ static int split_start(gemm_engine *e, gemm_job *job, int slot, double t0)
         p->b = job->b;
         p->c = (unsigned char *)job->c + (size_t)(row0 * job->n) * ces; /* C: its own dtype */
         p->out_half = job->out_half;
+        /* Every panel chooses as for the whole product (or the one it is itself a panel of). */
+        p->plan_m = job->plan_m > job->m ? job->plan_m : job->m;
         p->b_res = job->b_res; /* the whole B: each device keeps its own copy */
         p->a_block = job->a, p->b_block = job->b, p->c_block = job->c;
         /* What validate() resolved for the whole product, on every panel. */
@@ -941,6 +943,13 @@ int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err)
         return gemm_err_set(err, 413, "too_large", "a batch of %llu products is more than the "
                             "engine takes in one job (%d)", (unsigned long long)job->batch,
                             GEMM_MAX_BATCH);
+    if (job->plan_m && job->plan_m < job->m)
+        return gemm_err_set(err, 422, "bad_option",
+                            "panel_of=%llu is fewer rows than this product's A has (m=%llu): a panel "
+                            "is part of a product at least as tall",
+                            (unsigned long long)job->plan_m, (unsigned long long)job->m);
+    if (job->plan_m && job->batch > 1)
+        return gemm_err_set(err, 422, "bad_option", "panel_of is for a single product, not a batch");
     size_t bytes[3];
     if (!gemm_job_bytes(job, bytes))
         return gemm_err_set(err, 413, "too_large",

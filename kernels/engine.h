@@ -164,6 +164,10 @@ struct gemm_job {
     char kernel[GEMM_NAME_LEN]; /* "auto" (or "") or a kernel name from describe() */
     int tile;             /* tile for kernels that take one; 0 = kernel default */
     gemm_math math;
+    uint64_t plan_m;      /* rows of the whole product this one is a panel of (0 or m:
+                             none): the kernel, its block, its k split and cuBLAS's
+                             algorithm are chosen as for that many rows, so that each row
+                             comes out as in the whole product (CUDA; the CPU ignores it) */
     int out_half;         /* float16 / bfloat16 operands: 1 = C in their dtype (rounded to
                              nearest even from the float32 result), 0 = C in float32 (the
                              default); ignored for other dtypes (C is in theirs) */

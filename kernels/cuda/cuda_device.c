@@ -6,6 +6,7 @@
  */
 #include "cuda_engine.h"
 
+#include "gemm_kernels.h"
 #include "gemm_scratch.h"
 
 #include <stdio.h>
@@ -115,8 +116,15 @@ void gemm_cuda_free_buffers(cuda_worker *w)
 void gemm_cuda_destroy_resources(cuda_worker *w)
 {
     gemm_cuda_free_buffers(w);
+    gemm_lt_destroy(w->lt);
+    w->lt = NULL;
     if (w->blas)
         cublasDestroy(w->blas);
+    if (w->lt_ws) {
+        if (cudaFree(w->lt_ws) != cudaSuccess)
+            cudaGetLastError();
+        w->lt_ws = NULL;
+    }
     for (int i = 0; i < WORKER_EVENTS; i++)
         if (w->ev[i])
             cudaEventDestroy(w->ev[i]);
@@ -140,6 +148,18 @@ cudaError_t gemm_cuda_build_resources(cuda_worker *w, unsigned gen, gemm_cuda_si
         e = GEMM_CUBLAS_CHECK(site, cublasCreate(&w->blas));
     if (e == cudaSuccess)
         e = GEMM_CUBLAS_CHECK(site, cublasSetStream(w->blas, w->stream));
+    /* One workspace for cuBLAS and cublasLt (the same stream uses it): cuBLAS would
+     * otherwise allocate its own. cublasLt picks the algorithm of a panel's whole product
+     * (gemm_launch.plan_m); without it (no memory, no cublasLt) cublasGemmEx runs everything. */
+    if (e == cudaSuccess) {
+        if (cudaMalloc(&w->lt_ws, GEMM_LT_WORKSPACE_BYTES) == cudaSuccess) {
+            e = GEMM_CUBLAS_CHECK(site, cublasSetWorkspace(w->blas, w->lt_ws, GEMM_LT_WORKSPACE_BYTES));
+            if (e == cudaSuccess) w->lt = gemm_lt_create(w->lt_ws, GEMM_LT_WORKSPACE_BYTES);
+        } else {
+            w->lt_ws = NULL;
+            cudaGetLastError();
+        }
+    }
     if (e != cudaSuccess) {
         gemm_cuda_destroy_resources(w);
         return e;

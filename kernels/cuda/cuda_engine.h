@@ -64,6 +64,8 @@ struct cuda_worker {
     unsigned gen;                /* dev->gen its resources belong to; 0 = none */
     cudaStream_t stream;
     cublasHandle_t blas;
+    void *lt;                    /* gemm_lt_create state for the cublas member (NULL: none) */
+    void *lt_ws;                 /* its device workspace, also cuBLAS's (GEMM_LT_WORKSPACE_BYTES) */
     cudaEvent_t ev[WORKER_EVENTS]; /* created with cudaEventBlockingSync */
     void *buf[3];                /* A, B, C on the device */
     size_t cap[3];

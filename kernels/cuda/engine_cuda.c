@@ -298,10 +298,15 @@ static int cuda_validate(void *self, gemm_job *job, gemm_err *err)
                             "m=%llu k=%llu n=%llu: the CUDA backend takes dimensions up to %d",
                             (unsigned long long)job->m, (unsigned long long)job->k,
                             (unsigned long long)job->n, INT_MAX);
+    if (job->plan_m > INT_MAX)
+        return gemm_err_set(err, 422, "bad_option", "panel_of=%llu: the CUDA backend takes up to %d rows",
+                            (unsigned long long)job->plan_m, INT_MAX);
+    /* A panel of a larger product: chosen as for the whole one. */
+    const int plan_rows = job->plan_m > job->m ? (int)job->plan_m : (int)job->m;
     int is_auto = !job->kernel[0] || strcmp(job->kernel, "auto") == 0;
     /* auto: the member the committed measurements pick for this dtype, math and shape
      * (kernels/cuda/auto.c), for the oldest device a worker may run it on. */
-    const char *name = is_auto ? gemm_kernel_auto(job->dtype, job->math, (int)job->m, (int)job->n,
+    const char *name = is_auto ? gemm_kernel_auto(job->dtype, job->math, plan_rows, (int)job->n,
                                                   (int)job->k, cb->min_cc, cb->wgmma_ok)
                                : job->kernel;
     const gemm_kernel_desc *k = gemm_kernel_find(name);
@@ -598,6 +603,8 @@ allocated:;
         .workspace = NULL,
         .workspace_bytes = 0,
         .out_half = job->out_half,
+        .plan_m = job->plan_m > job->m ? (int)job->plan_m : 0,
+        .lt = w->lt,
     };
     if (k->plan)
         job->tile_used = k->plan(&l, job->block, sizeof job->block);

@@ -40,7 +40,37 @@ typedef struct {
     /* float16 / bfloat16 A and B (only members with those dtype bits run them): C is
      * float32 (0) or in A's dtype (1), sums in float32 either way. */
     int out_half;
+    /* The rows of the whole product this launch is a panel of (0, or m: it is whole). A
+     * member chooses its block, its k split and (cuBLAS) its algorithm as for plan_m rows,
+     * so that a row comes out to the bit as it does in the whole product. */
+    int plan_m;
+    /* The worker's cublasLt state (gemm_lt_create; only the cublas member uses it): cuBLAS
+     * then runs the algorithm its heuristic picks for the planned shape. NULL: cublasGemmEx
+     * chooses per call, for the launch's own shape. */
+    void *lt;
 } gemm_launch;
+
+/* The rows a member plans for: plan_m when it is a panel of a larger product, else m. */
+static inline int gemm_plan_rows(const gemm_launch *l)
+{
+    return l->plan_m > l->m ? l->plan_m : l->m;
+}
+/* l as the whole product it is a panel of (m = plan rows): what members choose from. Never
+ * launched: its pointers are the panel's. */
+static inline gemm_launch gemm_plan_view(const gemm_launch *l)
+{
+    gemm_launch v = *l;
+    v.m = gemm_plan_rows(l);
+    return v;
+}
+
+/* cublasLt state for the cublas member, one per worker (single-threaded use): a handle, a
+ * device workspace the caller owns (it may be the cublasHandle_t's too: one stream), and a
+ * small cache of algorithms by shape. NULL when cublasLt cannot be set up. */
+void *gemm_lt_create(void *workspace, size_t workspace_bytes);
+void gemm_lt_destroy(void *lt);
+/* The workspace a worker gives gemm_lt_create (and cuBLAS), in bytes. */
+#define GEMM_LT_WORKSPACE_BYTES (32u << 20)
 
 typedef struct {
     const char *name;        /* request name: "naive", "tiled", "cublas", ... */

@@ -377,7 +377,8 @@ template <typename T, typename Cfg> int split_pieces(const gemm_launch *l, int s
         splits = 1;
     if (splits > 65535)
         splits = 65535;
-    const size_t mn = (size_t)l->m * (size_t)l->n;
+    /* the scratch limit of the whole product a panel is part of: the same pieces */
+    const size_t mn = (size_t)gemm_plan_rows(l) * (size_t)l->n;
     while (splits > 1 && (size_t)splits * mn * sizeof(T) > SPLIT_SCRATCH_MAX)
         splits--;
     *kt_split = (KT + splits - 1) / splits;
@@ -556,8 +557,11 @@ simt_choice big_or_small(const gemm_launch *l, int bm, int bn, simt_pick big, si
     return {small, 1};
 }
 
-simt_choice simt_choose(const gemm_launch *l)
+simt_choice simt_choose(const gemm_launch *panel)
 {
+    /* A panel chooses as its whole product does (plan_m): the same block, the same pieces. */
+    const gemm_launch whole = gemm_plan_view(panel);
+    const gemm_launch *l = &whole;
     switch (l->dtype) {
     case GEMM_DTYPE_F32:
         if (l->tile == 128)

@@ -356,7 +356,8 @@ int mma_tile(const gemm_launch *l)
 {
     if (l->tile)
         return l->tile;
-    const long long tiles = (long long)((l->m + 127) / 128) * ((l->n + 127) / 128);
+    /* a panel takes its whole product's tile (plan_m) */
+    const long long tiles = (long long)((gemm_plan_rows(l) + 127) / 128) * ((l->n + 127) / 128);
     return tiles < 132 ? 64 : 128;
 }
 

@@ -291,7 +291,8 @@ dmma_pick dmma_choose(const gemm_launch *l)
             return SM90_128;
         const bool vec = gemm_vec_ok(l->A, l->k, 8, 16) && gemm_vec_ok(l->B, l->n, 8, 16) &&
                          gemm_vec_ok(l->C, l->n, 8, 16);
-        const long long tiles = (long long)((l->m + 63) / 64) * ((l->n + 127) / 128);
+        /* a panel takes its whole product's block (plan_m) */
+        const long long tiles = (long long)((gemm_plan_rows(l) + 63) / 64) * ((l->n + 127) / 128);
         return vec && tiles >= 4 * 132 ? SM90_DEFAULT : SM90_ODD;
     }
     return l->tile == 128 ? SM80_128 : SM80_64;

@@ -7,15 +7,11 @@
  * For each kernel, pinned by name (and kernel auto, which the engine resolves once for the
  * whole shape and pins on every panel), the split product is checked against a float64
  * host reference (int32: exact mod 2^32) and against the same product run whole on an
- * engine that does not split:
- *  - byte for byte where the kernel's result cannot depend on how the rows are grouped:
- *    int32 (arithmetic mod 2^32 is associative), naive and tiled (each element one k-loop
- *    in a fixed order), and the block-tiled members (simt, mma, dmma, wgmma) when every
- *    panel ran the same block tile as the whole product and none cut k (split-k adds the
- *    pieces in another order);
- *  - within tolerance only where the choice depends on m: cuBLAS (its own heuristics may
- *    pick another algorithm for a panel's shape) and a block or split-k chosen from the
- *    shape. Whether those came out equal is printed as a diagnostic.
+ * engine that does not split, byte for byte: every panel chooses its block, its k split
+ * and cuBLAS's algorithm as for the whole product (gemm_job.plan_m), so a row cannot
+ * depend on the rows run with it. The same holds for panels submitted as products of
+ * their own with plan_m (a client's parallel requests with panel_of), in 3 to 16 panels,
+ * including the shapes where cuBLAS or kernel auto would choose otherwise for a panel.
  * Then: many split products at once on four streams, every one right; a cancel of a
  * running split product (gpu_delay_ms hook) stops every panel and ends it CANCELLED once;
  * and, on a host with two or more GPUs, panels on distinct devices.
@@ -30,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include "engine.h"
+#include "gemm_half.h"
 #include "gpu_ref.h"
 
 
@@ -100,14 +97,11 @@ static int correct(const gemm_job *j, const double *ref, const uint32_t *ref_i)
     return ref_rel_err(j->dtype, j->c, ref, nc) < tolerance(j);
 }
 
-/* Whether the kernel's result for a row cannot depend on the rows run with it. */
-static int must_be_equal(const gemm_job *split, const gemm_job *whole)
+/* Every panel chooses its block, its k split and cuBLAS's algorithm as for the whole
+ * product (gemm_job.plan_m): the rows come out as the whole product's, to the bit, for
+ * every kernel. The blocks the panels report must then be the whole product's too. */
+static int same_blocks(const gemm_job *split, const gemm_job *whole)
 {
-    if (split->dtype == GEMM_DTYPE_I32) return 1;
-    const char *k = whole->kernel_used;
-    if (strcmp(k, "naive") == 0 || strcmp(k, "tiled") == 0) return 1;
-    if (strcmp(k, "cublas") == 0) return 0;
-    if (strstr(whole->block, "split-k")) return 0;
     for (int i = 0; i < split->split_panels; i++)
         if (strcmp(split->split[i].block, whole->block) != 0) return 0;
     return 1;
@@ -197,12 +191,9 @@ static void test_equal_to_whole(void)
             tap(correct(&js, ref, ref_i), "%s: split result right against the host reference", name);
             tap(correct(&jw, ref, ref_i), "%s: whole result right against the host reference", name);
             int same = memcmp(js.c, jw.c, nc * es) == 0;
-            if (must_be_equal(&js, &jw))
-                tap(same, "%s: split equals whole byte for byte (block %s | %s, %s)", name, js.split[0].block,
-                    js.split[1].block, jw.block);
-            else
-                printf("# %s: block %s | %s vs whole %s: byte for byte %s (not required: the choice depends "
-                       "on m)\n", name, js.split[0].block, js.split[1].block, jw.block, same ? "equal" : "different");
+            tap(same_blocks(&js, &jw), "%s: the panels ran the whole product's block (%s | %s, whole %s)", name,
+                js.split[0].block, js.split[1].block, jw.block);
+            tap(same, "%s: split equals whole byte for byte", name);
             free(ref);
             free(ref_i);
         }
@@ -347,6 +338,180 @@ static void test_devices(void)
     gemm_engine_close(e);
 }
 
+/* ---- panels as separate products (what a client's parallel requests are) ---- */
+
+typedef struct {
+    gemm_dtype dtype;
+    gemm_math math;
+    const char *kernel;
+    int m, k, n;
+    int panels;
+} pcase;
+
+/* Inputs in [-1, 1): float32 / float64 by ref_fill, half types rounded from float32. */
+static void fill_any(gemm_dtype d, void *p, size_t n, uint64_t seed)
+{
+    if (!gemm_dtype_is_half(d)) {
+        ref_fill(d, p, n, seed);
+        return;
+    }
+    float *f = malloc(n * sizeof *f);
+    ref_fill(GEMM_DTYPE_F32, f, n, seed);
+    uint16_t *h = p;
+    for (size_t i = 0; i < n; i++) h[i] = d == GEMM_DTYPE_F16 ? gemm_f32_to_f16(f[i]) : gemm_f32_to_bf16(f[i]);
+    free(f);
+}
+
+static double elem(gemm_dtype d, const void *p, size_t i)
+{
+    switch (d) {
+    case GEMM_DTYPE_F64: return ((const double *)p)[i];
+    case GEMM_DTYPE_F16: return gemm_f16_to_f32(((const uint16_t *)p)[i]);
+    case GEMM_DTYPE_BF16: return gemm_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* 97 elements of C (float32 or float64) against a float64 dot product of the inputs. */
+static int sampled_right(const pcase *c, const void *a, const void *b, const void *cc, gemm_dtype cd, double tol)
+{
+    uint64_t s = 77;
+    for (int t = 0; t < 97; t++) {
+        size_t i = (size_t)(ref_next(&s) % (uint64_t)c->m), j = (size_t)(ref_next(&s) % (uint64_t)c->n);
+        double ref = 0, mag = 0;
+        for (size_t p = 0; p < (size_t)c->k; p++) {
+            double x = elem(c->dtype, a, i * (size_t)c->k + p) * elem(c->dtype, b, p * (size_t)c->n + j);
+            ref += x;
+            mag += fabs(x);
+        }
+        double got = elem(cd, cc, i * (size_t)c->n + j);
+        if (!(fabs(got - ref) <= tol * (mag > 1 ? mag : 1))) {
+            printf("# C[%zu][%zu] = %.9g, reference %.9g\n", i, j, got, ref);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* A product run whole, then as P separate products of its row panels, each with plan_m =
+ * the whole m (the panel_of of a request): every panel must give the whole product's rows
+ * byte for byte, whichever kernel auto picks for the whole shape and whatever cuBLAS's
+ * heuristics would pick for a panel's own shape. */
+static void test_panels_as_whole(void)
+{
+    gemm_engine *e = open_cuda(1, 0, "");
+    tap(e != NULL, "panels: engine opens (no split)");
+    if (!e) return;
+    gemm_engine_info info;
+    gemm_engine_describe(e, &info);
+    static const pcase cases[] = {
+        {GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "auto", 4096, 4096, 4096, 8},
+        {GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "auto", 4096, 4096, 4096, 16},
+        {GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "auto", 4096, 4096, 4096, 3},
+        {GEMM_DTYPE_F32, GEMM_MATH_FP32, "cublas", 2047, 1024, 2049, 8},
+        {GEMM_DTYPE_F32, GEMM_MATH_FP32, "cublas", 3000, 700, 5000, 7},
+        {GEMM_DTYPE_F32, GEMM_MATH_TF32, "auto", 4096, 1024, 4096, 8},
+        {GEMM_DTYPE_F32, GEMM_MATH_BF16, "auto", 4096, 4096, 4096, 16},
+        {GEMM_DTYPE_BF16, GEMM_MATH_DEFAULT, "auto", 4096, 4096, 4096, 8},
+        {GEMM_DTYPE_F16, GEMM_MATH_DEFAULT, "auto", 2048, 2048, 2048, 16},
+        {GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "auto", 1025, 512, 1023, 5},
+        {GEMM_DTYPE_F32, GEMM_MATH_FP32, "simt", 255, 4096, 255, 4},
+        {GEMM_DTYPE_F32, GEMM_MATH_FP32, "simt", 4097, 1024, 4095, 9},
+        {GEMM_DTYPE_F32, GEMM_MATH_TF32, "mma", 1999, 512, 1001, 7},
+        {GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "dmma", 2049, 333, 2055, 3},
+        {GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "auto", 512, 512, 512, 8},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const pcase *c = &cases[ci];
+        char name[160];
+        snprintf(name, sizeof name, "panels: %s %s kernel %s %dx%dx%d in %d", gemm_dtype_name(c->dtype),
+                 gemm_math_name(c->math), c->kernel, c->m, c->k, c->n, c->panels);
+        if (strcmp(c->kernel, "auto") != 0 && !kernel_listed(&info, c->kernel)) {
+            tap_skip("kernel not listed for this device or build", "%s", name);
+            continue;
+        }
+        const size_t es = gemm_dtype_size(c->dtype);
+        const gemm_dtype cd = gemm_dtype_is_half(c->dtype) ? GEMM_DTYPE_F32 : c->dtype;
+        const size_t ces = gemm_dtype_size(cd);
+        void *a = gemm_engine_host_alloc(e, (size_t)c->m * c->k * es), *b = gemm_engine_host_alloc(e, (size_t)c->k * c->n * es);
+        fill_any(c->dtype, a, (size_t)c->m * c->k, 300 + ci);
+        fill_any(c->dtype, b, (size_t)c->k * c->n, 700 + ci);
+        gemm_job whole;
+        memset(&whole, 0, sizeof whole);
+        whole.dtype = c->dtype;
+        whole.m = (uint64_t)c->m, whole.k = (uint64_t)c->k, whole.n = (uint64_t)c->n;
+        whole.a = a, whole.b = b;
+        whole.c = gemm_engine_host_alloc(e, (size_t)c->m * c->n * ces);
+        ref_poison(whole.c, (size_t)c->m * c->n * ces);
+        snprintf(whole.kernel, sizeof whole.kernel, "%s", c->kernel);
+        whole.math = c->math;
+        whole.done = gpu_on_done;
+        int ok = run_sync(e, &whole) == 0;
+        tap(ok, "%s: whole ran (%s, block %s)", name, ok ? whole.kernel_used : whole.err.message, whole.block);
+        /* of the sum of |a_ip b_pj|: float32 sums, and tf32 / bf16 inputs rounded */
+        const double tol = c->dtype == GEMM_DTYPE_F64 ? 1e-12
+                           : whole.math_used == GEMM_MATH_TF32 ? 2e-3
+                           : whole.math_used == GEMM_MATH_BF16 ? 1e-2 : 1e-4;
+        if (ok) tap(sampled_right(c, a, b, whole.c, cd, tol), "%s: whole right at 97 elements against float64", name);
+        int row = 0, equal = ok, kernels_same = ok, blocks_same = ok;
+        for (int p = 0; ok && p < c->panels; p++) {
+            int rows = c->m / c->panels + (p < c->m % c->panels ? 1 : 0);
+            gemm_job pj;
+            memset(&pj, 0, sizeof pj);
+            pj = whole;
+            memset(&pj.err, 0, sizeof pj.err);
+            pj.m = (uint64_t)rows;
+            pj.plan_m = (uint64_t)c->m;
+            pj.a = gemm_engine_host_alloc(e, (size_t)rows * c->k * es);
+            pj.c = gemm_engine_host_alloc(e, (size_t)rows * c->n * ces);
+            memcpy(pj.a, (const char *)a + (size_t)row * c->k * es, (size_t)rows * c->k * es);
+            ref_poison(pj.c, (size_t)rows * c->n * ces);
+            snprintf(pj.kernel, sizeof pj.kernel, "%s", c->kernel);
+            if (run_sync(e, &pj) != 0) {
+                tap(0, "%s: panel %d ran (%s)", name, p, pj.err.message);
+                ok = 0;
+            } else {
+                if (memcmp(pj.c, (const char *)whole.c + (size_t)row * c->n * ces, (size_t)rows * c->n * ces) != 0)
+                    equal = 0;
+                if (strcmp(pj.kernel_used, whole.kernel_used) != 0) kernels_same = 0;
+                if (strcmp(pj.block, whole.block) != 0) {
+                    printf("# panel %d ran block %s, whole %s\n", p, pj.block, whole.block);
+                    blocks_same = 0;
+                }
+            }
+            gemm_engine_host_free(e, pj.a);
+            gemm_engine_host_free(e, pj.c);
+            row += rows;
+        }
+        if (ok) {
+            tap(kernels_same, "%s: every panel ran the whole product's kernel (%s)", name, whole.kernel_used);
+            tap(blocks_same, "%s: every panel ran the whole product's block (%s)", name, whole.block);
+            tap(equal, "%s: the panels equal the whole product byte for byte", name);
+        }
+        gemm_engine_host_free(e, whole.c);
+        gemm_engine_host_free(e, a);
+        gemm_engine_host_free(e, b);
+    }
+    /* panel_of below m, or on a batch, is refused at submit */
+    gemm_job bad;
+    memset(&bad, 0, sizeof bad);
+    bad.dtype = GEMM_DTYPE_F32;
+    bad.m = 8, bad.k = 8, bad.n = 8, bad.plan_m = 7;
+    bad.a = gemm_engine_host_alloc(e, 256), bad.b = gemm_engine_host_alloc(e, 256), bad.c = gemm_engine_host_alloc(e, 256);
+    bad.done = gpu_on_done;
+    gemm_err err;
+    tap(gemm_engine_submit(e, &bad, &err) != 0 && err.status == 422, "panels: plan_m below m is 422 (%s)", err.message);
+    bad.plan_m = 16, bad.batch = 2;
+    gemm_engine_host_free(e, bad.a);
+    gemm_engine_host_free(e, bad.c);
+    bad.a = gemm_engine_host_alloc(e, 512), bad.c = gemm_engine_host_alloc(e, 512);
+    tap(gemm_engine_submit(e, &bad, &err) != 0 && err.status == 422, "panels: plan_m on a batch is 422 (%s)", err.message);
+    gemm_engine_host_free(e, bad.a);
+    gemm_engine_host_free(e, bad.b);
+    gemm_engine_host_free(e, bad.c);
+    gemm_engine_close(e);
+}
+
 int main(void)
 {
     if (gemm_cuda_device_count() == 0) {
@@ -354,6 +519,7 @@ int main(void)
         return tap_done();
     }
     test_equal_to_whole();
+    test_panels_as_whole();
     test_concurrent();
     test_cancel();
     test_devices();
