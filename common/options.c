@@ -1,4 +1,4 @@
-/* options.c - per-request options (dtype, kernel, tile, math, out_dtype, m/k/n) from any source. */
+/* options.c - per-request options (dtype, kernel, tile, math, out_dtype, m/k/n, panel_of) from any source. */
 #include "options.h"
 
 #include <stdio.h>
@@ -114,6 +114,15 @@ int gemm_options_set(gemm_options *o, const char *key, const char *value, gemm_e
                                 "batch '%s' is not a count of products (a decimal integer >= 1)",
                                 shown(value, tmp, sizeof tmp));
         o->batch = v;
+        return 0;
+    }
+    if (strcmp(key, "panel_of") == 0) {
+        uint64_t v;
+        if (gemm_parse_u64(value, &v) != 0 || v < 1)
+            return gemm_err_set(err, 422, "bad_option",
+                                "panel_of '%s' is not valid; use the rows of the whole product these rows "
+                                "of A are part of (a decimal integer >= m)", shown(value, tmp, sizeof tmp));
+        o->panel_of = v;
         return 0;
     }
     if (strcmp(key, "b_shared") == 0) {

@@ -20,11 +20,13 @@ typedef struct {
     uint64_t m, k, n;   /* raw binary only: shapes from the query (0 = not given) */
     uint64_t batch;     /* raw binary only: products in the body (0 = not batched) */
     int b_shared;       /* raw binary only: B is one k x n matrix shared by the batch */
+    uint64_t panel_of;  /* rows of the whole product these rows of A are a panel of (0 = none) */
 } gemm_options;
 
 void gemm_options_init(gemm_options *o);
 
-/* Applies one key=value: dtype, kernel, tile, math, out_dtype, m, k, n, batch, b_shared. Unknown keys return 1
+/* Applies one key=value: dtype, kernel, tile, math, out_dtype, m, k, n, batch, b_shared, panel_of.
+ * Unknown keys return 1
  * (ignored by the caller or refused, as it chooses); bad values return -1 with
  * 422 bad_option (or 400 bad_dimension for m/k/n that are not plain decimal integers)
  * and a message naming the key and the accepted values. Returns 0 when applied. */

@@ -58,6 +58,7 @@ static int fill_job(gemmd_request *req, gemm_job *job, int copy_refs, gemm_err *
     snprintf(job->kernel, sizeof job->kernel, "%s", req->opt.kernel[0] ? req->opt.kernel : "auto");
     job->tile = req->opt.tile;
     job->math = req->opt.math;
+    job->plan_m = req->opt.panel_of; /* the engine checks it against m and the batch */
     job->out_half = gemm_dtype_is_half(job->dtype) && gemmd_request_c_dtype(req) == job->dtype;
     size_t bytes[3], c_bytes;
     if (!gemm_job_bytes(job, bytes))

@@ -2,8 +2,10 @@
  * parallel.c - one large product over several connections at once: B is uploaded once
  * as a resident matrix, A is cut into row panels sent in parallel (each POST
  * /v1/matmul?b=ID carries one panel of A and answers that panel of C, written straight
- * into place), and B is deleted afterwards. Every panel is the same product the single
- * request would run on those rows, so C is the same bytes.
+ * into place), and B is deleted afterwards. Every panel says panel_of=m: the server runs
+ * on its rows what it runs for the whole product (kernel, block, k split, cuBLAS's
+ * algorithm), so C is the same bytes as the single request's (on a CUDA server; on the
+ * CPU OpenBLAS chooses per call and floats may differ in their last bits).
  *
  * B goes up over the same connections: the server makes an empty resident matrix
  * (POST /v1/matrices?...&empty=1), each connection PUTs its share of B's rows, and once
@@ -92,6 +94,7 @@ typedef struct {
     gemm_client *cl;
     panel_progress pp;
     gemm_request r;   /* this panel: m rows of A and C */
+    uint64_t whole_m; /* the rows of the whole product (panel_of: chosen as for it) */
     const char *b_id;
     uint64_t b_row0, b_rows; /* this panel's share of B to PUT first (0 rows: B is in) */
     int stopped;             /* it stopped because another one failed */
@@ -192,7 +195,10 @@ static void *run_panel(void *arg)
         panel_done(p->pp.sh);
         return NULL;
     }
-    snprintf(pq + strlen(pq), sizeof pq - strlen(pq), "&b=%s", p->b_id);
+    /* panel_of: the server runs the algorithm of the whole product on these rows, so that
+     * they come out as in one request (a server that predates it ignores it) */
+    snprintf(pq + strlen(pq), sizeof pq - strlen(pq), "&b=%s&panel_of=%llu", p->b_id,
+             (unsigned long long)p->whole_m);
     gemm_xfer x;
     gemm_xfer_init(&x, p->cl, GEMM_HTTP_POST, pq);
     gemm_matrix_bytes(p->r.m, p->r.k, p->r.dtype, &x.part_len[0]);
@@ -296,6 +302,7 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
         uint64_t rows = r->m / (uint64_t)n + ((uint64_t)i < r->m % (uint64_t)n ? 1 : 0);
         p[i].r = *r;
         p[i].r.m = rows;
+        p[i].whole_m = r->m;
         p[i].r.a = (const char *)r->a + row * r->k * es;
         p[i].r.c = (char *)r->c + row * r->n * esc;
         p[i].b_id = id;

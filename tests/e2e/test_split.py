@@ -9,8 +9,11 @@ reported (JSON "split": panels, rows m/P with the first m%P one more, devices, s
 header X-Gemm-Split); products below the threshold, batched requests and split_ways 1 not
 split and saying nothing of it; /metrics counting a split product once among the products
 and separately as split; a failing panel (fault hook cpu_fail) answering 500 with the
-panel's error while the daemon keeps serving; and int32 answers equal byte for byte to
-those of a daemon that does not split.
+panel's error while the daemon keeps serving; int32 answers equal byte for byte to
+those of a daemon that does not split; and the panel_of option (a panel of a larger
+product, sent as a request of its own): accepted raw and in JSON, its panels' int32 rows
+equal to the whole product's, refused with 422 when it is not a count, is below m or is
+given with a batch.
 """
 import json
 import os
@@ -217,6 +220,46 @@ def main(tap):
         tap.ok(m is not None and metric(m, "gemmd_engine_jobs_total", result="failed") == 1
                and metric(m, "gemmd_split_products_total") == 1,
                "/metrics: the failed split product counted once, as failed and as split")
+
+    panel_of(tap, rng)
+
+
+def panel_of(tap, rng):
+    """panel_of=M: rows of A that are a panel of an M-row product (what libgemm's parallel
+    requests send). The CPU backend computes them as any product (OpenBLAS chooses per
+    call); the option is checked in every format."""
+    with Daemon(tap) as d:
+        a = random_matrix(rng, (40, 33), "int32") * 50000
+        b = random_matrix(rng, (33, 21), "int32") * 50000
+        whole = d.matmul_raw(a, b, "int32")
+        rows = []
+        for lo, hi in ((0, 14), (14, 27), (27, 40)):
+            r = d.matmul_raw(a[lo:hi], b, "int32", query="&panel_of=40")
+            rows.append(r.body if r.status == 200 else None)
+        tap.ok(whole.status == 200 and None not in rows and b"".join(rows) == whole.body,
+               "panel_of (raw): three int32 panels equal the whole product byte for byte")
+        af = random_matrix(rng, (9, 7), "float64")
+        bf = random_matrix(rng, (7, 5), "float64")
+        r = d.matmul_json(af[3:6], bf, dtype="float64", panel_of=9)
+        js = r.json() or {}
+        ok, why = compare(np.array(js.get("c")), reference(af[3:6], bf, "float64"), "float64", 7) \
+            if r.status == 200 else (False, r)
+        tap.ok(ok, "panel_of (JSON field): C matches NumPy", why)
+        for q, code, what in (("&panel_of=abc", "bad_option", "not a number"),
+                              ("&panel_of=0", "bad_option", "zero"),
+                              ("&panel_of=2", "bad_option", "fewer rows than A has")):
+            r = d.matmul_raw(af[:3], bf, "float64", query=q)
+            err = ((r.json() or {}).get("error") or {})
+            tap.ok(r.status == 422 and err.get("code") == code and "panel_of" in err.get("message", ""),
+                   "panel_of %s: 422 %s" % (what, code), r)
+        bs = af[:4].astype("<f8").tobytes() + bf.astype("<f8").tobytes()
+        r = d.curl("POST", "/v1/matmul?m=2&k=7&n=5&dtype=float64&batch=2&b_shared=1&panel_of=8", data=bs,
+                   content_type="application/octet-stream")
+        err = ((r.json() or {}).get("error") or {})
+        tap.ok(r.status == 422 and err.get("code") == "bad_option" and "batch" in err.get("message", ""),
+               "panel_of on a batched request: 422 bad_option", r)
+        r = d.matmul_raw(af, bf, "float64")
+        tap.ok(r.status == 200, "the daemon still answers after the refusals", r)
 
 
 if __name__ == "__main__":
