@@ -153,8 +153,10 @@ int gemm_client_multiply_batch(gemm_client *c, const gemm_request *r, uint64_t b
                                gemm_timing *t, gemm_client_error *err);
 /* The same product over several connections at once: B is uploaded once as a resident
  * matrix (POST /v1/matrices), A is cut into `streams` row panels sent in parallel, each
- * answering its rows of C straight into r->c, and B is deleted afterwards. C is the same
- * bytes as gemm_client_multiply()'s. streams 0 chooses from the size
+ * answering its rows of C straight into r->c, and B is deleted afterwards. Each panel
+ * says panel_of=m, so a CUDA server runs the whole product's algorithm on its rows and C
+ * is the same bytes as gemm_client_multiply()'s (a CPU server: int32 the same bytes,
+ * floats within rounding: OpenBLAS chooses per call). streams 0 chooses from the size
  * (gemm_client_auto_streams); 1, or a product too small to split, is one request. The
  * progress callback (on the caller's thread) sees the panels' bytes added up, and a
  * non-zero return stops them all. Needs a server with /v1/matrices. */
