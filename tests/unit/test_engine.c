@@ -220,6 +220,20 @@ static void test_submit_validation(void **st)
     assert_int_equal(err.status, 500);
     t.job.done = tjob_done;
 
+    /* plan_m: the rows of a whole product this one is a panel of; never fewer than m */
+    t.job.plan_m = 1;
+    assert_int_equal(gemm_engine_submit(e, &t.job, &err), -1);
+    assert_int_equal(err.status, 422);
+    assert_string_equal(err.code, "bad_option");
+    assert_non_null(strstr(err.message, "panel_of=1"));
+    t.job.plan_m = 8;
+    t.job.batch = 2; /* checked before the buffers' sizes */
+    assert_int_equal(gemm_engine_submit(e, &t.job, &err), -1);
+    assert_int_equal(err.status, 422);
+    assert_non_null(strstr(err.message, "single product"));
+    t.job.batch = 0;
+    t.job.plan_m = 2; /* = m: accepted, as a whole product */
+
     assert_int_equal(tjob_calls(&t), 0);
     assert_int_equal(gemm_engine_submit(e, &t.job, &err), 0);
     tjob_wait(&t, 1);

@@ -38,7 +38,7 @@ static void test_defaults(void **state)
     assert_string_equal(o.kernel, "auto");
     assert_int_equal(o.tile, 0);
     assert_int_equal(o.math, GEMM_MATH_DEFAULT);
-    assert_true(o.m == 0 && o.k == 0 && o.n == 0);
+    assert_true(o.m == 0 && o.k == 0 && o.n == 0 && o.panel_of == 0);
 }
 
 static void test_set_each_key(void **state)
@@ -84,6 +84,11 @@ static void test_set_each_key(void **state)
     assert_int_equal(gemm_options_set(&o, "k", "0", &err), 0);
     assert_int_equal(gemm_options_set(&o, "n", "18446744073709551615", &err), 0);
     assert_true(o.m == 3 && o.k == 0 && o.n == UINT64_MAX);
+    assert_int_equal(o.panel_of, 0);
+    assert_int_equal(gemm_options_set(&o, "panel_of", "4096", &err), 0);
+    assert_int_equal(o.panel_of, 4096);
+    assert_int_equal(gemm_options_set(&o, "panel_of", "1", &err), 0);
+    assert_int_equal(o.panel_of, 1);
 }
 
 static void test_unknown_keys(void **state)
@@ -125,6 +130,10 @@ static void test_bad_values(void **state)
         expect_bad("k", dims[i], 400, "bad_dimension", "k '");
         expect_bad("n", dims[i], 400, "bad_dimension", "digits only");
     }
+    /* panel_of: a count of rows, >= 1 (whether it is >= m is the engine's check) */
+    const char *rows[] = {"0", "-1", "+8", " 8", "8 ", "8.0", "1e3", "0x10", "", "18446744073709551616", "abc"};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        expect_bad("panel_of", rows[i], 422, "bad_option", "panel_of '");
     /* values are echoed printable and bounded */
     gemm_options o;
     gemm_err err;
