@@ -22,6 +22,8 @@ typedef struct {
     char listen[64];            /* listen = 127.0.0.1 (address to bind) */
     int port;                   /* port = 8080 */
     int http_threads;           /* http_threads = 0: half the CPUs, 4 to 16 (libmicrohttpd thread pool) */
+    int answer_spin_us;         /* answer_spin_us = 100: an HTTP thread polls this long for a
+                                   small product it queued, to answer it without suspending */
     int connection_limit;       /* connection_limit = 256 */
     int per_ip_limit;           /* per_ip_limit = 64 */
     int connection_memory_kb;   /* connection_memory_kb = 64: libmicrohttpd's buffer per

@@ -52,6 +52,12 @@ struct gemmd_server {
      * taken after mu, never the other way.) */
     pthread_mutex_t mu;
     gemmd_request *pending;    /* synchronous products on the engine */
+    _Atomic int npending;      /* how many: written under mu, read without it */
+    /* answer_spin_us: a small product queued while at most spin_pending others are in
+     * flight is polled for this long before its connection is suspended (0: never) */
+    long spin_ns;
+    int spin_pending;
+    uint64_t spin_mnk;
     gemmd_budget_alloc_ctx alloc_ctx, lazy_ctx;
     gemmd_conns *conns;        /* connection limits and deadlines */
 };
@@ -470,6 +476,7 @@ void gemmd_server_conns_stats(const gemmd_server *srv, gemmd_conns_stats *out)
 /* Caller holds mu. */
 static void pending_unlink(gemmd_server *srv, gemmd_request *req)
 {
+    if (req->pend_prev || srv->pending == req) atomic_fetch_sub(&srv->npending, 1);
     if (req->pend_prev)
         req->pend_prev->pend_next = req->pend_next;
     else if (srv->pending == req)
@@ -504,6 +511,7 @@ int gemmd_sync_begin(gemmd_request *req)
     req->pend_next = srv->pending;
     if (srv->pending) srv->pending->pend_prev = req;
     srv->pending = req;
+    atomic_fetch_add(&srv->npending, 1);
     req->refs++; /* the engine's, dropped by done() */
     req->phase = REQ_WAIT;
     pthread_mutex_unlock(&srv->mu);
@@ -520,13 +528,47 @@ void gemmd_sync_refused(gemmd_request *req)
     pthread_mutex_unlock(&srv->mu);
 }
 
+/* A small product queued while the engine is nearly idle is done within tens of
+ * microseconds: this HTTP thread polls for it (mu is taken only once the job has ended, for
+ * done()'s mark) and answers in the same call, instead of suspending the connection and
+ * being woken to resume it (epoll changes and a wake-up through libmicrohttpd's inter-thread
+ * channel). Only while at most spin_pending products are in flight, so that under load the
+ * threads stay free for other connections. Returns with mu held. */
+static void lock_after_spin(gemmd_server *srv, gemmd_request *req)
+{
+    const gemm_job *job = &req->job;
+    double mnk = (double)job->m * (double)job->n * (double)job->k * (double)(job->batch > 1 ? job->batch : 1);
+    if (srv->spin_ns <= 0 || mnk > (double)srv->spin_mnk || atomic_load(&srv->npending) > srv->spin_pending + 1) {
+        pthread_mutex_lock(&srv->mu);
+        return;
+    }
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned i = 0;; i++) {
+        int st = atomic_load_explicit(&req->job.state, memory_order_acquire);
+        if (st != GEMM_JOB_QUEUED && st != GEMM_JOB_RUNNING) { /* ended: done() marks it next */
+            pthread_mutex_lock(&srv->mu);
+            if (req->job_done || req->abandoned) return;
+            pthread_mutex_unlock(&srv->mu);
+        }
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if ((i & 31) == 0) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((long)(t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) >= srv->spin_ns) break;
+        }
+    }
+    pthread_mutex_lock(&srv->mu);
+}
+
 int gemmd_sync_wait(gemmd_request *req)
 {
     gemmd_server *srv = req->srv;
     /* Shutdown began while it was being submitted: cancel it now (done() may run here).
      * req cannot go away meanwhile: this connection holds it and is ours until we return. */
     if (atomic_load(&srv->stopping)) gemm_engine_cancel(srv->svc.engine, &req->job);
-    pthread_mutex_lock(&srv->mu);
+    lock_after_spin(srv, req);
     int r = req->job_done ? GEMMD_SYNC_DONE : req->abandoned ? GEMMD_SYNC_ABANDONED : GEMMD_SYNC_SUSPENDED;
     if (r == GEMMD_SYNC_SUSPENDED) {
         req->suspended = 1;
@@ -838,6 +880,9 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         flags |= MHD_USE_TLS;
     }
     unsigned threads = (unsigned)gemmd_config_http_threads(cfg);
+    s->spin_ns = (long)cfg->answer_spin_us * 1000L;
+    s->spin_pending = (int)(threads / 4); /* others in flight: a quarter of the threads */
+    s->spin_mnk = cfg->engine.batch_max_mnk ? cfg->engine.batch_max_mnk : (1ull << 24); /* "small" */
     unsigned mhd_limit = gemmd_conns_mhd_limit(&x->conns_cfg);
     /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
     struct MHD_OptionItem where[2] = {{MHD_OPTION_SOCK_ADDR, 0, &ss}, {MHD_OPTION_END, 0, NULL}};
