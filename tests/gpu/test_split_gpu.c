@@ -114,6 +114,14 @@ static int kernel_listed(const gemm_engine_info *info, const char *name)
     return 0;
 }
 
+/* A case for a kernel this device or build lacks is skipped, and says so: 1 then. */
+static int skip_unlisted(const gemm_engine_info *info, const char *kernel, const char *name)
+{
+    if (strcmp(kernel, "auto") == 0 || kernel_listed(info, kernel)) return 0;
+    tap_skip("kernel not listed for this device or build", "%s", name);
+    return 1;
+}
+
 static void test_equal_to_whole(void)
 {
     gemm_engine *esp = open_cuda(2, 1, ""), *ewh = open_cuda(1, 0, "");
@@ -152,10 +160,7 @@ static void test_equal_to_whole(void)
         char name[160];
         snprintf(name, sizeof name, "%s %s kernel %s tile %d %dx%dx%d", gemm_dtype_name(c->dtype),
                  gemm_math_name(c->math), c->kernel, c->tile, c->m, c->k, c->n);
-        if (strcmp(c->kernel, "auto") != 0 && !kernel_listed(&info, c->kernel)) {
-            tap_skip("kernel not listed for this device or build", "%s", name);
-            continue;
-        }
+        if (skip_unlisted(&info, c->kernel, name)) continue;
         size_t es = gemm_dtype_size(c->dtype);
         size_t abytes = (size_t)c->m * c->k * es, bbytes = (size_t)c->k * c->n * es;
         /* the same inputs in each engine's own host blocks */
@@ -426,10 +431,7 @@ static void test_panels_as_whole(void)
         char name[160];
         snprintf(name, sizeof name, "panels: %s %s kernel %s %dx%dx%d in %d", gemm_dtype_name(c->dtype),
                  gemm_math_name(c->math), c->kernel, c->m, c->k, c->n, c->panels);
-        if (strcmp(c->kernel, "auto") != 0 && !kernel_listed(&info, c->kernel)) {
-            tap_skip("kernel not listed for this device or build", "%s", name);
-            continue;
-        }
+        if (skip_unlisted(&info, c->kernel, name)) continue;
         const size_t es = gemm_dtype_size(c->dtype);
         const gemm_dtype cd = gemm_dtype_is_half(c->dtype) ? GEMM_DTYPE_F32 : c->dtype;
         const size_t ces = gemm_dtype_size(cd);
