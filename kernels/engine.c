@@ -533,7 +533,7 @@ static int split_start(gemm_engine *e, gemm_job *job, int slot, double t0)
         p->c = (unsigned char *)job->c + (size_t)(row0 * job->n) * ces; /* C: its own dtype */
         p->out_half = job->out_half;
         /* Every panel chooses as for the whole product (or the one it is itself a panel of). */
-        p->plan_m = job->plan_m > job->m ? job->plan_m : job->m;
+        p->plan_m = gemm_job_plan_rows(job);
         p->b_res = job->b_res; /* the whole B: each device keeps its own copy */
         p->a_block = job->a, p->b_block = job->b, p->c_block = job->c;
         /* What validate() resolved for the whole product, on every panel. */

@@ -227,6 +227,12 @@ static inline uint64_t gemm_job_batch(const gemm_job *job)
 {
     return job->batch > 1 ? job->batch : 1;
 }
+/* The rows the job's kernel, block and algorithm are chosen for: plan_m when it is a panel
+ * of a taller product, else its own m. */
+static inline uint64_t gemm_job_plan_rows(const gemm_job *job)
+{
+    return job->plan_m > job->m ? job->plan_m : job->m;
+}
 /* Bytes of the job's A, B and C (all products of a batch; C in gemm_job_c_dtype()); 0 on
  * overflow or a bad dtype. */
 int gemm_job_bytes(const gemm_job *job, size_t out[3]);

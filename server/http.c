@@ -537,7 +537,7 @@ void gemmd_sync_refused(gemmd_request *req)
 static void lock_after_spin(gemmd_server *srv, gemmd_request *req)
 {
     const gemm_job *job = &req->job;
-    double mnk = (double)job->m * (double)job->n * (double)job->k * (double)(job->batch > 1 ? job->batch : 1);
+    double mnk = (double)job->m * (double)job->n * (double)job->k * (double)gemm_job_batch(job);
     if (srv->spin_ns <= 0 || mnk > (double)srv->spin_mnk || atomic_load(&srv->npending) > srv->spin_pending + 1) {
         pthread_mutex_lock(&srv->mu);
         return;

@@ -105,8 +105,9 @@ unsigned ptr_align(const void *p)
     return a;
 }
 
-/* The types of l's product for cublasLt; false for what it does not take here. */
-bool lt_types(const gemm_launch *l, cublasComputeType_t *ct, cudaDataType_t *scale, cudaDataType_t *ab,
+/* The types of l's product for cublasLt and cublasGemmEx: compute, scale, A and B, C;
+ * false for what cuBLAS does not take here (int32, an unknown math mode). */
+bool blas_types(const gemm_launch *l, cublasComputeType_t *ct, cudaDataType_t *scale, cudaDataType_t *ab,
               cudaDataType_t *c)
 {
     switch (l->dtype) {
@@ -159,7 +160,7 @@ cublasStatus_t entry_fill(lt_state *st, lt_entry *en, const lt_key &key, const g
     cudaDataType_t scale, ab, c;
     memset(en, 0, sizeof *en);
     en->key = key;
-    if (!lt_types(l, &ct, &scale, &ab, &c)) return CUBLAS_STATUS_SUCCESS;
+    if (!blas_types(l, &ct, &scale, &ab, &c)) return CUBLAS_STATUS_SUCCESS;
     cublasStatus_t s = cublasLtMatmulDescCreate(&en->op, ct, scale);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     s = make_layouts(ab, c, l->m, l->n, l->k, &en->la, &en->lb, &en->lc);
@@ -285,45 +286,23 @@ cudaError_t cublas_launch(const gemm_launch *l)
                         (double *)l->C, l->n);
         return from_cublas(s, "cublasDgemm");
     }
-    if (l->dtype == GEMM_DTYPE_F16 || l->dtype == GEMM_DTYPE_BF16) {
-        /* Half operands in memory, float32 sums (tensor cores), C in float32 or in the
-         * operands' type; the same C^T = B^T A^T as below. */
-        const cudaDataType_t ab = l->dtype == GEMM_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
-        const cudaDataType_t ct = l->out_half ? ab : CUDA_R_32F;
-        const float one = 1.0f, zero = 0.0f;
-        if (batch > 1) {
-            s = cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, l->n, l->m, l->k, &one, l->B, ab, l->n,
-                                           l->stride_b, l->A, ab, l->k, l->stride_a, &zero, l->C, ct, l->n,
-                                           l->stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-            return from_cublas(s, "cublasGemmStridedBatchedEx (half)");
-        }
-        s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, l->n, l->m, l->k, &one, l->B, ab, l->n, l->A, ab, l->k,
-                         &zero, l->C, ct, l->n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        return from_cublas(s, "cublasGemmEx (half)");
-    }
-    if (l->dtype != GEMM_DTYPE_F32)
-        return cudaErrorNotSupported;
-
+    /* float32 (its math mode the compute type) and the half dtypes (half A and B, float32
+     * sums, C in float32 or in their type): the same types cublasLt is given above. */
     cublasComputeType_t ct;
-    switch (l->math) {
-    case GEMM_MATH_DEFAULT:
-    case GEMM_MATH_FP32: ct = CUBLAS_COMPUTE_32F; break;
-    case GEMM_MATH_TF32: ct = CUBLAS_COMPUTE_32F_FAST_TF32; break;
-    case GEMM_MATH_BF16: ct = CUBLAS_COMPUTE_32F_FAST_16BF; break;
-    default: return cudaErrorInvalidValue;
-    }
+    cudaDataType_t scale, ab, c;
+    if (!blas_types(l, &ct, &scale, &ab, &c))
+        return l->dtype == GEMM_DTYPE_F32 ? cudaErrorInvalidValue : cudaErrorNotSupported;
+    const bool half = l->dtype == GEMM_DTYPE_F16 || l->dtype == GEMM_DTYPE_BF16;
     const float one = 1.0f, zero = 0.0f;
     if (batch > 1) {
-        s = cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, l->n, l->m, l->k, &one, l->B,
-                                       CUDA_R_32F, l->n, l->stride_b, l->A, CUDA_R_32F, l->k,
-                                       l->stride_a, &zero, l->C, CUDA_R_32F, l->n, l->stride_c,
-                                       batch, ct, CUBLAS_GEMM_DEFAULT);
-        return from_cublas(s, "cublasGemmStridedBatchedEx");
+        s = cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, l->n, l->m, l->k, &one, l->B, ab, l->n,
+                                       l->stride_b, l->A, ab, l->k, l->stride_a, &zero, l->C, c, l->n,
+                                       l->stride_c, batch, ct, CUBLAS_GEMM_DEFAULT);
+        return from_cublas(s, half ? "cublasGemmStridedBatchedEx (half)" : "cublasGemmStridedBatchedEx");
     }
-    s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, l->n, l->m, l->k, &one, l->B, CUDA_R_32F,
-                     l->n, l->A, CUDA_R_32F, l->k, &zero, l->C, CUDA_R_32F, l->n, ct,
-                     CUBLAS_GEMM_DEFAULT);
-    return from_cublas(s, "cublasGemmEx");
+    s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, l->n, l->m, l->k, &one, l->B, ab, l->n, l->A, ab, l->k, &zero,
+                     l->C, c, l->n, ct, CUBLAS_GEMM_DEFAULT);
+    return from_cublas(s, half ? "cublasGemmEx (half)" : "cublasGemmEx");
 }
 
 } // namespace

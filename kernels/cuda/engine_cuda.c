@@ -302,7 +302,7 @@ static int cuda_validate(void *self, gemm_job *job, gemm_err *err)
         return gemm_err_set(err, 422, "bad_option", "panel_of=%llu: the CUDA backend takes up to %d rows",
                             (unsigned long long)job->plan_m, INT_MAX);
     /* A panel of a larger product: chosen as for the whole one. */
-    const int plan_rows = job->plan_m > job->m ? (int)job->plan_m : (int)job->m;
+    const int plan_rows = (int)gemm_job_plan_rows(job);
     int is_auto = !job->kernel[0] || strcmp(job->kernel, "auto") == 0;
     /* auto: the member the committed measurements pick for this dtype, math and shape
      * (kernels/cuda/auto.c), for the oldest device a worker may run it on. */
@@ -603,7 +603,7 @@ allocated:;
         .workspace = NULL,
         .workspace_bytes = 0,
         .out_half = job->out_half,
-        .plan_m = job->plan_m > job->m ? (int)job->plan_m : 0,
+        .plan_m = (int)gemm_job_plan_rows(job), /* m when it is whole: the same choice */
         .lt = w->lt,
     };
     if (k->plan)

@@ -1,7 +1,7 @@
 /*
  * test_half_gpu.c - float16 and bfloat16 operands on the CUDA backend, through the engine:
- * kernel auto, cublas (cublasGemmEx, half A and B, float32 sums) and wgmma (tensor cores read
- * the half operands in place; Hopper only), C in float32 and in the
+ * kernel auto, cublas (cublasLt / cublasGemmEx, half A and B, float32 sums) and wgmma
+ * (tensor cores read the half operands in place; Hopper only), C in float32 and in the
  * operands' dtype, odd shapes, a batch with its own Bs and one with a shared B
  * (cublasGemmStridedBatchedEx), a group of queued products run together (dynamic
  * batching), and our own kernels refusing the half dtypes with 422 unsupported_dtype naming
