@@ -25,9 +25,11 @@
  * Dynamic batching: a worker that takes a small single product also takes the queued
  * products with the same key (dtype, resolved math, kernel, tile, m, k, n), up to
  * group_max, waiting up to group_delay_ms for more; the group runs as ONE batched job on
- * the backend (the inputs gathered into one A and one B stack in engine memory, C
- * scattered back), and each product then gets its own result fields, its own queue_ms and
- * its own done(). A product flagged for cancellation before its group starts is stopped
+ * the backend, and each product then gets its own result fields, its own queue_ms and its
+ * own done(). A backend with run_parts (CUDA) is handed each product's own blocks and
+ * copies them straight to and from its device stacks (one batched copy call each way);
+ * for any other the inputs are gathered into one A and one B stack in engine memory and C
+ * is scattered back. A product flagged for cancellation before its group starts is stopped
  * as usual; once the group has started it runs to the end with the others.
  *
  * Cancellation: gemm_engine_cancel() takes a queued job off the queue (done() at once) or
@@ -376,10 +378,12 @@ static struct timespec deadline_in(double ms)
     return ts;
 }
 
-/* Runs the group g[0..n) (n >= 2, all RUNNING) as one batched job: gathers A and B, runs,
- * scatters C and the result fields. Falls back to one by one when the staging memory
- * cannot be had. */
-static void run_group(gemm_engine *e, void *worker, gemm_job **g, int n, double t0)
+/* Runs the group g[0..n) (n >= 2, all RUNNING) as one batched job and hands each product
+ * the result fields. On a backend with run_parts the job lists the products' own blocks
+ * (parts: room for 3 * group_max pointers); otherwise A and B are gathered into stacks
+ * here and C scattered back, and the group runs one by one when the stacks cannot be
+ * had. */
+static void run_group(gemm_engine *e, void *worker, gemm_job **g, int n, double t0, void **parts)
 {
     /* Products whose cancel came before the group started stop here. */
     int live = 0;
@@ -416,7 +420,17 @@ static void run_group(gemm_engine *e, void *worker, gemm_job **g, int n, double 
     atomic_init(&big.state, GEMM_JOB_RUNNING);
     size_t stack[3];
     int ok = gemm_job_bytes(first, one) && gemm_job_bytes(&big, stack);
-    if (ok) {
+    const int by_parts = ok && e->be->run_parts && parts;
+    if (by_parts) {
+        for (int i = 0; i < n; i++) {
+            parts[i] = g[i]->a;
+            parts[n + i] = g[i]->b;
+            parts[2 * n + i] = g[i]->c;
+        }
+        big.a_parts = parts;
+        big.b_parts = parts + n;
+        big.c_parts = parts + 2 * n;
+    } else if (ok) {
         big.a = gemm_engine_host_alloc(e, stack[0]);
         big.b = gemm_engine_host_alloc(e, stack[1]);
         big.c = gemm_engine_host_alloc(e, stack[2]);
@@ -429,7 +443,7 @@ static void run_group(gemm_engine *e, void *worker, gemm_job **g, int n, double 
         for (int i = 0; i < n; i++) run_one(e, worker, g[i], i == 0 ? t0 : gemm_now_ms());
         return;
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !by_parts; i++) {
         memcpy((char *)big.a + (size_t)i * one[0], g[i]->a, one[0]);
         memcpy((char *)big.b + (size_t)i * one[1], g[i]->b, one[1]);
     }
@@ -451,7 +465,7 @@ static void run_group(gemm_engine *e, void *worker, gemm_job **g, int n, double 
                      e->be->name, n);
     for (int i = 0; i < n; i++) {
         gemm_job *job = g[i];
-        if (rc == 0) memcpy(job->c, (const char *)big.c + (size_t)i * one[2], one[2]);
+        if (rc == 0 && !by_parts) memcpy(job->c, (const char *)big.c + (size_t)i * one[2], one[2]);
         job->err = big.err;
         double q = job->timing.queue_ms;
         job->timing = big.timing;
@@ -648,8 +662,10 @@ static void *worker_main(void *arg)
     e->ninited++;
     pthread_cond_broadcast(&e->inited);
     pthread_mutex_unlock(&e->mu);
-    /* Room for a group; without it this worker runs products one by one. */
+    /* Room for a group (and its blocks, for a backend that copies them itself); without
+     * it this worker runs products one by one. */
     gemm_job **g = e->group_max > 1 ? calloc((size_t)e->group_max, sizeof *g) : NULL;
+    void **parts = g && e->be->run_parts ? calloc(3 * (size_t)e->group_max, sizeof *parts) : NULL;
 
     const int slot = wa->slot;
     int took = 0; /* this worker counts in slot_busy[slot] */
@@ -723,8 +739,9 @@ static void *worker_main(void *arg)
         if (n == 1)
             run_one(e, worker, job, t0);
         else
-            run_group(e, worker, g, n, t0);
+            run_group(e, worker, g, n, t0, parts);
     }
+    free(parts);
     free(g);
 
     if (e->be->worker_fini) e->be->worker_fini(e->self, worker);

@@ -213,6 +213,12 @@ struct gemm_job {
      * these are the blocks themselves, for a backend that pins host memory by block (the
      * same B block is read by every panel, possibly at once). NULL for any other job. */
     void *a_block, *b_block, *c_block;
+    /* A coalesced group (dynamic batching) run on a backend with run_parts: batch
+     * products, each with its own A, B and C blocks (from gemm_engine_host_alloc), listed
+     * here in place of stacks at a, b and c (which are NULL): the backend copies each
+     * straight to and from its device stacks, with no gather or scatter on the host. NULL
+     * for any other job. */
+    void *const *a_parts, *const *b_parts, *const *c_parts;
 };
 
 /* The dtype of C: float32 for float16 / bfloat16 operands unless out_half asks for theirs;
@@ -379,6 +385,9 @@ typedef struct gemm_backend {
     int (*healthy)(void *self);
     /* batch_max when the configuration says 0 (1: no dynamic batching by default). */
     int batch_default;
+    /* 1: run() takes a coalesced group as a_parts / b_parts / c_parts (see gemm_job);
+     * 0: the engine gathers the group into stacks at a and b and scatters c itself. */
+    int run_parts;
     /* Takes a resident handle whose device copies must be freed (may be NULL: the
      * backend keeps none; engine.c frees the handle). The backend frees it when done. */
     void (*resident_free)(void *self, gemm_resident *r);

@@ -402,6 +402,68 @@ static cudaError_t wait_event(cudaEvent_t ev, double spin_ms)
     return cudaEventSynchronize(ev);
 }
 
+/* Host <-> device copies queued on a stream in order, COPY_CHUNK at a time through one
+ * cudaMemcpyBatchAsync (measured on an H100: a group of 4-11 small products copied part by
+ * part in one call costs what one copy of a gathered stack does, and no host gather or
+ * scatter is needed; bench/bench_small_path.cu). A single range is one cudaMemcpyAsync. A
+ * driver that declines the batch call (not supported, or a range it will not batch) gets
+ * the ranges one by one. Everything is checked: the first failure stays in the site. */
+enum { COPY_CHUNK = 64 };
+typedef struct {
+    void *dst[COPY_CHUNK];
+    const void *src[COPY_CHUNK];
+    size_t size[COPY_CHUNK];
+    size_t n;
+    enum cudaMemcpyKind kind;
+    cudaStream_t s;
+    gemm_cuda_site *site;
+    cudaError_t err;
+} copy_list;
+
+static void copies_begin(copy_list *c, enum cudaMemcpyKind kind, cudaStream_t s, gemm_cuda_site *site)
+{
+    c->n = 0;
+    c->kind = kind;
+    c->s = s;
+    c->site = site;
+    c->err = cudaSuccess;
+}
+
+static cudaError_t copies_flush(copy_list *c)
+{
+    if (c->err != cudaSuccess || c->n == 0)
+        return c->err;
+    if (c->n == 1) {
+        c->err = GEMM_CUDA_CHECK(c->site, cudaMemcpyAsync(c->dst[0], c->src[0], c->size[0], c->kind, c->s));
+    } else {
+        struct cudaMemcpyAttributes at;
+        memset(&at, 0, sizeof at);
+        at.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        size_t first = 0;
+        cudaError_t e = cudaMemcpyBatchAsync(c->dst, c->src, c->size, c->n, &at, &first, 1, c->s);
+        if (e == cudaErrorNotSupported || e == cudaErrorInvalidValue) {
+            cudaGetLastError(); /* declined, not failed: nothing was queued */
+            for (size_t i = 0; i < c->n && c->err == cudaSuccess; i++)
+                c->err = GEMM_CUDA_CHECK(c->site, cudaMemcpyAsync(c->dst[i], c->src[i], c->size[i], c->kind, c->s));
+        } else {
+            c->err = GEMM_CUDA_CHECK(c->site, e);
+        }
+    }
+    c->n = 0;
+    return c->err;
+}
+
+static void copies_add(copy_list *c, void *dst, const void *src, size_t size)
+{
+    if (size == 0 || c->err != cudaSuccess)
+        return;
+    c->dst[c->n] = dst;
+    c->src[c->n] = src;
+    c->size[c->n] = size;
+    if (++c->n == COPY_CHUNK)
+        copies_flush(c);
+}
+
 /* Whether to run the product stage by stage (a host wait between stages, so a cancel can
  * stop it before its kernel or its D2H copy): when the stages are long enough that the wait
  * (tens of microseconds) does not matter. */
@@ -548,9 +610,18 @@ allocated:;
     /* Host blocks are locked here, on the worker, once (cached by the allocator after);
      * a block that cannot be locked is copied from pageable memory. */
     /* A panel of a split product points inside the product's blocks: pin those. */
-    gemm_cuda_host_pin(cb->host, job->a_block ? job->a_block : job->a, d->slot);
-    gemm_cuda_host_pin(cb->host, job->b_block ? job->b_block : job->b, d->slot);
-    gemm_cuda_host_pin(cb->host, job->c_block ? job->c_block : job->c, d->slot);
+    /* A coalesced group lists its products' own blocks: pin each. */
+    if (job->a_parts) {
+        for (uint64_t i = 0; i < nb; i++) {
+            gemm_cuda_host_pin(cb->host, job->a_parts[i], d->slot);
+            gemm_cuda_host_pin(cb->host, job->b_parts[i], d->slot);
+            gemm_cuda_host_pin(cb->host, job->c_parts[i], d->slot);
+        }
+    } else {
+        gemm_cuda_host_pin(cb->host, job->a_block ? job->a_block : job->a, d->slot);
+        gemm_cuda_host_pin(cb->host, job->b_block ? job->b_block : job->b, d->slot);
+        gemm_cuda_host_pin(cb->host, job->c_block ? job->c_block : job->c, d->slot);
+    }
 
     /* Resident operands are read from their device copies: no H2D for them (the first
      * product on this device makes the copy; its cost is counted as this job's H2D). */
@@ -562,14 +633,23 @@ allocated:;
     if (nb <= 1 && job->b_res && gemm_cuda_resident_get(cb, d, gen, job->b_res, s, &B, &res_bytes, &res_ms))
         upload[1] = 0;
 
-    /* H2D: ev[0] .. ev[1] */
+    /* H2D: ev[0] .. ev[1]; A and B in one call (a group: every product's, into the stacks) */
     stage = "H2D copy";
-    if (GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[0], s)) != cudaSuccess ||
-        (upload[0] &&
-         GEMM_CUDA_CHECK(&site, cudaMemcpyAsync(A, job->a, need[0], cudaMemcpyHostToDevice, s)) != cudaSuccess) ||
-        (upload[1] &&
-         GEMM_CUDA_CHECK(&site, cudaMemcpyAsync(B, job->b, need[1], cudaMemcpyHostToDevice, s)) != cudaSuccess) ||
-        GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[1], s)) != cudaSuccess)
+    copy_list cp;
+    copies_begin(&cp, cudaMemcpyHostToDevice, s, &site);
+    if (GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[0], s)) != cudaSuccess)
+        goto fail;
+    if (job->a_parts) {
+        const size_t pa = need[0] / nb, pb = need[1] / nb;
+        for (uint64_t i = 0; i < nb; i++) {
+            copies_add(&cp, (char *)A + i * pa, job->a_parts[i], pa);
+            copies_add(&cp, (char *)B + i * pb, job->b_parts[i], pb);
+        }
+    } else {
+        copies_add(&cp, A, job->a, upload[0]);
+        copies_add(&cp, B, job->b, upload[1]);
+    }
+    if (copies_flush(&cp) != cudaSuccess || GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[1], s)) != cudaSuccess)
         goto fail;
 
     /* kernel: k0 .. ev[3] (k0 = ev[1] when the stages run back to back) */
@@ -651,8 +731,15 @@ allocated:;
             goto fail;
     }
     stage = "D2H copy";
-    if (GEMM_CUDA_CHECK(&site, cudaMemcpyAsync(job->c, w->buf[2], need[2], cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
-        GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[5], s)) != cudaSuccess)
+    copies_begin(&cp, cudaMemcpyDeviceToHost, s, &site);
+    if (job->c_parts) {
+        const size_t pc = need[2] / nb;
+        for (uint64_t i = 0; i < nb; i++)
+            copies_add(&cp, job->c_parts[i], (const char *)w->buf[2] + i * pc, pc);
+    } else {
+        copies_add(&cp, job->c, w->buf[2], need[2]);
+    }
+    if (copies_flush(&cp) != cudaSuccess || GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[5], s)) != cudaSuccess)
         goto fail;
 
     stage = "synchronize";
@@ -839,7 +926,8 @@ const gemm_backend gemm_backend_cuda = {
     .allocator = cuda_allocator,
     .close = cuda_close,
     .healthy = cuda_healthy,
-    .batch_default = 32, /* one launch, one H2D and one D2H for up to 32 small products */
+    .batch_default = 32, /* one launch and one copy call each way for up to 32 small products */
+    .run_parts = 1,      /* a group's products are copied from and to their own blocks */
     .resident_free = gemm_cuda_resident_release,
     .worker_slot = cuda_worker_slot,
     .slot_usable = cuda_slot_usable,

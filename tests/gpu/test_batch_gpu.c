@@ -9,6 +9,7 @@
  *   - dynamic batching: 1 stream, a long gpu_delay_ms-free gate product in flight while
  *     64 small products of 3 kinds are queued; they come back right, coalesced (batched > 1,
  *     mode "coalesced ..."), each with its own done();
+ *   - groups of up to 200 products (several batched copy calls each way), each right;
  *   - 16 threads submitting 64 mixed small products each to 4 streams with batch_max 32
  *     and a 100 us delay: every product right;
  *   - a group larger than device_mem_limit falls back to one product at a time.
@@ -215,6 +216,44 @@ static void test_coalesced(void)
     gemm_engine_close(e);
 }
 
+/* Groups far larger than one copy call's chunk (64 ranges: 32 products' A and B): 1
+ * stream, batch_max 200, 150 float32 products of an odd shape (cuBLAS) and 70 int32 ones
+ * (simt) queued behind a long product. Each group's A and B go to the device part by part
+ * in several batched copy calls, and C comes back the same way into each product's own
+ * block: every product right, one done() each, and groups of more than 32 formed. */
+static void test_coalesced_large(void)
+{
+    gemm_engine *e = open_cuda(1, 200, 0);
+    if (!e) {
+        tap(0, "open the CUDA engine");
+        return;
+    }
+    bjob *big = make(e, GEMM_DTYPE_F64, 1, 0, 3072, 3072, 3072, "naive", 7);
+    gemm_err err;
+    int ok = gemm_engine_submit(e, &big->job, &err) == 0;
+    enum { NF = 150, NI = 70, N = NF + NI };
+    bjob *t[N];
+    for (int i = 0; i < N; i++) {
+        t[i] = i < NF ? make(e, GEMM_DTYPE_F32, 1, 0, 17, 9, 23, "cublas", 5000 + (uint64_t)i)
+                      : make(e, GEMM_DTYPE_I32, 1, 0, 31, 33, 7, "simt", 6000 + (uint64_t)i);
+        ok = ok && gemm_engine_submit(e, &t[i]->job, &err) == 0;
+    }
+    tap(ok, "a long product and %d small ones of 2 kinds queued on one stream", N);
+    wait_job(big);
+    int right = 0, largest = 0;
+    for (int i = 0; i < N; i++) {
+        wait_job(t[i]);
+        double worst;
+        right += atomic_load(&t[i]->job.state) == GEMM_JOB_DONE && correct(t[i], &worst) && t[i]->calls == 1;
+        if ((int)t[i]->job.batched > largest) largest = (int)t[i]->job.batched;
+    }
+    tap(right == N, "all %d products of groups up to 200 right, one done() each (%d right)", N, right);
+    tap(largest > 32, "groups larger than one copy call's 32 products formed (largest %d)", largest);
+    for (int i = 0; i < N; i++) release(t[i]);
+    release(big);
+    gemm_engine_close(e);
+}
+
 typedef struct {
     gemm_engine *e;
     int id, bad;
@@ -308,6 +347,7 @@ int main(void)
     }
     test_batched_jobs();
     test_coalesced();
+    test_coalesced_large();
     test_storm();
     test_group_too_big();
     return tap_done();

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -326,6 +327,106 @@ static void test_coalesce_groups(void **st)
     gjob_free(e, &gate);
 }
 
+/* A backend with run_parts: the CPU backend's, handed a coalesced group as lists of the
+ * products' own blocks. It runs each product from its own blocks (so a list that named the
+ * wrong block, or one out of order, gives a wrong answer) and counts the groups it saw and
+ * whether the engine left the stacks out (a, b and c NULL). */
+static atomic_int parts_groups, parts_products, parts_with_stacks;
+
+static int parts_run(void *self, void *worker, gemm_job *job)
+{
+    if (!job->a_parts) return gemm_backend_cpu.run(self, worker, job);
+    atomic_fetch_add(&parts_groups, 1);
+    if (job->a || job->b || job->c || !job->b_parts || !job->c_parts) atomic_fetch_add(&parts_with_stacks, 1);
+    uint64_t nb = gemm_job_batch(job);
+    for (uint64_t i = 0; i < nb; i++) {
+        gemm_job one;
+        memset(&one, 0, sizeof one);
+        one.dtype = job->dtype;
+        one.m = job->m, one.k = job->k, one.n = job->n;
+        one.a = job->a_parts[i], one.b = job->b_parts[i], one.c = job->c_parts[i];
+        memcpy(one.kernel_used, job->kernel_used, sizeof one.kernel_used);
+        one.math_used = job->math_used;
+        atomic_init(&one.cancel_requested, 0);
+        int rc = gemm_backend_cpu.run(self, worker, &one);
+        if (rc != 0) {
+            job->err = one.err;
+            return rc;
+        }
+        memcpy(job->kernel_used, one.kernel_used, sizeof job->kernel_used);
+        memcpy(job->device, one.device, sizeof job->device);
+        job->stream = one.stream;
+        atomic_fetch_add(&parts_products, 1);
+    }
+    job->batched = nb;
+    snprintf(job->batch_mode, sizeof job->batch_mode, "loop");
+    return 0;
+}
+
+/* The engine hands a run_parts backend each group as its products' own blocks (no stacks,
+ * no gather, no scatter): 6 float32 products of one shape (batch_max 4: groups of 4 and
+ * 2), 3 float64 of another and 2 int32 of a third queue behind a gate; every answer is
+ * right, each in its own C, and each group reached the backend as lists. */
+static void test_coalesce_parts(void **st)
+{
+    (void)st;
+    gemm_backend be = gemm_backend_cpu;
+    be.run = parts_run;
+    be.run_parts = 1;
+    gemm_engine_config cfg;
+    gemm_engine_config_defaults(&cfg);
+    snprintf(cfg.backend, sizeof cfg.backend, "cpu");
+    cfg.cpu_workers = 1;
+    cfg.queue_depth = 64;
+    cfg.batch_max = 4;
+    gemm_err err;
+    gemm_engine *e = gemm_engine_open_backend(&be, &cfg, &err);
+    assert_non_null(e);
+    atomic_store(&parts_groups, 0);
+    atomic_store(&parts_products, 0);
+    atomic_store(&parts_with_stacks, 0);
+
+    int open = 0;
+    pthread_mutex_t gmu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t gcv = PTHREAD_COND_INITIALIZER;
+    gjob gate;
+    gjob_init(e, &gate, GEMM_DTYPE_F32, 2, 2, 2, 1);
+    gate.gate_open = &open, gate.gate_mu = &gmu, gate.gate_cv = &gcv;
+    assert_int_equal(gemm_engine_submit(e, &gate.t.job, &err), 0);
+    while (atomic_load(&gate.t.job.state) != GEMM_JOB_DONE) sched_yield();
+
+    enum { N = 11 };
+    gjob j[N];
+    for (int i = 0; i < 6; i++) gjob_init(e, &j[i], GEMM_DTYPE_F32, 7, 5, 3, 10 + 7 * (uint64_t)i);
+    for (int i = 6; i < 9; i++) gjob_init(e, &j[i], GEMM_DTYPE_F64, 9, 4, 11, 100 + 7 * (uint64_t)i);
+    for (int i = 9; i < N; i++) gjob_init(e, &j[i], GEMM_DTYPE_I32, 5, 13, 6, 200 + 7 * (uint64_t)i);
+    for (int i = 0; i < N; i++) assert_int_equal(gemm_engine_submit(e, &j[i].t.job, &err), 0);
+    pthread_mutex_lock(&gmu);
+    open = 1;
+    pthread_cond_broadcast(&gcv);
+    pthread_mutex_unlock(&gmu);
+    for (int i = 0; i < N; i++) gjob_wait(&j[i]);
+
+    int in4 = 0, in2 = 0, in3 = 0;
+    for (int i = 0; i < N; i++) {
+        gemm_job *x = &j[i].t.job;
+        assert_int_equal(j[i].t.calls, 1);
+        assert_int_equal(atomic_load(&x->state), GEMM_JOB_DONE);
+        assert_int_equal(gjob_check(&j[i]), 0);
+        assert_string_equal(x->batch_mode, "coalesced loop");
+        in4 += x->batched == 4, in2 += x->batched == 2, in3 += x->batched == 3;
+    }
+    assert_int_equal(in4, 4);     /* float32: 4 + 2 */
+    assert_int_equal(in2, 2 + 2); /* and the two int32 */
+    assert_int_equal(in3, 3);     /* float64 */
+    assert_int_equal(atomic_load(&parts_groups), 4);
+    assert_int_equal(atomic_load(&parts_products), N);
+    assert_int_equal(atomic_load(&parts_with_stacks), 0);
+    gemm_engine_close(e);
+    for (int i = 0; i < N; i++) gjob_free(e, &j[i]);
+    gjob_free(e, &gate);
+}
+
 /* batch_max 1 turns coalescing off: queued products of one shape run one by one. */
 static void test_coalesce_off(void **st)
 {
@@ -466,6 +567,7 @@ int main(void)
         cmocka_unit_test(test_batch_limits),
         cmocka_unit_test(test_coalesce_groups),
         cmocka_unit_test(test_coalesce_off),
+        cmocka_unit_test(test_coalesce_parts),
         cmocka_unit_test(test_coalesce_cancel),
         cmocka_unit_test(test_coalesce_many_threads),
     };
