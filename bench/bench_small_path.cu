@@ -4,7 +4,7 @@
  * run by T threads at once (one stream and one cuBLAS handle each, as the workers).
  *
  *   build/bench/bench_small_path [--n 64] [--threads 4] [--group 1] [--ms 1500]
- *                                [--variants engine,noevents,onecopy,pipe2,block,zerocopy,kernel]
+ *                                [--variants engine,pipe2,...]   (default: every variant)
  *
  * Each launch is `group` products of n x n x n float32 (cublasGemmStridedBatchedEx, fp32
  * math), from pinned host memory. Variants:
@@ -23,12 +23,12 @@
  *             copied out of the staging block
  *   graph1    graph without the three stage events (only the last)
  *   gather    engine, with the group's products first gathered on the host from blocks of
- *             their own into the staging stacks (and C scattered back), as run_group does
+ *             their own into the staging stacks (and C scattered back): what the engine's
+ *             run_group did for CUDA before it handed the backend each product's blocks
  *   partcopy  each product's A and B copied straight from its own block into the device
  *             stacks (one cudaMemcpyAsync each), each C straight back: no host copies
- *   batchcopy partcopy's copies as one cudaMemcpyBatchAsync each way
- *   graphset  graph whose three copies are pointed at the request's own (pinned) blocks
- *             before each launch (cudaGraphExecMemcpyNodeSetParams1D): no host copies
+ *   batchcopy partcopy's copies as one cudaMemcpyBatchAsync each way (what the CUDA
+ *             worker does now)
  * Reported per variant: products/s over all threads, wall and thread CPU per launch (us),
  * and whether the last C of every thread equals a float64 host product (inputs are small
  * multiples of 1/8, so fp32 sums are exact). No assertion on time: a benchmark.
@@ -59,10 +59,9 @@
         }                                                                                         \
     } while (0)
 
-enum { V_ENGINE, V_NOEVENTS, V_ONECOPY, V_PIPE2, V_BLOCK, V_ZEROCOPY, V_KERNEL, V_GRAPH, V_GRAPH1, V_GRAPHSET,
-       V_GATHER, V_PARTCOPY, V_BATCHCOPY, V_COUNT };
+enum { V_ENGINE, V_NOEVENTS, V_ONECOPY, V_PIPE2, V_BLOCK, V_ZEROCOPY, V_KERNEL, V_GRAPH, V_GRAPH1, V_GATHER, V_PARTCOPY, V_BATCHCOPY, V_COUNT };
 static const char *vname[V_COUNT] = {"engine", "noevents", "onecopy", "pipe2", "block", "zerocopy", "kernel",
-                                     "graph", "graph1", "graphset", "gather", "partcopy", "batchcopy"};
+                                     "graph", "graph1", "gather", "partcopy", "batchcopy"};
 
 static int N = 64, T = 4, G = 1, MS = 1500;
 
@@ -72,7 +71,6 @@ struct set { /* one launch's buffers and events */
     float *r;  /* graph variants: the request's own blocks (pinned), same layout */
     cudaEvent_t ev[4];
     cudaGraphExec_t g;
-    cudaGraphNode_t copy[3]; /* graphset: H2D A, H2D B, D2H C */
 };
 
 struct thr {
@@ -127,14 +125,6 @@ static void submit(struct thr *t, struct set *x)
         memcpy(hA, x->r, 2 * b);
         CK(cudaGraphLaunch(x->g, s));
         break;
-    case V_GRAPHSET: { /* the graph's copies pointed at the request's own blocks */
-        float *rA = x->r, *rB = x->r + elems(), *rC = x->r + 2 * elems();
-        CK(cudaGraphExecMemcpyNodeSetParams1D(x->g, x->copy[0], dA, rA, b, cudaMemcpyHostToDevice));
-        CK(cudaGraphExecMemcpyNodeSetParams1D(x->g, x->copy[1], dB, rB, b, cudaMemcpyHostToDevice));
-        CK(cudaGraphExecMemcpyNodeSetParams1D(x->g, x->copy[2], rC, dC, b, cudaMemcpyDeviceToHost));
-        CK(cudaGraphLaunch(x->g, s));
-        break;
-    }
     case V_GATHER: /* the group's products into one stack on the host, as the engine's run_group */
         for (int g = 0; g < G; g++) {
             size_t o = (size_t)g * N * N, one = (size_t)N * N * sizeof(float);
@@ -231,7 +221,7 @@ static void complete(struct thr *t, struct set *x)
     else
         poll(x->ev[3]);
     if (t->variant == V_ENGINE || t->variant == V_PIPE2 || t->variant == V_BLOCK || t->variant == V_ONECOPY ||
-        t->variant == V_GRAPH || t->variant == V_GRAPHSET || t->variant >= V_GATHER) {
+        t->variant == V_GRAPH || t->variant >= V_GATHER) {
         CK(cudaEventElapsedTime(&ms, x->ev[0], x->ev[1]));
         CK(cudaEventElapsedTime(&ms, x->ev[1], x->ev[2]));
         CK(cudaEventElapsedTime(&ms, x->ev[2], x->ev[3]));
@@ -241,8 +231,7 @@ static void complete(struct thr *t, struct set *x)
 }
 
 /* Captures set x's launch as a graph: the engine's sequence with A and B in one copy
- * (graph1: no stage events, only the last); graphset: three copies whose ends are set
- * per launch. */
+ * (graph1: no stage events, only the last). */
 static void capture(struct thr *t, struct set *x)
 {
     size_t b = elems() * sizeof(float);
@@ -252,35 +241,13 @@ static void capture(struct thr *t, struct set *x)
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     if (t->variant != V_GRAPH1) CK(cudaEventRecordWithFlags(x->ev[0], s, cudaEventRecordExternal));
-    if (t->variant == V_GRAPHSET) {
-        CK(cudaMemcpyAsync(dA, x->r, b, cudaMemcpyHostToDevice, s));
-        CK(cudaMemcpyAsync(dB, x->r + elems(), b, cudaMemcpyHostToDevice, s));
-    } else {
-        CK(cudaMemcpyAsync(dA, hA, 2 * b, cudaMemcpyHostToDevice, s));
-    }
+    CK(cudaMemcpyAsync(dA, hA, 2 * b, cudaMemcpyHostToDevice, s));
     if (t->variant != V_GRAPH1) CK(cudaEventRecordWithFlags(x->ev[1], s, cudaEventRecordExternal));
     gemm(t, dA, dB, dC);
     if (t->variant != V_GRAPH1) CK(cudaEventRecordWithFlags(x->ev[2], s, cudaEventRecordExternal));
-    CK(cudaMemcpyAsync(t->variant == V_GRAPHSET ? x->r + 2 * elems() : hC, dC, b, cudaMemcpyDeviceToHost, s));
+    CK(cudaMemcpyAsync(hC, dC, b, cudaMemcpyDeviceToHost, s));
     CK(cudaEventRecordWithFlags(x->ev[3], s, cudaEventRecordExternal));
     CK(cudaStreamEndCapture(s, &graph));
-    if (t->variant == V_GRAPHSET) { /* the three copy nodes, in the order captured */
-        size_t nn = 0;
-        CK(cudaGraphGetNodes(graph, NULL, &nn));
-        cudaGraphNode_t *nodes = (cudaGraphNode_t *)calloc(nn, sizeof *nodes);
-        CK(cudaGraphGetNodes(graph, nodes, &nn));
-        int c = 0;
-        for (size_t i = 0; i < nn; i++) {
-            cudaGraphNodeType ty;
-            CK(cudaGraphNodeGetType(nodes[i], &ty));
-            if (ty == cudaGraphNodeTypeMemcpy && c < 3) x->copy[c++] = nodes[i];
-        }
-        free(nodes);
-        if (c != 3) {
-            fprintf(stderr, "graphset: %d copy nodes, not 3\n", c);
-            exit(1);
-        }
-    }
     CK(cudaGraphInstantiate(&x->g, graph, 0));
     CK(cudaGraphDestroy(graph));
 }
@@ -356,7 +323,7 @@ static void run_variant(int v)
             memset(x->r + 2 * elems(), 0xFF, elems() * sizeof(float));
             for (int q = 0; q < 4; q++) CK(cudaEventCreateWithFlags(&x->ev[q], evflags));
             x->g = NULL;
-            if (v == V_GRAPH || v == V_GRAPH1 || v == V_GRAPHSET) capture(t, x);
+            if (v == V_GRAPH || v == V_GRAPH1) capture(t, x);
         }
         /* warm-up: the handle's first call, the kernels' first load */
         for (int w = 0; w < 20; w++) {
@@ -382,7 +349,7 @@ static void run_variant(int v)
         launches += th[i].launches;
         wall = th[i].wall_ms > wall ? th[i].wall_ms : wall;
         cpu += th[i].cpu_ms;
-        int gr = v == V_GRAPH || v == V_GRAPH1 || v == V_GRAPHSET || v >= V_GATHER;
+        int gr = v == V_GRAPH || v == V_GRAPH1 || v >= V_GATHER;
         ok &= v == V_KERNEL || check(&th[i].set[0], gr);
         if (v == V_PIPE2) ok &= check(&th[i].set[1], 0);
     }
@@ -410,7 +377,7 @@ static void run_variant(int v)
 
 int main(int argc, char **argv)
 {
-    char list[256] = "engine,noevents,onecopy,pipe2,block,zerocopy,kernel,graph,graph1,graphset,gather,partcopy,batchcopy";
+    char list[256] = "engine,noevents,onecopy,pipe2,block,zerocopy,kernel,graph,graph1,gather,partcopy,batchcopy";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--n") && i + 1 < argc) N = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) T = atoi(argv[++i]);

@@ -80,10 +80,12 @@ int gemm_cuda_parse_faults(cuda_backend *cb, const char *spec, gemm_err *err)
             cb->lost_at = v;
         else if (ok && v <= 3600000 && strncmp(tok, "gpu_delay_ms:", 13) == 0)
             cb->delay_ms = v;
+        else if (ok && v == 1 && strcmp(tok, "copy_loop:1") == 0)
+            cb->copy_loop = 1;
         else
             return gemm_err_set(err, 400, "bad_config",
                                 "fault_inject \"%s\": the CUDA backend understands oom:N, "
-                                "sticky:N, lost:N and gpu_delay_ms:N (N >= 1)", tok);
+                                "sticky:N, lost:N, gpu_delay_ms:N (N >= 1) and copy_loop:1", tok);
     }
     return 0;
 }

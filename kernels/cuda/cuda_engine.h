@@ -83,6 +83,8 @@ typedef struct cuda_backend {
     int wgmma_ok;                /* every device runs wgmma */
     long oom_at, sticky_at, lost_at; /* fault hooks; 0 = off */
     long delay_ms;               /* fault hook gpu_delay_ms; 0 = off */
+    int copy_loop;               /* fault hook copy_loop:1: copies one call each, as when the
+                                    driver declines cudaMemcpyBatchAsync */
     atomic_long allocs, jobs;
     gemm_cuda_host *host;
     gemm_allocator alloc;

@@ -45,6 +45,8 @@
  *                   fault: the other devices' contexts stay intact), as after a failed reset
  *   gpu_delay_ms:N  every job's kernel stage starts with N ms of device-side waiting (a
  *                   long kernel of known length; such jobs run stage by stage)
+ *   copy_loop:1     copies go one call each (cudaMemcpyAsync), the path taken when the
+ *                   driver declines a batched copy call
  */
 #include "cuda_engine.h"
 
@@ -418,10 +420,13 @@ typedef struct {
     cudaStream_t s;
     gemm_cuda_site *site;
     cudaError_t err;
+    int one_by_one; /* the copy_loop:1 hook */
 } copy_list;
 
-static void copies_begin(copy_list *c, enum cudaMemcpyKind kind, cudaStream_t s, gemm_cuda_site *site)
+static void copies_begin(copy_list *c, const cuda_backend *cb, enum cudaMemcpyKind kind, cudaStream_t s,
+                         gemm_cuda_site *site)
 {
+    c->one_by_one = cb->copy_loop;
     c->n = 0;
     c->kind = kind;
     c->s = s;
@@ -440,7 +445,8 @@ static cudaError_t copies_flush(copy_list *c)
         memset(&at, 0, sizeof at);
         at.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
         size_t first = 0;
-        cudaError_t e = cudaMemcpyBatchAsync(c->dst, c->src, c->size, c->n, &at, &first, 1, c->s);
+        cudaError_t e = c->one_by_one ? cudaErrorNotSupported
+                                      : cudaMemcpyBatchAsync(c->dst, c->src, c->size, c->n, &at, &first, 1, c->s);
         if (e == cudaErrorNotSupported || e == cudaErrorInvalidValue) {
             cudaGetLastError(); /* declined, not failed: nothing was queued */
             for (size_t i = 0; i < c->n && c->err == cudaSuccess; i++)
@@ -636,7 +642,7 @@ allocated:;
     /* H2D: ev[0] .. ev[1]; A and B in one call (a group: every product's, into the stacks) */
     stage = "H2D copy";
     copy_list cp;
-    copies_begin(&cp, cudaMemcpyHostToDevice, s, &site);
+    copies_begin(&cp, cb, cudaMemcpyHostToDevice, s, &site);
     if (GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[0], s)) != cudaSuccess)
         goto fail;
     if (job->a_parts) {
@@ -731,7 +737,7 @@ allocated:;
             goto fail;
     }
     stage = "D2H copy";
-    copies_begin(&cp, cudaMemcpyDeviceToHost, s, &site);
+    copies_begin(&cp, cb, cudaMemcpyDeviceToHost, s, &site);
     if (job->c_parts) {
         const size_t pc = need[2] / nb;
         for (uint64_t i = 0; i < nb; i++)

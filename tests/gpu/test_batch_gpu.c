@@ -10,6 +10,7 @@
  *     64 small products of 3 kinds are queued; they come back right, coalesced (batched > 1,
  *     mode "coalesced ..."), each with its own done();
  *   - groups of up to 200 products (several batched copy calls each way), each right;
+ *     the same with every copy a call of its own (fault_inject copy_loop:1);
  *   - 16 threads submitting 64 mixed small products each to 4 streams with batch_max 32
  *     and a 100 us delay: every product right;
  *   - a group larger than device_mem_limit falls back to one product at a time.
@@ -221,11 +222,11 @@ static void test_coalesced(void)
  * (simt) queued behind a long product. Each group's A and B go to the device part by part
  * in several batched copy calls, and C comes back the same way into each product's own
  * block: every product right, one done() each, and groups of more than 32 formed. */
-static void test_coalesced_large(void)
+static void test_coalesced_large(const char *faults)
 {
-    gemm_engine *e = open_cuda(1, 200, 0);
+    gemm_engine *e = open_cuda_cfg(1, 200, 0, 0, faults);
     if (!e) {
-        tap(0, "open the CUDA engine");
+        tap(0, "open the CUDA engine (fault_inject \"%s\")", faults);
         return;
     }
     bjob *big = make(e, GEMM_DTYPE_F64, 1, 0, 3072, 3072, 3072, "naive", 7);
@@ -247,7 +248,8 @@ static void test_coalesced_large(void)
         right += atomic_load(&t[i]->job.state) == GEMM_JOB_DONE && correct(t[i], &worst) && t[i]->calls == 1;
         if ((int)t[i]->job.batched > largest) largest = (int)t[i]->job.batched;
     }
-    tap(right == N, "all %d products of groups up to 200 right, one done() each (%d right)", N, right);
+    tap(right == N, "all %d products of groups up to 200 right, one done() each (%d right)%s", N, right,
+        faults[0] ? ", copies one call each (copy_loop:1)" : "");
     tap(largest > 32, "groups larger than one copy call's 32 products formed (largest %d)", largest);
     for (int i = 0; i < N; i++) release(t[i]);
     release(big);
@@ -347,7 +349,8 @@ int main(void)
     }
     test_batched_jobs();
     test_coalesced();
-    test_coalesced_large();
+    test_coalesced_large("");
+    test_coalesced_large("copy_loop:1");
     test_storm();
     test_group_too_big();
     return tap_done();
