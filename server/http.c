@@ -35,6 +35,8 @@
 #define GEMMD_DISCARD_MAX (64ull * 1024 * 1024)
 /* Threads that encode big JSON answers (the HTTP threads stay free for the rest). */
 #define GEMMD_OFFLOAD_THREADS 2
+/* Locks the synchronous products' handshakes are spread over (see struct gemmd_server). */
+#define SYNC_STRIPES 16
 
 /* The server: its services (request.h: what routes work with) and the HTTP layer's own
  * state, which no other file sees. */
@@ -44,15 +46,24 @@ struct gemmd_server {
     char url[128];
     _Atomic int stopping;
     _Atomic int inflight;      /* requests between first call and NOTIFY_COMPLETED */
-    /* mu guards the pending list, every request's refs and its suspend/resume handshake
-     * (suspended, job_done, abandoned). It is never held while calling the engine or
-     * another lock's owner: lock order is mu alone (the job store and the engine have
-     * their own locks, never taken under it), so it is a plain, non-recursive mutex.
+    /* A request's refs, its suspend/resume handshake (suspended, job_done, abandoned) and
+     * its place on a pending list are guarded by the lock of its stripe, one of
+     * SYNC_STRIPES picked by the request's address (stripe_of): no lock is shared by all
+     * requests, so HTTP threads and engine workers answering different products rarely
+     * meet on one. A stripe's lock is never held while calling the engine or another
+     * lock's owner, and never with another stripe's, except that shutdown takes all of
+     * them in index order to set stopping (set_stopping). The job store and the engine have
+     * their own locks, never taken under it, so each is a plain, non-recursive mutex.
      * (gemmd_sync_done may start an offload under it: the offload queue's own lock is
-     * taken after mu, never the other way.) */
-    pthread_mutex_t mu;
-    gemmd_request *pending;    /* synchronous products on the engine */
-    _Atomic int npending;      /* how many: written under mu, read without it */
+     * taken after it, never the other way.) */
+    struct sync_stripe {
+        pthread_mutex_t mu;
+        gemmd_request *pending; /* this stripe's synchronous products on the engine */
+        /* never read: keeps the stripes' locks on different cache lines */
+        // cppcheck-suppress unusedStructMember
+        char pad[64];
+    } stripe[SYNC_STRIPES];
+    _Atomic int npending;      /* synchronous products on the engine, all stripes */
     /* answer_spin_us: a small product queued while at most spin_pending others are in
      * flight is polled for this long before its connection is suspended (0: never) */
     long spin_ns;
@@ -473,73 +484,100 @@ void gemmd_server_conns_stats(const gemmd_server *srv, gemmd_conns_stats *out)
     gemmd_conns_get_stats(srv->conns, out);
 }
 
-/* Caller holds mu. */
+/* The stripe whose lock guards req (see struct gemmd_server): a multiplicative hash of its
+ * address, so that requests allocated side by side spread over the stripes. */
+static struct sync_stripe *stripe_of(gemmd_server *srv, const gemmd_request *req)
+{
+    uint64_t h = (uint64_t)(uintptr_t)req * 0x9E3779B97F4A7C15ull;
+    return &srv->stripe[(h >> 32) % SYNC_STRIPES];
+}
+
+static pthread_mutex_t *lock_of(gemmd_server *srv, const gemmd_request *req)
+{
+    return &stripe_of(srv, req)->mu;
+}
+
+/* Caller holds req's stripe lock. */
 static void pending_unlink(gemmd_server *srv, gemmd_request *req)
 {
-    if (req->pend_prev || srv->pending == req) atomic_fetch_sub(&srv->npending, 1);
+    struct sync_stripe *st = stripe_of(srv, req);
+    if (req->pend_prev || st->pending == req) atomic_fetch_sub(&srv->npending, 1);
     if (req->pend_prev)
         req->pend_prev->pend_next = req->pend_next;
-    else if (srv->pending == req)
-        srv->pending = req->pend_next;
+    else if (st->pending == req)
+        st->pending = req->pend_next;
     if (req->pend_next) req->pend_next->pend_prev = req->pend_prev;
     req->pend_next = req->pend_prev = NULL;
 }
 
-/* Drops one reference (mu held); 1 when the caller must free req after unlocking. */
+/* Drops one reference (req's stripe lock held); 1 when the caller must free req after
+ * unlocking. */
 static int req_unref_locked(gemmd_request *req) { return --req->refs == 0; }
 
 void gemmd_request_release(gemmd_request *req)
 {
-    gemmd_server *srv = req->srv;
-    pthread_mutex_lock(&srv->mu);
+    pthread_mutex_t *mu = lock_of(req->srv, req);
+    pthread_mutex_lock(mu);
     int last = req_unref_locked(req);
-    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_unlock(mu);
     if (last) gemmd_request_free(req);
+}
+
+/* Shutdown: stopping is set with every stripe's lock held (taken in index order), so a
+ * product that gemmd_sync_begin did not refuse is already on its stripe's list. */
+static void set_stopping(gemmd_server *srv)
+{
+    for (int i = 0; i < SYNC_STRIPES; i++) pthread_mutex_lock(&srv->stripe[i].mu);
+    atomic_store(&srv->stopping, 1);
+    for (int i = SYNC_STRIPES - 1; i >= 0; i--) pthread_mutex_unlock(&srv->stripe[i].mu);
 }
 
 int gemmd_sync_begin(gemmd_request *req)
 {
     gemmd_server *srv = req->srv;
-    /* Listed before it is submitted, under the same lock that shutdown sets stopping
-     * with: a product shutdown does not refuse is one it will find in the list. */
-    pthread_mutex_lock(&srv->mu);
+    struct sync_stripe *st = stripe_of(srv, req);
+    /* Listed before it is submitted, under a lock that shutdown holds while it sets
+     * stopping: a product shutdown does not refuse is one it will find in the lists. */
+    pthread_mutex_lock(&st->mu);
     if (atomic_load(&srv->stopping)) {
-        pthread_mutex_unlock(&srv->mu);
+        pthread_mutex_unlock(&st->mu);
         return -1;
     }
     req->pend_prev = NULL;
-    req->pend_next = srv->pending;
-    if (srv->pending) srv->pending->pend_prev = req;
-    srv->pending = req;
+    req->pend_next = st->pending;
+    if (st->pending) st->pending->pend_prev = req;
+    st->pending = req;
     atomic_fetch_add(&srv->npending, 1);
     req->refs++; /* the engine's, dropped by done() */
     req->phase = REQ_WAIT;
-    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_unlock(&st->mu);
     return 0;
 }
 
 void gemmd_sync_refused(gemmd_request *req)
 {
     gemmd_server *srv = req->srv;
-    pthread_mutex_lock(&srv->mu);
+    pthread_mutex_t *mu = lock_of(srv, req);
+    pthread_mutex_lock(mu);
     pending_unlink(srv, req);
     req->refs--; /* never the last: the connection's is held */
     req->phase = REQ_BODY;
-    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_unlock(mu);
 }
 
 /* A small product queued while the engine is nearly idle is done within tens of
- * microseconds: this HTTP thread polls for it (mu is taken only once the job has ended, for
- * done()'s mark) and answers in the same call, instead of suspending the connection and
- * being woken to resume it (epoll changes and a wake-up through libmicrohttpd's inter-thread
- * channel). Only while at most spin_pending products are in flight, so that under load the
- * threads stay free for other connections. Returns with mu held. */
-static void lock_after_spin(gemmd_server *srv, gemmd_request *req)
+ * microseconds: this HTTP thread polls for it (the lock is taken only once the job has
+ * ended, for done()'s mark) and answers in the same call, instead of suspending the
+ * connection and being woken to resume it (epoll changes and a wake-up through
+ * libmicrohttpd's inter-thread channel). Only while at most spin_pending products are in
+ * flight, so that under load the threads stay free for other connections. Returns with
+ * mu (req's stripe lock) held. */
+static void lock_after_spin(gemmd_server *srv, gemmd_request *req, pthread_mutex_t *mu)
 {
     const gemm_job *job = &req->job;
     double mnk = (double)job->m * (double)job->n * (double)job->k * (double)gemm_job_batch(job);
     if (srv->spin_ns <= 0 || mnk > (double)srv->spin_mnk || atomic_load(&srv->npending) > srv->spin_pending + 1) {
-        pthread_mutex_lock(&srv->mu);
+        pthread_mutex_lock(mu);
         return;
     }
     struct timespec t0, t;
@@ -547,9 +585,9 @@ static void lock_after_spin(gemmd_server *srv, gemmd_request *req)
     for (unsigned i = 0;; i++) {
         int st = atomic_load_explicit(&req->job.state, memory_order_acquire);
         if (st != GEMM_JOB_QUEUED && st != GEMM_JOB_RUNNING) { /* ended: done() marks it next */
-            pthread_mutex_lock(&srv->mu);
+            pthread_mutex_lock(mu);
             if (req->job_done || req->abandoned) return;
-            pthread_mutex_unlock(&srv->mu);
+            pthread_mutex_unlock(mu);
         }
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
@@ -559,7 +597,7 @@ static void lock_after_spin(gemmd_server *srv, gemmd_request *req)
             if ((long)(t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) >= srv->spin_ns) break;
         }
     }
-    pthread_mutex_lock(&srv->mu);
+    pthread_mutex_lock(mu);
 }
 
 int gemmd_sync_wait(gemmd_request *req)
@@ -568,22 +606,23 @@ int gemmd_sync_wait(gemmd_request *req)
     /* Shutdown began while it was being submitted: cancel it now (done() may run here).
      * req cannot go away meanwhile: this connection holds it and is ours until we return. */
     if (atomic_load(&srv->stopping)) gemm_engine_cancel(srv->svc.engine, &req->job);
-    lock_after_spin(srv, req);
+    pthread_mutex_t *mu = lock_of(srv, req);
+    lock_after_spin(srv, req, mu);
     int r = req->job_done ? GEMMD_SYNC_DONE : req->abandoned ? GEMMD_SYNC_ABANDONED : GEMMD_SYNC_SUSPENDED;
     if (r == GEMMD_SYNC_SUSPENDED) {
         req->suspended = 1;
         MHD_suspend_connection(req->conn);
     }
-    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_unlock(mu);
     return r;
 }
 
 int gemmd_sync_status(gemmd_request *req)
 {
-    gemmd_server *srv = req->srv;
-    pthread_mutex_lock(&srv->mu);
+    pthread_mutex_t *mu = lock_of(req->srv, req);
+    pthread_mutex_lock(mu);
     int r = req->job_done ? GEMMD_SYNC_DONE : req->abandoned ? GEMMD_SYNC_ABANDONED : GEMMD_SYNC_SUSPENDED;
-    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_unlock(mu);
     return r;
 }
 
@@ -591,18 +630,19 @@ void gemmd_sync_done(gemmd_request *req, int (*offload)(gemmd_request *req))
 {
     gemmd_server *srv = req->srv;
     struct MHD_Connection *conn = req->conn;
-    pthread_mutex_lock(&srv->mu);
+    pthread_mutex_t *mu = lock_of(srv, req);
+    pthread_mutex_lock(mu);
     pending_unlink(srv, req);
     if (offload && !req->abandoned && offload(req) == 0) {
         /* the offloaded answer resumes the connection and drops the engine's reference */
-        pthread_mutex_unlock(&srv->mu);
+        pthread_mutex_unlock(mu);
         return;
     }
     req->job_done = 1;
     int resume = req->suspended;
     req->suspended = 0;
     int last = req_unref_locked(req); /* the engine's */
-    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_unlock(mu);
     /* From here on req may be answered and freed by an HTTP thread (unless last): only
      * conn is used. A suspended connection stays open until resumed here, and MHD is
      * never stopped while one is suspended. */
@@ -613,30 +653,30 @@ void gemmd_sync_done(gemmd_request *req, int (*offload)(gemmd_request *req))
 
 void gemmd_sync_resume(gemmd_request *req, int engine_ref)
 {
-    gemmd_server *srv = req->srv;
     struct MHD_Connection *conn = req->conn;
-    pthread_mutex_lock(&srv->mu);
+    pthread_mutex_t *mu = lock_of(req->srv, req);
+    pthread_mutex_lock(mu);
     req->job_done = 1;
     int resume = req->suspended;
     req->suspended = 0;
     int last = engine_ref && req_unref_locked(req); /* a product's: done() handed it over */
-    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_unlock(mu);
     if (resume) MHD_resume_connection(conn);
     if (last) gemmd_request_free(req);
 }
 
 int gemmd_sync_suspend_for(gemmd_request *req, int (*start)(gemmd_request *req))
 {
-    gemmd_server *srv = req->srv;
-    pthread_mutex_lock(&srv->mu);
+    pthread_mutex_t *mu = lock_of(req->srv, req);
+    pthread_mutex_lock(mu);
     if (start(req) != 0) {
-        pthread_mutex_unlock(&srv->mu);
+        pthread_mutex_unlock(mu);
         return -1;
     }
     req->phase = REQ_WAIT;
     req->suspended = 1;
     MHD_suspend_connection(req->conn);
-    pthread_mutex_unlock(&srv->mu);
+    pthread_mutex_unlock(mu);
     return 0;
 }
 
@@ -645,14 +685,17 @@ int gemmd_sync_suspend_for(gemmd_request *req, int (*start)(gemmd_request *req))
 static gemmd_request *hold_pending(gemmd_server *srv, int queued_only)
 {
     gemmd_request *held = NULL;
-    pthread_mutex_lock(&srv->mu);
-    for (gemmd_request *r = srv->pending; r; r = r->pend_next) {
-        if (queued_only && atomic_load(&r->job.state) != GEMM_JOB_QUEUED) continue;
-        r->refs++;
-        r->hold_next = held;
-        held = r;
+    for (int i = 0; i < SYNC_STRIPES; i++) {
+        struct sync_stripe *st = &srv->stripe[i];
+        pthread_mutex_lock(&st->mu);
+        for (gemmd_request *r = st->pending; r; r = r->pend_next) {
+            if (queued_only && atomic_load(&r->job.state) != GEMM_JOB_QUEUED) continue;
+            r->refs++;
+            r->hold_next = held;
+            held = r;
+        }
+        pthread_mutex_unlock(&st->mu);
     }
-    pthread_mutex_unlock(&srv->mu);
     return held;
 }
 
@@ -665,7 +708,7 @@ static int cancel_pending(gemmd_server *srv, int running_too)
     while (r) {
         gemmd_request *next = r->hold_next;
         /* Queued: done() runs right here (503 shutting_down). Running: asked to stop at
-         * its next stage boundary. No lock is held: done() takes srv->mu. */
+         * its next stage boundary. No lock is held: done() takes r's stripe lock. */
         gemm_engine_cancel(srv->svc.engine, &r->job);
         gemmd_request_release(r);
         r = next;
@@ -680,16 +723,19 @@ static int abandon_pending(gemmd_server *srv)
 {
     int n = 0;
     gemmd_request *resume = NULL;
-    pthread_mutex_lock(&srv->mu);
-    for (gemmd_request *r = srv->pending; r; r = r->pend_next) {
-        r->abandoned = 1; /* one being submitted right now answers 503 instead of suspending */
-        if (!r->suspended) continue;
-        r->suspended = 0; /* done() will not resume it: we do */
-        r->hold_next = resume;
-        resume = r;
-        n++;
+    for (int i = 0; i < SYNC_STRIPES; i++) {
+        struct sync_stripe *st = &srv->stripe[i];
+        pthread_mutex_lock(&st->mu);
+        for (gemmd_request *r = st->pending; r; r = r->pend_next) {
+            r->abandoned = 1; /* one being submitted right now answers 503 instead of suspending */
+            if (!r->suspended) continue;
+            r->suspended = 0; /* done() will not resume it: we do */
+            r->hold_next = resume;
+            resume = r;
+            n++;
+        }
+        pthread_mutex_unlock(&st->mu);
     }
-    pthread_mutex_unlock(&srv->mu);
     /* Each stays suspended (and so alive: its connection holds it) until resumed here. */
     while (resume) {
         gemmd_request *next = resume->hold_next;
@@ -841,7 +887,8 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     s->svc.cfg = *cfg;
     s->svc.engine = engine;
     gemm_engine_describe(engine, &s->svc.info);
-    pthread_mutex_init(&s->mu, NULL); /* lock order: request.h */
+    for (int i = 0; i < SYNC_STRIPES; i++) /* lock order: struct gemmd_server */
+        pthread_mutex_init(&s->stripe[i].mu, NULL);
 
     struct sockaddr_storage ss;
     socklen_t sslen;
@@ -937,7 +984,7 @@ fail:
     if (s->svc.budget) gemm_engine_set_keep_charge(s->svc.engine, NULL, NULL); /* off the budget first */
     gemmd_budget_free(s->svc.budget);
     gemmd_auth_free(s->svc.auth);
-    pthread_mutex_destroy(&s->mu);
+    for (int i = 0; i < SYNC_STRIPES; i++) pthread_mutex_destroy(&s->stripe[i].mu);
     free(x->tls_cert);
     free(x->tls_key);
     free(x);
@@ -991,9 +1038,7 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     struct gemmd_server_ext *x = (struct gemmd_server_ext *)s;
     x->quiesced = MHD_quiesce_daemon(s->daemon); /* no new connections */
 
-    pthread_mutex_lock(&s->mu);
-    atomic_store(&s->stopping, 1); /* no new products, from keep-alive connections either */
-    pthread_mutex_unlock(&s->mu);
+    set_stopping(s); /* no new products, from keep-alive connections either */
     cancel_pending(s, 0); /* queued products answer 503 shutting_down */
     gemmd_jobs_shutdown(s->svc.jobs);      /* async jobs: queued cancelled, running asked to stop */
 
@@ -1035,7 +1080,7 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     if (s->svc.budget) gemm_engine_set_keep_charge(s->svc.engine, NULL, NULL); /* off the budget first */
     gemmd_budget_free(s->svc.budget);
     gemmd_auth_free(s->svc.auth);
-    pthread_mutex_destroy(&s->mu);
+    for (int i = 0; i < SYNC_STRIPES; i++) pthread_mutex_destroy(&s->stripe[i].mu);
     free(x->tls_cert);
     free(x->tls_key);
     free(x);

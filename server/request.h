@@ -124,7 +124,7 @@ struct gemmd_request {
     int put_claimed;
     gemm_resident *c_res;      /* store=1: C's engine handle, until the store takes it */
 
-    /* synchronous product; the fields below are under srv->mu */
+    /* synchronous product; the fields below are under its stripe lock (http.c) */
     gemm_job job;
     int refs;                  /* the connection's (until NOTIFY_COMPLETED), the engine's
                                   (submit until done()), and short holds; freed at 0 */
@@ -155,7 +155,8 @@ void gemmd_request_free(gemmd_request *req);
 /* ---- the HTTP layer's calls for routes (http.c) ---------------------------------------
  *
  * A synchronous product's connection waits suspended while the engine runs it. The
- * handshake lives in http.c, under the server's lock: the product is listed as pending
+ * handshake lives in http.c, under the request's stripe lock (one of a few the requests
+ * are spread over by address; no lock is shared by all): the product is listed as pending
  * before it is submitted (so that shutdown finds it), the connection is suspended only if
  * done() has not already run, and done() resumes only a connection that was suspended,
  * so the resume never comes before the suspend. A request is reference counted: the

@@ -144,7 +144,7 @@ static enum MHD_Result respond_prepared(gemmd_request *req)
     return gemmd_respond_encoded_json(req, 200, &req->prepared_buf, req->prepared_charge, NULL);
 }
 
-/* Under the server's lock (gemmd_sync_done): a big JSON answer is encoded on an offload
+/* Under the request's stripe lock (gemmd_sync_done): a big JSON answer is encoded on an offload
  * thread, which answers and drops the engine's reference (0), else -1. */
 static int offload_sync(gemmd_request *req)
 {
@@ -448,7 +448,7 @@ static void release_entry(void *ctx)
     gemmd_jobs_put(j->store, j);
 }
 
-/* Under the server's lock (gemmd_sync_suspend_for): starts encoding req's kept result. */
+/* Under the request's stripe lock (gemmd_sync_suspend_for): starts encoding req's kept result. */
 static int offload_result(gemmd_request *req)
 {
     return gemmd_offload_run(req->svc->offload, encode_result, req);

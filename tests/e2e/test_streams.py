@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -78,12 +79,23 @@ def main(tap):
                 else:
                     ok, why = compare(np.load(out), reference(a, b, dtype), dtype, 29) if rc == 0 else (False, err)
                     tap.ok(ok, "%s: --streams %d matches NumPy" % (dtype, n), why)
-                log = d.read_log()[len(before):]
                 want = min(n, 37)
-                tap.ok(count(log, "method=POST path=/v1/matrices ") == 1 and
-                       count(log, "method=PUT path=/v1/matrices/{id}") == min(want, 29) and
-                       count(log, "method=POST path=/v1/matmul ") == want and
-                       count(log, "method=DELETE path=/v1/matrices/{id}") == 1,
+
+                def logged(log):
+                    return (count(log, "method=POST path=/v1/matrices ") == 1 and
+                            count(log, "method=PUT path=/v1/matrices/{id}") == min(want, 29) and
+                            count(log, "method=POST path=/v1/matmul ") == want and
+                            count(log, "method=DELETE path=/v1/matrices/{id}") == 1)
+
+                # A request's access-log line is written once its answer has been sent, so
+                # the client can be done a moment before the last lines are: wait for them
+                # (up to 10 s) rather than read the log once.
+                deadline = time.monotonic() + 10
+                log = d.read_log()[len(before):]
+                while not logged(log) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    log = d.read_log()[len(before):]
+                tap.ok(logged(log),
                        "%s: --streams %d: B made once and filled in %d shares, %d panels, B deleted"
                        % (dtype, n, min(want, 29), want), log[-800:])
         r = d.curl("GET", "/v1/matrices")
