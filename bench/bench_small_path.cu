@@ -112,6 +112,17 @@ static void poll(cudaEvent_t ev)
     CK(e);
 }
 
+/* The engine's sequence after its H2D: event, gemm, event, D2H of C, event. */
+static void gemm_and_back(struct thr *t, struct set *x)
+{
+    float *dA = x->d, *dB = x->d + elems(), *dC = x->d + 2 * elems();
+    CK(cudaEventRecord(x->ev[1], t->s));
+    gemm(t, dA, dB, dC);
+    CK(cudaEventRecord(x->ev[2], t->s));
+    CK(cudaMemcpyAsync(x->h + 2 * elems(), dC, elems() * sizeof(float), cudaMemcpyDeviceToHost, t->s));
+    CK(cudaEventRecord(x->ev[3], t->s));
+}
+
 /* Queues one launch on set x (everything but the wait). */
 static void submit(struct thr *t, struct set *x)
 {
@@ -124,20 +135,6 @@ static void submit(struct thr *t, struct set *x)
     case V_GRAPH1: /* the request's A and B into the fixed staging block, then one graph */
         memcpy(hA, x->r, 2 * b);
         CK(cudaGraphLaunch(x->g, s));
-        break;
-    case V_GATHER: /* the group's products into one stack on the host, as the engine's run_group */
-        for (int g = 0; g < G; g++) {
-            size_t o = (size_t)g * N * N, one = (size_t)N * N * sizeof(float);
-            memcpy(hA + o, x->r + o, one);
-            memcpy(hB + o, x->r + elems() + o, one);
-        }
-        CK(cudaEventRecord(x->ev[0], s));
-        CK(cudaMemcpyAsync(dA, hA, 2 * b, cudaMemcpyHostToDevice, s));
-        CK(cudaEventRecord(x->ev[1], s));
-        gemm(t, dA, dB, dC);
-        CK(cudaEventRecord(x->ev[2], s));
-        CK(cudaMemcpyAsync(hC, dC, b, cudaMemcpyDeviceToHost, s));
-        CK(cudaEventRecord(x->ev[3], s));
         break;
     case V_PARTCOPY:
     case V_BATCHCOPY: { /* each product's blocks straight to and from the device stacks */
@@ -180,14 +177,17 @@ static void submit(struct thr *t, struct set *x)
         CK(cudaMemcpyAsync(hC, dC, b, cudaMemcpyDeviceToHost, s));
         CK(cudaEventRecord(x->ev[3], s));
         break;
+    case V_GATHER: /* the group's products into one stack on the host first, then as onecopy */
+        for (int g = 0; g < G; g++) {
+            size_t o = (size_t)g * N * N, one = (size_t)N * N * sizeof(float);
+            memcpy(hA + o, x->r + o, one);
+            memcpy(hB + o, x->r + elems() + o, one);
+        }
+        __attribute__((fallthrough));
     case V_ONECOPY:
         CK(cudaEventRecord(x->ev[0], s));
         CK(cudaMemcpyAsync(dA, hA, 2 * b, cudaMemcpyHostToDevice, s));
-        CK(cudaEventRecord(x->ev[1], s));
-        gemm(t, dA, dB, dC);
-        CK(cudaEventRecord(x->ev[2], s));
-        CK(cudaMemcpyAsync(hC, dC, b, cudaMemcpyDeviceToHost, s));
-        CK(cudaEventRecord(x->ev[3], s));
+        gemm_and_back(t, x);
         break;
     case V_ZEROCOPY:
         CK(cudaEventRecord(x->ev[0], s));
@@ -203,11 +203,7 @@ static void submit(struct thr *t, struct set *x)
         CK(cudaEventRecord(x->ev[0], s));
         CK(cudaMemcpyAsync(dA, hA, b, cudaMemcpyHostToDevice, s));
         CK(cudaMemcpyAsync(dB, hB, b, cudaMemcpyHostToDevice, s));
-        CK(cudaEventRecord(x->ev[1], s));
-        gemm(t, dA, dB, dC);
-        CK(cudaEventRecord(x->ev[2], s));
-        CK(cudaMemcpyAsync(hC, dC, b, cudaMemcpyDeviceToHost, s));
-        CK(cudaEventRecord(x->ev[3], s));
+        gemm_and_back(t, x);
         break;
     }
 }

@@ -241,6 +241,43 @@ static size_t gjob_check(gjob *g)
     return ref_check(j->dtype, j->a, j->b, j->c, j->m, j->k, j->n, "coalesced product");
 }
 
+/* A gate: a tiny product whose done() holds the engine's only worker until the gate is
+ * opened, so that what is submitted meanwhile queues up behind it. */
+typedef struct {
+    gjob job;
+    int open;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} gate;
+
+static void gate_hold(gemm_engine *e, gate *g)
+{
+    g->open = 0;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    gjob_init(e, &g->job, GEMM_DTYPE_F32, 2, 2, 2, 1);
+    g->job.gate_open = &g->open, g->job.gate_mu = &g->mu, g->job.gate_cv = &g->cv;
+    gemm_err err;
+    assert_int_equal(gemm_engine_submit(e, &g->job.t.job, &err), 0);
+    while (atomic_load(&g->job.t.job.state) != GEMM_JOB_DONE) sched_yield();
+}
+
+static void gate_open(gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->open = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* After the engine is closed. */
+static void gate_free(gemm_engine *e, gate *g)
+{
+    gjob_free(e, &g->job);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+}
+
 static gemm_engine *open_grouping(int workers, int batch_max, int delay_us, uint64_t mnk)
 {
     gemm_engine_config cfg;
@@ -268,15 +305,9 @@ static void test_coalesce_groups(void **st)
 {
     (void)st;
     gemm_engine *e = open_grouping(1, 4, 0, 20 * 20 * 20);
-    int open = 0;
-    pthread_mutex_t gmu = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t gcv = PTHREAD_COND_INITIALIZER;
-    gjob gate;
-    gjob_init(e, &gate, GEMM_DTYPE_F32, 2, 2, 2, 1);
-    gate.gate_open = &open, gate.gate_mu = &gmu, gate.gate_cv = &gcv;
+    gate gt;
+    gate_hold(e, &gt);
     gemm_err err;
-    assert_int_equal(gemm_engine_submit(e, &gate.t.job, &err), 0);
-    while (atomic_load(&gate.t.job.state) != GEMM_JOB_DONE) sched_yield();
 
     enum { N = 11 };
     gjob j[N];
@@ -289,10 +320,7 @@ static void test_coalesce_groups(void **st)
     gjob_init(e, &j[10], GEMM_DTYPE_F32, 30, 30, 30, 110);
     for (int i = 0; i < N; i++) assert_int_equal(gemm_engine_submit(e, &j[i].t.job, &err), 0);
 
-    pthread_mutex_lock(&gmu);
-    open = 1;
-    pthread_cond_broadcast(&gcv);
-    pthread_mutex_unlock(&gmu);
+    gate_open(&gt);
     for (int i = 0; i < N; i++) gjob_wait(&j[i]);
 
     /* 7x5x3 float32: 6 products, batch_max 4 -> a group of 4 then one of 2 */
@@ -324,7 +352,7 @@ static void test_coalesce_groups(void **st)
     assert_int_equal(stt.coalesced_products, 8);
     gemm_engine_close(e);
     for (int i = 0; i < N; i++) gjob_free(e, &j[i]);
-    gjob_free(e, &gate);
+    gate_free(e, &gt);
 }
 
 /* A backend with run_parts: the CPU backend's, handed a coalesced group as lists of the
@@ -386,14 +414,8 @@ static void test_coalesce_parts(void **st)
     atomic_store(&parts_products, 0);
     atomic_store(&parts_with_stacks, 0);
 
-    int open = 0;
-    pthread_mutex_t gmu = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t gcv = PTHREAD_COND_INITIALIZER;
-    gjob gate;
-    gjob_init(e, &gate, GEMM_DTYPE_F32, 2, 2, 2, 1);
-    gate.gate_open = &open, gate.gate_mu = &gmu, gate.gate_cv = &gcv;
-    assert_int_equal(gemm_engine_submit(e, &gate.t.job, &err), 0);
-    while (atomic_load(&gate.t.job.state) != GEMM_JOB_DONE) sched_yield();
+    gate gt;
+    gate_hold(e, &gt);
 
     enum { N = 11 };
     gjob j[N];
@@ -401,10 +423,7 @@ static void test_coalesce_parts(void **st)
     for (int i = 6; i < 9; i++) gjob_init(e, &j[i], GEMM_DTYPE_F64, 9, 4, 11, 100 + 7 * (uint64_t)i);
     for (int i = 9; i < N; i++) gjob_init(e, &j[i], GEMM_DTYPE_I32, 5, 13, 6, 200 + 7 * (uint64_t)i);
     for (int i = 0; i < N; i++) assert_int_equal(gemm_engine_submit(e, &j[i].t.job, &err), 0);
-    pthread_mutex_lock(&gmu);
-    open = 1;
-    pthread_cond_broadcast(&gcv);
-    pthread_mutex_unlock(&gmu);
+    gate_open(&gt);
     for (int i = 0; i < N; i++) gjob_wait(&j[i]);
 
     int in4 = 0, in2 = 0, in3 = 0;
@@ -424,7 +443,7 @@ static void test_coalesce_parts(void **st)
     assert_int_equal(atomic_load(&parts_with_stacks), 0);
     gemm_engine_close(e);
     for (int i = 0; i < N; i++) gjob_free(e, &j[i]);
-    gjob_free(e, &gate);
+    gate_free(e, &gt);
 }
 
 /* batch_max 1 turns coalescing off: queued products of one shape run one by one. */
@@ -432,23 +451,15 @@ static void test_coalesce_off(void **st)
 {
     (void)st;
     gemm_engine *e = open_grouping(1, 1, 0, 1ull << 24);
-    int open = 0;
-    pthread_mutex_t gmu = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t gcv = PTHREAD_COND_INITIALIZER;
-    gjob gate, j[4];
-    gjob_init(e, &gate, GEMM_DTYPE_F32, 2, 2, 2, 1);
-    gate.gate_open = &open, gate.gate_mu = &gmu, gate.gate_cv = &gcv;
+    gate gt;
+    gate_hold(e, &gt);
+    gjob j[4];
     gemm_err err;
-    assert_int_equal(gemm_engine_submit(e, &gate.t.job, &err), 0);
-    while (atomic_load(&gate.t.job.state) != GEMM_JOB_DONE) sched_yield();
     for (int i = 0; i < 4; i++) {
         gjob_init(e, &j[i], GEMM_DTYPE_I32, 5, 6, 7, 5 + (uint64_t)i);
         assert_int_equal(gemm_engine_submit(e, &j[i].t.job, &err), 0);
     }
-    pthread_mutex_lock(&gmu);
-    open = 1;
-    pthread_cond_broadcast(&gcv);
-    pthread_mutex_unlock(&gmu);
+    gate_open(&gt);
     for (int i = 0; i < 4; i++) {
         gjob_wait(&j[i]);
         assert_int_equal(gjob_check(&j[i]), 0);
@@ -456,7 +467,7 @@ static void test_coalesce_off(void **st)
     }
     gemm_engine_close(e);
     for (int i = 0; i < 4; i++) gjob_free(e, &j[i]);
-    gjob_free(e, &gate);
+    gate_free(e, &gt);
 }
 
 /* A product cancelled while queued leaves its group; the others still run coalesced. */
@@ -464,24 +475,16 @@ static void test_coalesce_cancel(void **st)
 {
     (void)st;
     gemm_engine *e = open_grouping(1, 8, 0, 1ull << 24);
-    int open = 0;
-    pthread_mutex_t gmu = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t gcv = PTHREAD_COND_INITIALIZER;
-    gjob gate, j[3];
-    gjob_init(e, &gate, GEMM_DTYPE_F32, 2, 2, 2, 1);
-    gate.gate_open = &open, gate.gate_mu = &gmu, gate.gate_cv = &gcv;
+    gate gt;
+    gate_hold(e, &gt);
+    gjob j[3];
     gemm_err err;
-    assert_int_equal(gemm_engine_submit(e, &gate.t.job, &err), 0);
-    while (atomic_load(&gate.t.job.state) != GEMM_JOB_DONE) sched_yield();
     for (int i = 0; i < 3; i++) {
         gjob_init(e, &j[i], GEMM_DTYPE_F64, 6, 6, 6, 40 + (uint64_t)i);
         assert_int_equal(gemm_engine_submit(e, &j[i].t.job, &err), 0);
     }
     assert_int_equal(gemm_engine_cancel(e, &j[1].t.job), 1);
-    pthread_mutex_lock(&gmu);
-    open = 1;
-    pthread_cond_broadcast(&gcv);
-    pthread_mutex_unlock(&gmu);
+    gate_open(&gt);
     for (int i = 0; i < 3; i++) gjob_wait(&j[i]);
     assert_int_equal(atomic_load(&j[1].t.job.state), GEMM_JOB_CANCELLED);
     for (int i = 0; i < 3; i += 2) {
@@ -491,7 +494,7 @@ static void test_coalesce_cancel(void **st)
     }
     gemm_engine_close(e);
     for (int i = 0; i < 3; i++) gjob_free(e, &j[i]);
-    gjob_free(e, &gate);
+    gate_free(e, &gt);
 }
 
 /* 16 threads submit 40 products each of mixed dtypes and shapes (a few shapes, so groups
