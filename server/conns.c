@@ -385,6 +385,19 @@ void gemmd_conn_answer(gemmd_conn *x, uint64_t bytes)
     atomic_store(&x->state, ST_SEND);
 }
 
+int gemmd_answer_needs_progress(const gemmd_conns_config *cfg, uint64_t bytes)
+{
+    /* Without progress the deadline is send_timeout alone, which a client taking the answer
+     * at min_rate meets as long as the answer is no larger than send_timeout x min_rate. */
+    if (!(cfg->send_timeout_s > 0) || !(cfg->min_rate > 0)) return 0;
+    return (double)bytes > cfg->min_rate * cfg->send_timeout_s;
+}
+
+int gemmd_conn_needs_progress(const gemmd_conn *x, uint64_t bytes)
+{
+    return x ? gemmd_answer_needs_progress(&x->owner->cfg, bytes) : 0;
+}
+
 void gemmd_conn_progress(gemmd_conn *x, uint64_t taken)
 {
     if (x && atomic_load_explicit(&x->state, memory_order_relaxed) == ST_SEND)

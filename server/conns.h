@@ -79,6 +79,13 @@ void gemmd_conn_body(gemmd_conn *c, uint64_t bytes); /* body bytes arrived */
 void gemmd_conn_wait(gemmd_conn *c);                 /* suspended on the engine */
 void gemmd_conn_answer(gemmd_conn *c, uint64_t bytes); /* an answer of that size is queued */
 void gemmd_conn_progress(gemmd_conn *c, uint64_t taken); /* bytes of the answer taken so far */
+/* Whether the send deadline of an answer of this size depends on gemmd_conn_progress: only
+ * when it is larger than send_timeout x min_rate (a smaller one, taken at min_rate, is
+ * done within send_timeout anyway). An answer that needs none may be handed to
+ * libmicrohttpd as it lies, without a reader callback. */
+int gemmd_conn_needs_progress(const gemmd_conn *c, uint64_t bytes);
+/* The same rule for a configuration (0 for a connection the registry does not know). */
+int gemmd_answer_needs_progress(const gemmd_conns_config *cfg, uint64_t bytes);
 void gemmd_conn_request_done(gemmd_conn *c);         /* the request ended (keep-alive: the
                                                         next head is waited for) */
 
