@@ -389,6 +389,21 @@ ssize_t gemmd_read_two_parts(const void *head, size_t head_len, const void *data
     return (ssize_t)n;
 }
 
+struct MHD_Response *gemmd_two_part_response(gemmd_conn *cx, const void *head, size_t head_len, const void *data,
+                                             size_t data_len, MHD_ContentReaderCallback read,
+                                             MHD_ContentReaderFreeCallback free_cb, void *cls)
+{
+    uint64_t total = (uint64_t)head_len + data_len;
+    if (gemmd_conn_needs_progress(cx, total))
+        return MHD_create_response_from_callback(total, gemmd_payload_block(total), read, cls, free_cb);
+    /* No buffer of libmicrohttpd's to allocate, zero and copy into, as a reader needs. */
+    struct MHD_IoVec iov[2];
+    unsigned n = 0;
+    if (head_len) iov[n++] = (struct MHD_IoVec){head, head_len};
+    if (data_len) iov[n++] = (struct MHD_IoVec){data, data_len};
+    return MHD_create_response_from_iovec(iov, n, free_cb, cls);
+}
+
 static ssize_t payload_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     payload *p = cls;
@@ -680,18 +695,8 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
     req->timing.encode_ms = 0;
     req->timing.total_ms = req->timing.total_base_ms + gemm_now_ms() - req->t_start_ms;
     uint64_t total = p->prefix_len + p->data_len;
-    struct MHD_Response *r;
-    if (!gemmd_conn_needs_progress(req->cx, total)) {
-        /* Sent from where it lies (the .npy header, then C): no buffer of libmicrohttpd's to
-         * allocate, zero and copy into, as a reader callback needs. */
-        struct MHD_IoVec iov[2] = {{p->prefix, p->prefix_len}, {p->data, p->data_len}};
-        const int skip = p->prefix_len == 0;
-        r = MHD_create_response_from_iovec(iov + skip, 2u - (unsigned)skip, payload_free, p);
-    } else {
-        /* A large answer: read block by block, so that what the client has taken is known
-         * to its send deadline (gemmd_conn_progress). */
-        r = MHD_create_response_from_callback(total, gemmd_payload_block(total), payload_read, p, payload_free);
-    }
+    struct MHD_Response *r = gemmd_two_part_response(req->cx, p->prefix, p->prefix_len, p->data, p->data_len,
+                                                     payload_read, payload_free, p);
     if (!r) {
         payload_free(p);
         return gemmd_respond_queue(req, 500, NULL);

@@ -84,6 +84,14 @@ size_t gemmd_payload_block(uint64_t total);
  * data_len 0) into buf, at most max; MHD_CONTENT_READER_END_OF_STREAM past the end. */
 ssize_t gemmd_read_two_parts(const void *head, size_t head_len, const void *data, size_t data_len, uint64_t pos,
                              char *buf, size_t max);
+/* The response for an answer of head then data (either may be empty, not both), for a
+ * request on connection cx. An answer whose send deadline does not need to know how much
+ * the client has taken (gemmd_conn_needs_progress) is sent from where it lies; a larger
+ * one through read(cls, ...), which must report progress, block by block. free_cb(cls) is
+ * called when the response goes (not when NULL is returned). */
+struct MHD_Response *gemmd_two_part_response(gemmd_conn *cx, const void *head, size_t head_len, const void *data,
+                                             size_t data_len, MHD_ContentReaderCallback read,
+                                             MHD_ContentReaderFreeCallback free_cb, void *cls);
 /* Encodes the JSON answer of C into *out, admitted against the memory budget first
  * (*charge: the bytes charged as an answer, given back when it is sent), and fills the
  * encode and total times of req->timing. release(ctx) is called once C has been read,

@@ -692,7 +692,8 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
     job->c = NULL;
     gemm_matrix_bytes(c.rows, c.cols, c.dtype, &p->c_len);
     uint64_t total = p->head_len + p->c_len;
-    struct MHD_Response *r = MHD_create_response_from_callback(total, gemmd_payload_block(total), payload_read, p, payload_free);
+    struct MHD_Response *r =
+        gemmd_two_part_response(req->cx, p->head, p->head_len, p->c, p->c_len, payload_read, payload_free, p);
     if (!r) {
         payload_free(p);
         return v2_error(req, 500, "out_of_memory", "cannot build the answer");

@@ -321,6 +321,26 @@ def main(tap):
         tap.ok(c1 is not None and c2 is not None and np.array_equal(c1, c2),
                "float64 JSON answer round-trips to the binary answer bit for bit")
 
+    # Binary and .npy answers no larger than send_timeout x min_rate_kb are sent from where
+    # they lie; larger ones through a reader that reports progress to the send deadline.
+    # With send_timeout 1 and min_rate_kb 4 the edge is 4096 bytes: answers on either side
+    # of it, and a large one, come back byte for byte (int32: exact).
+    with Daemon(tap, config={"backend": "cpu", "send_timeout": 1, "min_rate_kb": 4}) as d:
+        cases = [((32, 5, 32), "octet", "4096 bytes: as it lies"),
+                 ((33, 5, 32), "octet", "4224 bytes: through the reader"),
+                 ((31, 5, 32), "npy", "header + 3968 bytes = 4096: as it lies"),
+                 ((32, 5, 32), "npy", "header + 4096 bytes: through the reader"),
+                 ((300, 7, 300), "octet", "360,000 bytes: through the reader"),
+                 ((300, 7, 300), "npy", "header + 360,000 bytes: through the reader")]
+        for (m, k, n), answer, what in cases:
+            a = rng.integers(-2**31, 2**31, size=(m, k), dtype=np.int64).astype(np.int32)
+            b = rng.integers(-2**31, 2**31, size=(k, n), dtype=np.int64).astype(np.int32)
+            r = d.matmul_raw(a, b, "int32", accept=ANSWERS[answer])
+            c, why = decode(r, answer, "int32") if r.status == 200 else (None, repr(r))
+            good, why2 = compare(c, reference(a, b, "int32"), "int32", k) if c is not None else (False, why)
+            tap.ok(good, "send_timeout 1, min_rate_kb 4: %dx%d int32 %s answer, %s, exact" % (m, n, answer, what),
+                   why2)
+
 
 if __name__ == "__main__":
     from harness import Tap
