@@ -1099,6 +1099,8 @@ void gemm_engine_resident_free(gemm_engine *e, gemm_resident *r)
     free(r);
 }
 
+uint64_t gemm_engine_small_mnk(const gemm_engine *e) { return e->group_mnk; }
+
 void gemm_engine_describe(gemm_engine *e, gemm_engine_info *out)
 {
     memset(out, 0, sizeof *out);

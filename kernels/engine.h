@@ -347,6 +347,9 @@ gemm_resident *gemm_engine_resident_new(gemm_engine *e, const void *host, size_t
 void gemm_engine_resident_free(gemm_engine *e, gemm_resident *r);
 
 void gemm_engine_describe(gemm_engine *e, gemm_engine_info *out);
+/* What the engine counts as a small product: m*n*k (times the batch) at most this much
+ * (batch_max_mnk, or its default when the configuration said 0). */
+uint64_t gemm_engine_small_mnk(const gemm_engine *e);
 /* device_mem_free: the live free memory of each device (CUDA: cudaMemGetInfo sampled about
  * every second by the backend's housekeeping thread, never on the caller's thread; CPU:
  * available RAM now). gemm_engine_info.devices[].free_mem is the same sample. */

@@ -565,6 +565,12 @@ void gemmd_sync_refused(gemmd_request *req)
     pthread_mutex_unlock(mu);
 }
 
+/* Where the handshake stands (req's stripe lock held). */
+static int sync_state_locked(const gemmd_request *req)
+{
+    return req->job_done ? GEMMD_SYNC_DONE : req->abandoned ? GEMMD_SYNC_ABANDONED : GEMMD_SYNC_SUSPENDED;
+}
+
 /* A small product queued while the engine is nearly idle is done within tens of
  * microseconds: this HTTP thread polls for it (the lock is taken only once the job has
  * ended, for done()'s mark) and answers in the same call, instead of suspending the
@@ -608,7 +614,7 @@ int gemmd_sync_wait(gemmd_request *req)
     if (atomic_load(&srv->stopping)) gemm_engine_cancel(srv->svc.engine, &req->job);
     pthread_mutex_t *mu = lock_of(srv, req);
     lock_after_spin(srv, req, mu);
-    int r = req->job_done ? GEMMD_SYNC_DONE : req->abandoned ? GEMMD_SYNC_ABANDONED : GEMMD_SYNC_SUSPENDED;
+    int r = sync_state_locked(req);
     if (r == GEMMD_SYNC_SUSPENDED) {
         req->suspended = 1;
         MHD_suspend_connection(req->conn);
@@ -621,7 +627,7 @@ int gemmd_sync_status(gemmd_request *req)
 {
     pthread_mutex_t *mu = lock_of(req->srv, req);
     pthread_mutex_lock(mu);
-    int r = req->job_done ? GEMMD_SYNC_DONE : req->abandoned ? GEMMD_SYNC_ABANDONED : GEMMD_SYNC_SUSPENDED;
+    int r = sync_state_locked(req);
     pthread_mutex_unlock(mu);
     return r;
 }
@@ -929,7 +935,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     unsigned threads = (unsigned)gemmd_config_http_threads(cfg);
     s->spin_ns = (long)cfg->answer_spin_us * 1000L;
     s->spin_pending = (int)(threads / 4); /* others in flight: a quarter of the threads */
-    s->spin_mnk = cfg->engine.batch_max_mnk ? cfg->engine.batch_max_mnk : (1ull << 24); /* "small" */
+    s->spin_mnk = gemm_engine_small_mnk(engine); /* "small" as the engine coalesces it */
     unsigned mhd_limit = gemmd_conns_mhd_limit(&x->conns_cfg);
     /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
     struct MHD_OptionItem where[2] = {{MHD_OPTION_SOCK_ADDR, 0, &ss}, {MHD_OPTION_END, 0, NULL}};

@@ -295,6 +295,7 @@ static gemm_engine *open_grouping(int workers, int batch_max, int delay_us, uint
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) fprintf(stderr, "# open: %s\n", err.message);
     assert_non_null(e);
+    assert_int_equal(gemm_engine_small_mnk(e), mnk); /* what the daemon's answer spin reads */
     return e;
 }
 
