@@ -347,6 +347,13 @@ static int cpu_healthy(void *self)
     return !atomic_load(&((cpu_backend *)self)->lost);
 }
 
+/* Not while a hook holds every run (cpu_delay_ms, cpu_stuck_ms). */
+static int cpu_quick(void *self)
+{
+    const cpu_backend *cb = self;
+    return cb->delay_ms <= 0 && cb->stuck_ms <= 0;
+}
+
 static void cpu_close(void *self)
 {
     free(self);
@@ -365,6 +372,7 @@ const gemm_backend gemm_backend_cpu = {
     .allocator = cpu_allocator,
     .close = cpu_close,
     .healthy = cpu_healthy,
+    .quick = cpu_quick,
     /* Coalescing on the CPU only saves a queue hand-off per product and adds a gather and a
      * scatter copy: off unless batch_max asks for it (bench/batch_bench.sh measures it). */
     .batch_default = 1,

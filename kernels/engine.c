@@ -32,6 +32,16 @@
  * is scattered back. A product flagged for cancellation before its group starts is stopped
  * as usual; once the group has started it runs to the end with the others.
  *
+ * Running where submitted (gemm_engine_submit_here): when nothing is queued and a worker
+ * of the slot a job would go to is idle, the submitting thread borrows that worker's
+ * backend state (its stream, buffers and library handles) and runs the job itself,
+ * instead of queueing it and waking the worker: no hand-off between threads, which is
+ * most of a small product's queue time when requests come one at a time. The lent worker
+ * counts as busy (slot_busy) and takes nothing until its state comes back; a worker
+ * never exits while lent. Everything else is as for a queued job: running, the counters,
+ * cancellation (the flag, checked by the backend), done() exactly once (here, on the
+ * submitting thread, before submit_here returns).
+ *
  * Cancellation: gemm_engine_cancel() takes a queued job off the queue (done() at once) or
  * flags a running one; the worker checks the flag before it calls the backend, and the
  * backend at each of its stage boundaries (gemm_job_cancel_requested).
@@ -101,12 +111,14 @@ struct gemm_engine {
     int nworkers;
     pthread_t *threads;
     int nstarted;
+    int nback;            /* args[] whose back condition variable is initialised */
     int ninited;          /* workers past worker_init (under mu) */
     pthread_cond_t inited; /* ninited grew */
     struct worker_arg *args;
 
     /* counters */
     atomic_ullong completed, failed, cancelled, rejected;
+    atomic_ullong ran_here;        /* jobs run by their submitting thread (submit_here) */
     atomic_ullong compute_ns;   /* sum of compute_ms, in ns */
     atomic_ullong groups, grouped; /* coalesced launches and the products in them */
     atomic_ullong splits, panels;  /* split products and their panels */
@@ -116,6 +128,12 @@ struct worker_arg {
     gemm_engine *e;
     int index;
     int slot;
+    /* Under mu: the backend's state for this worker once worker_init returned (ready),
+     * whether the worker is between jobs (in its wait loop: its state is not in use),
+     * and whether a submitting thread has borrowed that state (submit_here). */
+    void *state;
+    int ready, between, lent;
+    pthread_cond_t back; /* a lent worker waits here for its state */
 };
 
 /* A split product: its panels, and what they came to (under the engine's mu). */
@@ -288,8 +306,9 @@ int gemm_job_stop_cancelled(gemm_job *job, const char *stage)
     return GEMM_RUN_CANCELLED;
 }
 
-/* Ends a job run by a worker: compute time, counters, state, done(), running--. */
-static void finish_one(gemm_engine *e, gemm_job *job, int rc, double t0)
+/* Ends a job: compute time, counters, state, done(). The caller then takes mu for
+ * running-- (finish_one, or submit_here, which gives its borrowed worker back there). */
+static void finish_job(gemm_engine *e, gemm_job *job, int rc, double t0)
 {
     double t1 = gemm_now_ms();
     job->timing.compute_ms = t1 - t0;
@@ -307,7 +326,12 @@ static void finish_one(gemm_engine *e, gemm_job *job, int rc, double t0)
 
     atomic_store(&job->state, st);
     if (job->done) job->done(job); /* the job may be freed from here on */
+}
 
+/* Ends a job run by a worker: finish_job, then running--. */
+static void finish_one(gemm_engine *e, gemm_job *job, int rc, double t0)
+{
+    finish_job(e, job, rc, t0);
     /* Only now is the job no longer running: a caller that waits for running == 0
      * before freeing what done() touches (the daemon's job store at shutdown) must not
      * see zero while a callback is still in flight. */
@@ -659,6 +683,9 @@ static void *worker_main(void *arg)
     gemm_engine *e = wa->e;
     void *worker = e->be->worker_init ? e->be->worker_init(e->self, wa->index) : NULL;
     pthread_mutex_lock(&e->mu);
+    wa->state = worker;
+    wa->ready = 1;
+    wa->between = 1; /* not using its state until it takes a job */
     e->ninited++;
     pthread_cond_broadcast(&e->inited);
     pthread_mutex_unlock(&e->mu);
@@ -673,8 +700,15 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&e->mu);
         int may_spin = took && e->spin_ns > 0;
         if (took) e->slot_busy[slot]--, took = 0;
+        wa->between = 1;
         gemm_job *panel = NULL;
         for (;;) {
+            if (wa->lent) { /* a submitting thread runs on this worker's state: wait for it */
+                /* a wake-up for the queue may have come here: pass it to another worker */
+                if (e->head || e->phead) pthread_cond_signal(&e->slot_cv[slot]);
+                while (wa->lent) pthread_cond_wait(&wa->back, &e->mu);
+                continue;
+            }
             if ((panel = take_panel(e, slot)) || e->closing) break;
             if (e->head) {
                 int best = pick_slot(e, slot);
@@ -691,6 +725,7 @@ static void *worker_main(void *arg)
             }
             pthread_cond_wait(&e->slot_cv[slot], &e->mu);
         }
+        wa->between = 0;
         if (panel) { /* panels of products already running come first */
             e->slot_busy[slot]++, took = 1;
             if (e->head) kick(e); /* the wake-up may have been for the queue */
@@ -783,6 +818,7 @@ static void engine_free(gemm_engine *e)
     for (int i = 0; i < GEMM_MAX_DEVICES; i++) pthread_cond_destroy(&e->slot_cv[i]);
     pthread_cond_destroy(&e->grouping);
     pthread_cond_destroy(&e->inited);
+    for (int i = 0; i < e->nback; i++) pthread_cond_destroy(&e->args[i].back);
     pthread_mutex_destroy(&e->mu);
     free(e->threads);
     free(e->args);
@@ -839,6 +875,7 @@ gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_
     atomic_init(&e->compute_ns, 0);
     atomic_init(&e->groups, 0);
     atomic_init(&e->grouped, 0);
+    atomic_init(&e->ran_here, 0);
     pthread_mutex_init(&e->mu, NULL);
     for (int i = 0; i < GEMM_MAX_DEVICES; i++) pthread_cond_init(&e->slot_cv[i], NULL);
     pthread_cond_init(&e->grouping, NULL);
@@ -862,6 +899,7 @@ gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_
         return NULL;
     }
     e->nslots = 1;
+    for (; e->nback < e->nworkers; e->nback++) pthread_cond_init(&e->args[e->nback].back, NULL);
     for (int i = 0; i < e->nworkers; i++) {
         int slot = e->be->worker_slot ? e->be->worker_slot(e->self, i) : 0;
         if (slot < 0 || slot >= GEMM_MAX_DEVICES) slot = 0;
@@ -944,7 +982,43 @@ int gemm_job_bytes(const gemm_job *job, size_t out[3])
     return 1;
 }
 
-int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err)
+/* The idle worker whose state submit_here may borrow for job: only when nothing is
+ * queued (a job run here must not pass one that waits) and the job would not be split,
+ * one of the slot a queued job would go to, between jobs and past its set-up; the lowest
+ * index, so that one worker's state (its pinned blocks, its caches) serves a run of
+ * requests. NULL: queue it. Callers hold mu. */
+static struct worker_arg *lendable(gemm_engine *e, const gemm_job *job)
+{
+    if (e->head || e->phead || splittable(e, job) || (e->be->quick && !e->be->quick(e->self))) return NULL;
+    int s = pick_slot(e, -1);
+    if (s < 0 || !slot_ok(e, s)) return NULL;
+    for (int i = 0; i < e->nstarted; i++) {
+        struct worker_arg *w = &e->args[i];
+        if (w->slot == s && w->ready && w->between && !w->lent) return w;
+    }
+    return NULL;
+}
+
+/* Runs job on the submitting thread, on the lent worker's state (see the head of this
+ * file); gives the worker back only after done() and running--, so that close (which
+ * joins the workers, and a lent one waits for its state) cannot free the engine under it. */
+static void run_here(gemm_engine *e, struct worker_arg *w, gemm_job *job)
+{
+    double t0 = gemm_now_ms();
+    job->timing.queue_ms = t0 - job->t_submit_ms;
+    int rc = gemm_job_cancel_requested(job) ? gemm_job_stop_cancelled(job, "it started")
+                                            : e->be->run(e->self, w->state, job);
+    finish_job(e, job, rc, t0);
+    pthread_mutex_lock(&e->mu);
+    e->running--;
+    e->slot_busy[w->slot]--;
+    w->lent = 0;
+    pthread_cond_signal(&w->back);
+    if (e->head) kick(e); /* queued meanwhile: this slot has an idle worker again */
+    pthread_mutex_unlock(&e->mu);
+}
+
+static int submit(gemm_engine *e, gemm_job *job, int here, gemm_err *err)
 {
     gemm_err_clear(err);
     if (!e || !job)
@@ -1018,12 +1092,33 @@ int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err)
                             "all %d queue places are taken; retry shortly", cap);
     }
     job->t_submit_ms = gemm_now_ms();
+    struct worker_arg *w = here ? lendable(e, job) : NULL;
+    if (w) {
+        w->lent = 1;
+        e->slot_busy[w->slot]++;
+        e->running++;
+        atomic_fetch_add(&e->ran_here, 1);
+        atomic_store(&job->state, GEMM_JOB_RUNNING); /* under the lock: cancel sees it */
+        pthread_mutex_unlock(&e->mu);
+        run_here(e, w, job);
+        return 1;
+    }
     atomic_store(&job->state, GEMM_JOB_QUEUED);
     q_push(e, job);
     if (e->group_waiters) pthread_cond_broadcast(&e->grouping);
     kick(e);
     pthread_mutex_unlock(&e->mu);
     return 0;
+}
+
+int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err)
+{
+    return submit(e, job, 0, err);
+}
+
+int gemm_engine_submit_here(gemm_engine *e, gemm_job *job, gemm_err *err)
+{
+    return submit(e, job, 1, err);
 }
 
 int gemm_engine_cancel(gemm_engine *e, gemm_job *job)
@@ -1129,6 +1224,7 @@ void gemm_engine_get_stats(gemm_engine *e, gemm_engine_stats *out)
     out->compute_seconds = (double)atomic_load(&e->compute_ns) / 1e9;
     out->coalesced_launches = atomic_load(&e->groups);
     out->coalesced_products = atomic_load(&e->grouped);
+    out->ran_here = atomic_load(&e->ran_here);
     out->split_products = atomic_load(&e->splits);
     out->split_panels = atomic_load(&e->panels);
 }

@@ -281,6 +281,7 @@ typedef struct {
     uint64_t completed, failed, cancelled, rejected; /* since open */
     uint64_t coalesced_launches;   /* groups of queued products run as one batched job */
     uint64_t coalesced_products;   /* products that ran in those groups */
+    uint64_t ran_here;             /* jobs run (or running) on the thread that submitted them (submit_here) */
     uint64_t split_products;       /* products run as row panels (each counted once above) */
     uint64_t split_panels;         /* the panels they ran as */
     double compute_seconds;        /* sum of compute_ms / 1000 */
@@ -303,6 +304,14 @@ gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err);
  * NOT called: 503 queue_full when the queue is at capacity, 422 for a kernel / dtype /
  * math / tile combination the backend cannot run, 503 shutting_down after close began. */
 int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err);
+
+/* As gemm_engine_submit, but when nothing is queued and a worker of the slot the job would
+ * go to is idle, the job runs here, on the calling thread, on that worker's backend state
+ * (stream, buffers, handles; the worker takes nothing meanwhile): no hand-off to another
+ * thread. Returns 1 when it ran here (done() has been called, from this thread, before
+ * the return), 0 when it was queued, -1 as submit. Never split; cancellation works as for
+ * a running job. For a caller that would otherwise wait for a small product anyway. */
+int gemm_engine_submit_here(gemm_engine *e, gemm_job *job, gemm_err *err);
 
 /* Asks for a job to be cancelled; returns 1 if it was dequeued, 0 otherwise.
  * - Queued: it is taken off the queue and done() is called at once, from the calling
@@ -403,6 +412,10 @@ typedef struct gemm_backend {
     /* gemm_engine_set_keep_charge / gemm_engine_trim_kept (may be NULL: nothing kept). */
     void (*set_keep_charge)(void *self, gemm_keep_charge_fn fn, void *ctx);
     uint64_t (*trim_kept)(void *self);
+    /* Whether a product will take about the time of its work: 0 while a fault_inject hook
+     * holds or breaks runs (a product held by design, or a device reset, must not run on
+     * the thread that submitted it: gemm_engine_submit_here queues it). May be NULL: 1. */
+    int (*quick)(void *self);
 } gemm_backend;
 
 #define GEMM_RUN_CANCELLED 1
