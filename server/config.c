@@ -36,6 +36,9 @@ const key_desc gemmd_config_keys[] = {
      "microseconds an HTTP thread polls for a small product it has just queued, to answer it in "
      "the same call instead of suspending the connection, while few products are in flight "
      "(0 = suspend at once)"},
+    {"direct_run", K_BOOL, OFF(direct_run), 0, 0, 1,
+     "an HTTP thread runs a small product itself, on an idle stream, while few products are in "
+     "flight and nothing is queued, instead of handing it to a worker"},
     {"connection_limit", K_INT, OFF(connection_limit), 0, 1, 1000000, "connections open at once"},
     {"per_ip_limit", K_INT, OFF(per_ip_limit), 0, 0, 1000000,
      "connections open at once from one address (0 = no limit)"},
@@ -123,6 +126,7 @@ void gemmd_config_defaults(gemmd_config *c)
     c->port = 8080;
     c->http_threads = 0; /* half the CPUs, 4 to 16 (gemmd_config_validate) */
     c->answer_spin_us = 100;
+    c->direct_run = 1;
     c->connection_limit = 256;
     c->per_ip_limit = 64;
     c->connection_memory_kb = 64;

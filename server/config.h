@@ -24,6 +24,8 @@ typedef struct {
     int http_threads;           /* http_threads = 0: half the CPUs, 4 to 16 (libmicrohttpd thread pool) */
     int answer_spin_us;         /* answer_spin_us = 100: an HTTP thread polls this long for a
                                    small product it queued, to answer it without suspending */
+    int direct_run;             /* direct_run = true: an HTTP thread runs a small product itself
+                                   (on an idle worker's stream) while the engine is nearly idle */
     int connection_limit;       /* connection_limit = 256 */
     int per_ip_limit;           /* per_ip_limit = 64 */
     int connection_memory_kb;   /* connection_memory_kb = 64: libmicrohttpd's buffer per

@@ -69,6 +69,7 @@ struct gemmd_server {
     long spin_ns;
     int spin_pending;
     uint64_t spin_mnk;
+    int direct; /* direct_run: such a product may run on its HTTP thread (submit_here) */
     gemmd_budget_alloc_ctx alloc_ctx, lazy_ctx;
     gemmd_conns *conns;        /* connection limits and deadlines */
 };
@@ -571,6 +572,20 @@ static int sync_state_locked(const gemmd_request *req)
     return req->job_done ? GEMMD_SYNC_DONE : req->abandoned ? GEMMD_SYNC_ABANDONED : GEMMD_SYNC_SUSPENDED;
 }
 
+/* A small product (as the engine coalesces them) while at most spin_pending others are
+ * in flight (req counts: gemmd_sync_begin listed it). */
+static int small_and_few(const gemmd_server *srv, const gemmd_request *req)
+{
+    const gemm_job *job = &req->job;
+    double mnk = (double)job->m * (double)job->n * (double)job->k * (double)gemm_job_batch(job);
+    return mnk <= (double)srv->spin_mnk && atomic_load(&srv->npending) <= srv->spin_pending + 1;
+}
+
+int gemmd_sync_direct(const gemmd_request *req)
+{
+    return req->srv->direct && small_and_few(req->srv, req);
+}
+
 /* A small product queued while the engine is nearly idle is done within tens of
  * microseconds: this HTTP thread polls for it (the lock is taken only once the job has
  * ended, for done()'s mark) and answers in the same call, instead of suspending the
@@ -580,9 +595,7 @@ static int sync_state_locked(const gemmd_request *req)
  * mu (req's stripe lock) held. */
 static void lock_after_spin(gemmd_server *srv, gemmd_request *req, pthread_mutex_t *mu)
 {
-    const gemm_job *job = &req->job;
-    double mnk = (double)job->m * (double)job->n * (double)job->k * (double)gemm_job_batch(job);
-    if (srv->spin_ns <= 0 || mnk > (double)srv->spin_mnk || atomic_load(&srv->npending) > srv->spin_pending + 1) {
+    if (srv->spin_ns <= 0 || !small_and_few(srv, req)) {
         pthread_mutex_lock(mu);
         return;
     }
@@ -936,6 +949,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     s->spin_ns = (long)cfg->answer_spin_us * 1000L;
     s->spin_pending = (int)(threads / 4); /* others in flight: a quarter of the threads */
     s->spin_mnk = gemm_engine_small_mnk(engine); /* "small" as the engine coalesces it */
+    s->direct = cfg->direct_run;
     unsigned mhd_limit = gemmd_conns_mhd_limit(&x->conns_cfg);
     /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
     struct MHD_OptionItem where[2] = {{MHD_OPTION_SOCK_ADDR, 0, &ss}, {MHD_OPTION_END, 0, NULL}};

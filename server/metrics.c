@@ -158,7 +158,7 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
 
     header(out, "gemmd_queue_depth", "gauge", "Products waiting for an engine worker.");
     gemm_buf_printf(out, "gemmd_queue_depth %d\n", st.queued);
-    header(out, "gemmd_jobs_running", "gauge", "Products running on an engine worker.");
+    header(out, "gemmd_jobs_running", "gauge", "Products running on the engine (on a worker, or on the HTTP thread that received them: direct_run).");
     gemm_buf_printf(out, "gemmd_jobs_running %d\n", st.running);
 
     header(out, "gemmd_jobs", "gauge", "Async jobs kept by the job store, by state.");
@@ -189,6 +189,9 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
     gemm_buf_printf(out, "gemmd_coalesced_launches_total %llu\n", (unsigned long long)st.coalesced_launches);
     header(out, "gemmd_coalesced_products_total", "counter", "Products that ran in those groups.");
     gemm_buf_printf(out, "gemmd_coalesced_products_total %llu\n", (unsigned long long)st.coalesced_products);
+    header(out, "gemmd_direct_runs_total", "counter",
+           "Products run by the HTTP thread that received them, on an idle stream (direct_run).");
+    gemm_buf_printf(out, "gemmd_direct_runs_total %llu\n", (unsigned long long)st.ran_here);
     header(out, "gemmd_split_products_total", "counter",
            "Products the engine cut into row panels run on several devices or workers at once "
            "(each also counted once in gemmd_engine_jobs_total).");

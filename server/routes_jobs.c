@@ -203,12 +203,16 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
 
     if (gemmd_sync_begin(req) != 0)
         return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
-    if (gemm_engine_submit(srv->engine, &req->job, &err) != 0) { /* done() will not come */
+    /* A small product on a nearly idle engine runs here, on an idle worker's stream: its
+     * done() has then come before submit_here returns, and the answer goes out below. */
+    int ran = gemmd_sync_direct(req) ? gemm_engine_submit_here(srv->engine, &req->job, &err)
+                                     : gemm_engine_submit(srv->engine, &req->job, &err);
+    if (ran < 0) { /* done() will not come */
         gemmd_sync_refused(req);
         LOG_DEBUG("product refused by the engine: %d %s", err.status, err.code);
         return gemmd_respond_error(req, &err);
     }
-    LOG_DEBUG("product queued %s %llux%llux%llu kernel=%s", gemm_dtype_name(req->job.dtype),
+    LOG_DEBUG("product %s %s %llux%llux%llu kernel=%s", ran ? "ran on its HTTP thread" : "queued", gemm_dtype_name(req->job.dtype),
               (unsigned long long)req->job.m, (unsigned long long)req->job.k, (unsigned long long)req->job.n,
               req->job.kernel);
     switch (gemmd_sync_wait(req)) {

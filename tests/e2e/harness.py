@@ -333,13 +333,18 @@ class Daemon:
                          content_type="application/octet-stream", accept=accept)
 
     def matmul_npy(self, a_bytes, b_bytes, accept=None, path="/v1/matmul"):
-        pa = os.path.join(self.tmp.name, "A.npy")
-        pb = os.path.join(self.tmp.name, "B.npy")
+        # files of its own: clients of one daemon may send at once
+        pa = _tmpname(self.tmp.name, "A") + ".npy"
+        pb = _tmpname(self.tmp.name, "B") + ".npy"
         with open(pa, "wb") as f:
             f.write(a_bytes)
         with open(pb, "wb") as f:
             f.write(b_bytes)
-        return self.curl("POST", path, form=["a=@" + pa, "b=@" + pb], accept=accept)
+        try:
+            return self.curl("POST", path, form=["a=@" + pa, "b=@" + pb], accept=accept)
+        finally:
+            os.unlink(pa)
+            os.unlink(pb)
 
     def metrics(self):
         r = self.curl("GET", "/metrics")

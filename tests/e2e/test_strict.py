@@ -155,7 +155,7 @@ def debug_log(tap, rng):
             ("request start", r" debug request start method=POST path=/v1/matmul"),
             ("body admitted", r" debug request body admitted: application/json length=\d+"),
             ("body decoded", r" debug request body decoded: float64 A 5x6 B 6x7"),
-            ("product queued", r" debug product queued float64 5x6x7"),
+            ("product queued or run", r" debug product (queued|ran on its HTTP thread) float64 5x6x7"),
             ("product done", r" debug product done state=done"),
             ("job queued", r" debug job %s queued float64 5x6x7" % re.escape(short_id(jid))),
             ("job finished", r" debug job %s finished state=done" % re.escape(short_id(jid))),
