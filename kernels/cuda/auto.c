@@ -93,6 +93,28 @@ static shape_class classify(int rows, int cols, int inner, int align)
     return SHAPE_LARGE;
 }
 
+/* A product that runs alone. cuBLAS's own host call (its descriptors, the algorithm
+ * choice, the math mode) costs more than all the GPU work of a small product, and our
+ * members launch in a few microseconds. Queued products that are coalesced still go to
+ * cuBLAS, as one strided-batched call; a product that runs alone (on a nearly idle
+ * engine) goes here. Measured in the daemon on an H100 (Server-Timing's kernel stage, one
+ * connection, median; bench/results/h100-2026-11-26-direct.md): 64^3 tiled 13.2 us, simt
+ * 15.1, cuBLAS 27.9; 128^3 simt 16.2, tiled 17.9, cuBLAS 24.2; 256^3 simt 18.4, cuBLAS
+ * 26.7. Only float32 with exact math was measured: the other dtypes and modes keep what
+ * the table chose. */
+#define ALONE_TILED_MNK (64.0 * 64.0 * 64.0)
+#define ALONE_SIMT_MNK (256.0 * 256.0 * 256.0)
+
+const char *gemm_kernel_auto_alone(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc)
+{
+    if (d != GEMM_DTYPE_F32 || (m != GEMM_MATH_DEFAULT && m != GEMM_MATH_FP32))
+        return NULL;
+    const double mnk = (double)rows * (double)cols * (double)inner;
+    const char *name = mnk <= ALONE_TILED_MNK ? "tiled" : mnk <= ALONE_SIMT_MNK ? "simt" : NULL;
+    const gemm_kernel_desc *k = name ? gemm_kernel_find(name) : NULL;
+    return k && gemm_kernel_supports(k, d, GEMM_MATH_FP32, 0, cc, NULL) ? name : NULL;
+}
+
 /* Candidates whose code may be missing from this build: the caller says (the engine asked
  * each device once, at open). */
 static int runnable(const char *name, int wgmma_ok)

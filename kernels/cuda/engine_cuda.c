@@ -186,8 +186,8 @@ static int cuda_run(void *self, void *worker, gemm_job *job);
  * first cuBLAS call of a shape family sets cuBLAS up: together 50-100 ms that the first
  * small requests after a start would pay (it showed as the p99 of a one-connection run).
  * Each worker pays it here instead, on its own stream, through the same validate and run
- * as a request: for every dtype, one 64^3 and one 256^3 product with kernel auto, and one
- * batched 64^3 job of 4 (what dynamic batching launches). Host blocks come from the
+ * as a request: for every dtype, one 64^3, one 256^3 and one 512^3 product with kernel
+ * auto, and one batched 64^3 job of 4 (what dynamic batching launches). Host blocks come from the
  * engine's pinned allocator and go back to its cache. Nothing of it is counted: run()
  * leaves the byte counters alone while w->warming, and the engine's job counters never
  * see these products (they are not submitted). */
@@ -195,7 +195,9 @@ static void cuda_warm(cuda_backend *cb, cuda_worker *w)
 {
     static const gemm_dtype dtypes[] = {GEMM_DTYPE_F32, GEMM_DTYPE_F64, GEMM_DTYPE_I32, GEMM_DTYPE_F16,
                                         GEMM_DTYPE_BF16};
-    static const struct { uint64_t n, batch; } shapes[] = {{64, 0}, {256, 0}, {64, 4}};
+    /* 64^3 and 256^3 alone run on our own members (kernel auto, auto.c), 512^3 and the
+     * batched 64^3 through cuBLAS */
+    static const struct { uint64_t n, batch; } shapes[] = {{64, 0}, {256, 0}, {512, 0}, {64, 4}};
     double t0 = gemm_now_ms();
     int ran = 0, failed = 0;
     for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
@@ -530,6 +532,18 @@ static int cuda_run(void *self, void *worker, gemm_job *job)
     if (!k) /* validate() always resolves; this only guards direct misuse */
         return gemm_err_set(&job->err, 500, "internal_error", "job reached the CUDA worker "
                             "without a resolved kernel (\"%s\")", job->kernel_used);
+    if (gemm_job_batch(job) <= 1 && !job->a_parts && !job->plan_m && !job->tile &&
+        (!job->kernel[0] || strcmp(job->kernel, "auto") == 0) && strcmp(k->name, "cublas") == 0) {
+        /* auto, and this product runs alone (not in a group): a small one runs faster on
+         * one of ours than through cuBLAS's host call (auto.c) */
+        const char *alone = gemm_kernel_auto_alone(job->dtype, job->math_used, (int)job->m, (int)job->n,
+                                                   (int)job->k, cb->min_cc);
+        const gemm_kernel_desc *ka = alone ? gemm_kernel_find(alone) : NULL;
+        if (ka) {
+            k = ka;
+            snprintf(job->kernel_used, sizeof job->kernel_used, "%s", k->name);
+        }
+    }
 
     size_t es = gemm_dtype_size(job->dtype), esc = gemm_dtype_size(gemm_job_c_dtype(job)), need[3];
     const uint64_t nb = gemm_job_batch(job);
@@ -881,6 +895,14 @@ static int cuda_slot_usable(void *self, int slot)
     return slot >= 0 && slot < cb->ndev && !atomic_load(&cb->devs[slot].lost);
 }
 
+/* Not while a hook holds runs (gpu_delay_ms) or breaks the device (sticky, lost): the
+ * recovery of a device belongs on a worker, not on an HTTP thread. */
+static int cuda_quick(void *self)
+{
+    const cuda_backend *cb = self;
+    return cb->delay_ms <= 0 && cb->sticky_at <= 0 && cb->lost_at <= 0;
+}
+
 static void cuda_close(void *self)
 {
     cuda_backend *cb = self;
@@ -939,4 +961,5 @@ const gemm_backend gemm_backend_cuda = {
     .slot_usable = cuda_slot_usable,
     .set_keep_charge = cuda_set_keep_charge,
     .trim_kept = cuda_trim_kept,
+    .quick = cuda_quick,
 };

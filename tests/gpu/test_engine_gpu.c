@@ -13,6 +13,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -34,6 +35,9 @@ typedef struct {
 
 /* The devices the engine opens ("all" unless a scenario needs one device only). */
 static const char *open_devices = "all";
+/* Whether open waits for every worker to be set up (and warm): a scenario that needs idle
+ * workers at once (submit_here) sets it. */
+static int open_warmup = 0;
 
 static gemm_engine *open_cuda(int streams, uint64_t mem_limit, const char *faults, int qdepth)
 {
@@ -44,6 +48,7 @@ static gemm_engine *open_cuda(int streams, uint64_t mem_limit, const char *fault
     cfg.streams_per_device = streams;
     cfg.device_mem_limit = mem_limit;
     cfg.queue_depth = qdepth;
+    cfg.warmup = open_warmup;
     snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "%s", faults);
     gemm_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
@@ -503,6 +508,127 @@ static void on_done_timed(gemm_job *j)
  * the wall time (spinning would make it all of it). The stage timing stays right: the
  * kernel stage holds the second, the copies are short, and they add up to no more than the
  * worker's total. */
+/* Run where submitted (gemm_engine_submit_here) on the CUDA engine: on an idle engine each
+ * product runs on the calling thread, on an idle worker's stream, and is right; kernel
+ * auto runs a small float32 product alone on one of ours (tiled up to 64^3, simt up to
+ * 256^3: auto.c), a larger one and other dtypes as the table says; an explicit kernel is
+ * kept. Then 8 threads mixing submit_here and submit with dynamic batching on: every
+ * answer right, and the counters add up. */
+struct here_arg {
+    gemm_engine *e;
+    int id, bad, here;
+};
+
+static void here_done(gemm_job *j)
+{
+    atomic_store((atomic_int *)j->user, 1);
+}
+
+static void *here_main(void *p)
+{
+    struct here_arg *a = p;
+    static const int shp[][3] = {{64, 64, 64}, {37, 53, 29}, {200, 200, 200}, {5, 300, 7}, {64, 64, 64}};
+    for (int i = 0; i < 40; i++) {
+        const int *s = shp[(a->id + i) % 5];
+        gemm_dtype d = (gemm_dtype)((a->id + i) % 3);
+        tjob *t = make_job(a->e, d, s[0], s[1], s[2], "", 0, GEMM_MATH_DEFAULT, 5000 + (uint64_t)(a->id * 100 + i));
+        atomic_int finished = 0;
+        t->job.done = here_done; /* this job's own: the others' done() count in gpu_on_done's */
+        t->job.user = &finished;
+        gemm_err err;
+        int rc = (i % 2) ? gemm_engine_submit_here(a->e, &t->job, &err) : gemm_engine_submit(a->e, &t->job, &err);
+        if (rc < 0) {
+            printf("# submit: %s\n", err.message);
+            a->bad++;
+            free_job(t);
+            continue;
+        }
+        if (rc == 1) a->here++;
+        while (!atomic_load(&finished)) sched_yield(); /* done() is the engine's last touch */
+        int st = atomic_load(&t->job.state);
+        double er;
+        if (st != GEMM_JOB_DONE || !job_correct(t, &er)) {
+            printf("#   %s %dx%dx%d (%s) wrong or failed: %s\n", gemm_dtype_name(d), s[0], s[1], s[2],
+                   t->job.kernel_used, t->job.err.message);
+            a->bad++;
+        }
+        free_job(t);
+    }
+    return NULL;
+}
+
+static void test_submit_here(void)
+{
+    open_warmup = 1; /* workers set up before the first submit_here: it finds them idle */
+    gemm_engine *e = open_cuda(2, 0, "", 64);
+    open_warmup = 0;
+    if (!e) { tap(0, "open"); return; }
+    struct { gemm_dtype d; int m, k, n; const char *kernel; const char *want; } cases[] = {
+        {GEMM_DTYPE_F32, 64, 64, 64, "", "tiled"},
+        {GEMM_DTYPE_F32, 37, 61, 29, "auto", "tiled"},
+        {GEMM_DTYPE_F32, 200, 200, 200, "", "simt"},
+        {GEMM_DTYPE_F32, 256, 256, 256, "", "simt"},
+        {GEMM_DTYPE_F32, 512, 512, 512, "", "cublas"},
+        {GEMM_DTYPE_F32, 64, 64, 64, "cublas", "cublas"},
+        {GEMM_DTYPE_F64, 64, 64, 64, "", "cublas"},
+        {GEMM_DTYPE_I32, 64, 64, 64, "", "simt"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tjob *t = make_job(e, cases[i].d, cases[i].m, cases[i].k, cases[i].n, cases[i].kernel, 0,
+                           GEMM_MATH_DEFAULT, 4000 + i);
+        gemm_engine_stats st0, st1;
+        gemm_engine_get_stats(e, &st0);
+        gemm_err err;
+        int target = gpu_done_count() + 1;
+        int rc = gemm_engine_submit_here(e, &t->job, &err);
+        int done_before_return = gpu_done_count() >= target;
+        if (rc == 0) gpu_wait_done(target);
+        gemm_engine_get_stats(e, &st1);
+        double er = 0;
+        int ok = rc == 1 && done_before_return && atomic_load(&t->job.state) == GEMM_JOB_DONE &&
+                 job_correct(t, &er) && strcmp(t->job.kernel_used, cases[i].want) == 0 &&
+                 st1.ran_here == st0.ran_here + 1 && t->job.stream >= 0 && t->job.timing.kernel_ms > 0;
+        tap(ok, "submit_here %s %dx%dx%d kernel \"%s\": ran here (rc %d), ran %s (want %s) on stream %d, err %.3g%s%s",
+            gemm_dtype_name(cases[i].d), cases[i].m, cases[i].k, cases[i].n, cases[i].kernel, rc,
+            t->job.kernel_used, cases[i].want, t->job.stream, er, rc < 0 ? " -- " : "", rc < 0 ? err.message : "");
+        free_job(t);
+    }
+    gemm_engine_close(e);
+
+    gemm_engine_config cfg;
+    gemm_engine_config_defaults(&cfg);
+    snprintf(cfg.backend, sizeof cfg.backend, "cuda");
+    snprintf(cfg.devices, sizeof cfg.devices, "%s", open_devices);
+    cfg.streams_per_device = 4;
+    cfg.queue_depth = 256;
+    cfg.batch_max = 8;
+    cfg.warmup = 1;
+    gemm_err err;
+    e = gemm_engine_open(&cfg, &err);
+    if (!e) { tap(0, "open with batch_max 8: %s", err.message); return; }
+    enum { T = 8 };
+    pthread_t th[T];
+    struct here_arg a[T];
+    for (int i = 0; i < T; i++) {
+        a[i] = (struct here_arg){e, i, 0, 0};
+        pthread_create(&th[i], NULL, here_main, &a[i]);
+    }
+    int bad = 0, here = 0;
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        bad += a[i].bad, here += a[i].here;
+    }
+    gemm_engine_stats st;
+    do {
+        sched_yield();
+        gemm_engine_get_stats(e, &st);
+    } while (st.running > 0 || st.queued > 0);
+    tap(bad == 0 && st.completed == T * 40 && st.ran_here == (uint64_t)here,
+        "%d threads mixing submit_here and submit (batch_max 8): %d wrong or failed of %d; %d ran where "
+        "submitted, %llu coalesced", T, bad, T * 40, here, (unsigned long long)st.coalesced_products);
+    gemm_engine_close(e);
+}
+
 static void test_blocking_wait(void)
 {
     gemm_engine_config cfg;
@@ -972,6 +1098,7 @@ int main(int argc, char **argv)
     test_host_cache_charge();
     test_each_kernel();
     test_concurrent();
+    test_submit_here();
     test_faults();
     test_blocking_wait();
     test_cancel_running();
