@@ -486,6 +486,31 @@ def load_npy(data):
     return np.load(io.BytesIO(data), allow_pickle=False)
 
 
+def run_clients(clients, per, product, seed=0):
+    """`clients` threads at once, each sending `per` products one after the other:
+    product(rng, i) for i = ci * per + j, rng = np.random.default_rng(seed + ci). Returns
+    the results of all of them (client by client, in order) and the exceptions raised (as
+    repr; a client that raised stops)."""
+    results, errors = [None] * clients, []
+
+    def client(ci):
+        rng = np.random.default_rng(seed + ci)
+        out = []
+        try:
+            for j in range(per):
+                out.append(product(rng, ci * per + j))
+        except Exception as e:  # noqa: BLE001 - reported to the caller
+            errors.append(repr(e))
+        results[ci] = out
+
+    threads = [threading.Thread(target=client, args=(ci,)) for ci in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [x for out in results if out for x in out], errors
+
+
 def random_matrix(rng, shape, dtype):
     if dtype == "int32":
         return rng.integers(-1000, 1000, size=shape, dtype=np.int64).astype(np.int32)

@@ -11,13 +11,12 @@ The same test runs against the CUDA backend on a GPU host (GEMMD_TEST_BACKEND=cu
 import os
 import re
 import sys
-import threading
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (Daemon, Tap, compare, load_npy, np_dtype, npy_bytes,  # noqa: E402
-                     random_matrix, reference, run_guarded)
+                     random_matrix, reference, run_clients, run_guarded)
 
 BACKEND = os.environ.get("GEMMD_TEST_BACKEND", "cpu")
 CLIENTS = 64
@@ -82,26 +81,8 @@ def one(d, rng, i):
 
 
 def storm(tap, d, label):
-    results = [None] * CLIENTS
-    errors = []
-
-    def client(ci):
-        rng = np.random.default_rng(1000 + ci)
-        out = []
-        try:
-            for j in range(PER_CLIENT):
-                out.append(one(d, rng, ci * PER_CLIENT + j))
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(repr(e))
-        results[ci] = out
-
-    threads = [threading.Thread(target=client, args=(ci,)) for ci in range(CLIENTS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    flat, errors = run_clients(CLIENTS, PER_CLIENT, lambda rng, i: one(d, rng, i), seed=1000)
     tap.ok(not errors, "%s: no client raised" % label, errors[:3])
-    flat = [x for out in results if out for x in out]
     bad = [x for x in flat if not x[0]]
     tap.ok(len(flat) == CLIENTS * PER_CLIENT and not bad,
            "%s: %d concurrent clients x %d products, every answer right and its own"

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (Daemon, Tap, compare, load_npy, np_dtype, npy_bytes,  # noqa: E402
-                     random_matrix, reference, run_guarded)
+                     random_matrix, reference, run_clients, run_guarded)
 
 BACKEND = os.environ.get("GEMMD_TEST_BACKEND", "cpu")
 METRIC = "gemmd_direct_runs_total"
@@ -82,26 +82,9 @@ def sequential(tap, d, label, n, expect_direct):
 
 
 def concurrent(tap, d, label, clients, per):
-    results, errors = [None] * clients, []
     c0, k0 = completed(d), counter(d, METRIC)
-
-    def client(ci):
-        rng = np.random.default_rng(500 + ci)
-        out = []
-        try:
-            for j in range(per):
-                out.append(one(d, rng, ci * per + j))
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(repr(e))
-        results[ci] = out
-
-    threads = [threading.Thread(target=client, args=(ci,)) for ci in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    flat, errors = run_clients(clients, per, lambda rng, i: one(d, rng, i), seed=500)
     tap.ok(not errors, "%s: no client raised" % label, errors[:3])
-    flat = [x for out in results if out for x in out]
     bad = [x for x in flat if not x[0]]
     tap.ok(len(flat) == clients * per and not bad,
            "%s: %d concurrent clients x %d products, every answer right and its own" % (label, clients, per),

@@ -23,6 +23,7 @@
 
 #include "engine.h"
 #include "gemm_ref.h"
+#include "test_job.h"
 
 enum { MAX_WORKERS = 8 };
 
@@ -140,65 +141,6 @@ static gemm_engine *open_direct(int workers, int batch_max)
     return e;
 }
 
-typedef struct {
-    gemm_job job;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int calls;
-    pthread_t done_thread;
-} djob;
-
-static void djob_done(gemm_job *job)
-{
-    djob *t = job->user;
-    pthread_mutex_lock(&t->mu);
-    t->calls++;
-    t->done_thread = pthread_self();
-    pthread_cond_broadcast(&t->cv);
-    pthread_mutex_unlock(&t->mu);
-}
-
-static void djob_init(gemm_engine *e, djob *t, gemm_dtype d, size_t m, size_t k, size_t n, uint64_t seed)
-{
-    memset(t, 0, sizeof *t);
-    pthread_mutex_init(&t->mu, NULL);
-    pthread_cond_init(&t->cv, NULL);
-    size_t es = gemm_dtype_size(d);
-    t->job.dtype = d;
-    t->job.m = m, t->job.k = k, t->job.n = n;
-    t->job.a = gemm_engine_host_alloc(e, m * k * es);
-    t->job.b = gemm_engine_host_alloc(e, k * n * es);
-    t->job.c = gemm_engine_host_alloc(e, m * n * es);
-    assert_true(t->job.a && t->job.b && t->job.c);
-    ref_fill(d, t->job.a, m * k, seed);
-    ref_fill(d, t->job.b, k * n, seed + 5);
-    ref_poison(d, t->job.c, m * n);
-    t->job.done = djob_done;
-    t->job.user = t;
-}
-
-static void djob_wait(djob *t)
-{
-    pthread_mutex_lock(&t->mu);
-    while (t->calls < 1) pthread_cond_wait(&t->cv, &t->mu);
-    pthread_mutex_unlock(&t->mu);
-}
-
-static size_t djob_check(djob *t, const char *what)
-{
-    gemm_job *j = &t->job;
-    return ref_check(j->dtype, j->a, j->b, j->c, j->m, j->k, j->n, what);
-}
-
-static void djob_free(djob *t)
-{
-    gemm_free(&gemm_allocator_host, t->job.a);
-    gemm_free(&gemm_allocator_host, t->job.b);
-    gemm_free(&gemm_allocator_host, t->job.c);
-    pthread_cond_destroy(&t->cv);
-    pthread_mutex_destroy(&t->mu);
-}
-
 static void wait_not_running(gemm_engine *e)
 {
     gemm_engine_stats st;
@@ -219,8 +161,8 @@ static void test_runs_here_when_idle(void **st)
     int n = 0;
     for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
         for (int r = 0; r < 5; r++, n++) {
-            djob t;
-            djob_init(e, &t, dtypes[i], 17 + (size_t)r, 9, 13, 40 + (uint64_t)n);
+            test_job t;
+            test_job_init(&t, dtypes[i], 17 + (size_t)r, 9, 13, 40 + (uint64_t)n);
             gemm_err err;
             wait_not_running(e); /* the previous one's worker is back */
             assert_int_equal(gemm_engine_submit_here(e, &t.job, &err), 1);
@@ -228,8 +170,8 @@ static void test_runs_here_when_idle(void **st)
             assert_true(pthread_equal(t.done_thread, pthread_self()));
             assert_int_equal(atomic_load(&t.job.state), GEMM_JOB_DONE);
             assert_true(t.job.timing.queue_ms >= 0 && t.job.timing.queue_ms < 1000);
-            assert_int_equal(djob_check(&t, "run here"), 0);
-            djob_free(&t);
+            assert_int_equal(test_job_check(&t, "run here"), 0);
+            test_job_free(&t);
         }
     }
     gemm_engine_stats s;
@@ -252,10 +194,10 @@ static void test_queues_when_busy(void **st)
     (void)st;
     gemm_engine *e = open_direct(1, 0);
     hold_close();
-    djob h, q1, q2;
-    djob_init(e, &h, GEMM_DTYPE_F32, HOLD_M, 4, 5, 1);
-    djob_init(e, &q1, GEMM_DTYPE_F32, 7, 6, 5, 2);
-    djob_init(e, &q2, GEMM_DTYPE_F64, 9, 3, 4, 3);
+    test_job h, q1, q2;
+    test_job_init(&h, GEMM_DTYPE_F32, HOLD_M, 4, 5, 1);
+    test_job_init(&q1, GEMM_DTYPE_F32, 7, 6, 5, 2);
+    test_job_init(&q2, GEMM_DTYPE_F64, 9, 3, 4, 3);
     gemm_err err;
     assert_int_equal(gemm_engine_submit(e, &h.job, &err), 0);
     hold_wait(1); /* the worker is in run() */
@@ -263,12 +205,12 @@ static void test_queues_when_busy(void **st)
     assert_int_equal(gemm_engine_submit_here(e, &q2.job, &err), 0); /* one queued */
     assert_int_equal(q1.calls + q2.calls, 0);
     hold_release();
-    djob_wait(&h);
-    djob_wait(&q1);
-    djob_wait(&q2);
-    assert_int_equal(djob_check(&h, "held"), 0);
-    assert_int_equal(djob_check(&q1, "queued 1"), 0);
-    assert_int_equal(djob_check(&q2, "queued 2"), 0);
+    test_job_wait(&h);
+    test_job_wait(&q1);
+    test_job_wait(&q2);
+    assert_int_equal(test_job_check(&h, "held"), 0);
+    assert_int_equal(test_job_check(&q1, "queued 1"), 0);
+    assert_int_equal(test_job_check(&q2, "queued 2"), 0);
     wait_not_running(e);
     gemm_engine_stats s;
     gemm_engine_get_stats(e, &s);
@@ -276,9 +218,9 @@ static void test_queues_when_busy(void **st)
     assert_int_equal(s.completed, 3);
     assert_int_equal(atomic_load(&runs_off_owner), 0);
     gemm_engine_close(e);
-    djob_free(&h);
-    djob_free(&q1);
-    djob_free(&q2);
+    test_job_free(&h);
+    test_job_free(&q1);
+    test_job_free(&q2);
 }
 
 static void *close_main(void *e)
@@ -289,7 +231,7 @@ static void *close_main(void *e)
 
 struct lend_arg {
     gemm_engine *e;
-    djob *t;
+    test_job *t;
     int rc;
 };
 
@@ -310,9 +252,9 @@ static void test_lent_worker_takes_nothing(void **st)
     (void)st;
     gemm_engine *e = open_direct(1, 0);
     hold_close();
-    djob h, q;
-    djob_init(e, &h, GEMM_DTYPE_F32, HOLD_M, 4, 5, 11);
-    djob_init(e, &q, GEMM_DTYPE_F32, 6, 7, 8, 12);
+    test_job h, q;
+    test_job_init(&h, GEMM_DTYPE_F32, HOLD_M, 4, 5, 11);
+    test_job_init(&q, GEMM_DTYPE_F32, 6, 7, 8, 12);
     struct lend_arg a = {e, &h, -2};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, lend_main, &a), 0);
@@ -334,17 +276,17 @@ static void test_lent_worker_takes_nothing(void **st)
     assert_int_equal(a.rc, 1);
     assert_int_equal(h.calls, 1);
     assert_int_equal(atomic_load(&h.job.state), GEMM_JOB_CANCELLED); /* the backend saw the flag */
-    djob_wait(&q);
+    test_job_wait(&q);
     assert_int_equal(atomic_load(&q.job.state), GEMM_JOB_DONE);
-    assert_int_equal(djob_check(&q, "after the lend"), 0);
+    assert_int_equal(test_job_check(&q, "after the lend"), 0);
     assert_int_equal(atomic_load(&overlaps), 0);
     assert_int_equal(atomic_load(&runs_off_owner), 1);
     wait_not_running(e);
 
     /* close while lent: the worker does not exit (nor free its state) under the lender */
     hold_close();
-    djob h2;
-    djob_init(e, &h2, GEMM_DTYPE_F32, HOLD_M, 2, 2, 13);
+    test_job h2;
+    test_job_init(&h2, GEMM_DTYPE_F32, HOLD_M, 2, 2, 13);
     struct lend_arg a2 = {e, &h2, -2};
     assert_int_equal(pthread_create(&th, NULL, lend_main, &a2), 0);
     hold_wait(1);
@@ -358,9 +300,9 @@ static void test_lent_worker_takes_nothing(void **st)
     assert_int_equal(h2.calls, 1);
     assert_int_equal(atomic_load(&h2.job.state), GEMM_JOB_DONE);
     assert_int_equal(atomic_load(&fini_while_in_use), 0);
-    djob_free(&h);
-    djob_free(&q);
-    djob_free(&h2);
+    test_job_free(&h);
+    test_job_free(&q);
+    test_job_free(&h2);
 }
 
 /* After close began, submit_here refuses like submit (503 shutting_down, no done()). */
@@ -369,20 +311,20 @@ static void test_refused_after_close(void **st)
     (void)st;
     gemm_engine *e = open_direct(1, 0);
     hold_close();
-    djob h, late;
-    djob_init(e, &h, GEMM_DTYPE_F32, HOLD_M, 2, 2, 21);
-    djob_init(e, &late, GEMM_DTYPE_F32, 2, 2, 2, 22);
+    test_job h, late;
+    test_job_init(&h, GEMM_DTYPE_F32, HOLD_M, 2, 2, 21);
+    test_job_init(&late, GEMM_DTYPE_F32, 2, 2, 2, 22);
     gemm_err err;
     assert_int_equal(gemm_engine_submit(e, &h.job, &err), 0);
     hold_wait(1);
     pthread_t closer;
     assert_int_equal(pthread_create(&closer, NULL, close_main, e), 0);
     /* close has begun once a submit is refused */
-    djob probe;
-    djob_init(e, &probe, GEMM_DTYPE_F32, 2, 2, 2, 23);
+    test_job probe;
+    test_job_init(&probe, GEMM_DTYPE_F32, 2, 2, 2, 23);
     int rc;
     while ((rc = gemm_engine_submit(e, &probe.job, &err)) == 0) {
-        djob_wait(&probe); /* not yet closing: it ran (or will); try again */
+        test_job_wait(&probe); /* not yet closing: it ran (or will); try again */
         probe.calls = 0;
         sched_yield();
     }
@@ -393,9 +335,9 @@ static void test_refused_after_close(void **st)
     hold_release();
     pthread_join(closer, NULL);
     assert_int_equal(h.calls, 1);
-    djob_free(&h);
-    djob_free(&late);
-    djob_free(&probe);
+    test_job_free(&h);
+    test_job_free(&late);
+    test_job_free(&probe);
 }
 
 struct mix_arg {
@@ -411,10 +353,10 @@ static void *mix_main(void *p)
     struct mix_arg *a = p;
     static const gemm_dtype dtypes[] = {GEMM_DTYPE_F32, GEMM_DTYPE_F64, GEMM_DTYPE_I32};
     for (int i = 0; i < 60; i++) {
-        djob t;
+        test_job t;
         gemm_dtype d = dtypes[(a->id + i) % 3];
         size_t m = 1 + (size_t)((a->id * 7 + i) % 13), k = 1 + (size_t)(i % 9), n = 1 + (size_t)(a->id % 11);
-        djob_init(a->e, &t, d, m == HOLD_M ? m + 1 : m, k, n, (uint64_t)(a->id * 1000 + i));
+        test_job_init(&t, d, m == HOLD_M ? m + 1 : m, k, n, (uint64_t)(a->id * 1000 + i));
         gemm_err err;
         int rc = (i + a->id) % 3 ? gemm_engine_submit_here(a->e, &t.job, &err) : gemm_engine_submit(a->e, &t.job, &err);
         if (rc < 0) {
@@ -427,11 +369,11 @@ static void *mix_main(void *p)
             } else {
                 a->queued++;
             }
-            djob_wait(&t);
+            test_job_wait(&t);
             if (t.calls != 1 || atomic_load(&t.job.state) != GEMM_JOB_DONE) a->wrong_calls++;
-            a->bad += djob_check(&t, "mixed");
+            a->bad += test_job_check(&t, "mixed");
         }
-        djob_free(&t);
+        test_job_free(&t);
     }
     return NULL;
 }

@@ -23,84 +23,11 @@
 
 #include "engine.h"
 #include "gemm_ref.h"
+#include "test_job.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 
-typedef struct {
-    gemm_job job;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int calls;        /* done() calls */
-    int state_at_done;
-    /* gate: when set, done() blocks until *gate_open */
-    int *gate_open;
-    pthread_mutex_t *gate_mu;
-    pthread_cond_t *gate_cv;
-} tjob;
-
-static void tjob_done(gemm_job *job)
-{
-    tjob *t = job->user;
-    /* Read before the waiter is let go: from the unlock on, t may be gone. */
-    int *gate_open = t->gate_open;
-    pthread_mutex_t *gate_mu = t->gate_mu;
-    pthread_cond_t *gate_cv = t->gate_cv;
-    pthread_mutex_lock(&t->mu);
-    t->calls++;
-    t->state_at_done = atomic_load(&job->state);
-    pthread_cond_broadcast(&t->cv);
-    pthread_mutex_unlock(&t->mu);
-    if (gate_open) {
-        pthread_mutex_lock(gate_mu);
-        while (!*gate_open) pthread_cond_wait(gate_cv, gate_mu);
-        pthread_mutex_unlock(gate_mu);
-    }
-}
-
-static void tjob_init(gemm_engine *e, tjob *t, gemm_dtype d, size_t m, size_t k, size_t n,
-                      uint64_t seed)
-{
-    memset(t, 0, sizeof *t);
-    pthread_mutex_init(&t->mu, NULL);
-    pthread_cond_init(&t->cv, NULL);
-    size_t es = gemm_dtype_size(d);
-    t->job.dtype = d;
-    t->job.m = m, t->job.k = k, t->job.n = n;
-    t->job.a = gemm_engine_host_alloc(e, m * k * es);
-    t->job.b = gemm_engine_host_alloc(e, k * n * es);
-    t->job.c = gemm_engine_host_alloc(e, m * n * gemm_dtype_size(ref_c_dtype(d))); /* half: float32 C */
-    assert_true(t->job.a && t->job.b && t->job.c);
-    ref_fill(d, t->job.a, m * k, seed);
-    ref_fill(d, t->job.b, k * n, seed + 1);
-    ref_poison(ref_c_dtype(d), t->job.c, m * n);
-    t->job.done = tjob_done;
-    t->job.user = t;
-}
-
-/* Frees with the plain host allocator: the CPU engine's allocator, usable after close. */
-static void tjob_free(tjob *t)
-{
-    gemm_free(&gemm_allocator_host, t->job.a);
-    gemm_free(&gemm_allocator_host, t->job.b);
-    gemm_free(&gemm_allocator_host, t->job.c);
-    pthread_cond_destroy(&t->cv);
-    pthread_mutex_destroy(&t->mu);
-}
-
-static int tjob_calls(tjob *t)
-{
-    pthread_mutex_lock(&t->mu);
-    int c = t->calls;
-    pthread_mutex_unlock(&t->mu);
-    return c;
-}
-
-static void tjob_wait(tjob *t, int calls)
-{
-    pthread_mutex_lock(&t->mu);
-    while (t->calls < calls) pthread_cond_wait(&t->cv, &t->mu);
-    pthread_mutex_unlock(&t->mu);
-}
+typedef test_job tjob;
 
 static void nap(void)
 {
@@ -202,7 +129,7 @@ static void test_submit_validation(void **st)
     gemm_engine *e = open_cpu(1, 4, NULL);
     tjob t;
     gemm_err err;
-    tjob_init(e, &t, GEMM_DTYPE_F32, 2, 2, 2, 1);
+    test_job_init(&t, GEMM_DTYPE_F32, 2, 2, 2, 1);
 
     t.job.m = 0;
     assert_int_equal(gemm_engine_submit(e, &t.job, &err), -1);
@@ -218,7 +145,7 @@ static void test_submit_validation(void **st)
     t.job.done = NULL;
     assert_int_equal(gemm_engine_submit(e, &t.job, &err), -1);
     assert_int_equal(err.status, 500);
-    t.job.done = tjob_done;
+    t.job.done = test_job_done;
 
     /* plan_m: the rows of a whole product this one is a panel of; never fewer than m */
     t.job.plan_m = 1;
@@ -234,9 +161,9 @@ static void test_submit_validation(void **st)
     t.job.batch = 0;
     t.job.plan_m = 2; /* = m: accepted, as a whole product */
 
-    assert_int_equal(tjob_calls(&t), 0);
+    assert_int_equal(test_job_calls(&t), 0);
     assert_int_equal(gemm_engine_submit(e, &t.job, &err), 0);
-    tjob_wait(&t, 1);
+    test_job_wait_for(&t, 1);
     assert_int_equal(t.state_at_done, GEMM_JOB_DONE);
     assert_true(t.job.timing.queue_ms >= 0);
     assert_int_equal(tjob_check(&t), 0);
@@ -247,7 +174,7 @@ static void test_submit_validation(void **st)
     assert_int_equal(s.rejected, 0); /* option errors are not load shedding */
     assert_int_equal(s.queued, 0);
     gemm_engine_close(e);
-    tjob_free(&t);
+    test_job_free(&t);
 }
 
 /* ---- the queue: full, cancel, close --------------------------------------- */
@@ -267,16 +194,16 @@ static void test_queue_full_cancel_close(void **st)
     pthread_cond_t gcv = PTHREAD_COND_INITIALIZER;
     tjob a, b, c, d, x;
     gemm_err err;
-    tjob_init(e, &a, GEMM_DTYPE_F64, 9, 8, 7, 10);
-    tjob_init(e, &b, GEMM_DTYPE_F32, 3, 4, 5, 20);
-    tjob_init(e, &c, GEMM_DTYPE_I32, 3, 4, 5, 30);
-    tjob_init(e, &d, GEMM_DTYPE_F32, 3, 4, 5, 40);
-    tjob_init(e, &x, GEMM_DTYPE_F32, 3, 4, 5, 50);
+    test_job_init(&a, GEMM_DTYPE_F64, 9, 8, 7, 10);
+    test_job_init(&b, GEMM_DTYPE_F32, 3, 4, 5, 20);
+    test_job_init(&c, GEMM_DTYPE_I32, 3, 4, 5, 30);
+    test_job_init(&d, GEMM_DTYPE_F32, 3, 4, 5, 40);
+    test_job_init(&x, GEMM_DTYPE_F32, 3, 4, 5, 50);
     a.gate_open = &open_gate, a.gate_mu = &gmu, a.gate_cv = &gcv;
 
     /* A runs and its done() holds the only worker. */
     assert_int_equal(gemm_engine_submit(e, &a.job, &err), 0);
-    tjob_wait(&a, 1);
+    test_job_wait_for(&a, 1);
     assert_int_equal(a.state_at_done, GEMM_JOB_DONE);
     assert_int_equal(tjob_check(&a), 0);
     assert_true(gemm_engine_ready(e));
@@ -289,7 +216,7 @@ static void test_queue_full_cancel_close(void **st)
     assert_int_equal(gemm_engine_submit(e, &d.job, &err), -1);
     assert_int_equal(err.status, 503);
     assert_string_equal(err.code, "queue_full");
-    assert_int_equal(tjob_calls(&d), 0);
+    assert_int_equal(test_job_calls(&d), 0);
 
     gemm_engine_stats s;
     gemm_engine_get_stats(e, &s);
@@ -300,7 +227,7 @@ static void test_queue_full_cancel_close(void **st)
 
     /* Cancelling queued C calls its done() at once with 409 cancelled. */
     assert_int_equal(gemm_engine_cancel(e, &c.job), 1);
-    assert_int_equal(tjob_calls(&c), 1);
+    assert_int_equal(test_job_calls(&c), 1);
     assert_int_equal(c.state_at_done, GEMM_JOB_CANCELLED);
     assert_int_equal(c.job.err.status, 409);
     assert_string_equal(c.job.err.code, "cancelled");
@@ -315,8 +242,8 @@ static void test_queue_full_cancel_close(void **st)
     /* Close while A's done() still holds the worker: B and D fail with 503. */
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, closer, e), 0);
-    tjob_wait(&b, 1);
-    tjob_wait(&d, 1);
+    test_job_wait_for(&b, 1);
+    test_job_wait_for(&d, 1);
     assert_int_equal(b.state_at_done, GEMM_JOB_FAILED);
     assert_int_equal(b.job.err.status, 503);
     assert_string_equal(b.job.err.code, "shutting_down");
@@ -328,7 +255,7 @@ static void test_queue_full_cancel_close(void **st)
     assert_int_equal(gemm_engine_submit(e, &x.job, &err), -1);
     assert_int_equal(err.status, 503);
     assert_string_equal(err.code, "shutting_down");
-    assert_int_equal(tjob_calls(&x), 0);
+    assert_int_equal(test_job_calls(&x), 0);
 
     pthread_mutex_lock(&gmu);
     open_gate = 1;
@@ -336,12 +263,12 @@ static void test_queue_full_cancel_close(void **st)
     pthread_mutex_unlock(&gmu);
     pthread_join(th, NULL);
 
-    assert_int_equal(tjob_calls(&a), 1);
-    assert_int_equal(tjob_calls(&b), 1);
-    assert_int_equal(tjob_calls(&c), 1);
-    assert_int_equal(tjob_calls(&d), 1);
-    assert_int_equal(tjob_calls(&x), 0);
-    tjob_free(&a), tjob_free(&b), tjob_free(&c), tjob_free(&d), tjob_free(&x);
+    assert_int_equal(test_job_calls(&a), 1);
+    assert_int_equal(test_job_calls(&b), 1);
+    assert_int_equal(test_job_calls(&c), 1);
+    assert_int_equal(test_job_calls(&d), 1);
+    assert_int_equal(test_job_calls(&x), 0);
+    test_job_free(&a), test_job_free(&b), test_job_free(&c), test_job_free(&d), test_job_free(&x);
 }
 
 /* A job that is running when close begins finishes with its result. */
@@ -351,15 +278,15 @@ static void test_close_lets_running_finish(void **st)
     gemm_engine *e = open_cpu(1, 4, "cpu_delay_ms:100");
     tjob a;
     gemm_err err;
-    tjob_init(e, &a, GEMM_DTYPE_I32, 31, 17, 13, 60);
+    test_job_init(&a, GEMM_DTYPE_I32, 31, 17, 13, 60);
     assert_int_equal(gemm_engine_submit(e, &a.job, &err), 0);
     wait_state(&a, GEMM_JOB_RUNNING);
     gemm_engine_close(e);
-    assert_int_equal(tjob_calls(&a), 1);
+    assert_int_equal(test_job_calls(&a), 1);
     assert_int_equal(a.state_at_done, GEMM_JOB_DONE);
     assert_int_equal(tjob_check(&a), 0);
     assert_true(a.job.timing.compute_ms >= a.job.timing.kernel_ms);
-    tjob_free(&a);
+    test_job_free(&a);
 }
 
 /* Cancel of a running job: not dequeued (0), flagged, and the worker stops it at its next
@@ -371,12 +298,12 @@ static void test_cancel_running(void **st)
     gemm_engine *e = open_cpu(1, 4, "cpu_delay_ms:60000");
     tjob a;
     gemm_err err;
-    tjob_init(e, &a, GEMM_DTYPE_F32, 8, 8, 8, 70);
+    test_job_init(&a, GEMM_DTYPE_F32, 8, 8, 8, 70);
     assert_int_equal(gemm_engine_submit(e, &a.job, &err), 0);
     wait_state(&a, GEMM_JOB_RUNNING);
     assert_int_equal(gemm_engine_cancel(e, &a.job), 0);
     assert_int_equal(atomic_load(&a.job.cancel_requested), 1);
-    tjob_wait(&a, 1);
+    test_job_wait_for(&a, 1);
     assert_int_equal(a.state_at_done, GEMM_JOB_CANCELLED);
     assert_int_equal(a.job.err.status, 409);
     assert_string_equal(a.job.err.code, "cancelled");
@@ -393,18 +320,18 @@ static void test_cancel_running(void **st)
     gemm_engine_close(e);
     e = open_cpu(1, 4, NULL);
     tjob b;
-    tjob_init(e, &b, GEMM_DTYPE_F64, 9, 8, 7, 71);
+    test_job_init(&b, GEMM_DTYPE_F64, 9, 8, 7, 71);
     assert_int_equal(gemm_engine_submit(e, &b.job, &err), 0);
-    tjob_wait(&b, 1);
+    test_job_wait_for(&b, 1);
     assert_int_equal(b.state_at_done, GEMM_JOB_DONE);
     assert_int_equal(gemm_engine_cancel(e, &b.job), 0);
     assert_int_equal(atomic_load(&b.job.state), GEMM_JOB_DONE);
     assert_int_equal(tjob_check(&b), 0);
     gemm_engine_close(e);
-    assert_int_equal(tjob_calls(&a), 1);
-    assert_int_equal(tjob_calls(&b), 1);
-    tjob_free(&a);
-    tjob_free(&b);
+    assert_int_equal(test_job_calls(&a), 1);
+    assert_int_equal(test_job_calls(&b), 1);
+    test_job_free(&a);
+    test_job_free(&b);
 }
 
 /* A cancel of the running job with others queued behind it: it stops, the queued ones run
@@ -415,31 +342,31 @@ static void test_cancel_running_then_queue_runs(void **st)
     gemm_engine *e = open_cpu(1, 4, "cpu_delay_ms:60000");
     tjob a, b;
     gemm_err err;
-    tjob_init(e, &a, GEMM_DTYPE_I32, 17, 9, 5, 72);
-    tjob_init(e, &b, GEMM_DTYPE_I32, 6, 7, 8, 73);
+    test_job_init(&a, GEMM_DTYPE_I32, 17, 9, 5, 72);
+    test_job_init(&b, GEMM_DTYPE_I32, 6, 7, 8, 73);
     assert_int_equal(gemm_engine_submit(e, &a.job, &err), 0);
     wait_state(&a, GEMM_JOB_RUNNING);
     assert_int_equal(gemm_engine_submit(e, &b.job, &err), 0);
     assert_int_equal(atomic_load(&b.job.state), GEMM_JOB_QUEUED);
     assert_int_equal(gemm_engine_cancel(e, &a.job), 0);
-    tjob_wait(&a, 1);
+    test_job_wait_for(&a, 1);
     assert_int_equal(a.state_at_done, GEMM_JOB_CANCELLED);
     /* b now sleeps its 60 s: cancel it too, while it runs. */
     wait_state(&b, GEMM_JOB_RUNNING);
     assert_int_equal(gemm_engine_cancel(e, &b.job), 0);
-    tjob_wait(&b, 1);
+    test_job_wait_for(&b, 1);
     assert_int_equal(b.state_at_done, GEMM_JOB_CANCELLED);
     /* b counts as running until its done() has returned, which may be just after
-     * tjob_wait() saw the call: wait for the worker to get there. */
+     * test_job_wait_for() saw the call: wait for the worker to get there. */
     gemm_engine_stats s;
     for (gemm_engine_get_stats(e, &s); s.running != 0; gemm_engine_get_stats(e, &s)) nap();
     assert_int_equal(s.cancelled, 2);
     assert_int_equal(s.running, 0);
     gemm_engine_close(e);
-    assert_int_equal(tjob_calls(&a), 1);
-    assert_int_equal(tjob_calls(&b), 1);
-    tjob_free(&a);
-    tjob_free(&b);
+    assert_int_equal(test_job_calls(&a), 1);
+    assert_int_equal(test_job_calls(&b), 1);
+    test_job_free(&a);
+    test_job_free(&b);
 }
 
 /* ---- many submitters --------------------------------------------------------- */
@@ -460,7 +387,7 @@ static void *submit_many(void *arg)
         gemm_dtype d = (gemm_dtype)((s->index + i) % GEMM_DTYPE_COUNT);
         size_t m = 1 + (size_t)(i * 7 + s->index) % 23, k = 1 + (size_t)(i * 5) % 31,
                n = 1 + (size_t)(i * 3 + s->index * 11) % 19;
-        tjob_init(s->e, &s->jobs[i], d, m, k, n, (uint64_t)(1000 * s->index + i));
+        test_job_init(&s->jobs[i], d, m, k, n, (uint64_t)(1000 * s->index + i));
         gemm_err err;
         while (gemm_engine_submit(s->e, &s->jobs[i].job, &err) != 0) {
             if (strcmp(err.code, "queue_full") != 0) return "unexpected submit error";
@@ -491,7 +418,7 @@ static void test_many_submitters(void **st)
         retries += (uint64_t)subs[i].full_retries;
     }
     for (int i = 0; i < SUBMITTERS; i++)
-        for (int j = 0; j < JOBS_EACH; j++) tjob_wait(&subs[i].jobs[j], 1);
+        for (int j = 0; j < JOBS_EACH; j++) test_job_wait_for(&subs[i].jobs[j], 1);
 
     /* A job counts as running until its done() has returned: wait for the workers to
      * get there after the last callback. */
@@ -511,7 +438,7 @@ static void test_many_submitters(void **st)
             assert_int_equal(t->calls, 1);
             assert_int_equal(t->state_at_done, GEMM_JOB_DONE);
             assert_int_equal(tjob_check(t), 0);
-            tjob_free(t);
+            test_job_free(t);
         }
     }
 }
@@ -564,9 +491,9 @@ static void test_healthy_lost(void **st)
     tjob t[3];
     gemm_err err;
     for (int i = 0; i < 3; i++) {
-        tjob_init(e, &t[i], GEMM_DTYPE_F64, 9, 7, 5, 80 + (uint64_t)i);
+        test_job_init(&t[i], GEMM_DTYPE_F64, 9, 7, 5, 80 + (uint64_t)i);
         assert_int_equal(gemm_engine_submit(e, &t[i].job, &err), 0);
-        tjob_wait(&t[i], 1);
+        test_job_wait_for(&t[i], 1);
         if (i == 0) assert_int_equal(gemm_engine_healthy(e), 1);
     }
     assert_int_equal(t[0].state_at_done, GEMM_JOB_DONE);
@@ -580,7 +507,7 @@ static void test_healthy_lost(void **st)
     assert_int_equal(gemm_engine_healthy(e), 0);
     assert_int_equal(gemm_engine_ready(e), 0);
     gemm_engine_close(e);
-    for (int i = 0; i < 3; i++) tjob_free(&t[i]);
+    for (int i = 0; i < 3; i++) test_job_free(&t[i]);
 
     /* cpu_lost:0 is refused like the other hooks' bad values; no hook: always healthy. */
     gemm_engine_config cfg;

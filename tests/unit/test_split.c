@@ -28,86 +28,18 @@
 #include "engine.h"
 #include "gemm_half.h"
 #include "gemm_ref.h"
+#include "test_job.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 
-typedef struct {
-    gemm_job job;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int calls;
-    int state_at_done;
-    int *gate_open; /* when set, done() blocks until *gate_open */
-    pthread_mutex_t *gate_mu;
-    pthread_cond_t *gate_cv;
-} sjob;
-
-static void sjob_done(gemm_job *job)
-{
-    sjob *t = job->user;
-    pthread_mutex_lock(&t->mu);
-    /* Once the lock is released the waiter may free t: what the gate needs is read now. */
-    int *gate = t->gate_open;
-    pthread_mutex_t *gmu = t->gate_mu;
-    pthread_cond_t *gcv = t->gate_cv;
-    t->calls++;
-    t->state_at_done = atomic_load(&job->state);
-    pthread_cond_broadcast(&t->cv);
-    pthread_mutex_unlock(&t->mu);
-    if (gate) {
-        pthread_mutex_lock(gmu);
-        while (!*gate) pthread_cond_wait(gcv, gmu);
-        pthread_mutex_unlock(gmu);
-    }
-}
+typedef test_job sjob;
 
 static void sjob_init(sjob *t, gemm_dtype d, size_t m, size_t k, size_t n, uint64_t seed)
 {
-    memset(t, 0, sizeof *t);
-    pthread_mutex_init(&t->mu, NULL);
-    pthread_cond_init(&t->cv, NULL);
-    size_t es = gemm_dtype_size(d);
-    t->job.dtype = d;
-    t->job.m = m, t->job.k = k, t->job.n = n;
-    t->job.a = gemm_alloc(&gemm_allocator_host, m * k * es);
-    t->job.b = gemm_alloc(&gemm_allocator_host, k * n * es);
-    t->job.c = gemm_alloc(&gemm_allocator_host, m * n * es);
-    assert_true(t->job.a && t->job.b && t->job.c);
-    ref_fill(d, t->job.a, m * k, seed);
-    ref_fill(d, t->job.b, k * n, seed + 1);
-    ref_poison(d, t->job.c, m * n);
-    t->job.done = sjob_done;
-    t->job.user = t;
+    test_job_init(t, d, m, k, n, seed);
 }
 
-static void sjob_free(sjob *t)
-{
-    gemm_free(&gemm_allocator_host, t->job.a);
-    gemm_free(&gemm_allocator_host, t->job.b);
-    gemm_free(&gemm_allocator_host, t->job.c);
-    pthread_cond_destroy(&t->cv);
-    pthread_mutex_destroy(&t->mu);
-}
-
-static int sjob_calls(sjob *t)
-{
-    pthread_mutex_lock(&t->mu);
-    int c = t->calls;
-    pthread_mutex_unlock(&t->mu);
-    return c;
-}
-
-static void sjob_wait(sjob *t)
-{
-    pthread_mutex_lock(&t->mu);
-    while (t->calls < 1) pthread_cond_wait(&t->cv, &t->mu);
-    pthread_mutex_unlock(&t->mu);
-}
-
-static size_t sjob_check(sjob *t)
-{
-    return ref_check(t->job.dtype, t->job.a, t->job.b, t->job.c, t->job.m, t->job.k, t->job.n, "split product");
-}
+static size_t sjob_check(sjob *t) { return test_job_check(t, "split product"); }
 
 static void nap(void)
 {
@@ -139,8 +71,8 @@ static void run_sync(gemm_engine *e, sjob *t)
     int rc = gemm_engine_submit(e, &t->job, &err);
     if (rc != 0) fprintf(stderr, "# submit: %s\n", err.message);
     assert_int_equal(rc, 0);
-    sjob_wait(t);
-    assert_int_equal(sjob_calls(t), 1);
+    test_job_wait(t);
+    assert_int_equal(test_job_calls(t), 1);
 }
 
 static void wait_splits(gemm_engine *e, uint64_t n)
@@ -220,7 +152,7 @@ static void split_results(int ways)
             if (dtypes[di] == GEMM_DTYPE_I32)
                 assert_memory_equal(s.job.c, w.job.c, m * 23 * sizeof(int32_t));
             assert_true(s.job.timing.compute_ms >= s.job.timing.kernel_ms);
-            sjob_free(&s), sjob_free(&w);
+            test_job_free(&s), test_job_free(&w);
         }
     }
     gemm_engine_stats st;
@@ -299,7 +231,7 @@ static void test_half_dtypes(void **st)
                 unsigned char *tail = (unsigned char *)s.job.c + m * n * 2;
                 for (size_t i = 0; i < m * n * 2; i++) assert_int_equal(tail[i], 0xff);
             }
-            sjob_free(&s), sjob_free(&w);
+            test_job_free(&s), test_job_free(&w);
         }
     }
     gemm_engine_close(es);
@@ -316,12 +248,12 @@ static void test_panel_count_caps(void **st)
     run_sync(e, &t);
     check_rows(&t.job, 2);
     assert_int_equal(sjob_check(&t), 0);
-    sjob_free(&t);
+    test_job_free(&t);
     sjob_init(&t, GEMM_DTYPE_F64, 1, 5, 4, 8); /* one row: whole */
     run_sync(e, &t);
     assert_int_equal(t.job.split_panels, 0);
     assert_int_equal(sjob_check(&t), 0);
-    sjob_free(&t);
+    test_job_free(&t);
     gemm_engine_close(e);
 
     e = open_split(2, 8, 5, 1, NULL); /* five ways, two workers */
@@ -329,7 +261,7 @@ static void test_panel_count_caps(void **st)
     run_sync(e, &t);
     check_rows(&t.job, 2);
     assert_int_equal(sjob_check(&t), 0);
-    sjob_free(&t);
+    test_job_free(&t);
     gemm_engine_close(e);
 }
 
@@ -354,7 +286,7 @@ static void test_not_split(void **st)
         gemm_engine_stats s;
         gemm_engine_get_stats(e, &s);
         assert_int_equal(s.split_products, 0);
-        sjob_free(&t);
+        test_job_free(&t);
         gemm_engine_close(e);
     }
 
@@ -364,7 +296,7 @@ static void test_not_split(void **st)
     sjob_init(&t, GEMM_DTYPE_F64, 10, 6, 4, 11);
     run_sync(e, &t);
     check_rows(&t.job, 2);
-    sjob_free(&t);
+    test_job_free(&t);
 
     /* a batch of 3 products, shared B */
     sjob_init(&t, GEMM_DTYPE_I32, 10, 6, 4, 12);
@@ -382,7 +314,7 @@ static void test_not_split(void **st)
         assert_int_equal(ref_check(GEMM_DTYPE_I32, (int32_t *)t.job.a + i * 60, t.job.b, (int32_t *)t.job.c + i * 40,
                                    10, 6, 4, "batch"),
                          0);
-    sjob_free(&t);
+    test_job_free(&t);
 
     /* resident operands: A or C whole on a device, never split; B is */
     for (int which = 0; which < 3; which++) {
@@ -398,7 +330,7 @@ static void test_not_split(void **st)
         assert_int_equal(t.job.split_panels, which == 1 ? 2 : 0);
         assert_int_equal(sjob_check(&t), 0);
         gemm_engine_resident_free(e, r);
-        sjob_free(&t);
+        test_job_free(&t);
     }
     gemm_engine_close(e);
 }
@@ -427,14 +359,14 @@ static void test_panel_failure(void **st)
     assert_int_equal(s.split_products, 1);
     assert_int_equal(s.split_panels, 2);
     assert_int_equal(s.running, 0);
-    sjob_free(&t);
+    test_job_free(&t);
 
     /* The next one fails too: both panels of the first called the backend (the one that
      * failed was the second to start), so this one's are runs 3 and 4. */
     sjob_init(&t, GEMM_DTYPE_I32, 4, 6, 5, 22);
     run_sync(e, &t);
     assert_int_equal(t.state_at_done, GEMM_JOB_FAILED);
-    sjob_free(&t);
+    test_job_free(&t);
     gemm_engine_close(e);
 
     /* a lost device: the panel that meets it fails with device_error */
@@ -444,8 +376,8 @@ static void test_panel_failure(void **st)
     assert_int_equal(t.state_at_done, GEMM_JOB_FAILED);
     assert_true(t.job.err.status == 500 || t.job.err.status == 503);
     assert_true(strcmp(t.job.err.code, "device_error") == 0 || strcmp(t.job.err.code, "device_unavailable") == 0);
-    assert_int_equal(sjob_calls(&t), 1);
-    sjob_free(&t);
+    assert_int_equal(test_job_calls(&t), 1);
+    test_job_free(&t);
     gemm_engine_close(e);
 }
 
@@ -463,7 +395,7 @@ static void test_cancel_split(void **st)
     wait_splits(e, 1);
     assert_int_equal(atomic_load(&t.job.state), GEMM_JOB_RUNNING);
     assert_int_equal(gemm_engine_cancel(e, &t.job), 0); /* running: not dequeued */
-    sjob_wait(&t);
+    test_job_wait(&t);
     assert_int_equal(t.state_at_done, GEMM_JOB_CANCELLED);
     assert_int_equal(t.job.err.status, 409);
     assert_string_equal(t.job.err.code, "cancelled");
@@ -472,11 +404,11 @@ static void test_cancel_split(void **st)
     gemm_engine_get_stats(e, &s);
     assert_int_equal(s.cancelled, 1);
     assert_int_equal(s.completed + s.failed, 0);
-    assert_int_equal(sjob_calls(&t), 1);
+    assert_int_equal(test_job_calls(&t), 1);
     /* a cancel of the finished product does nothing */
     assert_int_equal(gemm_engine_cancel(e, &t.job), 0);
-    assert_int_equal(sjob_calls(&t), 1);
-    sjob_free(&t);
+    assert_int_equal(test_job_calls(&t), 1);
+    test_job_free(&t);
     gemm_engine_close(e);
 }
 
@@ -499,18 +431,18 @@ static void test_cancel_queued_split(void **st)
     gemm_err err;
     assert_int_equal(gemm_engine_submit(e, &g1.job, &err), 0);
     assert_int_equal(gemm_engine_submit(e, &g2.job, &err), 0);
-    sjob_wait(&g1);
-    sjob_wait(&g2);
+    test_job_wait(&g1);
+    test_job_wait(&g2);
     assert_int_equal(gemm_engine_submit(e, &t.job, &err), 0);
     assert_int_equal(atomic_load(&t.job.state), GEMM_JOB_QUEUED);
     assert_int_equal(gemm_engine_cancel(e, &t.job), 1);
-    assert_int_equal(sjob_calls(&t), 1);
+    assert_int_equal(test_job_calls(&t), 1);
     assert_int_equal(t.state_at_done, GEMM_JOB_CANCELLED);
     assert_int_equal(t.job.split_panels, 0);
     open_gate(&gate, &gmu, &gcv);
     gemm_engine_close(e);
-    assert_int_equal(sjob_calls(&g1), 1);
-    sjob_free(&g1), sjob_free(&g2), sjob_free(&t);
+    assert_int_equal(test_job_calls(&g1), 1);
+    test_job_free(&g1), test_job_free(&g2), test_job_free(&t);
 }
 
 /* A full queue does not hold a split back: with one worker held by a gate job and the one
@@ -534,20 +466,20 @@ static void test_queue_full(void **st)
     sjob_init(&r, GEMM_DTYPE_F32, 2, 2, 2, 54);
     gemm_err err;
     assert_int_equal(gemm_engine_submit(e, &g.job, &err), 0);
-    sjob_wait(&g); /* one worker is held in g's done() */
+    test_job_wait(&g); /* one worker is held in g's done() */
     assert_int_equal(gemm_engine_submit(e, &s.job, &err), 0);
     wait_splits(e, 1); /* the other worker took s and cut it */
     assert_int_equal(gemm_engine_submit(e, &q.job, &err), 0);
     int rc = gemm_engine_submit(e, &r.job, &err);
     if (rc == 0) { /* q was taken already: r holds the place now */
-        sjob_wait(&r);
+        test_job_wait(&r);
     } else {
         assert_int_equal(err.status, 503);
         assert_string_equal(err.code, "queue_full");
-        assert_int_equal(sjob_calls(&r), 0);
+        assert_int_equal(test_job_calls(&r), 0);
     }
-    sjob_wait(&s);
-    sjob_wait(&q);
+    test_job_wait(&s);
+    test_job_wait(&q);
     assert_int_equal(s.state_at_done, GEMM_JOB_DONE);
     check_rows(&s.job, 2);
     assert_int_equal(sjob_check(&s), 0);
@@ -558,10 +490,10 @@ static void test_queue_full(void **st)
     assert_int_equal(gs.running >= 1, 1); /* g, in its done() */
     open_gate(&gate, &gmu, &gcv);
     gemm_engine_close(e);
-    assert_int_equal(sjob_calls(&g), 1);
-    assert_int_equal(sjob_calls(&s), 1);
-    assert_int_equal(sjob_calls(&q), 1);
-    sjob_free(&g), sjob_free(&s), sjob_free(&q), sjob_free(&r);
+    assert_int_equal(test_job_calls(&g), 1);
+    assert_int_equal(test_job_calls(&s), 1);
+    assert_int_equal(test_job_calls(&q), 1);
+    test_job_free(&g), test_job_free(&s), test_job_free(&q), test_job_free(&r);
 }
 
 /* The queue is full of split products and every worker is busy with one: all finish (a
@@ -578,7 +510,7 @@ static void test_queue_full_of_splits(void **st)
         assert_int_equal(gemm_engine_submit(e, &t[i].job, &err), 0);
     }
     for (int i = 0; i < N; i++) {
-        sjob_wait(&t[i]);
+        test_job_wait(&t[i]);
         assert_int_equal(t[i].state_at_done, GEMM_JOB_DONE);
         check_rows(&t[i].job, 3);
         assert_int_equal(sjob_check(&t[i]), 0);
@@ -590,8 +522,8 @@ static void test_queue_full_of_splits(void **st)
     assert_int_equal(s.split_panels, 3 * N);
     gemm_engine_close(e);
     for (int i = 0; i < N; i++) {
-        assert_int_equal(sjob_calls(&t[i]), 1);
-        sjob_free(&t[i]);
+        assert_int_equal(test_job_calls(&t[i]), 1);
+        test_job_free(&t[i]);
     }
 }
 
@@ -608,12 +540,12 @@ static void test_close_with_split_running(void **st)
     wait_splits(e, 1);
     assert_int_equal(gemm_engine_submit(e, &q.job, &err), 0); /* queued behind: fails at close */
     gemm_engine_close(e);
-    assert_int_equal(sjob_calls(&t), 1);
+    assert_int_equal(test_job_calls(&t), 1);
     assert_int_equal(t.state_at_done, GEMM_JOB_DONE);
     assert_int_equal(sjob_check(&t), 0);
-    assert_int_equal(sjob_calls(&q), 1);
+    assert_int_equal(test_job_calls(&q), 1);
     assert_true(q.state_at_done == GEMM_JOB_FAILED || q.state_at_done == GEMM_JOB_DONE);
-    sjob_free(&t), sjob_free(&q);
+    test_job_free(&t), test_job_free(&q);
 }
 
 /* ---- many submitters ------------------------------------------------------ */
@@ -640,10 +572,10 @@ static void *submit_many(void *arg)
         if (gemm_engine_submit(s->e, &t->job, &err) != 0) {
             s->bad++;
         } else {
-            sjob_wait(t);
-            if (t->state_at_done != GEMM_JOB_DONE || sjob_check(t) != 0 || sjob_calls(t) != 1) s->bad++;
+            test_job_wait(t);
+            if (t->state_at_done != GEMM_JOB_DONE || sjob_check(t) != 0 || test_job_calls(t) != 1) s->bad++;
         }
-        sjob_free(t);
+        test_job_free(t);
         free(t);
     }
     return NULL;
