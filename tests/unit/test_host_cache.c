@@ -1,0 +1,383 @@
+/*
+ * test_host_cache.c - the CUDA backend's host block cache (kernels/cuda/cuda_host.c) on a
+ * machine without a GPU: the file is compiled into this test, and the five CUDA runtime
+ * calls it makes (cudaHostRegister, cudaHostUnregister, cudaSetDevice, cudaGetLastError,
+ * cudaGetErrorString) are this test's own, which count registrations instead of locking
+ * pages. What is checked is the cache's own logic:
+ *
+ * - a freed block that a worker locked is kept and handed out again for a request of a
+ *   similar size (within an eighth and a page), the smallest that fits; one never locked
+ *   is not kept;
+ * - the cache's bounds (bytes, and MAX_CACHED blocks) push the oldest out to the queue,
+ *   which the housekeeping side drains (unregistering each block once);
+ * - a device reset drops that slot's blocks, and the next pin registers again;
+ * - the charge hook is asked before a block is kept and told when it leaves; trim;
+ * - 8 threads taking, locking and giving back blocks of 1-40 pages at once: the age list
+ *   and the size-class lists stay consistent with the counters, and nothing is leaked
+ *   (AddressSanitizer in the sanitizer build).
+ *
+ * The GPU suite's test_engine_gpu checks the same cache against the real driver.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#ifdef GEMMD_HAVE_CUDA
+
+#include <pthread.h>
+#include <stdio.h>
+
+#include "cuda_host.c" /* the code under test, calling the CUDA functions below */
+
+static atomic_int registered_now; /* blocks registered and not yet unregistered */
+static atomic_int register_calls;
+static atomic_int fail_register;
+
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+    (void)ptr, (void)size, (void)flags;
+    atomic_fetch_add(&register_calls, 1);
+    if (atomic_load(&fail_register)) return cudaErrorMemoryAllocation;
+    atomic_fetch_add(&registered_now, 1);
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void *ptr)
+{
+    (void)ptr;
+    atomic_fetch_sub(&registered_now, 1);
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device)
+{
+    (void)device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+
+const char *cudaGetErrorString(cudaError_t error)
+{
+    (void)error;
+    return "injected by the test";
+}
+
+#define KB 1024
+#define MB (1024 * 1024)
+
+static gemm_cuda_host *open_host(size_t max_cached)
+{
+    atomic_store(&registered_now, 0);
+    atomic_store(&register_calls, 0);
+    atomic_store(&fail_register, 0);
+    int ordinals[2] = {0, 1};
+    gemm_cuda_host *h = gemm_cuda_host_open(ordinals, 2, max_cached);
+    assert_non_null(h);
+    return h;
+}
+
+/* The age list and the class lists against each other and the counters. */
+static void check_lists(gemm_cuda_host *h)
+{
+    pthread_mutex_lock(&h->mu);
+    int n = 0;
+    size_t bytes = 0;
+    for (block_hdr *b = h->oldest; b; b = b->newer) {
+        assert_true(b->newer ? b->newer->older == b : h->newest == b);
+        assert_true(registered(h, b));
+        n++;
+        bytes += b->cap;
+    }
+    assert_int_equal(n, h->ncached);
+    assert_int_equal(bytes, h->cached_bytes);
+    assert_true(n <= MAX_CACHED && bytes <= h->max_cached);
+    int in_classes = 0;
+    for (int c = 0; c < CLASSES; c++)
+        for (block_hdr *b = h->cls[c]; b; b = b->cnext) {
+            assert_int_equal(class_of(b), c);
+            assert_true(b->cnext ? b->cnext->cprev == b : 1);
+            assert_true(b->cprev ? b->cprev->cnext == b : h->cls[c] == b);
+            in_classes++;
+        }
+    assert_int_equal(in_classes, n);
+    pthread_mutex_unlock(&h->mu);
+}
+
+static size_t cached_blocks(gemm_cuda_host *h)
+{
+    size_t c;
+    gemm_cuda_host_counts(h, &c, NULL, NULL);
+    return c;
+}
+
+static size_t queued_blocks(gemm_cuda_host *h)
+{
+    size_t q;
+    gemm_cuda_host_counts(h, NULL, NULL, &q);
+    return q;
+}
+
+/* A block taken, locked by slot 0 and given back: cached. */
+static void *locked_block(gemm_cuda_host *h, gemm_allocator *a, size_t bytes)
+{
+    void *p = a->alloc(a->ctx, bytes);
+    assert_non_null(p);
+    assert_int_equal(gemm_cuda_host_pin(h, p, 0), 1);
+    return p;
+}
+
+static void test_reuse(void **st)
+{
+    (void)st;
+    gemm_cuda_host *h = open_host(64 * MB);
+    gemm_allocator a = gemm_cuda_host_allocator(h);
+
+    /* never locked: not kept */
+    void *plain = a.alloc(a.ctx, 100);
+    a.free(a.ctx, plain);
+    assert_int_equal(cached_blocks(h), 0);
+
+    /* a 100-byte block, locked: kept, and reused by a 1000-byte request */
+    void *tiny = locked_block(h, &a, 100);
+    a.free(a.ctx, tiny);
+    assert_int_equal(cached_blocks(h), 1);
+    void *again = a.alloc(a.ctx, 1000);
+    assert_ptr_equal(again, tiny);
+    assert_int_equal(cached_blocks(h), 0);
+    assert_int_equal(gemm_cuda_host_pin(h, again, 0), 1);
+    assert_int_equal(atomic_load(&register_calls), 1); /* no second registration */
+
+    /* 3 MiB cached: a 2 MiB request does not take it, one within an eighth does */
+    void *big = locked_block(h, &a, 3 * MB);
+    a.free(a.ctx, big);
+    void *mid = a.alloc(a.ctx, 2 * MB);
+    assert_ptr_not_equal(mid, big);
+    void *near = a.alloc(a.ctx, 3 * MB - 200 * KB);
+    assert_ptr_equal(near, big);
+
+    /* the smallest that fits: blocks of 2, 3 and 5 pages cached; requests take each */
+    void *p2 = locked_block(h, &a, 2 * PAGE - HDR), *p3 = locked_block(h, &a, 3 * PAGE - HDR),
+         *p5 = locked_block(h, &a, 5 * PAGE - HDR);
+    a.free(a.ctx, p5);
+    a.free(a.ctx, p3);
+    a.free(a.ctx, p2);
+    check_lists(h);
+    assert_ptr_equal(a.alloc(a.ctx, 2 * PAGE - HDR - 10), p2);
+    assert_ptr_equal(a.alloc(a.ctx, 3 * PAGE - HDR), p3);
+    void *q = a.alloc(a.ctx, 3 * PAGE - HDR); /* 5 pages is more than an eighth and a page over */
+    assert_ptr_not_equal(q, p5);
+    check_lists(h);
+
+    a.free(a.ctx, again), a.free(a.ctx, mid), a.free(a.ctx, near), a.free(a.ctx, p2), a.free(a.ctx, p3),
+        a.free(a.ctx, q);
+    check_lists(h);
+    size_t in_use;
+    gemm_cuda_host_counts(h, NULL, &in_use, NULL);
+    assert_int_equal(in_use, 0);
+    gemm_cuda_host_close(h);
+    assert_int_equal(atomic_load(&registered_now), 0); /* close unregistered what it held */
+}
+
+static void test_bounds(void **st)
+{
+    (void)st;
+    /* bytes: room for three 2-page blocks; the fourth pushes the oldest out */
+    gemm_cuda_host *h = open_host(3 * (2 * PAGE - HDR));
+    gemm_allocator a = gemm_cuda_host_allocator(h);
+    void *b[4];
+    for (int i = 0; i < 4; i++) b[i] = locked_block(h, &a, 2 * PAGE - HDR);
+    for (int i = 0; i < 4; i++) a.free(a.ctx, b[i]);
+    assert_int_equal(cached_blocks(h), 3);
+    assert_int_equal(queued_blocks(h), 1);
+    check_lists(h);
+    /* the oldest (b[0]) went: the three others come back, b[0] does not */
+    void *got[3];
+    for (int i = 0; i < 3; i++) {
+        got[i] = a.alloc(a.ctx, 2 * PAGE - HDR);
+        assert_true(got[i] == b[1] || got[i] == b[2] || got[i] == b[3]);
+    }
+    assert_int_equal(cached_blocks(h), 0);
+    assert_int_equal(atomic_load(&registered_now), 4);
+    assert_int_equal(gemm_cuda_host_drain(h, 0), 1); /* b[0] unregistered and freed */
+    assert_int_equal(atomic_load(&registered_now), 3);
+    for (int i = 0; i < 3; i++) a.free(a.ctx, got[i]);
+    gemm_cuda_host_close(h);
+    assert_int_equal(atomic_load(&registered_now), 0);
+
+    /* blocks: at most MAX_CACHED, whatever the bytes */
+    h = open_host(1024 * MB);
+    a = gemm_cuda_host_allocator(h);
+    enum { N = MAX_CACHED + 44 };
+    void **many = calloc(N, sizeof *many);
+    assert_non_null(many);
+    for (int i = 0; i < N; i++) many[i] = locked_block(h, &a, 100);
+    for (int i = 0; i < N; i++) a.free(a.ctx, many[i]);
+    assert_int_equal(cached_blocks(h), MAX_CACHED);
+    assert_int_equal(queued_blocks(h), N - MAX_CACHED);
+    check_lists(h);
+    assert_int_equal(gemm_cuda_host_drain(h, 0), N - MAX_CACHED);
+    assert_int_equal(gemm_cuda_host_trim(h), (size_t)MAX_CACHED * (PAGE - HDR));
+    assert_int_equal(cached_blocks(h), 0);
+    assert_int_equal(gemm_cuda_host_drain(h, 0), MAX_CACHED);
+    assert_int_equal(atomic_load(&registered_now), 0);
+    free(many);
+    gemm_cuda_host_close(h);
+}
+
+static void test_reset(void **st)
+{
+    (void)st;
+    gemm_cuda_host *h = open_host(64 * MB);
+    gemm_allocator a = gemm_cuda_host_allocator(h);
+    void *on0 = locked_block(h, &a, 10 * KB);
+    void *p = a.alloc(a.ctx, 20 * KB);
+    assert_int_equal(gemm_cuda_host_pin(h, p, 1), 1); /* locked by slot 1 */
+    void *held = locked_block(h, &a, 30 * KB);    /* still handed out at the reset */
+    a.free(a.ctx, on0);
+    a.free(a.ctx, p);
+    assert_int_equal(cached_blocks(h), 2);
+    gemm_cuda_host_device_reset(h, 0);
+    assert_int_equal(cached_blocks(h), 1); /* slot 1's stays */
+    check_lists(h);
+    /* the held block's registration went with the reset: the next pin registers again */
+    int calls = atomic_load(&register_calls);
+    assert_int_equal(gemm_cuda_host_pin(h, held, 0), 1);
+    assert_int_equal(atomic_load(&register_calls), calls + 1);
+    /* a failed registration leaves the block pageable, and it is not kept */
+    void *pageable = a.alloc(a.ctx, 50 * KB);
+    atomic_store(&fail_register, 1);
+    assert_int_equal(gemm_cuda_host_pin(h, pageable, 0), 0);
+    atomic_store(&fail_register, 0);
+    size_t before = cached_blocks(h);
+    a.free(a.ctx, pageable);
+    assert_int_equal(cached_blocks(h), before);
+    a.free(a.ctx, held);
+    check_lists(h);
+    gemm_cuda_host_close(h);
+}
+
+struct account {
+    int64_t charged;
+    int64_t limit;
+};
+
+static int charge(void *ctx, int64_t delta)
+{
+    struct account *ac = ctx;
+    if (delta > 0 && ac->charged + delta > ac->limit) return -1;
+    ac->charged += delta;
+    return 0;
+}
+
+static void test_charge(void **st)
+{
+    (void)st;
+    gemm_cuda_host *h = open_host(64 * MB);
+    gemm_allocator a = gemm_cuda_host_allocator(h);
+    struct account ac = {0, 3 * PAGE};
+    gemm_cuda_host_set_charge(h, charge, &ac);
+    void *x = locked_block(h, &a, 2 * PAGE - HDR), *y = locked_block(h, &a, 2 * PAGE - HDR);
+    a.free(a.ctx, x);
+    assert_int_equal(ac.charged, 2 * PAGE - HDR); /* kept, charged */
+    a.free(a.ctx, y);                             /* no room in the account: let go */
+    assert_int_equal(cached_blocks(h), 1);
+    assert_int_equal(queued_blocks(h), 1);
+    void *z = a.alloc(a.ctx, 2 * PAGE - HDR); /* reused: uncharged */
+    assert_ptr_equal(z, x);
+    assert_int_equal(ac.charged, 0);
+    a.free(a.ctx, z);
+    assert_int_equal(gemm_cuda_host_trim(h), 2 * PAGE - HDR);
+    assert_int_equal(ac.charged, 0);
+    check_lists(h);
+    gemm_cuda_host_set_charge(h, NULL, NULL);
+    gemm_cuda_host_close(h);
+    assert_int_equal(atomic_load(&registered_now), 0);
+}
+
+struct churn_arg {
+    gemm_cuda_host *h;
+    unsigned seed;
+};
+
+static void *churn_main(void *p)
+{
+    struct churn_arg *c = p;
+    gemm_allocator a = gemm_cuda_host_allocator(c->h);
+    void *held[6] = {0};
+    for (int i = 0; i < 4000; i++) {
+        int k = (int)(rand_r(&c->seed) % 6);
+        if (held[k]) {
+            a.free(a.ctx, held[k]);
+            held[k] = NULL;
+        } else {
+            size_t bytes = 1 + (size_t)(rand_r(&c->seed) % (40 * PAGE));
+            held[k] = a.alloc(a.ctx, bytes);
+            assert_non_null(held[k]);
+            memset(held[k], 0x5a, bytes); /* the whole block is ours */
+            if (rand_r(&c->seed) % 4) gemm_cuda_host_pin(c->h, held[k], (int)(rand_r(&c->seed) % 2));
+        }
+        if (i % 500 == 0) gemm_cuda_host_drain(c->h, (int)(rand_r(&c->seed) % 2));
+    }
+    for (int k = 0; k < 6; k++) a.free(a.ctx, held[k]);
+    return NULL;
+}
+
+static void test_churn(void **st)
+{
+    (void)st;
+    gemm_cuda_host *h = open_host(2 * MB); /* small: blocks keep being pushed out */
+    enum { T = 8 };
+    pthread_t th[T];
+    struct churn_arg c[T];
+    for (int i = 0; i < T; i++) {
+        c[i] = (struct churn_arg){h, 1234u + (unsigned)i};
+        assert_int_equal(pthread_create(&th[i], NULL, churn_main, &c[i]), 0);
+    }
+    for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+    check_lists(h);
+    size_t in_use, nc, nq;
+    gemm_cuda_host_counts(h, &nc, &in_use, &nq);
+    assert_int_equal(in_use, 0);
+    fprintf(stderr, "# after the churn: %zu cached, %zu queued\n", nc, nq);
+    gemm_cuda_host_drain(h, 0);
+    gemm_cuda_host_drain(h, 1);
+    gemm_cuda_host_trim(h);
+    gemm_cuda_host_drain(h, 0);
+    gemm_cuda_host_drain(h, 1);
+    assert_int_equal(cached_blocks(h), 0);
+    assert_int_equal(queued_blocks(h), 0);
+    assert_int_equal(atomic_load(&registered_now), 0); /* each registration undone once */
+    gemm_cuda_host_close(h);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reuse),
+        cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_reset),
+        cmocka_unit_test(test_charge),
+        cmocka_unit_test(test_churn),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#else /* a build without CUDA has no host block cache */
+
+static void test_no_cuda(void **st)
+{
+    (void)st;
+    skip();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_cuda)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#endif
