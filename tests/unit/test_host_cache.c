@@ -366,18 +366,14 @@ int main(void)
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
 
-#else /* a build without CUDA has no host block cache */
+#else /* a build without CUDA has no host block cache: say so, as TAP's skip */
 
-static void test_no_cuda(void **st)
-{
-    (void)st;
-    skip();
-}
+#include <stdio.h>
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_cuda)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    printf("1..1\nok 1 - the host block cache # SKIP built without CUDA: the cache is the CUDA backend's\n");
+    return 0;
 }
 
 #endif
