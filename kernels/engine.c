@@ -128,11 +128,12 @@ struct worker_arg {
     gemm_engine *e;
     int index;
     int slot;
-    /* Under mu: the backend's state for this worker once worker_init returned (ready),
-     * whether the worker is between jobs (in its wait loop: its state is not in use),
-     * and whether a submitting thread has borrowed that state (submit_here). */
+    /* Under mu: the backend's state for this worker once worker_init returned, whether
+     * the worker is between jobs (past worker_init and in its wait loop: its state is set
+     * and not in use), and whether a submitting thread has borrowed that state
+     * (submit_here). */
     void *state;
-    int ready, between, lent;
+    int between, lent;
     pthread_cond_t back; /* a lent worker waits here for its state */
 };
 
@@ -340,12 +341,17 @@ static void finish_one(gemm_engine *e, gemm_job *job, int rc, double t0)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* The backend's run of a job that is RUNNING, unless a cancel came first. */
+static int run_job(gemm_engine *e, void *worker, gemm_job *job)
+{
+    return gemm_job_cancel_requested(job) ? gemm_job_stop_cancelled(job, "it started")
+                                          : e->be->run(e->self, worker, job);
+}
+
 /* Runs a job taken off the queue (state already RUNNING, t0 = when it was taken). */
 static void run_one(gemm_engine *e, void *worker, gemm_job *job, double t0)
 {
-    int rc = gemm_job_cancel_requested(job) ? gemm_job_stop_cancelled(job, "it started")
-                                            : e->be->run(e->self, worker, job);
-    finish_one(e, job, rc, t0);
+    finish_one(e, job, run_job(e, worker, job), t0);
 }
 
 /* ---- dynamic batching ------------------------------------------------------ */
@@ -684,7 +690,6 @@ static void *worker_main(void *arg)
     void *worker = e->be->worker_init ? e->be->worker_init(e->self, wa->index) : NULL;
     pthread_mutex_lock(&e->mu);
     wa->state = worker;
-    wa->ready = 1;
     wa->between = 1; /* not using its state until it takes a job */
     e->ninited++;
     pthread_cond_broadcast(&e->inited);
@@ -994,7 +999,7 @@ static struct worker_arg *lendable(gemm_engine *e, const gemm_job *job)
     if (s < 0 || !slot_ok(e, s)) return NULL;
     for (int i = 0; i < e->nstarted; i++) {
         struct worker_arg *w = &e->args[i];
-        if (w->slot == s && w->ready && w->between && !w->lent) return w;
+        if (w->slot == s && w->between && !w->lent) return w;
     }
     return NULL;
 }
@@ -1006,9 +1011,7 @@ static void run_here(gemm_engine *e, struct worker_arg *w, gemm_job *job)
 {
     double t0 = gemm_now_ms();
     job->timing.queue_ms = t0 - job->t_submit_ms;
-    int rc = gemm_job_cancel_requested(job) ? gemm_job_stop_cancelled(job, "it started")
-                                            : e->be->run(e->self, w->state, job);
-    finish_job(e, job, rc, t0);
+    finish_job(e, job, run_job(e, w->state, job), t0);
     pthread_mutex_lock(&e->mu);
     e->running--;
     e->slot_busy[w->slot]--;

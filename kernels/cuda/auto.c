@@ -105,14 +105,15 @@ static shape_class classify(int rows, int cols, int inner, int align)
 #define ALONE_TILED_MNK (64.0 * 64.0 * 64.0)
 #define ALONE_SIMT_MNK (256.0 * 256.0 * 256.0)
 
-const char *gemm_kernel_auto_alone(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc)
+const gemm_kernel_desc *gemm_kernel_auto_alone(gemm_dtype d, gemm_math m, int rows, int cols, int inner,
+                                               int cc)
 {
     if (d != GEMM_DTYPE_F32 || (m != GEMM_MATH_DEFAULT && m != GEMM_MATH_FP32))
         return NULL;
     const double mnk = (double)rows * (double)cols * (double)inner;
     const char *name = mnk <= ALONE_TILED_MNK ? "tiled" : mnk <= ALONE_SIMT_MNK ? "simt" : NULL;
     const gemm_kernel_desc *k = name ? gemm_kernel_find(name) : NULL;
-    return k && gemm_kernel_supports(k, d, GEMM_MATH_FP32, 0, cc, NULL) ? name : NULL;
+    return k && gemm_kernel_supports(k, d, GEMM_MATH_FP32, 0, cc, NULL) ? k : NULL;
 }
 
 /* Candidates whose code may be missing from this build: the caller says (the engine asked

@@ -207,17 +207,14 @@ static void queue_locked(gemm_cuda_host *h, block_hdr *b)
     h->nqueued++;
 }
 
+static size_t trim_locked(gemm_cuda_host *h);
+
 void gemm_cuda_host_close(gemm_cuda_host *h)
 {
     if (!h)
         return;
     pthread_mutex_lock(&h->mu);
-    uncharge_locked(h, h->cached_bytes);
-    while (h->oldest) {
-        block_hdr *b = h->oldest;
-        cache_take_locked(h, b);
-        queue_locked(h, b);
-    }
+    trim_locked(h);
     block_hdr *list = h->queue;
     h->queue = NULL;
     h->nqueued = 0;

@@ -292,6 +292,12 @@ static void cuda_worker_fini(void *self, void *worker)
 
 /* ---- validate: resolve the kernel, tile and math ------------------------ */
 
+/* The product asked for kernel auto (or named none). */
+static int kernel_is_auto(const gemm_job *job)
+{
+    return !job->kernel[0] || strcmp(job->kernel, "auto") == 0;
+}
+
 /* On the request path (an HTTP thread): reads only what open cached, no CUDA call. */
 
 static int cuda_validate(void *self, gemm_job *job, gemm_err *err)
@@ -307,7 +313,7 @@ static int cuda_validate(void *self, gemm_job *job, gemm_err *err)
                             (unsigned long long)job->plan_m, INT_MAX);
     /* A panel of a larger product: chosen as for the whole one. */
     const int plan_rows = (int)gemm_job_plan_rows(job);
-    int is_auto = !job->kernel[0] || strcmp(job->kernel, "auto") == 0;
+    int is_auto = kernel_is_auto(job);
     /* auto: the member the committed measurements pick for this dtype, math and shape
      * (kernels/cuda/auto.c), for the oldest device a worker may run it on. */
     const char *name = is_auto ? gemm_kernel_auto(job->dtype, job->math, plan_rows, (int)job->n,
@@ -532,13 +538,12 @@ static int cuda_run(void *self, void *worker, gemm_job *job)
     if (!k) /* validate() always resolves; this only guards direct misuse */
         return gemm_err_set(&job->err, 500, "internal_error", "job reached the CUDA worker "
                             "without a resolved kernel (\"%s\")", job->kernel_used);
-    if (gemm_job_batch(job) <= 1 && !job->a_parts && !job->plan_m && !job->tile &&
-        (!job->kernel[0] || strcmp(job->kernel, "auto") == 0) && strcmp(k->name, "cublas") == 0) {
+    if (gemm_job_batch(job) <= 1 && !job->a_parts && !job->plan_m && !job->tile && kernel_is_auto(job) &&
+        strcmp(k->name, "cublas") == 0) {
         /* auto, and this product runs alone (not in a group): a small one runs faster on
          * one of ours than through cuBLAS's host call (auto.c) */
-        const char *alone = gemm_kernel_auto_alone(job->dtype, job->math_used, (int)job->m, (int)job->n,
-                                                   (int)job->k, cb->min_cc);
-        const gemm_kernel_desc *ka = alone ? gemm_kernel_find(alone) : NULL;
+        const gemm_kernel_desc *ka = gemm_kernel_auto_alone(job->dtype, job->math_used, (int)job->m,
+                                                            (int)job->n, (int)job->k, cb->min_cc);
         if (ka) {
             k = ka;
             snprintf(job->kernel_used, sizeof job->kernel_used, "%s", k->name);

@@ -106,9 +106,11 @@ int gemm_kernel_supports(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m
 const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc,
                              int wgmma_ok);
 
-/* What `auto` runs instead of cuBLAS for a small float32 product with exact (fp32) math
- * that runs alone, not coalesced with others (kernels/cuda/auto.c); NULL: keep cuBLAS. */
-const char *gemm_kernel_auto_alone(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc);
+/* The member `auto` runs instead of cuBLAS for a small float32 product with exact (fp32)
+ * math that runs alone, not coalesced with others (kernels/cuda/auto.c); NULL: keep
+ * cuBLAS. */
+const gemm_kernel_desc *gemm_kernel_auto_alone(gemm_dtype d, gemm_math m, int rows, int cols, int inner,
+                                               int cc);
 
 #ifdef __cplusplus
 }
