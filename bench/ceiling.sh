@@ -52,8 +52,7 @@ for c in $conns; do [ "$c" -gt "$maxc" ] && maxc=$c; done
 limit=$((maxc + 64))
 nproc=$(nproc)
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_up() { for _ in $(seq 200); do curl -fsS "$1/healthz" >/dev/null 2>&1 && return 0; sleep 0.05; done; return 1; }
+. bench/loopback.sh # free_port, wait_up, float32_body
 
 bport=$(free_port)
 build/bench/bare_mhd --port "$bport" --threads "$threads" --connection-limit "$limit" \
@@ -81,13 +80,7 @@ echo "| size | conns | bare req/s | bare p50 µs | bare p99 µs | gemmd req/s | 
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for n in $sizes; do
     body=$out/body-$n.bin
-    python3 - "$n" "$body" <<'PY'
-import array, random, sys
-n = int(sys.argv[1])
-rnd = random.Random(n)
-a = array.array("f", (rnd.uniform(-1, 1) for _ in range(2 * n * n)))
-open(sys.argv[2], "wb").write(a.tobytes())
-PY
+    float32_body "$n" "$body"
     q="?m=$n&k=$n&n=$n&dtype=float32"
     gq="$q${KERNEL:+&kernel=$KERNEL}"
     if [ "$warm" -gt 0 ]; then

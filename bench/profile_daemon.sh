@@ -34,21 +34,16 @@ PERF=${PERF:-$(command -v perf)}
 [ -n "$PERF" ] || { echo "profile_daemon.sh: perf not found; install it: sudo apt-get install -y linux-perf" >&2; exit 2; }
 [ -x "$gemmd" ] || make -s all >/dev/null || exit 1
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+. bench/loopback.sh # free_port, wait_up, float32_body
+port=$(free_port)
 "$gemmd" --config "$gemmd_conf" --backend "${BACKEND:-auto}" --port "$port" --http-threads "$threads" \
     --per-ip-limit 0 --connection-limit 1100 --queue-depth 1024 --log-level warn >"$out/gemmd.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
-for _ in $(seq 200); do curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break; sleep 0.05; done
-kill -0 $pid 2>/dev/null || { echo "gemmd did not start"; cat "$out/gemmd.log"; exit 1; }
+wait_up "http://127.0.0.1:$port" || { echo "gemmd did not start"; cat "$out/gemmd.log"; exit 1; }
 
 body=$out/body-$n.bin
-python3 - "$n" "$body" <<'PY'
-import array, random, sys
-n = int(sys.argv[1])
-rnd = random.Random(n)
-open(sys.argv[2], "wb").write(array.array("f", (rnd.uniform(-1, 1) for _ in range(2 * n * n))).tobytes())
-PY
+float32_body "$n" "$body"
 url="http://127.0.0.1:$port/v1/matmul?m=$n&k=$n&n=$n&dtype=float32"
 
 echo "# where gemmd's CPU goes: ${n}² raw float32, $threads HTTP threads, $(nproc) cores"

@@ -40,11 +40,6 @@ static void wait_state(tjob *t, int state)
     while (atomic_load(&t->job.state) != state) nap();
 }
 
-static size_t tjob_check(tjob *t)
-{
-    return ref_check(t->job.dtype, t->job.a, t->job.b, t->job.c, t->job.m, t->job.k, t->job.n,
-                     "engine job");
-}
 
 static gemm_engine *open_cpu(int workers, int depth, const char *faults)
 {
@@ -166,7 +161,7 @@ static void test_submit_validation(void **st)
     test_job_wait_for(&t, 1);
     assert_int_equal(t.state_at_done, GEMM_JOB_DONE);
     assert_true(t.job.timing.queue_ms >= 0);
-    assert_int_equal(tjob_check(&t), 0);
+    assert_int_equal(test_job_check(&t, "engine job"), 0);
 
     gemm_engine_stats s;
     gemm_engine_get_stats(e, &s);
@@ -205,7 +200,7 @@ static void test_queue_full_cancel_close(void **st)
     assert_int_equal(gemm_engine_submit(e, &a.job, &err), 0);
     test_job_wait_for(&a, 1);
     assert_int_equal(a.state_at_done, GEMM_JOB_DONE);
-    assert_int_equal(tjob_check(&a), 0);
+    assert_int_equal(test_job_check(&a, "engine job"), 0);
     assert_true(gemm_engine_ready(e));
 
     /* B and C fill the two places; D is refused without its done(). */
@@ -284,7 +279,7 @@ static void test_close_lets_running_finish(void **st)
     gemm_engine_close(e);
     assert_int_equal(test_job_calls(&a), 1);
     assert_int_equal(a.state_at_done, GEMM_JOB_DONE);
-    assert_int_equal(tjob_check(&a), 0);
+    assert_int_equal(test_job_check(&a, "engine job"), 0);
     assert_true(a.job.timing.compute_ms >= a.job.timing.kernel_ms);
     test_job_free(&a);
 }
@@ -326,7 +321,7 @@ static void test_cancel_running(void **st)
     assert_int_equal(b.state_at_done, GEMM_JOB_DONE);
     assert_int_equal(gemm_engine_cancel(e, &b.job), 0);
     assert_int_equal(atomic_load(&b.job.state), GEMM_JOB_DONE);
-    assert_int_equal(tjob_check(&b), 0);
+    assert_int_equal(test_job_check(&b, "engine job"), 0);
     gemm_engine_close(e);
     assert_int_equal(test_job_calls(&a), 1);
     assert_int_equal(test_job_calls(&b), 1);
@@ -437,7 +432,7 @@ static void test_many_submitters(void **st)
             tjob *t = &subs[i].jobs[j];
             assert_int_equal(t->calls, 1);
             assert_int_equal(t->state_at_done, GEMM_JOB_DONE);
-            assert_int_equal(tjob_check(t), 0);
+            assert_int_equal(test_job_check(t, "engine job"), 0);
             test_job_free(t);
         }
     }
@@ -497,7 +492,7 @@ static void test_healthy_lost(void **st)
         if (i == 0) assert_int_equal(gemm_engine_healthy(e), 1);
     }
     assert_int_equal(t[0].state_at_done, GEMM_JOB_DONE);
-    assert_int_equal(tjob_check(&t[0]), 0);
+    assert_int_equal(test_job_check(&t[0], "engine job"), 0);
     assert_int_equal(t[1].state_at_done, GEMM_JOB_FAILED);
     assert_int_equal(t[1].job.err.status, 500);
     assert_string_equal(t[1].job.err.code, "device_error");
