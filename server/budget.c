@@ -1,7 +1,9 @@
 /*
  * budget.c - the memory budget: atomic counters for the charges, a ring of per-second
- * counters of what was given back (the drain rate behind Retry-After), and a small hash
- * table from buffer to charge for the charging allocator.
+ * counters of what was given back (the drain rate behind Retry-After), and a hash table
+ * from buffer to charge for the charging allocator, in shards with a lock each: every
+ * request puts, looks up and takes out several buffers, from every HTTP thread and worker
+ * at once, and one lock for all of them was a place where they queued.
  */
 #include "budget.h"
 
@@ -18,6 +20,7 @@
 #define MIB (1024ull * 1024ull)
 #define DRAIN_SLOTS 16
 #define DRAIN_WINDOW_S 10
+#define SHARDS 16 /* a power of two */
 
 typedef struct {
     _Atomic int64_t sec;
@@ -32,6 +35,13 @@ typedef struct {
     unsigned char lazy;
 } buf_entry;
 
+/* One shard of the buffer table, on cache lines of its own. */
+typedef struct {
+    pthread_mutex_t mu;
+    buf_entry *tab;
+    size_t cap, count;    /* cap: a power of two */
+} __attribute__((aligned(64))) buf_shard;
+
 struct gemmd_budget {
     uint64_t limit, reserve, small;
     unsigned fallback_s;
@@ -42,9 +52,7 @@ struct gemmd_budget {
     uint64_t (*reclaim)(void *); /* lets the cache go (gemmd_budget_set_reclaim) */
     void *reclaim_ctx;
 
-    pthread_mutex_t mu;   /* the buffer table */
-    buf_entry *tab;
-    size_t cap, count;    /* cap: a power of two */
+    buf_shard shard[SHARDS]; /* the buffer table */
 };
 
 static _Thread_local uint64_t last_refusal;
@@ -65,20 +73,24 @@ static int64_t now_s(void)
 
 gemmd_budget *gemmd_budget_new(uint64_t limit, unsigned fallback_s)
 {
-    gemmd_budget *b = calloc(1, sizeof *b);
+    gemmd_budget *b = aligned_alloc(64, (sizeof *b + 63) / 64 * 64);
     if (!b) return NULL;
+    memset(b, 0, sizeof *b);
     if (limit < MIB) limit = MIB;
     b->limit = limit;
     b->reserve = limit / 8;
     b->small = limit / 64;
     b->fallback_s = fallback_s ? fallback_s : 1;
-    pthread_mutex_init(&b->mu, NULL);
-    b->cap = 256;
-    b->tab = calloc(b->cap, sizeof *b->tab);
-    if (!b->tab) {
-        pthread_mutex_destroy(&b->mu);
-        free(b);
-        return NULL;
+    for (int s = 0; s < SHARDS; s++) {
+        buf_shard *sh = &b->shard[s];
+        sh->cap = 32;
+        sh->tab = calloc(sh->cap, sizeof *sh->tab);
+        if (!sh->tab) {
+            while (s-- > 0) free(b->shard[s].tab);
+            free(b);
+            return NULL;
+        }
+        pthread_mutex_init(&sh->mu, NULL);
     }
     for (int i = 0; i < DRAIN_SLOTS; i++) atomic_store(&b->drain[i].sec, -1);
     return b;
@@ -87,8 +99,10 @@ gemmd_budget *gemmd_budget_new(uint64_t limit, unsigned fallback_s)
 void gemmd_budget_free(gemmd_budget *b)
 {
     if (!b) return;
-    pthread_mutex_destroy(&b->mu);
-    free(b->tab);
+    for (int s = 0; s < SHARDS; s++) {
+        pthread_mutex_destroy(&b->shard[s].mu);
+        free(b->shard[s].tab);
+    }
     free(b);
 }
 
@@ -294,9 +308,12 @@ void gemmd_budget_get_stats(gemmd_budget *b, gemmd_budget_stats *out)
     out->peak = atomic_load(&b->peak);
     out->refused = atomic_load(&b->refused);
     for (int k = 0; k < GEMMD_MEM_NKINDS; k++) out->by_kind[k] = atomic_load(&b->by_kind[k]);
-    pthread_mutex_lock(&b->mu);
-    out->buffers = b->count;
-    pthread_mutex_unlock(&b->mu);
+    for (int s = 0; s < SHARDS; s++) {
+        buf_shard *sh = &b->shard[s];
+        pthread_mutex_lock(&sh->mu);
+        out->buffers += sh->count;
+        pthread_mutex_unlock(&sh->mu);
+    }
 }
 
 uint64_t gemmd_budget_take_refusal(void)
@@ -308,32 +325,41 @@ uint64_t gemmd_budget_take_refusal(void)
 
 /* ---- the buffer table (open addressing, linear probing, backward-shift delete) ------ */
 
-static size_t slot_of(const gemmd_budget *b, const void *p)
+static uint64_t hash_of(const void *p)
 {
-    uint64_t h = (uint64_t)(uintptr_t)p >> 4;
-    h *= 0x9e3779b97f4a7c15ull;
-    return (size_t)(h >> 17) & (b->cap - 1);
+    return ((uint64_t)(uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ull;
 }
 
-static buf_entry *find_locked(gemmd_budget *b, const void *p)
+/* The top bits pick the shard, the middle ones the slot in it. */
+static buf_shard *shard_of(gemmd_budget *b, const void *p)
 {
-    for (size_t i = slot_of(b, p);; i = (i + 1) & (b->cap - 1)) {
-        if (b->tab[i].p == p) return &b->tab[i];
-        if (!b->tab[i].p) return NULL;
+    return &b->shard[hash_of(p) >> 60 & (SHARDS - 1)];
+}
+
+static size_t slot_of(const buf_shard *sh, const void *p)
+{
+    return (size_t)(hash_of(p) >> 17) & (sh->cap - 1);
+}
+
+static buf_entry *find_locked(buf_shard *sh, const void *p)
+{
+    for (size_t i = slot_of(sh, p);; i = (i + 1) & (sh->cap - 1)) {
+        if (sh->tab[i].p == p) return &sh->tab[i];
+        if (!sh->tab[i].p) return NULL;
     }
 }
 
-static int grow_locked(gemmd_budget *b)
+static int grow_locked(buf_shard *sh)
 {
-    size_t ncap = b->cap * 2;
-    buf_entry *nt = calloc(ncap, sizeof *nt), *old = b->tab;
+    size_t ncap = sh->cap * 2;
+    buf_entry *nt = calloc(ncap, sizeof *nt), *old = sh->tab;
     if (!nt) return -1;
-    size_t ocap = b->cap;
-    b->tab = nt;
-    b->cap = ncap;
+    size_t ocap = sh->cap;
+    sh->tab = nt;
+    sh->cap = ncap;
     for (size_t i = 0; i < ocap; i++) {
         if (!old[i].p) continue;
-        size_t j = slot_of(b, old[i].p);
+        size_t j = slot_of(sh, old[i].p);
         while (nt[j].p) j = (j + 1) & (ncap - 1);
         nt[j] = old[i];
     }
@@ -343,44 +369,46 @@ static int grow_locked(gemmd_budget *b)
 
 static int put(gemmd_budget *b, const buf_entry *e)
 {
-    pthread_mutex_lock(&b->mu);
-    if ((b->count + 1) * 2 > b->cap && grow_locked(b) != 0) {
-        pthread_mutex_unlock(&b->mu);
+    buf_shard *sh = shard_of(b, e->p);
+    pthread_mutex_lock(&sh->mu);
+    if ((sh->count + 1) * 2 > sh->cap && grow_locked(sh) != 0) {
+        pthread_mutex_unlock(&sh->mu);
         return -1;
     }
-    size_t i = slot_of(b, e->p);
-    while (b->tab[i].p) i = (i + 1) & (b->cap - 1);
-    b->tab[i] = *e;
-    b->count++;
-    pthread_mutex_unlock(&b->mu);
+    size_t i = slot_of(sh, e->p);
+    while (sh->tab[i].p) i = (i + 1) & (sh->cap - 1);
+    sh->tab[i] = *e;
+    sh->count++;
+    pthread_mutex_unlock(&sh->mu);
     return 0;
 }
 
 /* Removes p's entry into *out; 0, or -1 when p is not in the table. */
 static int take_entry(gemmd_budget *b, const void *p, buf_entry *out)
 {
-    pthread_mutex_lock(&b->mu);
-    buf_entry *e = find_locked(b, p);
+    buf_shard *sh = shard_of(b, p);
+    pthread_mutex_lock(&sh->mu);
+    buf_entry *e = find_locked(sh, p);
     if (!e) {
-        pthread_mutex_unlock(&b->mu);
+        pthread_mutex_unlock(&sh->mu);
         return -1;
     }
     *out = *e;
-    size_t i = (size_t)(e - b->tab), mask = b->cap - 1;
-    b->tab[i].p = NULL;
+    size_t i = (size_t)(e - sh->tab), mask = sh->cap - 1;
+    sh->tab[i].p = NULL;
     /* Shift later members of the probe run back over the hole. */
-    for (size_t j = (i + 1) & mask; b->tab[j].p; j = (j + 1) & mask) {
-        size_t home = slot_of(b, b->tab[j].p);
+    for (size_t j = (i + 1) & mask; sh->tab[j].p; j = (j + 1) & mask) {
+        size_t home = slot_of(sh, sh->tab[j].p);
         /* j's entry may move to i if home is not in (i, j] cyclically */
         int between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
         if (!between) {
-            b->tab[i] = b->tab[j];
-            b->tab[j].p = NULL;
+            sh->tab[i] = sh->tab[j];
+            sh->tab[j].p = NULL;
             i = j;
         }
     }
-    b->count--;
-    pthread_mutex_unlock(&b->mu);
+    sh->count--;
+    pthread_mutex_unlock(&sh->mu);
     return 0;
 }
 
@@ -429,8 +457,9 @@ void gemmd_budget_lazy_allocator(gemmd_budget_alloc_ctx *ctx, gemmd_budget *b, c
 int gemmd_budget_settle(gemmd_budget *b, void *p, gemmd_mem_kind k, gemmd_mem_kind credit_kind, uint64_t *credit)
 {
     if (!b || !p) return 0;
-    pthread_mutex_lock(&b->mu);
-    buf_entry *e = find_locked(b, p);
+    buf_shard *sh = shard_of(b, p);
+    pthread_mutex_lock(&sh->mu);
+    buf_entry *e = find_locked(sh, p);
     int rc = 0;
     if (e && e->lazy) {
         uint64_t use = credit && *credit < e->size ? *credit : (credit ? e->size : 0);
@@ -447,20 +476,21 @@ int gemmd_budget_settle(gemmd_budget *b, void *p, gemmd_mem_kind k, gemmd_mem_ki
         gemmd_budget_move(b, (gemmd_mem_kind)e->kind, k, e->charged);
         e->kind = (unsigned char)k;
     }
-    pthread_mutex_unlock(&b->mu);
+    pthread_mutex_unlock(&sh->mu);
     return rc;
 }
 
 void gemmd_budget_retag(gemmd_budget *b, void *p, gemmd_mem_kind k)
 {
     if (!b || !p) return;
-    pthread_mutex_lock(&b->mu);
-    buf_entry *e = find_locked(b, p);
+    buf_shard *sh = shard_of(b, p);
+    pthread_mutex_lock(&sh->mu);
+    buf_entry *e = find_locked(sh, p);
     if (e && e->kind != k) {
         gemmd_budget_move(b, (gemmd_mem_kind)e->kind, k, e->charged);
         e->kind = (unsigned char)k;
     }
-    pthread_mutex_unlock(&b->mu);
+    pthread_mutex_unlock(&sh->mu);
 }
 
 void gemmd_budget_forget(gemmd_budget *b, void *p)
@@ -473,9 +503,10 @@ void gemmd_budget_forget(gemmd_budget *b, void *p)
 uint64_t gemmd_budget_charged(gemmd_budget *b, void *p)
 {
     if (!b || !p) return 0;
-    pthread_mutex_lock(&b->mu);
-    buf_entry *e = find_locked(b, p);
+    buf_shard *sh = shard_of(b, p);
+    pthread_mutex_lock(&sh->mu);
+    buf_entry *e = find_locked(sh, p);
     uint64_t v = e ? e->charged : 0;
-    pthread_mutex_unlock(&b->mu);
+    pthread_mutex_unlock(&sh->mu);
     return v;
 }

@@ -20,7 +20,7 @@
  * Large charges may not take the last eighth of the budget (the reserve): however many
  * big bodies or answers are in flight, small products still get through.
  *
- * Lock-free counters; the buffer table has one small mutex. Thread-safe.
+ * Lock-free counters; the buffer table is in 16 shards with a small mutex each. Thread-safe.
  */
 #ifndef GEMMD_BUDGET_H
 #define GEMMD_BUDGET_H

@@ -342,6 +342,63 @@ static void test_threads(void **state)
     gemmd_budget_free(b);
 }
 
+/* Threads each keep many buffers alive while they take, look up, retag and give back:
+ * every shard of the table grows and shrinks under several threads, and every buffer
+ * keeps its own charge and kind. */
+typedef struct {
+    gemmd_budget *b;
+    gemm_allocator al;
+    unsigned seed;
+    int bad;
+} churn_arg;
+
+static void *churner(void *arg)
+{
+    churn_arg *w = arg;
+    enum { LIVE = 96 };
+    void *p[LIVE] = {0};
+    size_t sz[LIVE] = {0};
+    for (int i = 0; i < 6000; i++) {
+        unsigned r = rand_r(&w->seed);
+        int s = (int)(r % LIVE);
+        if (p[s]) {
+            if (gemmd_budget_charged(w->b, p[s]) != sz[s]) w->bad++;
+            if (r & 0x100) gemmd_budget_retag(w->b, p[s], GEMMD_MEM_RESULT);
+            if (gemmd_budget_charged(w->b, p[s]) != sz[s]) w->bad++;
+            gemm_free(&w->al, p[s]);
+            p[s] = NULL;
+        } else {
+            sz[s] = 16 + (r >> 12) % 4000;
+            p[s] = gemm_alloc(&w->al, sz[s]);
+            if (!p[s]) w->bad++;
+        }
+    }
+    for (int s = 0; s < LIVE; s++)
+        if (p[s]) gemm_free(&w->al, p[s]);
+    return NULL;
+}
+
+static void test_threads_many_live(void **state)
+{
+    (void)state;
+    gemmd_budget *b = gemmd_budget_new(256 * MIB, 7);
+    gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, 0};
+    churn_arg w[8];
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++) {
+        w[i] = (churn_arg){b, gemmd_budget_allocator(&ctx), 1234u + (unsigned)i, 0};
+        pthread_create(&t[i], NULL, churner, &w[i]);
+    }
+    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 8; i++) assert_int_equal(w[i].bad, 0);
+    gemmd_budget_stats st;
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.buffers, 0);
+    for (int k = 0; k < GEMMD_MEM_NKINDS; k++) assert_int_equal(st.by_kind[k], 0);
+    gemmd_budget_free(b);
+}
+
 static void test_default_limit(void **state)
 {
     (void)state;
@@ -356,6 +413,7 @@ int main(void)
         cmocka_unit_test(test_adjust),         cmocka_unit_test(test_retry_after),
         cmocka_unit_test(test_allocator),      cmocka_unit_test(test_lazy_settle),
         cmocka_unit_test(test_many_buffers),   cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads_many_live),
         cmocka_unit_test(test_default_limit),  cmocka_unit_test(test_cache_gives_way),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
