@@ -303,11 +303,32 @@ static void test_many_buffers(void **state)
     gemmd_budget_free(b);
 }
 
+/* One thread of the threaded tests: its allocator charges b. */
 typedef struct {
     gemmd_budget *b;
     gemm_allocator al;
-    int refused;
+    unsigned seed;
+    int refused; /* charges refused (worker) */
+    int bad;     /* a buffer that lost its charge, or an allocation that failed (churner) */
 } worker_arg;
+
+/* Runs fn on 8 threads against b, waits for them, and checks that everything was given
+ * back: nothing charged, no buffer in the table. */
+static void run_threads(gemmd_budget *b, void *(*fn)(void *), worker_arg w[8])
+{
+    gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, 0};
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++) {
+        w[i] = (worker_arg){b, gemmd_budget_allocator(&ctx), 1234u + (unsigned)i, 0, 0};
+        pthread_create(&t[i], NULL, fn, &w[i]);
+    }
+    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+    gemmd_budget_stats st;
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.buffers, 0);
+    for (int k = 0; k < GEMMD_MEM_NKINDS; k++) assert_int_equal(st.by_kind[k], 0);
+}
 
 static void *worker(void *arg)
 {
@@ -325,36 +346,20 @@ static void test_threads(void **state)
 {
     (void)state;
     gemmd_budget *b = gemmd_budget_new(2 * MIB, 7);
-    gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, 0};
     worker_arg w[8];
-    pthread_t t[8];
-    for (int i = 0; i < 8; i++) {
-        w[i] = (worker_arg){b, gemmd_budget_allocator(&ctx), 0};
-        pthread_create(&t[i], NULL, worker, &w[i]);
-    }
-    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+    run_threads(b, worker, w);
     gemmd_budget_stats st;
     gemmd_budget_get_stats(b, &st);
-    assert_int_equal(st.used, 0);
-    assert_int_equal(st.buffers, 0);
     assert_true(st.peak <= 2 * MIB);
-    for (int k = 0; k < GEMMD_MEM_NKINDS; k++) assert_int_equal(st.by_kind[k], 0);
     gemmd_budget_free(b);
 }
 
 /* Threads each keep many buffers alive while they take, look up, retag and give back:
  * every shard of the table grows and shrinks under several threads, and every buffer
  * keeps its own charge and kind. */
-typedef struct {
-    gemmd_budget *b;
-    gemm_allocator al;
-    unsigned seed;
-    int bad;
-} churn_arg;
-
 static void *churner(void *arg)
 {
-    churn_arg *w = arg;
+    worker_arg *w = arg;
     enum { LIVE = 96 };
     void *p[LIVE] = {0};
     size_t sz[LIVE] = {0};
@@ -382,20 +387,9 @@ static void test_threads_many_live(void **state)
 {
     (void)state;
     gemmd_budget *b = gemmd_budget_new(256 * MIB, 7);
-    gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, 0};
-    churn_arg w[8];
-    pthread_t t[8];
-    for (int i = 0; i < 8; i++) {
-        w[i] = (churn_arg){b, gemmd_budget_allocator(&ctx), 1234u + (unsigned)i, 0};
-        pthread_create(&t[i], NULL, churner, &w[i]);
-    }
-    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+    worker_arg w[8];
+    run_threads(b, churner, w);
     for (int i = 0; i < 8; i++) assert_int_equal(w[i].bad, 0);
-    gemmd_budget_stats st;
-    gemmd_budget_get_stats(b, &st);
-    assert_int_equal(st.used, 0);
-    assert_int_equal(st.buffers, 0);
-    for (int k = 0; k < GEMMD_MEM_NKINDS; k++) assert_int_equal(st.by_kind[k], 0);
     gemmd_budget_free(b);
 }
 
