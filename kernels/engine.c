@@ -163,6 +163,7 @@ void gemm_engine_config_defaults(gemm_engine_config *cfg)
     cfg->batch_max = 0;
     cfg->batch_max_delay_us = 0;
     cfg->batch_max_mnk = 1ull << 24;
+    cfg->zero_copy_mnk = 1ull << 18;
     cfg->warmup = 0;
     cfg->split_min_mnk = GEMM_SPLIT_MIN_MNK_DEFAULT;
     cfg->split_ways = 0;
@@ -1066,6 +1067,7 @@ static int submit(gemm_engine *e, gemm_job *job, int here, gemm_err *err)
     job->stream = -1;
     job->batched = 0;
     job->batch_mode[0] = '\0';
+    job->zero_copy = 0;
     job->split_panels = 0;
     memset(job->split, 0, sizeof job->split);
     atomic_store(&job->cancel_requested, 0);

@@ -63,6 +63,10 @@ typedef struct {
     int batch_max_delay_us;    /* how long a worker waits for more of its group (0 = only what
                                   is queued already) */
     uint64_t batch_max_mnk;    /* what counts as small (default 2^24 = 256^3) */
+    /* CUDA: a float32 product of m*n*k up to this (default 2^18 = 64^3; 0 = never) that runs
+     * alone, with kernel auto, skips the copies: its kernel reads A and B from their
+     * page-locked host blocks and writes C into its own (zero copy). */
+    uint64_t zero_copy_mnk;
     /* CUDA: before it takes its first job, each worker runs a few small products of every
      * dtype on its own stream (single and batched), so that what a first product would pay
      * once (loading kernel modules, cuBLAS setting itself up) is paid at start, not by the
@@ -195,6 +199,8 @@ struct gemm_job {
                              D2H), "" for a single product; "coalesced strided" /
                              "coalesced loop" for a product the engine ran together with
                              other queued ones (batched = the group's size) */
+    int zero_copy;        /* 1: the kernel read A and B from host memory and wrote C there
+                             (no H2D, no D2H; zero_copy_mnk) */
     /* A split product (split_panels >= 2) ran as that many row panels, split[0..panels)
      * in row order; then device, stream, tile_used and block are panel 0's, h2d/kernel/d2h
      * the longest panel's (they run side by side), compute_ms from the worker that took the

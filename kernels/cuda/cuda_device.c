@@ -229,7 +229,7 @@ cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_
 
 /* ---- device enter / leave / reset --------------------------------------- */
 
-unsigned gemm_cuda_dev_enter(cuda_dev *d)
+unsigned gemm_cuda_dev_enter(cuda_dev *d, int *others)
 {
     pthread_mutex_lock(&d->mu);
     while (d->resetting)
@@ -238,6 +238,8 @@ unsigned gemm_cuda_dev_enter(cuda_dev *d)
     unsigned gen = d->gen;
     pthread_mutex_unlock(&d->mu);
     pthread_mutex_lock(&d->busy_mu);
+    if (others)
+        *others = d->jobs;
     if (d->jobs++ == 0)
         d->busy_since_ms = gemm_now_ms();
     pthread_mutex_unlock(&d->busy_mu);

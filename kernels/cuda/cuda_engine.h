@@ -33,6 +33,7 @@ typedef struct {
     gemm_device_info info;       /* name, memory, SMs, cc, streams (read at open) */
     int cc;                      /* major * 10 + minor */
     int wgmma;                   /* the build's sm_90a wgmma code runs here (asked at open) */
+    int host_ptr;                /* kernels may use a registered host block's own pointer */
     char label[GEMM_NAME_LEN];   /* "cuda:N <name>", what a job's device says */
 
     /* mu: the enter/leave protocol; a reset holds it throughout (up to RESET_WAIT_MS), so
@@ -78,6 +79,7 @@ typedef struct cuda_backend {
     cuda_worker *workers;
     uint64_t mem_limit;
     double spin_ms;              /* wait_spin_us */
+    double zero_copy_mnk;        /* a lone product up to this m*n*k reads and writes host memory */
     int warmup;                  /* workers warm up before their first job (config warmup) */
     int min_cc;                  /* oldest device: what every worker can run */
     int wgmma_ok;                /* every device runs wgmma */
@@ -105,8 +107,9 @@ void gemm_cuda_free_buffers(cuda_worker *w);
 void gemm_cuda_destroy_resources(cuda_worker *w);
 cudaError_t gemm_cuda_build_resources(cuda_worker *w, unsigned gen, gemm_cuda_site *site);
 cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_cuda_site *site);
-/* A job enters the device (waits out a reset) and leaves it; a broken leave resets it. */
-unsigned gemm_cuda_dev_enter(cuda_dev *d);
+/* A job enters the device (waits out a reset; *others, when not NULL, gets how many jobs
+ * were inside before it) and leaves it; a broken leave resets it. */
+unsigned gemm_cuda_dev_enter(cuda_dev *d, int *others);
 void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken);
 /* The housekeeping thread enters (0: the device is lost, not entered) and leaves; it is
  * counted so that no reset runs meanwhile, but not as busy time. */

@@ -88,6 +88,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_err *err)
         cb->streams = 64;
     cb->mem_limit = cfg->device_mem_limit;
     cb->spin_ms = cfg->wait_spin_us > 0 ? cfg->wait_spin_us / 1000.0 : 0;
+    cb->zero_copy_mnk = (double)cfg->zero_copy_mnk;
     cb->warmup = cfg->warmup && !cfg->fault_inject[0];
     cb->min_cc = INT_MAX;
     cb->wgmma_ok = 1;
@@ -117,6 +118,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_err *err)
         d->info.cc_minor = p.minor;
         d->info.streams = cb->streams;
         d->cc = p.major * 10 + p.minor;
+        d->host_ptr = p.canUseHostPointerForRegisteredMem;
         if (d->cc < cb->min_cc)
             cb->min_cc = d->cc;
         d->slot = i;
@@ -538,6 +540,7 @@ static int cuda_run(void *self, void *worker, gemm_job *job)
     if (!k) /* validate() always resolves; this only guards direct misuse */
         return gemm_err_set(&job->err, 500, "internal_error", "job reached the CUDA worker "
                             "without a resolved kernel (\"%s\")", job->kernel_used);
+    int zero = 0; /* zero copy: the kernel reads and writes the host blocks */
     if (gemm_job_batch(job) <= 1 && !job->a_parts && !job->plan_m && !job->tile && kernel_is_auto(job) &&
         strcmp(k->name, "cublas") == 0) {
         /* auto, and this product runs alone (not in a group): a small one runs faster on
@@ -547,6 +550,13 @@ static int cuda_run(void *self, void *worker, gemm_job *job)
         if (ka) {
             k = ka;
             snprintf(job->kernel_used, sizeof job->kernel_used, "%s", k->name);
+            /* The smallest of them skip the copies too, when nothing else runs on the
+             * device: there, three copies and their events cost more than the kernel's own
+             * reads of a few KiB over the bus (zero_copy_mnk). Under load the copies stay:
+             * they overlap other products' work, while a kernel that waits on the bus holds
+             * its SMs (measured on an H100: bench/results/h100-2026-11-27-shards.md). */
+            zero = d->host_ptr && !job->a_res && !job->b_res && !job->c_res &&
+                   (double)job->m * (double)job->n * (double)job->k <= cb->zero_copy_mnk;
         }
     }
 
@@ -562,8 +572,13 @@ static int cuda_run(void *self, void *worker, gemm_job *job)
                             (unsigned long long)total, need[0], need[1], need[2],
                             (unsigned long long)cb->mem_limit);
     const int staged = worth_staging(cb, k, job, total);
+    if (staged)
+        zero = 0;
 
-    unsigned gen = gemm_cuda_dev_enter(d);
+    int others = 0;
+    unsigned gen = gemm_cuda_dev_enter(d, &others);
+    if (others > 0)
+        zero = 0; /* only on an otherwise idle device (see zero_copy_mnk) */
     if (atomic_load(&d->lost)) {
         gemm_err_set(&job->err, 503, "device_unavailable",
                      "%s could not be recovered after an earlier device error (%s); restart gemmd "
@@ -643,26 +658,29 @@ allocated:;
             gemm_cuda_host_pin(cb->host, job->c_parts[i], d->slot);
         }
     } else {
-        gemm_cuda_host_pin(cb->host, job->a_block ? job->a_block : job->a, d->slot);
-        gemm_cuda_host_pin(cb->host, job->b_block ? job->b_block : job->b, d->slot);
-        gemm_cuda_host_pin(cb->host, job->c_block ? job->c_block : job->c, d->slot);
+        int pinned = gemm_cuda_host_pin(cb->host, job->a_block ? job->a_block : job->a, d->slot);
+        pinned &= gemm_cuda_host_pin(cb->host, job->b_block ? job->b_block : job->b, d->slot);
+        pinned &= gemm_cuda_host_pin(cb->host, job->c_block ? job->c_block : job->c, d->slot);
+        zero &= pinned; /* pageable memory cannot be read by a kernel */
     }
 
     /* Resident operands are read from their device copies: no H2D for them (the first
-     * product on this device makes the copy; its cost is counted as this job's H2D). */
-    void *A = w->buf[0], *B = w->buf[1];
-    size_t upload[2] = {need[0], need[1]}, res_bytes = 0;
+     * product on this device makes the copy; its cost is counted as this job's H2D). Zero
+     * copy: the kernel reads and writes the host blocks themselves. */
+    void *A = zero ? job->a : w->buf[0], *B = zero ? job->b : w->buf[1], *C = zero ? job->c : w->buf[2];
+    size_t upload[2] = {zero ? 0 : need[0], zero ? 0 : need[1]}, res_bytes = 0;
     double res_ms = 0;
     if (nb <= 1 && job->a_res && gemm_cuda_resident_get(cb, d, gen, job->a_res, s, &A, &res_bytes, &res_ms))
         upload[0] = 0;
     if (nb <= 1 && job->b_res && gemm_cuda_resident_get(cb, d, gen, job->b_res, s, &B, &res_bytes, &res_ms))
         upload[1] = 0;
 
-    /* H2D: ev[0] .. ev[1]; A and B in one call (a group: every product's, into the stacks) */
+    /* H2D: ev[0] .. ev[1]; A and B in one call (a group: every product's, into the stacks;
+     * zero copy: none, ev[1] alone) */
     stage = "H2D copy";
     copy_list cp;
     copies_begin(&cp, cb, cudaMemcpyHostToDevice, s, &site);
-    if (GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[0], s)) != cudaSuccess)
+    if (!zero && GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[0], s)) != cudaSuccess)
         goto fail;
     if (job->a_parts) {
         const size_t pa = need[0] / nb, pb = need[1] / nb;
@@ -701,7 +719,7 @@ allocated:;
         .dtype = job->dtype,
         .math = job->math_used,
         .m = (int)job->m, .n = (int)job->n, .k = (int)job->k,
-        .A = A, .B = B, .C = w->buf[2],
+        .A = A, .B = B, .C = C,
         .tile = job->tile, /* 0: the kernel chooses by shape */
         .stream = s,
         .cublas = w->blas,
@@ -727,7 +745,7 @@ allocated:;
             /* A and B: the worker's buffers, or a resident operand's device copy (nb == 1) */
             l.A = (const char *)A + i * (size_t)(job->m * job->k) * es;
             l.B = (const char *)B + (job->b_shared ? 0 : i * (size_t)(job->k * job->n) * es);
-            l.C = (char *)w->buf[2] + i * (size_t)(job->m * job->n) * esc;
+            l.C = (char *)C + i * (size_t)(job->m * job->n) * esc;
             if (GEMM_CUDA_CHECK(&site, k->launch(&l)) != cudaSuccess)
                 goto fail;
         }
@@ -761,20 +779,24 @@ allocated:;
         const size_t pc = need[2] / nb;
         for (uint64_t i = 0; i < nb; i++)
             copies_add(&cp, job->c_parts[i], (const char *)w->buf[2] + i * pc, pc);
-    } else {
+    } else if (!zero) {
         copies_add(&cp, job->c, w->buf[2], need[2]);
     }
-    if (copies_flush(&cp) != cudaSuccess || GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[5], s)) != cudaSuccess)
+    cudaEvent_t last = zero ? ev[3] : ev[5];
+    if (copies_flush(&cp) != cudaSuccess ||
+        (!zero && GEMM_CUDA_CHECK(&site, cudaEventRecord(ev[5], s)) != cudaSuccess))
         goto fail;
 
     stage = "synchronize";
-    if (GEMM_CUDA_CHECK(&site, wait_event(ev[5], cb->spin_ms)) != cudaSuccess)
+    if (GEMM_CUDA_CHECK(&site, wait_event(last, cb->spin_ms)) != cudaSuccess)
         goto fail;
 
-    /* nothing crossed the bus when every operand was already on the device */
+    /* nothing crossed the bus when every operand was already on the device (zero copy:
+     * the kernel's own reads and writes are its time) */
     job->timing.h2d_ms = (upload[0] + upload[1] + res_bytes) > 0 ? ev_ms(ev[0], ev[1], &site) + res_ms : 0;
     job->timing.kernel_ms = ev_ms(k0, ev[3], &site);
-    job->timing.d2h_ms = ev_ms(d0, ev[5], &site);
+    job->timing.d2h_ms = zero ? 0 : ev_ms(d0, ev[5], &site);
+    job->zero_copy = zero;
     if (site.err != cudaSuccess)
         goto fail;
     if (keep) {
@@ -784,7 +806,8 @@ allocated:;
     double flops = 2.0 * (double)nb * (double)job->m * (double)job->n * (double)job->k;
     job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
     if (!w->warming) {
-        atomic_fetch_add(&d->bytes_h2d, (unsigned long long)(upload[0] + upload[1] + res_bytes));
+        /* zero copy: the bytes the kernel read and wrote over the bus count as copied */
+        atomic_fetch_add(&d->bytes_h2d, (unsigned long long)(zero ? need[0] + need[1] : upload[0] + upload[1] + res_bytes));
         atomic_fetch_add(&d->bytes_d2h, (unsigned long long)need[2]);
     }
     goto out;

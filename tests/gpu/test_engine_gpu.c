@@ -557,6 +557,89 @@ static void *here_main(void *p)
     return NULL;
 }
 
+/* Zero copy (zero_copy_mnk): a lone float32 product with kernel auto of m*n*k up to the
+ * bound runs its kernel on the host blocks themselves (no H2D, no D2H: both 0, and the job
+ * says so); above the bound, with an explicit kernel, another dtype or with the bound at 0,
+ * it copies as before. With the bound raised to 256^3, simt (cp.async loads) runs on host
+ * memory too. Run where submitted and queued, every answer against float64. */
+static void test_zero_copy(void)
+{
+    struct { uint64_t bound; gemm_dtype d; int m, k, n; const char *kernel; int zero; const char *want; } cases[] = {
+        {1u << 18, GEMM_DTYPE_F32, 64, 64, 64, "", 1, "tiled"},
+        {1u << 18, GEMM_DTYPE_F32, 37, 61, 53, "auto", 1, "tiled"},
+        {1u << 18, GEMM_DTYPE_F32, 1, 1, 1, "", 1, "tiled"},
+        {1u << 18, GEMM_DTYPE_F32, 65, 64, 64, "", 0, "simt"},
+        {1u << 18, GEMM_DTYPE_F32, 64, 64, 64, "tiled", 0, "tiled"},
+        {1u << 18, GEMM_DTYPE_F64, 64, 64, 64, "", 0, "cublas"},
+        {0, GEMM_DTYPE_F32, 64, 64, 64, "", 0, "tiled"},
+        {1u << 24, GEMM_DTYPE_F32, 128, 128, 128, "", 1, "simt"},
+        {1u << 24, GEMM_DTYPE_F32, 200, 131, 257 - 8, "", 1, "simt"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        gemm_engine_config cfg;
+        gemm_engine_config_defaults(&cfg);
+        snprintf(cfg.backend, sizeof cfg.backend, "cuda");
+        snprintf(cfg.devices, sizeof cfg.devices, "%s", open_devices);
+        cfg.streams_per_device = 2;
+        cfg.warmup = 1;
+        cfg.zero_copy_mnk = cases[i].bound;
+        gemm_err err;
+        gemm_engine *e = gemm_engine_open(&cfg, &err);
+        if (!e) { tap(0, "open: %s", err.message); return; }
+        for (int here = 1; here >= 0; here--) {
+            tjob *t = make_job(e, cases[i].d, cases[i].m, cases[i].k, cases[i].n, cases[i].kernel, 0,
+                               GEMM_MATH_DEFAULT, 9000 + i * 2 + (size_t)here);
+            int target = gpu_done_count() + 1;
+            int rc = here ? gemm_engine_submit_here(e, &t->job, &err) : gemm_engine_submit(e, &t->job, &err);
+            if (rc >= 0) gpu_wait_done(target);
+            double er = 0;
+            const gemm_job_timing *tm = &t->job.timing;
+            int copies_ok = cases[i].zero ? tm->h2d_ms == 0 && tm->d2h_ms == 0 : tm->h2d_ms > 0 && tm->d2h_ms > 0;
+            int ok = rc >= 0 && atomic_load(&t->job.state) == GEMM_JOB_DONE && job_correct(t, &er) &&
+                     t->job.zero_copy == cases[i].zero && copies_ok && tm->kernel_ms > 0 &&
+                     strcmp(t->job.kernel_used, cases[i].want) == 0;
+            tap(ok, "zero_copy_mnk %llu, %s %dx%dx%d kernel \"%s\" %s: zero copy %d (want %d), ran %s (want %s), "
+                "h2d %.4f kernel %.4f d2h %.4f ms, err %.3g%s%s",
+                (unsigned long long)cases[i].bound, gemm_dtype_name(cases[i].d), cases[i].m, cases[i].k, cases[i].n,
+                cases[i].kernel, here ? "run here" : "queued", t->job.zero_copy, cases[i].zero, t->job.kernel_used,
+                cases[i].want, tm->h2d_ms, tm->kernel_ms, tm->d2h_ms, er, rc < 0 ? " -- " : "", rc < 0 ? err.message : "");
+            free_job(t);
+        }
+        gemm_engine_close(e);
+    }
+
+    /* Only on an otherwise idle device: a small product that runs while another product is
+     * inside the device copies as before. The other one is 4096x8x4096 with cuBLAS (a 64
+     * MiB C: its block's first lock and its D2H keep it inside for milliseconds). */
+    gemm_engine *e = open_cuda(2, 0, "", 64);
+    if (!e) { tap(0, "open"); return; }
+    tjob *big = make_job(e, GEMM_DTYPE_F32, 4096, 8, 4096, "cublas", 0, GEMM_MATH_DEFAULT, 9900);
+    tjob *small = make_job(e, GEMM_DTYPE_F32, 64, 64, 64, "", 0, GEMM_MATH_DEFAULT, 9901);
+    gemm_err err;
+    int target = gpu_done_count() + 2;
+    int rc = gemm_engine_submit(e, &big->job, &err);
+    gemm_engine_stats st;
+    do {
+        sched_yield();
+        gemm_engine_get_stats(e, &st);
+    } while (rc == 0 && st.running == 0 && atomic_load(&big->job.state) != GEMM_JOB_DONE);
+    struct timespec pause = {0, 2000000};
+    nanosleep(&pause, NULL); /* inside the device by now: past its worker's pick-up */
+    int busy = atomic_load(&big->job.state) == GEMM_JOB_RUNNING;
+    int rc2 = rc == 0 ? gemm_engine_submit(e, &small->job, &err) : -1;
+    if (rc2 == 0) gpu_wait_done(target);
+    double er = 0, er_big = 0;
+    int ok = rc2 == 0 && atomic_load(&small->job.state) == GEMM_JOB_DONE && job_correct(small, &er) &&
+             job_correct(big, &er_big) && small->job.zero_copy == 0 && small->job.timing.h2d_ms > 0 &&
+             small->job.timing.d2h_ms > 0;
+    tap(ok || !busy, "a lone 64x64x64 while a 4096x8x4096 runs: zero copy %d (want 0), h2d %.4f d2h %.4f ms, "
+        "errors %.3g and %.3g%s", small->job.zero_copy, small->job.timing.h2d_ms, small->job.timing.d2h_ms, er,
+        er_big, busy ? "" : " (the big product had ended before the small one was submitted: not judged)");
+    free_job(small);
+    free_job(big);
+    gemm_engine_close(e);
+}
+
 static void test_submit_here(void)
 {
     open_warmup = 1; /* workers set up before the first submit_here: it finds them idle */
@@ -1099,6 +1182,7 @@ int main(int argc, char **argv)
     test_each_kernel();
     test_concurrent();
     test_submit_here();
+    test_zero_copy();
     test_faults();
     test_blocking_wait();
     test_cancel_running();
