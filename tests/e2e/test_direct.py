@@ -108,17 +108,26 @@ def zero_copy(tap, d, label, enabled):
         want = enabled and small and BACKEND == "cuda"
         a = random_matrix(rng, (m, k), dtype)
         b = random_matrix(rng, (k, n), dtype)
+        # JSON: the answer's "zero_copy" and its timing
         r = d.matmul_json(a, b, dtype=dtype, **extra)
         j = r.json() if r.status == 200 else None
         ok, detail = compare(np.array(j["c"]), reference(a, b, dtype), dtype, k) if j else (False, r)
         t = (j or {}).get("timing", {})
-        said = bool(j and j.get("zero_copy") is True and r.header("X-Gemm-Zero-Copy") == "1")
-        silent = bool(j and "zero_copy" not in j and r.header("X-Gemm-Zero-Copy") is None)
-        copies = t.get("h2d_ms") == 0 and t.get("d2h_ms") == 0 if want else True
-        tap.ok(ok and (said if want else silent) and copies,
-               "%s: %s %dx%dx%d %s: right, zero copy %s" % (label, dtype, m, k, n, extra or "auto",
-                                                          "said" if want else "not said"),
-               (detail, (j or {}).get("zero_copy"), r.header("X-Gemm-Zero-Copy"), t))
+        said = bool(j and j.get("zero_copy") is True and t.get("h2d_ms") == 0 and t.get("d2h_ms") == 0)
+        silent = bool(j and "zero_copy" not in j)
+        # raw binary: X-Gemm-Zero-Copy, and Server-Timing's h2d and d2h
+        q = "&kernel=" + extra["kernel"] if extra else ""
+        rb = d.matmul_raw(a, b, dtype, query=q)
+        c = (np.frombuffer(rb.body, dtype=np.dtype(np_dtype(dtype)).newbyteorder("<")).reshape(m, n)
+             if rb.status == 200 else None)
+        ok_b, detail_b = compare(c, reference(a, b, dtype), dtype, k) if c is not None else (False, rb)
+        st = rb.header("Server-Timing") or ""
+        said_b = rb.header("X-Gemm-Zero-Copy") == "1" and "h2d;dur=0.0000" in st and "d2h;dur=0.0000" in st
+        silent_b = rb.header("X-Gemm-Zero-Copy") is None
+        tap.ok(ok and ok_b and ((said and said_b) if want else (silent and silent_b)),
+               "%s: %s %dx%dx%d %s: right (JSON and raw), zero copy %s" %
+               (label, dtype, m, k, n, extra or "auto", "said" if want else "not said"),
+               (detail, detail_b, (j or {}).get("zero_copy"), t, rb.header("X-Gemm-Zero-Copy"), st))
 
 
 def main(tap):
