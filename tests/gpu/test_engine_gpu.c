@@ -39,16 +39,22 @@ static const char *open_devices = "all";
  * workers at once (submit_here) sets it. */
 static int open_warmup = 0;
 
+/* The defaults, on the CUDA backend's open_devices with this many streams each. */
+static void cuda_config(gemm_engine_config *cfg, int streams)
+{
+    gemm_engine_config_defaults(cfg);
+    snprintf(cfg->backend, sizeof cfg->backend, "cuda");
+    snprintf(cfg->devices, sizeof cfg->devices, "%s", open_devices);
+    cfg->streams_per_device = streams;
+    cfg->warmup = open_warmup;
+}
+
 static gemm_engine *open_cuda(int streams, uint64_t mem_limit, const char *faults, int qdepth)
 {
     gemm_engine_config cfg;
-    gemm_engine_config_defaults(&cfg);
-    snprintf(cfg.backend, sizeof cfg.backend, "cuda");
-    snprintf(cfg.devices, sizeof cfg.devices, "%s", open_devices);
-    cfg.streams_per_device = streams;
+    cuda_config(&cfg, streams);
     cfg.device_mem_limit = mem_limit;
     cfg.queue_depth = qdepth;
-    cfg.warmup = open_warmup;
     snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "%s", faults);
     gemm_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
@@ -577,10 +583,7 @@ static void test_zero_copy(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         gemm_engine_config cfg;
-        gemm_engine_config_defaults(&cfg);
-        snprintf(cfg.backend, sizeof cfg.backend, "cuda");
-        snprintf(cfg.devices, sizeof cfg.devices, "%s", open_devices);
-        cfg.streams_per_device = 2;
+        cuda_config(&cfg, 2);
         cfg.warmup = 1;
         cfg.zero_copy_mnk = cases[i].bound;
         gemm_err err;
@@ -679,10 +682,7 @@ static void test_submit_here(void)
     gemm_engine_close(e);
 
     gemm_engine_config cfg;
-    gemm_engine_config_defaults(&cfg);
-    snprintf(cfg.backend, sizeof cfg.backend, "cuda");
-    snprintf(cfg.devices, sizeof cfg.devices, "%s", open_devices);
-    cfg.streams_per_device = 4;
+    cuda_config(&cfg, 4);
     cfg.queue_depth = 256;
     cfg.batch_max = 8;
     cfg.warmup = 1;
