@@ -471,6 +471,15 @@ def np_dtype(name):
     return {"float32": np.float32, "float64": np.float64, "int32": np.int32}[name]
 
 
+def raw_answer(r, m, n, dtype):
+    """C of a raw binary answer (little-endian m x n), or None unless it is a 200 of exactly
+    that many bytes."""
+    dt = np.dtype(np_dtype(dtype)).newbyteorder("<")
+    if r.status != 200 or len(r.body) != m * n * dt.itemsize:
+        return None
+    return np.frombuffer(r.body, dtype=dt).reshape(m, n)
+
+
 def npy_bytes(arr, version=None, fortran=False):
     """arr as a .npy file (version (1,0), (2,0) or (3,0); fortran=True stores it F-ordered)."""
     arr = np.asfortranarray(arr) if fortran else np.ascontiguousarray(arr)

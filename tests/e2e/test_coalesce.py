@@ -15,8 +15,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (Daemon, Tap, compare, load_npy, np_dtype, npy_bytes,  # noqa: E402
-                     random_matrix, reference, run_clients, run_guarded)
+from harness import (Daemon, Tap, compare, load_npy, npy_bytes, random_matrix,  # noqa: E402
+                     raw_answer, reference, run_clients, run_guarded)
 
 BACKEND = os.environ.get("GEMMD_TEST_BACKEND", "cpu")
 CLIENTS = 64
@@ -56,8 +56,7 @@ def one(d, rng, i):
             c = np.array((r.json() or {}).get("c")) if r.status == 200 else None
         elif fmt == "raw":
             r = d.matmul_raw(a, b, dtype, query="&kernel=" + kernel)
-            c = (np.frombuffer(r.body, dtype=np.dtype(np_dtype(dtype)).newbyteorder("<")).reshape(m, n)
-                 if r.status == 200 and len(r.body) == m * n * np.dtype(np_dtype(dtype)).itemsize else None)
+            c = raw_answer(r, m, n, dtype)
         else:
             # files of its own: clients run at once (the harness helper shares two names)
             pa = os.path.join(d.tmp.name, "A%d.npy" % i)

@@ -26,8 +26,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (Daemon, Tap, compare, load_npy, np_dtype, npy_bytes,  # noqa: E402
-                     random_matrix, reference, run_clients, run_guarded)
+from harness import (Daemon, Tap, compare, load_npy, npy_bytes, random_matrix,  # noqa: E402
+                     raw_answer, reference, run_clients, run_guarded)
 
 BACKEND = os.environ.get("GEMMD_TEST_BACKEND", "cpu")
 METRIC = "gemmd_direct_runs_total"
@@ -55,8 +55,7 @@ def one(d, rng, i, shape=None):
     name = "product %d: %s %dx%dx%d via %s" % (i, dtype, m, k, n, fmt)
     if fmt == "raw":
         r = d.matmul_raw(a, b, dtype)
-        c = (np.frombuffer(r.body, dtype=np.dtype(np_dtype(dtype)).newbyteorder("<")).reshape(m, n)
-             if r.status == 200 else None)
+        c = raw_answer(r, m, n, dtype)
     elif fmt == "json":
         r = d.matmul_json(a, b, dtype=dtype)
         c = np.array((r.json() or {}).get("c")) if r.status == 200 else None
@@ -118,8 +117,7 @@ def zero_copy(tap, d, label, enabled):
         # raw binary: X-Gemm-Zero-Copy, and Server-Timing's h2d and d2h
         q = "&kernel=" + extra["kernel"] if extra else ""
         rb = d.matmul_raw(a, b, dtype, query=q)
-        c = (np.frombuffer(rb.body, dtype=np.dtype(np_dtype(dtype)).newbyteorder("<")).reshape(m, n)
-             if rb.status == 200 else None)
+        c = raw_answer(rb, m, n, dtype)
         ok_b, detail_b = compare(c, reference(a, b, dtype), dtype, k) if c is not None else (False, rb)
         st = rb.header("Server-Timing") or ""
         said_b = rb.header("X-Gemm-Zero-Copy") == "1" and "h2d;dur=0.0000" in st and "d2h;dur=0.0000" in st

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (REPO, SLOW, Daemon, Response, Tap, compare, curl, free_port, load_npy,  # noqa: E402
-                     metric, np_dtype, npy_bytes, parse_metrics, random_matrix, reference, run_guarded)
+                     metric, npy_bytes, parse_metrics, random_matrix, raw_answer, reference, run_guarded)
 
 RECIPE = os.path.join(REPO, "config", "nginx", "gemmd.conf")
 BUILD = os.environ.get("GEMMD_BUILD", "build")
@@ -183,12 +183,6 @@ def json_error(r):
     j = r.json()
     return isinstance(j, dict) and isinstance(j.get("error"), dict) and \
         isinstance(j["error"].get("code"), str) and isinstance(j["error"].get("message"), str)
-
-
-def raw_answer(r, m, n, dtype):
-    if r.status != 200 or len(r.body) != m * n * np.dtype(np_dtype(dtype)).itemsize:
-        return None
-    return np.frombuffer(r.body, dtype=np_dtype(dtype)).reshape(m, n)
 
 
 # ---------------------------------------------------------------------------- checks
