@@ -64,8 +64,9 @@ typedef struct {
                                   is queued already) */
     uint64_t batch_max_mnk;    /* what counts as small (default 2^24 = 256^3) */
     /* CUDA: a float32 product of m*n*k up to this (default 2^18 = 64^3; 0 = never) that runs
-     * alone, with kernel auto, skips the copies: its kernel reads A and B from their
-     * page-locked host blocks and writes C into its own (zero copy). */
+     * alone, with kernel auto, on a device with no other product inside, skips the copies:
+     * its kernel reads A and B from their page-locked host blocks and writes C into its own
+     * (zero copy). */
     uint64_t zero_copy_mnk;
     /* CUDA: before it takes its first job, each worker runs a few small products of every
      * dtype on its own stream (single and batched), so that what a first product would pay

@@ -77,8 +77,9 @@ const key_desc gemmd_config_keys[] = {
     {"batch_max_mnk", K_U64, OFF(engine.batch_max_mnk), 0, 1, 1099511627776LL,
      "dynamic batching: products with m*n*k up to this are small enough to coalesce"},
     {"zero_copy_mnk", K_U64, OFF(engine.zero_copy_mnk), 0, 0, 1099511627776LL,
-     "CUDA: a float32 product with m*n*k up to this that runs alone with kernel auto skips its "
-     "copies (its kernel reads and writes the page-locked host buffers; 0 = never)"},
+     "CUDA: a float32 product with m*n*k up to this that runs alone with kernel auto, on an "
+     "otherwise idle device, skips its copies (its kernel reads and writes the page-locked host "
+     "buffers; 0 = never)"},
     {"split_min_mnk", K_U64, OFF(engine.split_min_mnk), 0, 0, 4611686018427387904LL,
      "split products: a single product with m*n*k at least this is cut into row panels of A "
      "that run on several devices (or workers) at once (0 = never)"},

@@ -79,7 +79,8 @@ typedef struct cuda_backend {
     cuda_worker *workers;
     uint64_t mem_limit;
     double spin_ms;              /* wait_spin_us */
-    double zero_copy_mnk;        /* a lone product up to this m*n*k reads and writes host memory */
+    double zero_copy_mnk;        /* a lone product up to this m*n*k, on an idle device, reads and
+                                    writes host memory */
     int warmup;                  /* workers warm up before their first job (config warmup) */
     int min_cc;                  /* oldest device: what every worker can run */
     int wgmma_ok;                /* every device runs wgmma */
