@@ -169,7 +169,9 @@ int main(int argc, char **argv)
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, (uint16_t)port, NULL, NULL, on_request,
         NULL, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)timeout, MHD_OPTION_CONNECTION_LIMIT, (unsigned)limit,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)mem_kb * 1024, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)mem_kb * 1024,
+        /* as the daemon sets it (server/http.c): reads of almost the whole buffer */
+        MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)mem_kb * 1024, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
         MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "bare_mhd: cannot listen on %s:%d\n", listen, port);

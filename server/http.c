@@ -969,6 +969,14 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
         MHD_OPTION_NOTIFY_CONNECTION, gemmd_conns_notify, s->conns,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)x->conns_cfg.mhd_buffer,
+        /* libmicrohttpd 0.9.75 reads into half of the connection's buffer and grows that
+         * only when it is full, which a body consumed as it arrives never makes it. With
+         * an increment of the whole buffer each read grows it until a few KiB are left, so
+         * a large body comes in reads of almost the whole buffer, in fewer passes of the
+         * event loop; small requests cost the same (the library clears the whole buffer
+         * between requests either way). Later versions grow by other rules: there it
+         * changes nothing. */
+        MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)x->conns_cfg.mhd_buffer,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!s->daemon) {
         gemm_err_set(err, 500, "listen_failed",
