@@ -216,11 +216,12 @@ def fit_checks(tap, docs):
            "instance_id is the pod's name (GEMMD_INSTANCE_ID from the downward API), not fixed in the ConfigMap", env)
     # Memory: the limit holds the budget, the connection buffers and the process itself.
     budget = int(keys.get("max_inflight_mb", "0")) << 20
-    conns = int(keys.get("connection_limit", "256")) * 256 * 1024
-    need = budget + conns + (2 << 30)
+    conn_kb = int(keys.get("connection_memory_kb", "64"))  # the daemon's default
+    nconns = int(keys.get("connection_limit", "256"))
+    need = budget + nconns * conn_kb * 1024 + (2 << 30)
     tap.ok(budget > 0 and quantity(lim["memory"]) >= need and quantity(req["memory"]) == quantity(lim["memory"]),
-           "memory limit %s >= max_inflight_mb %s MiB + %d connections x 256 KiB + 2 GiB, request = limit"
-           % (lim["memory"], keys.get("max_inflight_mb"), conns // (256 * 1024)), (lim, req, keys))
+           "memory limit %s >= max_inflight_mb %s MiB + %d connections x %d KiB + 2 GiB, request = limit"
+           % (lim["memory"], keys.get("max_inflight_mb"), nconns, conn_kb), (lim, req, keys))
     sel = lambda s: all(labels.get(k) == v for k, v in s.items())  # noqa: E731
     tap.ok(sel(svc["spec"]["selector"]) and sel(pods["spec"]["selector"]) and
            sel(dep["spec"]["selector"]["matchLabels"]) and sel(pm["spec"]["selector"]["matchLabels"]),
