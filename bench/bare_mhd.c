@@ -170,8 +170,9 @@ int main(int argc, char **argv)
         NULL, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)timeout, MHD_OPTION_CONNECTION_LIMIT, (unsigned)limit,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)mem_kb * 1024,
-        /* as the daemon sets it (server/http.c): reads of almost the whole buffer */
-        MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)mem_kb * 1024, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        /* as the daemon sets it (server/http.c): reads of almost the whole buffer before 1.0 */
+        MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)(MHD_VERSION < 0x01000000 ? mem_kb * 1024 : 1024),
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
         MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "bare_mhd: cannot listen on %s:%d\n", listen, port);

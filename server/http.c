@@ -81,6 +81,18 @@ struct gemmd_server_ext {
     gemmd_conns_config conns_cfg;
 };
 
+/* The read increment given to libmicrohttpd for a connection buffer of `buffer` bytes (see
+ * gemmd_http_start_fd): the whole buffer before 1.0, the library's own default from 1.0 on. */
+static size_t gemmd_read_increment(size_t buffer)
+{
+#if MHD_VERSION < 0x01000000
+    return buffer;
+#else
+    (void)buffer;
+    return 1024;
+#endif
+}
+
 /* ---- routing ------------------------------------------------------------------ */
 
 /* [instance_id "-"] 32 hex digits (instance.h); the owner may be another instance. */
@@ -969,14 +981,13 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
         MHD_OPTION_NOTIFY_CONNECTION, gemmd_conns_notify, s->conns,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)x->conns_cfg.mhd_buffer,
-        /* libmicrohttpd 0.9.75 reads into half of the connection's buffer and grows that
+        /* libmicrohttpd 0.9.7x reads into half of the connection's buffer and grows that
          * only when it is full, which a body consumed as it arrives never makes it. With
          * an increment of the whole buffer each read grows it until a few KiB are left, so
          * a large body comes in reads of almost the whole buffer, in fewer passes of the
          * event loop; small requests cost the same (the library clears the whole buffer
-         * between requests either way). Later versions grow by other rules: there it
-         * changes nothing. */
-        MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)x->conns_cfg.mhd_buffer,
+         * between requests either way). 1.0 grows by other rules: its default is kept. */
+        MHD_OPTION_CONNECTION_MEMORY_INCREMENT, gemmd_read_increment((size_t)x->conns_cfg.mhd_buffer),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!s->daemon) {
         gemm_err_set(err, 500, "listen_failed",
