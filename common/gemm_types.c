@@ -223,6 +223,12 @@ static void host_free(void *ctx, void *p)
 
 const gemm_allocator gemm_allocator_host = {host_alloc, host_free, NULL};
 
+static _Thread_local int busy_thread;
+
+void gemm_alloc_mark_busy_thread(void) { busy_thread = 1; }
+
+int gemm_alloc_busy_thread(void) { return busy_thread; }
+
 double gemm_now_ms(void)
 {
     struct timespec ts;

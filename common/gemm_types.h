@@ -156,6 +156,13 @@ typedef struct {
 /* Plain aligned host memory. */
 extern const gemm_allocator gemm_allocator_host;
 
+/* A thread that takes and gives back many small blocks at a high rate (the daemon's HTTP
+ * threads) says so once; an allocator may then keep small blocks that this thread took, when
+ * they come back from any thread, for this thread alone (the CUDA host cache's stashes),
+ * instead of in one pool that every thread locks. */
+void gemm_alloc_mark_busy_thread(void);
+int gemm_alloc_busy_thread(void);
+
 static inline void *gemm_alloc(const gemm_allocator *a, size_t bytes) { return a->alloc(a->ctx, bytes); }
 static inline void gemm_free(const gemm_allocator *a, void *p) { if (p) a->free(a->ctx, p); }
 

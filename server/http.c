@@ -391,6 +391,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     gemmd_request *req = *con_cls;
     char lp[176];
     if (!req) {
+        /* this thread takes and gives back the blocks of every request it reads: the
+         * engine's host cache may keep them for it (gemm_alloc_mark_busy_thread) */
+        gemm_alloc_mark_busy_thread();
         req = gemmd_request_new(srv, conn, method, url);
         if (!req) return MHD_NO;
         *con_cls = req;

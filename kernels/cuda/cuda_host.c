@@ -23,9 +23,25 @@
  * workers and HTTP threads, under load from a dozen threads at once (a linear scan of the
  * cache under this lock was a tenth of the HTTP threads' time at 64 connections).
  *
- * Everything here is guarded by one mutex, never held across a CUDA call, except that a
- * block's registration (slot, gen) and the slots' generations are atomics, so that the
- * workers' check that a block is locked already (gemm_cuda_host_pin) takes no lock.
+ * Stashes: that one lock is taken by every request three times on its HTTP thread (A, B and
+ * C taken) and three times more (A and B given back by the worker, C by the HTTP thread),
+ * and at 64 connections it was the most contended lock of the HTTP threads. A thread that
+ * says it is busy (gemm_alloc_mark_busy_thread: the HTTP threads) gets a stash of its own:
+ * a small block (up to STASH_MAX_CAP) that such a thread took goes back, when it is freed
+ * by whatever thread, to that thread's stash (up to STASH_BLOCKS blocks, pushing its
+ * oldest out to the shared cache), and the thread takes from its stash first. Each stash
+ * has its own lock, shared only by its thread and the workers finishing its products.
+ * Stashed blocks are cached blocks in every other respect: registered, charged to the
+ * hook, counted, dropped by a reset of their slot, let go by trim. They are outside
+ * max_cached and MAX_CACHED, bounded by the stashes' own bounds (MAX_STASHES x
+ * STASH_BLOCKS x STASH_MAX_CAP: 64 x 3.2 MiB). Larger blocks (256^2 float32 and up) go to
+ * the shared cache: stashing blocks up to 520 KiB did no better at 256^2 and 64
+ * connections (bench/results/h100-2026-11-27-reads.md).
+ *
+ * Everything else here is guarded by one mutex (taken before a stash's, never after),
+ * never held across a CUDA call, except that a block's registration (slot, gen) and the
+ * slots' generations are atomics, so that the workers' check that a block is locked
+ * already (gemm_cuda_host_pin) takes no lock.
  */
 #include "cuda_host.h"
 
@@ -44,19 +60,41 @@
 #define MAX_CACHED 256 /* blocks: enough for the buffers of many small products at once */
 #define CLASSES 257    /* size classes: 1..255 pages one each, the last one the rest */
 #define MAGIC 0x67656d6d686f7374ull /* "gemmhost" */
+#define MAX_STASHES 64                /* busy threads with a stash (more: none) */
+#define STASH_BLOCKS 24               /* blocks in one stash: 8 connections' A, B and C */
+#define STASH_MAX_CAP (136u << 10)    /* blocks of up to this are stashed (128^2 float64) */
+
+struct stash;
 
 typedef struct block_hdr {
     size_t cap;              /* usable bytes after the header */
     _Atomic int slot;        /* device slot that registered it; -1 = not registered */
     _Atomic unsigned gen;    /* that slot's generation when it did */
     uint64_t magic;
-    struct block_hdr *qnext; /* unregistration queue */
+    union {
+        struct block_hdr *qnext; /* queued: the unregistration queue's link */
+        struct stash *home;      /* handed out: the stash it goes back to (NULL: none) */
+    };
     struct block_hdr *older, *newer; /* the cache's age list */
     struct block_hdr *cprev, *cnext; /* its size class's list */
 } block_hdr;
 _Static_assert(sizeof(block_hdr) <= HDR, "the block header fits in front of the data");
 
+typedef struct stash {
+    pthread_mutex_t mu;
+    int n;
+    size_t bytes;
+    int (*charge)(void *, int64_t); /* the host's hook, copied under this lock */
+    void *charge_ctx;
+    block_hdr *b[STASH_BLOCKS];
+} stash;
+
+static _Atomic uint64_t host_ids; /* tells a thread's stash of one host from another's */
+static _Thread_local uint64_t my_stash_host; /* the host of this thread's stash ... */
+static _Thread_local stash *my_stash_ptr;     /* ... and the stash (NULL: none left) */
+
 struct gemm_cuda_host {
+    uint64_t id;
     int ndev;
     int *ordinal;            /* per slot */
     _Atomic unsigned *gen;   /* per slot, bumped by each reset of that device; starts at 1 */
@@ -65,7 +103,8 @@ struct gemm_cuda_host {
     block_hdr *oldest, *newest; /* the cached blocks by age */
     block_hdr *cls[CLASSES];    /* the cached blocks by size class (newest first) */
     int ncached;
-    size_t cached_bytes, in_use;
+    size_t cached_bytes;
+    _Atomic size_t in_use;   /* bytes handed out */
     block_hdr *queue;        /* registered blocks waiting to be unregistered */
     size_t nqueued;
     void (*notify)(void *);
@@ -74,6 +113,8 @@ struct gemm_cuda_host {
     /* Charges the bytes of cached blocks (gemm_cuda_host_set_charge); NULL: not charged. */
     int (*charge)(void *, int64_t);
     void *charge_ctx;
+    _Atomic int nstashes;
+    stash stashes[MAX_STASHES];
 };
 
 static block_hdr *hdr_of(void *p) { return (block_hdr *)((char *)p - HDR); }
@@ -98,6 +139,76 @@ static int class_of(const block_hdr *b)
 {
     size_t pages = (b->cap + HDR) / PAGE;
     return pages < CLASSES - 1 ? (int)pages : CLASSES - 1;
+}
+
+/* This thread's stash of h: NULL unless the thread is busy (gemm_alloc_busy_thread) and
+ * one of the MAX_STASHES was left for it. */
+static stash *my_stash(gemm_cuda_host *h)
+{
+    if (!gemm_alloc_busy_thread())
+        return NULL;
+    if (my_stash_host != h->id) {
+        int i = atomic_fetch_add(&h->nstashes, 1);
+        my_stash_host = h->id;
+        my_stash_ptr = i < MAX_STASHES ? &h->stashes[i] : NULL;
+    }
+    return my_stash_ptr;
+}
+
+/* From s, the smallest block whose capacity is in [fresh, fresh + slack], of those the one
+ * given back last (its lines may still be in the CPU's caches), uncharged (NULL: none).
+ * The stash is kept in the order the blocks came back. */
+static block_hdr *stash_take(stash *s, size_t fresh, size_t slack)
+{
+    pthread_mutex_lock(&s->mu);
+    int best = -1;
+    for (int i = s->n - 1; i >= 0; i--) {
+        size_t cap = s->b[i]->cap;
+        if (cap >= fresh && cap - fresh <= slack && (best < 0 || cap < s->b[best]->cap))
+            best = i;
+    }
+    block_hdr *b = NULL;
+    if (best >= 0) {
+        b = s->b[best];
+        memmove(&s->b[best], &s->b[best + 1], (size_t)(s->n - best - 1) * sizeof s->b[0]);
+        s->n--;
+        s->bytes -= b->cap;
+        if (s->charge)
+            s->charge(s->charge_ctx, -(int64_t)b->cap);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return b;
+}
+
+/* Keeps the registered block b in s if the hook takes its bytes, pushing the oldest blocks
+ * out for room (into out[], uncharged: the caller gives them to the shared cache, so that a
+ * stash never stays full of blocks of a size no longer asked for); 0 when b is not kept. */
+static int stash_put(gemm_cuda_host *h, stash *s, block_hdr *b, block_hdr **out, int *nout)
+{
+    int kept = 0;
+    *nout = 0;
+    pthread_mutex_lock(&s->mu);
+    /* registered() under the stash's lock: a reset of b's slot bumps the generation before
+     * it empties the stashes under their locks, so a stale block never stays */
+    if (registered(h, b) && (!s->charge || s->charge(s->charge_ctx, (int64_t)b->cap) == 0)) {
+        int drop = 0;
+        size_t bytes = s->bytes;
+        while (drop < s->n && s->n - drop == STASH_BLOCKS)
+            bytes -= s->b[drop++]->cap;
+        for (int i = 0; i < drop; i++) {
+            out[i] = s->b[i];
+            if (s->charge)
+                s->charge(s->charge_ctx, -(int64_t)out[i]->cap);
+        }
+        memmove(&s->b[0], &s->b[drop], (size_t)(s->n - drop) * sizeof s->b[0]);
+        s->n -= drop;
+        s->b[s->n++] = b;
+        s->bytes = bytes + b->cap;
+        *nout = drop;
+        kept = 1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return kept;
 }
 
 /* Caller holds mu: b joins the cache, at the young end, first of its class. */
@@ -181,7 +292,10 @@ gemm_cuda_host *gemm_cuda_host_open(const int *ordinals, int ndev, size_t max_ca
         atomic_init(&h->gen[i], 1);
     }
     h->max_cached = max_cached_bytes;
+    h->id = atomic_fetch_add(&host_ids, 1) + 1;
     pthread_mutex_init(&h->mu, NULL);
+    for (int i = 0; i < MAX_STASHES; i++)
+        pthread_mutex_init(&h->stashes[i].mu, NULL);
     return h;
 }
 
@@ -229,6 +343,8 @@ void gemm_cuda_host_close(gemm_cuda_host *h)
         free_block(b);
     }
     pthread_mutex_destroy(&h->mu);
+    for (int i = 0; i < MAX_STASHES; i++)
+        pthread_mutex_destroy(&h->stashes[i].mu);
     free(h->ordinal);
     free(h->gen);
     free(h);
@@ -249,6 +365,24 @@ void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
             b->qnext = drop;
             drop = b;
         }
+    }
+    for (int i = 0; i < MAX_STASHES; i++) {
+        stash *st = &h->stashes[i];
+        pthread_mutex_lock(&st->mu);
+        for (int j = 0; j < st->n;) {
+            block_hdr *b = st->b[j];
+            if (b->slot != slot) {
+                j++;
+                continue;
+            }
+            st->b[j] = st->b[--st->n];
+            st->bytes -= b->cap;
+            if (st->charge)
+                st->charge(st->charge_ctx, -(int64_t)b->cap);
+            b->qnext = drop;
+            drop = b;
+        }
+        pthread_mutex_unlock(&st->mu);
     }
     block_hdr **link = &h->queue;
     while (*link) {
@@ -284,13 +418,21 @@ static void *host_alloc(void *ctx, size_t bytes)
      * the request itself instead would never reuse a block for a request under half a page
      * (a product of 16x16 matrices), and each would lock new pages with the driver. */
     const size_t fresh = (bytes + HDR + PAGE - 1) / PAGE * PAGE - HDR;
+    stash *mine = fresh <= STASH_MAX_CAP ? my_stash(h) : NULL;
+    block_hdr *hit = mine ? stash_take(mine, fresh, fresh / 8 + PAGE) : NULL;
+    if (hit) {
+        atomic_fetch_add(&h->in_use, hit->cap);
+        hit->home = mine;
+        return (char *)hit + HDR;
+    }
     pthread_mutex_lock(&h->mu);
-    block_hdr *hit = cache_find_locked(h, fresh, fresh / 8 + PAGE);
+    hit = cache_find_locked(h, fresh, fresh / 8 + PAGE);
     if (hit) {
         cache_take_locked(h, hit);
         uncharge_locked(h, hit->cap);
-        h->in_use += hit->cap;
         pthread_mutex_unlock(&h->mu);
+        atomic_fetch_add(&h->in_use, hit->cap);
+        hit->home = mine;
         return (char *)hit + HDR;
     }
     pthread_mutex_unlock(&h->mu);
@@ -304,11 +446,12 @@ static void *host_alloc(void *ctx, size_t bytes)
     atomic_init(&b->slot, -1);
     atomic_init(&b->gen, 0);
     b->magic = MAGIC;
-    pthread_mutex_lock(&h->mu);
-    h->in_use += b->cap;
-    pthread_mutex_unlock(&h->mu);
+    b->home = mine;
+    atomic_fetch_add(&h->in_use, b->cap);
     return (char *)b + HDR;
 }
+
+static void cache_keep(gemm_cuda_host *h, block_hdr *b);
 
 static void host_free(void *ctx, void *p)
 {
@@ -320,12 +463,31 @@ static void host_free(void *ctx, void *p)
         gemm_engine_log(GEMM_LOG_ERROR, "cuda: host_free of a pointer this allocator did not give out");
         abort();
     }
+    stash *home = b->home;
+    b->home = NULL;
+    atomic_fetch_sub(&h->in_use, b->cap);
+    if (!registered(h, b)) {
+        free_block(b); /* never locked, or its registration went with a reset */
+        return;
+    }
+    block_hdr *out[STASH_BLOCKS];
+    int nout = 0;
+    if (home && b->cap <= STASH_MAX_CAP && stash_put(h, home, b, out, &nout)) {
+        for (int i = 0; i < nout; i++)
+            cache_keep(h, out[i]);
+        return;
+    }
+    cache_keep(h, b);
+}
+
+/* A registered block no stash keeps: into the shared cache, or queued to be unregistered. */
+static void cache_keep(gemm_cuda_host *h, block_hdr *b)
+{
     int queued = 0;
     pthread_mutex_lock(&h->mu);
-    h->in_use -= b->cap;
     if (!registered(h, b)) {
         pthread_mutex_unlock(&h->mu);
-        free_block(b); /* never locked, or its registration went with a reset */
+        free_block(b); /* its registration went with a reset meanwhile */
         return;
     }
     if (b->cap <= h->max_cached) {
@@ -454,6 +616,17 @@ static size_t trim_locked(gemm_cuda_host *h)
         cache_take_locked(h, b);
         queue_locked(h, b);
     }
+    for (int i = 0; i < MAX_STASHES; i++) {
+        stash *st = &h->stashes[i];
+        pthread_mutex_lock(&st->mu);
+        if (st->charge && st->bytes)
+            st->charge(st->charge_ctx, -(int64_t)st->bytes);
+        bytes += st->bytes;
+        while (st->n > 0)
+            queue_locked(h, st->b[--st->n]);
+        st->bytes = 0;
+        pthread_mutex_unlock(&st->mu);
+    }
     return bytes;
 }
 
@@ -472,15 +645,38 @@ size_t gemm_cuda_host_trim(gemm_cuda_host *h)
 void gemm_cuda_host_set_charge(gemm_cuda_host *h, int (*fn)(void *ctx, int64_t delta), void *ctx)
 {
     pthread_mutex_lock(&h->mu);
+    /* The shared cache, then each stash under its own lock, move to the new account; what
+     * it refuses stays off both (a NULL hook) and is let go below. */
     uncharge_locked(h, h->cached_bytes); /* off the old account */
     h->charge = fn;
     h->charge_ctx = ctx;
-    size_t trimmed = 0;
-    if (fn && h->cached_bytes && fn(ctx, (int64_t)h->cached_bytes) != 0) {
-        /* What was cached before does not fit: let it go (it was never charged). */
+    int refused = fn && h->cached_bytes && fn(ctx, (int64_t)h->cached_bytes) != 0;
+    if (refused)
         h->charge = NULL;
+    for (int i = 0; i < MAX_STASHES; i++) {
+        stash *st = &h->stashes[i];
+        pthread_mutex_lock(&st->mu);
+        if (st->charge && st->bytes)
+            st->charge(st->charge_ctx, -(int64_t)st->bytes);
+        st->charge = fn;
+        st->charge_ctx = ctx;
+        if (fn && st->bytes && fn(ctx, (int64_t)st->bytes) != 0) {
+            st->charge = NULL;
+            refused = 1;
+        }
+        pthread_mutex_unlock(&st->mu);
+    }
+    size_t trimmed = 0;
+    if (refused) {
+        /* What was cached before does not fit: let it all go (uncharged from whichever
+         * account holds it), then charge from here on. */
         trimmed = trim_locked(h);
         h->charge = fn;
+        for (int i = 0; i < MAX_STASHES; i++) {
+            pthread_mutex_lock(&h->stashes[i].mu);
+            h->stashes[i].charge = fn;
+            pthread_mutex_unlock(&h->stashes[i].mu);
+        }
     }
     void (*notify)(void *) = h->notify;
     void *arg = h->notify_arg;
@@ -499,10 +695,16 @@ void gemm_cuda_host_counts(gemm_cuda_host *h, size_t *cached_blocks, size_t *byt
                            size_t *queued_blocks)
 {
     pthread_mutex_lock(&h->mu);
+    size_t n = (size_t)h->ncached;
+    for (int i = 0; i < MAX_STASHES; i++) {
+        pthread_mutex_lock(&h->stashes[i].mu);
+        n += (size_t)h->stashes[i].n;
+        pthread_mutex_unlock(&h->stashes[i].mu);
+    }
     if (cached_blocks)
-        *cached_blocks = (size_t)h->ncached;
+        *cached_blocks = n;
     if (bytes_in_use)
-        *bytes_in_use = h->in_use;
+        *bytes_in_use = atomic_load(&h->in_use);
     if (queued_blocks)
         *queued_blocks = h->nqueued;
     pthread_mutex_unlock(&h->mu);

@@ -43,7 +43,9 @@ void gemm_cuda_host_set_notify(gemm_cuda_host *h, void (*fn)(void *), void *arg)
 /* The cache's blocks are resident memory nobody asked for: fn(ctx, +bytes) is asked before
  * a freed block is kept (nonzero: it is not, it goes to be unregistered and freed), and
  * fn(ctx, -bytes) told when kept bytes leave the cache (reused, pushed out, dropped,
- * trimmed). Called with the allocator's lock held: fn must not call back into it. What
+ * trimmed). Called with one of the allocator's locks held (the shared cache's, or a
+ * thread's stash's: from several threads at once), so fn must be thread-safe and must not
+ * call back into the allocator. What
  * is cached when the hook is set is charged to it (let go if that does not fit); NULL
  * stops charging. */
 void gemm_cuda_host_set_charge(gemm_cuda_host *h, int (*fn)(void *ctx, int64_t delta), void *ctx);
@@ -64,8 +66,8 @@ int gemm_cuda_host_drain(gemm_cuda_host *h, int slot);
  * queued blocks are freed (no CUDA call). */
 void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot);
 
-/* For stats and tests: blocks in the cache, bytes handed out (locked or not), blocks
- * queued for unregistration. Any pointer may be NULL. */
+/* For stats and tests: blocks in the cache (stashes included), bytes handed out (locked or
+ * not), blocks queued for unregistration. Any pointer may be NULL. */
 void gemm_cuda_host_counts(gemm_cuda_host *h, size_t *cached_blocks, size_t *bytes_in_use,
                            size_t *queued_blocks);
 

@@ -14,7 +14,12 @@
  * - the charge hook is asked before a block is kept and told when it leaves; trim;
  * - 8 threads taking, locking and giving back blocks of 1-40 pages at once: the age list
  *   and the size-class lists stay consistent with the counters, and nothing is leaked
- *   (AddressSanitizer in the sanitizer build).
+ *   (AddressSanitizer in the sanitizer build);
+ * - stashes: a busy thread's small blocks come back to it from whichever thread frees them,
+ *   charged, LIFO, at most STASH_BLOCKS (the oldest pushed out to the shared cache, also
+ *   when the size asked for changes); larger blocks are shared; a reset, trim and the
+ *   charge hook reach stashed blocks; 8 busy threads with a worker freeing half their
+ *   blocks leave nothing handed out, cached or registered after trim and drain.
  *
  * The GPU suite's test_engine_gpu checks the same cache against the real driver.
  */
@@ -354,6 +359,279 @@ static void test_churn(void **st)
     gemm_cuda_host_close(h);
 }
 
+/* Blocks in the global cache (not in a stash). */
+static int global_blocks(gemm_cuda_host *h)
+{
+    pthread_mutex_lock(&h->mu);
+    int n = h->ncached;
+    pthread_mutex_unlock(&h->mu);
+    return n;
+}
+
+/* Bytes kept: the shared cache's and every stash's. */
+static size_t kept_bytes(gemm_cuda_host *h)
+{
+    pthread_mutex_lock(&h->mu);
+    size_t bytes = h->cached_bytes;
+    for (int i = 0; i < MAX_STASHES; i++) {
+        pthread_mutex_lock(&h->stashes[i].mu);
+        bytes += h->stashes[i].bytes;
+        pthread_mutex_unlock(&h->stashes[i].mu);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return bytes;
+}
+
+struct free_arg {
+    gemm_allocator *a;
+    void **p;
+    int n;
+};
+
+static void *free_main(void *p) /* another thread (a worker) gives the blocks back */
+{
+    struct free_arg *f = p;
+    for (int i = 0; i < f->n; i++) f->a->free(f->a->ctx, f->p[i]);
+    return NULL;
+}
+
+static void free_elsewhere(gemm_allocator *a, void **p, int n)
+{
+    struct free_arg f = {a, p, n};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, free_main, &f), 0);
+    pthread_join(t, NULL);
+}
+
+static int reset_dropped; /* test_stash: blocks its reset dropped, cached and queued */
+
+/* What one busy thread does in test_stash (a thread of its own: the mark is for life). */
+static void *stash_main(void *arg)
+{
+    gemm_cuda_host *h = arg;
+    gemm_allocator a = gemm_cuda_host_allocator(h);
+    struct account ac = {0, 1024 * MB};
+    gemm_cuda_host_set_charge(h, charge, &ac);
+    gemm_alloc_mark_busy_thread();
+    assert_true(gemm_alloc_busy_thread());
+
+    /* a busy thread's small blocks come back to its stash, from whichever thread frees
+     * them, charged, and it takes them again without registering anew */
+    void *p[3];
+    for (int i = 0; i < 3; i++) p[i] = locked_block(h, &a, 16 * KB);
+    a.free(a.ctx, p[0]);
+    free_elsewhere(&a, p + 1, 2);
+    assert_int_equal(cached_blocks(h), 3);
+    assert_int_equal(global_blocks(h), 0);
+    size_t cap = hdr_of(p[0])->cap;
+    assert_int_equal(ac.charged, (int64_t)(3 * cap));
+    void *q[3];
+    for (int i = 0; i < 3; i++) {
+        q[i] = a.alloc(a.ctx, 16 * KB);
+        assert_true(q[i] == p[0] || q[i] == p[1] || q[i] == p[2]);
+        assert_int_equal(gemm_cuda_host_pin(h, q[i], 0), 1);
+    }
+    assert_true(q[0] != q[1] && q[1] != q[2] && q[0] != q[2]);
+    assert_int_equal(atomic_load(&register_calls), 3);
+    assert_int_equal(ac.charged, 0);
+    assert_int_equal(cached_blocks(h), 0);
+    free_elsewhere(&a, q, 3);
+
+    /* a block over STASH_MAX_CAP (a 256^2 float32 matrix) goes to the cache that every
+     * thread shares */
+    void *big = locked_block(h, &a, 256 * KB);
+    a.free(a.ctx, big);
+    assert_int_equal(global_blocks(h), 1);
+
+    /* a stash holds STASH_BLOCKS at most: the oldest go to the shared cache */
+    enum { N = STASH_BLOCKS + 6 };
+    void *many[N];
+    for (int i = 0; i < N; i++) many[i] = locked_block(h, &a, 16 * KB);
+    free_elsewhere(&a, many, N);
+    assert_int_equal(cached_blocks(h), N + 1);
+    assert_int_equal(global_blocks(h), 6 + 1);
+    check_lists(h);
+
+    /* The stash was full of 16 KiB blocks: 128 KiB blocks coming back push them out */
+    enum { M = STASH_BLOCKS + 3 };
+    void *mid[M];
+    for (int i = 0; i < M; i++) mid[i] = locked_block(h, &a, 128 * KB);
+    free_elsewhere(&a, mid, M);
+    size_t mcap = hdr_of(mid[0])->cap;
+    assert_true(mcap <= STASH_MAX_CAP);
+    int stashed = (int)(cached_blocks(h) - (size_t)global_blocks(h));
+    assert_int_equal(stashed, STASH_BLOCKS);
+    pthread_mutex_lock(&my_stash_ptr->mu);
+    for (int i = 0; i < my_stash_ptr->n; i++) assert_int_equal(my_stash_ptr->b[i]->cap, mcap);
+    pthread_mutex_unlock(&my_stash_ptr->mu);
+    check_lists(h);
+
+    /* the block given back last is taken first (LIFO within the smallest that fits) */
+    void *l1 = a.alloc(a.ctx, 128 * KB), *l2 = a.alloc(a.ctx, 128 * KB);
+    assert_true(l1 == mid[M - 1] && l2 == mid[M - 2]);
+    a.free(a.ctx, l2);
+    a.free(a.ctx, l1);
+    assert_ptr_equal(a.alloc(a.ctx, 128 * KB), l1);
+    a.free(a.ctx, l1);
+    assert_int_equal(ac.charged, (int64_t)kept_bytes(h)); /* stashed or not, every kept byte is charged */
+
+    /* a reset of the slot drops the stashed blocks with the others, uncharged (the fake
+     * driver keeps counting them as registered: the reset's own undoing is not modelled) */
+    reset_dropped = (int)(cached_blocks(h) + queued_blocks(h)); /* all slot 0's */
+    gemm_cuda_host_device_reset(h, 0);
+    assert_int_equal(cached_blocks(h), 0);
+    assert_int_equal(ac.charged, 0);
+
+    /* taking the hook off uncharges what the stash holds; trim lets it go to the queue */
+    void *r = locked_block(h, &a, 16 * KB);
+    a.free(a.ctx, r);
+    assert_int_equal(ac.charged, (int64_t)cap);
+    gemm_cuda_host_set_charge(h, NULL, NULL);
+    assert_int_equal(ac.charged, 0);
+    size_t q0 = queued_blocks(h);
+    assert_int_equal(gemm_cuda_host_trim(h), cap);
+    assert_int_equal(queued_blocks(h), q0 + 1);
+
+    /* a hook whose account cannot take what the stash holds when it is set: all let go,
+     * nothing charged; blocks given back later are charged to it */
+    void *s1 = locked_block(h, &a, 16 * KB), *s2 = locked_block(h, &a, 16 * KB);
+    a.free(a.ctx, s1);
+    a.free(a.ctx, s2);
+    assert_int_equal(cached_blocks(h), 2);
+    struct account small = {0, (int64_t)cap};
+    gemm_cuda_host_set_charge(h, charge, &small);
+    assert_int_equal(cached_blocks(h), 0);
+    assert_int_equal(small.charged, 0);
+    void *s3 = locked_block(h, &a, 16 * KB);
+    a.free(a.ctx, s3);
+    assert_int_equal(small.charged, (int64_t)cap);
+    assert_int_equal(cached_blocks(h), 1);
+    assert_ptr_equal(a.alloc(a.ctx, 16 * KB), s3);
+    assert_int_equal(small.charged, 0);
+    a.free(a.ctx, s3);
+    gemm_cuda_host_set_charge(h, NULL, NULL);
+    assert_int_equal(small.charged, 0);
+    size_t in_use;
+    gemm_cuda_host_counts(h, NULL, &in_use, NULL);
+    assert_int_equal(in_use, 0);
+    return NULL;
+}
+
+static void test_stash(void **st)
+{
+    (void)st;
+    gemm_cuda_host *h = open_host(64 * MB);
+    assert_false(gemm_alloc_busy_thread()); /* cmocka's thread is not marked */
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, stash_main, h), 0);
+    pthread_join(t, NULL);
+    gemm_cuda_host_drain(h, 0);
+    gemm_cuda_host_close(h);
+    assert_int_equal(atomic_load(&registered_now), reset_dropped); /* every other one undone */
+}
+
+/* Busy threads taking blocks, half of them given back by a worker thread (through a
+ * hand-off list), the other half by themselves, with trims and drains meanwhile. */
+struct handoff {
+    pthread_mutex_t mu;
+    void *p[4096];
+    int n, done;
+};
+
+struct stash_churn_arg {
+    gemm_cuda_host *h;
+    struct handoff *ho;
+    unsigned seed;
+};
+
+static void *stash_churn_main(void *p)
+{
+    struct stash_churn_arg *c = p;
+    gemm_allocator a = gemm_cuda_host_allocator(c->h);
+    gemm_alloc_mark_busy_thread();
+    void *held[6] = {0};
+    size_t len[6] = {0};
+    const unsigned char base = (unsigned char)(c->seed & 0xff); /* this thread's: base + slot */
+    for (int i = 0; i < 3000; i++) {
+        int k = (int)(rand_r(&c->seed) % 6);
+        if (held[k]) {
+            /* still all ours: no block is handed out twice */
+            const unsigned char *q = held[k], mark = (unsigned char)(base + k);
+            assert_true(q[0] == mark && q[len[k] / 2] == mark && q[len[k] - 1] == mark);
+            int mine = rand_r(&c->seed) % 2;
+            pthread_mutex_lock(&c->ho->mu);
+            if (!mine && c->ho->n < 4096) {
+                c->ho->p[c->ho->n++] = held[k];
+                held[k] = NULL;
+            }
+            pthread_mutex_unlock(&c->ho->mu);
+            if (held[k]) a.free(a.ctx, held[k]);
+            held[k] = NULL;
+        } else {
+            size_t bytes = 1 + (size_t)(rand_r(&c->seed) % (60 * PAGE)); /* stashed and not */
+            held[k] = a.alloc(a.ctx, bytes);
+            assert_non_null(held[k]);
+            memset(held[k], base + k, bytes);
+            len[k] = bytes;
+            if (rand_r(&c->seed) % 8) gemm_cuda_host_pin(c->h, held[k], (int)(rand_r(&c->seed) % 2));
+        }
+        if (i % 700 == 0) gemm_cuda_host_trim(c->h);
+        if (i % 500 == 0) gemm_cuda_host_drain(c->h, (int)(rand_r(&c->seed) % 2));
+    }
+    for (int k = 0; k < 6; k++) a.free(a.ctx, held[k]);
+    return NULL;
+}
+
+static void *handoff_main(void *p)
+{
+    struct stash_churn_arg *c = p;
+    gemm_allocator a = gemm_cuda_host_allocator(c->h);
+    for (;;) {
+        pthread_mutex_lock(&c->ho->mu);
+        int n = c->ho->n, done = c->ho->done;
+        void *take[64];
+        int t = 0;
+        while (c->ho->n > 0 && t < 64) take[t++] = c->ho->p[--c->ho->n];
+        pthread_mutex_unlock(&c->ho->mu);
+        for (int i = 0; i < t; i++) a.free(a.ctx, take[i]);
+        if (done && n == 0) return NULL;
+    }
+}
+
+static void test_stash_churn(void **st)
+{
+    (void)st;
+    gemm_cuda_host *h = open_host(8 * MB);
+    struct handoff ho = {.n = 0, .done = 0};
+    pthread_mutex_init(&ho.mu, NULL);
+    enum { T = 8 };
+    pthread_t th[T], w;
+    struct stash_churn_arg c[T], wc = {h, &ho, 0};
+    assert_int_equal(pthread_create(&w, NULL, handoff_main, &wc), 0);
+    for (int i = 0; i < T; i++) {
+        c[i] = (struct stash_churn_arg){h, &ho, 0x700u + 17u * (unsigned)i}; /* distinct low bytes */
+        assert_int_equal(pthread_create(&th[i], NULL, stash_churn_main, &c[i]), 0);
+    }
+    for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+    pthread_mutex_lock(&ho.mu);
+    ho.done = 1;
+    pthread_mutex_unlock(&ho.mu);
+    pthread_join(w, NULL);
+    check_lists(h);
+    size_t in_use, nc, nq;
+    gemm_cuda_host_counts(h, &nc, &in_use, &nq);
+    assert_int_equal(in_use, 0);
+    fprintf(stderr, "# after the churn with stashes: %zu cached, %zu queued\n", nc, nq);
+    gemm_cuda_host_trim(h);
+    gemm_cuda_host_drain(h, 0);
+    gemm_cuda_host_drain(h, 1);
+    assert_int_equal(cached_blocks(h), 0);
+    assert_int_equal(queued_blocks(h), 0);
+    assert_int_equal(atomic_load(&registered_now), 0);
+    pthread_mutex_destroy(&ho.mu);
+    gemm_cuda_host_close(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -362,6 +640,8 @@ int main(void)
         cmocka_unit_test(test_reset),
         cmocka_unit_test(test_charge),
         cmocka_unit_test(test_churn),
+        cmocka_unit_test(test_stash),
+        cmocka_unit_test(test_stash_churn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
