@@ -155,9 +155,21 @@ static stash *my_stash(gemm_cuda_host *h)
     return my_stash_ptr;
 }
 
+/* Caller holds s->mu: takes s->b[i] out, uncharged, keeping the others in the order they
+ * came back. */
+static block_hdr *stash_remove_locked(stash *s, int i)
+{
+    block_hdr *b = s->b[i];
+    memmove(&s->b[i], &s->b[i + 1], (size_t)(s->n - i - 1) * sizeof s->b[0]);
+    s->n--;
+    s->bytes -= b->cap;
+    if (s->charge)
+        s->charge(s->charge_ctx, -(int64_t)b->cap);
+    return b;
+}
+
 /* From s, the smallest block whose capacity is in [fresh, fresh + slack], of those the one
- * given back last (its lines may still be in the CPU's caches), uncharged (NULL: none).
- * The stash is kept in the order the blocks came back. */
+ * given back last (its lines may still be in the CPU's caches), uncharged (NULL: none). */
 static block_hdr *stash_take(stash *s, size_t fresh, size_t slack)
 {
     pthread_mutex_lock(&s->mu);
@@ -167,44 +179,26 @@ static block_hdr *stash_take(stash *s, size_t fresh, size_t slack)
         if (cap >= fresh && cap - fresh <= slack && (best < 0 || cap < s->b[best]->cap))
             best = i;
     }
-    block_hdr *b = NULL;
-    if (best >= 0) {
-        b = s->b[best];
-        memmove(&s->b[best], &s->b[best + 1], (size_t)(s->n - best - 1) * sizeof s->b[0]);
-        s->n--;
-        s->bytes -= b->cap;
-        if (s->charge)
-            s->charge(s->charge_ctx, -(int64_t)b->cap);
-    }
+    block_hdr *b = best >= 0 ? stash_remove_locked(s, best) : NULL;
     pthread_mutex_unlock(&s->mu);
     return b;
 }
 
-/* Keeps the registered block b in s if the hook takes its bytes, pushing the oldest blocks
- * out for room (into out[], uncharged: the caller gives them to the shared cache, so that a
- * stash never stays full of blocks of a size no longer asked for); 0 when b is not kept. */
-static int stash_put(gemm_cuda_host *h, stash *s, block_hdr *b, block_hdr **out, int *nout)
+/* Keeps the registered block b in s if the hook takes its bytes; a full stash pushes its
+ * oldest block out for it (*pushed, uncharged: the caller gives it to the shared cache, so
+ * that a stash never stays full of blocks of a size no longer asked for). 0: b is not kept. */
+static int stash_put(gemm_cuda_host *h, stash *s, block_hdr *b, block_hdr **pushed)
 {
     int kept = 0;
-    *nout = 0;
+    *pushed = NULL;
     pthread_mutex_lock(&s->mu);
     /* registered() under the stash's lock: a reset of b's slot bumps the generation before
      * it empties the stashes under their locks, so a stale block never stays */
     if (registered(h, b) && (!s->charge || s->charge(s->charge_ctx, (int64_t)b->cap) == 0)) {
-        int drop = 0;
-        size_t bytes = s->bytes;
-        while (drop < s->n && s->n - drop == STASH_BLOCKS)
-            bytes -= s->b[drop++]->cap;
-        for (int i = 0; i < drop; i++) {
-            out[i] = s->b[i];
-            if (s->charge)
-                s->charge(s->charge_ctx, -(int64_t)out[i]->cap);
-        }
-        memmove(&s->b[0], &s->b[drop], (size_t)(s->n - drop) * sizeof s->b[0]);
-        s->n -= drop;
+        if (s->n == STASH_BLOCKS)
+            *pushed = stash_remove_locked(s, 0);
         s->b[s->n++] = b;
-        s->bytes = bytes + b->cap;
-        *nout = drop;
+        s->bytes += b->cap;
         kept = 1;
     }
     pthread_mutex_unlock(&s->mu);
@@ -370,15 +364,11 @@ void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
         stash *st = &h->stashes[i];
         pthread_mutex_lock(&st->mu);
         for (int j = 0; j < st->n;) {
-            block_hdr *b = st->b[j];
-            if (b->slot != slot) {
+            if (st->b[j]->slot != slot) {
                 j++;
                 continue;
             }
-            st->b[j] = st->b[--st->n];
-            st->bytes -= b->cap;
-            if (st->charge)
-                st->charge(st->charge_ctx, -(int64_t)b->cap);
+            block_hdr *b = stash_remove_locked(st, j);
             b->qnext = drop;
             drop = b;
         }
@@ -470,11 +460,10 @@ static void host_free(void *ctx, void *p)
         free_block(b); /* never locked, or its registration went with a reset */
         return;
     }
-    block_hdr *out[STASH_BLOCKS];
-    int nout = 0;
-    if (home && b->cap <= STASH_MAX_CAP && stash_put(h, home, b, out, &nout)) {
-        for (int i = 0; i < nout; i++)
-            cache_keep(h, out[i]);
+    block_hdr *pushed;
+    if (home && b->cap <= STASH_MAX_CAP && stash_put(h, home, b, &pushed)) {
+        if (pushed)
+            cache_keep(h, pushed);
         return;
     }
     cache_keep(h, b);
