@@ -2,8 +2,9 @@
  * engine.c - the generic engine: backend choice, the bounded FIFO queue, the worker
  * threads, cancellation, queue timing, counters and close.
  *
- * One mutex guards the queue; the result counters are atomics, so a finished job takes
- * the lock once (running--, after its done()). done() is always called with the lock
+ * One mutex guards the queue; the result counters and the count of running jobs are
+ * atomics, so a finished job takes no lock (running--, after its done()), and a coalesced
+ * group of n products does not take it n times. done() is always called with the lock
  * released, exactly once per accepted job, and the engine never touches a job after its
  * done() (the submitter may free it from inside the callback).
  *
@@ -82,7 +83,10 @@ struct gemm_engine {
 
     pthread_mutex_t mu;
     gemm_job *head, *tail;
-    int queued, running, capacity;
+    int queued, capacity;
+    /* Jobs taken and not yet past their done(): raised under mu (with queued lowered, so
+     * stats read the two together), lowered without it after done(). */
+    atomic_int running;
     int closing;
 
     /* dynamic batching (see gemm_engine_config) */
@@ -336,10 +340,9 @@ static void finish_one(gemm_engine *e, gemm_job *job, int rc, double t0)
     finish_job(e, job, rc, t0);
     /* Only now is the job no longer running: a caller that waits for running == 0
      * before freeing what done() touches (the daemon's job store at shutdown) must not
-     * see zero while a callback is still in flight. */
-    pthread_mutex_lock(&e->mu);
-    e->running--;
-    pthread_mutex_unlock(&e->mu);
+     * see zero while a callback is still in flight. No lock: a coalesced group ends
+     * each of its products here, and the submitting threads need mu meanwhile. */
+    atomic_fetch_sub(&e->running, 1);
 }
 
 /* The backend's run of a job that is RUNNING, unless a cancel came first. */
@@ -388,7 +391,7 @@ static void take_group(gemm_engine *e, gemm_job **g, int *n, double now)
             if (e->tail == it) e->tail = prev;
             it->q_next = NULL;
             e->queued--;
-            e->running++;
+            atomic_fetch_add(&e->running, 1);
             it->timing.queue_ms = now - it->t_submit_ms;
             atomic_store(&it->state, GEMM_JOB_RUNNING);
             g[(*n)++] = it;
@@ -745,7 +748,7 @@ static void *worker_main(void *arg)
             break;
         }
         e->slot_busy[slot]++, took = 1;
-        e->running++;
+        atomic_fetch_add(&e->running, 1);
         double t0 = gemm_now_ms();
         job->timing.queue_ms = t0 - job->t_submit_ms;
         atomic_store(&job->state, GEMM_JOB_RUNNING); /* under the lock: cancel sees it */
@@ -871,6 +874,7 @@ gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_
     e->split_mnk = cfg->split_min_mnk; /* off below when it could never split */
     e->split_ways = cfg->split_ways > GEMM_SPLIT_MAX ? GEMM_SPLIT_MAX : cfg->split_ways > 0 ? cfg->split_ways : 0;
     atomic_init(&e->work_seq, 0);
+    atomic_init(&e->running, 0);
     e->spin_ns = cfg->worker_spin_us > 0 ? (long)cfg->worker_spin_us * 1000L : 0;
     atomic_init(&e->splits, 0);
     atomic_init(&e->panels, 0);
@@ -1014,7 +1018,7 @@ static void run_here(gemm_engine *e, struct worker_arg *w, gemm_job *job)
     job->timing.queue_ms = t0 - job->t_submit_ms;
     finish_job(e, job, run_job(e, w->state, job), t0);
     pthread_mutex_lock(&e->mu);
-    e->running--;
+    atomic_fetch_sub(&e->running, 1);
     e->slot_busy[w->slot]--;
     w->lent = 0;
     pthread_cond_signal(&w->back);
@@ -1101,7 +1105,7 @@ static int submit(gemm_engine *e, gemm_job *job, int here, gemm_err *err)
     if (w) {
         w->lent = 1;
         e->slot_busy[w->slot]++;
-        e->running++;
+        atomic_fetch_add(&e->running, 1);
         atomic_fetch_add(&e->ran_here, 1);
         atomic_store(&job->state, GEMM_JOB_RUNNING); /* under the lock: cancel sees it */
         pthread_mutex_unlock(&e->mu);
@@ -1218,7 +1222,7 @@ void gemm_engine_get_stats(gemm_engine *e, gemm_engine_stats *out)
     if (e->be->stats) e->be->stats(e->self, out);
     pthread_mutex_lock(&e->mu);
     out->queued = e->queued;
-    out->running = e->running;
+    out->running = atomic_load(&e->running);
     out->nslots = e->nslots;
     for (int s = 0; s < e->nslots; s++) out->slot_busy[s] = e->slot_busy[s];
     pthread_mutex_unlock(&e->mu);
