@@ -25,7 +25,7 @@
 # busy share over the run (all cores: the servers and wrk together). A benchmark: nothing
 # is asserted. bench/results/h100-2026-11-27-share.md was taken with it.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 out=${1:-bench/out/rounds}
 mkdir -p "$out"
 servers=${SERVERS:-bare new=bin/gemmd}
