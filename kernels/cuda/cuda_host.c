@@ -155,6 +155,13 @@ static stash *my_stash(gemm_cuda_host *h)
     return my_stash_ptr;
 }
 
+/* Caller holds s->mu: bytes leave the stash's account (uncharge_locked's twin). */
+static void stash_uncharge_locked(stash *s, size_t bytes)
+{
+    if (s->charge && bytes)
+        s->charge(s->charge_ctx, -(int64_t)bytes);
+}
+
 /* Caller holds s->mu: takes s->b[i] out, uncharged, keeping the others in the order they
  * came back. */
 static block_hdr *stash_remove_locked(stash *s, int i)
@@ -163,8 +170,7 @@ static block_hdr *stash_remove_locked(stash *s, int i)
     memmove(&s->b[i], &s->b[i + 1], (size_t)(s->n - i - 1) * sizeof s->b[0]);
     s->n--;
     s->bytes -= b->cap;
-    if (s->charge)
-        s->charge(s->charge_ctx, -(int64_t)b->cap);
+    stash_uncharge_locked(s, b->cap);
     return b;
 }
 
@@ -608,8 +614,7 @@ static size_t trim_locked(gemm_cuda_host *h)
     for (int i = 0; i < MAX_STASHES; i++) {
         stash *st = &h->stashes[i];
         pthread_mutex_lock(&st->mu);
-        if (st->charge && st->bytes)
-            st->charge(st->charge_ctx, -(int64_t)st->bytes);
+        stash_uncharge_locked(st, st->bytes);
         bytes += st->bytes;
         while (st->n > 0)
             queue_locked(h, st->b[--st->n]);
@@ -645,8 +650,7 @@ void gemm_cuda_host_set_charge(gemm_cuda_host *h, int (*fn)(void *ctx, int64_t d
     for (int i = 0; i < MAX_STASHES; i++) {
         stash *st = &h->stashes[i];
         pthread_mutex_lock(&st->mu);
-        if (st->charge && st->bytes)
-            st->charge(st->charge_ctx, -(int64_t)st->bytes);
+        stash_uncharge_locked(st, st->bytes); /* off the old account */
         st->charge = fn;
         st->charge_ctx = ctx;
         if (fn && st->bytes && fn(ctx, (int64_t)st->bytes) != 0) {
