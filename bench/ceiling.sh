@@ -55,12 +55,10 @@ nproc=$(nproc)
 . bench/loopback.sh # free_port, wait_up, float32_body
 
 bport=$(free_port)
-build/bench/bare_mhd --port "$bport" --threads "$threads" --connection-limit "$limit" \
-    --connection-memory-kb "${CONN_MEMORY_KB:-64}" 2>"$out/bare.log" &
+start_bare "$out/bare.log" "$bport" "$threads" "$limit"
 bpid=$!
 gport=$(free_port)
-"$gemmd" --config "$gemmd_conf" --backend "$backend" --port "$gport" --http-threads "$threads" \
-    --per-ip-limit 0 --connection-limit "$limit" --queue-depth 1024 --log-level warn >"$out/gemmd.log" 2>&1 &
+start_gemmd "$out/gemmd.log" "$gemmd" "$gport" "$threads" "$limit"
 gpid=$!
 trap 'kill $bpid $gpid 2>/dev/null; wait $bpid $gpid 2>/dev/null' EXIT
 wait_up "http://127.0.0.1:$bport" || { echo "bare_mhd did not start"; cat "$out/bare.log"; exit 1; }

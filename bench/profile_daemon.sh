@@ -36,8 +36,7 @@ PERF=${PERF:-$(command -v perf)}
 
 . bench/loopback.sh # free_port, wait_up, float32_body
 port=$(free_port)
-"$gemmd" --config "$gemmd_conf" --backend "${BACKEND:-auto}" --port "$port" --http-threads "$threads" \
-    --per-ip-limit 0 --connection-limit 1100 --queue-depth 1024 --log-level warn >"$out/gemmd.log" 2>&1 &
+start_gemmd "$out/gemmd.log" "$gemmd" "$port" "$threads" 1100
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
 wait_up "http://127.0.0.1:$port" || { echo "gemmd did not start"; cat "$out/gemmd.log"; exit 1; }

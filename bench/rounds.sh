@@ -35,7 +35,6 @@ dur=${DURATION:-3}
 warm=${WARMUP:-1}
 nproc=$(nproc)
 threads=${HTTP_THREADS:-$(( nproc / 2 < 4 ? 4 : nproc / 2 > 16 ? 16 : nproc / 2 ))}
-gemmd_conf=${GEMMD_CONF:-config/gemmd.conf}
 WRK=${WRK:-$(command -v wrk || { test -x /tmp/deps/usr/bin/wrk && echo /tmp/deps/usr/bin/wrk; })}
 [ -n "$WRK" ] || { echo "rounds.sh: wrk not found; install it: sudo apt-get install -y wrk" >&2; exit 2; }
 case " $servers " in *" bare "*) [ -x build/bench/bare_mhd ] || make -s bench >/dev/null || exit 1 ;; esac
@@ -56,13 +55,10 @@ start() { # NAME=PATH or bare
     local name=${1%%=*} path=${1#*=}
     port=$(free_port)
     if [ "$name" = bare ]; then
-        build/bench/bare_mhd --port "$port" --threads "$threads" --connection-limit "$limit" \
-            --connection-memory-kb "${CONN_MEMORY_KB:-64}" >"$out/server.log" 2>&1 &
+        start_bare "$out/server.log" "$port" "$threads" "$limit"
     else
         # shellcheck disable=SC2086 # GEMMD_FLAGS is a list of flags
-        "$path" --config "$gemmd_conf" --backend "${BACKEND:-auto}" --port "$port" --http-threads "$threads" \
-            --per-ip-limit 0 --connection-limit "$limit" --queue-depth 1024 --log-level warn ${GEMMD_FLAGS:-} \
-            >"$out/server.log" 2>&1 &
+        start_gemmd "$out/server.log" "$path" "$port" "$threads" "$limit" ${GEMMD_FLAGS:-}
     fi
     pid=$!
     wait_up "http://127.0.0.1:$port" || { echo "$name did not start:"; cat "$out/server.log"; exit 1; }
