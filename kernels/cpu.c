@@ -223,6 +223,70 @@ static int run_half(cpu_backend *cb, gemm_job *job, size_t sa, size_t sb, size_t
     return 0;
 }
 
+/* The products of a float32, float64 or int32 job (all of a batch), with threads for the
+ * int32 loop (OpenBLAS uses its process-wide setting): 0, or GEMM_RUN_CANCELLED / -1 with
+ * job->err set. A batch is a loop of products over the same threads (the cblas of Debian's
+ * OpenBLAS has no batched GEMM); a cancel stops it between products. */
+static int run_products(gemm_job *job, int threads)
+{
+    const int m = (int)job->m, k = (int)job->k, n = (int)job->n;
+    const uint64_t nb = gemm_job_batch(job);
+    const size_t es = gemm_dtype_size(job->dtype);
+    const size_t sa = (size_t)job->m * job->k * es, sc = (size_t)job->m * job->n * es,
+                 sb = job->b_shared ? 0 : (size_t)job->k * job->n * es;
+    for (uint64_t i = 0; i < nb; i++) {
+        if (i > 0 && gemm_job_cancel_requested(job))
+            return gemm_job_stop_cancelled(job, "the rest of its batch (between products)");
+        /* byte offsets, then plain element pointers (void * converts without a cast) */
+        const void *a = (const unsigned char *)job->a + i * sa, *b = (const unsigned char *)job->b + i * sb;
+        void *c = (unsigned char *)job->c + i * sc;
+        switch (job->dtype) {
+        case GEMM_DTYPE_F32:
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+            break;
+        case GEMM_DTYPE_F64:
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0, a, k, b, n, 0.0, c, n);
+            break;
+        case GEMM_DTYPE_I32:
+            if (gemm_cpu_gemm_i32_stop(a, b, c, job->m, job->k, job->n, threads, &job->cancel_requested))
+                return gemm_job_stop_cancelled(job, "the rest of its product (between k-slices)");
+            break;
+        default:
+            return gemm_err_set(&job->err, 422, "bad_dtype", "unsupported dtype");
+        }
+    }
+    if (nb > 1) {
+        job->batched = nb;
+        snprintf(job->batch_mode, sizeof job->batch_mode, "loop");
+    }
+    return 0;
+}
+
+void gemm_host_threads_one(void)
+{
+    openblas_set_num_threads(1);
+}
+
+int gemm_host_product(gemm_job *job)
+{
+    if (job->dtype != GEMM_DTYPE_F32 && job->dtype != GEMM_DTYPE_F64 && job->dtype != GEMM_DTYPE_I32)
+        return gemm_err_set(&job->err, 422, "bad_dtype", "the host computes float32, float64 and int32 only");
+    snprintf(job->device, sizeof job->device, "cpu");
+    snprintf(job->kernel_used, sizeof job->kernel_used, "%s", default_kernel(job->dtype));
+    job->stream = -1;
+    job->tile_used = 0;
+    job->block[0] = '\0';
+    job->math_used = job->dtype == GEMM_DTYPE_F32 ? GEMM_MATH_FP32 : GEMM_MATH_DEFAULT;
+    if (gemm_job_cancel_requested(job)) return gemm_job_stop_cancelled(job, "its product");
+    double t0 = gemm_now_ms();
+    int rc = run_products(job, 1);
+    if (rc != 0) return rc;
+    job->timing.kernel_ms = gemm_now_ms() - t0;
+    double flops = 2.0 * (double)gemm_job_batch(job) * (double)job->m * (double)job->n * (double)job->k;
+    job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
+    return 0;
+}
+
 static int cpu_run(void *self, void *worker, gemm_job *job)
 {
     (void)worker;
@@ -258,42 +322,16 @@ static int cpu_run(void *self, void *worker, gemm_job *job)
         while (nanosleep(&ts, &ts) != 0) {}
     }
 
-    const int m = (int)job->m, k = (int)job->k, n = (int)job->n;
-    const uint64_t nb = gemm_job_batch(job);
-    const size_t es = gemm_dtype_size(job->dtype), esc = gemm_dtype_size(gemm_job_c_dtype(job));
-    const size_t sa = (size_t)job->m * job->k * es, sc = (size_t)job->m * job->n * esc,
-                 sb = job->b_shared ? 0 : (size_t)job->k * job->n * es;
-    if (gemm_dtype_is_half(job->dtype)) return run_half(cb, job, sa, sb, sc);
+    if (gemm_dtype_is_half(job->dtype)) {
+        const size_t es = gemm_dtype_size(job->dtype), esc = gemm_dtype_size(gemm_job_c_dtype(job));
+        const size_t sa = (size_t)job->m * job->k * es, sc = (size_t)job->m * job->n * esc,
+                     sb = job->b_shared ? 0 : (size_t)job->k * job->n * es;
+        return run_half(cb, job, sa, sb, sc);
+    }
     double t0 = gemm_now_ms();
-    /* A batch is a loop of products over the same threads (the cblas of Debian's OpenBLAS
-     * has no batched GEMM); a cancel stops it between products. */
-    for (uint64_t i = 0; i < nb; i++) {
-        if (i > 0 && gemm_job_cancel_requested(job))
-            return gemm_job_stop_cancelled(job, "the rest of its batch (between products)");
-        /* byte offsets, then plain element pointers (void * converts without a cast) */
-        const void *a = (const unsigned char *)job->a + i * sa, *b = (const unsigned char *)job->b + i * sb;
-        void *c = (unsigned char *)job->c + i * sc;
-        switch (job->dtype) {
-        case GEMM_DTYPE_F32:
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
-            break;
-        case GEMM_DTYPE_F64:
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0, a, k, b, n, 0.0, c, n);
-            break;
-        case GEMM_DTYPE_I32:
-            if (gemm_cpu_gemm_i32_stop(a, b, c, job->m, job->k, job->n, cb->job_threads, &job->cancel_requested))
-                return gemm_job_stop_cancelled(job, "the rest of its product (between k-slices)");
-            break;
-        default:
-            return gemm_err_set(&job->err, 422, "bad_dtype", "unsupported dtype");
-        }
-    }
-    if (nb > 1) {
-        job->batched = nb;
-        snprintf(job->batch_mode, sizeof job->batch_mode, "loop");
-    }
-    note_timing(cb, job, t0, gemm_now_ms());
-    return 0;
+    int rc = run_products(job, cb->job_threads);
+    if (rc == 0) note_timing(cb, job, t0, gemm_now_ms());
+    return rc;
 }
 
 static void cpu_describe(void *self, gemm_engine_info *out)

@@ -43,6 +43,15 @@
  * cancellation (the flag, checked by the backend), done() exactly once (here, on the
  * submitting thread, before submit_here returns).
  *
+ * On the host (host_max_mnk, a GPU backend only): a product too small for a device to pay
+ * (float32 fp32, float64 or int32, kernel auto, batch*m*n*k up to host_max_mnk) submitted
+ * with submit_here is computed by the submitting thread itself (gemm_host_product: OpenBLAS
+ * or the int32 loop, one thread), whether or not anything is queued: it takes no queue
+ * place, no worker and no lock of the engine. It counts as running, completed or failed
+ * like any job; cancellation is checked before it starts. close() stops admitting such
+ * runs (the closing flag, read after the run is counted in host_active) and waits for the
+ * ones under way before it frees the engine.
+ *
  * Cancellation: gemm_engine_cancel() takes a queued job off the queue (done() at once) or
  * flags a running one; the worker checks the flag before it calls the backend, and the
  * backend at each of its stage boundaries (gemm_job_cancel_requested).
@@ -87,7 +96,11 @@ struct gemm_engine {
     /* Jobs taken and not yet past their done(): raised under mu (with queued lowered, so
      * stats read the two together), lowered without it after done(). */
     atomic_int running;
-    int closing;
+    atomic_int closing;   /* written under mu; read without it by the host path */
+
+    /* products computed on the host by their submitting threads (host_max_mnk) */
+    uint64_t host_mnk;    /* 0: never */
+    atomic_int host_active; /* such runs under way: close() waits for none */
 
     /* dynamic batching (see gemm_engine_config) */
     int group_max;
@@ -123,6 +136,7 @@ struct gemm_engine {
     /* counters */
     atomic_ullong completed, failed, cancelled, rejected;
     atomic_ullong ran_here;        /* jobs run by their submitting thread (submit_here) */
+    atomic_ullong ran_host;        /* of those, computed on the host (host_max_mnk) */
     atomic_ullong compute_ns;   /* sum of compute_ms, in ns */
     atomic_ullong groups, grouped; /* coalesced launches and the products in them */
     atomic_ullong splits, panels;  /* split products and their panels */
@@ -168,6 +182,7 @@ void gemm_engine_config_defaults(gemm_engine_config *cfg)
     cfg->batch_max_delay_us = 0;
     cfg->batch_max_mnk = 1ull << 24;
     cfg->zero_copy_mnk = 1ull << 18;
+    cfg->host_max_mnk = 0;
     cfg->warmup = 0;
     cfg->split_min_mnk = GEMM_SPLIT_MIN_MNK_DEFAULT;
     cfg->split_ways = 0;
@@ -886,11 +901,18 @@ gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_
     atomic_init(&e->groups, 0);
     atomic_init(&e->grouped, 0);
     atomic_init(&e->ran_here, 0);
+    atomic_init(&e->ran_host, 0);
+    atomic_init(&e->host_active, 0);
+    atomic_init(&e->closing, 0);
+    /* the host path is for a backend with a device to spare; never under fault hooks */
+    if (be != &gemm_backend_cpu && !cfg->fault_inject[0])
+        e->host_mnk = cfg->host_max_mnk > GEMM_HOST_MAX_MNK ? GEMM_HOST_MAX_MNK : cfg->host_max_mnk;
     pthread_mutex_init(&e->mu, NULL);
     for (int i = 0; i < GEMM_MAX_DEVICES; i++) pthread_cond_init(&e->slot_cv[i], NULL);
     pthread_cond_init(&e->grouping, NULL);
     pthread_cond_init(&e->inited, NULL);
 
+    if (e->host_mnk) gemm_host_threads_one();
     e->self = be->open(cfg, err);
     if (!e->self) {
         if (err && err->status == 0)
@@ -974,6 +996,12 @@ void gemm_engine_close(gemm_engine *e)
     }
 
     for (int i = 0; i < e->nstarted; i++) pthread_join(e->threads[i], NULL);
+    /* Host runs that counted themselves before they saw closing end on their own thread;
+     * each is one small product. */
+    while (atomic_load(&e->host_active) > 0) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
     engine_free(e);
 }
 
@@ -1024,6 +1052,41 @@ static void run_here(gemm_engine *e, struct worker_arg *w, gemm_job *job)
     pthread_cond_signal(&w->back);
     if (e->head) kick(e); /* queued meanwhile: this slot has an idle worker again */
     pthread_mutex_unlock(&e->mu);
+}
+
+int gemm_engine_runs_on_host(const gemm_engine *e, const gemm_job *job)
+{
+    if (!e || !e->host_mnk || !job) return 0;
+    if (job->dtype != GEMM_DTYPE_F32 && job->dtype != GEMM_DTYPE_F64 && job->dtype != GEMM_DTYPE_I32)
+        return 0;
+    if (job->kernel[0] && strcmp(job->kernel, "auto") != 0) return 0; /* a kernel asked for by name */
+    if (job->math != GEMM_MATH_DEFAULT && job->math != GEMM_MATH_FP32) return 0; /* tensor cores */
+    if (job->tile || job->plan_m || job->a_res || job->b_res || job->c_res) return 0;
+    if (job->m == 0 || job->k == 0 || job->n == 0) return 0;
+    double mnk = (double)job->m * (double)job->n * (double)job->k * (double)gemm_job_batch(job);
+    return mnk <= (double)e->host_mnk;
+}
+
+/* The host path (see the head of this file): counted in host_active before closing is
+ * read, so that close() either refuses it here or waits for it. 1: ran (done() called). */
+static int run_on_host(gemm_engine *e, gemm_job *job, gemm_err *err)
+{
+    atomic_fetch_add(&e->host_active, 1);
+    if (atomic_load(&e->closing)) {
+        atomic_fetch_sub(&e->host_active, 1);
+        atomic_fetch_add(&e->rejected, 1);
+        return gemm_err_set(err, 503, "shutting_down", "the server is shutting down; retry elsewhere");
+    }
+    double t0 = gemm_now_ms();
+    job->t_submit_ms = t0;
+    job->timing.queue_ms = 0;
+    atomic_fetch_add(&e->running, 1);
+    atomic_fetch_add(&e->ran_here, 1);
+    atomic_fetch_add(&e->ran_host, 1);
+    atomic_store(&job->state, GEMM_JOB_RUNNING);
+    finish_one(e, job, gemm_host_product(job), t0);
+    atomic_fetch_sub(&e->host_active, 1);
+    return 1;
 }
 
 static int submit(gemm_engine *e, gemm_job *job, int here, gemm_err *err)
@@ -1080,6 +1143,7 @@ static int submit(gemm_engine *e, gemm_job *job, int here, gemm_err *err)
     job->panel_index = job->panel_slot = 0;
     job->a_block = job->b_block = job->c_block = NULL;
 
+    if (here && gemm_engine_runs_on_host(e, job)) return run_on_host(e, job, err);
     if (e->be->validate && e->be->validate(e->self, job, err) != 0) {
         if (err && err->status == 0)
             gemm_err_set(err, 422, "unsupported", "the %s backend cannot run this product",
@@ -1234,6 +1298,7 @@ void gemm_engine_get_stats(gemm_engine *e, gemm_engine_stats *out)
     out->coalesced_launches = atomic_load(&e->groups);
     out->coalesced_products = atomic_load(&e->grouped);
     out->ran_here = atomic_load(&e->ran_here);
+    out->ran_host = atomic_load(&e->ran_host);
     out->split_products = atomic_load(&e->splits);
     out->split_panels = atomic_load(&e->panels);
 }

@@ -68,6 +68,17 @@ typedef struct {
      * its kernel reads A and B from their page-locked host blocks and writes C into its own
      * (zero copy). */
     uint64_t zero_copy_mnk;
+    /* A product too small for a GPU to pay: float32 (math default or fp32), float64 or
+     * int32, kernel auto, no tile, no resident operand, not a panel, with batch*m*n*k up to
+     * host_max_mnk (0 = never; at most GEMM_HOST_MAX_MNK), submitted with
+     * gemm_engine_submit_here, is computed on the submitting thread by the host (OpenBLAS
+     * or the int32 loop, one thread), whatever is queued: no queue, no worker, no device,
+     * no copies. Its result says so (device "cpu", kernel "openblas" or "blocked").
+     * Applies to a GPU backend only (the CPU backend has its own workers and direct run),
+     * and never while fault_inject is set (the hooks count the backend's runs). With it
+     * on, the engine sets OpenBLAS to one thread for the process (a GPU engine has no
+     * other use for it). Default 0 here; the daemon's host_max_mnk turns it on. */
+    uint64_t host_max_mnk;
     /* CUDA: before it takes its first job, each worker runs a few small products of every
      * dtype on its own stream (single and batched), so that what a first product would pay
      * once (loading kernel modules, cuBLAS setting itself up) is paid at start, not by the
@@ -88,6 +99,7 @@ typedef struct {
 } gemm_engine_config;
 
 #define GEMM_SPLIT_MAX 16
+#define GEMM_HOST_MAX_MNK (1ull << 24) /* 256^3: far past where the host pays */
 #define GEMM_SPLIT_MIN_MNK_DEFAULT (1ull << 36) /* 4096^3 */
 
 #define GEMM_COALESCE_MAX 1024
@@ -289,6 +301,7 @@ typedef struct {
     uint64_t coalesced_launches;   /* groups of queued products run as one batched job */
     uint64_t coalesced_products;   /* products that ran in those groups */
     uint64_t ran_here;             /* jobs run (or running) on the thread that submitted them (submit_here) */
+    uint64_t ran_host;             /* of those, products the host computed (host_max_mnk) */
     uint64_t split_products;       /* products run as row panels (each counted once above) */
     uint64_t split_panels;         /* the panels they ran as */
     double compute_seconds;        /* sum of compute_ms / 1000 */
@@ -315,10 +328,15 @@ int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err);
 /* As gemm_engine_submit, but when nothing is queued and a worker of the slot the job would
  * go to is idle, the job runs here, on the calling thread, on that worker's backend state
  * (stream, buffers, handles; the worker takes nothing meanwhile): no hand-off to another
- * thread. Returns 1 when it ran here (done() has been called, from this thread, before
- * the return), 0 when it was queued, -1 as submit. Never split; cancellation works as for
+ * thread. A product small enough for the host (host_max_mnk, gemm_engine_runs_on_host)
+ * is computed here by the host, queued jobs or not. Returns 1 when it ran here (done()
+ * has been called, from this thread, before the return), 0 when it was queued, -1 as
+ * submit. Never split; cancellation works as for
  * a running job. For a caller that would otherwise wait for a small product anyway. */
 int gemm_engine_submit_here(gemm_engine *e, gemm_job *job, gemm_err *err);
+/* Whether gemm_engine_submit_here would compute job on the host (host_max_mnk), by its
+ * request fields alone: then it always runs there (returns 1), whatever is queued. */
+int gemm_engine_runs_on_host(const gemm_engine *e, const gemm_job *job);
 
 /* Asks for a job to be cancelled; returns 1 if it was dequeued, 0 otherwise.
  * - Queued: it is taken off the queue and done() is called at once, from the calling
@@ -438,6 +456,13 @@ static inline int gemm_job_cancel_requested(gemm_job *job)
 int gemm_job_stop_cancelled(gemm_job *job, const char *stage);
 
 extern const gemm_backend gemm_backend_cpu;
+/* Computes a float32 / float64 / int32 job on the calling thread (OpenBLAS, or the int32
+ * loop on one thread): fills c, kernel_used, math_used, device ("cpu"), stream (-1),
+ * timing.kernel_ms and gflops; 0, or -1 / GEMM_RUN_CANCELLED with job->err set. The
+ * host path of gemm_engine_submit_here (host_max_mnk). */
+int gemm_host_product(gemm_job *job);
+/* OpenBLAS to one thread for the whole process (an engine with host_max_mnk calls it). */
+void gemm_host_threads_one(void);
 
 /* Opens an engine on the backend given (gemm_engine_open picks cpu or cuda by name);
  * for tests of the generic engine with a backend of their own. */
