@@ -80,6 +80,11 @@ const key_desc gemmd_config_keys[] = {
      "CUDA: a float32 product with m*n*k up to this that runs alone with kernel auto, on an "
      "otherwise idle device, skips its copies (its kernel reads and writes the page-locked host "
      "buffers; 0 = never)"},
+    {"host_max_mnk", K_U64, OFF(engine.host_max_mnk), 0, 0, 16777216LL,
+     "GPU backend: a float32 (fp32), float64 or int32 product with kernel auto and batch*m*n*k up "
+     "to this is computed by the HTTP thread that received it, on the host (OpenBLAS or the int32 "
+     "loop, one thread), where the GPU cannot pay for its hand-off; its answer says device cpu "
+     "(0 = every product to the GPU)"},
     {"split_min_mnk", K_U64, OFF(engine.split_min_mnk), 0, 0, 4611686018427387904LL,
      "split products: a single product with m*n*k at least this is cut into row panels of A "
      "that run on several devices (or workers) at once (0 = never)"},
@@ -141,6 +146,7 @@ void gemmd_config_defaults(gemmd_config *c)
     c->send_timeout_s = 30;
     c->max_inflight_bytes = 0;
     gemm_engine_config_defaults(&c->engine);
+    c->engine.host_max_mnk = 1ull << 20; /* about 101^3; the engine's own default is 0 */
     c->limits.max_dim = 65536;
     c->limits.max_elements = 268435456ull;
     c->limits.max_body_bytes = (size_t)(2048 * MB);

@@ -598,7 +598,8 @@ static int small_and_few(const gemmd_server *srv, const gemmd_request *req)
 
 int gemmd_sync_direct(const gemmd_request *req)
 {
-    return req->srv->direct && small_and_few(req->srv, req);
+    return gemm_engine_runs_on_host(req->srv->svc.engine, &req->job) ||
+           (req->srv->direct && small_and_few(req->srv, req));
 }
 
 /* A small product queued while the engine is nearly idle is done within tens of

@@ -192,6 +192,10 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
     header(out, "gemmd_direct_runs_total", "counter",
            "Products run by the HTTP thread that received them, on an idle stream (direct_run).");
     gemm_buf_printf(out, "gemmd_direct_runs_total %llu\n", (unsigned long long)st.ran_here);
+    header(out, "gemmd_host_runs_total", "counter",
+           "Products computed on the host by the HTTP thread that received them (host_max_mnk; "
+           "also counted in gemmd_direct_runs_total).");
+    gemm_buf_printf(out, "gemmd_host_runs_total %llu\n", (unsigned long long)st.ran_host);
     header(out, "gemmd_split_products_total", "counter",
            "Products the engine cut into row panels run on several devices or workers at once "
            "(each also counted once in gemmd_engine_jobs_total).");

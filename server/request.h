@@ -183,8 +183,8 @@ void gemmd_sync_refused(gemmd_request *req);
 enum { GEMMD_SYNC_SUSPENDED = 0, GEMMD_SYNC_DONE = 1, GEMMD_SYNC_ABANDONED = 2 };
 int gemmd_sync_wait(gemmd_request *req);
 /* Whether req's product may run on this HTTP thread (gemm_engine_submit_here) rather than
- * be queued: direct_run is on, the product is small and few others are in flight. After
- * gemmd_sync_begin. */
+ * be queued: the engine computes it on the host (host_max_mnk), or direct_run is on, the
+ * product is small and few others are in flight. After gemmd_sync_begin. */
 int gemmd_sync_direct(const gemmd_request *req);
 int gemmd_sync_status(gemmd_request *req);
 /* done() of a synchronous product: unlists req; when offload is given and shutdown has

@@ -55,14 +55,16 @@ static void test_defaults(void **state)
     assert_string_equal(c.tls_priorities, "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"); /* TLS 1.2+ */
     assert_int_equal(c.shutdown_timeout_s, 600);
 
-    /* The engine's own defaults, but for warm-up and worker polling, which the daemon
-     * turns on. */
+    /* The engine's own defaults, but for warm-up, worker polling and the host path, which
+     * the daemon turns on. */
     gemm_engine_config e;
     gemm_engine_config_defaults(&e);
     assert_int_equal(e.warmup, 0);
     assert_int_equal(e.worker_spin_us, 0);
+    assert_int_equal(e.host_max_mnk, 0);
     e.warmup = 1;
     e.worker_spin_us = 100;
+    e.host_max_mnk = 1048576; /* 2^20, about 101^3 */
     assert_memory_equal(&c.engine, &e, sizeof e);
 
     char msg[256];
