@@ -92,8 +92,9 @@ def storm(tap, d, label):
 
 
 def main(tap):
+    # host_max_mnk 0: on CUDA the small products go to the GPU, to be coalesced there
     base = {"backend": BACKEND, "queue_depth": "4096", "per_ip_limit": "0",
-            "connection_limit": "1024"}
+            "connection_limit": "1024", "host_max_mnk": "0"}
     # Free-running: whatever piles up is coalesced (how much depends on timing).
     with Daemon(tap, config=dict(base, batch_max="16", batch_max_delay_us="300")) as d:
         storm(tap, d, "batch_max 16, delay 300 us")

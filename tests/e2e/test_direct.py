@@ -129,7 +129,7 @@ def zero_copy(tap, d, label, enabled):
 
 
 def main(tap):
-    base = {"backend": BACKEND}
+    base = {"backend": BACKEND, "host_max_mnk": "0"}  # on CUDA: the GPU's direct run, not the host
     with Daemon(tap, config=base) as d:
         zero_copy(tap, d, "zero_copy_mnk default", True)
     with Daemon(tap, config=dict(base, zero_copy_mnk="0")) as d:

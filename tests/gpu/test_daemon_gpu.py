@@ -27,6 +27,7 @@ RECOVER_TIMEOUT = 120 * SLOW  # a restart re-initialises CUDA: seconds, bounded
 
 BASE_CONFIG = {
     "backend": "cuda",
+    "host_max_mnk": "0",  # the GPU paths under test (the host path: test_host_gpu.py)
     "streams_per_device": "4",
     "queue_depth": "256",
     "max_body_mb": "512",

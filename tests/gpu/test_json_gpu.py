@@ -25,6 +25,7 @@ from harness import Daemon, Tap, compare, reference, run_guarded  # noqa: E402
 
 CONFIG = {
     "backend": "cuda",
+    "host_max_mnk": "0",  # the GPU paths under test (the host path: test_host_gpu.py)
     "streams_per_device": "4",
     "http_threads": "8",
     "max_json_mb": "64",

@@ -28,6 +28,7 @@ from harness import SLOW, Daemon, Tap, metric, reference, run_guarded  # noqa: E
 
 BASE_CONFIG = {
     "backend": "cuda",
+    "host_max_mnk": "0",  # every product to a GPU
     "streams_per_device": "4",
     "batch_max": "1",          # no coalescing: each request is its own product on its own stream
     "queue_depth": "256",

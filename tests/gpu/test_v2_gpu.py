@@ -22,6 +22,7 @@ from harness import Daemon, Tap, np_dtype, reference, run_guarded  # noqa: E402
 
 CONFIG = {
     "backend": "cuda",
+    "host_max_mnk": "0",  # the GPU paths under test (the host path: test_host_gpu.py)
     "streams_per_device": "4",
     "queue_depth": "256",
     "max_body_mb": "512",
