@@ -10,8 +10,10 @@
 #
 #   SERVERS   "name=path ..." (default "bare new=bin/gemmd"); the name bare is
 #             build/bench/bare_mhd (bench/ceiling.sh's ceiling: the daemon's threading, same
-#             bytes), any other a gemmd binary, started with $GEMMD_CONF (config/gemmd.conf)
-#             and the flags of bench/ceiling.sh plus $GEMMD_FLAGS
+#             bytes), any other a gemmd binary, started with its own tree's config
+#             (DIR/config/gemmd.conf for DIR/bin/gemmd; else $GEMMD_CONF) and the flags of bench/ceiling.sh plus $GEMMD_FLAGS, plus $FLAGS_<name> for that
+#             server alone (one binary can then run under two names: SERVERS="host=bin/gemmd
+#             gpu=bin/gemmd" FLAGS_gpu=--host-max-mnk=0)
 #   LOADS     "size@conns ..." (default "64@64 64@1 256@64"): raw float32 products of
 #             size x size, wrk with conns connections (at most 8 threads)
 #   ROUNDS    (default 3); DURATION (default 3) seconds a load after WARMUP (default 1)
@@ -57,8 +59,11 @@ start() { # NAME=PATH or bare
     if [ "$name" = bare ]; then
         start_bare "$out/server.log" "$port" "$threads" "$limit"
     else
-        # shellcheck disable=SC2086 # GEMMD_FLAGS is a list of flags
-        start_gemmd "$out/server.log" "$path" "$port" "$threads" "$limit" ${GEMMD_FLAGS:-}
+        local own="FLAGS_$name" conf
+        conf=$(dirname "$(dirname "$path")")/config/gemmd.conf # a build reads its own keys
+        [ -f "$conf" ] || conf=${GEMMD_CONF:-config/gemmd.conf}
+        # shellcheck disable=SC2086 # GEMMD_FLAGS and FLAGS_<name> are lists of flags
+        GEMMD_CONF=$conf start_gemmd "$out/server.log" "$path" "$port" "$threads" "$limit" ${GEMMD_FLAGS:-} ${!own:-}
     fi
     pid=$!
     wait_up "http://127.0.0.1:$port" || { echo "$name did not start:"; cat "$out/server.log"; exit 1; }
@@ -71,6 +76,7 @@ echo "# rounds: $servers"
 echo
 echo "host: $(hostname), $nproc cores, $(awk -F: '/model name/ {print $2; exit}' /proc/cpuinfo | sed 's/^ *//')"
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD 2>/dev/null); wrk $("$WRK" -v 2>&1 | head -1 | awk '{print $2}')"
+for s in $servers; do own="FLAGS_${s%%=*}"; [ -n "${!own:-}" ] && echo "$own=\"${!own}\""; done
 echo "command: SERVERS=\"$servers\" LOADS=\"$loads\" ROUNDS=$rounds DURATION=$dur WARMUP=$warm HTTP_THREADS=$threads BACKEND=${BACKEND:-auto} GEMMD_FLAGS=\"${GEMMD_FLAGS:-}\" bench/rounds.sh"
 echo
 echo "| round | server | load | req/s | p50 µs | p99 µs | non-200 | host CPU busy |"
