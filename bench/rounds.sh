@@ -23,9 +23,10 @@
 #             them per request by thread kind (needs perf and tracepoint access, so root
 #             or kernel.perf_event_paranoid <= -1; skipped with a line saying so otherwise)
 #
-# Columns: requests/s, p50 and p99 in µs, answers that were not 200, and the host's CPU
-# busy share over the run (all cores: the servers and wrk together). A benchmark: nothing
-# is asserted. bench/results/h100-2026-11-27-share.md was taken with it.
+# Columns: requests/s, p50 and p99 in µs, answers with an error status (400 or above, as
+# wrk counts them), and the host's CPU busy share over the run (all cores: the servers and
+# wrk together). A benchmark: nothing is asserted. bench/results/h100-2026-11-27-share.md
+# and -host.md were taken with it.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 out=${1:-bench/out/rounds}
