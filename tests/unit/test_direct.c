@@ -23,6 +23,7 @@
 
 #include "engine.h"
 #include "gemm_ref.h"
+#include "test_gate.h"
 #include "test_job.h"
 
 enum { MAX_WORKERS = 8 };
@@ -42,9 +43,7 @@ static atomic_int fini_while_in_use;
 
 /* A gate run() can be held at (for jobs whose m is HOLD_M). */
 enum { HOLD_M = 3 };
-static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
-static int hold_open = 1, held = 0;
+static test_gate run_gate = TEST_GATE_OPEN;
 
 static void *ws_init(void *self, int index)
 {
@@ -73,40 +72,11 @@ static int ws_run(void *self, void *worker, gemm_job *job)
     if (!atomic_compare_exchange_strong(&w->in_use, &expected, 1)) atomic_fetch_add(&overlaps, 1);
     if (!pthread_equal(pthread_self(), w->owner)) atomic_fetch_add(&runs_off_owner, 1);
     atomic_fetch_add(&w->runs, 1);
-    if (job->m == HOLD_M) {
-        pthread_mutex_lock(&hold_mu);
-        held++;
-        pthread_cond_broadcast(&hold_cv);
-        while (!hold_open) pthread_cond_wait(&hold_cv, &hold_mu);
-        pthread_mutex_unlock(&hold_mu);
-    }
+    if (job->m == HOLD_M) test_gate_pass(&run_gate);
     for (volatile int spin = 0; spin < 200; spin++) {} /* a little time in the state */
     int rc = gemm_backend_cpu.run(self, NULL, job);
     atomic_store(&w->in_use, 0);
     return rc;
-}
-
-static void hold_close(void)
-{
-    pthread_mutex_lock(&hold_mu);
-    hold_open = 0;
-    held = 0;
-    pthread_mutex_unlock(&hold_mu);
-}
-
-static void hold_release(void)
-{
-    pthread_mutex_lock(&hold_mu);
-    hold_open = 1;
-    pthread_cond_broadcast(&hold_cv);
-    pthread_mutex_unlock(&hold_mu);
-}
-
-static void hold_wait(int n)
-{
-    pthread_mutex_lock(&hold_mu);
-    while (held < n) pthread_cond_wait(&hold_cv, &hold_mu);
-    pthread_mutex_unlock(&hold_mu);
 }
 
 static gemm_backend backend(void)
@@ -193,18 +163,18 @@ static void test_queues_when_busy(void **st)
 {
     (void)st;
     gemm_engine *e = open_direct(1, 0);
-    hold_close();
+    test_gate_close(&run_gate);
     test_job h, q1, q2;
     test_job_init(&h, GEMM_DTYPE_F32, HOLD_M, 4, 5, 1);
     test_job_init(&q1, GEMM_DTYPE_F32, 7, 6, 5, 2);
     test_job_init(&q2, GEMM_DTYPE_F64, 9, 3, 4, 3);
     gemm_err err;
     assert_int_equal(gemm_engine_submit(e, &h.job, &err), 0);
-    hold_wait(1); /* the worker is in run() */
+    test_gate_wait_held(&run_gate, 1); /* the worker is in run() */
     assert_int_equal(gemm_engine_submit_here(e, &q1.job, &err), 0); /* no idle worker */
     assert_int_equal(gemm_engine_submit_here(e, &q2.job, &err), 0); /* one queued */
     assert_int_equal(q1.calls + q2.calls, 0);
-    hold_release();
+    test_gate_open(&run_gate);
     test_job_wait(&h);
     test_job_wait(&q1);
     test_job_wait(&q2);
@@ -251,14 +221,14 @@ static void test_lent_worker_takes_nothing(void **st)
 {
     (void)st;
     gemm_engine *e = open_direct(1, 0);
-    hold_close();
+    test_gate_close(&run_gate);
     test_job h, q;
     test_job_init(&h, GEMM_DTYPE_F32, HOLD_M, 4, 5, 11);
     test_job_init(&q, GEMM_DTYPE_F32, 6, 7, 8, 12);
     struct lend_arg a = {e, &h, -2};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, lend_main, &a), 0);
-    hold_wait(1); /* running on the lent state */
+    test_gate_wait_held(&run_gate, 1); /* running on the lent state */
     gemm_engine_stats s;
     gemm_engine_get_stats(e, &s);
     assert_int_equal(s.running, 1);
@@ -271,7 +241,7 @@ static void test_lent_worker_takes_nothing(void **st)
     assert_int_equal(q.calls, 0);
     assert_int_equal(gemm_engine_cancel(e, &h.job), 0); /* running: flagged, not dequeued */
     assert_true(gemm_job_cancel_requested(&h.job));
-    hold_release();
+    test_gate_open(&run_gate);
     pthread_join(th, NULL);
     assert_int_equal(a.rc, 1);
     assert_int_equal(h.calls, 1);
@@ -284,16 +254,16 @@ static void test_lent_worker_takes_nothing(void **st)
     wait_not_running(e);
 
     /* close while lent: the worker does not exit (nor free its state) under the lender */
-    hold_close();
+    test_gate_close(&run_gate);
     test_job h2;
     test_job_init(&h2, GEMM_DTYPE_F32, HOLD_M, 2, 2, 13);
     struct lend_arg a2 = {e, &h2, -2};
     assert_int_equal(pthread_create(&th, NULL, lend_main, &a2), 0);
-    hold_wait(1);
+    test_gate_wait_held(&run_gate, 1);
     pthread_t closer;
     assert_int_equal(pthread_create(&closer, NULL, close_main, e), 0);
     for (int i = 0; i < 2000; i++) sched_yield();
-    hold_release();
+    test_gate_open(&run_gate);
     pthread_join(th, NULL);
     pthread_join(closer, NULL);
     assert_int_equal(a2.rc, 1);
@@ -310,13 +280,13 @@ static void test_refused_after_close(void **st)
 {
     (void)st;
     gemm_engine *e = open_direct(1, 0);
-    hold_close();
+    test_gate_close(&run_gate);
     test_job h, late;
     test_job_init(&h, GEMM_DTYPE_F32, HOLD_M, 2, 2, 21);
     test_job_init(&late, GEMM_DTYPE_F32, 2, 2, 2, 22);
     gemm_err err;
     assert_int_equal(gemm_engine_submit(e, &h.job, &err), 0);
-    hold_wait(1);
+    test_gate_wait_held(&run_gate, 1);
     pthread_t closer;
     assert_int_equal(pthread_create(&closer, NULL, close_main, e), 0);
     /* close has begun once a submit is refused */
@@ -332,7 +302,7 @@ static void test_refused_after_close(void **st)
     assert_int_equal(err.status, 503);
     assert_string_equal(err.code, "shutting_down");
     assert_int_equal(late.calls, 0);
-    hold_release();
+    test_gate_open(&run_gate);
     pthread_join(closer, NULL);
     assert_int_equal(h.calls, 1);
     test_job_free(&h);

@@ -25,6 +25,7 @@
 
 #include "engine.h"
 #include "gemm_ref.h"
+#include "test_gate.h"
 #include "test_job.h"
 
 #define BOUND (64ull * 64 * 64)
@@ -33,20 +34,12 @@ static atomic_int fake_runs;
 
 /* run() holds jobs whose m is HOLD_M while the gate is closed. */
 enum { HOLD_M = 3 };
-static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
-static int gate_open = 1, gate_held = 0;
+static test_gate run_gate = TEST_GATE_OPEN;
 
 static int fake_run(void *self, void *worker, gemm_job *job)
 {
     atomic_fetch_add(&fake_runs, 1);
-    if (job->m == HOLD_M) {
-        pthread_mutex_lock(&gate_mu);
-        gate_held++;
-        pthread_cond_broadcast(&gate_cv);
-        while (!gate_open) pthread_cond_wait(&gate_cv, &gate_mu);
-        pthread_mutex_unlock(&gate_mu);
-    }
+    if (job->m == HOLD_M) test_gate_pass(&run_gate);
     int rc = gemm_backend_cpu.run(self, worker, job);
     snprintf(job->device, sizeof job->device, "fake:0");
     job->stream = 0;
@@ -74,29 +67,6 @@ static gemm_engine *open_fake(uint64_t host_mnk, int queue_depth, const char *fa
     if (!e) fprintf(stderr, "# open: %s\n", err.message);
     assert_non_null(e);
     return e;
-}
-
-static void gate_close(void)
-{
-    pthread_mutex_lock(&gate_mu);
-    gate_open = 0;
-    gate_held = 0;
-    pthread_mutex_unlock(&gate_mu);
-}
-
-static void gate_release(void)
-{
-    pthread_mutex_lock(&gate_mu);
-    gate_open = 1;
-    pthread_cond_broadcast(&gate_cv);
-    pthread_mutex_unlock(&gate_mu);
-}
-
-static void gate_wait_held(int n)
-{
-    pthread_mutex_lock(&gate_mu);
-    while (gate_held < n) pthread_cond_wait(&gate_cv, &gate_mu);
-    pthread_mutex_unlock(&gate_mu);
 }
 
 /* Ran on the host, on this thread, before submit_here returned, and right. */
@@ -294,12 +264,12 @@ static void test_runs_while_queue_full(void **st)
 {
     (void)st;
     gemm_engine *e = open_fake(BOUND, 2, NULL);
-    gate_close();
+    test_gate_close(&run_gate);
     test_job h, q[2], x, y;
     test_job_init(&h, GEMM_DTYPE_F32, HOLD_M, 4, 5, 1);
     gemm_err err;
     assert_int_equal(gemm_engine_submit(e, &h.job, &err), 0);
-    gate_wait_held(1);
+    test_gate_wait_held(&run_gate, 1);
     for (int i = 0; i < 2; i++) {
         test_job_init(&q[i], GEMM_DTYPE_F64, 70, 70, 70, 2 + (uint64_t)i); /* over the bound: queued */
         assert_int_equal(gemm_engine_submit_here(e, &q[i].job, &err), 0);
@@ -310,7 +280,7 @@ static void test_runs_while_queue_full(void **st)
     assert_string_equal(err.code, "queue_full");
     test_job_init(&y, GEMM_DTYPE_I32, 16, 16, 16, 6);
     assert_on_host(&y, gemm_engine_submit_here(e, &y.job, &err), "host while the queue is full");
-    gate_release();
+    test_gate_open(&run_gate);
     test_job_wait(&h);
     for (int i = 0; i < 2; i++) {
         test_job_wait(&q[i]);
