@@ -24,8 +24,10 @@
 #             or kernel.perf_event_paranoid <= -1; skipped with a line saying so otherwise)
 #
 # Columns: requests/s, p50 and p99 in µs, answers with an error status (400 or above, as
-# wrk counts them), and the host's CPU busy share over the run (all cores: the servers and
-# wrk together). A benchmark: nothing is asserted. bench/results/h100-2026-11-27-share.md
+# wrk counts them), the host's CPU busy share over the run (all cores: the servers and wrk
+# together), and wrk's mean latency over the most its connections allow at its rate
+# (bench/wrk_run.sh's wrk_little: about 1 or below when wrk's figures add up; well above 1,
+# its latency figures in that run cannot be right). A benchmark: nothing is asserted. bench/results/h100-2026-11-27-share.md
 # and -host.md were taken with it.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -43,7 +45,7 @@ WRK=${WRK:-$(command -v wrk || { test -x /tmp/deps/usr/bin/wrk && echo /tmp/deps
 case " $servers " in *" bare "*) [ -x build/bench/bare_mhd ] || make -s bench >/dev/null || exit 1 ;; esac
 
 . bench/loopback.sh # free_port, wait_up, float32_body
-. bench/wrk_run.sh  # to_us, run_wrk
+. bench/wrk_run.sh  # to_us, run_wrk, wrk_little
 wrk_threads=8
 
 maxc=0
@@ -80,8 +82,8 @@ echo "date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD 2>/
 for s in $servers; do own="FLAGS_${s%%=*}"; [ -n "${!own:-}" ] && echo "$own=\"${!own}\""; done
 echo "command: SERVERS=\"$servers\" LOADS=\"$loads\" ROUNDS=$rounds DURATION=$dur WARMUP=$warm HTTP_THREADS=$threads BACKEND=${BACKEND:-auto} GEMMD_FLAGS=\"${GEMMD_FLAGS:-}\" bench/rounds.sh"
 echo
-echo "| round | server | load | req/s | p50 µs | p99 µs | non-200 | host CPU busy |"
-echo "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"
+echo "| round | server | load | req/s | p50 µs | p99 µs | non-200 | host CPU busy | mean / bound |"
+echo "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 for r in $(seq "$rounds"); do
     order=$servers
     [ $((r % 2)) = 0 ] && order=$(echo "$servers" | tr ' ' '\n' | tac | tr '\n' ' ')
@@ -97,7 +99,8 @@ for r in $(seq "$rounds"); do
             read -r rps p50 p99 bad < <(run_wrk "$(url "$l")" "$out/body-$n.bin" "$c" "$out/wrk.log")
             read -r b1 i1 < <(busy)
             cpu=$(awk -v b=$((b1 - b0)) -v i=$((i1 - i0)) 'BEGIN { if (b + i > 0) printf "%.0f%%", 100 * b / (b + i); else print "-" }')
-            printf '| %s | %s | %s² @%s | %.0f | %.0f | %.0f | %s | %s |\n' "$r" "${s%%=*}" "$n" "$c" "$rps" "$p50" "$p99" "$bad" "$cpu"
+            little=$(wrk_little "$out/wrk.log" "$c")
+            printf '| %s | %s | %s² @%s | %.0f | %.0f | %.0f | %s | %s | %s |\n' "$r" "${s%%=*}" "$n" "$c" "$rps" "$p50" "$p99" "$bad" "$cpu" "$little"
         done
         stop
     done

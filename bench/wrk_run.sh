@@ -27,3 +27,15 @@ run_wrk() { # URL BODY CONNS LOG -> "rps p50_us p99_us non200"
     bad=$(awk '/^non200:/ {print $2}' "$4")
     echo "${rps:-0} ${p50:-0} ${p99:-0} ${bad:-?}"
 }
+
+# wrk_little LOG CONNS -> wrk's mean latency over the most a closed loop of CONNS
+# connections allows at wrk's own rate (Little's law: mean <= CONNS / rate), as a ratio. Each
+# connection has one request in flight, so the ratio is about 1 or below when wrk's figures
+# add up (0.9-1.1 here: wrk's own rounding and start-up); well above 1 they cannot be right,
+# and that run's percentiles should not be trusted.
+wrk_little() {
+    local rps mean
+    rps=$(awk '/^Requests\/sec:/ {print $2}' "$1")
+    mean=$(to_us "$(awk '$1 == "Latency" {print $2; exit}' "$1")")
+    awk -v r="${rps:-0}" -v m="${mean:-0}" -v c="$2" 'BEGIN { if (r > 0 && c > 0) printf "%.2f", m * r / (c * 1e6); else print "-" }'
+}
