@@ -170,15 +170,32 @@ static void delay_ms(gemm_job *job, int ms)
 }
 
 /* Timing and GFLOP/s of a job whose products took t0..t1. */
-static void note_timing(cpu_backend *cb, gemm_job *job, double t0, double t1)
+static void kernel_time(gemm_job *job, double t0, double t1)
 {
     const uint64_t nb = gemm_job_batch(job);
     job->timing.h2d_ms = 0;
     job->timing.d2h_ms = 0;
     job->timing.kernel_ms = t1 - t0;
-    atomic_fetch_add(&cb->busy_us, (unsigned long long)(job->timing.kernel_ms * 1000.0));
     double flops = 2.0 * (double)nb * (double)job->m * (double)job->n * (double)job->k;
     job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
+}
+
+/* kernel_time, and the time counted as the backend's busy time. */
+static void note_timing(cpu_backend *cb, gemm_job *job, double t0, double t1)
+{
+    kernel_time(job, t0, t1);
+    atomic_fetch_add(&cb->busy_us, (unsigned long long)(job->timing.kernel_ms * 1000.0));
+}
+
+/* Where a product computed on the CPU says it ran: the backend's run and the host path. */
+static void ran_on_cpu(gemm_job *job)
+{
+    snprintf(job->device, sizeof job->device, "cpu");
+    job->stream = -1;
+    job->tile_used = 0;
+    job->math_used = job->dtype == GEMM_DTYPE_F32 ? GEMM_MATH_FP32 : GEMM_MATH_DEFAULT;
+    if (!job->kernel_used[0])
+        snprintf(job->kernel_used, sizeof job->kernel_used, "%s", default_kernel(job->dtype));
 }
 
 /* float16 / bfloat16 operands: A and B widened to float32 (exactly), one cblas_sgemm (float32
@@ -271,20 +288,14 @@ int gemm_host_product(gemm_job *job)
 {
     if (job->dtype != GEMM_DTYPE_F32 && job->dtype != GEMM_DTYPE_F64 && job->dtype != GEMM_DTYPE_I32)
         return gemm_err_set(&job->err, 422, "bad_dtype", "the host computes float32, float64 and int32 only");
-    snprintf(job->device, sizeof job->device, "cpu");
-    snprintf(job->kernel_used, sizeof job->kernel_used, "%s", default_kernel(job->dtype));
-    job->stream = -1;
-    job->tile_used = 0;
+    job->kernel_used[0] = '\0'; /* no validate() chose one: the default for the dtype */
     job->block[0] = '\0';
-    job->math_used = job->dtype == GEMM_DTYPE_F32 ? GEMM_MATH_FP32 : GEMM_MATH_DEFAULT;
+    ran_on_cpu(job);
     if (gemm_job_cancel_requested(job)) return gemm_job_stop_cancelled(job, "its product");
     double t0 = gemm_now_ms();
     int rc = run_products(job, 1);
-    if (rc != 0) return rc;
-    job->timing.kernel_ms = gemm_now_ms() - t0;
-    double flops = 2.0 * (double)gemm_job_batch(job) * (double)job->m * (double)job->n * (double)job->k;
-    job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
-    return 0;
+    if (rc == 0) kernel_time(job, t0, gemm_now_ms());
+    return rc;
 }
 
 static int cpu_run(void *self, void *worker, gemm_job *job)
@@ -293,12 +304,7 @@ static int cpu_run(void *self, void *worker, gemm_job *job)
     cpu_backend *cb = self;
     unsigned long long nrun = atomic_fetch_add(&cb->runs, 1) + 1;
 
-    snprintf(job->device, sizeof job->device, "cpu");
-    job->stream = -1;
-    job->tile_used = 0;
-    job->math_used = job->dtype == GEMM_DTYPE_F32 ? GEMM_MATH_FP32 : GEMM_MATH_DEFAULT;
-    if (!job->kernel_used[0])
-        snprintf(job->kernel_used, sizeof job->kernel_used, "%s", default_kernel(job->dtype));
+    ran_on_cpu(job);
 
     if (atomic_load(&cb->lost))
         return gemm_err_set(&job->err, 503, "device_unavailable",
