@@ -526,6 +526,13 @@ def random_matrix(rng, shape, dtype):
     return rng.uniform(-1.0, 1.0, size=shape).astype(np_dtype(dtype))
 
 
+def wrapping_matrix(rng, shape, dtype):
+    """random_matrix, but int32 over its whole range, so that the sums of a product wrap."""
+    if dtype == "int32":
+        return rng.integers(-2**31, 2**31, size=shape, dtype=np.int64).astype(np.int32)
+    return random_matrix(rng, shape, dtype)
+
+
 def reference(a, b, dtype):
     """C = A.B computed independently in float64 (int32: in int64, then wrapped to 32 bits)."""
     if dtype == "int32":

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "e2e"))
-from harness import SLOW, Daemon, Tap, np_dtype, reference, run_guarded, server_timing  # noqa: E402
+from harness import SLOW, Daemon, Tap, np_dtype, reference, run_guarded, server_timing, wrapping_matrix  # noqa: E402
 
 RECOVER_TIMEOUT = 120 * SLOW  # a restart re-initialises CUDA: seconds, bounded
 
@@ -45,12 +45,6 @@ def rel_err(c, ref):
     if not np.all(np.isfinite(c)):
         return float("inf")
     return float(np.linalg.norm(c - ref) / (den if den > 0 else 1.0))
-
-
-def rand(rng, shape, dtype):
-    if dtype == "int32":
-        return rng.integers(-2**31, 2**31, size=shape, dtype=np.int64).astype(np.int32)
-    return rng.uniform(-1, 1, size=shape).astype(np_dtype(dtype))
 
 
 def raw(d, a, b, dtype, query=""):
@@ -85,8 +79,8 @@ def stages_ok(r):
 
 def test_big(tap, d, rng):
     n = 4096
-    a = rand(rng, (n, n), "float32")
-    b = rand(rng, (n, n), "float32")
+    a = wrapping_matrix(rng, (n, n), "float32")
+    b = wrapping_matrix(rng, (n, n), "float32")
     ref = a.astype(np.float64) @ b.astype(np.float64)
     for kernel, math, tol in (("tiled", "", 1e-4), ("cublas", "", 1e-4), ("cublas", "tf32", 5e-3)):
         q = "&kernel=" + kernel + ("&math=" + math if math else "")
@@ -109,8 +103,8 @@ def test_blocks(tap, d, rng):
     default is the 128x64 block (reached by no tile option: tile 0). A deep product with
     few output tiles runs split-k, and says so in the block."""
     n = 1024
-    a = rand(rng, (n, n), "float32")
-    b = rand(rng, (n, n), "float32")
+    a = wrapping_matrix(rng, (n, n), "float32")
+    b = wrapping_matrix(rng, (n, n), "float32")
     for q, tile, block in (("&kernel=simt", "0", "128x64x16"),
                            ("&kernel=simt&tile=128", "128", "128x128x8"),
                            ("&kernel=simt&tile=64", "64", "64x64x16"),
@@ -129,8 +123,8 @@ def test_blocks(tap, d, rng):
     # (split-k) by default for float32 and int32; an explicit tile runs whole.
     m, k, n = 256, 8192, 256
     for dtype, tol in (("float32", 1e-5), ("int32", 0)):
-        a = rand(rng, (m, k), dtype)
-        b = rand(rng, (k, n), dtype)
+        a = wrapping_matrix(rng, (m, k), dtype)
+        b = wrapping_matrix(rng, (k, n), dtype)
         for q, tile, block in (("&kernel=simt", "0", "128x128x8 split-k 16"),
                                ("&kernel=simt&tile=128", "128", "128x128x8")):
             r, c = raw(d, a, b, dtype, query=q)
@@ -155,7 +149,7 @@ def test_concurrent(tap, d):
         kernel = kernels[(i // 3) % 4]
         if dtype == "int32" and kernel == "cublas":
             kernel = "tiled"
-        a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+        a, b = wrapping_matrix(rng, (m, k), dtype), wrapping_matrix(rng, (k, n), dtype)
         try:
             r, c = raw(d, a, b, dtype, query="&kernel=" + kernel)
             ok, why = right(c, a, b, dtype, 1e-12 if dtype == "float64" else 1e-5)
@@ -172,7 +166,7 @@ def test_concurrent(tap, d):
     tap.ok(not bad, "64 concurrent clients, mixed shapes/dtypes/kernels: all right", "\n".join(bad[:10]))
 
     rng = np.random.default_rng(7)
-    a, b = rand(rng, (8, 8), "int32"), rand(rng, (8, 8), "int32")
+    a, b = wrapping_matrix(rng, (8, 8), "int32"), wrapping_matrix(rng, (8, 8), "int32")
     r, _ = raw(d, a, b, "int32", query="&kernel=cublas")
     code = (r.json() or {}).get("error", {}).get("code") if r.status != 200 else None
     tap.ok(r.status == 422 and code == "unsupported_dtype", "int32 with kernel=cublas is refused with 422 (%s)" % code, r)
@@ -180,7 +174,7 @@ def test_concurrent(tap, d):
 
 def test_faults(tap):
     rng = np.random.default_rng(99)
-    a, b = rand(rng, (300, 200), "float32"), rand(rng, (200, 100), "float32")
+    a, b = wrapping_matrix(rng, (300, 200), "float32"), wrapping_matrix(rng, (200, 100), "float32")
     # One device: a trap on a host with several GPUs can break the process's contexts on
     # all of them (seen on two H200s, driver 580); that case is test_multigpu_gpu.py's.
     cfg = dict(BASE_CONFIG, streams_per_device="2", fault_inject="sticky:2", devices="0")
@@ -229,7 +223,7 @@ def test_faults(tap):
 
     cfg = dict(BASE_CONFIG, device_mem_limit_mb="4")
     with Daemon(tap, config=cfg) as d:
-        big_a, big_b = rand(rng, (1024, 1024), "float32"), rand(rng, (1024, 1024), "float32")
+        big_a, big_b = wrapping_matrix(rng, (1024, 1024), "float32"), wrapping_matrix(rng, (1024, 1024), "float32")
         r1, _ = raw(d, big_a, big_b, "float32")
         err = (r1.json() or {}).get("error", {})
         tap.ok(r1.status == 507 and err.get("code") == "device_out_of_memory" and "bytes" in (err.get("message") or ""),

@@ -22,19 +22,13 @@ import threading
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "e2e"))
-from harness import (Daemon, Tap, compare, metric, random_matrix, raw_answer,  # noqa: E402
-                     reference, run_guarded, server_timing)
+from harness import (Daemon, Tap, compare, metric, raw_answer, reference,  # noqa: E402
+                     run_guarded, server_timing, wrapping_matrix)
 
 CONFIG = {"backend": "cuda", "streams_per_device": "4", "http_threads": "8", "per_ip_limit": "0",
           "connection_limit": "512", "queue_depth": "256"}
 BOUND = 1 << 20
 HOST_KERNEL = {"float32": "openblas", "float64": "openblas", "int32": "blocked"}
-
-
-def rand(rng, shape, dtype):
-    if dtype == "int32":  # the full range: sums wrap
-        return rng.integers(-2**31, 2**31, size=shape, dtype=np.int64).astype(np.int32)
-    return random_matrix(rng, shape, dtype)
 
 
 def host_runs(d):
@@ -58,7 +52,7 @@ def test_small_on_host(tap, d, rng):
     n = 0
     for dtype in ("float32", "float64", "int32"):
         for (m, k, nn) in ((1, 1, 1), (37, 61, 53), (64, 64, 64), (256, 64, 64), (1, 4096, 256), (129, 5, 7)):
-            a, b = rand(rng, (m, k), dtype), rand(rng, (k, nn), dtype)
+            a, b = wrapping_matrix(rng, (m, k), dtype), wrapping_matrix(rng, (k, nn), dtype)
             r = d.matmul_raw(a, b, dtype, accept="application/octet-stream")
             c = raw_answer(r, m, nn, dtype)
             ok, why = compare(c, reference(a, b, dtype), dtype, k) if c is not None else (False, "HTTP %d" % r.status)
@@ -70,7 +64,7 @@ def test_small_on_host(tap, d, rng):
                    "%s %s %s %s" % (dev, kern, timing, why))
             n += 1
     # JSON: the answer's own fields say where it ran
-    a, b = rand(rng, (20, 30), "float64"), rand(rng, (30, 10), "float64")
+    a, b = wrapping_matrix(rng, (20, 30), "float64"), wrapping_matrix(rng, (30, 10), "float64")
     r = d.matmul_json(a, b, dtype="float64")
     j = r.json() or {}
     t = j.get("timing") or {}
@@ -83,8 +77,8 @@ def test_small_on_host(tap, d, rng):
     # a batch within the bound: its own B per product, and one B for all
     for shared in (False, True):
         bsz, m, k, nn = 6, 20, 33, 17  # 6 * 20 * 33 * 17 < 2^20
-        a = rand(rng, (bsz, m, k), "float32")
-        b = rand(rng, (k, nn) if shared else (bsz, k, nn), "float32")
+        a = wrapping_matrix(rng, (bsz, m, k), "float32")
+        b = wrapping_matrix(rng, (k, nn) if shared else (bsz, k, nn), "float32")
         q = "?m=%d&k=%d&n=%d&dtype=float32&batch=%d%s" % (m, k, nn, bsz, "&b_shared=1" if shared else "")
         r = d.curl("POST", "/v1/matmul" + q, data=a.tobytes() + b.tobytes(),
                    content_type="application/octet-stream", accept="application/octet-stream")
@@ -107,7 +101,7 @@ def test_gpu_ones(tap, d, rng, label, small_too):
     if small_too:
         cases += [("float32", (64, 64, 64), ""), ("float64", (37, 61, 53), ""), ("int32", (16, 9, 5), "")]
     for dtype, (m, k, n), q in cases:
-        a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+        a, b = wrapping_matrix(rng, (m, k), dtype), wrapping_matrix(rng, (k, n), dtype)
         if "tf32" in q:  # tf32 rounds the operands: compare loosely
             r = d.matmul_raw(a, b, dtype, accept="application/octet-stream", query=q)
             c = raw_answer(r, m, n, dtype)
@@ -120,7 +114,7 @@ def test_gpu_ones(tap, d, rng, label, small_too):
         tap.ok(ok and where == "cuda", "%s: %s %dx%dx%d%s on the GPU, right" % (label, dtype, m, k, n, q), why)
     # a batch whose products together pass the bound
     bsz, m, k, n = 33, 32, 32, 32
-    a, b = rand(rng, (bsz, m, k), "float32"), rand(rng, (bsz, k, n), "float32")
+    a, b = wrapping_matrix(rng, (bsz, m, k), "float32"), wrapping_matrix(rng, (bsz, k, n), "float32")
     r = d.curl("POST", "/v1/matmul?m=%d&k=%d&n=%d&dtype=float32&batch=%d" % (m, k, n, bsz),
                data=a.tobytes() + b.tobytes(), content_type="application/octet-stream",
                accept="application/octet-stream")
@@ -129,7 +123,7 @@ def test_gpu_ones(tap, d, rng, label, small_too):
 
 
 def test_resident_a(tap, d, rng):
-    a, b = rand(rng, (32, 32), "float32"), rand(rng, (32, 32), "float32")
+    a, b = wrapping_matrix(rng, (32, 32), "float32"), wrapping_matrix(rng, (32, 32), "float32")
     ids = []
     for x in (a, b):
         r = d.curl("POST", "/v1/matrices?rows=32&cols=32&dtype=float32", data=x.tobytes(),
@@ -159,7 +153,7 @@ def test_mixed_clients(tap, d):
         for j in range(6):
             m, k, n = shapes[(i + j) % len(shapes)]
             dtype = dtypes[(i + 2 * j) % 3]
-            a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+            a, b = wrapping_matrix(rng, (m, k), dtype), wrapping_matrix(rng, (k, n), dtype)
             try:
                 ok, where, why = product_raw(d, a, b, dtype)
             except Exception as ex:  # noqa: BLE001 - reported below
@@ -181,7 +175,7 @@ def test_mixed_clients(tap, d):
 
 
 def test_sigterm(tap, rng):
-    a, b = rand(rng, (48, 48), "float32"), rand(rng, (48, 48), "float32")
+    a, b = wrapping_matrix(rng, (48, 48), "float32"), wrapping_matrix(rng, (48, 48), "float32")
     ref = reference(a, b, "float32")
     stop = threading.Event()
     tallies = {"right": 0, "503": 0, "bad": []}

@@ -18,7 +18,7 @@ import threading
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "e2e"))
-from harness import Daemon, Tap, np_dtype, reference, run_guarded  # noqa: E402
+from harness import Daemon, Tap, reference, run_guarded, wrapping_matrix  # noqa: E402
 
 CONFIG = {
     "backend": "cuda",
@@ -31,12 +31,6 @@ CONFIG = {
 }
 V2 = {"float32": "FP32", "float64": "FP64", "int32": "INT32"}
 INFER = "/v2/models/matmul/infer"
-
-
-def rand(rng, shape, dtype):
-    if dtype == "int32":
-        return rng.integers(-2**31, 2**31, size=shape, dtype=np.int64).astype(np.int32)
-    return rng.uniform(-1, 1, size=shape).astype(np_dtype(dtype))
 
 
 def rel_err(c, ref):
@@ -83,8 +77,8 @@ def main(tap):
     rng = np.random.default_rng(1313)
     with Daemon(tap, config=CONFIG) as d:
         n = 2048
-        a = rand(rng, (n, n), "float32")
-        b = rand(rng, (n, n), "float32")
+        a = wrapping_matrix(rng, (n, n), "float32")
+        b = wrapping_matrix(rng, (n, n), "float32")
         for params, tol, math in ((None, 1e-4, "fp32"), ({"kernel": "cublas"}, 1e-4, "fp32"),
                                   ({"kernel": "cublas", "math": "tf32"}, 1e-2, "tf32")):
             r, hdr, c = infer_binary(d, a, b, "float32", params)
@@ -94,16 +88,16 @@ def main(tap):
                    and r.header("content-type") == "application/octet-stream",
                    "v2 binary %d^2 FP32 %s: right, math %s reported" % (n, params or "auto", math), (why, p, r))
         for dtype, (m, k, nn) in (("float64", (333, 517, 129)), ("int32", (257, 131, 263)), ("float32", (1, 4097, 3))):
-            a2 = rand(rng, (m, k), dtype)
-            b2 = rand(rng, (k, nn), dtype)
+            a2 = wrapping_matrix(rng, (m, k), dtype)
+            b2 = wrapping_matrix(rng, (k, nn), dtype)
             r, hdr, c = infer_binary(d, a2, b2, dtype)
             ok, why = check(dtype, c, a2, b2, 1e-4 if dtype == "float32" else 1e-12)
             tap.ok(ok and hdr.get("outputs", [{}])[0].get("datatype") == V2[dtype],
                    "v2 binary %s %dx%dx%d on the GPU: right" % (V2[dtype], m, k, nn), (why, r))
 
         # JSON in and out
-        a3 = rand(rng, (17, 33), "float64")
-        b3 = rand(rng, (33, 9), "float64")
+        a3 = wrapping_matrix(rng, (17, 33), "float64")
+        b3 = wrapping_matrix(rng, (33, 9), "float64")
         body = json.dumps({"inputs": [{"name": "A", "shape": [17, 33], "datatype": "FP64", "data": a3.tolist()},
                                       {"name": "B", "shape": [33, 9], "datatype": "FP64", "data": b3.ravel().tolist()}]})
         r = d.curl("POST", INFER, data=body.encode())
@@ -113,8 +107,8 @@ def main(tap):
         tap.ok(ok, "v2 JSON FP64 on the GPU: right", (why, r))
 
         # the same product through both doors
-        a4 = rand(rng, (1024, 768), "float32")
-        b4 = rand(rng, (768, 640), "float32")
+        a4 = wrapping_matrix(rng, (1024, 768), "float32")
+        b4 = wrapping_matrix(rng, (768, 640), "float32")
         r1 = d.matmul_raw(a4, b4, "float32", accept="application/octet-stream", query="&kernel=cublas")
         _, _, c2 = infer_binary(d, a4, b4, "float32", {"kernel": "cublas"})
         c1 = np.frombuffer(r1.body, np.float32).reshape(1024, 640) if r1.status == 200 and len(r1.body) == 1024 * 640 * 4 else None
@@ -129,8 +123,8 @@ def main(tap):
             lrng = np.random.default_rng(1000 + i)
             dtype = ("float32", "float64", "int32")[i % 3]
             m, k, nn = 64 + 37 * i, 96 + 11 * i, 32 + 19 * i
-            a5 = rand(lrng, (m, k), dtype)
-            b5 = rand(lrng, (k, nn), dtype)
+            a5 = wrapping_matrix(lrng, (m, k), dtype)
+            b5 = wrapping_matrix(lrng, (k, nn), dtype)
             _, _, c = infer_binary(d, a5, b5, dtype)
             ok, why = check(dtype, c, a5, b5, 1e-4 if dtype == "float32" else 1e-12)
             with lock:
