@@ -1,11 +1,11 @@
 /*
- * http.c - the libmicrohttpd daemon: options, routing, the access handler's life cycle
- * (headers, body chunks, end of body, resume), per-request log lines and shutdown.
+ * http.c - the libmicrohttpd daemon: options, the access handler's life cycle (headers,
+ * body chunks, end of body, resume), per-request log lines and shutdown.
  *
- * The access handler is called once with the headers (route, method, auth, limits and
- * media type are checked there, so 4xx answers go out before a byte of the body is
- * read), once per body chunk, once at the end of the body, and once more after a
- * suspended product is resumed by the engine's done().
+ * The access handler is called once with the headers (the route is looked up in the
+ * route table, routes.h; method, auth, limits and media type are checked there, so 4xx
+ * answers go out before a byte of the body is read), once per body chunk, once at the
+ * end of the body, and once more after a suspended request is resumed (sync.h).
  */
 #include "http.h"
 
@@ -28,15 +28,13 @@
 #include "offload.h"
 #include "respond.h"
 #include "routes.h"
-#include "routes_v2.h"
+#include "sync.h"
 
 /* After a body error the rest is read and dropped, up to this much, so the client
  * gets the error; past it the connection is closed. */
 #define GEMMD_DISCARD_MAX (64ull * 1024 * 1024)
 /* Threads that encode big JSON answers (the HTTP threads stay free for the rest). */
 #define GEMMD_OFFLOAD_THREADS 2
-/* Locks the synchronous products' handshakes are spread over (see struct gemmd_server). */
-#define SYNC_STRIPES 16
 
 /* The server: its services (request.h: what routes work with) and the HTTP layer's own
  * state, which no other file sees. */
@@ -44,34 +42,7 @@ struct gemmd_server {
     gemmd_services svc;
     struct MHD_Daemon *daemon;
     char url[128];
-    _Atomic int stopping;
-    _Atomic int inflight;      /* requests between first call and NOTIFY_COMPLETED */
-    /* A request's refs, its suspend/resume handshake (suspended, job_done, abandoned) and
-     * its place on a pending list are guarded by the lock of its stripe, one of
-     * SYNC_STRIPES picked by the request's address (stripe_of): no lock is shared by all
-     * requests, so HTTP threads and engine workers answering different products rarely
-     * meet on one. A stripe's lock is never held while calling the engine or another
-     * lock's owner, and never with another stripe's, except that shutdown takes all of
-     * them in index order to set stopping (set_stopping). The job store and the engine have
-     * their own locks, never taken under it, so each is a plain, non-recursive mutex.
-     * (gemmd_sync_done may start an offload under it: the offload queue's own lock is
-     * taken after it, never the other way.) */
-    struct sync_stripe {
-        pthread_mutex_t mu;
-        gemmd_request *pending; /* this stripe's synchronous products on the engine */
-        /* never read: keeps the stripes' locks on different cache lines */
-        // cppcheck-suppress unusedStructMember
-        char pad[64];
-    } stripe[SYNC_STRIPES];
-    _Atomic int npending;      /* synchronous products on the engine, all stripes */
-    /* answer_spin_us: a small product queued while at most spin_pending others are in
-     * flight is polled for this long before its connection is suspended (0: never) */
-    long spin_ns;
-    int spin_pending;
-    uint64_t spin_mnk;
-    int direct; /* direct_run: such a product may run on its HTTP thread (submit_here) */
     gemmd_budget_alloc_ctx alloc_ctx, lazy_ctx;
-    gemmd_conns *conns;        /* connection limits and deadlines */
 };
 
 struct gemmd_server_ext {
@@ -94,12 +65,6 @@ static size_t gemmd_read_increment(size_t buffer)
 }
 
 /* ---- routing ------------------------------------------------------------------ */
-
-/* [instance_id "-"] 32 hex digits (instance.h); the owner may be another instance. */
-static int is_job_id(const char *s, size_t n)
-{
-    return gemmd_instance_id_valid(s, n);
-}
 
 static int is_hex(char c)
 {
@@ -131,136 +96,48 @@ static void scrub_ids(char *s)
     *w = '\0';
 }
 
-/* The path as log lines show it: a job id is a capability, so /v1/jobs/{id}[/result]
- * keeps only the route (the id's instance and first GEMMD_JOB_SHORT_LEN digits go in
- * job=), and any other long hex run is cut too. */
+/* The path as log lines show it: a route's pattern when it has parameters (a job or
+ * matrix id is a capability: its instance and first GEMMD_JOB_SHORT_LEN digits go in
+ * job= or matrix=), else the path with any long hex run cut. */
 static const char *log_path(const gemmd_request *req, char *out, size_t cap)
 {
-    static const char jobs[] = "/v1/jobs/";
-    if (strncmp(req->path, "/v1/matrices/", 13) == 0) {
-        snprintf(out, cap, "/v1/matrices/{id}");
-    } else if (strncmp(req->path, jobs, sizeof jobs - 1) != 0) {
-        snprintf(out, cap, "%s", req->path);
-    } else {
-        const char *slash = strchr(req->path + sizeof jobs - 1, '/');
-        snprintf(out, cap, "/v1/jobs/{id}%.40s", slash ? slash : "");
-    }
+    if (req->route && strchr(req->route->pattern, '{')) snprintf(out, cap, "%s", req->route->pattern);
+    else snprintf(out, cap, "%s", req->path);
     scrub_ids(out);
     return out;
 }
 
-/* Sets req->route and req->allow from the path; returns 0, or -1 for an unknown path. */
+/* Matches the route; a path parameter {id} becomes req->job_id when it is a job or matrix
+ * id ([instance_id-]32 hex digits), else "" (the handler answers 404). 0, or the status
+ * (404, 405) to refuse the request with. */
 static int resolve(gemmd_request *req, const char *url, const char *method)
 {
-    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-    int post = strcmp(method, "POST") == 0;
-    int del = strcmp(method, "DELETE") == 0;
-    int put = strcmp(method, "PUT") == 0;
-    static const char jobs[] = "/v1/jobs/";
-    if (gemmd_v2_match(url)) return gemmd_v2_resolve(req, url, method);
-    static const char mats[] = "/v1/matrices/";
-    if (strcmp(url, "/v1/matrices") == 0) {
-        req->allow = "GET, HEAD, POST";
-        req->route = post ? GEMMD_ROUTE_MATRIX_CREATE : GEMMD_ROUTE_MATRIX_LIST;
-        return post || get ? 0 : 1;
+    int status = 0;
+    req->route = gemmd_routes_match(method, url, req->param, 2, &status, req->allow, sizeof req->allow);
+    if (!req->route) return status;
+    if (strstr(req->route->pattern, "{id}")) {
+        const char *id = req->param[0];
+        if (gemmd_instance_id_valid(id, strlen(id))) snprintf(req->job_id, sizeof req->job_id, "%s", id);
     }
-    if (strncmp(url, mats, sizeof mats - 1) == 0) {
-        const char *id = url + sizeof mats - 1;
-        size_t n = strlen(id);
-        if (strchr(id, '/')) return -1;
-        req->allow = "GET, HEAD, PUT, DELETE";
-        req->route = del ? GEMMD_ROUTE_MATRIX_DELETE : put ? GEMMD_ROUTE_MATRIX_PUT : GEMMD_ROUTE_MATRIX_GET;
-        size_t keep = n < sizeof req->job_id - 1 ? n : sizeof req->job_id - 1;
-        snprintf(req->job_id, sizeof req->job_id, "%.*s", (int)keep, id);
-        if (!is_job_id(id, n)) req->job_id[0] = '\0';
-        return get || del || put ? 0 : 1;
-    }
-    if (strcmp(url, "/v1/matmul") == 0) {
-        req->allow = "POST";
-        req->route = GEMMD_ROUTE_MATMUL;
-        return post ? 0 : 1;
-    }
-    if (strcmp(url, "/v1/jobs") == 0) {
-        req->allow = "POST";
-        req->route = GEMMD_ROUTE_JOBS_SUBMIT;
-        return post ? 0 : 1;
-    }
-    if (strncmp(url, jobs, sizeof jobs - 1) == 0) {
-        const char *id = url + sizeof jobs - 1;
-        const char *slash = strchr(id, '/');
-        size_t n = slash ? (size_t)(slash - id) : strlen(id);
-        size_t keep = n < sizeof req->job_id - 1 ? n : sizeof req->job_id - 1;
-        snprintf(req->job_id, sizeof req->job_id, "%.*s", (int)keep, id);
-        if (!slash) {
-            req->allow = "GET, HEAD, DELETE";
-            req->route = del ? GEMMD_ROUTE_JOB_DELETE : GEMMD_ROUTE_JOB_STATUS;
-            if (!get && !del) return 1;
-        } else if (strcmp(slash, "/result") == 0) {
-            req->allow = "GET, HEAD";
-            req->route = GEMMD_ROUTE_JOB_RESULT;
-            if (!get) return 1;
-        } else {
-            return -1;
-        }
-        if (!is_job_id(id, n)) req->job_id[0] = '\0';
-        return 0;
-    }
-    static const struct { const char *path; gemmd_route route; } fixed[] = {
-        {"/healthz", GEMMD_ROUTE_HEALTHZ}, {"/readyz", GEMMD_ROUTE_READYZ},
-        {"/v1/info", GEMMD_ROUTE_INFO},    {"/metrics", GEMMD_ROUTE_METRICS},
-    };
-    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
-        if (strcmp(url, fixed[i].path) == 0) {
-            req->allow = "GET, HEAD";
-            req->route = fixed[i].route;
-            return get ? 0 : 1;
-        }
-    }
-    return -1;
-}
-
-static enum MHD_Result dispatch_get(gemmd_request *req)
-{
-    switch (req->route) {
-    case GEMMD_ROUTE_HEALTHZ: return gemmd_route_healthz(req);
-    case GEMMD_ROUTE_READYZ: return gemmd_route_readyz(req);
-    case GEMMD_ROUTE_INFO: return gemmd_route_info(req);
-    case GEMMD_ROUTE_METRICS: return gemmd_route_metrics(req);
-    case GEMMD_ROUTE_MATRIX_LIST: return gemmd_route_matrix_list(req);
-    case GEMMD_ROUTE_MATRIX_GET:
-    case GEMMD_ROUTE_MATRIX_DELETE:
-        if (!req->job_id[0])
-            return gemmd_respond_errorf(req, 404, "matrix_not_found", "that is not a matrix id ([instance_id-]32 hex digits)");
-        return req->route == GEMMD_ROUTE_MATRIX_GET ? gemmd_route_matrix_get(req) : gemmd_route_matrix_delete(req);
-    case GEMMD_ROUTE_JOB_STATUS:
-    case GEMMD_ROUTE_JOB_RESULT:
-    case GEMMD_ROUTE_JOB_DELETE:
-        if (!req->job_id[0])
-            return gemmd_respond_errorf(req, 404, "job_not_found",
-                                        "that is not a job id ([instance_id-]32 hex digits)");
-        if (req->route == GEMMD_ROUTE_JOB_STATUS) return gemmd_route_job_status(req);
-        if (req->route == GEMMD_ROUTE_JOB_RESULT) return gemmd_route_job_result(req);
-        return gemmd_route_job_delete(req);
-    default: return gemmd_respond_errorf(req, 500, "internal_error", "no handler for this route");
-    }
+    return 0;
 }
 
 /* First call: everything that can be decided from the request line and headers. */
 static enum MHD_Result start_request(gemmd_request *req, const char *url, const char *method)
 {
-    gemmd_server *srv = req->srv;
+    gemmd_services *svc = req->svc;
     int r = resolve(req, url, method);
-    if (r < 0) {
-        req->route = GEMMD_ROUTE_OTHER;
-        return gemmd_respond_errorf(req, 404, "not_found",
-                                    "no route %.60s; see GET /v1/info and the API reference", url);
-    }
-    if (r > 0)
+    if (r == 404 && strncmp(url, "/v2", 3) == 0 && (url[3] == '\0' || url[3] == '/'))
+        return gemmd_v2_not_found(req, url);
+    if (r == 404)
+        return gemmd_respond_errorf(req, 404, "not_found", "no route %.60s; see GET /v1/info and the API reference",
+                                    url);
+    if (r == 405)
         return gemmd_respond_errorf(req, 405, "method_not_allowed", "%.60s does not take %s (allowed: %s)", url,
                                     method, req->allow);
-    if (srv->svc.auth && req->route != GEMMD_ROUTE_HEALTHZ && req->route != GEMMD_ROUTE_READYZ &&
-        req->route != GEMMD_ROUTE_V2_HEALTH) {
-        int who = gemmd_auth_identify(srv->svc.auth, gemmd_request_header(req, MHD_HTTP_HEADER_AUTHORIZATION));
+    const gemmd_route_desc *route = req->route;
+    if (svc->auth && !(route->flags & GEMMD_OPEN)) {
+        int who = gemmd_auth_identify(svc->auth, gemmd_request_header(req, MHD_HTTP_HEADER_AUTHORIZATION));
         if (who < 0) {
             LOG_DEBUG("request refused: no known bearer token");
             return gemmd_respond_errorf(req, 401, "unauthorized",
@@ -268,30 +145,17 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
         }
         req->owner = who + 1; /* jobs.h: 0 is "no tokens configured" */
     }
-
-    if (gemmd_route_is_v2(req->route)) return gemmd_v2_start(req);
-    if (req->route != GEMMD_ROUTE_MATMUL && req->route != GEMMD_ROUTE_JOBS_SUBMIT &&
-        req->route != GEMMD_ROUTE_MATRIX_CREATE && req->route != GEMMD_ROUTE_MATRIX_PUT)
-        return dispatch_get(req);
-
-    if (atomic_load(&srv->stopping))
+    if ((route->flags & GEMMD_STOPS) && atomic_load(&svc->stopping))
         return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
-    if (gemmd_body_begin(req) != 0) {
+    if (!route->begin) return route->handler(req);
+    if (route->begin(req) != 0) {
         LOG_DEBUG("request refused before its body: %d %s", req->err.status, req->err.code);
         return gemmd_respond_error(req, &req->err);
     }
-    req->answer = req->family;
-    if (req->route == GEMMD_ROUTE_MATMUL) {
-        req->answer = gemmd_negotiate(gemmd_request_header(req, MHD_HTTP_HEADER_ACCEPT), req->family);
-        if (req->answer == GEMMD_FMT_NONE)
-            return gemmd_respond_errorf(req, 406, "not_acceptable",
-                                        "Accept offers nothing this server answers: use application/json, "
-                                        "application/octet-stream or application/x-npy (or */*)");
-    }
     req->phase = REQ_BODY;
     LOG_DEBUG("request body admitted: %s length=%s%llu limit=%llu", gemmd_format_mime(req->family),
-              req->has_length ? "" : "chunked, at most ", (unsigned long long)(req->has_length ? req->content_length : req->limit),
-              (unsigned long long)req->limit);
+              req->has_length ? "" : "chunked, at most ",
+              (unsigned long long)(req->has_length ? req->content_length : req->limit), (unsigned long long)req->limit);
     return MHD_YES;
 }
 
@@ -351,13 +215,12 @@ static int has_body(gemmd_request *req)
 
 static enum MHD_Result body_complete(gemmd_request *req)
 {
-    if (gemmd_route_is_v2(req->route)) return gemmd_v2_body_done(req);
     if (req->failed) {
         LOG_DEBUG("request body refused: %d %s after %llu bytes", req->err.status, req->err.code,
                   (unsigned long long)req->bytes_in);
         return gemmd_respond_error(req, &req->err);
     }
-    if (gemmd_body_finish(req) != 0) {
+    if (req->route->finish(req) != 0) {
         LOG_DEBUG("request body refused: %d %s", req->err.status, req->err.code);
         return gemmd_respond_error(req, &req->err);
     }
@@ -365,10 +228,18 @@ static enum MHD_Result body_complete(gemmd_request *req)
               gemm_dtype_name(req->a.dtype), (unsigned long long)req->a.rows, (unsigned long long)req->a.cols,
               (unsigned long long)req->b.rows, (unsigned long long)req->b.cols, (unsigned long long)req->bytes_in,
               req->t_body_ms - req->t_start_ms, req->t_decoded_ms - req->t_body_ms);
-    if (req->route == GEMMD_ROUTE_MATMUL) return gemmd_route_matmul(req);
-    if (req->route == GEMMD_ROUTE_MATRIX_CREATE) return gemmd_route_matrix_create(req);
-    if (req->route == GEMMD_ROUTE_MATRIX_PUT) return gemmd_route_matrix_put(req);
-    return gemmd_route_jobs_submit(req);
+    return req->route->handler(req);
+}
+
+/* A connection resumed after its product (or its answer's encoding) is done, or after
+ * shutdown gave up on it. */
+static enum MHD_Result resumed(gemmd_request *req)
+{
+    switch (gemmd_sync_status(req)) {
+    case GEMMD_SYNC_DONE: return req->route->answer(req);
+    case GEMMD_SYNC_ABANDONED: return gemmd_respond_abandoned(req);
+    default: return MHD_YES;
+    }
 }
 
 /* A connection over connection_limit or per_ip_limit. On plain HTTP the 503 was written
@@ -376,8 +247,8 @@ static enum MHD_Result body_complete(gemmd_request *req)
  * here, and closed after the answer. */
 static enum MHD_Result refuse_connection(gemmd_request *req, const char *code, const char *msg)
 {
-    req->route = GEMMD_ROUTE_OTHER;
-    if (!req->srv->svc.cfg.tls_cert[0]) return MHD_NO;
+    req->route = NULL;
+    if (!req->svc->cfg.tls_cert[0]) return MHD_NO;
     req->close_conn = 1;
     return gemmd_respond_errorf(req, 503, code, "%s", msg);
 }
@@ -394,10 +265,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         /* this thread takes and gives back the blocks of every request it reads: the
          * engine's host cache may keep them for it (gemm_alloc_mark_busy_thread) */
         gemm_alloc_mark_busy_thread();
-        req = gemmd_request_new(srv, conn, method, url);
+        req = gemmd_request_new(&srv->svc, conn, method, url);
         if (!req) return MHD_NO;
         *con_cls = req;
-        atomic_fetch_add(&srv->inflight, 1);
+        atomic_fetch_add(&srv->svc.inflight, 1);
         req->cx = gemmd_conn_of(conn);
         gemmd_conn_head(req->cx);
         const char *why_msg = NULL;
@@ -420,8 +291,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_data_size) {
         gemmd_conn_body(req->cx, *upload_data_size);
         if (req->phase == REQ_BODY) {
-            if (gemmd_route_is_v2(req->route)) gemmd_v2_body_feed(req, upload_data, *upload_data_size);
-            else gemmd_body_feed(req, upload_data, *upload_data_size);
+            req->route->feed(req, upload_data, *upload_data_size);
             if (req->failed && req->discarded > GEMMD_DISCARD_MAX) return MHD_NO;
         } else {
             req->bytes_in += *upload_data_size;
@@ -439,7 +309,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (req->phase == REQ_WAIT) gemmd_conn_wait(req->cx); /* no deadline on the engine */
         return rc;
     }
-    if (req->phase == REQ_WAIT) return gemmd_route_matmul_resumed(req);
+    if (req->phase == REQ_WAIT) return resumed(req);
     return MHD_YES;
 }
 
@@ -456,7 +326,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     const char *reason = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : "other";
     char lp[176], job[GEMMD_INSTANCE_MAX + 24] = "";
     log_path(req, lp, sizeof lp);
-    int mat = req->route >= GEMMD_ROUTE_MATRIX_CREATE && req->route <= GEMMD_ROUTE_MATRIX_DELETE;
+    int mat = req->route && strncmp(req->route->pattern, "/v1/matrices", 12) == 0;
     if (req->job_id[0]) snprintf(job, sizeof job, " %s=%.*s", mat ? "matrix" : "job", GEMMD_JOB_LOG_ID(req->job_id));
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
         LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f", req->method, lp, job,
@@ -464,12 +334,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     else
         LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f ended=%s", req->method, lp, job,
                  req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms, reason);
-    gemmd_metrics_request(req->route, req->status, ms / 1000.0, req->bytes_in,
+    gemmd_metrics_request(gemmd_route_slot(req->route), req->status, ms / 1000.0, req->bytes_in,
                           toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? req->bytes_out : 0);
     gemmd_conn_request_done(req->cx);
     /* A product still on the engine (shutdown gave up on it) keeps req until its done(). */
     gemmd_request_release(req);
-    atomic_fetch_sub(&srv->inflight, 1);
+    atomic_fetch_sub(&srv->svc.inflight, 1);
 }
 
 /* libmicrohttpd's own messages (client went away, TLS handshake failed, ...) become
@@ -485,299 +355,6 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
         if ((unsigned char)*p < 0x20) *p = ' ';
     scrub_ids(line); /* its messages may quote a URL */
     LOG_INFO("http: %s", line);
-}
-
-/* ---- what routes may ask of the HTTP layer (request.h) ----------------------------- */
-
-gemmd_services *gemmd_server_services(gemmd_server *srv) { return &srv->svc; }
-
-int gemmd_server_stopping(const gemmd_server *srv) { return atomic_load(&srv->stopping); }
-
-int gemmd_server_inflight(const gemmd_server *srv) { return atomic_load(&srv->inflight); }
-
-void gemmd_server_conns_stats(const gemmd_server *srv, gemmd_conns_stats *out)
-{
-    gemmd_conns_get_stats(srv->conns, out);
-}
-
-/* The stripe whose lock guards req (see struct gemmd_server): a multiplicative hash of its
- * address, so that requests allocated side by side spread over the stripes. */
-static struct sync_stripe *stripe_of(gemmd_server *srv, const gemmd_request *req)
-{
-    uint64_t h = (uint64_t)(uintptr_t)req * 0x9E3779B97F4A7C15ull;
-    return &srv->stripe[(h >> 32) % SYNC_STRIPES];
-}
-
-static pthread_mutex_t *lock_of(gemmd_server *srv, const gemmd_request *req)
-{
-    return &stripe_of(srv, req)->mu;
-}
-
-/* Caller holds req's stripe lock. */
-static void pending_unlink(gemmd_server *srv, gemmd_request *req)
-{
-    struct sync_stripe *st = stripe_of(srv, req);
-    if (req->pend_prev || st->pending == req) atomic_fetch_sub(&srv->npending, 1);
-    if (req->pend_prev)
-        req->pend_prev->pend_next = req->pend_next;
-    else if (st->pending == req)
-        st->pending = req->pend_next;
-    if (req->pend_next) req->pend_next->pend_prev = req->pend_prev;
-    req->pend_next = req->pend_prev = NULL;
-}
-
-/* Drops one reference (req's stripe lock held); 1 when the caller must free req after
- * unlocking. */
-static int req_unref_locked(gemmd_request *req) { return --req->refs == 0; }
-
-void gemmd_request_release(gemmd_request *req)
-{
-    pthread_mutex_t *mu = lock_of(req->srv, req);
-    pthread_mutex_lock(mu);
-    int last = req_unref_locked(req);
-    pthread_mutex_unlock(mu);
-    if (last) gemmd_request_free(req);
-}
-
-/* Shutdown: stopping is set with every stripe's lock held (taken in index order), so a
- * product that gemmd_sync_begin did not refuse is already on its stripe's list. */
-static void set_stopping(gemmd_server *srv)
-{
-    for (int i = 0; i < SYNC_STRIPES; i++) pthread_mutex_lock(&srv->stripe[i].mu);
-    atomic_store(&srv->stopping, 1);
-    for (int i = SYNC_STRIPES - 1; i >= 0; i--) pthread_mutex_unlock(&srv->stripe[i].mu);
-}
-
-int gemmd_sync_begin(gemmd_request *req)
-{
-    gemmd_server *srv = req->srv;
-    struct sync_stripe *st = stripe_of(srv, req);
-    /* Listed before it is submitted, under a lock that shutdown holds while it sets
-     * stopping: a product shutdown does not refuse is one it will find in the lists. */
-    pthread_mutex_lock(&st->mu);
-    if (atomic_load(&srv->stopping)) {
-        pthread_mutex_unlock(&st->mu);
-        return -1;
-    }
-    req->pend_prev = NULL;
-    req->pend_next = st->pending;
-    if (st->pending) st->pending->pend_prev = req;
-    st->pending = req;
-    atomic_fetch_add(&srv->npending, 1);
-    req->refs++; /* the engine's, dropped by done() */
-    req->phase = REQ_WAIT;
-    pthread_mutex_unlock(&st->mu);
-    return 0;
-}
-
-void gemmd_sync_refused(gemmd_request *req)
-{
-    gemmd_server *srv = req->srv;
-    pthread_mutex_t *mu = lock_of(srv, req);
-    pthread_mutex_lock(mu);
-    pending_unlink(srv, req);
-    req->refs--; /* never the last: the connection's is held */
-    req->phase = REQ_BODY;
-    pthread_mutex_unlock(mu);
-}
-
-/* Where the handshake stands (req's stripe lock held). */
-static int sync_state_locked(const gemmd_request *req)
-{
-    return req->job_done ? GEMMD_SYNC_DONE : req->abandoned ? GEMMD_SYNC_ABANDONED : GEMMD_SYNC_SUSPENDED;
-}
-
-/* A small product (as the engine coalesces them) while at most spin_pending others are
- * in flight (req counts: gemmd_sync_begin listed it). */
-static int small_and_few(const gemmd_server *srv, const gemmd_request *req)
-{
-    const gemm_job *job = &req->job;
-    double mnk = (double)job->m * (double)job->n * (double)job->k * (double)gemm_job_batch(job);
-    return mnk <= (double)srv->spin_mnk && atomic_load(&srv->npending) <= srv->spin_pending + 1;
-}
-
-int gemmd_sync_direct(const gemmd_request *req)
-{
-    return gemm_engine_runs_on_host(req->srv->svc.engine, &req->job) ||
-           (req->srv->direct && small_and_few(req->srv, req));
-}
-
-/* A small product queued while the engine is nearly idle is done within tens of
- * microseconds: this HTTP thread polls for it (the lock is taken only once the job has
- * ended, for done()'s mark) and answers in the same call, instead of suspending the
- * connection and being woken to resume it (epoll changes and a wake-up through
- * libmicrohttpd's inter-thread channel). Only while at most spin_pending products are in
- * flight, so that under load the threads stay free for other connections. Returns with
- * mu (req's stripe lock) held. */
-static void lock_after_spin(gemmd_server *srv, gemmd_request *req, pthread_mutex_t *mu)
-{
-    if (srv->spin_ns <= 0 || !small_and_few(srv, req)) {
-        pthread_mutex_lock(mu);
-        return;
-    }
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (unsigned i = 0;; i++) {
-        int st = atomic_load_explicit(&req->job.state, memory_order_acquire);
-        if (st != GEMM_JOB_QUEUED && st != GEMM_JOB_RUNNING) { /* ended: done() marks it next */
-            pthread_mutex_lock(mu);
-            if (req->job_done || req->abandoned) return;
-            pthread_mutex_unlock(mu);
-        }
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-        if ((i & 31) == 0) {
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            if ((long)(t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) >= srv->spin_ns) break;
-        }
-    }
-    pthread_mutex_lock(mu);
-}
-
-int gemmd_sync_wait(gemmd_request *req)
-{
-    gemmd_server *srv = req->srv;
-    /* Shutdown began while it was being submitted: cancel it now (done() may run here).
-     * req cannot go away meanwhile: this connection holds it and is ours until we return. */
-    if (atomic_load(&srv->stopping)) gemm_engine_cancel(srv->svc.engine, &req->job);
-    pthread_mutex_t *mu = lock_of(srv, req);
-    lock_after_spin(srv, req, mu);
-    int r = sync_state_locked(req);
-    if (r == GEMMD_SYNC_SUSPENDED) {
-        req->suspended = 1;
-        MHD_suspend_connection(req->conn);
-    }
-    pthread_mutex_unlock(mu);
-    return r;
-}
-
-int gemmd_sync_status(gemmd_request *req)
-{
-    pthread_mutex_t *mu = lock_of(req->srv, req);
-    pthread_mutex_lock(mu);
-    int r = sync_state_locked(req);
-    pthread_mutex_unlock(mu);
-    return r;
-}
-
-void gemmd_sync_done(gemmd_request *req, int (*offload)(gemmd_request *req))
-{
-    gemmd_server *srv = req->srv;
-    struct MHD_Connection *conn = req->conn;
-    pthread_mutex_t *mu = lock_of(srv, req);
-    pthread_mutex_lock(mu);
-    pending_unlink(srv, req);
-    if (offload && !req->abandoned && offload(req) == 0) {
-        /* the offloaded answer resumes the connection and drops the engine's reference */
-        pthread_mutex_unlock(mu);
-        return;
-    }
-    req->job_done = 1;
-    int resume = req->suspended;
-    req->suspended = 0;
-    int last = req_unref_locked(req); /* the engine's */
-    pthread_mutex_unlock(mu);
-    /* From here on req may be answered and freed by an HTTP thread (unless last): only
-     * conn is used. A suspended connection stays open until resumed here, and MHD is
-     * never stopped while one is suspended. */
-    LOG_DEBUG("product done%s", last ? " (its connection was closed at shutdown)" : resume ? ": resuming" : "");
-    if (resume) MHD_resume_connection(conn);
-    if (last) gemmd_request_free(req);
-}
-
-void gemmd_sync_resume(gemmd_request *req, int engine_ref)
-{
-    struct MHD_Connection *conn = req->conn;
-    pthread_mutex_t *mu = lock_of(req->srv, req);
-    pthread_mutex_lock(mu);
-    req->job_done = 1;
-    int resume = req->suspended;
-    req->suspended = 0;
-    int last = engine_ref && req_unref_locked(req); /* a product's: done() handed it over */
-    pthread_mutex_unlock(mu);
-    if (resume) MHD_resume_connection(conn);
-    if (last) gemmd_request_free(req);
-}
-
-int gemmd_sync_suspend_for(gemmd_request *req, int (*start)(gemmd_request *req))
-{
-    pthread_mutex_t *mu = lock_of(req->srv, req);
-    pthread_mutex_lock(mu);
-    if (start(req) != 0) {
-        pthread_mutex_unlock(mu);
-        return -1;
-    }
-    req->phase = REQ_WAIT;
-    req->suspended = 1;
-    MHD_suspend_connection(req->conn);
-    pthread_mutex_unlock(mu);
-    return 0;
-}
-
-/* The pending requests (all, or only those still queued), each with a hold taken, chained
- * on hold_next; gemmd_request_release() drops the holds. */
-static gemmd_request *hold_pending(gemmd_server *srv, int queued_only)
-{
-    gemmd_request *held = NULL;
-    for (int i = 0; i < SYNC_STRIPES; i++) {
-        struct sync_stripe *st = &srv->stripe[i];
-        pthread_mutex_lock(&st->mu);
-        for (gemmd_request *r = st->pending; r; r = r->pend_next) {
-            if (queued_only && atomic_load(&r->job.state) != GEMM_JOB_QUEUED) continue;
-            r->refs++;
-            r->hold_next = held;
-            held = r;
-        }
-        pthread_mutex_unlock(&st->mu);
-    }
-    return held;
-}
-
-/* Cancels the pending synchronous products (only the queued ones unless running_too);
- * returns how many. */
-static int cancel_pending(gemmd_server *srv, int running_too)
-{
-    int n = 0;
-    gemmd_request *r = hold_pending(srv, !running_too);
-    while (r) {
-        gemmd_request *next = r->hold_next;
-        /* Queued: done() runs right here (503 shutting_down). Running: asked to stop at
-         * its next stage boundary. No lock is held: done() takes r's stripe lock. */
-        gemm_engine_cancel(srv->svc.engine, &r->job);
-        gemmd_request_release(r);
-        r = next;
-        n++;
-    }
-    return n;
-}
-
-/* Shutdown gives up on the pending products: each suspended connection is resumed to
- * answer 503 (the engine keeps its reference until done()); returns how many. */
-static int abandon_pending(gemmd_server *srv)
-{
-    int n = 0;
-    gemmd_request *resume = NULL;
-    for (int i = 0; i < SYNC_STRIPES; i++) {
-        struct sync_stripe *st = &srv->stripe[i];
-        pthread_mutex_lock(&st->mu);
-        for (gemmd_request *r = st->pending; r; r = r->pend_next) {
-            r->abandoned = 1; /* one being submitted right now answers 503 instead of suspending */
-            if (!r->suspended) continue;
-            r->suspended = 0; /* done() will not resume it: we do */
-            r->hold_next = resume;
-            resume = r;
-            n++;
-        }
-        pthread_mutex_unlock(&st->mu);
-    }
-    /* Each stays suspended (and so alive: its connection holds it) until resumed here. */
-    while (resume) {
-        gemmd_request *next = resume->hold_next;
-        MHD_resume_connection(resume->conn);
-        resume = next;
-    }
-    return n;
 }
 
 /* ---- start ------------------------------------------------------------------------ */
@@ -820,8 +397,8 @@ static int start_limits(gemmd_server *s, gemm_err *err)
         .plain_http = !(cfg->tls_cert[0] && cfg->tls_key[0]),
         .mhd_buffer = (uint64_t)(cfg->connection_memory_kb > 0 ? cfg->connection_memory_kb : 64) * 1024,
     };
-    s->conns = gemmd_conns_new(&x->conns_cfg);
-    if (!s->conns) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate the connection table");
+    s->svc.conns = gemmd_conns_new(&x->conns_cfg);
+    if (!s->svc.conns) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate the connection table");
     s->svc.offload = gemmd_offload_new(GEMMD_OFFLOAD_THREADS);
     if (!s->svc.offload) return gemm_err_set(err, 500, "out_of_memory", "cannot start the offload threads");
     LOG_INFO("limits: memory budget %.0f MiB (max_inflight_mb%s), connections %d (%d per address), "
@@ -922,8 +499,6 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     s->svc.cfg = *cfg;
     s->svc.engine = engine;
     gemm_engine_describe(engine, &s->svc.info);
-    for (int i = 0; i < SYNC_STRIPES; i++) /* lock order: struct gemmd_server */
-        pthread_mutex_init(&s->stripe[i].mu, NULL);
 
     struct sockaddr_storage ss;
     socklen_t sslen;
@@ -962,10 +537,14 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         flags |= MHD_USE_TLS;
     }
     unsigned threads = (unsigned)gemmd_config_http_threads(cfg);
-    s->spin_ns = (long)cfg->answer_spin_us * 1000L;
-    s->spin_pending = (int)(threads / 4); /* others in flight: a quarter of the threads */
-    s->spin_mnk = gemm_engine_small_mnk(engine); /* "small" as the engine coalesces it */
-    s->direct = cfg->direct_run;
+    /* direct_run: a product as small as the engine coalesces, while at most a quarter of
+     * the threads' worth of others wait */
+    s->svc.sync = gemmd_sync_new(engine, &s->svc.stopping, cfg->direct_run, gemm_engine_small_mnk(engine),
+                                 (int)(threads / 4));
+    if (!s->svc.sync) {
+        gemm_err_set(err, 500, "out_of_memory", "cannot allocate the server");
+        goto fail;
+    }
     unsigned mhd_limit = gemmd_conns_mhd_limit(&x->conns_cfg);
     /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
     struct MHD_OptionItem where[2] = {{MHD_OPTION_SOCK_ADDR, 0, &ss}, {MHD_OPTION_END, 0, NULL}};
@@ -983,7 +562,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         MHD_OPTION_ARRAY, where, MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
         /* room over connection_limit: gemmd answers the connections over its limits itself */
         MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
-        MHD_OPTION_NOTIFY_CONNECTION, gemmd_conns_notify, s->conns,
+        MHD_OPTION_NOTIFY_CONNECTION, gemmd_conns_notify, s->svc.conns,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)x->conns_cfg.mhd_buffer,
         /* libmicrohttpd 0.9.7x reads into half of the connection's buffer and grows that
          * only when it is full, which a body consumed as it arrives never makes it. With
@@ -1000,7 +579,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         goto fail;
     }
     listen_fd = -1; /* the daemon owns it now */
-    if (gemmd_conns_start(s->conns) != 0) {
+    if (gemmd_conns_start(s->svc.conns) != 0) {
         gemm_err_set(err, 500, "internal_error", "cannot start the connection watchdog");
         MHD_stop_daemon(s->daemon);
         goto fail;
@@ -1022,12 +601,12 @@ fail:
     if (listen_fd >= 0) close(listen_fd);
     gemmd_jobs_free(s->svc.jobs);
     gemmd_matrices_free(s->svc.matrices);
-    gemmd_conns_free(s->conns);
+    gemmd_conns_free(s->svc.conns);
     gemmd_offload_free(s->svc.offload);
     if (s->svc.budget) gemm_engine_set_keep_charge(s->svc.engine, NULL, NULL); /* off the budget first */
     gemmd_budget_free(s->svc.budget);
     gemmd_auth_free(s->svc.auth);
-    for (int i = 0; i < SYNC_STRIPES; i++) pthread_mutex_destroy(&s->stripe[i].mu);
+    gemmd_sync_free(s->svc.sync);
     free(x->tls_cert);
     free(x->tls_key);
     free(x);
@@ -1081,13 +660,13 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     struct gemmd_server_ext *x = (struct gemmd_server_ext *)s;
     x->quiesced = MHD_quiesce_daemon(s->daemon); /* no new connections */
 
-    set_stopping(s); /* no new products, from keep-alive connections either */
-    cancel_pending(s, 0); /* queued products answer 503 shutting_down */
+    gemmd_sync_stop(s->svc.sync); /* no new products, from keep-alive connections either */
+    gemmd_sync_cancel_pending(s->svc.sync, 0); /* queued products answer 503 shutting_down */
     gemmd_jobs_shutdown(s->svc.jobs);      /* async jobs: queued cancelled, running asked to stop */
 
     double limit_ms = s->svc.cfg.shutdown_timeout_s * 1000.0;
     if (!wait_engine_idle(s->svc.engine, limit_ms)) {
-        int n = cancel_pending(s, 1);
+        int n = gemmd_sync_cancel_pending(s->svc.sync, 1);
         LOG_WARN("shutdown: %d products still running after shutdown_timeout (%d s): asked them to stop", n,
                  s->svc.cfg.shutdown_timeout_s);
         /* A product that stops at a stage boundary answers itself; give it a moment, but
@@ -1096,16 +675,16 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     }
     /* Whatever is still waiting is answered now, whatever the time: even a product listed
      * just before stopping was set and not yet on the engine when it looked idle. */
-    int n = abandon_pending(s);
+    int n = gemmd_sync_abandon_pending(s->svc.sync);
     if (n) LOG_WARN("shutdown: answered %d waiting clients with 503; their products are left to end", n);
     /* Give the answers in flight a moment to go out. */
     double t0 = gemm_now_ms();
-    while (atomic_load(&s->inflight) > 0 && gemm_now_ms() - t0 < 3000.0) sleep_ms(5);
-    if (atomic_load(&s->inflight) > 0)
-        LOG_WARN("shutdown: closing %d requests that did not finish in time", atomic_load(&s->inflight));
+    while (atomic_load(&s->svc.inflight) > 0 && gemm_now_ms() - t0 < 3000.0) sleep_ms(5);
+    if (atomic_load(&s->svc.inflight) > 0)
+        LOG_WARN("shutdown: closing %d requests that did not finish in time", atomic_load(&s->svc.inflight));
 
     gemmd_offload_drain(s->svc.offload); /* answers being encoded are finished and resumed */
-    gemmd_conns_stop(s->conns); /* no deadline may fire while MHD closes what is left */
+    gemmd_conns_stop(s->svc.conns); /* no deadline may fire while MHD closes what is left */
     MHD_stop_daemon(s->daemon); /* nothing is suspended any more */
     wait_engine_idle(s->svc.engine, -1.0);
     int kept = -1;
@@ -1118,12 +697,12 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     }
     gemmd_jobs_free(s->svc.jobs);
     gemmd_matrices_free(s->svc.matrices); /* no request holds one any more */
-    gemmd_conns_free(s->conns);
+    gemmd_conns_free(s->svc.conns);
     gemmd_offload_free(s->svc.offload);
     if (s->svc.budget) gemm_engine_set_keep_charge(s->svc.engine, NULL, NULL); /* off the budget first */
     gemmd_budget_free(s->svc.budget);
     gemmd_auth_free(s->svc.auth);
-    for (int i = 0; i < SYNC_STRIPES; i++) pthread_mutex_destroy(&s->stripe[i].mu);
+    gemmd_sync_free(s->svc.sync);
     free(x->tls_cert);
     free(x->tls_key);
     free(x);

@@ -33,6 +33,7 @@
 #include "instance.h"
 #include "log.h"
 #include "metrics.h"
+#include "routes.h"
 #include "restart.h"
 
 #define WATCH_MS 100
@@ -132,7 +133,8 @@ int main(int argc, char **argv)
     }
     int level = gemmd_log_level_from_name(cfg.log_level);
     gemmd_log_set_level(level < 0 ? GEMMD_LOG_INFO : (gemmd_log_level)level);
-    gemmd_metrics_init();
+    const char *labels[GEMMD_METRIC_ROUTES];
+    gemmd_metrics_init(labels, gemmd_routes_labels(labels, GEMMD_METRIC_ROUTES));
     gemmd_config_resolve_instance(&cfg);
     gemmd_config_resolve_http_threads(&cfg);
     if (gemmd_instance_set(cfg.instance_id) != 0) { /* a derived name is always valid */

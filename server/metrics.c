@@ -26,27 +26,19 @@ typedef struct {
     _Atomic uint64_t sum_ns;
 } route_counters;
 
-static route_counters routes[GEMMD_ROUTE_COUNT];
+static route_counters routes[GEMMD_METRIC_ROUTES];
+static const char *route_names[GEMMD_METRIC_ROUTES];
+static int nroutes;
 static _Atomic uint64_t bytes_in_total, bytes_out_total;
 static _Atomic int jobs_state[5];
 static _Atomic int resident_count;
 static _Atomic uint64_t resident_host_bytes, resident_budget;
 
-static const char *const route_names[GEMMD_ROUTE_COUNT] = {
-    "/v1/matmul", "/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/result", "DELETE /v1/jobs/{id}",
-    "/healthz",   "/readyz",  "/v1/info",      "/metrics",             "/v2/health/{live,ready}",
-    "/v2[/models/{model}[/ready]]", "/v2/models/{model}/infer", "/v1/matrices",
-    "GET /v1/matrices", "/v1/matrices/{id}", "PUT /v1/matrices/{id}", "DELETE /v1/matrices/{id}", "other",
-};
-
-const char *gemmd_route_name(gemmd_route r)
+void gemmd_metrics_init(const char *const *labels, int n)
 {
-    return (r >= 0 && r < GEMMD_ROUTE_COUNT) ? route_names[r] : "other";
-}
-
-void gemmd_metrics_init(void)
-{
-    for (int r = 0; r < GEMMD_ROUTE_COUNT; r++) {
+    nroutes = n < GEMMD_METRIC_ROUTES ? n : GEMMD_METRIC_ROUTES;
+    for (int r = 0; r < nroutes; r++) route_names[r] = labels[r];
+    for (int r = 0; r < GEMMD_METRIC_ROUTES; r++) {
         for (int c = 0; c < NCODES; c++) atomic_store(&routes[r].by_code[c], 0);
         for (size_t b = 0; b <= NBUCKETS; b++) atomic_store(&routes[r].buckets[b], 0);
         atomic_store(&routes[r].sum_ns, 0);
@@ -56,10 +48,10 @@ void gemmd_metrics_init(void)
     for (int s = 0; s < 5; s++) atomic_store(&jobs_state[s], 0);
 }
 
-void gemmd_metrics_request(gemmd_route route, int status, double seconds, uint64_t bytes_in,
-                           uint64_t bytes_out)
+void gemmd_metrics_request(int route, int status, double seconds, uint64_t bytes_in, uint64_t bytes_out)
 {
-    if (route < 0 || route >= GEMMD_ROUTE_COUNT) route = GEMMD_ROUTE_OTHER;
+    if (route < 0 || route >= nroutes) route = nroutes - 1; /* the last label: "other" */
+    if (route < 0) return;
     if (status < 0 || status >= NCODES) status = 0;
     if (!(seconds >= 0)) seconds = 0; /* also catches NaN */
     route_counters *rc = &routes[route];
@@ -105,7 +97,7 @@ static void header(gemm_buf *out, const char *name, const char *type, const char
 static void render_requests(gemm_buf *out)
 {
     header(out, "gemmd_requests_total", "counter", "HTTP requests answered, by route and status code.");
-    for (int r = 0; r < GEMMD_ROUTE_COUNT; r++) {
+    for (int r = 0; r < nroutes; r++) {
         for (int c = 0; c < NCODES; c++) {
             uint64_t v = atomic_load_explicit(&routes[r].by_code[c], memory_order_relaxed);
             if (!v) continue;
@@ -117,7 +109,7 @@ static void render_requests(gemm_buf *out)
 
     header(out, "gemmd_request_duration_seconds", "histogram",
            "Time from request start to the answer being queued, by route.");
-    for (int r = 0; r < GEMMD_ROUTE_COUNT; r++) {
+    for (int r = 0; r < nroutes; r++) {
         uint64_t counts[NBUCKETS + 1], total = 0;
         for (size_t b = 0; b <= NBUCKETS; b++) {
             counts[b] = atomic_load_explicit(&routes[r].buckets[b], memory_order_relaxed);

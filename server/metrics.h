@@ -11,28 +11,13 @@
 #include "engine.h"
 #include "json_codec.h" /* gemm_buf */
 
-/* Routes as they are counted (a label): */
-typedef enum {
-    GEMMD_ROUTE_MATMUL = 0, GEMMD_ROUTE_JOBS_SUBMIT, GEMMD_ROUTE_JOB_STATUS, GEMMD_ROUTE_JOB_RESULT,
-    GEMMD_ROUTE_JOB_DELETE, GEMMD_ROUTE_HEALTHZ, GEMMD_ROUTE_READYZ, GEMMD_ROUTE_INFO,
-    GEMMD_ROUTE_METRICS, GEMMD_ROUTE_V2_HEALTH, GEMMD_ROUTE_V2_METADATA, GEMMD_ROUTE_V2_INFER,
-    GEMMD_ROUTE_MATRIX_CREATE, GEMMD_ROUTE_MATRIX_LIST, GEMMD_ROUTE_MATRIX_GET,
-    GEMMD_ROUTE_MATRIX_PUT, GEMMD_ROUTE_MATRIX_DELETE, GEMMD_ROUTE_OTHER, GEMMD_ROUTE_COUNT
-} gemmd_route;
-
-/* The Open Inference Protocol's routes (routes_v2.c): answered in that protocol's shape. */
-static inline int gemmd_route_is_v2(gemmd_route r)
-{
-    return r == GEMMD_ROUTE_V2_HEALTH || r == GEMMD_ROUTE_V2_METADATA || r == GEMMD_ROUTE_V2_INFER;
-}
-
-const char *gemmd_route_name(gemmd_route r); /* "/v1/matmul", "/v1/jobs", "/v1/jobs/{id}", ... */
-
-void gemmd_metrics_init(void);
-/* One finished request: its route, status and duration (seconds, request start to
- * response queued), and the body bytes received and sent. */
-void gemmd_metrics_request(gemmd_route route, int status, double seconds, uint64_t bytes_in,
-                           uint64_t bytes_out);
+/* Route labels the request counters keep (the route table's, routes.h), the last one
+ * for requests that matched no route. */
+#define GEMMD_METRIC_ROUTES 32
+void gemmd_metrics_init(const char *const *labels, int n);
+/* One finished request: its route's label index (gemmd_route_slot), status and duration
+ * (seconds, request start to response queued), and the body bytes received and sent. */
+void gemmd_metrics_request(int route, int status, double seconds, uint64_t bytes_in, uint64_t bytes_out);
 /* Async jobs kept, by state (set by the job store whenever it changes). */
 void gemmd_metrics_jobs_by_state(const int counts[5]);
 

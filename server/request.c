@@ -10,21 +10,18 @@
 
 #include "json_codec.h"
 #include "json_stream.h"
-#include "routes_v2.h"
 
 #define GEMMD_TEXT_PART_MAX 100 /* bytes of a form field such as dtype or kernel */
 
-gemmd_request *gemmd_request_new(gemmd_server *srv, struct MHD_Connection *conn, const char *method,
+gemmd_request *gemmd_request_new(gemmd_services *svc, struct MHD_Connection *conn, const char *method,
                                  const char *url)
 {
     gemmd_request *req = calloc(1, sizeof *req);
     if (!req) return NULL;
-    req->srv = srv;
-    req->svc = gemmd_server_services(srv);
+    req->svc = svc;
     req->conn = conn;
     req->t_start_ms = gemm_now_ms();
     req->refs = 1; /* the connection's */
-    req->route = GEMMD_ROUTE_OTHER;
     req->part = -1;
     req->family = GEMMD_FMT_JSON;
     snprintf(req->method, sizeof req->method, "%s", method ? method : "?");
@@ -61,7 +58,7 @@ void gemmd_request_free(gemmd_request *req)
     if (!req->ref[0]) gemm_free(al, req->job.a); /* a resident operand is only borrowed */
     if (!req->ref[1]) gemm_free(al, req->job.b);
     gemm_free(al, req->job.c);
-    gemmd_v2_free(req->v2);
+    if (req->cleanup) req->cleanup(req);
     for (int i = 0; i < 2; i++) gemmd_matrices_put(req->svc->matrices, req->ref[i]);
     if (req->put) { /* rows of a PUT that did not finish are free for another one */
         if (req->put_claimed)
@@ -210,7 +207,7 @@ static int part_begin(void *user, const char *name, const char *filename, const 
     if (!name) return gemm_err_set(err, 400, "bad_multipart", "a form part has no name");
     snprintf(req->part_name, sizeof req->part_name, "%s", name);
     req->text_len = 0;
-    if (req->route == GEMMD_ROUTE_MATRIX_CREATE) {
+    if (req->body_kind == GEMMD_BODY_MATRIX) {
         if (strcmp(name, "matrix") == 0 || strcmp(name, "a") == 0) {
             if (req->have[0] || req->rd[0])
                 return gemm_err_set(err, 400, "duplicate_part", "the form has more than one matrix part");
@@ -720,7 +717,16 @@ int gemmd_request_read_length(gemmd_request *req)
     return 0;
 }
 
+static int begin_body(gemmd_request *req);
+
 int gemmd_body_begin(gemmd_request *req)
+{
+    int rc = begin_body(req);
+    req->answer = req->family; /* products answer in the request's family unless Accept says */
+    return rc;
+}
+
+static int begin_body(gemmd_request *req)
 {
     const gemmd_config *cfg = &req->svc->cfg;
     gemm_err *err = &req->err;
@@ -734,9 +740,9 @@ int gemmd_body_begin(gemmd_request *req)
 
     const char *ct = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_TYPE);
     int is_json = ct && media_is(ct, "application/json");
-    if (req->route == GEMMD_ROUTE_MATRIX_PUT) return begin_matrix_put(req, ct);
-    if (req->route == GEMMD_ROUTE_MATRIX_CREATE && !is_json) return begin_matrix(req, ct);
-    if (req->route != GEMMD_ROUTE_MATRIX_CREATE && query_refs(req) != 0) return -1;
+    if (req->body_kind == GEMMD_BODY_ROWS) return begin_matrix_put(req, ct);
+    if (req->body_kind == GEMMD_BODY_MATRIX && !is_json) return begin_matrix(req, ct);
+    if (req->body_kind != GEMMD_BODY_MATRIX && query_refs(req) != 0) return -1;
     if (!ct && req->ref[0] && req->ref[1]) { /* both resident: no body at all */
         req->family = GEMMD_FMT_RAW;
         return begin_raw(req);
@@ -753,7 +759,7 @@ int gemmd_body_begin(gemmd_request *req)
         /* Decoded as it arrives: matrices go straight into engine memory, the body is never held. */
         uint64_t body_max = req->has_length ? req->content_length : req->limit;
         const gemm_allocator *al = &req->svc->alloc; /* charged against the memory budget */
-        if (req->route == GEMMD_ROUTE_MATRIX_CREATE) {
+        if (req->body_kind == GEMMD_BODY_MATRIX) {
             req->js = gemm_json_stream_new_matrix(limits(req), al, &req->opt, body_max);
         } else {
             req->js = gemm_json_stream_new(limits(req), al, &req->opt, body_max);
@@ -777,6 +783,18 @@ int gemmd_body_begin(gemmd_request *req)
                         "Content-Type \"%.60s\" is not supported; send application/json, "
                         "application/octet-stream (A then B, shapes in the query) or "
                         "multipart/form-data with .npy parts a and b", ct ? ct : "(none)");
+}
+
+int gemmd_matrix_begin(gemmd_request *req)
+{
+    req->body_kind = GEMMD_BODY_MATRIX;
+    return gemmd_body_begin(req);
+}
+
+int gemmd_rows_begin(gemmd_request *req)
+{
+    req->body_kind = GEMMD_BODY_ROWS;
+    return gemmd_body_begin(req);
 }
 
 /* ---- feed / finish ---------------------------------------------------------- */
@@ -876,7 +894,7 @@ static int finish_matrix_npy(gemmd_request *req)
 static int finish_npy(gemmd_request *req)
 {
     gemm_err *err = &req->err;
-    if (req->route == GEMMD_ROUTE_MATRIX_CREATE) return finish_matrix_npy(req);
+    if (req->body_kind == GEMMD_BODY_MATRIX) return finish_matrix_npy(req);
     if (gemm_multipart_finish(req->mp, err) != 0) return -1;
     if (!req->have[0] || !req->have[1])
         return gemm_err_set(err, 400, "missing_part", "the form needs .npy parts a and b (missing %s)",
@@ -918,7 +936,7 @@ int gemmd_body_finish(gemmd_request *req)
     case GEMMD_FMT_JSON: {
         if (!req->js)
             rc = gemm_err_set(&req->err, 500, "internal_error", "no JSON decoder");
-        else if (req->route == GEMMD_ROUTE_MATRIX_CREATE)
+        else if (req->body_kind == GEMMD_BODY_MATRIX)
             rc = gemm_json_stream_finish_matrix(req->js, &req->opt, &req->a, &req->err);
         else
             rc = gemm_json_stream_finish(req->js, &req->opt, &req->a, &req->b, &req->err);

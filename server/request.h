@@ -27,6 +27,8 @@
 #include "jobs.h"
 #include "matrices.h"
 #include "metrics.h"
+#include "routes.h"
+#include "sync.h"
 #include "multipart.h"
 #include "npy.h"
 
@@ -40,10 +42,6 @@ typedef enum { GEMMD_FMT_JSON = 0, GEMMD_FMT_RAW = 1, GEMMD_FMT_NPY = 2, GEMMD_F
 typedef struct gemmd_auth gemmd_auth;
 typedef struct gemmd_request gemmd_request;
 typedef struct gemmd_v2 gemmd_v2;
-
-/* The daemon's HTTP layer (the MHD daemon, the suspended requests and their lock, the
- * connection limits) is private to http.c; routes reach it only through the calls below. */
-typedef struct gemmd_server gemmd_server;
 
 /* What the routes work with: the daemon's services, owned by http.c, read-only after start
  * except through their own calls (each store and the budget have their own locks). */
@@ -59,6 +57,10 @@ typedef struct gemmd_services {
     gemm_allocator lazy_alloc; /* for buffers the network fills (raw bodies, .npy parts) */
     int lazy_bodies;           /* lazy_alloc charges bodies as their bytes arrive */
     struct gemmd_offload *offload; /* threads that encode big JSON answers */
+    gemmd_sync *sync;          /* the requests waiting for the engine (sync.h) */
+    gemmd_conns *conns;        /* connection limits and deadlines */
+    _Atomic int stopping;      /* shutdown has begun: no new products */
+    _Atomic int inflight;      /* requests between their first call and NOTIFY_COMPLETED */
 } gemmd_services;
 
 /* Times of one product, in ms; the stages are consecutive, so they add up to <= total. */
@@ -71,14 +73,18 @@ typedef struct {
 
 typedef enum { REQ_START = 0, REQ_DEFER, REQ_BODY, REQ_WAIT, REQ_DONE } gemmd_req_phase;
 
+/* What a body holds: the operands of a product, one matrix (POST /v1/matrices), or rows
+ * of a resident matrix (PUT /v1/matrices/{id}). */
+typedef enum { GEMMD_BODY_PRODUCT = 0, GEMMD_BODY_MATRIX, GEMMD_BODY_ROWS } gemmd_body_kind;
+
 struct gemmd_request {
-    gemmd_server *srv;         /* opaque: for the calls of http.c below */
     gemmd_services *svc;       /* the services (the server's own) */
     struct MHD_Connection *conn;
     char method[12];
     char path[160];
-    gemmd_route route;
-    char job_id[GEMMD_JOB_ID_LEN + 8];
+    const gemmd_route_desc *route; /* NULL: none matched */
+    char param[2][64];         /* the path's {parameters}, in order (routes.h) */
+    char job_id[GEMMD_JOB_ID_LEN + 8]; /* a valid job or matrix id from the path, else "" */
     int owner;                 /* gemmd_auth_identify() + 1 with tokens, else 0 (jobs.h) */
     int retry_after_s;         /* Retry-After of a 503 answer (0: the default, 1) */
     gemmd_req_phase phase;
@@ -87,9 +93,10 @@ struct gemmd_request {
     int status;                /* the answer's status once queued (0: none) */
     gemmd_conn *cx;            /* the connection's deadlines (NULL: none) */
     int close_conn;            /* answer with Connection: close */
-    const char *allow;         /* Allow header of a 405 */
+    char allow[40];            /* Allow header of a 405 */
 
     /* body reading */
+    gemmd_body_kind body_kind;
     gemmd_format family;
     gemmd_format answer;       /* negotiated from Accept */
     gemm_options opt;
@@ -124,7 +131,7 @@ struct gemmd_request {
     int put_claimed;
     gemm_resident *c_res;      /* store=1: C's engine handle, until the store takes it */
 
-    /* synchronous product; the fields below are under its stripe lock (http.c) */
+    /* synchronous product; the fields below are under its stripe lock (sync.c) */
     gemm_job job;
     int refs;                  /* the connection's (until NOTIFY_COMPLETED), the engine's
                                   (submit until done()), and short holds; freed at 0 */
@@ -146,61 +153,12 @@ struct gemmd_request {
     char hdr_split[GEMMD_SPLIT_HDR_LEN]; /* X-Gemm-Split of a split product, else "" */
 
     gemmd_v2 *v2;              /* Open Inference Protocol routes (routes_v2.c), else NULL */
+    void (*cleanup)(gemmd_request *req); /* frees the route's own state (NULL: none) */
 };
 
-gemmd_request *gemmd_request_new(gemmd_server *srv, struct MHD_Connection *conn, const char *method,
+gemmd_request *gemmd_request_new(gemmd_services *svc, struct MHD_Connection *conn, const char *method,
                                  const char *url);
 void gemmd_request_free(gemmd_request *req);
-
-/* ---- the HTTP layer's calls for routes (http.c) ---------------------------------------
- *
- * A synchronous product's connection waits suspended while the engine runs it. The
- * handshake lives in http.c, under the request's stripe lock (one of a few the requests
- * are spread over by address; no lock is shared by all): the product is listed as pending
- * before it is submitted (so that shutdown finds it), the connection is suspended only if
- * done() has not already run, and done() resumes only a connection that was suspended,
- * so the resume never comes before the suspend. A request is reference counted: the
- * connection's reference, the engine's (submit until done()), and short holds. */
-
-/* The server's services (what gemmd_request_new puts in req->svc). */
-gemmd_services *gemmd_server_services(gemmd_server *srv);
-/* Whether shutdown has begun (new products are refused). */
-int gemmd_server_stopping(const gemmd_server *srv);
-/* Requests between their first call and NOTIFY_COMPLETED. */
-int gemmd_server_inflight(const gemmd_server *srv);
-/* The connection limits' counters (/metrics). */
-void gemmd_server_conns_stats(const gemmd_server *srv, gemmd_conns_stats *out);
-
-/* Lists req as pending and takes the engine's reference, before gemm_engine_submit: 0, or
- * -1 when shutdown has begun (nothing taken; answer 503). */
-int gemmd_sync_begin(gemmd_request *req);
-/* The engine refused the product: done() will not come; undoes gemmd_sync_begin. */
-void gemmd_sync_refused(gemmd_request *req);
-/* After a successful submit: GEMMD_SYNC_DONE (done() already ran: answer now),
- * GEMMD_SYNC_ABANDONED (shutdown gave up: answer 503) or GEMMD_SYNC_SUSPENDED (the
- * connection now waits for done()). Also what a resumed connection finds, with
- * GEMMD_SYNC_SUSPENDED meaning "not yet". */
-enum { GEMMD_SYNC_SUSPENDED = 0, GEMMD_SYNC_DONE = 1, GEMMD_SYNC_ABANDONED = 2 };
-int gemmd_sync_wait(gemmd_request *req);
-/* Whether req's product may run on this HTTP thread (gemm_engine_submit_here) rather than
- * be queued: the engine computes it on the host (host_max_mnk), or direct_run is on, the
- * product is small and few others are in flight. After gemmd_sync_begin. */
-int gemmd_sync_direct(const gemmd_request *req);
-int gemmd_sync_status(gemmd_request *req);
-/* done() of a synchronous product: unlists req; when offload is given and shutdown has
- * not abandoned req, offload(req) is tried under the lock (0: it took the answer over and
- * will call gemmd_sync_resume(req, 1)); else marks the product done, resumes a suspended
- * connection and drops the engine's reference (freeing req when it was the last). */
-void gemmd_sync_done(gemmd_request *req, int (*offload)(gemmd_request *req));
-/* An answer prepared off the HTTP threads is ready: marks it done, resumes the suspended
- * connection, and with engine_ref drops the engine's reference (handed over by done()). */
-void gemmd_sync_resume(gemmd_request *req, int engine_ref);
-/* Suspends req's connection while start(req) runs elsewhere (under the lock, so its end,
- * gemmd_sync_resume, cannot come first): 0 when start returned 0 (suspended), else -1
- * and nothing was suspended. */
-int gemmd_sync_suspend_for(gemmd_request *req, int (*start)(gemmd_request *req));
-/* Drops a hold (or the engine's reference) on req, freeing it when it was the last. */
-void gemmd_request_release(gemmd_request *req);
 
 /* Content-Length into req->content_length / has_length (400 bad_length when it is not a
  * number) and req->limit = max_body_mb: 0, or -1 with req->err. */
@@ -209,6 +167,9 @@ int gemmd_request_read_length(gemmd_request *req);
  * Content-Length against the limits, raw shapes, options. Returns 0, or -1 with
  * req->err set (the caller answers at once). */
 int gemmd_body_begin(gemmd_request *req);
+/* gemmd_body_begin for POST /v1/matrices and PUT /v1/matrices/{id}. */
+int gemmd_matrix_begin(gemmd_request *req);
+int gemmd_rows_begin(gemmd_request *req);
 /* One chunk of body; on error req->failed is set and the rest is discarded. */
 void gemmd_body_feed(gemmd_request *req, const char *data, size_t len);
 /* The body is complete: finishes decoding into req->a, req->b. 0 or -1 (req->err). */

@@ -3,7 +3,6 @@
  */
 #include "respond.h"
 
-#include "routes_v2.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -310,10 +309,15 @@ static void utf8_clean(char *s)
     }
 }
 
+/* {"error":{"code":..,"message":..}}; on the Open Inference Protocol's routes its own
+ * shape, {"error": message, "code": code}, with 400 for a request that cannot be run. */
 enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err)
 {
-    if (gemmd_route_is_v2(req->route)) return gemmd_v2_respond_error(req, err); /* {"error": "..."} */
+    /* a path under /v2 that no row takes (404, 405) is answered in that protocol's shape too */
+    int v2 = req->route ? (req->route->flags & GEMMD_V2) != 0
+                        : strncmp(req->path, "/v2", 3) == 0 && (req->path[3] == '\0' || req->path[3] == '/');
     int status = err->status >= 400 && err->status <= 599 ? err->status : 500;
+    if (v2 && status == 422) status = 400;
     char code[sizeof err->code], msg[sizeof err->message];
     snprintf(code, sizeof code, "%s", err->code[0] ? err->code : "internal_error");
     snprintf(msg, sizeof msg, "%s", err->message[0] ? err->message : "internal error");
@@ -321,17 +325,25 @@ enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err)
     utf8_clean(msg);
     gemm_buf b;
     gemm_buf_init(&b);
-    gemm_buf_puts(&b, "{\"error\":{\"code\":");
-    gemm_buf_json_string(&b, code);
-    gemm_buf_puts(&b, ",\"message\":");
-    gemm_buf_json_string(&b, msg);
-    gemm_buf_puts(&b, "}}\n");
+    if (v2) {
+        gemm_buf_puts(&b, "{\"error\":");
+        gemm_buf_json_string(&b, msg);
+        gemm_buf_puts(&b, ",\"code\":");
+        gemm_buf_json_string(&b, code);
+        gemm_buf_puts(&b, "}\n");
+    } else {
+        gemm_buf_puts(&b, "{\"error\":{\"code\":");
+        gemm_buf_json_string(&b, code);
+        gemm_buf_puts(&b, ",\"message\":");
+        gemm_buf_json_string(&b, msg);
+        gemm_buf_puts(&b, "}}\n");
+    }
     size_t len = b.len;
     struct MHD_Response *r = from_buf(&b);
     if (r) {
         req->bytes_out = len;
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-        if (status == 405 && req->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, req->allow);
+        if (status == 405 && req->allow[0]) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, req->allow);
         if (status == 401)
             MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"gemmd\"");
         if (status == 503) {
@@ -341,6 +353,13 @@ enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err)
         }
     }
     return gemmd_respond_queue(req, status, r);
+}
+
+enum MHD_Result gemmd_respond_abandoned(gemmd_request *req)
+{
+    return gemmd_respond_errorf(req, 503, "shutting_down",
+                                "the server is shutting down and the product did not finish within "
+                                "shutdown_timeout; retry elsewhere");
 }
 
 enum MHD_Result gemmd_respond_errorf(gemmd_request *req, int status, const char *code, const char *fmt, ...)

@@ -27,6 +27,8 @@ void gemmd_timing_from_job(gemmd_timing *t, const gemm_job_timing *jt);
 void gemmd_timing_json(gemm_buf *b, const gemmd_timing *t);
 
 enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err);
+/* 503 shutting_down for a product shutdown gave up on. */
+enum MHD_Result gemmd_respond_abandoned(gemmd_request *req);
 enum MHD_Result gemmd_respond_errorf(gemmd_request *req, int status, const char *code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))

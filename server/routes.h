@@ -1,29 +1,84 @@
 /*
- * routes.h - the handlers behind each route. Each answers exactly once (or suspends
- * the connection until the engine's done() resumes it).
+ * routes.h - the route table: every route of the daemon is one row (method, path
+ * pattern, auth, body reader, handler, metric label), read by the HTTP layer to resolve
+ * a request, by /metrics for its labels and by the tests that check docs/openapi.yaml.
+ * A new route is a row and a handler.
+ *
+ * A request is resolved once, from its method and path, before a byte of its body is
+ * read: gemmd_routes_match() finds the row, or says 404 (no row has the path) or 405 (no
+ * row with the path takes the method: *allow lists the methods that do). Then:
+ *
+ *   begin(req)     after auth: checks the headers and the query, and starts the body
+ *                  reader (0, or -1 with req->err set: answered at once, the body unread)
+ *   feed(req, ..)  each chunk of the body as it arrives
+ *   handler(req)   the request is complete (for a body: after finish(req) == 0); it
+ *                  answers, or suspends the connection (sync.h) until resumed(req)
+ *   answer(req)    how a finished product of the route is answered (sync.h's products)
+ *
+ * Rows without begin take no body (a GET, a DELETE).
  */
 #ifndef GEMMD_ROUTES_H
 #define GEMMD_ROUTES_H
 
-#include "request.h"
+#include <microhttpd.h>
+#include <stddef.h>
 
-/* routes_jobs.c: products. Called once the body is decoded into req->a, req->b. */
+typedef struct gemmd_request gemmd_request;
+
+/* Methods a row takes (GET implies HEAD). */
+enum { GEMMD_GET = 1, GEMMD_POST = 2, GEMMD_PUT = 4, GEMMD_DELETE = 8 };
+/* Row flags. */
+enum {
+    GEMMD_OPEN = 1,   /* answered without a token (health checks) */
+    GEMMD_V2 = 2,     /* the Open Inference Protocol's routes: errors in its shape */
+    GEMMD_STOPS = 4,  /* refused with 503 once shutdown has begun (new work) */
+};
+
+typedef enum MHD_Result (*gemmd_handler)(gemmd_request *req);
+
+typedef struct gemmd_route_desc {
+    const char *pattern;  /* "/v1/jobs/{id}/result": literal segments and {name} for one
+                             segment of the path, captured in req->param[] in order */
+    unsigned methods;
+    unsigned flags;
+    const char *metric;   /* the route label in /metrics (rows may share one) */
+    int (*begin)(gemmd_request *req);
+    void (*feed)(gemmd_request *req, const char *data, size_t len);
+    int (*finish)(gemmd_request *req);
+    gemmd_handler handler;
+    gemmd_handler answer;
+} gemmd_route_desc;
+
+extern const gemmd_route_desc gemmd_routes[];
+extern const int gemmd_nroutes;
+
+/* The row for method and path, or NULL: then *status is 404 (no such path) or 405 (the
+ * path is known; *allow lists the methods that take it, "GET, HEAD, POST"). Path
+ * parameters go into params[0..nparams) (each at most cap bytes, cut to fit). */
+const gemmd_route_desc *gemmd_routes_match(const char *method, const char *path, char params[][64], int nparams,
+                                           int *status, char *allow, size_t allow_cap);
+
+/* Metric labels: slot i of n (rows that share a label share a slot; the last slot is
+ * "other": requests that matched no row). gemmd_route_slot: a row's slot (NULL: other). */
+int gemmd_routes_labels(const char **labels, int max);
+int gemmd_route_slot(const gemmd_route_desc *r);
+
+/* ---- the handlers (routes_*.c) --------------------------------------------------- */
+
+/* routes_jobs.c: products and the /v1/jobs family. */
+int gemmd_matmul_begin(gemmd_request *req); /* the body reader's begin and Accept (406) */
 enum MHD_Result gemmd_route_matmul(gemmd_request *req);
-/* Called when the resumed connection comes back (after done(), or abandoned by shutdown). */
-enum MHD_Result gemmd_route_matmul_resumed(gemmd_request *req);
 enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req);
 enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req);
 enum MHD_Result gemmd_route_job_status(gemmd_request *req);
 enum MHD_Result gemmd_route_job_result(gemmd_request *req);
 enum MHD_Result gemmd_route_job_delete(gemmd_request *req);
 
-
-/* routes_matrices.c: /v1/matrices. create is called once the body is decoded into req->a. */
+/* routes_matrices.c: /v1/matrices. */
 enum MHD_Result gemmd_route_matrix_create(gemmd_request *req);
 enum MHD_Result gemmd_route_matrix_list(gemmd_request *req);
 enum MHD_Result gemmd_route_matrix_get(gemmd_request *req);
 enum MHD_Result gemmd_route_matrix_delete(gemmd_request *req);
-/* PUT /v1/matrices/{id}?row=R: called once the rows are written into the matrix. */
 enum MHD_Result gemmd_route_matrix_put(gemmd_request *req);
 
 /* routes_info.c */
@@ -31,5 +86,19 @@ enum MHD_Result gemmd_route_healthz(gemmd_request *req);
 enum MHD_Result gemmd_route_readyz(gemmd_request *req);
 enum MHD_Result gemmd_route_info(gemmd_request *req);
 enum MHD_Result gemmd_route_metrics(gemmd_request *req);
+
+/* routes_v2.c: the Open Inference Protocol (KServe v2), model "matmul". */
+enum MHD_Result gemmd_v2_server_meta(gemmd_request *req);
+enum MHD_Result gemmd_v2_live(gemmd_request *req);
+enum MHD_Result gemmd_v2_ready(gemmd_request *req);
+enum MHD_Result gemmd_v2_model_meta(gemmd_request *req);
+enum MHD_Result gemmd_v2_model_ready(gemmd_request *req);
+int gemmd_v2_begin(gemmd_request *req);
+void gemmd_v2_feed(gemmd_request *req, const char *data, size_t len);
+int gemmd_v2_finish(gemmd_request *req);
+enum MHD_Result gemmd_v2_infer(gemmd_request *req);
+enum MHD_Result gemmd_v2_answer(gemmd_request *req);
+/* The 404 of a path under /v2 that no row has, in the protocol's shape. */
+enum MHD_Result gemmd_v2_not_found(gemmd_request *req, const char *path);
 
 #endif

@@ -9,6 +9,7 @@
 #include "fleet.h"
 #include "instance.h"
 #include "respond.h"
+#include "request.h"
 #include "routes.h"
 
 enum MHD_Result gemmd_route_healthz(gemmd_request *req)
@@ -26,7 +27,7 @@ enum MHD_Result gemmd_route_healthz(gemmd_request *req)
 enum MHD_Result gemmd_route_readyz(gemmd_request *req)
 {
     gemmd_services *srv = req->svc;
-    if (gemmd_server_stopping(req->srv))
+    if (atomic_load(&req->svc->stopping))
         return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down");
     if (!gemm_engine_healthy(srv->engine))
         return gemmd_respond_errorf(req, 503, "device_lost",
@@ -161,12 +162,12 @@ enum MHD_Result gemmd_route_metrics(gemmd_request *req)
     gemm_buf_init(&b);
     gemmd_jobs_sweep(req->svc->jobs); /* expired jobs leave the gauges too */
     gemmd_metrics_render(&b, req->svc->engine);
-    gemmd_fleet_render(&b, req->svc->engine, gemmd_server_inflight(req->srv) - 1);
+    gemmd_fleet_render(&b, req->svc->engine, atomic_load(&req->svc->inflight) - 1);
     gemmd_budget_stats bs;
     gemmd_budget_get_stats(req->svc->budget, &bs);
     gemmd_metrics_render_memory(&b, &bs);
     gemmd_conns_stats cs;
-    gemmd_server_conns_stats(req->srv, &cs);
+    gemmd_conns_get_stats(req->svc->conns, &cs);
     gemmd_metrics_render_connections(&b, &cs);
     return gemmd_respond_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
 }

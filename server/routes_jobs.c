@@ -17,7 +17,7 @@
 #include "offload.h"
 #include "respond.h"
 #include "routes.h"
-#include "routes_v2.h"
+#include "sync.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 
@@ -157,7 +157,7 @@ static void on_sync_done(gemm_job *job)
     gemmd_request *req = job->user;
     gemmd_services *srv = req->svc;
     int big_json = atomic_load(&job->state) == GEMM_JOB_DONE && req->answer == GEMMD_FMT_JSON &&
-                   !req->store_c && !gemmd_route_is_v2(req->route) &&
+                   !req->store_c && !(req->route->flags & GEMMD_V2) &&
                    srv->offload && gemmd_json_answer_is_big(job->m * (job->batch ? job->batch : 1), job->n,
                                                             gemm_job_c_dtype(job));
     /* inputs go as soon as the product is done; resident ones are only borrowed */
@@ -169,11 +169,15 @@ static void on_sync_done(gemm_job *job)
     gemmd_sync_done(req, big_json ? offload_sync : NULL);
 }
 
-static enum MHD_Result abandoned_answer(gemmd_request *req)
+int gemmd_matmul_begin(gemmd_request *req)
 {
-    return gemmd_respond_errorf(req, 503, "shutting_down",
-                                "the server is shutting down and the product did not finish within "
-                                "shutdown_timeout; retry elsewhere");
+    if (gemmd_body_begin(req) != 0) return -1;
+    req->answer = gemmd_negotiate(gemmd_request_header(req, MHD_HTTP_HEADER_ACCEPT), req->family);
+    if (req->answer == GEMMD_FMT_NONE)
+        return gemm_err_set(&req->err, 406, "not_acceptable",
+                            "Accept offers nothing this server answers: use application/json, "
+                            "application/octet-stream or application/x-npy (or */*)");
+    return 0;
 }
 
 enum MHD_Result gemmd_route_matmul(gemmd_request *req)
@@ -217,18 +221,9 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
               (unsigned long long)req->job.m, (unsigned long long)req->job.k, (unsigned long long)req->job.n,
               req->job.kernel);
     switch (gemmd_sync_wait(req)) {
-    case GEMMD_SYNC_DONE: return gemmd_route_matmul_answer(req); /* already finished: answer now */
-    case GEMMD_SYNC_ABANDONED: return abandoned_answer(req);
+    case GEMMD_SYNC_DONE: return req->route->answer(req); /* already finished: answer now */
+    case GEMMD_SYNC_ABANDONED: return gemmd_respond_abandoned(req);
     default: return MHD_YES; /* suspended until done() */
-    }
-}
-
-enum MHD_Result gemmd_route_matmul_resumed(gemmd_request *req)
-{
-    switch (gemmd_sync_status(req)) {
-    case GEMMD_SYNC_DONE: return gemmd_route_matmul_answer(req);
-    case GEMMD_SYNC_ABANDONED: return abandoned_answer(req);
-    default: return MHD_YES;
     }
 }
 
@@ -297,7 +292,6 @@ static enum MHD_Result stored_answer(gemmd_request *req)
 enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
 {
     if (req->prepared) return respond_prepared(req);
-    if (gemmd_route_is_v2(req->route)) return gemmd_v2_answer(req); /* the Open Inference Protocol's answer */
     gemm_job *job = &req->job;
     if (job->kernel_used[0]) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", job->kernel_used);
     if (job->device[0]) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", job->device);
@@ -305,7 +299,7 @@ enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
     gemmd_timing_from_job(&req->timing, &job->timing);
     int st = atomic_load(&job->state);
     if (st != GEMM_JOB_DONE) {
-        if (st == GEMM_JOB_CANCELLED && gemmd_server_stopping(req->srv))
+        if (st == GEMM_JOB_CANCELLED && atomic_load(&req->svc->stopping))
             return gemmd_respond_errorf(req, 503, "shutting_down",
                                         "the server is shutting down; the product was cancelled%s",
                                         job->timing.compute_ms > 0 ? " while it ran (shutdown_timeout)"

@@ -18,7 +18,7 @@
  * (inputs); the answer is charged until MHD has sent it (answers): the JSON text at its
  * largest before it is written, or the header and C of a binary answer.
  */
-#include "routes_v2.h"
+#include <stdatomic.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -27,24 +27,13 @@
 #include <strings.h>
 
 #include "config.h"
+#include "request.h"
 #include "respond.h"
 #include "routes.h"
 #include "v2_codec.h"
 
 
-typedef enum {
-    V2_NOT_FOUND = 0,
-    V2_SERVER_META,
-    V2_LIVE,
-    V2_READY,
-    V2_MODEL_META,
-    V2_MODEL_READY,
-    V2_INFER
-} v2_endpoint;
-
 struct gemmd_v2 {
-    v2_endpoint endpoint;
-    char not_found[200];      /* the 404's message */
     /* inference body */
     int has_header_len;       /* Inference-Header-Content-Length was given */
     uint64_t header_len;
@@ -59,8 +48,10 @@ struct gemmd_v2 {
     uint64_t binary_total, binary_got;
 };
 
-void gemmd_v2_free(gemmd_v2 *v)
+static void v2_cleanup(gemmd_request *req)
 {
+    gemmd_v2 *v = req->v2;
+    req->v2 = NULL;
     if (!v) return;
     gemm_v2_request_free(&v->r);
     free(v);
@@ -68,131 +59,34 @@ void gemmd_v2_free(gemmd_v2 *v)
 
 static gemmd_v2 *state(gemmd_request *req) { return req->v2; }
 
-/* ---- routing -------------------------------------------------------------------- */
-
-int gemmd_v2_match(const char *url)
-{
-    return strncmp(url, "/v2", 3) == 0 && (url[3] == '\0' || url[3] == '/');
-}
-
-/* The next path segment of *p (after its '/'): its start and length; 0 at the end. */
-static int segment(const char **p, const char **s, size_t *n)
-{
-    if (**p != '/') return 0;
-    *s = *p + 1;
-    const char *e = strchr(*s, '/');
-    *n = e ? (size_t)(e - *s) : strlen(*s);
-    *p = *s + *n;
-    return 1;
-}
-
-static int seg_is(const char *s, size_t n, const char *lit) { return n == strlen(lit) && strncmp(s, lit, n) == 0; }
-
-int gemmd_v2_resolve(gemmd_request *req, const char *url, const char *method)
-{
-    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-    int post = strcmp(method, "POST") == 0;
-    gemmd_v2 *v = calloc(1, sizeof *v);
-    if (!v) return -1;
-    gemm_v2_request_init(&v->r);
-    req->v2 = v;
-    req->route = GEMMD_ROUTE_V2_METADATA;
-    req->allow = "GET, HEAD";
-    v->endpoint = V2_NOT_FOUND;
-    snprintf(v->not_found, sizeof v->not_found,
-             "no route %.60s; the v2 routes are /v2, /v2/health/{live,ready} and "
-             "/v2/models/" GEMM_V2_MODEL "[/versions/" GEMM_V2_MODEL_VERSION "][/ready|/infer]", url);
-
-    const char *p = url + 3, *s, *model = NULL, *version = NULL;
-    size_t n, model_n = 0, version_n = 0;
-    if (*p == '\0') {
-        v->endpoint = V2_SERVER_META;
-        return get ? 0 : 1;
-    }
-    if (!segment(&p, &s, &n)) return 0;
-    if (seg_is(s, n, "health")) {
-        if (!segment(&p, &s, &n) || *p) return 0;
-        if (seg_is(s, n, "live")) v->endpoint = V2_LIVE;
-        else if (seg_is(s, n, "ready")) v->endpoint = V2_READY;
-        else return 0;
-        req->route = GEMMD_ROUTE_V2_HEALTH;
-        return get ? 0 : 1;
-    }
-    if (!seg_is(s, n, "models") || !segment(&p, &model, &model_n) || model_n == 0) return 0;
-    v2_endpoint ep = V2_MODEL_META;
-    if (*p) {
-        segment(&p, &s, &n);
-        if (seg_is(s, n, "versions")) {
-            if (!segment(&p, &version, &version_n) || version_n == 0) return 0;
-            if (*p) segment(&p, &s, &n);
-            else s = NULL;
-        }
-        if (*p) return 0;
-        if (!s) ep = V2_MODEL_META;
-        else if (seg_is(s, n, "ready")) ep = V2_MODEL_READY;
-        else if (seg_is(s, n, "infer")) ep = V2_INFER;
-        else return 0;
-    }
-    if (ep == V2_INFER) {
-        req->route = GEMMD_ROUTE_V2_INFER;
-        req->allow = "POST";
-    }
-    if (!seg_is(model, model_n, GEMM_V2_MODEL)) {
-        snprintf(v->not_found, sizeof v->not_found,
-                 "unknown model '%.*s'; this server serves model '" GEMM_V2_MODEL "'", (int)(model_n < 60 ? model_n : 60),
-                 model);
-        ep = V2_NOT_FOUND;
-    } else if (version && !seg_is(version, version_n, GEMM_V2_MODEL_VERSION)) {
-        snprintf(v->not_found, sizeof v->not_found,
-                 "model '" GEMM_V2_MODEL "' has no version '%.*s'; its version is " GEMM_V2_MODEL_VERSION,
-                 (int)(version_n < 40 ? version_n : 40), version);
-        ep = V2_NOT_FOUND;
-    }
-    v->endpoint = ep;
-    if (ep == V2_NOT_FOUND) return 0;
-    return ep == V2_INFER ? (post ? 0 : 1) : (get ? 0 : 1);
-}
-
-/* ---- errors ------------------------------------------------------------------------ */
-
-enum MHD_Result gemmd_v2_respond_error(gemmd_request *req, const gemm_err *err)
-{
-    int status = err->status >= 400 && err->status <= 599 ? err->status : 500;
-    if (status == 422) status = 400;
-    char *msg = gemm_v2_utf8_dup(err->message[0] ? err->message : "internal error");
-    char *code = gemm_v2_utf8_dup(err->code[0] ? err->code : "internal_error");
-    gemm_buf b;
-    gemm_buf_init(&b);
-    gemm_buf_puts(&b, "{\"error\":");
-    gemm_buf_json_string(&b, msg ? msg : "out of memory");
-    gemm_buf_puts(&b, ",\"code\":");
-    gemm_buf_json_string(&b, code ? code : "out_of_memory");
-    gemm_buf_puts(&b, "}\n");
-    free(msg);
-    free(code);
-    struct MHD_Response *r = NULL;
-    if (!b.failed) r = MHD_create_response_from_buffer(b.len, b.data, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        gemm_buf_free(&b);
-        return gemmd_respond_queue(req, 500, NULL);
-    }
-    req->bytes_out = b.len;
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (status == 405 && req->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, req->allow);
-    if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"gemmd\"");
-    if (status == 503) {
-        char ra[16];
-        snprintf(ra, sizeof ra, "%d", req->retry_after_s > 0 ? req->retry_after_s : 1);
-        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
-    }
-    return gemmd_respond_queue(req, status, r);
-}
-
 static enum MHD_Result v2_error(gemmd_request *req, int status, const char *code, const char *msg)
 {
-    gemm_err e;
-    gemm_err_set(&e, status, code, "%s", msg);
-    return gemmd_v2_respond_error(req, &e);
+    return gemmd_respond_errorf(req, status, code, "%s", msg);
+}
+
+/* ---- routing: the model named in the path -------------------------------------------- */
+
+#define V2_ROUTES "/v2, /v2/health/{live,ready} and /v2/models/" GEMM_V2_MODEL "[/versions/" GEMM_V2_MODEL_VERSION \
+                  "][/ready|/infer]"
+
+enum MHD_Result gemmd_v2_not_found(gemmd_request *req, const char *path)
+{
+    return gemmd_respond_errorf(req, 404, "not_found", "no route %.60s; the v2 routes are " V2_ROUTES, path);
+}
+
+/* 0 when the path names this server's model (and its version, if it names one); else
+ * -1 with err set to the 404 that says what is served. */
+static int check_model(const gemmd_request *req, gemm_err *err)
+{
+    const char *model = req->param[0], *version = req->param[1];
+    if (strcmp(model, GEMM_V2_MODEL) != 0)
+        return gemm_err_set(err, 404, "not_found", "unknown model '%.60s'; this server serves model '" GEMM_V2_MODEL "'",
+                            model);
+    if (strstr(req->route->pattern, "{version}") && strcmp(version, GEMM_V2_MODEL_VERSION) != 0)
+        return gemm_err_set(err, 404, "not_found",
+                            "model '" GEMM_V2_MODEL "' has no version '%.40s'; its version is " GEMM_V2_MODEL_VERSION,
+                            version);
+    return 0;
 }
 
 /* ---- health and metadata ------------------------------------------------------------- */
@@ -201,7 +95,7 @@ static enum MHD_Result v2_error(gemmd_request *req, int status, const char *code
 static const char *not_ready(gemmd_request *req, char *buf, size_t cap)
 {
     const gemmd_services *srv = req->svc;
-    if (gemmd_server_stopping(req->srv)) return "the server is shutting down";
+    if (atomic_load(&req->svc->stopping)) return "the server is shutting down";
     if (!gemm_engine_healthy(srv->engine))
         return "the engine lost every device it uses; the process must be restarted";
     if (!gemm_engine_ready(srv->engine)) {
@@ -247,42 +141,57 @@ static enum MHD_Result model_metadata(gemmd_request *req)
     return answer_json(req, &b);
 }
 
-static enum MHD_Result answer_get(gemmd_request *req)
+enum MHD_Result gemmd_v2_server_meta(gemmd_request *req)
 {
-    gemmd_v2 *v = state(req);
-    gemmd_services *srv = req->svc;
-    char why[160];
-    const char *nr;
     gemm_buf b;
     gemm_buf_init(&b);
-    switch (v->endpoint) {
-    case V2_SERVER_META:
-        gemm_buf_puts(&b, "{\"name\":\"gemmd\",\"version\":");
-        gemm_buf_json_string(&b, GEMMD_VERSION);
-        gemm_buf_puts(&b, ",\"extensions\":[\"binary_tensor_data\"]}\n");
-        return answer_json(req, &b);
-    case V2_LIVE:
-        if (!gemm_engine_healthy(srv->engine))
-            return v2_error(req, 400, "device_lost",
-                            "not live: the engine lost every device it uses; this process must be restarted");
-        gemm_buf_puts(&b, "{\"live\":true}\n");
-        return answer_json(req, &b);
-    case V2_READY:
-    case V2_MODEL_READY:
-        nr = not_ready(req, why, sizeof why);
-        if (nr) {
-            char msg[220];
-            snprintf(msg, sizeof msg, "not ready: %s", nr);
-            return v2_error(req, 400, "not_ready", msg);
-        }
-        if (v->endpoint == V2_READY) gemm_buf_puts(&b, "{\"ready\":true}\n");
-        else gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"ready\":true}\n");
-        return answer_json(req, &b);
-    case V2_MODEL_META:
-        return model_metadata(req);
-    default:
-        return v2_error(req, 404, "not_found", v->not_found);
+    gemm_buf_puts(&b, "{\"name\":\"gemmd\",\"version\":");
+    gemm_buf_json_string(&b, GEMMD_VERSION);
+    gemm_buf_puts(&b, ",\"extensions\":[\"binary_tensor_data\"]}\n");
+    return answer_json(req, &b);
+}
+
+enum MHD_Result gemmd_v2_live(gemmd_request *req)
+{
+    if (!gemm_engine_healthy(req->svc->engine))
+        return v2_error(req, 400, "device_lost",
+                        "not live: the engine lost every device it uses; this process must be restarted");
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemm_buf_puts(&b, "{\"live\":true}\n");
+    return answer_json(req, &b);
+}
+
+/* GET /v2/health/ready (model NULL) and the model's /ready. */
+static enum MHD_Result ready(gemmd_request *req, const char *model)
+{
+    char why[160], msg[220];
+    const char *nr = not_ready(req, why, sizeof why);
+    if (nr) {
+        snprintf(msg, sizeof msg, "not ready: %s", nr);
+        return v2_error(req, 400, "not_ready", msg);
     }
+    gemm_buf b;
+    gemm_buf_init(&b);
+    if (!model) gemm_buf_puts(&b, "{\"ready\":true}\n");
+    else gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"ready\":true}\n");
+    return answer_json(req, &b);
+}
+
+enum MHD_Result gemmd_v2_ready(gemmd_request *req) { return ready(req, NULL); }
+
+enum MHD_Result gemmd_v2_model_ready(gemmd_request *req)
+{
+    gemm_err e;
+    if (check_model(req, &e) != 0) return gemmd_respond_error(req, &e);
+    return ready(req, GEMM_V2_MODEL);
+}
+
+enum MHD_Result gemmd_v2_model_meta(gemmd_request *req)
+{
+    gemm_err e;
+    if (check_model(req, &e) != 0) return gemmd_respond_error(req, &e);
+    return model_metadata(req);
 }
 
 /* ---- inference: the body ------------------------------------------------------------- */
@@ -453,7 +362,7 @@ static int header_done(gemmd_request *req)
 
 static void fail(gemmd_request *req) { req->failed = 1; }
 
-void gemmd_v2_body_feed(gemmd_request *req, const char *data, size_t len)
+void gemmd_v2_feed(gemmd_request *req, const char *data, size_t len)
 {
     gemmd_v2 *v = state(req);
     req->bytes_in += len;
@@ -505,36 +414,36 @@ void gemmd_v2_body_feed(gemmd_request *req, const char *data, size_t len)
 
 /* ---- inference: the product ------------------------------------------------------------ */
 
-enum MHD_Result gemmd_v2_body_done(gemmd_request *req)
+int gemmd_v2_finish(gemmd_request *req)
 {
     gemmd_v2 *v = state(req);
-    if (req->failed) return gemmd_v2_respond_error(req, &req->err);
+    gemm_err *err = &req->err;
     req->t_body_ms = gemm_now_ms();
     if (!v->parsed) {
         if (v->has_header_len)
-            return v2_error(req, 400, "truncated", "the body ended inside the JSON header "
-                                                   "(Inference-Header-Content-Length is larger than what came)");
-        if (header_done(req) != 0) return gemmd_v2_respond_error(req, &req->err);
+            return gemm_err_set(err, 400, "truncated", "the body ended inside the JSON header "
+                                                       "(Inference-Header-Content-Length is larger than what came)");
+        if (header_done(req) != 0) return -1;
     }
-    if (v->binary_got != v->binary_total) {
-        gemm_err e;
-        gemm_err_set(&e, 400, "truncated", "the body ended after %llu of the %llu bytes of binary tensor data",
-                     (unsigned long long)v->binary_got, (unsigned long long)v->binary_total);
-        return gemmd_v2_respond_error(req, &e);
-    }
+    if (v->binary_got != v->binary_total)
+        return gemm_err_set(err, 400, "truncated", "the body ended after %llu of the %llu bytes of binary tensor data",
+                            (unsigned long long)v->binary_got, (unsigned long long)v->binary_total);
     req->t_decoded_ms = gemm_now_ms();
     const gemmd_config *cfg = &req->svc->cfg;
     if (!v->r.binary_output &&
-        gemm_v2_json_bytes_bound(req->a.rows, req->b.cols, gemmd_request_c_dtype(req)) > cfg->max_json_bytes) {
-        gemm_err e;
-        gemm_err_set(&e, 400, "answer_too_large",
-                     "C is %llux%llu: as JSON tensor data it could take more than the %llu bytes JSON is limited "
-                     "to (max_json_mb); ask for it as binary data: \"outputs\": [{\"name\": \"C\", \"parameters\": "
-                     "{\"binary_data\": true}}]", (unsigned long long)req->a.rows, (unsigned long long)req->b.cols,
-                     (unsigned long long)cfg->max_json_bytes);
-        return gemmd_v2_respond_error(req, &e);
-    }
-    /* The engine path of POST /v1/matmul; the answer comes back through gemmd_v2_answer. */
+        gemm_v2_json_bytes_bound(req->a.rows, req->b.cols, gemmd_request_c_dtype(req)) > cfg->max_json_bytes)
+        return gemm_err_set(err, 400, "answer_too_large",
+                            "C is %llux%llu: as JSON tensor data it could take more than the %llu bytes JSON is "
+                            "limited to (max_json_mb); ask for it as binary data: \"outputs\": [{\"name\": \"C\", "
+                            "\"parameters\": {\"binary_data\": true}}]", (unsigned long long)req->a.rows,
+                            (unsigned long long)req->b.cols, (unsigned long long)cfg->max_json_bytes);
+    return 0;
+}
+
+/* The body is complete: the product goes the engine path of POST /v1/matmul, and its
+ * answer comes back through gemmd_v2_answer (the route's answer). */
+enum MHD_Result gemmd_v2_infer(gemmd_request *req)
+{
     req->answer = GEMMD_FMT_RAW;
     return gemmd_route_matmul(req);
 }
@@ -619,12 +528,12 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
     t->decode_ms = req->t_decoded_ms - req->t_body_ms;
     int st = atomic_load(&job->state);
     if (st != GEMM_JOB_DONE) {
-        if (st == GEMM_JOB_CANCELLED && gemmd_server_stopping(req->srv))
+        if (st == GEMM_JOB_CANCELLED && atomic_load(&req->svc->stopping))
             return v2_error(req, 503, "shutting_down",
                             job->timing.compute_ms > 0
                                 ? "the server is shutting down; the product was cancelled while it ran (shutdown_timeout)"
                                 : "the server is shutting down; the product was cancelled before it started");
-        return gemmd_v2_respond_error(req, &job->err);
+        return gemmd_respond_error(req, &job->err);
     }
     gemm_matrix c = {.rows = job->m, .cols = job->n, .dtype = gemm_job_c_dtype(job), .data = job->c};
     gemmd_services *srv = req->svc;
@@ -637,7 +546,7 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
         job->c = NULL;
         gemm_err e;
         gemmd_budget_refuse(srv->budget, est, "the JSON answer", &e, &req->retry_after_s);
-        return gemmd_v2_respond_error(req, &e);
+        return gemmd_respond_error(req, &e);
     }
     double t0 = gemm_now_ms();
     gemm_buf b;
@@ -708,13 +617,13 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
 
 /* ---- start ------------------------------------------------------------------------------ */
 
-enum MHD_Result gemmd_v2_start(gemmd_request *req)
+int gemmd_v2_begin(gemmd_request *req)
 {
-    gemmd_v2 *v = state(req);
-    if (v->endpoint != V2_INFER) return answer_get(req);
-    if (gemmd_server_stopping(req->srv))
-        return v2_error(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
-    if (begin_infer(req) != 0) return gemmd_v2_respond_error(req, &req->err);
-    req->phase = REQ_BODY;
-    return MHD_YES;
+    if (check_model(req, &req->err) != 0) return -1;
+    gemmd_v2 *v = calloc(1, sizeof *v);
+    if (!v) return gemm_err_set(&req->err, 503, "out_of_memory", "cannot allocate the request now; retry later");
+    gemm_v2_request_init(&v->r);
+    req->v2 = v;
+    req->cleanup = v2_cleanup;
+    return begin_infer(req);
 }

@@ -16,6 +16,7 @@
 
 #include "engine.h"
 #include "metrics.h"
+#include "routes.h"
 
 #define MAXS 2048
 
@@ -201,11 +202,26 @@ static char *render(gemm_engine *engine)
     return s;
 }
 
+/* The labels the daemon counts under: the route table's (main.c does the same). */
+static void init_metrics(void)
+{
+    const char *labels[GEMMD_METRIC_ROUTES];
+    gemmd_metrics_init(labels, gemmd_routes_labels(labels, GEMMD_METRIC_ROUTES));
+}
+
+/* The label slot of the route answering method and path (-1: none: "other"). */
+static int slot(const char *method, const char *path)
+{
+    char params[2][64], allow[40];
+    int status;
+    return gemmd_route_slot(gemmd_routes_match(method, path, params, 2, &status, allow, sizeof allow));
+}
+
 static void test_empty_exposition_parses(void **state)
 {
     (void)state;
     static expo e;
-    gemmd_metrics_init();
+    init_metrics();
     char *text = render(NULL);
     parse(text, &e);
     assert_int_equal(check_histograms(&e), 0);
@@ -222,14 +238,14 @@ static void test_requests_and_histogram(void **state)
 {
     (void)state;
     static expo e;
-    gemmd_metrics_init();
-    gemmd_metrics_request(GEMMD_ROUTE_MATMUL, 200, 0.0005, 100, 40);  /* <= 0.001 */
-    gemmd_metrics_request(GEMMD_ROUTE_MATMUL, 200, 0.001, 100, 40);   /* == bound: le 0.001 */
-    gemmd_metrics_request(GEMMD_ROUTE_MATMUL, 422, 0.2, 10, 80);      /* le 0.25 */
-    gemmd_metrics_request(GEMMD_ROUTE_MATMUL, 200, 61.0, 1, 1);       /* +Inf only */
-    gemmd_metrics_request(GEMMD_ROUTE_HEALTHZ, 200, 0.00001, 0, 3);
-    gemmd_metrics_request(GEMMD_ROUTE_OTHER, 404, -1.0, 0, 50);       /* clamped to 0 */
-    gemmd_metrics_request((gemmd_route)99, 9999, NAN, 0, 0);          /* bad input lands in other/0 */
+    init_metrics();
+    gemmd_metrics_request(slot("POST", "/v1/matmul"), 200, 0.0005, 100, 40);  /* <= 0.001 */
+    gemmd_metrics_request(slot("POST", "/v1/matmul"), 200, 0.001, 100, 40);   /* == bound: le 0.001 */
+    gemmd_metrics_request(slot("POST", "/v1/matmul"), 422, 0.2, 10, 80);      /* le 0.25 */
+    gemmd_metrics_request(slot("POST", "/v1/matmul"), 200, 61.0, 1, 1);       /* +Inf only */
+    gemmd_metrics_request(slot("GET", "/healthz"), 200, 0.00001, 0, 3);
+    gemmd_metrics_request(slot("GET", "/nowhere"), 404, -1.0, 0, 50);       /* clamped to 0 */
+    gemmd_metrics_request(99, 9999, NAN, 0, 0);          /* bad input lands in other/0 */
     int states[5] = {1, 2, 3, 4, 5};
     gemmd_metrics_jobs_by_state(states);
 
@@ -287,7 +303,7 @@ static void *hammer(void *arg)
 {
     (void)arg;
     for (int i = 0; i < 20000; i++)
-        gemmd_metrics_request(GEMMD_ROUTE_INFO, 200, (i % 100) * 0.0007, 1, 2);
+        gemmd_metrics_request(slot("GET", "/v1/info"), 200, (i % 100) * 0.0007, 1, 2);
     return NULL;
 }
 
@@ -297,7 +313,7 @@ static void test_concurrent_counting(void **state)
 {
     (void)state;
     static expo e;
-    gemmd_metrics_init();
+    init_metrics();
     pthread_t t[4];
     for (int i = 0; i < 4; i++) assert_int_equal(pthread_create(&t[i], NULL, hammer, NULL), 0);
     for (int r = 0; r < 5; r++) {

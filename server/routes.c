@@ -1,0 +1,133 @@
+/*
+ * routes.c - the route table and its matcher (routes.h).
+ */
+#include "routes.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "request.h"
+
+#define BODY(begin, feed, finish) begin, feed, finish
+#define NO_BODY NULL, NULL, NULL
+
+const gemmd_route_desc gemmd_routes[] = {
+    /* products */
+    {"/v1/matmul", GEMMD_POST, GEMMD_STOPS, "/v1/matmul", BODY(gemmd_matmul_begin, gemmd_body_feed, gemmd_body_finish),
+     gemmd_route_matmul, gemmd_route_matmul_answer},
+    {"/v1/jobs", GEMMD_POST, GEMMD_STOPS, "/v1/jobs", BODY(gemmd_body_begin, gemmd_body_feed, gemmd_body_finish),
+     gemmd_route_jobs_submit, NULL},
+    {"/v1/jobs/{id}", GEMMD_GET, 0, "/v1/jobs/{id}", NO_BODY, gemmd_route_job_status, NULL},
+    {"/v1/jobs/{id}", GEMMD_DELETE, 0, "DELETE /v1/jobs/{id}", NO_BODY, gemmd_route_job_delete, NULL},
+    {"/v1/jobs/{id}/result", GEMMD_GET, 0, "/v1/jobs/{id}/result", NO_BODY, gemmd_route_job_result,
+     gemmd_route_matmul_answer},
+    /* resident matrices */
+    {"/v1/matrices", GEMMD_POST, GEMMD_STOPS, "/v1/matrices", BODY(gemmd_matrix_begin, gemmd_body_feed, gemmd_body_finish),
+     gemmd_route_matrix_create, NULL},
+    {"/v1/matrices", GEMMD_GET, 0, "GET /v1/matrices", NO_BODY, gemmd_route_matrix_list, NULL},
+    {"/v1/matrices/{id}", GEMMD_GET, 0, "/v1/matrices/{id}", NO_BODY, gemmd_route_matrix_get, NULL},
+    {"/v1/matrices/{id}", GEMMD_PUT, GEMMD_STOPS, "PUT /v1/matrices/{id}",
+     BODY(gemmd_rows_begin, gemmd_body_feed, gemmd_body_finish), gemmd_route_matrix_put, NULL},
+    {"/v1/matrices/{id}", GEMMD_DELETE, 0, "DELETE /v1/matrices/{id}", NO_BODY, gemmd_route_matrix_delete, NULL},
+    /* operations */
+    {"/healthz", GEMMD_GET, GEMMD_OPEN, "/healthz", NO_BODY, gemmd_route_healthz, NULL},
+    {"/readyz", GEMMD_GET, GEMMD_OPEN, "/readyz", NO_BODY, gemmd_route_readyz, NULL},
+    {"/v1/info", GEMMD_GET, 0, "/v1/info", NO_BODY, gemmd_route_info, NULL},
+    {"/metrics", GEMMD_GET, 0, "/metrics", NO_BODY, gemmd_route_metrics, NULL},
+    /* the Open Inference Protocol (KServe v2) */
+    {"/v2", GEMMD_GET, GEMMD_V2, "/v2[/models/{model}[/ready]]", NO_BODY, gemmd_v2_server_meta, NULL},
+    {"/v2/health/live", GEMMD_GET, GEMMD_V2 | GEMMD_OPEN, "/v2/health/{live,ready}", NO_BODY, gemmd_v2_live, NULL},
+    {"/v2/health/ready", GEMMD_GET, GEMMD_V2 | GEMMD_OPEN, "/v2/health/{live,ready}", NO_BODY, gemmd_v2_ready, NULL},
+    {"/v2/models/{model}", GEMMD_GET, GEMMD_V2, "/v2[/models/{model}[/ready]]", NO_BODY, gemmd_v2_model_meta, NULL},
+    {"/v2/models/{model}/versions/{version}", GEMMD_GET, GEMMD_V2, "/v2[/models/{model}[/ready]]", NO_BODY,
+     gemmd_v2_model_meta, NULL},
+    {"/v2/models/{model}/ready", GEMMD_GET, GEMMD_V2, "/v2[/models/{model}[/ready]]", NO_BODY, gemmd_v2_model_ready,
+     NULL},
+    {"/v2/models/{model}/versions/{version}/ready", GEMMD_GET, GEMMD_V2, "/v2[/models/{model}[/ready]]", NO_BODY,
+     gemmd_v2_model_ready, NULL},
+    {"/v2/models/{model}/infer", GEMMD_POST, GEMMD_V2 | GEMMD_STOPS, "/v2/models/{model}/infer",
+     BODY(gemmd_v2_begin, gemmd_v2_feed, gemmd_v2_finish), gemmd_v2_infer, gemmd_v2_answer},
+    {"/v2/models/{model}/versions/{version}/infer", GEMMD_POST, GEMMD_V2 | GEMMD_STOPS, "/v2/models/{model}/infer",
+     BODY(gemmd_v2_begin, gemmd_v2_feed, gemmd_v2_finish), gemmd_v2_infer, gemmd_v2_answer},
+};
+const int gemmd_nroutes = (int)(sizeof gemmd_routes / sizeof gemmd_routes[0]);
+
+/* Whether path matches pattern segment by segment; {name} takes one non-empty segment,
+ * captured into params. */
+static int matches(const char *pattern, const char *path, char params[][64], int nparams)
+{
+    int np = 0;
+    const char *p = pattern, *s = path;
+    while (*p && *s) {
+        if (*p != '/' || *s != '/') return 0;
+        p++;
+        s++;
+        size_t sn = strcspn(s, "/"), pn = strcspn(p, "/");
+        if (p[0] == '{') {
+            if (sn == 0) return 0;
+            if (np < nparams) snprintf(params[np], 64, "%.*s", (int)(sn < 63 ? sn : 63), s);
+            np++;
+        } else if (pn != sn || strncmp(p, s, sn) != 0) {
+            return 0;
+        }
+        p += pn;
+        s += sn;
+    }
+    return *p == '\0' && *s == '\0';
+}
+
+static unsigned method_bit(const char *m)
+{
+    if (strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0) return GEMMD_GET;
+    if (strcmp(m, "POST") == 0) return GEMMD_POST;
+    if (strcmp(m, "PUT") == 0) return GEMMD_PUT;
+    if (strcmp(m, "DELETE") == 0) return GEMMD_DELETE;
+    return 0;
+}
+
+const gemmd_route_desc *gemmd_routes_match(const char *method, const char *path, char params[][64], int nparams,
+                                           int *status, char *allow, size_t allow_cap)
+{
+    static const struct { unsigned bit; const char *names; } names[] = {
+        {GEMMD_GET, "GET, HEAD"}, {GEMMD_POST, "POST"}, {GEMMD_PUT, "PUT"}, {GEMMD_DELETE, "DELETE"}};
+    unsigned want = method_bit(method), known = 0;
+    for (int i = 0; i < gemmd_nroutes; i++) {
+        const gemmd_route_desc *r = &gemmd_routes[i];
+        if (!matches(r->pattern, path, params, nparams)) continue;
+        if (r->methods & want) return r;
+        known |= r->methods;
+    }
+    *status = known ? 405 : 404;
+    if (allow_cap) allow[0] = '\0';
+    for (size_t i = 0; known && i < sizeof names / sizeof names[0]; i++) {
+        if (!(known & names[i].bit)) continue;
+        size_t n = strlen(allow);
+        snprintf(allow + n, allow_cap - n, "%s%s", n ? ", " : "", names[i].names);
+    }
+    return NULL;
+}
+
+int gemmd_route_slot(const gemmd_route_desc *r)
+{
+    int slot = 0;
+    for (int i = 0; i < gemmd_nroutes; i++) {
+        const gemmd_route_desc *q = &gemmd_routes[i];
+        int first = 1;
+        for (int j = 0; j < i && first; j++) first = strcmp(gemmd_routes[j].metric, q->metric) != 0;
+        if (r && strcmp(q->metric, r->metric) == 0) return slot;
+        slot += first;
+    }
+    return slot; /* other */
+}
+
+int gemmd_routes_labels(const char **labels, int max)
+{
+    int n = 0;
+    for (int i = 0; i < gemmd_nroutes && n < max - 1; i++) {
+        int first = 1;
+        for (int j = 0; j < i && first; j++) first = strcmp(gemmd_routes[j].metric, gemmd_routes[i].metric) != 0;
+        if (first) labels[n++] = gemmd_routes[i].metric;
+    }
+    labels[n++] = "other";
+    return n;
+}
