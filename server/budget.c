@@ -51,13 +51,16 @@ struct gemmd_budget {
 
     uint64_t (*reclaim)(void *); /* lets the cache go (gemmd_budget_set_reclaim) */
     void *reclaim_ctx;
+    void (*released)(void *);    /* gemmd_budget_set_release_hook */
+    void *released_ctx;
 
     buf_shard shard[SHARDS]; /* the buffer table */
 };
 
 static _Thread_local uint64_t last_refusal;
 
-static const char *const kind_names[GEMMD_MEM_NKINDS] = {"bodies", "inputs", "results", "answers", "cache"};
+static const char *const kind_names[GEMMD_MEM_NKINDS] = {"bodies", "inputs", "results", "answers", "cache",
+                                                          "reserved"};
 
 const char *gemmd_mem_kind_name(gemmd_mem_kind k)
 {
@@ -226,12 +229,20 @@ int gemmd_budget_charge(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes)
     return 0;
 }
 
+void gemmd_budget_set_release_hook(gemmd_budget *b, void (*fn)(void *ctx), void *ctx)
+{
+    if (!b) return;
+    b->released = fn;
+    b->released_ctx = ctx;
+}
+
 void gemmd_budget_release(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes)
 {
     if (!b || bytes == 0) return;
     atomic_fetch_sub_explicit(&b->by_kind[k], bytes, memory_order_relaxed);
     atomic_fetch_sub(&b->used, bytes);
     note_drain(b, bytes);
+    if (b->released) b->released(b->released_ctx);
 }
 
 int gemmd_budget_adjust(gemmd_budget *b, gemmd_mem_kind k, uint64_t old_bytes, uint64_t new_bytes)

@@ -39,6 +39,8 @@ typedef enum {
     GEMMD_MEM_CACHE,    /* memory the engine keeps for reuse (page-locked blocks): it takes
                            only room nobody else needs, and gives it up (the reclaim hook)
                            when a charge of any other kind would not fit */
+    GEMMD_MEM_RESERVED, /* reserved by requests at admission (admit.h), before their bodies:
+                           what they hold inside it is not charged again */
     GEMMD_MEM_NKINDS
 } gemmd_mem_kind;
 
@@ -73,9 +75,21 @@ void gemmd_budget_set_reclaim(gemmd_budget *b, uint64_t (*fn)(void *ctx), void *
  * budget; +bytes charged as GEMMD_MEM_CACHE (refused like any charge), -bytes released. */
 int gemmd_budget_keep_charge(void *budget, int64_t delta);
 
+/* fn(ctx) after every release of memory (admit.h's kick); NULL: none. Set it before
+ * charges run; fn must not call back into the budget. */
+void gemmd_budget_set_release_hook(gemmd_budget *b, void (*fn)(void *ctx), void *ctx);
+
+/* A reservation: bytes charged as GEMMD_MEM_RESERVED, admitted as one charge of that
+ * size. 0, or -1 when they do not fit. Released with gemmd_budget_release. */
+static inline int gemmd_budget_reserve(gemmd_budget *b, uint64_t bytes);
+
 /* Charges bytes of kind k: 0, or -1 when they do not fit (nothing is charged). */
 int gemmd_budget_charge(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes);
 void gemmd_budget_release(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes);
+static inline int gemmd_budget_reserve(gemmd_budget *b, uint64_t bytes)
+{
+    return gemmd_budget_charge(b, GEMMD_MEM_RESERVED, bytes);
+}
 /* Changes a charge by delta (new - old bytes, either sign) without releasing it first;
  * a growth that does not fit returns -1 and changes nothing. */
 int gemmd_budget_adjust(gemmd_budget *b, gemmd_mem_kind k, uint64_t old_bytes, uint64_t new_bytes);

@@ -1,0 +1,351 @@
+/*
+ * admit.c - the admission queue (admit.h): clients in slots, each with a FIFO of tickets,
+ * one lock, and one thread that admits when memory is given back and refuses at
+ * deadlines. A decided ticket is woken outside the lock: wake() may take the waiter's own
+ * locks.
+ *
+ * The expected wait: what must be given back before a request fits (the bytes waiting
+ * ahead of it and its own, less what is free) over the rate at which reservations turn
+ * over: the bytes reserved now over how long a reservation lasts (a decaying average of
+ * the reservations released lately). Memory is given back in lumps, whole requests at a
+ * time, so a rate of bytes freed over the last seconds says little; the turnover of what
+ * is held says how soon the next lumps come.
+ */
+#include "admit.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_CLIENTS 64     /* client slots; more clients than this share the last one */
+#define STARVE_S 0.5       /* the oldest ticket goes first once it has waited this long */
+#define TICK_MS 50         /* how often the thread looks at deadlines */
+
+typedef struct {
+    char name[64];
+    gemmd_admit_ticket *head, *tail;
+    int waiting;
+} client;
+
+struct gemmd_admit {
+    gemmd_budget *budget;
+    int max_waiting, max_per_client;
+    double max_wait_s;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int stop, kicked, started;
+    client clients[MAX_CLIENTS];
+    int nclients, rr;          /* slots in use; the next client in turn */
+    int waiting;
+    _Atomic int nwaiting;      /* waiting, read without the lock by gemmd_admit_kick */
+    uint64_t waiting_bytes;
+    double hold_s;             /* how long a reservation lasts, a decaying average */
+    gemmd_admit_stats st;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The client's slot (a new one, or an idle one taken over; all busy: the last is shared). */
+static int slot_of(gemmd_admit *a, const char *name)
+{
+    for (int i = 0; i < a->nclients; i++)
+        if (strcmp(a->clients[i].name, name) == 0) return i;
+    int i = a->nclients < MAX_CLIENTS ? a->nclients++ : -1;
+    for (int j = 0; i < 0 && j < a->nclients; j++)
+        if (!a->clients[j].waiting) i = j;
+    if (i < 0) return MAX_CLIENTS - 1;
+    snprintf(a->clients[i].name, sizeof a->clients[i].name, "%s", name);
+    return i;
+}
+
+static int expected_wait_locked(gemmd_admit *a, uint64_t bytes)
+{
+    gemmd_budget_stats bs;
+    gemmd_budget_get_stats(a->budget, &bs);
+    uint64_t free_now = bs.used < bs.limit ? bs.limit - bs.used : 0;
+    double need = (double)a->waiting_bytes + (double)bytes - (double)free_now;
+    double held = (double)bs.by_kind[GEMMD_MEM_RESERVED];
+    double s = need <= 0 ? 1 : held > 0 ? need / (held / a->hold_s) : a->max_wait_s;
+    if (s < 1) s = 1;
+    if (s > 60) s = 60;
+    return (int)(s + 0.999);
+}
+
+static void unlink_locked(gemmd_admit *a, gemmd_admit_ticket *t)
+{
+    client *c = &a->clients[t->client];
+    gemmd_admit_ticket **pp = &c->head, *prev = NULL;
+    while (*pp && *pp != t) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (!*pp) return;
+    *pp = t->next;
+    if (c->tail == t) c->tail = prev;
+    t->next = NULL;
+    c->waiting--;
+    a->waiting--;
+    atomic_store(&a->nwaiting, a->waiting);
+    a->waiting_bytes -= t->bytes;
+}
+
+/* Decides t (unlinked already) and chains it on *woken, to be woken outside the lock. */
+static void decide_locked(gemmd_admit *a, gemmd_admit_ticket *t, int result, gemmd_admit_ticket **woken)
+{
+    t->result = result;
+    if (result != 0) t->retry_after_s = expected_wait_locked(a, t->bytes);
+    atomic_store(&t->decided, 1);
+    t->next = *woken;
+    *woken = t;
+}
+
+/* Admits waiting tickets that fit: the oldest first once it has waited STARVE_S, else the
+ * clients in turn, each its oldest. Returns the decided ones, chained. */
+static gemmd_admit_ticket *admit_locked(gemmd_admit *a, double now)
+{
+    gemmd_admit_ticket *woken = NULL;
+    for (int progress = 1; progress && a->waiting;) {
+        progress = 0;
+        gemmd_admit_ticket *oldest = NULL;
+        for (int i = 0; i < a->nclients; i++) {
+            gemmd_admit_ticket *h = a->clients[i].head;
+            if (h && (!oldest || h->t_enter < oldest->t_enter)) oldest = h;
+        }
+        if (oldest && now - oldest->t_enter >= STARVE_S) { /* it goes first, or nobody */
+            if (gemmd_budget_reserve(a->budget, oldest->bytes) != 0) break;
+            unlink_locked(a, oldest);
+            decide_locked(a, oldest, 0, &woken);
+            a->st.admitted++;
+            progress = 1;
+            continue;
+        }
+        for (int k = 0; k < a->nclients && !progress; k++) {
+            int i = (a->rr + k) % a->nclients;
+            gemmd_admit_ticket *h = a->clients[i].head;
+            if (!h || gemmd_budget_reserve(a->budget, h->bytes) != 0) continue;
+            unlink_locked(a, h);
+            decide_locked(a, h, 0, &woken);
+            a->st.admitted++;
+            a->rr = (i + 1) % a->nclients;
+            progress = 1;
+        }
+    }
+    return woken;
+}
+
+/* Refuses the tickets past their deadline (all of them when stopping). */
+static gemmd_admit_ticket *expire_locked(gemmd_admit *a, double now, gemmd_admit_ticket *woken)
+{
+    for (int i = 0; i < a->nclients; i++) {
+        gemmd_admit_ticket *t = a->clients[i].head;
+        while (t) {
+            gemmd_admit_ticket *next = t->next;
+            if (a->stop || now >= t->deadline) {
+                unlink_locked(a, t);
+                decide_locked(a, t, -1, &woken);
+                a->st.refused_wait++;
+            }
+            t = next;
+        }
+    }
+    return woken;
+}
+
+/* Wakes the chained tickets in the order they were decided (the chain has them the other
+ * way round). */
+static void wake_all(gemmd_admit_ticket *t)
+{
+    gemmd_admit_ticket *in_order = NULL;
+    while (t) {
+        gemmd_admit_ticket *next = t->next;
+        t->next = in_order;
+        in_order = t;
+        t = next;
+    }
+    t = in_order;
+    while (t) {
+        gemmd_admit_ticket *next = t->next; /* t may be gone once woken */
+        t->next = NULL;
+        t->wake(t->arg);
+        t = next;
+    }
+}
+
+static void *run(void *arg)
+{
+    gemmd_admit *a = arg;
+    pthread_mutex_lock(&a->mu);
+    while (!a->stop) {
+        if (!a->kicked) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += TICK_MS * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+        }
+        a->kicked = 0;
+        double now = now_s();
+        gemmd_admit_ticket *woken = expire_locked(a, now, admit_locked(a, now));
+        pthread_mutex_unlock(&a->mu);
+        wake_all(woken);
+        pthread_mutex_lock(&a->mu);
+    }
+    gemmd_admit_ticket *woken = expire_locked(a, now_s(), NULL);
+    pthread_mutex_unlock(&a->mu);
+    wake_all(woken);
+    return NULL;
+}
+
+gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s)
+{
+    gemmd_admit *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->budget = b;
+    a->max_waiting = max_waiting > 0 ? max_waiting : 1;
+    a->max_per_client = a->max_waiting / 4 > 1 ? a->max_waiting / 4 : 1;
+    a->max_wait_s = max_wait_s > 0 ? max_wait_s : 1;
+    a->hold_s = 1.0;
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    if (pthread_create(&a->thread, NULL, run, a) != 0) {
+        pthread_cond_destroy(&a->cv);
+        pthread_mutex_destroy(&a->mu);
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+void gemmd_admit_free(gemmd_admit *a)
+{
+    if (!a) return;
+    pthread_mutex_lock(&a->mu);
+    a->stop = 1;
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->thread, NULL);
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}
+
+int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, const char *client_name, uint64_t bytes,
+                      void (*wake)(void *arg), void *arg, gemm_err *err, int *retry_after_s)
+{
+    memset(t, 0, sizeof *t);
+    t->bytes = bytes;
+    t->wake = wake;
+    t->arg = arg;
+    *retry_after_s = 0;
+    if (bytes > gemmd_budget_max_single(a->budget))
+        return gemm_err_set(err, 413, "too_large",
+                            "this request needs %.1f MiB, more than this server's memory budget lets one request "
+                            "hold (%.1f MiB of max_inflight_mb)", (double)bytes / (1 << 20),
+                            (double)gemmd_budget_max_single(a->budget) / (1 << 20));
+    pthread_mutex_lock(&a->mu);
+    int c = slot_of(a, client_name ? client_name : "");
+    /* Nobody waits ahead of it, and it fits: admitted at once. */
+    if (!a->waiting && gemmd_budget_reserve(a->budget, bytes) == 0) {
+        a->st.admitted++;
+        pthread_mutex_unlock(&a->mu);
+        return 0;
+    }
+    if (a->stop || a->waiting >= a->max_waiting || a->clients[c].waiting >= a->max_per_client) {
+        *retry_after_s = expected_wait_locked(a, bytes);
+        a->st.refused_full++;
+        int full = a->waiting >= a->max_waiting;
+        pthread_mutex_unlock(&a->mu);
+        return gemm_err_set(err, 503, "over_budget",
+                            "this request needs %.1f MiB of the memory budget and %s; retry in %d s",
+                            (double)bytes / (1 << 20),
+                            full ? "the queue of requests waiting for memory is full"
+                                 : "this client already has as many requests waiting for memory as it may",
+                            *retry_after_s);
+    }
+    double now = now_s();
+    t->client = c;
+    t->t_enter = now;
+    t->deadline = now + a->max_wait_s;
+    client *cl = &a->clients[c];
+    if (cl->tail) cl->tail->next = t;
+    else cl->head = t;
+    cl->tail = t;
+    cl->waiting++;
+    a->waiting++;
+    atomic_store(&a->nwaiting, a->waiting);
+    a->waiting_bytes += bytes;
+    a->st.queued++;
+    a->kicked = 1; /* it may fit already, behind others that do not */
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    return 1;
+}
+
+int gemmd_admit_result(gemmd_admit *a, const gemmd_admit_ticket *t, gemm_err *err, int *retry_after_s)
+{
+    (void)a;
+    if (t->result == 0) return 0;
+    *retry_after_s = t->retry_after_s;
+    return gemm_err_set(err, 503, "over_budget",
+                        "this request needs %.1f MiB of the memory budget and waited for it in vain; retry in %d s",
+                        (double)t->bytes / (1 << 20), t->retry_after_s);
+}
+
+int gemmd_admit_cancel(gemmd_admit *a, gemmd_admit_ticket *t)
+{
+    pthread_mutex_lock(&a->mu);
+    int waiting = !atomic_load(&t->decided);
+    if (waiting) {
+        unlink_locked(a, t);
+        a->st.cancelled++;
+        a->kicked = 1; /* those behind it may fit now */
+        pthread_cond_signal(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return waiting;
+}
+
+void gemmd_admit_done(gemmd_admit *a, double held_s)
+{
+    pthread_mutex_lock(&a->mu);
+    a->hold_s = 0.8 * a->hold_s + 0.2 * (held_s > 0.001 ? held_s : 0.001);
+    if (a->waiting) {
+        a->kicked = 1;
+        pthread_cond_signal(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+void gemmd_admit_kick(gemmd_admit *a)
+{
+    /* called on every release of memory: nothing to do (and no lock) while nobody waits;
+     * a kick missed in a race is made up by the thread's next tick */
+    if (!a || atomic_load_explicit(&a->nwaiting, memory_order_relaxed) == 0) return;
+    pthread_mutex_lock(&a->mu);
+    if (a->waiting) {
+        a->kicked = 1;
+        pthread_cond_signal(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+void gemmd_admit_get_stats(gemmd_admit *a, gemmd_admit_stats *out)
+{
+    pthread_mutex_lock(&a->mu);
+    *out = a->st;
+    out->waiting = a->waiting;
+    out->waiting_bytes = a->waiting_bytes;
+    pthread_mutex_unlock(&a->mu);
+}

@@ -1,0 +1,84 @@
+/*
+ * admit.h - admission: before a byte of its body is read, a request reserves the memory
+ * it will hold (gemmd_budget_reserve). When that does not fit now, the request waits in a
+ * short queue, its connection parked, instead of being refused after it has sent its
+ * body, or racing the others for memory as it arrives.
+ *
+ * The queue is bounded (max_waiting in all, a quarter of it for one client), FIFO for each
+ * client (a token, or an address without tokens) and round robin across clients: memory
+ * given back goes to the next client in turn whose oldest request fits, unless the oldest
+ * request of all has waited longer than a moment: then it goes first, so that a big
+ * request is not passed over forever by small ones. A request waits at most max_wait_s;
+ * then, or when the queue is full, it is refused (503 over_budget) with a Retry-After of
+ * the queue's expected wait: the bytes ahead of it over the rate at which the queue has
+ * been admitting lately.
+ *
+ *   gemmd_admit_ticket t;                     // lives in the request
+ *   switch (gemmd_admit_enter(a, &t, client, bytes, wake, req, &err, &retry_after)) {
+ *   case 0:  admitted: bytes are reserved                      (release them when done)
+ *   case 1:  waiting: park the connection; wake(req) is called later, from the queue's
+ *            thread, once gemmd_admit_decided(&t) is set: gemmd_admit_result() says how
+ *   case -1: refused now (queue full, or more than the budget can ever hold)
+ *   }
+ *   gemmd_admit_cancel(a, &t);                // the client left while it waited
+ *
+ * The queue's thread also looks after deadlines. gemmd_admit_kick() is called whenever
+ * memory is given back (the budget's release hook). Thread-safe.
+ */
+#ifndef GEMMD_ADMIT_H
+#define GEMMD_ADMIT_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "budget.h"
+#include "gemm_types.h"
+
+typedef struct gemmd_admit gemmd_admit;
+
+typedef struct gemmd_admit_ticket {
+    /* ---- private to admit.c ---- */
+    struct gemmd_admit_ticket *next;
+    int client;                /* index of the client's slot */
+    uint64_t bytes;
+    double t_enter, deadline;
+    void (*wake)(void *arg);
+    void *arg;
+    int result;                /* 0 admitted, -1 refused (after decided) */
+    int retry_after_s;
+    _Atomic int decided;
+} gemmd_admit_ticket;
+
+typedef struct {
+    uint64_t admitted, queued, refused_full, refused_wait, cancelled;
+    int waiting;               /* now */
+    uint64_t waiting_bytes;    /* now */
+} gemmd_admit_stats;
+
+/* max_waiting: requests that may wait at once (>= 1); max_wait_s: how long one may. */
+gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s);
+/* Refuses whatever still waits (wake is called for each), stops the thread, frees. */
+void gemmd_admit_free(gemmd_admit *a);
+
+/* See above. client: a name for fairness (at most 63 bytes are used). On -1, *err is
+ * 503 over_budget (or 413 too_large when bytes can never fit) and *retry_after_s set. */
+int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, const char *client, uint64_t bytes,
+                      void (*wake)(void *arg), void *arg, gemm_err *err, int *retry_after_s);
+/* Whether a waiting ticket has been decided (then wake has been or is being called). */
+static inline int gemmd_admit_decided(gemmd_admit_ticket *t) { return atomic_load(&t->decided) != 0; }
+/* A decided ticket: 0 admitted (its bytes are reserved), or -1 with *err (503) and
+ * *retry_after_s. */
+int gemmd_admit_result(gemmd_admit *a, const gemmd_admit_ticket *t, gemm_err *err, int *retry_after_s);
+/* Takes a waiting ticket out of the queue (the client went away): 1 when it was still
+ * waiting (wake will not be called), 0 when it had been decided already (wake is called,
+ * or has been; an admitted ticket's bytes are reserved and must be released). */
+int gemmd_admit_cancel(gemmd_admit *a, gemmd_admit_ticket *t);
+/* An admitted reservation ended after held_s seconds (it was released by its holder):
+ * how long reservations last goes into the expected wait. */
+void gemmd_admit_done(gemmd_admit *a, double held_s);
+/* Memory was given back: the queue's thread looks for waiting requests that fit now. */
+void gemmd_admit_kick(gemmd_admit *a);
+
+void gemmd_admit_get_stats(gemmd_admit *a, gemmd_admit_stats *out);
+
+#endif
