@@ -66,8 +66,7 @@ typedef struct {
 
 typedef struct {
     const char *name;
-    int f77;   /* Fortran (arguments by reference), else CBLAS */
-    int ilp64; /* 64-bit integer arguments */
+    int f77; /* Fortran (arguments by reference), else CBLAS */
     gb_type type;
     void (*call)(void *fn, const gb_call *c); /* calls fn, a routine of this name, with c */
 } gb_entry_info;

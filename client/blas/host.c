@@ -51,16 +51,9 @@ static _Thread_local int in_host __attribute__((tls_model("initial-exec")));
 
 int gb_in_host(void) { return in_host; }
 
-/* The entry's host routine, looked up at its first call; NULL when there is none. */
-static void *host_fn(gb_entry e)
+/* Finds e's host routine (under host.mu): its address or NULL, its library in host.where[e]. */
+static void *lookup(gb_entry e)
 {
-    uintptr_t f = atomic_load_explicit(&host.fn[e], memory_order_acquire);
-    if (f) return f == NOT_FOUND ? NULL : (void *)f;
-    pthread_mutex_lock(&host.mu);
-    if ((f = atomic_load_explicit(&host.fn[e], memory_order_acquire)) != 0) { /* another thread's */
-        pthread_mutex_unlock(&host.mu);
-        return f == NOT_FOUND ? NULL : (void *)f;
-    }
     const char *name = gb_entries[e].name, *lib = getenv("GEMM_BLAS_LIB"), *how = "RTLD_NEXT";
     char *where = host.where[e];
     void *fn = NULL;
@@ -87,9 +80,23 @@ static void *host_fn(gb_entry e)
     if (gb_settings_get()->log)
         gb_write_line("libgemm_blas: %s: host %s%s%s", name, fn ? where : "none", fn ? ", found as " : "",
                       fn ? how : "");
-    atomic_store_explicit(&host.fn[e], fn ? (uintptr_t)fn : NOT_FOUND, memory_order_release);
-    pthread_mutex_unlock(&host.mu);
     return fn;
+}
+
+/* The entry's host routine, looked up at its first call; NULL when there is none. */
+static void *host_fn(gb_entry e)
+{
+    uintptr_t f = atomic_load_explicit(&host.fn[e], memory_order_acquire);
+    if (!f) {
+        pthread_mutex_lock(&host.mu);
+        if (!(f = atomic_load_explicit(&host.fn[e], memory_order_relaxed))) { /* no other thread's yet */
+            void *fn = lookup(e);
+            f = fn ? (uintptr_t)fn : NOT_FOUND;
+            atomic_store_explicit(&host.fn[e], f, memory_order_release);
+        }
+        pthread_mutex_unlock(&host.mu);
+    }
+    return f == NOT_FOUND ? NULL : (void *)f;
 }
 
 const char *gb_host_name(gb_entry e)

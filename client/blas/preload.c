@@ -192,7 +192,7 @@ static void dispatch(const gb_call *c)
     GB_CBLAS(cs, IT, float) GB_CBLAS(cd, IT, double) GB_F77(fs, IT, float) GB_F77(fd, IT, double)
 GB_FLAVOURS(GB_DEFINE)
 
-#define GB_ROW(name, f77, IT, type) {#name, f77, sizeof(IT) == 8, type, host_##name}
-#define GB_ROWS(cs, cd, fs, fd, IT) \
-    GB_ROW(cs, 0, IT, GB_F32), GB_ROW(cd, 0, IT, GB_F64), GB_ROW(fs, 1, IT, GB_F32), GB_ROW(fd, 1, IT, GB_F64),
+#define GB_ROWS(cs, cd, fs, fd, IT)                                                \
+    {#cs, 0, GB_F32, host_##cs}, {#cd, 0, GB_F64, host_##cd}, {#fs, 1, GB_F32, host_##fs}, \
+        {#fd, 1, GB_F64, host_##fd},
 const gb_entry_info gb_entries[GB_ENTRY_COUNT] = {GB_FLAVOURS(GB_ROWS)};

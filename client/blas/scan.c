@@ -22,6 +22,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#ifndef ElfW /* link.h has it; for tools that do not read system headers */
+#define ElfW(type) Elf64_##type
+#endif
+
 enum { MAX_NAMES = 24 };
 
 typedef struct {
