@@ -245,7 +245,7 @@ def check_results(cs, layout, out):
 
 
 def random_cases(rng, count, dims=(1, 2, 3, 7, 16, 33, 64, 100, 129), entries=LP64):
-    """count calls spread over the entries (a flavour's four names, CBLAS ones first), then
+    """count calls spread over the entries (a flavour's four names, say), then
     the quick returns of each."""
     cases = []
     for i in range(count):
