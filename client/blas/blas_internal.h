@@ -1,14 +1,16 @@
 /*
  * blas_internal.h - what the files of libgemm_blas.so share. Not installed.
  *
- * libgemm_blas.so is an LD_PRELOAD library. It defines cblas_sgemm, cblas_dgemm, sgemm_
- * and dgemm_ (and nothing else: client/blas/libgemm_blas.map hides every other symbol,
- * libgemm's included) and sends products above a threshold to a gemmd server; the rest
- * runs on the host's own BLAS.
+ * libgemm_blas.so is an LD_PRELOAD library. It defines the gemm entry points of the table
+ * below (and nothing else: client/blas/libgemm_blas.map exports exactly these names, libgemm
+ * and the rest stay hidden) and sends products above a threshold to a gemmd server; the
+ * rest runs on the host's own BLAS.
  *
- *   preload.c  the four entry points: argument checks, the decision, the log line
- *   host.c     the host BLAS (found by name, dlopen/dlsym), a built-in last resort,
- *              xerbla reporting when there is no host BLAS
+ *   preload.c  the entry points, made from the table; argument checks, the decision, the log
+ *   host.c     each name's host implementation (GEMM_BLAS_LIB, RTLD_NEXT, the loaded
+ *              libraries), the other API's routine or built-in loops when it has none
+ *   scan.c     the BLAS libraries loaded in the process (their dynamic symbols), said at
+ *              start and exit
  *   offload.c  the remote product: settings from the environment, a pool of libgemm
  *              clients, the layout chosen, failure classes, warnings and back-off
  *   pack.c     operands into the wire's layout, the answer into C (alpha, beta)
@@ -23,6 +25,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The entry points: one row per BLAS flavour, with its four names in this order (CBLAS
+ * sgemm, CBLAS dgemm, Fortran sgemm, Fortran dgemm) and the type of its integer arguments.
+ * A flavour is a row: the definitions, the host lookup, the log and the tests all read it;
+ * libgemm_blas.map lists the same names (tests/e2e/test_blas.py checks that). */
+#define GB_FLAVOURS(X)                                                                          \
+    /* LP64 BLAS: libblas.so.3 (reference, OpenBLAS, BLIS), MKL, conda's libblas/libcblas */    \
+    X(cblas_sgemm, cblas_dgemm, sgemm_, dgemm_, int)                                            \
+    /* OpenBLAS ILP64 built with SYMBOLSUFFIX=64_; NumPy 1.x wheels (libopenblas64_p) */        \
+    X(cblas_sgemm64_, cblas_dgemm64_, sgemm_64_, dgemm_64_, int64_t)                            \
+    /* NumPy 2.x wheels (scipy-openblas64) */                                                   \
+    X(scipy_cblas_sgemm64_, scipy_cblas_dgemm64_, scipy_sgemm_64_, scipy_dgemm_64_, int64_t)    \
+    /* SciPy wheels (scipy-openblas32) */                                                       \
+    X(scipy_cblas_sgemm, scipy_cblas_dgemm, scipy_sgemm_, scipy_dgemm_, int)
+
+#define GB_ENUM(cs, cd, fs, fd, IT) GB_E_##cs, GB_E_##cd, GB_E_##fs, GB_E_##fd,
+typedef enum { GB_FLAVOURS(GB_ENUM) GB_ENTRY_COUNT } gb_entry;
+#undef GB_ENUM
+
+/* The routine of the other API in the same flavour (cblas_sgemm <-> sgemm_). */
+#define GB_OTHER_API(e) ((gb_entry)((e) ^ 2))
+
 /* CBLAS enumeration values (cblas.h), as plain ints: this library does not include any
  * cblas.h, whose prototypes differ between BLAS vendors. */
 enum { GB_ROW_MAJOR = 101, GB_COL_MAJOR = 102 };
@@ -30,10 +53,25 @@ enum { GB_NO_TRANS = 111, GB_TRANS = 112, GB_CONJ_TRANS = 113 };
 
 typedef enum { GB_F32 = 0, GB_F64 = 1 } gb_type;
 
-/* Which entry point a call came through (names, log lines, host dispatch). */
-typedef enum { GB_CBLAS_SGEMM = 0, GB_CBLAS_DGEMM, GB_SGEMM, GB_DGEMM, GB_ENTRY_COUNT } gb_entry;
+/* One call's arguments, whatever the entry point: values, so that they can be handed on
+ * unchanged (to the same name's host routine) or in the other API's form. */
+typedef struct {
+    gb_entry entry;
+    int order, ta, tb;  /* CBLAS: as passed. Fortran: GB_COL_MAJOR and the characters */
+    int64_t m, n, k, lda, ldb, ldc;
+    double alpha, beta; /* float calls carry their float values exactly */
+    const void *a, *b;
+    void *c;
+} gb_call;
 
-const char *gb_entry_name(gb_entry e);
+typedef struct {
+    const char *name;
+    int f77; /* Fortran (arguments by reference), else CBLAS */
+    gb_type type;
+    void (*call)(void *fn, const gb_call *c); /* calls fn, a routine of this name, with c */
+} gb_entry_info;
+
+extern const gb_entry_info gb_entries[GB_ENTRY_COUNT];
 
 /* One operand as the row-major product sees it: the logical matrix is rows x cols. Its
  * storage is row-major with row stride ld; `trans` says the storage holds the transpose
@@ -51,69 +89,67 @@ typedef struct {
     gb_operand p, q;
     void *c;
     int64_t ldc;
-    double alpha, beta; /* float calls carry their float values exactly */
-    const char *desc;   /* the call as its caller made it, for warnings ("dgemm_ 300x200x100") */
+    double alpha, beta;
+    const char *desc; /* the call as its caller made it, for warnings ("dgemm_ 300x200x100") */
+    const char *host; /* where it runs when the server cannot take it, for warnings */
 } gb_problem;
 
 /* ---- the host BLAS (host.c) ------------------------------------------------------ */
 
-/* Arguments of a call exactly as they came in, to hand to the host unchanged. */
-typedef struct {
-    gb_entry entry;
-    /* cblas_* */
-    int order, ta, tb, m, n, k, lda, ldb, ldc;
-    double alpha, beta;
-    float alpha_f, beta_f;
-    const void *a, *b;
-    void *c;
-    /* Fortran: the pointers the caller passed */
-    const char *fta, *ftb;
-    const int *fm, *fn, *fk, *flda, *fldb, *fldc;
-    const void *falpha, *fbeta;
-} gb_call;
-
-/* Runs the call on the host BLAS (or, when none could be found, on the built-in loops,
- * which report argument errors as xerbla would). Calls made while it runs that come back
- * into this library (a host CBLAS that calls the Fortran routine, interposed) go straight
- * to the host too. */
+/* Runs the call on the host: the routine of the same name found in the process (or
+ * GEMM_BLAS_LIB), else the other API's routine of the flavour, else built-in loops (which
+ * report argument errors as the reference BLAS does). Calls made while it runs that come
+ * back into this library (a host CBLAS that calls the Fortran routine, interposed) go
+ * straight to the host too. */
 void gb_host_run(const gb_call *call);
 
-/* Argument checks in the reference BLAS order. gb_check_fortran returns the xerbla
- * INFO (1 transa, 2 transb, 3 m, 4 n, 5 k, 8 lda, 10 ldb, 13 ldc) or 0 when the arguments
- * are valid; gb_check_cblas returns the CBLAS parameter number (1 order, 2 TransA, 3 TransB,
- * 4 M, 5 N, 6 K, 9 lda, 11 ldb, 14 ldc) or 0. */
-int gb_check_fortran(char ta, char tb, int m, int n, int k, int lda, int ldb, int ldc);
-int gb_check_cblas(int order, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc);
-
-/* 'N', 'T' (transpose and conjugate transpose alike, the matrices being real) or 0 for a
- * character that is neither. */
-char gb_trans_char(char t);
-
-/* What was found, for the log ("libblas.so.3", "built-in loops"). */
-const char *gb_host_name(void);
+/* Where the call's entry runs on the host, for messages ("/usr/lib/.../libblas.so.3"). */
+const char *gb_host_name(gb_entry e);
 
 /* Non-zero while this thread is inside the host BLAS (re-entry guard). */
 int gb_in_host(void);
 
+/* Argument checks in the reference BLAS order: 0 when valid, else the parameter number
+ * xerbla reports (Fortran: 1 transa, 2 transb, 3 m, 4 n, 5 k, 8 lda, 10 ldb, 13 ldc; CBLAS
+ * one more, after 1 order). */
+int gb_check(const gb_call *c);
+
+/* A transpose argument of the call as 'N' or 'T' (transpose and conjugate transpose alike,
+ * the matrices being real), or 0 when it is neither. */
+char gb_trans(const gb_call *c, int t);
+
+/* ---- the process's BLAS libraries (scan.c) ----------------------------------------- */
+
+/* The address of `name` in a library loaded in the process (not the program, not this
+ * library), its path in path[size]; NULL when none defines it. Warns once per library
+ * about gemm entry points it defines under names this library does not have. */
+void *gb_scan_find(const char *name, char *path, size_t size);
+
+/* Non-zero for a path that is this library (any copy of it). */
+int gb_is_ours(const char *path);
+
 /* ---- the remote product (offload.c) ---------------------------------------------- */
 
 typedef struct {
-    int enabled;              /* GEMM_SERVER set and usable */
-    int log;                  /* GEMM_OFFLOAD_LOG */
-    double min_flops[2];      /* per gb_type */
-    double min_intensity[2];  /* flops per byte on the wire, per gb_type; 0 = no floor */
+    int enabled;             /* GEMM_SERVER set and usable */
+    int log;                 /* GEMM_OFFLOAD_LOG */
+    double min_flops[2];     /* per gb_type */
+    double min_intensity[2]; /* flops per byte on the wire, per gb_type; 0 = no floor */
 } gb_settings;
 
 /* Reads the environment once (thread-safe; later calls return the same object). */
 const gb_settings *gb_settings_get(void);
 
+/* GEMM_OFFLOAD_LOG is set (read without the other settings). */
+int gb_log_wanted(void);
+
 /* Outcome of one offload attempt. */
 typedef struct {
-    int ok;               /* C holds the result */
-    double ms;            /* server: the whole exchange as the client saw it */
-    char kernel[48];      /* the kernel the server ran */
-    char why[160];        /* not ok: the reason in a few words ("connect_failed", ...) */
-    int backoff;          /* not attempted: the server failed recently */
+    int ok;          /* C holds the result */
+    double ms;       /* server: the whole exchange as the client saw it */
+    char kernel[48]; /* the kernel the server ran */
+    char why[160];   /* not ok: the reason in a few words ("connect_failed", ...) */
+    int backoff;     /* not attempted: the server failed recently */
 } gb_result;
 
 /* Tries the product on the server; on failure *res says why and C is to be recomputed

@@ -157,11 +157,16 @@ static void atfork_child(void)
     pool_n = 0;
 }
 
+int gb_log_wanted(void)
+{
+    const char *lg = getenv("GEMM_OFFLOAD_LOG");
+    return lg && *lg && strcmp(lg, "0") != 0;
+}
+
 static void settings_init(void)
 {
     gb_settings *s = &cfg.pub;
-    const char *lg = getenv("GEMM_OFFLOAD_LOG");
-    s->log = lg && *lg && strcmp(lg, "0") != 0;
+    s->log = gb_log_wanted();
     s->min_flops[GB_F32] = s->min_flops[GB_F64] = -1;
     const char *mf = getenv("GEMM_OFFLOAD_MIN_FLOPS");
     if (mf && *mf) s->min_flops[GB_F32] = s->min_flops[GB_F64] = env_double("GEMM_OFFLOAD_MIN_FLOPS", -1);
@@ -193,8 +198,7 @@ static void settings_init(void)
     cfg.retries = (int)env_long("GEMM_OFFLOAD_RETRIES", 2, 0, 100);
     s->enabled = cfg.url != NULL;
     if (!s->enabled)
-        gb_warn_once("no_server", "GEMM_SERVER is not set: every product runs on the host BLAS (%s)",
-                     gb_host_name());
+        gb_warn_once("no_server", "GEMM_SERVER is not set: every product runs on the host BLAS");
     pthread_atfork(NULL, NULL, atfork_child);
 }
 
@@ -272,7 +276,7 @@ static void failed(const gb_problem *pr, const gemm_client_error *e, gb_result *
     gb_warn_once(key,
                  "%s could not run on %s (%s: %s)%s; it ran on the host BLAS (%s)%s. This warning "
                  "is given once per reason",
-                 pr->desc, cfg.url, res->why, e->message, e->retries ? " after retries" : "", gb_host_name(), when);
+                 pr->desc, cfg.url, res->why, e->message, e->retries ? " after retries" : "", pr->host, when);
 }
 
 /* ---------------------------------------------------------------- the product */

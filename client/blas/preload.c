@@ -1,6 +1,7 @@
 /*
- * preload.c - the four symbols libgemm_blas.so defines: cblas_sgemm, cblas_dgemm, sgemm_,
- * dgemm_ (LP64: 32-bit integers, as in libblas.so.3).
+ * preload.c - the symbols libgemm_blas.so defines: every entry point of the table in
+ * blas_internal.h (GB_FLAVOURS), each with its flavour's integer width, all made by one
+ * macro and all going through one path.
  *
  * Each call goes one of two ways:
  *   - to the server, when GEMM_SERVER is set, the arguments are valid, there is something
@@ -16,23 +17,10 @@
  */
 #include "blas_internal.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-
-/* The exported names (client/blas/libgemm_blas.map): declared here with the ABI every
- * LP64 BLAS uses. Fortran callers may pass hidden character lengths after ldc; they are
- * not read. */
-void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                 const float *b, int ldb, float beta, float *c, int ldc);
-void cblas_dgemm(int order, int ta, int tb, int m, int n, int k, double alpha, const double *a, int lda,
-                 const double *b, int ldb, double beta, double *c, int ldc);
-void sgemm_(const char *ta, const char *tb, const int *m, const int *n, const int *k, const float *alpha,
-            const float *a, const int *lda, const float *b, const int *ldb, const float *beta, float *c,
-            const int *ldc);
-void dgemm_(const char *ta, const char *tb, const int *m, const int *n, const int *k, const double *alpha,
-            const double *a, const int *lda, const double *b, const int *ldb, const double *beta, double *c,
-            const int *ldc);
 
 static double now_ms(void)
 {
@@ -44,17 +32,17 @@ static double now_ms(void)
 /* The call as a row-major problem (see blas_internal.h). Column-major C = op(A)·op(B) is
  * row-major Cᵀ = op(B)ᵀ·op(A)ᵀ on the same memory: swap the operands and m with n; an
  * operand not transposed in the call is then stored exactly as the row-major side needs. */
-static void to_problem(gb_problem *pr, gb_type type, int row, int ta_t, int tb_t, int m, int n, int k,
-                       const void *a, int lda, const void *b, int ldb, void *c, int ldc)
+static void to_problem(gb_problem *pr, const gb_call *c, int ta_t, int tb_t)
 {
-    pr->type = type;
-    pr->m = row ? m : n;
-    pr->n = row ? n : m;
-    pr->k = k;
-    pr->p = (gb_operand){row ? a : b, pr->m, k, row ? lda : ldb, row ? ta_t : tb_t};
-    pr->q = (gb_operand){row ? b : a, k, pr->n, row ? ldb : lda, row ? tb_t : ta_t};
-    pr->c = c;
-    pr->ldc = ldc;
+    int row = c->order == GB_ROW_MAJOR;
+    pr->type = gb_entries[c->entry].type;
+    pr->m = row ? c->m : c->n;
+    pr->n = row ? c->n : c->m;
+    pr->k = c->k;
+    pr->p = (gb_operand){row ? c->a : c->b, pr->m, c->k, row ? c->lda : c->ldb, row ? ta_t : tb_t};
+    pr->q = (gb_operand){row ? c->b : c->a, c->k, pr->n, row ? c->ldb : c->lda, row ? tb_t : ta_t};
+    pr->c = c->c;
+    pr->ldc = c->ldc;
 }
 
 /* C = beta·C on the row-major problem; beta = 0 writes zeros without reading C. */
@@ -74,28 +62,20 @@ static void scale_c(const gb_problem *pr)
 
 /* Big enough to send: the flop count and the flops per byte on the wire (alpha = 1,
  * beta = 0: A and B out, C back). */
-static int worth_sending(const gb_settings *s, gb_type t, int m, int n, int k)
+static int worth_sending(const gb_settings *s, gb_type t, const gb_call *c)
 {
-    double esz = t == GB_F32 ? 4 : 8;
-    double flops = 2.0 * m * (double)n * k;
-    double bytes = esz * ((double)m * k + (double)k * n + (double)m * n);
+    double esz = t == GB_F32 ? 4 : 8, m = (double)c->m, n = (double)c->n, k = (double)c->k;
+    double flops = 2.0 * m * n * k;
+    double bytes = esz * (m * k + k * n + m * n);
     return flops >= s->min_flops[t] && flops >= s->min_intensity[t] * bytes;
-}
-
-/* The common case, kept short (it is all a small product pays): no log, valid arguments,
- * something to multiply, not worth sending. */
-static int plain_host_call(const gb_settings *s, gb_type t, int valid, int m, int n, int k, double alpha)
-{
-    return !s->log && valid && m > 0 && n > 0 && k > 0 && alpha != 0 && (!s->enabled || !worth_sending(s, t, m, n, k));
 }
 
 /* Where a call goes and why (for the log). */
 typedef enum { GO_HOST = 0, GO_SERVER, GO_HERE } go;
 
-static void run(const gb_call *call, const gb_settings *s, gb_problem *pr, int valid, char order_c, char ta_c,
-                char tb_c)
+static void run(const gb_call *call, const gb_settings *s, gb_problem *pr, int valid, char ta_c, char tb_c)
 {
-    int m = call->m, n = call->n, k = call->k;
+    const char *name = gb_entries[call->entry].name;
     double t0 = s->log ? now_ms() : 0;
     const char *why = NULL;
     char whybuf[200];
@@ -105,138 +85,114 @@ static void run(const gb_call *call, const gb_settings *s, gb_problem *pr, int v
 
     if (!valid) {
         why = "invalid arguments";
-    } else if (m == 0 || n == 0) {
+    } else if (call->m == 0 || call->n == 0) {
         why = "nothing to multiply";
         where = GO_HERE;
-    } else if (k == 0 || pr->alpha == 0) {
+    } else if (call->k == 0 || pr->alpha == 0) {
         why = "nothing to multiply: C = beta*C";
         where = GO_HERE;
         scale_c(pr);
+    } else if (!s->enabled) {
+        why = "no GEMM_SERVER";
+    } else if (!worth_sending(s, pr->type, call)) {
+        why = "below threshold";
     } else {
-        if (!s->enabled) {
-            why = "no GEMM_SERVER";
-        } else if (!worth_sending(s, pr->type, m, n, k)) {
-            why = "below threshold";
+        char desc[160];
+        snprintf(desc, sizeof desc, "%s %" PRId64 "x%" PRId64 "x%" PRId64 " (m x k x n)", name, call->m, call->k,
+                 call->n);
+        pr->desc = desc;
+        pr->host = gb_host_name(call->entry);
+        gb_offload(pr, &res);
+        if (res.ok) {
+            where = GO_SERVER;
         } else {
-            char desc[128];
-            snprintf(desc, sizeof desc, "%s %dx%dx%d (m x k x n)", gb_entry_name(call->entry), m, k, n);
-            pr->desc = desc;
-            gb_offload(pr, &res);
-            if (res.ok) {
-                where = GO_SERVER;
-            } else {
-                snprintf(whybuf, sizeof whybuf, "%s%s", res.backoff ? "" : "fallback: ", res.why);
-                why = whybuf;
-            }
+            snprintf(whybuf, sizeof whybuf, "%s%s", res.backoff ? "" : "fallback: ", res.why);
+            why = whybuf;
         }
     }
     if (where == GO_HOST) gb_host_run(call);
-    if (s->log) {
-        double ms = now_ms() - t0;
-        if (where == GO_SERVER)
-            gb_write_line("libgemm_blas: %s %s %c%c m=%d n=%d k=%d -> server %.3f ms (exchange %.3f ms, kernel %s)",
-                          gb_entry_name(call->entry), order_c == 'R' ? "RowMajor" : "ColMajor", ta_c, tb_c, m, n, k,
-                          ms, res.ms, res.kernel[0] ? res.kernel : "?");
-        else if (where == GO_HERE)
-            gb_write_line("libgemm_blas: %s %s %c%c m=%d n=%d k=%d -> here %.3f ms (%s)",
-                          gb_entry_name(call->entry), order_c == 'R' ? "RowMajor" : "ColMajor", ta_c, tb_c, m, n, k,
-                          ms, why);
-        else
-            gb_write_line("libgemm_blas: %s %s %c%c m=%d n=%d k=%d -> host %.3f ms (%s)",
-                          gb_entry_name(call->entry), order_c == 'R' ? "RowMajor" : order_c == 'C' ? "ColMajor" : "?",
-                          ta_c ? ta_c : '?', tb_c ? tb_c : '?', m, n, k, ms, why);
-    }
+    if (!s->log) return;
+    double ms = now_ms() - t0;
+    char shape[200];
+    snprintf(shape, sizeof shape, "%s %s %c%c m=%" PRId64 " n=%" PRId64 " k=%" PRId64, name,
+             call->order == GB_ROW_MAJOR ? "RowMajor" : call->order == GB_COL_MAJOR ? "ColMajor" : "?",
+             ta_c ? ta_c : '?', tb_c ? tb_c : '?', call->m, call->n, call->k);
+    if (where == GO_SERVER)
+        gb_write_line("libgemm_blas: %s -> server %.3f ms (exchange %.3f ms, kernel %s)", shape, ms, res.ms,
+                      res.kernel[0] ? res.kernel : "?");
+    else
+        gb_write_line("libgemm_blas: %s -> %s %.3f ms (%s)", shape, where == GO_HERE ? "here" : "host", ms, why);
 }
 
-static char cblas_tc(int t) { return t == GB_NO_TRANS ? 'N' : t == GB_TRANS ? 'T' : t == GB_CONJ_TRANS ? 'C' : 0; }
-
-static void cblas_call(gb_call *call, gb_type type, double alpha, double beta)
+/* Every entry point comes here. The common case is kept short (it is all a small product
+ * pays): no log, valid arguments, something to multiply, not worth sending. */
+static void dispatch(const gb_call *c)
 {
     if (gb_in_host()) {
-        gb_host_run(call);
+        gb_host_run(c);
         return;
     }
     const gb_settings *s = gb_settings_get();
-    int valid = gb_check_cblas(call->order, call->ta, call->tb, call->m, call->n, call->k, call->lda, call->ldb,
-                               call->ldc) == 0;
-    if (plain_host_call(s, type, valid, call->m, call->n, call->k, alpha)) {
-        gb_host_run(call);
+    gb_type t = gb_entries[c->entry].type;
+    int valid = gb_check(c) == 0;
+    if (!s->log && valid && c->m > 0 && c->n > 0 && c->k > 0 && c->alpha != 0 &&
+        (!s->enabled || !worth_sending(s, t, c))) {
+        gb_host_run(c);
         return;
     }
     gb_problem pr;
     memset(&pr, 0, sizeof pr);
-    pr.alpha = alpha;
-    pr.beta = beta;
-    if (valid)
-        to_problem(&pr, type, call->order == GB_ROW_MAJOR, call->ta != GB_NO_TRANS, call->tb != GB_NO_TRANS,
-                   call->m, call->n, call->k, call->a, call->lda, call->b, call->ldb, call->c, call->ldc);
-    char oc = call->order == GB_ROW_MAJOR ? 'R' : call->order == GB_COL_MAJOR ? 'C' : 0;
-    run(call, s, &pr, valid, oc, cblas_tc(call->ta), cblas_tc(call->tb));
+    pr.alpha = c->alpha;
+    pr.beta = c->beta;
+    char ta = gb_trans(c, c->ta), tb = gb_trans(c, c->tb);
+    if (valid) to_problem(&pr, c, ta != 'N', tb != 'N');
+    run(c, s, &pr, valid, ta, tb);
 }
 
-void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                 const float *b, int ldb, float beta, float *c, int ldc)
-{
-    gb_call call; /* only the fields a CBLAS call uses are set: no zero-fill on every call */
-    call.entry = GB_CBLAS_SGEMM, call.order = order, call.ta = ta, call.tb = tb, call.m = m, call.n = n, call.k = k;
-    call.lda = lda, call.ldb = ldb, call.ldc = ldc, call.alpha_f = alpha, call.beta_f = beta;
-    call.a = a, call.b = b, call.c = c;
-    cblas_call(&call, GB_F32, alpha, beta);
-}
-
-void cblas_dgemm(int order, int ta, int tb, int m, int n, int k, double alpha, const double *a, int lda,
-                 const double *b, int ldb, double beta, double *c, int ldc)
-{
-    gb_call call;
-    call.entry = GB_CBLAS_DGEMM, call.order = order, call.ta = ta, call.tb = tb, call.m = m, call.n = n, call.k = k;
-    call.lda = lda, call.ldb = ldb, call.ldc = ldc, call.alpha = alpha, call.beta = beta;
-    call.a = a, call.b = b, call.c = c;
-    cblas_call(&call, GB_F64, alpha, beta);
-}
-
-static void fortran_call(gb_call *call, gb_type type, double alpha, double beta)
-{
-    if (gb_in_host()) {
-        gb_host_run(call);
-        return;
+/* The definitions. CBLAS takes its arguments by value; Fortran by reference, with hidden
+ * character lengths after ldc, which are not read. host_<name> calls a routine of that
+ * name (the host's) with a call's arguments, converted back to the entry's own types. */
+#define GB_CBLAS(name, IT, FT)                                                                          \
+    void name(int order, int ta, int tb, IT m, IT n, IT k, FT alpha, const FT *a, IT lda, const FT *b, IT ldb, \
+              FT beta, FT *c, IT ldc);                                                                  \
+    void name(int order, int ta, int tb, IT m, IT n, IT k, FT alpha, const FT *a, IT lda, const FT *b, IT ldb, \
+              FT beta, FT *c, IT ldc)                                                                   \
+    {                                                                                                   \
+        gb_call call = {GB_E_##name, order, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c};      \
+        dispatch(&call);                                                                                \
+    }                                                                                                   \
+    static void host_##name(void *fn, const gb_call *c)                                                 \
+    {                                                                                                   \
+        ((void (*)(int, int, int, IT, IT, IT, FT, const FT *, IT, const FT *, IT, FT, FT *, IT))fn)(     \
+            c->order, c->ta, c->tb, (IT)c->m, (IT)c->n, (IT)c->k, (FT)c->alpha, c->a, (IT)c->lda, c->b, \
+            (IT)c->ldb, (FT)c->beta, c->c, (IT)c->ldc);                                                 \
     }
-    const gb_settings *s = gb_settings_get();
-    call->m = *call->fm;
-    call->n = *call->fn;
-    call->k = *call->fk;
-    char ta = gb_trans_char(*call->fta), tb = gb_trans_char(*call->ftb);
-    int valid = gb_check_fortran(*call->fta, *call->ftb, call->m, call->n, call->k, *call->flda, *call->fldb,
-                                 *call->fldc) == 0;
-    if (plain_host_call(s, type, valid, call->m, call->n, call->k, alpha)) {
-        gb_host_run(call);
-        return;
+
+#define GB_F77(name, IT, FT)                                                                            \
+    void name(const char *ta, const char *tb, const IT *m, const IT *n, const IT *k, const FT *alpha,  \
+              const FT *a, const IT *lda, const FT *b, const IT *ldb, const FT *beta, FT *c, const IT *ldc); \
+    void name(const char *ta, const char *tb, const IT *m, const IT *n, const IT *k, const FT *alpha,  \
+              const FT *a, const IT *lda, const FT *b, const IT *ldb, const FT *beta, FT *c, const IT *ldc) \
+    {                                                                                                   \
+        gb_call call = {GB_E_##name, GB_COL_MAJOR, *ta, *tb, *m, *n, *k, *lda, *ldb, *ldc, *alpha, *beta, \
+                        a, b, c};                                                                       \
+        dispatch(&call);                                                                                \
+    }                                                                                                   \
+    static void host_##name(void *fn, const gb_call *c)                                                 \
+    {                                                                                                   \
+        char ta = (char)c->ta, tb = (char)c->tb;                                                        \
+        IT m = (IT)c->m, n = (IT)c->n, k = (IT)c->k, lda = (IT)c->lda, ldb = (IT)c->ldb, ldc = (IT)c->ldc; \
+        FT alpha = (FT)c->alpha, beta = (FT)c->beta;                                                    \
+        ((void (*)(const char *, const char *, const IT *, const IT *, const IT *, const FT *, const FT *, \
+                   const IT *, const FT *, const IT *, const FT *, FT *, const IT *, size_t, size_t))fn)( \
+            &ta, &tb, &m, &n, &k, &alpha, c->a, &lda, c->b, &ldb, &beta, c->c, &ldc, 1, 1);              \
     }
-    gb_problem pr;
-    memset(&pr, 0, sizeof pr);
-    pr.alpha = alpha;
-    pr.beta = beta;
-    if (valid)
-        to_problem(&pr, type, 0, ta != 'N', tb != 'N', call->m, call->n, call->k, call->a, *call->flda, call->b,
-                   *call->fldb, call->c, *call->fldc);
-    run(call, s, &pr, valid, 'C', ta, tb);
-}
 
-void sgemm_(const char *ta, const char *tb, const int *m, const int *n, const int *k, const float *alpha,
-            const float *a, const int *lda, const float *b, const int *ldb, const float *beta, float *c,
-            const int *ldc)
-{
-    gb_call call; /* only the fields a Fortran call uses */
-    call.entry = GB_SGEMM, call.fta = ta, call.ftb = tb, call.fm = m, call.fn = n, call.fk = k, call.falpha = alpha;
-    call.a = a, call.flda = lda, call.b = b, call.fldb = ldb, call.fbeta = beta, call.c = c, call.fldc = ldc;
-    fortran_call(&call, GB_F32, *alpha, *beta);
-}
+#define GB_DEFINE(cs, cd, fs, fd, IT) \
+    GB_CBLAS(cs, IT, float) GB_CBLAS(cd, IT, double) GB_F77(fs, IT, float) GB_F77(fd, IT, double)
+GB_FLAVOURS(GB_DEFINE)
 
-void dgemm_(const char *ta, const char *tb, const int *m, const int *n, const int *k, const double *alpha,
-            const double *a, const int *lda, const double *b, const int *ldb, const double *beta, double *c,
-            const int *ldc)
-{
-    gb_call call;
-    call.entry = GB_DGEMM, call.fta = ta, call.ftb = tb, call.fm = m, call.fn = n, call.fk = k, call.falpha = alpha;
-    call.a = a, call.flda = lda, call.b = b, call.fldb = ldb, call.fbeta = beta, call.c = c, call.fldc = ldc;
-    fortran_call(&call, GB_F64, *alpha, *beta);
-}
+#define GB_ROWS(cs, cd, fs, fd, IT)                                                \
+    {#cs, 0, GB_F32, host_##cs}, {#cd, 0, GB_F64, host_##cd}, {#fs, 1, GB_F32, host_##fs}, \
+        {#fd, 1, GB_F64, host_##fd},
+const gb_entry_info gb_entries[GB_ENTRY_COUNT] = {GB_FLAVOURS(GB_ROWS)};

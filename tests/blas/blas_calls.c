@@ -4,11 +4,17 @@
  * against its own float64 reference. tests/e2e/test_blas.py runs it with and without
  * LD_PRELOAD=libgemm_blas.so.
  *
- *     blas_calls CASES DATA OUT
+ *     [BLAS_CALLS_LIB=libother.so] blas_calls CASES DATA OUT
  *
  * CASES: one call a line,
  *     entry order ta tb m n k lda ldb ldc alpha beta null_ab a_off a_len b_off b_len c_off c_len
- *   entry: cblas_sgemm | cblas_dgemm | sgemm_ | dgemm_;  order: R | C (ignored by sgemm_/dgemm_);
+ *   entry: cblas_sgemm | cblas_dgemm | sgemm_ | dgemm_ (called as a program linked with
+ *     -lblas calls them), or any other gemm name of client/blas's table (cblas_dgemm64_,
+ *     scipy_sgemm_, ...): looked up with dlsym in the global scope, else in BLAS_CALLS_LIB,
+ *     which is opened RTLD_LOCAL as NumPy's and SciPy's extensions load their BLAS. The name
+ *     gives the ABI: "cblas_" in it is CBLAS, else Fortran; "64" in it is 64-bit integers;
+ *     "sgemm" float32;
+ *   order: R | C (ignored by Fortran names);
  *   ta, tb: a character N, T, C (any other is passed as is: an invalid argument);
  *   alpha, beta: decimal; null_ab: 1 passes NULL for A and B;
  *   *_off, *_len: where A, B and C start in DATA and how many elements they have.
@@ -16,6 +22,8 @@
  * OUT: DATA after the calls (each C converted back to float64).
  * Exits 0 when every call was made (whatever their results), 2 on a usage or I/O error.
  */
+#include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +49,35 @@ static int cblas_trans(char t)
     }
 }
 
+/* One call of a routine with integers IT and reals FT, CBLAS or Fortran. */
+#define CALL(NAME, IT, FT)                                                                               \
+    static void NAME(void *fn, int f77, int ord, char ta, char tb, IT m, IT n, IT k, double alpha, const void *a, \
+                     IT lda, const void *b, IT ldb, double beta, void *c, IT ldc)                         \
+    {                                                                                                     \
+        FT al = (FT)alpha, be = (FT)beta;                                                                 \
+        if (f77)                                                                                          \
+            ((void (*)(const char *, const char *, const IT *, const IT *, const IT *, const FT *, const FT *, \
+                       const IT *, const FT *, const IT *, const FT *, FT *, const IT *))fn)(             \
+                &ta, &tb, &m, &n, &k, &al, a, &lda, b, &ldb, &be, c, &ldc);                               \
+        else                                                                                              \
+            ((void (*)(int, int, int, IT, IT, IT, FT, const FT *, IT, const FT *, IT, FT, FT *, IT))fn)(  \
+                ord, cblas_trans(ta), cblas_trans(tb), m, n, k, al, a, lda, b, ldb, be, c, ldc);          \
+    }
+CALL(call_s32, int, float)
+CALL(call_d32, int, double)
+CALL(call_s64, int64_t, float)
+CALL(call_d64, int64_t, double)
+
+static void *routine(const char *entry, void *lib)
+{
+    if (strcmp(entry, "cblas_sgemm") == 0) return (void *)cblas_sgemm;
+    if (strcmp(entry, "cblas_dgemm") == 0) return (void *)cblas_dgemm;
+    if (strcmp(entry, "sgemm_") == 0) return (void *)sgemm_;
+    if (strcmp(entry, "dgemm_") == 0) return (void *)dgemm_;
+    void *fn = dlsym(RTLD_DEFAULT, entry);
+    return fn || !lib ? fn : dlsym(lib, entry);
+}
+
 static float *to_float(const double *x, size_t n)
 {
     float *f = malloc((n ? n : 1) * sizeof *f);
@@ -64,6 +101,12 @@ int main(int argc, char **argv)
     if (!data || fread(data, 8, total, fd) != total) return 2;
     fclose(fd);
 
+    const char *libname = getenv("BLAS_CALLS_LIB");
+    void *lib = libname && *libname ? dlopen(libname, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (libname && *libname && !lib) {
+        fprintf(stderr, "blas_calls: %s\n", dlerror());
+        return 2;
+    }
     FILE *fc = fopen(argv[1], "r");
     if (!fc) return 2;
     char line[512];
@@ -80,25 +123,25 @@ int main(int argc, char **argv)
             fprintf(stderr, "blas_calls: bad case line: %s", line);
             return 2;
         }
-        int ord = order == 'R' ? 101 : order == 'C' ? 102 : 100;
+        void *fn = routine(entry, lib);
+        if (!fn) {
+            fprintf(stderr, "blas_calls: no routine %s\n", entry);
+            return 2;
+        }
+        int ord = order == 'R' ? 101 : order == 'C' ? 102 : 100, f77 = !strstr(entry, "cblas_");
+        int i64 = strstr(entry, "64") != NULL, f32 = strstr(entry, "sgemm") != NULL;
         double *a = null_ab ? NULL : data + ao, *b = null_ab ? NULL : data + bo, *c = data + co;
-        if (strcmp(entry, "cblas_dgemm") == 0) {
-            cblas_dgemm(ord, cblas_trans(ta), cblas_trans(tb), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        } else if (strcmp(entry, "dgemm_") == 0) {
-            dgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc);
-        } else if (strcmp(entry, "cblas_sgemm") == 0 || strcmp(entry, "sgemm_") == 0) {
+        if (f32) {
             float *af = null_ab ? NULL : to_float(a, al), *bf = null_ab ? NULL : to_float(b, bl);
             float *cf = to_float(c, cl);
-            float alf = (float)alpha, bef = (float)beta;
-            if (entry[0] == 'c')
-                cblas_sgemm(ord, cblas_trans(ta), cblas_trans(tb), m, n, k, alf, af, lda, bf, ldb, bef, cf, ldc);
-            else
-                sgemm_(&ta, &tb, &m, &n, &k, &alf, af, &lda, bf, &ldb, &bef, cf, &ldc);
+            if (i64) call_s64(fn, f77, ord, ta, tb, m, n, k, alpha, af, lda, bf, ldb, beta, cf, ldc);
+            else call_s32(fn, f77, ord, ta, tb, m, n, k, alpha, af, lda, bf, ldb, beta, cf, ldc);
             for (size_t i = 0; i < cl; i++) c[i] = cf[i];
             free(af), free(bf), free(cf);
+        } else if (i64) {
+            call_d64(fn, f77, ord, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         } else {
-            fprintf(stderr, "blas_calls: unknown entry %s\n", entry);
-            return 2;
+            call_d32(fn, f77, ord, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         }
         calls++;
     }

@@ -1,6 +1,7 @@
-"""blas_cases.py - what tests/e2e/test_blas.py shares with itself: where the preload
-library and the test programs are, the environment a program runs with under the preload,
-its log lines, and calls described as cases for tests/blas/blas_calls.c with their float64
+"""blas_cases.py - what tests/e2e/test_blas.py and test_blas_wheels.py share: where the
+preload library and the test programs are, the table of entry points it defines, the
+environment a program runs with under the preload, its log lines, calls described as cases
+for tests/blas/blas_calls.c and NumPy products (blas_numpy_child.py), with their float64
 NumPy reference (computed here, outside the preload). Not a test by itself.
 
 A case's buffers follow BLAS storage: the matrix stored (op(A) or its transpose) laid out
@@ -30,8 +31,39 @@ PRELOAD = os.path.join(LIBDIR, "libgemm_blas.so")
 SAN = "build-san" in PRELOAD
 NETLIB = "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"
 RUN_TIMEOUT = 300 * SLOW
+START_RE = re.compile(r"^libgemm_blas: (interposes|BLAS in this process:|\S+: host) (.*)$", re.M)
 LOG_RE = re.compile(r"^libgemm_blas: (\S+) (\S+) (\S)(\S) m=(-?\d+) n=(-?\d+) k=(-?\d+) -> (server|host|here) "
                     r"([0-9.]+) ms \((.*)\)$")
+
+
+def flavours():
+    """The table of client/blas/blas_internal.h: (cblas s, cblas d, Fortran s, Fortran d,
+    integer type) per row of GB_FLAVOURS."""
+    with open(os.path.join(REPO, "client", "blas", "blas_internal.h")) as f:
+        text = f.read()
+    body = text[text.index("#define GB_FLAVOURS(X)"):text.index("#define GB_ENUM")]
+    return [tuple(x.strip() for x in row.split(",")) for row in re.findall(r"^\s*X\(([^)]*)\)", body, re.M)]
+
+
+def map_names():
+    """The names client/blas/libgemm_blas.map exports."""
+    with open(os.path.join(REPO, "client", "blas", "libgemm_blas.map")) as f:
+        text = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+    glob = text[text.index("global:") + 7:text.index("local:")]
+    return sorted(x.strip() for x in glob.split(";") if x.strip())
+
+
+def start_lines(stderr):
+    """{"interposes": [...], "libs": [...], "hosts": {name: line}} from the start lines."""
+    out = {"interposes": [], "libs": [], "hosts": {}}
+    for kind, rest in START_RE.findall(stderr):
+        if kind == "interposes":
+            out["interposes"] = rest.split()
+        elif kind.startswith("BLAS"):
+            out["libs"].append(rest)
+        else:
+            out["hosts"][kind.split(":")[0]] = rest
+    return out
 
 
 def child_env(server=None, preload=True, **extra):
@@ -80,8 +112,7 @@ def sanitizer(text):
 
 # ---------------------------------------------------------------------------- cases
 
-F32 = ("cblas_sgemm", "sgemm_")
-CBLAS = ("cblas_sgemm", "cblas_dgemm")
+LP64 = ("cblas_sgemm", "cblas_dgemm", "sgemm_", "dgemm_")
 
 
 class Case:
@@ -89,11 +120,11 @@ class Case:
 
     def __init__(self, entry, order, ta, tb, m, n, k, pads, alpha, beta, null_ab=False):
         self.entry, self.ta, self.tb = entry, ta, tb
-        self.order = order if entry in CBLAS else "C"
+        self.order = order if "cblas_" in entry else "C"
         self.m, self.n, self.k = m, n, k
         self.alpha, self.beta, self.null_ab = alpha, beta, null_ab
         self.pads = pads
-        self.f32 = entry in F32
+        self.f32 = "sgemm" in entry
         self.arg_m = None  # passed instead of m (a negative m cannot be stored)
 
     def dims(self):
@@ -213,9 +244,10 @@ def check_results(cs, layout, out):
     return True, ""
 
 
-def random_cases(rng, count, dims=(1, 2, 3, 7, 16, 33, 64, 100, 129)):
+def random_cases(rng, count, dims=(1, 2, 3, 7, 16, 33, 64, 100, 129), entries=LP64):
+    """count calls spread over the entries (a flavour's four names, say), then
+    the quick returns of each."""
     cases = []
-    entries = ("cblas_sgemm", "cblas_dgemm", "sgemm_", "dgemm_")
     for i in range(count):
         entry = entries[i % 4]
         order = "RC"[rng.integers(2)]
@@ -277,3 +309,74 @@ def run_calls(tap, label, cases, env, rng, want_where=None):
     san = sanitizer(err)
     tap.ok(not san, "%s: no sanitizer report" % label, san)
     return err
+
+
+def run_invalid(tap, label, base, rng, entries, **extra):
+    """Bad arguments reach the host BLAS unchanged: the same messages as without the
+    preload, C untouched, never offloaded."""
+    cases = []
+    for entry in entries:
+        cases.append(Case(entry, "R", "N", "N", 20, 20, 20, (-1, 0, 0), 1.0, 0.0))   # lda
+        cases.append(Case(entry, "C", "N", "T", 20, 20, 20, (0, -1, 0), 1.0, 0.0))   # ldb
+        cases.append(Case(entry, "C", "T", "N", 20, 20, 20, (0, 0, -1), 1.0, 1.0))   # ldc
+        cases.append(Case(entry, "R", "X", "N", 20, 20, 20, (0, 0, 0), 1.0, 0.0))    # trans
+        cases.append(Case(entry, "C", "N", "N", 0, 20, 20, (0, 0, 0), 1.0, 0.0))     # m < 0
+        cases[-1].arg_m = -1
+    with tempfile.TemporaryDirectory(prefix="gemm-blas-") as tmp:
+        cpath, dpath, opath, layout, data = write_cases(tmp, cases, rng)
+        prog = [os.path.join(PROGS, "blas_calls"), cpath, dpath, opath]
+        rc0, so0, err0 = run(prog, child_env(preload=False, **extra))
+        out0 = np.fromfile(opath, dtype="<f8") if rc0 == 0 else None
+        env = child_env(base, GEMM_OFFLOAD_MIN_FLOPS=0, GEMM_OFFLOAD_MIN_INTENSITY=0, **extra)
+        rc1, so1, err1 = run(prog, env)
+        out1 = np.fromfile(opath, dtype="<f8") if rc1 == 0 else None
+    # OpenBLAS's xerbla prints on stdout, netlib's on stderr: take both
+    host_msgs = [ln for ln in (so0 + err0).splitlines() if ln.strip() and not ln.startswith("calls ")]
+    ours = [ln for ln in (so1 + err1).splitlines()
+            if ln.strip() and not ln.startswith("libgemm_blas:") and not ln.startswith("calls ")]
+    tap.ok(rc0 == 0 and rc1 == 0, "%s: the program goes on, with and without the preload" % label,
+           "rc %r %r\n%s\n%s" % (rc0, rc1, err0[-2000:], err1[-2000:]))
+    tap.ok(len(host_msgs) == len(cases) and ours == host_msgs,
+           "%s: the host BLAS reports each one, the same with the preload (%d messages)" % (label, len(host_msgs)),
+           "without:\n%s\nwith:\n%s" % ("\n".join(host_msgs), "\n".join(ours)))
+    tap.ok(out0 is not None and out1 is not None and np.array_equal(out0, data, equal_nan=True)
+           and np.array_equal(out1, data, equal_nan=True), "%s: C untouched" % label)
+    logs = log_lines(err1)
+    tap.ok(len(logs) == len(cases) and all(lg[7] == "host" and lg[8] == "invalid arguments" for lg in logs),
+           "%s: never offloaded, logged as such" % label, logs[:6])
+
+
+# ---------------------------------------------------------------------------- NumPy
+
+def numpy_pairs(rng, shapes=((150, 130, 170), (64, 300, 90), (257, 129, 65))):
+    """Operand pairs a<i>, b<i> for blas_numpy_child.py: each shape in float32 and float64."""
+    data, i = {}, 0
+    for dt in (np.float32, np.float64):
+        for (m, k, n) in shapes:
+            data["a%d" % i] = rng.uniform(-1, 1, (m, k)).astype(dt)
+            data["b%d" % i] = rng.uniform(-1, 1, (k, n)).astype(dt)
+            i += 1
+    return data
+
+
+def numpy_wrong(data, res, keys="ctfsgh"):
+    """The products of blas_numpy_child.py that are missing or wrong (float64 reference);
+    g and h (SciPy) only when the child computed them."""
+    bad, j = [], 0
+    while "a%d" % j in data:
+        a, b = data["a%d" % j], data["b%d" % j]
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        k2 = b.shape[0] // 2 * 2
+        refs = {"c": a64 @ b64, "t": a64 @ b64, "f": a64 @ b64, "s": a64[::2, :k2:2] @ b64[:k2:2, ::2],
+                "g": a64 @ b64, "h": 2 * (a64 @ b64)}
+        eps = np.finfo(a.dtype).eps
+        tol = 8 * (a.shape[1] + 2) * eps * (np.abs(a64) @ np.abs(b64)).max() + 1e-30
+        for key in keys:
+            got = res.get("%s%d" % (key, j))
+            if got is None and key in "gh" and "g0" not in res:
+                continue
+            ref = refs[key]
+            if got is None or got.shape != ref.shape or got.dtype != a.dtype or not np.all(np.abs(got - ref) <= tol):
+                bad.append("%s%d %s" % (key, j, "missing" if got is None else got.shape))
+        j += 1
+    return bad

@@ -1,6 +1,7 @@
-"""blas_numpy_child.py - an ordinary NumPy program that tests/e2e/test_blas.py runs under
-LD_PRELOAD=libgemm_blas.so (Debian's python3-numpy calls cblas_sgemm / cblas_dgemm of
-libblas.so.3 for `a @ b`). Not a test by itself: it only multiplies and saves.
+"""blas_numpy_child.py - an ordinary NumPy program that tests/e2e/test_blas.py and
+test_blas_wheels.py run under LD_PRELOAD=libgemm_blas.so (Debian's python3-numpy calls
+cblas_sgemm / cblas_dgemm of libblas.so.3 for `a @ b`, NumPy's wheels their own OpenBLAS
+under other names). Not a test by itself: it only multiplies and saves.
 
     python3 blas_numpy_child.py IN.npz OUT.npz [fork]
 
@@ -9,6 +10,9 @@ IN holds pairs a<i>, b<i> (float32 or float64). For each pair it stores in OUT:
   t<i>   (b.T @ a.T).T               (transposed views: the BLAS gets transpose flags)
   f<i>   asfortranarray(a) @ asfortranarray(b)
   s<i>   a[::2] @ b[:, ::2] on the matching rows of b (strided views)
+and, when SciPy can be imported, through scipy.linalg.blas ([sd]gemm by the dtype):
+  g<i>   gemm(1, a, b)
+  h<i>   gemm(2, a.T, b, trans_a=1) on a's transpose, a Fortran-ordered view
 With "fork": after the first product the process forks; the child computes c0 again
 into OUT.child.npz and both go on, so a forked child offloads on its own connections.
 """
@@ -17,6 +21,11 @@ import os
 import sys
 
 import numpy as np
+
+try:
+    import scipy.linalg.blas as blas
+except ImportError:
+    blas = None
 
 
 def products(data, out):
@@ -28,6 +37,10 @@ def products(data, out):
         out["f%d" % i] = np.asfortranarray(a) @ np.asfortranarray(b)
         k2 = b.shape[0] // 2 * 2
         out["s%d" % i] = a[::2, :k2:2] @ b[:k2:2, ::2]
+        if blas is not None:
+            gemm = blas.sgemm if a.dtype == np.float32 else blas.dgemm
+            out["g%d" % i] = gemm(1.0, a, b)
+            out["h%d" % i] = gemm(2.0, a.T, b, trans_a=1)
         i += 1
 
 

@@ -38,8 +38,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Daemon, Tap, free_port, run_guarded  # noqa: E402
-from blas_cases import (NETLIB, PRELOAD, PROGS, SAN, Case, child_env, log_lines, offloadable,  # noqa: E402
-                        random_cases, run, run_calls, sanitizer, warnings, write_cases)
+from blas_cases import (LP64, NETLIB, PRELOAD, PROGS, SAN, Case, child_env, flavours, log_lines,  # noqa: E402
+                        map_names, numpy_pairs, numpy_wrong, offloadable, random_cases, run, run_calls,
+                        run_invalid, sanitizer, start_lines, warnings, write_cases)
 
 
 # ---------------------------------------------------------------------------- tests
@@ -49,6 +50,17 @@ def test_offload(tap, d, rng):
     env = child_env(d.base, GEMM_OFFLOAD_MIN_FLOPS=0, GEMM_OFFLOAD_MIN_INTENSITY=0)
     err = run_calls(tap, "offload all", cases, env, rng, lambda cs: "server" if offloadable(cs) else "here")
     tap.eq(warnings(err), [], "offload all: no warning")
+    st = start_lines(err)
+    names = [n for row in flavours() for n in row[:4]]
+    libs = {os.path.realpath(x.split(" (")[0]): x.split(" (interposed: ")[-1].rstrip(")").split() for x in st["libs"]}
+    hosts = {os.path.realpath(h.rsplit(", found as ", 1)[0]) for h in st["hosts"].values()}
+    tap.ok(st["interposes"] == names and len(hosts) == 1 and sorted(libs.get(min(hosts), [])) == sorted(LP64) and
+           all(sorted(v) == sorted(LP64) for v in libs.values()),
+           "GEMM_OFFLOAD_LOG=1: the start names the %d entry points and the program's BLAS (%s)"
+           % (len(names), " ".join(hosts)), err[:1500])
+    tap.ok(sorted(st["hosts"]) == sorted(LP64) and all(h.endswith("found as RTLD_NEXT") for h in st["hosts"].values()),
+           "GEMM_OFFLOAD_LOG=1: each name's host routine, the program's own BLAS (RTLD_NEXT), is named at its "
+           "first call", st["hosts"])
     quick = [lg for lg in log_lines(err) if lg[7] != "server"]
     tap.ok(len(quick) == 24 and all(lg[8].startswith("nothing to multiply") for lg in quick),
            "quick returns and alpha = 0 (NULL A and B) answered by the library itself", quick[:5])
@@ -86,38 +98,7 @@ def test_offload(tap, d, rng):
 
 
 def test_invalid(tap, d, rng):
-    """Bad arguments reach the host BLAS unchanged: same messages, C untouched."""
-    cases = []
-    for entry in ("cblas_sgemm", "cblas_dgemm", "sgemm_", "dgemm_"):
-        cases.append(Case(entry, "R", "N", "N", 20, 20, 20, (-1, 0, 0), 1.0, 0.0))   # lda
-        cases.append(Case(entry, "C", "N", "T", 20, 20, 20, (0, -1, 0), 1.0, 0.0))   # ldb
-        cases.append(Case(entry, "C", "T", "N", 20, 20, 20, (0, 0, -1), 1.0, 1.0))   # ldc
-        cases.append(Case(entry, "R", "X", "N", 20, 20, 20, (0, 0, 0), 1.0, 0.0))    # trans
-        cases.append(Case(entry, "C", "N", "N", 0, 20, 20, (0, 0, 0), 1.0, 0.0))     # m < 0
-        cases[-1].arg_m = -1
-    with tempfile.TemporaryDirectory(prefix="gemm-blas-") as tmp:
-        cpath, dpath, opath, layout, data = write_cases(tmp, cases, rng)
-        prog = [os.path.join(PROGS, "blas_calls"), cpath, dpath, opath]
-        rc0, so0, err0 = run(prog, child_env(preload=False))
-        out0 = np.fromfile(opath, dtype="<f8") if rc0 == 0 else None
-        env = child_env(d.base, GEMM_OFFLOAD_MIN_FLOPS=0, GEMM_OFFLOAD_MIN_INTENSITY=0)
-        rc1, so1, err1 = run(prog, env)
-        out1 = np.fromfile(opath, dtype="<f8") if rc1 == 0 else None
-    # OpenBLAS's xerbla prints on stdout, netlib's on stderr: take both
-    host_msgs = [ln for ln in (so0 + err0).splitlines() if ln.strip() and not ln.startswith("calls ")]
-    ours = [ln for ln in (so1 + err1).splitlines()
-            if ln.strip() and not ln.startswith("libgemm_blas:") and not ln.startswith("calls ")]
-    tap.ok(rc0 == 0 and rc1 == 0, "invalid arguments: the program goes on, with and without the preload",
-           "rc %r %r\n%s\n%s" % (rc0, rc1, err0[-2000:], err1[-2000:]))
-    tap.ok(len(host_msgs) == len(cases) and ours == host_msgs,
-           "invalid arguments: the host BLAS reports each one, the same with the preload (%d messages)"
-           % len(host_msgs), "without:\n%s\nwith:\n%s" % ("\n".join(host_msgs), "\n".join(ours)))
-    tap.ok(out0 is not None and out1 is not None and np.array_equal(out0, data, equal_nan=True)
-           and np.array_equal(out1, data, equal_nan=True),
-           "invalid arguments: C untouched")
-    logs = log_lines(err1)
-    tap.ok(len(logs) == len(cases) and all(lg[7] == "host" and lg[8] == "invalid arguments" for lg in logs),
-           "invalid arguments: never offloaded, logged as such", logs[:6])
+    run_invalid(tap, "invalid arguments", d.base, rng, LP64)
 
 
 def test_hosts(tap, d, rng):
@@ -186,14 +167,7 @@ def test_numpy(tap, d, rng):
     if SAN:
         tap.diag("NumPy runs: python is not instrumented; libasan comes in as the preload's "
                  "dependency (UBSan and stack/global checks, no heap checks)")
-    data = {}
-    shapes = [(150, 130, 170), (64, 300, 90), (257, 129, 65)]
-    i = 0
-    for dt in (np.float32, np.float64):
-        for (m, k, n) in shapes:
-            data["a%d" % i] = rng.uniform(-1, 1, (m, k)).astype(dt)
-            data["b%d" % i] = rng.uniform(-1, 1, (k, n)).astype(dt)
-            i += 1
+    data = numpy_pairs(rng)
     with tempfile.TemporaryDirectory(prefix="gemm-blas-") as tmp:
         src, dst = os.path.join(tmp, "in.npz"), os.path.join(tmp, "out.npz")
         np.savez(src, **data)
@@ -202,22 +176,12 @@ def test_numpy(tap, d, rng):
         rc, out, err = run([py, child, src, dst], env)
         if not tap.ok(rc == 0, "numpy under the preload runs (%s)" % py, "exit %d\n%s\n%s" % (rc, out, err[-3000:])):
             return
-        res = dict(np.load(dst))
-        bad = []
-        for j in range(i):
-            a, b = data["a%d" % j], data["b%d" % j]
-            a64, b64 = a.astype(np.float64), b.astype(np.float64)
-            k2 = b.shape[0] // 2 * 2
-            refs = {"c": a64 @ b64, "t": a64 @ b64, "f": a64 @ b64, "s": a64[::2, :k2:2] @ b64[:k2:2, ::2]}
-            for key, ref in refs.items():
-                got = res.get("%s%d" % (key, j))
-                eps = np.finfo(a.dtype).eps
-                tol = 4 * (a.shape[1] + 2) * eps * (np.abs(a64) @ np.abs(b64)).max() + 1e-30
-                if got is None or got.shape != ref.shape or got.dtype != a.dtype or \
-                        not np.all(np.abs(got - ref) <= tol):
-                    bad.append("%s%d %s" % (key, j, "missing" if got is None else got.shape))
+        bad = numpy_wrong(data, dict(np.load(dst)))
         tap.ok(not bad, "numpy a @ b, transposed views, Fortran order, strided views, float32 and "
                "float64: every result right", bad)
+        hosts = start_lines(err)["hosts"]
+        tap.ok(hosts and all(h.endswith("found as a library loaded privately") for h in hosts.values()),
+               "numpy's BLAS, loaded with its extension outside the global scope, is found as the host", hosts)
         logs = log_lines(err)
         served = [lg for lg in logs if lg[7] == "server"]
         tap.ok(any(lg[0] == "cblas_sgemm" for lg in served) and any(lg[0] == "cblas_dgemm" for lg in served),
@@ -394,15 +358,42 @@ def test_server_faults(tap, rng):
 
 
 def test_exports(tap):
-    """Only the four *gemm symbols: libgemm, the codecs and libcurl's users stay the program's."""
+    """The names of the table (blas_internal.h), of the version script and of the library's
+    dynamic symbols are one list: libgemm, the codecs and libcurl's users stay the program's."""
+    names = sorted(n for row in flavours() for n in row[:4])
+    tap.ok(len(names) >= 16 and names == map_names(),
+           "libgemm_blas.map exports exactly the %d names of the table GB_FLAVOURS" % len(names),
+           "table %s\nmap %s" % (names, map_names()))
     if not shutil.which("nm"):
         tap.skip("libgemm_blas.so exports", "nm (binutils) not found")
         return
     out = subprocess.run(["nm", "-D", "--defined-only", PRELOAD], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE).stdout.decode()
-    names = sorted(ln.split()[2] for ln in out.splitlines() if len(ln.split()) >= 3 and ln.split()[1] != "A")
-    tap.eq(names, ["cblas_dgemm", "cblas_sgemm", "dgemm_", "sgemm_"],
-           "libgemm_blas.so exports exactly cblas_sgemm, cblas_dgemm, sgemm_, dgemm_")
+    got = sorted(ln.split()[2] for ln in out.splitlines() if len(ln.split()) >= 3 and ln.split()[1] != "A")
+    tap.eq(got, names, "libgemm_blas.so defines exactly the names of the table")
+
+
+def test_unknown_names(tap):
+    """A BLAS library whose gemm entry points have names the table lacks is named at exit,
+    once, with those names; kernels named like gemm (acme_sgemm_nn) are not entry points."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if not cc:
+        tap.skip("unknown gemm names are warned about", "no C compiler")
+        return
+    with tempfile.TemporaryDirectory(prefix="gemm-blas-") as tmp:
+        src, lib = os.path.join(tmp, "acme.c"), os.path.join(tmp, "libacme_blas.so")
+        with open(src, "w") as f:
+            f.write("void acme_sgemm_64(void) {}\nvoid acme_cblas_dgemm_64(void) {}\nvoid acme_sgemm_nn(void) {}\n"
+                    "void sgemm_(void) {}\n")
+        if subprocess.run([cc, "-shared", "-fPIC", "-o", lib, src]).returncode != 0:
+            tap.ok(False, "unknown gemm names: the test library builds")
+            return
+        prog = "import ctypes, sys; ctypes.CDLL(sys.argv[1]); print('loaded')"
+        rc, out, err = run([sys.executable, "-c", prog, lib], child_env(None))
+    w = [x for x in warnings(err) if "libacme_blas.so" in x]
+    named = w[0].split(" defines ")[1].split(":")[0].split() if len(w) == 1 and " defines " in w[0] else []
+    tap.ok(rc == 0 and sorted(named) == ["acme_cblas_dgemm_64", "acme_sgemm_64"] and "never offloaded" in w[0],
+           "a library with gemm entry points under names not in the table: warned once, with those names", err[-2000:])
 
 
 def main(tap):
@@ -411,6 +402,7 @@ def main(tap):
     if not tap.ok(not missing, "preload library and test programs are built", missing):
         return
     test_exports(tap)
+    test_unknown_names(tap)
     rng = np.random.default_rng(int(os.environ.get("GEMM_TEST_SEED", "20261123")))
     with Daemon(tap, config={"backend": "cpu"}) as d:
         test_offload(tap, d, rng)
