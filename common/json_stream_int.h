@@ -1,8 +1,9 @@
 /*
  * json_stream_int.h - the JSON decoder's state, shared by its parts: json_stream.c (the
  * tokenizer: JSON syntax across chunk ends), json_body.c (what the values mean: options,
- * operands, references, which error wins) and json_elements.c (the elements: storage
- * within the limits, values in the dtype). Not for use elsewhere.
+ * operands, references, which error wins) and json_elements.c (the error slots, and the
+ * elements: storage within the limits, values in the dtype). Each calls only the ones
+ * after it. Not for use elsewhere.
  */
 #ifndef GEMM_JSON_STREAM_INT_H
 #define GEMM_JSON_STREAM_INT_H
@@ -125,8 +126,6 @@ int gemm_jsb_open(gemm_json_stream *s, char c, int *x);
 void gemm_jsb_close(gemm_json_stream *s, frame *f);
 /* A key (in s->str) has been read in the object on top. */
 void gemm_jsb_key(gemm_json_stream *s);
-/* The next element of operand x is the number d. */
-void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d);
 /* The body ended without a syntax error: every check that needs the whole body, then the
  * matrices. As gemm_json_stream_finish / gemm_json_stream_finish_matrix. */
 int gemm_jsb_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm_matrix *b, gemm_err *err);
@@ -134,7 +133,7 @@ int gemm_jsb_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *
 /* Gives back everything the operands hold. */
 void gemm_jsb_release(gemm_json_stream *s);
 
-/* ---- shared by json_body.c and json_elements.c ---------------------------------------- */
+/* ---- json_elements.c: the error slots, and the elements --------------------------------- */
 
 /* Notes an error of this rank in its slot (the body's, or operand x's own: ranks RK_REF,
  * RK_STRUCT, RK_COUNT, RK_ELEM + x) unless one of a lower (or, without replace, equal) rank
@@ -157,13 +156,15 @@ const char *gemm_jsb_type_name(enum vtype t);
 const char *gemm_jsb_place(char *buf, size_t cap, const operand *o, uint64_t mat, uint64_t i, uint64_t j);
 const char *gemm_jsb_place_index(char *buf, size_t cap, const operand *o, uint64_t idx);
 
-/* json_elements.c: the shape of operand o once fully known and well formed (a reference's
+/* The shape of operand o once fully known and well formed (a reference's
  * included): 0 not known, 2 (rows x cols), 3 (batch matrices of rows x cols); the elements
  * a declared shape needs (-1 on overflow); elements that are not numbers (at [mat][row][col]);
  * a data length its shape does not allow; the elements assembled once all are read (in
  * their final type); the checks and conversion of operand x's elements when the body has
  * ended. */
 int gemm_jsb_known_shape(const operand *o, uint64_t *batch, uint64_t *rows, uint64_t *cols);
+/* The next element of operand x is the number d (called by the tokenizer too). */
+void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d);
 int gemm_jsb_declared_count(const operand *o, uint64_t *n);
 void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint64_t row, uint64_t col);
 void gemm_jsb_count_error(gemm_json_stream *s, int x);
