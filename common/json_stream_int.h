@@ -17,8 +17,8 @@
 /* R_ROWS: a matrix as rows (R_ROW each). An operand whose first row opens with an array
  * is 3-D: its R_ROWS becomes R_STACK (the batch), whose members are R_MAT (rows). */
 enum role { R_SKIP, R_ROOT, R_ROWS, R_ROW, R_MATOBJ, R_SHAPE, R_DATA, R_STACK, R_MAT };
-enum key { K_NONE, K_A, K_B, K_DTYPE, K_KERNEL, K_TILE, K_MATH, K_OUT_DTYPE, K_SHAPE, K_DATA, K_REF, K_OTHER };
-#define K_OPT_LAST K_OUT_DTYPE /* options are K_DTYPE .. K_OPT_LAST */
+/* K_OPT + i: row i of the options' table (options.h) */
+enum key { K_NONE, K_A, K_B, K_SHAPE, K_DATA, K_REF, K_OTHER, K_OPT };
 enum state { S_VALUE, S_ARR_FIRST, S_OBJ_FIRST, S_KEY, S_COLON, S_NEXT, S_END, S_STRING, S_NUMBER, S_LITERAL };
 enum vtype { T_STRING, T_NUMBER, T_BOOL, T_NULL, T_ARRAY, T_OBJECT };
 
@@ -27,7 +27,8 @@ enum vtype { T_STRING, T_NUMBER, T_BOOL, T_NULL, T_ARRAY, T_OBJECT };
  * to be a reference ({"ref": ID}) drops what its other fields said. */
 enum {
     RK_ROOT = 10,     /* the body is not an object (or, for one matrix, not a matrix) */
-    RK_OPT = 20,      /* + 0..4: dtype, kernel, tile, math, out_dtype */
+    RK_DUP = 15,      /* a key the decoder reads, given twice in one object */
+    RK_OPT = 20,      /* an option (the first one in the text) */
     RK_REF = 29,      /* + 10 x: operand x's reference cannot be taken or resolved */
     RK_STRUCT = 30,   /* + 10 x: operand x's structure; + 1: its data (after its shape) */
     RK_REFDTYPE = 45, /* + x: a resident operand's dtype against the product's */
@@ -84,7 +85,7 @@ struct gemm_json_stream {
     gemm_json_refs refs;     /* operands by reference */
     gemm_dtype fixed_dtype;  /* a given (resident) operand's dtype: the product's, or an error */
     int body_dtype;          /* the body named a valid dtype */
-    int seen_key[K_OTHER];   /* top-level keys already met */
+    int seen_key[K_OTHER];   /* "a" and "b" already met */
     uint64_t body_max;        /* the body has at most this many bytes (0: unknown) */
     /* position */
     const char *data;        /* the chunk being fed, which starts at offset base */
