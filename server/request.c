@@ -269,10 +269,8 @@ static int part_end(void *user, gemm_err *err)
     else /* trim the line ending some clients add */
         while (req->text_len && (req->text[req->text_len - 1] == '\n' || req->text[req->text_len - 1] == '\r'))
             req->text_len--;
-    if (gemm_options_set(&req->opt, GEMM_DOOR_FORM, req->part_name, strlen(req->part_name), req->text,
-                         req->text_len, err) < 0)
-        return -1;
-    return req->route == GEMMD_ROUTE_MATRIX_CREATE ? 0 : take_refs(req, err); /* one matrix takes no operand */
+    return gemm_options_set(&req->opt, GEMM_DOOR_FORM, req->part_name, strlen(req->part_name), req->text,
+                            req->text_len, err) < 0 ? -1 : 0;
 }
 
 static const gemm_multipart_callbacks mp_callbacks = {part_begin, part_data, part_end};
@@ -832,8 +830,8 @@ static int finish_matrix_npy(gemmd_request *req)
 static int finish_npy(gemmd_request *req)
 {
     gemm_err *err = &req->err;
-    if (req->route == GEMMD_ROUTE_MATRIX_CREATE) return finish_matrix_npy(req);
-    if (gemm_multipart_finish(req->mp, err) != 0) return -1;
+    if (req->route == GEMMD_ROUTE_MATRIX_CREATE) return finish_matrix_npy(req); /* one matrix: no a=ID, b=ID */
+    if (gemm_multipart_finish(req->mp, err) != 0 || take_refs(req, err) != 0) return -1;
     if (!req->have[0] || !req->have[1])
         return gemm_err_set(err, 400, "missing_part", "the form needs .npy parts a and b (missing %s)",
                             !req->have[0] && !req->have[1] ? "both" : (!req->have[0] ? "a" : "b"));
