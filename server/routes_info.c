@@ -134,6 +134,24 @@ static cJSON *info_json(gemmd_services *srv)
     cJSON_AddNumberToObject(lim, "min_rate_kb", cfg->min_rate_kb);
     cJSON_AddNumberToObject(lim, "send_timeout_s", cfg->send_timeout_s);
 
+    cJSON *opts = cJSON_AddArrayToObject(root, "options"); /* the options' table (options.h) */
+    for (int i = 0; i < gemm_option_count(); i++) {
+        const gemm_option *d = gemm_option_at(i);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", d->name);
+        cJSON_AddStringToObject(o, "type", gemm_option_type_name(d->type));
+        cJSON *doors = cJSON_AddArrayToObject(o, "doors");
+        for (int k = 0; k < GEMM_DOOR_COUNT; k++)
+            if (d->doors & (1u << k)) cJSON_AddItemToArray(doors, cJSON_CreateString(gemm_option_door_name(k)));
+        if (d->type == GEMM_OPT_UINT) cJSON_AddNumberToObject(o, "min", (double)d->min);
+        if (d->type == GEMM_OPT_UINT && d->max != UINT64_MAX) cJSON_AddNumberToObject(o, "max", (double)d->max);
+        cJSON_AddNumberToObject(o, "status", d->status);
+        cJSON_AddStringToObject(o, "code", d->code);
+        if (d->example) cJSON_AddStringToObject(o, "example", d->example);
+        cJSON_AddStringToObject(o, "help", d->help);
+        cJSON_AddItemToArray(opts, o);
+    }
+
     int streams = 0;
     for (int i = 0; i < in->ndevices; i++) streams += in->devices[i].streams;
     cJSON_AddNumberToObject(root, "streams", streams);
