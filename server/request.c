@@ -233,10 +233,10 @@ static int part_data(void *user, const void *data, size_t len, gemm_err *err)
     if (req->part == 0 || req->part == 1) return gemm_npy_reader_feed(req->rd[req->part], data, len, err);
     if (req->part != 2) return gemm_err_set(err, 400, "bad_multipart", "form data outside of a part");
     /* a field longer than the buffer is kept cut, text_len one more than the buffer */
-    size_t have = req->text_len < sizeof req->text ? req->text_len : sizeof req->text;
-    size_t take = len < sizeof req->text - have ? len : sizeof req->text - have;
-    memcpy(req->text + have, data, take);
-    req->text_len = len > take ? sizeof req->text + 1 : have + take;
+    if (req->text_len > sizeof req->text) return 0;
+    size_t take = len < sizeof req->text - req->text_len ? len : sizeof req->text - req->text_len;
+    memcpy(req->text + req->text_len, data, take);
+    req->text_len = take < len ? sizeof req->text + 1 : req->text_len + take;
     return 0;
 }
 

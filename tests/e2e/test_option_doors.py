@@ -256,6 +256,10 @@ def control_bytes(tap, d):
     tap.ok(a["status"] == 400 and a.get("code") == "bad_parameter", "a v2 parameter holding \\u0000: 400", a)
     a = send_v2(d, [("kernel\u0000x", "Bad!")])
     tap.ok(a["status"] == 400 and a.get("code") == "bad_parameter", "a v2 parameter name holding \\u0000: 400", a)
+    a = send_form(d, [("dtype", "float32" + "0" * 300)])
+    tap.ok(a["status"] == 422 and a.get("code") == "bad_option", "a form field longer than any value: 422", a)
+    a = send_form(d, [("kernel", "auto\r\n")])
+    tap.ok(a["status"] == 200, "a form field's line ending is not part of its value", a)
     # a key that is not an option, twice: ignored
     a = send_query_raw(d, None, raw_pairs=BASE_QUERY + [("note", "1"), ("note", "2")])
     tap.ok(a["status"] == 200, "a query key that is not an option, twice: ignored", a)
