@@ -45,9 +45,9 @@ static const gemm_option table[] = {
     {"cols", GEMM_OPT_UINT, Q, AT(cols), 0, ANY, 400, "bad_dimension", "2",
      "POST /v1/matrices, raw or empty: the columns (or k)"},
     {"empty", GEMM_OPT_FLAG, Q, AT(empty), 0, 1, 400, "bad_option", "1",
-     "POST /v1/matrices: created without a body, its rows sent by PUT /v1/matrices/{id}"},
+     "POST /v1/matrices: made without a body, its rows sent later by PUT"},
     {"row", GEMM_OPT_UINT, Q, AT(row), 0, ANY, 400, "bad_option", "0",
-     "PUT /v1/matrices/{id}: the index of the first row sent"},
+     "PUT of rows of a resident matrix: the index of the first row sent"},
 };
 #define NOPT ((int)(sizeof table / sizeof table[0]))
 _Static_assert(sizeof table / sizeof table[0] <= 64, "given is a 64-bit mask");

@@ -91,6 +91,7 @@ static void test_table(void **state)
         assert_true(d->field < sizeof(gemm_options));
         assert_true(d->status == 400 || d->status == 422);
         assert_true(d->code && d->code[0] && d->help && strlen(d->help) >= 10);
+        assert_null(strpbrk(d->help, "{}\"\t\n")); /* `gemm info` prints it as plain text */
         if (d->type == GEMM_OPT_UINT) assert_true(d->min <= d->max);
         for (int j = 0; j < i; j++) {
             assert_string_not_equal(gemm_option_at(j)->name, d->name);
