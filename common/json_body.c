@@ -2,12 +2,9 @@
  * through the options' table, options.h), the two operands (or the one matrix), their
  * shapes and references, and the error the whole body deserves. The tokenizer
  * (json_stream.c) calls in here; the elements and the error slots are json_elements.c's. */
-#include <float.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "json_stream_int.h"
@@ -39,7 +36,7 @@ static void check_batch_early(gemm_json_stream *s, int x, uint64_t mat)
 
 /* ---- what values mean ----------------------------------------------------------------- */
 
-/* The value of option row `key - K_OPT` (str: a string's text, in s->str; d: a number). */
+/* The value of option row `key - K_OPT` (a string: its text in s->str; a number: d). */
 static void option_value(gemm_json_stream *s, int key, enum vtype t, const gemm_decimal *d)
 {
     const gemm_option *def = gemm_option_at(key - K_OPT);
