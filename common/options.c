@@ -63,17 +63,8 @@ const gemm_option *gemm_option_find(const char *name, size_t len, unsigned door)
     return NULL;
 }
 
-const char *gemm_option_door_name(int i)
-{
-    static const char *const names[GEMM_DOOR_COUNT] = {"query", "form", "json", "v2"};
-    return i >= 0 && i < GEMM_DOOR_COUNT ? names[i] : "?";
-}
-
-const char *gemm_option_type_name(gemm_opt_type t)
-{
-    static const char *const names[GEMM_OPT_TYPES] = {"dtype", "math", "kernel", "integer", "flag", "id"};
-    return t < GEMM_OPT_TYPES ? names[t] : "?";
-}
+const char *const gemm_option_doors[GEMM_DOOR_COUNT] = {"query", "form", "json", "v2"};
+const char *const gemm_option_types[GEMM_OPT_TYPES] = {"dtype", "math", "kernel", "integer", "flag", "id"};
 
 const char *gemm_option_names(unsigned door, char *buf, size_t cap)
 {
@@ -146,19 +137,16 @@ static int parse_flag(const char *v, int *out)
 /* What a row accepts, for messages. */
 static const char *accepted(const gemm_option *d, char *buf, size_t cap)
 {
-    switch (d->type) {
-    case GEMM_OPT_DTYPE: return "float32, float64, int32, float16 or bfloat16";
-    case GEMM_OPT_MATH: return "default, fp32, tf32 or bf16";
-    case GEMM_OPT_KERNEL: return "a kernel name (1 to 47 of a-z, 0-9, _; GET /v1/info lists the kernels)";
-    case GEMM_OPT_FLAG: return "1 or 0 (true or false)";
-    case GEMM_OPT_ID: return "the id of a resident matrix";
-    default:
-        if (d->max == ANY) snprintf(buf, cap, "a decimal integer (digits only) >= %llu", (unsigned long long)d->min);
-        else
-            snprintf(buf, cap, "a decimal integer (digits only) from %llu to %llu", (unsigned long long)d->min,
-                     (unsigned long long)d->max);
-        return buf;
-    }
+    static const char *const of_type[GEMM_OPT_TYPES] = {
+        "float32, float64, int32, float16 or bfloat16", "default, fp32, tf32 or bf16",
+        "a kernel name (1 to 47 of a-z, 0-9, _; GET /v1/info lists the kernels)", NULL, "1 or 0 (true or false)",
+        "the id of a resident matrix"};
+    if (d->type != GEMM_OPT_UINT) return of_type[d->type];
+    if (d->max == ANY) snprintf(buf, cap, "a decimal integer (digits only) >= %llu", (unsigned long long)d->min);
+    else
+        snprintf(buf, cap, "a decimal integer (digits only) from %llu to %llu", (unsigned long long)d->min,
+                 (unsigned long long)d->max);
+    return buf;
 }
 
 /* The value as text: text as it is; a number for an integer or a flag, written out; a

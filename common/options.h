@@ -87,8 +87,8 @@ const gemm_option *gemm_option_at(int i);
 /* The option named by len bytes of name that door takes, or NULL. */
 const gemm_option *gemm_option_find(const char *name, size_t len, unsigned door);
 /* "query", "form", "json", "v2" (door bit i); "dtype", "integer", ... (a type). */
-const char *gemm_option_door_name(int i);
-const char *gemm_option_type_name(gemm_opt_type t);
+extern const char *const gemm_option_doors[GEMM_DOOR_COUNT];
+extern const char *const gemm_option_types[GEMM_OPT_TYPES];
 /* "dtype, out_dtype, ...": the options of door, into buf. */
 const char *gemm_option_names(unsigned door, char *buf, size_t cap);
 

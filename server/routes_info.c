@@ -139,10 +139,10 @@ static cJSON *info_json(gemmd_services *srv)
         const gemm_option *d = gemm_option_at(i);
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", d->name);
-        cJSON_AddStringToObject(o, "type", gemm_option_type_name(d->type));
+        cJSON_AddStringToObject(o, "type", gemm_option_types[d->type]);
         cJSON *doors = cJSON_AddArrayToObject(o, "doors");
         for (int k = 0; k < GEMM_DOOR_COUNT; k++)
-            if (d->doors & (1u << k)) cJSON_AddItemToArray(doors, cJSON_CreateString(gemm_option_door_name(k)));
+            if (d->doors & (1u << k)) cJSON_AddItemToArray(doors, cJSON_CreateString(gemm_option_doors[k]));
         if (d->type == GEMM_OPT_UINT) cJSON_AddNumberToObject(o, "min", (double)d->min);
         if (d->type == GEMM_OPT_UINT && d->max != UINT64_MAX) cJSON_AddNumberToObject(o, "max", (double)d->max);
         cJSON_AddNumberToObject(o, "status", d->status);
