@@ -234,9 +234,9 @@ static int part_data(void *user, const void *data, size_t len, gemm_err *err)
     if (req->part != 2) return gemm_err_set(err, 400, "bad_multipart", "form data outside of a part");
     /* a field longer than the buffer is kept cut, text_len one more than the buffer */
     if (req->text_len > sizeof req->text) return 0;
-    size_t take = len < sizeof req->text - req->text_len ? len : sizeof req->text - req->text_len;
-    memcpy(req->text + req->text_len, data, take);
-    req->text_len = take < len ? sizeof req->text + 1 : req->text_len + take;
+    size_t room = sizeof req->text - req->text_len;
+    memcpy(req->text + req->text_len, data, len < room ? len : room);
+    req->text_len = len > room ? sizeof req->text + 1 : req->text_len + len;
     return 0;
 }
 

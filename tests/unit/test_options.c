@@ -299,7 +299,7 @@ static void test_bad_values(void **state)
     longv[4] = '\x80';
     gemm_options_init(&o);
     assert_int_equal(set(&o, "dtype", longv, &err), -1);
-    assert_null(strchr(err.message, '\x80'));
+    assert_null(strchr(err.message, 0x80));
     assert_true(strlen(err.message) < 200);
     assert_non_null(strstr(err.message, "zzz~?zz"));
 }
