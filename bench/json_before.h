@@ -400,7 +400,7 @@ static int body_options(const cJSON *root, gemm_options *opt, gemm_err *err)
             return gemm_err_set(err, 422, "bad_option", "\"%s\" is %s; expected a string%s", keys[i], type_name(v),
                                 strcmp(keys[i], "tile") == 0 ? " or a positive integer" : "");
         }
-        if (gemm_options_set(opt, keys[i], s, err) < 0) return -1;
+        if (gemm_options_set(opt, GEMM_DOOR_JSON, keys[i], strlen(keys[i]), s, strlen(s), err) < 0) return -1;
     }
     return 0;
 }

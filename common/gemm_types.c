@@ -47,6 +47,7 @@ int gemm_dtype_from_name(const char *s, gemm_dtype *out)
         {"int32", GEMM_DTYPE_I32},   {"i4", GEMM_DTYPE_I32}, {"int", GEMM_DTYPE_I32},
         {"float16", GEMM_DTYPE_F16}, {"f2", GEMM_DTYPE_F16}, {"half", GEMM_DTYPE_F16},
         {"bfloat16", GEMM_DTYPE_BF16}, {"bf16", GEMM_DTYPE_BF16},
+        {"fp32", GEMM_DTYPE_F32},    {"fp64", GEMM_DTYPE_F64}, {"fp16", GEMM_DTYPE_F16}, /* v2's FP32 ... */
     };
     if (!s) return -1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -146,6 +147,15 @@ int gemm_err_set(gemm_err *e, int status, const char *code, const char *fmt, ...
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+const char *gemm_shown(const char *s, size_t len, char *buf, size_t cap)
+{
+    size_t i = 0, n = 0;
+    for (; i < len && n + 4 < cap; i++) buf[n++] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+    if (i < len) n += (size_t)snprintf(buf + n, cap - n, "...");
+    buf[n] = '\0';
+    return buf;
 }
 
 static int check_elements(const char *what, uint64_t r, uint64_t c, gemm_dtype d,

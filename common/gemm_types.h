@@ -37,7 +37,8 @@ unsigned gemm_json_elem_width(gemm_dtype d);
 /* Canonical name: "float32", "float64", "int32", "float16", "bfloat16" ("invalid" otherwise). */
 const char *gemm_dtype_name(gemm_dtype d);
 /* Accepts the canonical names and the aliases "f4"/"f8"/"i4"/"f2", "float"/"double"/"int"/
- * "half", "bf16". Returns 0 and sets *out, or -1 when the name is unknown. */
+ * "half", "bf16", and the v2 datatype names ("FP32", "FP64", "INT32", "FP16", "BF16": names
+ * are caseless). Returns 0 and sets *out, or -1 when the name is unknown. */
 int gemm_dtype_from_name(const char *s, gemm_dtype *out);
 /* True for the 2-byte floating types (float16, bfloat16): operands that are computed in
  * float32 and whose product C is float32 unless the input dtype is asked for (out_dtype). */
@@ -109,6 +110,10 @@ int gemm_err_set(gemm_err *e, int status, const char *code, const char *fmt, ...
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
+
+/* A printable copy of len bytes from the network for a message: other bytes as '?', cut
+ * with "..." to fit cap. Returns buf. */
+const char *gemm_shown(const char *s, size_t len, char *buf, size_t cap);
 
 /* The dtype of C for inputs of dtype d: out when given (GEMM_DTYPE_INVALID: not given),
  * else float32 for the half types and d itself for the others. Returns 0, or -1 with 422

@@ -1,103 +1,13 @@
-/* json_body.c - what the values of a JSON body mean (see json_stream.h): the options, the
- * two operands (or the one matrix), their shapes and references, and the error the whole
- * body deserves. The tokenizer (json_stream.c) calls in here; the elements themselves are
- * json_elements.c's. */
-#include <float.h>
+/* json_body.c - what the values of a JSON body mean (see json_stream.h): the options (read
+ * through the options' table, options.h), the two operands (or the one matrix), their
+ * shapes and references, and the error the whole body deserves. The tokenizer
+ * (json_stream.c) calls in here; the elements and the error slots are json_elements.c's. */
 #include <math.h>
-#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "json_stream_int.h"
-
-const char *gemm_jsb_type_name(enum vtype t)
-{
-    switch (t) {
-    case T_STRING: return "a string";
-    case T_NUMBER: return "a number";
-    case T_BOOL: return "a boolean";
-    case T_NULL: return "null";
-    case T_ARRAY: return "an array";
-    default: return "an object";
-    }
-}
-
-/* ---- memory ------------------------------------------------------------------- */
-
-/* Stops storing operand o and gives its memory back. */
-void gemm_jsb_kill(gemm_json_stream *s, operand *o)
-{
-    (void)s;
-    o->dead = 1;
-    gemm_json_store_release(&o->st);
-}
-
-/* ---- semantic errors ------------------------------------------------------------ */
-
-/* The operand whose own slot an error of this rank goes to, or -1 (the body's). */
-static int rank_operand(int rank)
-{
-    switch (rank) {
-    case RK_REF: case RK_STRUCT: case RK_STRUCT + 1: case RK_COUNT: case RK_ELEM:
-        return 0;
-    case RK_REF + 10: case RK_STRUCT + 10: case RK_STRUCT + 11: case RK_COUNT + 1: case RK_ELEM + 1:
-        return 1;
-    default:
-        return -1;
-    }
-}
-
-/* The lowest rank noted anywhere (RK_NONE: none). */
-int gemm_jsb_best_rank(const gemm_json_stream *s)
-{
-    int r = s->rank;
-    for (int x = 0; x < 2; x++)
-        if (s->op[x].rank < r) r = s->op[x].rank;
-    return r;
-}
-
-void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const char *code, const char *fmt, ...)
-{
-    int x = rank_operand(rank);
-    operand *o = x == 0 ? &s->op[0] : x == 1 ? &s->op[1] : NULL;
-    if (o && o->has_ref && rank != RK_REF + 10 * x) return;
-    int *slot_rank = o ? &o->rank : &s->rank;
-    gemm_err *slot = o ? &o->err : &s->err;
-    if (rank > *slot_rank || (rank == *slot_rank && !replace)) return;
-    char msg[sizeof slot->message];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    *slot_rank = rank;
-    gemm_err_set(slot, status, code, "%s", msg);
-    if (rank < RK_ELEM) {
-        if (x != 1) gemm_jsb_kill(s, &s->op[0]);
-        if (x != 0) gemm_jsb_kill(s, &s->op[1]);
-    }
-}
-
-/* Where an element sits, for messages: "a[2][1]", "a[0][2][1]" or "b.data[4]". */
-const char *gemm_jsb_place(char *buf, size_t cap, const operand *o, uint64_t mat, uint64_t i, uint64_t j)
-{
-    if (o->form == '{') snprintf(buf, cap, "%s.data[%llu]", o->name, (unsigned long long)j);
-    else if (o->batched)
-        snprintf(buf, cap, "%s[%llu][%llu][%llu]", o->name, (unsigned long long)mat, (unsigned long long)i,
-                 (unsigned long long)j);
-    else snprintf(buf, cap, "%s[%llu][%llu]", o->name, (unsigned long long)i, (unsigned long long)j);
-    return buf;
-}
-
-/* gemm_jsb_place() from a row-major index (rows of ncols; 3-D: matrices of mrows rows, as
- * matrix 0 has them once it is closed). */
-const char *gemm_jsb_place_index(char *buf, size_t cap, const operand *o, uint64_t idx)
-{
-    if (o->form == '{' || o->ncols == 0) return gemm_jsb_place(buf, cap, o, 0, 0, idx);
-    uint64_t per = o->batched && o->nmat ? o->mrows * o->ncols : 0; /* both within the limits */
-    uint64_t mat = per ? idx / per : 0, in = per ? idx % per : idx;
-    return gemm_jsb_place(buf, cap, o, mat, in / o->ncols, in % o->ncols);
-}
 
 static void shape_error(gemm_json_stream *s, int x)
 {
@@ -126,32 +36,17 @@ static void check_batch_early(gemm_json_stream *s, int x, uint64_t mat)
 
 /* ---- what values mean ----------------------------------------------------------------- */
 
-static void option_value(gemm_json_stream *s, int key, enum vtype t, const char *str, const gemm_decimal *d)
+/* The value of option row `key - K_OPT` (a string: its text in s->str; a number: d). */
+static void option_value(gemm_json_stream *s, int key, enum vtype t, const gemm_decimal *d)
 {
-    static const char *const names[] = {"dtype", "kernel", "tile", "math", "out_dtype"};
-    int k = key - K_DTYPE;
-    const char *name = names[k];
-    char num[32];
+    const gemm_option *def = gemm_option_at(key - K_OPT);
+    gemm_opt_value v = {.kind = GEMM_VAL_OTHER, .type_name = gemm_jsb_type_name(t)};
+    if (t == T_STRING) v = (gemm_opt_value){.kind = GEMM_VAL_TEXT, .text = s->str, .len = s->str_len};
+    else if (t == T_NUMBER) v = (gemm_opt_value){.kind = GEMM_VAL_NUMBER, .number = gemm_decimal_to_f64(d)};
+    else if (t == T_BOOL) v = (gemm_opt_value){.kind = GEMM_VAL_BOOL, .boolean = s->lit[0] == 't'};
     gemm_err e;
-    if (t == T_NUMBER && d) {
-        double v = gemm_decimal_to_f64(d);
-        if (v >= 0 && v <= 1e15 && v == floor(v)) {
-            snprintf(num, sizeof num, "%.0f", v);
-            str = num;
-            t = T_STRING;
-        }
-    }
-    if (t != T_STRING) {
-        gemm_jsb_note(s, RK_OPT + k, 0, 422, "bad_option", "\"%s\" is %s; expected a string%s", name, gemm_jsb_type_name(t),
-             key == K_TILE ? " or a positive integer" : "");
-        return;
-    }
-    gemm_err_clear(&e);
-    if (gemm_options_set(&s->opt, name, str, &e) < 0) {
-        gemm_jsb_note(s, RK_OPT + k, 0, e.status, e.code, "%s", e.message);
-        return;
-    }
-    if (key == K_DTYPE) s->body_dtype = 1;
+    if (gemm_option_apply(&s->opt, def, &v, &e) < 0) gemm_jsb_note(s, RK_OPT, 0, e.status, e.code, "%s", e.message);
+    else if (def->field == offsetof(gemm_options, dtype)) s->body_dtype = 1;
 }
 
 /* The value of operand x's "ref" field (str: the string's text). */
@@ -169,8 +64,6 @@ static void ref_value(gemm_json_stream *s, int x, enum vtype t, const char *str)
         o->ref_named = 1;
     }
 }
-
-static int is_option_key(int key) { return key >= K_DTYPE && key <= K_OPT_LAST; }
 
 /* A scalar value (string, number, boolean, null) has been read in the current container. */
 void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const gemm_decimal *d)
@@ -205,8 +98,8 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
             gemm_jsb_note(s, RK_STRUCT + 10 * (f->key - K_A), 0, 400, "bad_matrix",
                  "%s is %s; expected nested arrays [[..],[..]] or {\"shape\": [m,k], \"data\": [..]}", o->name,
                  gemm_jsb_type_name(t));
-        } else if (f->key >= K_DTYPE && f->key <= K_OPT_LAST) {
-            option_value(s, f->key, t, str, d);
+        } else if (f->key >= K_OPT) {
+            option_value(s, f->key, t, d);
         }
         return;
     case R_ROWS:
@@ -234,8 +127,8 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
                  "%s.data must be an array of numbers (row-major), not %s", o->name, gemm_jsb_type_name(t));
         } else if (f->key == K_REF) {
             ref_value(s, f->x, t, str);
-        } else if (is_option_key(f->key)) {
-            option_value(s, f->key, t, str, d);
+        } else if (f->key >= K_OPT) {
+            option_value(s, f->key, t, d);
         }
         return;
     case R_SHAPE: {
@@ -291,7 +184,7 @@ int gemm_jsb_open(gemm_json_stream *s, char c, int *x)
             s->op[*x].form = c;
             return c == '[' ? R_ROWS : R_MATOBJ;
         }
-        if (f->key >= K_DTYPE && f->key <= K_OPT_LAST) option_value(s, f->key, t, NULL, NULL);
+        if (f->key >= K_OPT) option_value(s, f->key, t, NULL);
         return R_SKIP;
     case R_DATA:
         /* one matrix: {"data": [[..]]} without a shape before it holds rows */
@@ -338,8 +231,8 @@ int gemm_jsb_open(gemm_json_stream *s, char c, int *x)
             gemm_jsb_scalar(s, t, NULL, NULL);
         } else if (f->key == K_REF) {
             ref_value(s, f->x, t, NULL);
-        } else if (is_option_key(f->key)) {
-            option_value(s, f->key, t, NULL, NULL);
+        } else if (f->key >= K_OPT) {
+            option_value(s, f->key, t, NULL);
         }
         return R_SKIP;
     case R_SHAPE:
@@ -447,58 +340,54 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
     }
 }
 
-/* A key has been read (in s->str) in the object on top. */
+/* A key has been read (in s->str) in the object on top. A key the decoder reads, met
+ * twice in one object, fails the body; its second value is not read. */
 void gemm_jsb_key(gemm_json_stream *s)
 {
     frame *f = &s->stack[s->depth - 1];
     f->key = K_OTHER;
     if (s->str_over || memchr(s->str, '\0', s->str_len)) return;
     const char *k = s->str;
-    static const char *const top[] = {NULL, "a", "b", "dtype", "kernel", "tile", "math", "out_dtype"};
-    if (f->role == R_ROOT) {
-        for (int i = K_A; i <= K_OPT_LAST; i++) {
-            if (strcmp(k, top[i]) == 0 && !s->seen_key[i]) {
-                s->seen_key[i] = 1;
-                if (i == K_A || i == K_B) {
-                    operand *o = &s->op[i - K_A];
-                    if (o->given) { /* named in the query: its value is not read */
-                        gemm_jsb_note(s, RK_STRUCT + 10 * (i - K_A), 0, 400, "bad_matrix",
-                             "%s is named in the query (%s=ID) and given in the body too; send it once", o->name,
-                             o->name);
-                        return;
-                    }
-                    o->present = 1;
-                }
-                f->key = (uint8_t)i;
-                return;
-            }
+    operand *o = &s->op[f->x];
+    if (f->role == R_ROOT && (strcmp(k, "a") == 0 || strcmp(k, "b") == 0)) {
+        int x = k[0] - 'a';
+        o = &s->op[x];
+        if (s->seen_key[K_A + x]) {
+            gemm_jsb_note(s, RK_DUP, 0, 400, "bad_matrix", "\"%s\" is given twice; send it once", o->name);
+        } else if (o->given) { /* named in the query: its value is not read */
+            gemm_jsb_note(s, RK_STRUCT + 10 * x, 0, 400, "bad_matrix",
+                          "%s is named in the query (%s=ID) and given in the body too; send it once", o->name, o->name);
+        } else {
+            o->present = 1;
+            f->key = (uint8_t)(K_A + x);
         }
-    } else if (f->role == R_MATOBJ) {
-        operand *o = &s->op[f->x];
+        s->seen_key[K_A + x] = 1;
+        return;
+    }
+    if (f->role == R_MATOBJ) {
         if (o->has_ref) return; /* a reference: the rest of the object is not read */
-        if (strcmp(k, "shape") == 0 && !o->seen_shape) {
-            o->seen_shape = 1;
-            f->key = K_SHAPE;
-        } else if (strcmp(k, "data") == 0 && !o->seen_data) {
-            o->seen_data = 1;
-            f->key = K_DATA;
-        } else if (!s->single && strcmp(k, "ref") == 0) {
+        if (strcmp(k, "shape") == 0 || strcmp(k, "data") == 0) {
+            int *seen = k[0] == 's' ? &o->seen_shape : &o->seen_data;
+            if (*seen) gemm_jsb_note(s, RK_DUP, 0, 400, "bad_matrix", "%s.%s is given twice; send it once", o->name, k);
+            else f->key = k[0] == 's' ? K_SHAPE : K_DATA;
+            *seen = 1;
+            return;
+        }
+        if (!s->single && strcmp(k, "ref") == 0) {
             /* {"ref": ID}: a resident matrix, whatever else the object says */
             o->has_ref = 1;
             o->rank = RK_NONE;
             o->has_bad = 0;
             gemm_jsb_kill(s, o);
             f->key = K_REF;
-        } else if (s->single) { /* one matrix: its object carries the options */
-            for (int i = K_DTYPE; i <= K_OPT_LAST; i++) {
-                if (strcmp(k, top[i]) == 0 && !s->seen_key[i]) {
-                    s->seen_key[i] = 1;
-                    f->key = (uint8_t)i;
-                    return;
-                }
-            }
+            return;
         }
+        if (!s->single) return; /* one matrix: its object carries the options */
+    } else if (f->role != R_ROOT) {
+        return;
     }
+    const gemm_option *d = gemm_option_find(k, s->str_len, GEMM_DOOR_JSON);
+    if (d) f->key = (uint8_t)(K_OPT + (d - gemm_option_at(0)));
 }
 
 /* ---- the end --------------------------------------------------------------------------- */

@@ -1,13 +1,102 @@
 /* json_elements.c - the elements of the operands of a JSON body: where they are stored
  * (json_store.h) within what the limits and the other operand allow, their values in the
- * dtype, and their conversion when the dtype is known only at the end (see json_stream.h). */
+ * dtype, their conversion when the dtype is known only at the end (see json_stream.h), and
+ * the error slots every part of the decoder notes errors in. The lowest part: it calls
+ * neither json_body.c nor json_stream.c. */
 #include <float.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "json_stream_int.h"
 #include "gemm_half.h"
+
+/* ---- error slots and places ----------------------------------------------------- */
+
+const char *gemm_jsb_type_name(enum vtype t)
+{
+    switch (t) {
+    case T_STRING: return "a string";
+    case T_NUMBER: return "a number";
+    case T_BOOL: return "a boolean";
+    case T_NULL: return "null";
+    case T_ARRAY: return "an array";
+    default: return "an object";
+    }
+}
+
+/* Stops storing operand o and gives its memory back. */
+void gemm_jsb_kill(gemm_json_stream *s, operand *o)
+{
+    (void)s;
+    o->dead = 1;
+    gemm_json_store_release(&o->st);
+}
+
+/* The operand whose own slot an error of this rank goes to, or -1 (the body's). */
+static int rank_operand(int rank)
+{
+    switch (rank) {
+    case RK_REF: case RK_STRUCT: case RK_STRUCT + 1: case RK_COUNT: case RK_ELEM:
+        return 0;
+    case RK_REF + 10: case RK_STRUCT + 10: case RK_STRUCT + 11: case RK_COUNT + 1: case RK_ELEM + 1:
+        return 1;
+    default:
+        return -1;
+    }
+}
+
+/* The lowest rank noted anywhere (RK_NONE: none). */
+int gemm_jsb_best_rank(const gemm_json_stream *s)
+{
+    int r = s->rank;
+    for (int x = 0; x < 2; x++)
+        if (s->op[x].rank < r) r = s->op[x].rank;
+    return r;
+}
+
+void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const char *code, const char *fmt, ...)
+{
+    int x = rank_operand(rank);
+    operand *o = x == 0 ? &s->op[0] : x == 1 ? &s->op[1] : NULL;
+    if (o && o->has_ref && rank != RK_REF + 10 * x) return;
+    int *slot_rank = o ? &o->rank : &s->rank;
+    gemm_err *slot = o ? &o->err : &s->err;
+    if (rank > *slot_rank || (rank == *slot_rank && !replace)) return;
+    char msg[sizeof slot->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    *slot_rank = rank;
+    gemm_err_set(slot, status, code, "%s", msg);
+    if (rank < RK_ELEM) {
+        if (x != 1) gemm_jsb_kill(s, &s->op[0]);
+        if (x != 0) gemm_jsb_kill(s, &s->op[1]);
+    }
+}
+
+/* Where an element sits, for messages: "a[2][1]", "a[0][2][1]" or "b.data[4]". */
+const char *gemm_jsb_place(char *buf, size_t cap, const operand *o, uint64_t mat, uint64_t i, uint64_t j)
+{
+    if (o->form == '{') snprintf(buf, cap, "%s.data[%llu]", o->name, (unsigned long long)j);
+    else if (o->batched)
+        snprintf(buf, cap, "%s[%llu][%llu][%llu]", o->name, (unsigned long long)mat, (unsigned long long)i,
+                 (unsigned long long)j);
+    else snprintf(buf, cap, "%s[%llu][%llu]", o->name, (unsigned long long)i, (unsigned long long)j);
+    return buf;
+}
+
+/* gemm_jsb_place() from a row-major index (rows of ncols; 3-D: matrices of mrows rows, as
+ * matrix 0 has them once it is closed). */
+const char *gemm_jsb_place_index(char *buf, size_t cap, const operand *o, uint64_t idx)
+{
+    if (o->form == '{' || o->ncols == 0) return gemm_jsb_place(buf, cap, o, 0, 0, idx);
+    uint64_t per = o->batched && o->nmat ? o->mrows * o->ncols : 0; /* both within the limits */
+    uint64_t mat = per ? idx / per : 0, in = per ? idx % per : idx;
+    return gemm_jsb_place(buf, cap, o, mat, in / o->ncols, in % o->ncols);
+}
 
 /* ---- storage -------------------------------------------------------------------- */
 

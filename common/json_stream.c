@@ -101,7 +101,7 @@ static int capture_value(const gemm_json_stream *s)
 {
     if (s->depth == 0) return 0;
     const frame *f = &s->stack[s->depth - 1];
-    int option = f->key >= K_DTYPE && f->key <= K_OPT_LAST;
+    int option = f->key >= K_OPT;
     return (f->role == R_ROOT && option) || (f->role == R_MATOBJ && (option || f->key == K_REF));
 }
 
@@ -553,6 +553,7 @@ gemm_json_stream *gemm_json_stream_new(const gemm_limits *lim, const gemm_alloca
     s->alloc = alloc ? alloc : &gemm_allocator_host;
     if (opt) s->opt = *opt;
     else gemm_options_init(&s->opt);
+    gemm_options_door(&s->opt); /* the body may repeat the query's options */
     s->body_max = body_max;
     s->line = 1;
     s->state = S_VALUE;

@@ -34,14 +34,15 @@
  * before any allocation. An operand that cannot be valid stops being stored at once (its
  * buffer is given back); reading goes on without storing, so that the error reported is
  * the one the whole body deserves, in this order: syntax (bad_json, with byte, line and
- * column), the body not an object, options, the structure of a then b (bad_matrix), the
- * product's shapes and limits (gemm_check_product), data lengths, memory, then the first
- * bad element of a, then of b (bad_matrix for a non-number, bad_value for a value outside
- * the dtype).
+ * column), the body not an object, a key given twice, options (the first bad one in the
+ * text), the structure of a then b (bad_matrix), the product's shapes and limits
+ * (gemm_check_product), data lengths, memory, then the first bad element of a, then of b
+ * (bad_matrix for a non-number, bad_value for a value outside the dtype).
  *
- * Keys: "a", "b", "dtype", "kernel", "tile", "math" at the top, "shape" and "data" in a
- * matrix object, in any order; other keys are read (and must be valid JSON) and ignored; a
- * key given twice counts the first time only.
+ * Keys: "a", "b" and the options whose door is JSON (options.h) at the top, "shape" and
+ * "data" in a matrix object, in any order; other keys are read (and must be valid JSON) and
+ * ignored; a key read here given twice in one object is 400 (bad_matrix, or
+ * duplicate_option for an option).
  *
  * Batches. An operand of a request may be 3-D, a batch of matrices: nested three deep (known
  * when its first row opens with an array, before an element is stored; every matrix is

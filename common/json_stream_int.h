@@ -1,8 +1,9 @@
 /*
  * json_stream_int.h - the JSON decoder's state, shared by its parts: json_stream.c (the
  * tokenizer: JSON syntax across chunk ends), json_body.c (what the values mean: options,
- * operands, references, which error wins) and json_elements.c (the elements: storage
- * within the limits, values in the dtype). Not for use elsewhere.
+ * operands, references, which error wins) and json_elements.c (the error slots, and the
+ * elements: storage within the limits, values in the dtype). Each calls only the ones
+ * after it. Not for use elsewhere.
  */
 #ifndef GEMM_JSON_STREAM_INT_H
 #define GEMM_JSON_STREAM_INT_H
@@ -16,8 +17,8 @@
 /* R_ROWS: a matrix as rows (R_ROW each). An operand whose first row opens with an array
  * is 3-D: its R_ROWS becomes R_STACK (the batch), whose members are R_MAT (rows). */
 enum role { R_SKIP, R_ROOT, R_ROWS, R_ROW, R_MATOBJ, R_SHAPE, R_DATA, R_STACK, R_MAT };
-enum key { K_NONE, K_A, K_B, K_DTYPE, K_KERNEL, K_TILE, K_MATH, K_OUT_DTYPE, K_SHAPE, K_DATA, K_REF, K_OTHER };
-#define K_OPT_LAST K_OUT_DTYPE /* options are K_DTYPE .. K_OPT_LAST */
+/* K_OPT + i: row i of the options' table (options.h) */
+enum key { K_NONE, K_A, K_B, K_SHAPE, K_DATA, K_REF, K_OTHER, K_OPT };
 enum state { S_VALUE, S_ARR_FIRST, S_OBJ_FIRST, S_KEY, S_COLON, S_NEXT, S_END, S_STRING, S_NUMBER, S_LITERAL };
 enum vtype { T_STRING, T_NUMBER, T_BOOL, T_NULL, T_ARRAY, T_OBJECT };
 
@@ -26,7 +27,8 @@ enum vtype { T_STRING, T_NUMBER, T_BOOL, T_NULL, T_ARRAY, T_OBJECT };
  * to be a reference ({"ref": ID}) drops what its other fields said. */
 enum {
     RK_ROOT = 10,     /* the body is not an object (or, for one matrix, not a matrix) */
-    RK_OPT = 20,      /* + 0..4: dtype, kernel, tile, math, out_dtype */
+    RK_DUP = 15,      /* a key the decoder reads, given twice in one object */
+    RK_OPT = 20,      /* an option (the first one in the text) */
     RK_REF = 29,      /* + 10 x: operand x's reference cannot be taken or resolved */
     RK_STRUCT = 30,   /* + 10 x: operand x's structure; + 1: its data (after its shape) */
     RK_REFDTYPE = 45, /* + x: a resident operand's dtype against the product's */
@@ -83,7 +85,7 @@ struct gemm_json_stream {
     gemm_json_refs refs;     /* operands by reference */
     gemm_dtype fixed_dtype;  /* a given (resident) operand's dtype: the product's, or an error */
     int body_dtype;          /* the body named a valid dtype */
-    int seen_key[K_OTHER];   /* top-level keys already met */
+    int seen_key[K_OTHER];   /* "a" and "b" already met */
     uint64_t body_max;        /* the body has at most this many bytes (0: unknown) */
     /* position */
     const char *data;        /* the chunk being fed, which starts at offset base */
@@ -125,8 +127,6 @@ int gemm_jsb_open(gemm_json_stream *s, char c, int *x);
 void gemm_jsb_close(gemm_json_stream *s, frame *f);
 /* A key (in s->str) has been read in the object on top. */
 void gemm_jsb_key(gemm_json_stream *s);
-/* The next element of operand x is the number d. */
-void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d);
 /* The body ended without a syntax error: every check that needs the whole body, then the
  * matrices. As gemm_json_stream_finish / gemm_json_stream_finish_matrix. */
 int gemm_jsb_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm_matrix *b, gemm_err *err);
@@ -134,7 +134,7 @@ int gemm_jsb_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *
 /* Gives back everything the operands hold. */
 void gemm_jsb_release(gemm_json_stream *s);
 
-/* ---- shared by json_body.c and json_elements.c ---------------------------------------- */
+/* ---- json_elements.c: the error slots, and the elements --------------------------------- */
 
 /* Notes an error of this rank in its slot (the body's, or operand x's own: ranks RK_REF,
  * RK_STRUCT, RK_COUNT, RK_ELEM + x) unless one of a lower (or, without replace, equal) rank
@@ -157,13 +157,15 @@ const char *gemm_jsb_type_name(enum vtype t);
 const char *gemm_jsb_place(char *buf, size_t cap, const operand *o, uint64_t mat, uint64_t i, uint64_t j);
 const char *gemm_jsb_place_index(char *buf, size_t cap, const operand *o, uint64_t idx);
 
-/* json_elements.c: the shape of operand o once fully known and well formed (a reference's
+/* The shape of operand o once fully known and well formed (a reference's
  * included): 0 not known, 2 (rows x cols), 3 (batch matrices of rows x cols); the elements
  * a declared shape needs (-1 on overflow); elements that are not numbers (at [mat][row][col]);
  * a data length its shape does not allow; the elements assembled once all are read (in
  * their final type); the checks and conversion of operand x's elements when the body has
  * ended. */
 int gemm_jsb_known_shape(const operand *o, uint64_t *batch, uint64_t *rows, uint64_t *cols);
+/* The next element of operand x is the number d (called by the tokenizer too). */
+void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d);
 int gemm_jsb_declared_count(const operand *o, uint64_t *n);
 void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint64_t row, uint64_t col);
 void gemm_jsb_count_error(gemm_json_stream *s, int x);

@@ -140,19 +140,10 @@ static int read_shape(cursor *c, uint64_t *dims)
     return overflow ? -2 : nd;
 }
 
-/* A printable copy of header text for a message: the header comes from the network. */
-static const char *printable(const char *s, char *buf, size_t cap)
-{
-    size_t n = 0;
-    for (; *s && n + 1 < cap; s++) buf[n++] = (*s >= 0x20 && *s < 0x7f) ? *s : '?';
-    buf[n] = '\0';
-    return buf;
-}
-
 static int dtype_error(const char *raw, gemm_err *err)
 {
     char descr[64];
-    printable(raw, descr, sizeof descr);
+    gemm_shown(raw, strlen(raw), descr, sizeof descr);
     char order = descr[0];
     const char *t = (order == '<' || order == '>' || order == '=' || order == '|') ? descr + 1 : descr;
     if (t[0] == 'O')
@@ -234,7 +225,7 @@ static int parse_dict(const char *text, size_t len, gemm_npy_header *hdr, gemm_e
         } else {
             char shown[32];
             return gemm_err_set(err, 400, "bad_npy", "the .npy header has an unexpected or repeated key '%s'",
-                                printable(key, shown, sizeof shown));
+                                gemm_shown(key, strlen(key), shown, sizeof shown));
         }
         if (eat(&c, ',')) continue;
         if (eat(&c, '}')) break;

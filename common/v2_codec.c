@@ -18,12 +18,9 @@ int gemm_v2_dtype_from_name(const char *s, gemm_dtype *out)
 {
     static const char *const others[] = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64",
                                          "INT8", "INT16", "INT64",  "BYTES"};
+    gemm_dtype d;
     if (!s) return -2;
-    if (strcmp(s, "FP32") == 0) return *out = GEMM_DTYPE_F32, 0;
-    if (strcmp(s, "FP64") == 0) return *out = GEMM_DTYPE_F64, 0;
-    if (strcmp(s, "INT32") == 0) return *out = GEMM_DTYPE_I32, 0;
-    if (strcmp(s, "FP16") == 0) return *out = GEMM_DTYPE_F16, 0;
-    if (strcmp(s, "BF16") == 0) return *out = GEMM_DTYPE_BF16, 0;
+    if (gemm_dtype_from_name(s, &d) == 0 && strcmp(s, gemm_v2_dtype_name(d)) == 0) return *out = d, 0; /* caseful */
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
         if (strcmp(s, others[i]) == 0) return -1;
     return -2;
@@ -59,20 +56,6 @@ char *gemm_v2_utf8_dup(const char *s)
         p += n;
     }
     return out;
-}
-
-/* A printable, bounded copy of a name from the request, for messages. */
-static const char *shown(const char *v, char *buf, size_t cap)
-{
-    size_t i = 0, n = 0;
-    for (; v[i] && n + 4 < cap; i++) buf[n++] = (v[i] >= 0x20 && v[i] < 0x7f) ? v[i] : '?';
-    if (v[i]) {
-        buf[n++] = '.';
-        buf[n++] = '.';
-        buf[n++] = '.';
-    }
-    buf[n] = '\0';
-    return buf;
 }
 
 static const char *type_name(const cJSON *v)
@@ -130,9 +113,9 @@ void gemm_v2_request_free(gemm_v2_request *r)
     r->id = NULL;
 }
 
-/* The request's "parameters": kernel, math, tile, out_dtype (options; out_dtype as a v2
- * datatype, FP32 / FP16 / BF16, or a dtype name) and binary_data_output. Other
- * parameters are the business of other models and servers; they are ignored. */
+/* The request's "parameters": the options whose door is v2 (options.h; out_dtype takes the
+ * datatype names, FP32 ...), and the protocol's binary_data_output. Other parameters are
+ * the business of other models and servers; they are ignored. */
 static int request_parameters(const cJSON *root, gemm_v2_request *r, int *binary_default, gemm_err *err)
 {
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "parameters");
@@ -140,26 +123,16 @@ static int request_parameters(const cJSON *root, gemm_v2_request *r, int *binary
     if (!params) return 0;
     if (!cJSON_IsObject(params))
         return gemm_err_set(err, 400, "bad_parameter", "\"parameters\" is %s; expected an object", type_name(params));
-    static const char *const keys[] = {"kernel", "math", "tile", "out_dtype"};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(params, keys[i]);
-        char num[32];
-        const char *s;
-        if (!v) continue;
-        if (cJSON_IsString(v)) {
-            s = v->valuestring;
-        } else if (i == 2 && cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 1e15 &&
-                   v->valuedouble == floor(v->valuedouble)) {
-            snprintf(num, sizeof num, "%.0f", v->valuedouble);
-            s = num;
-        } else {
-            return gemm_err_set(err, 400, "bad_parameter", "parameters.%s is %s; expected a string%s", keys[i],
-                                type_name(v), i == 2 ? " or a positive integer" : "");
-        }
-        gemm_dtype od;
-        if (i == 3 && gemm_v2_dtype_from_name(s, &od) == 0) s = gemm_dtype_name(od);
-        if (gemm_options_set(&r->opt, keys[i], s, err) < 0) {
-            err->status = 400;
+    for (const cJSON *p = params->child; p; p = p->next) {
+        const gemm_option *d = gemm_option_find(p->string, strlen(p->string), GEMM_DOOR_V2);
+        gemm_opt_value v = {.kind = GEMM_VAL_OTHER, .type_name = type_name(p)};
+        if (!d) continue;
+        if (cJSON_IsString(p))
+            v = (gemm_opt_value){.kind = GEMM_VAL_TEXT, .text = p->valuestring, .len = strlen(p->valuestring)};
+        else if (cJSON_IsNumber(p)) v = (gemm_opt_value){.kind = GEMM_VAL_NUMBER, .number = p->valuedouble};
+        else if (cJSON_IsBool(p)) v = (gemm_opt_value){.kind = GEMM_VAL_BOOL, .boolean = cJSON_IsTrue(p)};
+        if (gemm_option_apply(&r->opt, d, &v, err) < 0) {
+            err->status = 400; /* the protocol's status for a request that cannot run */
             return -1;
         }
     }
@@ -191,7 +164,7 @@ static int parse_input(const cJSON *t, size_t pos, int binary_ok, const gemm_v2_
     else
         return gemm_err_set(err, 400, "unknown_input",
                             "unexpected inference input '%s' for model '" GEMM_V2_MODEL "'; it takes inputs A and B",
-                            shown(name->valuestring, w, sizeof w));
+                            gemm_shown(name->valuestring, strlen(name->valuestring), w, sizeof w));
     if (seen[which])
         return gemm_err_set(err, 400, "duplicate_input", "input %s is given twice", input_name(which));
     seen[which] = 1;
@@ -203,14 +176,14 @@ static int parse_input(const cJSON *t, size_t pos, int binary_ok, const gemm_v2_
         return gemm_err_set(err, 400, "bad_datatype", "input %s: datatype is %s; expected FP32, FP64, INT32, FP16 or BF16",
                             input_name(which), type_name(dt));
     int rc = gemm_v2_dtype_from_name(dt->valuestring, &dts[which]);
-    if (rc == -1)
-        return gemm_err_set(err, 400, "bad_datatype",
-                            "input %s: datatype %s is not supported by model '" GEMM_V2_MODEL "'; use FP32, FP64, INT32, FP16 or BF16",
-                            input_name(which), shown(dt->valuestring, w, sizeof w));
+    gemm_shown(dt->valuestring, strlen(dt->valuestring), w, sizeof w);
     if (rc != 0)
         return gemm_err_set(err, 400, "bad_datatype",
-                            "input %s: unknown datatype '%s'; model '" GEMM_V2_MODEL "' takes FP32, FP64, INT32, FP16 or BF16",
-                            input_name(which), shown(dt->valuestring, w, sizeof w));
+                            rc == -1 ? "input %s: datatype %s is not supported by model '" GEMM_V2_MODEL
+                                       "'; use FP32, FP64, INT32, FP16 or BF16"
+                                     : "input %s: unknown datatype '%s'; model '" GEMM_V2_MODEL
+                                       "' takes FP32, FP64, INT32, FP16 or BF16",
+                            input_name(which), w);
 
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
     if (!cJSON_IsArray(shape))
@@ -329,7 +302,7 @@ static int parse_outputs(const cJSON *root, int binary_default, gemm_v2_request 
         if (strcmp(name->valuestring, "C") != 0)
             return gemm_err_set(err, 400, "unknown_output",
                                 "unexpected inference output '%s' for model '" GEMM_V2_MODEL "'; its output is C",
-                                shown(name->valuestring, w, sizeof w));
+                                gemm_shown(name->valuestring, strlen(name->valuestring), w, sizeof w));
         if (seen++) return gemm_err_set(err, 400, "bad_request", "output C is asked for twice");
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "parameters");
         if (!params) continue;
@@ -364,14 +337,16 @@ static int parse_outputs(const cJSON *root, int binary_default, gemm_v2_request 
 #define V2_MAX_DEPTH 1000   /* cJSON's nesting limit */
 #define V2_ALLOC_SLACK 32   /* a malloc'd block takes at most its size and this much more */
 
-enum { V2_SKIP, V2_ROOT, V2_INPUTS, V2_INPUT };
+enum { V2_SKIP, V2_ROOT, V2_INPUTS, V2_INPUT, V2_PARAMS };
 
 typedef struct {
     const char *s;
     size_t len, p;
     int depth;
     size_t fail_at;          /* where the syntax broke */
-    int seen_inputs;
+    int str_nul;             /* the last string held U+0000 */
+    int params_nul;          /* a key or string of "parameters" does (cJSON would cut it there) */
+    int seen_inputs, seen_params;
     uint64_t nodes, str_bytes;
     gemm_v2_input span[2];   /* data of inputs[0] and inputs[1] (data NULL: not an array) */
 } v2_scan;
@@ -410,6 +385,7 @@ static int scan_string(v2_scan *sc, char *key, size_t cap)
 {
     size_t p = sc->p + 1, n = 0;
     int over = 0, cut = 0;
+    sc->str_nul = 0;
     while (p < sc->len && sc->s[p] != '"') {
         unsigned cp = (unsigned char)sc->s[p];
         size_t adv = 1;
@@ -433,6 +409,7 @@ static int scan_string(v2_scan *sc, char *key, size_t cap)
             default: cp = 0x80;
             }
         }
+        sc->str_nul |= cp == 0;
         if (key && !cut) {
             if (cp == 0) cut = 1;
             else if (cp < 0x80 && n + 1 < cap) key[n++] = (char)cp;
@@ -577,7 +554,7 @@ static int scan_object(v2_scan *sc, int role, int pos)
         return 0;
     }
     for (;;) {
-        char key[8];
+        char key[12];
         if (!at(sc, '"')) return bad(sc);
         if (scan_string(sc, key, sizeof key)) return -1;
         skip_ws(sc);
@@ -585,9 +562,13 @@ static int scan_object(v2_scan *sc, int role, int pos)
         sc->p++;
         skip_ws(sc);
         int vrole = V2_SKIP, done = 0;
+        sc->params_nul |= role == V2_PARAMS && sc->str_nul;
         if (role == V2_ROOT && !sc->seen_inputs && strcmp(key, "inputs") == 0) {
             sc->seen_inputs = 1;
             vrole = V2_INPUTS;
+        } else if (role == V2_ROOT && !sc->seen_params && strcmp(key, "parameters") == 0) {
+            sc->seen_params = 1;
+            vrole = V2_PARAMS;
         } else if (role == V2_INPUT && !seen_data && strcmp(key, "data") == 0) {
             seen_data = 1;
             if (pos < 2 && at(sc, '[')) {
@@ -595,7 +576,9 @@ static int scan_object(v2_scan *sc, int role, int pos)
                 done = 1;
             }
         }
+        int string = at(sc, '"');
         if (!done && scan_value(sc, vrole, 0)) return -1;
+        sc->params_nul |= role == V2_PARAMS && string && sc->str_nul;
         int k = next_or_close(sc, '}');
         if (k <= 0) return k;
     }
@@ -670,6 +653,8 @@ int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, 
     if (off < len)
         return gemm_err_set(err, 400, "bad_json", "unexpected data after the JSON object at byte %zu%s", off,
                             binary_ok ? "" : " (binary tensor data needs the Inference-Header-Content-Length header)");
+    if (sc.params_nul) /* a C string ends there: "kernel\u0000x" must not read as kernel */
+        return gemm_err_set(err, 400, "bad_parameter", "a key or value of \"parameters\" holds U+0000 (NUL)");
 
     /* The rest: the header with each data array replaced by [], parsed into a tree. */
     size_t cut = 0;

@@ -72,7 +72,7 @@ typedef struct {
     gemm_v2_input in[2];   /* [0] A, [1] B */
     int order[2];          /* which input (0 A, 1 B) the request lists first and second */
     int binary_output;     /* C is asked for as binary tensor data */
-    gemm_options opt;      /* kernel, tile, math from the request's "parameters" */
+    gemm_options opt;      /* the options of its "parameters" (options.h) */
 } gemm_v2_request;
 
 void gemm_v2_request_init(gemm_v2_request *r);

@@ -3,6 +3,7 @@
  */
 #include "request.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +11,6 @@
 
 #include "json_codec.h"
 #include "json_stream.h"
-
-#define GEMMD_TEXT_PART_MAX 100 /* bytes of a form field such as dtype or kernel */
 
 gemmd_request *gemmd_request_new(gemmd_services *svc, struct MHD_Connection *conn, const char *method,
                                  const char *url)
@@ -88,22 +87,23 @@ struct query_ctx {
     int failed;
 };
 
-static enum MHD_Result query_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+/* With the sizes MHD decoded: an encoded NUL (%00) inside a key or value is seen. */
+static enum MHD_Result query_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                 const char *value, size_t value_size)
 {
     (void)kind;
     struct query_ctx *q = cls;
-    if (!key) return MHD_YES;
-    if (gemm_options_set(q->opt, key, value ? value : "", q->err) < 0) {
-        q->failed = 1;
-        return MHD_NO;
-    }
-    return MHD_YES; /* 1: not an option (ignored) */
+    if (gemm_options_set(q->opt, GEMM_DOOR_QUERY, key, key_size, value, value_size, q->err) >= 0)
+        return MHD_YES; /* 1: not an option (ignored) */
+    q->failed = 1;
+    return MHD_NO;
 }
 
 int gemmd_request_query_options(gemmd_request *req, gemm_options *opt, gemm_err *err)
 {
     struct query_ctx q = {opt, err, 0};
-    MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, query_arg, &q);
+    MHD_get_connection_values_n(req->conn, MHD_GET_ARGUMENT_KIND, query_arg, &q);
+    gemm_options_door(opt); /* the body's door may repeat the query's options */
     return q.failed ? -1 : 0;
 }
 
@@ -131,16 +131,6 @@ static int is_chunked(gemmd_request *req)
 static const gemm_limits *limits(gemmd_request *req) { return &req->svc->cfg.limits; }
 
 /* ---- operands by reference ------------------------------------------------ */
-
-static int parse_flag(const char *v, int *out)
-{
-    static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off"};
-    for (int i = 0; i < 4; i++) {
-        if (strcasecmp(v, yes[i]) == 0) return *out = 1, 0;
-        if (strcasecmp(v, no[i]) == 0) return *out = 0, 0;
-    }
-    return -1;
-}
 
 /* Takes a reference on the caller's resident matrix id as operand i (0: A, 1: B);
  * 404 matrix_not_found when it is unknown, deleted or another token's. */
@@ -177,20 +167,25 @@ static int json_ref(void *user, int which, const char *id, gemm_matrix *out, gem
     return 0;
 }
 
-/* a=ID / b=ID in the query, and store / return. 0 or -1 (req->err). */
+/* The resident operands the door just read named (a=ID, b=ID): taken, their ids cleared
+ * so that a later door's are told apart. 0 or -1. */
+static int take_refs(gemmd_request *req, gemm_err *err)
+{
+    for (int i = 0; i < 2; i++) {
+        char *id = req->opt.ref[i];
+        int rc = id[0] ? resolve_ref(req, i, id, err) : 0;
+        id[0] = '\0';
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+/* The query's resident operands, store and return. 0 or -1 (req->err). */
 static int query_refs(gemmd_request *req)
 {
-    static const char *const names[2] = {"a", "b"};
-    for (int i = 0; i < 2; i++) {
-        const char *id = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, names[i]);
-        if (id && resolve_ref(req, i, id, &req->err) != 0) return -1;
-    }
-    const char *v = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "store");
-    if (v && parse_flag(v, &req->store_c) != 0)
-        return gemm_err_set(&req->err, 400, "bad_option", "store must be 0 or 1 (true/false)");
-    v = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "return");
-    if (v && parse_flag(v, &req->return_c) != 0)
-        return gemm_err_set(&req->err, 400, "bad_option", "return must be 0 or 1 (true/false)");
+    if (take_refs(req, &req->err) != 0) return -1;
+    req->store_c = req->opt.store;
+    req->return_c = req->opt.ret;
     if (req->return_c && !req->store_c)
         return gemm_err_set(&req->err, 400, "bad_option", "return=1 goes with store=1 (C is always returned otherwise)");
     return 0;
@@ -198,71 +193,48 @@ static int query_refs(gemmd_request *req)
 
 /* ---- multipart callbacks -------------------------------------------------- */
 
+/* A part is a .npy file (a and b with a filename; POST /v1/matrices: matrix, or a) or a
+ * text field, which must be an option of the form door. */
 static int part_begin(void *user, const char *name, const char *filename, const char *content_type,
                       gemm_err *err)
 {
-    (void)filename;
     (void)content_type;
     gemmd_request *req = user;
     if (!name) return gemm_err_set(err, 400, "bad_multipart", "a form part has no name");
-    snprintf(req->part_name, sizeof req->part_name, "%s", name);
-    req->text_len = 0;
-    if (req->body_kind == GEMMD_BODY_MATRIX) {
-        if (strcmp(name, "matrix") == 0 || strcmp(name, "a") == 0) {
-            if (req->have[0] || req->rd[0])
-                return gemm_err_set(err, 400, "duplicate_part", "the form has more than one matrix part");
-            req->rd[0] = gemm_npy_reader_new(limits(req), &req->svc->lazy_alloc);
-            if (!req->rd[0]) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
-            req->part = 0;
-            return 0;
-        }
-        if (strcmp(name, "dtype") == 0) {
-            req->part = 2;
-            return 0;
-        }
-        return gemm_err_set(err, 400, "unknown_part",
-                            "unexpected form part \"%.40s\"; send one .npy part named matrix", name);
-    }
-    if ((strcmp(name, "a") == 0 || strcmp(name, "b") == 0) && !filename) {
-        /* a form field, not a file: the id of a resident matrix */
-        int i = name[0] == 'b';
+    int one = req->body_kind == GEMMD_BODY_MATRIX, is_a = strcmp(name, "a") == 0;
+    int i = one ? (strcmp(name, "matrix") == 0 || is_a ? 0 : -1)
+                : (filename && (is_a || strcmp(name, "b") == 0) ? !is_a : -1);
+    if (i >= 0) {
         if (req->have[i] || req->rd[i])
-            return gemm_err_set(err, 400, "duplicate_part", "operand %s is given twice (query or form)", name);
-        req->part = 3 + i;
-        return 0;
-    }
-    if (strcmp(name, "a") == 0 || strcmp(name, "b") == 0) {
-        int i = name[0] == 'b';
-        if (req->have[i] || req->rd[i])
-            return gemm_err_set(err, 400, "duplicate_part", "the form has two parts named \"%s\"", name);
+            return gemm_err_set(err, 400, "duplicate_part", "%s is given twice (query or form)",
+                                one ? "the matrix" : name);
         req->rd[i] = gemm_npy_reader_new(limits(req), &req->svc->lazy_alloc);
         if (!req->rd[i]) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
         req->part = i;
         return 0;
     }
-    if (strcmp(name, "dtype") == 0 || strcmp(name, "kernel") == 0 || strcmp(name, "tile") == 0 ||
-        strcmp(name, "math") == 0 || strcmp(name, "out_dtype") == 0) {
-        req->part = 2;
-        return 0;
-    }
-    return gemm_err_set(err, 400, "unknown_part",
-                        "unexpected form part \"%.40s\"; send parts a and b (.npy files) and "
-                        "optionally dtype, kernel, tile, math, out_dtype", name);
+    char names[160];
+    if (!gemm_option_find(name, strlen(name), GEMM_DOOR_FORM) || strlen(name) >= sizeof req->part_name)
+        return gemm_err_set(err, 400, "unknown_part", "unexpected form part \"%.40s\"; send %s and optionally the "
+                            "fields %s", name, one ? "one .npy part named matrix" : "parts a and b (.npy files)",
+                            gemm_option_names(GEMM_DOOR_FORM, names, sizeof names));
+    snprintf(req->part_name, sizeof req->part_name, "%s", name);
+    req->text_len = 0;
+    req->part = 2;
+    return 0;
 }
 
 static int part_data(void *user, const void *data, size_t len, gemm_err *err)
 {
     gemmd_request *req = user;
     if (req->part == 0 || req->part == 1) return gemm_npy_reader_feed(req->rd[req->part], data, len, err);
-    if (req->part >= 2) {
-        if (len > GEMMD_TEXT_PART_MAX - req->text_len)
-            return gemm_err_set(err, 400, "bad_multipart", "form field \"%s\" is longer than %d bytes",
-                                req->part_name, GEMMD_TEXT_PART_MAX);
-        memcpy(req->text + req->text_len, data, len);
-        req->text_len += len;
-        return 0;
-    }
-    return gemm_err_set(err, 400, "bad_multipart", "form data outside of a part");
+    if (req->part != 2) return gemm_err_set(err, 400, "bad_multipart", "form data outside of a part");
+    /* a field longer than the buffer is kept cut, text_len one more than the buffer */
+    if (req->text_len > sizeof req->text) return 0;
+    size_t room = sizeof req->text - req->text_len;
+    memcpy(req->text + req->text_len, data, len < room ? len : room);
+    req->text_len = len > room ? sizeof req->text + 1 : req->text_len + len;
+    return 0;
 }
 
 static int part_end(void *user, gemm_err *err)
@@ -289,15 +261,13 @@ static int part_end(void *user, gemm_err *err)
         req->have[p] = 1;
         return 0;
     }
-    if (p >= 2) {
-        req->text[req->text_len] = '\0';
-        /* trim the line ending some clients add */
+    if (p != 2) return 0;
+    if (req->text_len > sizeof req->text) req->text_len = sizeof req->text; /* cut: too long for any option */
+    else /* trim the line ending some clients add */
         while (req->text_len && (req->text[req->text_len - 1] == '\n' || req->text[req->text_len - 1] == '\r'))
-            req->text[--req->text_len] = '\0';
-        if (p >= 3) return resolve_ref(req, p - 3, req->text, err);
-        return gemm_options_set(&req->opt, req->part_name, req->text, err) < 0 ? -1 : 0;
-    }
-    return 0;
+            req->text_len--;
+    return gemm_options_set(&req->opt, GEMM_DOOR_FORM, req->part_name, strlen(req->part_name), req->text,
+                            req->text_len, err) < 0 ? -1 : 0;
 }
 
 static const gemm_multipart_callbacks mp_callbacks = {part_begin, part_data, part_end};
@@ -393,13 +363,13 @@ static int settle_inputs(gemmd_request *req)
 static int check_raw_dimensions(gemmd_request *req)
 {
     static const char *const names[3] = {"m", "k", "n"};
+    static const size_t field[3] = {offsetof(gemm_options, m), offsetof(gemm_options, k), offsetof(gemm_options, n)};
     const gemm_options *o = &req->opt;
     const uint64_t v[3] = {o->m, o->k, o->n};
     char missing[16] = "", zero[16] = "";
     for (int i = 0; i < 3; i++) {
         if (v[i]) continue;
-        int given = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, names[i]) != NULL;
-        char *list = given ? zero : missing;
+        char *list = gemm_options_given(o, field[i]) ? zero : missing;
         size_t n = strlen(list);
         snprintf(list + n, sizeof missing - n, "%s%s", n ? ", " : "", names[i]);
     }
@@ -535,17 +505,6 @@ static int begin_raw(gemmd_request *req)
     return 0;
 }
 
-/* A query dimension (rows, cols); fallback (m, k as options parsed them) when absent. */
-static int query_dim(gemmd_request *req, const char *name, uint64_t fallback, uint64_t *out)
-{
-    const char *v = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
-    *out = fallback;
-    if (!v) return 0;
-    if (gemm_parse_u64(v, out) != 0)
-        return gemm_err_set(&req->err, 400, "bad_dimension", "%s '%.20s' is not a plain decimal integer", name, v);
-    return 0;
-}
-
 /* The shape of a matrix named in the query of POST /v1/matrices: rows and cols (or m and
  * k), dtype (default float32), checked against the limits, and its byte size. 0, or -1
  * with req->err: 400 missing_dimension when one is absent, 422 empty_matrix when it is 0.
@@ -555,9 +514,10 @@ static int matrix_query_shape(gemmd_request *req, const char *what, const char *
 {
     gemm_err *err = &req->err;
     gemm_options *o = &req->opt;
-    if (query_dim(req, "rows", o->m, rows) != 0 || query_dim(req, "cols", o->k, cols) != 0) return -1;
-#define HAS(key) (MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key) != NULL)
-    int given = (HAS("rows") || HAS("m")) && (HAS("cols") || HAS("k"));
+#define HAS(f) gemm_options_given(o, offsetof(gemm_options, f))
+    int given = (HAS(rows) || HAS(m)) && (HAS(cols) || HAS(k));
+    *rows = HAS(rows) ? o->rows : o->m;
+    *cols = HAS(cols) ? o->cols : o->k;
 #undef HAS
     if (!given || !*rows || !*cols)
         return gemm_err_set(err, given ? 422 : 400, given ? "empty_matrix" : "missing_dimension",
@@ -649,11 +609,9 @@ static int begin_matrix_put(gemmd_request *req, const char *ct)
                             "no resident matrix with that id is kept here (never created, deleted, or "
                             "forgotten by a restart)");
     req->put = e;
-    const char *rv = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "row");
-    uint64_t row0;
-    if (!rv) return gemm_err_set(err, 400, "missing_dimension", "PUT needs ?row=R: the index of the first row sent");
-    if (gemm_parse_u64(rv, &row0) != 0)
-        return gemm_err_set(err, 400, "bad_option", "row \"%.40s\" is not a row index", rv);
+    uint64_t row0 = req->opt.row;
+    if (!gemm_options_given(&req->opt, offsetof(gemm_options, row)))
+        return gemm_err_set(err, 400, "missing_dimension", "PUT needs ?row=R: the index of the first row sent");
     if (!req->has_length || is_chunked(req))
         return gemm_err_set(err, 411, "length_required", "raw rows need a Content-Length (not chunked)");
     size_t row_bytes;
@@ -680,11 +638,7 @@ static int begin_matrix_put(gemmd_request *req, const char *ct)
 static int begin_matrix(gemmd_request *req, const char *ct)
 {
     gemm_err *err = &req->err;
-    const char *empty = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "empty");
-    int want_empty = 0;
-    if (empty && parse_flag(empty, &want_empty) != 0)
-        return gemm_err_set(err, 400, "bad_option", "empty must be 0 or 1 (true/false)");
-    if (want_empty) return begin_matrix_empty(req);
+    if (req->opt.empty) return begin_matrix_empty(req);
     if (ct && media_is(ct, "application/octet-stream")) {
         req->family = GEMMD_FMT_RAW;
         return begin_matrix_raw(req);
@@ -894,8 +848,8 @@ static int finish_matrix_npy(gemmd_request *req)
 static int finish_npy(gemmd_request *req)
 {
     gemm_err *err = &req->err;
-    if (req->body_kind == GEMMD_BODY_MATRIX) return finish_matrix_npy(req);
-    if (gemm_multipart_finish(req->mp, err) != 0) return -1;
+    if (req->body_kind == GEMMD_BODY_MATRIX) return finish_matrix_npy(req); /* one matrix: no a=ID, b=ID */
+    if (gemm_multipart_finish(req->mp, err) != 0 || take_refs(req, err) != 0) return -1;
     if (!req->have[0] || !req->have[1])
         return gemm_err_set(err, 400, "missing_part", "the form needs .npy parts a and b (missing %s)",
                             !req->have[0] && !req->have[1] ? "both" : (!req->have[0] ? "a" : "b"));

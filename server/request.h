@@ -190,8 +190,8 @@ int gemmd_check_batch(gemmd_request *req, uint64_t batch, uint64_t m, uint64_t k
 /* 1 when operand i (0: A, 1: B) is a resident matrix named by id. */
 static inline int gemmd_request_is_ref(const gemmd_request *req, int i) { return req->ref[i] != NULL; }
 
-/* Applies every query argument that is an option (kernel, tile, math, dtype, out_dtype, m, k, n).
- * 0 or -1 with *err set. */
+/* The query door: applies every argument that is an option (options.h), with the sizes MHD
+ * decoded (an encoded NUL is refused). 0 or -1 with *err set. */
 int gemmd_request_query_options(gemmd_request *req, gemm_options *opt, gemm_err *err);
 /* 422 unsupported_math when a math mode is asked for a product that is not float32
  * (math selects how float32 is computed; float64 and int32 are always exact), and 422

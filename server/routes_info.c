@@ -135,6 +135,38 @@ static cJSON *info_json(gemmd_services *srv)
     cJSON_AddNumberToObject(lim, "min_rate_kb", cfg->min_rate_kb);
     cJSON_AddNumberToObject(lim, "send_timeout_s", cfg->send_timeout_s);
 
+    cJSON *opts = cJSON_AddArrayToObject(root, "options"); /* the options' table (options.h) */
+    for (int i = 0; i < gemm_option_count(); i++) {
+        const gemm_option *d = gemm_option_at(i);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", d->name);
+        cJSON_AddStringToObject(o, "type", gemm_option_types[d->type]);
+        cJSON *doors = cJSON_AddArrayToObject(o, "doors");
+        for (int k = 0; k < GEMM_DOOR_COUNT; k++)
+            if (d->doors & (1u << k)) cJSON_AddItemToArray(doors, cJSON_CreateString(gemm_option_doors[k]));
+        if (d->type == GEMM_OPT_UINT) cJSON_AddNumberToObject(o, "min", (double)d->min);
+        if (d->type == GEMM_OPT_UINT && d->max != UINT64_MAX) cJSON_AddNumberToObject(o, "max", (double)d->max);
+        cJSON_AddNumberToObject(o, "status", d->status);
+        cJSON_AddStringToObject(o, "code", d->code);
+        if (d->example) cJSON_AddStringToObject(o, "example", d->example);
+        cJSON_AddStringToObject(o, "help", d->help);
+        cJSON_AddItemToArray(opts, o);
+    }
+
+    cJSON *routes = cJSON_AddArrayToObject(root, "routes"); /* the route table (routes.h) */
+    for (int i = 0; i < gemmd_nroutes; i++) {
+        const gemmd_route_desc *r = &gemmd_routes[i];
+        static const struct { unsigned bit; const char *name; } ms[] = {
+            {GEMMD_GET, "GET"}, {GEMMD_GET, "HEAD"}, {GEMMD_POST, "POST"}, {GEMMD_PUT, "PUT"}, {GEMMD_DELETE, "DELETE"}};
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "path", r->pattern);
+        cJSON *methods = cJSON_AddArrayToObject(o, "methods");
+        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++)
+            if (r->methods & ms[k].bit) cJSON_AddItemToArray(methods, cJSON_CreateString(ms[k].name));
+        cJSON_AddBoolToObject(o, "token", srv->auth != NULL && !(r->flags & GEMMD_OPEN));
+        cJSON_AddItemToArray(routes, o);
+    }
+
     int streams = 0;
     for (int i = 0; i < in->ndevices; i++) streams += in->devices[i].streams;
     cJSON_AddNumberToObject(root, "streams", streams);

@@ -334,11 +334,7 @@ static int take_inputs(gemmd_request *req)
     v->binary_total = bin;
     req->opt = r->opt;
     req->opt.dtype = r->dtype;
-    gemm_dtype cd;
-    if (gemm_out_dtype_resolve(r->dtype, r->opt.out_dtype, &cd, err) != 0) {
-        err->status = 400; /* a parameter of the request, like kernel and math */
-        return -1;
-    }
+    if (gemmd_check_math(&req->opt, r->dtype, err) != 0) return -1; /* out_dtype and math, as on /v1 */
     v->parsed = 1;
     return 0;
 }

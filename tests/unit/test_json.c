@@ -148,11 +148,12 @@ static void test_body_options(void **state)
     gemm_err err;
     gemm_options_init(&opt);
     /* what the query set stays unless the body says otherwise */
-    assert_int_equal(gemm_options_set(&opt, "kernel", "naive", &err), 0);
-    assert_int_equal(gemm_options_set(&opt, "dtype", "int32", &err), 0);
-    assert_int_equal(decode("{\"a\": [[1]], \"b\": [[2]], \"tile\": 32, \"math\": \"tf32\", \"dtype\": \"float32\"}",
-                            &opt, &a, &b, &err),
+    assert_int_equal(gemm_options_set(&opt, GEMM_DOOR_QUERY, "kernel", 6, "naive", 5, &err), 0);
+    assert_int_equal(gemm_options_set(&opt, GEMM_DOOR_QUERY, "dtype", 5, "int32", 5, &err), 0);
+    assert_int_equal(decode("{\"a\": [[1]], \"b\": [[2]], \"tile\": 32, \"math\": \"tf32\", \"dtype\": \"float32\", "
+                            "\"panel_of\": \"4\"}", &opt, &a, &b, &err),
                      0);
+    assert_int_equal(opt.panel_of, 4); /* every option of the JSON door (options.h) */
     assert_string_equal(opt.kernel, "naive");
     assert_int_equal(opt.tile, 32);
     assert_int_equal(opt.math, GEMM_MATH_TF32);
@@ -161,7 +162,7 @@ static void test_body_options(void **state)
     free_ab(&a, &b);
 
     gemm_options_init(&opt);
-    assert_int_equal(gemm_options_set(&opt, "dtype", "int32", &err), 0);
+    assert_int_equal(gemm_options_set(&opt, GEMM_DOOR_QUERY, "dtype", 5, "int32", 5, &err), 0);
     assert_int_equal(decode("{\"a\": [[1]], \"b\": [[2]], \"tile\": \"16\", \"kernel\": \"tiled\", \"other\": 1}",
                             &opt, &a, &b, &err),
                      0);

@@ -821,15 +821,17 @@ static void test_semantic_errors_in_order(void **state)
     expect_error("{\"a\": [[3.5e38]], \"b\": [[1]], \"dtype\": \"float32\"}", 422, "bad_value", "beyond float32's range");
     expect_error("{\"dtype\": \"float32\", \"a\": [[1]], \"b\": [[-1e39]]}", 422, "bad_value", "b[0][0] = -9.9999999999999994e+38");
     expect_error("{\"a\": [[1]], \"b\": [[1e309]]}", 422, "bad_value", "b[0][0] is beyond float64's range");
-    expect_error("{\"a\": [[1]], \"b\": [[1]], \"tile\": true}", 422, "bad_option", "\"tile\" is a boolean; expected a string or a positive integer");
-    expect_error("{\"a\": [[1]], \"b\": [[1]], \"kernel\": [1]}", 422, "bad_option", "\"kernel\" is an array");
-    expect_error("{\"a\": [[1]], \"b\": [[1]], \"math\": {}}", 422, "bad_option", "\"math\" is an object");
-    expect_error("{\"a\": [[1]], \"b\": [[1]], \"tile\": 2.5}", 422, "bad_option", "\"tile\" is a number");
-    expect_error("{\"a\": [[1]], \"b\": [[1]], \"dtype\": 32}", 422, "bad_option", "dtype '32'");
+    expect_error("{\"a\": [[1]], \"b\": [[1]], \"tile\": true}", 422, "bad_option", "tile is a boolean; expected an integer");
+    expect_error("{\"a\": [[1]], \"b\": [[1]], \"kernel\": [1]}", 422, "bad_option", "kernel is an array");
+    expect_error("{\"a\": [[1]], \"b\": [[1]], \"math\": {}}", 422, "bad_option", "math is an object");
+    expect_error("{\"a\": [[1]], \"b\": [[1]], \"tile\": 2.5}", 422, "bad_option", "tile '2.5' is not valid");
+    expect_error("{\"a\": [[1]], \"b\": [[1]], \"dtype\": 32}", 422, "bad_option", "dtype is a number; expected a string");
+    expect_error("{\"a\": [[1]], \"b\": [[1]], \"panel_of\": 0}", 422, "bad_option", "panel_of '0'");
+    expect_error("{\"a\": [[1]], \"b\": [[1]], \"kernel\": \"auto\\u0000\"}", 400, "bad_option", "control byte");
 
     /* several errors: the one the whole body deserves, whatever the order in the text */
     expect_error("{\"a\": [[1, \"x\"]], \"b\": [[1]], \"tile\": 0}", 422, "bad_option", "tile"); /* option before elements */
-    expect_error("{\"kernel\": \"!\", \"dtype\": \"x\", \"a\": 1}", 422, "bad_option", "dtype"); /* dtype before kernel */
+    expect_error("{\"kernel\": \"!\", \"dtype\": \"x\", \"a\": 1}", 422, "bad_option", "kernel"); /* the first option */
     expect_error("{\"b\": [[\"x\"]], \"a\": [[1], [2, 3]]}", 400, "bad_matrix", "row 1 of a"); /* a's structure first */
     expect_error("{\"a\": [[\"x\", 1]], \"b\": [[1]]}", 422, "shape_mismatch", NULL);          /* shapes before elements */
     expect_error("{\"a\": {\"shape\": [1, 2], \"data\": [1]}, \"b\": [[1], [2], [3]]}", 422, "shape_mismatch", NULL);
@@ -841,14 +843,20 @@ static void test_semantic_errors_in_order(void **state)
     expect_error("{\"a\": [[1]], \"b\": [[1]], \"x\": [1, 2,]}", 400, "bad_json", NULL); /* syntax beats everything */
     expect_error("{\"a\": 1, \"b\": [[1]], \"x\": [1 2]}", 400, "bad_json", NULL);
 
-    /* keys given twice count the first time, as before */
-    result r = chunk_invariant("{\"a\": [[2]], \"b\": [[3]], \"a\": \"ignored\", \"dtype\": \"int32\", \"dtype\": 5}", NULL);
+    /* a key the decoder reads, given twice in one object, fails the body */
+    expect_error("{\"a\": [[2]], \"b\": [[3]], \"a\": \"ignored\"}", 400, "bad_matrix", "\"a\" is given twice");
+    expect_error("{\"a\": {\"ref\": \"X\"}, \"b\": [[3]], \"a\": [[1]]}", 400, "bad_matrix", "\"a\" is given twice");
+    expect_error("{\"a\": {\"shape\": [1, 1], \"data\": [4], \"shape\": 7}, \"b\": [[3]]}", 400, "bad_matrix",
+                 "a.shape is given twice");
+    expect_error("{\"a\": [[2]], \"b\": {\"data\": [], \"shape\": [1, 1], \"data\": [4]}}", 400, "bad_matrix",
+                 "b.data is given twice");
+    expect_error("{\"a\": [[2]], \"b\": [[3]], \"dtype\": \"int32\", \"dtype\": \"int32\"}", 400, "duplicate_option",
+                 "dtype is given twice");
+    expect_error("{\"dtype\": \"bad\", \"dtype\": \"int32\", \"a\": [[2]], \"b\": [[3]]}", 422, "bad_option", "dtype 'bad'");
+    /* keys it does not read are ignored, twice or not; so are the options of other doors */
+    result r = chunk_invariant("{\"a\": [[2]], \"b\": [[3]], \"x\": 1, \"x\": 2, \"m\": 9, \"store\": 1}", NULL);
     assert_int_equal(r.rc, 0);
-    assert_int_equal(((int32_t *)r.a.data)[0], 2);
-    free_result(&r, &gemm_allocator_host);
-    r = chunk_invariant("{\"a\": {\"shape\": [1, 1], \"data\": [4], \"shape\": 7, \"data\": []}, \"b\": [[3]]}", NULL);
-    assert_int_equal(r.rc, 0);
-    assert_true(((double *)r.a.data)[0] == 4);
+    assert_true(((double *)r.a.data)[0] == 2);
     free_result(&r, &gemm_allocator_host);
     /* a key with a NUL inside is not "a" */
     expect_error("{\"a\\u0000\": [[2]], \"b\": [[3]]}", 400, "bad_matrix", "no \"a\" matrix");

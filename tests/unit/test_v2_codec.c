@@ -205,7 +205,30 @@ static void test_parameters_and_outputs(void **state)
     snprintf(body, sizeof body, "{\"parameters\":{\"tile\":0},%s}", ins);
     expect_fail(body, 0, 400, "bad_option", "tile");
     snprintf(body, sizeof body, "{\"parameters\":{\"kernel\":7},%s}", ins);
-    expect_fail(body, 0, 400, "bad_parameter", "parameters.kernel is a number");
+    expect_fail(body, 0, 400, "bad_option", "kernel is a number");
+    /* the options' table: panel_of, out_dtype by datatype name; twice, or cut by a NUL */
+    snprintf(body, sizeof body, "{\"parameters\":{\"panel_of\":64,\"out_dtype\":\"FP16\",\"dtype\":\"x\",\"m\":-1},%s}",
+             ins);
+    assert_int_equal(parse(body, 0, &r, &err), 0);
+    assert_int_equal(r.opt.panel_of, 64);
+    assert_int_equal(r.opt.out_dtype, GEMM_DTYPE_F16);
+    assert_int_equal(r.opt.dtype, GEMM_DTYPE_INVALID); /* not a v2 parameter: ignored */
+    gemm_v2_request_free(&r);
+    snprintf(body, sizeof body, "{\"parameters\":{\"panel_of\":0},%s}", ins);
+    expect_fail(body, 0, 400, "bad_option", "panel_of '0'");
+    snprintf(body, sizeof body, "{\"parameters\":{\"out_dtype\":\"UINT8\"},%s}", ins);
+    expect_fail(body, 0, 400, "bad_out_dtype", "UINT8");
+    snprintf(body, sizeof body, "{\"parameters\":{\"tile\":16,\"tile\":16},%s}", ins);
+    expect_fail(body, 0, 400, "duplicate_option", "tile is given twice");
+    snprintf(body, sizeof body, "{\"parameters\":{\"kernel\":\"auto\\u0000x\"},%s}", ins);
+    expect_fail(body, 0, 400, "bad_parameter", "U+0000");
+    snprintf(body, sizeof body, "{\"parameters\":{\"kernel\\u0000x\":\"Bad!\"},%s}", ins);
+    expect_fail(body, 0, 400, "bad_parameter", "U+0000");
+    snprintf(body, sizeof body, "{\"parameters\":{\"kernel\":\"auto\\n\"},%s}", ins);
+    expect_fail(body, 0, 400, "bad_option", "control byte");
+    snprintf(body, sizeof body, "{\"parameters\":{\"x\":{\"k\\u0000\":1}},%s}", ins); /* not an option's */
+    assert_int_equal(parse(body, 0, &r, &err), 0);
+    gemm_v2_request_free(&r);
     snprintf(body, sizeof body, "{\"parameters\":{\"binary_data_output\":1},%s}", ins);
     expect_fail(body, 0, 400, "bad_parameter", "binary_data_output");
     snprintf(body, sizeof body, "{\"parameters\":[],%s}", ins);
