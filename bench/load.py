@@ -151,6 +151,10 @@ def host_busy():
     return v[0] + v[1] + v[2] + v[5] + v[6] + v[7], v[3] + v[4]
 
 
+def rate(x):
+    return "%.0f" % x if x >= 100 else "%.3g" % x
+
+
 def to_us(v):
     g = re.fullmatch(r"([\d.]+)(us|ms|s|m)?", v or "")
     return float(g[1]) * {"us": 1, "ms": 1e3, "s": 1e6, "m": 6e7}.get(g[2], 1) if g else float("nan")
@@ -409,8 +413,8 @@ def main():
                 for ld in loads:
                     r = measure(a, s, ld, rnd)
                     res[(s.name, ld["text"])].append(r)
-                    print("| %d | %s | %s | %.0f | %s | %.0f | %.0f | %d%s | %.0f%% | %.1f | %.2f |" % (
-                        rnd, s.name, ld["text"], r["rps"], "%.0f" % r["pps"] if ld["batch"] else "-", r["p50"],
+                    print("| %d | %s | %s | %s | %s | %.0f | %.0f | %d%s | %.0f%% | %.1f | %.2f |" % (
+                        rnd, s.name, ld["text"], rate(r["rps"]), rate(r["pps"]) if ld["batch"] else "-", r["p50"],
                         r["p99"], r["non200"], " (+%d socket)" % r["sock"] if r["sock"] else "", r["busy"],
                         r["cpu_us"], r["little"]), flush=True)
                 s.stop()
@@ -422,8 +426,8 @@ def main():
             for s in servers:
                 rs = res[(s.name, ld["text"])]
                 rps = med(r["rps"] for r in rs)
-                print("| %s | %s | %.0f | %.0f | %.0f | %.0f | %.1f%% |" % (
-                    ld["text"], s.name, rps, med(r["pps"] for r in rs), med(r["p50"] for r in rs),
+                print("| %s | %s | %s | %s | %.0f | %.0f | %.1f%% |" % (
+                    ld["text"], s.name, rate(rps), rate(med(r["pps"] for r in rs)), med(r["p50"] for r in rs),
                     med(r["p99"] for r in rs), 100 * rps / base if base else float("nan")))
         if firsts:
             print("\n## start and first products (ms, one connection)\n\n| round | server | start s | 64³ f32 "
