@@ -396,9 +396,9 @@ def main():
                                          subprocess.run([a.wrk, "-v"], capture_output=True, text=True).stdout.split(
                                              "[")[0].strip()))
     for s in servers:
-        print("- %s: %s%s" % (s.name, os.path.relpath(s.path, REPO), "" if s.bare else
-                              " (%s%s%s)" % (os.path.relpath(s.conf, REPO), ", flags " + " ".join(s.flags)
-                                             if s.flags else "", ", %d behind nginx" % s.k if s.k else "")))
+        path, conf = (os.path.relpath(p, REPO) if p.startswith(REPO + os.sep) else p for p in (s.path, s.conf))
+        print("- %s: %s%s" % (s.name, path, "" if s.bare else " (%s%s%s)" % (
+            conf, ", flags " + " ".join(s.flags) if s.flags else "", ", %d behind nginx" % s.k if s.k else "")))
     print("- command: bench/load.py " + " ".join(shlex.quote(x) for x in sys.argv[1:]))
     print("\n| round | server | load | req/s | products/s | p50 µs | p99 µs | non-200 | host CPU busy "
           "| server CPU µs/req | mean / bound |")

@@ -361,9 +361,10 @@ def main():
             sys.exit("offload.py: a link is loopback, veth or a tc rate such as 10gbit, not %r" % x)
     lines = ["# Does offloading pay? %s backend, links %s\n" % (a.backend, ", ".join(links))]
     cpu = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")][:1]
-    lines.append("- host: %s, %d cores, %s; NumPy %s; date %s" % (
+    git = run("git", "-C", REPO, "rev-parse", "--short", "HEAD", check=False).stdout.strip() or "?"
+    lines.append("- host: %s, %d cores, %s; NumPy %s; date %s; commit %s" % (
         platform.node(), os.cpu_count(), (cpu or ["?"])[0], np.__version__,
-        datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")))
+        datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"), git))
     lines.append("- command: `bench/offload.py %s`" % " ".join(sys.argv[1:]))
     L = Links()
     if any(x != "loopback" for x in links):
