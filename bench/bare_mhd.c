@@ -2,10 +2,10 @@
  * bare_mhd.c - the ceiling of our own HTTP library: a bare libmicrohttpd server with the
  * daemon's threading (internal polling thread, epoll, a thread pool of the same size) that
  * reads any POST body and answers with the bytes a product of that request would return
- * (m*n elements of the dtype in the query, all zeros), as application/octet-stream.
+ * (batch*m*n elements of the dtype in the query, all zeros), as application/octet-stream.
  *
  * No decoding, no engine, no copies: whatever gemmd spends beyond this server on the same
- * request is gemmd's own cost. bench/ceiling.sh runs wrk against both in one run.
+ * request is gemmd's own cost. bench/load.py runs wrk against both, in alternating rounds.
  *
  *   build/bench/bare_mhd --port 8090 --threads 4 [--listen 127.0.0.1] [--connection-limit 1024]
  *
@@ -56,11 +56,10 @@ static uint64_t query_u64(struct MHD_Connection *c, const char *key)
     return *end ? 0 : (uint64_t)x;
 }
 
+/* C's element size: float64 8, else 4 (C of float16 / bfloat16 operands is float32). */
 static size_t elem_size(const char *dtype)
 {
-    if (!dtype || strcmp(dtype, "float32") == 0 || strcmp(dtype, "int32") == 0) return 4;
-    if (strcmp(dtype, "float64") == 0) return 8;
-    return 4;
+    return dtype && strcmp(dtype, "float64") == 0 ? 8 : 4;
 }
 
 static enum MHD_Result answer(struct MHD_Connection *c, unsigned status, const char *body, size_t len,
@@ -93,8 +92,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         static const char ok[] = "{\"status\":\"ok\"}";
         return answer(c, MHD_HTTP_OK, ok, sizeof ok - 1, MHD_RESPMEM_PERSISTENT, "application/json");
     }
-    uint64_t m = query_u64(c, "m"), n = query_u64(c, "n");
+    uint64_t m = query_u64(c, "m"), n = query_u64(c, "n"), b = query_u64(c, "batch");
     size_t es = elem_size(MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "dtype"));
+    if (b) m = m > UINT64_MAX / b ? UINT64_MAX : m * b;
     if (m == 0 || n == 0 || m > MAX_ANSWER / es / n) {
         static const char bad[] = "{\"error\":{\"code\":\"bad_request\",\"message\":\"need m and n\"}}";
         return answer(c, MHD_HTTP_BAD_REQUEST, bad, sizeof bad - 1, MHD_RESPMEM_PERSISTENT, "application/json");
@@ -122,7 +122,7 @@ static void usage(const char *argv0)
     fprintf(stderr,
             "usage: %s [--port P] [--threads N] [--listen ADDR] [--connection-limit N] [--timeout S]\n"
             "          [--connection-memory-kb K (default 64, the daemon's connection_memory_kb)]\n"
-            "  a bare libmicrohttpd server answering POST ?m=&n=&dtype= with m*n zeros (the ceiling)\n",
+            "  a bare libmicrohttpd server answering POST ?m=&n=&dtype=[&batch=] with batch*m*n zeros (the ceiling)\n",
             argv0);
 }
 

@@ -1,31 +1,33 @@
 #!/usr/bin/python3
 """bench_v2.py - the Open Inference Protocol (KServe v2) door against POST /v1/matmul, and
-tritonclient's async APIs driving many concurrent infers.
+tritonclient's async APIs driving many infers at once.
 
     bench/bench_v2.py [--gemmd bin/gemmd] [--backend auto] [--url URL --token T]
-                      [--sizes 1024,2048,4096] [--reps 7] [--skew]
+                      [--sizes 1024,2048,4096] [--reps 7] [--skew] [--no-triton]
                       [--async-size 256] [--concurrency 64] [--requests 2000]
                       [--wheels DIR] [--out FILE]
 
-Runs under build/venv (made by scripts/venv.sh with tritonclient[http]; on a host without
-PyPI give --wheels DIR, a directory of downloaded wheels). Starts its own daemon (--gemmd,
---backend; http_threads 8, per_ip_limit and queue_depth raised for 64 clients) on a free
-loopback port unless --url names one.
+Starts its own daemon (--gemmd, --backend; http_threads 8, per_ip_limit and queue_depth
+raised for 64 clients) on a free loopback port unless --url names one.
 
-(a) v2 binary infer versus /v1/matmul raw, float32, n x n x n for each of --sizes, plus the
-    transfer-bound shapes n x n x 1 (the request is the payload) and n x 1 x n (the answer
-    is) for the largest n (with --skew). Both requests are sent by the same client
-    (http.client, one kept-alive connection, bodies built before the clock starts, the whole
-    answer read): v1 as A then B with the shapes in the query, v2 as the JSON header, A and
-    B as binary tensor data and C asked for as binary. The two alternate (v1, v2, v2, v1,
-    ...) so that drift hits both alike; reported: median wall ms of each, the ratio v2/v1,
-    and the server's own total (Server-Timing). A third column times tritonclient's own
-    infer() (binary in and out) for the same product, the real client with its copies.
-    Every answer is checked (size, and a sample of elements against float64).
+(a) v2 binary infer against /v1/matmul raw, float32, n x n x n for each of --sizes (with
+    --skew also the transfer-bound n x n x 1, where the request is the payload, and
+    n x 1 x n, where the answer is, for the largest n). Both requests come from the same
+    client (http.client, one kept-alive connection each, bodies built before the clock
+    starts, the whole answer read): v1 as A then B with the shapes in the query, v2 as its
+    JSON header, A and B as binary tensor data and C asked for as binary. They alternate
+    (v1, v2, v2, v1, ...) so that drift hits both alike. Printed: median and best wall ms of
+    each, v2 / v1 (of the medians, and the median of the pairs), the daemon's own total
+    (Server-Timing), and tritonclient's infer() (binary in and out: the real client with its
+    copies) of the same product. The first answers are checked: v2's C byte for byte v1's,
+    v1's against a float64 sample.
 (b) tritonclient.http.aio (asyncio) with --concurrency infers in flight, --requests in all,
-    of --async-size^2 float32 (binary in and out): infers/s and latency percentiles; and the
-    gevent client's async_infer() from --concurrency greenlets: infers/s (its latency holds
-    the 10 ms tritonclient sleeps after queueing each request, so none is reported).
+    of --async-size² float32: infers/s and latency percentiles; and the gevent client's
+    async_infer() from --concurrency greenlets: infers/s (its latency holds the 10 ms
+    tritonclient sleeps after queueing each request, so none is printed).
+
+tritonclient[http] comes from build/venv (made by scripts/venv.sh from PyPI, or from
+--wheels DIR on a host without it); --no-triton leaves it out: (a) without its column, no (b).
 Prints Markdown (and writes it to --out).
 """
 import argparse
@@ -34,6 +36,7 @@ import http.client
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,80 +46,60 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.join(REPO, "build", "venv")
+sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
+from harness import free_port  # noqa: E402  (the tests' way to pick a loopback port)
 
 
 def ensure_tritonclient(wheels):
     try:
-        import tritonclient.http  # noqa: F401
         import tritonclient.http.aio  # noqa: F401
         return
     except ImportError:
         pass
     if os.environ.get("GEMMD_BENCH_IN_VENV") == "1":
         sys.exit("bench_v2: tritonclient[http] is not importable in %s" % VENV)
-    args = [os.path.join(REPO, "scripts", "venv.sh"), VENV]
-    if wheels:
-        args += ["--no-index", "--find-links", os.path.abspath(wheels)]
-    args.append("tritonclient[http]")
-    if subprocess.run(args).returncode != 0:
+    cmd = [os.path.join(REPO, "scripts", "venv.sh"), VENV]
+    cmd += ["--no-index", "--find-links", os.path.abspath(wheels)] if wheels else []
+    if subprocess.run(cmd + ["tritonclient[http]"]).returncode != 0:
         sys.exit("bench_v2: could not install tritonclient[http] into %s (without PyPI: --wheels DIR)" % VENV)
     py = os.path.join(VENV, "bin", "python")
     sys.stdout.flush()
     os.execve(py, [py] + sys.argv, dict(os.environ, GEMMD_BENCH_IN_VENV="1"))
 
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "e2e"))
-from harness import free_port  # noqa: E402  (one way to pick a loopback port, the tests')
-
-
-def server_timing(h):
-    out = {}
+def server_total(h):
     for part in (h or "").split(","):
         f = [x.strip() for x in part.split(";")]
-        for x in f[1:]:
-            if x.startswith("dur="):
-                out[f[0]] = float(x[4:])
-    return out
+        if f[0] == "total":
+            return float(next((x[4:] for x in f[1:] if x.startswith("dur=")), "nan"))
+    return float("nan")
 
 
-class Daemon:
-    def __init__(self, gemmd, backend):
-        self.port = free_port()
-        self.tmp = tempfile.TemporaryDirectory(prefix="gemmd-bench-v2-")
-        conf = os.path.join(self.tmp.name, "gemmd.conf")
-        with open(conf, "w") as f:
-            f.write("backend = %s\nlog_level = warn\nhttp_threads = 8\nper_ip_limit = 512\n"
-                    "connection_limit = 1024\nqueue_depth = 1024\nmax_body_mb = 1024\n" % backend)
-        self.log = open(os.path.join(self.tmp.name, "log"), "wb")
-        self.proc = subprocess.Popen([gemmd, "--config", conf, "--port", str(self.port)], stdout=self.log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                c.request("GET", "/v2/health/ready")
-                if c.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        self.stop()
-        sys.exit("bench_v2: the daemon did not start")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
+def start_daemon(gemmd, backend, tmp):
+    port = free_port()
+    conf = os.path.join(tmp, "gemmd.conf")
+    with open(conf, "w") as f:
+        f.write("backend = %s\nlog_level = warn\nhttp_threads = 8\nper_ip_limit = 512\nconnection_limit = 1024\n"
+                "queue_depth = 1024\nmax_body_mb = 1024\n" % backend)
+    proc = subprocess.Popen([gemmd, "--config", conf, "--port", str(port)], stdout=open(conf + ".log", "wb"),
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    for _ in range(600):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", "/v2/health/ready")
+            if c.getresponse().status == 200:
+                return proc, port
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.kill()
+    sys.exit("bench_v2: the daemon did not start (%s)" % (conf + ".log"))
 
 
-class Raw:
-    """Both doors through one kept-alive http.client connection."""
+class Door:
+    """One kept-alive http.client connection; send() returns (wall ms, body, response)."""
 
     def __init__(self, host, port, token):
         self.c = http.client.HTTPConnection(host, port, timeout=600)
@@ -133,115 +116,96 @@ class Raw:
         return wall, data, r
 
 
-def v1_request(a, b):
+def requests_for(a, b):
     m, k = a.shape
     n = b.shape[1]
-    path = "/v1/matmul?m=%d&k=%d&n=%d&dtype=float32" % (m, k, n)
-    return path, a.tobytes() + b.tobytes(), {"Content-Type": "application/octet-stream",
-                                              "Accept": "application/octet-stream"}
-
-
-def v2_request(a, b):
     head = json.dumps({"inputs": [
-        {"name": "A", "shape": list(a.shape), "datatype": "FP32", "parameters": {"binary_data_size": a.nbytes}},
-        {"name": "B", "shape": list(b.shape), "datatype": "FP32", "parameters": {"binary_data_size": b.nbytes}}],
+        {"name": "A", "shape": [m, k], "datatype": "FP32", "parameters": {"binary_data_size": a.nbytes}},
+        {"name": "B", "shape": [k, n], "datatype": "FP32", "parameters": {"binary_data_size": b.nbytes}}],
         "outputs": [{"name": "C", "parameters": {"binary_data": True}}]}).encode()
-    return "/v2/models/matmul/infer", head + a.tobytes() + b.tobytes(), {
-        "Inference-Header-Content-Length": str(len(head)), "Content-Type": "application/octet-stream"}
+    v1 = ("/v1/matmul?m=%d&k=%d&n=%d&dtype=float32" % (m, k, n), a.tobytes() + b.tobytes(),
+          {"Content-Type": "application/octet-stream", "Accept": "application/octet-stream"})
+    v2 = ("/v2/models/matmul/infer", head + a.tobytes() + b.tobytes(),
+          {"Inference-Header-Content-Length": str(len(head)), "Content-Type": "application/octet-stream"})
+    return v1, v2
 
 
 def check(c, a, b, rng):
-    """A sample of C's elements against float64."""
-    m, n = c.shape
-    k = a.shape[1]
+    """16 sampled elements of C against float64."""
     for _ in range(16):
-        i, j = rng.integers(m), rng.integers(n)
+        i, j = rng.integers(c.shape[0]), rng.integers(c.shape[1])
         want = float(a[i].astype(np.float64) @ b[:, j].astype(np.float64))
-        if abs(float(c[i, j]) - want) > 1e-4 * k + 1e-5:
+        if abs(float(c[i, j]) - want) > 1e-4 * a.shape[1] + 1e-5:
             raise RuntimeError("C[%d,%d] = %r, want %r" % (i, j, c[i, j], want))
-
-
-def median(xs):
-    s = sorted(xs)
-    return s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
 
 
 def pct(xs, p):
     s = sorted(xs)
-    return s[min(len(s) - 1, int(round(p / 100.0 * (len(s) - 1))))]
+    return s[min(len(s) - 1, int(round(p / 100.0 * (len(s) - 1))))] if s else float("nan")
 
 
 def part_a(args, host, port, rng, out):
-    import tritonclient.http as th
-
+    tc = None
+    if args.triton:
+        import tritonclient.http as th
+        tc = th.InferenceServerClient("%s:%d" % (host, port), network_timeout=600.0, connection_timeout=600.0)
+    hdr = {"Authorization": "Bearer " + args.token} if args.token else None
     shapes = [(n, n, n) for n in args.sizes]
     if args.skew:
-        big = max(args.sizes)
-        shapes += [(big, big, 1), (big, 1, big)]
-    raw = Raw(host, port, args.token)
-    tc = th.InferenceServerClient("%s:%d" % (host, port), network_timeout=600.0, connection_timeout=600.0)
-    hdr = {"Authorization": "Bearer " + args.token} if args.token else None
+        shapes += [(max(args.sizes), max(args.sizes), 1), (max(args.sizes), 1, max(args.sizes))]
+    doors = {"v1": Door(host, port, args.token), "v2": Door(host, port, args.token)}
     out.append("## (a) v2 binary infer vs /v1/matmul raw, float32\n")
-    out.append("%d interleaved repetitions each (after one warm-up of each): wall ms of one request on one "
-               "kept-alive connection, the same client (http.client) for both doors, median and minimum; "
-               "paired = the median over repetitions of v2 / v1 sent back to back; server = Server-Timing "
-               "total (median); tritonclient = its own `infer()` (binary in and out) of the same product "
-               "(median).\n" % args.reps)
-    out.append("| m x k x n | payload MB | v1 raw ms | v2 binary ms | v2 / v1 | v2 / v1 paired | v1 min ms "
-               "| v2 min ms | v1 server ms | v2 server ms | tritonclient ms | tritonclient / v1 |")
+    out.append("%d repetitions of each, interleaved, after one warm-up: wall ms of one request, median and best; "
+               "paired: the median over repetitions of v2 / v1 sent back to back; server: Server-Timing total; "
+               "tritonclient: its own infer() (binary in and out).\n" % args.reps)
+    out.append("| m x k x n | payload MB | v1 raw ms | v2 binary ms | v2 / v1 | v2 / v1 paired | v1 best ms "
+               "| v2 best ms | v1 server ms | v2 server ms | tritonclient ms | tritonclient / v1 |")
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for m, k, n in shapes:
         a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
         b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
-        p1, body1, h1 = v1_request(a, b)
-        p2, body2, h2 = v2_request(a, b)
-        ia = th.InferInput("A", [m, k], "FP32")
-        ia.set_data_from_numpy(a)
-        ib = th.InferInput("B", [k, n], "FP32")
-        ib.set_data_from_numpy(b)
-        outs = [th.InferRequestedOutput("C", binary_data=True)]
-        walls = {"v1": [], "v2": [], "tc": []}
-        srv = {"v1": [], "v2": []}
-
-        def one(which, record=True):
-            if which == "tc":
-                t0 = time.perf_counter()
-                res = tc.infer("matmul", [ia, ib], outputs=outs, headers=dict(hdr) if hdr else None)
-                c = res.as_numpy("C")
-                wall = (time.perf_counter() - t0) * 1000
-                if record:
-                    walls["tc"].append(wall)
-                    check(c, a, b, rng)
-                return
-            wall, data, r = raw.send(*((p1, body1, h1) if which == "v1" else (p2, body2, h2)))
-            if which == "v1":
-                c = np.frombuffer(data, np.float32).reshape(m, n)
-            else:
-                hl = int(r.getheader("Inference-Header-Content-Length"))
-                c = np.frombuffer(data, np.float32, offset=hl).reshape(m, n)
-            if record:
-                walls[which].append(wall)
-                srv[which].append(server_timing(r.getheader("Server-Timing")).get("total", 0.0))
-                check(c, a, b, rng)
-
-        for w in ("v1", "v2", "tc"):
-            one(w, record=False)
-        for rep in range(args.reps):
-            order = ("v1", "v2", "tc") if rep % 2 == 0 else ("tc", "v2", "v1")
-            for w in order:
-                one(w)
-        payload = (a.nbytes + b.nbytes + m * n * 4) / 1e6
-        v1m, v2m, tcm = median(walls["v1"]), median(walls["v2"]), median(walls["tc"])
-        paired = median([y / x for x, y in zip(walls["v1"], walls["v2"])])
-        out.append("| %dx%dx%d | %.1f | %.1f | %.1f | %.3f | %.3f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f |" % (
-            m, k, n, payload, v1m, v2m, v2m / v1m, paired, min(walls["v1"]), min(walls["v2"]), median(srv["v1"]),
-            median(srv["v2"]), tcm, tcm / v1m))
+        reqs = dict(zip(("v1", "v2"), requests_for(a, b)))
+        walls, srv = {"v1": [], "v2": [], "tc": []}, {"v1": [], "v2": []}
+        if tc:
+            ins = [th.InferInput("A", [m, k], "FP32"), th.InferInput("B", [k, n], "FP32")]
+            ins[0].set_data_from_numpy(a)
+            ins[1].set_data_from_numpy(b)
+            outs = [th.InferRequestedOutput("C", binary_data=True)]
+        first = {}
+        for rep in range(args.reps + 1):
+            for w in ("v1", "v2", "tc") if rep % 2 else ("tc", "v2", "v1"):
+                if w == "tc":
+                    if tc:
+                        t0 = time.perf_counter()
+                        c = tc.infer("matmul", ins, outputs=outs, headers=dict(hdr) if hdr else None).as_numpy("C")
+                        walls["tc"].append((time.perf_counter() - t0) * 1000)
+                        check(c, a, b, rng)
+                    continue
+                wall, data, r = doors[w].send(*reqs[w])
+                c = data[int(r.getheader("Inference-Header-Content-Length") or 0) if w == "v2" else 0:]
+                if rep == 0:
+                    first[w] = c
+                    continue
+                walls[w].append(wall)
+                srv[w].append(server_total(r.getheader("Server-Timing")))
+        if first["v1"] != first["v2"]:
+            raise RuntimeError("%dx%dx%d: v2's C differs from v1's" % (m, k, n))
+        check(np.frombuffer(first["v1"], np.float32).reshape(m, n), a, b, rng)
+        med = statistics.median
+        v1m, v2m = med(walls["v1"]), med(walls["v2"])
+        tcm = med(walls["tc"][1:]) if len(walls["tc"]) > 1 else float("nan")
+        out.append("| %dx%dx%d | %.1f | %.1f | %.1f | %.3f | %.3f | %.1f | %.1f | %.1f | %.1f | %s | %s |" % (
+            m, k, n, (a.nbytes + b.nbytes + m * n * 4) / 1e6, v1m, v2m, v2m / v1m,
+            med([y / x for x, y in zip(walls["v1"], walls["v2"])]), min(walls["v1"]), min(walls["v2"]),
+            med(srv["v1"]), med(srv["v2"]), "%.1f" % tcm if tc else "-", "%.3f" % (tcm / v1m) if tc else "-"))
         print(out[-1], flush=True)
-    tc.close()
+    if tc:
+        tc.close()
     out.append("")
 
 
 def part_b(args, host, port, rng, out):
+    import gevent
     import tritonclient.http as th
     import tritonclient.http.aio as aio
 
@@ -249,32 +213,21 @@ def part_b(args, host, port, rng, out):
     a = rng.uniform(-1, 1, (s, s)).astype(np.float32)
     b = rng.uniform(-1, 1, (s, s)).astype(np.float32)
     hdr = {"Authorization": "Bearer " + args.token} if args.token else None
-
-    def inputs():
-        ia = th.InferInput("A", [s, s], "FP32")
-        ia.set_data_from_numpy(a)
-        ib = th.InferInput("B", [s, s], "FP32")
-        ib.set_data_from_numpy(b)
-        return [ia, ib]
-
-    ins = inputs()
+    ins = [th.InferInput("A", [s, s], "FP32"), th.InferInput("B", [s, s], "FP32")]
+    ins[0].set_data_from_numpy(a)
+    ins[1].set_data_from_numpy(b)
     outs = [th.InferRequestedOutput("C", binary_data=True)]
 
     async def run_aio():
-        client = aio.InferenceServerClient("%s:%d" % (host, port), conn_limit=args.concurrency + 8,
-                                           conn_timeout=600.0)
-        lat, errors = [], [0]
-        sem = asyncio.Semaphore(args.concurrency)
+        client = aio.InferenceServerClient("%s:%d" % (host, port), conn_limit=args.concurrency + 8, conn_timeout=600.0)
+        lat, errors, sem = [], [0], asyncio.Semaphore(args.concurrency)
 
         async def one(i):
             async with sem:
                 t0 = time.perf_counter()
                 try:
-                    res = await client.infer("matmul", ins, outputs=outs, request_id=str(i),
-                                             headers=dict(hdr) if hdr else None)
-                    c = res.as_numpy("C")
-                    if c.shape != (s, s):
-                        raise RuntimeError("shape %r" % (c.shape,))
+                    r = await client.infer("matmul", ins, outputs=outs, headers=dict(hdr) if hdr else None)
+                    c = r.as_numpy("C")
                     lat.append((time.perf_counter() - t0) * 1000)
                     if i % 97 == 0:
                         check(c, a, b, rng)
@@ -297,41 +250,36 @@ def part_b(args, host, port, rng, out):
     out.append("| client | requests | errors | infers/s | p50 ms | p90 ms | p99 ms | max ms |")
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     out.append("| tritonclient.http.aio (asyncio) | %d | %d | %.0f | %.2f | %.2f | %.2f | %.2f |" % (
-        args.requests, errors, len(lat) / wall, pct(lat, 50), pct(lat, 90), pct(lat, 99), max(lat) if lat else 0))
+        args.requests, errors, len(lat) / wall, pct(lat, 50), pct(lat, 90), pct(lat, 99), max(lat, default=0)))
     print(out[-1], flush=True)
-
-    # async_infer() sleeps 10 ms after queueing each request (tritonclient's own
-    # gevent.sleep(0.01)), so one submitting loop caps at ~100/s: --concurrency greenlets
-    # submit, each waiting for its own result before the next.
-    import gevent
-
+    # async_infer() sleeps 10 ms after queueing each request (tritonclient's own gevent.sleep(0.01)), so one
+    # submitting loop caps at ~100/s: --concurrency greenlets submit, each waiting for its result first.
     c = th.InferenceServerClient("%s:%d" % (host, port), concurrency=args.concurrency, network_timeout=600.0)
-    errors, done = [0], [0]
+    count = [0, 0]  # done, errors
 
-    def worker(count):
-        for _ in range(count):
+    def worker(k):
+        for _ in range(k):
             try:
                 c.async_infer("matmul", ins, outputs=outs, headers=dict(hdr) if hdr else None).get_result()
-                done[0] += 1
+                count[0] += 1
             except Exception:  # noqa: BLE001 - counted and reported
-                errors[0] += 1
+                count[1] += 1
 
     gevent.joinall([gevent.spawn(worker, 2) for _ in range(args.concurrency)])  # warm-up: connections open
-    done[0] = errors[0] = 0
+    count[:] = [0, 0]
     per = [args.requests // args.concurrency + (i < args.requests % args.concurrency) for i in range(args.concurrency)]
     t0 = time.perf_counter()
-    gevent.joinall([gevent.spawn(worker, n) for n in per])
+    gevent.joinall([gevent.spawn(worker, k) for k in per])
     wall = time.perf_counter() - t0
     c.close()
-    errors = errors[0]
     out.append("| tritonclient.http async_infer (gevent, %d greenlets) | %d | %d | %.0f | | | | |" % (
-        args.concurrency, args.requests, errors, done[0] / wall))
+        args.concurrency, args.requests, count[1], count[0] / wall))
     print(out[-1], flush=True)
     out.append("")
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gemmd", default=os.path.join(REPO, "bin", "gemmd"))
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--url", help="an already running daemon, e.g. http://127.0.0.1:8080")
@@ -339,48 +287,47 @@ def main():
     ap.add_argument("--sizes", default="1024,2048,4096")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--skew", action="store_true", help="also n x n x 1 and n x 1 x n for the largest n")
+    ap.add_argument("--no-triton", dest="triton", action="store_false", help="no tritonclient: (a) only")
     ap.add_argument("--async-size", type=int, default=256)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--requests", type=int, default=2000)
-    ap.add_argument("--skip-a", action="store_true")
-    ap.add_argument("--skip-b", action="store_true")
     ap.add_argument("--wheels", help="install tritonclient from this directory of wheels (no PyPI)")
     ap.add_argument("--out")
     args = ap.parse_args()
     args.sizes = [int(x) for x in args.sizes.split(",") if x]
-    ensure_tritonclient(args.wheels)
-    from importlib import metadata
-
-    d = None
+    if args.triton:
+        ensure_tritonclient(args.wheels)
+    tmp, proc = tempfile.TemporaryDirectory(prefix="gemmd-bench-v2-"), None
     if args.url:
-        hostport = args.url.split("://", 1)[-1].rstrip("/")
-        host, port = hostport.rsplit(":", 1)
+        host, port = args.url.split("://", 1)[-1].rstrip("/").rsplit(":", 1)
         port = int(port)
     else:
-        d = Daemon(args.gemmd, args.backend)
-        host, port = "127.0.0.1", d.port
+        (proc, port), host = start_daemon(args.gemmd, args.backend, tmp.name), "127.0.0.1"
     try:
         c = http.client.HTTPConnection(host, port, timeout=30)
         c.request("GET", "/v1/info", headers={"Authorization": "Bearer " + args.token} if args.token else {})
         info = json.loads(c.getresponse().read() or b"{}")
-        devs = ", ".join(x.get("name", "") for x in info.get("devices", []))
-        out = ["# v2 (Open Inference Protocol) vs /v1/matmul, and tritonclient's async APIs\n",
+        if args.triton:
+            from importlib import metadata
+        out = ["# v2 (Open Inference Protocol) vs /v1/matmul%s\n" % (", and tritonclient's async APIs"
+                                                                     if args.triton else ""),
                "- Date: %s" % time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-               "- Host: %s, %d CPUs, %s; Python %s, tritonclient %s, NumPy %s" % (
-                   platform.node(), os.cpu_count(), platform.platform(), platform.python_version(),
-                   metadata.version("tritonclient"), np.__version__),
-               "- Daemon: gemmd %s, backend %s, devices: %s" % (info.get("version"), info.get("backend"), devs),
-               "- Load average at start: %.2f (1 min)" % os.getloadavg()[0],
-               "- Command: `%s`\n" % " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])]
+               "- Host: %s, %d CPUs, %s; Python %s, NumPy %s%s" % (
+                   platform.node(), os.cpu_count(), platform.platform(), platform.python_version(), np.__version__,
+                   ", tritonclient " + metadata.version("tritonclient") if args.triton else ""),
+               "- Daemon: gemmd %s, backend %s, devices: %s" % (info.get("version"), info.get("backend"), ", ".join(
+                   x.get("name", "") for x in info.get("devices", []))),
+               "- Load average at the start: %.2f (1 min)" % os.getloadavg()[0],
+               "- Command: `%s`\n" % " ".join(["bench/bench_v2.py"] + sys.argv[1:])]
         print("\n".join(out), flush=True)
         rng = np.random.default_rng(2026)
-        if not args.skip_a:
-            part_a(args, host, port, rng, out)
-        if not args.skip_b:
+        part_a(args, host, port, rng, out)
+        if args.triton:
             part_b(args, host, port, rng, out)
     finally:
-        if d:
-            d.stop()
+        if proc:
+            proc.terminate()
+            proc.wait(30)
     out.append("Load average at the end: %.2f (1 min)" % os.getloadavg()[0])
     text = "\n".join(out) + "\n"
     if args.out:
