@@ -32,7 +32,7 @@
 #   v2        bench/bench_v2.py: the v2 door against v1, tritonclient's async APIs (from
 #             WHEELS, default .whl, when PyPI cannot be reached)
 #   codec     build/bench/bench_codec: the JSON, .npy and multipart codecs in process
-#   blas      bench/blas_breakeven.sh --backend cuda --offload-sizes 2048,4096
+#   blas      bench/blas_offload.sh --backend cuda --offload-sizes 2048,4096
 #   soak      bench/soak.py --backend cuda, 1,000,000 products (SOAK_N), 8 client processes
 #   hostile   bench/hostile_load.py --backend cuda (phases HOSTILE_SCALE x their CI length)
 #   fleet     bench/load.py: one CPU daemon direct, one and three behind nginx (512²), and
@@ -126,7 +126,7 @@ step_v2() {
 }
 step_codec() { build/bench/bench_codec --sizes 256,1024,2048 --repeats 5; }
 step_blas() {
-    bench/blas_breakeven.sh --backend cuda --offload-sizes 2048,4096 --repeats 7 --out "$1/blas-offload.md" \
+    bench/blas_offload.sh --backend cuda --offload-sizes 2048,4096 --repeats 7 --out "$1/blas-offload.md" \
         >"$1/blas.log" 2>&1; local rc=$?
     grep -E 'break-even|^\| (loopback|2048|4096) ' "$1/blas-offload.md" | head -20; return $rc
 }
