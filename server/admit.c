@@ -37,7 +37,7 @@ struct gemmd_admit {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_t thread;
-    int stop, kicked, started;
+    int stop, kicked, joined;
     client clients[MAX_CLIENTS];
     int nclients, rr;          /* slots in use; the next client in turn */
     int waiting;
@@ -228,14 +228,21 @@ gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s
     return a;
 }
 
-void gemmd_admit_free(gemmd_admit *a)
+void gemmd_admit_close(gemmd_admit *a)
 {
     if (!a) return;
     pthread_mutex_lock(&a->mu);
-    a->stop = 1;
+    int joined = a->joined;
+    a->stop = a->joined = 1;
     pthread_cond_signal(&a->cv);
     pthread_mutex_unlock(&a->mu);
-    pthread_join(a->thread, NULL);
+    if (!joined) pthread_join(a->thread, NULL);
+}
+
+void gemmd_admit_free(gemmd_admit *a)
+{
+    if (!a) return;
+    gemmd_admit_close(a);
     pthread_cond_destroy(&a->cv);
     pthread_mutex_destroy(&a->mu);
     free(a);
@@ -255,6 +262,11 @@ int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, const char *client_
                             "hold (%.1f MiB of max_inflight_mb)", (double)bytes / (1 << 20),
                             (double)gemmd_budget_max_single(a->budget) / (1 << 20));
     pthread_mutex_lock(&a->mu);
+    if (a->stop) {
+        pthread_mutex_unlock(&a->mu);
+        *retry_after_s = 1;
+        return gemm_err_set(err, 503, "shutting_down", "the server is shutting down; retry elsewhere");
+    }
     int c = slot_of(a, client_name ? client_name : "");
     /* Nobody waits ahead of it, and it fits: admitted at once. */
     if (!a->waiting && gemmd_budget_reserve(a->budget, bytes) == 0) {
@@ -262,13 +274,13 @@ int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, const char *client_
         pthread_mutex_unlock(&a->mu);
         return 0;
     }
-    if (a->stop || a->waiting >= a->max_waiting || a->clients[c].waiting >= a->max_per_client) {
+    if (a->waiting >= a->max_waiting || a->clients[c].waiting >= a->max_per_client) {
         *retry_after_s = expected_wait_locked(a, bytes);
         a->st.refused_full++;
         int full = a->waiting >= a->max_waiting;
         pthread_mutex_unlock(&a->mu);
         return gemm_err_set(err, 503, "over_budget",
-                            "this request needs %.1f MiB of the memory budget and %s; retry in %d s",
+                            "this request needs %.1f MiB of the memory budget (max_inflight_mb) and %s; retry in %d s",
                             (double)bytes / (1 << 20),
                             full ? "the queue of requests waiting for memory is full"
                                  : "this client already has as many requests waiting for memory as it may",
@@ -299,7 +311,8 @@ int gemmd_admit_result(gemmd_admit *a, const gemmd_admit_ticket *t, gemm_err *er
     if (t->result == 0) return 0;
     *retry_after_s = t->retry_after_s;
     return gemm_err_set(err, 503, "over_budget",
-                        "this request needs %.1f MiB of the memory budget and waited for it in vain; retry in %d s",
+                        "this request needs %.1f MiB of the memory budget (max_inflight_mb) and waited for it "
+                        "in vain (admit_wait); retry in %d s",
                         (double)t->bytes / (1 << 20), t->retry_after_s);
 }
 

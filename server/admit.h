@@ -57,7 +57,10 @@ typedef struct {
 
 /* max_waiting: requests that may wait at once (>= 1); max_wait_s: how long one may. */
 gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s);
-/* Refuses whatever still waits (wake is called for each), stops the thread, frees. */
+/* Refuses whatever still waits (wake is called for each) and every request from now on,
+ * and stops the thread; the queue can still be asked about its tickets. */
+void gemmd_admit_close(gemmd_admit *a);
+/* Closes it if need be, and frees it. */
 void gemmd_admit_free(gemmd_admit *a);
 
 /* See above. client: a name for fairness (at most 63 bytes are used). On -1, *err is

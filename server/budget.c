@@ -29,10 +29,9 @@ typedef struct {
 
 typedef struct {
     void *p;              /* NULL: empty slot */
-    uint64_t charged;     /* bytes charged now (0 while lazy) */
-    uint64_t size;        /* bytes allocated */
+    uint64_t charged;     /* bytes charged on their own */
+    uint64_t in_resv;     /* bytes taken from a reservation instead */
     unsigned char kind;
-    unsigned char lazy;
 } buf_entry;
 
 /* One shard of the buffer table, on cache lines of its own. */
@@ -423,21 +422,68 @@ static int take_entry(gemmd_budget *b, const void *p, buf_entry *out)
     return 0;
 }
 
+/* ---- reservations ------------------------------------------------------------------ */
+
+int gemmd_resv_take(gemmd_resv *r, gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes, uint64_t *outside)
+{
+    uint64_t inside = 0;
+    if (r) { /* as much as the reservation has left */
+        uint64_t used = atomic_load(&r->used), total = atomic_load(&r->total);
+        do {
+            inside = used < total ? (total - used < bytes ? total - used : bytes) : 0;
+        } while (inside && !atomic_compare_exchange_weak(&r->used, &used, used + inside));
+    }
+    if (gemmd_budget_charge(b, k, bytes - inside) != 0) {
+        if (inside) atomic_fetch_sub(&r->used, inside);
+        return -1;
+    }
+    *outside = bytes - inside;
+    return 0;
+}
+
+void gemmd_resv_give(gemmd_resv *r, gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes, uint64_t outside)
+{
+    gemmd_budget_release(b, k, outside);
+    if (r && bytes > outside) { /* never below 0: the reservation may have ended meanwhile */
+        uint64_t used = atomic_load(&r->used), back = bytes - outside;
+        while (!atomic_compare_exchange_weak(&r->used, &used, used > back ? used - back : 0)) {
+        }
+    }
+}
+
+uint64_t gemmd_budget_settle_to(gemmd_budget *b, gemmd_mem_kind k, uint64_t est, uint64_t held, uint64_t outside)
+{
+    if (held > est) /* more than the estimate: charged on its own, if it fits */
+        return gemmd_budget_adjust(b, k, outside, outside + (held - est)) == 0 ? outside + (held - est) : outside;
+    uint64_t spare = est - held, keep = outside > spare ? outside - spare : 0;
+    gemmd_budget_adjust(b, k, outside, keep);
+    return keep;
+}
+
+uint64_t gemmd_resv_end(gemmd_resv *r)
+{
+    if (!r) return 0;
+    uint64_t total = atomic_exchange(&r->total, 0);
+    atomic_store(&r->used, 0);
+    gemmd_budget_release(r->budget, GEMMD_MEM_RESERVED, total);
+    return total;
+}
+
 /* ---- the charging allocator ----------------------------------------------------------- */
 
 static void *budget_alloc(void *ctx, size_t bytes)
 {
     gemmd_budget_alloc_ctx *c = ctx;
-    uint64_t charge = c->lazy ? 0 : bytes;
-    if (gemmd_budget_charge(c->budget, c->kind, charge) != 0) return NULL;
+    uint64_t outside;
+    if (gemmd_resv_take(c->resv, c->budget, c->kind, bytes, &outside) != 0) return NULL;
     void *p = gemm_alloc(&c->base, bytes);
     if (p) {
-        buf_entry e = {p, charge, bytes, (unsigned char)c->kind, (unsigned char)c->lazy};
+        buf_entry e = {p, outside, bytes - outside, (unsigned char)c->kind};
         if (put(c->budget, &e) == 0) return p;
         gemm_free(&c->base, p);
         p = NULL;
     }
-    gemmd_budget_release(c->budget, c->kind, charge);
+    gemmd_budget_release(c->budget, c->kind, outside);
     return NULL;
 }
 
@@ -456,41 +502,6 @@ gemm_allocator gemmd_budget_allocator(gemmd_budget_alloc_ctx *ctx)
     return a;
 }
 
-void gemmd_budget_lazy_allocator(gemmd_budget_alloc_ctx *ctx, gemmd_budget *b, const gemm_allocator *base,
-                                 int commits_at_alloc)
-{
-    ctx->budget = b;
-    ctx->base = *base;
-    ctx->kind = GEMMD_MEM_BODY;
-    ctx->lazy = !commits_at_alloc;
-}
-
-int gemmd_budget_settle(gemmd_budget *b, void *p, gemmd_mem_kind k, gemmd_mem_kind credit_kind, uint64_t *credit)
-{
-    if (!b || !p) return 0;
-    buf_shard *sh = shard_of(b, p);
-    pthread_mutex_lock(&sh->mu);
-    buf_entry *e = find_locked(sh, p);
-    int rc = 0;
-    if (e && e->lazy) {
-        uint64_t use = credit && *credit < e->size ? *credit : (credit ? e->size : 0);
-        if (gemmd_budget_charge(b, k, e->size - use) == 0) {
-            gemmd_budget_move(b, credit_kind, k, use);
-            if (credit) *credit -= use;
-            e->charged = e->size;
-            e->lazy = 0;
-            e->kind = (unsigned char)k;
-        } else {
-            rc = -1;
-        }
-    } else if (e && e->kind != k) {
-        gemmd_budget_move(b, (gemmd_mem_kind)e->kind, k, e->charged);
-        e->kind = (unsigned char)k;
-    }
-    pthread_mutex_unlock(&sh->mu);
-    return rc;
-}
-
 void gemmd_budget_retag(gemmd_budget *b, void *p, gemmd_mem_kind k)
 {
     if (!b || !p) return;
@@ -500,6 +511,26 @@ void gemmd_budget_retag(gemmd_budget *b, void *p, gemmd_mem_kind k)
     if (e && e->kind != k) {
         gemmd_budget_move(b, (gemmd_mem_kind)e->kind, k, e->charged);
         e->kind = (unsigned char)k;
+    }
+    pthread_mutex_unlock(&sh->mu);
+}
+
+void gemmd_budget_adopt(gemmd_budget *b, void *p, gemmd_mem_kind k, gemmd_resv *r)
+{
+    if (!b || !p) return;
+    buf_shard *sh = shard_of(b, p);
+    pthread_mutex_lock(&sh->mu);
+    buf_entry *e = find_locked(sh, p);
+    if (e) {
+        gemmd_budget_move(b, (gemmd_mem_kind)e->kind, k, e->charged);
+        e->kind = (unsigned char)k;
+        if (e->in_resv && r) { /* out of the reservation, into a charge of its own */
+            gemmd_budget_move(b, GEMMD_MEM_RESERVED, k, e->in_resv);
+            atomic_fetch_sub(&r->total, e->in_resv);
+            atomic_fetch_sub(&r->used, e->in_resv);
+            e->charged += e->in_resv;
+            e->in_resv = 0;
+        }
     }
     pthread_mutex_unlock(&sh->mu);
 }

@@ -25,6 +25,7 @@
 #ifndef GEMMD_BUDGET_H
 #define GEMMD_BUDGET_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -118,39 +119,57 @@ typedef struct {
 } gemmd_budget_stats;
 void gemmd_budget_get_stats(gemmd_budget *b, gemmd_budget_stats *out);
 
+/* ---- reservations ---------------------------------------------------------------
+ * A request reserves what it will hold before its body is read (admit.h). What it then
+ * allocates and charges comes out of the reservation while it lasts, and only the rest is
+ * charged on its own; the reservation is given back whole when the request ends. */
+typedef struct {
+    gemmd_budget *budget;
+    _Atomic uint64_t total;      /* reserved (charged as GEMMD_MEM_RESERVED) */
+    _Atomic uint64_t used;       /* of it, taken by buffers and charges */
+} gemmd_resv;
+
+/* bytes for r's holder: from its reservation while it lasts, the rest charged as k.
+ * 0 with *outside the bytes charged outside the reservation (give them back with
+ * gemmd_budget_release(b, k, *outside) when done), or -1 when they do not fit (nothing
+ * taken). r may be NULL: all of it is charged as k. */
+int gemmd_resv_take(gemmd_resv *r, gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes, uint64_t *outside);
+/* Gives back what gemmd_resv_take took for a transient need: bytes in all, outside of
+ * them outside the reservation (released), the rest returned to the reservation. */
+void gemmd_resv_give(gemmd_resv *r, gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes, uint64_t outside);
+/* A charge taken for an estimate of est bytes (outside of them outside a reservation)
+ * when held bytes turn out to be needed: the part outside grows by what passed the
+ * estimate (when it fits) or shrinks by what was not needed. Returns the new outside. */
+uint64_t gemmd_budget_settle_to(gemmd_budget *b, gemmd_mem_kind k, uint64_t est, uint64_t held, uint64_t outside);
+/* Gives the reservation back (what is left of it) and empties r. Returns its bytes. */
+uint64_t gemmd_resv_end(gemmd_resv *r);
+
 /* ---- charged buffers ---------------------------------------------------------------
- * An allocator whose alloc() charges kind k against the budget before calling base's,
- * and whose free() gives the charge back. NULL from alloc() after a refusal sets the
- * calling thread's refusal mark (gemmd_budget_take_refusal). Buffers from other
- * allocators may be passed to free() too (they are just freed by base). */
+ * An allocator whose alloc() charges kind k against the budget (or takes it from the
+ * reservation resv) before calling base's, and whose free() gives the charge back. NULL
+ * from alloc() after a refusal sets the calling thread's refusal mark
+ * (gemmd_budget_take_refusal). Buffers from other allocators may be passed to free() too
+ * (they are just freed by base). */
 typedef struct {
     gemmd_budget *budget;
     gemm_allocator base;
     gemmd_mem_kind kind;
-    int lazy;                    /* see gemmd_budget_lazy_allocator */
+    gemmd_resv *resv;            /* NULL: none */
 } gemmd_budget_alloc_ctx;
 
 gemm_allocator gemmd_budget_allocator(gemmd_budget_alloc_ctx *ctx);
-/* A buffer that the network fills as bytes arrive (a raw body, an .npy part): when the
- * base allocator commits memory only as it is written (plain host memory), nothing is
- * charged at allocation: the request charges the bytes it receives instead, and
- * gemmd_budget_settle() charges the whole buffer once the body is complete. When it
- * commits at once (pinned memory), lazy is 0 and the whole buffer is charged up front. */
-void gemmd_budget_lazy_allocator(gemmd_budget_alloc_ctx *ctx, gemmd_budget *b, const gemm_allocator *base,
-                                 int commits_at_alloc);
 
-/* A lazily charged buffer becomes fully charged as kind k. Up to *credit bytes already
- * charged as credit_kind (the body bytes the request charged while the buffer filled) are
- * moved over rather than charged again, and *credit goes down by what was used; the rest
- * is charged. 0, or -1 (over budget; nothing changes). Other buffers are only retagged. */
-int gemmd_budget_settle(gemmd_budget *b, void *p, gemmd_mem_kind k, gemmd_mem_kind credit_kind, uint64_t *credit);
 /* The buffer's charge moves to kind k (no-op for unknown pointers). */
 void gemmd_budget_retag(gemmd_budget *b, void *p, gemmd_mem_kind k);
+/* p outlives the request that allocated it (a kept result, a resident matrix): what of it
+ * was taken from the request's reservation r is charged as kind k on its own, and r
+ * shrinks by as much (the total does not change). Other buffers are only retagged. */
+void gemmd_budget_adopt(gemmd_budget *b, void *p, gemmd_mem_kind k, gemmd_resv *r);
 /* p leaves the budget (its charge is given back, the buffer is not freed): another
  * accountant owns it from now on (a resident matrix counts against resident_mb). Whoever
  * frees it may still do so through the charging allocator. */
 void gemmd_budget_forget(gemmd_budget *b, void *p);
-/* Bytes charged for p (0 when unknown or lazy). */
+/* Bytes charged for p on its own (0 when unknown or inside a reservation). */
 uint64_t gemmd_budget_charged(gemmd_budget *b, void *p);
 
 /* Bytes of the last refusal on this thread (0: none), cleared by the call. */

@@ -117,6 +117,8 @@ const key_desc gemmd_config_keys[] = {
     {"tls_key", K_STR, OFF(tls_key), SZ(tls_key), 0, 0, "PEM private key (with tls_cert: serve HTTPS)"},
     {"tls_priorities", K_STR, OFF(tls_priorities), SZ(tls_priorities), 0, 0,
      "GnuTLS priority string for HTTPS (protocol versions, ciphers); the default allows TLS 1.2 and 1.3 only"},
+    {"admit_wait", K_INT, OFF(admit_wait_s), 0, 1, 3600,
+     "seconds a request may wait for memory before its body is read; then 503 over_budget"},
     {"shutdown_timeout", K_INT, OFF(shutdown_timeout_s), 0, 0, 86400,
      "seconds running products may take to finish after SIGTERM; then they are cancelled and their "
      "clients get 503"},
@@ -158,6 +160,7 @@ void gemmd_config_defaults(gemmd_config *c)
     c->max_matrices = 4096;
     snprintf(c->tls_priorities, sizeof c->tls_priorities, "%s", GEMMD_TLS_PRIORITIES_DEFAULT);
     c->shutdown_timeout_s = 600;
+    c->admit_wait_s = 30;
     snprintf(c->log_level, sizeof c->log_level, "info");
     c->restart_on_device_loss = 1;
     c->engine.warmup = 1;

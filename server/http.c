@@ -42,7 +42,7 @@ struct gemmd_server {
     gemmd_services svc;
     struct MHD_Daemon *daemon;
     char url[128];
-    gemmd_budget_alloc_ctx alloc_ctx, lazy_ctx;
+    gemmd_budget_alloc_ctx alloc_ctx;
 };
 
 struct gemmd_server_ext {
@@ -122,6 +122,95 @@ static int resolve(gemmd_request *req, const char *url, const char *method)
     return 0;
 }
 
+static enum MHD_Result body_complete(gemmd_request *req);
+
+/* ---- admission (admit.h) ----------------------------------------------------------- */
+
+/* Who asks, for the queue's fairness: the token, or the address without tokens. */
+static void client_of(gemmd_request *req)
+{
+    if (req->owner) {
+        snprintf(req->client, sizeof req->client, "token %d", req->owner);
+        return;
+    }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    char host[64] = "?";
+    if (sa && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, host, sizeof host);
+    else if (sa && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, host, sizeof host);
+    snprintf(req->client, sizeof req->client, "%s", host);
+}
+
+/* The admitted request's body reader allocates what it planned; then the body is read
+ * (a request started at its end, without a body, is complete already). */
+static enum MHD_Result opened(gemmd_request *req)
+{
+    if (gemmd_body_open(req) != 0) return gemmd_respond_error(req, &req->err);
+    req->phase = REQ_BODY;
+    LOG_DEBUG("request body admitted: %s length=%s%llu limit=%llu reserved=%llu", gemmd_format_mime(req->family),
+              req->has_length ? "" : "chunked, at most ",
+              (unsigned long long)(req->has_length ? req->content_length : req->limit), (unsigned long long)req->limit,
+              (unsigned long long)req->need);
+    return req->deferred ? body_complete(req) : MHD_YES;
+}
+
+/* The queue reserved req->need: the request's own from now on, given back when it ends. */
+static void reserved(gemmd_request *req)
+{
+    atomic_store(&req->resv.total, req->need);
+    req->t_admitted = gemm_now_ms();
+}
+
+/* A waiting request's turn came, or its wait ended in vain (503 with the queue's expected
+ * wait in Retry-After: with Expect: 100-continue it goes instead of the 100). */
+static enum MHD_Result admitted(gemmd_request *req)
+{
+    if (gemmd_admit_result(req->svc->admit, &req->ticket, &req->err, &req->retry_after_s) != 0) {
+        LOG_DEBUG("request refused after waiting for memory: retry after %d s", req->retry_after_s);
+        return gemmd_respond_error(req, &req->err);
+    }
+    reserved(req);
+    gemmd_conn_head(req->cx); /* its deadlines start again */
+    return opened(req);
+}
+
+static void on_admitted(void *arg)
+{
+    gemmd_request *req = arg;
+    gemmd_sync_unpark(req);
+    gemmd_request_release(req); /* the queue's hold */
+}
+
+static int admission_decided(gemmd_request *req) { return gemmd_admit_decided(&req->ticket); }
+
+/* Before a byte of the body is read, the request reserves what it will hold (req->need,
+ * from begin()): at once when it fits and nobody waits, else it waits in the queue with its
+ * connection parked, no deadline running but the queue's own. */
+static enum MHD_Result admit(gemmd_request *req)
+{
+    if (!req->need) return opened(req);
+    gemmd_request_hold(req); /* the queue's, should the request wait */
+    int r = gemmd_admit_enter(req->svc->admit, &req->ticket, req->client, req->need, on_admitted, req, &req->err,
+                              &req->retry_after_s);
+    if (r != 1) gemmd_request_release(req);
+    if (r < 0) {
+        LOG_DEBUG("request refused before its body: %d %s (%llu bytes)", req->err.status, req->err.code,
+                  (unsigned long long)req->need);
+        return gemmd_respond_error(req, &req->err);
+    }
+    if (r == 0) {
+        reserved(req);
+        return opened(req);
+    }
+    LOG_DEBUG("request waits for memory: %llu bytes", (unsigned long long)req->need);
+    req->phase = REQ_ADMIT;
+    gemmd_conn_wait(req->cx);
+    if (gemmd_sync_park(req, admission_decided) == 0) return MHD_YES;
+    return admitted(req); /* decided while it was being parked */
+}
+
 /* First call: everything that can be decided from the request line and headers. */
 static enum MHD_Result start_request(gemmd_request *req, const char *url, const char *method)
 {
@@ -148,15 +237,12 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
     if ((route->flags & GEMMD_STOPS) && atomic_load(&svc->stopping))
         return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
     if (!route->begin) return route->handler(req);
+    client_of(req);
     if (route->begin(req) != 0) {
         LOG_DEBUG("request refused before its body: %d %s", req->err.status, req->err.code);
         return gemmd_respond_error(req, &req->err);
     }
-    req->phase = REQ_BODY;
-    LOG_DEBUG("request body admitted: %s length=%s%llu limit=%llu", gemmd_format_mime(req->family),
-              req->has_length ? "" : "chunked, at most ",
-              (unsigned long long)(req->has_length ? req->content_length : req->limit), (unsigned long long)req->limit);
-    return MHD_YES;
+    return admit(req);
 }
 
 /* ---- message framing -------------------------------------------------------------- */
@@ -299,11 +385,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (req->phase == REQ_DEFER) {
-        enum MHD_Result rc = start_request(req, url ? url : "", method ? method : "");
-        if (req->phase == REQ_BODY) return body_complete(req); /* an empty body */
-        return rc;
+    if (req->phase == REQ_DEFER) { /* no body: complete once admitted (opened) */
+        req->deferred = 1;
+        return start_request(req, url ? url : "", method ? method : "");
     }
+    if (req->phase == REQ_ADMIT) return admitted(req);
     if (req->phase == REQ_BODY) {
         enum MHD_Result rc = body_complete(req);
         if (req->phase == REQ_WAIT) gemmd_conn_wait(req->cx); /* no deadline on the engine */
@@ -360,6 +446,7 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
 /* ---- start ------------------------------------------------------------------------ */
 
 static uint64_t reclaim_kept(void *engine) { return gemm_engine_trim_kept(engine); }
+static void admit_kick(void *admit) { gemmd_admit_kick(admit); }
 
 /* The memory budget, the charging allocators and the connection limits and deadlines. */
 static int start_limits(gemmd_server *s, gemm_err *err)
@@ -379,13 +466,16 @@ static int start_limits(gemmd_server *s, gemm_err *err)
     gemmd_budget_set_reclaim(s->svc.budget, reclaim_kept, s->svc.engine);
     gemm_engine_set_keep_charge(s->svc.engine, gemmd_budget_keep_charge, s->svc.budget);
     const gemm_allocator *base = gemm_engine_allocator(s->svc.engine);
-    s->alloc_ctx = (gemmd_budget_alloc_ctx){s->svc.budget, *base, GEMMD_MEM_INPUT, 0};
+    s->svc.base_alloc = *base;
+    s->alloc_ctx = (gemmd_budget_alloc_ctx){s->svc.budget, *base, GEMMD_MEM_INPUT, NULL};
     s->svc.alloc = gemmd_budget_allocator(&s->alloc_ctx);
-    /* Host memory is committed as the body writes it, on every backend (the CUDA engine
-     * page-locks its blocks on the worker, before its copies, not when they are allocated). */
-    gemmd_budget_lazy_allocator(&s->lazy_ctx, s->svc.budget, base, 0);
-    s->svc.lazy_alloc = gemmd_budget_allocator(&s->lazy_ctx);
-    s->svc.lazy_bodies = s->lazy_ctx.lazy;
+    /* Requests reserve their memory before their bodies, and wait for it in a queue of a
+     * quarter of the connections (at least 4), each at most admit_wait seconds; memory given
+     * back wakes the queue. */
+    int waiting = cfg->connection_limit / 4 > 4 ? cfg->connection_limit / 4 : 4;
+    s->svc.admit = gemmd_admit_new(s->svc.budget, waiting, cfg->admit_wait_s);
+    if (!s->svc.admit) return gemm_err_set(err, 500, "out_of_memory", "cannot start the admission queue");
+    gemmd_budget_set_release_hook(s->svc.budget, admit_kick, s->svc.admit);
 
     x->conns_cfg = (gemmd_conns_config){
         .connection_limit = cfg->connection_limit,
@@ -604,6 +694,8 @@ fail:
     gemmd_conns_free(s->svc.conns);
     gemmd_offload_free(s->svc.offload);
     if (s->svc.budget) gemm_engine_set_keep_charge(s->svc.engine, NULL, NULL); /* off the budget first */
+    gemmd_budget_set_release_hook(s->svc.budget, NULL, NULL);
+    gemmd_admit_free(s->svc.admit);
     gemmd_budget_free(s->svc.budget);
     gemmd_auth_free(s->svc.auth);
     gemmd_sync_free(s->svc.sync);
@@ -661,6 +753,7 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     x->quiesced = MHD_quiesce_daemon(s->daemon); /* no new connections */
 
     gemmd_sync_stop(s->svc.sync); /* no new products, from keep-alive connections either */
+    gemmd_admit_close(s->svc.admit); /* those waiting for memory answer 503 */
     gemmd_sync_cancel_pending(s->svc.sync, 0); /* queued products answer 503 shutting_down */
     gemmd_jobs_shutdown(s->svc.jobs);      /* async jobs: queued cancelled, running asked to stop */
 
@@ -700,6 +793,8 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     gemmd_conns_free(s->svc.conns);
     gemmd_offload_free(s->svc.offload);
     if (s->svc.budget) gemm_engine_set_keep_charge(s->svc.engine, NULL, NULL); /* off the budget first */
+    gemmd_budget_set_release_hook(s->svc.budget, NULL, NULL);
+    gemmd_admit_free(s->svc.admit);
     gemmd_budget_free(s->svc.budget);
     gemmd_auth_free(s->svc.auth);
     gemmd_sync_free(s->svc.sync);

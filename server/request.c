@@ -33,12 +33,15 @@ gemmd_request *gemmd_request_new(gemmd_services *svc, struct MHD_Connection *con
     gemm_options_init(&req->opt);
     gemm_err_clear(&req->err);
     req->a.dtype = req->b.dtype = GEMM_DTYPE_INVALID;
+    req->resv.budget = svc->budget;
+    req->alloc_ctx = (gemmd_budget_alloc_ctx){svc->budget, svc->base_alloc, GEMMD_MEM_INPUT, &req->resv};
+    req->alloc = gemmd_budget_allocator(&req->alloc_ctx);
     return req;
 }
 
 static void free_matrix(gemmd_request *req, gemm_matrix *m)
 {
-    gemm_free(&req->svc->alloc, m->data);
+    gemm_free(&req->alloc, m->data);
     m->data = NULL;
 }
 
@@ -46,9 +49,9 @@ void gemmd_request_free(gemmd_request *req)
 {
     if (!req) return;
     gemm_engine *e = req->svc->engine;
-    const gemm_allocator *al = &req->svc->alloc;
+    const gemm_allocator *al = &req->alloc;
     gemm_json_stream_free(req->js);
-    free(req->json);
+    if (req->cleanup) req->cleanup(req); /* the route's own state (v2: its header buffer) */
     gemm_multipart_free(req->mp);
     gemm_npy_reader_free(req->rd[0]);
     gemm_npy_reader_free(req->rd[1]);
@@ -57,7 +60,6 @@ void gemmd_request_free(gemmd_request *req)
     if (!req->ref[0]) gemm_free(al, req->job.a); /* a resident operand is only borrowed */
     if (!req->ref[1]) gemm_free(al, req->job.b);
     gemm_free(al, req->job.c);
-    if (req->cleanup) req->cleanup(req);
     for (int i = 0; i < 2; i++) gemmd_matrices_put(req->svc->matrices, req->ref[i]);
     if (req->put) { /* rows of a PUT that did not finish are free for another one */
         if (req->put_claimed)
@@ -71,6 +73,10 @@ void gemmd_request_free(gemmd_request *req)
         gemm_buf_free(&req->prepared_buf);
         gemmd_budget_release(req->svc->budget, GEMMD_MEM_ANSWER, req->prepared_charge);
     }
+    /* The reservation goes back last, whole: the buffers it held are freed by now (an
+     * answer's, a moment later, with the response). */
+    if (gemmd_resv_end(&req->resv) && req->t_admitted > 0)
+        gemmd_admit_done(req->svc->admit, (gemm_now_ms() - req->t_admitted) / 1000.0);
     free(req);
 }
 
@@ -208,7 +214,7 @@ static int part_begin(void *user, const char *name, const char *filename, const 
         if (req->have[i] || req->rd[i])
             return gemm_err_set(err, 400, "duplicate_part", "%s is given twice (query or form)",
                                 one ? "the matrix" : name);
-        req->rd[i] = gemm_npy_reader_new(limits(req), &req->svc->lazy_alloc);
+        req->rd[i] = gemm_npy_reader_new(limits(req), &req->alloc);
         if (!req->rd[i]) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
         req->part = i;
         return 0;
@@ -247,14 +253,15 @@ static int part_end(void *user, gemm_err *err)
         /* A Fortran-order array is transposed through a copy of itself: admit it first. */
         const gemm_npy_header *h = gemm_npy_reader_header(req->rd[p]);
         size_t copy = 0;
+        uint64_t outside = 0;
         if (h && h->fortran_order && h->rows > 1 && h->cols > 1 &&
             gemm_matrix_bytes(h->rows, h->cols, h->dtype, &copy) &&
             gemm_mul_size(copy, (size_t)(h->batch ? h->batch : 1), &copy) &&
-            gemmd_budget_charge(req->svc->budget, GEMMD_MEM_BODY, copy) != 0)
+            gemmd_resv_take(&req->resv, req->svc->budget, GEMMD_MEM_BODY, copy, &outside) != 0)
             return gemmd_budget_refuse(req->svc->budget, copy, "transposing a Fortran-order .npy part", err,
                                        &req->retry_after_s);
         int rc = gemm_npy_reader_finish(req->rd[p], m, err);
-        gemmd_budget_release(req->svc->budget, GEMMD_MEM_BODY, copy);
+        gemmd_budget_release(req->svc->budget, GEMMD_MEM_BODY, outside);
         gemm_npy_reader_free(req->rd[p]);
         req->rd[p] = NULL;
         if (rc != 0) return -1;
@@ -274,43 +281,11 @@ static const gemm_multipart_callbacks mp_callbacks = {part_begin, part_data, par
 
 /* ---- the memory budget -------------------------------------------------------- */
 
-/* Bodies are charged as their bytes arrive, in steps of a huge page (what writing into a
- * fresh buffer makes resident), plus one step for the second operand's first page, and
- * never more than the whole body. */
-#define BODY_GRANULE ((uint64_t)2 << 20)
-
 static gemmd_budget *budget(gemmd_request *req) { return req->svc->budget; }
-
-/* Buffers the body fills are charged by the body's bytes when the allocator commits
- * memory only as it is written; when it commits at once they were charged whole. */
-static int body_fills_lazily(gemmd_request *req)
-{
-    if (req->put) return 0; /* PUT rows land in a resident matrix, counted in resident_mb */
-    return req->family == GEMMD_FMT_JSON || req->svc->lazy_bodies;
-}
 
 static int refuse(gemmd_request *req, uint64_t bytes, const char *what)
 {
     return gemmd_budget_refuse(budget(req), bytes, what, &req->err, &req->retry_after_s);
-}
-
-/* Before a byte is read: a body the budget can never hold is 413, one it cannot hold now
- * is 503 (nothing is reserved: the body is charged as it arrives). */
-static int admit_declared(gemmd_request *req, uint64_t need, const char *what)
-{
-    gemmd_budget *b = budget(req);
-    if (need > gemmd_budget_max_single(b))
-        return gemm_err_set(&req->err, 413, "too_large",
-                            "%s needs %.1f MiB, more than this server's memory budget lets one request hold "
-                            "(%.1f MiB of max_inflight_mb)", what, (double)need / (1 << 20),
-                            (double)gemmd_budget_max_single(b) / (1 << 20));
-    if (gemmd_budget_fits(b, need) != 0) return refuse(req, need, what);
-    return 0;
-}
-
-int gemmd_request_admit(gemmd_request *req, uint64_t need, const char *what)
-{
-    return admit_declared(req, need, what);
 }
 
 int gemmd_request_refuse(gemmd_request *req, uint64_t bytes, const char *what)
@@ -318,42 +293,17 @@ int gemmd_request_refuse(gemmd_request *req, uint64_t bytes, const char *what)
     return refuse(req, bytes, what);
 }
 
-static int charge_body(gemmd_request *req)
+/* What a body of unknown shapes will hold: its declared bytes decoded (JSON text is
+ * longer than the numbers it holds, .npy about as long), and C, guessed as half of them
+ * (A and B of a square product are each as large as C); a chunked body without a length,
+ * as much as a guess of GEMMD_CHUNKED_GUESS. Decoded beyond that, a request is charged
+ * for the rest as it goes, against whatever room is left. */
+#define GEMMD_CHUNKED_GUESS ((uint64_t)16 << 20)
+static uint64_t guessed_need(const gemmd_request *req)
 {
-    if (!body_fills_lazily(req)) return 0;
-    uint64_t got = req->bytes_in;
-    uint64_t want = (got + BODY_GRANULE - 1) / BODY_GRANULE * BODY_GRANULE;
-    if (got > BODY_GRANULE) want += BODY_GRANULE;
-    uint64_t cap = req->has_length ? req->content_length + 1 : req->limit + 1;
-    if (want > cap) want = cap;
-    if (want <= req->body_charged) return 0;
-    if (gemmd_budget_adjust(budget(req), GEMMD_MEM_BODY, req->body_charged, want) != 0) {
-        uint64_t rest = req->has_length && req->content_length > req->body_charged
-                            ? req->content_length - req->body_charged : want - req->body_charged;
-        return refuse(req, rest, "the rest of the request body");
-    }
-    req->body_charged = want;
-    return 0;
-}
-
-/* The body is complete: its buffers become the product's inputs, charged whole, with
- * what the body was charged moved over. */
-static int settle_inputs(gemmd_request *req)
-{
-    gemmd_budget *b = budget(req);
-    uint64_t credit = req->body_charged;
-    int rc = gemmd_budget_settle(b, req->a.data, GEMMD_MEM_INPUT, GEMMD_MEM_BODY, &credit);
-    if (rc == 0) rc = gemmd_budget_settle(b, req->b.data, GEMMD_MEM_INPUT, GEMMD_MEM_BODY, &credit);
-    gemmd_budget_release(b, GEMMD_MEM_BODY, credit);
-    req->body_charged = 0;
-    if (rc != 0) {
-        size_t a_bytes = 0, b_bytes = 0;
-        gemm_matrix_bytes(req->a.rows, req->a.cols, req->a.dtype, &a_bytes);
-        gemm_matrix_bytes(req->b.rows, req->b.cols, req->b.dtype, &b_bytes);
-        return refuse(req, a_bytes * (req->a.batch ? req->a.batch : 1) + b_bytes * (req->b.batch ? req->b.batch : 1),
-                      "A and B");
-    }
-    return 0;
+    uint64_t body = req->has_length ? req->content_length
+                                    : req->limit < GEMMD_CHUNKED_GUESS ? req->limit : GEMMD_CHUNKED_GUESS;
+    return body + body / 2;
 }
 
 /* ---- begin ---------------------------------------------------------------- */
@@ -482,17 +432,8 @@ static int begin_raw(gemmd_request *req)
     if (!gemm_matrix_bytes(o->m, o->n, cd, &c_bytes) || !gemm_mul_size(c_bytes, (size_t)nb, &c_bytes) ||
         !gemm_add_size(total, c_bytes, &need))
         return gemm_err_set(err, 413, "too_large", "the matrices' byte sizes overflow");
-    if (admit_declared(req, need, "this product (A, B and C)") != 0) return -1;
-    /* Host memory the allocator commits only as it is written is charged as the body fills
-     * it; memory it commits at once is charged whole here (gemmd_budget_lazy_allocator). */
-    gemmd_budget_take_refusal();
-    if (a_bytes) req->a.data = gemm_alloc(&req->svc->lazy_alloc, a_bytes);
-    if (b_bytes && (!a_bytes || req->a.data)) req->b.data = gemm_alloc(&req->svc->lazy_alloc, b_bytes);
-    if ((a_bytes && !req->a.data) || (b_bytes && !req->b.data)) {
-        if (gemmd_budget_take_refusal()) return refuse(req, total, "A and B");
-        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for A and B now; retry later",
-                            total);
-    }
+    req->need = need; /* A, B and C; a JSON answer adds its text (gemmd_matmul_begin) */
+    req->admit_pending = 1; /* A and B are allocated once admitted (gemmd_body_open) */
     req->a.rows = o->m;
     req->a.cols = o->k;
     req->b.rows = o->k;
@@ -529,23 +470,34 @@ static int matrix_query_shape(gemmd_request *req, const char *what, const char *
     return 0;
 }
 
-/* A resident matrix's memory (A's): its bytes reserved in resident_mb, admitted by the
- * memory budget, allocated. 0, or -1 with req->err. */
+/* A resident matrix's memory (A's): its bytes reserved in resident_mb now, allocated
+ * once the request is admitted (gemmd_body_open). 0, or -1 with req->err. */
 static int alloc_matrix(gemmd_request *req, uint64_t rows, uint64_t cols, gemm_dtype dtype, size_t bytes)
 {
-    gemm_err *err = &req->err;
-    if (gemmd_matrices_reserve(req->svc->matrices, bytes, err) != 0) return -1;
+    if (gemmd_matrices_reserve(req->svc->matrices, bytes, &req->err) != 0) return -1;
     req->reserved = bytes;
-    if (admit_declared(req, bytes, "the matrix") != 0) return -1;
-    gemmd_budget_take_refusal();
-    req->a.data = gemm_alloc(&req->svc->lazy_alloc, bytes);
-    if (!req->a.data) {
-        if (gemmd_budget_take_refusal()) return refuse(req, bytes, "the matrix");
-        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes now; retry later", bytes);
-    }
+    req->need = bytes;
+    req->admit_pending = 1;
     req->a.rows = rows;
     req->a.cols = cols;
     req->a.dtype = dtype;
+    return 0;
+}
+
+int gemmd_body_open(gemmd_request *req)
+{
+    if (!req->admit_pending) return 0;
+    req->admit_pending = 0;
+    size_t a_bytes = req->body_kind == GEMMD_BODY_MATRIX ? req->reserved : req->raw_a_bytes;
+    size_t b_bytes = req->body_kind == GEMMD_BODY_MATRIX ? 0 : req->raw_total - req->raw_a_bytes;
+    gemmd_budget_take_refusal();
+    if (a_bytes) req->a.data = gemm_alloc(&req->alloc, a_bytes);
+    if (b_bytes && (!a_bytes || req->a.data)) req->b.data = gemm_alloc(&req->alloc, b_bytes);
+    if ((a_bytes && !req->a.data) || (b_bytes && !req->b.data)) {
+        if (gemmd_budget_take_refusal()) return refuse(req, a_bytes + b_bytes, "the request's matrices");
+        return gemm_err_set(&req->err, 503, "out_of_memory", "cannot allocate %zu bytes now; retry later",
+                            a_bytes + b_bytes);
+    }
     return 0;
 }
 
@@ -645,7 +597,7 @@ static int begin_matrix(gemmd_request *req, const char *ct)
     }
     if (ct && media_is(ct, "application/x-npy")) {
         req->family = GEMMD_FMT_NPY;
-        req->rd[0] = gemm_npy_reader_new(limits(req), &req->svc->lazy_alloc);
+        req->rd[0] = gemm_npy_reader_new(limits(req), &req->alloc);
         return req->rd[0] ? 0 : gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
     }
     if (ct && media_is(ct, "multipart/form-data")) {
@@ -709,10 +661,10 @@ static int begin_body(gemmd_request *req)
                                 "the JSON body has %llu bytes; JSON bodies may have at most %llu "
                                 "(max_json_mb); send large matrices as raw or .npy",
                                 (unsigned long long)req->content_length, (unsigned long long)req->limit);
-        if (req->has_length && admit_declared(req, req->content_length, "the JSON body") != 0) return -1;
+        req->need = guessed_need(req);
         /* Decoded as it arrives: matrices go straight into engine memory, the body is never held. */
         uint64_t body_max = req->has_length ? req->content_length : req->limit;
-        const gemm_allocator *al = &req->svc->alloc; /* charged against the memory budget */
+        const gemm_allocator *al = &req->alloc; /* out of the request's reservation */
         if (req->body_kind == GEMMD_BODY_MATRIX) {
             req->js = gemm_json_stream_new_matrix(limits(req), al, &req->opt, body_max);
         } else {
@@ -729,7 +681,7 @@ static int begin_body(gemmd_request *req)
     }
     if (ct && media_is(ct, "multipart/form-data")) {
         req->family = GEMMD_FMT_NPY;
-        if (req->has_length && admit_declared(req, req->content_length, "the form body") != 0) return -1;
+        req->need = guessed_need(req);
         req->mp = gemm_multipart_new(ct, &mp_callbacks, req, err);
         return req->mp ? 0 : -1;
     }
@@ -766,10 +718,6 @@ void gemmd_body_feed(gemmd_request *req, const char *data, size_t len)
         gemm_err_set(&req->err, 413, "body_too_large", "the body is over the limit of %llu bytes%s",
                      (unsigned long long)req->limit,
                      req->family == GEMMD_FMT_JSON ? " for JSON (max_json_mb)" : " (max_body_mb)");
-        fail(req);
-        return;
-    }
-    if (charge_body(req) != 0) {
         fail(req);
         return;
     }
@@ -842,7 +790,7 @@ static int finish_matrix_npy(gemmd_request *req)
         return gemm_err_set(err, 422, "dtype_mismatch",
                             "dtype %s was asked for but the .npy file holds %s; convert it or leave dtype out",
                             gemm_dtype_name(req->opt.dtype), gemm_dtype_name(req->a.dtype));
-    return settle_inputs(req);
+    return 0;
 }
 
 static int finish_npy(gemmd_request *req)
@@ -868,7 +816,7 @@ static int finish_npy(gemmd_request *req)
     if (req->a.batch &&
         gemmd_check_batch(req, req->a.batch, req->a.rows, req->a.cols, req->b.cols, req->b.batch) != 0)
         return -1;
-    return settle_inputs(req);
+    return 0;
 }
 
 int gemmd_check_batch(gemmd_request *req, uint64_t batch, uint64_t m, uint64_t k, uint64_t n, uint64_t b_batch)
@@ -900,9 +848,6 @@ int gemmd_body_finish(gemmd_request *req)
             uint64_t refused = gemmd_budget_take_refusal();
             if (rc != 0 && refused) refuse(req, refused, "the decoded matrices");
         }
-        /* the body itself was never held: its charge goes back with the decoder */
-        gemmd_budget_release(budget(req), GEMMD_MEM_BODY, req->body_charged);
-        req->body_charged = 0;
         if (rc == 0) {
             req->opt.dtype = req->a.dtype;
             rc = gemmd_check_math(&req->opt, req->a.dtype, &req->err);
@@ -913,8 +858,6 @@ int gemmd_body_finish(gemmd_request *req)
         if (req->raw_got != req->raw_total)
             rc = gemm_err_set(&req->err, 400, "truncated", "the body ended after %zu of %zu bytes", req->raw_got,
                               req->raw_total);
-        else if (!req->put)
-            rc = settle_inputs(req);
         break;
     case GEMMD_FMT_NPY:
         rc = finish_npy(req);

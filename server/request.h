@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "admit.h"
 #include "budget.h"
 #include "config.h"
 #include "conns.h"
@@ -53,9 +54,10 @@ typedef struct gemmd_services {
     gemmd_matrices *matrices;  /* resident matrices (matrices.h) */
     gemmd_auth *auth;          /* NULL: no tokens configured */
     gemmd_budget *budget;      /* max_inflight_mb: every buffer is charged against it */
-    gemm_allocator alloc;      /* charged engine memory: decoded matrices, C (kind inputs) */
-    gemm_allocator lazy_alloc; /* for buffers the network fills (raw bodies, .npy parts) */
-    int lazy_bodies;           /* lazy_alloc charges bodies as their bytes arrive */
+    gemm_allocator alloc;      /* charged engine memory (kind inputs), for what no request
+                                  holds; a request allocates through its own (req->alloc) */
+    gemm_allocator base_alloc; /* the engine's allocator, which the charging ones wrap */
+    gemmd_admit *admit;        /* the admission queue (admit.h) */
     struct gemmd_offload *offload; /* threads that encode big JSON answers */
     gemmd_sync *sync;          /* the requests waiting for the engine (sync.h) */
     gemmd_conns *conns;        /* connection limits and deadlines */
@@ -71,7 +73,7 @@ typedef struct {
     int have_compute;
 } gemmd_timing;
 
-typedef enum { REQ_START = 0, REQ_DEFER, REQ_BODY, REQ_WAIT, REQ_DONE } gemmd_req_phase;
+typedef enum { REQ_START = 0, REQ_DEFER, REQ_ADMIT, REQ_BODY, REQ_WAIT, REQ_DONE } gemmd_req_phase;
 
 /* What a body holds: the operands of a product, one matrix (POST /v1/matrices), or rows
  * of a resident matrix (PUT /v1/matrices/{id}). */
@@ -95,6 +97,19 @@ struct gemmd_request {
     int close_conn;            /* answer with Connection: close */
     char allow[40];            /* Allow header of a 405 */
 
+    /* memory: reserved at admission, before the body (admit.h); what the request allocates
+     * and charges comes out of the reservation, through alloc */
+    char client[64];           /* who, for the queue's fairness: a token or an address */
+    uint64_t need;             /* bytes to reserve, set by the route's begin() */
+    gemmd_resv resv;
+    gemmd_budget_alloc_ctx alloc_ctx;
+    gemm_allocator alloc;
+    gemmd_admit_ticket ticket;
+    double t_admitted;
+    int holds_ticket;          /* waiting in the queue: the queue holds a reference */
+    int admit_pending;         /* allocations planned by begin(), made once admitted */
+    int deferred;              /* started at the end of a request without a body */
+
     /* body reading */
     gemmd_body_kind body_kind;
     gemmd_format family;
@@ -106,7 +121,7 @@ struct gemmd_request {
     int has_length;
     uint64_t content_length;
     uint64_t limit;            /* body bytes allowed for this request */
-    uint64_t body_charged;     /* bytes of the body charged against the budget so far */
+    uint64_t body_charged;     /* bytes of the body charged outside its reservation */
     struct gemm_json_stream *js; /* JSON bodies: the decoder (gemm_json_stream_held: its bytes) */
     char *json;                /* the v2 route's JSON header (routes_v2.c), its json_cap bytes
                                   charged in body_charged */
@@ -136,6 +151,7 @@ struct gemmd_request {
     int refs;                  /* the connection's (until NOTIFY_COMPLETED), the engine's
                                   (submit until done()), and short holds; freed at 0 */
     int suspended, job_done;
+    int parked;                /* suspended while it waits for admission (sync.h) */
     int abandoned;             /* shutdown gave up waiting: answer 503, the engine keeps req */
     gemmd_request *pend_next, *pend_prev, *hold_next;
 
@@ -175,10 +191,9 @@ void gemmd_body_feed(gemmd_request *req, const char *data, size_t len);
 /* The body is complete: finishes decoding into req->a, req->b. 0 or -1 (req->err). */
 int gemmd_body_finish(gemmd_request *req);
 
-/* Before a body is read: 413 too_large when need bytes can never fit the memory budget,
- * 503 over_budget (with req->retry_after_s) when they do not fit now; nothing is charged.
- * 0 or -1 with req->err set. */
-int gemmd_request_admit(gemmd_request *req, uint64_t need, const char *what);
+/* Once the request is admitted (its need reserved): the allocations begin() planned (A
+ * and B of a raw body, a resident matrix). 0, or -1 with req->err. */
+int gemmd_body_open(gemmd_request *req);
 /* 503 over_budget for bytes the budget refused (req->err, req->retry_after_s). Returns -1. */
 int gemmd_request_refuse(gemmd_request *req, uint64_t bytes, const char *what);
 

@@ -443,7 +443,7 @@ static void payload_free(void *cls)
 
 /* The most bytes the JSON of a rows x cols answer can take: the widest element and its
  * comma, a row's brackets, and room for the fields around C. */
-static uint64_t json_answer_bound(uint64_t rows, uint64_t cols, gemm_dtype d)
+uint64_t gemmd_json_answer_bytes(uint64_t rows, uint64_t cols, gemm_dtype d)
 {
     uint64_t per = gemm_json_elem_width(d);
     if (rows && cols > UINT64_MAX / rows / per) return UINT64_MAX;
@@ -575,7 +575,7 @@ static void add_product_headers(struct MHD_Response *r, uint64_t rows, uint64_t 
 
 int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d)
 {
-    return json_answer_bound(rows, cols, d) >= GEMMD_JSON_OFFLOAD_BYTES;
+    return gemmd_json_answer_bytes(rows, cols, d) >= GEMMD_JSON_OFFLOAD_BYTES;
 }
 
 int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t rows, uint64_t cols,
@@ -591,11 +591,12 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
     gemmd_budget *bud = req->svc->budget;
     uint64_t nb = meta->batch ? meta->batch : 1;
     /* a batch: rows * nb rows, and each matrix its own "[", "]" and "," */
-    uint64_t est = json_answer_bound(rows * nb, cols, meta->dtype);
+    uint64_t est = gemmd_json_answer_bytes(rows * nb, cols, meta->dtype);
     if (meta->batch && est != UINT64_MAX) est += 3 * nb;
     gemm_buf_init(out);
     *charge = 0;
-    if (est > SIZE_MAX || gemmd_budget_charge(bud, GEMMD_MEM_ANSWER, est) != 0) {
+    uint64_t outside = 0; /* what the request's reservation does not cover */
+    if (est > SIZE_MAX || gemmd_resv_take(&req->resv, bud, GEMMD_MEM_ANSWER, est, &outside) != 0) {
         if (release) release(ctx);
         return gemmd_budget_refuse(bud, est, "the JSON answer", err, &req->retry_after_s);
     }
@@ -658,7 +659,7 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
     gemm_buf_puts(&b, "}\n");
     if (b.failed) {
         gemm_buf_free(&b);
-        gemmd_budget_release(bud, GEMMD_MEM_ANSWER, est);
+        gemmd_budget_release(bud, GEMMD_MEM_ANSWER, outside);
         return gemm_err_set(err, 500, "out_of_memory", "cannot build the JSON answer");
     }
     /* Charged what is held now: the text itself (more, if it grew past the bound). */
@@ -667,11 +668,8 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
         b.data = shrunk;
         b.cap = b.len + 1;
     }
-    uint64_t held = b.cap;
-    if (held > est && gemmd_budget_adjust(bud, GEMMD_MEM_ANSWER, est, held) != 0) held = est;
-    else if (held < est) gemmd_budget_adjust(bud, GEMMD_MEM_ANSWER, est, held);
     *out = b;
-    *charge = held;
+    *charge = gemmd_budget_settle_to(bud, GEMMD_MEM_ANSWER, est, b.cap, outside);
     return 0;
 }
 

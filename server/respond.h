@@ -77,6 +77,8 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
                                       uint64_t rows, uint64_t cols, const gemmd_product_meta *meta,
                                       void (*release)(void *ctx), void *ctx);
 
+/* The most bytes the JSON answer of a rows x cols C can take (UINT64_MAX on overflow). */
+uint64_t gemmd_json_answer_bytes(uint64_t rows, uint64_t cols, gemm_dtype d);
 /* JSON answers of C too big to encode on an HTTP thread (its JSON may pass 1 MiB): they
  * are encoded on an offload thread while the connection is suspended. */
 int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d);

@@ -40,8 +40,8 @@ static int fill_job(gemmd_request *req, gemm_job *job, int copy_refs, gemm_err *
         if (!e) continue;
         gemmd_matrices_note_use(req->svc->matrices, e);
         void *p = e->m.data;
-        if (copy_refs) {
-            p = gemm_engine_host_alloc(req->svc->engine, e->bytes);
+        if (copy_refs) { /* charged like the rest of the request's memory */
+            p = gemm_alloc(&req->alloc, e->bytes);
             if (!p)
                 return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for %c now; retry later",
                                     e->bytes, i ? 'B' : 'A');
@@ -65,7 +65,7 @@ static int fill_job(gemmd_request *req, gemm_job *job, int copy_refs, gemm_err *
         return gemm_err_set(err, 413, "too_large", "C's byte size overflows");
     c_bytes = bytes[2];
     gemmd_budget_take_refusal();
-    job->c = gemm_alloc(&req->svc->alloc, c_bytes);
+    job->c = gemm_alloc(&req->alloc, c_bytes);
     if (!job->c) {
         if (gemmd_budget_take_refusal())
             return gemmd_budget_refuse(req->svc->budget, c_bytes, "C", err, &req->retry_after_s);
@@ -177,6 +177,12 @@ int gemmd_matmul_begin(gemmd_request *req)
         return gemm_err_set(&req->err, 406, "not_acceptable",
                             "Accept offers nothing this server answers: use application/json, "
                             "application/octet-stream or application/x-npy (or */*)");
+    /* shapes known before the body (raw): a JSON answer's text is reserved too */
+    if (req->family == GEMMD_FMT_RAW && req->answer == GEMMD_FMT_JSON && (!req->store_c || req->return_c)) {
+        uint64_t text = gemmd_json_answer_bytes(req->a.rows * (req->a.batch ? req->a.batch : 1), req->b.cols,
+                                                gemmd_request_c_dtype(req));
+        req->need = text > UINT64_MAX - req->need ? UINT64_MAX : req->need + text;
+    }
     return 0;
 }
 
@@ -354,6 +360,10 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
         gemmd_jobs_abandon(srv->jobs, j);
         return gemmd_respond_error(req, &err);
     }
+    /* the job's buffers outlive this request: out of its reservation, charged on their own */
+    gemmd_budget_adopt(srv->budget, j->job.a, GEMMD_MEM_INPUT, &req->resv);
+    gemmd_budget_adopt(srv->budget, j->job.b, GEMMD_MEM_INPUT, &req->resv);
+    gemmd_budget_adopt(srv->budget, j->job.c, GEMMD_MEM_INPUT, &req->resv);
     j->family = (int)req->answer;
     j->owner = req->owner;
     j->recv_ms = req->t_body_ms - req->t_start_ms;

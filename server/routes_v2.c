@@ -34,6 +34,8 @@
 
 
 struct gemmd_v2 {
+    /* memory the header takes from the request's reservation (or beyond it: outside) */
+    uint64_t json_outside, parse_bytes, parse_outside;
     /* inference body */
     int has_header_len;       /* Inference-Header-Content-Length was given */
     uint64_t header_len;
@@ -48,11 +50,25 @@ struct gemmd_v2 {
     uint64_t binary_total, binary_got;
 };
 
+/* The header's text and its parse go back to the reservation (what was beyond it, to the
+ * budget). */
+static void give_back(gemmd_request *req)
+{
+    gemmd_v2 *v = req->v2;
+    gemmd_resv_give(&req->resv, req->svc->budget, GEMMD_MEM_BODY, req->json_cap, v->json_outside);
+    gemmd_resv_give(&req->resv, req->svc->budget, GEMMD_MEM_BODY, v->parse_bytes, v->parse_outside);
+    free(req->json);
+    req->json = NULL;
+    req->json_len = req->json_cap = 0;
+    v->json_outside = v->parse_bytes = v->parse_outside = 0;
+}
+
 static void v2_cleanup(gemmd_request *req)
 {
     gemmd_v2 *v = req->v2;
-    req->v2 = NULL;
     if (!v) return;
+    give_back(req);
+    req->v2 = NULL;
     gemm_v2_request_free(&v->r);
     free(v);
 }
@@ -221,8 +237,10 @@ static int begin_infer(gemmd_request *req)
                                                "(binary_data_size and Inference-Header-Content-Length)"
                                              : "the body has %llu bytes; this server takes at most %llu (max_body_mb)",
                                 (unsigned long long)req->content_length, (unsigned long long)req->limit);
-        /* a chunked body is charged as it arrives */
-        return req->has_length ? gemmd_request_admit(req, req->content_length, "the JSON body") : 0;
+        /* held whole while it is parsed, then A, B and C; chunked: a guess, and what passes
+         * it is charged as it comes */
+        req->need = 2 * (req->has_length ? req->content_length : req->limit < (16u << 20) ? req->limit : 16u << 20);
+        return 0;
     }
     if (gemm_parse_u64(hl, &v->header_len) != 0 || v->header_len == 0)
         return gemm_err_set(err, 400, "bad_header_length",
@@ -244,8 +262,10 @@ static int begin_infer(gemmd_request *req)
         return gemm_err_set(err, 400, "bad_header_length",
                             "Inference-Header-Content-Length (%llu) is larger than the body (%llu bytes)",
                             (unsigned long long)v->header_len, (unsigned long long)req->content_length);
-    /* the binary tensor data becomes A and B: the body is what the inputs will hold */
-    return gemmd_request_admit(req, req->content_length, "the request body (JSON header and tensor data)");
+    /* the binary tensor data becomes A and B: the body is what the inputs will hold, and C
+     * (its shape is in the header: guessed as half of them until it is read) */
+    req->need = req->content_length + req->content_length / 2;
+    return 0;
 }
 
 static gemmd_budget *budget(gemmd_request *req) { return req->svc->budget; }
@@ -262,15 +282,16 @@ static int json_append(gemmd_request *req, const char *data, size_t len)
         uint64_t whole = v->has_header_len ? v->header_len : req->has_length ? req->content_length : 0;
         if (whole && cap > whole + 1) cap = (size_t)whole + 1;
         if (cap < req->json_len + len + 1) cap = req->json_len + len + 1;
-        if (gemmd_budget_charge(budget(req), GEMMD_MEM_BODY, cap) != 0)
+        uint64_t outside, old_outside = v->json_outside;
+        if (gemmd_resv_take(&req->resv, budget(req), GEMMD_MEM_BODY, cap, &outside) != 0)
             return gemmd_request_refuse(req, cap, "the JSON header");
         char *p = realloc(req->json, cap);
         if (!p) {
-            gemmd_budget_release(budget(req), GEMMD_MEM_BODY, cap);
+            gemmd_resv_give(&req->resv, budget(req), GEMMD_MEM_BODY, cap, outside);
             return gemm_err_set(&req->err, 503, "out_of_memory", "cannot buffer the JSON header now");
         }
-        gemmd_budget_release(budget(req), GEMMD_MEM_BODY, old);
-        req->body_charged = req->body_charged - old + cap;
+        gemmd_resv_give(&req->resv, budget(req), GEMMD_MEM_BODY, old, old_outside);
+        v->json_outside = outside;
         req->json = p;
         req->json_cap = cap;
     }
@@ -284,9 +305,12 @@ static int json_append(gemmd_request *req, const char *data, size_t len)
 static int admit_parse(void *user, uint64_t bytes, gemm_err *err)
 {
     gemmd_request *req = user;
-    if (gemmd_budget_charge(budget(req), GEMMD_MEM_BODY, bytes) != 0)
+    gemmd_v2 *v = state(req);
+    uint64_t outside;
+    if (gemmd_resv_take(&req->resv, budget(req), GEMMD_MEM_BODY, bytes, &outside) != 0)
         return gemmd_budget_refuse(budget(req), bytes, "parsing the JSON header", err, &req->retry_after_s);
-    req->body_charged += bytes;
+    v->parse_bytes += bytes;
+    v->parse_outside += outside;
     return 0;
 }
 
@@ -313,7 +337,7 @@ static int take_inputs(gemmd_request *req)
         gemm_matrix_bytes(r->in[i].rows, r->in[i].cols, r->dtype, &bytes[i]); /* checked by the parser */
     for (int i = 0; i < 2; i++) {
         gemmd_budget_take_refusal();
-        m[i]->data = gemm_alloc(&req->svc->alloc, bytes[i]);
+        m[i]->data = gemm_alloc(&req->alloc, bytes[i]);
         if (!m[i]->data) {
             if (gemmd_budget_take_refusal()) return gemmd_request_refuse(req, bytes[0] + bytes[1], "A and B");
             return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for %s now; retry later",
@@ -348,11 +372,7 @@ static int header_done(gemmd_request *req)
                                             &v->r, &req->err);
     if (rc == 0) rc = take_inputs(req);
     gemm_v2_release_json(&v->r);
-    free(req->json);
-    req->json = NULL;
-    req->json_len = req->json_cap = 0;
-    gemmd_budget_release(budget(req), GEMMD_MEM_BODY, req->body_charged);
-    req->body_charged = 0;
+    give_back(req);
     return rc;
 }
 
@@ -536,9 +556,9 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
     int binary = v->r.binary_output;
     /* The answer's text at its largest (C's elements as JSON, or none), admitted before it
      * is written: the parameters and an id of GEMM_V2_ID_MAX bytes, escaped, fit in 8 KiB. */
-    uint64_t est = (binary ? 0 : gemm_v2_json_bytes_bound(c.rows, c.cols, c.dtype)) + 8192;
-    if (est > SIZE_MAX || gemmd_budget_charge(srv->budget, GEMMD_MEM_ANSWER, est) != 0) {
-        gemm_free(&srv->alloc, job->c);
+    uint64_t est = (binary ? 0 : gemm_v2_json_bytes_bound(c.rows, c.cols, c.dtype)) + 8192, outside = 0;
+    if (est > SIZE_MAX || gemmd_resv_take(&req->resv, srv->budget, GEMMD_MEM_ANSWER, est, &outside) != 0) {
+        gemm_free(&req->alloc, job->c);
         job->c = NULL;
         gemm_err e;
         gemmd_budget_refuse(srv->budget, est, "the JSON answer", &e, &req->retry_after_s);
@@ -554,7 +574,7 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
     gemm_v2_write_output(&b, "C", &c, binary);
     gemm_buf_puts(&b, "]");
     if (!binary) {
-        gemm_free(&srv->alloc, job->c); /* encoded: C goes now */
+        gemm_free(&req->alloc, job->c); /* encoded: C goes now */
         job->c = NULL;
     }
     double t1 = gemm_now_ms();
@@ -565,7 +585,7 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
     if (!binary) gemm_buf_puts(&b, "\n");
     if (b.failed) {
         gemm_buf_free(&b);
-        gemmd_budget_release(srv->budget, GEMMD_MEM_ANSWER, est);
+        gemmd_budget_release(srv->budget, GEMMD_MEM_ANSWER, outside);
         return v2_error(req, 500, "out_of_memory", "cannot build the answer");
     }
     /* Charged what is held now: the text itself (more, if it outgrew the bound). */
@@ -574,9 +594,7 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
         b.data = shrunk;
         b.cap = b.len + 1;
     }
-    uint64_t held = b.cap;
-    if (held > est && gemmd_budget_adjust(srv->budget, GEMMD_MEM_ANSWER, est, held) != 0) held = est;
-    else if (held < est) gemmd_budget_adjust(srv->budget, GEMMD_MEM_ANSWER, est, held);
+    uint64_t held = gemmd_budget_settle_to(srv->budget, GEMMD_MEM_ANSWER, est, b.cap, outside);
     if (!binary) return gemmd_respond_encoded_json(req, 200, &b, held, NULL);
 
     v2_payload *p = calloc(1, sizeof *p);

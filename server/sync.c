@@ -85,6 +85,37 @@ void gemmd_request_release(gemmd_request *req)
     if (last) gemmd_request_free(req);
 }
 
+void gemmd_request_hold(gemmd_request *req)
+{
+    pthread_mutex_t *mu = lock_of(req);
+    pthread_mutex_lock(mu);
+    req->refs++;
+    pthread_mutex_unlock(mu);
+}
+
+int gemmd_sync_park(gemmd_request *req, int (*ready)(gemmd_request *req))
+{
+    pthread_mutex_t *mu = lock_of(req);
+    pthread_mutex_lock(mu);
+    int go_on = ready(req);
+    if (!go_on) {
+        req->parked = 1;
+        MHD_suspend_connection(req->conn);
+    }
+    pthread_mutex_unlock(mu);
+    return go_on;
+}
+
+void gemmd_sync_unpark(gemmd_request *req)
+{
+    pthread_mutex_t *mu = lock_of(req);
+    pthread_mutex_lock(mu);
+    int resume = req->parked; /* a late wake never resumes what a product suspended */
+    req->parked = 0;
+    pthread_mutex_unlock(mu);
+    if (resume) MHD_resume_connection(req->conn);
+}
+
 void gemmd_sync_stop(gemmd_sync *s)
 {
     for (int i = 0; i < SYNC_STRIPES; i++) pthread_mutex_lock(&s->stripe[i].mu);

@@ -80,6 +80,12 @@ void gemmd_sync_resume(gemmd_request *req, int engine_ref);
  * gemmd_sync_resume, cannot come first): 0 when start returned 0 (suspended), else -1
  * and nothing was suspended. */
 int gemmd_sync_suspend_for(gemmd_request *req, int (*start)(gemmd_request *req));
+/* A request that waits for something other than the engine (admission): a hold keeps it
+ * alive for whoever will unpark it; park suspends its connection unless ready(req) says
+ * the wait is over already (then 1: go on now; 0: parked until gemmd_sync_unpark). */
+void gemmd_request_hold(gemmd_request *req);
+int gemmd_sync_park(gemmd_request *req, int (*ready)(gemmd_request *req));
+void gemmd_sync_unpark(gemmd_request *req);
 /* Drops a hold (or the connection's reference) on req, freeing it when it was the last. */
 void gemmd_request_release(gemmd_request *req);
 

@@ -1,7 +1,8 @@
 /*
  * test_budget.c - the memory budget: charges and refusals, the reserve kept for small
  * charges, growth of a charge, moves between holders, Retry-After from what drained, the
- * charging allocator (buffers remember their charge, lazy buffers settle with a credit,
+ * charging allocator (buffers remember their charge, a request's reservation covers what it
+ * allocates,
  * retagging), the buffer table under many buffers, threads charging at once, and the
  * engine's kept memory charged as "cache" and let go when a request needs its room.
  */
@@ -12,6 +13,7 @@
 
 #include <cmocka.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,7 +194,7 @@ static void test_allocator(void **state)
 {
     (void)state;
     gemmd_budget *b = gemmd_budget_new(64 * MIB, 7);
-    gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, 0};
+    gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, NULL};
     gemm_allocator al = gemmd_budget_allocator(&ctx);
     void *p = gemm_alloc(&al, 3 * MIB);
     assert_non_null(p);
@@ -220,55 +222,61 @@ static void test_allocator(void **state)
     gemmd_budget_free(b);
 }
 
-/* A lazy buffer is charged nothing at allocation; settling charges it whole, using the
- * body's charge as credit first. */
-static void test_lazy_settle(void **state)
+/* A request's reservation: what it allocates comes out of it while it lasts and the rest
+ * is charged on its own; transient needs go back to it; a buffer that outlives the request
+ * leaves it for a charge of its own; the end gives back what is left. */
+static void test_reservation(void **state)
 {
     (void)state;
     gemmd_budget *b = gemmd_budget_new(64 * MIB, 7);
-    gemmd_budget_alloc_ctx lazy;
-    gemmd_budget_lazy_allocator(&lazy, b, &gemm_allocator_host, 0);
-    gemm_allocator al = gemmd_budget_allocator(&lazy);
-    void *a = gemm_alloc(&al, 6 * MIB), *c = gemm_alloc(&al, 4 * MIB);
+    gemmd_resv r = {b, 0, 0};
+    assert_int_equal(gemmd_budget_reserve(b, 10 * MIB), 0);
+    atomic_store(&r.total, 10 * MIB);
+    gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, &r};
+    gemm_allocator al = gemmd_budget_allocator(&ctx);
+    void *a = gemm_alloc(&al, 6 * MIB), *c = gemm_alloc(&al, 6 * MIB);
     assert_non_null(a);
     assert_non_null(c);
     gemmd_budget_stats st;
     gemmd_budget_get_stats(b, &st);
-    assert_int_equal(st.used, 0);
-    /* the body charged 8 MiB while it filled them */
-    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_BODY, 8 * MIB), 0);
-    uint64_t credit = 8 * MIB;
-    assert_int_equal(gemmd_budget_settle(b, a, GEMMD_MEM_INPUT, GEMMD_MEM_BODY, &credit), 0);
-    assert_int_equal(credit, 2 * MIB);
-    assert_int_equal(gemmd_budget_settle(b, c, GEMMD_MEM_INPUT, GEMMD_MEM_BODY, &credit), 0);
-    assert_int_equal(credit, 0);
+    /* 10 reserved; a inside, c 4 inside and 2 on its own */
+    assert_int_equal(st.used, 12 * MIB);
+    assert_int_equal(st.by_kind[GEMMD_MEM_RESERVED], 10 * MIB);
+    assert_int_equal(st.by_kind[GEMMD_MEM_INPUT], 2 * MIB);
+    assert_int_equal(gemmd_budget_charged(b, c), 2 * MIB);
+    /* c outlives the request: its 4 reserved bytes become its own charge */
+    gemmd_budget_adopt(b, c, GEMMD_MEM_RESULT, &r);
     gemmd_budget_get_stats(b, &st);
-    assert_int_equal(st.used, 10 * MIB);
-    assert_int_equal(st.by_kind[GEMMD_MEM_BODY], 0);
-    assert_int_equal(st.by_kind[GEMMD_MEM_INPUT], 10 * MIB);
-    gemm_free(&al, a);
+    assert_int_equal(st.used, 12 * MIB);
+    assert_int_equal(st.by_kind[GEMMD_MEM_RESERVED], 6 * MIB);
+    assert_int_equal(st.by_kind[GEMMD_MEM_RESULT], 6 * MIB);
+    assert_int_equal(atomic_load(&r.total), 6 * MIB);
+    assert_int_equal(gemmd_budget_charged(b, c), 6 * MIB);
+    /* a transient need: all of the reservation is taken, so it is charged on its own */
+    uint64_t outside = 0;
+    assert_int_equal(gemmd_resv_take(&r, b, GEMMD_MEM_BODY, MIB, &outside), 0);
+    assert_int_equal(outside, MIB);
+    gemmd_resv_give(&r, b, GEMMD_MEM_BODY, MIB, outside);
+    gemm_free(&al, a); /* inside the reservation: nothing goes back before its end */
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, 12 * MIB);
+    assert_int_equal(gemmd_resv_end(&r), 6 * MIB);
+    gemmd_budget_get_stats(b, &st);
+    assert_int_equal(st.used, 6 * MIB); /* c, until it is freed */
     gemm_free(&al, c);
     gemmd_budget_get_stats(b, &st);
     assert_int_equal(st.used, 0);
-    /* a settle that does not fit changes nothing */
-    void *big = gemm_alloc(&al, 40 * MIB);
-    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_RESULT, 30 * MIB), 0);
-    credit = 0;
-    assert_int_equal(gemmd_budget_settle(b, big, GEMMD_MEM_INPUT, GEMMD_MEM_BODY, &credit), -1);
-    assert_int_equal(gemmd_budget_charged(b, big), 0);
-    gemm_free(&al, big);
-    gemmd_budget_release(b, GEMMD_MEM_RESULT, 30 * MIB);
-    /* committing allocators (pinned memory) charge lazily-meant buffers whole at once */
-    gemmd_budget_lazy_allocator(&lazy, b, &gemm_allocator_host, 1);
-    al = gemmd_budget_allocator(&lazy);
-    void *pinned = gemm_alloc(&al, 5 * MIB);
-    gemmd_budget_get_stats(b, &st);
-    assert_int_equal(st.by_kind[GEMMD_MEM_BODY], 5 * MIB);
-    credit = 0;
-    assert_int_equal(gemmd_budget_settle(b, pinned, GEMMD_MEM_INPUT, GEMMD_MEM_BODY, &credit), 0);
-    gemmd_budget_get_stats(b, &st);
-    assert_int_equal(st.by_kind[GEMMD_MEM_INPUT], 5 * MIB);
-    gemm_free(&al, pinned);
+    /* a need that does not fit takes nothing */
+    gemmd_resv r2 = {b, 0, 0};
+    assert_int_equal(gemmd_budget_reserve(b, 4 * MIB), 0);
+    atomic_store(&r2.total, 4 * MIB);
+    assert_int_equal(gemmd_resv_take(&r2, b, GEMMD_MEM_BODY, 100 * MIB, &outside), -1);
+    assert_int_equal(atomic_load(&r2.used), 0);
+    assert_int_equal(gemmd_resv_take(&r2, b, GEMMD_MEM_BODY, 3 * MIB, &outside), 0);
+    assert_int_equal(outside, 0);
+    gemmd_resv_give(&r2, b, GEMMD_MEM_BODY, 3 * MIB, 0);
+    assert_int_equal(atomic_load(&r2.used), 0);
+    gemmd_resv_end(&r2);
     gemmd_budget_get_stats(b, &st);
     assert_int_equal(st.used, 0);
     gemmd_budget_free(b);
@@ -280,7 +288,7 @@ static void test_many_buffers(void **state)
     (void)state;
     enum { N = 3000 };
     gemmd_budget *b = gemmd_budget_new(1024 * MIB, 7);
-    gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, 0};
+    gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, NULL};
     gemm_allocator al = gemmd_budget_allocator(&ctx);
     void **p = calloc(N, sizeof *p);
     uint64_t total = 0;
@@ -316,7 +324,7 @@ typedef struct {
  * back: nothing charged, no buffer in the table. */
 static void run_threads(gemmd_budget *b, void *(*fn)(void *), worker_arg w[8])
 {
-    gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, 0};
+    gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, NULL};
     pthread_t t[8];
     for (int i = 0; i < 8; i++) {
         w[i] = (worker_arg){b, gemmd_budget_allocator(&ctx), 1234u + (unsigned)i, 0, 0};
@@ -405,7 +413,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_charge_release), cmocka_unit_test(test_reserve_for_small),
         cmocka_unit_test(test_adjust),         cmocka_unit_test(test_retry_after),
-        cmocka_unit_test(test_allocator),      cmocka_unit_test(test_lazy_settle),
+        cmocka_unit_test(test_allocator),      cmocka_unit_test(test_reservation),
         cmocka_unit_test(test_many_buffers),   cmocka_unit_test(test_threads),
         cmocka_unit_test(test_threads_many_live),
         cmocka_unit_test(test_default_limit),  cmocka_unit_test(test_cache_gives_way),
