@@ -54,12 +54,12 @@ static void *client_main(void *arg)
     struct client *c = arg;
     while (!atomic_load(&stop)) {
         gemm_job *j = &c->job;
-        gemm_err err;
-        j->err.status = 0;
+        gemm_engine_err err;
+        j->err.code = GEMM_E_NONE;
         c->done = 0;
         double t0 = gemm_now_ms();
         if (gemm_engine_submit(c->e, j, &err) != 0) {
-            if (err.status == 503) continue; /* the queue is full: try again */
+            if (err.code == GEMM_E_QUEUE_FULL) continue; /* the queue is full: try again */
             fprintf(stderr, "submit: %s\n", err.message);
             c->failed = 1;
             break;
@@ -121,7 +121,7 @@ int main(int argc, char **argv)
     }
     if (N < 1 || N > 512 || clients < 1 || clients > 1024 || ms < 100) goto usage;
 
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) {
         fprintf(stderr, "open: %s\n", err.message);

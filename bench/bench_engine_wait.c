@@ -62,7 +62,7 @@ static void on_done(gemm_job *j)
 /* Submits and waits; returns 0 when the product is DONE. */
 static int run(gemm_engine *e, gemm_job *j, double *t_sub)
 {
-    gemm_err err;
+    gemm_engine_err err;
     pthread_mutex_lock(&mu);
     done_flag = 0;
     pthread_mutex_unlock(&mu);
@@ -96,7 +96,7 @@ static gemm_engine *open_engine(int spin_us, const char *faults)
     cfg.streams_per_device = 1;
     cfg.wait_spin_us = spin_us;
     snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "%s", faults);
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) fprintf(stderr, "open: %s\n", err.message);
     return e;

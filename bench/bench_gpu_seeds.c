@@ -208,7 +208,7 @@ static int submit_wait(gemm_engine *e, gemm_job *j)
     pthread_mutex_lock(&mu);
     int target = ndone + 1;
     pthread_mutex_unlock(&mu);
-    gemm_err err;
+    gemm_engine_err err;
     if (gemm_engine_submit(e, j, &err) != 0) { fprintf(stderr, "submit: %s\n", err.message); exit(1); }
     wait_for(target);
     if (atomic_load(&j->state) != GEMM_JOB_DONE) { fprintf(stderr, "job failed: %s\n", j->err.message); exit(1); }
@@ -222,7 +222,7 @@ static void part_engine(const int *sizes, int nsizes, int reps, int njobs)
     snprintf(cfg.backend, sizeof cfg.backend, "cuda");
     cfg.streams_per_device = 4;
     cfg.queue_depth = njobs + 8;
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) { fprintf(stderr, "engine: %s\n", err.message); exit(1); }
 

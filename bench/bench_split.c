@@ -50,7 +50,7 @@ static void on_done(gemm_job *j)
 
 static double run(gemm_engine *e, gemm_job *j)
 {
-    gemm_err err;
+    gemm_engine_err err;
     pthread_mutex_lock(&mu);
     done_flag = 0;
     pthread_mutex_unlock(&mu);
@@ -123,7 +123,7 @@ static double config(const opts *o, const char *label, uint64_t n, const char *d
     cfg.split_ways = ways;
     cfg.split_min_mnk = 1;
     cfg.warmup = 1;
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) {
         fprintf(stderr, "%s: open: %s\n", label, err.message);
@@ -232,7 +232,7 @@ int main(int argc, char **argv)
     gemm_engine_config_defaults(&pc);
     snprintf(pc.backend, sizeof pc.backend, "%s", o.backend);
     pc.streams_per_device = 1;
-    gemm_err perr;
+    gemm_engine_err perr;
     gemm_engine *probe = gemm_engine_open(&pc, &perr);
     if (!probe) {
         fprintf(stderr, "bench_split: backend %s: %s (on a host without a GPU try --backend cpu)\n", o.backend,
