@@ -19,7 +19,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "backend.h"
 #include "gpu_ref.h"
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -59,9 +59,9 @@ static gemm_engine *open_cuda_cfg(int streams, int batch_max, int delay_us, uint
     cfg.queue_depth = 4096;
     cfg.batch_max = batch_max;
     cfg.batch_max_delay_us = delay_us;
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
-    if (!e) printf("# open failed: %d %s %s\n", err.status, err.code, err.message);
+    if (!e) printf("# open failed: %d %s\n", err.code, err.message);
     return e;
 }
 
@@ -154,7 +154,7 @@ static void test_batched_jobs(void)
                     const int *sh = shapes[s];
                     bjob *t = make(e, kinds[kd].d, sh[0], shared, sh[1], sh[2], sh[3], kinds[kd].kernels[ki],
                                    1000 + s * 10 + (uint64_t)shared);
-                    gemm_err err;
+                    gemm_engine_err err;
                     if (gemm_engine_submit(e, &t->job, &err) != 0) {
                         /* a member that cannot run this dtype/cc here: not a batch question */
                         tap_skip(err.message, "batched %s %s", gemm_dtype_name(kinds[kd].d),
@@ -187,7 +187,7 @@ static void test_coalesced(void)
         return;
     }
     bjob *big = make(e, GEMM_DTYPE_F64, 1, 0, 3072, 3072, 3072, "naive", 5);
-    gemm_err err;
+    gemm_engine_err err;
     int ok = gemm_engine_submit(e, &big->job, &err) == 0;
     enum { N = 64 };
     bjob *t[N];
@@ -230,7 +230,7 @@ static void test_coalesced_large(const char *faults)
         return;
     }
     bjob *big = make(e, GEMM_DTYPE_F64, 1, 0, 3072, 3072, 3072, "naive", 7);
-    gemm_err err;
+    gemm_engine_err err;
     int ok = gemm_engine_submit(e, &big->job, &err) == 0;
     enum { NF = 150, NI = 70, N = NF + NI };
     bjob *t[N];
@@ -275,7 +275,7 @@ static void *storm(void *p)
             if (d == GEMM_DTYPE_I32 && strcmp(k, "cublas") == 0) k = "auto";
             const int *sh = shapes[x % 4];
             t[i] = make(s->e, d, 1, 0, sh[0], sh[1], sh[2], k, (uint64_t)(s->id * 100000 + r * 100 + i));
-            gemm_err err;
+            gemm_engine_err err;
             while (gemm_engine_submit(s->e, &t[i]->job, &err) != 0) usleep(100);
         }
         for (int i = 0; i < 8; i++) {
@@ -324,7 +324,7 @@ static void test_group_too_big(void)
     }
     enum { N = 8 };
     bjob *t[N];
-    gemm_err err;
+    gemm_engine_err err;
     int ok = 1;
     for (int i = 0; i < N; i++) {
         t[i] = make(e, GEMM_DTYPE_F32, 1, 0, 256, 256, 256, "cublas", 900 + (uint64_t)i);
