@@ -9,7 +9,9 @@
  * straight to and from its device stacks; for any other the inputs are gathered into one A
  * and one B stack in engine memory and C is scattered back. A product flagged for
  * cancellation before its group starts is stopped as usual; once the group has started it
- * runs to the end with the others.
+ * runs to the end with the others. Products with a resident operand never join a group:
+ * their operands already live on the device (or must be kept there), which a group's
+ * stacks cannot express.
  */
 #include "engine_int.h"
 
@@ -18,9 +20,14 @@
 #include <string.h>
 #include <time.h>
 
+static int no_resident(const gemm_job *job)
+{
+    return !job->a_res && !job->b_res && !job->c_res;
+}
+
 int gemm_coalesce_wants(const gemm_engine *e, const gemm_job *job)
 {
-    return e->group_max >= 2 && job->batch <= 1 &&
+    return e->group_max >= 2 && job->batch <= 1 && no_resident(job) &&
            (double)job->m * (double)job->n * (double)job->k <= (double)e->group_mnk;
 }
 
@@ -28,7 +35,7 @@ static int same_group(const gemm_job *a, const gemm_job *b)
 {
     return a->dtype == b->dtype && gemm_job_c_dtype(a) == gemm_job_c_dtype(b) && a->math_used == b->math_used &&
            a->tile == b->tile && a->plan_m == b->plan_m && a->m == b->m && a->k == b->k && a->n == b->n &&
-           b->batch <= 1 && strcmp(a->kernel_used, b->kernel_used) == 0;
+           b->batch <= 1 && no_resident(b) && strcmp(a->kernel_used, b->kernel_used) == 0;
 }
 
 /* Moves the queued jobs of g[0]'s group into g[*n..] (callers hold mu); marks them running. */

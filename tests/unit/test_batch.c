@@ -7,7 +7,8 @@
  *
  * Dynamic batching (batch_max > 1): queued small products of one key are coalesced into
  * one batched run and each still gets its own right answer, done() and report; products
- * of other shapes, dtypes or kernels, and large ones, are not mixed in; many threads
+ * of other shapes, dtypes or kernels, large ones, and ones with a resident operand, are not
+ * mixed in; many threads
  * submitting mixed products at once all get their own answers.
  */
 #include <setjmp.h>
@@ -446,6 +447,71 @@ static void test_coalesce_parts(void **st)
     gate_free(e, &gt);
 }
 
+/* Products with a resident operand are never coalesced: a group's stacks have no place for
+ * a resident A or B (read from its device copy) nor for a C to keep on the device, and a
+ * group once ran them as plain operands, uploading A again and keeping no copy of C. Five
+ * products of one shape queue behind a gate, A resident in two, C kept in one; the run()
+ * of a run_parts backend sees each of those alone with its handles, the two plain ones as
+ * one group, and every answer is right. */
+static atomic_int res_runs_alone, res_runs_grouped;
+
+static int res_run(void *self, void *worker, gemm_job *job)
+{
+    if (job->a_res || job->c_res) {
+        if (job->batch > 1 || job->a_parts || (job->a_res && job->a_res->host != job->a) ||
+            (job->c_res && job->c_res->host != job->c))
+            return gemm_engine_err_set(&job->err, GEMM_E_INTERNAL, "a resident operand lost its handle");
+        atomic_fetch_add(&res_runs_alone, 1);
+    } else if (job->a_parts) {
+        atomic_fetch_add(&res_runs_grouped, 1);
+    }
+    return parts_run(self, worker, job);
+}
+
+static void test_coalesce_not_resident(void **st)
+{
+    (void)st;
+    gemm_backend be = gemm_backend_cpu;
+    be.run = res_run;
+    be.run_parts = 1;
+    gemm_engine_config cfg;
+    gemm_engine_config_defaults(&cfg);
+    cfg.cpu_workers = 1;
+    cfg.batch_max = 8;
+    gemm_engine_err err;
+    gemm_engine *e = gemm_engine_open_backend(&be, &cfg, &err);
+    assert_non_null(e);
+    atomic_store(&res_runs_alone, 0);
+    atomic_store(&res_runs_grouped, 0);
+    gate gt;
+    gate_hold(e, &gt);
+    enum { N = 5 };
+    gjob j[N];
+    gemm_resident *res[N] = {0};
+    for (int i = 0; i < N; i++) gjob_init(e, &j[i], GEMM_DTYPE_F32, 6, 5, 4, 300 + 7 * (uint64_t)i);
+    for (int i = 0; i < 2; i++) j[i].t.job.a_res = res[i] = gemm_engine_resident_new(e, j[i].t.job.a, 6 * 5 * 4);
+    j[2].t.job.c_res = res[2] = gemm_engine_resident_new(e, j[2].t.job.c, 6 * 4 * 4);
+    for (int i = 0; i < N; i++) assert_int_equal(gemm_engine_submit(e, &j[i].t.job, &err), 0);
+    gate_open(&gt);
+    for (int i = 0; i < N; i++) gjob_wait(&j[i]);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(atomic_load(&j[i].t.job.state), GEMM_JOB_DONE);
+        assert_int_equal(gjob_check(&j[i]), 0);
+        assert_int_equal(j[i].t.job.batched, i < 3 ? 0 : 2);
+    }
+    assert_int_equal(atomic_load(&res_runs_alone), 3);
+    assert_int_equal(atomic_load(&res_runs_grouped), 1);
+    gemm_engine_stats stt;
+    gemm_engine_get_stats(e, &stt);
+    assert_int_equal(stt.coalesced_products, 2);
+    gemm_engine_close(e);
+    for (int i = 0; i < N; i++) {
+        gemm_engine_resident_free(NULL, res[i]);
+        gjob_free(e, &j[i]);
+    }
+    gate_free(e, &gt);
+}
+
 /* batch_max 1 turns coalescing off: queued products of one shape run one by one. */
 static void test_coalesce_off(void **st)
 {
@@ -571,6 +637,7 @@ int main(void)
         cmocka_unit_test(test_coalesce_groups),
         cmocka_unit_test(test_coalesce_off),
         cmocka_unit_test(test_coalesce_parts),
+        cmocka_unit_test(test_coalesce_not_resident),
         cmocka_unit_test(test_coalesce_cancel),
         cmocka_unit_test(test_coalesce_many_threads),
     };
