@@ -92,7 +92,7 @@ int gemm_sched_pick_slot(const gemm_engine *e, int self);
 int gemm_sched_slot_ok(const gemm_engine *e, int slot);
 /* Submitting: check the job (and clear its results), the backend's check, then under mu
  * admit (refused when closing or full) and queue (releases mu). 0 or -1 with *err. */
-int gemm_sched_check(gemm_engine *e, gemm_job *job, gemm_engine_err *err);
+int gemm_sched_check(const gemm_engine *e, gemm_job *job, gemm_engine_err *err);
 int gemm_sched_validate(gemm_engine *e, gemm_job *job, gemm_engine_err *err);
 int gemm_sched_admit(gemm_engine *e, gemm_engine_err *err);
 void gemm_sched_queue(gemm_engine *e, gemm_job *job);

@@ -307,7 +307,7 @@ void gemm_sched_stop(gemm_engine *e)
 
 /* ---- submit / cancel ------------------------------------------------------- */
 
-int gemm_sched_check(gemm_engine *e, gemm_job *job, gemm_engine_err *err)
+int gemm_sched_check(const gemm_engine *e, gemm_job *job, gemm_engine_err *err)
 {
     gemm_engine_err_clear(err);
     if (!e || !job) return gemm_engine_err_set(err, GEMM_E_INTERNAL, "submit called without an engine or a job");

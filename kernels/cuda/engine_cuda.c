@@ -218,6 +218,8 @@ int gemm_cuda_kernel_is_auto(const gemm_job *job)
 static int refuse(const gemm_kernel_desc *k, const gemm_job *job, const char *why, gemm_engine_err *err)
 {
     const char *dt = gemm_dtype_name(job->dtype);
+    if (!why)
+        why = "not supported";
     char list[160] = "";
     size_t off = 0;
     if (!(k->dtypes & (1u << job->dtype))) {
@@ -242,7 +244,7 @@ static int refuse(const gemm_kernel_desc *k, const gemm_job *job, const char *wh
     }
     return gemm_engine_err_set(err, strstr(why, "math") ? GEMM_E_UNSUPPORTED_MATH : GEMM_E_UNSUPPORTED,
                                "kernel \"%s\" cannot run %s with math %s, tile %d: %s", k->name, dt,
-                               gemm_math_name(job->math), job->tile, why ? why : "not supported");
+                               gemm_math_name(job->math), job->tile, why);
 }
 
 /* On the request path (an HTTP thread): reads only what open cached, no CUDA call. */
