@@ -88,41 +88,29 @@ int gemm_engine_err_set(gemm_engine_err *e, gemm_ecode code, const char *fmt, ..
 /* ---- configuration (config/gemmd.conf, GEMMD_* and flags; key rows: gemm_engine_keys) ---- */
 
 typedef struct {
-    /* the engine */
+    /* the engine (what each key does: its row in gemm_engine_keys, and config/gemmd.conf) */
     char backend[8];           /* "auto", "cpu" or "cuda" */
     char fault_inject[64];     /* test hooks, backend-defined (below); "" = none */
     int queue_depth;           /* jobs waiting (not running) before submit says queue full */
-    int worker_spin_us;        /* a worker that has just finished polls this long for the next
-                                  job before it sleeps (0 = sleep at once) */
-    /* Dynamic batching: a worker that takes a small single product (m*n*k <= batch_max_mnk)
-     * also takes the queued products of the same dtype, math, kernel, tile and shape, up to
-     * batch_max in all, and runs them as one batched job. */
-    int batch_max;             /* 0 = the backend's default (CUDA 32, CPU 1 = off), 1 = off */
-    int batch_max_delay_us;    /* how long a worker waits for more (0 = what is queued) */
-    uint64_t batch_max_mnk;    /* what counts as small (default 2^24 = 256^3) */
-    /* Split products: a single product with m*n*k >= split_min_mnk (0 = never) is cut into
-     * row panels of A run by whichever workers take them (split.c). split_ways: 0 = one per
-     * usable device slot, 1 = off, 2..GEMM_SPLIT_MAX = that many, round robin over slots. */
-    uint64_t split_min_mnk;
-    int split_ways;
+    int worker_spin_us;        /* a finished worker polls this long for the next job */
+    int batch_max;             /* coalescing (coalesce.c): 0 = the backend's default, 1 = off */
+    int batch_max_delay_us;    /* how long a worker waits for more of its group */
+    uint64_t batch_max_mnk;    /* what counts as small */
+    uint64_t split_min_mnk;    /* split products (split.c): 0 = never */
+    int split_ways;            /* 0 = one panel per usable device slot, 1 = off */
     /* the CPU backend */
     int threads;               /* BLAS / int32 loop threads (0 = all cores) */
     int cpu_workers;           /* jobs run at once (0 = 1) */
     /* the CUDA backend */
     char devices[128];         /* "all" or a comma list of ordinals */
-    int streams_per_device;    /* streams (and workers) per device, default 4 */
+    int streams_per_device;    /* streams (and workers) per device */
     uint64_t device_mem_limit; /* bytes of cached device buffers per stream (0 = no limit) */
     int wait_spin_us;          /* a worker polls its product's event this long before it sleeps */
     uint64_t host_cache_bytes; /* page-locked host blocks kept for reuse (0 or > 1 GiB: 1 GiB) */
-    uint64_t zero_copy_mnk;    /* a lone float32 product up to this, kernel auto, on an idle
-                                  device, reads and writes its host blocks (0 = never) */
-    int warmup;                /* workers run a few small products of every dtype before their
-                                  first job; open returns once every worker is warm */
-    /* the host path (host.c): on a backend that offloads (CUDA), a float32 (fp32), float64
-     * or int32 product, kernel auto, no tile, no resident operand, not a panel, with
-     * batch*m*n*k up to this, submitted with gemm_engine_submit_here, runs on the submitting
-     * thread on the host (one OpenBLAS thread for the process). 0 = never; at most
-     * GEMM_HOST_MAX_MNK; off while fault_inject is set. */
+    uint64_t zero_copy_mnk;    /* a lone small float32 product on an idle device skips its copies */
+    int warmup;                /* workers warm up first; open returns once they are warm */
+    /* the host path (host.c), beside a backend that offloads: products of batch*m*n*k up to
+     * this (at most GEMM_HOST_MAX_MNK; 0 = never) submitted with gemm_engine_submit_here */
     uint64_t host_max_mnk;
 } gemm_engine_config;
 
