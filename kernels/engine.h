@@ -7,21 +7,26 @@
  *   ...  job->done(job) is called exactly once, from an engine thread ...
  *   gemm_engine_close(e);                              // drains, calls every pending done()
  *
- * The generic part (engine.c) owns the bounded queue, the worker threads, cancellation
- * and the queue timing; a backend (cpu.c, cuda/engine_cuda.c) only says how many workers
- * it wants and how one worker runs one job synchronously. The engine never frees a job:
- * the submitter owns it and may free it once done() has been called.
+ * The engine owns the bounded queue, the worker threads, cancellation and the queue timing
+ * (sched.c), with coalescing (coalesce.c), split products (split.c), runs on the submitting
+ * thread (direct.c) and the host path (host.c) beside it; a backend (backend.h: cpu.c,
+ * cuda/engine_cuda.c) only says how many workers it wants and how one worker runs one job.
+ * The engine never frees a job: the submitter owns it and may free it once done() has
+ * been called.
+ *
+ * Errors are the engine's own (gemm_ecode): what a failure means, never an HTTP status;
+ * the daemon maps them onto its answers in one table (server/engine_err.c).
  *
  * Threads: submit, cancel, describe, get_stats, ready, healthy, host_alloc and host_free
  * are called from the daemon's HTTP threads and never wait on a device or make a CUDA
- * call (the CUDA backend reads what it measured at open, on its workers or on its
- * housekeeping thread). Messages go through the logging hook of gemm_log.h.
+ * call. Messages go through the logging hook of gemm_log.h.
  */
 #ifndef GEMM_ENGINE_H
 #define GEMM_ENGINE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "gemm_log.h"
@@ -34,90 +39,131 @@ extern "C" {
 #define GEMM_MAX_DEVICES 16
 #define GEMM_MAX_KERNELS 32
 #define GEMM_NAME_LEN 48
-
-/* ---- configuration (filled from config/gemmd.conf, GEMMD_* and flags) ---- */
-
-typedef struct {
-    char backend[8];           /* "auto", "cpu" or "cuda" */
-    int threads;               /* CPU backend: BLAS / int32 loop threads (0 = all cores) */
-    int cpu_workers;           /* CPU backend: jobs run at once (0 = 1) */
-    int queue_depth;           /* jobs waiting (not running) before submit says 503 */
-    char devices[128];         /* CUDA: "all" or a comma list of ordinals (after CUDA_VISIBLE_DEVICES) */
-    int streams_per_device;    /* CUDA: streams (and worker threads) per device, default 4 */
-    uint64_t device_mem_limit; /* CUDA: bytes of cached device buffers per stream (0 = no limit) */
-    int wait_spin_us;          /* CUDA: a worker polls its product's event this long before it
-                                  sleeps on it (default 50; 0 = sleep at once) */
-    int worker_spin_us;        /* a worker that has just finished polls for the next job this
-                                  long before it sleeps (0 = sleep at once; the daemon's
-                                  worker_spin_us) */
-    uint64_t host_cache_bytes; /* CUDA: page-locked host blocks kept for reuse after their
-                                  owner freed them (0 or more than 1 GiB: 1 GiB); memory the
-                                  daemon's budget no longer counts, so it bounds it */
-    char fault_inject[64];     /* test hook: "" or e.g. "oom:3" / "sticky:5" (backend-defined) */
-    /* Dynamic batching: a worker that takes a small product (m*n*k <= batch_max_mnk, not
-     * itself batched) also takes the queued products of the same dtype, math, kernel, tile
-     * and shape, up to batch_max in all, and runs them as one batched job (one gathered
-     * H2D, one launch, one scattered D2H on CUDA). */
-    int batch_max;             /* products per coalesced launch; 0 = the backend's default
-                                  (CUDA 32, CPU 1 = off), 1 = off, at most GEMM_COALESCE_MAX */
-    int batch_max_delay_us;    /* how long a worker waits for more of its group (0 = only what
-                                  is queued already) */
-    uint64_t batch_max_mnk;    /* what counts as small (default 2^24 = 256^3) */
-    /* CUDA: a float32 product of m*n*k up to this (default 2^18 = 64^3; 0 = never) that runs
-     * alone, with kernel auto, on a device with no other product inside, skips the copies:
-     * its kernel reads A and B from their page-locked host blocks and writes C into its own
-     * (zero copy). */
-    uint64_t zero_copy_mnk;
-    /* A product too small for a GPU to pay: float32 (math default or fp32), float64 or
-     * int32, kernel auto, no tile, no resident operand, not a panel, with batch*m*n*k up to
-     * host_max_mnk (0 = never; at most GEMM_HOST_MAX_MNK), submitted with
-     * gemm_engine_submit_here, is computed on the submitting thread by the host (OpenBLAS
-     * or the int32 loop, one thread), whatever is queued: no queue, no worker, no device,
-     * no copies. Its result says so (device "cpu", kernel "openblas" or "blocked").
-     * Applies to a GPU backend only (the CPU backend has its own workers and direct run),
-     * and never while fault_inject is set (the hooks count the backend's runs). With it
-     * on, the engine sets OpenBLAS to one thread for the process (a GPU engine has no
-     * other use for it). Default 0 here; the daemon's host_max_mnk turns it on. */
-    uint64_t host_max_mnk;
-    /* CUDA: before it takes its first job, each worker runs a few small products of every
-     * dtype on its own stream (single and batched), so that what a first product would pay
-     * once (loading kernel modules, cuBLAS setting itself up) is paid at start, not by the
-     * first requests. Not counted in any statistic; skipped when fault_inject is set (the
-     * hooks count products). With warmup set, gemm_engine_open returns once every worker
-     * is set up and warm (on the CPU backend: at once). Default 0 here; the daemon turns it
-     * on (config key warmup). */
-    int warmup;
-    /* Split products: a single product with m*n*k >= split_min_mnk (0 = never split) is cut
-     * into row panels of A (each with the whole B), run as separate panels by whichever
-     * workers take them, and answered as one product. split_ways: panels per product; 0 =
-     * one per usable device (so a one-device backend never splits unless asked), 1 = off,
-     * 2..GEMM_SPLIT_MAX = that many, spread round robin over the usable devices (several on
-     * one device: one GPU, or the CPU's workers, treated as several engines). Never more
-     * panels than workers or than rows. See "Split products" in engine.c. */
-    uint64_t split_min_mnk;
-    int split_ways;
-} gemm_engine_config;
-
 #define GEMM_SPLIT_MAX 16
-#define GEMM_HOST_MAX_MNK (1ull << 24) /* 256^3: far past where the host pays */
+#define GEMM_COALESCE_MAX 1024
+#define GEMM_HOST_MAX_MNK (1ull << 24)          /* 256^3: far past where the host pays */
 #define GEMM_SPLIT_MIN_MNK_DEFAULT (1ull << 36) /* 4096^3 */
 
-#define GEMM_COALESCE_MAX 1024
-/* fault_inject on the CPU backend (comma-separated; anything else fails open with 400
- * bad_config): "cpu_delay_ms:N" makes every job sleep N ms before computing (fills the
- * queue predictably in tests; a cancel ends the sleep, and the job stops before its
- * product); "cpu_fail:N" makes every Nth job fail with 500
- * backend_failure; "cpu_lost:N" simulates losing the device: products 1..N-1 run, the
- * Nth fails with 500 device_error, every later one with 503 device_unavailable, and
- * gemm_engine_healthy() is 0 from the Nth on. On the CUDA backend: "oom:N" (the Nth
- * device allocation fails), "sticky:N" (the Nth job launches a trapping kernel) and
- * "gpu_delay_ms:N" (every job's kernel stage begins with N ms of device-side waiting).
- * The daemon ignores fault_inject in a process it restarted itself (GEMMD_RESTARTS > 0),
- * so a hook fires only once. */
+/* ---- errors ---------------------------------------------------------------- */
+
+typedef enum {
+    GEMM_E_NONE = 0,
+    GEMM_E_QUEUE_FULL,        /* every queue place is taken: retry shortly */
+    GEMM_E_SHUTTING_DOWN,     /* close began: retry elsewhere */
+    GEMM_E_CANCELLED,         /* gemm_engine_cancel stopped it */
+    GEMM_E_EMPTY,             /* m, k or n is 0 */
+    GEMM_E_BAD_DTYPE,         /* not a dtype the engine knows */
+    GEMM_E_BAD_OPTION,        /* an option out of place (panel_of) */
+    GEMM_E_TOO_LARGE,         /* sizes past what the engine or the backend takes */
+    GEMM_E_UNKNOWN_KERNEL,    /* no such kernel on this backend */
+    GEMM_E_UNSUPPORTED,       /* the kernel cannot run this product here */
+    GEMM_E_UNSUPPORTED_DTYPE, /* the kernel does not compute this dtype */
+    GEMM_E_UNSUPPORTED_MATH,  /* the math mode needs what the backend lacks */
+    GEMM_E_BAD_TILE,          /* the kernel takes no such tile */
+    GEMM_E_BACKEND,           /* the backend failed to run the product */
+    GEMM_E_DEVICE,            /* a device error during this product */
+    GEMM_E_DEVICE_LOST,       /* the device is gone for this process */
+    GEMM_E_DEVICE_OOM,        /* device memory is short for this product */
+    GEMM_E_NO_MEMORY,         /* host memory is short now */
+    GEMM_E_NO_DEVICE,         /* open: no usable device for the backend */
+    GEMM_E_BAD_CONFIG,        /* open: a setting the backend refuses */
+    GEMM_E_BAD_BACKEND,       /* open: no backend of that name in this build */
+    GEMM_E_INTERNAL,          /* a caller broke the interface's rules */
+    GEMM_E_COUNT
+} gemm_ecode;
+
+typedef struct {
+    gemm_ecode code;   /* GEMM_E_NONE: no error */
+    char message[400]; /* a sentence a person understands */
+} gemm_engine_err;
+
+void gemm_engine_err_clear(gemm_engine_err *e);
+/* Sets code and the printf-formatted message; NULL e does nothing. Returns -1. */
+int gemm_engine_err_set(gemm_engine_err *e, gemm_ecode code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* ---- configuration (config/gemmd.conf, GEMMD_* and flags; key rows: gemm_engine_keys) ---- */
+
+typedef struct {
+    /* the engine (what each key does: its row in gemm_engine_keys, and config/gemmd.conf) */
+    char backend[8];           /* "auto", "cpu" or "cuda" */
+    char fault_inject[64];     /* test hooks, backend-defined (below); "" = none */
+    int queue_depth;           /* jobs waiting (not running) before submit says queue full */
+    int worker_spin_us;        /* a finished worker polls this long for the next job */
+    int batch_max;             /* coalescing (coalesce.c): 0 = the backend's default, 1 = off */
+    int batch_max_delay_us;    /* how long a worker waits for more of its group */
+    uint64_t batch_max_mnk;    /* what counts as small */
+    uint64_t split_min_mnk;    /* split products (split.c): 0 = never */
+    int split_ways;            /* 0 = one panel per usable device slot, 1 = off */
+    /* the CPU backend */
+    int threads;               /* BLAS / int32 loop threads (0 = all cores) */
+    int cpu_workers;           /* jobs run at once (0 = 1) */
+    /* the CUDA backend */
+    char devices[128];         /* "all" or a comma list of ordinals */
+    int streams_per_device;    /* streams (and workers) per device */
+    uint64_t device_mem_limit; /* bytes of cached device buffers per stream (0 = no limit) */
+    int wait_spin_us;          /* a worker polls its product's event this long before it sleeps */
+    uint64_t host_cache_bytes; /* page-locked host blocks kept for reuse (0 or > 1 GiB: 1 GiB) */
+    uint64_t zero_copy_mnk;    /* a lone small float32 product on an idle device skips its copies */
+    int warmup;                /* workers warm up first; open returns once they are warm */
+    /* the host path (host.c), beside a backend that offloads: products of batch*m*n*k up to
+     * this (at most GEMM_HOST_MAX_MNK; 0 = never) submitted with gemm_engine_submit_here */
+    uint64_t host_max_mnk;
+} gemm_engine_config;
+
+/* fault_inject: comma-separated hooks, each owned by one backend (its `faults` rows in
+ * backend.h); a hook the backend in use does not take fails open with GEMM_E_BAD_CONFIG.
+ * The daemon ignores fault_inject in a process it restarted itself (GEMMD_RESTARTS > 0).
+ *   CPU backend (cpu.c):
+ *     cpu_delay_ms:N  every job sleeps N ms before its product (a cancel ends the sleep)
+ *     cpu_stuck_ms:N  every job spends N ms deaf to cancellation, as one long BLAS call
+ *     cpu_fail:N      every Nth job fails (GEMM_E_BACKEND)
+ *     cpu_lost:N      jobs 1..N-1 run, the Nth fails (GEMM_E_DEVICE), every later one with
+ *                     GEMM_E_DEVICE_LOST, and gemm_engine_healthy() is 0 from the Nth on
+ *   CUDA backend (cuda/cuda_device.c):
+ *     oom:N           the Nth device-buffer allocation fails (GEMM_E_DEVICE_OOM)
+ *     sticky:N        the Nth job launches a trapping kernel (a sticky error: device reset)
+ *     lost:N          the Nth job fails (GEMM_E_DEVICE) and its device is reset and marked
+ *                     lost, as after a reset that could not make a new context
+ *     gpu_delay_ms:N  every job's kernel stage begins with N ms of device-side waiting
+ *     copy_loop:1     copies go one call each, as when the driver declines a batched copy
+ * With any hook set the host path is off and products never run on the submitting thread. */
 
 void gemm_engine_config_defaults(gemm_engine_config *cfg);
 
-/* ---- jobs ---------------------------------------------------------------- */
+/* The configuration keys, in sections by owner: "engine" (above the CPU fields), "cpu",
+ * "cuda" and "host". Every build knows every section, so one config file serves them all;
+ * the daemon's reader reads these rows. */
+typedef enum {
+    GEMM_KEY_INT,     /* int field in [min, max] */
+    GEMM_KEY_U64,     /* uint64_t field in [min, max] */
+    GEMM_KEY_MB,      /* value in MiB in [min, max], uint64_t field in bytes */
+    GEMM_KEY_BOOL,    /* int field, 0 or 1 */
+    GEMM_KEY_STR,     /* char[size] */
+    GEMM_KEY_BACKEND, /* char[size]: auto, cpu or cuda */
+    GEMM_KEY_DEVICES  /* char[size]: all, or a comma list of ordinals */
+} gemm_key_kind;
+
+typedef struct {
+    const char *name;  /* the file spelling: GEMMD_<NAME> and --name-with-dashes too */
+    gemm_key_kind kind;
+    size_t offset;     /* into gemm_engine_config */
+    size_t size;       /* string kinds: the buffer */
+    long long min, max;
+    const char *help;
+} gemm_key;
+
+typedef struct {
+    const char *owner;    /* NULL ends the list */
+    const gemm_key *keys; /* a row with a NULL name ends them */
+} gemm_key_section;
+
+extern const gemm_key_section gemm_engine_keys[];
+
+/* ---- jobs ------------------------------------------------------------------ */
 
 typedef enum {
     GEMM_JOB_QUEUED = 0,
@@ -131,9 +177,9 @@ const char *gemm_job_state_name(gemm_job_state s); /* "queued", "running", ... *
 
 typedef struct {
     double queue_ms;   /* submit -> a worker picked it up */
-    double h2d_ms;     /* host -> device copies (0 on the CPU backend) */
+    double h2d_ms;     /* host -> device copies (0 on the CPU) */
     double kernel_ms;  /* the product itself (cudaEvent on the GPU) */
-    double d2h_ms;     /* device -> host copy (0 on the CPU backend) */
+    double d2h_ms;     /* device -> host copy (0 on the CPU) */
     double compute_ms; /* worker start -> worker end (>= h2d + kernel + d2h) */
     double gflops;     /* 2*m*n*k / kernel time */
 } gemm_job_timing;
@@ -146,16 +192,15 @@ typedef struct {
     uint64_t row0, rows;
     int stream;
     char device[GEMM_NAME_LEN];
-    char block[32];       /* the block tile the panel ran (see gemm_job.block) */
+    char block[32];
     double kernel_ms;
 } gemm_split_panel;
 
-/* A resident operand: a matrix kept for many products. Its host copy (engine memory,
- * owned by the caller, alive as long as the handle) is the authority; a backend with
- * device memory keeps a copy per device, made by the first product that reads it there
- * (or, for C, by the product that wrote it) and used without a host-to-device copy from
- * then on. A device that is reset loses its copies; the next product copies again. When
- * device memory is short the product simply reads the host copy (spill). */
+/* A resident operand: a matrix kept for many products. Its host copy (engine memory, owned
+ * by the caller, alive as long as the handle) is the authority; a backend with device
+ * memory keeps a copy per device, made by the first product that reads it there (or, for
+ * C, by the product that wrote it). A reset device loses its copies; the next product
+ * copies again. When device memory is short the product reads the host copy. */
 typedef struct gemm_resident {
     const void *host;
     size_t bytes;
@@ -171,33 +216,26 @@ struct gemm_job {
     gemm_dtype dtype;
     uint64_t m, k, n;
     void *a, *b;          /* m*k and k*n elements, row-major, from gemm_engine_host_alloc */
-    void *c;              /* room for m*n elements of gemm_job_c_dtype(), from gemm_engine_host_alloc */
-    /* A batched job (batch > 1) computes batch products C[i] = A[i].B[i] in one go: a holds
-     * batch m*k matrices back to back, c room for batch m*n, and b holds batch k*n
-     * matrices, or one k*n matrix used by every product when b_shared is set (NumPy
-     * matmul broadcasting of a 2-D B). batch 0 and 1 both mean one product. */
+    void *c;              /* room for m*n elements of gemm_job_c_dtype() */
+    /* batch > 1: batch products C[i] = A[i].B[i]; a holds batch m*k matrices back to back,
+     * c room for batch m*n, b batch k*n matrices or, with b_shared, one for all. */
     uint64_t batch;
     int b_shared;
     char kernel[GEMM_NAME_LEN]; /* "auto" (or "") or a kernel name from describe() */
     int tile;             /* tile for kernels that take one; 0 = kernel default */
     gemm_math math;
-    uint64_t plan_m;      /* rows of the whole product this one is a panel of (0 or m:
-                             none): the kernel, its block, its k split and cuBLAS's
-                             algorithm are chosen as for that many rows, so that each row
-                             comes out as in the whole product (CUDA; the CPU ignores it) */
-    int out_half;         /* float16 / bfloat16 operands: 1 = C in their dtype (rounded to
-                             nearest even from the float32 result), 0 = C in float32 (the
-                             default); ignored for other dtypes (C is in theirs) */
-    gemm_resident *a_res, *b_res; /* optional: A / B are resident (a / b still point at
-                                     their host copies); NULL: plain host operands */
-    gemm_resident *c_res; /* optional: C (host copy at c) is kept resident on the device
-                             that computed it, for the next product to read */
+    uint64_t plan_m;      /* rows of the whole product this one is a panel of (0 or m: none):
+                             kernel, block, k split and algorithm are chosen as for that many
+                             rows, so each row comes out as in the whole product (CUDA) */
+    int out_half;         /* float16 / bfloat16: 1 = C in their dtype, 0 = C in float32 */
+    gemm_resident *a_res, *b_res; /* optional: A / B are resident (a / b: their host copies) */
+    gemm_resident *c_res; /* optional: C (host copy at c) is kept on the device that made it */
     gemm_job_cb done;     /* called exactly once, on an engine thread */
     void *user;           /* for the submitter */
 
-    /* ---- result: set by the engine before done() ---- */
     _Atomic int state;    /* gemm_job_state */
-    gemm_err err;         /* status != 0 when state is FAILED or CANCELLED (409 cancelled) */
+    /* ---- result: set by the engine before done() (submit clears it and what follows) ---- */
+    gemm_engine_err err;  /* set when state is FAILED or CANCELLED */
     gemm_job_timing timing;
     char kernel_used[GEMM_NAME_LEN];
     int tile_used;        /* the tile option that selects the block that ran (0: default only) */
@@ -205,19 +243,14 @@ struct gemm_job {
     gemm_math math_used;
     char device[GEMM_NAME_LEN]; /* "cpu" or e.g. "cuda:0 NVIDIA H100 80GB HBM3" */
     int stream;           /* stream index on that device (-1 on the CPU) */
-    uint64_t batched;     /* products computed by the launch(es) this job ran in: its own
-                             batch for a batched job, 0 for a single product */
-    char batch_mode[32];  /* how a batched job ran: "strided" (one batched library call),
-                             "loop" (one launch per product on one stream, one H2D, one
-                             D2H), "" for a single product; "coalesced strided" /
-                             "coalesced loop" for a product the engine ran together with
-                             other queued ones (batched = the group's size) */
-    int zero_copy;        /* 1: the kernel read A and B from host memory and wrote C there
-                             (no H2D, no D2H; zero_copy_mnk) */
-    /* A split product (split_panels >= 2) ran as that many row panels, split[0..panels)
-     * in row order; then device, stream, tile_used and block are panel 0's, h2d/kernel/d2h
-     * the longest panel's (they run side by side), compute_ms from the worker that took the
-     * product to the end of its last panel, and gflops 2*m*n*k over kernel_ms. 0: not split. */
+    uint64_t batched;     /* products of the launch(es) it ran in: its batch, the group's
+                             size when coalesced, 0 for a single product */
+    char batch_mode[32];  /* "strided" (one library call), "loop" (a launch per product),
+                             "coalesced strided" / "coalesced loop", "" for a single product */
+    int zero_copy;        /* 1: the kernel read A and B from host memory and wrote C there */
+    /* A split product (split_panels >= 2): split[0..panels) in row order; device, stream,
+     * tile_used and block are panel 0's, h2d/kernel/d2h the longest panel's, compute_ms
+     * from the taking worker to the end of the last panel. 0: not split. */
     int split_panels;
     gemm_split_panel split[GEMM_SPLIT_MAX];
 
@@ -225,46 +258,35 @@ struct gemm_job {
     double t_submit_ms;
     _Atomic int cancel_requested; /* set by gemm_engine_cancel; read by the worker */
     struct gemm_job *q_next;
-    struct gemm_split *split_state; /* a split product's panels (parent), or the split a
-                                       panel belongs to; NULL otherwise */
+    struct gemm_split *split_state; /* a split product's panels, or the split a panel is of */
     int panel_index, panel_slot;
-    /* A panel's a and c point inside the product's blocks from gemm_engine_host_alloc:
-     * these are the blocks themselves, for a backend that pins host memory by block (the
-     * same B block is read by every panel, possibly at once). NULL for any other job. */
+    /* A panel's a and c point inside the product's blocks; these are the blocks, for a
+     * backend that pins host memory by block. NULL for any other job. */
     void *a_block, *b_block, *c_block;
-    /* A coalesced group (dynamic batching) run on a backend with run_parts: batch
-     * products, each with its own A, B and C blocks (from gemm_engine_host_alloc), listed
-     * here in place of stacks at a, b and c (which are NULL): the backend copies each
-     * straight to and from its device stacks, with no gather or scatter on the host. NULL
-     * for any other job. */
+    /* A coalesced group run on a backend with run_parts: each product's own blocks, listed
+     * in place of stacks at a, b and c (NULL). NULL for any other job. */
     void *const *a_parts, *const *b_parts, *const *c_parts;
 };
 
-/* The dtype of C: float32 for float16 / bfloat16 operands unless out_half asks for theirs;
- * the operands' dtype otherwise. */
+/* The dtype of C: float32 for half operands unless out_half asks for theirs. */
 static inline gemm_dtype gemm_job_c_dtype(const gemm_job *job)
 {
     return gemm_dtype_is_half(job->dtype) && !job->out_half ? GEMM_DTYPE_F32 : job->dtype;
 }
-
 /* Products in a job: batch, or 1 for a single product. */
 static inline uint64_t gemm_job_batch(const gemm_job *job)
 {
     return job->batch > 1 ? job->batch : 1;
 }
-/* The rows the job's kernel, block and algorithm are chosen for: plan_m when it is a panel
- * of a taller product, else its own m. */
+/* The rows the job's kernel, block and algorithm are chosen for. */
 static inline uint64_t gemm_job_plan_rows(const gemm_job *job)
 {
     return job->plan_m > job->m ? job->plan_m : job->m;
 }
-/* Bytes of the job's A, B and C (all products of a batch; C in gemm_job_c_dtype()); 0 on
- * overflow or a bad dtype. */
+/* Bytes of the job's A, B and C (all products of a batch); 0 on overflow or a bad dtype. */
 int gemm_job_bytes(const gemm_job *job, size_t out[3]);
 
-/* GEMM_MAX_BATCH (gemm_types.h): products in one job. */
-
-/* ---- the engine -------------------------------------------------------- */
+/* ---- the engine ------------------------------------------------------------ */
 
 typedef struct gemm_engine gemm_engine;
 
@@ -300,8 +322,8 @@ typedef struct {
     uint64_t completed, failed, cancelled, rejected; /* since open */
     uint64_t coalesced_launches;   /* groups of queued products run as one batched job */
     uint64_t coalesced_products;   /* products that ran in those groups */
-    uint64_t ran_here;             /* jobs run (or running) on the thread that submitted them (submit_here) */
-    uint64_t ran_host;             /* of those, products the host computed (host_max_mnk) */
+    uint64_t ran_here;             /* jobs run on the thread that submitted them (submit_here) */
+    uint64_t ran_host;             /* of those, products the host path computed */
     uint64_t split_products;       /* products run as row panels (each counted once above) */
     uint64_t split_panels;         /* the panels they ran as */
     double compute_seconds;        /* sum of compute_ms / 1000 */
@@ -313,165 +335,77 @@ typedef struct {
     uint64_t device_mem_free[GEMM_MAX_DEVICES];
     uint64_t resident_bytes[GEMM_MAX_DEVICES]; /* device copies of resident operands */
     int nslots;                    /* device slots of the workers (CUDA: devices; CPU: 1) */
-    int slot_busy[GEMM_MAX_DEVICES]; /* workers of each slot running a product, group or panel now */
+    int slot_busy[GEMM_MAX_DEVICES]; /* workers of each slot running something now */
 } gemm_engine_stats;
 
-/* Opens the backend named by cfg->backend ("auto": CUDA when built in and a device is
- * present, else CPU). NULL with *err set on failure. */
-gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_err *err);
+/* Opens the backend named by cfg->backend ("auto": the first of the registry's backends
+ * that finds its device, CUDA before CPU). NULL with *err set on failure. */
+gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_engine_err *err);
 
-/* Queues a job. Never waits for compute. Returns 0, or -1 with *err set and done()
- * NOT called: 503 queue_full when the queue is at capacity, 422 for a kernel / dtype /
- * math / tile combination the backend cannot run, 503 shutting_down after close began. */
-int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_err *err);
+/* Queues a job. Never waits for compute. Returns 0, or -1 with *err set and done() NOT
+ * called: GEMM_E_QUEUE_FULL, GEMM_E_SHUTTING_DOWN, or what the job or the backend's check
+ * refuses (GEMM_E_EMPTY, GEMM_E_UNKNOWN_KERNEL, ...). */
+int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_engine_err *err);
 
-/* As gemm_engine_submit, but when nothing is queued and a worker of the slot the job would
- * go to is idle, the job runs here, on the calling thread, on that worker's backend state
- * (stream, buffers, handles; the worker takes nothing meanwhile): no hand-off to another
- * thread. A product small enough for the host (host_max_mnk, gemm_engine_runs_on_host)
- * is computed here by the host, queued jobs or not. Returns 1 when it ran here (done()
- * has been called, from this thread, before the return), 0 when it was queued, -1 as
- * submit. Never split; cancellation works as for
- * a running job. For a caller that would otherwise wait for a small product anyway. */
-int gemm_engine_submit_here(gemm_engine *e, gemm_job *job, gemm_err *err);
-/* Whether gemm_engine_submit_here would compute job on the host (host_max_mnk), by its
- * request fields alone: then it always runs there (returns 1), whatever is queued. */
+/* As gemm_engine_submit, but the job may run here, on the calling thread (direct.c): a
+ * product the host path takes (gemm_engine_runs_on_host) always, queued jobs or not; any
+ * other when nothing is queued and a worker of the slot it would go to is idle, on that
+ * worker's backend state (the worker takes nothing meanwhile). Returns 1 when it ran here
+ * (done() has been called, from this thread), 0 when it was queued, -1 as submit. Never
+ * split; cancellation works as for a running job. */
+int gemm_engine_submit_here(gemm_engine *e, gemm_job *job, gemm_engine_err *err);
+/* Whether gemm_engine_submit_here would give job to the host path, by its request alone. */
 int gemm_engine_runs_on_host(const gemm_engine *e, const gemm_job *job);
 
 /* Asks for a job to be cancelled; returns 1 if it was dequeued, 0 otherwise.
- * - Queued: it is taken off the queue and done() is called at once, from the calling
- *   thread, with state CANCELLED and 409 cancelled.
- * - Running: the request is noted and the worker stops the job at its next stage
- *   boundary: before it starts; on the CUDA backend before the host-to-device copy, and
- *   for a product long enough to be run stage by stage (see engine_cuda.c) also before
- *   the kernel and before the device-to-host copy; on the CPU backend before the product
- *   (before each product of a batched job) and, for int32, between panels of k. A product
- *   coalesced into a group (dynamic batching) stops only if the cancel came before the
- *   group started. done() is then called once, from the worker,
- *   with state CANCELLED and 409 cancelled (the message names the stage; c is not
- *   complete). A split product passes the request to each of its panels; it ends
- *   CANCELLED once they have all stopped or finished (unless one failed: then FAILED). A job past its last boundary completes as usual (DONE or FAILED): the
- *   caller discards that result. A kernel that is running is never interrupted.
+ * - Queued: taken off the queue, done() called at once from the calling thread, CANCELLED.
+ * - Running: noted; the worker stops it at its next stage boundary: before it starts; on
+ *   the CUDA backend before the H2D copy and, for a product run stage by stage, before the
+ *   kernel and the D2H copy; on the CPU backend before the product (before each product of
+ *   a batch) and, for int32, between panels of k. A product coalesced into a group stops
+ *   only if the cancel came before the group started. A split product passes it to every
+ *   panel. done() is then called once, CANCELLED (c incomplete); a job past its last
+ *   boundary completes as usual. A running kernel is never interrupted.
  * - Finished, or not known to the engine: nothing happens. */
 int gemm_engine_cancel(gemm_engine *e, gemm_job *job);
 
-/* Stops accepting, lets running jobs finish, fails queued ones with 503 shutting_down
+/* Stops accepting, lets running jobs finish, fails queued ones with GEMM_E_SHUTTING_DOWN
  * (their done() is called), joins the workers and frees the engine. */
 void gemm_engine_close(gemm_engine *e);
 
-/* Memory for job inputs and outputs: pinned on the CUDA backend. */
+/* Memory for job inputs and outputs: page-locked on the CUDA backend. */
 void *gemm_engine_host_alloc(gemm_engine *e, size_t bytes);
 void gemm_engine_host_free(gemm_engine *e, void *p);
 const gemm_allocator *gemm_engine_allocator(gemm_engine *e);
-/* Memory the engine keeps after its owners freed it, for reuse (the CUDA engine's cache of
- * page-locked blocks; the CPU engine keeps none), can be charged to the caller's account:
- * fn(ctx, +bytes) before bytes are kept (nonzero: they are let go instead), fn(ctx, -bytes)
- * when kept bytes are reused or let go. fn is called from any thread, under the engine's
- * allocator lock: it must not call into the engine. NULL stops charging (call it before
- * the account goes away). gemm_engine_trim_kept lets everything kept go now (it stops
- * being charged at once; the memory is freed shortly after) and returns the bytes. */
+/* Memory the engine keeps after its owners freed it, for reuse (the CUDA backend's cache of
+ * page-locked blocks) can be charged to the caller: fn(ctx, +bytes) before bytes are kept
+ * (nonzero: let go instead), fn(ctx, -bytes) when kept bytes are reused or let go; from any
+ * thread, under the allocator's lock (fn must not call into the engine). NULL stops
+ * charging. gemm_engine_trim_kept lets everything kept go now and returns the bytes. */
 typedef int (*gemm_keep_charge_fn)(void *ctx, int64_t delta);
 void gemm_engine_set_keep_charge(gemm_engine *e, gemm_keep_charge_fn fn, void *ctx);
 uint64_t gemm_engine_trim_kept(gemm_engine *e);
 
-/* Resident operands (see gemm_resident): a handle for host bytes at host, and its release
- * (device copies are freed later by the backend, off the caller's thread; the caller
- * frees the host copy). Neither makes a device call. new: NULL when out of memory. */
+/* Resident operands: a handle for host bytes at host, and its release (device copies are
+ * freed later, off the caller's thread). Neither makes a device call. new: NULL when out
+ * of memory. */
 gemm_resident *gemm_engine_resident_new(gemm_engine *e, const void *host, size_t bytes);
 void gemm_engine_resident_free(gemm_engine *e, gemm_resident *r);
 
 void gemm_engine_describe(gemm_engine *e, gemm_engine_info *out);
-/* What the engine counts as a small product: m*n*k (times the batch) at most this much
- * (batch_max_mnk, or its default when the configuration said 0). */
+/* What the engine counts as a small product (batch_max_mnk, or its default). */
 uint64_t gemm_engine_small_mnk(const gemm_engine *e);
-/* device_mem_free: the live free memory of each device (CUDA: cudaMemGetInfo sampled about
- * every second by the backend's housekeeping thread, never on the caller's thread; CPU:
- * available RAM now). gemm_engine_info.devices[].free_mem is the same sample. */
+/* Counters, and each device's live free memory (CUDA: sampled about every second by the
+ * backend's housekeeping thread, never on the caller's thread; CPU: available RAM now). */
 void gemm_engine_get_stats(gemm_engine *e, gemm_engine_stats *out);
 /* True when the engine is open, not closing, healthy, and its queue has room. */
 int gemm_engine_ready(gemm_engine *e);
-/* False once the backend has lost every device it uses: no product can run in this
- * process any more and only a new process can recover (the daemon restarts itself). */
+/* False once the backend has lost every device it uses (only a new process recovers). */
 int gemm_engine_healthy(gemm_engine *e);
-
-/* ---- what a backend provides (used by engine.c only) -------------------- */
-
-typedef struct gemm_backend {
-    const char *name;
-    /* Creates backend state; returns NULL with *err set when it cannot run here. */
-    void *(*open)(const gemm_engine_config *cfg, gemm_err *err);
-    /* Number of worker threads the generic engine should start for it. */
-    int (*workers)(void *self);
-    /* Per-worker setup/teardown on the worker's own thread (may be NULL). */
-    void *(*worker_init)(void *self, int worker_index);
-    void (*worker_fini)(void *self, void *worker);
-    /* Checks options before queueing: resolve "auto", reject what cannot run (422). */
-    int (*validate)(void *self, gemm_job *job, gemm_err *err);
-    /* Runs one job to completion on this worker: fills c, timing (not queue_ms),
-     * kernel_used, tile_used, math_used, device, stream; returns 0, or -1 with job->err
-     * set, or GEMM_RUN_CANCELLED when it stopped at a stage boundary because a cancel was
-     * asked for (gemm_job_cancel_requested), through gemm_job_stop_cancelled. */
-    int (*run)(void *self, void *worker, gemm_job *job);
-    void (*describe)(void *self, gemm_engine_info *out);
-    void (*stats)(void *self, gemm_engine_stats *out); /* devices, bytes, memory */
-    const gemm_allocator *(*allocator)(void *self);
-    void (*close)(void *self);
-    /* 1 while the backend can still run products, 0 once every device it uses is lost
-     * (e.g. a CUDA context that could not be rebuilt after a sticky error). Called from
-     * any thread. May be NULL: always healthy. */
-    int (*healthy)(void *self);
-    /* batch_max when the configuration says 0 (1: no dynamic batching by default). */
-    int batch_default;
-    /* 1: run() takes a coalesced group as a_parts / b_parts / c_parts (see gemm_job);
-     * 0: the engine gathers the group into stacks at a and b and scatters c itself. */
-    int run_parts;
-    /* Takes a resident handle whose device copies must be freed (may be NULL: the
-     * backend keeps none; engine.c frees the handle). The backend frees it when done. */
-    void (*resident_free)(void *self, gemm_resident *r);
-    /* The device slot (0 .. GEMM_MAX_DEVICES-1) worker worker_index runs on, and whether
-     * a slot can run products now (not lost): jobs go to the least-loaded usable slot,
-     * split panels one per usable slot (engine.c). Either may be NULL: every worker is on
-     * slot 0, and every slot is usable. slot_usable is called under the engine's lock. */
-    int (*worker_slot)(void *self, int worker_index);
-    int (*slot_usable)(void *self, int slot);
-    /* gemm_engine_set_keep_charge / gemm_engine_trim_kept (may be NULL: nothing kept). */
-    void (*set_keep_charge)(void *self, gemm_keep_charge_fn fn, void *ctx);
-    uint64_t (*trim_kept)(void *self);
-    /* Whether a product will take about the time of its work: 0 while a fault_inject hook
-     * holds or breaks runs (a product held by design, or a device reset, must not run on
-     * the thread that submitted it: gemm_engine_submit_here queues it). May be NULL: 1. */
-    int (*quick)(void *self);
-} gemm_backend;
-
-#define GEMM_RUN_CANCELLED 1
-
-/* For backends: whether a cancel of this running job was asked for (a relaxed read: the
- * worker checks it at each stage boundary). */
-static inline int gemm_job_cancel_requested(gemm_job *job)
-{
-    return atomic_load_explicit(&job->cancel_requested, memory_order_relaxed) != 0;
-}
-/* For backends: sets job->err to 409 cancelled, "... stopped before <stage>", and returns
- * GEMM_RUN_CANCELLED for run() to return. */
-int gemm_job_stop_cancelled(gemm_job *job, const char *stage);
-
-extern const gemm_backend gemm_backend_cpu;
-/* Computes a float32 / float64 / int32 job on the calling thread (OpenBLAS, or the int32
- * loop on one thread): fills c, kernel_used, math_used, device ("cpu"), stream (-1),
- * timing.kernel_ms and gflops; 0, or -1 / GEMM_RUN_CANCELLED with job->err set. The
- * host path of gemm_engine_submit_here (host_max_mnk). */
-int gemm_host_product(gemm_job *job);
-/* OpenBLAS to one thread for the whole process (an engine with host_max_mnk calls it). */
-void gemm_host_threads_one(void);
-
-/* Opens an engine on the backend given (gemm_engine_open picks cpu or cuda by name);
- * for tests of the generic engine with a backend of their own. */
-gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_config *cfg, gemm_err *err);
-#ifdef GEMMD_HAVE_CUDA
-extern const gemm_backend gemm_backend_cuda;
-/* Number of usable CUDA devices (0 when the driver or a device is missing). */
-int gemm_cuda_device_count(void);
-#endif
+/* Whether the keys of section `owner` (gemm_engine_keys) act on this engine: the engine's
+ * own always, a backend's when it is the one in use (the host path's beside a backend that
+ * offloads). */
+int gemm_engine_key_applies(const gemm_engine *e, const char *owner);
 
 #ifdef __cplusplus
 }

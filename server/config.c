@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,7 @@
 #define OFF(f) offsetof(gemmd_config, f)
 #define SZ(f) sizeof(((gemmd_config *)0)->f)
 
-const key_desc gemmd_config_keys[] = {
+static const key_desc daemon_keys[] = {
     {"listen", K_LISTEN, OFF(listen), SZ(listen), 0, 0,
      "address to bind (IPv4 or IPv6); binding beyond loopback without tokens_file warns"},
     {"port", K_INT, OFF(port), 0, 1, 65535, "TCP port"},
@@ -57,48 +58,6 @@ const key_desc gemmd_config_keys[] = {
     {"max_inflight_mb", K_MB_U64, OFF(max_inflight_bytes), 0, 0, 16777216,
      "MiB of memory all requests in flight may hold: bodies, inputs, kept results, answers "
      "(0 = half of the host's or the container's memory)"},
-    {"backend", K_BACKEND, OFF(engine.backend), SZ(engine.backend), 0, 0,
-     "compute engine: auto (CUDA when a GPU is present, else CPU), cpu or cuda"},
-    {"threads", K_INT, OFF(engine.threads), 0, 0, 4096, "CPU backend: BLAS threads (0 = all cores)"},
-    {"cpu_workers", K_INT, OFF(engine.cpu_workers), 0, 0, 1024, "CPU backend: products run at once (0 = 1)"},
-    {"queue_depth", K_INT, OFF(engine.queue_depth), 0, 1, 1000000,
-     "products waiting for a worker before new ones get 503 queue_full"},
-    {"devices", K_DEVICES, OFF(engine.devices), SZ(engine.devices), 0, 0,
-     "CUDA: all, or a comma list of device ordinals (e.g. 0,2)"},
-    {"streams_per_device", K_INT, OFF(engine.streams_per_device), 0, 1, 64,
-     "CUDA: streams (and worker threads) per device"},
-    {"device_mem_limit_mb", K_MB_U64, OFF(engine.device_mem_limit), 0, 0, 16777216,
-     "CUDA: MiB of cached device buffers per stream (0 = no limit)"},
-    {"batch_max", K_INT, OFF(engine.batch_max), 0, 0, 1024,
-     "dynamic batching: small queued products of one kind run as one batched launch, up to this "
-     "many (0 = backend default: CUDA 32, CPU 1 = off; 1 = off)"},
-    {"batch_max_delay_us", K_INT, OFF(engine.batch_max_delay_us), 0, 0, 1000000,
-     "dynamic batching: microseconds a worker waits for more of its batch (0 = only what is queued)"},
-    {"batch_max_mnk", K_U64, OFF(engine.batch_max_mnk), 0, 1, 1099511627776LL,
-     "dynamic batching: products with m*n*k up to this are small enough to coalesce"},
-    {"zero_copy_mnk", K_U64, OFF(engine.zero_copy_mnk), 0, 0, 1099511627776LL,
-     "CUDA: a float32 product with m*n*k up to this that runs alone with kernel auto, on an "
-     "otherwise idle device, skips its copies (its kernel reads and writes the page-locked host "
-     "buffers; 0 = never)"},
-    {"host_max_mnk", K_U64, OFF(engine.host_max_mnk), 0, 0, 16777216LL,
-     "GPU backend: a float32 (fp32), float64 or int32 product with kernel auto and batch*m*n*k up "
-     "to this is computed by the HTTP thread that received it, on the host (OpenBLAS or the int32 "
-     "loop, one thread), where the GPU cannot pay for its hand-off; its answer says device cpu "
-     "(0 = every product to the GPU)"},
-    {"split_min_mnk", K_U64, OFF(engine.split_min_mnk), 0, 0, 4611686018427387904LL,
-     "split products: a single product with m*n*k at least this is cut into row panels of A "
-     "that run on several devices (or workers) at once (0 = never)"},
-    {"split_ways", K_INT, OFF(engine.split_ways), 0, 0, GEMM_SPLIT_MAX,
-     "split products: panels per product (0 = one per device, so one device never splits; "
-     "1 = off; 2..16 = that many, spread over the devices, several per device allowed)"},
-    {"worker_spin_us", K_INT, OFF(engine.worker_spin_us), 0, 0, 100000,
-     "microseconds an engine worker that has just finished polls for the next product before it "
-     "sleeps (0 = sleep at once)"},
-    {"warmup", K_BOOL, OFF(engine.warmup), 0, 0, 1,
-     "CUDA: each worker runs a few small products at start, so the first requests do not pay "
-     "for loading kernels"},
-    {"fault_inject", K_STR, OFF(engine.fault_inject), SZ(engine.fault_inject), 0, 0,
-     "test hook for the backend (empty = off); never set in production"},
     {"max_dim", K_U64, OFF(limits.max_dim), 0, 1, 4294967295LL, "largest m, k or n accepted"},
     {"max_elements", K_U64, OFF(limits.max_elements), 0, 1, 1099511627776LL,
      "largest element count of A, B or C"},
@@ -128,7 +87,39 @@ const key_desc gemmd_config_keys[] = {
     {"instance_id", K_INSTANCE, OFF(instance_id), SZ(instance_id), 0, 0,
      "this daemon's name among its peers, carried by job ids (empty = <short host name>-<port>)"},
 };
-const size_t gemmd_config_nkeys = sizeof gemmd_config_keys / sizeof gemmd_config_keys[0];
+
+/* The daemon's own keys, then the engine's sections (engine.h, gemm_engine_keys): each
+ * backend declares its keys, read here as rows of this table. */
+static key_desc all_keys[sizeof daemon_keys / sizeof daemon_keys[0] + 32];
+static const char *owners[sizeof all_keys / sizeof all_keys[0]]; /* an engine key's section; NULL: the daemon's */
+static size_t nall;
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
+
+static void build_keys(void)
+{
+    static const key_kind kinds[] = {[GEMM_KEY_INT] = K_INT,         [GEMM_KEY_U64] = K_U64,
+                                     [GEMM_KEY_MB] = K_MB_U64,       [GEMM_KEY_BOOL] = K_BOOL,
+                                     [GEMM_KEY_STR] = K_STR,         [GEMM_KEY_BACKEND] = K_BACKEND,
+                                     [GEMM_KEY_DEVICES] = K_DEVICES};
+    for (size_t i = 0; i < sizeof daemon_keys / sizeof daemon_keys[0]; i++) all_keys[nall++] = daemon_keys[i];
+    for (const gemm_key_section *s = gemm_engine_keys; s->owner; s++)
+        for (const gemm_key *k = s->keys; k->name && nall < sizeof all_keys / sizeof all_keys[0]; k++) {
+            owners[nall] = s->owner;
+            all_keys[nall++] = (key_desc){k->name, kinds[k->kind], OFF(engine) + k->offset, k->size,
+                                          k->min, k->max, k->help};
+        }
+}
+
+size_t gemmd_config_nkeys(void)
+{
+    pthread_once(&keys_once, build_keys);
+    return nall;
+}
+
+const key_desc *gemmd_config_key(size_t i)
+{
+    return i < gemmd_config_nkeys() ? &all_keys[i] : NULL;
+}
 
 void gemmd_config_defaults(gemmd_config *c)
 {
@@ -169,8 +160,8 @@ void gemmd_config_defaults(gemmd_config *c)
 
 const key_desc *gemmd_config_find_key(const char *name)
 {
-    for (size_t i = 0; i < gemmd_config_nkeys; i++)
-        if (strcmp(gemmd_config_keys[i].name, name) == 0) return &gemmd_config_keys[i];
+    for (size_t i = 0; i < gemmd_config_nkeys(); i++)
+        if (strcmp(all_keys[i].name, name) == 0) return &all_keys[i];
     return NULL;
 }
 
@@ -178,8 +169,8 @@ static void list_keys(char *out, size_t len)
 {
     size_t used = 0;
     out[0] = '\0';
-    for (size_t i = 0; i < gemmd_config_nkeys && used < len; i++) {
-        int w = snprintf(out + used, len - used, "%s%s", i ? ", " : "", gemmd_config_keys[i].name);
+    for (size_t i = 0; i < gemmd_config_nkeys() && used < len; i++) {
+        int w = snprintf(out + used, len - used, "%s%s", i ? ", " : "", all_keys[i].name);
         if (w < 0) break;
         used += (size_t)w;
     }
@@ -484,13 +475,13 @@ const char *gemmd_config_env_lookup(char **envp, const char *name)
 
 int gemmd_config_load_env(gemmd_config *c, char **envp, char *msg, size_t msglen)
 {
-    for (size_t i = 0; i < gemmd_config_nkeys; i++) {
+    for (size_t i = 0; i < gemmd_config_nkeys(); i++) {
         char name[64];
-        gemmd_config_env_name(gemmd_config_keys[i].name, name, sizeof name);
+        gemmd_config_env_name(all_keys[i].name, name, sizeof name);
         const char *v = gemmd_config_env_lookup(envp, name);
         if (!v) continue;
         char m[512];
-        if (gemmd_config_set(c, gemmd_config_keys[i].name, v, m, sizeof m) != 0) {
+        if (gemmd_config_set(c, all_keys[i].name, v, m, sizeof m) != 0) {
             snprintf(msg, msglen, "environment variable %s: %s", name, m);
             return -1;
         }
@@ -513,6 +504,24 @@ int gemmd_config_http_threads(const gemmd_config *c)
 }
 
 void gemmd_config_resolve_http_threads(gemmd_config *c) { c->http_threads = gemmd_config_http_threads(c); }
+
+void gemmd_config_warn_idle(const gemmd_config *c, gemm_engine *e)
+{
+    gemmd_config d;
+    gemmd_config_defaults(&d);
+    gemm_engine_info info;
+    gemm_engine_describe(e, &info);
+    for (size_t i = 0; i < gemmd_config_nkeys(); i++) {
+        const key_desc *k = &all_keys[i];
+        const char *v = (const char *)c + k->offset, *dv = (const char *)&d + k->offset;
+        int is_str = k->kind == K_STR || k->kind == K_BACKEND || k->kind == K_DEVICES;
+        size_t size = k->kind == K_INT || k->kind == K_BOOL ? sizeof(int) : sizeof(uint64_t);
+        if (!owners[i] || gemm_engine_key_applies(e, owners[i]) || (is_str ? strcmp(v, dv) == 0 : memcmp(v, dv, size) == 0))
+            continue;
+        LOG_WARN("%s is set but does nothing on the %s backend (a key of the %s section); ignored", k->name,
+                 info.backend, owners[i]);
+    }
+}
 
 int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen)
 {

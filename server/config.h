@@ -84,6 +84,10 @@ void gemmd_config_usage(FILE *out);
 /* Fills instance_id when it is empty: "<short host name>-<port>" (instance.h). */
 void gemmd_config_resolve_instance(gemmd_config *c);
 
+/* Warns, once each, of an engine key set to other than its default that does nothing on the
+ * backend e runs (streams_per_device on a CPU engine). */
+void gemmd_config_warn_idle(const gemmd_config *c, gemm_engine *e);
+
 /* Checks the values fit together (ports, limits, tls pair, token file readable). */
 int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen);
 /* The HTTP threads to run: http_threads, or for 0 half the CPUs online, at least 4, at

@@ -51,13 +51,14 @@ void gemmd_config_usage(FILE *out)
             "  -h, --help                    print this help and exit\n"
             "  -V, --version                 print the version and exit\n"
             "\n");
-    for (size_t i = 0; i < gemmd_config_nkeys; i++) {
+    for (size_t i = 0; i < gemmd_config_nkeys(); i++) {
+        const key_desc *k = gemmd_config_key(i);
         char flag[64], env[64], def[300], lhs[96];
-        flag_name(gemmd_config_keys[i].name, flag, sizeof flag);
-        gemmd_config_env_name(gemmd_config_keys[i].name, env, sizeof env);
-        default_text(&d, &gemmd_config_keys[i], def, sizeof def);
+        flag_name(k->name, flag, sizeof flag);
+        gemmd_config_env_name(k->name, env, sizeof env);
+        default_text(&d, k, def, sizeof def);
         snprintf(lhs, sizeof lhs, "--%s VALUE", flag);
-        fprintf(out, "  %-29s %s\n  %-29s (env %s, default %s)\n", lhs, gemmd_config_keys[i].help, "", env, def);
+        fprintf(out, "  %-29s %s\n  %-29s (env %s, default %s)\n", lhs, k->help, "", env, def);
     }
 }
 

@@ -34,8 +34,9 @@ typedef struct {
     const char *help;
 } key_desc;
 
-extern const key_desc gemmd_config_keys[];
-extern const size_t gemmd_config_nkeys;
+/* Every key: the daemon's, then the engine's sections. */
+size_t gemmd_config_nkeys(void);
+const key_desc *gemmd_config_key(size_t i);
 
 /* The key called name (file spelling, e.g. "max_body_mb"); NULL if unknown. */
 const key_desc *gemmd_config_find_key(const char *name);

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "budget.h"
+#include "engine_err.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -320,12 +321,9 @@ static void on_done(gemm_job *job)
     gemmd_jobs *s = j->store;
     if (s->done_hook) s->done_hook(j, s->done_hook_arg);
     int st = atomic_load(&job->state);
-    if (st != GEMM_JOB_DONE && job->err.status == 0) {
-        if (st == GEMM_JOB_CANCELLED)
-            gemm_err_set(&job->err, 409, "cancelled", "the job was cancelled while it ran");
-        else
-            gemm_err_set(&job->err, 500, "backend_failure", "the job failed");
-    }
+    if (st != GEMM_JOB_DONE && job->err.code == GEMM_E_NONE)
+        gemm_engine_err_set(&job->err, st == GEMM_JOB_CANCELLED ? GEMM_E_CANCELLED : GEMM_E_BACKEND,
+                            st == GEMM_JOB_CANCELLED ? "the job was cancelled while it ran" : "the job failed");
 
     pthread_mutex_lock(&s->mu);
     free_buffers(s, j, st == GEMM_JOB_DONE); /* inputs always; the result unless it is one */
@@ -346,8 +344,8 @@ static void on_done(gemm_job *job)
     int last = unref_locked(s, j); /* the engine's reference */
     publish_counts_locked(s);
     LOG_DEBUG("job %.*s finished state=%s%s%s ms=%.3f", GEMMD_JOB_LOG_ID(j->id),
-              gemm_job_state_name((gemm_job_state)st), st != GEMM_JOB_DONE ? " code=" : "",
-              st != GEMM_JOB_DONE ? job->err.code : "", j->t_finished_ms - j->t_created_ms);
+              gemm_job_state_name((gemm_job_state)st), st != GEMM_JOB_DONE ? " error=" : "",
+              st != GEMM_JOB_DONE ? job->err.message : "", j->t_finished_ms - j->t_created_ms);
     pthread_mutex_unlock(&s->mu);
     if (last) destroy(s, j);
 }
@@ -380,7 +378,9 @@ int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err)
     j->refs++;
     j->in_engine = 1;
     pthread_mutex_unlock(&s->mu);
-    if (gemm_engine_submit(s->engine, &j->job, err) != 0) {
+    gemm_engine_err eerr;
+    if (gemm_engine_submit(s->engine, &j->job, &eerr) != 0) {
+        gemmd_engine_err(&eerr, err);
         LOG_DEBUG("job %.*s refused by the engine: %d %s", GEMMD_JOB_LOG_ID(j->id), err->status, err->code);
         submit_failed(s, j);
         return -1;
@@ -467,7 +467,7 @@ void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *v)
     v->k = j->job.k;
     v->n = j->job.n;
     if (j->finished) {
-        v->err = j->job.err;
+        gemmd_engine_err(&j->job.err, &v->err);
         v->timing = j->job.timing;
         v->total_ms = j->t_finished_ms - j->t_created_ms + j->recv_ms + j->decode_ms;
         double left = (j->t_finished_ms + s->ttl_ms - now) / 1000.0;

@@ -28,6 +28,7 @@
 #include "budget.h"
 #include "config.h"
 #include "engine.h"
+#include "engine_err.h"
 #include "fleet.h"
 #include "http.h"
 #include "instance.h"
@@ -166,12 +167,15 @@ int main(int argc, char **argv)
      * it as "cache" while kept (http.c), so they only take room no request needs. */
     uint64_t quarter = gemmd_budget_limit(cfg.max_inflight_bytes) / 4;
     cfg.engine.host_cache_bytes = quarter > 0 ? quarter : 1;
-    gemm_engine *engine = gemm_engine_open(&cfg.engine, &err);
+    gemm_engine_err eerr;
+    gemm_engine *engine = gemm_engine_open(&cfg.engine, &eerr);
     if (!engine) {
+        gemmd_engine_err(&eerr, &err);
         LOG_ERROR("engine did not start: %s (%s)", err.message, err.code);
         if (listen_fd >= 0) close(listen_fd);
         return 1;
     }
+    gemmd_config_warn_idle(&cfg, engine);
     gemmd_fleet_start(gemm_now_ms());
     gemmd_server *srv = gemmd_http_start_fd(&cfg, engine, listen_fd, &err);
     if (!srv) {

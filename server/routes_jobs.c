@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_err.h"
 #include "log.h"
 #include "offload.h"
 #include "respond.h"
@@ -216,10 +217,12 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
         return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
     /* A small product on a nearly idle engine runs here, on an idle worker's stream: its
      * done() has then come before submit_here returns, and the answer goes out below. */
-    int ran = gemmd_sync_direct(req) ? gemm_engine_submit_here(srv->engine, &req->job, &err)
-                                     : gemm_engine_submit(srv->engine, &req->job, &err);
+    gemm_engine_err eerr;
+    int ran = gemmd_sync_direct(req) ? gemm_engine_submit_here(srv->engine, &req->job, &eerr)
+                                     : gemm_engine_submit(srv->engine, &req->job, &eerr);
     if (ran < 0) { /* done() will not come */
         gemmd_sync_refused(req);
+        gemmd_engine_err(&eerr, &err);
         LOG_DEBUG("product refused by the engine: %d %s", err.status, err.code);
         return gemmd_respond_error(req, &err);
     }
@@ -310,7 +313,9 @@ enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
                                         "the server is shutting down; the product was cancelled%s",
                                         job->timing.compute_ms > 0 ? " while it ran (shutdown_timeout)"
                                                                    : " before it started");
-        return gemmd_respond_error(req, &job->err);
+        gemm_err err;
+        gemmd_engine_err(&job->err, &err);
+        return gemmd_respond_error(req, &err);
     }
     if (req->store_c) return stored_answer(req);
     owned_buffer *ob = malloc(sizeof *ob);

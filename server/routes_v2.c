@@ -27,6 +27,7 @@
 #include <strings.h>
 
 #include "config.h"
+#include "engine_err.h"
 #include "request.h"
 #include "respond.h"
 #include "routes.h"
@@ -549,7 +550,9 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
                             job->timing.compute_ms > 0
                                 ? "the server is shutting down; the product was cancelled while it ran (shutdown_timeout)"
                                 : "the server is shutting down; the product was cancelled before it started");
-        return gemmd_respond_error(req, &job->err);
+        gemm_err err;
+        gemmd_engine_err(&job->err, &err);
+        return gemmd_respond_error(req, &err);
     }
     gemm_matrix c = {.rows = job->m, .cols = job->n, .dtype = gemm_job_c_dtype(job), .data = job->c};
     gemmd_services *srv = req->svc;

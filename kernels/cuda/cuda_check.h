@@ -20,7 +20,6 @@ typedef struct {
     const char *call;    /* the failing call, as written */
     const char *file;
     int line;
-    int cublas_status;   /* the cuBLAS status when a cuBLAS call failed, else 0 */
 } gemm_cuda_site;
 
 static inline cudaError_t gemm_cuda_note(gemm_cuda_site *s, cudaError_t e, const char *call,
@@ -47,8 +46,6 @@ static inline cudaError_t gemm_cublas_note(gemm_cuda_site *s, cublasStatus_t st,
         e = cudaErrorNotSupported;
     else if (st == CUBLAS_STATUS_INVALID_VALUE)
         e = cudaErrorInvalidValue;
-    if (s && s->err == cudaSuccess)
-        s->cublas_status = (int)st;
     return gemm_cuda_note(s, e, call, file, line);
 }
 

@@ -3,12 +3,18 @@
  * from the `devices` setting, the fault hooks, each worker's stream, cuBLAS handle, events
  * and cached device buffers, and the protocol that lets one worker reset a device whose
  * context a sticky error broke while the others wait (see engine_cuda.c).
+ *
+ * Device memory comes from each device's stream-ordered pool (gemm_scratch.h), allocated
+ * and freed in order on the worker's own stream: cudaMalloc and cudaFree synchronize the
+ * whole device, which would stall every other stream's product whenever one worker grew
+ * its buffers. A worker's buffers are kept between products and only grow.
  */
 #include "cuda_engine.h"
 
 #include "gemm_kernels.h"
 #include "gemm_scratch.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +32,7 @@ int gemm_cuda_device_count(void)
     return n;
 }
 
-int gemm_cuda_parse_devices(cuda_backend *cb, const char *spec, int count, gemm_err *err)
+int gemm_cuda_parse_devices(cuda_backend *cb, const char *spec, int count, gemm_engine_err *err)
 {
     if (!spec[0] || strcmp(spec, "all") == 0) {
         cb->ndev = count < GEMM_MAX_DEVICES ? count : GEMM_MAX_DEVICES;
@@ -41,54 +47,31 @@ int gemm_cuda_parse_devices(cuda_backend *cb, const char *spec, int count, gemm_
         char *end = NULL;
         long v = strtol(tok, &end, 10);
         if (!end || *end || end == tok || v < 0 || v >= count)
-            return gemm_err_set(err, 400, "bad_config",
-                                "devices \"%s\": \"%s\" is not a device ordinal; %d device(s) "
+            return gemm_engine_err_set(err, GEMM_E_BAD_CONFIG,
+                                       "devices \"%s\": \"%s\" is not a device ordinal; %d device(s) "
                                 "are visible (0..%d), or use \"all\"", spec, tok, count, count - 1);
         for (int i = 0; i < cb->ndev; i++)
             if (cb->devs[i].ordinal == (int)v)
-                return gemm_err_set(err, 400, "bad_config", "devices \"%s\": %ld is listed twice",
+                return gemm_engine_err_set(err, GEMM_E_BAD_CONFIG, "devices \"%s\": %ld is listed twice",
                                     spec, v);
         if (cb->ndev == GEMM_MAX_DEVICES)
-            return gemm_err_set(err, 400, "bad_config", "devices \"%s\": at most %d devices",
+            return gemm_engine_err_set(err, GEMM_E_BAD_CONFIG, "devices \"%s\": at most %d devices",
                                 spec, GEMM_MAX_DEVICES);
         cb->devs[cb->ndev++].ordinal = (int)v;
     }
     if (cb->ndev == 0)
-        return gemm_err_set(err, 400, "bad_config", "devices \"%s\" names no device", spec);
+        return gemm_engine_err_set(err, GEMM_E_BAD_CONFIG, "devices \"%s\" names no device", spec);
     return 0;
 }
 
-int gemm_cuda_parse_faults(cuda_backend *cb, const char *spec, gemm_err *err)
-{
-    char buf[sizeof ((gemm_engine_config *)0)->fault_inject];
-    snprintf(buf, sizeof buf, "%s", spec);
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ')
-            tok++;
-        if (!*tok)
-            continue;
-        char *colon = strchr(tok, ':');
-        char *end = NULL;
-        long v = colon ? strtol(colon + 1, &end, 10) : -1;
-        int ok = colon && end && end != colon + 1 && *end == '\0' && v >= 1 && v <= 1000000000L;
-        if (ok && strncmp(tok, "oom:", 4) == 0)
-            cb->oom_at = v;
-        else if (ok && strncmp(tok, "sticky:", 7) == 0)
-            cb->sticky_at = v;
-        else if (ok && strncmp(tok, "lost:", 5) == 0)
-            cb->lost_at = v;
-        else if (ok && v <= 3600000 && strncmp(tok, "gpu_delay_ms:", 13) == 0)
-            cb->delay_ms = v;
-        else if (ok && v == 1 && strcmp(tok, "copy_loop:1") == 0)
-            cb->copy_loop = 1;
-        else
-            return gemm_err_set(err, 400, "bad_config",
-                                "fault_inject \"%s\": the CUDA backend understands oom:N, "
-                                "sticky:N, lost:N, gpu_delay_ms:N (N >= 1) and copy_loop:1", tok);
-    }
-    return 0;
-}
+const gemm_fault_hook gemm_cuda_faults[] = {
+    {"oom", offsetof(cuda_backend, oom_at), 1, 1000000000L},
+    {"sticky", offsetof(cuda_backend, sticky_at), 1, 1000000000L},
+    {"lost", offsetof(cuda_backend, lost_at), 1, 1000000000L},
+    {"gpu_delay_ms", offsetof(cuda_backend, delay_ms), 1, 3600000},
+    {"copy_loop", offsetof(cuda_backend, copy_loop), 1, 1},
+    {NULL, 0, 0, 0},
+};
 
 /* ---- worker resources --------------------------------------------------- */
 
@@ -100,33 +83,37 @@ static void mem_used_add(cuda_dev *d, size_t bytes, int sign)
         atomic_fetch_sub(&d->mem_used, (unsigned long long)bytes);
 }
 
-void gemm_cuda_free_buffers(cuda_worker *w)
+/* Back to the device's pool, in order after the stream's work (best effort: after a
+ * sticky error the call fails, and the reset reclaims everything anyway). */
+static void buffer_free(cuda_worker *w, int i)
 {
-    for (int i = 0; i < 3; i++) {
-        if (w->buf[i]) {
-            if (cudaFree(w->buf[i]) != cudaSuccess)
-                cudaGetLastError();
-            mem_used_add(w->dev, w->cap[i], -1);
-        }
-        w->buf[i] = NULL;
-        w->cap[i] = 0;
+    if (w->buf[i]) {
+        if (gemm_scratch_free(w->buf[i], w->stream) != cudaSuccess)
+            cudaGetLastError();
+        mem_used_add(w->dev, w->cap[i], -1);
     }
+    w->buf[i] = NULL;
+    w->cap[i] = 0;
+}
+
+static void free_buffers(cuda_worker *w)
+{
+    for (int i = 0; i < 3; i++)
+        buffer_free(w, i);
 }
 
 /* Frees what the worker holds on its device (best effort: after a sticky error the calls
  * fail, and cudaDeviceReset reclaims everything anyway). Caller has set the device. */
 void gemm_cuda_destroy_resources(cuda_worker *w)
 {
-    gemm_cuda_free_buffers(w);
+    free_buffers(w);
     gemm_lt_destroy(w->lt);
     w->lt = NULL;
     if (w->blas)
         cublasDestroy(w->blas);
-    if (w->lt_ws) {
-        if (cudaFree(w->lt_ws) != cudaSuccess)
-            cudaGetLastError();
-        w->lt_ws = NULL;
-    }
+    if (w->lt_ws && gemm_scratch_free(w->lt_ws, w->stream) != cudaSuccess)
+        cudaGetLastError();
+    w->lt_ws = NULL;
     for (int i = 0; i < WORKER_EVENTS; i++)
         if (w->ev[i])
             cudaEventDestroy(w->ev[i]);
@@ -154,7 +141,7 @@ cudaError_t gemm_cuda_build_resources(cuda_worker *w, unsigned gen, gemm_cuda_si
      * otherwise allocate its own. cublasLt picks the algorithm of a panel's whole product
      * (gemm_launch.plan_m); without it (no memory, no cublasLt) cublasGemmEx runs everything. */
     if (e == cudaSuccess) {
-        if (cudaMalloc(&w->lt_ws, GEMM_LT_WORKSPACE_BYTES) == cudaSuccess) {
+        if (gemm_scratch_alloc(&w->lt_ws, GEMM_LT_WORKSPACE_BYTES, w->stream) == cudaSuccess) {
             e = GEMM_CUBLAS_CHECK(site, cublasSetWorkspace(w->blas, w->lt_ws, GEMM_LT_WORKSPACE_BYTES));
             if (e == cudaSuccess) w->lt = gemm_lt_create(w->lt_ws, GEMM_LT_WORKSPACE_BYTES);
         } else {
@@ -170,14 +157,15 @@ cudaError_t gemm_cuda_build_resources(cuda_worker *w, unsigned gen, gemm_cuda_si
     return cudaSuccess;
 }
 
-/* One device-buffer allocation, counted for the oom:N hook. */
+/* One device-buffer allocation from the pool, on the worker's stream, counted for the
+ * oom:N hook. */
 static cudaError_t dev_malloc(cuda_worker *w, void **p, size_t bytes, gemm_cuda_site *site)
 {
     long n = atomic_fetch_add(&w->cb->allocs, 1) + 1;
     if (w->cb->oom_at > 0 && n == w->cb->oom_at)
-        return gemm_cuda_note(site, cudaErrorMemoryAllocation, "cudaMalloc (injected oom)",
+        return gemm_cuda_note(site, cudaErrorMemoryAllocation, "gemm_scratch_alloc (injected oom)",
                               __FILE__, __LINE__);
-    return GEMM_CUDA_CHECK(site, cudaMalloc(p, bytes));
+    return GEMM_CUDA_CHECK(site, gemm_scratch_alloc(p, bytes, w->stream));
 }
 
 static size_t round_cap(size_t need, uint64_t limit)
@@ -201,24 +189,18 @@ cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_
         sum += want[i];
     }
     if (limit && sum > limit) {
-        gemm_cuda_free_buffers(w);
+        free_buffers(w);
         for (int i = 0; i < 3; i++)
             want[i] = need[i];
     }
     for (int i = 0; i < 3; i++) {
         if (w->buf[i] && w->cap[i] >= need[i])
             continue;
-        if (w->buf[i]) {
-            if (cudaFree(w->buf[i]) != cudaSuccess)
-                cudaGetLastError();
-            mem_used_add(w->dev, w->cap[i], -1);
-            w->buf[i] = NULL;
-            w->cap[i] = 0;
-        }
+        buffer_free(w, i);
         cudaError_t e = dev_malloc(w, &w->buf[i], want[i], site);
         if (e != cudaSuccess) {
             w->buf[i] = NULL;
-            gemm_cuda_free_buffers(w);
+            free_buffers(w);
             return e;
         }
         w->cap[i] = want[i];
@@ -246,12 +228,12 @@ unsigned gemm_cuda_dev_enter(cuda_dev *d, int *others)
     return gen;
 }
 
-int gemm_cuda_dev_enter_house(cuda_dev *d)
+int gemm_cuda_dev_enter_house(cuda_dev *d, int lost_too)
 {
     pthread_mutex_lock(&d->mu);
     while (d->resetting)
         pthread_cond_wait(&d->cv, &d->mu);
-    int ok = !atomic_load(&d->lost);
+    int ok = lost_too || !atomic_load(&d->lost);
     if (ok)
         d->active++;
     pthread_mutex_unlock(&d->mu);
@@ -266,6 +248,29 @@ void gemm_cuda_dev_leave_house(cuda_dev *d)
     pthread_mutex_unlock(&d->mu);
 }
 
+int gemm_cuda_pin(cuda_backend *cb, cuda_dev *d, void *p, unsigned *held)
+{
+    int s = GEMM_PIN_PAGEABLE;
+    for (int tries = 0; tries < 3; tries++) {
+        s = gemm_cuda_host_pin(cb->host, p, d->slot);
+        if (s < 0 || s == d->slot || (*held & (1u << s)))
+            return s;
+        /* Hold the device whose registration it is (lost or not: a lost one's reset may be
+         * pending), then look again: it may have been reset before we got in (then the
+         * block registers here). */
+        gemm_cuda_dev_enter_house(&cb->devs[s], 1);
+        *held |= 1u << s;
+    }
+    return s;
+}
+
+void gemm_cuda_unhold(cuda_backend *cb, unsigned held)
+{
+    for (int s = 0; held; s++, held >>= 1)
+        if (held & 1u)
+            gemm_cuda_dev_leave_house(&cb->devs[s]);
+}
+
 void gemm_cuda_sample_memory(cuda_dev *d)
 {
     size_t free_b = 0, total_b = 0;
@@ -277,73 +282,79 @@ void gemm_cuda_sample_memory(cuda_dev *d)
     }
 }
 
-/* Leaves the device; when `broken` (and nobody reset it since gen), resets it first. */
-void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken)
+/* Called with d->mu held, resetting set and nobody inside: frees every stream, handle and
+ * buffer of the device, resets it and (unless `lose`) makes a new context, trying for up to
+ * RESET_WAIT_MS; marks the device lost when that fails. The host blocks it registered stop
+ * counting as locked before the reset drops their registrations (defect of old: a block was
+ * taken as locked, by any device, between the reset and the note of it). */
+static void reset_locked(cuda_backend *cb, cuda_dev *d, int lose)
+{
+    gemm_cuda_host_device_lost(cb->host, d->slot);
+    cudaSetDevice(d->ordinal);
+    for (int i = 0; i < cb->nworkers; i++)
+        if (cb->workers[i].dev == d && cb->workers[i].gen != 0)
+            gemm_cuda_destroy_resources(&cb->workers[i]);
+    gemm_engine_log(GEMM_LOG_WARN, "cuda: device %d (%s): resetting after %s", d->ordinal, d->info.name,
+                    lose ? "its injected loss (fault_inject lost)" : "a sticky error");
+    cudaError_t e = cudaDeviceReset();
+    if (e != cudaSuccess)
+        gemm_engine_log(GEMM_LOG_ERROR, "cuda: cudaDeviceReset on device %d failed: %s", d->ordinal,
+                        cudaGetErrorString(e));
+    cudaGetLastError();
+    gemm_cuda_host_device_reset(cb->host, d->slot); /* its cached blocks went with the registrations */
+    gemm_scratch_device_reset(d->ordinal);
+    double t0 = gemm_now_ms();
+    int tries = 0;
+    e = lose ? cudaErrorDevicesUnavailable : cudaSuccess;
+    while (!lose) { /* a new context can take a moment after the faulted one is torn down */
+        tries++;
+        e = cudaSetDevice(d->ordinal);
+        if (e == cudaSuccess)
+            e = cudaFree(0); /* makes the new primary context */
+        if (e == cudaSuccess || gemm_now_ms() - t0 >= RESET_WAIT_MS)
+            break;
+        cudaGetLastError();
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    d->gen++;
+    if (e == cudaSuccess) {
+        gemm_engine_log(GEMM_LOG_WARN, "cuda: device %d (%s) was reset after a sticky error (new context after "
+                        "%d tr%s, %.0f ms); its streams are rebuilt before their next job", d->ordinal, d->info.name,
+                        tries, tries == 1 ? "y" : "ies", gemm_now_ms() - t0);
+        return;
+    }
+    d->lost_err = e;
+    atomic_store(&d->lost, 1);
+    gemm_engine_log(GEMM_LOG_ERROR, "cuda: device %d (%s) could not be recovered in this process (%s); it takes "
+                    "no more products (the engine's other devices serve them; with none left they fail with 503 "
+                    "device_unavailable) until gemmd is restarted", d->ordinal, d->info.name,
+                    lose ? "fault_inject lost" : cudaGetErrorString(e));
+}
+
+/* Leaves the device; when `broken` (and nobody reset it since gen), resets it. One device
+ * resets at a time (reset_mu, taken with nothing held): a job inside one device may wait
+ * for another's reset (it copies through a block that device registered), and two resets
+ * each waiting for the other's jobs would never end. */
+void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken, int lose)
 {
     pthread_mutex_lock(&d->busy_mu);
     if (--d->jobs == 0)
         d->busy_ms += gemm_now_ms() - d->busy_since_ms;
     pthread_mutex_unlock(&d->busy_mu);
+    gemm_cuda_dev_leave_house(d);
+    if (!broken)
+        return;
+    pthread_mutex_lock(&cb->reset_mu);
     pthread_mutex_lock(&d->mu);
-    d->active--;
-    if (broken && gen == d->gen) {
-        if (d->resetting) {
-            pthread_cond_broadcast(&d->cv); /* the resetter may be waiting for us */
-            while (d->resetting)
-                pthread_cond_wait(&d->cv, &d->mu);
-        } else {
-            d->resetting = 1;
-            while (d->active > 0)
-                pthread_cond_wait(&d->cv, &d->mu);
-            /* Nobody is inside a job on this device: free everything, reset, start over. */
-            cudaSetDevice(d->ordinal);
-            for (int i = 0; i < cb->nworkers; i++)
-                if (cb->workers[i].dev == d && cb->workers[i].gen != 0)
-                    gemm_cuda_destroy_resources(&cb->workers[i]);
-            gemm_engine_log(GEMM_LOG_WARN, "cuda: device %d (%s): resetting after a sticky error",
-                            d->ordinal, d->info.name);
-            cudaError_t e = cudaDeviceReset();
-            if (e != cudaSuccess)
-                gemm_engine_log(GEMM_LOG_ERROR, "cuda: cudaDeviceReset on device %d failed: %s",
-                                d->ordinal, cudaGetErrorString(e));
-            cudaGetLastError();
-            gemm_cuda_host_device_reset(cb->host, d->slot); /* its host registrations went too */
-            gemm_scratch_device_reset(d->ordinal);
-            /* A new context can take a moment after the faulted one is torn down: try for
-             * up to RESET_WAIT_MS before declaring the device lost. */
-            double t0 = gemm_now_ms();
-            int tries = 0;
-            do {
-                tries++;
-                e = cudaSetDevice(d->ordinal);
-                if (e == cudaSuccess)
-                    e = cudaFree(0); /* makes the new primary context */
-                if (e == cudaSuccess)
-                    break;
-                cudaGetLastError();
-                struct timespec ts = {0, 200 * 1000000L};
-                nanosleep(&ts, NULL);
-            } while (gemm_now_ms() - t0 < RESET_WAIT_MS);
-            d->gen++;
-            d->resets++;
-            d->resetting = 0;
-            if (e == cudaSuccess) {
-                gemm_engine_log(GEMM_LOG_WARN, "cuda: device %d (%s) was reset after a sticky error "
-                                "(new context after %d tr%s, %.0f ms); its streams are rebuilt before "
-                                "their next job", d->ordinal, d->info.name, tries, tries == 1 ? "y" : "ies",
-                                gemm_now_ms() - t0);
-            } else {
-                d->lost_err = e;
-                atomic_store(&d->lost, 1);
-                gemm_engine_log(GEMM_LOG_ERROR, "cuda: device %d (%s) could not be recovered in this "
-                                "process after a sticky error (%s for %.0f ms after cudaDeviceReset); it "
-                                "takes no more products (the engine's other devices serve them; with none "
-                                "left they fail with 503 device_unavailable) until gemmd is restarted", d->ordinal,
-                                d->info.name, cudaGetErrorString(e), gemm_now_ms() - t0);
-            }
-        }
+    if (gen == d->gen) {
+        d->resetting = 1;
+        while (d->active > 0)
+            pthread_cond_wait(&d->cv, &d->mu);
+        reset_locked(cb, d, lose);
+        d->resetting = 0;
+        pthread_cond_broadcast(&d->cv);
     }
-    pthread_cond_broadcast(&d->cv);
     pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&cb->reset_mu);
 }
-

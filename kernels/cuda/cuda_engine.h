@@ -1,8 +1,9 @@
 /*
  * cuda_engine.h - the CUDA backend's insides, shared by engine_cuda.c (open, validate,
- * run, describe), cuda_device.c (device list, per-worker resources, device buffers, the
- * enter/leave protocol and the reset after a sticky error) and cuda_house.c (the
- * housekeeping thread). Not a public interface.
+ * describe, the backend row), cuda_run.c (one product, stage by stage), cuda_warm.c (the
+ * warm-up), cuda_device.c (device list, per-worker resources, device buffers, the
+ * enter/leave protocol and the reset after a sticky error), cuda_resident.c and
+ * cuda_house.c (the housekeeping thread). Not a public interface.
  */
 #ifndef GEMM_CUDA_ENGINE_H
 #define GEMM_CUDA_ENGINE_H
@@ -17,7 +18,7 @@
 
 #include "cuda_check.h"
 #include "cuda_host.h"
-#include "engine.h"
+#include "backend.h"
 
 #define BUF_ROUND (1u << 20)           /* device buffers grow in whole MiB */
 #define RESET_WAIT_MS 1000.0           /* how long a reset device may take to accept a new context */
@@ -42,8 +43,8 @@ typedef struct {
     pthread_cond_t cv;
     unsigned gen;                /* bumped by each reset; worker resources carry it */
     int resetting;
-    int active;                  /* threads inside (jobs, housekeeping): a reset waits for 0 */
-    unsigned resets;
+    int active;                  /* threads inside (jobs, housekeeping, jobs of other devices
+                                    that copy through its host registrations): a reset waits for 0 */
     atomic_int lost;             /* reset done but no new context could be made */
     cudaError_t lost_err;        /* set before lost */
 
@@ -84,10 +85,8 @@ typedef struct cuda_backend {
     int warmup;                  /* workers warm up before their first job (config warmup) */
     int min_cc;                  /* oldest device: what every worker can run */
     int wgmma_ok;                /* every device runs wgmma */
-    long oom_at, sticky_at, lost_at; /* fault hooks; 0 = off */
-    long delay_ms;               /* fault hook gpu_delay_ms; 0 = off */
-    int copy_loop;               /* fault hook copy_loop:1: copies one call each, as when the
-                                    driver declines cudaMemcpyBatchAsync */
+    long oom_at, sticky_at, lost_at, delay_ms, copy_loop; /* fault hooks (engine.h); 0 = off */
+    pthread_mutex_t reset_mu;    /* one device resets at a time (cuda_device.c) */
     atomic_long allocs, jobs;
     gemm_cuda_host *host;
     gemm_allocator alloc;
@@ -102,20 +101,27 @@ typedef struct cuda_backend {
 } cuda_backend;
 
 /* cuda_device.c */
-int gemm_cuda_parse_devices(cuda_backend *cb, const char *spec, int count, gemm_err *err);
-int gemm_cuda_parse_faults(cuda_backend *cb, const char *spec, gemm_err *err);
-void gemm_cuda_free_buffers(cuda_worker *w);
+extern const gemm_fault_hook gemm_cuda_faults[];
+int gemm_cuda_parse_devices(cuda_backend *cb, const char *spec, int count, gemm_engine_err *err);
 void gemm_cuda_destroy_resources(cuda_worker *w);
 cudaError_t gemm_cuda_build_resources(cuda_worker *w, unsigned gen, gemm_cuda_site *site);
 cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_cuda_site *site);
 /* A job enters the device (waits out a reset; *others, when not NULL, gets how many jobs
- * were inside before it) and leaves it; a broken leave resets it. */
+ * were inside before it) and leaves it; a broken leave resets it, and with `lose` (the
+ * lost:N hook) marks it lost after the reset instead of making a new context. */
 unsigned gemm_cuda_dev_enter(cuda_dev *d, int *others);
-void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken);
-/* The housekeeping thread enters (0: the device is lost, not entered) and leaves; it is
+void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken, int lose);
+/* The housekeeping thread (0: the device is lost, not entered), or a job that copies
+ * through a host block this device registered (lost_too: always), enters and leaves;
  * counted so that no reset runs meanwhile, but not as busy time. */
-int gemm_cuda_dev_enter_house(cuda_dev *d);
+int gemm_cuda_dev_enter_house(cuda_dev *d, int lost_too);
 void gemm_cuda_dev_leave_house(cuda_dev *d);
+/* Locks the host block of p for copies on d (gemm_cuda_host_pin) and, when another
+ * device's registration locks it, enters that device (a bit per slot in *held) so that its
+ * reset cannot drop the registration while d copies through it; unhold leaves them. Returns
+ * the slot whose registration locks the block, or a GEMM_PIN_ value. */
+int gemm_cuda_pin(cuda_backend *cb, cuda_dev *d, void *p, unsigned *held);
+void gemm_cuda_unhold(cuda_backend *cb, unsigned held);
 /* cudaMemGetInfo of the current device (d's) into d->mem_free / mem_total. */
 void gemm_cuda_sample_memory(cuda_dev *d);
 
@@ -137,6 +143,13 @@ void *gemm_cuda_resident_keep(const void *src, size_t bytes, cudaStream_t s);
 void gemm_cuda_resident_publish(cuda_dev *d, unsigned gen, gemm_resident *r, void *q);
 void gemm_cuda_resident_release(void *self, gemm_resident *r);
 void gemm_cuda_resident_drain(cuda_backend *cb);
+
+/* cuda_run.c: one job on worker w (the backend's run); cuda_warm.c: w's warm-up. */
+int gemm_cuda_run(void *self, void *worker, gemm_job *job);
+void gemm_cuda_warm(cuda_backend *cb, cuda_worker *w);
+/* engine_cuda.c: validate() (also for the warm-up); whether the job asked for kernel auto */
+int gemm_cuda_validate(void *self, gemm_job *job, gemm_engine_err *err);
+int gemm_cuda_kernel_is_auto(const gemm_job *job);
 
 /* cuda_fault.cu */
 cudaError_t gemm_cuda_launch_trap(cudaStream_t stream);

@@ -350,13 +350,18 @@ void gemm_cuda_host_close(gemm_cuda_host *h)
     free(h);
 }
 
+void gemm_cuda_host_device_lost(gemm_cuda_host *h, int slot)
+{
+    if (slot >= 0 && slot < h->ndev)
+        atomic_fetch_add(&h->gen[slot], 1);
+}
+
 void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
 {
     if (slot < 0 || slot >= h->ndev)
         return;
     block_hdr *drop = NULL;
     pthread_mutex_lock(&h->mu);
-    atomic_fetch_add(&h->gen[slot], 1);
     for (block_hdr *b = h->oldest, *next; b; b = next) {
         next = b->newer;
         if (b->slot == slot) {
@@ -515,28 +520,29 @@ static void cache_keep(gemm_cuda_host *h, block_hdr *b)
 int gemm_cuda_host_pin(gemm_cuda_host *h, void *p, int slot)
 {
     if (!p || slot < 0 || slot >= h->ndev)
-        return 0;
+        return GEMM_PIN_PAGEABLE;
     block_hdr *b = hdr_of(p);
     if (b->magic != MAGIC)
-        return 0;
+        return GEMM_PIN_PAGEABLE;
     if (registered(h, b)) /* the common case, without the lock */
-        return 1;
+        return atomic_load_explicit(&b->slot, memory_order_relaxed);
     unsigned gen = atomic_load(&h->gen[slot]);
-    /* Not registered, or its registration went with a reset of the device that made it.
-     * The block belongs to the job this worker runs; the panels of a split product share
-     * theirs, so another worker may register the same block at the same moment: then the
-     * driver says it is registered already, which is what we wanted. */
+    /* Not registered, or its registration goes with a reset of the device that made it.
+     * The driver may still hold it: that device's reset is under way (the slot it names, to
+     * be waited out), or another worker registered the block at this moment (the panels of
+     * a split product share theirs) and notes it next. */
     cudaError_t e = cudaHostRegister(b, HDR + b->cap, cudaHostRegisterPortable);
     if (e == cudaErrorHostMemoryAlreadyRegistered) {
         cudaGetLastError();
-        return 1;
+        int s = atomic_load_explicit(&b->slot, memory_order_acquire);
+        return s >= 0 && s < h->ndev ? s : GEMM_PIN_ELSEWHERE;
     }
     if (e == cudaSuccess) {
         pthread_mutex_lock(&h->mu);
         atomic_store_explicit(&b->gen, gen, memory_order_relaxed);
         atomic_store_explicit(&b->slot, slot, memory_order_release); /* after gen: registered() */
         pthread_mutex_unlock(&h->mu);
-        return 1;
+        return slot;
     }
     cudaGetLastError();
     pthread_mutex_lock(&h->mu);
@@ -546,7 +552,7 @@ int gemm_cuda_host_pin(gemm_cuda_host *h, void *p, int slot)
     if (warn)
         gemm_engine_log(GEMM_LOG_WARN, "cuda: cudaHostRegister of %zu bytes failed (%s); job buffers stay "
                         "pageable and copies will be slower", HDR + b->cap, cudaGetErrorString(e));
-    return 0;
+    return GEMM_PIN_PAGEABLE;
 }
 
 int gemm_cuda_host_drain(gemm_cuda_host *h, int slot)
@@ -682,23 +688,4 @@ gemm_allocator gemm_cuda_host_allocator(gemm_cuda_host *h)
 {
     gemm_allocator a = {host_alloc, host_free, h};
     return a;
-}
-
-void gemm_cuda_host_counts(gemm_cuda_host *h, size_t *cached_blocks, size_t *bytes_in_use,
-                           size_t *queued_blocks)
-{
-    pthread_mutex_lock(&h->mu);
-    size_t n = (size_t)h->ncached;
-    for (int i = 0; i < MAX_STASHES; i++) {
-        pthread_mutex_lock(&h->stashes[i].mu);
-        n += (size_t)h->stashes[i].n;
-        pthread_mutex_unlock(&h->stashes[i].mu);
-    }
-    if (cached_blocks)
-        *cached_blocks = n;
-    if (bytes_in_use)
-        *bytes_in_use = atomic_load(&h->in_use);
-    if (queued_blocks)
-        *queued_blocks = h->nqueued;
-    pthread_mutex_unlock(&h->mu);
 }

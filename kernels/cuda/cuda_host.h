@@ -54,21 +54,24 @@ void gemm_cuda_host_set_charge(gemm_cuda_host *h, int (*fn)(void *ctx, int64_t d
 size_t gemm_cuda_host_trim(gemm_cuda_host *h);
 
 /* Worker side. Locks the block holding p (from this allocator) for copies, registering it
- * in the context of device slot `slot` unless it already is (in any slot, registrations
- * are portable). Call with that device current and inside its enter/leave. Returns 1 when
- * the block is page-locked, 0 when it stays pageable (registration failed: warned once;
- * copies are slower but right). */
+ * in the context of device slot `slot` unless it already is (registrations are portable:
+ * one made by any slot serves every device). Call with that device current and inside its
+ * enter/leave. Returns the slot whose registration locks the block: `slot` itself, or
+ * another (that device's reset drops it, so a job that copies through it holds that device
+ * meanwhile; when that reset is under way, hold it and ask again); GEMM_PIN_ELSEWHERE when
+ * a registration another worker made at this moment locks it; GEMM_PIN_PAGEABLE when it
+ * stays pageable (registration failed: warned once; copies are slower but right). */
+#define GEMM_PIN_PAGEABLE (-1)
+#define GEMM_PIN_ELSEWHERE (-2)
 int gemm_cuda_host_pin(gemm_cuda_host *h, void *p, int slot);
 /* Housekeeping side: unregisters and frees the queued blocks that slot registered (same
  * conditions as pin). Returns how many blocks were released. */
 int gemm_cuda_host_drain(gemm_cuda_host *h, int slot);
-/* Called after device slot `slot` was reset: its registrations are gone; its cached and
- * queued blocks are freed (no CUDA call). */
+/* Device slot `slot` is about to be reset (or lost): from now on no block it registered
+ * counts as locked, for any device (no CUDA call). Call before the reset drops them. */
+void gemm_cuda_host_device_lost(gemm_cuda_host *h, int slot);
+/* After device slot `slot` was reset: its registrations are gone; its cached and queued
+ * blocks are freed (no CUDA call). */
 void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot);
-
-/* For stats and tests: blocks in the cache (stashes included), bytes handed out (locked or
- * not), blocks queued for unregistration. Any pointer may be NULL. */
-void gemm_cuda_host_counts(gemm_cuda_host *h, size_t *cached_blocks, size_t *bytes_in_use,
-                           size_t *queued_blocks);
 
 #endif /* GEMM_CUDA_HOST_H */

@@ -19,7 +19,7 @@ static void visit(cuda_backend *cb, int sample)
 {
     for (int i = 0; i < cb->ndev; i++) {
         cuda_dev *d = &cb->devs[i];
-        if (!gemm_cuda_dev_enter_house(d))
+        if (!gemm_cuda_dev_enter_house(d, 0))
             continue; /* lost: nothing to sample, its registrations are gone */
         if (cudaSetDevice(d->ordinal) == cudaSuccess) {
             if (sample)

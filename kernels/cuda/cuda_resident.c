@@ -2,8 +2,9 @@
  * cuda_resident.c - device copies of resident operands (engine.h, gemm_resident).
  *
  * A worker that runs a product on a resident operand asks for the copy on its device:
- * made on first use (cudaMalloc + a host-to-device copy, synchronised before the copy is
- * published, under the handle's lock so that two streams never upload it twice), then
+ * made on first use (memory from the device's stream-ordered pool, gemm_scratch.h, and a
+ * host-to-device copy, synchronised before the copy is published, under the handle's lock
+ * so that two streams never upload it twice), then
  * read in place by every later product there. A product that keeps C copies its result
  * device-to-device into a fresh block, published once the product has finished. When the
  * device has no room the product reads the host copy as usual (spill), and a copy made
@@ -12,6 +13,7 @@
  * thread frees the device copies.
  */
 #include "cuda_engine.h"
+#include "gemm_scratch.h"
 
 #include <stdlib.h>
 
@@ -32,16 +34,20 @@ int gemm_cuda_resident_get(cuda_backend *cb, cuda_dev *d, unsigned gen, gemm_res
                         "is gone; copying it again from host memory", d->label);
     }
     void *q = NULL;
-    if (cudaMalloc(&q, r->bytes) != cudaSuccess) {
+    if (gemm_scratch_alloc(&q, r->bytes, s) != cudaSuccess) {
         cudaGetLastError(); /* short of device memory: the product reads the host copy */
         goto out;
     }
-    gemm_cuda_host_pin(cb->host, (void *)r->host, slot);
+    unsigned held = 0; /* another device whose registration the copy goes through */
+    gemm_cuda_pin(cb, d, (void *)r->host, &held);
     double t0 = gemm_now_ms();
-    if (cudaMemcpyAsync(q, r->host, r->bytes, cudaMemcpyHostToDevice, s) != cudaSuccess ||
-        cudaStreamSynchronize(s) != cudaSuccess) {
+    int copied = cudaMemcpyAsync(q, r->host, r->bytes, cudaMemcpyHostToDevice, s) == cudaSuccess &&
+                 cudaStreamSynchronize(s) == cudaSuccess;
+    gemm_cuda_unhold(cb, held);
+    if (!copied) {
         cudaGetLastError();
-        cudaFree(q);
+        gemm_scratch_free(q, s);
+        cudaGetLastError();
         goto out;
     }
     *up_ms += gemm_now_ms() - t0;
@@ -59,13 +65,14 @@ out:
 void *gemm_cuda_resident_keep(const void *src, size_t bytes, cudaStream_t s)
 {
     void *q = NULL;
-    if (cudaMalloc(&q, bytes) != cudaSuccess) {
+    if (gemm_scratch_alloc(&q, bytes, s) != cudaSuccess) {
         cudaGetLastError();
         return NULL;
     }
     if (cudaMemcpyAsync(q, src, bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess) {
         cudaGetLastError();
-        cudaFree(q);
+        gemm_scratch_free(q, s);
+        cudaGetLastError();
         return NULL;
     }
     return q;
@@ -81,8 +88,8 @@ void gemm_cuda_resident_publish(cuda_dev *d, unsigned gen, gemm_resident *r, voi
     pthread_mutex_unlock(&r->mu);
     atomic_fetch_add(&d->resident_bytes, (unsigned long long)r->bytes);
     if (old) { /* C is written once; guard anyway */
-        if (old_gen == gen)
-            cudaFree(old);
+        if (old_gen == gen && gemm_scratch_free(old, NULL) != cudaSuccess)
+            cudaGetLastError();
         atomic_fetch_sub(&d->resident_bytes, (unsigned long long)r->bytes);
     }
 }
@@ -111,10 +118,11 @@ void gemm_cuda_resident_drain(cuda_backend *cb)
             if (!r->dev[i])
                 continue;
             cuda_dev *d = &cb->devs[i];
-            if (gemm_cuda_dev_enter_house(d)) {
+            if (gemm_cuda_dev_enter_house(d, 0)) {
                 /* entered: no reset runs now, so d->gen is stable */
+                /* its products have all finished: no stream uses it any more */
                 if (d->gen == r->gen[i] && cudaSetDevice(d->ordinal) == cudaSuccess)
-                    cudaFree(r->dev[i]);
+                    gemm_scratch_free(r->dev[i], NULL);
                 cudaGetLastError();
                 gemm_cuda_dev_leave_house(d);
             }

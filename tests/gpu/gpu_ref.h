@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "backend.h"
 #include "gemm_types.h"
 
 /* ---- TAP ---- */

@@ -13,13 +13,15 @@
  *     the same with every copy a call of its own (fault_inject copy_loop:1);
  *   - 16 threads submitting 64 mixed small products each to 4 streams with batch_max 32
  *     and a 100 us delay: every product right;
- *   - a group larger than device_mem_limit falls back to one product at a time.
+ *   - a group larger than device_mem_limit falls back to one product at a time;
+ *   - products with a resident operand run alone: A crosses once, a kept C has its copy.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "backend.h"
 #include "gpu_ref.h"
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -59,9 +61,9 @@ static gemm_engine *open_cuda_cfg(int streams, int batch_max, int delay_us, uint
     cfg.queue_depth = 4096;
     cfg.batch_max = batch_max;
     cfg.batch_max_delay_us = delay_us;
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
-    if (!e) printf("# open failed: %d %s %s\n", err.status, err.code, err.message);
+    if (!e) printf("# open failed: %d %s\n", err.code, err.message);
     return e;
 }
 
@@ -154,7 +156,7 @@ static void test_batched_jobs(void)
                     const int *sh = shapes[s];
                     bjob *t = make(e, kinds[kd].d, sh[0], shared, sh[1], sh[2], sh[3], kinds[kd].kernels[ki],
                                    1000 + s * 10 + (uint64_t)shared);
-                    gemm_err err;
+                    gemm_engine_err err;
                     if (gemm_engine_submit(e, &t->job, &err) != 0) {
                         /* a member that cannot run this dtype/cc here: not a batch question */
                         tap_skip(err.message, "batched %s %s", gemm_dtype_name(kinds[kd].d),
@@ -187,7 +189,7 @@ static void test_coalesced(void)
         return;
     }
     bjob *big = make(e, GEMM_DTYPE_F64, 1, 0, 3072, 3072, 3072, "naive", 5);
-    gemm_err err;
+    gemm_engine_err err;
     int ok = gemm_engine_submit(e, &big->job, &err) == 0;
     enum { N = 64 };
     bjob *t[N];
@@ -230,7 +232,7 @@ static void test_coalesced_large(const char *faults)
         return;
     }
     bjob *big = make(e, GEMM_DTYPE_F64, 1, 0, 3072, 3072, 3072, "naive", 7);
-    gemm_err err;
+    gemm_engine_err err;
     int ok = gemm_engine_submit(e, &big->job, &err) == 0;
     enum { NF = 150, NI = 70, N = NF + NI };
     bjob *t[N];
@@ -275,7 +277,7 @@ static void *storm(void *p)
             if (d == GEMM_DTYPE_I32 && strcmp(k, "cublas") == 0) k = "auto";
             const int *sh = shapes[x % 4];
             t[i] = make(s->e, d, 1, 0, sh[0], sh[1], sh[2], k, (uint64_t)(s->id * 100000 + r * 100 + i));
-            gemm_err err;
+            gemm_engine_err err;
             while (gemm_engine_submit(s->e, &t[i]->job, &err) != 0) usleep(100);
         }
         for (int i = 0; i < 8; i++) {
@@ -324,7 +326,7 @@ static void test_group_too_big(void)
     }
     enum { N = 8 };
     bjob *t[N];
-    gemm_err err;
+    gemm_engine_err err;
     int ok = 1;
     for (int i = 0; i < N; i++) {
         t[i] = make(e, GEMM_DTYPE_F32, 1, 0, 256, 256, 256, "cublas", 900 + (uint64_t)i);
@@ -341,6 +343,60 @@ static void test_group_too_big(void)
     gemm_engine_close(e);
 }
 
+/* Products with a resident operand are not coalesced (they once were, as plain operands):
+ * one stream, every kernel stage 50 ms long (gpu_delay_ms), a plain product holds the
+ * worker while 6 small products queue behind it, A resident in all of them (one handle)
+ * and C kept in the last. Each runs alone and right; A crosses to the device once (the
+ * first of them makes its device copy), each B once; and the kept C has a device copy. */
+static void test_resident_alone(void)
+{
+    gemm_engine *e = open_cuda_cfg(1, 32, 0, 0, "gpu_delay_ms:50");
+    if (!e) {
+        tap(0, "open the CUDA engine with gpu_delay_ms:50");
+        return;
+    }
+    enum { N = 6, D = 64 };
+    const uint64_t mat = (uint64_t)D * D * 4;
+    bjob *t[N];
+    gemm_resident *ra = NULL, *rc = NULL;
+    for (int i = 0; i < N; i++) {
+        t[i] = make(e, GEMM_DTYPE_F32, 1, 0, D, D, D, "", 960 + (uint64_t)i);
+        if (i == 0)
+            ra = gemm_engine_resident_new(e, t[0]->job.a, mat);
+        else
+            memcpy(t[i]->job.a, t[0]->job.a, mat); /* one A for all */
+        t[i]->job.a_res = ra;
+    }
+    t[N - 1]->job.c_res = rc = gemm_engine_resident_new(e, t[N - 1]->job.c, mat);
+    gemm_engine_stats st;
+    gemm_engine_get_stats(e, &st);
+    const uint64_t h2d0 = st.bytes_h2d[0], res0 = st.resident_bytes[0];
+    bjob *hold = make(e, GEMM_DTYPE_F32, 1, 0, D, D, D, "", 950); /* holds the worker 50 ms */
+    gemm_engine_err err;
+    int ok = gemm_engine_submit(e, &hold->job, &err) == 0;
+    for (int i = 0; i < N; i++) ok = ok && gemm_engine_submit(e, &t[i]->job, &err) == 0;
+    int right = 0, alone = 0;
+    wait_job(hold);
+    for (int i = 0; i < N; i++) {
+        wait_job(t[i]);
+        double w;
+        right += atomic_load(&t[i]->job.state) == GEMM_JOB_DONE && correct(t[i], &w);
+        alone += t[i]->job.batched == 0;
+    }
+    gemm_engine_get_stats(e, &st);
+    const uint64_t h2d = st.bytes_h2d[0] - h2d0, res = st.resident_bytes[0] - res0;
+    const uint64_t want = 2 * mat /* hold's A and B */ + mat /* A, once */ + N * mat /* each B */;
+    tap(ok && right == N && alone == N && h2d == want && res == 2 * mat,
+        "resident operands are not coalesced: %d of %d right, %d alone, %llu bytes to the device (want %llu), "
+        "device copies +%llu bytes (want A and the kept C, %llu)", right, N, alone, (unsigned long long)h2d,
+        (unsigned long long)want, (unsigned long long)res, (unsigned long long)(2 * mat));
+    gemm_engine_resident_free(e, ra); /* the engine frees the device copies */
+    gemm_engine_resident_free(e, rc);
+    release(hold);
+    for (int i = 0; i < N; i++) release(t[i]);
+    gemm_engine_close(e);
+}
+
 int main(void)
 {
     if (gemm_cuda_device_count() == 0) {
@@ -353,5 +409,6 @@ int main(void)
     test_coalesced_large("copy_loop:1");
     test_storm();
     test_group_too_big();
+    test_resident_alone();
     return tap_done();
 }

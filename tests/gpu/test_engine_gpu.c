@@ -2,7 +2,8 @@
  * test_engine_gpu.c - the CUDA backend through the engine interface: description, one
  * job per kernel with its stage timing, many concurrent jobs of mixed shapes, dtypes and
  * kernels on several streams (every result checked against a host reference), the 422
- * refusals, host memory locked by the workers and its cache, and the fault paths:
+ * refusals, host memory locked by the workers (its cache: test_host_cache_gpu.c), and the
+ * fault paths:
  * device_mem_limit, an injected allocation failure and a real one give 507 and the next job
  * runs; an injected trapping kernel (a sticky error) fails its job with 500 and no later
  * job hangs or is wrong (see the sticky scenarios below for what the driver allows after
@@ -21,7 +22,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_host.h"
-#include "engine.h"
+#include "backend.h"
 #include "gemm_scratch.h"
 #include "gpu_ref.h"
 
@@ -56,9 +57,9 @@ static gemm_engine *open_cuda(int streams, uint64_t mem_limit, const char *fault
     cfg.device_mem_limit = mem_limit;
     cfg.queue_depth = qdepth;
     snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "%s", faults);
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
-    if (!e) printf("# open failed: %d %s %s\n", err.status, err.code, err.message);
+    if (!e) printf("# open failed: %d %s\n", err.code, err.message);
     return e;
 }
 
@@ -118,7 +119,7 @@ static int job_correct(tjob *t, double *err_out)
 }
 
 /* Submits one job and waits for it. Returns the submit status (0 or -1). */
-static int run_one(gemm_engine *e, tjob *t, gemm_err *err)
+static int run_one(gemm_engine *e, tjob *t, gemm_engine_err *err)
 {
     int target = gpu_done_count() + 1;
     if (gemm_engine_submit(e, &t->job, err) != 0) return -1;
@@ -162,7 +163,7 @@ static void test_describe(void)
     int fresh = p && cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeUnregistered;
     cudaGetLastError();
     tap(fresh && ((uintptr_t)p % 64) == 0, "host_alloc gives 64-byte aligned memory, not yet locked");
-    gemm_err err;
+    gemm_engine_err err;
     double er = 0;
     int ran = run_one(e, t, &err) == 0 && atomic_load(&t->job.state) == GEMM_JOB_DONE && job_correct(t, &er);
     int locked = cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeHost;
@@ -175,140 +176,6 @@ static void test_describe(void)
     tap(q == p && locked, "a freed locked block is reused for a similar size, still locked (no second registration)");
     gemm_engine_host_free(e, q);
     gemm_engine_close(e);
-}
-
-/* The pinned-block cache keeps the blocks freed last: after a burst of small products has
- * filled it, a big product's blocks still get cached and reused instead of being
- * registered and unregistered on every product. Blocks pushed out wait in the queue for
- * the housekeeping side (drain); unlocked blocks are never cached; a reset of the device
- * that locked them drops them. */
-static void test_host_cache(void)
-{
-    const int ord0 = 0;
-    const size_t cap_bytes = (size_t)4 << 20; /* small, so that 64 KiB blocks fill it */
-    gemm_cuda_host *h = gemm_cuda_host_open(&ord0, 1, cap_bytes);
-    if (!h || cudaSetDevice(0) != cudaSuccess) { tap(0, "gemm_cuda_host_open"); return; }
-    gemm_allocator a = gemm_cuda_host_allocator(h);
-    enum { NSMALL = 80 };
-    void *small[NSMALL];
-    size_t cached = 0, in_use = 0, queued = 0;
-    int pinned = 0;
-    for (int i = 0; i < NSMALL; i++) {
-        small[i] = a.alloc(a.ctx, 64 << 10);
-        pinned += gemm_cuda_host_pin(h, small[i], 0);
-    }
-    for (int i = 0; i < NSMALL; i++) a.free(a.ctx, small[i]);
-    gemm_cuda_host_counts(h, &cached, &in_use, &queued);
-    size_t full = cached;
-    tap(pinned == NSMALL && full > 0 && full < NSMALL && full * (64 << 10) <= cap_bytes && in_use == 0 &&
-        queued == NSMALL - full,
-        "host cache: %zu small locked blocks kept of %d freed (the byte cap), %zu queued to unregister", full,
-        NSMALL, queued);
-    int released = gemm_cuda_host_drain(h, 0);
-    gemm_cuda_host_counts(h, NULL, NULL, &queued);
-    tap(released == (int)(NSMALL - full) && queued == 0, "host cache: drain unregistered and freed %d", released);
-
-    void *big = a.alloc(a.ctx, 3 << 20);
-    gemm_cuda_host_pin(h, big, 0);
-    a.free(a.ctx, big);
-    gemm_cuda_host_counts(h, &cached, NULL, &queued);
-    tap(cached < full && queued > 0 && cached + queued == full + 1,
-        "host cache: a big block freed into the full cache is kept, pushing out the oldest small ones "
-        "(%zu cached, %zu queued)", cached, queued);
-    void *again = a.alloc(a.ctx, 3 << 20);
-    size_t after = 0;
-    gemm_cuda_host_counts(h, &after, NULL, NULL);
-    tap(again == big && after == cached - 1, "host cache: the next big product reuses it (%zu -> %zu cached)",
-        cached, after);
-    a.free(a.ctx, again);
-    gemm_cuda_host_drain(h, 0);
-
-    void *loose = a.alloc(a.ctx, 5 << 20); /* never locked: freed, not cached */
-    gemm_cuda_host_counts(h, &cached, NULL, NULL);
-    a.free(a.ctx, loose);
-    size_t cached2 = 0;
-    gemm_cuda_host_counts(h, &cached2, NULL, NULL);
-    tap(cached2 == cached, "host cache: a block no worker locked is not cached");
-
-    /* Blocks are whole pages: a locked one-page block serves every later request under a
-     * page, whatever its size (products of tiny matrices must not lock new pages each time),
-     * and a big cached block is not spent on a tiny request. */
-    void *tiny = a.alloc(a.ctx, 100);
-    int tiny_pinned = gemm_cuda_host_pin(h, tiny, 0);
-    a.free(a.ctx, tiny);
-    void *tiny2 = a.alloc(a.ctx, 1000);
-    tap(tiny_pinned && tiny2 == tiny, "host cache: a 1000-byte request reuses the locked block of a 100-byte one");
-    void *big2 = a.alloc(a.ctx, 3 << 20);
-    gemm_cuda_host_pin(h, big2, 0);
-    a.free(a.ctx, big2);
-    a.free(a.ctx, tiny2);
-    void *tiny3 = a.alloc(a.ctx, 3000);
-    tap(tiny3 == tiny, "host cache: a tiny request takes the one-page block, not the 3 MiB one");
-    a.free(a.ctx, tiny3);
-    /* Locked pages are resident whatever the request used of them: a cached block is taken
-     * only when it is at most an eighth (and a page) bigger than a new block would be. */
-    void *mid = a.alloc(a.ctx, 2 << 20);
-    tap(mid != big2, "host cache: a 2 MiB request does not take the cached 3 MiB block");
-    a.free(a.ctx, mid);
-    void *near = a.alloc(a.ctx, (3 << 20) - (200 << 10));
-    tap(near == big2, "host cache: a request within an eighth of the cached 3 MiB block takes it");
-    a.free(a.ctx, near);
-    gemm_cuda_host_drain(h, 0);
-
-    /* What the engine does after a sticky error (no engine is open here): reset the device,
-     * which drops its registrations, then tell the allocator. */
-    cudaError_t re = cudaDeviceReset();
-    gemm_scratch_device_reset(0);
-    gemm_cuda_host_device_reset(h, 0);
-    gemm_cuda_host_counts(h, &cached, NULL, &queued);
-    tap(re == cudaSuccess && cached == 0 && queued == 0, "host cache: a reset of the device drops its blocks");
-    gemm_cuda_host_drain(h, 0);
-    gemm_cuda_host_close(h);
-}
-
-/* The keep-charge hook: kept blocks are charged while cached, refused ones are let go,
- * reuse and trim give the charge back. */
-typedef struct {
-    int64_t charged, limit;
-} charge_acct;
-
-static int acct_charge(void *ctx, int64_t delta)
-{
-    charge_acct *a = ctx;
-    if (delta > 0 && a->charged + delta > a->limit) return -1;
-    a->charged += delta;
-    return 0;
-}
-
-static void test_host_cache_charge(void)
-{
-    const int ord0 = 0;
-    gemm_cuda_host *h = gemm_cuda_host_open(&ord0, 1, (size_t)64 << 20);
-    if (!h || cudaSetDevice(0) != cudaSuccess) { tap(0, "gemm_cuda_host_open"); return; }
-    gemm_allocator a = gemm_cuda_host_allocator(h);
-    charge_acct acct = {0, (int64_t)3 << 20};
-    gemm_cuda_host_set_charge(h, acct_charge, &acct);
-    void *p1 = a.alloc(a.ctx, 2 << 20), *p2 = a.alloc(a.ctx, 2 << 20);
-    gemm_cuda_host_pin(h, p1, 0);
-    gemm_cuda_host_pin(h, p2, 0);
-    a.free(a.ctx, p1);
-    a.free(a.ctx, p2);
-    size_t cached = 0, queued = 0;
-    gemm_cuda_host_counts(h, &cached, NULL, &queued);
-    tap(cached == 1 && queued == 1 && acct.charged > (2 << 20) && acct.charged <= (3 << 20),
-        "host cache charge: one 2 MiB block kept and charged (%lld bytes), the one over the account let go",
-        (long long)acct.charged);
-    void *p3 = a.alloc(a.ctx, 2 << 20);
-    tap(p3 == p1 && acct.charged == 0, "host cache charge: a reused block is no longer charged");
-    gemm_cuda_host_pin(h, p3, 0);
-    a.free(a.ctx, p3);
-    size_t trimmed = gemm_cuda_host_trim(h);
-    gemm_cuda_host_counts(h, &cached, NULL, &queued);
-    tap(trimmed > (2 << 20) && cached == 0 && queued == 2 && acct.charged == 0,
-        "host cache charge: trim lets %zu bytes go, uncharged, queued to unregister", trimmed);
-    gemm_cuda_host_drain(h, 0);
-    gemm_cuda_host_set_charge(h, NULL, NULL);
-    gemm_cuda_host_close(h);
 }
 
 static void test_each_kernel(void)
@@ -335,7 +202,7 @@ static void test_each_kernel(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         tjob *t = make_job(e, cases[i].d, 257, 300, 129, cases[i].kernel, cases[i].tile, cases[i].math, 100 + i);
-        gemm_err err;
+        gemm_engine_err err;
         int rc = run_one(e, t, &err);
         double er = 0;
         gemm_job *j = &t->job;
@@ -355,12 +222,12 @@ static void test_each_kernel(void)
             gemm_math_name(cases[i].math), j->kernel_used, j->tile_used, j->block, j->device, j->stream, er,
             tm->h2d_ms, tm->kernel_ms, tm->d2h_ms, tm->compute_ms);
         if (rc != 0 || atomic_load(&j->state) != GEMM_JOB_DONE)
-            printf("#   submit %d / %s: %s\n", rc, j->err.code, rc ? err.message : j->err.message);
+            printf("#   submit %d / %d: %s\n", rc, j->err.code, rc ? err.message : j->err.message);
         free_job(t);
     }
     if (strcmp(cases[8].kernel, "auto") == 0) {
         tjob *t = make_job(e, GEMM_DTYPE_I32, 3, 3, 3, "auto", 0, GEMM_MATH_DEFAULT, 5);
-        gemm_err err;
+        gemm_engine_err err;
         run_one(e, t, &err);
         tap(strcmp(t->job.kernel_used, "cublas") != 0 && t->job.kernel_used[0],
             "auto never sends int32 to cuBLAS (chose %s)", t->job.kernel_used);
@@ -368,23 +235,22 @@ static void test_each_kernel(void)
     }
 
     /* refusals: 422 before queueing, done() not called */
-    struct { const char *kernel; int tile; gemm_dtype d; gemm_math math; const char *code; } bad[] = {
-        {"cublas", 0, GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, "unsupported_dtype"},
-        {"tiled", 8, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "bad_tile"},
-        {"naive", 16, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "bad_tile"},
-        {"naive", 0, GEMM_DTYPE_F32, GEMM_MATH_TF32, "unsupported_math"},
-        {"cublas", 0, GEMM_DTYPE_F64, GEMM_MATH_BF16, "unsupported_math"},
-        {"warp-magic", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, "unknown_kernel"},
+    struct { const char *kernel; int tile; gemm_dtype d; gemm_math math; gemm_ecode code; } bad[] = {
+        {"cublas", 0, GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, GEMM_E_UNSUPPORTED_DTYPE},
+        {"tiled", 8, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, GEMM_E_BAD_TILE},
+        {"naive", 16, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, GEMM_E_BAD_TILE},
+        {"naive", 0, GEMM_DTYPE_F32, GEMM_MATH_TF32, GEMM_E_UNSUPPORTED_MATH},
+        {"cublas", 0, GEMM_DTYPE_F64, GEMM_MATH_BF16, GEMM_E_UNSUPPORTED_MATH},
+        {"warp-magic", 0, GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, GEMM_E_UNKNOWN_KERNEL},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         tjob *t = make_job(e, bad[i].d, 4, 4, 4, bad[i].kernel, bad[i].tile, bad[i].math, 1);
-        gemm_err err;
+        gemm_engine_err err;
         int before = gpu_done_count();
         int rc = gemm_engine_submit(e, &t->job, &err);
         int after = gpu_done_count();
-        tap(rc == -1 && err.status == 422 && strcmp(err.code, bad[i].code) == 0 && before == after,
-            "kernel=%s tile=%d %s math=%s refused: %d %s (%s)", bad[i].kernel, bad[i].tile,
-            gemm_dtype_name(bad[i].d), gemm_math_name(bad[i].math), err.status, err.code, err.message);
+        tap(rc == -1 && err.code == bad[i].code && before == after, "kernel=%s tile=%d %s math=%s refused: %d (%s)",
+            bad[i].kernel, bad[i].tile, gemm_dtype_name(bad[i].d), gemm_math_name(bad[i].math), err.code, err.message);
         free_job(t);
     }
     gemm_engine_close(e);
@@ -409,7 +275,7 @@ static void test_concurrent(void)
         int tile = strcmp(k, "tiled") == 0 ? ((i / 12) % 2 ? 16 : 32) : 0;
         const int *s = shp[(i / 2) % 6];
         jobs[i] = make_job(e, d, s[0], s[1], s[2], k, tile, GEMM_MATH_DEFAULT, 1000 + i);
-        gemm_err err;
+        gemm_engine_err err;
         if (gemm_engine_submit(e, &jobs[i]->job, &err) == 0) submitted++;
         else printf("# submit %d failed: %s\n", i, err.message);
         size_t es = gemm_dtype_size(d);
@@ -453,7 +319,7 @@ static void test_concurrent(void)
 static int expect_ok(gemm_engine *e, gemm_dtype d, int m, int k, int n, const char *kernel, const char *what)
 {
     tjob *t = make_job(e, d, m, k, n, kernel, 0, GEMM_MATH_DEFAULT, 42);
-    gemm_err err;
+    gemm_engine_err err;
     int rc = run_one(e, t, &err);
     double er = 0;
     int ok = rc == 0 && atomic_load(&t->job.state) == GEMM_JOB_DONE && job_correct(t, &er);
@@ -463,15 +329,15 @@ static int expect_ok(gemm_engine *e, gemm_dtype d, int m, int k, int n, const ch
     return ok;
 }
 
-static void expect_fail(gemm_engine *e, gemm_dtype d, int m, int k, int n, const char *kernel, int status,
-                        const char *code, const char *what)
+static void expect_fail(gemm_engine *e, gemm_dtype d, int m, int k, int n, const char *kernel, gemm_ecode code,
+                        const char *what)
 {
     tjob *t = make_job(e, d, m, k, n, kernel, 0, GEMM_MATH_DEFAULT, 43);
-    gemm_err err;
+    gemm_engine_err err;
     int rc = run_one(e, t, &err);
-    const gemm_err *je = rc ? &err : &t->job.err;
-    tap(atomic_load(&t->job.state) == GEMM_JOB_FAILED && je->status == status && strcmp(je->code, code) == 0,
-        "%s: %d %s (%s)", what, je->status, je->code, je->message);
+    const gemm_engine_err *je = rc ? &err : &t->job.err;
+    tap(atomic_load(&t->job.state) == GEMM_JOB_FAILED && je->code == code, "%s: %d (%s)", what, je->code,
+        je->message);
     free_job(t);
 }
 
@@ -541,7 +407,7 @@ static void *here_main(void *p)
         atomic_int finished = 0;
         t->job.done = here_done; /* this job's own: the others' done() count in gpu_on_done's */
         t->job.user = &finished;
-        gemm_err err;
+        gemm_engine_err err;
         int rc = (i % 2) ? gemm_engine_submit_here(a->e, &t->job, &err) : gemm_engine_submit(a->e, &t->job, &err);
         if (rc < 0) {
             printf("# submit: %s\n", err.message);
@@ -586,7 +452,7 @@ static void test_zero_copy(void)
         cuda_config(&cfg, 2);
         cfg.warmup = 1;
         cfg.zero_copy_mnk = cases[i].bound;
-        gemm_err err;
+        gemm_engine_err err;
         gemm_engine *e = gemm_engine_open(&cfg, &err);
         if (!e) { tap(0, "open: %s", err.message); return; }
         for (int here = 1; here >= 0; here--) {
@@ -618,7 +484,7 @@ static void test_zero_copy(void)
     if (!e) { tap(0, "open"); return; }
     tjob *big = make_job(e, GEMM_DTYPE_F32, 4096, 8, 4096, "cublas", 0, GEMM_MATH_DEFAULT, 9900);
     tjob *small = make_job(e, GEMM_DTYPE_F32, 64, 64, 64, "", 0, GEMM_MATH_DEFAULT, 9901);
-    gemm_err err;
+    gemm_engine_err err;
     int target = gpu_done_count() + 2;
     int rc = gemm_engine_submit(e, &big->job, &err);
     gemm_engine_stats st;
@@ -664,7 +530,7 @@ static void test_submit_here(void)
                            GEMM_MATH_DEFAULT, 4000 + i);
         gemm_engine_stats st0, st1;
         gemm_engine_get_stats(e, &st0);
-        gemm_err err;
+        gemm_engine_err err;
         int target = gpu_done_count() + 1;
         int rc = gemm_engine_submit_here(e, &t->job, &err);
         int done_before_return = gpu_done_count() >= target;
@@ -686,7 +552,7 @@ static void test_submit_here(void)
     cfg.queue_depth = 256;
     cfg.batch_max = 8;
     cfg.warmup = 1;
-    gemm_err err;
+    gemm_engine_err err;
     e = gemm_engine_open(&cfg, &err);
     if (!e) { tap(0, "open with batch_max 8: %s", err.message); return; }
     enum { T = 8 };
@@ -723,7 +589,7 @@ static void test_blocking_wait(void)
      * second is queued before the worker takes the first, and end together. */
     cfg.batch_max = 1;
     snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "gpu_delay_ms:1000");
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) { tap(0, "open with gpu_delay_ms:1000: %s", err.message); return; }
     tjob *t[2];
@@ -771,7 +637,7 @@ static void test_cancel_running(void)
     snprintf(cfg.devices, sizeof cfg.devices, "0");
     cfg.streams_per_device = 1;
     snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "gpu_delay_ms:1500");
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) { tap(0, "open with gpu_delay_ms:1500: %s", err.message); return; }
     tjob *t = make_job(e, GEMM_DTYPE_F64, 300, 200, 100, "tiled", 0, GEMM_MATH_DEFAULT, 950);
@@ -783,12 +649,11 @@ static void test_cancel_running(void)
     if (sub) gpu_wait_done(base + 1);
     size_t nc = 300 * 100, poisoned = 0;
     for (size_t i = 0; i < nc; i++) poisoned += isnan(((double *)t->job.c)[i]);
-    const gemm_err *je = &t->job.err;
-    tap(sub && r == 0 && atomic_load(&t->job.state) == GEMM_JOB_CANCELLED && je->status == 409 &&
-        strcmp(je->code, "cancelled") == 0 && strstr(je->message, "before its") && poisoned == nc,
-        "cancel while running: %s %d %s (%s); C untouched (%zu of %zu poisoned)",
-        gemm_job_state_name((gemm_job_state)atomic_load(&t->job.state)), je->status, je->code, je->message,
-        poisoned, nc);
+    const gemm_engine_err *je = &t->job.err;
+    tap(sub && r == 0 && atomic_load(&t->job.state) == GEMM_JOB_CANCELLED && je->code == GEMM_E_CANCELLED &&
+            strstr(je->message, "before its") && poisoned == nc,
+        "cancel while running: %s %d (%s); C untouched (%zu of %zu poisoned)",
+        gemm_job_state_name((gemm_job_state)atomic_load(&t->job.state)), je->code, je->message, poisoned, nc);
     tap(strstr(je->message, "device-to-host") && t->job.timing.kernel_ms >= 1400,
         "it stopped after its kernel (%.0f ms), before the D2H copy", t->job.timing.kernel_ms);
     free_job(t);
@@ -873,7 +738,7 @@ static void *http_thread(void *arg)
     /* A job that stays queued behind a gate is submitted (validate runs here) and
      * cancelled from this thread. */
     tjob *t = make_job(hs->e, GEMM_DTYPE_F32, 3072, 512, 3072, "auto", 0, GEMM_MATH_BF16, 3); /* a "big" shape */
-    gemm_err err;
+    gemm_engine_err err;
     if (gemm_engine_submit(hs->e, &t->job, &err) == 0) {
         if (gemm_engine_cancel(hs->e, &t->job) == 0) { /* it started: wait for it */
             gpu_done_state *ds = gpu_done();
@@ -901,7 +766,7 @@ static void test_no_cuda_on_request_path(void)
     if (!e) { tap(0, "open"); return; }
     /* three locked blocks: a product's buffers, after it ran */
     tjob *g = make_job(e, GEMM_DTYPE_F32, 64, 64, 64, "tiled", 0, GEMM_MATH_DEFAULT, 1);
-    gemm_err err;
+    gemm_engine_err err;
     run_one(e, g, &err);
     /* a gate: the one worker is busy for 1.5 s, so the request-side job stays queued */
     tjob *gate = make_job(e, GEMM_DTYPE_F32, 64, 64, 64, "tiled", 0, GEMM_MATH_DEFAULT, 2);
@@ -936,15 +801,15 @@ static void test_wgmma_listed_iff_runs(void)
     int listed = 0;
     for (int i = 0; i < info.nkernels; i++) listed |= strcmp(info.kernels[i].name, "wgmma") == 0;
     tjob *t = make_job(e, GEMM_DTYPE_F32, 256, 320, 192, "wgmma", 0, GEMM_MATH_TF32, 77);
-    gemm_err err;
+    gemm_engine_err err;
     int rc = run_one(e, t, &err);
     double er = 0;
     if (listed)
         tap(rc == 0 && atomic_load(&t->job.state) == GEMM_JOB_DONE && job_correct(t, &er),
             "wgmma is listed (cc %d.%d) and runs: err %.2g", info.devices[0].cc_major, info.devices[0].cc_minor, er);
     else
-        tap(rc == -1 && err.status == 422, "wgmma is not listed (cc %d.%d) and is refused: %d %s",
-            info.devices[0].cc_major, info.devices[0].cc_minor, err.status, err.message);
+        tap(rc == -1 && err.code == GEMM_E_UNSUPPORTED, "wgmma is not listed (cc %d.%d) and is refused: %d %s",
+            info.devices[0].cc_major, info.devices[0].cc_minor, err.code, err.message);
     free_job(t);
     gemm_engine_close(e);
 }
@@ -966,7 +831,7 @@ static int ok_or_unavailable(tjob *t, const char **what)
     double er;
     int st = atomic_load(&t->job.state);
     if (st == GEMM_JOB_DONE && job_correct(t, &er)) { *what = "right"; return 1; }
-    if (st == GEMM_JOB_FAILED && t->job.err.status == 503 && strcmp(t->job.err.code, "device_unavailable") == 0) {
+    if (st == GEMM_JOB_FAILED && t->job.err.code == GEMM_E_DEVICE_LOST) {
         *what = "503 device_unavailable";
         return 1;
     }
@@ -992,11 +857,10 @@ static int child_sticky_single(void)
     if (!e) return 1;
     int good = expect_ok(e, GEMM_DTYPE_F32, 100, 100, 100, "tiled", "before the sticky error");
     tjob *t = make_job(e, GEMM_DTYPE_F32, 100, 100, 100, "tiled", 0, GEMM_MATH_DEFAULT, 3);
-    gemm_err err;
+    gemm_engine_err err;
     run_one(e, t, &err);
-    int trapped = atomic_load(&t->job.state) == GEMM_JOB_FAILED && t->job.err.status == 500 &&
-                  strcmp(t->job.err.code, "device_error") == 0;
-    printf("# trapping job: %d %s (%s)\n", t->job.err.status, t->job.err.code, t->job.err.message);
+    int trapped = atomic_load(&t->job.state) == GEMM_JOB_FAILED && t->job.err.code == GEMM_E_DEVICE;
+    printf("# trapping job: %d (%s)\n", t->job.err.code, t->job.err.message);
     free_job(t);
     int after = 1;
     const char *kernels[] = {"cublas", "tiled", "naive"};
@@ -1029,7 +893,7 @@ static int child_sticky_concurrent(void)
     for (int i = 0; i < N; i++) {
         jobs[i] = make_job(e, (gemm_dtype)(i % 3), 200 + i, 150, 170, i % 3 == 2 ? "tiled" : "auto", 0,
                            GEMM_MATH_DEFAULT, 500 + i);
-        gemm_err err;
+        gemm_engine_err err;
         if (gemm_engine_submit(e, &jobs[i]->job, &err) == 0) sub++;
     }
     gpu_wait_done(base + sub);
@@ -1039,15 +903,15 @@ static int child_sticky_concurrent(void)
         gemm_job *j = &jobs[i]->job;
         int st = atomic_load(&j->state);
         if (st == GEMM_JOB_DONE && job_correct(jobs[i], &er)) right++;
-        else if (st == GEMM_JOB_FAILED && j->err.status == 500 && strcmp(j->err.code, "device_error") == 0) f500++;
-        else if (st == GEMM_JOB_FAILED && j->err.status == 503 && strcmp(j->err.code, "device_unavailable") == 0) f503++;
+        else if (st == GEMM_JOB_FAILED && j->err.code == GEMM_E_DEVICE) f500++;
+        else if (st == GEMM_JOB_FAILED && j->err.code == GEMM_E_DEVICE_LOST) f503++;
         else { other++; printf("# job %d: %s\n", i, j->err.message[0] ? j->err.message : "wrong result"); }
     }
     printf("# %d jobs on 4 streams, trap on the 6th: %d right, %d failed 500 device_error, %d failed 503 "
            "device_unavailable, %d otherwise\n", N, right, f500, f503, other);
     for (int i = 0; i < N; i++) free_job(jobs[i]);
     tjob *t = make_job(e, GEMM_DTYPE_F64, 333, 222, 111, "naive", 0, GEMM_MATH_DEFAULT, 9);
-    gemm_err err;
+    gemm_engine_err err;
     run_one(e, t, &err);
     const char *what;
     int after = ok_or_unavailable(t, &what);
@@ -1055,6 +919,51 @@ static int child_sticky_concurrent(void)
     free_job(t);
     gemm_engine_close(e);
     return sub == N && f500 >= 1 && other == 0 && after ? 0 : 1;
+}
+
+/* Two devices, lost:2: the second product resets device 0 and marks it lost, as a reset that
+ * cannot make a new context does, and that reset drops every host registration device 0
+ * made. The first product's blocks (locked by device 0, zero copy) then serve device 1:
+ * they are registered again there, not taken as locked through device 0's dead
+ * registration, so the kernel that reads them in place (zero copy) reads right; blocks
+ * freed and handed out again from the cache too. */
+static int child_lost_registrations(void)
+{
+    open_devices = "0,1";
+    gemm_engine *e = open_cuda(1, 0, "lost:2", 16);
+    if (!e) return 1;
+    tjob *t = make_job(e, GEMM_DTYPE_F32, 48, 48, 48, "", 0, GEMM_MATH_DEFAULT, 21);
+    gemm_engine_err err;
+    double er = 0;
+    run_one(e, t, &err);
+    int first = atomic_load(&t->job.state) == GEMM_JOB_DONE && job_correct(t, &er) &&
+                strncmp(t->job.device, "cuda:0", 6) == 0;
+    printf("# first product on %s, zero copy %d: %s\n", t->job.device, t->job.zero_copy, first ? "right" : "WRONG");
+    tjob *l = make_job(e, GEMM_DTYPE_F32, 48, 48, 48, "", 0, GEMM_MATH_DEFAULT, 22);
+    run_one(e, l, &err);
+    int lost = atomic_load(&l->job.state) == GEMM_JOB_FAILED && l->job.err.code == GEMM_E_DEVICE;
+    printf("# second product: %d (%s)\n", l->job.err.code, l->job.err.message);
+    free_job(l);
+    int after = 1;
+    for (int i = 0; i < 4; i++) { /* the first blocks again, then blocks from the cache */
+        if (i > 0) {
+            free_job(t);
+            t = make_job(e, GEMM_DTYPE_F32, 48, 48, 48, "", 0, GEMM_MATH_DEFAULT, 30 + (uint64_t)i);
+        } else {
+            ref_poison(t->job.c, 48 * 48 * 4);
+            free(t->ref), t->ref = NULL;
+        }
+        run_one(e, t, &err);
+        int ok = atomic_load(&t->job.state) == GEMM_JOB_DONE && job_correct(t, &er) &&
+                 strncmp(t->job.device, "cuda:1", 6) == 0;
+        printf("# after the loss, product %d on %s, zero copy %d: %s (err %.3g)\n", i, t->job.device,
+               t->job.zero_copy, ok ? "right" : "WRONG", er);
+        after &= ok;
+    }
+    free_job(t);
+    int healthy = gemm_engine_healthy(e);
+    gemm_engine_close(e);
+    return first && lost && after && healthy ? 0 : 1;
 }
 
 static void run_child(const char *flag, const char *name)
@@ -1077,7 +986,7 @@ static void test_faults(void)
     /* device_mem_limit: 4 MiB per stream; a 1024^2 float32 product needs 12 MiB */
     gemm_engine *e = open_cuda(2, 4u << 20, "", 16);
     if (e) {
-        expect_fail(e, GEMM_DTYPE_F32, 1024, 1024, 1024, "tiled", 507, "device_out_of_memory",
+        expect_fail(e, GEMM_DTYPE_F32, 1024, 1024, 1024, "tiled", GEMM_E_DEVICE_OOM,
                     "over device_mem_limit");
         expect_ok(e, GEMM_DTYPE_F32, 512, 256, 512, "tiled", "after the over-limit product");
         gemm_engine_close(e);
@@ -1086,7 +995,7 @@ static void test_faults(void)
     /* the first device allocation fails */
     e = open_cuda(1, 0, "oom:1", 16);
     if (e) {
-        expect_fail(e, GEMM_DTYPE_F32, 200, 300, 100, "cublas", 507, "device_out_of_memory",
+        expect_fail(e, GEMM_DTYPE_F32, 200, 300, 100, "cublas", GEMM_E_DEVICE_OOM,
                     "injected allocation failure");
         expect_ok(e, GEMM_DTYPE_F32, 200, 300, 100, "cublas", "after the allocation failure");
         gemm_engine_close(e);
@@ -1106,7 +1015,7 @@ static void test_faults(void)
             jobs[i] = make_job(e, (gemm_dtype)(i % 3), 100 + 16 * i, 90 + 8 * i, 110 + 16 * i,
                                i % 3 == 2 ? "tiled" : "auto", 0, GEMM_MATH_DEFAULT, 700 + i);
         for (int i = 0; i < N; i++) {
-            gemm_err err;
+            gemm_engine_err err;
             if (gemm_engine_submit(e, &jobs[i]->job, &err) == 0) sub++;
         }
         gpu_wait_done(base + sub);
@@ -1116,7 +1025,7 @@ static void test_faults(void)
             gemm_job *j = &jobs[i]->job;
             int st = atomic_load(&j->state);
             if (st == GEMM_JOB_DONE && job_correct(jobs[i], &er)) right++;
-            else if (st == GEMM_JOB_FAILED && j->err.status == 507 && strcmp(j->err.code, "device_out_of_memory") == 0) oom++;
+            else if (st == GEMM_JOB_FAILED && j->err.code == GEMM_E_DEVICE_OOM) oom++;
             else { other++; printf("# job %d: %s\n", i, j->err.message[0] ? j->err.message : "wrong result"); }
         }
         tap(sub == N && oom == 1 && right == N - 1 && other == 0,
@@ -1142,11 +1051,10 @@ static void test_faults(void)
         t.job.a = t.job.b = t.job.c = dummy;
         snprintf(t.job.kernel, sizeof t.job.kernel, "naive");
         t.job.done = gpu_on_done;
-        gemm_err err;
+        gemm_engine_err err;
         int rc = run_one(e, &t, &err);
-        tap(rc == 0 && atomic_load(&t.job.state) == GEMM_JOB_FAILED && t.job.err.status == 507 &&
-            strcmp(t.job.err.code, "device_out_of_memory") == 0,
-            "a product larger than device memory: %d %s (%s)", t.job.err.status, t.job.err.code, t.job.err.message);
+        tap(rc == 0 && atomic_load(&t.job.state) == GEMM_JOB_FAILED && t.job.err.code == GEMM_E_DEVICE_OOM,
+            "a product larger than device memory: %d (%s)", t.job.err.code, t.job.err.message);
         expect_ok(e, GEMM_DTYPE_F64, 64, 64, 64, "tiled", "after the real out-of-memory");
         gemm_engine_close(e);
     }
@@ -1156,15 +1064,15 @@ static void test_faults(void)
     gemm_engine_config_defaults(&cfg);
     snprintf(cfg.backend, sizeof cfg.backend, "cuda");
     snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "explode:1");
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *bad = gemm_engine_open(&cfg, &err);
-    tap(bad == NULL && err.status == 400, "unknown fault_inject is refused: %s", err.message);
+    tap(bad == NULL && err.code == GEMM_E_BAD_CONFIG, "unknown fault_inject is refused: %s", err.message);
     if (bad) gemm_engine_close(bad);
     gemm_engine_config_defaults(&cfg);
     snprintf(cfg.backend, sizeof cfg.backend, "cuda");
     snprintf(cfg.devices, sizeof cfg.devices, "0,99");
     bad = gemm_engine_open(&cfg, &err);
-    tap(bad == NULL && err.status == 400, "devices naming a missing ordinal is refused: %s", err.message);
+    tap(bad == NULL && err.code == GEMM_E_BAD_CONFIG, "devices naming a missing ordinal is refused: %s", err.message);
     if (bad) gemm_engine_close(bad);
 }
 
@@ -1172,13 +1080,12 @@ int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--sticky-single") == 0) return child_sticky_single();
     if (argc == 2 && strcmp(argv[1], "--sticky-concurrent") == 0) return child_sticky_concurrent();
+    if (argc == 2 && strcmp(argv[1], "--lost-registrations") == 0) return child_lost_registrations();
     if (gemm_cuda_device_count() == 0) {
         tap_skip("no CUDA device", "CUDA engine");
         return tap_done();
     }
     test_describe();
-    test_host_cache();
-    test_host_cache_charge();
     test_each_kernel();
     test_concurrent();
     test_submit_here();
@@ -1191,5 +1098,10 @@ int main(int argc, char **argv)
     test_wgmma_listed_iff_runs();
     run_child("--sticky-single", "sticky error on one stream: the job fails with 500, later jobs are right or 503 device_unavailable at once; the engine's messages reach the logging hook");
     run_child("--sticky-concurrent", "sticky error among 32 jobs on 4 streams: each right, 500 or 503; none hangs or is wrong");
+    if (gemm_cuda_device_count() >= 2)
+        run_child("--lost-registrations", "lost:2 resets device 0: the blocks it locked serve device 1 registered "
+                  "there, zero copy included, and every answer is right");
+    else
+        tap_skip("fewer than two CUDA devices", "lost:2 and device 0's host registrations");
     return tap_done();
 }

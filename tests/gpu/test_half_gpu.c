@@ -12,7 +12,7 @@
  */
 #include <pthread.h>
 
-#include "engine.h"
+#include "backend.h"
 #include "gemm_half.h"
 #include "cuda_engine.h"
 #include "gemm_kernels.h"
@@ -137,26 +137,26 @@ static gemm_engine *open_cuda(int batch_max)
     snprintf(cfg.backend, sizeof cfg.backend, "cuda");
     cfg.streams_per_device = 2;
     cfg.batch_max = batch_max;
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
-    if (!e) printf("# open failed: %d %s %s\n", err.status, err.code, err.message);
+    if (!e) printf("# open failed: %d %s\n", err.code, err.message);
     return e;
 }
 
 static void run_and_check(gemm_engine *e, hjob *h, const char *what)
 {
-    gemm_err err;
+    gemm_engine_err err;
     int target;
     target = gpu_done_count() + 1;
     if (gemm_engine_submit(e, &h->job, &err) != 0) {
-        tap(0, "%s: submitted (%d %s %s)", what, err.status, err.code, err.message);
+        tap(0, "%s: submitted (%d %s)", what, err.code, err.message);
         return;
     }
     gpu_wait_done(target);
     double worst = 0;
     int ok = atomic_load(&h->job.state) == GEMM_JOB_DONE && verify(h, &worst);
     tap(ok, "%s: kernel %s, C %s, worst error %.2f of the tolerance%s%s", what, h->job.kernel_used,
-        gemm_dtype_name(gemm_job_c_dtype(&h->job)), worst, h->job.err.status ? ": " : "", h->job.err.message);
+        gemm_dtype_name(gemm_job_c_dtype(&h->job)), worst, h->job.err.code ? ": " : "", h->job.err.message);
 }
 
 int main(void)
@@ -222,11 +222,11 @@ int main(void)
         static const char *const ours[] = {"naive", "tiled", "simt", "mma", "dmma"};
         for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) {
             hjob *h = make(e, ds[di], 0, 8, 8, 8, 0, 0, ours[i], 5);
-            gemm_err err;
+            gemm_engine_err err;
             int rc = gemm_engine_submit(e, &h->job, &err);
-            tap(rc != 0 && err.status == 422 && strcmp(err.code, "unsupported_dtype") == 0 &&
+            tap(rc != 0 && err.code == GEMM_E_UNSUPPORTED_DTYPE &&
                     strstr(err.message, "cublas") != NULL,
-                "kernel %s refuses %s: %d %s \"%s\"", ours[i], gemm_dtype_name(ds[di]), err.status, err.code, err.message);
+                "kernel %s refuses %s: %d \"%s\"", ours[i], gemm_dtype_name(ds[di]), err.code, err.message);
             release(h);
         }
     }
@@ -247,7 +247,7 @@ int main(void)
             int submitted = 0;
             for (int i = 0; i < N; i++) {
                 hs[i] = make(e, ds[di], i % 3 == 2 ? !out : out, 31, 47, 29, 0, 0, "auto", 100 + (uint64_t)i);
-                gemm_err err;
+                gemm_engine_err err;
                 if (gemm_engine_submit(e, &hs[i]->job, &err) == 0) submitted++;
             }
             gpu_wait_done(target + submitted);

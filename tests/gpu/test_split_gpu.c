@@ -25,7 +25,7 @@
 
 #include <cuda_runtime.h>
 
-#include "engine.h"
+#include "backend.h"
 #include "gemm_half.h"
 #include "gpu_ref.h"
 
@@ -40,9 +40,9 @@ static gemm_engine *open_cuda(int ways, uint64_t min_mnk, const char *faults)
     cfg.split_ways = ways;
     cfg.split_min_mnk = min_mnk;
     snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "%s", faults);
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
-    if (!e) printf("# open failed: %d %s %s\n", err.status, err.code, err.message);
+    if (!e) printf("# open failed: %d %s\n", err.code, err.message);
     return e;
 }
 
@@ -74,9 +74,9 @@ static void setup(gemm_engine *e, gemm_job *j, const scase *c, void *a, void *b)
 static int run_sync(gemm_engine *e, gemm_job *j)
 {
     int target = gpu_done_count() + 1;
-    gemm_err err;
+    gemm_engine_err err;
     if (gemm_engine_submit(e, j, &err) != 0) {
-        printf("# submit: %d %s %s\n", err.status, err.code, err.message);
+        printf("# submit: %d %s\n", err.code, err.message);
         return -1;
     }
     gpu_wait_done(target);
@@ -239,7 +239,7 @@ static void test_concurrent(void)
         ref_fill(c.dtype, as[i], (size_t)c.m * c.k, 3000 + (uint64_t)i);
         ref_fill(c.dtype, bs[i], (size_t)c.k * c.n, 4000 + (uint64_t)i);
         setup(e, &jobs[i], &c, as[i], bs[i]);
-        gemm_err err;
+        gemm_engine_err err;
         if (gemm_engine_submit(e, &jobs[i], &err) == 0) submitted++;
         else printf("# submit %d: %s\n", i, err.message);
     }
@@ -289,7 +289,7 @@ static void test_cancel(void)
     gemm_job j;
     setup(e, &j, &c, a, b);
     int start = gpu_done_count();
-    gemm_err err;
+    gemm_engine_err err;
     int rc = gemm_engine_submit(e, &j, &err);
     gemm_engine_stats st;
     do {
@@ -299,7 +299,7 @@ static void test_cancel(void)
     } while (rc == 0 && st.split_products < 1);
     gemm_engine_cancel(e, &j);
     if (rc == 0) gpu_wait_done(start + 1);
-    tap(rc == 0 && atomic_load(&j.state) == GEMM_JOB_CANCELLED && j.err.status == 409,
+    tap(rc == 0 && atomic_load(&j.state) == GEMM_JOB_CANCELLED && j.err.code == GEMM_E_CANCELLED,
         "cancel: a running split product ends CANCELLED with 409 (%s)", j.err.message);
     tap(gpu_done_count() == start + 1, "cancel: done() once");
     gemm_engine_host_free(e, j.c);
@@ -501,13 +501,15 @@ static void test_panels_as_whole(void)
     bad.m = 8, bad.k = 8, bad.n = 8, bad.plan_m = 7;
     bad.a = gemm_engine_host_alloc(e, 256), bad.b = gemm_engine_host_alloc(e, 256), bad.c = gemm_engine_host_alloc(e, 256);
     bad.done = gpu_on_done;
-    gemm_err err;
-    tap(gemm_engine_submit(e, &bad, &err) != 0 && err.status == 422, "panels: plan_m below m is 422 (%s)", err.message);
+    gemm_engine_err err;
+    tap(gemm_engine_submit(e, &bad, &err) != 0 && err.code == GEMM_E_BAD_OPTION, "panels: plan_m below m is refused (%s)",
+        err.message);
     bad.plan_m = 16, bad.batch = 2;
     gemm_engine_host_free(e, bad.a);
     gemm_engine_host_free(e, bad.c);
     bad.a = gemm_engine_host_alloc(e, 512), bad.c = gemm_engine_host_alloc(e, 512);
-    tap(gemm_engine_submit(e, &bad, &err) != 0 && err.status == 422, "panels: plan_m on a batch is 422 (%s)", err.message);
+    tap(gemm_engine_submit(e, &bad, &err) != 0 && err.code == GEMM_E_BAD_OPTION, "panels: plan_m on a batch is refused (%s)",
+        err.message);
     gemm_engine_host_free(e, bad.a);
     gemm_engine_host_free(e, bad.b);
     gemm_engine_host_free(e, bad.c);

@@ -7,7 +7,8 @@
  *
  * Dynamic batching (batch_max > 1): queued small products of one key are coalesced into
  * one batched run and each still gets its own right answer, done() and report; products
- * of other shapes, dtypes or kernels, and large ones, are not mixed in; many threads
+ * of other shapes, dtypes or kernels, large ones, and ones with a resident operand, are not
+ * mixed in; many threads
  * submitting mixed products at once all get their own answers.
  */
 #include <setjmp.h>
@@ -22,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "backend.h"
 #include "gemm_ref.h"
 
 typedef struct {
@@ -46,7 +47,7 @@ static gemm_engine *open_cpu(void)
     gemm_engine_config cfg;
     gemm_engine_config_defaults(&cfg);
     snprintf(cfg.backend, sizeof cfg.backend, "cpu");
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) fprintf(stderr, "# open: %s\n", err.message);
     assert_non_null(e);
@@ -76,7 +77,7 @@ static void run_batch(gemm_engine *e, gemm_dtype d, size_t nb, size_t m, size_t 
     t.job.done = bjob_done;
     t.job.user = &t;
 
-    gemm_err err;
+    gemm_engine_err err;
     int rc = gemm_engine_submit(e, &t.job, &err);
     if (rc != 0) fprintf(stderr, "# submit: %s\n", err.message);
     assert_int_equal(rc, 0);
@@ -141,10 +142,9 @@ static void expect_refused(gemm_engine *e, uint64_t nb, uint64_t m, uint64_t k, 
     job.b_shared = shared;
     job.a = job.b = job.c = dummy; /* never read: the checks come first */
     job.done = bjob_done;
-    gemm_err err;
+    gemm_engine_err err;
     assert_int_equal(gemm_engine_submit(e, &job, &err), -1);
-    assert_int_equal(err.status, 413);
-    assert_string_equal(err.code, "too_large");
+    assert_int_equal(err.code, GEMM_E_TOO_LARGE);
 }
 
 static void test_batch_limits(void **st)
@@ -257,7 +257,7 @@ static void gate_hold(gemm_engine *e, gate *g)
     pthread_cond_init(&g->cv, NULL);
     gjob_init(e, &g->job, GEMM_DTYPE_F32, 2, 2, 2, 1);
     g->job.gate_open = &g->open, g->job.gate_mu = &g->mu, g->job.gate_cv = &g->cv;
-    gemm_err err;
+    gemm_engine_err err;
     assert_int_equal(gemm_engine_submit(e, &g->job.t.job, &err), 0);
     while (atomic_load(&g->job.t.job.state) != GEMM_JOB_DONE) sched_yield();
 }
@@ -291,7 +291,7 @@ static gemm_engine *open_grouping(int workers, int batch_max, int delay_us, uint
     cfg.batch_max = batch_max;
     cfg.batch_max_delay_us = delay_us;
     cfg.batch_max_mnk = mnk;
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) fprintf(stderr, "# open: %s\n", err.message);
     assert_non_null(e);
@@ -308,7 +308,7 @@ static void test_coalesce_groups(void **st)
     gemm_engine *e = open_grouping(1, 4, 0, 20 * 20 * 20);
     gate gt;
     gate_hold(e, &gt);
-    gemm_err err;
+    gemm_engine_err err;
 
     enum { N = 11 };
     gjob j[N];
@@ -408,7 +408,7 @@ static void test_coalesce_parts(void **st)
     cfg.cpu_workers = 1;
     cfg.queue_depth = 64;
     cfg.batch_max = 4;
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open_backend(&be, &cfg, &err);
     assert_non_null(e);
     atomic_store(&parts_groups, 0);
@@ -447,6 +447,71 @@ static void test_coalesce_parts(void **st)
     gate_free(e, &gt);
 }
 
+/* Products with a resident operand are never coalesced: a group's stacks have no place for
+ * a resident A or B (read from its device copy) nor for a C to keep on the device, and a
+ * group once ran them as plain operands, uploading A again and keeping no copy of C. Five
+ * products of one shape queue behind a gate, A resident in two, C kept in one; the run()
+ * of a run_parts backend sees each of those alone with its handles, the two plain ones as
+ * one group, and every answer is right. */
+static atomic_int res_runs_alone, res_runs_grouped;
+
+static int res_run(void *self, void *worker, gemm_job *job)
+{
+    if (job->a_res || job->c_res) {
+        if (job->batch > 1 || job->a_parts || (job->a_res && job->a_res->host != job->a) ||
+            (job->c_res && job->c_res->host != job->c))
+            return gemm_engine_err_set(&job->err, GEMM_E_INTERNAL, "a resident operand lost its handle");
+        atomic_fetch_add(&res_runs_alone, 1);
+    } else if (job->a_parts) {
+        atomic_fetch_add(&res_runs_grouped, 1);
+    }
+    return parts_run(self, worker, job);
+}
+
+static void test_coalesce_not_resident(void **st)
+{
+    (void)st;
+    gemm_backend be = gemm_backend_cpu;
+    be.run = res_run;
+    be.run_parts = 1;
+    gemm_engine_config cfg;
+    gemm_engine_config_defaults(&cfg);
+    cfg.cpu_workers = 1;
+    cfg.batch_max = 8;
+    gemm_engine_err err;
+    gemm_engine *e = gemm_engine_open_backend(&be, &cfg, &err);
+    assert_non_null(e);
+    atomic_store(&res_runs_alone, 0);
+    atomic_store(&res_runs_grouped, 0);
+    gate gt;
+    gate_hold(e, &gt);
+    enum { N = 5 };
+    gjob j[N];
+    gemm_resident *res[N] = {0};
+    for (int i = 0; i < N; i++) gjob_init(e, &j[i], GEMM_DTYPE_F32, 6, 5, 4, 300 + 7 * (uint64_t)i);
+    for (int i = 0; i < 2; i++) j[i].t.job.a_res = res[i] = gemm_engine_resident_new(e, j[i].t.job.a, 6 * 5 * 4);
+    j[2].t.job.c_res = res[2] = gemm_engine_resident_new(e, j[2].t.job.c, 6 * 4 * 4);
+    for (int i = 0; i < N; i++) assert_int_equal(gemm_engine_submit(e, &j[i].t.job, &err), 0);
+    gate_open(&gt);
+    for (int i = 0; i < N; i++) gjob_wait(&j[i]);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(atomic_load(&j[i].t.job.state), GEMM_JOB_DONE);
+        assert_int_equal(gjob_check(&j[i]), 0);
+        assert_int_equal(j[i].t.job.batched, i < 3 ? 0 : 2);
+    }
+    assert_int_equal(atomic_load(&res_runs_alone), 3);
+    assert_int_equal(atomic_load(&res_runs_grouped), 1);
+    gemm_engine_stats stt;
+    gemm_engine_get_stats(e, &stt);
+    assert_int_equal(stt.coalesced_products, 2);
+    gemm_engine_close(e);
+    for (int i = 0; i < N; i++) {
+        gemm_engine_resident_free(NULL, res[i]);
+        gjob_free(e, &j[i]);
+    }
+    gate_free(e, &gt);
+}
+
 /* batch_max 1 turns coalescing off: queued products of one shape run one by one. */
 static void test_coalesce_off(void **st)
 {
@@ -455,7 +520,7 @@ static void test_coalesce_off(void **st)
     gate gt;
     gate_hold(e, &gt);
     gjob j[4];
-    gemm_err err;
+    gemm_engine_err err;
     for (int i = 0; i < 4; i++) {
         gjob_init(e, &j[i], GEMM_DTYPE_I32, 5, 6, 7, 5 + (uint64_t)i);
         assert_int_equal(gemm_engine_submit(e, &j[i].t.job, &err), 0);
@@ -479,7 +544,7 @@ static void test_coalesce_cancel(void **st)
     gate gt;
     gate_hold(e, &gt);
     gjob j[3];
-    gemm_err err;
+    gemm_engine_err err;
     for (int i = 0; i < 3; i++) {
         gjob_init(e, &j[i], GEMM_DTYPE_F64, 6, 6, 6, 40 + (uint64_t)i);
         assert_int_equal(gemm_engine_submit(e, &j[i].t.job, &err), 0);
@@ -518,7 +583,7 @@ static void *stress_main(void *p)
             const size_t *sh = shapes[x % 4];
             gemm_dtype d = (gemm_dtype)(x % 3);
             gjob_init(s->e, &j[i], d, sh[0], sh[1], sh[2], (uint64_t)(s->id * 1000 + round * 10 + i));
-            gemm_err err;
+            gemm_engine_err err;
             while (gemm_engine_submit(s->e, &j[i].t.job, &err) != 0) sched_yield(); /* queue full */
         }
         for (int i = 0; i < INFLIGHT; i++) {
@@ -572,6 +637,7 @@ int main(void)
         cmocka_unit_test(test_coalesce_groups),
         cmocka_unit_test(test_coalesce_off),
         cmocka_unit_test(test_coalesce_parts),
+        cmocka_unit_test(test_coalesce_not_resident),
         cmocka_unit_test(test_coalesce_cancel),
         cmocka_unit_test(test_coalesce_many_threads),
     };

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "config_keys.h"
 
 /* Writes text to a fresh temporary file; returns its path in buf. */
 static const char *temp_file(char *buf, size_t len, const char *text)
@@ -404,6 +405,27 @@ static void test_shipped_config_file(void **state)
     assert_memory_equal(&c, &d, sizeof c);
 }
 
+/* Every engine key (each backend's section) is a key of the daemon, under its own name, with
+ * its default; a CPU build reads the CUDA backend's keys too. */
+static void test_engine_key_rows(void **state)
+{
+    (void)state;
+    gemmd_config c;
+    gemmd_config_defaults(&c);
+    char msg[512];
+    for (const gemm_key_section *s = gemm_engine_keys; s->owner; s++) {
+        for (const gemm_key *k = s->keys; k->name; k++) {
+            const key_desc *d = gemmd_config_find_key(k->name);
+            if (!d) fail_msg("engine key %s (section %s) is not a key of the daemon", k->name, s->owner);
+            assert_int_equal(d->offset, offsetof(gemmd_config, engine) + k->offset);
+        }
+    }
+    assert_int_equal(gemmd_config_set(&c, "streams_per_device", "8", msg, sizeof msg), 0);
+    assert_int_equal(c.engine.streams_per_device, 8);
+    assert_int_equal(gemmd_config_set(&c, "device_mem_limit_mb", "3", msg, sizeof msg), 0);
+    assert_int_equal(c.engine.device_mem_limit, 3ull << 20);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -412,7 +434,7 @@ int main(void)
         cmocka_unit_test(test_file_errors),      cmocka_unit_test(test_env),
         cmocka_unit_test(test_precedence),       cmocka_unit_test(test_flag_errors),
         cmocka_unit_test(test_help_and_version), cmocka_unit_test(test_shipped_config_file),
-        cmocka_unit_test(test_bool_key),
+        cmocka_unit_test(test_bool_key),       cmocka_unit_test(test_engine_key_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_int32.h"
-#include "engine.h"
+#include "cpu_gemm.h"
+#include "backend.h"
 #include "gemm_ref.h"
 
 /* ---- a synchronous helper over the asynchronous engine ------------------ */
@@ -52,9 +52,9 @@ static gemm_engine *open_cpu(int threads, int workers, const char *faults)
     cfg.threads = threads;
     cfg.cpu_workers = workers;
     snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "%s", faults ? faults : "");
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
-    if (!e) fprintf(stderr, "# open: %s: %s\n", err.code, err.message);
+    if (!e) fprintf(stderr, "# open: %d: %s\n", err.code, err.message);
     assert_non_null(e);
     return e;
 }
@@ -115,9 +115,9 @@ static void product_free(gemm_engine *e, product *p)
 /* Submits and waits; returns the final state. */
 static int product_run(gemm_engine *e, product *p)
 {
-    gemm_err err;
+    gemm_engine_err err;
     int rc = gemm_engine_submit(e, &p->job, &err);
-    if (rc != 0) fprintf(stderr, "# submit: %d %s: %s\n", err.status, err.code, err.message);
+    if (rc != 0) fprintf(stderr, "# submit: %d: %s\n", err.code, err.message);
     assert_int_equal(rc, 0);
     wait_done(&p->w);
     assert_int_equal(p->w.calls, 1);
@@ -148,7 +148,7 @@ static void check_shapes(gemm_dtype d, int threads)
         assert_true(p.job.timing.compute_ms >= p.job.timing.kernel_ms);
         assert_true(p.job.timing.h2d_ms == 0 && p.job.timing.d2h_ms == 0);
         assert_true(p.job.timing.gflops >= 0);
-        assert_int_equal(p.job.err.status, 0);
+        assert_int_equal(p.job.err.code, GEMM_E_NONE);
         product_free(e, &p);
     }
     gemm_engine_close(e);
@@ -275,7 +275,7 @@ static void test_i32_thread_split(void **st)
     b[0] = INT32_MAX;
     for (int t = 1; t <= 8; t++) {
         ref_poison(GEMM_DTYPE_I32, c, m * n);
-        assert_int_equal(gemm_cpu_gemm_i32(a, b, c, m, k, n, t), 0);
+        assert_int_equal(gemm_cpu_gemm_i32_stop(a, b, c, m, k, n, t, NULL), 0);
         char what[64];
         snprintf(what, sizeof what, "int32 loop, %d threads", t);
         assert_int_equal(ref_check(GEMM_DTYPE_I32, a, b, c, m, k, n, what), 0);
@@ -314,17 +314,16 @@ static void test_i32_stop_flag(void **st)
 /* ---- options ------------------------------------------------------------- */
 
 static void expect_reject(gemm_engine *e, gemm_dtype d, const char *kernel, gemm_math math,
-                          int tile, int status, const char *code, const char *needle)
+                          int tile, gemm_ecode code, const char *needle)
 {
     product p;
     product_init(e, &p, d, 2, 3, 4, 1);
     snprintf(p.job.kernel, sizeof p.job.kernel, "%s", kernel);
     p.job.math = math;
     p.job.tile = tile;
-    gemm_err err;
+    gemm_engine_err err;
     assert_int_equal(gemm_engine_submit(e, &p.job, &err), -1);
-    assert_int_equal(err.status, status);
-    assert_string_equal(err.code, code);
+    assert_int_equal(err.code, code);
     if (!strstr(err.message, needle)) fprintf(stderr, "# message: %s\n", err.message);
     assert_non_null(strstr(err.message, needle));
     assert_int_equal(p.w.calls, 0); /* done() is not called for a refused job */
@@ -335,14 +334,14 @@ static void test_rejects(void **st)
 {
     (void)st;
     gemm_engine *e = open_cpu(0, 1, NULL);
-    expect_reject(e, GEMM_DTYPE_F32, "tiled", GEMM_MATH_DEFAULT, 0, 422, "unknown_kernel", "openblas");
-    expect_reject(e, GEMM_DTYPE_F32, "cublas", GEMM_MATH_DEFAULT, 0, 422, "unknown_kernel", "blocked");
-    expect_reject(e, GEMM_DTYPE_I32, "naive", GEMM_MATH_DEFAULT, 0, 422, "unknown_kernel", "\"naive\"");
-    expect_reject(e, GEMM_DTYPE_F32, "auto", GEMM_MATH_TF32, 0, 422, "unsupported_math", "exact fp32");
-    expect_reject(e, GEMM_DTYPE_F32, "", GEMM_MATH_BF16, 0, 422, "unsupported_math", "bf16");
-    expect_reject(e, GEMM_DTYPE_I32, "openblas", GEMM_MATH_DEFAULT, 0, 422, "unsupported_dtype", "int32");
-    expect_reject(e, GEMM_DTYPE_F64, "blocked", GEMM_MATH_DEFAULT, 0, 422, "unsupported_dtype", "float64");
-    expect_reject(e, GEMM_DTYPE_F32, "auto", GEMM_MATH_DEFAULT, 16, 422, "bad_tile", "tile");
+    expect_reject(e, GEMM_DTYPE_F32, "tiled", GEMM_MATH_DEFAULT, 0, GEMM_E_UNKNOWN_KERNEL, "openblas");
+    expect_reject(e, GEMM_DTYPE_F32, "cublas", GEMM_MATH_DEFAULT, 0, GEMM_E_UNKNOWN_KERNEL, "blocked");
+    expect_reject(e, GEMM_DTYPE_I32, "naive", GEMM_MATH_DEFAULT, 0, GEMM_E_UNKNOWN_KERNEL, "\"naive\"");
+    expect_reject(e, GEMM_DTYPE_F32, "auto", GEMM_MATH_TF32, 0, GEMM_E_UNSUPPORTED_MATH, "exact fp32");
+    expect_reject(e, GEMM_DTYPE_F32, "", GEMM_MATH_BF16, 0, GEMM_E_UNSUPPORTED_MATH, "bf16");
+    expect_reject(e, GEMM_DTYPE_I32, "openblas", GEMM_MATH_DEFAULT, 0, GEMM_E_UNSUPPORTED_DTYPE, "int32");
+    expect_reject(e, GEMM_DTYPE_F64, "blocked", GEMM_MATH_DEFAULT, 0, GEMM_E_UNSUPPORTED_DTYPE, "float64");
+    expect_reject(e, GEMM_DTYPE_F32, "auto", GEMM_MATH_DEFAULT, 16, GEMM_E_BAD_TILE, "tile");
     gemm_engine_close(e);
 }
 
@@ -409,8 +408,7 @@ static void test_fault_fail(void **st)
         int state = product_run(e, &p);
         if (i % 2 == 0) {
             assert_int_equal(state, GEMM_JOB_FAILED);
-            assert_int_equal(p.job.err.status, 500);
-            assert_string_equal(p.job.err.code, "backend_failure");
+            assert_int_equal(p.job.err.code, GEMM_E_BACKEND);
         } else {
             assert_int_equal(state, GEMM_JOB_DONE);
             assert_int_equal(ref_check(GEMM_DTYPE_F64, p.job.a, p.job.b, p.job.c, 4, 4, 4, "f64"), 0);
@@ -439,14 +437,40 @@ static void test_fault_spec_rejected(void **st)
         gemm_engine_config_defaults(&cfg);
         snprintf(cfg.backend, sizeof cfg.backend, "cpu");
         snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "%s", bad[i]);
-        gemm_err err;
+        gemm_engine_err err;
         gemm_engine *e = gemm_engine_open(&cfg, &err);
         assert_null(e);
-        assert_string_equal(err.code, "bad_config");
+        assert_int_equal(err.code, GEMM_E_BAD_CONFIG);
         assert_non_null(strstr(err.message, "cpu_delay_ms:N"));
     }
     gemm_engine *e = open_cpu(0, 1, "cpu_delay_ms:1, cpu_fail:1000");
     gemm_engine_close(e);
+}
+
+/* Every fault hook a backend of this build takes is documented in engine.h (its fault_inject
+ * list, "name:N" under the backend's heading) and accepted at its smallest value. */
+static void test_fault_hooks_documented(void **st)
+{
+    (void)st;
+    FILE *f = fopen("kernels/engine.h", "r");
+    if (!f) skip();
+    static char text[64 << 10];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    const char *list = strstr(text, "fault_inject: comma-separated hooks");
+    assert_non_null(list);
+    for (const gemm_backend *const *b = gemm_backends; *b; b++) {
+        for (const gemm_fault_hook *h = (*b)->faults; h && h->name; h++) {
+            char doc[64], spec[64];
+            snprintf(doc, sizeof doc, " %s:%s ", h->name, h->min == h->max ? "1" : "N");
+            if (!strstr(list, doc)) fail_msg("engine.h does not document %s's hook \"%s\"", (*b)->name, doc);
+            if (*b != &gemm_backend_cpu) continue;
+            snprintf(spec, sizeof spec, "%s:%ld", h->name, h->min);
+            gemm_engine *e = open_cpu(1, 1, spec);
+            gemm_engine_close(e);
+        }
+    }
 }
 
 int main(void)
@@ -466,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_fault_fail),
         cmocka_unit_test(test_fault_spec_rejected),
+        cmocka_unit_test(test_fault_hooks_documented),
     };
     return cmocka_run_group_tests_name("cpu", tests, NULL, NULL);
 }

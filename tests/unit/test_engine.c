@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "backend.h"
 #include "gemm_ref.h"
 #include "test_job.h"
 
@@ -49,7 +49,7 @@ static gemm_engine *open_cpu(int workers, int depth, const char *faults)
     cfg.cpu_workers = workers;
     cfg.queue_depth = depth;
     snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "%s", faults ? faults : "");
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) fprintf(stderr, "# open: %s\n", err.message);
     assert_non_null(e);
@@ -89,12 +89,11 @@ static void test_open_backends(void **st)
 {
     (void)st;
     gemm_engine_config cfg;
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine_config_defaults(&cfg);
     snprintf(cfg.backend, sizeof cfg.backend, "tpu");
     assert_null(gemm_engine_open(&cfg, &err));
-    assert_int_equal(err.status, 400);
-    assert_string_equal(err.code, "bad_backend");
+    assert_int_equal(err.code, GEMM_E_BAD_BACKEND);
     assert_non_null(strstr(err.message, "tpu"));
 
     int have_gpu = 0;
@@ -109,11 +108,17 @@ static void test_open_backends(void **st)
     assert_string_equal(info.backend, have_gpu ? "cuda" : "cpu");
     gemm_engine_close(e);
 
+    /* cuda: not in a CPU-only build; in a CUDA build on a host without a device, the
+     * backend finds none */
     if (!have_gpu) {
         snprintf(cfg.backend, sizeof cfg.backend, "cuda");
         assert_null(gemm_engine_open(&cfg, &err));
-        assert_int_equal(err.status, 503);
-        assert_string_equal(err.code, "no_device");
+#ifdef GEMMD_HAVE_CUDA
+        assert_int_equal(err.code, GEMM_E_NO_DEVICE);
+#else
+        assert_int_equal(err.code, GEMM_E_BAD_BACKEND);
+        assert_non_null(strstr(err.message, "it has auto, cpu"));
+#endif
         assert_non_null(strstr(err.message, "cuda"));
     }
 }
@@ -123,35 +128,33 @@ static void test_submit_validation(void **st)
     (void)st;
     gemm_engine *e = open_cpu(1, 4, NULL);
     tjob t;
-    gemm_err err;
+    gemm_engine_err err;
     test_job_init(&t, GEMM_DTYPE_F32, 2, 2, 2, 1);
 
     t.job.m = 0;
     assert_int_equal(gemm_engine_submit(e, &t.job, &err), -1);
-    assert_int_equal(err.status, 422);
-    assert_string_equal(err.code, "empty_matrix");
+    assert_int_equal(err.code, GEMM_E_EMPTY);
     t.job.m = 2;
 
     t.job.dtype = GEMM_DTYPE_INVALID;
     assert_int_equal(gemm_engine_submit(e, &t.job, &err), -1);
-    assert_int_equal(err.status, 422);
+    assert_int_equal(err.code, GEMM_E_BAD_DTYPE);
     t.job.dtype = GEMM_DTYPE_F32;
 
     t.job.done = NULL;
     assert_int_equal(gemm_engine_submit(e, &t.job, &err), -1);
-    assert_int_equal(err.status, 500);
+    assert_int_equal(err.code, GEMM_E_INTERNAL);
     t.job.done = test_job_done;
 
     /* plan_m: the rows of a whole product this one is a panel of; never fewer than m */
     t.job.plan_m = 1;
     assert_int_equal(gemm_engine_submit(e, &t.job, &err), -1);
-    assert_int_equal(err.status, 422);
-    assert_string_equal(err.code, "bad_option");
+    assert_int_equal(err.code, GEMM_E_BAD_OPTION);
     assert_non_null(strstr(err.message, "panel_of=1"));
     t.job.plan_m = 8;
     t.job.batch = 2; /* checked before the buffers' sizes */
     assert_int_equal(gemm_engine_submit(e, &t.job, &err), -1);
-    assert_int_equal(err.status, 422);
+    assert_int_equal(err.code, GEMM_E_BAD_OPTION);
     assert_non_null(strstr(err.message, "single product"));
     t.job.batch = 0;
     t.job.plan_m = 2; /* = m: accepted, as a whole product */
@@ -188,7 +191,7 @@ static void test_queue_full_cancel_close(void **st)
     pthread_mutex_t gmu = PTHREAD_MUTEX_INITIALIZER;
     pthread_cond_t gcv = PTHREAD_COND_INITIALIZER;
     tjob a, b, c, d, x;
-    gemm_err err;
+    gemm_engine_err err;
     test_job_init(&a, GEMM_DTYPE_F64, 9, 8, 7, 10);
     test_job_init(&b, GEMM_DTYPE_F32, 3, 4, 5, 20);
     test_job_init(&c, GEMM_DTYPE_I32, 3, 4, 5, 30);
@@ -209,8 +212,7 @@ static void test_queue_full_cancel_close(void **st)
     assert_int_equal(gemm_engine_submit(e, &c.job, &err), 0);
     assert_false(gemm_engine_ready(e));
     assert_int_equal(gemm_engine_submit(e, &d.job, &err), -1);
-    assert_int_equal(err.status, 503);
-    assert_string_equal(err.code, "queue_full");
+    assert_int_equal(err.code, GEMM_E_QUEUE_FULL);
     assert_int_equal(test_job_calls(&d), 0);
 
     gemm_engine_stats s;
@@ -224,8 +226,7 @@ static void test_queue_full_cancel_close(void **st)
     assert_int_equal(gemm_engine_cancel(e, &c.job), 1);
     assert_int_equal(test_job_calls(&c), 1);
     assert_int_equal(c.state_at_done, GEMM_JOB_CANCELLED);
-    assert_int_equal(c.job.err.status, 409);
-    assert_string_equal(c.job.err.code, "cancelled");
+    assert_int_equal(c.job.err.code, GEMM_E_CANCELLED);
     assert_true(gemm_engine_ready(e));
 
     /* Now D fits. */
@@ -240,16 +241,14 @@ static void test_queue_full_cancel_close(void **st)
     test_job_wait_for(&b, 1);
     test_job_wait_for(&d, 1);
     assert_int_equal(b.state_at_done, GEMM_JOB_FAILED);
-    assert_int_equal(b.job.err.status, 503);
-    assert_string_equal(b.job.err.code, "shutting_down");
+    assert_int_equal(b.job.err.code, GEMM_E_SHUTTING_DOWN);
     assert_int_equal(d.state_at_done, GEMM_JOB_FAILED);
-    assert_string_equal(d.job.err.code, "shutting_down");
+    assert_int_equal(d.job.err.code, GEMM_E_SHUTTING_DOWN);
 
     /* The engine still exists (close is joining the worker) but refuses work. */
     assert_false(gemm_engine_ready(e));
     assert_int_equal(gemm_engine_submit(e, &x.job, &err), -1);
-    assert_int_equal(err.status, 503);
-    assert_string_equal(err.code, "shutting_down");
+    assert_int_equal(err.code, GEMM_E_SHUTTING_DOWN);
     assert_int_equal(test_job_calls(&x), 0);
 
     pthread_mutex_lock(&gmu);
@@ -272,7 +271,7 @@ static void test_close_lets_running_finish(void **st)
     (void)st;
     gemm_engine *e = open_cpu(1, 4, "cpu_delay_ms:100");
     tjob a;
-    gemm_err err;
+    gemm_engine_err err;
     test_job_init(&a, GEMM_DTYPE_I32, 31, 17, 13, 60);
     assert_int_equal(gemm_engine_submit(e, &a.job, &err), 0);
     wait_state(&a, GEMM_JOB_RUNNING);
@@ -292,7 +291,7 @@ static void test_cancel_running(void **st)
     (void)st;
     gemm_engine *e = open_cpu(1, 4, "cpu_delay_ms:60000");
     tjob a;
-    gemm_err err;
+    gemm_engine_err err;
     test_job_init(&a, GEMM_DTYPE_F32, 8, 8, 8, 70);
     assert_int_equal(gemm_engine_submit(e, &a.job, &err), 0);
     wait_state(&a, GEMM_JOB_RUNNING);
@@ -300,8 +299,7 @@ static void test_cancel_running(void **st)
     assert_int_equal(atomic_load(&a.job.cancel_requested), 1);
     test_job_wait_for(&a, 1);
     assert_int_equal(a.state_at_done, GEMM_JOB_CANCELLED);
-    assert_int_equal(a.job.err.status, 409);
-    assert_string_equal(a.job.err.code, "cancelled");
+    assert_int_equal(a.job.err.code, GEMM_E_CANCELLED);
     assert_non_null(strstr(a.job.err.message, "before its product"));
     for (size_t i = 0; i < 64; i++) assert_true(isnan(((float *)a.job.c)[i])); /* never computed */
     gemm_engine_stats s;
@@ -336,7 +334,7 @@ static void test_cancel_running_then_queue_runs(void **st)
     (void)st;
     gemm_engine *e = open_cpu(1, 4, "cpu_delay_ms:60000");
     tjob a, b;
-    gemm_err err;
+    gemm_engine_err err;
     test_job_init(&a, GEMM_DTYPE_I32, 17, 9, 5, 72);
     test_job_init(&b, GEMM_DTYPE_I32, 6, 7, 8, 73);
     assert_int_equal(gemm_engine_submit(e, &a.job, &err), 0);
@@ -383,9 +381,9 @@ static void *submit_many(void *arg)
         size_t m = 1 + (size_t)(i * 7 + s->index) % 23, k = 1 + (size_t)(i * 5) % 31,
                n = 1 + (size_t)(i * 3 + s->index * 11) % 19;
         test_job_init(&s->jobs[i], d, m, k, n, (uint64_t)(1000 * s->index + i));
-        gemm_err err;
+        gemm_engine_err err;
         while (gemm_engine_submit(s->e, &s->jobs[i].job, &err) != 0) {
-            if (strcmp(err.code, "queue_full") != 0) return "unexpected submit error";
+            if (err.code != GEMM_E_QUEUE_FULL) return "unexpected submit error";
             s->full_retries++;
             sched_yield();
         }
@@ -466,7 +464,7 @@ static void test_done_may_free(void **st)
         ref_fill(GEMM_DTYPE_F32, job->b, 16, 4);
         job->done = free_in_done;
         job->user = &count;
-        gemm_err err;
+        gemm_engine_err err;
         assert_int_equal(gemm_engine_submit(e, job, &err), 0);
         accepted++; /* job may already be freed: not touched again */
     }
@@ -484,7 +482,7 @@ static void test_healthy_lost(void **st)
     assert_int_equal(gemm_engine_healthy(e), 1);
     assert_int_equal(gemm_engine_ready(e), 1);
     tjob t[3];
-    gemm_err err;
+    gemm_engine_err err;
     for (int i = 0; i < 3; i++) {
         test_job_init(&t[i], GEMM_DTYPE_F64, 9, 7, 5, 80 + (uint64_t)i);
         assert_int_equal(gemm_engine_submit(e, &t[i].job, &err), 0);
@@ -494,11 +492,9 @@ static void test_healthy_lost(void **st)
     assert_int_equal(t[0].state_at_done, GEMM_JOB_DONE);
     assert_int_equal(test_job_check(&t[0], "engine job"), 0);
     assert_int_equal(t[1].state_at_done, GEMM_JOB_FAILED);
-    assert_int_equal(t[1].job.err.status, 500);
-    assert_string_equal(t[1].job.err.code, "device_error");
+    assert_int_equal(t[1].job.err.code, GEMM_E_DEVICE);
     assert_int_equal(t[2].state_at_done, GEMM_JOB_FAILED);
-    assert_int_equal(t[2].job.err.status, 503);
-    assert_string_equal(t[2].job.err.code, "device_unavailable");
+    assert_int_equal(t[2].job.err.code, GEMM_E_DEVICE_LOST);
     assert_int_equal(gemm_engine_healthy(e), 0);
     assert_int_equal(gemm_engine_ready(e), 0);
     gemm_engine_close(e);
@@ -510,9 +506,44 @@ static void test_healthy_lost(void **st)
     snprintf(cfg.backend, sizeof cfg.backend, "cpu");
     snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "cpu_lost:0");
     assert_null(gemm_engine_open(&cfg, &err));
-    assert_int_equal(err.status, 400);
+    assert_int_equal(err.code, GEMM_E_BAD_CONFIG);
     e = open_cpu(1, 4, NULL);
     assert_int_equal(gemm_engine_healthy(e), 1);
+    gemm_engine_close(e);
+}
+
+/* ---- configuration keys ---------------------------------------------------- */
+
+static int fake_offload_quick(void *self) { (void)self; return 1; }
+
+/* Each key is in one section; a CPU engine uses the engine's and the CPU backend's keys, not
+ * the CUDA backend's nor the host path's; a backend that offloads has the host path's too. */
+static void test_key_sections(void **st)
+{
+    (void)st;
+    int seen = 0;
+    for (const gemm_key_section *s = gemm_engine_keys; s->owner; s++)
+        for (const gemm_key *k = s->keys; k->name; k++, seen++)
+            for (const gemm_key_section *t = gemm_engine_keys; t->owner; t++)
+                for (const gemm_key *l = t->keys; l->name; l++)
+                    if (l != k && strcmp(l->name, k->name) == 0) fail_msg("key %s is in two sections", k->name);
+    assert_true(seen >= 17);
+    gemm_engine *e = open_cpu(1, 4, NULL);
+    assert_true(gemm_engine_key_applies(e, "engine"));
+    assert_true(gemm_engine_key_applies(e, "cpu"));
+    assert_false(gemm_engine_key_applies(e, "cuda"));
+    assert_false(gemm_engine_key_applies(e, "host"));
+    gemm_engine_close(e);
+    gemm_backend be = gemm_backend_cpu;
+    be.name = "device";
+    be.offload = 1;
+    be.quick = fake_offload_quick;
+    gemm_engine_err err;
+    e = gemm_engine_open_backend(&be, NULL, &err);
+    assert_non_null(e);
+    assert_true(gemm_engine_key_applies(e, "host"));
+    assert_true(gemm_engine_key_applies(e, "device"));
+    assert_false(gemm_engine_key_applies(e, "cpu"));
     gemm_engine_close(e);
 }
 
@@ -584,6 +615,7 @@ int main(void)
         cmocka_unit_test(test_many_submitters),
         cmocka_unit_test(test_done_may_free),
         cmocka_unit_test(test_healthy_lost),
+        cmocka_unit_test(test_key_sections),
         cmocka_unit_test(test_log_hook),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);

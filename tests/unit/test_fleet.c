@@ -109,7 +109,7 @@ static void test_render_cpu(void **state)
     snprintf(cfg.backend, sizeof cfg.backend, "cpu");
     cfg.threads = 1;
     cfg.queue_depth = 7;
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     assert_non_null(e);
     assert_int_equal(gemmd_instance_set("node-9"), 0);

@@ -36,6 +36,7 @@
 #include <stdio.h>
 
 #include "cuda_host.c" /* the code under test, calling the CUDA functions below */
+#include "host_counts.h"
 
 static atomic_int registered_now; /* blocks registered and not yet unregistered */
 static atomic_int register_calls;
@@ -131,7 +132,7 @@ static void *locked_block(gemm_cuda_host *h, gemm_allocator *a, size_t bytes)
 {
     void *p = a->alloc(a->ctx, bytes);
     assert_non_null(p);
-    assert_int_equal(gemm_cuda_host_pin(h, p, 0), 1);
+    assert_int_equal(gemm_cuda_host_pin(h, p, 0), 0); /* slot 0's registration locks it */
     return p;
 }
 
@@ -153,7 +154,7 @@ static void test_reuse(void **st)
     void *again = a.alloc(a.ctx, 1000);
     assert_ptr_equal(again, tiny);
     assert_int_equal(cached_blocks(h), 0);
-    assert_int_equal(gemm_cuda_host_pin(h, again, 0), 1);
+    assert_int_equal(gemm_cuda_host_pin(h, again, 0), 0);
     assert_int_equal(atomic_load(&register_calls), 1); /* no second registration */
 
     /* 3 MiB cached: a 2 MiB request does not take it, one within an eighth does */
@@ -240,27 +241,54 @@ static void test_reset(void **st)
     gemm_allocator a = gemm_cuda_host_allocator(h);
     void *on0 = locked_block(h, &a, 10 * KB);
     void *p = a.alloc(a.ctx, 20 * KB);
-    assert_int_equal(gemm_cuda_host_pin(h, p, 1), 1); /* locked by slot 1 */
+    assert_int_equal(gemm_cuda_host_pin(h, p, 1), 1); /* locked by slot 1: says so */
     void *held = locked_block(h, &a, 30 * KB);    /* still handed out at the reset */
     a.free(a.ctx, on0);
     a.free(a.ctx, p);
     assert_int_equal(cached_blocks(h), 2);
+    gemm_cuda_host_device_lost(h, 0);
     gemm_cuda_host_device_reset(h, 0);
     assert_int_equal(cached_blocks(h), 1); /* slot 1's stays */
     check_lists(h);
     /* the held block's registration went with the reset: the next pin registers again */
     int calls = atomic_load(&register_calls);
-    assert_int_equal(gemm_cuda_host_pin(h, held, 0), 1);
+    assert_int_equal(gemm_cuda_host_pin(h, held, 0), 0);
     assert_int_equal(atomic_load(&register_calls), calls + 1);
     /* a failed registration leaves the block pageable, and it is not kept */
     void *pageable = a.alloc(a.ctx, 50 * KB);
     atomic_store(&fail_register, 1);
-    assert_int_equal(gemm_cuda_host_pin(h, pageable, 0), 0);
+    assert_int_equal(gemm_cuda_host_pin(h, pageable, 0), GEMM_PIN_PAGEABLE);
     atomic_store(&fail_register, 0);
     size_t before = cached_blocks(h);
     a.free(a.ctx, pageable);
     assert_int_equal(cached_blocks(h), before);
     a.free(a.ctx, held);
+    check_lists(h);
+    gemm_cuda_host_close(h);
+}
+
+/* Two devices: a block slot 0 locked serves slot 1 through slot 0's registration (pin says
+ * whose, with no second registration), until slot 0 is about to be reset: from then on
+ * (before the reset drops the registration) no device takes it as locked, a freed one is not
+ * kept, and the next pin registers it again for the device that asks. */
+static void test_foreign_then_lost(void **st)
+{
+    (void)st;
+    gemm_cuda_host *h = open_host(64 * MB);
+    gemm_allocator a = gemm_cuda_host_allocator(h);
+    void *p = locked_block(h, &a, 10 * KB), *q = locked_block(h, &a, 10 * KB);
+    int calls = atomic_load(&register_calls);
+    assert_int_equal(gemm_cuda_host_pin(h, p, 1), 0); /* slot 0's registration, used by slot 1 */
+    assert_int_equal(atomic_load(&register_calls), calls);
+    gemm_cuda_host_device_lost(h, 0); /* slot 0's reset begins */
+    assert_int_equal(gemm_cuda_host_pin(h, p, 1), 1); /* registered again, by slot 1 */
+    assert_int_equal(atomic_load(&register_calls), calls + 1);
+    size_t before = cached_blocks(h);
+    a.free(a.ctx, q); /* slot 0's registration no longer counts: not kept */
+    assert_int_equal(cached_blocks(h), before);
+    gemm_cuda_host_device_reset(h, 0);
+    a.free(a.ctx, p); /* slot 1's: kept */
+    assert_int_equal(cached_blocks(h), before + 1);
     check_lists(h);
     gemm_cuda_host_close(h);
 }
@@ -429,7 +457,7 @@ static void *stash_main(void *arg)
     for (int i = 0; i < 3; i++) {
         q[i] = a.alloc(a.ctx, 16 * KB);
         assert_true(q[i] == p[0] || q[i] == p[1] || q[i] == p[2]);
-        assert_int_equal(gemm_cuda_host_pin(h, q[i], 0), 1);
+        assert_int_equal(gemm_cuda_host_pin(h, q[i], 0), 0);
     }
     assert_true(q[0] != q[1] && q[1] != q[2] && q[0] != q[2]);
     assert_int_equal(atomic_load(&register_calls), 3);
@@ -478,6 +506,7 @@ static void *stash_main(void *arg)
     /* a reset of the slot drops the stashed blocks with the others, uncharged (the fake
      * driver keeps counting them as registered: the reset's own undoing is not modelled) */
     reset_dropped = (int)(cached_blocks(h) + queued_blocks(h)); /* all slot 0's */
+    gemm_cuda_host_device_lost(h, 0);
     gemm_cuda_host_device_reset(h, 0);
     assert_int_equal(cached_blocks(h), 0);
     assert_int_equal(ac.charged, 0);
@@ -638,6 +667,7 @@ int main(void)
         cmocka_unit_test(test_reuse),
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_reset),
+        cmocka_unit_test(test_foreign_then_lost),
         cmocka_unit_test(test_charge),
         cmocka_unit_test(test_churn),
         cmocka_unit_test(test_stash),

@@ -35,7 +35,7 @@ static gemm_engine *open_engine(int queue_depth)
     cfg.cpu_workers = 1;
     cfg.threads = 1;
     cfg.queue_depth = queue_depth;
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     assert_non_null(e);
     return e;
@@ -75,7 +75,7 @@ static void gate_close(gemm_engine *e, gate *g)
     snprintf(g->job.kernel, sizeof g->job.kernel, "auto");
     g->job.done = gate_done;
     g->job.user = g;
-    gemm_err err;
+    gemm_engine_err err;
     assert_int_equal(gemm_engine_submit(e, &g->job, &err), 0);
     pthread_mutex_lock(&g->mu);
     while (!g->entered) pthread_cond_wait(&g->cv, &g->mu);
@@ -453,7 +453,7 @@ static void done_gate_hook(gemmd_job_entry *j, void *arg)
     pthread_mutex_lock(&d->mu);
     d->engine_state = atomic_load(&j->job.state);
     if (d->make_cancelled) { /* what an engine that honours cancel_requested stores */
-        gemm_err_clear(&j->job.err);
+        gemm_engine_err_clear(&j->job.err);
         atomic_store(&j->job.state, GEMM_JOB_CANCELLED);
     }
     d->entered = 1;

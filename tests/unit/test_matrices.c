@@ -24,7 +24,7 @@ static gemm_engine *open_engine(void)
     gemm_engine_config_defaults(&cfg);
     snprintf(cfg.backend, sizeof cfg.backend, "cpu");
     cfg.threads = 1;
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     assert_non_null(e);
     return e;

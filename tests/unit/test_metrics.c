@@ -346,7 +346,7 @@ static void test_engine_stats(void **state)
     gemm_engine_config_defaults(&cfg);
     snprintf(cfg.backend, sizeof cfg.backend, "cpu");
     cfg.threads = 1;
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *eng = gemm_engine_open(&cfg, &err);
     if (!eng) fail_msg("engine open: %s", err.message);
 

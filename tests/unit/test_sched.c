@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine.h"
+#include "backend.h"
 
 #define MAX_SLOTS 4
 
@@ -51,7 +51,7 @@ typedef struct {
     int slot;
 } fake_worker;
 
-static void *fake_open(const gemm_engine_config *cfg, gemm_err *err)
+static void *fake_open(const gemm_engine_config *cfg, gemm_engine_err *err)
 {
     (void)cfg, (void)err;
     return &F;
@@ -98,7 +98,7 @@ static int fake_run(void *self, void *worker, gemm_job *job)
     f->running[w->slot]--;
     int lost = atomic_load(&f->lost[w->slot]);
     pthread_mutex_unlock(&f->mu);
-    if (lost) return gemm_err_set(&job->err, 503, "device_unavailable", "slot %d is lost", w->slot);
+    if (lost) return gemm_engine_err_set(&job->err, GEMM_E_DEVICE_LOST, "slot %d is lost", w->slot);
     return 0;
 }
 static void fake_close(void *self)
@@ -164,7 +164,7 @@ static gemm_engine *open_fake(int nslots, int per_slot)
     cfg.queue_depth = 4096;
     cfg.batch_max = 1;
     cfg.worker_spin_us = open_spin_us;
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open_backend(&fake_backend, &cfg, &err);
     assert_non_null(e);
     return e;
@@ -202,7 +202,7 @@ static void wait_done(int n)
 
 static void submit_ok(gemm_engine *e, tjob *t)
 {
-    gemm_err err;
+    gemm_engine_err err;
     assert_int_equal(gemm_engine_submit(e, &t->job, &err), 0);
 }
 
@@ -303,7 +303,7 @@ static void test_all_lost_still_answers(void **state)
     wait_done(5);
     for (int i = 0; i < 5; i++) {
         assert_int_equal(atomic_load(&t[i].job.state), GEMM_JOB_FAILED);
-        assert_int_equal(t[i].job.err.status, 503);
+        assert_int_equal(t[i].job.err.code, GEMM_E_DEVICE_LOST);
     }
     gemm_engine_close(e);
 }
@@ -344,9 +344,9 @@ static void *stress_submitter(void *arg)
     tjob *t = arg;
     for (int i = 0; i < STRESS_JOBS; i++) {
         tjob_init(&t[i]);
-        gemm_err err;
+        gemm_engine_err err;
         while (gemm_engine_submit(stress_engine, &t[i].job, &err) != 0) {
-            assert_int_equal(err.status, 503); /* queue_full: try again */
+            assert_int_equal(err.code, GEMM_E_QUEUE_FULL); /* try again */
             struct timespec ts = {0, 100000};
             nanosleep(&ts, NULL);
         }

@@ -1,6 +1,9 @@
 /*
- * cpu_int32.c - cache-blocked int32 matrix product for the CPU backend.
+ * cpu_gemm.c - products computed on the host, for the CPU backend and the host path:
+ * OpenBLAS (row-major cblas_?gemm) for float32 and float64, our own cache-blocked loop for
+ * int32, a batch as a loop of products.
  *
+ * The int32 loop:
  * Loop nest per thread (rows [r0, r1)):  for each KC-slice of k, for each NC-slice of n,
  * for each group of 4 rows of A: C[i..i+3][j-slice] += A[i..i+3][p] * B[p][j-slice] over
  * the k-slice. The B panel (KC x NC) stays in L2 while all rows pass over it; four rows
@@ -12,7 +15,10 @@
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #pragma GCC optimize("O3")
 #endif
-#include "cpu_int32.h"
+#include "cpu_gemm.h"
+
+#include <cblas.h>
+#include <stdio.h>
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -95,12 +101,6 @@ static void *rows_thread(void *arg)
     return NULL;
 }
 
-int gemm_cpu_gemm_i32(const int32_t *a, const int32_t *b, int32_t *c, uint64_t m, uint64_t k,
-                      uint64_t n, int threads)
-{
-    return gemm_cpu_gemm_i32_stop(a, b, c, m, k, n, threads, NULL);
-}
-
 int gemm_cpu_gemm_i32_stop(const int32_t *a, const int32_t *b, int32_t *c, uint64_t m, uint64_t k,
                            uint64_t n, int threads, const _Atomic int *stop)
 {
@@ -140,4 +140,56 @@ int gemm_cpu_gemm_i32_stop(const int32_t *a, const int32_t *b, int32_t *c, uint6
         stopped |= tasks[t].stopped;
     }
     return stopped;
+}
+
+void gemm_cpu_ran_here(gemm_job *job)
+{
+    snprintf(job->device, sizeof job->device, "cpu");
+    job->stream = -1;
+    job->tile_used = 0;
+    job->math_used = job->dtype == GEMM_DTYPE_F32 ? GEMM_MATH_FP32 : GEMM_MATH_DEFAULT;
+    if (!job->kernel_used[0]) snprintf(job->kernel_used, sizeof job->kernel_used, "%s", gemm_cpu_kernel(job->dtype));
+}
+
+void gemm_cpu_timing(gemm_job *job, double t0, double t1)
+{
+    job->timing.h2d_ms = job->timing.d2h_ms = 0;
+    job->timing.kernel_ms = t1 - t0;
+    double flops = 2.0 * (double)gemm_job_batch(job) * (double)job->m * (double)job->n * (double)job->k;
+    job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
+}
+
+int gemm_cpu_products(gemm_job *job, int threads)
+{
+    const int m = (int)job->m, k = (int)job->k, n = (int)job->n;
+    const uint64_t nb = gemm_job_batch(job);
+    const size_t es = gemm_dtype_size(job->dtype);
+    const size_t sa = (size_t)job->m * job->k * es, sc = (size_t)job->m * job->n * es,
+                 sb = job->b_shared ? 0 : (size_t)job->k * job->n * es;
+    for (uint64_t i = 0; i < nb; i++) {
+        if (i > 0 && gemm_job_cancel_requested(job))
+            return gemm_job_stop_cancelled(job, "the rest of its batch (between products)");
+        /* byte offsets, then plain element pointers (void * converts without a cast) */
+        const void *a = (const unsigned char *)job->a + i * sa, *b = (const unsigned char *)job->b + i * sb;
+        void *c = (unsigned char *)job->c + i * sc;
+        switch (job->dtype) {
+        case GEMM_DTYPE_F32:
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+            break;
+        case GEMM_DTYPE_F64:
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0, a, k, b, n, 0.0, c, n);
+            break;
+        case GEMM_DTYPE_I32:
+            if (gemm_cpu_gemm_i32_stop(a, b, c, job->m, job->k, job->n, threads, &job->cancel_requested))
+                return gemm_job_stop_cancelled(job, "the rest of its product (between k-slices)");
+            break;
+        default:
+            return gemm_engine_err_set(&job->err, GEMM_E_BAD_DTYPE, "unsupported dtype");
+        }
+    }
+    if (nb > 1) {
+        job->batched = nb;
+        snprintf(job->batch_mode, sizeof job->batch_mode, "loop");
+    }
+    return 0;
 }

@@ -1,0 +1,182 @@
+/*
+ * coalesce.c - dynamic batching: a worker that takes a small single product also takes
+ * the queued products with the same key (dtype, C's dtype, resolved math, kernel, tile,
+ * plan rows, m, k, n), up to group_max, waiting up to group_delay_ms for more; the group
+ * runs as ONE batched job on the backend, and each product then gets its own result
+ * fields, its own queue_ms and its own done().
+ *
+ * A backend with run_parts (CUDA) is handed each product's own blocks and copies them
+ * straight to and from its device stacks; for any other the inputs are gathered into one A
+ * and one B stack in engine memory and C is scattered back. A product flagged for
+ * cancellation before its group starts is stopped as usual; once the group has started it
+ * runs to the end with the others. Products with a resident operand never join a group:
+ * their operands already live on the device (or must be kept there), which a group's
+ * stacks cannot express.
+ */
+#include "engine_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int no_resident(const gemm_job *job)
+{
+    return !job->a_res && !job->b_res && !job->c_res;
+}
+
+int gemm_coalesce_wants(const gemm_engine *e, const gemm_job *job)
+{
+    return e->group_max >= 2 && job->batch <= 1 && no_resident(job) &&
+           (double)job->m * (double)job->n * (double)job->k <= (double)e->group_mnk;
+}
+
+static int same_group(const gemm_job *a, const gemm_job *b)
+{
+    return a->dtype == b->dtype && gemm_job_c_dtype(a) == gemm_job_c_dtype(b) && a->math_used == b->math_used &&
+           a->tile == b->tile && a->plan_m == b->plan_m && a->m == b->m && a->k == b->k && a->n == b->n &&
+           b->batch <= 1 && no_resident(b) && strcmp(a->kernel_used, b->kernel_used) == 0;
+}
+
+/* Moves the queued jobs of g[0]'s group into g[*n..] (callers hold mu); marks them running. */
+static void take_group(gemm_engine *e, gemm_job **g, int *n, double now)
+{
+    gemm_job *prev = NULL, *it = e->head;
+    while (it && *n < e->group_max) {
+        gemm_job *next = it->q_next;
+        if (same_group(g[0], it) && !gemm_split_wants(e, it)) {
+            gemm_list_unlink(&e->head, &e->tail, prev, it);
+            e->queued--;
+            atomic_fetch_add(&e->running, 1);
+            it->timing.queue_ms = now - it->t_submit_ms;
+            atomic_store(&it->state, GEMM_JOB_RUNNING);
+            g[(*n)++] = it;
+        } else {
+            prev = it;
+        }
+        it = next;
+    }
+}
+
+int gemm_coalesce_take(gemm_engine *e, gemm_job *job, gemm_job **g, double t0)
+{
+    g[0] = job;
+    int n = 1;
+    take_group(e, g, &n, t0);
+    if (n < e->group_max && e->group_delay_ms > 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        long long ns = (long long)until.tv_nsec + (long long)(e->group_delay_ms * 1e6);
+        until.tv_sec += (time_t)(ns / 1000000000LL);
+        until.tv_nsec = (long)(ns % 1000000000LL);
+        if (e->head) gemm_sched_kick(e); /* others queued meanwhile are for other workers */
+        while (n < e->group_max && !e->closing) {
+            e->group_waiters++;
+            int rc = pthread_cond_timedwait(&e->grouping, &e->mu, &until);
+            e->group_waiters--;
+            if (rc != 0) break;
+            take_group(e, g, &n, gemm_now_ms());
+        }
+        take_group(e, g, &n, gemm_now_ms());
+    }
+    return n;
+}
+
+/* The group as one batched job: the first product's request, batch n. */
+static void group_job(gemm_job *big, const gemm_job *first, int n)
+{
+    memset(big, 0, sizeof *big);
+    big->dtype = first->dtype;
+    big->m = first->m, big->k = first->k, big->n = first->n;
+    big->batch = (uint64_t)n;
+    big->tile = first->tile;
+    big->math = first->math;
+    big->out_half = first->out_half;
+    snprintf(big->kernel, sizeof big->kernel, "%s", first->kernel);
+    /* validate() ran for every product of the group and resolved the same kernel */
+    memcpy(big->kernel_used, first->kernel_used, sizeof big->kernel_used);
+    big->math_used = first->math_used;
+    big->tile_used = first->tile_used;
+    big->stream = -1;
+    atomic_init(&big->cancel_requested, 0);
+    atomic_init(&big->state, GEMM_JOB_RUNNING);
+}
+
+static void free_stacks(gemm_engine *e, gemm_job *big)
+{
+    gemm_engine_host_free(e, big->a);
+    gemm_engine_host_free(e, big->b);
+    gemm_engine_host_free(e, big->c);
+}
+
+/* Each product of the group, as if never grouped. */
+static void run_each(gemm_engine *e, void *worker, gemm_job **g, int n, double t0)
+{
+    for (int i = 0; i < n; i++)
+        gemm_sched_finish_one(e, g[i], gemm_sched_run(e, worker, g[i]), i == 0 ? t0 : gemm_now_ms());
+}
+
+void gemm_coalesce_run(gemm_engine *e, void *worker, gemm_job **g, int n, double t0, void **parts)
+{
+    int live = 0; /* products whose cancel came before the group started stop here */
+    for (int i = 0; i < n; i++) {
+        if (gemm_job_cancel_requested(g[i]))
+            gemm_sched_finish_one(e, g[i], gemm_job_stop_cancelled(g[i], "it started"), t0);
+        else
+            g[live++] = g[i];
+    }
+    if (live < 2) {
+        run_each(e, worker, g, live, t0);
+        return;
+    }
+    n = live;
+    gemm_job big;
+    group_job(&big, g[0], n);
+    size_t one[3], stack[3];
+    int ok = gemm_job_bytes(g[0], one) && gemm_job_bytes(&big, stack);
+    const int by_parts = ok && e->be->run_parts && parts;
+    if (by_parts) {
+        for (int i = 0; i < n; i++) parts[i] = g[i]->a, parts[n + i] = g[i]->b, parts[2 * n + i] = g[i]->c;
+        big.a_parts = parts, big.b_parts = parts + n, big.c_parts = parts + 2 * n;
+    } else if (ok) {
+        big.a = gemm_engine_host_alloc(e, stack[0]);
+        big.b = gemm_engine_host_alloc(e, stack[1]);
+        big.c = gemm_engine_host_alloc(e, stack[2]);
+        ok = big.a && big.b && big.c;
+        for (int i = 0; i < n && ok; i++) {
+            memcpy((char *)big.a + (size_t)i * one[0], g[i]->a, one[0]);
+            memcpy((char *)big.b + (size_t)i * one[1], g[i]->b, one[1]);
+        }
+    }
+    int rc = ok ? e->be->run(e->self, worker, &big) : -1;
+    if (!ok || (rc != 0 && big.err.code == GEMM_E_DEVICE_OOM)) {
+        /* No stacks, or the group does not fit where each product may: one by one. */
+        free_stacks(e, &big);
+        run_each(e, worker, g, n, t0);
+        return;
+    }
+    if (rc == GEMM_RUN_CANCELLED) rc = -1; /* nobody can cancel the group's own job */
+    atomic_fetch_add(&e->groups, 1);
+    atomic_fetch_add(&e->grouped, (unsigned long long)n);
+    if (rc != 0 && big.err.code == GEMM_E_NONE)
+        gemm_engine_err_set(&big.err, GEMM_E_BACKEND, "the %s backend failed to run a batch of %d products",
+                            e->be->name, n);
+    for (int i = 0; i < n; i++) {
+        gemm_job *job = g[i];
+        if (rc == 0 && !by_parts) memcpy(job->c, (const char *)big.c + (size_t)i * one[2], one[2]);
+        job->err = big.err;
+        double q = job->timing.queue_ms;
+        job->timing = big.timing;
+        job->timing.queue_ms = q;
+        memcpy(job->kernel_used, big.kernel_used, sizeof job->kernel_used);
+        job->tile_used = big.tile_used;
+        memcpy(job->block, big.block, sizeof job->block);
+        job->math_used = big.math_used;
+        memcpy(job->device, big.device, sizeof job->device);
+        job->stream = big.stream;
+        job->batched = (uint64_t)n;
+        snprintf(job->batch_mode, sizeof job->batch_mode, "coalesced %.16s", big.batch_mode);
+    }
+    free_stacks(e, &big);
+    for (int i = 0; i < n; i++) gemm_sched_finish_one(e, g[i], rc, t0);
+}

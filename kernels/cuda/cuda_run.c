@@ -1,0 +1,514 @@
+/*
+ * cuda_run.c - one product on a worker's stream, stage by stage: plan (kernel, sizes,
+ * zero copy, staging), enter the device (buffers from its pool), stage the inputs (lock
+ * host blocks, resident operands), H2D, kernel, D2H, finish (wait, timing, counters); one
+ * unwind after whichever stage stopped, that sorts CUDA failures into an out-of-memory
+ * (that product alone) or a broken context (the device is reset on leaving).
+ *
+ * Waiting: the events are created with cudaEventBlockingSync, and a worker polls the event
+ * it waits for only for wait_spin_us (default 50) before it sleeps in cudaEventSynchronize,
+ * so a short product is picked up at once and a long one costs no CPU while it runs.
+ *
+ * Stages and cancellation: a job checks for a cancel request before its H2D copy. A long
+ * product (worth_staging: many flops, many bytes, or the gpu_delay_ms hook) runs stage by
+ * stage, waiting for each stage before enqueueing the next, and checks before the kernel
+ * and before the D2H copy too; a short one enqueues its three stages back to back (a wait
+ * between them would cost more than the stage). Each stage has its own start and end
+ * events, so the gap of a stage-by-stage wait is in no stage's time.
+ */
+#include "cuda_engine.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "gemm_kernels.h"
+#include "gemm_scratch.h"
+
+#define STAGED_MIN_FLOP 2.7e11          /* ~5 ms on the fast members of an H100 */
+#define STAGED_MIN_FLOP_SLOW 1.7e10     /* naive and tiled: ~10x slower */
+#define STAGED_MIN_BYTES (256ull << 20) /* copies of ~5-10 ms */
+
+/* What a stage says: go on, stop (ctx.rc says how the job ends), or a CUDA call failed
+ * (ctx.site says which). */
+enum { GO, STOP, CUDA_FAILED };
+
+typedef struct {
+    cuda_backend *cb;
+    cuda_worker *w;
+    cuda_dev *d;
+    gemm_job *job;
+    const gemm_kernel_desc *k;
+    gemm_cuda_site site;
+    const char *stage;
+    int rc, entered, broken, lose;
+    unsigned gen, held;  /* the device's generation; other devices held (gemm_cuda_pin) */
+    int zero, staged;    /* zero copy; stage by stage */
+    long njob;
+    uint64_t nb, total;
+    size_t es, esc, need[3], upload[2], res_bytes;
+    double res_ms;
+    void *A, *B, *C;     /* device (or, zero copy, host) operands */
+    void *keep;          /* C's resident device copy, until published */
+    cudaEvent_t k0, d0;  /* the kernel's and the D2H's start events */
+} run_ctx;
+
+static float ev_ms(cudaEvent_t a, cudaEvent_t b, gemm_cuda_site *site)
+{
+    float ms = 0;
+    return GEMM_CUDA_CHECK(site, cudaEventElapsedTime(&ms, a, b)) == cudaSuccess ? ms : 0;
+}
+
+/* Waits for ev: polls it for spin_ms, then sleeps in cudaEventSynchronize. */
+static cudaError_t wait_event(cudaEvent_t ev, double spin_ms)
+{
+    double t0 = gemm_now_ms();
+    cudaError_t e;
+    while ((e = cudaEventQuery(ev)) == cudaErrorNotReady && gemm_now_ms() - t0 < spin_ms) {
+    }
+    if (e != cudaErrorNotReady)
+        return e;
+    if (cudaPeekAtLastError() == cudaErrorNotReady) /* "not ready" is no error: never keep it */
+        cudaGetLastError();
+    return cudaEventSynchronize(ev);
+}
+
+/* Host <-> device copies queued on a stream in order, COPY_CHUNK at a time through one
+ * cudaMemcpyBatchAsync (measured on an H100: a group of 4-11 small products copied part by
+ * part in one call costs what one copy of a gathered stack does; bench/bench_small_path.cu).
+ * A single range is one cudaMemcpyAsync. A driver that declines the batch call gets the
+ * ranges one by one (so does the copy_loop:1 hook). The first failure stays in the site. */
+enum { COPY_CHUNK = 64 };
+typedef struct {
+    void *dst[COPY_CHUNK];
+    const void *src[COPY_CHUNK];
+    size_t size[COPY_CHUNK];
+    size_t n;
+    enum cudaMemcpyKind kind;
+    cudaStream_t s;
+    gemm_cuda_site *site;
+    cudaError_t err;
+    int one_by_one;
+} copy_list;
+
+static cudaError_t copies_flush(copy_list *c)
+{
+    if (c->err != cudaSuccess || c->n == 0)
+        return c->err;
+    if (c->n == 1) {
+        c->err = GEMM_CUDA_CHECK(c->site, cudaMemcpyAsync(c->dst[0], c->src[0], c->size[0], c->kind, c->s));
+    } else {
+        struct cudaMemcpyAttributes at;
+        memset(&at, 0, sizeof at);
+        at.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        size_t first = 0;
+        cudaError_t e = c->one_by_one ? cudaErrorNotSupported
+                                      : cudaMemcpyBatchAsync(c->dst, c->src, c->size, c->n, &at, &first, 1, c->s);
+        if (e == cudaErrorNotSupported || e == cudaErrorInvalidValue) {
+            cudaGetLastError(); /* declined, not failed: nothing was queued */
+            for (size_t i = 0; i < c->n && c->err == cudaSuccess; i++)
+                c->err = GEMM_CUDA_CHECK(c->site, cudaMemcpyAsync(c->dst[i], c->src[i], c->size[i], c->kind, c->s));
+        } else {
+            c->err = GEMM_CUDA_CHECK(c->site, e);
+        }
+    }
+    c->n = 0;
+    return c->err;
+}
+
+static void copies_add(copy_list *c, void *dst, const void *src, size_t size)
+{
+    if (size == 0 || c->err != cudaSuccess)
+        return;
+    c->dst[c->n] = dst;
+    c->src[c->n] = src;
+    c->size[c->n] = size;
+    if (++c->n == COPY_CHUNK)
+        copies_flush(c);
+}
+
+static int stop_with(run_ctx *x, int rc)
+{
+    x->rc = rc;
+    return STOP;
+}
+
+/* ---- the stages ------------------------------------------------------------ */
+
+/* The kernel (auto: a member of ours for a lone small product; the smallest skip the
+ * copies on an idle device: zero_copy_mnk), the sizes, and whether to stage. */
+static int plan(run_ctx *x)
+{
+    gemm_job *job = x->job;
+    memcpy(job->device, x->d->label, sizeof job->device);
+    job->stream = x->w->stream_index;
+    x->k = gemm_kernel_find(job->kernel_used);
+    if (!x->k) /* validate() always resolves; this only guards direct misuse */
+        return stop_with(x, gemm_engine_err_set(&job->err, GEMM_E_INTERNAL,
+                                                "job reached the CUDA worker without a resolved kernel (\"%s\")",
+                                                job->kernel_used));
+    x->nb = gemm_job_batch(job);
+    if (x->nb <= 1 && !job->a_parts && !job->plan_m && !job->tile && gemm_cuda_kernel_is_auto(job) &&
+        strcmp(x->k->name, "cublas") == 0) {
+        /* auto, alone (not in a group): a small one runs faster on one of ours (auto.c).
+         * Under load the copies stay: they overlap other products' work, while a kernel that
+         * waits on the bus holds its SMs (bench/results/h100-2026-11-27-shards.md). */
+        const gemm_kernel_desc *ka = gemm_kernel_auto_alone(job->dtype, job->math_used, (int)job->m, (int)job->n,
+                                                            (int)job->k, x->cb->min_cc);
+        if (ka) {
+            x->k = ka;
+            snprintf(job->kernel_used, sizeof job->kernel_used, "%s", ka->name);
+            x->zero = x->d->host_ptr && !job->a_res && !job->b_res && !job->c_res &&
+                      (double)job->m * (double)job->n * (double)job->k <= x->cb->zero_copy_mnk;
+        }
+    }
+    x->es = gemm_dtype_size(job->dtype);
+    x->esc = gemm_dtype_size(gemm_job_c_dtype(job));
+    if (!gemm_job_bytes(job, x->need) || x->es == 0)
+        return stop_with(x, gemm_engine_err_set(&job->err, GEMM_E_TOO_LARGE, "the product's size overflows"));
+    x->total = (uint64_t)x->need[0] + x->need[1] + x->need[2];
+    if (x->cb->mem_limit && x->total > x->cb->mem_limit)
+        return stop_with(x, gemm_engine_err_set(&job->err, GEMM_E_DEVICE_OOM,
+                                                "the product needs %llu bytes of device memory (A %zu, B %zu, C %zu); "
+                                                "device_mem_limit allows %llu bytes per stream",
+                                                (unsigned long long)x->total, x->need[0], x->need[1], x->need[2],
+                                                (unsigned long long)x->cb->mem_limit));
+    const double flops = 2.0 * (double)x->nb * (double)job->m * (double)job->n * (double)job->k;
+    const int slow = strcmp(x->k->name, "naive") == 0 || strcmp(x->k->name, "tiled") == 0;
+    x->staged = x->cb->delay_ms > 0 || x->total >= STAGED_MIN_BYTES ||
+                flops >= (slow ? STAGED_MIN_FLOP_SLOW : STAGED_MIN_FLOP);
+    if (x->staged)
+        x->zero = 0;
+    return GO;
+}
+
+/* The worker's buffers, at least need[]; one more try when the failed attempt gave cached
+ * buffers back, then an out-of-memory that fails this product alone. */
+static int buffers(run_ctx *x)
+{
+    size_t held = x->w->cap[0] + x->w->cap[1] + x->w->cap[2];
+    if (gemm_cuda_ensure_buffers(x->w, x->need, &x->site) == cudaSuccess)
+        return GO;
+    if (x->site.err != cudaErrorMemoryAllocation)
+        return CUDA_FAILED;
+    cudaGetLastError();
+    if (held > 0) {
+        memset(&x->site, 0, sizeof x->site);
+        if (gemm_cuda_ensure_buffers(x->w, x->need, &x->site) == cudaSuccess)
+            return GO;
+        if (x->site.err != cudaErrorMemoryAllocation)
+            return CUDA_FAILED;
+        cudaGetLastError();
+    }
+    gemm_cuda_sample_memory(x->d); /* on the worker: a CUDA call is fine here */
+    return stop_with(x, gemm_engine_err_set(&x->job->err, GEMM_E_DEVICE_OOM,
+                                            "%s is out of memory: the product needs %llu bytes on the device (A %zu, "
+                                            "B %zu, C %zu) and %llu of %llu bytes are free",
+                                            x->job->device, (unsigned long long)x->total, x->need[0], x->need[1],
+                                            x->need[2], (unsigned long long)atomic_load(&x->d->mem_free),
+                                            (unsigned long long)atomic_load(&x->d->mem_total)));
+}
+
+/* Enters the device (waits out a reset), its resources after a reset, the buffers, and the
+ * lost:N hook. */
+static int enter(run_ctx *x)
+{
+    cuda_dev *d = x->d;
+    int others = 0;
+    x->gen = gemm_cuda_dev_enter(d, &others);
+    x->entered = 1;
+    if (others > 0)
+        x->zero = 0; /* only on an otherwise idle device (zero_copy_mnk) */
+    if (atomic_load(&d->lost))
+        return stop_with(x, gemm_engine_err_set(&x->job->err, GEMM_E_DEVICE_LOST,
+                                                "%s could not be recovered after an earlier device error (%s); restart "
+                                                "gemmd or send the product to another server",
+                                                x->job->device, cudaGetErrorString(d->lost_err)));
+    if (gemm_job_cancel_requested(x->job))
+        return stop_with(x, gemm_job_stop_cancelled(x->job, "its host-to-device copy"));
+    if (GEMM_CUDA_CHECK(&x->site, cudaSetDevice(d->ordinal)) != cudaSuccess)
+        return CUDA_FAILED;
+    if (x->w->gen != x->gen) {
+        if (x->w->gen != 0)
+            gemm_cuda_destroy_resources(x->w); /* only when built before a reset that skipped it */
+        if (gemm_cuda_build_resources(x->w, x->gen, &x->site) != cudaSuccess)
+            return CUDA_FAILED;
+    }
+    x->stage = "device allocation";
+    int st = buffers(x);
+    if (st != GO)
+        return st;
+    x->njob = atomic_fetch_add(&x->cb->jobs, 1) + 1;
+    if (x->cb->lost_at > 0 && x->njob == x->cb->lost_at) {
+        /* Test hook: the device is marked lost at once (its workers take no more products)
+         * and reset on leaving, as when a reset cannot make a new context (only this
+         * device's context goes: see OPERATIONS.md on real traps). */
+        d->lost_err = cudaErrorDevicesUnavailable;
+        atomic_store(&d->lost, 1);
+        x->broken = x->lose = 1;
+        return stop_with(x, gemm_engine_err_set(&x->job->err, GEMM_E_DEVICE,
+                                                "%s was lost while running this product (fault_inject lost:%ld)",
+                                                x->job->device, x->cb->lost_at));
+    }
+    return GO;
+}
+
+/* Host blocks locked (once, cached by the allocator after; a panel pins the product's
+ * blocks, a group each product's), and resident operands read from their device copies
+ * (the first product on a device makes the copy; its cost counts as this job's H2D). Zero
+ * copy only through this device's own registrations: another device's reset would drop
+ * them under a running kernel. */
+static int stage_inputs(run_ctx *x)
+{
+    gemm_job *job = x->job;
+    cuda_dev *d = x->d;
+    int own = 1;
+    if (job->a_parts) {
+        for (uint64_t i = 0; i < x->nb; i++) {
+            gemm_cuda_pin(x->cb, d, job->a_parts[i], &x->held);
+            gemm_cuda_pin(x->cb, d, job->b_parts[i], &x->held);
+            gemm_cuda_pin(x->cb, d, job->c_parts[i], &x->held);
+        }
+    } else {
+        own &= gemm_cuda_pin(x->cb, d, job->a_block ? job->a_block : job->a, &x->held) == d->slot;
+        own &= gemm_cuda_pin(x->cb, d, job->b_block ? job->b_block : job->b, &x->held) == d->slot;
+        own &= gemm_cuda_pin(x->cb, d, job->c_block ? job->c_block : job->c, &x->held) == d->slot;
+    }
+    x->zero &= own;
+    x->A = x->zero ? job->a : x->w->buf[0];
+    x->B = x->zero ? job->b : x->w->buf[1];
+    x->C = x->zero ? job->c : x->w->buf[2];
+    x->upload[0] = x->zero ? 0 : x->need[0];
+    x->upload[1] = x->zero ? 0 : x->need[1];
+    cudaStream_t s = x->w->stream;
+    if (x->nb <= 1 && job->a_res && gemm_cuda_resident_get(x->cb, d, x->gen, job->a_res, s, &x->A, &x->res_bytes,
+                                                          &x->res_ms))
+        x->upload[0] = 0;
+    if (x->nb <= 1 && job->b_res && gemm_cuda_resident_get(x->cb, d, x->gen, job->b_res, s, &x->B, &x->res_bytes,
+                                                          &x->res_ms))
+        x->upload[1] = 0;
+    return GO;
+}
+
+/* H2D: ev[0] .. ev[1]; A and B in one call (a group: every product's, into the stacks; zero
+ * copy: none, ev[1] alone). */
+static int copy_in(run_ctx *x)
+{
+    gemm_job *job = x->job;
+    cudaEvent_t *ev = x->w->ev;
+    x->stage = "H2D copy";
+    copy_list cp = {.kind = cudaMemcpyHostToDevice, .s = x->w->stream, .site = &x->site,
+                    .one_by_one = x->cb->copy_loop != 0};
+    if (!x->zero && GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[0], x->w->stream)) != cudaSuccess)
+        return CUDA_FAILED;
+    if (job->a_parts) {
+        const size_t pa = x->need[0] / x->nb, pb = x->need[1] / x->nb;
+        for (uint64_t i = 0; i < x->nb; i++) {
+            copies_add(&cp, (char *)x->A + i * pa, job->a_parts[i], pa);
+            copies_add(&cp, (char *)x->B + i * pb, job->b_parts[i], pb);
+        }
+    } else {
+        copies_add(&cp, x->A, job->a, x->upload[0]);
+        copies_add(&cp, x->B, job->b, x->upload[1]);
+    }
+    if (copies_flush(&cp) != cudaSuccess ||
+        GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[1], x->w->stream)) != cudaSuccess)
+        return CUDA_FAILED;
+    return GO;
+}
+
+/* Staged: waits for the stage that ends at `done`, stops for a cancel, and records the next
+ * stage's own start event `next`. */
+static int stage_gap(run_ctx *x, cudaEvent_t done, cudaEvent_t next, const char *before)
+{
+    if (GEMM_CUDA_CHECK(&x->site, wait_event(done, x->cb->spin_ms)) != cudaSuccess)
+        return CUDA_FAILED;
+    if (gemm_job_cancel_requested(x->job)) {
+        x->job->timing.h2d_ms = ev_ms(x->w->ev[0], x->w->ev[1], &x->site);
+        if (done == x->w->ev[3])
+            x->job->timing.kernel_ms = ev_ms(x->k0, x->w->ev[3], &x->site);
+        return stop_with(x, gemm_job_stop_cancelled(x->job, before));
+    }
+    return GEMM_CUDA_CHECK(&x->site, cudaEventRecord(next, x->w->stream)) == cudaSuccess ? GO : CUDA_FAILED;
+}
+
+/* The kernel: k0 .. ev[3] (k0 = ev[1] when the stages run back to back); a batch in one
+ * strided call (B's stride 0 broadcasts a shared B) or one launch per product. */
+static int launch(run_ctx *x)
+{
+    gemm_job *job = x->job;
+    cudaEvent_t *ev = x->w->ev;
+    cudaStream_t s = x->w->stream;
+    x->k0 = ev[1];
+    if (x->staged) {
+        x->k0 = ev[2];
+        int st = stage_gap(x, ev[1], x->k0, "its kernel");
+        if (st != GO)
+            return st;
+    }
+    x->stage = "kernel";
+    if (x->cb->sticky_at > 0 && x->njob == x->cb->sticky_at &&
+        GEMM_CUDA_CHECK(&x->site, gemm_cuda_launch_trap(s)) != cudaSuccess)
+        return CUDA_FAILED;
+    if (x->cb->delay_ms > 0 && GEMM_CUDA_CHECK(&x->site, gemm_cuda_launch_delay(s, x->cb->delay_ms)) != cudaSuccess)
+        return CUDA_FAILED;
+    gemm_launch l = {
+        .dtype = job->dtype, .math = job->math_used,
+        .m = (int)job->m, .n = (int)job->n, .k = (int)job->k,
+        .A = x->A, .B = x->B, .C = x->C,
+        .tile = job->tile, /* 0: the kernel chooses by shape */
+        .stream = s, .cublas = x->w->blas, .lt = x->w->lt,
+        .out_half = job->out_half,
+        .plan_m = (int)gemm_job_plan_rows(job), /* m when it is whole: the same choice */
+    };
+    if (x->k->plan)
+        job->tile_used = x->k->plan(&l, job->block, sizeof job->block);
+    if (x->nb > 1 && x->k->batch_native) {
+        l.batch = (int)x->nb;
+        l.stride_a = (long long)(job->m * job->k);
+        l.stride_b = job->b_shared ? 0 : (long long)(job->k * job->n);
+        l.stride_c = (long long)(job->m * job->n);
+        if (GEMM_CUDA_CHECK(&x->site, x->k->launch(&l)) != cudaSuccess)
+            return CUDA_FAILED;
+    } else {
+        for (uint64_t i = 0; i < x->nb; i++) { /* back to back on the stream */
+            l.A = (const char *)x->A + i * (size_t)(job->m * job->k) * x->es;
+            l.B = (const char *)x->B + (job->b_shared ? 0 : i * (size_t)(job->k * job->n) * x->es);
+            l.C = (char *)x->C + i * (size_t)(job->m * job->n) * x->esc;
+            if (GEMM_CUDA_CHECK(&x->site, x->k->launch(&l)) != cudaSuccess)
+                return CUDA_FAILED;
+        }
+    }
+    if (x->nb > 1) {
+        job->batched = x->nb;
+        snprintf(job->batch_mode, sizeof job->batch_mode, "%s", x->k->batch_native ? "strided" : "loop");
+    }
+    if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[3], s)) != cudaSuccess)
+        return CUDA_FAILED;
+    if (x->nb <= 1 && job->c_res) /* C stays on the device for the next product (before the D2H) */
+        x->keep = gemm_cuda_resident_keep(x->w->buf[2], x->need[2], s);
+    return GO;
+}
+
+/* D2H: d0 .. ev[5] (d0 = ev[3] when back to back; zero copy: none). */
+static int copy_out(run_ctx *x)
+{
+    gemm_job *job = x->job;
+    cudaEvent_t *ev = x->w->ev;
+    x->d0 = ev[3];
+    if (x->staged) {
+        x->d0 = ev[4];
+        int st = stage_gap(x, ev[3], x->d0, "its device-to-host copy");
+        if (st != GO)
+            return st;
+    }
+    x->stage = "D2H copy";
+    copy_list cp = {.kind = cudaMemcpyDeviceToHost, .s = x->w->stream, .site = &x->site,
+                    .one_by_one = x->cb->copy_loop != 0};
+    if (job->c_parts) {
+        const size_t pc = x->need[2] / x->nb;
+        for (uint64_t i = 0; i < x->nb; i++)
+            copies_add(&cp, job->c_parts[i], (const char *)x->w->buf[2] + i * pc, pc);
+    } else if (!x->zero) {
+        copies_add(&cp, job->c, x->w->buf[2], x->need[2]);
+    }
+    if (copies_flush(&cp) != cudaSuccess ||
+        (!x->zero && GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[5], x->w->stream)) != cudaSuccess))
+        return CUDA_FAILED;
+    return GO;
+}
+
+/* Waits for the last event; timing (nothing crossed the bus when every operand was on the
+ * device already; zero copy: the kernel's own reads and writes are its time), C's resident
+ * copy published, the byte counters (not while warming up). */
+static int finish(run_ctx *x)
+{
+    gemm_job *job = x->job;
+    cudaEvent_t *ev = x->w->ev;
+    x->stage = "synchronize";
+    if (GEMM_CUDA_CHECK(&x->site, wait_event(x->zero ? ev[3] : ev[5], x->cb->spin_ms)) != cudaSuccess)
+        return CUDA_FAILED;
+    const size_t up = x->upload[0] + x->upload[1] + x->res_bytes;
+    job->timing.h2d_ms = up > 0 ? ev_ms(ev[0], ev[1], &x->site) + x->res_ms : 0;
+    job->timing.kernel_ms = ev_ms(x->k0, ev[3], &x->site);
+    job->timing.d2h_ms = x->zero ? 0 : ev_ms(x->d0, ev[5], &x->site);
+    job->zero_copy = x->zero;
+    if (x->site.err != cudaSuccess)
+        return CUDA_FAILED;
+    if (x->keep) {
+        gemm_cuda_resident_publish(x->d, x->gen, job->c_res, x->keep);
+        x->keep = NULL;
+    }
+    double flops = 2.0 * (double)x->nb * (double)job->m * (double)job->n * (double)job->k;
+    job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
+    if (!x->w->warming) { /* zero copy: the bytes the kernel read and wrote over the bus count */
+        atomic_fetch_add(&x->d->bytes_h2d, (unsigned long long)(x->zero ? x->need[0] + x->need[1] : up));
+        atomic_fetch_add(&x->d->bytes_d2h, (unsigned long long)x->need[2]);
+    }
+    return stop_with(x, 0);
+}
+
+/* ---- unwinding ------------------------------------------------------------- */
+
+/* Whether the device's context is broken (a sticky error): after a failure, a device-wide
+ * synchronize and the last-error slot keep failing only then. */
+static int context_broken(void)
+{
+    cudaGetLastError();
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess)
+        e = cudaGetLastError();
+    return e != cudaSuccess;
+}
+
+/* A CUDA call failed: an allocation failure with the context intact fails this product
+ * alone (device out of memory); anything else is a device error, and a broken context
+ * resets the device when the job leaves it. */
+static void cuda_failed(run_ctx *x)
+{
+    const gemm_cuda_site *site = &x->site;
+    gemm_job *job = x->job;
+    if (site->err == cudaErrorMemoryAllocation)
+        cudaGetLastError();
+    x->broken = context_broken();
+    x->rc = -1;
+    if (site->err == cudaErrorMemoryAllocation && !x->broken) {
+        gemm_engine_err_set(&job->err, GEMM_E_DEVICE_OOM, "%s ran out of memory during %s (%s) for a product of %llu "
+                            "bytes", job->device, x->stage, site->call ? site->call : "?",
+                            (unsigned long long)x->total);
+        return;
+    }
+    const char *ename = cudaGetErrorName(site->err), *estr = cudaGetErrorString(site->err);
+    const char *file = site->file ? strrchr(site->file, '/') : NULL;
+    file = file ? file + 1 : (site->file ? site->file : "?");
+    gemm_engine_log(GEMM_LOG_ERROR, "cuda: %s, stream %d, %s: %s failed at %s:%d: %s (%s)%s", job->device,
+                    x->w->stream_index, x->stage, site->call ? site->call : "?", file, site->line, estr, ename,
+                    x->broken ? "; resetting the device" : "");
+    gemm_engine_err_set(&job->err, GEMM_E_DEVICE, "CUDA error on %s during %s: %s (%s at %s:%d)%s", job->device,
+                        x->stage, estr, ename, file, site->line,
+                        x->broken ? "; the device's context is broken and is being reset" : "");
+}
+
+static int unwind(run_ctx *x, int st)
+{
+    if (st == CUDA_FAILED)
+        cuda_failed(x);
+    if (x->keep && !x->broken && gemm_scratch_free(x->keep, x->w->stream) != cudaSuccess)
+        cudaGetLastError(); /* not published: the product did not finish */
+    gemm_cuda_unhold(x->cb, x->held);
+    if (x->entered)
+        gemm_cuda_dev_leave(x->cb, x->d, x->gen, x->broken, x->lose);
+    return x->rc;
+}
+
+int gemm_cuda_run(void *self, void *worker, gemm_job *job)
+{
+    cuda_worker *w = worker;
+    if (!w)
+        return gemm_engine_err_set(&job->err, GEMM_E_BACKEND, "CUDA worker without a device");
+    static int (*const stages[])(run_ctx *) = {plan, enter, stage_inputs, copy_in, launch, copy_out, finish};
+    run_ctx x = {.cb = self, .w = w, .d = w->dev, .job = job, .stage = "setup"};
+    int st = GO;
+    for (size_t i = 0; st == GO && i < sizeof stages / sizeof stages[0]; i++)
+        st = stages[i](&x);
+    return unwind(&x, st);
+}

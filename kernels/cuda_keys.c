@@ -1,0 +1,25 @@
+/*
+ * cuda_keys.c - the CUDA backend's configuration keys (engine.h, gemm_engine_keys), in
+ * every build: a config file written for a GPU host reads on a CPU-only build too, where
+ * the daemon says at start that these keys do nothing there.
+ */
+#include <stddef.h>
+
+#include "engine.h"
+
+#define KEY(f) offsetof(gemm_engine_config, f)
+const gemm_key gemm_cuda_keys[] = {
+    {"devices", GEMM_KEY_DEVICES, KEY(devices), sizeof((gemm_engine_config *)0)->devices, 0, 0,
+     "CUDA: all, or a comma list of device ordinals (e.g. 0,2)"},
+    {"streams_per_device", GEMM_KEY_INT, KEY(streams_per_device), 0, 1, 64,
+     "CUDA: streams (and worker threads) per device"},
+    {"device_mem_limit_mb", GEMM_KEY_MB, KEY(device_mem_limit), 0, 0, 16777216,
+     "CUDA: MiB of cached device buffers per stream (0 = no limit)"},
+    {"zero_copy_mnk", GEMM_KEY_U64, KEY(zero_copy_mnk), 0, 0, 1099511627776LL,
+     "CUDA: a float32 product with m*n*k up to this that runs alone with kernel auto, on an otherwise idle "
+     "device, skips its copies (its kernel reads and writes the page-locked host buffers; 0 = never)"},
+    {"warmup", GEMM_KEY_BOOL, KEY(warmup), 0, 0, 1,
+     "CUDA: each worker runs a few small products at start, so the first requests do not pay for loading "
+     "kernels"},
+    {NULL, 0, 0, 0, 0, 0, NULL},
+};

@@ -1,0 +1,104 @@
+/*
+ * direct.c - running where submitted (gemm_engine_submit_here).
+ *
+ * A product the inline backend takes (the host path, host.c) is computed by the submitting
+ * thread itself, whether or not anything is queued: no queue place, no worker, no lock of
+ * the engine. It counts as running, completed or failed like any job; a cancel is checked
+ * before it starts. close() stops admitting such runs (closing, read after the run is
+ * counted in near_active) and waits for the ones under way.
+ *
+ * Any other product, when nothing is queued and a worker of the slot it would go to is
+ * idle: the submitting thread borrows that worker's backend state (its stream, buffers and
+ * library handles) and runs the job itself instead of queueing it and waking the worker:
+ * no hand-off between threads, which is most of a small product's queue time when requests
+ * come one at a time. The lent worker counts as busy and takes nothing until its state
+ * comes back; a worker never exits while lent. Everything else is as for a queued job.
+ */
+#include "engine_int.h"
+
+int gemm_engine_runs_on_host(const gemm_engine *e, const gemm_job *job)
+{
+    return e && job && e->near && e->near_be->takes(e->near, job);
+}
+
+/* The host path: counted in near_active before closing is read, so that close() either
+ * refuses it here or waits for it. */
+static int run_near(gemm_engine *e, gemm_job *job, gemm_engine_err *err)
+{
+    atomic_fetch_add(&e->near_active, 1);
+    if (atomic_load(&e->closing)) {
+        atomic_fetch_sub(&e->near_active, 1);
+        atomic_fetch_add(&e->rejected, 1);
+        return gemm_engine_err_set(err, GEMM_E_SHUTTING_DOWN, "the server is shutting down; retry elsewhere");
+    }
+    double t0 = gemm_now_ms();
+    job->t_submit_ms = t0;
+    job->timing.queue_ms = 0;
+    atomic_fetch_add(&e->running, 1);
+    atomic_fetch_add(&e->ran_here, 1);
+    atomic_fetch_add(&e->ran_host, 1);
+    atomic_store(&job->state, GEMM_JOB_RUNNING);
+    int rc = gemm_job_cancel_requested(job) ? gemm_job_stop_cancelled(job, "its product")
+                                            : e->near_be->run(e->near, NULL, job);
+    gemm_sched_finish_one(e, job, rc, t0);
+    atomic_fetch_sub(&e->near_active, 1);
+    return 1;
+}
+
+/* The idle worker whose state may be borrowed: only when nothing is queued (a job run here
+ * must not pass one that waits) and the job would not be split, of the slot a queued job
+ * would go to, between jobs and past its set-up; the lowest index, so that one worker's
+ * state (its pinned blocks, its caches) serves a run of requests. Callers hold mu. */
+static worker_arg *lendable(gemm_engine *e, const gemm_job *job)
+{
+    if (e->head || e->phead || gemm_split_wants(e, job) || (e->be->quick && !e->be->quick(e->self))) return NULL;
+    int s = gemm_sched_pick_slot(e, -1);
+    if (s < 0 || !gemm_sched_slot_ok(e, s)) return NULL;
+    for (int i = 0; i < e->nstarted; i++) {
+        worker_arg *w = &e->args[i];
+        if (w->slot == s && w->between && !w->lent) return w;
+    }
+    return NULL;
+}
+
+/* Runs job on the lent worker's state; gives the worker back only after done() and
+ * running--, so that close (which joins the workers) cannot free the engine under it. */
+static void run_lent(gemm_engine *e, worker_arg *w, gemm_job *job)
+{
+    double t0 = gemm_now_ms();
+    job->timing.queue_ms = t0 - job->t_submit_ms;
+    gemm_sched_finish(e, job, gemm_sched_run(e, w->state, job), t0);
+    pthread_mutex_lock(&e->mu);
+    atomic_fetch_sub(&e->running, 1);
+    e->slot_busy[w->slot]--;
+    w->lent = 0;
+    pthread_cond_signal(&w->back);
+    if (e->head) gemm_sched_kick(e); /* queued meanwhile: this slot has an idle worker again */
+    pthread_mutex_unlock(&e->mu);
+}
+
+int gemm_engine_submit_here(gemm_engine *e, gemm_job *job, gemm_engine_err *err)
+{
+    if (gemm_sched_check(e, job, err) != 0) return -1;
+    if (gemm_engine_runs_on_host(e, job)) return run_near(e, job, err);
+    if (gemm_sched_validate(e, job, err) != 0) return -1;
+    pthread_mutex_lock(&e->mu);
+    if (gemm_sched_admit(e, err) != 0) {
+        pthread_mutex_unlock(&e->mu);
+        return -1;
+    }
+    job->t_submit_ms = gemm_now_ms();
+    worker_arg *w = lendable(e, job);
+    if (!w) {
+        gemm_sched_queue(e, job);
+        return 0;
+    }
+    w->lent = 1;
+    e->slot_busy[w->slot]++;
+    atomic_fetch_add(&e->running, 1);
+    atomic_fetch_add(&e->ran_here, 1);
+    atomic_store(&job->state, GEMM_JOB_RUNNING); /* under the lock: cancel sees it */
+    pthread_mutex_unlock(&e->mu);
+    run_lent(e, w, job);
+    return 1;
+}

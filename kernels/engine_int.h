@@ -1,0 +1,121 @@
+/*
+ * engine_int.h - the engine's insides, shared by the files that each hold one mechanism:
+ * engine.c (the registry, open, close, what the engine reports), sched.c (the queue, the
+ * workers, their slots, cancel), coalesce.c (dynamic batching), split.c (split products)
+ * and direct.c (runs on the submitting thread). Not a public interface.
+ */
+#ifndef GEMM_ENGINE_INT_H
+#define GEMM_ENGINE_INT_H
+
+#include "backend.h"
+
+/* One worker thread and, under mu, its backend state once worker_init returned, whether it
+ * is between jobs (its state set and not in use) and whether a submitting thread has
+ * borrowed that state (direct.c). */
+typedef struct worker_arg {
+    struct gemm_engine *e;
+    int index, slot;
+    void *state;
+    int between, lent;
+    pthread_cond_t back; /* a lent worker waits here for its state */
+} worker_arg;
+
+struct gemm_engine {
+    const gemm_backend *be;
+    void *self;
+    /* the inline backend beside it (host path), or NULL, and its runs under way */
+    const gemm_backend *near_be;
+    void *near;
+    atomic_int near_active;
+
+    pthread_mutex_t mu;
+    gemm_job *head, *tail;
+    int queued, capacity;
+    /* Jobs taken and not yet past their done(): raised under mu (with queued lowered, so
+     * stats read the two together), lowered without it after done(). */
+    atomic_int running;
+    atomic_int closing;   /* written under mu; read without it by the host path */
+
+    /* coalescing (coalesce.c) */
+    int group_max;
+    double group_delay_ms;
+    uint64_t group_mnk;
+    pthread_cond_t grouping; /* a job was queued: for workers waiting to fill a group */
+    int group_waiters;
+
+    /* split products (split.c) */
+    uint64_t split_mnk;   /* 0: never */
+    int split_ways;       /* 0: one panel per usable slot */
+    gemm_job *phead, *ptail; /* panels waiting for a worker of their slot */
+
+    /* Per device slot: its workers' condition variable, how many workers it has and how
+     * many run something (sched.c, "Which worker takes a job"). */
+    int nslots;
+    pthread_cond_t slot_cv[GEMM_MAX_DEVICES];
+    int slot_workers[GEMM_MAX_DEVICES];
+    int slot_busy[GEMM_MAX_DEVICES];
+    long spin_ns;         /* worker_spin_us */
+    atomic_ulong work_seq; /* moves whenever a job or a panel is queued, or close */
+
+    int nworkers, nstarted, nback;
+    int ninited;          /* workers past worker_init (under mu) */
+    pthread_cond_t inited;
+    pthread_t *threads;
+    worker_arg *args;
+
+    atomic_ullong completed, failed, cancelled, rejected;
+    atomic_ullong ran_here, ran_host;
+    atomic_ullong compute_ns;
+    atomic_ullong groups, grouped; /* coalesced launches and the products in them */
+    atomic_ullong splits, panels;
+};
+
+/* Takes it (after prev, or first when prev is NULL) off the list head .. tail. */
+static inline void gemm_list_unlink(gemm_job **head, gemm_job **tail, gemm_job *prev, gemm_job *it)
+{
+    if (prev)
+        prev->q_next = it->q_next;
+    else
+        *head = it->q_next;
+    if (*tail == it) *tail = prev;
+    it->q_next = NULL;
+}
+
+/* sched.c: start the workers; stop (fail the queue, join); under mu, wake whom a queued job
+ * or panel concerns (kick), or everyone; the slot whose worker should take the next queued
+ * job (self -1: from submit), and whether a slot can run products now. */
+int gemm_sched_start(gemm_engine *e, gemm_engine_err *err);
+void gemm_sched_stop(gemm_engine *e);
+void gemm_sched_kick(gemm_engine *e);
+void gemm_sched_wake_all(gemm_engine *e);
+int gemm_sched_pick_slot(const gemm_engine *e, int self);
+int gemm_sched_slot_ok(const gemm_engine *e, int slot);
+/* Submitting: check the job (and clear its results), the backend's check, then under mu
+ * admit (refused when closing or full) and queue (releases mu). 0 or -1 with *err. */
+int gemm_sched_check(const gemm_engine *e, gemm_job *job, gemm_engine_err *err);
+int gemm_sched_validate(gemm_engine *e, gemm_job *job, gemm_engine_err *err);
+int gemm_sched_admit(gemm_engine *e, gemm_engine_err *err);
+void gemm_sched_queue(gemm_engine *e, gemm_job *job);
+/* Running: the backend's run of a RUNNING job unless a cancel came first; its end (compute
+ * time, counters, state, done()), and the same with running-- after. */
+int gemm_sched_run(gemm_engine *e, void *worker, gemm_job *job);
+void gemm_sched_finish(gemm_engine *e, gemm_job *job, int rc, double t0);
+void gemm_sched_finish_one(gemm_engine *e, gemm_job *job, int rc, double t0);
+
+/* coalesce.c: whether a taken job may gather others; under mu, moves the queued jobs of
+ * job's group into g (room for group_max), waiting up to group_delay_ms, and returns how
+ * many (job first); then, without mu, runs them (parts: room for 3 * group_max). */
+int gemm_coalesce_wants(const gemm_engine *e, const gemm_job *job);
+int gemm_coalesce_take(gemm_engine *e, gemm_job *job, gemm_job **g, double t0);
+void gemm_coalesce_run(gemm_engine *e, void *worker, gemm_job **g, int n, double t0, void **parts);
+
+/* split.c: whether a job is cut into panels; under mu, cuts it (0: it runs whole) and
+ * takes the next panel for a slot; without mu, runs a panel; under mu, passes a cancel to
+ * a running split product's panels. */
+int gemm_split_wants(const gemm_engine *e, const gemm_job *job);
+int gemm_split_start(gemm_engine *e, gemm_job *job, int slot, double t0);
+gemm_job *gemm_split_take(gemm_engine *e, int slot);
+void gemm_split_run(gemm_engine *e, void *worker, gemm_job *panel);
+void gemm_split_cancel(gemm_job *job);
+
+#endif /* GEMM_ENGINE_INT_H */

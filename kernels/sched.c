@@ -1,0 +1,413 @@
+/*
+ * sched.c - the queue and the workers: the bounded FIFO queue, the worker threads and the
+ * device slots they belong to, cancellation, queue timing, counters.
+ *
+ * One mutex guards the queue; the result counters and the count of running jobs are
+ * atomics, so a finished job takes no lock. done() is always called with the lock
+ * released, exactly once per accepted job, and the engine never touches a job after its
+ * done() (the submitter may free it from inside the callback).
+ *
+ * Which worker takes a job: every worker belongs to a device slot (the backend's
+ * worker_slot; one slot for all on the CPU) and sleeps on its slot's condition variable.
+ * A queued job goes to the least-loaded usable slot: of the slots that can still run
+ * products (slot_usable) and have an idle worker, the one with the fewest workers busy
+ * (lowest index on a tie). Submit wakes a worker of that slot; a worker that finds a job
+ * queued takes it only if no usable slot with an idle worker is less busy than its own (a
+ * tie goes to the worker already awake), else it wakes one there and sleeps. Idle counts
+ * workers not running anything, asleep or not, so jobs queued while workers start up
+ * spread too. So two products on an idle two-GPU host run one per GPU, and the workers of
+ * a lost device take no more products while another device can run them (when no slot is
+ * usable at all, any worker takes the job and the backend fails it rather than leaving it
+ * queued). Whoever takes a job while more are queued wakes the next worker.
+ *
+ * A worker that has just finished polls for new work for worker_spin_us before it sleeps:
+ * at one connection the next request comes within tens of microseconds, and a worker still
+ * awake takes it without the wake-up of a sleeping thread.
+ *
+ * Cancellation: gemm_engine_cancel() takes a queued job off the queue (done() at once) or
+ * flags a running one; the worker checks the flag before it calls the backend, and the
+ * backend at each of its stage boundaries (gemm_job_cancel_requested).
+ */
+#include "engine_int.h"
+
+#include <sys/prctl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- the queue (callers hold mu) ----------------------------------------- */
+
+static gemm_job *q_pop(gemm_engine *e)
+{
+    gemm_job *job = e->head;
+    if (!job) return NULL;
+    e->head = job->q_next;
+    if (!e->head) e->tail = NULL;
+    job->q_next = NULL;
+    e->queued--;
+    return job;
+}
+
+/* Unlinks job if it is queued; returns 1 if it was. */
+static int q_remove(gemm_engine *e, gemm_job *job)
+{
+    gemm_job *prev = NULL;
+    for (gemm_job *it = e->head; it; prev = it, it = it->q_next) {
+        if (it != job) continue;
+        gemm_list_unlink(&e->head, &e->tail, prev, it);
+        e->queued--;
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- which worker takes a job (callers hold mu) --------------------------- */
+
+int gemm_sched_slot_ok(const gemm_engine *e, int s)
+{
+    return !e->be->slot_usable || e->be->slot_usable(e->self, s);
+}
+
+/* An idle worker: not running anything, asleep (a signal wakes it) or awake (it looks at
+ * the queue before it sleeps, so a signal it misses loses nothing). */
+static int slot_idle(const gemm_engine *e, int s)
+{
+    return e->slot_workers[s] > e->slot_busy[s];
+}
+
+/* Seen from a worker of slot `self` that is awake (-1: from submit): the usable slot with an
+ * idle worker (or self) and the fewest busy workers, self winning a tie, else the lowest
+ * index. -1 when a usable slot exists but none can take the job now. With no usable slot
+ * at all, self or any slot with an idle worker: the backend fails the job. */
+int gemm_sched_pick_slot(const gemm_engine *e, int self)
+{
+    int best = -1, any_usable = 0;
+    for (int s = 0; s < e->nslots; s++) {
+        if (!gemm_sched_slot_ok(e, s)) continue;
+        any_usable = 1;
+        if (s != self && !slot_idle(e, s)) continue;
+        if (best < 0 || e->slot_busy[s] < e->slot_busy[best] || (s == self && e->slot_busy[s] == e->slot_busy[best]))
+            best = s;
+    }
+    if (best >= 0 || any_usable) return best;
+    if (self >= 0) return self;
+    for (int s = 0; s < e->nslots; s++)
+        if (slot_idle(e, s)) return s;
+    return -1;
+}
+
+void gemm_sched_kick(gemm_engine *e)
+{
+    int s = gemm_sched_pick_slot(e, -1);
+    if (s >= 0) pthread_cond_signal(&e->slot_cv[s]);
+}
+
+void gemm_sched_wake_all(gemm_engine *e)
+{
+    atomic_fetch_add(&e->work_seq, 1);
+    for (int s = 0; s < e->nslots; s++) pthread_cond_broadcast(&e->slot_cv[s]);
+    pthread_cond_broadcast(&e->grouping);
+}
+
+/* Polls (without the lock) until work_seq moves from seen or spin_ns is up. */
+static void spin_for_work(gemm_engine *e, unsigned long seen)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned i = 0;; i++) {
+        if (atomic_load_explicit(&e->work_seq, memory_order_acquire) != seen) return;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if ((i & 63) == 0) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((long)(t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) >= e->spin_ns) return;
+        }
+    }
+}
+
+/* ---- running and ending jobs ---------------------------------------------- */
+
+void gemm_sched_finish(gemm_engine *e, gemm_job *job, int rc, double t0)
+{
+    job->timing.compute_ms = gemm_now_ms() - t0;
+    if (rc == GEMM_RUN_CANCELLED && job->err.code == GEMM_E_NONE) gemm_job_stop_cancelled(job, "a stage boundary");
+    if (rc != 0 && rc != GEMM_RUN_CANCELLED && job->err.code == GEMM_E_NONE)
+        gemm_engine_err_set(&job->err, GEMM_E_BACKEND, "the %s backend failed to run the product", e->be->name);
+    atomic_fetch_add(&e->compute_ns, (unsigned long long)(job->timing.compute_ms * 1e6));
+    gemm_job_state st = rc == 0 ? GEMM_JOB_DONE : rc == GEMM_RUN_CANCELLED ? GEMM_JOB_CANCELLED : GEMM_JOB_FAILED;
+    atomic_fetch_add(st == GEMM_JOB_DONE ? &e->completed : st == GEMM_JOB_CANCELLED ? &e->cancelled : &e->failed, 1);
+    atomic_store(&job->state, st);
+    if (job->done) job->done(job); /* the job may be freed from here on */
+}
+
+void gemm_sched_finish_one(gemm_engine *e, gemm_job *job, int rc, double t0)
+{
+    gemm_sched_finish(e, job, rc, t0);
+    /* Only now is the job no longer running: a caller that waits for running == 0 before
+     * freeing what done() touches must not see zero while a callback is in flight. */
+    atomic_fetch_sub(&e->running, 1);
+}
+
+int gemm_sched_run(gemm_engine *e, void *worker, gemm_job *job)
+{
+    return gemm_job_cancel_requested(job) ? gemm_job_stop_cancelled(job, "it started")
+                                          : e->be->run(e->self, worker, job);
+}
+
+/* ---- workers --------------------------------------------------------------- */
+
+/* Under mu: waits until there is something for this worker (a panel of its slot, a queued
+ * job its slot should take, or close); returns the panel, or NULL for the queue. */
+static gemm_job *wait_for_work(gemm_engine *e, worker_arg *wa, int may_spin)
+{
+    const int slot = wa->slot;
+    gemm_job *panel;
+    for (;;) {
+        if (wa->lent) { /* a submitting thread runs on this worker's state: wait for it */
+            if (e->head || e->phead) pthread_cond_signal(&e->slot_cv[slot]); /* pass the wake-up on */
+            while (wa->lent) pthread_cond_wait(&wa->back, &e->mu);
+            continue;
+        }
+        if ((panel = gemm_split_take(e, slot)) || e->closing) return panel;
+        if (e->head) {
+            int best = gemm_sched_pick_slot(e, slot);
+            if (best == slot) return NULL;
+            if (best >= 0) pthread_cond_signal(&e->slot_cv[best]); /* it is theirs */
+        }
+        if (may_spin) { /* once, right after a job: poll before sleeping */
+            may_spin = 0;
+            unsigned long seen = atomic_load(&e->work_seq);
+            pthread_mutex_unlock(&e->mu);
+            spin_for_work(e, seen);
+            pthread_mutex_lock(&e->mu);
+            continue;
+        }
+        pthread_cond_wait(&e->slot_cv[slot], &e->mu);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    prctl(PR_SET_NAME, "gemm-worker", 0, 0, 0); /* shows in top -H, ps -L, /proc */
+    worker_arg *wa = arg;
+    gemm_engine *e = wa->e;
+    void *worker = e->be->worker_init ? e->be->worker_init(e->self, wa->index) : NULL;
+    pthread_mutex_lock(&e->mu);
+    wa->state = worker;
+    wa->between = 1;
+    e->ninited++;
+    pthread_cond_broadcast(&e->inited);
+    pthread_mutex_unlock(&e->mu);
+    /* Room for a group (and its blocks, for run_parts); without it, products one by one. */
+    gemm_job **g = e->group_max > 1 ? calloc((size_t)e->group_max, sizeof *g) : NULL;
+    void **parts = g && e->be->run_parts ? calloc(3 * (size_t)e->group_max, sizeof *parts) : NULL;
+
+    const int slot = wa->slot;
+    int took = 0; /* this worker counts in slot_busy[slot] */
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        int may_spin = took && e->spin_ns > 0;
+        if (took) e->slot_busy[slot]--, took = 0;
+        wa->between = 1;
+        gemm_job *panel = wait_for_work(e, wa, may_spin);
+        wa->between = 0;
+        if (panel) { /* panels of products already running come first */
+            e->slot_busy[slot]++, took = 1;
+            if (e->head) gemm_sched_kick(e); /* the wake-up may have been for the queue */
+            pthread_mutex_unlock(&e->mu);
+            gemm_split_run(e, worker, panel);
+            continue;
+        }
+        gemm_job *job = q_pop(e);
+        if (!job) { /* closing and nothing left */
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        e->slot_busy[slot]++, took = 1;
+        atomic_fetch_add(&e->running, 1);
+        double t0 = gemm_now_ms();
+        job->timing.queue_ms = t0 - job->t_submit_ms;
+        atomic_store(&job->state, GEMM_JOB_RUNNING); /* under the lock: cancel sees it */
+        if (gemm_split_wants(e, job) && !gemm_job_cancel_requested(job) && gemm_split_start(e, job, slot, t0) > 0) {
+            pthread_mutex_unlock(&e->mu);
+            continue; /* this worker takes a panel like any other */
+        }
+        int n = g && gemm_coalesce_wants(e, job) ? gemm_coalesce_take(e, job, g, t0) : 1;
+        if (e->head) gemm_sched_kick(e);
+        pthread_mutex_unlock(&e->mu);
+        if (n > 1)
+            gemm_coalesce_run(e, worker, g, n, t0, parts);
+        else
+            gemm_sched_finish_one(e, job, gemm_sched_run(e, worker, job), t0);
+    }
+    free(parts);
+    free(g);
+    if (e->be->worker_fini) e->be->worker_fini(e->self, worker);
+    return NULL;
+}
+
+int gemm_sched_start(gemm_engine *e, gemm_engine_err *err)
+{
+    e->nworkers = e->be->workers(e->self);
+    if (e->nworkers < 1) e->nworkers = 1;
+    e->threads = calloc((size_t)e->nworkers, sizeof *e->threads);
+    e->args = calloc((size_t)e->nworkers, sizeof *e->args);
+    if (!e->threads || !e->args)
+        return gemm_engine_err_set(err, GEMM_E_NO_MEMORY, "cannot allocate %d worker threads", e->nworkers);
+    e->nslots = 1;
+    for (; e->nback < e->nworkers; e->nback++) pthread_cond_init(&e->args[e->nback].back, NULL);
+    for (int i = 0; i < e->nworkers; i++) {
+        int slot = e->be->worker_slot ? e->be->worker_slot(e->self, i) : 0;
+        if (slot < 0 || slot >= GEMM_MAX_DEVICES) slot = 0;
+        e->args[i].e = e;
+        e->args[i].index = i;
+        e->args[i].slot = slot;
+        e->slot_workers[slot]++;
+        if (slot + 1 > e->nslots) e->nslots = slot + 1;
+    }
+    /* Splitting needs two panels at least (and products it would take stay groupable). */
+    int most = e->split_ways > 0 ? e->split_ways : e->nslots;
+    if ((most > e->nworkers ? e->nworkers : most) < 2) e->split_mnk = 0;
+    for (int i = 0; i < e->nworkers; i++) {
+        int rc = pthread_create(&e->threads[i], NULL, worker_main, &e->args[i]);
+        if (rc != 0) {
+            gemm_engine_err_set(err, GEMM_E_BACKEND, "cannot start worker thread %d of %d: %s", i, e->nworkers,
+                                strerror(rc));
+            gemm_sched_stop(e);
+            return -1;
+        }
+        e->nstarted++;
+    }
+    return 0;
+}
+
+void gemm_sched_stop(gemm_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->closing = 1;
+    gemm_job *list = e->head;
+    atomic_fetch_add(&e->failed, (unsigned long long)e->queued);
+    e->head = e->tail = NULL;
+    e->queued = 0;
+    gemm_sched_wake_all(e);
+    pthread_mutex_unlock(&e->mu);
+    while (list) { /* fail what never started; done() without the lock */
+        gemm_job *job = list;
+        list = job->q_next;
+        job->q_next = NULL;
+        gemm_engine_err_set(&job->err, GEMM_E_SHUTTING_DOWN, "the server is shutting down; the job was not started");
+        atomic_store(&job->state, GEMM_JOB_FAILED);
+        if (job->done) job->done(job);
+    }
+    for (int i = 0; i < e->nstarted; i++) pthread_join(e->threads[i], NULL);
+}
+
+/* ---- submit / cancel ------------------------------------------------------- */
+
+int gemm_sched_check(const gemm_engine *e, gemm_job *job, gemm_engine_err *err)
+{
+    gemm_engine_err_clear(err);
+    if (!e || !job) return gemm_engine_err_set(err, GEMM_E_INTERNAL, "submit called without an engine or a job");
+    if (gemm_dtype_size(job->dtype) == 0)
+        return gemm_engine_err_set(err, GEMM_E_BAD_DTYPE,
+                                   "unsupported dtype; use float32, float64, int32, float16 or bfloat16");
+    if (job->m == 0 || job->k == 0 || job->n == 0)
+        return gemm_engine_err_set(err, GEMM_E_EMPTY, "m, k and n must each be at least 1 (got m=%llu k=%llu n=%llu)",
+                                   (unsigned long long)job->m, (unsigned long long)job->k, (unsigned long long)job->n);
+    if (job->batch > GEMM_MAX_BATCH)
+        return gemm_engine_err_set(err, GEMM_E_TOO_LARGE,
+                                   "a batch of %llu products is more than the engine takes in one job (%d)",
+                                   (unsigned long long)job->batch, GEMM_MAX_BATCH);
+    if (job->plan_m && job->plan_m < job->m)
+        return gemm_engine_err_set(err, GEMM_E_BAD_OPTION,
+                                   "panel_of=%llu is fewer rows than this product's A has (m=%llu): a panel is part "
+                                   "of a product at least as tall",
+                                   (unsigned long long)job->plan_m, (unsigned long long)job->m);
+    if (job->plan_m && job->batch > 1)
+        return gemm_engine_err_set(err, GEMM_E_BAD_OPTION, "panel_of is for a single product, not a batch");
+    size_t bytes[3];
+    if (!gemm_job_bytes(job, bytes))
+        return gemm_engine_err_set(err, GEMM_E_TOO_LARGE,
+                                   "a batch of %llu products of m=%llu k=%llu n=%llu overflows the address space",
+                                   (unsigned long long)gemm_job_batch(job), (unsigned long long)job->m,
+                                   (unsigned long long)job->k, (unsigned long long)job->n);
+    if (!job->a || !job->b || !job->c || !job->done)
+        return gemm_engine_err_set(err, GEMM_E_INTERNAL, "a job needs its a, b and c buffers and a done callback");
+    /* Result and engine-private fields (from err on) start clean; validate() may fill
+     * kernel_used / math_used / tile_used. */
+    memset(&job->err, 0, sizeof *job - offsetof(gemm_job, err));
+    atomic_store(&job->cancel_requested, 0);
+    job->stream = -1;
+    return 0;
+}
+
+int gemm_sched_admit(gemm_engine *e, gemm_engine_err *err)
+{
+    if (e->closing || e->queued >= e->capacity) {
+        atomic_fetch_add(&e->rejected, 1);
+        return e->closing ? gemm_engine_err_set(err, GEMM_E_SHUTTING_DOWN, "the server is shutting down; retry elsewhere")
+                          : gemm_engine_err_set(err, GEMM_E_QUEUE_FULL, "all %d queue places are taken; retry shortly",
+                                                e->capacity);
+    }
+    return 0;
+}
+
+void gemm_sched_queue(gemm_engine *e, gemm_job *job)
+{
+    atomic_store(&job->state, GEMM_JOB_QUEUED);
+    atomic_fetch_add(&e->work_seq, 1);
+    job->q_next = NULL;
+    if (e->tail)
+        e->tail->q_next = job;
+    else
+        e->head = job;
+    e->tail = job;
+    e->queued++;
+    if (e->group_waiters) pthread_cond_broadcast(&e->grouping);
+    gemm_sched_kick(e);
+    pthread_mutex_unlock(&e->mu);
+}
+
+int gemm_sched_validate(gemm_engine *e, gemm_job *job, gemm_engine_err *err)
+{
+    if (!e->be->validate || e->be->validate(e->self, job, err) == 0) return 0;
+    if (err && err->code == GEMM_E_NONE)
+        gemm_engine_err_set(err, GEMM_E_UNSUPPORTED, "the %s backend cannot run this product", e->be->name);
+    return -1;
+}
+
+int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_engine_err *err)
+{
+    if (gemm_sched_check(e, job, err) != 0 || gemm_sched_validate(e, job, err) != 0) return -1;
+    pthread_mutex_lock(&e->mu);
+    if (gemm_sched_admit(e, err) != 0) {
+        pthread_mutex_unlock(&e->mu);
+        return -1;
+    }
+    job->t_submit_ms = gemm_now_ms();
+    gemm_sched_queue(e, job);
+    return 0;
+}
+
+int gemm_engine_cancel(gemm_engine *e, gemm_job *job)
+{
+    if (!e || !job) return 0;
+    pthread_mutex_lock(&e->mu);
+    int removed = q_remove(e, job);
+    if (!removed) {
+        atomic_store(&job->cancel_requested, 1); /* running: the worker stops it */
+        gemm_split_cancel(job);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (!removed) return 0;
+    atomic_fetch_add(&e->cancelled, 1);
+    atomic_store(&job->cancel_requested, 1);
+    job->timing.queue_ms = gemm_now_ms() - job->t_submit_ms;
+    gemm_engine_err_set(&job->err, GEMM_E_CANCELLED, "the job was cancelled before it started");
+    atomic_store(&job->state, GEMM_JOB_CANCELLED);
+    if (job->done) job->done(job);
+    return 1;
+}
