@@ -76,11 +76,11 @@ static void on_done(gemm_job *j)
 /* Submits c's job and waits for it: wall ms from submit to done(), or -1. */
 static double run_one(client *c)
 {
-    gemm_err err;
+    gemm_engine_err err;
     c->done = 0;
     double t0 = gemm_now_ms();
     while (gemm_engine_submit(c->e, &c->job, &err) != 0) {
-        if (err.status != 503) { /* 503: the queue is full, try again */
+        if (err.code != GEMM_E_QUEUE_FULL) { /* the queue is full: try again */
             fprintf(stderr, "submit: %s\n", err.message);
             return -1;
         }
@@ -149,7 +149,7 @@ static gemm_engine *open_engine(const opts *o, const char *devices, int ways, in
     cfg.batch_max = o->batch_max;
     if (o->worker_spin >= 0) cfg.worker_spin_us = o->worker_spin;
     if (o->wait_spin >= 0) cfg.wait_spin_us = o->wait_spin;
-    gemm_err err;
+    gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) fprintf(stderr, "bench_engine: backend %s, devices %s: %s\n", o->backend, devices, err.message);
     return e;
