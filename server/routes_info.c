@@ -1,16 +1,23 @@
 /*
- * routes_info.c - GET /healthz, /readyz, /v1/info and /metrics.
+ * routes_info.c - GET /healthz, /readyz, /v1/info, /metrics, and the status page: GET /
+ * (server/status.html, built in) and GET /v1/status (what it shows, as JSON).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fleet.h"
 #include "instance.h"
 #include "respond.h"
 #include "request.h"
 #include "routes.h"
+#include "usage.h"
+
+/* server/status.html, as the Makefile builds it in */
+extern const char gemmd_status_html[];
+extern const unsigned long gemmd_status_html_len;
 
 enum MHD_Result gemmd_route_healthz(gemmd_request *req)
 {
@@ -142,18 +149,80 @@ static cJSON *info_json(gemmd_services *srv)
     return root;
 }
 
-enum MHD_Result gemmd_route_info(gemmd_request *req)
+static enum MHD_Result respond_cjson(gemmd_request *req, cJSON *root)
 {
-    cJSON *root = info_json(req->svc);
     char *text = root ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
     gemm_buf b;
     gemm_buf_init(&b);
-    if (!text) return gemmd_respond_errorf(req, 500, "out_of_memory", "cannot build the info answer");
+    if (!text) return gemmd_respond_errorf(req, 500, "out_of_memory", "cannot build the answer");
     gemm_buf_puts(&b, text);
     gemm_buf_puts(&b, "\n");
     cJSON_free(text);
     return gemmd_respond_json(req, 200, &b);
+}
+
+enum MHD_Result gemmd_route_info(gemmd_request *req) { return respond_cjson(req, info_json(req->svc)); }
+
+/* The page is open (it asks for a token itself, for the JSON); the policy lets it fetch
+ * only from this origin and load nothing from anywhere. */
+enum MHD_Result gemmd_route_status_page(gemmd_request *req)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(gemmd_status_html_len, (void *)gemmd_status_html,
+                                                             MHD_RESPMEM_PERSISTENT);
+    if (r) {
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
+        MHD_add_response_header(r, "Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; "
+                                "style-src 'unsafe-inline'; connect-src 'self'; img-src data:");
+        req->bytes_out = gemmd_status_html_len;
+    }
+    return gemmd_respond_queue(req, 200, r);
+}
+
+enum MHD_Result gemmd_route_status(gemmd_request *req)
+{
+    gemmd_services *srv = req->svc;
+    const gemm_engine_info *in = &srv->info;
+    gemm_engine_stats st;
+    gemm_engine_get_stats(srv->engine, &st);
+    double busy[GEMM_MAX_DEVICES] = {0}, uptime = gemmd_fleet_uptime_s();
+    int nbusy = gemmd_fleet_utilization(&st, busy);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "version", GEMMD_VERSION);
+    cJSON_AddStringToObject(root, "instance_id", gemmd_instance_get());
+    cJSON_AddStringToObject(root, "backend", in->backend);
+    cJSON_AddNumberToObject(root, "uptime_s", uptime);
+    cJSON_AddNumberToObject(root, "time", (double)now.tv_sec + (double)now.tv_nsec / 1e9);
+    cJSON_AddNumberToObject(root, "busy_window_s", GEMMD_UTIL_WINDOW_S);
+    cJSON *devs = cJSON_AddArrayToObject(root, "devices");
+    for (int i = 0; i < in->ndevices; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "index", i);
+        cJSON_AddStringToObject(o, "name", in->devices[i].name);
+        cJSON_AddNumberToObject(o, "busy", i < nbusy ? busy[i] : 0);
+        cJSON_AddNumberToObject(o, "running", i < st.nslots ? st.slot_busy[i] : 0);
+        cJSON_AddNumberToObject(o, "streams", in->devices[i].streams);
+        cJSON_AddNumberToObject(o, "mem_total", (double)in->devices[i].total_mem);
+        cJSON_AddNumberToObject(o, "mem_used", (double)(i < st.ndevices ? st.device_mem_used[i] : 0));
+        cJSON_AddNumberToObject(o, "mem_free", (double)(i < st.ndevices && st.device_mem_free[i]
+                                                            ? st.device_mem_free[i] : in->devices[i].free_mem));
+        cJSON_AddItemToArray(devs, o);
+    }
+    cJSON *q = cJSON_AddObjectToObject(root, "queue");
+    cJSON_AddNumberToObject(q, "queued", st.queued);
+    cJSON_AddNumberToObject(q, "running", st.running);
+    cJSON_AddNumberToObject(q, "capacity", in->queue_capacity);
+    cJSON_AddNumberToObject(q, "workers", in->workers);
+    gemmd_budget_stats bs;
+    gemmd_budget_get_stats(srv->budget, &bs);
+    cJSON *mem = cJSON_AddObjectToObject(root, "memory");
+    cJSON_AddNumberToObject(mem, "budget_bytes", (double)bs.limit);
+    cJSON_AddNumberToObject(mem, "inflight_bytes", (double)bs.used);
+    gemmd_usage_json(root, srv->auth, st.queued, uptime);
+    return respond_cjson(req, root);
 }
 
 enum MHD_Result gemmd_route_metrics(gemmd_request *req)
@@ -169,5 +238,6 @@ enum MHD_Result gemmd_route_metrics(gemmd_request *req)
     gemmd_conns_stats cs;
     gemmd_conns_get_stats(req->svc->conns, &cs);
     gemmd_metrics_render_connections(&b, &cs);
+    gemmd_usage_render(&b, req->svc->auth);
     return gemmd_respond_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
 }
