@@ -5,7 +5,8 @@
   anything, a Content-Security-Policy that allows nothing from elsewhere) and asks for
   v1/status by a relative URL;
 - GET /v1/status needs a token like the other routes and has the documented fields
-  (docs/API.md), which move with load: products/s > 0 after products, a token's counters
+  (docs/API.md; every field and no other as docs/openapi.yaml's Status schema says), which
+  move with load: products/s > 0 after products, a token's counters
   move for that token only (sync products, async jobs), an error shows among the recent
   errors with its route, status, code and token name;
 - /metrics has the gemmd_token_* families with the same counts;
@@ -22,7 +23,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, Tap, metric, parse_metrics, run_guarded  # noqa: E402
+from harness import REPO, Daemon, Tap, metric, parse_metrics, run_guarded  # noqa: E402
 
 ALICE = "sEcReT-alice-" + os.urandom(8).hex()
 TWO = "sEcReT-two-" + os.urandom(8).hex()
@@ -89,6 +90,45 @@ def fields(tap, s):
     tap.ok({"budget_bytes", "inflight_bytes"} <= set(m) and m["budget_bytes"] > 0, "memory: budget and in flight", m)
 
 
+def documented(schema, value, root, where="status"):
+    """Where value strays from its schema in docs/openapi.yaml: a required field missing, a
+    field the schema does not list, a wrong JSON type (objects and arrays followed down)."""
+    if "$ref" in schema:
+        schema = root["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    kind = schema.get("type")
+    types = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float)}
+    if value is None:
+        return [] if schema.get("nullable") else ["%s is null" % where]
+    if kind in types and (not isinstance(value, types[kind]) or isinstance(value, bool)):
+        return ["%s is not %s: %r" % (where, kind, value)]
+    out = []
+    if kind == "object" and "properties" in schema:
+        props = schema["properties"]
+        out += ["%s.%s missing" % (where, k) for k in schema.get("required", []) if k not in value]
+        out += ["%s.%s undocumented" % (where, k) for k in value if k not in props]
+        for k, v in value.items():
+            if k in props:
+                out += documented(props[k], v, root, where + "." + k)
+    if kind == "array" and "items" in schema:
+        for i, v in enumerate(value):
+            out += documented(schema["items"], v, root, "%s[%d]" % (where, i))
+    return out
+
+
+def openapi_checks(tap, s):
+    try:
+        import yaml
+    except ImportError:
+        tap.skip("/v1/status as docs/openapi.yaml says", "no PyYAML for /usr/bin/python3; install it: "
+                 "sudo apt-get install -y python3-yaml")
+        return
+    with open(os.path.join(REPO, "docs", "openapi.yaml")) as f:
+        api = yaml.safe_load(f)
+    tap.ok("/" in api["paths"] and "/v1/status" in api["paths"], "openapi.yaml has / and /v1/status")
+    bad = documented(api["components"]["schemas"]["Status"], s, api)
+    tap.ok(not bad, "/v1/status is as docs/openapi.yaml's Status schema says (every field, no other)", bad)
+
+
 def with_tokens(tap):
     tmp = tempfile.mkdtemp(prefix="gemmd-e2e-status-")
     tokens = os.path.join(tmp, "tokens")
@@ -123,6 +163,7 @@ def with_tokens(tap):
         d.curl("GET", "/v1/info", headers=bearer("not-a-token"))
 
         r, s1 = status(d, ALICE)
+        openapi_checks(tap, s1)
         a0, a1 = token_use(s0, "alice"), token_use(s1, "alice")
         t0, t1 = token_use(s0, "token2"), token_use(s1, "token2")
         tap.ok(s1["rates"]["products_per_s"] > 0 and sum(s1["rates"]["products"]) >= 6 and
