@@ -31,6 +31,15 @@ typedef struct {
 } step;
 
 typedef struct {
+    int status; /* -1: "other" */
+    uint64_t n;
+} code_count;
+
+typedef struct {
+    double t_ms, engine_ms, queue_ms;
+} sample_times;
+
+typedef struct {
     double when; /* Unix time */
     char route[48];
     char code[32];
@@ -40,9 +49,9 @@ typedef struct {
 static struct {
     pthread_mutex_t mu;
     use total[NSLOTS];
-    struct { int status; uint64_t n; } codes[NSLOTS][NCODES]; /* status -1: "other" */
+    code_count codes[NSLOTS][NCODES];
     step steps[GEMMD_USAGE_STEPS];
-    struct { double t_ms, engine_ms, queue_ms; } sample[NSAMPLES];
+    sample_times sample[NSAMPLES];
     uint64_t nsamples;
     error_entry err[GEMMD_USAGE_ERRORS];
     uint64_t nerrors;
@@ -87,10 +96,11 @@ void gemmd_usage_request(int who, int status, uint64_t bytes_in, uint64_t bytes_
     pthread_mutex_lock(&U.mu);
     add(&step_now()->slot[s], &d);
     add(&U.total[s], &d);
+    code_count *c = U.codes[s];
     int i = 0;
-    while (i < NCODES - 1 && U.codes[s][i].n && U.codes[s][i].status != status) i++;
-    U.codes[s][i].status = i == NCODES - 1 && U.codes[s][i].status != status ? -1 : status;
-    U.codes[s][i].n++;
+    while (i < NCODES - 1 && c[i].n && c[i].status != status) i++;
+    c[i].status = i == NCODES - 1 && c[i].status != status ? -1 : status;
+    c[i].n++;
     pthread_mutex_unlock(&U.mu);
 }
 
@@ -106,9 +116,7 @@ void gemmd_usage_product(int who, const gemm_job *job)
     add(&U.total[s], &d);
     if (done) {
         st->jobs++;
-        U.sample[U.nsamples % NSAMPLES].t_ms = now;
-        U.sample[U.nsamples % NSAMPLES].engine_ms = t->queue_ms + t->compute_ms;
-        U.sample[U.nsamples++ % NSAMPLES].queue_ms = t->queue_ms;
+        U.sample[U.nsamples++ % NSAMPLES] = (sample_times){now, t->queue_ms + t->compute_ms, t->queue_ms};
     }
     pthread_mutex_unlock(&U.mu);
 }
@@ -138,24 +146,29 @@ void gemmd_usage_render(gemm_buf *out, const gemmd_auth *auth)
         {"gemmd_token_bytes_total", "Body bytes received (in) and sent (out), by token."}};
     pthread_mutex_lock(&U.mu);
     for (int m = 0; m < 4; m++) {
-        gemm_buf_printf(out, "# HELP %s %s\n# TYPE %s counter\n", help[m][0], help[m][1], help[m][0]);
+        const char *fam = help[m][0];
+        gemm_buf_printf(out, "# HELP %s %s\n# TYPE %s counter\n", fam, help[m][1], fam);
         for (int s = 0; s < NSLOTS; s++) {
             const use *u = &U.total[s];
-            const char *name = slot_name(auth, s); /* [A-Za-z0-9_.-]: nothing to escape */
-            if (!u->requests && !u->products) continue;
-            if (m == 0)
-                for (int i = 0; i < NCODES && U.codes[s][i].n; i++) {
-                    gemm_buf_printf(out, "%s{token=\"%s\",code=\"", help[m][0], name);
-                    if (U.codes[s][i].status < 0) gemm_buf_puts(out, "other");
-                    else gemm_buf_printf(out, "%d", U.codes[s][i].status);
-                    gemm_buf_printf(out, "\"} %llu\n", (unsigned long long)U.codes[s][i].n);
+            if (!u->requests && !u->products) continue; /* never used */
+            const char *name = slot_name(auth, s);      /* [A-Za-z0-9_.-]: nothing to escape */
+            switch (m) {
+            case 0:
+                for (const code_count *c = U.codes[s]; c < U.codes[s] + NCODES && c->n; c++) {
+                    gemm_buf_printf(out, "%s{token=\"%s\",code=\"", fam, name);
+                    if (c->status < 0) gemm_buf_puts(out, "other");
+                    else gemm_buf_printf(out, "%d", c->status);
+                    gemm_buf_printf(out, "\"} %llu\n", (unsigned long long)c->n);
                 }
-            if (m == 1) gemm_buf_printf(out, "%s{token=\"%s\"} %llu\n", help[m][0], name, (unsigned long long)u->products);
-            if (m == 2) gemm_buf_printf(out, "%s{token=\"%s\"} %.6f\n", help[m][0], name, u->compute_s);
-            if (m == 3)
-                gemm_buf_printf(out, "%s{token=\"%s\",direction=\"in\"} %llu\n%s{token=\"%s\",direction=\"out\"} %llu\n",
-                                help[m][0], name, (unsigned long long)u->bytes_in, help[m][0], name,
+                break;
+            case 1: gemm_buf_printf(out, "%s{token=\"%s\"} %llu\n", fam, name, (unsigned long long)u->products); break;
+            case 2: gemm_buf_printf(out, "%s{token=\"%s\"} %.6f\n", fam, name, u->compute_s); break;
+            default:
+                gemm_buf_printf(out, "%s{token=\"%s\",direction=\"in\"} %llu\n", fam, name,
+                                (unsigned long long)u->bytes_in);
+                gemm_buf_printf(out, "%s{token=\"%s\",direction=\"out\"} %llu\n", fam, name,
                                 (unsigned long long)u->bytes_out);
+            }
         }
     }
     pthread_mutex_unlock(&U.mu);
