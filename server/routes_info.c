@@ -149,20 +149,19 @@ static cJSON *info_json(gemmd_services *srv)
     return root;
 }
 
-static enum MHD_Result respond_cjson(gemmd_request *req, cJSON *root)
+enum MHD_Result gemmd_route_info(gemmd_request *req)
 {
+    cJSON *root = info_json(req->svc);
     char *text = root ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
     gemm_buf b;
     gemm_buf_init(&b);
-    if (!text) return gemmd_respond_errorf(req, 500, "out_of_memory", "cannot build the answer");
+    if (!text) return gemmd_respond_errorf(req, 500, "out_of_memory", "cannot build the info answer");
     gemm_buf_puts(&b, text);
     gemm_buf_puts(&b, "\n");
     cJSON_free(text);
     return gemmd_respond_json(req, 200, &b);
 }
-
-enum MHD_Result gemmd_route_info(gemmd_request *req) { return respond_cjson(req, info_json(req->svc)); }
 
 /* The page is open (it asks for a token itself, for the JSON); the policy lets it fetch
  * only from this origin and load nothing from anywhere. */
@@ -189,40 +188,36 @@ enum MHD_Result gemmd_route_status(gemmd_request *req)
     int nbusy = gemmd_fleet_utilization(&st, busy);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "version", GEMMD_VERSION);
-    cJSON_AddStringToObject(root, "instance_id", gemmd_instance_get());
-    cJSON_AddStringToObject(root, "backend", in->backend);
-    cJSON_AddNumberToObject(root, "uptime_s", uptime);
-    cJSON_AddNumberToObject(root, "time", (double)now.tv_sec + (double)now.tv_nsec / 1e9);
-    cJSON_AddNumberToObject(root, "busy_window_s", GEMMD_UTIL_WINDOW_S);
-    cJSON *devs = cJSON_AddArrayToObject(root, "devices");
-    for (int i = 0; i < in->ndevices; i++) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "index", i);
-        cJSON_AddStringToObject(o, "name", in->devices[i].name);
-        cJSON_AddNumberToObject(o, "busy", i < nbusy ? busy[i] : 0);
-        cJSON_AddNumberToObject(o, "running", i < st.nslots ? st.slot_busy[i] : 0);
-        cJSON_AddNumberToObject(o, "streams", in->devices[i].streams);
-        cJSON_AddNumberToObject(o, "mem_total", (double)in->devices[i].total_mem);
-        cJSON_AddNumberToObject(o, "mem_used", (double)(i < st.ndevices ? st.device_mem_used[i] : 0));
-        cJSON_AddNumberToObject(o, "mem_free", (double)(i < st.ndevices && st.device_mem_free[i]
-                                                            ? st.device_mem_free[i] : in->devices[i].free_mem));
-        cJSON_AddItemToArray(devs, o);
-    }
-    cJSON *q = cJSON_AddObjectToObject(root, "queue");
-    cJSON_AddNumberToObject(q, "queued", st.queued);
-    cJSON_AddNumberToObject(q, "running", st.running);
-    cJSON_AddNumberToObject(q, "capacity", in->queue_capacity);
-    cJSON_AddNumberToObject(q, "workers", in->workers);
     gemmd_budget_stats bs;
     gemmd_budget_get_stats(srv->budget, &bs);
-    cJSON *mem = cJSON_AddObjectToObject(root, "memory");
-    cJSON_AddNumberToObject(mem, "budget_bytes", (double)bs.limit);
-    cJSON_AddNumberToObject(mem, "inflight_bytes", (double)bs.used);
-    gemmd_usage_json(root, srv->auth, st.queued, uptime);
-    return respond_cjson(req, root);
+
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemm_buf_puts(&b, "{\"version\":");
+    gemm_buf_json_string(&b, GEMMD_VERSION);
+    gemm_buf_puts(&b, ",\"instance_id\":");
+    gemm_buf_json_string(&b, gemmd_instance_get());
+    gemm_buf_printf(&b, ",\"backend\":\"%s\",\"uptime_s\":%.1f,\"time\":%.3f,\"busy_window_s\":%d,\"devices\":[",
+                    in->backend, uptime, (double)now.tv_sec + (double)now.tv_nsec / 1e9, GEMMD_UTIL_WINDOW_S);
+    for (int i = 0; i < in->ndevices; i++) {
+        const gemm_device_info *d = &in->devices[i];
+        uint64_t used = i < st.ndevices ? st.device_mem_used[i] : 0;
+        uint64_t free_mem = i < st.ndevices && st.device_mem_free[i] ? st.device_mem_free[i] : d->free_mem;
+        gemm_buf_printf(&b, "%s{\"index\":%d,\"name\":", i ? "," : "", i);
+        gemm_buf_json_string(&b, d->name);
+        gemm_buf_printf(&b, ",\"busy\":%.4f,\"running\":%d,\"streams\":%d,\"mem_total\":%llu,\"mem_used\":%llu,"
+                        "\"mem_free\":%llu}", i < nbusy ? busy[i] : 0.0, i < st.nslots ? st.slot_busy[i] : 0,
+                        d->streams, (unsigned long long)d->total_mem, (unsigned long long)used,
+                        (unsigned long long)free_mem);
+    }
+    gemm_buf_printf(&b, "],\"memory\":{\"budget_bytes\":%llu,\"inflight_bytes\":%llu},", (unsigned long long)bs.limit,
+                    (unsigned long long)bs.used);
+    double wait = gemmd_usage_json(&b, srv->auth, st.queued, uptime);
+    gemm_buf_printf(&b, ",\"queue\":{\"queued\":%d,\"running\":%d,\"capacity\":%d,\"workers\":%d,\"wait_estimate_s\":",
+                    st.queued, st.running, in->queue_capacity, in->workers);
+    if (wait < 0) gemm_buf_puts(&b, "null}}\n");
+    else gemm_buf_printf(&b, "%.6f}}\n", wait);
+    return gemmd_respond_json(req, 200, &b);
 }
 
 enum MHD_Result gemmd_route_metrics(gemmd_request *req)

@@ -190,19 +190,15 @@ static double quantile(double *v, int n, double q)
     return v[(int)floor(q * (n - 1) + 0.5)];
 }
 
-static cJSON *use_json(const use *u)
+static void use_json(gemm_buf *out, const char *key, const use *u)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "requests", (double)u->requests);
-    cJSON_AddNumberToObject(o, "errors", (double)u->errors);
-    cJSON_AddNumberToObject(o, "products", (double)u->products);
-    cJSON_AddNumberToObject(o, "compute_s", u->compute_s);
-    cJSON_AddNumberToObject(o, "bytes_in", (double)u->bytes_in);
-    cJSON_AddNumberToObject(o, "bytes_out", (double)u->bytes_out);
-    return o;
+    gemm_buf_printf(out, "\"%s\":{\"requests\":%llu,\"errors\":%llu,\"products\":%llu,\"compute_s\":%.6f,"
+                    "\"bytes_in\":%llu,\"bytes_out\":%llu}", key, (unsigned long long)u->requests,
+                    (unsigned long long)u->errors, (unsigned long long)u->products, u->compute_s,
+                    (unsigned long long)u->bytes_in, (unsigned long long)u->bytes_out);
 }
 
-void gemmd_usage_json(cJSON *root, const gemmd_auth *auth, int queued, double uptime_s)
+double gemmd_usage_json(gemm_buf *out, const gemmd_auth *auth, int queued, double uptime_s)
 {
     static double engine[NSAMPLES], wait[NSAMPLES], wait_min[NSAMPLES]; /* under the lock */
     double now = gemm_now_ms(), window_s = GEMMD_USAGE_STEPS * GEMMD_USAGE_STEP_S;
@@ -211,8 +207,6 @@ void gemmd_usage_json(cJSON *root, const gemmd_auth *auth, int queued, double up
     uint64_t jobs_min = 0;
     memset(win, 0, sizeof win);
     memset(sum, 0, sizeof sum);
-    cJSON *rates = cJSON_AddObjectToObject(root, "rates"), *lat = cJSON_AddObjectToObject(root, "latency");
-    cJSON *toks = cJSON_AddArrayToObject(root, "tokens"), *errs = cJSON_AddArrayToObject(root, "errors");
 
     pthread_mutex_lock(&U.mu);
     for (int age = 0; age < GEMMD_USAGE_STEPS && age <= no; age++) { /* sum[age]: age steps ago */
@@ -229,29 +223,30 @@ void gemmd_usage_json(cJSON *root, const gemmd_auth *auth, int queued, double up
     }
     int n = 0, nmin = 0;
     for (uint64_t i = U.nsamples > NSAMPLES ? U.nsamples - NSAMPLES : 0; i < U.nsamples; i++) {
-        double age_ms = now - U.sample[i % NSAMPLES].t_ms;
-        if (age_ms > window_s * 1000.0) continue;
-        engine[n] = U.sample[i % NSAMPLES].engine_ms;
-        wait[n++] = U.sample[i % NSAMPLES].queue_ms;
-        if (age_ms <= 60000.0) wait_min[nmin++] = U.sample[i % NSAMPLES].queue_ms;
+        const sample_times *x = &U.sample[i % NSAMPLES];
+        if (now - x->t_ms > window_s * 1000.0) continue;
+        engine[n] = x->engine_ms;
+        wait[n++] = x->queue_ms;
+        if (now - x->t_ms <= 60000.0) wait_min[nmin++] = x->queue_ms;
     }
-    for (int s = 0; s < NSLOTS; s++) {
+    gemm_buf_puts(out, "\"tokens\":[");
+    for (int s = 0, first = 1; s < NSLOTS; s++) {
         if (!U.total[s].requests && !U.total[s].products) continue;
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "name", slot_name(auth, s));
-        cJSON_AddItemToObject(o, "window", use_json(&win[s]));
-        cJSON_AddItemToObject(o, "total", use_json(&U.total[s]));
-        cJSON_AddItemToArray(toks, o);
+        gemm_buf_printf(out, "%s{\"name\":\"%s\",", first ? "" : ",", slot_name(auth, s)); /* no escaping needed */
+        use_json(out, "window", &win[s]);
+        gemm_buf_puts(out, ",");
+        use_json(out, "total", &U.total[s]);
+        gemm_buf_puts(out, "}");
+        first = 0;
     }
+    gemm_buf_puts(out, "],\"errors\":[");
     for (uint64_t i = 0; i < U.nerrors && i < GEMMD_USAGE_ERRORS; i++) { /* newest first */
         const error_entry *e = &U.err[(U.nerrors - 1 - i) % GEMMD_USAGE_ERRORS];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "time", e->when);
-        cJSON_AddStringToObject(o, "route", e->route);
-        cJSON_AddNumberToObject(o, "status", e->status);
-        cJSON_AddStringToObject(o, "code", e->code);
-        cJSON_AddStringToObject(o, "token", slot_name(auth, e->slot));
-        cJSON_AddItemToArray(errs, o);
+        gemm_buf_printf(out, "%s{\"time\":%.3f,\"route\":", i ? "," : "", e->when);
+        gemm_buf_json_string(out, e->route);
+        gemm_buf_printf(out, ",\"status\":%d,\"code\":", e->status);
+        gemm_buf_json_string(out, e->code);
+        gemm_buf_printf(out, ",\"token\":\"%s\"}", slot_name(auth, e->slot));
     }
     double mean = 0;
     for (int i = 0; i < n; i++) mean += engine[i] / n;
@@ -263,32 +258,23 @@ void gemmd_usage_json(cJSON *root, const gemmd_auth *auth, int queued, double up
     double span_s = fmod(now / 1000.0, GEMMD_USAGE_STEP_S) + (MINUTE_STEPS - 1) * GEMMD_USAGE_STEP_S;
     if (uptime_s > 0 && uptime_s < span_s) span_s = uptime_s;
     if (span_s < 1) span_s = 1;
-    cJSON_AddNumberToObject(rates, "step_s", GEMMD_USAGE_STEP_S);
-    cJSON_AddNumberToObject(rates, "products_per_s", (double)minute.products / span_s);
-    cJSON_AddNumberToObject(rates, "requests_per_s", (double)minute.requests / span_s);
-    cJSON_AddNumberToObject(rates, "errors_per_s", (double)minute.errors / span_s);
-    const char *series[3] = {"products", "requests", "errors"};
+    gemm_buf_printf(out, "],\"rates\":{\"step_s\":%d,\"products_per_s\":%.4f,\"requests_per_s\":%.4f,"
+                    "\"errors_per_s\":%.4f", GEMMD_USAGE_STEP_S, (double)minute.products / span_s,
+                    (double)minute.requests / span_s, (double)minute.errors / span_s);
+    static const char *const series[3] = {"products", "requests", "errors"};
     for (int k = 0; k < 3; k++) { /* per step, oldest first */
-        cJSON *a = cJSON_AddArrayToObject(rates, series[k]);
+        gemm_buf_printf(out, ",\"%s\":[", series[k]);
         for (int age = GEMMD_USAGE_STEPS - 1; age >= 0; age--) {
             const use *u = &sum[age];
             uint64_t v = k == 0 ? u->products : k == 1 ? u->requests : u->errors;
-            cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v));
+            gemm_buf_printf(out, "%llu%s", (unsigned long long)v, age ? "," : "]");
         }
     }
-    cJSON_AddNumberToObject(lat, "window_s", window_s);
-    cJSON_AddNumberToObject(lat, "jobs", n);
-    cJSON_AddNumberToObject(lat, "mean_ms", mean);
-    cJSON_AddNumberToObject(lat, "p50_ms", p50);
-    cJSON_AddNumberToObject(lat, "p95_ms", p95);
-    cJSON_AddNumberToObject(lat, "queue_p50_ms", q50);
-    cJSON_AddNumberToObject(lat, "queue_p95_ms", q95);
-
-    cJSON *q = cJSON_GetObjectItem(root, "queue");
+    gemm_buf_printf(out, "},\"latency\":{\"window_s\":%.0f,\"jobs\":%d,\"mean_ms\":%.4f,\"p50_ms\":%.4f,"
+                    "\"p95_ms\":%.4f,\"queue_p50_ms\":%.4f,\"queue_p95_ms\":%.4f}", window_s, n, mean, p50, p95,
+                    q50, q95);
     double jobs_per_s = (double)jobs_min / span_s;
-    if (!q) return;
-    if (queued > 0 && jobs_per_s > 0) cJSON_AddNumberToObject(q, "wait_estimate_s", queued / jobs_per_s);
-    else if (nmin) cJSON_AddNumberToObject(q, "wait_estimate_s", q50_min / 1000.0);
-    else if (queued > 0) cJSON_AddNullToObject(q, "wait_estimate_s"); /* nothing finished lately */
-    else cJSON_AddNumberToObject(q, "wait_estimate_s", 0);
+    if (queued > 0 && jobs_per_s > 0) return queued / jobs_per_s;
+    if (nmin) return q50_min / 1000.0;
+    return queued > 0 ? -1 : 0; /* queued, and nothing finished lately: unknown */
 }

@@ -15,7 +15,6 @@
 #ifndef GEMMD_USAGE_H
 #define GEMMD_USAGE_H
 
-#include <cjson/cJSON.h>
 #include <stdint.h>
 
 #include "auth.h"
@@ -38,10 +37,11 @@ void gemmd_usage_error(int who, const char *route, int status, const char *code)
  * gemmd_token_compute_seconds_total{token} and gemmd_token_bytes_total{token,direction}
  * for every token used since start. */
 void gemmd_usage_render(gemm_buf *out, const gemmd_auth *auth);
-/* Adds "rates", "latency", "tokens" and "errors" to /v1/status's root, and to its "queue"
- * object "wait_estimate_s": with products queued, how long the queue takes to drain at
- * the last minute's rate; else the median queue time of the last minute's products.
+/* Appends /v1/status's members "tokens", "errors", "rates" and "latency" (no comma before
+ * or after). Returns how long a new product would wait, in seconds: with products queued,
+ * the time the queue takes to drain at the last minute's rate; else the median queue time
+ * of the last minute's products; -1 when products are queued and none finished lately.
  * Rates are over the last minute, or the uptime when shorter. */
-void gemmd_usage_json(cJSON *root, const gemmd_auth *auth, int queued, double uptime_s);
+double gemmd_usage_json(gemm_buf *out, const gemmd_auth *auth, int queued, double uptime_s);
 
 #endif
