@@ -105,6 +105,9 @@ obj = $(patsubst %,$(BUILD)/obj/%.o,$(basename $(1)))
 
 COMMON_OBJ := $(call obj,$(COMMON_SRC))
 CORE_OBJ := $(COMMON_OBJ) $(call obj,$(SERVER_SRC) $(KERNEL_SRC) $(CUDA_C_SRC) $(CUDA_CU_SRC))
+# The status page (GET /) is server/status.html, built into the daemon as a C array.
+STATUS_HTML_C := $(BUILD)/gen/status_html.c
+CORE_OBJ += $(call obj,$(STATUS_HTML_C))
 CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
 CLI_OBJ := $(call obj,$(CLI_SRC))
 BLAS_OBJ := $(call obj,$(BLAS_SRC))
@@ -208,6 +211,12 @@ $(BUILD)/obj/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	@echo "  NVCC    $<"
 	$(Q)$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -c $< -o $@
+
+$(STATUS_HTML_C): server/status.html
+	@mkdir -p $(@D)
+	$(Q){ echo '/* generated from $< by the Makefile */'; echo 'const char gemmd_status_html[] = {'; \
+	  od -An -v -tx1 $< | sed 's/[0-9a-f][0-9a-f]/0x&,/g'; echo '0};'; \
+	  echo 'const unsigned long gemmd_status_html_len = sizeof gemmd_status_html - 1;'; } > $@
 
 $(CORE_LIB): $(CORE_OBJ)
 	@mkdir -p $(@D)

@@ -71,7 +71,7 @@ static const key_desc daemon_keys[] = {
     {"resident_mb", K_MB_U64, OFF(resident_bytes), 0, 0, 16777216, "MiB all resident matrices may hold (0: none)"},
     {"max_matrices", K_INT, OFF(max_matrices), 0, 1, 10000000, "resident matrices kept at once"},
     {"tokens_file", K_STR, OFF(tokens_file), SZ(tokens_file), 0, 0,
-     "file of bearer tokens, one a line (empty = no authentication)"},
+     "file of bearer tokens, one a line, \"token\" or \"name token\" (empty = no authentication)"},
     {"tls_cert", K_STR, OFF(tls_cert), SZ(tls_cert), 0, 0, "PEM certificate (with tls_key: serve HTTPS)"},
     {"tls_key", K_STR, OFF(tls_key), SZ(tls_key), 0, 0, "PEM private key (with tls_cert: serve HTTPS)"},
     {"tls_priorities", K_STR, OFF(tls_priorities), SZ(tls_priorities), 0, 0,

@@ -58,13 +58,32 @@ void gemmd_util_update(gemmd_util *u, double now_ms, int nd, const double *busy_
 static pthread_mutex_t util_mu = PTHREAD_MUTEX_INITIALIZER;
 static gemmd_util util;
 static int util_started;
+static double started_ms;
 
 void gemmd_fleet_start(double now_ms)
 {
     pthread_mutex_lock(&util_mu);
     gemmd_util_init(&util, now_ms);
     util_started = 1;
+    started_ms = now_ms;
     pthread_mutex_unlock(&util_mu);
+}
+
+double gemmd_fleet_uptime_s(void) { return started_ms > 0 ? (gemm_now_ms() - started_ms) / 1000.0 : 0; }
+
+int gemmd_fleet_utilization(const gemm_engine_stats *st, double *frac)
+{
+    int nd = st->ndevices < 0 ? 0 : st->ndevices > GEMM_MAX_DEVICES ? GEMM_MAX_DEVICES : st->ndevices;
+    double now = gemm_now_ms();
+    pthread_mutex_lock(&util_mu);
+    if (!util_started) { /* never started: the history begins now */
+        gemmd_util_init(&util, now);
+        memcpy(util.ring[0].busy_s, st->device_busy_seconds, sizeof util.ring[0].busy_s);
+        util_started = 1;
+    }
+    gemmd_util_update(&util, now, nd, st->device_busy_seconds, frac);
+    pthread_mutex_unlock(&util_mu);
+    return nd;
 }
 
 static void header(gemm_buf *out, const char *name, const char *type, const char *help)
@@ -82,17 +101,8 @@ void gemmd_fleet_render(gemm_buf *out, gemm_engine *engine, int in_flight)
         gemm_engine_get_stats(engine, &st);
         gemm_engine_describe(engine, &info);
     }
-    int nd = st.ndevices < 0 ? 0 : st.ndevices > GEMM_MAX_DEVICES ? GEMM_MAX_DEVICES : st.ndevices;
     double frac[GEMM_MAX_DEVICES] = {0};
-    double now = gemm_now_ms();
-    pthread_mutex_lock(&util_mu);
-    if (!util_started) { /* never started: the history begins with this scrape */
-        gemmd_util_init(&util, now);
-        memcpy(util.ring[0].busy_s, st.device_busy_seconds, sizeof util.ring[0].busy_s);
-        util_started = 1;
-    }
-    gemmd_util_update(&util, now, nd, st.device_busy_seconds, frac);
-    pthread_mutex_unlock(&util_mu);
+    int nd = gemmd_fleet_utilization(&st, frac);
 
     header(out, "gemmd_instance_info", "gauge", "The instance_id that this daemon's job ids carry (always 1).");
     gemm_buf_puts(out, "gemmd_instance_info{instance_id=\"");

@@ -1,12 +1,12 @@
 /*
  * fleet.h - the load figures that a balancer or an autoscaler in front of several daemons
  * reads from /metrics: requests in flight, queue capacity, each device's busy fraction
- * over the last minute, and the instance's name.
+ * over the last minute (also on the status page), and the instance's name.
  *
  * The busy fraction is derived from the engine's busy-seconds counters: samples taken
- * when /metrics is rendered (at most one a second, the last GEMMD_UTIL_SAMPLES kept) give
- * the busy time between the newest sample at least GEMMD_UTIL_WINDOW_S old (or the
- * oldest one, or the start) and now.
+ * when /metrics or /v1/status is rendered (at most one a second, the last
+ * GEMMD_UTIL_SAMPLES kept) give the busy time between the newest sample at least
+ * GEMMD_UTIL_WINDOW_S old (or the oldest one, or the start) and now.
  */
 #ifndef GEMMD_FLEET_H
 #define GEMMD_FLEET_H
@@ -37,6 +37,11 @@ void gemmd_util_update(gemmd_util *u, double now_ms, int nd, const double *busy_
 
 /* Marks the start of this process's engine (the window's first baseline). */
 void gemmd_fleet_start(double now_ms);
+/* Seconds since gemmd_fleet_start (0 before it). */
+double gemmd_fleet_uptime_s(void);
+/* Each device's busy fraction over the window into frac[GEMM_MAX_DEVICES], from st (the
+ * engine's stats now), recording a sample; returns the number of devices. Thread-safe. */
+int gemmd_fleet_utilization(const gemm_engine_stats *st, double *frac);
 
 /* Appends gemmd_instance_info{instance_id}, gemmd_requests_in_flight,
  * gemmd_queue_capacity, gemmd_workers and gemmd_device_utilization{device}.

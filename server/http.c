@@ -420,7 +420,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     else
         LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f ended=%s", req->method, lp, job,
                  req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms, reason);
-    gemmd_metrics_request(gemmd_route_slot(req->route), req->status, ms / 1000.0, req->bytes_in,
+    gemmd_metrics_request(gemmd_route_slot(req->route), req->owner, req->status, ms / 1000.0, req->bytes_in,
                           toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? req->bytes_out : 0);
     gemmd_conn_request_done(req->cx);
     /* A product still on the engine (shutdown gave up on it) keeps req until its done(). */

@@ -320,6 +320,7 @@ static void on_done(gemm_job *job)
     gemmd_job_entry *j = job->user;
     gemmd_jobs *s = j->store;
     if (s->done_hook) s->done_hook(j, s->done_hook_arg);
+    gemmd_usage_product(j->owner, job);
     int st = atomic_load(&job->state);
     if (st != GEMM_JOB_DONE && job->err.code == GEMM_E_NONE)
         gemm_engine_err_set(&job->err, st == GEMM_JOB_CANCELLED ? GEMM_E_CANCELLED : GEMM_E_BACKEND,

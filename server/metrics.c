@@ -48,8 +48,9 @@ void gemmd_metrics_init(const char *const *labels, int n)
     for (int s = 0; s < 5; s++) atomic_store(&jobs_state[s], 0);
 }
 
-void gemmd_metrics_request(int route, int status, double seconds, uint64_t bytes_in, uint64_t bytes_out)
+void gemmd_metrics_request(int route, int who, int status, double seconds, uint64_t bytes_in, uint64_t bytes_out)
 {
+    gemmd_usage_request(who, status >= 0 && status < NCODES ? status : 0, bytes_in, bytes_out);
     if (route < 0 || route >= nroutes) route = nroutes - 1; /* the last label: "other" */
     if (route < 0) return;
     if (status < 0 || status >= NCODES) status = 0;

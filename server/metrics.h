@@ -10,14 +10,16 @@
 #include "conns.h"
 #include "engine.h"
 #include "json_codec.h" /* gemm_buf */
+#include "usage.h"      /* the same requests by token, and over the last minutes */
 
 /* Route labels the request counters keep (the route table's, routes.h), the last one
  * for requests that matched no route. */
 #define GEMMD_METRIC_ROUTES 32
 void gemmd_metrics_init(const char *const *labels, int n);
-/* One finished request: its route's label index (gemmd_route_slot), status and duration
- * (seconds, request start to response queued), and the body bytes received and sent. */
-void gemmd_metrics_request(int route, int status, double seconds, uint64_t bytes_in, uint64_t bytes_out);
+/* One finished request: its route's label index (gemmd_route_slot), who sent it (its
+ * owner, usage.h), status and duration (seconds, request start to response queued), and
+ * the body bytes received and sent. */
+void gemmd_metrics_request(int route, int who, int status, double seconds, uint64_t bytes_in, uint64_t bytes_out);
 /* Async jobs kept, by state (set by the job store whenever it changes). */
 void gemmd_metrics_jobs_by_state(const int counts[5]);
 

@@ -323,6 +323,7 @@ enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err)
     snprintf(msg, sizeof msg, "%s", err->message[0] ? err->message : "internal error");
     utf8_clean(code);
     utf8_clean(msg);
+    gemmd_usage_error(req->owner, req->route ? req->route->metric : NULL, status, code);
     gemm_buf b;
     gemm_buf_init(&b);
     if (v2) {

@@ -34,6 +34,8 @@ const gemmd_route_desc gemmd_routes[] = {
     {"/readyz", GEMMD_GET, GEMMD_OPEN, "/readyz", NO_BODY, gemmd_route_readyz, NULL},
     {"/v1/info", GEMMD_GET, 0, "/v1/info", NO_BODY, gemmd_route_info, NULL},
     {"/metrics", GEMMD_GET, 0, "/metrics", NO_BODY, gemmd_route_metrics, NULL},
+    {"/", GEMMD_GET, GEMMD_OPEN, "/", NO_BODY, gemmd_route_status_page, NULL},
+    {"/v1/status", GEMMD_GET, 0, "/v1/status", NO_BODY, gemmd_route_status, NULL},
     /* the Open Inference Protocol (KServe v2) */
     {"/v2", GEMMD_GET, GEMMD_V2, "/v2[/models/{model}[/ready]]", NO_BODY, gemmd_v2_server_meta, NULL},
     {"/v2/health/live", GEMMD_GET, GEMMD_V2 | GEMMD_OPEN, "/v2/health/{live,ready}", NO_BODY, gemmd_v2_live, NULL},

@@ -81,11 +81,13 @@ enum MHD_Result gemmd_route_matrix_get(gemmd_request *req);
 enum MHD_Result gemmd_route_matrix_delete(gemmd_request *req);
 enum MHD_Result gemmd_route_matrix_put(gemmd_request *req);
 
-/* routes_info.c */
+/* routes_info.c: operations and the status page */
 enum MHD_Result gemmd_route_healthz(gemmd_request *req);
 enum MHD_Result gemmd_route_readyz(gemmd_request *req);
 enum MHD_Result gemmd_route_info(gemmd_request *req);
 enum MHD_Result gemmd_route_metrics(gemmd_request *req);
+enum MHD_Result gemmd_route_status_page(gemmd_request *req);
+enum MHD_Result gemmd_route_status(gemmd_request *req);
 
 /* routes_v2.c: the Open Inference Protocol (KServe v2), model "matmul". */
 enum MHD_Result gemmd_v2_server_meta(gemmd_request *req);

@@ -1,16 +1,23 @@
 /*
- * routes_info.c - GET /healthz, /readyz, /v1/info and /metrics.
+ * routes_info.c - GET /healthz, /readyz, /v1/info, /metrics, and the status page: GET /
+ * (server/status.html, built in) and GET /v1/status (what it shows, as JSON).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fleet.h"
 #include "instance.h"
 #include "respond.h"
 #include "request.h"
 #include "routes.h"
+#include "usage.h"
+
+/* server/status.html, as the Makefile builds it in */
+extern const char gemmd_status_html[];
+extern const unsigned long gemmd_status_html_len;
 
 enum MHD_Result gemmd_route_healthz(gemmd_request *req)
 {
@@ -188,6 +195,63 @@ enum MHD_Result gemmd_route_info(gemmd_request *req)
     return gemmd_respond_json(req, 200, &b);
 }
 
+/* The page is open (it asks for a token itself, for the JSON); the policy lets it fetch
+ * only from this origin and load nothing from anywhere. */
+enum MHD_Result gemmd_route_status_page(gemmd_request *req)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(gemmd_status_html_len, (void *)gemmd_status_html,
+                                                             MHD_RESPMEM_PERSISTENT);
+    if (r) {
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
+        MHD_add_response_header(r, "Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; "
+                                "style-src 'unsafe-inline'; connect-src 'self'; img-src data:");
+        req->bytes_out = gemmd_status_html_len;
+    }
+    return gemmd_respond_queue(req, 200, r);
+}
+
+enum MHD_Result gemmd_route_status(gemmd_request *req)
+{
+    gemmd_services *srv = req->svc;
+    const gemm_engine_info *in = &srv->info;
+    gemm_engine_stats st;
+    gemm_engine_get_stats(srv->engine, &st);
+    double busy[GEMM_MAX_DEVICES] = {0}, uptime = gemmd_fleet_uptime_s();
+    int nbusy = gemmd_fleet_utilization(&st, busy);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    gemmd_budget_stats bs;
+    gemmd_budget_get_stats(srv->budget, &bs);
+
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemm_buf_puts(&b, "{\"version\":");
+    gemm_buf_json_string(&b, GEMMD_VERSION);
+    gemm_buf_puts(&b, ",\"instance_id\":");
+    gemm_buf_json_string(&b, gemmd_instance_get());
+    gemm_buf_printf(&b, ",\"backend\":\"%s\",\"uptime_s\":%.1f,\"time\":%.3f,\"busy_window_s\":%d,\"devices\":[",
+                    in->backend, uptime, (double)now.tv_sec + (double)now.tv_nsec / 1e9, GEMMD_UTIL_WINDOW_S);
+    for (int i = 0; i < in->ndevices; i++) {
+        const gemm_device_info *d = &in->devices[i];
+        uint64_t used = i < st.ndevices ? st.device_mem_used[i] : 0;
+        uint64_t free_mem = i < st.ndevices && st.device_mem_free[i] ? st.device_mem_free[i] : d->free_mem;
+        gemm_buf_printf(&b, "%s{\"index\":%d,\"name\":", i ? "," : "", i);
+        gemm_buf_json_string(&b, d->name);
+        gemm_buf_printf(&b, ",\"busy\":%.4f,\"running\":%d,\"streams\":%d,\"mem_total\":%llu,\"mem_used\":%llu,"
+                        "\"mem_free\":%llu}", i < nbusy ? busy[i] : 0.0, i < st.nslots ? st.slot_busy[i] : 0,
+                        d->streams, (unsigned long long)d->total_mem, (unsigned long long)used,
+                        (unsigned long long)free_mem);
+    }
+    gemm_buf_printf(&b, "],\"memory\":{\"budget_bytes\":%llu,\"inflight_bytes\":%llu},", (unsigned long long)bs.limit,
+                    (unsigned long long)bs.used);
+    double wait = gemmd_usage_json(&b, srv->auth, st.queued, uptime);
+    gemm_buf_printf(&b, ",\"queue\":{\"queued\":%d,\"running\":%d,\"capacity\":%d,\"workers\":%d,\"wait_estimate_s\":",
+                    st.queued, st.running, in->queue_capacity, in->workers);
+    if (wait < 0) gemm_buf_puts(&b, "null}}\n");
+    else gemm_buf_printf(&b, "%.6f}}\n", wait);
+    return gemmd_respond_json(req, 200, &b);
+}
+
 enum MHD_Result gemmd_route_metrics(gemmd_request *req)
 {
     gemm_buf b;
@@ -201,5 +265,6 @@ enum MHD_Result gemmd_route_metrics(gemmd_request *req)
     gemmd_conns_stats cs;
     gemmd_conns_get_stats(req->svc->conns, &cs);
     gemmd_metrics_render_connections(&b, &cs);
+    gemmd_usage_render(&b, req->svc->auth);
     return gemmd_respond_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
 }

@@ -165,6 +165,7 @@ static void on_sync_done(gemm_job *job)
     if (!req->ref[0]) gemm_free(&srv->alloc, job->a);
     if (!req->ref[1]) gemm_free(&srv->alloc, job->b);
     job->a = job->b = NULL;
+    gemmd_usage_product(req->owner, job);
     LOG_DEBUG("product done state=%s%s", gemm_job_state_name((gemm_job_state)atomic_load(&job->state)),
               big_json ? " (a big JSON answer: encoded off the HTTP threads)" : "");
     gemmd_sync_done(req, big_json ? offload_sync : NULL);

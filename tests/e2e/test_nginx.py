@@ -4,6 +4,7 @@ config/nginx/gemmd.conf as shipped (only its ports changed), nginx run by this t
 loopback (no root needed: its own prefix, logs and temp folders under build/).
 
 - products through nginx are right (NumPy), in JSON, raw and .npy, and name their daemon;
+- / reaches a daemon's status page, and /status/<instance_id>/ (its v1/status too) that one's;
 - a 32 MB upload and a 32 MB answer stream through (nginx stores neither in a file);
 - async jobs submitted through nginx are fetched through nginx from the daemon that owns
   them (the id's instance); an id of an unknown instance is a JSON 404 from nginx;
@@ -222,6 +223,25 @@ def products(tap, front, rng):
            "every answer names the daemon that computed it (X-Gemm-Instance), and more than one did", named)
 
 
+def status_pages(tap, front):
+    """/ reaches a daemon's status page; /status/<instance_id>/ is always that daemon's."""
+    r = front.curl("GET", "/")
+    tap.ok(r.status == 200 and (r.header("content-type") or "").startswith("text/html") and
+           b"v1/status" in r.body and r.header("x-gemm-instance") in NAMES,
+           "GET / through nginx: a daemon's status page (text/html)", r)
+    r = front.curl("GET", "/status/gemmd-b/")
+    tap.ok(r.status == 200 and (r.header("content-type") or "").startswith("text/html") and
+           r.header("x-gemm-instance") == "gemmd-b", "GET /status/gemmd-b/: gemmd-b's status page", r)
+    got = [(front.curl("GET", "/status/gemmd-b/v1/status").json() or {}).get("instance_id") for _ in range(4)]
+    tap.ok(got == ["gemmd-b"] * 4, "its v1/status (relative to the page) comes from gemmd-b every time", got)
+    r = front.curl("GET", "/status/gemmd-b")
+    tap.ok(r.status == 301 and r.header("location") == "/status/gemmd-b/",
+           "/status/gemmd-b (no slash) redirects to /status/gemmd-b/", r)
+    r = front.curl("GET", "/status/gemmd-z/v1/status")
+    tap.ok(r.status == 404 and json_error(r) and not r.header("x-gemm-instance"),
+           "/status/<an instance nginx does not know>/: 404 (JSON) from nginx", r)
+
+
 def big_bodies(tap, front, nginx, rng):
     # A 32 MiB upload: A is 4096x2048 float32.
     a = random_matrix(rng, (4096, 2048), "float32")
@@ -412,8 +432,8 @@ def kill_one(tap, front, daemons, kept):
 
 def main(tap):
     exe = ensure_nginx()
-    names = ["nginx -t on the recipe", "products through nginx", "big bodies stream through", "jobs routed by id",
-             "load spread", "one daemon killed under load"]
+    names = ["nginx -t on the recipe", "products through nginx", "status pages", "big bodies stream through",
+             "jobs routed by id", "load spread", "one daemon killed under load"]
     if not exe:
         for n in names:
             tap.skip(n, "no nginx (Debian package nginx); install it: %s" % INSTALL)
@@ -447,6 +467,7 @@ def main(tap):
         front = Front(listen, folder)
         rng = np.random.default_rng(15)
         products(tap, front, rng)
+        status_pages(tap, front)
         big_bodies(tap, front, nginx, rng)
         kept = jobs(tap, front, rng)
         spread(tap, front, daemons)

@@ -1,5 +1,5 @@
 /* test_auth.c - the bearer-token file (comments, blank lines, whitespace, missing or
- * empty files, over-long tokens) and the Authorization header check. */
+ * empty files, over-long tokens, names) and the Authorization header check. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -69,6 +69,53 @@ static void test_identify(void **state)
     gemmd_auth_free(a);
 }
 
+/* "name token" lines name a token; an unnamed one is token<N> (its place among the
+ * distinct tokens); the name is never taken for the token. */
+static void test_names(void **state)
+{
+    (void)state;
+    char path[64], msg[300];
+    temp_file(path, sizeof path, "alice s3cret-a\n  plain-token\n# x\nbob.v2_x-y\tsecret b2\nalice s3cret-a\n");
+    gemmd_auth *a = gemmd_auth_load(path, msg, sizeof msg);
+    assert_null(a); /* "bob.v2_x-y secret b2": three words */
+    assert_non_null(strstr(msg, "line 4"));
+    assert_non_null(strstr(msg, "name token"));
+    unlink(path);
+
+    temp_file(path, sizeof path, "alice s3cret-a\n  plain-token\n# x\nbob.v2_x-y\tsecret-b2\nalice s3cret-a\n");
+    a = gemmd_auth_load(path, msg, sizeof msg);
+    unlink(path);
+    assert_non_null(a);
+    assert_int_equal(gemmd_auth_count(a), 3);
+    assert_int_equal(gemmd_auth_identify(a, "Bearer s3cret-a"), 0);
+    assert_int_equal(gemmd_auth_identify(a, "Bearer alice"), -1);
+    assert_int_equal(gemmd_auth_identify(a, "Bearer alice s3cret-a"), -1);
+    assert_int_equal(gemmd_auth_identify(a, "Bearer plain-token"), 1);
+    assert_int_equal(gemmd_auth_identify(a, "Bearer secret-b2"), 2);
+    assert_string_equal(gemmd_auth_name(a, 0), "alice");
+    assert_string_equal(gemmd_auth_name(a, 1), "token2");
+    assert_string_equal(gemmd_auth_name(a, 2), "bob.v2_x-y");
+    assert_null(gemmd_auth_name(a, 3));
+    assert_null(gemmd_auth_name(a, -1));
+    assert_null(gemmd_auth_name(NULL, 0));
+    gemmd_auth_free(a);
+
+    static const char *const bad[][2] = {
+        {"al/ice tok\n", "A-Z a-z 0-9"},
+        {"abcdefghijabcdefghijabcdefghijabc tok\n", "1 to 32"}, /* 33 characters */
+        {"alice t1\nalice t2\n", "alice is taken"},
+        {"t1\ntoken1 t2\n", "token1 is taken"},
+        {"anonymous t1\n", "anonymous is taken"},
+        {"other t1\n", "other is taken"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        temp_file(path, sizeof path, bad[i][0]);
+        a = gemmd_auth_load(path, msg, sizeof msg);
+        unlink(path);
+        if (a || !strstr(msg, bad[i][1])) fail_msg("%s: got %s, want an error with \"%s\"", bad[i][0], msg, bad[i][1]);
+    }
+}
+
 static void test_no_auth_allows(void **state)
 {
     (void)state;
@@ -103,6 +150,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_and_check),
         cmocka_unit_test(test_identify),
+        cmocka_unit_test(test_names),
         cmocka_unit_test(test_no_auth_allows),
         cmocka_unit_test(test_bad_files),
     };

@@ -1,6 +1,7 @@
 /* test_metrics.c - the /metrics exposition parses as Prometheus text 0.0.4: every sample
  * line well-formed with a declared TYPE, label values escaped, histogram buckets
- * cumulative with +Inf == _count, counters moving with the requests recorded. */
+ * cumulative with +Inf == _count, counters moving with the requests recorded, the
+ * per-token families included. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -239,13 +240,13 @@ static void test_requests_and_histogram(void **state)
     (void)state;
     static expo e;
     init_metrics();
-    gemmd_metrics_request(slot("POST", "/v1/matmul"), 200, 0.0005, 100, 40);  /* <= 0.001 */
-    gemmd_metrics_request(slot("POST", "/v1/matmul"), 200, 0.001, 100, 40);   /* == bound: le 0.001 */
-    gemmd_metrics_request(slot("POST", "/v1/matmul"), 422, 0.2, 10, 80);      /* le 0.25 */
-    gemmd_metrics_request(slot("POST", "/v1/matmul"), 200, 61.0, 1, 1);       /* +Inf only */
-    gemmd_metrics_request(slot("GET", "/healthz"), 200, 0.00001, 0, 3);
-    gemmd_metrics_request(slot("GET", "/nowhere"), 404, -1.0, 0, 50);       /* clamped to 0 */
-    gemmd_metrics_request(99, 9999, NAN, 0, 0);          /* bad input lands in other/0 */
+    gemmd_metrics_request(slot("POST", "/v1/matmul"), 0, 200, 0.0005, 100, 40);  /* <= 0.001 */
+    gemmd_metrics_request(slot("POST", "/v1/matmul"), 0, 200, 0.001, 100, 40);   /* == bound: le 0.001 */
+    gemmd_metrics_request(slot("POST", "/v1/matmul"), 0, 422, 0.2, 10, 80);      /* le 0.25 */
+    gemmd_metrics_request(slot("POST", "/v1/matmul"), 0, 200, 61.0, 1, 1);       /* +Inf only */
+    gemmd_metrics_request(slot("GET", "/healthz"), 0, 200, 0.00001, 0, 3);
+    gemmd_metrics_request(slot("GET", "/nowhere"), 0, 404, -1.0, 0, 50);       /* clamped to 0 */
+    gemmd_metrics_request(99, 0, 9999, NAN, 0, 0);          /* bad input lands in other/0 */
     int states[5] = {1, 2, 3, 4, 5};
     gemmd_metrics_jobs_by_state(states);
 
@@ -276,6 +277,28 @@ static void test_requests_and_histogram(void **state)
     free(text);
 }
 
+/* The per-token families (usage.h) that /metrics appends parse too, and a request counted
+ * here is counted for its token. */
+static void test_token_families(void **state)
+{
+    (void)state;
+    static expo e;
+    init_metrics();
+    gemmd_metrics_request(slot("POST", "/v1/matmul"), 0, 201, 0.01, 5, 6);
+    gemmd_metrics_request(slot("POST", "/v1/matmul"), 0, 201, 0.01, 5, 6);
+    gemm_buf b;
+    gemm_buf_init(&b);
+    gemmd_metrics_render(&b, NULL);
+    gemmd_usage_render(&b, NULL);
+    gemm_buf_append(&b, "", 1);
+    assert_false(b.failed);
+    parse(b.data, &e);
+    assert_true(value_of(&e, "gemmd_token_requests_total", "token=\"anonymous\",code=\"201\"") == 2);
+    assert_true(value_of(&e, "gemmd_token_products_total", "token=\"anonymous\"") == 0);
+    assert_true(value_of(&e, "gemmd_token_bytes_total", "token=\"anonymous\",direction=\"in\"") >= 10);
+    gemm_buf_free(&b);
+}
+
 static void test_label_escaping(void **state)
 {
     (void)state;
@@ -303,7 +326,7 @@ static void *hammer(void *arg)
 {
     (void)arg;
     for (int i = 0; i < 20000; i++)
-        gemmd_metrics_request(slot("GET", "/v1/info"), 200, (i % 100) * 0.0007, 1, 2);
+        gemmd_metrics_request(slot("GET", "/v1/info"), 0, 200, (i % 100) * 0.0007, 1, 2);
     return NULL;
 }
 
@@ -387,6 +410,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_empty_exposition_parses), cmocka_unit_test(test_requests_and_histogram),
         cmocka_unit_test(test_label_escaping),          cmocka_unit_test(test_concurrent_counting),
+        cmocka_unit_test(test_token_families),
         cmocka_unit_test(test_engine_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
