@@ -406,7 +406,8 @@ install-files: build $(INSTALL_HOOKS)
 	$(Q)if [ -e $(D)$(sysconfdir)/gemmd/gemmd.conf ]; then \
 		echo "  KEEP    $(D)$(sysconfdir)/gemmd/gemmd.conf (exists; the shipped one is $(D)$(docdir)/gemmd.conf)"; \
 	else $(INSTALL) -m 644 config/gemmd.conf $(D)$(sysconfdir)/gemmd/gemmd.conf; fi
-	$(Q)sed -e 's|/usr/local/bin/|$(bindir)/|g' -e 's|/usr/local/etc/|$(sysconfdir)/|g' config/gemmd.service \
+	$(Q)sed -e 's|/usr/local/bin/|$(bindir)/|g' -e 's|/usr/local/etc/|$(sysconfdir)/|g' \
+		-e 's|/usr/local/share/doc/gemmd/|$(docdir)/|g' config/gemmd.service \
 		> $(D)$(unitdir)/gemmd.service && chmod 644 $(D)$(unitdir)/gemmd.service
 	$(Q)$(INSTALL) -m 644 config/gemmd.sysusers $(D)$(sysusersdir)/gemmd.conf
 	$(Q)$(INSTALL) -m 644 $(INSTALL_DOCS) config/gemmd.conf $(D)$(docdir)/
