@@ -4,6 +4,7 @@
 #                   (never installs packages: it names the missing ones and stops)
 #   make run        install missing packages, build and start the daemon (GPU if present)
 #   make test       install missing packages, build and run every test this machine can run
+#                   (CI: make test CUDA=1, which compiles the CUDA code without a GPU too)
 #   make test-san   the unit and end-to-end tests under AddressSanitizer + UBSan
 #   make deps       install the packages the build needs (apt-get as root)
 #   make gpu-sanitize  compute-sanitizer memcheck + racecheck on every kernel (GPU machine)
@@ -12,8 +13,10 @@
 #   make install    PREFIX=/usr/local DESTDIR=: daemon, client, library, headers, gemm.pc,
 #                   config, systemd unit, docs;  make uninstall  removes them
 #
-# Options: CUDA=0|1 (default: 1 when nvcc is found), CUDA_ARCHS="80 90 90a" (SASS targets,
-# PTX of the highest plain one is added), SAN=1 (sanitizer build in build-san/), V=1.
+# Options: CUDA=0|1 (default: 1 where a GPU is visible and nvcc is found, else 0: a first
+# build on a machine without a GPU compiles only what can run there), CUDA_ARCHS="80 90 90a"
+# (SASS targets, PTX of the highest plain one is added), SAN=1 (sanitizer build in
+# build-san/), V=1. Jobs: -j<number of CPUs> unless -j is given.
 #
 # Layout conventions (new files are picked up without editing this file):
 #   common/*.c            shared by server and client (types, codecs)
@@ -29,15 +32,35 @@
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
+comma := ,
 
 # ---------------------------------------------------------------- toolchain
+# Parallel by default: the top-level make takes -j<CPUs> unless -j was given (make 4.3 lets
+# a command-line -j win anyway; 4.4 shows it in MAKEFLAGS). Recursive makes (run, test)
+# share the jobserver instead of setting their own.
+ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
+
 CC ?= cc
 ifeq ($(CC),cc)
 CC := gcc
 endif
-NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifeq ($(origin NVCC),undefined)
+NVCC := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
+# A GPU is visible when nvidia-smi lists one or the driver's /dev/nvidia0 exists.
+GPU_SEEN := $(shell n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU '); \
+	if [ "$${n:-0}" -gt 0 ]; then echo "$$n GPU(s) in nvidia-smi -L"; elif [ -e /dev/nvidia0 ]; then echo /dev/nvidia0; fi)
+# CUDA is built where it can run: a GPU and nvcc. CUDA=1 builds it without a GPU (CI does,
+# so CUDA compile errors are caught), CUDA=0 leaves it out. `make info` says why.
+NVCC_SEEN := $(if $(NVCC),nvcc found ($(NVCC)),no nvcc (not on PATH$(comma) no /usr/local/cuda/bin/nvcc))
 ifeq ($(origin CUDA),undefined)
-CUDA := $(if $(NVCC),1,0)
+CUDA := $(if $(and $(GPU_SEEN),$(NVCC)),1,0)
+CUDA_WHY := $(if $(GPU_SEEN),GPU found ($(GPU_SEEN)),no GPU visible (nvidia-smi lists none$(comma) no /dev/nvidia0)); $(NVCC_SEEN)
+CUDA_WHY := $(CUDA_WHY)$(if $(filter 0,$(CUDA)),$(if $(NVCC),; CUDA=1 builds the CUDA backend anyway,$(if $(GPU_SEEN),; install the CUDA toolkit to use the GPU)))
+else
+CUDA_WHY := CUDA=$(CUDA) given; $(NVCC_SEEN)$(if $(filter 1,$(CUDA)),; GPU: $(or $(GPU_SEEN),none visible (the CUDA code is compiled$(comma) not run here)))
 endif
 ifeq ($(CUDA),1)
 ifeq ($(NVCC),)
@@ -76,7 +99,6 @@ ifeq ($(CUDA),1)
 CPPFLAGS += -DGEMMD_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcudart -lstdc++
 # nvcc links .cu programs itself and does not take -Wl,...: pass those through -Xlinker.
-comma := ,
 NVCC_CUDA_LIBS = $(subst -Wl$(comma),-Xlinker ,$(CUDA_LIBS))
 # PTX of the highest plain arch; with only "a" archs (CUDA_ARCHS=90a) the plain one below it.
 CUDA_PTX_ARCH := $(or $(lastword $(filter-out %a,$(CUDA_ARCHS))),$(patsubst %a,%,$(lastword $(CUDA_ARCHS))))
@@ -155,7 +177,7 @@ depcheck:
 	$(Q)scripts/deps.sh --check $(DEPS_KINDS)
 
 info:
-	@echo "gemmd build: CC=$(CC) CUDA=$(CUDA)$(if $(filter 1,$(CUDA)), (nvcc $(NVCC), archs $(CUDA_ARCHS)), (no nvcc found: CPU backend only))$(if $(filter 1,$(SAN)), SAN=1 (ASan+UBSan in $(BUILD)),)"
+	@echo "gemmd build: CC=$(CC), $(if $(filter 1,$(CUDA)),CUDA backend (archs $(CUDA_ARCHS)),CPU backend only): $(CUDA_WHY)$(if $(filter 1,$(SAN)), SAN=1 (ASan+UBSan in $(BUILD)),)"
 
 deps:
 	$(Q)scripts/deps.sh $(DEPS_KINDS)
