@@ -10,6 +10,7 @@
 #   make gpu-sanitize  compute-sanitizer memcheck + racecheck on every kernel (GPU machine)
 #   make bench      build the benchmark programs (bench/)
 #   make lint       cppcheck over the C sources;  make fuzz  libFuzzer runs over the codecs
+#   make container-test  build the CPU image with podman, run it and check it (podman, root)
 #   make install    PREFIX=/usr/local DESTDIR=: daemon, client, library, headers, gemm.pc,
 #                   config, systemd unit, docs;  make uninstall  removes them
 #
@@ -367,6 +368,16 @@ lint:
 	$(Q)$(CPPCHECK) $(LINT_FLAGS) $(LINT_SRC)
 	@echo "  CPPCHECK (CUDA build)"
 	$(Q)$(CPPCHECK) $(LINT_FLAGS) -DGEMMD_HAVE_CUDA=1 $(LINT_SRC)
+
+# ---------------------------------------------------------------- container
+# make container-test: scripts/container_test.sh builds the Dockerfile's CPU image with
+# podman on Debian bases it makes itself (mmdebstrap), runs it and checks it (health, a
+# product from the host's bin/gemm, HEALTHCHECK, non-root, mounted config and tokens, stop
+# under load). Installs podman and mmdebstrap as root; skips, saying why, where podman
+# cannot run. CONTAINER_CUDA=1 checks the GPU image's build on the CUDA wheels instead.
+.PHONY: container-test
+container-test: build
+	$(Q)BUILD=$(BUILD) BIN=$(BIN) scripts/container_test.sh
 
 # ---------------------------------------------------------------- install
 # make install [PREFIX=/usr/local] [DESTDIR=/staging]: programs, libgemm (archive, shared
