@@ -93,8 +93,13 @@ limit() { local cur=$1 cap=$2; [ "$cur" = unlimited ] || [ "$cur" -gt "$cap" ] &
 nofile=$(limit "$(ulimit -Sn)" 10000) nproc=$(limit "$(ulimit -Su)" 1000)
 podman_flags=(--ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc")
 command -v runc >/dev/null && run_flags=(--runtime runc) || run_flags=()
-info=$(podman info --format '{{.Version.Version}} {{.Host.OCIRuntime.Name}} cgroups {{.Host.CgroupsVersion}}' 2>&1) ||
-    skip_all "podman cannot run here: $(echo "$info" | tail -1)"
+info=$(podman info --format '{{.Version.Version}} {{.Host.OCIRuntime.Name}} cgroups {{.Host.CgroupsVersion}}' \
+    2>"$work/podman-info.log") || skip_all "podman cannot run here: $(tail -1 "$work/podman-info.log")"
+# Without root, podman and mmdebstrap need subordinate ids to map a container's users.
+if [ "$(id -u)" != 0 ] && ! grep -qs "^$(id -un):" /etc/subuid; then
+    skip_all "not root, and no subordinate ids for $(id -un) in /etc/subuid (rootless podman needs them:" \
+        "sudo usermod --add-subuids 100000-165535 --add-subgids 100000-165535 $(id -un)), or run as root"
+fi
 note "podman $info, $(id -un), Debian $SUITE base, $([ "$CUDA_MODE" = 1 ] && echo "GPU image (CUDA archs $CUDA_ARCHS)" || echo "CPU image")"
 
 # ---------------------------------------------------------------- the Debian base
@@ -105,10 +110,16 @@ t=$SECONDS
 if [ ! -s "$rootfs" ]; then
     curl -sS -o /dev/null --max-time 20 "$MIRROR/dists/$SUITE/Release" ||
         skip_all "the Debian mirror $MIRROR is unreachable (set CONTAINER_MIRROR)"
-    mmdebstrap --quiet --variant=minbase --dpkgopt='path-exclude=/usr/share/man/*' \
+    mode=auto
+    [ "$(id -u)" = 0 ] || mode=unshare
+    mmdebstrap --quiet --mode=$mode --variant=minbase --dpkgopt='path-exclude=/usr/share/man/*' \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
         --dpkgopt='path-exclude=/usr/share/locale/*' "$SUITE" "$work/partial-$SUITE.tar" "$MIRROR" >"$work/mmdebstrap.log" 2>&1 &&
         mv "$work/partial-$SUITE.tar" "$rootfs"
+    rc=$?
+    [ $rc = 0 ] || [ "$(id -u)" = 0 ] || skip_all "mmdebstrap --mode=unshare (not root) could not make the base:" \
+        "$(tail -1 "$work/mmdebstrap.log"); run as root"
+    (exit $rc)
     ok $? "a Debian $SUITE root file system by mmdebstrap ($(($(stat -c %s "$rootfs" 2>/dev/null || echo 0) / 1000000)) MB, $((SECONDS - t)) s)" \
         "$(tail -20 "$work/mmdebstrap.log")"
     [ -s "$rootfs" ] || finish
@@ -142,22 +153,22 @@ cuda_bases() {
     (cd "$cu/lib" && for f in *.so.*; do ln -sf "$f" "${f%%.so.*}.so"; done)
     rm -rf "$dir/runtime" && mkdir -p "$dir/runtime/lib64" &&
         cp -a "$cu"/lib/libcudart.so* "$cu"/lib/libcublas.so* "$cu"/lib/libcublasLt.so* "$dir/runtime/lib64/"
-    cat >"$dir/Containerfile.devel" <<EOF
+    cat >"$dir/devel/Containerfile" <<EOF
 FROM $base
-COPY devel/nvidia/cu13 /usr/local/cuda-13.0
+COPY nvidia/cu13 /usr/local/cuda-13.0
 RUN ln -s cuda-13.0 /usr/local/cuda
 ENV PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 EOF
-    cat >"$dir/Containerfile.runtime" <<EOF
+    cat >"$dir/runtime/Containerfile" <<EOF
 FROM $base
-COPY runtime /usr/local/cuda-13.0
+COPY lib64 /usr/local/cuda-13.0/lib64
 RUN ln -s cuda-13.0 /usr/local/cuda && echo /usr/local/cuda/lib64 > /etc/ld.so.conf.d/cuda.conf && ldconfig
 EOF
     local kind
     for kind in devel runtime; do
         t=$SECONDS
         out=$(podman build "${run_flags[@]}" "${podman_flags[@]}" --pull=never --network none -t "$tag-cuda:$kind" \
-            -f "$dir/Containerfile.$kind" "$dir" 2>&1)
+            "$dir/$kind" 2>&1)
         ok $? "the CUDA $kind base $tag-cuda:$kind ($(mb "$tag-cuda:$kind"), $((SECONDS - t)) s)" "$out"
     done
 }
