@@ -219,7 +219,9 @@ FLAGS_STAMP := $(BUILD)/.flags
 FLAGS_NOW := CC=$(CC) CUDA=$(CUDA) CPPFLAGS=$(CPPFLAGS) CFLAGS=$(CFLAGS) NVCCFLAGS=$(NVCCFLAGS)
 .PHONY: FORCE
 FORCE:
-$(FLAGS_STAMP): FORCE
+# Every object waits for the package check and the banner: with parallel jobs, a missing
+# header is then named by deps.sh (and its apt-get line) before any compiler trips on it.
+$(FLAGS_STAMP): FORCE | depcheck info
 	@mkdir -p $(@D)
 	@echo '$(FLAGS_NOW)' | cmp -s - $@ || echo '$(FLAGS_NOW)' > $@
 
