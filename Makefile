@@ -388,7 +388,8 @@ lint:
 # podman on Debian bases it makes itself (mmdebstrap), runs it and checks it (health, a
 # product from the host's bin/gemm, HEALTHCHECK, non-root, mounted config and tokens, stop
 # under load). Installs podman and mmdebstrap as root; skips, saying why, where podman
-# cannot run. CONTAINER_CUDA=1 checks the GPU image's build on the CUDA wheels instead.
+# cannot run. CONTAINER_CUDA=1: the GPU image instead, built on NVIDIA's CUDA wheels from
+# PyPI and checked the same way (without a GPU its daemon serves from the CPU).
 .PHONY: container-test
 container-test: build
 	$(Q)BUILD=$(BUILD) BIN=$(BIN) scripts/container_test.sh

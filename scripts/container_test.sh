@@ -22,7 +22,7 @@
 # is skipped, saying why, and exits 0. Failures exit 1. Settings: BUILD, BIN (the host's
 # gemm), CONTAINER_SUITE (trixie), CONTAINER_MIRROR, CUDA_ARCHS (CONTAINER_CUDA=1 only).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
 BIN=${BIN:-bin}
 SUITE=${CONTAINER_SUITE:-trixie}
