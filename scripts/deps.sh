@@ -3,7 +3,8 @@
 # it the way the build uses it (headers the compiler finds, libraries the linker finds,
 # commands on PATH). KIND: build (the daemon, client and library), cuda (what nvcc needs
 # beside the CUDA toolkit: a host C++ compiler), test (make test: build + cmocka, curl,
-# NumPy), lint (cppcheck), fuzz (clang with libFuzzer). Missing Debian packages are
+# NumPy), lint (cppcheck), fuzz (clang with libFuzzer), container (make container-test:
+# podman with runc and iptables, mmdebstrap, curl, NumPy). Missing Debian packages are
 # installed with apt-get when running as root, otherwise the exact command is printed and
 # the script fails. --check never installs: it prints the command and fails (what plain
 # `make` does). --list prints every package the kinds need, installed or not.
@@ -37,6 +38,13 @@ have_cc() { [ $list = 1 ] || command -v "$cc" >/dev/null 2>&1; } # can headers b
 need_header() { have_header "$1" || missing+=("$2"); }
 need_lib() { have_lib "$1" || missing+=("$2"); }
 need_cmd() { have_cmd "$1" || missing+=("$2"); }
+have_numpy() {
+    local py
+    for py in python3 /usr/bin/python3; do
+        if have_cmd "$py" && "$py" -c 'import numpy' 2>/dev/null; then return 0; fi
+    done
+    return 1
+}
 
 if want build; then
     need_cmd "$cc" gcc
@@ -70,13 +78,18 @@ if want test; then
     # Optional: gfortran for the BLAS preload's Fortran test (skipped without it).
     if [ $list = 1 ] || ! have_cmd gfortran; then optional+=(gfortran); fi
     # The end-to-end tests take their float64 reference from NumPy.
-    py_ok=0
-    for py in python3 /usr/bin/python3; do
-        if have_cmd "$py" && "$py" -c 'import numpy' 2>/dev/null; then py_ok=1; break; fi
-    done
-    [ $py_ok = 1 ] || missing+=(python3 python3-numpy)
+    have_numpy || missing+=(python3 python3-numpy)
     # Optional: several daemons behind Debian's nginx (config/nginx/, test_nginx.py).
     if [ $list = 1 ] || ! { have_cmd nginx || [ -x /usr/sbin/nginx ]; }; then optional+=(nginx); fi
+fi
+if want container; then
+    need_cmd podman podman
+    # runc: crun, podman's other runtime, fails where cgroups are v1. iptables: published ports.
+    need_cmd runc runc
+    if [ $list = 1 ] || ! { have_cmd iptables || [ -x /usr/sbin/iptables ]; }; then missing+=(iptables); fi
+    need_cmd mmdebstrap mmdebstrap
+    need_cmd curl curl
+    have_numpy || missing+=(python3 python3-numpy)
 fi
 if want lint; then
     need_cmd cppcheck cppcheck

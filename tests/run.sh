@@ -91,7 +91,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 fi
 if [ "$CUDA" != 1 ]; then
-    skips+=("GPU tests: built without CUDA (CUDA=0 or no nvcc)")
+    skips+=("GPU tests: built without CUDA (no GPU visible or no nvcc, or CUDA=0; CUDA=1 builds them)")
     skipped=$((skipped + 1))
     echo "SKIPPED: GPU tests (built without CUDA)"
 elif [ "$gpu_count" = 0 ]; then

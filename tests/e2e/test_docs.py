@@ -12,9 +12,12 @@
   exactly that many bytes, and its curl line works.
 - The `cc` build lines of README.md, docs/CLIENT.md and docs/examples/multiply.c work as
   written from the source tree (after `make`), and the program they build runs.
-- The Dockerfile's build stage installs every package scripts/deps.sh names for a CUDA
-  build (g++ included); its runtime stage installs no curl; its HEALTHCHECK command (gemm
-  health, shipped in the image) passes against a live daemon and fails against none.
+- The Dockerfile: its stages (CPU and GPU, each a build stage and an image; the GPU image
+  last, the default) and base images as build arguments; each build stage installs every
+  package scripts/deps.sh names for its build (g++ for nvcc); both images install the same
+  libraries and no curl, run as a numeric non-root user, listen on every interface with
+  the shipped config; their HEALTHCHECK command (gemm health, shipped in the image) passes
+  against a live daemon and fails against none. (make container-test builds and runs it.)
 """
 
 import json
@@ -223,9 +226,10 @@ def main(tap):
 
         # ------------------------------------------------------------ the Dockerfile
         df = re.sub(r"\\\n", " ", read("Dockerfile"))  # continuation lines joined
-        stages = re.split(r"^FROM ", df, flags=re.M)[1:]
-        build_stage = next((s for s in stages if " AS build" in s.splitlines()[0]), "")
-        runtime = stages[-1] if stages else ""
+        stages = {}
+        for st in re.split(r"^FROM ", df, flags=re.M)[1:]:
+            m = re.match(r"\S+ AS (\S+)", st)
+            stages[m.group(1) if m else ""] = st
 
         def apt_packages(stage):
             pk = []
@@ -234,31 +238,58 @@ def main(tap):
                 pk += [w for w in run.split()[2:] if not w.startswith("-")]
             return set(pk)
 
-        want = subprocess.run([os.path.join(REPO, "scripts", "deps.sh"), "--list", "build", "cuda"],
-                              stdout=subprocess.PIPE).stdout.decode().split()
-        have = apt_packages(build_stage)
-        tap.ok(want and "g++" in want and set(want) <= have,
-               "Dockerfile: the build stage installs every package of deps.sh build+cuda (g++ for nvcc)",
-               (sorted(set(want) - have), sorted(have)))
-        tap.ok("curl" not in apt_packages(runtime), "Dockerfile: the runtime stage installs no curl",
-               sorted(apt_packages(runtime)))
-        hc = re.search(r"^HEALTHCHECK[^\n]*", runtime, re.M)
-        cmd = None
-        if hc:
-            cm = re.search(r"CMD\s+(\[.*\])", hc.group(0))
-            cmd = json.loads(cm.group(1)) if cm else None
-        copied = " ".join(re.findall(r"^COPY [^\n]*", runtime, re.M))
-        if tap.ok(cmd and cmd[0] == "gemm" and "bin/gemm " in copied + " ",
-                  "Dockerfile: HEALTHCHECK runs gemm (exec form), which the runtime stage copies in", (cmd, copied)):
+        def deps_list(*kinds):
+            return subprocess.run([os.path.join(REPO, "scripts", "deps.sh"), "--list"] + list(kinds),
+                                  stdout=subprocess.PIPE).stdout.decode().split()
+
+        tap.ok(list(stages) == ["cpu-build", "cpu", "gpu-build", "gpu"],
+               "Dockerfile: stages cpu-build, cpu, gpu-build, gpu (the last, the GPU image, is the default)",
+               list(stages))
+        for stage, kinds in (("cpu-build", ["build"]), ("gpu-build", ["build", "cuda"])):
+            want, have = deps_list(*kinds), apt_packages(stages.get(stage, ""))
+            tap.ok(want and set(want) <= have and ("g++" in want) == ("cuda" in kinds),
+                   "Dockerfile: %s installs every package of deps.sh %s" % (stage, " ".join(kinds)),
+                   (sorted(set(want) - have), sorted(have)))
+        tap.ok(apt_packages(stages.get("cpu", "")) == apt_packages(stages.get("gpu", "x")),
+               "Dockerfile: both runtime images install the same libraries",
+               (apt_packages(stages.get("cpu", "")), apt_packages(stages.get("gpu", ""))))
+        args = dict(re.findall(r"^ARG (\w+)=(\S+)", df.split("\nFROM ")[0], re.M))
+        froms = re.findall(r"^FROM \$\{(\w+)\}", df, re.M)
+        tap.ok(froms == ["CPU_BUILD_BASE", "CPU_RUNTIME_BASE", "CUDA_BUILD_BASE", "CUDA_RUNTIME_BASE"]
+               and all(args.get(f) for f in froms) and "nvidia/cuda:" in args.get("CUDA_RUNTIME_BASE", ""),
+               "Dockerfile: every base image is a build argument with a default (nvidia/cuda for the GPU image)",
+               (froms, args))
+        for name in ("cpu", "gpu"):
+            runtime = stages.get(name, "")
+            tap.ok("curl" not in apt_packages(runtime), "Dockerfile: the %s image installs no curl" % name,
+                   sorted(apt_packages(runtime)))
+            user = re.search(r"^USER (\d+)(?::(\d+))?$", runtime, re.M)
+            tap.ok(user and int(user.group(1)) != 0 and "useradd" in runtime and "--uid " + user.group(1) in runtime,
+                   "Dockerfile: the %s image runs as the numeric non-root user it creates" % name,
+                   user and user.group(0))
+            tap.ok(re.search(r"^ENV GEMMD_LISTEN=0\.0\.0\.0$", runtime, re.M) and
+                   re.search(r"^COPY config/gemmd\.conf /etc/gemmd/gemmd\.conf$", runtime, re.M) and
+                   re.search(r'^CMD \["gemmd", "--config", "/etc/gemmd/gemmd.conf"\]$', runtime, re.M),
+                   "Dockerfile: the %s image runs the shipped config, listening on every interface" % name)
+            hc = re.search(r"^HEALTHCHECK[^\n]*", runtime, re.M)
+            cmd = None
+            if hc:
+                cm = re.search(r"CMD\s+(\[.*\])", hc.group(0))
+                cmd = json.loads(cm.group(1)) if cm else None
+            copied = " ".join(re.findall(r"^COPY [^\n]*", runtime, re.M))
+            if not tap.ok(cmd and cmd[0] == "gemm" and "bin/gemm " in copied + " ",
+                          "Dockerfile: the %s image's HEALTHCHECK runs gemm (exec form), which it copies in" % name,
+                          (cmd, copied)):
+                continue
             env = dict(os.environ, GEMM_SERVER=d.base)
             p = subprocess.run([GEMM_BIN] + cmd[1:], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                timeout=30 * SLOW)
-            tap.ok(p.returncode == 0, "the HEALTHCHECK command passes against a live daemon",
+            tap.ok(p.returncode == 0, "the %s HEALTHCHECK command passes against a live daemon" % name,
                    (p.returncode, p.stdout, p.stderr))
             env["GEMM_SERVER"] = "http://127.0.0.1:%d" % free_port()
             p = subprocess.run([GEMM_BIN] + cmd[1:], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                timeout=30 * SLOW)
-            tap.ok(p.returncode != 0, "the HEALTHCHECK command fails when nothing answers", p.returncode)
+            tap.ok(p.returncode != 0, "the %s HEALTHCHECK command fails when nothing answers" % name, p.returncode)
     tmp.cleanup()
 
 

@@ -6,8 +6,9 @@ docs/examples/multiply.c the way its own header says for an installed libgemm (p
 gemm, and gemm-static for the archive), with pkg-config pointed into the DESTDIR
 (PKG_CONFIG_SYSROOT_DIR + PKG_CONFIG_LIBDIR), runs it against the installed daemon
 started with the installed config, checks the installed gemm.h stands alone, and that
-gemm.pc, the unit and the config name the installed prefix, not the source tree. Verifies
-the systemd unit with `systemd-analyze verify` when that exists. PREFIX=/usr puts the
+gemm.pc, the unit (ExecStart, Documentation) and the config name the installed prefix, not
+the source tree, and that the unit's TimeoutStopSec outlasts the config's shutdown_timeout.
+Verifies the systemd unit with `systemd-analyze verify` when that exists. PREFIX=/usr puts the
 config in /etc/gemmd. A second install keeps an edited config; uninstall removes every
 file but an edited config.
 """
@@ -182,6 +183,17 @@ def main(tap):
            and re.search(r"^ProtectSystem=strict$", unit, re.M) and re.search(r"^Restart=on-failure$", unit, re.M),
            "the unit runs $(bindir)/gemmd with $(sysconfdir)/gemmd/gemmd.conf as user gemmd, hardened, "
            "restarted on failure")
+    doc = re.search(r"^Documentation=file:(\S+)$", unit, re.M)
+    tap.ok(doc and doc.group(1) == PREFIX + "/share/doc/gemmd/OPERATIONS.md"
+           and os.path.isfile(dest + doc.group(1)), "the unit's Documentation= names the installed OPERATIONS.md",
+           doc and doc.group(0))
+    # systemd's stop timeout covers the daemon's own: shutdown_timeout, then 30 s for the
+    # products stopped past it to answer and the process to exit.
+    stop = re.search(r"^TimeoutStopSec=(\d+)s$", unit, re.M)
+    grace = re.search(r"^shutdown_timeout = (\d+)$", open(conf).read(), re.M)
+    tap.ok(stop and grace and int(stop.group(1)) >= int(grace.group(1)) + 30,
+           "TimeoutStopSec is at least the installed config's shutdown_timeout + 30 s",
+           (stop and stop.group(0), grace and grace.group(0)))
     if not shutil.which("systemd-analyze"):
         tap.skip("systemd-analyze verify gemmd.service", "systemd-analyze not found (Debian package systemd)")
     else:
@@ -217,10 +229,13 @@ def main(tap):
     dest2 = os.path.join(tmp.name, "root-usr")
     rc, out = make("install", "DESTDIR=" + dest2, "PREFIX=/usr")
     unit2 = os.path.join(dest2, "usr/lib/systemd/system/gemmd.service")
+    text2 = open(unit2).read() if os.path.isfile(unit2) else ""
     tap.ok(rc == 0 and os.path.isfile(os.path.join(dest2, "etc/gemmd/gemmd.conf"))
            and os.path.isfile(os.path.join(dest2, "usr/bin/gemmd"))
-           and "ExecStart=/usr/bin/gemmd --config /etc/gemmd/gemmd.conf" in open(unit2).read(),
-           "PREFIX=/usr: programs in /usr/bin, config in /etc/gemmd, the unit points there", out[-2000:])
+           and "ExecStart=/usr/bin/gemmd --config /etc/gemmd/gemmd.conf" in text2
+           and "Documentation=file:/usr/share/doc/gemmd/OPERATIONS.md" in text2 and not [ln for ln in text2.splitlines() if "/usr/local" in ln and not ln.startswith("#")],
+           "PREFIX=/usr: programs in /usr/bin, config in /etc/gemmd, the unit points there (docs too)",
+           (out[-2000:], text2))
     tmp.cleanup()
 
 

@@ -210,6 +210,16 @@ def fit_checks(tap, docs):
     tap.ok(probes["livenessProbe"]["path"] == "/healthz" and probes["readinessProbe"]["path"] == "/readyz" and
            all(p["port"] in ("http", port["containerPort"]) for p in probes.values()),
            "liveness probes /healthz, readiness /readyz, on the daemon's port", probes)
+    # SIGTERM: the grace period holds the preStop sleep, shutdown_timeout (the ConfigMap's,
+    # else the shipped config's default) and 30 s for the process to exit.
+    with open(os.path.join(REPO, "config", "gemmd.conf")) as fh:
+        shutdown = int(keys.get("shutdown_timeout", conf_keys(fh.read()).get("shutdown_timeout", "0")))
+    pre = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+    pre_s = int(pre[1]) if len(pre) == 2 and pre[0] == "sleep" else 0
+    grace = ps.get("terminationGracePeriodSeconds", 30)
+    tap.ok(shutdown > 0 and grace >= pre_s + shutdown + 30,
+           "terminationGracePeriodSeconds %s >= preStop %d s + shutdown_timeout %d s + 30 s" % (grace, pre_s, shutdown),
+           (grace, pre, shutdown))
     env = {e["name"]: e for e in c["env"]}
     tap.ok(env.get("GEMMD_INSTANCE_ID", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name"
            and "instance_id" not in keys,
