@@ -159,8 +159,8 @@ static enum MHD_Result opened(gemmd_request *req)
 /* The queue reserved req->need: the request's own from now on, given back when it ends. */
 static void reserved(gemmd_request *req)
 {
-    atomic_store(&req->resv.total, req->need);
-    req->t_admitted = gemm_now_ms();
+    uint64_t none = 0;
+    if (atomic_compare_exchange_strong(&req->resv.total, &none, req->need)) req->t_admitted = gemm_now_ms();
 }
 
 /* A waiting request's turn came, or its wait ended in vain (503 with the queue's expected
@@ -171,7 +171,7 @@ static enum MHD_Result admitted(gemmd_request *req)
         LOG_DEBUG("request refused after waiting for memory: retry after %d s", req->retry_after_s);
         return gemmd_respond_error(req, &req->err);
     }
-    reserved(req);
+    reserved(req); /* done by on_admitted too; whichever is first */
     gemmd_conn_head(req->cx); /* its deadlines start again */
     return opened(req);
 }
@@ -179,6 +179,9 @@ static enum MHD_Result admitted(gemmd_request *req)
 static void on_admitted(void *arg)
 {
     gemmd_request *req = arg;
+    /* the reservation is the request's from now on, even if it never runs again (its
+     * client may be gone: the request is then freed as its connection closes) */
+    if (req->ticket.result == 0) reserved(req);
     gemmd_sync_unpark(req);
     gemmd_request_release(req); /* the queue's hold */
 }

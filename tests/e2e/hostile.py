@@ -42,9 +42,10 @@ BATTERY_CONFIG = {
     "threads": 1,
     "cpu_workers": 1,
     "max_json_mb": 64,
+    "admit_wait": 2,  # a request waiting for memory is refused after it, like a slow head
 }
 # Keys an older daemon does not know (left out when measuring it).
-NEW_KEYS = ("max_inflight_mb", "header_timeout", "request_timeout", "min_rate_kb", "send_timeout")
+NEW_KEYS = ("max_inflight_mb", "header_timeout", "request_timeout", "min_rate_kb", "send_timeout", "admit_wait")
 
 
 def proc_status(pid):
