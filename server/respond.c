@@ -230,10 +230,8 @@ enum MHD_Result gemmd_respond_queue(gemmd_request *req, int status, struct MHD_R
     server_timing(st, sizeof st, t);
     MHD_add_response_header(resp, "Server-Timing", st);
     if (req->hdr_kernel[0]) MHD_add_response_header(resp, "X-Gemm-Kernel", req->hdr_kernel);
-    const char *dev = req->hdr_device[0] ? req->hdr_device
-                      : req->svc->info.ndevices > 0 ? req->svc->info.devices[0].name
-                                                    : req->svc->info.backend;
-    if (dev && dev[0]) MHD_add_response_header(resp, "X-Gemm-Device", dev);
+    /* where a product ran, as its JSON "device" says it: nothing on other answers */
+    if (req->hdr_device[0]) MHD_add_response_header(resp, "X-Gemm-Device", req->hdr_device);
     if (req->hdr_split[0]) MHD_add_response_header(resp, "X-Gemm-Split", req->hdr_split);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (gemmd_instance_get()[0]) MHD_add_response_header(resp, "X-Gemm-Instance", gemmd_instance_get());
