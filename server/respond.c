@@ -230,10 +230,8 @@ enum MHD_Result gemmd_respond_queue(gemmd_request *req, int status, struct MHD_R
     server_timing(st, sizeof st, t);
     MHD_add_response_header(resp, "Server-Timing", st);
     if (req->hdr_kernel[0]) MHD_add_response_header(resp, "X-Gemm-Kernel", req->hdr_kernel);
-    const char *dev = req->hdr_device[0] ? req->hdr_device
-                      : req->svc->info.ndevices > 0 ? req->svc->info.devices[0].name
-                                                    : req->svc->info.backend;
-    if (dev && dev[0]) MHD_add_response_header(resp, "X-Gemm-Device", dev);
+    /* where a product ran, as its JSON "device" says it: nothing on other answers */
+    if (req->hdr_device[0]) MHD_add_response_header(resp, "X-Gemm-Device", req->hdr_device);
     if (req->hdr_split[0]) MHD_add_response_header(resp, "X-Gemm-Split", req->hdr_split);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (gemmd_instance_get()[0]) MHD_add_response_header(resp, "X-Gemm-Instance", gemmd_instance_get());
@@ -442,6 +440,15 @@ static void payload_free(void *cls)
 
 /* ---- charged JSON answers ------------------------------------------------------ */
 
+/* A resident matrix in an answer of any format: X-Gemm-Matrix and its Location. */
+static void add_matrix_headers(struct MHD_Response *r, const char *id)
+{
+    char loc[GEMMD_JOB_ID_LEN + 24];
+    snprintf(loc, sizeof loc, "/v1/matrices/%s", id);
+    MHD_add_response_header(r, "X-Gemm-Matrix", id);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, loc);
+}
+
 /* The most bytes the JSON of a rows x cols answer can take: the widest element and its
  * comma, a row's brackets, and room for the fields around C. */
 uint64_t gemmd_json_answer_bytes(uint64_t rows, uint64_t cols, gemm_dtype d)
@@ -475,7 +482,7 @@ static void text_free(void *cls)
 }
 
 enum MHD_Result gemmd_respond_encoded_json(gemmd_request *req, int status, gemm_buf *b, uint64_t charge,
-                                           const char *location)
+                                           const char *matrix_id)
 {
     gemmd_budget *bud = req->svc->budget;
     charged_text *t = calloc(1, sizeof *t);
@@ -496,7 +503,7 @@ enum MHD_Result gemmd_respond_encoded_json(gemmd_request *req, int status, gemm_
         return gemmd_respond_queue(req, 500, NULL);
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (location) MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, location);
+    if (matrix_id) add_matrix_headers(r, matrix_id);
     req->bytes_out = t->len;
     return gemmd_respond_queue(req, status, r);
 }
@@ -566,12 +573,7 @@ static void add_product_headers(struct MHD_Response *r, uint64_t rows, uint64_t 
     if (m->block && m->block[0]) MHD_add_response_header(r, "X-Gemm-Block", m->block);
     if (m->math) MHD_add_response_header(r, "X-Gemm-Math", m->math);
     if (m->job_id) MHD_add_response_header(r, "X-Gemm-Job", m->job_id);
-    if (m->matrix_id) {
-        char loc[GEMMD_JOB_ID_LEN + 24];
-        snprintf(loc, sizeof loc, "/v1/matrices/%s", m->matrix_id);
-        MHD_add_response_header(r, "X-Gemm-Matrix", m->matrix_id);
-        MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, loc);
-    }
+    if (m->matrix_id) add_matrix_headers(r, m->matrix_id);
 }
 
 int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d)
@@ -692,12 +694,7 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
         gemm_err e;
         if (gemmd_encode_product_json(req, data, rows, cols, meta, release, ctx, &b, &charge, &e) != 0)
             return gemmd_respond_error(req, &e);
-        if (meta->matrix_id) {
-            char loc[GEMMD_JOB_ID_LEN + 24];
-            snprintf(loc, sizeof loc, "/v1/matrices/%s", meta->matrix_id);
-            return gemmd_respond_encoded_json(req, status, &b, charge, loc);
-        }
-        return gemmd_respond_encoded_json(req, status, &b, charge, NULL);
+        return gemmd_respond_encoded_json(req, status, &b, charge, meta->matrix_id);
     }
 
     payload *p = calloc(1, sizeof *p);

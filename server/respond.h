@@ -106,8 +106,8 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
                               const gemmd_product_meta *meta, void (*release)(void *ctx), void *ctx, gemm_buf *out,
                               uint64_t *charge, gemm_err *err);
 /* Queues an answer encoded by gemmd_encode_product_json (b and its charge taken over),
- * with a Location header when location is not NULL. */
+ * with X-Gemm-Matrix and Location when matrix_id is not NULL (C kept with store=1). */
 enum MHD_Result gemmd_respond_encoded_json(gemmd_request *req, int status, gemm_buf *b, uint64_t charge,
-                                           const char *location);
+                                           const char *matrix_id);
 
 #endif

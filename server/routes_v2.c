@@ -152,9 +152,16 @@ static enum MHD_Result model_metadata(gemmd_request *req)
     gemm_buf_puts(&b, "],\"parameters\":{\"datatypes\":\"FP32,FP64,INT32,FP16,BF16\",\"out_dtypes\":"
                       "\"FP16:FP32|FP16,BF16:FP32|BF16\",\"backend\":");
     gemm_buf_json_string(&b, in->backend);
+    unsigned maths = 0; /* the modes some kernel of this engine takes */
     gemm_buf_puts(&b, ",\"kernels\":\"auto");
-    for (int i = 0; i < in->nkernels; i++) gemm_buf_printf(&b, ",%s", in->kernels[i].name);
-    gemm_buf_puts(&b, "\",\"maths\":\"default,fp32,tf32,bf16\"}}\n");
+    for (int i = 0; i < in->nkernels; i++) {
+        gemm_buf_printf(&b, ",%s", in->kernels[i].name);
+        maths |= in->kernels[i].maths;
+    }
+    gemm_buf_puts(&b, "\",\"maths\":\"");
+    for (int i = 0, n = 0; i < GEMM_MATH_COUNT; i++)
+        if (maths & (1u << i)) gemm_buf_printf(&b, "%s%s", n++ ? "," : "", gemm_math_name((gemm_math)i));
+    gemm_buf_puts(&b, "\"}}\n");
     return answer_json(req, &b);
 }
 

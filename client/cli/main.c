@@ -14,7 +14,8 @@
 
 static const char *const common_help =
     "Connection options (every subcommand):\n"
-    "  -s, --server URL         the daemon (default $GEMM_SERVER, else " DEFAULT_SERVER ")\n"
+    "  -s, --server URL         the daemon: http://host:port, https://host:port, or host:port\n"
+    "                           for http (default $GEMM_SERVER, else " DEFAULT_SERVER ")\n"
     "  -t, --token TOKEN        bearer token (default $GEMM_TOKEN)\n"
     "      --timeout SEC        limit on each request, upload to last byte (default none)\n"
     "      --connect-timeout SEC  limit on connecting (default 10)\n"

@@ -93,7 +93,8 @@ void gemm_client_options_init(gemm_client_options *o);
 
 typedef struct gemm_client gemm_client;
 
-/* url: "http://host:port" (a trailing "/" is fine; https works when the server has TLS).
+/* url: "http://host:port", "https://host:port" (a server with TLS), or "host:port" /
+ * "[v6addr]:port" for http (a trailing "/" is fine); another scheme is refused.
  * The options are copied (the token too). Returns NULL with *err set on failure. */
 gemm_client *gemm_client_new(const char *url, const gemm_client_options *o, gemm_client_error *err);
 void gemm_client_free(gemm_client *c); /* NULL is fine */

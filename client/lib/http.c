@@ -80,9 +80,11 @@ gemm_client *gemm_client_new(const char *url, const gemm_client_options *o, gemm
         gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument", "no server URL given");
         return NULL;
     }
-    if (!strstr(url, "://")) {
+    /* host:port and [v6]:port mean http://, as in the Python client */
+    const char *scheme = strstr(url, "://") ? "" : "http://";
+    if (!*scheme && strncasecmp(url, "http://", 7) != 0 && strncasecmp(url, "https://", 8) != 0) {
         gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument",
-                        "server URL \"%s\" has no scheme (expected http://host:port)", url);
+                        "server URL \"%s\": expected http://host:port, https://host:port or host:port", url);
         return NULL;
     }
     pthread_once(&global_once, global_init);
@@ -103,8 +105,9 @@ gemm_client *gemm_client_new(const char *url, const gemm_client_options *o, gemm
     }
     size_t n = strlen(url);
     while (n > 0 && url[n - 1] == '/') n--;
-    c->base = strndup(url, n);
+    c->base = malloc(strlen(scheme) + n + 1);
     if (!c->base) goto nomem;
+    snprintf(c->base, strlen(scheme) + n + 1, "%s%.*s", scheme, (int)n, url);
     if (o && o->token && *o->token) {
         size_t len = strlen(o->token) + 32;
         c->auth_header = malloc(len);

@@ -1,6 +1,7 @@
 /*
  * test_client_parse.c - libgemm's parsers: shapes, X-Gemm-Shape, Server-Timing,
- * Retry-After, and CSV/TSV text matrices (parse and write back exactly).
+ * Retry-After, CSV/TSV text matrices (parse and write back exactly), and the server URL
+ * forms gemm_client_new takes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "client_internal.h"
 #include "gemm_util.h"
 
 static void test_shape(void **state)
@@ -237,9 +239,21 @@ static void test_client_arguments(void **state)
     gemm_client_error err;
     assert_null(gemm_client_new(NULL, NULL, &err));
     assert_int_equal(err.kind, GEMM_CLIENT_E_ARGUMENT);
-    assert_null(gemm_client_new("localhost:8080", NULL, &err));
+    assert_null(gemm_client_new("ftp://localhost:8080", NULL, &err));
     assert_int_equal(err.kind, GEMM_CLIENT_E_ARGUMENT);
-    assert_non_null(strstr(err.message, "scheme"));
+    assert_non_null(strstr(err.message, "host:port"));
+    /* host:port and [v6]:port are http://, as in the Python client; a scheme is kept */
+    static const char *const urls[][2] = {
+        {"localhost:8080", "http://localhost:8080"},    {"[::1]:8080/", "http://[::1]:8080"},
+        {"gpu-box", "http://gpu-box"},                  {"HTTPS://h:1", "HTTPS://h:1"},
+        {"http://127.0.0.1:8080//", "http://127.0.0.1:8080"},
+    };
+    for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++) {
+        gemm_client *h = gemm_client_new(urls[i][0], NULL, &err);
+        assert_non_null(h);
+        assert_string_equal(h->base, urls[i][1]);
+        gemm_client_free(h);
+    }
 
     gemm_client_options o;
     gemm_client_options_init(&o);
