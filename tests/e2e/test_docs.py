@@ -88,12 +88,16 @@ NOT_RUN = {
     ("README.md", "systemctl enable"):
         "needs systemd as the init system; tests/e2e/test_install.py checks the installed unit "
         "with systemd-analyze verify",
-    ("README.md", "docker run"):
-        "needs a container engine (and for --gpus a GPU host with the NVIDIA Container Toolkit); the "
-        "Dockerfile is checked below and `make container-test` builds and runs the CPU image with podman",
-    ("README.md", "podman run"):
-        "builds an image (minutes); `make container-test` builds and runs the CPU image with podman, "
-        "and CONTAINER_CUDA=1 builds the GPU one",
+    ("README.md", "nvidia-ctk runtime configure"):
+        "needs Docker and a GPU host with the NVIDIA Container Toolkit; the Dockerfile is checked below, "
+        "`CONTAINER_CUDA=1 make container-test` builds the GPU image with podman",
+    ("README.md", "nvidia-ctk cdi generate"):
+        "needs a GPU host with the NVIDIA Container Toolkit's CDI spec; `CONTAINER_CUDA=1 make "
+        "container-test` builds the GPU image with podman",
+    ("README.md", "--target cpu -t gemmd:cpu"):
+        "builds an image (minutes): `make container-test` builds and runs the CPU image with podman",
+    ("README.md", "-v $PWD/my.conf"):
+        "needs a GPU host; `make container-test` runs the CPU image with a mounted config and tokens file",
     ("docs/OPERATIONS.md", "helm install"):
         "needs a Kubernetes cluster with Prometheus and helm; tests/e2e/test_k8s.py validates the "
         "manifests of deploy/k8s",
