@@ -20,14 +20,13 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_CLIENTS 64     /* client slots; more clients than this share the last one */
 #define STARVE_S 0.5       /* the oldest ticket goes first once it has waited this long */
 #define TICK_MS 50         /* how often the thread looks at deadlines */
 
 typedef struct {
-    char name[64];
     gemmd_admit_ticket *head, *tail;
     int waiting;
+    uint64_t inflight;         /* bytes of its admitted requests still held */
 } client;
 
 struct gemmd_admit {
@@ -38,8 +37,10 @@ struct gemmd_admit {
     pthread_cond_t cv;
     pthread_t thread;
     int stop, kicked, joined;
-    client clients[MAX_CLIENTS];
-    int nclients, rr;          /* slots in use; the next client in turn */
+    client clients[GEMMD_CLIENTS];
+    uint64_t share;            /* what one client's big requests may hold at once */
+    uint64_t small;            /* a request this small is never held back by the share */
+    int rr;                    /* the next client in turn */
     int waiting;
     _Atomic int nwaiting;      /* waiting, read without the lock by gemmd_admit_kick */
     uint64_t waiting_bytes;
@@ -54,17 +55,21 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* The client's slot (a new one, or an idle one taken over; all busy: the last is shared). */
-static int slot_of(gemmd_admit *a, const char *name)
+/* A client's requests fit its share: always the first and the small ones (they may take
+ * the budget's last eighth, kept for them), the rest within the share. */
+static int fits_client(const gemmd_admit *a, const client *c, uint64_t bytes)
 {
-    for (int i = 0; i < a->nclients; i++)
-        if (strcmp(a->clients[i].name, name) == 0) return i;
-    int i = a->nclients < MAX_CLIENTS ? a->nclients++ : -1;
-    for (int j = 0; i < 0 && j < a->nclients; j++)
-        if (!a->clients[j].waiting) i = j;
-    if (i < 0) return MAX_CLIENTS - 1;
-    snprintf(a->clients[i].name, sizeof a->clients[i].name, "%s", name);
-    return i;
+    return c->inflight == 0 || bytes <= a->small || (c->inflight <= a->share && bytes <= a->share - c->inflight);
+}
+
+/* Reserves t's bytes when they fit both its client's share and the budget. */
+static int try_admit_locked(gemmd_admit *a, gemmd_admit_ticket *t)
+{
+    client *c = &a->clients[t->client];
+    if (!fits_client(a, c, t->bytes) || gemmd_budget_reserve(a->budget, t->bytes) != 0) return -1;
+    c->inflight += t->bytes;
+    a->st.admitted++;
+    return 0;
 }
 
 static int expected_wait_locked(gemmd_admit *a, uint64_t bytes)
@@ -116,26 +121,25 @@ static gemmd_admit_ticket *admit_locked(gemmd_admit *a, double now)
     for (int progress = 1; progress && a->waiting;) {
         progress = 0;
         gemmd_admit_ticket *oldest = NULL;
-        for (int i = 0; i < a->nclients; i++) {
+        for (int i = 0; i < GEMMD_CLIENTS; i++) {
             gemmd_admit_ticket *h = a->clients[i].head;
-            if (h && (!oldest || h->t_enter < oldest->t_enter)) oldest = h;
+            if (h && fits_client(a, &a->clients[i], h->bytes) && (!oldest || h->t_enter < oldest->t_enter))
+                oldest = h;
         }
         if (oldest && now - oldest->t_enter >= STARVE_S) { /* it goes first, or nobody */
-            if (gemmd_budget_reserve(a->budget, oldest->bytes) != 0) break;
+            if (try_admit_locked(a, oldest) != 0) break;
             unlink_locked(a, oldest);
             decide_locked(a, oldest, 0, &woken);
-            a->st.admitted++;
             progress = 1;
             continue;
         }
-        for (int k = 0; k < a->nclients && !progress; k++) {
-            int i = (a->rr + k) % a->nclients;
+        for (int k = 0; k < GEMMD_CLIENTS && !progress; k++) {
+            int i = (a->rr + k) % GEMMD_CLIENTS;
             gemmd_admit_ticket *h = a->clients[i].head;
-            if (!h || gemmd_budget_reserve(a->budget, h->bytes) != 0) continue;
+            if (!h || try_admit_locked(a, h) != 0) continue;
             unlink_locked(a, h);
             decide_locked(a, h, 0, &woken);
-            a->st.admitted++;
-            a->rr = (i + 1) % a->nclients;
+            a->rr = (i + 1) % GEMMD_CLIENTS;
             progress = 1;
         }
     }
@@ -145,7 +149,7 @@ static gemmd_admit_ticket *admit_locked(gemmd_admit *a, double now)
 /* Refuses the tickets past their deadline (all of them when stopping). */
 static gemmd_admit_ticket *expire_locked(gemmd_admit *a, double now, gemmd_admit_ticket *woken)
 {
-    for (int i = 0; i < a->nclients; i++) {
+    for (int i = 0; i < GEMMD_CLIENTS; i++) {
         gemmd_admit_ticket *t = a->clients[i].head;
         while (t) {
             gemmd_admit_ticket *next = t->next;
@@ -208,11 +212,15 @@ static void *run(void *arg)
     return NULL;
 }
 
-gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s)
+gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s, int share_pct)
 {
     gemmd_admit *a = calloc(1, sizeof *a);
     if (!a) return NULL;
     a->budget = b;
+    uint64_t most = gemmd_budget_max_single(b);
+    uint64_t pct = share_pct > 0 && share_pct <= 100 ? (uint64_t)share_pct : 100;
+    a->share = most / 100 * pct + most % 100 * pct / 100;
+    a->small = most / 56; /* as the budget's small charges: a 64th of the limit */
     a->max_waiting = max_waiting > 0 ? max_waiting : 1;
     a->max_per_client = a->max_waiting / 4 > 1 ? a->max_waiting / 4 : 1;
     a->max_wait_s = max_wait_s > 0 ? max_wait_s : 1;
@@ -248,7 +256,7 @@ void gemmd_admit_free(gemmd_admit *a)
     free(a);
 }
 
-int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, const char *client_name, uint64_t bytes,
+int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, int client_key, uint64_t bytes,
                       void (*wake)(void *arg), void *arg, gemm_err *err, int *retry_after_s)
 {
     memset(t, 0, sizeof *t);
@@ -267,10 +275,10 @@ int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, const char *client_
         *retry_after_s = 1;
         return gemm_err_set(err, 503, "shutting_down", "the server is shutting down; retry elsewhere");
     }
-    int c = slot_of(a, client_name ? client_name : "");
+    int c = (int)((unsigned)client_key % GEMMD_CLIENTS);
+    t->client = c;
     /* Nobody waits ahead of it, and it fits: admitted at once. */
-    if (!a->waiting && gemmd_budget_reserve(a->budget, bytes) == 0) {
-        a->st.admitted++;
+    if (!a->waiting && try_admit_locked(a, t) == 0) {
         pthread_mutex_unlock(&a->mu);
         return 0;
     }
@@ -287,7 +295,6 @@ int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, const char *client_
                             *retry_after_s);
     }
     double now = now_s();
-    t->client = c;
     t->t_enter = now;
     t->deadline = now + a->max_wait_s;
     client *cl = &a->clients[c];
@@ -330,9 +337,11 @@ int gemmd_admit_cancel(gemmd_admit *a, gemmd_admit_ticket *t)
     return waiting;
 }
 
-void gemmd_admit_done(gemmd_admit *a, double held_s)
+void gemmd_admit_done(gemmd_admit *a, const gemmd_admit_ticket *t, double held_s)
 {
     pthread_mutex_lock(&a->mu);
+    client *c = &a->clients[t->client];
+    c->inflight -= t->bytes <= c->inflight ? t->bytes : c->inflight;
     a->hold_s = 0.8 * a->hold_s + 0.2 * (held_s > 0.001 ? held_s : 0.001);
     if (a->waiting) {
         a->kicked = 1;

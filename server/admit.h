@@ -5,16 +5,19 @@
  * body, or racing the others for memory as it arrives.
  *
  * The queue is bounded (max_waiting in all, a quarter of it for one client), FIFO for each
- * client (a token, or an address without tokens) and round robin across clients: memory
- * given back goes to the next client in turn whose oldest request fits, unless the oldest
- * request of all has waited longer than a moment: then it goes first, so that a big
- * request is not passed over forever by small ones. A request waits at most max_wait_s;
+ * client (a token, or an address without tokens: a key from 0 to GEMMD_CLIENTS - 1) and
+ * round robin across clients: memory given back goes to the next client in turn whose
+ * oldest request fits, unless the oldest request of all has waited longer than a moment:
+ * then it goes first, so that a big request is not passed over forever by small ones. A
+ * client's requests together hold at most its share of the budget (share_pct of what one
+ * request may hold; its first request always fits): one client's burst waits for its own
+ * requests to end, not for everyone's. A request waits at most max_wait_s;
  * then, or when the queue is full, it is refused (503 over_budget) with a Retry-After of
  * the queue's expected wait: the bytes ahead of it over the rate at which the queue has
  * been admitting lately.
  *
  *   gemmd_admit_ticket t;                     // lives in the request
- *   switch (gemmd_admit_enter(a, &t, client, bytes, wake, req, &err, &retry_after)) {
+ *   switch (gemmd_admit_enter(a, &t, client_key, bytes, wake, req, &err, &retry_after)) {
  *   case 0:  admitted: bytes are reserved                      (release them when done)
  *   case 1:  waiting: park the connection; wake(req) is called later, from the queue's
  *            thread, once gemmd_admit_decided(&t) is set: gemmd_admit_result() says how
@@ -36,6 +39,8 @@
 
 typedef struct gemmd_admit gemmd_admit;
 
+#define GEMMD_CLIENTS 256 /* client keys: tokens, or addresses hashed into as many groups */
+
 typedef struct gemmd_admit_ticket {
     /* ---- private to admit.c ---- */
     struct gemmd_admit_ticket *next;
@@ -55,17 +60,18 @@ typedef struct {
     uint64_t waiting_bytes;    /* now */
 } gemmd_admit_stats;
 
-/* max_waiting: requests that may wait at once (>= 1); max_wait_s: how long one may. */
-gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s);
+/* max_waiting: requests that may wait at once (>= 1); max_wait_s: how long one may;
+ * share_pct: what one client's requests may hold together (1..100). */
+gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s, int share_pct);
 /* Refuses whatever still waits (wake is called for each) and every request from now on,
  * and stops the thread; the queue can still be asked about its tickets. */
 void gemmd_admit_close(gemmd_admit *a);
 /* Closes it if need be, and frees it. */
 void gemmd_admit_free(gemmd_admit *a);
 
-/* See above. client: a name for fairness (at most 63 bytes are used). On -1, *err is
- * 503 over_budget (or 413 too_large when bytes can never fit) and *retry_after_s set. */
-int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, const char *client, uint64_t bytes,
+/* See above. client_key: who asks (taken modulo GEMMD_CLIENTS). On -1, *err is 503
+ * over_budget (or 413 too_large when bytes can never fit) and *retry_after_s set. */
+int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, int client_key, uint64_t bytes,
                       void (*wake)(void *arg), void *arg, gemm_err *err, int *retry_after_s);
 /* Whether a waiting ticket has been decided (then wake has been or is being called). */
 static inline int gemmd_admit_decided(gemmd_admit_ticket *t) { return atomic_load(&t->decided) != 0; }
@@ -76,9 +82,9 @@ int gemmd_admit_result(gemmd_admit *a, const gemmd_admit_ticket *t, gemm_err *er
  * waiting (wake will not be called), 0 when it had been decided already (wake is called,
  * or has been; an admitted ticket's bytes are reserved and must be released). */
 int gemmd_admit_cancel(gemmd_admit *a, gemmd_admit_ticket *t);
-/* An admitted reservation ended after held_s seconds (it was released by its holder):
- * how long reservations last goes into the expected wait. */
-void gemmd_admit_done(gemmd_admit *a, double held_s);
+/* t's admitted reservation ended after held_s seconds (released by its holder): its
+ * client holds that much less, and how long reservations last goes into the expected wait. */
+void gemmd_admit_done(gemmd_admit *a, const gemmd_admit_ticket *t, double held_s);
 /* Memory was given back: the queue's thread looks for waiting requests that fit now. */
 void gemmd_admit_kick(gemmd_admit *a);
 

@@ -58,8 +58,8 @@ struct gemmd_budget {
 
 static _Thread_local uint64_t last_refusal;
 
-static const char *const kind_names[GEMMD_MEM_NKINDS] = {"bodies", "inputs", "results", "answers", "cache",
-                                                          "reserved"};
+static const char *const kind_names[GEMMD_MEM_NKINDS] = {"bodies", "inputs", "results",  "answers",
+                                                          "cache",  "reserved", "resident"};
 
 const char *gemmd_mem_kind_name(gemmd_mem_kind k)
 {

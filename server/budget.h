@@ -42,6 +42,7 @@ typedef enum {
                            when a charge of any other kind would not fit */
     GEMMD_MEM_RESERVED, /* reserved by requests at admission (admit.h), before their bodies:
                            what they hold inside it is not charged again */
+    GEMMD_MEM_RESIDENT, /* resident matrices (within resident_mb as well) */
     GEMMD_MEM_NKINDS
 } gemmd_mem_kind;
 

@@ -78,6 +78,9 @@ static const key_desc daemon_keys[] = {
      "GnuTLS priority string for HTTPS (protocol versions, ciphers); the default allows TLS 1.2 and 1.3 only"},
     {"admit_wait", K_INT, OFF(admit_wait_s), 0, 1, 3600,
      "seconds a request may wait for memory before its body is read; then 503 over_budget"},
+    {"token_share", K_INT, OFF(token_share), 0, 1, 100,
+     "percent of what the daemon keeps (memory in flight, resident matrices, async jobs) one token, or "
+     "one address without tokens, may hold"},
     {"shutdown_timeout", K_INT, OFF(shutdown_timeout_s), 0, 0, 86400,
      "seconds running products may take to finish after SIGTERM; then they are cancelled and their "
      "clients get 503"},
@@ -152,6 +155,7 @@ void gemmd_config_defaults(gemmd_config *c)
     snprintf(c->tls_priorities, sizeof c->tls_priorities, "%s", GEMMD_TLS_PRIORITIES_DEFAULT);
     c->shutdown_timeout_s = 600;
     c->admit_wait_s = 30;
+    c->token_share = 50;
     snprintf(c->log_level, sizeof c->log_level, "info");
     c->restart_on_device_loss = 1;
     c->engine.warmup = 1;

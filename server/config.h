@@ -52,6 +52,7 @@ typedef struct {
     char tls_priorities[256];   /* tls_priorities = NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2
                                    (GnuTLS priority string: TLS 1.2 and 1.3 only) */
     int admit_wait_s;           /* admit_wait = 30: how long a request may wait for memory */
+    int token_share;            /* token_share = 50: percent of what is kept one client may hold */
     int shutdown_timeout_s;     /* shutdown_timeout = 600: how long running products may
                                    finish after SIGTERM before their clients get 503 */
     char log_level[8];          /* log_level = info (error|warn|info|debug) */

@@ -126,21 +126,28 @@ static enum MHD_Result body_complete(gemmd_request *req);
 
 /* ---- admission (admit.h) ----------------------------------------------------------- */
 
-/* Who asks, for the queue's fairness: the token, or the address without tokens. */
+/* Who asks, for fairness and shares (admit.h): the token, or without tokens the address,
+ * hashed into GEMMD_CLIENTS groups. */
 static void client_of(gemmd_request *req)
 {
     if (req->owner) {
-        snprintf(req->client, sizeof req->client, "token %d", req->owner);
+        req->client = req->owner % GEMMD_CLIENTS;
         return;
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     const struct sockaddr *sa = ci ? ci->client_addr : NULL;
-    char host[64] = "?";
-    if (sa && sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, host, sizeof host);
-    else if (sa && sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, host, sizeof host);
-    snprintf(req->client, sizeof req->client, "%s", host);
+    const unsigned char *p = NULL;
+    size_t n = 0;
+    if (sa && sa->sa_family == AF_INET) {
+        p = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
+        n = 4;
+    } else if (sa && sa->sa_family == AF_INET6) {
+        p = (const unsigned char *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+        n = 16;
+    }
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+    req->client = (int)(h % GEMMD_CLIENTS);
 }
 
 /* The admitted request's body reader allocates what it planned; then the body is read
@@ -476,7 +483,7 @@ static int start_limits(gemmd_server *s, gemm_err *err)
      * quarter of the connections (at least 4), each at most admit_wait seconds; memory given
      * back wakes the queue. */
     int waiting = cfg->connection_limit / 4 > 4 ? cfg->connection_limit / 4 : 4;
-    s->svc.admit = gemmd_admit_new(s->svc.budget, waiting, cfg->admit_wait_s);
+    s->svc.admit = gemmd_admit_new(s->svc.budget, waiting, cfg->admit_wait_s, cfg->token_share);
     if (!s->svc.admit) return gemm_err_set(err, 500, "out_of_memory", "cannot start the admission queue");
     gemmd_budget_set_release_hook(s->svc.budget, admit_kick, s->svc.admit);
 
@@ -612,13 +619,15 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
                  "server; set tokens_file (one bearer token a line) or bind 127.0.0.1 !!!", cfg->listen);
     }
     if (start_limits(s, err) != 0) goto fail;
-    s->svc.jobs = gemmd_jobs_new(engine, cfg->job_ttl_s, cfg->job_mem_bytes, cfg->max_jobs);
-    s->svc.matrices = gemmd_matrices_new(engine, cfg->resident_bytes, cfg->max_matrices);
+    s->svc.jobs = gemmd_jobs_new(engine, cfg->job_ttl_s, cfg->job_mem_bytes, cfg->max_jobs, cfg->token_share);
+    s->svc.matrices = gemmd_matrices_new(engine, cfg->resident_bytes, cfg->max_matrices, cfg->token_share,
+                                         cfg->job_ttl_s);
     if (!s->svc.jobs || !s->svc.matrices) {
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate the job store");
         goto fail;
     }
     gemmd_jobs_set_memory(s->svc.jobs, &s->svc.alloc, s->svc.budget);
+    gemmd_matrices_set_memory(s->svc.matrices, s->svc.budget);
 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;

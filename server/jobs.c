@@ -29,6 +29,11 @@ struct gemmd_jobs {
     double ttl_ms;
     uint64_t mem_cap, mem_used;
     int max_jobs, count; /* count: entries alive (listed or still in the engine) */
+    /* each client's share (token_share) and what it holds */
+    uint64_t share_mem;
+    int share_jobs;
+    uint64_t client_mem[GEMMD_CLIENTS];
+    int client_count[GEMMD_CLIENTS];
     int stopping;
     gemmd_job_entry *head;
     const gemm_allocator *alloc; /* job buffers' allocator (NULL: the engine's) */
@@ -63,12 +68,20 @@ static void free_buffers(gemmd_jobs *s, gemmd_job_entry *j, int inputs_only)
 }
 
 /* Drops one reference (lock held); returns 1 when the caller must destroy it. */
+/* bytes of j's reservation go back (lock held) */
+static void give_back_locked(gemmd_jobs *s, gemmd_job_entry *j, uint64_t bytes)
+{
+    s->mem_used -= bytes;
+    s->client_mem[j->client] -= bytes <= s->client_mem[j->client] ? bytes : s->client_mem[j->client];
+    j->reserved -= bytes;
+}
+
 static int unref_locked(gemmd_jobs *s, gemmd_job_entry *j)
 {
     if (--j->refs > 0) return 0;
     s->count--;
-    s->mem_used -= j->reserved;
-    j->reserved = 0;
+    s->client_count[j->client]--;
+    give_back_locked(s, j, j->reserved);
     return 1;
 }
 
@@ -194,7 +207,7 @@ static void *sweeper_main(void *arg)
     return NULL;
 }
 
-gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, int max_jobs)
+gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, int max_jobs, int share_pct)
 {
     gemmd_jobs *s = calloc(1, sizeof *s);
     if (!s) return NULL;
@@ -208,6 +221,9 @@ gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, i
     s->ttl_ms = (ttl_s > 0 ? ttl_s : 0) * 1000.0;
     s->mem_cap = mem_bytes;
     s->max_jobs = max_jobs > 0 ? max_jobs : 1;
+    share_pct = share_pct > 0 && share_pct <= 100 ? share_pct : 100;
+    s->share_mem = mem_bytes / 100 * (uint64_t)share_pct + mem_bytes % 100 * (uint64_t)share_pct / 100;
+    s->share_jobs = (int)((int64_t)s->max_jobs * share_pct / 100);
     if (pthread_create(&s->sweeper, NULL, sweeper_main, s) != 0) {
         pthread_cond_destroy(&s->tick);
         pthread_mutex_destroy(&s->mu);
@@ -259,11 +275,13 @@ void gemmd_jobs_free(gemmd_jobs *s)
     free(s);
 }
 
-gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t input_bytes, size_t result_bytes, gemm_err *err)
+gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, int client, size_t input_bytes, size_t result_bytes,
+                                    gemm_err *err)
 {
     gemmd_job_entry *dead = NULL, *j = NULL;
     size_t bytes = input_bytes + result_bytes;
     if (bytes < input_bytes) bytes = SIZE_MAX;
+    int c = (int)((unsigned)client % GEMMD_CLIENTS);
     pthread_mutex_lock(&s->mu);
     sweep_locked(s, &dead);
     if (s->stopping) {
@@ -283,6 +301,13 @@ gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t input_bytes, size_t re
                      "for async jobs (job_mem_mb) are free; fetch or DELETE finished jobs",
                      bytes, input_bytes, result_bytes, (unsigned long long)(s->mem_cap - s->mem_used),
                      (unsigned long long)s->mem_cap);
+    } else if (s->client_count[c] &&
+               (s->client_count[c] >= s->share_jobs || s->client_mem[c] + bytes > s->share_mem)) {
+        gemm_err_set(err, 503, "job_store_full",
+                     "this client (token, or address without tokens) keeps %d jobs holding %llu bytes, and "
+                     "one more would pass its share (token_share: %d jobs, %llu bytes); fetch or DELETE "
+                     "finished jobs, or retry once they expire", s->client_count[c],
+                     (unsigned long long)s->client_mem[c], s->share_jobs, (unsigned long long)s->share_mem);
     } else if (!(j = calloc(1, sizeof *j))) {
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate a job");
     } else if (gemmd_instance_new_id(j->id, sizeof j->id) != 0) {
@@ -292,12 +317,15 @@ gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t input_bytes, size_t re
     } else {
         j->store = s;
         j->refs = 1; /* the caller's, until submit or abandon */
+        j->client = c;
         j->reserved = bytes;
         j->reserved_inputs = input_bytes;
         j->t_created_ms = gemm_now_ms();
         j->job.user = j;
         s->mem_used += bytes;
         s->count++;
+        s->client_mem[c] += bytes;
+        s->client_count[c]++;
     }
     pthread_mutex_unlock(&s->mu);
     destroy_chain(s, dead);
@@ -329,11 +357,9 @@ static void on_done(gemm_job *job)
     pthread_mutex_lock(&s->mu);
     free_buffers(s, j, st == GEMM_JOB_DONE); /* inputs always; the result unless it is one */
     if (st != GEMM_JOB_DONE) {
-        s->mem_used -= j->reserved;
-        j->reserved = 0;
+        give_back_locked(s, j, j->reserved);
     } else {
-        s->mem_used -= j->reserved_inputs; /* the inputs are gone; the result stays */
-        j->reserved -= j->reserved_inputs;
+        give_back_locked(s, j, j->reserved_inputs); /* the inputs are gone; the result stays */
         gemmd_budget_retag(s->budget, j->job.c, GEMMD_MEM_RESULT);
     }
     j->state = (gemm_job_state)st;

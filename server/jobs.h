@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "admit.h"
 #include "engine.h"
 #include "instance.h"
 
@@ -52,6 +53,7 @@ typedef struct gemmd_job_entry {
     char id[GEMMD_JOB_ID_LEN + 1];
     int family;           /* the request's format family (answer default), set by the caller */
     int owner;            /* who made it (see Owners above), set by the caller before submit */
+    int client;           /* whose share it counts against (admit.h's client key) */
     double recv_ms;       /* set by the caller before submit */
     double decode_ms;
     /* ---- private to jobs.c, under the store's lock ---- */
@@ -88,7 +90,8 @@ typedef struct {
     char device[GEMM_NAME_LEN];
 } gemmd_job_view;
 
-gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, int max_jobs);
+/* share_pct: what one client may keep of max_jobs and mem_bytes (token_share). */
+gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, int max_jobs, int share_pct);
 /* Job buffers are freed with alloc (the daemon's charged allocator) and a finished
  * result's charge is moved to "results" in budget. Call before the first job. */
 void gemmd_jobs_set_memory(gemmd_jobs *s, const gemm_allocator *alloc, gemmd_budget *budget);
@@ -96,11 +99,13 @@ void gemmd_jobs_set_memory(gemmd_jobs *s, const gemm_allocator *alloc, gemmd_bud
  * none of them any more (no entry may still be in the engine). */
 void gemmd_jobs_free(gemmd_jobs *s);
 
-/* A fresh entry with a random id, its inputs' and result's bytes reserved. NULL with 503
- * job_store_full (too many jobs kept, or not enough of mem_bytes left), 413 too_large
+/* A fresh entry with a random id for client, its inputs' and result's bytes reserved. NULL
+ * with 503 job_store_full (too many jobs kept, not enough of mem_bytes left, or the client
+ * would pass its share), 413 too_large
  * (inputs and result alone are larger than mem_bytes), 503
  * shutting_down after gemmd_jobs_shutdown(), or 500 when the id cannot be drawn. */
-gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, size_t input_bytes, size_t result_bytes, gemm_err *err);
+gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, int client, size_t input_bytes, size_t result_bytes,
+                                    gemm_err *err);
 /* Gives back an entry that was reserved but not submitted, freeing any of
  * job.a/b/c set on it (with the engine's allocator). */
 void gemmd_jobs_abandon(gemmd_jobs *s, gemmd_job_entry *j);

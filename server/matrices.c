@@ -10,37 +10,53 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "budget.h"
 #include "instance.h"
 #include "log.h"
 #include "metrics.h"
 
 struct gemmd_matrices {
     gemm_engine *engine;
+    gemmd_budget *mem;        /* where their bytes are charged (kind resident), or NULL */
     pthread_mutex_t mu;
     gemmd_matrix_entry *head;
     int count;                /* linked entries */
     int max_count;
     uint64_t budget;
     uint64_t held;            /* bytes of live entries (linked or still referenced) + reserved */
+    double fill_ttl_ms;       /* an empty=1 matrix not filled by then is forgotten */
+    /* each client's share of the store (token_share), and what it holds */
+    uint64_t share_bytes;
+    int share_count;
+    uint64_t client_bytes[GEMMD_CLIENTS];
+    int client_count[GEMMD_CLIENTS];
 };
 
 static void publish_locked(gemmd_matrices *s) { gemmd_metrics_resident(s->count, s->held, s->budget); }
 
-gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, uint64_t budget_bytes, int max_count)
+gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, uint64_t budget_bytes, int max_count, int share_pct,
+                                   int fill_ttl_s)
 {
     gemmd_matrices *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->engine = engine;
     s->budget = budget_bytes;
     s->max_count = max_count > 0 ? max_count : 1;
+    share_pct = share_pct > 0 && share_pct <= 100 ? share_pct : 100;
+    s->share_bytes = budget_bytes / 100 * (uint64_t)share_pct + budget_bytes % 100 * (uint64_t)share_pct / 100;
+    s->share_count = (int)((int64_t)s->max_count * share_pct / 100);
+    s->fill_ttl_ms = fill_ttl_s > 0 ? fill_ttl_s * 1000.0 : 1e18;
     pthread_mutex_init(&s->mu, NULL);
     publish_locked(s);
     return s;
 }
 
+void gemmd_matrices_set_memory(gemmd_matrices *s, gemmd_budget *mem) { s->mem = mem; }
+
 static void destroy(gemmd_matrices *s, gemmd_matrix_entry *e)
 {
     gemm_engine_resident_free(s->engine, e->res); /* device copies go later, off this thread */
+    gemmd_budget_forget(s->mem, e->m.data);        /* its charge as a resident matrix */
     gemm_engine_host_free(s->engine, e->m.data);
     free(e->row_state);
     free(e);
@@ -59,13 +75,51 @@ void gemmd_matrices_free(gemmd_matrices *s)
     free(s);
 }
 
-int gemmd_matrices_reserve(gemmd_matrices *s, size_t bytes, gemm_err *err)
+static int unref_locked(gemmd_matrices *s, gemmd_matrix_entry *e);
+
+/* Unlinks the matrices made with empty=1 whose rows did not all come within fill_ttl;
+ * those nobody reads any more are chained on *gone, to be destroyed after unlocking. */
+static void expire_locked(gemmd_matrices *s, gemmd_matrix_entry **gone)
+{
+    double now = gemm_now_ms();
+    for (gemmd_matrix_entry **p = &s->head; *p;) {
+        gemmd_matrix_entry *e = *p;
+        if (!e->row_state || now - e->t_created_ms < s->fill_ttl_ms) {
+            p = &e->next;
+            continue;
+        }
+        LOG_INFO("matrix %.*s forgotten: %llu of its %llu rows came within job_ttl", GEMMD_JOB_LOG_ID(e->id),
+                 (unsigned long long)e->rows_filled, (unsigned long long)e->m.rows);
+        *p = e->next;
+        e->next = NULL;
+        e->linked = 0;
+        s->count--;
+        if (unref_locked(s, e)) {
+            e->next = *gone;
+            *gone = e;
+        }
+    }
+}
+
+static void destroy_all(gemmd_matrices *s, gemmd_matrix_entry *e)
+{
+    while (e) {
+        gemmd_matrix_entry *next = e->next;
+        destroy(s, e);
+        e = next;
+    }
+}
+
+int gemmd_matrices_reserve(gemmd_matrices *s, int client, size_t bytes, gemm_err *err)
 {
     if (bytes > s->budget)
         return gemm_err_set(err, 413, "too_large",
                             "the matrix has %zu bytes; resident matrices may hold at most %llu in all "
                             "(resident_mb)", bytes, (unsigned long long)s->budget);
+    int c = (int)((unsigned)client % GEMMD_CLIENTS);
+    gemmd_matrix_entry *gone = NULL;
     pthread_mutex_lock(&s->mu);
+    expire_locked(s, &gone);
     if (s->count >= s->max_count) {
         int n = s->count;
         pthread_mutex_unlock(&s->mu);
@@ -81,22 +135,40 @@ int gemmd_matrices_reserve(gemmd_matrices *s, size_t bytes, gemm_err *err)
                             "(resident_mb); DELETE matrices you no longer need", bytes,
                             (unsigned long long)held, (unsigned long long)s->budget);
     }
+    if (s->client_count[c] && (s->client_count[c] >= s->share_count ||
+                               s->client_bytes[c] + bytes > s->share_bytes)) {
+        uint64_t mine = s->client_bytes[c];
+        int n = s->client_count[c];
+        pthread_mutex_unlock(&s->mu);
+        destroy_all(s, gone);
+        return gemm_err_set(err, 507, "insufficient_storage",
+                            "this client (token, or address without tokens) keeps %d resident matrices of %llu "
+                            "bytes, and %zu more would pass its share (token_share: %d matrices, %llu bytes); "
+                            "DELETE matrices it no longer needs", n, (unsigned long long)mine, bytes,
+                            s->share_count, (unsigned long long)s->share_bytes);
+    }
     s->held += bytes;
+    s->client_bytes[c] += bytes;
+    s->client_count[c]++;
     publish_locked(s);
     pthread_mutex_unlock(&s->mu);
+    destroy_all(s, gone);
     return 0;
 }
 
-void gemmd_matrices_unreserve(gemmd_matrices *s, size_t bytes)
+void gemmd_matrices_unreserve(gemmd_matrices *s, int client, size_t bytes)
 {
+    int c = (int)((unsigned)client % GEMMD_CLIENTS);
     pthread_mutex_lock(&s->mu);
     s->held -= bytes <= s->held ? bytes : s->held;
+    s->client_bytes[c] -= bytes <= s->client_bytes[c] ? bytes : s->client_bytes[c];
+    s->client_count[c] -= s->client_count[c] > 0;
     publish_locked(s);
     pthread_mutex_unlock(&s->mu);
 }
 
-static int add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int family, int empty,
-               char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
+static int add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
+               int empty, char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
 {
     gemmd_matrix_entry *e = calloc(1, sizeof *e);
     if (!e) return gemm_err_set(err, 503, "out_of_memory", "cannot allocate a matrix entry now");
@@ -119,6 +191,7 @@ static int add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner
     }
     if (res) *res = NULL;
     e->owner = owner;
+    e->client = (int)((unsigned)client % GEMMD_CLIENTS);
     e->family = family;
     e->store = s;
     e->refs = 1; /* the store's list */
@@ -135,16 +208,16 @@ static int add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner
     return 0;
 }
 
-int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int family,
+int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
                        char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
 {
-    return add(s, m, res, owner, family, 0, id_out, err);
+    return add(s, m, res, owner, client, family, 0, id_out, err);
 }
 
-int gemmd_matrices_add_empty(gemmd_matrices *s, gemm_matrix *m, int owner, int family,
+int gemmd_matrices_add_empty(gemmd_matrices *s, gemm_matrix *m, int owner, int client, int family,
                              char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
 {
-    return add(s, m, NULL, owner, family, 1, id_out, err);
+    return add(s, m, NULL, owner, client, family, 1, id_out, err);
 }
 
 static gemmd_matrix_entry *find_locked(gemmd_matrices *s, const char *id, int owner, gemmd_matrix_entry ***link)
@@ -162,13 +235,16 @@ static gemmd_matrix_entry *find_locked(gemmd_matrices *s, const char *id, int ow
 gemmd_matrix_entry *gemmd_matrices_get(gemmd_matrices *s, const char *id, int owner)
 {
     if (!id || !gemmd_instance_id_valid(id, strlen(id))) return NULL;
+    gemmd_matrix_entry *gone = NULL;
     pthread_mutex_lock(&s->mu);
+    expire_locked(s, &gone);
     gemmd_matrix_entry *e = find_locked(s, id, owner, NULL);
     if (e) {
         e->refs++;
         e->t_used_ms = gemm_now_ms();
     }
     pthread_mutex_unlock(&s->mu);
+    destroy_all(s, gone);
     return e;
 }
 
@@ -177,6 +253,8 @@ static int unref_locked(gemmd_matrices *s, gemmd_matrix_entry *e)
 {
     if (--e->refs > 0) return 0;
     s->held -= e->bytes <= s->held ? e->bytes : s->held;
+    s->client_bytes[e->client] -= e->bytes <= s->client_bytes[e->client] ? e->bytes : s->client_bytes[e->client];
+    s->client_count[e->client] -= s->client_count[e->client] > 0;
     publish_locked(s);
     return 1;
 }

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "admit.h"
 #include "engine.h"
 #include "jobs.h"
 #include "json_codec.h"
@@ -39,6 +40,7 @@ typedef struct gemmd_matrix_entry {
     gemm_resident *res;   /* the engine's handle: device copies on the CUDA backend */
     size_t bytes;
     int owner;
+    int client;           /* whose share it counts against (admit.h's client key) */
     int family;           /* the format it arrived in: the default of GET */
     /* ---- private to matrices.c, under the store's lock ---- */
     gemmd_matrices *store;
@@ -52,27 +54,34 @@ typedef struct gemmd_matrix_entry {
     struct gemmd_matrix_entry *next;
 } gemmd_matrix_entry;
 
-/* budget_bytes: resident_mb; max_count: matrices kept at once. */
-gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, uint64_t budget_bytes, int max_count);
+/* budget_bytes: resident_mb; max_count: matrices kept at once; share_pct: what one client
+ * may keep of both (token_share); fill_ttl_s: how long an empty=1 matrix may take to be
+ * filled before it is forgotten (job_ttl). */
+gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, uint64_t budget_bytes, int max_count, int share_pct,
+                                   int fill_ttl_s);
+/* The matrices' bytes are charged in mem (kind resident) from when the caller adopted them
+ * (gemmd_budget_adopt) until they are freed. */
+void gemmd_matrices_set_memory(gemmd_matrices *s, gemmd_budget *mem);
 /* Frees every matrix; no reference may be held any more. */
 void gemmd_matrices_free(gemmd_matrices *s);
 
-/* Sets aside bytes of the budget for a matrix about to be added (an upload, or C of a
- * product with store=1). 0, or -1 with 507 insufficient_storage (the budget has no room
- * now) or 413 too_large (larger than the whole budget) or 507 (max_matrices reached). */
-int gemmd_matrices_reserve(gemmd_matrices *s, size_t bytes, gemm_err *err);
-void gemmd_matrices_unreserve(gemmd_matrices *s, size_t bytes);
+/* Sets aside bytes of the budget for a matrix about to be added by client (an upload, or C
+ * of a product with store=1). 0, or -1 with 507 insufficient_storage (the budget has no
+ * room now, max_matrices reached, or the client would pass its share) or 413 too_large
+ * (larger than the whole budget). */
+int gemmd_matrices_reserve(gemmd_matrices *s, int client, size_t bytes, gemm_err *err);
+void gemmd_matrices_unreserve(gemmd_matrices *s, int client, size_t bytes);
 /* Adds m (its data is taken over: the store frees it) with a fresh random id written to
  * id_out, using bytes reserved before. res: the engine handle for m.data when the caller
  * has one (C of a product that kept it on the device; taken over too), else NULL (one is
  * made). On failure (-1, *err: 500 when no id can be drawn, 503 out of memory) nothing
  * is taken and the reservation stays with the caller. */
-int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int family,
+int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
                        char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
 /* The same for a matrix filled in parts (POST /v1/matrices?...&empty=1, then PUTs of row
  * ranges over any number of connections at once): m.data's rows are yet to come, and no
  * product or download may read it until the last one is written (gemmd_matrices_ready). */
-int gemmd_matrices_add_empty(gemmd_matrices *s, gemm_matrix *m, int owner, int family,
+int gemmd_matrices_add_empty(gemmd_matrices *s, gemm_matrix *m, int owner, int client, int family,
                              char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
 
 /* Claims rows [row0, row0 + rows) of e for one PUT: 0, or -1 with 409 matrix_complete

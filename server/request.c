@@ -66,7 +66,7 @@ void gemmd_request_free(gemmd_request *req)
             gemmd_matrices_release_rows(req->svc->matrices, req->put, req->put_row0, req->put_rows, 0);
         gemmd_matrices_put(req->svc->matrices, req->put);
     }
-    if (req->reserved) gemmd_matrices_unreserve(req->svc->matrices, req->reserved);
+    if (req->reserved) gemmd_matrices_unreserve(req->svc->matrices, req->client, req->reserved);
     gemm_engine_resident_free(e, req->c_res);
     gemmd_budget_release(req->svc->budget, GEMMD_MEM_BODY, req->body_charged);
     if (req->prepared == 1) { /* encoded but never sent: the connection went away */
@@ -76,7 +76,7 @@ void gemmd_request_free(gemmd_request *req)
     /* The reservation goes back last, whole: the buffers it held are freed by now (an
      * answer's, a moment later, with the response). */
     if (gemmd_resv_end(&req->resv) && req->t_admitted > 0)
-        gemmd_admit_done(req->svc->admit, (gemm_now_ms() - req->t_admitted) / 1000.0);
+        gemmd_admit_done(req->svc->admit, &req->ticket, (gemm_now_ms() - req->t_admitted) / 1000.0);
     free(req);
 }
 
@@ -474,7 +474,7 @@ static int matrix_query_shape(gemmd_request *req, const char *what, const char *
  * once the request is admitted (gemmd_body_open). 0, or -1 with req->err. */
 static int alloc_matrix(gemmd_request *req, uint64_t rows, uint64_t cols, gemm_dtype dtype, size_t bytes)
 {
-    if (gemmd_matrices_reserve(req->svc->matrices, bytes, &req->err) != 0) return -1;
+    if (gemmd_matrices_reserve(req->svc->matrices, req->client, bytes, &req->err) != 0) return -1;
     req->reserved = bytes;
     req->need = bytes;
     req->admit_pending = 1;

@@ -99,7 +99,7 @@ struct gemmd_request {
 
     /* memory: reserved at admission, before the body (admit.h); what the request allocates
      * and charges comes out of the reservation, through alloc */
-    char client[64];           /* who, for the queue's fairness: a token or an address */
+    int client;                /* who, for fairness and shares: a token or an address (admit.h) */
     uint64_t need;             /* bytes to reserve, set by the route's begin() */
     gemmd_resv resv;
     gemmd_budget_alloc_ctx alloc_ctx;

@@ -202,7 +202,8 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
         size_t c_bytes;
         if (!gemm_matrix_bytes(req->a.rows, req->b.cols, gemmd_request_c_dtype(req), &c_bytes))
             return gemmd_respond_errorf(req, 413, "too_large", "C's byte size overflows");
-        if (gemmd_matrices_reserve(srv->matrices, c_bytes, &err) != 0) return gemmd_respond_error(req, &err);
+        if (gemmd_matrices_reserve(srv->matrices, req->client, c_bytes, &err) != 0)
+            return gemmd_respond_error(req, &err);
         req->reserved = c_bytes;
     }
     if (fill_job(req, &req->job, 0, &err) != 0) return gemmd_respond_error(req, &err);
@@ -265,8 +266,8 @@ static enum MHD_Result stored_answer(gemmd_request *req)
     gemm_err_clear(&err);
     gemm_matrix cm = {job->m, job->n, gemm_job_c_dtype(job), job->c, 0};
     char id[GEMMD_JOB_ID_LEN + 1];
-    gemmd_budget_forget(srv->budget, job->c); /* resident_mb counts it from now on */
-    if (gemmd_matrices_add(srv->matrices, &cm, &req->c_res, req->owner, (int)req->answer, id, &err) != 0)
+    gemmd_budget_adopt(srv->budget, cm.data, GEMMD_MEM_RESIDENT, &req->resv); /* it outlives the request */
+    if (gemmd_matrices_add(srv->matrices, &cm, &req->c_res, req->owner, req->client, (int)req->answer, id, &err) != 0)
         return gemmd_respond_error(req, &err); /* C is still the job's: freed with the request */
     job->c = NULL;
     req->reserved = 0; /* the matrix holds those bytes now */
@@ -345,7 +346,7 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
         !gemm_matrix_bytes(req->b.rows, req->b.cols, req->b.dtype, &b_bytes) ||
         !gemm_mul_size(b_bytes, (size_t)(req->b.batch ? req->b.batch : 1), &b_bytes))
         return gemmd_respond_errorf(req, 413, "too_large", "C's byte size overflows");
-    gemmd_job_entry *j = gemmd_jobs_reserve(srv->jobs, a_bytes + b_bytes, c_bytes, &err);
+    gemmd_job_entry *j = gemmd_jobs_reserve(srv->jobs, req->client, a_bytes + b_bytes, c_bytes, &err);
     if (!j) {
         if (err.status == 503 && strcmp(err.code, "job_store_full") == 0)
             req->retry_after_s = gemmd_jobs_retry_after_s(srv->jobs);

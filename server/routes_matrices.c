@@ -26,13 +26,15 @@ enum MHD_Result gemmd_route_matrix_create(gemmd_request *req)
         size_t bytes;
         if (!gemm_matrix_bytes(req->a.rows, req->a.cols, req->a.dtype, &bytes))
             return gemmd_respond_errorf(req, 413, "too_large", "the matrix's byte size overflows");
-        if (gemmd_matrices_reserve(srv->matrices, bytes, &err) != 0) return gemmd_respond_error(req, &err);
+        if (gemmd_matrices_reserve(srv->matrices, req->client, bytes, &err) != 0)
+            return gemmd_respond_error(req, &err);
         req->reserved = bytes;
     }
     char id[GEMMD_JOB_ID_LEN + 1];
-    gemmd_budget_forget(srv->budget, req->a.data); /* resident_mb counts it from now on */
-    if ((req->matrix_empty ? gemmd_matrices_add_empty(srv->matrices, &req->a, req->owner, (int)req->family, id, &err)
-                           : gemmd_matrices_add(srv->matrices, &req->a, NULL, req->owner, (int)req->family, id, &err)) != 0)
+    gemmd_budget_adopt(srv->budget, req->a.data, GEMMD_MEM_RESIDENT, &req->resv); /* it outlives the request */
+    if ((req->matrix_empty
+             ? gemmd_matrices_add_empty(srv->matrices, &req->a, req->owner, req->client, (int)req->family, id, &err)
+             : gemmd_matrices_add(srv->matrices, &req->a, NULL, req->owner, req->client, (int)req->family, id, &err)) != 0)
         return gemmd_respond_error(req, &err);
     req->reserved = 0;
     snprintf(req->job_id, sizeof req->job_id, "%s", id); /* the access log shows its prefix */

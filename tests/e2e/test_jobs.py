@@ -275,7 +275,8 @@ def main(tap):
         basic(tap, d, rng)
     with Daemon(tap, config={"backend": "cpu", "job_ttl": 1}) as d:
         ttl(tap, d, rng)
-    with Daemon(tap, config={"backend": "cpu", "max_jobs": 4, "job_mem_mb": 1}) as d:
+    # token_share 100: the store's own caps, whoever fills them (test_quotas.py checks shares)
+    with Daemon(tap, config={"backend": "cpu", "max_jobs": 4, "job_mem_mb": 1, "token_share": 100}) as d:
         caps(tap, d)
     with Daemon(tap, config={"backend": "cpu", "queue_depth": 1, "cpu_workers": 1,
                              "fault_inject": "cpu_delay_ms:1500"}) as d:

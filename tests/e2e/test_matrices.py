@@ -360,7 +360,8 @@ def filled_in_parts(tap, d, rng):
 
 def budget(tap, rng):
     # resident_mb = 1: 1 MiB; a 256x256 float64 matrix is 512 KiB.
-    with Daemon(tap, config={"backend": "cpu", "resident_mb": "1"}) as d:
+    # token_share 100: the store's own cap, whoever fills it (test_quotas.py checks shares)
+    with Daemon(tap, config={"backend": "cpu", "resident_mb": "1", "token_share": 100}) as d:
         a = random_matrix(rng, (256, 256), "float64")
         r1 = create_raw(d, a)
         r2 = create_raw(d, a)

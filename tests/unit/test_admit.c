@@ -65,7 +65,7 @@ static int wait_for(wakes *w, int n)
     return got;
 }
 
-static int enter(gemmd_admit *a, waiter *x, wakes *w, int id, const char *client, uint64_t bytes)
+static int enter(gemmd_admit *a, waiter *x, wakes *w, int id, int client, uint64_t bytes)
 {
     gemm_err err;
     int ra = 0;
@@ -91,15 +91,15 @@ static void test_fits_at_once_and_waits(void **state)
 {
     (void)state;
     gemmd_budget *b = gemmd_budget_new(64 * MIB, 1);
-    gemmd_admit *a = gemmd_admit_new(b, 8, 5.0);
+    gemmd_admit *a = gemmd_admit_new(b, 8, 5.0, 100);
     gemmd_budget_set_release_hook(b, (void (*)(void *))gemmd_admit_kick, a);
     wakes w;
     wakes_init(&w);
     waiter x[3];
-    assert_int_equal(enter(a, &x[0], &w, 0, "alice", 30 * MIB), 0); /* admitted: reserved */
+    assert_int_equal(enter(a, &x[0], &w, 0, 1, 30 * MIB), 0); /* admitted: reserved */
     assert_int_equal(reserved(b), 30 * MIB);
-    assert_int_equal(enter(a, &x[1], &w, 1, "alice", 30 * MIB), 1); /* 60 of 56 usable: waits */
-    assert_int_equal(enter(a, &x[2], &w, 2, "alice", 10 * MIB), 1); /* behind it, though it fits */
+    assert_int_equal(enter(a, &x[1], &w, 1, 1, 30 * MIB), 1); /* 60 of 56 usable: waits */
+    assert_int_equal(enter(a, &x[2], &w, 2, 1, 10 * MIB), 1); /* behind it, though it fits */
     gemmd_admit_stats st;
     gemmd_admit_get_stats(a, &st);
     assert_int_equal(st.waiting, 2);
@@ -107,6 +107,7 @@ static void test_fits_at_once_and_waits(void **state)
     sleep_ms(150);
     assert_int_equal(w.n, 0);
     gemmd_budget_release(b, GEMMD_MEM_RESERVED, 30 * MIB); /* the first is done */
+    gemmd_admit_done(a, &x[0].t, 0.1);
     assert_int_equal(wait_for(&w, 2), 2);
     assert_int_equal(w.order[0], 1); /* FIFO within a client */
     assert_int_equal(w.order[1], 2);
@@ -123,17 +124,18 @@ static void test_clients_in_turn(void **state)
 {
     (void)state;
     gemmd_budget *b = gemmd_budget_new(64 * MIB, 1);
-    gemmd_admit *a = gemmd_admit_new(b, 16, 5.0);
+    gemmd_admit *a = gemmd_admit_new(b, 16, 5.0, 100);
     gemmd_budget_set_release_hook(b, (void (*)(void *))gemmd_admit_kick, a);
     wakes w;
     wakes_init(&w);
     waiter x[7];
-    assert_int_equal(enter(a, &x[0], &w, 0, "hog", 50 * MIB), 0);
+    assert_int_equal(enter(a, &x[0], &w, 0, 2, 50 * MIB), 0);
     /* the hog queues three more, then bob and carol one each */
-    for (int i = 1; i <= 3; i++) assert_int_equal(enter(a, &x[i], &w, i, "hog", 10 * MIB), 1);
-    assert_int_equal(enter(a, &x[4], &w, 4, "bob", 10 * MIB), 1);
-    assert_int_equal(enter(a, &x[5], &w, 5, "carol", 10 * MIB), 1);
+    for (int i = 1; i <= 3; i++) assert_int_equal(enter(a, &x[i], &w, i, 2, 10 * MIB), 1);
+    assert_int_equal(enter(a, &x[4], &w, 4, 3, 10 * MIB), 1);
+    assert_int_equal(enter(a, &x[5], &w, 5, 4, 10 * MIB), 1);
     gemmd_budget_release(b, GEMMD_MEM_RESERVED, 50 * MIB); /* room for five of them */
+    gemmd_admit_done(a, &x[0].t, 0.1);
     assert_int_equal(wait_for(&w, 5), 5);
     /* bob and carol are among the first three admitted: clients go in turn */
     int bob = 0, carol = 0;
@@ -150,27 +152,27 @@ static void test_deadline_and_full(void **state)
 {
     (void)state;
     gemmd_budget *b = gemmd_budget_new(64 * MIB, 1);
-    gemmd_admit *a = gemmd_admit_new(b, 4, 0.3);
+    gemmd_admit *a = gemmd_admit_new(b, 4, 0.3, 100);
     gemmd_budget_set_release_hook(b, (void (*)(void *))gemmd_admit_kick, a);
     wakes w;
     wakes_init(&w);
     waiter x[6];
     gemm_err err;
     int ra = 0;
-    assert_int_equal(enter(a, &x[0], &w, 0, "a", 50 * MIB), 0);
-    assert_int_equal(enter(a, &x[1], &w, 1, "b", 20 * MIB), 1);
+    assert_int_equal(enter(a, &x[0], &w, 0, 5, 50 * MIB), 0);
+    assert_int_equal(enter(a, &x[1], &w, 1, 6, 20 * MIB), 1);
     /* one client may hold a quarter of the places (1 of 4): its second is refused now */
     x[2].w = &w;
-    assert_int_equal(gemmd_admit_enter(a, &x[2].t, "b", 20 * MIB, on_wake, &x[2], &err, &ra), -1);
+    assert_int_equal(gemmd_admit_enter(a, &x[2].t, 6, 20 * MIB, on_wake, &x[2], &err, &ra), -1);
     assert_int_equal(err.status, 503);
     assert_string_equal(err.code, "over_budget");
     assert_true(ra >= 1 && ra <= 60);
     for (int i = 3; i <= 5; i++)
-        assert_int_equal(enter(a, &x[i], &w, i, i == 3 ? "c" : i == 4 ? "d" : "e", 10 * MIB), 1);
+        assert_int_equal(enter(a, &x[i], &w, i, i == 3 ? 7 : i == 4 ? 8 : 9, 10 * MIB), 1);
     /* four wait: a fifth client is refused, the queue is full */
     waiter y;
     y.w = &w;
-    assert_int_equal(gemmd_admit_enter(a, &y.t, "f", MIB, on_wake, &y, &err, &ra), -1);
+    assert_int_equal(gemmd_admit_enter(a, &y.t, 10, MIB, on_wake, &y, &err, &ra), -1);
     /* the deadline: all four are refused, with a Retry-After */
     assert_int_equal(wait_for(&w, 4), 4);
     for (int i = 1; i <= 5; i++) {
@@ -182,7 +184,7 @@ static void test_deadline_and_full(void **state)
     }
     assert_int_equal(reserved(b), 50 * MIB);
     /* more than the budget can ever give one request: 413 at once */
-    assert_int_equal(gemmd_admit_enter(a, &y.t, "f", 100 * MIB, on_wake, &y, &err, &ra), -1);
+    assert_int_equal(gemmd_admit_enter(a, &y.t, 10, 100 * MIB, on_wake, &y, &err, &ra), -1);
     assert_int_equal(err.status, 413);
     gemmd_admit_free(a);
     gemmd_budget_free(b);
@@ -192,20 +194,21 @@ static void test_cancel_and_oldest_first(void **state)
 {
     (void)state;
     gemmd_budget *b = gemmd_budget_new(64 * MIB, 1);
-    gemmd_admit *a = gemmd_admit_new(b, 16, 10.0);
+    gemmd_admit *a = gemmd_admit_new(b, 16, 10.0, 100);
     gemmd_budget_set_release_hook(b, (void (*)(void *))gemmd_admit_kick, a);
     wakes w;
     wakes_init(&w);
     waiter x[5];
-    assert_int_equal(enter(a, &x[0], &w, 0, "a", 40 * MIB), 0);
-    assert_int_equal(enter(a, &x[1], &w, 1, "big", 40 * MIB), 1);
-    assert_int_equal(enter(a, &x[2], &w, 2, "gone", 20 * MIB), 1);
+    assert_int_equal(enter(a, &x[0], &w, 0, 5, 40 * MIB), 0);
+    assert_int_equal(enter(a, &x[1], &w, 1, 11, 40 * MIB), 1);
+    assert_int_equal(enter(a, &x[2], &w, 2, 12, 20 * MIB), 1);
     assert_int_equal(gemmd_admit_cancel(a, &x[2].t), 1); /* the client left */
     sleep_ms(700);                                     /* big is the oldest, long enough */
-    assert_int_equal(enter(a, &x[3], &w, 3, "small", 10 * MIB), 1); /* would fit, but big goes first */
+    assert_int_equal(enter(a, &x[3], &w, 3, 13, 10 * MIB), 1); /* would fit, but big goes first */
     sleep_ms(150);
     assert_int_equal(w.n, 0);
     gemmd_budget_release(b, GEMMD_MEM_RESERVED, 40 * MIB);
+    gemmd_admit_done(a, &x[0].t, 0.1);
     assert_int_equal(wait_for(&w, 2), 2);
     assert_int_equal(w.order[0], 1);
     assert_int_equal(w.order[1], 3);
@@ -214,6 +217,30 @@ static void test_cancel_and_oldest_first(void **state)
     gemmd_admit_get_stats(a, &st);
     assert_int_equal(st.cancelled, 1);
     assert_int_equal(st.waiting, 0);
+    gemmd_admit_free(a);
+    gemmd_budget_free(b);
+}
+
+/* One client's requests hold at most its share: its second waits for its first, while
+ * another client's request goes ahead. */
+static void test_share(void **state)
+{
+    (void)state;
+    gemmd_budget *b = gemmd_budget_new(64 * MIB, 1);
+    gemmd_admit *a = gemmd_admit_new(b, 16, 5.0, 50); /* a share: half of 56 MiB */
+    gemmd_budget_set_release_hook(b, (void (*)(void *))gemmd_admit_kick, a);
+    wakes w;
+    wakes_init(&w);
+    waiter x[4];
+    assert_int_equal(enter(a, &x[0], &w, 0, 1, 40 * MIB), 0); /* a first request always fits */
+    assert_int_equal(enter(a, &x[1], &w, 1, 1, 4 * MIB), 1);  /* 44 > 28: waits for its own */
+    assert_int_equal(enter(a, &x[2], &w, 2, 2, 10 * MIB), 1); /* behind it in the queue... */
+    assert_int_equal(wait_for(&w, 1), 1);                     /* ...but admitted: it fits */
+    assert_int_equal(w.order[0], 2);
+    gemmd_budget_release(b, GEMMD_MEM_RESERVED, 40 * MIB);
+    gemmd_admit_done(a, &x[0].t, 0.1);
+    assert_int_equal(wait_for(&w, 2), 2);
+    assert_int_equal(w.order[1], 1);
     gemmd_admit_free(a);
     gemmd_budget_free(b);
 }
@@ -243,8 +270,7 @@ static void wake_one(void *arg)
 static void *churner(void *arg)
 {
     churn_arg *c = arg;
-    char name[16];
-    snprintf(name, sizeof name, "c%d", c->id % 3);
+    int name = c->id % 3;
     for (int i = 0; i < 200; i++) {
         one_wake o = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
         gemmd_admit_ticket t;
@@ -261,7 +287,7 @@ static void *churner(void *arg)
         if (r == 0) {
             c->admitted++;
             gemmd_budget_release(c->b, GEMMD_MEM_RESERVED, bytes);
-            gemmd_admit_done(c->a, 0.001);
+            gemmd_admit_done(c->a, &t, 0.001);
         } else {
             c->refused++;
         }
@@ -273,7 +299,7 @@ static void test_threads(void **state)
 {
     (void)state;
     gemmd_budget *b = gemmd_budget_new(16 * MIB, 1);
-    gemmd_admit *a = gemmd_admit_new(b, 64, 5.0);
+    gemmd_admit *a = gemmd_admit_new(b, 64, 5.0, 100);
     gemmd_budget_set_release_hook(b, (void (*)(void *))gemmd_admit_kick, a);
     pthread_t th[8];
     churn_arg c[8];
@@ -301,7 +327,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fits_at_once_and_waits), cmocka_unit_test(test_clients_in_turn),
         cmocka_unit_test(test_deadline_and_full),      cmocka_unit_test(test_cancel_and_oldest_first),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_share),                  cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -103,7 +103,7 @@ static void gate_free(gate *g)
 static gemmd_job_entry *make_job(gemm_engine *e, gemmd_jobs *s, uint64_t m, uint64_t k, uint64_t n, int seed,
                                  gemm_err *err)
 {
-    gemmd_job_entry *j = gemmd_jobs_reserve(s, (m * k + k * n) * 4, m * n * 4, err);
+    gemmd_job_entry *j = gemmd_jobs_reserve(s, 0, (m * k + k * n) * 4, m * n * 4, err);
     if (!j) return NULL;
     j->job.dtype = GEMM_DTYPE_I32;
     j->job.m = m;
@@ -164,10 +164,10 @@ static void test_ids_are_random_hex(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
     gemm_err err;
-    gemmd_job_entry *j1 = gemmd_jobs_reserve(s, 0, 16, &err);
-    gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 0, 16, &err);
+    gemmd_job_entry *j1 = gemmd_jobs_reserve(s, 0, 0, 16, &err);
+    gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 0, 0, 16, &err);
     assert_non_null(j1);
     assert_non_null(j2);
     /* no instance_id set in this process: the 32 hex digits alone */
@@ -185,7 +185,7 @@ static void test_result_and_inputs_freed(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
     gemm_err err;
     gemmd_job_entry *j = make_job(e, s, 5, 7, 3, 1, &err);
     assert_non_null(j);
@@ -221,20 +221,20 @@ static void test_memory_cap(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 100, 16);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 100, 16, 100);
     gemm_err err;
-    gemmd_job_entry *j1 = gemmd_jobs_reserve(s, 0, 64, &err);
+    gemmd_job_entry *j1 = gemmd_jobs_reserve(s, 0, 0, 64, &err);
     assert_non_null(j1);
-    assert_null(gemmd_jobs_reserve(s, 0, 64, &err));
+    assert_null(gemmd_jobs_reserve(s, 0, 0, 64, &err));
     assert_int_equal(err.status, 503);
     assert_string_equal(err.code, "job_store_full");
-    assert_null(gemmd_jobs_reserve(s, 0, 101, &err)); /* could never fit */
+    assert_null(gemmd_jobs_reserve(s, 0, 0, 101, &err)); /* could never fit */
     assert_int_equal(err.status, 413);
     assert_string_equal(err.code, "too_large");
-    gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 0, 36, &err); /* exactly what is left */
+    gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 0, 0, 36, &err); /* exactly what is left */
     assert_non_null(j2);
     gemmd_jobs_abandon(s, j1);
-    j1 = gemmd_jobs_reserve(s, 0, 64, &err); /* given back */
+    j1 = gemmd_jobs_reserve(s, 0, 0, 64, &err); /* given back */
     assert_non_null(j1);
     gemmd_jobs_abandon(s, j1);
     gemmd_jobs_abandon(s, j2);
@@ -248,7 +248,7 @@ static void test_inputs_count_until_done(void **state)
     (void)state;
     gemm_engine *e = open_engine(8);
     /* 8x8 int32: A and B 512 bytes together, C 256 */
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1100, 16);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1100, 16, 100);
     gate g;
     gate_close(e, &g);
     gemm_err err;
@@ -263,12 +263,12 @@ static void test_inputs_count_until_done(void **state)
     assert_int_equal(counts[GEMM_JOB_QUEUED], 1);
     assert_int_equal(bytes, 768); /* queued: inputs and result */
     /* a second one (768 more) does not fit in 1100 while the first is queued */
-    assert_null(gemmd_jobs_reserve(s, 512, 256, &err));
+    assert_null(gemmd_jobs_reserve(s, 0, 512, 256, &err));
     assert_int_equal(err.status, 503);
     assert_string_equal(err.code, "job_store_full");
     assert_non_null(strstr(err.message, "inputs"));
     /* inputs alone over the cap: 413 */
-    assert_null(gemmd_jobs_reserve(s, 1100, 1, &err));
+    assert_null(gemmd_jobs_reserve(s, 0, 1100, 1, &err));
     assert_int_equal(err.status, 413);
     gate_open(e, &g);
     gemmd_job_entry *x = gemmd_jobs_get(s, id);
@@ -279,7 +279,7 @@ static void test_inputs_count_until_done(void **state)
     assert_int_equal(v.state, GEMM_JOB_DONE);
     gemmd_jobs_counts(s, counts, &kept, &bytes);
     assert_int_equal(bytes, 256); /* done: the result only */
-    gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 512, 256, &err); /* now it fits */
+    gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 0, 512, 256, &err); /* now it fits */
     assert_non_null(j2);
     gemmd_jobs_abandon(s, j2);
     close_all(e, s);
@@ -290,7 +290,7 @@ static void test_count_cap_and_delete_frees_room(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 2);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 2, 100);
     gemm_err err;
     char ids[2][GEMMD_JOB_ID_LEN + 1];
     for (int i = 0; i < 2; i++) {
@@ -299,7 +299,7 @@ static void test_count_cap_and_delete_frees_room(void **state)
         strcpy(ids[i], j->id);
         assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
     }
-    assert_null(gemmd_jobs_reserve(s, 0, 16, &err));
+    assert_null(gemmd_jobs_reserve(s, 0, 0, 16, &err));
     assert_string_equal(err.code, "job_store_full");
     /* wait for the first to finish, then forget it */
     gemmd_job_entry *g = gemmd_jobs_get(s, ids[0]);
@@ -309,7 +309,7 @@ static void test_count_cap_and_delete_frees_room(void **state)
     assert_int_equal(gemmd_jobs_delete(s, ids[0]), 0);
     assert_null(gemmd_jobs_get(s, ids[0]));
     assert_int_equal(gemmd_jobs_delete(s, ids[0]), -1);
-    gemmd_job_entry *j = gemmd_jobs_reserve(s, 0, 16, &err);
+    gemmd_job_entry *j = gemmd_jobs_reserve(s, 0, 0, 16, &err);
     assert_non_null(j);
     gemmd_jobs_abandon(s, j);
     close_all(e, s);
@@ -319,7 +319,7 @@ static void test_delete_queued_job(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
     gate g;
     gate_close(e, &g);
     gemm_err err;
@@ -356,7 +356,7 @@ static void test_reader_keeps_deleted_result(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
     gemm_err err;
     gemmd_job_entry *j = make_job(e, s, 4, 4, 4, 3, &err);
     char id[GEMMD_JOB_ID_LEN + 1];
@@ -390,7 +390,7 @@ static void test_ttl_expiry(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 0, 1 << 20, 16); /* finished jobs expire at once */
+    gemmd_jobs *s = gemmd_jobs_new(e, 0, 1 << 20, 16, 100); /* finished jobs expire at once */
     gate g;
     gate_close(e, &g); /* keeps the job queued, so it is surely listed below */
     gemm_err err;
@@ -419,7 +419,7 @@ static void test_sweeper_frees_without_calls(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 1, 1 << 20, 16);
+    gemmd_jobs *s = gemmd_jobs_new(e, 1, 1 << 20, 16, 100);
     gemm_err err;
     gemmd_job_entry *j = make_job(e, s, 8, 8, 8, 0, &err);
     assert_non_null(j);
@@ -500,7 +500,7 @@ static void test_state_and_finished_change_together(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
     done_gate d;
     gemmd_job_entry *r = held_job(e, s, &d);
     /* Look, then let the worker go before checking: a failed check must not leave it
@@ -533,7 +533,7 @@ static void test_delete_running_asks_engine(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
     done_gate d;
     gemmd_job_entry *r = held_job(e, s, &d);
     char id[GEMMD_JOB_ID_LEN + 1];
@@ -560,7 +560,7 @@ static void test_cancelled_after_running(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
     done_gate d;
     done_gate_init(&d);
     d.make_cancelled = 1;
@@ -595,7 +595,7 @@ static void test_shutdown_asks_running_to_stop(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
     done_gate d;
     gemmd_job_entry *r = held_job(e, s, &d);
     gemmd_jobs_shutdown(s);
@@ -611,7 +611,7 @@ static void test_owner(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
     gemm_err err;
     gemmd_job_entry *j = make_job(e, s, 2, 2, 2, 0, &err);
     j->owner = 2;
@@ -642,7 +642,7 @@ static void test_retry_after(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 1);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 1, 100);
     gate g;
     gate_close(e, &g);
     gemm_err err;
@@ -650,7 +650,7 @@ static void test_retry_after(void **state)
     char id[GEMMD_JOB_ID_LEN + 1];
     strcpy(id, j->id);
     assert_int_equal(gemmd_jobs_submit(s, j, &err), 0);
-    assert_null(gemmd_jobs_reserve(s, 0, 16, &err));
+    assert_null(gemmd_jobs_reserve(s, 0, 0, 16, &err));
     assert_string_equal(err.code, "job_store_full");
     assert_int_equal(gemmd_jobs_retry_after_s(s), 600); /* queued: nothing can expire before a TTL */
     gate_open(e, &g);
@@ -669,7 +669,7 @@ static void test_submit_failure_frees_entry(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(1);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
     gate g;
     gate_close(e, &g);
     gemm_err err;
@@ -698,7 +698,7 @@ static void test_shutdown_cancels_queued(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
     gate g;
     gate_close(e, &g);
     gemm_err err;
@@ -714,7 +714,7 @@ static void test_shutdown_cancels_queued(void **state)
     assert_true(v.finished);
     assert_int_equal(v.state, GEMM_JOB_CANCELLED);
     gemmd_jobs_put(s, r);
-    assert_null(gemmd_jobs_reserve(s, 0, 16, &err));
+    assert_null(gemmd_jobs_reserve(s, 0, 0, 16, &err));
     assert_string_equal(err.code, "shutting_down");
     gate_open(e, &g);
     close_all(e, s);
@@ -761,7 +761,7 @@ static void test_threads(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(256);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 1024);
+    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 1024, 100);
     pthread_t t[4];
     worker_arg w[4];
     for (int i = 0; i < 4; i++) {

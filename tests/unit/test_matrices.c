@@ -42,9 +42,9 @@ static gemm_matrix make(gemm_engine *e, uint64_t rows, uint64_t cols, float v)
 static void add(gemmd_matrices *s, gemm_engine *e, uint64_t rows, uint64_t cols, int owner, char id[GEMMD_JOB_ID_LEN + 1])
 {
     gemm_err err;
-    assert_int_equal(gemmd_matrices_reserve(s, rows * cols * 4, &err), 0);
+    assert_int_equal(gemmd_matrices_reserve(s, 0, rows * cols * 4, &err), 0);
     gemm_matrix m = make(e, rows, cols, 1.0f);
-    assert_int_equal(gemmd_matrices_add(s, &m, NULL, owner, 0, id, &err), 0);
+    assert_int_equal(gemmd_matrices_add(s, &m, NULL, owner, 0, 0, id, &err), 0);
     assert_null(m.data); /* taken over */
 }
 
@@ -52,7 +52,7 @@ static void test_lifecycle_and_owner(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine();
-    gemmd_matrices *s = gemmd_matrices_new(e, 1 << 20, 16);
+    gemmd_matrices *s = gemmd_matrices_new(e, 1 << 20, 16, 100, 0);
     char id[GEMMD_JOB_ID_LEN + 1];
     add(s, e, 4, 8, 1, id);
     assert_int_equal(strlen(id), 32);
@@ -85,20 +85,20 @@ static void test_budget(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine();
-    gemmd_matrices *s = gemmd_matrices_new(e, 1024, 3);
+    gemmd_matrices *s = gemmd_matrices_new(e, 1024, 3, 100, 0);
     gemm_err err;
-    assert_int_equal(gemmd_matrices_reserve(s, 2048, &err), -1);
+    assert_int_equal(gemmd_matrices_reserve(s, 0, 2048, &err), -1);
     assert_int_equal(err.status, 413);
     char a[GEMMD_JOB_ID_LEN + 1], b[GEMMD_JOB_ID_LEN + 1], c[GEMMD_JOB_ID_LEN + 1];
     add(s, e, 8, 16, 0, a);                                 /* 512 */
-    assert_int_equal(gemmd_matrices_reserve(s, 600, &err), -1);
+    assert_int_equal(gemmd_matrices_reserve(s, 0, 600, &err), -1);
     assert_int_equal(err.status, 507);
     assert_string_equal(err.code, "insufficient_storage");
-    assert_int_equal(gemmd_matrices_reserve(s, 512, &err), 0); /* exactly full */
-    gemmd_matrices_unreserve(s, 512);
+    assert_int_equal(gemmd_matrices_reserve(s, 0, 512, &err), 0); /* exactly full */
+    gemmd_matrices_unreserve(s, 0, 512);
     add(s, e, 4, 16, 0, b);                                 /* 256 */
     add(s, e, 1, 1, 0, c);                                  /* 4: the third */
-    assert_int_equal(gemmd_matrices_reserve(s, 4, &err), -1); /* max_count */
+    assert_int_equal(gemmd_matrices_reserve(s, 0, 4, &err), -1); /* max_count */
     assert_int_equal(err.status, 507);
 
     /* A reader keeps a deleted matrix (and its bytes) until it lets go. */
@@ -111,8 +111,8 @@ static void test_budget(void **state)
     gemmd_matrices_put(s, m);
     gemmd_matrices_usage(s, NULL, &bytes, NULL);
     assert_int_equal(bytes, 256 + 4);
-    assert_int_equal(gemmd_matrices_reserve(s, 600, &err), 0);
-    gemmd_matrices_unreserve(s, 600);
+    assert_int_equal(gemmd_matrices_reserve(s, 0, 600, &err), 0);
+    gemmd_matrices_unreserve(s, 0, 600);
     gemmd_matrices_free(s);
     gemm_engine_close(e);
 }
@@ -127,7 +127,7 @@ static void test_listing_by_last_use(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine();
-    gemmd_matrices *s = gemmd_matrices_new(e, 1 << 20, 16);
+    gemmd_matrices *s = gemmd_matrices_new(e, 1 << 20, 16, 100, 0);
     char a[GEMMD_JOB_ID_LEN + 1], b[GEMMD_JOB_ID_LEN + 1], c[GEMMD_JOB_ID_LEN + 1], other[GEMMD_JOB_ID_LEN + 1];
     add(s, e, 2, 2, 5, a);
     sleep_ms(2);
