@@ -904,6 +904,59 @@ static int parse_listen(const char *listen, int port, struct sockaddr_storage *s
     return -1;
 }
 
+/* Binds and listens as libmicrohttpd would (SO_REUSEADDR; IPv6 only for an IPv6 address),
+ * so that a failure says what it is: the socket, or -1 with err set (bad_config). */
+static int listen_on(const struct sockaddr_storage *ss, socklen_t len, const char *host, int port, gemm_err *err)
+{
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd >= 0) {
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (ss->ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+        if (bind(fd, (const struct sockaddr *)ss, len) == 0 && listen(fd, SOMAXCONN) == 0) return fd;
+    }
+    int e = errno;
+    if (fd >= 0) close(fd);
+    gemm_err_set(err, 400, "bad_config", "cannot listen on %s port %d: %s", host, port,
+                 e == EADDRINUSE      ? "another process is listening there (ss -ltnp shows which)"
+                 : e == EADDRNOTAVAIL ? "that is not an address of this host"
+                 : e == EACCES        ? "a port below 1024 needs privileges (CAP_NET_BIND_SERVICE)"
+                                      : strerror(e));
+    return -1;
+}
+
+static enum MHD_Result refuse_all(void *cls, struct MHD_Connection *c, const char *u, const char *m, const char *v,
+                                  const char *d, size_t *n, void **p)
+{
+    (void)cls, (void)c, (void)u, (void)m, (void)v, (void)d, (void)n, (void)p;
+    return MHD_NO;
+}
+
+/* Whether libmicrohttpd (GnuTLS) takes this certificate, key and priority string: a daemon
+ * without a socket or a thread is started and stopped (its complaints go to the log). */
+static int tls_taken(const char *cert, const char *key, const char *priorities)
+{
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_TLS | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG, 0, NULL, NULL, refuse_all, NULL,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_HTTPS_MEM_CERT, cert, MHD_OPTION_HTTPS_MEM_KEY, key,
+        MHD_OPTION_HTTPS_PRIORITIES, priorities, MHD_OPTION_END);
+    if (d) MHD_stop_daemon(d);
+    return d != NULL;
+}
+
+/* The TLS files and tls_priorities, checked before anything listens: 0, or -1 with err set. */
+static int check_tls(const gemmd_config *cfg, const char *cert, const char *key, gemm_err *err)
+{
+    if (!tls_taken(cert, key, "NORMAL"))
+        return gemm_err_set(err, 400, "bad_config",
+                            "tls_cert %s and tls_key %s are not a PEM certificate and its private key "
+                            "(see the log above)", cfg->tls_cert, cfg->tls_key);
+    if (!tls_taken(cert, key, cfg->tls_priorities))
+        return gemm_err_set(err, 400, "bad_config",
+                            "tls_priorities \"%.200s\" is not a priority string GnuTLS accepts "
+                            "(see the log above)", cfg->tls_priorities);
+    return 0;
+}
+
 gemmd_server *gemmd_http_start(const gemmd_config *cfg, gemm_engine *engine, gemm_err *err)
 {
     return gemmd_http_start_fd(cfg, engine, -1, err);
@@ -958,7 +1011,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     if (tls) {
         x->tls_cert = read_file(cfg->tls_cert, err);
         x->tls_key = x->tls_cert ? read_file(cfg->tls_key, err) : NULL;
-        if (!x->tls_key) goto fail;
+        if (!x->tls_key || check_tls(cfg, x->tls_cert, x->tls_key, err) != 0) goto fail;
         flags |= MHD_USE_TLS;
     }
     unsigned threads = (unsigned)gemmd_config_http_threads(cfg);
@@ -968,8 +1021,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     s->direct = cfg->direct_run;
     unsigned mhd_limit = gemmd_conns_mhd_limit(&x->conns_cfg);
     /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
-    struct MHD_OptionItem where[2] = {{MHD_OPTION_SOCK_ADDR, 0, &ss}, {MHD_OPTION_END, 0, NULL}};
-    if (listen_fd >= 0) where[0] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, listen_fd, NULL};
+    if (listen_fd < 0 && (listen_fd = listen_on(&ss, sslen, host, cfg->port, err)) < 0) goto fail;
     /* HTTPS: certificate, key, and the protocol versions and ciphers offered. */
     struct MHD_OptionItem tls_opts[4] = {{MHD_OPTION_END, 0, NULL}};
     if (tls) {
@@ -980,7 +1032,8 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     }
     s->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
-        MHD_OPTION_ARRAY, where, MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+        MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_THREAD_POOL_SIZE, threads,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
         /* room over connection_limit: gemmd answers the connections over its limits itself */
         MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
         MHD_OPTION_NOTIFY_CONNECTION, gemmd_conns_notify, s->conns,
@@ -994,9 +1047,8 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         MHD_OPTION_CONNECTION_MEMORY_INCREMENT, gemmd_read_increment((size_t)x->conns_cfg.mhd_buffer),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!s->daemon) {
-        gemm_err_set(err, 500, "listen_failed",
-                     "cannot listen on %s port %d (address in use, not local%s; see the log above)", cfg->listen,
-                     cfg->port, tls ? ", TLS files invalid, or tls_priorities not a GnuTLS priority string" : "");
+        gemm_err_set(err, 500, "internal_error", "libmicrohttpd did not start on %s port %d (see the log above)",
+                     cfg->listen, cfg->port);
         goto fail;
     }
     listen_fd = -1; /* the daemon owns it now */

@@ -8,6 +8,8 @@ security level lowered so that the client itself may offer TLS 1.0 and 1.1). Whe
 client can speak TLS 1.0/1.1 at all is checked against a daemon configured to allow every
 version: only when that control handshake succeeds does a refused handshake against the
 default configuration count as a pass; otherwise the check is skipped, never passed.
+A priority string GnuTLS does not accept, or a key file that is not the certificate's key,
+stops the daemon before it listens, with exit status 2.
 """
 import os
 import shutil
@@ -141,17 +143,23 @@ def main(tap):
             res12 = handshake(d.port, "TLSv1_2")
             tap.ok(res12[0] == "refused", "tls_priorities = TLS 1.3 only: 1.2 refused", res12)
 
-    # A priority string GnuTLS does not know stops the daemon with a message naming the key.
-    d = Daemon(tap, config=dict(tls, tls_priorities="NOT-A-PRIORITY:+NONSENSE"), wait=False, check_exit=False)
-    with d:
-        try:
-            d.proc.wait(timeout=30 * SLOW)
-        except subprocess.TimeoutExpired:
-            pass
-        rc = d.proc.poll()
-        log = d.read_log()
-        tap.ok(rc not in (None, 0) and "tls_priorities" in log,
-               "a bad tls_priorities: the daemon does not start, and says why", (rc, log[-800:]))
+    # What GnuTLS does not take stops the daemon before it listens, with exit status 2 (a bad
+    # configuration) and a message naming the key: a priority string it does not know, a
+    # key file that holds the certificate.
+    for name, conf, needle in [
+        ("a bad tls_priorities", dict(tls, tls_priorities="NOT-A-PRIORITY:+NONSENSE"), "tls_priorities"),
+        ("a tls_key that is the certificate", dict(tls, tls_key=cert), "tls_key"),
+    ]:
+        d = Daemon(tap, config=conf, wait=False, check_exit=False)
+        with d:
+            try:
+                d.proc.wait(timeout=30 * SLOW)
+            except subprocess.TimeoutExpired:
+                pass
+            rc = d.proc.poll()
+            log = d.read_log()
+            tap.ok(rc == 2 and needle in log and "listening" not in log,
+                   "%s: the daemon does not start (exit 2), and says why" % name, (rc, log[-800:]))
     tmp.cleanup()
 
 
