@@ -43,6 +43,7 @@ struct gemmd_conn {
     _Atomic int64_t t_mark_us;  /* BODY: head complete; SEND: answer queued */
     _Atomic uint64_t bytes;     /* BODY: body bytes; SEND: answer bytes taken */
     _Atomic int requests;       /* requests that ended on this connection */
+    _Atomic int target;         /* the current request target's verdict (framing.h) */
     /* under the registry lock: */
     int refused, closing, counted;
     gemmd_conn *prev, *next;
@@ -410,6 +411,16 @@ void gemmd_conn_request_done(gemmd_conn *x)
     atomic_fetch_add(&x->requests, 1);
     atomic_store(&x->t_req_us, now_us());
     atomic_store(&x->state, ST_HEAD);
+}
+
+void gemmd_conn_set_target(gemmd_conn *x, int verdict)
+{
+    if (x) atomic_store(&x->target, verdict);
+}
+
+int gemmd_conn_take_target(gemmd_conn *x)
+{
+    return x ? atomic_exchange(&x->target, 0) : 0;
 }
 
 const char *gemmd_conn_refusal(gemmd_conn *x, const char **message)

@@ -89,6 +89,11 @@ int gemmd_answer_needs_progress(const gemmd_conns_config *cfg, uint64_t bytes);
 void gemmd_conn_request_done(gemmd_conn *c);         /* the request ended (keep-alive: the
                                                         next head is waited for) */
 
+/* The verdict on the request target (framing.h's GEMMD_TARGET_*), noted before the request's
+ * first call and taken (cleared) by it. */
+void gemmd_conn_set_target(gemmd_conn *c, int verdict);
+int gemmd_conn_take_target(gemmd_conn *c);
+
 /* Over a limit: NULL when admitted, else the error code to answer 503 with
  * ("too_many_connections" or "too_many_connections_from_address") and *message. */
 const char *gemmd_conn_refusal(gemmd_conn *c, const char **message);

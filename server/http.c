@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "framing.h"
 #include "instance.h"
 #include "log.h"
 #include "offload.h"
@@ -295,60 +296,6 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
     return MHD_YES;
 }
 
-/* ---- message framing -------------------------------------------------------------- */
-
-struct header_count {
-    const char *name;
-    int n;
-};
-
-static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
-{
-    (void)kind;
-    (void)value;
-    struct header_count *c = cls;
-    if (key && strcasecmp(key, c->name) == 0) c->n++;
-    return MHD_YES;
-}
-
-static int header_count(gemmd_request *req, const char *name)
-{
-    struct header_count c = {name, 0};
-    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, count_header, &c);
-    return c.n;
-}
-
-/* Checks how the body is framed before anything else (0, or -1 with req->err set).
- * libmicrohttpd takes the first of several Content-Length headers and reads a body with
- * an unknown Transfer-Encoding until the client closes: both could make this server and
- * a proxy in front of it disagree on where a request ends, so both are refused. */
-static int check_framing(gemmd_request *req)
-{
-    int ncl = header_count(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (ncl > 1)
-        return gemm_err_set(&req->err, 400, "bad_length",
-                            "the request has %d Content-Length headers; send exactly one", ncl);
-    int nte = header_count(req, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    if (nte == 0) return 0;
-    const char *te = gemmd_request_header(req, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    if (nte > 1 || !te || strcasecmp(te, "chunked") != 0)
-        return gemm_err_set(&req->err, 501, "unsupported_transfer_encoding",
-                            "Transfer-Encoding \"%.60s\"%s is not supported; send the body with a "
-                            "Content-Length, or with Transfer-Encoding: chunked alone",
-                            te ? te : "", nte > 1 ? " (in several headers)" : "");
-    if (ncl)
-        return gemm_err_set(&req->err, 400, "bad_length",
-                            "the request has both Transfer-Encoding and Content-Length; send one of them");
-    return 0;
-}
-
-static int has_body(gemmd_request *req)
-{
-    const char *cl = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    const char *te = gemmd_request_header(req, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    return (cl && strcmp(cl, "0") != 0) || te;
-}
-
 static enum MHD_Result body_complete(gemmd_request *req)
 {
     if (gemmd_route_is_v2(req->route)) return gemmd_v2_body_done(req);
@@ -386,7 +333,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
-    (void)version;
     gemmd_server *srv = cls;
     gemmd_request *req = *con_cls;
     char lp[176];
@@ -404,16 +350,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const char *why = gemmd_conn_refusal(req->cx, &why_msg);
         if (why) return refuse_connection(req, why, why_msg);
         LOG_DEBUG("request start method=%s path=%s", req->method, log_path(req, lp, sizeof lp));
-        /* Framing errors are answered now, and MHD then closes the connection: the rest of
-         * the bytes cannot be trusted to be this request's body. */
-        if (check_framing(req) != 0) {
+        /* Framing errors are answered now, and the connection is closed: the rest of the
+         * bytes cannot be trusted to be this request's body (framing.h). */
+        if (gemmd_framing_check(req, method, version) != 0) {
             LOG_DEBUG("request refused: %d %s", req->err.status, req->err.code);
             return gemmd_respond_error(req, &req->err);
         }
         /* A request with a body is judged now, so that errors go out before the body is
          * read (MHD then closes the connection). One without a body is answered at the
          * end of the request, which keeps the connection alive. */
-        if (has_body(req)) return start_request(req, url ? url : "", method ? method : "");
+        if (gemmd_framing_has_body(req)) return start_request(req, url ? url : "", method ? method : "");
         req->phase = REQ_DEFER;
         return MHD_YES;
     }
@@ -1022,6 +968,8 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     unsigned mhd_limit = gemmd_conns_mhd_limit(&x->conns_cfg);
     /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
     if (listen_fd < 0 && (listen_fd = listen_on(&ss, sslen, host, cfg->port, err)) < 0) goto fail;
+    struct MHD_OptionItem strict[2];
+    gemmd_framing_options(strict);
     /* HTTPS: certificate, key, and the protocol versions and ciphers offered. */
     struct MHD_OptionItem tls_opts[4] = {{MHD_OPTION_END, 0, NULL}};
     if (tls) {
@@ -1034,6 +982,8 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
         MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+        /* framing.h: the request target is judged before its query is split */
+        MHD_OPTION_URI_LOG_CALLBACK, gemmd_framing_on_target, NULL, MHD_OPTION_ARRAY, strict,
         /* room over connection_limit: gemmd answers the connections over its limits itself */
         MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
         MHD_OPTION_NOTIFY_CONNECTION, gemmd_conns_notify, s->conns,

@@ -20,8 +20,11 @@ import io
 import json
 import os
 import random
+import re
 import selectors
 import socket
+import ssl
+import subprocess
 import threading
 import time
 
@@ -80,6 +83,7 @@ def percentile(xs, p):
 def connect(port, src, timeout=5.0):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as curl: no write waits for an ACK
     s.settimeout(timeout)
     s.bind((src, 0))
     s.connect(("127.0.0.1", port))
@@ -150,14 +154,17 @@ def read_response(s, deadline):
     return status, hdrs, body
 
 
-def request(port, src, method, path, body=b"", ctype=None, accept=None, timeout=10.0, sock=None):
+def request(port, src, method, path, body=b"", ctype=None, accept=None, timeout=10.0, sock=None, tls=None):
     """One request; returns (status, headers, body, sock) with sock kept open for reuse
-    when the answer allows keep-alive (None otherwise). status 0: no answer."""
+    when the answer allows keep-alive (None otherwise). status 0: no answer. tls: an
+    ssl.SSLContext for HTTPS (tls_client())."""
     deadline = time.monotonic() + timeout
     own = sock is None
     try:
         if own:
             sock = connect(port, src, timeout)
+            if tls:
+                sock = tls.wrap_socket(sock)
         head = "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n" % (method, path, len(body))
         if ctype:
             head += "Content-Type: %s\r\n" % ctype
@@ -169,7 +176,7 @@ def request(port, src, method, path, body=b"", ctype=None, accept=None, timeout=
         except (OSError, ConnectionError):
             pass  # the daemon may have answered early (a refusal) and closed: read it
         st, h, b = read_response(sock, deadline)
-    except (OSError, ConnectionError):
+    except (OSError, ConnectionError, ValueError):
         st, h, b = 0, {}, b""
     if st == 0 or h.get("connection", "").lower() == "close":
         try:
@@ -308,15 +315,16 @@ class GoodClient(Worker):
         return out
 
 
-def _probe_main(port, src, every, timeout, path_out, stop_fd):
+def _probe_main(port, src, every, timeout, path_out, stop_fd, tls, paths):
     """The probe process: one line per probe, "path status seconds"."""
     import select
+    ctx = tls_client() if tls else None
     with open(path_out, "a", buffering=1) as out:
         i = 0
         while True:
-            path = "/healthz" if i % 2 == 0 else "/readyz"
+            path = paths[i % len(paths)]
             t0 = time.monotonic()
-            st, _h, b, sock = request(port, src, "GET", path, timeout=timeout)
+            st, _h, b, sock = request(port, src, "GET", path, timeout=timeout, tls=ctx)
             dt = time.monotonic() - t0
             if sock:
                 sock.close()
@@ -331,9 +339,10 @@ class Probe:
     """/healthz and /readyz every `every` seconds, each on a fresh connection (the worst
     case: it must be accepted while the floods hold connections), from a process of its
     own so that the test's other threads cannot delay it. Latency = connect to the last
-    byte of the answer. A probe that got no answer counts as `timeout` seconds."""
+    byte of the answer (over TLS with tls=True: the handshake included). A probe that got
+    no answer counts as `timeout` seconds."""
 
-    def __init__(self, port, src, every=0.05, timeout=5.0):
+    def __init__(self, port, src, every=0.05, timeout=5.0, tls=False, paths=("/healthz", "/readyz")):
         import multiprocessing
         import tempfile
         self.port, self.src, self.every, self.timeout = port, src, every, timeout
@@ -342,8 +351,8 @@ class Probe:
         self.offset = 0
         self.rfd, self.wfd = os.pipe()
         ctx = multiprocessing.get_context("fork")
-        self.proc = ctx.Process(target=_probe_main, args=(port, src, every, timeout, self.path, self.rfd),
-                                daemon=True)
+        self.proc = ctx.Process(target=_probe_main, args=(port, src, every, timeout, self.path, self.rfd, tls,
+                                                          tuple(paths)), daemon=True)
         self.lat = []
         self.bad = []
         self.bad_all = []
@@ -683,3 +692,159 @@ class NonReader(Worker):
         self.survivor_ages = [now - t for _s, t in live]  # still held when the attack stopped
         for s, _t in live:
             s.close()
+
+
+def chunked_json_prefix(kb):
+    """The first `kb` KiB of a JSON product's body, in chunks (a never-ending A)."""
+    row = b"[" + b",".join(b"0.%03d" % (i % 1000) for i in range(256)) + b"]"
+    body = b'{"a":[' + b",".join([row] * max(1, kb * 1024 // (len(row) + 1)))
+    out, step = b"", 16384
+    for i in range(0, len(body), step):
+        piece = body[i:i + step]
+        out += b"%x\r\n" % len(piece) + piece + b"\r\n"
+    return out
+
+
+class ChunkedStall(Worker):
+    """`count` connections that each post a JSON product with Transfer-Encoding: chunked,
+    send `kb` KiB of it at once and then nothing: what the daemon decoded of each stays
+    held until the connection goes. One the daemon drops is opened again. At stop all of
+    them close, which is when the daemon gives everything back."""
+
+    def __init__(self, port, sources, count=100, kb=1024):
+        super().__init__("chunked-stall")
+        self.port, self.sources, self.count = port, list(sources), count
+        self.first = (b"POST /v1/matmul HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n") + chunked_json_prefix(kb)
+        self.sent = self.dropped = 0
+        self.held_peak = 0
+
+    def body(self):
+        live = []
+        i = 0
+        while not self.halt.is_set():
+            while len(live) < self.count and not self.halt.is_set():
+                src = self.sources[i % len(self.sources)]
+                i += 1
+                try:
+                    s = connect(self.port, src, 10)
+                    s.sendall(self.first)
+                    live.append(s)
+                    self.sent += 1
+                except OSError:
+                    self.halt.wait(0.2)
+                    break
+            self.held_peak = max(self.held_peak, len(live))
+            keep = []
+            for s in live:
+                try:
+                    state = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+                except OSError:
+                    state = 0
+                if state == 1:
+                    keep.append(s)
+                else:
+                    self.dropped += 1
+                    s.close()
+            live = keep
+            self.halt.wait(0.2)
+        for s in live:
+            s.close()
+
+
+# ---------------------------------------------------------------------------- TLS
+
+def make_cert(directory):
+    """A self-signed certificate and key for 127.0.0.1, made with the openssl command:
+    (cert path, key path), or (None, why) when it cannot be made."""
+    cert, key = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    try:
+        g = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out",
+                            cert, "-days", "2", "-subj", "/CN=127.0.0.1"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    except OSError as e:
+        return None, "no openssl command: %s" % e
+    if g.returncode != 0:
+        return None, "openssl could not make a certificate: %s" % g.stderr.decode()[-300:]
+    return cert, key
+
+
+def tls_client():
+    """A client context that takes any certificate (the tests' own, self-signed)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+# A TLS record header announcing a 512-byte handshake message, of which nothing follows: a
+# handshake that has begun and stalls.
+STALLED_HELLO = b"\x16\x03\x01\x02\x00"
+
+
+def tls_pending(port, sources, per_ip, first=STALLED_HELLO):
+    """Connections to an HTTPS port that begin a handshake and never finish it; reopened
+    as soon as the daemon closes them."""
+    return SocketFlood("tls-pending", port, sources, per_ip, interval=1.0, first=first, reopen=0.05)
+
+
+# ---------------------------------------------------------------------------- framing
+
+def framing_cases():
+    """(name, bytes sent on a fresh connection, statuses accepted) for request heads that
+    RFC 9112 says to refuse. Each is a GET /healthz with one defect, followed on the same
+    connection by a plain GET /healthz: the refusal must be the only answer (a server that
+    reads past the defect answers twice, and the second request may be one a proxy in front
+    saw as body bytes)."""
+    inner = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    def head(lines, target=b"/healthz"):
+        return b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n" + lines + b"\r\n" + inner
+
+    n = len(inner)
+    many = b"&".join(b"p%d=1" % i for i in range(1000))
+    return [
+        ("space before the colon", head(b"Content-Length : %d\r\n" % n), (400,)),
+        ("tab before the colon", head(b"Content-Length\t: %d\r\n" % n), (400,)),
+        ("NUL in a header value", head(b"X-Note: a\0b\r\n"), (400,)),
+        ("NUL hiding part of a value", head(b"Content-Length: 0\0 %d\r\n" % n), (400,)),
+        ("bare CR in a header value", head(b"X-Note: a\rb\r\n"), (400,)),
+        ("obs-fold (a line starting with a space)", head(b"X-Note: a\r\n b\r\n"), (400,)),
+        ("obs-fold (a line starting with a tab)", head(b"X-Note: a\r\n\tb\r\n"), (400,)),
+        ("a space inside the request target", head(b"", b"/healthz x"), (400,)),
+        ("1,000 query parameters", head(b"", b"/healthz?" + many), (414,)),
+        ("a 20 KB request target", head(b"", b"/healthz?x=" + b"y" * 20000), (414,)),
+        ("a 60 KB request target of 60 parameters",
+         head(b"", b"/healthz?" + b"&".join(b"p%d=1" % i for i in range(60)) + b"&x=" + b"y" * 60000), (414, 431)),
+    ]
+
+
+def exchange(port, data, timeout=10.0, src="127.0.0.1"):
+    """Sends data on a fresh connection and reads everything until the server closes (or
+    timeout). Returns (status of each answer, seconds from the send to the close, closed)."""
+    s = connect(port, src, timeout)
+    t0 = time.monotonic()
+    raw, closed = b"", False
+    try:
+        try:
+            s.sendall(data)
+        except OSError:
+            pass
+        deadline = t0 + timeout
+        while time.monotonic() < deadline:
+            s.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            except OSError:
+                closed = True
+                break
+            if not chunk:
+                closed = True
+                break
+            raw += chunk
+    finally:
+        s.close()
+    statuses = [int(m.group(1)) for m in re.finditer(rb"HTTP/1\.[01] (\d{3}) ", raw)]
+    return statuses, time.monotonic() - t0, closed
