@@ -12,7 +12,9 @@
 #include <sys/prctl.h>
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,6 +30,9 @@
 
 #define WATCH_MS 50
 #define REFUSED_LINGER_US 1000000 /* a refused connection is closed after this at the latest */
+#define LINGER_MAX 128            /* sockets in a lingering close at once (more: closed at once) */
+#define LINGER_US 2000000         /* a lingering close lasts at most this long */
+#define LINGER_BYTES (64ull << 20) /* and reads at most this much */
 
 enum { ST_HEAD = 0, ST_BODY, ST_WAIT, ST_SEND };
 enum { REF_NONE = 0, REF_LIMIT, REF_IP };
@@ -54,6 +59,12 @@ typedef struct {
     int count;                  /* 0: empty slot */
 } ip_slot;
 
+typedef struct {
+    int fd;
+    int64_t t_us;
+    uint64_t bytes;
+} lingerer;
+
 struct gemmd_conns {
     gemmd_conns_config cfg;
     int64_t header_us, request_us, send_us;
@@ -65,6 +76,11 @@ struct gemmd_conns {
     int open, admitted, max_open;
     ip_slot *ips;
     size_t ip_cap;              /* power of two, > 2x the most connections MHD holds */
+    int lingering;              /* sockets handed over for a lingering close, not yet closed */
+    int nfresh;
+    lingerer fresh[LINGER_MAX]; /* handed over, not yet taken by the watchdog */
+    int nmine;
+    lingerer mine[LINGER_MAX];  /* the watchdog's own: touched by no other thread */
     _Atomic uint64_t accepted, refused_limit, refused_ip, evicted;
     _Atomic uint64_t closed_header, closed_body, closed_request, closed_send;
 };
@@ -76,11 +92,21 @@ static int64_t now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+static unsigned limit_of(const gemmd_conns_config *cfg)
+{
+    return cfg->connection_limit > 0 ? (unsigned)cfg->connection_limit : 1;
+}
+
 unsigned gemmd_conns_mhd_limit(const gemmd_conns_config *cfg)
 {
-    unsigned lim = cfg->connection_limit > 0 ? (unsigned)cfg->connection_limit : 1;
-    unsigned extra = lim / 2 < 64 ? 64 : lim / 2;
-    return lim + extra;
+    unsigned lim = limit_of(cfg);
+    return lim + (lim / 2 < 64 ? 64 : lim / 2);
+}
+
+unsigned gemmd_conns_pending_room(const gemmd_conns_config *cfg)
+{
+    unsigned lim = limit_of(cfg);
+    return lim + (gemmd_conns_mhd_limit(cfg) - lim) / 4; /* the rest: those being closed */
 }
 
 gemmd_conns *gemmd_conns_new(const gemmd_conns_config *cfg)
@@ -266,16 +292,34 @@ static gemmd_conn *victim(gemmd_conns *c, const unsigned char *key)
     return best && best_n >= mine ? best : NULL;
 }
 
-static void on_started(gemmd_conns *c, struct MHD_Connection *conn, void **ctx)
+/* Near MHD's own limit (more than gemmd_conns_pending_room open, not counting those being
+ * closed): the connection that has not sent a request yet to close for newcomer x, or NULL.
+ * A refused one first (the oldest), else the oldest of the address holding the most. Lock
+ * held. */
+static gemmd_conn *pending_victim(gemmd_conns *c, const gemmd_conn *x)
+{
+    gemmd_conn *best = NULL;
+    int live = 0, best_n = -1;
+    for (gemmd_conn *v = c->head; v; v = v->next) {
+        if (v->closing) continue;
+        live++;
+        if (v == x || atomic_load(&v->requests) != 0 || atomic_load(&v->state) != ST_HEAD) continue;
+        int n = v->refused ? INT32_MAX : ip_count(c, v->addr);
+        if (n > best_n || (n == best_n && v->t_open_us < best->t_open_us)) {
+            best = v;
+            best_n = n;
+        }
+    }
+    return live > (int)gemmd_conns_pending_room(&c->cfg) ? best : NULL;
+}
+
+gemmd_conn *gemmd_conns_open(gemmd_conns *c, int fd, const struct sockaddr *client)
 {
     gemmd_conn *x = calloc(1, sizeof *x);
-    *ctx = x;
-    if (!x) return; /* no record: no deadlines for this one, but it still works */
+    if (!x) return NULL; /* no record: no deadlines for this one, but it still works */
     x->owner = c;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    x->fd = ci ? ci->connect_fd : -1;
-    ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    addr_key(ci ? ci->client_addr : NULL, x->addr, x->addr_text, sizeof x->addr_text);
+    x->fd = fd;
+    addr_key(client, x->addr, x->addr_text, sizeof x->addr_text);
     x->t_open_us = now_us();
     atomic_store(&x->t_req_us, x->t_open_us);
     atomic_store(&x->state, ST_HEAD);
@@ -324,15 +368,49 @@ static void on_started(gemmd_conns *c, struct MHD_Connection *conn, void **ctx)
             shutdown(x->fd, SHUT_WR);
         }
     }
+    gemmd_conn *v = c->open > (int)gemmd_conns_pending_room(&c->cfg) ? pending_victim(c, x) : NULL;
+    if (v) {
+        if (c->cfg.plain_http && !v->refused) {
+            drain(v->fd);
+            write_canned(v->fd, 503, "Service Unavailable", "too_many_connections",
+                         "the server is full and this connection had not sent a request; retry", 1);
+        }
+        uncount(c, v);
+        shut(v, v->refused);
+        atomic_fetch_add(&c->evicted, 1);
+        LOG_DEBUG("connection from %s closed to make room: it had sent no request in %.1f s", v->addr_text,
+                  (double)(x->t_open_us - v->t_open_us) / 1e6);
+    }
     pthread_mutex_unlock(&c->mu);
+    return x;
 }
 
-static void on_closed(gemmd_conns *c, void **ctx)
+/* Whether the client has not closed its side: it may still be sending, or waiting. */
+static int client_open(int fd)
 {
-    gemmd_conn *x = *ctx;
-    *ctx = NULL;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+}
+
+/* MHD is about to close x's socket (lock held): keep it open for a lingering close
+ * (see conns.h), unless the watchdog closed it, the client has, or too many linger. */
+static void linger(gemmd_conns *c, const gemmd_conn *x)
+{
+    if (x->closing || x->fd < 0 || c->stop || c->lingering >= LINGER_MAX || !client_open(x->fd)) return;
+    int fd = fcntl(x->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return;
+    shutdown(fd, SHUT_WR); /* the answer, then the end of the stream */
+    c->fresh[c->nfresh++] = (lingerer){fd, now_us(), 0};
+    c->lingering++;
+    pthread_cond_signal(&c->cv); /* the watchdog starts reading it now */
+}
+
+void gemmd_conns_close(gemmd_conns *c, gemmd_conn *x)
+{
     if (!x) return;
     pthread_mutex_lock(&c->mu);
+    linger(c, x);
     uncount(c, x);
     if (x->prev) x->prev->next = x->next;
     else c->head = x->next;
@@ -346,8 +424,14 @@ void gemmd_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_co
                         enum MHD_ConnectionNotificationCode code)
 {
     gemmd_conns *c = cls;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) on_started(c, conn, socket_context);
-    else if (code == MHD_CONNECTION_NOTIFY_CLOSED) on_closed(c, socket_context);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ad = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        *socket_context = gemmd_conns_open(c, fd ? fd->connect_fd : -1, ad ? ad->client_addr : NULL);
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        gemmd_conns_close(c, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 gemmd_conn *gemmd_conn_of(struct MHD_Connection *conn)
@@ -513,23 +597,72 @@ static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
     }
 }
 
+/* Reads and drops what lingering sockets received; closes those that are done (the client
+ * closed, LINGER_US, LINGER_BYTES). Returns how many were closed. The watchdog's own list:
+ * no lock. */
+static int linger_step(gemmd_conns *c, int64_t now)
+{
+    char junk[65536];
+    int closed = 0;
+    for (int i = 0; i < c->nmine;) {
+        lingerer *l = &c->mine[i];
+        int done = 0;
+        for (uint64_t got = 0; !done && got < (4u << 20);) { /* at most 4 MiB a socket a round */
+            ssize_t n = recv(l->fd, junk, sizeof junk, MSG_DONTWAIT);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+            if (n <= 0) done = 1;
+            else got += (uint64_t)n, l->bytes += (uint64_t)n;
+        }
+        if (done || now - l->t_us > LINGER_US || l->bytes > LINGER_BYTES) {
+            close(l->fd);
+            *l = c->mine[--c->nmine];
+            closed++;
+        } else {
+            i++;
+        }
+    }
+    return closed;
+}
+
+/* Until the next round (WATCH_MS from now): on the lingering sockets while there are any,
+ * draining them as data comes, else on the condition variable (stop). Returns how many
+ * lingering sockets were closed. The lock is not held. */
+static int wait_round(gemmd_conns *c)
+{
+    int64_t end = now_us() + WATCH_MS * 1000, now;
+    int closed = 0;
+    while (c->nmine > 0 && (now = now_us()) < end) {
+        struct pollfd pf[LINGER_MAX];
+        for (int i = 0; i < c->nmine; i++) pf[i] = (struct pollfd){c->mine[i].fd, POLLIN, 0};
+        if (poll(pf, (nfds_t)c->nmine, (int)((end - now + 999) / 1000)) > 0) closed += linger_step(c, now_us());
+    }
+    pthread_mutex_lock(&c->mu);
+    if (c->nmine == 0 && !c->stop) {
+        struct timespec ts = {(time_t)(end / 1000000), (long)(end % 1000000) * 1000};
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    c->lingering -= closed;
+    pthread_mutex_unlock(&c->mu);
+    return closed;
+}
+
 static void *watchdog(void *arg)
 {
     prctl(PR_SET_NAME, "gemmd-watchdog", 0, 0, 0); /* shows in top -H, ps -L, /proc */
     gemmd_conns *c = arg;
-    pthread_mutex_lock(&c->mu);
-    while (!c->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += WATCH_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    for (;;) {
+        wait_round(c);
+        pthread_mutex_lock(&c->mu);
         if (c->stop) break;
         int64_t now = now_us();
         for (gemmd_conn *x = c->head; x; x = x->next) check_locked(c, x, now);
+        while (c->nfresh > 0) c->mine[c->nmine++] = c->fresh[--c->nfresh];
+        pthread_mutex_unlock(&c->mu);
+        int closed = linger_step(c, now);
+        if (c->cfg.tick) c->cfg.tick(c->cfg.tick_ctx);
+        pthread_mutex_lock(&c->mu);
+        c->lingering -= closed;
+        pthread_mutex_unlock(&c->mu);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -558,6 +691,8 @@ void gemmd_conns_free(gemmd_conns *c)
     if (!c) return;
     gemmd_conns_stop(c);
     /* MHD_stop_daemon closed every connection (CLOSED for each); free any left. */
+    for (int i = 0; i < c->nmine; i++) close(c->mine[i].fd);
+    for (int i = 0; i < c->nfresh; i++) close(c->fresh[i].fd);
     gemmd_conn *x = c->head;
     while (x) {
         gemmd_conn *n = x->next;

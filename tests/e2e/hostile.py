@@ -782,10 +782,10 @@ def tls_client():
 STALLED_HELLO = b"\x16\x03\x01\x02\x00"
 
 
-def tls_pending(port, sources, per_ip, first=STALLED_HELLO):
+def tls_pending(port, sources, per_ip, first=STALLED_HELLO, reopen=0.05):
     """Connections to an HTTPS port that begin a handshake and never finish it; reopened
     as soon as the daemon closes them."""
-    return SocketFlood("tls-pending", port, sources, per_ip, interval=1.0, first=first, reopen=0.05)
+    return SocketFlood("tls-pending", port, sources, per_ip, interval=1.0, first=first, reopen=reopen)
 
 
 # ---------------------------------------------------------------------------- framing

@@ -9,6 +9,8 @@
   request target with whitespace, over 8 KB or over 64 query parameters) get one answer
   (400, or 414 for the target) and the connection closes; nothing sent after them on it is
   answered.
+- a body refused before it is read, sent without Expect: 100-continue, still gets its
+  answer (413), not a reset.
 - m=0 in a raw query answers 422 empty_matrix naming the zero, not "missing".
 - math applies to float32 only: math=fp32/tf32 with float64 or int32 -> 422
   unsupported_math, from the query, a JSON field and a form field; absent or "default"
@@ -111,6 +113,30 @@ def framing(tap, d):
            "65 query parameters: 414 uri_too_long as JSON", raw[:400])
     r = d.curl("GET", "/healthz?" + "&".join("p%d=1" % i for i in range(64)))
     tap.ok(r.status == 200, "64 query parameters are served", r)
+
+
+def refused_body_answer(tap):
+    """A body refused before it is read (413 here) without Expect: 100-continue: the client
+    keeps sending it, and must still get the answer, not a reset (a lingering close reads
+    and drops the rest)."""
+    with Daemon(tap, config={"backend": "cpu", "max_body_mb": 1}) as d:
+        for mb in (2, 8):
+            body = b"\0" * (mb << 20)
+            head_ = (b"POST /v1/matmul?m=1024&k=1024&n=1024&dtype=float32 HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n" % len(body))
+            s = hostile.connect(d.port, "127.0.0.1", 30 * SLOW)
+            sent = "all sent"
+            try:
+                s.sendall(head_ + body)
+            except OSError as e:
+                sent = "sending failed: %s" % e
+            st, h, b = hostile.read_response(s, time.monotonic() + 30 * SLOW)
+            s.close()
+            tap.ok(sent == "all sent" and st == 413 and err_code(b) == "body_too_large",
+                   "a %d MiB body over max_body_mb, sent without Expect: the client sends it all and reads "
+                   "413 body_too_large" % mb, (sent, st, b[:200]))
+        r = d.curl("GET", "/healthz")
+        tap.ok(r.status == 200, "the daemon keeps serving", r)
 
 
 def zero_dimension(tap, d):
@@ -245,6 +271,7 @@ def main(tap):
         math_modes(tap, d, rng)
         r = d.curl("GET", "/healthz")
         tap.ok(r.status == 200, "the daemon keeps serving", r)
+    refused_body_answer(tap)
     debug_log(tap, rng)
     retry_after(tap, rng)
     connection_memory(tap, rng)
