@@ -730,6 +730,8 @@ static int abandon_pending(gemmd_server *srv)
 
 static uint64_t reclaim_kept(void *engine) { return gemm_engine_trim_kept(engine); }
 
+static void budget_tick(void *budget) { gemmd_budget_tick(budget, (int64_t)gemm_now_ms()); }
+
 /* The memory budget, the charging allocators and the connection limits and deadlines. */
 static int start_limits(gemmd_server *s, gemm_err *err)
 {
@@ -765,6 +767,8 @@ static int start_limits(gemmd_server *s, gemm_err *err)
         .min_rate = (double)cfg->min_rate_kb * 1024.0,
         .plain_http = !(cfg->tls_cert[0] && cfg->tls_key[0]),
         .mhd_buffer = (uint64_t)(cfg->connection_memory_kb > 0 ? cfg->connection_memory_kb : 64) * 1024,
+        .tick = budget_tick, /* memory given back goes back to the system (budget.h) */
+        .tick_ctx = s->svc.budget,
     };
     s->conns = gemmd_conns_new(&x->conns_cfg);
     if (!s->conns) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate the connection table");
