@@ -1011,17 +1011,8 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         MHD_stop_daemon(s->daemon);
         goto fail;
     }
-    int port = cfg->port;
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    if (di && di->port) port = di->port;
-    di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_LISTEN_FD);
-    struct sockaddr_storage bound;
-    socklen_t blen = sizeof bound;
-    if (di && getsockname(di->listen_fd, (struct sockaddr *)&bound, &blen) == 0) {
-        if (bound.ss_family == AF_INET) port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
-        if (bound.ss_family == AF_INET6) port = ntohs(((struct sockaddr_in6 *)&bound)->sin6_port);
-    }
-    snprintf(s->url, sizeof s->url, "%s://%s:%d", tls ? "https" : "http", host, port);
+    /* the port is cfg->port: bound here, or checked on the socket handed over (restart.c) */
+    snprintf(s->url, sizeof s->url, "%s://%s:%d", tls ? "https" : "http", host, cfg->port);
     return s;
 
 fail:
