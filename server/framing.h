@@ -1,24 +1,20 @@
 /*
- * framing.h - a request head is judged before anything else (RFC 9112): what
- * libmicrohttpd lets through is refused here, answered once, and the connection closed,
- * so that this server and a proxy in front of it never disagree on where a request ends.
+ * framing.h - a request head is judged before anything else (RFC 9112): what libmicrohttpd
+ * lets through is refused here, answered once, and the connection closed, so that this
+ * server and a proxy in front of it never disagree on where a request ends.
  *
- * Refused with 400: several Content-Length headers; Transfer-Encoding and Content-Length
- * together (501 for a Transfer-Encoding other than chunked alone); a header name that is
- * not a token (whitespace before the colon: RFC 9112 section 5.1); a header value with a
- * NUL, a CR or another control character; obs-fold (a line that begins with a space or a
- * tab); a request target with whitespace or control characters. With 414: a request target
- * over GEMMD_TARGET_MAX bytes or GEMMD_QUERY_MAX query parameters.
+ * 400: several Content-Length headers, or one with Transfer-Encoding (501 for a coding other
+ * than chunked alone); a header name that is not a token (whitespace before the colon); a
+ * NUL, CR or other control byte in a value; obs-fold; whitespace or control bytes in the
+ * request target. 414: a target over GEMMD_TARGET_MAX bytes or GEMMD_QUERY_MAX parameters.
  *
- * libmicrohttpd 1.0 refuses the malformed lines itself (MHD_OPTION_CLIENT_DISCIPLINE_LVL,
- * see gemmd_framing_options). 0.9.75 (Debian 12) does not: its MHD_OPTION_STRICT_FOR_CLIENT
- * either closes the connection unanswered (1: a space in the target) or refuses whitespace
- * before a colon through a reversed test that later versions mean as "most tolerant" (-1);
- * it cuts a header value at a NUL, keeps a bare CR, joins a folded line onto the header's
- * name, and its query parser, once a connection's memory pool is full, leaves the
- * connection waiting forever. So on 0.9 the head is read again here, as libmicrohttpd left
- * it in its read buffer (gemmd_head_*), and a request target is judged before its query is
- * split (gemmd_framing_on_target).
+ * libmicrohttpd 1.0 refuses the malformed lines itself (MHD_OPTION_CLIENT_DISCIPLINE_LVL).
+ * 0.9.75 (Debian 12) has no setting for them: STRICT_FOR_CLIENT 1 closes unanswered on a
+ * space in the target, -1 refuses whitespace before a colon only through a reversed test.
+ * It cuts a value at a NUL, keeps a bare CR, joins a folded line onto the header's name,
+ * and stalls a connection whose query overflows its memory pool. So on 0.9 the head is
+ * walked again as the library left it in its read buffer (gemmd_head_*), and the target is
+ * judged before its query is split (gemmd_framing_on_target).
  */
 #ifndef GEMMD_FRAMING_H
 #define GEMMD_FRAMING_H
