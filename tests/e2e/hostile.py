@@ -848,3 +848,67 @@ def exchange(port, data, timeout=10.0, src="127.0.0.1"):
         s.close()
     statuses = [int(m.group(1)) for m in re.finditer(rb"HTTP/1\.[01] (\d{3}) ", raw)]
     return statuses, time.monotonic() - t0, closed
+
+
+class FramingFlood(Worker):
+    """Sends the framing cases one after another, each on a fresh connection (followed by a
+    plain request on it), and checks that each gets exactly one answer of the statuses it
+    should, then the close. Keeps what went wrong, and the seconds each took to be closed."""
+
+    def __init__(self, port, sources):
+        super().__init__("framing")
+        self.port, self.sources = port, list(sources)
+        self.cases = framing_cases()
+        self.sent = 0
+        self.wrong = []
+        self.seconds = {}  # case name -> [seconds from the send to the close]
+
+    def body(self):
+        i = 0
+        while not self.halt.is_set():
+            name, data, want = self.cases[i % len(self.cases)]
+            statuses, secs, closed = exchange(self.port, data, timeout=30, src=self.sources[i % len(self.sources)])
+            self.sent += 1
+            self.seconds.setdefault(name, []).append(secs)
+            if not (len(statuses) == 1 and statuses[0] in want and closed) and len(self.wrong) < 10:
+                self.wrong.append((name, statuses, closed))
+            i += 1
+
+
+class EarlyRefusal(Worker):
+    """Posts raw bodies of `mb` MiB whose Content-Length does not match the shapes in the
+    query, without Expect: 100-continue, so that the daemon refuses them (400
+    length_mismatch) before reading them while the client is still sending. Each must still
+    get its answer; counts the ones that did not (a failed send, no answer)."""
+
+    def __init__(self, port, sources, mb=8):
+        super().__init__("early-refusal")
+        self.port, self.sources = port, list(sources)
+        self.body_bytes = b"\0" * (mb << 20)
+        self.head = (b"POST /v1/matmul?m=1000&k=1024&n=1024&dtype=float32 HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n" % len(self.body_bytes))
+        self.sent = self.answered = 0
+        self.failures = []
+
+    def body(self):
+        i = 0
+        while not self.halt.is_set():
+            why = None
+            try:
+                s = connect(self.port, self.sources[i % len(self.sources)], 30)
+            except OSError as e:
+                self.failures.append("connect: %s" % e)
+                self.halt.wait(0.2)
+                continue
+            try:
+                s.sendall(self.head + self.body_bytes)
+            except OSError as e:
+                why = "sending: %s" % e
+            st, _h, b = read_response(s, time.monotonic() + 30)
+            s.close()
+            self.sent += 1
+            if why is None and st == 400 and b"length_mismatch" in b:
+                self.answered += 1
+            elif len(self.failures) < 10:
+                self.failures.append(why or "answer %d %r" % (st, b[:120]))
+            i += 1
