@@ -9,6 +9,7 @@
  */
 #include "conns.h"
 
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <arpa/inet.h>
 #include <errno.h>
@@ -69,7 +70,7 @@ struct gemmd_conns {
     gemmd_conns_config cfg;
     int64_t header_us, request_us, send_us;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    int wake;                   /* eventfd: wakes the watchdog (a lingering socket, stop) */
     pthread_t thread;
     int running, stop;
     gemmd_conn *head;
@@ -84,6 +85,13 @@ struct gemmd_conns {
     _Atomic uint64_t accepted, refused_limit, refused_ip, evicted;
     _Atomic uint64_t closed_header, closed_body, closed_request, closed_send;
 };
+
+static void wake(gemmd_conns *c)
+{
+    uint64_t one = 1;
+    ssize_t n = write(c->wake, &one, sizeof one); /* a full counter is a pending wake-up too */
+    (void)n;
+}
 
 static int64_t now_us(void)
 {
@@ -127,11 +135,13 @@ gemmd_conns *gemmd_conns_new(const gemmd_conns_config *cfg)
         return NULL;
     }
     pthread_mutex_init(&c->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    c->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (c->wake < 0) {
+        pthread_mutex_destroy(&c->mu);
+        free(c->ips);
+        free(c);
+        return NULL;
+    }
     return c;
 }
 
@@ -385,25 +395,30 @@ gemmd_conn *gemmd_conns_open(gemmd_conns *c, int fd, const struct sockaddr *clie
     return x;
 }
 
-/* Whether the client has not closed its side: it may still be sending, or waiting. */
-static int client_open(int fd)
+/* What the client does: 1 it has sent bytes not read yet (it may still be sending), 0 it
+ * waits, -1 it has closed its side (or the socket failed). */
+static int client_state(int fd)
 {
     char b;
     ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+    return n > 0 ? 1 : n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
 }
 
 /* MHD is about to close x's socket (lock held): keep it open for a lingering close
- * (see conns.h), unless the watchdog closed it, the client has, or too many linger. */
+ * (see conns.h), unless the watchdog closed it, the client has, or too many linger. A
+ * client that has sent nothing unread (it only waits for the end) takes no more than half
+ * the places: a close without unread data resets nothing, and the rest is kept for
+ * clients still sending, whose writes a close would break. */
 static void linger(gemmd_conns *c, const gemmd_conn *x)
 {
-    if (x->closing || x->fd < 0 || c->stop || c->lingering >= LINGER_MAX || !client_open(x->fd)) return;
+    int st = x->closing || x->fd < 0 || c->stop ? -1 : client_state(x->fd);
+    if (st < 0 || c->lingering >= (st ? LINGER_MAX : LINGER_MAX / 2)) return;
     int fd = fcntl(x->fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) return;
     shutdown(fd, SHUT_WR); /* the answer, then the end of the stream */
     c->fresh[c->nfresh++] = (lingerer){fd, now_us(), 0};
     c->lingering++;
-    pthread_cond_signal(&c->cv); /* the watchdog starts reading it now */
+    wake(c); /* the watchdog starts reading it now */
 }
 
 void gemmd_conns_close(gemmd_conns *c, gemmd_conn *x)
@@ -624,47 +639,49 @@ static int linger_step(gemmd_conns *c, int64_t now)
     return closed;
 }
 
-/* Until the next round (WATCH_MS from now): on the lingering sockets while there are any,
- * draining them as data comes, else on the condition variable (stop). Returns how many
- * lingering sockets were closed. The lock is not held. */
-static int wait_round(gemmd_conns *c)
+/* Waits until `until`: reads the lingering sockets as data comes, and takes the ones
+ * handed over as they come (linger() wakes it). Returns 1 when the watchdog must stop. */
+static int wait_until(gemmd_conns *c, int64_t until)
 {
-    int64_t end = now_us() + WATCH_MS * 1000, now;
-    int closed = 0;
-    while (c->nmine > 0 && (now = now_us()) < end) {
-        struct pollfd pf[LINGER_MAX];
-        for (int i = 0; i < c->nmine; i++) pf[i] = (struct pollfd){c->mine[i].fd, POLLIN, 0};
-        if (poll(pf, (nfds_t)c->nmine, (int)((end - now + 999) / 1000)) > 0) closed += linger_step(c, now_us());
+    for (int closed = 0;;) {
+        pthread_mutex_lock(&c->mu);
+        c->lingering -= closed;
+        while (c->nfresh > 0) c->mine[c->nmine++] = c->fresh[--c->nfresh];
+        int stop = c->stop;
+        pthread_mutex_unlock(&c->mu);
+        int64_t now = now_us();
+        if (stop || now >= until) return stop;
+        struct pollfd pf[LINGER_MAX + 1];
+        pf[0] = (struct pollfd){c->wake, POLLIN, 0};
+        for (int i = 0; i < c->nmine; i++) pf[i + 1] = (struct pollfd){c->mine[i].fd, POLLIN, 0};
+        closed = 0;
+        if (poll(pf, (nfds_t)c->nmine + 1, (int)((until - now + 999) / 1000)) <= 0) continue;
+        uint64_t n;
+        if (pf[0].revents && read(c->wake, &n, sizeof n) < 0) n = 0; /* only a wake-up */
+        closed = linger_step(c, now_us());
     }
-    pthread_mutex_lock(&c->mu);
-    if (c->nmine == 0 && !c->stop) {
-        struct timespec ts = {(time_t)(end / 1000000), (long)(end % 1000000) * 1000};
-        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
-    }
-    c->lingering -= closed;
-    pthread_mutex_unlock(&c->mu);
-    return closed;
 }
 
 static void *watchdog(void *arg)
 {
     prctl(PR_SET_NAME, "gemmd-watchdog", 0, 0, 0); /* shows in top -H, ps -L, /proc */
     gemmd_conns *c = arg;
-    for (;;) {
-        wait_round(c);
+    for (int64_t next = now_us() + WATCH_MS * 1000;; next += WATCH_MS * 1000) {
+        if (wait_until(c, next)) break;
         pthread_mutex_lock(&c->mu);
-        if (c->stop) break;
         int64_t now = now_us();
-        for (gemmd_conn *x = c->head; x; x = x->next) check_locked(c, x, now);
-        while (c->nfresh > 0) c->mine[c->nmine++] = c->fresh[--c->nfresh];
+        if (!c->stop)
+            for (gemmd_conn *x = c->head; x; x = x->next) check_locked(c, x, now);
+        int stop = c->stop;
         pthread_mutex_unlock(&c->mu);
-        int closed = linger_step(c, now);
+        if (stop) break;
+        int closed = linger_step(c, now); /* the time and byte limits */
         if (c->cfg.tick) c->cfg.tick(c->cfg.tick_ctx);
         pthread_mutex_lock(&c->mu);
         c->lingering -= closed;
         pthread_mutex_unlock(&c->mu);
+        if (next < now - WATCH_MS * 1000) next = now; /* late (a long tick): no rounds to catch up */
     }
-    pthread_mutex_unlock(&c->mu);
     return NULL;
 }
 
@@ -680,8 +697,8 @@ void gemmd_conns_stop(gemmd_conns *c)
     if (!c || !c->running) return;
     pthread_mutex_lock(&c->mu);
     c->stop = 1;
-    pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    wake(c);
     pthread_join(c->thread, NULL);
     c->running = 0;
 }
@@ -699,7 +716,7 @@ void gemmd_conns_free(gemmd_conns *c)
         free(x);
         x = n;
     }
-    pthread_cond_destroy(&c->cv);
+    close(c->wake);
     pthread_mutex_destroy(&c->mu);
     free(c->ips);
     free(c);

@@ -40,8 +40,9 @@
  *
  * Lingering close: when MHD closes a connection whose client has not closed its side (an
  * answer given before a body was read, Connection: close), the socket is kept open a moment
- * (at most 2 s and 64 MiB; LINGER_MAX sockets at once) and what the client still sends is
- * read and dropped: a close with unread data would reset the connection, and a client still
+ * (at most 2 s and 64 MiB; LINGER_MAX sockets at once, half of them for clients that have
+ * sent nothing unread) and what the client still sends is read and dropped, the watchdog
+ * polling them: a close with unread data would reset the connection, and a client still
  * sending its body would lose the answer. The watchdog also calls cfg.tick every WATCH_MS.
  *
  * Thread-safe: one mutex for the registry; the per-request hooks are lock-free.
