@@ -707,47 +707,49 @@ def chunked_json_prefix(kb):
 
 class ChunkedStall(Worker):
     """`count` connections that each post a JSON product with Transfer-Encoding: chunked,
-    send `kb` KiB of it at once and then nothing: what the daemon decoded of each stays
-    held until the connection goes. One the daemon drops is opened again. At stop all of
-    them close, which is when the daemon gives everything back."""
+    send `kb` KiB of it (spread over about `spread` seconds, all connections in turn, so
+    that the daemon decodes it as it comes rather than in one burst) and then nothing: what
+    the daemon decoded of each stays held until the connection goes. One the daemon drops
+    is opened again. At stop all of them close, which is when the daemon gives everything
+    back."""
 
-    def __init__(self, port, sources, count=100, kb=1024):
+    def __init__(self, port, sources, count=100, kb=1024, spread=3.0):
         super().__init__("chunked-stall")
-        self.port, self.sources, self.count = port, list(sources), count
+        self.port, self.sources, self.count, self.spread = port, list(sources), count, spread
         self.first = (b"POST /v1/matmul HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       b"Transfer-Encoding: chunked\r\n\r\n") + chunked_json_prefix(kb)
         self.sent = self.dropped = 0
         self.held_peak = 0
 
     def body(self):
-        live = []
+        live = {}  # socket -> bytes of self.first sent
         i = 0
+        step = 65536
+        pause = self.spread / max(1, len(self.first) // step)
         while not self.halt.is_set():
             while len(live) < self.count and not self.halt.is_set():
-                src = self.sources[i % len(self.sources)]
-                i += 1
                 try:
-                    s = connect(self.port, src, 10)
-                    s.sendall(self.first)
-                    live.append(s)
-                    self.sent += 1
+                    s = connect(self.port, self.sources[i % len(self.sources)], 10)
                 except OSError:
                     self.halt.wait(0.2)
                     break
+                live[s] = 0
+                self.sent += 1
+                i += 1
             self.held_peak = max(self.held_peak, len(live))
-            keep = []
-            for s in live:
+            for s, off in list(live.items()):
                 try:
                     state = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+                    if state == 1 and off < len(self.first):
+                        s.sendall(self.first[off:off + step])
+                        live[s] = off + step
                 except OSError:
                     state = 0
-                if state == 1:
-                    keep.append(s)
-                else:
+                if state != 1:
                     self.dropped += 1
                     s.close()
-            live = keep
-            self.halt.wait(0.2)
+                    del live[s]
+            self.halt.wait(pause)
         for s in live:
             s.close()
 
