@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "e2e"))
 
 import hostile  # noqa: E402
+import hostile_heads  # noqa: E402
 from harness import Daemon, Tap  # noqa: E402
 from hostile import percentile  # noqa: E402
 
@@ -52,7 +53,7 @@ def phases(port, scale=1.0):
                   hostile.NonReader(port, ips(51, 51), count=40, n=1000, fmt="raw")], t(10)),
         ("framing", "malformed request heads (11 kinds) and 8 MiB bodies refused before they are read, sent "
          "without Expect",
-         lambda: [hostile.FramingFlood(port, ips(55, 56)), hostile.EarlyRefusal(port, ips(57, 57))], t(6)),
+         lambda: [hostile_heads.FramingFlood(port, ips(55, 56)), hostile_heads.EarlyRefusal(port, ips(57, 57))], t(6)),
         ("chunked stall", "120 chunked JSON uploads that send 1.5 MiB, then nothing, until the phase ends",
          lambda: [hostile.ChunkedStall(port, ips(60, 65), count=120, kb=1536)], t(8)),
         ("all at once", "every attack above together",
@@ -77,12 +78,12 @@ def attack_summary(w):
         life = ("dropped after p50 %.1f s" % percentile(w.lifetimes, 50)) if w.lifetimes else "none dropped"
         return "non-readers (%s): %d asked, %d dropped by the daemon (%s), %d answered 503" % (
             w.fmt, w.sent, w.dropped, life, w.answered_503)
-    if isinstance(w, hostile.FramingFlood):
+    if isinstance(w, hostile_heads.FramingFlood):
         secs = [x for v in w.seconds.values() for x in v]
         return "malformed heads: %d sent, %d not answered exactly once then closed %s; send to close p50 %.1f ms, " \
                "max %.1f ms" % (w.sent, len(w.wrong), w.wrong[:3] if w.wrong else "",
                                 percentile(secs, 50) * 1e3, max(secs or [0]) * 1e3)
-    if isinstance(w, hostile.EarlyRefusal):
+    if isinstance(w, hostile_heads.EarlyRefusal):
         return "bodies refused before read, sent without Expect: %d sent, %d got their 400%s" % (
             w.sent, w.answered, (" (first failures: %s)" % w.failures[:2]) if w.failures else "")
     if isinstance(w, hostile.ChunkedStall):
@@ -129,8 +130,8 @@ def run(args):
                 w.stop(wait=90)
             summ = [attack_summary(w) + ((" ERROR " + w.error.splitlines()[0]) if w.error else "")
                     for w in workers]
-            if any(isinstance(w, hostile.FramingFlood) for w in workers):
-                framing = next(w for w in workers if isinstance(w, hostile.FramingFlood))
+            if any(isinstance(w, hostile_heads.FramingFlood) for w in workers):
+                framing = next(w for w in workers if isinstance(w, hostile_heads.FramingFlood))
             rss_end = hostile.proc_status(pid).get("VmRSS", 0) / 1024.0
             rows.append((name, what, probe.take(), good.take(), mon.take(), summ))
             if name == "chunked stall":  # what the daemon gives back, 10 s after the attack ends

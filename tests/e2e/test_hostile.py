@@ -37,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
+import hostile_heads  # noqa: E402
 from harness import SLOW, Daemon, Tap, metric, run_guarded  # noqa: E402
 
 CFG = dict(hostile.BATTERY_CONFIG)
@@ -209,7 +210,7 @@ def battery(tap):
                "metrics count answers dropped at the send deadline")
 
         # ---- 6. heads RFC 9112 refuses; bodies refused before they are read, sent without Expect
-        ff, er = run_phase([hostile.FramingFlood(d.port, ips(55, 56)), hostile.EarlyRefusal(d.port, ips(57, 57))])
+        ff, er = run_phase([hostile_heads.FramingFlood(d.port, ips(55, 56)), hostile_heads.EarlyRefusal(d.port, ips(57, 57))])
         no_errors(tap, [ff, er], "framing and early refusals")
         tap.ok(ff.sent >= len(ff.cases) and not ff.wrong,
                "%d malformed heads (%d kinds): each answered once, then closed" % (ff.sent, len(ff.cases)), ff.wrong)

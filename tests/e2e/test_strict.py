@@ -31,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hostile  # noqa: E402
+import hostile_heads  # noqa: E402
 from harness import (SLOW, Daemon, Tap, compare, npy_bytes, random_matrix, raw_request,  # noqa: E402
                      reference, run_guarded, short_id)
 
@@ -96,8 +97,8 @@ def framing(tap, d):
     # value, obs-fold, a bad or oversized request target): one answer, then the connection
     # closes, so the request sent after it on the same connection (which a proxy in front
     # may have taken for body bytes) is never answered.
-    for name, data, want in hostile.framing_cases():
-        statuses, _secs, closed = hostile.exchange(d.port, data, timeout=20 * SLOW)
+    for name, data, want in hostile_heads.framing_cases():
+        statuses, _secs, closed = hostile_heads.exchange(d.port, data, timeout=20 * SLOW)
         tap.ok(len(statuses) == 1 and statuses[0] in want and closed,
                "%s: answered %s once, then the connection is closed" % (name, "/".join(map(str, want))),
                (statuses, closed))
