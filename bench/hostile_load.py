@@ -10,10 +10,14 @@ with a well-behaved client and /healthz + /readyz probes running throughout.
 and the deadlines). --out appends (or replaces) the section of that label in a Markdown
 file. Each phase reports the daemon's largest RSS during it, its peak RSS (VmHWM) so far,
 /healthz + /readyz latency (fresh connection each, every 50 ms), the well-behaved client's
-answers (checked against NumPy float64) and latency, and what the attack got.
+answers (checked against NumPy float64) and latency, and what the attack got. Then: how
+fast each malformed request head is refused (framing), the daemon's RSS 10 s after 120
+stalled chunked uploads went, and, on an HTTPS daemon of its own, /healthz latency under
+1,000 TLS handshakes that never finish (--no-tls leaves that out).
 """
 import argparse
 import datetime
+import tempfile
 import os
 import platform
 import shlex
@@ -26,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "e2e"))
 
 import hostile  # noqa: E402
+import hostile_heads  # noqa: E402
 from harness import Daemon, Tap  # noqa: E402
 from hostile import percentile  # noqa: E402
 
@@ -46,6 +51,11 @@ def phases(port, scale=1.0):
         ("non-readers", "10 JSON + 40 raw answers of 1000x1000 float64 asked for and never read",
          lambda: [hostile.NonReader(port, ips(50, 50), count=10, n=1000, fmt="json"),
                   hostile.NonReader(port, ips(51, 51), count=40, n=1000, fmt="raw")], t(10)),
+        ("framing", "malformed request heads (11 kinds) and 8 MiB bodies refused before they are read, sent "
+         "without Expect",
+         lambda: [hostile_heads.FramingFlood(port, ips(55, 56)), hostile_heads.EarlyRefusal(port, ips(57, 57))], t(6)),
+        ("chunked stall", "120 chunked JSON uploads that send 1.5 MiB, then nothing, until the phase ends",
+         lambda: [hostile.ChunkedStall(port, ips(60, 65), count=120, kb=1536)], t(8)),
         ("all at once", "every attack above together",
          lambda: [hostile.slowloris(port, ips(2, 6), 60),
                   hostile.SocketFlood("idle", port, ips(7, 16), 100, reopen=1.0),
@@ -68,6 +78,17 @@ def attack_summary(w):
         life = ("dropped after p50 %.1f s" % percentile(w.lifetimes, 50)) if w.lifetimes else "none dropped"
         return "non-readers (%s): %d asked, %d dropped by the daemon (%s), %d answered 503" % (
             w.fmt, w.sent, w.dropped, life, w.answered_503)
+    if isinstance(w, hostile_heads.FramingFlood):
+        secs = [x for v in w.seconds.values() for x in v]
+        return "malformed heads: %d sent, %d not answered exactly once then closed %s; send to close p50 %.1f ms, " \
+               "max %.1f ms" % (w.sent, len(w.wrong), w.wrong[:3] if w.wrong else "",
+                                percentile(secs, 50) * 1e3, max(secs or [0]) * 1e3)
+    if isinstance(w, hostile_heads.EarlyRefusal):
+        return "bodies refused before read, sent without Expect: %d sent, %d got their 400%s" % (
+            w.sent, w.answered, (" (first failures: %s)" % w.failures[:2]) if w.failures else "")
+    if isinstance(w, hostile.ChunkedStall):
+        return "chunked stall: %d uploads sent, at most %d held at once, %d dropped by the daemon" % (
+            w.sent, w.held_peak, w.dropped)
     return w.name
 
 
@@ -83,6 +104,7 @@ def run(args):
         import harness
         harness.GEMMD_BIN = os.path.abspath(args.bin)
     rows = []
+    framing, rss_back = None, None
     with Daemon(tap, config=cfg, check_exit=False) as d:
         pid = d.proc.pid
         base = hostile.proc_status(pid)
@@ -108,7 +130,14 @@ def run(args):
                 w.stop(wait=90)
             summ = [attack_summary(w) + ((" ERROR " + w.error.splitlines()[0]) if w.error else "")
                     for w in workers]
+            if any(isinstance(w, hostile_heads.FramingFlood) for w in workers):
+                framing = next(w for w in workers if isinstance(w, hostile_heads.FramingFlood))
+            rss_end = hostile.proc_status(pid).get("VmRSS", 0) / 1024.0
             rows.append((name, what, probe.take(), good.take(), mon.take(), summ))
+            if name == "chunked stall":  # what the daemon gives back, 10 s after the attack ends
+                time.sleep(10)
+                after = hostile.proc_status(pid).get("VmRSS", 0) / 1024.0
+                rss_back = (base.get("VmRSS", 0) / 1024.0, rss_end, after)
             time.sleep(args.settle)
         probe.stop()
         good.stop()
@@ -119,7 +148,44 @@ def run(args):
             r = d.curl("GET", "/metrics", max_time=10)
             metrics = r.body.decode("utf-8", "replace") if r.status == 200 else None
         d.stop()
-    return rows, base, mon, alive, metrics, cfg
+    return rows, base, mon, alive, metrics, cfg, framing, rss_back
+
+
+def tls_run(args):
+    """HTTPS /healthz on fresh connections (TLS handshake included), idle and under 1,000
+    handshakes that never finish. Returns (idle latencies, flood latencies, failed probes,
+    the flood worker, config) or None when no certificate can be made."""
+    tmp = tempfile.TemporaryDirectory(prefix="gemmd-bench-tls-")
+    cert, key = hostile.make_cert(tmp.name)
+    if cert is None:
+        return None
+    cfg = dict(hostile.BATTERY_CONFIG, backend=args.backend, tls_cert=cert, tls_key=key)
+    if args.old:
+        for k in hostile.NEW_KEYS:
+            cfg.pop(k, None)
+    with Daemon(Tap(), config=cfg, wait=False, check_exit=False) as d:
+        ctx = hostile.tls_client()
+        for _ in range(300):
+            st, _h, _b, sock = hostile.request(d.port, "127.0.0.21", "GET", "/healthz", tls=ctx)
+            if sock:
+                sock.close()
+            if st == 200:
+                break
+            time.sleep(0.1)
+        probe = hostile.Probe(d.port, "127.0.0.21", tls=True, paths=("/healthz",))
+        probe.start()
+        time.sleep(4)
+        idle, _ = probe.take()
+        flood = hostile.tls_pending(d.port, ["127.0.0.%d" % i for i in range(70, 80)], 100)
+        flood.start()
+        time.sleep(max(4.0, 10 * args.scale))
+        flood.stop(wait=60)
+        lat, _ = probe.take()
+        probe.stop()
+        failed = len(probe.bad_all)
+        d.kill_if_running()
+    tmp.cleanup()
+    return idle, lat, failed, flood, cfg
 
 
 def delay_hook(args):
@@ -162,6 +228,34 @@ def metric(text, name):
         if line.startswith(name + " "):
             return float(line.split()[1])
     return None
+
+
+def framing_table(w):
+    out = ["\nMalformed request heads, each on a fresh connection followed by a plain GET /healthz "
+           "(`FramingFlood`, %d sent): answers seen, and the time from the send to the daemon's close.\n" % w.sent,
+           "| head | answers (want) | send to close p50 / max ms |", "|---|---|---|"]
+    wrong = {n: st for n, st, _c in w.wrong}
+    for name, _data, want in w.cases:
+        secs = w.seconds.get(name, [])
+        got = ("%s" % wrong[name]) if name in wrong else "one" if secs else "-"
+        out.append("| %s | %s (one %s) | %s / %s |" % (name, got, "/".join(map(str, want)),
+                                                       fmt_ms(percentile(secs, 50) * 1e3),
+                                                       fmt_ms(max(secs) * 1e3 if secs else float("nan"))))
+    return "\n".join(out) + "\n\n"
+
+
+def tls_table(res):
+    idle, lat, failed, flood, cfg = res
+    p = lambda xs, q: fmt_ms(percentile(xs, q) * 1e3)  # noqa: E731
+    return ("HTTPS daemon of its own (the battery's limits: connection_limit %s, per_ip_limit %s), `/healthz` on "
+            "a fresh TLS connection every 50 ms (handshake included):\n\n"
+            "| | probes | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|\n"
+            "| idle | %d | %s | %s | %s |\n"
+            "| 1,000 handshakes that never finish (10 addresses x 100, reopened at once) | %d (%d failed) | %s | %s | "
+            "%s |\n\nThe flood opened %d connections; the daemon closed %d.\n" % (
+                cfg.get("connection_limit"), cfg.get("per_ip_limit"), len(idle), p(idle, 50), p(idle, 99),
+                fmt_ms(max(idle or [float("nan")]) * 1e3), len(lat), failed, p(lat, 50), p(lat, 99),
+                fmt_ms(max(lat or [float("nan")]) * 1e3), flood.opened, flood.closed_by_server))
 
 
 def table(rows, base, mon, alive, cfg, label, cmd, metrics=None):
@@ -214,10 +308,19 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0, help="multiply phase durations")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds between phases")
     ap.add_argument("--phases", help="comma-separated phase names to run (default: all)")
+    ap.add_argument("--no-tls", action="store_true", help="leave out the HTTPS daemon and its handshake flood")
     args = ap.parse_args()
     cmd = "/usr/bin/python3 bench/hostile_load.py " + shlex.join(sys.argv[1:])
-    rows, base, mon, alive, metrics, cfg = run(args)
+    rows, base, mon, alive, metrics, cfg, framing, rss_back = run(args)
     text = table(rows, base, mon, alive, cfg, args.label, cmd, metrics)
+    if framing:
+        text += framing_table(framing)
+    if rss_back:
+        text += ("Memory given back: RSS %.0f MB at the start, %.0f MB as the stalled chunked uploads closed, "
+                 "**%.0f MB 10 s later**.\n\n" % rss_back)
+    if not args.no_tls:
+        res = tls_run(args)
+        text += tls_table(res) + "\n" if res else "HTTPS: no certificate could be made (openssl).\n\n"
     acc, ref, rss = queued_jobs(args)
     text += ("Queued async jobs (finding 4), own daemon with `job_mem_mb = 16`, `" + delay_hook(args) + "`: 32 submits "
              "of jobs with 8 MiB of inputs and a 256 KiB result: **%d accepted**, refused %s; daemon RSS with them "

@@ -247,16 +247,54 @@ static int hex_value(char c)
     return -1;
 }
 
+/* The first byte c (>= 0x80) of a UTF-8 character (RFC 3629): how many follow and the range
+ * the next one must fall in (no overlong forms, surrogates or code points past U+10FFFF).
+ * 0, or -1 when c cannot begin one. */
+static int utf8_lead(gemm_json_stream *s, unsigned char c)
+{
+    static const struct { unsigned char first, last, need, lo, hi; } lead[] = {
+        {0xc2, 0xdf, 1, 0x80, 0xbf}, {0xe0, 0xe0, 2, 0xa0, 0xbf}, {0xe1, 0xec, 2, 0x80, 0xbf},
+        {0xed, 0xed, 2, 0x80, 0x9f}, {0xee, 0xef, 2, 0x80, 0xbf}, {0xf0, 0xf0, 3, 0x90, 0xbf},
+        {0xf1, 0xf3, 3, 0x80, 0xbf}, {0xf4, 0xf4, 3, 0x80, 0x8f},
+    };
+    for (size_t i = 0; i < sizeof lead / sizeof lead[0]; i++) {
+        if (c >= lead[i].first && c <= lead[i].last) {
+            s->u8_need = lead[i].need, s->u8_lo = lead[i].lo, s->u8_hi = lead[i].hi;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Plain characters of a string from p, UTF-8 checked (a character may span chunks): where
+ * they end (a quote, a backslash, a control character or a byte that is not UTF-8 there). */
+static const char *string_text(gemm_json_stream *s, const char *p, const char *end)
+{
+    for (; p < end; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (s->u8_need) {
+            if (c < s->u8_lo || c > s->u8_hi) break;
+            s->u8_need--, s->u8_lo = 0x80, s->u8_hi = 0xbf;
+        } else if (c == '"' || c == '\\' || c < 0x20 || (c >= 0x80 && utf8_lead(s, c) != 0)) {
+            break;
+        }
+    }
+    return p;
+}
+
 /* Inside a string. Returns where reading goes on. */
 static const char *string_run(gemm_json_stream *s, const char *p, const char *end)
 {
     while (p < end) {
         if (s->esc == 0) {
-            const char *q = p;
-            while (q < end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) q++;
+            const char *q = string_text(s, p, end);
             capture(s, p, (size_t)(q - p));
             p = q;
             if (p == end) return p;
+            if (s->u8_need || (unsigned char)*p >= 0x80) {
+                syntax_at(s, off_of(s, p), "a string that is not UTF-8 (RFC 8259 section 8.1)");
+                return end;
+            }
             if (*p == '"') {
                 p++;
                 if (s->str_key) {
@@ -337,6 +375,7 @@ static void string_start(gemm_json_stream *s, int key)
     s->str_len = 0;
     s->str[0] = '\0';
     s->esc = 0;
+    s->u8_need = 0;
     s->state = S_STRING;
 }
 

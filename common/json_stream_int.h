@@ -99,6 +99,8 @@ struct gemm_json_stream {
     char str[STR_MAX + 1];
     int esc;                 /* 0; 1 after '\'; 2..5 \u digits; 6 '\' and 7 'u' of a low surrogate; 8..11 its digits */
     uint32_t ucode, uhigh;
+    unsigned char u8_need, u8_lo, u8_hi; /* bytes still to come of a UTF-8 character, and the
+                                            range the next one must fall in */
     const char *lit;
     int lit_pos;
     enum vtype lit_type;

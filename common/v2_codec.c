@@ -389,7 +389,11 @@ static int scan_string(v2_scan *sc, char *key, size_t cap)
     while (p < sc->len && sc->s[p] != '"') {
         unsigned cp = (unsigned char)sc->s[p];
         size_t adv = 1;
-        if (cp == '\\') {
+        if (cp >= 0x80) { /* UTF-8 only (RFC 8259 section 8.1): cJSON does not look */
+            unsigned char u[5] = {0};
+            memcpy(u, sc->s + p, sc->len - p < 4 ? sc->len - p : 4);
+            if ((adv = gemm_utf8_seq(u)) == 0) break;
+        } else if (cp == '\\') {
             if (p + 1 >= sc->len) break;
             char e = sc->s[p + 1];
             adv = 2;
@@ -417,7 +421,7 @@ static int scan_string(v2_scan *sc, char *key, size_t cap)
         }
         p += adv;
     }
-    if (p >= sc->len) {
+    if (p >= sc->len || sc->s[p] != '"') {
         sc->p = p;
         return bad(sc);
     }

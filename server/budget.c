@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "log.h"
+
 #define MIB (1024ull * 1024ull)
 #define DRAIN_SLOTS 16
 #define DRAIN_WINDOW_S 10
@@ -47,6 +49,11 @@ struct gemmd_budget {
     _Atomic uint64_t used, peak, refused;
     _Atomic uint64_t by_kind[GEMMD_MEM_NKINDS];
     drain_slot drain[DRAIN_SLOTS];
+
+    _Atomic uint64_t given; /* bytes given back since start */
+    /* gemmd_budget_tick's, on its one thread: */
+    uint64_t tick_used, given_at_trim;
+    int64_t quiet_since, trimmed_at;
 
     uint64_t (*reclaim)(void *); /* lets the cache go (gemmd_budget_set_reclaim) */
     void *reclaim_ctx;
@@ -147,9 +154,22 @@ void gemmd_budget_tune_malloc(void)
     mallopt(M_TRIM_THRESHOLD, 4 << 20);
 }
 
-void gemmd_budget_trim(void)
+int gemmd_budget_tick(gemmd_budget *b, int64_t now_ms)
 {
+    if (!b) return 0;
+    uint64_t used = atomic_load(&b->used), given = atomic_load_explicit(&b->given, memory_order_relaxed);
+    if (used > b->tick_used || !b->quiet_since) b->quiet_since = now_ms;
+    b->tick_used = used;
+    if (given - b->given_at_trim < GEMMD_TRIM_MIN || now_ms - b->quiet_since < GEMMD_TRIM_QUIET_MS ||
+        (b->trimmed_at && now_ms - b->trimmed_at < GEMMD_TRIM_EVERY_MS))
+        return 0;
+    double t0 = gemm_now_ms();
     malloc_trim(0);
+    LOG_DEBUG("memory: free heap pages given back to the system (%.0f MiB given back since the last time, "
+              "%.1f ms)", (double)(given - b->given_at_trim) / MIB, gemm_now_ms() - t0);
+    b->given_at_trim = given;
+    b->trimmed_at = now_ms;
+    return 1;
 }
 
 /* ---- counters ----------------------------------------------------------------------- */
@@ -240,6 +260,7 @@ void gemmd_budget_release(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes)
     if (!b || bytes == 0) return;
     atomic_fetch_sub_explicit(&b->by_kind[k], bytes, memory_order_relaxed);
     atomic_fetch_sub(&b->used, bytes);
+    atomic_fetch_add_explicit(&b->given, bytes, memory_order_relaxed);
     note_drain(b, bytes);
     if (b->released) b->released(b->released_ctx);
 }

@@ -65,9 +65,16 @@ uint64_t gemmd_budget_limit(uint64_t configured);
  * threshold), so that what the budget gives back the process gives back too. Call once at
  * start; process-wide. */
 void gemmd_budget_tune_malloc(void);
-/* Gives free heap memory back to the system (after a burst of small blocks, e.g. a JSON
- * tree, was freed). */
-void gemmd_budget_trim(void);
+/* Called often (every 50 ms) from one thread off the hot path (the connection watchdog):
+ * once GEMMD_TRIM_MIN bytes have been given back since the last time and the charges have
+ * not grown for GEMMD_TRIM_QUIET_MS, the heaps' free pages go back to the system
+ * (malloc_trim), at most every GEMMD_TRIM_EVERY_MS. Smaller blocks (a JSON operand's first
+ * ones, parse trees) live in the heaps of the threads that took them, and freeing them
+ * leaves the pages resident until then. Returns 1 when it trimmed. */
+int gemmd_budget_tick(gemmd_budget *b, int64_t now_ms);
+#define GEMMD_TRIM_MIN (16ull << 20)
+#define GEMMD_TRIM_QUIET_MS 1000
+#define GEMMD_TRIM_EVERY_MS 5000
 
 /* Called when a charge of a kind other than GEMMD_MEM_CACHE would not fit while the cache
  * holds bytes: fn lets the cache go (releasing its GEMMD_MEM_CACHE charge) and the charge

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config_keys.h"
@@ -271,6 +272,13 @@ int gemmd_config_set(gemmd_config *c, const char *key, const char *value, char *
     }
     if (!value) value = "";
     void *field = (char *)c + k->offset;
+    for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f) {
+            snprintf(msg, msglen, "%s: the value holds a control character (byte 0x%02x at %zu); accepted: %s",
+                     k->name, *p, (size_t)(p - (const unsigned char *)value), kind_accepts(k, acc, sizeof acc));
+            return -1;
+        }
+    }
 
     switch (k->kind) {
     case K_INT:
@@ -408,13 +416,19 @@ int gemmd_config_load_file(gemmd_config *c, const char *path, char *msg, size_t 
         snprintf(msg, msglen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
-    char line[2048];
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
     int lineno = 0, rc = 0;
-    while (fgets(line, sizeof line, f)) {
+    while ((got = getline(&line, &cap, f)) >= 0) {
         lineno++;
-        size_t n = strlen(line);
-        if (n == sizeof line - 1 && line[n - 1] != '\n' && !feof(f)) {
-            snprintf(msg, msglen, "%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 2);
+        if (got > 2046) {
+            snprintf(msg, msglen, "%s:%d: line longer than 2046 bytes", path, lineno);
+            rc = -1;
+            break;
+        }
+        if (memchr(line, '\0', (size_t)got)) { /* it would end the value there, silently */
+            snprintf(msg, msglen, "%s:%d: the line holds a NUL byte", path, lineno);
             rc = -1;
             break;
         }
@@ -451,6 +465,7 @@ int gemmd_config_load_file(gemmd_config *c, const char *path, char *msg, size_t 
         snprintf(msg, msglen, "%s: read error", path);
         rc = -1;
     }
+    free(line);
     fclose(f);
     if (rc == 0) snprintf(c->config_path, sizeof c->config_path, "%s", path);
     return rc;
@@ -563,8 +578,13 @@ int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen)
     const char *files[3] = {c->tokens_file, c->tls_cert, c->tls_key};
     const char *names[3] = {"tokens_file", "tls_cert", "tls_key"};
     for (int i = 0; i < 3; i++) {
-        if (files[i][0] && access(files[i], R_OK) != 0) {
+        struct stat st;
+        if (files[i][0] && (access(files[i], R_OK) != 0 || stat(files[i], &st) != 0)) {
             snprintf(msg, msglen, "%s: cannot read '%s': %s", names[i], files[i], strerror(errno));
+            return -1;
+        }
+        if (files[i][0] && S_ISDIR(st.st_mode)) {
+            snprintf(msg, msglen, "%s: '%s' is a directory, not a file", names[i], files[i]);
             return -1;
         }
     }

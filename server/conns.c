@@ -9,10 +9,13 @@
  */
 #include "conns.h"
 
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,6 +31,9 @@
 
 #define WATCH_MS 50
 #define REFUSED_LINGER_US 1000000 /* a refused connection is closed after this at the latest */
+#define LINGER_MAX 128            /* sockets in a lingering close at once (more: closed at once) */
+#define LINGER_US 2000000         /* a lingering close lasts at most this long */
+#define LINGER_BYTES (64ull << 20) /* and reads at most this much */
 
 enum { ST_HEAD = 0, ST_BODY, ST_WAIT, ST_SEND };
 enum { REF_NONE = 0, REF_LIMIT, REF_IP };
@@ -43,6 +49,7 @@ struct gemmd_conn {
     _Atomic int64_t t_mark_us;  /* BODY: head complete; SEND: answer queued */
     _Atomic uint64_t bytes;     /* BODY: body bytes; SEND: answer bytes taken */
     _Atomic int requests;       /* requests that ended on this connection */
+    _Atomic int target;         /* the current request target's verdict (framing.h) */
     /* under the registry lock: */
     int refused, closing, counted;
     gemmd_conn *prev, *next;
@@ -53,20 +60,38 @@ typedef struct {
     int count;                  /* 0: empty slot */
 } ip_slot;
 
+typedef struct {
+    int fd;
+    int64_t t_us;
+    uint64_t bytes;
+} lingerer;
+
 struct gemmd_conns {
     gemmd_conns_config cfg;
     int64_t header_us, request_us, send_us;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    int wake;                   /* eventfd: wakes the watchdog (a lingering socket, stop) */
     pthread_t thread;
     int running, stop;
     gemmd_conn *head;
     int open, admitted, max_open;
     ip_slot *ips;
     size_t ip_cap;              /* power of two, > 2x the most connections MHD holds */
+    int lingering;              /* sockets handed over for a lingering close, not yet closed */
+    int nfresh;
+    lingerer fresh[LINGER_MAX]; /* handed over, not yet taken by the watchdog */
+    int nmine;
+    lingerer mine[LINGER_MAX];  /* the watchdog's own: touched by no other thread */
     _Atomic uint64_t accepted, refused_limit, refused_ip, evicted;
     _Atomic uint64_t closed_header, closed_body, closed_request, closed_send;
 };
+
+static void wake(gemmd_conns *c)
+{
+    uint64_t one = 1;
+    ssize_t n = write(c->wake, &one, sizeof one); /* a full counter is a pending wake-up too */
+    (void)n;
+}
 
 static int64_t now_us(void)
 {
@@ -75,11 +100,21 @@ static int64_t now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+static unsigned limit_of(const gemmd_conns_config *cfg)
+{
+    return cfg->connection_limit > 0 ? (unsigned)cfg->connection_limit : 1;
+}
+
 unsigned gemmd_conns_mhd_limit(const gemmd_conns_config *cfg)
 {
-    unsigned lim = cfg->connection_limit > 0 ? (unsigned)cfg->connection_limit : 1;
-    unsigned extra = lim / 2 < 64 ? 64 : lim / 2;
-    return lim + extra;
+    unsigned lim = limit_of(cfg);
+    return lim + (lim / 2 < 64 ? 64 : lim / 2);
+}
+
+unsigned gemmd_conns_pending_room(const gemmd_conns_config *cfg)
+{
+    unsigned lim = limit_of(cfg);
+    return lim + (gemmd_conns_mhd_limit(cfg) - lim) / 4; /* the rest: those being closed */
 }
 
 gemmd_conns *gemmd_conns_new(const gemmd_conns_config *cfg)
@@ -100,11 +135,13 @@ gemmd_conns *gemmd_conns_new(const gemmd_conns_config *cfg)
         return NULL;
     }
     pthread_mutex_init(&c->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    c->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (c->wake < 0) {
+        pthread_mutex_destroy(&c->mu);
+        free(c->ips);
+        free(c);
+        return NULL;
+    }
     return c;
 }
 
@@ -265,16 +302,34 @@ static gemmd_conn *victim(gemmd_conns *c, const unsigned char *key)
     return best && best_n >= mine ? best : NULL;
 }
 
-static void on_started(gemmd_conns *c, struct MHD_Connection *conn, void **ctx)
+/* Near MHD's own limit (more than gemmd_conns_pending_room open, not counting those being
+ * closed): the connection that has not sent a request yet to close for newcomer x, or NULL.
+ * A refused one first (the oldest), else the oldest of the address holding the most. Lock
+ * held. */
+static gemmd_conn *pending_victim(gemmd_conns *c, const gemmd_conn *x)
+{
+    gemmd_conn *best = NULL;
+    int live = 0, best_n = -1;
+    for (gemmd_conn *v = c->head; v; v = v->next) {
+        if (v->closing) continue;
+        live++;
+        if (v == x || atomic_load(&v->requests) != 0 || atomic_load(&v->state) != ST_HEAD) continue;
+        int n = v->refused ? INT32_MAX : ip_count(c, v->addr);
+        if (n > best_n || (n == best_n && v->t_open_us < best->t_open_us)) {
+            best = v;
+            best_n = n;
+        }
+    }
+    return live > (int)gemmd_conns_pending_room(&c->cfg) ? best : NULL;
+}
+
+gemmd_conn *gemmd_conns_open(gemmd_conns *c, int fd, const struct sockaddr *client)
 {
     gemmd_conn *x = calloc(1, sizeof *x);
-    *ctx = x;
-    if (!x) return; /* no record: no deadlines for this one, but it still works */
+    if (!x) return NULL; /* no record: no deadlines for this one, but it still works */
     x->owner = c;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    x->fd = ci ? ci->connect_fd : -1;
-    ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    addr_key(ci ? ci->client_addr : NULL, x->addr, x->addr_text, sizeof x->addr_text);
+    x->fd = fd;
+    addr_key(client, x->addr, x->addr_text, sizeof x->addr_text);
     x->t_open_us = now_us();
     atomic_store(&x->t_req_us, x->t_open_us);
     atomic_store(&x->state, ST_HEAD);
@@ -323,15 +378,54 @@ static void on_started(gemmd_conns *c, struct MHD_Connection *conn, void **ctx)
             shutdown(x->fd, SHUT_WR);
         }
     }
+    gemmd_conn *v = c->open > (int)gemmd_conns_pending_room(&c->cfg) ? pending_victim(c, x) : NULL;
+    if (v) {
+        if (c->cfg.plain_http && !v->refused) {
+            drain(v->fd);
+            write_canned(v->fd, 503, "Service Unavailable", "too_many_connections",
+                         "the server is full and this connection had not sent a request; retry", 1);
+        }
+        uncount(c, v);
+        shut(v, v->refused);
+        atomic_fetch_add(&c->evicted, 1);
+        LOG_DEBUG("connection from %s closed to make room: it had sent no request in %.1f s", v->addr_text,
+                  (double)(x->t_open_us - v->t_open_us) / 1e6);
+    }
     pthread_mutex_unlock(&c->mu);
+    return x;
 }
 
-static void on_closed(gemmd_conns *c, void **ctx)
+/* What the client does: 1 it has sent bytes not read yet (it may still be sending), 0 it
+ * waits, -1 it has closed its side (or the socket failed). */
+static int client_state(int fd)
 {
-    gemmd_conn *x = *ctx;
-    *ctx = NULL;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n > 0 ? 1 : n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+}
+
+/* MHD is about to close x's socket (lock held): keep it open for a lingering close
+ * (see conns.h), unless the watchdog closed it, the client has, or too many linger. A
+ * client that has sent nothing unread (it only waits for the end) takes no more than half
+ * the places: a close without unread data resets nothing, and the rest is kept for
+ * clients still sending, whose writes a close would break. */
+static void linger(gemmd_conns *c, const gemmd_conn *x)
+{
+    int st = x->closing || x->fd < 0 || c->stop ? -1 : client_state(x->fd);
+    if (st < 0 || c->lingering >= (st ? LINGER_MAX : LINGER_MAX / 2)) return;
+    int fd = fcntl(x->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return;
+    shutdown(fd, SHUT_WR); /* the answer, then the end of the stream */
+    c->fresh[c->nfresh++] = (lingerer){fd, now_us(), 0};
+    c->lingering++;
+    wake(c); /* the watchdog starts reading it now */
+}
+
+void gemmd_conns_close(gemmd_conns *c, gemmd_conn *x)
+{
     if (!x) return;
     pthread_mutex_lock(&c->mu);
+    linger(c, x);
     uncount(c, x);
     if (x->prev) x->prev->next = x->next;
     else c->head = x->next;
@@ -345,8 +439,14 @@ void gemmd_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_co
                         enum MHD_ConnectionNotificationCode code)
 {
     gemmd_conns *c = cls;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) on_started(c, conn, socket_context);
-    else if (code == MHD_CONNECTION_NOTIFY_CLOSED) on_closed(c, socket_context);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ad = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        *socket_context = gemmd_conns_open(c, fd ? fd->connect_fd : -1, ad ? ad->client_addr : NULL);
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        gemmd_conns_close(c, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 gemmd_conn *gemmd_conn_of(struct MHD_Connection *conn)
@@ -410,6 +510,16 @@ void gemmd_conn_request_done(gemmd_conn *x)
     atomic_fetch_add(&x->requests, 1);
     atomic_store(&x->t_req_us, now_us());
     atomic_store(&x->state, ST_HEAD);
+}
+
+void gemmd_conn_set_target(gemmd_conn *x, int verdict)
+{
+    if (x) atomic_store(&x->target, verdict);
+}
+
+int gemmd_conn_take_target(gemmd_conn *x)
+{
+    return x ? atomic_exchange(&x->target, 0) : 0;
 }
 
 const char *gemmd_conn_refusal(gemmd_conn *x, const char **message)
@@ -502,25 +612,76 @@ static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
     }
 }
 
+/* Reads and drops what lingering sockets received; closes those that are done (the client
+ * closed, LINGER_US, LINGER_BYTES). Returns how many were closed. The watchdog's own list:
+ * no lock. */
+static int linger_step(gemmd_conns *c, int64_t now)
+{
+    char junk[65536];
+    int closed = 0;
+    for (int i = 0; i < c->nmine;) {
+        lingerer *l = &c->mine[i];
+        int done = 0;
+        for (uint64_t got = 0; !done && got < (4u << 20);) { /* at most 4 MiB a socket a round */
+            ssize_t n = recv(l->fd, junk, sizeof junk, MSG_DONTWAIT);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+            if (n <= 0) done = 1;
+            else got += (uint64_t)n, l->bytes += (uint64_t)n;
+        }
+        if (done || now - l->t_us > LINGER_US || l->bytes > LINGER_BYTES) {
+            close(l->fd);
+            *l = c->mine[--c->nmine];
+            closed++;
+        } else {
+            i++;
+        }
+    }
+    return closed;
+}
+
+/* Waits until `until`: reads the lingering sockets as data comes, and takes the ones
+ * handed over as they come (linger() wakes it). Returns 1 when the watchdog must stop. */
+static int wait_until(gemmd_conns *c, int64_t until)
+{
+    for (int closed = 0;;) {
+        pthread_mutex_lock(&c->mu);
+        c->lingering -= closed;
+        while (c->nfresh > 0) c->mine[c->nmine++] = c->fresh[--c->nfresh];
+        int stop = c->stop;
+        pthread_mutex_unlock(&c->mu);
+        int64_t now = now_us();
+        if (stop || now >= until) return stop;
+        struct pollfd pf[LINGER_MAX + 1];
+        pf[0] = (struct pollfd){c->wake, POLLIN, 0};
+        for (int i = 0; i < c->nmine; i++) pf[i + 1] = (struct pollfd){c->mine[i].fd, POLLIN, 0};
+        closed = 0;
+        if (poll(pf, (nfds_t)c->nmine + 1, (int)((until - now + 999) / 1000)) <= 0) continue;
+        uint64_t n;
+        if (pf[0].revents && read(c->wake, &n, sizeof n) < 0) n = 0; /* only a wake-up */
+        closed = linger_step(c, now_us());
+    }
+}
+
 static void *watchdog(void *arg)
 {
     prctl(PR_SET_NAME, "gemmd-watchdog", 0, 0, 0); /* shows in top -H, ps -L, /proc */
     gemmd_conns *c = arg;
-    pthread_mutex_lock(&c->mu);
-    while (!c->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += WATCH_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
-        if (c->stop) break;
+    for (int64_t next = now_us() + WATCH_MS * 1000;; next += WATCH_MS * 1000) {
+        if (wait_until(c, next)) break;
+        pthread_mutex_lock(&c->mu);
         int64_t now = now_us();
-        for (gemmd_conn *x = c->head; x; x = x->next) check_locked(c, x, now);
+        if (!c->stop)
+            for (gemmd_conn *x = c->head; x; x = x->next) check_locked(c, x, now);
+        int stop = c->stop;
+        pthread_mutex_unlock(&c->mu);
+        if (stop) break;
+        int closed = linger_step(c, now); /* the time and byte limits */
+        if (c->cfg.tick) c->cfg.tick(c->cfg.tick_ctx);
+        pthread_mutex_lock(&c->mu);
+        c->lingering -= closed;
+        pthread_mutex_unlock(&c->mu);
+        if (next < now - WATCH_MS * 1000) next = now; /* late (a long tick): no rounds to catch up */
     }
-    pthread_mutex_unlock(&c->mu);
     return NULL;
 }
 
@@ -536,8 +697,8 @@ void gemmd_conns_stop(gemmd_conns *c)
     if (!c || !c->running) return;
     pthread_mutex_lock(&c->mu);
     c->stop = 1;
-    pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    wake(c);
     pthread_join(c->thread, NULL);
     c->running = 0;
 }
@@ -547,13 +708,15 @@ void gemmd_conns_free(gemmd_conns *c)
     if (!c) return;
     gemmd_conns_stop(c);
     /* MHD_stop_daemon closed every connection (CLOSED for each); free any left. */
+    for (int i = 0; i < c->nmine; i++) close(c->mine[i].fd);
+    for (int i = 0; i < c->nfresh; i++) close(c->fresh[i].fd);
     gemmd_conn *x = c->head;
     while (x) {
         gemmd_conn *n = x->next;
         free(x);
         x = n;
     }
-    pthread_cond_destroy(&c->cv);
+    close(c->wake);
     pthread_mutex_destroy(&c->mu);
     free(c->ips);
     free(c);

@@ -31,6 +31,20 @@
  * connections (if that address holds more than the newcomer's): idle floods and slow
  * heads cannot lock others out. Over per_ip_limit a connection is refused.
  *
+ * Connections that have not sent a request yet (a TLS handshake in progress, a refused
+ * connection waiting to be answered) may fill only a quarter of that room: past it, a newcomer
+ * closes the oldest of them, a refused one first, else one of the address holding the most.
+ * libmicrohttpd stops accepting when its own limit is reached (new connections then wait
+ * in the kernel's backlog, /healthz too), and a flood of handshakes that never finish must
+ * not get it there.
+ *
+ * Lingering close: when MHD closes a connection whose client has not closed its side (an
+ * answer given before a body was read, Connection: close), the socket is kept open a moment
+ * (at most 2 s and 64 MiB; LINGER_MAX sockets at once, half of them for clients that have
+ * sent nothing unread) and what the client still sends is read and dropped, the watchdog
+ * polling them: a close with unread data would reset the connection, and a client still
+ * sending its body would lose the answer. The watchdog also calls cfg.tick every WATCH_MS.
+ *
  * Thread-safe: one mutex for the registry; the per-request hooks are lock-free.
  */
 #ifndef GEMMD_CONNS_H
@@ -53,10 +67,16 @@ typedef struct {
                                   answer written on the socket (not over TLS) */
     uint64_t mhd_buffer;       /* bytes of libmicrohttpd's buffer per connection: what it may
                                   hold of an answer beyond what reached the socket */
+    void (*tick)(void *ctx);   /* called by the watchdog every WATCH_MS, no lock held (or NULL) */
+    void *tick_ctx;
 } gemmd_conns_config;
 
 /* MHD's connection limit for cfg: connection_limit plus room to answer the refused. */
 unsigned gemmd_conns_mhd_limit(const gemmd_conns_config *cfg);
+/* Connections open at most before a newcomer closes one that has not sent a request:
+ * connection_limit plus a quarter of MHD's room over it (the rest is for those being
+ * closed, which MHD counts until its thread has cleaned them up). */
+unsigned gemmd_conns_pending_room(const gemmd_conns_config *cfg);
 
 gemmd_conns *gemmd_conns_new(const gemmd_conns_config *cfg);
 /* Starts the watchdog thread: 0 or -1. */
@@ -65,6 +85,13 @@ int gemmd_conns_start(gemmd_conns *c);
 void gemmd_conns_stop(gemmd_conns *c);
 /* After MHD_stop_daemon (every connection is closed by then). */
 void gemmd_conns_free(gemmd_conns *c);
+
+/* A connection MHD accepted (its socket, the client's address): registered, counted against
+ * the limits (refused, or making room, as above). NULL when out of memory (then it has no
+ * deadlines, but works). gemmd_conns_close: MHD is about to close it (a lingering close may
+ * keep its socket a moment); x is freed. gemmd_conns_notify calls both. */
+gemmd_conn *gemmd_conns_open(gemmd_conns *c, int fd, const struct sockaddr *client);
+void gemmd_conns_close(gemmd_conns *c, gemmd_conn *x);
 
 /* The MHD_OPTION_NOTIFY_CONNECTION callback (cls: the gemmd_conns). */
 void gemmd_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
@@ -88,6 +115,11 @@ int gemmd_conn_needs_progress(const gemmd_conn *c, uint64_t bytes);
 int gemmd_answer_needs_progress(const gemmd_conns_config *cfg, uint64_t bytes);
 void gemmd_conn_request_done(gemmd_conn *c);         /* the request ended (keep-alive: the
                                                         next head is waited for) */
+
+/* The verdict on the request target (framing.h's GEMMD_TARGET_*), noted before the request's
+ * first call and taken (cleared) by it. */
+void gemmd_conn_set_target(gemmd_conn *c, int verdict);
+int gemmd_conn_take_target(gemmd_conn *c);
 
 /* Over a limit: NULL when admitted, else the error code to answer 503 with
  * ("too_many_connections" or "too_many_connections_from_address") and *message. */

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "framing.h"
 #include "instance.h"
 #include "log.h"
 #include "offload.h"
@@ -255,60 +256,6 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
     return admit(req);
 }
 
-/* ---- message framing -------------------------------------------------------------- */
-
-struct header_count {
-    const char *name;
-    int n;
-};
-
-static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
-{
-    (void)kind;
-    (void)value;
-    struct header_count *c = cls;
-    if (key && strcasecmp(key, c->name) == 0) c->n++;
-    return MHD_YES;
-}
-
-static int header_count(gemmd_request *req, const char *name)
-{
-    struct header_count c = {name, 0};
-    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, count_header, &c);
-    return c.n;
-}
-
-/* Checks how the body is framed before anything else (0, or -1 with req->err set).
- * libmicrohttpd takes the first of several Content-Length headers and reads a body with
- * an unknown Transfer-Encoding until the client closes: both could make this server and
- * a proxy in front of it disagree on where a request ends, so both are refused. */
-static int check_framing(gemmd_request *req)
-{
-    int ncl = header_count(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (ncl > 1)
-        return gemm_err_set(&req->err, 400, "bad_length",
-                            "the request has %d Content-Length headers; send exactly one", ncl);
-    int nte = header_count(req, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    if (nte == 0) return 0;
-    const char *te = gemmd_request_header(req, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    if (nte > 1 || !te || strcasecmp(te, "chunked") != 0)
-        return gemm_err_set(&req->err, 501, "unsupported_transfer_encoding",
-                            "Transfer-Encoding \"%.60s\"%s is not supported; send the body with a "
-                            "Content-Length, or with Transfer-Encoding: chunked alone",
-                            te ? te : "", nte > 1 ? " (in several headers)" : "");
-    if (ncl)
-        return gemm_err_set(&req->err, 400, "bad_length",
-                            "the request has both Transfer-Encoding and Content-Length; send one of them");
-    return 0;
-}
-
-static int has_body(gemmd_request *req)
-{
-    const char *cl = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    const char *te = gemmd_request_header(req, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    return (cl && strcmp(cl, "0") != 0) || te;
-}
-
 static enum MHD_Result body_complete(gemmd_request *req)
 {
     if (req->failed) {
@@ -353,7 +300,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
-    (void)version;
     gemmd_server *srv = cls;
     gemmd_request *req = *con_cls;
     char lp[176];
@@ -371,16 +317,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const char *why = gemmd_conn_refusal(req->cx, &why_msg);
         if (why) return refuse_connection(req, why, why_msg);
         LOG_DEBUG("request start method=%s path=%s", req->method, log_path(req, lp, sizeof lp));
-        /* Framing errors are answered now, and MHD then closes the connection: the rest of
-         * the bytes cannot be trusted to be this request's body. */
-        if (check_framing(req) != 0) {
+        /* Framing errors are answered now, and the connection is closed: the rest of the
+         * bytes cannot be trusted to be this request's body (framing.h). */
+        if (gemmd_framing_check(req, method, version) != 0) {
             LOG_DEBUG("request refused: %d %s", req->err.status, req->err.code);
             return gemmd_respond_error(req, &req->err);
         }
         /* A request with a body is judged now, so that errors go out before the body is
          * read (MHD then closes the connection). One without a body is answered at the
          * end of the request, which keeps the connection alive. */
-        if (has_body(req)) return start_request(req, url ? url : "", method ? method : "");
+        if (gemmd_framing_has_body(req)) return start_request(req, url ? url : "", method ? method : "");
         req->phase = REQ_DEFER;
         return MHD_YES;
     }
@@ -458,6 +404,8 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
 static uint64_t reclaim_kept(void *engine) { return gemm_engine_trim_kept(engine); }
 static void admit_kick(void *admit) { gemmd_admit_kick(admit); }
 
+static void budget_tick(void *budget) { gemmd_budget_tick(budget, (int64_t)gemm_now_ms()); }
+
 /* The memory budget, the charging allocators and the connection limits and deadlines. */
 static int start_limits(gemmd_server *s, gemm_err *err)
 {
@@ -496,6 +444,8 @@ static int start_limits(gemmd_server *s, gemm_err *err)
         .min_rate = (double)cfg->min_rate_kb * 1024.0,
         .plain_http = !(cfg->tls_cert[0] && cfg->tls_key[0]),
         .mhd_buffer = (uint64_t)(cfg->connection_memory_kb > 0 ? cfg->connection_memory_kb : 64) * 1024,
+        .tick = budget_tick, /* memory given back goes back to the system (budget.h) */
+        .tick_ctx = s->svc.budget,
     };
     s->svc.conns = gemmd_conns_new(&x->conns_cfg);
     if (!s->svc.conns) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate the connection table");
@@ -581,6 +531,59 @@ static int parse_listen(const char *listen, int port, struct sockaddr_storage *s
     return -1;
 }
 
+/* Binds and listens as libmicrohttpd would (SO_REUSEADDR; IPv6 only for an IPv6 address),
+ * so that a failure says what it is: the socket, or -1 with err set (bad_config). */
+static int listen_on(const struct sockaddr_storage *ss, socklen_t len, const char *host, int port, gemm_err *err)
+{
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd >= 0) {
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (ss->ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+        if (bind(fd, (const struct sockaddr *)ss, len) == 0 && listen(fd, SOMAXCONN) == 0) return fd;
+    }
+    int e = errno;
+    if (fd >= 0) close(fd);
+    gemm_err_set(err, 400, "bad_config", "cannot listen on %s port %d: %s", host, port,
+                 e == EADDRINUSE      ? "another process is listening there (ss -ltnp shows which)"
+                 : e == EADDRNOTAVAIL ? "that is not an address of this host"
+                 : e == EACCES        ? "a port below 1024 needs privileges (CAP_NET_BIND_SERVICE)"
+                                      : strerror(e));
+    return -1;
+}
+
+static enum MHD_Result refuse_all(void *cls, struct MHD_Connection *c, const char *u, const char *m, const char *v,
+                                  const char *d, size_t *n, void **p)
+{
+    (void)cls, (void)c, (void)u, (void)m, (void)v, (void)d, (void)n, (void)p;
+    return MHD_NO;
+}
+
+/* Whether libmicrohttpd (GnuTLS) takes this certificate, key and priority string: a daemon
+ * without a socket or a thread is started and stopped (its complaints go to the log). */
+static int tls_taken(const char *cert, const char *key, const char *priorities)
+{
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_TLS | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG, 0, NULL, NULL, refuse_all, NULL,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_HTTPS_MEM_CERT, cert, MHD_OPTION_HTTPS_MEM_KEY, key,
+        MHD_OPTION_HTTPS_PRIORITIES, priorities, MHD_OPTION_END);
+    if (d) MHD_stop_daemon(d);
+    return d != NULL;
+}
+
+/* The TLS files and tls_priorities, checked before anything listens: 0, or -1 with err set. */
+static int check_tls(const gemmd_config *cfg, const char *cert, const char *key, gemm_err *err)
+{
+    if (!tls_taken(cert, key, "NORMAL"))
+        return gemm_err_set(err, 400, "bad_config",
+                            "tls_cert %s and tls_key %s are not a PEM certificate and its private key "
+                            "(see the log above)", cfg->tls_cert, cfg->tls_key);
+    if (!tls_taken(cert, key, cfg->tls_priorities))
+        return gemm_err_set(err, 400, "bad_config",
+                            "tls_priorities \"%.200s\" is not a priority string GnuTLS accepts "
+                            "(see the log above)", cfg->tls_priorities);
+    return 0;
+}
+
 gemmd_server *gemmd_http_start(const gemmd_config *cfg, gemm_engine *engine, gemm_err *err)
 {
     return gemmd_http_start_fd(cfg, engine, -1, err);
@@ -635,7 +638,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     if (tls) {
         x->tls_cert = read_file(cfg->tls_cert, err);
         x->tls_key = x->tls_cert ? read_file(cfg->tls_key, err) : NULL;
-        if (!x->tls_key) goto fail;
+        if (!x->tls_key || check_tls(cfg, x->tls_cert, x->tls_key, err) != 0) goto fail;
         flags |= MHD_USE_TLS;
     }
     unsigned threads = (unsigned)gemmd_config_http_threads(cfg);
@@ -649,8 +652,9 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     }
     unsigned mhd_limit = gemmd_conns_mhd_limit(&x->conns_cfg);
     /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
-    struct MHD_OptionItem where[2] = {{MHD_OPTION_SOCK_ADDR, 0, &ss}, {MHD_OPTION_END, 0, NULL}};
-    if (listen_fd >= 0) where[0] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, listen_fd, NULL};
+    if (listen_fd < 0 && (listen_fd = listen_on(&ss, sslen, host, cfg->port, err)) < 0) goto fail;
+    struct MHD_OptionItem strict[2];
+    gemmd_framing_options(strict);
     /* HTTPS: certificate, key, and the protocol versions and ciphers offered. */
     struct MHD_OptionItem tls_opts[4] = {{MHD_OPTION_END, 0, NULL}};
     if (tls) {
@@ -661,7 +665,10 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     }
     s->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
-        MHD_OPTION_ARRAY, where, MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+        MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_THREAD_POOL_SIZE, threads,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+        /* framing.h: the request target is judged before its query is split */
+        MHD_OPTION_URI_LOG_CALLBACK, gemmd_framing_on_target, NULL, MHD_OPTION_ARRAY, strict,
         /* room over connection_limit: gemmd answers the connections over its limits itself */
         MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
         MHD_OPTION_NOTIFY_CONNECTION, gemmd_conns_notify, s->svc.conns,
@@ -675,9 +682,8 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         MHD_OPTION_CONNECTION_MEMORY_INCREMENT, gemmd_read_increment((size_t)x->conns_cfg.mhd_buffer),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!s->daemon) {
-        gemm_err_set(err, 500, "listen_failed",
-                     "cannot listen on %s port %d (address in use, not local%s; see the log above)", cfg->listen,
-                     cfg->port, tls ? ", TLS files invalid, or tls_priorities not a GnuTLS priority string" : "");
+        gemm_err_set(err, 500, "internal_error", "libmicrohttpd did not start on %s port %d (see the log above)",
+                     cfg->listen, cfg->port);
         goto fail;
     }
     listen_fd = -1; /* the daemon owns it now */
@@ -686,17 +692,8 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         MHD_stop_daemon(s->daemon);
         goto fail;
     }
-    int port = cfg->port;
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    if (di && di->port) port = di->port;
-    di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_LISTEN_FD);
-    struct sockaddr_storage bound;
-    socklen_t blen = sizeof bound;
-    if (di && getsockname(di->listen_fd, (struct sockaddr *)&bound, &blen) == 0) {
-        if (bound.ss_family == AF_INET) port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
-        if (bound.ss_family == AF_INET6) port = ntohs(((struct sockaddr_in6 *)&bound)->sin6_port);
-    }
-    snprintf(s->url, sizeof s->url, "%s://%s:%d", tls ? "https" : "http", host, port);
+    /* the port is cfg->port: bound here, or checked on the socket handed over (restart.c) */
+    snprintf(s->url, sizeof s->url, "%s://%s:%d", tls ? "https" : "http", host, cfg->port);
     return s;
 
 fail:

@@ -107,6 +107,13 @@ static void engine_log(void *user, gemm_log_level level, const char *msg)
     gemmd_log(level <= GEMM_LOG_DEBUG ? (gemmd_log_level)level : GEMMD_LOG_ERROR, "%s", msg);
 }
 
+/* A start that failed on the configuration (a value, a file it names, the address) exits
+ * 2, as a bad value in it does; any other failure 1. */
+static int exit_code(const gemm_err *err)
+{
+    return strcmp(err->code, "bad_config") == 0 ? 2 : 1;
+}
+
 static void describe_devices(gemm_engine *engine, char *out, size_t cap)
 {
     gemm_engine_info info;
@@ -173,7 +180,7 @@ int main(int argc, char **argv)
         gemmd_engine_err(&eerr, &err);
         LOG_ERROR("engine did not start: %s (%s)", err.message, err.code);
         if (listen_fd >= 0) close(listen_fd);
-        return 1;
+        return exit_code(&err);
     }
     gemmd_config_warn_idle(&cfg, engine);
     gemmd_fleet_start(gemm_now_ms());
@@ -181,7 +188,7 @@ int main(int argc, char **argv)
     if (!srv) {
         LOG_ERROR("http did not start: %s (%s)", err.message, err.code);
         gemm_engine_close(engine);
-        return 1;
+        return exit_code(&err);
     }
     gemm_engine_info info;
     gemm_engine_describe(engine, &info);

@@ -22,6 +22,8 @@ import os
 import random
 import selectors
 import socket
+import ssl
+import subprocess
 import threading
 import time
 
@@ -81,6 +83,7 @@ def percentile(xs, p):
 def connect(port, src, timeout=5.0):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as curl: no write waits for an ACK
     s.settimeout(timeout)
     s.bind((src, 0))
     s.connect(("127.0.0.1", port))
@@ -151,14 +154,17 @@ def read_response(s, deadline):
     return status, hdrs, body
 
 
-def request(port, src, method, path, body=b"", ctype=None, accept=None, timeout=10.0, sock=None):
+def request(port, src, method, path, body=b"", ctype=None, accept=None, timeout=10.0, sock=None, tls=None):
     """One request; returns (status, headers, body, sock) with sock kept open for reuse
-    when the answer allows keep-alive (None otherwise). status 0: no answer."""
+    when the answer allows keep-alive (None otherwise). status 0: no answer. tls: an
+    ssl.SSLContext for HTTPS (tls_client())."""
     deadline = time.monotonic() + timeout
     own = sock is None
     try:
         if own:
             sock = connect(port, src, timeout)
+            if tls:
+                sock = tls.wrap_socket(sock)
         head = "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n" % (method, path, len(body))
         if ctype:
             head += "Content-Type: %s\r\n" % ctype
@@ -170,7 +176,7 @@ def request(port, src, method, path, body=b"", ctype=None, accept=None, timeout=
         except (OSError, ConnectionError):
             pass  # the daemon may have answered early (a refusal) and closed: read it
         st, h, b = read_response(sock, deadline)
-    except (OSError, ConnectionError):
+    except (OSError, ConnectionError, ValueError):
         st, h, b = 0, {}, b""
     if st == 0 or h.get("connection", "").lower() == "close":
         try:
@@ -309,15 +315,16 @@ class GoodClient(Worker):
         return out
 
 
-def _probe_main(port, src, every, timeout, path_out, stop_fd):
+def _probe_main(port, src, every, timeout, path_out, stop_fd, tls, paths):
     """The probe process: one line per probe, "path status seconds"."""
     import select
+    ctx = tls_client() if tls else None
     with open(path_out, "a", buffering=1) as out:
         i = 0
         while True:
-            path = "/healthz" if i % 2 == 0 else "/readyz"
+            path = paths[i % len(paths)]
             t0 = time.monotonic()
-            st, _h, b, sock = request(port, src, "GET", path, timeout=timeout)
+            st, _h, b, sock = request(port, src, "GET", path, timeout=timeout, tls=ctx)
             dt = time.monotonic() - t0
             if sock:
                 sock.close()
@@ -332,9 +339,10 @@ class Probe:
     """/healthz and /readyz every `every` seconds, each on a fresh connection (the worst
     case: it must be accepted while the floods hold connections), from a process of its
     own so that the test's other threads cannot delay it. Latency = connect to the last
-    byte of the answer. A probe that got no answer counts as `timeout` seconds."""
+    byte of the answer (over TLS with tls=True: the handshake included). A probe that got
+    no answer counts as `timeout` seconds."""
 
-    def __init__(self, port, src, every=0.05, timeout=5.0):
+    def __init__(self, port, src, every=0.05, timeout=5.0, tls=False, paths=("/healthz", "/readyz")):
         import multiprocessing
         import tempfile
         self.port, self.src, self.every, self.timeout = port, src, every, timeout
@@ -343,8 +351,8 @@ class Probe:
         self.offset = 0
         self.rfd, self.wfd = os.pipe()
         ctx = multiprocessing.get_context("fork")
-        self.proc = ctx.Process(target=_probe_main, args=(port, src, every, timeout, self.path, self.rfd),
-                                daemon=True)
+        self.proc = ctx.Process(target=_probe_main, args=(port, src, every, timeout, self.path, self.rfd, tls,
+                                                          tuple(paths)), daemon=True)
         self.lat = []
         self.bad = []
         self.bad_all = []
@@ -684,3 +692,99 @@ class NonReader(Worker):
         self.survivor_ages = [now - t for _s, t in live]  # still held when the attack stopped
         for s, _t in live:
             s.close()
+
+
+def chunked_json_prefix(kb):
+    """The first `kb` KiB of a JSON product's body, in chunks (a never-ending A)."""
+    row = b"[" + b",".join(b"0.%03d" % (i % 1000) for i in range(256)) + b"]"
+    body = b'{"a":[' + b",".join([row] * max(1, kb * 1024 // (len(row) + 1)))
+    out, step = b"", 16384
+    for i in range(0, len(body), step):
+        piece = body[i:i + step]
+        out += b"%x\r\n" % len(piece) + piece + b"\r\n"
+    return out
+
+
+class ChunkedStall(Worker):
+    """`count` connections that each post a JSON product with Transfer-Encoding: chunked,
+    send `kb` KiB of it (spread over about `spread` seconds, all connections in turn, so
+    that the daemon decodes it as it comes rather than in one burst) and then nothing: what
+    the daemon decoded of each stays held until the connection goes. One the daemon drops
+    is opened again. At stop all of them close, which is when the daemon gives everything
+    back."""
+
+    def __init__(self, port, sources, count=100, kb=1024, spread=3.0):
+        super().__init__("chunked-stall")
+        self.port, self.sources, self.count, self.spread = port, list(sources), count, spread
+        self.first = (b"POST /v1/matmul HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n") + chunked_json_prefix(kb)
+        self.sent = self.dropped = 0
+        self.held_peak = 0
+
+    def body(self):
+        live = {}  # socket -> bytes of self.first sent
+        i = 0
+        step = 65536
+        pause = self.spread / max(1, len(self.first) // step)
+        while not self.halt.is_set():
+            while len(live) < self.count and not self.halt.is_set():
+                try:
+                    s = connect(self.port, self.sources[i % len(self.sources)], 10)
+                except OSError:
+                    self.halt.wait(0.2)
+                    break
+                live[s] = 0
+                self.sent += 1
+                i += 1
+            self.held_peak = max(self.held_peak, len(live))
+            for s, off in list(live.items()):
+                try:
+                    state = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+                    if state == 1 and off < len(self.first):
+                        s.sendall(self.first[off:off + step])
+                        live[s] = off + step
+                except OSError:
+                    state = 0
+                if state != 1:
+                    self.dropped += 1
+                    s.close()
+                    del live[s]
+            self.halt.wait(pause)
+        for s in live:
+            s.close()
+
+
+# ---------------------------------------------------------------------------- TLS
+
+def make_cert(directory):
+    """A self-signed certificate and key for 127.0.0.1, made with the openssl command:
+    (cert path, key path), or (None, why) when it cannot be made."""
+    cert, key = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    try:
+        g = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out",
+                            cert, "-days", "2", "-subj", "/CN=127.0.0.1"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    except OSError as e:
+        return None, "no openssl command: %s" % e
+    if g.returncode != 0:
+        return None, "openssl could not make a certificate: %s" % g.stderr.decode()[-300:]
+    return cert, key
+
+
+def tls_client():
+    """A client context that takes any certificate (the tests' own, self-signed)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+# A TLS record header announcing a 512-byte handshake message, of which nothing follows: a
+# handshake that has begun and stalls.
+STALLED_HELLO = b"\x16\x03\x01\x02\x00"
+
+
+def tls_pending(port, sources, per_ip, first=STALLED_HELLO, reopen=0.05):
+    """Connections to an HTTPS port that begin a handshake and never finish it; reopened
+    as soon as the daemon closes them."""
+    return SocketFlood("tls-pending", port, sources, per_ip, interval=1.0, first=first, reopen=reopen)

@@ -4,7 +4,13 @@
 - message framing: two Content-Length headers -> 400 bad_length; a Transfer-Encoding other
   than chunked alone (gzip, chunked / xchunked / two headers) -> 501
   unsupported_transfer_encoding, as JSON, then the connection is closed; both
-  Transfer-Encoding and Content-Length -> 400. Plain chunked still works.
+  Transfer-Encoding and Content-Length -> 400. Plain chunked still works. Heads RFC 9112
+  says to refuse (whitespace before a colon, a NUL or bare CR in a value, obs-fold, a
+  request target with whitespace, over 8 KB or over 64 query parameters) get one answer
+  (400, or 414 for the target) and the connection closes; nothing sent after them on it is
+  answered.
+- a body refused before it is read, sent without Expect: 100-continue, still gets its
+  answer (413), not a reset.
 - m=0 in a raw query answers 422 empty_matrix naming the zero, not "missing".
 - math applies to float32 only: math=fp32/tf32 with float64 or int32 -> 422
   unsupported_math, from the query, a JSON field and a form field; absent or "default"
@@ -24,6 +30,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hostile  # noqa: E402
+import hostile_heads  # noqa: E402
 from harness import (SLOW, Daemon, Tap, compare, npy_bytes, random_matrix, raw_request,  # noqa: E402
                      reference, run_guarded, short_id)
 
@@ -85,6 +93,51 @@ def framing(tap, d):
     st, h, b, raw = raw_request(d.port, head(["Content-Length: %d" % n, "Connection: close"]), BODY,
                                 read_timeout=10 * SLOW)
     tap.ok(st == 200 and (parse_json(b) or {}).get("c") == [[11.0]], "one Content-Length is served", raw[:400])
+    # A head RFC 9112 says to refuse (whitespace before a colon, a NUL or a bare CR in a
+    # value, obs-fold, a bad or oversized request target): one answer, then the connection
+    # closes, so the request sent after it on the same connection (which a proxy in front
+    # may have taken for body bytes) is never answered.
+    for name, data, want in hostile_heads.framing_cases():
+        statuses, _secs, closed = hostile_heads.exchange(d.port, data, timeout=20 * SLOW)
+        tap.ok(len(statuses) == 1 and statuses[0] in want and closed,
+               "%s: answered %s once, then the connection is closed" % (name, "/".join(map(str, want))),
+               (statuses, closed))
+    st, h, b, raw = raw_request(d.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\n",
+                                read_timeout=10 * SLOW)
+    tap.ok(st == 400 and err_code(b) == "bad_request" and "token" in b.decode("utf-8", "replace")
+           and h.get("connection", "").lower() == "close", "whitespace before a colon: 400 bad_request as JSON",
+           raw[:400])
+    query = "&".join("p%d=1" % i for i in range(65))
+    st, h, b, raw = raw_request(d.port, ("GET /healthz?%s HTTP/1.1\r\nHost: x\r\n\r\n" % query).encode(),
+                                read_timeout=10 * SLOW)
+    tap.ok(st == 414 and err_code(b) == "uri_too_long" and "64 parameters" in b.decode(),
+           "65 query parameters: 414 uri_too_long as JSON", raw[:400])
+    r = d.curl("GET", "/healthz?" + "&".join("p%d=1" % i for i in range(64)))
+    tap.ok(r.status == 200, "64 query parameters are served", r)
+
+
+def refused_body_answer(tap):
+    """A body refused before it is read (413 here) without Expect: 100-continue: the client
+    keeps sending it, and must still get the answer, not a reset (a lingering close reads
+    and drops the rest)."""
+    with Daemon(tap, config={"backend": "cpu", "max_body_mb": 1}) as d:
+        for mb in (2, 8):
+            body = b"\0" * (mb << 20)
+            head_ = (b"POST /v1/matmul?m=1024&k=1024&n=1024&dtype=float32 HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n" % len(body))
+            s = hostile.connect(d.port, "127.0.0.1", 30 * SLOW)
+            sent = "all sent"
+            try:
+                s.sendall(head_ + body)
+            except OSError as e:
+                sent = "sending failed: %s" % e
+            st, h, b = hostile.read_response(s, time.monotonic() + 30 * SLOW)
+            s.close()
+            tap.ok(sent == "all sent" and st == 413 and err_code(b) == "body_too_large",
+                   "a %d MiB body over max_body_mb, sent without Expect: the client sends it all and reads "
+                   "413 body_too_large" % mb, (sent, st, b[:200]))
+        r = d.curl("GET", "/healthz")
+        tap.ok(r.status == 200, "the daemon keeps serving", r)
 
 
 def zero_dimension(tap, d):
@@ -219,6 +272,7 @@ def main(tap):
         math_modes(tap, d, rng)
         r = d.curl("GET", "/healthz")
         tap.ok(r.status == 200, "the daemon keeps serving", r)
+    refused_body_answer(tap)
     debug_log(tap, rng)
     retry_after(tap, rng)
     connection_memory(tap, rng)

@@ -8,6 +8,9 @@ security level lowered so that the client itself may offer TLS 1.0 and 1.1). Whe
 client can speak TLS 1.0/1.1 at all is checked against a daemon configured to allow every
 version: only when that control handshake succeeds does a refused handshake against the
 default configuration count as a pass; otherwise the check is skipped, never passed.
+A priority string GnuTLS does not accept, or a key file that is not the certificate's key,
+stops the daemon before it listens, with exit status 2. A handshake that stalls is closed
+at header_timeout, and a flood of them never fills libmicrohttpd's connection limit.
 """
 import os
 import shutil
@@ -20,7 +23,8 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import SLOW, Daemon, Tap, run_guarded  # noqa: E402
+import hostile  # noqa: E402
+from harness import SLOW, Daemon, Tap, metric, parse_metrics, run_guarded  # noqa: E402
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)  # TLSv1 / TLSv1_1 are deprecated names
 
@@ -78,6 +82,57 @@ def wait_tls(d, port):
             pass
         time.sleep(0.1)
     return False
+
+
+def tls_get(port, path, ctx):
+    st, _h, body, sock = hostile.request(port, "127.0.0.74", "GET", path, timeout=30 * SLOW, tls=ctx)
+    if sock:
+        sock.close()
+    return st, body
+
+
+def pending_handshakes(tap, tls):
+    """Handshakes that never finish. One is closed at header_timeout (a connection's first
+    deadline, the handshake included). A flood of them from one address (over per_ip_limit:
+    refused, waiting for a request head to be answered) may fill only part of the room
+    libmicrohttpd keeps over connection_limit: past it each newcomer closes the oldest of
+    them, so that libmicrohttpd keeps accepting, and /healthz from elsewhere answers."""
+    conf = dict(tls, header_timeout=1, connection_limit=8, per_ip_limit=8, log_level="warn")
+    ctx = hostile.tls_client()
+    with Daemon(tap, config=conf, wait=False) as d:
+        tap.ok(wait_tls(d, d.port), "HTTPS daemon with connection_limit 8 starts", d.read_log()[-800:])
+        s = hostile.connect(d.port, "127.0.0.75", 30 * SLOW)
+        s.sendall(hostile.STALLED_HELLO)
+        try:
+            got = s.recv(100)
+        except ConnectionResetError:
+            got = b""
+        except OSError as e:
+            got = repr(e).encode()
+        s.close()
+        st, body = tls_get(d.port, "/metrics", ctx)
+        m = parse_metrics(body.decode("utf-8", "replace")) if st == 200 else {}
+        tap.ok(got == b"" and metric(m, "gemmd_connections_closed_total", deadline="header") >= 1,
+               "a handshake that stalls is closed at header_timeout, and counted", (got, st))
+
+        flood = hostile.tls_pending(d.port, ["127.0.0.71"], 180)
+        flood.start()
+        health = []
+        for _ in range(10):
+            time.sleep(0.2)
+            health.append(tls_get(d.port, "/healthz", ctx)[0])
+        flood.stop()
+        st, body = tls_get(d.port, "/metrics", ctx)
+        m = parse_metrics(body.decode("utf-8", "replace")) if st == 200 else {}
+        tap.ok(not flood.error and flood.opened >= 180, "180 stalled handshakes from one address, reopened when "
+               "closed (%d opened)" % flood.opened, flood.error)
+        tap.ok(all(h == 200 for h in health), "HTTPS /healthz answers during the flood", health)
+        # Of the flood's first 180 at most 24 (8 admitted, 16 refused) stay: the rest are closed
+        # for newcomers. (Without the bound only the probes displace anyone: about 20.)
+        evicted = metric(m, "gemmd_connections_evicted_total")
+        tap.ok(evicted >= 180 - 24 and metric(m, "gemmd_connections_refused_total", limit="per_ip_limit") > 0,
+               "stalled handshakes over per_ip_limit are refused, and the oldest closed for newcomers "
+               "(%d closed)" % evicted)
 
 
 def main(tap):
@@ -141,17 +196,25 @@ def main(tap):
             res12 = handshake(d.port, "TLSv1_2")
             tap.ok(res12[0] == "refused", "tls_priorities = TLS 1.3 only: 1.2 refused", res12)
 
-    # A priority string GnuTLS does not know stops the daemon with a message naming the key.
-    d = Daemon(tap, config=dict(tls, tls_priorities="NOT-A-PRIORITY:+NONSENSE"), wait=False, check_exit=False)
-    with d:
-        try:
-            d.proc.wait(timeout=30 * SLOW)
-        except subprocess.TimeoutExpired:
-            pass
-        rc = d.proc.poll()
-        log = d.read_log()
-        tap.ok(rc not in (None, 0) and "tls_priorities" in log,
-               "a bad tls_priorities: the daemon does not start, and says why", (rc, log[-800:]))
+    pending_handshakes(tap, tls)
+
+    # What GnuTLS does not take stops the daemon before it listens, with exit status 2 (a bad
+    # configuration) and a message naming the key: a priority string it does not know, a
+    # key file that holds the certificate.
+    for name, conf, needle in [
+        ("a bad tls_priorities", dict(tls, tls_priorities="NOT-A-PRIORITY:+NONSENSE"), "tls_priorities"),
+        ("a tls_key that is the certificate", dict(tls, tls_key=cert), "tls_key"),
+    ]:
+        d = Daemon(tap, config=conf, wait=False, check_exit=False)
+        with d:
+            try:
+                d.proc.wait(timeout=30 * SLOW)
+            except subprocess.TimeoutExpired:
+                pass
+            rc = d.proc.poll()
+            log = d.read_log()
+            tap.ok(rc == 2 and needle in log and "listening" not in log,
+                   "%s: the daemon does not start (exit 2), and says why" % name, (rc, log[-800:]))
     tmp.cleanup()
 
 

@@ -401,6 +401,37 @@ static void test_threads_many_live(void **state)
     gemmd_budget_free(b);
 }
 
+/* The heaps' free pages go back to the system once GEMMD_TRIM_MIN has been given back and
+ * the charges have not grown for GEMMD_TRIM_QUIET_MS; at most every GEMMD_TRIM_EVERY_MS. */
+static void test_tick_trims(void **state)
+{
+    (void)state;
+    gemmd_budget *b = gemmd_budget_new(1024 * MIB, 10);
+    int64_t t = 1000000;
+    assert_int_equal(gemmd_budget_tick(b, t), 0);
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_BODY, 64 * MIB), 0);
+    assert_int_equal(gemmd_budget_tick(b, t += 50), 0); /* grew: quiet from now */
+    gemmd_budget_release(b, GEMMD_MEM_BODY, GEMMD_TRIM_MIN - 1);
+    assert_int_equal(gemmd_budget_tick(b, t += 2 * GEMMD_TRIM_QUIET_MS), 0); /* too little given back */
+    gemmd_budget_release(b, GEMMD_MEM_BODY, 1);
+    assert_int_equal(gemmd_budget_tick(b, t += 50), 1);
+    assert_int_equal(gemmd_budget_tick(b, t += 50), 0); /* nothing given back since */
+    /* more given back, but growth in between: quiet again first */
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_BODY, 8 * MIB), 0);
+    assert_int_equal(gemmd_budget_tick(b, t += GEMMD_TRIM_EVERY_MS), 0);
+    gemmd_budget_release(b, GEMMD_MEM_BODY, 56 * MIB);
+    assert_int_equal(gemmd_budget_tick(b, t += GEMMD_TRIM_QUIET_MS / 2), 0);
+    assert_int_equal(gemmd_budget_tick(b, t += GEMMD_TRIM_QUIET_MS / 2), 1);
+    /* at most every GEMMD_TRIM_EVERY_MS */
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_BODY, 32 * MIB), 0);
+    assert_int_equal(gemmd_budget_tick(b, t += 50), 0);
+    gemmd_budget_release(b, GEMMD_MEM_BODY, 32 * MIB);
+    assert_int_equal(gemmd_budget_tick(b, t += GEMMD_TRIM_QUIET_MS), 0);
+    assert_int_equal(gemmd_budget_tick(b, t += GEMMD_TRIM_EVERY_MS), 1);
+    assert_int_equal(gemmd_budget_tick(NULL, t), 0);
+    gemmd_budget_free(b);
+}
+
 static void test_default_limit(void **state)
 {
     (void)state;
@@ -415,7 +446,7 @@ int main(void)
         cmocka_unit_test(test_adjust),         cmocka_unit_test(test_retry_after),
         cmocka_unit_test(test_allocator),      cmocka_unit_test(test_reservation),
         cmocka_unit_test(test_many_buffers),   cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_threads_many_live),
+        cmocka_unit_test(test_threads_many_live), cmocka_unit_test(test_tick_trims),
         cmocka_unit_test(test_default_limit),  cmocka_unit_test(test_cache_gives_way),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -162,6 +162,11 @@ static void test_parse_errors(void **state)
     memset(longpath, 'x', sizeof longpath - 1);
     longpath[sizeof longpath - 1] = '\0';
     expect_bad("tokens_file", longpath, "at most");
+    /* control bytes: in no value, whichever the kind (a tab, an escape, DEL) */
+    expect_bad("port", "80\t", "control character (byte 0x09 at 2)");
+    expect_bad("tokens_file", "/etc/\x1b[2Jtokens", "control character (byte 0x1b at 5)");
+    expect_bad("log_level", "info\x7f", "control character");
+    expect_bad("tls_priorities", "NORMAL\r", "control character");
 }
 
 static void test_file_syntax(void **state)
@@ -224,6 +229,42 @@ static void test_file_errors(void **state)
     gemmd_config_defaults(&c);
     assert_int_equal(gemmd_config_load_file(&c, "/nonexistent/gemmd.conf", msg, sizeof msg), -1);
     assert_non_null(strstr(msg, "/nonexistent/gemmd.conf: cannot open"));
+
+    /* a NUL inside a line would end its value there ("port = 80\0 80" read as port 80) */
+    char path[64];
+    static const char nul[] = "listen = 127.0.0.1\nport = 80\0 80\n";
+    temp_file(path, sizeof path, "");
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(nul, 1, sizeof nul - 1, f), sizeof nul - 1);
+    fclose(f);
+    gemmd_config_defaults(&c);
+    assert_int_equal(gemmd_config_load_file(&c, path, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, ":2: the line holds a NUL byte"));
+    assert_int_equal(c.port, 8080);
+    unlink(path);
+    char longline[2100];
+    memset(longline, '#', sizeof longline - 2);
+    longline[sizeof longline - 2] = '\n';
+    longline[sizeof longline - 1] = '\0';
+    expect_file_error(longline, ":1: line longer than 2046 bytes");
+}
+
+/* Files the configuration names are checked at start: a directory is not a file. */
+static void test_validate_files(void **state)
+{
+    (void)state;
+    char msg[512] = "";
+    gemmd_config c;
+    gemmd_config_defaults(&c);
+    snprintf(c.tokens_file, sizeof c.tokens_file, "/tmp");
+    assert_int_equal(gemmd_config_validate(&c, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "tokens_file: '/tmp' is a directory"));
+    gemmd_config_defaults(&c);
+    snprintf(c.tls_cert, sizeof c.tls_cert, "/nonexistent.pem");
+    snprintf(c.tls_key, sizeof c.tls_key, "/tmp");
+    assert_int_equal(gemmd_config_validate(&c, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "tls_cert: cannot read '/nonexistent.pem'"));
 }
 
 static void test_env(void **state)
@@ -431,10 +472,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),         cmocka_unit_test(test_set_every_kind),
         cmocka_unit_test(test_parse_errors),     cmocka_unit_test(test_file_syntax),
-        cmocka_unit_test(test_file_errors),      cmocka_unit_test(test_env),
-        cmocka_unit_test(test_precedence),       cmocka_unit_test(test_flag_errors),
-        cmocka_unit_test(test_help_and_version), cmocka_unit_test(test_shipped_config_file),
-        cmocka_unit_test(test_bool_key),       cmocka_unit_test(test_engine_key_rows),
+        cmocka_unit_test(test_file_errors),      cmocka_unit_test(test_validate_files),
+        cmocka_unit_test(test_env),              cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_flag_errors),      cmocka_unit_test(test_help_and_version),
+        cmocka_unit_test(test_shipped_config_file), cmocka_unit_test(test_bool_key),
+        cmocka_unit_test(test_engine_key_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

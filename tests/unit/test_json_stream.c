@@ -698,6 +698,38 @@ static void test_syntax_errors(void **state)
     assert_non_null(strstr(err.message, "after the JSON value at byte 24"));
 }
 
+/* Strings are UTF-8 (RFC 8259 section 8.1): every well-formed character is taken, in keys
+ * and values, however the chunks cut it; a byte that cannot stand where it does is refused
+ * with its offset: a stray continuation, an overlong form, a surrogate, a code point past
+ * U+10FFFF, a character cut short by the closing quote, a byte no character begins with. */
+static void test_utf8_strings(void **state)
+{
+    (void)state;
+    static const char *const good[] = {
+        "{\"a\": [[1]], \"b\": [[2]], \"note\": \"caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9d\x84\x9e\"}",
+        "{\"a\": [[1]], \"b\": [[2]], \"\xc2\x80\xdf\xbf\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\": 1}",
+        "{\"a\": [[1]], \"b\": [[2]], \"x\": [\"\xf0\x90\x80\x80\", \"\xf4\x8f\xbf\xbf\", \"\xef\xbf\xbd\"]}",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        result r = chunk_invariant(good[i], NULL);
+        assert_int_equal(r.rc, 0);
+        free_result(&r, &gemm_allocator_host);
+    }
+    static const struct { const char *body, *at; } bad[] = {
+        {"{\"a\": [[1]], \"b\": [[2]], \"n\": \"x\x80\"}", "byte 32"},         /* a stray continuation */
+        {"{\"a\": [[1]], \"b\": [[2]], \"n\": \"\xc0\xaf\"}", "byte 31"},     /* overlong '/' */
+        {"{\"a\": [[1]], \"b\": [[2]], \"n\": \"\xe0\x80\xaf\"}", "byte 32"}, /* overlong, 3 bytes */
+        {"{\"a\": [[1]], \"b\": [[2]], \"n\": \"\xed\xa0\x80\"}", "byte 32"}, /* U+D800 */
+        {"{\"a\": [[1]], \"b\": [[2]], \"n\": \"\xf4\x90\x80\x80\"}", "byte 32"}, /* U+110000 */
+        {"{\"a\": [[1]], \"b\": [[2]], \"n\": \"\xf5\x80\x80\x80\"}", "byte 31"}, /* F5 begins nothing */
+        {"{\"a\": [[1]], \"b\": [[2]], \"n\": \"\xe2\x9c\"}", "byte 33"},     /* cut by the quote */
+        {"{\"a\": [[1]], \"b\": [[2]], \"n\xff\": 1}", "byte 27"},             /* in a key */
+        {"{\"dtype\": \"float32\xa0\", \"a\": [[1]], \"b\": [[2]]}", "byte 18"}, /* in an option */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_error(bad[i].body, 400, "bad_json", bad[i].at);
+    expect_error("{\"a\": [[1]], \"b\": [[2]], \"n\": \"\xc3\xa9\x80\"}", 400, "bad_json", "not UTF-8");
+}
+
 static void test_depth_and_length_limits(void **state)
 {
     (void)state;
@@ -1641,6 +1673,7 @@ int main(void)
         cmocka_unit_test(test_every_split_point),
         cmocka_unit_test(test_mutations_are_chunk_invariant),
         cmocka_unit_test(test_syntax_errors),
+        cmocka_unit_test(test_utf8_strings),
         cmocka_unit_test(test_depth_and_length_limits),
         cmocka_unit_test(test_semantic_errors_in_order),
         cmocka_unit_test(test_declared_shapes_before_allocation),

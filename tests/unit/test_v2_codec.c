@@ -378,12 +378,24 @@ static void test_id_utf8(void **state)
     free(s);
     gemm_v2_request r;
     gemm_err err;
-    const char *body = "{\"id\":\"a\\u0000b\\\"q\xff\",\"inputs\":[{\"name\":\"A\",\"shape\":[1,1],\"datatype\":\"FP32\","
-                       "\"data\":[2]},{\"name\":\"B\",\"shape\":[1,1],\"datatype\":\"FP32\",\"data\":[3]}]}";
+    const char *body = "{\"id\":\"a\\u0000b\\\"q\xc3\xa9\",\"inputs\":[{\"name\":\"A\",\"shape\":[1,1],"
+                       "\"datatype\":\"FP32\",\"data\":[2]},{\"name\":\"B\",\"shape\":[1,1],\"datatype\":\"FP32\","
+                       "\"data\":[3]}]}";
     assert_int_equal(parse(body, 0, &r, &err), 0);
     assert_non_null(r.id);
-    for (const unsigned char *p = (const unsigned char *)r.id; *p; p++) assert_true(*p < 0x80);
+    for (const unsigned char *p = (const unsigned char *)r.id; *p; p += gemm_utf8_seq(p)) /* UTF-8 to its end */
+        assert_int_not_equal(gemm_utf8_seq(p), 0);
     gemm_v2_request_free(&r);
+    /* Bytes that are not UTF-8 in any string: not JSON (RFC 8259 section 8.1), where they are */
+    static const char *const bad[] = {"\xff", "\xc3", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xc0\xaf"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char doc[300];
+        snprintf(doc, sizeof doc, "{\"id\":\"%s\",\"inputs\":[]}", bad[i]);
+        expect_fail(doc, 0, 400, "bad_json", "not valid JSON (at byte 7)");
+        snprintf(doc, sizeof doc, "{\"inputs\":[{\"name\":\"A%s\",\"shape\":[1,1],\"datatype\":\"FP32\",\"data\":[2]}]}",
+                 bad[i]);
+        expect_fail(doc, 0, 400, "bad_json", "not valid JSON (at byte 21)");
+    }
 }
 
 static void test_write_output(void **state)
