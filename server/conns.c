@@ -7,6 +7,7 @@
  * the registry's lock (which that callback needs): a socket is never shut down after its
  * number could have been reused.
  */
+#define _GNU_SOURCE /* POLLRDHUP */
 #include "conns.h"
 
 #include <sys/eventfd.h>
@@ -52,6 +53,9 @@ struct gemmd_conn {
     _Atomic int target;         /* the current request target's verdict (framing.h) */
     /* under the registry lock: */
     int refused, closing, counted;
+    int watched;                /* gemmd_conn_watch: look for the client leaving */
+    void (*left)(void *arg);    /* ...and then call this */
+    void *left_arg;
     gemmd_conn *prev, *next;
 };
 
@@ -84,6 +88,7 @@ struct gemmd_conns {
     lingerer mine[LINGER_MAX];  /* the watchdog's own: touched by no other thread */
     _Atomic uint64_t accepted, refused_limit, refused_ip, evicted;
     _Atomic uint64_t closed_header, closed_body, closed_request, closed_send;
+    _Atomic uint64_t left;      /* clients that left a waiting request (gemmd_conn_watch) */
 };
 
 static void wake(gemmd_conns *c)
@@ -545,6 +550,14 @@ static uint64_t unread(int fd)
     return ioctl(fd, SIOCINQ, &n) == 0 && n > 0 ? (uint64_t)n : 0;
 }
 
+/* Whether the client has closed its side (or the socket failed): POLLRDHUP sees a FIN
+ * even behind bytes not read yet. */
+static int client_left(int fd)
+{
+    struct pollfd pf = {fd, POLLRDHUP, 0};
+    return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
 {
     if (x->closing) return;
@@ -576,8 +589,13 @@ static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
     }
     if (st == ST_BODY) {
         int64_t t_head = atomic_load(&x->t_mark_us);
-        uint64_t got = atomic_load(&x->bytes) + unread(x->fd); /* arrived, read or not */
-        if (c->request_us > 0 && now - atomic_load(&x->t_req_us) > c->request_us) {
+        uint64_t waiting = unread(x->fd), got = atomic_load(&x->bytes) + waiting; /* arrived, read or not */
+        if (!waiting && client_left(x->fd)) {
+            /* gone before its body was whole: libmicrohttpd (0.9.75) does not always see the
+             * end of the stream of a connection it suspended and resumed on the same thread */
+            atomic_fetch_add(&c->left, 1);
+            LOG_DEBUG("connection from %s closed: the client left before its body was whole", x->addr_text);
+        } else if (c->request_us > 0 && now - atomic_load(&x->t_req_us) > c->request_us) {
             atomic_fetch_add(&c->closed_request, 1);
             LOG_INFO("connection from %s closed: the request took longer than request_timeout (%.0f s, %llu "
                      "body bytes)", x->addr_text, c->cfg.request_timeout_s, (unsigned long long)got);
@@ -662,6 +680,52 @@ static int wait_until(gemmd_conns *c, int64_t until)
     }
 }
 
+typedef struct gone {
+    void (*left)(void *arg);
+    void *arg;
+    struct gone *next;
+} gone;
+
+/* The watched connections whose client left (lock held): their callbacks chained on *out,
+ * to be called after unlocking. */
+static void watch_locked(gemmd_conns *c, gemmd_conn *x, gone **out)
+{
+    if (!x->watched || x->closing || !client_left(x->fd)) return;
+    x->watched = 0;
+    LOG_DEBUG("connection from %s: the client left before its answer", x->addr_text);
+    atomic_fetch_add(&c->left, 1);
+    gone *g = malloc(sizeof *g);
+    if (!g) {
+        x->watched = 1; /* look again next round */
+        atomic_fetch_sub(&c->left, 1);
+        return;
+    }
+    *g = (gone){x->left, x->left_arg, *out};
+    *out = g;
+    x->left = NULL;
+}
+
+void gemmd_conn_watch(gemmd_conn *x, void (*left)(void *arg), void *arg)
+{
+    if (!x) return;
+    pthread_mutex_lock(&x->owner->mu);
+    x->watched = 1;
+    x->left = left;
+    x->left_arg = arg;
+    pthread_mutex_unlock(&x->owner->mu);
+}
+
+int gemmd_conn_unwatch(gemmd_conn *x)
+{
+    if (!x) return 0;
+    pthread_mutex_lock(&x->owner->mu);
+    int had = x->watched;
+    x->watched = 0;
+    x->left = NULL;
+    pthread_mutex_unlock(&x->owner->mu);
+    return had;
+}
+
 static void *watchdog(void *arg)
 {
     prctl(PR_SET_NAME, "gemmd-watchdog", 0, 0, 0); /* shows in top -H, ps -L, /proc */
@@ -670,10 +734,20 @@ static void *watchdog(void *arg)
         if (wait_until(c, next)) break;
         pthread_mutex_lock(&c->mu);
         int64_t now = now_us();
+        gone *left = NULL;
         if (!c->stop)
-            for (gemmd_conn *x = c->head; x; x = x->next) check_locked(c, x, now);
+            for (gemmd_conn *x = c->head; x; x = x->next) {
+                watch_locked(c, x, &left);
+                check_locked(c, x, now);
+            }
         int stop = c->stop;
         pthread_mutex_unlock(&c->mu);
+        while (left) { /* the clients that left: their requests are told, no lock held */
+            gone *next = left->next;
+            left->left(left->arg);
+            free(left);
+            left = next;
+        }
         if (stop) break;
         int closed = linger_step(c, now); /* the time and byte limits */
         if (c->cfg.tick) c->cfg.tick(c->cfg.tick_ctx);
@@ -736,6 +810,7 @@ void gemmd_conns_get_stats(gemmd_conns *c, gemmd_conns_stats *out)
     out->refused_ip = atomic_load(&c->refused_ip);
     out->evicted = atomic_load(&c->evicted);
     out->closed_header = atomic_load(&c->closed_header);
+    out->left = atomic_load(&c->left);
     out->closed_body = atomic_load(&c->closed_body);
     out->closed_request = atomic_load(&c->closed_request);
     out->closed_send = atomic_load(&c->closed_send);

@@ -116,6 +116,15 @@ int gemmd_answer_needs_progress(const gemmd_conns_config *cfg, uint64_t bytes);
 void gemmd_conn_request_done(gemmd_conn *c);         /* the request ended (keep-alive: the
                                                         next head is waited for) */
 
+/* While a request waits (for admission, for the engine) its connection is suspended, and
+ * MHD does not notice a client that goes away. Watched, the watchdog looks for it every
+ * round (a FIN, even behind unread bytes; a half-closed client counts as gone) and then
+ * calls left(arg) once, from its thread, no lock held. unwatch: 1 when left has not been
+ * called (the caller keeps what it gave left), else 0. (A client that leaves while its body
+ * arrives is closed by the watchdog on its own.) */
+void gemmd_conn_watch(gemmd_conn *c, void (*left)(void *arg), void *arg);
+int gemmd_conn_unwatch(gemmd_conn *c);
+
 /* The verdict on the request target (framing.h's GEMMD_TARGET_*), noted before the request's
  * first call and taken (cleared) by it. */
 void gemmd_conn_set_target(gemmd_conn *c, int verdict);
@@ -129,6 +138,7 @@ typedef struct {
     int open, admitted, max_open;
     uint64_t accepted, refused_limit, refused_ip, evicted;
     uint64_t closed_header, closed_body, closed_request, closed_send;
+    uint64_t left;             /* clients gone while their request waited */
 } gemmd_conns_stats;
 void gemmd_conns_get_stats(gemmd_conns *c, gemmd_conns_stats *out);
 

@@ -171,10 +171,49 @@ static void reserved(gemmd_request *req)
     if (atomic_compare_exchange_strong(&req->resv.total, &none, req->need)) req->t_admitted = gemm_now_ms();
 }
 
+/* ---- clients that leave a waiting request (conns.h's watch) ---- */
+
+/* The watch holds req (a reference) until it is called or taken back. */
+static void watch(gemmd_request *req, void (*left)(void *arg))
+{
+    gemmd_request_hold(req);
+    gemmd_conn_watch(req->cx, left, req);
+}
+
+static void unwatch(gemmd_request *req)
+{
+    if (gemmd_conn_unwatch(req->cx)) gemmd_request_release(req);
+}
+
+/* The client of a request waiting for admission left: out of the queue (its place and the
+ * memory it would have reserved go to the others), and its connection resumed to close. */
+static void left_queue(void *arg)
+{
+    gemmd_request *req = arg;
+    if (gemmd_admit_cancel(req->svc->admit, &req->ticket)) {
+        req->gone = 1;
+        gemmd_request_release(req); /* the queue's hold: no wake will come */
+        gemmd_sync_unpark(req);
+    }
+    gemmd_request_release(req); /* the watch's */
+}
+
+/* The client of a product on the engine left: a queued product is taken off the queue, a
+ * running one stops at its next stage boundary (panels, splits, batches). */
+static void left_engine(void *arg)
+{
+    gemmd_request *req = arg;
+    LOG_DEBUG("product cancelled: its client left");
+    gemm_engine_cancel(req->svc->engine, &req->job);
+    gemmd_request_release(req); /* the watch's */
+}
+
 /* A waiting request's turn came, or its wait ended in vain (503 with the queue's expected
  * wait in Retry-After: with Expect: 100-continue it goes instead of the 100). */
 static enum MHD_Result admitted(gemmd_request *req)
 {
+    unwatch(req);
+    if (req->gone) return MHD_NO; /* its client left while it waited */
     if (gemmd_admit_result(req->svc->admit, &req->ticket, &req->err, &req->retry_after_s) != 0) {
         LOG_DEBUG("request refused after waiting for memory: retry after %d s", req->retry_after_s);
         return gemmd_respond_error(req, &req->err);
@@ -218,6 +257,7 @@ static enum MHD_Result admit(gemmd_request *req)
     LOG_DEBUG("request waits for memory: %llu bytes", (unsigned long long)req->need);
     req->phase = REQ_ADMIT;
     gemmd_conn_wait(req->cx);
+    watch(req, left_queue);
     if (gemmd_sync_park(req, admission_decided) == 0) return MHD_YES;
     return admitted(req); /* decided while it was being parked */
 }
@@ -271,13 +311,19 @@ static enum MHD_Result body_complete(gemmd_request *req)
               gemm_dtype_name(req->a.dtype), (unsigned long long)req->a.rows, (unsigned long long)req->a.cols,
               (unsigned long long)req->b.rows, (unsigned long long)req->b.cols, (unsigned long long)req->bytes_in,
               req->t_body_ms - req->t_start_ms, req->t_decoded_ms - req->t_body_ms);
-    return req->route->handler(req);
+    enum MHD_Result rc = req->route->handler(req);
+    if (req->phase == REQ_WAIT) {
+        gemmd_conn_wait(req->cx); /* no deadline on the engine, but its client is watched */
+        if (req->job.done) watch(req, left_engine);
+    }
+    return rc;
 }
 
 /* A connection resumed after its product (or its answer's encoding) is done, or after
  * shutdown gave up on it. */
 static enum MHD_Result resumed(gemmd_request *req)
 {
+    unwatch(req);
     switch (gemmd_sync_status(req)) {
     case GEMMD_SYNC_DONE: return req->route->answer(req);
     case GEMMD_SYNC_ABANDONED: return gemmd_respond_abandoned(req);
@@ -346,11 +392,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return start_request(req, url ? url : "", method ? method : "");
     }
     if (req->phase == REQ_ADMIT) return admitted(req);
-    if (req->phase == REQ_BODY) {
-        enum MHD_Result rc = body_complete(req);
-        if (req->phase == REQ_WAIT) gemmd_conn_wait(req->cx); /* no deadline on the engine */
-        return rc;
-    }
+    if (req->phase == REQ_BODY) return body_complete(req);
     if (req->phase == REQ_WAIT) return resumed(req);
     return MHD_YES;
 }
@@ -378,6 +420,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                  req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms, reason);
     gemmd_metrics_request(gemmd_route_slot(req->route), req->owner, req->status, ms / 1000.0, req->bytes_in,
                           toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? req->bytes_out : 0);
+    unwatch(req);
     gemmd_conn_request_done(req->cx);
     /* A product still on the engine (shutdown gave up on it) keeps req until its done(). */
     gemmd_request_release(req);

@@ -294,4 +294,24 @@ void gemmd_metrics_render_connections(gemm_buf *out, const gemmd_conns_stats *st
                     (unsigned long long)st->closed_request);
     gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"send\"} %llu\n",
                     (unsigned long long)st->closed_send);
+    header(out, "gemmd_clients_left_total", "counter",
+           "Clients that left a request waiting for memory or the engine, or before its body was whole: "
+           "their work was stopped.");
+    gemm_buf_printf(out, "gemmd_clients_left_total %llu\n", (unsigned long long)st->left);
+}
+
+void gemmd_metrics_render_admission(gemm_buf *out, const gemmd_admit_stats *st)
+{
+    header(out, "gemmd_admission_waiting", "gauge", "Requests waiting for memory before their bodies are read.");
+    gemm_buf_printf(out, "gemmd_admission_waiting %d\n", st->waiting);
+    header(out, "gemmd_admission_waiting_bytes", "gauge", "Bytes those requests wait for.");
+    gemm_buf_printf(out, "gemmd_admission_waiting_bytes %llu\n", (unsigned long long)st->waiting_bytes);
+    header(out, "gemmd_admission_total", "counter",
+           "Requests that reserved memory before their bodies, by how: admitted (at once or after waiting), "
+           "queued (waited), refused_full (the queue or the client's places were full), refused_wait (admit_wait "
+           "passed), cancelled (the client left while waiting).");
+    static const char *const names[] = {"admitted", "queued", "refused_full", "refused_wait", "cancelled"};
+    const uint64_t v[] = {st->admitted, st->queued, st->refused_full, st->refused_wait, st->cancelled};
+    for (int i = 0; i < 5; i++)
+        gemm_buf_printf(out, "gemmd_admission_total{result=\"%s\"} %llu\n", names[i], (unsigned long long)v[i]);
 }

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "admit.h"
 #include "budget.h"
 #include "conns.h"
 #include "engine.h"
@@ -43,6 +44,10 @@ void gemmd_metrics_render_memory(gemm_buf *out, const gemmd_budget_stats *st);
  * gemmd_connections_accepted_total, gemmd_connections_refused_total{limit},
  * gemmd_connections_evicted_total, gemmd_connections_closed_total{deadline}. */
 void gemmd_metrics_render_connections(gemm_buf *out, const gemmd_conns_stats *st);
+
+/* Appends the admission queue: gemmd_admission_waiting, gemmd_admission_waiting_bytes,
+ * gemmd_admission_total{result}. */
+void gemmd_metrics_render_admission(gemm_buf *out, const gemmd_admit_stats *st);
 
 /* Appends v escaped as a label value (backslash, double quote, newline). */
 void gemmd_metrics_label_value(gemm_buf *out, const char *v);

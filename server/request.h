@@ -152,6 +152,7 @@ struct gemmd_request {
                                   (submit until done()), and short holds; freed at 0 */
     int suspended, job_done;
     int parked;                /* suspended while it waits for admission (sync.h) */
+    int gone;                  /* its client left while it waited for admission */
     int abandoned;             /* shutdown gave up waiting: answer 503, the engine keeps req */
     gemmd_request *pend_next, *pend_prev, *hold_next;
 

@@ -741,8 +741,11 @@ class ChunkedStall(Worker):
                 try:
                     state = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
                     if state == 1 and off < len(self.first):
-                        s.sendall(self.first[off:off + step])
-                        live[s] = off + step
+                        # never blocks: a request waiting for memory is not read (its client
+                        # sees TCP's back-pressure), and must not hold up the others
+                        live[s] = off + s.send(self.first[off:off + step], socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    state = 1
                 except OSError:
                     state = 0
                 if state != 1:
