@@ -1,13 +1,13 @@
 /*
  * cuda_run.c - one product on a worker's stream, stage by stage: plan (kernel, sizes,
- * zero copy, staging), enter the device (buffers from its pool), stage the inputs (lock
- * host blocks, resident operands), H2D, kernel, D2H, finish (wait, timing, counters); one
- * unwind after whichever stage stopped, that sorts CUDA failures into an out-of-memory
- * (that product alone) or a broken context (the device is reset on leaving).
+ * staging), enter the device (buffers from its pool), stage the inputs (lock host blocks,
+ * resident operands), H2D, kernel, D2H, finish (wait, timing, counters); one unwind after
+ * whichever stage stopped, that sorts CUDA failures into an out-of-memory (that product
+ * alone) or a broken context (the device is reset on leaving).
  *
  * Waiting: the events are created with cudaEventBlockingSync, and a worker polls the event
- * it waits for only for wait_spin_us (default 50) before it sleeps in cudaEventSynchronize,
- * so a short product is picked up at once and a long one costs no CPU while it runs.
+ * it waits for only for WAIT_SPIN_MS before it sleeps in cudaEventSynchronize, so a short
+ * product is picked up at once and a long one costs no CPU while it runs.
  *
  * Stages and cancellation: a job checks for a cancel request before its H2D copy. A long
  * product (worth_staging: many flops, many bytes, or the gpu_delay_ms hook) runs stage by
@@ -27,6 +27,9 @@
 #define STAGED_MIN_FLOP 2.7e11          /* ~5 ms on the fast members of an H100 */
 #define STAGED_MIN_FLOP_SLOW 1.7e10     /* naive and tiled: ~10x slower */
 #define STAGED_MIN_BYTES (256ull << 20) /* copies of ~5-10 ms */
+/* 64³ products kept their p50 at 47.6 us with this poll, while a worker waiting beside a
+ * 500 ms kernel used 0.08% of a core (bench/results/h100-2026-11-23-hardening.md) */
+#define WAIT_SPIN_MS 0.05
 
 /* What a stage says: go on, stop (ctx.rc says how the job ends), or a CUDA call failed
  * (ctx.site says which). */
@@ -42,12 +45,12 @@ typedef struct {
     const char *stage;
     int rc, entered, broken, lose;
     unsigned gen, held;  /* the device's generation; other devices held (gemm_cuda_pin) */
-    int zero, staged;    /* zero copy; stage by stage */
+    int staged;          /* stage by stage */
     long njob;
     uint64_t nb, total;
     size_t es, esc, need[3], upload[2], res_bytes;
     double res_ms;
-    void *A, *B, *C;     /* device (or, zero copy, host) operands */
+    void *A, *B, *C;     /* device operands */
     void *keep;          /* C's resident device copy, until published */
     cudaEvent_t k0, d0;  /* the kernel's and the D2H's start events */
 } run_ctx;
@@ -58,12 +61,12 @@ static float ev_ms(cudaEvent_t a, cudaEvent_t b, gemm_cuda_site *site)
     return GEMM_CUDA_CHECK(site, cudaEventElapsedTime(&ms, a, b)) == cudaSuccess ? ms : 0;
 }
 
-/* Waits for ev: polls it for spin_ms, then sleeps in cudaEventSynchronize. */
-static cudaError_t wait_event(cudaEvent_t ev, double spin_ms)
+/* Waits for ev: polls it for WAIT_SPIN_MS, then sleeps in cudaEventSynchronize. */
+static cudaError_t wait_event(cudaEvent_t ev)
 {
     double t0 = gemm_now_ms();
     cudaError_t e;
-    while ((e = cudaEventQuery(ev)) == cudaErrorNotReady && gemm_now_ms() - t0 < spin_ms) {
+    while ((e = cudaEventQuery(ev)) == cudaErrorNotReady && gemm_now_ms() - t0 < WAIT_SPIN_MS) {
     }
     if (e != cudaErrorNotReady)
         return e;
@@ -134,8 +137,8 @@ static int stop_with(run_ctx *x, int rc)
 
 /* ---- the stages ------------------------------------------------------------ */
 
-/* The kernel (auto: a member of ours for a lone small product; the smallest skip the
- * copies on an idle device: zero_copy_mnk), the sizes, and whether to stage. */
+/* The kernel (auto: a member of ours for a lone small product), the sizes, and whether to
+ * stage. */
 static int plan(run_ctx *x)
 {
     gemm_job *job = x->job;
@@ -157,8 +160,6 @@ static int plan(run_ctx *x)
         if (ka) {
             x->k = ka;
             snprintf(job->kernel_used, sizeof job->kernel_used, "%s", ka->name);
-            x->zero = x->d->host_ptr && !job->a_res && !job->b_res && !job->c_res &&
-                      (double)job->m * (double)job->n * (double)job->k <= x->cb->zero_copy_mnk;
         }
     }
     x->es = gemm_dtype_size(job->dtype);
@@ -176,8 +177,6 @@ static int plan(run_ctx *x)
     const int slow = strcmp(x->k->name, "naive") == 0 || strcmp(x->k->name, "tiled") == 0;
     x->staged = x->cb->delay_ms > 0 || x->total >= STAGED_MIN_BYTES ||
                 flops >= (slow ? STAGED_MIN_FLOP_SLOW : STAGED_MIN_FLOP);
-    if (x->staged)
-        x->zero = 0;
     return GO;
 }
 
@@ -213,11 +212,8 @@ static int buffers(run_ctx *x)
 static int enter(run_ctx *x)
 {
     cuda_dev *d = x->d;
-    int others = 0;
-    x->gen = gemm_cuda_dev_enter(d, &others);
+    x->gen = gemm_cuda_dev_enter(d);
     x->entered = 1;
-    if (others > 0)
-        x->zero = 0; /* only on an otherwise idle device (zero_copy_mnk) */
     if (atomic_load(&d->lost))
         return stop_with(x, gemm_engine_err_set(&x->job->err, GEMM_E_DEVICE_LOST,
                                                 "%s could not be recovered after an earlier device error (%s); restart "
@@ -254,14 +250,11 @@ static int enter(run_ctx *x)
 
 /* Host blocks locked (once, cached by the allocator after; a panel pins the product's
  * blocks, a group each product's), and resident operands read from their device copies
- * (the first product on a device makes the copy; its cost counts as this job's H2D). Zero
- * copy only through this device's own registrations: another device's reset would drop
- * them under a running kernel. */
+ * (the first product on a device makes the copy; its cost counts as this job's H2D). */
 static int stage_inputs(run_ctx *x)
 {
     gemm_job *job = x->job;
     cuda_dev *d = x->d;
-    int own = 1;
     if (job->a_parts) {
         for (uint64_t i = 0; i < x->nb; i++) {
             gemm_cuda_pin(x->cb, d, job->a_parts[i], &x->held);
@@ -269,16 +262,15 @@ static int stage_inputs(run_ctx *x)
             gemm_cuda_pin(x->cb, d, job->c_parts[i], &x->held);
         }
     } else {
-        own &= gemm_cuda_pin(x->cb, d, job->a_block ? job->a_block : job->a, &x->held) == d->slot;
-        own &= gemm_cuda_pin(x->cb, d, job->b_block ? job->b_block : job->b, &x->held) == d->slot;
-        own &= gemm_cuda_pin(x->cb, d, job->c_block ? job->c_block : job->c, &x->held) == d->slot;
+        gemm_cuda_pin(x->cb, d, job->a_block ? job->a_block : job->a, &x->held);
+        gemm_cuda_pin(x->cb, d, job->b_block ? job->b_block : job->b, &x->held);
+        gemm_cuda_pin(x->cb, d, job->c_block ? job->c_block : job->c, &x->held);
     }
-    x->zero &= own;
-    x->A = x->zero ? job->a : x->w->buf[0];
-    x->B = x->zero ? job->b : x->w->buf[1];
-    x->C = x->zero ? job->c : x->w->buf[2];
-    x->upload[0] = x->zero ? 0 : x->need[0];
-    x->upload[1] = x->zero ? 0 : x->need[1];
+    x->A = x->w->buf[0];
+    x->B = x->w->buf[1];
+    x->C = x->w->buf[2];
+    x->upload[0] = x->need[0];
+    x->upload[1] = x->need[1];
     cudaStream_t s = x->w->stream;
     if (x->nb <= 1 && job->a_res && gemm_cuda_resident_get(x->cb, d, x->gen, job->a_res, s, &x->A, &x->res_bytes,
                                                           &x->res_ms))
@@ -289,8 +281,7 @@ static int stage_inputs(run_ctx *x)
     return GO;
 }
 
-/* H2D: ev[0] .. ev[1]; A and B in one call (a group: every product's, into the stacks; zero
- * copy: none, ev[1] alone). */
+/* H2D: ev[0] .. ev[1]; A and B in one call (a group: every product's, into the stacks). */
 static int copy_in(run_ctx *x)
 {
     gemm_job *job = x->job;
@@ -298,7 +289,7 @@ static int copy_in(run_ctx *x)
     x->stage = "H2D copy";
     copy_list cp = {.kind = cudaMemcpyHostToDevice, .s = x->w->stream, .site = &x->site,
                     .one_by_one = x->cb->copy_loop != 0};
-    if (!x->zero && GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[0], x->w->stream)) != cudaSuccess)
+    if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[0], x->w->stream)) != cudaSuccess)
         return CUDA_FAILED;
     if (job->a_parts) {
         const size_t pa = x->need[0] / x->nb, pb = x->need[1] / x->nb;
@@ -320,7 +311,7 @@ static int copy_in(run_ctx *x)
  * stage's own start event `next`. */
 static int stage_gap(run_ctx *x, cudaEvent_t done, cudaEvent_t next, const char *before)
 {
-    if (GEMM_CUDA_CHECK(&x->site, wait_event(done, x->cb->spin_ms)) != cudaSuccess)
+    if (GEMM_CUDA_CHECK(&x->site, wait_event(done)) != cudaSuccess)
         return CUDA_FAILED;
     if (gemm_job_cancel_requested(x->job)) {
         x->job->timing.h2d_ms = ev_ms(x->w->ev[0], x->w->ev[1], &x->site);
@@ -389,7 +380,7 @@ static int launch(run_ctx *x)
     return GO;
 }
 
-/* D2H: d0 .. ev[5] (d0 = ev[3] when back to back; zero copy: none). */
+/* D2H: d0 .. ev[5] (d0 = ev[3] when back to back). */
 static int copy_out(run_ctx *x)
 {
     gemm_job *job = x->job;
@@ -408,30 +399,28 @@ static int copy_out(run_ctx *x)
         const size_t pc = x->need[2] / x->nb;
         for (uint64_t i = 0; i < x->nb; i++)
             copies_add(&cp, job->c_parts[i], (const char *)x->w->buf[2] + i * pc, pc);
-    } else if (!x->zero) {
+    } else {
         copies_add(&cp, job->c, x->w->buf[2], x->need[2]);
     }
     if (copies_flush(&cp) != cudaSuccess ||
-        (!x->zero && GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[5], x->w->stream)) != cudaSuccess))
+        GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[5], x->w->stream)) != cudaSuccess)
         return CUDA_FAILED;
     return GO;
 }
 
 /* Waits for the last event; timing (nothing crossed the bus when every operand was on the
- * device already; zero copy: the kernel's own reads and writes are its time), C's resident
- * copy published, the byte counters (not while warming up). */
+ * device already), C's resident copy published, the byte counters (not while warming up). */
 static int finish(run_ctx *x)
 {
     gemm_job *job = x->job;
     cudaEvent_t *ev = x->w->ev;
     x->stage = "synchronize";
-    if (GEMM_CUDA_CHECK(&x->site, wait_event(x->zero ? ev[3] : ev[5], x->cb->spin_ms)) != cudaSuccess)
+    if (GEMM_CUDA_CHECK(&x->site, wait_event(ev[5])) != cudaSuccess)
         return CUDA_FAILED;
     const size_t up = x->upload[0] + x->upload[1] + x->res_bytes;
     job->timing.h2d_ms = up > 0 ? ev_ms(ev[0], ev[1], &x->site) + x->res_ms : 0;
     job->timing.kernel_ms = ev_ms(x->k0, ev[3], &x->site);
-    job->timing.d2h_ms = x->zero ? 0 : ev_ms(x->d0, ev[5], &x->site);
-    job->zero_copy = x->zero;
+    job->timing.d2h_ms = ev_ms(x->d0, ev[5], &x->site);
     if (x->site.err != cudaSuccess)
         return CUDA_FAILED;
     if (x->keep) {
@@ -440,8 +429,8 @@ static int finish(run_ctx *x)
     }
     double flops = 2.0 * (double)x->nb * (double)job->m * (double)job->n * (double)job->k;
     job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
-    if (!x->w->warming) { /* zero copy: the bytes the kernel read and wrote over the bus count */
-        atomic_fetch_add(&x->d->bytes_h2d, (unsigned long long)(x->zero ? x->need[0] + x->need[1] : up));
+    if (!x->w->warming) {
+        atomic_fetch_add(&x->d->bytes_h2d, (unsigned long long)up);
         atomic_fetch_add(&x->d->bytes_d2h, (unsigned long long)x->need[2]);
     }
     return stop_with(x, 0);

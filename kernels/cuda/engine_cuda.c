@@ -67,9 +67,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
     if (cb->streams > 64)
         cb->streams = 64;
     cb->mem_limit = cfg->device_mem_limit;
-    cb->spin_ms = cfg->wait_spin_us > 0 ? cfg->wait_spin_us / 1000.0 : 0;
-    cb->zero_copy_mnk = (double)cfg->zero_copy_mnk;
-    cb->warmup = cfg->warmup && !cfg->fault_inject[0];
+    cb->warmup = !cfg->fault_inject[0]; /* the hooks count runs: none of them warm-up products */
     cb->min_cc = INT_MAX;
     cb->wgmma_ok = 1;
     atomic_init(&cb->allocs, 0);
@@ -98,7 +96,6 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
         d->info.cc_minor = p.minor;
         d->info.streams = cb->streams;
         d->cc = p.major * 10 + p.minor;
-        d->host_ptr = p.canUseHostPointerForRegisteredMem;
         if (d->cc < cb->min_cc)
             cb->min_cc = d->cc;
         d->slot = i;

@@ -49,8 +49,7 @@ static void wait_job(bjob *t)
     pthread_mutex_unlock(&mu);
 }
 
-static gemm_engine *open_cuda_cfg(int streams, int batch_max, int delay_us, uint64_t mem_limit,
-                                  const char *faults)
+static gemm_engine *open_cuda_cfg(int streams, int batch_max, uint64_t mem_limit, const char *faults)
 {
     gemm_engine_config cfg;
     gemm_engine_config_defaults(&cfg);
@@ -60,16 +59,15 @@ static gemm_engine *open_cuda_cfg(int streams, int batch_max, int delay_us, uint
     cfg.streams_per_device = streams;
     cfg.queue_depth = 4096;
     cfg.batch_max = batch_max;
-    cfg.batch_max_delay_us = delay_us;
     gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) printf("# open failed: %d %s\n", err.code, err.message);
     return e;
 }
 
-static gemm_engine *open_cuda(int streams, int batch_max, int delay_us)
+static gemm_engine *open_cuda(int streams, int batch_max)
 {
-    return open_cuda_cfg(streams, batch_max, delay_us, 0, "");
+    return open_cuda_cfg(streams, batch_max, 0, "");
 }
 
 static bjob *make(gemm_engine *e, gemm_dtype d, int nb, int shared, int m, int k, int n, const char *kernel,
@@ -137,7 +135,7 @@ static int correct(bjob *t, double *worst)
 
 static void test_batched_jobs(void)
 {
-    gemm_engine *e = open_cuda(2, 1, 0);
+    gemm_engine *e = open_cuda(2, 1);
     if (!e) {
         tap(0, "open the CUDA engine");
         return;
@@ -183,7 +181,7 @@ static void test_batched_jobs(void)
 /* One stream: a big product keeps the worker busy while 64 small ones queue. */
 static void test_coalesced(void)
 {
-    gemm_engine *e = open_cuda(1, 32, 0);
+    gemm_engine *e = open_cuda(1, 32);
     if (!e) {
         tap(0, "open the CUDA engine");
         return;
@@ -226,7 +224,7 @@ static void test_coalesced(void)
  * block: every product right, one done() each, and groups of more than 32 formed. */
 static void test_coalesced_large(const char *faults)
 {
-    gemm_engine *e = open_cuda_cfg(1, 200, 0, 0, faults);
+    gemm_engine *e = open_cuda_cfg(1, 200, 0, faults);
     if (!e) {
         tap(0, "open the CUDA engine (fault_inject \"%s\")", faults);
         return;
@@ -292,7 +290,7 @@ static void *storm(void *p)
 
 static void test_storm(void)
 {
-    gemm_engine *e = open_cuda(4, 32, 100);
+    gemm_engine *e = open_cuda(4, 32);
     if (!e) {
         tap(0, "open the CUDA engine");
         return;
@@ -309,8 +307,7 @@ static void test_storm(void)
         pthread_join(th[i], NULL);
         bad += a[i].bad;
     }
-    tap(bad == 0, "16 threads x 64 mixed small products, 4 streams, batch_max 32, delay 100 us: all right (%d wrong)",
-        bad);
+    tap(bad == 0, "16 threads x 64 mixed small products, 4 streams, batch_max 32: all right (%d wrong)", bad);
     gemm_engine_close(e);
 }
 
@@ -319,7 +316,7 @@ static void test_storm(void)
  * (gpu_delay_ms), so the 7 products behind the first are queued together. */
 static void test_group_too_big(void)
 {
-    gemm_engine *e = open_cuda_cfg(1, 32, 0, 3u << 20, "gpu_delay_ms:50");
+    gemm_engine *e = open_cuda_cfg(1, 32, 3u << 20, "gpu_delay_ms:50");
     if (!e) {
         tap(0, "open the CUDA engine with device_mem_limit 3 MiB");
         return;
@@ -350,7 +347,7 @@ static void test_group_too_big(void)
  * first of them makes its device copy), each B once; and the kept C has a device copy. */
 static void test_resident_alone(void)
 {
-    gemm_engine *e = open_cuda_cfg(1, 32, 0, 0, "gpu_delay_ms:50");
+    gemm_engine *e = open_cuda_cfg(1, 32, 0, "gpu_delay_ms:50");
     if (!e) {
         tap(0, "open the CUDA engine with gpu_delay_ms:50");
         return;

@@ -278,24 +278,22 @@ static void gate_free(gemm_engine *e, gate *g)
     pthread_mutex_destroy(&g->mu);
 }
 
-static gemm_engine *open_grouping(int workers, int batch_max, int delay_us, uint64_t mnk)
+static gemm_engine *open_grouping(int workers, int batch_max, uint64_t mnk)
 {
     gemm_engine_config cfg;
     gemm_engine_config_defaults(&cfg);
     assert_int_equal(cfg.batch_max, 0);
-    assert_int_equal(cfg.batch_max_delay_us, 0);
     assert_int_equal(cfg.batch_max_mnk, 1ull << 24);
     snprintf(cfg.backend, sizeof cfg.backend, "cpu");
     cfg.cpu_workers = workers;
     cfg.queue_depth = 1024;
     cfg.batch_max = batch_max;
-    cfg.batch_max_delay_us = delay_us;
     cfg.batch_max_mnk = mnk;
     gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) fprintf(stderr, "# open: %s\n", err.message);
     assert_non_null(e);
-    assert_int_equal(gemm_engine_small_mnk(e), mnk); /* what the daemon's answer spin reads */
+    assert_int_equal(gemm_engine_small_mnk(e), mnk); /* what the daemon's direct run reads */
     return e;
 }
 
@@ -305,7 +303,7 @@ static gemm_engine *open_grouping(int workers, int batch_max, int delay_us, uint
 static void test_coalesce_groups(void **st)
 {
     (void)st;
-    gemm_engine *e = open_grouping(1, 4, 0, 20 * 20 * 20);
+    gemm_engine *e = open_grouping(1, 4, 20 * 20 * 20);
     gate gt;
     gate_hold(e, &gt);
     gemm_engine_err err;
@@ -516,7 +514,7 @@ static void test_coalesce_not_resident(void **st)
 static void test_coalesce_off(void **st)
 {
     (void)st;
-    gemm_engine *e = open_grouping(1, 1, 0, 1ull << 24);
+    gemm_engine *e = open_grouping(1, 1, 1ull << 24);
     gate gt;
     gate_hold(e, &gt);
     gjob j[4];
@@ -540,7 +538,7 @@ static void test_coalesce_off(void **st)
 static void test_coalesce_cancel(void **st)
 {
     (void)st;
-    gemm_engine *e = open_grouping(1, 8, 0, 1ull << 24);
+    gemm_engine *e = open_grouping(1, 8, 1ull << 24);
     gate gt;
     gate_hold(e, &gt);
     gjob j[3];
@@ -601,7 +599,7 @@ static void *stress_main(void *p)
 static void test_coalesce_many_threads(void **st)
 {
     (void)st;
-    gemm_engine *e = open_grouping(2, 16, 200, 32 * 32 * 32);
+    gemm_engine *e = open_grouping(2, 16, 32 * 32 * 32);
     enum { T = 16 };
     pthread_t th[T];
     stress_arg a[T];
