@@ -68,6 +68,7 @@ static void group_job(gemm_job *big, const gemm_job *first, int n)
     big->m = first->m, big->k = first->k, big->n = first->n;
     big->batch = (uint64_t)n;
     big->tile = first->tile;
+    big->plan_m = first->plan_m;
     big->math = first->math;
     big->out_half = first->out_half;
     snprintf(big->kernel, sizeof big->kernel, "%s", first->kernel);

@@ -241,7 +241,8 @@ struct gemm_job {
     uint64_t batched;     /* products of the launch(es) it ran in: its batch, the group's
                              size when coalesced, 0 for a single product */
     char batch_mode[32];  /* "strided" (one library call), "loop" (a launch per product),
-                             "coalesced strided" / "coalesced loop", "" for a single product */
+                             "coalesced loop" (a group: each product as alone), "" for a
+                             single product */
     /* A split product (split_panels >= 2): split[0..panels) in row order; device, stream,
      * tile_used and block are panel 0's, h2d/kernel/d2h the longest panel's, compute_ms
      * from the taking worker to the end of the last panel. 0: not split. */

@@ -1,9 +1,18 @@
 /*
- * cuda_run.c - one product on a worker's stream, stage by stage: plan (kernel, sizes,
- * staging), enter the device (buffers from its pool), stage the inputs (lock host blocks,
- * resident operands), H2D, kernel, D2H, finish (wait, timing, counters); one unwind after
- * whichever stage stopped, that sorts CUDA failures into an out-of-memory (that product
- * alone) or a broken context (the device is reset on leaving).
+ * cuda_run.c - one product on a worker's stream, stage by stage: plan (sizes, staging),
+ * enter the device (buffers from its pool), stage the inputs (lock host blocks, resident
+ * operands), H2D, kernel, D2H, finish (wait, timing, counters); one unwind after whichever
+ * stage stopped, that sorts CUDA failures into an out-of-memory (that product alone) or a
+ * broken context (the device is reset on leaving).
+ *
+ * The kernel is the one validate() resolved from the request: a product runs the same
+ * launch (kernel, block, algorithm) whether it runs alone, lent to an HTTP thread, as a
+ * panel (planned as its whole product) or coalesced with others. A coalesced group
+ * (a_parts) copies its products into the device stacks at PART_ALIGN-byte steps, the
+ * alignment a lone product's device buffers have, and launches each product by itself: a
+ * batched library call may choose another algorithm, and some kernels choose by the
+ * operands' alignment, so the bits would depend on the load. A batched request runs
+ * strided (cuBLAS) or as a loop over its products.
  *
  * Waiting: the events are created with cudaEventBlockingSync, and a worker polls the event
  * it waits for only for WAIT_SPIN_MS before it sleeps in cudaEventSynchronize, so a short
@@ -30,6 +39,7 @@
 /* 64³ products kept their p50 at 47.6 us with this poll, while a worker waiting beside a
  * 500 ms kernel used 0.08% of a core (bench/results/h100-2026-11-23-hardening.md) */
 #define WAIT_SPIN_MS 0.05
+#define PART_ALIGN 256 /* what device allocations are aligned to, at least */
 
 /* What a stage says: go on, stop (ctx.rc says how the job ends), or a CUDA call failed
  * (ctx.site says which). */
@@ -48,7 +58,8 @@ typedef struct {
     int staged;          /* stage by stage */
     long njob;
     uint64_t nb, total;
-    size_t es, esc, need[3], upload[2], res_bytes;
+    size_t need[3], upload[2], res_bytes;
+    size_t one[3], step[3]; /* A, B, C of one product; bytes between products on the device */
     double res_ms;
     void *A, *B, *C;     /* device operands */
     void *keep;          /* C's resident device copy, until published */
@@ -137,8 +148,8 @@ static int stop_with(run_ctx *x, int rc)
 
 /* ---- the stages ------------------------------------------------------------ */
 
-/* The kernel (auto: a member of ours for a lone small product), the sizes, and whether to
- * stage. */
+/* The kernel validate() resolved, the sizes (a group's products at PART_ALIGN steps), and
+ * whether to stage. */
 static int plan(run_ctx *x)
 {
     gemm_job *job = x->job;
@@ -150,21 +161,17 @@ static int plan(run_ctx *x)
                                                 "job reached the CUDA worker without a resolved kernel (\"%s\")",
                                                 job->kernel_used));
     x->nb = gemm_job_batch(job);
-    if (x->nb <= 1 && !job->a_parts && !job->plan_m && !job->tile && gemm_cuda_kernel_is_auto(job) &&
-        strcmp(x->k->name, "cublas") == 0) {
-        /* auto, alone (not in a group): a small one runs faster on one of ours (auto.c).
-         * Under load the copies stay: they overlap other products' work, while a kernel that
-         * waits on the bus holds its SMs (bench/results/h100-2026-11-27-shards.md). */
-        const gemm_kernel_desc *ka = gemm_kernel_auto_alone(job->dtype, job->math_used, (int)job->m, (int)job->n,
-                                                            (int)job->k, x->cb->min_cc);
-        if (ka) {
-            x->k = ka;
-            snprintf(job->kernel_used, sizeof job->kernel_used, "%s", ka->name);
+    int ok = gemm_job_bytes(job, x->need); /* 0 for a bad dtype too */
+    for (int i = 0; ok && i < 3; i++) {
+        const int shared = i == 1 && job->b_shared;
+        x->one[i] = x->need[i] / (shared ? 1 : x->nb);
+        x->step[i] = shared ? 0 : x->one[i];
+        if (job->a_parts) {
+            x->step[i] = (x->one[i] + PART_ALIGN - 1) / PART_ALIGN * PART_ALIGN;
+            ok = gemm_mul_size(x->step[i], (size_t)x->nb, &x->need[i]);
         }
     }
-    x->es = gemm_dtype_size(job->dtype);
-    x->esc = gemm_dtype_size(gemm_job_c_dtype(job));
-    if (!gemm_job_bytes(job, x->need) || x->es == 0)
+    if (!ok)
         return stop_with(x, gemm_engine_err_set(&job->err, GEMM_E_TOO_LARGE, "the product's size overflows"));
     x->total = (uint64_t)x->need[0] + x->need[1] + x->need[2];
     if (x->cb->mem_limit && x->total > x->cb->mem_limit)
@@ -269,8 +276,8 @@ static int stage_inputs(run_ctx *x)
     x->A = x->w->buf[0];
     x->B = x->w->buf[1];
     x->C = x->w->buf[2];
-    x->upload[0] = x->need[0];
-    x->upload[1] = x->need[1];
+    x->upload[0] = x->one[0] * x->nb;
+    x->upload[1] = job->b_shared ? x->one[1] : x->one[1] * x->nb;
     cudaStream_t s = x->w->stream;
     if (x->nb <= 1 && job->a_res && gemm_cuda_resident_get(x->cb, d, x->gen, job->a_res, s, &x->A, &x->res_bytes,
                                                           &x->res_ms))
@@ -292,10 +299,9 @@ static int copy_in(run_ctx *x)
     if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[0], x->w->stream)) != cudaSuccess)
         return CUDA_FAILED;
     if (job->a_parts) {
-        const size_t pa = x->need[0] / x->nb, pb = x->need[1] / x->nb;
         for (uint64_t i = 0; i < x->nb; i++) {
-            copies_add(&cp, (char *)x->A + i * pa, job->a_parts[i], pa);
-            copies_add(&cp, (char *)x->B + i * pb, job->b_parts[i], pb);
+            copies_add(&cp, (char *)x->A + i * x->step[0], job->a_parts[i], x->one[0]);
+            copies_add(&cp, (char *)x->B + i * x->step[1], job->b_parts[i], x->one[1]);
         }
     } else {
         copies_add(&cp, x->A, job->a, x->upload[0]);
@@ -322,8 +328,9 @@ static int stage_gap(run_ctx *x, cudaEvent_t done, cudaEvent_t next, const char 
     return GEMM_CUDA_CHECK(&x->site, cudaEventRecord(next, x->w->stream)) == cudaSuccess ? GO : CUDA_FAILED;
 }
 
-/* The kernel: k0 .. ev[3] (k0 = ev[1] when the stages run back to back); a batch in one
- * strided call (B's stride 0 broadcasts a shared B) or one launch per product. */
+/* The kernel: k0 .. ev[3] (k0 = ev[1] when the stages run back to back); a batched request
+ * in one strided call (B's stride 0 broadcasts a shared B) or, like a group, one launch per
+ * product. */
 static int launch(run_ctx *x)
 {
     gemm_job *job = x->job;
@@ -353,7 +360,8 @@ static int launch(run_ctx *x)
     };
     if (x->k->plan)
         job->tile_used = x->k->plan(&l, job->block, sizeof job->block);
-    if (x->nb > 1 && x->k->batch_native) {
+    const int strided = x->nb > 1 && x->k->batch_native && !job->a_parts;
+    if (strided) {
         l.batch = (int)x->nb;
         l.stride_a = (long long)(job->m * job->k);
         l.stride_b = job->b_shared ? 0 : (long long)(job->k * job->n);
@@ -362,16 +370,16 @@ static int launch(run_ctx *x)
             return CUDA_FAILED;
     } else {
         for (uint64_t i = 0; i < x->nb; i++) { /* back to back on the stream */
-            l.A = (const char *)x->A + i * (size_t)(job->m * job->k) * x->es;
-            l.B = (const char *)x->B + (job->b_shared ? 0 : i * (size_t)(job->k * job->n) * x->es);
-            l.C = (char *)x->C + i * (size_t)(job->m * job->n) * x->esc;
+            l.A = (const char *)x->A + i * x->step[0];
+            l.B = (const char *)x->B + i * x->step[1];
+            l.C = (char *)x->C + i * x->step[2];
             if (GEMM_CUDA_CHECK(&x->site, x->k->launch(&l)) != cudaSuccess)
                 return CUDA_FAILED;
         }
     }
     if (x->nb > 1) {
         job->batched = x->nb;
-        snprintf(job->batch_mode, sizeof job->batch_mode, "%s", x->k->batch_native ? "strided" : "loop");
+        snprintf(job->batch_mode, sizeof job->batch_mode, "%s", strided ? "strided" : "loop");
     }
     if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[3], s)) != cudaSuccess)
         return CUDA_FAILED;
@@ -396,9 +404,8 @@ static int copy_out(run_ctx *x)
     copy_list cp = {.kind = cudaMemcpyDeviceToHost, .s = x->w->stream, .site = &x->site,
                     .one_by_one = x->cb->copy_loop != 0};
     if (job->c_parts) {
-        const size_t pc = x->need[2] / x->nb;
         for (uint64_t i = 0; i < x->nb; i++)
-            copies_add(&cp, job->c_parts[i], (const char *)x->w->buf[2] + i * pc, pc);
+            copies_add(&cp, job->c_parts[i], (const char *)x->w->buf[2] + i * x->step[2], x->one[2]);
     } else {
         copies_add(&cp, job->c, x->w->buf[2], x->need[2]);
     }
@@ -431,7 +438,7 @@ static int finish(run_ctx *x)
     job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
     if (!x->w->warming) {
         atomic_fetch_add(&x->d->bytes_h2d, (unsigned long long)up);
-        atomic_fetch_add(&x->d->bytes_d2h, (unsigned long long)x->need[2]);
+        atomic_fetch_add(&x->d->bytes_d2h, (unsigned long long)(x->one[2] * x->nb));
     }
     return stop_with(x, 0);
 }

@@ -260,7 +260,7 @@ int gemm_cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
      * (auto.c), for the oldest device a worker may run it on; a panel as its whole product. */
     const char *name = gemm_cuda_kernel_is_auto(job)
                            ? gemm_kernel_auto(job->dtype, job->math, (int)gemm_job_plan_rows(job), (int)job->n,
-                                              (int)job->k, cb->min_cc, cb->wgmma_ok)
+                                              (int)job->k, (int)gemm_job_batch(job), cb->min_cc, cb->wgmma_ok)
                            : job->kernel;
     const gemm_kernel_desc *k = gemm_kernel_find(name);
     if (!k) {

@@ -425,6 +425,55 @@ static void *here_main(void *p)
     return NULL;
 }
 
+/* How a product runs depends on the request alone: run where it was submitted
+ * (submit_here) and queued, each product gets the same kernel, block and bits; auto gives
+ * a small single float32 product tiled up to 64^3 and simt up to 256^3, anything larger
+ * cuBLAS, and a panel (plan_m) what its whole product gets. */
+static void test_same_launch(void)
+{
+    gemm_engine *e = open_cuda(2, 0, "", 64);
+    if (!e) { tap(0, "open"); return; }
+    struct { gemm_dtype d; int m, k, n; uint64_t plan_m; const char *want; } cases[] = {
+        {GEMM_DTYPE_F32, 64, 64, 64, 0, "tiled"},
+        {GEMM_DTYPE_F32, 37, 61, 53, 0, "tiled"},
+        {GEMM_DTYPE_F32, 1, 1, 1, 0, "tiled"},
+        {GEMM_DTYPE_F32, 65, 64, 64, 0, "simt"},
+        {GEMM_DTYPE_F32, 200, 131, 249, 0, "simt"},
+        {GEMM_DTYPE_F32, 257, 256, 256, 0, "cublas"},
+        {GEMM_DTYPE_F32, 32, 64, 64, 64, "tiled"},    /* half of a 64^3 product */
+        {GEMM_DTYPE_F32, 64, 256, 256, 256, "simt"},  /* a quarter of 256^3 */
+        {GEMM_DTYPE_F32, 64, 256, 256, 512, "cublas"}, /* an eighth of 512x256x256 */
+        {GEMM_DTYPE_F64, 64, 64, 64, 0, "cublas"},
+        {GEMM_DTYPE_I32, 100, 50, 70, 0, "simt"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tjob *t[2];
+        int rc[2];
+        gemm_engine_err err;
+        for (int here = 0; here < 2; here++) {
+            t[here] = make_job(e, cases[i].d, cases[i].m, cases[i].k, cases[i].n, "", 0, GEMM_MATH_DEFAULT, 9000 + i);
+            t[here]->job.plan_m = cases[i].plan_m;
+            int target = gpu_done_count() + 1;
+            rc[here] = here ? gemm_engine_submit_here(e, &t[here]->job, &err) : gemm_engine_submit(e, &t[here]->job, &err);
+            if (rc[here] >= 0) gpu_wait_done(target);
+        }
+        const gemm_job *q = &t[0]->job, *h = &t[1]->job;
+        double er = 0;
+        int ok = rc[0] == 0 && rc[1] == 1 && atomic_load(&q->state) == GEMM_JOB_DONE &&
+                 atomic_load(&h->state) == GEMM_JOB_DONE && job_correct(t[0], &er) &&
+                 strcmp(q->kernel_used, cases[i].want) == 0 && strcmp(h->kernel_used, q->kernel_used) == 0 &&
+                 strcmp(h->block, q->block) == 0 && h->tile_used == q->tile_used &&
+                 memcmp(h->c, q->c, (size_t)cases[i].m * cases[i].n * gemm_dtype_size(cases[i].d)) == 0;
+        tap(ok, "%s %dx%dx%d (panel of %llu rows): queued and run here (rc %d, %d) both ran %s / %s (want %s), "
+            "block \"%s\" / \"%s\", the same bits; err %.3g",
+            gemm_dtype_name(cases[i].d), cases[i].m, cases[i].k, cases[i].n, (unsigned long long)cases[i].plan_m,
+            rc[0], rc[1], q->kernel_used, h->kernel_used, cases[i].want, q->block, h->block, er);
+        free_job(t[0]);
+        free_job(t[1]);
+    }
+    gemm_engine_close(e);
+}
+
 static void test_submit_here(void)
 {
     gemm_engine *e = open_cuda(2, 0, "", 64); /* returns with every worker idle */
@@ -1002,6 +1051,7 @@ int main(int argc, char **argv)
     test_each_kernel();
     test_concurrent();
     test_submit_here();
+    test_same_launch();
     test_faults();
     test_blocking_wait();
     test_cancel_running();
