@@ -142,9 +142,8 @@ void gemm_cuda_resident_drain(cuda_backend *cb);
 /* cuda_run.c: one job on worker w (the backend's run); cuda_warm.c: w's warm-up. */
 int gemm_cuda_run(void *self, void *worker, gemm_job *job);
 void gemm_cuda_warm(cuda_backend *cb, cuda_worker *w);
-/* engine_cuda.c: validate() (also for the warm-up); whether the job asked for kernel auto */
+/* engine_cuda.c: validate() (also for the warm-up) */
 int gemm_cuda_validate(void *self, gemm_job *job, gemm_engine_err *err);
-int gemm_cuda_kernel_is_auto(const gemm_job *job);
 
 /* cuda_fault.cu */
 cudaError_t gemm_cuda_launch_trap(cudaStream_t stream);

@@ -205,11 +205,6 @@ static void cuda_worker_fini(void *self, void *worker)
 
 /* ---- validate: resolve the kernel, tile and math ------------------------ */
 
-int gemm_cuda_kernel_is_auto(const gemm_job *job)
-{
-    return !job->kernel[0] || strcmp(job->kernel, "auto") == 0;
-}
-
 /* The member k cannot run job (why: gemm_kernel_supports): the error that says what to ask
  * for instead. */
 static int refuse(const gemm_kernel_desc *k, const gemm_job *job, const char *why, gemm_engine_err *err)
@@ -256,9 +251,10 @@ int gemm_cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
     if (job->plan_m > INT_MAX)
         return gemm_engine_err_set(err, GEMM_E_BAD_OPTION, "panel_of=%llu: the CUDA backend takes up to %d rows",
                                    (unsigned long long)job->plan_m, INT_MAX);
-    /* auto: the member the committed measurements pick for this dtype, math and shape
-     * (auto.c), for the oldest device a worker may run it on; a panel as its whole product. */
-    const char *name = gemm_cuda_kernel_is_auto(job)
+    /* auto: the member the committed measurements pick for this dtype, math, shape and batch
+     * (auto.c), for the oldest device a worker may run it on; a panel as its whole product.
+     * Chosen here, from the request: alone or coalesced, the product runs it (cuda_run.c). */
+    const char *name = !job->kernel[0] || strcmp(job->kernel, "auto") == 0
                            ? gemm_kernel_auto(job->dtype, job->math, (int)gemm_job_plan_rows(job), (int)job->n,
                                               (int)job->k, (int)gemm_job_batch(job), cb->min_cc, cb->wgmma_ok)
                            : job->kernel;
