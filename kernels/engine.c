@@ -30,10 +30,11 @@ static const gemm_key engine_keys[] = {
     {"queue_depth", GEMM_KEY_INT, KEY(queue_depth), 0, 1, 1000000,
      "products waiting for a worker before new ones get 503 queue_full"},
     {"batch_max", GEMM_KEY_INT, KEY(batch_max), 0, 0, GEMM_COALESCE_MAX,
-     "dynamic batching: small queued products of one kind run as one batched launch, up to this many (0 = "
-     "backend default: CUDA 32, CPU 1 = off; 1 = off)"},
+     "dynamic batching: small queued products of one kind run as one group, each computed as it is alone, up "
+     "to this many (0 = backend default: CUDA 32, CPU 1 = off; 1 = off)"},
     {"batch_max_mnk", GEMM_KEY_U64, KEY(batch_max_mnk), 0, 1, 1099511627776LL,
-     "dynamic batching: products with m*n*k up to this are small enough to coalesce"},
+     "what counts as small: products with m*n*k up to this are coalesced, and (times their batch) may run on the "
+     "HTTP thread that received them (direct_run)"},
     {"split_min_mnk", GEMM_KEY_U64, KEY(split_min_mnk), 0, 0, 4611686018427387904LL,
      "split products: a single product with m*n*k at least this is cut into row panels of A that run on several "
      "devices (or workers) at once (0 = never)"},

@@ -34,8 +34,8 @@ static const key_desc daemon_keys[] = {
     {"port", K_INT, OFF(port), 0, 1, 65535, "TCP port"},
     {"http_threads", K_INT, OFF(http_threads), 0, 0, 1024, "HTTP threads (libmicrohttpd thread pool; 0 = half the CPUs, 4 to 16)"},
     {"direct_run", K_BOOL, OFF(direct_run), 0, 0, 1,
-     "an HTTP thread runs a small product itself, on an idle stream, while few products are in "
-     "flight and nothing is queued, instead of handing it to a worker"},
+     "an HTTP thread runs a small product (m*n*k up to batch_max_mnk) itself, on an idle stream, while "
+     "few products are in flight and nothing is queued, instead of handing it to a worker"},
     {"connection_limit", K_INT, OFF(connection_limit), 0, 1, 1000000, "connections open at once"},
     {"per_ip_limit", K_INT, OFF(per_ip_limit), 0, 0, 1000000,
      "connections open at once from one address (0 = no limit)"},
