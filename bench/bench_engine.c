@@ -4,8 +4,7 @@
  *
  *   build/bench/bench_engine load  [--backend cuda] [--n 64] [--clients 64] [--ms 2000]
  *                                  [--devices all] [--streams 4] [--dtype float32] [--kernel auto]
- *                                  [--math fp32] [--batch-max 0] [--worker-spin-us 100]
- *                                  [--wait-spin-us 50] [--fault-inject SPEC]
+ *                                  [--math fp32] [--batch-max 0] [--fault-inject SPEC]
  *   build/bench/bench_engine split [--backend cuda] [--sizes 8192,16384] [--dtype float32]
  *                                  [--kernel auto] [--math fp32] [--reps 5] [--ways 2]
  *                                  [--cpu-workers 2]
@@ -15,12 +14,12 @@
  * each client has its own C. Printed: products/s and TFLOP/s; the latency from submit to
  * done() (p50, p99, max, us); products per launch (the engine's coalesced counters); the
  * devices' busy time over the wall (CUDA: 2.00 = two GPUs always busy); and this process's
- * CPU time per product and over the wall, which is the workers' waiting (wait_spin_us,
- * worker_spin_us). Questions it answers:
+ * CPU time per product and over the wall, which is mostly the workers' waiting. Questions
+ * it answers:
  *   small products, many clients    --n 64 --clients 64 [--batch-max 1 | 32]
- *   what a worker's wait costs       --n 64 --clients 1 --streams 1 --wait-spin-us 0|50|1000000,
- *                                    and with a long kernel: --fault-inject gpu_delay_ms:500
- *                                    --clients 1 --ms 3000 (CPU over the wall while it waits)
+ *   what a worker's wait costs       --n 64 --clients 1 --streams 1, and with a long kernel:
+ *                                    --fault-inject gpu_delay_ms:500 --clients 1 --ms 3000
+ *                                    (CPU over the wall while it waits)
  *   several GPUs, nothing on a wire  --n 8192 --clients 8 --devices 0, then --devices all
  * split: one n x n x n product at a time, whole (one worker) and split into row panels of A:
  * on one GPU as --ways engines (its streams), and one panel per GPU when there are two or
@@ -45,7 +44,7 @@ typedef struct {
     const char *backend, *devices, *kernel, *faults, *sizes;
     gemm_dtype dtype;
     gemm_math math;
-    int n, clients, ms, streams, batch_max, worker_spin, wait_spin, reps, ways, cpu_workers;
+    int n, clients, ms, streams, batch_max, reps, ways, cpu_workers;
 } opts;
 
 typedef struct {
@@ -147,8 +146,6 @@ static gemm_engine *open_engine(const opts *o, const char *devices, int ways, in
     if (ways) cfg.streams_per_device = ways > 2 ? ways : 2, cfg.split_ways = ways, cfg.split_min_mnk = 1;
     cfg.cpu_workers = workers;
     cfg.batch_max = o->batch_max;
-    if (o->worker_spin >= 0) cfg.worker_spin_us = o->worker_spin;
-    if (o->wait_spin >= 0) cfg.wait_spin_us = o->wait_spin;
     gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) fprintf(stderr, "bench_engine: backend %s, devices %s: %s\n", o->backend, devices, err.message);
@@ -347,7 +344,7 @@ static int split(const opts *o)
 int main(int argc, char **argv)
 {
     opts o = {"cuda", "all", "auto", "", "8192,16384", GEMM_DTYPE_F32, GEMM_MATH_DEFAULT,
-              64, 64, 2000, 0, 0, -1, -1, 5, 2, 2};
+              64, 64, 2000, 0, 0, 5, 2, 2};
     const char *mode = argc > 1 ? argv[1] : "";
     int bad = strcmp(mode, "load") != 0 && strcmp(mode, "split") != 0;
     for (int i = 2; i + 1 < argc && !bad; i += 2) {
@@ -365,8 +362,6 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--ms")) o.ms = atoi(v);
         else if (!strcmp(a, "--streams")) o.streams = atoi(v);
         else if (!strcmp(a, "--batch-max")) o.batch_max = atoi(v);
-        else if (!strcmp(a, "--worker-spin-us")) o.worker_spin = atoi(v);
-        else if (!strcmp(a, "--wait-spin-us")) o.wait_spin = atoi(v);
         else if (!strcmp(a, "--reps")) o.reps = atoi(v);
         else if (!strcmp(a, "--ways")) o.ways = atoi(v);
         else if (!strcmp(a, "--cpu-workers")) o.cpu_workers = atoi(v);

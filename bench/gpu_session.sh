@@ -22,8 +22,8 @@
 #   batch     bench/load.py: one request of 10,000 64² products against single requests at
 #             64 connections, dynamic batching off (batch_max 1) and on (32)
 #   engine    build/bench/bench_engine load: 64² products at 64 clients without HTTP, batching
-#             off and on; a worker's wait at one client for wait_spin_us 0, 50, 1000000, and
-#             the CPU it burns beside a 500 ms kernel
+#             off and on; one client on one stream, and the CPU a worker burns beside a 500 ms
+#             kernel
 #   split     build/bench/bench_engine split: 8192² and 16384² whole and split, fp32 and tf32
 #   multigpu  products/s on one GPU against every GPU, 8192² float32 at 8 clients: the engine
 #             alone (bench_engine load --devices 0 | all) and through HTTP (bench/load.py)
@@ -103,7 +103,7 @@ step_batch() {
 step_engine() {
     local e=build/bench/bench_engine s
     for s in 1 32; do $e load --n 64 --clients 64 --batch-max $s; done
-    for s in 0 50 1000000; do $e load --n 64 --clients 1 --streams 1 --wait-spin-us $s --devices 0; done
+    $e load --n 64 --clients 1 --streams 1 --devices 0
     $e load --n 64 --clients 1 --streams 1 --ms 3000 --devices 0 --fault-inject gpu_delay_ms:500
 }
 step_split() { local m; for m in fp32 tf32; do build/bench/bench_engine split --sizes 8192,16384 --math $m --reps 5; done; }

@@ -42,7 +42,7 @@ threads); mean / bound, wrk's mean latency over what CONNS connections allow at 
 Extras:
   --first     in every round: seconds from exec to the first /healthz 200, and the latency of
               the first products on one connection (64³ float32, float64, int32, 256³ float32,
-              64³ float32 again): what warm-up buys (--flags cold="--warmup false")
+              64³ float32 again): what the start-up warm-up leaves to the first requests
   --stages    after the rounds, per server and load: the daemon's stage times read from every
               answer's Server-Timing, and the answers that ran coalesced
   --latency   after the rounds, per gemmd server and square load: `bin/gemm bench` at the same

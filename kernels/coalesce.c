@@ -1,7 +1,7 @@
 /*
  * coalesce.c - dynamic batching: a worker that takes a small single product also takes
  * the queued products with the same key (dtype, C's dtype, resolved math, kernel, tile,
- * plan rows, m, k, n), up to group_max, waiting up to group_delay_ms for more; the group
+ * plan rows, m, k, n) that are queued then, up to group_max (it waits for none); the group
  * runs as ONE batched job on the backend, and each product then gets its own result
  * fields, its own queue_ms and its own done().
  *
@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static int no_resident(const gemm_job *job)
 {
@@ -38,46 +37,25 @@ static int same_group(const gemm_job *a, const gemm_job *b)
            b->batch <= 1 && no_resident(b) && strcmp(a->kernel_used, b->kernel_used) == 0;
 }
 
-/* Moves the queued jobs of g[0]'s group into g[*n..] (callers hold mu); marks them running. */
-static void take_group(gemm_engine *e, gemm_job **g, int *n, double now)
+/* Under mu: job, then the queued jobs of its group, moved into g and marked running. */
+int gemm_coalesce_take(gemm_engine *e, gemm_job *job, gemm_job **g, double t0)
 {
+    int n = 0;
+    g[n++] = job;
     gemm_job *prev = NULL, *it = e->head;
-    while (it && *n < e->group_max) {
+    while (it && n < e->group_max) {
         gemm_job *next = it->q_next;
-        if (same_group(g[0], it) && !gemm_split_wants(e, it)) {
+        if (same_group(job, it) && !gemm_split_wants(e, it)) {
             gemm_list_unlink(&e->head, &e->tail, prev, it);
             e->queued--;
             atomic_fetch_add(&e->running, 1);
-            it->timing.queue_ms = now - it->t_submit_ms;
+            it->timing.queue_ms = t0 - it->t_submit_ms;
             atomic_store(&it->state, GEMM_JOB_RUNNING);
-            g[(*n)++] = it;
+            g[n++] = it;
         } else {
             prev = it;
         }
         it = next;
-    }
-}
-
-int gemm_coalesce_take(gemm_engine *e, gemm_job *job, gemm_job **g, double t0)
-{
-    g[0] = job;
-    int n = 1;
-    take_group(e, g, &n, t0);
-    if (n < e->group_max && e->group_delay_ms > 0) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        long long ns = (long long)until.tv_nsec + (long long)(e->group_delay_ms * 1e6);
-        until.tv_sec += (time_t)(ns / 1000000000LL);
-        until.tv_nsec = (long)(ns % 1000000000LL);
-        if (e->head) gemm_sched_kick(e); /* others queued meanwhile are for other workers */
-        while (n < e->group_max && !e->closing) {
-            e->group_waiters++;
-            int rc = pthread_cond_timedwait(&e->grouping, &e->mu, &until);
-            e->group_waiters--;
-            if (rc != 0) break;
-            take_group(e, g, &n, gemm_now_ms());
-        }
-        take_group(e, g, &n, gemm_now_ms());
     }
     return n;
 }
@@ -90,6 +68,7 @@ static void group_job(gemm_job *big, const gemm_job *first, int n)
     big->m = first->m, big->k = first->k, big->n = first->n;
     big->batch = (uint64_t)n;
     big->tile = first->tile;
+    big->plan_m = first->plan_m;
     big->math = first->math;
     big->out_half = first->out_half;
     snprintf(big->kernel, sizeof big->kernel, "%s", first->kernel);

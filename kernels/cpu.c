@@ -285,7 +285,7 @@ const gemm_backend gemm_backend_cpu = {
     .healthy = cpu_healthy,
     .quick = cpu_quick,
     /* Coalescing on the CPU only saves a queue hand-off per product and adds a gather and a
-     * scatter copy: off unless batch_max asks for it (bench/batch_bench.sh measures it). */
+     * scatter copy: off unless batch_max asks for it (bench/results/batch-cpu.md). */
     .batch_default = 1,
     .faults = cpu_faults,
 };

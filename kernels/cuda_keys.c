@@ -15,11 +15,5 @@ const gemm_key gemm_cuda_keys[] = {
      "CUDA: streams (and worker threads) per device"},
     {"device_mem_limit_mb", GEMM_KEY_MB, KEY(device_mem_limit), 0, 0, 16777216,
      "CUDA: MiB of cached device buffers per stream (0 = no limit)"},
-    {"zero_copy_mnk", GEMM_KEY_U64, KEY(zero_copy_mnk), 0, 0, 1099511627776LL,
-     "CUDA: a float32 product with m*n*k up to this that runs alone with kernel auto, on an otherwise idle "
-     "device, skips its copies (its kernel reads and writes the page-locked host buffers; 0 = never)"},
-    {"warmup", GEMM_KEY_BOOL, KEY(warmup), 0, 0, 1,
-     "CUDA: each worker runs a few small products at start, so the first requests do not pay for loading "
-     "kernels"},
     {NULL, 0, 0, 0, 0, 0, NULL},
 };

@@ -30,21 +30,17 @@ static const gemm_key engine_keys[] = {
     {"queue_depth", GEMM_KEY_INT, KEY(queue_depth), 0, 1, 1000000,
      "products waiting for a worker before new ones get 503 queue_full"},
     {"batch_max", GEMM_KEY_INT, KEY(batch_max), 0, 0, GEMM_COALESCE_MAX,
-     "dynamic batching: small queued products of one kind run as one batched launch, up to this many (0 = "
-     "backend default: CUDA 32, CPU 1 = off; 1 = off)"},
-    {"batch_max_delay_us", GEMM_KEY_INT, KEY(batch_max_delay_us), 0, 0, 1000000,
-     "dynamic batching: microseconds a worker waits for more of its batch (0 = only what is queued)"},
+     "dynamic batching: small queued products of one kind run as one group, each computed as it is alone, up "
+     "to this many (0 = backend default: CUDA 32, CPU 1 = off; 1 = off)"},
     {"batch_max_mnk", GEMM_KEY_U64, KEY(batch_max_mnk), 0, 1, 1099511627776LL,
-     "dynamic batching: products with m*n*k up to this are small enough to coalesce"},
+     "what counts as small: products with m*n*k up to this are coalesced, and (times their batch) may run on the "
+     "HTTP thread that received them (direct_run)"},
     {"split_min_mnk", GEMM_KEY_U64, KEY(split_min_mnk), 0, 0, 4611686018427387904LL,
      "split products: a single product with m*n*k at least this is cut into row panels of A that run on several "
      "devices (or workers) at once (0 = never)"},
     {"split_ways", GEMM_KEY_INT, KEY(split_ways), 0, 0, GEMM_SPLIT_MAX,
      "split products: panels per product (0 = one per device, so one device never splits; 1 = off; 2..16 = that "
      "many, spread over the devices, several per device allowed)"},
-    {"worker_spin_us", GEMM_KEY_INT, KEY(worker_spin_us), 0, 0, 100000,
-     "microseconds an engine worker that has just finished polls for the next product before it sleeps (0 = "
-     "sleep at once)"},
     {"fault_inject", GEMM_KEY_STR, KEY(fault_inject), sizeof((gemm_engine_config *)0)->fault_inject, 0, 0,
      "test hook for the backend (empty = off); never set in production"},
     {NULL, 0, 0, 0, 0, 0, NULL},
@@ -66,9 +62,7 @@ void gemm_engine_config_defaults(gemm_engine_config *cfg)
     cfg->queue_depth = 64;
     snprintf(cfg->devices, sizeof cfg->devices, "all");
     cfg->streams_per_device = 4;
-    cfg->wait_spin_us = 50;
     cfg->batch_max_mnk = 1ull << 24;
-    cfg->zero_copy_mnk = 1ull << 18;
     cfg->split_min_mnk = GEMM_SPLIT_MIN_MNK_DEFAULT;
 }
 
@@ -99,7 +93,6 @@ static void engine_free(gemm_engine *e)
     if (e->self) e->be->close(e->self);
     if (e->near) e->near_be->close(e->near);
     for (int i = 0; i < GEMM_MAX_DEVICES; i++) pthread_cond_destroy(&e->slot_cv[i]);
-    pthread_cond_destroy(&e->grouping);
     pthread_cond_destroy(&e->inited);
     for (int i = 0; i < e->nback; i++) pthread_cond_destroy(&e->args[i].back);
     pthread_mutex_destroy(&e->mu);
@@ -129,14 +122,11 @@ gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_
     e->capacity = cfg->queue_depth > 0 ? cfg->queue_depth : 64;
     e->group_max = cfg->batch_max >= 1 ? cfg->batch_max : be->batch_default > 0 ? be->batch_default : 1;
     if (e->group_max > GEMM_COALESCE_MAX) e->group_max = GEMM_COALESCE_MAX;
-    e->group_delay_ms = cfg->batch_max_delay_us > 0 ? cfg->batch_max_delay_us / 1000.0 : 0;
     e->group_mnk = cfg->batch_max_mnk ? cfg->batch_max_mnk : 1ull << 24;
     e->split_mnk = cfg->split_min_mnk; /* off at start when it could never split */
     e->split_ways = cfg->split_ways > GEMM_SPLIT_MAX ? GEMM_SPLIT_MAX : cfg->split_ways > 0 ? cfg->split_ways : 0;
-    e->spin_ns = cfg->worker_spin_us > 0 ? (long)cfg->worker_spin_us * 1000L : 0;
     pthread_mutex_init(&e->mu, NULL);
     for (int i = 0; i < GEMM_MAX_DEVICES; i++) pthread_cond_init(&e->slot_cv[i], NULL);
-    pthread_cond_init(&e->grouping, NULL);
     pthread_cond_init(&e->inited, NULL);
 
     /* The inline backend beside one that offloads (the host path), when the config has it. */
@@ -153,13 +143,11 @@ gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_
         engine_free(e);
         return NULL;
     }
-    /* With warm-up, open returns once every worker is set up and warm: a daemon that
-     * listens after open never lets its first requests pay for it. */
-    if (cfg->warmup) {
-        pthread_mutex_lock(&e->mu);
-        while (e->ninited < e->nworkers) pthread_cond_wait(&e->inited, &e->mu);
-        pthread_mutex_unlock(&e->mu);
-    }
+    /* Open returns once every worker is set up (and, on CUDA, warm): a daemon that listens
+     * after open never lets its first requests pay for it. */
+    pthread_mutex_lock(&e->mu);
+    while (e->ninited < e->nworkers) pthread_cond_wait(&e->inited, &e->mu);
+    pthread_mutex_unlock(&e->mu);
     return e;
 }
 

@@ -92,9 +92,7 @@ typedef struct {
     char backend[8];           /* "auto", "cpu" or "cuda" */
     char fault_inject[64];     /* test hooks, backend-defined (below); "" = none */
     int queue_depth;           /* jobs waiting (not running) before submit says queue full */
-    int worker_spin_us;        /* a finished worker polls this long for the next job */
     int batch_max;             /* coalescing (coalesce.c): 0 = the backend's default, 1 = off */
-    int batch_max_delay_us;    /* how long a worker waits for more of its group */
     uint64_t batch_max_mnk;    /* what counts as small */
     uint64_t split_min_mnk;    /* split products (split.c): 0 = never */
     int split_ways;            /* 0 = one panel per usable device slot, 1 = off */
@@ -105,10 +103,7 @@ typedef struct {
     char devices[128];         /* "all" or a comma list of ordinals */
     int streams_per_device;    /* streams (and workers) per device */
     uint64_t device_mem_limit; /* bytes of cached device buffers per stream (0 = no limit) */
-    int wait_spin_us;          /* a worker polls its product's event this long before it sleeps */
     uint64_t host_cache_bytes; /* page-locked host blocks kept for reuse (0 or > 1 GiB: 1 GiB) */
-    uint64_t zero_copy_mnk;    /* a lone small float32 product on an idle device skips its copies */
-    int warmup;                /* workers warm up first; open returns once they are warm */
     /* the host path (host.c), beside a backend that offloads: products of batch*m*n*k up to
      * this (at most GEMM_HOST_MAX_MNK; 0 = never) submitted with gemm_engine_submit_here */
     uint64_t host_max_mnk;
@@ -246,8 +241,8 @@ struct gemm_job {
     uint64_t batched;     /* products of the launch(es) it ran in: its batch, the group's
                              size when coalesced, 0 for a single product */
     char batch_mode[32];  /* "strided" (one library call), "loop" (a launch per product),
-                             "coalesced strided" / "coalesced loop", "" for a single product */
-    int zero_copy;        /* 1: the kernel read A and B from host memory and wrote C there */
+                             "coalesced loop" (a group: each product as alone), "" for a
+                             single product */
     /* A split product (split_panels >= 2): split[0..panels) in row order; device, stream,
      * tile_used and block are panel 0's, h2d/kernel/d2h the longest panel's, compute_ms
      * from the taking worker to the end of the last panel. 0: not split. */
@@ -339,7 +334,8 @@ typedef struct {
 } gemm_engine_stats;
 
 /* Opens the backend named by cfg->backend ("auto": the first of the registry's backends
- * that finds its device, CUDA before CPU). NULL with *err set on failure. */
+ * that finds its device, CUDA before CPU) and returns once every worker is set up (CUDA:
+ * and warmed up, unless fault_inject is set). NULL with *err set on failure. */
 gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_engine_err *err);
 
 /* Queues a job. Never waits for compute. Returns 0, or -1 with *err set and done() NOT

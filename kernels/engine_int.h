@@ -38,10 +38,7 @@ struct gemm_engine {
 
     /* coalescing (coalesce.c) */
     int group_max;
-    double group_delay_ms;
     uint64_t group_mnk;
-    pthread_cond_t grouping; /* a job was queued: for workers waiting to fill a group */
-    int group_waiters;
 
     /* split products (split.c) */
     uint64_t split_mnk;   /* 0: never */
@@ -54,8 +51,6 @@ struct gemm_engine {
     pthread_cond_t slot_cv[GEMM_MAX_DEVICES];
     int slot_workers[GEMM_MAX_DEVICES];
     int slot_busy[GEMM_MAX_DEVICES];
-    long spin_ns;         /* worker_spin_us */
-    atomic_ulong work_seq; /* moves whenever a job or a panel is queued, or close */
 
     int nworkers, nstarted, nback;
     int ninited;          /* workers past worker_init (under mu) */
@@ -103,8 +98,7 @@ void gemm_sched_finish(gemm_engine *e, gemm_job *job, int rc, double t0);
 void gemm_sched_finish_one(gemm_engine *e, gemm_job *job, int rc, double t0);
 
 /* coalesce.c: whether a taken job may gather others; under mu, moves the queued jobs of
- * job's group into g (room for group_max), waiting up to group_delay_ms, and returns how
- * many (job first); then, without mu, runs them (parts: room for 3 * group_max). */
+ * job's group into g (room for group_max) and returns how many (job first); then, without mu, runs them (parts: room for 3 * group_max). */
 int gemm_coalesce_wants(const gemm_engine *e, const gemm_job *job);
 int gemm_coalesce_take(gemm_engine *e, gemm_job *job, gemm_job **g, double t0);
 void gemm_coalesce_run(gemm_engine *e, void *worker, gemm_job **g, int n, double t0, void **parts);

@@ -20,10 +20,6 @@
  * usable at all, any worker takes the job and the backend fails it rather than leaving it
  * queued). Whoever takes a job while more are queued wakes the next worker.
  *
- * A worker that has just finished polls for new work for worker_spin_us before it sleeps:
- * at one connection the next request comes within tens of microseconds, and a worker still
- * awake takes it without the wake-up of a sleeping thread.
- *
  * Cancellation: gemm_engine_cancel() takes a queued job off the queue (done() at once) or
  * flags a running one; the worker checks the flag before it calls the backend, and the
  * backend at each of its stage boundaries (gemm_job_cancel_requested).
@@ -35,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* ---- the queue (callers hold mu) ----------------------------------------- */
 
@@ -106,26 +101,7 @@ void gemm_sched_kick(gemm_engine *e)
 
 void gemm_sched_wake_all(gemm_engine *e)
 {
-    atomic_fetch_add(&e->work_seq, 1);
     for (int s = 0; s < e->nslots; s++) pthread_cond_broadcast(&e->slot_cv[s]);
-    pthread_cond_broadcast(&e->grouping);
-}
-
-/* Polls (without the lock) until work_seq moves from seen or spin_ns is up. */
-static void spin_for_work(gemm_engine *e, unsigned long seen)
-{
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (unsigned i = 0;; i++) {
-        if (atomic_load_explicit(&e->work_seq, memory_order_acquire) != seen) return;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-        if ((i & 63) == 0) {
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            if ((long)(t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) >= e->spin_ns) return;
-        }
-    }
 }
 
 /* ---- running and ending jobs ---------------------------------------------- */
@@ -161,7 +137,7 @@ int gemm_sched_run(gemm_engine *e, void *worker, gemm_job *job)
 
 /* Under mu: waits until there is something for this worker (a panel of its slot, a queued
  * job its slot should take, or close); returns the panel, or NULL for the queue. */
-static gemm_job *wait_for_work(gemm_engine *e, worker_arg *wa, int may_spin)
+static gemm_job *wait_for_work(gemm_engine *e, worker_arg *wa)
 {
     const int slot = wa->slot;
     gemm_job *panel;
@@ -176,14 +152,6 @@ static gemm_job *wait_for_work(gemm_engine *e, worker_arg *wa, int may_spin)
             int best = gemm_sched_pick_slot(e, slot);
             if (best == slot) return NULL;
             if (best >= 0) pthread_cond_signal(&e->slot_cv[best]); /* it is theirs */
-        }
-        if (may_spin) { /* once, right after a job: poll before sleeping */
-            may_spin = 0;
-            unsigned long seen = atomic_load(&e->work_seq);
-            pthread_mutex_unlock(&e->mu);
-            spin_for_work(e, seen);
-            pthread_mutex_lock(&e->mu);
-            continue;
         }
         pthread_cond_wait(&e->slot_cv[slot], &e->mu);
     }
@@ -209,10 +177,9 @@ static void *worker_main(void *arg)
     int took = 0; /* this worker counts in slot_busy[slot] */
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        int may_spin = took && e->spin_ns > 0;
         if (took) e->slot_busy[slot]--, took = 0;
         wa->between = 1;
-        gemm_job *panel = wait_for_work(e, wa, may_spin);
+        gemm_job *panel = wait_for_work(e, wa);
         wa->between = 0;
         if (panel) { /* panels of products already running come first */
             e->slot_busy[slot]++, took = 1;
@@ -358,7 +325,6 @@ int gemm_sched_admit(gemm_engine *e, gemm_engine_err *err)
 void gemm_sched_queue(gemm_engine *e, gemm_job *job)
 {
     atomic_store(&job->state, GEMM_JOB_QUEUED);
-    atomic_fetch_add(&e->work_seq, 1);
     job->q_next = NULL;
     if (e->tail)
         e->tail->q_next = job;
@@ -366,7 +332,6 @@ void gemm_sched_queue(gemm_engine *e, gemm_job *job)
         e->head = job;
     e->tail = job;
     e->queued++;
-    if (e->group_waiters) pthread_cond_broadcast(&e->grouping);
     gemm_sched_kick(e);
     pthread_mutex_unlock(&e->mu);
 }

@@ -34,13 +34,9 @@ static const key_desc daemon_keys[] = {
      "address to bind (IPv4 or IPv6); binding beyond loopback without tokens_file warns"},
     {"port", K_INT, OFF(port), 0, 1, 65535, "TCP port"},
     {"http_threads", K_INT, OFF(http_threads), 0, 0, 1024, "HTTP threads (libmicrohttpd thread pool; 0 = half the CPUs, 4 to 16)"},
-    {"answer_spin_us", K_INT, OFF(answer_spin_us), 0, 0, 100000,
-     "microseconds an HTTP thread polls for a small product it has just queued, to answer it in "
-     "the same call instead of suspending the connection, while few products are in flight "
-     "(0 = suspend at once)"},
     {"direct_run", K_BOOL, OFF(direct_run), 0, 0, 1,
-     "an HTTP thread runs a small product itself, on an idle stream, while few products are in "
-     "flight and nothing is queued, instead of handing it to a worker"},
+     "an HTTP thread runs a small product (m*n*k up to batch_max_mnk) itself, on an idle stream, while "
+     "few products are in flight and nothing is queued, instead of handing it to a worker"},
     {"connection_limit", K_INT, OFF(connection_limit), 0, 1, 1000000, "connections open at once"},
     {"per_ip_limit", K_INT, OFF(per_ip_limit), 0, 0, 1000000,
      "connections open at once from one address (0 = no limit)"},
@@ -131,7 +127,6 @@ void gemmd_config_defaults(gemmd_config *c)
     snprintf(c->listen, sizeof c->listen, "127.0.0.1");
     c->port = 8080;
     c->http_threads = 0; /* half the CPUs, 4 to 16 (gemmd_config_validate) */
-    c->answer_spin_us = 100;
     c->direct_run = 1;
     c->connection_limit = 256;
     c->per_ip_limit = 64;
@@ -159,8 +154,6 @@ void gemmd_config_defaults(gemmd_config *c)
     c->token_share = 50;
     snprintf(c->log_level, sizeof c->log_level, "info");
     c->restart_on_device_loss = 1;
-    c->engine.warmup = 1;
-    c->engine.worker_spin_us = 100;
 }
 
 const key_desc *gemmd_config_find_key(const char *name)

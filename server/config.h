@@ -22,8 +22,6 @@ typedef struct {
     char listen[64];            /* listen = 127.0.0.1 (address to bind) */
     int port;                   /* port = 8080 */
     int http_threads;           /* http_threads = 0: half the CPUs, 4 to 16 (libmicrohttpd thread pool) */
-    int answer_spin_us;         /* answer_spin_us = 100: an HTTP thread polls this long for a
-                                   small product it queued, to answer it without suspending */
     int direct_run;             /* direct_run = true: an HTTP thread runs a small product itself
                                    (on an idle worker's stream) while the engine is nearly idle */
     int connection_limit;       /* connection_limit = 256 */

@@ -565,7 +565,6 @@ static void add_product_headers(struct MHD_Response *r, uint64_t rows, uint64_t 
         snprintf(b, sizeof b, "%llu %s", (unsigned long long)m->batched, m->batch_mode ? m->batch_mode : "");
         MHD_add_response_header(r, "X-Gemm-Batched", b);
     }
-    if (m->zero_copy) MHD_add_response_header(r, "X-Gemm-Zero-Copy", "1");
     MHD_add_response_header(r, "X-Gemm-Dtype", gemm_dtype_name(m->dtype));
     char tile[16];
     snprintf(tile, sizeof tile, "%d", m->tile);
@@ -651,7 +650,6 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
         gemm_buf_json_string(&b, meta->batch_mode ? meta->batch_mode : "");
         gemm_buf_puts(&b, "}");
     }
-    if (meta->zero_copy) gemm_buf_puts(&b, ",\"zero_copy\":true");
     gemmd_split_json(&b, meta->split);
     if (release) release(ctx); /* meta may point into what ctx owns */
     double t1 = gemm_now_ms();

@@ -56,7 +56,6 @@ typedef struct {
     uint64_t batch;     /* 0: C is rows x cols; b: C is b x rows x cols (a batched request) */
     uint64_t batched;   /* products in the launch it ran in (0: alone) */
     const char *batch_mode; /* how: "strided", "loop", ... ("" or NULL: alone) */
-    int zero_copy;      /* the kernel worked on the host blocks: no copies */
     const char *matrix_id; /* C kept as a resident matrix (store=1), else NULL */
     const gemm_job *split; /* the job, when it ran split into row panels; else NULL */
 } gemmd_product_meta;

@@ -87,7 +87,6 @@ static void job_meta(const gemm_job *job, gemmd_product_meta *m, const char *id)
     m->batch = job->batch;
     m->batched = job->batched;
     m->batch_mode = job->batch_mode;
-    m->zero_copy = job->zero_copy;
     m->matrix_id = NULL;
     m->split = job->split_panels >= 2 ? job : NULL;
 }

@@ -6,8 +6,9 @@
  * that won the benchmark for that (dtype, math, shape class) on the device the results
  * were taken on. Rows are tried in order; the first whose dtype, math and class match
  * gives its first candidate the device supports (compute capability). When nothing
- * matches, the answer is "tiled", a member that runs every dtype on every GPU. No CUDA
- * call: this runs on the request path (the daemon's HTTP threads).
+ * matches, the answer is "tiled", a member that runs every dtype on every GPU. A small
+ * single float32 product with exact math is taken before the table (small_single). No
+ * CUDA call: this runs on the request path (the daemon's HTTP threads).
  *
  * Until the wgmma member, cuBLAS led every float shape we measured (square 512-8192, 4095,
  * 4097, 8192x8192x1024, 1024x1024x8192, 8192x1024x8192, 1024x8192x1024, 3000x5000x700).
@@ -93,27 +94,25 @@ static shape_class classify(int rows, int cols, int inner, int align)
     return SHAPE_LARGE;
 }
 
-/* A product that runs alone. cuBLAS's own host call (its descriptors, the algorithm
- * choice, the math mode) costs more than all the GPU work of a small product, and our
- * members launch in a few microseconds. Queued products that are coalesced still go to
- * cuBLAS, as one strided-batched call; a product that runs alone (on a nearly idle
- * engine) goes here. Measured in the daemon on an H100 (Server-Timing's kernel stage, one
- * connection, median; bench/results/h100-2026-11-26-direct.md): 64^3 tiled 13.2 us, simt
- * 15.1, cuBLAS 27.9; 128^3 simt 16.2, tiled 17.9, cuBLAS 24.2; 256^3 simt 18.4, cuBLAS
- * 26.7. Only float32 with exact math was measured: the other dtypes and modes keep what
- * the table chose. */
-#define ALONE_TILED_MNK (64.0 * 64.0 * 64.0)
-#define ALONE_SIMT_MNK (256.0 * 256.0 * 256.0)
+/* A single float32 product with exact math, small: cuBLAS's own host call (descriptors,
+ * the algorithm choice, the math mode) costs more than all its GPU work, and our members
+ * launch in a few microseconds. Measured in the daemon on an H100 (Server-Timing's kernel
+ * stage, one connection, median; bench/results/h100-2026-11-26-direct.md): 64^3 tiled 13.2
+ * us, simt 15.1, cuBLAS 27.9; 128^3 simt 16.2, tiled 17.9, cuBLAS 24.2; 256^3 simt 18.4,
+ * cuBLAS 26.7. A batched request keeps cuBLAS's strided-batched call (one call for all of
+ * them). The choice is by the request alone, so a product runs the same member whether it
+ * runs alone or coalesced with others (cuda_run.c). */
+#define SINGLE_TILED_MNK (64.0 * 64.0 * 64.0)
+#define SINGLE_SIMT_MNK (256.0 * 256.0 * 256.0)
 
-const gemm_kernel_desc *gemm_kernel_auto_alone(gemm_dtype d, gemm_math m, int rows, int cols, int inner,
-                                               int cc)
+static const char *small_single(gemm_dtype d, gemm_math r, int rows, int cols, int inner, int batch, int cc)
 {
-    if (d != GEMM_DTYPE_F32 || (m != GEMM_MATH_DEFAULT && m != GEMM_MATH_FP32))
+    if (d != GEMM_DTYPE_F32 || r != GEMM_MATH_FP32 || batch > 1)
         return NULL;
     const double mnk = (double)rows * (double)cols * (double)inner;
-    const char *name = mnk <= ALONE_TILED_MNK ? "tiled" : mnk <= ALONE_SIMT_MNK ? "simt" : NULL;
+    const char *name = mnk <= SINGLE_TILED_MNK ? "tiled" : mnk <= SINGLE_SIMT_MNK ? "simt" : NULL;
     const gemm_kernel_desc *k = name ? gemm_kernel_find(name) : NULL;
-    return k && gemm_kernel_supports(k, d, GEMM_MATH_FP32, 0, cc, NULL) ? k : NULL;
+    return k && gemm_kernel_supports(k, d, r, 0, cc, NULL) ? name : NULL;
 }
 
 /* Candidates whose code may be missing from this build: the caller says (the engine asked
@@ -123,7 +122,7 @@ static int runnable(const char *name, int wgmma_ok)
     return strcmp(name, "wgmma") != 0 || wgmma_ok;
 }
 
-const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc,
+const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int batch, int cc,
                              int wgmma_ok)
 {
     gemm_math r;
@@ -131,6 +130,9 @@ const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int 
         r = (m == GEMM_MATH_DEFAULT) ? GEMM_MATH_FP32 : m;
     else
         r = GEMM_MATH_DEFAULT;
+    const char *single = small_single(d, r, rows, cols, inner, batch, cc);
+    if (single)
+        return single;
     const shape_class sc = classify(rows, cols, inner, gemm_dtype_is_half(d) ? 8 : 4);
     for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
         const auto_row *row = &ROWS[i];

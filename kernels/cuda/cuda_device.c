@@ -211,7 +211,7 @@ cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_
 
 /* ---- device enter / leave / reset --------------------------------------- */
 
-unsigned gemm_cuda_dev_enter(cuda_dev *d, int *others)
+unsigned gemm_cuda_dev_enter(cuda_dev *d)
 {
     pthread_mutex_lock(&d->mu);
     while (d->resetting)
@@ -220,8 +220,6 @@ unsigned gemm_cuda_dev_enter(cuda_dev *d, int *others)
     unsigned gen = d->gen;
     pthread_mutex_unlock(&d->mu);
     pthread_mutex_lock(&d->busy_mu);
-    if (others)
-        *others = d->jobs;
     if (d->jobs++ == 0)
         d->busy_since_ms = gemm_now_ms();
     pthread_mutex_unlock(&d->busy_mu);
@@ -248,20 +246,18 @@ void gemm_cuda_dev_leave_house(cuda_dev *d)
     pthread_mutex_unlock(&d->mu);
 }
 
-int gemm_cuda_pin(cuda_backend *cb, cuda_dev *d, void *p, unsigned *held)
+void gemm_cuda_pin(cuda_backend *cb, cuda_dev *d, void *p, unsigned *held)
 {
-    int s = GEMM_PIN_PAGEABLE;
     for (int tries = 0; tries < 3; tries++) {
-        s = gemm_cuda_host_pin(cb->host, p, d->slot);
+        int s = gemm_cuda_host_pin(cb->host, p, d->slot);
         if (s < 0 || s == d->slot || (*held & (1u << s)))
-            return s;
+            return;
         /* Hold the device whose registration it is (lost or not: a lost one's reset may be
          * pending), then look again: it may have been reset before we got in (then the
          * block registers here). */
         gemm_cuda_dev_enter_house(&cb->devs[s], 1);
         *held |= 1u << s;
     }
-    return s;
 }
 
 void gemm_cuda_unhold(cuda_backend *cb, unsigned held)

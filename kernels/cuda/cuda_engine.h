@@ -34,7 +34,6 @@ typedef struct {
     gemm_device_info info;       /* name, memory, SMs, cc, streams (read at open) */
     int cc;                      /* major * 10 + minor */
     int wgmma;                   /* the build's sm_90a wgmma code runs here (asked at open) */
-    int host_ptr;                /* kernels may use a registered host block's own pointer */
     char label[GEMM_NAME_LEN];   /* "cuda:N <name>", what a job's device says */
 
     /* mu: the enter/leave protocol; a reset holds it throughout (up to RESET_WAIT_MS), so
@@ -79,10 +78,7 @@ typedef struct cuda_backend {
     int nworkers;
     cuda_worker *workers;
     uint64_t mem_limit;
-    double spin_ms;              /* wait_spin_us */
-    double zero_copy_mnk;        /* a lone product up to this m*n*k, on an idle device, reads and
-                                    writes host memory */
-    int warmup;                  /* workers warm up before their first job (config warmup) */
+    int warmup;                  /* workers warm up before their first job (no fault_inject) */
     int min_cc;                  /* oldest device: what every worker can run */
     int wgmma_ok;                /* every device runs wgmma */
     long oom_at, sticky_at, lost_at, delay_ms, copy_loop; /* fault hooks (engine.h); 0 = off */
@@ -106,10 +102,10 @@ int gemm_cuda_parse_devices(cuda_backend *cb, const char *spec, int count, gemm_
 void gemm_cuda_destroy_resources(cuda_worker *w);
 cudaError_t gemm_cuda_build_resources(cuda_worker *w, unsigned gen, gemm_cuda_site *site);
 cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_cuda_site *site);
-/* A job enters the device (waits out a reset; *others, when not NULL, gets how many jobs
- * were inside before it) and leaves it; a broken leave resets it, and with `lose` (the
- * lost:N hook) marks it lost after the reset instead of making a new context. */
-unsigned gemm_cuda_dev_enter(cuda_dev *d, int *others);
+/* A job enters the device (waits out a reset) and leaves it; a broken leave resets it, and
+ * with `lose` (the lost:N hook) marks it lost after the reset instead of making a new
+ * context. */
+unsigned gemm_cuda_dev_enter(cuda_dev *d);
 void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken, int lose);
 /* The housekeeping thread (0: the device is lost, not entered), or a job that copies
  * through a host block this device registered (lost_too: always), enters and leaves;
@@ -118,9 +114,8 @@ int gemm_cuda_dev_enter_house(cuda_dev *d, int lost_too);
 void gemm_cuda_dev_leave_house(cuda_dev *d);
 /* Locks the host block of p for copies on d (gemm_cuda_host_pin) and, when another
  * device's registration locks it, enters that device (a bit per slot in *held) so that its
- * reset cannot drop the registration while d copies through it; unhold leaves them. Returns
- * the slot whose registration locks the block, or a GEMM_PIN_ value. */
-int gemm_cuda_pin(cuda_backend *cb, cuda_dev *d, void *p, unsigned *held);
+ * reset cannot drop the registration while d copies through it; unhold leaves them. */
+void gemm_cuda_pin(cuda_backend *cb, cuda_dev *d, void *p, unsigned *held);
 void gemm_cuda_unhold(cuda_backend *cb, unsigned held);
 /* cudaMemGetInfo of the current device (d's) into d->mem_free / mem_total. */
 void gemm_cuda_sample_memory(cuda_dev *d);
@@ -147,9 +142,8 @@ void gemm_cuda_resident_drain(cuda_backend *cb);
 /* cuda_run.c: one job on worker w (the backend's run); cuda_warm.c: w's warm-up. */
 int gemm_cuda_run(void *self, void *worker, gemm_job *job);
 void gemm_cuda_warm(cuda_backend *cb, cuda_worker *w);
-/* engine_cuda.c: validate() (also for the warm-up); whether the job asked for kernel auto */
+/* engine_cuda.c: validate() (also for the warm-up) */
 int gemm_cuda_validate(void *self, gemm_job *job, gemm_engine_err *err);
-int gemm_cuda_kernel_is_auto(const gemm_job *job);
 
 /* cuda_fault.cu */
 cudaError_t gemm_cuda_launch_trap(cudaStream_t stream);

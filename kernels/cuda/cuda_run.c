@@ -1,13 +1,22 @@
 /*
- * cuda_run.c - one product on a worker's stream, stage by stage: plan (kernel, sizes,
- * zero copy, staging), enter the device (buffers from its pool), stage the inputs (lock
- * host blocks, resident operands), H2D, kernel, D2H, finish (wait, timing, counters); one
- * unwind after whichever stage stopped, that sorts CUDA failures into an out-of-memory
- * (that product alone) or a broken context (the device is reset on leaving).
+ * cuda_run.c - one product on a worker's stream, stage by stage: plan (sizes, staging),
+ * enter the device (buffers from its pool), stage the inputs (lock host blocks, resident
+ * operands), H2D, kernel, D2H, finish (wait, timing, counters); one unwind after whichever
+ * stage stopped, that sorts CUDA failures into an out-of-memory (that product alone) or a
+ * broken context (the device is reset on leaving).
+ *
+ * The kernel is the one validate() resolved from the request: a product runs the same
+ * launch (kernel, block, algorithm) whether it runs alone, lent to an HTTP thread, as a
+ * panel (planned as its whole product) or coalesced with others. A coalesced group
+ * (a_parts) copies its products into the device stacks at PART_ALIGN-byte steps, the
+ * alignment a lone product's device buffers have, and launches each product by itself: a
+ * batched library call may choose another algorithm, and some kernels choose by the
+ * operands' alignment, so the bits would depend on the load. A batched request runs
+ * strided (cuBLAS) or as a loop over its products.
  *
  * Waiting: the events are created with cudaEventBlockingSync, and a worker polls the event
- * it waits for only for wait_spin_us (default 50) before it sleeps in cudaEventSynchronize,
- * so a short product is picked up at once and a long one costs no CPU while it runs.
+ * it waits for only for WAIT_SPIN_MS before it sleeps in cudaEventSynchronize, so a short
+ * product is picked up at once and a long one costs no CPU while it runs.
  *
  * Stages and cancellation: a job checks for a cancel request before its H2D copy. A long
  * product (worth_staging: many flops, many bytes, or the gpu_delay_ms hook) runs stage by
@@ -27,6 +36,10 @@
 #define STAGED_MIN_FLOP 2.7e11          /* ~5 ms on the fast members of an H100 */
 #define STAGED_MIN_FLOP_SLOW 1.7e10     /* naive and tiled: ~10x slower */
 #define STAGED_MIN_BYTES (256ull << 20) /* copies of ~5-10 ms */
+/* 64³ products kept their p50 at 47.6 us with this poll, while a worker waiting beside a
+ * 500 ms kernel used 0.08% of a core (bench/results/h100-2026-11-23-hardening.md) */
+#define WAIT_SPIN_MS 0.05
+#define PART_ALIGN 256 /* what device allocations are aligned to, at least */
 
 /* What a stage says: go on, stop (ctx.rc says how the job ends), or a CUDA call failed
  * (ctx.site says which). */
@@ -42,12 +55,13 @@ typedef struct {
     const char *stage;
     int rc, entered, broken, lose;
     unsigned gen, held;  /* the device's generation; other devices held (gemm_cuda_pin) */
-    int zero, staged;    /* zero copy; stage by stage */
+    int staged;          /* stage by stage */
     long njob;
     uint64_t nb, total;
-    size_t es, esc, need[3], upload[2], res_bytes;
+    size_t need[3], upload[2], res_bytes;
+    size_t one[3], step[3]; /* A, B, C of one product; bytes between products on the device */
     double res_ms;
-    void *A, *B, *C;     /* device (or, zero copy, host) operands */
+    void *A, *B, *C;     /* device operands */
     void *keep;          /* C's resident device copy, until published */
     cudaEvent_t k0, d0;  /* the kernel's and the D2H's start events */
 } run_ctx;
@@ -58,12 +72,12 @@ static float ev_ms(cudaEvent_t a, cudaEvent_t b, gemm_cuda_site *site)
     return GEMM_CUDA_CHECK(site, cudaEventElapsedTime(&ms, a, b)) == cudaSuccess ? ms : 0;
 }
 
-/* Waits for ev: polls it for spin_ms, then sleeps in cudaEventSynchronize. */
-static cudaError_t wait_event(cudaEvent_t ev, double spin_ms)
+/* Waits for ev: polls it for WAIT_SPIN_MS, then sleeps in cudaEventSynchronize. */
+static cudaError_t wait_event(cudaEvent_t ev)
 {
     double t0 = gemm_now_ms();
     cudaError_t e;
-    while ((e = cudaEventQuery(ev)) == cudaErrorNotReady && gemm_now_ms() - t0 < spin_ms) {
+    while ((e = cudaEventQuery(ev)) == cudaErrorNotReady && gemm_now_ms() - t0 < WAIT_SPIN_MS) {
     }
     if (e != cudaErrorNotReady)
         return e;
@@ -134,8 +148,8 @@ static int stop_with(run_ctx *x, int rc)
 
 /* ---- the stages ------------------------------------------------------------ */
 
-/* The kernel (auto: a member of ours for a lone small product; the smallest skip the
- * copies on an idle device: zero_copy_mnk), the sizes, and whether to stage. */
+/* The kernel validate() resolved, the sizes (a group's products at PART_ALIGN steps), and
+ * whether to stage. */
 static int plan(run_ctx *x)
 {
     gemm_job *job = x->job;
@@ -147,23 +161,17 @@ static int plan(run_ctx *x)
                                                 "job reached the CUDA worker without a resolved kernel (\"%s\")",
                                                 job->kernel_used));
     x->nb = gemm_job_batch(job);
-    if (x->nb <= 1 && !job->a_parts && !job->plan_m && !job->tile && gemm_cuda_kernel_is_auto(job) &&
-        strcmp(x->k->name, "cublas") == 0) {
-        /* auto, alone (not in a group): a small one runs faster on one of ours (auto.c).
-         * Under load the copies stay: they overlap other products' work, while a kernel that
-         * waits on the bus holds its SMs (bench/results/h100-2026-11-27-shards.md). */
-        const gemm_kernel_desc *ka = gemm_kernel_auto_alone(job->dtype, job->math_used, (int)job->m, (int)job->n,
-                                                            (int)job->k, x->cb->min_cc);
-        if (ka) {
-            x->k = ka;
-            snprintf(job->kernel_used, sizeof job->kernel_used, "%s", ka->name);
-            x->zero = x->d->host_ptr && !job->a_res && !job->b_res && !job->c_res &&
-                      (double)job->m * (double)job->n * (double)job->k <= x->cb->zero_copy_mnk;
+    int ok = gemm_job_bytes(job, x->need); /* 0 for a bad dtype too */
+    for (int i = 0; ok && i < 3; i++) {
+        const int shared = i == 1 && job->b_shared;
+        x->one[i] = x->need[i] / (shared ? 1 : x->nb);
+        x->step[i] = shared ? 0 : x->one[i];
+        if (job->a_parts) {
+            x->step[i] = (x->one[i] + PART_ALIGN - 1) / PART_ALIGN * PART_ALIGN;
+            ok = gemm_mul_size(x->step[i], (size_t)x->nb, &x->need[i]);
         }
     }
-    x->es = gemm_dtype_size(job->dtype);
-    x->esc = gemm_dtype_size(gemm_job_c_dtype(job));
-    if (!gemm_job_bytes(job, x->need) || x->es == 0)
+    if (!ok)
         return stop_with(x, gemm_engine_err_set(&job->err, GEMM_E_TOO_LARGE, "the product's size overflows"));
     x->total = (uint64_t)x->need[0] + x->need[1] + x->need[2];
     if (x->cb->mem_limit && x->total > x->cb->mem_limit)
@@ -176,8 +184,6 @@ static int plan(run_ctx *x)
     const int slow = strcmp(x->k->name, "naive") == 0 || strcmp(x->k->name, "tiled") == 0;
     x->staged = x->cb->delay_ms > 0 || x->total >= STAGED_MIN_BYTES ||
                 flops >= (slow ? STAGED_MIN_FLOP_SLOW : STAGED_MIN_FLOP);
-    if (x->staged)
-        x->zero = 0;
     return GO;
 }
 
@@ -213,11 +219,8 @@ static int buffers(run_ctx *x)
 static int enter(run_ctx *x)
 {
     cuda_dev *d = x->d;
-    int others = 0;
-    x->gen = gemm_cuda_dev_enter(d, &others);
+    x->gen = gemm_cuda_dev_enter(d);
     x->entered = 1;
-    if (others > 0)
-        x->zero = 0; /* only on an otherwise idle device (zero_copy_mnk) */
     if (atomic_load(&d->lost))
         return stop_with(x, gemm_engine_err_set(&x->job->err, GEMM_E_DEVICE_LOST,
                                                 "%s could not be recovered after an earlier device error (%s); restart "
@@ -254,14 +257,11 @@ static int enter(run_ctx *x)
 
 /* Host blocks locked (once, cached by the allocator after; a panel pins the product's
  * blocks, a group each product's), and resident operands read from their device copies
- * (the first product on a device makes the copy; its cost counts as this job's H2D). Zero
- * copy only through this device's own registrations: another device's reset would drop
- * them under a running kernel. */
+ * (the first product on a device makes the copy; its cost counts as this job's H2D). */
 static int stage_inputs(run_ctx *x)
 {
     gemm_job *job = x->job;
     cuda_dev *d = x->d;
-    int own = 1;
     if (job->a_parts) {
         for (uint64_t i = 0; i < x->nb; i++) {
             gemm_cuda_pin(x->cb, d, job->a_parts[i], &x->held);
@@ -269,16 +269,15 @@ static int stage_inputs(run_ctx *x)
             gemm_cuda_pin(x->cb, d, job->c_parts[i], &x->held);
         }
     } else {
-        own &= gemm_cuda_pin(x->cb, d, job->a_block ? job->a_block : job->a, &x->held) == d->slot;
-        own &= gemm_cuda_pin(x->cb, d, job->b_block ? job->b_block : job->b, &x->held) == d->slot;
-        own &= gemm_cuda_pin(x->cb, d, job->c_block ? job->c_block : job->c, &x->held) == d->slot;
+        gemm_cuda_pin(x->cb, d, job->a_block ? job->a_block : job->a, &x->held);
+        gemm_cuda_pin(x->cb, d, job->b_block ? job->b_block : job->b, &x->held);
+        gemm_cuda_pin(x->cb, d, job->c_block ? job->c_block : job->c, &x->held);
     }
-    x->zero &= own;
-    x->A = x->zero ? job->a : x->w->buf[0];
-    x->B = x->zero ? job->b : x->w->buf[1];
-    x->C = x->zero ? job->c : x->w->buf[2];
-    x->upload[0] = x->zero ? 0 : x->need[0];
-    x->upload[1] = x->zero ? 0 : x->need[1];
+    x->A = x->w->buf[0];
+    x->B = x->w->buf[1];
+    x->C = x->w->buf[2];
+    x->upload[0] = x->one[0] * x->nb;
+    x->upload[1] = job->b_shared ? x->one[1] : x->one[1] * x->nb;
     cudaStream_t s = x->w->stream;
     if (x->nb <= 1 && job->a_res && gemm_cuda_resident_get(x->cb, d, x->gen, job->a_res, s, &x->A, &x->res_bytes,
                                                           &x->res_ms))
@@ -289,8 +288,7 @@ static int stage_inputs(run_ctx *x)
     return GO;
 }
 
-/* H2D: ev[0] .. ev[1]; A and B in one call (a group: every product's, into the stacks; zero
- * copy: none, ev[1] alone). */
+/* H2D: ev[0] .. ev[1]; A and B in one call (a group: every product's, into the stacks). */
 static int copy_in(run_ctx *x)
 {
     gemm_job *job = x->job;
@@ -298,13 +296,12 @@ static int copy_in(run_ctx *x)
     x->stage = "H2D copy";
     copy_list cp = {.kind = cudaMemcpyHostToDevice, .s = x->w->stream, .site = &x->site,
                     .one_by_one = x->cb->copy_loop != 0};
-    if (!x->zero && GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[0], x->w->stream)) != cudaSuccess)
+    if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[0], x->w->stream)) != cudaSuccess)
         return CUDA_FAILED;
     if (job->a_parts) {
-        const size_t pa = x->need[0] / x->nb, pb = x->need[1] / x->nb;
         for (uint64_t i = 0; i < x->nb; i++) {
-            copies_add(&cp, (char *)x->A + i * pa, job->a_parts[i], pa);
-            copies_add(&cp, (char *)x->B + i * pb, job->b_parts[i], pb);
+            copies_add(&cp, (char *)x->A + i * x->step[0], job->a_parts[i], x->one[0]);
+            copies_add(&cp, (char *)x->B + i * x->step[1], job->b_parts[i], x->one[1]);
         }
     } else {
         copies_add(&cp, x->A, job->a, x->upload[0]);
@@ -320,7 +317,7 @@ static int copy_in(run_ctx *x)
  * stage's own start event `next`. */
 static int stage_gap(run_ctx *x, cudaEvent_t done, cudaEvent_t next, const char *before)
 {
-    if (GEMM_CUDA_CHECK(&x->site, wait_event(done, x->cb->spin_ms)) != cudaSuccess)
+    if (GEMM_CUDA_CHECK(&x->site, wait_event(done)) != cudaSuccess)
         return CUDA_FAILED;
     if (gemm_job_cancel_requested(x->job)) {
         x->job->timing.h2d_ms = ev_ms(x->w->ev[0], x->w->ev[1], &x->site);
@@ -331,8 +328,9 @@ static int stage_gap(run_ctx *x, cudaEvent_t done, cudaEvent_t next, const char 
     return GEMM_CUDA_CHECK(&x->site, cudaEventRecord(next, x->w->stream)) == cudaSuccess ? GO : CUDA_FAILED;
 }
 
-/* The kernel: k0 .. ev[3] (k0 = ev[1] when the stages run back to back); a batch in one
- * strided call (B's stride 0 broadcasts a shared B) or one launch per product. */
+/* The kernel: k0 .. ev[3] (k0 = ev[1] when the stages run back to back); a batched request
+ * in one strided call (B's stride 0 broadcasts a shared B) or, like a group, one launch per
+ * product. */
 static int launch(run_ctx *x)
 {
     gemm_job *job = x->job;
@@ -362,7 +360,8 @@ static int launch(run_ctx *x)
     };
     if (x->k->plan)
         job->tile_used = x->k->plan(&l, job->block, sizeof job->block);
-    if (x->nb > 1 && x->k->batch_native) {
+    const int strided = x->nb > 1 && x->k->batch_native && !job->a_parts;
+    if (strided) {
         l.batch = (int)x->nb;
         l.stride_a = (long long)(job->m * job->k);
         l.stride_b = job->b_shared ? 0 : (long long)(job->k * job->n);
@@ -371,16 +370,16 @@ static int launch(run_ctx *x)
             return CUDA_FAILED;
     } else {
         for (uint64_t i = 0; i < x->nb; i++) { /* back to back on the stream */
-            l.A = (const char *)x->A + i * (size_t)(job->m * job->k) * x->es;
-            l.B = (const char *)x->B + (job->b_shared ? 0 : i * (size_t)(job->k * job->n) * x->es);
-            l.C = (char *)x->C + i * (size_t)(job->m * job->n) * x->esc;
+            l.A = (const char *)x->A + i * x->step[0];
+            l.B = (const char *)x->B + i * x->step[1];
+            l.C = (char *)x->C + i * x->step[2];
             if (GEMM_CUDA_CHECK(&x->site, x->k->launch(&l)) != cudaSuccess)
                 return CUDA_FAILED;
         }
     }
     if (x->nb > 1) {
         job->batched = x->nb;
-        snprintf(job->batch_mode, sizeof job->batch_mode, "%s", x->k->batch_native ? "strided" : "loop");
+        snprintf(job->batch_mode, sizeof job->batch_mode, "%s", strided ? "strided" : "loop");
     }
     if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[3], s)) != cudaSuccess)
         return CUDA_FAILED;
@@ -389,7 +388,7 @@ static int launch(run_ctx *x)
     return GO;
 }
 
-/* D2H: d0 .. ev[5] (d0 = ev[3] when back to back; zero copy: none). */
+/* D2H: d0 .. ev[5] (d0 = ev[3] when back to back). */
 static int copy_out(run_ctx *x)
 {
     gemm_job *job = x->job;
@@ -405,33 +404,30 @@ static int copy_out(run_ctx *x)
     copy_list cp = {.kind = cudaMemcpyDeviceToHost, .s = x->w->stream, .site = &x->site,
                     .one_by_one = x->cb->copy_loop != 0};
     if (job->c_parts) {
-        const size_t pc = x->need[2] / x->nb;
         for (uint64_t i = 0; i < x->nb; i++)
-            copies_add(&cp, job->c_parts[i], (const char *)x->w->buf[2] + i * pc, pc);
-    } else if (!x->zero) {
+            copies_add(&cp, job->c_parts[i], (const char *)x->w->buf[2] + i * x->step[2], x->one[2]);
+    } else {
         copies_add(&cp, job->c, x->w->buf[2], x->need[2]);
     }
     if (copies_flush(&cp) != cudaSuccess ||
-        (!x->zero && GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[5], x->w->stream)) != cudaSuccess))
+        GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[5], x->w->stream)) != cudaSuccess)
         return CUDA_FAILED;
     return GO;
 }
 
 /* Waits for the last event; timing (nothing crossed the bus when every operand was on the
- * device already; zero copy: the kernel's own reads and writes are its time), C's resident
- * copy published, the byte counters (not while warming up). */
+ * device already), C's resident copy published, the byte counters (not while warming up). */
 static int finish(run_ctx *x)
 {
     gemm_job *job = x->job;
     cudaEvent_t *ev = x->w->ev;
     x->stage = "synchronize";
-    if (GEMM_CUDA_CHECK(&x->site, wait_event(x->zero ? ev[3] : ev[5], x->cb->spin_ms)) != cudaSuccess)
+    if (GEMM_CUDA_CHECK(&x->site, wait_event(ev[5])) != cudaSuccess)
         return CUDA_FAILED;
     const size_t up = x->upload[0] + x->upload[1] + x->res_bytes;
     job->timing.h2d_ms = up > 0 ? ev_ms(ev[0], ev[1], &x->site) + x->res_ms : 0;
     job->timing.kernel_ms = ev_ms(x->k0, ev[3], &x->site);
-    job->timing.d2h_ms = x->zero ? 0 : ev_ms(x->d0, ev[5], &x->site);
-    job->zero_copy = x->zero;
+    job->timing.d2h_ms = ev_ms(x->d0, ev[5], &x->site);
     if (x->site.err != cudaSuccess)
         return CUDA_FAILED;
     if (x->keep) {
@@ -440,9 +436,9 @@ static int finish(run_ctx *x)
     }
     double flops = 2.0 * (double)x->nb * (double)job->m * (double)job->n * (double)job->k;
     job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
-    if (!x->w->warming) { /* zero copy: the bytes the kernel read and wrote over the bus count */
-        atomic_fetch_add(&x->d->bytes_h2d, (unsigned long long)(x->zero ? x->need[0] + x->need[1] : up));
-        atomic_fetch_add(&x->d->bytes_d2h, (unsigned long long)x->need[2]);
+    if (!x->w->warming) {
+        atomic_fetch_add(&x->d->bytes_h2d, (unsigned long long)up);
+        atomic_fetch_add(&x->d->bytes_d2h, (unsigned long long)(x->one[2] * x->nb));
     }
     return stop_with(x, 0);
 }

@@ -67,9 +67,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
     if (cb->streams > 64)
         cb->streams = 64;
     cb->mem_limit = cfg->device_mem_limit;
-    cb->spin_ms = cfg->wait_spin_us > 0 ? cfg->wait_spin_us / 1000.0 : 0;
-    cb->zero_copy_mnk = (double)cfg->zero_copy_mnk;
-    cb->warmup = cfg->warmup && !cfg->fault_inject[0];
+    cb->warmup = !cfg->fault_inject[0]; /* the hooks count runs: none of them warm-up products */
     cb->min_cc = INT_MAX;
     cb->wgmma_ok = 1;
     atomic_init(&cb->allocs, 0);
@@ -98,7 +96,6 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
         d->info.cc_minor = p.minor;
         d->info.streams = cb->streams;
         d->cc = p.major * 10 + p.minor;
-        d->host_ptr = p.canUseHostPointerForRegisteredMem;
         if (d->cc < cb->min_cc)
             cb->min_cc = d->cc;
         d->slot = i;
@@ -208,11 +205,6 @@ static void cuda_worker_fini(void *self, void *worker)
 
 /* ---- validate: resolve the kernel, tile and math ------------------------ */
 
-int gemm_cuda_kernel_is_auto(const gemm_job *job)
-{
-    return !job->kernel[0] || strcmp(job->kernel, "auto") == 0;
-}
-
 /* The member k cannot run job (why: gemm_kernel_supports): the error that says what to ask
  * for instead. */
 static int refuse(const gemm_kernel_desc *k, const gemm_job *job, const char *why, gemm_engine_err *err)
@@ -259,11 +251,12 @@ int gemm_cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
     if (job->plan_m > INT_MAX)
         return gemm_engine_err_set(err, GEMM_E_BAD_OPTION, "panel_of=%llu: the CUDA backend takes up to %d rows",
                                    (unsigned long long)job->plan_m, INT_MAX);
-    /* auto: the member the committed measurements pick for this dtype, math and shape
-     * (auto.c), for the oldest device a worker may run it on; a panel as its whole product. */
-    const char *name = gemm_cuda_kernel_is_auto(job)
+    /* auto: the member the committed measurements pick for this dtype, math, shape and batch
+     * (auto.c), for the oldest device a worker may run it on; a panel as its whole product.
+     * Chosen here, from the request: alone or coalesced, the product runs it (cuda_run.c). */
+    const char *name = !job->kernel[0] || strcmp(job->kernel, "auto") == 0
                            ? gemm_kernel_auto(job->dtype, job->math, (int)gemm_job_plan_rows(job), (int)job->n,
-                                              (int)job->k, cb->min_cc, cb->wgmma_ok)
+                                              (int)job->k, (int)gemm_job_batch(job), cb->min_cc, cb->wgmma_ok)
                            : job->kernel;
     const gemm_kernel_desc *k = gemm_kernel_find(name);
     if (!k) {

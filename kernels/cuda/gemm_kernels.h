@@ -99,18 +99,13 @@ const gemm_kernel_desc *gemm_kernel_find(const char *name);
 int gemm_kernel_supports(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m, int tile,
                          int cc, const char **why);
 
-/* The kernel `auto` resolves to for this product, chosen from committed measurements
- * (kernels/cuda/auto.c), for devices of compute capability cc (major * 10 + minor) on
- * which the wgmma member's sm_90a code runs or not (wgmma_ok, from gemm_wgmma_runnable at
- * engine open). Never NULL: falls back to a member that runs everything. No CUDA call. */
-const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int cc,
+/* The kernel `auto` resolves to for this product (batch: products of a batched request, 0
+ * or 1 for a single one), chosen from committed measurements (kernels/cuda/auto.c), for
+ * devices of compute capability cc (major * 10 + minor) on which the wgmma member's sm_90a
+ * code runs or not (wgmma_ok, from gemm_wgmma_runnable at engine open). Never NULL: falls
+ * back to a member that runs everything. No CUDA call. */
+const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int batch, int cc,
                              int wgmma_ok);
-
-/* The member `auto` runs instead of cuBLAS for a small float32 product with exact (fp32)
- * math that runs alone, not coalesced with others (kernels/cuda/auto.c); NULL: keep
- * cuBLAS. */
-const gemm_kernel_desc *gemm_kernel_auto_alone(gemm_dtype d, gemm_math m, int rows, int cols, int inner,
-                                               int cc);
 
 #ifdef __cplusplus
 }

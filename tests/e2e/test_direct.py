@@ -10,11 +10,10 @@ for that worker. Checked through the daemon, the way clients use it:
 - 24 concurrent clients: every answer right and its own, and direct plus queued add up
   to the products completed;
 - a fault hook that holds every run (cpu_delay_ms): nothing runs direct;
-- SIGTERM under a stream of direct products: every answer right or a whole 503, exit 0;
-- zero copy (zero_copy_mnk): on CUDA a float32 product of up to 64^3 with kernel auto,
-  one at a time, says "zero_copy": true and X-Gemm-Zero-Copy: 1 with h2d and d2h 0, and is
-  right; float64, an explicit kernel, a larger product or zero_copy_mnk = 0 copy as
-  before; the CPU backend never says zero_copy.
+- SIGTERM under a stream of direct products: every answer right or a whole 503, exit 0.
+
+That a product run direct has the bits (and the kernel) it gets queued or coalesced is
+tests/e2e/test_same_bits.py's.
 
 The same test runs against the CUDA backend on a GPU host (GEMMD_TEST_BACKEND=cuda).
 """
@@ -97,43 +96,8 @@ def concurrent(tap, d, label, clients, per):
            "%s: %d products completed, %d of them direct" % (label, done, ran), (done, ran))
 
 
-def zero_copy(tap, d, label, enabled):
-    """Products one at a time: which ran zero copy, and every answer right."""
-    rng = np.random.default_rng(21)
-    cases = [((64, 64, 64), "float32", {}, True), ((37, 61, 53), "float32", {}, True),
-             ((64, 64, 64), "float64", {}, False), ((64, 64, 64), "float32", {"kernel": "tiled" if BACKEND == "cuda" else "openblas"}, False),
-             ((65, 64, 64), "float32", {}, False)]
-    for (m, k, n), dtype, extra, small in cases:
-        want = enabled and small and BACKEND == "cuda"
-        a = random_matrix(rng, (m, k), dtype)
-        b = random_matrix(rng, (k, n), dtype)
-        # JSON: the answer's "zero_copy" and its timing
-        r = d.matmul_json(a, b, dtype=dtype, **extra)
-        j = r.json() if r.status == 200 else None
-        ok, detail = compare(np.array(j["c"]), reference(a, b, dtype), dtype, k) if j else (False, r)
-        t = (j or {}).get("timing", {})
-        said = bool(j and j.get("zero_copy") is True and t.get("h2d_ms") == 0 and t.get("d2h_ms") == 0)
-        silent = bool(j and "zero_copy" not in j)
-        # raw binary: X-Gemm-Zero-Copy, and Server-Timing's h2d and d2h
-        q = "&kernel=" + extra["kernel"] if extra else ""
-        rb = d.matmul_raw(a, b, dtype, query=q)
-        c = raw_answer(rb, m, n, dtype)
-        ok_b, detail_b = compare(c, reference(a, b, dtype), dtype, k) if c is not None else (False, rb)
-        st = rb.header("Server-Timing") or ""
-        said_b = rb.header("X-Gemm-Zero-Copy") == "1" and "h2d;dur=0.0000" in st and "d2h;dur=0.0000" in st
-        silent_b = rb.header("X-Gemm-Zero-Copy") is None
-        tap.ok(ok and ok_b and ((said and said_b) if want else (silent and silent_b)),
-               "%s: %s %dx%dx%d %s: right (JSON and raw), zero copy %s" %
-               (label, dtype, m, k, n, extra or "auto", "said" if want else "not said"),
-               (detail, detail_b, (j or {}).get("zero_copy"), t, rb.header("X-Gemm-Zero-Copy"), st))
-
-
 def main(tap):
     base = {"backend": BACKEND, "host_max_mnk": "0"}  # on CUDA: the GPU's direct run, not the host
-    with Daemon(tap, config=base) as d:
-        zero_copy(tap, d, "zero_copy_mnk default", True)
-    with Daemon(tap, config=dict(base, zero_copy_mnk="0")) as d:
-        zero_copy(tap, d, "zero_copy_mnk = 0", False)
     with Daemon(tap, config=base) as d:
         sequential(tap, d, "direct_run on (default)", 24, True)
         concurrent(tap, d, "direct_run on", 24, 4)

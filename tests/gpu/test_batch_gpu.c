@@ -8,11 +8,12 @@
  *     "loop" (one launch per product, one H2D, one D2H);
  *   - dynamic batching: 1 stream, a long gpu_delay_ms-free gate product in flight while
  *     64 small products of 3 kinds are queued; they come back right, coalesced (batched > 1,
- *     mode "coalesced ..."), each with its own done();
+ *     mode "coalesced loop"), each with its own done(), and each C, kernel and block is
+ *     what the same product gets when it runs alone;
  *   - groups of up to 200 products (several batched copy calls each way), each right;
  *     the same with every copy a call of its own (fault_inject copy_loop:1);
- *   - 16 threads submitting 64 mixed small products each to 4 streams with batch_max 32
- *     and a 100 us delay: every product right;
+ *   - 16 threads submitting 64 mixed small products each to 4 streams with batch_max 32:
+ *     every product right;
  *   - a group larger than device_mem_limit falls back to one product at a time;
  *   - products with a resident operand run alone: A crosses once, a kept C has its copy.
  */
@@ -49,8 +50,7 @@ static void wait_job(bjob *t)
     pthread_mutex_unlock(&mu);
 }
 
-static gemm_engine *open_cuda_cfg(int streams, int batch_max, int delay_us, uint64_t mem_limit,
-                                  const char *faults)
+static gemm_engine *open_cuda_cfg(int streams, int batch_max, uint64_t mem_limit, const char *faults)
 {
     gemm_engine_config cfg;
     gemm_engine_config_defaults(&cfg);
@@ -60,16 +60,15 @@ static gemm_engine *open_cuda_cfg(int streams, int batch_max, int delay_us, uint
     cfg.streams_per_device = streams;
     cfg.queue_depth = 4096;
     cfg.batch_max = batch_max;
-    cfg.batch_max_delay_us = delay_us;
     gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) printf("# open failed: %d %s\n", err.code, err.message);
     return e;
 }
 
-static gemm_engine *open_cuda(int streams, int batch_max, int delay_us)
+static gemm_engine *open_cuda(int streams, int batch_max)
 {
-    return open_cuda_cfg(streams, batch_max, delay_us, 0, "");
+    return open_cuda_cfg(streams, batch_max, 0, "");
 }
 
 static bjob *make(gemm_engine *e, gemm_dtype d, int nb, int shared, int m, int k, int n, const char *kernel,
@@ -137,7 +136,7 @@ static int correct(bjob *t, double *worst)
 
 static void test_batched_jobs(void)
 {
-    gemm_engine *e = open_cuda(2, 1, 0);
+    gemm_engine *e = open_cuda(2, 1);
     if (!e) {
         tap(0, "open the CUDA engine");
         return;
@@ -180,10 +179,31 @@ static void test_batched_jobs(void)
     gemm_engine_close(e);
 }
 
+/* The same product as t (its A and B), submitted alone on e once nothing else runs: whether
+ * it ran alone with the kernel, block and tile t reports, and C is t's to the bit. */
+static int same_alone(gemm_engine *e, bjob *t)
+{
+    const gemm_job *j = &t->job;
+    const size_t es = gemm_dtype_size(j->dtype);
+    bjob *one = make(e, j->dtype, 1, 0, (int)j->m, (int)j->k, (int)j->n, j->kernel, 1);
+    memcpy(one->job.a, j->a, j->m * j->k * es);
+    memcpy(one->job.b, j->b, j->k * j->n * es);
+    gemm_engine_err err;
+    int same = gemm_engine_submit(e, &one->job, &err) == 0;
+    if (same) {
+        wait_job(one);
+        same = atomic_load(&one->job.state) == GEMM_JOB_DONE && one->job.batched == 0 &&
+               strcmp(one->job.kernel_used, j->kernel_used) == 0 && strcmp(one->job.block, j->block) == 0 &&
+               one->job.tile_used == j->tile_used && memcmp(one->job.c, j->c, j->m * j->n * es) == 0;
+    }
+    release(one);
+    return same;
+}
+
 /* One stream: a big product keeps the worker busy while 64 small ones queue. */
 static void test_coalesced(void)
 {
-    gemm_engine *e = open_cuda(1, 32, 0);
+    gemm_engine *e = open_cuda(1, 32);
     if (!e) {
         tap(0, "open the CUDA engine");
         return;
@@ -208,12 +228,15 @@ static void test_coalesced(void)
         right += atomic_load(&t[i]->job.state) == GEMM_JOB_DONE && correct(t[i], &worst) && t[i]->calls == 1;
         if (t[i]->job.batched > 1) {
             coalesced++;
-            modes = modes && strncmp(t[i]->job.batch_mode, "coalesced ", 10) == 0;
+            modes = modes && strcmp(t[i]->job.batch_mode, "coalesced loop") == 0;
         }
     }
     tap(right == N, "all 64 coalesced-or-not small products right, one done() each (%d right)", right);
     tap(coalesced > 0 && modes, "products queued behind a long one ran coalesced and say so (%d of %d)", coalesced,
         N);
+    int same = 0;
+    for (int i = 0; i < N; i++) same += same_alone(e, t[i]);
+    tap(same == N, "each of the 64 has the kernel, block and bits it gets alone (%d of %d)", same, N);
     for (int i = 0; i < N; i++) release(t[i]);
     release(big);
     gemm_engine_close(e);
@@ -226,7 +249,7 @@ static void test_coalesced(void)
  * block: every product right, one done() each, and groups of more than 32 formed. */
 static void test_coalesced_large(const char *faults)
 {
-    gemm_engine *e = open_cuda_cfg(1, 200, 0, 0, faults);
+    gemm_engine *e = open_cuda_cfg(1, 200, 0, faults);
     if (!e) {
         tap(0, "open the CUDA engine (fault_inject \"%s\")", faults);
         return;
@@ -292,7 +315,7 @@ static void *storm(void *p)
 
 static void test_storm(void)
 {
-    gemm_engine *e = open_cuda(4, 32, 100);
+    gemm_engine *e = open_cuda(4, 32);
     if (!e) {
         tap(0, "open the CUDA engine");
         return;
@@ -309,8 +332,7 @@ static void test_storm(void)
         pthread_join(th[i], NULL);
         bad += a[i].bad;
     }
-    tap(bad == 0, "16 threads x 64 mixed small products, 4 streams, batch_max 32, delay 100 us: all right (%d wrong)",
-        bad);
+    tap(bad == 0, "16 threads x 64 mixed small products, 4 streams, batch_max 32: all right (%d wrong)", bad);
     gemm_engine_close(e);
 }
 
@@ -319,7 +341,7 @@ static void test_storm(void)
  * (gpu_delay_ms), so the 7 products behind the first are queued together. */
 static void test_group_too_big(void)
 {
-    gemm_engine *e = open_cuda_cfg(1, 32, 0, 3u << 20, "gpu_delay_ms:50");
+    gemm_engine *e = open_cuda_cfg(1, 32, 3u << 20, "gpu_delay_ms:50");
     if (!e) {
         tap(0, "open the CUDA engine with device_mem_limit 3 MiB");
         return;
@@ -350,7 +372,7 @@ static void test_group_too_big(void)
  * first of them makes its device copy), each B once; and the kept C has a device copy. */
 static void test_resident_alone(void)
 {
-    gemm_engine *e = open_cuda_cfg(1, 32, 0, 0, "gpu_delay_ms:50");
+    gemm_engine *e = open_cuda_cfg(1, 32, 0, "gpu_delay_ms:50");
     if (!e) {
         tap(0, "open the CUDA engine with gpu_delay_ms:50");
         return;

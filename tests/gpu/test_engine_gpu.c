@@ -36,9 +36,6 @@ typedef struct {
 
 /* The devices the engine opens ("all" unless a scenario needs one device only). */
 static const char *open_devices = "all";
-/* Whether open waits for every worker to be set up (and warm): a scenario that needs idle
- * workers at once (submit_here) sets it. */
-static int open_warmup = 0;
 
 /* The defaults, on the CUDA backend's open_devices with this many streams each. */
 static void cuda_config(gemm_engine_config *cfg, int streams)
@@ -47,7 +44,6 @@ static void cuda_config(gemm_engine_config *cfg, int streams)
     snprintf(cfg->backend, sizeof cfg->backend, "cuda");
     snprintf(cfg->devices, sizeof cfg->devices, "%s", open_devices);
     cfg->streams_per_device = streams;
-    cfg->warmup = open_warmup;
 }
 
 static gemm_engine *open_cuda(int streams, uint64_t mem_limit, const char *faults, int qdepth)
@@ -429,91 +425,58 @@ static void *here_main(void *p)
     return NULL;
 }
 
-/* Zero copy (zero_copy_mnk): a lone float32 product with kernel auto of m*n*k up to the
- * bound runs its kernel on the host blocks themselves (no H2D, no D2H: both 0, and the job
- * says so); above the bound, with an explicit kernel, another dtype or with the bound at 0,
- * it copies as before. With the bound raised to 256^3, simt (cp.async loads) runs on host
- * memory too. Run where submitted and queued, every answer against float64. */
-static void test_zero_copy(void)
+/* How a product runs depends on the request alone: run where it was submitted
+ * (submit_here) and queued, each product gets the same kernel, block and bits; auto gives
+ * a small single float32 product tiled up to 64^3 and simt up to 256^3, anything larger
+ * cuBLAS, and a panel (plan_m) what its whole product gets. */
+static void test_same_launch(void)
 {
-    struct { uint64_t bound; gemm_dtype d; int m, k, n; const char *kernel; int zero; const char *want; } cases[] = {
-        {1u << 18, GEMM_DTYPE_F32, 64, 64, 64, "", 1, "tiled"},
-        {1u << 18, GEMM_DTYPE_F32, 37, 61, 53, "auto", 1, "tiled"},
-        {1u << 18, GEMM_DTYPE_F32, 1, 1, 1, "", 1, "tiled"},
-        {1u << 18, GEMM_DTYPE_F32, 65, 64, 64, "", 0, "simt"},
-        {1u << 18, GEMM_DTYPE_F32, 64, 64, 64, "tiled", 0, "tiled"},
-        {1u << 18, GEMM_DTYPE_F64, 64, 64, 64, "", 0, "cublas"},
-        {0, GEMM_DTYPE_F32, 64, 64, 64, "", 0, "tiled"},
-        {1u << 24, GEMM_DTYPE_F32, 128, 128, 128, "", 1, "simt"},
-        {1u << 24, GEMM_DTYPE_F32, 200, 131, 257 - 8, "", 1, "simt"},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        gemm_engine_config cfg;
-        cuda_config(&cfg, 2);
-        cfg.warmup = 1;
-        cfg.zero_copy_mnk = cases[i].bound;
-        gemm_engine_err err;
-        gemm_engine *e = gemm_engine_open(&cfg, &err);
-        if (!e) { tap(0, "open: %s", err.message); return; }
-        for (int here = 1; here >= 0; here--) {
-            tjob *t = make_job(e, cases[i].d, cases[i].m, cases[i].k, cases[i].n, cases[i].kernel, 0,
-                               GEMM_MATH_DEFAULT, 9000 + i * 2 + (size_t)here);
-            int target = gpu_done_count() + 1;
-            int rc = here ? gemm_engine_submit_here(e, &t->job, &err) : gemm_engine_submit(e, &t->job, &err);
-            if (rc >= 0) gpu_wait_done(target);
-            double er = 0;
-            const gemm_job_timing *tm = &t->job.timing;
-            int copies_ok = cases[i].zero ? tm->h2d_ms == 0 && tm->d2h_ms == 0 : tm->h2d_ms > 0 && tm->d2h_ms > 0;
-            int ok = rc >= 0 && atomic_load(&t->job.state) == GEMM_JOB_DONE && job_correct(t, &er) &&
-                     t->job.zero_copy == cases[i].zero && copies_ok && tm->kernel_ms > 0 &&
-                     strcmp(t->job.kernel_used, cases[i].want) == 0;
-            tap(ok, "zero_copy_mnk %llu, %s %dx%dx%d kernel \"%s\" %s: zero copy %d (want %d), ran %s (want %s), "
-                "h2d %.4f kernel %.4f d2h %.4f ms, err %.3g%s%s",
-                (unsigned long long)cases[i].bound, gemm_dtype_name(cases[i].d), cases[i].m, cases[i].k, cases[i].n,
-                cases[i].kernel, here ? "run here" : "queued", t->job.zero_copy, cases[i].zero, t->job.kernel_used,
-                cases[i].want, tm->h2d_ms, tm->kernel_ms, tm->d2h_ms, er, rc < 0 ? " -- " : "", rc < 0 ? err.message : "");
-            free_job(t);
-        }
-        gemm_engine_close(e);
-    }
-
-    /* Only on an otherwise idle device: a small product that runs while another product is
-     * inside the device copies as before. The other one is 4096x8x4096 with cuBLAS (a 64
-     * MiB C: its block's first lock and its D2H keep it inside for milliseconds). */
     gemm_engine *e = open_cuda(2, 0, "", 64);
     if (!e) { tap(0, "open"); return; }
-    tjob *big = make_job(e, GEMM_DTYPE_F32, 4096, 8, 4096, "cublas", 0, GEMM_MATH_DEFAULT, 9900);
-    tjob *small = make_job(e, GEMM_DTYPE_F32, 64, 64, 64, "", 0, GEMM_MATH_DEFAULT, 9901);
-    gemm_engine_err err;
-    int target = gpu_done_count() + 2;
-    int rc = gemm_engine_submit(e, &big->job, &err);
-    gemm_engine_stats st;
-    do {
-        sched_yield();
-        gemm_engine_get_stats(e, &st);
-    } while (rc == 0 && st.running == 0 && atomic_load(&big->job.state) != GEMM_JOB_DONE);
-    struct timespec pause = {0, 2000000};
-    nanosleep(&pause, NULL); /* inside the device by now: past its worker's pick-up */
-    int busy = atomic_load(&big->job.state) == GEMM_JOB_RUNNING;
-    int rc2 = rc == 0 ? gemm_engine_submit(e, &small->job, &err) : -1;
-    if (rc2 == 0) gpu_wait_done(target);
-    double er = 0, er_big = 0;
-    int ok = rc2 == 0 && atomic_load(&small->job.state) == GEMM_JOB_DONE && job_correct(small, &er) &&
-             job_correct(big, &er_big) && small->job.zero_copy == 0 && small->job.timing.h2d_ms > 0 &&
-             small->job.timing.d2h_ms > 0;
-    tap(ok || !busy, "a lone 64x64x64 while a 4096x8x4096 runs: zero copy %d (want 0), h2d %.4f d2h %.4f ms, "
-        "errors %.3g and %.3g%s", small->job.zero_copy, small->job.timing.h2d_ms, small->job.timing.d2h_ms, er,
-        er_big, busy ? "" : " (the big product had ended before the small one was submitted: not judged)");
-    free_job(small);
-    free_job(big);
+    struct { gemm_dtype d; int m, k, n; uint64_t plan_m; const char *want; } cases[] = {
+        {GEMM_DTYPE_F32, 64, 64, 64, 0, "tiled"},
+        {GEMM_DTYPE_F32, 37, 61, 53, 0, "tiled"},
+        {GEMM_DTYPE_F32, 1, 1, 1, 0, "tiled"},
+        {GEMM_DTYPE_F32, 65, 64, 64, 0, "simt"},
+        {GEMM_DTYPE_F32, 200, 131, 249, 0, "simt"},
+        {GEMM_DTYPE_F32, 257, 256, 256, 0, "cublas"},
+        {GEMM_DTYPE_F32, 32, 64, 64, 64, "tiled"},    /* half of a 64^3 product */
+        {GEMM_DTYPE_F32, 64, 256, 256, 256, "simt"},  /* a quarter of 256^3 */
+        {GEMM_DTYPE_F32, 64, 256, 256, 512, "cublas"}, /* an eighth of 512x256x256 */
+        {GEMM_DTYPE_F64, 64, 64, 64, 0, "cublas"},
+        {GEMM_DTYPE_I32, 100, 50, 70, 0, "simt"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tjob *t[2];
+        int rc[2];
+        gemm_engine_err err;
+        for (int here = 0; here < 2; here++) {
+            t[here] = make_job(e, cases[i].d, cases[i].m, cases[i].k, cases[i].n, "", 0, GEMM_MATH_DEFAULT, 9000 + i);
+            t[here]->job.plan_m = cases[i].plan_m;
+            int target = gpu_done_count() + 1;
+            rc[here] = here ? gemm_engine_submit_here(e, &t[here]->job, &err) : gemm_engine_submit(e, &t[here]->job, &err);
+            if (rc[here] >= 0) gpu_wait_done(target);
+        }
+        const gemm_job *q = &t[0]->job, *h = &t[1]->job;
+        double er = 0;
+        int ok = rc[0] == 0 && rc[1] == 1 && atomic_load(&q->state) == GEMM_JOB_DONE &&
+                 atomic_load(&h->state) == GEMM_JOB_DONE && job_correct(t[0], &er) &&
+                 strcmp(q->kernel_used, cases[i].want) == 0 && strcmp(h->kernel_used, q->kernel_used) == 0 &&
+                 strcmp(h->block, q->block) == 0 && h->tile_used == q->tile_used &&
+                 memcmp(h->c, q->c, (size_t)cases[i].m * cases[i].n * gemm_dtype_size(cases[i].d)) == 0;
+        tap(ok, "%s %dx%dx%d (panel of %llu rows): queued and run here (rc %d, %d) both ran %s / %s (want %s), "
+            "block \"%s\" / \"%s\", the same bits; err %.3g",
+            gemm_dtype_name(cases[i].d), cases[i].m, cases[i].k, cases[i].n, (unsigned long long)cases[i].plan_m,
+            rc[0], rc[1], q->kernel_used, h->kernel_used, cases[i].want, q->block, h->block, er);
+        free_job(t[0]);
+        free_job(t[1]);
+    }
     gemm_engine_close(e);
 }
 
 static void test_submit_here(void)
 {
-    open_warmup = 1; /* workers set up before the first submit_here: it finds them idle */
-    gemm_engine *e = open_cuda(2, 0, "", 64);
-    open_warmup = 0;
+    gemm_engine *e = open_cuda(2, 0, "", 64); /* returns with every worker idle */
     if (!e) { tap(0, "open"); return; }
     struct { gemm_dtype d; int m, k, n; const char *kernel; const char *want; } cases[] = {
         {GEMM_DTYPE_F32, 64, 64, 64, "", "tiled"},
@@ -551,7 +514,6 @@ static void test_submit_here(void)
     cuda_config(&cfg, 4);
     cfg.queue_depth = 256;
     cfg.batch_max = 8;
-    cfg.warmup = 1;
     gemm_engine_err err;
     e = gemm_engine_open(&cfg, &err);
     if (!e) { tap(0, "open with batch_max 8: %s", err.message); return; }
@@ -923,10 +885,10 @@ static int child_sticky_concurrent(void)
 
 /* Two devices, lost:2: the second product resets device 0 and marks it lost, as a reset that
  * cannot make a new context does, and that reset drops every host registration device 0
- * made. The first product's blocks (locked by device 0, zero copy) then serve device 1:
- * they are registered again there, not taken as locked through device 0's dead
- * registration, so the kernel that reads them in place (zero copy) reads right; blocks
- * freed and handed out again from the cache too. */
+ * made. The first product's blocks (locked by device 0) then serve device 1: they are
+ * registered again there, not taken as locked through device 0's dead registration, so
+ * the copies through them read right; blocks freed and handed out again from the cache
+ * too. */
 static int child_lost_registrations(void)
 {
     open_devices = "0,1";
@@ -938,7 +900,7 @@ static int child_lost_registrations(void)
     run_one(e, t, &err);
     int first = atomic_load(&t->job.state) == GEMM_JOB_DONE && job_correct(t, &er) &&
                 strncmp(t->job.device, "cuda:0", 6) == 0;
-    printf("# first product on %s, zero copy %d: %s\n", t->job.device, t->job.zero_copy, first ? "right" : "WRONG");
+    printf("# first product on %s: %s\n", t->job.device, first ? "right" : "WRONG");
     tjob *l = make_job(e, GEMM_DTYPE_F32, 48, 48, 48, "", 0, GEMM_MATH_DEFAULT, 22);
     run_one(e, l, &err);
     int lost = atomic_load(&l->job.state) == GEMM_JOB_FAILED && l->job.err.code == GEMM_E_DEVICE;
@@ -956,8 +918,8 @@ static int child_lost_registrations(void)
         run_one(e, t, &err);
         int ok = atomic_load(&t->job.state) == GEMM_JOB_DONE && job_correct(t, &er) &&
                  strncmp(t->job.device, "cuda:1", 6) == 0;
-        printf("# after the loss, product %d on %s, zero copy %d: %s (err %.3g)\n", i, t->job.device,
-               t->job.zero_copy, ok ? "right" : "WRONG", er);
+        printf("# after the loss, product %d on %s: %s (err %.3g)\n", i, t->job.device, ok ? "right" : "WRONG",
+               er);
         after &= ok;
     }
     free_job(t);
@@ -1089,7 +1051,7 @@ int main(int argc, char **argv)
     test_each_kernel();
     test_concurrent();
     test_submit_here();
-    test_zero_copy();
+    test_same_launch();
     test_faults();
     test_blocking_wait();
     test_cancel_running();
@@ -1100,7 +1062,7 @@ int main(int argc, char **argv)
     run_child("--sticky-concurrent", "sticky error among 32 jobs on 4 streams: each right, 500 or 503; none hangs or is wrong");
     if (gemm_cuda_device_count() >= 2)
         run_child("--lost-registrations", "lost:2 resets device 0: the blocks it locked serve device 1 registered "
-                  "there, zero copy included, and every answer is right");
+                  "there, and every answer is right");
     else
         tap_skip("fewer than two CUDA devices", "lost:2 and device 0's host registrations");
     return tap_done();

@@ -183,11 +183,11 @@ int main(void)
      * shapes where they are not (kernels/cuda/auto.c) */
     for (int di = 0; di < 2; di++) {
         const gemm_dtype d = di ? GEMM_DTYPE_BF16 : GEMM_DTYPE_F16;
-        const char *a = gemm_kernel_auto(d, GEMM_MATH_DEFAULT, 4096, 4096, 4096, 90, 1);
-        const char *u = gemm_kernel_auto(d, GEMM_MATH_DEFAULT, 4095, 4095, 4095, 90, 1);
-        const char *u4 = gemm_kernel_auto(d, GEMM_MATH_DEFAULT, 4100, 4100, 4100, 90, 1);
-        const char *nw = gemm_kernel_auto(d, GEMM_MATH_DEFAULT, 4095, 4095, 4095, 90, 0);
-        const char *sm = gemm_kernel_auto(d, GEMM_MATH_DEFAULT, 255, 255, 255, 90, 1);
+        const char *a = gemm_kernel_auto(d, GEMM_MATH_DEFAULT, 4096, 4096, 4096, 1, 90, 1);
+        const char *u = gemm_kernel_auto(d, GEMM_MATH_DEFAULT, 4095, 4095, 4095, 1, 90, 1);
+        const char *u4 = gemm_kernel_auto(d, GEMM_MATH_DEFAULT, 4100, 4100, 4100, 1, 90, 1);
+        const char *nw = gemm_kernel_auto(d, GEMM_MATH_DEFAULT, 4095, 4095, 4095, 1, 90, 0);
+        const char *sm = gemm_kernel_auto(d, GEMM_MATH_DEFAULT, 255, 255, 255, 1, 90, 1);
         tap(!strcmp(a, "cublas") && !strcmp(u, "wgmma") && !strcmp(u4, "wgmma") && !strcmp(nw, "cublas") &&
                 !strcmp(sm, "cublas"),
             "%s auto: 4096^3 %s, 4095^3 %s, 4100^3 %s, 4095^3 without wgmma %s, 255^3 %s", gemm_dtype_name(d), a, u,

@@ -6,10 +6,10 @@
  * products, sizes that overflow) refused with 413 before any buffer is touched.
  *
  * Dynamic batching (batch_max > 1): queued small products of one key are coalesced into
- * one batched run and each still gets its own right answer, done() and report; products
- * of other shapes, dtypes or kernels, large ones, and ones with a resident operand, are not
- * mixed in; many threads
- * submitting mixed products at once all get their own answers.
+ * one batched run and each still gets its own right answer (the bits it gets alone),
+ * done() and report; products of other shapes, dtypes or kernels, large ones, and ones
+ * with a resident operand, are not mixed in; many threads submitting mixed products at
+ * once all get their own answers.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -241,6 +241,25 @@ static size_t gjob_check(gjob *g)
     return ref_check(j->dtype, j->a, j->b, j->c, j->m, j->k, j->n, "coalesced product");
 }
 
+/* Whether g's C is, to the bit, what the same product gives submitted alone (nothing else
+ * queued): coalescing must not change how a product is computed. */
+static int gjob_same_alone(gemm_engine *e, gjob *g)
+{
+    const gemm_job *j = &g->t.job;
+    const size_t es = gemm_dtype_size(j->dtype);
+    gjob one;
+    gjob_init(e, &one, j->dtype, j->m, j->k, j->n, 0);
+    memcpy(one.t.job.a, j->a, j->m * j->k * es);
+    memcpy(one.t.job.b, j->b, j->k * j->n * es);
+    gemm_engine_err err;
+    assert_int_equal(gemm_engine_submit(e, &one.t.job, &err), 0);
+    gjob_wait(&one);
+    int same = atomic_load(&one.t.job.state) == GEMM_JOB_DONE && one.t.job.batched == 0 &&
+               memcmp(one.t.job.c, j->c, j->m * j->n * es) == 0;
+    gjob_free(e, &one);
+    return same;
+}
+
 /* A gate: a tiny product whose done() holds the engine's only worker until the gate is
  * opened, so that what is submitted meanwhile queues up behind it. */
 typedef struct {
@@ -278,34 +297,33 @@ static void gate_free(gemm_engine *e, gate *g)
     pthread_mutex_destroy(&g->mu);
 }
 
-static gemm_engine *open_grouping(int workers, int batch_max, int delay_us, uint64_t mnk)
+static gemm_engine *open_grouping(int workers, int batch_max, uint64_t mnk)
 {
     gemm_engine_config cfg;
     gemm_engine_config_defaults(&cfg);
     assert_int_equal(cfg.batch_max, 0);
-    assert_int_equal(cfg.batch_max_delay_us, 0);
     assert_int_equal(cfg.batch_max_mnk, 1ull << 24);
     snprintf(cfg.backend, sizeof cfg.backend, "cpu");
     cfg.cpu_workers = workers;
     cfg.queue_depth = 1024;
     cfg.batch_max = batch_max;
-    cfg.batch_max_delay_us = delay_us;
     cfg.batch_max_mnk = mnk;
     gemm_engine_err err;
     gemm_engine *e = gemm_engine_open(&cfg, &err);
     if (!e) fprintf(stderr, "# open: %s\n", err.message);
     assert_non_null(e);
-    assert_int_equal(gemm_engine_small_mnk(e), mnk); /* what the daemon's answer spin reads */
+    assert_int_equal(gemm_engine_small_mnk(e), mnk); /* what the daemon's direct run reads */
     return e;
 }
 
 /* A gate job holds the only worker; 6 products of one shape, 2 of another shape, 1 of
  * another dtype, 1 large and 1 already batched queue up; once the gate opens the 6 (and the
- * 2) run coalesced, the rest alone, and every answer is right. */
+ * 2) run coalesced, the rest alone, every answer is right, and each C is to the bit what
+ * the same product gives when it runs alone. */
 static void test_coalesce_groups(void **st)
 {
     (void)st;
-    gemm_engine *e = open_grouping(1, 4, 0, 20 * 20 * 20);
+    gemm_engine *e = open_grouping(1, 4, 20 * 20 * 20);
     gate gt;
     gate_hold(e, &gt);
     gemm_engine_err err;
@@ -351,6 +369,7 @@ static void test_coalesce_groups(void **st)
     gemm_engine_get_stats(e, &stt);
     assert_int_equal(stt.coalesced_launches, 3); /* 4 + 2 of one shape, 2 of another */
     assert_int_equal(stt.coalesced_products, 8);
+    for (int i = 0; i < N; i++) assert_true(gjob_same_alone(e, &j[i]));
     gemm_engine_close(e);
     for (int i = 0; i < N; i++) gjob_free(e, &j[i]);
     gate_free(e, &gt);
@@ -516,7 +535,7 @@ static void test_coalesce_not_resident(void **st)
 static void test_coalesce_off(void **st)
 {
     (void)st;
-    gemm_engine *e = open_grouping(1, 1, 0, 1ull << 24);
+    gemm_engine *e = open_grouping(1, 1, 1ull << 24);
     gate gt;
     gate_hold(e, &gt);
     gjob j[4];
@@ -540,7 +559,7 @@ static void test_coalesce_off(void **st)
 static void test_coalesce_cancel(void **st)
 {
     (void)st;
-    gemm_engine *e = open_grouping(1, 8, 0, 1ull << 24);
+    gemm_engine *e = open_grouping(1, 8, 1ull << 24);
     gate gt;
     gate_hold(e, &gt);
     gjob j[3];
@@ -601,7 +620,7 @@ static void *stress_main(void *p)
 static void test_coalesce_many_threads(void **st)
 {
     (void)st;
-    gemm_engine *e = open_grouping(2, 16, 200, 32 * 32 * 32);
+    gemm_engine *e = open_grouping(2, 16, 32 * 32 * 32);
     enum { T = 16 };
     pthread_t th[T];
     stress_arg a[T];

@@ -56,15 +56,10 @@ static void test_defaults(void **state)
     assert_string_equal(c.tls_priorities, "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"); /* TLS 1.2+ */
     assert_int_equal(c.shutdown_timeout_s, 600);
 
-    /* The engine's own defaults, but for warm-up, worker polling and the host path, which
-     * the daemon turns on. */
+    /* The engine's own defaults, but for the host path, which the daemon turns on. */
     gemm_engine_config e;
     gemm_engine_config_defaults(&e);
-    assert_int_equal(e.warmup, 0);
-    assert_int_equal(e.worker_spin_us, 0);
     assert_int_equal(e.host_max_mnk, 0);
-    e.warmup = 1;
-    e.worker_spin_us = 100;
     e.host_max_mnk = 1048576; /* 2^20, about 101^3 */
     assert_memory_equal(&c.engine, &e, sizeof e);
 
@@ -158,6 +153,10 @@ static void test_parse_errors(void **state)
     expect_bad("devices", "0,,1", "device list");
     expect_bad("devices", "gpu0", "device list");
     expect_bad("nope", "1", "unknown key");
+    /* small-product knobs that were measured to gain nothing, and removed */
+    static const char *const gone[] = {"answer_spin_us", "worker_spin_us", "wait_spin_us", "zero_copy_mnk",
+                                       "batch_max_delay_us", "warmup"};
+    for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++) expect_bad(gone[i], "0", "unknown key");
     char longpath[400];
     memset(longpath, 'x', sizeof longpath - 1);
     longpath[sizeof longpath - 1] = '\0';
@@ -372,12 +371,9 @@ static void test_bool_key(void **state)
     char msg[1024];
     gemmd_config_defaults(&c);
     assert_int_equal(c.restart_on_device_loss, 1);
-    assert_int_equal(c.engine.warmup, 1); /* the daemon warms its workers up; the library does not */
-    gemm_engine_config ec;
-    gemm_engine_config_defaults(&ec);
-    assert_int_equal(ec.warmup, 0);
-    assert_int_equal(gemmd_config_set(&c, "warmup", "off", msg, sizeof msg), 0);
-    assert_int_equal(c.engine.warmup, 0);
+    assert_int_equal(c.direct_run, 1);
+    assert_int_equal(gemmd_config_set(&c, "direct_run", "off", msg, sizeof msg), 0);
+    assert_int_equal(c.direct_run, 0);
     static const struct { const char *text; int value; } ok[] = {
         {"false", 0}, {"true", 1}, {"no", 0}, {"yes", 1}, {"off", 0}, {"on", 1}, {"0", 0}, {"1", 1},
         {"FALSE", 0}, {"True", 1},

@@ -103,8 +103,8 @@ static gemm_engine *open_direct(int workers, int batch_max)
     cfg.threads = workers;
     cfg.queue_depth = 256;
     cfg.batch_max = batch_max;
-    cfg.warmup = 1; /* open returns once every worker has its state */
     gemm_engine_err err;
+    /* returns once every worker has its state */
     gemm_engine *e = gemm_engine_open_backend(&the_backend, &cfg, &err);
     if (!e) fprintf(stderr, "# open: %s\n", err.message);
     assert_non_null(e);

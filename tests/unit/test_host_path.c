@@ -61,7 +61,6 @@ static gemm_engine *open_fake(uint64_t host_mnk, int queue_depth, const char *fa
     cfg.threads = 1;
     cfg.queue_depth = queue_depth;
     cfg.host_max_mnk = host_mnk;
-    cfg.warmup = 1;
     snprintf(cfg.fault_inject, sizeof cfg.fault_inject, "%s", faults ? faults : "");
     gemm_engine_err err;
     gemm_engine *e = gemm_engine_open_backend(&fake, &cfg, &err);

@@ -9,8 +9,7 @@
  * another slot can run the job (the job waits for it) and the job runs there; with every
  * slot lost the jobs are still taken (the backend answers them) rather than left queued;
  * slot_busy in the stats; many jobs from several threads over slots that are lost and
- * found again, every one done exactly once (no lost wake-up leaves one queued); the same
- * with workers that poll for work before they sleep (worker_spin_us).
+ * found again, every one done exactly once (no lost wake-up leaves one queued).
  *
  * Deterministic without timing: the test waits on the backend's own counters (jobs that
  * entered run()), never on sleeps.
@@ -146,8 +145,6 @@ static void tjob_init(tjob *t)
     atomic_init(&t->calls, 0);
 }
 
-static int open_spin_us; /* worker_spin_us of the engines opened next */
-
 static gemm_engine *open_fake(int nslots, int per_slot)
 {
     pthread_mutex_lock(&F.mu);
@@ -163,7 +160,6 @@ static gemm_engine *open_fake(int nslots, int per_slot)
     gemm_engine_config_defaults(&cfg);
     cfg.queue_depth = 4096;
     cfg.batch_max = 1;
-    cfg.worker_spin_us = open_spin_us;
     gemm_engine_err err;
     gemm_engine *e = gemm_engine_open_backend(&fake_backend, &cfg, &err);
     assert_non_null(e);
@@ -386,18 +382,6 @@ static void test_stress_no_lost_wakeup(void **state)
     free(t);
 }
 
-/* The same with workers that poll for work before sleeping (worker_spin_us): a spinning
- * worker is not asleep, so submit may wake another; every job still runs exactly once,
- * none is left queued, and a lost slot's spinning worker takes nothing. */
-static void test_spin(void **state)
-{
-    open_spin_us = 300;
-    test_lost_slot_takes_nothing(state);
-    test_spread_over_idle_slots(state);
-    test_stress_no_lost_wakeup(state);
-    open_spin_us = 0;
-}
-
 int main(void)
 {
     pthread_mutex_init(&F.mu, NULL);
@@ -409,7 +393,6 @@ int main(void)
         cmocka_unit_test(test_all_lost_still_answers),
         cmocka_unit_test(test_next_job_to_freed_slot),
         cmocka_unit_test(test_stress_no_lost_wakeup),
-        cmocka_unit_test(test_spin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
