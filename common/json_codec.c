@@ -1,4 +1,4 @@
-/* json_codec.c - request bodies in JSON (cJSON) and matrices written as JSON. */
+/* json_codec.c - matrices written as JSON, and the byte buffer answers are built in. */
 #include "json_codec.h"
 #include "gemm_half.h"
 
@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json_stream.h"
 
 /* ---- gemm_buf ----------------------------------------------------------- */
 
@@ -425,42 +424,4 @@ void gemm_json_write_matrix(gemm_buf *out, const gemm_matrix *m)
         gemm_buf_append(out, "]", 1);
     }
     gemm_buf_append(out, "]", 1);
-}
-
-/* ---- decoding requests (whole bodies, through the streaming decoder) -------------- */
-
-int gemm_json_decode_request(const char *body, size_t len, const gemm_limits *lim,
-                             const gemm_allocator *alloc, gemm_options *opt,
-                             gemm_matrix *a, gemm_matrix *b, gemm_err *err)
-{
-    return gemm_json_decode_request_refs(body, len, lim, alloc, opt, a, b, NULL, err);
-}
-
-int gemm_json_decode_request_refs(const char *body, size_t len, const gemm_limits *lim,
-                                  const gemm_allocator *alloc, gemm_options *opt, gemm_matrix *a,
-                                  gemm_matrix *b, const gemm_json_refs *refs, gemm_err *err)
-{
-    gemm_json_stream *js = gemm_json_stream_new(lim, alloc, opt, len);
-    if (!js) return gemm_err_set(err, 500, "out_of_memory", "could not allocate the JSON decoder");
-    if (refs) gemm_json_stream_set_refs(js, refs, a, b);
-    int rc = (len && body) ? gemm_json_stream_feed(js, body, len, err) : 0;
-    if (rc == 0) rc = gemm_json_stream_finish(js, opt, a, b, err);
-    else {
-        if (!refs || !refs->given[0]) a->data = NULL;
-        if (!refs || !refs->given[1]) b->data = NULL;
-    }
-    gemm_json_stream_free(js);
-    return rc;
-}
-
-int gemm_json_decode_matrix(const char *body, size_t len, const gemm_limits *lim, const gemm_allocator *alloc,
-                            gemm_options *opt, gemm_matrix *m, gemm_err *err)
-{
-    m->data = NULL;
-    gemm_json_stream *js = gemm_json_stream_new_matrix(lim, alloc, opt, len);
-    if (!js) return gemm_err_set(err, 500, "out_of_memory", "could not allocate the JSON decoder");
-    int rc = (len && body) ? gemm_json_stream_feed(js, body, len, err) : 0;
-    if (rc == 0) rc = gemm_json_stream_finish_matrix(js, opt, m, err);
-    gemm_json_stream_free(js);
-    return rc;
 }

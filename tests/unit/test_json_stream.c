@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "json_codec.h"
+#include "json_whole.h"
 #include "json_number.h"
 #include "json_stream.h"
 
