@@ -1,8 +1,8 @@
 /* json_codec.c - matrices written as JSON, and the byte buffer answers are built in. */
 #include "json_codec.h"
 #include "gemm_half.h"
+#include "json_number.h"
 
-#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -158,16 +158,6 @@ static size_t put_i64(char *p, int64_t v)
     return len + sizeof tmp - n;
 }
 
-/* x * 10^e, by exact powers of ten (each step rounds once). */
-static double scale10(double x, int e)
-{
-    static const double p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
-                                   1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-    while (e > 22) x *= 1e22, e -= 22;
-    while (e < -22) x /= 1e22, e += 22;
-    return e >= 0 ? x * p10[e] : x / p10[-e];
-}
-
 /* Lays out P significant digits dig[0..P) (exponent e: the value is d.ddd x 10^e) the
  * way printf's %.<P>g does: trailing zeros dropped, scientific notation when e < -4 or
  * e >= P. Returns the end of what was written at s. */
@@ -207,69 +197,6 @@ static char *put_g_layout(char *s, const char *dig, int P, int e)
 }
 
 
-/* printf("%.9g") of a float32 value (held exactly in x) without printf: the nine digits
- * are x scaled into [1e8, 1e9) in double arithmetic, whose error (a few units in 1e-16)
- * can only matter when the scaled value is within 1e-5 of a rounding tie; then 0 is
- * returned and the caller uses snprintf. Also 0 for x == 0 and non-finite x. */
-static size_t put_f32_g9(char *p, double x)
-{
-    char *s = p, dig[10];
-    if (!(x != 0) || !isfinite(x)) return 0;
-    if (x < 0) *s++ = '-', x = -x;
-    int e = (int)floor(log10(x));
-    double y = scale10(x, 8 - e);
-    if (y < 1e8) y = scale10(x, 8 - --e);
-    else if (y >= 1e9) y = scale10(x, 8 - ++e);
-    double fl = floor(y), fr = y - fl;
-    if (fabs(fr - 0.5) < 1e-5 || fl < 1e8 - 1 || fl >= 1e9) return 0;
-    uint64_t d = (uint64_t)fl + (fr > 0.5);
-    if (d >= 1000000000u) d /= 10, e++;
-    if (d < 100000000u) return 0;
-    for (int i = 8; i >= 0; i--) dig[i] = (char)('0' + d % 10), d /= 10;
-    return (size_t)(put_g_layout(s, dig, 9, e) - p);
-}
-
-#if defined(LDBL_MANT_DIG) && LDBL_MANT_DIG >= 64
-/* printf("%.17g") of a double without printf, the same way with 64-bit long double
- * arithmetic: each scaling step (exact powers of ten up to 1e27) errs by at most 2^-64
- * relative, so the scaled value in [1e16, 1e17) is off by less than 0.006 per step; within
- * 0.01 per step of a rounding tie, 0 is returned and the caller uses snprintf. */
-static size_t put_f64_g17(char *p, double v)
-{
-    static const long double p10[28] = {1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,  1e8L,  1e9L,
-                                        1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L,
-                                        1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
-    char *s = p, dig[17];
-    if (!(v != 0) || !isfinite(v)) return 0;
-    if (v < 0) *s++ = '-', v = -v;
-    int e = (int)floor(log10(v)), steps = 0;
-    long double y = 0;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        long double x = v;
-        int k = 16 - e;
-        steps = 1;
-        while (k > 27) x *= 1e27L, k -= 27, steps++;
-        while (k < -27) x /= 1e27L, k += 27, steps++;
-        y = k >= 0 ? x * p10[k] : x / p10[-k];
-        if (y < 1e16L) e--;
-        else if (y >= 1e17L) e++;
-        else break;
-    }
-    long double fl = floorl(y), fr = y - fl;
-    if (fl < 1e16L || fl >= 1e17L || fabsl(fr - 0.5L) < 0.01L * steps) return 0;
-    uint64_t d = (uint64_t)fl + (fr > 0.5L);
-    if (d >= 100000000000000000ull) d /= 10, e++;
-    for (int i = 16; i >= 0; i--) dig[i] = (char)('0' + d % 10), d /= 10;
-    return (size_t)(put_g_layout(s, dig, 17, e) - p);
-}
-#else
-static size_t put_f64_g17(char *p, double v)
-{
-    (void)p, (void)v;
-    return 0; /* no wide long double: snprintf does it */
-}
-#endif
-
 #if defined(__SIZEOF_INT128__)
 /* printf("%.<P>g") of v (finite, nonzero; P = 9 or 17) with exact integer arithmetic:
  * v = m * 2^e2, and for a decimal exponent e with k = P - 1 - e in 0..27, v * 10^k =
@@ -280,13 +207,6 @@ static size_t put_f64_g17(char *p, double v)
  * or at least 10^(P-1)): the caller takes another path. */
 static size_t put_g_exact(char *p, double v, int P)
 {
-    static const uint64_t p5[28] = {1ull, 5ull, 25ull, 125ull, 625ull, 3125ull, 15625ull, 78125ull, 390625ull,
-                                    1953125ull, 9765625ull, 48828125ull, 244140625ull, 1220703125ull,
-                                    6103515625ull, 30517578125ull, 152587890625ull, 762939453125ull,
-                                    3814697265625ull, 19073486328125ull, 95367431640625ull,
-                                    476837158203125ull, 2384185791015625ull, 11920928955078125ull,
-                                    59604644775390625ull, 298023223876953125ull, 1490116119384765625ull,
-                                    7450580596923828125ull};
     const uint64_t lo_lim = P == 9 ? 100000000ull : 10000000000000000ull, hi_lim = lo_lim * 10;
     uint64_t bits;
     memcpy(&bits, &v, 8);
@@ -308,7 +228,7 @@ static size_t put_g_exact(char *p, double v, int P)
     for (int tries = 0;; tries++) {
         int k = P - 1 - e;
         if (k < 0 || k > 27 || tries > 2) return 0;
-        unsigned __int128 n = (unsigned __int128)m * p5[k];
+        unsigned __int128 n = (unsigned __int128)m * gemm_num_p5[k];
         int sh = -(e2 + k);
         if (sh <= 0) { /* an integer: v * 10^k < 10^18 here, so the shift cannot overflow */
             if (-sh > 63 || (n >> (64 + sh)) != 0) return 0;
@@ -377,7 +297,6 @@ static size_t put_double(char *p, double v, int digits)
         return put_i64(p, (int64_t)v);
     }
     size_t fast = put_g_exact(p, v, digits);
-    if (!fast) fast = digits == 9 ? put_f32_g9(p, v) : put_f64_g17(p, v);
     if (fast) return fast;
     int n = snprintf(p, 32, "%.*g", digits, v);
     return n > 0 && n < 32 ? (size_t)n : 0;

@@ -60,34 +60,12 @@ const double gemm_num_ip10[23] = {1e-0,  1e-1,  1e-2,  1e-3,  1e-4,  1e-5,  1e-6
                                   1e-8,  1e-9,  1e-10, 1e-11, 1e-12, 1e-13, 1e-14, 1e-15,
                                   1e-16, 1e-17, 1e-18, 1e-19, 1e-20, 1e-21, 1e-22};
 
-static const uint64_t p5[28] = {1ull,
-                                5ull,
-                                25ull,
-                                125ull,
-                                625ull,
-                                3125ull,
-                                15625ull,
-                                78125ull,
-                                390625ull,
-                                1953125ull,
-                                9765625ull,
-                                48828125ull,
-                                244140625ull,
-                                1220703125ull,
-                                6103515625ull,
-                                30517578125ull,
-                                152587890625ull,
-                                762939453125ull,
-                                3814697265625ull,
-                                19073486328125ull,
-                                95367431640625ull,
-                                476837158203125ull,
-                                2384185791015625ull,
-                                11920928955078125ull,
-                                59604644775390625ull,
-                                298023223876953125ull,
-                                1490116119384765625ull,
-                                7450580596923828125ull};
+const uint64_t gemm_num_p5[28] = {1ull, 5ull, 25ull, 125ull, 625ull, 3125ull, 15625ull, 78125ull, 390625ull,
+                                  1953125ull, 9765625ull, 48828125ull, 244140625ull, 1220703125ull, 6103515625ull,
+                                  30517578125ull, 152587890625ull, 762939453125ull, 3814697265625ull,
+                                  19073486328125ull, 95367431640625ull, 476837158203125ull, 2384185791015625ull,
+                                  11920928955078125ull, 59604644775390625ull, 298023223876953125ull,
+                                  1490116119384765625ull, 7450580596923828125ull};
 
 /* The text of d, NUL-terminated, for strtod/strtof (d->len <= GEMM_JSON_NUMBER_MAX). */
 static const char *c_text(const gemm_decimal *d, char *buf)
@@ -140,7 +118,7 @@ typedef unsigned __int128 u128;
 static uint64_t exact_bits(uint64_t w, int q, int p, int emin, int emax)
 {
     if (q >= 0) {
-        u128 n = (u128)w * p5[q];
+        u128 n = (u128)w * gemm_num_p5[q];
         uint64_t hi = (uint64_t)(n >> 64), lo = (uint64_t)n;
         if (hi == 0) return round_binary(lo, q, 0, p, emin, emax);
         int lz = __builtin_clzll(hi);
@@ -149,8 +127,8 @@ static uint64_t exact_bits(uint64_t w, int q, int p, int emin, int emax)
     }
     int k = -q, lz = __builtin_clzll(w);
     u128 num = (u128)(w << lz) << 64;
-    u128 quo = num / p5[k];
-    uint64_t rem = (uint64_t)num - (uint64_t)quo * p5[k];
+    u128 quo = num / gemm_num_p5[k];
+    uint64_t rem = (uint64_t)num - (uint64_t)quo * gemm_num_p5[k];
     uint64_t hi = (uint64_t)(quo >> 64), lo = (uint64_t)quo; /* hi >= 1: num >= 2^127 > 2^64 * 5^k */
     int l2 = __builtin_clzll(hi);
     uint64_t m = l2 ? (hi << l2) | (lo >> (64 - l2)) : hi;

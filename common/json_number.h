@@ -72,6 +72,7 @@ uint16_t gemm_decimal_to_half(const gemm_decimal *dec, gemm_dtype d);
 
 extern const double gemm_num_p10[23];  /* 1e0 .. 1e22, all exact */
 extern const double gemm_num_ip10[23]; /* 1e-0 .. 1e-22, each rounded to nearest */
+extern const uint64_t gemm_num_p5[28]; /* 5^0 .. 5^27, all below 2^64 */
 
 /* ---- inline: the scanner and the common conversions (called once per element) ---- */
 
