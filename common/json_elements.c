@@ -246,8 +246,6 @@ static void bad_value(gemm_json_stream *s, int x, gemm_dtype d, uint64_t idx, do
              "%s = %.17g is not an int32 (integers from -2147483648 to 2147483647)", w, v);
 }
 
-static inline int i32_ok(double v) { return v >= -2147483648.0 && v <= 2147483647.0 && v == floor(v); }
-
 /* The next element of operand x, a number. */
 void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d)
 {
@@ -256,61 +254,23 @@ void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d)
     if (o->dead) return;
     if (!o->started) start_storage(s, o);
     if (!o->st.left && make_room(s, o, x)) return;
-    switch (o->st.type) {
-    case GEMM_DTYPE_F64: {
-        double v = gemm_decimal_to_f64(d);
-        memcpy(gemm_json_store_next(&o->st), &v, 8);
-        if (o->st.deferred) {
-            int side = 0;
-            if (gemm_f64_is_half_midpoint(GEMM_DTYPE_F16, v) || gemm_f64_is_half_midpoint(GEMM_DTYPE_BF16, v))
-                side = gemm_decimal_side(d, v);
-            if (side || gemm_f64_is_f32_midpoint(v)) {
-                float f = gemm_decimal_to_f32(d);
-                if ((side || f != (float)v) && gemm_json_store_flip(&o->st, i, f, side)) out_of_memory(s, o);
-            }
-        } else if (!isfinite(v)) {
-            elem_error_at(s, x, i);
-            bad_value(s, x, GEMM_DTYPE_F64, i, v, 0);
-        }
-        break;
-    }
-    case GEMM_DTYPE_F32: {
-        float f = gemm_decimal_to_f32(d);
-        memcpy(gemm_json_store_next(&o->st), &f, 4);
-        if (isinf(f)) {
-            elem_error_at(s, x, i);
-            bad_value(s, x, GEMM_DTYPE_F32, i, gemm_decimal_to_f64(d), 0);
-        }
-        break;
-    }
-    case GEMM_DTYPE_F16:
-    case GEMM_DTYPE_BF16: {
-        uint16_t h = gemm_decimal_to_half(d, o->st.type);
-        memcpy(gemm_json_store_next(&o->st), &h, 2);
-        if (!isfinite(gemm_half_to_f32(o->st.type, h))) {
+    void *slot = gemm_json_store_next(&o->st);
+    if (!o->st.deferred) {
+        if (gemm_decimal_store(d, o->st.type, slot)) {
             elem_error_at(s, x, i);
             bad_value(s, x, o->st.type, i, gemm_decimal_to_f64(d), 0);
         }
-        break;
+        return;
     }
-    default: {
-        int32_t v = 0;
-        if (d->integer && !d->trunc && d->w <= 2147483647ull) {
-            v = d->neg ? -(int32_t)d->w : (int32_t)d->w;
-        } else if (d->integer && !d->trunc && d->neg && d->w == 2147483648ull) {
-            v = INT32_MIN;
-        } else {
-            double f = gemm_decimal_to_f64(d);
-            if (i32_ok(f)) {
-                v = (int32_t)f;
-            } else {
-                elem_error_at(s, x, i);
-                bad_value(s, x, GEMM_DTYPE_I32, i, f, 0);
-            }
-        }
-        memcpy(gemm_json_store_next(&o->st), &v, 4);
-        break;
-    }
+    /* float64 for a dtype not known yet: what rounding it again would get wrong is noted */
+    double v = gemm_decimal_to_f64(d);
+    memcpy(slot, &v, 8);
+    int side = 0;
+    if (gemm_f64_is_half_midpoint(GEMM_DTYPE_F16, v) || gemm_f64_is_half_midpoint(GEMM_DTYPE_BF16, v))
+        side = gemm_decimal_side(d, v);
+    if (side || gemm_f64_is_f32_midpoint(v)) {
+        float f = gemm_decimal_to_f32(d);
+        if ((side || f != (float)v) && gemm_json_store_flip(&o->st, i, f, side)) out_of_memory(s, o);
     }
 }
 

@@ -174,14 +174,7 @@ static int extended_f64(uint64_t w, int q, double *out)
 double gemm_decimal_to_f64_hard(const gemm_decimal *d)
 {
     if (d->w == 0) return d->neg ? -0.0 : 0.0;
-    if (!d->trunc && d->q >= -27 && d->q <= 27) {
-#if HAVE_CLINGER
-        if (d->w <= (1ull << 53) && d->q >= -22 && d->q <= 22) {
-            double v = (double)d->w;
-            v = d->q >= 0 ? v * gemm_num_p10[d->q] : v / gemm_num_p10[-d->q];
-            return d->neg ? -v : v;
-        }
-#endif
+    if (!d->trunc && d->q >= -27 && d->q <= 27) { /* (what one double operation rounds right is inline) */
 #if HAVE_EXTENDED
         double x;
         if (extended_f64(d->w, d->q, &x)) return d->neg ? -x : x;

@@ -29,10 +29,12 @@
 #ifndef GEMM_JSON_NUMBER_H
 #define GEMM_JSON_NUMBER_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "gemm_half.h"
 #include "gemm_types.h"
 
 #ifdef __cplusplus
@@ -258,6 +260,48 @@ static inline float gemm_decimal_to_f32(const gemm_decimal *d)
     }
 #endif
     return gemm_decimal_to_f32_hard(d);
+}
+
+/* v is an int32: an integer from -2^31 to 2^31 - 1. */
+static inline int gemm_f64_is_i32(double v) { return v >= -2147483648.0 && v <= 2147483647.0 && v == floor(v); }
+
+/* The decimal as one element of dtype t at dst: float64 and float32 as strtod and strtof
+ * round it, float16 and bfloat16 rounded once from the text, int32 exactly. Returns 0, or -1
+ * when it is none of t's values (beyond a float type's range; for int32 not an integer in
+ * range, and 0 is written). */
+static inline int gemm_decimal_store(const gemm_decimal *d, gemm_dtype t, void *dst)
+{
+    switch (t) {
+    case GEMM_DTYPE_F64: {
+        double v = gemm_decimal_to_f64(d);
+        memcpy(dst, &v, 8);
+        return isinf(v) ? -1 : 0;
+    }
+    case GEMM_DTYPE_F32: {
+        float f = gemm_decimal_to_f32(d);
+        memcpy(dst, &f, 4);
+        return isinf(f) ? -1 : 0;
+    }
+    case GEMM_DTYPE_F16:
+    case GEMM_DTYPE_BF16: {
+        uint16_t h = gemm_decimal_to_half(d, t);
+        memcpy(dst, &h, 2);
+        return isinf(gemm_half_to_f32(t, h)) ? -1 : 0;
+    }
+    default: {
+        int32_t v = 0;
+        int ok = 1;
+        if (d->integer && !d->trunc && d->w <= 2147483647ull + d->neg) {
+            v = (int32_t)(d->neg ? -(int64_t)d->w : (int64_t)d->w);
+        } else {
+            double f = gemm_decimal_to_f64(d);
+            ok = gemm_f64_is_i32(f);
+            if (ok) v = (int32_t)f;
+        }
+        memcpy(dst, &v, 4);
+        return ok ? 0 : -1;
+    }
+    }
 }
 
 #ifdef __cplusplus

@@ -1,6 +1,6 @@
 /* json_store.c - typed elements in blocks, assembled at the end (see json_store.h). */
 #include "json_store.h"
-#include "gemm_half.h"
+#include "json_number.h"
 
 #include <math.h>
 
@@ -92,8 +92,6 @@ int gemm_json_store_flip(gemm_json_store *st, uint64_t index, float f, int side)
     return 0;
 }
 
-static inline int i32_ok(double v) { return v >= -2147483648.0 && v <= 2147483647.0 && v == floor(v); }
-
 /* Converts (and checks before upto) n float64 values src[0..n), the first being element
  * first, into dst as type d (dst NULL: check only). Returns the index of the first bad
  * value, or UINT64_MAX. */
@@ -122,8 +120,8 @@ static uint64_t convert(gemm_json_store *st, const double *src, size_t n, uint64
             if (check && !isfinite(gemm_half_to_f32(d, h))) goto bad;
             if (dst) ((uint16_t *)dst)[i] = h;
         } else {
-            if (check && !i32_ok(v)) goto bad;
-            if (dst) ((int32_t *)dst)[i] = i32_ok(v) ? (int32_t)v : 0;
+            if (check && !gemm_f64_is_i32(v)) goto bad;
+            if (dst) ((int32_t *)dst)[i] = gemm_f64_is_i32(v) ? (int32_t)v : 0;
         }
         continue;
     bad:

@@ -758,7 +758,7 @@ int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, 
 
 /* ---- JSON tensor data ------------------------------------------------------------- */
 
-/* The number at *p (checked by the first pass) into element idx of dst. */
+/* The number at *p (checked by the first pass) into element idx, at dst. */
 static int store(const char **p, const char *end, gemm_dtype dt, void *dst, size_t idx, int which, gemm_err *err)
 {
     if (!is_number_start(**p))
@@ -768,51 +768,15 @@ static int store(const char **p, const char *end, gemm_dtype dt, void *dst, size
     ptrdiff_t n = gemm_json_scan_number(*p, end, 1, &d);
     if (n <= 0) return gemm_err_set(err, 400, "bad_data", "input %s: element %zu is not a number", input_name(which), idx);
     *p += n;
-    switch (dt) {
-    case GEMM_DTYPE_F32: {
-        float f = gemm_decimal_to_f32(&d);
-        if (isinf(f))
-            return gemm_err_set(err, 400, "bad_data", "input %s: element %zu = %.17g is beyond FP32's range",
-                                input_name(which), idx, gemm_decimal_to_f64(&d));
-        ((float *)dst)[idx] = f;
-        return 0;
-    }
-    case GEMM_DTYPE_F64: {
-        double v = gemm_decimal_to_f64(&d);
-        if (isinf(v))
-            return gemm_err_set(err, 400, "bad_data", "input %s: element %zu is beyond FP64's range", input_name(which),
-                                idx);
-        ((double *)dst)[idx] = v;
-        return 0;
-    }
-    case GEMM_DTYPE_F16:
-    case GEMM_DTYPE_BF16: {
-        uint16_t h = gemm_decimal_to_half(&d, dt); /* one rounding from the text, as on /v1 */
-        if (!isfinite(gemm_half_to_f32(dt, h)))
-            return gemm_err_set(err, 400, "bad_data", "input %s: element %zu = %.17g is beyond %s's range",
-                                input_name(which), idx, gemm_decimal_to_f64(&d), gemm_v2_dtype_name(dt));
-        ((uint16_t *)dst)[idx] = h;
-        return 0;
-    }
-    default: {
-        if (d.integer && !d.trunc && d.q == 0 && d.w <= 2147483648u && (d.neg || d.w <= 2147483647u)) {
-            ((int32_t *)dst)[idx] = d.neg ? (int32_t)(-(int64_t)d.w) : (int32_t)d.w;
-            return 0;
-        }
-        double v = gemm_decimal_to_f64(&d);
-        if (!(v >= -2147483648.0 && v <= 2147483647.0) || v != floor(v))
-            return gemm_err_set(err, 400, "bad_data",
-                                "input %s: element %zu = %.17g is not an INT32 (integers from -2147483648 to "
-                                "2147483647)", input_name(which), idx, v);
-        ((int32_t *)dst)[idx] = (int32_t)v;
-        return 0;
-    }
-    }
-}
-
-static void fill_ws(const char **p, const char *end)
-{
-    while (*p < end && is_ws(**p)) (*p)++;
+    if (gemm_decimal_store(&d, dt, dst) == 0) return 0; /* float16 and bfloat16: one rounding, as on /v1 */
+    if (dt == GEMM_DTYPE_F64)
+        return gemm_err_set(err, 400, "bad_data", "input %s: element %zu is beyond FP64's range", input_name(which), idx);
+    if (dt == GEMM_DTYPE_I32)
+        return gemm_err_set(err, 400, "bad_data",
+                            "input %s: element %zu = %.17g is not an INT32 (integers from -2147483648 to 2147483647)",
+                            input_name(which), idx, gemm_decimal_to_f64(&d));
+    return gemm_err_set(err, 400, "bad_data", "input %s: element %zu = %.17g is beyond %s's range", input_name(which),
+                        idx, gemm_decimal_to_f64(&d), gemm_v2_dtype_name(dt));
 }
 
 int gemm_v2_fill_input(const gemm_v2_request *r, int which, void *dst, gemm_err *err)
@@ -820,31 +784,18 @@ int gemm_v2_fill_input(const gemm_v2_request *r, int which, void *dst, gemm_err 
     const gemm_v2_input *in = &r->in[which];
     if (in->binary || !in->data)
         return gemm_err_set(err, 500, "internal_error", "input %s has no JSON data to convert", input_name(which));
-    /* The layout was checked against the shape: count values and rows as they come. */
-    const char *p = in->data + 1, *end = in->data + in->data_len;
-    size_t idx = 0, total = (size_t)(in->rows * in->cols);
-    fill_ws(&p, end);
-    while (p < end && *p != ']') {
-        if (in->nested) {
-            p++; /* '[' of a row */
-            fill_ws(&p, end);
-            while (p < end && *p != ']') {
-                if (idx >= total) return gemm_err_set(err, 500, "internal_error", "input %s: more data than checked",
-                                                      input_name(which));
-                if (store(&p, end, r->dtype, dst, idx++, which, err)) return -1;
-                fill_ws(&p, end);
-                if (p < end && *p == ',') p++;
-                fill_ws(&p, end);
-            }
-            p++; /* ']' */
-        } else {
-            if (idx >= total) return gemm_err_set(err, 500, "internal_error", "input %s: more data than checked",
-                                                  input_name(which));
-            if (store(&p, end, r->dtype, dst, idx++, which, err)) return -1;
-        }
-        fill_ws(&p, end);
-        if (p < end && *p == ',') p++;
-        fill_ws(&p, end);
+    /* The layout was checked against the shape: the values inside the outer brackets, with
+     * the brackets of the rows when nested. */
+    const char *p = in->data + 1, *end = in->data + in->data_len - 1;
+    size_t idx = 0, total = (size_t)(in->rows * in->cols), es = gemm_dtype_size(r->dtype);
+    int row = 0; /* inside a row */
+    while (p < end) {
+        if (is_ws(*p) || *p == ',') p++;
+        else if (in->nested && *p == (row ? ']' : '[')) p++, row = !row;
+        else if (idx >= total)
+            return gemm_err_set(err, 500, "internal_error", "input %s: more data than checked", input_name(which));
+        else if (store(&p, end, r->dtype, (char *)dst + idx * es, idx, which, err)) return -1;
+        else idx++;
     }
     if (idx != total)
         return gemm_err_set(err, 500, "internal_error", "input %s: %zu values where %zu were checked", input_name(which),
