@@ -10,34 +10,16 @@
 #include <sys/mman.h>
 #include <time.h>
 
-size_t gemm_dtype_size(gemm_dtype d)
-{
-    switch (d) {
-    case GEMM_DTYPE_F32: return 4;
-    case GEMM_DTYPE_F64: return 8;
-    case GEMM_DTYPE_I32: return 4;
-    case GEMM_DTYPE_F16: return 2;
-    case GEMM_DTYPE_BF16: return 2;
-    default: return 0;
-    }
-}
+const gemm_dtype_info gemm_dtypes[GEMM_DTYPE_COUNT] = {
+    [GEMM_DTYPE_F32] = {"float32", "FP32", "<f4", 4, 17},  [GEMM_DTYPE_F64] = {"float64", "FP64", "<f8", 8, 26},
+    [GEMM_DTYPE_I32] = {"int32", "INT32", "<i4", 4, 12},   [GEMM_DTYPE_F16] = {"float16", "FP16", "<f2", 2, 17},
+    [GEMM_DTYPE_BF16] = {"bfloat16", "BF16", "<V2", 2, 17},
+};
 
-unsigned gemm_json_elem_width(gemm_dtype d)
-{
-    return d == GEMM_DTYPE_F64 ? 26 : d == GEMM_DTYPE_I32 ? 12 : 17;
-}
-
-const char *gemm_dtype_name(gemm_dtype d)
-{
-    switch (d) {
-    case GEMM_DTYPE_F32: return "float32";
-    case GEMM_DTYPE_F64: return "float64";
-    case GEMM_DTYPE_I32: return "int32";
-    case GEMM_DTYPE_F16: return "float16";
-    case GEMM_DTYPE_BF16: return "bfloat16";
-    default: return "invalid";
-    }
-}
+#define VALID(d) ((d) >= 0 && (d) < GEMM_DTYPE_COUNT)
+size_t gemm_dtype_size(gemm_dtype d) { return VALID(d) ? gemm_dtypes[d].size : 0; }
+unsigned gemm_json_elem_width(gemm_dtype d) { return VALID(d) ? gemm_dtypes[d].json_width : 17; }
+const char *gemm_dtype_name(gemm_dtype d) { return VALID(d) ? gemm_dtypes[d].name : "invalid"; }
 
 int gemm_dtype_from_name(const char *s, gemm_dtype *out)
 {

@@ -172,14 +172,9 @@ static int dtype_error(const char *raw, gemm_err *err)
 
 static int descr_dtype(const char *descr, gemm_dtype *out)
 {
-    if (descr[0] != '<' && descr[0] != '=') return -1;
-    if (strcmp(descr + 1, "f4") == 0) *out = GEMM_DTYPE_F32;
-    else if (strcmp(descr + 1, "f8") == 0) *out = GEMM_DTYPE_F64;
-    else if (strcmp(descr + 1, "i4") == 0) *out = GEMM_DTYPE_I32;
-    else if (strcmp(descr + 1, "f2") == 0) *out = GEMM_DTYPE_F16;
-    else if (strcmp(descr + 1, "V2") == 0) *out = GEMM_DTYPE_BF16; /* what np.save writes for ml_dtypes.bfloat16 */
-    else return -1;
-    return 0;
+    for (int d = 0; (descr[0] == '<' || descr[0] == '=') && d < GEMM_DTYPE_COUNT; d++)
+        if (strcmp(descr + 1, gemm_dtypes[d].npy + 1) == 0) return *out = (gemm_dtype)d, 0;
+    return -1;
 }
 
 static int parse_dict(const char *text, size_t len, gemm_npy_header *hdr, gemm_err *err)
@@ -279,17 +274,7 @@ int gemm_npy_parse_header(const void *buf, size_t len, gemm_npy_header *hdr, gem
     return 1;
 }
 
-const char *gemm_npy_descr(gemm_dtype d)
-{
-    switch (d) {
-    case GEMM_DTYPE_F32: return "<f4";
-    case GEMM_DTYPE_F64: return "<f8";
-    case GEMM_DTYPE_I32: return "<i4";
-    case GEMM_DTYPE_F16: return "<f2";
-    case GEMM_DTYPE_BF16: return "<V2"; /* as np.save writes an ml_dtypes.bfloat16 array */
-    default: return NULL;
-    }
-}
+const char *gemm_npy_descr(gemm_dtype d) { return d >= 0 && d < GEMM_DTYPE_COUNT ? gemm_dtypes[d].npy : NULL; }
 
 size_t gemm_npy_write_header(void *buf, size_t cap, gemm_dtype d, uint64_t rows, uint64_t cols)
 {

@@ -35,10 +35,9 @@ typedef struct {
  * fortran_order). */
 int gemm_npy_parse_header(const void *buf, size_t len, gemm_npy_header *hdr, gemm_err *err);
 
-/* The descr of dtype d in a .npy header: "<f4", "<f8", "<i4", "<f2" (float16), and "<V2" for
- * bfloat16 - the descr np.save writes for an ml_dtypes.bfloat16 array (NumPy has no bfloat16;
- * np.load gives a 2-byte void array: .view(ml_dtypes.bfloat16) makes it bfloat16 again).
- * NULL for an invalid dtype. Reading takes the same descrs ('=' for '<' too). */
+/* gemm_dtypes[d].npy, NULL for an invalid dtype. NumPy has no bfloat16: np.load gives its
+ * "<V2" as a 2-byte void array, which .view(ml_dtypes.bfloat16) makes bfloat16 again.
+ * Reading takes the same descrs ('=' for '<' too). */
 const char *gemm_npy_descr(gemm_dtype d);
 /* Writes a format 1.0 header for a C-order rows x cols array; the total length is a
  * multiple of 64. Returns the bytes written, or 0 if cap is too small (128 is enough). */

@@ -18,25 +18,14 @@ int gemm_v2_dtype_from_name(const char *s, gemm_dtype *out)
 {
     static const char *const others[] = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64",
                                          "INT8", "INT16", "INT64",  "BYTES"};
-    gemm_dtype d;
-    if (!s) return -2;
-    if (gemm_dtype_from_name(s, &d) == 0 && strcmp(s, gemm_v2_dtype_name(d)) == 0) return *out = d, 0; /* caseful */
-    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+    for (int d = 0; s && d < GEMM_DTYPE_COUNT; d++)
+        if (strcmp(s, gemm_dtypes[d].v2) == 0) return *out = (gemm_dtype)d, 0; /* caseful */
+    for (size_t i = 0; s && i < sizeof others / sizeof others[0]; i++)
         if (strcmp(s, others[i]) == 0) return -1;
     return -2;
 }
 
-const char *gemm_v2_dtype_name(gemm_dtype d)
-{
-    switch (d) {
-    case GEMM_DTYPE_F32: return "FP32";
-    case GEMM_DTYPE_F64: return "FP64";
-    case GEMM_DTYPE_I32: return "INT32";
-    case GEMM_DTYPE_F16: return "FP16";
-    case GEMM_DTYPE_BF16: return "BF16";
-    default: return "";
-    }
-}
+const char *gemm_v2_dtype_name(gemm_dtype d) { return d >= 0 && d < GEMM_DTYPE_COUNT ? gemm_dtypes[d].v2 : ""; }
 
 /* ---- small helpers ------------------------------------------------------------ */
 

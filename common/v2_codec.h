@@ -41,12 +41,11 @@ extern "C" {
 #define GEMM_V2_MODEL_VERSION "1"
 #define GEMM_V2_ID_MAX 1024 /* bytes of a request id */
 
-/* "FP32" -> float32, "FP64" -> float64, "INT32" -> int32, "FP16" -> float16, "BF16" ->
- * bfloat16: 0. -1 for the protocol's other datatypes (BOOL, UINT8, ..., BYTES), which this
- * model does not take; -2 for
- * names that are not v2 datatypes at all. */
+/* A dtype from its v2 datatype (gemm_dtypes[].v2, caseful): 0. -1 for the protocol's other
+ * datatypes (BOOL, UINT8, ..., BYTES), which this model does not take; -2 for names that are
+ * not v2 datatypes at all. */
 int gemm_v2_dtype_from_name(const char *s, gemm_dtype *out);
-/* "FP32", "FP64", "INT32", "FP16", "BF16" ("" for an invalid dtype). */
+/* gemm_dtypes[d].v2, "" for an invalid dtype. */
 const char *gemm_v2_dtype_name(gemm_dtype d);
 
 typedef struct {
