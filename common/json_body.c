@@ -40,7 +40,7 @@ static void check_batch_early(gemm_json_stream *s, int x, uint64_t mat)
 static void option_value(gemm_json_stream *s, int key, enum vtype t, const gemm_decimal *d)
 {
     const gemm_option *def = gemm_option_at(key - K_OPT);
-    gemm_opt_value v = {.kind = GEMM_VAL_OTHER, .type_name = gemm_jsb_type_name(t)};
+    gemm_opt_value v = {.kind = GEMM_VAL_OTHER, .type_name = gemm_json_type_name((char)t)};
     if (t == T_STRING) v = (gemm_opt_value){.kind = GEMM_VAL_TEXT, .text = s->str, .len = s->str_len};
     else if (t == T_NUMBER) v = (gemm_opt_value){.kind = GEMM_VAL_NUMBER, .number = gemm_decimal_to_f64(d)};
     else if (t == T_BOOL) v = (gemm_opt_value){.kind = GEMM_VAL_BOOL, .boolean = s->lit[0] == 't'};
@@ -58,7 +58,7 @@ static void ref_value(gemm_json_stream *s, int x, enum vtype t, const char *str)
              o->name);
     } else if (t != T_STRING) {
         gemm_jsb_note(s, RK_REF + 10 * x, 0, 400, "bad_matrix", "%s.ref is %s; expected a matrix id (a string)", o->name,
-             gemm_jsb_type_name(t));
+             gemm_json_type_name((char)t));
     } else {
         snprintf(o->ref_id, sizeof o->ref_id, "%s", str ? str : "");
         o->ref_named = 1;
@@ -71,10 +71,10 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
     if (s->depth == 0) {
         if (s->single)
             gemm_jsb_note(s, RK_ROOT, 0, 400, "bad_matrix",
-                 "the body is %s; expected [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}", gemm_jsb_type_name(t));
+                 "the body is %s; expected [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}", gemm_json_type_name((char)t));
         else
             gemm_jsb_note(s, RK_ROOT, 0, 400, "bad_matrix",
-                 "the body is %s; expected a JSON object {\"a\": [[..]], \"b\": [[..]]}", gemm_jsb_type_name(t));
+                 "the body is %s; expected a JSON object {\"a\": [[..]], \"b\": [[..]]}", gemm_json_type_name((char)t));
         return;
     }
     frame *f = &s->stack[s->depth - 1];
@@ -97,7 +97,7 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
             o->form = 'x';
             gemm_jsb_note(s, RK_STRUCT + 10 * (f->key - K_A), 0, 400, "bad_matrix",
                  "%s is %s; expected nested arrays [[..],[..]] or {\"shape\": [m,k], \"data\": [..]}", o->name,
-                 gemm_jsb_type_name(t));
+                 gemm_json_type_name((char)t));
         } else if (f->key >= K_OPT) {
             option_value(s, f->key, t, d);
         }
@@ -108,23 +108,23 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
                  "%s is a 1-D array; a matrix is an array of rows, e.g. [[1,2],[3,4]]", o->name);
         else
             gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "%s[%llu] is %s, expected an array (a row)", o->name,
-                 (unsigned long long)f->n, gemm_jsb_type_name(t));
+                 (unsigned long long)f->n, gemm_json_type_name((char)t));
         return;
     case R_MAT:
         gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "%s[%llu][%llu] is %s, expected an array (a row)",
-             o->name, (unsigned long long)s->stack[s->depth - 2].n, (unsigned long long)f->n, gemm_jsb_type_name(t));
+             o->name, (unsigned long long)s->stack[s->depth - 2].n, (unsigned long long)f->n, gemm_json_type_name((char)t));
         return;
     case R_STACK:
         gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix",
              "%s[%llu] is %s; %s is 3-D (a batch), each %s[i] a matrix: an array of rows", o->name,
-             (unsigned long long)f->n, gemm_jsb_type_name(t), o->name, o->name);
+             (unsigned long long)f->n, gemm_json_type_name((char)t), o->name, o->name);
         return;
     case R_MATOBJ:
         if (f->key == K_SHAPE) {
             shape_error(s, f->x);
         } else if (f->key == K_DATA) {
             gemm_jsb_note(s, RK_STRUCT + 10 * f->x + 1, 0, 400, "bad_matrix",
-                 "%s.data must be an array of numbers (row-major), not %s", o->name, gemm_jsb_type_name(t));
+                 "%s.data must be an array of numbers (row-major), not %s", o->name, gemm_json_type_name((char)t));
         } else if (f->key == K_REF) {
             ref_value(s, f->x, t, str);
         } else if (f->key >= K_OPT) {

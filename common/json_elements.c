@@ -14,18 +14,6 @@
 
 /* ---- error slots and places ----------------------------------------------------- */
 
-const char *gemm_jsb_type_name(enum vtype t)
-{
-    switch (t) {
-    case T_STRING: return "a string";
-    case T_NUMBER: return "a number";
-    case T_BOOL: return "a boolean";
-    case T_NULL: return "null";
-    case T_ARRAY: return "an array";
-    default: return "an object";
-    }
-}
-
 /* Stops storing operand o and gives its memory back. */
 void gemm_jsb_kill(gemm_json_stream *s, operand *o)
 {
@@ -37,14 +25,11 @@ void gemm_jsb_kill(gemm_json_stream *s, operand *o)
 /* The operand whose own slot an error of this rank goes to, or -1 (the body's). */
 static int rank_operand(int rank)
 {
-    switch (rank) {
-    case RK_REF: case RK_STRUCT: case RK_STRUCT + 1: case RK_COUNT: case RK_ELEM:
-        return 0;
-    case RK_REF + 10: case RK_STRUCT + 10: case RK_STRUCT + 11: case RK_COUNT + 1: case RK_ELEM + 1:
-        return 1;
-    default:
-        return -1;
-    }
+    for (int x = 0; x < 2; x++)
+        if (rank == RK_REF + 10 * x || rank == RK_STRUCT + 10 * x || rank == RK_STRUCT + 10 * x + 1 ||
+            rank == RK_COUNT + x || rank == RK_ELEM + x)
+            return x;
+    return -1;
 }
 
 /* The lowest rank noted anywhere (RK_NONE: none). */
@@ -282,7 +267,7 @@ void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint
     char w[96];
     elem_error_at(s, x, i);
     gemm_jsb_note(s, RK_ELEM + x, 0, 400, "bad_matrix", "%s is %s, expected a number%s", gemm_jsb_place(w, sizeof w, o, mat, row, col),
-         gemm_jsb_type_name(t),
+         gemm_json_type_name((char)t),
          o->batched && o->form == '[' && t == T_ARRAY ? " (an operand has at most three dimensions: batch, rows, cols)" : "");
     if (o->dead) return;
     if (!o->started) start_storage(s, o);

@@ -52,6 +52,19 @@ void gemm_decimal_scan_long(const char *p, const char *end, gemm_decimal *d)
     d->trunc = (uint8_t)trunc;
 }
 
+const char *gemm_json_type_name(char c)
+{
+    switch (c) {
+    case '"': return "a string";
+    case '[': return "an array";
+    case '{': return "an object";
+    case 't':
+    case 'f': return "a boolean";
+    case 'n': return "null";
+    default: return "a number";
+    }
+}
+
 /* ---- conversion ------------------------------------------------------------------ */
 
 const double gemm_num_p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,

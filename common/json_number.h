@@ -72,6 +72,10 @@ int gemm_decimal_side(const gemm_decimal *d, double v);
  * it the decimal lies on decides. Returns the element's bits. */
 uint16_t gemm_decimal_to_half(const gemm_decimal *dec, gemm_dtype d);
 
+/* "a string", "an array", "an object", "a boolean", "null" or "a number": the JSON value
+ * that begins with c. */
+const char *gemm_json_type_name(char c);
+
 extern const double gemm_num_p10[23];  /* 1e0 .. 1e22, all exact */
 extern const double gemm_num_ip10[23]; /* 1e-0 .. 1e-22, each rounded to nearest */
 extern const uint64_t gemm_num_p5[28]; /* 5^0 .. 5^27, all below 2^64 */
@@ -103,6 +107,26 @@ static inline int64_t gemm_num_eight_digits(const char *p)
 #define GEMM_NUM_SWAR 0
 #endif
 
+/* The digits at *p taken into *w (*nd: digits in it so far), eight at a time where they can
+ * be; 1 when the 20th is met (*p is past it), else 0 (*p at the first non-digit). */
+static inline int gemm_num_digits(const char **pp, const char *end, uint64_t *w, int *nd)
+{
+    const char *p = *pp;
+#if GEMM_NUM_SWAR
+    for (int64_t v; end - p >= 8 && *nd <= 11 && (v = gemm_num_eight_digits(p)) >= 0; p += 8, *nd += 8)
+        *w = *w * 100000000u + (uint64_t)v;
+#endif
+    for (; p < end && gemm_num_is_digit(*p); p++) {
+        *w = *w * 10 + (unsigned)(*p - '0');
+        if (++*nd > 19) {
+            *pp = p + 1;
+            return 1;
+        }
+    }
+    *pp = p;
+    return 0;
+}
+
 /* The careful scan, for numbers with more than 19 digits: leading zeros do not count as
  * significant, digits past the 19th only set trunc (and move the exponent). The grammar
  * was already checked by the fast scan; this only computes w, q and trunc. */
@@ -126,21 +150,7 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
         p++;
         nd = 1;
     } else if (gemm_num_is_digit(*p)) {
-#if GEMM_NUM_SWAR
-        while (end - p >= 8 && nd <= 11) {
-            int64_t v = gemm_num_eight_digits(p);
-            if (v < 0) break;
-            w = w * 100000000u + (uint64_t)v;
-            nd += 8;
-            p += 8;
-        }
-#endif
-        while (p < end && gemm_num_is_digit(*p)) {
-            w = w * 10 + (unsigned)(*p - '0');
-            nd++;
-            p++;
-            if (nd > 19) goto long_number;
-        }
+        if (gemm_num_digits(&p, end, &w, &nd)) goto long_number;
     } else {
         return -(ptrdiff_t)(1 + (p - s));
     }
@@ -150,21 +160,7 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
         if (++p == end) NEED_MORE();
         if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
         const char *f0 = p;
-#if GEMM_NUM_SWAR
-        while (end - p >= 8 && nd <= 11) {
-            int64_t v = gemm_num_eight_digits(p);
-            if (v < 0) break;
-            w = w * 100000000u + (uint64_t)v;
-            nd += 8;
-            p += 8;
-        }
-#endif
-        while (p < end && gemm_num_is_digit(*p)) {
-            w = w * 10 + (unsigned)(*p - '0');
-            nd++;
-            p++;
-            if (nd > 19) goto long_number;
-        }
+        if (gemm_num_digits(&p, end, &w, &nd)) goto long_number;
         q = -(int32_t)(p - f0);
         if (p == end) goto at_end;
     }

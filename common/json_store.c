@@ -23,6 +23,17 @@ static void give(gemm_json_store *st, void *p, size_t bytes)
     st->mem->now -= bytes;
 }
 
+/* Gives back the blocks (those copied are NULL already) and the notes. */
+static void give_blocks(gemm_json_store *st)
+{
+    for (int k = 0; k < st->nblk; k++) give(st, st->blk[k].p, st->blk[k].cap * st->es);
+    st->nblk = 0;
+    st->whole = 0;
+    give(st, st->flips, st->flips_cap * sizeof *st->flips);
+    st->flips = NULL;
+    st->nflips = st->flips_cap = 0;
+}
+
 void gemm_json_store_init(gemm_json_store *st, const gemm_allocator *alloc, gemm_json_mem *mem)
 {
     memset(st, 0, offsetof(gemm_json_store, inl));
@@ -185,12 +196,7 @@ int gemm_json_store_assemble(gemm_json_store *st, gemm_dtype d, uint64_t upto, i
         }
     }
     if (!out) return 0;
-    for (int k = 0; k < st->nblk; k++) give(st, st->blk[k].p, st->blk[k].cap * st->es);
-    st->nblk = 0;
-    st->whole = 0;
-    give(st, st->flips, st->flips_cap * sizeof *st->flips);
-    st->flips = NULL;
-    st->nflips = st->flips_cap = 0;
+    give_blocks(st);
     st->out = out;
     st->out_type = d;
     return 0;
@@ -206,12 +212,7 @@ void *gemm_json_store_take(gemm_json_store *st)
 
 void gemm_json_store_release(gemm_json_store *st)
 {
-    for (int k = 0; k < st->nblk; k++) give(st, st->blk[k].p, st->blk[k].cap * st->es);
-    st->nblk = 0;
-    st->whole = 0;
-    give(st, st->flips, st->flips_cap * sizeof *st->flips);
-    st->flips = NULL;
-    st->nflips = st->flips_cap = 0;
+    give_blocks(st);
     if (st->out) give(st, st->out, (size_t)st->count * gemm_dtype_size(st->out_type));
     st->out = NULL;
     st->cur = NULL;

@@ -49,14 +49,13 @@ char *gemm_v2_utf8_dup(const char *s)
 
 static const char *type_name(const cJSON *v)
 {
-    if (!v) return "missing";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsObject(v)) return "an object";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNull(v)) return "null";
-    if (cJSON_IsNumber(v)) return "a number";
-    return "not a value";
+    return !v ? "missing"
+               : gemm_json_type_name(cJSON_IsString(v)   ? '"'
+                                     : cJSON_IsArray(v)  ? '['
+                                     : cJSON_IsObject(v) ? '{'
+                                     : cJSON_IsBool(v)   ? 't'
+                                     : cJSON_IsNull(v)   ? 'n'
+                                                         : '0');
 }
 
 static int is_count(const cJSON *v, uint64_t *out)
@@ -228,19 +227,6 @@ static int parse_input(const cJSON *t, size_t pos, int binary_ok, const gemm_v2_
     return 0;
 }
 
-static const char *char_type_name(char c)
-{
-    switch (c) {
-    case '"': return "a string";
-    case '[': return "an array";
-    case '{': return "an object";
-    case 't':
-    case 'f': return "a boolean";
-    case 'n': return "null";
-    default: return "a number";
-    }
-}
-
 /* The data array's layout (measured by the first pass) against the (sane) shape. */
 static int check_data(const gemm_v2_input *in, int which, gemm_err *err)
 {
@@ -256,7 +242,7 @@ static int check_data(const gemm_v2_input *in, int which, gemm_err *err)
                                                                                                          : in->odd_len;
     if (in->not_row && (!bad_len_row || in->not_row < bad_len_row))
         return gemm_err_set(err, 400, "bad_data", "input %s: data[%llu] is %s; nested data is an array of rows",
-                            input_name(which), (unsigned long long)(in->not_row - 1), char_type_name(in->not_row_type));
+                            input_name(which), (unsigned long long)(in->not_row - 1), gemm_json_type_name(in->not_row_type));
     if (bad_len_row)
         return gemm_err_set(err, 400, "bad_data", "input %s: data[%llu] has %llu elements but shape [%llu,%llu] "
                             "has rows of %llu", input_name(which), (unsigned long long)(bad_len_row - 1),
@@ -752,7 +738,7 @@ static int store(const char **p, const char *end, gemm_dtype dt, void *dst, size
 {
     if (!is_number_start(**p))
         return gemm_err_set(err, 400, "bad_data", "input %s: element %zu is %s; expected a number", input_name(which),
-                            idx, char_type_name(**p));
+                            idx, gemm_json_type_name(**p));
     gemm_decimal d;
     ptrdiff_t n = gemm_json_scan_number(*p, end, 1, &d);
     if (n <= 0) return gemm_err_set(err, 400, "bad_data", "input %s: element %zu is not a number", input_name(which), idx);
