@@ -222,7 +222,7 @@ static void prepare(ctx *c)
             else ((int32_t *)m[w]->data)[i] = (int32_t)(uint32_t)s;
         }
         unsigned char hdr[128];
-        size_t h = gemm_npy_write_header(hdr, sizeof hdr, c->dtype, c->n, c->n), len = h + bytes_of(m[w]);
+        size_t h = gemm_npy_write_header3(hdr, sizeof hdr, c->dtype, 0, c->n, c->n), len = h + bytes_of(m[w]);
         if (!h || !(c->npy[w] = malloc(len))) die("npy file", NULL);
         memcpy(c->npy[w], hdr, h);
         memcpy(c->npy[w] + h, m[w]->data, bytes_of(m[w]));

@@ -63,7 +63,7 @@ void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const
 }
 
 /* Where an element sits, for messages: "a[2][1]", "a[0][2][1]" or "b.data[4]". */
-const char *gemm_jsb_place(char *buf, size_t cap, const operand *o, uint64_t mat, uint64_t i, uint64_t j)
+static const char *place(char *buf, size_t cap, const operand *o, uint64_t mat, uint64_t i, uint64_t j)
 {
     if (o->form == '{') snprintf(buf, cap, "%s.data[%llu]", o->name, (unsigned long long)j);
     else if (o->batched)
@@ -73,14 +73,14 @@ const char *gemm_jsb_place(char *buf, size_t cap, const operand *o, uint64_t mat
     return buf;
 }
 
-/* gemm_jsb_place() from a row-major index (rows of ncols; 3-D: matrices of mrows rows, as
+/* place() from a row-major index (rows of ncols; 3-D: matrices of mrows rows, as
  * matrix 0 has them once it is closed). */
-const char *gemm_jsb_place_index(char *buf, size_t cap, const operand *o, uint64_t idx)
+static const char *place_index(char *buf, size_t cap, const operand *o, uint64_t idx)
 {
-    if (o->form == '{' || o->ncols == 0) return gemm_jsb_place(buf, cap, o, 0, 0, idx);
+    if (o->form == '{' || o->ncols == 0) return place(buf, cap, o, 0, 0, idx);
     uint64_t per = o->batched && o->nmat ? o->mrows * o->ncols : 0; /* both within the limits */
     uint64_t mat = per ? idx / per : 0, in = per ? idx % per : idx;
-    return gemm_jsb_place(buf, cap, o, mat, in / o->ncols, in % o->ncols);
+    return place(buf, cap, o, mat, in / o->ncols, in % o->ncols);
 }
 
 /* ---- storage -------------------------------------------------------------------- */
@@ -214,7 +214,7 @@ static void bad_value(gemm_json_stream *s, int x, gemm_dtype d, uint64_t idx, do
 {
     char w[96];
     const operand *o = &s->op[x];
-    gemm_jsb_place_index(w, sizeof w, o, idx);
+    place_index(w, sizeof w, o, idx);
     if (d == GEMM_DTYPE_F32)
         gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value", "%s = %.17g is beyond float32's range (+-%.9g)", w, v,
              (double)FLT_MAX);
@@ -266,7 +266,7 @@ void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint
     uint64_t i = o->count++;
     char w[96];
     elem_error_at(s, x, i);
-    gemm_jsb_note(s, RK_ELEM + x, 0, 400, "bad_matrix", "%s is %s, expected a number%s", gemm_jsb_place(w, sizeof w, o, mat, row, col),
+    gemm_jsb_note(s, RK_ELEM + x, 0, 400, "bad_matrix", "%s is %s, expected a number%s", place(w, sizeof w, o, mat, row, col),
          gemm_json_type_name((char)t),
          o->batched && o->form == '[' && t == T_ARRAY ? " (an operand has at most three dimensions: batch, rows, cols)" : "");
     if (o->dead) return;

@@ -151,10 +151,6 @@ void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const
 int gemm_jsb_best_rank(const gemm_json_stream *s);
 /* Stops storing operand o and gives its memory back. */
 void gemm_jsb_kill(gemm_json_stream *s, operand *o);
-/* Where an element sits, for messages: "a[2][1]", "a[0][2][1]" (3-D) or "b.data[4]"; from
- * a row-major index. */
-const char *gemm_jsb_place(char *buf, size_t cap, const operand *o, uint64_t mat, uint64_t i, uint64_t j);
-const char *gemm_jsb_place_index(char *buf, size_t cap, const operand *o, uint64_t idx);
 
 /* The shape of operand o once fully known and well formed (a reference's
  * included): 0 not known, 2 (rows x cols), 3 (batch matrices of rows x cols); the elements

@@ -63,28 +63,15 @@ static int header_param(const char *v, const char *name, char *out, size_t cap)
         p++;
         while (*p == ' ' || *p == '\t') p++;
         size_t n = 0;
-        int match = klen == nlen && strncasecmp(k, name, nlen) == 0;
-        if (*p == '"') {
-            p++;
-            while (*p && *p != '"') {
-                if (*p == '\\' && p[1]) p++;
-                if (match) {
-                    if (n + 1 >= cap) return -1;
-                    out[n++] = *p;
-                }
-                p++;
-            }
-            if (*p != '"') return -1;
-            p++;
-        } else {
-            while (*p && *p != ';' && *p != ' ' && *p != '\t') {
-                if (match) {
-                    if (n + 1 >= cap) return -1;
-                    out[n++] = *p;
-                }
-                p++;
+        int match = klen == nlen && strncasecmp(k, name, nlen) == 0, quoted = *p == '"';
+        for (p += quoted; *p && (quoted ? *p != '"' : *p != ';' && *p != ' ' && *p != '\t'); p++) {
+            if (quoted && *p == '\\' && p[1]) p++;
+            if (match) {
+                if (n + 1 >= cap) return -1;
+                out[n++] = *p;
             }
         }
+        if (quoted && *p++ != '"') return -1;
         if (match) {
             out[n] = '\0';
             return 1;

@@ -276,11 +276,6 @@ int gemm_npy_parse_header(const void *buf, size_t len, gemm_npy_header *hdr, gem
 
 const char *gemm_npy_descr(gemm_dtype d) { return d >= 0 && d < GEMM_DTYPE_COUNT ? gemm_dtypes[d].npy : NULL; }
 
-size_t gemm_npy_write_header(void *buf, size_t cap, gemm_dtype d, uint64_t rows, uint64_t cols)
-{
-    return gemm_npy_write_header3(buf, cap, d, 0, rows, cols);
-}
-
 size_t gemm_npy_write_header3(void *buf, size_t cap, gemm_dtype d, uint64_t batch, uint64_t rows,
                               uint64_t cols)
 {
@@ -404,17 +399,11 @@ int gemm_npy_reader_feed(gemm_npy_reader *r, const void *data, size_t len, gemm_
         r->hlen += take;
         p += take;
         len -= take;
-        if (r->hlen < r->hwant) {
-            /* Refuse a wrong magic as soon as it shows. */
-            int major, minor;
-            size_t at, hl;
-            if (npy_prefix(r->hbuf, r->hlen, &major, &minor, &at, &hl, err) < 0) return fail(r);
-            break;
-        }
-        int major, minor;
+        int major = 0, minor;
         size_t at = 0, hl = 0;
         int pr = npy_prefix(r->hbuf, r->hlen, &major, &minor, &at, &hl, err);
-        if (pr < 0) return fail(r);
+        if (pr < 0) return fail(r); /* a wrong magic is refused as soon as it shows */
+        if (r->hlen < r->hwant) break;
         if (pr == 0) {
             r->hwant = major == 1 ? 10 : 12;
             continue;
@@ -452,28 +441,19 @@ const gemm_npy_header *gemm_npy_reader_header(const gemm_npy_reader *r)
 static void transpose(void *dst, const void *src, size_t rows, size_t cols, size_t es)
 {
     enum { B = 32 };
+#define BLOCK(T)                                                                                                       \
+    for (size_t i = i0; i < i1; i++)                                                                                   \
+        for (size_t j = j0; j < j1; j++) ((T *)dst)[i * cols + j] = ((const T *)src)[j * rows + i];
     for (size_t i0 = 0; i0 < rows; i0 += B) {
         size_t i1 = i0 + B < rows ? i0 + B : rows;
         for (size_t j0 = 0; j0 < cols; j0 += B) {
             size_t j1 = j0 + B < cols ? j0 + B : cols;
-            if (es == 2) { /* float16, bfloat16 */
-                uint16_t *d = dst;
-                const uint16_t *s = src;
-                for (size_t i = i0; i < i1; i++)
-                    for (size_t j = j0; j < j1; j++) d[i * cols + j] = s[j * rows + i];
-            } else if (es == 4) {
-                uint32_t *d = dst;
-                const uint32_t *s = src;
-                for (size_t i = i0; i < i1; i++)
-                    for (size_t j = j0; j < j1; j++) d[i * cols + j] = s[j * rows + i];
-            } else {
-                uint64_t *d = dst;
-                const uint64_t *s = src;
-                for (size_t i = i0; i < i1; i++)
-                    for (size_t j = j0; j < j1; j++) d[i * cols + j] = s[j * rows + i];
-            }
+            if (es == 2) BLOCK(uint16_t) /* float16, bfloat16 */
+            else if (es == 4) BLOCK(uint32_t)
+            else BLOCK(uint64_t)
         }
     }
+#undef BLOCK
 }
 
 int gemm_npy_reader_finish(gemm_npy_reader *r, gemm_matrix *out, gemm_err *err)

@@ -39,10 +39,9 @@ int gemm_npy_parse_header(const void *buf, size_t len, gemm_npy_header *hdr, gem
  * "<V2" as a 2-byte void array, which .view(ml_dtypes.bfloat16) makes bfloat16 again.
  * Reading takes the same descrs ('=' for '<' too). */
 const char *gemm_npy_descr(gemm_dtype d);
-/* Writes a format 1.0 header for a C-order rows x cols array; the total length is a
- * multiple of 64. Returns the bytes written, or 0 if cap is too small (128 is enough). */
-size_t gemm_npy_write_header(void *buf, size_t cap, gemm_dtype d, uint64_t rows, uint64_t cols);
-/* The same for a C-order batch x rows x cols array (batch 0 writes the 2-D header). */
+/* Writes a format 1.0 header for a C-order batch x rows x cols array (batch 0: a rows x cols
+ * one); the total length is a multiple of 64. Returns the bytes written, or 0 if cap is too
+ * small (128 is enough). */
 size_t gemm_npy_write_header3(void *buf, size_t cap, gemm_dtype d, uint64_t batch, uint64_t rows,
                               uint64_t cols);
 

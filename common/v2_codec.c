@@ -435,13 +435,17 @@ static int scan_element(v2_scan *sc)
     return scan_value(sc, V2_SKIP, 0);
 }
 
-/* Opens a container at p; then the caller's loop: after each value, ',' or close. */
-static int open_container(v2_scan *sc)
+/* Opens a container at p: 1 when it closes at once (close), 0 when a value follows (then
+ * the caller's loop: after each value, ',' or close), -1. */
+static int open_container(v2_scan *sc, char close)
 {
     if (++sc->depth > V2_MAX_DEPTH) return bad(sc);
     sc->p++;
     skip_ws(sc);
-    return 0;
+    if (!at(sc, close)) return 0;
+    sc->p++;
+    sc->depth--;
+    return 1;
 }
 
 /* ',' (1: another value follows) or the closing bracket (0); -1 otherwise. */
@@ -465,12 +469,8 @@ static int next_or_close(v2_scan *sc, char close)
 static int scan_row(v2_scan *sc, uint64_t *n)
 {
     *n = 0;
-    if (open_container(sc)) return -1;
-    if (at(sc, ']')) {
-        sc->p++;
-        sc->depth--;
-        return 0;
-    }
+    int e = open_container(sc, ']');
+    if (e) return e < 0 ? -1 : 0;
     for (;;) {
         if (scan_element(sc)) return -1;
         (*n)++;
@@ -485,11 +485,9 @@ static int scan_data(v2_scan *sc, int pos)
     gemm_v2_input *d = &sc->span[pos];
     memset(d, 0, sizeof *d);
     size_t start = sc->p;
-    if (open_container(sc)) return -1;
-    if (at(sc, ']')) {
-        sc->p++;
-        sc->depth--;
-    } else {
+    int e = open_container(sc, ']');
+    if (e < 0) return -1;
+    if (e == 0) {
         for (uint64_t i = 0;; i++) {
             if (i == 0) d->nested = at(sc, '[');
             if (d->nested && at(sc, '[')) {
@@ -521,13 +519,8 @@ static int scan_data(v2_scan *sc, int pos)
 
 static int scan_object(v2_scan *sc, int role, int pos)
 {
-    int seen_data = 0;
-    if (open_container(sc)) return -1;
-    if (at(sc, '}')) {
-        sc->p++;
-        sc->depth--;
-        return 0;
-    }
+    int seen_data = 0, e = open_container(sc, '}');
+    if (e) return e < 0 ? -1 : 0;
     for (;;) {
         char key[12];
         if (!at(sc, '"')) return bad(sc);
@@ -561,12 +554,8 @@ static int scan_object(v2_scan *sc, int role, int pos)
 
 static int scan_array(v2_scan *sc, int role)
 {
-    if (open_container(sc)) return -1;
-    if (at(sc, ']')) {
-        sc->p++;
-        sc->depth--;
-        return 0;
-    }
+    int e = open_container(sc, ']');
+    if (e) return e < 0 ? -1 : 0;
     for (uint64_t i = 0;; i++) {
         if (scan_value(sc, role == V2_INPUTS ? V2_INPUT : V2_SKIP, i < 2 ? (int)i : 2)) return -1;
         int k = next_or_close(sc, ']');
@@ -602,12 +591,6 @@ static int not_json(gemm_err *err, size_t off, int binary_ok)
 {
     return gemm_err_set(err, 400, "bad_json", "the inference request is not valid JSON (at byte %zu)%s", off,
                         binary_ok ? "; is Inference-Header-Content-Length right?" : "");
-}
-
-int gemm_v2_parse_request(const char *json, size_t len, int binary_ok, const gemm_limits *lim, gemm_v2_request *r,
-                          gemm_err *err)
-{
-    return gemm_v2_parse_request_admitted(json, len, binary_ok, lim, NULL, NULL, r, err);
 }
 
 int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, const gemm_limits *lim,

@@ -20,7 +20,7 @@
  *
  *   gemm_v2_request r;
  *   gemm_v2_request_init(&r);
- *   if (gemm_v2_parse_request(json, len, 1, &limits, &r, &err) == 0) {
+ *   if (gemm_v2_parse_request_admitted(json, len, 1, &limits, NULL, NULL, &r, &err) == 0) {
  *       ... allocate A and B (sizes are checked), gemm_v2_fill_input(&r, 0, a, &err) for JSON
  *       inputs, binary inputs from the bytes after the JSON, in r.order ...
  *   }
@@ -77,28 +77,21 @@ typedef struct {
 void gemm_v2_request_init(gemm_v2_request *r);
 void gemm_v2_request_free(gemm_v2_request *r);
 
-/* Parses and checks a whole inference request header (len bytes of JSON). The "data"
- * arrays of the inputs are never parsed into a tree: a first pass checks the syntax of the
- * whole header, measures each input's array (values, rows) and notes where its text lies;
- * the rest (small in any sane request) is parsed by cJSON. json must stay valid until the
- * JSON inputs are filled. binary_ok: the
- * body carries binary tensor data after the JSON (Inference-Header-Content-Length was
- * given); without it an input with binary_data_size is an error. Checks, before anything
- * is allocated: the structure, input and output names (A, B; C), datatypes, shapes
- * ([rows, cols]), the product against lim (gemm_check_product), each binary_data_size
- * against its shape and each JSON "data" array's length against its shape.
- * Errors (all 400 unless noted): bad_json, bad_request, unknown_input, duplicate_input,
- * missing_input, bad_datatype, dtype_mismatch, bad_shape, bad_data, bad_binary_size,
- * unknown_output, unsupported, bad_parameter, and gemm_check_product's (422
- * shape_mismatch / empty_matrix, 413 too_large). Returns 0 or -1 with *err set. */
-int gemm_v2_parse_request(const char *json, size_t len, int binary_ok, const gemm_limits *lim, gemm_v2_request *r,
-                          gemm_err *err);
-
-/* The same, with the memory the parse holds admitted first: after the first pass (which
- * allocates nothing), admit(user, bytes, err) is called with a strict upper bound of what
- * the tree of the rest will take (its text, every node and every string, each with the
- * allocator's overhead); when it returns nonzero (err set: e.g. 503 over the memory
- * budget) nothing is allocated and -1 is returned. admit may be NULL. */
+/* Parses and checks a whole inference request header (len bytes of JSON). The "data" arrays
+ * of the inputs are never parsed into a tree: a first pass, which allocates nothing, checks
+ * the syntax of the whole header, measures each input's array (values, rows) and notes where
+ * its text lies; the rest (small in any sane request) is parsed by cJSON. json must stay
+ * valid until the JSON inputs are filled. binary_ok: the body carries binary tensor data after
+ * the JSON (Inference-Header-Content-Length was given); without it an input with
+ * binary_data_size is an error. Before anything is allocated, admit(user, bytes, err) (when
+ * not NULL) is called with a strict upper bound of what the tree will take (its text, every
+ * node and string, with the allocator's overhead): nonzero (err set, e.g. 503 over the memory
+ * budget) stops the parse. Checks: the structure, input and output names (A, B; C),
+ * datatypes, shapes ([rows, cols]), the product against lim (gemm_check_product), each
+ * binary_data_size and each JSON "data" array's length against its shape. Errors (all 400
+ * unless noted): bad_json, bad_request, unknown_input, duplicate_input, missing_input,
+ * bad_datatype, dtype_mismatch, bad_shape, bad_data, bad_binary_size, unknown_output,
+ * unsupported, bad_parameter, and gemm_check_product's. Returns 0 or -1 with *err set. */
 typedef int (*gemm_v2_admit_fn)(void *user, uint64_t bytes, gemm_err *err);
 int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, const gemm_limits *lim,
                                    gemm_v2_admit_fn admit, void *user, gemm_v2_request *r, gemm_err *err);

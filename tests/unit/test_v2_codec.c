@@ -22,7 +22,7 @@ static int parse(const char *json, int binary_ok, gemm_v2_request *r, gemm_err *
 {
     gemm_v2_request_init(r);
     gemm_err_clear(err);
-    return gemm_v2_parse_request(json, strlen(json), binary_ok, &lim, r, err);
+    return gemm_v2_parse_request_admitted(json, strlen(json), binary_ok, &lim, NULL, NULL, r, err);
 }
 
 /* The header must fail with this status, code and a message containing needle. */
