@@ -398,8 +398,9 @@ void gemm_jsb_release(gemm_json_stream *s)
     gemm_jsb_kill(s, &s->op[1]);
 }
 
-/* The error the body gets: the lowest rank noted, the body's or an operand's. */
-static const gemm_err *reported(const gemm_json_stream *s)
+/* The body has been judged: 0 and its options, or -1 with the error it gets (the lowest rank
+ * noted, the body's or an operand's) and nothing held. */
+static int verdict(gemm_json_stream *s, gemm_options *opt, gemm_err *err)
 {
     const gemm_err *e = &s->err;
     int r = s->rank;
@@ -408,7 +409,20 @@ static const gemm_err *reported(const gemm_json_stream *s)
             r = s->op[x].rank;
             e = &s->op[x].err;
         }
-    return e;
+    if (r >= RK_NONE) {
+        *opt = s->opt;
+        return 0;
+    }
+    *err = *e;
+    gemm_jsb_release(s);
+    return -1;
+}
+
+/* Operand o's elements become matrix m, the caller's. */
+static void hand_over(operand *o, gemm_matrix *m, uint64_t batch, uint64_t rows, uint64_t cols, gemm_dtype d)
+{
+    *m = (gemm_matrix){.rows = rows, .cols = cols, .dtype = d, .data = gemm_json_store_take(&o->st), .batch = batch};
+    o->dead = 1;
 }
 
 /* The product's shapes and limits, as a raw or .npy request has them checked: a batched
@@ -485,26 +499,12 @@ int gemm_jsb_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm
     }
     for (int x = 0; x < 2; x++)
         if (!s->op[x].is_ref) gemm_jsb_last_checks(s, x, d);
-    if (gemm_jsb_best_rank(s) < RK_NONE) {
-        *err = *reported(s);
-        gemm_jsb_release(s);
-        return -1;
-    }
-    *opt = s->opt;
+    if (verdict(s, opt, err)) return -1;
     gemm_matrix *m[2] = {a, b};
     for (int x = 0; x < 2; x++) {
-        operand *o = &s->op[x];
-        if (o->given) continue; /* the caller's, as it was */
-        if (o->is_ref) {
-            *m[x] = o->refm;
-            continue;
-        }
-        m[x]->rows = r[x];
-        m[x]->cols = c[x];
-        m[x]->dtype = d;
-        m[x]->batch = nd[x] == 3 ? bt[x] : 0;
-        m[x]->data = gemm_json_store_take(&o->st);
-        o->dead = 1;
+        if (s->op[x].given) continue; /* the caller's, as it was */
+        if (s->op[x].is_ref) *m[x] = s->op[x].refm;
+        else hand_over(&s->op[x], m[x], nd[x] == 3 ? bt[x] : 0, r[x], c[x], d);
     }
     return 0;
 }
@@ -542,17 +542,7 @@ int gemm_jsb_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *
         gemm_jsb_count_error(s, 0);
     }
     gemm_jsb_last_checks(s, 0, d);
-    if (gemm_jsb_best_rank(s) < RK_NONE) {
-        *err = *reported(s);
-        gemm_jsb_release(s);
-        return -1;
-    }
-    *opt = s->opt;
-    m->rows = rows;
-    m->cols = cols;
-    m->dtype = d;
-    m->batch = 0;
-    m->data = gemm_json_store_take(&o->st);
-    o->dead = 1;
+    if (verdict(s, opt, err)) return -1;
+    hand_over(o, m, 0, rows, cols, d);
     return 0;
 }

@@ -89,41 +89,6 @@ static const char *c_text(const gemm_decimal *d, char *buf)
     return buf;
 }
 
-/* Rounds m * 2^e (m != 0; sticky: nonzero bits below m) to nearest-even with a p-bit
- * significand and normal exponents emin..emax; returns the IEEE bits without the sign. */
-static uint64_t round_binary(uint64_t m, int e, int sticky, int p, int emin, int emax)
-{
-    int lz = __builtin_clzll(m);
-    m <<= lz;
-    e -= lz;
-    int E = e + 63; /* m * 2^e is in [2^E, 2^(E+1)) */
-    uint64_t inf = (uint64_t)(emax - emin + 2) << (p - 1);
-    if (E > emax) return inf;
-    int shift = 64 - p, biased = E - emin + 1;
-    if (E < emin) {
-        shift += emin - E;
-        biased = 0;
-        if (shift > 64) return 0; /* below half the smallest subnormal */
-    }
-    uint64_t mant, rem, half;
-    if (shift == 64) {
-        mant = 0;
-        rem = m;
-        half = 1ull << 63;
-    } else {
-        mant = m >> shift;
-        rem = m & ((1ull << shift) - 1);
-        half = 1ull << (shift - 1);
-    }
-    if (rem > half || (rem == half && (sticky || (mant & 1)))) mant++;
-    if (biased == 0) return mant; /* subnormal; 2^(p-1) after rounding is the smallest normal */
-    if (mant == 1ull << p) {
-        mant >>= 1;
-        if (++biased >= emax - emin + 2) return inf;
-    }
-    return ((uint64_t)biased << (p - 1)) | (mant & ((1ull << (p - 1)) - 1));
-}
-
 #if defined(__SIZEOF_INT128__)
 typedef unsigned __int128 u128;
 
@@ -133,10 +98,10 @@ static uint64_t exact_bits(uint64_t w, int q, int p, int emin, int emax)
     if (q >= 0) {
         u128 n = (u128)w * gemm_num_p5[q];
         uint64_t hi = (uint64_t)(n >> 64), lo = (uint64_t)n;
-        if (hi == 0) return round_binary(lo, q, 0, p, emin, emax);
+        if (hi == 0) return gemm_round_binary(lo, q, 0, p, emin, emax);
         int lz = __builtin_clzll(hi);
         uint64_t m = lz ? (hi << lz) | (lo >> (64 - lz)) : hi;
-        return round_binary(m, q + 64 - lz, (lo << lz) != 0, p, emin, emax);
+        return gemm_round_binary(m, q + 64 - lz, (lo << lz) != 0, p, emin, emax);
     }
     int k = -q, lz = __builtin_clzll(w);
     u128 num = (u128)(w << lz) << 64;
@@ -145,7 +110,7 @@ static uint64_t exact_bits(uint64_t w, int q, int p, int emin, int emax)
     uint64_t hi = (uint64_t)(quo >> 64), lo = (uint64_t)quo; /* hi >= 1: num >= 2^127 > 2^64 * 5^k */
     int l2 = __builtin_clzll(hi);
     uint64_t m = l2 ? (hi << l2) | (lo >> (64 - l2)) : hi;
-    return round_binary(m, -lz - k - l2, (lo << l2) != 0 || rem != 0, p, emin, emax);
+    return gemm_round_binary(m, -lz - k - l2, (lo << l2) != 0 || rem != 0, p, emin, emax);
 }
 #define HAVE_EXACT 1
 #else
