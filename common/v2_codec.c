@@ -587,6 +587,45 @@ static int scan_value(v2_scan *sc, int role, int pos)
 
 /* ---- the request ----------------------------------------------------------------- */
 
+/* The header from root_at to where the first pass ended, with each data array it measured
+ * replaced by [] (skel_len bytes in all), parsed into a tree. NULL with *fail_at where in the
+ * request cJSON stopped, or SIZE_MAX when memory ran out. */
+static cJSON *parse_rest(const v2_scan *sc, size_t root_at, size_t skel_len, size_t *fail_at)
+{
+    const gemm_v2_input *sp[2] = {&sc->span[0], &sc->span[1]}; /* in the order they come */
+    if (sp[0]->data && sp[1]->data && sp[1]->data < sp[0]->data) sp[0] = &sc->span[1], sp[1] = &sc->span[0];
+    char *skel = malloc(skel_len + 1);
+    *fail_at = SIZE_MAX;
+    if (!skel) return NULL;
+    const char *from = sc->s + root_at;
+    size_t k = 0;
+    for (int i = 0; i < 3; i++) {
+        const char *to = i < 2 ? sp[i]->data : sc->s + sc->p;
+        if (!to) continue;
+        memcpy(skel + k, from, (size_t)(to - from));
+        k += (size_t)(to - from);
+        if (i == 2) break;
+        memcpy(skel + k, "[]", 2);
+        k += 2;
+        from = to + sp[i]->data_len;
+    }
+    skel[k] = '\0';
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(skel, k, &end, 0);
+    if (!root) { /* where that is in the request: past the stand-ins before it */
+        size_t at = end && end >= skel && end <= skel + k ? (size_t)(end - skel) : 0, removed = 0;
+        *fail_at = root_at + at;
+        for (int i = 0; i < 2; i++) {
+            if (!sp[i]->data) continue;
+            if (at < (size_t)(sp[i]->data - sc->s) - root_at - removed + 2) break; /* before its [] ends */
+            *fail_at += sp[i]->data_len - 2;
+            removed += sp[i]->data_len - 2;
+        }
+    }
+    free(skel);
+    return root;
+}
+
 static int not_json(gemm_err *err, size_t off, int binary_ok)
 {
     return gemm_err_set(err, 400, "bad_json", "the inference request is not valid JSON (at byte %zu)%s", off,
@@ -622,43 +661,10 @@ int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, 
     uint64_t bound = (uint64_t)skel_len + 1 + V2_ALLOC_SLACK + sc.nodes * (sizeof(cJSON) + V2_ALLOC_SLACK) +
                      sc.str_bytes + GEMM_V2_ID_MAX + 2 * V2_ALLOC_SLACK;
     if (admit && admit(user, bound, err) != 0) return -1;
-    char *skel = malloc(skel_len + 1);
-    if (!skel) return gemm_err_set(err, 503, "out_of_memory", "cannot parse the inference request now");
-    const gemm_v2_input *first = &sc.span[0], *second = &sc.span[1];
-    if (first->data && second->data && second->data < first->data) {
-        first = &sc.span[1];
-        second = &sc.span[0];
-    }
-    const char *from = json + root_at;
-    size_t k = 0;
-    for (const gemm_v2_input *sp = first; sp; sp = sp == first ? second : NULL) {
-        if (!sp->data) continue;
-        memcpy(skel + k, from, (size_t)(sp->data - from));
-        k += (size_t)(sp->data - from);
-        memcpy(skel + k, "[]", 2);
-        k += 2;
-        from = sp->data + sp->data_len;
-    }
-    memcpy(skel + k, from, (size_t)(json + sc.p - from));
-    k += (size_t)(json + sc.p - from);
-    skel[k] = '\0';
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(skel, k, &end, 0);
-    if (!root) {
-        /* where that is in the request: past the stand-ins before it */
-        size_t at_skel = end && end >= skel && end <= skel + k ? (size_t)(end - skel) : 0, at_req = root_at + at_skel;
-        size_t removed = 0;
-        for (const gemm_v2_input *sp = first; sp; sp = sp == first ? second : NULL) {
-            if (!sp->data) continue;
-            size_t in_skel = (size_t)(sp->data - json) - root_at - removed; /* where its [] is */
-            if (at_skel < in_skel + 2) break;
-            at_req += sp->data_len - 2;
-            removed += sp->data_len - 2;
-        }
-        free(skel);
-        return not_json(err, at_req, binary_ok);
-    }
-    free(skel);
+    size_t fail_at;
+    cJSON *root = parse_rest(&sc, root_at, skel_len, &fail_at);
+    if (!root && fail_at == SIZE_MAX) return gemm_err_set(err, 503, "out_of_memory", "cannot parse the inference request now");
+    if (!root) return not_json(err, fail_at, binary_ok);
     r->root = root;
     if (!cJSON_IsObject(root))
         return gemm_err_set(err, 400, "bad_json", "the inference request is %s; expected a JSON object",

@@ -2,21 +2,8 @@
  * v2_codec.h - bodies of the Open Inference Protocol (KServe v2, REST) for the one model
  * gemmd serves, "matmul": inputs A (m x k) and B (k x n), output C = A.B (m x n).
  *
- * An inference request is a JSON object, optionally followed by binary tensor data (the
- * binary tensor data extension: the JSON's length is in the Inference-Header-Content-Length
- * header, and each input sent that way has "parameters": {"binary_data_size": N}; the
- * binary parts follow the JSON in the order the inputs are listed):
- *
- *   {"id": "42",
- *    "parameters": {"kernel": "tiled", "math": "fp32", "tile": 32, "binary_data_output": true},
- *    "inputs": [{"name": "A", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]},
- *               {"name": "B", "shape": [3, 1], "datatype": "FP32",
- *                "parameters": {"binary_data_size": 12}}],
- *    "outputs": [{"name": "C", "parameters": {"binary_data": true}}]}
- *
- * JSON tensor data is row-major, flat ([1,2,3,4,5,6]) or nested by rows ([[1,2,3],[4,5,6]]).
- * Datatypes: FP32, FP64, INT32, FP16, BF16 (A and B alike; C has theirs, or FP32 for FP16 /
- * BF16 unless parameters.out_dtype asks for theirs).
+ * The request (a JSON object, then binary tensor data when Inference-Header-Content-Length
+ * says where the JSON ends), its datatypes and the answer are docs/V2.md's ("Inference").
  *
  *   gemm_v2_request r;
  *   gemm_v2_request_init(&r);
