@@ -133,7 +133,7 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
         return;
     case R_SHAPE: {
         double v = t == T_NUMBER ? gemm_decimal_to_f64(d) : -1;
-        if (!(v >= 0 && v <= 9007199254740992.0) || v != floor(v) || f->n >= (s->single ? 2u : 3u)) o->shape_state = 2;
+        if (!gemm_f64_is_count(v) || f->n >= (s->single ? 2u : 3u)) o->shape_state = 2;
         else o->shape[f->n] = (uint64_t)v;
         return;
     }

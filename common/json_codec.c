@@ -88,32 +88,16 @@ void gemm_buf_printf(gemm_buf *b, const char *fmt, ...)
 
 void gemm_buf_json_string(gemm_buf *b, const char *s)
 {
-    static const char hex[] = "0123456789abcdef";
+    static const char from[] = "\"\\\n\r\t\b\f", to[] = "\"\\nrtbf", hex[] = "0123456789abcdef";
     gemm_buf_append(b, "\"", 1);
     const char *run = s;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        const char *esc = NULL;
-        char u[7];
-        switch (*p) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        default:
-            if (*p < 0x20 || *p == 0x7f) {
-                u[0] = '\\', u[1] = 'u', u[2] = '0', u[3] = '0';
-                u[4] = hex[*p >> 4], u[5] = hex[*p & 15], u[6] = '\0';
-                esc = u;
-            }
-        }
-        if (esc) {
-            gemm_buf_append(b, run, (size_t)((const char *)p - run));
-            gemm_buf_puts(b, esc);
-            run = (const char *)p + 1;
-        }
+        const char *k = strchr(from, *p);
+        if (!k && *p >= 0x20 && *p != 0x7f) continue;
+        char esc[7] = {'\\', k ? to[k - from] : 'u', '0', '0', hex[*p >> 4], hex[*p & 15], '\0'};
+        gemm_buf_append(b, run, (size_t)((const char *)p - run));
+        gemm_buf_append(b, esc, k ? 2 : 6);
+        run = (const char *)p + 1;
     }
     gemm_buf_append(b, run, strlen(run));
     gemm_buf_append(b, "\"", 1);

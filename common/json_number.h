@@ -83,6 +83,13 @@ extern const uint64_t gemm_num_p5[28]; /* 5^0 .. 5^27, all below 2^64 */
 /* ---- inline: the scanner and the common conversions (called once per element) ---- */
 
 static inline int gemm_num_is_digit(char c) { return (unsigned char)(c - '0') < 10; }
+/* The value of hex digit c, or -1. */
+static inline int gemm_hex_digit(char c)
+{
+    if (gemm_num_is_digit(c)) return c - '0';
+    c = (char)(c | 0x20);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define GEMM_NUM_SWAR 1
@@ -258,8 +265,9 @@ static inline float gemm_decimal_to_f32(const gemm_decimal *d)
     return gemm_decimal_to_f32_hard(d);
 }
 
-/* v is an int32: an integer from -2^31 to 2^31 - 1. */
+/* v is an int32: an integer from -2^31 to 2^31 - 1; a count: an integer from 0 to 2^53. */
 static inline int gemm_f64_is_i32(double v) { return v >= -2147483648.0 && v <= 2147483647.0 && v == floor(v); }
+static inline int gemm_f64_is_count(double v) { return v >= 0 && v <= 9007199254740992.0 && v == floor(v); }
 
 /* The decimal as one element of dtype t at dst: float64 and float32 as strtod and strtof
  * round it, float16 and bfloat16 rounded once from the text, int32 exactly. Returns 0, or -1

@@ -200,14 +200,6 @@ static void capture_code(gemm_json_stream *s, uint32_t c)
     capture(s, u, n);
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    c = (char)(c | 0x20);
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
-
 /* Inside a string. Returns where reading goes on. */
 static const char *string_run(gemm_json_stream *s, const char *p, const char *end)
 {
@@ -259,7 +251,7 @@ static const char *string_run(gemm_json_stream *s, const char *p, const char *en
             s->esc++;
             s->ucode = 0;
         } else {
-            int h = hex_value(c);
+            int h = gemm_hex_digit(c);
             if (h < 0) {
                 syntax_at(s, off_of(s, p), "\\u must be followed by four hex digits");
                 return end;

@@ -60,10 +60,8 @@ static const char *type_name(const cJSON *v)
 
 static int is_count(const cJSON *v, uint64_t *out)
 {
-    if (!cJSON_IsNumber(v)) return 0;
-    double d = v->valuedouble;
-    if (!(d >= 0 && d <= 9007199254740992.0) || d != floor(d)) return 0;
-    *out = (uint64_t)d;
+    if (!cJSON_IsNumber(v) || !gemm_f64_is_count(v->valuedouble)) return 0;
+    *out = (uint64_t)v->valuedouble;
     return 1;
 }
 
@@ -341,14 +339,8 @@ static int at(const v2_scan *sc, char c) { return sc->p < sc->len && sc->s[sc->p
 static int hex4(const char *p, unsigned *out)
 {
     unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-        else return -1;
-    }
+    for (int i = 0, h; i < 4; i++, v = v << 4 | (unsigned)h)
+        if ((h = gemm_hex_digit(p[i])) < 0) return -1;
     *out = v;
     return 0;
 }
