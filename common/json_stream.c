@@ -55,6 +55,13 @@ static int syntax_at(gemm_json_stream *s, uint64_t off, const char *why)
     return -1;
 }
 
+/* A syntax error at p: reading stops at the end of the chunk. */
+static const char *stop(gemm_json_stream *s, const char *p, const char *end, const char *why)
+{
+    syntax_at(s, off_of(s, p), why);
+    return end;
+}
+
 /* ---- the tokenizer ---------------------------------------------------------------------- */
 
 /* A value has ended: back in the container (or at the end of the body). */
@@ -226,8 +233,7 @@ static const char *string_run(gemm_json_stream *s, const char *p, const char *en
                 p++;
                 continue;
             }
-            syntax_at(s, off_of(s, p), "a control character inside a string (escape it)");
-            return end;
+            return stop(s, p, end, "a control character inside a string (escape it)");
         }
         char c = *p;
         if (s->esc == 1) {
@@ -240,38 +246,29 @@ static const char *string_run(gemm_json_stream *s, const char *p, const char *en
                 s->esc = 2;
                 s->ucode = 0;
             } else {
-                syntax_at(s, off_of(s, p), "an invalid escape in a string");
-                return end;
+                return stop(s, p, end, "an invalid escape in a string");
             }
         } else if (s->esc == 6 || s->esc == 7) {
-            if (c != (s->esc == 6 ? '\\' : 'u')) {
-                syntax_at(s, off_of(s, p), "a \\u escape of a high surrogate without its low half");
-                return end;
-            }
+            if (c != (s->esc == 6 ? '\\' : 'u'))
+                return stop(s, p, end, "a \\u escape of a high surrogate without its low half");
             s->esc++;
             s->ucode = 0;
         } else {
             int h = gemm_hex_digit(c);
-            if (h < 0) {
-                syntax_at(s, off_of(s, p), "\\u must be followed by four hex digits");
-                return end;
-            }
+            if (h < 0) return stop(s, p, end, "\\u must be followed by four hex digits");
             s->ucode = s->ucode * 16 + (uint32_t)h;
             if (++s->esc == 6) { /* first \uXXXX complete */
                 if (s->ucode >= 0xd800 && s->ucode <= 0xdbff) {
                     s->uhigh = s->ucode;
                 } else if (s->ucode >= 0xdc00 && s->ucode <= 0xdfff) {
-                    syntax_at(s, off_of(s, p), "a \\u escape of a lone low surrogate");
-                    return end;
+                    return stop(s, p, end, "a \\u escape of a lone low surrogate");
                 } else {
                     capture_code(s, s->ucode);
                     s->esc = 0;
                 }
             } else if (s->esc == 12) { /* the low half */
-                if (s->ucode < 0xdc00 || s->ucode > 0xdfff) {
-                    syntax_at(s, off_of(s, p), "a \\u escape of a high surrogate without its low half");
-                    return end;
-                }
+                if (s->ucode < 0xdc00 || s->ucode > 0xdfff)
+                    return stop(s, p, end, "a \\u escape of a high surrogate without its low half");
                 capture_code(s, 0x10000 + ((s->uhigh - 0xd800) << 10) + (s->ucode - 0xdc00));
                 s->esc = 0;
             }
@@ -316,8 +313,7 @@ static const char *value_start(gemm_json_stream *s, const char *p, const char *e
         break;
     default:
         if (c == '-' || gemm_num_is_digit(c)) return number_start(s, p, end);
-        syntax_at(s, off_of(s, p), "expected a value");
-        return end;
+        return stop(s, p, end, "expected a value");
     }
     s->lit_pos = 1;
     s->state = S_LITERAL;
