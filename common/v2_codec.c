@@ -29,20 +29,14 @@ const char *gemm_v2_dtype_name(gemm_dtype d) { return d >= 0 && d < GEMM_DTYPE_C
 
 /* ---- small helpers ------------------------------------------------------------ */
 
-char *gemm_v2_utf8_dup(const char *s)
+/* A copy of s in which every byte that is not part of valid UTF-8 is '?' (malloc). */
+static char *utf8_dup(const char *s)
 {
-    size_t len = strlen(s);
-    char *out = malloc(len + 1);
-    if (!out) return NULL;
-    memcpy(out, s, len + 1);
-    unsigned char *p = (unsigned char *)out;
-    while (*p) {
+    char *out = strdup(s);
+    for (unsigned char *p = (unsigned char *)out; p && *p;) {
         size_t n = gemm_utf8_seq(p);
-        if (n == 0) {
-            *p++ = '?';
-            continue;
-        }
-        p += n;
+        if (n) p += n;
+        else *p++ = '?';
     }
     return out;
 }
@@ -668,7 +662,7 @@ int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, 
             return gemm_err_set(err, 400, "bad_request", "\"id\" is %s; expected a string", type_name(id));
         if (strlen(id->valuestring) > GEMM_V2_ID_MAX)
             return gemm_err_set(err, 400, "bad_request", "\"id\" is longer than %d bytes", GEMM_V2_ID_MAX);
-        r->id = gemm_v2_utf8_dup(id->valuestring);
+        r->id = utf8_dup(id->valuestring);
         if (!r->id) return gemm_err_set(err, 503, "out_of_memory", "cannot copy the request id now");
     }
     int binary_default;

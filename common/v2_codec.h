@@ -100,8 +100,6 @@ void gemm_v2_write_output(gemm_buf *b, const char *name, const gemm_matrix *c, i
 /* Bytes of the JSON text of m's elements could take (an upper bound), for limits. */
 uint64_t gemm_v2_json_bytes_bound(uint64_t rows, uint64_t cols, gemm_dtype d);
 
-/* A copy of s in which every byte that is not part of valid UTF-8 is '?' (malloc). */
-char *gemm_v2_utf8_dup(const char *s);
 
 #ifdef __cplusplus
 }
