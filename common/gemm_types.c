@@ -113,10 +113,7 @@ bool gemm_matrix_bytes(uint64_t rows, uint64_t cols, gemm_dtype d, size_t *out)
 
 void gemm_err_clear(gemm_err *e)
 {
-    if (!e) return;
-    e->status = 0;
-    e->code[0] = '\0';
-    e->message[0] = '\0';
+    if (e) *e = (gemm_err){0};
 }
 
 int gemm_err_set(gemm_err *e, int status, const char *code, const char *fmt, ...)

@@ -213,22 +213,18 @@ static void elem_error_at(gemm_json_stream *s, int x, uint64_t i)
 static void bad_value(gemm_json_stream *s, int x, gemm_dtype d, uint64_t idx, double v, int replace)
 {
     char w[96];
-    const operand *o = &s->op[x];
-    place_index(w, sizeof w, o, idx);
-    if (d == GEMM_DTYPE_F32)
-        gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value", "%s = %.17g is beyond float32's range (+-%.9g)", w, v,
-             (double)FLT_MAX);
-    else if (d == GEMM_DTYPE_F64)
+    place_index(w, sizeof w, &s->op[x], idx);
+    if (d == GEMM_DTYPE_F64)
         gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value", "%s is beyond float64's range", w);
     else if (d == GEMM_DTYPE_F16)
         gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value",
                       "%s = %.17g is beyond float16's range (+-65504; 65520 and beyond round to infinity)", w, v);
-    else if (d == GEMM_DTYPE_BF16)
-        gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value", "%s = %.17g is beyond bfloat16's range (+-%.9g)", w,
-                      v, (double)gemm_bf16_to_f32(0x7f7f));
+    else if (d != GEMM_DTYPE_I32) /* float32, bfloat16 */
+        gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value", "%s = %.17g is beyond %s's range (+-%.9g)", w, v,
+                      gemm_dtype_name(d), d == GEMM_DTYPE_F32 ? (double)FLT_MAX : (double)gemm_bf16_to_f32(0x7f7f));
     else
         gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value",
-             "%s = %.17g is not an int32 (integers from -2147483648 to 2147483647)", w, v);
+                      "%s = %.17g is not an int32 (integers from -2147483648 to 2147483647)", w, v);
 }
 
 /* The next element of operand x, a number. */
