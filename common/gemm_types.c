@@ -23,21 +23,15 @@ const char *gemm_dtype_name(gemm_dtype d) { return VALID(d) ? gemm_dtypes[d].nam
 
 int gemm_dtype_from_name(const char *s, gemm_dtype *out)
 {
-    static const struct { const char *name; gemm_dtype d; } names[] = {
-        {"float32", GEMM_DTYPE_F32}, {"f4", GEMM_DTYPE_F32}, {"float", GEMM_DTYPE_F32},
-        {"float64", GEMM_DTYPE_F64}, {"f8", GEMM_DTYPE_F64}, {"double", GEMM_DTYPE_F64},
-        {"int32", GEMM_DTYPE_I32},   {"i4", GEMM_DTYPE_I32}, {"int", GEMM_DTYPE_I32},
-        {"float16", GEMM_DTYPE_F16}, {"f2", GEMM_DTYPE_F16}, {"half", GEMM_DTYPE_F16},
-        {"bfloat16", GEMM_DTYPE_BF16}, {"bf16", GEMM_DTYPE_BF16},
-        {"fp32", GEMM_DTYPE_F32},    {"fp64", GEMM_DTYPE_F64}, {"fp16", GEMM_DTYPE_F16}, /* v2's FP32 ... */
+    static const struct { const char *name; gemm_dtype d; } aliases[] = {
+        {"f4", GEMM_DTYPE_F32}, {"float", GEMM_DTYPE_F32}, {"f8", GEMM_DTYPE_F64}, {"double", GEMM_DTYPE_F64},
+        {"i4", GEMM_DTYPE_I32}, {"int", GEMM_DTYPE_I32},   {"f2", GEMM_DTYPE_F16}, {"half", GEMM_DTYPE_F16},
     };
-    if (!s) return -1;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strcasecmp(s, names[i].name) == 0) {
-            *out = names[i].d;
-            return 0;
-        }
-    }
+    for (int d = 0; s && d < GEMM_DTYPE_COUNT; d++) /* the canonical names and v2's */
+        if (strcasecmp(s, gemm_dtypes[d].name) == 0 || strcasecmp(s, gemm_dtypes[d].v2) == 0)
+            return *out = (gemm_dtype)d, 0;
+    for (size_t i = 0; s && i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcasecmp(s, aliases[i].name) == 0) return *out = aliases[i].d, 0;
     return -1;
 }
 
