@@ -544,4 +544,3 @@ void gemm_json_stream_free(gemm_json_stream *s)
 
 size_t gemm_json_stream_held(const gemm_json_stream *s) { return s->mem.now; }
 size_t gemm_json_stream_peak(const gemm_json_stream *s) { return s->mem.peak; }
-uint64_t gemm_json_stream_offset(const gemm_json_stream *s) { return s->base; }

@@ -81,8 +81,6 @@ int gemm_json_stream_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix 
 /* Bytes the decoder holds from the allocator now, and the most it has held at once. */
 size_t gemm_json_stream_held(const gemm_json_stream *s);
 size_t gemm_json_stream_peak(const gemm_json_stream *s);
-/* Body bytes fed so far. */
-uint64_t gemm_json_stream_offset(const gemm_json_stream *s);
 
 #ifdef __cplusplus
 }
