@@ -32,8 +32,7 @@ typedef enum {
 typedef struct {
     const char *name;    /* canonical: "float32", "float64", "int32", "float16", "bfloat16" */
     const char *v2;      /* the KServe v2 datatype: "FP32", "FP64", "INT32", "FP16", "BF16" */
-    const char *npy;     /* the .npy descr: "<f4", "<f8", "<i4", "<f2", and "<V2" for bfloat16, the
-                            descr np.save writes for an ml_dtypes.bfloat16 array */
+    const char *npy;     /* the .npy descr: "<f4", "<f8", "<i4", "<f2", "<V2" (npy.h) */
     unsigned size;       /* bytes per element */
     unsigned json_width; /* the widest JSON text of one element and its comma: float64
                             "-1.2345678901234567e-308," (26), int32 (12), float32 and the half

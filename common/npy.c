@@ -274,14 +274,12 @@ int gemm_npy_parse_header(const void *buf, size_t len, gemm_npy_header *hdr, gem
     return 1;
 }
 
-const char *gemm_npy_descr(gemm_dtype d) { return d >= 0 && d < GEMM_DTYPE_COUNT ? gemm_dtypes[d].npy : NULL; }
-
 size_t gemm_npy_write_header3(void *buf, size_t cap, gemm_dtype d, uint64_t batch, uint64_t rows,
                               uint64_t cols)
 {
-    const char *descr = gemm_npy_descr(d);
     char dict[192];
-    if (!descr) return 0;
+    if (d < 0 || d >= GEMM_DTYPE_COUNT) return 0;
+    const char *descr = gemm_dtypes[d].npy;
     int n = batch ? snprintf(dict, sizeof dict,
                              "{'descr': '%s', 'fortran_order': False, 'shape': (%llu, %llu, %llu), }",
                              descr, (unsigned long long)batch, (unsigned long long)rows,
