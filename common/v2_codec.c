@@ -599,11 +599,11 @@ static cJSON *parse_rest(const v2_scan *sc, size_t root_at, size_t skel_len, siz
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(skel, k, &end, 0);
     if (!root) { /* where that is in the request: past the stand-ins before it */
-        size_t at = end && end >= skel && end <= skel + k ? (size_t)(end - skel) : 0, removed = 0;
-        *fail_at = root_at + at;
+        size_t in_skel = end && end >= skel && end <= skel + k ? (size_t)(end - skel) : 0, removed = 0;
+        *fail_at = root_at + in_skel;
         for (int i = 0; i < 2; i++) {
             if (!sp[i]->data) continue;
-            if (at < (size_t)(sp[i]->data - sc->s) - root_at - removed + 2) break; /* before its [] ends */
+            if (in_skel < (size_t)(sp[i]->data - sc->s) - root_at - removed + 2) break; /* before its [] ends */
             *fail_at += sp[i]->data_len - 2;
             removed += sp[i]->data_len - 2;
         }
