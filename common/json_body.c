@@ -65,7 +65,6 @@ static void ref_value(gemm_json_stream *s, int x, enum vtype t, const char *str)
     }
 }
 
-/* A scalar value (string, number, boolean, null) has been read in the current container. */
 void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const gemm_decimal *d)
 {
     if (s->depth == 0) {
@@ -159,7 +158,6 @@ static int row_begins(gemm_json_stream *s, frame *f, char c)
     return R_ROW;
 }
 
-/* An array or object opens: the role it plays. */
 int gemm_jsb_open(gemm_json_stream *s, char c, int *x)
 {
     enum vtype t = c == '[' ? T_ARRAY : T_OBJECT;
@@ -243,7 +241,6 @@ int gemm_jsb_open(gemm_json_stream *s, char c, int *x)
     }
 }
 
-/* The container on top of the stack closes. */
 void gemm_jsb_close(gemm_json_stream *s, frame *f)
 {
     operand *o = &s->op[f->x];
@@ -340,8 +337,8 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
     }
 }
 
-/* A key has been read (in s->str) in the object on top. A key the decoder reads, met
- * twice in one object, fails the body; its second value is not read. */
+/* A key the decoder reads, met twice in one object, fails the body; its second value is
+ * not read. */
 void gemm_jsb_key(gemm_json_stream *s)
 {
     frame *f = &s->stack[s->depth - 1];

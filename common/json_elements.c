@@ -14,7 +14,6 @@
 
 /* ---- error slots and places ----------------------------------------------------- */
 
-/* Stops storing operand o and gives its memory back. */
 void gemm_jsb_kill(gemm_json_stream *s, operand *o)
 {
     (void)s;
@@ -32,7 +31,6 @@ static int rank_operand(int rank)
     return -1;
 }
 
-/* The lowest rank noted anywhere (RK_NONE: none). */
 int gemm_jsb_best_rank(const gemm_json_stream *s)
 {
     int r = s->rank;
@@ -85,7 +83,6 @@ static const char *place_index(char *buf, size_t cap, const operand *o, uint64_t
 
 /* ---- storage -------------------------------------------------------------------- */
 
-/* The shape of operand o when it is fully known and well formed: 2 or 3 (dimensions), 0. */
 int gemm_jsb_known_shape(const operand *o, uint64_t *batch, uint64_t *rows, uint64_t *cols)
 {
     *batch = 0;
@@ -227,7 +224,6 @@ static void bad_value(gemm_json_stream *s, int x, gemm_dtype d, uint64_t idx, do
                       "%s = %.17g is not an int32 (integers from -2147483648 to 2147483647)", w, v);
 }
 
-/* The next element of operand x, a number. */
 void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d)
 {
     operand *o = &s->op[x];
