@@ -188,7 +188,8 @@ static char *put_g_layout(char *s, const char *dig, int P, int e)
  * digits, its fraction rounds them (exact halves to even, as printf does). e starts from
  * the binary exponent (floor(E * log10 2), or one less than the true e) and moves until
  * the integer part has P digits. Returns 0 when k leaves 0..27 (|v| below about 10^(P-28)
- * or at least 10^(P-1)): the caller takes another path. */
+ * or at least 10^(P-1); integers below 2^53 are put_i64's): the caller uses snprintf. That
+ * range holds every value the codec benchmark writes; outside it snprintf is the one path. */
 static size_t put_g_exact(char *p, double v, int P)
 {
     const uint64_t lo_lim = P == 9 ? 100000000ull : 10000000000000000ull, hi_lim = lo_lim * 10;
