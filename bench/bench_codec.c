@@ -6,9 +6,9 @@
  *                           [--repeats 5] [--chunk 65536]
  *
  * For each n and dtype, A and B are n x n (uniform in [-1, 1), int32 over its whole range):
- *   json whole       gemm_json_decode_request of {"dtype": .., "a": [[..]], "b": [[..]]}
+ *   json whole       gemm_json_stream given {"dtype": .., "a": [[..]], "b": [[..]]} at once,
  *                    as written by the daemon's writer (9 significant digits for float32, 17
- *                    for float64), given the body at once
+ *                    for float64)
  *   json stream      gemm_json_stream fed --chunk bytes at a time, as the daemon feeds it
  *                    (peak KiB: the most it held from its allocator, both operands)
  *   json dtype-last  the same with "dtype" after the matrices (held as float64 meanwhile)
@@ -81,21 +81,7 @@ static void done_with(const ctx *c, gemm_matrix *got, int which, int verify)
     gemm_allocator_host.free(NULL, got->data);
 }
 
-static double json_whole(ctx *c, int verify)
-{
-    gemm_options opt;
-    gemm_matrix a, b;
-    gemm_err err;
-    gemm_options_init(&opt);
-    double t0 = cpu_ms();
-    if (gemm_json_decode_request(c->json.data, c->json.len, NULL, &gemm_allocator_host, &opt, &a, &b, &err))
-        die("json whole", &err);
-    double ms = cpu_ms() - t0;
-    done_with(c, &a, 0, verify), done_with(c, &b, 1, verify);
-    return ms;
-}
-
-static double json_stream_of(ctx *c, const gemm_buf *body, int verify)
+static double json_stream_of(ctx *c, const gemm_buf *body, size_t chunk, int verify)
 {
     gemm_options opt;
     gemm_matrix a, b;
@@ -104,8 +90,8 @@ static double json_stream_of(ctx *c, const gemm_buf *body, int verify)
     double t0 = cpu_ms();
     gemm_json_stream *js = gemm_json_stream_new(NULL, &gemm_allocator_host, &opt, body->len);
     if (!js) die("json stream", NULL);
-    for (size_t off = 0; off < body->len; off += c->chunk)
-        if (gemm_json_stream_feed(js, body->data + off, body->len - off < c->chunk ? body->len - off : c->chunk, &err))
+    for (size_t off = 0; off < body->len; off += chunk)
+        if (gemm_json_stream_feed(js, body->data + off, body->len - off < chunk ? body->len - off : chunk, &err))
             die("json stream", &err);
     if (gemm_json_stream_finish(js, &opt, &a, &b, &err)) die("json stream finish", &err);
     c->peak = gemm_json_stream_peak(js);
@@ -115,14 +101,19 @@ static double json_stream_of(ctx *c, const gemm_buf *body, int verify)
     return ms;
 }
 
+static double json_whole(ctx *c, int verify)
+{
+    return json_stream_of(c, &c->json, c->json.len, verify);
+}
+
 static double json_stream(ctx *c, int verify)
 {
-    return json_stream_of(c, &c->json, verify);
+    return json_stream_of(c, &c->json, c->chunk, verify);
 }
 
 static double json_last(ctx *c, int verify)
 {
-    return json_stream_of(c, &c->last, verify);
+    return json_stream_of(c, &c->last, c->chunk, verify);
 }
 
 static void npy_feed(const ctx *c, gemm_npy_reader *r, const unsigned char *p, size_t len)
@@ -231,7 +222,7 @@ static void prepare(ctx *c)
             else ((int32_t *)m[w]->data)[i] = (int32_t)(uint32_t)s;
         }
         unsigned char hdr[128];
-        size_t h = gemm_npy_write_header(hdr, sizeof hdr, c->dtype, c->n, c->n), len = h + bytes_of(m[w]);
+        size_t h = gemm_npy_write_header3(hdr, sizeof hdr, c->dtype, 0, c->n, c->n), len = h + bytes_of(m[w]);
         if (!h || !(c->npy[w] = malloc(len))) die("npy file", NULL);
         memcpy(c->npy[w], hdr, h);
         memcpy(c->npy[w] + h, m[w]->data, bytes_of(m[w]));

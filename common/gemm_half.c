@@ -3,36 +3,55 @@
 
 #include <math.h>
 
-/* Rounds v to nearest-even in a binary format with a p-bit significand (implicit bit
- * included), normal exponents emin..emax and ebits exponent bits; returns its bits. The
- * significand is scaled to an integer and rounded with rint (the default rounding mode,
- * ties to even): one rounding from float64. */
-static uint16_t round_f64(double v, int p, int emin, int emax, int ebits)
+uint64_t gemm_round_binary(uint64_t m, int e, int sticky, int p, int emin, int emax)
 {
-    uint16_t sign = signbit(v) ? 0x8000u : 0;
-    int mbits = p - 1;
-    uint16_t inf = (uint16_t)(((1u << ebits) - 1u) << mbits);
-    if (isnan(v)) return (uint16_t)(sign | inf | (1u << (mbits - 1)));
-    double a = fabs(v);
-    if (isinf(a)) return (uint16_t)(sign | inf);
-    if (a == 0) return sign;
-    int e;
-    (void)frexp(a, &e);
-    int E = e - 1; /* a is in [2^E, 2^(E+1)) */
-    if (E < emin) E = emin; /* subnormal: the quantum stays 2^(emin - mbits) */
-    double q = rint(ldexp(a, mbits - E));
-    if (q >= ldexp(1.0, p)) { /* rounded up to the next power of two */
-        q = ldexp(q, -1);
-        E++;
+    int lz = __builtin_clzll(m);
+    m <<= lz;
+    e -= lz;
+    int E = e + 63; /* m * 2^e is in [2^E, 2^(E+1)) */
+    uint64_t inf = (uint64_t)(emax - emin + 2) << (p - 1);
+    if (E > emax) return inf;
+    int shift = 64 - p, biased = E - emin + 1;
+    if (E < emin) {
+        shift += emin - E;
+        biased = 0;
+        if (shift > 64) return 0; /* below half the smallest subnormal */
     }
-    if (E > emax) return (uint16_t)(sign | inf);
-    uint32_t n = (uint32_t)q;
-    if (n < (1u << mbits)) return (uint16_t)(sign | n); /* subnormal (or zero) */
-    return (uint16_t)(sign | ((uint32_t)(E - emin + 1) << mbits) | (n & ((1u << mbits) - 1u)));
+    uint64_t mant, rem, half;
+    if (shift == 64) {
+        mant = 0;
+        rem = m;
+        half = 1ull << 63;
+    } else {
+        mant = m >> shift;
+        rem = m & ((1ull << shift) - 1);
+        half = 1ull << (shift - 1);
+    }
+    if (rem > half || (rem == half && (sticky || (mant & 1)))) mant++;
+    if (biased == 0) return mant; /* subnormal; 2^(p-1) after rounding is the smallest normal */
+    if (mant == 1ull << p) {
+        mant >>= 1;
+        if (++biased >= emax - emin + 2) return inf;
+    }
+    return ((uint64_t)biased << (p - 1)) | (mant & ((1ull << (p - 1)) - 1));
 }
 
-uint16_t gemm_f64_to_f16(double v) { return round_f64(v, 11, -14, 15, 5); }
-uint16_t gemm_f64_to_bf16(double v) { return round_f64(v, 8, -126, 127, 8); }
+/* v rounded once to a 2-byte format of p significand bits and normal exponents emin..emax. */
+static uint16_t round_f64(double v, int p, int emin, int emax)
+{
+    uint64_t b, m;
+    memcpy(&b, &v, 8);
+    uint16_t sign = (uint16_t)((b >> 48) & 0x8000u), inf = (uint16_t)((emax - emin + 2) << (p - 1));
+    int e = (int)((b >> 52) & 0x7ff);
+    m = b & ((1ull << 52) - 1);
+    if (e == 0x7ff) return (uint16_t)(sign | inf | (m ? 1u << (p - 2) : 0)); /* NaN: a quiet one */
+    if (e == 0 && m == 0) return sign;
+    if (e) m |= 1ull << 52;
+    return (uint16_t)(sign | gemm_round_binary(m, (e ? e : 1) - 1075, 0, p, emin, emax));
+}
+
+uint16_t gemm_f64_to_f16(double v) { return round_f64(v, 11, -14, 15); }
+uint16_t gemm_f64_to_bf16(double v) { return round_f64(v, 8, -126, 127); }
 
 uint16_t gemm_f64_to_half(gemm_dtype d, double v)
 {

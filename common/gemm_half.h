@@ -88,6 +88,10 @@ static inline uint16_t gemm_f32_to_bf16(float f)
     return (uint16_t)(x >> 16);
 }
 
+/* m * 2^e (m != 0; sticky: nonzero bits below m) rounded to nearest-even with a p-bit
+ * significand and normal exponents emin..emax (subnormals and overflow to infinity
+ * included): the IEEE bits without the sign. */
+uint64_t gemm_round_binary(uint64_t m, int e, int sticky, int p, int emin, int emax);
 /* float64 -> float16 / bfloat16 with one rounding (no double rounding through float32). */
 uint16_t gemm_f64_to_f16(double v);
 uint16_t gemm_f64_to_bf16(double v);

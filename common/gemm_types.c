@@ -10,52 +10,28 @@
 #include <sys/mman.h>
 #include <time.h>
 
-size_t gemm_dtype_size(gemm_dtype d)
-{
-    switch (d) {
-    case GEMM_DTYPE_F32: return 4;
-    case GEMM_DTYPE_F64: return 8;
-    case GEMM_DTYPE_I32: return 4;
-    case GEMM_DTYPE_F16: return 2;
-    case GEMM_DTYPE_BF16: return 2;
-    default: return 0;
-    }
-}
+const gemm_dtype_info gemm_dtypes[GEMM_DTYPE_COUNT] = {
+    [GEMM_DTYPE_F32] = {"float32", "FP32", "<f4", 4, 17},  [GEMM_DTYPE_F64] = {"float64", "FP64", "<f8", 8, 26},
+    [GEMM_DTYPE_I32] = {"int32", "INT32", "<i4", 4, 12},   [GEMM_DTYPE_F16] = {"float16", "FP16", "<f2", 2, 17},
+    [GEMM_DTYPE_BF16] = {"bfloat16", "BF16", "<V2", 2, 17},
+};
 
-unsigned gemm_json_elem_width(gemm_dtype d)
-{
-    return d == GEMM_DTYPE_F64 ? 26 : d == GEMM_DTYPE_I32 ? 12 : 17;
-}
-
-const char *gemm_dtype_name(gemm_dtype d)
-{
-    switch (d) {
-    case GEMM_DTYPE_F32: return "float32";
-    case GEMM_DTYPE_F64: return "float64";
-    case GEMM_DTYPE_I32: return "int32";
-    case GEMM_DTYPE_F16: return "float16";
-    case GEMM_DTYPE_BF16: return "bfloat16";
-    default: return "invalid";
-    }
-}
+#define VALID(d) ((d) >= 0 && (d) < GEMM_DTYPE_COUNT)
+size_t gemm_dtype_size(gemm_dtype d) { return VALID(d) ? gemm_dtypes[d].size : 0; }
+unsigned gemm_json_elem_width(gemm_dtype d) { return VALID(d) ? gemm_dtypes[d].json_width : 17; }
+const char *gemm_dtype_name(gemm_dtype d) { return VALID(d) ? gemm_dtypes[d].name : "invalid"; }
 
 int gemm_dtype_from_name(const char *s, gemm_dtype *out)
 {
-    static const struct { const char *name; gemm_dtype d; } names[] = {
-        {"float32", GEMM_DTYPE_F32}, {"f4", GEMM_DTYPE_F32}, {"float", GEMM_DTYPE_F32},
-        {"float64", GEMM_DTYPE_F64}, {"f8", GEMM_DTYPE_F64}, {"double", GEMM_DTYPE_F64},
-        {"int32", GEMM_DTYPE_I32},   {"i4", GEMM_DTYPE_I32}, {"int", GEMM_DTYPE_I32},
-        {"float16", GEMM_DTYPE_F16}, {"f2", GEMM_DTYPE_F16}, {"half", GEMM_DTYPE_F16},
-        {"bfloat16", GEMM_DTYPE_BF16}, {"bf16", GEMM_DTYPE_BF16},
-        {"fp32", GEMM_DTYPE_F32},    {"fp64", GEMM_DTYPE_F64}, {"fp16", GEMM_DTYPE_F16}, /* v2's FP32 ... */
+    static const struct { const char *name; gemm_dtype d; } aliases[] = {
+        {"f4", GEMM_DTYPE_F32}, {"float", GEMM_DTYPE_F32}, {"f8", GEMM_DTYPE_F64}, {"double", GEMM_DTYPE_F64},
+        {"i4", GEMM_DTYPE_I32}, {"int", GEMM_DTYPE_I32},   {"f2", GEMM_DTYPE_F16}, {"half", GEMM_DTYPE_F16},
     };
-    if (!s) return -1;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strcasecmp(s, names[i].name) == 0) {
-            *out = names[i].d;
-            return 0;
-        }
-    }
+    for (int d = 0; s && d < GEMM_DTYPE_COUNT; d++) /* the canonical names and v2's */
+        if (strcasecmp(s, gemm_dtypes[d].name) == 0 || strcasecmp(s, gemm_dtypes[d].v2) == 0)
+            return *out = (gemm_dtype)d, 0;
+    for (size_t i = 0; s && i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcasecmp(s, aliases[i].name) == 0) return *out = aliases[i].d, 0;
     return -1;
 }
 
@@ -131,10 +107,7 @@ bool gemm_matrix_bytes(uint64_t rows, uint64_t cols, gemm_dtype d, size_t *out)
 
 void gemm_err_clear(gemm_err *e)
 {
-    if (!e) return;
-    e->status = 0;
-    e->code[0] = '\0';
-    e->message[0] = '\0';
+    if (e) *e = (gemm_err){0};
 }
 
 int gemm_err_set(gemm_err *e, int status, const char *code, const char *fmt, ...)

@@ -28,13 +28,23 @@ typedef enum {
     GEMM_DTYPE_COUNT = 5
 } gemm_dtype;
 
+/* One row per dtype: its names and sizes (indexed by gemm_dtype). */
+typedef struct {
+    const char *name;    /* canonical: "float32", "float64", "int32", "float16", "bfloat16" */
+    const char *v2;      /* the KServe v2 datatype: "FP32", "FP64", "INT32", "FP16", "BF16" */
+    const char *npy;     /* the .npy descr: "<f4", "<f8", "<i4", "<f2", "<V2" (npy.h) */
+    unsigned size;       /* bytes per element */
+    unsigned json_width; /* the widest JSON text of one element and its comma: float64
+                            "-1.2345678901234567e-308," (26), int32 (12), float32 and the half
+                            dtypes (written with float32's digits, 17) */
+} gemm_dtype_info;
+extern const gemm_dtype_info gemm_dtypes[GEMM_DTYPE_COUNT];
+
 /* Bytes per element; 0 for GEMM_DTYPE_INVALID. */
 size_t gemm_dtype_size(gemm_dtype d);
-/* The widest JSON text of one element of d and its comma: float64 "-1.2345678901234567e-308,"
- * (26), int32 (12), float32 and the half dtypes (written with float32's digits, 17). What
- * every bound on a JSON answer's size is built from. */
+/* gemm_dtypes[d].json_width: what every bound on a JSON answer's size is built from. */
 unsigned gemm_json_elem_width(gemm_dtype d);
-/* Canonical name: "float32", "float64", "int32", "float16", "bfloat16" ("invalid" otherwise). */
+/* gemm_dtypes[d].name, "invalid" for GEMM_DTYPE_INVALID. */
 const char *gemm_dtype_name(gemm_dtype d);
 /* Accepts the canonical names and the aliases "f4"/"f8"/"i4"/"f2", "float"/"double"/"int"/
  * "half", "bf16", and the v2 datatype names ("FP32", "FP64", "INT32", "FP16", "BF16": names

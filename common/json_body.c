@@ -40,7 +40,7 @@ static void check_batch_early(gemm_json_stream *s, int x, uint64_t mat)
 static void option_value(gemm_json_stream *s, int key, enum vtype t, const gemm_decimal *d)
 {
     const gemm_option *def = gemm_option_at(key - K_OPT);
-    gemm_opt_value v = {.kind = GEMM_VAL_OTHER, .type_name = gemm_jsb_type_name(t)};
+    gemm_opt_value v = {.kind = GEMM_VAL_OTHER, .type_name = gemm_json_type_name((char)t)};
     if (t == T_STRING) v = (gemm_opt_value){.kind = GEMM_VAL_TEXT, .text = s->str, .len = s->str_len};
     else if (t == T_NUMBER) v = (gemm_opt_value){.kind = GEMM_VAL_NUMBER, .number = gemm_decimal_to_f64(d)};
     else if (t == T_BOOL) v = (gemm_opt_value){.kind = GEMM_VAL_BOOL, .boolean = s->lit[0] == 't'};
@@ -58,23 +58,22 @@ static void ref_value(gemm_json_stream *s, int x, enum vtype t, const char *str)
              o->name);
     } else if (t != T_STRING) {
         gemm_jsb_note(s, RK_REF + 10 * x, 0, 400, "bad_matrix", "%s.ref is %s; expected a matrix id (a string)", o->name,
-             gemm_jsb_type_name(t));
+             gemm_json_type_name((char)t));
     } else {
         snprintf(o->ref_id, sizeof o->ref_id, "%s", str ? str : "");
         o->ref_named = 1;
     }
 }
 
-/* A scalar value (string, number, boolean, null) has been read in the current container. */
 void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const gemm_decimal *d)
 {
     if (s->depth == 0) {
         if (s->single)
             gemm_jsb_note(s, RK_ROOT, 0, 400, "bad_matrix",
-                 "the body is %s; expected [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}", gemm_jsb_type_name(t));
+                 "the body is %s; expected [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}", gemm_json_type_name((char)t));
         else
             gemm_jsb_note(s, RK_ROOT, 0, 400, "bad_matrix",
-                 "the body is %s; expected a JSON object {\"a\": [[..]], \"b\": [[..]]}", gemm_jsb_type_name(t));
+                 "the body is %s; expected a JSON object {\"a\": [[..]], \"b\": [[..]]}", gemm_json_type_name((char)t));
         return;
     }
     frame *f = &s->stack[s->depth - 1];
@@ -97,7 +96,7 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
             o->form = 'x';
             gemm_jsb_note(s, RK_STRUCT + 10 * (f->key - K_A), 0, 400, "bad_matrix",
                  "%s is %s; expected nested arrays [[..],[..]] or {\"shape\": [m,k], \"data\": [..]}", o->name,
-                 gemm_jsb_type_name(t));
+                 gemm_json_type_name((char)t));
         } else if (f->key >= K_OPT) {
             option_value(s, f->key, t, d);
         }
@@ -108,23 +107,23 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
                  "%s is a 1-D array; a matrix is an array of rows, e.g. [[1,2],[3,4]]", o->name);
         else
             gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "%s[%llu] is %s, expected an array (a row)", o->name,
-                 (unsigned long long)f->n, gemm_jsb_type_name(t));
+                 (unsigned long long)f->n, gemm_json_type_name((char)t));
         return;
     case R_MAT:
         gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "%s[%llu][%llu] is %s, expected an array (a row)",
-             o->name, (unsigned long long)s->stack[s->depth - 2].n, (unsigned long long)f->n, gemm_jsb_type_name(t));
+             o->name, (unsigned long long)s->stack[s->depth - 2].n, (unsigned long long)f->n, gemm_json_type_name((char)t));
         return;
     case R_STACK:
         gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix",
              "%s[%llu] is %s; %s is 3-D (a batch), each %s[i] a matrix: an array of rows", o->name,
-             (unsigned long long)f->n, gemm_jsb_type_name(t), o->name, o->name);
+             (unsigned long long)f->n, gemm_json_type_name((char)t), o->name, o->name);
         return;
     case R_MATOBJ:
         if (f->key == K_SHAPE) {
             shape_error(s, f->x);
         } else if (f->key == K_DATA) {
             gemm_jsb_note(s, RK_STRUCT + 10 * f->x + 1, 0, 400, "bad_matrix",
-                 "%s.data must be an array of numbers (row-major), not %s", o->name, gemm_jsb_type_name(t));
+                 "%s.data must be an array of numbers (row-major), not %s", o->name, gemm_json_type_name((char)t));
         } else if (f->key == K_REF) {
             ref_value(s, f->x, t, str);
         } else if (f->key >= K_OPT) {
@@ -133,7 +132,7 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
         return;
     case R_SHAPE: {
         double v = t == T_NUMBER ? gemm_decimal_to_f64(d) : -1;
-        if (!(v >= 0 && v <= 9007199254740992.0) || v != floor(v) || f->n >= (s->single ? 2u : 3u)) o->shape_state = 2;
+        if (!gemm_f64_is_count(v) || f->n >= (s->single ? 2u : 3u)) o->shape_state = 2;
         else o->shape[f->n] = (uint64_t)v;
         return;
     }
@@ -159,7 +158,6 @@ static int row_begins(gemm_json_stream *s, frame *f, char c)
     return R_ROW;
 }
 
-/* An array or object opens: the role it plays. */
 int gemm_jsb_open(gemm_json_stream *s, char c, int *x)
 {
     enum vtype t = c == '[' ? T_ARRAY : T_OBJECT;
@@ -243,7 +241,6 @@ int gemm_jsb_open(gemm_json_stream *s, char c, int *x)
     }
 }
 
-/* The container on top of the stack closes. */
 void gemm_jsb_close(gemm_json_stream *s, frame *f)
 {
     operand *o = &s->op[f->x];
@@ -340,8 +337,8 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
     }
 }
 
-/* A key has been read (in s->str) in the object on top. A key the decoder reads, met
- * twice in one object, fails the body; its second value is not read. */
+/* A key the decoder reads, met twice in one object, fails the body; its second value is
+ * not read. */
 void gemm_jsb_key(gemm_json_stream *s)
 {
     frame *f = &s->stack[s->depth - 1];
@@ -398,8 +395,9 @@ void gemm_jsb_release(gemm_json_stream *s)
     gemm_jsb_kill(s, &s->op[1]);
 }
 
-/* The error the body gets: the lowest rank noted, the body's or an operand's. */
-static const gemm_err *reported(const gemm_json_stream *s)
+/* The body has been judged: 0 and its options, or -1 with the error it gets (the lowest rank
+ * noted, the body's or an operand's) and nothing held. */
+static int verdict(gemm_json_stream *s, gemm_options *opt, gemm_err *err)
 {
     const gemm_err *e = &s->err;
     int r = s->rank;
@@ -408,7 +406,20 @@ static const gemm_err *reported(const gemm_json_stream *s)
             r = s->op[x].rank;
             e = &s->op[x].err;
         }
-    return e;
+    if (r >= RK_NONE) {
+        *opt = s->opt;
+        return 0;
+    }
+    *err = *e;
+    gemm_jsb_release(s);
+    return -1;
+}
+
+/* Operand o's elements become matrix m, the caller's. */
+static void hand_over(operand *o, gemm_matrix *m, uint64_t batch, uint64_t rows, uint64_t cols, gemm_dtype d)
+{
+    *m = (gemm_matrix){.rows = rows, .cols = cols, .dtype = d, .data = gemm_json_store_take(&o->st), .batch = batch};
+    o->dead = 1;
 }
 
 /* The product's shapes and limits, as a raw or .npy request has them checked: a batched
@@ -485,26 +496,12 @@ int gemm_jsb_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm
     }
     for (int x = 0; x < 2; x++)
         if (!s->op[x].is_ref) gemm_jsb_last_checks(s, x, d);
-    if (gemm_jsb_best_rank(s) < RK_NONE) {
-        *err = *reported(s);
-        gemm_jsb_release(s);
-        return -1;
-    }
-    *opt = s->opt;
+    if (verdict(s, opt, err)) return -1;
     gemm_matrix *m[2] = {a, b};
     for (int x = 0; x < 2; x++) {
-        operand *o = &s->op[x];
-        if (o->given) continue; /* the caller's, as it was */
-        if (o->is_ref) {
-            *m[x] = o->refm;
-            continue;
-        }
-        m[x]->rows = r[x];
-        m[x]->cols = c[x];
-        m[x]->dtype = d;
-        m[x]->batch = nd[x] == 3 ? bt[x] : 0;
-        m[x]->data = gemm_json_store_take(&o->st);
-        o->dead = 1;
+        if (s->op[x].given) continue; /* the caller's, as it was */
+        if (s->op[x].is_ref) *m[x] = s->op[x].refm;
+        else hand_over(&s->op[x], m[x], nd[x] == 3 ? bt[x] : 0, r[x], c[x], d);
     }
     return 0;
 }
@@ -542,17 +539,7 @@ int gemm_jsb_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *
         gemm_jsb_count_error(s, 0);
     }
     gemm_jsb_last_checks(s, 0, d);
-    if (gemm_jsb_best_rank(s) < RK_NONE) {
-        *err = *reported(s);
-        gemm_jsb_release(s);
-        return -1;
-    }
-    *opt = s->opt;
-    m->rows = rows;
-    m->cols = cols;
-    m->dtype = d;
-    m->batch = 0;
-    m->data = gemm_json_store_take(&o->st);
-    o->dead = 1;
+    if (verdict(s, opt, err)) return -1;
+    hand_over(o, m, 0, rows, cols, d);
     return 0;
 }

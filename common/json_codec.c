@@ -1,15 +1,14 @@
-/* json_codec.c - request bodies in JSON (cJSON) and matrices written as JSON. */
+/* json_codec.c - matrices written as JSON, and the byte buffer answers are built in. */
 #include "json_codec.h"
 #include "gemm_half.h"
+#include "json_number.h"
 
-#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "json_stream.h"
 
 /* ---- gemm_buf ----------------------------------------------------------- */
 
@@ -89,32 +88,16 @@ void gemm_buf_printf(gemm_buf *b, const char *fmt, ...)
 
 void gemm_buf_json_string(gemm_buf *b, const char *s)
 {
-    static const char hex[] = "0123456789abcdef";
+    static const char from[] = "\"\\\n\r\t\b\f", to[] = "\"\\nrtbf", hex[] = "0123456789abcdef";
     gemm_buf_append(b, "\"", 1);
     const char *run = s;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        const char *esc = NULL;
-        char u[7];
-        switch (*p) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        default:
-            if (*p < 0x20 || *p == 0x7f) {
-                u[0] = '\\', u[1] = 'u', u[2] = '0', u[3] = '0';
-                u[4] = hex[*p >> 4], u[5] = hex[*p & 15], u[6] = '\0';
-                esc = u;
-            }
-        }
-        if (esc) {
-            gemm_buf_append(b, run, (size_t)((const char *)p - run));
-            gemm_buf_puts(b, esc);
-            run = (const char *)p + 1;
-        }
+        const char *k = strchr(from, *p);
+        if (!k && *p >= 0x20 && *p != 0x7f) continue;
+        char esc[7] = {'\\', k ? to[k - from] : 'u', '0', '0', hex[*p >> 4], hex[*p & 15], '\0'};
+        gemm_buf_append(b, run, (size_t)((const char *)p - run));
+        gemm_buf_append(b, esc, k ? 2 : 6);
+        run = (const char *)p + 1;
     }
     gemm_buf_append(b, run, strlen(run));
     gemm_buf_append(b, "\"", 1);
@@ -159,16 +142,6 @@ static size_t put_i64(char *p, int64_t v)
     return len + sizeof tmp - n;
 }
 
-/* x * 10^e, by exact powers of ten (each step rounds once). */
-static double scale10(double x, int e)
-{
-    static const double p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
-                                   1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-    while (e > 22) x *= 1e22, e -= 22;
-    while (e < -22) x /= 1e22, e += 22;
-    return e >= 0 ? x * p10[e] : x / p10[-e];
-}
-
 /* Lays out P significant digits dig[0..P) (exponent e: the value is d.ddd x 10^e) the
  * way printf's %.<P>g does: trailing zeros dropped, scientific notation when e < -4 or
  * e >= P. Returns the end of what was written at s. */
@@ -208,69 +181,6 @@ static char *put_g_layout(char *s, const char *dig, int P, int e)
 }
 
 
-/* printf("%.9g") of a float32 value (held exactly in x) without printf: the nine digits
- * are x scaled into [1e8, 1e9) in double arithmetic, whose error (a few units in 1e-16)
- * can only matter when the scaled value is within 1e-5 of a rounding tie; then 0 is
- * returned and the caller uses snprintf. Also 0 for x == 0 and non-finite x. */
-static size_t put_f32_g9(char *p, double x)
-{
-    char *s = p, dig[10];
-    if (!(x != 0) || !isfinite(x)) return 0;
-    if (x < 0) *s++ = '-', x = -x;
-    int e = (int)floor(log10(x));
-    double y = scale10(x, 8 - e);
-    if (y < 1e8) y = scale10(x, 8 - --e);
-    else if (y >= 1e9) y = scale10(x, 8 - ++e);
-    double fl = floor(y), fr = y - fl;
-    if (fabs(fr - 0.5) < 1e-5 || fl < 1e8 - 1 || fl >= 1e9) return 0;
-    uint64_t d = (uint64_t)fl + (fr > 0.5);
-    if (d >= 1000000000u) d /= 10, e++;
-    if (d < 100000000u) return 0;
-    for (int i = 8; i >= 0; i--) dig[i] = (char)('0' + d % 10), d /= 10;
-    return (size_t)(put_g_layout(s, dig, 9, e) - p);
-}
-
-#if defined(LDBL_MANT_DIG) && LDBL_MANT_DIG >= 64
-/* printf("%.17g") of a double without printf, the same way with 64-bit long double
- * arithmetic: each scaling step (exact powers of ten up to 1e27) errs by at most 2^-64
- * relative, so the scaled value in [1e16, 1e17) is off by less than 0.006 per step; within
- * 0.01 per step of a rounding tie, 0 is returned and the caller uses snprintf. */
-static size_t put_f64_g17(char *p, double v)
-{
-    static const long double p10[28] = {1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,  1e8L,  1e9L,
-                                        1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L,
-                                        1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
-    char *s = p, dig[17];
-    if (!(v != 0) || !isfinite(v)) return 0;
-    if (v < 0) *s++ = '-', v = -v;
-    int e = (int)floor(log10(v)), steps = 0;
-    long double y = 0;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        long double x = v;
-        int k = 16 - e;
-        steps = 1;
-        while (k > 27) x *= 1e27L, k -= 27, steps++;
-        while (k < -27) x /= 1e27L, k += 27, steps++;
-        y = k >= 0 ? x * p10[k] : x / p10[-k];
-        if (y < 1e16L) e--;
-        else if (y >= 1e17L) e++;
-        else break;
-    }
-    long double fl = floorl(y), fr = y - fl;
-    if (fl < 1e16L || fl >= 1e17L || fabsl(fr - 0.5L) < 0.01L * steps) return 0;
-    uint64_t d = (uint64_t)fl + (fr > 0.5L);
-    if (d >= 100000000000000000ull) d /= 10, e++;
-    for (int i = 16; i >= 0; i--) dig[i] = (char)('0' + d % 10), d /= 10;
-    return (size_t)(put_g_layout(s, dig, 17, e) - p);
-}
-#else
-static size_t put_f64_g17(char *p, double v)
-{
-    (void)p, (void)v;
-    return 0; /* no wide long double: snprintf does it */
-}
-#endif
-
 #if defined(__SIZEOF_INT128__)
 /* printf("%.<P>g") of v (finite, nonzero; P = 9 or 17) with exact integer arithmetic:
  * v = m * 2^e2, and for a decimal exponent e with k = P - 1 - e in 0..27, v * 10^k =
@@ -278,16 +188,10 @@ static size_t put_f64_g17(char *p, double v)
  * digits, its fraction rounds them (exact halves to even, as printf does). e starts from
  * the binary exponent (floor(E * log10 2), or one less than the true e) and moves until
  * the integer part has P digits. Returns 0 when k leaves 0..27 (|v| below about 10^(P-28)
- * or at least 10^(P-1)): the caller takes another path. */
+ * or at least 10^(P-1); integers below 2^53 are put_i64's): the caller uses snprintf. That
+ * range holds every value the codec benchmark writes; outside it snprintf is the one path. */
 static size_t put_g_exact(char *p, double v, int P)
 {
-    static const uint64_t p5[28] = {1ull, 5ull, 25ull, 125ull, 625ull, 3125ull, 15625ull, 78125ull, 390625ull,
-                                    1953125ull, 9765625ull, 48828125ull, 244140625ull, 1220703125ull,
-                                    6103515625ull, 30517578125ull, 152587890625ull, 762939453125ull,
-                                    3814697265625ull, 19073486328125ull, 95367431640625ull,
-                                    476837158203125ull, 2384185791015625ull, 11920928955078125ull,
-                                    59604644775390625ull, 298023223876953125ull, 1490116119384765625ull,
-                                    7450580596923828125ull};
     const uint64_t lo_lim = P == 9 ? 100000000ull : 10000000000000000ull, hi_lim = lo_lim * 10;
     uint64_t bits;
     memcpy(&bits, &v, 8);
@@ -309,7 +213,7 @@ static size_t put_g_exact(char *p, double v, int P)
     for (int tries = 0;; tries++) {
         int k = P - 1 - e;
         if (k < 0 || k > 27 || tries > 2) return 0;
-        unsigned __int128 n = (unsigned __int128)m * p5[k];
+        unsigned __int128 n = (unsigned __int128)m * gemm_num_p5[k];
         int sh = -(e2 + k);
         if (sh <= 0) { /* an integer: v * 10^k < 10^18 here, so the shift cannot overflow */
             if (-sh > 63 || (n >> (64 + sh)) != 0) return 0;
@@ -378,7 +282,6 @@ static size_t put_double(char *p, double v, int digits)
         return put_i64(p, (int64_t)v);
     }
     size_t fast = put_g_exact(p, v, digits);
-    if (!fast) fast = digits == 9 ? put_f32_g9(p, v) : put_f64_g17(p, v);
     if (fast) return fast;
     int n = snprintf(p, 32, "%.*g", digits, v);
     return n > 0 && n < 32 ? (size_t)n : 0;
@@ -425,42 +328,4 @@ void gemm_json_write_matrix(gemm_buf *out, const gemm_matrix *m)
         gemm_buf_append(out, "]", 1);
     }
     gemm_buf_append(out, "]", 1);
-}
-
-/* ---- decoding requests (whole bodies, through the streaming decoder) -------------- */
-
-int gemm_json_decode_request(const char *body, size_t len, const gemm_limits *lim,
-                             const gemm_allocator *alloc, gemm_options *opt,
-                             gemm_matrix *a, gemm_matrix *b, gemm_err *err)
-{
-    return gemm_json_decode_request_refs(body, len, lim, alloc, opt, a, b, NULL, err);
-}
-
-int gemm_json_decode_request_refs(const char *body, size_t len, const gemm_limits *lim,
-                                  const gemm_allocator *alloc, gemm_options *opt, gemm_matrix *a,
-                                  gemm_matrix *b, const gemm_json_refs *refs, gemm_err *err)
-{
-    gemm_json_stream *js = gemm_json_stream_new(lim, alloc, opt, len);
-    if (!js) return gemm_err_set(err, 500, "out_of_memory", "could not allocate the JSON decoder");
-    if (refs) gemm_json_stream_set_refs(js, refs, a, b);
-    int rc = (len && body) ? gemm_json_stream_feed(js, body, len, err) : 0;
-    if (rc == 0) rc = gemm_json_stream_finish(js, opt, a, b, err);
-    else {
-        if (!refs || !refs->given[0]) a->data = NULL;
-        if (!refs || !refs->given[1]) b->data = NULL;
-    }
-    gemm_json_stream_free(js);
-    return rc;
-}
-
-int gemm_json_decode_matrix(const char *body, size_t len, const gemm_limits *lim, const gemm_allocator *alloc,
-                            gemm_options *opt, gemm_matrix *m, gemm_err *err)
-{
-    m->data = NULL;
-    gemm_json_stream *js = gemm_json_stream_new_matrix(lim, alloc, opt, len);
-    if (!js) return gemm_err_set(err, 500, "out_of_memory", "could not allocate the JSON decoder");
-    int rc = (len && body) ? gemm_json_stream_feed(js, body, len, err) : 0;
-    if (rc == 0) rc = gemm_json_stream_finish_matrix(js, opt, m, err);
-    gemm_json_stream_free(js);
-    return rc;
 }

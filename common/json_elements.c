@@ -14,19 +14,6 @@
 
 /* ---- error slots and places ----------------------------------------------------- */
 
-const char *gemm_jsb_type_name(enum vtype t)
-{
-    switch (t) {
-    case T_STRING: return "a string";
-    case T_NUMBER: return "a number";
-    case T_BOOL: return "a boolean";
-    case T_NULL: return "null";
-    case T_ARRAY: return "an array";
-    default: return "an object";
-    }
-}
-
-/* Stops storing operand o and gives its memory back. */
 void gemm_jsb_kill(gemm_json_stream *s, operand *o)
 {
     (void)s;
@@ -37,17 +24,13 @@ void gemm_jsb_kill(gemm_json_stream *s, operand *o)
 /* The operand whose own slot an error of this rank goes to, or -1 (the body's). */
 static int rank_operand(int rank)
 {
-    switch (rank) {
-    case RK_REF: case RK_STRUCT: case RK_STRUCT + 1: case RK_COUNT: case RK_ELEM:
-        return 0;
-    case RK_REF + 10: case RK_STRUCT + 10: case RK_STRUCT + 11: case RK_COUNT + 1: case RK_ELEM + 1:
-        return 1;
-    default:
-        return -1;
-    }
+    for (int x = 0; x < 2; x++)
+        if (rank == RK_REF + 10 * x || rank == RK_STRUCT + 10 * x || rank == RK_STRUCT + 10 * x + 1 ||
+            rank == RK_COUNT + x || rank == RK_ELEM + x)
+            return x;
+    return -1;
 }
 
-/* The lowest rank noted anywhere (RK_NONE: none). */
 int gemm_jsb_best_rank(const gemm_json_stream *s)
 {
     int r = s->rank;
@@ -78,7 +61,7 @@ void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const
 }
 
 /* Where an element sits, for messages: "a[2][1]", "a[0][2][1]" or "b.data[4]". */
-const char *gemm_jsb_place(char *buf, size_t cap, const operand *o, uint64_t mat, uint64_t i, uint64_t j)
+static const char *place(char *buf, size_t cap, const operand *o, uint64_t mat, uint64_t i, uint64_t j)
 {
     if (o->form == '{') snprintf(buf, cap, "%s.data[%llu]", o->name, (unsigned long long)j);
     else if (o->batched)
@@ -88,19 +71,18 @@ const char *gemm_jsb_place(char *buf, size_t cap, const operand *o, uint64_t mat
     return buf;
 }
 
-/* gemm_jsb_place() from a row-major index (rows of ncols; 3-D: matrices of mrows rows, as
+/* place() from a row-major index (rows of ncols; 3-D: matrices of mrows rows, as
  * matrix 0 has them once it is closed). */
-const char *gemm_jsb_place_index(char *buf, size_t cap, const operand *o, uint64_t idx)
+static const char *place_index(char *buf, size_t cap, const operand *o, uint64_t idx)
 {
-    if (o->form == '{' || o->ncols == 0) return gemm_jsb_place(buf, cap, o, 0, 0, idx);
+    if (o->form == '{' || o->ncols == 0) return place(buf, cap, o, 0, 0, idx);
     uint64_t per = o->batched && o->nmat ? o->mrows * o->ncols : 0; /* both within the limits */
     uint64_t mat = per ? idx / per : 0, in = per ? idx % per : idx;
-    return gemm_jsb_place(buf, cap, o, mat, in / o->ncols, in % o->ncols);
+    return place(buf, cap, o, mat, in / o->ncols, in % o->ncols);
 }
 
 /* ---- storage -------------------------------------------------------------------- */
 
-/* The shape of operand o when it is fully known and well formed: 2 or 3 (dimensions), 0. */
 int gemm_jsb_known_shape(const operand *o, uint64_t *batch, uint64_t *rows, uint64_t *cols)
 {
     *batch = 0;
@@ -228,27 +210,20 @@ static void elem_error_at(gemm_json_stream *s, int x, uint64_t i)
 static void bad_value(gemm_json_stream *s, int x, gemm_dtype d, uint64_t idx, double v, int replace)
 {
     char w[96];
-    const operand *o = &s->op[x];
-    gemm_jsb_place_index(w, sizeof w, o, idx);
-    if (d == GEMM_DTYPE_F32)
-        gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value", "%s = %.17g is beyond float32's range (+-%.9g)", w, v,
-             (double)FLT_MAX);
-    else if (d == GEMM_DTYPE_F64)
+    place_index(w, sizeof w, &s->op[x], idx);
+    if (d == GEMM_DTYPE_F64)
         gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value", "%s is beyond float64's range", w);
     else if (d == GEMM_DTYPE_F16)
         gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value",
                       "%s = %.17g is beyond float16's range (+-65504; 65520 and beyond round to infinity)", w, v);
-    else if (d == GEMM_DTYPE_BF16)
-        gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value", "%s = %.17g is beyond bfloat16's range (+-%.9g)", w,
-                      v, (double)gemm_bf16_to_f32(0x7f7f));
+    else if (d != GEMM_DTYPE_I32) /* float32, bfloat16 */
+        gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value", "%s = %.17g is beyond %s's range (+-%.9g)", w, v,
+                      gemm_dtype_name(d), d == GEMM_DTYPE_F32 ? (double)FLT_MAX : (double)gemm_bf16_to_f32(0x7f7f));
     else
         gemm_jsb_note(s, RK_ELEM + x, replace, 422, "bad_value",
-             "%s = %.17g is not an int32 (integers from -2147483648 to 2147483647)", w, v);
+                      "%s = %.17g is not an int32 (integers from -2147483648 to 2147483647)", w, v);
 }
 
-static inline int i32_ok(double v) { return v >= -2147483648.0 && v <= 2147483647.0 && v == floor(v); }
-
-/* The next element of operand x, a number. */
 void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d)
 {
     operand *o = &s->op[x];
@@ -256,61 +231,23 @@ void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d)
     if (o->dead) return;
     if (!o->started) start_storage(s, o);
     if (!o->st.left && make_room(s, o, x)) return;
-    switch (o->st.type) {
-    case GEMM_DTYPE_F64: {
-        double v = gemm_decimal_to_f64(d);
-        memcpy(gemm_json_store_next(&o->st), &v, 8);
-        if (o->st.deferred) {
-            int side = 0;
-            if (gemm_f64_is_half_midpoint(GEMM_DTYPE_F16, v) || gemm_f64_is_half_midpoint(GEMM_DTYPE_BF16, v))
-                side = gemm_decimal_side(d, v);
-            if (side || gemm_f64_is_f32_midpoint(v)) {
-                float f = gemm_decimal_to_f32(d);
-                if ((side || f != (float)v) && gemm_json_store_flip(&o->st, i, f, side)) out_of_memory(s, o);
-            }
-        } else if (!isfinite(v)) {
-            elem_error_at(s, x, i);
-            bad_value(s, x, GEMM_DTYPE_F64, i, v, 0);
-        }
-        break;
-    }
-    case GEMM_DTYPE_F32: {
-        float f = gemm_decimal_to_f32(d);
-        memcpy(gemm_json_store_next(&o->st), &f, 4);
-        if (isinf(f)) {
-            elem_error_at(s, x, i);
-            bad_value(s, x, GEMM_DTYPE_F32, i, gemm_decimal_to_f64(d), 0);
-        }
-        break;
-    }
-    case GEMM_DTYPE_F16:
-    case GEMM_DTYPE_BF16: {
-        uint16_t h = gemm_decimal_to_half(d, o->st.type);
-        memcpy(gemm_json_store_next(&o->st), &h, 2);
-        if (!isfinite(gemm_half_to_f32(o->st.type, h))) {
+    void *slot = gemm_json_store_next(&o->st);
+    if (!o->st.deferred) {
+        if (gemm_decimal_store(d, o->st.type, slot)) {
             elem_error_at(s, x, i);
             bad_value(s, x, o->st.type, i, gemm_decimal_to_f64(d), 0);
         }
-        break;
+        return;
     }
-    default: {
-        int32_t v = 0;
-        if (d->integer && !d->trunc && d->w <= 2147483647ull) {
-            v = d->neg ? -(int32_t)d->w : (int32_t)d->w;
-        } else if (d->integer && !d->trunc && d->neg && d->w == 2147483648ull) {
-            v = INT32_MIN;
-        } else {
-            double f = gemm_decimal_to_f64(d);
-            if (i32_ok(f)) {
-                v = (int32_t)f;
-            } else {
-                elem_error_at(s, x, i);
-                bad_value(s, x, GEMM_DTYPE_I32, i, f, 0);
-            }
-        }
-        memcpy(gemm_json_store_next(&o->st), &v, 4);
-        break;
-    }
+    /* float64 for a dtype not known yet: what rounding it again would get wrong is noted */
+    double v = gemm_decimal_to_f64(d);
+    memcpy(slot, &v, 8);
+    int side = 0;
+    if (gemm_f64_is_half_midpoint(GEMM_DTYPE_F16, v) || gemm_f64_is_half_midpoint(GEMM_DTYPE_BF16, v))
+        side = gemm_decimal_side(d, v);
+    if (side || gemm_f64_is_f32_midpoint(v)) {
+        float f = gemm_decimal_to_f32(d);
+        if ((side || f != (float)v) && gemm_json_store_flip(&o->st, i, f, side)) out_of_memory(s, o);
     }
 }
 
@@ -321,8 +258,8 @@ void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint
     uint64_t i = o->count++;
     char w[96];
     elem_error_at(s, x, i);
-    gemm_jsb_note(s, RK_ELEM + x, 0, 400, "bad_matrix", "%s is %s, expected a number%s", gemm_jsb_place(w, sizeof w, o, mat, row, col),
-         gemm_jsb_type_name(t),
+    gemm_jsb_note(s, RK_ELEM + x, 0, 400, "bad_matrix", "%s is %s, expected a number%s", place(w, sizeof w, o, mat, row, col),
+         gemm_json_type_name((char)t),
          o->batched && o->form == '[' && t == T_ARRAY ? " (an operand has at most three dimensions: batch, rows, cols)" : "");
     if (o->dead) return;
     if (!o->started) start_storage(s, o);

@@ -52,6 +52,19 @@ void gemm_decimal_scan_long(const char *p, const char *end, gemm_decimal *d)
     d->trunc = (uint8_t)trunc;
 }
 
+const char *gemm_json_type_name(char c)
+{
+    switch (c) {
+    case '"': return "a string";
+    case '[': return "an array";
+    case '{': return "an object";
+    case 't':
+    case 'f': return "a boolean";
+    case 'n': return "null";
+    default: return "a number";
+    }
+}
+
 /* ---- conversion ------------------------------------------------------------------ */
 
 const double gemm_num_p10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
@@ -60,34 +73,12 @@ const double gemm_num_ip10[23] = {1e-0,  1e-1,  1e-2,  1e-3,  1e-4,  1e-5,  1e-6
                                   1e-8,  1e-9,  1e-10, 1e-11, 1e-12, 1e-13, 1e-14, 1e-15,
                                   1e-16, 1e-17, 1e-18, 1e-19, 1e-20, 1e-21, 1e-22};
 
-static const uint64_t p5[28] = {1ull,
-                                5ull,
-                                25ull,
-                                125ull,
-                                625ull,
-                                3125ull,
-                                15625ull,
-                                78125ull,
-                                390625ull,
-                                1953125ull,
-                                9765625ull,
-                                48828125ull,
-                                244140625ull,
-                                1220703125ull,
-                                6103515625ull,
-                                30517578125ull,
-                                152587890625ull,
-                                762939453125ull,
-                                3814697265625ull,
-                                19073486328125ull,
-                                95367431640625ull,
-                                476837158203125ull,
-                                2384185791015625ull,
-                                11920928955078125ull,
-                                59604644775390625ull,
-                                298023223876953125ull,
-                                1490116119384765625ull,
-                                7450580596923828125ull};
+const uint64_t gemm_num_p5[28] = {1ull, 5ull, 25ull, 125ull, 625ull, 3125ull, 15625ull, 78125ull, 390625ull,
+                                  1953125ull, 9765625ull, 48828125ull, 244140625ull, 1220703125ull, 6103515625ull,
+                                  30517578125ull, 152587890625ull, 762939453125ull, 3814697265625ull,
+                                  19073486328125ull, 95367431640625ull, 476837158203125ull, 2384185791015625ull,
+                                  11920928955078125ull, 59604644775390625ull, 298023223876953125ull,
+                                  1490116119384765625ull, 7450580596923828125ull};
 
 /* The text of d, NUL-terminated, for strtod/strtof (d->len <= GEMM_JSON_NUMBER_MAX). */
 static const char *c_text(const gemm_decimal *d, char *buf)
@@ -98,41 +89,6 @@ static const char *c_text(const gemm_decimal *d, char *buf)
     return buf;
 }
 
-/* Rounds m * 2^e (m != 0; sticky: nonzero bits below m) to nearest-even with a p-bit
- * significand and normal exponents emin..emax; returns the IEEE bits without the sign. */
-static uint64_t round_binary(uint64_t m, int e, int sticky, int p, int emin, int emax)
-{
-    int lz = __builtin_clzll(m);
-    m <<= lz;
-    e -= lz;
-    int E = e + 63; /* m * 2^e is in [2^E, 2^(E+1)) */
-    uint64_t inf = (uint64_t)(emax - emin + 2) << (p - 1);
-    if (E > emax) return inf;
-    int shift = 64 - p, biased = E - emin + 1;
-    if (E < emin) {
-        shift += emin - E;
-        biased = 0;
-        if (shift > 64) return 0; /* below half the smallest subnormal */
-    }
-    uint64_t mant, rem, half;
-    if (shift == 64) {
-        mant = 0;
-        rem = m;
-        half = 1ull << 63;
-    } else {
-        mant = m >> shift;
-        rem = m & ((1ull << shift) - 1);
-        half = 1ull << (shift - 1);
-    }
-    if (rem > half || (rem == half && (sticky || (mant & 1)))) mant++;
-    if (biased == 0) return mant; /* subnormal; 2^(p-1) after rounding is the smallest normal */
-    if (mant == 1ull << p) {
-        mant >>= 1;
-        if (++biased >= emax - emin + 2) return inf;
-    }
-    return ((uint64_t)biased << (p - 1)) | (mant & ((1ull << (p - 1)) - 1));
-}
-
 #if defined(__SIZEOF_INT128__)
 typedef unsigned __int128 u128;
 
@@ -140,21 +96,21 @@ typedef unsigned __int128 u128;
 static uint64_t exact_bits(uint64_t w, int q, int p, int emin, int emax)
 {
     if (q >= 0) {
-        u128 n = (u128)w * p5[q];
+        u128 n = (u128)w * gemm_num_p5[q];
         uint64_t hi = (uint64_t)(n >> 64), lo = (uint64_t)n;
-        if (hi == 0) return round_binary(lo, q, 0, p, emin, emax);
+        if (hi == 0) return gemm_round_binary(lo, q, 0, p, emin, emax);
         int lz = __builtin_clzll(hi);
         uint64_t m = lz ? (hi << lz) | (lo >> (64 - lz)) : hi;
-        return round_binary(m, q + 64 - lz, (lo << lz) != 0, p, emin, emax);
+        return gemm_round_binary(m, q + 64 - lz, (lo << lz) != 0, p, emin, emax);
     }
     int k = -q, lz = __builtin_clzll(w);
     u128 num = (u128)(w << lz) << 64;
-    u128 quo = num / p5[k];
-    uint64_t rem = (uint64_t)num - (uint64_t)quo * p5[k];
+    u128 quo = num / gemm_num_p5[k];
+    uint64_t rem = (uint64_t)num - (uint64_t)quo * gemm_num_p5[k];
     uint64_t hi = (uint64_t)(quo >> 64), lo = (uint64_t)quo; /* hi >= 1: num >= 2^127 > 2^64 * 5^k */
     int l2 = __builtin_clzll(hi);
     uint64_t m = l2 ? (hi << l2) | (lo >> (64 - l2)) : hi;
-    return round_binary(m, -lz - k - l2, (lo << l2) != 0 || rem != 0, p, emin, emax);
+    return gemm_round_binary(m, -lz - k - l2, (lo << l2) != 0 || rem != 0, p, emin, emax);
 }
 #define HAVE_EXACT 1
 #else
@@ -196,14 +152,7 @@ static int extended_f64(uint64_t w, int q, double *out)
 double gemm_decimal_to_f64_hard(const gemm_decimal *d)
 {
     if (d->w == 0) return d->neg ? -0.0 : 0.0;
-    if (!d->trunc && d->q >= -27 && d->q <= 27) {
-#if HAVE_CLINGER
-        if (d->w <= (1ull << 53) && d->q >= -22 && d->q <= 22) {
-            double v = (double)d->w;
-            v = d->q >= 0 ? v * gemm_num_p10[d->q] : v / gemm_num_p10[-d->q];
-            return d->neg ? -v : v;
-        }
-#endif
+    if (!d->trunc && d->q >= -27 && d->q <= 27) { /* (what one double operation rounds right is inline) */
 #if HAVE_EXTENDED
         double x;
         if (extended_f64(d->w, d->q, &x)) return d->neg ? -x : x;

@@ -29,10 +29,12 @@
 #ifndef GEMM_JSON_NUMBER_H
 #define GEMM_JSON_NUMBER_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "gemm_half.h"
 #include "gemm_types.h"
 
 #ifdef __cplusplus
@@ -70,12 +72,24 @@ int gemm_decimal_side(const gemm_decimal *d, double v);
  * it the decimal lies on decides. Returns the element's bits. */
 uint16_t gemm_decimal_to_half(const gemm_decimal *dec, gemm_dtype d);
 
+/* "a string", "an array", "an object", "a boolean", "null" or "a number": the JSON value
+ * that begins with c. */
+const char *gemm_json_type_name(char c);
+
 extern const double gemm_num_p10[23];  /* 1e0 .. 1e22, all exact */
 extern const double gemm_num_ip10[23]; /* 1e-0 .. 1e-22, each rounded to nearest */
+extern const uint64_t gemm_num_p5[28]; /* 5^0 .. 5^27, all below 2^64 */
 
 /* ---- inline: the scanner and the common conversions (called once per element) ---- */
 
 static inline int gemm_num_is_digit(char c) { return (unsigned char)(c - '0') < 10; }
+/* The value of hex digit c, or -1. */
+static inline int gemm_hex_digit(char c)
+{
+    if (gemm_num_is_digit(c)) return c - '0';
+    c = (char)(c | 0x20);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define GEMM_NUM_SWAR 1
@@ -100,6 +114,26 @@ static inline int64_t gemm_num_eight_digits(const char *p)
 #define GEMM_NUM_SWAR 0
 #endif
 
+/* The digits at *p taken into *w (*nd: digits in it so far), eight at a time where they can
+ * be; 1 when the 20th is met (*p is past it), else 0 (*p at the first non-digit). */
+static inline int gemm_num_digits(const char **pp, const char *end, uint64_t *w, int *nd)
+{
+    const char *p = *pp;
+#if GEMM_NUM_SWAR
+    for (int64_t v; end - p >= 8 && *nd <= 11 && (v = gemm_num_eight_digits(p)) >= 0; p += 8, *nd += 8)
+        *w = *w * 100000000u + (uint64_t)v;
+#endif
+    for (; p < end && gemm_num_is_digit(*p); p++) {
+        *w = *w * 10 + (unsigned)(*p - '0');
+        if (++*nd > 19) {
+            *pp = p + 1;
+            return 1;
+        }
+    }
+    *pp = p;
+    return 0;
+}
+
 /* The careful scan, for numbers with more than 19 digits: leading zeros do not count as
  * significant, digits past the 19th only set trunc (and move the exponent). The grammar
  * was already checked by the fast scan; this only computes w, q and trunc. */
@@ -123,21 +157,7 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
         p++;
         nd = 1;
     } else if (gemm_num_is_digit(*p)) {
-#if GEMM_NUM_SWAR
-        while (end - p >= 8 && nd <= 11) {
-            int64_t v = gemm_num_eight_digits(p);
-            if (v < 0) break;
-            w = w * 100000000u + (uint64_t)v;
-            nd += 8;
-            p += 8;
-        }
-#endif
-        while (p < end && gemm_num_is_digit(*p)) {
-            w = w * 10 + (unsigned)(*p - '0');
-            nd++;
-            p++;
-            if (nd > 19) goto long_number;
-        }
+        if (gemm_num_digits(&p, end, &w, &nd)) goto long_number;
     } else {
         return -(ptrdiff_t)(1 + (p - s));
     }
@@ -147,21 +167,7 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
         if (++p == end) NEED_MORE();
         if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
         const char *f0 = p;
-#if GEMM_NUM_SWAR
-        while (end - p >= 8 && nd <= 11) {
-            int64_t v = gemm_num_eight_digits(p);
-            if (v < 0) break;
-            w = w * 100000000u + (uint64_t)v;
-            nd += 8;
-            p += 8;
-        }
-#endif
-        while (p < end && gemm_num_is_digit(*p)) {
-            w = w * 10 + (unsigned)(*p - '0');
-            nd++;
-            p++;
-            if (nd > 19) goto long_number;
-        }
+        if (gemm_num_digits(&p, end, &w, &nd)) goto long_number;
         q = -(int32_t)(p - f0);
         if (p == end) goto at_end;
     }
@@ -257,6 +263,49 @@ static inline float gemm_decimal_to_f32(const gemm_decimal *d)
     }
 #endif
     return gemm_decimal_to_f32_hard(d);
+}
+
+/* v is an int32: an integer from -2^31 to 2^31 - 1; a count: an integer from 0 to 2^53. */
+static inline int gemm_f64_is_i32(double v) { return v >= -2147483648.0 && v <= 2147483647.0 && v == floor(v); }
+static inline int gemm_f64_is_count(double v) { return v >= 0 && v <= 9007199254740992.0 && v == floor(v); }
+
+/* The decimal as one element of dtype t at dst: float64 and float32 as strtod and strtof
+ * round it, float16 and bfloat16 rounded once from the text, int32 exactly. Returns 0, or -1
+ * when it is none of t's values (beyond a float type's range; for int32 not an integer in
+ * range, and 0 is written). */
+static inline int gemm_decimal_store(const gemm_decimal *d, gemm_dtype t, void *dst)
+{
+    switch (t) {
+    case GEMM_DTYPE_F64: {
+        double v = gemm_decimal_to_f64(d);
+        memcpy(dst, &v, 8);
+        return isinf(v) ? -1 : 0;
+    }
+    case GEMM_DTYPE_F32: {
+        float f = gemm_decimal_to_f32(d);
+        memcpy(dst, &f, 4);
+        return isinf(f) ? -1 : 0;
+    }
+    case GEMM_DTYPE_F16:
+    case GEMM_DTYPE_BF16: {
+        uint16_t h = gemm_decimal_to_half(d, t);
+        memcpy(dst, &h, 2);
+        return isinf(gemm_half_to_f32(t, h)) ? -1 : 0;
+    }
+    default: {
+        int32_t v = 0;
+        int ok = 1;
+        if (d->integer && !d->trunc && d->w <= 2147483647ull + d->neg) {
+            v = (int32_t)(d->neg ? -(int64_t)d->w : (int64_t)d->w);
+        } else {
+            double f = gemm_decimal_to_f64(d);
+            ok = gemm_f64_is_i32(f);
+            if (ok) v = (int32_t)f;
+        }
+        memcpy(dst, &v, 4);
+        return ok ? 0 : -1;
+    }
+    }
 }
 
 #ifdef __cplusplus

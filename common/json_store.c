@@ -1,6 +1,6 @@
 /* json_store.c - typed elements in blocks, assembled at the end (see json_store.h). */
 #include "json_store.h"
-#include "gemm_half.h"
+#include "json_number.h"
 
 #include <math.h>
 
@@ -21,6 +21,17 @@ static void give(gemm_json_store *st, void *p, size_t bytes)
     if (!p) return;
     gemm_free(st->alloc, p);
     st->mem->now -= bytes;
+}
+
+/* Gives back the blocks (those copied are NULL already) and the notes. */
+static void give_blocks(gemm_json_store *st)
+{
+    for (int k = 0; k < st->nblk; k++) give(st, st->blk[k].p, st->blk[k].cap * st->es);
+    st->nblk = 0;
+    st->whole = 0;
+    give(st, st->flips, st->flips_cap * sizeof *st->flips);
+    st->flips = NULL;
+    st->nflips = st->flips_cap = 0;
 }
 
 void gemm_json_store_init(gemm_json_store *st, const gemm_allocator *alloc, gemm_json_mem *mem)
@@ -92,8 +103,6 @@ int gemm_json_store_flip(gemm_json_store *st, uint64_t index, float f, int side)
     return 0;
 }
 
-static inline int i32_ok(double v) { return v >= -2147483648.0 && v <= 2147483647.0 && v == floor(v); }
-
 /* Converts (and checks before upto) n float64 values src[0..n), the first being element
  * first, into dst as type d (dst NULL: check only). Returns the index of the first bad
  * value, or UINT64_MAX. */
@@ -122,8 +131,8 @@ static uint64_t convert(gemm_json_store *st, const double *src, size_t n, uint64
             if (check && !isfinite(gemm_half_to_f32(d, h))) goto bad;
             if (dst) ((uint16_t *)dst)[i] = h;
         } else {
-            if (check && !i32_ok(v)) goto bad;
-            if (dst) ((int32_t *)dst)[i] = i32_ok(v) ? (int32_t)v : 0;
+            if (check && !gemm_f64_is_i32(v)) goto bad;
+            if (dst) ((int32_t *)dst)[i] = gemm_f64_is_i32(v) ? (int32_t)v : 0;
         }
         continue;
     bad:
@@ -187,12 +196,7 @@ int gemm_json_store_assemble(gemm_json_store *st, gemm_dtype d, uint64_t upto, i
         }
     }
     if (!out) return 0;
-    for (int k = 0; k < st->nblk; k++) give(st, st->blk[k].p, st->blk[k].cap * st->es);
-    st->nblk = 0;
-    st->whole = 0;
-    give(st, st->flips, st->flips_cap * sizeof *st->flips);
-    st->flips = NULL;
-    st->nflips = st->flips_cap = 0;
+    give_blocks(st);
     st->out = out;
     st->out_type = d;
     return 0;
@@ -208,12 +212,7 @@ void *gemm_json_store_take(gemm_json_store *st)
 
 void gemm_json_store_release(gemm_json_store *st)
 {
-    for (int k = 0; k < st->nblk; k++) give(st, st->blk[k].p, st->blk[k].cap * st->es);
-    st->nblk = 0;
-    st->whole = 0;
-    give(st, st->flips, st->flips_cap * sizeof *st->flips);
-    st->flips = NULL;
-    st->nflips = st->flips_cap = 0;
+    give_blocks(st);
     if (st->out) give(st, st->out, (size_t)st->count * gemm_dtype_size(st->out_type));
     st->out = NULL;
     st->cur = NULL;

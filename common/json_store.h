@@ -2,23 +2,16 @@
  * json_store.h - the elements of one JSON operand as they are read: typed, in blocks taken
  * from an allocator, assembled into one exact buffer when the operand is complete.
  *
- * The first 512 bytes of elements stay inside the store. After that, room comes in blocks:
- * one block of the exact size when the size is known (the inline elements move into it and
- * nothing is copied again), otherwise blocks that add half of what is held so far (at least
- * 16 KiB), never beyond what the caller says the limits and the rest of the body allow.
- * Nothing is copied while reading. Assembly allocates the result and copies (or converts)
- * the blocks into it one after the other, giving each back as soon as it is copied.
+ * The first 512 bytes of elements stay inside the store. Then room comes in blocks: one of
+ * the exact size when the size is known (nothing is copied again), else blocks that add half
+ * of what is held (at least 16 KiB), never beyond what the limits and the rest of the body
+ * allow. Assembly copies (or converts) the blocks into the result one after the other,
+ * giving each back as it is copied. So the allocator holds, while reading, the elements plus
+ * at most a third of them unused (plus 16 KiB), and while assembling that plus the result.
  *
- * Memory, as the allocator sees it: while reading, the elements plus at most a third of
- * them unused (plus 16 KiB); while assembling, that plus the result. Where the allocator's
- * memory is committed as it is touched (the host allocator), the resident peak is about the
- * result plus one block.
- *
- * A store whose type is not known yet holds float64 (deferred) and notes, for the rare
- * element whose float64 lies exactly halfway between two float32 values, the float32 its
- * text rounds to: assembly into float32 then gives exactly what strtof gives. Likewise,
- * for an element whose float64 lies halfway between two float16 or bfloat16 values, which
- * side of it the text lies on: those round from the text, once, too.
+ * A store whose type is not known yet holds float64 (deferred) and notes the rare element
+ * whose float64 lies exactly halfway between two float32 (or float16, bfloat16) values with
+ * what its text rounds to: assembly then gives what rounding the text once gives.
  */
 #ifndef GEMM_JSON_STORE_H
 #define GEMM_JSON_STORE_H

@@ -24,7 +24,6 @@
 /* ---- small helpers ------------------------------------------------------------ */
 
 static inline int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
-static inline int is_digit(char c) { return (unsigned char)(c - '0') < 10; }
 
 static inline uint64_t off_of(const gemm_json_stream *s, const char *p) { return s->base + (uint64_t)(p - s->data); }
 
@@ -54,6 +53,13 @@ static int syntax_at(gemm_json_stream *s, uint64_t off, const char *why)
         gemm_err_set(&s->syn, 400, "bad_json", "invalid JSON at byte %llu (line %llu, column %llu): %s",
                      (unsigned long long)off, (unsigned long long)s->line, (unsigned long long)col, why);
     return -1;
+}
+
+/* A syntax error at p: reading stops at the end of the chunk. */
+static const char *stop(gemm_json_stream *s, const char *p, const char *end, const char *why)
+{
+    syntax_at(s, off_of(s, p), why);
+    return end;
 }
 
 /* ---- the tokenizer ---------------------------------------------------------------------- */
@@ -111,33 +117,6 @@ static void number_value(gemm_json_stream *s, const gemm_decimal *d)
     value_done(s);
 }
 
-/* A number starting at p (p < end) in the generic path. Returns where reading goes on. */
-static const char *number_start(gemm_json_stream *s, const char *p, const char *end)
-{
-    gemm_decimal d;
-    /* only as much text as a cut number could have in its buffer, so that the answer does
-     * not depend on where chunks end */
-    int cut = end - p > GEMM_JSON_NUMBER_MAX + 1;
-    ptrdiff_t r = gemm_json_scan_number(p, cut ? p + GEMM_JSON_NUMBER_MAX + 1 : end, 0, &d);
-    if (r < 0) {
-        syntax_at(s, off_of(s, p) + (uint64_t)(-r - 1), "not a valid number");
-        return end;
-    }
-    if (r > GEMM_JSON_NUMBER_MAX || (r == 0 && cut)) {
-        syntax_at(s, off_of(s, p), "a number longer than " NUM_MAX_TEXT " characters");
-        return end;
-    }
-    if (r == 0) { /* the chunk ends inside the number */
-        s->num_len = (size_t)(end - p);
-        memcpy(s->num, p, s->num_len);
-        s->num_off = off_of(s, p);
-        s->state = S_NUMBER;
-        return end;
-    }
-    number_value(s, &d);
-    return p + r;
-}
-
 /* A byte where a value has just ended and none of ',', ']', '}' (or the end) came. */
 static int after_value_error(gemm_json_stream *s, uint64_t off)
 {
@@ -145,38 +124,43 @@ static int after_value_error(gemm_json_stream *s, uint64_t off)
     return syntax_at(s, off, s->stack[s->depth - 1].kind == '[' ? "expected ',' or ']'" : "expected ',' or '}'");
 }
 
-/* The buffer of a cut number filled up (GEMM_JSON_NUMBER_MAX + 1 characters of [0-9.eE+-]):
- * the same decision number_start makes on text in one piece. */
-static void number_overflow(gemm_json_stream *s)
+/* The number at t (n bytes of text, which begin at offset off): its length when it ends
+ * inside them (the value is taken), 0 when it may go on past them, -1 (a syntax error).
+ * At most GEMM_JSON_NUMBER_MAX + 1 bytes are looked at, whether in one chunk or cut, so
+ * that the answer does not depend on where chunks end. */
+static ptrdiff_t number_text(gemm_json_stream *s, const char *t, size_t n, int at_eof, uint64_t off)
 {
     gemm_decimal d;
-    ptrdiff_t r = gemm_json_scan_number(s->num, s->num + s->num_len, 0, &d);
-    if (r < 0) {
-        syntax_at(s, s->num_off + (uint64_t)(-r - 1), "not a valid number");
-    } else if (r == 0 || r > GEMM_JSON_NUMBER_MAX) {
-        syntax_at(s, s->num_off, "a number longer than " NUM_MAX_TEXT " characters");
-    } else { /* the number ended inside: what follows it is refused */
-        number_value(s, &d);
-        after_value_error(s, s->num_off + (uint64_t)r);
-    }
+    ptrdiff_t r = gemm_json_scan_number(t, t + n, at_eof, &d);
+    if (r < 0) return syntax_at(s, off + (uint64_t)(-r - 1), "not a valid number");
+    if (r > GEMM_JSON_NUMBER_MAX || (r == 0 && n > GEMM_JSON_NUMBER_MAX))
+        return syntax_at(s, off, "a number longer than " NUM_MAX_TEXT " characters");
+    if (r > 0) number_value(s, &d);
+    return r;
 }
 
-/* The number cut by a chunk end is complete (the next byte does not continue it, or EOF). */
-static int number_finish(gemm_json_stream *s)
+/* A number starting at p (p < end) in the generic path. Returns where reading goes on. */
+static const char *number_start(gemm_json_stream *s, const char *p, const char *end)
 {
-    gemm_decimal d;
-    if (s->num_len > GEMM_JSON_NUMBER_MAX) { /* as long as number_start's window: decide as it does */
-        number_overflow(s);
-        return s->failed ? -1 : 0;
-    }
-    ptrdiff_t r = gemm_json_scan_number(s->num, s->num + s->num_len, 1, &d);
-    if (r < 0) return syntax_at(s, s->num_off + (uint64_t)(-r - 1), "not a valid number");
-    if (r > GEMM_JSON_NUMBER_MAX) return syntax_at(s, s->num_off, "a number longer than " NUM_MAX_TEXT " characters");
-    number_value(s, &d);
-    /* what follows the number inside the buffer ("01", "1.5.3") is what the state after
-     * a value refuses, as it would in one piece */
-    if ((size_t)r < s->num_len) return after_value_error(s, s->num_off + (uint64_t)r);
-    return 0;
+    size_t n = (size_t)(end - p) > GEMM_JSON_NUMBER_MAX + 1 ? GEMM_JSON_NUMBER_MAX + 1 : (size_t)(end - p);
+    ptrdiff_t r = number_text(s, p, n, 0, off_of(s, p));
+    if (r < 0) return end;
+    if (r > 0) return p + r;
+    memcpy(s->num, p, n); /* the chunk ends inside the number */
+    s->num_len = n;
+    s->num_off = off_of(s, p);
+    s->state = S_NUMBER;
+    return end;
+}
+
+/* The number cut by a chunk end is complete: the next byte does not continue it, the body
+ * ended, or its buffer is full (one character more than the longest number: decided as
+ * number_start decides text in one piece). What follows it in the buffer ("01", "1.5.3")
+ * is what the state after a value refuses. */
+static void number_finish(gemm_json_stream *s)
+{
+    ptrdiff_t r = number_text(s, s->num, s->num_len, s->num_len <= GEMM_JSON_NUMBER_MAX, s->num_off);
+    if (r > 0 && (size_t)r < s->num_len) after_value_error(s, s->num_off + (uint64_t)r);
 }
 
 /* Numbers in a row or a data array, as long as they are whole inside the chunk: the
@@ -187,7 +171,7 @@ static const char *number_run(gemm_json_stream *s, const char *p, const char *en
     int x = f->x;
     for (;;) {
         p = skip_ws(s, p, end);
-        if (p == end || !(is_digit(*p) || *p == '-')) return p;
+        if (p == end || !(gemm_num_is_digit(*p) || *p == '-')) return p;
         gemm_decimal d;
         ptrdiff_t r = gemm_json_scan_number(p, end, 0, &d);
         if (r <= 0 || r > GEMM_JSON_NUMBER_MAX) return p; /* the general path says what is wrong */
@@ -213,38 +197,14 @@ static void capture(gemm_json_stream *s, const char *p, size_t n)
     s->str[s->str_len] = '\0';
 }
 
+/* Captures code point c, in UTF-8. */
 static void capture_code(gemm_json_stream *s, uint32_t c)
 {
     char u[4];
-    size_t n;
-    if (c < 0x80) {
-        u[0] = (char)c;
-        n = 1;
-    } else if (c < 0x800) {
-        u[0] = (char)(0xc0 | (c >> 6));
-        u[1] = (char)(0x80 | (c & 0x3f));
-        n = 2;
-    } else if (c < 0x10000) {
-        u[0] = (char)(0xe0 | (c >> 12));
-        u[1] = (char)(0x80 | ((c >> 6) & 0x3f));
-        u[2] = (char)(0x80 | (c & 0x3f));
-        n = 3;
-    } else {
-        u[0] = (char)(0xf0 | (c >> 18));
-        u[1] = (char)(0x80 | ((c >> 12) & 0x3f));
-        u[2] = (char)(0x80 | ((c >> 6) & 0x3f));
-        u[3] = (char)(0x80 | (c & 0x3f));
-        n = 4;
-    }
+    size_t n = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+    for (size_t i = n - 1; i > 0; i--, c >>= 6) u[i] = (char)(0x80 | (c & 0x3f));
+    u[0] = (char)(n == 1 ? c : ((0xf00u >> n) | c) & 0xff); /* 0xc0, 0xe0, 0xf0: the lead byte of n */
     capture(s, u, n);
-}
-
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    c = (char)(c | 0x20);
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
 }
 
 /* The first byte c (>= 0x80) of a UTF-8 character (RFC 3629): how many follow and the range
@@ -311,8 +271,7 @@ static const char *string_run(gemm_json_stream *s, const char *p, const char *en
                 p++;
                 continue;
             }
-            syntax_at(s, off_of(s, p), "a control character inside a string (escape it)");
-            return end;
+            return stop(s, p, end, "a control character inside a string (escape it)");
         }
         char c = *p;
         if (s->esc == 1) {
@@ -325,38 +284,29 @@ static const char *string_run(gemm_json_stream *s, const char *p, const char *en
                 s->esc = 2;
                 s->ucode = 0;
             } else {
-                syntax_at(s, off_of(s, p), "an invalid escape in a string");
-                return end;
+                return stop(s, p, end, "an invalid escape in a string");
             }
         } else if (s->esc == 6 || s->esc == 7) {
-            if (c != (s->esc == 6 ? '\\' : 'u')) {
-                syntax_at(s, off_of(s, p), "a \\u escape of a high surrogate without its low half");
-                return end;
-            }
+            if (c != (s->esc == 6 ? '\\' : 'u'))
+                return stop(s, p, end, "a \\u escape of a high surrogate without its low half");
             s->esc++;
             s->ucode = 0;
         } else {
-            int h = hex_value(c);
-            if (h < 0) {
-                syntax_at(s, off_of(s, p), "\\u must be followed by four hex digits");
-                return end;
-            }
+            int h = gemm_hex_digit(c);
+            if (h < 0) return stop(s, p, end, "\\u must be followed by four hex digits");
             s->ucode = s->ucode * 16 + (uint32_t)h;
             if (++s->esc == 6) { /* first \uXXXX complete */
                 if (s->ucode >= 0xd800 && s->ucode <= 0xdbff) {
                     s->uhigh = s->ucode;
                 } else if (s->ucode >= 0xdc00 && s->ucode <= 0xdfff) {
-                    syntax_at(s, off_of(s, p), "a \\u escape of a lone low surrogate");
-                    return end;
+                    return stop(s, p, end, "a \\u escape of a lone low surrogate");
                 } else {
                     capture_code(s, s->ucode);
                     s->esc = 0;
                 }
             } else if (s->esc == 12) { /* the low half */
-                if (s->ucode < 0xdc00 || s->ucode > 0xdfff) {
-                    syntax_at(s, off_of(s, p), "a \\u escape of a high surrogate without its low half");
-                    return end;
-                }
+                if (s->ucode < 0xdc00 || s->ucode > 0xdfff)
+                    return stop(s, p, end, "a \\u escape of a high surrogate without its low half");
                 capture_code(s, 0x10000 + ((s->uhigh - 0xd800) << 10) + (s->ucode - 0xdc00));
                 s->esc = 0;
             }
@@ -401,9 +351,8 @@ static const char *value_start(gemm_json_stream *s, const char *p, const char *e
         s->lit = "null", s->lit_type = T_NULL;
         break;
     default:
-        if (c == '-' || is_digit(c)) return number_start(s, p, end);
-        syntax_at(s, off_of(s, p), "expected a value");
-        return end;
+        if (c == '-' || gemm_num_is_digit(c)) return number_start(s, p, end);
+        return stop(s, p, end, "expected a value");
     }
     s->lit_pos = 1;
     s->state = S_LITERAL;
@@ -497,18 +446,12 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
             break;
         case S_NUMBER: {
             const char *q = p;
-            while (q < end && (is_digit(*q) || *q == '.' || *q == 'e' || *q == 'E' || *q == '+' || *q == '-')) q++;
+            while (q < end && (gemm_num_is_digit(*q) || *q == '.' || *q == 'e' || *q == 'E' || *q == '+' || *q == '-')) q++;
             size_t n = (size_t)(q - p), room = sizeof s->num - 1 - s->num_len;
-            if (n > room) { /* one more than the longest number: decide as in one piece */
-                memcpy(s->num + s->num_len, p, room);
-                s->num_len += room;
-                number_overflow(s);
-                break;
-            }
-            memcpy(s->num + s->num_len, p, n);
-            s->num_len += n;
+            memcpy(s->num + s->num_len, p, n < room ? n : room);
+            s->num_len += n < room ? n : room;
             p = q;
-            if (p < end) number_finish(s);
+            if (p < end || n > room) number_finish(s);
             break;
         }
         case S_LITERAL:
@@ -640,4 +583,3 @@ void gemm_json_stream_free(gemm_json_stream *s)
 
 size_t gemm_json_stream_held(const gemm_json_stream *s) { return s->mem.now; }
 size_t gemm_json_stream_peak(const gemm_json_stream *s) { return s->mem.peak; }
-uint64_t gemm_json_stream_offset(const gemm_json_stream *s) { return s->base; }

@@ -20,7 +20,8 @@ enum role { R_SKIP, R_ROOT, R_ROWS, R_ROW, R_MATOBJ, R_SHAPE, R_DATA, R_STACK, R
 /* K_OPT + i: row i of the options' table (options.h) */
 enum key { K_NONE, K_A, K_B, K_SHAPE, K_DATA, K_REF, K_OTHER, K_OPT };
 enum state { S_VALUE, S_ARR_FIRST, S_OBJ_FIRST, S_KEY, S_COLON, S_NEXT, S_END, S_STRING, S_NUMBER, S_LITERAL };
-enum vtype { T_STRING, T_NUMBER, T_BOOL, T_NULL, T_ARRAY, T_OBJECT };
+/* a value's type: its first character (gemm_json_type_name) */
+enum vtype { T_STRING = '"', T_NUMBER = '0', T_BOOL = 't', T_NULL = 'n', T_ARRAY = '[', T_OBJECT = '{' };
 
 /* Error ranks: the lowest noted is reported. Operand x's own (its reference, structure,
  * data length, elements) are kept apart from the body's, so that an operand that turns out
@@ -152,12 +153,6 @@ void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const
 int gemm_jsb_best_rank(const gemm_json_stream *s);
 /* Stops storing operand o and gives its memory back. */
 void gemm_jsb_kill(gemm_json_stream *s, operand *o);
-/* "a string", "an array", ... */
-const char *gemm_jsb_type_name(enum vtype t);
-/* Where an element sits, for messages: "a[2][1]", "a[0][2][1]" (3-D) or "b.data[4]"; from
- * a row-major index. */
-const char *gemm_jsb_place(char *buf, size_t cap, const operand *o, uint64_t mat, uint64_t i, uint64_t j);
-const char *gemm_jsb_place_index(char *buf, size_t cap, const operand *o, uint64_t idx);
 
 /* The shape of operand o once fully known and well formed (a reference's
  * included): 0 not known, 2 (rows x cols), 3 (batch matrices of rows x cols); the elements

@@ -63,28 +63,15 @@ static int header_param(const char *v, const char *name, char *out, size_t cap)
         p++;
         while (*p == ' ' || *p == '\t') p++;
         size_t n = 0;
-        int match = klen == nlen && strncasecmp(k, name, nlen) == 0;
-        if (*p == '"') {
-            p++;
-            while (*p && *p != '"') {
-                if (*p == '\\' && p[1]) p++;
-                if (match) {
-                    if (n + 1 >= cap) return -1;
-                    out[n++] = *p;
-                }
-                p++;
-            }
-            if (*p != '"') return -1;
-            p++;
-        } else {
-            while (*p && *p != ';' && *p != ' ' && *p != '\t') {
-                if (match) {
-                    if (n + 1 >= cap) return -1;
-                    out[n++] = *p;
-                }
-                p++;
+        int match = klen == nlen && strncasecmp(k, name, nlen) == 0, quoted = *p == '"';
+        for (p += quoted; *p && (quoted ? *p != '"' : *p != ';' && *p != ' ' && *p != '\t'); p++) {
+            if (quoted && *p == '\\' && p[1]) p++;
+            if (match) {
+                if (n + 1 >= cap) return -1;
+                out[n++] = *p;
             }
         }
+        if (quoted && *p++ != '"') return -1;
         if (match) {
             out[n] = '\0';
             return 1;
@@ -131,25 +118,19 @@ gemm_multipart *gemm_multipart_new(const char *content_type, const gemm_multipar
     return mp;
 }
 
+/* The parse fails with msg, or (NULL) a callback failed: its error is kept, or one supplied. */
 static int failed(gemm_multipart *mp, gemm_err *err, const char *msg)
 {
     mp->state = S_FAILED;
-    if (msg) gemm_err_set(err, 400, "bad_multipart", "%s", msg);
-    return -1;
-}
-
-/* A callback failed: keep its error, or supply one. */
-static int cb_failed(gemm_multipart *mp, gemm_err *err)
-{
-    mp->state = S_FAILED;
-    if (err && err->status == 0) gemm_err_set(err, 400, "bad_multipart", "a multipart part was refused");
+    if (msg || (err && err->status == 0))
+        gemm_err_set(err, 400, "bad_multipart", "%s", msg ? msg : "a multipart part was refused");
     return -1;
 }
 
 static int emit(gemm_multipart *mp, const char *p, size_t n, gemm_err *err)
 {
     if (n == 0 || mp->state != S_BODY || !mp->cb.part_data) return 0;
-    if (mp->cb.part_data(mp->user, p, n, err)) return cb_failed(mp, err);
+    if (mp->cb.part_data(mp->user, p, n, err)) return failed(mp, err, NULL);
     return 0;
 }
 
@@ -198,7 +179,7 @@ static int begin_part(gemm_multipart *mp, gemm_err *err)
     mp->state = S_BODY;
     if (mp->cb.part_begin &&
         mp->cb.part_begin(mp->user, name, have_file ? filename : NULL, have_ctype ? ctype : NULL, err))
-        return cb_failed(mp, err);
+        return failed(mp, err, NULL);
     return 0;
 }
 
@@ -206,7 +187,7 @@ static int end_part(gemm_multipart *mp, gemm_err *err)
 {
     if (!mp->in_part) return 0;
     mp->in_part = 0;
-    if (mp->cb.part_end && mp->cb.part_end(mp->user, err)) return cb_failed(mp, err);
+    if (mp->cb.part_end && mp->cb.part_end(mp->user, err)) return failed(mp, err, NULL);
     return 0;
 }
 

@@ -172,14 +172,9 @@ static int dtype_error(const char *raw, gemm_err *err)
 
 static int descr_dtype(const char *descr, gemm_dtype *out)
 {
-    if (descr[0] != '<' && descr[0] != '=') return -1;
-    if (strcmp(descr + 1, "f4") == 0) *out = GEMM_DTYPE_F32;
-    else if (strcmp(descr + 1, "f8") == 0) *out = GEMM_DTYPE_F64;
-    else if (strcmp(descr + 1, "i4") == 0) *out = GEMM_DTYPE_I32;
-    else if (strcmp(descr + 1, "f2") == 0) *out = GEMM_DTYPE_F16;
-    else if (strcmp(descr + 1, "V2") == 0) *out = GEMM_DTYPE_BF16; /* what np.save writes for ml_dtypes.bfloat16 */
-    else return -1;
-    return 0;
+    for (int d = 0; (descr[0] == '<' || descr[0] == '=') && d < GEMM_DTYPE_COUNT; d++)
+        if (strcmp(descr + 1, gemm_dtypes[d].npy + 1) == 0) return *out = (gemm_dtype)d, 0;
+    return -1;
 }
 
 static int parse_dict(const char *text, size_t len, gemm_npy_header *hdr, gemm_err *err)
@@ -279,29 +274,12 @@ int gemm_npy_parse_header(const void *buf, size_t len, gemm_npy_header *hdr, gem
     return 1;
 }
 
-const char *gemm_npy_descr(gemm_dtype d)
-{
-    switch (d) {
-    case GEMM_DTYPE_F32: return "<f4";
-    case GEMM_DTYPE_F64: return "<f8";
-    case GEMM_DTYPE_I32: return "<i4";
-    case GEMM_DTYPE_F16: return "<f2";
-    case GEMM_DTYPE_BF16: return "<V2"; /* as np.save writes an ml_dtypes.bfloat16 array */
-    default: return NULL;
-    }
-}
-
-size_t gemm_npy_write_header(void *buf, size_t cap, gemm_dtype d, uint64_t rows, uint64_t cols)
-{
-    return gemm_npy_write_header3(buf, cap, d, 0, rows, cols);
-}
-
 size_t gemm_npy_write_header3(void *buf, size_t cap, gemm_dtype d, uint64_t batch, uint64_t rows,
                               uint64_t cols)
 {
-    const char *descr = gemm_npy_descr(d);
     char dict[192];
-    if (!descr) return 0;
+    if (d < 0 || d >= GEMM_DTYPE_COUNT) return 0;
+    const char *descr = gemm_dtypes[d].npy;
     int n = batch ? snprintf(dict, sizeof dict,
                              "{'descr': '%s', 'fortran_order': False, 'shape': (%llu, %llu, %llu), }",
                              descr, (unsigned long long)batch, (unsigned long long)rows,
@@ -419,17 +397,11 @@ int gemm_npy_reader_feed(gemm_npy_reader *r, const void *data, size_t len, gemm_
         r->hlen += take;
         p += take;
         len -= take;
-        if (r->hlen < r->hwant) {
-            /* Refuse a wrong magic as soon as it shows. */
-            int major, minor;
-            size_t at, hl;
-            if (npy_prefix(r->hbuf, r->hlen, &major, &minor, &at, &hl, err) < 0) return fail(r);
-            break;
-        }
-        int major, minor;
+        int major = 0, minor;
         size_t at = 0, hl = 0;
         int pr = npy_prefix(r->hbuf, r->hlen, &major, &minor, &at, &hl, err);
-        if (pr < 0) return fail(r);
+        if (pr < 0) return fail(r); /* a wrong magic is refused as soon as it shows */
+        if (r->hlen < r->hwant) break;
         if (pr == 0) {
             r->hwant = major == 1 ? 10 : 12;
             continue;
@@ -467,28 +439,19 @@ const gemm_npy_header *gemm_npy_reader_header(const gemm_npy_reader *r)
 static void transpose(void *dst, const void *src, size_t rows, size_t cols, size_t es)
 {
     enum { B = 32 };
+#define BLOCK(T)                                                                                                       \
+    for (size_t i = i0; i < i1; i++)                                                                                   \
+        for (size_t j = j0; j < j1; j++) ((T *)dst)[i * cols + j] = ((const T *)src)[j * rows + i];
     for (size_t i0 = 0; i0 < rows; i0 += B) {
         size_t i1 = i0 + B < rows ? i0 + B : rows;
         for (size_t j0 = 0; j0 < cols; j0 += B) {
             size_t j1 = j0 + B < cols ? j0 + B : cols;
-            if (es == 2) { /* float16, bfloat16 */
-                uint16_t *d = dst;
-                const uint16_t *s = src;
-                for (size_t i = i0; i < i1; i++)
-                    for (size_t j = j0; j < j1; j++) d[i * cols + j] = s[j * rows + i];
-            } else if (es == 4) {
-                uint32_t *d = dst;
-                const uint32_t *s = src;
-                for (size_t i = i0; i < i1; i++)
-                    for (size_t j = j0; j < j1; j++) d[i * cols + j] = s[j * rows + i];
-            } else {
-                uint64_t *d = dst;
-                const uint64_t *s = src;
-                for (size_t i = i0; i < i1; i++)
-                    for (size_t j = j0; j < j1; j++) d[i * cols + j] = s[j * rows + i];
-            }
+            if (es == 2) BLOCK(uint16_t) /* float16, bfloat16 */
+            else if (es == 4) BLOCK(uint32_t)
+            else BLOCK(uint64_t)
         }
     }
+#undef BLOCK
 }
 
 int gemm_npy_reader_finish(gemm_npy_reader *r, gemm_matrix *out, gemm_err *err)

@@ -1,11 +1,12 @@
 /*
  * npy.h - NumPy .npy files (format 1.0, 2.0 and 3.0), read as a stream and written.
  *
- * Only 2-D arrays (and 3-D stacks of matrices, C order) of float32 ('<f4'), float64 ('<f8'),
- * int32 ('<i4'), float16 ('<f2') and bfloat16 ('<V2', see gemm_npy_descr) are accepted ('='
- * byte order is taken as little-endian). Big-endian,
- * object, structured and other dtypes are refused with a message naming the dtype.
- * fortran_order arrays are transposed into row-major on finish.
+ * Only 2-D arrays (and 3-D stacks of matrices, C order) of the descrs of gemm_dtypes[].npy
+ * are accepted: float32 ('<f4'), float64 ('<f8'), int32 ('<i4'), float16 ('<f2') and bfloat16
+ * ('<V2'; '=' is taken for '<'). NumPy has no bfloat16: np.save writes an ml_dtypes.bfloat16
+ * array as '<V2', which np.load gives as a 2-byte void array (.view(ml_dtypes.bfloat16) makes
+ * it bfloat16 again). Big-endian, object, structured and other dtypes are refused with a
+ * message naming the dtype. fortran_order arrays are transposed into row-major on finish.
  */
 #ifndef GEMM_NPY_H
 #define GEMM_NPY_H
@@ -35,15 +36,9 @@ typedef struct {
  * fortran_order). */
 int gemm_npy_parse_header(const void *buf, size_t len, gemm_npy_header *hdr, gemm_err *err);
 
-/* The descr of dtype d in a .npy header: "<f4", "<f8", "<i4", "<f2" (float16), and "<V2" for
- * bfloat16 - the descr np.save writes for an ml_dtypes.bfloat16 array (NumPy has no bfloat16;
- * np.load gives a 2-byte void array: .view(ml_dtypes.bfloat16) makes it bfloat16 again).
- * NULL for an invalid dtype. Reading takes the same descrs ('=' for '<' too). */
-const char *gemm_npy_descr(gemm_dtype d);
-/* Writes a format 1.0 header for a C-order rows x cols array; the total length is a
- * multiple of 64. Returns the bytes written, or 0 if cap is too small (128 is enough). */
-size_t gemm_npy_write_header(void *buf, size_t cap, gemm_dtype d, uint64_t rows, uint64_t cols);
-/* The same for a C-order batch x rows x cols array (batch 0 writes the 2-D header). */
+/* Writes a format 1.0 header for a C-order batch x rows x cols array (batch 0: a rows x cols
+ * one); the total length is a multiple of 64. Returns the bytes written, or 0 if cap is too
+ * small (128 is enough). */
 size_t gemm_npy_write_header3(void *buf, size_t cap, gemm_dtype d, uint64_t batch, uint64_t rows,
                               uint64_t cols);
 

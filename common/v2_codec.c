@@ -18,64 +18,44 @@ int gemm_v2_dtype_from_name(const char *s, gemm_dtype *out)
 {
     static const char *const others[] = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64",
                                          "INT8", "INT16", "INT64",  "BYTES"};
-    gemm_dtype d;
-    if (!s) return -2;
-    if (gemm_dtype_from_name(s, &d) == 0 && strcmp(s, gemm_v2_dtype_name(d)) == 0) return *out = d, 0; /* caseful */
-    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+    for (int d = 0; s && d < GEMM_DTYPE_COUNT; d++)
+        if (strcmp(s, gemm_dtypes[d].v2) == 0) return *out = (gemm_dtype)d, 0; /* caseful */
+    for (size_t i = 0; s && i < sizeof others / sizeof others[0]; i++)
         if (strcmp(s, others[i]) == 0) return -1;
     return -2;
 }
 
-const char *gemm_v2_dtype_name(gemm_dtype d)
-{
-    switch (d) {
-    case GEMM_DTYPE_F32: return "FP32";
-    case GEMM_DTYPE_F64: return "FP64";
-    case GEMM_DTYPE_I32: return "INT32";
-    case GEMM_DTYPE_F16: return "FP16";
-    case GEMM_DTYPE_BF16: return "BF16";
-    default: return "";
-    }
-}
+const char *gemm_v2_dtype_name(gemm_dtype d) { return d >= 0 && d < GEMM_DTYPE_COUNT ? gemm_dtypes[d].v2 : ""; }
 
 /* ---- small helpers ------------------------------------------------------------ */
 
-char *gemm_v2_utf8_dup(const char *s)
+/* A copy of s in which every byte that is not part of valid UTF-8 is '?' (malloc). */
+static char *utf8_dup(const char *s)
 {
-    size_t len = strlen(s);
-    char *out = malloc(len + 1);
-    if (!out) return NULL;
-    memcpy(out, s, len + 1);
-    unsigned char *p = (unsigned char *)out;
-    while (*p) {
+    char *out = strdup(s);
+    for (unsigned char *p = (unsigned char *)out; p && *p;) {
         size_t n = gemm_utf8_seq(p);
-        if (n == 0) {
-            *p++ = '?';
-            continue;
-        }
-        p += n;
+        if (n) p += n;
+        else *p++ = '?';
     }
     return out;
 }
 
 static const char *type_name(const cJSON *v)
 {
-    if (!v) return "missing";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsObject(v)) return "an object";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNull(v)) return "null";
-    if (cJSON_IsNumber(v)) return "a number";
-    return "not a value";
+    return !v ? "missing"
+               : gemm_json_type_name(cJSON_IsString(v)   ? '"'
+                                     : cJSON_IsArray(v)  ? '['
+                                     : cJSON_IsObject(v) ? '{'
+                                     : cJSON_IsBool(v)   ? 't'
+                                     : cJSON_IsNull(v)   ? 'n'
+                                                         : '0');
 }
 
 static int is_count(const cJSON *v, uint64_t *out)
 {
-    if (!cJSON_IsNumber(v)) return 0;
-    double d = v->valuedouble;
-    if (!(d >= 0 && d <= 9007199254740992.0) || d != floor(d)) return 0;
-    *out = (uint64_t)d;
+    if (!cJSON_IsNumber(v) || !gemm_f64_is_count(v->valuedouble)) return 0;
+    *out = (uint64_t)v->valuedouble;
     return 1;
 }
 
@@ -239,19 +219,6 @@ static int parse_input(const cJSON *t, size_t pos, int binary_ok, const gemm_v2_
     return 0;
 }
 
-static const char *char_type_name(char c)
-{
-    switch (c) {
-    case '"': return "a string";
-    case '[': return "an array";
-    case '{': return "an object";
-    case 't':
-    case 'f': return "a boolean";
-    case 'n': return "null";
-    default: return "a number";
-    }
-}
-
 /* The data array's layout (measured by the first pass) against the (sane) shape. */
 static int check_data(const gemm_v2_input *in, int which, gemm_err *err)
 {
@@ -267,7 +234,7 @@ static int check_data(const gemm_v2_input *in, int which, gemm_err *err)
                                                                                                          : in->odd_len;
     if (in->not_row && (!bad_len_row || in->not_row < bad_len_row))
         return gemm_err_set(err, 400, "bad_data", "input %s: data[%llu] is %s; nested data is an array of rows",
-                            input_name(which), (unsigned long long)(in->not_row - 1), char_type_name(in->not_row_type));
+                            input_name(which), (unsigned long long)(in->not_row - 1), gemm_json_type_name(in->not_row_type));
     if (bad_len_row)
         return gemm_err_set(err, 400, "bad_data", "input %s: data[%llu] has %llu elements but shape [%llu,%llu] "
                             "has rows of %llu", input_name(which), (unsigned long long)(bad_len_row - 1),
@@ -366,14 +333,8 @@ static int at(const v2_scan *sc, char c) { return sc->p < sc->len && sc->s[sc->p
 static int hex4(const char *p, unsigned *out)
 {
     unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-        else return -1;
-    }
+    for (int i = 0, h; i < 4; i++, v = v << 4 | (unsigned)h)
+        if ((h = gemm_hex_digit(p[i])) < 0) return -1;
     *out = v;
     return 0;
 }
@@ -464,13 +425,17 @@ static int scan_element(v2_scan *sc)
     return scan_value(sc, V2_SKIP, 0);
 }
 
-/* Opens a container at p; then the caller's loop: after each value, ',' or close. */
-static int open_container(v2_scan *sc)
+/* Opens a container at p: 1 when it closes at once (close), 0 when a value follows (then
+ * the caller's loop: after each value, ',' or close), -1. */
+static int open_container(v2_scan *sc, char close)
 {
     if (++sc->depth > V2_MAX_DEPTH) return bad(sc);
     sc->p++;
     skip_ws(sc);
-    return 0;
+    if (!at(sc, close)) return 0;
+    sc->p++;
+    sc->depth--;
+    return 1;
 }
 
 /* ',' (1: another value follows) or the closing bracket (0); -1 otherwise. */
@@ -494,12 +459,8 @@ static int next_or_close(v2_scan *sc, char close)
 static int scan_row(v2_scan *sc, uint64_t *n)
 {
     *n = 0;
-    if (open_container(sc)) return -1;
-    if (at(sc, ']')) {
-        sc->p++;
-        sc->depth--;
-        return 0;
-    }
+    int e = open_container(sc, ']');
+    if (e) return e < 0 ? -1 : 0;
     for (;;) {
         if (scan_element(sc)) return -1;
         (*n)++;
@@ -514,11 +475,9 @@ static int scan_data(v2_scan *sc, int pos)
     gemm_v2_input *d = &sc->span[pos];
     memset(d, 0, sizeof *d);
     size_t start = sc->p;
-    if (open_container(sc)) return -1;
-    if (at(sc, ']')) {
-        sc->p++;
-        sc->depth--;
-    } else {
+    int e = open_container(sc, ']');
+    if (e < 0) return -1;
+    if (e == 0) {
         for (uint64_t i = 0;; i++) {
             if (i == 0) d->nested = at(sc, '[');
             if (d->nested && at(sc, '[')) {
@@ -550,13 +509,8 @@ static int scan_data(v2_scan *sc, int pos)
 
 static int scan_object(v2_scan *sc, int role, int pos)
 {
-    int seen_data = 0;
-    if (open_container(sc)) return -1;
-    if (at(sc, '}')) {
-        sc->p++;
-        sc->depth--;
-        return 0;
-    }
+    int seen_data = 0, e = open_container(sc, '}');
+    if (e) return e < 0 ? -1 : 0;
     for (;;) {
         char key[12];
         if (!at(sc, '"')) return bad(sc);
@@ -590,12 +544,8 @@ static int scan_object(v2_scan *sc, int role, int pos)
 
 static int scan_array(v2_scan *sc, int role)
 {
-    if (open_container(sc)) return -1;
-    if (at(sc, ']')) {
-        sc->p++;
-        sc->depth--;
-        return 0;
-    }
+    int e = open_container(sc, ']');
+    if (e) return e < 0 ? -1 : 0;
     for (uint64_t i = 0;; i++) {
         if (scan_value(sc, role == V2_INPUTS ? V2_INPUT : V2_SKIP, i < 2 ? (int)i : 2)) return -1;
         int k = next_or_close(sc, ']');
@@ -627,16 +577,49 @@ static int scan_value(v2_scan *sc, int role, int pos)
 
 /* ---- the request ----------------------------------------------------------------- */
 
+/* The header from root_at to where the first pass ended, with each data array it measured
+ * replaced by [] (skel_len bytes in all), parsed into a tree. NULL with *fail_at where in the
+ * request cJSON stopped, or SIZE_MAX when memory ran out. */
+static cJSON *parse_rest(const v2_scan *sc, size_t root_at, size_t skel_len, size_t *fail_at)
+{
+    const gemm_v2_input *sp[2] = {&sc->span[0], &sc->span[1]}; /* in the order they come */
+    if (sp[0]->data && sp[1]->data && sp[1]->data < sp[0]->data) sp[0] = &sc->span[1], sp[1] = &sc->span[0];
+    char *skel = malloc(skel_len + 1);
+    *fail_at = SIZE_MAX;
+    if (!skel) return NULL;
+    const char *from = sc->s + root_at;
+    size_t k = 0;
+    for (int i = 0; i < 3; i++) {
+        const char *to = i < 2 ? sp[i]->data : sc->s + sc->p;
+        if (!to) continue;
+        memcpy(skel + k, from, (size_t)(to - from));
+        k += (size_t)(to - from);
+        if (i == 2) break;
+        memcpy(skel + k, "[]", 2);
+        k += 2;
+        from = to + sp[i]->data_len;
+    }
+    skel[k] = '\0';
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(skel, k, &end, 0);
+    if (!root) { /* where that is in the request: past the stand-ins before it */
+        size_t in_skel = end && end >= skel && end <= skel + k ? (size_t)(end - skel) : 0, removed = 0;
+        *fail_at = root_at + in_skel;
+        for (int i = 0; i < 2; i++) {
+            if (!sp[i]->data) continue;
+            if (in_skel < (size_t)(sp[i]->data - sc->s) - root_at - removed + 2) break; /* before its [] ends */
+            *fail_at += sp[i]->data_len - 2;
+            removed += sp[i]->data_len - 2;
+        }
+    }
+    free(skel);
+    return root;
+}
+
 static int not_json(gemm_err *err, size_t off, int binary_ok)
 {
     return gemm_err_set(err, 400, "bad_json", "the inference request is not valid JSON (at byte %zu)%s", off,
                         binary_ok ? "; is Inference-Header-Content-Length right?" : "");
-}
-
-int gemm_v2_parse_request(const char *json, size_t len, int binary_ok, const gemm_limits *lim, gemm_v2_request *r,
-                          gemm_err *err)
-{
-    return gemm_v2_parse_request_admitted(json, len, binary_ok, lim, NULL, NULL, r, err);
 }
 
 int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, const gemm_limits *lim,
@@ -668,43 +651,10 @@ int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, 
     uint64_t bound = (uint64_t)skel_len + 1 + V2_ALLOC_SLACK + sc.nodes * (sizeof(cJSON) + V2_ALLOC_SLACK) +
                      sc.str_bytes + GEMM_V2_ID_MAX + 2 * V2_ALLOC_SLACK;
     if (admit && admit(user, bound, err) != 0) return -1;
-    char *skel = malloc(skel_len + 1);
-    if (!skel) return gemm_err_set(err, 503, "out_of_memory", "cannot parse the inference request now");
-    const gemm_v2_input *first = &sc.span[0], *second = &sc.span[1];
-    if (first->data && second->data && second->data < first->data) {
-        first = &sc.span[1];
-        second = &sc.span[0];
-    }
-    const char *from = json + root_at;
-    size_t k = 0;
-    for (const gemm_v2_input *sp = first; sp; sp = sp == first ? second : NULL) {
-        if (!sp->data) continue;
-        memcpy(skel + k, from, (size_t)(sp->data - from));
-        k += (size_t)(sp->data - from);
-        memcpy(skel + k, "[]", 2);
-        k += 2;
-        from = sp->data + sp->data_len;
-    }
-    memcpy(skel + k, from, (size_t)(json + sc.p - from));
-    k += (size_t)(json + sc.p - from);
-    skel[k] = '\0';
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(skel, k, &end, 0);
-    if (!root) {
-        /* where that is in the request: past the stand-ins before it */
-        size_t at_skel = end && end >= skel && end <= skel + k ? (size_t)(end - skel) : 0, at_req = root_at + at_skel;
-        size_t removed = 0;
-        for (const gemm_v2_input *sp = first; sp; sp = sp == first ? second : NULL) {
-            if (!sp->data) continue;
-            size_t in_skel = (size_t)(sp->data - json) - root_at - removed; /* where its [] is */
-            if (at_skel < in_skel + 2) break;
-            at_req += sp->data_len - 2;
-            removed += sp->data_len - 2;
-        }
-        free(skel);
-        return not_json(err, at_req, binary_ok);
-    }
-    free(skel);
+    size_t fail_at;
+    cJSON *root = parse_rest(&sc, root_at, skel_len, &fail_at);
+    if (!root && fail_at == SIZE_MAX) return gemm_err_set(err, 503, "out_of_memory", "cannot parse the inference request now");
+    if (!root) return not_json(err, fail_at, binary_ok);
     r->root = root;
     if (!cJSON_IsObject(root))
         return gemm_err_set(err, 400, "bad_json", "the inference request is %s; expected a JSON object",
@@ -716,7 +666,7 @@ int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, 
             return gemm_err_set(err, 400, "bad_request", "\"id\" is %s; expected a string", type_name(id));
         if (strlen(id->valuestring) > GEMM_V2_ID_MAX)
             return gemm_err_set(err, 400, "bad_request", "\"id\" is longer than %d bytes", GEMM_V2_ID_MAX);
-        r->id = gemm_v2_utf8_dup(id->valuestring);
+        r->id = utf8_dup(id->valuestring);
         if (!r->id) return gemm_err_set(err, 503, "out_of_memory", "cannot copy the request id now");
     }
     int binary_default;
@@ -762,61 +712,25 @@ int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, 
 
 /* ---- JSON tensor data ------------------------------------------------------------- */
 
-/* The number at *p (checked by the first pass) into element idx of dst. */
+/* The number at *p (checked by the first pass) into element idx, at dst. */
 static int store(const char **p, const char *end, gemm_dtype dt, void *dst, size_t idx, int which, gemm_err *err)
 {
     if (!is_number_start(**p))
         return gemm_err_set(err, 400, "bad_data", "input %s: element %zu is %s; expected a number", input_name(which),
-                            idx, char_type_name(**p));
+                            idx, gemm_json_type_name(**p));
     gemm_decimal d;
     ptrdiff_t n = gemm_json_scan_number(*p, end, 1, &d);
     if (n <= 0) return gemm_err_set(err, 400, "bad_data", "input %s: element %zu is not a number", input_name(which), idx);
     *p += n;
-    switch (dt) {
-    case GEMM_DTYPE_F32: {
-        float f = gemm_decimal_to_f32(&d);
-        if (isinf(f))
-            return gemm_err_set(err, 400, "bad_data", "input %s: element %zu = %.17g is beyond FP32's range",
-                                input_name(which), idx, gemm_decimal_to_f64(&d));
-        ((float *)dst)[idx] = f;
-        return 0;
-    }
-    case GEMM_DTYPE_F64: {
-        double v = gemm_decimal_to_f64(&d);
-        if (isinf(v))
-            return gemm_err_set(err, 400, "bad_data", "input %s: element %zu is beyond FP64's range", input_name(which),
-                                idx);
-        ((double *)dst)[idx] = v;
-        return 0;
-    }
-    case GEMM_DTYPE_F16:
-    case GEMM_DTYPE_BF16: {
-        uint16_t h = gemm_decimal_to_half(&d, dt); /* one rounding from the text, as on /v1 */
-        if (!isfinite(gemm_half_to_f32(dt, h)))
-            return gemm_err_set(err, 400, "bad_data", "input %s: element %zu = %.17g is beyond %s's range",
-                                input_name(which), idx, gemm_decimal_to_f64(&d), gemm_v2_dtype_name(dt));
-        ((uint16_t *)dst)[idx] = h;
-        return 0;
-    }
-    default: {
-        if (d.integer && !d.trunc && d.q == 0 && d.w <= 2147483648u && (d.neg || d.w <= 2147483647u)) {
-            ((int32_t *)dst)[idx] = d.neg ? (int32_t)(-(int64_t)d.w) : (int32_t)d.w;
-            return 0;
-        }
-        double v = gemm_decimal_to_f64(&d);
-        if (!(v >= -2147483648.0 && v <= 2147483647.0) || v != floor(v))
-            return gemm_err_set(err, 400, "bad_data",
-                                "input %s: element %zu = %.17g is not an INT32 (integers from -2147483648 to "
-                                "2147483647)", input_name(which), idx, v);
-        ((int32_t *)dst)[idx] = (int32_t)v;
-        return 0;
-    }
-    }
-}
-
-static void fill_ws(const char **p, const char *end)
-{
-    while (*p < end && is_ws(**p)) (*p)++;
+    if (gemm_decimal_store(&d, dt, dst) == 0) return 0; /* float16 and bfloat16: one rounding, as on /v1 */
+    if (dt == GEMM_DTYPE_F64)
+        return gemm_err_set(err, 400, "bad_data", "input %s: element %zu is beyond FP64's range", input_name(which), idx);
+    if (dt == GEMM_DTYPE_I32)
+        return gemm_err_set(err, 400, "bad_data",
+                            "input %s: element %zu = %.17g is not an INT32 (integers from -2147483648 to 2147483647)",
+                            input_name(which), idx, gemm_decimal_to_f64(&d));
+    return gemm_err_set(err, 400, "bad_data", "input %s: element %zu = %.17g is beyond %s's range", input_name(which),
+                        idx, gemm_decimal_to_f64(&d), gemm_v2_dtype_name(dt));
 }
 
 int gemm_v2_fill_input(const gemm_v2_request *r, int which, void *dst, gemm_err *err)
@@ -824,31 +738,18 @@ int gemm_v2_fill_input(const gemm_v2_request *r, int which, void *dst, gemm_err 
     const gemm_v2_input *in = &r->in[which];
     if (in->binary || !in->data)
         return gemm_err_set(err, 500, "internal_error", "input %s has no JSON data to convert", input_name(which));
-    /* The layout was checked against the shape: count values and rows as they come. */
-    const char *p = in->data + 1, *end = in->data + in->data_len;
-    size_t idx = 0, total = (size_t)(in->rows * in->cols);
-    fill_ws(&p, end);
-    while (p < end && *p != ']') {
-        if (in->nested) {
-            p++; /* '[' of a row */
-            fill_ws(&p, end);
-            while (p < end && *p != ']') {
-                if (idx >= total) return gemm_err_set(err, 500, "internal_error", "input %s: more data than checked",
-                                                      input_name(which));
-                if (store(&p, end, r->dtype, dst, idx++, which, err)) return -1;
-                fill_ws(&p, end);
-                if (p < end && *p == ',') p++;
-                fill_ws(&p, end);
-            }
-            p++; /* ']' */
-        } else {
-            if (idx >= total) return gemm_err_set(err, 500, "internal_error", "input %s: more data than checked",
-                                                  input_name(which));
-            if (store(&p, end, r->dtype, dst, idx++, which, err)) return -1;
-        }
-        fill_ws(&p, end);
-        if (p < end && *p == ',') p++;
-        fill_ws(&p, end);
+    /* The layout was checked against the shape: the values inside the outer brackets, with
+     * the brackets of the rows when nested. */
+    const char *p = in->data + 1, *end = in->data + in->data_len - 1;
+    size_t idx = 0, total = (size_t)(in->rows * in->cols), es = gemm_dtype_size(r->dtype);
+    int row = 0; /* inside a row */
+    while (p < end) {
+        if (is_ws(*p) || *p == ',') p++;
+        else if (in->nested && *p == (row ? ']' : '[')) p++, row = !row;
+        else if (idx >= total)
+            return gemm_err_set(err, 500, "internal_error", "input %s: more data than checked", input_name(which));
+        else if (store(&p, end, r->dtype, (char *)dst + idx * es, idx, which, err)) return -1;
+        else idx++;
     }
     if (idx != total)
         return gemm_err_set(err, 500, "internal_error", "input %s: %zu values where %zu were checked", input_name(which),

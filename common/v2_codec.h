@@ -2,25 +2,12 @@
  * v2_codec.h - bodies of the Open Inference Protocol (KServe v2, REST) for the one model
  * gemmd serves, "matmul": inputs A (m x k) and B (k x n), output C = A.B (m x n).
  *
- * An inference request is a JSON object, optionally followed by binary tensor data (the
- * binary tensor data extension: the JSON's length is in the Inference-Header-Content-Length
- * header, and each input sent that way has "parameters": {"binary_data_size": N}; the
- * binary parts follow the JSON in the order the inputs are listed):
- *
- *   {"id": "42",
- *    "parameters": {"kernel": "tiled", "math": "fp32", "tile": 32, "binary_data_output": true},
- *    "inputs": [{"name": "A", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]},
- *               {"name": "B", "shape": [3, 1], "datatype": "FP32",
- *                "parameters": {"binary_data_size": 12}}],
- *    "outputs": [{"name": "C", "parameters": {"binary_data": true}}]}
- *
- * JSON tensor data is row-major, flat ([1,2,3,4,5,6]) or nested by rows ([[1,2,3],[4,5,6]]).
- * Datatypes: FP32, FP64, INT32, FP16, BF16 (A and B alike; C has theirs, or FP32 for FP16 /
- * BF16 unless parameters.out_dtype asks for theirs).
+ * The request (a JSON object, then binary tensor data when Inference-Header-Content-Length
+ * says where the JSON ends), its datatypes and the answer are docs/V2.md's ("Inference").
  *
  *   gemm_v2_request r;
  *   gemm_v2_request_init(&r);
- *   if (gemm_v2_parse_request(json, len, 1, &limits, &r, &err) == 0) {
+ *   if (gemm_v2_parse_request_admitted(json, len, 1, &limits, NULL, NULL, &r, &err) == 0) {
  *       ... allocate A and B (sizes are checked), gemm_v2_fill_input(&r, 0, a, &err) for JSON
  *       inputs, binary inputs from the bytes after the JSON, in r.order ...
  *   }
@@ -41,12 +28,11 @@ extern "C" {
 #define GEMM_V2_MODEL_VERSION "1"
 #define GEMM_V2_ID_MAX 1024 /* bytes of a request id */
 
-/* "FP32" -> float32, "FP64" -> float64, "INT32" -> int32, "FP16" -> float16, "BF16" ->
- * bfloat16: 0. -1 for the protocol's other datatypes (BOOL, UINT8, ..., BYTES), which this
- * model does not take; -2 for
- * names that are not v2 datatypes at all. */
+/* A dtype from its v2 datatype (gemm_dtypes[].v2, caseful): 0. -1 for the protocol's other
+ * datatypes (BOOL, UINT8, ..., BYTES), which this model does not take; -2 for names that are
+ * not v2 datatypes at all. */
 int gemm_v2_dtype_from_name(const char *s, gemm_dtype *out);
-/* "FP32", "FP64", "INT32", "FP16", "BF16" ("" for an invalid dtype). */
+/* gemm_dtypes[d].v2, "" for an invalid dtype. */
 const char *gemm_v2_dtype_name(gemm_dtype d);
 
 typedef struct {
@@ -78,28 +64,21 @@ typedef struct {
 void gemm_v2_request_init(gemm_v2_request *r);
 void gemm_v2_request_free(gemm_v2_request *r);
 
-/* Parses and checks a whole inference request header (len bytes of JSON). The "data"
- * arrays of the inputs are never parsed into a tree: a first pass checks the syntax of the
- * whole header, measures each input's array (values, rows) and notes where its text lies;
- * the rest (small in any sane request) is parsed by cJSON. json must stay valid until the
- * JSON inputs are filled. binary_ok: the
- * body carries binary tensor data after the JSON (Inference-Header-Content-Length was
- * given); without it an input with binary_data_size is an error. Checks, before anything
- * is allocated: the structure, input and output names (A, B; C), datatypes, shapes
- * ([rows, cols]), the product against lim (gemm_check_product), each binary_data_size
- * against its shape and each JSON "data" array's length against its shape.
- * Errors (all 400 unless noted): bad_json, bad_request, unknown_input, duplicate_input,
- * missing_input, bad_datatype, dtype_mismatch, bad_shape, bad_data, bad_binary_size,
- * unknown_output, unsupported, bad_parameter, and gemm_check_product's (422
- * shape_mismatch / empty_matrix, 413 too_large). Returns 0 or -1 with *err set. */
-int gemm_v2_parse_request(const char *json, size_t len, int binary_ok, const gemm_limits *lim, gemm_v2_request *r,
-                          gemm_err *err);
-
-/* The same, with the memory the parse holds admitted first: after the first pass (which
- * allocates nothing), admit(user, bytes, err) is called with a strict upper bound of what
- * the tree of the rest will take (its text, every node and every string, each with the
- * allocator's overhead); when it returns nonzero (err set: e.g. 503 over the memory
- * budget) nothing is allocated and -1 is returned. admit may be NULL. */
+/* Parses and checks a whole inference request header (len bytes of JSON). The "data" arrays
+ * of the inputs are never parsed into a tree: a first pass, which allocates nothing, checks
+ * the syntax of the whole header, measures each input's array (values, rows) and notes where
+ * its text lies; the rest (small in any sane request) is parsed by cJSON. json must stay
+ * valid until the JSON inputs are filled. binary_ok: the body carries binary tensor data after
+ * the JSON (Inference-Header-Content-Length was given); without it an input with
+ * binary_data_size is an error. Before anything is allocated, admit(user, bytes, err) (when
+ * not NULL) is called with a strict upper bound of what the tree will take (its text, every
+ * node and string, with the allocator's overhead): nonzero (err set, e.g. 503 over the memory
+ * budget) stops the parse. Checks: the structure, input and output names (A, B; C),
+ * datatypes, shapes ([rows, cols]), the product against lim (gemm_check_product), each
+ * binary_data_size and each JSON "data" array's length against its shape. Errors (all 400
+ * unless noted): bad_json, bad_request, unknown_input, duplicate_input, missing_input,
+ * bad_datatype, dtype_mismatch, bad_shape, bad_data, bad_binary_size, unknown_output,
+ * unsupported, bad_parameter, and gemm_check_product's. Returns 0 or -1 with *err set. */
 typedef int (*gemm_v2_admit_fn)(void *user, uint64_t bytes, gemm_err *err);
 int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, const gemm_limits *lim,
                                    gemm_v2_admit_fn admit, void *user, gemm_v2_request *r, gemm_err *err);
@@ -121,8 +100,6 @@ void gemm_v2_write_output(gemm_buf *b, const char *name, const gemm_matrix *c, i
 /* Bytes of the JSON text of m's elements could take (an upper bound), for limits. */
 uint64_t gemm_v2_json_bytes_bound(uint64_t rows, uint64_t cols, gemm_dtype d);
 
-/* A copy of s in which every byte that is not part of valid UTF-8 is '?' (malloc). */
-char *gemm_v2_utf8_dup(const char *s);
 
 #ifdef __cplusplus
 }

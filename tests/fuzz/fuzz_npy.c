@@ -2,7 +2,7 @@
  *
  * The input is a .npy file. It is read twice, whole and in chunks whose sizes come from
  * the input's own bytes; both reads must agree (result, error status, decoded bytes).
- * A header that parses is written back with gemm_npy_write_header and must parse to the
+ * A header that parses is written back with gemm_npy_write_header3 and must parse to the
  * same shape and dtype. Built and run by `make fuzz`. */
 #include <stdint.h>
 #include <stdio.h>
@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (hr == 1) {
         if (gemm_dtype_size(h.dtype) == 0) abort();
         unsigned char buf[256];
-        size_t w = gemm_npy_write_header(buf, sizeof buf, h.dtype, h.rows, h.cols);
+        size_t w = gemm_npy_write_header3(buf, sizeof buf, h.dtype, 0, h.rows, h.cols);
         if (w == 0 || w % 64 != 0) abort();
         gemm_npy_header h2;
         if (gemm_npy_parse_header(buf, w, &h2, &e2) != 1) abort();

@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     gemm_err err;
     gemm_v2_request_init(&r);
     gemm_err_clear(&err);
-    if (gemm_v2_parse_request((const char *)data + 1, size - 1, binary_ok, &lim, &r, &err)) {
+    if (gemm_v2_parse_request_admitted((const char *)data + 1, size - 1, binary_ok, &lim, NULL, NULL, &r, &err)) {
         if (err.status == 0 || err.code[0] == '\0') abort();
         gemm_v2_request_free(&r);
         return 0;
@@ -62,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (body.failed) abort();
         gemm_v2_request r2;
         gemm_v2_request_init(&r2);
-        if (gemm_v2_parse_request(body.data, body.len, 0, &lim, &r2, &err)) {
+        if (gemm_v2_parse_request_admitted(body.data, body.len, 0, &lim, NULL, NULL, &r2, &err)) {
             fprintf(stderr, "re-parsing failed: %s\n%s\n", err.message, body.data);
             abort();
         }

@@ -17,6 +17,7 @@
 
 #include "gemm_half.h"
 #include "json_codec.h"
+#include "json_whole.h"
 #include "json_number.h"
 
 /* ---- references ---------------------------------------------------------------- */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "json_codec.h"
+#include "json_whole.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "json_codec.h"
+#include "json_whole.h"
 #include "json_number.h"
 #include "json_stream.h"
 
@@ -1097,7 +1098,7 @@ static void test_allocation_failures(void **state)
     gemm_buf_free(&b);
 }
 
-/* The decoder's own numbers for the daemon: held bytes while reading, offset. */
+/* The decoder's own numbers for the daemon: bytes held while reading, and the most held. */
 static void test_held_and_offset(void **state)
 {
     (void)state;
@@ -1111,7 +1112,6 @@ static void test_held_and_offset(void **state)
     size_t half = b.len / 2;
     gemm_err err;
     assert_int_equal(gemm_json_stream_feed(js, b.data, half, &err), 0);
-    assert_int_equal(gemm_json_stream_offset(js), half);
     assert_int_equal(gemm_json_stream_held(js), c.now);
     assert_true(gemm_json_stream_held(js) > 0);
     assert_int_equal(gemm_json_stream_feed(js, b.data + half, b.len - half, &err), 0);

@@ -1,7 +1,7 @@
 /* test_npy.c - .npy headers and the streaming reader: NumPy's own bytes (golden files
  * written by NumPy, embedded below), every header variant NumPy or a hand may write,
  * every refusal, chunking (1 byte, random splits), limits before allocation, Fortran
- * order, and random round trips through gemm_npy_write_header. */
+ * order, and random round trips through gemm_npy_write_header3. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -316,7 +316,7 @@ static void test_write_header_golden(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         unsigned char buf[256];
         memset(buf, 0xee, sizeof buf);
-        size_t n = gemm_npy_write_header(buf, 128, cases[i].d, cases[i].r, cases[i].c);
+        size_t n = gemm_npy_write_header3(buf, 128, cases[i].d, 0, cases[i].r, cases[i].c);
         assert_int_equal(n, 128);
         assert_memory_equal(buf, cases[i].gold, 128);
         assert_int_equal(buf[128], 0xee); /* nothing past the header */
@@ -324,8 +324,8 @@ static void test_write_header_golden(void **state)
         assert_int_equal(buf[n - 1], '\n');
     }
     unsigned char small[127];
-    assert_int_equal(gemm_npy_write_header(small, sizeof small, GEMM_DTYPE_F32, 3, 4), 0);
-    assert_int_equal(gemm_npy_write_header(small, sizeof small, GEMM_DTYPE_INVALID, 3, 4), 0);
+    assert_int_equal(gemm_npy_write_header3(small, sizeof small, GEMM_DTYPE_F32, 0, 3, 4), 0);
+    assert_int_equal(gemm_npy_write_header3(small, sizeof small, GEMM_DTYPE_INVALID, 0, 3, 4), 0);
 }
 
 /* float16 and bfloat16: the headers np.save writes (NumPy 1.24; the bfloat16 array an
@@ -339,16 +339,15 @@ static void test_half_descrs(void **state)
     };
     static const gemm_dtype ds[2] = {GEMM_DTYPE_F16, GEMM_DTYPE_BF16};
     static const uint64_t rows[2] = {3, 2}, cols[2] = {5, 2};
-    assert_string_equal(gemm_npy_descr(GEMM_DTYPE_F16), "<f2");
-    assert_string_equal(gemm_npy_descr(GEMM_DTYPE_BF16), "<V2");
-    assert_null(gemm_npy_descr(GEMM_DTYPE_INVALID));
+    assert_string_equal(gemm_dtypes[GEMM_DTYPE_F16].npy, "<f2");
+    assert_string_equal(gemm_dtypes[GEMM_DTYPE_BF16].npy, "<V2");
     for (int i = 0; i < 2; i++) {
         unsigned char want[128], buf[128 + 64];
         size_t g = strlen(gold[i] + 10) + 10; /* the magic holds a NUL: count from the dict */
         memcpy(want, gold[i], g);
         memset(want + g, ' ', 127 - g);
         want[127] = '\n';
-        assert_int_equal(gemm_npy_write_header(buf, 128, ds[i], rows[i], cols[i]), 128);
+        assert_int_equal(gemm_npy_write_header3(buf, 128, ds[i], 0, rows[i], cols[i]), 128);
         assert_memory_equal(buf, want, 128);
         /* the file read back: its dtype and its elements, untouched */
         size_t n = (size_t)(rows[i] * cols[i]);
@@ -368,7 +367,7 @@ static void test_half_descrs(void **state)
     }
     /* a truncated float16 file: counted in 2-byte elements */
     unsigned char f[128 + 29];
-    assert_int_equal(gemm_npy_write_header(f, 128, GEMM_DTYPE_F16, 3, 5), 128);
+    assert_int_equal(gemm_npy_write_header3(f, 128, GEMM_DTYPE_F16, 0, 3, 5), 128);
     memset(f + 128, 0, 29);
     expect_error(f, sizeof f, 400, "truncated", NULL);
 }
@@ -389,7 +388,7 @@ static void test_write_whole_file_golden(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         unsigned char buf[512];
-        size_t h = gemm_npy_write_header(buf, sizeof buf, cases[i].d, cases[i].r, cases[i].c);
+        size_t h = gemm_npy_write_header3(buf, sizeof buf, cases[i].d, 0, cases[i].r, cases[i].c);
         assert_int_equal(h, 128);
         size_t es = gemm_dtype_size(cases[i].d), n = (size_t)(cases[i].r * cases[i].c);
         /* The element values, computed here as NumPy computed them. */
@@ -625,7 +624,7 @@ static void test_3d(void **state)
     assert_int_equal(h.cols, 9);
     assert_int_equal(h.dtype, GEMM_DTYPE_I32);
     assert_int_equal(gemm_npy_write_header3(hdr, sizeof hdr, GEMM_DTYPE_F32, 0, 7, 9),
-                     gemm_npy_write_header(hdr, sizeof hdr, GEMM_DTYPE_F32, 7, 9));
+                     gemm_npy_write_header3(hdr, sizeof hdr, GEMM_DTYPE_F32, 0, 7, 9));
 
     /* limits: a zero batch, a stack over max_elements, a stack that overflows */
     f = make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 3, 2), }", 1, NULL, 0, &len);
@@ -876,7 +875,7 @@ static void test_random_round_trip(void **state)
         for (size_t k = 0; k < n * es; k++) src[k] = (unsigned char)rnd();
         size_t h;
         if (!fortran) {
-            h = gemm_npy_write_header(file, 256, d, rows, cols);
+            h = gemm_npy_write_header3(file, 256, d, 0, rows, cols);
             assert_true(h > 0);
             memcpy(file + h, src, n * es);
         } else {

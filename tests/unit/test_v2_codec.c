@@ -22,7 +22,7 @@ static int parse(const char *json, int binary_ok, gemm_v2_request *r, gemm_err *
 {
     gemm_v2_request_init(r);
     gemm_err_clear(err);
-    return gemm_v2_parse_request(json, strlen(json), binary_ok, &lim, r, err);
+    return gemm_v2_parse_request_admitted(json, strlen(json), binary_ok, &lim, NULL, NULL, r, err);
 }
 
 /* The header must fail with this status, code and a message containing needle. */
@@ -372,10 +372,6 @@ static void test_limits_before_allocation(void **state)
 static void test_id_utf8(void **state)
 {
     (void)state;
-    char *s = gemm_v2_utf8_dup("ok \xc3\xa9 \xff bad \xe2\x82");
-    assert_non_null(s);
-    assert_string_equal(s, "ok \xc3\xa9 ? bad ??");
-    free(s);
     gemm_v2_request r;
     gemm_err err;
     const char *body = "{\"id\":\"a\\u0000b\\\"q\xc3\xa9\",\"inputs\":[{\"name\":\"A\",\"shape\":[1,1],"
