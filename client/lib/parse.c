@@ -3,28 +3,28 @@
  * X-Gemm-Shape, Server-Timing and Retry-After headers.
  */
 #define _GNU_SOURCE /* timegm */
+#include "client_internal.h"
 #include "gemm_util.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
 
-/* Reads a decimal integer >= 1 at *p; advances *p. */
-static int read_dim(const char **p, uint64_t *out)
+/* Reads a decimal integer at *p, advancing *p: 0, or -1 when there is none or it overflows. */
+static int read_u64(const char **p, uint64_t *out)
 {
     const char *s = *p;
-    if (!isdigit((unsigned char)*s)) return -1;
     uint64_t v = 0;
-    while (isdigit((unsigned char)*s)) {
+    if (!isdigit((unsigned char)*s)) return -1;
+    for (; isdigit((unsigned char)*s); s++) {
         unsigned d = (unsigned)(*s - '0');
         if (v > (UINT64_MAX - d) / 10) return -1;
         v = v * 10 + d;
-        s++;
     }
-    if (v == 0) return -1;
     *out = v;
     *p = s;
     return 0;
@@ -32,48 +32,44 @@ static int read_dim(const char **p, uint64_t *out)
 
 int gemm_client_parse_shape(const char *s, uint64_t dims[3])
 {
-    if (!s) return -1;
     int n = 0;
-    const char *p = s;
-    for (;;) {
-        if (n == 3 || read_dim(&p, &dims[n]) != 0) return -1;
-        n++;
-        if (*p == '\0') break;
-        if (*p != 'x' && *p != 'X' && *p != ',' && *p != '*') return -1;
-        p++;
+    for (const char *p = s; p;) {
+        if (n == 3 || read_u64(&p, &dims[n]) != 0 || dims[n++] == 0) return -1;
+        if (*p == '\0') return n >= 2 ? n : -1;
+        if (!strchr("xX,*", *p++)) return -1;
     }
-    return n >= 2 ? n : -1;
+    return -1;
 }
 
 int gemm_client_parse_shape_header(const char *s, uint64_t *rows, uint64_t *cols)
 {
     uint64_t v[2];
     int n = 0;
-    const char *p = s;
-    while (*p && n < 2) {
+    for (const char *p = s; *p;) {
         if (isdigit((unsigned char)*p)) {
-            uint64_t x = 0;
-            while (isdigit((unsigned char)*p)) {
-                unsigned d = (unsigned)(*p - '0');
-                if (x > (UINT64_MAX - d) / 10) return -1;
-                x = x * 10 + d;
-                p++;
-            }
-            v[n++] = x;
-        } else if (*p == '-') {
+            if (n == 2 || read_u64(&p, &v[n++]) != 0) return -1; /* a third number, or too large */
+        } else if (*p++ == '-' && n < 2) {
             return -1;
-        } else {
-            p++;
         }
-    }
-    while (*p) {
-        if (isdigit((unsigned char)*p)) return -1; /* a third number */
-        p++;
     }
     if (n != 2) return -1;
     *rows = v[0];
     *cols = v[1];
     return 0;
+}
+
+const char *const gemm_stage_names[GEMM_STAGES] = {"recv", "decode", "queue", "h2d", "kernel", "d2h", "encode", "total"};
+static const size_t stage_offsets[GEMM_STAGES] = {
+    offsetof(gemm_timing, recv_ms), offsetof(gemm_timing, decode_ms), offsetof(gemm_timing, queue_ms),
+    offsetof(gemm_timing, h2d_ms),  offsetof(gemm_timing, kernel_ms), offsetof(gemm_timing, d2h_ms),
+    offsetof(gemm_timing, encode_ms), offsetof(gemm_timing, total_ms)};
+
+double *gemm_timing_stage(gemm_timing *t, int i) { return (double *)((char *)t + stage_offsets[i]); }
+
+void gemm_timing_unset(gemm_timing *t)
+{
+    memset(t, 0, sizeof *t);
+    for (int i = 0; i < GEMM_STAGES; i++) *gemm_timing_stage(t, i) = -1;
 }
 
 int gemm_client_parse_server_timing(const char *s, gemm_timing *t)
@@ -88,7 +84,6 @@ int gemm_client_parse_server_timing(const char *s, gemm_timing *t)
         while (*p && *p != ';' && *p != ',' && *p != ' ') p++;
         size_t nlen = (size_t)(p - name);
         double dur = -1;
-        int have = 0;
         /* parameters up to the next ',' */
         while (*p && *p != ',') {
             if (*p == ';') {
@@ -98,32 +93,18 @@ int gemm_client_parse_server_timing(const char *s, gemm_timing *t)
                     char *end;
                     errno = 0;
                     double v = strtod(p + 4, &end);
-                    if (end != p + 4 && errno == 0 && v >= 0) {
-                        dur = v;
-                        have = 1;
-                    }
+                    if (end != p + 4 && errno == 0 && v >= 0) dur = v;
                     p = end > p + 4 ? end : p + 4;
                 }
                 continue; /* p is at the next character to look at (maybe the NUL) */
             }
             p++;
         }
-        if (!have) continue;
-        double *slot = NULL;
-#define NAME(n) (nlen == sizeof(n) - 1 && strncasecmp(name, n, nlen) == 0)
-        if (NAME("recv")) slot = &t->recv_ms;
-        else if (NAME("decode")) slot = &t->decode_ms;
-        else if (NAME("encode")) slot = &t->encode_ms;
-        else if (NAME("queue")) slot = &t->queue_ms;
-        else if (NAME("h2d")) slot = &t->h2d_ms;
-        else if (NAME("kernel")) slot = &t->kernel_ms;
-        else if (NAME("d2h")) slot = &t->d2h_ms;
-        else if (NAME("total")) slot = &t->total_ms;
-#undef NAME
-        if (slot) {
-            *slot = dur;
-            found++;
-        }
+        for (int i = 0; dur >= 0 && i < GEMM_STAGES; i++)
+            if (nlen == strlen(gemm_stage_names[i]) && strncasecmp(name, gemm_stage_names[i], nlen) == 0) {
+                *gemm_timing_stage(t, i) = dur;
+                found++;
+            }
     }
     return found;
 }
