@@ -93,7 +93,6 @@ typedef enum { GEMM_FMT_AUTO = 0, GEMM_FMT_NPY, GEMM_FMT_RAW, GEMM_FMT_CSV, GEMM
 
 /* From --format (when given) or the file's extension. 0, or -1 with msg. */
 int gemm_cli_format_of(const char *path, const char *forced, gemm_cli_format *out, char *msg, size_t cap);
-const char *gemm_cli_format_name(gemm_cli_format f);
 
 typedef struct {
     gemm_cli_format fmt;
@@ -127,11 +126,9 @@ typedef struct {
     int to_stdout;
 } gemm_cli_output;
 
+/* C, or a batch of C matrices (batch 0: one); only .npy (3-D) and raw take a batch. */
 int gemm_cli_output_create(gemm_cli_output *o, const char *path, gemm_cli_format fmt, gemm_dtype dtype,
-                           uint64_t rows, uint64_t cols, char *msg, size_t cap);
-/* The same for a batch of C matrices (batch 0: one); only .npy (3-D) and raw take a batch. */
-int gemm_cli_output_create3(gemm_cli_output *o, const char *path, gemm_cli_format fmt, gemm_dtype dtype,
-                            uint64_t batch, uint64_t rows, uint64_t cols, char *msg, size_t cap);
+                           uint64_t batch, uint64_t rows, uint64_t cols, char *msg, size_t cap);
 /* Writes text formats, flushes and renames into place. 0 or -1 with msg. */
 int gemm_cli_output_commit(gemm_cli_output *o, char *msg, size_t cap);
 /* Removes the partial file. Safe after commit (does nothing then). */

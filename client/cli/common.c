@@ -10,32 +10,25 @@
 
 int gemm_cli_fail(const gemm_client_error *err, const char *what)
 {
-    switch (err->kind) {
-    case GEMM_CLIENT_E_SERVER:
+    gemm_client_error_kind k = err->kind;
+    if (k == GEMM_CLIENT_E_SERVER) {
         fprintf(stderr, "gemm: %s: server error %d %s: %s\n", what, err->http_status, err->code, err->message);
         return GEMM_EXIT_SERVER;
-    case GEMM_CLIENT_E_PROTOCOL:
-        fprintf(stderr, "gemm: %s: bad answer from the server: %s\n", what, err->message);
-        return GEMM_EXIT_SERVER;
-    case GEMM_CLIENT_E_CONNECT:
-        fprintf(stderr, "gemm: %s: cannot reach the server: %s\n", what, err->message);
-        return GEMM_EXIT_CONNECT;
-    case GEMM_CLIENT_E_TIMEOUT:
-        fprintf(stderr, "gemm: %s: timed out: %s\n", what, err->message);
-        return GEMM_EXIT_CONNECT;
-    case GEMM_CLIENT_E_ABORTED:
+    }
+    if (k == GEMM_CLIENT_E_ABORTED) {
         fprintf(stderr, "gemm: %s: interrupted\n", what);
         return GEMM_EXIT_INTERRUPTED;
-    case GEMM_CLIENT_E_ARGUMENT:
-        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
-        return GEMM_EXIT_USAGE;
-    case GEMM_CLIENT_E_NOMEM:
-        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
-        return GEMM_EXIT_IO;
-    default:
-        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
-        return GEMM_EXIT_SERVER;
     }
+    fprintf(stderr, "gemm: %s: %s%s\n", what,
+            k == GEMM_CLIENT_E_PROTOCOL  ? "bad answer from the server: "
+            : k == GEMM_CLIENT_E_CONNECT ? "cannot reach the server: "
+            : k == GEMM_CLIENT_E_TIMEOUT ? "timed out: "
+                                         : "",
+            err->message);
+    return k == GEMM_CLIENT_E_CONNECT || k == GEMM_CLIENT_E_TIMEOUT ? GEMM_EXIT_CONNECT
+           : k == GEMM_CLIENT_E_ARGUMENT                            ? GEMM_EXIT_USAGE
+           : k == GEMM_CLIENT_E_NOMEM                               ? GEMM_EXIT_IO
+                                                                    : GEMM_EXIT_SERVER;
 }
 
 gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gemm_client_error *err)

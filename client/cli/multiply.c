@@ -200,7 +200,7 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
         }
         req.out_half = gemm_dtype_is_half(A.dtype) && cd == A.dtype;
     }
-    if (gemm_cli_output_create3(&C, pc, fc, gemm_request_c_dtype(&req), A.batch, A.rows, B.cols, msg, sizeof msg) != 0) {
+    if (gemm_cli_output_create(&C, pc, fc, gemm_request_c_dtype(&req), A.batch, A.rows, B.cols, msg, sizeof msg) != 0) {
         fprintf(stderr, "gemm: %s\n", msg);
         goto out;
     }
