@@ -70,6 +70,9 @@ int gemm_cli_fail(const gemm_client_error *err, const char *what);
  * (Ctrl-C aborts transfers; the bar is drawn when bar->enabled). */
 typedef struct gemm_cli_progress gemm_cli_progress;
 gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gemm_client_error *err);
+/* --dtype (when given) into *dtype; --math, --kernel and --tile into r. 0, or
+ * GEMM_EXIT_USAGE after saying why. */
+int gemm_cli_request_opts(const gemm_cli_opts *o, gemm_dtype *dtype, gemm_request *r);
 
 /* ---- SIGINT and the progress bar ---------------------------------------- */
 

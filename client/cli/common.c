@@ -48,3 +48,17 @@ gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gem
     return gemm_client_new(o->server, &co, err);
 }
 
+int gemm_cli_request_opts(const gemm_cli_opts *o, gemm_dtype *dtype, gemm_request *r)
+{
+    if (o->dtype && gemm_dtype_from_name(o->dtype, dtype) != 0) {
+        fprintf(stderr, "gemm: --dtype \"%s\": expected float32, float64, int32, float16 or bfloat16\n", o->dtype);
+        return GEMM_EXIT_USAGE;
+    }
+    if (o->math && gemm_math_from_name(o->math, &r->math) != 0) {
+        fprintf(stderr, "gemm: --math \"%s\": expected fp32, tf32 or bf16\n", o->math);
+        return GEMM_EXIT_USAGE;
+    }
+    r->kernel = o->kernel;
+    r->tile = o->tile;
+    return 0;
+}
