@@ -141,6 +141,14 @@ static long env_long(const char *name, long dflt, long lo, long hi)
     return v;
 }
 
+/* One value of name for both types, else each type's default. */
+static void env_pair(const char *name, double v[2], double d32, double d64)
+{
+    double x = env_double(name, -1);
+    v[GB_F32] = x >= 0 ? x : d32;
+    v[GB_F64] = x >= 0 ? x : d64;
+}
+
 static char *env_dup(const char *name)
 {
     const char *s = getenv(name);
@@ -167,21 +175,9 @@ static void settings_init(void)
 {
     gb_settings *s = &cfg.pub;
     s->log = gb_log_wanted();
-    s->min_flops[GB_F32] = s->min_flops[GB_F64] = -1;
-    const char *mf = getenv("GEMM_OFFLOAD_MIN_FLOPS");
-    if (mf && *mf) s->min_flops[GB_F32] = s->min_flops[GB_F64] = env_double("GEMM_OFFLOAD_MIN_FLOPS", -1);
-    if (s->min_flops[GB_F32] < 0) {
-        s->min_flops[GB_F32] = GB_DEFAULT_MIN_FLOPS_F32;
-        s->min_flops[GB_F64] = GB_DEFAULT_MIN_FLOPS_F64;
-    }
-    s->min_intensity[GB_F32] = s->min_intensity[GB_F64] = -1;
-    const char *mi = getenv("GEMM_OFFLOAD_MIN_INTENSITY");
-    if (mi && *mi)
-        s->min_intensity[GB_F32] = s->min_intensity[GB_F64] = env_double("GEMM_OFFLOAD_MIN_INTENSITY", -1);
-    if (s->min_intensity[GB_F32] < 0) {
-        s->min_intensity[GB_F32] = GB_DEFAULT_MIN_INTENSITY_F32;
-        s->min_intensity[GB_F64] = GB_DEFAULT_MIN_INTENSITY_F64;
-    }
+    env_pair("GEMM_OFFLOAD_MIN_FLOPS", s->min_flops, GB_DEFAULT_MIN_FLOPS_F32, GB_DEFAULT_MIN_FLOPS_F64);
+    env_pair("GEMM_OFFLOAD_MIN_INTENSITY", s->min_intensity, GB_DEFAULT_MIN_INTENSITY_F32,
+             GB_DEFAULT_MIN_INTENSITY_F64);
     cfg.url = env_dup("GEMM_SERVER");
     cfg.token = env_dup("GEMM_TOKEN");
     cfg.kernel = env_dup("GEMM_OFFLOAD_KERNEL");
@@ -245,38 +241,38 @@ static void pool_give(gemm_client *c)
  * whole cannot take products right now. */
 static void failed(const gb_problem *pr, const gemm_client_error *e, gb_result *res)
 {
-    int server_wide = 1;
     char key[64];
     snprintf(key, sizeof key, "%s", e->code[0] ? e->code : gemm_client_error_kind_name(e->kind));
-    switch (e->kind) {
-    case GEMM_CLIENT_E_SERVER:
-        /* 503 (after retries), other 5xx and a refused token concern every product; other
-         * 4xx (too large, an option the server does not take) this one. */
+    snprintf(res->why, sizeof res->why, "%s", key);
+    /* 503 (after retries), other 5xx, a refused token and a bad URL concern every product;
+     * other 4xx (too large, an option the server does not take) and local limits this one */
+    int server_wide = e->kind != GEMM_CLIENT_E_NOMEM && strcmp(e->code, "too_large") != 0;
+    if (e->kind == GEMM_CLIENT_E_SERVER) {
         server_wide = e->http_status >= 500 || e->http_status == 401 || e->http_status == 403;
         snprintf(res->why, sizeof res->why, "HTTP %d %s", e->http_status, key);
-        break;
-    case GEMM_CLIENT_E_NOMEM:
-        server_wide = 0;
+    } else if (e->kind == GEMM_CLIENT_E_NOMEM) {
         snprintf(res->why, sizeof res->why, "out of memory");
-        break;
-    case GEMM_CLIENT_E_ARGUMENT: /* a bad URL concerns every product; sizes this one */
-        server_wide = strcmp(e->code, "too_large") != 0;
-        snprintf(res->why, sizeof res->why, "%s", key);
-        break;
-    default:
-        snprintf(res->why, sizeof res->why, "%s", key);
-        break;
     }
-    if (server_wide && cfg.backoff_ms > 0)
-        atomic_store(&down_until_ns, now_ns() + (int64_t)cfg.backoff_ms * 1000000);
     char when[96] = "";
-    if (server_wide && cfg.backoff_ms > 0)
+    if (server_wide && cfg.backoff_ms > 0) {
+        atomic_store(&down_until_ns, now_ns() + (int64_t)cfg.backoff_ms * 1000000);
         snprintf(when, sizeof when, "; for %ld ms every product does, then the server is tried again",
                  cfg.backoff_ms);
+    }
     gb_warn_once(key,
                  "%s could not run on %s (%s: %s)%s; it ran on the host BLAS (%s)%s. This warning "
                  "is given once per reason",
                  pr->desc, cfg.url, res->why, e->message, e->retries ? " after retries" : "", pr->host, when);
+}
+
+/* A failure found here, before or without the server. */
+static void failed_here(const gb_problem *pr, gemm_client_error_kind kind, const char *code, const char *msg,
+                        gb_result *res)
+{
+    gemm_client_error e = {.kind = kind};
+    snprintf(e.code, sizeof e.code, "%s", code);
+    snprintf(e.message, sizeof e.message, "%s", msg);
+    failed(pr, &e, res);
 }
 
 /* ---------------------------------------------------------------- the product */
@@ -291,20 +287,12 @@ void gb_offload(const gb_problem *pr, gb_result *res)
         snprintf(res->why, sizeof res->why, "server failed recently");
         return;
     }
-    size_t esz = pr->type == GB_F32 ? 4 : 8;
-    gemm_client_error err;
-    memset(&err, 0, sizeof err);
-    size_t bytes_c, bytes_a, bytes_b;
-    if (__builtin_mul_overflow((size_t)pr->m, (size_t)pr->n, &bytes_c) ||
-        __builtin_mul_overflow(bytes_c, esz, &bytes_c) ||
-        __builtin_mul_overflow((size_t)pr->m, (size_t)pr->k, &bytes_a) ||
-        __builtin_mul_overflow(bytes_a, esz, &bytes_a) ||
-        __builtin_mul_overflow((size_t)pr->k, (size_t)pr->n, &bytes_b) ||
-        __builtin_mul_overflow(bytes_b, esz, &bytes_b)) {
-        err.kind = GEMM_CLIENT_E_ARGUMENT;
-        snprintf(err.code, sizeof err.code, "too_large");
-        snprintf(err.message, sizeof err.message, "the matrices' sizes overflow");
-        failed(pr, &err, res);
+    size_t esz = pr->type == GB_F32 ? 4 : 8, bytes_c, bytes;
+    gemm_dtype dt = pr->type == GB_F32 ? GEMM_DTYPE_F32 : GEMM_DTYPE_F64;
+    if (!gemm_matrix_bytes((uint64_t)pr->m, (uint64_t)pr->n, dt, &bytes_c) ||
+        !gemm_matrix_bytes((uint64_t)pr->m, (uint64_t)pr->k, dt, &bytes) ||
+        !gemm_matrix_bytes((uint64_t)pr->k, (uint64_t)pr->n, dt, &bytes)) {
+        failed_here(pr, GEMM_CLIENT_E_ARGUMENT, "too_large", "the matrices' sizes overflow", res);
         return;
     }
     double mn = (double)pr->m * (double)pr->n;
@@ -319,15 +307,12 @@ void gb_offload(const gb_problem *pr, gb_result *res)
     void *t = pr->c;
     if (swap || !tight_c) t = own_t = malloc(bytes_c);
     if (!a || !b || !t) {
-        err.kind = GEMM_CLIENT_E_NOMEM;
-        snprintf(err.code, sizeof err.code, "out_of_memory");
-        snprintf(err.message, sizeof err.message, "packing the operands");
-        failed(pr, &err, res);
+        failed_here(pr, GEMM_CLIENT_E_NOMEM, "out_of_memory", "packing the operands", res);
         goto out;
     }
 
     gemm_request r = GEMM_REQUEST_INIT;
-    r.dtype = pr->type == GB_F32 ? GEMM_DTYPE_F32 : GEMM_DTYPE_F64;
+    r.dtype = dt;
     r.m = (uint64_t)(swap ? pr->n : pr->m);
     r.n = (uint64_t)(swap ? pr->m : pr->n);
     r.k = (uint64_t)pr->k;
@@ -336,6 +321,7 @@ void gb_offload(const gb_problem *pr, gb_result *res)
     r.c = t;
     r.kernel = cfg.kernel;
     r.math = cfg.math;
+    gemm_client_error err;
     gemm_client *cl = pool_take(&err);
     if (!cl) {
         failed(pr, &err, res);
@@ -345,11 +331,8 @@ void gb_offload(const gb_problem *pr, gb_result *res)
     int64_t t0 = now_ns();
     int rc = gemm_client_multiply(cl, &r, &tm, &err);
     res->ms = (double)(now_ns() - t0) / 1e6;
-    if (rc != 0 && err.kind != GEMM_CLIENT_E_SERVER) {
-        gemm_client_free(cl); /* the connection may be in any state */
-    } else {
-        pool_give(cl);
-    }
+    if (rc != 0 && err.kind != GEMM_CLIENT_E_SERVER) gemm_client_free(cl); /* the connection: in any state */
+    else pool_give(cl);
     if (rc != 0) {
         failed(pr, &err, res);
         goto out;
