@@ -173,17 +173,9 @@ void gb_epilogue(gb_type type, void *c, int64_t ldc, const void *t, int64_t m, i
                  double alpha, double beta);
 
 /* One warning on stderr per process per key (thread-safe). */
-void gb_warn_once(const char *key, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+void gb_warn_once(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* One line on stderr in a single write (lines of many threads do not mix). */
-void gb_write_line(const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 1, 2)))
-#endif
-    ;
+void gb_write_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

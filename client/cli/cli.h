@@ -3,9 +3,9 @@
  * cycles:
  *
  *   main.c       command line, help, dispatch  ->  the subcommands
- *   multiply.c, bench.c, info.c   the subcommands  ->  common.c, matfile.c, progress.c
- *   common.c     client handle from the options, errors to exit codes  ->  progress.c
- *   matfile.c    matrix files (npy, raw, CSV/TSV);  progress.c  Ctrl-C and the bar
+ *   multiply.c, bench.c, info.c   the subcommands  ->  common.c, matfile.c
+ *   common.c     client handle from the options, Ctrl-C and the bar, errors to exit codes
+ *   matfile.c    matrix files (npy, raw, CSV/TSV)
  */
 #ifndef GEMM_CLI_H
 #define GEMM_CLI_H
@@ -36,7 +36,6 @@ typedef struct {
     long connect_timeout_ms;  /* --connect-timeout SECONDS */
     int retries;              /* --retries N */
     int verbose;
-    int quiet;
     /* multiply */
     const char *out;
     const char *format;       /* --format for inputs and output */
@@ -66,29 +65,23 @@ typedef struct {
 
 /* Maps a library error to an exit code, printing "gemm: <message>" on stderr. */
 int gemm_cli_fail(const gemm_client_error *err, const char *what);
-/* Creates the client for the options. With a bar, its progress callback is installed
- * (Ctrl-C aborts transfers; the bar is drawn when bar->enabled). */
-typedef struct gemm_cli_progress gemm_cli_progress;
-gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gemm_client_error *err);
 /* --dtype (when given) into *dtype; --math, --kernel and --tile into r. 0, or
  * GEMM_EXIT_USAGE after saying why. */
 int gemm_cli_request_opts(const gemm_cli_opts *o, gemm_dtype *dtype, gemm_request *r);
 
-/* ---- SIGINT and the progress bar ---------------------------------------- */
-
-extern volatile sig_atomic_t gemm_cli_interrupted;
-void gemm_cli_install_sigint(void);
-/* libgemm progress callback: stops the transfer after SIGINT; draws the bar when
- * ctx->enabled and the transfer is over 64 MB. */
-struct gemm_cli_progress {
+/* The progress of a client's transfers: after SIGINT it stops them; the bar is drawn
+ * when enabled and a transfer is over 64 MB. */
+typedef struct {
     int enabled;
     double last_draw_ms;
     int drawn;
-};
-int gemm_cli_progress_cb(void *ctx, uint64_t up_now, uint64_t up_total, uint64_t down_now,
-                         uint64_t down_total);
-void gemm_cli_progress_done(gemm_cli_progress *p);
+} gemm_cli_progress;
 extern gemm_cli_progress gemm_cli_bar; /* the one bar of the command */
+extern volatile sig_atomic_t gemm_cli_interrupted;
+void gemm_cli_install_sigint(void);
+void gemm_cli_progress_done(gemm_cli_progress *p); /* wipes a drawn bar */
+/* Creates the client for the options; with a bar, its progress goes there. */
+gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gemm_client_error *err);
 
 /* ---- matrix files -------------------------------------------------------- */
 

@@ -1,8 +1,12 @@
 /*
  * common.c - what every subcommand of the `gemm` command shares: a client handle made
- * from the command-line options, and library errors turned into messages and exit codes.
- * The subcommands (multiply.c, bench.c, info.c) use it; main.c only parses the command
- * line and calls them.
+ * from the command-line options, Ctrl-C and the progress bar, and library errors turned
+ * into messages and exit codes.
+ *
+ * SIGINT only sets a flag; libgemm calls the progress callback many times a second during
+ * a transfer (and while waiting to retry or polling a job), and the callback answers
+ * "stop" once the flag is set, so curl aborts the transfer and the command can remove its
+ * partial output and exit 130. A second Ctrl-C kills the process the usual way.
  */
 #include "cli.h"
 
@@ -31,23 +35,6 @@ int gemm_cli_fail(const gemm_client_error *err, const char *what)
                                                                     : GEMM_EXIT_SERVER;
 }
 
-gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gemm_client_error *err)
-{
-    gemm_client_options co;
-    gemm_client_options_init(&co);
-    co.token = o->token;
-    co.timeout_ms = o->timeout_ms;
-    if (o->connect_timeout_ms > 0) co.connect_timeout_ms = o->connect_timeout_ms;
-    if (o->retries >= 0) co.max_retries = o->retries;
-    co.verbose = o->verbose;
-    co.ca_file = o->cacert;
-    if (bar) {
-        co.progress = gemm_cli_progress_cb;
-        co.progress_ctx = bar;
-    }
-    return gemm_client_new(o->server, &co, err);
-}
-
 int gemm_cli_request_opts(const gemm_cli_opts *o, gemm_dtype *dtype, gemm_request *r)
 {
     if (o->dtype && gemm_dtype_from_name(o->dtype, dtype) != 0) {
@@ -61,4 +48,71 @@ int gemm_cli_request_opts(const gemm_cli_opts *o, gemm_dtype *dtype, gemm_reques
     r->kernel = o->kernel;
     r->tile = o->tile;
     return 0;
+}
+
+/* ---------------------------------------------------------------- Ctrl-C and the bar */
+
+volatile sig_atomic_t gemm_cli_interrupted = 0;
+gemm_cli_progress gemm_cli_bar;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    gemm_cli_interrupted = 1;
+    signal(SIGINT, SIG_DFL);
+}
+
+void gemm_cli_install_sigint(void)
+{
+    struct sigaction sa = {.sa_handler = on_sigint}; /* no SA_RESTART: blocking calls return EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+static int progress_cb(void *ctx, uint64_t up_now, uint64_t up_total, uint64_t down_now, uint64_t down_total)
+{
+    gemm_cli_progress *p = ctx;
+    if (gemm_cli_interrupted) return 1;
+    double now_ms = gemm_now_ms();
+    if (!p || !p->enabled || (up_total < (64u << 20) && down_total < (64u << 20)) || now_ms - p->last_draw_ms < 100)
+        return 0;
+    p->last_draw_ms = now_ms;
+    int upload = up_total > 0 && up_now < up_total, width = 30;
+    uint64_t now = upload ? up_now : down_now, total = upload ? up_total : down_total;
+    double frac = total > 0 ? (double)now / (double)total : 0.0;
+    if (frac > 1) frac = 1;
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < (int)(frac * width) ? '#' : '.';
+    bar[width] = '\0';
+    fprintf(stderr, "\r%s [%s] %5.1f%%  %.1f / %.1f MB   ", upload ? "sending  " : "receiving", bar,
+            frac * 100.0, now / 1e6, total / 1e6);
+    fflush(stderr);
+    p->drawn = 1;
+    return 0;
+}
+
+void gemm_cli_progress_done(gemm_cli_progress *p)
+{
+    if (p && p->drawn) {
+        fprintf(stderr, "\r%*s\r", 78, "");
+        fflush(stderr);
+        p->drawn = 0;
+    }
+}
+
+gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gemm_client_error *err)
+{
+    gemm_client_options co;
+    gemm_client_options_init(&co);
+    co.token = o->token;
+    co.timeout_ms = o->timeout_ms;
+    if (o->connect_timeout_ms > 0) co.connect_timeout_ms = o->connect_timeout_ms;
+    if (o->retries >= 0) co.max_retries = o->retries;
+    co.verbose = o->verbose;
+    co.ca_file = o->cacert;
+    if (bar) {
+        co.progress = progress_cb;
+        co.progress_ctx = bar;
+    }
+    return gemm_client_new(o->server, &co, err);
 }

@@ -71,11 +71,7 @@ int gemm_client_pause(gemm_client *c, long ms);
 
 /* Sets *err; returns -1. */
 int gemm_client_err(gemm_client_error *err, gemm_client_error_kind kind, const char *code,
-                    const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
+                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 #define GEMM_ARG_ERR(err, ...) gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument", __VA_ARGS__)
 
 /* The start of every public call: err may be NULL (a local one is used), and is cleared. */

@@ -23,17 +23,8 @@
 
 const char *gemm_client_error_kind_name(gemm_client_error_kind k)
 {
-    switch (k) {
-    case GEMM_CLIENT_OK: return "ok";
-    case GEMM_CLIENT_E_SERVER: return "server";
-    case GEMM_CLIENT_E_CONNECT: return "connect";
-    case GEMM_CLIENT_E_TIMEOUT: return "timeout";
-    case GEMM_CLIENT_E_ABORTED: return "aborted";
-    case GEMM_CLIENT_E_PROTOCOL: return "protocol";
-    case GEMM_CLIENT_E_ARGUMENT: return "argument";
-    case GEMM_CLIENT_E_NOMEM: return "nomem";
-    }
-    return "unknown";
+    static const char *const names[] = {"ok", "server", "connect", "timeout", "aborted", "protocol", "argument", "nomem"};
+    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "unknown";
 }
 
 int gemm_client_err(gemm_client_error *err, gemm_client_error_kind kind, const char *code,
@@ -247,11 +238,7 @@ static int is_success(int st) { return st >= 200 && st < 300; }
 
 /* The answer does not match the request: what is wrong goes into x->protocol_msg.
  * Returns 0, which makes curl stop the transfer. */
-static size_t protocol_error(gemm_xfer *x, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+static size_t protocol_error(gemm_xfer *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static size_t protocol_error(gemm_xfer *x, const char *fmt, ...)
 {
     va_list ap;

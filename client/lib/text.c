@@ -11,11 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int text_err(gemm_text_error *e, int line, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
+static int text_err(gemm_text_error *e, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static int text_err(gemm_text_error *e, int line, const char *fmt, ...)
 {
