@@ -7,10 +7,8 @@
  * rest runs on the host's own BLAS.
  *
  *   preload.c  the entry points, made from the table; argument checks, the decision, the log
- *   host.c     each name's host implementation (GEMM_BLAS_LIB, RTLD_NEXT, the loaded
- *              libraries), the other API's routine or built-in loops when it has none
- *   scan.c     the BLAS libraries loaded in the process (their dynamic symbols), said at
- *              start and exit
+ *   host.c     each name's host implementation (GEMM_BLAS_LIB, RTLD_NEXT, the libraries
+ *              loaded, said at start and exit), the other API's routine or built-in loops
  *   offload.c  the remote product: settings from the environment, a pool of libgemm
  *              clients, the layout chosen, failure classes, warnings and back-off
  *   pack.c     operands into the wire's layout, the answer into C (alpha, beta)
@@ -117,16 +115,6 @@ int gb_check(const gb_call *c);
 /* A transpose argument of the call as 'N' or 'T' (transpose and conjugate transpose alike,
  * the matrices being real), or 0 when it is neither. */
 char gb_trans(const gb_call *c, int t);
-
-/* ---- the process's BLAS libraries (scan.c) ----------------------------------------- */
-
-/* The address of `name` in a library loaded in the process (not the program, not this
- * library), its path in path[size]; NULL when none defines it. Warns once per library
- * about gemm entry points it defines under names this library does not have. */
-void *gb_scan_find(const char *name, char *path, size_t size);
-
-/* Non-zero for a path that is this library (any copy of it). */
-int gb_is_ours(const char *path);
 
 /* ---- the remote product (offload.c) ---------------------------------------------- */
 

@@ -15,7 +15,6 @@
 #include "blas_internal.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -41,25 +40,14 @@ static void *chunk_main(void *arg)
     return NULL;
 }
 
-static int processors(void)
-{
-    static _Atomic int n; /* every thread that finds 0 computes the same value */
-    int v = atomic_load_explicit(&n, memory_order_relaxed);
-    if (v <= 0) {
-        long p = sysconf(_SC_NPROCESSORS_ONLN);
-        v = p < 1 ? 1 : p > 1024 ? 1024 : (int)p;
-        atomic_store_explicit(&n, v, memory_order_relaxed);
-    }
-    return v;
-}
-
 /* fn(ctx, lo, hi) over [0, rows), in pieces of whole tiles, on up to GB_PACK_THREADS
  * threads when the matrix has `bytes` enough to pay for them. */
 static void rows_parallel(int64_t rows, double bytes, rows_fn fn, void *ctx)
 {
     int nt = (int)(bytes / GB_PACK_MIN_BYTES);
+    long procs = sysconf(_SC_NPROCESSORS_ONLN);
     if (nt > GB_PACK_THREADS) nt = GB_PACK_THREADS;
-    if (nt > processors()) nt = processors();
+    if (nt > procs) nt = procs < 1 ? 1 : (int)procs;
     if (nt > rows / GB_TILE) nt = (int)(rows / GB_TILE);
     if (nt <= 1) {
         fn(ctx, 0, rows);

@@ -1,19 +1,10 @@
 /*
  * preload.c - the symbols libgemm_blas.so defines: every entry point of the table in
  * blas_internal.h (GB_FLAVOURS), each with its flavour's integer width, all made by one
- * macro and all going through one path.
- *
- * Each call goes one of two ways:
- *   - to the server, when GEMM_SERVER is set, the arguments are valid, there is something
- *     to multiply (m, n, k > 0 and alpha != 0) and the product is big enough: at least
- *     GEMM_OFFLOAD_MIN_FLOPS floating-point operations (2·m·n·k) and at least
- *     GEMM_OFFLOAD_MIN_INTENSITY of them per byte on the wire;
- *   - to the host BLAS, unchanged, otherwise - and whenever the server cannot take it.
- * Every call with bad arguments and every small product behaves exactly as the host BLAS
- * makes it behave. Calls with nothing to multiply are answered here, as the reference BLAS
- * does: m or n zero returns; alpha or k zero sets C = beta·C (C = 0 for beta = 0), reading
- * neither A nor B (which may then be NULL: OpenBLAS 0.3.21's small-matrix kernels would
- * read them). GEMM_OFFLOAD_LOG=1 prints one line per call: the call, where it ran, the time.
+ * macro and all going through one path: to the server when the product is big enough
+ * (docs/BLAS.md, "What it does"), else to the host BLAS unchanged. Calls with nothing to
+ * multiply are answered here, reading neither A nor B (which may then be NULL: OpenBLAS
+ * 0.3.21's small-matrix kernels would read them).
  */
 #include "blas_internal.h"
 

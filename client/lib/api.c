@@ -37,16 +37,14 @@ static int check_request(const gemm_request *r, int need_c, size_t sz[3], gemm_c
 int gemm_request_query(const gemm_request *r, const char *path, char *buf, size_t cap,
                        gemm_client_error *err)
 {
-    int n = snprintf(buf, cap, "%s?m=%llu&k=%llu&n=%llu&dtype=%s", path, (unsigned long long)r->m,
-                     (unsigned long long)r->k, (unsigned long long)r->n, gemm_dtype_name(r->dtype));
-    if (n > 0 && (size_t)n < cap && r->kernel && *r->kernel)
-        n += snprintf(buf + n, cap - (size_t)n, "&kernel=%s", r->kernel);
-    if (n > 0 && (size_t)n < cap && r->math != GEMM_MATH_DEFAULT)
-        n += snprintf(buf + n, cap - (size_t)n, "&math=%s", gemm_math_name(r->math));
-    if (n > 0 && (size_t)n < cap && r->tile > 0)
-        n += snprintf(buf + n, cap - (size_t)n, "&tile=%d", r->tile);
-    if (n > 0 && (size_t)n < cap && gemm_dtype_is_half(r->dtype))
-        n += snprintf(buf + n, cap - (size_t)n, "&out_dtype=%s", gemm_dtype_name(gemm_request_c_dtype(r)));
+    char tile[24] = "";
+    int kernel = r->kernel && *r->kernel, math = r->math != GEMM_MATH_DEFAULT, half = gemm_dtype_is_half(r->dtype);
+    if (r->tile > 0) snprintf(tile, sizeof tile, "&tile=%d", r->tile);
+    int n = snprintf(buf, cap, "%s?m=%llu&k=%llu&n=%llu&dtype=%s%s%s%s%s%s%s%s", path, (unsigned long long)r->m,
+                     (unsigned long long)r->k, (unsigned long long)r->n, gemm_dtype_name(r->dtype),
+                     kernel ? "&kernel=" : "", kernel ? r->kernel : "", math ? "&math=" : "",
+                     math ? gemm_math_name(r->math) : "", tile, half ? "&out_dtype=" : "",
+                     half ? gemm_dtype_name(gemm_request_c_dtype(r)) : "");
     if (n < 0 || (size_t)n >= cap) return GEMM_ARG_ERR(err, "request URL too long");
     return 0;
 }

@@ -112,9 +112,12 @@ static int put_b_share(panel *p)
     return rc;
 }
 
-/* Waits until every started panel has its share of B in, or a stop. 0, or -1 (stopped). */
-static int barrier_wait(shared_state *sh)
+/* Faults in the panel's C, then waits until every started panel has its share of B in, or
+ * a stop. 0, or -1 (stopped). */
+static int barrier_wait(panel *p, size_t c_bytes)
 {
+    shared_state *sh = p->pp.sh;
+    prefault(p->r.c, c_bytes);
     pthread_mutex_lock(&sh->mu);
     sh->arrived++;
     pthread_cond_broadcast(&sh->cv);
@@ -125,20 +128,13 @@ static int barrier_wait(shared_state *sh)
     return stopped ? -1 : 0;
 }
 
-static void stop_all(shared_state *sh)
+/* Wakes every waiter: after a stop (a panel failed, or the caller said stop) and after a
+ * panel's end (whichever way: the caller's thread wakes at once, not at its next tick). */
+static void notify(shared_state *sh, int stop, int done)
 {
     pthread_mutex_lock(&sh->mu);
-    atomic_store(&sh->stop, 1);
-    pthread_cond_broadcast(&sh->cv);
-    pthread_mutex_unlock(&sh->mu);
-}
-
-/* A panel has ended (whichever way): the caller's thread wakes at once, not at its next
- * progress tick. */
-static void panel_done(shared_state *sh)
-{
-    pthread_mutex_lock(&sh->mu);
-    atomic_fetch_add(&sh->finished, 1);
+    if (stop) atomic_store(&sh->stop, 1);
+    if (done) atomic_fetch_add(&sh->finished, 1);
     pthread_cond_broadcast(&sh->cv);
     pthread_mutex_unlock(&sh->mu);
 }
@@ -150,18 +146,15 @@ static void *run_panel(void *arg)
     size_t c_bytes = 0;
     gemm_matrix_bytes(p->r.m, p->r.n, gemm_request_c_dtype(&p->r), &c_bytes);
     memset(&p->err, 0, sizeof p->err);
+    int stop = 0;
     if (p->b_rows && put_b_share(p) != 0) {
-        p->rc = -1;
-        stop_all(p->pp.sh);
-        panel_done(p->pp.sh);
-        return NULL;
-    }
-    prefault(p->r.c, c_bytes);
-    if (barrier_wait(p->pp.sh) != 0) { /* another panel failed (its error is the one told) */
+        p->rc = stop = -1;
+    } else if (barrier_wait(p, c_bytes) != 0) {
+        /* another panel failed (its error is the one told) */
         p->rc = gemm_client_err(&p->err, GEMM_CLIENT_E_ABORTED, "aborted", "stopped: another panel failed");
         p->stopped = 1;
     } else if ((p->rc = gemm_request_query(&p->r, "/v1/matmul", pq, sizeof pq - 136, &p->err)) != 0) {
-        stop_all(p->pp.sh);
+        stop = 1;
     } else {
         /* panel_of: the server runs the algorithm of the whole product on these rows, so that
          * they come out as in one request (a server that predates it ignores it) */
@@ -171,7 +164,7 @@ static void *run_panel(void *arg)
         gemm_matrix_bytes(p->r.m, p->r.k, p->r.dtype, &x.part_len[0]);
         p->rc = gemm_xfer_call(&x, NULL, &p->t, &p->err);
     }
-    panel_done(p->pp.sh);
+    notify(p->pp.sh, stop, 1);
     return NULL;
 }
 
@@ -231,7 +224,7 @@ static void watch(gemm_client *c, const gemm_request *r, int parts, panel *p, in
             up += atomic_load(&p[i].pp.up);
             down += atomic_load(&p[i].pp.down);
         }
-        if (c->o.progress(c->o.progress_ctx, up, up_total, down, down_total)) stop_all(sh);
+        if (c->o.progress(c->o.progress_ctx, up, up_total, down, down_total)) notify(sh, 1, 0);
         pthread_mutex_lock(&sh->mu);
     }
     pthread_mutex_unlock(&sh->mu);
@@ -292,7 +285,7 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
         else
             nstarted++;
     }
-    if (rc != 0) stop_all(&sh); /* not every share of B will come: the started ones stop */
+    if (rc != 0) notify(&sh, 1, 0); /* not every share of B will come: the started ones stop */
     watch(c, r, parts, p, nstarted, &sh);
     for (int i = 0; i < nstarted; i++) pthread_join(th[i], NULL);
     /* the first panel's own failure; "stopped because another failed" only if none */

@@ -1,14 +1,18 @@
 /*
- * parse.c - small parsers of libgemm: shapes given by people ("512x256"), the
- * X-Gemm-Shape, Server-Timing and Retry-After headers.
+ * parse.c - the helpers of gemm_util.h: parsers of shapes given by people ("512x256"), of
+ * the X-Gemm-Shape, Server-Timing and Retry-After headers, and matrices as CSV / TSV text.
  */
 #define _GNU_SOURCE /* timegm */
 #include "client_internal.h"
+#include "gemm_half.h"
 #include "gemm_util.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -133,4 +137,202 @@ long gemm_client_parse_retry_after(const char *s, double now_epoch_s)
     if (d < 0) d = 0;
     if (d > 86400) d = 86400;
     return (long)(d * 1000.0);
+}
+
+/* ---------------------------------------------------------------- CSV / TSV text */
+
+static int text_err(gemm_text_error *e, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int text_err(gemm_text_error *e, int line, const char *fmt, ...)
+{
+    if (e) {
+        e->line = line;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->message, sizeof e->message, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static int blank_or_comment(const char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++;
+    return i == len || s[i] == '#';
+}
+
+static char guess_delim(const char *s, size_t len)
+{
+    if (memchr(s, '\t', len)) return '\t';
+    if (memchr(s, ',', len)) return ',';
+    if (memchr(s, ';', len)) return ';';
+    return ' ';
+}
+
+/* Parses one value from s (NUL-terminated field, spaces around allowed) into dst[idx]. */
+static int parse_value(const char *s, gemm_dtype d, void *dst, size_t idx)
+{
+    char *end;
+    errno = 0;
+    if (d == GEMM_DTYPE_I32) {
+        long long v = strtoll(s, &end, 10);
+        if (end == s || errno) return -1;
+        while (*end == ' ' || *end == '\t') end++;
+        /* allow "3.0" style integers written by float formatters */
+        if (*end == '.') {
+            end++;
+            while (*end == '0') end++;
+            while (*end == ' ' || *end == '\t') end++;
+        }
+        if (*end) return -1;
+        if (v < INT32_MIN || v > INT32_MAX) return -1;
+        ((int32_t *)dst)[idx] = (int32_t)v;
+        return 0;
+    }
+    double v = strtod(s, &end);
+    if (end == s) return -1;
+    if (errno == ERANGE && fabs(v) > 1.0) return -1; /* overflow; underflow to 0 is fine */
+    while (*end == ' ' || *end == '\t') end++;
+    if (*end) return -1;
+    if (d == GEMM_DTYPE_F32) {
+        float f = (float)v;
+        if (isfinite(v) && isinf(f)) return -1; /* rounds beyond FLT_MAX */
+        ((float *)dst)[idx] = f;
+    } else if (gemm_dtype_is_half(d)) {
+        uint16_t h = gemm_f64_to_half(d, v); /* one rounding from the float64 strtod read */
+        if (isfinite(v) && !isfinite(gemm_half_to_f32(d, h))) return -1; /* beyond the dtype's range */
+        ((uint16_t *)dst)[idx] = h;
+    } else {
+        ((double *)dst)[idx] = v;
+    }
+    return 0;
+}
+
+int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype dtype,
+                           uint64_t *rows, uint64_t *cols, void **data, gemm_text_error *e)
+{
+    if (e) {
+        e->line = 0;
+        e->message[0] = '\0';
+    }
+    size_t es = gemm_dtype_size(dtype);
+    if (es == 0) return text_err(e, 0, "unknown dtype");
+    *data = NULL;
+    uint64_t nrows = 0, ncols = 0;
+    size_t cap = 0, count = 0;
+    unsigned char *buf = NULL;
+    char *line = NULL;
+    size_t line_cap = 0;
+    int lineno = 0;
+    size_t pos = 0;
+    while (pos < len) {
+        const char *start = text + pos;
+        const char *nl = memchr(start, '\n', len - pos);
+        size_t llen = nl ? (size_t)(nl - start) : len - pos;
+        pos += llen + (nl ? 1 : 0);
+        lineno++;
+        if (blank_or_comment(start, llen)) continue;
+        if (memchr(start, '\0', llen)) {
+            text_err(e, lineno, "a NUL byte: this is not a text file");
+            goto fail;
+        }
+        if (delim == 0) delim = guess_delim(start, llen);
+        if (llen + 1 > line_cap) {
+            size_t nc = line_cap ? line_cap : 256;
+            while (nc < llen + 1) nc *= 2;
+            char *p = realloc(line, nc);
+            if (!p) goto nomem;
+            line = p;
+            line_cap = nc;
+        }
+        memcpy(line, start, llen);
+        line[llen] = '\0';
+        for (size_t i = 0; i < llen; i++)
+            if (line[i] == '\r') line[i] = ' ';
+        uint64_t ncol = 0;
+        char *p = line;
+        for (;;) {
+            char *field = p;
+            char *sep;
+            if (delim == ' ') {
+                while (*field == ' ' || *field == '\t') field++;
+                if (!*field) break;
+                sep = field;
+                while (*sep && *sep != ' ' && *sep != '\t') sep++;
+            } else {
+                sep = strchr(field, delim);
+                if (!sep) sep = field + strlen(field);
+            }
+            int last = *sep == '\0';
+            *sep = '\0';
+            if (count == cap) {
+                size_t nc = cap ? cap * 2 : 1024;
+                size_t bytes;
+                if (!gemm_mul_size(nc, es, &bytes)) goto nomem;
+                unsigned char *nb = realloc(buf, bytes);
+                if (!nb) goto nomem;
+                buf = nb;
+                cap = nc;
+            }
+            if (parse_value(field, dtype, buf, count) != 0) {
+                while (*field == ' ' || *field == '\t') field++;
+                text_err(e, lineno, "value %llu (\"%.40s\") is not a valid %s",
+                         (unsigned long long)ncol + 1, field, gemm_dtype_name(dtype));
+                goto fail;
+            }
+            count++;
+            ncol++;
+            if (last) break;
+            p = sep + 1;
+        }
+        if (ncol == 0) continue;
+        if (nrows == 0) ncols = ncol;
+        else if (ncol != ncols) {
+            text_err(e, lineno, "row %llu has %llu values, the rows before have %llu",
+                     (unsigned long long)nrows + 1, (unsigned long long)ncol, (unsigned long long)ncols);
+            goto fail;
+        }
+        nrows++;
+    }
+    free(line);
+    if (nrows == 0) {
+        free(buf);
+        return text_err(e, 0, "no values (empty matrix)");
+    }
+    *rows = nrows;
+    *cols = ncols;
+    *data = buf;
+    return 0;
+nomem:
+    text_err(e, lineno, "out of memory");
+fail:
+    free(line);
+    free(buf);
+    return -1;
+}
+
+int gemm_client_text_write(FILE *f, char delim, gemm_dtype dtype, uint64_t rows, uint64_t cols,
+                           const void *data)
+{
+    if (delim == 0) delim = ',';
+    for (uint64_t i = 0; i < rows; i++) {
+        for (uint64_t j = 0; j < cols; j++) {
+            size_t idx = (size_t)(i * cols + j);
+            int rc;
+            switch (dtype) {
+            case GEMM_DTYPE_F32: rc = fprintf(f, "%.9g", (double)((const float *)data)[idx]); break;
+            case GEMM_DTYPE_F64: rc = fprintf(f, "%.17g", ((const double *)data)[idx]); break;
+            case GEMM_DTYPE_I32: rc = fprintf(f, "%d", (int)((const int32_t *)data)[idx]); break;
+            case GEMM_DTYPE_F16:
+            case GEMM_DTYPE_BF16: /* the element's exact float32 value: it reads back to itself */
+                rc = fprintf(f, "%.9g", (double)gemm_half_to_f32(dtype, ((const uint16_t *)data)[idx]));
+                break;
+            default: errno = EINVAL; return -1;
+            }
+            if (rc < 0) return -1;
+            if (putc(j + 1 < cols ? delim : '\n', f) == EOF) return -1;
+        }
+    }
+    return ferror(f) ? -1 : 0;
 }
