@@ -113,38 +113,24 @@ void gb_warn_once(const char *key, const char *fmt, ...)
 
 /* ---------------------------------------------------------------- settings */
 
-static double env_double(const char *name, double dflt)
+/* name as a number >= 0 (whole: an integer in lo..hi), else dflt after one warning. */
+static double env_num(const char *name, double dflt, int whole, long lo, long hi)
 {
     const char *s = getenv(name);
-    if (!s || !*s) return dflt;
     char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < 0) {
-        gb_warn_once(name, "%s=\"%s\" is not a number >= 0; using %g", name, s, dflt);
-        return dflt;
-    }
-    return v;
-}
-
-static long env_long(const char *name, long dflt, long lo, long hi)
-{
-    const char *s = getenv(name);
     if (!s || !*s) return dflt;
-    char *end;
     errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        gb_warn_once(name, "%s=\"%s\" is not an integer in %ld..%ld; using %ld", name, s, lo, hi, dflt);
-        return dflt;
-    }
-    return v;
+    double v = whole ? (double)strtol(s, &end, 10) : strtod(s, &end);
+    if (!errno && end != s && !*end && isfinite(v) && v >= (whole ? lo : 0) && (!whole || v <= hi)) return v;
+    if (whole) gb_warn_once(name, "%s=\"%s\" is not an integer in %ld..%ld; using %ld", name, s, lo, hi, (long)dflt);
+    else gb_warn_once(name, "%s=\"%s\" is not a number >= 0; using %g", name, s, dflt);
+    return dflt;
 }
 
 /* One value of name for both types, else each type's default. */
 static void env_pair(const char *name, double v[2], double d32, double d64)
 {
-    double x = env_double(name, -1);
+    double x = env_num(name, -1, 0, 0, 0);
     v[GB_F32] = x >= 0 ? x : d32;
     v[GB_F64] = x >= 0 ? x : d64;
 }
@@ -188,10 +174,10 @@ static void settings_init(void)
                      "using the server's default", m);
         cfg.math = GEMM_MATH_DEFAULT;
     }
-    cfg.timeout_ms = env_long("GEMM_OFFLOAD_TIMEOUT_MS", 300000, 0, 86400000L);
-    cfg.connect_timeout_ms = env_long("GEMM_OFFLOAD_CONNECT_TIMEOUT_MS", 3000, 1, 600000L);
-    cfg.backoff_ms = env_long("GEMM_OFFLOAD_BACKOFF_MS", 10000, 0, 86400000L);
-    cfg.retries = (int)env_long("GEMM_OFFLOAD_RETRIES", 2, 0, 100);
+    cfg.timeout_ms = (long)env_num("GEMM_OFFLOAD_TIMEOUT_MS", 300000, 1, 0, 86400000L);
+    cfg.connect_timeout_ms = (long)env_num("GEMM_OFFLOAD_CONNECT_TIMEOUT_MS", 3000, 1, 1, 600000L);
+    cfg.backoff_ms = (long)env_num("GEMM_OFFLOAD_BACKOFF_MS", 10000, 1, 0, 86400000L);
+    cfg.retries = (int)env_num("GEMM_OFFLOAD_RETRIES", 2, 1, 0, 100);
     s->enabled = cfg.url != NULL;
     if (!s->enabled)
         gb_warn_once("no_server", "GEMM_SERVER is not set: every product runs on the host BLAS");

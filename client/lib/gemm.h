@@ -1,21 +1,12 @@
 /*
- * gemm.h - libgemm, the C client of the gemmd matrix-multiplication service.
+ * gemm.h - libgemm, the C client of the gemmd matrix-multiplication service
+ * (docs/CLIENT.md has an example program and every call).
  *
  * A client handle talks to one daemon (one URL) over HTTP through libcurl and keeps its
  * connection open between requests. Matrices travel in the raw binary format of the API
  * (POST /v1/matmul?m=&k=&n=&dtype=, body A then B, row-major, little-endian): the inputs
  * are sent from the caller's memory without a copy and the answer C is written straight
  * into memory the caller provides; its length is checked against the X-Gemm-Shape header.
- *
- *     gemm_client_options o;
- *     gemm_client_options_init(&o);
- *     gemm_client_error err;
- *     gemm_client *cl = gemm_client_new("http://gpu-box:8080", &o, &err);
- *     gemm_request r = GEMM_REQUEST_INIT;
- *     r.dtype = GEMM_DTYPE_F32; r.m = M; r.k = K; r.n = N; r.a = A; r.b = B; r.c = C;
- *     gemm_timing t;
- *     if (gemm_client_multiply(cl, &r, &t, &err) != 0) fprintf(stderr, "%s\n", err.message);
- *     gemm_client_free(cl);
  *
  * Threads: a gemm_client is not safe to use from two threads at once. Give each thread
  * its own handle (they are cheap: one curl easy handle each), or serialise the calls on a

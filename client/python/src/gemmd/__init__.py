@@ -22,20 +22,6 @@ from ._types import JOB_STATES, JobStatus, Product, Timing
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Client",
-    "Job",
-    "Product",
-    "Timing",
-    "JobStatus",
-    "JOB_STATES",
-    "GemmError",
-    "GemmConnectionError",
-    "GemmTimeoutError",
-    "GemmBusyError",
-    "GemmProtocolError",
-    "DEFAULT_URL",
-    "prepare",
-    "wire_dtype",
-    "__version__",
-]
+__all__ = ["Client", "Job", "Product", "Timing", "JobStatus", "JOB_STATES", "GemmError", "GemmConnectionError",
+           "GemmTimeoutError", "GemmBusyError", "GemmProtocolError", "DEFAULT_URL", "prepare", "wire_dtype",
+           "__version__"]

@@ -25,12 +25,7 @@ class GemmError(Exception):
         self.message = message
 
     def __str__(self) -> str:
-        parts = []
-        if self.status is not None:
-            parts.append(str(self.status))
-        if self.code:
-            parts.append(self.code)
-        head = " ".join(parts)
+        head = " ".join(([str(self.status)] if self.status is not None else []) + ([self.code] if self.code else []))
         return "%s: %s" % (head, self.message) if head else self.message
 
     def __repr__(self) -> str:
