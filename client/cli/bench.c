@@ -142,11 +142,9 @@ int gemm_cli_bench(const gemm_cli_opts *o)
     if (o->out_dtype) {
         gemm_dtype want, cd;
         gemm_err oe;
-        if (gemm_dtype_from_name(o->out_dtype, &want) != 0 || gemm_out_dtype_resolve(req.dtype, want, &cd, &oe) != 0) {
-            fprintf(stderr, "gemm: --out-dtype \"%s\": float32 for float16/bfloat16 operands (the default) or "
-                    "their own dtype; other operands answer in their own dtype\n", o->out_dtype);
-            return GEMM_EXIT_USAGE;
-        }
+        if (gemm_dtype_from_name(o->out_dtype, &want) != 0 || gemm_out_dtype_resolve(req.dtype, want, &cd, &oe) != 0)
+            return gemm_cli_say(GEMM_EXIT_USAGE, "--out-dtype \"%s\": float32 for float16/bfloat16 operands (the "
+                                "default) or their own dtype; other operands answer in their own dtype", o->out_dtype);
         req.out_half = gemm_dtype_is_half(req.dtype) && cd == req.dtype;
     }
     req.m = o->m ? o->m : o->size;
@@ -154,10 +152,8 @@ int gemm_cli_bench(const gemm_cli_opts *o)
     req.n = o->n ? o->n : o->size;
     size_t ab, bb, cb;
     if (!gemm_matrix_bytes(req.m, req.k, req.dtype, &ab) || !gemm_matrix_bytes(req.k, req.n, req.dtype, &bb) ||
-        !gemm_matrix_bytes(req.m, req.n, gemm_request_c_dtype(&req), &cb)) {
-        fprintf(stderr, "gemm: the shape is too large\n");
-        return GEMM_EXIT_USAGE;
-    }
+        !gemm_matrix_bytes(req.m, req.n, gemm_request_c_dtype(&req), &cb))
+        return gemm_cli_say(GEMM_EXIT_USAGE, "the shape is too large");
     int nt = o->concurrency, rep = o->repeat;
     size_t total = (size_t)nt * (size_t)rep;
     void *A = malloc(ab), *B = malloc(bb);
@@ -172,8 +168,7 @@ int gemm_cli_bench(const gemm_cli_opts *o)
         if (!(ws[i].req.c = malloc(cb))) break;
     }
     if (!A || !B || !ws || !tids || !lat || !srv || !ker || !ws[nt - 1].req.c) {
-        fprintf(stderr, "gemm: out of memory for the matrices\n");
-        rc = GEMM_EXIT_IO;
+        rc = gemm_cli_say(GEMM_EXIT_IO, "out of memory for the matrices");
         goto out;
     }
     fill_random(A, ab / gemm_dtype_size(req.dtype), req.dtype, 1);
@@ -195,15 +190,13 @@ int gemm_cli_bench(const gemm_cli_opts *o)
         goto out;
     }
     if (verify(&ws[0].req, ws[0].req.c, msg, sizeof msg) != 0) {
-        fprintf(stderr, "gemm: bench: wrong answer from the server (kernel %s): %s\n", t.kernel, msg);
-        rc = GEMM_EXIT_SERVER;
+        rc = gemm_cli_say(GEMM_EXIT_SERVER, "bench: wrong answer from the server (kernel %s): %s", t.kernel, msg);
         goto out;
     }
 
     pthread_barrier_t barrier;
     if (pthread_barrier_init(&barrier, NULL, (unsigned)nt + 1) != 0) {
-        fprintf(stderr, "gemm: bench: cannot make a barrier\n");
-        rc = GEMM_EXIT_IO;
+        rc = gemm_cli_say(GEMM_EXIT_IO, "bench: cannot make a barrier");
         goto out;
     }
     for (int i = 0; i < nt; i++) {
@@ -219,8 +212,7 @@ int gemm_cli_bench(const gemm_cli_opts *o)
     double window_s = (gemm_now_ms() - t0) / 1000.0; /* from the end of the warm-up to the last answer */
     pthread_barrier_destroy(&barrier);
     if (gemm_cli_interrupted) {
-        fprintf(stderr, "gemm: bench interrupted\n");
-        rc = GEMM_EXIT_INTERRUPTED;
+        rc = gemm_cli_say(GEMM_EXIT_INTERRUPTED, "bench interrupted");
         goto out;
     }
     for (int i = 0; i < nt; i++)

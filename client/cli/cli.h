@@ -63,6 +63,8 @@ typedef struct {
 
 /* ---- common.c ------------------------------------------------------------ */
 
+/* Says "gemm: <message>" on stderr; returns rc. */
+int gemm_cli_say(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Maps a library error to an exit code, printing "gemm: <message>" on stderr. */
 int gemm_cli_fail(const gemm_client_error *err, const char *what);
 /* --dtype (when given) into *dtype; --math, --kernel and --tile into r. 0, or

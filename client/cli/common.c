@@ -10,41 +10,46 @@
  */
 #include "cli.h"
 
+#include <stdarg.h>
 #include <stdio.h>
+
+int gemm_cli_say(int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("gemm: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return rc;
+}
 
 int gemm_cli_fail(const gemm_client_error *err, const char *what)
 {
     gemm_client_error_kind k = err->kind;
-    if (k == GEMM_CLIENT_E_SERVER) {
-        fprintf(stderr, "gemm: %s: server error %d %s: %s\n", what, err->http_status, err->code, err->message);
-        return GEMM_EXIT_SERVER;
-    }
-    if (k == GEMM_CLIENT_E_ABORTED) {
-        fprintf(stderr, "gemm: %s: interrupted\n", what);
-        return GEMM_EXIT_INTERRUPTED;
-    }
-    fprintf(stderr, "gemm: %s: %s%s\n", what,
-            k == GEMM_CLIENT_E_PROTOCOL  ? "bad answer from the server: "
-            : k == GEMM_CLIENT_E_CONNECT ? "cannot reach the server: "
-            : k == GEMM_CLIENT_E_TIMEOUT ? "timed out: "
-                                         : "",
-            err->message);
-    return k == GEMM_CLIENT_E_CONNECT || k == GEMM_CLIENT_E_TIMEOUT ? GEMM_EXIT_CONNECT
-           : k == GEMM_CLIENT_E_ARGUMENT                            ? GEMM_EXIT_USAGE
-           : k == GEMM_CLIENT_E_NOMEM                               ? GEMM_EXIT_IO
-                                                                    : GEMM_EXIT_SERVER;
+    if (k == GEMM_CLIENT_E_SERVER)
+        return gemm_cli_say(GEMM_EXIT_SERVER, "%s: server error %d %s: %s", what, err->http_status, err->code,
+                            err->message);
+    if (k == GEMM_CLIENT_E_ABORTED) return gemm_cli_say(GEMM_EXIT_INTERRUPTED, "%s: interrupted", what);
+    return gemm_cli_say(k == GEMM_CLIENT_E_CONNECT || k == GEMM_CLIENT_E_TIMEOUT ? GEMM_EXIT_CONNECT
+                        : k == GEMM_CLIENT_E_ARGUMENT                            ? GEMM_EXIT_USAGE
+                        : k == GEMM_CLIENT_E_NOMEM                               ? GEMM_EXIT_IO
+                                                                                 : GEMM_EXIT_SERVER,
+                        "%s: %s%s", what,
+                        k == GEMM_CLIENT_E_PROTOCOL  ? "bad answer from the server: "
+                        : k == GEMM_CLIENT_E_CONNECT ? "cannot reach the server: "
+                        : k == GEMM_CLIENT_E_TIMEOUT ? "timed out: "
+                                                     : "",
+                        err->message);
 }
 
 int gemm_cli_request_opts(const gemm_cli_opts *o, gemm_dtype *dtype, gemm_request *r)
 {
-    if (o->dtype && gemm_dtype_from_name(o->dtype, dtype) != 0) {
-        fprintf(stderr, "gemm: --dtype \"%s\": expected float32, float64, int32, float16 or bfloat16\n", o->dtype);
-        return GEMM_EXIT_USAGE;
-    }
-    if (o->math && gemm_math_from_name(o->math, &r->math) != 0) {
-        fprintf(stderr, "gemm: --math \"%s\": expected fp32, tf32 or bf16\n", o->math);
-        return GEMM_EXIT_USAGE;
-    }
+    if (o->dtype && gemm_dtype_from_name(o->dtype, dtype) != 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "--dtype \"%s\": expected float32, float64, int32, float16 or bfloat16",
+                            o->dtype);
+    if (o->math && gemm_math_from_name(o->math, &r->math) != 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "--math \"%s\": expected fp32, tf32 or bf16", o->math);
     r->kernel = o->kernel;
     r->tile = o->tile;
     return 0;

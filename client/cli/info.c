@@ -143,12 +143,8 @@ int gemm_cli_info(const gemm_cli_opts *o)
         if (n == 0 || body[n - 1] != '\n') fputc('\n', stdout);
     } else {
         cJSON *j = cJSON_Parse(body);
-        if (!cJSON_IsObject(j)) {
-            fprintf(stderr, "gemm: info: the server's answer is not a JSON object\n");
-            rc = GEMM_EXIT_SERVER;
-        } else {
-            print_value(stdout, j, 0);
-        }
+        if (!cJSON_IsObject(j)) rc = gemm_cli_say(GEMM_EXIT_SERVER, "info: the server's answer is not a JSON object");
+        else print_value(stdout, j, 0);
         cJSON_Delete(j);
     }
     free(body);

@@ -93,7 +93,8 @@ static const struct {
                    "  -k, --kernel NAME        kernel to ask for\n"
                    "      --math MODE, --tile N  as for multiply\n"},
     [CMD_INFO] = {"info", NULL,
-                  "usage: gemm info [OPTIONS]\n\nPrints GET /v1/info for a person: version, backend, devices, kernels,\n"
+                  "usage: gemm info [OPTIONS]\n\n"
+                  "Prints GET /v1/info for a person: version, backend, devices, kernels,\n"
                   "dtypes, limits, one \"key: value\" a line, nested parts indented.\n\n"
                   "      --json               the server's JSON as it came, for programs\n"},
     [CMD_HEALTH] = {"health", NULL,
@@ -157,7 +158,8 @@ enum {
 
 static const struct option longopts[] = {
     {"server", required_argument, NULL, 's'}, {"token", required_argument, NULL, 't'},
-    {"timeout", required_argument, NULL, OPT_TIMEOUT}, {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
     {"retries", required_argument, NULL, OPT_RETRIES}, {"cacert", required_argument, NULL, OPT_CACERT},
     {"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
     {"output", required_argument, NULL, 'o'}, {"format", required_argument, NULL, 'f'},

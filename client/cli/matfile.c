@@ -260,7 +260,8 @@ int gemm_cli_output_create(gemm_cli_output *o, const char *path, gemm_cli_format
         return fail(msg, cap, "%s: a batch of %llu products is written as .npy (3-D) or raw binary, not text", path,
                     (unsigned long long)batch);
     size_t bytes = output_bytes(o);
-    if (bytes == 0) return fail(msg, cap, "C (%llux%llu) is too large", (unsigned long long)rows, (unsigned long long)cols);
+    if (bytes == 0)
+        return fail(msg, cap, "C (%llux%llu) is too large", (unsigned long long)rows, (unsigned long long)cols);
     o->to_stdout = strcmp(path, "-") == 0;
     if (!o->to_stdout && !(o->path = strdup(path))) return fail(msg, cap, "out of memory");
     int rc = 0;

@@ -99,10 +99,8 @@ static int open_inputs(const gemm_cli_opts *o, gemm_cli_format fa, gemm_cli_form
     char msg[600];
     uint64_t shape[3] = {0, 0, 0};
     int nshape = 0;
-    if (o->shape && (nshape = gemm_client_parse_shape(o->shape, shape)) < 0) {
-        fprintf(stderr, "gemm: --shape \"%s\": expected MxK or MxKxN (whole numbers >= 1)\n", o->shape);
-        return GEMM_EXIT_USAGE;
-    }
+    if (o->shape && (nshape = gemm_client_parse_shape(o->shape, shape)) < 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "--shape \"%s\": expected MxK or MxKxN (whole numbers >= 1)", o->shape);
     /* Binary inputs first: a text input without --dtype takes the other input's dtype. */
     int a_first = !(is_text(fa) && !is_text(fb));
     for (int pass = 0; pass < 2; pass++) {
@@ -122,32 +120,22 @@ static int open_inputs(const gemm_cli_opts *o, gemm_cli_format fa, gemm_cli_form
             if (ok != 0 && fb == GEMM_FMT_RAW && rows == 0)
                 snprintf(msg, sizeof msg, "%s: raw binary B needs --shape MxKxN (or A's shape from A)", pb);
         }
-        if (ok != 0) {
-            fprintf(stderr, "gemm: %s\n", msg);
-            return strstr(msg, "needs --") ? GEMM_EXIT_USAGE : GEMM_EXIT_IO;
-        }
+        if (ok != 0) return gemm_cli_say(strstr(msg, "needs --") ? GEMM_EXIT_USAGE : GEMM_EXIT_IO, "%s", msg);
     }
-    if (A->dtype != B->dtype) {
-        fprintf(stderr, "gemm: A is %s and B is %s: give both the same dtype\n", gemm_dtype_name(A->dtype),
-                gemm_dtype_name(B->dtype));
-        return GEMM_EXIT_IO;
-    }
-    if (A->cols != B->rows) {
-        fprintf(stderr, "gemm: A is %llux%llu and B is %llux%llu: A's columns (%llu) must equal B's rows (%llu)\n",
-                (unsigned long long)A->rows, (unsigned long long)A->cols, (unsigned long long)B->rows,
-                (unsigned long long)B->cols, (unsigned long long)A->cols, (unsigned long long)B->rows);
-        return GEMM_EXIT_IO;
-    }
+    if (A->dtype != B->dtype)
+        return gemm_cli_say(GEMM_EXIT_IO, "A is %s and B is %s: give both the same dtype", gemm_dtype_name(A->dtype),
+                            gemm_dtype_name(B->dtype));
+    if (A->cols != B->rows)
+        return gemm_cli_say(GEMM_EXIT_IO, "A is %llux%llu and B is %llux%llu: A's columns (%llu) must equal B's rows "
+                            "(%llu)", (unsigned long long)A->rows, (unsigned long long)A->cols,
+                            (unsigned long long)B->rows, (unsigned long long)B->cols, (unsigned long long)A->cols,
+                            (unsigned long long)B->rows);
     /* 3-D .npy: A (b, m, k) with B (b, k, n) or one (k, n) for all, as numpy.matmul. */
-    if (B->batch && (!A->batch || B->batch != A->batch)) {
-        fprintf(stderr, "gemm: A holds %llu matrices and B %llu: B must hold as many as A, or be one 2-D matrix\n",
-                (unsigned long long)A->batch, (unsigned long long)B->batch);
-        return GEMM_EXIT_IO;
-    }
-    if (A->batch && o->async) {
-        fprintf(stderr, "gemm: --async takes one product; send a 3-D batch without it\n");
-        return GEMM_EXIT_USAGE;
-    }
+    if (B->batch && (!A->batch || B->batch != A->batch))
+        return gemm_cli_say(GEMM_EXIT_IO, "A holds %llu matrices and B %llu: B must hold as many as A, or be one 2-D "
+                            "matrix", (unsigned long long)A->batch, (unsigned long long)B->batch);
+    if (A->batch && o->async)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "--async takes one product; send a 3-D batch without it");
     return 0;
 }
 
@@ -159,22 +147,16 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
     gemm_cli_format fa, fb, fc;
     if (gemm_cli_format_of(pa, o->format, &fa, msg, sizeof msg) != 0 ||
         gemm_cli_format_of(pb, o->format, &fb, msg, sizeof msg) != 0 ||
-        gemm_cli_format_of(pc, o->out_format ? o->out_format : o->format, &fc, msg, sizeof msg) != 0) {
-        fprintf(stderr, "gemm: %s\n", msg);
-        return GEMM_EXIT_USAGE;
-    }
-    if (strcmp(pa, "-") == 0 || strcmp(pb, "-") == 0) {
-        fprintf(stderr, "gemm: inputs must be files (they are mapped, not read from a pipe)\n");
-        return GEMM_EXIT_USAGE;
-    }
+        gemm_cli_format_of(pc, o->out_format ? o->out_format : o->format, &fc, msg, sizeof msg) != 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "%s", msg);
+    if (strcmp(pa, "-") == 0 || strcmp(pb, "-") == 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "inputs must be files (they are mapped, not read from a pipe)");
     gemm_dtype dtype = GEMM_DTYPE_INVALID, out_dtype = GEMM_DTYPE_INVALID;
     gemm_request req = GEMM_REQUEST_INIT;
     int rc = gemm_cli_request_opts(o, &dtype, &req);
     if (rc != 0) return rc;
-    if (o->out_dtype && gemm_dtype_from_name(o->out_dtype, &out_dtype) != 0) {
-        fprintf(stderr, "gemm: --out-dtype \"%s\": expected float32, float16 or bfloat16\n", o->out_dtype);
-        return GEMM_EXIT_USAGE;
-    }
+    if (o->out_dtype && gemm_dtype_from_name(o->out_dtype, &out_dtype) != 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "--out-dtype \"%s\": expected float32, float16 or bfloat16", o->out_dtype);
     gemm_cli_input A = {0}, B = {0};
     gemm_cli_output C = {.fd = -1};
     if ((rc = open_inputs(o, fa, fb, dtype, &A, &B)) != 0) goto out;
@@ -184,8 +166,7 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
         gemm_dtype cd;
         gemm_err oe;
         if (gemm_out_dtype_resolve(A.dtype, out_dtype, &cd, &oe) != 0) {
-            fprintf(stderr, "gemm: --out-dtype: %s\n", oe.message);
-            rc = GEMM_EXIT_USAGE;
+            rc = gemm_cli_say(GEMM_EXIT_USAGE, "--out-dtype: %s", oe.message);
             goto out;
         }
         req.out_half = gemm_dtype_is_half(A.dtype) && cd == A.dtype;
@@ -224,8 +205,7 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
         goto out;
     }
     if (gemm_cli_output_commit(&C, msg, sizeof msg) != 0) {
-        fprintf(stderr, "gemm: %s\n", msg);
-        rc = GEMM_EXIT_IO;
+        rc = gemm_cli_say(GEMM_EXIT_IO, "%s", msg);
         goto out;
     }
     if (o->timing) print_timing(&t, &req, o->async, gemm_now_ms() - start);

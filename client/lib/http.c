@@ -23,7 +23,8 @@
 
 const char *gemm_client_error_kind_name(gemm_client_error_kind k)
 {
-    static const char *const names[] = {"ok", "server", "connect", "timeout", "aborted", "protocol", "argument", "nomem"};
+    static const char *const names[] = {"ok", "server", "connect", "timeout", "aborted", "protocol", "argument",
+                                        "nomem"};
     return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "unknown";
 }
 
@@ -49,12 +50,8 @@ static void global_init(void) { global_rc = curl_global_init(CURL_GLOBAL_DEFAULT
 
 void gemm_client_options_init(gemm_client_options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->connect_timeout_ms = 10000;
-    o->timeout_ms = 0;
-    o->max_retries = 3;
-    o->max_retry_wait_ms = 30000;
-    o->default_retry_wait_ms = 1000;
+    *o = (gemm_client_options){.connect_timeout_ms = 10000, .timeout_ms = 0, .max_retries = 3,
+                               .max_retry_wait_ms = 30000, .default_retry_wait_ms = 1000};
 }
 
 gemm_client *gemm_client_new(const char *url, const gemm_client_options *o, gemm_client_error *err)

@@ -185,7 +185,8 @@ static int upload_b(gemm_client *c, const gemm_request *r, int empty, char *id, 
         snprintf(id, cap, "%s", v->valuestring);
     cJSON_Delete(j);
     if (rc == 0 && !id[0])
-        rc = gemm_client_err(err, GEMM_CLIENT_E_PROTOCOL, "bad_response", "the server kept B but gave no usable matrix id");
+        rc = gemm_client_err(err, GEMM_CLIENT_E_PROTOCOL, "bad_response",
+                             "the server kept B but gave no usable matrix id");
     return rc;
 }
 

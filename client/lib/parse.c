@@ -62,7 +62,8 @@ int gemm_client_parse_shape_header(const char *s, uint64_t *rows, uint64_t *cols
     return 0;
 }
 
-const char *const gemm_stage_names[GEMM_STAGES] = {"recv", "decode", "queue", "h2d", "kernel", "d2h", "encode", "total"};
+const char *const gemm_stage_names[GEMM_STAGES] = {"recv", "decode", "queue", "h2d",
+                                                   "kernel", "d2h", "encode", "total"};
 static const size_t stage_offsets[GEMM_STAGES] = {
     offsetof(gemm_timing, recv_ms), offsetof(gemm_timing, decode_ms), offsetof(gemm_timing, queue_ms),
     offsetof(gemm_timing, h2d_ms),  offsetof(gemm_timing, kernel_ms), offsetof(gemm_timing, d2h_ms),
