@@ -6,18 +6,10 @@
  * for one product and gives back; at most GB_POOL_IDLE idle ones are kept. A child made by
  * fork() never uses its parent's connections (they share the sockets).
  *
- * The wire takes A (m x k) and B (k x n) contiguous and row-major. Operands that are
- * already so are sent from the caller's memory; others are packed first (pack.c: rows
- * copied, or a blocked transpose). When both operands are stored transposed it is cheaper to ask for
- * Cᵀ = Qᵀ·Pᵀ, whose operands are then the caller's memory, and transpose the answer in
- * the pass that applies alpha and beta. The answer lands in C itself when alpha = 1,
- * beta = 0 and C is contiguous; otherwise in a buffer, then C = alpha·T + beta·C in one
- * pass (beta = 0 never reads C, so NaN or Inf there is ignored, as BLAS requires).
- *
- * Failures: the caller recomputes on the host. Transport failures, timeouts, 5xx (503
- * after libgemm's retries), refused tokens and garbled answers also stop offloading for
- * GEMM_OFFLOAD_BACKOFF_MS (products go straight to the host meanwhile), then the server is
- * tried again; other 4xx concern that product only. Each reason is warned about once.
+ * How a product travels (packed or not, Cᵀ asked for when both operands are transposed, the
+ * answer straight into C or through one pass C = alpha·T + beta·C) and which failures start
+ * the back-off: docs/BLAS.md, "How a product travels" and "When the server cannot take a
+ * product". A failed product is recomputed on the host by the caller.
  */
 #include "blas_internal.h"
 #include "gemm.h"

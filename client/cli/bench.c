@@ -1,9 +1,7 @@
 /*
  * bench.c - `gemm bench`: C threads, each with its own client handle (its own keep-alive
- * connection) and its own C buffer, send the same random A and B R times each. Latency is
- * the client's wall time of one gemm_client_multiply() (upload, server, download). The first
- * answer is checked against a float64 computation of sampled elements before any number
- * is printed.
+ * connection) and its own C buffer, send the same random A and B R times each, after the
+ * first answer was checked against a float64 computation of sampled elements.
  */
 #include "cli.h"
 #include "gemm_half.h"

@@ -1,10 +1,6 @@
 /*
- * info.c - `gemm info` and `gemm health`.
- *
- * info prints GET /v1/info for a person: one "key: value" a line, nested objects indented
- * under their key, lists of objects as "- " items, lists of plain values on one line
- * joined by ", ", byte counts also in GiB/MiB. It walks whatever the server sends, so new
- * fields show up without a change here. --json prints the server's JSON as it came.
+ * info.c - `gemm info` and `gemm health`. info walks whatever GET /v1/info sends (new
+ * fields show up without a change here) and prints it for a person (docs/CLIENT.md).
  */
 #include "cli.h"
 

@@ -1,13 +1,8 @@
 /*
- * matfile.c - matrix files of the `gemm` command.
- *
- * Inputs are mmap'ed and sent as they are: for .npy the bytes after the header, for raw
- * binary the whole file. Only two cases copy: a fortran_order .npy is transposed into a
- * row-major buffer (the wire format is row-major), and text (CSV/TSV) is parsed into one.
- * Outputs in .npy or raw binary are created at their final size in a temporary file of
- * the same folder, mmap'ed, and C is written by the transfer straight into the mapping;
- * the file is renamed into place only when the product succeeded, so an interrupted or
- * failed run leaves no partial output behind.
+ * matfile.c - matrix files of the `gemm` command. Inputs are mmap'ed and sent as they are
+ * (a fortran_order .npy is transposed, text parsed, into a buffer); .npy and raw outputs
+ * are mmap'ed temporary files of their final size that the transfer writes into, renamed
+ * into place only when the product succeeded, so a failed run leaves no partial output.
  */
 #include "cli.h"
 

@@ -1,16 +1,9 @@
 /*
- * parallel.c - one large product over several connections at once: B is uploaded once
- * as a resident matrix, A is cut into row panels sent in parallel (each POST
- * /v1/matmul?b=ID carries one panel of A and answers that panel of C, written straight
- * into place), and B is deleted afterwards. Every panel says panel_of=m: the server runs
- * on its rows what it runs for the whole product (kernel, block, k split, cuBLAS's
- * algorithm), so C is the same bytes as the single request's (on a CUDA server; on the
- * CPU OpenBLAS chooses per call and floats may differ in their last bits).
- *
- * B goes up over the same connections: the server makes an empty resident matrix
- * (POST /v1/matrices?...&empty=1), each connection PUTs its share of B's rows, and once
- * every share is in (a barrier) each sends its panel of A. A server without empty
- * matrices (400) gets B whole over one connection first, as before.
+ * parallel.c - one large product over several connections at once (docs/CLIENT.md,
+ * gemm_client_multiply_streams): B becomes an empty resident matrix whose rows each
+ * connection PUTs a share of; once every share is in (a barrier) each sends its row panel
+ * of A (POST /v1/matmul?b=ID&panel_of=m) and its panel of C is written straight into place;
+ * B is deleted afterwards. A server without empty matrices (400) gets B whole first.
  */
 #include "client_internal.h"
 

@@ -380,8 +380,10 @@ class Client:
               accept: str) -> Tuple[http.client.HTTPResponse, http.client.HTTPConnection]:
         """One request on this thread's connection; returns the answer with its head read.
         A kept-alive connection that the server closed meanwhile is reopened once."""
+        closed = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
         for attempt in (0, 1):
             conn, reused = self._open()
+            sent = False
             try:
                 conn.putrequest(method, path, skip_accept_encoding=True)
                 conn.putheader("User-Agent", _USER_AGENT)
@@ -402,23 +404,21 @@ class Client:
                     # The server may have answered early (an error it saw in the head) and
                     # closed: read that answer if it is there.
                     pass
-                try:
-                    return conn.getresponse(), conn
-                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
-                        ConnectionAbortedError) as e:
-                    conn.close()
-                    if reused and attempt == 0:
-                        continue  # closed while idle (connection_timeout): once more, afresh
-                    raise GemmConnectionError("%s closed the connection without an answer (%s)"
-                                              % (self.url, e)) from e
+                sent = True
+                return conn.getresponse(), conn
             except _TIMEOUTS:
                 conn.close()
                 raise GemmTimeoutError("%s %s: no answer within %gs" % (method, path.split("?")[0],
                                                                       self.timeout or 0)) from None
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
-                if reused and attempt == 0 and isinstance(e, (BrokenPipeError, ConnectionResetError)):
+                # a kept-alive connection closed while idle (connection_timeout): once more, afresh
+                if reused and attempt == 0 and isinstance(e, closed if sent else (BrokenPipeError,
+                                                                                  ConnectionResetError)):
                     continue
+                if sent and isinstance(e, closed):
+                    raise GemmConnectionError("%s closed the connection without an answer (%s)"
+                                              % (self.url, e)) from e
                 raise GemmConnectionError("%s %s: %s" % (method, path.split("?")[0], e)) from e
             except BaseException:
                 conn.close()
