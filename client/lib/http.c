@@ -221,11 +221,8 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud)
         copy_value(tmp, sizeof tmp, v, vlen);
         char *end;
         errno = 0;
-        unsigned long long cl = strtoull(tmp, &end, 10);
-        if (errno == 0 && end != tmp && *end == '\0') {
-            x->h.have_length = 1;
-            x->h.content_length = cl;
-        }
+        x->h.content_length = strtoull(tmp, &end, 10);
+        x->h.have_length = errno == 0 && end != tmp && *end == '\0';
     }
 #undef IS
     return len;

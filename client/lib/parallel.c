@@ -26,9 +26,7 @@ int gemm_client_auto_streams(const gemm_request *r)
     if (!r || !gemm_matrix_bytes(r->m, r->k, r->dtype, &ab) || !gemm_matrix_bytes(r->k, r->n, r->dtype, &bb) ||
         !gemm_matrix_bytes(r->m, r->n, gemm_request_c_dtype(r), &cb))
         return 1;
-    uint64_t total = (uint64_t)ab + bb + cb;
-    if (total < AUTO_MIN_BYTES || r->m < 2 * AUTO_STREAMS) return 1;
-    return AUTO_STREAMS;
+    return (uint64_t)ab + bb + cb < AUTO_MIN_BYTES || r->m < 2 * AUTO_STREAMS ? 1 : AUTO_STREAMS;
 }
 
 /* What the panels share with the caller's thread: their progress, and a stop asked by the

@@ -210,23 +210,29 @@ static int parse_value(const char *s, gemm_dtype d, void *dst, size_t idx)
     return 0;
 }
 
+/* *p holds at least need elements of es bytes (cap of them, doubling from first). 0 or -1. */
+static int grow(void **p, size_t *cap, size_t need, size_t es, size_t first)
+{
+    size_t nc = *cap ? *cap : first, bytes;
+    while (nc < need) nc *= 2;
+    void *q = nc == *cap ? *p : gemm_mul_size(nc, es, &bytes) ? realloc(*p, bytes) : NULL;
+    if (!q) return -1;
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
 int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype dtype,
                            uint64_t *rows, uint64_t *cols, void **data, gemm_text_error *e)
 {
-    if (e) {
-        e->line = 0;
-        e->message[0] = '\0';
-    }
+    if (e) *e = (gemm_text_error){0};
     size_t es = gemm_dtype_size(dtype);
     if (es == 0) return text_err(e, 0, "unknown dtype");
     *data = NULL;
     uint64_t nrows = 0, ncols = 0;
-    size_t cap = 0, count = 0;
-    unsigned char *buf = NULL;
-    char *line = NULL;
-    size_t line_cap = 0;
+    size_t cap = 0, count = 0, line_cap = 0, pos = 0;
+    void *buf = NULL, *line_buf = NULL;
     int lineno = 0;
-    size_t pos = 0;
     while (pos < len) {
         const char *start = text + pos;
         const char *nl = memchr(start, '\n', len - pos);
@@ -239,14 +245,8 @@ int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype 
             goto fail;
         }
         if (delim == 0) delim = guess_delim(start, llen);
-        if (llen + 1 > line_cap) {
-            size_t nc = line_cap ? line_cap : 256;
-            while (nc < llen + 1) nc *= 2;
-            char *p = realloc(line, nc);
-            if (!p) goto nomem;
-            line = p;
-            line_cap = nc;
-        }
+        if (grow(&line_buf, &line_cap, llen + 1, 1, 256) != 0) goto nomem;
+        char *line = line_buf;
         memcpy(line, start, llen);
         line[llen] = '\0';
         for (size_t i = 0; i < llen; i++)
@@ -267,15 +267,7 @@ int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype 
             }
             int last = *sep == '\0';
             *sep = '\0';
-            if (count == cap) {
-                size_t nc = cap ? cap * 2 : 1024;
-                size_t bytes;
-                if (!gemm_mul_size(nc, es, &bytes)) goto nomem;
-                unsigned char *nb = realloc(buf, bytes);
-                if (!nb) goto nomem;
-                buf = nb;
-                cap = nc;
-            }
+            if (grow(&buf, &cap, count + 1, es, 1024) != 0) goto nomem;
             if (parse_value(field, dtype, buf, count) != 0) {
                 while (*field == ' ' || *field == '\t') field++;
                 text_err(e, lineno, "value %llu (\"%.40s\") is not a valid %s",
@@ -296,7 +288,7 @@ int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype 
         }
         nrows++;
     }
-    free(line);
+    free(line_buf);
     if (nrows == 0) {
         free(buf);
         return text_err(e, 0, "no values (empty matrix)");
@@ -308,7 +300,7 @@ int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype 
 nomem:
     text_err(e, lineno, "out of memory");
 fail:
-    free(line);
+    free(line_buf);
     free(buf);
     return -1;
 }

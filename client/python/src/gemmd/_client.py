@@ -568,13 +568,8 @@ class Client:
 # ------------------------------------------------------------------------------ jobs
 
 class Job:
-    """A product queued with :meth:`Client.submit` (or found again with :meth:`Client.job`).
-
-    ``status()`` asks the server where it is, ``wait()`` polls until it has finished,
-    ``result()`` waits and fetches C, ``cancel()`` cancels it (or forgets it once finished,
-    freeing its result on the server). Used as a context manager, the job is cancelled or
-    forgotten when the block ends.
-    """
+    """A product queued with :meth:`Client.submit` (or found again with :meth:`Client.job`);
+    as a context manager, cancelled or forgotten when the block ends."""
 
     def __init__(self, client: Client, job_id: str, shape: Optional[Tuple[int, ...]], k: Optional[int],
                  dtype: Optional[str]) -> None:
@@ -616,9 +611,8 @@ class Job:
         return self._status()[0]
 
     def wait(self, timeout: Timeout = None) -> JobStatus:
-        """Polls until the job has finished (done, failed or cancelled) and returns its last
-        status; raises :class:`GemmTimeoutError` when ``timeout`` seconds pass first. Polls
-        after 20 ms, doubling up to 0.5 s, or after the server's ``Retry-After`` if it sends one."""
+        """Polls (20 ms doubling to 0.5 s, or the server's ``Retry-After``) until the job has
+        finished, and returns its last status; :class:`GemmTimeoutError` after ``timeout`` s."""
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = 0.02
         while True:
@@ -654,10 +648,8 @@ class Job:
         return c._read_product(resp, conn, self._shape, self._dtype, out, flops, t0, retries, self.id)
 
     def cancel(self) -> bool:
-        """``DELETE /v1/jobs/{id}``: cancels a queued or running job (the server forgets it at
-        once; a running product stops at its next stage boundary) or forgets a finished one.
-        Returns False when the server does not know the job (already forgotten, expired, or
-        another token's)."""
+        """``DELETE /v1/jobs/{id}``: cancels a queued or running job or forgets a finished one;
+        False when the server does not know it (forgotten, expired, or another token's)."""
         c = self.client
         resp, conn, retries = c._call("DELETE", c._prefix + self._path())
         if resp.status not in (200, 204):
