@@ -135,16 +135,9 @@ static int verify(const gemm_request *r, const void *c, char *msg, size_t cap)
 int gemm_cli_bench(const gemm_cli_opts *o)
 {
     gemm_request req = GEMM_REQUEST_INIT;
-    int rc = gemm_cli_request_opts(o, &req.dtype, &req);
-    if (rc != 0) return rc;
-    if (o->out_dtype) {
-        gemm_dtype want, cd;
-        gemm_err oe;
-        if (gemm_dtype_from_name(o->out_dtype, &want) != 0 || gemm_out_dtype_resolve(req.dtype, want, &cd, &oe) != 0)
-            return gemm_cli_say(GEMM_EXIT_USAGE, "--out-dtype \"%s\": float32 for float16/bfloat16 operands (the "
-                                "default) or their own dtype; other operands answer in their own dtype", o->out_dtype);
-        req.out_half = gemm_dtype_is_half(req.dtype) && cd == req.dtype;
-    }
+    gemm_dtype out_dtype = GEMM_DTYPE_INVALID;
+    int rc = gemm_cli_request_opts(o, &req.dtype, &out_dtype, &req);
+    if (rc != 0 || (rc = gemm_cli_out_half(out_dtype, &req)) != 0) return rc;
     req.m = o->m ? o->m : o->size;
     req.k = o->k ? o->k : o->size;
     req.n = o->n ? o->n : o->size;

@@ -67,9 +67,12 @@ typedef struct {
 int gemm_cli_say(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Maps a library error to an exit code, printing "gemm: <message>" on stderr. */
 int gemm_cli_fail(const gemm_client_error *err, const char *what);
-/* --dtype (when given) into *dtype; --math, --kernel and --tile into r. 0, or
- * GEMM_EXIT_USAGE after saying why. */
-int gemm_cli_request_opts(const gemm_cli_opts *o, gemm_dtype *dtype, gemm_request *r);
+/* --dtype and --out-dtype (when given) into *dtype and *out_dtype; --math, --kernel and
+ * --tile into r. 0, or GEMM_EXIT_USAGE after saying why. */
+int gemm_cli_request_opts(const gemm_cli_opts *o, gemm_dtype *dtype, gemm_dtype *out_dtype, gemm_request *r);
+/* r->out_half for out_dtype (GEMM_DTYPE_INVALID: not asked) and operands of r->dtype. 0,
+ * or GEMM_EXIT_USAGE after saying why. */
+int gemm_cli_out_half(gemm_dtype out_dtype, gemm_request *r);
 
 /* The progress of a client's transfers: after SIGINT it stops them; the bar is drawn
  * when enabled and a transfer is over 64 MB. */

@@ -43,15 +43,28 @@ int gemm_cli_fail(const gemm_client_error *err, const char *what)
                         err->message);
 }
 
-int gemm_cli_request_opts(const gemm_cli_opts *o, gemm_dtype *dtype, gemm_request *r)
+int gemm_cli_request_opts(const gemm_cli_opts *o, gemm_dtype *dtype, gemm_dtype *out_dtype, gemm_request *r)
 {
     if (o->dtype && gemm_dtype_from_name(o->dtype, dtype) != 0)
         return gemm_cli_say(GEMM_EXIT_USAGE, "--dtype \"%s\": expected float32, float64, int32, float16 or bfloat16",
                             o->dtype);
+    if (o->out_dtype && gemm_dtype_from_name(o->out_dtype, out_dtype) != 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "--out-dtype \"%s\": expected float32, float16 or bfloat16", o->out_dtype);
     if (o->math && gemm_math_from_name(o->math, &r->math) != 0)
         return gemm_cli_say(GEMM_EXIT_USAGE, "--math \"%s\": expected fp32, tf32 or bf16", o->math);
     r->kernel = o->kernel;
     r->tile = o->tile;
+    return 0;
+}
+
+int gemm_cli_out_half(gemm_dtype out_dtype, gemm_request *r)
+{
+    gemm_dtype cd;
+    gemm_err oe;
+    if (out_dtype == GEMM_DTYPE_INVALID) return 0;
+    if (gemm_out_dtype_resolve(r->dtype, out_dtype, &cd, &oe) != 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "--out-dtype: %s", oe.message);
+    r->out_half = gemm_dtype_is_half(r->dtype) && cd == r->dtype;
     return 0;
 }
 

@@ -153,26 +153,15 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
         return gemm_cli_say(GEMM_EXIT_USAGE, "inputs must be files (they are mapped, not read from a pipe)");
     gemm_dtype dtype = GEMM_DTYPE_INVALID, out_dtype = GEMM_DTYPE_INVALID;
     gemm_request req = GEMM_REQUEST_INIT;
-    int rc = gemm_cli_request_opts(o, &dtype, &req);
+    int rc = gemm_cli_request_opts(o, &dtype, &out_dtype, &req);
     if (rc != 0) return rc;
-    if (o->out_dtype && gemm_dtype_from_name(o->out_dtype, &out_dtype) != 0)
-        return gemm_cli_say(GEMM_EXIT_USAGE, "--out-dtype \"%s\": expected float32, float16 or bfloat16", o->out_dtype);
     gemm_cli_input A = {0}, B = {0};
     gemm_cli_output C = {.fd = -1};
     if ((rc = open_inputs(o, fa, fb, dtype, &A, &B)) != 0) goto out;
-    rc = GEMM_EXIT_IO;
     req.dtype = A.dtype;
-    if (out_dtype != GEMM_DTYPE_INVALID) {
-        gemm_dtype cd;
-        gemm_err oe;
-        if (gemm_out_dtype_resolve(A.dtype, out_dtype, &cd, &oe) != 0) {
-            rc = gemm_cli_say(GEMM_EXIT_USAGE, "--out-dtype: %s", oe.message);
-            goto out;
-        }
-        req.out_half = gemm_dtype_is_half(A.dtype) && cd == A.dtype;
-    }
+    if ((rc = gemm_cli_out_half(out_dtype, &req)) != 0) goto out;
     if (gemm_cli_output_create(&C, pc, fc, gemm_request_c_dtype(&req), A.batch, A.rows, B.cols, msg, sizeof msg) != 0) {
-        fprintf(stderr, "gemm: %s\n", msg);
+        rc = gemm_cli_say(GEMM_EXIT_IO, "%s", msg);
         goto out;
     }
     req.m = A.rows;
@@ -198,18 +187,13 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
     if (gemm_cli_interrupted) {
         fprintf(stderr, "\ngemm: interrupted; no output written\n");
         rc = GEMM_EXIT_INTERRUPTED;
-        goto out;
-    }
-    if (r != 0) {
+    } else if (r != 0) {
         rc = gemm_cli_fail(&err, "multiply");
-        goto out;
-    }
-    if (gemm_cli_output_commit(&C, msg, sizeof msg) != 0) {
+    } else if (gemm_cli_output_commit(&C, msg, sizeof msg) != 0) {
         rc = gemm_cli_say(GEMM_EXIT_IO, "%s", msg);
-        goto out;
+    } else if (o->timing) {
+        print_timing(&t, &req, o->async, gemm_now_ms() - start); /* rc is GEMM_EXIT_OK */
     }
-    if (o->timing) print_timing(&t, &req, o->async, gemm_now_ms() - start);
-    rc = GEMM_EXIT_OK;
 out:
     gemm_cli_output_abort(&C);
     gemm_cli_input_close(&A);
