@@ -29,24 +29,15 @@ enum {
 /* ---- options shared by every subcommand -------------------------------- */
 
 typedef struct {
-    const char *server;
-    const char *token;
-    const char *cacert;       /* --cacert FILE */
+    const char *server, *token, *cacert;
     long timeout_ms;          /* --timeout SECONDS (0 = none) */
     long connect_timeout_ms;  /* --connect-timeout SECONDS */
-    int retries;              /* --retries N */
+    int retries;              /* --retries N (-1: the library's default) */
     int verbose;
     /* multiply */
-    const char *out;
-    const char *format;       /* --format for inputs and output */
-    const char *out_format;
-    const char *dtype;
-    const char *out_dtype; /* --out-dtype: float16 / bfloat16 operands: C in float32 or theirs */
-    const char *shape;
-    const char *kernel;
-    const char *math;
-    int tile;
-    int async;
+    const char *out, *format, *out_format; /* --format: inputs and output; --out-format: output */
+    const char *dtype, *out_dtype, *shape, *kernel, *math;
+    int tile, async;
     int streams;              /* --streams N (0: chosen from the size) */
     int timing;               /* --timing: print the stages on stderr */
     int progress;             /* -1 auto (terminal), 0 off, 1 on */

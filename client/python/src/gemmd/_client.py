@@ -31,12 +31,8 @@ _VERSION = "0.1.0"
 _USER_AGENT = "gemmd-python/" + _VERSION
 
 # The dtypes the server computes in, as they travel: little-endian, row-major.
-_WIRE: Dict[str, "np.dtype[Any]"] = {
-    "float32": np.dtype("<f4"),
-    "float64": np.dtype("<f8"),
-    "int32": np.dtype("<i4"),
-    "float16": np.dtype("<f2"),
-}
+_WIRE: Dict[str, "np.dtype[Any]"] = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int32": np.dtype("<i4"),
+                                     "float16": np.dtype("<f2")}
 
 # NumPy has no bfloat16; the ml_dtypes package (optional) gives one. Without it bfloat16
 # arrays cannot be represented here, so they can be neither sent nor received.
@@ -147,14 +143,11 @@ def _bytes_of(x: npt.NDArray[Any]) -> memoryview:
 
 def _options(kernel: Optional[str], math: Optional[str], tile: Optional[int]) -> List[Tuple[str, str]]:
     q: List[Tuple[str, str]] = []
-    if kernel is not None:
-        if not isinstance(kernel, str) or not kernel:
-            raise TypeError("kernel must be a kernel name (a non-empty str), not %r" % (kernel,))
-        q.append(("kernel", kernel))
-    if math is not None:
-        if not isinstance(math, str) or not math:
-            raise TypeError("math must be 'fp32', 'tf32' or 'bf16', not %r" % (math,))
-        q.append(("math", math))
+    for key, v, what in (("kernel", kernel, "a kernel name (a non-empty str)"), ("math", math, "'fp32', 'tf32' or 'bf16'")):
+        if v is not None and (not isinstance(v, str) or not v):
+            raise TypeError("%s must be %s, not %r" % (key, what, v))
+        if v is not None:
+            q.append((key, v))
     if tile is not None:
         if isinstance(tile, bool) or not isinstance(tile, (int, np.integer)) or tile <= 0:
             raise ValueError("tile must be a positive int, not %r" % (tile,))
