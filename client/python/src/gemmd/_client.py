@@ -143,7 +143,8 @@ def _bytes_of(x: npt.NDArray[Any]) -> memoryview:
 
 def _options(kernel: Optional[str], math: Optional[str], tile: Optional[int]) -> List[Tuple[str, str]]:
     q: List[Tuple[str, str]] = []
-    for key, v, what in (("kernel", kernel, "a kernel name (a non-empty str)"), ("math", math, "'fp32', 'tf32' or 'bf16'")):
+    for key, v, what in (("kernel", kernel, "a kernel name (a non-empty str)"),
+                         ("math", math, "'fp32', 'tf32' or 'bf16'")):
         if v is not None and (not isinstance(v, str) or not v):
             raise TypeError("%s must be %s, not %r" % (key, what, v))
         if v is not None:
