@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 /* Default thresholds, from the break-even measured on the 2-core development machine
@@ -51,14 +50,7 @@ static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static gemm_client *pool[GB_POOL_IDLE];
 static int pool_n;
 static gemm_client *stale[GB_POOL_IDLE]; /* a forked child's inherited connections: never used */
-static _Atomic int64_t down_until_ns;    /* back-off after a server failure */
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+static _Atomic int64_t down_until_ms;    /* back-off after a server failure */
 
 /* ---------------------------------------------------------------- stderr */
 
@@ -233,7 +225,7 @@ static void failed(const gb_problem *pr, const gemm_client_error *e, gb_result *
     }
     char when[96] = "";
     if (server_wide && cfg.backoff_ms > 0) {
-        atomic_store(&down_until_ns, now_ns() + (int64_t)cfg.backoff_ms * 1000000);
+        atomic_store(&down_until_ms, (int64_t)gemm_now_ms() + cfg.backoff_ms);
         snprintf(when, sizeof when, "; for %ld ms every product does, then the server is tried again",
                  cfg.backoff_ms);
     }
@@ -259,8 +251,8 @@ void gb_offload(const gb_problem *pr, gb_result *res)
 {
     memset(res, 0, sizeof *res);
     gb_settings_get();
-    int64_t until = atomic_load(&down_until_ns);
-    if (until && now_ns() < until) {
+    int64_t until = atomic_load(&down_until_ms);
+    if (until && gemm_now_ms() < (double)until) {
         res->backoff = 1;
         snprintf(res->why, sizeof res->why, "server failed recently");
         return;
@@ -306,9 +298,9 @@ void gb_offload(const gb_problem *pr, gb_result *res)
         goto out;
     }
     gemm_timing tm;
-    int64_t t0 = now_ns();
+    double t0 = gemm_now_ms();
     int rc = gemm_client_multiply(cl, &r, &tm, &err);
-    res->ms = (double)(now_ns() - t0) / 1e6;
+    res->ms = gemm_now_ms() - t0;
     if (rc != 0 && err.kind != GEMM_CLIENT_E_SERVER) gemm_client_free(cl); /* the connection: in any state */
     else pool_give(cl);
     if (rc != 0) {

@@ -7,18 +7,11 @@
  * 0.3.21's small-matrix kernels would read them).
  */
 #include "blas_internal.h"
+#include "gemm_types.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* The call as a row-major problem (see blas_internal.h). Column-major C = op(A)·op(B) is
  * row-major Cᵀ = op(B)ᵀ·op(A)ᵀ on the same memory: swap the operands and m with n; an
@@ -67,7 +60,7 @@ typedef enum { GO_HOST = 0, GO_SERVER, GO_HERE } go;
 static void run(const gb_call *call, const gb_settings *s, gb_problem *pr, int valid, char ta_c, char tb_c)
 {
     const char *name = gb_entries[call->entry].name;
-    double t0 = s->log ? now_ms() : 0;
+    double t0 = s->log ? gemm_now_ms() : 0;
     const char *why = NULL;
     char whybuf[200];
     gb_result res;
@@ -103,7 +96,7 @@ static void run(const gb_call *call, const gb_settings *s, gb_problem *pr, int v
     }
     if (where == GO_HOST) gb_host_run(call);
     if (!s->log) return;
-    double ms = now_ms() - t0;
+    double ms = gemm_now_ms() - t0;
     char shape[200];
     snprintf(shape, sizeof shape, "%s %s %c%c m=%" PRId64 " n=%" PRId64 " k=%" PRId64, name,
              call->order == GB_ROW_MAJOR ? "RowMajor" : call->order == GB_COL_MAJOR ? "ColMajor" : "?",

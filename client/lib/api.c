@@ -145,7 +145,6 @@ static int read_status(const cJSON *j, const char *id, gemm_job_info *info, gemm
     info->dtype = GEMM_DTYPE_INVALID;
     gemm_timing *t = &info->timing;
     gemm_timing_unset(t);
-    t->client_transfer_ms = -1;
     if (!cJSON_IsObject(j))
         return gemm_client_err(err, GEMM_CLIENT_E_PROTOCOL, "bad_response", "job status is not a JSON object");
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");

@@ -93,6 +93,6 @@ int gemm_request_query(const gemm_request *r, const char *path, char *buf, size_
 enum { GEMM_STAGES = 8 };
 extern const char *const gemm_stage_names[GEMM_STAGES]; /* "recv", ..., "total" */
 double *gemm_timing_stage(gemm_timing *t, int i);
-void gemm_timing_unset(gemm_timing *t); /* every stage -1, the rest 0 */
+void gemm_timing_unset(gemm_timing *t); /* every stage and client_transfer_ms -1, the rest 0 */
 
 #endif

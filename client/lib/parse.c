@@ -75,6 +75,7 @@ void gemm_timing_unset(gemm_timing *t)
 {
     memset(t, 0, sizeof *t);
     for (int i = 0; i < GEMM_STAGES; i++) *gemm_timing_stage(t, i) = -1;
+    t->client_transfer_ms = -1;
 }
 
 int gemm_client_parse_server_timing(const char *s, gemm_timing *t)
