@@ -9,7 +9,6 @@
 #include "client_internal.h"
 #include "gemm_util.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -492,16 +491,10 @@ static int server_error(const gemm_xfer *x, gemm_client_error *err)
     if (cJSON_IsString(code)) snprintf(err->code, sizeof err->code, "%s", code->valuestring);
     if (cJSON_IsString(msg)) {
         snprintf(err->message, sizeof err->message, "%s", msg->valuestring);
-    } else if (x->text && x->text_len > 0) {
-        /* not our JSON (a proxy?): show the start of what came */
-        char snippet[201];
-        size_t k = 0;
-        while (k < sizeof snippet - 1 && k < x->text_len) {
-            snippet[k] = isprint((unsigned char)x->text[k]) ? x->text[k] : ' ';
-            k++;
-        }
-        snippet[k] = '\0';
-        snprintf(err->message, sizeof err->message, "HTTP %d: %s", x->status, snippet);
+    } else if (x->text && x->text_len > 0) { /* not our JSON (a proxy?): the start of what came */
+        char shown[208];
+        snprintf(err->message, sizeof err->message, "HTTP %d: %s", x->status,
+                 gemm_shown(x->text, x->text_len, shown, sizeof shown));
     }
     cJSON_Delete(j);
     return -1;
