@@ -261,18 +261,10 @@ const char *gb_host_name(gb_entry e)
 
 /* ---------------------------------------------------------------- checks */
 
-static char trans_char(char t)
-{
-    switch (t) {
-    case 'N': case 'n': return 'N';
-    case 'T': case 't': case 'C': case 'c': return 'T';
-    default: return 0;
-    }
-}
-
 char gb_trans(const gb_call *c, int t)
 {
-    if (gb_entries[c->entry].f77) return trans_char((char)t);
+    if (gb_entries[c->entry].f77)
+        return t == 'N' || t == 'n' ? 'N' : t == 'T' || t == 't' || t == 'C' || t == 'c' ? 'T' : 0;
     return t == GB_NO_TRANS ? 'N' : t == GB_TRANS || t == GB_CONJ_TRANS ? 'T' : 0;
 }
 

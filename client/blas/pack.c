@@ -1,11 +1,7 @@
 /*
- * pack.c - operands into the wire's layout, and the answer into C.
- *
- * The wire takes contiguous row-major matrices. An operand already so is used where it
- * lies; one with padding is copied row by row; a transposed one goes through a blocked
- * transpose (16 x 16 tiles: both the rows read and the rows written stay in L1). The
- * answer is applied to C in one pass, C = alpha·T + beta·C (beta = 0 never reads C),
- * straight or transposed.
+ * pack.c - operands into the wire's layout (contiguous, row-major: padding dropped row by
+ * row, a transposed operand through a blocked transpose whose 16 x 16 tiles keep the rows
+ * read and written in L1), and the answer into C in one pass, straight or transposed.
  *
  * Large matrices are split by rows over a few threads (at most GB_PACK_THREADS, one per
  * GB_PACK_MIN_BYTES of data, never more than the machine's processors): a transpose runs

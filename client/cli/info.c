@@ -52,11 +52,8 @@ static void print_scalar(FILE *f, const cJSON *v, const char *key)
 
 static void print_list(FILE *f, const cJSON *arr)
 {
-    if (cJSON_GetArraySize(arr) == 0) {
-        fputs("(none)", f);
-        return;
-    }
     const cJSON *e;
+    if (!arr->child) fputs("(none)", f);
     cJSON_ArrayForEach(e, arr) {
         if (e != arr->child) fputs(", ", f);
         print_scalar(f, e, NULL);

@@ -120,9 +120,8 @@ static void usage_of(command c, FILE *f)
 
 static int usage_error(command c, const char *fmt, const char *arg)
 {
-    fprintf(stderr, "gemm: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see gemm %s%s--help)\n", c == CMD_HELP ? "" : commands[c].name,
+    gemm_cli_say(0, fmt, arg);
+    fprintf(stderr, "(see gemm %s%s--help)\n", c == CMD_HELP ? "" : commands[c].name,
             c == CMD_NONE || c == CMD_HELP ? "" : " ");
     return GEMM_EXIT_USAGE;
 }

@@ -22,8 +22,7 @@
 #include <unistd.h>
 
 /* What went wrong, into msg[cap]. Returns -1. */
-static int fail(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *msg, size_t cap, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int fail(char *msg, size_t cap, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -194,10 +193,10 @@ void gemm_cli_input_close(gemm_cli_input *m)
 static size_t output_bytes(const gemm_cli_output *o)
 {
     size_t bytes = 0;
-    if (!gemm_matrix_bytes(o->rows, o->cols, o->dtype, &bytes) ||
-        (o->batch && !gemm_mul_size(bytes, (size_t)o->batch, &bytes)))
-        return 0;
-    return bytes;
+    return gemm_matrix_bytes(o->rows, o->cols, o->dtype, &bytes) &&
+                   (!o->batch || gemm_mul_size(bytes, (size_t)o->batch, &bytes))
+               ? bytes
+               : 0;
 }
 
 /* Creates the hidden temporary file of o beside o->path (".C.npy.partXXXXXX") with the usual

@@ -231,8 +231,7 @@ static int is_success(int st) { return st >= 200 && st < 300; }
 
 /* The answer does not match the request: what is wrong goes into x->protocol_msg.
  * Returns 0, which makes curl stop the transfer. */
-static size_t protocol_error(gemm_xfer *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static size_t protocol_error(gemm_xfer *x, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static size_t protocol_error(gemm_xfer *x, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

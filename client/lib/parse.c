@@ -143,9 +143,7 @@ long gemm_client_parse_retry_after(const char *s, double now_epoch_s)
 
 /* ---------------------------------------------------------------- CSV / TSV text */
 
-static int text_err(gemm_text_error *e, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int text_err(gemm_text_error *e, int line, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int text_err(gemm_text_error *e, int line, const char *fmt, ...)
 {
     if (e) {
         e->line = line;

@@ -93,15 +93,10 @@ def _out_name(in_name: str, out_dtype: Optional[npt.DTypeLike]) -> Tuple[str, Li
 
 def prepare(a: npt.ArrayLike, b: npt.ArrayLike,
             dtype: Optional[npt.DTypeLike] = None) -> Tuple[npt.NDArray[Any], npt.NDArray[Any], str]:
-    """A and B as the server takes them: C-contiguous, little-endian, one dtype; returns
-    (A, B, dtype name).
-
-    A is m×k and B k×n, or A a stack (b, m, k) with B a stack (b, k, n) or one k×n matrix
-    for all. The dtype is NumPy's promotion of A's and B's, or ``dtype`` (both converted as
-    ``astype`` would). An input already C-contiguous in that dtype is used without a copy;
-    others are copied once into row-major order. Shapes are checked here, before anything
-    is sent.
-    """
+    """(A, B, dtype name) as the server takes them: C-contiguous, little-endian, one dtype
+    (NumPy's promotion, or ``dtype``), copied only when they are not so already. A is m×k
+    and B k×n, or A a stack (b, m, k) with B a stack (b, k, n) or one k×n matrix for all;
+    shapes are checked here, before anything is sent."""
     a_arr = np.asarray(a)
     b_arr = np.asarray(b)
     for name, x in (("A", a_arr), ("B", b_arr)):
@@ -191,15 +186,9 @@ def _check_out(out: Optional[npt.NDArray[Any]], shape: Tuple[int, ...], dtype: s
 # ------------------------------------------------------------------------------ client
 
 class Client:
-    """A connection to a gemmd server (client/python/README.md says every argument).
-
-    ``url`` defaults to ``$GEMM_SERVER``, else ``http://127.0.0.1:8080``; ``https://`` URLs
-    use TLS (``cafile``, default ``$GEMM_CACERT``, or a whole ``ssl_context``). ``token``
-    defaults to ``$GEMM_TOKEN``. ``timeout`` bounds each step of a request, and
-    ``connect_timeout`` connecting; a 503 is retried up to ``retries`` times after its
-    ``Retry-After`` (capped at ``max_retry_wait`` seconds; 1 s when there is none).
-    Each thread gets its own kept-alive connection; ``close()`` closes them.
-    """
+    """A connection to a gemmd server: ``url`` (default ``$GEMM_SERVER``), ``token``
+    (``$GEMM_TOKEN``), timeouts, 503 retries and TLS as client/python/README.md says. Each
+    thread gets its own kept-alive connection; ``close()`` closes them."""
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None, *,
                  timeout: Timeout = 300.0, connect_timeout: float = 10.0, retries: int = 3,
@@ -259,14 +248,9 @@ class Client:
                math: Optional[str] = None, tile: Optional[int] = None,
                dtype: Optional[npt.DTypeLike] = None, out: Optional[npt.NDArray[Any]] = None,
                out_dtype: Optional[npt.DTypeLike] = None) -> npt.NDArray[Any]:
-        """C = A·B computed by the server, as an ndarray (``out`` when given).
-
-        A and B are 2-D, or A a stack (b, m, k) with B a stack or one matrix (see
-        :func:`prepare`). ``kernel``, ``math`` and ``tile`` go to the server as they are;
-        ``out`` (C-contiguous, C's shape and dtype) receives C straight from the socket;
-        ``out_dtype`` picks C's dtype for float16 / bfloat16 operands (float32 by default).
-        :meth:`product` also returns the server's timing and the kernel that ran.
-        """
+        """C = A·B computed by the server, as an ndarray (``out`` when given): A and B as
+        :func:`prepare` takes them; ``kernel``, ``math`` and ``tile`` go to the server as they
+        are; ``out_dtype`` picks C's dtype for float16 / bfloat16 operands (float32 by default)."""
         return self.product(a, b, kernel=kernel, math=math, tile=tile, dtype=dtype, out=out, out_dtype=out_dtype).c
 
     def product(self, a: npt.ArrayLike, b: npt.ArrayLike, *, kernel: Optional[str] = None,
