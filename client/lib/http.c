@@ -246,14 +246,14 @@ __attribute__((format(printf, 2, 3))) static size_t protocol_error(gemm_xfer *x,
 static int binary_headers_ok(gemm_xfer *x)
 {
     const char *s = x->h.shape;
-    unsigned long long b = 0, em = x->exp_m, en = x->exp_n;
+    unsigned long long em = x->exp_m, en = x->exp_n;
     uint64_t r, c;
     char *end = NULL;
     x->header_checked = 1;
     if (x->h.content_type[0] && strncasecmp(x->h.content_type, "application/octet-stream", 24) != 0)
         return protocol_error(x, "expected application/octet-stream, the server sent %s", x->h.content_type);
     if (*s && x->exp_b) { /* "b,m,n": the batch, then the rest as a 2-D shape */
-        b = strtoull(s, &end, 10);
+        unsigned long long b = strtoull(s, &end, 10);
         if (end == s || *end != ',' || gemm_client_parse_shape_header(end + 1, &r, &c) != 0 || b != x->exp_b ||
             r != em || c != en)
             return protocol_error(x, "the answer's X-Gemm-Shape is \"%s\" but %llu,%llu,%llu was expected", s,

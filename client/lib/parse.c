@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,12 +63,11 @@ int gemm_client_parse_shape_header(const char *s, uint64_t *rows, uint64_t *cols
 
 const char *const gemm_stage_names[GEMM_STAGES] = {"recv", "decode", "queue", "h2d",
                                                    "kernel", "d2h", "encode", "total"};
-static const size_t stage_offsets[GEMM_STAGES] = {
-    offsetof(gemm_timing, recv_ms), offsetof(gemm_timing, decode_ms), offsetof(gemm_timing, queue_ms),
-    offsetof(gemm_timing, h2d_ms),  offsetof(gemm_timing, kernel_ms), offsetof(gemm_timing, d2h_ms),
-    offsetof(gemm_timing, encode_ms), offsetof(gemm_timing, total_ms)};
-
-double *gemm_timing_stage(gemm_timing *t, int i) { return (double *)((char *)t + stage_offsets[i]); }
+double *gemm_timing_stage(gemm_timing *t, int i)
+{
+    return (double *[GEMM_STAGES]){&t->recv_ms,   &t->decode_ms, &t->queue_ms,  &t->h2d_ms,
+                                   &t->kernel_ms, &t->d2h_ms,    &t->encode_ms, &t->total_ms}[i];
+}
 
 void gemm_timing_unset(gemm_timing *t)
 {
