@@ -198,7 +198,7 @@ int gemm_client_job_status(gemm_client *c, const char *id, gemm_job_info *info, 
     GEMM_ERR_BEGIN(err);
     gemm_xfer x = {0};
     cJSON *j = NULL;
-    if (!info) return GEMM_ARG_ERR(err, "no client or info");
+    if (!c || !info) return GEMM_ARG_ERR(err, "no client or info");
     int rc = job_call(c, GEMM_HTTP_GET, "/v1/jobs/%s", id, &x, &j, NULL, err);
     if (rc == 0) rc = read_status(j, id, info, err);
     cJSON_Delete(j);
