@@ -7,10 +7,8 @@
  * rest runs on the host's own BLAS.
  *
  *   preload.c  the entry points, made from the table; argument checks, the decision, the log
- *   host.c     each name's host implementation (GEMM_BLAS_LIB, RTLD_NEXT, the loaded
- *              libraries), the other API's routine or built-in loops when it has none
- *   scan.c     the BLAS libraries loaded in the process (their dynamic symbols), said at
- *              start and exit
+ *   host.c     each name's host implementation (GEMM_BLAS_LIB, RTLD_NEXT, the libraries
+ *              loaded, said at start and exit), the other API's routine or built-in loops
  *   offload.c  the remote product: settings from the environment, a pool of libgemm
  *              clients, the layout chosen, failure classes, warnings and back-off
  *   pack.c     operands into the wire's layout, the answer into C (alpha, beta)
@@ -118,16 +116,6 @@ int gb_check(const gb_call *c);
  * the matrices being real), or 0 when it is neither. */
 char gb_trans(const gb_call *c, int t);
 
-/* ---- the process's BLAS libraries (scan.c) ----------------------------------------- */
-
-/* The address of `name` in a library loaded in the process (not the program, not this
- * library), its path in path[size]; NULL when none defines it. Warns once per library
- * about gemm entry points it defines under names this library does not have. */
-void *gb_scan_find(const char *name, char *path, size_t size);
-
-/* Non-zero for a path that is this library (any copy of it). */
-int gb_is_ours(const char *path);
-
 /* ---- the remote product (offload.c) ---------------------------------------------- */
 
 typedef struct {
@@ -173,17 +161,9 @@ void gb_epilogue(gb_type type, void *c, int64_t ldc, const void *t, int64_t m, i
                  double alpha, double beta);
 
 /* One warning on stderr per process per key (thread-safe). */
-void gb_warn_once(const char *key, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+void gb_warn_once(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* One line on stderr in a single write (lines of many threads do not mix). */
-void gb_write_line(const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 1, 2)))
-#endif
-    ;
+void gb_write_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

@@ -1,38 +1,191 @@
 /*
  * host.c - the host's own BLAS, which computes every product this library does not send
- * to the server.
- *
- * Each entry point's host routine is the routine of the same name (the same ABI), found at
- * the entry's first call:
- *   - GEMM_BLAS_LIB=name-or-path: dlopen(name, RTLD_NOW | RTLD_LOCAL), then dlsym on that
- *     handle (never the global scope, which holds this library's own definitions first);
- *   - unset: the definition the program would have called without the preload, the next
- *     one after this library in the global scope (dlsym(RTLD_NEXT)); else a library loaded
- *     privately (scan.c): NumPy and SciPy load theirs with an extension module, outside the
- *     global scope, and so does conda's NumPy its libcblas.
- * Never this library itself (a copy of it anywhere counts as itself). A name that has no
- * routine runs on the other API's routine of its flavour (cblas_dgemm on dgemm_, ...); with
- * neither, plain reference loops compute the product, after one warning: slow, never wrong.
+ * to the server: each entry's routine of the same name, found at its first call in
+ * GEMM_BLAS_LIB (dlopen'ed RTLD_LOCAL: the global scope holds this library's definitions
+ * first), else after this library in the global scope (RTLD_NEXT), else in a library loaded
+ * privately (below); never this library itself. Without one, the other API's routine of the
+ * flavour runs it; without either, plain reference loops do, after one warning: slow, never
+ * wrong.
  *
  * RTLD_DEEPBIND is not used: it cannot take back bindings of a library that is already
  * loaded, and the sanitizer runtimes refuse it. Instead a thread-local flag marks "inside
  * the host BLAS": a host whose CBLAS calls its Fortran routine through the PLT (netlib's
  * does) comes back into our sgemm_/dgemm_, which then go straight to the host.
  *
- * Argument errors: a call with bad arguments is handed to the host unchanged, so it is
- * reported exactly as the host reports it (its xerbla). Only the built-in loops and the
- * other API's routine check here: they print the reference BLAS's message on stderr and
- * return (where the reference XERBLA would stop the program).
+ * A call with bad arguments is handed to the host unchanged, so its xerbla reports it;
+ * only the built-in loops and the other API's routine check here (the reference message,
+ * then return where the reference XERBLA would stop the program).
  */
 #define _GNU_SOURCE 1
 #include "blas_internal.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
+#include <regex.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---------------------------------------------------------------- the libraries loaded
+ *
+ * Their dynamic symbol tables (dl_iterate_phdr) say where a name's routine is when its
+ * library is not in the global scope (NumPy's and SciPy's wheels, conda's libcblas: loaded
+ * RTLD_LOCAL with an extension module, so dlsym(RTLD_NEXT) does not see them). A gemm entry
+ * point is a defined function named [word_][cblas_]{s,d}gemm with no suffix or one of
+ * _ 64 64_ _64 _64_ (sgemm_, cblas_dgemm64_, scipy_sgemm_64_, MKL's sgemm_64); the kernels
+ * OpenBLAS exports (dgemm_nn, sgemm_incopy_HASWELL, ...) are not. A library that defines
+ * one under a name the table of blas_internal.h lacks is reached by the program without
+ * this library: that is warned about once per library, at every scan (a routine's first
+ * lookup, and at exit). With GEMM_OFFLOAD_LOG=1 the start says which names this library
+ * defines and which BLAS libraries are loaded then (those loaded later, as NumPy's, are
+ * named at their routines' first call).
+ */
+#ifndef ElfW /* link.h has it; for tools that do not read system headers */
+#define ElfW(type) Elf64_##type
+#endif
+
+enum { MAX_NAMES = 24 };
+
+typedef struct {
+    const char *want; /* a name to find, or NULL */
+    void *addr;       /* where it was found */
+    char *path;       /* ... in which library */
+    size_t size;
+    int log;          /* say which libraries and names were found */
+    int libs;         /* BLAS libraries seen */
+} scan;
+
+static pthread_once_t entry_re_once = PTHREAD_ONCE_INIT;
+static regex_t entry_re;
+static int entry_re_ok;
+
+static void compile_entry_re(void)
+{
+    const char *re = "^([[:alnum:]]+_)?(cblas_)?[sd]gemm(_|64_?|_64_?)?$";
+    entry_re_ok = regcomp(&entry_re, re, REG_EXTENDED | REG_NOSUB) == 0;
+}
+
+/* Non-zero for a path that is this library (any copy of it). */
+static int is_ours(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    return strncmp(base ? base + 1 : path, "libgemm_blas", 12) == 0;
+}
+
+/* Relocated by the loader on most targets, relative to the object's base elsewhere (the vDSO). */
+static const void *dyn_ptr(const struct dl_phdr_info *info, ElfW(Addr) p)
+{
+    return (const void *)(p < info->dlpi_addr ? p + info->dlpi_addr : p);
+}
+
+/* Symbols in a DT_GNU_HASH table: past the highest bucket's chain. */
+static size_t gnu_hash_count(const uint32_t *h)
+{
+    uint32_t nbuckets = h[0], first = h[1], last = 0;
+    const uint32_t *buckets = h + 4 + h[2] * (sizeof(ElfW(Addr)) / 4), *chain = buckets + nbuckets;
+    for (uint32_t i = 0; i < nbuckets; i++) last = buckets[i] > last ? buckets[i] : last;
+    if (last < first) return first;
+    while (!(chain[last - first] & 1)) last++;
+    return last + 1;
+}
+
+static void one_library(scan *s, const char *path, const char **names, void *const *addrs, int n)
+{
+    char known[512] = "", unknown[512] = "";
+    for (int i = 0; i < n; i++) {
+        int in_table = 0;
+        for (int e = 0; e < GB_ENTRY_COUNT && !in_table; e++) in_table = strcmp(names[i], gb_entries[e].name) == 0;
+        char *list = in_table ? known : unknown;
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof known - len, "%s%s", len ? " " : "", names[i]);
+        if (s->want && !s->addr && strcmp(names[i], s->want) == 0) {
+            s->addr = addrs[i];
+            snprintf(s->path, s->size, "%s", path);
+        }
+    }
+    s->libs++;
+    if (s->log)
+        gb_write_line("libgemm_blas: BLAS in this process: %s (%s%s%s)", path, known[0] ? "interposed: " : "", known,
+                      unknown[0] ? "; not interposed: see the warning" : "");
+    const char *base = strrchr(path, '/');
+    if (unknown[0])
+        gb_warn_once(base ? base + 1 : path,
+                     "%s defines %s: gemm entry points this library does not interpose; products the program "
+                     "computes through them are never offloaded (docs/BLAS.md lists the names it has)",
+                     path, unknown);
+}
+
+static int one_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    const ElfW(Dyn) *dyn = NULL;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dyn = (const void *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    if (!dyn || !info->dlpi_name || !info->dlpi_name[0] || is_ours(info->dlpi_name)) return 0;
+    const ElfW(Sym) *sym = NULL;
+    const char *str = NULL;
+    size_t nsym = 0;
+    for (; dyn->d_tag != DT_NULL; dyn++) {
+        if (dyn->d_tag == DT_SYMTAB) sym = dyn_ptr(info, dyn->d_un.d_ptr);
+        else if (dyn->d_tag == DT_STRTAB) str = dyn_ptr(info, dyn->d_un.d_ptr);
+        else if (dyn->d_tag == DT_HASH) nsym = ((const uint32_t *)dyn_ptr(info, dyn->d_un.d_ptr))[1];
+        else if (dyn->d_tag == DT_GNU_HASH && !nsym) nsym = gnu_hash_count(dyn_ptr(info, dyn->d_un.d_ptr));
+    }
+    const char *names[MAX_NAMES];
+    void *addrs[MAX_NAMES];
+    int n = 0;
+    for (size_t i = 1; sym && str && i < nsym && n < MAX_NAMES; i++) {
+        const char *name = str + sym[i].st_name;
+        if (ELF32_ST_TYPE(sym[i].st_info) != STT_FUNC || sym[i].st_shndx == SHN_UNDEF || !strstr(name, "gemm") ||
+            regexec(&entry_re, name, 0, NULL, 0) != 0)
+            continue;
+        names[n] = name;
+        addrs[n++] = (void *)(info->dlpi_addr + sym[i].st_value);
+    }
+    if (n) one_library(arg, info->dlpi_name, names, addrs, n);
+    return 0;
+}
+
+static void run_scan(scan *s)
+{
+    pthread_once(&entry_re_once, compile_entry_re);
+    if (entry_re_ok) dl_iterate_phdr(one_object, s);
+}
+
+/* The address of `name` in a library loaded in the process (not the program, not this
+ * library), its path in path[size]; NULL when none defines it. */
+static void *scan_find(const char *name, char *path, size_t size)
+{
+    scan s = {name, NULL, path, size, 0, 0};
+    run_scan(&s);
+    return s.addr;
+}
+
+__attribute__((constructor)) static void at_start(void)
+{
+    if (!gb_log_wanted()) return;
+    char names[1024] = "";
+    for (int e = 0; e < GB_ENTRY_COUNT; e++) {
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof names - len, " %s", gb_entries[e].name);
+    }
+    gb_write_line("libgemm_blas: interposes%s", names);
+    scan s = {NULL, NULL, NULL, 0, 1, 0};
+    run_scan(&s);
+    if (!s.libs)
+        gb_write_line("libgemm_blas: BLAS in this process: none yet (one loaded later, as NumPy's and SciPy's are, "
+                      "is named at its first call)");
+}
+
+__attribute__((destructor)) static void at_exit(void)
+{
+    scan s = {NULL, NULL, NULL, 0, 0, 0};
+    run_scan(&s);
+}
+
+/* ---------------------------------------------------------------- the host routines */
 
 #define NOT_FOUND ((uintptr_t)1)
 
@@ -70,10 +223,10 @@ static void *lookup(gb_entry e)
         snprintf(where, sizeof host.where[e], "%s", lib);
     } else if (!(fn = dlsym(RTLD_NEXT, name))) {
         how = "a library loaded privately";
-        fn = gb_scan_find(name, where, sizeof host.where[e]);
+        fn = scan_find(name, where, sizeof host.where[e]);
     }
     if (fn && dladdr(fn, &di) && di.dli_fname) snprintf(where, sizeof host.where[e], "%s", di.dli_fname);
-    if (fn && gb_is_ours(where)) {
+    if (fn && is_ours(where)) {
         fn = NULL;
         snprintf(host.lib_error, sizeof host.lib_error, "%s is this library itself", where);
     }
@@ -108,18 +261,10 @@ const char *gb_host_name(gb_entry e)
 
 /* ---------------------------------------------------------------- checks */
 
-static char trans_char(char t)
-{
-    switch (t) {
-    case 'N': case 'n': return 'N';
-    case 'T': case 't': case 'C': case 'c': return 'T';
-    default: return 0;
-    }
-}
-
 char gb_trans(const gb_call *c, int t)
 {
-    if (gb_entries[c->entry].f77) return trans_char((char)t);
+    if (gb_entries[c->entry].f77)
+        return t == 'N' || t == 'n' ? 'N' : t == 'T' || t == 't' || t == 'C' || t == 'c' ? 'T' : 0;
     return t == GB_NO_TRANS ? 'N' : t == GB_TRANS || t == GB_CONJ_TRANS ? 'T' : 0;
 }
 

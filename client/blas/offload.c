@@ -6,18 +6,10 @@
  * for one product and gives back; at most GB_POOL_IDLE idle ones are kept. A child made by
  * fork() never uses its parent's connections (they share the sockets).
  *
- * The wire takes A (m x k) and B (k x n) contiguous and row-major. Operands that are
- * already so are sent from the caller's memory; others are packed first (pack.c: rows
- * copied, or a blocked transpose). When both operands are stored transposed it is cheaper to ask for
- * Cᵀ = Qᵀ·Pᵀ, whose operands are then the caller's memory, and transpose the answer in
- * the pass that applies alpha and beta. The answer lands in C itself when alpha = 1,
- * beta = 0 and C is contiguous; otherwise in a buffer, then C = alpha·T + beta·C in one
- * pass (beta = 0 never reads C, so NaN or Inf there is ignored, as BLAS requires).
- *
- * Failures: the caller recomputes on the host. Transport failures, timeouts, 5xx (503
- * after libgemm's retries), refused tokens and garbled answers also stop offloading for
- * GEMM_OFFLOAD_BACKOFF_MS (products go straight to the host meanwhile), then the server is
- * tried again; other 4xx concern that product only. Each reason is warned about once.
+ * How a product travels (packed or not, Cᵀ asked for when both operands are transposed, the
+ * answer straight into C or through one pass C = alpha·T + beta·C) and which failures start
+ * the back-off: docs/BLAS.md, "How a product travels" and "When the server cannot take a
+ * product". A failed product is recomputed on the host by the caller.
  */
 #include "blas_internal.h"
 #include "gemm.h"
@@ -30,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 /* Default thresholds, from the break-even measured on the 2-core development machine
@@ -59,14 +50,7 @@ static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static gemm_client *pool[GB_POOL_IDLE];
 static int pool_n;
 static gemm_client *stale[GB_POOL_IDLE]; /* a forked child's inherited connections: never used */
-static _Atomic int64_t down_until_ns;    /* back-off after a server failure */
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+static _Atomic int64_t down_until_ms;    /* back-off after a server failure */
 
 /* ---------------------------------------------------------------- stderr */
 
@@ -113,32 +97,26 @@ void gb_warn_once(const char *key, const char *fmt, ...)
 
 /* ---------------------------------------------------------------- settings */
 
-static double env_double(const char *name, double dflt)
+/* name as a number >= 0 (whole: an integer in lo..hi), else dflt after one warning. */
+static double env_num(const char *name, double dflt, int whole, long lo, long hi)
 {
     const char *s = getenv(name);
-    if (!s || !*s) return dflt;
     char *end;
+    if (!s || !*s) return dflt;
     errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < 0) {
-        gb_warn_once(name, "%s=\"%s\" is not a number >= 0; using %g", name, s, dflt);
-        return dflt;
-    }
-    return v;
+    double v = whole ? (double)strtol(s, &end, 10) : strtod(s, &end);
+    if (!errno && end != s && !*end && isfinite(v) && v >= (whole ? lo : 0) && (!whole || v <= hi)) return v;
+    if (whole) gb_warn_once(name, "%s=\"%s\" is not an integer in %ld..%ld; using %ld", name, s, lo, hi, (long)dflt);
+    else gb_warn_once(name, "%s=\"%s\" is not a number >= 0; using %g", name, s, dflt);
+    return dflt;
 }
 
-static long env_long(const char *name, long dflt, long lo, long hi)
+/* One value of name for both types, else each type's default. */
+static void env_pair(const char *name, double v[2], double d32, double d64)
 {
-    const char *s = getenv(name);
-    if (!s || !*s) return dflt;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        gb_warn_once(name, "%s=\"%s\" is not an integer in %ld..%ld; using %ld", name, s, lo, hi, dflt);
-        return dflt;
-    }
-    return v;
+    double x = env_num(name, -1, 0, 0, 0);
+    v[GB_F32] = x >= 0 ? x : d32;
+    v[GB_F64] = x >= 0 ? x : d64;
 }
 
 static char *env_dup(const char *name)
@@ -167,21 +145,9 @@ static void settings_init(void)
 {
     gb_settings *s = &cfg.pub;
     s->log = gb_log_wanted();
-    s->min_flops[GB_F32] = s->min_flops[GB_F64] = -1;
-    const char *mf = getenv("GEMM_OFFLOAD_MIN_FLOPS");
-    if (mf && *mf) s->min_flops[GB_F32] = s->min_flops[GB_F64] = env_double("GEMM_OFFLOAD_MIN_FLOPS", -1);
-    if (s->min_flops[GB_F32] < 0) {
-        s->min_flops[GB_F32] = GB_DEFAULT_MIN_FLOPS_F32;
-        s->min_flops[GB_F64] = GB_DEFAULT_MIN_FLOPS_F64;
-    }
-    s->min_intensity[GB_F32] = s->min_intensity[GB_F64] = -1;
-    const char *mi = getenv("GEMM_OFFLOAD_MIN_INTENSITY");
-    if (mi && *mi)
-        s->min_intensity[GB_F32] = s->min_intensity[GB_F64] = env_double("GEMM_OFFLOAD_MIN_INTENSITY", -1);
-    if (s->min_intensity[GB_F32] < 0) {
-        s->min_intensity[GB_F32] = GB_DEFAULT_MIN_INTENSITY_F32;
-        s->min_intensity[GB_F64] = GB_DEFAULT_MIN_INTENSITY_F64;
-    }
+    env_pair("GEMM_OFFLOAD_MIN_FLOPS", s->min_flops, GB_DEFAULT_MIN_FLOPS_F32, GB_DEFAULT_MIN_FLOPS_F64);
+    env_pair("GEMM_OFFLOAD_MIN_INTENSITY", s->min_intensity, GB_DEFAULT_MIN_INTENSITY_F32,
+             GB_DEFAULT_MIN_INTENSITY_F64);
     cfg.url = env_dup("GEMM_SERVER");
     cfg.token = env_dup("GEMM_TOKEN");
     cfg.kernel = env_dup("GEMM_OFFLOAD_KERNEL");
@@ -192,10 +158,10 @@ static void settings_init(void)
                      "using the server's default", m);
         cfg.math = GEMM_MATH_DEFAULT;
     }
-    cfg.timeout_ms = env_long("GEMM_OFFLOAD_TIMEOUT_MS", 300000, 0, 86400000L);
-    cfg.connect_timeout_ms = env_long("GEMM_OFFLOAD_CONNECT_TIMEOUT_MS", 3000, 1, 600000L);
-    cfg.backoff_ms = env_long("GEMM_OFFLOAD_BACKOFF_MS", 10000, 0, 86400000L);
-    cfg.retries = (int)env_long("GEMM_OFFLOAD_RETRIES", 2, 0, 100);
+    cfg.timeout_ms = (long)env_num("GEMM_OFFLOAD_TIMEOUT_MS", 300000, 1, 0, 86400000L);
+    cfg.connect_timeout_ms = (long)env_num("GEMM_OFFLOAD_CONNECT_TIMEOUT_MS", 3000, 1, 1, 600000L);
+    cfg.backoff_ms = (long)env_num("GEMM_OFFLOAD_BACKOFF_MS", 10000, 1, 0, 86400000L);
+    cfg.retries = (int)env_num("GEMM_OFFLOAD_RETRIES", 2, 1, 0, 100);
     s->enabled = cfg.url != NULL;
     if (!s->enabled)
         gb_warn_once("no_server", "GEMM_SERVER is not set: every product runs on the host BLAS");
@@ -245,38 +211,38 @@ static void pool_give(gemm_client *c)
  * whole cannot take products right now. */
 static void failed(const gb_problem *pr, const gemm_client_error *e, gb_result *res)
 {
-    int server_wide = 1;
     char key[64];
     snprintf(key, sizeof key, "%s", e->code[0] ? e->code : gemm_client_error_kind_name(e->kind));
-    switch (e->kind) {
-    case GEMM_CLIENT_E_SERVER:
-        /* 503 (after retries), other 5xx and a refused token concern every product; other
-         * 4xx (too large, an option the server does not take) this one. */
+    snprintf(res->why, sizeof res->why, "%s", key);
+    /* 503 (after retries), other 5xx, a refused token and a bad URL concern every product;
+     * other 4xx (too large, an option the server does not take) and local limits this one */
+    int server_wide = e->kind != GEMM_CLIENT_E_NOMEM && strcmp(e->code, "too_large") != 0;
+    if (e->kind == GEMM_CLIENT_E_SERVER) {
         server_wide = e->http_status >= 500 || e->http_status == 401 || e->http_status == 403;
         snprintf(res->why, sizeof res->why, "HTTP %d %s", e->http_status, key);
-        break;
-    case GEMM_CLIENT_E_NOMEM:
-        server_wide = 0;
+    } else if (e->kind == GEMM_CLIENT_E_NOMEM) {
         snprintf(res->why, sizeof res->why, "out of memory");
-        break;
-    case GEMM_CLIENT_E_ARGUMENT: /* a bad URL concerns every product; sizes this one */
-        server_wide = strcmp(e->code, "too_large") != 0;
-        snprintf(res->why, sizeof res->why, "%s", key);
-        break;
-    default:
-        snprintf(res->why, sizeof res->why, "%s", key);
-        break;
     }
-    if (server_wide && cfg.backoff_ms > 0)
-        atomic_store(&down_until_ns, now_ns() + (int64_t)cfg.backoff_ms * 1000000);
     char when[96] = "";
-    if (server_wide && cfg.backoff_ms > 0)
+    if (server_wide && cfg.backoff_ms > 0) {
+        atomic_store(&down_until_ms, (int64_t)gemm_now_ms() + cfg.backoff_ms);
         snprintf(when, sizeof when, "; for %ld ms every product does, then the server is tried again",
                  cfg.backoff_ms);
+    }
     gb_warn_once(key,
                  "%s could not run on %s (%s: %s)%s; it ran on the host BLAS (%s)%s. This warning "
                  "is given once per reason",
                  pr->desc, cfg.url, res->why, e->message, e->retries ? " after retries" : "", pr->host, when);
+}
+
+/* A failure found here, before or without the server. */
+static void failed_here(const gb_problem *pr, gemm_client_error_kind kind, const char *code, const char *msg,
+                        gb_result *res)
+{
+    gemm_client_error e = {.kind = kind};
+    snprintf(e.code, sizeof e.code, "%s", code);
+    snprintf(e.message, sizeof e.message, "%s", msg);
+    failed(pr, &e, res);
 }
 
 /* ---------------------------------------------------------------- the product */
@@ -285,26 +251,18 @@ void gb_offload(const gb_problem *pr, gb_result *res)
 {
     memset(res, 0, sizeof *res);
     gb_settings_get();
-    int64_t until = atomic_load(&down_until_ns);
-    if (until && now_ns() < until) {
+    int64_t until = atomic_load(&down_until_ms);
+    if (until && gemm_now_ms() < (double)until) {
         res->backoff = 1;
         snprintf(res->why, sizeof res->why, "server failed recently");
         return;
     }
-    size_t esz = pr->type == GB_F32 ? 4 : 8;
-    gemm_client_error err;
-    memset(&err, 0, sizeof err);
-    size_t bytes_c, bytes_a, bytes_b;
-    if (__builtin_mul_overflow((size_t)pr->m, (size_t)pr->n, &bytes_c) ||
-        __builtin_mul_overflow(bytes_c, esz, &bytes_c) ||
-        __builtin_mul_overflow((size_t)pr->m, (size_t)pr->k, &bytes_a) ||
-        __builtin_mul_overflow(bytes_a, esz, &bytes_a) ||
-        __builtin_mul_overflow((size_t)pr->k, (size_t)pr->n, &bytes_b) ||
-        __builtin_mul_overflow(bytes_b, esz, &bytes_b)) {
-        err.kind = GEMM_CLIENT_E_ARGUMENT;
-        snprintf(err.code, sizeof err.code, "too_large");
-        snprintf(err.message, sizeof err.message, "the matrices' sizes overflow");
-        failed(pr, &err, res);
+    size_t esz = pr->type == GB_F32 ? 4 : 8, bytes_c, bytes;
+    gemm_dtype dt = pr->type == GB_F32 ? GEMM_DTYPE_F32 : GEMM_DTYPE_F64;
+    if (!gemm_matrix_bytes((uint64_t)pr->m, (uint64_t)pr->n, dt, &bytes_c) ||
+        !gemm_matrix_bytes((uint64_t)pr->m, (uint64_t)pr->k, dt, &bytes) ||
+        !gemm_matrix_bytes((uint64_t)pr->k, (uint64_t)pr->n, dt, &bytes)) {
+        failed_here(pr, GEMM_CLIENT_E_ARGUMENT, "too_large", "the matrices' sizes overflow", res);
         return;
     }
     double mn = (double)pr->m * (double)pr->n;
@@ -319,15 +277,12 @@ void gb_offload(const gb_problem *pr, gb_result *res)
     void *t = pr->c;
     if (swap || !tight_c) t = own_t = malloc(bytes_c);
     if (!a || !b || !t) {
-        err.kind = GEMM_CLIENT_E_NOMEM;
-        snprintf(err.code, sizeof err.code, "out_of_memory");
-        snprintf(err.message, sizeof err.message, "packing the operands");
-        failed(pr, &err, res);
+        failed_here(pr, GEMM_CLIENT_E_NOMEM, "out_of_memory", "packing the operands", res);
         goto out;
     }
 
     gemm_request r = GEMM_REQUEST_INIT;
-    r.dtype = pr->type == GB_F32 ? GEMM_DTYPE_F32 : GEMM_DTYPE_F64;
+    r.dtype = dt;
     r.m = (uint64_t)(swap ? pr->n : pr->m);
     r.n = (uint64_t)(swap ? pr->m : pr->n);
     r.k = (uint64_t)pr->k;
@@ -336,20 +291,18 @@ void gb_offload(const gb_problem *pr, gb_result *res)
     r.c = t;
     r.kernel = cfg.kernel;
     r.math = cfg.math;
+    gemm_client_error err;
     gemm_client *cl = pool_take(&err);
     if (!cl) {
         failed(pr, &err, res);
         goto out;
     }
     gemm_timing tm;
-    int64_t t0 = now_ns();
+    double t0 = gemm_now_ms();
     int rc = gemm_client_multiply(cl, &r, &tm, &err);
-    res->ms = (double)(now_ns() - t0) / 1e6;
-    if (rc != 0 && err.kind != GEMM_CLIENT_E_SERVER) {
-        gemm_client_free(cl); /* the connection may be in any state */
-    } else {
-        pool_give(cl);
-    }
+    res->ms = gemm_now_ms() - t0;
+    if (rc != 0 && err.kind != GEMM_CLIENT_E_SERVER) gemm_client_free(cl); /* the connection: in any state */
+    else pool_give(cl);
     if (rc != 0) {
         failed(pr, &err, res);
         goto out;

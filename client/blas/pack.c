@@ -1,11 +1,7 @@
 /*
- * pack.c - operands into the wire's layout, and the answer into C.
- *
- * The wire takes contiguous row-major matrices. An operand already so is used where it
- * lies; one with padding is copied row by row; a transposed one goes through a blocked
- * transpose (16 x 16 tiles: both the rows read and the rows written stay in L1). The
- * answer is applied to C in one pass, C = alpha·T + beta·C (beta = 0 never reads C),
- * straight or transposed.
+ * pack.c - operands into the wire's layout (contiguous, row-major: padding dropped row by
+ * row, a transposed operand through a blocked transpose whose 16 x 16 tiles keep the rows
+ * read and written in L1), and the answer into C in one pass, straight or transposed.
  *
  * Large matrices are split by rows over a few threads (at most GB_PACK_THREADS, one per
  * GB_PACK_MIN_BYTES of data, never more than the machine's processors): a transpose runs
@@ -15,7 +11,6 @@
 #include "blas_internal.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -41,25 +36,14 @@ static void *chunk_main(void *arg)
     return NULL;
 }
 
-static int processors(void)
-{
-    static _Atomic int n; /* every thread that finds 0 computes the same value */
-    int v = atomic_load_explicit(&n, memory_order_relaxed);
-    if (v <= 0) {
-        long p = sysconf(_SC_NPROCESSORS_ONLN);
-        v = p < 1 ? 1 : p > 1024 ? 1024 : (int)p;
-        atomic_store_explicit(&n, v, memory_order_relaxed);
-    }
-    return v;
-}
-
 /* fn(ctx, lo, hi) over [0, rows), in pieces of whole tiles, on up to GB_PACK_THREADS
  * threads when the matrix has `bytes` enough to pay for them. */
 static void rows_parallel(int64_t rows, double bytes, rows_fn fn, void *ctx)
 {
     int nt = (int)(bytes / GB_PACK_MIN_BYTES);
+    long procs = sysconf(_SC_NPROCESSORS_ONLN);
     if (nt > GB_PACK_THREADS) nt = GB_PACK_THREADS;
-    if (nt > processors()) nt = processors();
+    if (nt > procs) nt = procs < 1 ? 1 : (int)procs;
     if (nt > rows / GB_TILE) nt = (int)(rows / GB_TILE);
     if (nt <= 1) {
         fn(ctx, 0, rows);

@@ -1,33 +1,17 @@
 /*
  * preload.c - the symbols libgemm_blas.so defines: every entry point of the table in
  * blas_internal.h (GB_FLAVOURS), each with its flavour's integer width, all made by one
- * macro and all going through one path.
- *
- * Each call goes one of two ways:
- *   - to the server, when GEMM_SERVER is set, the arguments are valid, there is something
- *     to multiply (m, n, k > 0 and alpha != 0) and the product is big enough: at least
- *     GEMM_OFFLOAD_MIN_FLOPS floating-point operations (2·m·n·k) and at least
- *     GEMM_OFFLOAD_MIN_INTENSITY of them per byte on the wire;
- *   - to the host BLAS, unchanged, otherwise - and whenever the server cannot take it.
- * Every call with bad arguments and every small product behaves exactly as the host BLAS
- * makes it behave. Calls with nothing to multiply are answered here, as the reference BLAS
- * does: m or n zero returns; alpha or k zero sets C = beta·C (C = 0 for beta = 0), reading
- * neither A nor B (which may then be NULL: OpenBLAS 0.3.21's small-matrix kernels would
- * read them). GEMM_OFFLOAD_LOG=1 prints one line per call: the call, where it ran, the time.
+ * macro and all going through one path: to the server when the product is big enough
+ * (docs/BLAS.md, "What it does"), else to the host BLAS unchanged. Calls with nothing to
+ * multiply are answered here, reading neither A nor B (which may then be NULL: OpenBLAS
+ * 0.3.21's small-matrix kernels would read them).
  */
 #include "blas_internal.h"
+#include "gemm_types.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* The call as a row-major problem (see blas_internal.h). Column-major C = op(A)·op(B) is
  * row-major Cᵀ = op(B)ᵀ·op(A)ᵀ on the same memory: swap the operands and m with n; an
@@ -76,7 +60,7 @@ typedef enum { GO_HOST = 0, GO_SERVER, GO_HERE } go;
 static void run(const gb_call *call, const gb_settings *s, gb_problem *pr, int valid, char ta_c, char tb_c)
 {
     const char *name = gb_entries[call->entry].name;
-    double t0 = s->log ? now_ms() : 0;
+    double t0 = s->log ? gemm_now_ms() : 0;
     const char *why = NULL;
     char whybuf[200];
     gb_result res;
@@ -112,7 +96,7 @@ static void run(const gb_call *call, const gb_settings *s, gb_problem *pr, int v
     }
     if (where == GO_HOST) gb_host_run(call);
     if (!s->log) return;
-    double ms = now_ms() - t0;
+    double ms = gemm_now_ms() - t0;
     char shape[200];
     snprintf(shape, sizeof shape, "%s %s %c%c m=%" PRId64 " n=%" PRId64 " k=%" PRId64, name,
              call->order == GB_ROW_MAJOR ? "RowMajor" : call->order == GB_COL_MAJOR ? "ColMajor" : "?",

@@ -1,9 +1,7 @@
 /*
  * bench.c - `gemm bench`: C threads, each with its own client handle (its own keep-alive
- * connection) and its own C buffer, send the same random A and B R times each. Latency is
- * the client's wall time of one gemm_client_multiply() (upload, server, download). The first
- * answer is checked against a float64 computation of sampled elements before any number
- * is printed.
+ * connection) and its own C buffer, send the same random A and B R times each, after the
+ * first answer was checked against a float64 computation of sampled elements.
  */
 #include "cli.h"
 #include "gemm_half.h"
@@ -17,10 +15,9 @@
 typedef struct {
     const gemm_cli_opts *o;
     gemm_request req;     /* a, b shared; c per thread */
-    double *lat_ms;       /* repeat entries */
-    double *server_ms;    /* Server-Timing total */
-    double *kernel_ms;
-    int done;
+    double *lat_ms;       /* repeat entries each: the client's time, */
+    double *server_ms;    /* the Server-Timing total */
+    double *kernel_ms;    /* and kernel */
     int failed;
     gemm_client_error err;
     gemm_cli_progress bar; /* never drawn; makes Ctrl-C stop the transfers */
@@ -31,23 +28,17 @@ static void *run_worker(void *arg)
 {
     worker *w = arg;
     gemm_client *c = gemm_cli_client(w->o, &w->bar, &w->err);
-    if (!c) w->failed = 1;
-    for (int i = 0; c && !w->failed && i < w->o->warmup && !gemm_cli_interrupted; i++) {
-        gemm_timing t;
-        if (gemm_client_multiply(c, &w->req, &t, &w->err) != 0) w->failed = 1;
-    }
+    gemm_timing t;
+    w->failed = !c;
+    for (int i = 0; c && !w->failed && i < w->o->warmup && !gemm_cli_interrupted; i++)
+        w->failed = gemm_client_multiply(c, &w->req, &t, &w->err) != 0;
     pthread_barrier_wait(w->start);
     for (int j = 0; c && !w->failed && j < w->o->repeat && !gemm_cli_interrupted; j++) {
-        gemm_timing t;
         double t0 = gemm_now_ms();
-        if (gemm_client_multiply(c, &w->req, &t, &w->err) != 0) {
-            w->failed = 1;
-            break;
-        }
+        w->failed = gemm_client_multiply(c, &w->req, &t, &w->err) != 0;
         w->lat_ms[j] = gemm_now_ms() - t0;
         w->server_ms[j] = t.total_ms;
         w->kernel_ms[j] = t.kernel_ms;
-        w->done = j + 1;
     }
     gemm_client_free(c);
     return NULL;
@@ -144,136 +135,85 @@ static int verify(const gemm_request *r, const void *c, char *msg, size_t cap)
 int gemm_cli_bench(const gemm_cli_opts *o)
 {
     gemm_request req = GEMM_REQUEST_INIT;
-    req.dtype = GEMM_DTYPE_F32;
-    if (o->dtype && gemm_dtype_from_name(o->dtype, &req.dtype) != 0) {
-        fprintf(stderr, "gemm: --dtype \"%s\": expected float32, float64, int32, float16 or bfloat16\n", o->dtype);
-        return GEMM_EXIT_USAGE;
-    }
-    if (o->out_dtype) {
-        gemm_dtype want, cd;
-        gemm_err oe;
-        if (gemm_dtype_from_name(o->out_dtype, &want) != 0 || gemm_out_dtype_resolve(req.dtype, want, &cd, &oe) != 0) {
-            fprintf(stderr, "gemm: --out-dtype \"%s\": float32 for float16/bfloat16 operands (the default) or "
-                    "their own dtype; other operands answer in their own dtype\n", o->out_dtype);
-            return GEMM_EXIT_USAGE;
-        }
-        req.out_half = gemm_dtype_is_half(req.dtype) && cd == req.dtype;
-    }
-    if (o->math && gemm_math_from_name(o->math, &req.math) != 0) {
-        fprintf(stderr, "gemm: --math \"%s\": expected fp32, tf32 or bf16\n", o->math);
-        return GEMM_EXIT_USAGE;
-    }
+    gemm_dtype out_dtype = GEMM_DTYPE_INVALID;
+    int rc = gemm_cli_request_opts(o, &req.dtype, &out_dtype, &req);
+    if (rc != 0 || (rc = gemm_cli_out_half(out_dtype, &req)) != 0) return rc;
     req.m = o->m ? o->m : o->size;
     req.k = o->k ? o->k : o->size;
     req.n = o->n ? o->n : o->size;
-    req.kernel = o->kernel;
-    req.tile = o->tile;
     size_t ab, bb, cb;
     if (!gemm_matrix_bytes(req.m, req.k, req.dtype, &ab) || !gemm_matrix_bytes(req.k, req.n, req.dtype, &bb) ||
-        !gemm_matrix_bytes(req.m, req.n, gemm_request_c_dtype(&req), &cb)) {
-        fprintf(stderr, "gemm: the shape is too large\n");
-        return GEMM_EXIT_USAGE;
-    }
+        !gemm_matrix_bytes(req.m, req.n, gemm_request_c_dtype(&req), &cb))
+        return gemm_cli_say(GEMM_EXIT_USAGE, "the shape is too large");
     int nt = o->concurrency, rep = o->repeat;
+    size_t total = (size_t)nt * (size_t)rep;
     void *A = malloc(ab), *B = malloc(bb);
     worker *ws = calloc((size_t)nt, sizeof *ws);
     pthread_t *tids = calloc((size_t)nt, sizeof *tids);
-    int rc = GEMM_EXIT_OK;
-    if (!A || !B || !ws || !tids) {
-        fprintf(stderr, "gemm: out of memory for the matrices\n");
-        rc = GEMM_EXIT_IO;
+    double *lat = calloc(total, sizeof *lat), *srv = calloc(total, sizeof *srv), *ker = calloc(total, sizeof *ker);
+    req.a = A;
+    req.b = B;
+    for (int i = 0; ws && i < nt; i++) {
+        ws[i] = (worker){.o = o, .req = req, .lat_ms = lat + (size_t)i * rep, .server_ms = srv + (size_t)i * rep,
+                         .kernel_ms = ker + (size_t)i * rep};
+        if (!(ws[i].req.c = malloc(cb))) break;
+    }
+    if (!A || !B || !ws || !tids || !lat || !srv || !ker || !ws[nt - 1].req.c) {
+        rc = gemm_cli_say(GEMM_EXIT_IO, "out of memory for the matrices");
         goto out;
     }
     fill_random(A, ab / gemm_dtype_size(req.dtype), req.dtype, 1);
     fill_random(B, bb / gemm_dtype_size(req.dtype), req.dtype, 2);
-    req.a = A;
-    req.b = B;
-    for (int i = 0; i < nt; i++) {
-        ws[i].o = o;
-        ws[i].req = req;
-        ws[i].req.c = malloc(cb);
-        ws[i].lat_ms = calloc((size_t)rep, sizeof(double));
-        ws[i].server_ms = calloc((size_t)rep, sizeof(double));
-        ws[i].kernel_ms = calloc((size_t)rep, sizeof(double));
-        if (!ws[i].req.c || !ws[i].lat_ms || !ws[i].server_ms || !ws[i].kernel_ms) {
-            fprintf(stderr, "gemm: out of memory\n");
-            rc = GEMM_EXIT_IO;
-            goto out;
-        }
-    }
 
     /* correctness first: one product, checked */
-    {
-        gemm_client_error err;
-        gemm_client *c = gemm_cli_client(o, &ws[0].bar, &err);
-        if (!c) {
-            rc = gemm_cli_fail(&err, "bench");
-            goto out;
-        }
-        gemm_timing t;
-        int r = gemm_client_multiply(c, &ws[0].req, &t, &err);
-        gemm_client_free(c);
-        if (r != 0) {
-            rc = gemm_cli_interrupted ? GEMM_EXIT_INTERRUPTED : gemm_cli_fail(&err, "bench");
-            goto out;
-        }
-        char msg[256];
-        if (verify(&ws[0].req, ws[0].req.c, msg, sizeof msg) != 0) {
-            fprintf(stderr, "gemm: bench: wrong answer from the server (kernel %s): %s\n", t.kernel, msg);
-            rc = GEMM_EXIT_SERVER;
-            goto out;
-        }
+    gemm_client_error err;
+    gemm_client *c = gemm_cli_client(o, &ws[0].bar, &err);
+    if (!c) {
+        rc = gemm_cli_fail(&err, "bench");
+        goto out;
+    }
+    gemm_timing t;
+    int r = gemm_client_multiply(c, &ws[0].req, &t, &err);
+    gemm_client_free(c);
+    char msg[256];
+    if (r != 0) {
+        rc = gemm_cli_interrupted ? GEMM_EXIT_INTERRUPTED : gemm_cli_fail(&err, "bench");
+        goto out;
+    }
+    if (verify(&ws[0].req, ws[0].req.c, msg, sizeof msg) != 0) {
+        rc = gemm_cli_say(GEMM_EXIT_SERVER, "bench: wrong answer from the server (kernel %s): %s", t.kernel, msg);
+        goto out;
     }
 
     pthread_barrier_t barrier;
     if (pthread_barrier_init(&barrier, NULL, (unsigned)nt + 1) != 0) {
-        fprintf(stderr, "gemm: bench: cannot make a barrier\n");
-        rc = GEMM_EXIT_IO;
+        rc = gemm_cli_say(GEMM_EXIT_IO, "bench: cannot make a barrier");
         goto out;
     }
-    int started = 0;
     for (int i = 0; i < nt; i++) {
         ws[i].start = &barrier;
         if (pthread_create(&tids[i], NULL, run_worker, &ws[i]) != 0) {
             fprintf(stderr, "gemm: bench: cannot start thread %d of %d\n", i + 1, nt);
             exit(GEMM_EXIT_IO); /* the others wait at the barrier for ever */
         }
-        started++;
     }
     pthread_barrier_wait(&barrier);
     double t0 = gemm_now_ms();
-    for (int i = 0; i < started; i++) pthread_join(tids[i], NULL);
-    double wall = gemm_now_ms() - t0;
+    for (int i = 0; i < nt; i++) pthread_join(tids[i], NULL);
+    double window_s = (gemm_now_ms() - t0) / 1000.0; /* from the end of the warm-up to the last answer */
     pthread_barrier_destroy(&barrier);
     if (gemm_cli_interrupted) {
-        fprintf(stderr, "gemm: bench interrupted\n");
-        rc = GEMM_EXIT_INTERRUPTED;
+        rc = gemm_cli_say(GEMM_EXIT_INTERRUPTED, "bench interrupted");
         goto out;
     }
-    for (int i = 0; i < nt; i++) {
+    for (int i = 0; i < nt; i++)
         if (ws[i].failed) {
             rc = gemm_cli_fail(&ws[i].err, "bench");
             goto out;
         }
-    }
-    size_t total = (size_t)nt * (size_t)rep;
-    double *lat = malloc(total * sizeof *lat), *srv = malloc(total * sizeof *srv), *ker = malloc(total * sizeof *ker);
-    if (!lat || !srv || !ker) {
-        free(lat);
-        free(srv);
-        free(ker);
-        rc = GEMM_EXIT_IO;
-        goto out;
-    }
     double sum_lat = 0;
-    for (int i = 0; i < nt; i++) {
-        memcpy(lat + (size_t)i * rep, ws[i].lat_ms, (size_t)rep * sizeof *lat);
-        memcpy(srv + (size_t)i * rep, ws[i].server_ms, (size_t)rep * sizeof *srv);
-        memcpy(ker + (size_t)i * rep, ws[i].kernel_ms, (size_t)rep * sizeof *ker);
-        for (int j = 0; j < rep; j++) sum_lat += ws[i].lat_ms[j];
-    }
+    for (size_t i = 0; i < total; i++) sum_lat += lat[i];
     qsort(lat, total, sizeof *lat, cmp_double);
-    double window_s = wall / 1000.0; /* from the end of the warm-up to the last answer */
     double flops = 2.0 * (double)req.m * (double)req.n * (double)req.k;
     double payload = (double)(ab + bb + cb);
     double med_srv = median_of(srv, total), med_ker = median_of(ker, total);
@@ -289,19 +229,13 @@ int gemm_cli_bench(const gemm_cli_opts *o)
     printf("  throughput     %.2f requests/s  %.2f GFLOP/s  %.1f MB/s payload (A+B+C = %.1f MB per request)\n",
            (double)total / window_s, flops * (double)total / window_s / 1e9, payload * (double)total / window_s / 1e6,
            payload / 1e6);
+out:
+    for (int i = 0; ws && i < nt; i++) free(ws[i].req.c);
+    free(ws);
+    free(tids);
     free(lat);
     free(srv);
     free(ker);
-out:
-    if (ws)
-        for (int i = 0; i < nt; i++) {
-            free(ws[i].req.c);
-            free(ws[i].lat_ms);
-            free(ws[i].server_ms);
-            free(ws[i].kernel_ms);
-        }
-    free(ws);
-    free(tids);
     free(A);
     free(B);
     return rc;

@@ -3,9 +3,9 @@
  * cycles:
  *
  *   main.c       command line, help, dispatch  ->  the subcommands
- *   multiply.c, bench.c, info.c   the subcommands  ->  common.c, matfile.c, progress.c
- *   common.c     client handle from the options, errors to exit codes  ->  progress.c
- *   matfile.c    matrix files (npy, raw, CSV/TSV);  progress.c  Ctrl-C and the bar
+ *   multiply.c, bench.c, info.c   the subcommands  ->  common.c, matfile.c
+ *   common.c     client handle from the options, Ctrl-C and the bar, errors to exit codes
+ *   matfile.c    matrix files (npy, raw, CSV/TSV)
  */
 #ifndef GEMM_CLI_H
 #define GEMM_CLI_H
@@ -29,25 +29,15 @@ enum {
 /* ---- options shared by every subcommand -------------------------------- */
 
 typedef struct {
-    const char *server;
-    const char *token;
-    const char *cacert;       /* --cacert FILE */
+    const char *server, *token, *cacert;
     long timeout_ms;          /* --timeout SECONDS (0 = none) */
     long connect_timeout_ms;  /* --connect-timeout SECONDS */
-    int retries;              /* --retries N */
+    int retries;              /* --retries N (-1: the library's default) */
     int verbose;
-    int quiet;
     /* multiply */
-    const char *out;
-    const char *format;       /* --format for inputs and output */
-    const char *out_format;
-    const char *dtype;
-    const char *out_dtype; /* --out-dtype: float16 / bfloat16 operands: C in float32 or theirs */
-    const char *shape;
-    const char *kernel;
-    const char *math;
-    int tile;
-    int async;
+    const char *out, *format, *out_format; /* --format: inputs and output; --out-format: output */
+    const char *dtype, *out_dtype, *shape, *kernel, *math;
+    int tile, async;
     int streams;              /* --streams N (0: chosen from the size) */
     int timing;               /* --timing: print the stages on stderr */
     int progress;             /* -1 auto (terminal), 0 off, 1 on */
@@ -64,28 +54,30 @@ typedef struct {
 
 /* ---- common.c ------------------------------------------------------------ */
 
+/* Says "gemm: <message>" on stderr; returns rc. */
+int gemm_cli_say(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Maps a library error to an exit code, printing "gemm: <message>" on stderr. */
 int gemm_cli_fail(const gemm_client_error *err, const char *what);
-/* Creates the client for the options. With a bar, its progress callback is installed
- * (Ctrl-C aborts transfers; the bar is drawn when bar->enabled). */
-typedef struct gemm_cli_progress gemm_cli_progress;
-gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gemm_client_error *err);
+/* --dtype and --out-dtype (when given) into *dtype and *out_dtype; --math, --kernel and
+ * --tile into r. 0, or GEMM_EXIT_USAGE after saying why. */
+int gemm_cli_request_opts(const gemm_cli_opts *o, gemm_dtype *dtype, gemm_dtype *out_dtype, gemm_request *r);
+/* r->out_half for out_dtype (GEMM_DTYPE_INVALID: not asked) and operands of r->dtype. 0,
+ * or GEMM_EXIT_USAGE after saying why. */
+int gemm_cli_out_half(gemm_dtype out_dtype, gemm_request *r);
 
-/* ---- SIGINT and the progress bar ---------------------------------------- */
-
-extern volatile sig_atomic_t gemm_cli_interrupted;
-void gemm_cli_install_sigint(void);
-/* libgemm progress callback: stops the transfer after SIGINT; draws the bar when
- * ctx->enabled and the transfer is over 64 MB. */
-struct gemm_cli_progress {
+/* The progress of a client's transfers: after SIGINT it stops them; the bar is drawn
+ * when enabled and a transfer is over 64 MB. */
+typedef struct {
     int enabled;
     double last_draw_ms;
     int drawn;
-};
-int gemm_cli_progress_cb(void *ctx, uint64_t up_now, uint64_t up_total, uint64_t down_now,
-                         uint64_t down_total);
-void gemm_cli_progress_done(gemm_cli_progress *p);
+} gemm_cli_progress;
 extern gemm_cli_progress gemm_cli_bar; /* the one bar of the command */
+extern volatile sig_atomic_t gemm_cli_interrupted;
+void gemm_cli_install_sigint(void);
+void gemm_cli_progress_done(gemm_cli_progress *p); /* wipes a drawn bar */
+/* Creates the client for the options; with a bar, its progress goes there. */
+gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gemm_client_error *err);
 
 /* ---- matrix files -------------------------------------------------------- */
 
@@ -93,7 +85,6 @@ typedef enum { GEMM_FMT_AUTO = 0, GEMM_FMT_NPY, GEMM_FMT_RAW, GEMM_FMT_CSV, GEMM
 
 /* From --format (when given) or the file's extension. 0, or -1 with msg. */
 int gemm_cli_format_of(const char *path, const char *forced, gemm_cli_format *out, char *msg, size_t cap);
-const char *gemm_cli_format_name(gemm_cli_format f);
 
 typedef struct {
     gemm_cli_format fmt;
@@ -127,11 +118,9 @@ typedef struct {
     int to_stdout;
 } gemm_cli_output;
 
+/* C, or a batch of C matrices (batch 0: one); only .npy (3-D) and raw take a batch. */
 int gemm_cli_output_create(gemm_cli_output *o, const char *path, gemm_cli_format fmt, gemm_dtype dtype,
-                           uint64_t rows, uint64_t cols, char *msg, size_t cap);
-/* The same for a batch of C matrices (batch 0: one); only .npy (3-D) and raw take a batch. */
-int gemm_cli_output_create3(gemm_cli_output *o, const char *path, gemm_cli_format fmt, gemm_dtype dtype,
-                            uint64_t batch, uint64_t rows, uint64_t cols, char *msg, size_t cap);
+                           uint64_t batch, uint64_t rows, uint64_t cols, char *msg, size_t cap);
 /* Writes text formats, flushes and renames into place. 0 or -1 with msg. */
 int gemm_cli_output_commit(gemm_cli_output *o, char *msg, size_t cap);
 /* Removes the partial file. Safe after commit (does nothing then). */

@@ -1,40 +1,120 @@
 /*
  * common.c - what every subcommand of the `gemm` command shares: a client handle made
- * from the command-line options, and library errors turned into messages and exit codes.
- * The subcommands (multiply.c, bench.c, info.c) use it; main.c only parses the command
- * line and calls them.
+ * from the command-line options, Ctrl-C and the progress bar, and library errors turned
+ * into messages and exit codes.
+ *
+ * SIGINT only sets a flag; libgemm calls the progress callback many times a second during
+ * a transfer (and while waiting to retry or polling a job), and the callback answers
+ * "stop" once the flag is set, so curl aborts the transfer and the command can remove its
+ * partial output and exit 130. A second Ctrl-C kills the process the usual way.
  */
 #include "cli.h"
 
+#include <stdarg.h>
 #include <stdio.h>
+
+int gemm_cli_say(int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("gemm: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return rc;
+}
 
 int gemm_cli_fail(const gemm_client_error *err, const char *what)
 {
-    switch (err->kind) {
-    case GEMM_CLIENT_E_SERVER:
-        fprintf(stderr, "gemm: %s: server error %d %s: %s\n", what, err->http_status, err->code, err->message);
-        return GEMM_EXIT_SERVER;
-    case GEMM_CLIENT_E_PROTOCOL:
-        fprintf(stderr, "gemm: %s: bad answer from the server: %s\n", what, err->message);
-        return GEMM_EXIT_SERVER;
-    case GEMM_CLIENT_E_CONNECT:
-        fprintf(stderr, "gemm: %s: cannot reach the server: %s\n", what, err->message);
-        return GEMM_EXIT_CONNECT;
-    case GEMM_CLIENT_E_TIMEOUT:
-        fprintf(stderr, "gemm: %s: timed out: %s\n", what, err->message);
-        return GEMM_EXIT_CONNECT;
-    case GEMM_CLIENT_E_ABORTED:
-        fprintf(stderr, "gemm: %s: interrupted\n", what);
-        return GEMM_EXIT_INTERRUPTED;
-    case GEMM_CLIENT_E_ARGUMENT:
-        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
-        return GEMM_EXIT_USAGE;
-    case GEMM_CLIENT_E_NOMEM:
-        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
-        return GEMM_EXIT_IO;
-    default:
-        fprintf(stderr, "gemm: %s: %s\n", what, err->message);
-        return GEMM_EXIT_SERVER;
+    gemm_client_error_kind k = err->kind;
+    if (k == GEMM_CLIENT_E_SERVER)
+        return gemm_cli_say(GEMM_EXIT_SERVER, "%s: server error %d %s: %s", what, err->http_status, err->code,
+                            err->message);
+    if (k == GEMM_CLIENT_E_ABORTED) return gemm_cli_say(GEMM_EXIT_INTERRUPTED, "%s: interrupted", what);
+    return gemm_cli_say(k == GEMM_CLIENT_E_CONNECT || k == GEMM_CLIENT_E_TIMEOUT ? GEMM_EXIT_CONNECT
+                        : k == GEMM_CLIENT_E_ARGUMENT                            ? GEMM_EXIT_USAGE
+                        : k == GEMM_CLIENT_E_NOMEM                               ? GEMM_EXIT_IO
+                                                                                 : GEMM_EXIT_SERVER,
+                        "%s: %s%s", what,
+                        k == GEMM_CLIENT_E_PROTOCOL  ? "bad answer from the server: "
+                        : k == GEMM_CLIENT_E_CONNECT ? "cannot reach the server: "
+                        : k == GEMM_CLIENT_E_TIMEOUT ? "timed out: "
+                                                     : "",
+                        err->message);
+}
+
+int gemm_cli_request_opts(const gemm_cli_opts *o, gemm_dtype *dtype, gemm_dtype *out_dtype, gemm_request *r)
+{
+    if (o->dtype && gemm_dtype_from_name(o->dtype, dtype) != 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "--dtype \"%s\": expected float32, float64, int32, float16 or bfloat16",
+                            o->dtype);
+    if (o->out_dtype && gemm_dtype_from_name(o->out_dtype, out_dtype) != 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "--out-dtype \"%s\": expected float32, float16 or bfloat16", o->out_dtype);
+    if (o->math && gemm_math_from_name(o->math, &r->math) != 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "--math \"%s\": expected fp32, tf32 or bf16", o->math);
+    r->kernel = o->kernel;
+    r->tile = o->tile;
+    return 0;
+}
+
+int gemm_cli_out_half(gemm_dtype out_dtype, gemm_request *r)
+{
+    gemm_dtype cd;
+    gemm_err oe;
+    if (out_dtype == GEMM_DTYPE_INVALID) return 0;
+    if (gemm_out_dtype_resolve(r->dtype, out_dtype, &cd, &oe) != 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "--out-dtype: %s", oe.message);
+    r->out_half = gemm_dtype_is_half(r->dtype) && cd == r->dtype;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- Ctrl-C and the bar */
+
+volatile sig_atomic_t gemm_cli_interrupted = 0;
+gemm_cli_progress gemm_cli_bar;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    gemm_cli_interrupted = 1;
+    signal(SIGINT, SIG_DFL);
+}
+
+void gemm_cli_install_sigint(void)
+{
+    struct sigaction sa = {.sa_handler = on_sigint}; /* no SA_RESTART: blocking calls return EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+static int progress_cb(void *ctx, uint64_t up_now, uint64_t up_total, uint64_t down_now, uint64_t down_total)
+{
+    gemm_cli_progress *p = ctx;
+    if (gemm_cli_interrupted) return 1;
+    double now_ms = gemm_now_ms();
+    if (!p || !p->enabled || (up_total < (64u << 20) && down_total < (64u << 20)) || now_ms - p->last_draw_ms < 100)
+        return 0;
+    p->last_draw_ms = now_ms;
+    int upload = up_total > 0 && up_now < up_total, width = 30;
+    uint64_t now = upload ? up_now : down_now, total = upload ? up_total : down_total;
+    double frac = total > 0 ? (double)now / (double)total : 0.0;
+    if (frac > 1) frac = 1;
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < (int)(frac * width) ? '#' : '.';
+    bar[width] = '\0';
+    fprintf(stderr, "\r%s [%s] %5.1f%%  %.1f / %.1f MB   ", upload ? "sending  " : "receiving", bar,
+            frac * 100.0, now / 1e6, total / 1e6);
+    fflush(stderr);
+    p->drawn = 1;
+    return 0;
+}
+
+void gemm_cli_progress_done(gemm_cli_progress *p)
+{
+    if (p && p->drawn) {
+        fprintf(stderr, "\r%*s\r", 78, "");
+        fflush(stderr);
+        p->drawn = 0;
     }
 }
 
@@ -49,9 +129,8 @@ gemm_client *gemm_cli_client(const gemm_cli_opts *o, gemm_cli_progress *bar, gem
     co.verbose = o->verbose;
     co.ca_file = o->cacert;
     if (bar) {
-        co.progress = gemm_cli_progress_cb;
+        co.progress = progress_cb;
         co.progress_ctx = bar;
     }
     return gemm_client_new(o->server, &co, err);
 }
-

@@ -1,10 +1,6 @@
 /*
- * info.c - `gemm info` and `gemm health`.
- *
- * info prints GET /v1/info for a person: one "key: value" a line, nested objects indented
- * under their key, lists of objects as "- " items, lists of plain values on one line
- * joined by ", ", byte counts also in GiB/MiB. It walks whatever the server sends, so new
- * fields show up without a change here. --json prints the server's JSON as it came.
+ * info.c - `gemm info` and `gemm health`. info walks whatever GET /v1/info sends (new
+ * fields show up without a change here) and prints it for a person (docs/CLIENT.md).
  */
 #include "cli.h"
 
@@ -56,11 +52,8 @@ static void print_scalar(FILE *f, const cJSON *v, const char *key)
 
 static void print_list(FILE *f, const cJSON *arr)
 {
-    if (cJSON_GetArraySize(arr) == 0) {
-        fputs("(none)", f);
-        return;
-    }
     const cJSON *e;
+    if (!arr->child) fputs("(none)", f);
     cJSON_ArrayForEach(e, arr) {
         if (e != arr->child) fputs(", ", f);
         print_scalar(f, e, NULL);
@@ -69,6 +62,26 @@ static void print_list(FILE *f, const cJSON *arr)
 
 static void print_value(FILE *f, const cJSON *v, int indent);
 
+/* What follows "key:" (sep " ") or "- " (sep ""): a value or a list of values on the same
+ * line, "(none)" for an empty object after a key, else the parts below at indent. */
+static void print_rest(FILE *f, const cJSON *v, const char *key, const char *sep, int indent)
+{
+    if (is_scalar(v)) {
+        fputs(sep, f);
+        print_scalar(f, v, key);
+    } else if (cJSON_IsArray(v) && all_scalars(v)) {
+        fputs(sep, f);
+        print_list(f, v);
+    } else if (cJSON_IsObject(v) && !v->child && *sep) {
+        fputs(" (none)", f);
+    } else {
+        fputc('\n', f);
+        print_value(f, v, indent);
+        return;
+    }
+    fputc('\n', f);
+}
+
 /* The members of an object, one a line at `indent`. A "- " item prints its first member
  * on the dash's line: first_indent is then 0. */
 static void print_members(FILE *f, const cJSON *obj, int indent, int first_indent)
@@ -76,43 +89,20 @@ static void print_members(FILE *f, const cJSON *obj, int indent, int first_inden
     const cJSON *m;
     cJSON_ArrayForEach(m, obj) {
         fprintf(f, "%*s%s:", m == obj->child ? first_indent : indent, "", m->string ? m->string : "?");
-        if (is_scalar(m)) {
-            fputc(' ', f);
-            print_scalar(f, m, m->string);
-            fputc('\n', f);
-        } else if (cJSON_IsArray(m) && all_scalars(m)) {
-            fputc(' ', f);
-            print_list(f, m);
-            fputc('\n', f);
-        } else if (cJSON_IsObject(m) && !m->child) {
-            fputs(" (none)\n", f);
-        } else {
-            fputc('\n', f);
-            print_value(f, m, indent + 2);
-        }
+        print_rest(f, m, m->string, " ", indent + 2);
     }
 }
 
 static void print_value(FILE *f, const cJSON *v, int indent)
 {
+    const cJSON *e;
     if (cJSON_IsObject(v)) {
         print_members(f, v, indent, indent);
     } else if (cJSON_IsArray(v)) {
-        const cJSON *e;
         cJSON_ArrayForEach(e, v) {
             fprintf(f, "%*s- ", indent, "");
-            if (cJSON_IsObject(e) && e->child) {
-                print_members(f, e, indent + 2, 0);
-            } else if (cJSON_IsArray(e) && all_scalars(e)) {
-                print_list(f, e);
-                fputc('\n', f);
-            } else if (is_scalar(e)) {
-                print_scalar(f, e, NULL);
-                fputc('\n', f);
-            } else {
-                fputs("\n", f);
-                print_value(f, e, indent + 2);
-            }
+            if (cJSON_IsObject(e) && e->child) print_members(f, e, indent + 2, 0);
+            else print_rest(f, e, NULL, "", indent + 2);
         }
     } else {
         fprintf(f, "%*s", indent, "");
@@ -146,12 +136,8 @@ int gemm_cli_info(const gemm_cli_opts *o)
         if (n == 0 || body[n - 1] != '\n') fputc('\n', stdout);
     } else {
         cJSON *j = cJSON_Parse(body);
-        if (!cJSON_IsObject(j)) {
-            fprintf(stderr, "gemm: info: the server's answer is not a JSON object\n");
-            rc = GEMM_EXIT_SERVER;
-        } else {
-            print_value(stdout, j, 0);
-        }
+        if (!cJSON_IsObject(j)) rc = gemm_cli_say(GEMM_EXIT_SERVER, "info: the server's answer is not a JSON object");
+        else print_value(stdout, j, 0);
         cJSON_Delete(j);
     }
     free(body);

@@ -29,97 +29,101 @@ static const char *const exit_help =
     "Exit status: 0 ok, 1 server error, 2 usage error, 3 connection failure or timeout,\n"
     "4 local file I/O or format error, 130 interrupted (Ctrl-C).\n";
 
-static void usage_main(FILE *f)
+typedef enum { CMD_NONE, CMD_MULTIPLY, CMD_BENCH, CMD_INFO, CMD_HEALTH, CMD_HELP } command;
+
+/* Each command: its name, another name, and its help before the options every one takes. */
+static const struct {
+    const char *name, *alias, *help;
+} commands[] = {
+    [CMD_NONE] = {"", NULL,
+                  "usage: gemm [OPTIONS] COMMAND [ARGS]\n"
+                  "\n"
+                  "Client of the gemmd matrix-multiplication service.\n"
+                  "\n"
+                  "Commands:\n"
+                  "  multiply A B -o C   C = A.B on the server (npy, raw binary, CSV/TSV files)\n"
+                  "  bench               measure latency and throughput against the server\n"
+                  "  info                the server's version, backends, devices, kernels, limits\n"
+                  "  health              liveness and readiness of the server\n"
+                  "  help COMMAND        help on one command (or: gemm COMMAND --help)\n"},
+    [CMD_MULTIPLY] = {"multiply", "mul",
+                      "usage: gemm multiply [OPTIONS] A B [-o C]\n"
+                      "\n"
+                      "Computes C = A.B on the server. The format of each file comes from its extension\n"
+                      "(.npy; .bin/.raw raw little-endian row-major; .csv, .tsv, .txt text) or --format.\n"
+                      "Inputs are mapped and sent as they are (a fortran_order .npy is transposed into a\n"
+                      "buffer first); .npy and raw outputs are written straight into the output file,\n"
+                      "which appears only when the product succeeded. Without -o, C is printed as CSV.\n"
+                      "\n"
+                      "  -o, --output C           output file ('-' = standard output)\n"
+                      "  -f, --format FMT         format of the inputs and output: npy, raw, csv, tsv, txt\n"
+                      "      --out-format FMT     format of the output only\n"
+                      "  -d, --dtype T            float32, float64, int32, float16, bfloat16: needed for\n"
+                      "                           raw inputs; text\n"
+                      "                           inputs are parsed as this (default float64); .npy\n"
+                      "                           inputs must match it\n"
+                      "      --out-dtype T        float16/bfloat16 inputs: C in float32 (default) or in\n"
+                      "                           the inputs' dtype (half the bytes back)\n"
+                      "      --shape MxK[xN]      shape of a raw A (B has K rows; its columns come from\n"
+                      "                           its size, or N)\n"
+                      "  -k, --kernel NAME        auto, naive, tiled, cublas, ... (see gemm info)\n"
+                      "      --math MODE          float32 only: fp32, tf32, bf16\n"
+                      "      --tile N             block tile, for kernels that take one (see gemm info)\n"
+                      "      --async              queue a job, wait for it, fetch the result (Ctrl-C cancels it)\n"
+                      "      --streams N          send A in N row panels over N connections at once (B is\n"
+                      "                           uploaded once as a resident matrix); default: 4 when A, B\n"
+                      "                           and C are 64 MiB or more, else 1\n"
+                      "      --timing             print the server's stages and the client's time on stderr\n"
+                      "      --progress / --no-progress  progress bar for transfers over 64 MB\n"
+                      "                           (default: when stderr is a terminal)\n"},
+    [CMD_BENCH] = {"bench", NULL,
+                   "usage: gemm bench [OPTIONS]\n"
+                   "\n"
+                   "Sends the same random product repeatedly from C threads (one connection each) and\n"
+                   "prints min/median/p99 latency, requests/s, GFLOP/s and payload MB/s (A+B+C bytes).\n"
+                   "The first answer is checked against a float64 computation of sampled elements.\n"
+                   "\n"
+                   "  -n, --size N             square size (default 1024)\n"
+                   "      --m M, --k K, --n N  a rectangular shape (each defaults to --size)\n"
+                   "  -d, --dtype T            float32 (default), float64, int32, float16, bfloat16\n"
+                   "      --out-dtype T        C of float16/bfloat16 operands: float32 (default) or theirs\n"
+                   "  -r, --repeat R           requests per thread (default 10)\n"
+                   "  -c, --concurrency C      threads (default 1)\n"
+                   "  -w, --warmup W           untimed requests per thread first (default 1)\n"
+                   "  -k, --kernel NAME        kernel to ask for\n"
+                   "      --math MODE, --tile N  as for multiply\n"},
+    [CMD_INFO] = {"info", NULL,
+                  "usage: gemm info [OPTIONS]\n\n"
+                  "Prints GET /v1/info for a person: version, backend, devices, kernels,\n"
+                  "dtypes, limits, one \"key: value\" a line, nested parts indented.\n\n"
+                  "      --json               the server's JSON as it came, for programs\n"},
+    [CMD_HEALTH] = {"health", NULL,
+                    "usage: gemm health [OPTIONS]\n\nAsks GET /healthz (alive) and GET /readyz (engine up, queue not "
+                    "full).\nExits 0 when both answer 2xx, 1 when the server answers otherwise, 3 when it cannot be "
+                    "reached.\n\n"
+                    "      --live               ask /healthz only (a liveness probe: a full queue is not a failure)\n"},
+    [CMD_HELP] = {"help", NULL, NULL},
+};
+
+static command command_of(const char *s)
 {
-    fprintf(f,
-            "usage: gemm [OPTIONS] COMMAND [ARGS]\n"
-            "\n"
-            "Client of the gemmd matrix-multiplication service.\n"
-            "\n"
-            "Commands:\n"
-            "  multiply A B -o C   C = A.B on the server (npy, raw binary, CSV/TSV files)\n"
-            "  bench               measure latency and throughput against the server\n"
-            "  info                the server's version, backends, devices, kernels, limits\n"
-            "  health              liveness and readiness of the server\n"
-            "  help COMMAND        help on one command (or: gemm COMMAND --help)\n"
-            "\n%s\n%s",
-            common_help, exit_help);
+    for (int c = CMD_MULTIPLY; c <= CMD_HELP; c++)
+        if (strcmp(s, commands[c].name) == 0 || (commands[c].alias && strcmp(s, commands[c].alias) == 0))
+            return (command)c;
+    return CMD_NONE;
 }
 
-static void usage_multiply(FILE *f)
+static void usage_of(command c, FILE *f)
 {
-    fprintf(f,
-            "usage: gemm multiply [OPTIONS] A B [-o C]\n"
-            "\n"
-            "Computes C = A.B on the server. The format of each file comes from its extension\n"
-            "(.npy; .bin/.raw raw little-endian row-major; .csv, .tsv, .txt text) or --format.\n"
-            "Inputs are mapped and sent as they are (a fortran_order .npy is transposed into a\n"
-            "buffer first); .npy and raw outputs are written straight into the output file,\n"
-            "which appears only when the product succeeded. Without -o, C is printed as CSV.\n"
-            "\n"
-            "  -o, --output C           output file ('-' = standard output)\n"
-            "  -f, --format FMT         format of the inputs and output: npy, raw, csv, tsv, txt\n"
-            "      --out-format FMT     format of the output only\n"
-            "  -d, --dtype T            float32, float64, int32, float16, bfloat16: needed for\n"
-            "                           raw inputs; text\n"
-            "                           inputs are parsed as this (default float64); .npy\n"
-            "                           inputs must match it\n"
-            "      --out-dtype T        float16/bfloat16 inputs: C in float32 (default) or in\n"
-            "                           the inputs' dtype (half the bytes back)\n"
-            "      --shape MxK[xN]      shape of a raw A (B has K rows; its columns come from\n"
-            "                           its size, or N)\n"
-            "  -k, --kernel NAME        auto, naive, tiled, cublas, ... (see gemm info)\n"
-            "      --math MODE          float32 only: fp32, tf32, bf16\n"
-            "      --tile N             block tile, for kernels that take one (see gemm info)\n"
-            "      --async              queue a job, wait for it, fetch the result (Ctrl-C cancels it)\n"
-            "      --streams N          send A in N row panels over N connections at once (B is\n"
-            "                           uploaded once as a resident matrix); default: 4 when A, B\n"
-            "                           and C are 64 MiB or more, else 1\n"
-            "      --timing             print the server's stages and the client's time on stderr\n"
-            "      --progress / --no-progress  progress bar for transfers over 64 MB\n"
-            "                           (default: when stderr is a terminal)\n"
-            "\n%s\n%s",
-            common_help, exit_help);
+    fprintf(f, "%s\n%s\n%s", commands[c == CMD_HELP ? CMD_NONE : c].help, common_help, exit_help);
 }
 
-static void usage_bench(FILE *f)
+static int usage_error(command c, const char *fmt, const char *arg)
 {
-    fprintf(f,
-            "usage: gemm bench [OPTIONS]\n"
-            "\n"
-            "Sends the same random product repeatedly from C threads (one connection each) and\n"
-            "prints min/median/p99 latency, requests/s, GFLOP/s and payload MB/s (A+B+C bytes).\n"
-            "The first answer is checked against a float64 computation of sampled elements.\n"
-            "\n"
-            "  -n, --size N             square size (default 1024)\n"
-            "      --m M, --k K, --n N  a rectangular shape (each defaults to --size)\n"
-            "  -d, --dtype T            float32 (default), float64, int32, float16, bfloat16\n"
-            "      --out-dtype T        C of float16/bfloat16 operands: float32 (default) or theirs\n"
-            "  -r, --repeat R           requests per thread (default 10)\n"
-            "  -c, --concurrency C      threads (default 1)\n"
-            "  -w, --warmup W           untimed requests per thread first (default 1)\n"
-            "  -k, --kernel NAME        kernel to ask for\n"
-            "      --math MODE, --tile N  as for multiply\n"
-            "\n%s\n%s",
-            common_help, exit_help);
-}
-
-static void usage_info(FILE *f)
-{
-    fprintf(f,
-            "usage: gemm info [OPTIONS]\n\nPrints GET /v1/info for a person: version, backend, devices, kernels,\n"
-            "dtypes, limits, one \"key: value\" a line, nested parts indented.\n\n"
-            "      --json               the server's JSON as it came, for programs\n\n%s\n%s",
-            common_help, exit_help);
-}
-
-static void usage_health(FILE *f)
-{
-    fprintf(f,
-            "usage: gemm health [OPTIONS]\n\nAsks GET /healthz (alive) and GET /readyz (engine up, queue not full).\n"
-            "Exits 0 when both answer 2xx, 1 when the server answers otherwise, 3 when it cannot be reached.\n\n"
-            "      --live               ask /healthz only (a liveness probe: a full queue is not a failure)\n\n%s\n%s",
-            common_help, exit_help);
+    gemm_cli_say(0, fmt, arg);
+    fprintf(stderr, "(see gemm %s%s--help)\n", c == CMD_HELP ? "" : commands[c].name,
+            c == CMD_NONE || c == CMD_HELP ? "" : " ");
+    return GEMM_EXIT_USAGE;
 }
 
 static int parse_seconds(const char *s, long *ms)
@@ -151,92 +155,49 @@ enum {
     OPT_JSON, OPT_LIVE, OPT_STREAMS
 };
 
-typedef enum { CMD_NONE, CMD_MULTIPLY, CMD_BENCH, CMD_INFO, CMD_HEALTH, CMD_HELP } command;
+static const struct option longopts[] = {
+    {"server", required_argument, NULL, 's'}, {"token", required_argument, NULL, 't'},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
+    {"retries", required_argument, NULL, OPT_RETRIES}, {"cacert", required_argument, NULL, OPT_CACERT},
+    {"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
+    {"output", required_argument, NULL, 'o'}, {"format", required_argument, NULL, 'f'},
+    {"out-format", required_argument, NULL, OPT_OUT_FORMAT}, {"out-dtype", required_argument, NULL, OPT_OUT_DTYPE},
+    {"dtype", required_argument, NULL, 'd'}, {"shape", required_argument, NULL, OPT_SHAPE},
+    {"kernel", required_argument, NULL, 'k'}, {"math", required_argument, NULL, OPT_MATH},
+    {"tile", required_argument, NULL, OPT_TILE}, {"async", no_argument, NULL, OPT_ASYNC},
+    {"streams", required_argument, NULL, OPT_STREAMS}, {"timing", no_argument, NULL, OPT_TIMING},
+    {"progress", no_argument, NULL, OPT_PROGRESS}, {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {"size", required_argument, NULL, 'n'}, {"m", required_argument, NULL, OPT_M},
+    {"k", required_argument, NULL, OPT_K}, {"n", required_argument, NULL, OPT_N},
+    {"repeat", required_argument, NULL, 'r'}, {"concurrency", required_argument, NULL, 'c'},
+    {"warmup", required_argument, NULL, 'w'}, {"json", no_argument, NULL, OPT_JSON},
+    {"live", no_argument, NULL, OPT_LIVE}, {NULL, 0, NULL, 0},
+};
 
-static command command_of(const char *s)
+/* The options that take a whole number: its range, and the message when it is not in it. */
+static const struct {
+    int opt;
+    long lo, hi;
+    const char *msg;
+} int_opts[] = {
+    {OPT_RETRIES, 0, 100, "--retries: \"%s\" is not 0..100"},
+    {OPT_TILE, 1, 1024, "--tile: \"%s\" is not 1..1024"},
+    {OPT_STREAMS, 1, 16, "--streams: \"%s\" is not 1..16"},
+    {'n', 1, 1L << 40, "a dimension must be a whole number >= 1 (got \"%s\")"},
+    {OPT_M, 1, 1L << 40, "a dimension must be a whole number >= 1 (got \"%s\")"},
+    {OPT_K, 1, 1L << 40, "a dimension must be a whole number >= 1 (got \"%s\")"},
+    {OPT_N, 1, 1L << 40, "a dimension must be a whole number >= 1 (got \"%s\")"},
+    {'r', 1, 10000000, "--repeat: \"%s\" is not >= 1"},
+    {'c', 1, 1024, "--concurrency: \"%s\" is not 1..1024"},
+    {'w', 0, 1000000, "--warmup: \"%s\" is not >= 0"},
+};
+
+/* The command line into *o and *cmd; options may come before or after the command.
+ * Returns -1, or the exit status of a usage error (said on stderr). */
+static int parse_args(int argc, char **argv, gemm_cli_opts *o, command *cmd, int *help)
 {
-    if (strcmp(s, "multiply") == 0 || strcmp(s, "mul") == 0) return CMD_MULTIPLY;
-    if (strcmp(s, "bench") == 0) return CMD_BENCH;
-    if (strcmp(s, "info") == 0) return CMD_INFO;
-    if (strcmp(s, "health") == 0) return CMD_HEALTH;
-    if (strcmp(s, "help") == 0) return CMD_HELP;
-    return CMD_NONE;
-}
-
-static void usage_of(command c, FILE *f)
-{
-    switch (c) {
-    case CMD_MULTIPLY: usage_multiply(f); break;
-    case CMD_BENCH: usage_bench(f); break;
-    case CMD_INFO: usage_info(f); break;
-    case CMD_HEALTH: usage_health(f); break;
-    default: usage_main(f); break;
-    }
-}
-
-static int usage_error(command c, const char *fmt, const char *arg)
-{
-    fprintf(stderr, "gemm: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see gemm %s--help)\n",
-            c == CMD_MULTIPLY ? "multiply " : c == CMD_BENCH ? "bench " : c == CMD_INFO ? "info " :
-            c == CMD_HEALTH ? "health " : "");
-    return GEMM_EXIT_USAGE;
-}
-
-int main(int argc, char **argv)
-{
-    gemm_cli_opts o;
-    memset(&o, 0, sizeof o);
-    o.server = getenv("GEMM_SERVER");
-    if (!o.server || !*o.server) o.server = DEFAULT_SERVER;
-    o.token = getenv("GEMM_TOKEN");
-    o.cacert = getenv("GEMM_CACERT");
-    o.retries = -1;
-    o.progress = -1;
-    o.repeat = 10;
-    o.concurrency = 1;
-    o.warmup = 1;
-    o.size = 1024;
-
-    static const struct option longopts[] = {
-        {"server", required_argument, NULL, 's'},
-        {"token", required_argument, NULL, 't'},
-        {"timeout", required_argument, NULL, OPT_TIMEOUT},
-        {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
-        {"retries", required_argument, NULL, OPT_RETRIES},
-        {"cacert", required_argument, NULL, OPT_CACERT},
-        {"verbose", no_argument, NULL, 'v'},
-        {"help", no_argument, NULL, 'h'},
-        {"output", required_argument, NULL, 'o'},
-        {"format", required_argument, NULL, 'f'},
-        {"out-format", required_argument, NULL, OPT_OUT_FORMAT},
-        {"out-dtype", required_argument, NULL, OPT_OUT_DTYPE},
-        {"dtype", required_argument, NULL, 'd'},
-        {"shape", required_argument, NULL, OPT_SHAPE},
-        {"kernel", required_argument, NULL, 'k'},
-        {"math", required_argument, NULL, OPT_MATH},
-        {"tile", required_argument, NULL, OPT_TILE},
-        {"async", no_argument, NULL, OPT_ASYNC},
-        {"streams", required_argument, NULL, OPT_STREAMS},
-        {"timing", no_argument, NULL, OPT_TIMING},
-        {"progress", no_argument, NULL, OPT_PROGRESS},
-        {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
-        {"size", required_argument, NULL, 'n'},
-        {"m", required_argument, NULL, OPT_M},
-        {"k", required_argument, NULL, OPT_K},
-        {"n", required_argument, NULL, OPT_N},
-        {"repeat", required_argument, NULL, 'r'},
-        {"concurrency", required_argument, NULL, 'c'},
-        {"warmup", required_argument, NULL, 'w'},
-        {"json", no_argument, NULL, OPT_JSON},
-        {"live", no_argument, NULL, OPT_LIVE},
-        {NULL, 0, NULL, 0},
-    };
-    /* Options may come before or after the command: find the command first. */
-    command cmd = CMD_NONE;
-    int help = 0;
-    long v;
+    long v = 0;
     opterr = 0;
     optind = 1;
     /* "+": stop at the first non-option so positional arguments keep their order */
@@ -244,85 +205,73 @@ int main(int argc, char **argv)
         int opt = getopt_long(argc, argv, "+:s:t:vho:f:d:k:n:r:c:w:", longopts, NULL);
         if (opt == -1) {
             const char *a = argv[optind++];
-            if (cmd == CMD_NONE) {
-                cmd = command_of(a);
-                if (cmd == CMD_NONE) return usage_error(CMD_NONE, "unknown command \"%s\"", a);
-            } else if (cmd == CMD_HELP && o.npos == 0) {
-                o.pos[o.npos++] = a;
-            } else if (o.npos < 4) {
-                o.pos[o.npos++] = a;
+            if (*cmd == CMD_NONE) {
+                if ((*cmd = command_of(a)) == CMD_NONE) return usage_error(CMD_NONE, "unknown command \"%s\"", a);
+            } else if (o->npos < 4) {
+                o->pos[o->npos++] = a;
             } else {
-                return usage_error(cmd, "too many arguments (\"%s\")", a);
+                return usage_error(*cmd, "too many arguments (\"%s\")", a);
             }
             continue;
         }
         const char *arg = optarg;
+        for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++)
+            if (opt == int_opts[i].opt && parse_int(arg, int_opts[i].lo, int_opts[i].hi, &v) != 0)
+                return usage_error(*cmd, int_opts[i].msg, arg);
         switch (opt) {
-        case 's': o.server = arg; break;
-        case 't': o.token = arg; break;
+        case 's': o->server = arg; break;
+        case 't': o->token = arg; break;
         case OPT_TIMEOUT:
-            if (parse_seconds(arg, &o.timeout_ms) != 0) return usage_error(cmd, "--timeout: \"%s\" is not a number of seconds", arg);
+            if (parse_seconds(arg, &o->timeout_ms) != 0)
+                return usage_error(*cmd, "--timeout: \"%s\" is not a number of seconds", arg);
             break;
         case OPT_CONNECT_TIMEOUT:
-            if (parse_seconds(arg, &o.connect_timeout_ms) != 0 || o.connect_timeout_ms == 0)
-                return usage_error(cmd, "--connect-timeout: \"%s\" is not a positive number of seconds", arg);
+            if (parse_seconds(arg, &o->connect_timeout_ms) != 0 || o->connect_timeout_ms == 0)
+                return usage_error(*cmd, "--connect-timeout: \"%s\" is not a positive number of seconds", arg);
             break;
-        case OPT_RETRIES:
-            if (parse_int(arg, 0, 100, &v) != 0) return usage_error(cmd, "--retries: \"%s\" is not 0..100", arg);
-            o.retries = (int)v;
-            break;
-        case OPT_CACERT: o.cacert = arg; break;
-        case 'v': o.verbose = 1; break;
-        case 'h': help = 1; break;
-        case 'o': o.out = arg; break;
-        case 'f': o.format = arg; break;
-        case OPT_OUT_FORMAT: o.out_format = arg; break;
-        case OPT_OUT_DTYPE: o.out_dtype = arg; break;
-        case 'd': o.dtype = arg; break;
-        case OPT_SHAPE: o.shape = arg; break;
-        case 'k': o.kernel = arg; break;
-        case OPT_MATH: o.math = arg; break;
-        case OPT_TILE:
-            if (parse_int(arg, 1, 1024, &v) != 0) return usage_error(cmd, "--tile: \"%s\" is not 1..1024", arg);
-            o.tile = (int)v;
-            break;
-        case OPT_ASYNC: o.async = 1; break;
-        case OPT_STREAMS:
-            if (parse_int(arg, 1, 16, &v) != 0) return usage_error(cmd, "--streams: \"%s\" is not 1..16", arg);
-            o.streams = (int)v;
-            break;
-        case OPT_TIMING: o.timing = 1; break;
-        case OPT_PROGRESS: o.progress = 1; break;
-        case OPT_NO_PROGRESS: o.progress = 0; break;
-        case OPT_JSON: o.json = 1; break;
-        case OPT_LIVE: o.live = 1; break;
-        case 'n': case OPT_M: case OPT_K: case OPT_N: {
-            if (parse_int(arg, 1, 1L << 40, &v) != 0)
-                return usage_error(cmd, "a dimension must be a whole number >= 1 (got \"%s\")", arg);
-            if (opt == 'n') o.size = (uint64_t)v;
-            else if (opt == OPT_M) o.m = (uint64_t)v;
-            else if (opt == OPT_K) o.k = (uint64_t)v;
-            else o.n = (uint64_t)v;
-            break;
-        }
-        case 'r':
-            if (parse_int(arg, 1, 10000000, &v) != 0) return usage_error(cmd, "--repeat: \"%s\" is not >= 1", arg);
-            o.repeat = (int)v;
-            break;
-        case 'c':
-            if (parse_int(arg, 1, 1024, &v) != 0) return usage_error(cmd, "--concurrency: \"%s\" is not 1..1024", arg);
-            o.concurrency = (int)v;
-            break;
-        case 'w':
-            if (parse_int(arg, 0, 1000000, &v) != 0) return usage_error(cmd, "--warmup: \"%s\" is not >= 0", arg);
-            o.warmup = (int)v;
-            break;
-        case ':':
-            return usage_error(cmd, "option %s needs a value", argv[optind - 1]);
-        default:
-            return usage_error(cmd, "unknown option \"%s\"", argv[optind - 1]);
+        case OPT_RETRIES: o->retries = (int)v; break;
+        case OPT_CACERT: o->cacert = arg; break;
+        case 'v': o->verbose = 1; break;
+        case 'h': *help = 1; break;
+        case 'o': o->out = arg; break;
+        case 'f': o->format = arg; break;
+        case OPT_OUT_FORMAT: o->out_format = arg; break;
+        case OPT_OUT_DTYPE: o->out_dtype = arg; break;
+        case 'd': o->dtype = arg; break;
+        case OPT_SHAPE: o->shape = arg; break;
+        case 'k': o->kernel = arg; break;
+        case OPT_MATH: o->math = arg; break;
+        case OPT_TILE: o->tile = (int)v; break;
+        case OPT_ASYNC: o->async = 1; break;
+        case OPT_STREAMS: o->streams = (int)v; break;
+        case OPT_TIMING: o->timing = 1; break;
+        case OPT_PROGRESS: o->progress = 1; break;
+        case OPT_NO_PROGRESS: o->progress = 0; break;
+        case OPT_JSON: o->json = 1; break;
+        case OPT_LIVE: o->live = 1; break;
+        case 'n': o->size = (uint64_t)v; break;
+        case OPT_M: o->m = (uint64_t)v; break;
+        case OPT_K: o->k = (uint64_t)v; break;
+        case OPT_N: o->n = (uint64_t)v; break;
+        case 'r': o->repeat = (int)v; break;
+        case 'c': o->concurrency = (int)v; break;
+        case 'w': o->warmup = (int)v; break;
+        case ':': return usage_error(*cmd, "option %s needs a value", argv[optind - 1]);
+        default: return usage_error(*cmd, "unknown option \"%s\"", argv[optind - 1]);
         }
     }
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    gemm_cli_opts o = {.server = getenv("GEMM_SERVER"), .token = getenv("GEMM_TOKEN"),
+                       .cacert = getenv("GEMM_CACERT"), .retries = -1, .progress = -1, .repeat = 10,
+                       .concurrency = 1, .warmup = 1, .size = 1024};
+    if (!o.server || !*o.server) o.server = DEFAULT_SERVER;
+    command cmd = CMD_NONE;
+    int help = 0, rc = parse_args(argc, argv, &o, &cmd, &help);
+    if (rc >= 0) return rc;
     if (cmd == CMD_HELP) {
         command about = o.npos > 0 ? command_of(o.pos[0]) : CMD_NONE;
         if (o.npos > 0 && about == CMD_NONE) return usage_error(CMD_NONE, "no command \"%s\"", o.pos[0]);
@@ -334,7 +283,7 @@ int main(int argc, char **argv)
         return GEMM_EXIT_OK;
     }
     if (cmd == CMD_NONE) {
-        usage_main(stderr);
+        usage_of(CMD_NONE, stderr);
         return GEMM_EXIT_USAGE;
     }
     if (cmd != CMD_MULTIPLY && o.npos > 0) return usage_error(cmd, "unexpected argument \"%s\"", o.pos[0]);
@@ -345,7 +294,6 @@ int main(int argc, char **argv)
         return gemm_cli_multiply(&o);
     case CMD_BENCH: return gemm_cli_bench(&o);
     case CMD_INFO: return gemm_cli_info(&o);
-    case CMD_HEALTH: return gemm_cli_health(&o);
-    default: return GEMM_EXIT_USAGE;
+    default: return gemm_cli_health(&o);
     }
 }

@@ -7,6 +7,7 @@
 
 #include "gemm_util.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,22 +77,65 @@ static int run_async(const gemm_cli_opts *o, gemm_client *c, const gemm_request 
         if (err->kind == GEMM_CLIENT_E_ABORTED) cancel_job(o, id);
         return -1;
     }
-    /* the fetch's Server-Timing may be empty: keep the stages the status reported */
+    /* the fetch's Server-Timing may be empty: keep the stages the status reported (the
+     * stages are gemm_timing's first members, recv_ms to total_ms) */
     if (t->total_ms < 0) {
-        t->recv_ms = info.timing.recv_ms;
-        t->decode_ms = info.timing.decode_ms;
-        t->encode_ms = info.timing.encode_ms;
-        t->queue_ms = info.timing.queue_ms;
-        t->h2d_ms = info.timing.h2d_ms;
-        t->kernel_ms = info.timing.kernel_ms;
-        t->d2h_ms = info.timing.d2h_ms;
-        t->total_ms = info.timing.total_ms;
+        memcpy(t, &info.timing, offsetof(gemm_timing, client_total_ms));
         if (!t->kernel[0]) snprintf(t->kernel, sizeof t->kernel, "%s", info.timing.kernel);
     }
     t->client_total_ms = gemm_now_ms() - t0;
     t->client_transfer_ms = t->total_ms >= 0 ? t->client_total_ms - t->total_ms : -1;
     gemm_client_error derr;
     gemm_client_job_delete(c, id, &derr); /* the result is ours now: let the server forget it */
+    return 0;
+}
+
+/* Opens A and B (binary ones first: a text input without --dtype takes the other one's
+ * dtype) and checks that they make a product. 0, or the exit status after saying why. */
+static int open_inputs(const gemm_cli_opts *o, gemm_cli_format fa, gemm_cli_format fb, gemm_dtype dtype,
+                       gemm_cli_input *A, gemm_cli_input *B)
+{
+    const char *pa = o->pos[0], *pb = o->pos[1];
+    char msg[600];
+    uint64_t shape[3] = {0, 0, 0};
+    int nshape = 0;
+    if (o->shape && (nshape = gemm_client_parse_shape(o->shape, shape)) < 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "--shape \"%s\": expected MxK or MxKxN (whole numbers >= 1)", o->shape);
+    /* Binary inputs first: a text input without --dtype takes the other input's dtype. */
+    int a_first = !(is_text(fa) && !is_text(fb));
+    for (int pass = 0; pass < 2; pass++) {
+        int doing_a = (pass == 0) == a_first;
+        gemm_dtype want = dtype;
+        const gemm_cli_input *other = doing_a ? B : A;
+        if (want == GEMM_DTYPE_INVALID && other->data) want = other->dtype;
+        int ok;
+        if (doing_a) {
+            ok = gemm_cli_input_open(A, pa, fa, fa == GEMM_FMT_NPY ? dtype : want, shape[0],
+                                     nshape >= 2 ? shape[1] : 0, msg, sizeof msg);
+        } else {
+            uint64_t rows = nshape >= 2 ? shape[1] : A->data ? A->cols : 0;
+            uint64_t cols = nshape == 3 ? shape[2] : 0;
+            if (fb == GEMM_FMT_RAW && rows == 0 && A->data) rows = A->cols;
+            ok = gemm_cli_input_open(B, pb, fb, fb == GEMM_FMT_NPY ? dtype : want, rows, cols, msg, sizeof msg);
+            if (ok != 0 && fb == GEMM_FMT_RAW && rows == 0)
+                snprintf(msg, sizeof msg, "%s: raw binary B needs --shape MxKxN (or A's shape from A)", pb);
+        }
+        if (ok != 0) return gemm_cli_say(strstr(msg, "needs --") ? GEMM_EXIT_USAGE : GEMM_EXIT_IO, "%s", msg);
+    }
+    if (A->dtype != B->dtype)
+        return gemm_cli_say(GEMM_EXIT_IO, "A is %s and B is %s: give both the same dtype", gemm_dtype_name(A->dtype),
+                            gemm_dtype_name(B->dtype));
+    if (A->cols != B->rows)
+        return gemm_cli_say(GEMM_EXIT_IO, "A is %llux%llu and B is %llux%llu: A's columns (%llu) must equal B's rows "
+                            "(%llu)", (unsigned long long)A->rows, (unsigned long long)A->cols,
+                            (unsigned long long)B->rows, (unsigned long long)B->cols, (unsigned long long)A->cols,
+                            (unsigned long long)B->rows);
+    /* 3-D .npy: A (b, m, k) with B (b, k, n) or one (k, n) for all, as numpy.matmul. */
+    if (B->batch && (!A->batch || B->batch != A->batch))
+        return gemm_cli_say(GEMM_EXIT_IO, "A holds %llu matrices and B %llu: B must hold as many as A, or be one 2-D "
+                            "matrix", (unsigned long long)A->batch, (unsigned long long)B->batch);
+    if (A->batch && o->async)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "--async takes one product; send a 3-D batch without it");
     return 0;
 }
 
@@ -103,108 +147,23 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
     gemm_cli_format fa, fb, fc;
     if (gemm_cli_format_of(pa, o->format, &fa, msg, sizeof msg) != 0 ||
         gemm_cli_format_of(pb, o->format, &fb, msg, sizeof msg) != 0 ||
-        gemm_cli_format_of(pc, o->out_format ? o->out_format : o->format, &fc, msg, sizeof msg) != 0) {
-        fprintf(stderr, "gemm: %s\n", msg);
-        return GEMM_EXIT_USAGE;
-    }
-    if (strcmp(pa, "-") == 0 || strcmp(pb, "-") == 0) {
-        fprintf(stderr, "gemm: inputs must be files (they are mapped, not read from a pipe)\n");
-        return GEMM_EXIT_USAGE;
-    }
-    gemm_dtype dtype = GEMM_DTYPE_INVALID;
-    if (o->dtype && gemm_dtype_from_name(o->dtype, &dtype) != 0) {
-        fprintf(stderr, "gemm: --dtype \"%s\": expected float32, float64, int32, float16 or bfloat16\n", o->dtype);
-        return GEMM_EXIT_USAGE;
-    }
-    gemm_dtype out_dtype = GEMM_DTYPE_INVALID;
-    if (o->out_dtype && gemm_dtype_from_name(o->out_dtype, &out_dtype) != 0) {
-        fprintf(stderr, "gemm: --out-dtype \"%s\": expected float32, float16 or bfloat16\n", o->out_dtype);
-        return GEMM_EXIT_USAGE;
-    }
-    uint64_t shape[3] = {0, 0, 0};
-    int nshape = 0;
-    if (o->shape && (nshape = gemm_client_parse_shape(o->shape, shape)) < 0) {
-        fprintf(stderr, "gemm: --shape \"%s\": expected MxK or MxKxN (whole numbers >= 1)\n", o->shape);
-        return GEMM_EXIT_USAGE;
-    }
+        gemm_cli_format_of(pc, o->out_format ? o->out_format : o->format, &fc, msg, sizeof msg) != 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "%s", msg);
+    if (strcmp(pa, "-") == 0 || strcmp(pb, "-") == 0)
+        return gemm_cli_say(GEMM_EXIT_USAGE, "inputs must be files (they are mapped, not read from a pipe)");
+    gemm_dtype dtype = GEMM_DTYPE_INVALID, out_dtype = GEMM_DTYPE_INVALID;
     gemm_request req = GEMM_REQUEST_INIT;
-    req.kernel = o->kernel;
-    req.tile = o->tile;
-    if (o->math && gemm_math_from_name(o->math, &req.math) != 0) {
-        fprintf(stderr, "gemm: --math \"%s\": expected fp32, tf32 or bf16\n", o->math);
-        return GEMM_EXIT_USAGE;
-    }
-
-    gemm_cli_input A, B;
-    memset(&A, 0, sizeof A);
-    memset(&B, 0, sizeof B);
-    gemm_cli_output C;
-    memset(&C, 0, sizeof C);
-    C.fd = -1;
-    int rc = GEMM_EXIT_IO;
-    /* Binary inputs first: a text input without --dtype takes the other input's dtype. */
-    int a_first = !(is_text(fa) && !is_text(fb));
-    for (int pass = 0; pass < 2; pass++) {
-        int doing_a = (pass == 0) == a_first;
-        gemm_dtype want = dtype;
-        const gemm_cli_input *other = doing_a ? &B : &A;
-        if (want == GEMM_DTYPE_INVALID && other->data) want = other->dtype;
-        int ok;
-        if (doing_a) {
-            ok = gemm_cli_input_open(&A, pa, fa, fa == GEMM_FMT_NPY ? dtype : want, shape[0],
-                                     nshape >= 2 ? shape[1] : 0, msg, sizeof msg);
-        } else {
-            uint64_t rows = nshape >= 2 ? shape[1] : A.data ? A.cols : 0;
-            uint64_t cols = nshape == 3 ? shape[2] : 0;
-            if (fb == GEMM_FMT_RAW && rows == 0 && A.data) rows = A.cols;
-            ok = gemm_cli_input_open(&B, pb, fb, fb == GEMM_FMT_NPY ? dtype : want, rows, cols, msg, sizeof msg);
-            if (ok != 0 && fb == GEMM_FMT_RAW && rows == 0)
-                snprintf(msg, sizeof msg, "%s: raw binary B needs --shape MxKxN (or A's shape from A)", pb);
-        }
-        if (ok != 0) {
-            fprintf(stderr, "gemm: %s\n", msg);
-            rc = (strstr(msg, "needs --") != NULL) ? GEMM_EXIT_USAGE : GEMM_EXIT_IO;
-            goto out;
-        }
-    }
-    if (A.dtype != B.dtype) {
-        fprintf(stderr, "gemm: A is %s and B is %s: give both the same dtype\n", gemm_dtype_name(A.dtype),
-                gemm_dtype_name(B.dtype));
-        goto out;
-    }
-    if (A.cols != B.rows) {
-        fprintf(stderr, "gemm: A is %llux%llu and B is %llux%llu: A's columns (%llu) must equal B's rows (%llu)\n",
-                (unsigned long long)A.rows, (unsigned long long)A.cols, (unsigned long long)B.rows,
-                (unsigned long long)B.cols, (unsigned long long)A.cols, (unsigned long long)B.rows);
-        goto out;
-    }
-    /* 3-D .npy: A (b, m, k) with B (b, k, n) or one (k, n) for all, as numpy.matmul. */
-    if (B.batch && (!A.batch || B.batch != A.batch)) {
-        fprintf(stderr, "gemm: A holds %llu matrices and B %llu: B must hold as many as A, or be one 2-D matrix\n",
-                (unsigned long long)A.batch, (unsigned long long)B.batch);
-        goto out;
-    }
-    if (A.batch && o->async) {
-        fprintf(stderr, "gemm: --async takes one product; send a 3-D batch without it\n");
-        rc = GEMM_EXIT_USAGE;
-        goto out;
-    }
+    int rc = gemm_cli_request_opts(o, &dtype, &out_dtype, &req);
+    if (rc != 0) return rc;
+    gemm_cli_input A = {0}, B = {0};
+    gemm_cli_output C = {.fd = -1};
+    if ((rc = open_inputs(o, fa, fb, dtype, &A, &B)) != 0) goto out;
     req.dtype = A.dtype;
-    if (out_dtype != GEMM_DTYPE_INVALID) {
-        gemm_dtype cd;
-        gemm_err oe;
-        if (gemm_out_dtype_resolve(A.dtype, out_dtype, &cd, &oe) != 0) {
-            fprintf(stderr, "gemm: --out-dtype: %s\n", oe.message);
-            rc = GEMM_EXIT_USAGE;
-            goto out;
-        }
-        req.out_half = gemm_dtype_is_half(A.dtype) && cd == A.dtype;
-    }
-    if (gemm_cli_output_create3(&C, pc, fc, gemm_request_c_dtype(&req), A.batch, A.rows, B.cols, msg, sizeof msg) != 0) {
-        fprintf(stderr, "gemm: %s\n", msg);
+    if ((rc = gemm_cli_out_half(out_dtype, &req)) != 0) goto out;
+    if (gemm_cli_output_create(&C, pc, fc, gemm_request_c_dtype(&req), A.batch, A.rows, B.cols, msg, sizeof msg) != 0) {
+        rc = gemm_cli_say(GEMM_EXIT_IO, "%s", msg);
         goto out;
     }
-    req.dtype = A.dtype;
     req.m = A.rows;
     req.k = A.cols;
     req.n = B.cols;
@@ -225,23 +184,16 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
                        : gemm_client_multiply_streams(cl, &req, o->streams, &t, &err);
     gemm_client_free(cl);
     gemm_cli_progress_done(&gemm_cli_bar);
-    if (r != 0) {
-        rc = gemm_cli_interrupted ? GEMM_EXIT_INTERRUPTED : gemm_cli_fail(&err, "multiply");
-        if (gemm_cli_interrupted) fprintf(stderr, "\ngemm: interrupted; no output written\n");
-        goto out;
-    }
     if (gemm_cli_interrupted) {
         fprintf(stderr, "\ngemm: interrupted; no output written\n");
         rc = GEMM_EXIT_INTERRUPTED;
-        goto out;
+    } else if (r != 0) {
+        rc = gemm_cli_fail(&err, "multiply");
+    } else if (gemm_cli_output_commit(&C, msg, sizeof msg) != 0) {
+        rc = gemm_cli_say(GEMM_EXIT_IO, "%s", msg);
+    } else if (o->timing) {
+        print_timing(&t, &req, o->async, gemm_now_ms() - start); /* rc is GEMM_EXIT_OK */
     }
-    if (gemm_cli_output_commit(&C, msg, sizeof msg) != 0) {
-        fprintf(stderr, "gemm: %s\n", msg);
-        rc = GEMM_EXIT_IO;
-        goto out;
-    }
-    if (o->timing) print_timing(&t, &req, o->async, gemm_now_ms() - start);
-    rc = GEMM_EXIT_OK;
 out:
     gemm_cli_output_abort(&C);
     gemm_cli_input_close(&A);

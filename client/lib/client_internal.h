@@ -5,6 +5,7 @@
 #ifndef GEMM_CLIENT_INTERNAL_H
 #define GEMM_CLIENT_INTERNAL_H
 
+#include <cjson/cJSON.h>
 #include <curl/curl.h>
 
 #include "gemm.h"
@@ -12,28 +13,27 @@
 struct gemm_client {
     CURL *curl;
     char *base;        /* URL without a trailing '/' */
-    char *auth_header; /* "Authorization: Bearer ..." or NULL */
-    char *ca_file;     /* copy of o.ca_file or NULL */
+    char *auth_header; /* "Authorization: Bearer ..." or NULL; o.token points into it */
+    char *ca_file;     /* copy of the option or NULL; o.ca_file points to it */
     gemm_client_options o;
     char errbuf[CURL_ERROR_SIZE];
 };
 
 typedef enum { GEMM_HTTP_GET, GEMM_HTTP_POST, GEMM_HTTP_DELETE, GEMM_HTTP_PUT } gemm_http_method;
 
-/* One request and its answer. The caller fills the "request" part and calls
- * gemm_xfer_run(), which retries 503 answers as the options allow. */
+/* One request and its answer. The caller fills the request part (a designated initializer:
+ * zero is every field's default) and calls gemm_xfer_run() or gemm_xfer_call(). */
 typedef struct {
     /* request */
+    gemm_client *cl;
     gemm_http_method method;
     const char *path_query;        /* "/v1/matmul?m=..." */
-    const unsigned char *part[2];  /* body: part[0] then part[1] (POST) */
+    const unsigned char *part[2];  /* body: part[0] then part[1] (POST, PUT) */
     size_t part_len[2];
-    int want_binary;               /* a 2xx answer is C in raw binary, written into dst */
-    void *dst;
-    size_t dst_len;                /* exact length expected */
-    uint64_t exp_m, exp_n;         /* expected X-Gemm-Shape */
-    uint64_t exp_b;                /* batched: expected X-Gemm-Shape b,m,n (0: m,n) */
-    size_t text_limit;             /* cap on bodies kept as text (errors, JSON) */
+    void *dst;                     /* non-NULL: a 2xx answer is C in raw binary, written here */
+    size_t dst_len;                /* its exact length */
+    uint64_t exp_b, exp_m, exp_n;  /* expected X-Gemm-Shape: b,m,n (exp_b 0: m,n) */
+    size_t text_limit;             /* cap on bodies kept as text (errors, JSON); 0: 1 MiB */
 
     /* upload state */
     int upart;
@@ -41,45 +41,58 @@ typedef struct {
 
     /* answer */
     int status;
-    char shape[64], kernel[48], math[16], device[64], location[256], content_type[96];
-    char server_timing[512];
-    long retry_after_ms;           /* -1 when absent */
-    int have_length;
-    uint64_t content_length;
+    struct {
+        char shape[64], kernel[48], math[16], device[64], location[256], content_type[96];
+        char server_timing[512];
+        long retry_after_ms;       /* -1 when absent */
+        int have_length;
+        uint64_t content_length;
+    } h;                           /* the headers of the last status line */
     size_t got;                    /* bytes written into dst */
-    char *text;                    /* other bodies, NUL-terminated (malloc'ed) */
+    char *text;                    /* other bodies, NUL-terminated (malloc'ed: free it) */
     size_t text_len, text_cap;
-    int header_checked;
-    int protocol_error;
+    int header_checked, protocol_error, nomem;
     char protocol_msg[256];
-    int nomem;
-    gemm_client *cl;
 } gemm_xfer;
-
-void gemm_xfer_init(gemm_xfer *x, gemm_client *cl, gemm_http_method m, const char *path_query);
-void gemm_xfer_free(gemm_xfer *x);
 
 /* Runs the exchange (with 503 retries). Returns 0 when a complete answer arrived, whatever
  * its status; -1 with *err set on transport, timeout, abort or protocol failures. t (may be
  * NULL) receives the client-side timing and the server's stages. */
 int gemm_xfer_run(gemm_xfer *x, gemm_timing *t, gemm_client_error *err);
 
-/* Turns a non-2xx answer into *err (kind SERVER, the JSON error's code and message).
- * Always returns -1. */
-int gemm_xfer_server_error(const gemm_xfer *x, gemm_client_error *err);
+/* gemm_xfer_run, then a non-2xx answer turned into *err (kind SERVER, the JSON error's code
+ * and message) and -1. With json, a 2xx body parsed as JSON into *json (NULL when it is not
+ * JSON; cJSON_Delete it). x->text is freed. */
+int gemm_xfer_call(gemm_xfer *x, cJSON **json, gemm_timing *t, gemm_client_error *err);
+
+/* Sleeps ms milliseconds in small steps, asking the progress callback whether to stop:
+ * 0, or -1 when it said stop. */
+int gemm_client_pause(gemm_client *c, long ms);
 
 /* Sets *err; returns -1. */
 int gemm_client_err(gemm_client_error *err, gemm_client_error_kind kind, const char *code,
-                    const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-void gemm_client_err_clear(gemm_client_error *err);
+                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+#define GEMM_ARG_ERR(err, ...) gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument", __VA_ARGS__)
 
-/* Builds "?m=..&k=..&n=..&dtype=..[&kernel=..][&math=..][&tile=..]" for a request into
- * buf. Returns -1 (err set) when the request is invalid. */
+/* The start of every public call: err may be NULL (a local one is used), and is cleared. */
+#define GEMM_ERR_BEGIN(err)                                                                    \
+    gemm_client_error err##_local;                                                             \
+    if (!err) err = &err##_local;                                                              \
+    memset(err, 0, sizeof *err)
+
+/* Non-zero for a non-empty string of [A-Za-z0-9._-] (a kernel name, job or matrix id):
+ * it goes into a URL as it is. */
+int gemm_url_safe(const char *s);
+
+/* Builds "?m=..&k=..&n=..&dtype=..[&kernel=..][&math=..][&tile=..][&out_dtype=..]" for a
+ * request into buf. Returns -1 (err set) when it does not fit. */
 int gemm_request_query(const gemm_request *r, const char *path, char *buf, size_t cap,
                        gemm_client_error *err);
+
+/* The eight server stages of gemm_timing, recv_ms ... total_ms, by index (parse.c). */
+enum { GEMM_STAGES = 8 };
+extern const char *const gemm_stage_names[GEMM_STAGES]; /* "recv", ..., "total" */
+double *gemm_timing_stage(gemm_timing *t, int i);
+void gemm_timing_unset(gemm_timing *t); /* every stage and client_transfer_ms -1, the rest 0 */
 
 #endif

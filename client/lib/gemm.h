@@ -1,21 +1,12 @@
 /*
- * gemm.h - libgemm, the C client of the gemmd matrix-multiplication service.
+ * gemm.h - libgemm, the C client of the gemmd matrix-multiplication service
+ * (docs/CLIENT.md has an example program and every call).
  *
  * A client handle talks to one daemon (one URL) over HTTP through libcurl and keeps its
  * connection open between requests. Matrices travel in the raw binary format of the API
  * (POST /v1/matmul?m=&k=&n=&dtype=, body A then B, row-major, little-endian): the inputs
  * are sent from the caller's memory without a copy and the answer C is written straight
  * into memory the caller provides; its length is checked against the X-Gemm-Shape header.
- *
- *     gemm_client_options o;
- *     gemm_client_options_init(&o);
- *     gemm_client_error err;
- *     gemm_client *cl = gemm_client_new("http://gpu-box:8080", &o, &err);
- *     gemm_request r = GEMM_REQUEST_INIT;
- *     r.dtype = GEMM_DTYPE_F32; r.m = M; r.k = K; r.n = N; r.a = A; r.b = B; r.c = C;
- *     gemm_timing t;
- *     if (gemm_client_multiply(cl, &r, &t, &err) != 0) fprintf(stderr, "%s\n", err.message);
- *     gemm_client_free(cl);
  *
  * Threads: a gemm_client is not safe to use from two threads at once. Give each thread
  * its own handle (they are cheap: one curl easy handle each), or serialise the calls on a
@@ -217,39 +208,15 @@ int gemm_client_get(gemm_client *c, const char *path, char **body, int *status, 
 
 /* ---- names of 0.1 -------------------------------------------------------
  * The calls above were gemm_multiply, gemm_job_submit ... gemm_get before libgemm.so
- * exported only gemm_client_* names. These inline forwarders keep code written against
- * those names building; they add no symbol to the library. New code uses gemm_client_*. */
-static inline int gemm_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, gemm_client_error *err)
-{
-    return gemm_client_multiply(c, r, t, err);
-}
-static inline int gemm_job_submit(gemm_client *c, const gemm_request *r, char *id, size_t cap,
-                                  gemm_client_error *err)
-{
-    return gemm_client_job_submit(c, r, id, cap, err);
-}
-static inline int gemm_job_status(gemm_client *c, const char *id, gemm_job_info *info, gemm_client_error *err)
-{
-    return gemm_client_job_status(c, id, info, err);
-}
-static inline int gemm_job_wait(gemm_client *c, const char *id, long poll_ms, long timeout_ms,
-                                gemm_job_info *info, gemm_client_error *err)
-{
-    return gemm_client_job_wait(c, id, poll_ms, timeout_ms, info, err);
-}
-static inline int gemm_job_fetch(gemm_client *c, const char *id, gemm_dtype dtype, uint64_t m, uint64_t n,
-                                 void *c_out, gemm_timing *t, gemm_client_error *err)
-{
-    return gemm_client_job_fetch(c, id, dtype, m, n, c_out, t, err);
-}
-static inline int gemm_job_delete(gemm_client *c, const char *id, gemm_client_error *err)
-{
-    return gemm_client_job_delete(c, id, err);
-}
-static inline int gemm_get(gemm_client *c, const char *path, char **body, int *status, gemm_client_error *err)
-{
-    return gemm_client_get(c, path, body, status, err);
-}
+ * exported only gemm_client_* names. These macros keep code written against those names
+ * building; they add no symbol to the library. New code uses gemm_client_*. */
+#define gemm_multiply gemm_client_multiply
+#define gemm_job_submit gemm_client_job_submit
+#define gemm_job_status gemm_client_job_status
+#define gemm_job_wait gemm_client_job_wait
+#define gemm_job_fetch gemm_client_job_fetch
+#define gemm_job_delete gemm_client_job_delete
+#define gemm_get gemm_client_get
 
 #ifdef __cplusplus
 }

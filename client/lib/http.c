@@ -5,10 +5,10 @@
  * Content-Length were checked), other answers are kept as text; 503 answers are retried
  * after Retry-After (capped).
  */
+#define _GNU_SOURCE /* asprintf */
 #include "client_internal.h"
 #include "gemm_util.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -18,29 +18,13 @@
 #include <strings.h>
 #include <time.h>
 
-#include <cjson/cJSON.h>
-
 /* ---------------------------------------------------------------- errors */
 
 const char *gemm_client_error_kind_name(gemm_client_error_kind k)
 {
-    switch (k) {
-    case GEMM_CLIENT_OK: return "ok";
-    case GEMM_CLIENT_E_SERVER: return "server";
-    case GEMM_CLIENT_E_CONNECT: return "connect";
-    case GEMM_CLIENT_E_TIMEOUT: return "timeout";
-    case GEMM_CLIENT_E_ABORTED: return "aborted";
-    case GEMM_CLIENT_E_PROTOCOL: return "protocol";
-    case GEMM_CLIENT_E_ARGUMENT: return "argument";
-    case GEMM_CLIENT_E_NOMEM: return "nomem";
-    }
-    return "unknown";
-}
-
-void gemm_client_err_clear(gemm_client_error *err)
-{
-    if (!err) return;
-    memset(err, 0, sizeof *err);
+    static const char *const names[] = {"ok", "server", "connect", "timeout", "aborted", "protocol", "argument",
+                                        "nomem"};
+    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "unknown";
 }
 
 int gemm_client_err(gemm_client_error *err, gemm_client_error_kind kind, const char *code,
@@ -65,26 +49,21 @@ static void global_init(void) { global_rc = curl_global_init(CURL_GLOBAL_DEFAULT
 
 void gemm_client_options_init(gemm_client_options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->connect_timeout_ms = 10000;
-    o->timeout_ms = 0;
-    o->max_retries = 3;
-    o->max_retry_wait_ms = 30000;
-    o->default_retry_wait_ms = 1000;
+    *o = (gemm_client_options){.connect_timeout_ms = 10000, .timeout_ms = 0, .max_retries = 3,
+                               .max_retry_wait_ms = 30000, .default_retry_wait_ms = 1000};
 }
 
 gemm_client *gemm_client_new(const char *url, const gemm_client_options *o, gemm_client_error *err)
 {
-    gemm_client_err_clear(err);
+    if (err) memset(err, 0, sizeof *err);
     if (!url || !*url) {
-        gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument", "no server URL given");
+        GEMM_ARG_ERR(err, "no server URL given");
         return NULL;
     }
     /* host:port and [v6]:port mean http://, as in the Python client */
     const char *scheme = strstr(url, "://") ? "" : "http://";
     if (!*scheme && strncasecmp(url, "http://", 7) != 0 && strncasecmp(url, "https://", 8) != 0) {
-        gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument",
-                        "server URL \"%s\": expected http://host:port, https://host:port or host:port", url);
+        GEMM_ARG_ERR(err, "server URL \"%s\": expected http://host:port, https://host:port or host:port", url);
         return NULL;
     }
     pthread_once(&global_once, global_init);
@@ -97,25 +76,23 @@ gemm_client *gemm_client_new(const char *url, const gemm_client_options *o, gemm
     if (!c) goto nomem;
     if (o) c->o = *o;
     else gemm_client_options_init(&c->o);
-    c->o.token = NULL;
-    c->o.ca_file = NULL;
-    if (o && o->ca_file && *o->ca_file) {
-        c->ca_file = strdup(o->ca_file);
-        if (!c->ca_file) goto nomem;
-    }
+    /* the strings are copied: the options point to the copies */
+    c->o.token = c->o.ca_file = NULL;
+    if (o && o->ca_file && *o->ca_file && !(c->o.ca_file = c->ca_file = strdup(o->ca_file))) goto nomem;
     size_t n = strlen(url);
     while (n > 0 && url[n - 1] == '/') n--;
-    c->base = malloc(strlen(scheme) + n + 1);
-    if (!c->base) goto nomem;
-    snprintf(c->base, strlen(scheme) + n + 1, "%s%.*s", scheme, (int)n, url);
-    if (o && o->token && *o->token) {
-        size_t len = strlen(o->token) + 32;
-        c->auth_header = malloc(len);
-        if (!c->auth_header) goto nomem;
-        snprintf(c->auth_header, len, "Authorization: Bearer %s", o->token);
+    if (asprintf(&c->base, "%s%.*s", scheme, (int)n, url) < 0) {
+        c->base = NULL;
+        goto nomem;
     }
-    c->curl = curl_easy_init();
-    if (!c->curl) goto nomem;
+    if (o && o->token && *o->token) {
+        if (asprintf(&c->auth_header, "Authorization: Bearer %s", o->token) < 0) {
+            c->auth_header = NULL;
+            goto nomem;
+        }
+        c->o.token = c->auth_header + strlen("Authorization: Bearer ");
+    }
+    if (!(c->curl = curl_easy_init())) goto nomem;
     return c;
 nomem:
     gemm_client_free(c);
@@ -140,39 +117,21 @@ void gemm_client_free(gemm_client *c)
 
 /* ---------------------------------------------------------------- one exchange */
 
-void gemm_xfer_init(gemm_xfer *x, gemm_client *cl, gemm_http_method m, const char *path_query)
+/* Forgets the headers of an earlier status line ("100 Continue", a retried 503). */
+static void reset_head(gemm_xfer *x)
 {
-    memset(x, 0, sizeof *x);
-    x->cl = cl;
-    x->method = m;
-    x->path_query = path_query;
-    x->text_limit = 1 << 20;
-    x->retry_after_ms = -1;
+    memset(&x->h, 0, sizeof x->h);
+    x->h.retry_after_ms = -1;
 }
 
-void gemm_xfer_free(gemm_xfer *x)
+static void reset_answer(gemm_xfer *x)
 {
-    free(x->text);
-    x->text = NULL;
-}
-
-static void xfer_reset_answer(gemm_xfer *x)
-{
-    x->upart = 0;
-    x->uoff = 0;
-    x->status = 0;
-    x->shape[0] = x->kernel[0] = x->math[0] = x->device[0] = x->location[0] = x->content_type[0] = '\0';
-    x->server_timing[0] = '\0';
-    x->retry_after_ms = -1;
-    x->have_length = 0;
-    x->content_length = 0;
-    x->got = 0;
-    x->text_len = 0;
+    x->upart = x->status = 0;
+    x->uoff = x->got = x->text_len = 0;
+    reset_head(x);
     if (x->text) x->text[0] = '\0';
-    x->header_checked = 0;
-    x->protocol_error = 0;
+    x->header_checked = x->protocol_error = x->nomem = 0;
     x->protocol_msg[0] = '\0';
-    x->nomem = 0;
 }
 
 static size_t read_cb(char *buf, size_t size, size_t nitems, void *ud)
@@ -229,13 +188,8 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud)
     if (len >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
         /* a new status line (after "100 Continue" or a retry): forget earlier headers */
         const char *sp = memchr(buf, ' ', len);
-        int st = 0;
-        if (sp) st = atoi(sp + 1);
-        x->status = st;
-        x->shape[0] = x->kernel[0] = x->math[0] = x->device[0] = x->location[0] = x->content_type[0] = '\0';
-        x->server_timing[0] = '\0';
-        x->retry_after_ms = -1;
-        x->have_length = 0;
+        x->status = sp ? atoi(sp + 1) : 0;
+        reset_head(x);
         return len;
     }
     const char *colon = memchr(buf, ':', len);
@@ -245,32 +199,29 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud)
     size_t vlen = len - nlen - 1;
     char tmp[512];
 #define IS(name) (nlen == sizeof(name) - 1 && strncasecmp(buf, name, nlen) == 0)
-    if (IS("X-Gemm-Shape")) copy_value(x->shape, sizeof x->shape, v, vlen);
-    else if (IS("X-Gemm-Kernel")) copy_value(x->kernel, sizeof x->kernel, v, vlen);
-    else if (IS("X-Gemm-Math")) copy_value(x->math, sizeof x->math, v, vlen);
-    else if (IS("X-Gemm-Device")) copy_value(x->device, sizeof x->device, v, vlen);
-    else if (IS("Location")) copy_value(x->location, sizeof x->location, v, vlen);
-    else if (IS("Content-Type")) copy_value(x->content_type, sizeof x->content_type, v, vlen);
+    if (IS("X-Gemm-Shape")) copy_value(x->h.shape, sizeof x->h.shape, v, vlen);
+    else if (IS("X-Gemm-Kernel")) copy_value(x->h.kernel, sizeof x->h.kernel, v, vlen);
+    else if (IS("X-Gemm-Math")) copy_value(x->h.math, sizeof x->h.math, v, vlen);
+    else if (IS("X-Gemm-Device")) copy_value(x->h.device, sizeof x->h.device, v, vlen);
+    else if (IS("Location")) copy_value(x->h.location, sizeof x->h.location, v, vlen);
+    else if (IS("Content-Type")) copy_value(x->h.content_type, sizeof x->h.content_type, v, vlen);
     else if (IS("Server-Timing")) {
         /* several Server-Timing headers are allowed: join them */
-        size_t have = strlen(x->server_timing);
-        if (have > 0 && have + 2 < sizeof x->server_timing) {
-            x->server_timing[have++] = ',';
-            x->server_timing[have] = '\0';
+        size_t have = strlen(x->h.server_timing);
+        if (have > 0 && have + 2 < sizeof x->h.server_timing) {
+            x->h.server_timing[have++] = ',';
+            x->h.server_timing[have] = '\0';
         }
-        copy_value(x->server_timing + have, sizeof x->server_timing - have, v, vlen);
+        copy_value(x->h.server_timing + have, sizeof x->h.server_timing - have, v, vlen);
     } else if (IS("Retry-After")) {
         copy_value(tmp, sizeof tmp, v, vlen);
-        x->retry_after_ms = gemm_client_parse_retry_after(tmp, (double)time(NULL));
+        x->h.retry_after_ms = gemm_client_parse_retry_after(tmp, (double)time(NULL));
     } else if (IS("Content-Length")) {
         copy_value(tmp, sizeof tmp, v, vlen);
         char *end;
         errno = 0;
-        unsigned long long cl = strtoull(tmp, &end, 10);
-        if (errno == 0 && end != tmp && *end == '\0') {
-            x->have_length = 1;
-            x->content_length = cl;
-        }
+        x->h.content_length = strtoull(tmp, &end, 10);
+        x->h.have_length = errno == 0 && end != tmp && *end == '\0';
     }
 #undef IS
     return len;
@@ -278,73 +229,64 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud)
 
 static int is_success(int st) { return st >= 200 && st < 300; }
 
-/* Checks the headers of a binary answer once, before its first byte is stored. */
-static int check_binary_headers(gemm_xfer *x)
+/* The answer does not match the request: what is wrong goes into x->protocol_msg.
+ * Returns 0, which makes curl stop the transfer. */
+__attribute__((format(printf, 2, 3))) static size_t protocol_error(gemm_xfer *x, const char *fmt, ...)
 {
-    x->header_checked = 1;
-    if (x->content_type[0] && strncasecmp(x->content_type, "application/octet-stream", 24) != 0) {
-        snprintf(x->protocol_msg, sizeof x->protocol_msg,
-                 "expected application/octet-stream, the server sent %s", x->content_type);
-        return -1;
-    }
-    if (x->shape[0] && x->exp_b) {
-        /* "b,m,n": the batch, then the rest as a 2-D shape */
-        char *end = NULL;
-        unsigned long long b = strtoull(x->shape, &end, 10);
-        uint64_t r, c;
-        if (!end || end == x->shape || *end != ',' || gemm_client_parse_shape_header(end + 1, &r, &c) != 0 ||
-            b != x->exp_b || r != x->exp_m || c != x->exp_n) {
-            snprintf(x->protocol_msg, sizeof x->protocol_msg,
-                     "the answer's X-Gemm-Shape is \"%s\" but %llu,%llu,%llu was expected", x->shape,
-                     (unsigned long long)x->exp_b, (unsigned long long)x->exp_m, (unsigned long long)x->exp_n);
-            return -1;
-        }
-    } else if (x->shape[0]) {
-        uint64_t r, c;
-        if (gemm_client_parse_shape_header(x->shape, &r, &c) != 0) {
-            snprintf(x->protocol_msg, sizeof x->protocol_msg, "unreadable X-Gemm-Shape \"%s\"", x->shape);
-            return -1;
-        }
-        if (r != x->exp_m || c != x->exp_n) {
-            snprintf(x->protocol_msg, sizeof x->protocol_msg,
-                     "the answer is %llux%llu but %llux%llu was expected",
-                     (unsigned long long)r, (unsigned long long)c,
-                     (unsigned long long)x->exp_m, (unsigned long long)x->exp_n);
-            return -1;
-        }
-    }
-    if (x->have_length && x->content_length != x->dst_len) {
-        snprintf(x->protocol_msg, sizeof x->protocol_msg,
-                 "the answer has %llu bytes but C takes %zu",
-                 (unsigned long long)x->content_length, x->dst_len);
-        return -1;
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->protocol_msg, sizeof x->protocol_msg, fmt, ap);
+    va_end(ap);
+    x->protocol_error = 1;
     return 0;
+}
+
+/* Checks the headers of a binary answer once, before its first byte is stored: 0 (stop),
+ * or 1 (go on). */
+static int binary_headers_ok(gemm_xfer *x)
+{
+    const char *s = x->h.shape;
+    unsigned long long em = x->exp_m, en = x->exp_n;
+    uint64_t r, c;
+    char *end = NULL;
+    x->header_checked = 1;
+    if (x->h.content_type[0] && strncasecmp(x->h.content_type, "application/octet-stream", 24) != 0)
+        return protocol_error(x, "expected application/octet-stream, the server sent %s", x->h.content_type);
+    if (*s && x->exp_b) { /* "b,m,n": the batch, then the rest as a 2-D shape */
+        unsigned long long b = strtoull(s, &end, 10);
+        if (end == s || *end != ',' || gemm_client_parse_shape_header(end + 1, &r, &c) != 0 || b != x->exp_b ||
+            r != em || c != en)
+            return protocol_error(x, "the answer's X-Gemm-Shape is \"%s\" but %llu,%llu,%llu was expected", s,
+                                  (unsigned long long)x->exp_b, em, en);
+    } else if (*s && gemm_client_parse_shape_header(s, &r, &c) != 0) {
+        return protocol_error(x, "unreadable X-Gemm-Shape \"%s\"", s);
+    } else if (*s && (r != em || c != en)) {
+        return protocol_error(x, "the answer is %llux%llu but %llux%llu was expected", (unsigned long long)r,
+                              (unsigned long long)c, em, en);
+    }
+    if (x->h.have_length && x->h.content_length != x->dst_len)
+        return protocol_error(x, "the answer has %llu bytes but C takes %zu",
+                              (unsigned long long)x->h.content_length, x->dst_len);
+    return 1;
 }
 
 static size_t write_cb(char *buf, size_t size, size_t nitems, void *ud)
 {
     gemm_xfer *x = ud;
     size_t len = size * nitems;
-    if (x->want_binary && is_success(x->status)) {
-        if (!x->header_checked && check_binary_headers(x) != 0) {
-            x->protocol_error = 1;
-            return 0;
-        }
-        if (len > x->dst_len - x->got) {
-            x->protocol_error = 1;
-            snprintf(x->protocol_msg, sizeof x->protocol_msg,
-                     "the answer is longer than C (%zu bytes)", x->dst_len);
-            return 0;
-        }
+    if (x->dst && is_success(x->status)) {
+        if (!x->header_checked && !binary_headers_ok(x)) return 0;
+        if (len > x->dst_len - x->got)
+            return protocol_error(x, "the answer is longer than C (%zu bytes)", x->dst_len);
         memcpy((unsigned char *)x->dst + x->got, buf, len);
         x->got += len;
         return len;
     }
     /* text: error bodies, JSON; bounded */
+    size_t limit = x->text_limit ? x->text_limit : 1u << 20;
     if (x->text_len + len + 1 > x->text_cap) {
-        if (x->text_len + len + 1 > x->text_limit) {
-            size_t room = x->text_limit > x->text_len + 1 ? x->text_limit - x->text_len - 1 : 0;
+        if (x->text_len + len + 1 > limit) {
+            size_t room = limit > x->text_len + 1 ? limit - x->text_len - 1 : 0;
             len = len < room ? len : room; /* keep what fits, drop the rest */
             if (len == 0) return size * nitems;
         }
@@ -369,10 +311,7 @@ static int xferinfo_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 {
     gemm_xfer *x = ud;
     const gemm_client_options *o = &x->cl->o;
-    return o->progress(o->progress_ctx, (uint64_t)ulnow, (uint64_t)ultotal, (uint64_t)dlnow,
-                       (uint64_t)dltotal)
-               ? 1
-               : 0;
+    return o->progress(o->progress_ctx, (uint64_t)ulnow, (uint64_t)ultotal, (uint64_t)dlnow, (uint64_t)dltotal) != 0;
 }
 
 static int setup(gemm_xfer *x, struct curl_slist **hdrs, char *url, size_t urlcap)
@@ -395,7 +334,7 @@ static int setup(gemm_xfer *x, struct curl_slist **hdrs, char *url, size_t urlca
     curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "libgemm/" GEMM_CLIENT_VERSION);
     if (c->o.verbose) curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
-    if (c->ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
+    if (c->o.ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, c->o.ca_file);
     if (c->o.progress) {
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xferinfo_cb);
@@ -403,7 +342,7 @@ static int setup(gemm_xfer *x, struct curl_slist **hdrs, char *url, size_t urlca
     }
     struct curl_slist *l = NULL, *t;
 #define ADD(s) do { t = curl_slist_append(l, s); if (!t) goto nomem; l = t; } while (0)
-    ADD(x->want_binary ? "Accept: application/octet-stream" : "Accept: application/json, */*;q=0.5");
+    ADD(x->dst ? "Accept: application/octet-stream" : "Accept: application/json, */*;q=0.5");
     if (c->auth_header) ADD(c->auth_header);
     switch (x->method) {
     case GEMM_HTTP_GET:
@@ -434,8 +373,7 @@ nomem:
     return -1;
 }
 
-/* Sleeps ms milliseconds in small steps, asking the progress callback whether to stop. */
-static int wait_retry(gemm_client *c, long ms)
+int gemm_client_pause(gemm_client *c, long ms)
 {
     while (ms > 0) {
         long step = ms < 50 ? ms : 50;
@@ -451,20 +389,18 @@ static void fill_timing(gemm_xfer *x, gemm_timing *t, int retries)
 {
     CURL *h = x->cl->curl;
     curl_off_t us = 0;
-    memset(t, 0, sizeof *t);
-    t->recv_ms = t->decode_ms = t->queue_ms = t->h2d_ms = t->kernel_ms = t->d2h_ms = t->encode_ms = -1;
-    t->total_ms = -1;
+    gemm_timing_unset(t);
     if (curl_easy_getinfo(h, CURLINFO_TOTAL_TIME_T, &us) == CURLE_OK) t->client_total_ms = us / 1000.0;
     if (curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &us) == CURLE_OK) t->client_connect_ms = us / 1000.0;
     if (curl_easy_getinfo(h, CURLINFO_STARTTRANSFER_TIME_T, &us) == CURLE_OK)
         t->client_first_byte_ms = us / 1000.0;
     if (curl_easy_getinfo(h, CURLINFO_SIZE_UPLOAD_T, &us) == CURLE_OK) t->bytes_sent = (uint64_t)us;
     if (curl_easy_getinfo(h, CURLINFO_SIZE_DOWNLOAD_T, &us) == CURLE_OK) t->bytes_received = (uint64_t)us;
-    gemm_client_parse_server_timing(x->server_timing, t);
+    gemm_client_parse_server_timing(x->h.server_timing, t);
     t->client_transfer_ms = t->total_ms >= 0 ? t->client_total_ms - t->total_ms : -1;
-    snprintf(t->kernel, sizeof t->kernel, "%s", x->kernel);
-    snprintf(t->math, sizeof t->math, "%s", x->math);
-    snprintf(t->device, sizeof t->device, "%s", x->device);
+    snprintf(t->kernel, sizeof t->kernel, "%s", x->h.kernel);
+    snprintf(t->math, sizeof t->math, "%s", x->h.math);
+    snprintf(t->device, sizeof t->device, "%s", x->h.device);
     t->retries = retries;
 }
 
@@ -497,12 +433,12 @@ int gemm_xfer_run(gemm_xfer *x, gemm_timing *t, gemm_client_error *err)
     gemm_client *c = x->cl;
     char url[2048];
     int retries = 0;
-    gemm_client_err_clear(err);
+    memset(err, 0, sizeof *err);
     if (strlen(c->base) + strlen(x->path_query) >= sizeof url)
         return gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_url", "URL too long");
     for (;;) {
         struct curl_slist *hdrs = NULL;
-        xfer_reset_answer(x);
+        reset_answer(x);
         c->errbuf[0] = '\0';
         if (setup(x, &hdrs, url, sizeof url) != 0)
             return gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory building headers");
@@ -510,7 +446,7 @@ int gemm_xfer_run(gemm_xfer *x, gemm_timing *t, gemm_client_error *err)
         curl_slist_free_all(hdrs);
         curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, NULL);
         if (t) fill_timing(x, t, retries);
-        if (err) err->retries = retries;
+        err->retries = retries;
         if (rc != CURLE_OK) {
             /* A server that answers 503 before reading the body may close the connection
              * while we still send: curl then reports a send error although a complete
@@ -518,18 +454,18 @@ int gemm_xfer_run(gemm_xfer *x, gemm_timing *t, gemm_client_error *err)
             if (!(x->status == 503 && (rc == CURLE_SEND_ERROR || rc == CURLE_RECV_ERROR)))
                 return transport_error(x, rc, err);
         }
-        if (x->want_binary && is_success(x->status) && x->got != x->dst_len) {
+        if (x->dst && is_success(x->status) && x->got != x->dst_len) {
             err->http_status = x->status;
             return gemm_client_err(err, GEMM_CLIENT_E_PROTOCOL, "bad_response",
                                    "the answer had %zu bytes, C takes %zu", x->got, x->dst_len);
         }
         if (x->status == 503 && retries < c->o.max_retries) {
-            long ms = x->retry_after_ms >= 0 ? x->retry_after_ms
+            long ms = x->h.retry_after_ms >= 0 ? x->h.retry_after_ms
                                              : (c->o.default_retry_wait_ms > 0 ? c->o.default_retry_wait_ms : 1000);
             long cap = c->o.max_retry_wait_ms > 0 ? c->o.max_retry_wait_ms : 30000;
             if (ms > cap) ms = cap;
             retries++;
-            if (wait_retry(c, ms) != 0) {
+            if (gemm_client_pause(c, ms) != 0) {
                 err->retries = retries;
                 return gemm_client_err(err, GEMM_CLIENT_E_ABORTED, "aborted", "aborted while waiting to retry");
             }
@@ -539,9 +475,9 @@ int gemm_xfer_run(gemm_xfer *x, gemm_timing *t, gemm_client_error *err)
     }
 }
 
-int gemm_xfer_server_error(const gemm_xfer *x, gemm_client_error *err)
+/* A non-2xx answer into *err: the JSON error's code and message. Returns -1. */
+static int server_error(const gemm_xfer *x, gemm_client_error *err)
 {
-    if (!err) return -1;
     err->kind = GEMM_CLIENT_E_SERVER;
     err->http_status = x->status;
     err->curl_code = 0;
@@ -554,17 +490,22 @@ int gemm_xfer_server_error(const gemm_xfer *x, gemm_client_error *err)
     if (cJSON_IsString(code)) snprintf(err->code, sizeof err->code, "%s", code->valuestring);
     if (cJSON_IsString(msg)) {
         snprintf(err->message, sizeof err->message, "%s", msg->valuestring);
-    } else if (x->text && x->text_len > 0) {
-        /* not our JSON (a proxy?): show the start of what came */
-        char snippet[201];
-        size_t k = 0;
-        while (k < sizeof snippet - 1 && k < x->text_len) {
-            snippet[k] = isprint((unsigned char)x->text[k]) ? x->text[k] : ' ';
-            k++;
-        }
-        snippet[k] = '\0';
-        snprintf(err->message, sizeof err->message, "HTTP %d: %s", x->status, snippet);
+    } else if (x->text && x->text_len > 0) { /* not our JSON (a proxy?): the start of what came */
+        char shown[208];
+        snprintf(err->message, sizeof err->message, "HTTP %d: %s", x->status,
+                 gemm_shown(x->text, x->text_len, shown, sizeof shown));
     }
     cJSON_Delete(j);
     return -1;
+}
+
+int gemm_xfer_call(gemm_xfer *x, cJSON **json, gemm_timing *t, gemm_client_error *err)
+{
+    int rc = gemm_xfer_run(x, t, err);
+    if (rc == 0 && !is_success(x->status)) rc = server_error(x, err);
+    if (rc == 0) err->http_status = x->status;
+    if (rc == 0 && json) *json = x->text ? cJSON_ParseWithLength(x->text, x->text_len) : NULL;
+    free(x->text);
+    x->text = NULL;
+    return rc;
 }

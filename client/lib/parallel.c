@@ -1,31 +1,20 @@
 /*
- * parallel.c - one large product over several connections at once: B is uploaded once
- * as a resident matrix, A is cut into row panels sent in parallel (each POST
- * /v1/matmul?b=ID carries one panel of A and answers that panel of C, written straight
- * into place), and B is deleted afterwards. Every panel says panel_of=m: the server runs
- * on its rows what it runs for the whole product (kernel, block, k split, cuBLAS's
- * algorithm), so C is the same bytes as the single request's (on a CUDA server; on the
- * CPU OpenBLAS chooses per call and floats may differ in their last bits).
- *
- * B goes up over the same connections: the server makes an empty resident matrix
- * (POST /v1/matrices?...&empty=1), each connection PUTs its share of B's rows, and once
- * every share is in (a barrier) each sends its panel of A. A server without empty
- * matrices (400) gets B whole over one connection first, as before.
+ * parallel.c - one large product over several connections at once (docs/CLIENT.md,
+ * gemm_client_multiply_streams): B becomes an empty resident matrix whose rows each
+ * connection PUTs a share of; once every share is in (a barrier) each sends its row panel
+ * of A (POST /v1/matmul?b=ID&panel_of=m) and its panel of C is written straight into place;
+ * B is deleted afterwards. A server without empty matrices (400) gets B whole first.
  */
 #include "client_internal.h"
-#include "gemm_util.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
-
-#include <cjson/cJSON.h>
+#include <unistd.h>
 
 #define MAX_STREAMS 16
 #define AUTO_MIN_BYTES (64ull << 20) /* below this (A + B + C) one request is as fast */
@@ -37,9 +26,7 @@ int gemm_client_auto_streams(const gemm_request *r)
     if (!r || !gemm_matrix_bytes(r->m, r->k, r->dtype, &ab) || !gemm_matrix_bytes(r->k, r->n, r->dtype, &bb) ||
         !gemm_matrix_bytes(r->m, r->n, gemm_request_c_dtype(r), &cb))
         return 1;
-    uint64_t total = (uint64_t)ab + bb + cb;
-    if (total < AUTO_MIN_BYTES || r->m < 2 * AUTO_STREAMS) return 1;
-    return AUTO_STREAMS;
+    return (uint64_t)ab + bb + cb < AUTO_MIN_BYTES || r->m < 2 * AUTO_STREAMS ? 1 : AUTO_STREAMS;
 }
 
 /* What the panels share with the caller's thread: their progress, and a stop asked by the
@@ -69,25 +56,6 @@ static int panel_progress_cb(void *ctx, uint64_t up_now, uint64_t up_total, uint
     atomic_store(&pp->up, pp->up_base + (unsigned long long)up_now);
     atomic_store(&pp->down, (unsigned long long)down_now);
     return atomic_load(&pp->sh->stop);
-}
-
-/* A second handle on the same server (own connection); its progress goes to pp. */
-static gemm_client *clone_client(const gemm_client *c, panel_progress *pp)
-{
-    gemm_client *d = calloc(1, sizeof *d);
-    if (!d) return NULL;
-    d->o = c->o;
-    d->o.progress = panel_progress_cb;
-    d->o.progress_ctx = pp;
-    d->base = strdup(c->base);
-    d->auth_header = c->auth_header ? strdup(c->auth_header) : NULL;
-    d->ca_file = c->ca_file ? strdup(c->ca_file) : NULL;
-    d->curl = curl_easy_init();
-    if (!d->base || !d->curl || (c->auth_header && !d->auth_header) || (c->ca_file && !d->ca_file)) {
-        gemm_client_free(d);
-        return NULL;
-    }
-    return d;
 }
 
 typedef struct {
@@ -124,23 +92,23 @@ static void prefault(void *p, size_t len)
 static int put_b_share(panel *p)
 {
     char pq[200];
-    snprintf(pq, sizeof pq, "/v1/matrices/%s?row=%llu", p->b_id, (unsigned long long)p->b_row0);
     size_t row_bytes = 0;
+    snprintf(pq, sizeof pq, "/v1/matrices/%s?row=%llu", p->b_id, (unsigned long long)p->b_row0);
     gemm_matrix_bytes(1, p->r.n, p->r.dtype, &row_bytes);
-    gemm_xfer x;
-    gemm_xfer_init(&x, p->cl, GEMM_HTTP_PUT, pq);
-    x.part[0] = (const unsigned char *)p->r.b + p->b_row0 * row_bytes;
-    x.part_len[0] = (size_t)p->b_rows * row_bytes;
-    int rc = gemm_xfer_run(&x, NULL, &p->err);
-    if (rc == 0 && (x.status < 200 || x.status >= 300)) rc = gemm_xfer_server_error(&x, &p->err);
-    gemm_xfer_free(&x);
-    p->pp.up_base += (unsigned long long)p->b_rows * row_bytes;
+    gemm_xfer x = {.cl = p->cl, .method = GEMM_HTTP_PUT, .path_query = pq,
+                   .part = {(const unsigned char *)p->r.b + p->b_row0 * row_bytes},
+                   .part_len = {(size_t)p->b_rows * row_bytes}};
+    int rc = gemm_xfer_call(&x, NULL, NULL, &p->err);
+    p->pp.up_base += (unsigned long long)p->b_rows * row_bytes; /* what the progress adds to its PUT's */
     return rc;
 }
 
-/* Waits until every started panel has its share of B in, or a stop. 0, or -1 (stopped). */
-static int barrier_wait(shared_state *sh)
+/* Faults in the panel's C, then waits until every started panel has its share of B in, or
+ * a stop. 0, or -1 (stopped). */
+static int barrier_wait(panel *p, size_t c_bytes)
 {
+    shared_state *sh = p->pp.sh;
+    prefault(p->r.c, c_bytes);
     pthread_mutex_lock(&sh->mu);
     sh->arrived++;
     pthread_cond_broadcast(&sh->cv);
@@ -151,20 +119,13 @@ static int barrier_wait(shared_state *sh)
     return stopped ? -1 : 0;
 }
 
-static void stop_all(shared_state *sh)
+/* Wakes every waiter: after a stop (a panel failed, or the caller said stop) and after a
+ * panel's end (whichever way: the caller's thread wakes at once, not at its next tick). */
+static void notify(shared_state *sh, int stop, int done)
 {
     pthread_mutex_lock(&sh->mu);
-    atomic_store(&sh->stop, 1);
-    pthread_cond_broadcast(&sh->cv);
-    pthread_mutex_unlock(&sh->mu);
-}
-
-/* A panel has ended (whichever way): the caller's thread wakes at once, not at its next
- * progress tick. */
-static void panel_done(shared_state *sh)
-{
-    pthread_mutex_lock(&sh->mu);
-    atomic_fetch_add(&sh->finished, 1);
+    if (stop) atomic_store(&sh->stop, 1);
+    if (done) atomic_fetch_add(&sh->finished, 1);
     pthread_cond_broadcast(&sh->cv);
     pthread_mutex_unlock(&sh->mu);
 }
@@ -173,45 +134,28 @@ static void *run_panel(void *arg)
 {
     panel *p = arg;
     char pq[400];
-    gemm_client_err_clear(&p->err);
     size_t c_bytes = 0;
     gemm_matrix_bytes(p->r.m, p->r.n, gemm_request_c_dtype(&p->r), &c_bytes);
+    memset(&p->err, 0, sizeof p->err);
+    int stop = 0;
     if (p->b_rows && put_b_share(p) != 0) {
-        p->rc = -1;
-        stop_all(p->pp.sh);
-        panel_done(p->pp.sh);
-        return NULL;
-    }
-    prefault(p->r.c, c_bytes);
-    if (barrier_wait(p->pp.sh) != 0) { /* another panel failed (its error is the one told) */
+        p->rc = stop = -1;
+    } else if (barrier_wait(p, c_bytes) != 0) {
+        /* another panel failed (its error is the one told) */
         p->rc = gemm_client_err(&p->err, GEMM_CLIENT_E_ABORTED, "aborted", "stopped: another panel failed");
         p->stopped = 1;
-        panel_done(p->pp.sh);
-        return NULL;
+    } else if ((p->rc = gemm_request_query(&p->r, "/v1/matmul", pq, sizeof pq - 136, &p->err)) != 0) {
+        stop = 1;
+    } else {
+        /* panel_of: the server runs the algorithm of the whole product on these rows, so that
+         * they come out as in one request (a server that predates it ignores it) */
+        snprintf(pq + strlen(pq), 136, "&b=%s&panel_of=%llu", p->b_id, (unsigned long long)p->whole_m);
+        gemm_xfer x = {.cl = p->cl, .method = GEMM_HTTP_POST, .path_query = pq, .part = {p->r.a},
+                       .dst = p->r.c, .dst_len = c_bytes, .exp_m = p->r.m, .exp_n = p->r.n};
+        gemm_matrix_bytes(p->r.m, p->r.k, p->r.dtype, &x.part_len[0]);
+        p->rc = gemm_xfer_call(&x, NULL, &p->t, &p->err);
     }
-    p->rc = gemm_request_query(&p->r, "/v1/matmul", pq, sizeof pq - 136, &p->err);
-    if (p->rc != 0) {
-        stop_all(p->pp.sh);
-        panel_done(p->pp.sh);
-        return NULL;
-    }
-    /* panel_of: the server runs the algorithm of the whole product on these rows, so that
-     * they come out as in one request (a server that predates it ignores it) */
-    snprintf(pq + strlen(pq), sizeof pq - strlen(pq), "&b=%s&panel_of=%llu", p->b_id,
-             (unsigned long long)p->whole_m);
-    gemm_xfer x;
-    gemm_xfer_init(&x, p->cl, GEMM_HTTP_POST, pq);
-    gemm_matrix_bytes(p->r.m, p->r.k, p->r.dtype, &x.part_len[0]);
-    x.part[0] = p->r.a;
-    x.want_binary = 1;
-    x.dst = p->r.c;
-    gemm_matrix_bytes(p->r.m, p->r.n, gemm_request_c_dtype(&p->r), &x.dst_len);
-    x.exp_m = p->r.m;
-    x.exp_n = p->r.n;
-    p->rc = gemm_xfer_run(&x, &p->t, &p->err);
-    if (p->rc == 0 && (x.status < 200 || x.status >= 300)) p->rc = gemm_xfer_server_error(&x, &p->err);
-    gemm_xfer_free(&x);
-    panel_done(p->pp.sh);
+    notify(p->pp.sh, stop, 1);
     return NULL;
 }
 
@@ -222,48 +166,68 @@ static int upload_b(gemm_client *c, const gemm_request *r, int empty, char *id, 
     char pq[160];
     snprintf(pq, sizeof pq, "/v1/matrices?rows=%llu&cols=%llu&dtype=%s%s", (unsigned long long)r->k,
              (unsigned long long)r->n, gemm_dtype_name(r->dtype), empty ? "&empty=1" : "");
-    gemm_xfer x;
-    gemm_xfer_init(&x, c, GEMM_HTTP_POST, pq);
-    x.part[0] = r->b;
+    gemm_xfer x = {.cl = c, .method = GEMM_HTTP_POST, .path_query = pq, .part = {r->b}};
     if (!empty) gemm_matrix_bytes(r->k, r->n, r->dtype, &x.part_len[0]);
-    int rc = gemm_xfer_run(&x, NULL, err);
-    if (rc == 0 && (x.status < 200 || x.status >= 300)) rc = gemm_xfer_server_error(&x, err);
-    if (rc == 0) {
-        id[0] = '\0';
-        cJSON *j = x.text ? cJSON_ParseWithLength(x.text, x.text_len) : NULL;
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "id");
-        static const char id_chars[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ._-";
-        if (cJSON_IsString(v) && strlen(v->valuestring) < cap && v->valuestring[0] &&
-            strspn(v->valuestring, id_chars) == strlen(v->valuestring)) /* [instance_id-]hex: URL-safe */
-            snprintf(id, cap, "%s", v->valuestring);
-        cJSON_Delete(j);
-        if (!id[0])
-            rc = gemm_client_err(err, GEMM_CLIENT_E_PROTOCOL, "bad_response",
-                                 "the server kept B but gave no usable matrix id");
-    }
-    gemm_xfer_free(&x);
+    cJSON *j = NULL;
+    int rc = gemm_xfer_call(&x, &j, NULL, err);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "id");
+    id[0] = '\0';
+    if (cJSON_IsString(v) && strlen(v->valuestring) < cap && gemm_url_safe(v->valuestring)) /* [instance_id-]hex */
+        snprintf(id, cap, "%s", v->valuestring);
+    cJSON_Delete(j);
+    if (rc == 0 && !id[0])
+        rc = gemm_client_err(err, GEMM_CLIENT_E_PROTOCOL, "bad_response",
+                             "the server kept B but gave no usable matrix id");
     return rc;
 }
 
 static void delete_b(gemm_client *c, const char *id)
 {
     char pq[160];
-    snprintf(pq, sizeof pq, "/v1/matrices/%s", id);
-    gemm_xfer x;
     gemm_client_error e;
-    gemm_xfer_init(&x, c, GEMM_HTTP_DELETE, pq);
-    gemm_xfer_run(&x, NULL, &e); /* best effort: a leftover is freed by the server's restart */
-    gemm_xfer_free(&x);
+    snprintf(pq, sizeof pq, "/v1/matrices/%s", id);
+    gemm_xfer x = {.cl = c, .method = GEMM_HTTP_DELETE, .path_query = pq};
+    gemm_xfer_call(&x, NULL, NULL, &e); /* best effort: a leftover is freed by the server's restart */
+}
+
+/* The caller's thread while the nstarted panels run: it reports their progress together
+ * (waking every 20 ms, or when the last one ends) and passes a stop on. */
+static void watch(gemm_client *c, const gemm_request *r, int parts, panel *p, int nstarted, shared_state *sh)
+{
+    size_t up_total = 0, down_total = 0, b_total = 0;
+    gemm_matrix_bytes(r->m, r->k, r->dtype, &up_total);
+    if (parts && gemm_matrix_bytes(r->k, r->n, r->dtype, &b_total)) up_total += b_total;
+    gemm_matrix_bytes(r->m, r->n, gemm_request_c_dtype(r), &down_total);
+    pthread_mutex_lock(&sh->mu);
+    sh->expected = nstarted;
+    pthread_cond_broadcast(&sh->cv);
+    while (atomic_load(&sh->finished) < nstarted) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 20 * 1000000L;
+        until.tv_sec += until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        while (atomic_load(&sh->finished) < nstarted && pthread_cond_timedwait(&sh->cv, &sh->mu, &until) == 0) {
+        }
+        if (!c->o.progress || atomic_load(&sh->finished) >= nstarted) continue;
+        pthread_mutex_unlock(&sh->mu);
+        uint64_t up = 0, down = 0;
+        for (int i = 0; i < nstarted; i++) {
+            up += atomic_load(&p[i].pp.up);
+            down += atomic_load(&p[i].pp.down);
+        }
+        if (c->o.progress(c->o.progress_ctx, up, up_total, down, down_total)) notify(sh, 1, 0);
+        pthread_mutex_lock(&sh->mu);
+    }
+    pthread_mutex_unlock(&sh->mu);
 }
 
 int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int streams, gemm_timing *t,
                                  gemm_client_error *err)
 {
-    gemm_client_error local;
-    if (!err) err = &local;
-    gemm_client_err_clear(err);
-    if (!c || !r) return gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument", "no client or request");
-    if (streams < 0) return gemm_client_err(err, GEMM_CLIENT_E_ARGUMENT, "bad_argument", "streams must be >= 0");
+    GEMM_ERR_BEGIN(err);
+    if (!c || !r) return GEMM_ARG_ERR(err, "no client or request");
+    if (streams < 0) return GEMM_ARG_ERR(err, "streams must be >= 0");
     int n = streams > 0 ? streams : gemm_client_auto_streams(r);
     if (n > MAX_STREAMS) n = MAX_STREAMS;
     if ((uint64_t)n > r->m) n = (int)r->m;
@@ -278,30 +242,19 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
     int parts = 1;
     if (upload_b(c, r, 1, id, sizeof id, err) != 0) {
         if (err->kind != GEMM_CLIENT_E_SERVER || err->http_status != 400) return -1;
-        gemm_client_err_clear(err);
+        memset(err, 0, sizeof *err);
         parts = 0;
         if (upload_b(c, r, 0, id, sizeof id, err) != 0) return -1;
     }
-    panel *p = calloc((size_t)n, sizeof *p);
-    pthread_t *th = calloc((size_t)n, sizeof *th);
-    int *started = calloc((size_t)n, sizeof *started);
-    shared_state sh;
-    atomic_init(&sh.stop, 0);
-    atomic_init(&sh.finished, 0);
-    pthread_mutex_init(&sh.mu, NULL);
-    pthread_cond_init(&sh.cv, NULL);
-    sh.arrived = 0;
-    sh.expected = -1;
-    int rc = 0;
-    if (!p || !th || !started) {
-        rc = gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory");
-        goto out;
-    }
+    shared_state sh = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .expected = -1};
+    panel p[MAX_STREAMS];
+    pthread_t th[MAX_STREAMS];
+    memset(p, 0, sizeof p);
+    int rc = 0, nstarted = 0;
     uint64_t row = 0;
-    for (int i = 0; i < n; i++) {
-        uint64_t rows = r->m / (uint64_t)n + ((uint64_t)i < r->m % (uint64_t)n ? 1 : 0);
+    for (int i = 0; i < n && rc == 0; row += p[i++].r.m) {
         p[i].r = *r;
-        p[i].r.m = rows;
+        p[i].r.m = r->m / (uint64_t)n + ((uint64_t)i < r->m % (uint64_t)n ? 1 : 0);
         p[i].whole_m = r->m;
         p[i].r.a = (const char *)r->a + row * r->k * es;
         p[i].r.c = (char *)r->c + row * r->n * esc;
@@ -310,59 +263,23 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
             p[i].b_rows = r->k / (uint64_t)n + ((uint64_t)i < r->k % (uint64_t)n ? 1 : 0);
             p[i].b_row0 = i ? p[i - 1].b_row0 + p[i - 1].b_rows : 0;
         }
-        row += rows;
         p[i].pp.sh = &sh;
-        p[i].cl = clone_client(c, &p[i].pp);
-        if (!p[i].cl) {
+        gemm_client_options o = c->o; /* a handle of its own (its own connection), same settings */
+        o.progress = panel_progress_cb;
+        o.progress_ctx = &p[i].pp;
+        gemm_client_error e;
+        if (!(p[i].cl = gemm_client_new(c->base, &o, &e)))
             rc = gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory for a connection");
-            break;
-        }
     }
-    for (int i = 0; rc == 0 && i < n; i++) {
-        if (pthread_create(&th[i], NULL, run_panel, &p[i]) != 0) {
+    while (rc == 0 && nstarted < n) {
+        if (pthread_create(&th[nstarted], NULL, run_panel, &p[nstarted]) != 0)
             rc = gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "thread", "cannot start a transfer thread");
-            break;
-        }
-        started[i] = 1;
+        else
+            nstarted++;
     }
-    /* The caller's thread reports the panels' progress together, and passes a stop on. */
-    int nstarted = 0;
-    for (int i = 0; i < n; i++) nstarted += started[i];
-    if (rc != 0) stop_all(&sh); /* not every share of B will come: the started ones stop */
-    pthread_mutex_lock(&sh.mu);
-    sh.expected = nstarted;
-    pthread_cond_broadcast(&sh.cv);
-    pthread_mutex_unlock(&sh.mu);
-    size_t up_total = 0, down_total = 0, b_total = 0;
-    gemm_matrix_bytes(r->m, r->k, r->dtype, &up_total);
-    if (parts && gemm_matrix_bytes(r->k, r->n, r->dtype, &b_total)) up_total += b_total;
-    gemm_matrix_bytes(r->m, r->n, gemm_request_c_dtype(r), &down_total);
-    for (;;) {
-        /* wakes when the last panel ends, else every 20 ms for the progress callback */
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 20 * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_mutex_lock(&sh.mu);
-        while (atomic_load(&sh.finished) < nstarted &&
-               pthread_cond_timedwait(&sh.cv, &sh.mu, &until) == 0) {
-        }
-        int all = atomic_load(&sh.finished) >= nstarted;
-        pthread_mutex_unlock(&sh.mu);
-        if (all) break;
-        if (!c->o.progress) continue;
-        uint64_t up = 0, down = 0;
-        for (int i = 0; i < n; i++) {
-            up += atomic_load(&p[i].pp.up);
-            down += atomic_load(&p[i].pp.down);
-        }
-        if (c->o.progress(c->o.progress_ctx, up, up_total, down, down_total)) stop_all(&sh);
-    }
-    for (int i = 0; i < n; i++)
-        if (started[i]) pthread_join(th[i], NULL);
+    if (rc != 0) notify(&sh, 1, 0); /* not every share of B will come: the started ones stop */
+    watch(c, r, parts, p, nstarted, &sh);
+    for (int i = 0; i < nstarted; i++) pthread_join(th[i], NULL);
     /* the first panel's own failure; "stopped because another failed" only if none */
     for (int pass = 0; pass < 2 && rc == 0; pass++)
         for (int i = 0; rc == 0 && i < n; i++)
@@ -382,15 +299,8 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
         t->client_total_ms = gemm_now_ms() - t0;
         t->client_transfer_ms = t->total_ms >= 0 ? t->client_total_ms - t->total_ms : -1;
     }
-out:
     delete_b(c, id);
-    if (p)
-        for (int i = 0; i < n; i++) gemm_client_free(p[i].cl);
-    free(p);
-    free(th);
-    free(started);
-    pthread_mutex_destroy(&sh.mu);
-    pthread_cond_destroy(&sh.cv);
+    for (int i = 0; i < n; i++) gemm_client_free(p[i].cl);
     if (rc == 0) err->http_status = 200;
     return rc;
 }

@@ -1,30 +1,33 @@
 /*
- * parse.c - small parsers of libgemm: shapes given by people ("512x256"), the
- * X-Gemm-Shape, Server-Timing and Retry-After headers.
+ * parse.c - the helpers of gemm_util.h: parsers of shapes given by people ("512x256"), of
+ * the X-Gemm-Shape, Server-Timing and Retry-After headers, and matrices as CSV / TSV text.
  */
 #define _GNU_SOURCE /* timegm */
+#include "client_internal.h"
+#include "gemm_half.h"
 #include "gemm_util.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
 
-/* Reads a decimal integer >= 1 at *p; advances *p. */
-static int read_dim(const char **p, uint64_t *out)
+/* Reads a decimal integer at *p, advancing *p: 0, or -1 when there is none or it overflows. */
+static int read_u64(const char **p, uint64_t *out)
 {
     const char *s = *p;
-    if (!isdigit((unsigned char)*s)) return -1;
     uint64_t v = 0;
-    while (isdigit((unsigned char)*s)) {
+    if (!isdigit((unsigned char)*s)) return -1;
+    for (; isdigit((unsigned char)*s); s++) {
         unsigned d = (unsigned)(*s - '0');
         if (v > (UINT64_MAX - d) / 10) return -1;
         v = v * 10 + d;
-        s++;
     }
-    if (v == 0) return -1;
     *out = v;
     *p = s;
     return 0;
@@ -32,48 +35,45 @@ static int read_dim(const char **p, uint64_t *out)
 
 int gemm_client_parse_shape(const char *s, uint64_t dims[3])
 {
-    if (!s) return -1;
     int n = 0;
-    const char *p = s;
-    for (;;) {
-        if (n == 3 || read_dim(&p, &dims[n]) != 0) return -1;
-        n++;
-        if (*p == '\0') break;
-        if (*p != 'x' && *p != 'X' && *p != ',' && *p != '*') return -1;
-        p++;
+    for (const char *p = s; p;) {
+        if (n == 3 || read_u64(&p, &dims[n]) != 0 || dims[n++] == 0) return -1;
+        if (*p == '\0') return n >= 2 ? n : -1;
+        if (!strchr("xX,*", *p++)) return -1;
     }
-    return n >= 2 ? n : -1;
+    return -1;
 }
 
 int gemm_client_parse_shape_header(const char *s, uint64_t *rows, uint64_t *cols)
 {
     uint64_t v[2];
     int n = 0;
-    const char *p = s;
-    while (*p && n < 2) {
+    for (const char *p = s; *p;) {
         if (isdigit((unsigned char)*p)) {
-            uint64_t x = 0;
-            while (isdigit((unsigned char)*p)) {
-                unsigned d = (unsigned)(*p - '0');
-                if (x > (UINT64_MAX - d) / 10) return -1;
-                x = x * 10 + d;
-                p++;
-            }
-            v[n++] = x;
-        } else if (*p == '-') {
+            if (n == 2 || read_u64(&p, &v[n++]) != 0) return -1; /* a third number, or too large */
+        } else if (*p++ == '-' && n < 2) {
             return -1;
-        } else {
-            p++;
         }
-    }
-    while (*p) {
-        if (isdigit((unsigned char)*p)) return -1; /* a third number */
-        p++;
     }
     if (n != 2) return -1;
     *rows = v[0];
     *cols = v[1];
     return 0;
+}
+
+const char *const gemm_stage_names[GEMM_STAGES] = {"recv", "decode", "queue", "h2d",
+                                                   "kernel", "d2h", "encode", "total"};
+double *gemm_timing_stage(gemm_timing *t, int i)
+{
+    return (double *[GEMM_STAGES]){&t->recv_ms,   &t->decode_ms, &t->queue_ms,  &t->h2d_ms,
+                                   &t->kernel_ms, &t->d2h_ms,    &t->encode_ms, &t->total_ms}[i];
+}
+
+void gemm_timing_unset(gemm_timing *t)
+{
+    memset(t, 0, sizeof *t);
+    for (int i = 0; i < GEMM_STAGES; i++) *gemm_timing_stage(t, i) = -1;
+    t->client_transfer_ms = -1;
 }
 
 int gemm_client_parse_server_timing(const char *s, gemm_timing *t)
@@ -88,7 +88,6 @@ int gemm_client_parse_server_timing(const char *s, gemm_timing *t)
         while (*p && *p != ';' && *p != ',' && *p != ' ') p++;
         size_t nlen = (size_t)(p - name);
         double dur = -1;
-        int have = 0;
         /* parameters up to the next ',' */
         while (*p && *p != ',') {
             if (*p == ';') {
@@ -98,32 +97,18 @@ int gemm_client_parse_server_timing(const char *s, gemm_timing *t)
                     char *end;
                     errno = 0;
                     double v = strtod(p + 4, &end);
-                    if (end != p + 4 && errno == 0 && v >= 0) {
-                        dur = v;
-                        have = 1;
-                    }
+                    if (end != p + 4 && errno == 0 && v >= 0) dur = v;
                     p = end > p + 4 ? end : p + 4;
                 }
                 continue; /* p is at the next character to look at (maybe the NUL) */
             }
             p++;
         }
-        if (!have) continue;
-        double *slot = NULL;
-#define NAME(n) (nlen == sizeof(n) - 1 && strncasecmp(name, n, nlen) == 0)
-        if (NAME("recv")) slot = &t->recv_ms;
-        else if (NAME("decode")) slot = &t->decode_ms;
-        else if (NAME("encode")) slot = &t->encode_ms;
-        else if (NAME("queue")) slot = &t->queue_ms;
-        else if (NAME("h2d")) slot = &t->h2d_ms;
-        else if (NAME("kernel")) slot = &t->kernel_ms;
-        else if (NAME("d2h")) slot = &t->d2h_ms;
-        else if (NAME("total")) slot = &t->total_ms;
-#undef NAME
-        if (slot) {
-            *slot = dur;
-            found++;
-        }
+        for (int i = 0; dur >= 0 && i < GEMM_STAGES; i++)
+            if (nlen == strlen(gemm_stage_names[i]) && strncasecmp(name, gemm_stage_names[i], nlen) == 0) {
+                *gemm_timing_stage(t, i) = dur;
+                found++;
+            }
     }
     return found;
 }
@@ -152,4 +137,192 @@ long gemm_client_parse_retry_after(const char *s, double now_epoch_s)
     if (d < 0) d = 0;
     if (d > 86400) d = 86400;
     return (long)(d * 1000.0);
+}
+
+/* ---------------------------------------------------------------- CSV / TSV text */
+
+__attribute__((format(printf, 3, 4))) static int text_err(gemm_text_error *e, int line, const char *fmt, ...)
+{
+    if (e) {
+        e->line = line;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->message, sizeof e->message, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static int blank_or_comment(const char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++;
+    return i == len || s[i] == '#';
+}
+
+static char guess_delim(const char *s, size_t len)
+{
+    if (memchr(s, '\t', len)) return '\t';
+    if (memchr(s, ',', len)) return ',';
+    if (memchr(s, ';', len)) return ';';
+    return ' ';
+}
+
+/* Parses one value from s (NUL-terminated field, spaces around allowed) into dst[idx]. */
+static int parse_value(const char *s, gemm_dtype d, void *dst, size_t idx)
+{
+    char *end;
+    errno = 0;
+    if (d == GEMM_DTYPE_I32) {
+        long long v = strtoll(s, &end, 10);
+        if (end == s || errno) return -1;
+        while (*end == ' ' || *end == '\t') end++;
+        /* allow "3.0" style integers written by float formatters */
+        if (*end == '.') {
+            end++;
+            while (*end == '0') end++;
+            while (*end == ' ' || *end == '\t') end++;
+        }
+        if (*end) return -1;
+        if (v < INT32_MIN || v > INT32_MAX) return -1;
+        ((int32_t *)dst)[idx] = (int32_t)v;
+        return 0;
+    }
+    double v = strtod(s, &end);
+    if (end == s) return -1;
+    if (errno == ERANGE && fabs(v) > 1.0) return -1; /* overflow; underflow to 0 is fine */
+    while (*end == ' ' || *end == '\t') end++;
+    if (*end) return -1;
+    if (d == GEMM_DTYPE_F32) {
+        float f = (float)v;
+        if (isfinite(v) && isinf(f)) return -1; /* rounds beyond FLT_MAX */
+        ((float *)dst)[idx] = f;
+    } else if (gemm_dtype_is_half(d)) {
+        uint16_t h = gemm_f64_to_half(d, v); /* one rounding from the float64 strtod read */
+        if (isfinite(v) && !isfinite(gemm_half_to_f32(d, h))) return -1; /* beyond the dtype's range */
+        ((uint16_t *)dst)[idx] = h;
+    } else {
+        ((double *)dst)[idx] = v;
+    }
+    return 0;
+}
+
+/* *p holds at least need elements of es bytes (cap of them, doubling from first). 0 or -1. */
+static int grow(void **p, size_t *cap, size_t need, size_t es, size_t first)
+{
+    size_t nc = *cap ? *cap : first, bytes;
+    while (nc < need) nc *= 2;
+    void *q = nc == *cap ? *p : gemm_mul_size(nc, es, &bytes) ? realloc(*p, bytes) : NULL;
+    if (!q) return -1;
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
+int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype dtype,
+                           uint64_t *rows, uint64_t *cols, void **data, gemm_text_error *e)
+{
+    if (e) *e = (gemm_text_error){0};
+    size_t es = gemm_dtype_size(dtype);
+    if (es == 0) return text_err(e, 0, "unknown dtype");
+    *data = NULL;
+    uint64_t nrows = 0, ncols = 0;
+    size_t cap = 0, count = 0, line_cap = 0, pos = 0;
+    void *buf = NULL, *line_buf = NULL;
+    int lineno = 0;
+    while (pos < len) {
+        const char *start = text + pos;
+        const char *nl = memchr(start, '\n', len - pos);
+        size_t llen = nl ? (size_t)(nl - start) : len - pos;
+        pos += llen + (nl ? 1 : 0);
+        lineno++;
+        if (blank_or_comment(start, llen)) continue;
+        if (memchr(start, '\0', llen)) {
+            text_err(e, lineno, "a NUL byte: this is not a text file");
+            goto fail;
+        }
+        if (delim == 0) delim = guess_delim(start, llen);
+        if (grow(&line_buf, &line_cap, llen + 1, 1, 256) != 0) goto nomem;
+        char *line = line_buf;
+        memcpy(line, start, llen);
+        line[llen] = '\0';
+        for (size_t i = 0; i < llen; i++)
+            if (line[i] == '\r') line[i] = ' ';
+        uint64_t ncol = 0;
+        char *p = line;
+        for (;;) {
+            char *field = p;
+            char *sep;
+            if (delim == ' ') {
+                while (*field == ' ' || *field == '\t') field++;
+                if (!*field) break;
+                sep = field;
+                while (*sep && *sep != ' ' && *sep != '\t') sep++;
+            } else {
+                sep = strchr(field, delim);
+                if (!sep) sep = field + strlen(field);
+            }
+            int last = *sep == '\0';
+            *sep = '\0';
+            if (grow(&buf, &cap, count + 1, es, 1024) != 0) goto nomem;
+            if (parse_value(field, dtype, buf, count) != 0) {
+                while (*field == ' ' || *field == '\t') field++;
+                text_err(e, lineno, "value %llu (\"%.40s\") is not a valid %s",
+                         (unsigned long long)ncol + 1, field, gemm_dtype_name(dtype));
+                goto fail;
+            }
+            count++;
+            ncol++;
+            if (last) break;
+            p = sep + 1;
+        }
+        if (ncol == 0) continue;
+        if (nrows == 0) ncols = ncol;
+        else if (ncol != ncols) {
+            text_err(e, lineno, "row %llu has %llu values, the rows before have %llu",
+                     (unsigned long long)nrows + 1, (unsigned long long)ncol, (unsigned long long)ncols);
+            goto fail;
+        }
+        nrows++;
+    }
+    free(line_buf);
+    if (nrows == 0) {
+        free(buf);
+        return text_err(e, 0, "no values (empty matrix)");
+    }
+    *rows = nrows;
+    *cols = ncols;
+    *data = buf;
+    return 0;
+nomem:
+    text_err(e, lineno, "out of memory");
+fail:
+    free(line_buf);
+    free(buf);
+    return -1;
+}
+
+int gemm_client_text_write(FILE *f, char delim, gemm_dtype dtype, uint64_t rows, uint64_t cols,
+                           const void *data)
+{
+    if (delim == 0) delim = ',';
+    for (uint64_t i = 0; i < rows; i++) {
+        for (uint64_t j = 0; j < cols; j++) {
+            size_t idx = (size_t)(i * cols + j);
+            int rc;
+            switch (dtype) {
+            case GEMM_DTYPE_F32: rc = fprintf(f, "%.9g", (double)((const float *)data)[idx]); break;
+            case GEMM_DTYPE_F64: rc = fprintf(f, "%.17g", ((const double *)data)[idx]); break;
+            case GEMM_DTYPE_I32: rc = fprintf(f, "%d", (int)((const int32_t *)data)[idx]); break;
+            case GEMM_DTYPE_F16:
+            case GEMM_DTYPE_BF16: /* the element's exact float32 value: it reads back to itself */
+                rc = fprintf(f, "%.9g", (double)gemm_half_to_f32(dtype, ((const uint16_t *)data)[idx]));
+                break;
+            default: errno = EINVAL; return -1;
+            }
+            if (rc < 0) return -1;
+            if (putc(j + 1 < cols ? delim : '\n', f) == EOF) return -1;
+        }
+    }
+    return ferror(f) ? -1 : 0;
 }

@@ -1,18 +1,11 @@
 """gemmd: offload matrix products from Python to a gemmd server.
 
-    import numpy as np, gemmd
-
     client = gemmd.Client()                 # $GEMM_SERVER / $GEMM_TOKEN, or url=, token=
     c = client.matmul(a, b)                 # an ndarray, C = A·B computed by the server
-    p = client.product(a, b, kernel="cublas", math="tf32")
-    p.c, p.kernel, p.timing.kernel_ms       # C, the kernel that ran, the server's timing
+    c = client.submit(a, b).result(timeout=60)  # the same as a job
 
-    job = client.submit(a, b)               # queued; returns at once
-    c = job.result(timeout=60)              # polls, then fetches C
-
-A and B travel as raw little-endian bytes straight from their buffers, and C is read from
-the socket straight into its ndarray. Errors are :class:`GemmError` (``status``, ``code``,
-``message``) and its subclasses.
+A and B travel as raw bytes straight from their buffers, C is read straight into its
+ndarray; errors are :class:`GemmError` and its subclasses (client/python/README.md).
 """
 
 from ._client import DEFAULT_URL, Client, Job, prepare, wire_dtype
@@ -22,20 +15,6 @@ from ._types import JOB_STATES, JobStatus, Product, Timing
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Client",
-    "Job",
-    "Product",
-    "Timing",
-    "JobStatus",
-    "JOB_STATES",
-    "GemmError",
-    "GemmConnectionError",
-    "GemmTimeoutError",
-    "GemmBusyError",
-    "GemmProtocolError",
-    "DEFAULT_URL",
-    "prepare",
-    "wire_dtype",
-    "__version__",
-]
+__all__ = ["Client", "Job", "Product", "Timing", "JobStatus", "JOB_STATES", "GemmError", "GemmConnectionError",
+           "GemmTimeoutError", "GemmBusyError", "GemmProtocolError", "DEFAULT_URL", "prepare", "wire_dtype",
+           "__version__"]

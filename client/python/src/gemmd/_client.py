@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import http.client
 import json
@@ -12,7 +13,7 @@ import threading
 import time
 import urllib.parse
 import weakref
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -30,12 +31,8 @@ _VERSION = "0.1.0"
 _USER_AGENT = "gemmd-python/" + _VERSION
 
 # The dtypes the server computes in, as they travel: little-endian, row-major.
-_WIRE: Dict[str, "np.dtype[Any]"] = {
-    "float32": np.dtype("<f4"),
-    "float64": np.dtype("<f8"),
-    "int32": np.dtype("<i4"),
-    "float16": np.dtype("<f2"),
-}
+_WIRE: Dict[str, "np.dtype[Any]"] = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int32": np.dtype("<i4"),
+                                     "float16": np.dtype("<f2")}
 
 # NumPy has no bfloat16; the ml_dtypes package (optional) gives one. Without it bfloat16
 # arrays cannot be represented here, so they can be neither sent nor received.
@@ -49,6 +46,8 @@ except ImportError:  # pragma: no cover - depends on the environment
 _NO_BF16 = ("bfloat16 needs the ml_dtypes package (pip install ml_dtypes): NumPy has no bfloat16 type, "
             "so without it bfloat16 arrays cannot be represented")
 _HALF = ("float16", "bfloat16")
+_TAKES = "float32, float64, int32, float16 or bfloat16"
+_CONVERT = "pass dtype=np.float32, np.float64, np.int32 or np.float16 to convert"
 
 # Answers that are read whole into memory (errors, JSON) are at most this large.
 _MAX_SMALL_BODY = 16 << 20
@@ -57,6 +56,10 @@ Timeout = Optional[float]
 
 # socket.timeout is TimeoutError from Python 3.10 on, its own OSError subclass before.
 _TIMEOUTS = (socket.timeout, TimeoutError)
+
+
+def _x(shape: Sequence[int]) -> str:
+    return "x".join(map(str, shape))
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -73,8 +76,7 @@ def wire_dtype(dtype: npt.DTypeLike) -> str:
     for name, w in _WIRE.items():
         if name != "bfloat16" and dt.kind == w.kind and dt.itemsize == w.itemsize:
             return name
-    raise TypeError("gemmd computes in float32, float64, int32, float16 or bfloat16 (ml_dtypes), not %s: "
-                    "pass dtype=np.float32, np.float64, np.int32 or np.float16 to convert the inputs" % dt)
+    raise TypeError("gemmd computes in %s (ml_dtypes), not %s: %s the inputs" % (_TAKES, dt, _CONVERT))
 
 
 def _out_name(in_name: str, out_dtype: Optional[npt.DTypeLike]) -> Tuple[str, List[Tuple[str, str]]]:
@@ -91,22 +93,10 @@ def _out_name(in_name: str, out_dtype: Optional[npt.DTypeLike]) -> Tuple[str, Li
 
 def prepare(a: npt.ArrayLike, b: npt.ArrayLike,
             dtype: Optional[npt.DTypeLike] = None) -> Tuple[npt.NDArray[Any], npt.NDArray[Any], str]:
-    """A and B as the server takes them: C-contiguous, little-endian, one dtype
-    (float16 and bfloat16 included: half the bytes of float32 on the wire).
-
-    A is an m×k matrix and B a k×n one, or A is a stack of b matrices (b, m, k) and B
-    either a stack (b, k, n), one B per product, or one k×n matrix shared by all (NumPy's
-    ``matmul`` broadcasting of a leading batch dimension; a 2-D A with a 3-D B is refused:
-    stack A with ``np.broadcast_to`` to send it).
-
-    Without ``dtype`` the product's dtype is NumPy's promotion of A's and B's
-    (``np.result_type``: float32 with float32 stays float32, float32 with int32 or float64
-    becomes float64), and it must be one the server computes in; with ``dtype`` both are
-    converted to it (as ``astype`` would). An input that is already C-contiguous in that
-    dtype is used as it is, without a copy; a Fortran-ordered, strided or transposed one
-    is copied once into row-major order. Shapes are checked here, before anything is sent.
-    Returns (A, B, dtype name).
-    """
+    """(A, B, dtype name) as the server takes them: C-contiguous, little-endian, one dtype
+    (NumPy's promotion, or ``dtype``), copied only when they are not so already. A is m×k
+    and B k×n, or A a stack (b, m, k) with B a stack (b, k, n) or one k×n matrix for all;
+    shapes are checked here, before anything is sent."""
     a_arr = np.asarray(a)
     b_arr = np.asarray(b)
     for name, x in (("A", a_arr), ("B", b_arr)):
@@ -115,8 +105,7 @@ def prepare(a: npt.ArrayLike, b: npt.ArrayLike,
                              % (name, x.ndim, x.shape))
         if 0 in x.shape:
             raise ValueError("%s is %s: gemmd multiplies matrices with at least one row and column%s"
-                             % (name, "x".join(map(str, x.shape)), " and stacks of at least one"
-                                if x.ndim == 3 else ""))
+                             % (name, _x(x.shape), " and stacks of at least one" if x.ndim == 3 else ""))
     if a_arr.ndim == 2 and b_arr.ndim == 3:
         raise ValueError("A is one %dx%d matrix and B a stack of %d: gemmd takes a stack of As with one B or "
                          "a B each; send np.broadcast_to(a, (%d,) + a.shape) as A"
@@ -126,17 +115,14 @@ def prepare(a: npt.ArrayLike, b: npt.ArrayLike,
                          "matrix for all)" % (a_arr.shape[0], b_arr.shape[0]))
     if a_arr.shape[-1] != b_arr.shape[-2]:
         raise ValueError("A is %s and B is %s: A's columns (%d) must equal B's rows (%d)"
-                         % ("x".join(map(str, a_arr.shape)), "x".join(map(str, b_arr.shape)),
-                            a_arr.shape[-1], b_arr.shape[-2]))
+                         % (_x(a_arr.shape), _x(b_arr.shape), a_arr.shape[-1], b_arr.shape[-2]))
     if dtype is None:
         dt = np.result_type(a_arr.dtype, b_arr.dtype)
         try:
             name = wire_dtype(dt)
         except TypeError:
-            raise TypeError("A is %s and B is %s, which NumPy promotes to %s; gemmd computes in float32, "
-                            "float64, int32, float16 or bfloat16: pass dtype=np.float32, np.float64, np.int32 "
-                            "or np.float16 to convert"
-                            % (a_arr.dtype, b_arr.dtype, dt)) from None
+            raise TypeError("A is %s and B is %s, which NumPy promotes to %s; gemmd computes in %s: %s"
+                            % (a_arr.dtype, b_arr.dtype, dt, _TAKES, _CONVERT)) from None
     else:
         name = wire_dtype(dtype)
     w = _WIRE[name]
@@ -152,14 +138,12 @@ def _bytes_of(x: npt.NDArray[Any]) -> memoryview:
 
 def _options(kernel: Optional[str], math: Optional[str], tile: Optional[int]) -> List[Tuple[str, str]]:
     q: List[Tuple[str, str]] = []
-    if kernel is not None:
-        if not isinstance(kernel, str) or not kernel:
-            raise TypeError("kernel must be a kernel name (a non-empty str), not %r" % (kernel,))
-        q.append(("kernel", kernel))
-    if math is not None:
-        if not isinstance(math, str) or not math:
-            raise TypeError("math must be 'fp32', 'tf32' or 'bf16', not %r" % (math,))
-        q.append(("math", math))
+    for key, v, what in (("kernel", kernel, "a kernel name (a non-empty str)"),
+                         ("math", math, "'fp32', 'tf32' or 'bf16'")):
+        if v is not None and (not isinstance(v, str) or not v):
+            raise TypeError("%s must be %s, not %r" % (key, what, v))
+        if v is not None:
+            q.append((key, v))
     if tile is not None:
         if isinstance(tile, bool) or not isinstance(tile, (int, np.integer)) or tile <= 0:
             raise ValueError("tile must be a positive int, not %r" % (tile,))
@@ -170,38 +154,41 @@ def _options(kernel: Optional[str], math: Optional[str], tile: Optional[int]) ->
 def _retry_after(value: Optional[str], default: float, cap: float) -> float:
     """Seconds to wait for a ``Retry-After`` (delta seconds or an HTTP date)."""
     wait = default
-    if value:
-        v = value.strip()
-        if v.isdigit():
-            wait = float(v)
-        else:
-            try:
-                when = email.utils.parsedate_to_datetime(v)
-                wait = max(0.0, when.timestamp() - time.time())
-            except (TypeError, ValueError, IndexError, OverflowError):
-                wait = default
+    v = (value or "").strip()
+    if v.isdigit():
+        wait = float(v)
+    elif v:
+        try:
+            wait = max(0.0, email.utils.parsedate_to_datetime(v).timestamp() - time.time())
+        except (TypeError, ValueError, IndexError, OverflowError):
+            wait = default
     return max(0.0, min(wait, cap))
+
+
+def _c_shape(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> Tuple[Tuple[int, ...], int]:
+    """C's shape, (m, n) or (b, m, n), and k."""
+    mn = (int(a.shape[-2]), int(b.shape[-1]))
+    return ((int(a.shape[0]),) + mn if a.ndim == 3 else mn), int(a.shape[-1])
+
+
+def _check_out(out: Optional[npt.NDArray[Any]], shape: Tuple[int, ...], dtype: str) -> None:
+    if out is None:
+        return
+    if not isinstance(out, np.ndarray):
+        raise TypeError("out must be an ndarray, not %s" % type(out).__name__)
+    if out.shape != shape or out.dtype != _WIRE[dtype] or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be a writeable C-contiguous %s %s array; it is %s %s%s%s"
+                         % (_x(shape), dtype, _x(out.shape), out.dtype,
+                            "" if out.flags.c_contiguous else ", not C-contiguous",
+                            "" if out.flags.writeable else ", read-only"))
 
 
 # ------------------------------------------------------------------------------ client
 
 class Client:
-    """A connection to a gemmd server.
-
-    ``url`` defaults to ``$GEMM_SERVER``, else ``http://127.0.0.1:8080``; ``https://`` URLs
-    use TLS (``cafile``, default ``$GEMM_CACERT``, verifies a self-signed server
-    certificate; or pass a whole ``ssl_context``). ``token`` defaults to ``$GEMM_TOKEN`` and
-    is sent as ``Authorization: Bearer``.
-
-    ``timeout`` (seconds, None for no limit) bounds each step of a request: sending the
-    body, waiting for the answer (which includes the server's compute time) and each read
-    of it; ``connect_timeout`` bounds connecting. A 503 answer (queue full, job store full,
-    shutting down) is retried up to ``retries`` times after the server's ``Retry-After``
-    (each wait capped at ``max_retry_wait`` seconds; 1 s when there is none).
-
-    Each thread that uses a client gets its own kept-alive connection, so one client may
-    be shared by many threads. ``close()`` (or leaving a ``with`` block) closes them.
-    """
+    """A connection to a gemmd server: ``url`` (default ``$GEMM_SERVER``), ``token``
+    (``$GEMM_TOKEN``), timeouts, 503 retries and TLS as client/python/README.md says. Each
+    thread gets its own kept-alive connection; ``close()`` closes them."""
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None, *,
                  timeout: Timeout = 300.0, connect_timeout: float = 10.0, retries: int = 3,
@@ -226,19 +213,15 @@ class Client:
         self._host = parts.hostname
         self._port = port or (443 if self._https else 80)
         self._prefix = parts.path.rstrip("/")
-        if token is None:
-            token = os.environ.get("GEMM_TOKEN") or None
-        self._token = token
+        self._token = token if token is not None else (os.environ.get("GEMM_TOKEN") or None)
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.retries = retries
         self.max_retry_wait = max_retry_wait
         self._ssl: Optional[ssl.SSLContext] = None
         if self._https:
-            if ssl_context is None:
-                cafile = cafile if cafile is not None else (os.environ.get("GEMM_CACERT") or None)
-                ssl_context = ssl.create_default_context(cafile=cafile)
-            self._ssl = ssl_context
+            self._ssl = ssl_context or ssl.create_default_context(
+                cafile=cafile if cafile is not None else (os.environ.get("GEMM_CACERT") or None))
         self._local = threading.local()
         self._conns: "weakref.WeakSet[http.client.HTTPConnection]" = weakref.WeakSet()
         self._conns_lock = threading.Lock()
@@ -265,20 +248,9 @@ class Client:
                math: Optional[str] = None, tile: Optional[int] = None,
                dtype: Optional[npt.DTypeLike] = None, out: Optional[npt.NDArray[Any]] = None,
                out_dtype: Optional[npt.DTypeLike] = None) -> npt.NDArray[Any]:
-        """C = A·B computed by the server; returns C as an ndarray (the same object as ``out``
-        when given).
-
-        A and B are 2-D array-likes, or A a 3-D stack (b, m, k) with B a stack (b, k, n) or
-        one k×n matrix: a batch of b products in one request, C of shape (b, m, n). See
-        :func:`prepare` for the shapes, the dtype rule (NumPy's promotion, or ``dtype`` to
-        convert) and which inputs are copied. ``kernel``,
-        ``math`` (float32: ``"fp32"``, ``"tf32"``, ``"bf16"``) and ``tile`` go to the server
-        as they are (``info()["kernels"]`` lists what it has). ``out``, a C-contiguous array
-        of C's shape and dtype, receives C straight from the socket. C's dtype is the
-        operands', except for float16 / bfloat16 operands: float32 (sums are float32), or
-        theirs with ``out_dtype`` (``np.float16`` / ``ml_dtypes.bfloat16``, or the name).
-        Use :meth:`product` for the server's timing and the kernel that ran.
-        """
+        """C = A·B computed by the server, as an ndarray (``out`` when given): A and B as
+        :func:`prepare` takes them; ``kernel``, ``math`` and ``tile`` go to the server as they
+        are; ``out_dtype`` picks C's dtype for float16 / bfloat16 operands (float32 by default)."""
         return self.product(a, b, kernel=kernel, math=math, tile=tile, dtype=dtype, out=out, out_dtype=out_dtype).c
 
     def product(self, a: npt.ArrayLike, b: npt.ArrayLike, *, kernel: Optional[str] = None,
@@ -287,15 +259,8 @@ class Client:
                 out_dtype: Optional[npt.DTypeLike] = None) -> Product:
         """Like :meth:`matmul`, but returns a :class:`Product`: C (``.c``) with the kernel,
         tile, block, math mode and device that ran and the server's ``timing``."""
-        a_w, b_w, name = prepare(a, b, dtype)
-        c_name, out_opt = _out_name(name, out_dtype)
-        shape, k = _c_shape(a_w, b_w)
-        _check_out(out, shape, c_name)
-        path = self._raw_path("/v1/matmul", a_w, b_w, name, _options(kernel, math, tile) + out_opt)
-        t0 = time.perf_counter()
-        resp, conn, retries = self._call("POST", path, body=(_bytes_of(a_w), _bytes_of(b_w)),
-                                         content_type="application/octet-stream",
-                                         accept="application/octet-stream")
+        shape, k, c_name, t0, (resp, conn, retries) = self._post(
+            "/v1/matmul", a, b, _options(kernel, math, tile), dtype, out_dtype, out, "application/octet-stream")
         if resp.status != 200:
             raise self._error(resp, conn, retries)
         return self._read_product(resp, conn, shape, c_name, out, 2.0 * float(np.prod(shape)) * k, t0, retries)
@@ -305,13 +270,8 @@ class Client:
                dtype: Optional[npt.DTypeLike] = None, out_dtype: Optional[npt.DTypeLike] = None) -> "Job":
         """Queues C = A·B as a job (``POST /v1/jobs``) and returns at once with a :class:`Job`.
         Arguments as for :meth:`matmul`."""
-        a_w, b_w, name = prepare(a, b, dtype)
-        c_name, out_opt = _out_name(name, out_dtype)
-        shape, k = _c_shape(a_w, b_w)
-        path = self._raw_path("/v1/jobs", a_w, b_w, name, _options(kernel, math, tile) + out_opt)
-        resp, conn, retries = self._call("POST", path, body=(_bytes_of(a_w), _bytes_of(b_w)),
-                                         content_type="application/octet-stream",
-                                         accept="application/json")
+        shape, k, c_name, _, (resp, conn, retries) = self._post(
+            "/v1/jobs", a, b, _options(kernel, math, tile), dtype, out_dtype, None, "application/json")
         if resp.status != 202:
             raise self._error(resp, conn, retries)
         obj = self._read_json(resp, conn)
@@ -331,18 +291,12 @@ class Client:
     def info(self) -> Dict[str, Any]:
         """``GET /v1/info``: version, backend, devices, kernels (with their dtypes, maths and
         tiles), dtypes, formats, limits."""
-        _, obj, _ = self._get_json("/v1/info")
-        if not isinstance(obj, dict):
-            raise GemmProtocolError("/v1/info did not answer a JSON object", 200)
-        return obj
+        return self._get_object("/v1/info")
 
     def health(self) -> Dict[str, Any]:
         """``GET /healthz``: ``{"status": "ok"}`` while the server serves; raises
         :class:`GemmError` otherwise (503 ``device_lost``: restart it)."""
-        _, obj, _ = self._get_json("/healthz", retry_busy=False)
-        if not isinstance(obj, dict):
-            raise GemmProtocolError("/healthz did not answer a JSON object", 200)
-        return obj
+        return self._get_object("/healthz", retry_busy=False)
 
     def ready(self) -> bool:
         """``GET /readyz``: True when the server takes products now, False when it answers
@@ -352,20 +306,23 @@ class Client:
 
     # ---------------------------------------------------------------- internals
 
-    def _raw_path(self, route: str, a: npt.NDArray[Any], b: npt.NDArray[Any], dtype: str,
-                  opts: Sequence[Tuple[str, str]]) -> str:
-        q = [("m", str(a.shape[-2])), ("k", str(a.shape[-1])), ("n", str(b.shape[-1])), ("dtype", dtype)]
-        if a.ndim == 3:
-            q.append(("batch", str(a.shape[0])))
-            if b.ndim == 2:
-                q.append(("b_shared", "1"))
-        return self._prefix + route + "?" + urllib.parse.urlencode(q + list(opts))
-
-    def _new_conn(self) -> http.client.HTTPConnection:
-        if self._https:
-            return http.client.HTTPSConnection(self._host, self._port, timeout=self.connect_timeout,
-                                               context=self._ssl)
-        return http.client.HTTPConnection(self._host, self._port, timeout=self.connect_timeout)
+    def _post(self, route: str, a: npt.ArrayLike, b: npt.ArrayLike, opts: List[Tuple[str, str]],
+              dtype: Optional[npt.DTypeLike], out_dtype: Optional[npt.DTypeLike], out: Optional[npt.NDArray[Any]],
+              accept: str) -> Tuple[Tuple[int, ...], int, str, float,
+                                    Tuple[http.client.HTTPResponse, http.client.HTTPConnection, int]]:
+        """Sends A and B in raw binary to route (``?batch=`` for stacks); returns C's shape,
+        k, C's dtype name, the time it started and the answer."""
+        a_w, b_w, name = prepare(a, b, dtype)
+        c_name, out_opt = _out_name(name, out_dtype)
+        shape, k = _c_shape(a_w, b_w)
+        _check_out(out, shape, c_name)
+        q = [("m", str(a_w.shape[-2])), ("k", str(k)), ("n", str(b_w.shape[-1])), ("dtype", name)]
+        if a_w.ndim == 3:
+            q += [("batch", str(a_w.shape[0]))] + ([("b_shared", "1")] if b_w.ndim == 2 else [])
+        path = self._prefix + route + "?" + urllib.parse.urlencode(q + opts + out_opt)
+        t0 = time.perf_counter()
+        return shape, k, c_name, t0, self._call("POST", path, body=(_bytes_of(a_w), _bytes_of(b_w)),
+                                                content_type="application/octet-stream", accept=accept)
 
     def _open(self) -> Tuple[http.client.HTTPConnection, bool]:
         """This thread's connection, connected; and whether it was already (kept alive)."""
@@ -373,7 +330,11 @@ class Client:
         if conn is not None and conn.sock is not None:
             return conn, True
         if conn is None:
-            conn = self._new_conn()
+            if self._https:
+                conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.connect_timeout,
+                                                   context=self._ssl)
+            else:
+                conn = http.client.HTTPConnection(self._host, self._port, timeout=self.connect_timeout)
             self._local.conn = conn
             with self._conns_lock:
                 self._conns.add(conn)
@@ -397,9 +358,10 @@ class Client:
               accept: str) -> Tuple[http.client.HTTPResponse, http.client.HTTPConnection]:
         """One request on this thread's connection; returns the answer with its head read.
         A kept-alive connection that the server closed meanwhile is reopened once."""
-        length = sum(len(p) for p in body)
+        closed = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
         for attempt in (0, 1):
             conn, reused = self._open()
+            sent = False
             try:
                 conn.putrequest(method, path, skip_accept_encoding=True)
                 conn.putheader("User-Agent", _USER_AGENT)
@@ -409,7 +371,7 @@ class Client:
                 if method in ("POST", "PUT"):
                     if content_type:
                         conn.putheader("Content-Type", content_type)
-                    conn.putheader("Content-Length", str(length))
+                    conn.putheader("Content-Length", str(sum(len(p) for p in body)))
                 conn.endheaders()
                 try:
                     for p in body:
@@ -420,23 +382,21 @@ class Client:
                     # The server may have answered early (an error it saw in the head) and
                     # closed: read that answer if it is there.
                     pass
-                try:
-                    return conn.getresponse(), conn
-                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
-                        ConnectionAbortedError) as e:
-                    conn.close()
-                    if reused and attempt == 0:
-                        continue  # closed while idle (connection_timeout): once more, afresh
-                    raise GemmConnectionError("%s closed the connection without an answer (%s)"
-                                              % (self.url, e)) from e
+                sent = True
+                return conn.getresponse(), conn
             except _TIMEOUTS:
                 conn.close()
                 raise GemmTimeoutError("%s %s: no answer within %gs" % (method, path.split("?")[0],
                                                                       self.timeout or 0)) from None
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
-                if reused and attempt == 0 and isinstance(e, (BrokenPipeError, ConnectionResetError)):
+                # a kept-alive connection closed while idle (connection_timeout): once more, afresh
+                if reused and attempt == 0 and isinstance(e, closed if sent else (BrokenPipeError,
+                                                                                  ConnectionResetError)):
                     continue
+                if sent and isinstance(e, closed):
+                    raise GemmConnectionError("%s closed the connection without an answer (%s)"
+                                              % (self.url, e)) from e
                 raise GemmConnectionError("%s %s: %s" % (method, path.split("?")[0], e)) from e
             except BaseException:
                 conn.close()
@@ -457,6 +417,23 @@ class Client:
             time.sleep(wait)
             retries += 1
 
+    @contextlib.contextmanager
+    def _reading(self, conn: http.client.HTTPConnection, what: str) -> Iterator[None]:
+        """Reading an answer: any failure closes the connection, and a socket's timeout or
+        error becomes a GemmTimeoutError or GemmConnectionError about ``what``."""
+        try:
+            yield
+        except _TIMEOUTS:
+            conn.close()
+            raise GemmTimeoutError("reading %s from %s took longer than %gs" % (what, self.url, self.timeout or 0)) \
+                from None
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise GemmConnectionError("reading %s from %s: %s" % (what, self.url, e)) from e
+        except BaseException:
+            conn.close()
+            raise
+
     def _drain(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> bytes:
         """Reads a small answer whole (the connection stays usable), or closes the connection
         when it is too large to be worth reading."""
@@ -464,19 +441,12 @@ class Client:
             conn.close()
             resp.close()
             return b""
-        try:
+        with self._reading(conn, "an answer"):
             data = resp.read(_MAX_SMALL_BODY + 1)
-            if not resp.isclosed():
-                conn.close()
-                resp.close()
-            return data
-        except _TIMEOUTS:
+        if not resp.isclosed():
             conn.close()
-            raise GemmTimeoutError("reading an answer from %s took longer than %gs"
-                                   % (self.url, self.timeout or 0)) from None
-        except (OSError, http.client.HTTPException) as e:
-            conn.close()
-            raise GemmConnectionError("reading an answer from %s: %s" % (self.url, e)) from e
+            resp.close()
+        return data
 
     def _error(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
                retries: int = 0) -> GemmError:
@@ -517,107 +487,67 @@ class Client:
             raise self._error(resp, conn, retries)
         return resp.status, self._read_json(resp, conn), resp
 
+    def _get_object(self, path: str, retry_busy: bool = True) -> Dict[str, Any]:
+        _, obj, _ = self._get_json(path, retry_busy)
+        if not isinstance(obj, dict):
+            raise GemmProtocolError("%s did not answer a JSON object" % path, 200)
+        return obj
+
     def _read_product(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
                       shape: Optional[Tuple[int, ...]], dtype: Optional[str], out: Optional[npt.NDArray[Any]],
                       flops: float, t0: float, retries: int, job_id: Optional[str] = None) -> Product:
         """Reads a raw (octet-stream) C straight into an ndarray (``out`` or a new one),
         checking its shape, dtype and length against the headers and the request."""
-        try:
+        with self._reading(conn, "C"):
+            st = resp.status
             ctype = (resp.getheader("Content-Type") or "").split(";")[0].strip().lower()
             if ctype != "application/octet-stream":
-                raise GemmProtocolError("asked for application/octet-stream, got %r" % ctype, resp.status)
-            sh = (resp.getheader("X-Gemm-Shape") or "").split(",")
+                raise GemmProtocolError("asked for application/octet-stream, got %r" % ctype, st)
             try:
-                got_shape = tuple(int(x) for x in sh)
+                got_shape = tuple(int(x) for x in (resp.getheader("X-Gemm-Shape") or "").split(","))
                 if len(got_shape) not in (2, 3) or min(got_shape) <= 0:
                     raise ValueError
             except ValueError:
-                raise GemmProtocolError("bad X-Gemm-Shape %r" % resp.getheader("X-Gemm-Shape"),
-                                        resp.status) from None
+                raise GemmProtocolError("bad X-Gemm-Shape %r" % resp.getheader("X-Gemm-Shape"), st) from None
             got_dtype = resp.getheader("X-Gemm-Dtype") or ""
             if got_dtype == "bfloat16" and _BF16 is None:
-                raise GemmProtocolError("the answer is bfloat16: " + _NO_BF16, resp.status)
+                raise GemmProtocolError("the answer is bfloat16: " + _NO_BF16, st)
             if got_dtype not in _WIRE:
-                raise GemmProtocolError("bad X-Gemm-Dtype %r" % got_dtype, resp.status)
+                raise GemmProtocolError("bad X-Gemm-Dtype %r" % got_dtype, st)
             if shape is not None and got_shape != shape:
-                raise GemmProtocolError("asked for a %s product, the answer is %s"
-                                        % ("x".join(map(str, shape)), "x".join(map(str, got_shape))), resp.status)
+                raise GemmProtocolError("asked for a %s product, the answer is %s" % (_x(shape), _x(got_shape)), st)
             if dtype is not None and got_dtype != dtype:
-                raise GemmProtocolError("asked for %s, the answer is %s" % (dtype, got_dtype), resp.status)
-            w = _WIRE[got_dtype]
-            nbytes = int(np.prod(got_shape)) * w.itemsize
+                raise GemmProtocolError("asked for %s, the answer is %s" % (dtype, got_dtype), st)
+            nbytes = int(np.prod(got_shape)) * _WIRE[got_dtype].itemsize
             if resp.length is not None and resp.length != nbytes:
                 raise GemmProtocolError("a %s %s answer must be %d bytes, Content-Length says %d"
-                                        % ("x".join(map(str, got_shape)), got_dtype, nbytes, resp.length),
-                                        resp.status)
-            if out is not None:
-                _check_out(out, got_shape, got_dtype)
-                c = out
-            else:
-                c = np.empty(got_shape, dtype=w)
+                                        % (_x(got_shape), got_dtype, nbytes, resp.length), st)
+            _check_out(out, got_shape, got_dtype)
+            c = out if out is not None else np.empty(got_shape, dtype=_WIRE[got_dtype])
             view = _bytes_of(c)
             got = 0
             while got < nbytes:
                 r = resp.readinto(view[got:])
                 if not r:
                     raise GemmConnectionError("the answer from %s ended after %d of %d bytes"
-                                              % (self.url, got, nbytes), resp.status)
+                                              % (self.url, got, nbytes), st)
                 got += r
             if not resp.isclosed() and resp.read(1):  # a chunked answer's end
-                raise GemmProtocolError("the answer is longer than %d bytes" % nbytes, resp.status)
-        except _TIMEOUTS:
-            conn.close()
-            raise GemmTimeoutError("reading C from %s took longer than %gs" % (self.url, self.timeout or 0)) from None
-        except GemmError:
-            conn.close()
-            raise
-        except (OSError, http.client.HTTPException) as e:
-            conn.close()
-            raise GemmConnectionError("reading C from %s: %s" % (self.url, e)) from e
-        except BaseException:
-            conn.close()
-            raise
-        wall_ms = (time.perf_counter() - t0) * 1e3
+                raise GemmProtocolError("the answer is longer than %d bytes" % nbytes, st)
         tile = resp.getheader("X-Gemm-Tile") or "0"
-        return Product(c=c, kernel=resp.getheader("X-Gemm-Kernel") or "",
-                       tile=int(tile) if tile.lstrip("-").isdigit() else 0,
-                       block=resp.getheader("X-Gemm-Block") or "", math=resp.getheader("X-Gemm-Math") or "",
-                       device=resp.getheader("X-Gemm-Device") or "",
-                       instance=resp.getheader("X-Gemm-Instance") or "",
-                       batched=resp.getheader("X-Gemm-Batched") or "",
-                       timing=Timing.from_server_timing(resp.getheader("Server-Timing"), flops, wall_ms),
-                       retries=retries, job_id=job_id)
-
-
-def _c_shape(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> Tuple[Tuple[int, ...], int]:
-    """C's shape, (m, n) or (b, m, n), and k."""
-    mn = (int(a.shape[-2]), int(b.shape[-1]))
-    return ((int(a.shape[0]),) + mn if a.ndim == 3 else mn), int(a.shape[-1])
-
-
-def _check_out(out: Optional[npt.NDArray[Any]], shape: Tuple[int, ...], dtype: str) -> None:
-    if out is None:
-        return
-    if not isinstance(out, np.ndarray):
-        raise TypeError("out must be an ndarray, not %s" % type(out).__name__)
-    w = _WIRE[dtype]
-    if out.shape != shape or out.dtype != w or not out.flags.c_contiguous or not out.flags.writeable:
-        raise ValueError("out must be a writeable C-contiguous %s %s array; it is %s %s%s%s"
-                         % ("x".join(map(str, shape)), dtype, "x".join(map(str, out.shape)), out.dtype,
-                            "" if out.flags.c_contiguous else ", not C-contiguous",
-                            "" if out.flags.writeable else ", read-only"))
+        h = {k: resp.getheader("X-Gemm-" + k.capitalize()) or "" for k in
+             ("kernel", "block", "math", "device", "instance", "batched")}
+        return Product(c=c, tile=int(tile) if tile.lstrip("-").isdigit() else 0,
+                       timing=Timing.from_server_timing(resp.getheader("Server-Timing"), flops,
+                                                        (time.perf_counter() - t0) * 1e3),
+                       retries=retries, job_id=job_id, **h)
 
 
 # ------------------------------------------------------------------------------ jobs
 
 class Job:
-    """A product queued with :meth:`Client.submit` (or found again with :meth:`Client.job`).
-
-    ``status()`` asks the server where it is, ``wait()`` polls until it has finished,
-    ``result()`` waits and fetches C, ``cancel()`` cancels it (or forgets it once finished,
-    freeing its result on the server). Used as a context manager, the job is cancelled or
-    forgotten when the block ends.
-    """
+    """A product queued with :meth:`Client.submit` (or found again with :meth:`Client.job`);
+    as a context manager, cancelled or forgotten when the block ends."""
 
     def __init__(self, client: Client, job_id: str, shape: Optional[Tuple[int, ...]], k: Optional[int],
                  dtype: Optional[str]) -> None:
@@ -659,9 +589,8 @@ class Job:
         return self._status()[0]
 
     def wait(self, timeout: Timeout = None) -> JobStatus:
-        """Polls until the job has finished (done, failed or cancelled) and returns its last
-        status; raises :class:`GemmTimeoutError` when ``timeout`` seconds pass first. Polls
-        after 20 ms, doubling up to 0.5 s, or after the server's ``Retry-After`` if it sends one."""
+        """Polls (20 ms doubling to 0.5 s, or the server's ``Retry-After``) until the job has
+        finished, and returns its last status; :class:`GemmTimeoutError` after ``timeout`` s."""
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = 0.02
         while True:
@@ -689,31 +618,22 @@ class Job:
             raise st.error
         c = self.client
         t0 = time.perf_counter()
-        resp, conn, retries = c._call("GET", c._prefix + self._path("/result"),
-                                      accept="application/octet-stream")
+        resp, conn, retries = c._call("GET", c._prefix + self._path("/result"), accept="application/octet-stream")
         if resp.status != 200:
             raise c._error(resp, conn, retries)
-        if self._shape is not None:
-            flops = 2.0 * float(np.prod(self._shape)) * (self._k or 0)
-        else:
-            sh = (resp.getheader("X-Gemm-Shape") or "").split(",")
-            flops = 2.0 * float(np.prod([int(x) for x in sh if x.isdigit()])) * (self._k or 0)
+        shape = self._shape or [int(x) for x in (resp.getheader("X-Gemm-Shape") or "").split(",") if x.isdigit()]
+        flops = 2.0 * float(np.prod(shape)) * (self._k or 0)
         return c._read_product(resp, conn, self._shape, self._dtype, out, flops, t0, retries, self.id)
 
     def cancel(self) -> bool:
-        """``DELETE /v1/jobs/{id}``: cancels a queued or running job (the server forgets it at
-        once; a running product stops at its next stage boundary) or forgets a finished one.
-        Returns False when the server does not know the job (already forgotten, expired, or
-        another token's)."""
+        """``DELETE /v1/jobs/{id}``: cancels a queued or running job or forgets a finished one;
+        False when the server does not know it (forgotten, expired, or another token's)."""
         c = self.client
         resp, conn, retries = c._call("DELETE", c._prefix + self._path())
-        if resp.status == 404:
+        if resp.status not in (200, 204):
             err = c._error(resp, conn, retries)
-            if err.code == "job_not_found":
+            if resp.status == 404 and err.code == "job_not_found":
                 return False
             raise err
-        if resp.status not in (200, 204):
-            raise c._error(resp, conn, retries)
         c._drain(resp, conn)
         return True
-

@@ -1,8 +1,5 @@
-"""Exceptions raised by the gemmd client.
-
-Every failure that involves the server is a :class:`GemmError`; the subclasses say what
-kind. Mistakes found locally, before anything is sent (shapes, dtypes, arguments), are
-the usual ``ValueError`` / ``TypeError``.
+"""Exceptions raised by the gemmd client: every failure that involves the server is a
+:class:`GemmError`; mistakes found before anything is sent are ``ValueError`` / ``TypeError``.
 """
 
 from __future__ import annotations
@@ -11,12 +8,9 @@ from typing import Optional
 
 
 class GemmError(Exception):
-    """The server refused a request, or a job failed.
-
-    ``status`` is the HTTP status (None when there was no answer), ``code`` the server's
-    stable error code (``"shape_mismatch"``, ``"unauthorized"``, ``"queue_full"``...;
-    None when the answer had none) and ``message`` a sentence for a person.
-    """
+    """The server refused a request, or a job failed: ``status`` (HTTP, None without an
+    answer), the server's stable ``code`` (``"shape_mismatch"``, ...; None when it gave
+    none) and ``message``, a sentence for a person."""
 
     def __init__(self, message: str, status: Optional[int] = None, code: Optional[str] = None) -> None:
         super().__init__(message)
@@ -25,12 +19,7 @@ class GemmError(Exception):
         self.message = message
 
     def __str__(self) -> str:
-        parts = []
-        if self.status is not None:
-            parts.append(str(self.status))
-        if self.code:
-            parts.append(self.code)
-        head = " ".join(parts)
+        head = " ".join(([str(self.status)] if self.status is not None else []) + ([self.code] if self.code else []))
         return "%s: %s" % (head, self.message) if head else self.message
 
     def __repr__(self) -> str:

@@ -17,15 +17,10 @@ _STAGES = ("recv", "decode", "queue", "h2d", "kernel", "d2h", "encode", "total")
 
 @dataclass(frozen=True)
 class Timing:
-    """The server's stages of one product, in milliseconds, and the client's own wall time.
-
-    ``recv``: first to last body byte; ``decode``: body to A and B ready; ``queue``: waiting
-    for a worker; ``h2d`` / ``d2h``: copies to and from the device (0 on the CPU);
-    ``kernel``: the product itself; ``encode``: C to the answer's format; ``total``: the
-    server's whole request. ``gflops`` is 2·m·n·k over the kernel time (0 when the kernel
-    time is unknown). ``wall_ms`` is what this client measured for the whole call, from the
-    first byte sent to the last byte of C read (None for timing read from a job's status).
-    """
+    """The server's stages of one product in milliseconds (``docs/API.md``, "Timing"),
+    ``gflops`` (2·m·n·k over the kernel time; 0 when unknown) and ``wall_ms``, this
+    client's whole call from the first byte sent to the last of C read (None for timing
+    read from a job's status)."""
 
     recv_ms: float = 0.0
     decode_ms: float = 0.0
@@ -61,29 +56,17 @@ class Timing:
     @classmethod
     def from_json(cls, obj: Any) -> "Timing":
         """Reads the ``timing`` object of a job's status."""
-        if not isinstance(obj, Mapping):
-            return cls()
-        vals: Dict[str, float] = {}
-        for f in dataclasses.fields(cls):
-            v = obj.get(f.name)
-            if f.name != "wall_ms" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                vals[f.name] = float(v)
-        return cls(**vals)
+        num = {k: float(v) for k, v in (obj.items() if isinstance(obj, Mapping) else ())
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return cls(**{f.name: num[f.name] for f in dataclasses.fields(cls) if f.name in num and f.name != "wall_ms"})
 
 
 @dataclass(frozen=True, eq=False)
 class Product:
-    """C and what the server reported about computing it.
-
-    ``kernel``, ``tile``, ``block``, ``math`` and ``device`` are the ones that actually ran
-    (``X-Gemm-*`` headers; ``block`` is "" where the kernel has none), ``instance`` the
-    daemon that answered (its ``instance_id``; "" from a server that does not say),
-    ``batched`` how a batch ran (``X-Gemm-Batched``, e.g. ``"1000 strided"``, or
-    ``"8 coalesced loop"`` when the server ran this product together with others; "" when
-    neither),
-    ``timing`` the server's stages, ``retries`` the number of 503 answers waited out
-    before it was accepted, ``job_id`` the id when it came from ``Client.submit``.
-    """
+    """C and what the server reported about computing it: the ``kernel``, ``tile``,
+    ``block``, ``math`` and ``device`` that ran (``X-Gemm-*`` headers, "" when not said),
+    the ``instance`` that answered, how a batch ran (``batched``), the server's
+    ``timing``, the 503 answers waited out first (``retries``) and, from a job, its id."""
 
     c: npt.NDArray[Any]
     kernel: str
@@ -112,12 +95,9 @@ JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
 
 @dataclass(frozen=True)
 class JobStatus:
-    """One ``GET /v1/jobs/{id}``: the job's state and, once it ran, its kernel and timing.
-
-    ``error`` is set for a failed or cancelled job (a :class:`GemmError` carrying the
-    job's status, code and message); ``expires_in_s`` is how long a finished job is still
-    kept. ``raw`` is the whole JSON answer.
-    """
+    """One ``GET /v1/jobs/{id}``: the job's state and, once it ran, its kernel and timing;
+    ``error`` (a :class:`GemmError`) for a failed or cancelled job, ``expires_in_s`` how
+    long a finished one is kept, ``raw`` the whole JSON answer."""
 
     id: str
     state: str
