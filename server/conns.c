@@ -743,10 +743,10 @@ static void *watchdog(void *arg)
         int stop = c->stop;
         pthread_mutex_unlock(&c->mu);
         while (left) { /* the clients that left: their requests are told, no lock held */
-            gone *next = left->next;
+            gone *after = left->next;
             left->left(left->arg);
             free(left);
-            left = next;
+            left = after;
         }
         if (stop) break;
         int closed = linger_step(c, now); /* the time and byte limits */

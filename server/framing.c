@@ -118,7 +118,6 @@ int gemmd_head_end(gemmd_head_walk *w)
 /* ---- the first call ------------------------------------------------------------------- */
 
 struct field_scan {
-    const char *cl, *te; /* the name of a second one, when found */
     int ncl, nte, bad;
     gemmd_head_walk walk;
 };
