@@ -155,10 +155,12 @@ static void client_of(gemmd_request *req)
  * (a request started at its end, without a body, is complete already). */
 static enum MHD_Result opened(gemmd_request *req)
 {
-    if (gemmd_body_open(req) != 0) return gemmd_respond_error(req, &req->err);
+    const gemmd_body_reader *body = req->route->body;
+    if (body->open && body->open(req) != 0) return gemmd_respond_error(req, &req->err);
     req->phase = REQ_BODY;
-    LOG_DEBUG("request body admitted: %s length=%s%llu limit=%llu reserved=%llu", gemmd_format_mime(req->family),
-              req->has_length ? "" : "chunked, at most ",
+    const char *ct = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_TYPE);
+    LOG_DEBUG("request body admitted: %.*s length=%s%llu limit=%llu reserved=%llu", ct ? (int)strcspn(ct, "; ") : 4,
+              ct ? ct : "none", req->has_length ? "" : "chunked, at most ",
               (unsigned long long)(req->has_length ? req->content_length : req->limit), (unsigned long long)req->limit,
               (unsigned long long)req->need);
     return req->deferred ? body_complete(req) : MHD_YES;
@@ -204,7 +206,7 @@ static void left_engine(void *arg)
 {
     gemmd_request *req = arg;
     LOG_DEBUG("product cancelled: its client left");
-    gemm_engine_cancel(req->svc->engine, &req->job);
+    gemm_engine_cancel(req->svc->engine, req->job);
     gemmd_request_release(req); /* the watch's */
 }
 
@@ -287,9 +289,9 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
     }
     if ((route->flags & GEMMD_STOPS) && atomic_load(&svc->stopping))
         return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
-    if (!route->begin) return route->handler(req);
+    if (!route->body) return route->handler(req);
     client_of(req);
-    if (route->begin(req) != 0) {
+    if (route->body->begin(req) != 0) {
         LOG_DEBUG("request refused before its body: %d %s", req->err.status, req->err.code);
         return gemmd_respond_error(req, &req->err);
     }
@@ -303,18 +305,14 @@ static enum MHD_Result body_complete(gemmd_request *req)
                   (unsigned long long)req->bytes_in);
         return gemmd_respond_error(req, &req->err);
     }
-    if (req->route->finish(req) != 0) {
+    if (req->route->body->finish(req) != 0) {
         LOG_DEBUG("request body refused: %d %s", req->err.status, req->err.code);
         return gemmd_respond_error(req, &req->err);
     }
-    LOG_DEBUG("request body decoded: %s A %llux%llu B %llux%llu bytes=%llu recv_ms=%.3f decode_ms=%.3f",
-              gemm_dtype_name(req->a.dtype), (unsigned long long)req->a.rows, (unsigned long long)req->a.cols,
-              (unsigned long long)req->b.rows, (unsigned long long)req->b.cols, (unsigned long long)req->bytes_in,
-              req->t_body_ms - req->t_start_ms, req->t_decoded_ms - req->t_body_ms);
     enum MHD_Result rc = req->route->handler(req);
     if (req->phase == REQ_WAIT) {
         gemmd_conn_wait(req->cx); /* no deadline on the engine, but its client is watched */
-        if (req->job.done) watch(req, left_engine);
+        if (req->job) watch(req, left_engine);
     }
     return rc;
 }
@@ -377,15 +375,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_data_size) {
-        gemmd_conn_body(req->cx, *upload_data_size);
-        if (req->phase == REQ_BODY) {
-            req->route->feed(req, upload_data, *upload_data_size);
-            if (req->failed && req->discarded > GEMMD_DISCARD_MAX) return MHD_NO;
-        } else {
-            req->bytes_in += *upload_data_size;
-        }
+        size_t n = *upload_data_size;
         *upload_data_size = 0;
-        return MHD_YES;
+        gemmd_conn_body(req->cx, n);
+        req->bytes_in += n;
+        if (req->phase != REQ_BODY) return MHD_YES;
+        if (req->failed) {
+            req->discarded += n;
+        } else if (req->bytes_in > req->limit) {
+            gemm_err_set(&req->err, 413, "body_too_large", "the body is over the limit of %llu bytes%s",
+                         (unsigned long long)req->limit, req->limit_json ? " for JSON (max_json_mb)" : " (max_body_mb)");
+            req->failed = 1;
+        } else {
+            req->route->body->feed(req, upload_data, n);
+        }
+        return req->failed && req->discarded > GEMMD_DISCARD_MAX ? MHD_NO : MHD_YES;
     }
     if (req->phase == REQ_DEFER) { /* no body: complete once admitted (opened) */
         req->deferred = 1;

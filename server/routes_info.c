@@ -269,5 +269,5 @@ enum MHD_Result gemmd_route_metrics(gemmd_request *req)
     gemmd_admit_get_stats(req->svc->admit, &as);
     gemmd_metrics_render_admission(&b, &as);
     gemmd_usage_render(&b, req->svc->auth);
-    return gemmd_respond_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
+    return gemmd_respond_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b, NULL);
 }

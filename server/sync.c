@@ -123,7 +123,7 @@ void gemmd_sync_stop(gemmd_sync *s)
     for (int i = SYNC_STRIPES - 1; i >= 0; i--) pthread_mutex_unlock(&s->stripe[i].mu);
 }
 
-int gemmd_sync_begin(gemmd_request *req)
+int gemmd_sync_begin(gemmd_request *req, gemm_job *job)
 {
     gemmd_sync *s = req->svc->sync;
     struct sync_stripe *st = stripe_of(req);
@@ -134,6 +134,7 @@ int gemmd_sync_begin(gemmd_request *req)
         pthread_mutex_unlock(&st->mu);
         return -1;
     }
+    req->job = job;
     req->pend_prev = NULL;
     req->pend_next = st->pending;
     if (st->pending) st->pending->pend_prev = req;
@@ -164,7 +165,7 @@ static int state_locked(const gemmd_request *req)
 int gemmd_sync_direct(const gemmd_request *req)
 {
     const gemmd_sync *s = req->svc->sync;
-    const gemm_job *job = &req->job;
+    const gemm_job *job = req->job;
     if (gemm_engine_runs_on_host(s->engine, job)) return 1;
     double mnk = (double)job->m * (double)job->n * (double)job->k * (double)gemm_job_batch(job);
     /* req counts among the pending: gemmd_sync_begin listed it */
@@ -175,7 +176,7 @@ int gemmd_sync_wait(gemmd_request *req)
 {
     /* Shutdown began while it was being submitted: cancel it now (done() may run here).
      * req cannot go away meanwhile: this connection holds it and is ours until we return. */
-    if (atomic_load(req->svc->sync->stopping)) gemm_engine_cancel(req->svc->engine, &req->job);
+    if (atomic_load(req->svc->sync->stopping)) gemm_engine_cancel(req->svc->engine, req->job);
     pthread_mutex_t *mu = lock_of(req);
     pthread_mutex_lock(mu);
     int r = state_locked(req);
@@ -258,7 +259,7 @@ static gemmd_request *hold_pending(gemmd_sync *s, int queued_only)
         struct sync_stripe *st = &s->stripe[i];
         pthread_mutex_lock(&st->mu);
         for (gemmd_request *r = st->pending; r; r = r->pend_next) {
-            if (queued_only && atomic_load(&r->job.state) != GEMM_JOB_QUEUED) continue;
+            if (queued_only && atomic_load(&r->job->state) != GEMM_JOB_QUEUED) continue;
             r->refs++;
             r->hold_next = held;
             held = r;
@@ -276,7 +277,7 @@ int gemmd_sync_cancel_pending(gemmd_sync *s, int running_too)
         gemmd_request *next = r->hold_next;
         /* Queued: done() runs right here (503 shutting_down). Running: asked to stop at
          * its next stage boundary. No lock is held: done() takes r's stripe lock. */
-        gemm_engine_cancel(s->engine, &r->job);
+        gemm_engine_cancel(s->engine, r->job);
         gemmd_request_release(r);
         r = next;
         n++;

@@ -11,7 +11,7 @@
  * address; no lock is shared by all). A request is reference counted: the connection's
  * reference (until NOTIFY_COMPLETED), the engine's (submit until done()), short holds.
  *
- *   gemmd_sync_begin(req)              listed, the engine's reference taken
+ *   gemmd_sync_begin(req, job)         listed, the engine's reference taken
  *   gemm_engine_submit[_here](...)     (gemmd_sync_refused(req) if it refuses)
  *   switch (gemmd_sync_wait(req))      DONE: answer now; SUSPENDED: resumed later;
  *                                      ABANDONED: shutdown gave up, answer 503
@@ -54,9 +54,9 @@ int gemmd_sync_abandon_pending(gemmd_sync *s);
 /* ---- a request's side --------------------------------------------------------------- */
 enum { GEMMD_SYNC_SUSPENDED = 0, GEMMD_SYNC_DONE = 1, GEMMD_SYNC_ABANDONED = 2 };
 
-/* Lists req as pending and takes the engine's reference, before gemm_engine_submit: 0, or
- * -1 when shutdown has begun (nothing taken; answer 503). */
-int gemmd_sync_begin(gemmd_request *req);
+/* Lists req as pending with its product job (req->job) and takes the engine's reference,
+ * before gemm_engine_submit: 0, or -1 when shutdown has begun (nothing taken; answer 503). */
+int gemmd_sync_begin(gemmd_request *req, gemm_job *job);
 /* The engine refused the product: done() will not come; undoes gemmd_sync_begin. */
 void gemmd_sync_refused(gemmd_request *req);
 /* Whether req's product should run on this HTTP thread (gemm_engine_submit_here): the
