@@ -287,16 +287,6 @@ void gemmd_budget_move(gemmd_budget *b, gemmd_mem_kind from, gemmd_mem_kind to, 
     atomic_fetch_sub_explicit(&b->by_kind[from], bytes, memory_order_relaxed);
 }
 
-int gemmd_budget_fits(gemmd_budget *b, uint64_t bytes)
-{
-    if (!b) return 0;
-    /* What the cache holds would be let go for it (gemmd_budget_set_reclaim). */
-    uint64_t cap = cap_for(b, bytes), cur = atomic_load(&b->used);
-    uint64_t kept = b->reclaim ? atomic_load(&b->by_kind[GEMMD_MEM_CACHE]) : 0;
-    cur = cur > kept ? cur - kept : 0;
-    return cur <= cap && bytes <= cap - cur ? 0 : -1;
-}
-
 unsigned gemmd_budget_retry_after(gemmd_budget *b, uint64_t bytes)
 {
     if (!b) return 1;
@@ -561,15 +551,4 @@ void gemmd_budget_forget(gemmd_budget *b, void *p)
     if (!b || !p) return;
     buf_entry e;
     if (take_entry(b, p, &e) == 0) gemmd_budget_release(b, (gemmd_mem_kind)e.kind, e.charged);
-}
-
-uint64_t gemmd_budget_charged(gemmd_budget *b, void *p)
-{
-    if (!b || !p) return 0;
-    buf_shard *sh = shard_of(b, p);
-    pthread_mutex_lock(&sh->mu);
-    buf_entry *e = find_locked(sh, p);
-    uint64_t v = e ? e->charged : 0;
-    pthread_mutex_unlock(&sh->mu);
-    return v;
 }

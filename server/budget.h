@@ -105,8 +105,6 @@ int gemmd_budget_adjust(gemmd_budget *b, gemmd_mem_kind k, uint64_t old_bytes, u
 /* Moves bytes from one kind to another (no admission: the total does not change). */
 void gemmd_budget_move(gemmd_budget *b, gemmd_mem_kind from, gemmd_mem_kind to, uint64_t bytes);
 
-/* Whether `bytes` could be charged now (no charge taken): 0, or -1. */
-int gemmd_budget_fits(gemmd_budget *b, uint64_t bytes);
 /* The most one request may ever be charged (the budget less its reserve). */
 uint64_t gemmd_budget_max_single(const gemmd_budget *b);
 
@@ -177,8 +175,6 @@ void gemmd_budget_adopt(gemmd_budget *b, void *p, gemmd_mem_kind k, gemmd_resv *
  * accountant owns it from now on (a resident matrix counts against resident_mb). Whoever
  * frees it may still do so through the charging allocator. */
 void gemmd_budget_forget(gemmd_budget *b, void *p);
-/* Bytes charged for p on its own (0 when unknown or inside a reservation). */
-uint64_t gemmd_budget_charged(gemmd_budget *b, void *p);
 
 /* Bytes of the last refusal on this thread (0: none), cleared by the call. */
 uint64_t gemmd_budget_take_refusal(void);

@@ -44,10 +44,6 @@ struct gemmd_server {
     struct MHD_Daemon *daemon;
     char url[128];
     gemmd_budget_alloc_ctx alloc_ctx;
-};
-
-struct gemmd_server_ext {
-    gemmd_server s;
     char *tls_cert, *tls_key;
     MHD_socket quiesced;
     gemmd_conns_config conns_cfg;
@@ -456,7 +452,6 @@ static void budget_tick(void *budget) { gemmd_budget_tick(budget, (int64_t)gemm_
 /* The memory budget, the charging allocators and the connection limits and deadlines. */
 static int start_limits(gemmd_server *s, gemm_err *err)
 {
-    struct gemmd_server_ext *x = (struct gemmd_server_ext *)s;
     const gemmd_config *cfg = &s->svc.cfg;
     uint64_t limit = gemmd_budget_limit(cfg->max_inflight_bytes);
     gemmd_budget_tune_malloc();
@@ -482,7 +477,7 @@ static int start_limits(gemmd_server *s, gemm_err *err)
     if (!s->svc.admit) return gemm_err_set(err, 500, "out_of_memory", "cannot start the admission queue");
     gemmd_budget_set_release_hook(s->svc.budget, admit_kick, s->svc.admit);
 
-    x->conns_cfg = (gemmd_conns_config){
+    s->conns_cfg = (gemmd_conns_config){
         .connection_limit = cfg->connection_limit,
         .per_ip_limit = cfg->per_ip_limit,
         .header_timeout_s = cfg->header_timeout_s,
@@ -494,7 +489,7 @@ static int start_limits(gemmd_server *s, gemm_err *err)
         .tick = budget_tick, /* memory given back goes back to the system (budget.h) */
         .tick_ctx = s->svc.budget,
     };
-    s->svc.conns = gemmd_conns_new(&x->conns_cfg);
+    s->svc.conns = gemmd_conns_new(&s->conns_cfg);
     if (!s->svc.conns) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate the connection table");
     s->svc.offload = gemmd_offload_new(GEMMD_OFFLOAD_THREADS);
     if (!s->svc.offload) return gemm_err_set(err, 500, "out_of_memory", "cannot start the offload threads");
@@ -506,6 +501,7 @@ static int start_limits(gemmd_server *s, gemm_err *err)
     return 0;
 }
 
+/* A PEM file, whole (at most 16 MiB; "" when empty). */
 static char *read_file(const char *path, gemm_err *err)
 {
     FILE *f = fopen(path, "rb");
@@ -514,25 +510,18 @@ static char *read_file(const char *path, gemm_err *err)
         return NULL;
     }
     char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *p = cap <= (1u << 24) ? realloc(buf, cap) : NULL;
-            if (!p) {
-                free(buf);
-                fclose(f);
-                gemm_err_set(err, 500, "bad_config", "%s is too large for a PEM file", path);
-                return NULL;
-            }
-            buf = p;
-        }
-        size_t n = fread(buf + len, 1, 4096, f);
-        len += n;
-        if (n < 4096) break;
-    }
+    size_t cap = 0;
+    ssize_t n = getdelim(&buf, &cap, '\0', f); /* up to a NUL, which a PEM file never holds */
     fclose(f);
-    buf[len] = '\0';
+    if (n < 0) {
+        free(buf);
+        buf = calloc(1, 1);
+    } else if (n > (1 << 24)) {
+        free(buf);
+        gemm_err_set(err, 500, "bad_config", "%s is too large for a PEM file", path);
+        return NULL;
+    }
+    if (!buf) gemm_err_set(err, 500, "out_of_memory", "cannot read %s", path);
     return buf;
 }
 
@@ -631,21 +620,34 @@ static int check_tls(const gemmd_config *cfg, const char *cert, const char *key,
     return 0;
 }
 
-gemmd_server *gemmd_http_start(const gemmd_config *cfg, gemm_engine *engine, gemm_err *err)
+/* Frees what start made (after MHD_stop_daemon, and once the engine holds none of our
+ * jobs: their done() touches the stores). */
+static void free_server(gemmd_server *s)
 {
-    return gemmd_http_start_fd(cfg, engine, -1, err);
+    gemmd_jobs_free(s->svc.jobs);
+    gemmd_matrices_free(s->svc.matrices); /* no request holds one any more */
+    gemmd_conns_free(s->svc.conns);
+    gemmd_offload_free(s->svc.offload);
+    if (s->svc.budget) gemm_engine_set_keep_charge(s->svc.engine, NULL, NULL); /* off the budget first */
+    gemmd_budget_set_release_hook(s->svc.budget, NULL, NULL);
+    gemmd_admit_free(s->svc.admit);
+    gemmd_budget_free(s->svc.budget);
+    gemmd_auth_free(s->svc.auth);
+    gemmd_sync_free(s->svc.sync);
+    free(s->tls_cert);
+    free(s->tls_key);
+    free(s);
 }
 
 gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, int listen_fd, gemm_err *err)
 {
-    struct gemmd_server_ext *x = calloc(1, sizeof *x);
-    if (!x) {
+    gemmd_server *s = calloc(1, sizeof *s);
+    if (!s) {
         if (listen_fd >= 0) close(listen_fd);
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate the server");
         return NULL;
     }
-    gemmd_server *s = &x->s;
-    x->quiesced = MHD_INVALID_SOCKET;
+    s->quiesced = MHD_INVALID_SOCKET;
     s->svc.cfg = *cfg;
     s->svc.engine = engine;
     gemm_engine_describe(engine, &s->svc.info);
@@ -683,9 +685,9 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
     int tls = cfg->tls_cert[0] && cfg->tls_key[0];
     if (tls) {
-        x->tls_cert = read_file(cfg->tls_cert, err);
-        x->tls_key = x->tls_cert ? read_file(cfg->tls_key, err) : NULL;
-        if (!x->tls_key || check_tls(cfg, x->tls_cert, x->tls_key, err) != 0) goto fail;
+        s->tls_cert = read_file(cfg->tls_cert, err);
+        s->tls_key = s->tls_cert ? read_file(cfg->tls_key, err) : NULL;
+        if (!s->tls_key || check_tls(cfg, s->tls_cert, s->tls_key, err) != 0) goto fail;
         flags |= MHD_USE_TLS;
     }
     unsigned threads = (unsigned)gemmd_config_http_threads(cfg);
@@ -697,7 +699,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate the server");
         goto fail;
     }
-    unsigned mhd_limit = gemmd_conns_mhd_limit(&x->conns_cfg);
+    unsigned mhd_limit = gemmd_conns_mhd_limit(&s->conns_cfg);
     /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
     if (listen_fd < 0 && (listen_fd = listen_on(&ss, sslen, host, cfg->port, err)) < 0) goto fail;
     struct MHD_OptionItem strict[2];
@@ -705,8 +707,8 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     /* HTTPS: certificate, key, and the protocol versions and ciphers offered. */
     struct MHD_OptionItem tls_opts[4] = {{MHD_OPTION_END, 0, NULL}};
     if (tls) {
-        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, x->tls_cert};
-        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, x->tls_key};
+        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls_cert};
+        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls_key};
         tls_opts[2] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)cfg->tls_priorities};
         tls_opts[3] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     }
@@ -719,14 +721,14 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         /* room over connection_limit: gemmd answers the connections over its limits itself */
         MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
         MHD_OPTION_NOTIFY_CONNECTION, gemmd_conns_notify, s->svc.conns,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)x->conns_cfg.mhd_buffer,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)s->conns_cfg.mhd_buffer,
         /* libmicrohttpd 0.9.7x reads into half of the connection's buffer and grows that
          * only when it is full, which a body consumed as it arrives never makes it. With
          * an increment of the whole buffer each read grows it until a few KiB are left, so
          * a large body comes in reads of almost the whole buffer, in fewer passes of the
          * event loop; small requests cost the same (the library clears the whole buffer
          * between requests either way). 1.0 grows by other rules: its default is kept. */
-        MHD_OPTION_CONNECTION_MEMORY_INCREMENT, gemmd_read_increment((size_t)x->conns_cfg.mhd_buffer),
+        MHD_OPTION_CONNECTION_MEMORY_INCREMENT, gemmd_read_increment((size_t)s->conns_cfg.mhd_buffer),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!s->daemon) {
         gemm_err_set(err, 500, "internal_error", "libmicrohttpd did not start on %s port %d (see the log above)",
@@ -745,19 +747,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
 
 fail:
     if (listen_fd >= 0) close(listen_fd);
-    gemmd_jobs_free(s->svc.jobs);
-    gemmd_matrices_free(s->svc.matrices);
-    gemmd_conns_free(s->svc.conns);
-    gemmd_offload_free(s->svc.offload);
-    if (s->svc.budget) gemm_engine_set_keep_charge(s->svc.engine, NULL, NULL); /* off the budget first */
-    gemmd_budget_set_release_hook(s->svc.budget, NULL, NULL);
-    gemmd_admit_free(s->svc.admit);
-    gemmd_budget_free(s->svc.budget);
-    gemmd_auth_free(s->svc.auth);
-    gemmd_sync_free(s->svc.sync);
-    free(x->tls_cert);
-    free(x->tls_key);
-    free(x);
+    free_server(s);
     return NULL;
 }
 
@@ -805,8 +795,7 @@ static int wait_engine_idle(gemm_engine *e, double limit_ms)
  * touches the server and the store) is anything freed. */
 static int shutdown_server(gemmd_server *s, int keep_socket)
 {
-    struct gemmd_server_ext *x = (struct gemmd_server_ext *)s;
-    x->quiesced = MHD_quiesce_daemon(s->daemon); /* no new connections */
+    s->quiesced = MHD_quiesce_daemon(s->daemon); /* no new connections */
 
     gemmd_sync_stop(s->svc.sync); /* no new products, from keep-alive connections either */
     gemmd_admit_close(s->svc.admit); /* those waiting for memory answer 503 */
@@ -837,26 +826,14 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     MHD_stop_daemon(s->daemon); /* nothing is suspended any more */
     wait_engine_idle(s->svc.engine, -1.0);
     int kept = -1;
-    if (x->quiesced != MHD_INVALID_SOCKET) {
-        int fl = keep_socket ? fcntl(x->quiesced, F_GETFD) : -1;
-        if (fl >= 0 && fcntl(x->quiesced, F_SETFD, fl & ~FD_CLOEXEC) == 0)
-            kept = x->quiesced;
+    if (s->quiesced != MHD_INVALID_SOCKET) {
+        int fl = keep_socket ? fcntl(s->quiesced, F_GETFD) : -1;
+        if (fl >= 0 && fcntl(s->quiesced, F_SETFD, fl & ~FD_CLOEXEC) == 0)
+            kept = s->quiesced;
         else
-            close(x->quiesced);
+            close(s->quiesced);
     }
-    gemmd_jobs_free(s->svc.jobs);
-    gemmd_matrices_free(s->svc.matrices); /* no request holds one any more */
-    gemmd_conns_free(s->svc.conns);
-    gemmd_offload_free(s->svc.offload);
-    if (s->svc.budget) gemm_engine_set_keep_charge(s->svc.engine, NULL, NULL); /* off the budget first */
-    gemmd_budget_set_release_hook(s->svc.budget, NULL, NULL);
-    gemmd_admit_free(s->svc.admit);
-    gemmd_budget_free(s->svc.budget);
-    gemmd_auth_free(s->svc.auth);
-    gemmd_sync_free(s->svc.sync);
-    free(x->tls_cert);
-    free(x->tls_key);
-    free(x);
+    free_server(s);
     return kept;
 }
 

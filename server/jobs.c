@@ -443,11 +443,6 @@ static int same_id(const char *a, const char *b)
     return diff == 0;
 }
 
-gemmd_job_entry *gemmd_jobs_get(gemmd_jobs *s, const char *id)
-{
-    return gemmd_jobs_get_owned(s, id, GEMMD_OWNER_ANY);
-}
-
 gemmd_job_entry *gemmd_jobs_get_owned(gemmd_jobs *s, const char *id, int owner)
 {
     gemmd_job_entry *dead = NULL, *found = NULL;
@@ -512,11 +507,6 @@ void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *v)
         v->math = j->job.math;
     }
     pthread_mutex_unlock(&s->mu);
-}
-
-int gemmd_jobs_delete(gemmd_jobs *s, const char *id)
-{
-    return gemmd_jobs_delete_owned(s, id, GEMMD_OWNER_ANY);
 }
 
 int gemmd_jobs_delete_owned(gemmd_jobs *s, const char *id, int owner)
@@ -593,19 +583,4 @@ int gemmd_jobs_retry_after_s(gemmd_jobs *s)
     if (secs < 1) secs = 1;
     if (secs > 86400.0 * 30) secs = 86400.0 * 30;
     return (int)secs;
-}
-
-void gemmd_jobs_counts(gemmd_jobs *s, int counts[5], int *kept, uint64_t *bytes)
-{
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < 5; i++) counts[i] = 0;
-    int n = 0;
-    for (gemmd_job_entry *j = s->head; j; j = j->next) {
-        int st = (int)state_locked(j);
-        if (st >= 0 && st < 5) counts[st]++;
-        n++;
-    }
-    if (kept) *kept = n;
-    if (bytes) *bytes = s->mem_used;
-    pthread_mutex_unlock(&s->mu);
 }

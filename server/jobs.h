@@ -116,14 +116,12 @@ int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err);
 /* The entry with that id made by owner, with a reference taken; NULL when unknown,
  * expired, or made by another owner (GEMMD_OWNER_ANY: whoever made it). */
 gemmd_job_entry *gemmd_jobs_get_owned(gemmd_jobs *s, const char *id, int owner);
-gemmd_job_entry *gemmd_jobs_get(gemmd_jobs *s, const char *id); /* any owner */
 void gemmd_jobs_put(gemmd_jobs *s, gemmd_job_entry *j);
 void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *out);
 
 /* Cancels (queued), asks the engine to stop it and frees it when done() fires (running)
  * or forgets (finished). Returns 0, or -1 when no such job of that owner is kept. */
 int gemmd_jobs_delete_owned(gemmd_jobs *s, const char *id, int owner);
-int gemmd_jobs_delete(gemmd_jobs *s, const char *id); /* any owner */
 
 /* Forgets finished jobs older than the TTL (the sweeper and every call do it too). */
 void gemmd_jobs_sweep(gemmd_jobs *s);
@@ -136,7 +134,5 @@ int gemmd_jobs_retry_after_s(gemmd_jobs *s);
 /* Test hook: called at the start of every job's done(), after the engine stored the
  * job's final state and before the store has seen it (NULL: none). */
 void gemmd_jobs_set_done_hook(gemmd_jobs *s, void (*hook)(gemmd_job_entry *j, void *arg), void *arg);
-/* Entries kept, by gemm_job_state; and how many / how many bytes are kept in all. */
-void gemmd_jobs_counts(gemmd_jobs *s, int counts[5], int *kept, uint64_t *bytes);
 
 #endif

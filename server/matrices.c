@@ -402,12 +402,3 @@ void gemmd_matrices_list_json(gemmd_matrices *s, int owner, gemm_buf *out)
     if (!v) out->failed = 1;
     free(v);
 }
-
-void gemmd_matrices_usage(gemmd_matrices *s, int *count, uint64_t *bytes, uint64_t *budget)
-{
-    pthread_mutex_lock(&s->mu);
-    if (count) *count = s->count;
-    if (bytes) *bytes = s->held;
-    if (budget) *budget = s->budget;
-    pthread_mutex_unlock(&s->mu);
-}

@@ -109,7 +109,5 @@ int gemmd_matrices_delete(gemmd_matrices *s, const char *id, int owner);
 void gemmd_matrices_list_json(gemmd_matrices *s, int owner, gemm_buf *out);
 /* Appends one matrix's description: {"id","shape","dtype","bytes","where",...}. */
 void gemmd_matrices_describe_json(gemmd_matrices *s, const gemmd_matrix_entry *e, gemm_buf *out);
-/* Kept count, bytes held (reserved included) and the budget. */
-void gemmd_matrices_usage(gemmd_matrices *s, int *count, uint64_t *bytes, uint64_t *budget);
 
 #endif
