@@ -49,6 +49,8 @@ void gemmd_metrics_render_connections(gemm_buf *out, const gemmd_conns_stats *st
  * gemmd_admission_total{result}. */
 void gemmd_metrics_render_admission(gemm_buf *out, const gemmd_admit_stats *st);
 
+/* Appends a metric's # HELP and # TYPE lines. */
+void gemmd_metrics_header(gemm_buf *out, const char *name, const char *type, const char *help);
 /* Appends v escaped as a label value (backslash, double quote, newline). */
 void gemmd_metrics_label_value(gemm_buf *out, const char *v);
 #endif

@@ -26,6 +26,8 @@
 #include <microhttpd.h>
 #include <stddef.h>
 
+#include "gemm_types.h"
+
 typedef struct gemmd_request gemmd_request;
 
 /* Methods a row takes (GET implies HEAD). */
@@ -94,7 +96,9 @@ void gemmd_rows_feed(gemmd_request *req, const char *data, size_t len);
 int gemmd_rows_finish(gemmd_request *req);
 void gemmd_rows_end(gemmd_request *req);
 
-/* routes_info.c: operations and the status page */
+/* routes_info.c: operations and the status page; 0 when the engine takes work, else -1
+ * with *err (503 shutting_down, device_lost or not_ready) */
+int gemmd_not_ready(gemmd_request *req, gemm_err *err);
 enum MHD_Result gemmd_route_healthz(gemmd_request *req);
 enum MHD_Result gemmd_route_readyz(gemmd_request *req);
 enum MHD_Result gemmd_route_info(gemmd_request *req);

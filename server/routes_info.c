@@ -31,21 +31,24 @@ enum MHD_Result gemmd_route_healthz(gemmd_request *req)
     return gemmd_respond_json(req, 200, &b);
 }
 
+int gemmd_not_ready(gemmd_request *req, gemm_err *err)
+{
+    gemmd_services *srv = req->svc;
+    gemm_engine_stats st;
+    if (atomic_load(&srv->stopping)) return gemm_err_set(err, 503, "shutting_down", "the server is shutting down");
+    if (!gemm_engine_healthy(srv->engine))
+        return gemm_err_set(err, 503, "device_lost",
+                            "the engine lost every device it uses; the process must be restarted");
+    if (gemm_engine_ready(srv->engine)) return 0;
+    gemm_engine_get_stats(srv->engine, &st);
+    return gemm_err_set(err, 503, "not_ready", "the engine is not taking work: %d of %d queue places are taken",
+                        st.queued, srv->info.queue_capacity);
+}
+
 enum MHD_Result gemmd_route_readyz(gemmd_request *req)
 {
     gemmd_services *srv = req->svc;
-    if (atomic_load(&req->svc->stopping))
-        return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down");
-    if (!gemm_engine_healthy(srv->engine))
-        return gemmd_respond_errorf(req, 503, "device_lost",
-                                    "the engine lost every device it uses; the process must be restarted");
-    if (!gemm_engine_ready(srv->engine)) {
-        gemm_engine_stats st;
-        gemm_engine_get_stats(srv->engine, &st);
-        return gemmd_respond_errorf(req, 503, "not_ready",
-                                    "the engine is not taking work: %d of %d queue places are taken",
-                                    st.queued, srv->info.queue_capacity);
-    }
+    if (gemmd_not_ready(req, &req->err) != 0) return gemmd_respond_error(req, &req->err);
     gemm_engine_stats st;
     gemm_engine_get_stats(srv->engine, &st);
     gemm_buf b;

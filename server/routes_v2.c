@@ -79,11 +79,6 @@ void gemmd_v2_end(gemmd_request *req)
 
 static gemmd_v2 *state(gemmd_request *req) { return req->v2; }
 
-static enum MHD_Result v2_error(gemmd_request *req, int status, const char *code, const char *msg)
-{
-    return gemmd_respond_errorf(req, status, code, "%s", msg);
-}
-
 /* ---- routing: the model named in the path -------------------------------------------- */
 
 #define V2_ROUTES "/v2, /v2/health/{live,ready} and /v2/models/" GEMM_V2_MODEL "[/versions/" GEMM_V2_MODEL_VERSION \
@@ -110,28 +105,6 @@ static int check_model(const gemmd_request *req, gemm_err *err)
 }
 
 /* ---- health and metadata ------------------------------------------------------------- */
-
-/* Why the engine takes no work now, or NULL when it does (as GET /readyz). */
-static const char *not_ready(gemmd_request *req, char *buf, size_t cap)
-{
-    const gemmd_services *srv = req->svc;
-    if (atomic_load(&req->svc->stopping)) return "the server is shutting down";
-    if (!gemm_engine_healthy(srv->engine))
-        return "the engine lost every device it uses; the process must be restarted";
-    if (!gemm_engine_ready(srv->engine)) {
-        gemm_engine_stats st;
-        gemm_engine_get_stats(srv->engine, &st);
-        snprintf(buf, cap, "the engine is not taking work: %d of %d queue places are taken", st.queued,
-                 srv->info.queue_capacity);
-        return buf;
-    }
-    return NULL;
-}
-
-static enum MHD_Result answer_json(gemmd_request *req, gemm_buf *b)
-{
-    return gemmd_respond_json(req, 200, b);
-}
 
 static void tensor_meta(gemm_buf *b, const char *name)
 {
@@ -165,7 +138,7 @@ static enum MHD_Result model_metadata(gemmd_request *req)
     for (int i = 0, n = 0; i < GEMM_MATH_COUNT; i++)
         if (maths & (1u << i)) gemm_buf_printf(&b, "%s%s", n++ ? "," : "", gemm_math_name((gemm_math)i));
     gemm_buf_puts(&b, "\"}}\n");
-    return answer_json(req, &b);
+    return gemmd_respond_json(req, 200, &b);
 }
 
 enum MHD_Result gemmd_v2_server_meta(gemmd_request *req)
@@ -175,34 +148,31 @@ enum MHD_Result gemmd_v2_server_meta(gemmd_request *req)
     gemm_buf_puts(&b, "{\"name\":\"gemmd\",\"version\":");
     gemm_buf_json_string(&b, GEMMD_VERSION);
     gemm_buf_puts(&b, ",\"extensions\":[\"binary_tensor_data\"]}\n");
-    return answer_json(req, &b);
+    return gemmd_respond_json(req, 200, &b);
 }
 
 enum MHD_Result gemmd_v2_live(gemmd_request *req)
 {
     if (!gemm_engine_healthy(req->svc->engine))
-        return v2_error(req, 400, "device_lost",
-                        "not live: the engine lost every device it uses; this process must be restarted");
+        return gemmd_respond_errorf(req, 400, "device_lost",
+                                    "not live: the engine lost every device it uses; this process must be restarted");
     gemm_buf b;
     gemm_buf_init(&b);
     gemm_buf_puts(&b, "{\"live\":true}\n");
-    return answer_json(req, &b);
+    return gemmd_respond_json(req, 200, &b);
 }
 
 /* GET /v2/health/ready (model NULL) and the model's /ready. */
 static enum MHD_Result ready(gemmd_request *req, const char *model)
 {
-    char why[160], msg[220];
-    const char *nr = not_ready(req, why, sizeof why);
-    if (nr) {
-        snprintf(msg, sizeof msg, "not ready: %s", nr);
-        return v2_error(req, 400, "not_ready", msg);
-    }
+    gemm_err e;
+    if (gemmd_not_ready(req, &e) != 0)
+        return gemmd_respond_errorf(req, 400, "not_ready", "not ready: %s", e.message);
     gemm_buf b;
     gemm_buf_init(&b);
     if (!model) gemm_buf_puts(&b, "{\"ready\":true}\n");
     else gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"ready\":true}\n");
-    return answer_json(req, &b);
+    return gemmd_respond_json(req, 200, &b);
 }
 
 enum MHD_Result gemmd_v2_ready(gemmd_request *req) { return ready(req, NULL); }
