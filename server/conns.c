@@ -78,7 +78,7 @@ struct gemmd_conns {
     pthread_t thread;
     int running, stop;
     gemmd_conn *head;
-    int open, admitted, max_open;
+    int open, admitted;
     ip_slot *ips;
     size_t ip_cap;              /* power of two, > 2x the most connections MHD holds */
     int lingering;              /* sockets handed over for a lingering close, not yet closed */
@@ -328,6 +328,22 @@ static gemmd_conn *pending_victim(gemmd_conns *c, const gemmd_conn *x)
     return live > (int)gemmd_conns_pending_room(&c->cfg) ? best : NULL;
 }
 
+/* Closes v to make room for a newcomer (lock held): first, on plain HTTP, what it sent is
+ * dropped and a 503 written when answer; abort: reset at close. */
+static void evict(gemmd_conns *c, gemmd_conn *v, int answer, int abort, int64_t waited_us)
+{
+    if (c->cfg.plain_http && answer) {
+        drain(v->fd);
+        write_canned(v->fd, 503, "Service Unavailable", "too_many_connections",
+                     "the server is full and this connection had not sent a request; retry", 1);
+    }
+    uncount(c, v);
+    shut(v, abort);
+    atomic_fetch_add(&c->evicted, 1);
+    LOG_DEBUG("connection from %s closed to make room: it had waited %.1f s for a request head", v->addr_text,
+              (double)waited_us / 1e6);
+}
+
 gemmd_conn *gemmd_conns_open(gemmd_conns *c, int fd, const struct sockaddr *client)
 {
     gemmd_conn *x = calloc(1, sizeof *x);
@@ -345,27 +361,13 @@ gemmd_conn *gemmd_conns_open(gemmd_conns *c, int fd, const struct sockaddr *clie
     if (c->head) c->head->prev = x;
     c->head = x;
     c->open++;
-    if (c->open > c->max_open) c->max_open = c->open;
     int why = REF_NONE;
     if (c->cfg.per_ip_limit > 0 && ip_count(c, x->addr) >= c->cfg.per_ip_limit) {
         why = REF_IP;
     } else if (c->admitted >= c->cfg.connection_limit) {
         gemmd_conn *v = victim(c, x->addr);
-        if (v) {
-            int never = atomic_load(&v->requests) == 0;
-            if (c->cfg.plain_http && never) {
-                drain(v->fd);
-                write_canned(v->fd, 503, "Service Unavailable", "too_many_connections",
-                             "the server is full and this connection had not sent a request; retry", 1);
-            }
-            uncount(c, v);
-            shut(v, 0);
-            atomic_fetch_add(&c->evicted, 1);
-            LOG_DEBUG("connection from %s closed to make room (it had waited %.1f s for a request head)",
-                      v->addr_text, (double)(x->t_open_us - atomic_load(&v->t_req_us)) / 1e6);
-        } else {
-            why = REF_LIMIT;
-        }
+        if (v) evict(c, v, atomic_load(&v->requests) == 0, 0, x->t_open_us - atomic_load(&v->t_req_us));
+        else why = REF_LIMIT;
     }
     if (why == REF_NONE) {
         x->counted = 1;
@@ -384,18 +386,7 @@ gemmd_conn *gemmd_conns_open(gemmd_conns *c, int fd, const struct sockaddr *clie
         }
     }
     gemmd_conn *v = c->open > (int)gemmd_conns_pending_room(&c->cfg) ? pending_victim(c, x) : NULL;
-    if (v) {
-        if (c->cfg.plain_http && !v->refused) {
-            drain(v->fd);
-            write_canned(v->fd, 503, "Service Unavailable", "too_many_connections",
-                         "the server is full and this connection had not sent a request; retry", 1);
-        }
-        uncount(c, v);
-        shut(v, v->refused);
-        atomic_fetch_add(&c->evicted, 1);
-        LOG_DEBUG("connection from %s closed to make room: it had sent no request in %.1f s", v->addr_text,
-                  (double)(x->t_open_us - v->t_open_us) / 1e6);
-    }
+    if (v) evict(c, v, !v->refused, v->refused, x->t_open_us - v->t_open_us);
     pthread_mutex_unlock(&c->mu);
     return x;
 }
@@ -409,11 +400,10 @@ static int client_state(int fd)
     return n > 0 ? 1 : n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
 }
 
-/* MHD is about to close x's socket (lock held): keep it open for a lingering close
- * (see conns.h), unless the watchdog closed it, the client has, or too many linger. A
- * client that has sent nothing unread (it only waits for the end) takes no more than half
- * the places: a close without unread data resets nothing, and the rest is kept for
- * clients still sending, whose writes a close would break. */
+/* MHD is about to close x's socket (lock held): keep it for a lingering close, unless the
+ * watchdog closed it, the client has, or too many linger. A client with nothing unread
+ * takes at most half the places (a close then resets nothing): the rest are for clients
+ * still sending, whose writes a close would break. */
 static void linger(gemmd_conns *c, const gemmd_conn *x)
 {
     int st = x->closing || x->fd < 0 || c->stop ? -1 : client_state(x->fd);
@@ -481,9 +471,8 @@ void gemmd_conn_wait(gemmd_conn *x)
     if (x) atomic_store(&x->state, ST_WAIT);
 }
 
-void gemmd_conn_answer(gemmd_conn *x, uint64_t bytes)
+void gemmd_conn_answer(gemmd_conn *x)
 {
-    (void)bytes;
     if (!x) return;
     atomic_store(&x->bytes, 0);
     atomic_store(&x->t_mark_us, now_us());
@@ -492,8 +481,6 @@ void gemmd_conn_answer(gemmd_conn *x, uint64_t bytes)
 
 int gemmd_answer_needs_progress(const gemmd_conns_config *cfg, uint64_t bytes)
 {
-    /* Without progress the deadline is send_timeout alone, which a client taking the answer
-     * at min_rate meets as long as the answer is no larger than send_timeout x min_rate. */
     if (!(cfg->send_timeout_s > 0) || !(cfg->min_rate > 0)) return 0;
     return (double)bytes > cfg->min_rate * cfg->send_timeout_s;
 }
@@ -803,7 +790,6 @@ void gemmd_conns_get_stats(gemmd_conns *c, gemmd_conns_stats *out)
     pthread_mutex_lock(&c->mu);
     out->open = c->open;
     out->admitted = c->admitted;
-    out->max_open = c->max_open;
     pthread_mutex_unlock(&c->mu);
     out->accepted = atomic_load(&c->accepted);
     out->refused_limit = atomic_load(&c->refused_limit);

@@ -280,7 +280,7 @@ enum MHD_Result gemmd_respond_queue(gemmd_request *req, int status, struct MHD_R
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (gemmd_instance_get()[0]) MHD_add_response_header(resp, "X-Gemm-Instance", gemmd_instance_get());
     if (req->close_conn) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    gemmd_conn_answer(req->cx, req->bytes_out); /* the send deadline starts */
+    gemmd_conn_answer(req->cx); /* the send deadline starts */
     enum MHD_Result rc = MHD_queue_response(req->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     if (rc == MHD_YES) req->status = status;
