@@ -49,17 +49,13 @@ struct gemmd_server {
     gemmd_conns_config conns_cfg;
 };
 
-/* The read increment given to libmicrohttpd for a connection buffer of `buffer` bytes (see
- * gemmd_http_start_fd): the whole buffer before 1.0, the library's own default from 1.0 on. */
-static size_t gemmd_read_increment(size_t buffer)
-{
+/* The read increment for a connection buffer (see gemmd_http_start_fd): the whole buffer
+ * before 1.0, the library's own default from 1.0 on. */
 #if MHD_VERSION < 0x01000000
-    return buffer;
+#define READ_INCREMENT(buffer) (buffer)
 #else
-    (void)buffer;
-    return 1024;
+#define READ_INCREMENT(buffer) ((void)(buffer), (size_t)1024)
 #endif
-}
 
 /* ---- routing ------------------------------------------------------------------ */
 
@@ -535,36 +531,22 @@ static int is_loopback(const struct sockaddr_storage *ss)
     return IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr);
 }
 
+/* The address of listen (an IPv4 or IPv6 literal: the config checked it) and port, and
+ * host as URLs write it. 0 or -1. */
 static int parse_listen(const char *listen, int port, struct sockaddr_storage *ss, socklen_t *len, char *host,
                         size_t hostlen)
 {
-    char buf[80];
-    snprintf(buf, sizeof buf, "%s", listen);
-    char *h = buf;
-    size_t n = strlen(h);
-    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
-        h[n - 1] = '\0';
-        h++;
-    }
-    if (strcmp(h, "localhost") == 0) h = "127.0.0.1";
     memset(ss, 0, sizeof *ss);
     struct sockaddr_in *a = (struct sockaddr_in *)ss;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
-    if (inet_pton(AF_INET, h, &a->sin_addr) == 1) {
-        a->sin_family = AF_INET;
-        a->sin_port = htons((uint16_t)port);
-        *len = sizeof *a;
-        snprintf(host, hostlen, "%s", h);
-        return 0;
-    }
-    if (inet_pton(AF_INET6, h, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)port);
-        *len = sizeof *a6;
-        snprintf(host, hostlen, "[%s]", h);
-        return 0;
-    }
-    return -1;
+    int v6 = inet_pton(AF_INET, listen, &a->sin_addr) != 1;
+    if (v6 && inet_pton(AF_INET6, listen, &a6->sin6_addr) != 1) return -1;
+    if (v6) a6->sin6_port = htons((uint16_t)port);
+    else a->sin_port = htons((uint16_t)port);
+    ss->ss_family = v6 ? AF_INET6 : AF_INET;
+    *len = v6 ? sizeof *a6 : sizeof *a;
+    snprintf(host, hostlen, v6 ? "[%s]" : "%s", listen);
+    return 0;
 }
 
 /* Binds and listens as libmicrohttpd would (SO_REUSEADDR; IPv6 only for an IPv6 address),
@@ -728,7 +710,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
          * a large body comes in reads of almost the whole buffer, in fewer passes of the
          * event loop; small requests cost the same (the library clears the whole buffer
          * between requests either way). 1.0 grows by other rules: its default is kept. */
-        MHD_OPTION_CONNECTION_MEMORY_INCREMENT, gemmd_read_increment((size_t)s->conns_cfg.mhd_buffer),
+        MHD_OPTION_CONNECTION_MEMORY_INCREMENT, READ_INCREMENT((size_t)s->conns_cfg.mhd_buffer),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!s->daemon) {
         gemm_err_set(err, 500, "internal_error", "libmicrohttpd did not start on %s port %d (see the log above)",
@@ -761,30 +743,22 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-static int engine_idle(gemm_engine *e, int *running)
-{
-    gemm_engine_stats st;
-    gemm_engine_get_stats(e, &st);
-    if (running) *running = st.running + st.queued;
-    return st.queued == 0 && st.running == 0;
-}
-
 /* Waits until the engine holds no job, at most limit_ms (< 0: however long it takes).
  * Returns 1 when it is idle. */
 static int wait_engine_idle(gemm_engine *e, double limit_ms)
 {
     double t0 = gemm_now_ms(), said = t0;
-    int n = 0;
-    while (!engine_idle(e, &n)) {
+    for (gemm_engine_stats st;; sleep_ms(10)) {
+        gemm_engine_get_stats(e, &st);
         double now = gemm_now_ms();
+        if (st.queued == 0 && st.running == 0) return 1;
         if (limit_ms >= 0 && now - t0 >= limit_ms) return 0;
         if (limit_ms < 0 && now - said >= 30000.0) {
-            LOG_WARN("shutdown: still waiting for %d products to leave the engine (%.0f s)", n, (now - t0) / 1000.0);
+            LOG_WARN("shutdown: still waiting for %d products to leave the engine (%.0f s)", st.running + st.queued,
+                     (now - t0) / 1000.0);
             said = now;
         }
-        sleep_ms(10);
     }
-    return 1;
 }
 
 /* The graceful stop: no new connections or products; queued work fails with 503; running

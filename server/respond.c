@@ -350,8 +350,7 @@ enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err)
     utf8_clean(code);
     utf8_clean(msg);
     gemmd_usage_error(req->owner, req->route ? req->route->metric : NULL, status, code);
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     if (v2) {
         gemm_buf_puts(&b, "{\"error\":");
         gemm_buf_json_string(&b, msg);

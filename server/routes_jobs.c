@@ -229,8 +229,7 @@ static enum MHD_Result stored_answer(gemmd_request *req)
     gemmd_product_meta meta = {.job = job, .matrix_id = e->id};
     if (op->return_c)
         return gemmd_respond_product(req, 201, op->answer, e->m.data, job->m, job->n, &meta, release_matrix, e);
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     gemmd_matrices_describe_json(srv->matrices, e, &b);
     /* {"id":..., ...} then the product's own fields */
     if (b.len && b.data[b.len - 1] == '}') b.len--;
@@ -307,8 +306,7 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
     /* j may already be done and even deleted: only the copied id is used below. */
     char location[sizeof "/v1/jobs/" + GEMMD_JOB_ID_LEN];
     snprintf(location, sizeof location, "/v1/jobs/%s", id);
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     gemm_buf_printf(&b, "{\"id\":\"%s\",\"state\":\"queued\",\"location\":\"%s\",\"result\":\"%s/result\"}\n", id,
                     location, location);
     return gemmd_respond_buf(req, 202, "application/json", &b, location);
@@ -341,8 +339,7 @@ enum MHD_Result gemmd_route_job_status(gemmd_request *req)
     if (v.kernel[0] && v.finished) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", v.kernel);
     if (v.device[0]) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", v.device);
 
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     gemm_buf_printf(&b, "{\"id\":\"%s\",\"state\":\"%s\",\"shape\":[%llu,%llu],\"k\":%llu,\"dtype\":", v.id,
                     gemm_job_state_name(v.state), (unsigned long long)v.m, (unsigned long long)v.n,
                     (unsigned long long)v.k);
@@ -425,7 +422,6 @@ enum MHD_Result gemmd_route_job_result(gemmd_request *req)
 enum MHD_Result gemmd_route_job_delete(gemmd_request *req)
 {
     if (gemmd_jobs_delete_owned(req->svc->jobs, req->job_id, req->owner) != 0) return no_such_job(req);
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     return gemmd_respond_buf(req, 204, NULL, &b, NULL);
 }

@@ -25,8 +25,7 @@ static enum MHD_Result describe(gemmd_request *req, int status, gemmd_matrix_ent
 {
     char loc[GEMMD_JOB_ID_LEN + 24];
     snprintf(loc, sizeof loc, "/v1/matrices/%s", e->id);
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     gemmd_matrices_describe_json(req->svc->matrices, e, &b);
     gemm_buf_puts(&b, "\n");
     return gemmd_respond_buf(req, status, "application/json", &b, status == 201 ? loc : NULL);
@@ -65,8 +64,7 @@ enum MHD_Result gemmd_route_matrix_create(gemmd_request *req)
 
 enum MHD_Result gemmd_route_matrix_list(gemmd_request *req)
 {
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     gemmd_matrices_list_json(req->svc->matrices, req->owner, &b);
     return gemmd_respond_json(req, 200, &b);
 }
@@ -94,8 +92,7 @@ enum MHD_Result gemmd_route_matrix_get(gemmd_request *req)
         return gemmd_respond_error(req, &req->err);
     }
     if (fmt == GEMMD_FMT_JSON) { /* the same shape POST takes back: {"id", "shape", "dtype", "data": [[..]]} */
-        gemm_buf b;
-        gemm_buf_init(&b);
+        gemm_buf b = {0};
         gemm_buf_printf(&b, "{\"id\":\"%s\",\"shape\":[%llu,%llu],\"dtype\":", e->id, (unsigned long long)e->m.rows,
                         (unsigned long long)e->m.cols);
         gemm_buf_json_string(&b, gemm_dtype_name(e->m.dtype));
@@ -113,8 +110,7 @@ enum MHD_Result gemmd_route_matrix_get(gemmd_request *req)
 enum MHD_Result gemmd_route_matrix_delete(gemmd_request *req)
 {
     if (gemmd_matrices_delete(req->svc->matrices, req->job_id, req->owner) != 0) return no_such_matrix(req);
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     return gemmd_respond_buf(req, 204, NULL, &b, NULL);
 }
 

@@ -114,8 +114,7 @@ static void tensor_meta(gemm_buf *b, const char *name)
 static enum MHD_Result model_metadata(gemmd_request *req)
 {
     const gemm_engine_info *in = &req->svc->info;
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"versions\":[\"" GEMM_V2_MODEL_VERSION "\"],"
                       "\"platform\":\"gemmd\",\"inputs\":[");
     tensor_meta(&b, "A");
@@ -143,8 +142,7 @@ static enum MHD_Result model_metadata(gemmd_request *req)
 
 enum MHD_Result gemmd_v2_server_meta(gemmd_request *req)
 {
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     gemm_buf_puts(&b, "{\"name\":\"gemmd\",\"version\":");
     gemm_buf_json_string(&b, GEMMD_VERSION);
     gemm_buf_puts(&b, ",\"extensions\":[\"binary_tensor_data\"]}\n");
@@ -156,8 +154,7 @@ enum MHD_Result gemmd_v2_live(gemmd_request *req)
     if (!gemm_engine_healthy(req->svc->engine))
         return gemmd_respond_errorf(req, 400, "device_lost",
                                     "not live: the engine lost every device it uses; this process must be restarted");
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     gemm_buf_puts(&b, "{\"live\":true}\n");
     return gemmd_respond_json(req, 200, &b);
 }
@@ -168,8 +165,7 @@ static enum MHD_Result ready(gemmd_request *req, const char *model)
     gemm_err e;
     if (gemmd_not_ready(req, &e) != 0)
         return gemmd_respond_errorf(req, 400, "not_ready", "not ready: %s", e.message);
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     if (!model) gemm_buf_puts(&b, "{\"ready\":true}\n");
     else gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"ready\":true}\n");
     return gemmd_respond_json(req, 200, &b);
