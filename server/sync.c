@@ -6,7 +6,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "log.h"
 #include "request.h"
 
 /* Locks the handshakes are spread over. */
@@ -199,26 +198,13 @@ int gemmd_sync_status(gemmd_request *req)
 
 void gemmd_sync_done(gemmd_request *req, int (*offload)(gemmd_request *req))
 {
-    struct MHD_Connection *conn = req->conn;
     pthread_mutex_t *mu = lock_of(req);
     pthread_mutex_lock(mu);
     pending_unlink(req);
-    if (offload && !req->abandoned && offload(req) == 0) {
-        /* the offloaded answer resumes the connection and drops the engine's reference */
-        pthread_mutex_unlock(mu);
-        return;
-    }
-    req->job_done = 1;
-    int resume = req->suspended;
-    req->suspended = 0;
-    int last = unref_locked(req); /* the engine's */
+    /* an offloaded answer resumes the connection and drops the engine's reference itself */
+    int offloaded = offload && !req->abandoned && offload(req) == 0;
     pthread_mutex_unlock(mu);
-    /* From here on req may be answered and freed by an HTTP thread (unless last): only
-     * conn is used. A suspended connection stays open until resumed here, and MHD is
-     * never stopped while one is suspended. */
-    LOG_DEBUG("product done%s", last ? " (its connection was closed at shutdown)" : resume ? ": resuming" : "");
-    if (resume) MHD_resume_connection(conn);
-    if (last) gemmd_request_free(req);
+    if (!offloaded) gemmd_sync_resume(req, 1);
 }
 
 void gemmd_sync_resume(gemmd_request *req, int engine_ref)
@@ -231,6 +217,9 @@ void gemmd_sync_resume(gemmd_request *req, int engine_ref)
     req->suspended = 0;
     int last = engine_ref && unref_locked(req); /* a product's: done() handed it over */
     pthread_mutex_unlock(mu);
+    /* From here on req may be answered and freed by an HTTP thread (unless last): only
+     * conn is used. A suspended connection stays open until resumed here, and MHD is
+     * never stopped while one is suspended. */
     if (resume) MHD_resume_connection(conn);
     if (last) gemmd_request_free(req);
 }

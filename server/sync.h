@@ -70,8 +70,7 @@ int gemmd_sync_wait(gemmd_request *req);
 int gemmd_sync_status(gemmd_request *req);
 /* done() of a synchronous product: unlists req; when offload is given and shutdown has
  * not abandoned req, offload(req) is tried under the lock (0: it took the answer over and
- * will call gemmd_sync_resume(req, 1)); else marks the product done, resumes a suspended
- * connection and drops the engine's reference (freeing req when it was the last). */
+ * will call gemmd_sync_resume(req, 1)); else gemmd_sync_resume(req, 1). */
 void gemmd_sync_done(gemmd_request *req, int (*offload)(gemmd_request *req));
 /* An answer prepared off the HTTP threads is ready: marks it done, resumes the suspended
  * connection, and with engine_ref drops the engine's reference (handed over by done()). */
