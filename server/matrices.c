@@ -167,29 +167,26 @@ void gemmd_matrices_unreserve(gemmd_matrices *s, int client, size_t bytes)
     pthread_mutex_unlock(&s->mu);
 }
 
-static int add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
-               int empty, char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
+int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
+                       int empty, char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
 {
     gemmd_matrix_entry *e = calloc(1, sizeof *e);
-    if (!e) return gemm_err_set(err, 503, "out_of_memory", "cannot allocate a matrix entry now");
-    if (empty && !(e->row_state = calloc(m->rows ? (size_t)m->rows : 1, 1))) {
-        free(e);
-        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate the row map of a matrix now");
+    if (!e || (empty && !(e->row_state = calloc(m->rows ? (size_t)m->rows : 1, 1)))) {
+        gemm_err_set(err, 503, "out_of_memory", "cannot allocate a matrix entry now");
+    } else if (gemmd_instance_new_id(e->id, sizeof e->id) != 0) {
+        gemm_err_set(err, 500, "internal_error", "cannot draw a random matrix id: %s", strerror(errno));
+    } else {
+        gemm_matrix_bytes(m->rows, m->cols, m->dtype, &e->bytes);
+        e->res = res && *res ? *res : gemm_engine_resident_new(s->engine, m->data, e->bytes);
+        if (!e->res) gemm_err_set(err, 503, "out_of_memory", "cannot allocate a matrix handle now");
     }
-    if (gemmd_instance_new_id(e->id, sizeof e->id) != 0) {
-        free(e->row_state);
+    if (!e || !e->res) {
+        if (e) free(e->row_state);
         free(e);
-        return gemm_err_set(err, 500, "internal_error", "cannot draw a random matrix id: %s", strerror(errno));
-    }
-    e->m = *m;
-    gemm_matrix_bytes(m->rows, m->cols, m->dtype, &e->bytes);
-    e->res = res && *res ? *res : gemm_engine_resident_new(s->engine, m->data, e->bytes);
-    if (!e->res) {
-        free(e->row_state);
-        free(e);
-        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate a matrix handle now");
+        return -1;
     }
     if (res) *res = NULL;
+    e->m = *m;
     e->owner = owner;
     e->client = (int)((unsigned)client % GEMMD_CLIENTS);
     e->family = family;
@@ -206,18 +203,6 @@ static int add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner
     pthread_mutex_unlock(&s->mu);
     m->data = NULL;
     return 0;
-}
-
-int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
-                       char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
-{
-    return add(s, m, res, owner, client, family, 0, id_out, err);
-}
-
-int gemmd_matrices_add_empty(gemmd_matrices *s, gemm_matrix *m, int owner, int client, int family,
-                             char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
-{
-    return add(s, m, NULL, owner, client, family, 1, id_out, err);
 }
 
 static gemmd_matrix_entry *find_locked(gemmd_matrices *s, const char *id, int owner, gemmd_matrix_entry ***link)

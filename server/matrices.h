@@ -4,7 +4,7 @@
  * its C for the next product of a chain.
  *
  *   gemmd_matrices_reserve(store, client, bytes, &err);  // 507 when resident_mb is full
- *   gemmd_matrices_add(store, &m, NULL, owner, client, family, id, &err); // takes m.data
+ *   gemmd_matrices_add(store, &m, NULL, owner, client, family, 0, id, &err); // takes m.data
  *   e = gemmd_matrices_get(store, id, owner); ... read e->m ... gemmd_matrices_put(store, e);
  *
  * A matrix is kept in the engine's host memory (pinned on the CUDA backend); its bytes
@@ -64,14 +64,11 @@ int gemmd_matrices_reserve(gemmd_matrices *s, int client, size_t bytes, gemm_err
 void gemmd_matrices_unreserve(gemmd_matrices *s, int client, size_t bytes);
 /* Adds m (its data is taken over) with a fresh random id written to id_out, using bytes
  * reserved before. res: the engine handle for m.data when the caller has one (taken over
- * too), else NULL (one is made). On failure (-1, *err) nothing is taken and the
- * reservation stays with the caller. */
+ * too), else NULL (one is made). empty: a matrix filled in parts (empty=1, then PUTs of
+ * row ranges), which nothing may read until its last row is written (gemmd_matrices_ready).
+ * On failure (-1, *err) nothing is taken and the reservation stays with the caller. */
 int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
-                       char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
-/* The same for a matrix filled in parts (empty=1, then PUTs of row ranges): nothing may
- * read it until its last row is written (gemmd_matrices_ready). */
-int gemmd_matrices_add_empty(gemmd_matrices *s, gemm_matrix *m, int owner, int client, int family,
-                             char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
+                       int empty, char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
 
 /* Claims rows [row0, row0 + rows) of e for one PUT: 0, or -1 with 409 matrix_complete
  * (e is not being filled), 422 bad_rows (out of range) or 409 rows_taken (a row of the

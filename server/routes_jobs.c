@@ -219,7 +219,7 @@ static enum MHD_Result stored_answer(gemmd_request *req)
     gemm_matrix cm = {job->m, job->n, gemm_job_c_dtype(job), job->c, 0};
     char id[GEMMD_JOB_ID_LEN + 1];
     gemmd_budget_adopt(srv->budget, cm.data, GEMMD_MEM_RESIDENT, &req->resv); /* it outlives the request */
-    if (gemmd_matrices_add(srv->matrices, &cm, &op->c_res, req->owner, req->client, (int)op->answer, id, &req->err))
+    if (gemmd_matrices_add(srv->matrices, &cm, &op->c_res, req->owner, req->client, (int)op->answer, 0, id, &req->err))
         return gemmd_respond_error(req, &req->err); /* C is still the job's: freed with the request */
     job->c = NULL;
     op->reserved = 0; /* the matrix holds those bytes now */

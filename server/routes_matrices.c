@@ -46,10 +46,8 @@ enum MHD_Result gemmd_route_matrix_create(gemmd_request *req)
     }
     char id[GEMMD_JOB_ID_LEN + 1];
     gemmd_budget_adopt(srv->budget, op->a.data, GEMMD_MEM_RESIDENT, &req->resv); /* it outlives the request */
-    if ((op->matrix_empty
-             ? gemmd_matrices_add_empty(srv->matrices, &op->a, req->owner, req->client, (int)op->family, id, &req->err)
-             : gemmd_matrices_add(srv->matrices, &op->a, NULL, req->owner, req->client, (int)op->family, id,
-                                  &req->err)) != 0)
+    if (gemmd_matrices_add(srv->matrices, &op->a, NULL, req->owner, req->client, (int)op->family, op->matrix_empty,
+                           id, &req->err) != 0)
         return gemmd_respond_error(req, &req->err);
     op->reserved = 0;
     snprintf(req->job_id, sizeof req->job_id, "%s", id); /* the access log shows its prefix */

@@ -54,7 +54,7 @@ static void add_matrix(gemmd_matrices *s, gemm_engine *e, uint64_t rows, uint64_
     gemm_err err;
     assert_int_equal(gemmd_matrices_reserve(s, 0, rows * cols * 4, &err), 0);
     gemm_matrix m = make(e, rows, cols, 1.0f);
-    assert_int_equal(gemmd_matrices_add(s, &m, NULL, owner, 0, 0, id, &err), 0);
+    assert_int_equal(gemmd_matrices_add(s, &m, NULL, owner, 0, 0, 0, id, &err), 0);
     assert_null(m.data); /* taken over */
 }
 
