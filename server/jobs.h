@@ -58,7 +58,7 @@ typedef struct gemmd_job_entry {
     double t_created_ms, t_finished_ms;
     size_t reserved;      /* bytes reserved against mem_bytes (inputs until done, result) */
     size_t reserved_inputs; /* the inputs' part of it */
-    struct gemmd_job_entry *next;
+    struct gemmd_job_entry *next, *held_next; /* the list; shutdown's holds */
 } gemmd_job_entry;
 
 /* What a status answer shows; copied under the lock. */
@@ -95,9 +95,9 @@ void gemmd_jobs_free(gemmd_jobs *s);
  * would pass its share), 413 too_large (more than mem_bytes), 503 shutting_down, or 500. */
 gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, int client, size_t input_bytes, size_t result_bytes,
                                     gemm_err *err);
-/* Gives back an entry reserved but not submitted, freeing any of job.a/b/c set on it. */
-void gemmd_jobs_abandon(gemmd_jobs *s, gemmd_job_entry *j);
-/* Queues it on the engine and lists it: 0, or -1 with *err (the entry is abandoned). */
+/* Queues it on the engine and lists it: 0, or -1 with *err (the entry is given back). An
+ * entry reserved but not submitted is given back with gemmd_jobs_put (with any of
+ * job.a/b/c set on it). */
 int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err);
 
 /* The entry with that id made by owner, with a reference taken; NULL when unknown,

@@ -288,7 +288,7 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
         (op->store_c && gemm_err_set(&req->err, 400, "bad_option", "store=1 is taken by POST /v1/matmul only; an "
                                      "async job's result is fetched from /v1/jobs/{id}/result")) ||
         fill_job(req, &j->job, 1) != 0) {
-        gemmd_jobs_abandon(srv->jobs, j);
+        gemmd_jobs_put(srv->jobs, j);
         return gemmd_respond_error(req, &req->err);
     }
     /* the job's buffers outlive this request: out of its reservation, charged on their own */

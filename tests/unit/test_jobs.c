@@ -28,6 +28,7 @@
 /* Any owner's job; entries kept, by state, and how many and how many bytes in all. */
 #define gemmd_jobs_get(s, id) gemmd_jobs_get_owned((s), (id), GEMMD_OWNER_ANY)
 #define gemmd_jobs_delete(s, id) gemmd_jobs_delete_owned((s), (id), GEMMD_OWNER_ANY)
+#define gemmd_jobs_abandon gemmd_jobs_put /* an entry reserved, not submitted */
 static void gemmd_jobs_counts(gemmd_jobs *s, int counts[5], int *kept, uint64_t *bytes)
 {
     pthread_mutex_lock(&s->mu);
