@@ -62,15 +62,19 @@ static void destroy(gemmd_matrices *s, gemmd_matrix_entry *e)
     free(e);
 }
 
-void gemmd_matrices_free(gemmd_matrices *s)
+static void destroy_all(gemmd_matrices *s, gemmd_matrix_entry *e)
 {
-    if (!s) return;
-    gemmd_matrix_entry *e = s->head;
     while (e) {
         gemmd_matrix_entry *next = e->next;
         destroy(s, e);
         e = next;
     }
+}
+
+void gemmd_matrices_free(gemmd_matrices *s)
+{
+    if (!s) return;
+    destroy_all(s, s->head);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -101,59 +105,42 @@ static void expire_locked(gemmd_matrices *s, gemmd_matrix_entry **gone)
     }
 }
 
-static void destroy_all(gemmd_matrices *s, gemmd_matrix_entry *e)
-{
-    while (e) {
-        gemmd_matrix_entry *next = e->next;
-        destroy(s, e);
-        e = next;
-    }
-}
-
 int gemmd_matrices_reserve(gemmd_matrices *s, int client, size_t bytes, gemm_err *err)
 {
     if (bytes > s->budget)
         return gemm_err_set(err, 413, "too_large",
                             "the matrix has %zu bytes; resident matrices may hold at most %llu in all "
                             "(resident_mb)", bytes, (unsigned long long)s->budget);
-    int c = (int)((unsigned)client % GEMMD_CLIENTS);
+    int c = (int)((unsigned)client % GEMMD_CLIENTS), rc = 0;
     gemmd_matrix_entry *gone = NULL;
     pthread_mutex_lock(&s->mu);
     expire_locked(s, &gone);
-    if (s->count >= s->max_count) {
-        int n = s->count;
-        pthread_mutex_unlock(&s->mu);
-        return gemm_err_set(err, 507, "insufficient_storage",
-                            "%d resident matrices are kept, the most this server keeps (max_matrices); "
-                            "DELETE some first", n);
+    if (s->count >= s->max_count)
+        rc = gemm_err_set(err, 507, "insufficient_storage",
+                          "%d resident matrices are kept, the most this server keeps (max_matrices); "
+                          "DELETE some first", s->count);
+    else if (bytes > s->budget - s->held)
+        rc = gemm_err_set(err, 507, "insufficient_storage",
+                          "no room for %zu more bytes of resident matrices: %llu of %llu are held "
+                          "(resident_mb); DELETE matrices you no longer need", bytes,
+                          (unsigned long long)s->held, (unsigned long long)s->budget);
+    else if (s->client_count[c] &&
+             (s->client_count[c] >= s->share_count || s->client_bytes[c] + bytes > s->share_bytes))
+        rc = gemm_err_set(err, 507, "insufficient_storage",
+                          "this client (token, or address without tokens) keeps %d resident matrices of %llu "
+                          "bytes, and %zu more would pass its share (token_share: %d matrices, %llu bytes); "
+                          "DELETE matrices it no longer needs", s->client_count[c],
+                          (unsigned long long)s->client_bytes[c], bytes, s->share_count,
+                          (unsigned long long)s->share_bytes);
+    if (rc == 0) {
+        s->held += bytes;
+        s->client_bytes[c] += bytes;
+        s->client_count[c]++;
+        publish_locked(s);
     }
-    if (bytes > s->budget - s->held) {
-        uint64_t held = s->held;
-        pthread_mutex_unlock(&s->mu);
-        return gemm_err_set(err, 507, "insufficient_storage",
-                            "no room for %zu more bytes of resident matrices: %llu of %llu are held "
-                            "(resident_mb); DELETE matrices you no longer need", bytes,
-                            (unsigned long long)held, (unsigned long long)s->budget);
-    }
-    if (s->client_count[c] && (s->client_count[c] >= s->share_count ||
-                               s->client_bytes[c] + bytes > s->share_bytes)) {
-        uint64_t mine = s->client_bytes[c];
-        int n = s->client_count[c];
-        pthread_mutex_unlock(&s->mu);
-        destroy_all(s, gone);
-        return gemm_err_set(err, 507, "insufficient_storage",
-                            "this client (token, or address without tokens) keeps %d resident matrices of %llu "
-                            "bytes, and %zu more would pass its share (token_share: %d matrices, %llu bytes); "
-                            "DELETE matrices it no longer needs", n, (unsigned long long)mine, bytes,
-                            s->share_count, (unsigned long long)s->share_bytes);
-    }
-    s->held += bytes;
-    s->client_bytes[c] += bytes;
-    s->client_count[c]++;
-    publish_locked(s);
     pthread_mutex_unlock(&s->mu);
-    destroy_all(s, gone);
-    return 0;
+    destroy_all(s, gone); /* expired, nobody reads them any more */
+    return rc;
 }
 
 void gemmd_matrices_unreserve(gemmd_matrices *s, int client, size_t bytes)
