@@ -343,7 +343,8 @@ enum MHD_Result gemmd_access(void *cls, struct MHD_Connection *conn, const char 
             req->discarded += n;
         } else if (req->bytes_in > req->limit) {
             gemm_err_set(&req->err, 413, "body_too_large", "the body is over the limit of %llu bytes%s",
-                         (unsigned long long)req->limit, req->limit_json ? " for JSON (max_json_mb)" : " (max_body_mb)");
+                         (unsigned long long)req->limit,
+                         req->limit_json ? " for JSON (max_json_mb)" : " (max_body_mb)");
             req->failed = 1;
         } else {
             req->route->body->feed(req, upload_data, n);

@@ -314,7 +314,8 @@ int gemmd_config_set(gemmd_config *c, const char *key, const char *value, char *
     }
     size_t n = strlen(value);
     if (n >= k->size)
-        return say(msg, msglen, "%s: value is %zu bytes long; accepted: %s", k->name, n, kind_accepts(k, acc, sizeof acc));
+        return say(msg, msglen, "%s: value is %zu bytes long; accepted: %s", k->name, n,
+                   kind_accepts(k, acc, sizeof acc));
     memcpy(field, value, n + 1);
     return 0;
 }
@@ -386,8 +387,10 @@ int gemmd_config_load_file(gemmd_config *c, const char *path, char *msg, size_t 
     ssize_t got;
     int lineno = 0, rc = 0;
     while (rc == 0 && (got = getline(&line, &cap, f)) >= 0)
-        if ((rc = file_line(c, line, got, why, sizeof why)) != 0) snprintf(msg, msglen, "%s:%d: %s", path, lineno + 1, why);
-        else lineno++;
+        if ((rc = file_line(c, line, got, why, sizeof why)) != 0)
+            snprintf(msg, msglen, "%s:%d: %s", path, lineno + 1, why);
+        else
+            lineno++;
     if (rc == 0 && ferror(f)) rc = say(msg, msglen, "%s: read error", path);
     free(line);
     fclose(f);
@@ -463,27 +466,33 @@ void gemmd_config_warn_idle(const gemmd_config *c, gemm_engine *e)
 
 int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen)
 {
-    if (c->port < 1 || c->port > 65535) return say(msg, msglen, "port: %d is out of range; accepted: 1 to 65535", c->port);
+    if (c->port < 1 || c->port > 65535)
+        return say(msg, msglen, "port: %d is out of range; accepted: 1 to 65535", c->port);
     if (c->http_threads < 0) return say(msg, msglen, "http_threads: must be 0 (half the CPUs, 4 to 16) or at least 1");
     if (c->engine.queue_depth < 1) return say(msg, msglen, "queue_depth: must be at least 1");
     if (c->limits.max_dim < 1 || c->limits.max_elements < 1 || c->limits.max_body_bytes < 1)
         return say(msg, msglen, "max_dim, max_elements and max_body_mb must be at least 1");
     if (c->per_ip_limit > c->connection_limit)
-        return say(msg, msglen, "per_ip_limit (%d) is larger than connection_limit (%d)", c->per_ip_limit, c->connection_limit);
+        return say(msg, msglen, "per_ip_limit (%d) is larger than connection_limit (%d)", c->per_ip_limit,
+                   c->connection_limit);
     if (c->tls_cert[0] && !c->tls_priorities[0])
-        return say(msg, msglen, "tls_priorities: must not be empty when serving HTTPS (default: %s)", GEMMD_TLS_PRIORITIES_DEFAULT);
+        return say(msg, msglen, "tls_priorities: must not be empty when serving HTTPS (default: %s)",
+                   GEMMD_TLS_PRIORITIES_DEFAULT);
     if ((c->tls_cert[0] != '\0') != (c->tls_key[0] != '\0'))
-        return say(msg, msglen, "tls_cert and tls_key must be set together (got only %s)", c->tls_cert[0] ? "tls_cert" : "tls_key");
+        return say(msg, msglen, "tls_cert and tls_key must be set together (got only %s)",
+                   c->tls_cert[0] ? "tls_cert" : "tls_key");
     const char *files[3] = {c->tokens_file, c->tls_cert, c->tls_key};
     const char *names[3] = {"tokens_file", "tls_cert", "tls_key"};
     for (int i = 0; i < 3; i++) {
         struct stat st;
         if (files[i][0] && (access(files[i], R_OK) != 0 || stat(files[i], &st) != 0))
             return say(msg, msglen, "%s: cannot read '%s': %s", names[i], files[i], strerror(errno));
-        if (files[i][0] && S_ISDIR(st.st_mode)) return say(msg, msglen, "%s: '%s' is a directory, not a file", names[i], files[i]);
+        if (files[i][0] && S_ISDIR(st.st_mode))
+            return say(msg, msglen, "%s: '%s' is a directory, not a file", names[i], files[i]);
     }
     if (gemmd_log_level_from_name(c->log_level) < 0)
-        return say(msg, msglen, "log_level: '%s' is not a log level; accepted: error, warn, info or debug", c->log_level);
+        return say(msg, msglen, "log_level: '%s' is not a log level; accepted: error, warn, info or debug",
+                   c->log_level);
     return 0;
 }
 

@@ -99,7 +99,8 @@ void gemmd_fleet_render(gemm_buf *out, gemm_engine *engine, int in_flight)
     double frac[GEMM_MAX_DEVICES] = {0};
     int nd = gemmd_fleet_utilization(&st, frac);
 
-    gemmd_metrics_header(out, "gemmd_instance_info", "gauge", "The instance_id that this daemon's job ids carry (always 1).");
+    gemmd_metrics_header(out, "gemmd_instance_info", "gauge",
+                         "The instance_id that this daemon's job ids carry (always 1).");
     gemm_buf_puts(out, "gemmd_instance_info{instance_id=\"");
     gemmd_metrics_label_value(out, gemmd_instance_get());
     gemm_buf_puts(out, "\"} 1\n");

@@ -128,6 +128,7 @@ void *gemmd_request_alloc(gemmd_request *req, size_t bytes, const char *what)
     void *p = gemm_alloc(&req->alloc, bytes);
     if (p) return p;
     if (gemmd_budget_take_refusal()) gemmd_request_refuse(req, bytes, what);
-    else gemm_err_set(&req->err, 503, "out_of_memory", "cannot allocate %zu bytes for %s now; retry later", bytes, what);
+    else
+        gemm_err_set(&req->err, 503, "out_of_memory", "cannot allocate %zu bytes for %s now; retry later", bytes, what);
     return NULL;
 }

@@ -134,7 +134,8 @@ static void split_header(const gemm_job *job, char *out, size_t cap)
     PUT("panels=%d; rows=", np);
     for (int i = 0; i < np; i++) PUT("%s%llu", i ? "," : "", (unsigned long long)job->split[i].rows);
     PUT("; devices=");
-    for (int i = 0; i < np; i++) PUT("%s%.*s", i ? "," : "", (int)strcspn(job->split[i].device, " "), job->split[i].device);
+    for (int i = 0; i < np; i++)
+        PUT("%s%.*s", i ? "," : "", (int)strcspn(job->split[i].device, " "), job->split[i].device);
 #undef PUT
     if (off >= cap) out[0] = '\0'; /* never a cut header: cap is sized for GEMM_SPLIT_MAX */
 }
@@ -501,7 +502,8 @@ enum MHD_Result gemmd_respond_parts(gemmd_request *req, int status, const char *
                                     const void *data, size_t data_len, const gemm_allocator *free_with,
                                     const char *name, const char *value)
 {
-    struct MHD_Response *r = payload_response(req, payload_new(req, head, charge, data, data_len, free_with, NULL, NULL), 0);
+    payload *p = payload_new(req, head, charge, data, data_len, free_with, NULL, NULL);
+    struct MHD_Response *r = payload_response(req, p, 0);
     if (r) {
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, mime);
         if (name) MHD_add_response_header(r, name, value);

@@ -113,27 +113,27 @@ const gemmd_route_desc *gemmd_routes_match(const char *method, const char *path,
     return NULL;
 }
 
+/* Whether row i is the first with its metric label. */
+static int first_label(int i)
+{
+    for (int j = 0; j < i; j++)
+        if (strcmp(gemmd_routes[j].metric, gemmd_routes[i].metric) == 0) return 0;
+    return 1;
+}
+
 int gemmd_route_slot(const gemmd_route_desc *r)
 {
     int slot = 0;
-    for (int i = 0; i < gemmd_nroutes; i++) {
-        const gemmd_route_desc *q = &gemmd_routes[i];
-        int first = 1;
-        for (int j = 0; j < i && first; j++) first = strcmp(gemmd_routes[j].metric, q->metric) != 0;
-        if (r && strcmp(q->metric, r->metric) == 0) return slot;
-        slot += first;
-    }
+    for (int i = 0; i < gemmd_nroutes; slot += first_label(i), i++)
+        if (r && strcmp(gemmd_routes[i].metric, r->metric) == 0) return slot;
     return slot; /* other */
 }
 
 int gemmd_routes_labels(const char **labels, int max)
 {
     int n = 0;
-    for (int i = 0; i < gemmd_nroutes && n < max - 1; i++) {
-        int first = 1;
-        for (int j = 0; j < i && first; j++) first = strcmp(gemmd_routes[j].metric, gemmd_routes[i].metric) != 0;
-        if (first) labels[n++] = gemmd_routes[i].metric;
-    }
+    for (int i = 0; i < gemmd_nroutes && n < max - 1; i++)
+        if (first_label(i)) labels[n++] = gemmd_routes[i].metric;
     labels[n++] = "other";
     return n;
 }
