@@ -142,14 +142,6 @@ int gemmd_auth_identify(const gemmd_auth *a, const char *authorization)
     return found;
 }
 
-int gemmd_auth_check(const gemmd_auth *a, const char *authorization)
-{
-    if (!a) return 1;
-    return gemmd_auth_identify(a, authorization) >= 0;
-}
-
-int gemmd_auth_count(const gemmd_auth *a) { return a ? a->n : 0; }
-
 const char *gemmd_auth_name(const gemmd_auth *a, int i)
 {
     return a && i >= 0 && i < a->n ? a->e[i].name : NULL;

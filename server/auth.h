@@ -16,14 +16,11 @@ typedef struct gemmd_auth gemmd_auth;
 
 /* Reads the tokens. NULL with msg set when the file cannot be read or holds none. */
 gemmd_auth *gemmd_auth_load(const char *path, char *msg, size_t msglen);
-/* 1 when the Authorization header value is "Bearer <a known token>", else 0. */
-int gemmd_auth_check(const gemmd_auth *a, const char *authorization);
 /* Who is asking: the index (0, 1, ...) of the token the header carries, or -1 when it
  * carries none that is known. The same token listed twice has one index. Used as the
  * owner of async jobs, so that the token itself is never stored anywhere else. Every
  * token is compared, whichever matches, so the time does not say which one did. */
 int gemmd_auth_identify(const gemmd_auth *a, const char *authorization);
-int gemmd_auth_count(const gemmd_auth *a);
 /* The name of the token of index i (gemmd_auth_identify), or NULL. */
 const char *gemmd_auth_name(const gemmd_auth *a, int i);
 void gemmd_auth_free(gemmd_auth *a);

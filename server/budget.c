@@ -128,12 +128,8 @@ static uint64_t read_u64_file(const char *path)
     return v; /* 0 also for "max" (no limit) */
 }
 
-uint64_t gemmd_budget_limit(uint64_t configured)
-{
-    return configured ? configured : gemmd_budget_default_limit();
-}
-
-uint64_t gemmd_budget_default_limit(void)
+/* Half of the host's memory, or of the cgroup's memory limit when that is lower. */
+static uint64_t gemmd_budget_default_limit(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     uint64_t host = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 8192 * MIB;
@@ -142,6 +138,11 @@ uint64_t gemmd_budget_default_limit(void)
     if (cg && cg < host) host = cg;
     uint64_t lim = host / 2;
     return lim < 64 * MIB ? 64 * MIB : lim;
+}
+
+uint64_t gemmd_budget_limit(uint64_t configured)
+{
+    return configured ? configured : gemmd_budget_default_limit();
 }
 
 void gemmd_budget_tune_malloc(void)
@@ -287,17 +288,7 @@ void gemmd_budget_move(gemmd_budget *b, gemmd_mem_kind from, gemmd_mem_kind to, 
     atomic_fetch_sub_explicit(&b->by_kind[from], bytes, memory_order_relaxed);
 }
 
-int gemmd_budget_fits(gemmd_budget *b, uint64_t bytes)
-{
-    if (!b) return 0;
-    /* What the cache holds would be let go for it (gemmd_budget_set_reclaim). */
-    uint64_t cap = cap_for(b, bytes), cur = atomic_load(&b->used);
-    uint64_t kept = b->reclaim ? atomic_load(&b->by_kind[GEMMD_MEM_CACHE]) : 0;
-    cur = cur > kept ? cur - kept : 0;
-    return cur <= cap && bytes <= cap - cur ? 0 : -1;
-}
-
-unsigned gemmd_budget_retry_after(gemmd_budget *b, uint64_t bytes)
+static unsigned gemmd_budget_retry_after(gemmd_budget *b, uint64_t bytes)
 {
     if (!b) return 1;
     uint64_t cap = cap_for(b, bytes), used = atomic_load(&b->used);
@@ -561,15 +552,4 @@ void gemmd_budget_forget(gemmd_budget *b, void *p)
     if (!b || !p) return;
     buf_entry e;
     if (take_entry(b, p, &e) == 0) gemmd_budget_release(b, (gemmd_mem_kind)e.kind, e.charged);
-}
-
-uint64_t gemmd_budget_charged(gemmd_budget *b, void *p)
-{
-    if (!b || !p) return 0;
-    buf_shard *sh = shard_of(b, p);
-    pthread_mutex_lock(&sh->mu);
-    buf_entry *e = find_locked(sh, p);
-    uint64_t v = e ? e->charged : 0;
-    pthread_mutex_unlock(&sh->mu);
-    return v;
 }

@@ -1,26 +1,19 @@
 /*
  * budget.h - the daemon's memory budget (max_inflight_mb).
  *
- * Every byte a client can make the daemon hold is admitted here before it is allocated:
- * request bodies as they arrive, decoded matrices, the inputs and room for C of products
- * queued or running, kept async results and answer buffers. A charge that does not fit
- * is refused (the caller answers 503 over_budget with a Retry-After from
- * gemmd_budget_retry_after()); nothing waits for memory.
+ * Every byte a client can make the daemon hold is admitted here before it is allocated. A
+ * charge that does not fit is refused (the caller answers 503 over_budget, Retry-After
+ * from the rate memory was given back lately); nothing waits for memory here (admit.h
+ * queues requests before their bodies). Large charges may not take the last eighth of the
+ * budget (the reserve): however many big bodies or answers are in flight, small products
+ * still get through.
  *
- *   gemmd_budget *b = gemmd_budget_new(limit, fallback_s);
- *   if (gemmd_budget_charge(b, GEMMD_MEM_ANSWER, n) != 0) -> 503
- *   ... gemmd_budget_release(b, GEMMD_MEM_ANSWER, n);
+ * Matrix buffers are charged through gemmd_budget_allocator(), which remembers each
+ * buffer's charge and kind, so that whoever frees it gives back exactly what was taken, and
+ * a buffer can change hands (retag: a body becomes a product's input, C a kept result or an
+ * answer) without being counted twice.
  *
- * Matrix buffers are charged through gemmd_budget_allocator(): the allocator charges
- * before it allocates and remembers each buffer's charge and kind, so that whoever frees
- * it (a request, the job store, an answer) gives back exactly what was taken, and a
- * buffer can change hands (gemmd_budget_retag: a body becomes a product's input, C
- * becomes a kept result or an answer) without being counted twice.
- *
- * Large charges may not take the last eighth of the budget (the reserve): however many
- * big bodies or answers are in flight, small products still get through.
- *
- * Lock-free counters; the buffer table is in 16 shards with a small mutex each. Thread-safe.
+ * Lock-free counters; the buffer table is in 16 shards with a small mutex each.
  */
 #ifndef GEMMD_BUDGET_H
 #define GEMMD_BUDGET_H
@@ -40,13 +33,13 @@ typedef enum {
     GEMMD_MEM_CACHE,    /* memory the engine keeps for reuse (page-locked blocks): it takes
                            only room nobody else needs, and gives it up (the reclaim hook)
                            when a charge of any other kind would not fit */
-    GEMMD_MEM_RESERVED, /* reserved by requests at admission (admit.h), before their bodies:
-                           what they hold inside it is not charged again */
+    GEMMD_MEM_RESERVED, /* reserved by requests at admission: what they hold inside it is
+                           not charged again */
     GEMMD_MEM_RESIDENT, /* resident matrices (within resident_mb as well) */
     GEMMD_MEM_NKINDS
 } gemmd_mem_kind;
 
-const char *gemmd_mem_kind_name(gemmd_mem_kind k); /* "bodies", "inputs", "results", "answers", "cache" */
+const char *gemmd_mem_kind_name(gemmd_mem_kind k); /* "bodies", "inputs", "results", ... */
 
 typedef struct gemmd_budget gemmd_budget;
 
@@ -55,69 +48,53 @@ typedef struct gemmd_budget gemmd_budget;
 gemmd_budget *gemmd_budget_new(uint64_t limit, unsigned fallback_s);
 void gemmd_budget_free(gemmd_budget *b);
 
-/* The default limit: half of the host's memory, or of the cgroup's memory limit when
- * that is lower (a container). */
-uint64_t gemmd_budget_default_limit(void);
-/* The budget max_inflight_mb asks for: configured bytes, or the default when 0. */
+/* The budget max_inflight_mb asks for: configured bytes, or for 0 half of the host's
+ * memory, or of the cgroup's memory limit when that is lower (a container). */
 uint64_t gemmd_budget_limit(uint64_t configured);
 
 /* Makes freed buffers go back to the system at once (glibc's malloc: a fixed mmap
- * threshold), so that what the budget gives back the process gives back too. Call once at
- * start; process-wide. */
+ * threshold), so that what the budget gives back the process gives back too. Process-wide. */
 void gemmd_budget_tune_malloc(void);
-/* Called often (every 50 ms) from one thread off the hot path (the connection watchdog):
- * once GEMMD_TRIM_MIN bytes have been given back since the last time and the charges have
- * not grown for GEMMD_TRIM_QUIET_MS, the heaps' free pages go back to the system
- * (malloc_trim), at most every GEMMD_TRIM_EVERY_MS. Smaller blocks (a JSON operand's first
- * ones, parse trees) live in the heaps of the threads that took them, and freeing them
- * leaves the pages resident until then. Returns 1 when it trimmed. */
+/* Called every 50 ms from one thread off the hot path (the connection watchdog): once
+ * GEMMD_TRIM_MIN bytes have been given back and the charges have not grown for
+ * GEMMD_TRIM_QUIET_MS, the heaps' free pages go back to the system (malloc_trim), at most
+ * every GEMMD_TRIM_EVERY_MS: smaller blocks live in the heaps of the threads that took
+ * them, and freeing them leaves the pages resident. Returns 1 when it trimmed. */
 int gemmd_budget_tick(gemmd_budget *b, int64_t now_ms);
 #define GEMMD_TRIM_MIN (16ull << 20)
 #define GEMMD_TRIM_QUIET_MS 1000
 #define GEMMD_TRIM_EVERY_MS 5000
 
-/* Called when a charge of a kind other than GEMMD_MEM_CACHE would not fit while the cache
- * holds bytes: fn lets the cache go (releasing its GEMMD_MEM_CACHE charge) and the charge
- * is tried once more. fn may be NULL. Set it before charges run. */
+/* When a charge of another kind would not fit while the cache holds bytes, fn lets the
+ * cache go (releasing its GEMMD_MEM_CACHE charge) and the charge is tried once more. */
 void gemmd_budget_set_reclaim(gemmd_budget *b, uint64_t (*fn)(void *ctx), void *ctx);
-/* The engine's keep-charge hook (gemm_engine_set_keep_charge) on this budget: ctx is the
- * budget; +bytes charged as GEMMD_MEM_CACHE (refused like any charge), -bytes released. */
+/* The engine's keep-charge hook (gemm_engine_set_keep_charge) on budget: +bytes charged as
+ * GEMMD_MEM_CACHE (refused like any charge), -bytes released. */
 int gemmd_budget_keep_charge(void *budget, int64_t delta);
-
-/* fn(ctx) after every release of memory (admit.h's kick); NULL: none. Set it before
- * charges run; fn must not call back into the budget. */
+/* fn(ctx) after every release of memory (admit.h's kick); fn must not call back into the
+ * budget. Set these hooks before charges run. */
 void gemmd_budget_set_release_hook(gemmd_budget *b, void (*fn)(void *ctx), void *ctx);
-
-/* A reservation: bytes charged as GEMMD_MEM_RESERVED, admitted as one charge of that
- * size. 0, or -1 when they do not fit. Released with gemmd_budget_release. */
-static inline int gemmd_budget_reserve(gemmd_budget *b, uint64_t bytes);
 
 /* Charges bytes of kind k: 0, or -1 when they do not fit (nothing is charged). */
 int gemmd_budget_charge(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes);
 void gemmd_budget_release(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes);
+/* A reservation (admit.h): bytes charged as GEMMD_MEM_RESERVED, admitted as one charge. */
 static inline int gemmd_budget_reserve(gemmd_budget *b, uint64_t bytes)
 {
     return gemmd_budget_charge(b, GEMMD_MEM_RESERVED, bytes);
 }
-/* Changes a charge by delta (new - old bytes, either sign) without releasing it first;
- * a growth that does not fit returns -1 and changes nothing. */
+/* Changes a charge from old_bytes to new_bytes without releasing it first; a growth that
+ * does not fit returns -1 and changes nothing. */
 int gemmd_budget_adjust(gemmd_budget *b, gemmd_mem_kind k, uint64_t old_bytes, uint64_t new_bytes);
 /* Moves bytes from one kind to another (no admission: the total does not change). */
 void gemmd_budget_move(gemmd_budget *b, gemmd_mem_kind from, gemmd_mem_kind to, uint64_t bytes);
-
-/* Whether `bytes` could be charged now (no charge taken): 0, or -1. */
-int gemmd_budget_fits(gemmd_budget *b, uint64_t bytes);
 /* The most one request may ever be charged (the budget less its reserve). */
 uint64_t gemmd_budget_max_single(const gemmd_budget *b);
 
-/* Seconds after which `bytes` more should fit, from the rate at which memory was given
- * back over the last seconds; fallback_s when nothing was; 1..3600. */
-unsigned gemmd_budget_retry_after(gemmd_budget *b, uint64_t bytes);
-
-/* Fills *err with 503 over_budget naming what was asked and what is held; returns -1.
- * *retry_after_s (if not NULL) gets the Retry-After to send. */
-int gemmd_budget_refuse(gemmd_budget *b, uint64_t bytes, const char *what, gemm_err *err,
-                        int *retry_after_s);
+/* Fills *err with 503 over_budget naming what was asked and what is held, and
+ * *retry_after_s (if not NULL): when bytes more should fit, from the rate memory was
+ * given back over the last seconds (fallback_s when none was; 1..3600). Returns -1. */
+int gemmd_budget_refuse(gemmd_budget *b, uint64_t bytes, const char *what, gemm_err *err, int *retry_after_s);
 
 typedef struct {
     uint64_t limit, used, peak;
@@ -137,13 +114,11 @@ typedef struct {
     _Atomic uint64_t used;       /* of it, taken by buffers and charges */
 } gemmd_resv;
 
-/* bytes for r's holder: from its reservation while it lasts, the rest charged as k.
- * 0 with *outside the bytes charged outside the reservation (give them back with
- * gemmd_budget_release(b, k, *outside) when done), or -1 when they do not fit (nothing
- * taken). r may be NULL: all of it is charged as k. */
+/* bytes for r's holder: from its reservation while it lasts, the rest charged as k. 0
+ * with *outside the bytes charged outside it (given back with gemmd_budget_release), or
+ * -1 when they do not fit (nothing taken). r may be NULL: all of it is charged as k. */
 int gemmd_resv_take(gemmd_resv *r, gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes, uint64_t *outside);
-/* Gives back what gemmd_resv_take took for a transient need: bytes in all, outside of
- * them outside the reservation (released), the rest returned to the reservation. */
+/* Gives back what gemmd_resv_take took for a transient need. */
 void gemmd_resv_give(gemmd_resv *r, gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes, uint64_t outside);
 /* A charge taken for an estimate of est bytes (outside of them outside a reservation)
  * when held bytes turn out to be needed: the part outside grows by what passed the
@@ -153,11 +128,10 @@ uint64_t gemmd_budget_settle_to(gemmd_budget *b, gemmd_mem_kind k, uint64_t est,
 uint64_t gemmd_resv_end(gemmd_resv *r);
 
 /* ---- charged buffers ---------------------------------------------------------------
- * An allocator whose alloc() charges kind k against the budget (or takes it from the
- * reservation resv) before calling base's, and whose free() gives the charge back. NULL
- * from alloc() after a refusal sets the calling thread's refusal mark
- * (gemmd_budget_take_refusal). Buffers from other allocators may be passed to free() too
- * (they are just freed by base). */
+ * An allocator whose alloc() charges kind k (or takes it from the reservation resv)
+ * before calling base's, and whose free() gives the charge back. NULL from alloc() after
+ * a refusal sets the calling thread's refusal mark (gemmd_budget_take_refusal). Buffers
+ * from other allocators may be passed to free() too (they are just freed by base). */
 typedef struct {
     gemmd_budget *budget;
     gemm_allocator base;
@@ -174,11 +148,8 @@ void gemmd_budget_retag(gemmd_budget *b, void *p, gemmd_mem_kind k);
  * shrinks by as much (the total does not change). Other buffers are only retagged. */
 void gemmd_budget_adopt(gemmd_budget *b, void *p, gemmd_mem_kind k, gemmd_resv *r);
 /* p leaves the budget (its charge is given back, the buffer is not freed): another
- * accountant owns it from now on (a resident matrix counts against resident_mb). Whoever
- * frees it may still do so through the charging allocator. */
+ * accountant owns it from now on (a resident matrix counts against resident_mb). */
 void gemmd_budget_forget(gemmd_budget *b, void *p);
-/* Bytes charged for p on its own (0 when unknown or inside a reservation). */
-uint64_t gemmd_budget_charged(gemmd_budget *b, void *p);
 
 /* Bytes of the last refusal on this thread (0: none), cleared by the call. */
 uint64_t gemmd_budget_take_refusal(void);

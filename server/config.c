@@ -2,15 +2,17 @@
  * config.c - the daemon's configuration: built-in defaults, then a key = value file,
  * then GEMMD_<KEY> environment variables, then --key value flags; later wins.
  *
- * Every key is described once, in the table below (name, kind, range, help). The file,
- * environment and flag readers all go through gemmd_config_set(), so a value is checked
- * the same way wherever it comes from, and each error names where the value came from
- * (file:line, GEMMD_X or --x) and what the key accepts.
+ * Every key is described once, in the table below (name, kind, range, help), and the
+ * engine's backends add theirs (gemm_engine_keys). The file, environment and flag readers
+ * all go through gemmd_config_set(), so a value is checked the same way wherever it comes
+ * from, and each error names where it came from (file:line, GEMMD_X or --x) and what the
+ * key accepts.
  */
 #include "config.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <stdarg.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -20,14 +22,46 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config_keys.h"
 #include "instance.h"
 #include "log.h"
 
-#define MB GEMMD_MB
-
+#define MB (1024ull * 1024ull)
 #define OFF(f) offsetof(gemmd_config, f)
 #define SZ(f) sizeof(((gemmd_config *)0)->f)
+
+/* msg = the message; returns -1. */
+static int say(char *msg, size_t msglen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int say(char *msg, size_t msglen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, msglen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+typedef enum {
+    K_INT,      /* int field, range [min, max] */
+    K_U64,      /* uint64_t field, range [min, max] */
+    K_MB_U64,   /* value in MiB, uint64_t field in bytes */
+    K_MB_SIZE,  /* value in MiB, size_t field in bytes */
+    K_STR,      /* free string (a path); may be empty */
+    K_LISTEN,   /* an IPv4 or IPv6 address */
+    K_BACKEND,  /* auto | cpu | cuda */
+    K_DEVICES,  /* all | comma list of ordinals */
+    K_LOGLEVEL, /* error | warn | info | debug */
+    K_BOOL,     /* true | false (also yes/no, on/off, 1/0); int field */
+    K_INSTANCE  /* an instance_id (instance.h), or empty */
+} key_kind;
+
+typedef struct {
+    const char *name;
+    key_kind kind;
+    size_t offset; /* into gemmd_config */
+    size_t size;   /* string kinds: the buffer size */
+    long long min, max;
+    const char *help;
+} key_desc;
 
 static const key_desc daemon_keys[] = {
     {"listen", K_LISTEN, OFF(listen), SZ(listen), 0, 0,
@@ -88,8 +122,6 @@ static const key_desc daemon_keys[] = {
      "this daemon's name among its peers, carried by job ids (empty = <short host name>-<port>)"},
 };
 
-/* The daemon's own keys, then the engine's sections (engine.h, gemm_engine_keys): each
- * backend declares its keys, read here as rows of this table. */
 static key_desc all_keys[sizeof daemon_keys / sizeof daemon_keys[0] + 32];
 static const char *owners[sizeof all_keys / sizeof all_keys[0]]; /* an engine key's section; NULL: the daemon's */
 static size_t nall;
@@ -110,15 +142,23 @@ static void build_keys(void)
         }
 }
 
-size_t gemmd_config_nkeys(void)
+static size_t nkeys(void)
 {
     pthread_once(&keys_once, build_keys);
     return nall;
 }
 
-const key_desc *gemmd_config_key(size_t i)
+/* The key called name (file spelling, e.g. "max_body_mb"; a flag's dashes read as
+ * underscores); NULL if unknown. */
+static const key_desc *find_key(const char *name)
 {
-    return i < gemmd_config_nkeys() ? &all_keys[i] : NULL;
+    char n[64];
+    size_t i = 0;
+    for (; name[i] && i + 1 < sizeof n; i++) n[i] = name[i] == '-' ? '_' : name[i];
+    n[i] = '\0';
+    for (i = 0; i < nkeys(); i++)
+        if (strcmp(all_keys[i].name, n) == 0) return &all_keys[i];
+    return NULL;
 }
 
 void gemmd_config_defaults(gemmd_config *c)
@@ -156,59 +196,15 @@ void gemmd_config_defaults(gemmd_config *c)
     c->restart_on_device_loss = 1;
 }
 
-const key_desc *gemmd_config_find_key(const char *name)
-{
-    for (size_t i = 0; i < gemmd_config_nkeys(); i++)
-        if (strcmp(all_keys[i].name, name) == 0) return &all_keys[i];
-    return NULL;
-}
-
-static void list_keys(char *out, size_t len)
-{
-    size_t used = 0;
-    out[0] = '\0';
-    for (size_t i = 0; i < gemmd_config_nkeys() && used < len; i++) {
-        int w = snprintf(out + used, len - used, "%s%s", i ? ", " : "", all_keys[i].name);
-        if (w < 0) break;
-        used += (size_t)w;
-    }
-}
-
-/* Strict decimal integer: optional '-', digits only, no overflow of long long. */
-static int parse_ll(const char *s, long long *out, int *overflow)
-{
-    const char *p = s;
-    int neg = 0;
-    unsigned long long v = 0;
-    *overflow = 0;
-    if (*p == '-' || *p == '+') neg = (*p++ == '-');
-    if (!isdigit((unsigned char)*p)) return -1;
-    for (; *p; p++) {
-        if (!isdigit((unsigned char)*p)) return -1;
-        unsigned d = (unsigned)(*p - '0');
-        if (v > (9223372036854775807ull - d) / 10) {
-            *overflow = 1;
-            /* keep scanning: "99999999999999999999x" is still not an integer */
-            continue;
-        }
-        if (!*overflow) v = v * 10 + d;
-    }
-    if (*overflow) return 0;
-    *out = neg ? -(long long)v : (long long)v;
-    return 0;
-}
+/* ---------------------------------------------------------------- one value */
 
 static const char *kind_accepts(const key_desc *k, char *buf, size_t len)
 {
     switch (k->kind) {
     case K_INT:
-    case K_U64:
-        snprintf(buf, len, "an integer from %lld to %lld", k->min, k->max);
-        break;
+    case K_U64: snprintf(buf, len, "an integer from %lld to %lld", k->min, k->max); break;
     case K_MB_U64:
-    case K_MB_SIZE:
-        snprintf(buf, len, "a whole number of MiB from %lld to %lld", k->min, k->max);
-        break;
+    case K_MB_SIZE: snprintf(buf, len, "a whole number of MiB from %lld to %lld", k->min, k->max); break;
     case K_STR: snprintf(buf, len, "a string (a path, or a list) of at most %zu bytes, or empty", k->size - 1); break;
     case K_LISTEN: snprintf(buf, len, "an IPv4 or IPv6 address such as 127.0.0.1, 0.0.0.0 or ::1"); break;
     case K_BACKEND: snprintf(buf, len, "auto, cpu or cuda"); break;
@@ -223,144 +219,105 @@ static const char *kind_accepts(const key_desc *k, char *buf, size_t len)
     return buf;
 }
 
-static int set_string(gemmd_config *c, const key_desc *k, const char *value, char *msg, size_t msglen)
+/* Strict decimal integer: optional sign, digits only. 0 (*overflow set when it does not
+ * fit a long long), or -1. */
+static int parse_ll(const char *s, long long *out, int *overflow)
 {
-    char acc[160];
-    size_t n = strlen(value);
-    if (n >= k->size) {
-        snprintf(msg, msglen, "%s: value is %zu bytes long; accepted: %s", k->name, n,
-                 kind_accepts(k, acc, sizeof acc));
-        return -1;
+    const char *p = s;
+    int neg = 0;
+    unsigned long long v = 0;
+    *overflow = 0;
+    if (*p == '-' || *p == '+') neg = (*p++ == '-');
+    if (!isdigit((unsigned char)*p)) return -1;
+    for (; *p; p++) {
+        if (!isdigit((unsigned char)*p)) return -1; /* "99999999999999999999x" is still not an integer */
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (9223372036854775807ull - d) / 10) *overflow = 1;
+        else if (!*overflow) v = v * 10 + d;
     }
-    memcpy((char *)c + k->offset, value, n + 1);
+    *out = neg ? -(long long)v : (long long)v;
     return 0;
 }
 
 static int valid_devices(const char *v)
 {
     if (strcmp(v, "all") == 0) return 1;
-    const char *p = v;
-    for (;;) {
-        if (!isdigit((unsigned char)*p)) return 0;
+    for (const char *p = v;; p++) {
         int ndig = 0;
-        while (isdigit((unsigned char)*p)) {
-            p++;
+        for (; isdigit((unsigned char)*p); p++)
             if (++ndig > 3) return 0; /* ordinals are small */
-        }
+        if (!ndig) return 0;
         if (*p == '\0') return 1;
         if (*p != ',') return 0;
-        p++;
+    }
+}
+
+/* What is wrong with value for a key of kind k (NULL: nothing); why: room for a reason. */
+static const char *check_value(const key_desc *k, const char *value, char *why, size_t whylen)
+{
+    unsigned char addr[16];
+    static const char *const bools[] = {"true", "yes", "on", "1", "false", "no", "off", "0"};
+    switch (k->kind) {
+    case K_LISTEN:
+        return inet_pton(AF_INET, value, addr) == 1 || inet_pton(AF_INET6, value, addr) == 1 ? NULL
+                                                                                             : "is not an IP address";
+    case K_BACKEND:
+        return strcmp(value, "auto") && strcmp(value, "cpu") && strcmp(value, "cuda") ? "is not a backend" : NULL;
+    case K_DEVICES: return valid_devices(value) ? NULL : "is not a device list";
+    case K_LOGLEVEL: return gemmd_log_level_from_name(value) < 0 ? "is not a log level" : NULL;
+    case K_INSTANCE: return value[0] && gemmd_instance_check(value, why, whylen) != 0 ? why : NULL;
+    case K_BOOL:
+        for (int i = 0; i < 8; i++)
+            if (strcasecmp(value, bools[i]) == 0) return NULL;
+        return "is not a boolean";
+    default: return NULL;
     }
 }
 
 int gemmd_config_set(gemmd_config *c, const char *key, const char *value, char *msg, size_t msglen)
 {
-    char acc[160];
-    const key_desc *k = gemmd_config_find_key(key);
-    if (!k) {
-        char all[600];
-        list_keys(all, sizeof all);
-        snprintf(msg, msglen, "unknown key '%s'; known keys: %s", key, all);
+    char acc[160], why[96];
+    const key_desc *k = find_key(key);
+    if (!k || strchr(key, '-')) {
+        size_t used = 0;
+        int w = snprintf(msg, msglen, "unknown key '%s'; known keys: ", key);
+        for (size_t i = 0; w >= 0 && i < nkeys() && (used += (size_t)w) < msglen; i++)
+            w = snprintf(msg + used, msglen - used, "%s%s", i ? ", " : "", all_keys[i].name);
         return -1;
     }
     if (!value) value = "";
     void *field = (char *)c + k->offset;
-    for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
-        if (*p < 0x20 || *p == 0x7f) {
-            snprintf(msg, msglen, "%s: the value holds a control character (byte 0x%02x at %zu); accepted: %s",
-                     k->name, *p, (size_t)(p - (const unsigned char *)value), kind_accepts(k, acc, sizeof acc));
-            return -1;
-        }
-    }
-
+    for (const unsigned char *p = (const unsigned char *)value; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            return say(msg, msglen, "%s: the value holds a control character (byte 0x%02x at %zu); accepted: %s",
+                       k->name, *p, (size_t)(p - (const unsigned char *)value), kind_accepts(k, acc, sizeof acc));
+    const char *bad = NULL;
+    long long v = 0;
+    int overflow = 0, number = k->kind == K_INT || k->kind == K_U64 || k->kind == K_MB_U64 || k->kind == K_MB_SIZE;
+    if (number && value[0] == '\0')
+        return say(msg, msglen, "%s: missing value; accepted: %s", k->name, kind_accepts(k, acc, sizeof acc));
+    if (number && parse_ll(value, &v, &overflow) != 0) bad = "is not an integer";
+    else if (number && overflow) bad = "overflows";
+    else if (!number) bad = check_value(k, value, why, sizeof why);
+    if (bad)
+        return say(msg, msglen, "%s: '%.*s' %s; accepted: %s", k->name, k->kind == K_INSTANCE ? 70 : 60, value, bad,
+                   kind_accepts(k, acc, sizeof acc));
+    if (number && (v < k->min || v > k->max))
+        return say(msg, msglen, "%s: %lld is out of range; accepted: %s", k->name, v, kind_accepts(k, acc, sizeof acc));
     switch (k->kind) {
-    case K_INT:
-    case K_U64:
-    case K_MB_U64:
-    case K_MB_SIZE: {
-        long long v = 0;
-        int overflow = 0;
-        if (value[0] == '\0') {
-            snprintf(msg, msglen, "%s: missing value; accepted: %s", k->name, kind_accepts(k, acc, sizeof acc));
-            return -1;
-        }
-        if (parse_ll(value, &v, &overflow) != 0) {
-            snprintf(msg, msglen, "%s: '%.60s' is not an integer; accepted: %s", k->name, value,
-                     kind_accepts(k, acc, sizeof acc));
-            return -1;
-        }
-        if (overflow) {
-            snprintf(msg, msglen, "%s: '%.60s' overflows; accepted: %s", k->name, value,
-                     kind_accepts(k, acc, sizeof acc));
-            return -1;
-        }
-        if (v < k->min || v > k->max) {
-            snprintf(msg, msglen, "%s: %lld is out of range; accepted: %s", k->name, v,
-                     kind_accepts(k, acc, sizeof acc));
-            return -1;
-        }
-        if (k->kind == K_INT) *(int *)field = (int)v;
-        else if (k->kind == K_U64) *(uint64_t *)field = (uint64_t)v;
-        else if (k->kind == K_MB_U64) *(uint64_t *)field = (uint64_t)v * MB;
-        else *(size_t *)field = (size_t)((uint64_t)v * MB);
-        return 0;
+    case K_INT: *(int *)field = (int)v; return 0;
+    case K_U64: *(uint64_t *)field = (uint64_t)v; return 0;
+    case K_MB_U64: *(uint64_t *)field = (uint64_t)v * MB; return 0;
+    case K_MB_SIZE: *(size_t *)field = (size_t)((uint64_t)v * MB); return 0;
+    case K_BOOL: *(int *)field = strchr("tTyY1", value[0]) || strcasecmp(value, "on") == 0; return 0;
+    default: break;
     }
-    case K_STR:
-        return set_string(c, k, value, msg, msglen);
-    case K_LISTEN: {
-        unsigned char addr[16];
-        if (inet_pton(AF_INET, value, addr) != 1 && inet_pton(AF_INET6, value, addr) != 1) {
-            snprintf(msg, msglen, "%s: '%.60s' is not an IP address; accepted: %s", k->name, value,
-                     kind_accepts(k, acc, sizeof acc));
-            return -1;
-        }
-        return set_string(c, k, value, msg, msglen);
-    }
-    case K_BACKEND:
-        if (strcmp(value, "auto") && strcmp(value, "cpu") && strcmp(value, "cuda")) {
-            snprintf(msg, msglen, "%s: '%.60s' is not a backend; accepted: %s", k->name, value,
-                     kind_accepts(k, acc, sizeof acc));
-            return -1;
-        }
-        return set_string(c, k, value, msg, msglen);
-    case K_DEVICES:
-        if (!valid_devices(value)) {
-            snprintf(msg, msglen, "%s: '%.60s' is not a device list; accepted: %s", k->name, value,
-                     kind_accepts(k, acc, sizeof acc));
-            return -1;
-        }
-        return set_string(c, k, value, msg, msglen);
-    case K_LOGLEVEL:
-        if (gemmd_log_level_from_name(value) < 0) {
-            snprintf(msg, msglen, "%s: '%.60s' is not a log level; accepted: %s", k->name, value,
-                     kind_accepts(k, acc, sizeof acc));
-            return -1;
-        }
-        return set_string(c, k, value, msg, msglen);
-    case K_INSTANCE: {
-        char why[96];
-        if (value[0] && gemmd_instance_check(value, why, sizeof why) != 0) {
-            snprintf(msg, msglen, "%s: '%.70s' %s; accepted: %s", k->name, value, why,
-                     kind_accepts(k, acc, sizeof acc));
-            return -1;
-        }
-        return set_string(c, k, value, msg, msglen);
-    }
-    case K_BOOL: {
-        static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
-        for (int i = 0; i < 4; i++) {
-            if (strcasecmp(value, yes[i]) == 0 || strcasecmp(value, no[i]) == 0) {
-                *(int *)field = strcasecmp(value, yes[i]) == 0;
-                return 0;
-            }
-        }
-        snprintf(msg, msglen, "%s: '%.60s' is not a boolean; accepted: %s", k->name, value,
-                 kind_accepts(k, acc, sizeof acc));
-        return -1;
-    }
-    }
-    snprintf(msg, msglen, "%s: internal error (unknown kind)", key);
-    return -1;
+    size_t n = strlen(value);
+    if (n >= k->size)
+        return say(msg, msglen, "%s: value is %zu bytes long; accepted: %s", k->name, n,
+                   kind_accepts(k, acc, sizeof acc));
+    memcpy(field, value, n + 1);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- the file */
@@ -402,62 +359,39 @@ static char *parse_value(char *v, const char **why)
     return trim(v);
 }
 
+/* One line of a file (0 when it is blank or a comment); -1 with what is wrong in why. */
+static int file_line(gemmd_config *c, char *line, ssize_t got, char *why, size_t whylen)
+{
+    if (got > 2046) return say(why, whylen, "line longer than 2046 bytes");
+    if (memchr(line, '\0', (size_t)got)) /* it would end the value there, silently */
+        return say(why, whylen, "the line holds a NUL byte");
+    char *s = trim(line);
+    if (*s == '\0' || *s == '#' || *s == ';') return 0;
+    char *eq = strchr(s, '=');
+    if (!eq) return say(why, whylen, "expected 'key = value', got '%.80s'", s);
+    *eq = '\0';
+    char *key = trim(s);
+    const char *bad = NULL;
+    char *value = parse_value(eq + 1, &bad);
+    if (*key == '\0') return say(why, whylen, "missing key before '='");
+    if (!value) return say(why, whylen, "%s: %s", key, bad);
+    return gemmd_config_set(c, key, value, why, whylen);
+}
+
 int gemmd_config_load_file(gemmd_config *c, const char *path, char *msg, size_t msglen)
 {
     FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(msg, msglen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    char *line = NULL;
+    if (!f) return say(msg, msglen, "%s: cannot open: %s", path, strerror(errno));
+    char *line = NULL, why[512];
     size_t cap = 0;
     ssize_t got;
     int lineno = 0, rc = 0;
-    while ((got = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        if (got > 2046) {
-            snprintf(msg, msglen, "%s:%d: line longer than 2046 bytes", path, lineno);
-            rc = -1;
-            break;
-        }
-        if (memchr(line, '\0', (size_t)got)) { /* it would end the value there, silently */
-            snprintf(msg, msglen, "%s:%d: the line holds a NUL byte", path, lineno);
-            rc = -1;
-            break;
-        }
-        char *s = trim(line);
-        if (*s == '\0' || *s == '#' || *s == ';') continue;
-        char *eq = strchr(s, '=');
-        if (!eq) {
-            snprintf(msg, msglen, "%s:%d: expected 'key = value', got '%.80s'", path, lineno, s);
-            rc = -1;
-            break;
-        }
-        *eq = '\0';
-        char *key = trim(s);
-        const char *why = NULL;
-        char *value = parse_value(eq + 1, &why);
-        if (*key == '\0') {
-            snprintf(msg, msglen, "%s:%d: missing key before '='", path, lineno);
-            rc = -1;
-            break;
-        }
-        if (!value) {
-            snprintf(msg, msglen, "%s:%d: %s: %s", path, lineno, key, why);
-            rc = -1;
-            break;
-        }
-        char m[512];
-        if (gemmd_config_set(c, key, value, m, sizeof m) != 0) {
-            snprintf(msg, msglen, "%s:%d: %s", path, lineno, m);
-            rc = -1;
-            break;
-        }
-    }
-    if (rc == 0 && ferror(f)) {
-        snprintf(msg, msglen, "%s: read error", path);
-        rc = -1;
-    }
+    while (rc == 0 && (got = getline(&line, &cap, f)) >= 0)
+        if ((rc = file_line(c, line, got, why, sizeof why)) != 0)
+            snprintf(msg, msglen, "%s:%d: %s", path, lineno + 1, why);
+        else
+            lineno++;
+    if (rc == 0 && ferror(f)) rc = say(msg, msglen, "%s: read error", path);
     free(line);
     fclose(f);
     if (rc == 0) snprintf(c->config_path, sizeof c->config_path, "%s", path);
@@ -466,36 +400,31 @@ int gemmd_config_load_file(gemmd_config *c, const char *path, char *msg, size_t 
 
 /* ---------------------------------------------------------------- environment */
 
-void gemmd_config_env_name(const char *key, char *out, size_t len)
+/* "GEMMD_MAX_BODY_MB" for "max_body_mb". */
+static void env_name(const char *key, char *out, size_t len)
 {
-    size_t i = 0;
-    int w = snprintf(out, len, "GEMMD_");
-    if (w < 0) return;
-    i = (size_t)w;
+    size_t i = (size_t)snprintf(out, len, "GEMMD_");
     for (; *key && i + 1 < len; key++) out[i++] = (char)toupper((unsigned char)*key);
     out[i] = '\0';
 }
 
-const char *gemmd_config_env_lookup(char **envp, const char *name)
+/* The value of variable name in envp; NULL if unset. */
+static const char *env_lookup(char **envp, const char *name)
 {
     size_t n = strlen(name);
-    if (!envp) return NULL;
-    for (char **e = envp; *e; e++)
+    for (char **e = envp; e && *e; e++)
         if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
     return NULL;
 }
 
 int gemmd_config_load_env(gemmd_config *c, char **envp, char *msg, size_t msglen)
 {
-    for (size_t i = 0; i < gemmd_config_nkeys(); i++) {
-        char name[64];
-        gemmd_config_env_name(all_keys[i].name, name, sizeof name);
-        const char *v = gemmd_config_env_lookup(envp, name);
-        if (!v) continue;
-        char m[512];
-        if (gemmd_config_set(c, all_keys[i].name, v, m, sizeof m) != 0) {
-            snprintf(msg, msglen, "environment variable %s: %s", name, m);
-            return -1;
+    for (size_t i = 0; i < nkeys(); i++) {
+        char name[64], m[512];
+        env_name(all_keys[i].name, name, sizeof name);
+        const char *v = env_lookup(envp, name);
+        if (v && gemmd_config_set(c, all_keys[i].name, v, m, sizeof m) != 0) {
+            return say(msg, msglen, "environment variable %s: %s", name, m);
         }
     }
     return 0;
@@ -523,7 +452,7 @@ void gemmd_config_warn_idle(const gemmd_config *c, gemm_engine *e)
     gemmd_config_defaults(&d);
     gemm_engine_info info;
     gemm_engine_describe(e, &info);
-    for (size_t i = 0; i < gemmd_config_nkeys(); i++) {
+    for (size_t i = 0; i < nkeys(); i++) {
         const key_desc *k = &all_keys[i];
         const char *v = (const char *)c + k->offset, *dv = (const char *)&d + k->offset;
         int is_str = k->kind == K_STR || k->kind == K_BACKEND || k->kind == K_DEVICES;
@@ -537,54 +466,149 @@ void gemmd_config_warn_idle(const gemmd_config *c, gemm_engine *e)
 
 int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen)
 {
-    if (c->port < 1 || c->port > 65535) {
-        snprintf(msg, msglen, "port: %d is out of range; accepted: 1 to 65535", c->port);
-        return -1;
-    }
-    if (c->http_threads < 0) {
-        snprintf(msg, msglen, "http_threads: must be 0 (half the CPUs, 4 to 16) or at least 1");
-        return -1;
-    }
-    if (c->engine.queue_depth < 1) {
-        snprintf(msg, msglen, "queue_depth: must be at least 1");
-        return -1;
-    }
-    if (c->limits.max_dim < 1 || c->limits.max_elements < 1 || c->limits.max_body_bytes < 1) {
-        snprintf(msg, msglen, "max_dim, max_elements and max_body_mb must be at least 1");
-        return -1;
-    }
-    if (c->per_ip_limit > c->connection_limit) {
-        snprintf(msg, msglen, "per_ip_limit (%d) is larger than connection_limit (%d)", c->per_ip_limit,
-                 c->connection_limit);
-        return -1;
-    }
-    if (c->tls_cert[0] && !c->tls_priorities[0]) {
-        snprintf(msg, msglen, "tls_priorities: must not be empty when serving HTTPS (default: %s)",
-                 GEMMD_TLS_PRIORITIES_DEFAULT);
-        return -1;
-    }
-    if ((c->tls_cert[0] != '\0') != (c->tls_key[0] != '\0')) {
-        snprintf(msg, msglen, "tls_cert and tls_key must be set together (got only %s)",
-                 c->tls_cert[0] ? "tls_cert" : "tls_key");
-        return -1;
-    }
+    if (c->port < 1 || c->port > 65535)
+        return say(msg, msglen, "port: %d is out of range; accepted: 1 to 65535", c->port);
+    if (c->http_threads < 0) return say(msg, msglen, "http_threads: must be 0 (half the CPUs, 4 to 16) or at least 1");
+    if (c->engine.queue_depth < 1) return say(msg, msglen, "queue_depth: must be at least 1");
+    if (c->limits.max_dim < 1 || c->limits.max_elements < 1 || c->limits.max_body_bytes < 1)
+        return say(msg, msglen, "max_dim, max_elements and max_body_mb must be at least 1");
+    if (c->per_ip_limit > c->connection_limit)
+        return say(msg, msglen, "per_ip_limit (%d) is larger than connection_limit (%d)", c->per_ip_limit,
+                   c->connection_limit);
+    if (c->tls_cert[0] && !c->tls_priorities[0])
+        return say(msg, msglen, "tls_priorities: must not be empty when serving HTTPS (default: %s)",
+                   GEMMD_TLS_PRIORITIES_DEFAULT);
+    if ((c->tls_cert[0] != '\0') != (c->tls_key[0] != '\0'))
+        return say(msg, msglen, "tls_cert and tls_key must be set together (got only %s)",
+                   c->tls_cert[0] ? "tls_cert" : "tls_key");
     const char *files[3] = {c->tokens_file, c->tls_cert, c->tls_key};
     const char *names[3] = {"tokens_file", "tls_cert", "tls_key"};
     for (int i = 0; i < 3; i++) {
         struct stat st;
-        if (files[i][0] && (access(files[i], R_OK) != 0 || stat(files[i], &st) != 0)) {
-            snprintf(msg, msglen, "%s: cannot read '%s': %s", names[i], files[i], strerror(errno));
-            return -1;
+        if (files[i][0] && (access(files[i], R_OK) != 0 || stat(files[i], &st) != 0))
+            return say(msg, msglen, "%s: cannot read '%s': %s", names[i], files[i], strerror(errno));
+        if (files[i][0] && S_ISDIR(st.st_mode))
+            return say(msg, msglen, "%s: '%s' is a directory, not a file", names[i], files[i]);
+    }
+    if (gemmd_log_level_from_name(c->log_level) < 0)
+        return say(msg, msglen, "log_level: '%s' is not a log level; accepted: error, warn, info or debug",
+                   c->log_level);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the command line */
+
+void gemmd_config_usage(FILE *out)
+{
+    gemmd_config d;
+    gemmd_config_defaults(&d);
+    fprintf(out,
+            "usage: gemmd [--config FILE] [--KEY VALUE | --KEY=VALUE]...\n"
+            "\n"
+            "gemmd serves matrix products C = A.B over HTTP (GPU when present, else CPU).\n"
+            "Settings come from built-in defaults, then the config file (--config FILE, else\n"
+            "$GEMMD_CONFIG, else config/gemmd.conf when it exists), then GEMMD_<KEY>\n"
+            "environment variables, then flags; later wins.\n"
+            "\n"
+            "  --config FILE                 read FILE (key = value lines)\n"
+            "  -h, --help                    print this help and exit\n"
+            "  -V, --version                 print the version and exit\n"
+            "\n");
+    for (size_t i = 0; i < nkeys(); i++) {
+        const key_desc *k = &all_keys[i];
+        const void *f = (const char *)&d + k->offset;
+        char lhs[96], env[64], def[300];
+        int n = snprintf(lhs, sizeof lhs, "--%s VALUE", k->name);
+        for (int j = 2; j < n - 6; j++) lhs[j] = lhs[j] == '_' ? '-' : lhs[j];
+        env_name(k->name, env, sizeof env);
+        switch (k->kind) {
+        case K_INT: snprintf(def, sizeof def, "%d", *(const int *)f); break;
+        case K_U64: snprintf(def, sizeof def, "%llu", (unsigned long long)*(const uint64_t *)f); break;
+        case K_MB_U64: snprintf(def, sizeof def, "%llu", (unsigned long long)(*(const uint64_t *)f / MB)); break;
+        case K_MB_SIZE: snprintf(def, sizeof def, "%llu", (unsigned long long)(*(const size_t *)f / MB)); break;
+        case K_BOOL: snprintf(def, sizeof def, "%s", *(const int *)f ? "true" : "false"); break;
+        default: snprintf(def, sizeof def, "%s", *(const char *)f ? (const char *)f : "(empty)");
         }
-        if (files[i][0] && S_ISDIR(st.st_mode)) {
-            snprintf(msg, msglen, "%s: '%s' is a directory, not a file", names[i], files[i]);
-            return -1;
+        fprintf(out, "  %-29s %s\n  %-29s (env %s, default %s)\n", lhs, k->help, "", env, def);
+    }
+}
+
+/* The config file to read: --config FILE (or --config=FILE), else $GEMMD_CONFIG, else
+ * config/gemmd.conf when it exists. 0 (*path NULL: none), or -1. */
+static int config_path(int argc, char **argv, char **envp, const char **path)
+{
+    int explicit = 0;
+    *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--config=", 9) == 0) {
+            *path = argv[i] + 9;
+            explicit = 1;
+        } else if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) {
+                fprintf(stderr, "gemmd: --config: missing value (a config file path)\n");
+                return -1;
+            }
+            *path = argv[++i];
+            explicit = 1;
         }
     }
-    if (gemmd_log_level_from_name(c->log_level) < 0) {
-        snprintf(msg, msglen, "log_level: '%s' is not a log level; accepted: error, warn, info or debug",
-                 c->log_level);
+    const char *e = explicit ? NULL : env_lookup(envp, "GEMMD_CONFIG");
+    if (e && *e) *path = e;
+    else if (!explicit && access("config/gemmd.conf", F_OK) == 0) *path = "config/gemmd.conf";
+    if (explicit && !**path) {
+        fprintf(stderr, "gemmd: --config: empty path\n");
         return -1;
     }
     return 0;
+}
+
+int gemmd_config_from_args(gemmd_config *c, int argc, char **argv, char **envp)
+{
+    char msg[1024];
+    const char *path;
+    gemmd_config_defaults(c);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            gemmd_config_usage(stdout);
+            return 1;
+        }
+        if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "-V") == 0) {
+            printf("gemmd %s\n", GEMMD_VERSION);
+            return 1;
+        }
+    }
+    if (config_path(argc, argv, envp, &path) != 0) return -1;
+    if ((path && gemmd_config_load_file(c, path, msg, sizeof msg) != 0) ||
+        gemmd_config_load_env(c, envp, msg, sizeof msg) != 0) {
+        fprintf(stderr, "gemmd: %s\n", msg);
+        return -1;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+            fprintf(stderr, "gemmd: unexpected argument '%s' (options are --key value; see --help)\n", a);
+            return -1;
+        }
+        char name[96];
+        const char *eq = strchr(a + 2, '='), *value = eq ? eq + 1 : NULL;
+        snprintf(name, sizeof name, "%.*s", (int)(eq ? (size_t)(eq - (a + 2)) : strlen(a + 2)), a + 2);
+        if (!eq && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
+            fprintf(stderr, "gemmd: --%s: missing value (see --help)\n", name);
+            return -1;
+        }
+        if (!eq) value = argv[++i];
+        if (strcmp(name, "config") == 0) continue; /* read above */
+        const key_desc *k = find_key(name);
+        if (!k) {
+            fprintf(stderr, "gemmd: unknown option --%s (see --help for the list)\n", name);
+            return -1;
+        }
+        if (gemmd_config_set(c, k->name, value, msg, sizeof msg) != 0) {
+            fprintf(stderr, "gemmd: --%s: %s\n", name, msg);
+            return -1;
+        }
+    }
+    if (gemmd_config_validate(c, msg, sizeof msg) == 0) return 0;
+    fprintf(stderr, "gemmd: %s\n", msg);
+    return -1;
 }

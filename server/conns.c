@@ -78,7 +78,7 @@ struct gemmd_conns {
     pthread_t thread;
     int running, stop;
     gemmd_conn *head;
-    int open, admitted, max_open;
+    gemmd_conns_stats st;       /* open and admitted now, and the counters */
     ip_slot *ips;
     size_t ip_cap;              /* power of two, > 2x the most connections MHD holds */
     int lingering;              /* sockets handed over for a lingering close, not yet closed */
@@ -86,9 +86,6 @@ struct gemmd_conns {
     lingerer fresh[LINGER_MAX]; /* handed over, not yet taken by the watchdog */
     int nmine;
     lingerer mine[LINGER_MAX];  /* the watchdog's own: touched by no other thread */
-    _Atomic uint64_t accepted, refused_limit, refused_ip, evicted;
-    _Atomic uint64_t closed_header, closed_body, closed_request, closed_send;
-    _Atomic uint64_t left;      /* clients that left a waiting request (gemmd_conn_watch) */
 };
 
 static void wake(gemmd_conns *c)
@@ -267,7 +264,7 @@ static void uncount(gemmd_conns *c, gemmd_conn *x)
 {
     if (!x->counted) return;
     x->counted = 0;
-    c->admitted--;
+    c->st.admitted--;
     ip_del(c, x->addr);
 }
 
@@ -328,6 +325,22 @@ static gemmd_conn *pending_victim(gemmd_conns *c, const gemmd_conn *x)
     return live > (int)gemmd_conns_pending_room(&c->cfg) ? best : NULL;
 }
 
+/* Closes v to make room for a newcomer (lock held): first, on plain HTTP, what it sent is
+ * dropped and a 503 written when answer; abort: reset at close. */
+static void evict(gemmd_conns *c, gemmd_conn *v, int answer, int abort, int64_t waited_us)
+{
+    if (c->cfg.plain_http && answer) {
+        drain(v->fd);
+        write_canned(v->fd, 503, "Service Unavailable", "too_many_connections",
+                     "the server is full and this connection had not sent a request; retry", 1);
+    }
+    uncount(c, v);
+    shut(v, abort);
+    c->st.evicted++;
+    LOG_DEBUG("connection from %s closed to make room: it had waited %.1f s for a request head", v->addr_text,
+              (double)waited_us / 1e6);
+}
+
 gemmd_conn *gemmd_conns_open(gemmd_conns *c, int fd, const struct sockaddr *client)
 {
     gemmd_conn *x = calloc(1, sizeof *x);
@@ -338,42 +351,28 @@ gemmd_conn *gemmd_conns_open(gemmd_conns *c, int fd, const struct sockaddr *clie
     x->t_open_us = now_us();
     atomic_store(&x->t_req_us, x->t_open_us);
     atomic_store(&x->state, ST_HEAD);
-    atomic_fetch_add(&c->accepted, 1);
-
     pthread_mutex_lock(&c->mu);
+    c->st.accepted++;
     x->next = c->head;
     if (c->head) c->head->prev = x;
     c->head = x;
-    c->open++;
-    if (c->open > c->max_open) c->max_open = c->open;
+    c->st.open++;
     int why = REF_NONE;
     if (c->cfg.per_ip_limit > 0 && ip_count(c, x->addr) >= c->cfg.per_ip_limit) {
         why = REF_IP;
-    } else if (c->admitted >= c->cfg.connection_limit) {
+    } else if (c->st.admitted >= c->cfg.connection_limit) {
         gemmd_conn *v = victim(c, x->addr);
-        if (v) {
-            int never = atomic_load(&v->requests) == 0;
-            if (c->cfg.plain_http && never) {
-                drain(v->fd);
-                write_canned(v->fd, 503, "Service Unavailable", "too_many_connections",
-                             "the server is full and this connection had not sent a request; retry", 1);
-            }
-            uncount(c, v);
-            shut(v, 0);
-            atomic_fetch_add(&c->evicted, 1);
-            LOG_DEBUG("connection from %s closed to make room (it had waited %.1f s for a request head)",
-                      v->addr_text, (double)(x->t_open_us - atomic_load(&v->t_req_us)) / 1e6);
-        } else {
-            why = REF_LIMIT;
-        }
+        if (v) evict(c, v, atomic_load(&v->requests) == 0, 0, x->t_open_us - atomic_load(&v->t_req_us));
+        else why = REF_LIMIT;
     }
     if (why == REF_NONE) {
         x->counted = 1;
-        c->admitted++;
+        c->st.admitted++;
         ip_add(c, x->addr);
     } else {
         x->refused = why;
-        atomic_fetch_add(why == REF_IP ? &c->refused_ip : &c->refused_limit, 1);
+        if (why == REF_IP) c->st.refused_ip++;
+        else c->st.refused_limit++;
         if (c->cfg.plain_http && x->fd >= 0) {
             /* Answer at once and stop sending; the watchdog closes it after a moment,
              * the access handler at once if a request head comes. */
@@ -383,19 +382,8 @@ gemmd_conn *gemmd_conns_open(gemmd_conns *c, int fd, const struct sockaddr *clie
             shutdown(x->fd, SHUT_WR);
         }
     }
-    gemmd_conn *v = c->open > (int)gemmd_conns_pending_room(&c->cfg) ? pending_victim(c, x) : NULL;
-    if (v) {
-        if (c->cfg.plain_http && !v->refused) {
-            drain(v->fd);
-            write_canned(v->fd, 503, "Service Unavailable", "too_many_connections",
-                         "the server is full and this connection had not sent a request; retry", 1);
-        }
-        uncount(c, v);
-        shut(v, v->refused);
-        atomic_fetch_add(&c->evicted, 1);
-        LOG_DEBUG("connection from %s closed to make room: it had sent no request in %.1f s", v->addr_text,
-                  (double)(x->t_open_us - v->t_open_us) / 1e6);
-    }
+    gemmd_conn *v = c->st.open > (int)gemmd_conns_pending_room(&c->cfg) ? pending_victim(c, x) : NULL;
+    if (v) evict(c, v, !v->refused, v->refused, x->t_open_us - v->t_open_us);
     pthread_mutex_unlock(&c->mu);
     return x;
 }
@@ -409,11 +397,10 @@ static int client_state(int fd)
     return n > 0 ? 1 : n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
 }
 
-/* MHD is about to close x's socket (lock held): keep it open for a lingering close
- * (see conns.h), unless the watchdog closed it, the client has, or too many linger. A
- * client that has sent nothing unread (it only waits for the end) takes no more than half
- * the places: a close without unread data resets nothing, and the rest is kept for
- * clients still sending, whose writes a close would break. */
+/* MHD is about to close x's socket (lock held): keep it for a lingering close, unless the
+ * watchdog closed it, the client has, or too many linger. A client with nothing unread
+ * takes at most half the places (a close then resets nothing): the rest are for clients
+ * still sending, whose writes a close would break. */
 static void linger(gemmd_conns *c, const gemmd_conn *x)
 {
     int st = x->closing || x->fd < 0 || c->stop ? -1 : client_state(x->fd);
@@ -435,7 +422,7 @@ void gemmd_conns_close(gemmd_conns *c, gemmd_conn *x)
     if (x->prev) x->prev->next = x->next;
     else c->head = x->next;
     if (x->next) x->next->prev = x->prev;
-    c->open--;
+    c->st.open--;
     pthread_mutex_unlock(&c->mu);
     free(x);
 }
@@ -481,9 +468,8 @@ void gemmd_conn_wait(gemmd_conn *x)
     if (x) atomic_store(&x->state, ST_WAIT);
 }
 
-void gemmd_conn_answer(gemmd_conn *x, uint64_t bytes)
+void gemmd_conn_answer(gemmd_conn *x)
 {
-    (void)bytes;
     if (!x) return;
     atomic_store(&x->bytes, 0);
     atomic_store(&x->t_mark_us, now_us());
@@ -492,8 +478,6 @@ void gemmd_conn_answer(gemmd_conn *x, uint64_t bytes)
 
 int gemmd_answer_needs_progress(const gemmd_conns_config *cfg, uint64_t bytes)
 {
-    /* Without progress the deadline is send_timeout alone, which a client taking the answer
-     * at min_rate meets as long as the answer is no larger than send_timeout x min_rate. */
     if (!(cfg->send_timeout_s > 0) || !(cfg->min_rate > 0)) return 0;
     return (double)bytes > cfg->min_rate * cfg->send_timeout_s;
 }
@@ -580,7 +564,7 @@ static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
                 drain(x->fd);
                 write_canned(x->fd, 408, "Request Timeout", "request_timeout", m, 0);
             }
-            atomic_fetch_add(&c->closed_header, 1);
+            c->st.closed_header++;
             LOG_DEBUG("connection from %s closed: no request head within header_timeout", x->addr_text);
             uncount(c, x);
             shut(x, 0);
@@ -593,15 +577,15 @@ static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
         if (!waiting && client_left(x->fd)) {
             /* gone before its body was whole: libmicrohttpd (0.9.75) does not always see the
              * end of the stream of a connection it suspended and resumed on the same thread */
-            atomic_fetch_add(&c->left, 1);
+            c->st.left++;
             LOG_DEBUG("connection from %s closed: the client left before its body was whole", x->addr_text);
         } else if (c->request_us > 0 && now - atomic_load(&x->t_req_us) > c->request_us) {
-            atomic_fetch_add(&c->closed_request, 1);
+            c->st.closed_request++;
             LOG_INFO("connection from %s closed: the request took longer than request_timeout (%.0f s, %llu "
                      "body bytes)", x->addr_text, c->cfg.request_timeout_s, (unsigned long long)got);
         } else if (rate > 0 && now - t_head > c->header_us &&
                    (double)got < rate * (double)(now - t_head - c->header_us) / 1e6) {
-            atomic_fetch_add(&c->closed_body, 1);
+            c->st.closed_body++;
             LOG_INFO("connection from %s closed: its body arrived slower than min_rate_kb (%llu bytes in %.1f s)",
                      x->addr_text, (unsigned long long)got, (double)(now - t_head) / 1e6);
         } else {
@@ -620,7 +604,7 @@ static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
         uint64_t taken = handed > queued ? handed - queued : 0;
         int64_t allowed = c->send_us + (rate > 0 ? (int64_t)((double)taken / rate * 1e6) : INT64_MAX / 4);
         if (now - atomic_load(&x->t_mark_us) > allowed) {
-            atomic_fetch_add(&c->closed_send, 1);
+            c->st.closed_send++;
             LOG_INFO("connection from %s closed: the client stopped taking its answer (%llu bytes taken in "
                      "%.1f s; send_timeout)", x->addr_text, (unsigned long long)taken,
                      (double)(now - atomic_load(&x->t_mark_us)) / 1e6);
@@ -693,11 +677,11 @@ static void watch_locked(gemmd_conns *c, gemmd_conn *x, gone **out)
     if (!x->watched || x->closing || !client_left(x->fd)) return;
     x->watched = 0;
     LOG_DEBUG("connection from %s: the client left before its answer", x->addr_text);
-    atomic_fetch_add(&c->left, 1);
+    c->st.left++;
     gone *g = malloc(sizeof *g);
     if (!g) {
         x->watched = 1; /* look again next round */
-        atomic_fetch_sub(&c->left, 1);
+        c->st.left--;
         return;
     }
     *g = (gone){x->left, x->left_arg, *out};
@@ -798,20 +782,7 @@ void gemmd_conns_free(gemmd_conns *c)
 
 void gemmd_conns_get_stats(gemmd_conns *c, gemmd_conns_stats *out)
 {
-    memset(out, 0, sizeof *out);
-    if (!c) return;
     pthread_mutex_lock(&c->mu);
-    out->open = c->open;
-    out->admitted = c->admitted;
-    out->max_open = c->max_open;
+    *out = c->st;
     pthread_mutex_unlock(&c->mu);
-    out->accepted = atomic_load(&c->accepted);
-    out->refused_limit = atomic_load(&c->refused_limit);
-    out->refused_ip = atomic_load(&c->refused_ip);
-    out->evicted = atomic_load(&c->evicted);
-    out->closed_header = atomic_load(&c->closed_header);
-    out->left = atomic_load(&c->left);
-    out->closed_body = atomic_load(&c->closed_body);
-    out->closed_request = atomic_load(&c->closed_request);
-    out->closed_send = atomic_load(&c->closed_send);
 }

@@ -1,49 +1,29 @@
 /*
  * conns.h - every connection's deadlines, and fair limits on how many are open.
  *
- * libmicrohttpd's own timeout is an idle timer: a client sending one byte a second keeps
- * a connection forever (0.9.75, Debian 12, offers only that: MHD_OPTION_CONNECTION_TIMEOUT
- * and its per-connection form, MHD_CONNECTION_OPTION_TIMEOUT; no head, body or rate
- * deadline, and its connection limits close the connections over them unanswered). Here each connection is registered when MHD accepts it
- * (MHD_OPTION_NOTIFY_CONNECTION) and the access handler reports where its request is;
- * a watchdog thread looks at all of them every WATCH_MS and shuts down the socket of one
- * past its deadline (shutdown(2): MHD then sees the end of the stream and closes and
- * cleans up the connection itself, on its own thread):
+ * libmicrohttpd's own timeout is an idle timer (a client sending one byte a second keeps
+ * a connection forever), and its connection limits close the connections over them
+ * unanswered. Here each connection is registered when MHD accepts it and the access
+ * handler reports where its request is; a watchdog thread looks at all of them every
+ * WATCH_MS and shuts down the socket of one past its deadline (shutdown(2): MHD then sees
+ * the end of the stream and cleans up on its own thread). The deadlines (docs/OPERATIONS.md):
+ * header_timeout for a request head (not while bytes the client sent wait unread: then
+ * MHD is behind, not the client); request_timeout for head and body, and min_rate once
+ * header_timeout has passed; none while a product runs (the connection is suspended);
+ * send_timeout plus a second per min_rate bytes taken for an answer.
  *
- *   waiting for a request head   header_timeout after the connection opened or the
- *                                previous answer went out (not while bytes the client
- *                                sent wait unread in the socket: then MHD is behind,
- *                                not the client)
- *   receiving the body           request_timeout after the head began to be waited for
- *                                (the whole request), and never slower than min_rate
- *                                once header_timeout has passed since the head: by then
- *                                it must have sent min_rate x (elapsed - header_timeout)
- *                                (bytes waiting unread in the socket count as sent)
- *   product on the engine        none (the connection is suspended; it is never shut
- *                                down under a product that still runs)
- *   sending the answer           send_timeout after it was queued, plus one second for
- *                                each min_rate bytes the client has taken
+ * Limits: MHD is given room over connection_limit, so that connections over a limit are
+ * answered 503 instead of closed unanswered. When all places are taken, a newcomer
+ * displaces the connection that has waited longest for a request head among the address
+ * that holds the most (if it holds more than the newcomer's): idle floods and slow heads
+ * cannot lock others out. Connections that have not sent a request yet (TLS handshakes,
+ * refused connections) may fill only a quarter of the room: MHD stops accepting at its own
+ * limit (new connections then wait in the backlog, /healthz too).
  *
- * Limits: MHD is given room for more connections than connection_limit, so that the ones
- * over a limit are answered 503 (JSON, Connection: close) instead of closed unanswered.
- * When all connection_limit places are taken, a new connection displaces the connection
- * that has waited longest for a request head among the address that holds the most
- * connections (if that address holds more than the newcomer's): idle floods and slow
- * heads cannot lock others out. Over per_ip_limit a connection is refused.
- *
- * Connections that have not sent a request yet (a TLS handshake in progress, a refused
- * connection waiting to be answered) may fill only a quarter of that room: past it, a newcomer
- * closes the oldest of them, a refused one first, else one of the address holding the most.
- * libmicrohttpd stops accepting when its own limit is reached (new connections then wait
- * in the kernel's backlog, /healthz too), and a flood of handshakes that never finish must
- * not get it there.
- *
- * Lingering close: when MHD closes a connection whose client has not closed its side (an
- * answer given before a body was read, Connection: close), the socket is kept open a moment
- * (at most 2 s and 64 MiB; LINGER_MAX sockets at once, half of them for clients that have
- * sent nothing unread) and what the client still sends is read and dropped, the watchdog
- * polling them: a close with unread data would reset the connection, and a client still
- * sending its body would lose the answer. The watchdog also calls cfg.tick every WATCH_MS.
+ * Lingering close: when MHD closes a connection whose client has not closed its side, the
+ * socket is kept a moment (at most 2 s and 64 MiB; LINGER_MAX at once) and what the client
+ * still sends is read and dropped: a close with unread data would reset the connection,
+ * and a client still sending its body would lose the answer.
  *
  * Thread-safe: one mutex for the registry; the per-request hooks are lock-free.
  */
@@ -86,10 +66,9 @@ void gemmd_conns_stop(gemmd_conns *c);
 /* After MHD_stop_daemon (every connection is closed by then). */
 void gemmd_conns_free(gemmd_conns *c);
 
-/* A connection MHD accepted (its socket, the client's address): registered, counted against
- * the limits (refused, or making room, as above). NULL when out of memory (then it has no
- * deadlines, but works). gemmd_conns_close: MHD is about to close it (a lingering close may
- * keep its socket a moment); x is freed. gemmd_conns_notify calls both. */
+/* A connection MHD accepted: registered and counted against the limits (refused, or
+ * making room). NULL when out of memory (then it has no deadlines, but works).
+ * gemmd_conns_close: MHD is about to close it; x is freed. gemmd_conns_notify calls both. */
 gemmd_conn *gemmd_conns_open(gemmd_conns *c, int fd, const struct sockaddr *client);
 void gemmd_conns_close(gemmd_conns *c, gemmd_conn *x);
 
@@ -104,24 +83,21 @@ gemmd_conn *gemmd_conn_of(struct MHD_Connection *conn);
 void gemmd_conn_head(gemmd_conn *c);                 /* the request head is complete */
 void gemmd_conn_body(gemmd_conn *c, uint64_t bytes); /* body bytes arrived */
 void gemmd_conn_wait(gemmd_conn *c);                 /* suspended on the engine */
-void gemmd_conn_answer(gemmd_conn *c, uint64_t bytes); /* an answer of that size is queued */
+void gemmd_conn_answer(gemmd_conn *c);               /* an answer is queued */
 void gemmd_conn_progress(gemmd_conn *c, uint64_t taken); /* bytes of the answer taken so far */
 /* Whether the send deadline of an answer of this size depends on gemmd_conn_progress: only
- * when it is larger than send_timeout x min_rate (a smaller one, taken at min_rate, is
- * done within send_timeout anyway). An answer that needs none may be handed to
- * libmicrohttpd as it lies, without a reader callback. */
+ * when it is larger than send_timeout x min_rate (a smaller one, taken at min_rate, is done
+ * within send_timeout anyway); one that does not may be handed to MHD without a reader.
+ * The same rule for a configuration, and 0 for a connection the registry does not know. */
 int gemmd_conn_needs_progress(const gemmd_conn *c, uint64_t bytes);
-/* The same rule for a configuration (0 for a connection the registry does not know). */
 int gemmd_answer_needs_progress(const gemmd_conns_config *cfg, uint64_t bytes);
 void gemmd_conn_request_done(gemmd_conn *c);         /* the request ended (keep-alive: the
                                                         next head is waited for) */
 
-/* While a request waits (for admission, for the engine) its connection is suspended, and
- * MHD does not notice a client that goes away. Watched, the watchdog looks for it every
- * round (a FIN, even behind unread bytes; a half-closed client counts as gone) and then
- * calls left(arg) once, from its thread, no lock held. unwatch: 1 when left has not been
- * called (the caller keeps what it gave left), else 0. (A client that leaves while its body
- * arrives is closed by the watchdog on its own.) */
+/* A suspended connection (its request waits for admission or the engine) does not notice
+ * a client that goes away. Watched, the watchdog looks for it every round (a FIN, even
+ * behind unread bytes) and then calls left(arg) once, from its thread, no lock held.
+ * unwatch: 1 when left has not been called (the caller keeps what it gave left), else 0. */
 void gemmd_conn_watch(gemmd_conn *c, void (*left)(void *arg), void *arg);
 int gemmd_conn_unwatch(gemmd_conn *c);
 
@@ -135,7 +111,7 @@ int gemmd_conn_take_target(gemmd_conn *c);
 const char *gemmd_conn_refusal(gemmd_conn *c, const char **message);
 
 typedef struct {
-    int open, admitted, max_open;
+    int open, admitted;
     uint64_t accepted, refused_limit, refused_ip, evicted;
     uint64_t closed_header, closed_body, closed_request, closed_send;
     uint64_t left;             /* clients gone while their request waited */

@@ -86,11 +86,6 @@ int gemmd_fleet_utilization(const gemm_engine_stats *st, double *frac)
     return nd;
 }
 
-static void header(gemm_buf *out, const char *name, const char *type, const char *help)
-{
-    gemm_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
 void gemmd_fleet_render(gemm_buf *out, gemm_engine *engine, int in_flight)
 {
     gemm_engine_stats st;
@@ -104,18 +99,19 @@ void gemmd_fleet_render(gemm_buf *out, gemm_engine *engine, int in_flight)
     double frac[GEMM_MAX_DEVICES] = {0};
     int nd = gemmd_fleet_utilization(&st, frac);
 
-    header(out, "gemmd_instance_info", "gauge", "The instance_id that this daemon's job ids carry (always 1).");
+    gemmd_metrics_header(out, "gemmd_instance_info", "gauge",
+                         "The instance_id that this daemon's job ids carry (always 1).");
     gemm_buf_puts(out, "gemmd_instance_info{instance_id=\"");
     gemmd_metrics_label_value(out, gemmd_instance_get());
     gemm_buf_puts(out, "\"} 1\n");
-    header(out, "gemmd_requests_in_flight", "gauge",
+    gemmd_metrics_header(out, "gemmd_requests_in_flight", "gauge",
            "HTTP requests being read, computed or answered (this scrape left out).");
     gemm_buf_printf(out, "gemmd_requests_in_flight %d\n", in_flight < 0 ? 0 : in_flight);
-    header(out, "gemmd_queue_capacity", "gauge", "Products that may wait for a worker (queue_depth).");
+    gemmd_metrics_header(out, "gemmd_queue_capacity", "gauge", "Products that may wait for a worker (queue_depth).");
     gemm_buf_printf(out, "gemmd_queue_capacity %d\n", info.queue_capacity);
-    header(out, "gemmd_workers", "gauge", "Engine workers: products computed at once.");
+    gemmd_metrics_header(out, "gemmd_workers", "gauge", "Engine workers: products computed at once.");
     gemm_buf_printf(out, "gemmd_workers %d\n", info.workers);
-    header(out, "gemmd_device_utilization", "gauge",
+    gemmd_metrics_header(out, "gemmd_device_utilization", "gauge",
            "Fraction of the last 60 s each device spent running products (0 to 1).");
     for (int d = 0; d < nd; d++)
         gemm_buf_printf(out, "gemmd_device_utilization{device=\"%d\"} %.4f\n", d, frac[d]);

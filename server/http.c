@@ -1,39 +1,27 @@
 /*
- * http.c - the libmicrohttpd daemon: options, the access handler's life cycle (headers,
- * body chunks, end of body, resume), per-request log lines and shutdown.
- *
- * The access handler is called once with the headers (the route is looked up in the
- * route table, routes.h; method, auth, limits and media type are checked there, so 4xx
- * answers go out before a byte of the body is read), once per body chunk, once at the
- * end of the body, and once more after a suspended request is resumed (sync.h).
+ * http.c - the libmicrohttpd daemon: the services and limits it starts with, its options,
+ * and the graceful stop. What happens to each request is access.c's.
  */
 #include "http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "auth.h"
 #include "framing.h"
-#include "instance.h"
 #include "log.h"
 #include "offload.h"
-#include "respond.h"
-#include "routes.h"
-#include "sync.h"
+#include "request.h"
 
-/* After a body error the rest is read and dropped, up to this much, so the client
- * gets the error; past it the connection is closed. */
-#define GEMMD_DISCARD_MAX (64ull * 1024 * 1024)
 /* Threads that encode big JSON answers (the HTTP threads stay free for the rest). */
 #define GEMMD_OFFLOAD_THREADS 2
 
@@ -44,403 +32,18 @@ struct gemmd_server {
     struct MHD_Daemon *daemon;
     char url[128];
     gemmd_budget_alloc_ctx alloc_ctx;
-};
-
-struct gemmd_server_ext {
-    gemmd_server s;
     char *tls_cert, *tls_key;
     MHD_socket quiesced;
     gemmd_conns_config conns_cfg;
 };
 
-/* The read increment given to libmicrohttpd for a connection buffer of `buffer` bytes (see
- * gemmd_http_start_fd): the whole buffer before 1.0, the library's own default from 1.0 on. */
-static size_t gemmd_read_increment(size_t buffer)
-{
+/* The read increment for a connection buffer (see gemmd_http_start_fd): the whole buffer
+ * before 1.0, the library's own default from 1.0 on. */
 #if MHD_VERSION < 0x01000000
-    return buffer;
+#define READ_INCREMENT(buffer) (buffer)
 #else
-    (void)buffer;
-    return 1024;
+#define READ_INCREMENT(buffer) ((void)(buffer), (size_t)1024)
 #endif
-}
-
-/* ---- routing ------------------------------------------------------------------ */
-
-static int is_hex(char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
-/* Cuts every run of 16 or more hex digits in s (in place) to its first
- * GEMMD_JOB_SHORT_LEN digits and "...": whatever a log line quotes, a job id in it (a
- * bearer capability) never appears whole. */
-static void scrub_ids(char *s)
-{
-    char *w = s;
-    for (const char *r = s; *r;) {
-        size_t n = 0;
-        while (is_hex(r[n])) n++;
-        if (n >= 16) {
-            memmove(w, r, GEMMD_JOB_SHORT_LEN);
-            memcpy(w + GEMMD_JOB_SHORT_LEN, "...", 3); /* 11 <= 16: never longer */
-            w += GEMMD_JOB_SHORT_LEN + 3;
-            r += n;
-        } else if (n) {
-            memmove(w, r, n);
-            w += n;
-            r += n;
-        } else {
-            *w++ = *r++;
-        }
-    }
-    *w = '\0';
-}
-
-/* The path as log lines show it: a route's pattern when it has parameters (a job or
- * matrix id is a capability: its instance and first GEMMD_JOB_SHORT_LEN digits go in
- * job= or matrix=), else the path with any long hex run cut. */
-static const char *log_path(const gemmd_request *req, char *out, size_t cap)
-{
-    if (req->route && strchr(req->route->pattern, '{')) snprintf(out, cap, "%s", req->route->pattern);
-    else snprintf(out, cap, "%s", req->path);
-    scrub_ids(out);
-    return out;
-}
-
-/* Matches the route; a path parameter {id} becomes req->job_id when it is a job or matrix
- * id ([instance_id-]32 hex digits), else "" (the handler answers 404). 0, or the status
- * (404, 405) to refuse the request with. */
-static int resolve(gemmd_request *req, const char *url, const char *method)
-{
-    int status = 0;
-    req->route = gemmd_routes_match(method, url, req->param, 2, &status, req->allow, sizeof req->allow);
-    if (!req->route) return status;
-    if (strstr(req->route->pattern, "{id}")) {
-        const char *id = req->param[0];
-        if (gemmd_instance_id_valid(id, strlen(id))) snprintf(req->job_id, sizeof req->job_id, "%s", id);
-    }
-    return 0;
-}
-
-static enum MHD_Result body_complete(gemmd_request *req);
-
-/* ---- admission (admit.h) ----------------------------------------------------------- */
-
-/* Who asks, for fairness and shares (admit.h): the token, or without tokens the address,
- * hashed into GEMMD_CLIENTS groups. */
-static void client_of(gemmd_request *req)
-{
-    if (req->owner) {
-        req->client = req->owner % GEMMD_CLIENTS;
-        return;
-    }
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
-    const unsigned char *p = NULL;
-    size_t n = 0;
-    if (sa && sa->sa_family == AF_INET) {
-        p = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
-        n = 4;
-    } else if (sa && sa->sa_family == AF_INET6) {
-        p = (const unsigned char *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
-        n = 16;
-    }
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
-    req->client = (int)(h % GEMMD_CLIENTS);
-}
-
-/* The admitted request's body reader allocates what it planned; then the body is read
- * (a request started at its end, without a body, is complete already). */
-static enum MHD_Result opened(gemmd_request *req)
-{
-    if (gemmd_body_open(req) != 0) return gemmd_respond_error(req, &req->err);
-    req->phase = REQ_BODY;
-    LOG_DEBUG("request body admitted: %s length=%s%llu limit=%llu reserved=%llu", gemmd_format_mime(req->family),
-              req->has_length ? "" : "chunked, at most ",
-              (unsigned long long)(req->has_length ? req->content_length : req->limit), (unsigned long long)req->limit,
-              (unsigned long long)req->need);
-    return req->deferred ? body_complete(req) : MHD_YES;
-}
-
-/* The queue reserved req->need: the request's own from now on, given back when it ends. */
-static void reserved(gemmd_request *req)
-{
-    uint64_t none = 0;
-    if (atomic_compare_exchange_strong(&req->resv.total, &none, req->need)) req->t_admitted = gemm_now_ms();
-}
-
-/* ---- clients that leave a waiting request (conns.h's watch) ---- */
-
-/* The watch holds req (a reference) until it is called or taken back. */
-static void watch(gemmd_request *req, void (*left)(void *arg))
-{
-    gemmd_request_hold(req);
-    gemmd_conn_watch(req->cx, left, req);
-}
-
-static void unwatch(gemmd_request *req)
-{
-    if (gemmd_conn_unwatch(req->cx)) gemmd_request_release(req);
-}
-
-/* The client of a request waiting for admission left: out of the queue (its place and the
- * memory it would have reserved go to the others), and its connection resumed to close. */
-static void left_queue(void *arg)
-{
-    gemmd_request *req = arg;
-    if (gemmd_admit_cancel(req->svc->admit, &req->ticket)) {
-        req->gone = 1;
-        gemmd_request_release(req); /* the queue's hold: no wake will come */
-        gemmd_sync_unpark(req);
-    }
-    gemmd_request_release(req); /* the watch's */
-}
-
-/* The client of a product on the engine left: a queued product is taken off the queue, a
- * running one stops at its next stage boundary (panels, splits, batches). */
-static void left_engine(void *arg)
-{
-    gemmd_request *req = arg;
-    LOG_DEBUG("product cancelled: its client left");
-    gemm_engine_cancel(req->svc->engine, &req->job);
-    gemmd_request_release(req); /* the watch's */
-}
-
-/* A waiting request's turn came, or its wait ended in vain (503 with the queue's expected
- * wait in Retry-After: with Expect: 100-continue it goes instead of the 100). */
-static enum MHD_Result admitted(gemmd_request *req)
-{
-    unwatch(req);
-    if (req->gone) return MHD_NO; /* its client left while it waited */
-    if (gemmd_admit_result(req->svc->admit, &req->ticket, &req->err, &req->retry_after_s) != 0) {
-        LOG_DEBUG("request refused after waiting for memory: retry after %d s", req->retry_after_s);
-        return gemmd_respond_error(req, &req->err);
-    }
-    reserved(req); /* done by on_admitted too; whichever is first */
-    gemmd_conn_head(req->cx); /* its deadlines start again */
-    return opened(req);
-}
-
-static void on_admitted(void *arg)
-{
-    gemmd_request *req = arg;
-    /* the reservation is the request's from now on, even if it never runs again (its
-     * client may be gone: the request is then freed as its connection closes) */
-    if (req->ticket.result == 0) reserved(req);
-    gemmd_sync_unpark(req);
-    gemmd_request_release(req); /* the queue's hold */
-}
-
-static int admission_decided(gemmd_request *req) { return gemmd_admit_decided(&req->ticket); }
-
-/* Before a byte of the body is read, the request reserves what it will hold (req->need,
- * from begin()): at once when it fits and nobody waits, else it waits in the queue with its
- * connection parked, no deadline running but the queue's own. */
-static enum MHD_Result admit(gemmd_request *req)
-{
-    if (!req->need) return opened(req);
-    gemmd_request_hold(req); /* the queue's, should the request wait */
-    int r = gemmd_admit_enter(req->svc->admit, &req->ticket, req->client, req->need, on_admitted, req, &req->err,
-                              &req->retry_after_s);
-    if (r != 1) gemmd_request_release(req);
-    if (r < 0) {
-        LOG_DEBUG("request refused before its body: %d %s (%llu bytes)", req->err.status, req->err.code,
-                  (unsigned long long)req->need);
-        return gemmd_respond_error(req, &req->err);
-    }
-    if (r == 0) {
-        reserved(req);
-        return opened(req);
-    }
-    LOG_DEBUG("request waits for memory: %llu bytes", (unsigned long long)req->need);
-    req->phase = REQ_ADMIT;
-    gemmd_conn_wait(req->cx);
-    watch(req, left_queue);
-    if (gemmd_sync_park(req, admission_decided) == 0) return MHD_YES;
-    return admitted(req); /* decided while it was being parked */
-}
-
-/* First call: everything that can be decided from the request line and headers. */
-static enum MHD_Result start_request(gemmd_request *req, const char *url, const char *method)
-{
-    gemmd_services *svc = req->svc;
-    int r = resolve(req, url, method);
-    if (r == 404 && strncmp(url, "/v2", 3) == 0 && (url[3] == '\0' || url[3] == '/'))
-        return gemmd_v2_not_found(req, url);
-    if (r == 404)
-        return gemmd_respond_errorf(req, 404, "not_found", "no route %.60s; see GET /v1/info and the API reference",
-                                    url);
-    if (r == 405)
-        return gemmd_respond_errorf(req, 405, "method_not_allowed", "%.60s does not take %s (allowed: %s)", url,
-                                    method, req->allow);
-    const gemmd_route_desc *route = req->route;
-    if (svc->auth && !(route->flags & GEMMD_OPEN)) {
-        int who = gemmd_auth_identify(svc->auth, gemmd_request_header(req, MHD_HTTP_HEADER_AUTHORIZATION));
-        if (who < 0) {
-            LOG_DEBUG("request refused: no known bearer token");
-            return gemmd_respond_errorf(req, 401, "unauthorized",
-                                        "this server needs \"Authorization: Bearer <token>\" with a known token");
-        }
-        req->owner = who + 1; /* jobs.h: 0 is "no tokens configured" */
-    }
-    if ((route->flags & GEMMD_STOPS) && atomic_load(&svc->stopping))
-        return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
-    if (!route->begin) return route->handler(req);
-    client_of(req);
-    if (route->begin(req) != 0) {
-        LOG_DEBUG("request refused before its body: %d %s", req->err.status, req->err.code);
-        return gemmd_respond_error(req, &req->err);
-    }
-    return admit(req);
-}
-
-static enum MHD_Result body_complete(gemmd_request *req)
-{
-    if (req->failed) {
-        LOG_DEBUG("request body refused: %d %s after %llu bytes", req->err.status, req->err.code,
-                  (unsigned long long)req->bytes_in);
-        return gemmd_respond_error(req, &req->err);
-    }
-    if (req->route->finish(req) != 0) {
-        LOG_DEBUG("request body refused: %d %s", req->err.status, req->err.code);
-        return gemmd_respond_error(req, &req->err);
-    }
-    LOG_DEBUG("request body decoded: %s A %llux%llu B %llux%llu bytes=%llu recv_ms=%.3f decode_ms=%.3f",
-              gemm_dtype_name(req->a.dtype), (unsigned long long)req->a.rows, (unsigned long long)req->a.cols,
-              (unsigned long long)req->b.rows, (unsigned long long)req->b.cols, (unsigned long long)req->bytes_in,
-              req->t_body_ms - req->t_start_ms, req->t_decoded_ms - req->t_body_ms);
-    enum MHD_Result rc = req->route->handler(req);
-    if (req->phase == REQ_WAIT) {
-        gemmd_conn_wait(req->cx); /* no deadline on the engine, but its client is watched */
-        if (req->job.done) watch(req, left_engine);
-    }
-    return rc;
-}
-
-/* A connection resumed after its product (or its answer's encoding) is done, or after
- * shutdown gave up on it. */
-static enum MHD_Result resumed(gemmd_request *req)
-{
-    unwatch(req);
-    switch (gemmd_sync_status(req)) {
-    case GEMMD_SYNC_DONE: return req->route->answer(req);
-    case GEMMD_SYNC_ABANDONED: return gemmd_respond_abandoned(req);
-    default: return MHD_YES;
-    }
-}
-
-/* A connection over connection_limit or per_ip_limit. On plain HTTP the 503 was written
- * when it was accepted: close it now that its request head came. Over TLS it is answered
- * here, and closed after the answer. */
-static enum MHD_Result refuse_connection(gemmd_request *req, const char *code, const char *msg)
-{
-    req->route = NULL;
-    if (!req->svc->cfg.tls_cert[0]) return MHD_NO;
-    req->close_conn = 1;
-    return gemmd_respond_errorf(req, 503, code, "%s", msg);
-}
-
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-                                  const char *version, const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
-{
-    gemmd_server *srv = cls;
-    gemmd_request *req = *con_cls;
-    char lp[176];
-    if (!req) {
-        /* this thread takes and gives back the blocks of every request it reads: the
-         * engine's host cache may keep them for it (gemm_alloc_mark_busy_thread) */
-        gemm_alloc_mark_busy_thread();
-        req = gemmd_request_new(&srv->svc, conn, method, url);
-        if (!req) return MHD_NO;
-        *con_cls = req;
-        atomic_fetch_add(&srv->svc.inflight, 1);
-        req->cx = gemmd_conn_of(conn);
-        gemmd_conn_head(req->cx);
-        const char *why_msg = NULL;
-        const char *why = gemmd_conn_refusal(req->cx, &why_msg);
-        if (why) return refuse_connection(req, why, why_msg);
-        LOG_DEBUG("request start method=%s path=%s", req->method, log_path(req, lp, sizeof lp));
-        /* Framing errors are answered now, and the connection is closed: the rest of the
-         * bytes cannot be trusted to be this request's body (framing.h). */
-        if (gemmd_framing_check(req, method, version) != 0) {
-            LOG_DEBUG("request refused: %d %s", req->err.status, req->err.code);
-            return gemmd_respond_error(req, &req->err);
-        }
-        /* A request with a body is judged now, so that errors go out before the body is
-         * read (MHD then closes the connection). One without a body is answered at the
-         * end of the request, which keeps the connection alive. */
-        if (gemmd_framing_has_body(req)) return start_request(req, url ? url : "", method ? method : "");
-        req->phase = REQ_DEFER;
-        return MHD_YES;
-    }
-    if (*upload_data_size) {
-        gemmd_conn_body(req->cx, *upload_data_size);
-        if (req->phase == REQ_BODY) {
-            req->route->feed(req, upload_data, *upload_data_size);
-            if (req->failed && req->discarded > GEMMD_DISCARD_MAX) return MHD_NO;
-        } else {
-            req->bytes_in += *upload_data_size;
-        }
-        *upload_data_size = 0;
-        return MHD_YES;
-    }
-    if (req->phase == REQ_DEFER) { /* no body: complete once admitted (opened) */
-        req->deferred = 1;
-        return start_request(req, url ? url : "", method ? method : "");
-    }
-    if (req->phase == REQ_ADMIT) return admitted(req);
-    if (req->phase == REQ_BODY) return body_complete(req);
-    if (req->phase == REQ_WAIT) return resumed(req);
-    return MHD_YES;
-}
-
-static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-                         enum MHD_RequestTerminationCode toe)
-{
-    (void)conn;
-    gemmd_server *srv = cls;
-    gemmd_request *req = *con_cls;
-    if (!req) return;
-    *con_cls = NULL;
-    double ms = gemm_now_ms() - req->t_start_ms;
-    static const char *const why[] = {"ok", "error", "timeout", "shutdown", "read_error", "client_abort"};
-    const char *reason = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : "other";
-    char lp[176], job[GEMMD_INSTANCE_MAX + 24] = "";
-    log_path(req, lp, sizeof lp);
-    int mat = req->route && strncmp(req->route->pattern, "/v1/matrices", 12) == 0;
-    if (req->job_id[0]) snprintf(job, sizeof job, " %s=%.*s", mat ? "matrix" : "job", GEMMD_JOB_LOG_ID(req->job_id));
-    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f", req->method, lp, job,
-                 req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms);
-    else
-        LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f ended=%s", req->method, lp, job,
-                 req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms, reason);
-    gemmd_metrics_request(gemmd_route_slot(req->route), req->owner, req->status, ms / 1000.0, req->bytes_in,
-                          toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? req->bytes_out : 0);
-    unwatch(req);
-    gemmd_conn_request_done(req->cx);
-    /* A product still on the engine (shutdown gave up on it) keeps req until its done(). */
-    gemmd_request_release(req);
-    atomic_fetch_sub(&srv->svc.inflight, 1);
-}
-
-/* libmicrohttpd's own messages (client went away, TLS handshake failed, ...) become
- * ordinary log lines. */
-static void mhd_logger(void *cls, const char *fmt, va_list ap)
-{
-    (void)cls;
-    char line[512];
-    vsnprintf(line, sizeof line, fmt, ap);
-    size_t n = strlen(line);
-    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
-    for (char *p = line; *p; p++)
-        if ((unsigned char)*p < 0x20) *p = ' ';
-    scrub_ids(line); /* its messages may quote a URL */
-    LOG_INFO("http: %s", line);
-}
 
 /* ---- start ------------------------------------------------------------------------ */
 
@@ -452,7 +55,6 @@ static void budget_tick(void *budget) { gemmd_budget_tick(budget, (int64_t)gemm_
 /* The memory budget, the charging allocators and the connection limits and deadlines. */
 static int start_limits(gemmd_server *s, gemm_err *err)
 {
-    struct gemmd_server_ext *x = (struct gemmd_server_ext *)s;
     const gemmd_config *cfg = &s->svc.cfg;
     uint64_t limit = gemmd_budget_limit(cfg->max_inflight_bytes);
     gemmd_budget_tune_malloc();
@@ -478,7 +80,7 @@ static int start_limits(gemmd_server *s, gemm_err *err)
     if (!s->svc.admit) return gemm_err_set(err, 500, "out_of_memory", "cannot start the admission queue");
     gemmd_budget_set_release_hook(s->svc.budget, admit_kick, s->svc.admit);
 
-    x->conns_cfg = (gemmd_conns_config){
+    s->conns_cfg = (gemmd_conns_config){
         .connection_limit = cfg->connection_limit,
         .per_ip_limit = cfg->per_ip_limit,
         .header_timeout_s = cfg->header_timeout_s,
@@ -490,7 +92,7 @@ static int start_limits(gemmd_server *s, gemm_err *err)
         .tick = budget_tick, /* memory given back goes back to the system (budget.h) */
         .tick_ctx = s->svc.budget,
     };
-    s->svc.conns = gemmd_conns_new(&x->conns_cfg);
+    s->svc.conns = gemmd_conns_new(&s->conns_cfg);
     if (!s->svc.conns) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate the connection table");
     s->svc.offload = gemmd_offload_new(GEMMD_OFFLOAD_THREADS);
     if (!s->svc.offload) return gemm_err_set(err, 500, "out_of_memory", "cannot start the offload threads");
@@ -502,6 +104,7 @@ static int start_limits(gemmd_server *s, gemm_err *err)
     return 0;
 }
 
+/* A PEM file, whole (at most 16 MiB; "" when empty). */
 static char *read_file(const char *path, gemm_err *err)
 {
     FILE *f = fopen(path, "rb");
@@ -510,25 +113,18 @@ static char *read_file(const char *path, gemm_err *err)
         return NULL;
     }
     char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *p = cap <= (1u << 24) ? realloc(buf, cap) : NULL;
-            if (!p) {
-                free(buf);
-                fclose(f);
-                gemm_err_set(err, 500, "bad_config", "%s is too large for a PEM file", path);
-                return NULL;
-            }
-            buf = p;
-        }
-        size_t n = fread(buf + len, 1, 4096, f);
-        len += n;
-        if (n < 4096) break;
-    }
+    size_t cap = 0;
+    ssize_t n = getdelim(&buf, &cap, '\0', f); /* up to a NUL, which a PEM file never holds */
     fclose(f);
-    buf[len] = '\0';
+    if (n < 0) {
+        free(buf);
+        buf = calloc(1, 1);
+    } else if (n > (1 << 24)) {
+        free(buf);
+        gemm_err_set(err, 500, "bad_config", "%s is too large for a PEM file", path);
+        return NULL;
+    }
+    if (!buf) gemm_err_set(err, 500, "out_of_memory", "cannot read %s", path);
     return buf;
 }
 
@@ -542,36 +138,22 @@ static int is_loopback(const struct sockaddr_storage *ss)
     return IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr);
 }
 
+/* The address of listen (an IPv4 or IPv6 literal: the config checked it) and port, and
+ * host as URLs write it. 0 or -1. */
 static int parse_listen(const char *listen, int port, struct sockaddr_storage *ss, socklen_t *len, char *host,
                         size_t hostlen)
 {
-    char buf[80];
-    snprintf(buf, sizeof buf, "%s", listen);
-    char *h = buf;
-    size_t n = strlen(h);
-    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
-        h[n - 1] = '\0';
-        h++;
-    }
-    if (strcmp(h, "localhost") == 0) h = "127.0.0.1";
     memset(ss, 0, sizeof *ss);
     struct sockaddr_in *a = (struct sockaddr_in *)ss;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
-    if (inet_pton(AF_INET, h, &a->sin_addr) == 1) {
-        a->sin_family = AF_INET;
-        a->sin_port = htons((uint16_t)port);
-        *len = sizeof *a;
-        snprintf(host, hostlen, "%s", h);
-        return 0;
-    }
-    if (inet_pton(AF_INET6, h, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)port);
-        *len = sizeof *a6;
-        snprintf(host, hostlen, "[%s]", h);
-        return 0;
-    }
-    return -1;
+    int v6 = inet_pton(AF_INET, listen, &a->sin_addr) != 1;
+    if (v6 && inet_pton(AF_INET6, listen, &a6->sin6_addr) != 1) return -1;
+    if (v6) a6->sin6_port = htons((uint16_t)port);
+    else a->sin_port = htons((uint16_t)port);
+    ss->ss_family = v6 ? AF_INET6 : AF_INET;
+    *len = v6 ? sizeof *a6 : sizeof *a;
+    snprintf(host, hostlen, v6 ? "[%s]" : "%s", listen);
+    return 0;
 }
 
 /* Binds and listens as libmicrohttpd would (SO_REUSEADDR; IPv6 only for an IPv6 address),
@@ -607,8 +189,8 @@ static int tls_taken(const char *cert, const char *key, const char *priorities)
 {
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_TLS | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG, 0, NULL, NULL, refuse_all, NULL,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_HTTPS_MEM_CERT, cert, MHD_OPTION_HTTPS_MEM_KEY, key,
-        MHD_OPTION_HTTPS_PRIORITIES, priorities, MHD_OPTION_END);
+        MHD_OPTION_EXTERNAL_LOGGER, gemmd_access_log, NULL, MHD_OPTION_HTTPS_MEM_CERT, cert,
+        MHD_OPTION_HTTPS_MEM_KEY, key, MHD_OPTION_HTTPS_PRIORITIES, priorities, MHD_OPTION_END);
     if (d) MHD_stop_daemon(d);
     return d != NULL;
 }
@@ -627,21 +209,34 @@ static int check_tls(const gemmd_config *cfg, const char *cert, const char *key,
     return 0;
 }
 
-gemmd_server *gemmd_http_start(const gemmd_config *cfg, gemm_engine *engine, gemm_err *err)
+/* Frees what start made (after MHD_stop_daemon, and once the engine holds none of our
+ * jobs: their done() touches the stores). */
+static void free_server(gemmd_server *s)
 {
-    return gemmd_http_start_fd(cfg, engine, -1, err);
+    gemmd_jobs_free(s->svc.jobs);
+    gemmd_matrices_free(s->svc.matrices); /* no request holds one any more */
+    gemmd_conns_free(s->svc.conns);
+    gemmd_offload_free(s->svc.offload);
+    if (s->svc.budget) gemm_engine_set_keep_charge(s->svc.engine, NULL, NULL); /* off the budget first */
+    gemmd_budget_set_release_hook(s->svc.budget, NULL, NULL);
+    gemmd_admit_free(s->svc.admit);
+    gemmd_budget_free(s->svc.budget);
+    gemmd_auth_free(s->svc.auth);
+    gemmd_sync_free(s->svc.sync);
+    free(s->tls_cert);
+    free(s->tls_key);
+    free(s);
 }
 
 gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, int listen_fd, gemm_err *err)
 {
-    struct gemmd_server_ext *x = calloc(1, sizeof *x);
-    if (!x) {
+    gemmd_server *s = calloc(1, sizeof *s);
+    if (!s) {
         if (listen_fd >= 0) close(listen_fd);
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate the server");
         return NULL;
     }
-    gemmd_server *s = &x->s;
-    x->quiesced = MHD_INVALID_SOCKET;
+    s->quiesced = MHD_INVALID_SOCKET;
     s->svc.cfg = *cfg;
     s->svc.engine = engine;
     gemm_engine_describe(engine, &s->svc.info);
@@ -679,9 +274,9 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
     int tls = cfg->tls_cert[0] && cfg->tls_key[0];
     if (tls) {
-        x->tls_cert = read_file(cfg->tls_cert, err);
-        x->tls_key = x->tls_cert ? read_file(cfg->tls_key, err) : NULL;
-        if (!x->tls_key || check_tls(cfg, x->tls_cert, x->tls_key, err) != 0) goto fail;
+        s->tls_cert = read_file(cfg->tls_cert, err);
+        s->tls_key = s->tls_cert ? read_file(cfg->tls_key, err) : NULL;
+        if (!s->tls_key || check_tls(cfg, s->tls_cert, s->tls_key, err) != 0) goto fail;
         flags |= MHD_USE_TLS;
     }
     unsigned threads = (unsigned)gemmd_config_http_threads(cfg);
@@ -693,7 +288,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate the server");
         goto fail;
     }
-    unsigned mhd_limit = gemmd_conns_mhd_limit(&x->conns_cfg);
+    unsigned mhd_limit = gemmd_conns_mhd_limit(&s->conns_cfg);
     /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
     if (listen_fd < 0 && (listen_fd = listen_on(&ss, sslen, host, cfg->port, err)) < 0) goto fail;
     struct MHD_OptionItem strict[2];
@@ -701,29 +296,29 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     /* HTTPS: certificate, key, and the protocol versions and ciphers offered. */
     struct MHD_OptionItem tls_opts[4] = {{MHD_OPTION_END, 0, NULL}};
     if (tls) {
-        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, x->tls_cert};
-        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, x->tls_key};
+        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls_cert};
+        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls_key};
         tls_opts[2] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)cfg->tls_priorities};
         tls_opts[3] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     }
     s->daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
-        MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_THREAD_POOL_SIZE, threads,
+        flags, (uint16_t)cfg->port, NULL, NULL, gemmd_access, &s->svc, MHD_OPTION_EXTERNAL_LOGGER,
+        gemmd_access_log, NULL, MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
         /* framing.h: the request target is judged before its query is split */
         MHD_OPTION_URI_LOG_CALLBACK, gemmd_framing_on_target, NULL, MHD_OPTION_ARRAY, strict,
         /* room over connection_limit: gemmd answers the connections over its limits itself */
         MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
         MHD_OPTION_NOTIFY_CONNECTION, gemmd_conns_notify, s->svc.conns,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)x->conns_cfg.mhd_buffer,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)s->conns_cfg.mhd_buffer,
         /* libmicrohttpd 0.9.7x reads into half of the connection's buffer and grows that
          * only when it is full, which a body consumed as it arrives never makes it. With
          * an increment of the whole buffer each read grows it until a few KiB are left, so
          * a large body comes in reads of almost the whole buffer, in fewer passes of the
          * event loop; small requests cost the same (the library clears the whole buffer
          * between requests either way). 1.0 grows by other rules: its default is kept. */
-        MHD_OPTION_CONNECTION_MEMORY_INCREMENT, gemmd_read_increment((size_t)x->conns_cfg.mhd_buffer),
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_MEMORY_INCREMENT, READ_INCREMENT((size_t)s->conns_cfg.mhd_buffer),
+        MHD_OPTION_NOTIFY_COMPLETED, gemmd_access_completed, &s->svc, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!s->daemon) {
         gemm_err_set(err, 500, "internal_error", "libmicrohttpd did not start on %s port %d (see the log above)",
                      cfg->listen, cfg->port);
@@ -741,19 +336,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
 
 fail:
     if (listen_fd >= 0) close(listen_fd);
-    gemmd_jobs_free(s->svc.jobs);
-    gemmd_matrices_free(s->svc.matrices);
-    gemmd_conns_free(s->svc.conns);
-    gemmd_offload_free(s->svc.offload);
-    if (s->svc.budget) gemm_engine_set_keep_charge(s->svc.engine, NULL, NULL); /* off the budget first */
-    gemmd_budget_set_release_hook(s->svc.budget, NULL, NULL);
-    gemmd_admit_free(s->svc.admit);
-    gemmd_budget_free(s->svc.budget);
-    gemmd_auth_free(s->svc.auth);
-    gemmd_sync_free(s->svc.sync);
-    free(x->tls_cert);
-    free(x->tls_key);
-    free(x);
+    free_server(s);
     return NULL;
 }
 
@@ -767,30 +350,22 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-static int engine_idle(gemm_engine *e, int *running)
-{
-    gemm_engine_stats st;
-    gemm_engine_get_stats(e, &st);
-    if (running) *running = st.running + st.queued;
-    return st.queued == 0 && st.running == 0;
-}
-
 /* Waits until the engine holds no job, at most limit_ms (< 0: however long it takes).
  * Returns 1 when it is idle. */
 static int wait_engine_idle(gemm_engine *e, double limit_ms)
 {
     double t0 = gemm_now_ms(), said = t0;
-    int n = 0;
-    while (!engine_idle(e, &n)) {
+    for (gemm_engine_stats st;; sleep_ms(10)) {
+        gemm_engine_get_stats(e, &st);
         double now = gemm_now_ms();
+        if (st.queued == 0 && st.running == 0) return 1;
         if (limit_ms >= 0 && now - t0 >= limit_ms) return 0;
         if (limit_ms < 0 && now - said >= 30000.0) {
-            LOG_WARN("shutdown: still waiting for %d products to leave the engine (%.0f s)", n, (now - t0) / 1000.0);
+            LOG_WARN("shutdown: still waiting for %d products to leave the engine (%.0f s)", st.running + st.queued,
+                     (now - t0) / 1000.0);
             said = now;
         }
-        sleep_ms(10);
     }
-    return 1;
 }
 
 /* The graceful stop: no new connections or products; queued work fails with 503; running
@@ -801,8 +376,7 @@ static int wait_engine_idle(gemm_engine *e, double limit_ms)
  * touches the server and the store) is anything freed. */
 static int shutdown_server(gemmd_server *s, int keep_socket)
 {
-    struct gemmd_server_ext *x = (struct gemmd_server_ext *)s;
-    x->quiesced = MHD_quiesce_daemon(s->daemon); /* no new connections */
+    s->quiesced = MHD_quiesce_daemon(s->daemon); /* no new connections */
 
     gemmd_sync_stop(s->svc.sync); /* no new products, from keep-alive connections either */
     gemmd_admit_close(s->svc.admit); /* those waiting for memory answer 503 */
@@ -833,26 +407,14 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     MHD_stop_daemon(s->daemon); /* nothing is suspended any more */
     wait_engine_idle(s->svc.engine, -1.0);
     int kept = -1;
-    if (x->quiesced != MHD_INVALID_SOCKET) {
-        int fl = keep_socket ? fcntl(x->quiesced, F_GETFD) : -1;
-        if (fl >= 0 && fcntl(x->quiesced, F_SETFD, fl & ~FD_CLOEXEC) == 0)
-            kept = x->quiesced;
+    if (s->quiesced != MHD_INVALID_SOCKET) {
+        int fl = keep_socket ? fcntl(s->quiesced, F_GETFD) : -1;
+        if (fl >= 0 && fcntl(s->quiesced, F_SETFD, fl & ~FD_CLOEXEC) == 0)
+            kept = s->quiesced;
         else
-            close(x->quiesced);
+            close(s->quiesced);
     }
-    gemmd_jobs_free(s->svc.jobs);
-    gemmd_matrices_free(s->svc.matrices); /* no request holds one any more */
-    gemmd_conns_free(s->svc.conns);
-    gemmd_offload_free(s->svc.offload);
-    if (s->svc.budget) gemm_engine_set_keep_charge(s->svc.engine, NULL, NULL); /* off the budget first */
-    gemmd_budget_set_release_hook(s->svc.budget, NULL, NULL);
-    gemmd_admit_free(s->svc.admit);
-    gemmd_budget_free(s->svc.budget);
-    gemmd_auth_free(s->svc.auth);
-    gemmd_sync_free(s->svc.sync);
-    free(x->tls_cert);
-    free(x->tls_key);
-    free(x);
+    free_server(s);
     return kept;
 }
 

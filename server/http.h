@@ -2,7 +2,7 @@
  * http.h - the daemon's HTTP side: libmicrohttpd with its own polling thread (epoll, a
  * thread pool), suspend/resume so that no HTTP thread ever waits on compute.
  *
- *   gemmd_server *s = gemmd_http_start(&cfg, engine, &err);
+ *   gemmd_server *s = gemmd_http_start_fd(&cfg, engine, -1, &err);
  *   ... SIGTERM ...
  *   gemmd_http_shutdown(s);   // stop accepting, cancel queued work, let running work
  *                             // finish and its answers flush, stop, free
@@ -17,12 +17,10 @@
 
 typedef struct gemmd_server gemmd_server;
 
-/* Starts listening on cfg->listen:cfg->port (IPv4 or IPv6 literal). NULL with *err set
- * when the address, the tokens file, the TLS files or the socket fail. */
-gemmd_server *gemmd_http_start(const gemmd_config *cfg, gemm_engine *engine, gemm_err *err);
-/* The same on an inherited listening socket (listen_fd >= 0, already validated by the
- * caller: a listening stream socket of cfg->listen's family); listen_fd < 0 binds. The
- * server owns the socket from then on, on failure too. */
+/* Starts listening on cfg->listen:cfg->port (IPv4 or IPv6 literal), or on an inherited
+ * listening socket (listen_fd >= 0, already validated by the caller: a listening stream
+ * socket of cfg->listen's family), which the server owns from then on, on failure too.
+ * NULL with *err set when the address, the tokens file, the TLS files or the socket fail. */
 gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, int listen_fd, gemm_err *err);
 /* "http://127.0.0.1:8080" */
 const char *gemmd_http_url(const gemmd_server *s);

@@ -29,38 +29,22 @@ static int is_hex(char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
-/* Whether s[0..n) is a valid instance_id (no message). */
-static int name_ok(const char *s, size_t n)
+/* 0 when s[0..n) is a valid instance_id, else -1 with why (when not NULL) set. */
+static int check_name(const char *s, size_t n, char *why, size_t whylen)
 {
-    if (n == 0 || n > GEMMD_INSTANCE_MAX) return 0;
-    if (!is_alnum(s[0]) || !is_alnum(s[n - 1])) return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!is_name_char(s[i])) return 0;
-    return 1;
+    size_t i = 0;
+    while (i < n && is_name_char(s[i])) i++;
+    const char *bad = n == 0 ? "is empty" : n > GEMMD_INSTANCE_MAX ? "is %zu characters long (at most %d)"
+                      : i < n ? "has a character other than A-Z a-z 0-9 . _ - at position %zu"
+                      : !is_alnum(s[0]) || !is_alnum(s[n - 1]) ? "must start and end with a letter or a digit"
+                                                               : NULL;
+    if (bad && why) snprintf(why, whylen, bad, n > GEMMD_INSTANCE_MAX ? n : i + 1, GEMMD_INSTANCE_MAX);
+    return bad ? -1 : 0;
 }
 
 int gemmd_instance_check(const char *name, char *why, size_t whylen)
 {
-    size_t n = name ? strlen(name) : 0;
-    if (n == 0) {
-        snprintf(why, whylen, "is empty");
-        return -1;
-    }
-    if (n > GEMMD_INSTANCE_MAX) {
-        snprintf(why, whylen, "is %zu characters long (at most %d)", n, GEMMD_INSTANCE_MAX);
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (!is_name_char(name[i])) {
-            snprintf(why, whylen, "has a character other than A-Z a-z 0-9 . _ - at position %zu", i + 1);
-            return -1;
-        }
-    }
-    if (!is_alnum(name[0]) || !is_alnum(name[n - 1])) {
-        snprintf(why, whylen, "must start and end with a letter or a digit");
-        return -1;
-    }
-    return 0;
+    return check_name(name, name ? strlen(name) : 0, why, whylen);
 }
 
 void gemmd_instance_from_host(char *out, size_t cap, const char *host, int port)
@@ -96,7 +80,7 @@ int gemmd_instance_set(const char *name)
         instance[0] = '\0';
         return 0;
     }
-    if (!name_ok(name, strlen(name))) return -1;
+    if (check_name(name, strlen(name), NULL, 0) != 0) return -1;
     snprintf(instance, sizeof instance, "%s", name);
     return 0;
 }
@@ -146,7 +130,7 @@ int gemmd_instance_id_valid(const char *s, size_t n)
     for (size_t i = 0; i < GEMMD_ID_RANDOM_HEX; i++)
         if (!is_hex(r[i])) return 0;
     if (n == GEMMD_ID_RANDOM_HEX) return 1;
-    return n >= GEMMD_ID_RANDOM_HEX + 2 && r[-1] == '-' && name_ok(s, n - GEMMD_ID_RANDOM_HEX - 1);
+    return n >= GEMMD_ID_RANDOM_HEX + 2 && r[-1] == '-' && check_name(s, n - GEMMD_ID_RANDOM_HEX - 1, NULL, 0) == 0;
 }
 
 int gemmd_instance_id_log_len(const char *id, int hex_digits)

@@ -41,7 +41,6 @@ struct gemmd_jobs {
 
     /* the sweeper */
     pthread_t sweeper;
-    int have_sweeper;
     pthread_cond_t tick;  /* a job finished while the sweeper had nothing to wait for, or stop */
     int sweeper_idle;     /* waiting without a deadline (no finished job listed) */
     int sweeper_stop;
@@ -194,13 +193,9 @@ static void *sweeper_main(void *arg)
         if (wait_ms <= 0) continue;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        double sec = floor(wait_ms / 1000.0);
-        ts.tv_sec += (time_t)sec;
-        ts.tv_nsec += (long)((wait_ms - sec * 1000.0) * 1e6);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        int64_t ns = ts.tv_nsec + (int64_t)(wait_ms * 1e6);
+        ts.tv_sec += (time_t)(ns / 1000000000);
+        ts.tv_nsec = (long)(ns % 1000000000);
         pthread_cond_timedwait(&s->tick, &s->mu, &ts);
     }
     pthread_mutex_unlock(&s->mu);
@@ -230,7 +225,6 @@ gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, i
         free(s);
         return NULL;
     }
-    s->have_sweeper = 1;
     return s;
 }
 
@@ -251,23 +245,12 @@ void gemmd_jobs_set_done_hook(gemmd_jobs *s, void (*hook)(gemmd_job_entry *j, vo
 void gemmd_jobs_free(gemmd_jobs *s)
 {
     if (!s) return;
-    if (s->have_sweeper) {
-        pthread_mutex_lock(&s->mu);
-        s->sweeper_stop = 1;
-        pthread_cond_broadcast(&s->tick);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->sweeper, NULL);
-        s->have_sweeper = 0;
-    }
     pthread_mutex_lock(&s->mu);
-    gemmd_job_entry *j = s->head;
-    s->head = NULL;
+    s->sweeper_stop = 1;
+    pthread_cond_broadcast(&s->tick);
     pthread_mutex_unlock(&s->mu);
-    while (j) {
-        gemmd_job_entry *n = j->next;
-        destroy(s, j);
-        j = n;
-    }
+    pthread_join(s->sweeper, NULL);
+    destroy_chain(s, s->head);
     int zero[5] = {0};
     gemmd_metrics_jobs_by_state(zero);
     pthread_cond_destroy(&s->tick);
@@ -332,15 +315,6 @@ gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, int client, size_t input_byte
     return j;
 }
 
-void gemmd_jobs_abandon(gemmd_jobs *s, gemmd_job_entry *j)
-{
-    if (!j) return;
-    pthread_mutex_lock(&s->mu);
-    int last = unref_locked(s, j);
-    pthread_mutex_unlock(&s->mu);
-    if (last) destroy(s, j);
-}
-
 /* The engine's completion callback (an engine thread, or the thread cancelling). The
  * state the job reads as and `finished` change together, here, under the lock. */
 static void on_done(gemm_job *job)
@@ -377,17 +351,6 @@ static void on_done(gemm_job *job)
     if (last) destroy(s, j);
 }
 
-/* Forgets a reserved entry whose submit failed (no done() will come). */
-static void submit_failed(gemmd_jobs *s, gemmd_job_entry *j)
-{
-    pthread_mutex_lock(&s->mu);
-    j->in_engine = 0;
-    j->refs--; /* the engine's, never taken */
-    int last = unref_locked(s, j);
-    pthread_mutex_unlock(&s->mu);
-    if (last) destroy(s, j);
-}
-
 int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err)
 {
     j->job.done = on_done;
@@ -396,7 +359,7 @@ int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err)
     if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
         gemm_err_set(err, 503, "shutting_down", "the server is shutting down; retry elsewhere");
-        gemmd_jobs_abandon(s, j);
+        gemmd_jobs_put(s, j);
         return -1;
     }
     /* The engine's reference is taken before it can call done(). The entry is listed
@@ -409,7 +372,11 @@ int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err)
     if (gemm_engine_submit(s->engine, &j->job, &eerr) != 0) {
         gemmd_engine_err(&eerr, err);
         LOG_DEBUG("job %.*s refused by the engine: %d %s", GEMMD_JOB_LOG_ID(j->id), err->status, err->code);
-        submit_failed(s, j);
+        pthread_mutex_lock(&s->mu);
+        j->in_engine = 0;
+        j->refs--; /* the engine's, never taken: no done() will come */
+        pthread_mutex_unlock(&s->mu);
+        gemmd_jobs_put(s, j);
         return -1;
     }
     pthread_mutex_lock(&s->mu);
@@ -441,11 +408,6 @@ static int same_id(const char *a, const char *b)
     unsigned char diff = 0;
     for (size_t i = 0; i < n; i++) diff |= (unsigned char)(a[i] ^ b[i]);
     return diff == 0;
-}
-
-gemmd_job_entry *gemmd_jobs_get(gemmd_jobs *s, const char *id)
-{
-    return gemmd_jobs_get_owned(s, id, GEMMD_OWNER_ANY);
 }
 
 gemmd_job_entry *gemmd_jobs_get_owned(gemmd_jobs *s, const char *id, int owner)
@@ -514,11 +476,6 @@ void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *v)
     pthread_mutex_unlock(&s->mu);
 }
 
-int gemmd_jobs_delete(gemmd_jobs *s, const char *id)
-{
-    return gemmd_jobs_delete_owned(s, id, GEMMD_OWNER_ANY);
-}
-
 int gemmd_jobs_delete_owned(gemmd_jobs *s, const char *id, int owner)
 {
     gemmd_job_entry *j = gemmd_jobs_get_owned(s, id, owner); /* our reference keeps it alive below */
@@ -553,29 +510,25 @@ void gemmd_jobs_sweep(gemmd_jobs *s)
 
 void gemmd_jobs_shutdown(gemmd_jobs *s)
 {
+    gemmd_job_entry *held = NULL;
+    int k = 0;
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
-    int n = 0;
     for (gemmd_job_entry *j = s->head; j; j = j->next)
-        if (j->in_engine) n++;
-    gemmd_job_entry **pending = n ? calloc((size_t)n, sizeof *pending) : NULL;
-    int k = 0;
-    if (pending) {
-        for (gemmd_job_entry *j = s->head; j && k < n; j = j->next) {
-            if (!j->in_engine) continue;
+        if (j->in_engine) {
             j->refs++;
-            pending[k++] = j;
+            j->held_next = held;
+            held = j;
         }
-    }
     pthread_mutex_unlock(&s->mu);
     /* Queued ones end here (done() runs on this thread); running ones are asked to stop:
      * their results could not be fetched once the daemon is gone. */
-    for (int i = 0; i < k; i++) {
-        gemm_engine_cancel(s->engine, &pending[i]->job);
-        gemmd_jobs_put(s, pending[i]);
+    for (gemmd_job_entry *j = held, *next; j; j = next, k++) {
+        next = j->held_next;
+        gemm_engine_cancel(s->engine, &j->job);
+        gemmd_jobs_put(s, j);
     }
     if (k) LOG_DEBUG("jobs: shutdown cancelled %d jobs on the engine", k);
-    free(pending);
 }
 
 int gemmd_jobs_retry_after_s(gemmd_jobs *s)
@@ -593,19 +546,4 @@ int gemmd_jobs_retry_after_s(gemmd_jobs *s)
     if (secs < 1) secs = 1;
     if (secs > 86400.0 * 30) secs = 86400.0 * 30;
     return (int)secs;
-}
-
-void gemmd_jobs_counts(gemmd_jobs *s, int counts[5], int *kept, uint64_t *bytes)
-{
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < 5; i++) counts[i] = 0;
-    int n = 0;
-    for (gemmd_job_entry *j = s->head; j; j = j->next) {
-        int st = (int)state_locked(j);
-        if (st >= 0 && st < 5) counts[st]++;
-        n++;
-    }
-    if (kept) *kept = n;
-    if (bytes) *bytes = s->mem_used;
-    pthread_mutex_unlock(&s->mu);
 }

@@ -1,30 +1,22 @@
 /*
  * jobs.h - the store of asynchronous jobs (POST /v1/jobs ... GET /v1/jobs/{id}/result).
  *
- *   gemmd_job_entry *j = gemmd_jobs_reserve(store, ab_bytes, c_bytes, &err); // id, memory, count
- *   j->job.a/b/c/dtype/m/k/n/kernel/... = ...; j->owner = ...;      // filled by the caller
- *   gemmd_jobs_submit(store, j, &err);                              // engine owns it now
- *   ...
- *   gemmd_job_entry *j = gemmd_jobs_get_owned(store, id, owner);    // takes a reference
- *   gemmd_jobs_view(store, j, &view); ... gemmd_jobs_put(store, j);
+ *   j = gemmd_jobs_reserve(store, client, input_bytes, result_bytes, &err); // id, memory
+ *   j->job.a/b/c/dtype/m/k/n/... = ...; j->owner = ...;                   // by the caller
+ *   gemmd_jobs_submit(store, j, &err);                                    // engine owns it
+ *   j = gemmd_jobs_get_owned(store, id, owner); gemmd_jobs_view(store, j, &v); gemmd_jobs_put(store, j);
  *
- * Entries are reference counted: the store's list holds one reference, a job on the
- * engine holds one, and every reader (a status or a result being sent) holds one. An
- * entry is freed when the last one goes, so DELETE of a running job only unlinks it,
- * asks the engine to cancel it, and the engine's done() frees it. Inputs are freed as
- * soon as the product is done; the result is kept for ttl_s seconds after the job
- * finished. The inputs and the result are reserved at submit against mem_bytes
- * (job_mem_mb); the inputs' part is given back when the product is done. A sweeper thread forgets
- * expired jobs when their time comes, whether or not requests arrive (every store call
- * sweeps too). Thread-safe.
+ * Entries are reference counted: the store's list holds one reference, a job on the engine
+ * one, every reader (a status or a result being sent) one; DELETE of a running job only
+ * unlinks it and asks the engine to cancel it, and its done() frees it. The inputs and the
+ * result are reserved at submit against mem_bytes (job_mem_mb); the inputs go when the
+ * product is done, the result ttl_s after. A sweeper thread forgets expired jobs when their
+ * time comes, whether or not requests arrive.
  *
- * State: a job reads queued or running until its done() has run under the store's lock;
- * only then does it read done, failed or cancelled, together with `finished`, so a status
- * that says done always comes with a fetchable result.
- *
- * Owners: with tokens configured a job belongs to the token that made it (owner =
- * gemmd_auth_identify() + 1; 0 without tokens). Lookups by id find a job only for its
- * owner, so another token cannot even learn that it exists.
+ * A job reads queued or running until its done() has run under the store's lock; only then
+ * does it read done, failed or cancelled, with `finished`: a status that says done always
+ * comes with a fetchable result. With tokens a job belongs to its token (owner =
+ * gemmd_auth_identify() + 1; 0 without tokens): another token's lookups find nothing.
  */
 #ifndef GEMMD_JOBS_H
 #define GEMMD_JOBS_H
@@ -66,7 +58,7 @@ typedef struct gemmd_job_entry {
     double t_created_ms, t_finished_ms;
     size_t reserved;      /* bytes reserved against mem_bytes (inputs until done, result) */
     size_t reserved_inputs; /* the inputs' part of it */
-    struct gemmd_job_entry *next;
+    struct gemmd_job_entry *next, *held_next; /* the list; shutdown's holds */
 } gemmd_job_entry;
 
 /* What a status answer shows; copied under the lock. */
@@ -95,37 +87,30 @@ gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, i
 /* Job buffers are freed with alloc (the daemon's charged allocator) and a finished
  * result's charge is moved to "results" in budget. Call before the first job. */
 void gemmd_jobs_set_memory(gemmd_jobs *s, const gemm_allocator *alloc, gemmd_budget *budget);
-/* Frees every entry and buffer. Call after gemmd_jobs_shutdown() once the engine holds
- * none of them any more (no entry may still be in the engine). */
+/* Frees every entry and buffer, once the engine holds none of them (after shutdown). */
 void gemmd_jobs_free(gemmd_jobs *s);
 
 /* A fresh entry with a random id for client, its inputs' and result's bytes reserved. NULL
  * with 503 job_store_full (too many jobs kept, not enough of mem_bytes left, or the client
- * would pass its share), 413 too_large
- * (inputs and result alone are larger than mem_bytes), 503
- * shutting_down after gemmd_jobs_shutdown(), or 500 when the id cannot be drawn. */
+ * would pass its share), 413 too_large (more than mem_bytes), 503 shutting_down, or 500. */
 gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, int client, size_t input_bytes, size_t result_bytes,
                                     gemm_err *err);
-/* Gives back an entry that was reserved but not submitted, freeing any of
- * job.a/b/c set on it (with the engine's allocator). */
-void gemmd_jobs_abandon(gemmd_jobs *s, gemmd_job_entry *j);
-/* Queues it on the engine and lists it. On failure (*err set: queue full, bad option,
- * shutting down) the entry is abandoned (freed) and -1 is returned. */
+/* Queues it on the engine and lists it: 0, or -1 with *err (the entry is given back). An
+ * entry reserved but not submitted is given back with gemmd_jobs_put (with any of
+ * job.a/b/c set on it). */
 int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err);
 
 /* The entry with that id made by owner, with a reference taken; NULL when unknown,
  * expired, or made by another owner (GEMMD_OWNER_ANY: whoever made it). */
 gemmd_job_entry *gemmd_jobs_get_owned(gemmd_jobs *s, const char *id, int owner);
-gemmd_job_entry *gemmd_jobs_get(gemmd_jobs *s, const char *id); /* any owner */
 void gemmd_jobs_put(gemmd_jobs *s, gemmd_job_entry *j);
 void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *out);
 
-/* Cancels (queued), asks the engine to stop it and frees it when done() fires (running)
- * or forgets (finished). Returns 0, or -1 when no such job of that owner is kept. */
+/* Cancels it (queued), asks the engine to stop it (running) or forgets it (finished).
+ * 0, or -1 when no such job of that owner is kept. */
 int gemmd_jobs_delete_owned(gemmd_jobs *s, const char *id, int owner);
-int gemmd_jobs_delete(gemmd_jobs *s, const char *id); /* any owner */
 
-/* Forgets finished jobs older than the TTL (the sweeper and every call do it too). */
+/* Forgets finished jobs older than the TTL (the sweeper and every lookup do it too). */
 void gemmd_jobs_sweep(gemmd_jobs *s);
 /* Refuses new jobs from now on, cancels the queued ones (their done() fires here) and
  * asks the engine to stop the running ones (nobody can fetch their results any more). */
@@ -136,7 +121,5 @@ int gemmd_jobs_retry_after_s(gemmd_jobs *s);
 /* Test hook: called at the start of every job's done(), after the engine stored the
  * job's final state and before the store has seen it (NULL: none). */
 void gemmd_jobs_set_done_hook(gemmd_jobs *s, void (*hook)(gemmd_job_entry *j, void *arg), void *arg);
-/* Entries kept, by gemm_job_state; and how many / how many bytes are kept in all. */
-void gemmd_jobs_counts(gemmd_jobs *s, int counts[5], int *kept, uint64_t *bytes);
 
 #endif

@@ -133,12 +133,7 @@ int main(int argc, char **argv)
     gemmd_config cfg;
     int rc = gemmd_config_from_args(&cfg, argc, argv, environ);
     if (rc > 0) return 0;  /* --help / --version */
-    if (rc < 0) return 2;  /* the message is printed */
-    char msg[512];
-    if (gemmd_config_validate(&cfg, msg, sizeof msg) != 0) {
-        fprintf(stderr, "gemmd: %s\n", msg);
-        return 2;
-    }
+    if (rc < 0) return 2;  /* the message is printed (the values checked together too) */
     int level = gemmd_log_level_from_name(cfg.log_level);
     gemmd_log_set_level(level < 0 ? GEMMD_LOG_INFO : (gemmd_log_level)level);
     const char *labels[GEMMD_METRIC_ROUTES];

@@ -62,15 +62,19 @@ static void destroy(gemmd_matrices *s, gemmd_matrix_entry *e)
     free(e);
 }
 
-void gemmd_matrices_free(gemmd_matrices *s)
+static void destroy_all(gemmd_matrices *s, gemmd_matrix_entry *e)
 {
-    if (!s) return;
-    gemmd_matrix_entry *e = s->head;
     while (e) {
         gemmd_matrix_entry *next = e->next;
         destroy(s, e);
         e = next;
     }
+}
+
+void gemmd_matrices_free(gemmd_matrices *s)
+{
+    if (!s) return;
+    destroy_all(s, s->head);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -101,59 +105,42 @@ static void expire_locked(gemmd_matrices *s, gemmd_matrix_entry **gone)
     }
 }
 
-static void destroy_all(gemmd_matrices *s, gemmd_matrix_entry *e)
-{
-    while (e) {
-        gemmd_matrix_entry *next = e->next;
-        destroy(s, e);
-        e = next;
-    }
-}
-
 int gemmd_matrices_reserve(gemmd_matrices *s, int client, size_t bytes, gemm_err *err)
 {
     if (bytes > s->budget)
         return gemm_err_set(err, 413, "too_large",
                             "the matrix has %zu bytes; resident matrices may hold at most %llu in all "
                             "(resident_mb)", bytes, (unsigned long long)s->budget);
-    int c = (int)((unsigned)client % GEMMD_CLIENTS);
+    int c = (int)((unsigned)client % GEMMD_CLIENTS), rc = 0;
     gemmd_matrix_entry *gone = NULL;
     pthread_mutex_lock(&s->mu);
     expire_locked(s, &gone);
-    if (s->count >= s->max_count) {
-        int n = s->count;
-        pthread_mutex_unlock(&s->mu);
-        return gemm_err_set(err, 507, "insufficient_storage",
-                            "%d resident matrices are kept, the most this server keeps (max_matrices); "
-                            "DELETE some first", n);
+    if (s->count >= s->max_count)
+        rc = gemm_err_set(err, 507, "insufficient_storage",
+                          "%d resident matrices are kept, the most this server keeps (max_matrices); "
+                          "DELETE some first", s->count);
+    else if (bytes > s->budget - s->held)
+        rc = gemm_err_set(err, 507, "insufficient_storage",
+                          "no room for %zu more bytes of resident matrices: %llu of %llu are held "
+                          "(resident_mb); DELETE matrices you no longer need", bytes,
+                          (unsigned long long)s->held, (unsigned long long)s->budget);
+    else if (s->client_count[c] &&
+             (s->client_count[c] >= s->share_count || s->client_bytes[c] + bytes > s->share_bytes))
+        rc = gemm_err_set(err, 507, "insufficient_storage",
+                          "this client (token, or address without tokens) keeps %d resident matrices of %llu "
+                          "bytes, and %zu more would pass its share (token_share: %d matrices, %llu bytes); "
+                          "DELETE matrices it no longer needs", s->client_count[c],
+                          (unsigned long long)s->client_bytes[c], bytes, s->share_count,
+                          (unsigned long long)s->share_bytes);
+    if (rc == 0) {
+        s->held += bytes;
+        s->client_bytes[c] += bytes;
+        s->client_count[c]++;
+        publish_locked(s);
     }
-    if (bytes > s->budget - s->held) {
-        uint64_t held = s->held;
-        pthread_mutex_unlock(&s->mu);
-        return gemm_err_set(err, 507, "insufficient_storage",
-                            "no room for %zu more bytes of resident matrices: %llu of %llu are held "
-                            "(resident_mb); DELETE matrices you no longer need", bytes,
-                            (unsigned long long)held, (unsigned long long)s->budget);
-    }
-    if (s->client_count[c] && (s->client_count[c] >= s->share_count ||
-                               s->client_bytes[c] + bytes > s->share_bytes)) {
-        uint64_t mine = s->client_bytes[c];
-        int n = s->client_count[c];
-        pthread_mutex_unlock(&s->mu);
-        destroy_all(s, gone);
-        return gemm_err_set(err, 507, "insufficient_storage",
-                            "this client (token, or address without tokens) keeps %d resident matrices of %llu "
-                            "bytes, and %zu more would pass its share (token_share: %d matrices, %llu bytes); "
-                            "DELETE matrices it no longer needs", n, (unsigned long long)mine, bytes,
-                            s->share_count, (unsigned long long)s->share_bytes);
-    }
-    s->held += bytes;
-    s->client_bytes[c] += bytes;
-    s->client_count[c]++;
-    publish_locked(s);
     pthread_mutex_unlock(&s->mu);
-    destroy_all(s, gone);
-    return 0;
+    destroy_all(s, gone); /* expired, nobody reads them any more */
+    return rc;
 }
 
 void gemmd_matrices_unreserve(gemmd_matrices *s, int client, size_t bytes)
@@ -167,29 +154,26 @@ void gemmd_matrices_unreserve(gemmd_matrices *s, int client, size_t bytes)
     pthread_mutex_unlock(&s->mu);
 }
 
-static int add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
-               int empty, char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
+int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
+                       int empty, char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
 {
     gemmd_matrix_entry *e = calloc(1, sizeof *e);
-    if (!e) return gemm_err_set(err, 503, "out_of_memory", "cannot allocate a matrix entry now");
-    if (empty && !(e->row_state = calloc(m->rows ? (size_t)m->rows : 1, 1))) {
-        free(e);
-        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate the row map of a matrix now");
+    if (!e || (empty && !(e->row_state = calloc(m->rows ? (size_t)m->rows : 1, 1)))) {
+        gemm_err_set(err, 503, "out_of_memory", "cannot allocate a matrix entry now");
+    } else if (gemmd_instance_new_id(e->id, sizeof e->id) != 0) {
+        gemm_err_set(err, 500, "internal_error", "cannot draw a random matrix id: %s", strerror(errno));
+    } else {
+        gemm_matrix_bytes(m->rows, m->cols, m->dtype, &e->bytes);
+        e->res = res && *res ? *res : gemm_engine_resident_new(s->engine, m->data, e->bytes);
+        if (!e->res) gemm_err_set(err, 503, "out_of_memory", "cannot allocate a matrix handle now");
     }
-    if (gemmd_instance_new_id(e->id, sizeof e->id) != 0) {
-        free(e->row_state);
+    if (!e || !e->res) {
+        if (e) free(e->row_state);
         free(e);
-        return gemm_err_set(err, 500, "internal_error", "cannot draw a random matrix id: %s", strerror(errno));
-    }
-    e->m = *m;
-    gemm_matrix_bytes(m->rows, m->cols, m->dtype, &e->bytes);
-    e->res = res && *res ? *res : gemm_engine_resident_new(s->engine, m->data, e->bytes);
-    if (!e->res) {
-        free(e->row_state);
-        free(e);
-        return gemm_err_set(err, 503, "out_of_memory", "cannot allocate a matrix handle now");
+        return -1;
     }
     if (res) *res = NULL;
+    e->m = *m;
     e->owner = owner;
     e->client = (int)((unsigned)client % GEMMD_CLIENTS);
     e->family = family;
@@ -206,18 +190,6 @@ static int add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner
     pthread_mutex_unlock(&s->mu);
     m->data = NULL;
     return 0;
-}
-
-int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
-                       char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
-{
-    return add(s, m, res, owner, client, family, 0, id_out, err);
-}
-
-int gemmd_matrices_add_empty(gemmd_matrices *s, gemm_matrix *m, int owner, int client, int family,
-                             char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
-{
-    return add(s, m, NULL, owner, client, family, 1, id_out, err);
 }
 
 static gemmd_matrix_entry *find_locked(gemmd_matrices *s, const char *id, int owner, gemmd_matrix_entry ***link)
@@ -401,13 +373,4 @@ void gemmd_matrices_list_json(gemmd_matrices *s, int owner, gemm_buf *out)
     pthread_mutex_unlock(&s->mu);
     if (!v) out->failed = 1;
     free(v);
-}
-
-void gemmd_matrices_usage(gemmd_matrices *s, int *count, uint64_t *bytes, uint64_t *budget)
-{
-    pthread_mutex_lock(&s->mu);
-    if (count) *count = s->count;
-    if (bytes) *bytes = s->held;
-    if (budget) *budget = s->budget;
-    pthread_mutex_unlock(&s->mu);
 }

@@ -1,25 +1,17 @@
 /*
- * matrices.h - the store of resident matrices (/v1/matrices): operands kept on the server
- * between requests, so that a product can name A or B by id instead of sending it again,
- * and keep its C for the next product of a chain.
+ * matrices.h - the store of resident matrices (/v1/matrices): operands kept between
+ * requests, so that a product can name A or B by id instead of sending it again, and keep
+ * its C for the next product of a chain.
  *
- *   char id[GEMMD_JOB_ID_LEN + 1];
- *   gemmd_matrices_reserve(store, bytes, &err);          // 507 when resident_mb is full
- *   gemmd_matrices_add(store, &m, owner, family, id, &err); // takes m.data (engine memory)
- *   gemmd_matrix_entry *e = gemmd_matrices_get(store, id, owner); // a reference; touches it
- *   ... read e->m ... gemmd_matrices_put(store, e);
- *   gemmd_matrices_delete(store, id, owner);
+ *   gemmd_matrices_reserve(store, client, bytes, &err);  // 507 when resident_mb is full
+ *   gemmd_matrices_add(store, &m, NULL, owner, client, family, 0, id, &err); // takes m.data
+ *   e = gemmd_matrices_get(store, id, owner); ... read e->m ... gemmd_matrices_put(store, e);
  *
- * Residency: a matrix is kept in the engine's host memory (pinned on the CUDA backend),
- * and its bytes count against resident_mb from the moment they are reserved until the
- * last reference goes (DELETE only unlinks: a product reading it finishes first). When
- * the budget cannot take a new matrix the store answers 507 insufficient_storage: nothing
- * is evicted behind a client's back. The listing shows the least recently used last.
- * A restart forgets every matrix.
- *
- * Owners work as for jobs (jobs.h): with tokens a matrix belongs to the token that made
- * it, and another token's lookups find nothing (404). Thread-safe; one mutex, never held
- * while calling the engine.
+ * A matrix is kept in the engine's host memory (pinned on the CUDA backend); its bytes
+ * count against resident_mb from its reservation until the last reference goes (DELETE
+ * only unlinks: a product reading it finishes first). Nothing is evicted behind a
+ * client's back: a full store answers 507. Owners work as for jobs (jobs.h). Thread-safe;
+ * one mutex, never held while calling the engine.
  */
 #ifndef GEMMD_MATRICES_H
 #define GEMMD_MATRICES_H
@@ -65,24 +57,18 @@ void gemmd_matrices_set_memory(gemmd_matrices *s, gemmd_budget *mem);
 /* Frees every matrix; no reference may be held any more. */
 void gemmd_matrices_free(gemmd_matrices *s);
 
-/* Sets aside bytes of the budget for a matrix about to be added by client (an upload, or C
- * of a product with store=1). 0, or -1 with 507 insufficient_storage (the budget has no
- * room now, max_matrices reached, or the client would pass its share) or 413 too_large
- * (larger than the whole budget). */
+/* Sets aside bytes for a matrix about to be added by client (an upload, or C of a product
+ * with store=1). 0, or -1 with 507 insufficient_storage (no room, max_matrices reached, or
+ * the client would pass its share) or 413 too_large (more than the whole budget). */
 int gemmd_matrices_reserve(gemmd_matrices *s, int client, size_t bytes, gemm_err *err);
 void gemmd_matrices_unreserve(gemmd_matrices *s, int client, size_t bytes);
-/* Adds m (its data is taken over: the store frees it) with a fresh random id written to
- * id_out, using bytes reserved before. res: the engine handle for m.data when the caller
- * has one (C of a product that kept it on the device; taken over too), else NULL (one is
- * made). On failure (-1, *err: 500 when no id can be drawn, 503 out of memory) nothing
- * is taken and the reservation stays with the caller. */
+/* Adds m (its data is taken over) with a fresh random id written to id_out, using bytes
+ * reserved before. res: the engine handle for m.data when the caller has one (taken over
+ * too), else NULL (one is made). empty: a matrix filled in parts (empty=1, then PUTs of
+ * row ranges), which nothing may read until its last row is written (gemmd_matrices_ready).
+ * On failure (-1, *err) nothing is taken and the reservation stays with the caller. */
 int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
-                       char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
-/* The same for a matrix filled in parts (POST /v1/matrices?...&empty=1, then PUTs of row
- * ranges over any number of connections at once): m.data's rows are yet to come, and no
- * product or download may read it until the last one is written (gemmd_matrices_ready). */
-int gemmd_matrices_add_empty(gemmd_matrices *s, gemm_matrix *m, int owner, int client, int family,
-                             char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
+                       int empty, char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
 
 /* Claims rows [row0, row0 + rows) of e for one PUT: 0, or -1 with 409 matrix_complete
  * (e is not being filled), 422 bad_rows (out of range) or 409 rows_taken (a row of the
@@ -109,7 +95,5 @@ int gemmd_matrices_delete(gemmd_matrices *s, const char *id, int owner);
 void gemmd_matrices_list_json(gemmd_matrices *s, int owner, gemm_buf *out);
 /* Appends one matrix's description: {"id","shape","dtype","bytes","where",...}. */
 void gemmd_matrices_describe_json(gemmd_matrices *s, const gemmd_matrix_entry *e, gemm_buf *out);
-/* Kept count, bytes held (reserved included) and the budget. */
-void gemmd_matrices_usage(gemmd_matrices *s, int *count, uint64_t *bytes, uint64_t *budget);
 
 #endif

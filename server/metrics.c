@@ -90,10 +90,11 @@ void gemmd_metrics_label_value(gemm_buf *out, const char *v)
     }
 }
 
-static void header(gemm_buf *out, const char *name, const char *type, const char *help)
+void gemmd_metrics_header(gemm_buf *out, const char *name, const char *type, const char *help)
 {
     gemm_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
+#define header gemmd_metrics_header
 
 static void render_requests(gemm_buf *out)
 {

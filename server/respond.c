@@ -3,7 +3,6 @@
  */
 #include "respond.h"
 
-
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -12,18 +11,11 @@
 #include <string.h>
 #include <strings.h>
 
+#include "engine_err.h"
 #include "instance.h"
+#include "npy.h"
 
 #define PAYLOAD_BLOCK (256 * 1024)
-
-/* libmicrohttpd allocates and zeroes a buffer of the block size with every callback
- * response: 256 KiB for a 16 KiB answer made the allocator map, fault in and unmap fresh
- * pages on every small product (13% of the daemon's CPU time at 64^2). An answer smaller
- * than a block gets a buffer of its own size. */
-size_t gemmd_payload_block(uint64_t total)
-{
-    return total >= PAYLOAD_BLOCK ? PAYLOAD_BLOCK : total > 0 ? (size_t)total : 1;
-}
 /* JSON answers that may be larger than this are encoded on an offload thread. */
 #define GEMMD_JSON_OFFLOAD_BYTES (1u << 20)
 
@@ -89,6 +81,15 @@ gemmd_format gemmd_negotiate(const char *accept, gemmd_format family)
     return ranges ? best : family; /* an Accept without a media range says nothing */
 }
 
+int gemmd_accept(gemmd_request *req, gemmd_format family, gemmd_format *fmt)
+{
+    *fmt = gemmd_negotiate(gemmd_request_header(req, MHD_HTTP_HEADER_ACCEPT), family);
+    if (*fmt != GEMMD_FMT_NONE) return 0;
+    return gemm_err_set(&req->err, 406, "not_acceptable",
+                        "Accept offers nothing this server answers: use application/json, "
+                        "application/octet-stream or application/x-npy (or */*)");
+}
+
 /* ---- JSON answer size ---------------------------------------------------------- */
 
 int gemmd_check_json_answer(const gemmd_services *srv, uint64_t rows, uint64_t cols, gemm_dtype d, gemm_err *err)
@@ -114,6 +115,50 @@ void gemmd_timing_from_job(gemmd_timing *t, const gemm_job_timing *jt)
     t->compute_ms = jt->compute_ms;
     t->gflops = jt->gflops;
     t->have_compute = 1;
+}
+
+/* The X-Gemm-Split header of a split product (job->split_panels >= 2), "panels=P;
+ * rows=r0,r1,...; devices=cuda:0,cuda:1,..." (each device's label up to its first space),
+ * else "". */
+static void split_header(const gemm_job *job, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (!job || job->split_panels < 2) return;
+    int np = job->split_panels > GEMM_SPLIT_MAX ? GEMM_SPLIT_MAX : job->split_panels;
+    size_t off = 0;
+#define PUT(...)                                                                 \
+    do {                                                                         \
+        int w_ = snprintf(out + off, off < cap ? cap - off : 0, __VA_ARGS__);    \
+        if (w_ > 0) off += (size_t)w_;                                           \
+    } while (0)
+    PUT("panels=%d; rows=", np);
+    for (int i = 0; i < np; i++) PUT("%s%llu", i ? "," : "", (unsigned long long)job->split[i].rows);
+    PUT("; devices=");
+    for (int i = 0; i < np; i++)
+        PUT("%s%.*s", i ? "," : "", (int)strcspn(job->split[i].device, " "), job->split[i].device);
+#undef PUT
+    if (off >= cap) out[0] = '\0'; /* never a cut header: cap is sized for GEMM_SPLIT_MAX */
+}
+
+/* What ran where, for the answer's headers. */
+static void note_job(gemmd_request *req, const gemm_job *job)
+{
+    snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", job ? job->kernel_used : "");
+    snprintf(req->hdr_device, sizeof req->hdr_device, "%s", job ? job->device : "");
+    split_header(job, req->hdr_split, sizeof req->hdr_split);
+}
+
+int gemmd_product_outcome(gemmd_request *req, const gemm_job *job)
+{
+    note_job(req, job);
+    gemmd_timing_from_job(&req->timing, &job->timing);
+    int st = atomic_load(&job->state);
+    if (st == GEMM_JOB_DONE) return 0;
+    if (st == GEMM_JOB_CANCELLED && atomic_load(&req->svc->stopping))
+        return gemm_err_set(&req->err, 503, "shutting_down", "the server is shutting down; the product was cancelled%s",
+                            job->timing.compute_ms > 0 ? " while it ran (shutdown_timeout)" : " before it started");
+    gemmd_engine_err(&job->err, &req->err);
+    return -1;
 }
 
 /* Stages are rounded down and the total up, so the printed stages never add up to more
@@ -236,7 +281,7 @@ enum MHD_Result gemmd_respond_queue(gemmd_request *req, int status, struct MHD_R
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (gemmd_instance_get()[0]) MHD_add_response_header(resp, "X-Gemm-Instance", gemmd_instance_get());
     if (req->close_conn) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    gemmd_conn_answer(req->cx, req->bytes_out); /* the send deadline starts */
+    gemmd_conn_answer(req->cx); /* the send deadline starts */
     enum MHD_Result rc = MHD_queue_response(req->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     if (rc == MHD_YES) req->status = status;
@@ -244,52 +289,36 @@ enum MHD_Result gemmd_respond_queue(gemmd_request *req, int status, struct MHD_R
     return rc;
 }
 
-static struct MHD_Response *from_buf(gemm_buf *body)
+/* A response of body (taken over), with its Content-Type (mime: none when NULL). */
+static struct MHD_Response *from_buf(gemmd_request *req, gemm_buf *body, const char *mime)
 {
-    if (body->failed) {
-        gemm_buf_free(body);
-        return NULL;
-    }
-    struct MHD_Response *r;
-    if (body->len == 0) {
+    struct MHD_Response *r = NULL;
+    size_t len = body->len;
+    if (!body->failed && len == 0) {
         r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-        gemm_buf_free(body);
-    } else {
-        r = MHD_create_response_from_buffer(body->len, body->data, MHD_RESPMEM_MUST_FREE);
-        if (r) {
-            gemm_buf_init(body); /* MHD owns the bytes now */
-        } else {
-            gemm_buf_free(body);
-        }
+    } else if (!body->failed) {
+        r = MHD_create_response_from_buffer(len, body->data, MHD_RESPMEM_MUST_FREE);
+        if (r) gemm_buf_init(body); /* MHD owns the bytes now */
     }
+    if (r) {
+        req->bytes_out = len;
+        if (mime) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, mime);
+    }
+    gemm_buf_free(body);
     return r;
 }
 
-enum MHD_Result gemmd_respond_buf(gemmd_request *req, int status, const char *mime, gemm_buf *body)
+enum MHD_Result gemmd_respond_buf(gemmd_request *req, int status, const char *mime, gemm_buf *body,
+                                  const char *location)
 {
-    size_t len = body->len;
-    struct MHD_Response *r = from_buf(body);
-    if (r && mime) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, mime);
-    if (r) req->bytes_out = len;
+    struct MHD_Response *r = from_buf(req, body, mime);
+    if (r && location) MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, location);
     return gemmd_respond_queue(req, status, r);
 }
 
 enum MHD_Result gemmd_respond_json(gemmd_request *req, int status, gemm_buf *body)
 {
-    return gemmd_respond_buf(req, status, "application/json", body);
-}
-
-enum MHD_Result gemmd_respond_json_header(gemmd_request *req, int status, gemm_buf *body, const char *name,
-                                          const char *value)
-{
-    size_t len = body->len;
-    struct MHD_Response *r = from_buf(body);
-    if (r) {
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-        MHD_add_response_header(r, name, value);
-        req->bytes_out = len;
-    }
-    return gemmd_respond_queue(req, status, r);
+    return gemmd_respond_buf(req, status, "application/json", body, NULL);
 }
 
 /* Messages quote what the client sent: bytes that are not UTF-8 become '?', so the
@@ -322,8 +351,7 @@ enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err)
     utf8_clean(code);
     utf8_clean(msg);
     gemmd_usage_error(req->owner, req->route ? req->route->metric : NULL, status, code);
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     if (v2) {
         gemm_buf_puts(&b, "{\"error\":");
         gemm_buf_json_string(&b, msg);
@@ -337,11 +365,8 @@ enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err)
         gemm_buf_json_string(&b, msg);
         gemm_buf_puts(&b, "}}\n");
     }
-    size_t len = b.len;
-    struct MHD_Response *r = from_buf(&b);
+    struct MHD_Response *r = from_buf(req, &b, "application/json");
     if (r) {
-        req->bytes_out = len;
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
         if (status == 405 && req->allow[0]) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, req->allow);
         if (status == 401)
             MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"gemmd\"");
@@ -374,53 +399,25 @@ enum MHD_Result gemmd_respond_errorf(gemmd_request *req, int status, const char 
     return gemmd_respond_error(req, &e);
 }
 
-/* ---- products ---------------------------------------------------------------- */
+/* ---- answers of head and data ------------------------------------------------------- */
 
+/* An answer of head then data: the head copied into prefix (an .npy header) or taken over
+ * (owned: freed, and its charge of answer bytes given back, with the answer); data freed
+ * with data_alloc (when set) and release(ctx) called once MHD is done with it. */
 typedef struct {
-    unsigned char prefix[128];
-    size_t prefix_len;
-    const unsigned char *data;
+    const char *head;
+    size_t head_len;
+    char *owned;
+    uint64_t charge;
+    gemmd_budget *budget;
+    const char *data;
     size_t data_len;
+    const gemm_allocator *data_alloc;
     void (*release)(void *ctx);
     void *ctx;
-    gemmd_conn *cx;         /* told how much the client has taken (send deadline) */
+    gemmd_conn *cx;           /* told how much the client has taken (send deadline) */
+    char prefix[128];
 } payload;
-
-ssize_t gemmd_read_two_parts(const void *head, size_t head_len, const void *data, size_t data_len, uint64_t pos,
-                             char *buf, size_t max)
-{
-    size_t total = head_len + data_len;
-    if (pos >= total) return MHD_CONTENT_READER_END_OF_STREAM;
-    size_t off = (size_t)pos, n = 0;
-    if (off < head_len) {
-        size_t k = head_len - off < max ? head_len - off : max;
-        memcpy(buf, (const char *)head + off, k);
-        n += k;
-        off += k;
-    }
-    if (n < max && off < total) {
-        size_t doff = off - head_len;
-        size_t k = data_len - doff < max - n ? data_len - doff : max - n;
-        memcpy(buf + n, (const char *)data + doff, k);
-        n += k;
-    }
-    return (ssize_t)n;
-}
-
-struct MHD_Response *gemmd_two_part_response(gemmd_conn *cx, const void *head, size_t head_len, const void *data,
-                                             size_t data_len, MHD_ContentReaderCallback read,
-                                             MHD_ContentReaderFreeCallback free_cb, void *cls)
-{
-    uint64_t total = (uint64_t)head_len + data_len;
-    if (gemmd_conn_needs_progress(cx, total))
-        return MHD_create_response_from_callback(total, gemmd_payload_block(total), read, cls, free_cb);
-    /* No buffer of libmicrohttpd's to allocate, zero and copy into, as a reader needs. */
-    struct MHD_IoVec iov[2];
-    unsigned n = 0;
-    if (head_len) iov[n++] = (struct MHD_IoVec){head, head_len};
-    if (data_len) iov[n++] = (struct MHD_IoVec){data, data_len};
-    return MHD_create_response_from_iovec(iov, n, free_cb, cls);
-}
 
 static ssize_t payload_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -428,17 +425,93 @@ static ssize_t payload_read(void *cls, uint64_t pos, char *buf, size_t max)
     /* MHD asks for more once what it had was sent: pos is what the client has taken,
      * give or take the socket's buffer. */
     gemmd_conn_progress(p->cx, pos);
-    return gemmd_read_two_parts(p->prefix, p->prefix_len, p->data, p->data_len, pos, buf, max);
+    size_t total = p->head_len + p->data_len, off = (size_t)pos, n = 0;
+    if (pos >= total) return MHD_CONTENT_READER_END_OF_STREAM;
+    if (off < p->head_len) {
+        n = p->head_len - off < max ? p->head_len - off : max;
+        memcpy(buf, p->head + off, n);
+        off += n;
+    }
+    if (n < max && off < total) {
+        size_t k = total - off < max - n ? total - off : max - n;
+        memcpy(buf + n, p->data + (off - p->head_len), k);
+        n += k;
+    }
+    return (ssize_t)n;
+}
+
+static void let_go(payload *p)
+{
+    if (p->data_alloc) gemm_free(p->data_alloc, (void *)p->data);
+    if (p->release) p->release(p->ctx);
+    free(p->owned);
+    gemmd_budget_release(p->budget, GEMMD_MEM_ANSWER, p->charge);
 }
 
 static void payload_free(void *cls)
 {
-    payload *p = cls;
-    if (p->release) p->release(p->ctx);
-    free(p);
+    let_go(cls);
+    free(cls);
 }
 
-/* ---- charged JSON answers ------------------------------------------------------ */
+/* head (NULL: none) and data as a payload; NULL, everything let go, when out of memory. */
+static payload *payload_new(gemmd_request *req, gemm_buf *head, uint64_t charge, const void *data, size_t data_len,
+                            const gemm_allocator *data_alloc, void (*release)(void *ctx), void *ctx)
+{
+    payload tmp = {.budget = req->svc->budget, .charge = charge, .data = data, .data_len = data_len,
+                   .data_alloc = data_alloc, .release = release, .ctx = ctx, .cx = req->cx};
+    if (head) {
+        tmp.head = tmp.owned = head->data;
+        tmp.head_len = head->len;
+        gemm_buf_init(head);
+    }
+    payload *p = malloc(sizeof *p);
+    if (p) *p = tmp;
+    else let_go(&tmp);
+    return p;
+}
+
+/* The response of p (taken over): sent from where it lies, unless the send deadline needs to
+ * know how much the client has taken (gemmd_conn_needs_progress) or reader asks for it:
+ * then through payload_read, block by block. */
+static struct MHD_Response *payload_response(gemmd_request *req, payload *p, int reader)
+{
+    if (!p) return NULL;
+    uint64_t total = (uint64_t)p->head_len + p->data_len;
+    struct MHD_Response *r;
+    if (reader || gemmd_conn_needs_progress(req->cx, total)) {
+        /* libmicrohttpd allocates and zeroes a buffer of the block size with every callback
+         * response: 256 KiB for a 16 KiB answer made the allocator map, fault in and unmap
+         * fresh pages on every small product (13% of the daemon's CPU time at 64^2). An
+         * answer smaller than a block gets a buffer of its own size. */
+        size_t block = total >= PAYLOAD_BLOCK ? PAYLOAD_BLOCK : total > 0 ? (size_t)total : 1;
+        r = MHD_create_response_from_callback(total, block, payload_read, p, payload_free);
+    } else { /* no buffer of libmicrohttpd's to allocate, zero and copy into */
+        struct MHD_IoVec iov[2];
+        unsigned n = 0;
+        if (p->head_len) iov[n++] = (struct MHD_IoVec){p->head, p->head_len};
+        if (p->data_len) iov[n++] = (struct MHD_IoVec){p->data, p->data_len};
+        r = MHD_create_response_from_iovec(iov, n, payload_free, p);
+    }
+    if (!r) payload_free(p);
+    else req->bytes_out = total;
+    return r;
+}
+
+enum MHD_Result gemmd_respond_parts(gemmd_request *req, int status, const char *mime, gemm_buf *head, uint64_t charge,
+                                    const void *data, size_t data_len, const gemm_allocator *free_with,
+                                    const char *name, const char *value)
+{
+    payload *p = payload_new(req, head, charge, data, data_len, free_with, NULL, NULL);
+    struct MHD_Response *r = payload_response(req, p, 0);
+    if (r) {
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, mime);
+        if (name) MHD_add_response_header(r, name, value);
+    }
+    return gemmd_respond_queue(req, status, r);
+}
+
+/* ---- products ---------------------------------------------------------------------- */
 
 /* A resident matrix in an answer of any format: X-Gemm-Matrix and its Location. */
 static void add_matrix_headers(struct MHD_Response *r, const char *id)
@@ -458,81 +531,23 @@ uint64_t gemmd_json_answer_bytes(uint64_t rows, uint64_t cols, gemm_dtype d)
     return rows * cols * per + rows * 3 + 8192;
 }
 
-typedef struct {
-    char *data;
-    size_t len;
-    gemmd_budget *budget;
-    uint64_t charge;
-    gemmd_conn *cx;
-} charged_text;
-
-static ssize_t text_read(void *cls, uint64_t pos, char *buf, size_t max)
+int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d)
 {
-    charged_text *t = cls;
-    gemmd_conn_progress(t->cx, pos);
-    return gemmd_read_two_parts(t->data, t->len, NULL, 0, pos, buf, max);
-}
-
-static void text_free(void *cls)
-{
-    charged_text *t = cls;
-    free(t->data);
-    gemmd_budget_release(t->budget, GEMMD_MEM_ANSWER, t->charge);
-    free(t);
+    return gemmd_json_answer_bytes(rows, cols, d) >= GEMMD_JSON_OFFLOAD_BYTES;
 }
 
 enum MHD_Result gemmd_respond_encoded_json(gemmd_request *req, int status, gemm_buf *b, uint64_t charge,
                                            const char *matrix_id)
 {
-    gemmd_budget *bud = req->svc->budget;
-    charged_text *t = calloc(1, sizeof *t);
-    if (!t) {
-        gemm_buf_free(b);
-        gemmd_budget_release(bud, GEMMD_MEM_ANSWER, charge);
-        return gemmd_respond_queue(req, 500, NULL);
+    struct MHD_Response *r = payload_response(req, payload_new(req, b, charge, NULL, 0, NULL, NULL, NULL), 1);
+    if (r) {
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        if (matrix_id) add_matrix_headers(r, matrix_id);
     }
-    t->data = b->data;
-    t->len = b->len;
-    gemm_buf_init(b);
-    t->budget = bud;
-    t->charge = charge;
-    t->cx = req->cx;
-    struct MHD_Response *r = MHD_create_response_from_callback(t->len, gemmd_payload_block(t->len), text_read, t, text_free);
-    if (!r) {
-        text_free(t);
-        return gemmd_respond_queue(req, 500, NULL);
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (matrix_id) add_matrix_headers(r, matrix_id);
-    req->bytes_out = t->len;
     return gemmd_respond_queue(req, status, r);
 }
 
-void gemmd_split_header(const gemm_job *job, char *out, size_t cap)
-{
-    if (cap == 0) return;
-    out[0] = '\0';
-    if (!job || job->split_panels < 2) return;
-    int np = job->split_panels > GEMM_SPLIT_MAX ? GEMM_SPLIT_MAX : job->split_panels;
-    size_t off = 0;
-#define PUT(...)                                                                 \
-    do {                                                                         \
-        int w_ = snprintf(out + off, off < cap ? cap - off : 0, __VA_ARGS__);    \
-        if (w_ > 0) off += (size_t)w_;                                           \
-    } while (0)
-    PUT("panels=%d; rows=", np);
-    for (int i = 0; i < np; i++) PUT("%s%llu", i ? "," : "", (unsigned long long)job->split[i].rows);
-    PUT("; devices=");
-    for (int i = 0; i < np; i++) {
-        const char *d = job->split[i].device;
-        size_t len = strcspn(d, " ");
-        PUT("%s%.*s", i ? "," : "", (int)len, d);
-    }
-#undef PUT
-    if (off >= cap) out[0] = '\0'; /* never a cut header: cap is sized for GEMM_SPLIT_MAX */
-}
-
-void gemmd_split_json(gemm_buf *b, const gemm_job *job)
+static void split_json(gemm_buf *b, const gemm_job *job)
 {
     if (!job || job->split_panels < 2) return;
     int np = job->split_panels > GEMM_SPLIT_MAX ? GEMM_SPLIT_MAX : job->split_panels;
@@ -553,64 +568,88 @@ void gemmd_split_json(gemm_buf *b, const gemm_job *job)
 
 static void add_product_headers(struct MHD_Response *r, uint64_t rows, uint64_t cols, const gemmd_product_meta *m)
 {
-    char shape[72];
-    if (m->batch)
-        snprintf(shape, sizeof shape, "%llu,%llu,%llu", (unsigned long long)m->batch, (unsigned long long)rows,
+    const gemm_job *job = m->job;
+    char v[72];
+    if (job && job->batch)
+        snprintf(v, sizeof v, "%llu,%llu,%llu", (unsigned long long)job->batch, (unsigned long long)rows,
                  (unsigned long long)cols);
     else
-        snprintf(shape, sizeof shape, "%llu,%llu", (unsigned long long)rows, (unsigned long long)cols);
-    MHD_add_response_header(r, "X-Gemm-Shape", shape);
-    if (m->batched) {
-        char b[48];
-        snprintf(b, sizeof b, "%llu %s", (unsigned long long)m->batched, m->batch_mode ? m->batch_mode : "");
-        MHD_add_response_header(r, "X-Gemm-Batched", b);
+        snprintf(v, sizeof v, "%llu,%llu", (unsigned long long)rows, (unsigned long long)cols);
+    MHD_add_response_header(r, "X-Gemm-Shape", v);
+    if (job && job->batched) {
+        snprintf(v, sizeof v, "%llu %s", (unsigned long long)job->batched, job->batch_mode);
+        MHD_add_response_header(r, "X-Gemm-Batched", v);
     }
-    MHD_add_response_header(r, "X-Gemm-Dtype", gemm_dtype_name(m->dtype));
-    char tile[16];
-    snprintf(tile, sizeof tile, "%d", m->tile);
-    MHD_add_response_header(r, "X-Gemm-Tile", tile);
-    if (m->block && m->block[0]) MHD_add_response_header(r, "X-Gemm-Block", m->block);
-    if (m->math) MHD_add_response_header(r, "X-Gemm-Math", m->math);
+    MHD_add_response_header(r, "X-Gemm-Dtype", gemm_dtype_name(job ? gemm_job_c_dtype(job) : m->dtype));
+    snprintf(v, sizeof v, "%d", job ? job->tile_used : 0);
+    MHD_add_response_header(r, "X-Gemm-Tile", v);
+    if (job && job->block[0]) MHD_add_response_header(r, "X-Gemm-Block", job->block);
+    if (job) MHD_add_response_header(r, "X-Gemm-Math", gemm_math_report_name(job->dtype, job->math_used));
     if (m->job_id) MHD_add_response_header(r, "X-Gemm-Job", m->job_id);
     if (m->matrix_id) add_matrix_headers(r, m->matrix_id);
 }
 
-int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d)
+int gemmd_answer_text_begin(gemmd_request *req, uint64_t est, gemm_buf *b, uint64_t *outside, gemm_err *err)
 {
-    return gemmd_json_answer_bytes(rows, cols, d) >= GEMMD_JSON_OFFLOAD_BYTES;
+    gemm_buf_init(b);
+    *outside = 0;
+    if (est > SIZE_MAX || gemmd_resv_take(&req->resv, req->svc->budget, GEMMD_MEM_ANSWER, est, outside) != 0)
+        return gemmd_budget_refuse(req->svc->budget, est, "the JSON answer", err, &req->retry_after_s);
+    b->data = malloc((size_t)est);
+    b->cap = b->data ? (size_t)est : 0;
+    b->failed = !b->data;
+    return 0;
+}
+
+int gemmd_answer_text_end(gemmd_request *req, gemm_buf *b, uint64_t est, uint64_t outside, uint64_t *charge)
+{
+    gemmd_budget *bud = req->svc->budget;
+    if (b->failed) {
+        gemm_buf_free(b);
+        gemmd_budget_release(bud, GEMMD_MEM_ANSWER, outside);
+        return -1;
+    }
+    char *shrunk = realloc(b->data, b->len + 1);
+    if (shrunk) {
+        b->data = shrunk;
+        b->cap = b->len + 1;
+    }
+    /* Charged what is held now: the text itself (more, if it grew past the bound). */
+    *charge = gemmd_budget_settle_to(bud, GEMMD_MEM_ANSWER, est, b->cap, outside);
+    return 0;
+}
+
+/* C has been read: freed, or released. */
+static void done_with(const gemmd_product_meta *meta, const void *data, void (*release)(void *ctx), void *ctx)
+{
+    if (meta->free_with) gemm_free(meta->free_with, (void *)data);
+    if (release) release(ctx);
 }
 
 int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t rows, uint64_t cols,
                               const gemmd_product_meta *meta, void (*release)(void *ctx), void *ctx, gemm_buf *out,
                               uint64_t *charge, gemm_err *err)
 {
-    if (meta->kernel) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", meta->kernel);
-    if (meta->device) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", meta->device);
-    gemmd_split_header(meta->split, req->hdr_split, sizeof req->hdr_split);
+    const gemm_job *job = meta->job;
+    note_job(req, job);
     fill_request_times(req);
-    /* The text is admitted against the memory budget at its largest before it is written,
-     * and its charge goes with it until MHD is done sending it. */
-    gemmd_budget *bud = req->svc->budget;
-    uint64_t nb = meta->batch ? meta->batch : 1;
-    /* a batch: rows * nb rows, and each matrix its own "[", "]" and "," */
-    uint64_t est = gemmd_json_answer_bytes(rows * nb, cols, meta->dtype);
-    if (meta->batch && est != UINT64_MAX) est += 3 * nb;
-    gemm_buf_init(out);
+    gemm_dtype dt = job ? gemm_job_c_dtype(job) : meta->dtype;
+    uint64_t batch = job ? job->batch : 0, nb = batch ? batch : 1, outside;
+    /* The text is admitted at its largest before it is written (a batch: rows * nb rows,
+     * and each matrix its own "[", "]" and ","), and its charge goes with it until MHD is
+     * done sending it. */
+    uint64_t est = gemmd_json_answer_bytes(rows * nb, cols, dt);
+    if (batch && est != UINT64_MAX) est += 3 * nb;
     *charge = 0;
-    uint64_t outside = 0; /* what the request's reservation does not cover */
-    if (est > SIZE_MAX || gemmd_resv_take(&req->resv, bud, GEMMD_MEM_ANSWER, est, &outside) != 0) {
-        if (release) release(ctx);
-        return gemmd_budget_refuse(bud, est, "the JSON answer", err, &req->retry_after_s);
-    }
     gemm_buf b;
-    gemm_buf_init(&b);
-    b.data = malloc((size_t)est);
-    b.cap = b.data ? (size_t)est : 0;
-    b.failed = !b.data;
+    if (gemmd_answer_text_begin(req, est, &b, &outside, err) != 0) {
+        done_with(meta, data, release, ctx);
+        return -1;
+    }
     size_t one = 0;
-    gemm_matrix_bytes(rows, cols, meta->dtype, &one);
+    gemm_matrix_bytes(rows, cols, dt, &one);
     double t0 = gemm_now_ms();
-    gemm_matrix c = {rows, cols, meta->dtype, (void *)data, 0};
+    gemm_matrix c = {rows, cols, dt, (void *)data, 0};
     gemm_buf_puts(&b, "{");
     if (meta->job_id) {
         gemm_buf_puts(&b, "\"id\":");
@@ -621,56 +660,44 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
         gemm_buf_printf(&b, "\"matrix_id\":\"%s\",\"location\":\"/v1/matrices/%s\",", meta->matrix_id,
                         meta->matrix_id);
     gemm_buf_puts(&b, "\"c\":");
-    if (meta->batch) { /* nested 3-D: one matrix after the other */
+    if (batch) { /* nested 3-D: one matrix after the other */
         gemm_buf_puts(&b, "[");
-        for (uint64_t i = 0; i < meta->batch; i++) {
+        for (uint64_t i = 0; i < batch; i++) {
             if (i) gemm_buf_puts(&b, ",");
             c.data = (char *)data + i * one;
             gemm_json_write_matrix(&b, &c);
         }
-        gemm_buf_puts(&b, "]");
-        gemm_buf_printf(&b, ",\"shape\":[%llu,%llu,%llu],\"dtype\":", (unsigned long long)meta->batch,
+        gemm_buf_printf(&b, "],\"shape\":[%llu,%llu,%llu],\"dtype\":", (unsigned long long)batch,
                         (unsigned long long)rows, (unsigned long long)cols);
     } else {
         gemm_json_write_matrix(&b, &c);
-        gemm_buf_printf(&b, ",\"shape\":[%llu,%llu],\"dtype\":", (unsigned long long)rows,
-                        (unsigned long long)cols);
+        gemm_buf_printf(&b, ",\"shape\":[%llu,%llu],\"dtype\":", (unsigned long long)rows, (unsigned long long)cols);
     }
-    gemm_buf_json_string(&b, gemm_dtype_name(meta->dtype));
+    gemm_buf_json_string(&b, gemm_dtype_name(dt));
     gemm_buf_puts(&b, ",\"kernel\":");
-    gemm_buf_json_string(&b, meta->kernel ? meta->kernel : "");
-    gemm_buf_printf(&b, ",\"tile\":%d,\"block\":", meta->tile);
-    gemm_buf_json_string(&b, meta->block ? meta->block : "");
+    gemm_buf_json_string(&b, job ? job->kernel_used : "");
+    gemm_buf_printf(&b, ",\"tile\":%d,\"block\":", job ? job->tile_used : 0);
+    gemm_buf_json_string(&b, job ? job->block : "");
     gemm_buf_puts(&b, ",\"math\":");
-    gemm_buf_json_string(&b, meta->math ? meta->math : "");
+    gemm_buf_json_string(&b, job ? gemm_math_report_name(job->dtype, job->math_used) : "");
     gemm_buf_puts(&b, ",\"device\":");
-    gemm_buf_json_string(&b, meta->device ? meta->device : "");
-    if (meta->batched) {
-        gemm_buf_printf(&b, ",\"batched\":{\"products\":%llu,\"mode\":", (unsigned long long)meta->batched);
-        gemm_buf_json_string(&b, meta->batch_mode ? meta->batch_mode : "");
+    gemm_buf_json_string(&b, job ? job->device : "");
+    if (job && job->batched) {
+        gemm_buf_printf(&b, ",\"batched\":{\"products\":%llu,\"mode\":", (unsigned long long)job->batched);
+        gemm_buf_json_string(&b, job->batch_mode);
         gemm_buf_puts(&b, "}");
     }
-    gemmd_split_json(&b, meta->split);
-    if (release) release(ctx); /* meta may point into what ctx owns */
+    split_json(&b, job);
+    done_with(meta, data, release, ctx); /* job may be what ctx owns */
     double t1 = gemm_now_ms();
     req->timing.encode_ms = t1 - t0;
     req->timing.total_ms = req->timing.total_base_ms + t1 - req->t_start_ms;
     gemm_buf_puts(&b, ",\"timing\":");
     gemmd_timing_json(&b, &req->timing);
     gemm_buf_puts(&b, "}\n");
-    if (b.failed) {
-        gemm_buf_free(&b);
-        gemmd_budget_release(bud, GEMMD_MEM_ANSWER, outside);
+    if (gemmd_answer_text_end(req, &b, est, outside, charge) != 0)
         return gemm_err_set(err, 500, "out_of_memory", "cannot build the JSON answer");
-    }
-    /* Charged what is held now: the text itself (more, if it grew past the bound). */
-    char *shrunk = realloc(b.data, b.len + 1);
-    if (shrunk) {
-        b.data = shrunk;
-        b.cap = b.len + 1;
-    }
     *out = b;
-    *charge = gemmd_budget_settle_to(bud, GEMMD_MEM_ANSWER, est, b.cap, outside);
     return 0;
 }
 
@@ -678,14 +705,6 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
                                       uint64_t rows, uint64_t cols, const gemmd_product_meta *meta,
                                       void (*release)(void *ctx), void *ctx)
 {
-    if (meta->kernel) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", meta->kernel);
-    if (meta->device) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", meta->device);
-    gemmd_split_header(meta->split, req->hdr_split, sizeof req->hdr_split);
-    size_t bytes = 0, one = 0;
-    gemm_matrix_bytes(rows, cols, meta->dtype, &one);
-    bytes = one * (size_t)(meta->batch ? meta->batch : 1); /* checked when C was allocated */
-    fill_request_times(req);
-
     if (fmt == GEMMD_FMT_JSON) {
         gemm_buf b;
         uint64_t charge = 0;
@@ -694,30 +713,24 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
             return gemmd_respond_error(req, &e);
         return gemmd_respond_encoded_json(req, status, &b, charge, meta->matrix_id);
     }
-
-    payload *p = calloc(1, sizeof *p);
-    if (!p) {
-        if (release) release(ctx);
-        return gemmd_respond_queue(req, 500, NULL);
+    const gemm_job *job = meta->job;
+    note_job(req, job);
+    fill_request_times(req);
+    gemm_dtype dt = job ? gemm_job_c_dtype(job) : meta->dtype;
+    uint64_t batch = job ? job->batch : 0;
+    size_t one = 0;
+    gemm_matrix_bytes(rows, cols, dt, &one); /* checked when C was allocated */
+    payload *p = payload_new(req, NULL, 0, data, one * (size_t)(batch ? batch : 1), meta->free_with, release, ctx);
+    if (p && fmt == GEMMD_FMT_NPY) {
+        p->head = p->prefix;
+        p->head_len = gemm_npy_write_header3(p->prefix, sizeof p->prefix, dt, batch, rows, cols);
     }
-    p->data = data;
-    p->data_len = bytes;
-    p->release = release;
-    p->ctx = ctx;
-    p->cx = req->cx;
-    if (fmt == GEMMD_FMT_NPY)
-        p->prefix_len = gemm_npy_write_header3(p->prefix, sizeof p->prefix, meta->dtype, meta->batch, rows, cols);
     req->timing.encode_ms = 0;
     req->timing.total_ms = req->timing.total_base_ms + gemm_now_ms() - req->t_start_ms;
-    uint64_t total = p->prefix_len + p->data_len;
-    struct MHD_Response *r = gemmd_two_part_response(req->cx, p->prefix, p->prefix_len, p->data, p->data_len,
-                                                     payload_read, payload_free, p);
-    if (!r) {
-        payload_free(p);
-        return gemmd_respond_queue(req, 500, NULL);
+    struct MHD_Response *r = payload_response(req, p, 0);
+    if (r) {
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, gemmd_format_mime(fmt));
+        add_product_headers(r, rows, cols, meta);
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, gemmd_format_mime(fmt));
-    add_product_headers(r, rows, cols, meta);
-    req->bytes_out = total;
     return gemmd_respond_queue(req, status, r);
 }

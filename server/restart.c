@@ -54,16 +54,8 @@ int gemmd_restart_inherited_socket(const char *listen, int port)
         return -1;
     }
 
-    char host[80];
-    snprintf(host, sizeof host, "%s", listen);
-    size_t n = strlen(host);
-    char *h = host;
-    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
-        h[n - 1] = '\0';
-        h++;
-    }
     unsigned char addr[16];
-    int family = inet_pton(AF_INET6, h, addr) == 1 ? AF_INET6 : AF_INET;
+    int family = inet_pton(AF_INET6, listen, addr) == 1 ? AF_INET6 : AF_INET;
 
     const char *why = NULL;
     struct stat st;

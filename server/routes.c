@@ -6,28 +6,32 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "request.h"
+#include "body.h"
 
-#define BODY(begin, feed, finish) begin, feed, finish
-#define NO_BODY NULL, NULL, NULL
+/* The body readers (routes.h), one per kind of body. */
+static const gemmd_body_reader product = {gemmd_matmul_begin, gemmd_body_open, gemmd_body_feed, gemmd_body_finish,
+                                          gemmd_operands_end};
+static const gemmd_body_reader job = {gemmd_body_begin, gemmd_body_open, gemmd_body_feed, gemmd_body_finish,
+                                      gemmd_operands_end};
+static const gemmd_body_reader matrix = {gemmd_matrix_begin, gemmd_body_open, gemmd_body_feed, gemmd_body_finish,
+                                         gemmd_operands_end};
+static const gemmd_body_reader rows = {gemmd_rows_begin, NULL, gemmd_rows_feed, gemmd_rows_finish, gemmd_rows_end};
+static const gemmd_body_reader v2 = {gemmd_v2_begin, NULL, gemmd_v2_feed, gemmd_v2_finish, gemmd_v2_end};
+#define NO_BODY NULL
 
 const gemmd_route_desc gemmd_routes[] = {
     /* products */
-    {"/v1/matmul", GEMMD_POST, GEMMD_STOPS, "/v1/matmul", BODY(gemmd_matmul_begin, gemmd_body_feed, gemmd_body_finish),
-     gemmd_route_matmul, gemmd_route_matmul_answer},
-    {"/v1/jobs", GEMMD_POST, GEMMD_STOPS, "/v1/jobs", BODY(gemmd_body_begin, gemmd_body_feed, gemmd_body_finish),
-     gemmd_route_jobs_submit, NULL},
+    {"/v1/matmul", GEMMD_POST, GEMMD_STOPS, "/v1/matmul", &product, gemmd_route_matmul, gemmd_route_matmul_answer},
+    {"/v1/jobs", GEMMD_POST, GEMMD_STOPS, "/v1/jobs", &job, gemmd_route_jobs_submit, NULL},
     {"/v1/jobs/{id}", GEMMD_GET, 0, "/v1/jobs/{id}", NO_BODY, gemmd_route_job_status, NULL},
     {"/v1/jobs/{id}", GEMMD_DELETE, 0, "DELETE /v1/jobs/{id}", NO_BODY, gemmd_route_job_delete, NULL},
     {"/v1/jobs/{id}/result", GEMMD_GET, 0, "/v1/jobs/{id}/result", NO_BODY, gemmd_route_job_result,
      gemmd_route_matmul_answer},
     /* resident matrices */
-    {"/v1/matrices", GEMMD_POST, GEMMD_STOPS, "/v1/matrices", BODY(gemmd_matrix_begin, gemmd_body_feed, gemmd_body_finish),
-     gemmd_route_matrix_create, NULL},
+    {"/v1/matrices", GEMMD_POST, GEMMD_STOPS, "/v1/matrices", &matrix, gemmd_route_matrix_create, NULL},
     {"/v1/matrices", GEMMD_GET, 0, "GET /v1/matrices", NO_BODY, gemmd_route_matrix_list, NULL},
     {"/v1/matrices/{id}", GEMMD_GET, 0, "/v1/matrices/{id}", NO_BODY, gemmd_route_matrix_get, NULL},
-    {"/v1/matrices/{id}", GEMMD_PUT, GEMMD_STOPS, "PUT /v1/matrices/{id}",
-     BODY(gemmd_rows_begin, gemmd_body_feed, gemmd_body_finish), gemmd_route_matrix_put, NULL},
+    {"/v1/matrices/{id}", GEMMD_PUT, GEMMD_STOPS, "PUT /v1/matrices/{id}", &rows, gemmd_route_matrix_put, NULL},
     {"/v1/matrices/{id}", GEMMD_DELETE, 0, "DELETE /v1/matrices/{id}", NO_BODY, gemmd_route_matrix_delete, NULL},
     /* operations */
     {"/healthz", GEMMD_GET, GEMMD_OPEN, "/healthz", NO_BODY, gemmd_route_healthz, NULL},
@@ -47,10 +51,10 @@ const gemmd_route_desc gemmd_routes[] = {
      NULL},
     {"/v2/models/{model}/versions/{version}/ready", GEMMD_GET, GEMMD_V2, "/v2[/models/{model}[/ready]]", NO_BODY,
      gemmd_v2_model_ready, NULL},
-    {"/v2/models/{model}/infer", GEMMD_POST, GEMMD_V2 | GEMMD_STOPS, "/v2/models/{model}/infer",
-     BODY(gemmd_v2_begin, gemmd_v2_feed, gemmd_v2_finish), gemmd_v2_infer, gemmd_v2_answer},
+    {"/v2/models/{model}/infer", GEMMD_POST, GEMMD_V2 | GEMMD_STOPS, "/v2/models/{model}/infer", &v2,
+     gemmd_v2_infer, gemmd_v2_answer},
     {"/v2/models/{model}/versions/{version}/infer", GEMMD_POST, GEMMD_V2 | GEMMD_STOPS, "/v2/models/{model}/infer",
-     BODY(gemmd_v2_begin, gemmd_v2_feed, gemmd_v2_finish), gemmd_v2_infer, gemmd_v2_answer},
+     &v2, gemmd_v2_infer, gemmd_v2_answer},
 };
 const int gemmd_nroutes = (int)(sizeof gemmd_routes / sizeof gemmd_routes[0]);
 
@@ -109,27 +113,27 @@ const gemmd_route_desc *gemmd_routes_match(const char *method, const char *path,
     return NULL;
 }
 
+/* Whether row i is the first with its metric label. */
+static int first_label(int i)
+{
+    for (int j = 0; j < i; j++)
+        if (strcmp(gemmd_routes[j].metric, gemmd_routes[i].metric) == 0) return 0;
+    return 1;
+}
+
 int gemmd_route_slot(const gemmd_route_desc *r)
 {
     int slot = 0;
-    for (int i = 0; i < gemmd_nroutes; i++) {
-        const gemmd_route_desc *q = &gemmd_routes[i];
-        int first = 1;
-        for (int j = 0; j < i && first; j++) first = strcmp(gemmd_routes[j].metric, q->metric) != 0;
-        if (r && strcmp(q->metric, r->metric) == 0) return slot;
-        slot += first;
-    }
+    for (int i = 0; i < gemmd_nroutes; slot += first_label(i), i++)
+        if (r && strcmp(gemmd_routes[i].metric, r->metric) == 0) return slot;
     return slot; /* other */
 }
 
 int gemmd_routes_labels(const char **labels, int max)
 {
     int n = 0;
-    for (int i = 0; i < gemmd_nroutes && n < max - 1; i++) {
-        int first = 1;
-        for (int j = 0; j < i && first; j++) first = strcmp(gemmd_routes[j].metric, gemmd_routes[i].metric) != 0;
-        if (first) labels[n++] = gemmd_routes[i].metric;
-    }
+    for (int i = 0; i < gemmd_nroutes && n < max - 1; i++)
+        if (first_label(i)) labels[n++] = gemmd_routes[i].metric;
     labels[n++] = "other";
     return n;
 }

@@ -6,22 +6,27 @@
  *
  * A request is resolved once, from its method and path, before a byte of its body is
  * read: gemmd_routes_match() finds the row, or says 404 (no row has the path) or 405 (no
- * row with the path takes the method: *allow lists the methods that do). Then:
+ * row with the path takes the method: *allow lists the methods that do). A row with a
+ * body reader then goes:
  *
- *   begin(req)     after auth: checks the headers and the query, and starts the body
- *                  reader (0, or -1 with req->err set: answered at once, the body unread)
- *   feed(req, ..)  each chunk of the body as it arrives
- *   handler(req)   the request is complete (for a body: after finish(req) == 0); it
- *                  answers, or suspends the connection (sync.h) until resumed(req)
- *   answer(req)    how a finished product of the route is answered (sync.h's products)
+ *   begin(req)     after auth: allocates the route's own state, checks the headers and
+ *                  the query (0, or -1 with req->err set: answered at once, body unread)
+ *   open(req)      once admitted (admit.h): the allocations begin() planned (or NULL)
+ *   feed(req, ..)  each chunk of the body as it arrives (req->failed: an error)
+ *   finish(req)    the body is complete: 0, or -1 with req->err
+ *   end(req)       frees the route's state, when the request is freed
  *
- * Rows without begin take no body (a GET, a DELETE).
+ * and every row: handler(req) once the request is complete; it answers, or suspends the
+ * connection (sync.h) until answer(req) answers the finished product. Rows without a body
+ * reader take no body (a GET, a DELETE).
  */
 #ifndef GEMMD_ROUTES_H
 #define GEMMD_ROUTES_H
 
 #include <microhttpd.h>
 #include <stddef.h>
+
+#include "gemm_types.h"
 
 typedef struct gemmd_request gemmd_request;
 
@@ -36,15 +41,21 @@ enum {
 
 typedef enum MHD_Result (*gemmd_handler)(gemmd_request *req);
 
+typedef struct gemmd_body_reader {
+    int (*begin)(gemmd_request *req);
+    int (*open)(gemmd_request *req);
+    void (*feed)(gemmd_request *req, const char *data, size_t len);
+    int (*finish)(gemmd_request *req);
+    void (*end)(gemmd_request *req);
+} gemmd_body_reader;
+
 typedef struct gemmd_route_desc {
     const char *pattern;  /* "/v1/jobs/{id}/result": literal segments and {name} for one
                              segment of the path, captured in req->param[] in order */
     unsigned methods;
     unsigned flags;
     const char *metric;   /* the route label in /metrics (rows may share one) */
-    int (*begin)(gemmd_request *req);
-    void (*feed)(gemmd_request *req, const char *data, size_t len);
-    int (*finish)(gemmd_request *req);
+    const gemmd_body_reader *body; /* NULL: no body */
     gemmd_handler handler;
     gemmd_handler answer;
 } gemmd_route_desc;
@@ -66,7 +77,7 @@ int gemmd_route_slot(const gemmd_route_desc *r);
 /* ---- the handlers (routes_*.c) --------------------------------------------------- */
 
 /* routes_jobs.c: products and the /v1/jobs family. */
-int gemmd_matmul_begin(gemmd_request *req); /* the body reader's begin and Accept (406) */
+int gemmd_matmul_begin(gemmd_request *req); /* gemmd_body_begin and Accept (406) */
 enum MHD_Result gemmd_route_matmul(gemmd_request *req);
 enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req);
 enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req);
@@ -80,8 +91,14 @@ enum MHD_Result gemmd_route_matrix_list(gemmd_request *req);
 enum MHD_Result gemmd_route_matrix_get(gemmd_request *req);
 enum MHD_Result gemmd_route_matrix_delete(gemmd_request *req);
 enum MHD_Result gemmd_route_matrix_put(gemmd_request *req);
+int gemmd_rows_begin(gemmd_request *req); /* PUT's body reader */
+void gemmd_rows_feed(gemmd_request *req, const char *data, size_t len);
+int gemmd_rows_finish(gemmd_request *req);
+void gemmd_rows_end(gemmd_request *req);
 
-/* routes_info.c: operations and the status page */
+/* routes_info.c: operations and the status page; 0 when the engine takes work, else -1
+ * with *err (503 shutting_down, device_lost or not_ready) */
+int gemmd_not_ready(gemmd_request *req, gemm_err *err);
 enum MHD_Result gemmd_route_healthz(gemmd_request *req);
 enum MHD_Result gemmd_route_readyz(gemmd_request *req);
 enum MHD_Result gemmd_route_info(gemmd_request *req);
@@ -98,6 +115,7 @@ enum MHD_Result gemmd_v2_model_ready(gemmd_request *req);
 int gemmd_v2_begin(gemmd_request *req);
 void gemmd_v2_feed(gemmd_request *req, const char *data, size_t len);
 int gemmd_v2_finish(gemmd_request *req);
+void gemmd_v2_end(gemmd_request *req);
 enum MHD_Result gemmd_v2_infer(gemmd_request *req);
 enum MHD_Result gemmd_v2_answer(gemmd_request *req);
 /* The 404 of a path under /v2 that no row has, in the protocol's shape. */

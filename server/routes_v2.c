@@ -26,15 +26,16 @@
 #include <string.h>
 #include <strings.h>
 
+#include "body.h"
 #include "config.h"
-#include "engine_err.h"
-#include "request.h"
 #include "respond.h"
 #include "routes.h"
 #include "v2_codec.h"
 
 
 struct gemmd_v2 {
+    char *json;               /* the JSON header, json_cap bytes charged (kind bodies) */
+    size_t json_len, json_cap;
     /* memory the header takes from the request's reservation (or beyond it: outside) */
     uint64_t json_outside, parse_bytes, parse_outside;
     /* inference body */
@@ -56,30 +57,27 @@ struct gemmd_v2 {
 static void give_back(gemmd_request *req)
 {
     gemmd_v2 *v = req->v2;
-    gemmd_resv_give(&req->resv, req->svc->budget, GEMMD_MEM_BODY, req->json_cap, v->json_outside);
+    gemmd_resv_give(&req->resv, req->svc->budget, GEMMD_MEM_BODY, v->json_cap, v->json_outside);
     gemmd_resv_give(&req->resv, req->svc->budget, GEMMD_MEM_BODY, v->parse_bytes, v->parse_outside);
-    free(req->json);
-    req->json = NULL;
-    req->json_len = req->json_cap = 0;
+    free(v->json);
+    v->json = NULL;
+    v->json_len = v->json_cap = 0;
     v->json_outside = v->parse_bytes = v->parse_outside = 0;
 }
 
-static void v2_cleanup(gemmd_request *req)
+void gemmd_v2_end(gemmd_request *req)
 {
     gemmd_v2 *v = req->v2;
-    if (!v) return;
-    give_back(req);
-    req->v2 = NULL;
-    gemm_v2_request_free(&v->r);
-    free(v);
+    if (v) {
+        give_back(req);
+        gemm_v2_request_free(&v->r);
+        free(v);
+        req->v2 = NULL;
+    }
+    gemmd_operands_end(req);
 }
 
 static gemmd_v2 *state(gemmd_request *req) { return req->v2; }
-
-static enum MHD_Result v2_error(gemmd_request *req, int status, const char *code, const char *msg)
-{
-    return gemmd_respond_errorf(req, status, code, "%s", msg);
-}
 
 /* ---- routing: the model named in the path -------------------------------------------- */
 
@@ -108,28 +106,6 @@ static int check_model(const gemmd_request *req, gemm_err *err)
 
 /* ---- health and metadata ------------------------------------------------------------- */
 
-/* Why the engine takes no work now, or NULL when it does (as GET /readyz). */
-static const char *not_ready(gemmd_request *req, char *buf, size_t cap)
-{
-    const gemmd_services *srv = req->svc;
-    if (atomic_load(&req->svc->stopping)) return "the server is shutting down";
-    if (!gemm_engine_healthy(srv->engine))
-        return "the engine lost every device it uses; the process must be restarted";
-    if (!gemm_engine_ready(srv->engine)) {
-        gemm_engine_stats st;
-        gemm_engine_get_stats(srv->engine, &st);
-        snprintf(buf, cap, "the engine is not taking work: %d of %d queue places are taken", st.queued,
-                 srv->info.queue_capacity);
-        return buf;
-    }
-    return NULL;
-}
-
-static enum MHD_Result answer_json(gemmd_request *req, gemm_buf *b)
-{
-    return gemmd_respond_json(req, 200, b);
-}
-
 static void tensor_meta(gemm_buf *b, const char *name)
 {
     gemm_buf_printf(b, "{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":[-1,-1]}", name);
@@ -138,8 +114,7 @@ static void tensor_meta(gemm_buf *b, const char *name)
 static enum MHD_Result model_metadata(gemmd_request *req)
 {
     const gemm_engine_info *in = &req->svc->info;
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"versions\":[\"" GEMM_V2_MODEL_VERSION "\"],"
                       "\"platform\":\"gemmd\",\"inputs\":[");
     tensor_meta(&b, "A");
@@ -162,44 +137,38 @@ static enum MHD_Result model_metadata(gemmd_request *req)
     for (int i = 0, n = 0; i < GEMM_MATH_COUNT; i++)
         if (maths & (1u << i)) gemm_buf_printf(&b, "%s%s", n++ ? "," : "", gemm_math_name((gemm_math)i));
     gemm_buf_puts(&b, "\"}}\n");
-    return answer_json(req, &b);
+    return gemmd_respond_json(req, 200, &b);
 }
 
 enum MHD_Result gemmd_v2_server_meta(gemmd_request *req)
 {
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_buf b = {0};
     gemm_buf_puts(&b, "{\"name\":\"gemmd\",\"version\":");
     gemm_buf_json_string(&b, GEMMD_VERSION);
     gemm_buf_puts(&b, ",\"extensions\":[\"binary_tensor_data\"]}\n");
-    return answer_json(req, &b);
+    return gemmd_respond_json(req, 200, &b);
 }
 
 enum MHD_Result gemmd_v2_live(gemmd_request *req)
 {
     if (!gemm_engine_healthy(req->svc->engine))
-        return v2_error(req, 400, "device_lost",
-                        "not live: the engine lost every device it uses; this process must be restarted");
-    gemm_buf b;
-    gemm_buf_init(&b);
+        return gemmd_respond_errorf(req, 400, "device_lost",
+                                    "not live: the engine lost every device it uses; this process must be restarted");
+    gemm_buf b = {0};
     gemm_buf_puts(&b, "{\"live\":true}\n");
-    return answer_json(req, &b);
+    return gemmd_respond_json(req, 200, &b);
 }
 
 /* GET /v2/health/ready (model NULL) and the model's /ready. */
 static enum MHD_Result ready(gemmd_request *req, const char *model)
 {
-    char why[160], msg[220];
-    const char *nr = not_ready(req, why, sizeof why);
-    if (nr) {
-        snprintf(msg, sizeof msg, "not ready: %s", nr);
-        return v2_error(req, 400, "not_ready", msg);
-    }
-    gemm_buf b;
-    gemm_buf_init(&b);
+    gemm_err e;
+    if (gemmd_not_ready(req, &e) != 0)
+        return gemmd_respond_errorf(req, 400, "not_ready", "not ready: %s", e.message);
+    gemm_buf b = {0};
     if (!model) gemm_buf_puts(&b, "{\"ready\":true}\n");
     else gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"ready\":true}\n");
-    return answer_json(req, &b);
+    return gemmd_respond_json(req, 200, &b);
 }
 
 enum MHD_Result gemmd_v2_ready(gemmd_request *req) { return ready(req, NULL); }
@@ -237,6 +206,7 @@ static int begin_infer(gemmd_request *req)
     if (!hl) {
         /* All JSON: parsed whole, so the tighter of the two limits holds. */
         int json_tighter = json_max <= req->limit;
+        req->limit_json = 1;
         if (json_tighter) req->limit = json_max;
         if (req->has_length && req->content_length > req->limit)
             return gemm_err_set(err, 413, "body_too_large",
@@ -284,28 +254,28 @@ static gemmd_budget *budget(gemmd_request *req) { return req->svc->budget; }
 static int json_append(gemmd_request *req, const char *data, size_t len)
 {
     gemmd_v2 *v = state(req);
-    if (req->json_len + len + 1 > req->json_cap) {
-        size_t old = req->json_cap, cap = old ? old : 4096;
-        while (cap < req->json_len + len + 1) cap *= 2;
+    if (v->json_len + len + 1 > v->json_cap) {
+        size_t old = v->json_cap, cap = old ? old : 4096;
+        while (cap < v->json_len + len + 1) cap *= 2;
         uint64_t whole = v->has_header_len ? v->header_len : req->has_length ? req->content_length : 0;
         if (whole && cap > whole + 1) cap = (size_t)whole + 1;
-        if (cap < req->json_len + len + 1) cap = req->json_len + len + 1;
+        if (cap < v->json_len + len + 1) cap = v->json_len + len + 1;
         uint64_t outside, old_outside = v->json_outside;
         if (gemmd_resv_take(&req->resv, budget(req), GEMMD_MEM_BODY, cap, &outside) != 0)
             return gemmd_request_refuse(req, cap, "the JSON header");
-        char *p = realloc(req->json, cap);
+        char *p = realloc(v->json, cap);
         if (!p) {
             gemmd_resv_give(&req->resv, budget(req), GEMMD_MEM_BODY, cap, outside);
             return gemm_err_set(&req->err, 503, "out_of_memory", "cannot buffer the JSON header now");
         }
         gemmd_resv_give(&req->resv, budget(req), GEMMD_MEM_BODY, old, old_outside);
         v->json_outside = outside;
-        req->json = p;
-        req->json_cap = cap;
+        v->json = p;
+        v->json_cap = cap;
     }
-    memcpy(req->json + req->json_len, data, len);
-    req->json_len += len;
-    req->json[req->json_len] = '\0';
+    memcpy(v->json + v->json_len, data, len);
+    v->json_len += len;
+    v->json[v->json_len] = '\0';
     return 0;
 }
 
@@ -339,18 +309,12 @@ static int take_inputs(gemmd_request *req)
                             (unsigned long long)v->header_len, (unsigned long long)bin,
                             (unsigned long long)(v->header_len + bin));
 
-    gemm_matrix *m[2] = {&req->a, &req->b};
-    size_t bytes[2];
-    for (int i = 0; i < 2; i++)
-        gemm_matrix_bytes(r->in[i].rows, r->in[i].cols, r->dtype, &bytes[i]); /* checked by the parser */
+    gemmd_operands *op = req->op;
+    gemm_matrix *m[2] = {&op->a, &op->b};
     for (int i = 0; i < 2; i++) {
-        gemmd_budget_take_refusal();
-        m[i]->data = gemm_alloc(&req->alloc, bytes[i]);
-        if (!m[i]->data) {
-            if (gemmd_budget_take_refusal()) return gemmd_request_refuse(req, bytes[0] + bytes[1], "A and B");
-            return gemm_err_set(err, 503, "out_of_memory", "cannot allocate %zu bytes for %s now; retry later",
-                                bytes[i], i ? "B" : "A");
-        }
+        size_t bytes;
+        gemm_matrix_bytes(r->in[i].rows, r->in[i].cols, r->dtype, &bytes); /* checked by the parser */
+        if (!(m[i]->data = gemmd_request_alloc(req, bytes, i ? "B" : "A"))) return -1;
         m[i]->rows = r->in[i].rows;
         m[i]->cols = r->in[i].cols;
         m[i]->dtype = r->dtype;
@@ -364,9 +328,9 @@ static int take_inputs(gemmd_request *req)
         v->nseg++;
     }
     v->binary_total = bin;
-    req->opt = r->opt;
-    req->opt.dtype = r->dtype;
-    if (gemmd_check_math(&req->opt, r->dtype, err) != 0) return -1; /* out_dtype and math, as on /v1 */
+    op->opt = r->opt;
+    op->opt.dtype = r->dtype;
+    if (gemmd_check_math(&op->opt, r->dtype, err) != 0) return -1; /* out_dtype and math, as on /v1 */
     v->parsed = 1;
     return 0;
 }
@@ -376,7 +340,7 @@ static int take_inputs(gemmd_request *req)
 static int header_done(gemmd_request *req)
 {
     gemmd_v2 *v = state(req);
-    int rc = gemm_v2_parse_request_admitted(req->json, req->json_len, v->has_header_len, limits(req), admit_parse, req,
+    int rc = gemm_v2_parse_request_admitted(v->json, v->json_len, v->has_header_len, limits(req), admit_parse, req,
                                             &v->r, &req->err);
     if (rc == 0) rc = take_inputs(req);
     gemm_v2_release_json(&v->r);
@@ -384,42 +348,24 @@ static int header_done(gemmd_request *req)
     return rc;
 }
 
-static void fail(gemmd_request *req) { req->failed = 1; }
-
 void gemmd_v2_feed(gemmd_request *req, const char *data, size_t len)
 {
     gemmd_v2 *v = state(req);
-    req->bytes_in += len;
-    if (req->failed) {
-        req->discarded += len;
-        return;
-    }
-    if (req->bytes_in > req->limit) {
-        gemm_err_set(&req->err, 413, "body_too_large", "the body is over the limit of %llu bytes%s",
-                     (unsigned long long)req->limit, v->has_header_len ? " (max_body_mb)" : " for JSON (max_json_mb)");
-        fail(req);
-        return;
-    }
-    while (len) {
+    while (len && !req->failed) {
         if (!v->parsed) {
             size_t take = len;
-            if (v->has_header_len && take > v->header_len - req->json_len) take = (size_t)(v->header_len - req->json_len);
-            if (json_append(req, data, take) != 0) {
-                fail(req);
-                return;
-            }
+            if (v->has_header_len && take > v->header_len - v->json_len) take = (size_t)(v->header_len - v->json_len);
+            if (json_append(req, data, take) != 0 ||
+                (v->has_header_len && v->json_len == v->header_len && header_done(req) != 0))
+                req->failed = 1;
             data += take;
             len -= take;
-            if (v->has_header_len && req->json_len == v->header_len && header_done(req) != 0) {
-                fail(req);
-                return;
-            }
             continue;
         }
         if (v->cur >= v->nseg) {
             gemm_err_set(&req->err, 400, "length_mismatch",
                          "the body is longer than the JSON header and the inputs' binary_data_size announce");
-            fail(req);
+            req->failed = 1;
             return;
         }
         size_t room = v->seg[v->cur].len - v->seg_off;
@@ -454,13 +400,15 @@ int gemmd_v2_finish(gemmd_request *req)
                             (unsigned long long)v->binary_got, (unsigned long long)v->binary_total);
     req->t_decoded_ms = gemm_now_ms();
     const gemmd_config *cfg = &req->svc->cfg;
+    const gemmd_operands *op = req->op;
     if (!v->r.binary_output &&
-        gemm_v2_json_bytes_bound(req->a.rows, req->b.cols, gemmd_request_c_dtype(req)) > cfg->max_json_bytes)
+        gemm_v2_json_bytes_bound(op->a.rows, op->b.cols, gemmd_c_dtype(op)) > cfg->max_json_bytes)
         return gemm_err_set(err, 400, "answer_too_large",
                             "C is %llux%llu: as JSON tensor data it could take more than the %llu bytes JSON is "
                             "limited to (max_json_mb); ask for it as binary data: \"outputs\": [{\"name\": \"C\", "
-                            "\"parameters\": {\"binary_data\": true}}]", (unsigned long long)req->a.rows,
-                            (unsigned long long)req->b.cols, (unsigned long long)cfg->max_json_bytes);
+                            "\"parameters\": {\"binary_data\": true}}]", (unsigned long long)op->a.rows,
+                            (unsigned long long)op->b.cols, (unsigned long long)cfg->max_json_bytes);
+    gemmd_body_decoded(req);
     return 0;
 }
 
@@ -468,38 +416,8 @@ int gemmd_v2_finish(gemmd_request *req)
  * answer comes back through gemmd_v2_answer (the route's answer). */
 enum MHD_Result gemmd_v2_infer(gemmd_request *req)
 {
-    req->answer = GEMMD_FMT_RAW;
+    req->op->answer = GEMMD_FMT_RAW;
     return gemmd_route_matmul(req);
-}
-
-/* A binary answer: the JSON header, then C sent from where the product left it. Both are
- * charged as answers until MHD is done with them. */
-typedef struct {
-    char *head;            /* the JSON header */
-    size_t head_len;
-    const unsigned char *c;
-    size_t c_len;
-    const gemm_allocator *alloc; /* C's (the charging allocator) */
-    void *owned;           /* C, freed with the answer */
-    gemmd_budget *budget;
-    uint64_t head_charge;
-    gemmd_conn *cx;        /* told how much the client has taken (send deadline) */
-} v2_payload;
-
-static ssize_t payload_read(void *cls, uint64_t pos, char *buf, size_t max)
-{
-    v2_payload *p = cls;
-    gemmd_conn_progress(p->cx, pos);
-    return gemmd_read_two_parts(p->head, p->head_len, p->c, p->c_len, pos, buf, max);
-}
-
-static void payload_free(void *cls)
-{
-    v2_payload *p = cls;
-    gemm_free(p->alloc, p->owned);
-    free(p->head);
-    gemmd_budget_release(p->budget, GEMMD_MEM_ANSWER, p->head_charge);
-    free(p);
 }
 
 /* The answer's "parameters": what ran where, and the timing (ms) of each stage. */
@@ -529,58 +447,33 @@ static void answer_parameters(gemm_buf *b, const gemm_job *job, const gemmd_timi
                     t->encode_ms, t->total_ms, isfinite(t->gflops) ? t->gflops : 0.0);
 }
 
-static void answer_head(gemm_buf *b, const gemmd_v2 *v)
-{
-    gemm_buf_puts(b, "{\"model_name\":\"" GEMM_V2_MODEL "\",\"model_version\":\"" GEMM_V2_MODEL_VERSION "\"");
-    if (v->r.id) {
-        gemm_buf_puts(b, ",\"id\":");
-        gemm_buf_json_string(b, v->r.id);
-    }
-    gemm_buf_puts(b, ",\"outputs\":[");
-}
-
+/* C as JSON tensor data, or after the JSON header as binary data (both charged as answers
+ * until MHD is done with them: the text at its largest before it is written). */
 enum MHD_Result gemmd_v2_answer(gemmd_request *req)
 {
     gemmd_v2 *v = state(req);
-    gemm_job *job = &req->job;
-    if (job->kernel_used[0]) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", job->kernel_used);
-    if (job->device[0]) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", job->device);
-    gemmd_split_header(job, req->hdr_split, sizeof req->hdr_split);
-    gemmd_timing_from_job(&req->timing, &job->timing);
+    gemm_job *job = req->job;
     gemmd_timing *t = &req->timing;
+    if (gemmd_product_outcome(req, job) != 0) return gemmd_respond_error(req, &req->err);
     t->recv_ms = req->t_body_ms - req->t_start_ms;
     t->decode_ms = req->t_decoded_ms - req->t_body_ms;
-    int st = atomic_load(&job->state);
-    if (st != GEMM_JOB_DONE) {
-        if (st == GEMM_JOB_CANCELLED && atomic_load(&req->svc->stopping))
-            return v2_error(req, 503, "shutting_down",
-                            job->timing.compute_ms > 0
-                                ? "the server is shutting down; the product was cancelled while it ran (shutdown_timeout)"
-                                : "the server is shutting down; the product was cancelled before it started");
-        gemm_err err;
-        gemmd_engine_err(&job->err, &err);
-        return gemmd_respond_error(req, &err);
-    }
     gemm_matrix c = {.rows = job->m, .cols = job->n, .dtype = gemm_job_c_dtype(job), .data = job->c};
-    gemmd_services *srv = req->svc;
     int binary = v->r.binary_output;
-    /* The answer's text at its largest (C's elements as JSON, or none), admitted before it
-     * is written: the parameters and an id of GEMM_V2_ID_MAX bytes, escaped, fit in 8 KiB. */
-    uint64_t est = (binary ? 0 : gemm_v2_json_bytes_bound(c.rows, c.cols, c.dtype)) + 8192, outside = 0;
-    if (est > SIZE_MAX || gemmd_resv_take(&req->resv, srv->budget, GEMMD_MEM_ANSWER, est, &outside) != 0) {
+    /* the parameters and an id of GEMM_V2_ID_MAX bytes, escaped, fit in 8 KiB */
+    uint64_t est = (binary ? 0 : gemm_v2_json_bytes_bound(c.rows, c.cols, c.dtype)) + 8192, outside, charge;
+    gemm_buf b;
+    if (gemmd_answer_text_begin(req, est, &b, &outside, &req->err) != 0) {
         gemm_free(&req->alloc, job->c);
         job->c = NULL;
-        gemm_err e;
-        gemmd_budget_refuse(srv->budget, est, "the JSON answer", &e, &req->retry_after_s);
-        return gemmd_respond_error(req, &e);
+        return gemmd_respond_error(req, &req->err);
     }
     double t0 = gemm_now_ms();
-    gemm_buf b;
-    gemm_buf_init(&b);
-    b.data = malloc((size_t)est);
-    b.cap = b.data ? (size_t)est : 0;
-    b.failed = !b.data;
-    answer_head(&b, v);
+    gemm_buf_puts(&b, "{\"model_name\":\"" GEMM_V2_MODEL "\",\"model_version\":\"" GEMM_V2_MODEL_VERSION "\"");
+    if (v->r.id) {
+        gemm_buf_puts(&b, ",\"id\":");
+        gemm_buf_json_string(&b, v->r.id);
+    }
+    gemm_buf_puts(&b, ",\"outputs\":[");
     gemm_v2_write_output(&b, "C", &c, binary);
     gemm_buf_puts(&b, "]");
     if (!binary) {
@@ -591,52 +484,18 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
     t->encode_ms = t1 - t0;
     t->total_ms = t1 - req->t_start_ms;
     answer_parameters(&b, job, t);
-    gemm_buf_puts(&b, "}");
-    if (!binary) gemm_buf_puts(&b, "\n");
-    if (b.failed) {
-        gemm_buf_free(&b);
-        gemmd_budget_release(srv->budget, GEMMD_MEM_ANSWER, outside);
-        return v2_error(req, 500, "out_of_memory", "cannot build the answer");
-    }
-    /* Charged what is held now: the text itself (more, if it outgrew the bound). */
-    char *shrunk = realloc(b.data, b.len + 1);
-    if (shrunk) {
-        b.data = shrunk;
-        b.cap = b.len + 1;
-    }
-    uint64_t held = gemmd_budget_settle_to(srv->budget, GEMMD_MEM_ANSWER, est, b.cap, outside);
-    if (!binary) return gemmd_respond_encoded_json(req, 200, &b, held, NULL);
-
-    v2_payload *p = calloc(1, sizeof *p);
-    if (!p) {
-        gemm_buf_free(&b);
-        gemmd_budget_release(srv->budget, GEMMD_MEM_ANSWER, held);
-        return v2_error(req, 500, "out_of_memory", "cannot build the answer");
-    }
-    p->head = b.data; /* the payload owns the header text and C from here on */
-    p->head_len = b.len;
-    p->budget = srv->budget;
-    p->head_charge = held;
-    p->alloc = &srv->alloc;
-    p->owned = job->c;
-    p->c = job->c;
-    p->cx = req->cx;
-    gemmd_budget_retag(srv->budget, job->c, GEMMD_MEM_ANSWER);
-    job->c = NULL;
-    gemm_matrix_bytes(c.rows, c.cols, c.dtype, &p->c_len);
-    uint64_t total = p->head_len + p->c_len;
-    struct MHD_Response *r =
-        gemmd_two_part_response(req->cx, p->head, p->head_len, p->c, p->c_len, payload_read, payload_free, p);
-    if (!r) {
-        payload_free(p);
-        return v2_error(req, 500, "out_of_memory", "cannot build the answer");
-    }
+    gemm_buf_puts(&b, binary ? "}" : "}\n");
+    if (gemmd_answer_text_end(req, &b, est, outside, &charge) != 0)
+        return gemmd_respond_errorf(req, 500, "out_of_memory", "cannot build the answer");
+    if (!binary) return gemmd_respond_encoded_json(req, 200, &b, charge, NULL);
+    size_t c_len;
+    gemm_matrix_bytes(c.rows, c.cols, c.dtype, &c_len);
     char hl[24];
-    snprintf(hl, sizeof hl, "%zu", p->head_len);
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
-    MHD_add_response_header(r, "Inference-Header-Content-Length", hl);
-    req->bytes_out = total;
-    return gemmd_respond_queue(req, 200, r);
+    snprintf(hl, sizeof hl, "%zu", b.len);
+    gemmd_budget_retag(req->svc->budget, job->c, GEMMD_MEM_ANSWER);
+    job->c = NULL; /* the answer owns the header text and C from here on */
+    return gemmd_respond_parts(req, 200, "application/octet-stream", &b, charge, c.data, c_len, &req->svc->alloc,
+                               "Inference-Header-Content-Length", hl);
 }
 
 /* ---- start ------------------------------------------------------------------------------ */
@@ -648,6 +507,5 @@ int gemmd_v2_begin(gemmd_request *req)
     if (!v) return gemm_err_set(&req->err, 503, "out_of_memory", "cannot allocate the request now; retry later");
     gemm_v2_request_init(&v->r);
     req->v2 = v;
-    req->cleanup = v2_cleanup;
-    return begin_infer(req);
+    return gemmd_operands_new(req) ? begin_infer(req) : -1;
 }

@@ -6,7 +6,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "log.h"
 #include "request.h"
 
 /* Locks the handshakes are spread over. */
@@ -123,7 +122,7 @@ void gemmd_sync_stop(gemmd_sync *s)
     for (int i = SYNC_STRIPES - 1; i >= 0; i--) pthread_mutex_unlock(&s->stripe[i].mu);
 }
 
-int gemmd_sync_begin(gemmd_request *req)
+int gemmd_sync_begin(gemmd_request *req, gemm_job *job)
 {
     gemmd_sync *s = req->svc->sync;
     struct sync_stripe *st = stripe_of(req);
@@ -134,6 +133,7 @@ int gemmd_sync_begin(gemmd_request *req)
         pthread_mutex_unlock(&st->mu);
         return -1;
     }
+    req->job = job;
     req->pend_prev = NULL;
     req->pend_next = st->pending;
     if (st->pending) st->pending->pend_prev = req;
@@ -164,7 +164,7 @@ static int state_locked(const gemmd_request *req)
 int gemmd_sync_direct(const gemmd_request *req)
 {
     const gemmd_sync *s = req->svc->sync;
-    const gemm_job *job = &req->job;
+    const gemm_job *job = req->job;
     if (gemm_engine_runs_on_host(s->engine, job)) return 1;
     double mnk = (double)job->m * (double)job->n * (double)job->k * (double)gemm_job_batch(job);
     /* req counts among the pending: gemmd_sync_begin listed it */
@@ -175,7 +175,7 @@ int gemmd_sync_wait(gemmd_request *req)
 {
     /* Shutdown began while it was being submitted: cancel it now (done() may run here).
      * req cannot go away meanwhile: this connection holds it and is ours until we return. */
-    if (atomic_load(req->svc->sync->stopping)) gemm_engine_cancel(req->svc->engine, &req->job);
+    if (atomic_load(req->svc->sync->stopping)) gemm_engine_cancel(req->svc->engine, req->job);
     pthread_mutex_t *mu = lock_of(req);
     pthread_mutex_lock(mu);
     int r = state_locked(req);
@@ -198,26 +198,13 @@ int gemmd_sync_status(gemmd_request *req)
 
 void gemmd_sync_done(gemmd_request *req, int (*offload)(gemmd_request *req))
 {
-    struct MHD_Connection *conn = req->conn;
     pthread_mutex_t *mu = lock_of(req);
     pthread_mutex_lock(mu);
     pending_unlink(req);
-    if (offload && !req->abandoned && offload(req) == 0) {
-        /* the offloaded answer resumes the connection and drops the engine's reference */
-        pthread_mutex_unlock(mu);
-        return;
-    }
-    req->job_done = 1;
-    int resume = req->suspended;
-    req->suspended = 0;
-    int last = unref_locked(req); /* the engine's */
+    /* an offloaded answer resumes the connection and drops the engine's reference itself */
+    int offloaded = offload && !req->abandoned && offload(req) == 0;
     pthread_mutex_unlock(mu);
-    /* From here on req may be answered and freed by an HTTP thread (unless last): only
-     * conn is used. A suspended connection stays open until resumed here, and MHD is
-     * never stopped while one is suspended. */
-    LOG_DEBUG("product done%s", last ? " (its connection was closed at shutdown)" : resume ? ": resuming" : "");
-    if (resume) MHD_resume_connection(conn);
-    if (last) gemmd_request_free(req);
+    if (!offloaded) gemmd_sync_resume(req, 1);
 }
 
 void gemmd_sync_resume(gemmd_request *req, int engine_ref)
@@ -230,6 +217,9 @@ void gemmd_sync_resume(gemmd_request *req, int engine_ref)
     req->suspended = 0;
     int last = engine_ref && unref_locked(req); /* a product's: done() handed it over */
     pthread_mutex_unlock(mu);
+    /* From here on req may be answered and freed by an HTTP thread (unless last): only
+     * conn is used. A suspended connection stays open until resumed here, and MHD is
+     * never stopped while one is suspended. */
     if (resume) MHD_resume_connection(conn);
     if (last) gemmd_request_free(req);
 }
@@ -258,7 +248,7 @@ static gemmd_request *hold_pending(gemmd_sync *s, int queued_only)
         struct sync_stripe *st = &s->stripe[i];
         pthread_mutex_lock(&st->mu);
         for (gemmd_request *r = st->pending; r; r = r->pend_next) {
-            if (queued_only && atomic_load(&r->job.state) != GEMM_JOB_QUEUED) continue;
+            if (queued_only && atomic_load(&r->job->state) != GEMM_JOB_QUEUED) continue;
             r->refs++;
             r->hold_next = held;
             held = r;
@@ -276,7 +266,7 @@ int gemmd_sync_cancel_pending(gemmd_sync *s, int running_too)
         gemmd_request *next = r->hold_next;
         /* Queued: done() runs right here (503 shutting_down). Running: asked to stop at
          * its next stage boundary. No lock is held: done() takes r's stripe lock. */
-        gemm_engine_cancel(s->engine, &r->job);
+        gemm_engine_cancel(s->engine, r->job);
         gemmd_request_release(r);
         r = next;
         n++;

@@ -11,7 +11,7 @@
  * address; no lock is shared by all). A request is reference counted: the connection's
  * reference (until NOTIFY_COMPLETED), the engine's (submit until done()), short holds.
  *
- *   gemmd_sync_begin(req)              listed, the engine's reference taken
+ *   gemmd_sync_begin(req, job)         listed, the engine's reference taken
  *   gemm_engine_submit[_here](...)     (gemmd_sync_refused(req) if it refuses)
  *   switch (gemmd_sync_wait(req))      DONE: answer now; SUSPENDED: resumed later;
  *                                      ABANDONED: shutdown gave up, answer 503
@@ -54,9 +54,9 @@ int gemmd_sync_abandon_pending(gemmd_sync *s);
 /* ---- a request's side --------------------------------------------------------------- */
 enum { GEMMD_SYNC_SUSPENDED = 0, GEMMD_SYNC_DONE = 1, GEMMD_SYNC_ABANDONED = 2 };
 
-/* Lists req as pending and takes the engine's reference, before gemm_engine_submit: 0, or
- * -1 when shutdown has begun (nothing taken; answer 503). */
-int gemmd_sync_begin(gemmd_request *req);
+/* Lists req as pending with its product job (req->job) and takes the engine's reference,
+ * before gemm_engine_submit: 0, or -1 when shutdown has begun (nothing taken; answer 503). */
+int gemmd_sync_begin(gemmd_request *req, gemm_job *job);
 /* The engine refused the product: done() will not come; undoes gemmd_sync_begin. */
 void gemmd_sync_refused(gemmd_request *req);
 /* Whether req's product should run on this HTTP thread (gemm_engine_submit_here): the
@@ -70,8 +70,7 @@ int gemmd_sync_wait(gemmd_request *req);
 int gemmd_sync_status(gemmd_request *req);
 /* done() of a synchronous product: unlists req; when offload is given and shutdown has
  * not abandoned req, offload(req) is tried under the lock (0: it took the answer over and
- * will call gemmd_sync_resume(req, 1)); else marks the product done, resumes a suspended
- * connection and drops the engine's reference (freeing req when it was the last). */
+ * will call gemmd_sync_resume(req, 1)); else gemmd_sync_resume(req, 1). */
 void gemmd_sync_done(gemmd_request *req, int (*offload)(gemmd_request *req));
 /* An answer prepared off the HTTP threads is ready: marks it done, resumes the suspended
  * connection, and with engine_ref drops the engine's reference (handed over by done()). */

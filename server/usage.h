@@ -1,16 +1,12 @@
 /*
  * usage.h - who uses the daemon and how: per token, the requests (by status), products,
  * compute seconds and bytes since start (/metrics: gemmd_token_*) and over the last five
- * minutes in 10 s steps; the rate of products and requests over those steps; the time
- * in the engine and the queue time of the latest products; the last errors answered.
- * GET /v1/status shows them all.
+ * minutes in 10 s steps; the latest products' times; the last errors (GET /v1/status).
  *
- * Who is a request's owner (request.h): 0 for a request without a known token, which
- * without tokens_file is every request (one user, "anonymous"), and i for the i-th
- * distinct token of tokens_file, shown by its name (auth.h), never by the token. The
- * first GEMMD_USAGE_TOKENS tokens have counters of their own; the rest share "other",
- * so the label set of /metrics stays bounded. Thread-safe (one lock, held for a few
- * additions).
+ * who is a request's owner: 0 without a known token ("anonymous"), i for the i-th token
+ * of tokens_file, shown by its name (auth.h). The first GEMMD_USAGE_TOKENS tokens have
+ * counters of their own; the rest share "other", so /metrics' label set stays bounded.
+ * Thread-safe (one lock, held for a few additions).
  */
 #ifndef GEMMD_USAGE_H
 #define GEMMD_USAGE_H
@@ -33,9 +29,7 @@ void gemmd_usage_product(int who, const gemm_job *job);
 /* An error answer: its route label (routes.h), status and code. */
 void gemmd_usage_error(int who, const char *route, int status, const char *code);
 
-/* Appends gemmd_token_requests_total{token,code}, gemmd_token_products_total{token},
- * gemmd_token_compute_seconds_total{token} and gemmd_token_bytes_total{token,direction}
- * for every token used since start. */
+/* Appends the gemmd_token_* metrics of every token used since start. */
 void gemmd_usage_render(gemm_buf *out, const gemmd_auth *auth);
 /* Appends /v1/status's members "tokens", "errors", "rates" and "latency" (no comma before
  * or after). Returns how long a new product would wait, in seconds: with products queued,

@@ -13,6 +13,15 @@
 
 #include "auth.h"
 
+/* Whether the header carries a known token; how many distinct tokens a holds. */
+static int check(const gemmd_auth *a, const char *authorization) { return gemmd_auth_identify(a, authorization) >= 0; }
+static int count(const gemmd_auth *a)
+{
+    int n = 0;
+    while (gemmd_auth_name(a, n)) n++;
+    return n;
+}
+
 static const char *temp_file(char *buf, size_t len, const char *text)
 {
     snprintf(buf, len, "/tmp/gemmd_test_auth_XXXXXX");
@@ -32,18 +41,18 @@ static void test_load_and_check(void **state)
     gemmd_auth *a = gemmd_auth_load(path, msg, sizeof msg);
     unlink(path);
     assert_non_null(a);
-    assert_int_equal(gemmd_auth_count(a), 2);
-    assert_true(gemmd_auth_check(a, "Bearer alpha-123"));
-    assert_true(gemmd_auth_check(a, "bearer beta"));
-    assert_true(gemmd_auth_check(a, "Bearer   beta"));
-    assert_false(gemmd_auth_check(a, NULL));
-    assert_false(gemmd_auth_check(a, ""));
-    assert_false(gemmd_auth_check(a, "Bearer "));
-    assert_false(gemmd_auth_check(a, "Bearer alpha"));     /* a prefix is not the token */
-    assert_false(gemmd_auth_check(a, "Bearer alpha-1234")); /* nor a longer one */
-    assert_false(gemmd_auth_check(a, "Basic YWxwaGEtMTIzOg=="));
-    assert_false(gemmd_auth_check(a, "alpha-123"));
-    assert_false(gemmd_auth_check(a, "Bearer # operators"));
+    assert_int_equal(count(a), 2);
+    assert_true(check(a, "Bearer alpha-123"));
+    assert_true(check(a, "bearer beta"));
+    assert_true(check(a, "Bearer   beta"));
+    assert_false(check(a, NULL));
+    assert_false(check(a, ""));
+    assert_false(check(a, "Bearer "));
+    assert_false(check(a, "Bearer alpha"));     /* a prefix is not the token */
+    assert_false(check(a, "Bearer alpha-1234")); /* nor a longer one */
+    assert_false(check(a, "Basic YWxwaGEtMTIzOg=="));
+    assert_false(check(a, "alpha-123"));
+    assert_false(check(a, "Bearer # operators"));
     gemmd_auth_free(a);
 }
 
@@ -57,7 +66,7 @@ static void test_identify(void **state)
     gemmd_auth *a = gemmd_auth_load(path, msg, sizeof msg);
     unlink(path);
     assert_non_null(a);
-    assert_int_equal(gemmd_auth_count(a), 3);
+    assert_int_equal(count(a), 3);
     assert_int_equal(gemmd_auth_identify(a, "Bearer alpha"), 0);
     assert_int_equal(gemmd_auth_identify(a, "Bearer beta"), 1);
     assert_int_equal(gemmd_auth_identify(a, "Bearer gamma"), 2);
@@ -86,7 +95,7 @@ static void test_names(void **state)
     a = gemmd_auth_load(path, msg, sizeof msg);
     unlink(path);
     assert_non_null(a);
-    assert_int_equal(gemmd_auth_count(a), 3);
+    assert_int_equal(count(a), 3);
     assert_int_equal(gemmd_auth_identify(a, "Bearer s3cret-a"), 0);
     assert_int_equal(gemmd_auth_identify(a, "Bearer alice"), -1);
     assert_int_equal(gemmd_auth_identify(a, "Bearer alice s3cret-a"), -1);
@@ -119,7 +128,7 @@ static void test_names(void **state)
 static void test_no_auth_allows(void **state)
 {
     (void)state;
-    assert_true(gemmd_auth_check(NULL, NULL));
+    assert_int_equal(gemmd_auth_identify(NULL, NULL), -1);
     gemmd_auth_free(NULL);
 }
 

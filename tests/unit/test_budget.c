@@ -17,7 +17,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "budget.h"
+#include "budget.c" /* the budget under test, and its buffer table (charged below) */
+
+/* Bytes charged for p on its own (0 when unknown or inside a reservation). */
+static uint64_t gemmd_budget_charged(gemmd_budget *b, void *p)
+{
+    buf_shard *sh = shard_of(b, p);
+    pthread_mutex_lock(&sh->mu);
+    buf_entry *e = find_locked(sh, p);
+    uint64_t v = e ? e->charged : 0;
+    pthread_mutex_unlock(&sh->mu);
+    return v;
+}
+
+/* Whether bytes could be charged now, what the cache holds let go for them: 0, or -1. */
+static int gemmd_budget_fits(gemmd_budget *b, uint64_t bytes)
+{
+    uint64_t cap = cap_for(b, bytes), cur = atomic_load(&b->used);
+    uint64_t kept = b->reclaim ? atomic_load(&b->by_kind[GEMMD_MEM_CACHE]) : 0;
+    cur = cur > kept ? cur - kept : 0;
+    return cur <= cap && bytes <= cap - cur ? 0 : -1;
+}
 
 #define MIB (1024ull * 1024ull)
 

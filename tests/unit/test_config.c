@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "config_keys.h"
+#include "config.c" /* the key table under test */
 
 /* Writes text to a fresh temporary file; returns its path in buf. */
 static const char *temp_file(char *buf, size_t len, const char *text)
@@ -452,7 +452,7 @@ static void test_engine_key_rows(void **state)
     char msg[512];
     for (const gemm_key_section *s = gemm_engine_keys; s->owner; s++) {
         for (const gemm_key *k = s->keys; k->name; k++) {
-            const key_desc *d = gemmd_config_find_key(k->name);
+            const key_desc *d = find_key(k->name);
             if (!d) fail_msg("engine key %s (section %s) is not a key of the daemon", k->name, s->owner);
             assert_int_equal(d->offset, offsetof(gemmd_config, engine) + k->offset);
         }

@@ -23,7 +23,22 @@
 #include <time.h>
 
 #include "engine.h"
-#include "jobs.h"
+#include "jobs.c" /* the store under test, and its entries' states (counts below) */
+
+/* Any owner's job; entries kept, by state, and how many and how many bytes in all. */
+#define gemmd_jobs_get(s, id) gemmd_jobs_get_owned((s), (id), GEMMD_OWNER_ANY)
+#define gemmd_jobs_delete(s, id) gemmd_jobs_delete_owned((s), (id), GEMMD_OWNER_ANY)
+#define gemmd_jobs_abandon gemmd_jobs_put /* an entry reserved, not submitted */
+static void gemmd_jobs_counts(gemmd_jobs *s, int counts[5], int *kept, uint64_t *bytes)
+{
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < 5; i++) counts[i] = 0;
+    int n = 0;
+    for (gemmd_job_entry *j = s->head; j; j = j->next, n++) counts[state_locked(j)]++;
+    if (kept) *kept = n;
+    if (bytes) *bytes = s->mem_used;
+    pthread_mutex_unlock(&s->mu);
+}
 
 /* ---- helpers ------------------------------------------------------------- */
 

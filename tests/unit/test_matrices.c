@@ -16,7 +16,17 @@
 #include <time.h>
 
 #include "engine.h"
-#include "matrices.h"
+#include "matrices.c" /* the store under test, and what it holds (usage below) */
+
+/* Kept count and bytes held (reserved included). */
+static void gemmd_matrices_usage(gemmd_matrices *s, int *count, uint64_t *bytes, uint64_t *budget)
+{
+    pthread_mutex_lock(&s->mu);
+    if (count) *count = s->count;
+    if (bytes) *bytes = s->held;
+    if (budget) *budget = s->budget;
+    pthread_mutex_unlock(&s->mu);
+}
 
 static gemm_engine *open_engine(void)
 {
@@ -39,12 +49,12 @@ static gemm_matrix make(gemm_engine *e, uint64_t rows, uint64_t cols, float v)
     return m;
 }
 
-static void add(gemmd_matrices *s, gemm_engine *e, uint64_t rows, uint64_t cols, int owner, char id[GEMMD_JOB_ID_LEN + 1])
+static void add_matrix(gemmd_matrices *s, gemm_engine *e, uint64_t rows, uint64_t cols, int owner, char id[GEMMD_JOB_ID_LEN + 1])
 {
     gemm_err err;
     assert_int_equal(gemmd_matrices_reserve(s, 0, rows * cols * 4, &err), 0);
     gemm_matrix m = make(e, rows, cols, 1.0f);
-    assert_int_equal(gemmd_matrices_add(s, &m, NULL, owner, 0, 0, id, &err), 0);
+    assert_int_equal(gemmd_matrices_add(s, &m, NULL, owner, 0, 0, 0, id, &err), 0);
     assert_null(m.data); /* taken over */
 }
 
@@ -54,7 +64,7 @@ static void test_lifecycle_and_owner(void **state)
     gemm_engine *e = open_engine();
     gemmd_matrices *s = gemmd_matrices_new(e, 1 << 20, 16, 100, 0);
     char id[GEMMD_JOB_ID_LEN + 1];
-    add(s, e, 4, 8, 1, id);
+    add_matrix(s, e, 4, 8, 1, id);
     assert_int_equal(strlen(id), 32);
     assert_true(strspn(id, "0123456789abcdef") == 32);
     gemmd_matrix_entry *m = gemmd_matrices_get(s, id, 1);
@@ -90,14 +100,14 @@ static void test_budget(void **state)
     assert_int_equal(gemmd_matrices_reserve(s, 0, 2048, &err), -1);
     assert_int_equal(err.status, 413);
     char a[GEMMD_JOB_ID_LEN + 1], b[GEMMD_JOB_ID_LEN + 1], c[GEMMD_JOB_ID_LEN + 1];
-    add(s, e, 8, 16, 0, a);                                 /* 512 */
+    add_matrix(s, e, 8, 16, 0, a);                                 /* 512 */
     assert_int_equal(gemmd_matrices_reserve(s, 0, 600, &err), -1);
     assert_int_equal(err.status, 507);
     assert_string_equal(err.code, "insufficient_storage");
     assert_int_equal(gemmd_matrices_reserve(s, 0, 512, &err), 0); /* exactly full */
     gemmd_matrices_unreserve(s, 0, 512);
-    add(s, e, 4, 16, 0, b);                                 /* 256 */
-    add(s, e, 1, 1, 0, c);                                  /* 4: the third */
+    add_matrix(s, e, 4, 16, 0, b);                                 /* 256 */
+    add_matrix(s, e, 1, 1, 0, c);                                  /* 4: the third */
     assert_int_equal(gemmd_matrices_reserve(s, 0, 4, &err), -1); /* max_count */
     assert_int_equal(err.status, 507);
 
@@ -129,12 +139,12 @@ static void test_listing_by_last_use(void **state)
     gemm_engine *e = open_engine();
     gemmd_matrices *s = gemmd_matrices_new(e, 1 << 20, 16, 100, 0);
     char a[GEMMD_JOB_ID_LEN + 1], b[GEMMD_JOB_ID_LEN + 1], c[GEMMD_JOB_ID_LEN + 1], other[GEMMD_JOB_ID_LEN + 1];
-    add(s, e, 2, 2, 5, a);
+    add_matrix(s, e, 2, 2, 5, a);
     sleep_ms(2);
-    add(s, e, 2, 2, 5, b);
+    add_matrix(s, e, 2, 2, 5, b);
     sleep_ms(2);
-    add(s, e, 2, 2, 5, c);
-    add(s, e, 2, 2, 6, other);
+    add_matrix(s, e, 2, 2, 5, c);
+    add_matrix(s, e, 2, 2, 6, other);
     sleep_ms(2);
     gemmd_matrix_entry *m = gemmd_matrices_get(s, a, 5); /* a is now the most recent */
     gemmd_matrices_note_use(s, m);
