@@ -1,10 +1,10 @@
 /*
  * cuda_device.c - what the CUDA backend keeps per device and per worker: the device list
  * from the `devices` setting, the fault hooks, each worker's stream, cuBLAS handle, events
- * and cached device buffers, and the protocol that lets one worker reset a device whose
- * context a sticky error broke while the others wait (see engine_cuda.c).
+ * and cached device buffers, and the enter/leave protocol that lets one worker reset a
+ * device whose context a sticky error broke while the others wait.
  *
- * Device memory comes from each device's stream-ordered pool (gemm_scratch.h), allocated
+ * Device buffers come from each device's stream-ordered pool (gemm_scratch.h), allocated
  * and freed in order on the worker's own stream: cudaMalloc and cudaFree synchronize the
  * whole device, which would stall every other stream's product whenever one worker grew
  * its buffers. A worker's buffers are kept between products and only grow.
@@ -75,14 +75,6 @@ const gemm_fault_hook gemm_cuda_faults[] = {
 
 /* ---- worker resources --------------------------------------------------- */
 
-static void mem_used_add(cuda_dev *d, size_t bytes, int sign)
-{
-    if (sign > 0)
-        atomic_fetch_add(&d->mem_used, (unsigned long long)bytes);
-    else
-        atomic_fetch_sub(&d->mem_used, (unsigned long long)bytes);
-}
-
 /* Back to the device's pool, in order after the stream's work (best effort: after a
  * sticky error the call fails, and the reset reclaims everything anyway). */
 static void buffer_free(cuda_worker *w, int i)
@@ -90,7 +82,7 @@ static void buffer_free(cuda_worker *w, int i)
     if (w->buf[i]) {
         if (gemm_scratch_free(w->buf[i], w->stream) != cudaSuccess)
             cudaGetLastError();
-        mem_used_add(w->dev, w->cap[i], -1);
+        atomic_fetch_sub(&w->dev->mem_used, (unsigned long long)w->cap[i]);
     }
     w->buf[i] = NULL;
     w->cap[i] = 0;
@@ -204,27 +196,12 @@ cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_
             return e;
         }
         w->cap[i] = want[i];
-        mem_used_add(w->dev, want[i], +1);
+        atomic_fetch_add(&w->dev->mem_used, (unsigned long long)want[i]);
     }
     return cudaSuccess;
 }
 
 /* ---- device enter / leave / reset --------------------------------------- */
-
-unsigned gemm_cuda_dev_enter(cuda_dev *d)
-{
-    pthread_mutex_lock(&d->mu);
-    while (d->resetting)
-        pthread_cond_wait(&d->cv, &d->mu);
-    d->active++;
-    unsigned gen = d->gen;
-    pthread_mutex_unlock(&d->mu);
-    pthread_mutex_lock(&d->busy_mu);
-    if (d->jobs++ == 0)
-        d->busy_since_ms = gemm_now_ms();
-    pthread_mutex_unlock(&d->busy_mu);
-    return gen;
-}
 
 int gemm_cuda_dev_enter_house(cuda_dev *d, int lost_too)
 {
@@ -236,6 +213,16 @@ int gemm_cuda_dev_enter_house(cuda_dev *d, int lost_too)
         d->active++;
     pthread_mutex_unlock(&d->mu);
     return ok;
+}
+
+unsigned gemm_cuda_dev_enter(cuda_dev *d)
+{
+    gemm_cuda_dev_enter_house(d, 1); /* inside: no reset runs meanwhile, so d->gen is stable */
+    pthread_mutex_lock(&d->busy_mu);
+    if (d->jobs++ == 0)
+        d->busy_since_ms = gemm_now_ms();
+    pthread_mutex_unlock(&d->busy_mu);
+    return d->gen;
 }
 
 void gemm_cuda_dev_leave_house(cuda_dev *d)

@@ -1,29 +1,22 @@
 /*
  * cuda_run.c - one product on a worker's stream, stage by stage: plan (sizes, staging),
- * enter the device (buffers from its pool), stage the inputs (lock host blocks, resident
- * operands), H2D, kernel, D2H, finish (wait, timing, counters); one unwind after whichever
- * stage stopped, that sorts CUDA failures into an out-of-memory (that product alone) or a
- * broken context (the device is reset on leaving).
+ * enter the device (buffers), stage the inputs (lock host blocks, resident operands), H2D,
+ * kernel, D2H, finish (wait, timing, counters); one unwind after whichever stage stopped,
+ * that tells an out-of-memory (that product alone) from a broken context (the device is
+ * reset on leaving).
  *
- * The kernel is the one validate() resolved from the request: a product runs the same
- * launch (kernel, block, algorithm) whether it runs alone, lent to an HTTP thread, as a
- * panel (planned as its whole product) or coalesced with others. A coalesced group
- * (a_parts) copies its products into the device stacks at PART_ALIGN-byte steps, the
- * alignment a lone product's device buffers have, and launches each product by itself: a
- * batched library call may choose another algorithm, and some kernels choose by the
- * operands' alignment, so the bits would depend on the load. A batched request runs
- * strided (cuBLAS) or as a loop over its products.
+ * The kernel is the one validate() resolved, so a product runs the same launch alone, lent,
+ * as a panel or coalesced (docs/KERNELS.md, "kernel=auto"): a group (a_parts) is copied into
+ * the device stacks at PART_ALIGN-byte steps, the alignment a lone product's buffers have,
+ * and each of its products is launched by itself. A batched request runs strided (cuBLAS)
+ * or as a loop.
  *
- * Waiting: the events are created with cudaEventBlockingSync, and a worker polls the event
- * it waits for only for WAIT_SPIN_MS before it sleeps in cudaEventSynchronize, so a short
- * product is picked up at once and a long one costs no CPU while it runs.
- *
- * Stages and cancellation: a job checks for a cancel request before its H2D copy. A long
- * product (worth_staging: many flops, many bytes, or the gpu_delay_ms hook) runs stage by
- * stage, waiting for each stage before enqueueing the next, and checks before the kernel
- * and before the D2H copy too; a short one enqueues its three stages back to back (a wait
- * between them would cost more than the stage). Each stage has its own start and end
- * events, so the gap of a stage-by-stage wait is in no stage's time.
+ * A cancel is checked before the H2D copy; a long product (many flops or bytes, or the
+ * gpu_delay_ms hook) runs stage by stage, waiting for each stage before it enqueues the
+ * next, and checks before the kernel and the D2H copy too; a short one enqueues its three
+ * stages back to back. Each stage has its own start and end events, so the gap of a staged
+ * wait is in no stage's time. A wait polls its event for WAIT_SPIN_MS, then sleeps in
+ * cudaEventSynchronize (blocking-sync events).
  */
 #include "cuda_engine.h"
 
@@ -72,7 +65,6 @@ static float ev_ms(cudaEvent_t a, cudaEvent_t b, gemm_cuda_site *site)
     return GEMM_CUDA_CHECK(site, cudaEventElapsedTime(&ms, a, b)) == cudaSuccess ? ms : 0;
 }
 
-/* Waits for ev: polls it for WAIT_SPIN_MS, then sleeps in cudaEventSynchronize. */
 static cudaError_t wait_event(cudaEvent_t ev)
 {
     double t0 = gemm_now_ms();
@@ -191,13 +183,7 @@ static int plan(run_ctx *x)
  * buffers back, then an out-of-memory that fails this product alone. */
 static int buffers(run_ctx *x)
 {
-    size_t held = x->w->cap[0] + x->w->cap[1] + x->w->cap[2];
-    if (gemm_cuda_ensure_buffers(x->w, x->need, &x->site) == cudaSuccess)
-        return GO;
-    if (x->site.err != cudaErrorMemoryAllocation)
-        return CUDA_FAILED;
-    cudaGetLastError();
-    if (held > 0) {
+    for (int tries = x->w->cap[0] + x->w->cap[1] + x->w->cap[2] > 0 ? 2 : 1; tries > 0; tries--) {
         memset(&x->site, 0, sizeof x->site);
         if (gemm_cuda_ensure_buffers(x->w, x->need, &x->site) == cudaSuccess)
             return GO;

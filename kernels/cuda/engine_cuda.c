@@ -1,35 +1,18 @@
 /*
- * engine_cuda.c - the CUDA backend: every chosen device, `streams_per_device` streams on
- * each, one worker thread per stream.
+ * engine_cuda.c - the CUDA backend's row: every chosen device, `streams_per_device`
+ * streams on each, one worker thread per stream (worker i on device i % ndev, so the first
+ * workers to pick up jobs are spread over the devices). A worker owns its stream, cuBLAS
+ * handle, events and cached device buffers (cuda_device.c); a job runs H2D -> kernel -> D2H
+ * on that stream (cuda_run.c), so one job's copies overlap another's kernel.
  *
- * Worker i runs on device i % ndev, stream i / ndev, so the first workers to pick up jobs
- * are spread over the devices; the shared queue of the generic engine hands the next job
- * to whichever stream is idle (least-loaded scheduling). A worker owns its stream, its
- * cuBLAS handle, six timing events and its cached device buffers for A, B and C (grown
- * on demand, never above device_mem_limit); a job runs H2D -> kernel -> D2H on that
- * stream, so one job's copies overlap another job's kernel on the same device.
+ * The request path makes no CUDA call: what validate() and describe() need is read once per
+ * device at open, free memory is sampled by the housekeeping thread (cuda_house.c), and
+ * host buffers are page-locked by the worker before their copies (cuda_host.h).
  *
- * The request path makes no CUDA call: what validate() and describe() need (compute
- * capability, whether the wgmma code runs, SMs, memory) is read once per device at open,
- * free memory is sampled by the housekeeping thread (cuda_house.c), and host buffers are
- * page-locked here, on the worker, before their copies (cuda_host.h).
- *
- * One product runs stage by stage in cuda_run.c; the warm-up is in cuda_warm.c.
- *
- * Faults: an allocation failure fails only its job (GEMM_E_DEVICE_OOM). Any other CUDA
- * error fails its job (GEMM_E_DEVICE). When the device's context is broken (a sticky error,
- * e.g. a kernel that trapped) the device is recovered as far as the driver allows: new
- * jobs on it wait, the jobs in flight finish (failing), then the worker that saw the error
- * frees every stream, handle and buffer of the device, calls cudaDeviceReset and makes a
- * new context; the workers rebuild their resources before their next job (the per-device
- * generation number tells a worker that its resources are gone). Current drivers refuse a
- * process whose context faulted any new context on that device (cudaSetDevice keeps
- * failing with cudaErrorDevicesUnavailable; measured on an H100 with driver 580): then the
- * device is marked lost and its jobs fail at once (GEMM_E_DEVICE_LOST), so clients
- * move on, instead of jobs hanging. Once every device of the backend is lost, healthy()
- * says 0 and the daemon restarts itself in place (a new process gets new contexts).
- *
- * Test hooks: gemm_cuda_faults (cuda_device.c), listed in engine.h.
+ * Faults (docs/OPERATIONS.md, "Faults"): an allocation failure fails its job alone
+ * (GEMM_E_DEVICE_OOM), any other CUDA error fails it with GEMM_E_DEVICE, and a broken
+ * context resets the device (cuda_device.c); a device that gets no new context is lost
+ * (GEMM_E_DEVICE_LOST at once), and with every device lost healthy() says 0.
  */
 #include "cuda_engine.h"
 
@@ -70,8 +53,6 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
     cb->warmup = !cfg->fault_inject[0]; /* the hooks count runs: none of them warm-up products */
     cb->min_cc = INT_MAX;
     cb->wgmma_ok = 1;
-    atomic_init(&cb->allocs, 0);
-    atomic_init(&cb->jobs, 0);
     for (int i = 0; i < cb->ndev; i++) {
         pthread_mutex_init(&cb->devs[i].mu, NULL);
         pthread_mutex_init(&cb->devs[i].busy_mu, NULL);
@@ -101,13 +82,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
         d->slot = i;
         snprintf(d->label, sizeof d->label, "cuda:%d %.38s", d->ordinal, d->info.name);
         d->gen = 1;
-        atomic_init(&d->lost, 0);
-        atomic_init(&d->bytes_h2d, 0);
-        atomic_init(&d->bytes_d2h, 0);
-        atomic_init(&d->resident_bytes, 0);
-        atomic_init(&d->mem_used, 0);
-        atomic_init(&d->mem_free, 0);
-        atomic_init(&d->mem_total, (unsigned long long)p.totalGlobalMem);
+        atomic_init(&d->mem_total, (unsigned long long)p.totalGlobalMem); /* the rest: calloc's zeros */
         /* What the request path will need, asked here once (this makes the device's
          * context, which its workers would make anyway). */
         if (cudaSetDevice(d->ordinal) == cudaSuccess) {
@@ -205,6 +180,17 @@ static void cuda_worker_fini(void *self, void *worker)
 
 /* ---- validate: resolve the kernel, tile and math ------------------------ */
 
+/* ", a, b, ..." for the members that run one of `dtypes` (bits of gemm_dtype). */
+static const char *member_names(char *list, size_t cap, unsigned dtypes)
+{
+    size_t off = 0;
+    list[0] = '\0';
+    for (int i = 0; gemm_kernel_table[i] && off < cap; i++)
+        if (gemm_kernel_table[i]->dtypes & dtypes)
+            off += (size_t)snprintf(list + off, cap - off, ", %s", gemm_kernel_table[i]->name);
+    return list;
+}
+
 /* The member k cannot run job (why: gemm_kernel_supports): the error that says what to ask
  * for instead. */
 static int refuse(const gemm_kernel_desc *k, const gemm_job *job, const char *why, gemm_engine_err *err)
@@ -212,18 +198,15 @@ static int refuse(const gemm_kernel_desc *k, const gemm_job *job, const char *wh
     const char *dt = gemm_dtype_name(job->dtype);
     if (!why)
         why = "not supported";
-    char list[160] = "";
+    char list[256] = "";
     size_t off = 0;
     if (!(k->dtypes & (1u << job->dtype))) {
         if (strcmp(k->name, "cublas") == 0)
             return gemm_engine_err_set(err, GEMM_E_UNSUPPORTED_DTYPE,
                                        "kernel \"cublas\" does not compute %s: cuBLAS has no %s GEMM that wraps like "
                                        "two's complement; use kernel auto, naive or tiled", dt, dt);
-        for (int i = 0; gemm_kernel_table[i] && off < sizeof list; i++) /* name the members that run it */
-            if (gemm_kernel_table[i]->dtypes & (1u << job->dtype))
-                off += (size_t)snprintf(list + off, sizeof list - off, ", %s", gemm_kernel_table[i]->name);
-        return gemm_engine_err_set(err, GEMM_E_UNSUPPORTED_DTYPE,
-                                   "kernel \"%s\" does not compute %s; %s runs on kernel auto%s", k->name, dt, dt, list);
+        return gemm_engine_err_set(err, GEMM_E_UNSUPPORTED_DTYPE, "kernel \"%s\" does not compute %s; %s runs on "
+                                   "kernel auto%s", k->name, dt, dt, member_names(list, sizeof list, 1u << job->dtype));
     }
     if (job->tile && strstr(why, "tile")) {
         if (!k->tiles[0])
@@ -260,14 +243,9 @@ int gemm_cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
                            : job->kernel;
     const gemm_kernel_desc *k = gemm_kernel_find(name);
     if (!k) {
-        char list[256] = "";
-        size_t off = 0;
-        for (int i = 0; gemm_kernel_table[i] && off < sizeof list; i++)
-            off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
-                                    gemm_kernel_table[i]->name);
-        return gemm_engine_err_set(err, GEMM_E_UNKNOWN_KERNEL,
-                                   "kernel \"%s\" is not available on the CUDA backend; it has auto, %s", job->kernel,
-                                   list);
+        char list[256];
+        return gemm_engine_err_set(err, GEMM_E_UNKNOWN_KERNEL, "kernel \"%s\" is not available on the CUDA backend; "
+                                   "it has auto%s", job->kernel, member_names(list, sizeof list, ~0u));
     }
     const char *why = NULL;
     if (!gemm_kernel_supports(k, job->dtype, job->math, job->tile, cb->min_cc, &why))
@@ -409,14 +387,12 @@ static void cuda_close(void *self)
 
 static void cuda_set_keep_charge(void *self, gemm_keep_charge_fn fn, void *ctx)
 {
-    cuda_backend *cb = self;
-    gemm_cuda_host_set_charge(cb->host, fn, ctx);
+    gemm_cuda_host_set_charge(((cuda_backend *)self)->host, fn, ctx);
 }
 
 static uint64_t cuda_trim_kept(void *self)
 {
-    cuda_backend *cb = self;
-    return gemm_cuda_host_trim(cb->host);
+    return gemm_cuda_host_trim(((cuda_backend *)self)->host);
 }
 
 static int cuda_present(void)
