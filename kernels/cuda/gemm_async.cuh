@@ -15,6 +15,8 @@
 
 #include <stdint.h>
 
+#include "gemm_kernels.h"
+
 namespace gemm_async {
 
 template <int BYTES>
@@ -132,6 +134,25 @@ __device__ __forceinline__ void mainloop(T *As, T *Bs, const T *__restrict__ A, 
         step(kt % Cfg::STAGES);
     }
     wait_group<0>();
+}
+
+/* Launches kern over l's product, one block of Cfg::THREADS a BM x BN tile of C (blockIdx.x
+ * in the kernel's grouped order), with Cfg::SMEM bytes of dynamic shared memory. */
+template <typename Cfg, typename T>
+cudaError_t launch_tiles(void (*kern)(int, int, int, const T *, const T *, T *, int, int), const gemm_launch *l)
+{
+    const long long tm = (l->m + Cfg::BM - 1) / Cfg::BM, tn = (l->n + Cfg::BN - 1) / Cfg::BN;
+    if (tm * tn > 0x7fffffffLL || tn * 8 > 0x7fffffffLL)
+        return cudaErrorInvalidConfiguration;
+    if (Cfg::SMEM > 48 * 1024) {
+        const cudaError_t e =
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM);
+        if (e != cudaSuccess)
+            return e;
+    }
+    kern<<<(unsigned)(tm * tn), Cfg::THREADS, Cfg::SMEM, l->stream>>>(
+        l->m, l->n, l->k, (const T *)l->A, (const T *)l->B, (T *)l->C, (int)tm, (int)tn);
+    return cudaGetLastError();
 }
 
 } // namespace gemm_async
