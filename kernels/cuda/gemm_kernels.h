@@ -130,10 +130,4 @@ static inline int gemm_block_name_none(char *out, size_t cap)
         out[0] = '\0';
     return 0;
 }
-#ifdef __cplusplus
-template <class Cfg> static inline int gemm_block_name(char *out, size_t cap, int tile)
-{
-    return gemm_block_dims(out, cap, Cfg::BM, Cfg::BN, Cfg::BK, tile);
-}
-#endif
 #endif /* GEMM_KERNELS_H */

@@ -1,35 +1,17 @@
 /*
- * k03_simt.cu - the tuned CUDA-core kernel: exact float32, float64 and int32.
+ * k03_simt.cu - the tuned CUDA-core kernel: exact float32, float64 and int32. What it adds
+ * over k02_tiled, each step with its reason and measurement, is in docs/KERNELS.md
+ * ("k03_simt"): 2D register blocking (TM x TN outputs a thread), warp tiling with 128-bit
+ * conflict-free shared loads, A transposed on its way into shared memory, a cp.async
+ * multi-stage pipeline, unchecked copies of tiles wholly in range (fast_loader), grouped
+ * block order for L2, and split-k for deep products with few output tiles (each piece
+ * writes its partial C to device scratch, a second kernel adds them in a fixed order).
  *
- * What it adds over k02_tiled, each for a reason:
- *  - 2D register blocking: a thread computes TM x TN outputs (8 x 8 for float32), so one
- *    k step costs TM + TN shared-memory reads for TM * TN multiply-adds instead of 2 for 1.
- *  - Warp tiling: a warp owns a WM x WN sub-tile; inside it a thread's outputs are 4 x 4
- *    blocks strided by 4 * (threads along that side), so the 32 lanes read 32 consecutive
- *    elements of a shared row: 128-bit loads, one wavefront, no bank conflict.
- *  - A transposed on the way into shared memory (As[k][m]): the k loop reads A along m
- *    with the same 128-bit loads as B. The copy of A is element-wide for that reason; B is
- *    copied 16 bytes at a time when n and the pointer allow it, element-wide otherwise.
- *  - cp.async multi-stage pipeline (STAGES buffers): tile t+STAGES-1 is in flight while
- *    tile t is multiplied; one barrier per tile.
- *  - Tiles wholly in range are copied without checks from row pointers that advance one
- *    k-step per tile (fast_loader), A in whole 64-byte row pieces: on the H100 an FFMA
- *    takes a whole issue slot, so the integer work of a checked copy costs FFMA time.
- *  - Block order grouped by GROUP rows of tiles, so blocks running together share
- *    panels of A and B in L2.
- *  - Split-k for deep products with few output tiles (1024 x 1024 x 8192 has 64 blocks of
- *    128 x 128 for 132 SMs): the k range is cut into S pieces, blockIdx.y picks one, each
- *    piece writes its partial C into device scratch, and a second kernel adds the S
- *    partials in a fixed order (the answer does not depend on timing).
- * Edges: tiles that cross an edge take the checked copy, where out-of-range elements are
- * copied as zeros (cp.async src-size 0), and the store is bounds-checked, so any
- * m, n, k >= 1 works. int32 accumulates in uint32 (wraps).
- *
- * Tile parameters are template arguments, checked by static_asserts; the float32
- * variants below were timed against each other by `bench_kernels --tune` on the H100
- * (docs/KERNELS.md records the sweep and the winner).
- */
-#include <stdint.h>
+ * Edges: tiles that cross an edge take the checked copy (cp.async src-size 0 zero-fills
+ * out-of-range elements) and the store is bounds-checked, so any m, n, k >= 1 works.
+ * int32 accumulates in uint32 (wraps). Tile parameters are template arguments checked by
+ * static_asserts; `bench_kernels --tune` times the float32 variants against each other.
+ */#include <stdint.h>
 #include <string.h>
 
 #include "gemm_async.cuh"
@@ -587,42 +569,35 @@ simt_choice simt_choose(const gemm_launch *panel)
     }
 }
 
+/* What each pick runs: its launcher, its k pieces (split_pieces), its block, and the tile
+ * option that selects it (128x64 and the split are reached only by default: 0). */
+struct simt_run {
+    cudaError_t (*run)(const gemm_launch *, int);
+    int (*pieces)(const gemm_launch *, int, int *);
+    int bm, bn, bk, tile;
+};
+#define SIMT_RUN(T, CFG, SPLIT, TILE) {run_cfg<T, CFG, SPLIT>, split_pieces<T, CFG>, CFG::BM, CFG::BN, CFG::BK, TILE}
+const simt_run runs[] = {
+    SIMT_RUN(float, f32_big, true, 128),    SIMT_RUN(float, f32_mid, false, 0),      SIMT_RUN(float, f32_small, false, 64),
+    SIMT_RUN(double, f64_big, false, 128),  SIMT_RUN(double, f64_small, false, 64),  SIMT_RUN(int32_t, i32_big, true, 128),
+    SIMT_RUN(int32_t, i32_small, false, 64),
+};
+
 cudaError_t simt_launch(const gemm_launch *l)
 {
     const simt_choice c = simt_choose(l);
-    switch (c.pick) {
-    case F32_BIG: return run_cfg<float, f32_big, true>(l, c.splits);
-    case F32_MID: return run_cfg<float, f32_mid>(l, c.splits);
-    case F32_SMALL: return run_cfg<float, f32_small>(l, c.splits);
-    case F64_BIG: return run_cfg<double, f64_big>(l, c.splits);
-    case F64_SMALL: return run_cfg<double, f64_small>(l, c.splits);
-    case I32_BIG: return run_cfg<int32_t, i32_big, true>(l, c.splits);
-    case I32_SMALL: return run_cfg<int32_t, i32_small>(l, c.splits);
-    default: return cudaErrorInvalidValue;
-    }
+    return c.pick == PICK_NONE ? cudaErrorInvalidValue : runs[c.pick].run(l, c.splits);
 }
 
-/* The block tile ("BMxBNxBK", then " split-k S" when k is cut into S pieces), and the tile
- * option that selects it: 128x64 and the split are reached only by default (tile 0). */
+/* The block tile ("BMxBNxBK", then " split-k S" when k is cut into S pieces). */
 int simt_plan(const gemm_launch *l, char *out, size_t cap)
 {
     const simt_choice c = simt_choose(l);
-    int tile;
-    switch (c.pick) {
-    case F32_BIG: tile = gemm_block_name<f32_big>(out, cap, 128); break;
-    case F32_MID: tile = gemm_block_name<f32_mid>(out, cap, 0); break;
-    case F32_SMALL: tile = gemm_block_name<f32_small>(out, cap, 64); break;
-    case F64_BIG: tile = gemm_block_name<f64_big>(out, cap, 128); break;
-    case F64_SMALL: tile = gemm_block_name<f64_small>(out, cap, 64); break;
-    case I32_BIG: tile = gemm_block_name<i32_big>(out, cap, 128); break;
-    case I32_SMALL: tile = gemm_block_name<i32_small>(out, cap, 64); break;
-    default: return gemm_block_name_none(out, cap);
-    }
-    int kt_split, pieces = 1;
-    if (c.splits > 1)
-        pieces = c.pick == I32_BIG ? split_pieces<int32_t, i32_big>(l, c.splits, &kt_split)
-                                   : split_pieces<float, f32_big>(l, c.splits, &kt_split);
-    if (pieces > 1) {
+    if (c.pick == PICK_NONE)
+        return gemm_block_name_none(out, cap);
+    const simt_run &r = runs[c.pick];
+    int tile = gemm_block_dims(out, cap, r.bm, r.bn, r.bk, r.tile), kt_split, pieces;
+    if (c.splits > 1 && (pieces = r.pieces(l, c.splits, &kt_split)) > 1) {
         const size_t used = strlen(out);
         if (used < cap)
             snprintf(out + used, cap - used, " split-k %d", pieces);
