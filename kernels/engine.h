@@ -1,5 +1,6 @@
 /*
- * engine.h - the compute engine: one asynchronous interface, backends behind it.
+ * engine.h - the compute engine: one asynchronous interface, backends behind it
+ * (docs/KERNELS.md, "The engine around the kernels").
  *
  *   gemm_engine *e = gemm_engine_open(&cfg, &err);     // backend auto | cpu | cuda
  *   job->a = gemm_engine_host_alloc(e, bytes) ...      // inputs/outputs live in engine memory
@@ -7,21 +8,11 @@
  *   ...  job->done(job) is called exactly once, from an engine thread ...
  *   gemm_engine_close(e);                              // drains, calls every pending done()
  *
- * The engine owns the bounded queue, the worker threads, cancellation and the queue timing
- * (sched.c), with coalescing (coalesce.c), split products (split.c), runs on the submitting
- * thread (direct.c) and the host path (host.c) beside it; a backend (backend.h: cpu.c,
- * cuda/engine_cuda.c) only says how many workers it wants and how one worker runs one job.
- * The engine never frees a job: the submitter owns it and may free it once done() has
- * been called.
- *
- * Errors are the engine's own (gemm_ecode): what a failure means, never an HTTP status;
- * the daemon maps them onto its answers in one table (server/engine_err.c).
- *
- * Threads: submit, cancel, describe, get_stats, ready, healthy, host_alloc and host_free
- * are called from the daemon's HTTP threads and never wait on a device or make a CUDA
- * call. Messages go through the logging hook of gemm_log.h.
- */
-#ifndef GEMM_ENGINE_H
+ * The submitter owns a job and may free it once done() has been called. Errors are
+ * gemm_ecode values, never HTTP statuses (the daemon maps them: server/engine_err.c).
+ * submit, cancel, describe, get_stats, ready, healthy, host_alloc and host_free run on the
+ * daemon's HTTP threads and never wait on a device or make a CUDA call.
+ */#ifndef GEMM_ENGINE_H
 #define GEMM_ENGINE_H
 
 #include <pthread.h>
@@ -129,9 +120,8 @@ typedef struct {
 
 void gemm_engine_config_defaults(gemm_engine_config *cfg);
 
-/* The configuration keys, in sections by owner: "engine" (above the CPU fields), "cpu",
- * "cuda" and "host". Every build knows every section, so one config file serves them all;
- * the daemon's reader reads these rows. */
+/* The configuration keys, in sections by owner ("engine", "cpu", "cuda", "host"), every
+ * section in every build so that one config file serves them all. */
 typedef enum {
     GEMM_KEY_INT,     /* int field in [min, max] */
     GEMM_KEY_U64,     /* uint64_t field in [min, max] */
@@ -193,9 +183,8 @@ typedef struct {
 
 /* A resident operand: a matrix kept for many products. Its host copy (engine memory, owned
  * by the caller, alive as long as the handle) is the authority; a backend with device
- * memory keeps a copy per device, made by the first product that reads it there (or, for
- * C, by the product that wrote it). A reset device loses its copies; the next product
- * copies again. When device memory is short the product reads the host copy. */
+ * memory keeps a copy per device, made by the first product that reads it there (C: by
+ * the product that wrote it), lost with a reset, and read from the host when short. */
 typedef struct gemm_resident {
     const void *host;
     size_t bytes;

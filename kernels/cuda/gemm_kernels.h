@@ -1,17 +1,12 @@
 /*
  * gemm_kernels.h - the CUDA kernel family: one signature, one dispatch table.
  *
- * Every member computes C = A * B on device memory, row-major:
- *   A is m x k (leading dimension k), B is k x n (ld n), C is m x n (ld n),
- * for any m, n, k >= 1 (edge tiles by bounds checks or padding), and enqueues its work on
- * l->stream without synchronizing. int32 wraps in two's complement (unsigned arithmetic).
- * float16 / bfloat16 operands run on cublas and wgmma (C float32 or half, see out_half).
- *
- * Each member lives in its own file, kernels/cuda/kNN_<name>.cu, numbered in the order
- * of the lesson, and exports one `const gemm_kernel_desc gemm_kernel_<name>`. The table
- * in registry.c lists them; the engine and the benchmarks look kernels up by name.
- */
-#ifndef GEMM_KERNELS_H
+ * Every member computes C = A * B on device memory, row-major (A m x k, B k x n, C m x n,
+ * leading dimensions k, n, n), for any m, n, k >= 1, and enqueues its work on l->stream
+ * without synchronizing; int32 wraps in two's complement. Each lives in its own file,
+ * kernels/cuda/kNN_<name>.cu, in the order of the lesson, and exports one
+ * `gemm_kernel_<name>`, listed in registry.c.
+ */#ifndef GEMM_KERNELS_H
 #define GEMM_KERNELS_H
 
 #include <cuda_runtime.h>
@@ -31,8 +26,6 @@ typedef struct {
     int tile;              /* 0 = the kernel's default; else one of desc->tiles */
     cudaStream_t stream;
     void *cublas;          /* a cublasHandle_t bound to `stream` (only the cublas member uses it) */
-    void *workspace;       /* optional device scratch for the kernel */
-    size_t workspace_bytes;
     /* Batched launch (only for members with batch_native): batch products, A, B and C of
      * product i at A + i*stride_a elements (and so on); stride_b 0 = one B for all. */
     int batch;             /* 0 or 1: one product */
@@ -54,14 +47,6 @@ typedef struct {
 static inline int gemm_plan_rows(const gemm_launch *l)
 {
     return l->plan_m > l->m ? l->plan_m : l->m;
-}
-/* l as the whole product it is a panel of (m = plan rows): what members choose from. Never
- * launched: its pointers are the panel's. */
-static inline gemm_launch gemm_plan_view(const gemm_launch *l)
-{
-    gemm_launch v = *l;
-    v.m = gemm_plan_rows(l);
-    return v;
 }
 
 /* cublasLt state for the cublas member, one per worker (single-threaded use): a handle, a

@@ -542,7 +542,8 @@ simt_choice big_or_small(const gemm_launch *l, int bm, int bn, simt_pick big, si
 simt_choice simt_choose(const gemm_launch *panel)
 {
     /* A panel chooses as its whole product does (plan_m): the same block, the same pieces. */
-    const gemm_launch whole = gemm_plan_view(panel);
+    gemm_launch whole = *panel;
+    whole.m = gemm_plan_rows(panel);
     const gemm_launch *l = &whole;
     switch (l->dtype) {
     case GEMM_DTYPE_F32:

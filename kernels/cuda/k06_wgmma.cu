@@ -488,15 +488,6 @@ cudaError_t device_ready(kernel_fn kern, const gemm_launch *l, encode_tiled_fn *
     return tm * tn > 0x7fffffffLL || tn * GROUP_M > 0x7fffffffLL ? cudaErrorInvalidConfiguration : cudaSuccess;
 }
 
-/* Device scratch of `need` bytes for operand copies: l->workspace when it is large enough,
- * else from the stream-ordered pool (*owned: give it back after the main kernel). */
-cudaError_t get_scratch(const gemm_launch *l, size_t need, void **p, bool *owned)
-{
-    *p = need ? l->workspace : nullptr;
-    *owned = need && (!*p || l->workspace_bytes < need);
-    return *owned ? gemm_scratch_alloc(p, need, l->stream) : cudaSuccess;
-}
-
 /* An operand as the tensor copies read it: rows x cols elements, row pitch ld, boxes of
  * box_rows rows of 128 bytes. */
 struct operand {
@@ -506,12 +497,11 @@ struct operand {
     int box_rows;
 };
 
-/* The main kernel on A and B after whatever came before it (e), then the scratch back to
- * the pool when owned. C's stores: float32 pairs (n even, 8-byte aligned); a half C (half_c)
+/* The main kernel on A and B after whatever came before it (e), then the scratch (if any)
+ * back to the pool. C's stores: float32 pairs (n even, 8-byte aligned); a half C (half_c)
  * two pairs side by side (n a multiple of 4, 8-byte aligned) give 2, else single elements. */
 cudaError_t main_pass(cudaError_t e, kernel_fn kern, encode_tiled_fn enc, CUtensorMapDataType type, int esize,
-                      const gemm_launch *l, const operand &a, const operand &b, bool half_c, void *scratch,
-                      bool owned)
+                      const gemm_launch *l, const operand &a, const operand &b, bool half_c, void *scratch)
 {
     CUtensorMap map_a, map_b;
     if (e == cudaSuccess && !(make_map(&map_a, enc, type, esize, a.p, a.rows, a.cols, a.ld, a.box_rows) &&
@@ -527,7 +517,7 @@ cudaError_t main_pass(cudaError_t e, kernel_fn kern, encode_tiled_fn enc, CUtens
                                                                      (int)tn, vec);
         e = cudaGetLastError();
     }
-    if (owned) {
+    if (scratch) {
         const cudaError_t f = gemm_scratch_free(scratch, l->stream);
         if (e == cudaSuccess)
             e = f;
@@ -554,9 +544,8 @@ template <int MATH> cudaError_t run(const gemm_launch *l)
         return cudaErrorInvalidValue;
     const bool copy_a = MATH == WG_BF16 || (k % 4) != 0 || ((uintptr_t)l->A % 16) != 0;
     const size_t bt_bytes = ((size_t)n * (size_t)kp * esize + 255) / 256 * 256;
-    void *scratch;
-    bool owned;
-    e = get_scratch(l, bt_bytes + (copy_a ? (size_t)m * (size_t)kp * esize : 0), &scratch, &owned);
+    void *scratch = nullptr;
+    e = gemm_scratch_alloc(&scratch, bt_bytes + (copy_a ? (size_t)m * (size_t)kp * esize : 0), l->stream);
     if (e != cudaSuccess)
         return e;
     T *Bt = static_cast<T *>(scratch);
@@ -575,7 +564,7 @@ template <int MATH> cudaError_t run(const gemm_launch *l)
         MATH == WG_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
     return main_pass(cudaSuccess, kern, enc, type, esize, l,
                      {copy_a ? (const void *)Ah : l->A, m, k, copy_a ? (size_t)kp : (size_t)k, BM},
-                     {Bt, n, k, (size_t)kp, BN}, false, scratch, owned);
+                     {Bt, n, k, (size_t)kp, BN}, false, scratch);
 }
 
 /* Half operands in memory (float16 / bfloat16): no conversion pass. A (m x k) is K-major
@@ -600,10 +589,8 @@ template <int MATH> cudaError_t run_half(const gemm_launch *l)
     const size_t ldb = b_direct ? (size_t)n : ((size_t)n + 7) / 8 * 8;
     const size_t a_bytes = a_direct ? 0 : ((size_t)m * lda * esize + 255) / 256 * 256;
     const size_t b_bytes = b_direct ? 0 : (size_t)k * ldb * esize;
-    void *scratch;
-    bool owned;
-    e = get_scratch(l, a_bytes + b_bytes, &scratch, &owned);
-    if (e != cudaSuccess)
+    void *scratch = nullptr;
+    if (a_bytes + b_bytes && (e = gemm_scratch_alloc(&scratch, a_bytes + b_bytes, l->stream)) != cudaSuccess)
         return e;
     const void *A = l->A, *B = l->B;
     if (!a_direct) {
@@ -620,7 +607,7 @@ template <int MATH> cudaError_t run_half(const gemm_launch *l)
     const CUtensorMapDataType type =
         MATH == WG_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     return main_pass(e, kern, enc, type, esize, l, {A, m, k, lda, BM}, {B, k, n, ldb, wg_traits<MATH>::BK},
-                     l->out_half != 0, scratch, owned);
+                     l->out_half != 0, scratch);
 }
 
 cudaError_t wgmma_launch(const gemm_launch *l)
