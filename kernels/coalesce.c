@@ -1,19 +1,15 @@
 /*
- * coalesce.c - dynamic batching: a worker that takes a small single product also takes
- * the queued products with the same key (dtype, C's dtype, resolved math, kernel, tile,
- * plan rows, m, k, n) that are queued then, up to group_max (it waits for none); the group
- * runs as ONE batched job on the backend, and each product then gets its own result
- * fields, its own queue_ms and its own done().
+ * coalesce.c - dynamic batching: a worker that takes a small single product also takes the
+ * products queued then with the same key (dtype, C's dtype, resolved math, kernel, tile,
+ * plan rows, m, k, n), up to group_max (it waits for none), runs them as ONE batched job,
+ * and gives each its own result fields, queue_ms and done().
  *
- * A backend with run_parts (CUDA) is handed each product's own blocks and copies them
- * straight to and from its device stacks; for any other the inputs are gathered into one A
- * and one B stack in engine memory and C is scattered back. A product flagged for
- * cancellation before its group starts is stopped as usual; once the group has started it
- * runs to the end with the others. Products with a resident operand never join a group:
- * their operands already live on the device (or must be kept there), which a group's
- * stacks cannot express.
- */
-#include "engine_int.h"
+ * A backend with run_parts (CUDA) copies each product's own blocks to and from its device
+ * stacks; for any other the inputs are gathered into one A and one B stack and C is
+ * scattered back. A cancel that comes before the group starts stops that product; after,
+ * it runs to the end. Products with a resident operand never join a group: their operands
+ * live on the device, which a group's stacks cannot express.
+ */#include "engine_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -91,9 +91,11 @@ int gemm_sched_check(const gemm_engine *e, gemm_job *job, gemm_engine_err *err);
 int gemm_sched_validate(gemm_engine *e, gemm_job *job, gemm_engine_err *err);
 int gemm_sched_admit(gemm_engine *e, gemm_engine_err *err);
 void gemm_sched_queue(gemm_engine *e, gemm_job *job);
-/* Running: the backend's run of a RUNNING job unless a cancel came first; its end (compute
- * time, counters, state, done()), and the same with running-- after. */
+/* Running: the backend's run of a RUNNING job unless a cancel came first; a run's end
+ * (compute time, the error of a run that stopped without one, the state it comes to); the
+ * job's end (that, the counters, the state, done()), and the same with running-- after. */
 int gemm_sched_run(gemm_engine *e, void *worker, gemm_job *job);
+gemm_job_state gemm_sched_settle(gemm_engine *e, gemm_job *job, int rc, double t0, const char *what);
 void gemm_sched_finish(gemm_engine *e, gemm_job *job, int rc, double t0);
 void gemm_sched_finish_one(gemm_engine *e, gemm_job *job, int rc, double t0);
 
