@@ -1,16 +1,12 @@
 /*
- * gemm_async.cuh - small device helpers shared by the optimized kernels (k03 onwards):
- * cp.async copies with zero fill, commit/wait, the multi-stage main loop of the tensor-core
- * kernels (mainloop, below), and the checks that decide whether a matrix may be read with
- * 16-byte vectors.
+ * gemm_async.cuh - what the optimized kernels (k03 onwards) share: cp.async copies with
+ * zero fill, commit/wait, the multi-stage main loop of the tensor-core kernels, the check
+ * that a matrix may be read in 16-byte vectors, and the launcher of a grid of block tiles.
  *
- * cp.async (sm_80+) copies global to shared memory without passing through registers,
- * so the next tile streams in while the current one is multiplied. Its "src-size"
- * operand, when smaller than the copy size, fills the rest with zeros: an out-of-range
- * element is copied with src-size 0 and reads nothing, which is how the edge tiles are
- * padded without a branch around the copy.
- */
-#ifndef GEMM_ASYNC_CUH
+ * cp.async (sm_80+) copies global to shared memory without passing through registers, so
+ * the next tile streams in while the current one is multiplied; an out-of-range element
+ * is copied with src-size 0, which fills zeros: edge tiles are padded without a branch.
+ */#ifndef GEMM_ASYNC_CUH
 #define GEMM_ASYNC_CUH
 
 #include <stdint.h>
@@ -89,23 +85,15 @@ __device__ __forceinline__ void load_tiles(T *As, T *Bs, const T *__restrict__ A
     }
 }
 
-/* The multi-stage cp.async main loop of the tensor-core kernels (k04_mma, k05_dmma): the
- * block's A rows [bm, bm+BM) and B columns [bn, bn+BN) stream through Cfg::STAGES shared
- * stages, Cfg::STAGES - 1 k-tiles in flight ahead of the one being multiplied.
- *
- *   prologue: start the copies of k-tiles 0 .. STAGES-2 (one commit group each)
- *   for each k-tile kt: wait until its group has landed; barrier (the landed tile is
- *     visible to all, and every warp is done with the stage about to be refilled); start
- *     the copy of k-tile kt + STAGES - 1 into that stage; step(kt % STAGES)
- *   drain the (empty) trailing groups.
- *
- * As / Bs: STAGES tiles of BM x LDA and BK x LDB elements; stage st's tiles start at
- * As + st * BM * LDA and Bs + st * BK * LDB. step(st) multiplies one k-tile; it is a lambda
- * of the kernel that captures the accumulators by reference, inlined here, so they stay
- * in registers: the kernels compile to the code they had with the loop written out in each
- * (same PTX for every default configuration; `-Xptxas -warn-spills` clean). A group is
- * committed every iteration, even when nothing is copied, so wait_group<STAGES - 2> always
- * means "k-tile kt has landed". */
+/* The multi-stage cp.async main loop of k04_mma and k05_dmma: the block's A rows [bm, bm+BM)
+ * and B columns [bn, bn+BN) stream through Cfg::STAGES shared stages (stage st at
+ * As + st * BM * LDA, Bs + st * BK * LDB), STAGES - 1 k-tiles in flight ahead of the one
+ * multiplied. Per k-tile: wait for its group, barrier (the tile is visible to all, and
+ * every warp is done with the stage about to be refilled), start the copy of kt + STAGES - 1
+ * into that stage, step(kt % STAGES). step is the kernel's lambda, inlined, so the
+ * accumulators it captures stay in registers (same PTX as the loop written out in each). A
+ * group is committed every iteration, copies or not, so wait_group<STAGES - 2> always means
+ * "k-tile kt has landed". */
 template <typename T, typename Cfg, bool VEC, typename Step>
 __device__ __forceinline__ void mainloop(T *As, T *Bs, const T *__restrict__ A, const T *__restrict__ B,
                                          int m, int n, int k, int bm, int bn, Step &&step)
@@ -134,6 +122,16 @@ __device__ __forceinline__ void mainloop(T *As, T *Bs, const T *__restrict__ A, 
         step(kt % Cfg::STAGES);
     }
     wait_group<0>();
+}
+
+/* The first row and column of the block's BM x BN tile of C: blocks go in groups of 8 tile
+ * rows that walk the tile columns together, so blocks running at once share A and B in L2. */
+template <int BM, int BN> __device__ __forceinline__ void block_tile(int tiles_m, int tiles_n, int &bm, int &bn)
+{
+    const int pid = blockIdx.x, per_group = 8 * tiles_n, first_m = (pid / per_group) * 8;
+    const int gsize = min(tiles_m - first_m, 8);
+    bm = (first_m + (pid % per_group) % gsize) * BM;
+    bn = ((pid % per_group) / gsize) * BN;
 }
 
 /* Launches kern over l's product, one block of Cfg::THREADS a BM x BN tile of C (blockIdx.x

@@ -216,16 +216,8 @@ simt_kernel(int m, int n, int k, const T *__restrict__ A, const T *__restrict__ 
     T *As = reinterpret_cast<T *>(smem_raw);
     T *Bs = As + Cfg::STAGES * Cfg::BK * Cfg::LDA;
 
-    /* Grouped block order: GROUP tile rows are swept together, column by column. */
-    constexpr int GROUP = 8;
-    const int pid = blockIdx.x;
-    const int per_group = GROUP * tiles_n;
-    const int g = pid / per_group;
-    const int first_m = g * GROUP;
-    const int gsize = min(tiles_m - first_m, GROUP);
-    const int tm_idx = first_m + (pid % per_group) % gsize;
-    const int tn_idx = (pid % per_group) / gsize;
-    const int bm = tm_idx * Cfg::BM, bn = tn_idx * Cfg::BN;
+    int bm, bn;
+    gemm_async::block_tile<Cfg::BM, Cfg::BN>(tiles_m, tiles_n, bm, bn);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int wm = (warp / Cfg::WARPS_N) * Cfg::WM, wn = (warp % Cfg::WARPS_N) * Cfg::WN;

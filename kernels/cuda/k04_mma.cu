@@ -1,22 +1,13 @@
 /*
  * k04_mma.cu - tensor cores for float32 inputs through mma.sync (sm_80+): math=tf32 runs
- * mma.m16n8k8 on TF32 operands, math=bf16 runs mma.m16n8k16 on BF16 operands; both
- * accumulate in float32 and write float32.
- *
- * Structure (the same skeleton as k03_simt, one level up):
- *  - Block tile BM x BN, split among warps in WM x WN warp tiles; a warp tile is a grid of
- *    (WM/16) x (WN/8) mma tiles whose accumulators live in registers (4 floats each).
- *  - A and B stay float32 in shared memory, copied by a STAGES-deep cp.async pipeline
- *    (16-byte copies when the row length and pointer allow, 4-byte copies otherwise;
- *    out-of-range elements are zero-filled). Operands are rounded to TF32
- *    (cvt.rna.tf32.f32) or packed to BF16 pairs (cvt.rn.bf16x2.f32) as the fragments are
- *    read, so global memory sees float32 only and the rounding matches cuBLAS's modes.
- *  - The fragment reads are scalar/64-bit shared loads in the mma's own register layout;
- *    the row pads (LDA, LDB) are chosen per math mode so that the 32 lanes of each load
- *    hit 32 different banks (tf32: LDA = 4, LDB = 8 mod 32; bf16: LDA = 8, LDB = 4 mod 32).
- * The store is bounds-checked: any m, n, k >= 1.
- */
-#include <stdint.h>
+ * m16n8k8 on TF32 operands, math=bf16 m16n8k16 on BF16 operands, both with float32
+ * accumulators and output. The skeleton of k03_simt one level up: warp tiles are grids of
+ * 16 x 8 mma tiles; A and B stay float32 in shared memory (a cp.async pipeline, 16-byte
+ * copies where rows and pointers allow) and are rounded (cvt.rna.tf32.f32) or packed to
+ * bf16 pairs as the fragments are read, so the rounding matches cuBLAS's modes. Row pads
+ * put the 32 lanes of each fragment load in 32 banks (docs/KERNELS.md, "k04_mma"). The
+ * store is bounds-checked: any m, n, k >= 1.
+ */#include <stdint.h>
 
 #include <cuda_bf16.h>
 
@@ -106,13 +97,8 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
     float *As = reinterpret_cast<float *>(smem_raw);
     float *Bs = As + Cfg::STAGES * Cfg::BM * Cfg::LDA;
 
-    constexpr int GROUP = 8;
-    const int pid = blockIdx.x;
-    const int per_group = GROUP * tiles_n;
-    const int first_m = (pid / per_group) * GROUP;
-    const int gsize = min(tiles_m - first_m, GROUP);
-    const int bm = (first_m + (pid % per_group) % gsize) * Cfg::BM;
-    const int bn = ((pid % per_group) / gsize) * Cfg::BN;
+    int bm, bn;
+    gemm_async::block_tile<Cfg::BM, Cfg::BN>(tiles_m, tiles_n, bm, bn);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int wm = (warp / Cfg::WARPS_N) * Cfg::WM, wn = (warp % Cfg::WARPS_N) * Cfg::WN;

@@ -1,20 +1,11 @@
 /*
- * k05_dmma.cu - float64 on the tensor cores: mma.sync m8n8k4 f64 (DMMA, sm_80+), exact
- * IEEE float64 products and sums (each DMMA is a chain of double fused multiply-adds),
- * the same path cuBLAS DGEMM takes on the A100 and H100.
- *
- * Why: on an H100 the double-precision tensor cores run about twice the rate of the
- * double FMA units, so the CUDA-core kernel (k03_simt, float64) is capped near half of
- * cuBLAS whatever its tiling.
- *
- * Structure as in k04_mma: a BM x BN block tile split into WM x WN warp tiles, each a grid
- * of (WM/8) x (WN/8) DMMA tiles with 2 doubles of accumulator per lane; A and B copied
- * by a STAGES-deep cp.async pipeline (16-byte copies when k and n are even and the
- * pointers aligned, 8-byte copies otherwise, zero-filled at the edges); fragments read
- * with 64-bit shared loads. Row pads LDA = LDB = 4 (mod 16 doubles) put the 16 lanes of
- * each half-warp phase on 16 different 8-byte bank pairs. The store is bounds-checked.
- */
-#include <stdint.h>
+ * k05_dmma.cu - float64 on the tensor cores: mma.sync m8n8k4 f64 (DMMA, sm_80+) and
+ * m16n8k16 (sm_90), exact IEEE float64 products and sums (each DMMA is a chain of fused
+ * multiply-adds), the path cuBLAS DGEMM takes on the A100 and H100: there the tensor cores
+ * run about twice the rate of the double FMA units. Structure as in k04_mma; row pads
+ * LDA = LDB = 4 (mod 16 doubles) put each half-warp phase on 16 distinct bank pairs. The
+ * store is bounds-checked.
+ */#include <stdint.h>
 
 #include <atomic>
 
@@ -84,13 +75,8 @@ dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__r
     double *As = reinterpret_cast<double *>(smem_raw);
     double *Bs = As + Cfg::STAGES * Cfg::BM * Cfg::LDA;
 
-    constexpr int GROUP = 8;
-    const int pid = blockIdx.x;
-    const int per_group = GROUP * tiles_n;
-    const int first_m = (pid / per_group) * GROUP;
-    const int gsize = min(tiles_m - first_m, GROUP);
-    const int bm = (first_m + (pid % per_group) % gsize) * Cfg::BM;
-    const int bn = ((pid % per_group) / gsize) * Cfg::BN;
+    int bm, bn;
+    gemm_async::block_tile<Cfg::BM, Cfg::BN>(tiles_m, tiles_n, bm, bn);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int wm = (warp / Cfg::WARPS_N) * Cfg::WM, wn = (warp % Cfg::WARPS_N) * Cfg::WN;

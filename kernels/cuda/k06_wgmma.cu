@@ -26,6 +26,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "gemm_async.cuh"
 #include "gemm_kernels.h"
 #include "gemm_scratch.h"
 
@@ -48,7 +49,6 @@ constexpr int CONSUMER_THREADS = 256;
 /* The ring (1024-byte aligned by hand: the swizzle atoms must be), then 2 x STAGES
  * mbarriers. */
 constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8;
-constexpr int GROUP_M = 8;
 
 template <int MATH> struct wg_traits;
 template <> struct wg_traits<WG_TF32> {
@@ -276,13 +276,8 @@ wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ 
     auto full = [&](int s) { return bars + 8u * s; };
     auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
 
-    /* Grouped rasterization: GROUP_M tile rows walk the tile columns together. */
-    const int pid = blockIdx.x;
-    const int per_group = GROUP_M * tiles_n;
-    const int first_m = (pid / per_group) * GROUP_M;
-    const int gsize = min(tiles_m - first_m, GROUP_M);
-    const int bm = (first_m + (pid % per_group) % gsize) * BM;
-    const int bn = ((pid % per_group) / gsize) * BN;
+    int bm, bn;
+    gemm_async::block_tile<BM, BN>(tiles_m, tiles_n, bm, bn);
 
     const int KT = (k + BK - 1) / BK;
     const int wg = threadIdx.x / 128;
@@ -485,7 +480,7 @@ cudaError_t device_ready(kernel_fn kern, const gemm_launch *l, encode_tiled_fn *
     if (!*enc)
         return cudaErrorNotSupported;
     const long long tm = (l->m + BM - 1) / BM, tn = (l->n + BN - 1) / BN;
-    return tm * tn > 0x7fffffffLL || tn * GROUP_M > 0x7fffffffLL ? cudaErrorInvalidConfiguration : cudaSuccess;
+    return tm * tn > 0x7fffffffLL || tn * 8 > 0x7fffffffLL ? cudaErrorInvalidConfiguration : cudaSuccess;
 }
 
 /* An operand as the tensor copies read it: rows x cols elements, row pitch ld, boxes of
