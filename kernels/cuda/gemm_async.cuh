@@ -134,6 +134,41 @@ template <int BM, int BN> __device__ __forceinline__ void block_tile(int tiles_m
     bn = ((pid % per_group) / gsize) * BN;
 }
 
+/* The accumulators of a warp's MI x NI mma tiles (MT rows each; the warp tile at row0,
+ * col0) to C, bounds-checked: lane (g, t) of tile (i, j) holds (g + 8h, 2t..2t+1) in
+ * elements 2h, 2h+1. VEC: C's rows allow pair stores. */
+template <int MT, bool VEC, typename T, int MI, int NI, int ACC>
+__device__ __forceinline__ void store_acc(T *C, T (&acc)[MI][NI][ACC], int m, int n, int row0, int col0, int g,
+                                          int t)
+{
+#pragma unroll
+    for (int i = 0; i < MI; i++) {
+#pragma unroll
+        for (int h = 0; h < ACC / 2; h++) {
+            const int row = row0 + i * MT + g + 8 * h;
+            if (row >= m)
+                continue;
+#pragma unroll
+            for (int j = 0; j < NI; j++) {
+                const int col = col0 + j * 8 + 2 * t;
+                T *dst = C + (size_t)row * n + col;
+                const T v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                if (VEC && col + 1 < n) {
+                    if constexpr (sizeof(T) == 4)
+                        *reinterpret_cast<float2 *>(dst) = make_float2(v0, v1);
+                    else
+                        *reinterpret_cast<double2 *>(dst) = make_double2(v0, v1);
+                } else {
+                    if (col < n)
+                        dst[0] = v0;
+                    if (col + 1 < n)
+                        dst[1] = v1;
+                }
+            }
+        }
+    }
+}
+
 /* Launches kern over l's product, one block of Cfg::THREADS a BM x BN tile of C (blockIdx.x
  * in the kernel's grouped order), with Cfg::SMEM bytes of dynamic shared memory. */
 template <typename Cfg, typename T>

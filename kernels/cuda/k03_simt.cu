@@ -223,12 +223,7 @@ simt_kernel(int m, int n, int k, const T *__restrict__ A, const T *__restrict__ 
     const int wm = (warp / Cfg::WARPS_N) * Cfg::WM, wn = (warp % Cfg::WARPS_N) * Cfg::WN;
     const int lm = lane / Cfg::LN, ln = lane % Cfg::LN;
 
-    acc_t acc[Cfg::TM][Cfg::TN];
-#pragma unroll
-    for (int i = 0; i < Cfg::TM; i++)
-#pragma unroll
-        for (int j = 0; j < Cfg::TN; j++)
-            acc[i][j] = acc_t(0);
+    acc_t acc[Cfg::TM][Cfg::TN] = {};
 
     /* This block's k-steps: KT of them from step kt0 (all of k without split-k). With
      * split-k, piece blockIdx.y writes its partial product to slice blockIdx.y of C (the

@@ -104,14 +104,7 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
     const int wm = (warp / Cfg::WARPS_N) * Cfg::WM, wn = (warp % Cfg::WARPS_N) * Cfg::WN;
     const int g = lane / 4, t = lane % 4;
 
-    float acc[Cfg::MI][Cfg::NI][4];
-#pragma unroll
-    for (int i = 0; i < Cfg::MI; i++)
-#pragma unroll
-        for (int j = 0; j < Cfg::NI; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                acc[i][j][r] = 0.f;
+    float acc[Cfg::MI][Cfg::NI][4] = {};
 
     /* One k-tile, in shared stage st (landed, after the barrier): the main loop around it
      * is gemm_async::mainloop. */
@@ -170,30 +163,7 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
         }
     });
 
-    /* Accumulator layout: d0,d1 at (g, 2t..2t+1), d2,d3 at (g+8, 2t..2t+1). */
-#pragma unroll
-    for (int i = 0; i < Cfg::MI; i++) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = bm + wm + i * 16 + g + h * 8;
-            if (row >= m)
-                continue;
-#pragma unroll
-            for (int j = 0; j < Cfg::NI; j++) {
-                const int col = bn + wn + j * 8 + 2 * t;
-                float *dst = C + (size_t)row * n + col;
-                if (VEC && col + 1 < n) {
-                    *reinterpret_cast<float2 *>(dst) =
-                        make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-                } else {
-                    if (col < n)
-                        dst[0] = acc[i][j][2 * h];
-                    if (col + 1 < n)
-                        dst[1] = acc[i][j][2 * h + 1];
-                }
-            }
-        }
-    }
+    gemm_async::store_acc<16, VEC>(C, acc, m, n, bm + wm, bn + wn, g, t);
 }
 
 template <typename Cfg> cudaError_t run_cfg(const gemm_launch *l)

@@ -140,30 +140,7 @@ dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__r
         }
     });
 
-    /* Accumulator layout: (g + 8h, 2t..2t+1) in elements 2h, 2h+1. */
-#pragma unroll
-    for (int i = 0; i < Cfg::MI; i++) {
-#pragma unroll
-        for (int h = 0; h < Cfg::ACC / 2; h++) {
-            const int row = bm + wm + i * Cfg::MT + g + 8 * h;
-            if (row >= m)
-                continue;
-#pragma unroll
-            for (int j = 0; j < Cfg::NI; j++) {
-                const int col = bn + wn + j * 8 + 2 * t;
-                double *dst = C + (size_t)row * n + col;
-                const double v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                if (VEC && col + 1 < n) {
-                    *reinterpret_cast<double2 *>(dst) = make_double2(v0, v1);
-                } else {
-                    if (col < n)
-                        dst[0] = v0;
-                    if (col + 1 < n)
-                        dst[1] = v1;
-                }
-            }
-        }
-    }
+    gemm_async::store_acc<Cfg::MT, VEC>(C, acc, m, n, bm + wm, bn + wn, g, t);
 }
 
 template <typename Cfg> cudaError_t run_cfg(const gemm_launch *l)

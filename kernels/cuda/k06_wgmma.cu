@@ -313,10 +313,7 @@ wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ 
         /* Consumers: warpgroup 1 rows 0-63 of the tile, warpgroup 2 rows 64-127. */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
         const int cw = wg - 1;
-        float d[128];
-#pragma unroll
-        for (int i = 0; i < 128; i++)
-            d[i] = 0.f;
+        float d[128] = {};
         for (int kt = 0; kt < KT; kt++) {
             const int s = kt % STAGES;
             mbar_wait(full(s), (kt / STAGES) & 1);
