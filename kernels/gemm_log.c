@@ -41,8 +41,7 @@ void gemm_engine_log(gemm_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        msg[0] = '\0';
+    if (n < 0) msg[0] = '\0';
 
     pthread_mutex_lock(&hook_mu);
     gemm_log_fn fn = hook_fn;
@@ -52,13 +51,11 @@ void gemm_engine_log(gemm_log_level level, const char *fmt, ...)
         fn(user, level, msg);
         return;
     }
-    if (level == GEMM_LOG_DEBUG)
-        return;
+    if (level == GEMM_LOG_DEBUG) return;
     /* One write per line, so lines from several threads do not interleave. */
     char line[1100];
     int len = snprintf(line, sizeof line, "gemmd engine %s: %s\n", level_name(level), msg);
-    if (len <= 0)
-        return;
+    if (len <= 0) return;
     if ((size_t)len >= sizeof line) {
         len = (int)sizeof line - 1;
         line[len - 1] = '\n';

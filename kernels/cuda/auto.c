@@ -57,8 +57,7 @@ static const auto_row ROWS[] = {
 static shape_class classify(int rows, int cols, int inner, int align)
 {
     const long long tiles = (long long)((rows + 127) / 128) * ((cols + 127) / 128);
-    if (tiles < 132 || inner < 64)
-        return SHAPE_SMALL;
+    if (tiles < 132 || inner < 64) return SHAPE_SMALL;
     /* Harmonic mean 2*rows*cols/(rows+cols), in double (no overflow). */
     const double harmonic = 2.0 * rows * cols / ((double)rows + cols);
     if (harmonic >= 3072.0 && inner >= 512)
@@ -74,8 +73,7 @@ static shape_class classify(int rows, int cols, int inner, int align)
 
 static const char *small_single(gemm_dtype d, gemm_math r, int rows, int cols, int inner, int batch, int cc)
 {
-    if (d != GEMM_DTYPE_F32 || r != GEMM_MATH_FP32 || batch > 1)
-        return NULL;
+    if (d != GEMM_DTYPE_F32 || r != GEMM_MATH_FP32 || batch > 1) return NULL;
     const double mnk = (double)rows * (double)cols * (double)inner;
     const char *name = mnk <= SINGLE_TILED_MNK ? "tiled" : mnk <= SINGLE_SIMT_MNK ? "simt" : NULL;
     const gemm_kernel_desc *k = name ? gemm_kernel_find(name) : NULL;
@@ -87,15 +85,12 @@ const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int 
 {
     const gemm_math r = d != GEMM_DTYPE_F32 ? GEMM_MATH_DEFAULT : m == GEMM_MATH_DEFAULT ? GEMM_MATH_FP32 : m;
     const char *single = small_single(d, r, rows, cols, inner, batch, cc);
-    if (single)
-        return single;
+    if (single) return single;
     const shape_class sc = classify(rows, cols, inner, gemm_dtype_is_half(d) ? 8 : 4);
     for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
         const auto_row *row = &ROWS[i];
-        if (row->dtype != d || row->math != r)
-            continue;
-        if (row->shape != SHAPE_ANY && row->shape != sc)
-            continue;
+        if (row->dtype != d || row->math != r) continue;
+        if (row->shape != SHAPE_ANY && row->shape != sc) continue;
         for (int c = 0; c < MAX_CANDIDATES && row->kernel[c]; c++) {
             const gemm_kernel_desc *k = gemm_kernel_find(row->kernel[c]);
             if (k && gemm_kernel_supports(k, d, m, 0, cc, NULL) && (wgmma_ok || strcmp(k->name, "wgmma") != 0))

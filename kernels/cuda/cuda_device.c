@@ -36,8 +36,7 @@ int gemm_cuda_parse_devices(cuda_backend *cb, const char *spec, int count, gemm_
 {
     if (!spec[0] || strcmp(spec, "all") == 0) {
         cb->ndev = count < GEMM_MAX_DEVICES ? count : GEMM_MAX_DEVICES;
-        for (int i = 0; i < cb->ndev; i++)
-            cb->devs[i].ordinal = i;
+        for (int i = 0; i < cb->ndev; i++) cb->devs[i].ordinal = i;
         return 0;
     }
     char buf[128];
@@ -59,8 +58,7 @@ int gemm_cuda_parse_devices(cuda_backend *cb, const char *spec, int count, gemm_
                                 spec, GEMM_MAX_DEVICES);
         cb->devs[cb->ndev++].ordinal = (int)v;
     }
-    if (cb->ndev == 0)
-        return gemm_engine_err_set(err, GEMM_E_BAD_CONFIG, "devices \"%s\" names no device", spec);
+    if (cb->ndev == 0) return gemm_engine_err_set(err, GEMM_E_BAD_CONFIG, "devices \"%s\" names no device", spec);
     return 0;
 }
 
@@ -80,8 +78,7 @@ const gemm_fault_hook gemm_cuda_faults[] = {
 static void buffer_free(cuda_worker *w, int i)
 {
     if (w->buf[i]) {
-        if (gemm_scratch_free(w->buf[i], w->stream) != cudaSuccess)
-            cudaGetLastError();
+        if (gemm_scratch_free(w->buf[i], w->stream) != cudaSuccess) cudaGetLastError();
         atomic_fetch_sub(&w->dev->mem_used, (unsigned long long)w->cap[i]);
     }
     w->buf[i] = NULL;
@@ -90,8 +87,7 @@ static void buffer_free(cuda_worker *w, int i)
 
 static void free_buffers(cuda_worker *w)
 {
-    for (int i = 0; i < 3; i++)
-        buffer_free(w, i);
+    for (int i = 0; i < 3; i++) buffer_free(w, i);
 }
 
 /* Frees what the worker holds on its device (best effort: after a sticky error the calls
@@ -101,16 +97,12 @@ void gemm_cuda_destroy_resources(cuda_worker *w)
     free_buffers(w);
     gemm_lt_destroy(w->lt);
     w->lt = NULL;
-    if (w->blas)
-        cublasDestroy(w->blas);
-    if (w->lt_ws && gemm_scratch_free(w->lt_ws, w->stream) != cudaSuccess)
-        cudaGetLastError();
+    if (w->blas) cublasDestroy(w->blas);
+    if (w->lt_ws && gemm_scratch_free(w->lt_ws, w->stream) != cudaSuccess) cudaGetLastError();
     w->lt_ws = NULL;
     for (int i = 0; i < WORKER_EVENTS; i++)
-        if (w->ev[i])
-            cudaEventDestroy(w->ev[i]);
-    if (w->stream)
-        cudaStreamDestroy(w->stream);
+        if (w->ev[i]) cudaEventDestroy(w->ev[i]);
+    if (w->stream) cudaStreamDestroy(w->stream);
     cudaGetLastError();
     w->blas = NULL;
     w->stream = NULL;
@@ -125,10 +117,8 @@ cudaError_t gemm_cuda_build_resources(cuda_worker *w, unsigned gen, gemm_cuda_si
      * core (it polls only briefly first, see wait_event in engine_cuda.c). */
     for (int i = 0; i < WORKER_EVENTS && e == cudaSuccess; i++)
         e = GEMM_CUDA_CHECK(site, cudaEventCreateWithFlags(&w->ev[i], cudaEventBlockingSync));
-    if (e == cudaSuccess)
-        e = GEMM_CUBLAS_CHECK(site, cublasCreate(&w->blas));
-    if (e == cudaSuccess)
-        e = GEMM_CUBLAS_CHECK(site, cublasSetStream(w->blas, w->stream));
+    if (e == cudaSuccess) e = GEMM_CUBLAS_CHECK(site, cublasCreate(&w->blas));
+    if (e == cudaSuccess) e = GEMM_CUBLAS_CHECK(site, cublasSetStream(w->blas, w->stream));
     /* One workspace for cuBLAS and cublasLt (the same stream uses it): cuBLAS would
      * otherwise allocate its own. cublasLt picks the algorithm of a panel's whole product
      * (gemm_launch.plan_m); without it (no memory, no cublasLt) cublasGemmEx runs everything. */
@@ -182,12 +172,10 @@ cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_
     }
     if (limit && sum > limit) {
         free_buffers(w);
-        for (int i = 0; i < 3; i++)
-            want[i] = need[i];
+        for (int i = 0; i < 3; i++) want[i] = need[i];
     }
     for (int i = 0; i < 3; i++) {
-        if (w->buf[i] && w->cap[i] >= need[i])
-            continue;
+        if (w->buf[i] && w->cap[i] >= need[i]) continue;
         buffer_free(w, i);
         cudaError_t e = dev_malloc(w, &w->buf[i], want[i], site);
         if (e != cudaSuccess) {
@@ -206,11 +194,9 @@ cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_
 int gemm_cuda_dev_enter_house(cuda_dev *d, int lost_too)
 {
     pthread_mutex_lock(&d->mu);
-    while (d->resetting)
-        pthread_cond_wait(&d->cv, &d->mu);
+    while (d->resetting) pthread_cond_wait(&d->cv, &d->mu);
     int ok = lost_too || !atomic_load(&d->lost);
-    if (ok)
-        d->active++;
+    if (ok) d->active++;
     pthread_mutex_unlock(&d->mu);
     return ok;
 }
@@ -219,8 +205,7 @@ unsigned gemm_cuda_dev_enter(cuda_dev *d)
 {
     gemm_cuda_dev_enter_house(d, 1); /* inside: no reset runs meanwhile, so d->gen is stable */
     pthread_mutex_lock(&d->busy_mu);
-    if (d->jobs++ == 0)
-        d->busy_since_ms = gemm_now_ms();
+    if (d->jobs++ == 0) d->busy_since_ms = gemm_now_ms();
     pthread_mutex_unlock(&d->busy_mu);
     return d->gen;
 }
@@ -237,8 +222,7 @@ void gemm_cuda_pin(cuda_backend *cb, cuda_dev *d, void *p, unsigned *held)
 {
     for (int tries = 0; tries < 3; tries++) {
         int s = gemm_cuda_host_pin(cb->host, p, d->slot);
-        if (s < 0 || s == d->slot || (*held & (1u << s)))
-            return;
+        if (s < 0 || s == d->slot || (*held & (1u << s))) return;
         /* Hold the device whose registration it is (lost or not: a lost one's reset may be
          * pending), then look again: it may have been reset before we got in (then the
          * block registers here). */
@@ -250,8 +234,7 @@ void gemm_cuda_pin(cuda_backend *cb, cuda_dev *d, void *p, unsigned *held)
 void gemm_cuda_unhold(cuda_backend *cb, unsigned held)
 {
     for (int s = 0; held; s++, held >>= 1)
-        if (held & 1u)
-            gemm_cuda_dev_leave_house(&cb->devs[s]);
+        if (held & 1u) gemm_cuda_dev_leave_house(&cb->devs[s]);
 }
 
 void gemm_cuda_sample_memory(cuda_dev *d)
@@ -275,8 +258,7 @@ static void reset_locked(cuda_backend *cb, cuda_dev *d, int lose)
     gemm_cuda_host_device_lost(cb->host, d->slot);
     cudaSetDevice(d->ordinal);
     for (int i = 0; i < cb->nworkers; i++)
-        if (cb->workers[i].dev == d && cb->workers[i].gen != 0)
-            gemm_cuda_destroy_resources(&cb->workers[i]);
+        if (cb->workers[i].dev == d && cb->workers[i].gen != 0) gemm_cuda_destroy_resources(&cb->workers[i]);
     gemm_engine_log(GEMM_LOG_WARN, "cuda: device %d (%s): resetting after %s", d->ordinal, d->info.name,
                     lose ? "its injected loss (fault_inject lost)" : "a sticky error");
     cudaError_t e = cudaDeviceReset();
@@ -294,8 +276,7 @@ static void reset_locked(cuda_backend *cb, cuda_dev *d, int lose)
         e = cudaSetDevice(d->ordinal);
         if (e == cudaSuccess)
             e = cudaFree(0); /* makes the new primary context */
-        if (e == cudaSuccess || gemm_now_ms() - t0 >= RESET_WAIT_MS)
-            break;
+        if (e == cudaSuccess || gemm_now_ms() - t0 >= RESET_WAIT_MS) break;
         cudaGetLastError();
         struct timespec ts = {0, 200 * 1000000L};
         nanosleep(&ts, NULL);
@@ -322,18 +303,15 @@ static void reset_locked(cuda_backend *cb, cuda_dev *d, int lose)
 void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken, int lose)
 {
     pthread_mutex_lock(&d->busy_mu);
-    if (--d->jobs == 0)
-        d->busy_ms += gemm_now_ms() - d->busy_since_ms;
+    if (--d->jobs == 0) d->busy_ms += gemm_now_ms() - d->busy_since_ms;
     pthread_mutex_unlock(&d->busy_mu);
     gemm_cuda_dev_leave_house(d);
-    if (!broken)
-        return;
+    if (!broken) return;
     pthread_mutex_lock(&cb->reset_mu);
     pthread_mutex_lock(&d->mu);
     if (gen == d->gen) {
         d->resetting = 1;
-        while (d->active > 0)
-            pthread_cond_wait(&d->cv, &d->mu);
+        while (d->active > 0) pthread_cond_wait(&d->cv, &d->mu);
         reset_locked(cb, d, lose);
         d->resetting = 0;
         pthread_cond_broadcast(&d->cv);

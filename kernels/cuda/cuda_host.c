@@ -135,8 +135,7 @@ static int class_of(const block_hdr *b)
  * one of the MAX_STASHES was left for it. */
 static stash *my_stash(gemm_cuda_host *h)
 {
-    if (!gemm_alloc_busy_thread())
-        return NULL;
+    if (!gemm_alloc_busy_thread()) return NULL;
     if (my_stash_host != h->id) {
         int i = atomic_fetch_add(&h->nstashes, 1);
         my_stash_host = h->id;
@@ -165,8 +164,7 @@ static block_hdr *stash_take(stash *s, size_t fresh, size_t slack)
     int best = -1;
     for (int i = s->n - 1; i >= 0; i--) {
         size_t cap = s->b[i]->cap;
-        if (cap >= fresh && cap - fresh <= slack && (best < 0 || cap < s->b[best]->cap))
-            best = i;
+        if (cap >= fresh && cap - fresh <= slack && (best < 0 || cap < s->b[best]->cap)) best = i;
     }
     block_hdr *b = best >= 0 ? stash_remove_locked(s, best) : NULL;
     pthread_mutex_unlock(&s->mu);
@@ -184,8 +182,7 @@ static int stash_put(gemm_cuda_host *h, stash *s, block_hdr *b, block_hdr **push
     /* registered() under the stash's lock: a reset of b's slot bumps the generation before
      * it empties the stashes under their locks, so a stale block never stays */
     if (registered(h, b) && account_add(&s->acct, (int64_t)b->cap) == 0) {
-        if (s->n == STASH_BLOCKS)
-            *pushed = stash_remove_locked(s, 0);
+        if (s->n == STASH_BLOCKS) *pushed = stash_remove_locked(s, 0);
         s->b[s->n++] = b;
         s->bytes += b->cap;
         kept = 1;
@@ -207,8 +204,7 @@ static void cache_put_locked(gemm_cuda_host *h, block_hdr *b)
     int c = class_of(b);
     b->cprev = NULL;
     b->cnext = h->cls[c];
-    if (h->cls[c])
-        h->cls[c]->cprev = b;
+    if (h->cls[c]) h->cls[c]->cprev = b;
     h->cls[c] = b;
     h->ncached++;
     h->cached_bytes += b->cap;
@@ -229,8 +225,7 @@ static void cache_take_locked(gemm_cuda_host *h, block_hdr *b)
         b->cprev->cnext = b->cnext;
     else
         h->cls[class_of(b)] = b->cnext;
-    if (b->cnext)
-        b->cnext->cprev = b->cprev;
+    if (b->cnext) b->cnext->cprev = b->cprev;
     b->older = b->newer = b->cprev = b->cnext = NULL;
     h->ncached--;
     h->cached_bytes -= b->cap;
@@ -242,25 +237,20 @@ static void cache_take_locked(gemm_cuda_host *h, block_hdr *b)
 static block_hdr *cache_find_locked(gemm_cuda_host *h, size_t fresh, size_t slack)
 {
     for (size_t pages = (fresh + HDR) / PAGE; pages < CLASSES - 1; pages++) {
-        if (pages * PAGE - HDR > fresh + slack)
-            return NULL;
-        if (h->cls[pages])
-            return h->cls[pages];
+        if (pages * PAGE - HDR > fresh + slack) return NULL;
+        if (h->cls[pages]) return h->cls[pages];
     }
     block_hdr *best = NULL;
     for (block_hdr *b = h->cls[CLASSES - 1]; b; b = b->cnext)
-        if (b->cap >= fresh && b->cap - fresh <= slack && (!best || b->cap < best->cap))
-            best = b;
+        if (b->cap >= fresh && b->cap - fresh <= slack && (!best || b->cap < best->cap)) best = b;
     return best;
 }
 
 gemm_cuda_host *gemm_cuda_host_open(const int *ordinals, int ndev, size_t max_cached_bytes)
 {
-    if (ndev < 1)
-        return NULL;
+    if (ndev < 1) return NULL;
     gemm_cuda_host *h = calloc(1, sizeof *h);
-    if (!h)
-        return NULL;
+    if (!h) return NULL;
     h->ordinal = calloc((size_t)ndev, sizeof *h->ordinal);
     h->gen = calloc((size_t)ndev, sizeof *h->gen);
     if (!h->ordinal || !h->gen) {
@@ -277,8 +267,7 @@ gemm_cuda_host *gemm_cuda_host_open(const int *ordinals, int ndev, size_t max_ca
     h->max_cached = max_cached_bytes;
     h->id = atomic_fetch_add(&host_ids, 1) + 1;
     pthread_mutex_init(&h->mu, NULL);
-    for (int i = 0; i < MAX_STASHES; i++)
-        pthread_mutex_init(&h->stashes[i].mu, NULL);
+    for (int i = 0; i < MAX_STASHES; i++) pthread_mutex_init(&h->stashes[i].mu, NULL);
     return h;
 }
 
@@ -338,8 +327,7 @@ static size_t trim_locked(gemm_cuda_host *h)
         pthread_mutex_lock(&st->mu);
         account_add(&st->acct, -(int64_t)st->bytes);
         bytes += st->bytes;
-        while (st->n > 0)
-            queue_locked(h, st->b[--st->n]);
+        while (st->n > 0) queue_locked(h, st->b[--st->n]);
         st->bytes = 0;
         pthread_mutex_unlock(&st->mu);
     }
@@ -348,8 +336,7 @@ static size_t trim_locked(gemm_cuda_host *h)
 
 void gemm_cuda_host_close(gemm_cuda_host *h)
 {
-    if (!h)
-        return;
+    if (!h) return;
     pthread_mutex_lock(&h->mu);
     trim_locked(h);
     block_hdr *list = h->queue;
@@ -366,8 +353,7 @@ void gemm_cuda_host_close(gemm_cuda_host *h)
         free_block(b);
     }
     pthread_mutex_destroy(&h->mu);
-    for (int i = 0; i < MAX_STASHES; i++)
-        pthread_mutex_destroy(&h->stashes[i].mu);
+    for (int i = 0; i < MAX_STASHES; i++) pthread_mutex_destroy(&h->stashes[i].mu);
     free(h->ordinal);
     free(h->gen);
     free(h);
@@ -375,14 +361,12 @@ void gemm_cuda_host_close(gemm_cuda_host *h)
 
 void gemm_cuda_host_device_lost(gemm_cuda_host *h, int slot)
 {
-    if (slot >= 0 && slot < h->ndev)
-        atomic_fetch_add(&h->gen[slot], 1);
+    if (slot >= 0 && slot < h->ndev) atomic_fetch_add(&h->gen[slot], 1);
 }
 
 void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
 {
-    if (slot < 0 || slot >= h->ndev)
-        return;
+    if (slot < 0 || slot >= h->ndev) return;
     pthread_mutex_lock(&h->mu);
     block_hdr *drop = unqueue_locked(h, slot, 0);
     for (block_hdr *b = h->oldest, *next; b; b = next) {
@@ -398,8 +382,7 @@ void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
         stash *st = &h->stashes[i];
         pthread_mutex_lock(&st->mu);
         for (int j = st->n - 1; j >= 0; j--) {
-            if (st->b[j]->slot != slot)
-                continue;
+            if (st->b[j]->slot != slot) continue;
             block_hdr *b = stash_remove_locked(st, j);
             b->qnext = drop;
             drop = b;
@@ -417,10 +400,8 @@ void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
 static void *host_alloc(void *ctx, size_t bytes)
 {
     gemm_cuda_host *h = ctx;
-    if (bytes == 0)
-        bytes = 1;
-    if (bytes > SIZE_MAX - HDR - PAGE)
-        return NULL;
+    if (bytes == 0) bytes = 1;
+    if (bytes > SIZE_MAX - HDR - PAGE) return NULL;
     /* What a new block would hold: a cached one at most an eighth (and a page) bigger is
      * taken. A locked block is resident in full while the budget is charged only what was
      * asked for, so the slack is kept small (with "up to twice", the hostile battery's
@@ -441,8 +422,7 @@ static void *host_alloc(void *ctx, size_t bytes)
     }
     if (!b) {
         b = aligned_alloc(PAGE, fresh + HDR);
-        if (!b)
-            return NULL;
+        if (!b) return NULL;
         memset(b, 0, sizeof *b);
         b->cap = fresh;
         atomic_init(&b->slot, -1);
@@ -460,8 +440,7 @@ static void unlock_notify(gemm_cuda_host *h, size_t queued)
     void (*notify)(void *) = h->notify;
     void *arg = h->notify_arg;
     pthread_mutex_unlock(&h->mu);
-    if (queued && notify)
-        notify(arg);
+    if (queued && notify) notify(arg);
 }
 
 /* A registered block no stash keeps: into the shared cache, or queued to be unregistered. */
@@ -500,8 +479,7 @@ static void cache_keep(gemm_cuda_host *h, block_hdr *b)
 static void host_free(void *ctx, void *p)
 {
     gemm_cuda_host *h = ctx;
-    if (!p)
-        return;
+    if (!p) return;
     block_hdr *b = hdr_of(p);
     if (b->magic != MAGIC) {
         gemm_engine_log(GEMM_LOG_ERROR, "cuda: host_free of a pointer this allocator did not give out");
@@ -516,8 +494,7 @@ static void host_free(void *ctx, void *p)
     }
     block_hdr *pushed;
     if (home && b->cap <= STASH_MAX_CAP && stash_put(h, home, b, &pushed)) {
-        if (pushed)
-            cache_keep(h, pushed);
+        if (pushed) cache_keep(h, pushed);
         return;
     }
     cache_keep(h, b);
@@ -525,11 +502,9 @@ static void host_free(void *ctx, void *p)
 
 int gemm_cuda_host_pin(gemm_cuda_host *h, void *p, int slot)
 {
-    if (!p || slot < 0 || slot >= h->ndev)
-        return GEMM_PIN_PAGEABLE;
+    if (!p || slot < 0 || slot >= h->ndev) return GEMM_PIN_PAGEABLE;
     block_hdr *b = hdr_of(p);
-    if (b->magic != MAGIC)
-        return GEMM_PIN_PAGEABLE;
+    if (b->magic != MAGIC) return GEMM_PIN_PAGEABLE;
     if (registered(h, b)) /* the common case, without the lock */
         return atomic_load_explicit(&b->slot, memory_order_relaxed);
     unsigned gen = atomic_load(&h->gen[slot]);
@@ -606,15 +581,13 @@ void gemm_cuda_host_set_charge(gemm_cuda_host *h, int (*fn)(void *ctx, int64_t d
     account_add(&h->acct, -(int64_t)h->cached_bytes);
     h->acct = to;
     int refused = account_add(&to, (int64_t)h->cached_bytes) != 0;
-    if (refused)
-        h->acct.fn = NULL;
+    if (refused) h->acct.fn = NULL;
     for (int i = 0; i < MAX_STASHES; i++) {
         stash *st = &h->stashes[i];
         pthread_mutex_lock(&st->mu);
         account_add(&st->acct, -(int64_t)st->bytes);
         st->acct = to;
-        if (account_add(&to, (int64_t)st->bytes) != 0)
-            st->acct.fn = NULL, refused = 1;
+        if (account_add(&to, (int64_t)st->bytes) != 0) st->acct.fn = NULL, refused = 1;
         pthread_mutex_unlock(&st->mu);
     }
     size_t trimmed = 0;

@@ -22,8 +22,7 @@ static void visit(cuda_backend *cb, int sample)
         if (!gemm_cuda_dev_enter_house(d, 0))
             continue; /* lost: nothing to sample, its registrations are gone */
         if (cudaSetDevice(d->ordinal) == cudaSuccess) {
-            if (sample)
-                gemm_cuda_sample_memory(d);
+            if (sample) gemm_cuda_sample_memory(d);
             gemm_cuda_host_drain(cb->host, d->slot);
         }
         cudaGetLastError();
@@ -46,13 +45,11 @@ static void *house_main(void *arg)
             until.tv_sec += (time_t)(ns / 1000000000LL);
             until.tv_nsec = (long)(ns % 1000000000LL);
             int rc = pthread_cond_timedwait(&cb->house_cv, &cb->house_mu, &until);
-            if (rc != 0 && rc != ETIMEDOUT && rc != EINTR)
-                break;
+            if (rc != 0 && rc != ETIMEDOUT && rc != EINTR) break;
             continue;
         }
         int sample = now >= next;
-        if (sample)
-            next = now + HOUSE_PERIOD_MS;
+        if (sample) next = now + HOUSE_PERIOD_MS;
         cb->house_wake = 0;
         pthread_mutex_unlock(&cb->house_mu);
         visit(cb, sample);
@@ -94,8 +91,7 @@ int gemm_cuda_house_start(cuda_backend *cb)
 
 void gemm_cuda_house_stop(cuda_backend *cb)
 {
-    if (!cb->house_started)
-        return;
+    if (!cb->house_started) return;
     pthread_mutex_lock(&cb->house_mu);
     cb->house_stop = 1;
     pthread_cond_signal(&cb->house_cv);

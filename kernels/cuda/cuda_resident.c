@@ -88,8 +88,7 @@ void gemm_cuda_resident_publish(cuda_dev *d, unsigned gen, gemm_resident *r, voi
     pthread_mutex_unlock(&r->mu);
     atomic_fetch_add(&d->resident_bytes, (unsigned long long)r->bytes);
     if (old) { /* C is written once; guard anyway */
-        if (old_gen == gen && gemm_scratch_free(old, NULL) != cudaSuccess)
-            cudaGetLastError();
+        if (old_gen == gen && gemm_scratch_free(old, NULL) != cudaSuccess) cudaGetLastError();
         atomic_fetch_sub(&d->resident_bytes, (unsigned long long)r->bytes);
     }
 }
@@ -115,14 +114,12 @@ void gemm_cuda_resident_drain(cuda_backend *cb)
         gemm_resident *r = list;
         list = r->free_next;
         for (int i = 0; i < cb->ndev; i++) {
-            if (!r->dev[i])
-                continue;
+            if (!r->dev[i]) continue;
             cuda_dev *d = &cb->devs[i];
             if (gemm_cuda_dev_enter_house(d, 0)) {
                 /* entered: no reset runs now, so d->gen is stable */
                 /* its products have all finished: no stream uses it any more */
-                if (d->gen == r->gen[i] && cudaSetDevice(d->ordinal) == cudaSuccess)
-                    gemm_scratch_free(r->dev[i], NULL);
+                if (d->gen == r->gen[i] && cudaSetDevice(d->ordinal) == cudaSuccess) gemm_scratch_free(r->dev[i], NULL);
                 cudaGetLastError();
                 gemm_cuda_dev_leave_house(d);
             }

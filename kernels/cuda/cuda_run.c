@@ -71,8 +71,7 @@ static cudaError_t wait_event(cudaEvent_t ev)
     cudaError_t e;
     while ((e = cudaEventQuery(ev)) == cudaErrorNotReady && gemm_now_ms() - t0 < WAIT_SPIN_MS) {
     }
-    if (e != cudaErrorNotReady)
-        return e;
+    if (e != cudaErrorNotReady) return e;
     if (cudaPeekAtLastError() == cudaErrorNotReady) /* "not ready" is no error: never keep it */
         cudaGetLastError();
     return cudaEventSynchronize(ev);
@@ -98,8 +97,7 @@ typedef struct {
 
 static cudaError_t copies_flush(copy_list *c)
 {
-    if (c->err != cudaSuccess || c->n == 0)
-        return c->err;
+    if (c->err != cudaSuccess || c->n == 0) return c->err;
     if (c->n == 1) {
         c->err = GEMM_CUDA_CHECK(c->site, cudaMemcpyAsync(c->dst[0], c->src[0], c->size[0], c->kind, c->s));
     } else {
@@ -123,13 +121,11 @@ static cudaError_t copies_flush(copy_list *c)
 
 static void copies_add(copy_list *c, void *dst, const void *src, size_t size)
 {
-    if (size == 0 || c->err != cudaSuccess)
-        return;
+    if (size == 0 || c->err != cudaSuccess) return;
     c->dst[c->n] = dst;
     c->src[c->n] = src;
     c->size[c->n] = size;
-    if (++c->n == COPY_CHUNK)
-        copies_flush(c);
+    if (++c->n == COPY_CHUNK) copies_flush(c);
 }
 
 static int stop_with(run_ctx *x, int rc)
@@ -163,8 +159,7 @@ static int plan(run_ctx *x)
             ok = gemm_mul_size(x->step[i], (size_t)x->nb, &x->need[i]);
         }
     }
-    if (!ok)
-        return stop_with(x, gemm_engine_err_set(&job->err, GEMM_E_TOO_LARGE, "the product's size overflows"));
+    if (!ok) return stop_with(x, gemm_engine_err_set(&job->err, GEMM_E_TOO_LARGE, "the product's size overflows"));
     x->total = (uint64_t)x->need[0] + x->need[1] + x->need[2];
     if (x->cb->mem_limit && x->total > x->cb->mem_limit)
         return stop_with(x, gemm_engine_err_set(&job->err, GEMM_E_DEVICE_OOM,
@@ -185,10 +180,8 @@ static int buffers(run_ctx *x)
 {
     for (int tries = x->w->cap[0] + x->w->cap[1] + x->w->cap[2] > 0 ? 2 : 1; tries > 0; tries--) {
         memset(&x->site, 0, sizeof x->site);
-        if (gemm_cuda_ensure_buffers(x->w, x->need, &x->site) == cudaSuccess)
-            return GO;
-        if (x->site.err != cudaErrorMemoryAllocation)
-            return CUDA_FAILED;
+        if (gemm_cuda_ensure_buffers(x->w, x->need, &x->site) == cudaSuccess) return GO;
+        if (x->site.err != cudaErrorMemoryAllocation) return CUDA_FAILED;
         cudaGetLastError();
     }
     gemm_cuda_sample_memory(x->d); /* on the worker: a CUDA call is fine here */
@@ -214,18 +207,15 @@ static int enter(run_ctx *x)
                                                 x->job->device, cudaGetErrorString(d->lost_err)));
     if (gemm_job_cancel_requested(x->job))
         return stop_with(x, gemm_job_stop_cancelled(x->job, "its host-to-device copy"));
-    if (GEMM_CUDA_CHECK(&x->site, cudaSetDevice(d->ordinal)) != cudaSuccess)
-        return CUDA_FAILED;
+    if (GEMM_CUDA_CHECK(&x->site, cudaSetDevice(d->ordinal)) != cudaSuccess) return CUDA_FAILED;
     if (x->w->gen != x->gen) {
         if (x->w->gen != 0)
             gemm_cuda_destroy_resources(x->w); /* only when built before a reset that skipped it */
-        if (gemm_cuda_build_resources(x->w, x->gen, &x->site) != cudaSuccess)
-            return CUDA_FAILED;
+        if (gemm_cuda_build_resources(x->w, x->gen, &x->site) != cudaSuccess) return CUDA_FAILED;
     }
     x->stage = "device allocation";
     int st = buffers(x);
-    if (st != GO)
-        return st;
+    if (st != GO) return st;
     x->njob = atomic_fetch_add(&x->cb->jobs, 1) + 1;
     if (x->cb->lost_at > 0 && x->njob == x->cb->lost_at) {
         /* Test hook: the device is marked lost at once (its workers take no more products)
@@ -282,8 +272,7 @@ static int copy_in(run_ctx *x)
     x->stage = "H2D copy";
     copy_list cp = {.kind = cudaMemcpyHostToDevice, .s = x->w->stream, .site = &x->site,
                     .one_by_one = x->cb->copy_loop != 0};
-    if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[0], x->w->stream)) != cudaSuccess)
-        return CUDA_FAILED;
+    if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[0], x->w->stream)) != cudaSuccess) return CUDA_FAILED;
     if (job->a_parts) {
         for (uint64_t i = 0; i < x->nb; i++) {
             copies_add(&cp, (char *)x->A + i * x->step[0], job->a_parts[i], x->one[0]);
@@ -303,12 +292,10 @@ static int copy_in(run_ctx *x)
  * stage's own start event `next`. */
 static int stage_gap(run_ctx *x, cudaEvent_t done, cudaEvent_t next, const char *before)
 {
-    if (GEMM_CUDA_CHECK(&x->site, wait_event(done)) != cudaSuccess)
-        return CUDA_FAILED;
+    if (GEMM_CUDA_CHECK(&x->site, wait_event(done)) != cudaSuccess) return CUDA_FAILED;
     if (gemm_job_cancel_requested(x->job)) {
         x->job->timing.h2d_ms = ev_ms(x->w->ev[0], x->w->ev[1], &x->site);
-        if (done == x->w->ev[3])
-            x->job->timing.kernel_ms = ev_ms(x->k0, x->w->ev[3], &x->site);
+        if (done == x->w->ev[3]) x->job->timing.kernel_ms = ev_ms(x->k0, x->w->ev[3], &x->site);
         return stop_with(x, gemm_job_stop_cancelled(x->job, before));
     }
     return GEMM_CUDA_CHECK(&x->site, cudaEventRecord(next, x->w->stream)) == cudaSuccess ? GO : CUDA_FAILED;
@@ -326,8 +313,7 @@ static int launch(run_ctx *x)
     if (x->staged) {
         x->k0 = ev[2];
         int st = stage_gap(x, ev[1], x->k0, "its kernel");
-        if (st != GO)
-            return st;
+        if (st != GO) return st;
     }
     x->stage = "kernel";
     if (x->cb->sticky_at > 0 && x->njob == x->cb->sticky_at &&
@@ -344,31 +330,27 @@ static int launch(run_ctx *x)
         .out_half = job->out_half,
         .plan_m = (int)gemm_job_plan_rows(job), /* m when it is whole: the same choice */
     };
-    if (x->k->plan)
-        job->tile_used = x->k->plan(&l, job->block, sizeof job->block);
+    if (x->k->plan) job->tile_used = x->k->plan(&l, job->block, sizeof job->block);
     const int strided = x->nb > 1 && x->k->batch_native && !job->a_parts;
     if (strided) {
         l.batch = (int)x->nb;
         l.stride_a = (long long)(job->m * job->k);
         l.stride_b = job->b_shared ? 0 : (long long)(job->k * job->n);
         l.stride_c = (long long)(job->m * job->n);
-        if (GEMM_CUDA_CHECK(&x->site, x->k->launch(&l)) != cudaSuccess)
-            return CUDA_FAILED;
+        if (GEMM_CUDA_CHECK(&x->site, x->k->launch(&l)) != cudaSuccess) return CUDA_FAILED;
     } else {
         for (uint64_t i = 0; i < x->nb; i++) { /* back to back on the stream */
             l.A = (const char *)x->A + i * x->step[0];
             l.B = (const char *)x->B + i * x->step[1];
             l.C = (char *)x->C + i * x->step[2];
-            if (GEMM_CUDA_CHECK(&x->site, x->k->launch(&l)) != cudaSuccess)
-                return CUDA_FAILED;
+            if (GEMM_CUDA_CHECK(&x->site, x->k->launch(&l)) != cudaSuccess) return CUDA_FAILED;
         }
     }
     if (x->nb > 1) {
         job->batched = x->nb;
         snprintf(job->batch_mode, sizeof job->batch_mode, "%s", strided ? "strided" : "loop");
     }
-    if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[3], s)) != cudaSuccess)
-        return CUDA_FAILED;
+    if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[3], s)) != cudaSuccess) return CUDA_FAILED;
     if (x->nb <= 1 && job->c_res) /* C stays on the device for the next product (before the D2H) */
         x->keep = gemm_cuda_resident_keep(x->w->buf[2], x->need[2], s);
     return GO;
@@ -383,8 +365,7 @@ static int copy_out(run_ctx *x)
     if (x->staged) {
         x->d0 = ev[4];
         int st = stage_gap(x, ev[3], x->d0, "its device-to-host copy");
-        if (st != GO)
-            return st;
+        if (st != GO) return st;
     }
     x->stage = "D2H copy";
     copy_list cp = {.kind = cudaMemcpyDeviceToHost, .s = x->w->stream, .site = &x->site,
@@ -408,14 +389,12 @@ static int finish(run_ctx *x)
     gemm_job *job = x->job;
     cudaEvent_t *ev = x->w->ev;
     x->stage = "synchronize";
-    if (GEMM_CUDA_CHECK(&x->site, wait_event(ev[5])) != cudaSuccess)
-        return CUDA_FAILED;
+    if (GEMM_CUDA_CHECK(&x->site, wait_event(ev[5])) != cudaSuccess) return CUDA_FAILED;
     const size_t up = x->upload[0] + x->upload[1] + x->res_bytes;
     job->timing.h2d_ms = up > 0 ? ev_ms(ev[0], ev[1], &x->site) + x->res_ms : 0;
     job->timing.kernel_ms = ev_ms(x->k0, ev[3], &x->site);
     job->timing.d2h_ms = ev_ms(x->d0, ev[5], &x->site);
-    if (x->site.err != cudaSuccess)
-        return CUDA_FAILED;
+    if (x->site.err != cudaSuccess) return CUDA_FAILED;
     if (x->keep) {
         gemm_cuda_resident_publish(x->d, x->gen, job->c_res, x->keep);
         x->keep = NULL;
@@ -437,8 +416,7 @@ static int context_broken(void)
 {
     cudaGetLastError();
     cudaError_t e = cudaDeviceSynchronize();
-    if (e == cudaSuccess)
-        e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaGetLastError();
     return e != cudaSuccess;
 }
 
@@ -449,8 +427,7 @@ static void cuda_failed(run_ctx *x)
 {
     const gemm_cuda_site *site = &x->site;
     gemm_job *job = x->job;
-    if (site->err == cudaErrorMemoryAllocation)
-        cudaGetLastError();
+    if (site->err == cudaErrorMemoryAllocation) cudaGetLastError();
     x->broken = context_broken();
     x->rc = -1;
     if (site->err == cudaErrorMemoryAllocation && !x->broken) {
@@ -472,25 +449,21 @@ static void cuda_failed(run_ctx *x)
 
 static int unwind(run_ctx *x, int st)
 {
-    if (st == CUDA_FAILED)
-        cuda_failed(x);
+    if (st == CUDA_FAILED) cuda_failed(x);
     if (x->keep && !x->broken && gemm_scratch_free(x->keep, x->w->stream) != cudaSuccess)
         cudaGetLastError(); /* not published: the product did not finish */
     gemm_cuda_unhold(x->cb, x->held);
-    if (x->entered)
-        gemm_cuda_dev_leave(x->cb, x->d, x->gen, x->broken, x->lose);
+    if (x->entered) gemm_cuda_dev_leave(x->cb, x->d, x->gen, x->broken, x->lose);
     return x->rc;
 }
 
 int gemm_cuda_run(void *self, void *worker, gemm_job *job)
 {
     cuda_worker *w = worker;
-    if (!w)
-        return gemm_engine_err_set(&job->err, GEMM_E_BACKEND, "CUDA worker without a device");
+    if (!w) return gemm_engine_err_set(&job->err, GEMM_E_BACKEND, "CUDA worker without a device");
     static int (*const stages[])(run_ctx *) = {plan, enter, stage_inputs, copy_in, launch, copy_out, finish};
     run_ctx x = {.cb = self, .w = w, .d = w->dev, .job = job, .stage = "setup"};
     int st = GO;
-    for (size_t i = 0; st == GO && i < sizeof stages / sizeof stages[0]; i++)
-        st = stages[i](&x);
+    for (size_t i = 0; st == GO && i < sizeof stages / sizeof stages[0]; i++) st = stages[i](&x);
     return unwind(&x, st);
 }

@@ -36,8 +36,7 @@ void gemm_cuda_warm(cuda_backend *cb, cuda_worker *w)
             atomic_init(&job.cancel_requested, 0);
             size_t need[3];
             gemm_engine_err err;
-            if (!gemm_job_bytes(&job, need) || gemm_cuda_validate(cb, &job, &err) != 0)
-                continue;
+            if (!gemm_job_bytes(&job, need) || gemm_cuda_validate(cb, &job, &err) != 0) continue;
             job.a = cb->alloc.alloc(cb->alloc.ctx, need[0]);
             job.b = cb->alloc.alloc(cb->alloc.ctx, need[1]);
             job.c = cb->alloc.alloc(cb->alloc.ctx, need[2]);

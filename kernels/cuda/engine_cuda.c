@@ -47,8 +47,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
     }
     pthread_mutex_init(&cb->reset_mu, NULL);
     cb->streams = cfg->streams_per_device > 0 ? cfg->streams_per_device : 4;
-    if (cb->streams > 64)
-        cb->streams = 64;
+    if (cb->streams > 64) cb->streams = 64;
     cb->mem_limit = cfg->device_mem_limit;
     cb->warmup = !cfg->fault_inject[0]; /* the hooks count runs: none of them warm-up products */
     cb->min_cc = INT_MAX;
@@ -77,8 +76,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
         d->info.cc_minor = p.minor;
         d->info.streams = cb->streams;
         d->cc = p.major * 10 + p.minor;
-        if (d->cc < cb->min_cc)
-            cb->min_cc = d->cc;
+        if (d->cc < cb->min_cc) cb->min_cc = d->cc;
         d->slot = i;
         snprintf(d->label, sizeof d->label, "cuda:%d %.38s", d->ordinal, d->info.name);
         d->gen = 1;
@@ -90,8 +88,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
             gemm_cuda_sample_memory(d);
         }
         cudaGetLastError();
-        if (!d->wgmma)
-            cb->wgmma_ok = 0;
+        if (!d->wgmma) cb->wgmma_ok = 0;
         gemm_engine_log(GEMM_LOG_DEBUG, "cuda: device %d: %s, cc %d.%d, %d SMs, %llu MiB (%llu free), wgmma %s",
                         d->ordinal, d->info.name, p.major, p.minor, d->info.sms,
                         (unsigned long long)(p.totalGlobalMem >> 20),
@@ -102,8 +99,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
     cb->nworkers = cb->ndev * cb->streams;
     cb->workers = calloc((size_t)cb->nworkers, sizeof *cb->workers);
     int ordinals[GEMM_MAX_DEVICES];
-    for (int i = 0; i < cb->ndev; i++)
-        ordinals[i] = cb->devs[i].ordinal;
+    for (int i = 0; i < cb->ndev; i++) ordinals[i] = cb->devs[i].ordinal;
     size_t cache = cfg->host_cache_bytes && cfg->host_cache_bytes < HOST_CACHE_BYTES ? cfg->host_cache_bytes
                                                                                       : HOST_CACHE_BYTES;
     cb->host = gemm_cuda_host_open(ordinals, cb->ndev, cache);
@@ -137,14 +133,12 @@ static int cuda_workers(void *self)
 static void *cuda_worker_init(void *self, int index)
 {
     cuda_backend *cb = self;
-    if (index < 0 || index >= cb->nworkers)
-        return NULL;
+    if (index < 0 || index >= cb->nworkers) return NULL;
     cuda_worker *w = &cb->workers[index];
     cuda_dev *d = w->dev;
     gemm_cuda_site site = {0};
     pthread_mutex_lock(&d->mu);
-    while (d->resetting)
-        pthread_cond_wait(&d->cv, &d->mu);
+    while (d->resetting) pthread_cond_wait(&d->cv, &d->mu);
     unsigned gen = d->gen;
     if (cudaSetDevice(d->ordinal) == cudaSuccess && gemm_cuda_build_resources(w, gen, &site) != cudaSuccess)
         gemm_engine_log(GEMM_LOG_WARN, "cuda: worker %d on device %d: %s failed (%s); retried at its "
@@ -163,16 +157,13 @@ static void cuda_worker_fini(void *self, void *worker)
 {
     (void)self;
     cuda_worker *w = worker;
-    if (!w)
-        return;
+    if (!w) return;
     cuda_dev *d = w->dev;
     pthread_mutex_lock(&d->mu);
-    while (d->resetting)
-        pthread_cond_wait(&d->cv, &d->mu);
+    while (d->resetting) pthread_cond_wait(&d->cv, &d->mu);
     if (w->gen != 0) {
         cudaSetDevice(d->ordinal);
-        if (w->gen == d->gen)
-            gemm_cuda_destroy_resources(w);
+        if (w->gen == d->gen) gemm_cuda_destroy_resources(w);
         w->gen = 0;
     }
     pthread_mutex_unlock(&d->mu);
@@ -196,8 +187,7 @@ static const char *member_names(char *list, size_t cap, unsigned dtypes)
 static int refuse(const gemm_kernel_desc *k, const gemm_job *job, const char *why, gemm_engine_err *err)
 {
     const char *dt = gemm_dtype_name(job->dtype);
-    if (!why)
-        why = "not supported";
+    if (!why) why = "not supported";
     char list[256] = "";
     size_t off = 0;
     if (!(k->dtypes & (1u << job->dtype))) {
@@ -248,8 +238,7 @@ int gemm_cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
                                    "it has auto%s", job->kernel, member_names(list, sizeof list, ~0u));
     }
     const char *why = NULL;
-    if (!gemm_kernel_supports(k, job->dtype, job->math, job->tile, cb->min_cc, &why))
-        return refuse(k, job, why, err);
+    if (!gemm_kernel_supports(k, job->dtype, job->math, job->tile, cb->min_cc, &why)) return refuse(k, job, why, err);
     if (strcmp(k->name, "wgmma") == 0 && !cb->wgmma_ok)
         return gemm_engine_err_set(err, GEMM_E_UNSUPPORTED,
                                    "kernel \"wgmma\" cannot run here: this build has no sm_90a code for %s (build "
@@ -279,14 +268,12 @@ static void cuda_describe(void *self, gemm_engine_info *out)
         out->devices[i] = d->info;
         out->devices[i].free_mem = atomic_load(&d->mem_free);
         unsigned long long total = atomic_load(&d->mem_total);
-        if (total)
-            out->devices[i].total_mem = total;
+        if (total) out->devices[i].total_mem = total;
     }
     int n = 0;
     for (int i = 0; gemm_kernel_table[i] && n < GEMM_MAX_KERNELS; i++) {
         const gemm_kernel_desc *k = gemm_kernel_table[i];
-        if (k->min_cc > cb->min_cc || (strcmp(k->name, "wgmma") == 0 && !cb->wgmma_ok))
-            continue;
+        if (k->min_cc > cb->min_cc || (strcmp(k->name, "wgmma") == 0 && !cb->wgmma_ok)) continue;
         gemm_kernel_info *ki = &out->kernels[n++];
         memset(ki, 0, sizeof *ki);
         snprintf(ki->name, sizeof ki->name, "%s", k->name);
@@ -330,8 +317,7 @@ static int cuda_healthy(void *self)
 {
     cuda_backend *cb = self;
     int usable = 0;
-    for (int i = 0; i < cb->ndev && !usable; i++)
-        usable = !atomic_load(&cb->devs[i].lost);
+    for (int i = 0; i < cb->ndev && !usable; i++) usable = !atomic_load(&cb->devs[i].lost);
     return usable;
 }
 
@@ -339,8 +325,7 @@ static int cuda_healthy(void *self)
 static int cuda_worker_slot(void *self, int worker_index)
 {
     cuda_backend *cb = self;
-    if (worker_index < 0 || worker_index >= cb->nworkers)
-        return 0;
+    if (worker_index < 0 || worker_index >= cb->nworkers) return 0;
     return cb->workers[worker_index].dev->slot;
 }
 
@@ -361,11 +346,9 @@ static int cuda_quick(void *self)
 static void cuda_close(void *self)
 {
     cuda_backend *cb = self;
-    if (!cb)
-        return;
+    if (!cb) return;
     /* Workers have been joined and have freed their resources in worker_fini. */
-    if (cb->host)
-        gemm_cuda_host_set_notify(cb->host, NULL, NULL);
+    if (cb->host) gemm_cuda_host_set_notify(cb->host, NULL, NULL);
     gemm_cuda_house_stop(cb);
     gemm_cuda_resident_drain(cb); /* handles released since its last round */
     if (cb->workers)

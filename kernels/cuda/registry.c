@@ -28,11 +28,9 @@ const gemm_kernel_desc *const gemm_kernel_table[] = {
 
 const gemm_kernel_desc *gemm_kernel_find(const char *name)
 {
-    if (!name)
-        return NULL;
+    if (!name) return NULL;
     for (size_t i = 0; gemm_kernel_table[i]; i++)
-        if (strcmp(gemm_kernel_table[i]->name, name) == 0)
-            return gemm_kernel_table[i];
+        if (strcmp(gemm_kernel_table[i]->name, name) == 0) return gemm_kernel_table[i];
     return NULL;
 }
 
@@ -40,8 +38,7 @@ int gemm_kernel_supports(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m
                          int cc, const char **why)
 {
     const char *dummy;
-    if (!why)
-        why = &dummy;
+    if (!why) why = &dummy;
     *why = NULL;
     if (!desc) {
         *why = "unknown kernel";
@@ -65,8 +62,7 @@ int gemm_kernel_supports(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m
     if (tile != 0) {
         int ok = 0;
         for (int i = 0; i < 4 && desc->tiles[i]; i++)
-            if (desc->tiles[i] == tile)
-                ok = 1;
+            if (desc->tiles[i] == tile) ok = 1;
         if (!ok) {
             *why = desc->tiles[0] ? "this tile size is not offered by this kernel"
                                   : "this kernel takes no tile option";
