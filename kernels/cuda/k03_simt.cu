@@ -70,16 +70,6 @@ struct simt_cfg {
     static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 pipeline stages");
 };
 
-/*
- * The copy of one k-step's tiles when the whole tile is in range (every block of an aligned
- * product, all but the edge blocks of any other): no predicates, no zero fill, and every
- * address an immediate offset from a few row pointers that advance by one tile per step.
- * Computing each address from (row, column) afresh cost about 170 integer instructions
- * per tile beside 1024 FFMA in the first version of this kernel; this costs about 20.
- *
- * A (element-wise, stored transposed): thread t owns rows t/KQ + h*AROWS and the four k
- * values t%KQ + j*KQ; B: 16-byte vectors (VECB) or elements, 32 lanes across a row.
- */
 /* p + step, computed where it stands: the compiler may not hoist the pointers of every pass
  * out of the k loop, which would hold 2 registers per pass for the whole kernel and spill. */
 template <typename T> __device__ __forceinline__ const T *step_ptr(const T *p, size_t step_bytes)
@@ -89,6 +79,9 @@ template <typename T> __device__ __forceinline__ const T *step_ptr(const T *p, s
     return q;
 }
 
+/* The copy of one k-step's tiles wholly in range: no predicates, no zero fill, every address
+ * an immediate offset from a few row pointers that advance one tile per step (about 20
+ * integer instructions a tile where addresses from (row, column) took 170; KERNELS.md). */
 template <typename T, typename Cfg, bool VECB> struct fast_loader {
     /* A, AMAP 0: KQ = BK/4 threads across a k-step, each copying four k values KQ apart
      * (immediate offsets from one row pointer). AMAP 1: BK threads across a k-step, one
@@ -406,12 +399,8 @@ cudaError_t run_cfg(const gemm_launch *l, int splits)
     return e;
 }
 
-/* The float32 variants of the tuning sweep (bench_kernels --tune): name, then the
- * configuration. Variants whose element-wise (odd n) form spilled registers under the
- * 128-register cap of two blocks per SM for one of the shipped architectures are left out
- * (128x128x16 in 2, 3 or 4 stages, with 64x32 or 32x64 warps; amap0 in 2 stages);
- * bench/results/kernels-h100.md has their last measurements. The second field is the
- * number of split-k pieces ("splitN"; 1: the whole k range in one block). */
+/* The float32 variants of the tuning sweep (bench_kernels --tune): name, split-k pieces,
+ * configuration (those that spilled under the 128-register cap are left out). */
 #define SIMT_F32_VARIANTS(X)                                                                  \
     X("128x128x8 warp64x32 thr8x8 st2", 1, simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 2>)     \
     X("128x128x8 warp64x32 thr8x8 st3", 1, simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 3>)     \
@@ -434,13 +423,7 @@ cudaError_t run_cfg(const gemm_launch *l, int splits)
     X("128x128x8 warp32x64 thr8x8 st2 split32", 32, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
     X("128x64x16 warp64x32 thr8x8 st2 split2", 2, simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2>) \
     X("128x64x16 warp64x32 thr8x8 st2 split4", 4, simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2>)
-/* The 256x128 and 128x256 tiles give a thread 128 outputs and take one block of 8 warps an
- * SM: the shape of cuBLAS's own FP32 kernel on the H100 (256x128x8, 3 stages, 4x2 warps,
- * 254 registers). */
-/* The float32 defaults, from the sweep on the H100 (docs/KERNELS.md): 128x128x8 with 32x64
- * warp tiles in 2 stages was first or within 0.3% of first at every shape, 16-byte rows
- * or not; 128x64x16 led where 128x128 tiles are fewer than the SMs (1024^3: 98% of
- * cuBLAS against 86% for 64x64 and 56% for 128x128). */
+/* The defaults, from the sweep on the H100 (docs/KERNELS.md, "Defaults"). */
 typedef simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2> f32_big;
 typedef simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2> f32_mid;
 typedef simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2> f32_small;
@@ -478,13 +461,10 @@ bool small_problem(const gemm_launch *l, int bm, int bn, int sms)
     return tile_count(l, bm, bn) < sms;
 }
 
-/* Split-k pieces for a product of `tiles` output tiles of the big block (1: none); only
- * for k of SPLIT_MIN_K and deeper, where the partial sums cost little next to the product.
- *  - Fewer tiles than SMs: as many pieces as fill one wave of the two blocks an SM holds,
- *    each at least SPLIT_MIN_DEPTH deep, at most SPLIT_MAX.
- *  - Several waves whose last one is mostly empty (4097^3: 1089 tiles are 4.1 waves of
- *    264): two pieces when that shortens the waves by 8% or more.
- * The H100 sweep behind these numbers is in docs/KERNELS.md. */
+/* Split-k pieces for `tiles` output tiles of the big block (1: none), for k >= SPLIT_MIN_K:
+ * fewer tiles than SMs, as many pieces as fill one wave of two blocks an SM (each at least
+ * SPLIT_MIN_DEPTH deep, at most SPLIT_MAX); several waves with the last mostly empty, two
+ * pieces when that shortens the waves by 8% or more (docs/KERNELS.md, "Split-k rule"). */
 constexpr int SPLIT_MIN_K = 2048, SPLIT_MIN_DEPTH = 512, SPLIT_MAX = 32;
 int split_for(const gemm_launch *l, long long tiles, int sms)
 {
@@ -512,10 +492,8 @@ struct simt_choice {
     int splits;
 };
 
-/* Default (tile 0) of a dtype with a big and a small block: the big block when it fills the
- * SMs or a deep product can be split into k pieces that do; else the small block. float64
- * does not split: its split-k instance spilled registers for odd n, and float64 products go
- * to cuBLAS or dmma by default anyway. */
+/* Default (tile 0): the big block when it fills the SMs or k pieces of a deep product do,
+ * else the small one. float64 does not split (its split instance spilled for odd n). */
 simt_choice big_or_small(const gemm_launch *l, int bm, int bn, simt_pick big, simt_pick small,
                          bool may_split)
 {

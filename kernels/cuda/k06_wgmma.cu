@@ -559,12 +559,9 @@ template <int MATH> cudaError_t run(const gemm_launch *l)
                      {Bt, n, k, (size_t)kp, BN}, false, scratch);
 }
 
-/* Half operands in memory (float16 / bfloat16): no conversion pass. A (m x k) is K-major
- * and B (k x n) MN-major as they lie, read by the tensor copies straight from the caller's
- * buffers when their rows are multiples of 16 bytes (k, n multiples of 8) and they start
- * 16-byte aligned; otherwise that operand is first copied into scratch with its rows
- * padded to 16 bytes (a strided device copy: the padding is never read, the tensor maps
- * carry the true sizes and the copy engine zero-fills past them). */
+/* Half operands (float16 / bfloat16): A K-major and B MN-major as they lie, except one whose
+ * rows are not whole 16 bytes or that starts unaligned: copied first into scratch with
+ * padded rows (the padding is never read: the maps carry the true sizes). */
 template <int MATH> cudaError_t run_half(const gemm_launch *l)
 {
     const int esize = 2;
@@ -628,10 +625,7 @@ int wgmma_plan(const gemm_launch *l, char *out, size_t cap)
 
 } // namespace
 
-/* Whether this build can run the member on the current device (cc >= 9.0 and sm_90a code
- * present). The engine asks once per device at open (CUDA calls: never on the request
- * path); kernel=auto then skips wgmma where it cannot run, so a build without 90a in
- * CUDA_ARCHS falls back to the next candidate, and kernel=wgmma is refused with 422. */
+/* cc >= 9.0 and the sm_90a bodies present (cuda_engine.h: asked once per device at open). */
 extern "C" int gemm_wgmma_runnable(void)
 {
     int dev = 0, major = 0;
