@@ -56,27 +56,6 @@ int gemm_coalesce_take(gemm_engine *e, gemm_job *job, gemm_job **g, double t0)
     return n;
 }
 
-/* The group as one batched job: the first product's request, batch n. */
-static void group_job(gemm_job *big, const gemm_job *first, int n)
-{
-    memset(big, 0, sizeof *big);
-    big->dtype = first->dtype;
-    big->m = first->m, big->k = first->k, big->n = first->n;
-    big->batch = (uint64_t)n;
-    big->tile = first->tile;
-    big->plan_m = first->plan_m;
-    big->math = first->math;
-    big->out_half = first->out_half;
-    snprintf(big->kernel, sizeof big->kernel, "%s", first->kernel);
-    /* validate() ran for every product of the group and resolved the same kernel */
-    memcpy(big->kernel_used, first->kernel_used, sizeof big->kernel_used);
-    big->math_used = first->math_used;
-    big->tile_used = first->tile_used;
-    big->stream = -1;
-    atomic_init(&big->cancel_requested, 0);
-    atomic_init(&big->state, GEMM_JOB_RUNNING);
-}
-
 static void free_stacks(gemm_engine *e, gemm_job *big)
 {
     gemm_engine_host_free(e, big->a);
@@ -105,8 +84,9 @@ void gemm_coalesce_run(gemm_engine *e, void *worker, gemm_job **g, int n, double
         return;
     }
     n = live;
-    gemm_job big;
-    group_job(&big, g[0], n);
+    gemm_job big; /* the group as one batched job; validate() resolved the same for each */
+    gemm_job_derive(&big, g[0], GEMM_JOB_RUNNING);
+    big.batch = (uint64_t)n;
     size_t one[3], stack[3];
     int ok = gemm_job_bytes(g[0], one) && gemm_job_bytes(&big, stack);
     const int by_parts = ok && e->be->run_parts && parts;

@@ -7,6 +7,8 @@
 #ifndef GEMM_ENGINE_INT_H
 #define GEMM_ENGINE_INT_H
 
+#include <string.h>
+
 #include "backend.h"
 
 /* One worker thread and, under mu, its backend state once worker_init returned, whether it
@@ -64,6 +66,24 @@ struct gemm_engine {
     atomic_ullong groups, grouped; /* coalesced launches and the products in them */
     atomic_ullong splits, panels;
 };
+
+/* A job of the engine's own that runs (part of) job's product, in `state`: job's request
+ * with what validate() resolved for it (a split product's panel, a coalesced group). */
+static inline void gemm_job_derive(gemm_job *d, const gemm_job *job, gemm_job_state state)
+{
+    memset(d, 0, sizeof *d);
+    d->dtype = job->dtype;
+    d->m = job->m, d->k = job->k, d->n = job->n;
+    d->tile = job->tile, d->tile_used = job->tile_used;
+    d->math = job->math, d->math_used = job->math_used;
+    d->plan_m = job->plan_m;
+    d->out_half = job->out_half;
+    memcpy(d->kernel, job->kernel, sizeof d->kernel);
+    memcpy(d->kernel_used, job->kernel_used, sizeof d->kernel_used);
+    d->stream = -1;
+    atomic_init(&d->state, state);
+    atomic_init(&d->cancel_requested, 0);
+}
 
 /* Takes it (after prev, or first when prev is NULL) off the list head .. tail. */
 static inline void gemm_list_unlink(gemm_job **head, gemm_job **tail, gemm_job *prev, gemm_job *it)

@@ -52,25 +52,16 @@ gemm_job *gemm_split_take(gemm_engine *e, int slot)
 static void panel_init(gemm_job *p, const gemm_job *job, uint64_t row0, uint64_t rows, double t0)
 {
     const size_t es = gemm_dtype_size(job->dtype), ces = gemm_dtype_size(gemm_job_c_dtype(job));
-    p->dtype = job->dtype;
-    p->m = rows, p->k = job->k, p->n = job->n;
+    gemm_job_derive(p, job, GEMM_JOB_QUEUED);
+    p->m = rows;
     p->a = (unsigned char *)job->a + (size_t)(row0 * job->k) * es;
     p->b = job->b;
     p->c = (unsigned char *)job->c + (size_t)(row0 * job->n) * ces; /* C: its own dtype */
-    p->out_half = job->out_half;
     p->plan_m = gemm_job_plan_rows(job); /* every panel chooses as for the whole product */
     p->b_res = job->b_res;               /* the whole B: each device keeps its own copy */
     p->a_block = job->a, p->b_block = job->b, p->c_block = job->c;
-    snprintf(p->kernel, sizeof p->kernel, "%s", job->kernel_used);
-    memcpy(p->kernel_used, job->kernel_used, sizeof p->kernel_used);
-    p->tile = job->tile;
-    p->tile_used = job->tile_used;
-    p->math = job->math;
-    p->math_used = job->math_used;
-    p->stream = -1;
+    memcpy(p->kernel, job->kernel_used, sizeof p->kernel);
     p->t_submit_ms = t0;
-    atomic_init(&p->state, GEMM_JOB_QUEUED);
-    atomic_init(&p->cancel_requested, 0);
 }
 
 int gemm_split_start(gemm_engine *e, gemm_job *job, int slot, double t0)
