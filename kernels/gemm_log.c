@@ -24,16 +24,6 @@ void gemm_engine_set_log(gemm_log_fn fn, void *user)
     pthread_mutex_unlock(&hook_mu);
 }
 
-static const char *level_name(gemm_log_level level)
-{
-    switch (level) {
-    case GEMM_LOG_ERROR: return "error";
-    case GEMM_LOG_WARN: return "warn";
-    case GEMM_LOG_INFO: return "info";
-    default: return "debug";
-    }
-}
-
 void gemm_engine_log(gemm_log_level level, const char *fmt, ...)
 {
     char msg[1024];
@@ -54,7 +44,8 @@ void gemm_engine_log(gemm_log_level level, const char *fmt, ...)
     if (level == GEMM_LOG_DEBUG) return;
     /* One write per line, so lines from several threads do not interleave. */
     char line[1100];
-    int len = snprintf(line, sizeof line, "gemmd engine %s: %s\n", level_name(level), msg);
+    static const char *const names[] = {"error", "warn", "info"};
+    int len = snprintf(line, sizeof line, "gemmd engine %s: %s\n", (unsigned)level < 3 ? names[level] : "debug", msg);
     if (len <= 0) return;
     if ((size_t)len >= sizeof line) {
         len = (int)sizeof line - 1;

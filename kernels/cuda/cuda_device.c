@@ -113,8 +113,7 @@ void gemm_cuda_destroy_resources(cuda_worker *w)
 cudaError_t gemm_cuda_build_resources(cuda_worker *w, unsigned gen, gemm_cuda_site *site)
 {
     cudaError_t e = GEMM_CUDA_CHECK(site, cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
-    /* Blocking-sync events: a worker waiting for its product sleeps instead of spinning a
-     * core (it polls only briefly first, see wait_event in engine_cuda.c). */
+    /* blocking-sync events: a waiting worker sleeps (after a short poll: cuda_run.c) */
     for (int i = 0; i < WORKER_EVENTS && e == cudaSuccess; i++)
         e = GEMM_CUDA_CHECK(site, cudaEventCreateWithFlags(&w->ev[i], cudaEventBlockingSync));
     if (e == cudaSuccess) e = GEMM_CUBLAS_CHECK(site, cublasCreate(&w->blas));
@@ -251,8 +250,7 @@ void gemm_cuda_sample_memory(cuda_dev *d)
 /* Called with d->mu held, resetting set and nobody inside: frees every stream, handle and
  * buffer of the device, resets it and (unless `lose`) makes a new context, trying for up to
  * RESET_WAIT_MS; marks the device lost when that fails. The host blocks it registered stop
- * counting as locked before the reset drops their registrations (defect of old: a block was
- * taken as locked, by any device, between the reset and the note of it). */
+ * counting as locked before the reset drops their registrations. */
 static void reset_locked(cuda_backend *cb, cuda_dev *d, int lose)
 {
     gemm_cuda_host_device_lost(cb->host, d->slot);

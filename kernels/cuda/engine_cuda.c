@@ -69,12 +69,9 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
             cuda_close(cb);
             return NULL;
         }
+        d->info = (gemm_device_info){.total_mem = p.totalGlobalMem, .sms = p.multiProcessorCount,
+                                     .cc_major = p.major, .cc_minor = p.minor, .streams = cb->streams};
         snprintf(d->info.name, sizeof d->info.name, "%.47s", p.name);
-        d->info.total_mem = p.totalGlobalMem;
-        d->info.sms = p.multiProcessorCount;
-        d->info.cc_major = p.major;
-        d->info.cc_minor = p.minor;
-        d->info.streams = cb->streams;
         d->cc = p.major * 10 + p.minor;
         if (d->cc < cb->min_cc) cb->min_cc = d->cc;
         d->slot = i;

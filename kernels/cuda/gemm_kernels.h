@@ -115,4 +115,9 @@ static inline int gemm_block_name_none(char *out, size_t cap)
         out[0] = '\0';
     return 0;
 }
+#ifdef __cplusplus
+/* The type a member sums in: int32 in uint32, so that overflow wraps (two's complement). */
+template <typename T> struct gemm_acc { typedef T type; };
+template <> struct gemm_acc<int32_t> { typedef uint32_t type; };
+#endif
 #endif /* GEMM_KERNELS_H */

@@ -12,16 +12,11 @@
 
 namespace {
 
-/* The accumulator type: float32 and float64 accumulate in their own type; int32 in
- * uint32_t so overflow wraps (two's complement) instead of being undefined. */
-template <typename T> struct acc_of { typedef T type; };
-template <> struct acc_of<int32_t> { typedef uint32_t type; };
-
 template <typename T>
 __global__ void naive_kernel(int m, int n, int k, const T *__restrict__ A,
                              const T *__restrict__ B, T *__restrict__ C)
 {
-    typedef typename acc_of<T>::type acc_t;
+    typedef typename gemm_acc<T>::type acc_t;
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row >= m || col >= n)

@@ -14,14 +14,11 @@
 
 namespace {
 
-template <typename T> struct acc_of { typedef T type; };
-template <> struct acc_of<int32_t> { typedef uint32_t type; };
-
 template <typename T, int TILE>
 __global__ void tiled_kernel(int m, int n, int k, const T *__restrict__ A,
                              const T *__restrict__ B, T *__restrict__ C)
 {
-    typedef typename acc_of<T>::type acc_t;
+    typedef typename gemm_acc<T>::type acc_t;
     __shared__ T As[TILE][TILE];
     __shared__ T Bs[TILE][TILE + 1]; /* +1: no bank conflicts on the float64 column reads */
 

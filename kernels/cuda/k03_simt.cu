@@ -20,9 +20,6 @@
 
 namespace {
 
-template <typename T> struct simt_acc { typedef T type; };
-template <> struct simt_acc<int32_t> { typedef uint32_t type; };
-
 /* Four consecutive elements of shared memory into registers, 16 bytes per load. */
 template <typename T> __device__ __forceinline__ void lds4(T (&r)[4], const T *p)
 {
@@ -204,7 +201,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MINB)
 simt_kernel(int m, int n, int k, const T *__restrict__ A, const T *__restrict__ B,
             T *__restrict__ C, int tiles_m, int tiles_n, int kt_split)
 {
-    typedef typename simt_acc<T>::type acc_t;
+    typedef typename gemm_acc<T>::type acc_t;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *As = reinterpret_cast<T *>(smem_raw);
     T *Bs = As + Cfg::STAGES * Cfg::BK * Cfg::LDA;
@@ -315,7 +312,7 @@ template <typename T>
 __global__ void __launch_bounds__(256) split_sum(const T *__restrict__ W, T *__restrict__ C,
                                                  size_t mn, int splits)
 {
-    typedef typename simt_acc<T>::type acc_t;
+    typedef typename gemm_acc<T>::type acc_t;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < mn;
          i += (size_t)gridDim.x * blockDim.x) {
         acc_t s = (acc_t)W[i];
