@@ -39,13 +39,9 @@ template <typename T> __device__ __forceinline__ void lds4(T (&r)[4], const T *p
     }
 }
 
-/* AMAP_: how the fast copy spreads A over threads (see fast_loader). */
-template <typename T, int BM_, int BN_, int BK_, int WM_, int WN_, int TM_, int TN_, int ST_,
-          int AMAP_ = 1>
-struct simt_cfg {
+template <typename T, int BM_, int BN_, int BK_, int WM_, int WN_, int TM_, int TN_, int ST_> struct simt_cfg {
     static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, TM = TM_, TN = TN_;
     static constexpr int STAGES = ST_;
-    static constexpr int AMAP = AMAP_;
     static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
     static constexpr int THREADS = WARPS_M * WARPS_N * 32;
     static constexpr int LM = WM / TM, LN = WN / TN; /* lanes along m and n */
@@ -80,11 +76,9 @@ template <typename T> __device__ __forceinline__ const T *step_ptr(const T *p, s
  * an immediate offset from a few row pointers that advance one tile per step (about 20
  * integer instructions a tile where addresses from (row, column) took 170; KERNELS.md). */
 template <typename T, typename Cfg, bool VECB> struct fast_loader {
-    /* A, AMAP 0: KQ = BK/4 threads across a k-step, each copying four k values KQ apart
-     * (immediate offsets from one row pointer). AMAP 1: BK threads across a k-step, one
-     * element each per pass, whole 64-byte rows per pair of warp lanes. */
-    static constexpr int KQ = Cfg::AMAP == 0 ? Cfg::BK / 4 : Cfg::BK;
-    static constexpr int AJ = Cfg::AMAP == 0 ? 4 : 1;  /* k values a thread copies per row */
+    /* A: BK threads across a k-step, one element each per pass: whole 64-byte rows per pair
+     * of warp lanes (four k values a thread, `amap0`, cost 33% excess sectors: KERNELS.md) */
+    static constexpr int KQ = Cfg::BK;
     static constexpr int AROWS = Cfg::THREADS / KQ;    /* A rows per pass */
     static constexpr int AH = Cfg::BM / AROWS;         /* passes over A */
     static constexpr int BW = VECB ? Cfg::BN / Cfg::VB : 32; /* threads across a row of B */
@@ -121,10 +115,7 @@ template <typename T, typename Cfg, bool VECB> struct fast_loader {
         const T *src = a;
 #pragma unroll
         for (int h = 0; h < AH; h++) {
-#pragma unroll
-            for (int j = 0; j < AJ; j++)
-                gemm_async::cp_async<sizeof(T)>(As + adst + j * KQ * Cfg::LDA + h * AROWS,
-                                                src + j * KQ, true);
+            gemm_async::cp_async<sizeof(T)>(As + adst + h * AROWS, src, true);
             if (h + 1 < AH)
                 src = step_ptr(src, astep);
         }
@@ -397,21 +388,15 @@ cudaError_t run_cfg(const gemm_launch *l, int splits)
 }
 
 /* The float32 variants of the tuning sweep (bench_kernels --tune): name, split-k pieces,
- * configuration (those that spilled under the 128-register cap are left out). */
+ * configuration: the defaults, the runners-up, cuBLAS's own block shape, and the split-k
+ * counts (docs/KERNELS.md has the earlier sweeps' variants and why they lost). */
 #define SIMT_F32_VARIANTS(X)                                                                  \
     X("128x128x8 warp64x32 thr8x8 st2", 1, simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 2>)     \
     X("128x128x8 warp64x32 thr8x8 st3", 1, simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 3>)     \
     X("128x128x8 warp32x64 thr8x8 st2", 1, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>)     \
     X("128x64x16 warp64x32 thr8x8 st2", 1, simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2>)     \
     X("64x64x16 warp32x32 thr4x8 st2", 1, simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2>)       \
-    X("64x64x16 warp32x32 thr4x8 st3", 1, simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 3>)       \
-    X("128x256x8 warp64x64 thr8x16 st2", 1, simt_cfg<float, 128, 256, 8, 64, 64, 8, 16, 2>)   \
-    X("128x256x16 warp64x64 thr8x16 st2", 1, simt_cfg<float, 128, 256, 16, 64, 64, 8, 16, 2>) \
-    X("256x128x8 warp64x64 thr16x8 st2", 1, simt_cfg<float, 256, 128, 8, 64, 64, 16, 8, 2>)   \
     X("256x128x8 warp64x64 thr16x8 st3", 1, simt_cfg<float, 256, 128, 8, 64, 64, 16, 8, 3>)   \
-    X("256x128x16 warp64x64 thr16x8 st2", 1, simt_cfg<float, 256, 128, 16, 64, 64, 16, 8, 2>) \
-    X("128x128x16 warp64x32 thr8x8 st3 amap0", 1, simt_cfg<float, 128, 128, 16, 64, 32, 8, 8, 3, 0>) \
-    X("64x64x16 warp32x32 thr4x8 st2 amap0", 1, simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2, 0>) \
     X("128x128x8 warp32x64 thr8x8 st2 split2", 2, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
     X("128x128x8 warp32x64 thr8x8 st2 split3", 3, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
     X("128x128x8 warp32x64 thr8x8 st2 split4", 4, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
