@@ -1,10 +1,7 @@
 /*
- * gemm_log.c - the engine's logging hook (see gemm_log.h).
- *
- * The message is formatted on the caller's stack, the hook read under a mutex (set once,
- * read rarely: the engine logs faults and resets, never per product) and called without it.
- */
-#include "gemm_log.h"
+ * gemm_log.c - the engine's logging hook (gemm_log.h): read under a mutex, called without
+ * it (set once, read rarely: the engine logs faults and resets, never per product).
+ */#include "gemm_log.h"
 
 #include <pthread.h>
 #include <stdarg.h>

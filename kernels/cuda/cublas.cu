@@ -27,12 +27,10 @@ namespace {
 
 cudaError_t from_cublas(cublasStatus_t s, const char *what)
 {
-    if (s == CUBLAS_STATUS_SUCCESS)
-        return cudaSuccess;
+    if (s == CUBLAS_STATUS_SUCCESS) return cudaSuccess;
     /* A CUDA error underneath (e.g. a sticky fault) says more than the cuBLAS status. */
     cudaError_t c = cudaGetLastError();
-    if (c != cudaSuccess)
-        return c;
+    if (c != cudaSuccess) return c;
     gemm_engine_log(GEMM_LOG_WARN, "cuda: %s failed: %s", what, cublasGetStatusString(s));
     return gemm_cublas_note(NULL, s, what, NULL, 0);
 }
@@ -74,8 +72,7 @@ unsigned ptr_align(const void *p)
 {
     uintptr_t v = (uintptr_t)p;
     unsigned a = 256;
-    while (a > 1 && (v & (a - 1)))
-        a >>= 1;
+    while (a > 1 && (v & (a - 1))) a >>= 1;
     return a;
 }
 
@@ -239,14 +236,11 @@ cudaError_t cublas_launch(const gemm_launch *l)
     }
 
     cublasHandle_t h = (cublasHandle_t)l->cublas;
-    if (!h)
-        return cudaErrorInvalidValue;
+    if (!h) return cudaErrorInvalidValue;
     cublasStatus_t s = cublasSetStream(h, l->stream);
-    if (s != CUBLAS_STATUS_SUCCESS)
-        return from_cublas(s, "cublasSetStream");
+    if (s != CUBLAS_STATUS_SUCCESS) return from_cublas(s, "cublasSetStream");
     s = cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
-    if (s != CUBLAS_STATUS_SUCCESS)
-        return from_cublas(s, "cublasSetMathMode");
+    if (s != CUBLAS_STATUS_SUCCESS) return from_cublas(s, "cublasSetMathMode");
 
     const int batch = l->batch > 1 ? l->batch : 1;
     if (l->dtype == GEMM_DTYPE_F64 && batch > 1) {

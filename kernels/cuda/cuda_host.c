@@ -1,37 +1,26 @@
 /*
  * cuda_host.c - host blocks for job buffers, locked by the workers, with a small cache
- * (see cuda_host.h).
+ * (cuda_host.h).
  *
- * Each block carries a 64-byte header in front of the caller's pointer: its capacity, the
- * device slot that registered it and that slot's generation then (slot -1: not registered;
- * a reset of the device bumps the generation), a magic number and list links. A request
- * takes the smallest cached block that holds it and is at most an eighth and a page more
- * than a new block would hold (blocks are whole pages; locked pages are resident in full
- * while the memory budget is charged what was asked). A freed registered block goes in at
- * the young end of the age list and, when the cache is full, pushes out the oldest (a burst
- * of small products must not leave a cache that every later big product misses); blocks
- * pushed out, or too big to cache, wait in a queue for the housekeeping thread.
+ * A block carries a 64-byte header: its capacity, the device slot that registered it and
+ * that slot's generation then (a reset bumps it; slot -1: not registered), a magic number
+ * and list links. A request takes the smallest cached block at most an eighth and a page
+ * bigger than a new block would be; a freed registered block joins the young end of the
+ * age list and, when the cache is full, pushes the oldest out to the queue that the
+ * housekeeping thread drains (a burst of small products must not leave a cache that every
+ * big product misses). Each cached block is also on its size class's list (its pages), so
+ * every step is O(1) under the lock: every request takes three blocks on an HTTP thread.
  *
- * Every cached block is on the age list and on the list of its size class (its pages; the
- * last class holds the rest), so taking, keeping and pushing out are O(1) and the lock is
- * held for tens of nanoseconds: every request takes three blocks on an HTTP thread and
- * gives them back from workers and HTTP threads (a linear scan under this lock was a tenth
- * of the HTTP threads' time at 64 connections).
+ * Stashes: that lock was the HTTP threads' most contended, so a thread that says it is busy
+ * (gemm_alloc_mark_busy_thread) gets a stash with its own lock: a small block it took
+ * (up to STASH_MAX_CAP) goes back there, freed by whatever thread (up to STASH_BLOCKS, the
+ * oldest pushed out to the shared cache), and the thread takes from it first. Stashed
+ * blocks are cached blocks in every other respect (bench/results/h100-2026-11-27-reads.md).
  *
- * Stashes: that lock was still the most contended of the HTTP threads, so a thread that
- * says it is busy (gemm_alloc_mark_busy_thread) gets a stash of its own: a small block (up
- * to STASH_MAX_CAP) that it took goes back, freed by whatever thread, to its stash (up to
- * STASH_BLOCKS, pushing the oldest out to the shared cache), and the thread takes from its
- * stash first. A stash has its own lock, shared only by its thread and the workers
- * finishing its products; stashed blocks are cached blocks in every other respect, bounded
- * by the stashes' own bounds (64 x 3.2 MiB). Stashing blocks up to 520 KiB did no better
- * at 256^2 and 64 connections (bench/results/h100-2026-11-27-reads.md).
- *
- * One mutex guards the rest (taken before a stash's, never after), never held across a
- * CUDA call; a block's registration (slot, gen) and the slots' generations are atomics, so
- * that the workers' check that a block is locked already takes no lock.
- */
-#include "cuda_host.h"
+ * The mutex is taken before a stash's, never after, and never held across a CUDA call; a
+ * block's registration and the slots' generations are atomics, so that the workers' check
+ * that a block is locked already takes no lock.
+ */#include "cuda_host.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -49,6 +38,7 @@
 #define CLASSES 257    /* size classes: 1..255 pages one each, the last one the rest */
 #define MAGIC 0x67656d6d686f7374ull /* "gemmhost" */
 #define MAX_STASHES 64                /* busy threads with a stash (more: none) */
+#define MAX_SLOTS 16                  /* devices (GEMM_MAX_DEVICES) */
 #define STASH_BLOCKS 24               /* blocks in one stash: 8 connections' A, B and C */
 #define STASH_MAX_CAP (136u << 10)    /* blocks of up to this are stashed (128^2 float64) */
 
@@ -95,8 +85,8 @@ static _Thread_local stash *my_stash_ptr;     /* ... and the stash (NULL: none l
 struct gemm_cuda_host {
     uint64_t id;
     int ndev;
-    int *ordinal;            /* per slot */
-    _Atomic unsigned *gen;   /* per slot, bumped by each reset of that device; starts at 1 */
+    int ordinal[MAX_SLOTS];
+    _Atomic unsigned gen[MAX_SLOTS]; /* bumped by each reset of that device; starts at 1 */
     size_t max_cached;
     pthread_mutex_t mu;
     block_hdr *oldest, *newest; /* the cached blocks by age */
@@ -248,17 +238,8 @@ static block_hdr *cache_find_locked(gemm_cuda_host *h, size_t fresh, size_t slac
 
 gemm_cuda_host *gemm_cuda_host_open(const int *ordinals, int ndev, size_t max_cached_bytes)
 {
-    if (ndev < 1) return NULL;
-    gemm_cuda_host *h = calloc(1, sizeof *h);
+    gemm_cuda_host *h = ndev >= 1 && ndev <= MAX_SLOTS ? calloc(1, sizeof *h) : NULL;
     if (!h) return NULL;
-    h->ordinal = calloc((size_t)ndev, sizeof *h->ordinal);
-    h->gen = calloc((size_t)ndev, sizeof *h->gen);
-    if (!h->ordinal || !h->gen) {
-        free(h->ordinal);
-        free(h->gen);
-        free(h);
-        return NULL;
-    }
     h->ndev = ndev;
     for (int i = 0; i < ndev; i++) {
         h->ordinal[i] = ordinals[i];
@@ -354,8 +335,6 @@ void gemm_cuda_host_close(gemm_cuda_host *h)
     }
     pthread_mutex_destroy(&h->mu);
     for (int i = 0; i < MAX_STASHES; i++) pthread_mutex_destroy(&h->stashes[i].mu);
-    free(h->ordinal);
-    free(h->gen);
     free(h);
 }
 

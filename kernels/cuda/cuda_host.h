@@ -19,7 +19,7 @@
 
 typedef struct gemm_cuda_host gemm_cuda_host;
 
-/* ordinals[0..ndev): the CUDA ordinal of each device slot (a slot is the backend's device
+/* ordinals[0..ndev), ndev <= 16: the CUDA ordinal of each device slot (the backend's device
  * index). max_cached_bytes: cache cap. */
 gemm_cuda_host *gemm_cuda_host_open(const int *ordinals, int ndev, size_t max_cached_bytes);
 /* Unregisters and frees the cached and queued blocks (sets the device of each; call it

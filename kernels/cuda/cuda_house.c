@@ -1,15 +1,10 @@
 /*
- * cuda_house.c - the CUDA backend's housekeeping thread: the CUDA calls that serve the
- * request path but must not run on it.
- *
- * Every HOUSE_PERIOD_MS, and whenever the host allocator queues blocks to unregister, it
- * visits each device that is not lost: enters it like a job does (so no reset of that
- * device runs meanwhile; a reset in progress is waited out), samples cudaMemGetInfo into
- * the device's free-memory figures (stats and describe read them without a CUDA call),
- * and unregisters and frees the host blocks that device registered and nobody keeps.
- * It sleeps on a condition variable in between: an idle daemon costs one wake-up a second.
- */
-#include "cuda_engine.h"
+ * cuda_house.c - the CUDA calls that serve the request path but must not run on it, on a
+ * thread of their own: every HOUSE_PERIOD_MS, and whenever the host allocator queues blocks,
+ * it enters each device that is not lost (as a job does, so no reset runs meanwhile),
+ * samples its free memory (stats and describe read it without a CUDA call), unregisters
+ * the host blocks it registered that nobody keeps, and frees released resident copies.
+ */#include "cuda_engine.h"
 
 #include <sys/prctl.h>
 #include <errno.h>

@@ -1,18 +1,11 @@
 /*
- * cuda_resident.c - device copies of resident operands (engine.h, gemm_resident).
- *
- * A worker that runs a product on a resident operand asks for the copy on its device:
- * made on first use (memory from the device's stream-ordered pool, gemm_scratch.h, and a
- * host-to-device copy, synchronised before the copy is published, under the handle's lock
- * so that two streams never upload it twice), then
- * read in place by every later product there. A product that keeps C copies its result
- * device-to-device into a fresh block, published once the product has finished. When the
- * device has no room the product reads the host copy as usual (spill), and a copy made
- * before a device reset is dropped (its memory went with the old context) and made again.
- * Releasing a handle never makes a CUDA call on the caller's thread: the housekeeping
- * thread frees the device copies.
- */
-#include "cuda_engine.h"
+ * cuda_resident.c - device copies of resident operands (engine.h, gemm_resident): made on
+ * first use on a device (pool memory and an upload, synchronized before it is published,
+ * under the handle's lock so that two streams never upload it twice), then read in place;
+ * C's copy is made device-to-device and published once its product has finished. Short of
+ * device memory, the product reads the host copy; a copy from before a reset is made
+ * again. The housekeeping thread frees the copies of released handles.
+ */#include "cuda_engine.h"
 #include "gemm_scratch.h"
 
 #include <stdlib.h>

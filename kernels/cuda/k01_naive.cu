@@ -1,12 +1,8 @@
 /*
- * k01_naive.cu - the starting point: one thread per element of C, each walking a row of A
- * and a column of B straight from global memory. Correct for any shape and every dtype;
- * every other member is measured against it.
- *
- * threadIdx.x runs along a row of C (consecutive n), so a warp reads B and writes C
- * coalesced, while all its threads read the same element of A (a broadcast).
- */
-#include <stdint.h>
+ * k01_naive.cu - the starting point: one thread per element of C, walking a row of A and a
+ * column of B straight from global memory, any shape and dtype. threadIdx.x runs along a
+ * row of C, so a warp reads B and writes C coalesced and reads one element of A.
+ */#include <stdint.h>
 
 #include "gemm_kernels.h"
 

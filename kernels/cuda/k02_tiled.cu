@@ -1,14 +1,9 @@
 /*
- * k02_tiled.cu - the classic shared-memory tiling. A block computes a TILE x TILE tile of
- * C; for each step along k it loads one TILE x TILE tile of A and one of B into shared
- * memory (one barrier after the load), then every thread multiplies its row of the A tile
- * by its column of the B tile (one barrier before the next load overwrites them). Each
- * element loaded from global memory is reused TILE times from shared memory.
- *
- * Edges: threads outside A or B load zeros, so partial tiles add nothing; threads outside
- * C compute but do not store. Tiles: 16 or 32 (32 is the default).
- */
-#include <stdint.h>
+ * k02_tiled.cu - the classic shared-memory tiling: a block computes a TILE x TILE tile of C
+ * (16 or 32, 32 by default), loading one tile of A and one of B per k step, so each element
+ * loaded from global memory is reused TILE times. Threads outside A or B load zeros;
+ * threads outside C compute but do not store.
+ */#include <stdint.h>
 
 #include "gemm_kernels.h"
 

@@ -437,11 +437,6 @@ long long tile_count(const gemm_launch *l, int bm, int bn)
 {
     return (long long)((l->m + bm - 1) / bm) * ((l->n + bn - 1) / bn);
 }
-/* Fewer big tiles than SMs: some SMs would idle. */
-bool small_problem(const gemm_launch *l, int bm, int bn, int sms)
-{
-    return tile_count(l, bm, bn) < sms;
-}
 
 /* Split-k pieces for `tiles` output tiles of the big block (1: none), for k >= SPLIT_MIN_K:
  * fewer tiles than SMs, as many pieces as fill one wave of two blocks an SM (each at least
@@ -481,7 +476,7 @@ simt_choice big_or_small(const gemm_launch *l, int bm, int bn, simt_pick big, si
 {
     const int sms = sm_count();
     const int s = may_split ? split_for(l, tile_count(l, bm, bn), sms) : 1;
-    if (!small_problem(l, bm, bn, sms) || s > 1)
+    if (tile_count(l, bm, bn) >= sms || s > 1)
         return {big, s};
     return {small, 1};
 }

@@ -1,26 +1,19 @@
 /*
  * k06_wgmma.cu - Hopper tensor cores through wgmma (sm_90a): float32 inputs with math=tf32
  * (m64n256k8) or bf16 (m64n256k16), float16 / bfloat16 inputs as they are (m64n256k16);
- * float32 accumulators, C float32 or, for half inputs, their own type. docs/KERNELS.md
- * ("k06_wgmma") has the design and its measurements.
+ * float32 accumulators, C float32 or, for half inputs, their own type. The design and its
+ * measurements: docs/KERNELS.md, "k06_wgmma".
  *
- * float32 operands go through a pre-pass into device scratch first: B^T (n x kp, K-major)
- * rounded to TF32 or BF16, and A converted (bf16, or tf32 rows not 16-byte aligned); kp is
- * k rounded up to whole 16-byte rows, as the tensor copy engine requires. The main kernel:
- * a 128 x 256 block tile, a producer warpgroup issuing tensor copies (128-byte swizzle)
- * into a 4-stage ring of "full" / "empty" mbarriers, two consumer warpgroups of 64 rows
- * each with one stage of wgmma in flight; setmaxnreg moves registers to the consumers. The
- * copy engine zero-fills past the true sizes in the tensor maps, so only the store to C is
- * bounds-checked. Half B is read MN-major, as it lies, through the descriptor's transpose
- * bit; only an operand whose rows are not whole 16 bytes, or that starts unaligned, is
- * copied into padded scratch. A shared-memory tile row is always 128 bytes, one swizzle
- * atom: chunk c of row r lands at chunk c ^ (r % 8), the layout a K-major descriptor with
- * 128-byte swizzle and 1024 bytes between 8-row groups describes.
- *
- * The kernel body exists only in the sm_90a build; the fallback body declares a static
- * shared array, by which the launcher (cudaFuncGetAttributes) tells it apart and refuses
- * (cudaErrorNotSupported), as it does below compute capability 9.0.
- */#include <stdint.h>
+ * float32 operands are first written into scratch as wgmma reads them (B^T K-major, A where
+ * needed, rounded, rows padded to 16 bytes: kp). The main kernel: 128 x 256 block tiles, a
+ * producer warpgroup issuing tensor copies into a 4-stage ring of "full" / "empty"
+ * mbarriers, two consumer warpgroups of 64 rows each. The tensor maps carry the true sizes
+ * and the copy engine zero-fills past them, so only the store to C is bounds-checked. A
+ * shared-memory tile row is one 128-byte swizzle atom: chunk c of row r lands at chunk
+ * c ^ (r % 8), the layout a K-major descriptor with 128-byte swizzle and 1024 bytes between
+ * 8-row groups describes. The body exists only in the sm_90a build; the fallback body
+ * declares a static shared array, by which the launcher tells it apart and refuses.
+ */include <stdint.h>
 
 #include <cuda.h>
 #include <cuda_bf16.h>
