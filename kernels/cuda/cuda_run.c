@@ -288,14 +288,18 @@ static int copy_in(run_ctx *x)
     return GO;
 }
 
-/* Staged: waits for the stage that ends at `done`, stops for a cancel, and records the next
- * stage's own start event `next`. */
-static int stage_gap(run_ctx *x, cudaEvent_t done, cudaEvent_t next, const char *before)
+/* The start event of the stage after the one that ends at ev[end]: ev[end] itself when the
+ * stages run back to back; staged, its own ev[end + 1], recorded after waiting for ev[end]
+ * and stopping for a cancel. */
+static int stage_start(run_ctx *x, int end, cudaEvent_t *start, const char *before)
 {
+    const cudaEvent_t done = x->w->ev[end], next = x->w->ev[end + 1];
+    *start = x->staged ? next : done;
+    if (!x->staged) return GO;
     if (GEMM_CUDA_CHECK(&x->site, wait_event(done)) != cudaSuccess) return CUDA_FAILED;
     if (gemm_job_cancel_requested(x->job)) {
         x->job->timing.h2d_ms = ev_ms(x->w->ev[0], x->w->ev[1], &x->site);
-        if (done == x->w->ev[3]) x->job->timing.kernel_ms = ev_ms(x->k0, x->w->ev[3], &x->site);
+        if (end == 3) x->job->timing.kernel_ms = ev_ms(x->k0, x->w->ev[3], &x->site);
         return stop_with(x, gemm_job_stop_cancelled(x->job, before));
     }
     return GEMM_CUDA_CHECK(&x->site, cudaEventRecord(next, x->w->stream)) == cudaSuccess ? GO : CUDA_FAILED;
@@ -309,12 +313,8 @@ static int launch(run_ctx *x)
     gemm_job *job = x->job;
     cudaEvent_t *ev = x->w->ev;
     cudaStream_t s = x->w->stream;
-    x->k0 = ev[1];
-    if (x->staged) {
-        x->k0 = ev[2];
-        int st = stage_gap(x, ev[1], x->k0, "its kernel");
-        if (st != GO) return st;
-    }
+    int st = stage_start(x, 1, &x->k0, "its kernel");
+    if (st != GO) return st;
     x->stage = "kernel";
     if (x->cb->sticky_at > 0 && x->njob == x->cb->sticky_at &&
         GEMM_CUDA_CHECK(&x->site, gemm_cuda_launch_trap(s)) != cudaSuccess)
@@ -361,12 +361,8 @@ static int copy_out(run_ctx *x)
 {
     gemm_job *job = x->job;
     cudaEvent_t *ev = x->w->ev;
-    x->d0 = ev[3];
-    if (x->staged) {
-        x->d0 = ev[4];
-        int st = stage_gap(x, ev[3], x->d0, "its device-to-host copy");
-        if (st != GO) return st;
-    }
+    int st = stage_start(x, 3, &x->d0, "its device-to-host copy");
+    if (st != GO) return st;
     x->stage = "D2H copy";
     copy_list cp = {.kind = cudaMemcpyDeviceToHost, .s = x->w->stream, .site = &x->site,
                     .one_by_one = x->cb->copy_loop != 0};
