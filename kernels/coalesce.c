@@ -9,7 +9,8 @@
  * scattered back. A cancel that comes before the group starts stops that product; after,
  * it runs to the end. Products with a resident operand never join a group: their operands
  * live on the device, which a group's stacks cannot express.
- */#include "engine_int.h"
+ */
+#include "engine_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

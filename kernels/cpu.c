@@ -173,28 +173,21 @@ static void cpu_describe(void *self, gemm_engine_info *out)
     cpu_backend *cb = self;
     snprintf(out->backend, sizeof out->backend, "cpu");
     out->ndevices = 1;
-    gemm_device_info *d = &out->devices[0];
-    memset(d, 0, sizeof *d);
-    snprintf(d->name, sizeof d->name, "cpu (%d threads)", cb->threads);
-    d->total_mem = mem_bytes(_SC_PHYS_PAGES);
-    d->free_mem = mem_bytes(_SC_AVPHYS_PAGES);
-    d->streams = cb->workers;
-
+    out->devices[0] = (gemm_device_info){.total_mem = mem_bytes(_SC_PHYS_PAGES),
+                                         .free_mem = mem_bytes(_SC_AVPHYS_PAGES), .streams = cb->workers};
+    snprintf(out->devices[0].name, sizeof out->devices[0].name, "cpu (%d threads)", cb->threads);
     out->nkernels = 2;
-    gemm_kernel_info *k = &out->kernels[0];
-    memset(k, 0, 2 * sizeof *k);
-    snprintf(k[0].name, sizeof k[0].name, "openblas");
+    gemm_kernel_info *k = out->kernels;
+    k[0] = (gemm_kernel_info){.name = "openblas",
+                              .dtypes = (1u << GEMM_DTYPE_F32) | (1u << GEMM_DTYPE_F64) | (1u << GEMM_DTYPE_F16) |
+                                        (1u << GEMM_DTYPE_BF16),
+                              .maths = (1u << GEMM_MATH_DEFAULT) | (1u << GEMM_MATH_FP32)};
     snprintf(k[0].description, sizeof k[0].description,
              "OpenBLAS cblas_sgemm/cblas_dgemm, row-major, %d threads per job (float16/bfloat16: "
              "widened to float32)", cb->job_threads);
-    k[0].dtypes = (1u << GEMM_DTYPE_F32) | (1u << GEMM_DTYPE_F64) | (1u << GEMM_DTYPE_F16) | (1u << GEMM_DTYPE_BF16);
-    k[0].maths = (1u << GEMM_MATH_DEFAULT) | (1u << GEMM_MATH_FP32);
-    snprintf(k[1].name, sizeof k[1].name, "blocked");
+    k[1] = (gemm_kernel_info){.name = "blocked", .dtypes = 1u << GEMM_DTYPE_I32};
     snprintf(k[1].description, sizeof k[1].description,
-             "cache-blocked int32 loop, wraps in two's complement, %d threads per job",
-             cb->job_threads);
-    k[1].dtypes = 1u << GEMM_DTYPE_I32;
-    k[1].maths = 0;
+             "cache-blocked int32 loop, wraps in two's complement, %d threads per job", cb->job_threads);
 }
 
 static void cpu_stats(void *self, gemm_engine_stats *out)

@@ -10,7 +10,8 @@
  * library handles) and runs it itself, sparing the hand-off between threads that is most
  * of a small product's queue time when requests come one at a time. The lent worker counts
  * as busy and takes nothing until its state comes back; it never exits while lent.
- */#include "engine_int.h"
+ */
+#include "engine_int.h"
 
 int gemm_engine_runs_on_host(const gemm_engine *e, const gemm_job *job)
 {

@@ -12,7 +12,8 @@
  * gemm_ecode values, never HTTP statuses (the daemon maps them: server/engine_err.c).
  * submit, cancel, describe, get_stats, ready, healthy, host_alloc and host_free run on the
  * daemon's HTTP threads and never wait on a device or make a CUDA call.
- */#ifndef GEMM_ENGINE_H
+ */
+#ifndef GEMM_ENGINE_H
 #define GEMM_ENGINE_H
 
 #include <pthread.h>

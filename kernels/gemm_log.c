@@ -1,7 +1,8 @@
 /*
  * gemm_log.c - the engine's logging hook (gemm_log.h): read under a mutex, called without
  * it (set once, read rarely: the engine logs faults and resets, never per product).
- */#include "gemm_log.h"
+ */
+#include "gemm_log.h"
 
 #include <pthread.h>
 #include <stdarg.h>

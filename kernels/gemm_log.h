@@ -2,7 +2,8 @@
  * gemm_log.h - how the engine and the kernels say things: one process-wide hook, set by
  * the daemon before it opens the engine; without one, stderr, one line each ("gemmd engine
  * warn: ..."), debug dropped. Usable from C and C++, from any thread.
- */#ifndef GEMM_LOG_H
+ */
+#ifndef GEMM_LOG_H
 #define GEMM_LOG_H
 
 #ifdef __cplusplus

@@ -4,7 +4,8 @@
  * float32 (exact), float64 or int32, kernel auto, no tile, no resident operand, not a
  * panel. OpenBLAS (set to one thread for the process: a GPU engine has no other use for
  * it) or the int32 loop; the answer says device "cpu". Off while fault_inject is set.
- */#include "cpu_gemm.h"
+ */
+#include "cpu_gemm.h"
 
 #include <cblas.h>
 #include <stddef.h>

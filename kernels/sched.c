@@ -21,7 +21,8 @@
  * Cancellation: a queued job is taken off the queue (done() at once); a running one is
  * flagged, and the worker checks the flag before it calls the backend, the backend at each
  * of its stage boundaries (gemm_job_cancel_requested).
- */#include "engine_int.h"
+ */
+#include "engine_int.h"
 
 #include <sys/prctl.h>
 #include <stddef.h>

@@ -15,7 +15,8 @@
  * boundary and the product fails with its error; a product whose panels were cancelled
  * (none failed) ends CANCELLED. Batches are never split, nor products with a resident A or
  * C (their device copies are whole matrices); a resident B is read on each panel's device.
- */#include "engine_int.h"
+ */
+#include "engine_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

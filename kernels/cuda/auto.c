@@ -7,7 +7,8 @@
  * the first row whose dtype, math and class match gives its first candidate the devices
  * support; nothing matched gives "tiled", which runs every dtype on every GPU. A small
  * single float32 product with exact math is taken before the table (small_single).
- */#include <stddef.h>
+ */
+#include <stddef.h>
 #include <string.h>
 
 #include "gemm_kernels.h"

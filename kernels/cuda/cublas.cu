@@ -13,7 +13,8 @@
  * panel belongs to), cached by shape: a panel's rows then come out to the bit as in the
  * whole product, which cublasGemmEx (choosing per call) does not promise. Without that
  * state, or where cublasLt has no algorithm, cublasGemmEx runs it.
- */#include <cublasLt.h>
+ */
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <stdint.h>
 #include <stdlib.h>

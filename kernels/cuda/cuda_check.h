@@ -3,7 +3,8 @@
  * `if (GEMM_CUDA_CHECK(&site, cudaMemcpyAsync(...)) != cudaSuccess) ...` keeps the first
  * failure (error, call, file, line) in the site for the job's message. cuBLAS statuses map
  * onto the nearest cudaError_t (an allocation failure stays one: out of memory).
- */#ifndef GEMM_CUDA_CHECK_H
+ */
+#ifndef GEMM_CUDA_CHECK_H
 #define GEMM_CUDA_CHECK_H
 
 #include <cublas_v2.h>

@@ -20,7 +20,8 @@
  * The mutex is taken before a stash's, never after, and never held across a CUDA call; a
  * block's registration and the slots' generations are atomics, so that the workers' check
  * that a block is locked already takes no lock.
- */#include "cuda_host.h"
+ */
+#include "cuda_host.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

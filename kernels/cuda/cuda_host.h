@@ -9,7 +9,8 @@
  * registered by the worker that first copies through it (inside the device's enter/leave),
  * and one not kept for reuse is unregistered later by the housekeeping thread. Registering
  * is slow, so freed registered blocks are kept for requests of a similar size.
- */#ifndef GEMM_CUDA_HOST_H
+ */
+#ifndef GEMM_CUDA_HOST_H
 #define GEMM_CUDA_HOST_H
 
 #include <stddef.h>

@@ -4,7 +4,8 @@
  * it enters each device that is not lost (as a job does, so no reset runs meanwhile),
  * samples its free memory (stats and describe read it without a CUDA call), unregisters
  * the host blocks it registered that nobody keeps, and frees released resident copies.
- */#include "cuda_engine.h"
+ */
+#include "cuda_engine.h"
 
 #include <sys/prctl.h>
 #include <errno.h>

@@ -5,7 +5,8 @@
  * C's copy is made device-to-device and published once its product has finished. Short of
  * device memory, the product reads the host copy; a copy from before a reset is made
  * again. The housekeeping thread frees the copies of released handles.
- */#include "cuda_engine.h"
+ */
+#include "cuda_engine.h"
 #include "gemm_scratch.h"
 
 #include <stdlib.h>

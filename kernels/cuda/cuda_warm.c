@@ -5,7 +5,8 @@
  * (bench/results/h100-2026-11-23-warmup.md). Through the same validate and run as a
  * request: every dtype at 64^3, 256^3 and 512^3 with kernel auto, and a batch of 4 64^3.
  * Counted nowhere (w->warming; the products are not submitted).
- */#include "cuda_engine.h"
+ */
+#include "cuda_engine.h"
 
 #include <string.h>
 

@@ -272,11 +272,9 @@ static void cuda_describe(void *self, gemm_engine_info *out)
         const gemm_kernel_desc *k = gemm_kernel_table[i];
         if (k->min_cc > cb->min_cc || (strcmp(k->name, "wgmma") == 0 && !cb->wgmma_ok)) continue;
         gemm_kernel_info *ki = &out->kernels[n++];
-        memset(ki, 0, sizeof *ki);
+        *ki = (gemm_kernel_info){.dtypes = k->dtypes, .maths = k->maths | (1u << GEMM_MATH_DEFAULT)};
         snprintf(ki->name, sizeof ki->name, "%s", k->name);
         snprintf(ki->description, sizeof ki->description, "%s", k->description);
-        ki->dtypes = k->dtypes;
-        ki->maths = k->maths | (1u << GEMM_MATH_DEFAULT);
         memcpy(ki->tiles, k->tiles, sizeof ki->tiles);
     }
     out->nkernels = n;

@@ -6,7 +6,8 @@
  * cp.async (sm_80+) copies global to shared memory without passing through registers, so
  * the next tile streams in while the current one is multiplied; an out-of-range element
  * is copied with src-size 0, which fills zeros: edge tiles are padded without a branch.
- */#ifndef GEMM_ASYNC_CUH
+ */
+#ifndef GEMM_ASYNC_CUH
 #define GEMM_ASYNC_CUH
 
 #include <stdint.h>

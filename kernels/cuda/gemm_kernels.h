@@ -6,7 +6,8 @@
  * without synchronizing; int32 wraps in two's complement. Each lives in its own file,
  * kernels/cuda/kNN_<name>.cu, in the order of the lesson, and exports one
  * `gemm_kernel_<name>`, listed in registry.c.
- */#ifndef GEMM_KERNELS_H
+ */
+#ifndef GEMM_KERNELS_H
 #define GEMM_KERNELS_H
 
 #include <cuda_runtime.h>

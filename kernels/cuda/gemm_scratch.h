@@ -4,7 +4,8 @@
  * synchronization). Allocation and free are ordered on the caller's stream: work enqueued
  * between them may use it, nothing waits on the host. A failure is
  * cudaErrorMemoryAllocation (out of device memory for that product alone).
- */#ifndef GEMM_SCRATCH_H
+ */
+#ifndef GEMM_SCRATCH_H
 #define GEMM_SCRATCH_H
 
 #include <cuda_runtime.h>

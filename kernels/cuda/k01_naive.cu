@@ -2,7 +2,8 @@
  * k01_naive.cu - the starting point: one thread per element of C, walking a row of A and a
  * column of B straight from global memory, any shape and dtype. threadIdx.x runs along a
  * row of C, so a warp reads B and writes C coalesced and reads one element of A.
- */#include <stdint.h>
+ */
+#include <stdint.h>
 
 #include "gemm_kernels.h"
 

@@ -3,7 +3,8 @@
  * (16 or 32, 32 by default), loading one tile of A and one of B per k step, so each element
  * loaded from global memory is reused TILE times. Threads outside A or B load zeros;
  * threads outside C compute but do not store.
- */#include <stdint.h>
+ */
+#include <stdint.h>
 
 #include "gemm_kernels.h"
 

@@ -11,7 +11,8 @@
  * out-of-range elements) and the store is bounds-checked, so any m, n, k >= 1 works.
  * int32 accumulates in uint32 (wraps). Tile parameters are template arguments checked by
  * static_asserts; `bench_kernels --tune` times the float32 variants against each other.
- */#include <stdint.h>
+ */
+#include <stdint.h>
 #include <string.h>
 
 #include "gemm_async.cuh"

@@ -7,7 +7,8 @@
  * bf16 pairs as the fragments are read, so the rounding matches cuBLAS's modes. Row pads
  * put the 32 lanes of each fragment load in 32 banks (docs/KERNELS.md, "k04_mma"). The
  * store is bounds-checked: any m, n, k >= 1.
- */#include <stdint.h>
+ */
+#include <stdint.h>
 
 #include <cuda_bf16.h>
 

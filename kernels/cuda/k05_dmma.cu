@@ -5,7 +5,8 @@
  * run about twice the rate of the double FMA units. Structure as in k04_mma; row pads
  * LDA = LDB = 4 (mod 16 doubles) put each half-warp phase on 16 distinct bank pairs. The
  * store is bounds-checked.
- */#include <stdint.h>
+ */
+#include <stdint.h>
 
 #include <atomic>
 

@@ -13,7 +13,8 @@
  * c ^ (r % 8), the layout a K-major descriptor with 128-byte swizzle and 1024 bytes between
  * 8-row groups describes. The body exists only in the sm_90a build; the fallback body
  * declares a static shared array, by which the launcher tells it apart and refuses.
- */include <stdint.h>
+ */
+#include <stdint.h>
 
 #include <cuda.h>
 #include <cuda_bf16.h>
