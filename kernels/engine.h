@@ -345,13 +345,11 @@ int gemm_engine_runs_on_host(const gemm_engine *e, const gemm_job *job);
 
 /* Asks for a job to be cancelled; returns 1 if it was dequeued, 0 otherwise.
  * - Queued: taken off the queue, done() called at once from the calling thread, CANCELLED.
- * - Running: noted; the worker stops it at its next stage boundary: before it starts; on
- *   the CUDA backend before the H2D copy and, for a product run stage by stage, before the
- *   kernel and the D2H copy; on the CPU backend before the product (before each product of
- *   a batch) and, for int32, between panels of k. A product coalesced into a group stops
- *   only if the cancel came before the group started. A split product passes it to every
- *   panel. done() is then called once, CANCELLED (c incomplete); a job past its last
- *   boundary completes as usual. A running kernel is never interrupted.
+ * - Running: noted; it stops at its next stage boundary (before it starts; CUDA: before the
+ *   H2D copy and, staged, before the kernel and the D2H copy; CPU: before each product and,
+ *   for int32, between k-slices; a coalesced product only before its group starts; a split
+ *   product's panels each), then done() once, CANCELLED (c incomplete); a job past its
+ *   last boundary completes. A running kernel is never interrupted.
  * - Finished, or not known to the engine: nothing happens. */
 int gemm_engine_cancel(gemm_engine *e, gemm_job *job);
 
@@ -363,11 +361,10 @@ void gemm_engine_close(gemm_engine *e);
 void *gemm_engine_host_alloc(gemm_engine *e, size_t bytes);
 void gemm_engine_host_free(gemm_engine *e, void *p);
 const gemm_allocator *gemm_engine_allocator(gemm_engine *e);
-/* Memory the engine keeps after its owners freed it, for reuse (the CUDA backend's cache of
- * page-locked blocks) can be charged to the caller: fn(ctx, +bytes) before bytes are kept
- * (nonzero: let go instead), fn(ctx, -bytes) when kept bytes are reused or let go; from any
- * thread, under the allocator's lock (fn must not call into the engine). NULL stops
- * charging. gemm_engine_trim_kept lets everything kept go now and returns the bytes. */
+/* Memory the engine keeps for reuse after its owners freed it (the CUDA backend's locked
+ * blocks) is charged to the caller: fn(ctx, +bytes) before bytes are kept (nonzero: let go
+ * instead), fn(ctx, -bytes) when they leave; from any thread, under the allocator's lock
+ * (fn must not call into the engine); NULL stops charging. trim_kept lets it all go now. */
 typedef int (*gemm_keep_charge_fn)(void *ctx, int64_t delta);
 void gemm_engine_set_keep_charge(gemm_engine *e, gemm_keep_charge_fn fn, void *ctx);
 uint64_t gemm_engine_trim_kept(gemm_engine *e);

@@ -27,21 +27,16 @@ typedef struct {
     int tile;              /* 0 = the kernel's default; else one of desc->tiles */
     cudaStream_t stream;
     void *cublas;          /* a cublasHandle_t bound to `stream` (only the cublas member uses it) */
-    /* Batched launch (only for members with batch_native): batch products, A, B and C of
-     * product i at A + i*stride_a elements (and so on); stride_b 0 = one B for all. */
-    int batch;             /* 0 or 1: one product */
+    /* batch_native members: batch products (0 or 1: one), product i's A at A + i*stride_a
+     * elements (and so on); stride_b 0 = one B for all. */
+    int batch;
     long long stride_a, stride_b, stride_c;
-    /* float16 / bfloat16 A and B (only members with those dtype bits run them): C is
-     * float32 (0) or in A's dtype (1), sums in float32 either way. */
-    int out_half;
+    int out_half;          /* float16 / bfloat16 A and B: C float32 (0) or in their dtype (1) */
     /* The rows of the whole product this launch is a panel of (0, or m: it is whole). A
      * member chooses its block, its k split and (cuBLAS) its algorithm as for plan_m rows,
      * so that a row comes out to the bit as it does in the whole product. */
     int plan_m;
-    /* The worker's cublasLt state (gemm_lt_create; only the cublas member uses it): cuBLAS
-     * then runs the algorithm its heuristic picks for the planned shape. NULL: cublasGemmEx
-     * chooses per call, for the launch's own shape. */
-    void *lt;
+    void *lt;              /* the worker's cublasLt state (cublas member; NULL: cublasGemmEx) */
 } gemm_launch;
 
 /* The rows a member plans for: plan_m when it is a panel of a larger product, else m. */

@@ -436,35 +436,32 @@ bool make_map(CUtensorMap *map, encode_tiled_fn enc, CUtensorMapDataType type, i
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* cudaSuccess when the binary the runtime picks for the current device has the kernel's
- * body (sm_90a code); cudaErrorNotSupported for the body-less fallback, recognized by its
- * static shared array. */
+/* cudaSuccess when the current device has compute capability 9.0 or more and the binary
+ * the runtime picks for it has kern's body (sm_90a code); cudaErrorNotSupported otherwise
+ * (the body-less fallback is recognized by its static shared array). */
 typedef void (*kernel_fn)(CUtensorMap, CUtensorMap, void *, int, int, int, int, int, int);
 
 cudaError_t has_body(kernel_fn kern)
 {
+    int dev = 0, major = 0;
     cudaFuncAttributes fa;
-    const cudaError_t e = cudaFuncGetAttributes(&fa, kern);
-    if (e != cudaSuccess)
-        return e;
-    return fa.sharedSizeBytes != 0 ? cudaErrorNotSupported : cudaSuccess;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e == cudaSuccess && major < 9)
+        return cudaErrorNotSupported;
+    if (e == cudaSuccess)
+        e = cudaFuncGetAttributes(&fa, kern);
+    return e != cudaSuccess ? e : fa.sharedSizeBytes != 0 ? cudaErrorNotSupported : cudaSuccess;
 }
 
-/* cudaSuccess when kern can run l on the current device: sizes it takes, compute capability
- * 9.0 or more, its sm_90a body present, and the driver's tensor-map encoder found (*enc). */
+/* cudaSuccess when kern can run l on the current device: sizes it takes, its body there
+ * (has_body), and the driver's tensor-map encoder found (*enc). */
 cudaError_t device_ready(kernel_fn kern, const gemm_launch *l, encode_tiled_fn *enc)
 {
     if (l->m < 1 || l->n < 1 || l->k < 1)
         return cudaErrorInvalidValue;
-    int dev = 0, major = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    if (e != cudaSuccess)
-        return e;
-    if (major < 9)
-        return cudaErrorNotSupported;
-    e = has_body(kern);
+    const cudaError_t e = has_body(kern);
     if (e != cudaSuccess)
         return e;
     *enc = get_encode();
@@ -622,20 +619,13 @@ int wgmma_plan(const gemm_launch *l, char *out, size_t cap)
 /* cc >= 9.0 and the sm_90a bodies present (cuda_engine.h: asked once per device at open). */
 extern "C" int gemm_wgmma_runnable(void)
 {
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    const int ok = has_body(wgmma_kernel<WG_BF16, B_KMAJOR, OUT_F32>) == cudaSuccess &&
+                   has_body(wgmma_kernel<WG_TF32, B_KMAJOR, OUT_F32>) == cudaSuccess &&
+                   has_body(wgmma_kernel<WG_BF16, B_MNMAJOR, OUT_HALF>) == cudaSuccess &&
+                   has_body(wgmma_kernel<WG_F16, B_MNMAJOR, OUT_F32>) == cudaSuccess;
+    if (!ok)
         cudaGetLastError();
-        return 0;
-    }
-    if (major < 9 || has_body(wgmma_kernel<WG_BF16, B_KMAJOR, OUT_F32>) != cudaSuccess ||
-        has_body(wgmma_kernel<WG_TF32, B_KMAJOR, OUT_F32>) != cudaSuccess ||
-        has_body(wgmma_kernel<WG_BF16, B_MNMAJOR, OUT_HALF>) != cudaSuccess ||
-        has_body(wgmma_kernel<WG_F16, B_MNMAJOR, OUT_F32>) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return 1;
+    return ok;
 }
 
 extern "C" const gemm_kernel_desc gemm_kernel_wgmma = {
