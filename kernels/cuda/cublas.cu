@@ -40,7 +40,7 @@ cudaError_t from_cublas(cublasStatus_t s, const char *what)
 
 constexpr int LT_CACHE = 16;
 
-struct lt_key {
+struct lt_key { /* no padding: compared with memcmp */
     int dtype, math, out_half, plan_m, m, n, k;
     unsigned align; /* the smallest alignment of A, B and C, in bytes (at most 256) */
 };
@@ -61,12 +61,6 @@ struct lt_state {
     unsigned long long clock;
     lt_entry e[LT_CACHE];
 };
-
-bool key_eq(const lt_key &a, const lt_key &b)
-{
-    return a.dtype == b.dtype && a.math == b.math && a.out_half == b.out_half && a.plan_m == b.plan_m &&
-           a.m == b.m && a.n == b.n && a.k == b.k && a.align == b.align;
-}
 
 
 unsigned ptr_align(const void *p)
@@ -201,7 +195,7 @@ cublasStatus_t lt_launch(lt_state *st, const gemm_launch *l, bool *ran)
     key.align = a < b ? (a < c ? a : c) : (b < c ? b : c);
     lt_entry *en = NULL, *victim = &st->e[0];
     for (int i = 0; i < LT_CACHE; i++) {
-        if (st->e[i].used && key_eq(st->e[i].key, key)) {
+        if (st->e[i].used && memcmp(&st->e[i].key, &key, sizeof key) == 0) {
             en = &st->e[i];
             break;
         }
