@@ -37,6 +37,23 @@ template <int N> __device__ __forceinline__ void wait_group()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/* One ROWS x COLS tile of a row-major matrix (nrows x ncols, leading dimension ncols) from
+ * (r0, c0) into dst (row stride LD), E elements a copy, the loop unrolled UNROLL times
+ * (0: fully). */
+template <typename T, int THREADS, int ROWS, int COLS, int LD, int E, int UNROLL>
+__device__ __forceinline__ void copy_tile(T *dst, const T *__restrict__ src, int nrows, int ncols, int r0, int c0)
+{
+    constexpr int V = COLS / E; /* copies per tile row */
+#pragma unroll(UNROLL ? UNROLL : ROWS * V / THREADS)
+    for (int s = 0; s < ROWS * V / THREADS; s++) {
+        const int idx = threadIdx.x + s * THREADS;
+        const int r = idx / V, c = (idx % V) * E;
+        const bool ok = r0 + r < nrows && c0 + c < ncols;
+        const T *p = ok ? src + (size_t)(r0 + r) * ncols + (c0 + c) : src;
+        cp_async<E * sizeof(T)>(dst + r * LD + c, p, ok);
+    }
+}
+
 /* Starts the copy of one k-step's tiles: A rows [bm, bm+BM) x columns [k0, k0+BK) into As
  * (row stride Cfg::LDA) and B rows [k0, k0+BK) x columns [bn, bn+BN) into Bs (stride
  * Cfg::LDB). VEC: 16-byte copies (the caller checked alignment with gemm_vec_ok and that
@@ -46,44 +63,9 @@ template <typename T, typename Cfg, bool VEC>
 __device__ __forceinline__ void load_tiles(T *As, T *Bs, const T *__restrict__ A, const T *__restrict__ B,
                                            int m, int n, int k, int bm, int bn, int k0)
 {
-    const int tid = threadIdx.x;
-    if (VEC) {
-        constexpr int E = 16 / sizeof(T);                 /* elements per vector */
-        constexpr int AV = Cfg::BK / E, BV = Cfg::BN / E; /* vectors per tile row */
-#pragma unroll
-        for (int s = 0; s < Cfg::BM * AV / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / AV, c = (idx % AV) * E;
-            const bool ok = bm + r < m && k0 + c < k;
-            const T *src = ok ? A + (size_t)(bm + r) * k + (k0 + c) : A;
-            cp_async<16>(As + r * Cfg::LDA + c, src, ok);
-        }
-#pragma unroll
-        for (int s = 0; s < Cfg::BK * BV / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / BV, c = (idx % BV) * E;
-            const bool ok = k0 + r < k && bn + c < n;
-            const T *src = ok ? B + (size_t)(k0 + r) * n + (bn + c) : B;
-            cp_async<16>(Bs + r * Cfg::LDB + c, src, ok);
-        }
-    } else {
-#pragma unroll 4
-        for (int s = 0; s < Cfg::BM * Cfg::BK / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / Cfg::BK, c = idx % Cfg::BK;
-            const bool ok = bm + r < m && k0 + c < k;
-            const T *src = ok ? A + (size_t)(bm + r) * k + (k0 + c) : A;
-            cp_async<sizeof(T)>(As + r * Cfg::LDA + c, src, ok);
-        }
-#pragma unroll 4
-        for (int s = 0; s < Cfg::BK * Cfg::BN / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / Cfg::BN, c = idx % Cfg::BN;
-            const bool ok = k0 + r < k && bn + c < n;
-            const T *src = ok ? B + (size_t)(k0 + r) * n + (bn + c) : B;
-            cp_async<sizeof(T)>(Bs + r * Cfg::LDB + c, src, ok);
-        }
-    }
+    constexpr int E = VEC ? 16 / sizeof(T) : 1, U = VEC ? 0 : 4;
+    copy_tile<T, Cfg::THREADS, Cfg::BM, Cfg::BK, Cfg::LDA, E, U>(As, A, m, k, bm, k0);
+    copy_tile<T, Cfg::THREADS, Cfg::BK, Cfg::BN, Cfg::LDB, E, U>(Bs, B, k, n, k0, bn);
 }
 
 /* The multi-stage cp.async main loop of k04_mma and k05_dmma: the block's A rows [bm, bm+BM)
