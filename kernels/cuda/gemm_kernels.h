@@ -115,5 +115,15 @@ static inline int gemm_block_name_none(char *out, size_t cap)
 /* The type a member sums in: int32 in uint32, so that overflow wraps (two's complement). */
 template <typename T> struct gemm_acc { typedef T type; };
 template <> struct gemm_acc<int32_t> { typedef uint32_t type; };
+/* f(T()) for l's element type, float32, float64 or int32 (others: cudaErrorInvalidValue). */
+template <typename F> static inline cudaError_t gemm_by_dtype(const gemm_launch *l, F f)
+{
+    switch (l->dtype) {
+    case GEMM_DTYPE_F32: return f(float());
+    case GEMM_DTYPE_F64: return f(double());
+    case GEMM_DTYPE_I32: return f(int32_t());
+    default: return cudaErrorInvalidValue;
+    }
+}
 #endif
 #endif /* GEMM_KERNELS_H */

@@ -38,12 +38,7 @@ template <typename T> cudaError_t run(const gemm_launch *l)
 
 cudaError_t naive_launch(const gemm_launch *l)
 {
-    switch (l->dtype) {
-    case GEMM_DTYPE_F32: return run<float>(l);
-    case GEMM_DTYPE_F64: return run<double>(l);
-    case GEMM_DTYPE_I32: return run<int32_t>(l);
-    default: return cudaErrorInvalidValue;
-    }
+    return gemm_by_dtype(l, [l](auto t) { return run<decltype(t)>(l); });
 }
 
 } // namespace

@@ -48,24 +48,11 @@ template <typename T, int TILE> cudaError_t run(const gemm_launch *l)
     return cudaGetLastError();
 }
 
-template <int TILE> cudaError_t by_dtype(const gemm_launch *l)
-{
-    switch (l->dtype) {
-    case GEMM_DTYPE_F32: return run<float, TILE>(l);
-    case GEMM_DTYPE_F64: return run<double, TILE>(l);
-    case GEMM_DTYPE_I32: return run<int32_t, TILE>(l);
-    default: return cudaErrorInvalidValue;
-    }
-}
-
 cudaError_t tiled_launch(const gemm_launch *l)
 {
-    switch (l->tile) {
-    case 16: return by_dtype<16>(l);
-    case 0:
-    case 32: return by_dtype<32>(l);
-    default: return cudaErrorInvalidValue;
-    }
+    if (l->tile != 0 && l->tile != 16 && l->tile != 32)
+        return cudaErrorInvalidValue;
+    return gemm_by_dtype(l, [l](auto t) { return l->tile == 16 ? run<decltype(t), 16>(l) : run<decltype(t), 32>(l); });
 }
 
 int tiled_plan(const gemm_launch *l, char *out, size_t cap)
