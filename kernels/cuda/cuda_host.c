@@ -382,12 +382,10 @@ static void *host_alloc(void *ctx, size_t bytes)
     gemm_cuda_host *h = ctx;
     if (bytes == 0) bytes = 1;
     if (bytes > SIZE_MAX - HDR - PAGE) return NULL;
-    /* What a new block would hold: a cached one at most an eighth (and a page) bigger is
-     * taken. A locked block is resident in full while the budget is charged only what was
-     * asked for, so the slack is kept small (with "up to twice", the hostile battery's
-     * answers of 8 MB took 16 MB blocks: 840 MB resident for 497 MB charged). Comparing with
-     * the request itself instead would never reuse a block for a request under half a page
-     * (a product of 16x16 matrices), and each would lock new pages with the driver. */
+    /* A cached block at most an eighth (and a page) bigger than a new one would be: a locked
+     * block is resident in full while the budget is charged what was asked, so the slack is
+     * small ("up to twice" let 8 MB answers take 16 MB blocks). Measured from the new block,
+     * not the request, so that requests under half a page reuse blocks too. */
     const size_t fresh = (bytes + HDR + PAGE - 1) / PAGE * PAGE - HDR, slack = fresh / 8 + PAGE;
     stash *mine = fresh <= STASH_MAX_CAP ? my_stash(h) : NULL;
     block_hdr *b = mine ? stash_take(mine, fresh, slack) : NULL;

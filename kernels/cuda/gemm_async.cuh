@@ -68,15 +68,12 @@ __device__ __forceinline__ void load_tiles(T *As, T *Bs, const T *__restrict__ A
     copy_tile<T, Cfg::THREADS, Cfg::BK, Cfg::BN, Cfg::LDB, E, U>(Bs, B, k, n, k0, bn);
 }
 
-/* The multi-stage cp.async main loop of k04_mma and k05_dmma: the block's A rows [bm, bm+BM)
- * and B columns [bn, bn+BN) stream through Cfg::STAGES shared stages (stage st at
- * As + st * BM * LDA, Bs + st * BK * LDB), STAGES - 1 k-tiles in flight ahead of the one
- * multiplied. Per k-tile: wait for its group, barrier (the tile is visible to all, and
- * every warp is done with the stage about to be refilled), start the copy of kt + STAGES - 1
- * into that stage, step(kt % STAGES). step is the kernel's lambda, inlined, so the
- * accumulators it captures stay in registers (same PTX as the loop written out in each). A
- * group is committed every iteration, copies or not, so wait_group<STAGES - 2> always means
- * "k-tile kt has landed". */
+/* The multi-stage cp.async main loop of k04_mma and k05_dmma: STAGES - 1 k-tiles in flight
+ * ahead of the one multiplied. Per k-tile: wait for its group, barrier (the tile is visible,
+ * and every warp is done with the stage about to be refilled), start the copy of
+ * kt + STAGES - 1 into that stage, step(kt % STAGES): the kernel's lambda, inlined, so its
+ * accumulators stay in registers. A group is committed every iteration, copies or not, so
+ * wait_group<STAGES - 2> always means "k-tile kt has landed". */
 template <typename T, typename Cfg, bool VEC, typename Step>
 __device__ __forceinline__ void mainloop(T *As, T *Bs, const T *__restrict__ A, const T *__restrict__ B,
                                          int m, int n, int k, int bm, int bn, Step &&step)
