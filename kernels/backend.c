@@ -29,14 +29,8 @@ int gemm_engine_err_set(gemm_engine_err *e, gemm_ecode code, const char *fmt, ..
 
 const char *gemm_job_state_name(gemm_job_state s)
 {
-    switch (s) {
-    case GEMM_JOB_QUEUED: return "queued";
-    case GEMM_JOB_RUNNING: return "running";
-    case GEMM_JOB_DONE: return "done";
-    case GEMM_JOB_FAILED: return "failed";
-    case GEMM_JOB_CANCELLED: return "cancelled";
-    default: return "invalid";
-    }
+    static const char *const names[] = {"queued", "running", "done", "failed", "cancelled"}; /* gemm_job_state */
+    return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "invalid";
 }
 
 int gemm_job_bytes(const gemm_job *job, size_t out[3])

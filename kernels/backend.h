@@ -1,12 +1,9 @@
 /*
- * backend.h - what a backend provides, and the registry the engine opens them from.
- *
- * A backend is one row: a gemm_backend filled with its functions (like ggml's backend
- * interface, or redis's ae_epoll.c behind ae.c). The engine (engine.c, sched.c) calls a
- * backend only through its row and never names one: gemm_engine_open finds the row by
- * name in gemm_backends, `auto` takes the first whose device is present. A row with
- * `takes` runs products on the submitting thread and has no workers (the host path,
- * host.c); the engine opens it beside a backend with `offload` set.
+ * backend.h - what a backend provides, and the registry the engine opens them from. A
+ * backend is one row of functions; the engine calls it only through its row and never
+ * names one (gemm_engine_open finds the row by name, `auto` the first whose device is
+ * present). A row with `takes` runs products on the submitting thread and has no workers
+ * (the host path, host.c); the engine opens it beside a backend with `offload` set.
  */
 #ifndef GEMM_BACKEND_H
 #define GEMM_BACKEND_H

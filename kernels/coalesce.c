@@ -1,17 +1,14 @@
 /*
- * coalesce.c - dynamic batching: a worker that takes a small single product also takes
- * the queued products with the same key (dtype, C's dtype, resolved math, kernel, tile,
- * plan rows, m, k, n) that are queued then, up to group_max (it waits for none); the group
- * runs as ONE batched job on the backend, and each product then gets its own result
- * fields, its own queue_ms and its own done().
+ * coalesce.c - dynamic batching: a worker that takes a small single product also takes the
+ * products queued then with the same key (dtype, C's dtype, resolved math, kernel, tile,
+ * plan rows, m, k, n), up to group_max (it waits for none), runs them as ONE batched job,
+ * and gives each its own result fields, queue_ms and done().
  *
- * A backend with run_parts (CUDA) is handed each product's own blocks and copies them
- * straight to and from its device stacks; for any other the inputs are gathered into one A
- * and one B stack in engine memory and C is scattered back. A product flagged for
- * cancellation before its group starts is stopped as usual; once the group has started it
- * runs to the end with the others. Products with a resident operand never join a group:
- * their operands already live on the device (or must be kept there), which a group's
- * stacks cannot express.
+ * A backend with run_parts (CUDA) copies each product's own blocks to and from its device
+ * stacks; for any other the inputs are gathered into one A and one B stack and C is
+ * scattered back. A cancel that comes before the group starts stops that product; after,
+ * it runs to the end. Products with a resident operand never join a group: their operands
+ * live on the device, which a group's stacks cannot express.
  */
 #include "engine_int.h"
 
@@ -60,27 +57,6 @@ int gemm_coalesce_take(gemm_engine *e, gemm_job *job, gemm_job **g, double t0)
     return n;
 }
 
-/* The group as one batched job: the first product's request, batch n. */
-static void group_job(gemm_job *big, const gemm_job *first, int n)
-{
-    memset(big, 0, sizeof *big);
-    big->dtype = first->dtype;
-    big->m = first->m, big->k = first->k, big->n = first->n;
-    big->batch = (uint64_t)n;
-    big->tile = first->tile;
-    big->plan_m = first->plan_m;
-    big->math = first->math;
-    big->out_half = first->out_half;
-    snprintf(big->kernel, sizeof big->kernel, "%s", first->kernel);
-    /* validate() ran for every product of the group and resolved the same kernel */
-    memcpy(big->kernel_used, first->kernel_used, sizeof big->kernel_used);
-    big->math_used = first->math_used;
-    big->tile_used = first->tile_used;
-    big->stream = -1;
-    atomic_init(&big->cancel_requested, 0);
-    atomic_init(&big->state, GEMM_JOB_RUNNING);
-}
-
 static void free_stacks(gemm_engine *e, gemm_job *big)
 {
     gemm_engine_host_free(e, big->a);
@@ -109,8 +85,9 @@ void gemm_coalesce_run(gemm_engine *e, void *worker, gemm_job **g, int n, double
         return;
     }
     n = live;
-    gemm_job big;
-    group_job(&big, g[0], n);
+    gemm_job big; /* the group as one batched job; validate() resolved the same for each */
+    gemm_job_derive(&big, g[0], GEMM_JOB_RUNNING);
+    big.batch = (uint64_t)n;
     size_t one[3], stack[3];
     int ok = gemm_job_bytes(g[0], one) && gemm_job_bytes(&big, stack);
     const int by_parts = ok && e->be->run_parts && parts;

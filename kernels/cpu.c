@@ -1,23 +1,15 @@
 /*
- * cpu.c - the CPU backend: float32/float64 through OpenBLAS (row-major cblas_?gemm),
- * int32 through our own cache-blocked loop (cpu_gemm.c), `cpu_workers` jobs at once.
+ * cpu.c - the CPU backend: the products of cpu_gemm.c, `cpu_workers` jobs at once.
  *
- * Threads: `threads` (0 = every online core) is the backend's whole CPU budget; each of
- * the `cpu_workers` workers gets threads / cpu_workers of it (at least one), both for
- * OpenBLAS (openblas_set_num_threads, a process-wide setting) and for the int32 loop.
- * With the default single worker one job gets every core.
+ * Threads: `threads` (0 = every online core) is the backend's whole CPU budget; each worker
+ * gets threads / cpu_workers of it (at least one), for OpenBLAS (a process-wide setting)
+ * and for the int32 loop. A running job's cancel is seen before its product (after the
+ * cpu_delay_ms sleep) and, for int32, before every k-slice; OpenBLAS calls run to the end.
  *
- * Test hooks (fault_inject; engine.h lists them): cpu_delay_ms fills the queue
- * predictably, cpu_stuck_ms is a product that cannot be stopped whatever the host's speed,
- * cpu_fail a failing run, cpu_lost what a CUDA device does when its context cannot be
- * rebuilt after a sticky error.
- *
- * Cancellation (gemm_engine_cancel of a running job): checked before the product (after the
- * cpu_delay_ms sleep) and, for int32, before every k-slice of the blocked loop; OpenBLAS
- * calls are not interrupted.
+ * Test hooks (fault_inject, listed in engine.h): cpu_lost does what a CUDA device does when
+ * its context cannot be rebuilt after a sticky error.
  */
 #include "cpu_gemm.h"
-#include "gemm_half.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -67,9 +59,6 @@ static void *cpu_open(const gemm_engine_config *cfg, gemm_engine_err *err)
     cb->workers = cfg->cpu_workers > 0 ? cfg->cpu_workers : 1;
     cb->job_threads = cb->threads / cb->workers;
     if (cb->job_threads < 1) cb->job_threads = 1;
-    atomic_init(&cb->runs, 0);
-    atomic_init(&cb->busy_us, 0);
-    atomic_init(&cb->lost, 0);
     if (gemm_faults_parse(&gemm_backend_cpu, cfg->fault_inject, cb, err) != 0) {
         free(cb);
         return NULL;
@@ -132,46 +121,6 @@ static void delay_ms(gemm_job *job, long ms)
     }
 }
 
-/* float16 / bfloat16 operands: A and B widened to float32 (exactly), one cblas_sgemm
- * (float32 products and sums), C rounded to the operands' dtype when it is asked for. The
- * float32 copies (one product's A and B, and C when it is rounded) are freed here. */
-static int run_half(gemm_job *job)
-{
-    const int m = (int)job->m, k = (int)job->k, n = (int)job->n;
-    const uint64_t nb = gemm_job_batch(job);
-    const gemm_dtype d = job->dtype;
-    const size_t es = gemm_dtype_size(d), esc = gemm_dtype_size(gemm_job_c_dtype(job));
-    const size_t na = (size_t)job->m * job->k, nbel = (size_t)job->k * job->n, nc = (size_t)job->m * job->n;
-    const size_t sa = na * es, sb = job->b_shared ? 0 : nbel * es, sc = nc * esc;
-    float *fa = malloc(na * sizeof(float)), *fb = malloc(nbel * sizeof(float));
-    float *fc = job->out_half ? malloc(nc * sizeof(float)) : NULL;
-    int rc = 0;
-    if (!fa || !fb || (job->out_half && !fc))
-        rc = gemm_engine_err_set(&job->err, GEMM_E_NO_MEMORY,
-                                 "cannot allocate the float32 copies of a %dx%dx%d %s product now; retry later", m,
-                                 k, n, gemm_dtype_name(d));
-    for (uint64_t i = 0; i < nb && rc == 0; i++) {
-        if (i > 0 && gemm_job_cancel_requested(job)) {
-            rc = gemm_job_stop_cancelled(job, "the rest of its batch (between products)");
-            break;
-        }
-        const uint16_t *a = (const void *)((const unsigned char *)job->a + i * sa);
-        const uint16_t *b = (const void *)((const unsigned char *)job->b + i * sb);
-        unsigned char *c = (unsigned char *)job->c + i * sc;
-        gemm_half_to_f32_array(d, a, fa, na);
-        if (i == 0 || sb) gemm_half_to_f32_array(d, b, fb, nbel);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, fa, k, fb, n, 0.0f,
-                    fc ? fc : (float *)(void *)c, n);
-        if (fc) gemm_f32_to_half_array(d, fc, (uint16_t *)(void *)c, nc);
-    }
-    free(fa), free(fb), free(fc);
-    if (rc == 0 && nb > 1) {
-        job->batched = nb;
-        snprintf(job->batch_mode, sizeof job->batch_mode, "loop");
-    }
-    return rc;
-}
-
 /* The hooks that act before a product: 0 to go on, else what run() returns. */
 static int hooks(cpu_backend *cb, gemm_job *job, unsigned long long nrun)
 {
@@ -207,13 +156,16 @@ static int cpu_run(void *self, void *worker, gemm_job *job)
     gemm_cpu_ran_here(job);
     int rc = hooks(cb, job, atomic_fetch_add(&cb->runs, 1) + 1);
     if (rc != 0) return rc;
-    double t0 = gemm_now_ms();
-    rc = gemm_dtype_is_half(job->dtype) ? run_half(job) : gemm_cpu_products(job, cb->job_threads);
-    if (rc == 0) {
-        gemm_cpu_timing(job, t0, gemm_now_ms());
-        atomic_fetch_add(&cb->busy_us, (unsigned long long)(job->timing.kernel_ms * 1000.0));
-    }
+    rc = gemm_cpu_products(job, cb->job_threads);
+    if (rc == 0) atomic_fetch_add(&cb->busy_us, (unsigned long long)(job->timing.kernel_ms * 1000.0));
     return rc;
+}
+
+/* Host memory in bytes: _SC_PHYS_PAGES (total) or _SC_AVPHYS_PAGES (available now). */
+static uint64_t mem_bytes(int pages_name)
+{
+    long pages = sysconf(pages_name), psize = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
 }
 
 static void cpu_describe(void *self, gemm_engine_info *out)
@@ -221,30 +173,21 @@ static void cpu_describe(void *self, gemm_engine_info *out)
     cpu_backend *cb = self;
     snprintf(out->backend, sizeof out->backend, "cpu");
     out->ndevices = 1;
-    gemm_device_info *d = &out->devices[0];
-    memset(d, 0, sizeof *d);
-    snprintf(d->name, sizeof d->name, "cpu (%d threads)", cb->threads);
-    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES),
-         psize = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && psize > 0) d->total_mem = (uint64_t)pages * (uint64_t)psize;
-    if (avail > 0 && psize > 0) d->free_mem = (uint64_t)avail * (uint64_t)psize;
-    d->streams = cb->workers;
-
+    out->devices[0] = (gemm_device_info){.total_mem = mem_bytes(_SC_PHYS_PAGES),
+                                         .free_mem = mem_bytes(_SC_AVPHYS_PAGES), .streams = cb->workers};
+    snprintf(out->devices[0].name, sizeof out->devices[0].name, "cpu (%d threads)", cb->threads);
     out->nkernels = 2;
-    gemm_kernel_info *k = &out->kernels[0];
-    memset(k, 0, 2 * sizeof *k);
-    snprintf(k[0].name, sizeof k[0].name, "openblas");
+    gemm_kernel_info *k = out->kernels;
+    k[0] = (gemm_kernel_info){.name = "openblas",
+                              .dtypes = (1u << GEMM_DTYPE_F32) | (1u << GEMM_DTYPE_F64) | (1u << GEMM_DTYPE_F16) |
+                                        (1u << GEMM_DTYPE_BF16),
+                              .maths = (1u << GEMM_MATH_DEFAULT) | (1u << GEMM_MATH_FP32)};
     snprintf(k[0].description, sizeof k[0].description,
              "OpenBLAS cblas_sgemm/cblas_dgemm, row-major, %d threads per job (float16/bfloat16: "
              "widened to float32)", cb->job_threads);
-    k[0].dtypes = (1u << GEMM_DTYPE_F32) | (1u << GEMM_DTYPE_F64) | (1u << GEMM_DTYPE_F16) | (1u << GEMM_DTYPE_BF16);
-    k[0].maths = (1u << GEMM_MATH_DEFAULT) | (1u << GEMM_MATH_FP32);
-    snprintf(k[1].name, sizeof k[1].name, "blocked");
+    k[1] = (gemm_kernel_info){.name = "blocked", .dtypes = 1u << GEMM_DTYPE_I32};
     snprintf(k[1].description, sizeof k[1].description,
-             "cache-blocked int32 loop, wraps in two's complement, %d threads per job",
-             cb->job_threads);
-    k[1].dtypes = 1u << GEMM_DTYPE_I32;
-    k[1].maths = 0;
+             "cache-blocked int32 loop, wraps in two's complement, %d threads per job", cb->job_threads);
 }
 
 static void cpu_stats(void *self, gemm_engine_stats *out)
@@ -252,8 +195,7 @@ static void cpu_stats(void *self, gemm_engine_stats *out)
     cpu_backend *cb = self;
     out->ndevices = 1; /* no copies and no device memory on the CPU */
     out->device_busy_seconds[0] = (double)atomic_load(&cb->busy_us) / 1e6;
-    long avail = sysconf(_SC_AVPHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-    if (avail > 0 && psize > 0) out->device_mem_free[0] = (uint64_t)avail * (uint64_t)psize;
+    out->device_mem_free[0] = mem_bytes(_SC_AVPHYS_PAGES);
 }
 
 static int cpu_healthy(void *self)

@@ -1,28 +1,26 @@
 /*
  * cpu_gemm.c - products computed on the host, for the CPU backend and the host path:
- * OpenBLAS (row-major cblas_?gemm) for float32 and float64, our own cache-blocked loop for
- * int32, a batch as a loop of products.
+ * OpenBLAS for float32 and float64 (float16 / bfloat16 widened to float32), our own
+ * cache-blocked loop for int32, a batch as a loop of products.
  *
- * The int32 loop:
- * Loop nest per thread (rows [r0, r1)):  for each KC-slice of k, for each NC-slice of n,
- * for each group of 4 rows of A: C[i..i+3][j-slice] += A[i..i+3][p] * B[p][j-slice] over
- * the k-slice. The B panel (KC x NC) stays in L2 while all rows pass over it; four rows
- * share each B load; the innermost loop runs over contiguous j and vectorizes.
- * Everything is uint32_t: products and sums wrap mod 2^32, which is exactly two's
- * complement int32 arithmetic, without undefined behaviour. The _stop variant looks at a
- * cancel flag before each k-slice, so a cancelled job stops within one slice.
+ * The int32 loop, per thread (rows [r0, r1)): for each KC-slice of k, each NC-slice of n,
+ * each group of 4 rows of A: C[i..i+3][j-slice] += A[i..i+3][p] * B[p][j-slice]. The B panel
+ * stays in L2 while all rows pass over it, four rows share each B load, and the inner loop
+ * runs over contiguous j and vectorizes. uint32_t throughout: sums wrap mod 2^32, which is
+ * two's complement int32 without undefined behaviour. A cancel is seen before each k-slice.
  */
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #pragma GCC optimize("O3")
 #endif
 #include "cpu_gemm.h"
+#include "gemm_half.h"
 
 #include <cblas.h>
-#include <stdio.h>
-
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { KC = 128, NC = 512, MR = 4 };
@@ -151,28 +149,36 @@ void gemm_cpu_ran_here(gemm_job *job)
     if (!job->kernel_used[0]) snprintf(job->kernel_used, sizeof job->kernel_used, "%s", gemm_cpu_kernel(job->dtype));
 }
 
-void gemm_cpu_timing(gemm_job *job, double t0, double t1)
-{
-    job->timing.h2d_ms = job->timing.d2h_ms = 0;
-    job->timing.kernel_ms = t1 - t0;
-    double flops = 2.0 * (double)gemm_job_batch(job) * (double)job->m * (double)job->n * (double)job->k;
-    job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
-}
-
 int gemm_cpu_products(gemm_job *job, int threads)
 {
     const int m = (int)job->m, k = (int)job->k, n = (int)job->n;
     const uint64_t nb = gemm_job_batch(job);
-    const size_t es = gemm_dtype_size(job->dtype);
-    const size_t sa = (size_t)job->m * job->k * es, sc = (size_t)job->m * job->n * es,
-                 sb = job->b_shared ? 0 : (size_t)job->k * job->n * es;
-    for (uint64_t i = 0; i < nb; i++) {
-        if (i > 0 && gemm_job_cancel_requested(job))
-            return gemm_job_stop_cancelled(job, "the rest of its batch (between products)");
+    const gemm_dtype d = job->dtype;
+    const size_t es = gemm_dtype_size(d), na = (size_t)job->m * job->k, nbel = (size_t)job->k * job->n,
+                 nc = (size_t)job->m * job->n;
+    const size_t sa = na * es, sb = job->b_shared ? 0 : nbel * es, sc = nc * gemm_dtype_size(gemm_job_c_dtype(job));
+    /* float16 / bfloat16: A and B widened to float32 (exactly), one cblas_sgemm, C rounded
+     * to the operands' dtype when it is asked for */
+    float *fa = NULL, *fb = NULL, *fc = NULL;
+    int rc = 0;
+    const double t0 = gemm_now_ms();
+    if (gemm_dtype_is_half(d)) {
+        fa = malloc(na * sizeof(float)), fb = malloc(nbel * sizeof(float));
+        fc = job->out_half ? malloc(nc * sizeof(float)) : NULL;
+        if (!fa || !fb || (job->out_half && !fc))
+            rc = gemm_engine_err_set(&job->err, GEMM_E_NO_MEMORY,
+                                     "cannot allocate the float32 copies of a %dx%dx%d %s product now; retry later",
+                                     m, k, n, gemm_dtype_name(d));
+    }
+    for (uint64_t i = 0; i < nb && rc == 0; i++) {
+        if (i > 0 && gemm_job_cancel_requested(job)) {
+            rc = gemm_job_stop_cancelled(job, "the rest of its batch (between products)");
+            break;
+        }
         /* byte offsets, then plain element pointers (void * converts without a cast) */
         const void *a = (const unsigned char *)job->a + i * sa, *b = (const unsigned char *)job->b + i * sb;
         void *c = (unsigned char *)job->c + i * sc;
-        switch (job->dtype) {
+        switch (d) {
         case GEMM_DTYPE_F32:
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
             break;
@@ -181,15 +187,28 @@ int gemm_cpu_products(gemm_job *job, int threads)
             break;
         case GEMM_DTYPE_I32:
             if (gemm_cpu_gemm_i32_stop(a, b, c, job->m, job->k, job->n, threads, &job->cancel_requested))
-                return gemm_job_stop_cancelled(job, "the rest of its product (between k-slices)");
+                rc = gemm_job_stop_cancelled(job, "the rest of its product (between k-slices)");
+            break;
+        case GEMM_DTYPE_F16:
+        case GEMM_DTYPE_BF16:
+            gemm_half_to_f32_array(d, a, fa, na);
+            if (i == 0 || sb) gemm_half_to_f32_array(d, b, fb, nbel);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, fa, k, fb, n, 0.0f, fc ? fc : c, n);
+            if (fc) gemm_f32_to_half_array(d, fc, c, nc);
             break;
         default:
-            return gemm_engine_err_set(&job->err, GEMM_E_BAD_DTYPE, "unsupported dtype");
+            rc = gemm_engine_err_set(&job->err, GEMM_E_BAD_DTYPE, "unsupported dtype");
         }
     }
+    free(fa), free(fb), free(fc);
+    if (rc != 0) return rc;
     if (nb > 1) {
         job->batched = nb;
         snprintf(job->batch_mode, sizeof job->batch_mode, "loop");
     }
+    job->timing.h2d_ms = job->timing.d2h_ms = 0; /* no copies */
+    job->timing.kernel_ms = gemm_now_ms() - t0;
+    double flops = 2.0 * (double)nb * (double)job->m * (double)job->n * (double)job->k;
+    job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
     return 0;
 }

@@ -22,14 +22,12 @@ static inline const char *gemm_cpu_kernel(gemm_dtype d)
 {
     return d == GEMM_DTYPE_I32 ? "blocked" : "openblas";
 }
-/* A float32, float64 or int32 job (every product of a batch, in a loop a cancel stops
- * between products), the int32 loop on `threads` (OpenBLAS on its process-wide setting):
- * 0, or GEMM_RUN_CANCELLED / -1 with job->err set. */
+/* Every product of a job, in a loop a cancel stops between products; the int32 loop on
+ * `threads` (OpenBLAS on its process-wide setting). 0 with the timing filled (kernel_ms,
+ * GFLOP/s), or GEMM_RUN_CANCELLED / -1 with job->err set. */
 int gemm_cpu_products(gemm_job *job, int threads);
 /* Where a product computed here says it ran: device "cpu", stream -1, exact math, and the
  * dtype's kernel when none was chosen. */
 void gemm_cpu_ran_here(gemm_job *job);
-/* kernel_ms (no copies) and GFLOP/s of a job whose products took t0..t1. */
-void gemm_cpu_timing(gemm_job *job, double t0, double t1);
 
 #endif /* GEMM_CPU_GEMM_H */

@@ -2,17 +2,14 @@
  * direct.c - running where submitted (gemm_engine_submit_here).
  *
  * A product the inline backend takes (the host path, host.c) is computed by the submitting
- * thread itself, whether or not anything is queued: no queue place, no worker, no lock of
- * the engine. It counts as running, completed or failed like any job; a cancel is checked
- * before it starts. close() stops admitting such runs (closing, read after the run is
- * counted in near_active) and waits for the ones under way.
+ * thread itself, queued jobs or not: no queue place, no worker, no engine lock; it counts
+ * like any job. close() stops admitting such runs and waits for the ones under way.
  *
  * Any other product, when nothing is queued and a worker of the slot it would go to is
- * idle: the submitting thread borrows that worker's backend state (its stream, buffers and
- * library handles) and runs the job itself instead of queueing it and waking the worker:
- * no hand-off between threads, which is most of a small product's queue time when requests
- * come one at a time. The lent worker counts as busy and takes nothing until its state
- * comes back; a worker never exits while lent. Everything else is as for a queued job.
+ * idle: the submitting thread borrows that worker's backend state (stream, buffers,
+ * library handles) and runs it itself, sparing the hand-off between threads that is most
+ * of a small product's queue time when requests come one at a time. The lent worker counts
+ * as busy and takes nothing until its state comes back; it never exits while lent.
  */
 #include "engine_int.h"
 

@@ -1,5 +1,6 @@
 /*
- * engine.h - the compute engine: one asynchronous interface, backends behind it.
+ * engine.h - the compute engine: one asynchronous interface, backends behind it
+ * (docs/KERNELS.md, "The engine around the kernels").
  *
  *   gemm_engine *e = gemm_engine_open(&cfg, &err);     // backend auto | cpu | cuda
  *   job->a = gemm_engine_host_alloc(e, bytes) ...      // inputs/outputs live in engine memory
@@ -7,19 +8,10 @@
  *   ...  job->done(job) is called exactly once, from an engine thread ...
  *   gemm_engine_close(e);                              // drains, calls every pending done()
  *
- * The engine owns the bounded queue, the worker threads, cancellation and the queue timing
- * (sched.c), with coalescing (coalesce.c), split products (split.c), runs on the submitting
- * thread (direct.c) and the host path (host.c) beside it; a backend (backend.h: cpu.c,
- * cuda/engine_cuda.c) only says how many workers it wants and how one worker runs one job.
- * The engine never frees a job: the submitter owns it and may free it once done() has
- * been called.
- *
- * Errors are the engine's own (gemm_ecode): what a failure means, never an HTTP status;
- * the daemon maps them onto its answers in one table (server/engine_err.c).
- *
- * Threads: submit, cancel, describe, get_stats, ready, healthy, host_alloc and host_free
- * are called from the daemon's HTTP threads and never wait on a device or make a CUDA
- * call. Messages go through the logging hook of gemm_log.h.
+ * The submitter owns a job and may free it once done() has been called. Errors are
+ * gemm_ecode values, never HTTP statuses (the daemon maps them: server/engine_err.c).
+ * submit, cancel, describe, get_stats, ready, healthy, host_alloc and host_free run on the
+ * daemon's HTTP threads and never wait on a device or make a CUDA call.
  */
 #ifndef GEMM_ENGINE_H
 #define GEMM_ENGINE_H
@@ -129,9 +121,8 @@ typedef struct {
 
 void gemm_engine_config_defaults(gemm_engine_config *cfg);
 
-/* The configuration keys, in sections by owner: "engine" (above the CPU fields), "cpu",
- * "cuda" and "host". Every build knows every section, so one config file serves them all;
- * the daemon's reader reads these rows. */
+/* The configuration keys, in sections by owner ("engine", "cpu", "cuda", "host"), every
+ * section in every build so that one config file serves them all. */
 typedef enum {
     GEMM_KEY_INT,     /* int field in [min, max] */
     GEMM_KEY_U64,     /* uint64_t field in [min, max] */
@@ -193,9 +184,8 @@ typedef struct {
 
 /* A resident operand: a matrix kept for many products. Its host copy (engine memory, owned
  * by the caller, alive as long as the handle) is the authority; a backend with device
- * memory keeps a copy per device, made by the first product that reads it there (or, for
- * C, by the product that wrote it). A reset device loses its copies; the next product
- * copies again. When device memory is short the product reads the host copy. */
+ * memory keeps a copy per device, made by the first product that reads it there (C: by
+ * the product that wrote it), lost with a reset, and read from the host when short. */
 typedef struct gemm_resident {
     const void *host;
     size_t bytes;
@@ -355,13 +345,11 @@ int gemm_engine_runs_on_host(const gemm_engine *e, const gemm_job *job);
 
 /* Asks for a job to be cancelled; returns 1 if it was dequeued, 0 otherwise.
  * - Queued: taken off the queue, done() called at once from the calling thread, CANCELLED.
- * - Running: noted; the worker stops it at its next stage boundary: before it starts; on
- *   the CUDA backend before the H2D copy and, for a product run stage by stage, before the
- *   kernel and the D2H copy; on the CPU backend before the product (before each product of
- *   a batch) and, for int32, between panels of k. A product coalesced into a group stops
- *   only if the cancel came before the group started. A split product passes it to every
- *   panel. done() is then called once, CANCELLED (c incomplete); a job past its last
- *   boundary completes as usual. A running kernel is never interrupted.
+ * - Running: noted; it stops at its next stage boundary (before it starts; CUDA: before the
+ *   H2D copy and, staged, before the kernel and the D2H copy; CPU: before each product and,
+ *   for int32, between k-slices; a coalesced product only before its group starts; a split
+ *   product's panels each), then done() once, CANCELLED (c incomplete); a job past its
+ *   last boundary completes. A running kernel is never interrupted.
  * - Finished, or not known to the engine: nothing happens. */
 int gemm_engine_cancel(gemm_engine *e, gemm_job *job);
 
@@ -373,11 +361,10 @@ void gemm_engine_close(gemm_engine *e);
 void *gemm_engine_host_alloc(gemm_engine *e, size_t bytes);
 void gemm_engine_host_free(gemm_engine *e, void *p);
 const gemm_allocator *gemm_engine_allocator(gemm_engine *e);
-/* Memory the engine keeps after its owners freed it, for reuse (the CUDA backend's cache of
- * page-locked blocks) can be charged to the caller: fn(ctx, +bytes) before bytes are kept
- * (nonzero: let go instead), fn(ctx, -bytes) when kept bytes are reused or let go; from any
- * thread, under the allocator's lock (fn must not call into the engine). NULL stops
- * charging. gemm_engine_trim_kept lets everything kept go now and returns the bytes. */
+/* Memory the engine keeps for reuse after its owners freed it (the CUDA backend's locked
+ * blocks) is charged to the caller: fn(ctx, +bytes) before bytes are kept (nonzero: let go
+ * instead), fn(ctx, -bytes) when they leave; from any thread, under the allocator's lock
+ * (fn must not call into the engine); NULL stops charging. trim_kept lets it all go now. */
 typedef int (*gemm_keep_charge_fn)(void *ctx, int64_t delta);
 void gemm_engine_set_keep_charge(gemm_engine *e, gemm_keep_charge_fn fn, void *ctx);
 uint64_t gemm_engine_trim_kept(gemm_engine *e);

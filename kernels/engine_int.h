@@ -7,6 +7,8 @@
 #ifndef GEMM_ENGINE_INT_H
 #define GEMM_ENGINE_INT_H
 
+#include <string.h>
+
 #include "backend.h"
 
 /* One worker thread and, under mu, its backend state once worker_init returned, whether it
@@ -65,6 +67,24 @@ struct gemm_engine {
     atomic_ullong splits, panels;
 };
 
+/* A job of the engine's own that runs (part of) job's product, in `state`: job's request
+ * with what validate() resolved for it (a split product's panel, a coalesced group). */
+static inline void gemm_job_derive(gemm_job *d, const gemm_job *job, gemm_job_state state)
+{
+    memset(d, 0, sizeof *d);
+    d->dtype = job->dtype;
+    d->m = job->m, d->k = job->k, d->n = job->n;
+    d->tile = job->tile, d->tile_used = job->tile_used;
+    d->math = job->math, d->math_used = job->math_used;
+    d->plan_m = job->plan_m;
+    d->out_half = job->out_half;
+    memcpy(d->kernel, job->kernel, sizeof d->kernel);
+    memcpy(d->kernel_used, job->kernel_used, sizeof d->kernel_used);
+    d->stream = -1;
+    atomic_init(&d->state, state);
+    atomic_init(&d->cancel_requested, 0);
+}
+
 /* Takes it (after prev, or first when prev is NULL) off the list head .. tail. */
 static inline void gemm_list_unlink(gemm_job **head, gemm_job **tail, gemm_job *prev, gemm_job *it)
 {
@@ -91,9 +111,11 @@ int gemm_sched_check(const gemm_engine *e, gemm_job *job, gemm_engine_err *err);
 int gemm_sched_validate(gemm_engine *e, gemm_job *job, gemm_engine_err *err);
 int gemm_sched_admit(gemm_engine *e, gemm_engine_err *err);
 void gemm_sched_queue(gemm_engine *e, gemm_job *job);
-/* Running: the backend's run of a RUNNING job unless a cancel came first; its end (compute
- * time, counters, state, done()), and the same with running-- after. */
+/* Running: the backend's run of a RUNNING job unless a cancel came first; a run's end
+ * (compute time, the error of a run that stopped without one, the state it comes to); the
+ * job's end (that, the counters, the state, done()), and the same with running-- after. */
 int gemm_sched_run(gemm_engine *e, void *worker, gemm_job *job);
+gemm_job_state gemm_sched_settle(gemm_engine *e, gemm_job *job, int rc, double t0, const char *what);
 void gemm_sched_finish(gemm_engine *e, gemm_job *job, int rc, double t0);
 void gemm_sched_finish_one(gemm_engine *e, gemm_job *job, int rc, double t0);
 

@@ -1,8 +1,6 @@
 /*
- * gemm_log.c - the engine's logging hook (see gemm_log.h).
- *
- * The message is formatted on the caller's stack, the hook read under a mutex (set once,
- * read rarely: the engine logs faults and resets, never per product) and called without it.
+ * gemm_log.c - the engine's logging hook (gemm_log.h): read under a mutex, called without
+ * it (set once, read rarely: the engine logs faults and resets, never per product).
  */
 #include "gemm_log.h"
 
@@ -24,16 +22,6 @@ void gemm_engine_set_log(gemm_log_fn fn, void *user)
     pthread_mutex_unlock(&hook_mu);
 }
 
-static const char *level_name(gemm_log_level level)
-{
-    switch (level) {
-    case GEMM_LOG_ERROR: return "error";
-    case GEMM_LOG_WARN: return "warn";
-    case GEMM_LOG_INFO: return "info";
-    default: return "debug";
-    }
-}
-
 void gemm_engine_log(gemm_log_level level, const char *fmt, ...)
 {
     char msg[1024];
@@ -41,8 +29,7 @@ void gemm_engine_log(gemm_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        msg[0] = '\0';
+    if (n < 0) msg[0] = '\0';
 
     pthread_mutex_lock(&hook_mu);
     gemm_log_fn fn = hook_fn;
@@ -52,13 +39,12 @@ void gemm_engine_log(gemm_log_level level, const char *fmt, ...)
         fn(user, level, msg);
         return;
     }
-    if (level == GEMM_LOG_DEBUG)
-        return;
+    if (level == GEMM_LOG_DEBUG) return;
     /* One write per line, so lines from several threads do not interleave. */
     char line[1100];
-    int len = snprintf(line, sizeof line, "gemmd engine %s: %s\n", level_name(level), msg);
-    if (len <= 0)
-        return;
+    static const char *const names[] = {"error", "warn", "info"};
+    int len = snprintf(line, sizeof line, "gemmd engine %s: %s\n", (unsigned)level < 3 ? names[level] : "debug", msg);
+    if (len <= 0) return;
     if ((size_t)len >= sizeof line) {
         len = (int)sizeof line - 1;
         line[len - 1] = '\n';

@@ -1,11 +1,7 @@
 /*
- * gemm_log.h - how the engine and the kernels say things: one process-wide hook.
- *
- * Everything kernels/ has to report (a CUDA call that failed, a device reset, a host block
- * that could not be pinned) goes through gemm_engine_log(). The daemon sets the hook once,
- * before it opens the engine, and routes the messages into its own log with their levels;
- * without a hook they go to stderr, one line each ("gemmd engine warn: ..."), debug lines
- * dropped. Usable from C and C++ (the .cu units), from any thread.
+ * gemm_log.h - how the engine and the kernels say things: one process-wide hook, set by
+ * the daemon before it opens the engine; without one, stderr, one line each ("gemmd engine
+ * warn: ..."), debug dropped. Usable from C and C++, from any thread.
  */
 #ifndef GEMM_LOG_H
 #define GEMM_LOG_H

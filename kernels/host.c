@@ -1,12 +1,9 @@
 /*
  * host.c - the host path: a backend row with no workers that computes, on the thread that
- * submitted it (gemm_engine_submit_here), a product too small for a device to pay for its
- * trip (host_max_mnk): float32 (math default or fp32), float64 or int32, kernel auto, no
- * tile, no resident operand, not a panel, batch*m*n*k up to the bound. OpenBLAS or the
- * int32 loop on one thread (the open sets OpenBLAS to one thread for the process: a GPU
- * engine has no other use for it). The result says so (device "cpu", kernel "openblas" or
- * "blocked"). The engine opens it beside a backend that offloads (backend.h); it is off
- * while fault_inject is set (the hooks count the backend's runs).
+ * submitted it, a product too small for a device to pay for its trip (host_max_mnk):
+ * float32 (exact), float64 or int32, kernel auto, no tile, no resident operand, not a
+ * panel. OpenBLAS (set to one thread for the process: a GPU engine has no other use for
+ * it) or the int32 loop; the answer says device "cpu". Off while fault_inject is set.
  */
 #include "cpu_gemm.h"
 
@@ -59,10 +56,7 @@ static int host_run(void *self, void *worker, gemm_job *job)
     (void)self, (void)worker;
     job->kernel_used[0] = job->block[0] = '\0'; /* no validate() chose one: the dtype's */
     gemm_cpu_ran_here(job);
-    double t0 = gemm_now_ms();
-    int rc = gemm_cpu_products(job, 1);
-    if (rc == 0) gemm_cpu_timing(job, t0, gemm_now_ms());
-    return rc;
+    return gemm_cpu_products(job, 1);
 }
 
 const gemm_backend gemm_backend_host = {

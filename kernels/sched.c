@@ -1,28 +1,26 @@
 /*
- * sched.c - the queue and the workers: the bounded FIFO queue, the worker threads and the
- * device slots they belong to, cancellation, queue timing, counters.
+ * sched.c - the bounded FIFO queue, the worker threads and the device slots they belong
+ * to, cancellation, queue timing, counters.
  *
- * One mutex guards the queue; the result counters and the count of running jobs are
- * atomics, so a finished job takes no lock. done() is always called with the lock
- * released, exactly once per accepted job, and the engine never touches a job after its
- * done() (the submitter may free it from inside the callback).
+ * One mutex guards the queue; the counters and the count of running jobs are atomics, so a
+ * finished job takes no lock. done() is called with the lock released, exactly once per
+ * accepted job, and the engine never touches a job after it (the submitter may free it
+ * from inside the callback).
  *
  * Which worker takes a job: every worker belongs to a device slot (the backend's
- * worker_slot; one slot for all on the CPU) and sleeps on its slot's condition variable.
- * A queued job goes to the least-loaded usable slot: of the slots that can still run
- * products (slot_usable) and have an idle worker, the one with the fewest workers busy
- * (lowest index on a tie). Submit wakes a worker of that slot; a worker that finds a job
- * queued takes it only if no usable slot with an idle worker is less busy than its own (a
- * tie goes to the worker already awake), else it wakes one there and sleeps. Idle counts
- * workers not running anything, asleep or not, so jobs queued while workers start up
- * spread too. So two products on an idle two-GPU host run one per GPU, and the workers of
- * a lost device take no more products while another device can run them (when no slot is
- * usable at all, any worker takes the job and the backend fails it rather than leaving it
- * queued). Whoever takes a job while more are queued wakes the next worker.
+ * worker_slot) and sleeps on its slot's condition variable. A queued job goes to the
+ * least-loaded usable slot: of the slots that can run products (slot_usable) and have an
+ * idle worker (not running anything, asleep or not), the one with the fewest busy workers,
+ * lowest index on a tie. Submit wakes a worker there; a worker that finds a job queued
+ * takes it only if no such slot is less busy than its own (a tie goes to the worker
+ * already awake), else it wakes one there and sleeps. So two products on an idle two-GPU
+ * host run one per GPU, and a lost device's workers take nothing while another can (with
+ * no usable slot at all any worker takes the job, and the backend fails it). Whoever takes
+ * a job while more are queued wakes the next worker.
  *
- * Cancellation: gemm_engine_cancel() takes a queued job off the queue (done() at once) or
- * flags a running one; the worker checks the flag before it calls the backend, and the
- * backend at each of its stage boundaries (gemm_job_cancel_requested).
+ * Cancellation: a queued job is taken off the queue (done() at once); a running one is
+ * flagged, and the worker checks the flag before it calls the backend, the backend at each
+ * of its stage boundaries (gemm_job_cancel_requested).
  */
 #include "engine_int.h"
 
@@ -37,11 +35,7 @@
 static gemm_job *q_pop(gemm_engine *e)
 {
     gemm_job *job = e->head;
-    if (!job) return NULL;
-    e->head = job->q_next;
-    if (!e->head) e->tail = NULL;
-    job->q_next = NULL;
-    e->queued--;
+    if (job) gemm_list_unlink(&e->head, &e->tail, NULL, job), e->queued--;
     return job;
 }
 
@@ -65,8 +59,8 @@ int gemm_sched_slot_ok(const gemm_engine *e, int s)
     return !e->be->slot_usable || e->be->slot_usable(e->self, s);
 }
 
-/* An idle worker: not running anything, asleep (a signal wakes it) or awake (it looks at
- * the queue before it sleeps, so a signal it misses loses nothing). */
+/* An idle worker is asleep (a signal wakes it) or awake (it looks at the queue before it
+ * sleeps, so a signal it misses loses nothing). */
 static int slot_idle(const gemm_engine *e, int s)
 {
     return e->slot_workers[s] > e->slot_busy[s];
@@ -106,14 +100,19 @@ void gemm_sched_wake_all(gemm_engine *e)
 
 /* ---- running and ending jobs ---------------------------------------------- */
 
-void gemm_sched_finish(gemm_engine *e, gemm_job *job, int rc, double t0)
+gemm_job_state gemm_sched_settle(gemm_engine *e, gemm_job *job, int rc, double t0, const char *what)
 {
     job->timing.compute_ms = gemm_now_ms() - t0;
     if (rc == GEMM_RUN_CANCELLED && job->err.code == GEMM_E_NONE) gemm_job_stop_cancelled(job, "a stage boundary");
     if (rc != 0 && rc != GEMM_RUN_CANCELLED && job->err.code == GEMM_E_NONE)
-        gemm_engine_err_set(&job->err, GEMM_E_BACKEND, "the %s backend failed to run the product", e->be->name);
+        gemm_engine_err_set(&job->err, GEMM_E_BACKEND, "the %s backend failed to run %s", e->be->name, what);
+    return rc == 0 ? GEMM_JOB_DONE : rc == GEMM_RUN_CANCELLED ? GEMM_JOB_CANCELLED : GEMM_JOB_FAILED;
+}
+
+void gemm_sched_finish(gemm_engine *e, gemm_job *job, int rc, double t0)
+{
+    gemm_job_state st = gemm_sched_settle(e, job, rc, t0, "the product");
     atomic_fetch_add(&e->compute_ns, (unsigned long long)(job->timing.compute_ms * 1e6));
-    gemm_job_state st = rc == 0 ? GEMM_JOB_DONE : rc == GEMM_RUN_CANCELLED ? GEMM_JOB_CANCELLED : GEMM_JOB_FAILED;
     atomic_fetch_add(st == GEMM_JOB_DONE ? &e->completed : st == GEMM_JOB_CANCELLED ? &e->cancelled : &e->failed, 1);
     atomic_store(&job->state, st);
     if (job->done) job->done(job); /* the job may be freed from here on */

@@ -1,24 +1,20 @@
 /*
  * split.c - split products (split_min_mnk, split_ways).
  *
- * A single product big enough is queued as one job like any other: one place of the
- * bounded queue, counted once (completed / failed / cancelled, running). The worker that
- * takes it cuts it into P row panels of A (rows m/P, the first m%P panels one more; each
- * panel has the whole B and writes its rows of C in place), pins the kernel, math and tile
- * that validate() resolved for the whole shape on every panel, and puts the panels on a
- * panel list that workers serve before the queue. Panels never count against the queue's
- * capacity: they belong to a product already admitted, at most GEMM_SPLIT_MAX per product
- * and one product per worker, so a full queue can neither refuse nor deadlock them.
+ * A big single product is queued as one job (one queue place, counted once). The worker
+ * that takes it cuts it into P row panels of A (m/P rows, the first m%P one more; each
+ * panel has the whole B and writes its rows of C in place), pins on every panel the
+ * kernel, math and tile validate() resolved for the whole shape, and lists the panels for
+ * workers to serve before the queue. Panels never count against the queue: at most
+ * GEMM_SPLIT_MAX per product and one product per worker, so a full queue can neither
+ * refuse nor deadlock them. Panel i is for device slot i (round robin over the usable
+ * slots, from the taker's own); after close began any worker takes any panel.
  *
- * Panel i is for device slot i (round robin over the usable slots, from the taker's own);
- * a worker takes only its slot's panels, except after close began, when any worker takes
- * any panel. No worker waits for another panel: whichever finishes the last one fills in
- * the product's result and calls its done(), once. A panel that fails flags its siblings
- * to stop (at their next stage boundary) and the product fails with that panel's error; a
- * cancel of the product flags every panel; a product whose panels were cancelled (and none
- * failed) ends CANCELLED. Batched jobs are never split, nor products with a resident A or C
- * (their device copies are whole matrices); a resident B is (each panel reads B's copy on
- * its own device). Without memory for the panels the product runs whole.
+ * No worker waits for another: whoever finishes the last panel fills in the product's
+ * result and calls its done(). A failed panel stops its siblings at their next stage
+ * boundary and the product fails with its error; a product whose panels were cancelled
+ * (none failed) ends CANCELLED. Batches are never split, nor products with a resident A or
+ * C (their device copies are whole matrices); a resident B is read on each panel's device.
  */
 #include "engine_int.h"
 
@@ -57,25 +53,16 @@ gemm_job *gemm_split_take(gemm_engine *e, int slot)
 static void panel_init(gemm_job *p, const gemm_job *job, uint64_t row0, uint64_t rows, double t0)
 {
     const size_t es = gemm_dtype_size(job->dtype), ces = gemm_dtype_size(gemm_job_c_dtype(job));
-    p->dtype = job->dtype;
-    p->m = rows, p->k = job->k, p->n = job->n;
+    gemm_job_derive(p, job, GEMM_JOB_QUEUED);
+    p->m = rows;
     p->a = (unsigned char *)job->a + (size_t)(row0 * job->k) * es;
     p->b = job->b;
     p->c = (unsigned char *)job->c + (size_t)(row0 * job->n) * ces; /* C: its own dtype */
-    p->out_half = job->out_half;
     p->plan_m = gemm_job_plan_rows(job); /* every panel chooses as for the whole product */
     p->b_res = job->b_res;               /* the whole B: each device keeps its own copy */
     p->a_block = job->a, p->b_block = job->b, p->c_block = job->c;
-    snprintf(p->kernel, sizeof p->kernel, "%s", job->kernel_used);
-    memcpy(p->kernel_used, job->kernel_used, sizeof p->kernel_used);
-    p->tile = job->tile;
-    p->tile_used = job->tile_used;
-    p->math = job->math;
-    p->math_used = job->math_used;
-    p->stream = -1;
+    memcpy(p->kernel, job->kernel_used, sizeof p->kernel);
     p->t_submit_ms = t0;
-    atomic_init(&p->state, GEMM_JOB_QUEUED);
-    atomic_init(&p->cancel_requested, 0);
 }
 
 int gemm_split_start(gemm_engine *e, gemm_job *job, int slot, double t0)
@@ -170,12 +157,9 @@ void gemm_split_run(gemm_engine *e, void *worker, gemm_job *p)
     p->timing.queue_ms = t0 - p->t_submit_ms;
     atomic_store(&p->state, GEMM_JOB_RUNNING);
     int rc = gemm_sched_run(e, worker, p);
-    p->timing.compute_ms = gemm_now_ms() - t0;
-    if (rc == GEMM_RUN_CANCELLED && p->err.code == GEMM_E_NONE) gemm_job_stop_cancelled(p, "a stage boundary");
-    if (rc != 0 && rc != GEMM_RUN_CANCELLED && p->err.code == GEMM_E_NONE)
-        gemm_engine_err_set(&p->err, GEMM_E_BACKEND, "the %s backend failed to run panel %d of a split product",
-                            e->be->name, p->panel_index);
-    atomic_store(&p->state, rc == 0 ? GEMM_JOB_DONE : rc == GEMM_RUN_CANCELLED ? GEMM_JOB_CANCELLED : GEMM_JOB_FAILED);
+    char what[48];
+    snprintf(what, sizeof what, "panel %d of a split product", p->panel_index);
+    atomic_store(&p->state, gemm_sched_settle(e, p, rc, t0, what));
 
     pthread_mutex_lock(&e->mu);
     if (rc != 0 && rc != GEMM_RUN_CANCELLED && sp->failed < 0) {

@@ -1,30 +1,18 @@
 /*
  * cublas.cu - cuBLAS as the yardstick, behind the same signature as our own kernels.
  *
- * cuBLAS is column-major; our matrices are row-major. A row-major m x n matrix is the
- * column-major n x m transpose, so C = A B is computed as C^T = B^T A^T: a column-major
- * GEMM with dimensions (n, m, k), B first (ld n), then A (ld k), into C (ld n). No copy,
- * no transpose flag.
+ * Row-major C = A B is the column-major C^T = B^T A^T: a column-major GEMM of (n, m, k), B
+ * first (ld n), then A (ld k), into C (ld n); no copy, no transpose flag. float32 fp32 is
+ * CUBLAS_COMPUTE_32F with CUBLAS_DEFAULT_MATH (never TF32 behind the caller's back), tf32
+ * and bf16 the FAST_TF32 / FAST_16BF compute types; float16 / bfloat16 operands run with
+ * float32 sums and C in float32 or their own type (l->out_half). int32 is refused: cuBLAS
+ * has no int32 GEMM that wraps modulo 2^32.
  *
- * Math modes (float32): fp32 runs CUBLAS_COMPUTE_32F with CUBLAS_DEFAULT_MATH, which is
- * IEEE float32 multiply-add and never TF32 behind the caller's back; tf32 asks for
- * CUBLAS_COMPUTE_32F_FAST_TF32 and bf16 for CUBLAS_COMPUTE_32F_FAST_16BF (inputs rounded
- * on the tensor cores, float32 accumulation and output). float64 runs cublasDgemm.
- *
- * float16 / bfloat16 operands (dtypes, not math modes: they are half in memory) run
- * cublasGemmEx with CUDA_R_16F / CUDA_R_16BF for A and B, CUBLAS_COMPUTE_32F, and C in
- * CUDA_R_32F or the operands' type (l->out_half); batches through cublasGemmStridedBatchedEx.
- *
- * Single products run through cublasLt when the worker gave its state (l->lt): the
- * algorithm is the one cublasLt's heuristic picks for the *planned* shape (plan_m rows: the
- * whole product a panel belongs to), cached by shape, and run on the launch's own rows. A
- * row of a panel then comes out to the bit as in the whole product, which cublasGemmEx
- * (choosing per call, for the panel's shape) does not promise. Without that state, or
- * where cublasLt offers no algorithm, cublasGemmEx runs as before.
- *
- * int32 is not offered: cuBLAS has no int32 x int32 -> int32 GEMM that wraps modulo 2^32
- * (its integer GEMM takes int8 inputs), so a request for kernel=cublas with int32 is
- * refused with 422 by the support check; kernel=auto sends int32 to our own kernels.
+ * Single products run through cublasLt when the worker gave its state (l->lt), with the
+ * algorithm its heuristic picks for the *planned* shape (plan_m rows: the whole product a
+ * panel belongs to), cached by shape: a panel's rows then come out to the bit as in the
+ * whole product, which cublasGemmEx (choosing per call) does not promise. Without that
+ * state, or where cublasLt has no algorithm, cublasGemmEx runs it.
  */
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -32,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_check.h"
 #include "gemm_kernels.h"
 #include "gemm_log.h"
 
@@ -39,27 +28,19 @@ namespace {
 
 cudaError_t from_cublas(cublasStatus_t s, const char *what)
 {
-    if (s == CUBLAS_STATUS_SUCCESS)
-        return cudaSuccess;
+    if (s == CUBLAS_STATUS_SUCCESS) return cudaSuccess;
     /* A CUDA error underneath (e.g. a sticky fault) says more than the cuBLAS status. */
     cudaError_t c = cudaGetLastError();
-    if (c != cudaSuccess)
-        return c;
+    if (c != cudaSuccess) return c;
     gemm_engine_log(GEMM_LOG_WARN, "cuda: %s failed: %s", what, cublasGetStatusString(s));
-    if (s == CUBLAS_STATUS_ALLOC_FAILED)
-        return cudaErrorMemoryAllocation;
-    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_ARCH_MISMATCH)
-        return cudaErrorNotSupported;
-    if (s == CUBLAS_STATUS_INVALID_VALUE)
-        return cudaErrorInvalidValue;
-    return cudaErrorUnknown;
+    return gemm_cublas_note(NULL, s, what, NULL, 0);
 }
 
 /* ---- cublasLt: the algorithm of the planned shape ------------------------------------ */
 
 constexpr int LT_CACHE = 16;
 
-struct lt_key {
+struct lt_key { /* no padding: compared with memcmp */
     int dtype, math, out_half, plan_m, m, n, k;
     unsigned align; /* the smallest alignment of A, B and C, in bytes (at most 256) */
 };
@@ -81,27 +62,12 @@ struct lt_state {
     lt_entry e[LT_CACHE];
 };
 
-bool key_eq(const lt_key &a, const lt_key &b)
-{
-    return a.dtype == b.dtype && a.math == b.math && a.out_half == b.out_half && a.plan_m == b.plan_m &&
-           a.m == b.m && a.n == b.n && a.k == b.k && a.align == b.align;
-}
-
-void entry_clear(lt_entry *en)
-{
-    if (en->la) cublasLtMatrixLayoutDestroy(en->la);
-    if (en->lb) cublasLtMatrixLayoutDestroy(en->lb);
-    if (en->lc) cublasLtMatrixLayoutDestroy(en->lc);
-    if (en->op) cublasLtMatmulDescDestroy(en->op);
-    memset(en, 0, sizeof *en);
-}
 
 unsigned ptr_align(const void *p)
 {
     uintptr_t v = (uintptr_t)p;
     unsigned a = 256;
-    while (a > 1 && (v & (a - 1)))
-        a >>= 1;
+    while (a > 1 && (v & (a - 1))) a >>= 1;
     return a;
 }
 
@@ -149,6 +115,13 @@ void destroy_layouts(cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cubla
     if (la) cublasLtMatrixLayoutDestroy(la);
     if (lb) cublasLtMatrixLayoutDestroy(lb);
     if (lc) cublasLtMatrixLayoutDestroy(lc);
+}
+
+void entry_clear(lt_entry *en)
+{
+    destroy_layouts(en->la, en->lb, en->lc);
+    if (en->op) cublasLtMatmulDescDestroy(en->op);
+    memset(en, 0, sizeof *en);
 }
 
 /* Fills en for key: the heuristic's first algorithm for the planned shape, checked for the
@@ -222,7 +195,7 @@ cublasStatus_t lt_launch(lt_state *st, const gemm_launch *l, bool *ran)
     key.align = a < b ? (a < c ? a : c) : (b < c ? b : c);
     lt_entry *en = NULL, *victim = &st->e[0];
     for (int i = 0; i < LT_CACHE; i++) {
-        if (st->e[i].used && key_eq(st->e[i].key, key)) {
+        if (st->e[i].used && memcmp(&st->e[i].key, &key, sizeof key) == 0) {
             en = &st->e[i];
             break;
         }
@@ -240,14 +213,12 @@ cublasStatus_t lt_launch(lt_state *st, const gemm_launch *l, bool *ran)
     en->used = ++st->clock;
     if (!en->ok) return CUBLAS_STATUS_SUCCESS;
     *ran = true;
-    if (l->dtype == GEMM_DTYPE_F64) {
-        const double one = 1.0, zero = 0.0;
-        return cublasLtMatmul(st->h, en->op, &one, l->B, en->la, l->A, en->lb, &zero, l->C, en->lc, l->C, en->lc,
-                              &en->algo, st->ws, st->ws ? st->ws_bytes : 0, l->stream);
-    }
-    const float one = 1.0f, zero = 0.0f;
-    return cublasLtMatmul(st->h, en->op, &one, l->B, en->la, l->A, en->lb, &zero, l->C, en->lc, l->C, en->lc,
-                          &en->algo, st->ws, st->ws ? st->ws_bytes : 0, l->stream);
+    const double d1 = 1.0, d0 = 0.0; /* alpha and beta in the scale type */
+    const float f1 = 1.0f, f0 = 0.0f;
+    const bool f64 = l->dtype == GEMM_DTYPE_F64;
+    return cublasLtMatmul(st->h, en->op, f64 ? (const void *)&d1 : &f1, l->B, en->la, l->A, en->lb,
+                          f64 ? (const void *)&d0 : &f0, l->C, en->lc, l->C, en->lc, &en->algo, st->ws,
+                          st->ws ? st->ws_bytes : 0, l->stream);
 }
 
 cudaError_t cublas_launch(const gemm_launch *l)
@@ -260,14 +231,11 @@ cudaError_t cublas_launch(const gemm_launch *l)
     }
 
     cublasHandle_t h = (cublasHandle_t)l->cublas;
-    if (!h)
-        return cudaErrorInvalidValue;
+    if (!h) return cudaErrorInvalidValue;
     cublasStatus_t s = cublasSetStream(h, l->stream);
-    if (s != CUBLAS_STATUS_SUCCESS)
-        return from_cublas(s, "cublasSetStream");
+    if (s != CUBLAS_STATUS_SUCCESS) return from_cublas(s, "cublasSetStream");
     s = cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
-    if (s != CUBLAS_STATUS_SUCCESS)
-        return from_cublas(s, "cublasSetMathMode");
+    if (s != CUBLAS_STATUS_SUCCESS) return from_cublas(s, "cublasSetMathMode");
 
     const int batch = l->batch > 1 ? l->batch : 1;
     if (l->dtype == GEMM_DTYPE_F64 && batch > 1) {

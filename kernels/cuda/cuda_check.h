@@ -1,13 +1,8 @@
 /*
- * cuda_check.h - checking every CUDA and cuBLAS call, with the place it was made.
- *
- *   gemm_cuda_site site = {0};
- *   if (GEMM_CUDA_CHECK(&site, cudaMemcpyAsync(...)) != cudaSuccess) goto fail;
- *
- * The first failure is kept in the site (error, call text, __FILE__, __LINE__) so the
- * job's error message can name it; later failures in the same attempt do not overwrite it.
- * cuBLAS statuses are mapped onto the nearest cudaError_t (allocation failure stays an
- * allocation failure, so it becomes a 507 like any other out-of-memory).
+ * cuda_check.h - every CUDA and cuBLAS call checked with the place it was made:
+ * `if (GEMM_CUDA_CHECK(&site, cudaMemcpyAsync(...)) != cudaSuccess) ...` keeps the first
+ * failure (error, call, file, line) in the site for the job's message. cuBLAS statuses map
+ * onto the nearest cudaError_t (an allocation failure stays one: out of memory).
  */
 #ifndef GEMM_CUDA_CHECK_H
 #define GEMM_CUDA_CHECK_H

@@ -1,10 +1,10 @@
 /*
  * cuda_device.c - what the CUDA backend keeps per device and per worker: the device list
  * from the `devices` setting, the fault hooks, each worker's stream, cuBLAS handle, events
- * and cached device buffers, and the protocol that lets one worker reset a device whose
- * context a sticky error broke while the others wait (see engine_cuda.c).
+ * and cached device buffers, and the enter/leave protocol that lets one worker reset a
+ * device whose context a sticky error broke while the others wait.
  *
- * Device memory comes from each device's stream-ordered pool (gemm_scratch.h), allocated
+ * Device buffers come from each device's stream-ordered pool (gemm_scratch.h), allocated
  * and freed in order on the worker's own stream: cudaMalloc and cudaFree synchronize the
  * whole device, which would stall every other stream's product whenever one worker grew
  * its buffers. A worker's buffers are kept between products and only grow.
@@ -36,8 +36,7 @@ int gemm_cuda_parse_devices(cuda_backend *cb, const char *spec, int count, gemm_
 {
     if (!spec[0] || strcmp(spec, "all") == 0) {
         cb->ndev = count < GEMM_MAX_DEVICES ? count : GEMM_MAX_DEVICES;
-        for (int i = 0; i < cb->ndev; i++)
-            cb->devs[i].ordinal = i;
+        for (int i = 0; i < cb->ndev; i++) cb->devs[i].ordinal = i;
         return 0;
     }
     char buf[128];
@@ -59,8 +58,7 @@ int gemm_cuda_parse_devices(cuda_backend *cb, const char *spec, int count, gemm_
                                 spec, GEMM_MAX_DEVICES);
         cb->devs[cb->ndev++].ordinal = (int)v;
     }
-    if (cb->ndev == 0)
-        return gemm_engine_err_set(err, GEMM_E_BAD_CONFIG, "devices \"%s\" names no device", spec);
+    if (cb->ndev == 0) return gemm_engine_err_set(err, GEMM_E_BAD_CONFIG, "devices \"%s\" names no device", spec);
     return 0;
 }
 
@@ -75,22 +73,13 @@ const gemm_fault_hook gemm_cuda_faults[] = {
 
 /* ---- worker resources --------------------------------------------------- */
 
-static void mem_used_add(cuda_dev *d, size_t bytes, int sign)
-{
-    if (sign > 0)
-        atomic_fetch_add(&d->mem_used, (unsigned long long)bytes);
-    else
-        atomic_fetch_sub(&d->mem_used, (unsigned long long)bytes);
-}
-
 /* Back to the device's pool, in order after the stream's work (best effort: after a
  * sticky error the call fails, and the reset reclaims everything anyway). */
 static void buffer_free(cuda_worker *w, int i)
 {
     if (w->buf[i]) {
-        if (gemm_scratch_free(w->buf[i], w->stream) != cudaSuccess)
-            cudaGetLastError();
-        mem_used_add(w->dev, w->cap[i], -1);
+        if (gemm_scratch_free(w->buf[i], w->stream) != cudaSuccess) cudaGetLastError();
+        atomic_fetch_sub(&w->dev->mem_used, (unsigned long long)w->cap[i]);
     }
     w->buf[i] = NULL;
     w->cap[i] = 0;
@@ -98,8 +87,7 @@ static void buffer_free(cuda_worker *w, int i)
 
 static void free_buffers(cuda_worker *w)
 {
-    for (int i = 0; i < 3; i++)
-        buffer_free(w, i);
+    for (int i = 0; i < 3; i++) buffer_free(w, i);
 }
 
 /* Frees what the worker holds on its device (best effort: after a sticky error the calls
@@ -109,16 +97,12 @@ void gemm_cuda_destroy_resources(cuda_worker *w)
     free_buffers(w);
     gemm_lt_destroy(w->lt);
     w->lt = NULL;
-    if (w->blas)
-        cublasDestroy(w->blas);
-    if (w->lt_ws && gemm_scratch_free(w->lt_ws, w->stream) != cudaSuccess)
-        cudaGetLastError();
+    if (w->blas) cublasDestroy(w->blas);
+    if (w->lt_ws && gemm_scratch_free(w->lt_ws, w->stream) != cudaSuccess) cudaGetLastError();
     w->lt_ws = NULL;
     for (int i = 0; i < WORKER_EVENTS; i++)
-        if (w->ev[i])
-            cudaEventDestroy(w->ev[i]);
-    if (w->stream)
-        cudaStreamDestroy(w->stream);
+        if (w->ev[i]) cudaEventDestroy(w->ev[i]);
+    if (w->stream) cudaStreamDestroy(w->stream);
     cudaGetLastError();
     w->blas = NULL;
     w->stream = NULL;
@@ -129,14 +113,11 @@ void gemm_cuda_destroy_resources(cuda_worker *w)
 cudaError_t gemm_cuda_build_resources(cuda_worker *w, unsigned gen, gemm_cuda_site *site)
 {
     cudaError_t e = GEMM_CUDA_CHECK(site, cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
-    /* Blocking-sync events: a worker waiting for its product sleeps instead of spinning a
-     * core (it polls only briefly first, see wait_event in engine_cuda.c). */
+    /* blocking-sync events: a waiting worker sleeps (after a short poll: cuda_run.c) */
     for (int i = 0; i < WORKER_EVENTS && e == cudaSuccess; i++)
         e = GEMM_CUDA_CHECK(site, cudaEventCreateWithFlags(&w->ev[i], cudaEventBlockingSync));
-    if (e == cudaSuccess)
-        e = GEMM_CUBLAS_CHECK(site, cublasCreate(&w->blas));
-    if (e == cudaSuccess)
-        e = GEMM_CUBLAS_CHECK(site, cublasSetStream(w->blas, w->stream));
+    if (e == cudaSuccess) e = GEMM_CUBLAS_CHECK(site, cublasCreate(&w->blas));
+    if (e == cudaSuccess) e = GEMM_CUBLAS_CHECK(site, cublasSetStream(w->blas, w->stream));
     /* One workspace for cuBLAS and cublasLt (the same stream uses it): cuBLAS would
      * otherwise allocate its own. cublasLt picks the algorithm of a panel's whole product
      * (gemm_launch.plan_m); without it (no memory, no cublasLt) cublasGemmEx runs everything. */
@@ -190,12 +171,10 @@ cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_
     }
     if (limit && sum > limit) {
         free_buffers(w);
-        for (int i = 0; i < 3; i++)
-            want[i] = need[i];
+        for (int i = 0; i < 3; i++) want[i] = need[i];
     }
     for (int i = 0; i < 3; i++) {
-        if (w->buf[i] && w->cap[i] >= need[i])
-            continue;
+        if (w->buf[i] && w->cap[i] >= need[i]) continue;
         buffer_free(w, i);
         cudaError_t e = dev_malloc(w, &w->buf[i], want[i], site);
         if (e != cudaSuccess) {
@@ -204,38 +183,30 @@ cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_
             return e;
         }
         w->cap[i] = want[i];
-        mem_used_add(w->dev, want[i], +1);
+        atomic_fetch_add(&w->dev->mem_used, (unsigned long long)want[i]);
     }
     return cudaSuccess;
 }
 
 /* ---- device enter / leave / reset --------------------------------------- */
 
-unsigned gemm_cuda_dev_enter(cuda_dev *d)
-{
-    pthread_mutex_lock(&d->mu);
-    while (d->resetting)
-        pthread_cond_wait(&d->cv, &d->mu);
-    d->active++;
-    unsigned gen = d->gen;
-    pthread_mutex_unlock(&d->mu);
-    pthread_mutex_lock(&d->busy_mu);
-    if (d->jobs++ == 0)
-        d->busy_since_ms = gemm_now_ms();
-    pthread_mutex_unlock(&d->busy_mu);
-    return gen;
-}
-
 int gemm_cuda_dev_enter_house(cuda_dev *d, int lost_too)
 {
     pthread_mutex_lock(&d->mu);
-    while (d->resetting)
-        pthread_cond_wait(&d->cv, &d->mu);
+    while (d->resetting) pthread_cond_wait(&d->cv, &d->mu);
     int ok = lost_too || !atomic_load(&d->lost);
-    if (ok)
-        d->active++;
+    if (ok) d->active++;
     pthread_mutex_unlock(&d->mu);
     return ok;
+}
+
+unsigned gemm_cuda_dev_enter(cuda_dev *d)
+{
+    gemm_cuda_dev_enter_house(d, 1); /* inside: no reset runs meanwhile, so d->gen is stable */
+    pthread_mutex_lock(&d->busy_mu);
+    if (d->jobs++ == 0) d->busy_since_ms = gemm_now_ms();
+    pthread_mutex_unlock(&d->busy_mu);
+    return d->gen;
 }
 
 void gemm_cuda_dev_leave_house(cuda_dev *d)
@@ -250,8 +221,7 @@ void gemm_cuda_pin(cuda_backend *cb, cuda_dev *d, void *p, unsigned *held)
 {
     for (int tries = 0; tries < 3; tries++) {
         int s = gemm_cuda_host_pin(cb->host, p, d->slot);
-        if (s < 0 || s == d->slot || (*held & (1u << s)))
-            return;
+        if (s < 0 || s == d->slot || (*held & (1u << s))) return;
         /* Hold the device whose registration it is (lost or not: a lost one's reset may be
          * pending), then look again: it may have been reset before we got in (then the
          * block registers here). */
@@ -263,8 +233,7 @@ void gemm_cuda_pin(cuda_backend *cb, cuda_dev *d, void *p, unsigned *held)
 void gemm_cuda_unhold(cuda_backend *cb, unsigned held)
 {
     for (int s = 0; held; s++, held >>= 1)
-        if (held & 1u)
-            gemm_cuda_dev_leave_house(&cb->devs[s]);
+        if (held & 1u) gemm_cuda_dev_leave_house(&cb->devs[s]);
 }
 
 void gemm_cuda_sample_memory(cuda_dev *d)
@@ -281,15 +250,13 @@ void gemm_cuda_sample_memory(cuda_dev *d)
 /* Called with d->mu held, resetting set and nobody inside: frees every stream, handle and
  * buffer of the device, resets it and (unless `lose`) makes a new context, trying for up to
  * RESET_WAIT_MS; marks the device lost when that fails. The host blocks it registered stop
- * counting as locked before the reset drops their registrations (defect of old: a block was
- * taken as locked, by any device, between the reset and the note of it). */
+ * counting as locked before the reset drops their registrations. */
 static void reset_locked(cuda_backend *cb, cuda_dev *d, int lose)
 {
     gemm_cuda_host_device_lost(cb->host, d->slot);
     cudaSetDevice(d->ordinal);
     for (int i = 0; i < cb->nworkers; i++)
-        if (cb->workers[i].dev == d && cb->workers[i].gen != 0)
-            gemm_cuda_destroy_resources(&cb->workers[i]);
+        if (cb->workers[i].dev == d && cb->workers[i].gen != 0) gemm_cuda_destroy_resources(&cb->workers[i]);
     gemm_engine_log(GEMM_LOG_WARN, "cuda: device %d (%s): resetting after %s", d->ordinal, d->info.name,
                     lose ? "its injected loss (fault_inject lost)" : "a sticky error");
     cudaError_t e = cudaDeviceReset();
@@ -307,8 +274,7 @@ static void reset_locked(cuda_backend *cb, cuda_dev *d, int lose)
         e = cudaSetDevice(d->ordinal);
         if (e == cudaSuccess)
             e = cudaFree(0); /* makes the new primary context */
-        if (e == cudaSuccess || gemm_now_ms() - t0 >= RESET_WAIT_MS)
-            break;
+        if (e == cudaSuccess || gemm_now_ms() - t0 >= RESET_WAIT_MS) break;
         cudaGetLastError();
         struct timespec ts = {0, 200 * 1000000L};
         nanosleep(&ts, NULL);
@@ -335,18 +301,15 @@ static void reset_locked(cuda_backend *cb, cuda_dev *d, int lose)
 void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken, int lose)
 {
     pthread_mutex_lock(&d->busy_mu);
-    if (--d->jobs == 0)
-        d->busy_ms += gemm_now_ms() - d->busy_since_ms;
+    if (--d->jobs == 0) d->busy_ms += gemm_now_ms() - d->busy_since_ms;
     pthread_mutex_unlock(&d->busy_mu);
     gemm_cuda_dev_leave_house(d);
-    if (!broken)
-        return;
+    if (!broken) return;
     pthread_mutex_lock(&cb->reset_mu);
     pthread_mutex_lock(&d->mu);
     if (gen == d->gen) {
         d->resetting = 1;
-        while (d->active > 0)
-            pthread_cond_wait(&d->cv, &d->mu);
+        while (d->active > 0) pthread_cond_wait(&d->cv, &d->mu);
         reset_locked(cb, d, lose);
         d->resetting = 0;
         pthread_cond_broadcast(&d->cv);

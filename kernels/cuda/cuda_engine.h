@@ -1,9 +1,6 @@
 /*
- * cuda_engine.h - the CUDA backend's insides, shared by engine_cuda.c (open, validate,
- * describe, the backend row), cuda_run.c (one product, stage by stage), cuda_warm.c (the
- * warm-up), cuda_device.c (device list, per-worker resources, device buffers, the
- * enter/leave protocol and the reset after a sticky error), cuda_resident.c and
- * cuda_house.c (the housekeeping thread). Not a public interface.
+ * cuda_engine.h - the CUDA backend's insides, shared by its files (docs/KERNELS.md, "The
+ * engine around the kernels", says which holds what). Not a public interface.
  */
 #ifndef GEMM_CUDA_ENGINE_H
 #define GEMM_CUDA_ENGINE_H

@@ -1,12 +1,7 @@
 /*
- * cuda_fault.cu - the faults and delays the engine's tests inject on purpose
- * (gemm_engine_config.fault_inject):
- *  - sticky:N      a kernel that traps, which leaves the device's context in a sticky error
- *                  state exactly as a real crash in a kernel would (every later call on that
- *                  device fails until cudaDeviceReset);
- *  - gpu_delay_ms:N  a one-thread kernel that waits N ms of device time (the global timer)
- *                  before the product: a long kernel of known length on any GPU, for the
- *                  tests of blocking waits and of cancellation between stages.
+ * cuda_fault.cu - the faults the engine's tests inject (fault_inject, engine.h): sticky:N,
+ * a kernel that traps and so breaks the context as a real crash would; gpu_delay_ms:N, a
+ * one-thread kernel that waits N ms of device time, a long kernel of known length on any GPU.
  */
 #include <cuda_runtime.h>
 

@@ -1,47 +1,25 @@
 /*
  * cuda_host.c - host blocks for job buffers, locked by the workers, with a small cache
- * (see cuda_host.h).
+ * (cuda_host.h).
  *
- * Each block carries a 64-byte header in front of the caller's pointer: its capacity, the
- * device slot that registered it and that slot's generation then (slot -1: not registered),
- * a magic number and the link of the unregistration queue. A registration is valid while
- * its slot's generation is unchanged (a reset of that device bumps it). The cache holds
- * validly registered blocks only; a request takes the smallest cached block that holds it
- * and is at most an eighth and a page more than a new block for it would hold (blocks are
- * whole pages: every request under a page takes a one- or two-page block; locked pages
- * are resident in full, and the memory budget is charged what was asked). A freed
- * registered block goes in at the young end of the age list and, when the cache is full,
- * pushes out the oldest: a burst of small products must not leave a cache of small blocks
- * that every later big product misses. Blocks pushed out, or too big to cache, wait in
- * the queue for the housekeeping thread.
+ * A block carries a 64-byte header: its capacity, the device slot that registered it and
+ * that slot's generation then (a reset bumps it; slot -1: not registered), a magic number
+ * and list links. A request takes the smallest cached block at most an eighth and a page
+ * bigger than a new block would be; a freed registered block joins the young end of the
+ * age list and, when the cache is full, pushes the oldest out to the queue that the
+ * housekeeping thread drains (a burst of small products must not leave a cache that every
+ * big product misses). Each cached block is also on its size class's list (its pages), so
+ * every step is O(1) under the lock: every request takes three blocks on an HTTP thread.
  *
- * Every cached block is on two doubly linked lists threaded through its header: the age
- * list, and the list of its size class (its number of pages; one last class holds every
- * block of CLASSES - 1 pages or more). Taking, keeping and pushing out a block are O(1),
- * and a request looks at the few classes its slack allows, so the lock is held for tens of
- * nanoseconds: every request's three blocks are taken on an HTTP thread and given back on
- * workers and HTTP threads, under load from a dozen threads at once (a linear scan of the
- * cache under this lock was a tenth of the HTTP threads' time at 64 connections).
+ * Stashes: that lock was the HTTP threads' most contended, so a thread that says it is busy
+ * (gemm_alloc_mark_busy_thread) gets a stash with its own lock: a small block it took
+ * (up to STASH_MAX_CAP) goes back there, freed by whatever thread (up to STASH_BLOCKS, the
+ * oldest pushed out to the shared cache), and the thread takes from it first. Stashed
+ * blocks are cached blocks in every other respect (bench/results/h100-2026-11-27-reads.md).
  *
- * Stashes: that one lock is taken by every request three times on its HTTP thread (A, B and
- * C taken) and three times more (A and B given back by the worker, C by the HTTP thread),
- * and at 64 connections it was the most contended lock of the HTTP threads. A thread that
- * says it is busy (gemm_alloc_mark_busy_thread: the HTTP threads) gets a stash of its own:
- * a small block (up to STASH_MAX_CAP) that such a thread took goes back, when it is freed
- * by whatever thread, to that thread's stash (up to STASH_BLOCKS blocks, pushing its
- * oldest out to the shared cache), and the thread takes from its stash first. Each stash
- * has its own lock, shared only by its thread and the workers finishing its products.
- * Stashed blocks are cached blocks in every other respect: registered, charged to the
- * hook, counted, dropped by a reset of their slot, let go by trim. They are outside
- * max_cached and MAX_CACHED, bounded by the stashes' own bounds (MAX_STASHES x
- * STASH_BLOCKS x STASH_MAX_CAP: 64 x 3.2 MiB). Larger blocks (256^2 float32 and up) go to
- * the shared cache: stashing blocks up to 520 KiB did no better at 256^2 and 64
- * connections (bench/results/h100-2026-11-27-reads.md).
- *
- * Everything else here is guarded by one mutex (taken before a stash's, never after),
- * never held across a CUDA call, except that a block's registration (slot, gen) and the
- * slots' generations are atomics, so that the workers' check that a block is locked
- * already (gemm_cuda_host_pin) takes no lock.
+ * The mutex is taken before a stash's, never after, and never held across a CUDA call; a
+ * block's registration and the slots' generations are atomics, so that the workers' check
+ * that a block is locked already takes no lock.
  */
 #include "cuda_host.h"
 
@@ -61,10 +39,23 @@
 #define CLASSES 257    /* size classes: 1..255 pages one each, the last one the rest */
 #define MAGIC 0x67656d6d686f7374ull /* "gemmhost" */
 #define MAX_STASHES 64                /* busy threads with a stash (more: none) */
+#define MAX_SLOTS 16                  /* devices (GEMM_MAX_DEVICES) */
 #define STASH_BLOCKS 24               /* blocks in one stash: 8 connections' A, B and C */
 #define STASH_MAX_CAP (136u << 10)    /* blocks of up to this are stashed (128^2 float64) */
 
 struct stash;
+
+/* The charge hook (gemm_cuda_host_set_charge) and its context; fn NULL: not charged. */
+typedef struct {
+    int (*fn)(void *, int64_t);
+    void *ctx;
+} account;
+
+/* Charges bytes (or uncharges, bytes < 0) to a; 0 when taken or there is nothing to ask. */
+static int account_add(const account *a, int64_t bytes)
+{
+    return a->fn && bytes ? a->fn(a->ctx, bytes) : 0;
+}
 
 typedef struct block_hdr {
     size_t cap;              /* usable bytes after the header */
@@ -84,8 +75,7 @@ typedef struct stash {
     pthread_mutex_t mu;
     int n;
     size_t bytes;
-    int (*charge)(void *, int64_t); /* the host's hook, copied under this lock */
-    void *charge_ctx;
+    account acct; /* the host's, copied under this lock */
     block_hdr *b[STASH_BLOCKS];
 } stash;
 
@@ -96,8 +86,8 @@ static _Thread_local stash *my_stash_ptr;     /* ... and the stash (NULL: none l
 struct gemm_cuda_host {
     uint64_t id;
     int ndev;
-    int *ordinal;            /* per slot */
-    _Atomic unsigned *gen;   /* per slot, bumped by each reset of that device; starts at 1 */
+    int ordinal[MAX_SLOTS];
+    _Atomic unsigned gen[MAX_SLOTS]; /* bumped by each reset of that device; starts at 1 */
     size_t max_cached;
     pthread_mutex_t mu;
     block_hdr *oldest, *newest; /* the cached blocks by age */
@@ -110,21 +100,12 @@ struct gemm_cuda_host {
     void (*notify)(void *);
     void *notify_arg;
     int warned;
-    /* Charges the bytes of cached blocks (gemm_cuda_host_set_charge); NULL: not charged. */
-    int (*charge)(void *, int64_t);
-    void *charge_ctx;
+    account acct; /* charged the bytes of cached blocks */
     _Atomic int nstashes;
     stash stashes[MAX_STASHES];
 };
 
 static block_hdr *hdr_of(void *p) { return (block_hdr *)((char *)p - HDR); }
-
-/* Caller holds mu: the cache gave up bytes of its blocks (reused, pushed out, dropped). */
-static void uncharge_locked(gemm_cuda_host *h, size_t bytes)
-{
-    if (h->charge && bytes)
-        h->charge(h->charge_ctx, -(int64_t)bytes);
-}
 
 /* Whether b's registration is still valid (under mu, or not: atomics). */
 static int registered(const gemm_cuda_host *h, const block_hdr *b)
@@ -145,21 +126,13 @@ static int class_of(const block_hdr *b)
  * one of the MAX_STASHES was left for it. */
 static stash *my_stash(gemm_cuda_host *h)
 {
-    if (!gemm_alloc_busy_thread())
-        return NULL;
+    if (!gemm_alloc_busy_thread()) return NULL;
     if (my_stash_host != h->id) {
         int i = atomic_fetch_add(&h->nstashes, 1);
         my_stash_host = h->id;
         my_stash_ptr = i < MAX_STASHES ? &h->stashes[i] : NULL;
     }
     return my_stash_ptr;
-}
-
-/* Caller holds s->mu: bytes leave the stash's account (uncharge_locked's twin). */
-static void stash_uncharge_locked(stash *s, size_t bytes)
-{
-    if (s->charge && bytes)
-        s->charge(s->charge_ctx, -(int64_t)bytes);
 }
 
 /* Caller holds s->mu: takes s->b[i] out, uncharged, keeping the others in the order they
@@ -170,7 +143,7 @@ static block_hdr *stash_remove_locked(stash *s, int i)
     memmove(&s->b[i], &s->b[i + 1], (size_t)(s->n - i - 1) * sizeof s->b[0]);
     s->n--;
     s->bytes -= b->cap;
-    stash_uncharge_locked(s, b->cap);
+    account_add(&s->acct, -(int64_t)b->cap);
     return b;
 }
 
@@ -182,8 +155,7 @@ static block_hdr *stash_take(stash *s, size_t fresh, size_t slack)
     int best = -1;
     for (int i = s->n - 1; i >= 0; i--) {
         size_t cap = s->b[i]->cap;
-        if (cap >= fresh && cap - fresh <= slack && (best < 0 || cap < s->b[best]->cap))
-            best = i;
+        if (cap >= fresh && cap - fresh <= slack && (best < 0 || cap < s->b[best]->cap)) best = i;
     }
     block_hdr *b = best >= 0 ? stash_remove_locked(s, best) : NULL;
     pthread_mutex_unlock(&s->mu);
@@ -200,9 +172,8 @@ static int stash_put(gemm_cuda_host *h, stash *s, block_hdr *b, block_hdr **push
     pthread_mutex_lock(&s->mu);
     /* registered() under the stash's lock: a reset of b's slot bumps the generation before
      * it empties the stashes under their locks, so a stale block never stays */
-    if (registered(h, b) && (!s->charge || s->charge(s->charge_ctx, (int64_t)b->cap) == 0)) {
-        if (s->n == STASH_BLOCKS)
-            *pushed = stash_remove_locked(s, 0);
+    if (registered(h, b) && account_add(&s->acct, (int64_t)b->cap) == 0) {
+        if (s->n == STASH_BLOCKS) *pushed = stash_remove_locked(s, 0);
         s->b[s->n++] = b;
         s->bytes += b->cap;
         kept = 1;
@@ -224,8 +195,7 @@ static void cache_put_locked(gemm_cuda_host *h, block_hdr *b)
     int c = class_of(b);
     b->cprev = NULL;
     b->cnext = h->cls[c];
-    if (h->cls[c])
-        h->cls[c]->cprev = b;
+    if (h->cls[c]) h->cls[c]->cprev = b;
     h->cls[c] = b;
     h->ncached++;
     h->cached_bytes += b->cap;
@@ -246,8 +216,7 @@ static void cache_take_locked(gemm_cuda_host *h, block_hdr *b)
         b->cprev->cnext = b->cnext;
     else
         h->cls[class_of(b)] = b->cnext;
-    if (b->cnext)
-        b->cnext->cprev = b->cprev;
+    if (b->cnext) b->cnext->cprev = b->cprev;
     b->older = b->newer = b->cprev = b->cnext = NULL;
     h->ncached--;
     h->cached_bytes -= b->cap;
@@ -259,33 +228,19 @@ static void cache_take_locked(gemm_cuda_host *h, block_hdr *b)
 static block_hdr *cache_find_locked(gemm_cuda_host *h, size_t fresh, size_t slack)
 {
     for (size_t pages = (fresh + HDR) / PAGE; pages < CLASSES - 1; pages++) {
-        if (pages * PAGE - HDR > fresh + slack)
-            return NULL;
-        if (h->cls[pages])
-            return h->cls[pages];
+        if (pages * PAGE - HDR > fresh + slack) return NULL;
+        if (h->cls[pages]) return h->cls[pages];
     }
     block_hdr *best = NULL;
     for (block_hdr *b = h->cls[CLASSES - 1]; b; b = b->cnext)
-        if (b->cap >= fresh && b->cap - fresh <= slack && (!best || b->cap < best->cap))
-            best = b;
+        if (b->cap >= fresh && b->cap - fresh <= slack && (!best || b->cap < best->cap)) best = b;
     return best;
 }
 
 gemm_cuda_host *gemm_cuda_host_open(const int *ordinals, int ndev, size_t max_cached_bytes)
 {
-    if (ndev < 1)
-        return NULL;
-    gemm_cuda_host *h = calloc(1, sizeof *h);
-    if (!h)
-        return NULL;
-    h->ordinal = calloc((size_t)ndev, sizeof *h->ordinal);
-    h->gen = calloc((size_t)ndev, sizeof *h->gen);
-    if (!h->ordinal || !h->gen) {
-        free(h->ordinal);
-        free(h->gen);
-        free(h);
-        return NULL;
-    }
+    gemm_cuda_host *h = ndev >= 1 && ndev <= MAX_SLOTS ? calloc(1, sizeof *h) : NULL;
+    if (!h) return NULL;
     h->ndev = ndev;
     for (int i = 0; i < ndev; i++) {
         h->ordinal[i] = ordinals[i];
@@ -294,8 +249,7 @@ gemm_cuda_host *gemm_cuda_host_open(const int *ordinals, int ndev, size_t max_ca
     h->max_cached = max_cached_bytes;
     h->id = atomic_fetch_add(&host_ids, 1) + 1;
     pthread_mutex_init(&h->mu, NULL);
-    for (int i = 0; i < MAX_STASHES; i++)
-        pthread_mutex_init(&h->stashes[i].mu, NULL);
+    for (int i = 0; i < MAX_STASHES; i++) pthread_mutex_init(&h->stashes[i].mu, NULL);
     return h;
 }
 
@@ -321,12 +275,50 @@ static void queue_locked(gemm_cuda_host *h, block_hdr *b)
     h->nqueued++;
 }
 
-static size_t trim_locked(gemm_cuda_host *h);
+/* Caller holds mu: the queued blocks that slot registered (stale_too: and those whose
+ * registration is gone), taken off the queue as a list. */
+static block_hdr *unqueue_locked(gemm_cuda_host *h, int slot, int stale_too)
+{
+    block_hdr *list = NULL, **link = &h->queue;
+    while (*link) {
+        block_hdr *b = *link;
+        if (b->slot != slot && !(stale_too && !registered(h, b))) {
+            link = &b->qnext;
+            continue;
+        }
+        *link = b->qnext;
+        h->nqueued--;
+        b->qnext = list;
+        list = b;
+    }
+    return list;
+}
+
+/* Caller holds mu: every cached block to the unregistration queue; returns the bytes. */
+static size_t trim_locked(gemm_cuda_host *h)
+{
+    size_t bytes = h->cached_bytes;
+    account_add(&h->acct, -(int64_t)bytes);
+    while (h->oldest) {
+        block_hdr *b = h->oldest;
+        cache_take_locked(h, b);
+        queue_locked(h, b);
+    }
+    for (int i = 0; i < MAX_STASHES; i++) {
+        stash *st = &h->stashes[i];
+        pthread_mutex_lock(&st->mu);
+        account_add(&st->acct, -(int64_t)st->bytes);
+        bytes += st->bytes;
+        while (st->n > 0) queue_locked(h, st->b[--st->n]);
+        st->bytes = 0;
+        pthread_mutex_unlock(&st->mu);
+    }
+    return bytes;
+}
 
 void gemm_cuda_host_close(gemm_cuda_host *h)
 {
-    if (!h)
-        return;
+    if (!h) return;
     pthread_mutex_lock(&h->mu);
     trim_locked(h);
     block_hdr *list = h->queue;
@@ -343,30 +335,25 @@ void gemm_cuda_host_close(gemm_cuda_host *h)
         free_block(b);
     }
     pthread_mutex_destroy(&h->mu);
-    for (int i = 0; i < MAX_STASHES; i++)
-        pthread_mutex_destroy(&h->stashes[i].mu);
-    free(h->ordinal);
-    free(h->gen);
+    for (int i = 0; i < MAX_STASHES; i++) pthread_mutex_destroy(&h->stashes[i].mu);
     free(h);
 }
 
 void gemm_cuda_host_device_lost(gemm_cuda_host *h, int slot)
 {
-    if (slot >= 0 && slot < h->ndev)
-        atomic_fetch_add(&h->gen[slot], 1);
+    if (slot >= 0 && slot < h->ndev) atomic_fetch_add(&h->gen[slot], 1);
 }
 
 void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
 {
-    if (slot < 0 || slot >= h->ndev)
-        return;
-    block_hdr *drop = NULL;
+    if (slot < 0 || slot >= h->ndev) return;
     pthread_mutex_lock(&h->mu);
+    block_hdr *drop = unqueue_locked(h, slot, 0);
     for (block_hdr *b = h->oldest, *next; b; b = next) {
         next = b->newer;
         if (b->slot == slot) {
             cache_take_locked(h, b);
-            uncharge_locked(h, b->cap);
+            account_add(&h->acct, -(int64_t)b->cap);
             b->qnext = drop;
             drop = b;
         }
@@ -374,28 +361,13 @@ void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
     for (int i = 0; i < MAX_STASHES; i++) {
         stash *st = &h->stashes[i];
         pthread_mutex_lock(&st->mu);
-        for (int j = 0; j < st->n;) {
-            if (st->b[j]->slot != slot) {
-                j++;
-                continue;
-            }
+        for (int j = st->n - 1; j >= 0; j--) {
+            if (st->b[j]->slot != slot) continue;
             block_hdr *b = stash_remove_locked(st, j);
             b->qnext = drop;
             drop = b;
         }
         pthread_mutex_unlock(&st->mu);
-    }
-    block_hdr **link = &h->queue;
-    while (*link) {
-        block_hdr *b = *link;
-        if (b->slot == slot) {
-            *link = b->qnext;
-            h->nqueued--;
-            b->qnext = drop;
-            drop = b;
-        } else {
-            link = &b->qnext;
-        }
     }
     pthread_mutex_unlock(&h->mu);
     while (drop) { /* registrations are gone: just free */
@@ -408,76 +380,45 @@ void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
 static void *host_alloc(void *ctx, size_t bytes)
 {
     gemm_cuda_host *h = ctx;
-    if (bytes == 0)
-        bytes = 1;
-    if (bytes > SIZE_MAX - HDR - PAGE)
-        return NULL;
-    /* What a new block would hold: a cached one at most an eighth (and a page) bigger is
-     * taken. A locked block is resident in full while the budget is charged only what was
-     * asked for, so the slack is kept small (with "up to twice", the hostile battery's
-     * answers of 8 MB took 16 MB blocks: 840 MB resident for 497 MB charged). Comparing with
-     * the request itself instead would never reuse a block for a request under half a page
-     * (a product of 16x16 matrices), and each would lock new pages with the driver. */
-    const size_t fresh = (bytes + HDR + PAGE - 1) / PAGE * PAGE - HDR;
+    if (bytes == 0) bytes = 1;
+    if (bytes > SIZE_MAX - HDR - PAGE) return NULL;
+    /* A cached block at most an eighth (and a page) bigger than a new one would be: a locked
+     * block is resident in full while the budget is charged what was asked, so the slack is
+     * small ("up to twice" let 8 MB answers take 16 MB blocks). Measured from the new block,
+     * not the request, so that requests under half a page reuse blocks too. */
+    const size_t fresh = (bytes + HDR + PAGE - 1) / PAGE * PAGE - HDR, slack = fresh / 8 + PAGE;
     stash *mine = fresh <= STASH_MAX_CAP ? my_stash(h) : NULL;
-    block_hdr *hit = mine ? stash_take(mine, fresh, fresh / 8 + PAGE) : NULL;
-    if (hit) {
-        atomic_fetch_add(&h->in_use, hit->cap);
-        hit->home = mine;
-        return (char *)hit + HDR;
-    }
-    pthread_mutex_lock(&h->mu);
-    hit = cache_find_locked(h, fresh, fresh / 8 + PAGE);
-    if (hit) {
-        cache_take_locked(h, hit);
-        uncharge_locked(h, hit->cap);
+    block_hdr *b = mine ? stash_take(mine, fresh, slack) : NULL;
+    if (!b) {
+        pthread_mutex_lock(&h->mu);
+        b = cache_find_locked(h, fresh, slack);
+        if (b) {
+            cache_take_locked(h, b);
+            account_add(&h->acct, -(int64_t)b->cap);
+        }
         pthread_mutex_unlock(&h->mu);
-        atomic_fetch_add(&h->in_use, hit->cap);
-        hit->home = mine;
-        return (char *)hit + HDR;
     }
-    pthread_mutex_unlock(&h->mu);
-
-    size_t total = fresh + HDR;
-    block_hdr *b = aligned_alloc(PAGE, total);
-    if (!b)
-        return NULL;
-    memset(b, 0, sizeof *b);
-    b->cap = total - HDR;
-    atomic_init(&b->slot, -1);
-    atomic_init(&b->gen, 0);
-    b->magic = MAGIC;
+    if (!b) {
+        b = aligned_alloc(PAGE, fresh + HDR);
+        if (!b) return NULL;
+        memset(b, 0, sizeof *b);
+        b->cap = fresh;
+        atomic_init(&b->slot, -1);
+        atomic_init(&b->gen, 0);
+        b->magic = MAGIC;
+    }
     b->home = mine;
     atomic_fetch_add(&h->in_use, b->cap);
     return (char *)b + HDR;
 }
 
-static void cache_keep(gemm_cuda_host *h, block_hdr *b);
-
-static void host_free(void *ctx, void *p)
+/* Releases mu and, when blocks were queued, wakes whatever drains the queue. */
+static void unlock_notify(gemm_cuda_host *h, size_t queued)
 {
-    gemm_cuda_host *h = ctx;
-    if (!p)
-        return;
-    block_hdr *b = hdr_of(p);
-    if (b->magic != MAGIC) {
-        gemm_engine_log(GEMM_LOG_ERROR, "cuda: host_free of a pointer this allocator did not give out");
-        abort();
-    }
-    stash *home = b->home;
-    b->home = NULL;
-    atomic_fetch_sub(&h->in_use, b->cap);
-    if (!registered(h, b)) {
-        free_block(b); /* never locked, or its registration went with a reset */
-        return;
-    }
-    block_hdr *pushed;
-    if (home && b->cap <= STASH_MAX_CAP && stash_put(h, home, b, &pushed)) {
-        if (pushed)
-            cache_keep(h, pushed);
-        return;
-    }
-    cache_keep(h, b);
+    void (*notify)(void *) = h->notify;
+    void *arg = h->notify_arg;
+    pthread_mutex_unlock(&h->mu);
+    if (queued && notify) notify(arg);
 }
 
 /* A registered block no stash keeps: into the shared cache, or queued to be unregistered. */
@@ -495,11 +436,11 @@ static void cache_keep(gemm_cuda_host *h, block_hdr *b)
         while (h->ncached > 0 && (h->ncached == MAX_CACHED || h->cached_bytes + b->cap > h->max_cached)) {
             block_hdr *old = h->oldest;
             cache_take_locked(h, old);
-            uncharge_locked(h, old->cap);
+            account_add(&h->acct, -(int64_t)old->cap);
             queue_locked(h, old);
             queued++;
         }
-        if (h->charge && h->charge(h->charge_ctx, (int64_t)b->cap) != 0) {
+        if (account_add(&h->acct, (int64_t)b->cap) != 0) {
             /* No room in the memory budget: requests come first, the block is let go. */
             queue_locked(h, b);
             queued++;
@@ -510,20 +451,38 @@ static void cache_keep(gemm_cuda_host *h, block_hdr *b)
         queue_locked(h, b);
         queued++;
     }
-    void (*notify)(void *) = h->notify;
-    void *arg = h->notify_arg;
-    pthread_mutex_unlock(&h->mu);
-    if (queued && notify)
-        notify(arg);
+    unlock_notify(h, queued);
+}
+
+static void host_free(void *ctx, void *p)
+{
+    gemm_cuda_host *h = ctx;
+    if (!p) return;
+    block_hdr *b = hdr_of(p);
+    if (b->magic != MAGIC) {
+        gemm_engine_log(GEMM_LOG_ERROR, "cuda: host_free of a pointer this allocator did not give out");
+        abort();
+    }
+    stash *home = b->home;
+    b->home = NULL;
+    atomic_fetch_sub(&h->in_use, b->cap);
+    if (!registered(h, b)) {
+        free_block(b); /* never locked, or its registration went with a reset */
+        return;
+    }
+    block_hdr *pushed;
+    if (home && b->cap <= STASH_MAX_CAP && stash_put(h, home, b, &pushed)) {
+        if (pushed) cache_keep(h, pushed);
+        return;
+    }
+    cache_keep(h, b);
 }
 
 int gemm_cuda_host_pin(gemm_cuda_host *h, void *p, int slot)
 {
-    if (!p || slot < 0 || slot >= h->ndev)
-        return GEMM_PIN_PAGEABLE;
+    if (!p || slot < 0 || slot >= h->ndev) return GEMM_PIN_PAGEABLE;
     block_hdr *b = hdr_of(p);
-    if (b->magic != MAGIC)
-        return GEMM_PIN_PAGEABLE;
+    if (b->magic != MAGIC) return GEMM_PIN_PAGEABLE;
     if (registered(h, b)) /* the common case, without the lock */
         return atomic_load_explicit(&b->slot, memory_order_relaxed);
     unsigned gen = atomic_load(&h->gen[slot]);
@@ -557,39 +516,15 @@ int gemm_cuda_host_pin(gemm_cuda_host *h, void *p, int slot)
 
 int gemm_cuda_host_drain(gemm_cuda_host *h, int slot)
 {
-    block_hdr *mine = NULL, *stale = NULL;
     pthread_mutex_lock(&h->mu);
-    block_hdr **link = &h->queue;
-    while (*link) {
-        block_hdr *b = *link;
-        int valid = registered(h, b);
-        if (valid && b->slot != slot) {
-            link = &b->qnext;
-            continue;
-        }
-        *link = b->qnext;
-        h->nqueued--;
-        if (valid) {
-            b->qnext = mine;
-            mine = b;
-        } else {
-            b->qnext = stale;
-            stale = b;
-        }
-    }
+    block_hdr *mine = unqueue_locked(h, slot, 1);
     pthread_mutex_unlock(&h->mu);
-
     int released = 0;
-    while (stale) {
-        block_hdr *b = stale;
-        stale = b->qnext;
-        free_block(b);
-        released++;
-    }
     while (mine) {
         block_hdr *b = mine;
         mine = b->qnext;
-        cudaError_t e = cudaHostUnregister(b);
+        /* its slot is entered: registered() stays what it was when it left the queue */
+        cudaError_t e = registered(h, b) ? cudaHostUnregister(b) : cudaSuccess;
         if (e == cudaSuccess) {
             free_block(b);
             released++;
@@ -607,81 +542,43 @@ int gemm_cuda_host_drain(gemm_cuda_host *h, int slot)
     return released;
 }
 
-/* Caller holds mu: every cached block to the unregistration queue; returns the bytes. */
-static size_t trim_locked(gemm_cuda_host *h)
-{
-    size_t bytes = h->cached_bytes;
-    uncharge_locked(h, bytes);
-    while (h->oldest) {
-        block_hdr *b = h->oldest;
-        cache_take_locked(h, b);
-        queue_locked(h, b);
-    }
-    for (int i = 0; i < MAX_STASHES; i++) {
-        stash *st = &h->stashes[i];
-        pthread_mutex_lock(&st->mu);
-        stash_uncharge_locked(st, st->bytes);
-        bytes += st->bytes;
-        while (st->n > 0)
-            queue_locked(h, st->b[--st->n]);
-        st->bytes = 0;
-        pthread_mutex_unlock(&st->mu);
-    }
-    return bytes;
-}
-
 size_t gemm_cuda_host_trim(gemm_cuda_host *h)
 {
     pthread_mutex_lock(&h->mu);
     size_t bytes = trim_locked(h);
-    void (*notify)(void *) = h->notify;
-    void *arg = h->notify_arg;
-    pthread_mutex_unlock(&h->mu);
-    if (bytes && notify)
-        notify(arg);
+    unlock_notify(h, bytes);
     return bytes;
 }
 
 void gemm_cuda_host_set_charge(gemm_cuda_host *h, int (*fn)(void *ctx, int64_t delta), void *ctx)
 {
+    const account to = {fn, ctx};
     pthread_mutex_lock(&h->mu);
-    /* The shared cache, then each stash under its own lock, move to the new account; what
-     * it refuses stays off both (a NULL hook) and is let go below. */
-    uncharge_locked(h, h->cached_bytes); /* off the old account */
-    h->charge = fn;
-    h->charge_ctx = ctx;
-    int refused = fn && h->cached_bytes && fn(ctx, (int64_t)h->cached_bytes) != 0;
-    if (refused)
-        h->charge = NULL;
+    /* The shared cache, then each stash under its own lock, move off the old account onto
+     * the new one; what the new one refuses stays off both (no hook) and is let go below. */
+    account_add(&h->acct, -(int64_t)h->cached_bytes);
+    h->acct = to;
+    int refused = account_add(&to, (int64_t)h->cached_bytes) != 0;
+    if (refused) h->acct.fn = NULL;
     for (int i = 0; i < MAX_STASHES; i++) {
         stash *st = &h->stashes[i];
         pthread_mutex_lock(&st->mu);
-        stash_uncharge_locked(st, st->bytes); /* off the old account */
-        st->charge = fn;
-        st->charge_ctx = ctx;
-        if (fn && st->bytes && fn(ctx, (int64_t)st->bytes) != 0) {
-            st->charge = NULL;
-            refused = 1;
-        }
+        account_add(&st->acct, -(int64_t)st->bytes);
+        st->acct = to;
+        if (account_add(&to, (int64_t)st->bytes) != 0) st->acct.fn = NULL, refused = 1;
         pthread_mutex_unlock(&st->mu);
     }
     size_t trimmed = 0;
-    if (refused) {
-        /* What was cached before does not fit: let it all go (uncharged from whichever
-         * account holds it), then charge from here on. */
+    if (refused) { /* let it all go (uncharged from whichever account holds it), then charge */
         trimmed = trim_locked(h);
-        h->charge = fn;
+        h->acct = to;
         for (int i = 0; i < MAX_STASHES; i++) {
             pthread_mutex_lock(&h->stashes[i].mu);
-            h->stashes[i].charge = fn;
+            h->stashes[i].acct = to;
             pthread_mutex_unlock(&h->stashes[i].mu);
         }
     }
-    void (*notify)(void *) = h->notify;
-    void *arg = h->notify_arg;
-    pthread_mutex_unlock(&h->mu);
-    if (trimmed && notify)
-        notify(arg);
+    unlock_notify(h, trimmed);
 }
 
 gemm_allocator gemm_cuda_host_allocator(gemm_cuda_host *h)

@@ -2,20 +2,13 @@
  * cuda_host.h - host memory for job inputs and outputs, page-locked by the workers, with a
  * small cache of locked blocks.
  *
- * Blocks are ordinary aligned host memory, registered with cudaHostRegister (portable), not
- * cudaHostAlloc: a device reset (the engine's recovery from a sticky error) drops the
- * registrations made in that device's context, and memory from cudaHostAlloc would be
- * freed under the daemon's feet, while registered memory simply stays valid, unpinned.
- *
- * No CUDA call is made by alloc or free, which run on HTTP threads (request bodies are
- * written straight into these blocks as they arrive): a block is registered by the worker
- * that first copies from or to it (gemm_cuda_host_pin, inside the device's enter/leave, so
- * no reset of that device runs meanwhile), and a registered block that is not kept for
- * reuse is queued and unregistered later by the backend's housekeeping thread
- * (gemm_cuda_host_drain), again inside the enter/leave of the device that registered it.
- * Registering is slow (page-table work), so freed registered blocks are kept in a small
- * cache and handed out again for requests of a similar size: in steady state a product's
- * buffers are already locked when its request arrives.
+ * Blocks are plain aligned host memory registered with cudaHostRegister (portable), not
+ * cudaHostAlloc: a device reset drops the registrations made in its context, and memory
+ * from cudaHostAlloc would be freed under the daemon's feet, while registered memory stays
+ * valid, unpinned. alloc and free make no CUDA call (they run on HTTP threads): a block is
+ * registered by the worker that first copies through it (inside the device's enter/leave),
+ * and one not kept for reuse is unregistered later by the housekeeping thread. Registering
+ * is slow, so freed registered blocks are kept for requests of a similar size.
  */
 #ifndef GEMM_CUDA_HOST_H
 #define GEMM_CUDA_HOST_H
@@ -27,7 +20,7 @@
 
 typedef struct gemm_cuda_host gemm_cuda_host;
 
-/* ordinals[0..ndev): the CUDA ordinal of each device slot (a slot is the backend's device
+/* ordinals[0..ndev), ndev <= 16: the CUDA ordinal of each device slot (the backend's device
  * index). max_cached_bytes: cache cap. */
 gemm_cuda_host *gemm_cuda_host_open(const int *ordinals, int ndev, size_t max_cached_bytes);
 /* Unregisters and frees the cached and queued blocks (sets the device of each; call it
@@ -41,13 +34,11 @@ gemm_allocator gemm_cuda_host_allocator(gemm_cuda_host *h);
 void gemm_cuda_host_set_notify(gemm_cuda_host *h, void (*fn)(void *), void *arg);
 
 /* The cache's blocks are resident memory nobody asked for: fn(ctx, +bytes) is asked before
- * a freed block is kept (nonzero: it is not, it goes to be unregistered and freed), and
- * fn(ctx, -bytes) told when kept bytes leave the cache (reused, pushed out, dropped,
- * trimmed). Called with one of the allocator's locks held (the shared cache's, or a
- * thread's stash's: from several threads at once), so fn must be thread-safe and must not
- * call back into the allocator. What
- * is cached when the hook is set is charged to it (let go if that does not fit); NULL
- * stops charging. */
+ * a freed block is kept (nonzero: it is let go instead), fn(ctx, -bytes) told when kept
+ * bytes leave the cache. Called with one of the allocator's locks held, from several
+ * threads at once: fn must be thread-safe and must not call back into the allocator. What
+ * is cached when the hook is set is charged to it (let go if that does not fit); NULL stops
+ * charging. */
 void gemm_cuda_host_set_charge(gemm_cuda_host *h, int (*fn)(void *ctx, int64_t delta), void *ctx);
 /* Lets every cached block go (to be unregistered by the housekeeping side); returns the
  * bytes. No CUDA call. */

@@ -1,13 +1,9 @@
 /*
- * cuda_house.c - the CUDA backend's housekeeping thread: the CUDA calls that serve the
- * request path but must not run on it.
- *
- * Every HOUSE_PERIOD_MS, and whenever the host allocator queues blocks to unregister, it
- * visits each device that is not lost: enters it like a job does (so no reset of that
- * device runs meanwhile; a reset in progress is waited out), samples cudaMemGetInfo into
- * the device's free-memory figures (stats and describe read them without a CUDA call),
- * and unregisters and frees the host blocks that device registered and nobody keeps.
- * It sleeps on a condition variable in between: an idle daemon costs one wake-up a second.
+ * cuda_house.c - the CUDA calls that serve the request path but must not run on it, on a
+ * thread of their own: every HOUSE_PERIOD_MS, and whenever the host allocator queues blocks,
+ * it enters each device that is not lost (as a job does, so no reset runs meanwhile),
+ * samples its free memory (stats and describe read it without a CUDA call), unregisters
+ * the host blocks it registered that nobody keeps, and frees released resident copies.
  */
 #include "cuda_engine.h"
 
@@ -22,8 +18,7 @@ static void visit(cuda_backend *cb, int sample)
         if (!gemm_cuda_dev_enter_house(d, 0))
             continue; /* lost: nothing to sample, its registrations are gone */
         if (cudaSetDevice(d->ordinal) == cudaSuccess) {
-            if (sample)
-                gemm_cuda_sample_memory(d);
+            if (sample) gemm_cuda_sample_memory(d);
             gemm_cuda_host_drain(cb->host, d->slot);
         }
         cudaGetLastError();
@@ -46,13 +41,11 @@ static void *house_main(void *arg)
             until.tv_sec += (time_t)(ns / 1000000000LL);
             until.tv_nsec = (long)(ns % 1000000000LL);
             int rc = pthread_cond_timedwait(&cb->house_cv, &cb->house_mu, &until);
-            if (rc != 0 && rc != ETIMEDOUT && rc != EINTR)
-                break;
+            if (rc != 0 && rc != ETIMEDOUT && rc != EINTR) break;
             continue;
         }
         int sample = now >= next;
-        if (sample)
-            next = now + HOUSE_PERIOD_MS;
+        if (sample) next = now + HOUSE_PERIOD_MS;
         cb->house_wake = 0;
         pthread_mutex_unlock(&cb->house_mu);
         visit(cb, sample);
@@ -94,8 +87,7 @@ int gemm_cuda_house_start(cuda_backend *cb)
 
 void gemm_cuda_house_stop(cuda_backend *cb)
 {
-    if (!cb->house_started)
-        return;
+    if (!cb->house_started) return;
     pthread_mutex_lock(&cb->house_mu);
     cb->house_stop = 1;
     pthread_cond_signal(&cb->house_cv);

@@ -1,16 +1,10 @@
 /*
- * cuda_resident.c - device copies of resident operands (engine.h, gemm_resident).
- *
- * A worker that runs a product on a resident operand asks for the copy on its device:
- * made on first use (memory from the device's stream-ordered pool, gemm_scratch.h, and a
- * host-to-device copy, synchronised before the copy is published, under the handle's lock
- * so that two streams never upload it twice), then
- * read in place by every later product there. A product that keeps C copies its result
- * device-to-device into a fresh block, published once the product has finished. When the
- * device has no room the product reads the host copy as usual (spill), and a copy made
- * before a device reset is dropped (its memory went with the old context) and made again.
- * Releasing a handle never makes a CUDA call on the caller's thread: the housekeeping
- * thread frees the device copies.
+ * cuda_resident.c - device copies of resident operands (engine.h, gemm_resident): made on
+ * first use on a device (pool memory and an upload, synchronized before it is published,
+ * under the handle's lock so that two streams never upload it twice), then read in place;
+ * C's copy is made device-to-device and published once its product has finished. Short of
+ * device memory, the product reads the host copy; a copy from before a reset is made
+ * again. The housekeeping thread frees the copies of released handles.
  */
 #include "cuda_engine.h"
 #include "gemm_scratch.h"
@@ -88,8 +82,7 @@ void gemm_cuda_resident_publish(cuda_dev *d, unsigned gen, gemm_resident *r, voi
     pthread_mutex_unlock(&r->mu);
     atomic_fetch_add(&d->resident_bytes, (unsigned long long)r->bytes);
     if (old) { /* C is written once; guard anyway */
-        if (old_gen == gen && gemm_scratch_free(old, NULL) != cudaSuccess)
-            cudaGetLastError();
+        if (old_gen == gen && gemm_scratch_free(old, NULL) != cudaSuccess) cudaGetLastError();
         atomic_fetch_sub(&d->resident_bytes, (unsigned long long)r->bytes);
     }
 }
@@ -115,14 +108,12 @@ void gemm_cuda_resident_drain(cuda_backend *cb)
         gemm_resident *r = list;
         list = r->free_next;
         for (int i = 0; i < cb->ndev; i++) {
-            if (!r->dev[i])
-                continue;
+            if (!r->dev[i]) continue;
             cuda_dev *d = &cb->devs[i];
             if (gemm_cuda_dev_enter_house(d, 0)) {
                 /* entered: no reset runs now, so d->gen is stable */
                 /* its products have all finished: no stream uses it any more */
-                if (d->gen == r->gen[i] && cudaSetDevice(d->ordinal) == cudaSuccess)
-                    gemm_scratch_free(r->dev[i], NULL);
+                if (d->gen == r->gen[i] && cudaSetDevice(d->ordinal) == cudaSuccess) gemm_scratch_free(r->dev[i], NULL);
                 cudaGetLastError();
                 gemm_cuda_dev_leave_house(d);
             }

@@ -1,29 +1,22 @@
 /*
  * cuda_run.c - one product on a worker's stream, stage by stage: plan (sizes, staging),
- * enter the device (buffers from its pool), stage the inputs (lock host blocks, resident
- * operands), H2D, kernel, D2H, finish (wait, timing, counters); one unwind after whichever
- * stage stopped, that sorts CUDA failures into an out-of-memory (that product alone) or a
- * broken context (the device is reset on leaving).
+ * enter the device (buffers), stage the inputs (lock host blocks, resident operands), H2D,
+ * kernel, D2H, finish (wait, timing, counters); one unwind after whichever stage stopped,
+ * that tells an out-of-memory (that product alone) from a broken context (the device is
+ * reset on leaving).
  *
- * The kernel is the one validate() resolved from the request: a product runs the same
- * launch (kernel, block, algorithm) whether it runs alone, lent to an HTTP thread, as a
- * panel (planned as its whole product) or coalesced with others. A coalesced group
- * (a_parts) copies its products into the device stacks at PART_ALIGN-byte steps, the
- * alignment a lone product's device buffers have, and launches each product by itself: a
- * batched library call may choose another algorithm, and some kernels choose by the
- * operands' alignment, so the bits would depend on the load. A batched request runs
- * strided (cuBLAS) or as a loop over its products.
+ * The kernel is the one validate() resolved, so a product runs the same launch alone, lent,
+ * as a panel or coalesced (docs/KERNELS.md, "kernel=auto"): a group (a_parts) is copied into
+ * the device stacks at PART_ALIGN-byte steps, the alignment a lone product's buffers have,
+ * and each of its products is launched by itself. A batched request runs strided (cuBLAS)
+ * or as a loop.
  *
- * Waiting: the events are created with cudaEventBlockingSync, and a worker polls the event
- * it waits for only for WAIT_SPIN_MS before it sleeps in cudaEventSynchronize, so a short
- * product is picked up at once and a long one costs no CPU while it runs.
- *
- * Stages and cancellation: a job checks for a cancel request before its H2D copy. A long
- * product (worth_staging: many flops, many bytes, or the gpu_delay_ms hook) runs stage by
- * stage, waiting for each stage before enqueueing the next, and checks before the kernel
- * and before the D2H copy too; a short one enqueues its three stages back to back (a wait
- * between them would cost more than the stage). Each stage has its own start and end
- * events, so the gap of a stage-by-stage wait is in no stage's time.
+ * A cancel is checked before the H2D copy; a long product (many flops or bytes, or the
+ * gpu_delay_ms hook) runs stage by stage, waiting for each stage before it enqueues the
+ * next, and checks before the kernel and the D2H copy too; a short one enqueues its three
+ * stages back to back. Each stage has its own start and end events, so the gap of a staged
+ * wait is in no stage's time. A wait polls its event for WAIT_SPIN_MS, then sleeps in
+ * cudaEventSynchronize (blocking-sync events).
  */
 #include "cuda_engine.h"
 
@@ -72,15 +65,13 @@ static float ev_ms(cudaEvent_t a, cudaEvent_t b, gemm_cuda_site *site)
     return GEMM_CUDA_CHECK(site, cudaEventElapsedTime(&ms, a, b)) == cudaSuccess ? ms : 0;
 }
 
-/* Waits for ev: polls it for WAIT_SPIN_MS, then sleeps in cudaEventSynchronize. */
 static cudaError_t wait_event(cudaEvent_t ev)
 {
     double t0 = gemm_now_ms();
     cudaError_t e;
     while ((e = cudaEventQuery(ev)) == cudaErrorNotReady && gemm_now_ms() - t0 < WAIT_SPIN_MS) {
     }
-    if (e != cudaErrorNotReady)
-        return e;
+    if (e != cudaErrorNotReady) return e;
     if (cudaPeekAtLastError() == cudaErrorNotReady) /* "not ready" is no error: never keep it */
         cudaGetLastError();
     return cudaEventSynchronize(ev);
@@ -106,8 +97,7 @@ typedef struct {
 
 static cudaError_t copies_flush(copy_list *c)
 {
-    if (c->err != cudaSuccess || c->n == 0)
-        return c->err;
+    if (c->err != cudaSuccess || c->n == 0) return c->err;
     if (c->n == 1) {
         c->err = GEMM_CUDA_CHECK(c->site, cudaMemcpyAsync(c->dst[0], c->src[0], c->size[0], c->kind, c->s));
     } else {
@@ -131,13 +121,11 @@ static cudaError_t copies_flush(copy_list *c)
 
 static void copies_add(copy_list *c, void *dst, const void *src, size_t size)
 {
-    if (size == 0 || c->err != cudaSuccess)
-        return;
+    if (size == 0 || c->err != cudaSuccess) return;
     c->dst[c->n] = dst;
     c->src[c->n] = src;
     c->size[c->n] = size;
-    if (++c->n == COPY_CHUNK)
-        copies_flush(c);
+    if (++c->n == COPY_CHUNK) copies_flush(c);
 }
 
 static int stop_with(run_ctx *x, int rc)
@@ -171,8 +159,7 @@ static int plan(run_ctx *x)
             ok = gemm_mul_size(x->step[i], (size_t)x->nb, &x->need[i]);
         }
     }
-    if (!ok)
-        return stop_with(x, gemm_engine_err_set(&job->err, GEMM_E_TOO_LARGE, "the product's size overflows"));
+    if (!ok) return stop_with(x, gemm_engine_err_set(&job->err, GEMM_E_TOO_LARGE, "the product's size overflows"));
     x->total = (uint64_t)x->need[0] + x->need[1] + x->need[2];
     if (x->cb->mem_limit && x->total > x->cb->mem_limit)
         return stop_with(x, gemm_engine_err_set(&job->err, GEMM_E_DEVICE_OOM,
@@ -191,18 +178,10 @@ static int plan(run_ctx *x)
  * buffers back, then an out-of-memory that fails this product alone. */
 static int buffers(run_ctx *x)
 {
-    size_t held = x->w->cap[0] + x->w->cap[1] + x->w->cap[2];
-    if (gemm_cuda_ensure_buffers(x->w, x->need, &x->site) == cudaSuccess)
-        return GO;
-    if (x->site.err != cudaErrorMemoryAllocation)
-        return CUDA_FAILED;
-    cudaGetLastError();
-    if (held > 0) {
+    for (int tries = x->w->cap[0] + x->w->cap[1] + x->w->cap[2] > 0 ? 2 : 1; tries > 0; tries--) {
         memset(&x->site, 0, sizeof x->site);
-        if (gemm_cuda_ensure_buffers(x->w, x->need, &x->site) == cudaSuccess)
-            return GO;
-        if (x->site.err != cudaErrorMemoryAllocation)
-            return CUDA_FAILED;
+        if (gemm_cuda_ensure_buffers(x->w, x->need, &x->site) == cudaSuccess) return GO;
+        if (x->site.err != cudaErrorMemoryAllocation) return CUDA_FAILED;
         cudaGetLastError();
     }
     gemm_cuda_sample_memory(x->d); /* on the worker: a CUDA call is fine here */
@@ -228,18 +207,15 @@ static int enter(run_ctx *x)
                                                 x->job->device, cudaGetErrorString(d->lost_err)));
     if (gemm_job_cancel_requested(x->job))
         return stop_with(x, gemm_job_stop_cancelled(x->job, "its host-to-device copy"));
-    if (GEMM_CUDA_CHECK(&x->site, cudaSetDevice(d->ordinal)) != cudaSuccess)
-        return CUDA_FAILED;
+    if (GEMM_CUDA_CHECK(&x->site, cudaSetDevice(d->ordinal)) != cudaSuccess) return CUDA_FAILED;
     if (x->w->gen != x->gen) {
         if (x->w->gen != 0)
             gemm_cuda_destroy_resources(x->w); /* only when built before a reset that skipped it */
-        if (gemm_cuda_build_resources(x->w, x->gen, &x->site) != cudaSuccess)
-            return CUDA_FAILED;
+        if (gemm_cuda_build_resources(x->w, x->gen, &x->site) != cudaSuccess) return CUDA_FAILED;
     }
     x->stage = "device allocation";
     int st = buffers(x);
-    if (st != GO)
-        return st;
+    if (st != GO) return st;
     x->njob = atomic_fetch_add(&x->cb->jobs, 1) + 1;
     if (x->cb->lost_at > 0 && x->njob == x->cb->lost_at) {
         /* Test hook: the device is marked lost at once (its workers take no more products)
@@ -296,8 +272,7 @@ static int copy_in(run_ctx *x)
     x->stage = "H2D copy";
     copy_list cp = {.kind = cudaMemcpyHostToDevice, .s = x->w->stream, .site = &x->site,
                     .one_by_one = x->cb->copy_loop != 0};
-    if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[0], x->w->stream)) != cudaSuccess)
-        return CUDA_FAILED;
+    if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[0], x->w->stream)) != cudaSuccess) return CUDA_FAILED;
     if (job->a_parts) {
         for (uint64_t i = 0; i < x->nb; i++) {
             copies_add(&cp, (char *)x->A + i * x->step[0], job->a_parts[i], x->one[0]);
@@ -313,16 +288,18 @@ static int copy_in(run_ctx *x)
     return GO;
 }
 
-/* Staged: waits for the stage that ends at `done`, stops for a cancel, and records the next
- * stage's own start event `next`. */
-static int stage_gap(run_ctx *x, cudaEvent_t done, cudaEvent_t next, const char *before)
+/* The start event of the stage after the one that ends at ev[end]: ev[end] itself when the
+ * stages run back to back; staged, its own ev[end + 1], recorded after waiting for ev[end]
+ * and stopping for a cancel. */
+static int stage_start(run_ctx *x, int end, cudaEvent_t *start, const char *before)
 {
-    if (GEMM_CUDA_CHECK(&x->site, wait_event(done)) != cudaSuccess)
-        return CUDA_FAILED;
+    const cudaEvent_t done = x->w->ev[end], next = x->w->ev[end + 1];
+    *start = x->staged ? next : done;
+    if (!x->staged) return GO;
+    if (GEMM_CUDA_CHECK(&x->site, wait_event(done)) != cudaSuccess) return CUDA_FAILED;
     if (gemm_job_cancel_requested(x->job)) {
         x->job->timing.h2d_ms = ev_ms(x->w->ev[0], x->w->ev[1], &x->site);
-        if (done == x->w->ev[3])
-            x->job->timing.kernel_ms = ev_ms(x->k0, x->w->ev[3], &x->site);
+        if (end == 3) x->job->timing.kernel_ms = ev_ms(x->k0, x->w->ev[3], &x->site);
         return stop_with(x, gemm_job_stop_cancelled(x->job, before));
     }
     return GEMM_CUDA_CHECK(&x->site, cudaEventRecord(next, x->w->stream)) == cudaSuccess ? GO : CUDA_FAILED;
@@ -336,13 +313,8 @@ static int launch(run_ctx *x)
     gemm_job *job = x->job;
     cudaEvent_t *ev = x->w->ev;
     cudaStream_t s = x->w->stream;
-    x->k0 = ev[1];
-    if (x->staged) {
-        x->k0 = ev[2];
-        int st = stage_gap(x, ev[1], x->k0, "its kernel");
-        if (st != GO)
-            return st;
-    }
+    int st = stage_start(x, 1, &x->k0, "its kernel");
+    if (st != GO) return st;
     x->stage = "kernel";
     if (x->cb->sticky_at > 0 && x->njob == x->cb->sticky_at &&
         GEMM_CUDA_CHECK(&x->site, gemm_cuda_launch_trap(s)) != cudaSuccess)
@@ -358,31 +330,27 @@ static int launch(run_ctx *x)
         .out_half = job->out_half,
         .plan_m = (int)gemm_job_plan_rows(job), /* m when it is whole: the same choice */
     };
-    if (x->k->plan)
-        job->tile_used = x->k->plan(&l, job->block, sizeof job->block);
+    if (x->k->plan) job->tile_used = x->k->plan(&l, job->block, sizeof job->block);
     const int strided = x->nb > 1 && x->k->batch_native && !job->a_parts;
     if (strided) {
         l.batch = (int)x->nb;
         l.stride_a = (long long)(job->m * job->k);
         l.stride_b = job->b_shared ? 0 : (long long)(job->k * job->n);
         l.stride_c = (long long)(job->m * job->n);
-        if (GEMM_CUDA_CHECK(&x->site, x->k->launch(&l)) != cudaSuccess)
-            return CUDA_FAILED;
+        if (GEMM_CUDA_CHECK(&x->site, x->k->launch(&l)) != cudaSuccess) return CUDA_FAILED;
     } else {
         for (uint64_t i = 0; i < x->nb; i++) { /* back to back on the stream */
             l.A = (const char *)x->A + i * x->step[0];
             l.B = (const char *)x->B + i * x->step[1];
             l.C = (char *)x->C + i * x->step[2];
-            if (GEMM_CUDA_CHECK(&x->site, x->k->launch(&l)) != cudaSuccess)
-                return CUDA_FAILED;
+            if (GEMM_CUDA_CHECK(&x->site, x->k->launch(&l)) != cudaSuccess) return CUDA_FAILED;
         }
     }
     if (x->nb > 1) {
         job->batched = x->nb;
         snprintf(job->batch_mode, sizeof job->batch_mode, "%s", strided ? "strided" : "loop");
     }
-    if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[3], s)) != cudaSuccess)
-        return CUDA_FAILED;
+    if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[3], s)) != cudaSuccess) return CUDA_FAILED;
     if (x->nb <= 1 && job->c_res) /* C stays on the device for the next product (before the D2H) */
         x->keep = gemm_cuda_resident_keep(x->w->buf[2], x->need[2], s);
     return GO;
@@ -393,13 +361,8 @@ static int copy_out(run_ctx *x)
 {
     gemm_job *job = x->job;
     cudaEvent_t *ev = x->w->ev;
-    x->d0 = ev[3];
-    if (x->staged) {
-        x->d0 = ev[4];
-        int st = stage_gap(x, ev[3], x->d0, "its device-to-host copy");
-        if (st != GO)
-            return st;
-    }
+    int st = stage_start(x, 3, &x->d0, "its device-to-host copy");
+    if (st != GO) return st;
     x->stage = "D2H copy";
     copy_list cp = {.kind = cudaMemcpyDeviceToHost, .s = x->w->stream, .site = &x->site,
                     .one_by_one = x->cb->copy_loop != 0};
@@ -422,14 +385,12 @@ static int finish(run_ctx *x)
     gemm_job *job = x->job;
     cudaEvent_t *ev = x->w->ev;
     x->stage = "synchronize";
-    if (GEMM_CUDA_CHECK(&x->site, wait_event(ev[5])) != cudaSuccess)
-        return CUDA_FAILED;
+    if (GEMM_CUDA_CHECK(&x->site, wait_event(ev[5])) != cudaSuccess) return CUDA_FAILED;
     const size_t up = x->upload[0] + x->upload[1] + x->res_bytes;
     job->timing.h2d_ms = up > 0 ? ev_ms(ev[0], ev[1], &x->site) + x->res_ms : 0;
     job->timing.kernel_ms = ev_ms(x->k0, ev[3], &x->site);
     job->timing.d2h_ms = ev_ms(x->d0, ev[5], &x->site);
-    if (x->site.err != cudaSuccess)
-        return CUDA_FAILED;
+    if (x->site.err != cudaSuccess) return CUDA_FAILED;
     if (x->keep) {
         gemm_cuda_resident_publish(x->d, x->gen, job->c_res, x->keep);
         x->keep = NULL;
@@ -451,8 +412,7 @@ static int context_broken(void)
 {
     cudaGetLastError();
     cudaError_t e = cudaDeviceSynchronize();
-    if (e == cudaSuccess)
-        e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaGetLastError();
     return e != cudaSuccess;
 }
 
@@ -463,8 +423,7 @@ static void cuda_failed(run_ctx *x)
 {
     const gemm_cuda_site *site = &x->site;
     gemm_job *job = x->job;
-    if (site->err == cudaErrorMemoryAllocation)
-        cudaGetLastError();
+    if (site->err == cudaErrorMemoryAllocation) cudaGetLastError();
     x->broken = context_broken();
     x->rc = -1;
     if (site->err == cudaErrorMemoryAllocation && !x->broken) {
@@ -486,25 +445,21 @@ static void cuda_failed(run_ctx *x)
 
 static int unwind(run_ctx *x, int st)
 {
-    if (st == CUDA_FAILED)
-        cuda_failed(x);
+    if (st == CUDA_FAILED) cuda_failed(x);
     if (x->keep && !x->broken && gemm_scratch_free(x->keep, x->w->stream) != cudaSuccess)
         cudaGetLastError(); /* not published: the product did not finish */
     gemm_cuda_unhold(x->cb, x->held);
-    if (x->entered)
-        gemm_cuda_dev_leave(x->cb, x->d, x->gen, x->broken, x->lose);
+    if (x->entered) gemm_cuda_dev_leave(x->cb, x->d, x->gen, x->broken, x->lose);
     return x->rc;
 }
 
 int gemm_cuda_run(void *self, void *worker, gemm_job *job)
 {
     cuda_worker *w = worker;
-    if (!w)
-        return gemm_engine_err_set(&job->err, GEMM_E_BACKEND, "CUDA worker without a device");
+    if (!w) return gemm_engine_err_set(&job->err, GEMM_E_BACKEND, "CUDA worker without a device");
     static int (*const stages[])(run_ctx *) = {plan, enter, stage_inputs, copy_in, launch, copy_out, finish};
     run_ctx x = {.cb = self, .w = w, .d = w->dev, .job = job, .stage = "setup"};
     int st = GO;
-    for (size_t i = 0; st == GO && i < sizeof stages / sizeof stages[0]; i++)
-        st = stages[i](&x);
+    for (size_t i = 0; st == GO && i < sizeof stages / sizeof stages[0]; i++) st = stages[i](&x);
     return unwind(&x, st);
 }

@@ -1,15 +1,10 @@
 /*
  * cuda_warm.c - the warm-up, run by every worker before its first product (not while
- * fault_inject is set). The first launch of each kernel loads its module (CUDA loads
- * modules lazily) and the first cuBLAS call of a shape family sets cuBLAS up: together
- * 50-100 ms that the first small requests after a start would pay (it showed as the p99 of
- * a one-connection run; bench/results/h100-2026-11-23-warmup.md). Each worker pays it here
- * instead, on its own stream, through the same validate and run as a request: for every
- * dtype, one 64^3, one 256^3 and one 512^3 product with kernel auto (a coalesced group
- * launches these same kernels), and one batched 64^3 request of 4. Host blocks come from
- * the engine's allocator and go back to its cache. Nothing of it is counted: run() leaves
- * the byte counters alone while w->warming, and the engine's job counters never see these
- * products (they are not submitted).
+ * fault_inject is set): the first launch of each kernel loads its module and the first
+ * cuBLAS call of a shape family sets cuBLAS up, 50-100 ms the first requests would pay
+ * (bench/results/h100-2026-11-23-warmup.md). Through the same validate and run as a
+ * request: every dtype at 64^3, 256^3 and 512^3 with kernel auto, and a batch of 4 64^3.
+ * Counted nowhere (w->warming; the products are not submitted).
  */
 #include "cuda_engine.h"
 
@@ -36,8 +31,7 @@ void gemm_cuda_warm(cuda_backend *cb, cuda_worker *w)
             atomic_init(&job.cancel_requested, 0);
             size_t need[3];
             gemm_engine_err err;
-            if (!gemm_job_bytes(&job, need) || gemm_cuda_validate(cb, &job, &err) != 0)
-                continue;
+            if (!gemm_job_bytes(&job, need) || gemm_cuda_validate(cb, &job, &err) != 0) continue;
             job.a = cb->alloc.alloc(cb->alloc.ctx, need[0]);
             job.b = cb->alloc.alloc(cb->alloc.ctx, need[1]);
             job.c = cb->alloc.alloc(cb->alloc.ctx, need[2]);

@@ -1,35 +1,18 @@
 /*
- * engine_cuda.c - the CUDA backend: every chosen device, `streams_per_device` streams on
- * each, one worker thread per stream.
+ * engine_cuda.c - the CUDA backend's row: every chosen device, `streams_per_device`
+ * streams on each, one worker thread per stream (worker i on device i % ndev, so the first
+ * workers to pick up jobs are spread over the devices). A worker owns its stream, cuBLAS
+ * handle, events and cached device buffers (cuda_device.c); a job runs H2D -> kernel -> D2H
+ * on that stream (cuda_run.c), so one job's copies overlap another's kernel.
  *
- * Worker i runs on device i % ndev, stream i / ndev, so the first workers to pick up jobs
- * are spread over the devices; the shared queue of the generic engine hands the next job
- * to whichever stream is idle (least-loaded scheduling). A worker owns its stream, its
- * cuBLAS handle, six timing events and its cached device buffers for A, B and C (grown
- * on demand, never above device_mem_limit); a job runs H2D -> kernel -> D2H on that
- * stream, so one job's copies overlap another job's kernel on the same device.
+ * The request path makes no CUDA call: what validate() and describe() need is read once per
+ * device at open, free memory is sampled by the housekeeping thread (cuda_house.c), and
+ * host buffers are page-locked by the worker before their copies (cuda_host.h).
  *
- * The request path makes no CUDA call: what validate() and describe() need (compute
- * capability, whether the wgmma code runs, SMs, memory) is read once per device at open,
- * free memory is sampled by the housekeeping thread (cuda_house.c), and host buffers are
- * page-locked here, on the worker, before their copies (cuda_host.h).
- *
- * One product runs stage by stage in cuda_run.c; the warm-up is in cuda_warm.c.
- *
- * Faults: an allocation failure fails only its job (GEMM_E_DEVICE_OOM). Any other CUDA
- * error fails its job (GEMM_E_DEVICE). When the device's context is broken (a sticky error,
- * e.g. a kernel that trapped) the device is recovered as far as the driver allows: new
- * jobs on it wait, the jobs in flight finish (failing), then the worker that saw the error
- * frees every stream, handle and buffer of the device, calls cudaDeviceReset and makes a
- * new context; the workers rebuild their resources before their next job (the per-device
- * generation number tells a worker that its resources are gone). Current drivers refuse a
- * process whose context faulted any new context on that device (cudaSetDevice keeps
- * failing with cudaErrorDevicesUnavailable; measured on an H100 with driver 580): then the
- * device is marked lost and its jobs fail at once (GEMM_E_DEVICE_LOST), so clients
- * move on, instead of jobs hanging. Once every device of the backend is lost, healthy()
- * says 0 and the daemon restarts itself in place (a new process gets new contexts).
- *
- * Test hooks: gemm_cuda_faults (cuda_device.c), listed in engine.h.
+ * Faults (docs/OPERATIONS.md, "Faults"): an allocation failure fails its job alone
+ * (GEMM_E_DEVICE_OOM), any other CUDA error fails it with GEMM_E_DEVICE, and a broken
+ * context resets the device (cuda_device.c); a device that gets no new context is lost
+ * (GEMM_E_DEVICE_LOST at once), and with every device lost healthy() says 0.
  */
 #include "cuda_engine.h"
 
@@ -64,14 +47,11 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
     }
     pthread_mutex_init(&cb->reset_mu, NULL);
     cb->streams = cfg->streams_per_device > 0 ? cfg->streams_per_device : 4;
-    if (cb->streams > 64)
-        cb->streams = 64;
+    if (cb->streams > 64) cb->streams = 64;
     cb->mem_limit = cfg->device_mem_limit;
     cb->warmup = !cfg->fault_inject[0]; /* the hooks count runs: none of them warm-up products */
     cb->min_cc = INT_MAX;
     cb->wgmma_ok = 1;
-    atomic_init(&cb->allocs, 0);
-    atomic_init(&cb->jobs, 0);
     for (int i = 0; i < cb->ndev; i++) {
         pthread_mutex_init(&cb->devs[i].mu, NULL);
         pthread_mutex_init(&cb->devs[i].busy_mu, NULL);
@@ -89,25 +69,15 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
             cuda_close(cb);
             return NULL;
         }
+        d->info = (gemm_device_info){.total_mem = p.totalGlobalMem, .sms = p.multiProcessorCount,
+                                     .cc_major = p.major, .cc_minor = p.minor, .streams = cb->streams};
         snprintf(d->info.name, sizeof d->info.name, "%.47s", p.name);
-        d->info.total_mem = p.totalGlobalMem;
-        d->info.sms = p.multiProcessorCount;
-        d->info.cc_major = p.major;
-        d->info.cc_minor = p.minor;
-        d->info.streams = cb->streams;
         d->cc = p.major * 10 + p.minor;
-        if (d->cc < cb->min_cc)
-            cb->min_cc = d->cc;
+        if (d->cc < cb->min_cc) cb->min_cc = d->cc;
         d->slot = i;
         snprintf(d->label, sizeof d->label, "cuda:%d %.38s", d->ordinal, d->info.name);
         d->gen = 1;
-        atomic_init(&d->lost, 0);
-        atomic_init(&d->bytes_h2d, 0);
-        atomic_init(&d->bytes_d2h, 0);
-        atomic_init(&d->resident_bytes, 0);
-        atomic_init(&d->mem_used, 0);
-        atomic_init(&d->mem_free, 0);
-        atomic_init(&d->mem_total, (unsigned long long)p.totalGlobalMem);
+        atomic_init(&d->mem_total, (unsigned long long)p.totalGlobalMem); /* the rest: calloc's zeros */
         /* What the request path will need, asked here once (this makes the device's
          * context, which its workers would make anyway). */
         if (cudaSetDevice(d->ordinal) == cudaSuccess) {
@@ -115,8 +85,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
             gemm_cuda_sample_memory(d);
         }
         cudaGetLastError();
-        if (!d->wgmma)
-            cb->wgmma_ok = 0;
+        if (!d->wgmma) cb->wgmma_ok = 0;
         gemm_engine_log(GEMM_LOG_DEBUG, "cuda: device %d: %s, cc %d.%d, %d SMs, %llu MiB (%llu free), wgmma %s",
                         d->ordinal, d->info.name, p.major, p.minor, d->info.sms,
                         (unsigned long long)(p.totalGlobalMem >> 20),
@@ -127,8 +96,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
     cb->nworkers = cb->ndev * cb->streams;
     cb->workers = calloc((size_t)cb->nworkers, sizeof *cb->workers);
     int ordinals[GEMM_MAX_DEVICES];
-    for (int i = 0; i < cb->ndev; i++)
-        ordinals[i] = cb->devs[i].ordinal;
+    for (int i = 0; i < cb->ndev; i++) ordinals[i] = cb->devs[i].ordinal;
     size_t cache = cfg->host_cache_bytes && cfg->host_cache_bytes < HOST_CACHE_BYTES ? cfg->host_cache_bytes
                                                                                       : HOST_CACHE_BYTES;
     cb->host = gemm_cuda_host_open(ordinals, cb->ndev, cache);
@@ -162,14 +130,12 @@ static int cuda_workers(void *self)
 static void *cuda_worker_init(void *self, int index)
 {
     cuda_backend *cb = self;
-    if (index < 0 || index >= cb->nworkers)
-        return NULL;
+    if (index < 0 || index >= cb->nworkers) return NULL;
     cuda_worker *w = &cb->workers[index];
     cuda_dev *d = w->dev;
     gemm_cuda_site site = {0};
     pthread_mutex_lock(&d->mu);
-    while (d->resetting)
-        pthread_cond_wait(&d->cv, &d->mu);
+    while (d->resetting) pthread_cond_wait(&d->cv, &d->mu);
     unsigned gen = d->gen;
     if (cudaSetDevice(d->ordinal) == cudaSuccess && gemm_cuda_build_resources(w, gen, &site) != cudaSuccess)
         gemm_engine_log(GEMM_LOG_WARN, "cuda: worker %d on device %d: %s failed (%s); retried at its "
@@ -188,16 +154,13 @@ static void cuda_worker_fini(void *self, void *worker)
 {
     (void)self;
     cuda_worker *w = worker;
-    if (!w)
-        return;
+    if (!w) return;
     cuda_dev *d = w->dev;
     pthread_mutex_lock(&d->mu);
-    while (d->resetting)
-        pthread_cond_wait(&d->cv, &d->mu);
+    while (d->resetting) pthread_cond_wait(&d->cv, &d->mu);
     if (w->gen != 0) {
         cudaSetDevice(d->ordinal);
-        if (w->gen == d->gen)
-            gemm_cuda_destroy_resources(w);
+        if (w->gen == d->gen) gemm_cuda_destroy_resources(w);
         w->gen = 0;
     }
     pthread_mutex_unlock(&d->mu);
@@ -205,25 +168,32 @@ static void cuda_worker_fini(void *self, void *worker)
 
 /* ---- validate: resolve the kernel, tile and math ------------------------ */
 
+/* ", a, b, ..." for the members that run one of `dtypes` (bits of gemm_dtype). */
+static const char *member_names(char *list, size_t cap, unsigned dtypes)
+{
+    size_t off = 0;
+    list[0] = '\0';
+    for (int i = 0; gemm_kernel_table[i] && off < cap; i++)
+        if (gemm_kernel_table[i]->dtypes & dtypes)
+            off += (size_t)snprintf(list + off, cap - off, ", %s", gemm_kernel_table[i]->name);
+    return list;
+}
+
 /* The member k cannot run job (why: gemm_kernel_supports): the error that says what to ask
  * for instead. */
 static int refuse(const gemm_kernel_desc *k, const gemm_job *job, const char *why, gemm_engine_err *err)
 {
     const char *dt = gemm_dtype_name(job->dtype);
-    if (!why)
-        why = "not supported";
-    char list[160] = "";
+    if (!why) why = "not supported";
+    char list[256] = "";
     size_t off = 0;
     if (!(k->dtypes & (1u << job->dtype))) {
         if (strcmp(k->name, "cublas") == 0)
             return gemm_engine_err_set(err, GEMM_E_UNSUPPORTED_DTYPE,
                                        "kernel \"cublas\" does not compute %s: cuBLAS has no %s GEMM that wraps like "
                                        "two's complement; use kernel auto, naive or tiled", dt, dt);
-        for (int i = 0; gemm_kernel_table[i] && off < sizeof list; i++) /* name the members that run it */
-            if (gemm_kernel_table[i]->dtypes & (1u << job->dtype))
-                off += (size_t)snprintf(list + off, sizeof list - off, ", %s", gemm_kernel_table[i]->name);
-        return gemm_engine_err_set(err, GEMM_E_UNSUPPORTED_DTYPE,
-                                   "kernel \"%s\" does not compute %s; %s runs on kernel auto%s", k->name, dt, dt, list);
+        return gemm_engine_err_set(err, GEMM_E_UNSUPPORTED_DTYPE, "kernel \"%s\" does not compute %s; %s runs on "
+                                   "kernel auto%s", k->name, dt, dt, member_names(list, sizeof list, 1u << job->dtype));
     }
     if (job->tile && strstr(why, "tile")) {
         if (!k->tiles[0])
@@ -260,18 +230,12 @@ int gemm_cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
                            : job->kernel;
     const gemm_kernel_desc *k = gemm_kernel_find(name);
     if (!k) {
-        char list[256] = "";
-        size_t off = 0;
-        for (int i = 0; gemm_kernel_table[i] && off < sizeof list; i++)
-            off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
-                                    gemm_kernel_table[i]->name);
-        return gemm_engine_err_set(err, GEMM_E_UNKNOWN_KERNEL,
-                                   "kernel \"%s\" is not available on the CUDA backend; it has auto, %s", job->kernel,
-                                   list);
+        char list[256];
+        return gemm_engine_err_set(err, GEMM_E_UNKNOWN_KERNEL, "kernel \"%s\" is not available on the CUDA backend; "
+                                   "it has auto%s", job->kernel, member_names(list, sizeof list, ~0u));
     }
     const char *why = NULL;
-    if (!gemm_kernel_supports(k, job->dtype, job->math, job->tile, cb->min_cc, &why))
-        return refuse(k, job, why, err);
+    if (!gemm_kernel_supports(k, job->dtype, job->math, job->tile, cb->min_cc, &why)) return refuse(k, job, why, err);
     if (strcmp(k->name, "wgmma") == 0 && !cb->wgmma_ok)
         return gemm_engine_err_set(err, GEMM_E_UNSUPPORTED,
                                    "kernel \"wgmma\" cannot run here: this build has no sm_90a code for %s (build "
@@ -301,20 +265,16 @@ static void cuda_describe(void *self, gemm_engine_info *out)
         out->devices[i] = d->info;
         out->devices[i].free_mem = atomic_load(&d->mem_free);
         unsigned long long total = atomic_load(&d->mem_total);
-        if (total)
-            out->devices[i].total_mem = total;
+        if (total) out->devices[i].total_mem = total;
     }
     int n = 0;
     for (int i = 0; gemm_kernel_table[i] && n < GEMM_MAX_KERNELS; i++) {
         const gemm_kernel_desc *k = gemm_kernel_table[i];
-        if (k->min_cc > cb->min_cc || (strcmp(k->name, "wgmma") == 0 && !cb->wgmma_ok))
-            continue;
+        if (k->min_cc > cb->min_cc || (strcmp(k->name, "wgmma") == 0 && !cb->wgmma_ok)) continue;
         gemm_kernel_info *ki = &out->kernels[n++];
-        memset(ki, 0, sizeof *ki);
+        *ki = (gemm_kernel_info){.dtypes = k->dtypes, .maths = k->maths | (1u << GEMM_MATH_DEFAULT)};
         snprintf(ki->name, sizeof ki->name, "%s", k->name);
         snprintf(ki->description, sizeof ki->description, "%s", k->description);
-        ki->dtypes = k->dtypes;
-        ki->maths = k->maths | (1u << GEMM_MATH_DEFAULT);
         memcpy(ki->tiles, k->tiles, sizeof ki->tiles);
     }
     out->nkernels = n;
@@ -352,8 +312,7 @@ static int cuda_healthy(void *self)
 {
     cuda_backend *cb = self;
     int usable = 0;
-    for (int i = 0; i < cb->ndev && !usable; i++)
-        usable = !atomic_load(&cb->devs[i].lost);
+    for (int i = 0; i < cb->ndev && !usable; i++) usable = !atomic_load(&cb->devs[i].lost);
     return usable;
 }
 
@@ -361,8 +320,7 @@ static int cuda_healthy(void *self)
 static int cuda_worker_slot(void *self, int worker_index)
 {
     cuda_backend *cb = self;
-    if (worker_index < 0 || worker_index >= cb->nworkers)
-        return 0;
+    if (worker_index < 0 || worker_index >= cb->nworkers) return 0;
     return cb->workers[worker_index].dev->slot;
 }
 
@@ -383,11 +341,9 @@ static int cuda_quick(void *self)
 static void cuda_close(void *self)
 {
     cuda_backend *cb = self;
-    if (!cb)
-        return;
+    if (!cb) return;
     /* Workers have been joined and have freed their resources in worker_fini. */
-    if (cb->host)
-        gemm_cuda_host_set_notify(cb->host, NULL, NULL);
+    if (cb->host) gemm_cuda_host_set_notify(cb->host, NULL, NULL);
     gemm_cuda_house_stop(cb);
     gemm_cuda_resident_drain(cb); /* handles released since its last round */
     if (cb->workers)
@@ -409,14 +365,12 @@ static void cuda_close(void *self)
 
 static void cuda_set_keep_charge(void *self, gemm_keep_charge_fn fn, void *ctx)
 {
-    cuda_backend *cb = self;
-    gemm_cuda_host_set_charge(cb->host, fn, ctx);
+    gemm_cuda_host_set_charge(((cuda_backend *)self)->host, fn, ctx);
 }
 
 static uint64_t cuda_trim_kept(void *self)
 {
-    cuda_backend *cb = self;
-    return gemm_cuda_host_trim(cb->host);
+    return gemm_cuda_host_trim(((cuda_backend *)self)->host);
 }
 
 static int cuda_present(void)

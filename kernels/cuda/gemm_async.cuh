@@ -1,19 +1,18 @@
 /*
- * gemm_async.cuh - small device helpers shared by the optimized kernels (k03 onwards):
- * cp.async copies with zero fill, commit/wait, the multi-stage main loop of the tensor-core
- * kernels (mainloop, below), and the checks that decide whether a matrix may be read with
- * 16-byte vectors.
+ * gemm_async.cuh - what the optimized kernels (k03 onwards) share: cp.async copies with
+ * zero fill, commit/wait, the multi-stage main loop of the tensor-core kernels, the check
+ * that a matrix may be read in 16-byte vectors, and the launcher of a grid of block tiles.
  *
- * cp.async (sm_80+) copies global to shared memory without passing through registers,
- * so the next tile streams in while the current one is multiplied. Its "src-size"
- * operand, when smaller than the copy size, fills the rest with zeros: an out-of-range
- * element is copied with src-size 0 and reads nothing, which is how the edge tiles are
- * padded without a branch around the copy.
+ * cp.async (sm_80+) copies global to shared memory without passing through registers, so
+ * the next tile streams in while the current one is multiplied; an out-of-range element
+ * is copied with src-size 0, which fills zeros: edge tiles are padded without a branch.
  */
 #ifndef GEMM_ASYNC_CUH
 #define GEMM_ASYNC_CUH
 
 #include <stdint.h>
+
+#include "gemm_kernels.h"
 
 namespace gemm_async {
 
@@ -38,6 +37,23 @@ template <int N> __device__ __forceinline__ void wait_group()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/* One ROWS x COLS tile of a row-major matrix (nrows x ncols, leading dimension ncols) from
+ * (r0, c0) into dst (row stride LD), E elements a copy, the loop unrolled UNROLL times
+ * (0: fully). */
+template <typename T, int THREADS, int ROWS, int COLS, int LD, int E, int UNROLL>
+__device__ __forceinline__ void copy_tile(T *dst, const T *__restrict__ src, int nrows, int ncols, int r0, int c0)
+{
+    constexpr int V = COLS / E; /* copies per tile row */
+#pragma unroll(UNROLL ? UNROLL : ROWS * V / THREADS)
+    for (int s = 0; s < ROWS * V / THREADS; s++) {
+        const int idx = threadIdx.x + s * THREADS;
+        const int r = idx / V, c = (idx % V) * E;
+        const bool ok = r0 + r < nrows && c0 + c < ncols;
+        const T *p = ok ? src + (size_t)(r0 + r) * ncols + (c0 + c) : src;
+        cp_async<E * sizeof(T)>(dst + r * LD + c, p, ok);
+    }
+}
+
 /* Starts the copy of one k-step's tiles: A rows [bm, bm+BM) x columns [k0, k0+BK) into As
  * (row stride Cfg::LDA) and B rows [k0, k0+BK) x columns [bn, bn+BN) into Bs (stride
  * Cfg::LDB). VEC: 16-byte copies (the caller checked alignment with gemm_vec_ok and that
@@ -47,63 +63,17 @@ template <typename T, typename Cfg, bool VEC>
 __device__ __forceinline__ void load_tiles(T *As, T *Bs, const T *__restrict__ A, const T *__restrict__ B,
                                            int m, int n, int k, int bm, int bn, int k0)
 {
-    const int tid = threadIdx.x;
-    if (VEC) {
-        constexpr int E = 16 / sizeof(T);                 /* elements per vector */
-        constexpr int AV = Cfg::BK / E, BV = Cfg::BN / E; /* vectors per tile row */
-#pragma unroll
-        for (int s = 0; s < Cfg::BM * AV / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / AV, c = (idx % AV) * E;
-            const bool ok = bm + r < m && k0 + c < k;
-            const T *src = ok ? A + (size_t)(bm + r) * k + (k0 + c) : A;
-            cp_async<16>(As + r * Cfg::LDA + c, src, ok);
-        }
-#pragma unroll
-        for (int s = 0; s < Cfg::BK * BV / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / BV, c = (idx % BV) * E;
-            const bool ok = k0 + r < k && bn + c < n;
-            const T *src = ok ? B + (size_t)(k0 + r) * n + (bn + c) : B;
-            cp_async<16>(Bs + r * Cfg::LDB + c, src, ok);
-        }
-    } else {
-#pragma unroll 4
-        for (int s = 0; s < Cfg::BM * Cfg::BK / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / Cfg::BK, c = idx % Cfg::BK;
-            const bool ok = bm + r < m && k0 + c < k;
-            const T *src = ok ? A + (size_t)(bm + r) * k + (k0 + c) : A;
-            cp_async<sizeof(T)>(As + r * Cfg::LDA + c, src, ok);
-        }
-#pragma unroll 4
-        for (int s = 0; s < Cfg::BK * Cfg::BN / Cfg::THREADS; s++) {
-            const int idx = tid + s * Cfg::THREADS;
-            const int r = idx / Cfg::BN, c = idx % Cfg::BN;
-            const bool ok = k0 + r < k && bn + c < n;
-            const T *src = ok ? B + (size_t)(k0 + r) * n + (bn + c) : B;
-            cp_async<sizeof(T)>(Bs + r * Cfg::LDB + c, src, ok);
-        }
-    }
+    constexpr int E = VEC ? 16 / sizeof(T) : 1, U = VEC ? 0 : 4;
+    copy_tile<T, Cfg::THREADS, Cfg::BM, Cfg::BK, Cfg::LDA, E, U>(As, A, m, k, bm, k0);
+    copy_tile<T, Cfg::THREADS, Cfg::BK, Cfg::BN, Cfg::LDB, E, U>(Bs, B, k, n, k0, bn);
 }
 
-/* The multi-stage cp.async main loop of the tensor-core kernels (k04_mma, k05_dmma): the
- * block's A rows [bm, bm+BM) and B columns [bn, bn+BN) stream through Cfg::STAGES shared
- * stages, Cfg::STAGES - 1 k-tiles in flight ahead of the one being multiplied.
- *
- *   prologue: start the copies of k-tiles 0 .. STAGES-2 (one commit group each)
- *   for each k-tile kt: wait until its group has landed; barrier (the landed tile is
- *     visible to all, and every warp is done with the stage about to be refilled); start
- *     the copy of k-tile kt + STAGES - 1 into that stage; step(kt % STAGES)
- *   drain the (empty) trailing groups.
- *
- * As / Bs: STAGES tiles of BM x LDA and BK x LDB elements; stage st's tiles start at
- * As + st * BM * LDA and Bs + st * BK * LDB. step(st) multiplies one k-tile; it is a lambda
- * of the kernel that captures the accumulators by reference, inlined here, so they stay
- * in registers: the kernels compile to the code they had with the loop written out in each
- * (same PTX for every default configuration; `-Xptxas -warn-spills` clean). A group is
- * committed every iteration, even when nothing is copied, so wait_group<STAGES - 2> always
- * means "k-tile kt has landed". */
+/* The multi-stage cp.async main loop of k04_mma and k05_dmma: STAGES - 1 k-tiles in flight
+ * ahead of the one multiplied. Per k-tile: wait for its group, barrier (the tile is visible,
+ * and every warp is done with the stage about to be refilled), start the copy of
+ * kt + STAGES - 1 into that stage, step(kt % STAGES): the kernel's lambda, inlined, so its
+ * accumulators stay in registers. A group is committed every iteration, copies or not, so
+ * wait_group<STAGES - 2> always means "k-tile kt has landed". */
 template <typename T, typename Cfg, bool VEC, typename Step>
 __device__ __forceinline__ void mainloop(T *As, T *Bs, const T *__restrict__ A, const T *__restrict__ B,
                                          int m, int n, int k, int bm, int bn, Step &&step)
@@ -132,6 +102,70 @@ __device__ __forceinline__ void mainloop(T *As, T *Bs, const T *__restrict__ A, 
         step(kt % Cfg::STAGES);
     }
     wait_group<0>();
+}
+
+/* The first row and column of the block's BM x BN tile of C: blocks go in groups of 8 tile
+ * rows that walk the tile columns together, so blocks running at once share A and B in L2. */
+template <int BM, int BN> __device__ __forceinline__ void block_tile(int tiles_m, int tiles_n, int &bm, int &bn)
+{
+    const int pid = blockIdx.x, per_group = 8 * tiles_n, first_m = (pid / per_group) * 8;
+    const int gsize = min(tiles_m - first_m, 8);
+    bm = (first_m + (pid % per_group) % gsize) * BM;
+    bn = ((pid % per_group) / gsize) * BN;
+}
+
+/* The accumulators of a warp's MI x NI mma tiles (MT rows each; the warp tile at row0,
+ * col0) to C, bounds-checked: lane (g, t) of tile (i, j) holds (g + 8h, 2t..2t+1) in
+ * elements 2h, 2h+1. VEC: C's rows allow pair stores. */
+template <int MT, bool VEC, typename T, int MI, int NI, int ACC>
+__device__ __forceinline__ void store_acc(T *C, T (&acc)[MI][NI][ACC], int m, int n, int row0, int col0, int g,
+                                          int t)
+{
+#pragma unroll
+    for (int i = 0; i < MI; i++) {
+#pragma unroll
+        for (int h = 0; h < ACC / 2; h++) {
+            const int row = row0 + i * MT + g + 8 * h;
+            if (row >= m)
+                continue;
+#pragma unroll
+            for (int j = 0; j < NI; j++) {
+                const int col = col0 + j * 8 + 2 * t;
+                T *dst = C + (size_t)row * n + col;
+                const T v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                if (VEC && col + 1 < n) {
+                    if constexpr (sizeof(T) == 4)
+                        *reinterpret_cast<float2 *>(dst) = make_float2(v0, v1);
+                    else
+                        *reinterpret_cast<double2 *>(dst) = make_double2(v0, v1);
+                } else {
+                    if (col < n)
+                        dst[0] = v0;
+                    if (col + 1 < n)
+                        dst[1] = v1;
+                }
+            }
+        }
+    }
+}
+
+/* Launches kern over l's product, one block of Cfg::THREADS a BM x BN tile of C (blockIdx.x
+ * in the kernel's grouped order), with Cfg::SMEM bytes of dynamic shared memory. */
+template <typename Cfg, typename T>
+cudaError_t launch_tiles(void (*kern)(int, int, int, const T *, const T *, T *, int, int), const gemm_launch *l)
+{
+    const long long tm = (l->m + Cfg::BM - 1) / Cfg::BM, tn = (l->n + Cfg::BN - 1) / Cfg::BN;
+    if (tm * tn > 0x7fffffffLL || tn * 8 > 0x7fffffffLL)
+        return cudaErrorInvalidConfiguration;
+    if (Cfg::SMEM > 48 * 1024) {
+        const cudaError_t e =
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM);
+        if (e != cudaSuccess)
+            return e;
+    }
+    kern<<<(unsigned)(tm * tn), Cfg::THREADS, Cfg::SMEM, l->stream>>>(
+        l->m, l->n, l->k, (const T *)l->A, (const T *)l->B, (T *)l->C, (int)tm, (int)tn);
+    return cudaGetLastError();
 }
 
 } // namespace gemm_async

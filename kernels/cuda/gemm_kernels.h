@@ -1,15 +1,11 @@
 /*
  * gemm_kernels.h - the CUDA kernel family: one signature, one dispatch table.
  *
- * Every member computes C = A * B on device memory, row-major:
- *   A is m x k (leading dimension k), B is k x n (ld n), C is m x n (ld n),
- * for any m, n, k >= 1 (edge tiles by bounds checks or padding), and enqueues its work on
- * l->stream without synchronizing. int32 wraps in two's complement (unsigned arithmetic).
- * float16 / bfloat16 operands run on cublas and wgmma (C float32 or half, see out_half).
- *
- * Each member lives in its own file, kernels/cuda/kNN_<name>.cu, numbered in the order
- * of the lesson, and exports one `const gemm_kernel_desc gemm_kernel_<name>`. The table
- * in registry.c lists them; the engine and the benchmarks look kernels up by name.
+ * Every member computes C = A * B on device memory, row-major (A m x k, B k x n, C m x n,
+ * leading dimensions k, n, n), for any m, n, k >= 1, and enqueues its work on l->stream
+ * without synchronizing; int32 wraps in two's complement. Each lives in its own file,
+ * kernels/cuda/kNN_<name>.cu, in the order of the lesson, and exports one
+ * `gemm_kernel_<name>`, listed in registry.c.
  */
 #ifndef GEMM_KERNELS_H
 #define GEMM_KERNELS_H
@@ -31,37 +27,22 @@ typedef struct {
     int tile;              /* 0 = the kernel's default; else one of desc->tiles */
     cudaStream_t stream;
     void *cublas;          /* a cublasHandle_t bound to `stream` (only the cublas member uses it) */
-    void *workspace;       /* optional device scratch for the kernel */
-    size_t workspace_bytes;
-    /* Batched launch (only for members with batch_native): batch products, A, B and C of
-     * product i at A + i*stride_a elements (and so on); stride_b 0 = one B for all. */
-    int batch;             /* 0 or 1: one product */
+    /* batch_native members: batch products (0 or 1: one), product i's A at A + i*stride_a
+     * elements (and so on); stride_b 0 = one B for all. */
+    int batch;
     long long stride_a, stride_b, stride_c;
-    /* float16 / bfloat16 A and B (only members with those dtype bits run them): C is
-     * float32 (0) or in A's dtype (1), sums in float32 either way. */
-    int out_half;
+    int out_half;          /* float16 / bfloat16 A and B: C float32 (0) or in their dtype (1) */
     /* The rows of the whole product this launch is a panel of (0, or m: it is whole). A
      * member chooses its block, its k split and (cuBLAS) its algorithm as for plan_m rows,
      * so that a row comes out to the bit as it does in the whole product. */
     int plan_m;
-    /* The worker's cublasLt state (gemm_lt_create; only the cublas member uses it): cuBLAS
-     * then runs the algorithm its heuristic picks for the planned shape. NULL: cublasGemmEx
-     * chooses per call, for the launch's own shape. */
-    void *lt;
+    void *lt;              /* the worker's cublasLt state (cublas member; NULL: cublasGemmEx) */
 } gemm_launch;
 
 /* The rows a member plans for: plan_m when it is a panel of a larger product, else m. */
 static inline int gemm_plan_rows(const gemm_launch *l)
 {
     return l->plan_m > l->m ? l->plan_m : l->m;
-}
-/* l as the whole product it is a panel of (m = plan rows): what members choose from. Never
- * launched: its pointers are the panel's. */
-static inline gemm_launch gemm_plan_view(const gemm_launch *l)
-{
-    gemm_launch v = *l;
-    v.m = gemm_plan_rows(l);
-    return v;
 }
 
 /* cublasLt state for the cublas member, one per worker (single-threaded use): a handle, a
@@ -131,9 +112,18 @@ static inline int gemm_block_name_none(char *out, size_t cap)
     return 0;
 }
 #ifdef __cplusplus
-template <class Cfg> static inline int gemm_block_name(char *out, size_t cap, int tile)
+/* The type a member sums in: int32 in uint32, so that overflow wraps (two's complement). */
+template <typename T> struct gemm_acc { typedef T type; };
+template <> struct gemm_acc<int32_t> { typedef uint32_t type; };
+/* f(T()) for l's element type, float32, float64 or int32 (others: cudaErrorInvalidValue). */
+template <typename F> static inline cudaError_t gemm_by_dtype(const gemm_launch *l, F f)
 {
-    return gemm_block_dims(out, cap, Cfg::BM, Cfg::BN, Cfg::BK, tile);
+    switch (l->dtype) {
+    case GEMM_DTYPE_F32: return f(float());
+    case GEMM_DTYPE_F64: return f(double());
+    case GEMM_DTYPE_I32: return f(int32_t());
+    default: return cudaErrorInvalidValue;
+    }
 }
 #endif
 #endif /* GEMM_KERNELS_H */

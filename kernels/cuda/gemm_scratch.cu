@@ -17,8 +17,7 @@ cudaMemPool_t pools[MAX_DEVICES];
 
 cudaError_t scratch_pool(int dev, cudaMemPool_t *out)
 {
-    if (dev < 0 || dev >= MAX_DEVICES)
-        return cudaErrorInvalidDevice;
+    if (dev < 0 || dev >= MAX_DEVICES) return cudaErrorInvalidDevice;
     std::lock_guard<std::mutex> lock(mu);
     if (!pools[dev]) {
         cudaMemPoolProps props = {};
@@ -27,8 +26,7 @@ cudaError_t scratch_pool(int dev, cudaMemPool_t *out)
         props.location.id = dev;
         cudaMemPool_t p;
         cudaError_t e = cudaMemPoolCreate(&p, &props);
-        if (e != cudaSuccess)
-            return e;
+        if (e != cudaSuccess) return e;
         uint64_t keep = SCRATCH_KEEP;
         e = cudaMemPoolSetAttribute(p, cudaMemPoolAttrReleaseThreshold, &keep);
         if (e != cudaSuccess) {
@@ -48,10 +46,8 @@ extern "C" cudaError_t gemm_scratch_alloc(void **p, size_t bytes, cudaStream_t s
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     cudaMemPool_t pool;
-    if (e == cudaSuccess)
-        e = scratch_pool(dev, &pool);
-    if (e == cudaSuccess)
-        e = cudaMallocFromPoolAsync(p, bytes, pool, stream);
+    if (e == cudaSuccess) e = scratch_pool(dev, &pool);
+    if (e == cudaSuccess) e = cudaMallocFromPoolAsync(p, bytes, pool, stream);
     return e;
 }
 
@@ -62,8 +58,7 @@ extern "C" cudaError_t gemm_scratch_free(void *p, cudaStream_t stream)
 
 extern "C" void gemm_scratch_device_reset(int ordinal)
 {
-    if (ordinal < 0 || ordinal >= MAX_DEVICES)
-        return;
+    if (ordinal < 0 || ordinal >= MAX_DEVICES) return;
     std::lock_guard<std::mutex> lock(mu);
     pools[ordinal] = nullptr; /* destroyed with the context: nothing to free */
 }

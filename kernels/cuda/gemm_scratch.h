@@ -1,13 +1,9 @@
 /*
- * gemm_scratch.h - device scratch for kernels that need more than their output: the
- * operand copies of wgmma, the per-split partial sums of simt's split-k.
- *
- * Memory comes from one stream-ordered pool per device that keeps up to 512 MiB between
- * products (the default pool hands its memory back at every synchronization, and the next
- * product would map it again). Allocation and free are ordered on the caller's stream, so
- * a kernel enqueued between them may use the memory and nothing waits on the host.
- * A failed allocation returns cudaErrorMemoryAllocation, which the engine reports as out
- * of device memory (507) for that product alone.
+ * gemm_scratch.h - device memory from one stream-ordered pool per device, which keeps up to
+ * 512 MiB between products (the default pool hands its memory back at every
+ * synchronization). Allocation and free are ordered on the caller's stream: work enqueued
+ * between them may use it, nothing waits on the host. A failure is
+ * cudaErrorMemoryAllocation (out of device memory for that product alone).
  */
 #ifndef GEMM_SCRATCH_H
 #define GEMM_SCRATCH_H

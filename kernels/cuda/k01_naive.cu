@@ -1,10 +1,7 @@
 /*
- * k01_naive.cu - the starting point: one thread per element of C, each walking a row of A
- * and a column of B straight from global memory. Correct for any shape and every dtype;
- * every other member is measured against it.
- *
- * threadIdx.x runs along a row of C (consecutive n), so a warp reads B and writes C
- * coalesced, while all its threads read the same element of A (a broadcast).
+ * k01_naive.cu - the starting point: one thread per element of C, walking a row of A and a
+ * column of B straight from global memory, any shape and dtype. threadIdx.x runs along a
+ * row of C, so a warp reads B and writes C coalesced and reads one element of A.
  */
 #include <stdint.h>
 
@@ -12,16 +9,11 @@
 
 namespace {
 
-/* The accumulator type: float32 and float64 accumulate in their own type; int32 in
- * uint32_t so overflow wraps (two's complement) instead of being undefined. */
-template <typename T> struct acc_of { typedef T type; };
-template <> struct acc_of<int32_t> { typedef uint32_t type; };
-
 template <typename T>
 __global__ void naive_kernel(int m, int n, int k, const T *__restrict__ A,
                              const T *__restrict__ B, T *__restrict__ C)
 {
-    typedef typename acc_of<T>::type acc_t;
+    typedef typename gemm_acc<T>::type acc_t;
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row >= m || col >= n)
@@ -46,12 +38,7 @@ template <typename T> cudaError_t run(const gemm_launch *l)
 
 cudaError_t naive_launch(const gemm_launch *l)
 {
-    switch (l->dtype) {
-    case GEMM_DTYPE_F32: return run<float>(l);
-    case GEMM_DTYPE_F64: return run<double>(l);
-    case GEMM_DTYPE_I32: return run<int32_t>(l);
-    default: return cudaErrorInvalidValue;
-    }
+    return gemm_by_dtype(l, [l](auto t) { return run<decltype(t)>(l); });
 }
 
 } // namespace

@@ -1,12 +1,8 @@
 /*
- * k02_tiled.cu - the classic shared-memory tiling. A block computes a TILE x TILE tile of
- * C; for each step along k it loads one TILE x TILE tile of A and one of B into shared
- * memory (one barrier after the load), then every thread multiplies its row of the A tile
- * by its column of the B tile (one barrier before the next load overwrites them). Each
- * element loaded from global memory is reused TILE times from shared memory.
- *
- * Edges: threads outside A or B load zeros, so partial tiles add nothing; threads outside
- * C compute but do not store. Tiles: 16 or 32 (32 is the default).
+ * k02_tiled.cu - the classic shared-memory tiling: a block computes a TILE x TILE tile of C
+ * (16 or 32, 32 by default), loading one tile of A and one of B per k step, so each element
+ * loaded from global memory is reused TILE times. Threads outside A or B load zeros;
+ * threads outside C compute but do not store.
  */
 #include <stdint.h>
 
@@ -14,14 +10,11 @@
 
 namespace {
 
-template <typename T> struct acc_of { typedef T type; };
-template <> struct acc_of<int32_t> { typedef uint32_t type; };
-
 template <typename T, int TILE>
 __global__ void tiled_kernel(int m, int n, int k, const T *__restrict__ A,
                              const T *__restrict__ B, T *__restrict__ C)
 {
-    typedef typename acc_of<T>::type acc_t;
+    typedef typename gemm_acc<T>::type acc_t;
     __shared__ T As[TILE][TILE];
     __shared__ T Bs[TILE][TILE + 1]; /* +1: no bank conflicts on the float64 column reads */
 
@@ -55,24 +48,11 @@ template <typename T, int TILE> cudaError_t run(const gemm_launch *l)
     return cudaGetLastError();
 }
 
-template <int TILE> cudaError_t by_dtype(const gemm_launch *l)
-{
-    switch (l->dtype) {
-    case GEMM_DTYPE_F32: return run<float, TILE>(l);
-    case GEMM_DTYPE_F64: return run<double, TILE>(l);
-    case GEMM_DTYPE_I32: return run<int32_t, TILE>(l);
-    default: return cudaErrorInvalidValue;
-    }
-}
-
 cudaError_t tiled_launch(const gemm_launch *l)
 {
-    switch (l->tile) {
-    case 16: return by_dtype<16>(l);
-    case 0:
-    case 32: return by_dtype<32>(l);
-    default: return cudaErrorInvalidValue;
-    }
+    if (l->tile != 0 && l->tile != 16 && l->tile != 32)
+        return cudaErrorInvalidValue;
+    return gemm_by_dtype(l, [l](auto t) { return l->tile == 16 ? run<decltype(t), 16>(l) : run<decltype(t), 32>(l); });
 }
 
 int tiled_plan(const gemm_launch *l, char *out, size_t cap)

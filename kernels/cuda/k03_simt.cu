@@ -1,33 +1,16 @@
 /*
- * k03_simt.cu - the tuned CUDA-core kernel: exact float32, float64 and int32.
+ * k03_simt.cu - the tuned CUDA-core kernel: exact float32, float64 and int32. What it adds
+ * over k02_tiled, each step with its reason and measurement, is in docs/KERNELS.md
+ * ("k03_simt"): 2D register blocking (TM x TN outputs a thread), warp tiling with 128-bit
+ * conflict-free shared loads, A transposed on its way into shared memory, a cp.async
+ * multi-stage pipeline, unchecked copies of tiles wholly in range (fast_loader), grouped
+ * block order for L2, and split-k for deep products with few output tiles (each piece
+ * writes its partial C to device scratch, a second kernel adds them in a fixed order).
  *
- * What it adds over k02_tiled, each for a reason:
- *  - 2D register blocking: a thread computes TM x TN outputs (8 x 8 for float32), so one
- *    k step costs TM + TN shared-memory reads for TM * TN multiply-adds instead of 2 for 1.
- *  - Warp tiling: a warp owns a WM x WN sub-tile; inside it a thread's outputs are 4 x 4
- *    blocks strided by 4 * (threads along that side), so the 32 lanes read 32 consecutive
- *    elements of a shared row: 128-bit loads, one wavefront, no bank conflict.
- *  - A transposed on the way into shared memory (As[k][m]): the k loop reads A along m
- *    with the same 128-bit loads as B. The copy of A is element-wide for that reason; B is
- *    copied 16 bytes at a time when n and the pointer allow it, element-wide otherwise.
- *  - cp.async multi-stage pipeline (STAGES buffers): tile t+STAGES-1 is in flight while
- *    tile t is multiplied; one barrier per tile.
- *  - Tiles wholly in range are copied without checks from row pointers that advance one
- *    k-step per tile (fast_loader), A in whole 64-byte row pieces: on the H100 an FFMA
- *    takes a whole issue slot, so the integer work of a checked copy costs FFMA time.
- *  - Block order grouped by GROUP rows of tiles, so blocks running together share
- *    panels of A and B in L2.
- *  - Split-k for deep products with few output tiles (1024 x 1024 x 8192 has 64 blocks of
- *    128 x 128 for 132 SMs): the k range is cut into S pieces, blockIdx.y picks one, each
- *    piece writes its partial C into device scratch, and a second kernel adds the S
- *    partials in a fixed order (the answer does not depend on timing).
- * Edges: tiles that cross an edge take the checked copy, where out-of-range elements are
- * copied as zeros (cp.async src-size 0), and the store is bounds-checked, so any
- * m, n, k >= 1 works. int32 accumulates in uint32 (wraps).
- *
- * Tile parameters are template arguments, checked by static_asserts; the float32
- * variants below were timed against each other by `bench_kernels --tune` on the H100
- * (docs/KERNELS.md records the sweep and the winner).
+ * Edges: tiles that cross an edge take the checked copy (cp.async src-size 0 zero-fills
+ * out-of-range elements) and the store is bounds-checked, so any m, n, k >= 1 works.
+ * int32 accumulates in uint32 (wraps). Tile parameters are template arguments checked by
+ * static_asserts; `bench_kernels --tune` times the float32 variants against each other.
  */
 #include <stdint.h>
 #include <string.h>
@@ -37,9 +20,6 @@
 #include "gemm_scratch.h"
 
 namespace {
-
-template <typename T> struct simt_acc { typedef T type; };
-template <> struct simt_acc<int32_t> { typedef uint32_t type; };
 
 /* Four consecutive elements of shared memory into registers, 16 bytes per load. */
 template <typename T> __device__ __forceinline__ void lds4(T (&r)[4], const T *p)
@@ -60,13 +40,9 @@ template <typename T> __device__ __forceinline__ void lds4(T (&r)[4], const T *p
     }
 }
 
-/* AMAP_: how the fast copy spreads A over threads (see fast_loader). */
-template <typename T, int BM_, int BN_, int BK_, int WM_, int WN_, int TM_, int TN_, int ST_,
-          int AMAP_ = 1>
-struct simt_cfg {
+template <typename T, int BM_, int BN_, int BK_, int WM_, int WN_, int TM_, int TN_, int ST_> struct simt_cfg {
     static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, TM = TM_, TN = TN_;
     static constexpr int STAGES = ST_;
-    static constexpr int AMAP = AMAP_;
     static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
     static constexpr int THREADS = WARPS_M * WARPS_N * 32;
     static constexpr int LM = WM / TM, LN = WN / TN; /* lanes along m and n */
@@ -88,16 +64,6 @@ struct simt_cfg {
     static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 pipeline stages");
 };
 
-/*
- * The copy of one k-step's tiles when the whole tile is in range (every block of an aligned
- * product, all but the edge blocks of any other): no predicates, no zero fill, and every
- * address an immediate offset from a few row pointers that advance by one tile per step.
- * Computing each address from (row, column) afresh cost about 170 integer instructions
- * per tile beside 1024 FFMA in the first version of this kernel; this costs about 20.
- *
- * A (element-wise, stored transposed): thread t owns rows t/KQ + h*AROWS and the four k
- * values t%KQ + j*KQ; B: 16-byte vectors (VECB) or elements, 32 lanes across a row.
- */
 /* p + step, computed where it stands: the compiler may not hoist the pointers of every pass
  * out of the k loop, which would hold 2 registers per pass for the whole kernel and spill. */
 template <typename T> __device__ __forceinline__ const T *step_ptr(const T *p, size_t step_bytes)
@@ -107,12 +73,13 @@ template <typename T> __device__ __forceinline__ const T *step_ptr(const T *p, s
     return q;
 }
 
+/* The copy of one k-step's tiles wholly in range: no predicates, no zero fill, every address
+ * an immediate offset from a few row pointers that advance one tile per step (about 20
+ * integer instructions a tile where addresses from (row, column) took 170; KERNELS.md). */
 template <typename T, typename Cfg, bool VECB> struct fast_loader {
-    /* A, AMAP 0: KQ = BK/4 threads across a k-step, each copying four k values KQ apart
-     * (immediate offsets from one row pointer). AMAP 1: BK threads across a k-step, one
-     * element each per pass, whole 64-byte rows per pair of warp lanes. */
-    static constexpr int KQ = Cfg::AMAP == 0 ? Cfg::BK / 4 : Cfg::BK;
-    static constexpr int AJ = Cfg::AMAP == 0 ? 4 : 1;  /* k values a thread copies per row */
+    /* A: BK threads across a k-step, one element each per pass: whole 64-byte rows per pair
+     * of warp lanes (four k values a thread, `amap0`, cost 33% excess sectors: KERNELS.md) */
+    static constexpr int KQ = Cfg::BK;
     static constexpr int AROWS = Cfg::THREADS / KQ;    /* A rows per pass */
     static constexpr int AH = Cfg::BM / AROWS;         /* passes over A */
     static constexpr int BW = VECB ? Cfg::BN / Cfg::VB : 32; /* threads across a row of B */
@@ -149,10 +116,7 @@ template <typename T, typename Cfg, bool VECB> struct fast_loader {
         const T *src = a;
 #pragma unroll
         for (int h = 0; h < AH; h++) {
-#pragma unroll
-            for (int j = 0; j < AJ; j++)
-                gemm_async::cp_async<sizeof(T)>(As + adst + j * KQ * Cfg::LDA + h * AROWS,
-                                                src + j * KQ, true);
+            gemm_async::cp_async<sizeof(T)>(As + adst + h * AROWS, src, true);
             if (h + 1 < AH)
                 src = step_ptr(src, astep);
         }
@@ -229,32 +193,19 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MINB)
 simt_kernel(int m, int n, int k, const T *__restrict__ A, const T *__restrict__ B,
             T *__restrict__ C, int tiles_m, int tiles_n, int kt_split)
 {
-    typedef typename simt_acc<T>::type acc_t;
+    typedef typename gemm_acc<T>::type acc_t;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *As = reinterpret_cast<T *>(smem_raw);
     T *Bs = As + Cfg::STAGES * Cfg::BK * Cfg::LDA;
 
-    /* Grouped block order: GROUP tile rows are swept together, column by column. */
-    constexpr int GROUP = 8;
-    const int pid = blockIdx.x;
-    const int per_group = GROUP * tiles_n;
-    const int g = pid / per_group;
-    const int first_m = g * GROUP;
-    const int gsize = min(tiles_m - first_m, GROUP);
-    const int tm_idx = first_m + (pid % per_group) % gsize;
-    const int tn_idx = (pid % per_group) / gsize;
-    const int bm = tm_idx * Cfg::BM, bn = tn_idx * Cfg::BN;
+    int bm, bn;
+    gemm_async::block_tile<Cfg::BM, Cfg::BN>(tiles_m, tiles_n, bm, bn);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int wm = (warp / Cfg::WARPS_N) * Cfg::WM, wn = (warp % Cfg::WARPS_N) * Cfg::WN;
     const int lm = lane / Cfg::LN, ln = lane % Cfg::LN;
 
-    acc_t acc[Cfg::TM][Cfg::TN];
-#pragma unroll
-    for (int i = 0; i < Cfg::TM; i++)
-#pragma unroll
-        for (int j = 0; j < Cfg::TN; j++)
-            acc[i][j] = acc_t(0);
+    acc_t acc[Cfg::TM][Cfg::TN] = {};
 
     /* This block's k-steps: KT of them from step kt0 (all of k without split-k). With
      * split-k, piece blockIdx.y writes its partial product to slice blockIdx.y of C (the
@@ -353,7 +304,7 @@ template <typename T>
 __global__ void __launch_bounds__(256) split_sum(const T *__restrict__ W, T *__restrict__ C,
                                                  size_t mn, int splits)
 {
-    typedef typename simt_acc<T>::type acc_t;
+    typedef typename gemm_acc<T>::type acc_t;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < mn;
          i += (size_t)gridDim.x * blockDim.x) {
         acc_t s = (acc_t)W[i];
@@ -437,26 +388,16 @@ cudaError_t run_cfg(const gemm_launch *l, int splits)
     return e;
 }
 
-/* The float32 variants of the tuning sweep (bench_kernels --tune): name, then the
- * configuration. Variants whose element-wise (odd n) form spilled registers under the
- * 128-register cap of two blocks per SM for one of the shipped architectures are left out
- * (128x128x16 in 2, 3 or 4 stages, with 64x32 or 32x64 warps; amap0 in 2 stages);
- * bench/results/kernels-h100.md has their last measurements. The second field is the
- * number of split-k pieces ("splitN"; 1: the whole k range in one block). */
+/* The float32 variants of the tuning sweep (bench_kernels --tune): name, split-k pieces,
+ * configuration: the defaults, the runners-up, cuBLAS's own block shape, and the split-k
+ * counts (docs/KERNELS.md has the earlier sweeps' variants and why they lost). */
 #define SIMT_F32_VARIANTS(X)                                                                  \
     X("128x128x8 warp64x32 thr8x8 st2", 1, simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 2>)     \
     X("128x128x8 warp64x32 thr8x8 st3", 1, simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 3>)     \
     X("128x128x8 warp32x64 thr8x8 st2", 1, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>)     \
     X("128x64x16 warp64x32 thr8x8 st2", 1, simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2>)     \
     X("64x64x16 warp32x32 thr4x8 st2", 1, simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2>)       \
-    X("64x64x16 warp32x32 thr4x8 st3", 1, simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 3>)       \
-    X("128x256x8 warp64x64 thr8x16 st2", 1, simt_cfg<float, 128, 256, 8, 64, 64, 8, 16, 2>)   \
-    X("128x256x16 warp64x64 thr8x16 st2", 1, simt_cfg<float, 128, 256, 16, 64, 64, 8, 16, 2>) \
-    X("256x128x8 warp64x64 thr16x8 st2", 1, simt_cfg<float, 256, 128, 8, 64, 64, 16, 8, 2>)   \
     X("256x128x8 warp64x64 thr16x8 st3", 1, simt_cfg<float, 256, 128, 8, 64, 64, 16, 8, 3>)   \
-    X("256x128x16 warp64x64 thr16x8 st2", 1, simt_cfg<float, 256, 128, 16, 64, 64, 16, 8, 2>) \
-    X("128x128x16 warp64x32 thr8x8 st3 amap0", 1, simt_cfg<float, 128, 128, 16, 64, 32, 8, 8, 3, 0>) \
-    X("64x64x16 warp32x32 thr4x8 st2 amap0", 1, simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2, 0>) \
     X("128x128x8 warp32x64 thr8x8 st2 split2", 2, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
     X("128x128x8 warp32x64 thr8x8 st2 split3", 3, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
     X("128x128x8 warp32x64 thr8x8 st2 split4", 4, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
@@ -465,13 +406,7 @@ cudaError_t run_cfg(const gemm_launch *l, int splits)
     X("128x128x8 warp32x64 thr8x8 st2 split32", 32, simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2>) \
     X("128x64x16 warp64x32 thr8x8 st2 split2", 2, simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2>) \
     X("128x64x16 warp64x32 thr8x8 st2 split4", 4, simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2>)
-/* The 256x128 and 128x256 tiles give a thread 128 outputs and take one block of 8 warps an
- * SM: the shape of cuBLAS's own FP32 kernel on the H100 (256x128x8, 3 stages, 4x2 warps,
- * 254 registers). */
-/* The float32 defaults, from the sweep on the H100 (docs/KERNELS.md): 128x128x8 with 32x64
- * warp tiles in 2 stages was first or within 0.3% of first at every shape, 16-byte rows
- * or not; 128x64x16 led where 128x128 tiles are fewer than the SMs (1024^3: 98% of
- * cuBLAS against 86% for 64x64 and 56% for 128x128). */
+/* The defaults, from the sweep on the H100 (docs/KERNELS.md, "Defaults"). */
 typedef simt_cfg<float, 128, 128, 8, 32, 64, 8, 8, 2> f32_big;
 typedef simt_cfg<float, 128, 64, 16, 64, 32, 8, 8, 2> f32_mid;
 typedef simt_cfg<float, 64, 64, 16, 32, 32, 4, 8, 2> f32_small;
@@ -503,19 +438,11 @@ long long tile_count(const gemm_launch *l, int bm, int bn)
 {
     return (long long)((l->m + bm - 1) / bm) * ((l->n + bn - 1) / bn);
 }
-/* Fewer big tiles than SMs: some SMs would idle. */
-bool small_problem(const gemm_launch *l, int bm, int bn, int sms)
-{
-    return tile_count(l, bm, bn) < sms;
-}
 
-/* Split-k pieces for a product of `tiles` output tiles of the big block (1: none); only
- * for k of SPLIT_MIN_K and deeper, where the partial sums cost little next to the product.
- *  - Fewer tiles than SMs: as many pieces as fill one wave of the two blocks an SM holds,
- *    each at least SPLIT_MIN_DEPTH deep, at most SPLIT_MAX.
- *  - Several waves whose last one is mostly empty (4097^3: 1089 tiles are 4.1 waves of
- *    264): two pieces when that shortens the waves by 8% or more.
- * The H100 sweep behind these numbers is in docs/KERNELS.md. */
+/* Split-k pieces for `tiles` output tiles of the big block (1: none), for k >= SPLIT_MIN_K:
+ * fewer tiles than SMs, as many pieces as fill one wave of two blocks an SM (each at least
+ * SPLIT_MIN_DEPTH deep, at most SPLIT_MAX); several waves with the last mostly empty, two
+ * pieces when that shortens the waves by 8% or more (docs/KERNELS.md, "Split-k rule"). */
 constexpr int SPLIT_MIN_K = 2048, SPLIT_MIN_DEPTH = 512, SPLIT_MAX = 32;
 int split_for(const gemm_launch *l, long long tiles, int sms)
 {
@@ -543,16 +470,14 @@ struct simt_choice {
     int splits;
 };
 
-/* Default (tile 0) of a dtype with a big and a small block: the big block when it fills the
- * SMs or a deep product can be split into k pieces that do; else the small block. float64
- * does not split: its split-k instance spilled registers for odd n, and float64 products go
- * to cuBLAS or dmma by default anyway. */
+/* Default (tile 0): the big block when it fills the SMs or k pieces of a deep product do,
+ * else the small one. float64 does not split (its split instance spilled for odd n). */
 simt_choice big_or_small(const gemm_launch *l, int bm, int bn, simt_pick big, simt_pick small,
                          bool may_split)
 {
     const int sms = sm_count();
     const int s = may_split ? split_for(l, tile_count(l, bm, bn), sms) : 1;
-    if (!small_problem(l, bm, bn, sms) || s > 1)
+    if (tile_count(l, bm, bn) >= sms || s > 1)
         return {big, s};
     return {small, 1};
 }
@@ -560,7 +485,8 @@ simt_choice big_or_small(const gemm_launch *l, int bm, int bn, simt_pick big, si
 simt_choice simt_choose(const gemm_launch *panel)
 {
     /* A panel chooses as its whole product does (plan_m): the same block, the same pieces. */
-    const gemm_launch whole = gemm_plan_view(panel);
+    gemm_launch whole = *panel;
+    whole.m = gemm_plan_rows(panel);
     const gemm_launch *l = &whole;
     switch (l->dtype) {
     case GEMM_DTYPE_F32:
@@ -587,42 +513,35 @@ simt_choice simt_choose(const gemm_launch *panel)
     }
 }
 
+/* What each pick runs: its launcher, its k pieces (split_pieces), its block, and the tile
+ * option that selects it (128x64 and the split are reached only by default: 0). */
+struct simt_run {
+    cudaError_t (*run)(const gemm_launch *, int);
+    int (*pieces)(const gemm_launch *, int, int *);
+    int bm, bn, bk, tile;
+};
+#define SIMT_RUN(T, CFG, SPLIT, TILE) {run_cfg<T, CFG, SPLIT>, split_pieces<T, CFG>, CFG::BM, CFG::BN, CFG::BK, TILE}
+const simt_run runs[] = {
+    SIMT_RUN(float, f32_big, true, 128),    SIMT_RUN(float, f32_mid, false, 0),      SIMT_RUN(float, f32_small, false, 64),
+    SIMT_RUN(double, f64_big, false, 128),  SIMT_RUN(double, f64_small, false, 64),  SIMT_RUN(int32_t, i32_big, true, 128),
+    SIMT_RUN(int32_t, i32_small, false, 64),
+};
+
 cudaError_t simt_launch(const gemm_launch *l)
 {
     const simt_choice c = simt_choose(l);
-    switch (c.pick) {
-    case F32_BIG: return run_cfg<float, f32_big, true>(l, c.splits);
-    case F32_MID: return run_cfg<float, f32_mid>(l, c.splits);
-    case F32_SMALL: return run_cfg<float, f32_small>(l, c.splits);
-    case F64_BIG: return run_cfg<double, f64_big>(l, c.splits);
-    case F64_SMALL: return run_cfg<double, f64_small>(l, c.splits);
-    case I32_BIG: return run_cfg<int32_t, i32_big, true>(l, c.splits);
-    case I32_SMALL: return run_cfg<int32_t, i32_small>(l, c.splits);
-    default: return cudaErrorInvalidValue;
-    }
+    return c.pick == PICK_NONE ? cudaErrorInvalidValue : runs[c.pick].run(l, c.splits);
 }
 
-/* The block tile ("BMxBNxBK", then " split-k S" when k is cut into S pieces), and the tile
- * option that selects it: 128x64 and the split are reached only by default (tile 0). */
+/* The block tile ("BMxBNxBK", then " split-k S" when k is cut into S pieces). */
 int simt_plan(const gemm_launch *l, char *out, size_t cap)
 {
     const simt_choice c = simt_choose(l);
-    int tile;
-    switch (c.pick) {
-    case F32_BIG: tile = gemm_block_name<f32_big>(out, cap, 128); break;
-    case F32_MID: tile = gemm_block_name<f32_mid>(out, cap, 0); break;
-    case F32_SMALL: tile = gemm_block_name<f32_small>(out, cap, 64); break;
-    case F64_BIG: tile = gemm_block_name<f64_big>(out, cap, 128); break;
-    case F64_SMALL: tile = gemm_block_name<f64_small>(out, cap, 64); break;
-    case I32_BIG: tile = gemm_block_name<i32_big>(out, cap, 128); break;
-    case I32_SMALL: tile = gemm_block_name<i32_small>(out, cap, 64); break;
-    default: return gemm_block_name_none(out, cap);
-    }
-    int kt_split, pieces = 1;
-    if (c.splits > 1)
-        pieces = c.pick == I32_BIG ? split_pieces<int32_t, i32_big>(l, c.splits, &kt_split)
-                                   : split_pieces<float, f32_big>(l, c.splits, &kt_split);
-    if (pieces > 1) {
+    if (c.pick == PICK_NONE)
+        return gemm_block_name_none(out, cap);
+    const simt_run &r = runs[c.pick];
+    int tile = gemm_block_dims(out, cap, r.bm, r.bn, r.bk, r.tile), kt_split, pieces;
+    if (c.splits > 1 && (pieces = r.pieces(l, c.splits, &kt_split)) > 1) {
         const size_t used = strlen(out);
         if (used < cap)
             snprintf(out + used, cap - used, " split-k %d", pieces);

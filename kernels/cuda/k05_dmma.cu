@@ -1,18 +1,10 @@
 /*
- * k05_dmma.cu - float64 on the tensor cores: mma.sync m8n8k4 f64 (DMMA, sm_80+), exact
- * IEEE float64 products and sums (each DMMA is a chain of double fused multiply-adds),
- * the same path cuBLAS DGEMM takes on the A100 and H100.
- *
- * Why: on an H100 the double-precision tensor cores run about twice the rate of the
- * double FMA units, so the CUDA-core kernel (k03_simt, float64) is capped near half of
- * cuBLAS whatever its tiling.
- *
- * Structure as in k04_mma: a BM x BN block tile split into WM x WN warp tiles, each a grid
- * of (WM/8) x (WN/8) DMMA tiles with 2 doubles of accumulator per lane; A and B copied
- * by a STAGES-deep cp.async pipeline (16-byte copies when k and n are even and the
- * pointers aligned, 8-byte copies otherwise, zero-filled at the edges); fragments read
- * with 64-bit shared loads. Row pads LDA = LDB = 4 (mod 16 doubles) put the 16 lanes of
- * each half-warp phase on 16 different 8-byte bank pairs. The store is bounds-checked.
+ * k05_dmma.cu - float64 on the tensor cores: mma.sync m8n8k4 f64 (DMMA, sm_80+) and
+ * m16n8k16 (sm_90), exact IEEE float64 products and sums (each DMMA is a chain of fused
+ * multiply-adds), the path cuBLAS DGEMM takes on the A100 and H100: there the tensor cores
+ * run about twice the rate of the double FMA units. Structure as in k04_mma; row pads
+ * LDA = LDB = 4 (mod 16 doubles) put each half-warp phase on 16 distinct bank pairs. The
+ * store is bounds-checked.
  */
 #include <stdint.h>
 
@@ -84,13 +76,8 @@ dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__r
     double *As = reinterpret_cast<double *>(smem_raw);
     double *Bs = As + Cfg::STAGES * Cfg::BM * Cfg::LDA;
 
-    constexpr int GROUP = 8;
-    const int pid = blockIdx.x;
-    const int per_group = GROUP * tiles_n;
-    const int first_m = (pid / per_group) * GROUP;
-    const int gsize = min(tiles_m - first_m, GROUP);
-    const int bm = (first_m + (pid % per_group) % gsize) * Cfg::BM;
-    const int bn = ((pid % per_group) / gsize) * Cfg::BN;
+    int bm, bn;
+    gemm_async::block_tile<Cfg::BM, Cfg::BN>(tiles_m, tiles_n, bm, bn);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int wm = (warp / Cfg::WARPS_N) * Cfg::WM, wn = (warp % Cfg::WARPS_N) * Cfg::WN;
@@ -154,72 +141,15 @@ dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__r
         }
     });
 
-    /* Accumulator layout: (g + 8h, 2t..2t+1) in elements 2h, 2h+1. */
-#pragma unroll
-    for (int i = 0; i < Cfg::MI; i++) {
-#pragma unroll
-        for (int h = 0; h < Cfg::ACC / 2; h++) {
-            const int row = bm + wm + i * Cfg::MT + g + 8 * h;
-            if (row >= m)
-                continue;
-#pragma unroll
-            for (int j = 0; j < Cfg::NI; j++) {
-                const int col = bn + wn + j * 8 + 2 * t;
-                double *dst = C + (size_t)row * n + col;
-                const double v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                if (VEC && col + 1 < n) {
-                    *reinterpret_cast<double2 *>(dst) = make_double2(v0, v1);
-                } else {
-                    if (col < n)
-                        dst[0] = v0;
-                    if (col + 1 < n)
-                        dst[1] = v1;
-                }
-            }
-        }
-    }
+    gemm_async::store_acc<Cfg::MT, VEC>(C, acc, m, n, bm + wm, bn + wn, g, t);
 }
 
 template <typename Cfg> cudaError_t run_cfg(const gemm_launch *l)
 {
-    const long long tm = (l->m + Cfg::BM - 1) / Cfg::BM, tn = (l->n + Cfg::BN - 1) / Cfg::BN;
-    if (tm * tn > 0x7fffffffLL || tn * 8 > 0x7fffffffLL)
-        return cudaErrorInvalidConfiguration;
     const bool vec = gemm_vec_ok(l->A, l->k, 8, 16) && gemm_vec_ok(l->B, l->n, 8, 16) &&
                      gemm_vec_ok(l->C, l->n, 8, 16);
-    void (*kern)(int, int, int, const double *, const double *, double *, int, int) =
-        vec ? dmma_kernel<Cfg, true> : dmma_kernel<Cfg, false>;
-    if (Cfg::SMEM > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)Cfg::SMEM);
-        if (e != cudaSuccess)
-            return e;
-    }
-    kern<<<(unsigned)(tm * tn), Cfg::THREADS, Cfg::SMEM, l->stream>>>(
-        l->m, l->n, l->k, (const double *)l->A, (const double *)l->B, (double *)l->C, (int)tm,
-        (int)tn);
-    return cudaGetLastError();
+    return gemm_async::launch_tiles<Cfg, double>(vec ? dmma_kernel<Cfg, true> : dmma_kernel<Cfg, false>, l);
 }
-
-typedef dmma_cfg<DMMA_884, 128, 128, 16, 64, 32, 3> f64_v0; /* 8 warps */
-typedef dmma_cfg<DMMA_884, 128, 128, 16, 32, 64, 3> f64_v1;
-typedef dmma_cfg<DMMA_884, 128, 64, 16, 32, 32, 3> f64_v2;
-typedef dmma_cfg<DMMA_884, 64, 64, 16, 32, 32, 3> f64_v3;
-typedef dmma_cfg<DMMA_16816, 128, 128, 16, 64, 32, 3> f64_v4; /* sm_90: m16n8k16 */
-typedef dmma_cfg<DMMA_16816, 128, 64, 16, 32, 32, 3> f64_v5;
-typedef dmma_cfg<DMMA_16816, 64, 64, 16, 32, 32, 3> f64_v6;
-typedef dmma_cfg<DMMA_16816, 128, 64, 32, 32, 32, 3> f64_v7;
-typedef dmma_cfg<DMMA_16816, 64, 128, 16, 32, 64, 3> f64_v8;
-typedef dmma_cfg<DMMA_16816, 64, 64, 16, 32, 32, 4> f64_v9;
-typedef dmma_cfg<DMMA_16816, 64, 64, 32, 32, 32, 3> f64_v10;
-
-/* Tuning sweep and benchmark on the H100 (docs/KERNELS.md): with 16-byte rows the 64x128
- * m16n8k16 tile wins on big grids (8192^3: 82% of cuBLAS vs 77%) but loses badly when it
- * makes too few blocks (1024^3: 67% vs 82%), so it is used only from 4 tiles per SM up;
- * with element-wise copies (odd k or n) 64x64 won (4097). tile=128 asks for 128x128. */
-#define F64_SM90_DEFAULT f64_v8
-#define F64_SM90_ODD f64_v6 /* also the small-grid choice */
-#define F64_SM90_128 f64_v4
 
 /* Whether the current device runs the sm_90 DMMA shapes (cached per device ordinal: the
  * workers of several devices call this at once, and a host may mix GPU generations). */
@@ -245,84 +175,68 @@ bool dmma_cc_ok(void)
     return v - 1 >= 9;
 }
 
-} // namespace
+/* The variants of the tuning sweep (bench_kernels --tune; docs/KERNELS.md); m16n8k16 needs
+ * sm_90. With 16-byte rows the 64x128 m16n8k16 tile wins on big grids (8192^3: 82% of
+ * cuBLAS vs 77%) but loses when it makes too few blocks (1024^3: 67% vs 82%), so it runs
+ * only from 4 tiles per SM up; with element-wise copies (odd k or n) and on small grids
+ * 64x64 won (4097). tile=128 asks for 128x128 (sm_80: 128x64). */
+struct dmma_variant {
+    const char *name;
+    cudaError_t (*run)(const gemm_launch *);
+    int bm, bn, bk, sm90;
+};
+#define DMMA_VARIANT(SHAPE, BM, BN, BK, WM, WN, ST)                                            \
+    {#SHAPE " " #BM "x" #BN "x" #BK " warp" #WM "x" #WN " st" #ST,                             \
+     run_cfg<dmma_cfg<SHAPE, BM, BN, BK, WM, WN, ST>>, BM, BN, BK, SHAPE == m16n8k16}
+enum { m8n8k4 = DMMA_884, m16n8k16 = DMMA_16816 };
+const dmma_variant variants[] = {
+    DMMA_VARIANT(m8n8k4, 128, 128, 16, 64, 32, 3),   DMMA_VARIANT(m8n8k4, 128, 128, 16, 32, 64, 3),
+    DMMA_VARIANT(m8n8k4, 128, 64, 16, 32, 32, 3),    DMMA_VARIANT(m8n8k4, 64, 64, 16, 32, 32, 3),
+    DMMA_VARIANT(m16n8k16, 128, 128, 16, 64, 32, 3), DMMA_VARIANT(m16n8k16, 128, 64, 16, 32, 32, 3),
+    DMMA_VARIANT(m16n8k16, 64, 64, 16, 32, 32, 3),   DMMA_VARIANT(m16n8k16, 128, 64, 32, 32, 32, 3),
+    DMMA_VARIANT(m16n8k16, 64, 128, 16, 32, 64, 3),  DMMA_VARIANT(m16n8k16, 64, 64, 16, 32, 32, 4),
+    DMMA_VARIANT(m16n8k16, 64, 64, 32, 32, 32, 3),
+};
+enum { SM80_128 = 2, SM80_64 = 3, SM90_128 = 4, SM90_ODD = 6, SM90_DEFAULT = 8,
+       NVARIANTS = sizeof variants / sizeof variants[0] };
 
-extern "C" int gemm_dmma_variant_count(void) { return 11; }
-extern "C" const char *gemm_dmma_variant_name(int v)
+/* The variant l runs (a panel takes its whole product's block, plan_m). */
+int dmma_choose(const gemm_launch *l)
 {
-    static const char *const names[] = {
-        "m8n8k4 128x128x16 warp64x32 st3",  "m8n8k4 128x128x16 warp32x64 st3",
-        "m8n8k4 128x64x16 warp32x32 st3",   "m8n8k4 64x64x16 warp32x32 st3",
-        "m16n8k16 128x128x16 warp64x32 st3", "m16n8k16 128x64x16 warp32x32 st3",
-        "m16n8k16 64x64x16 warp32x32 st3",  "m16n8k16 128x64x32 warp32x32 st3",
-        "m16n8k16 64x128x16 warp32x64 st3", "m16n8k16 64x64x16 warp32x32 st4",
-        "m16n8k16 64x64x32 warp32x32 st3"};
-    return (v >= 0 && v < 11) ? names[v] : "?";
-}
-extern "C" cudaError_t gemm_dmma_variant_launch(int v, const gemm_launch *l)
-{
-    if (l->dtype != GEMM_DTYPE_F64)
-        return cudaErrorInvalidValue;
-    if (v >= 4 && !dmma_cc_ok())
-        return cudaErrorNotSupported;
-    switch (v) {
-    case 0: return run_cfg<f64_v0>(l);
-    case 1: return run_cfg<f64_v1>(l);
-    case 2: return run_cfg<f64_v2>(l);
-    case 3: return run_cfg<f64_v3>(l);
-    case 4: return run_cfg<f64_v4>(l);
-    case 5: return run_cfg<f64_v5>(l);
-    case 6: return run_cfg<f64_v6>(l);
-    case 7: return run_cfg<f64_v7>(l);
-    case 8: return run_cfg<f64_v8>(l);
-    case 9: return run_cfg<f64_v9>(l);
-    case 10: return run_cfg<f64_v10>(l);
-    default: return cudaErrorInvalidValue;
-    }
-}
-
-namespace {
-enum dmma_pick { SM90_128, SM90_DEFAULT, SM90_ODD, SM80_128, SM80_64 };
-
-dmma_pick dmma_choose(const gemm_launch *l)
-{
-    if (dmma_cc_ok()) {
-        if (l->tile == 128)
-            return SM90_128;
-        const bool vec = gemm_vec_ok(l->A, l->k, 8, 16) && gemm_vec_ok(l->B, l->n, 8, 16) &&
-                         gemm_vec_ok(l->C, l->n, 8, 16);
-        /* a panel takes its whole product's block (plan_m) */
-        const long long tiles = (long long)((gemm_plan_rows(l) + 63) / 64) * ((l->n + 127) / 128);
-        return vec && tiles >= 4 * 132 ? SM90_DEFAULT : SM90_ODD;
-    }
-    return l->tile == 128 ? SM80_128 : SM80_64;
+    if (!dmma_cc_ok())
+        return l->tile == 128 ? SM80_128 : SM80_64;
+    if (l->tile == 128)
+        return SM90_128;
+    const bool vec = gemm_vec_ok(l->A, l->k, 8, 16) && gemm_vec_ok(l->B, l->n, 8, 16) && gemm_vec_ok(l->C, l->n, 8, 16);
+    const long long tiles = (long long)((gemm_plan_rows(l) + 63) / 64) * ((l->n + 127) / 128);
+    return vec && tiles >= 4 * 132 ? SM90_DEFAULT : SM90_ODD;
 }
 
 cudaError_t dmma_launch(const gemm_launch *l)
 {
-    if (l->dtype != GEMM_DTYPE_F64)
-        return cudaErrorInvalidValue;
-    switch (dmma_choose(l)) {
-    case SM90_128: return run_cfg<F64_SM90_128>(l);
-    case SM90_DEFAULT: return run_cfg<F64_SM90_DEFAULT>(l);
-    case SM90_ODD: return run_cfg<F64_SM90_ODD>(l);
-    case SM80_128: return run_cfg<f64_v2>(l);
-    default: return run_cfg<f64_v3>(l);
-    }
+    return l->dtype == GEMM_DTYPE_F64 ? variants[dmma_choose(l)].run(l) : cudaErrorInvalidValue;
 }
 
 /* tile=64 (or none) on sm_90 picks 64x128 or 64x64 by shape and alignment: both report 64. */
 int dmma_plan(const gemm_launch *l, char *out, size_t cap)
 {
-    switch (dmma_choose(l)) {
-    case SM90_128: return gemm_block_name<F64_SM90_128>(out, cap, 128);
-    case SM90_DEFAULT: return gemm_block_name<F64_SM90_DEFAULT>(out, cap, 64);
-    case SM90_ODD: return gemm_block_name<F64_SM90_ODD>(out, cap, 64);
-    case SM80_128: return gemm_block_name<f64_v2>(out, cap, 128);
-    default: return gemm_block_name<f64_v3>(out, cap, 64);
-    }
+    const int v = dmma_choose(l);
+    return gemm_block_dims(out, cap, variants[v].bm, variants[v].bn, variants[v].bk,
+                           v == SM90_128 || v == SM80_128 ? 128 : 64);
 }
+
 } // namespace
+
+extern "C" int gemm_dmma_variant_count(void) { return NVARIANTS; }
+extern "C" const char *gemm_dmma_variant_name(int v) { return v >= 0 && v < NVARIANTS ? variants[v].name : "?"; }
+extern "C" cudaError_t gemm_dmma_variant_launch(int v, const gemm_launch *l)
+{
+    if (l->dtype != GEMM_DTYPE_F64 || v < 0 || v >= NVARIANTS)
+        return cudaErrorInvalidValue;
+    if (variants[v].sm90 && !dmma_cc_ok())
+        return cudaErrorNotSupported;
+    return variants[v].run(l);
+}
 
 extern "C" const gemm_kernel_desc gemm_kernel_dmma = {
     "dmma",

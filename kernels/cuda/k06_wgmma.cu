@@ -1,45 +1,18 @@
 /*
- * k06_wgmma.cu - Hopper tensor cores through wgmma (sm_90a). float32 inputs: math=tf32
- * runs wgmma.m64n256k8 on TF32 operands, math=bf16 runs wgmma.m64n256k16 on BF16
- * operands. float16 / bfloat16 inputs run wgmma.m64n256k16 on the operands as they are.
- * All accumulate in float32 registers; C is float32, or for half inputs their own type.
+ * k06_wgmma.cu - Hopper tensor cores through wgmma (sm_90a): float32 inputs with math=tf32
+ * (m64n256k8) or bf16 (m64n256k16), float16 / bfloat16 inputs as they are (m64n256k16);
+ * float32 accumulators, C float32 or, for half inputs, their own type. The design and its
+ * measurements: docs/KERNELS.md, "k06_wgmma".
  *
- * Two steps, both enqueued on l->stream:
- *  1. A pre-pass writes the operands the way wgmma reads them into device scratch
- *     (l->workspace when large enough, else stream-ordered scratch, gemm_scratch.h):
- *     B^T (n x kp, K-major) for both modes, rounded to TF32 (cvt.rna) or BF16 (rn); for
- *     bf16 also A converted to BF16 (m x kp). For tf32, A is read in place when its rows
- *     are 16-byte aligned (k % 4 == 0), else copied to m x kp. kp is k rounded up so that
- *     a row is a multiple of 16 bytes, as the tensor copy engine requires.
- *  2. The main kernel: a 128 x 256 block tile, 3 warpgroups. Warpgroup 0 is the producer:
- *     one thread issues tensor copies (cp.async.bulk.tensor, 128-byte swizzle) of the A
- *     (128 x BK) and B^T (256 x BK) tiles into a 4-stage shared-memory ring, completing on
- *     an mbarrier per stage ("full"). Warpgroups 1 and 2 each own 64 rows of the tile:
- *     per stage they issue four wgmma (k 16 bf16 / 8 tf32 each, 32 bytes of a 128-byte
- *     row) with shared-memory descriptors, keep one stage of wgmma in flight and release
- *     the stage before it to the producer through a second mbarrier ("empty").
- *     setmaxnreg gives the consumers 232 registers (128 accumulators each) and the
- *     producer 40. The tile's k and row edges are zero-filled by the copy engine (the
- *     tensor maps carry the true sizes), so the loop has no edge cases; the store from
- *     the accumulator fragments to C is bounds-checked. Blocks are rasterized in groups
- *     of 8 tile rows for L2 reuse.
- * Half operands in memory skip step 1: A (m x k) is already K-major, and B (k x n) is read
- * MN-major, as it lies: per stage four tensor copies of 64 columns x 64 rows (128-byte rows,
- * 128-byte swizzle), described to wgmma with the transpose bit for B, 8192 bytes between
- * the 64-column boxes and 1024 between groups of 8 rows. Only an operand whose rows are
- * not a multiple of 16 bytes (k or n not a multiple of 8), or that starts unaligned, is
- * first copied into scratch with padded rows. A half C is written four elements (8 bytes)
- * per lane after a shuffle within each quad, so each row segment fills whole sectors.
- * A shared-memory row of a tile is always 128 bytes (64 bf16 or 32 float32), exactly one
- * 128-byte swizzle atom wide: the copy engine writes 16-byte chunk c of row r at chunk
- * c ^ (r % 8), which is the layout a K-major wgmma descriptor with 128-byte swizzle and a
- * 1024-byte stride between 8-row groups describes.
- *
- * Needs sm_90a machine code: the kernel body exists only in the sm_90a build. The launcher
- * refuses (cudaErrorNotSupported) on devices below 9.0 and when the binary chosen for the
- * device lacks the body (a build without 90a in CUDA_ARCHS): that fallback body declares
- * a static shared array, which the sm_90a body never does, and the launcher checks for it
- * with cudaFuncGetAttributes.
+ * float32 operands are first written into scratch as wgmma reads them (B^T K-major, A where
+ * needed, rounded, rows padded to 16 bytes: kp). The main kernel: 128 x 256 block tiles, a
+ * producer warpgroup issuing tensor copies into a 4-stage ring of "full" / "empty"
+ * mbarriers, two consumer warpgroups of 64 rows each. The tensor maps carry the true sizes
+ * and the copy engine zero-fills past them, so only the store to C is bounds-checked. A
+ * shared-memory tile row is one 128-byte swizzle atom: chunk c of row r lands at chunk
+ * c ^ (r % 8), the layout a K-major descriptor with 128-byte swizzle and 1024 bytes between
+ * 8-row groups describes. The body exists only in the sm_90a build; the fallback body
+ * declares a static shared array, by which the launcher tells it apart and refuses.
  */
 #include <stdint.h>
 
@@ -47,6 +20,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "gemm_async.cuh"
 #include "gemm_kernels.h"
 #include "gemm_scratch.h"
 
@@ -69,7 +43,6 @@ constexpr int CONSUMER_THREADS = 256;
 /* The ring (1024-byte aligned by hand: the swizzle atoms must be), then 2 x STAGES
  * mbarriers. */
 constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8;
-constexpr int GROUP_M = 8;
 
 template <int MATH> struct wg_traits;
 template <> struct wg_traits<WG_TF32> {
@@ -237,37 +210,18 @@ __device__ __forceinline__ void fence_acc(float (&d)[128])
 template <int MATH, int TRANS_B>
 __device__ __forceinline__ void wgmma_step(float (&d)[128], uint64_t da, uint64_t db);
 
-template <> __device__ __forceinline__ void wgmma_step<WG_BF16, 0>(float (&d)[128], uint64_t da, uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WG_ACC_OPERANDS
-                 ", %128, %129, 1, 1, 1, 0, 0;\n"
-                 : WG_ACC128
-                 : "l"(da), "l"(db));
-}
-
-template <> __device__ __forceinline__ void wgmma_step<WG_BF16, 1>(float (&d)[128], uint64_t da, uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WG_ACC_OPERANDS
-                 ", %128, %129, 1, 1, 1, 0, 1;\n"
-                 : WG_ACC128
-                 : "l"(da), "l"(db));
-}
-
-template <> __device__ __forceinline__ void wgmma_step<WG_F16, 1>(float (&d)[128], uint64_t da, uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " WG_ACC_OPERANDS
-                 ", %128, %129, 1, 1, 1, 0, 1;\n"
-                 : WG_ACC128
-                 : "l"(da), "l"(db));
-}
-
-template <> __device__ __forceinline__ void wgmma_step<WG_TF32, 0>(float (&d)[128], uint64_t da, uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " WG_ACC_OPERANDS
-                 ", %128, %129, 1, 1, 1;\n"
-                 : WG_ACC128
-                 : "l"(da), "l"(db));
-}
+#define WG_STEP(MATH, TRANS_B, SHAPE, ARGS)                                                  \
+    template <>                                                                              \
+    __device__ __forceinline__ void wgmma_step<MATH, TRANS_B>(float (&d)[128], uint64_t da, uint64_t db) \
+    {                                                                                        \
+        asm volatile("wgmma.mma_async.sync.aligned." SHAPE " " WG_ACC_OPERANDS ", %128, %129, " ARGS ";\n" \
+                     : WG_ACC128                                                              \
+                     : "l"(da), "l"(db));                                                     \
+    }
+WG_STEP(WG_BF16, 0, "m64n256k16.f32.bf16.bf16", "1, 1, 1, 0, 0")
+WG_STEP(WG_BF16, 1, "m64n256k16.f32.bf16.bf16", "1, 1, 1, 0, 1")
+WG_STEP(WG_F16, 1, "m64n256k16.f32.f16.f16", "1, 1, 1, 0, 1")
+WG_STEP(WG_TF32, 0, "m64n256k8.f32.tf32.tf32", "1, 1, 1")
 
 /* Two adjacent elements of a C row: float32, or rounded to the operands' half type. */
 template <int MATH, int OUT> struct c_store {
@@ -316,13 +270,8 @@ wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ 
     auto full = [&](int s) { return bars + 8u * s; };
     auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
 
-    /* Grouped rasterization: GROUP_M tile rows walk the tile columns together. */
-    const int pid = blockIdx.x;
-    const int per_group = GROUP_M * tiles_n;
-    const int first_m = (pid / per_group) * GROUP_M;
-    const int gsize = min(tiles_m - first_m, GROUP_M);
-    const int bm = (first_m + (pid % per_group) % gsize) * BM;
-    const int bn = ((pid % per_group) / gsize) * BN;
+    int bm, bn;
+    gemm_async::block_tile<BM, BN>(tiles_m, tiles_n, bm, bn);
 
     const int KT = (k + BK - 1) / BK;
     const int wg = threadIdx.x / 128;
@@ -358,10 +307,7 @@ wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ 
         /* Consumers: warpgroup 1 rows 0-63 of the tile, warpgroup 2 rows 64-127. */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
         const int cw = wg - 1;
-        float d[128];
-#pragma unroll
-        for (int i = 0; i < 128; i++)
-            d[i] = 0.f;
+        float d[128] = {};
         for (int kt = 0; kt < KT; kt++) {
             const int s = kt % STAGES;
             mbar_wait(full(s), (kt / STAGES) & 1);
@@ -490,56 +436,89 @@ bool make_map(CUtensorMap *map, encode_tiled_fn enc, CUtensorMapDataType type, i
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* cudaSuccess when the binary the runtime picks for the current device has the kernel's
- * body (sm_90a code); cudaErrorNotSupported for the body-less fallback, recognized by its
- * static shared array. */
+/* cudaSuccess when the current device has compute capability 9.0 or more and the binary
+ * the runtime picks for it has kern's body (sm_90a code); cudaErrorNotSupported otherwise
+ * (the body-less fallback is recognized by its static shared array). */
 typedef void (*kernel_fn)(CUtensorMap, CUtensorMap, void *, int, int, int, int, int, int);
 
 cudaError_t has_body(kernel_fn kern)
 {
-    cudaFuncAttributes fa;
-    const cudaError_t e = cudaFuncGetAttributes(&fa, kern);
-    if (e != cudaSuccess)
-        return e;
-    return fa.sharedSizeBytes != 0 ? cudaErrorNotSupported : cudaSuccess;
-}
-
-/* cudaSuccess when kern can run on the current device: compute capability 9.0 or more,
- * its sm_90a body present, and the driver's tensor-map encoder found (*enc). */
-cudaError_t device_ready(kernel_fn kern, encode_tiled_fn *enc)
-{
     int dev = 0, major = 0;
+    cudaFuncAttributes fa;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess)
         e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    if (e != cudaSuccess)
-        return e;
-    if (major < 9)
+    if (e == cudaSuccess && major < 9)
         return cudaErrorNotSupported;
-    e = has_body(kern);
+    if (e == cudaSuccess)
+        e = cudaFuncGetAttributes(&fa, kern);
+    return e != cudaSuccess ? e : fa.sharedSizeBytes != 0 ? cudaErrorNotSupported : cudaSuccess;
+}
+
+/* cudaSuccess when kern can run l on the current device: sizes it takes, its body there
+ * (has_body), and the driver's tensor-map encoder found (*enc). */
+cudaError_t device_ready(kernel_fn kern, const gemm_launch *l, encode_tiled_fn *enc)
+{
+    if (l->m < 1 || l->n < 1 || l->k < 1)
+        return cudaErrorInvalidValue;
+    const cudaError_t e = has_body(kern);
     if (e != cudaSuccess)
         return e;
     *enc = get_encode();
-    return *enc ? cudaSuccess : cudaErrorNotSupported;
+    if (!*enc)
+        return cudaErrorNotSupported;
+    const long long tm = (l->m + BM - 1) / BM, tn = (l->n + BN - 1) / BN;
+    return tm * tn > 0x7fffffffLL || tn * 8 > 0x7fffffffLL ? cudaErrorInvalidConfiguration : cudaSuccess;
 }
 
+/* An operand as the tensor copies read it: rows x cols elements, row pitch ld, boxes of
+ * box_rows rows of 128 bytes. */
+struct operand {
+    const void *p;
+    int rows, cols;
+    size_t ld;
+    int box_rows;
+};
+
+/* The main kernel on A and B after whatever came before it (e), then the scratch (if any)
+ * back to the pool. C's stores: float32 pairs (n even, 8-byte aligned); a half C (half_c)
+ * two pairs side by side (n a multiple of 4, 8-byte aligned) give 2, else single elements. */
+cudaError_t main_pass(cudaError_t e, kernel_fn kern, encode_tiled_fn enc, CUtensorMapDataType type, int esize,
+                      const gemm_launch *l, const operand &a, const operand &b, bool half_c, void *scratch)
+{
+    CUtensorMap map_a, map_b;
+    if (e == cudaSuccess && !(make_map(&map_a, enc, type, esize, a.p, a.rows, a.cols, a.ld, a.box_rows) &&
+                              make_map(&map_b, enc, type, esize, b.p, b.rows, b.cols, b.ld, b.box_rows)))
+        e = cudaErrorInvalidValue;
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+    if (e == cudaSuccess) {
+        const int n = l->n, c8 = (uintptr_t)l->C % 8 == 0;
+        const int vec = half_c ? ((n % 4 == 0) && c8 ? 2 : 0) : (n % 2 == 0) && c8;
+        const long long tm = (l->m + BM - 1) / BM, tn = (n + BN - 1) / BN;
+        kern<<<(unsigned)(tm * tn), THREADS, SMEM_BYTES, l->stream>>>(map_a, map_b, l->C, l->m, n, l->k, (int)tm,
+                                                                     (int)tn, vec);
+        e = cudaGetLastError();
+    }
+    if (scratch) {
+        const cudaError_t f = gemm_scratch_free(scratch, l->stream);
+        if (e == cudaSuccess)
+            e = f;
+    }
+    return e;
+}
+
+/* float32 operands: the pre-pass, then the main kernel (B K-major). */
 template <int MATH> cudaError_t run(const gemm_launch *l)
 {
     typedef typename wg_traits<MATH>::elem T;
     const int esize = (int)sizeof(T);
     const int m = l->m, n = l->n, k = l->k;
-    if (m < 1 || n < 1 || k < 1)
-        return cudaErrorInvalidValue;
-
     const kernel_fn kern = wgmma_kernel<MATH, B_KMAJOR, OUT_F32>;
     encode_tiled_fn enc = nullptr;
-    cudaError_t e = device_ready(kern, &enc);
+    cudaError_t e = device_ready(kern, l, &enc);
     if (e != cudaSuccess)
         return e;
-
-    const long long tm = (m + BM - 1) / BM, tn = (n + BN - 1) / BN;
-    if (tm * tn > 0x7fffffffLL || tn * GROUP_M > 0x7fffffffLL)
-        return cudaErrorInvalidConfiguration;
 
     /* Scratch: B^T always; A for bf16, or for tf32 when A's rows are not 16-byte aligned. */
     const int per16 = 16 / esize;
@@ -548,18 +527,12 @@ template <int MATH> cudaError_t run(const gemm_launch *l)
         return cudaErrorInvalidValue;
     const bool copy_a = MATH == WG_BF16 || (k % 4) != 0 || ((uintptr_t)l->A % 16) != 0;
     const size_t bt_bytes = ((size_t)n * (size_t)kp * esize + 255) / 256 * 256;
-    const size_t need = bt_bytes + (copy_a ? (size_t)m * (size_t)kp * esize : 0);
-    void *scratch = l->workspace;
-    bool owned = false;
-    if (!scratch || l->workspace_bytes < need) {
-        e = gemm_scratch_alloc(&scratch, need, l->stream);
-        if (e != cudaSuccess)
-            return e;
-        owned = true;
-    }
+    void *scratch = nullptr;
+    e = gemm_scratch_alloc(&scratch, bt_bytes + (copy_a ? (size_t)m * (size_t)kp * esize : 0), l->stream);
+    if (e != cudaSuccess)
+        return e;
     T *Bt = static_cast<T *>(scratch);
     T *Ah = copy_a ? reinterpret_cast<T *>(static_cast<unsigned char *>(scratch) + bt_bytes) : nullptr;
-
     {
         const long long gx = (n + 31) / 32, gy = (kp + 31) / 32;
         dim3 grid((unsigned)(gx < 65535 * 32 ? gx : 65535 * 32), (unsigned)(gy < 65535 ? gy : 65535));
@@ -570,53 +543,26 @@ template <int MATH> cudaError_t run(const gemm_launch *l)
         dim3 grid((unsigned)(gx < 64 ? gx : 64), (unsigned)(m < 65535 ? m : 65535));
         convert_a<T><<<grid, 256, 0, l->stream>>>((const float *)l->A, Ah, m, k, (int)kp);
     }
-
     const CUtensorMapDataType type =
         MATH == WG_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-    CUtensorMap map_a, map_b;
-    const bool ok = make_map(&map_a, enc, type, esize, copy_a ? (const void *)Ah : l->A, m, k,
-                             copy_a ? (size_t)kp : (size_t)k, BM) &&
-                    make_map(&map_b, enc, type, esize, Bt, n, k, (size_t)kp, BN);
-    e = ok ? cudaSuccess : cudaErrorInvalidValue;
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
-    if (e == cudaSuccess) {
-        const int vec = (n % 2 == 0) && ((uintptr_t)l->C % 8 == 0);
-        kern<<<(unsigned)(tm * tn), THREADS, SMEM_BYTES, l->stream>>>(map_a, map_b, l->C, m, n, k,
-                                                                     (int)tm, (int)tn, vec);
-        e = cudaGetLastError();
-    }
-    if (owned) {
-        const cudaError_t f = gemm_scratch_free(scratch, l->stream);
-        if (e == cudaSuccess)
-            e = f;
-    }
-    return e;
+    return main_pass(cudaSuccess, kern, enc, type, esize, l,
+                     {copy_a ? (const void *)Ah : l->A, m, k, copy_a ? (size_t)kp : (size_t)k, BM},
+                     {Bt, n, k, (size_t)kp, BN}, false, scratch);
 }
 
-/* Half operands in memory (float16 / bfloat16): no conversion pass. A (m x k) is K-major
- * and B (k x n) MN-major as they lie, read by the tensor copies straight from the caller's
- * buffers when their rows are multiples of 16 bytes (k, n multiples of 8) and they start
- * 16-byte aligned; otherwise that operand is first copied into scratch with its rows
- * padded to 16 bytes (a strided device copy: the padding is never read, the tensor maps
- * carry the true sizes and the copy engine zero-fills past them). */
+/* Half operands (float16 / bfloat16): A K-major and B MN-major as they lie, except one whose
+ * rows are not whole 16 bytes or that starts unaligned: copied first into scratch with
+ * padded rows (the padding is never read: the maps carry the true sizes). */
 template <int MATH> cudaError_t run_half(const gemm_launch *l)
 {
-    constexpr int BK = wg_traits<MATH>::BK;
     const int esize = 2;
     const int m = l->m, n = l->n, k = l->k;
-    if (m < 1 || n < 1 || k < 1)
-        return cudaErrorInvalidValue;
     const kernel_fn kern = l->out_half ? wgmma_kernel<MATH, B_MNMAJOR, OUT_HALF>
                                        : wgmma_kernel<MATH, B_MNMAJOR, OUT_F32>;
     encode_tiled_fn enc = nullptr;
-    cudaError_t e = device_ready(kern, &enc);
+    cudaError_t e = device_ready(kern, l, &enc);
     if (e != cudaSuccess)
         return e;
-    const long long tm = (m + BM - 1) / BM, tn = (n + BN - 1) / BN;
-    if (tm * tn > 0x7fffffffLL || tn * GROUP_M > 0x7fffffffLL)
-        return cudaErrorInvalidConfiguration;
-
     const bool a_direct = k % 8 == 0 && (uintptr_t)l->A % 16 == 0;
     const bool b_direct = n % 8 == 0 && (uintptr_t)l->B % 16 == 0;
     const size_t lda = a_direct ? (size_t)k : ((size_t)k + 7) / 8 * 8;
@@ -624,16 +570,8 @@ template <int MATH> cudaError_t run_half(const gemm_launch *l)
     const size_t a_bytes = a_direct ? 0 : ((size_t)m * lda * esize + 255) / 256 * 256;
     const size_t b_bytes = b_direct ? 0 : (size_t)k * ldb * esize;
     void *scratch = nullptr;
-    bool owned = false;
-    if (a_bytes + b_bytes) {
-        scratch = l->workspace;
-        if (!scratch || l->workspace_bytes < a_bytes + b_bytes) {
-            e = gemm_scratch_alloc(&scratch, a_bytes + b_bytes, l->stream);
-            if (e != cudaSuccess)
-                return e;
-            owned = true;
-        }
-    }
+    if (a_bytes + b_bytes && (e = gemm_scratch_alloc(&scratch, a_bytes + b_bytes, l->stream)) != cudaSuccess)
+        return e;
     const void *A = l->A, *B = l->B;
     if (!a_direct) {
         A = scratch;
@@ -648,27 +586,8 @@ template <int MATH> cudaError_t run_half(const gemm_launch *l)
     }
     const CUtensorMapDataType type =
         MATH == WG_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    CUtensorMap map_a, map_b;
-    if (e == cudaSuccess && !(make_map(&map_a, enc, type, esize, A, m, k, lda, BM) &&
-                              make_map(&map_b, enc, type, esize, B, k, n, ldb, BK)))
-        e = cudaErrorInvalidValue;
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
-    if (e == cudaSuccess) {
-        /* float32 C: pairs (n even, 8-byte aligned); half C: two pairs side by side (n a
-         * multiple of 4, 8-byte aligned) give 2, else single elements. */
-        const int vec = l->out_half ? ((n % 4 == 0) && ((uintptr_t)l->C % 8 == 0) ? 2 : 0)
-                                    : (n % 2 == 0) && ((uintptr_t)l->C % 8 == 0);
-        kern<<<(unsigned)(tm * tn), THREADS, SMEM_BYTES, l->stream>>>(map_a, map_b, l->C, m, n, k,
-                                                                     (int)tm, (int)tn, vec);
-        e = cudaGetLastError();
-    }
-    if (owned) {
-        const cudaError_t f = gemm_scratch_free(scratch, l->stream);
-        if (e == cudaSuccess)
-            e = f;
-    }
-    return e;
+    return main_pass(e, kern, enc, type, esize, l, {A, m, k, lda, BM}, {B, k, n, ldb, wg_traits<MATH>::BK},
+                     l->out_half != 0, scratch);
 }
 
 cudaError_t wgmma_launch(const gemm_launch *l)
@@ -697,26 +616,16 @@ int wgmma_plan(const gemm_launch *l, char *out, size_t cap)
 
 } // namespace
 
-/* Whether this build can run the member on the current device (cc >= 9.0 and sm_90a code
- * present). The engine asks once per device at open (CUDA calls: never on the request
- * path); kernel=auto then skips wgmma where it cannot run, so a build without 90a in
- * CUDA_ARCHS falls back to the next candidate, and kernel=wgmma is refused with 422. */
+/* cc >= 9.0 and the sm_90a bodies present (cuda_engine.h: asked once per device at open). */
 extern "C" int gemm_wgmma_runnable(void)
 {
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    const int ok = has_body(wgmma_kernel<WG_BF16, B_KMAJOR, OUT_F32>) == cudaSuccess &&
+                   has_body(wgmma_kernel<WG_TF32, B_KMAJOR, OUT_F32>) == cudaSuccess &&
+                   has_body(wgmma_kernel<WG_BF16, B_MNMAJOR, OUT_HALF>) == cudaSuccess &&
+                   has_body(wgmma_kernel<WG_F16, B_MNMAJOR, OUT_F32>) == cudaSuccess;
+    if (!ok)
         cudaGetLastError();
-        return 0;
-    }
-    if (major < 9 || has_body(wgmma_kernel<WG_BF16, B_KMAJOR, OUT_F32>) != cudaSuccess ||
-        has_body(wgmma_kernel<WG_TF32, B_KMAJOR, OUT_F32>) != cudaSuccess ||
-        has_body(wgmma_kernel<WG_BF16, B_MNMAJOR, OUT_HALF>) != cudaSuccess ||
-        has_body(wgmma_kernel<WG_F16, B_MNMAJOR, OUT_F32>) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return 1;
+    return ok;
 }
 
 extern "C" const gemm_kernel_desc gemm_kernel_wgmma = {

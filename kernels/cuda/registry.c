@@ -28,54 +28,33 @@ const gemm_kernel_desc *const gemm_kernel_table[] = {
 
 const gemm_kernel_desc *gemm_kernel_find(const char *name)
 {
-    if (!name)
-        return NULL;
+    if (!name) return NULL;
     for (size_t i = 0; gemm_kernel_table[i]; i++)
-        if (strcmp(gemm_kernel_table[i]->name, name) == 0)
-            return gemm_kernel_table[i];
+        if (strcmp(gemm_kernel_table[i]->name, name) == 0) return gemm_kernel_table[i];
     return NULL;
 }
 
-int gemm_kernel_supports(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m, int tile,
-                         int cc, const char **why)
+/* Why desc cannot run the product (NULL: it can). */
+static const char *unsupported(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m, int tile, int cc)
 {
-    const char *dummy;
-    if (!why)
-        why = &dummy;
-    *why = NULL;
-    if (!desc) {
-        *why = "unknown kernel";
-        return 0;
-    }
-    if ((int)d < 0 || d >= GEMM_DTYPE_COUNT || !(desc->dtypes & (1u << d))) {
-        *why = "this kernel does not run this dtype";
-        return 0;
-    }
+    if (!desc) return "unknown kernel";
+    if ((int)d < 0 || d >= GEMM_DTYPE_COUNT || !(desc->dtypes & (1u << d))) return "this kernel does not run this dtype";
     /* Math modes only matter for float32; float64 and int32 are always exact. */
-    if (d == GEMM_DTYPE_F32) {
-        gemm_math r = (m == GEMM_MATH_DEFAULT) ? GEMM_MATH_FP32 : m;
-        if ((int)r < 0 || r >= GEMM_MATH_COUNT || !(desc->maths & (1u << r))) {
-            *why = "this kernel does not offer this math mode for float32";
-            return 0;
-        }
-    } else if (m != GEMM_MATH_DEFAULT && m != GEMM_MATH_FP32) {
-        *why = "math modes other than the exact one apply to float32 only";
-        return 0;
-    }
-    if (tile != 0) {
-        int ok = 0;
-        for (int i = 0; i < 4 && desc->tiles[i]; i++)
-            if (desc->tiles[i] == tile)
-                ok = 1;
-        if (!ok) {
-            *why = desc->tiles[0] ? "this tile size is not offered by this kernel"
-                                  : "this kernel takes no tile option";
-            return 0;
-        }
-    }
-    if (cc > 0 && cc < desc->min_cc) {
-        *why = "this kernel needs a newer GPU (compute capability too low)";
-        return 0;
-    }
-    return 1;
+    const gemm_math r = m == GEMM_MATH_DEFAULT ? GEMM_MATH_FP32 : m;
+    if (d == GEMM_DTYPE_F32 && ((int)r < 0 || r >= GEMM_MATH_COUNT || !(desc->maths & (1u << r))))
+        return "this kernel does not offer this math mode for float32";
+    if (d != GEMM_DTYPE_F32 && m != GEMM_MATH_DEFAULT && m != GEMM_MATH_FP32)
+        return "math modes other than the exact one apply to float32 only";
+    int ok = tile == 0;
+    for (int i = 0; i < 4 && desc->tiles[i]; i++) ok |= desc->tiles[i] == tile;
+    if (!ok) return desc->tiles[0] ? "this tile size is not offered by this kernel" : "this kernel takes no tile option";
+    if (cc > 0 && cc < desc->min_cc) return "this kernel needs a newer GPU (compute capability too low)";
+    return NULL;
+}
+
+int gemm_kernel_supports(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m, int tile, int cc, const char **why)
+{
+    const char *w = unsupported(desc, d, m, tile, cc);
+    if (why) *why = w;
+    return w == NULL;
 }

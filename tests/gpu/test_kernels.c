@@ -80,7 +80,7 @@ static void check_one(const gemm_kernel_desc *kd, gemm_dtype d, gemm_math math, 
     CK(cudaMemsetAsync(dC, 0xFF, nc * es, stream));
     gemm_launch l = {.dtype = d, .math = math, .m = s->m, .n = s->n, .k = s->k,
                      .A = dA, .B = dB, .C = dC, .tile = tile, .stream = stream,
-                     .cublas = blas, .workspace = NULL, .workspace_bytes = 0};
+                     .cublas = blas};
     cudaError_t e = kd->launch(&l);
     cudaError_t es2 = cudaStreamSynchronize(stream);
     if (e != cudaSuccess || es2 != cudaSuccess) {
