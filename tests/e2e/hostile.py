@@ -46,19 +46,17 @@ BATTERY_CONFIG = {
     "max_json_mb": 64,
     "admit_wait": 2,  # a request waiting for memory is refused after it, like a slow head
 }
-# Keys an older daemon does not know (left out when measuring it).
-NEW_KEYS = ("max_inflight_mb", "header_timeout", "request_timeout", "min_rate_kb", "send_timeout", "admit_wait")
 
 
 def proc_status(pid):
-    """{field: kB} of /proc/PID/status for VmRSS, VmHWM and the parts of RSS (RssAnon,
-    RssFile, RssShmem); {} when the process is gone."""
+    """{field: kB} of /proc/PID/status for VmSize, VmRSS, VmHWM and the parts of RSS
+    (RssAnon, RssFile, RssShmem); {} when the process is gone."""
     out = {}
     try:
         with open("/proc/%d/status" % pid) as f:
             for line in f:
                 k, _, v = line.partition(":")
-                if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
+                if k in ("VmSize", "VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
                     out[k] = int(v.split()[0])
     except OSError:
         pass
@@ -415,7 +413,7 @@ class Probe:
 
 
 class Monitor(Worker):
-    """Samples the daemon's VmRSS, VmHWM and open fds every `every` seconds."""
+    """Samples the daemon's VmRSS, VmHWM, VmSize and open fds every `every` seconds."""
 
     def __init__(self, pid, every=0.1):
         super().__init__("monitor")
@@ -423,7 +421,7 @@ class Monitor(Worker):
         self.rss_kb = []
         self.hwm_kb = 0
         self.max_fds = 0
-        self.phase_max = 0
+        self.phase_max = self.phase_vm = 0
         self.parts_at_max = {}  # RssAnon / RssFile / RssShmem when RSS was largest
 
     def sample(self):
@@ -434,13 +432,15 @@ class Monitor(Worker):
             if st.get("VmRSS", 0) > max(self.rss_kb[:-1] or [0]):
                 self.parts_at_max = {k: st.get(k, 0) for k in ("RssAnon", "RssFile", "RssShmem")}
             self.phase_max = max(self.phase_max, st.get("VmRSS", 0))
+            self.phase_vm = max(self.phase_vm, st.get("VmSize", 0))
         self.max_fds = max(self.max_fds, fd_count(self.pid))
 
     def take(self):
-        """(largest RSS since the last take(), VmHWM so far) in kB."""
+        """(largest RSS since the last take(), VmHWM so far, largest VmSize since the last
+        take()) in kB."""
         self.sample()
-        out = (self.phase_max, self.hwm_kb)
-        self.phase_max = 0
+        out = (self.phase_max, self.hwm_kb, self.phase_vm)
+        self.phase_max = self.phase_vm = 0
         return out
 
     def body(self):
@@ -566,8 +566,8 @@ def idle_flood(port, sources, per_ip):
 
 
 def giant_declared(port, sources, per_ip, declared_mb=256, kind="raw"):
-    """Heads that declare a big body (raw: m x k x n float32 adding up to declared_mb;
-    npy: a form whose first part's .npy header announces that much), then 20 bytes of it,
+    """Heads that declare a body of declared_mb (raw: m x k x n float32 adding up to it;
+    npy: a form whose first part's .npy header announces half of it), then 20 bytes of it,
     then nothing."""
     elems = declared_mb * 1024 * 1024 // 4 // 2
     side = int(elems ** 0.5)
@@ -585,7 +585,7 @@ def giant_declared(port, sources, per_ip, declared_mb=256, kind="raw"):
         boundary = "gemmdgiant"
         part = ("--%s\r\nContent-Disposition: form-data; name=\"a\"; filename=\"a.npy\"\r\n\r\n"
                 % boundary).encode() + hdr
-        total = len(part) + side * side * 4 * 2 + 400
+        total = declared_mb << 20  # exactly as declared: A's part fits, B's never comes
         first = ("POST /v1/matmul HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=%s\r\n"
                  "Content-Length: %d\r\n\r\n" % (boundary, total)).encode() + part + b"\0" * 20
     return SocketFlood("giant-" + kind, port, sources, per_ip, interval=1.0, first=first)
