@@ -39,7 +39,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -47,7 +46,8 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.join(REPO, "build", "venv")
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
-from harness import free_port  # noqa: E402  (the tests' way to pick a loopback port)
+import harness  # noqa: E402  (the tests' daemon on a free loopback port)
+from hostile import percentile as pct  # noqa: E402
 
 
 def ensure_tritonclient(wheels):
@@ -73,29 +73,6 @@ def server_total(h):
         if f[0] == "total":
             return float(next((x[4:] for x in f[1:] if x.startswith("dur=")), "nan"))
     return float("nan")
-
-
-def start_daemon(gemmd, backend, tmp):
-    port = free_port()
-    conf = os.path.join(tmp, "gemmd.conf")
-    with open(conf, "w") as f:
-        f.write("backend = %s\nlog_level = warn\nhttp_threads = 8\nper_ip_limit = 512\nconnection_limit = 1024\n"
-                "queue_depth = 1024\nmax_body_mb = 1024\n" % backend)
-    proc = subprocess.Popen([gemmd, "--config", conf, "--port", str(port)], stdout=open(conf + ".log", "wb"),
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    for _ in range(600):
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/v2/health/ready")
-            if c.getresponse().status == 200:
-                return proc, port
-        except OSError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    proc.kill()
-    sys.exit("bench_v2: the daemon did not start (%s)" % (conf + ".log"))
 
 
 class Door:
@@ -137,11 +114,6 @@ def check(c, a, b, rng):
         want = float(a[i].astype(np.float64) @ b[:, j].astype(np.float64))
         if abs(float(c[i, j]) - want) > 1e-4 * a.shape[1] + 1e-5:
             raise RuntimeError("C[%d,%d] = %r, want %r" % (i, j, c[i, j], want))
-
-
-def pct(xs, p):
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(p / 100.0 * (len(s) - 1))))] if s else float("nan")
 
 
 def part_a(args, host, port, rng, out):
@@ -297,12 +269,16 @@ def main():
     args.sizes = [int(x) for x in args.sizes.split(",") if x]
     if args.triton:
         ensure_tritonclient(args.wheels)
-    tmp, proc = tempfile.TemporaryDirectory(prefix="gemmd-bench-v2-"), None
+    proc = None
     if args.url:
         host, port = args.url.split("://", 1)[-1].rstrip("/").rsplit(":", 1)
         port = int(port)
     else:
-        (proc, port), host = start_daemon(args.gemmd, args.backend, tmp.name), "127.0.0.1"
+        harness.GEMMD_BIN = args.gemmd
+        proc = harness.Daemon(harness.Tap(), check_exit=False, config={
+            "backend": args.backend, "log_level": "warn", "http_threads": 8, "per_ip_limit": 512,
+            "connection_limit": 1024, "queue_depth": 1024, "max_body_mb": 1024})
+        host, port = "127.0.0.1", proc.port
     try:
         c = http.client.HTTPConnection(host, port, timeout=30)
         c.request("GET", "/v1/info", headers={"Authorization": "Bearer " + args.token} if args.token else {})
@@ -326,8 +302,7 @@ def main():
             part_b(args, host, port, rng, out)
     finally:
         if proc:
-            proc.terminate()
-            proc.wait(30)
+            proc.stop(30)
     out.append("Load average at the end: %.2f (1 min)" % os.getloadavg()[0])
     text = "\n".join(out) + "\n"
     if args.out:

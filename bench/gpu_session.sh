@@ -34,7 +34,7 @@
 #   codec     build/bench/bench_codec: the JSON, .npy and multipart codecs in process
 #   blas      bench/blas_offload.sh --backend cuda --offload-sizes 2048,4096
 #   soak      bench/soak.py --backend cuda, 1,000,000 products (SOAK_N), 8 client processes
-#   hostile   bench/hostile_load.py --backend cuda (phases HOSTILE_SCALE x their CI length)
+#   hostile   bench/hostile_load.py --backend cuda --fairness (phases HOSTILE_SCALE x CI length)
 #   fleet     bench/load.py: one CPU daemon direct, one and three behind nginx (512²), and
 #             nginx in front of the CUDA daemon (4096²)
 set -u
@@ -136,7 +136,7 @@ step_soak() {
     grep -E 'products by|wrong answers|Stopped|flat' "$1/soak-gpu.md"; return $rc
 }
 step_hostile() {
-    "$PY" bench/hostile_load.py --backend cuda --label gpu --scale "${HOSTILE_SCALE:-0.4}" --settle 1 \
+    "$PY" bench/hostile_load.py --backend cuda --fairness --label gpu --scale "${HOSTILE_SCALE:-0.4}" --settle 1 \
         --out "$1/hostile.md" >"$1/hostile.log" 2>&1; local rc=$?
     grep -E 'peak RSS|^\| (idle|all at once|non-readers)' "$1/hostile.md"; return $rc
 }

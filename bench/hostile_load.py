@@ -5,15 +5,20 @@ with a well-behaved client and /healthz + /readyz probes running throughout.
     /usr/bin/python3 bench/hostile_load.py                      # bin/gemmd, print the table
     /usr/bin/python3 bench/hostile_load.py --bin /tmp/old-gemmd --label before --old
     /usr/bin/python3 bench/hostile_load.py --label after --out bench/results/hostile-load-cpu.md
+    /usr/bin/python3 bench/hostile_load.py --fairness --no-tls --label after --out FILE.md
 
---old leaves out the configuration keys an older daemon does not know (the memory budget
-and the deadlines). --out appends (or replaces) the section of that label in a Markdown
-file. Each phase reports the daemon's largest RSS during it, its peak RSS (VmHWM) so far,
-/healthz + /readyz latency (fresh connection each, every 50 ms), the well-behaved client's
-answers (checked against NumPy float64) and latency, and what the attack got. Then: how
-fast each malformed request head is refused (framing), the daemon's RSS 10 s after 120
-stalled chunked uploads went, and, on an HTTPS daemon of its own, /healthz latency under
-1,000 TLS handshakes that never finish (--no-tls leaves that out).
+--old leaves out the configuration keys an older daemon does not know (those its --help
+does not list). --out appends (or replaces) the section of that label in a Markdown file.
+Each phase reports the daemon's largest RSS during it and --settle (10) s after it ended,
+its peak RSS (VmHWM) so far, /healthz + /readyz latency (fresh connection each, every 50
+ms), the well-behaved client's answers (checked against NumPy float64) and latency, and
+what the attack got. Then: how fast each malformed request head is refused (framing), and,
+on an HTTPS daemon of its own, /healthz latency under 1,000 TLS handshakes that never
+finish (--no-tls leaves that out). --fairness adds the cases of tests/e2e/hostile_fair.py,
+each on a daemon of its own: 16 x 64 MiB uploads and 4 x 60 MiB JSON bodies at a 512 MiB
+budget from clients that honour Expect: 100-continue and Retry-After, 32 products of 4096^3
+abandoned by their clients, token A at its share of all that is kept while token B is
+served, 200 connections declaring 2 GiB bodies (VmSize); with RSS and VmSize after each.
 """
 import argparse
 import datetime
@@ -21,7 +26,6 @@ import tempfile
 import os
 import platform
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -29,10 +33,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "e2e"))
 
+import harness  # noqa: E402
 import hostile  # noqa: E402
+import hostile_fair  # noqa: E402
 import hostile_heads  # noqa: E402
-from harness import Daemon, Tap  # noqa: E402
+from harness import Daemon, Tap, metric, parse_metrics  # noqa: E402
 from hostile import percentile  # noqa: E402
+
 
 # (name, what, constructor(port) -> Worker, seconds)
 def phases(port, scale=1.0):
@@ -66,13 +73,12 @@ def phases(port, scale=1.0):
 
 
 def attack_summary(w):
+    st = ", ".join("%s: %d" % ("no answer" if k == 0 else k, v) for k, v in sorted(getattr(w, "statuses", {}).items()))
     if isinstance(w, hostile.SocketFlood):
-        st = ", ".join("%s: %d" % ("no answer" if k == 0 else k, v) for k, v in sorted(w.statuses.items()))
         life = ("closed after p50 %.1f s" % percentile(w.lifetimes, 50)) if w.lifetimes else "none closed"
         return "%s: %d opened, %d closed by the daemon (%s; %s)" % (w.name, w.opened, w.closed_by_server,
                                                                     st or "-", life)
     if isinstance(w, hostile.BigJson):
-        st = ", ".join("%s: %d" % ("no answer" if k == 0 else k, v) for k, v in sorted(w.statuses.items()))
         return "big JSON (%.0f MiB bodies): %s; %d wrong" % (len(w.body_bytes) / 2**20, st, w.wrong)
     if isinstance(w, hostile.NonReader):
         life = ("dropped after p50 %.1f s" % percentile(w.lifetimes, 50)) if w.lifetimes else "none dropped"
@@ -92,20 +98,18 @@ def attack_summary(w):
     return w.name
 
 
+def config(args, cfg):
+    """cfg on --backend; with --old, less the keys the daemon's --help does not list."""
+    cfg = dict(cfg, backend=args.backend)
+    usage = subprocess.run([harness.GEMMD_BIN, "--help"], capture_output=True, text=True).stdout
+    return {k: v for k, v in cfg.items() if not args.old or "--%s " % k.replace("_", "-") in usage}
+
+
 def run(args):
-    tap = Tap()
-    cfg = dict(hostile.BATTERY_CONFIG)
-    cfg["backend"] = args.backend
-    if args.old:
-        for k in hostile.NEW_KEYS:
-            cfg.pop(k, None)
-    if args.bin:
-        os.environ["GEMMD_BIN"] = args.bin
-        import harness
-        harness.GEMMD_BIN = os.path.abspath(args.bin)
+    cfg = config(args, hostile.BATTERY_CONFIG)
     rows = []
-    framing, rss_back = None, None
-    with Daemon(tap, config=cfg, check_exit=False) as d:
+    framing = None
+    with Daemon(Tap(), config=cfg, check_exit=False) as d:
         pid = d.proc.pid
         base = hostile.proc_status(pid)
         mon = hostile.Monitor(pid)
@@ -115,12 +119,12 @@ def run(args):
         probe = hostile.Probe(d.port, "127.0.0.21")
         probe.start()
         time.sleep(2)
-        rows.append(("idle", "no attack", probe.take(), good.take(), mon.take(), []))
+        rows.append(("idle", "no attack", probe.take(), good.take(), mon.take(), [], None))
         for name, what, make, secs in phases(d.port, args.scale):
             if args.phases and name not in args.phases.split(","):
                 continue
             if not d.alive():
-                rows.append((name, what, None, None, None, ["the daemon is gone"]))
+                rows.append((name, what, None, None, None, ["the daemon is gone"], None))
                 break
             workers = make()
             for w in workers:
@@ -132,13 +136,9 @@ def run(args):
                     for w in workers]
             if any(isinstance(w, hostile_heads.FramingFlood) for w in workers):
                 framing = next(w for w in workers if isinstance(w, hostile_heads.FramingFlood))
-            rss_end = hostile.proc_status(pid).get("VmRSS", 0) / 1024.0
-            rows.append((name, what, probe.take(), good.take(), mon.take(), summ))
-            if name == "chunked stall":  # what the daemon gives back, 10 s after the attack ends
-                time.sleep(10)
-                after = hostile.proc_status(pid).get("VmRSS", 0) / 1024.0
-                rss_back = (base.get("VmRSS", 0) / 1024.0, rss_end, after)
-            time.sleep(args.settle)
+            taken = (probe.take(), good.take(), mon.take())
+            time.sleep(args.settle)  # then what the daemon gave back
+            rows.append((name, what) + taken + (summ, hostile.proc_status(pid).get("VmRSS", 0) / 1024.0))
         probe.stop()
         good.stop()
         mon.stop()
@@ -148,7 +148,7 @@ def run(args):
             r = d.curl("GET", "/metrics", max_time=10)
             metrics = r.body.decode("utf-8", "replace") if r.status == 200 else None
         d.stop()
-    return rows, base, mon, alive, metrics, cfg, framing, rss_back
+    return rows, base, mon, alive, metrics, cfg, framing
 
 
 def tls_run(args):
@@ -159,10 +159,7 @@ def tls_run(args):
     cert, key = hostile.make_cert(tmp.name)
     if cert is None:
         return None
-    cfg = dict(hostile.BATTERY_CONFIG, backend=args.backend, tls_cert=cert, tls_key=key)
-    if args.old:
-        for k in hostile.NEW_KEYS:
-            cfg.pop(k, None)
+    cfg = config(args, dict(hostile.BATTERY_CONFIG, tls_cert=cert, tls_key=key))
     with Daemon(Tap(), config=cfg, wait=False, check_exit=False) as d:
         ctx = hostile.tls_client()
         for _ in range(300):
@@ -196,15 +193,14 @@ def delay_hook(args):
 def queued_jobs(args):
     """Finding 4: async jobs whose inputs are big and results small, against job_mem_mb 16.
     Returns (accepted, refused statuses, RSS MB with the jobs queued)."""
-    tap = Tap()
-    cfg = {"backend": args.backend, "log_level": "warn", "job_mem_mb": 16, "fault_inject": delay_hook(args),
-           "queue_depth": 64, "cpu_workers": 1, "threads": 1}
+    cfg = config(args, {"log_level": "warn", "job_mem_mb": 16, "fault_inject": delay_hook(args), "queue_depth": 64,
+                        "cpu_workers": 1, "threads": 1})
     import numpy as np
     a = np.ones((4096, 512), np.float32)   # 8 MiB
     b = np.ones((512, 16), np.float32)     # 32 KiB; C is 256 KiB
     body = a.tobytes() + b.tobytes()
     accepted, refused = 0, {}
-    with Daemon(tap, config=cfg, check_exit=False) as d:
+    with Daemon(Tap(), config=cfg, check_exit=False) as d:
         for _ in range(32):
             r = d.curl("POST", "/v1/jobs?m=4096&k=512&n=16&dtype=float32", data=body,
                        content_type="application/octet-stream")
@@ -220,14 +216,6 @@ def queued_jobs(args):
 
 def fmt_ms(x):
     return "-" if x != x else "%.1f" % x
-
-
-def metric(text, name):
-    """The value of an unlabelled metric in a /metrics text, or None."""
-    for line in (text or "").splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
 
 
 def framing_table(w):
@@ -258,11 +246,8 @@ def tls_table(res):
                 fmt_ms(max(lat or [float("nan")]) * 1e3), flood.opened, flood.closed_by_server))
 
 
-def table(rows, base, mon, alive, cfg, label, cmd, metrics=None):
-    out = []
-    out.append("### %s\n" % label)
-    out.append("Command: `%s`  " % cmd)
-    out.append("Daemon config: `%s`  " % ", ".join("%s=%s" % kv for kv in sorted(cfg.items())))
+def table(rows, base, mon, alive, cfg, settle, metrics=None):
+    out = ["Daemon config: `%s`  " % ", ".join("%s=%s" % kv for kv in sorted(cfg.items()))]
     out.append("Start RSS %.0f MB (anonymous %.0f, file-backed %.0f); peak RSS (VmHWM) over the run **%.0f MB**; "
                "at most %d fds open; daemon alive at the end: %s.\n" % (
                    base.get("VmRSS", 0) / 1024, base.get("RssAnon", 0) / 1024, base.get("RssFile", 0) / 1024,
@@ -272,59 +257,141 @@ def table(rows, base, mon, alive, cfg, label, cmd, metrics=None):
         out.append("At the largest RSS: anonymous %.0f MB, file-backed %.0f MB, shared %.0f MB." % (
                        parts.get("RssAnon", 0) / 1024, parts.get("RssFile", 0) / 1024,
                        parts.get("RssShmem", 0) / 1024))
-    peak = metric(metrics, "gemmd_memory_inflight_peak_bytes")
-    if peak is not None:
+    if metrics:
+        peak = metric(parse_metrics(metrics), "gemmd_memory_inflight_peak_bytes")
         out.append("Most bytes charged against the budget at once: %.0f MB (gemmd_memory_inflight_peak_bytes).\n"
                    % (peak / 1e6))
-    out.append("| phase | attack | max RSS MB | VmHWM MB | health p50 / p99 / max ms (n, failed) "
-               "| good client ok / wrong / 503 / failed | good p50 / p99 / max ms |")
-    out.append("|---|---|---|---|---|---|---|")
-    for name, what, pr, gd, mo, _s in rows:
+    out.append("| phase | attack | max RSS MB | RSS %g s after MB | VmHWM MB | health p50 / p99 / max ms (n, failed) "
+               "| good client ok / wrong / 503 / failed | good p50 / p99 / max ms |" % settle)
+    out.append("|---|---|---|---|---|---|---|---|")
+    for name, what, pr, gd, mo, _s, after in rows:
         if pr is None:
-            out.append("| %s | %s | - | - | - | - | - |" % (name, what))
+            out.append("| %s | %s | - | - | - | - | - | - |" % (name, what))
             continue
         lat, bad = pr
-        out.append("| %s | %s | %.0f | %.0f | %s / %s / %s (%d, %d) | %d / %d / %d / %d | %s / %s / %s |" % (
-            name, what, mo[0] / 1024, mo[1] / 1024, fmt_ms(percentile(lat, 50) * 1e3),
+        out.append("| %s | %s | %.0f | %s | %.0f | %s / %s / %s (%d, %d) | %d / %d / %d / %d | %s / %s / %s |" % (
+            name, what, mo[0] / 1024, "-" if after is None else "%.0f" % after, mo[1] / 1024,
+            fmt_ms(percentile(lat, 50) * 1e3),
             fmt_ms(percentile(lat, 99) * 1e3), fmt_ms(max(lat) * 1e3 if lat else float("nan")), len(lat), bad,
             gd["ok"], gd["wrong"], gd["refused"], gd["failed"], fmt_ms(gd["p50_ms"]), fmt_ms(gd["p99_ms"]),
             fmt_ms(gd["max_ms"])))
     out.append("")
     out.append("What each attack got:\n")
-    for name, _w, _p, _g, _m, summ in rows:
+    for name, _w, _p, _g, _m, summ, _a in rows:
         for s in summ:
             out.append("- %s — %s" % (name, s))
     out.append("")
     return "\n".join(out)
 
 
+def admission_rows(r):
+    sec = r["seconds"]
+    return [("%.1f MiB bodies: answered right / wrong / not" % r["mb"], "%d / %d / %s" % (
+                r["right"], r["wrong"], r["failed"] or 0)),
+            ("right at the first try (tries in all)", "%d (%d)" % (r["first_try"], r["tries"])),
+            ("refused (503) once the body had begun to go", r["after_body"]),
+            ("largest Retry-After", "%g s" % r["retry_after"] if r["retry_after"] else "none sent"),
+            ("seconds to the answer: p50 / max", "%.1f / %.1f" % (sec[len(sec) // 2], sec[-1]))]
+
+
+def abandoned_rows(d):
+    r = hostile_fair.abandoned(d)
+    f = lambda x: "not within 240 s" if x is None else "%.1f s" % x  # noqa: E731
+    return [("products on the engine 0.3 s in (queued + running)", "%d" % r["busy"]),
+            ("engine idle (queue and running 0) after the close", f(r["idle_after"])),
+            ("daemon CPU from the close to idle; over the 10 s after the close",
+             "%s; %s" % (f(r["cpu_to_idle"]), f(r["cpu_10s"]))),
+            ("gemmd_clients_left_total", "-" if r["left"] is None else "%d" % r["left"]),
+            ("a good client's 64^2 product sent at the close", "%s in %s, %s" % (
+                r["good_status"], f(r["good_seconds"]), "right" if r["good_right"] else "**not right**"))]
+
+
+def quota_rows(d, toks):
+    r = hostile_fair.quotas(d, toks)
+    return [("A: " + w, "%s taken; the next: %s" % (n, nxt)) for w, n, nxt in r["A"]] + [
+        ("B: " + w, "%s in %.0f ms%s" % (st, sec * 1e3, {None: "", True: ", right", False: ", **wrong**"}[ok]))
+        for w, st, sec, ok in r["B"]]
+
+
+def declared_rows(d):
+    r = hostile_fair.declared(d)
+    return [("VmSize / VmRSS MB idle", "%.0f / %.0f" % (r["vm_before"], r["rss_before"])),
+            ("VmSize / VmRSS MB, largest during", "%.0f / %.0f" % (r["vm_max"], r["rss_max"])),
+            ("what the connections got", "; ".join(attack_summary(w) for w in r["floods"]))]
+
+
+def fairness(args):
+    """The cases of hostile_fair, each on a daemon of its own: a Markdown table."""
+    tmp = tempfile.TemporaryDirectory(prefix="gemmd-bench-fair-")
+    toks, tokfile = ("tokenAAAAsecret", "tokenBBBBsecret"), os.path.join(tmp.name, "tokens")
+    with open(tokfile, "w") as f:  # "name token" lines; an older daemon reads a token a line
+        f.write("".join(("" if args.old else n + " ") + t + "\n" for n, t in zip(("alice", "bob"), toks)))
+    adm = {"max_inflight_mb": 512}
+    quota = dict(adm, tokens_file=tokfile, token_share=50, resident_mb=256, max_jobs=16, job_mem_mb=64)
+    cases = [("16 x 64 MiB raw uploads at once, each from its own address", adm,
+              lambda d: admission_rows(hostile_fair.admission(d, 16, 64, sources=16))),
+             ("16 x 64 MiB raw uploads at once, all from one address", adm,
+              lambda d: admission_rows(hostile_fair.admission(d, 16, 64, sources=1))),
+             ("4 x 60 MiB JSON products at once", adm,
+              lambda d: admission_rows(hostile_fair.admission(d, 4, 60, "json", sources=4))),
+             ("4 x 60 MiB JSON products at once, sent without Expect", adm,
+              lambda d: admission_rows(hostile_fair.admission(d, 4, 60, "json", sources=4, expect=False))),
+             ("32 products of 4096^3 float32 on resident A and B, clients gone after 0.3 s",
+              {"max_inflight_mb": 8192, "queue_depth": 64}, abandoned_rows),
+             ("token A at its share of all that is kept; token B meanwhile", quota, lambda d: quota_rows(d, toks)),
+             ("200 connections declaring 2 GiB bodies (100 raw, 100 .npy forms), 20 bytes sent, 10 s",
+              {"max_inflight_mb": 4096}, declared_rows)]
+    keys = ("max_inflight_mb", "queue_depth", "token_share", "resident_mb", "max_jobs", "job_mem_mb")
+    out = ["Fairness between well-formed clients (tests/e2e/hostile_fair.py), each case on a daemon of its own "
+           "(`log_level=warn`, the config named, defaults otherwise); RSS and VmSize %g s after each case.\n" %
+           args.settle, "| case | measure | figure |", "|---|---|---|"]
+    for name, cfg, fn in cases:
+        cfg = config(args, dict(cfg, log_level="warn"))
+        with Daemon(Tap(), config=cfg, check_exit=False) as d:
+            idle = hostile.proc_status(d.proc.pid)
+            rows = fn(d)
+            time.sleep(args.settle)
+            st = [(x.get("VmRSS", 0) / 1024, x.get("VmSize", 0) / 1024)
+                  for x in (idle, hostile.proc_status(d.proc.pid))]
+            d.kill_if_running()
+        rows.append(("RSS / VmSize MB: idle, %g s after" % args.settle, "%.0f / %.0f, %.0f / %.0f" % (st[0] + st[1])))
+        name += " (`%s`)" % ", ".join("%s=%s" % kv for kv in sorted(cfg.items()) if kv[0] in keys)
+        out += ["| %s | %s | %s |" % (name if i == 0 else "", m, v) for i, (m, v) in enumerate(rows)]
+    tmp.cleanup()
+    return "\n".join(out) + "\n\n"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", help="daemon binary (default bin/gemmd or $GEMMD_BIN)")
-    ap.add_argument("--old", action="store_true", help="leave out configuration keys an older daemon lacks")
+    ap.add_argument("--old", action="store_true", help="leave out configuration keys the daemon does not know")
     ap.add_argument("--label", default="run")
     ap.add_argument("--backend", default="cpu", choices=("cpu", "cuda"), help="cpu or cuda (default cpu)")
     ap.add_argument("--out", help="Markdown file to add this run's section to")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply phase durations")
-    ap.add_argument("--settle", type=float, default=3.0, help="seconds between phases")
-    ap.add_argument("--phases", help="comma-separated phase names to run (default: all)")
+    ap.add_argument("--settle", type=float, default=10.0, help="seconds after a phase or case: then RSS is read")
+    ap.add_argument("--phases", help="comma-separated phase names to run (default: all; none: only the idle row)")
     ap.add_argument("--no-tls", action="store_true", help="leave out the HTTPS daemon and its handshake flood")
+    ap.add_argument("--fairness", action="store_true", help="add the fairness cases (tests/e2e/hostile_fair.py)")
     args = ap.parse_args()
-    cmd = "/usr/bin/python3 bench/hostile_load.py " + shlex.join(sys.argv[1:])
-    rows, base, mon, alive, metrics, cfg, framing, rss_back = run(args)
-    text = table(rows, base, mon, alive, cfg, args.label, cmd, metrics)
+    if args.bin:
+        os.environ["GEMMD_BIN"] = harness.GEMMD_BIN = os.path.abspath(args.bin)
+    load = "%.1f %.1f %.1f" % os.getloadavg()
+    rows, base, mon, alive, metrics, cfg, framing = run(args)
+    text = table(rows, base, mon, alive, cfg, args.settle, metrics)
     if framing:
         text += framing_table(framing)
-    if rss_back:
-        text += ("Memory given back: RSS %.0f MB at the start, %.0f MB as the stalled chunked uploads closed, "
-                 "**%.0f MB 10 s later**.\n\n" % rss_back)
     if not args.no_tls:
         res = tls_run(args)
         text += tls_table(res) + "\n" if res else "HTTPS: no certificate could be made (openssl).\n\n"
     acc, ref, rss = queued_jobs(args)
     text += ("Queued async jobs (finding 4), own daemon with `job_mem_mb = 16`, `" + delay_hook(args) + "`: 32 submits "
              "of jobs with 8 MiB of inputs and a 256 KiB result: **%d accepted**, refused %s; daemon RSS with them "
-             "queued **%.0f MB**.\n" % (acc, ref or "none", rss))
+             "queued **%.0f MB**.\n\n" % (acc, ref or "none", rss))
+    text += fairness(args) if args.fairness else ""
+    text = ("### %s\n\nCommand: `/usr/bin/python3 bench/hostile_load.py %s`  \nLoad average (1, 5, 15 min) at the "
+            "start %s, at the end %.1f %.1f %.1f.  \n%s" % (args.label, shlex.join(sys.argv[1:]), load,
+                                                            *os.getloadavg(), text))
     print(text)
     if metrics:
         keep = [ln for ln in metrics.splitlines() if ln.startswith(("gemmd_memory", "gemmd_connections"))]
@@ -336,7 +403,7 @@ def main():
                   "Loopback only.\n\n" % (platform.node() or "dev", os.cpu_count() or 0, platform.platform()))
         old = open(args.out).read() if os.path.exists(args.out) else header
         start = old.find("### %s\n" % args.label)
-        section = "%s\n_Run %s._\n\n" % (text, datetime.date.today().isoformat())
+        section = "%s_Run %s._\n\n" % (text, datetime.date.today().isoformat())
         if start >= 0:
             end = old.find("\n### ", start + 1)
             old = old[:start] + section + (old[end + 1:] if end >= 0 else "")

@@ -46,19 +46,17 @@ BATTERY_CONFIG = {
     "max_json_mb": 64,
     "admit_wait": 2,  # a request waiting for memory is refused after it, like a slow head
 }
-# Keys an older daemon does not know (left out when measuring it).
-NEW_KEYS = ("max_inflight_mb", "header_timeout", "request_timeout", "min_rate_kb", "send_timeout", "admit_wait")
 
 
 def proc_status(pid):
-    """{field: kB} of /proc/PID/status for VmRSS, VmHWM and the parts of RSS (RssAnon,
-    RssFile, RssShmem); {} when the process is gone."""
+    """{field: kB} of /proc/PID/status for VmSize, VmRSS, VmHWM and the parts of RSS
+    (RssAnon, RssFile, RssShmem); {} when the process is gone."""
     out = {}
     try:
         with open("/proc/%d/status" % pid) as f:
             for line in f:
                 k, _, v = line.partition(":")
-                if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
+                if k in ("VmSize", "VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"):
                     out[k] = int(v.split()[0])
     except OSError:
         pass
@@ -207,12 +205,54 @@ def multipart(parts):
 
 # ---------------------------------------------------------------------------- honest clients
 
-class GoodClient(Worker):
-    """A well-behaved client: small products in JSON, raw and npy, float32/float64/int32,
-    one after another on a keep-alive connection, each checked against NumPy (float64).
-    A 503 is retried after its Retry-After and counted."""
+NPT = {"float32": np.float32, "float64": np.float64, "int32": np.int32}
 
-    def __init__(self, port, src, seed=1, max_dim=48):
+
+def product_case(rng, i, max_dim):
+    """The i-th small product of a well-behaved client: float32, float64 and int32 in turn,
+    each in JSON, raw and .npy, m, k and n drawn from 1..max_dim. Returns (path, body,
+    content type, accept, check): check(answer) says whether the answer's C is right, against
+    NumPy in float64 (int32: in int64, wrapped to 32 bits)."""
+    dtype = ("float32", "float64", "int32")[i % 3]
+    fmt = (i // 3) % 3
+    m, k, n = (int(x) for x in rng.integers(1, max_dim + 1, size=3))
+    if dtype == "int32":
+        a = rng.integers(-1000, 1000, size=(m, k)).astype(np.int32)
+        b = rng.integers(-1000, 1000, size=(k, n)).astype(np.int32)
+        ref = ((a.astype(np.int64) @ b.astype(np.int64) + 2**31) % 2**32) - 2**31
+    else:
+        a = rng.uniform(-1, 1, size=(m, k)).astype(NPT[dtype])
+        b = rng.uniform(-1, 1, size=(k, n)).astype(NPT[dtype])
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+    tol = 0 if dtype == "int32" else (1e-5 if dtype == "float32" else 1e-12) * k + 1e-6
+    if fmt == 0:
+        req = ("/v1/matmul", json.dumps({"a": a.tolist(), "b": b.tolist(), "dtype": dtype}).encode(),
+               "application/json", "application/json")
+    elif fmt == 1:
+        req = ("/v1/matmul?m=%d&k=%d&n=%d&dtype=%s" % (m, k, n, dtype), a.tobytes() + b.tobytes(),
+               "application/octet-stream", "application/octet-stream")
+    else:
+        req = ("/v1/matmul",) + multipart([("a", npy(a)), ("b", npy(b))]) + ("application/x-npy",)
+
+    def check(answer):
+        try:
+            if fmt == 0:
+                c = np.array(json.loads(answer)["c"], dtype=np.float64)
+            elif fmt == 1:
+                c = np.frombuffer(answer, dtype=NPT[dtype]).reshape(m, n)
+            else:
+                c = np.load(io.BytesIO(answer), allow_pickle=False)
+        except (ValueError, KeyError, TypeError):
+            return False
+        return c.shape == ref.shape and bool(np.all(np.abs(c.astype(np.float64) - ref) <= tol))
+    return req + (check,)
+
+
+class GoodClient(Worker):
+    """A well-behaved client: small products (product_case) one after another on a
+    keep-alive connection, each checked. A 503 is retried after its Retry-After and counted."""
+
+    def __init__(self, port, src, seed=1, max_dim=47):
         super().__init__("good-client")
         self.port, self.src = port, src
         self.rng = np.random.default_rng(seed)
@@ -223,28 +263,8 @@ class GoodClient(Worker):
         self.notes = []
 
     def one(self, i, sock):
-        dtype = ("float32", "float64", "int32")[i % 3]
-        fmt = (i // 3) % 3
-        m, k, n = (int(x) for x in self.rng.integers(1, self.max_dim, size=3))
-        npt = {"float32": np.float32, "float64": np.float64, "int32": np.int32}[dtype]
-        if dtype == "int32":
-            a = self.rng.integers(-1000, 1000, size=(m, k)).astype(np.int32)
-            b = self.rng.integers(-1000, 1000, size=(k, n)).astype(np.int32)
-            ref = a.astype(np.int64) @ b.astype(np.int64)
-        else:
-            a = self.rng.uniform(-1, 1, size=(m, k)).astype(npt)
-            b = self.rng.uniform(-1, 1, size=(k, n)).astype(npt)
-            ref = a.astype(np.float64) @ b.astype(np.float64)
-        if fmt == 0:
-            body = json.dumps({"a": a.tolist(), "b": b.tolist(), "dtype": dtype}).encode()
-            args = ("POST", "/v1/matmul", body, "application/json", None)
-        elif fmt == 1:
-            body = a.tobytes() + b.tobytes()
-            args = ("POST", "/v1/matmul?m=%d&k=%d&n=%d&dtype=%s" % (m, k, n, dtype), body,
-                    "application/octet-stream", None)
-        else:
-            body, ct = multipart([("a", npy(a)), ("b", npy(b))])
-            args = ("POST", "/v1/matmul", body, ct, "application/x-npy")
+        path, body, ctype, accept, check = product_case(self.rng, i, self.max_dim)
+        args = ("POST", path, body, ctype, accept)
         t0 = time.monotonic()
         reused = sock is not None
         st, h, rb, sock = request(self.port, self.src, *args, timeout=30, sock=sock)
@@ -267,29 +287,13 @@ class GoodClient(Worker):
             if len(self.notes) < 5:
                 self.notes.append("HTTP %d %s" % (st, rb[:200]))
             return sock
-        try:
-            if fmt == 0:
-                c = np.array(json.loads(rb)["c"], dtype=np.float64 if dtype != "int32" else np.int64)
-            elif fmt == 1:
-                c = np.frombuffer(rb, dtype=npt).reshape(m, n)
-            else:
-                c = np.load(io.BytesIO(rb), allow_pickle=False)
-        except (ValueError, KeyError) as e:
-            c = None
-            self.notes.append("undecodable answer: %s" % e)
-        if dtype == "int32":
-            good = c is not None and c.shape == ref.shape and np.array_equal(
-                c.astype(np.int64), ((ref + 2**31) % 2**32) - 2**31)
-        else:
-            tol = (1e-5 if dtype == "float32" else 1e-12) * k + 1e-6
-            good = c is not None and c.shape == ref.shape and np.all(np.abs(c.astype(np.float64) - ref) <= tol)
-        if good:
+        if check(rb):
             self.ok += 1
             self.latencies.append(dt)
         else:
             self.wrong += 1
             if len(self.notes) < 5:
-                self.notes.append("wrong answer %s %dx%dx%d fmt %d" % (dtype, m, k, n, fmt))
+                self.notes.append("wrong answer to %s %s" % (ctype, path))
         return sock
 
     def body(self):
@@ -409,7 +413,7 @@ class Probe:
 
 
 class Monitor(Worker):
-    """Samples the daemon's VmRSS, VmHWM and open fds every `every` seconds."""
+    """Samples the daemon's VmRSS, VmHWM, VmSize and open fds every `every` seconds."""
 
     def __init__(self, pid, every=0.1):
         super().__init__("monitor")
@@ -417,7 +421,7 @@ class Monitor(Worker):
         self.rss_kb = []
         self.hwm_kb = 0
         self.max_fds = 0
-        self.phase_max = 0
+        self.phase_max = self.phase_vm = 0
         self.parts_at_max = {}  # RssAnon / RssFile / RssShmem when RSS was largest
 
     def sample(self):
@@ -428,13 +432,15 @@ class Monitor(Worker):
             if st.get("VmRSS", 0) > max(self.rss_kb[:-1] or [0]):
                 self.parts_at_max = {k: st.get(k, 0) for k in ("RssAnon", "RssFile", "RssShmem")}
             self.phase_max = max(self.phase_max, st.get("VmRSS", 0))
+            self.phase_vm = max(self.phase_vm, st.get("VmSize", 0))
         self.max_fds = max(self.max_fds, fd_count(self.pid))
 
     def take(self):
-        """(largest RSS since the last take(), VmHWM so far) in kB."""
+        """(largest RSS since the last take(), VmHWM so far, largest VmSize since the last
+        take()) in kB."""
         self.sample()
-        out = (self.phase_max, self.hwm_kb)
-        self.phase_max = 0
+        out = (self.phase_max, self.hwm_kb, self.phase_vm)
+        self.phase_max = self.phase_vm = 0
         return out
 
     def body(self):
@@ -560,8 +566,8 @@ def idle_flood(port, sources, per_ip):
 
 
 def giant_declared(port, sources, per_ip, declared_mb=256, kind="raw"):
-    """Heads that declare a big body (raw: m x k x n float32 adding up to declared_mb;
-    npy: a form whose first part's .npy header announces that much), then 20 bytes of it,
+    """Heads that declare a body of declared_mb (raw: m x k x n float32 adding up to it;
+    npy: a form whose first part's .npy header announces half of it), then 20 bytes of it,
     then nothing."""
     elems = declared_mb * 1024 * 1024 // 4 // 2
     side = int(elems ** 0.5)
@@ -579,7 +585,7 @@ def giant_declared(port, sources, per_ip, declared_mb=256, kind="raw"):
         boundary = "gemmdgiant"
         part = ("--%s\r\nContent-Disposition: form-data; name=\"a\"; filename=\"a.npy\"\r\n\r\n"
                 % boundary).encode() + hdr
-        total = len(part) + side * side * 4 * 2 + 400
+        total = declared_mb << 20  # exactly as declared: A's part fits, B's never comes
         first = ("POST /v1/matmul HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=%s\r\n"
                  "Content-Length: %d\r\n\r\n" % (boundary, total)).encode() + part + b"\0" * 20
     return SocketFlood("giant-" + kind, port, sources, per_ip, interval=1.0, first=first)

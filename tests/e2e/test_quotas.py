@@ -4,7 +4,9 @@ token at its quota leaves every other token served.
 
 With two named tokens, token_share 50, resident_mb 4, max_jobs 8 and job_mem_mb 4:
 - resident matrices: token A fills its half (2 MiB) and its next upload gets 507
-  naming its share; token B's uploads still succeed, and a product of B's reads them;
+  naming its share, and so does a matrix it asks to be made with empty=1 (no body: the
+  store reserves it); token B's uploads still succeed, a product of B's reads them, and
+  B's empty=1 matrix is made;
 - async jobs (cpu_delay_ms keeps them queued): A keeps 4 of 8 and its 5th gets 503
   job_store_full naming its share; B's jobs are still taken and answered right;
 - memory in flight: A's second big upload waits for A's first, not for B's product,
@@ -55,6 +57,10 @@ def resident(tap, d):
     code, msg = r.error()
     tap.ok(r.status == 507 and code == "insufficient_storage" and "token_share" in (msg or ""),
            "token A's fifth: 507 insufficient_storage naming its share", r)
+    empty = "/v1/matrices?rows=256&cols=256&dtype=float64&empty=1"
+    r = d.curl("POST", empty, headers=auth(A))
+    tap.ok(r.status == 507 and "token_share" in (r.error()[1] or ""),
+           "token A's empty=1 matrix at its share: 507 as well (the store reserves it without a body)", r)
     for i in range(3):
         r = upload(d, B, 256)
         tap.ok(r.status == 201, "token B's resident matrix %d is stored meanwhile" % (i + 1), r)
@@ -66,6 +72,9 @@ def resident(tap, d):
     tap.ok(c.size == 768 and np.all(c == 256.0), "a product of token B reads its matrix", r)
     held = resident_held(d)
     tap.ok(held == 7 * 512 * 1024, "the 7 resident matrices are charged as resident in the memory budget (%s)" % held)
+    r = d.curl("POST", empty, headers=auth(B))
+    tap.ok(r.status == 201, "token B's empty=1 matrix is made meanwhile", r)
+    ids[B].append((r.json() or {}).get("id", ""))
     for tok, lst in ids.items():
         for mid in lst:
             d.curl("DELETE", "/v1/matrices/" + mid, headers=auth(tok))
