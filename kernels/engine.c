@@ -166,22 +166,6 @@ void gemm_engine_close(gemm_engine *e)
 
 /* ---- memory ---------------------------------------------------------------- */
 
-const gemm_allocator *gemm_engine_allocator(gemm_engine *e)
-{
-    const gemm_allocator *a = (e && e->be->allocator) ? e->be->allocator(e->self) : NULL;
-    return a ? a : &gemm_allocator_host;
-}
-
-void *gemm_engine_host_alloc(gemm_engine *e, size_t bytes)
-{
-    return gemm_alloc(gemm_engine_allocator(e), bytes);
-}
-
-void gemm_engine_host_free(gemm_engine *e, void *p)
-{
-    gemm_free(gemm_engine_allocator(e), p);
-}
-
 void gemm_engine_set_keep_charge(gemm_engine *e, gemm_keep_charge_fn fn, void *ctx)
 {
     if (e && e->be->set_keep_charge) e->be->set_keep_charge(e->self, fn, ctx);
