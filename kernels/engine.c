@@ -21,6 +21,9 @@ const gemm_backend *const gemm_backends[] = {
     NULL,
 };
 
+/* The mechanisms a worker offers each job it takes off the queue, in this order. */
+const gemm_mech *const gemm_mechs[] = {&gemm_mech_split, &gemm_mech_coalesce, NULL};
+
 extern const gemm_key gemm_cpu_keys[], gemm_cuda_keys[], gemm_host_keys[];
 
 #define KEY(f) offsetof(gemm_engine_config, f)
