@@ -1,7 +1,7 @@
 /*
- * backend.c - what the engine's files and every backend share, calling none of them:
- * engine errors, job states and sizes, the cancelled stop, the engine's host memory (its
- * backend's allocator), and the parsing of fault_inject by a backend's hook rows.
+ * backend.c - what the engine's files and every backend share, calling none of them: engine
+ * errors, job states and sizes, the cancelled stop, host memory (the backend's allocator),
+ * and the parsing of fault_inject by a backend's hook rows.
  */
 #include "engine_int.h"
 

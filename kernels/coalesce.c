@@ -21,12 +21,6 @@ static int no_resident(const gemm_job *job)
     return !job->a_res && !job->b_res && !job->c_res;
 }
 
-static int wants(const gemm_engine *e, const gemm_job *job)
-{
-    return e->group_max >= 2 && job->batch <= 1 && no_resident(job) &&
-           (double)job->m * (double)job->n * (double)job->k <= (double)e->group_mnk;
-}
-
 static int same_group(const gemm_job *a, const gemm_job *b)
 {
     return a->dtype == b->dtype && gemm_job_c_dtype(a) == gemm_job_c_dtype(b) && a->math_used == b->math_used &&
@@ -34,11 +28,14 @@ static int same_group(const gemm_job *a, const gemm_job *b)
            b->batch <= 1 && no_resident(b) && strcmp(a->kernel_used, b->kernel_used) == 0;
 }
 
-/* Under mu: job, then the queued jobs of its group, moved into g and marked running. */
+/* Under mu: job, then the queued jobs of its group, moved into g and marked running; 0
+ * unless job is a small single product and the worker has room for a group (g). */
 static int coalesce_take(gemm_engine *e, gemm_job *job, int slot, double t0, gemm_job **g)
 {
     (void)slot;
-    if (!g || !wants(e, job)) return 0;
+    if (!g || job->batch > 1 || !no_resident(job) ||
+        (double)job->m * (double)job->n * (double)job->k > (double)e->group_mnk)
+        return 0;
     int n = 0;
     g[n++] = job;
     gemm_job *prev = NULL, *it = e->head;

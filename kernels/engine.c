@@ -1,7 +1,7 @@
 /*
  * engine.c - the registry of backends, the engine's configuration keys, open and close,
- * and what the engine reports (describe, stats, health). The mechanisms live beside it:
- * sched.c (queue, workers, cancel), coalesce.c, split.c, direct.c, host.c.
+ * and what the engine reports (describe, stats, health). The mechanisms it opens and
+ * names live beside it (engine_int.h): sched.c, split.c, coalesce.c, direct.c, host.c.
  */
 #include "engine_int.h"
 
@@ -21,8 +21,7 @@ const gemm_backend *const gemm_backends[] = {
     NULL,
 };
 
-/* The mechanisms a worker offers each job it takes off the queue, in this order. */
-const gemm_mech *const gemm_mechs[] = {&gemm_mech_split, &gemm_mech_coalesce, NULL};
+const gemm_mech *const gemm_mechs[] = {&gemm_mech_split, &gemm_mech_coalesce, NULL}; /* offered a job in turn */
 
 extern const gemm_key gemm_cpu_keys[], gemm_cuda_keys[], gemm_host_keys[];
 

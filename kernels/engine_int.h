@@ -1,8 +1,9 @@
 /*
- * engine_int.h - the engine's insides, shared by the files that each hold one mechanism:
- * engine.c (the registry, open, close, what the engine reports), sched.c (the queue, the
- * workers, their slots, cancel), coalesce.c (dynamic batching), split.c (split products)
- * and direct.c (runs on the submitting thread). Not a public interface.
+ * engine_int.h - the engine's insides, shared by the files that each hold one mechanism,
+ * each calling only those before it: backend.c (errors, job sizes, host memory), sched.c
+ * (the queue, the workers, their slots, cancel), split.c (split products) and coalesce.c
+ * (dynamic batching), rows sched.c calls through gemm_mechs, direct.c (runs on the
+ * submitting thread), engine.c (the registry, open, close, reports). Not a public interface.
  */
 #ifndef GEMM_ENGINE_INT_H
 #define GEMM_ENGINE_INT_H
@@ -134,8 +135,6 @@ typedef struct gemm_mech {
     void (*cancel)(gemm_job *job);
 } gemm_mech;
 extern const gemm_mech gemm_mech_split, gemm_mech_coalesce, *const gemm_mechs[];
-
-/* split.c: whether a job is cut into panels (for direct.c and coalesce.c). */
-int gemm_split_wants(const gemm_engine *e, const gemm_job *job);
+int gemm_split_wants(const gemm_engine *e, const gemm_job *job); /* split.c: is job cut into panels? */
 
 #endif /* GEMM_ENGINE_INT_H */

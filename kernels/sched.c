@@ -18,8 +18,6 @@
  * no usable slot at all any worker takes the job, and the backend fails it). Whoever takes
  * a job while more are queued wakes the next worker.
  *
- * Split products and coalescing are rows of gemm_mechs, called through the row only.
- *
  * Cancellation: a queued job is taken off the queue (done() at once); a running one is
  * flagged, and the worker checks the flag before it calls the backend, the backend at each
  * of its stage boundaries (gemm_job_cancel_requested).

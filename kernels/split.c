@@ -183,4 +183,5 @@ static void split_run(gemm_engine *e, void *worker, gemm_job *p)
     if (last) split_finish(e, sp);
 }
 
-const gemm_mech gemm_mech_split = {.take = split_take, .next = split_next, .run_next = split_run, .cancel = split_cancel};
+const gemm_mech gemm_mech_split = {
+    .take = split_take, .next = split_next, .run_next = split_run, .cancel = split_cancel};
