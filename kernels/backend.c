@@ -1,8 +1,9 @@
 /*
- * backend.c - what the engine and every backend share: engine errors, job states and
- * sizes, the cancelled stop, and the parsing of fault_inject by a backend's hook rows.
+ * backend.c - what the engine's files and every backend share, calling none of them: engine
+ * errors, job states and sizes, the cancelled stop, host memory (the backend's allocator),
+ * and the parsing of fault_inject by a backend's hook rows.
  */
-#include "backend.h"
+#include "engine_int.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,6 +26,22 @@ int gemm_engine_err_set(gemm_engine_err *e, gemm_ecode code, const char *fmt, ..
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+const gemm_allocator *gemm_engine_allocator(gemm_engine *e)
+{
+    const gemm_allocator *a = (e && e->be->allocator) ? e->be->allocator(e->self) : NULL;
+    return a ? a : &gemm_allocator_host;
+}
+
+void *gemm_engine_host_alloc(gemm_engine *e, size_t bytes)
+{
+    return gemm_alloc(gemm_engine_allocator(e), bytes);
+}
+
+void gemm_engine_host_free(gemm_engine *e, void *p)
+{
+    gemm_free(gemm_engine_allocator(e), p);
 }
 
 const char *gemm_job_state_name(gemm_job_state s)

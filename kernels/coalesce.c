@@ -21,12 +21,6 @@ static int no_resident(const gemm_job *job)
     return !job->a_res && !job->b_res && !job->c_res;
 }
 
-int gemm_coalesce_wants(const gemm_engine *e, const gemm_job *job)
-{
-    return e->group_max >= 2 && job->batch <= 1 && no_resident(job) &&
-           (double)job->m * (double)job->n * (double)job->k <= (double)e->group_mnk;
-}
-
 static int same_group(const gemm_job *a, const gemm_job *b)
 {
     return a->dtype == b->dtype && gemm_job_c_dtype(a) == gemm_job_c_dtype(b) && a->math_used == b->math_used &&
@@ -34,9 +28,14 @@ static int same_group(const gemm_job *a, const gemm_job *b)
            b->batch <= 1 && no_resident(b) && strcmp(a->kernel_used, b->kernel_used) == 0;
 }
 
-/* Under mu: job, then the queued jobs of its group, moved into g and marked running. */
-int gemm_coalesce_take(gemm_engine *e, gemm_job *job, gemm_job **g, double t0)
+/* Under mu: job, then the queued jobs of its group, moved into g and marked running; 0
+ * unless job is a small single product and the worker has room for a group (g). */
+static int coalesce_take(gemm_engine *e, gemm_job *job, int slot, double t0, gemm_job **g)
 {
+    (void)slot;
+    if (!g || job->batch > 1 || !no_resident(job) ||
+        (double)job->m * (double)job->n * (double)job->k > (double)e->group_mnk)
+        return 0;
     int n = 0;
     g[n++] = job;
     gemm_job *prev = NULL, *it = e->head;
@@ -71,7 +70,7 @@ static void run_each(gemm_engine *e, void *worker, gemm_job **g, int n, double t
         gemm_sched_finish_one(e, g[i], gemm_sched_run(e, worker, g[i]), i == 0 ? t0 : gemm_now_ms());
 }
 
-void gemm_coalesce_run(gemm_engine *e, void *worker, gemm_job **g, int n, double t0, void **parts)
+static void coalesce_run(gemm_engine *e, void *worker, gemm_job **g, int n, double t0, void **parts)
 {
     int live = 0; /* products whose cancel came before the group started stop here */
     for (int i = 0; i < n; i++) {
@@ -136,3 +135,5 @@ void gemm_coalesce_run(gemm_engine *e, void *worker, gemm_job **g, int n, double
     free_stacks(e, &big);
     for (int i = 0; i < n; i++) gemm_sched_finish_one(e, g[i], rc, t0);
 }
+
+const gemm_mech gemm_mech_coalesce = {.take = coalesce_take, .run = coalesce_run};

@@ -1,7 +1,7 @@
 /*
  * engine.c - the registry of backends, the engine's configuration keys, open and close,
- * and what the engine reports (describe, stats, health). The mechanisms live beside it:
- * sched.c (queue, workers, cancel), coalesce.c, split.c, direct.c, host.c.
+ * and what the engine reports (describe, stats, health). The mechanisms it opens and
+ * names live beside it (engine_int.h): sched.c, split.c, coalesce.c, direct.c, host.c.
  */
 #include "engine_int.h"
 
@@ -20,6 +20,8 @@ const gemm_backend *const gemm_backends[] = {
     &gemm_backend_host,
     NULL,
 };
+
+const gemm_mech *const gemm_mechs[] = {&gemm_mech_split, &gemm_mech_coalesce, NULL}; /* offered a job in turn */
 
 extern const gemm_key gemm_cpu_keys[], gemm_cuda_keys[], gemm_host_keys[];
 
@@ -165,22 +167,6 @@ void gemm_engine_close(gemm_engine *e)
 }
 
 /* ---- memory ---------------------------------------------------------------- */
-
-const gemm_allocator *gemm_engine_allocator(gemm_engine *e)
-{
-    const gemm_allocator *a = (e && e->be->allocator) ? e->be->allocator(e->self) : NULL;
-    return a ? a : &gemm_allocator_host;
-}
-
-void *gemm_engine_host_alloc(gemm_engine *e, size_t bytes)
-{
-    return gemm_alloc(gemm_engine_allocator(e), bytes);
-}
-
-void gemm_engine_host_free(gemm_engine *e, void *p)
-{
-    gemm_free(gemm_engine_allocator(e), p);
-}
 
 void gemm_engine_set_keep_charge(gemm_engine *e, gemm_keep_charge_fn fn, void *ctx)
 {

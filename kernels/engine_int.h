@@ -1,8 +1,9 @@
 /*
- * engine_int.h - the engine's insides, shared by the files that each hold one mechanism:
- * engine.c (the registry, open, close, what the engine reports), sched.c (the queue, the
- * workers, their slots, cancel), coalesce.c (dynamic batching), split.c (split products)
- * and direct.c (runs on the submitting thread). Not a public interface.
+ * engine_int.h - the engine's insides, shared by the files that each hold one mechanism,
+ * each calling only those before it: backend.c (errors, job sizes, host memory), sched.c
+ * (the queue, the workers, their slots, cancel), split.c (split products) and coalesce.c
+ * (dynamic batching), rows sched.c calls through gemm_mechs, direct.c (runs on the
+ * submitting thread), engine.c (the registry, open, close, reports). Not a public interface.
  */
 #ifndef GEMM_ENGINE_INT_H
 #define GEMM_ENGINE_INT_H
@@ -119,19 +120,21 @@ gemm_job_state gemm_sched_settle(gemm_engine *e, gemm_job *job, int rc, double t
 void gemm_sched_finish(gemm_engine *e, gemm_job *job, int rc, double t0);
 void gemm_sched_finish_one(gemm_engine *e, gemm_job *job, int rc, double t0);
 
-/* coalesce.c: whether a taken job may gather others; under mu, moves the queued jobs of
- * job's group into g (room for group_max) and returns how many (job first); then, without mu, runs them (parts: room for 3 * group_max). */
-int gemm_coalesce_wants(const gemm_engine *e, const gemm_job *job);
-int gemm_coalesce_take(gemm_engine *e, gemm_job *job, gemm_job **g, double t0);
-void gemm_coalesce_run(gemm_engine *e, void *worker, gemm_job **g, int n, double t0, void **parts);
-
-/* split.c: whether a job is cut into panels; under mu, cuts it (0: it runs whole) and
- * takes the next panel for a slot; without mu, runs a panel; under mu, passes a cancel to
- * a running split product's panels. */
-int gemm_split_wants(const gemm_engine *e, const gemm_job *job);
-int gemm_split_start(gemm_engine *e, gemm_job *job, int slot, double t0);
-gemm_job *gemm_split_take(gemm_engine *e, int slot);
-void gemm_split_run(gemm_engine *e, void *worker, gemm_job *panel);
-void gemm_split_cancel(gemm_job *job);
+/* A mechanism beside the queue (split.c, coalesce.c): a row that the workers (sched.c) call
+ * in the order of gemm_mechs (engine.c), and that calls sched's API. Under mu, take() says
+ * how many jobs it took: a job a worker just took off the queue, then queued ones into g
+ * (room for group_max, or NULL); under 2 the next row is offered it, after the last the
+ * worker runs it alone. run() runs them without mu (parts: room for 3 * group_max); NULL:
+ * they wait for workers, whom next() gives its work for their slot before the queue, to
+ * run_next(). cancel(): a running job's cancel. */
+typedef struct gemm_mech {
+    int (*take)(gemm_engine *e, gemm_job *job, int slot, double t0, gemm_job **g);
+    void (*run)(gemm_engine *e, void *worker, gemm_job **g, int n, double t0, void **parts);
+    gemm_job *(*next)(gemm_engine *e, int slot);
+    void (*run_next)(gemm_engine *e, void *worker, gemm_job *job);
+    void (*cancel)(gemm_job *job);
+} gemm_mech;
+extern const gemm_mech gemm_mech_split, gemm_mech_coalesce, *const gemm_mechs[];
+int gemm_split_wants(const gemm_engine *e, const gemm_job *job); /* split.c: is job cut into panels? */
 
 #endif /* GEMM_ENGINE_INT_H */

@@ -134,19 +134,22 @@ int gemm_sched_run(gemm_engine *e, void *worker, gemm_job *job)
 
 /* ---- workers --------------------------------------------------------------- */
 
-/* Under mu: waits until there is something for this worker (a panel of its slot, a queued
- * job its slot should take, or close); returns the panel, or NULL for the queue. */
-static gemm_job *wait_for_work(gemm_engine *e, worker_arg *wa)
+/* Under mu: waits until there is something for this worker (a mechanism's work for its
+ * slot, a queued job its slot should take, or close); returns that work with *from its
+ * row, or NULL for the queue. */
+static gemm_job *wait_for_work(gemm_engine *e, worker_arg *wa, const gemm_mech **from)
 {
     const int slot = wa->slot;
-    gemm_job *panel;
+    gemm_job *work;
     for (;;) {
         if (wa->lent) { /* a submitting thread runs on this worker's state: wait for it */
             if (e->head || e->phead) pthread_cond_signal(&e->slot_cv[slot]); /* pass the wake-up on */
             while (wa->lent) pthread_cond_wait(&wa->back, &e->mu);
             continue;
         }
-        if ((panel = gemm_split_take(e, slot)) || e->closing) return panel;
+        for (const gemm_mech *const *m = gemm_mechs; *m; m++)
+            if ((*m)->next && (work = (*m)->next(e, slot))) return *from = *m, work;
+        if (e->closing) return NULL;
         if (e->head) {
             int best = gemm_sched_pick_slot(e, slot);
             if (best == slot) return NULL;
@@ -178,13 +181,14 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&e->mu);
         if (took) e->slot_busy[slot]--, took = 0;
         wa->between = 1;
-        gemm_job *panel = wait_for_work(e, wa);
+        const gemm_mech *from = NULL;
+        gemm_job *work = wait_for_work(e, wa, &from);
         wa->between = 0;
-        if (panel) { /* panels of products already running come first */
+        if (work) { /* a mechanism's (split panels) before the queue */
             e->slot_busy[slot]++, took = 1;
             if (e->head) gemm_sched_kick(e); /* the wake-up may have been for the queue */
             pthread_mutex_unlock(&e->mu);
-            gemm_split_run(e, worker, panel);
+            from->run_next(e, worker, work);
             continue;
         }
         gemm_job *job = q_pop(e);
@@ -197,17 +201,15 @@ static void *worker_main(void *arg)
         double t0 = gemm_now_ms();
         job->timing.queue_ms = t0 - job->t_submit_ms;
         atomic_store(&job->state, GEMM_JOB_RUNNING); /* under the lock: cancel sees it */
-        if (gemm_split_wants(e, job) && !gemm_job_cancel_requested(job) && gemm_split_start(e, job, slot, t0) > 0) {
-            pthread_mutex_unlock(&e->mu);
-            continue; /* this worker takes a panel like any other */
-        }
-        int n = g && gemm_coalesce_wants(e, job) ? gemm_coalesce_take(e, job, g, t0) : 1;
+        const gemm_mech *const *m = gemm_mechs; /* the first row that takes it, if any */
+        int n = 0;
+        while (*m && (n = (*m)->take(e, job, slot, t0, g)) < 2) m++;
         if (e->head) gemm_sched_kick(e);
         pthread_mutex_unlock(&e->mu);
-        if (n > 1)
-            gemm_coalesce_run(e, worker, g, n, t0, parts);
-        else
+        if (!*m)
             gemm_sched_finish_one(e, job, gemm_sched_run(e, worker, job), t0);
+        else if ((*m)->run)
+            (*m)->run(e, worker, g, n, t0, parts); /* else its work waits in next() */
     }
     free(parts);
     free(g);
@@ -363,7 +365,8 @@ int gemm_engine_cancel(gemm_engine *e, gemm_job *job)
     int removed = q_remove(e, job);
     if (!removed) {
         atomic_store(&job->cancel_requested, 1); /* running: the worker stops it */
-        gemm_split_cancel(job);
+        for (const gemm_mech *const *m = gemm_mechs; *m; m++)
+            if ((*m)->cancel) (*m)->cancel(job);
     }
     pthread_mutex_unlock(&e->mu);
     if (!removed) return 0;

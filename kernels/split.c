@@ -38,7 +38,7 @@ int gemm_split_wants(const gemm_engine *e, const gemm_job *job)
     return (double)job->m * (double)job->n * (double)job->k >= (double)e->split_mnk;
 }
 
-gemm_job *gemm_split_take(gemm_engine *e, int slot)
+static gemm_job *split_next(gemm_engine *e, int slot)
 {
     gemm_job *prev = NULL;
     for (gemm_job *it = e->phead; it; prev = it, it = it->q_next) {
@@ -65,8 +65,11 @@ static void panel_init(gemm_job *p, const gemm_job *job, uint64_t row0, uint64_t
     p->t_submit_ms = t0;
 }
 
-int gemm_split_start(gemm_engine *e, gemm_job *job, int slot, double t0)
+/* Under mu: cuts job into panels for the usable slots (0: it runs whole). */
+static int split_take(gemm_engine *e, gemm_job *job, int slot, double t0, gemm_job **g)
 {
+    (void)g;
+    if (!gemm_split_wants(e, job) || gemm_job_cancel_requested(job)) return 0;
     int usable[GEMM_MAX_DEVICES], nu = 0, first = 0;
     for (int s = 0; s < e->nslots; s++) {
         if (!gemm_sched_slot_ok(e, s)) continue;
@@ -150,7 +153,13 @@ static void split_finish(gemm_engine *e, struct gemm_split *sp)
     gemm_sched_finish_one(e, job, rc, t0);
 }
 
-void gemm_split_run(gemm_engine *e, void *worker, gemm_job *p)
+static void split_cancel(gemm_job *job)
+{
+    struct gemm_split *sp = job->split_state;
+    for (int i = 0; sp && i < sp->panels; i++) atomic_store(&sp->child[i].cancel_requested, 1);
+}
+
+static void split_run(gemm_engine *e, void *worker, gemm_job *p)
 {
     struct gemm_split *sp = p->split_state;
     double t0 = gemm_now_ms();
@@ -164,7 +173,7 @@ void gemm_split_run(gemm_engine *e, void *worker, gemm_job *p)
     pthread_mutex_lock(&e->mu);
     if (rc != 0 && rc != GEMM_RUN_CANCELLED && sp->failed < 0) {
         sp->failed = p->panel_index;
-        gemm_split_cancel(sp->parent); /* the product has failed: the rest stop early */
+        split_cancel(sp->parent); /* the product has failed: the rest stop early */
     } else if (rc == GEMM_RUN_CANCELLED && sp->cancelled < 0) {
         sp->cancelled = p->panel_index;
     }
@@ -174,8 +183,5 @@ void gemm_split_run(gemm_engine *e, void *worker, gemm_job *p)
     if (last) split_finish(e, sp);
 }
 
-void gemm_split_cancel(gemm_job *job)
-{
-    struct gemm_split *sp = job->split_state;
-    for (int i = 0; sp && i < sp->panels; i++) atomic_store(&sp->child[i].cancel_requested, 1);
-}
+const gemm_mech gemm_mech_split = {
+    .take = split_take, .next = split_next, .run_next = split_run, .cancel = split_cancel};

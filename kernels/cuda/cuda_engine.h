@@ -136,11 +136,8 @@ void gemm_cuda_resident_publish(cuda_dev *d, unsigned gen, gemm_resident *r, voi
 void gemm_cuda_resident_release(void *self, gemm_resident *r);
 void gemm_cuda_resident_drain(cuda_backend *cb);
 
-/* cuda_run.c: one job on worker w (the backend's run); cuda_warm.c: w's warm-up. */
+/* cuda_run.c: one job on worker w (the backend's run; also the warm-up's, engine_cuda.c) */
 int gemm_cuda_run(void *self, void *worker, gemm_job *job);
-void gemm_cuda_warm(cuda_backend *cb, cuda_worker *w);
-/* engine_cuda.c: validate() (also for the warm-up) */
-int gemm_cuda_validate(void *self, gemm_job *job, gemm_engine_err *err);
 
 /* cuda_fault.cu */
 cudaError_t gemm_cuda_launch_trap(cudaStream_t stream);

@@ -26,6 +26,7 @@
 /* ---- open / workers ------------------------------------------------------ */
 
 static void cuda_close(void *self);
+static int cuda_validate(void *self, gemm_job *job, gemm_engine_err *err);
 
 static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
 {
@@ -127,6 +128,52 @@ static int cuda_workers(void *self)
     return ((cuda_backend *)self)->nworkers;
 }
 
+/* A worker's warm-up before its first product (not while fault_inject is set), through the
+ * same validate and run as a request: every dtype at 64^3, 256^3 and 512^3 with kernel
+ * auto, and a batch of 4 64^3; counted nowhere (w->warming). The first launch of each
+ * kernel loads its module and the first cuBLAS call of a shape family sets cuBLAS up:
+ * 50-100 ms the first requests would pay (bench/results/h100-2026-11-23-warmup.md). */
+static void cuda_warm(cuda_backend *cb, cuda_worker *w)
+{
+    static const gemm_dtype dtypes[] = {GEMM_DTYPE_F32, GEMM_DTYPE_F64, GEMM_DTYPE_I32, GEMM_DTYPE_F16,
+                                        GEMM_DTYPE_BF16};
+    /* 64^3 and 256^3 alone run on our own members (kernel auto, auto.c), 512^3 and the
+     * batched 64^3 through cuBLAS */
+    static const struct { uint64_t n, batch; } shapes[] = {{64, 0}, {256, 0}, {512, 0}, {64, 4}};
+    double t0 = gemm_now_ms();
+    int ran = 0;
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
+        for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++) {
+            gemm_job job = {.dtype = dtypes[i], .m = shapes[j].n, .k = shapes[j].n, .n = shapes[j].n,
+                            .batch = shapes[j].batch, .math = GEMM_MATH_DEFAULT, .state = GEMM_JOB_RUNNING};
+            size_t need[3];
+            gemm_engine_err err;
+            if (!gemm_job_bytes(&job, need) || cuda_validate(cb, &job, &err) != 0) continue;
+            job.a = cb->alloc.alloc(cb->alloc.ctx, need[0]);
+            job.b = cb->alloc.alloc(cb->alloc.ctx, need[1]);
+            job.c = cb->alloc.alloc(cb->alloc.ctx, need[2]);
+            int rc = 0;
+            if (job.a && job.b && job.c) {
+                memset(job.a, 0, need[0]);
+                memset(job.b, 0, need[1]);
+                ran += (rc = gemm_cuda_run(cb, w, &job)) == 0;
+            }
+            cb->alloc.free(cb->alloc.ctx, job.a);
+            cb->alloc.free(cb->alloc.ctx, job.b);
+            cb->alloc.free(cb->alloc.ctx, job.c);
+            if (rc != 0) { /* the first real job will meet (and report) the same trouble */
+                gemm_engine_log(GEMM_LOG_WARN, "cuda: worker %d: warm-up product %s %llu^3 (batch %llu) failed: %s",
+                                w->index, gemm_dtype_name(job.dtype), (unsigned long long)job.m,
+                                (unsigned long long)job.batch, job.err.message);
+                return;
+            }
+        }
+    }
+    gemm_engine_log(GEMM_LOG_DEBUG, "cuda: worker %d (%s, stream %d) warmed up: %d products in %.1f ms",
+                    w->index, w->dev->label, w->stream_index, ran, gemm_now_ms() - t0);
+}
+
+
 static void *cuda_worker_init(void *self, int index)
 {
     cuda_backend *cb = self;
@@ -144,7 +191,7 @@ static void *cuda_worker_init(void *self, int index)
     pthread_mutex_unlock(&d->mu);
     if (cb->warmup) {
         w->warming = 1;
-        gemm_cuda_warm(cb, w);
+        cuda_warm(cb, w);
         w->warming = 0;
     }
     return w;
@@ -210,7 +257,7 @@ static int refuse(const gemm_kernel_desc *k, const gemm_job *job, const char *wh
 }
 
 /* On the request path (an HTTP thread): reads only what open cached, no CUDA call. */
-int gemm_cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
+static int cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
 {
     cuda_backend *cb = self;
     if (job->m > INT_MAX || job->k > INT_MAX || job->n > INT_MAX)
@@ -386,7 +433,7 @@ const gemm_backend gemm_backend_cuda = {
     .workers = cuda_workers,
     .worker_init = cuda_worker_init,
     .worker_fini = cuda_worker_fini,
-    .validate = gemm_cuda_validate,
+    .validate = cuda_validate,
     .run = gemm_cuda_run,
     .describe = cuda_describe,
     .stats = cuda_stats,
