@@ -25,7 +25,7 @@ if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
     exit 0
 fi
 
-kernels=$("$prog" --list)
+kernels=${SANITIZE_KERNELS:-$("$prog" --list)} # a few by name: SANITIZE_KERNELS="dmma wgmma"
 if [ -z "$kernels" ]; then
     echo "not ok 1 - the kernel table is empty"
     echo "1..1"
