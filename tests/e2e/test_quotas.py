@@ -13,7 +13,11 @@ With two named tokens, token_share 50, resident_mb 4, max_jobs 8 and job_mem_mb 
   which is answered while A's first still holds its reservation;
 - a matrix made with empty=1 whose rows do not all come within job_ttl is forgotten
   (404), and its memory given back;
-- resident matrices count in the memory budget (holder "resident") until deleted.
+- resident matrices count in the memory budget (holder "resident") until deleted;
+- without tokens, one address that has submitted more async jobs and uploaded more
+  resident matrices than its share of memory in flight (each kept, so its reservation
+  went whole into what is kept, then deleted) still gets a product answered: each such
+  request ended in the admission queue.
 """
 import os
 import socket
@@ -178,6 +182,37 @@ def unfilled(tap, d):
     tap.ok(held == 0, "and its memory given back (%s)" % held)
 
 
+def kept_then_product(tap):
+    """Jobs and uploads whose buffers outlive them end their admission too."""
+    cfg = {"backend": "cpu", "max_inflight_mb": 64, "admit_wait": 2, "cpu_workers": 1, "threads": 1}
+    with Daemon(tap, config=cfg) as d:
+        n = 1024  # float32: A, B and C 4 MiB each: 12 MiB reserved a job; its share is 28 MiB
+        body = np.ones((n, n), np.float32).tobytes() * 2
+        ok = 0
+        for _ in range(4):
+            r = d.curl("POST", "/v1/jobs?m=%d&k=%d&n=%d&dtype=float32" % (n, n, n), data=body,
+                       content_type="application/octet-stream")
+            jid = (r.json() or {}).get("id", "")
+            for _ in range(int(300 * SLOW)):
+                if (d.curl("GET", "/v1/jobs/%s" % jid).json() or {}).get("state") in ("done", "failed"):
+                    break
+                time.sleep(0.1)
+            ok += r.status == 202 and d.curl("DELETE", "/v1/jobs/%s" % jid).status == 204
+        tap.ok(ok == 4, "4 raw async jobs of 12 MiB each from one address, each done and deleted (48 MiB in all)")
+        ok = 0
+        for _ in range(4):
+            r = d.curl("POST", "/v1/matrices?rows=%d&cols=%d&dtype=float64" % (n, n), data=body,
+                       content_type="application/octet-stream")
+            ok += r.status == 201 and d.curl("DELETE", "/v1/matrices/" + (r.json() or {}).get("id", "")).status == 204
+        tap.ok(ok == 4, "4 raw resident matrices of 8 MiB each from it, each deleted (32 MiB in all)")
+        bm = np.ones((512, 512), np.float64)
+        r = d.curl("POST", "/v1/matmul?m=512&k=512&n=512&dtype=float64", data=bm.tobytes() * 2,
+                   content_type="application/octet-stream", accept="application/octet-stream")
+        c = np.frombuffer(r.body, np.float64) if r.status == 200 else np.zeros(0)
+        tap.ok(c.size == 512 * 512 and np.all(c == 512.0),
+               "then a 6 MiB product from the same address is answered (its admission is not locked out)", r)
+
+
 def main(tap):
     tmp = tempfile.TemporaryDirectory(prefix="gemmd-quotas-")
     tokfile = os.path.join(tmp.name, "tokens")
@@ -192,6 +227,7 @@ def main(tap):
         inflight(tap, d)
         unfilled(tap, d)
     tmp.cleanup()
+    kept_then_product(tap)
 
 
 if __name__ == "__main__":
