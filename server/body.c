@@ -188,16 +188,20 @@ static const gemm_multipart_callbacks mp_callbacks = {part_begin, part_data, par
 
 /* ---- begin ---------------------------------------------------------------- */
 
-/* What a body of unknown shapes will hold: its declared bytes decoded (JSON text is
- * longer than the numbers it holds, .npy about as long), and C, guessed as half of them
- * (A and B of a square product are each as large as C); a chunked body without a length,
- * as much as a guess of 16 MiB. Decoded beyond that, a request is charged for the rest as
- * it goes, against whatever room is left. */
-static uint64_t guessed_need(const gemmd_request *req)
+/* What a body of unknown shapes will hold, from its declared bytes (a chunked body without
+ * a length: a guess of 16 MiB). A .npy body: about its bytes, and C, guessed as half of them
+ * (A and B of a square product are each as large as C). A JSON body: its numbers, about 7
+ * bytes of text each, are held as float64 (1.2 times the text) in blocks that assembly
+ * copies into one buffer: the decoder peaks at twice the text (json_store.h), and C comes
+ * next; 2.5 times the text. At most what one request may hold: a big body gets its chance
+ * alone. Decoded beyond that, a request is charged for the rest as it goes, against
+ * whatever room is left. */
+static uint64_t guessed_need(const gemmd_request *req, int json)
 {
-    uint64_t guess = (uint64_t)16 << 20;
+    uint64_t guess = (uint64_t)16 << 20, most = gemmd_budget_max_single(req->svc->budget);
     uint64_t body = req->has_length ? req->content_length : req->limit < guess ? req->limit : guess;
-    return body + body / 2;
+    uint64_t need = json ? 2 * body + body / 2 : body + body / 2;
+    return need < most ? need : most;
 }
 
 /* m, k and n of a raw body: each must be in the query (400 missing_dimension, naming the
@@ -455,7 +459,7 @@ static int begin(gemmd_request *req, int one_matrix)
                                 "the JSON body has %llu bytes; JSON bodies may have at most %llu "
                                 "(max_json_mb); send large matrices as raw or .npy",
                                 (unsigned long long)req->content_length, (unsigned long long)req->limit);
-        req->need = guessed_need(req);
+        req->need = guessed_need(req, 1);
         /* Decoded as it arrives: matrices go straight into engine memory (out of the
          * request's reservation), the body is never held. */
         uint64_t body_max = req->has_length ? req->content_length : req->limit;
@@ -475,7 +479,7 @@ static int begin(gemmd_request *req, int one_matrix)
     }
     if (gemmd_media_is(ct, "multipart/form-data")) {
         op->family = GEMMD_FMT_NPY;
-        if (!one_matrix) req->need = guessed_need(req);
+        if (!one_matrix) req->need = guessed_need(req, 0);
         op->mp = gemm_multipart_new(ct, &mp_callbacks, req, err);
         return op->mp ? 0 : -1;
     }
