@@ -128,7 +128,7 @@ static void on_sync_done(gemm_job *job)
     const gemmd_operands *op = req->op;
     int big_json = atomic_load(&job->state) == GEMM_JOB_DONE && op->answer == GEMMD_FMT_JSON && !op->store_c &&
                    !(req->route->flags & GEMMD_V2) && srv->offload &&
-                   gemmd_json_answer_is_big(job->m * (job->batch ? job->batch : 1), job->n, gemm_job_c_dtype(job));
+                   gemmd_json_answer_is_big(gemmd_answer_rows(job->m, job->batch), job->n, gemm_job_c_dtype(job));
     /* inputs go as soon as the product is done; resident ones are only borrowed */
     if (!op->ref[0]) gemm_free(&srv->alloc, job->a);
     if (!op->ref[1]) gemm_free(&srv->alloc, job->b);
@@ -146,7 +146,7 @@ int gemmd_matmul_begin(gemmd_request *req)
     if (gemmd_accept(req, op->family, &op->answer) != 0) return -1;
     /* shapes known before the body (raw): a JSON answer's text is reserved too */
     if (op->family == GEMMD_FMT_RAW && op->answer == GEMMD_FMT_JSON && (!op->store_c || op->return_c)) {
-        uint64_t text = gemmd_json_answer_bytes(op->a.rows * (op->a.batch ? op->a.batch : 1), op->b.cols,
+        uint64_t text = gemmd_json_answer_bytes(gemmd_answer_rows(op->a.rows, op->a.batch), op->b.cols,
                                                 gemmd_c_dtype(op));
         req->need = text > UINT64_MAX - req->need ? UINT64_MAX : req->need + text;
     }
@@ -159,7 +159,7 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
     gemmd_operands *op = req->op;
     if (check_resident_batch(req) != 0) return gemmd_respond_error(req, &req->err);
     if (op->answer == GEMMD_FMT_JSON && (!op->store_c || op->return_c) &&
-        gemmd_check_json_answer(srv, op->a.rows * (op->a.batch ? op->a.batch : 1), op->b.cols, gemmd_c_dtype(op),
+        gemmd_check_json_answer(srv, gemmd_answer_rows(op->a.rows, op->a.batch), op->b.cols, gemmd_c_dtype(op),
                                 &req->err) != 0)
         return gemmd_respond_error(req, &req->err);
     if (op->store_c) { /* room for C among the resident matrices before it is computed */
@@ -386,7 +386,7 @@ enum MHD_Result gemmd_route_job_result(gemmd_request *req)
     gemmd_job_view v;
     gemmd_jobs_view(srv->jobs, j, &v);
     gemmd_format fmt = GEMMD_FMT_NONE;
-    uint64_t rows = v.m * (j->job.batch ? j->job.batch : 1);
+    uint64_t rows = gemmd_answer_rows(v.m, j->job.batch);
     int rc = -1;
     if (!v.finished)
         gemm_err_set(&req->err, 409, "job_not_done", "job %s is %s; poll GET /v1/jobs/%s until it is done", v.id,
