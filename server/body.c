@@ -47,6 +47,7 @@ void gemmd_operands_end(gemmd_request *req)
     gemm_free(al, op->job.c);
     for (int i = 0; i < 2; i++) gemmd_matrices_put(store, op->ref[i]);
     if (op->reserved) gemmd_matrices_unreserve(store, req->client, op->reserved);
+    if (op->entry) gemmd_jobs_put(req->svc->jobs, op->entry); /* reserved, never submitted */
     gemm_engine_resident_free(req->svc->engine, op->c_res);
     free(op);
     req->op = NULL;

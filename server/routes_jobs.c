@@ -264,9 +264,10 @@ enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
 
 /* ---- POST /v1/jobs -------------------------------------------------------------- */
 
-enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
+/* The job's place in the store, its inputs' and result's bytes reserved (op->entry): 0, or
+ * -1 with req->err (503 job_store_full with the Retry-After of the oldest kept job). */
+static int reserve_job(gemmd_request *req)
 {
-    gemmd_services *srv = req->svc;
     gemmd_operands *op = req->op;
     size_t c_bytes, a_bytes, b_bytes;
     if (!gemm_matrix_bytes(op->a.rows, op->b.cols, gemmd_c_dtype(op), &c_bytes) ||
@@ -274,16 +275,33 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
         !gemm_matrix_bytes(op->a.rows, op->a.cols, op->a.dtype, &a_bytes) ||
         !gemm_mul_size(a_bytes, (size_t)(op->a.batch ? op->a.batch : 1), &a_bytes) ||
         !gemm_matrix_bytes(op->b.rows, op->b.cols, op->b.dtype, &b_bytes) ||
-        !gemm_mul_size(b_bytes, (size_t)(op->b.batch ? op->b.batch : 1), &b_bytes))
-        return gemmd_respond_errorf(req, 413, "too_large", "C's byte size overflows");
-    gemmd_job_entry *j = gemmd_jobs_reserve(srv->jobs, req->client, a_bytes + b_bytes, c_bytes, &req->err);
-    if (!j) {
-        if (req->err.status == 503 && strcmp(req->err.code, "job_store_full") == 0)
-            req->retry_after_s = gemmd_jobs_retry_after_s(srv->jobs);
-        LOG_DEBUG("job refused: %d %s%s", req->err.status, req->err.code,
-                  req->retry_after_s ? " (retry after the oldest expires)" : "");
-        return gemmd_respond_error(req, &req->err);
-    }
+        !gemm_mul_size(b_bytes, (size_t)(op->b.batch ? op->b.batch : 1), &b_bytes) ||
+        !gemm_add_size(a_bytes, b_bytes, &a_bytes))
+        return gemm_err_set(&req->err, 413, "too_large", "C's byte size overflows");
+    op->entry = gemmd_jobs_reserve(req->svc->jobs, req->client, a_bytes, c_bytes, &req->err);
+    if (op->entry) return 0;
+    if (req->err.status == 503 && strcmp(req->err.code, "job_store_full") == 0)
+        req->retry_after_s = gemmd_jobs_retry_after_s(req->svc->jobs);
+    LOG_DEBUG("job refused: %d %s%s", req->err.status, req->err.code,
+              req->retry_after_s ? " (retry after the oldest expires)" : "");
+    return -1;
+}
+
+/* A raw body's shapes come in the query: its place in the store is taken before the body is
+ * read (before 100 Continue), so that a full store refuses it before it is sent. */
+int gemmd_jobs_begin(gemmd_request *req)
+{
+    if (gemmd_body_begin(req) != 0) return -1;
+    return req->op->family == GEMMD_FMT_RAW ? reserve_job(req) : 0;
+}
+
+enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
+{
+    gemmd_services *srv = req->svc;
+    gemmd_operands *op = req->op;
+    if (!op->entry && reserve_job(req) != 0) return gemmd_respond_error(req, &req->err);
+    gemmd_job_entry *j = op->entry;
+    op->entry = NULL;
     if (check_resident_batch(req) != 0 ||
         (op->store_c && gemm_err_set(&req->err, 400, "bad_option", "store=1 is taken by POST /v1/matmul only; an "
                                      "async job's result is fetched from /v1/jobs/{id}/result")) ||

@@ -8,7 +8,8 @@ With two named tokens, token_share 50, resident_mb 4, max_jobs 8 and job_mem_mb 
   store reserves it); token B's uploads still succeed, a product of B's reads them, and
   B's empty=1 matrix is made;
 - async jobs (cpu_delay_ms keeps them queued): A keeps 4 of 8 and its 5th gets 503
-  job_store_full naming its share; B's jobs are still taken and answered right;
+  job_store_full naming its share, before its body is read (a raw body's shapes are in the
+  query); B's jobs are still taken and answered right;
 - memory in flight: A's second big upload waits for A's first, not for B's product,
   which is answered while A's first still holds its reservation;
 - a matrix made with empty=1 whose rows do not all come within job_ttl is forgotten
@@ -29,7 +30,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import SLOW, Daemon, Tap, metric, parse_metrics, run_guarded  # noqa: E402
+from harness import SLOW, Daemon, Tap, metric, parse_metrics, raw_request, run_guarded  # noqa: E402
 
 A, B = "tokenAAAAsecret", "tokenBBBBsecret"
 
@@ -99,6 +100,11 @@ def jobs(tap, d):
     code, msg = r.error()
     tap.ok(r.status == 503 and code == "job_store_full" and "token_share" in (msg or ""),
            "token A's fifth job: 503 job_store_full naming its share", r)
+    head = ("POST %s HTTP/1.1\r\nHost: x\r\n%s\r\nContent-Type: application/octet-stream\r\n"
+            "Content-Length: %d\r\nExpect: 100-continue\r\n\r\n" % (q, auth(A)[0], len(body))).encode()
+    st, h, b, raw = raw_request(d.port, head, read_timeout=5 * SLOW)
+    tap.ok(st == 503 and b"job_store_full" in b and raw.startswith(b"HTTP/1.1 503"),
+           "and with Expect: 100-continue it is refused before its body (no 100 Continue)", raw[:300])
     for i in range(3):
         r = d.curl("POST", q, data=body, content_type="application/octet-stream", headers=auth(B))
         tap.ok(r.status == 202, "token B's job %d is taken meanwhile" % (i + 1), r)
