@@ -4,7 +4,7 @@ token at its quota leaves every other token served.
 
 With two named tokens, token_share 50, resident_mb 4, max_jobs 8 and job_mem_mb 4:
 - resident matrices: token A fills its half (2 MiB) and its next upload gets 507
-  naming its share, and so does a matrix it asks to be made with empty=1 (no body: the
+  naming its share (a .npy or JSON one before its body, from its Content-Length), and so does a matrix it asks to be made with empty=1 (no body: the
   store reserves it); token B's uploads still succeed, a product of B's reads them, and
   B's empty=1 matrix is made;
 - async jobs (cpu_delay_ms keeps them queued): A keeps 4 of 8 and its 5th gets 503
@@ -20,6 +20,7 @@ With two named tokens, token_share 50, resident_mb 4, max_jobs 8 and job_mem_mb 
   went whole into what is kept, then deleted) still gets a product answered: each such
   request ended in the admission queue.
 """
+import io
 import os
 import socket
 import sys
@@ -62,6 +63,15 @@ def resident(tap, d):
     code, msg = r.error()
     tap.ok(r.status == 507 and code == "insufficient_storage" and "token_share" in (msg or ""),
            "token A's fifth: 507 insufficient_storage naming its share", r)
+    npy = io.BytesIO()
+    np.save(npy, np.ones((256, 256), np.float64))
+    for what, ctype, size in (("a .npy", "application/x-npy", len(npy.getvalue())),
+                              ("a JSON", "application/json", 600000)):
+        head = ("POST /v1/matrices HTTP/1.1\r\nHost: x\r\n%s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+                "Expect: 100-continue\r\n\r\n" % (auth(A)[0], ctype, size)).encode()
+        st, h, b, raw = raw_request(d.port, head, read_timeout=5 * SLOW)
+        tap.ok(st == 507 and b"token_share" in b and raw.startswith(b"HTTP/1.1 507"),
+               "and %s upload of it is refused before its body (no 100 Continue)" % what, raw[:300])
     empty = "/v1/matrices?rows=256&cols=256&dtype=float64&empty=1"
     r = d.curl("POST", empty, headers=auth(A))
     tap.ok(r.status == 507 and "token_share" in (r.error()[1] or ""),
