@@ -76,12 +76,13 @@ static int expected_wait_locked(gemmd_admit *a, uint64_t bytes)
 {
     gemmd_budget_stats bs;
     gemmd_budget_get_stats(a->budget, &bs);
-    uint64_t free_now = bs.used < bs.limit ? bs.limit - bs.used : 0;
+    uint64_t cap = bytes <= a->small ? bs.limit : gemmd_budget_max_single(a->budget); /* the reserve is not free */
+    uint64_t free_now = bs.used < cap ? cap - bs.used : 0;
     double need = (double)a->waiting_bytes + (double)bytes - (double)free_now;
     double held = (double)bs.by_kind[GEMMD_MEM_RESERVED];
     double s = need <= 0 ? 1 : held > 0 ? need / (held / a->hold_s) : a->max_wait_s;
     if (s < 1) s = 1;
-    if (s > 60) s = 60;
+    if (s > GEMMD_RETRY_MAX_S) s = GEMMD_RETRY_MAX_S;
     return (int)(s + 0.999);
 }
 
@@ -155,7 +156,7 @@ static gemmd_admit_ticket *expire_locked(gemmd_admit *a, double now, gemmd_admit
             gemmd_admit_ticket *next = t->next;
             if (a->stop || now >= t->deadline) {
                 unlink_locked(a, t);
-                decide_locked(a, t, -1, &woken);
+                decide_locked(a, t, a->stop ? -2 : -1, &woken); /* -2: closed */
                 a->st.refused_wait++;
             }
             t = next;
@@ -316,7 +317,8 @@ int gemmd_admit_result(gemmd_admit *a, const gemmd_admit_ticket *t, gemm_err *er
 {
     (void)a;
     if (t->result == 0) return 0;
-    *retry_after_s = t->retry_after_s;
+    *retry_after_s = t->result == -2 ? 1 : t->retry_after_s;
+    if (t->result == -2) return gemm_err_set(err, 503, "shutting_down", "the server is shutting down; retry elsewhere");
     return gemm_err_set(err, 503, "over_budget",
                         "this request needs %.1f MiB of the memory budget (max_inflight_mb) and waited for it "
                         "in vain (admit_wait); retry in %d s",

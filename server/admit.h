@@ -75,8 +75,8 @@ int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, int client_key, uin
                       void (*wake)(void *arg), void *arg, gemm_err *err, int *retry_after_s);
 /* Whether a waiting ticket has been decided (then wake has been or is being called). */
 static inline int gemmd_admit_decided(gemmd_admit_ticket *t) { return atomic_load(&t->decided) != 0; }
-/* A decided ticket: 0 admitted (its bytes are reserved), or -1 with *err (503) and
- * *retry_after_s. */
+/* A decided ticket: 0 admitted (its bytes are reserved), or -1 with *err (503
+ * over_budget, or shutting_down once the queue was closed) and *retry_after_s. */
 int gemmd_admit_result(gemmd_admit *a, const gemmd_admit_ticket *t, gemm_err *err, int *retry_after_s);
 /* Takes a waiting ticket out of the queue (the client went away): 1 when it was still
  * waiting (wake will not be called), 0 when it had been decided already (wake is called,

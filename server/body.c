@@ -47,6 +47,7 @@ void gemmd_operands_end(gemmd_request *req)
     gemm_free(al, op->job.c);
     for (int i = 0; i < 2; i++) gemmd_matrices_put(store, op->ref[i]);
     if (op->reserved) gemmd_matrices_unreserve(store, req->client, op->reserved);
+    if (op->entry) gemmd_jobs_put(req->svc->jobs, op->entry); /* reserved, never submitted */
     gemm_engine_resident_free(req->svc->engine, op->c_res);
     free(op);
     req->op = NULL;
@@ -188,16 +189,37 @@ static const gemm_multipart_callbacks mp_callbacks = {part_begin, part_data, par
 
 /* ---- begin ---------------------------------------------------------------- */
 
-/* What a body of unknown shapes will hold: its declared bytes decoded (JSON text is
- * longer than the numbers it holds, .npy about as long), and C, guessed as half of them
- * (A and B of a square product are each as large as C); a chunked body without a length,
- * as much as a guess of 16 MiB. Decoded beyond that, a request is charged for the rest as
- * it goes, against whatever room is left. */
-static uint64_t guessed_need(const gemmd_request *req)
+/* What a body of unknown shapes will hold, pct percent of its declared bytes (a chunked
+ * body without a length: a guess of 16 MiB). A .npy body: about its bytes (100), and C of a
+ * product, guessed as half of them (150: A and B of a square product are each as large as
+ * C). A JSON body: its numbers, about 7 bytes of text each, are held as float64 (1.2 times
+ * the text) in blocks that assembly copies into one buffer: the decoder peaks at twice the
+ * text (200, json_store.h), and C comes next (250). At most what one request may hold: a big
+ * body gets its chance alone. Decoded beyond that, a request is charged for the rest as it
+ * goes, against whatever room is left. */
+static uint64_t guessed_need(const gemmd_request *req, unsigned pct)
 {
-    uint64_t guess = (uint64_t)16 << 20;
+    uint64_t guess = (uint64_t)16 << 20, most = gemmd_budget_max_single(req->svc->budget);
     uint64_t body = req->has_length ? req->content_length : req->limit < guess ? req->limit : guess;
-    return body + body / 2;
+    uint64_t need = body / 100 * pct + body % 100 * pct / 100;
+    return need < most ? need : most;
+}
+
+/* A matrix upload whose shape comes with its body: the body's length, an estimate of the
+ * matrix's bytes, is reserved among the resident matrices before the body is read, so that
+ * a client at its share is refused (507) before it sends; the reservation is made exact
+ * once the body is decoded (gemmd_route_matrix_create). A body over resident_mb may still
+ * hold a smaller matrix: that one is checked after. 0, or -1 with req->err. */
+static int reserve_estimate(gemmd_request *req)
+{
+    if (!req->has_length || !req->content_length) return 0;
+    if (gemmd_matrices_reserve(req->svc->matrices, req->client, req->content_length, &req->err) == 0) {
+        req->op->reserved = req->content_length;
+        return 0;
+    }
+    if (req->err.status != 413) return -1;
+    gemm_err_clear(&req->err);
+    return 0;
 }
 
 /* m, k and n of a raw body: each must be in the query (400 missing_dimension, naming the
@@ -433,7 +455,9 @@ static int begin(gemmd_request *req, int one_matrix)
         if (gemmd_media_is(ct, "application/x-npy")) {
             op->family = GEMMD_FMT_NPY;
             op->rd[0] = gemm_npy_reader_new(limits(req), &req->alloc);
-            return op->rd[0] ? 0 : gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
+            req->need = guessed_need(req, 100);
+            if (!op->rd[0]) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
+            return reserve_estimate(req);
         }
     } else if (!one_matrix) { /* the query's resident operands, store and return */
         if (take_refs(req, err) != 0) return -1;
@@ -455,7 +479,8 @@ static int begin(gemmd_request *req, int one_matrix)
                                 "the JSON body has %llu bytes; JSON bodies may have at most %llu "
                                 "(max_json_mb); send large matrices as raw or .npy",
                                 (unsigned long long)req->content_length, (unsigned long long)req->limit);
-        req->need = guessed_need(req);
+        req->need = guessed_need(req, one_matrix ? 200 : 250);
+        if (one_matrix && reserve_estimate(req) != 0) return -1;
         /* Decoded as it arrives: matrices go straight into engine memory (out of the
          * request's reservation), the body is never held. */
         uint64_t body_max = req->has_length ? req->content_length : req->limit;
@@ -475,7 +500,8 @@ static int begin(gemmd_request *req, int one_matrix)
     }
     if (gemmd_media_is(ct, "multipart/form-data")) {
         op->family = GEMMD_FMT_NPY;
-        if (!one_matrix) req->need = guessed_need(req);
+        req->need = guessed_need(req, one_matrix ? 100 : 150);
+        if (one_matrix && reserve_estimate(req) != 0) return -1;
         op->mp = gemm_multipart_new(ct, &mp_callbacks, req, err);
         return op->mp ? 0 : -1;
     }

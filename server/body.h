@@ -31,6 +31,7 @@ struct gemmd_operands {
     int matrix_empty;          /* POST /v1/matrices?empty=1: created to be filled by PUTs */
     gemm_resident *c_res;      /* store=1: C's engine handle, until the store takes it */
     gemm_job job;              /* the synchronous product */
+    gemmd_job_entry *entry;    /* POST /v1/jobs: its place in the job store, until submitted */
 
     struct gemm_json_stream *js; /* JSON bodies: the decoder */
     size_t raw_a_bytes, raw_total, raw_got;

@@ -301,11 +301,9 @@ static unsigned gemmd_budget_retry_after(gemmd_budget *b, uint64_t bytes)
         int64_t at = atomic_load(&b->drain[i].sec);
         if (at >= 0 && at <= s && s - at < DRAIN_WINDOW_S) drained += atomic_load(&b->drain[i].bytes);
     }
-    if (drained == 0) return b->fallback_s;
-    double rate = (double)drained / DRAIN_WINDOW_S; /* bytes per second */
-    double secs = (double)need / rate;
+    double secs = drained ? (double)need / ((double)drained / DRAIN_WINDOW_S) : b->fallback_s;
     if (secs < 1) return 1;
-    if (secs > 3600) return 3600;
+    if (secs > GEMMD_RETRY_MAX_S) return GEMMD_RETRY_MAX_S;
     return (unsigned)(secs + 0.999);
 }
 

@@ -2,11 +2,11 @@
  * budget.h - the daemon's memory budget (max_inflight_mb).
  *
  * Every byte a client can make the daemon hold is admitted here before it is allocated. A
- * charge that does not fit is refused (the caller answers 503 over_budget, Retry-After
- * from the rate memory was given back lately); nothing waits for memory here (admit.h
- * queues requests before their bodies). Large charges may not take the last eighth of the
- * budget (the reserve): however many big bodies or answers are in flight, small products
- * still get through.
+ * charge that does not fit is refused at once (the caller answers 503 over_budget,
+ * Retry-After from the rate memory was given back lately); requests wait for memory in
+ * admit.h's queue, before their bodies, by reserving it here. Large charges may not take
+ * the last eighth of the budget (the reserve): however many big bodies or answers are in
+ * flight, small products still get through.
  *
  * Matrix buffers are charged through gemmd_budget_allocator(), which remembers each
  * buffer's charge and kind, so that whoever frees it gives back exactly what was taken, and
@@ -39,7 +39,8 @@ typedef enum {
     GEMMD_MEM_NKINDS
 } gemmd_mem_kind;
 
-const char *gemmd_mem_kind_name(gemmd_mem_kind k); /* "bodies", "inputs", "results", ... */
+/* "bodies", "inputs", "results", "answers", "cache", "reserved", "resident" */
+const char *gemmd_mem_kind_name(gemmd_mem_kind k);
 
 typedef struct gemmd_budget gemmd_budget;
 
@@ -91,9 +92,13 @@ void gemmd_budget_move(gemmd_budget *b, gemmd_mem_kind from, gemmd_mem_kind to, 
 /* The most one request may ever be charged (the budget less its reserve). */
 uint64_t gemmd_budget_max_single(const gemmd_budget *b);
 
+/* The most seconds a Retry-After for memory says (admit.h's too): memory turns over in
+ * seconds, and a client told to wait longer would wait for nothing. */
+#define GEMMD_RETRY_MAX_S 10
 /* Fills *err with 503 over_budget naming what was asked and what is held, and
  * *retry_after_s (if not NULL): when bytes more should fit, from the rate memory was
- * given back over the last seconds (fallback_s when none was; 1..3600). Returns -1. */
+ * given back over the last seconds (fallback_s when none was; 1..GEMMD_RETRY_MAX_S, 3600
+ * when they never can). Returns -1. */
 int gemmd_budget_refuse(gemmd_budget *b, uint64_t bytes, const char *what, gemm_err *err, int *retry_after_s);
 
 typedef struct {

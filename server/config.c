@@ -95,7 +95,7 @@ static const key_desc daemon_keys[] = {
     {"max_body_mb", K_MB_SIZE, OFF(limits.max_body_bytes), 0, 1, 1048576,
      "largest request body in MiB (checked from Content-Length before reading)"},
     {"max_json_mb", K_MB_U64, OFF(max_json_bytes), 0, 1, 65536,
-     "largest JSON request body in MiB (JSON is parsed whole)"},
+     "largest JSON body or answer in MiB (/v1 bodies are decoded as they arrive, /v2 bodies held whole)"},
     {"job_ttl", K_INT, OFF(job_ttl_s), 0, 1, 2592000, "seconds a finished async job is kept"},
     {"job_mem_mb", K_MB_U64, OFF(job_mem_bytes), 0, 1, 16777216, "MiB of memory all kept async jobs may hold"},
     {"max_jobs", K_INT, OFF(max_jobs), 0, 1, 10000000, "async jobs kept at once"},
@@ -182,7 +182,7 @@ void gemmd_config_defaults(gemmd_config *c)
     c->limits.max_dim = 65536;
     c->limits.max_elements = 268435456ull;
     c->limits.max_body_bytes = (size_t)(2048 * MB);
-    c->max_json_bytes = 64 * MB;
+    c->max_json_bytes = 256 * MB;
     c->job_ttl_s = 600;
     c->job_mem_bytes = 2048 * MB;
     c->max_jobs = 1024;

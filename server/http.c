@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -105,27 +106,33 @@ static int start_limits(gemmd_server *s, gemm_err *err)
 }
 
 /* A PEM file, whole (at most 16 MiB; "" when empty). */
+/* A PEM file, read straight into one buffer of its size: no stdio buffer or grown copy
+ * keeps a private key's text in freed memory. */
 static char *read_file(const char *path, gemm_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        gemm_err_set(err, 500, "bad_config", "cannot read %s: %s", path, strerror(errno));
-        return NULL;
-    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
     char *buf = NULL;
-    size_t cap = 0;
-    ssize_t n = getdelim(&buf, &cap, '\0', f); /* up to a NUL, which a PEM file never holds */
-    fclose(f);
-    if (n < 0) {
-        free(buf);
-        buf = calloc(1, 1);
-    } else if (n > (1 << 24)) {
-        free(buf);
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        gemm_err_set(err, 500, "bad_config", "cannot read %s: %s", path, strerror(errno));
+    } else if (st.st_size > (1 << 24)) {
         gemm_err_set(err, 500, "bad_config", "%s is too large for a PEM file", path);
-        return NULL;
+    } else if (!(buf = calloc(1, (size_t)st.st_size + 1))) {
+        gemm_err_set(err, 500, "out_of_memory", "cannot read %s", path);
+    } else {
+        for (ssize_t n, got = 0; got < st.st_size && (n = read(fd, buf + got, (size_t)(st.st_size - got))) > 0;)
+            got += n;
     }
-    if (!buf) gemm_err_set(err, 500, "out_of_memory", "cannot read %s", path);
+    if (fd >= 0) close(fd);
     return buf;
+}
+
+/* The private key's text, wiped before it is freed (libmicrohttpd has taken it by then). */
+static void drop_key(gemmd_server *s)
+{
+    if (s->tls_key) explicit_bzero(s->tls_key, strlen(s->tls_key));
+    free(s->tls_key);
+    s->tls_key = NULL;
 }
 
 static int is_loopback(const struct sockaddr_storage *ss)
@@ -224,7 +231,7 @@ static void free_server(gemmd_server *s)
     gemmd_auth_free(s->svc.auth);
     gemmd_sync_free(s->svc.sync);
     free(s->tls_cert);
-    free(s->tls_key);
+    drop_key(s);
     free(s);
 }
 
@@ -319,6 +326,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
          * between requests either way). 1.0 grows by other rules: its default is kept. */
         MHD_OPTION_CONNECTION_MEMORY_INCREMENT, READ_INCREMENT((size_t)s->conns_cfg.mhd_buffer),
         MHD_OPTION_NOTIFY_COMPLETED, gemmd_access_completed, &s->svc, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+    drop_key(s); /* GnuTLS holds the key now */
     if (!s->daemon) {
         gemm_err_set(err, 500, "internal_error", "libmicrohttpd did not start on %s port %d (see the log above)",
                      cfg->listen, cfg->port);

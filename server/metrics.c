@@ -261,7 +261,8 @@ void gemmd_metrics_render_memory(gemm_buf *out, const gemmd_budget_stats *st)
     gemm_buf_printf(out, "gemmd_memory_inflight_peak_bytes %llu\n", (unsigned long long)st->peak);
     header(out, "gemmd_memory_held_bytes", "gauge",
            "Bytes charged now, by what holds them: request bodies being received, inputs of products "
-           "decoded, queued or running, kept async results, answers being sent.");
+           "decoded, queued or running, kept async results, answers being sent, the engine's cache, "
+           "reservations made at admission, resident matrices.");
     for (int k = 0; k < GEMMD_MEM_NKINDS; k++)
         gemm_buf_printf(out, "gemmd_memory_held_bytes{holder=\"%s\"} %llu\n", gemmd_mem_kind_name((gemmd_mem_kind)k),
                         (unsigned long long)st->by_kind[k]);

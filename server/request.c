@@ -40,8 +40,10 @@ void gemmd_request_free(gemmd_request *req)
         gemmd_budget_release(req->svc->budget, GEMMD_MEM_ANSWER, req->prepared_charge);
     }
     /* The reservation goes back last, whole: the buffers it held are freed by now (an
-     * answer's, a moment later, with the response). */
-    if (gemmd_resv_end(&req->resv) && req->t_admitted > 0)
+     * answer's, a moment later, with the response). An admitted request ends in the queue
+     * even when kept buffers took its whole reservation (gemmd_budget_adopt). */
+    gemmd_resv_end(&req->resv);
+    if (req->t_admitted > 0)
         gemmd_admit_done(req->svc->admit, &req->ticket, (gemm_now_ms() - req->t_admitted) / 1000.0);
     free(req);
 }

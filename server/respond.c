@@ -526,9 +526,17 @@ static void add_matrix_headers(struct MHD_Response *r, const char *id)
  * comma, a row's brackets, and room for the fields around C. */
 uint64_t gemmd_json_answer_bytes(uint64_t rows, uint64_t cols, gemm_dtype d)
 {
-    uint64_t per = gemm_json_elem_width(d);
-    if (rows && cols > UINT64_MAX / rows / per) return UINT64_MAX;
-    return rows * cols * per + rows * 3 + 8192;
+    size_t t, brackets;
+    if (!gemm_mul_size(rows, cols, &t) || !gemm_mul_size(t, gemm_json_elem_width(d), &t) ||
+        !gemm_mul_size(rows, 3, &brackets) || !gemm_add_size(t, brackets, &t) || !gemm_add_size(t, 8192, &t))
+        return UINT64_MAX;
+    return t;
+}
+
+uint64_t gemmd_answer_rows(uint64_t m, uint64_t batch)
+{
+    size_t rows;
+    return gemm_mul_size(m, batch ? batch : 1, &rows) ? rows : UINT64_MAX;
 }
 
 int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d)
@@ -638,8 +646,8 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
     /* The text is admitted at its largest before it is written (a batch: rows * nb rows,
      * and each matrix its own "[", "]" and ","), and its charge goes with it until MHD is
      * done sending it. */
-    uint64_t est = gemmd_json_answer_bytes(rows * nb, cols, dt);
-    if (batch && est != UINT64_MAX) est += 3 * nb;
+    size_t est = gemmd_json_answer_bytes(gemmd_answer_rows(rows, batch), cols, dt), brackets;
+    if (batch && (!gemm_mul_size(3, nb, &brackets) || !gemm_add_size(est, brackets, &est))) est = UINT64_MAX;
     *charge = 0;
     gemm_buf b;
     if (gemmd_answer_text_begin(req, est, &b, &outside, err) != 0) {
@@ -718,9 +726,9 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
     fill_request_times(req);
     gemm_dtype dt = job ? gemm_job_c_dtype(job) : meta->dtype;
     uint64_t batch = job ? job->batch : 0;
-    size_t one = 0;
-    gemm_matrix_bytes(rows, cols, dt, &one); /* checked when C was allocated */
-    payload *p = payload_new(req, NULL, 0, data, one * (size_t)(batch ? batch : 1), meta->free_with, release, ctx);
+    size_t one = 0, len = 0; /* checked when C was allocated */
+    if (gemm_matrix_bytes(rows, cols, dt, &one)) gemm_mul_size(one, batch ? batch : 1, &len);
+    payload *p = payload_new(req, NULL, 0, data, len, meta->free_with, release, ctx);
     if (p && fmt == GEMMD_FMT_NPY) {
         p->head = p->prefix;
         p->head_len = gemm_npy_write_header3(p->prefix, sizeof p->prefix, dt, batch, rows, cols);

@@ -24,6 +24,8 @@ const char *gemmd_format_mime(gemmd_format f);
 int gemmd_check_json_answer(const gemmd_services *srv, uint64_t rows, uint64_t cols, gemm_dtype d, gemm_err *err);
 /* The most bytes the JSON answer of a rows x cols C can take (UINT64_MAX on overflow). */
 uint64_t gemmd_json_answer_bytes(uint64_t rows, uint64_t cols, gemm_dtype d);
+/* The rows of m-row answers, batch of them (0: one): UINT64_MAX when that overflows. */
+uint64_t gemmd_answer_rows(uint64_t m, uint64_t batch);
 /* JSON answers of C too big to encode on an HTTP thread (its JSON may pass 1 MiB): they
  * are encoded on an offload thread while the connection is suspended. */
 int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d);

@@ -11,7 +11,7 @@
 /* The body readers (routes.h), one per kind of body. */
 static const gemmd_body_reader product = {gemmd_matmul_begin, gemmd_body_open, gemmd_body_feed, gemmd_body_finish,
                                           gemmd_operands_end};
-static const gemmd_body_reader job = {gemmd_body_begin, gemmd_body_open, gemmd_body_feed, gemmd_body_finish,
+static const gemmd_body_reader job = {gemmd_jobs_begin, gemmd_body_open, gemmd_body_feed, gemmd_body_finish,
                                       gemmd_operands_end};
 static const gemmd_body_reader matrix = {gemmd_matrix_begin, gemmd_body_open, gemmd_body_feed, gemmd_body_finish,
                                          gemmd_operands_end};

@@ -78,6 +78,7 @@ int gemmd_route_slot(const gemmd_route_desc *r);
 
 /* routes_jobs.c: products and the /v1/jobs family. */
 int gemmd_matmul_begin(gemmd_request *req); /* gemmd_body_begin and Accept (406) */
+int gemmd_jobs_begin(gemmd_request *req);   /* gemmd_body_begin and, for a raw body, its job's place */
 enum MHD_Result gemmd_route_matmul(gemmd_request *req);
 enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req);
 enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req);

@@ -128,7 +128,7 @@ static void on_sync_done(gemm_job *job)
     const gemmd_operands *op = req->op;
     int big_json = atomic_load(&job->state) == GEMM_JOB_DONE && op->answer == GEMMD_FMT_JSON && !op->store_c &&
                    !(req->route->flags & GEMMD_V2) && srv->offload &&
-                   gemmd_json_answer_is_big(job->m * (job->batch ? job->batch : 1), job->n, gemm_job_c_dtype(job));
+                   gemmd_json_answer_is_big(gemmd_answer_rows(job->m, job->batch), job->n, gemm_job_c_dtype(job));
     /* inputs go as soon as the product is done; resident ones are only borrowed */
     if (!op->ref[0]) gemm_free(&srv->alloc, job->a);
     if (!op->ref[1]) gemm_free(&srv->alloc, job->b);
@@ -146,7 +146,7 @@ int gemmd_matmul_begin(gemmd_request *req)
     if (gemmd_accept(req, op->family, &op->answer) != 0) return -1;
     /* shapes known before the body (raw): a JSON answer's text is reserved too */
     if (op->family == GEMMD_FMT_RAW && op->answer == GEMMD_FMT_JSON && (!op->store_c || op->return_c)) {
-        uint64_t text = gemmd_json_answer_bytes(op->a.rows * (op->a.batch ? op->a.batch : 1), op->b.cols,
+        uint64_t text = gemmd_json_answer_bytes(gemmd_answer_rows(op->a.rows, op->a.batch), op->b.cols,
                                                 gemmd_c_dtype(op));
         req->need = text > UINT64_MAX - req->need ? UINT64_MAX : req->need + text;
     }
@@ -159,7 +159,7 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
     gemmd_operands *op = req->op;
     if (check_resident_batch(req) != 0) return gemmd_respond_error(req, &req->err);
     if (op->answer == GEMMD_FMT_JSON && (!op->store_c || op->return_c) &&
-        gemmd_check_json_answer(srv, op->a.rows * (op->a.batch ? op->a.batch : 1), op->b.cols, gemmd_c_dtype(op),
+        gemmd_check_json_answer(srv, gemmd_answer_rows(op->a.rows, op->a.batch), op->b.cols, gemmd_c_dtype(op),
                                 &req->err) != 0)
         return gemmd_respond_error(req, &req->err);
     if (op->store_c) { /* room for C among the resident matrices before it is computed */
@@ -264,9 +264,10 @@ enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
 
 /* ---- POST /v1/jobs -------------------------------------------------------------- */
 
-enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
+/* The job's place in the store, its inputs' and result's bytes reserved (op->entry): 0, or
+ * -1 with req->err (503 job_store_full with the Retry-After of the oldest kept job). */
+static int reserve_job(gemmd_request *req)
 {
-    gemmd_services *srv = req->svc;
     gemmd_operands *op = req->op;
     size_t c_bytes, a_bytes, b_bytes;
     if (!gemm_matrix_bytes(op->a.rows, op->b.cols, gemmd_c_dtype(op), &c_bytes) ||
@@ -274,16 +275,33 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
         !gemm_matrix_bytes(op->a.rows, op->a.cols, op->a.dtype, &a_bytes) ||
         !gemm_mul_size(a_bytes, (size_t)(op->a.batch ? op->a.batch : 1), &a_bytes) ||
         !gemm_matrix_bytes(op->b.rows, op->b.cols, op->b.dtype, &b_bytes) ||
-        !gemm_mul_size(b_bytes, (size_t)(op->b.batch ? op->b.batch : 1), &b_bytes))
-        return gemmd_respond_errorf(req, 413, "too_large", "C's byte size overflows");
-    gemmd_job_entry *j = gemmd_jobs_reserve(srv->jobs, req->client, a_bytes + b_bytes, c_bytes, &req->err);
-    if (!j) {
-        if (req->err.status == 503 && strcmp(req->err.code, "job_store_full") == 0)
-            req->retry_after_s = gemmd_jobs_retry_after_s(srv->jobs);
-        LOG_DEBUG("job refused: %d %s%s", req->err.status, req->err.code,
-                  req->retry_after_s ? " (retry after the oldest expires)" : "");
-        return gemmd_respond_error(req, &req->err);
-    }
+        !gemm_mul_size(b_bytes, (size_t)(op->b.batch ? op->b.batch : 1), &b_bytes) ||
+        !gemm_add_size(a_bytes, b_bytes, &a_bytes))
+        return gemm_err_set(&req->err, 413, "too_large", "C's byte size overflows");
+    op->entry = gemmd_jobs_reserve(req->svc->jobs, req->client, a_bytes, c_bytes, &req->err);
+    if (op->entry) return 0;
+    if (req->err.status == 503 && strcmp(req->err.code, "job_store_full") == 0)
+        req->retry_after_s = gemmd_jobs_retry_after_s(req->svc->jobs);
+    LOG_DEBUG("job refused: %d %s%s", req->err.status, req->err.code,
+              req->retry_after_s ? " (retry after the oldest expires)" : "");
+    return -1;
+}
+
+/* A raw body's shapes come in the query: its place in the store is taken before the body is
+ * read (before 100 Continue), so that a full store refuses it before it is sent. */
+int gemmd_jobs_begin(gemmd_request *req)
+{
+    if (gemmd_body_begin(req) != 0) return -1;
+    return req->op->family == GEMMD_FMT_RAW ? reserve_job(req) : 0;
+}
+
+enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
+{
+    gemmd_services *srv = req->svc;
+    gemmd_operands *op = req->op;
+    if (!op->entry && reserve_job(req) != 0) return gemmd_respond_error(req, &req->err);
+    gemmd_job_entry *j = op->entry;
+    op->entry = NULL;
     if (check_resident_batch(req) != 0 ||
         (op->store_c && gemm_err_set(&req->err, 400, "bad_option", "store=1 is taken by POST /v1/matmul only; an "
                                      "async job's result is fetched from /v1/jobs/{id}/result")) ||
@@ -386,7 +404,7 @@ enum MHD_Result gemmd_route_job_result(gemmd_request *req)
     gemmd_job_view v;
     gemmd_jobs_view(srv->jobs, j, &v);
     gemmd_format fmt = GEMMD_FMT_NONE;
-    uint64_t rows = v.m * (j->job.batch ? j->job.batch : 1);
+    uint64_t rows = gemmd_answer_rows(v.m, j->job.batch);
     int rc = -1;
     if (!v.finished)
         gemm_err_set(&req->err, 409, "job_not_done", "job %s is %s; poll GET /v1/jobs/%s until it is done", v.id,

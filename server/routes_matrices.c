@@ -36,10 +36,12 @@ enum MHD_Result gemmd_route_matrix_create(gemmd_request *req)
 {
     gemmd_services *srv = req->svc;
     gemmd_operands *op = req->op;
-    if (!op->reserved) { /* raw bodies reserved before reading; the others now */
-        size_t bytes;
-        if (!gemm_matrix_bytes(op->a.rows, op->a.cols, op->a.dtype, &bytes))
-            return gemmd_respond_errorf(req, 413, "too_large", "the matrix's byte size overflows");
+    size_t bytes; /* raw bodies reserved exactly before reading; the others an estimate (body.c) */
+    if (!gemm_matrix_bytes(op->a.rows, op->a.cols, op->a.dtype, &bytes))
+        return gemmd_respond_errorf(req, 413, "too_large", "the matrix's byte size overflows");
+    if (op->reserved != bytes) {
+        if (op->reserved) gemmd_matrices_unreserve(srv->matrices, req->client, op->reserved);
+        op->reserved = 0;
         if (gemmd_matrices_reserve(srv->matrices, req->client, bytes, &req->err) != 0)
             return gemmd_respond_error(req, &req->err);
         op->reserved = bytes;

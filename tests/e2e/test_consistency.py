@@ -15,7 +15,7 @@
   [::1]:port (a daemon on ::1, where the host has IPv6 loopback) reach the daemon, as in
   the Python client; another scheme is a usage error (exit 2) that says what is expected.
 - A 2000x2000 float64 product as JSON (a body of about 162 MB, decoded in bounded memory):
-  200 and C = A.B, with --max-json-mb 256 (the default of 64 refuses the body: 413).
+  200 and C = A.B with the default max_json_mb (256).
 """
 import json
 import os
@@ -205,12 +205,12 @@ def big_json(tap):
     rng = np.random.default_rng(14)
     a, b = rng.random((2000, 2000)), rng.random((2000, 2000))
     body = json.dumps({"a": a.tolist(), "b": b.tolist()}).encode()
-    with Daemon(tap, config={"backend": "cpu"}, flags=["--max-json-mb", "256"]) as d:
+    with Daemon(tap, config={"backend": "cpu"}) as d:
         r = d.curl("POST", "/v1/matmul", data=body, content_type="application/json", max_time=300 * SLOW)
         del body
         c = np.array((r.json() or {}).get("c")) if r.status == 200 else None
         tap.ok(c is not None and c.shape == (2000, 2000) and np.allclose(c, a @ b, rtol=1e-12, atol=1e-9),
-               "a 2000x2000 float64 JSON product (162 MB body, --max-json-mb 256): 200 and C = A.B",
+               "a 2000x2000 float64 JSON product (162 MB body, the default max_json_mb): 200 and C = A.B",
                (r.status, r.body[:300]))
 
 

@@ -22,7 +22,8 @@ The attacks, each a regression test of a finding of the hostile trial:
   8. (own HTTPS daemon) 1,000 TLS handshakes that never finish: HTTPS /healthz answers
   9. (own daemon) 12 uploads of 8 MiB at once into a 64 MiB budget, from clients that send
      Expect: 100-continue and honour Retry-After: each answered right, none refused once
-     its body had begun to go (the admission queue reserves before the body)
+     its body had begun to go (the admission queue reserves before the body); then 4 JSON
+     products of 8 MiB from 4 addresses alike, Retry-After at most 10 s
  10. (own daemon) 100 connections declaring 2 GiB bodies and sending 20 bytes, budget
      4 GiB: VmSize stays within the budget + 2 GB (no address space for declared sizes)
 Throughout: the daemon's peak RSS (VmHWM) stays under max_inflight_mb + 100 MB, the
@@ -365,6 +366,11 @@ def admission_burst(tap):
         tap.ok(r["right"] == 12 and not r["wrong"] and not r["failed"],
                "12 uploads of %.1f MiB at once into a 64 MiB budget, 3 addresses: all answered right" % r["mb"], r)
         tap.ok(r["after_body"] == 0, "none refused once its body had begun to go (%d tries in all)" % r["tries"], r)
+        r = hostile_fair.admission(d, 4, 8, "json", sources=4)
+        tap.ok(r["right"] == 4 and not r["wrong"] and not r["failed"] and r["after_body"] == 0,
+               "4 JSON products of %.1f MiB at once from 4 addresses: all answered right, none refused once its "
+               "body had begun to go (its reservation covers what decoding holds)" % r["mb"], r)
+        tap.ok(r["retry_after"] <= 10, "Retry-After at most 10 s (%s)" % r["retry_after"], r)
 
 
 def declared_vmsize(tap):

@@ -4,17 +4,23 @@ token at its quota leaves every other token served.
 
 With two named tokens, token_share 50, resident_mb 4, max_jobs 8 and job_mem_mb 4:
 - resident matrices: token A fills its half (2 MiB) and its next upload gets 507
-  naming its share, and so does a matrix it asks to be made with empty=1 (no body: the
+  naming its share (a .npy or JSON one before its body, from its Content-Length), and so does a matrix it asks to be made with empty=1 (no body: the
   store reserves it); token B's uploads still succeed, a product of B's reads them, and
   B's empty=1 matrix is made;
 - async jobs (cpu_delay_ms keeps them queued): A keeps 4 of 8 and its 5th gets 503
-  job_store_full naming its share; B's jobs are still taken and answered right;
+  job_store_full naming its share, before its body is read (a raw body's shapes are in the
+  query); B's jobs are still taken and answered right;
 - memory in flight: A's second big upload waits for A's first, not for B's product,
   which is answered while A's first still holds its reservation;
 - a matrix made with empty=1 whose rows do not all come within job_ttl is forgotten
   (404), and its memory given back;
-- resident matrices count in the memory budget (holder "resident") until deleted.
+- resident matrices count in the memory budget (holder "resident") until deleted;
+- without tokens, one address that has submitted more async jobs and uploaded more
+  resident matrices than its share of memory in flight (each kept, so its reservation
+  went whole into what is kept, then deleted) still gets a product answered: each such
+  request ended in the admission queue.
 """
+import io
 import os
 import socket
 import sys
@@ -25,7 +31,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import SLOW, Daemon, Tap, metric, parse_metrics, run_guarded  # noqa: E402
+from harness import SLOW, Daemon, Tap, metric, parse_metrics, raw_request, run_guarded  # noqa: E402
 
 A, B = "tokenAAAAsecret", "tokenBBBBsecret"
 
@@ -57,6 +63,15 @@ def resident(tap, d):
     code, msg = r.error()
     tap.ok(r.status == 507 and code == "insufficient_storage" and "token_share" in (msg or ""),
            "token A's fifth: 507 insufficient_storage naming its share", r)
+    npy = io.BytesIO()
+    np.save(npy, np.ones((256, 256), np.float64))
+    for what, ctype, size in (("a .npy", "application/x-npy", len(npy.getvalue())),
+                              ("a JSON", "application/json", 600000)):
+        head = ("POST /v1/matrices HTTP/1.1\r\nHost: x\r\n%s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+                "Expect: 100-continue\r\n\r\n" % (auth(A)[0], ctype, size)).encode()
+        st, h, b, raw = raw_request(d.port, head, read_timeout=5 * SLOW)
+        tap.ok(st == 507 and b"token_share" in b and raw.startswith(b"HTTP/1.1 507"),
+               "and %s upload of it is refused before its body (no 100 Continue)" % what, raw[:300])
     empty = "/v1/matrices?rows=256&cols=256&dtype=float64&empty=1"
     r = d.curl("POST", empty, headers=auth(A))
     tap.ok(r.status == 507 and "token_share" in (r.error()[1] or ""),
@@ -95,6 +110,11 @@ def jobs(tap, d):
     code, msg = r.error()
     tap.ok(r.status == 503 and code == "job_store_full" and "token_share" in (msg or ""),
            "token A's fifth job: 503 job_store_full naming its share", r)
+    head = ("POST %s HTTP/1.1\r\nHost: x\r\n%s\r\nContent-Type: application/octet-stream\r\n"
+            "Content-Length: %d\r\nExpect: 100-continue\r\n\r\n" % (q, auth(A)[0], len(body))).encode()
+    st, h, b, raw = raw_request(d.port, head, read_timeout=5 * SLOW)
+    tap.ok(st == 503 and b"job_store_full" in b and raw.startswith(b"HTTP/1.1 503"),
+           "and with Expect: 100-continue it is refused before its body (no 100 Continue)", raw[:300])
     for i in range(3):
         r = d.curl("POST", q, data=body, content_type="application/octet-stream", headers=auth(B))
         tap.ok(r.status == 202, "token B's job %d is taken meanwhile" % (i + 1), r)
@@ -178,6 +198,37 @@ def unfilled(tap, d):
     tap.ok(held == 0, "and its memory given back (%s)" % held)
 
 
+def kept_then_product(tap):
+    """Jobs and uploads whose buffers outlive them end their admission too."""
+    cfg = {"backend": "cpu", "max_inflight_mb": 64, "admit_wait": 2, "cpu_workers": 1, "threads": 1}
+    with Daemon(tap, config=cfg) as d:
+        n = 1024  # float32: A, B and C 4 MiB each: 12 MiB reserved a job; its share is 28 MiB
+        body = np.ones((n, n), np.float32).tobytes() * 2
+        ok = 0
+        for _ in range(4):
+            r = d.curl("POST", "/v1/jobs?m=%d&k=%d&n=%d&dtype=float32" % (n, n, n), data=body,
+                       content_type="application/octet-stream")
+            jid = (r.json() or {}).get("id", "")
+            for _ in range(int(300 * SLOW)):
+                if (d.curl("GET", "/v1/jobs/%s" % jid).json() or {}).get("state") in ("done", "failed"):
+                    break
+                time.sleep(0.1)
+            ok += r.status == 202 and d.curl("DELETE", "/v1/jobs/%s" % jid).status == 204
+        tap.ok(ok == 4, "4 raw async jobs of 12 MiB each from one address, each done and deleted (48 MiB in all)")
+        ok = 0
+        for _ in range(4):
+            r = d.curl("POST", "/v1/matrices?rows=%d&cols=%d&dtype=float64" % (n, n), data=body,
+                       content_type="application/octet-stream")
+            ok += r.status == 201 and d.curl("DELETE", "/v1/matrices/" + (r.json() or {}).get("id", "")).status == 204
+        tap.ok(ok == 4, "4 raw resident matrices of 8 MiB each from it, each deleted (32 MiB in all)")
+        bm = np.ones((512, 512), np.float64)
+        r = d.curl("POST", "/v1/matmul?m=512&k=512&n=512&dtype=float64", data=bm.tobytes() * 2,
+                   content_type="application/octet-stream", accept="application/octet-stream")
+        c = np.frombuffer(r.body, np.float64) if r.status == 200 else np.zeros(0)
+        tap.ok(c.size == 512 * 512 and np.all(c == 512.0),
+               "then a 6 MiB product from the same address is answered (its admission is not locked out)", r)
+
+
 def main(tap):
     tmp = tempfile.TemporaryDirectory(prefix="gemmd-quotas-")
     tokfile = os.path.join(tmp.name, "tokens")
@@ -192,6 +243,7 @@ def main(tap):
         inflight(tap, d)
         unfilled(tap, d)
     tmp.cleanup()
+    kept_then_product(tap)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ version: only when that control handshake succeeds does a refused handshake agai
 default configuration count as a pass; otherwise the check is skipped, never passed.
 A priority string GnuTLS does not accept, or a key file that is not the certificate's key,
 stops the daemon before it listens, with exit status 2. A handshake that stalls is closed
-at header_timeout, and a flood of them never fills libmicrohttpd's connection limit.
+at header_timeout, and a flood of them never fills libmicrohttpd's connection limit. Once
+the daemon serves, the private key's text is nowhere in its memory (read as root from
+/proc/PID/mem; skipped where that is not allowed).
 """
 import os
 import shutil
@@ -135,6 +137,28 @@ def pending_handshakes(tap, tls):
                "(%d closed)" % evicted)
 
 
+def key_in_memory(pid, needle):
+    """Whether needle is in the writable memory of process pid (None: not readable here)."""
+    try:
+        with open("/proc/%d/maps" % pid) as maps, open("/proc/%d/mem" % pid, "rb", 0) as mem:
+            for line in maps:
+                f = line.split()
+                if "rw" not in f[1] or (len(f) > 5 and f[5].startswith("/")):
+                    continue
+                lo, hi = (int(x, 16) for x in f[0].split("-"))
+                for at in range(lo, hi, 1 << 24):
+                    try:
+                        mem.seek(at)
+                        chunk = mem.read(min(hi - at, (1 << 24) + len(needle)))
+                    except OSError:
+                        break
+                    if needle in chunk:
+                        return True
+    except OSError:
+        return None
+    return False
+
+
 def main(tap):
     if not shutil.which("openssl"):
         tap.skip("TLS versions", "no openssl command to make a certificate (run scripts/deps.sh test)")
@@ -175,6 +199,13 @@ def main(tap):
                          "this client cannot speak %s even to a server that allows it (%s)" % (label, ctl[1]))
                 continue
             tap.ok(res[0] == "refused", "default: %s refused (the control accepted it)" % label, res)
+        lines = open(key).read().splitlines()
+        needle = "\n".join(lines[2:4]).encode()  # two whole lines of the key's base64
+        found = key_in_memory(d.proc.pid, needle)
+        if found is None:
+            tap.skip("the private key's text is wiped once GnuTLS has it", "cannot read the daemon's memory")
+        else:
+            tap.ok(not found, "the private key's text is wiped once GnuTLS has it (not in the daemon's memory)")
 
     # The key is applied as given: TLS 1.3 only refuses 1.2.
     d = Daemon(tap, config=dict(tls, tls_priorities="NORMAL:-VERS-ALL:+VERS-TLS1.3"), wait=False)

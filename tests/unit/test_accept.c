@@ -1,5 +1,6 @@
 /* test_accept.c - Accept negotiation for product answers: defaults to the request's own
- * family, exact types, wildcards, q-values (q=0 refuses), and nothing acceptable. */
+ * family, exact types, wildcards, q-values (q=0 refuses), and nothing acceptable; the sizes
+ * of JSON answers, which saturate instead of wrapping. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -49,6 +50,20 @@ static void test_nothing_acceptable(void **state)
     assert_int_equal(gemmd_negotiate("image/png, text/*", GEMMD_FMT_RAW), GEMMD_FMT_NONE);
 }
 
+/* Shapes from the network: an answer's rows and text size saturate at UINT64_MAX. */
+static void test_answer_sizes(void **state)
+{
+    (void)state;
+    assert_int_equal(gemmd_answer_rows(7, 0), 7);
+    assert_int_equal(gemmd_answer_rows(7, 3), 21);
+    assert_true(gemmd_answer_rows(1ull << 40, 1ull << 40) == UINT64_MAX);
+    uint64_t small = gemmd_json_answer_bytes(2, 3, GEMM_DTYPE_F64);
+    assert_true(small > 6 && small < 8192 + 6 * 64);
+    assert_true(gemmd_json_answer_bytes(1ull << 62, 1, GEMM_DTYPE_F32) == UINT64_MAX);
+    assert_true(gemmd_json_answer_bytes(1ull << 63, 0, GEMM_DTYPE_F32) == UINT64_MAX); /* its brackets */
+    assert_true(gemmd_json_answer_bytes(UINT64_MAX, 1, GEMM_DTYPE_F32) == UINT64_MAX);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -56,6 +71,7 @@ int main(void)
         cmocka_unit_test(test_exact_types),
         cmocka_unit_test(test_q_values),
         cmocka_unit_test(test_nothing_acceptable),
+        cmocka_unit_test(test_answer_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -322,12 +322,70 @@ static void test_threads(void **state)
     gemmd_budget_free(b);
 }
 
+/* Closing the queue (shutdown): what waits is refused with 503 shutting_down, not as a
+ * wait in vain; and so is whatever enters afterwards. */
+static void test_close_says_shutting_down(void **state)
+{
+    (void)state;
+    gemmd_budget *b = gemmd_budget_new(64 * MIB, 1);
+    gemmd_admit *a = gemmd_admit_new(b, 8, 30.0, 100);
+    wakes w;
+    wakes_init(&w);
+    waiter x[2];
+    gemm_err err;
+    int ra = 0;
+    assert_int_equal(enter(a, &x[0], &w, 0, 1, 50 * MIB), 0);
+    assert_int_equal(enter(a, &x[1], &w, 1, 2, 20 * MIB), 1);
+    gemmd_admit_close(a);
+    assert_int_equal(wait_for(&w, 1), 1);
+    assert_int_equal(gemmd_admit_result(a, &x[1].t, &err, &ra), -1);
+    assert_int_equal(err.status, 503);
+    assert_string_equal(err.code, "shutting_down");
+    assert_int_equal(ra, 1);
+    assert_int_equal(gemmd_admit_enter(a, &x[1].t, 2, MIB, on_wake, &x[1], &err, &ra), -1);
+    assert_string_equal(err.code, "shutting_down");
+    gemmd_admit_free(a);
+    gemmd_budget_free(b);
+}
+
+/* The expected wait counts the budget's reserve (its last eighth) as free only for small
+ * requests, and says at most GEMMD_RETRY_MAX_S. */
+static void test_expected_wait(void **state)
+{
+    (void)state;
+    gemmd_budget *b = gemmd_budget_new(64 * MIB, 1);
+    gemmd_admit *a = gemmd_admit_new(b, 1, 30.0, 100);
+    wakes w;
+    wakes_init(&w);
+    waiter x[3];
+    gemm_err err;
+    int ra = 0;
+    assert_int_equal(enter(a, &x[0], &w, 0, 1, 56 * MIB), 0); /* all a big request may hold */
+    for (int i = 0; i < 30; i++) gemmd_admit_done(a, &x[0].t, 10.0); /* reservations last 10 s */
+    assert_int_equal(enter(a, &x[1], &w, 1, 2, 2 * MIB), 1);
+    /* 2 + 8 MiB must be given back of the 56 held, which turn over in 10 s: 2 s, not 1 */
+    x[2].w = &w;
+    assert_int_equal(gemmd_admit_enter(a, &x[2].t, 3, 8 * MIB, on_wake, &x[2], &err, &ra), -1);
+    assert_string_equal(err.code, "over_budget");
+    assert_int_equal(ra, 2);
+    /* 600 MiB waiting ahead would be a minute and more: said as GEMMD_RETRY_MAX_S */
+    gemmd_admit_free(a);
+    a = gemmd_admit_new(b, 1, 30.0, 100);
+    for (int i = 0; i < 30; i++) gemmd_admit_done(a, &x[0].t, 10.0);
+    assert_int_equal(enter(a, &x[1], &w, 1, 2, 50 * MIB), 1);
+    assert_int_equal(gemmd_admit_enter(a, &x[2].t, 3, 50 * MIB, on_wake, &x[2], &err, &ra), -1);
+    assert_int_equal(ra, GEMMD_RETRY_MAX_S);
+    gemmd_admit_free(a);
+    gemmd_budget_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fits_at_once_and_waits), cmocka_unit_test(test_clients_in_turn),
         cmocka_unit_test(test_deadline_and_full),      cmocka_unit_test(test_cancel_and_oldest_first),
         cmocka_unit_test(test_share),                  cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_close_says_shutting_down), cmocka_unit_test(test_expected_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

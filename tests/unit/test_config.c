@@ -47,7 +47,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.limits.max_dim, 65536);
     assert_int_equal(c.limits.max_elements, 268435456);
     assert_true(c.limits.max_body_bytes == 2048ull * 1024 * 1024);
-    assert_true(c.max_json_bytes == 64ull * 1024 * 1024);
+    assert_true(c.max_json_bytes == 256ull * 1024 * 1024);
     assert_int_equal(c.job_ttl_s, 600);
     assert_true(c.job_mem_bytes == 2048ull * 1024 * 1024);
     assert_int_equal(c.max_jobs, 1024);
@@ -407,7 +407,7 @@ static void test_help_and_version(void **state)
         "--backend VALUE", "default auto", "--threads VALUE", "--cpu-workers VALUE", "--queue-depth VALUE",
         "--devices VALUE", "default all", "--streams-per-device VALUE", "--device-mem-limit-mb VALUE",
         "--fault-inject VALUE", "--max-dim VALUE", "default 65536", "--max-elements VALUE",
-        "default 268435456", "--max-body-mb VALUE", "default 2048", "--max-json-mb VALUE", "default 64",
+        "default 268435456", "--max-body-mb VALUE", "default 2048", "--max-json-mb VALUE", "default 256",
         "--job-ttl VALUE", "default 600", "--job-mem-mb VALUE", "--max-jobs VALUE", "default 1024",
         "--tokens-file VALUE", "--tls-cert VALUE", "--tls-key VALUE", "--log-level VALUE",
         "default info", "GEMMD_MAX_BODY_MB", "--config FILE", "--help", "--version"};

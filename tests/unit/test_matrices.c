@@ -1,7 +1,8 @@
 /*
  * test_matrices.c - the resident matrix store over the real CPU engine: ids, owners, the
  * byte budget with reservations (507 / 413), a reader keeping a deleted matrix alive, the
- * bytes coming back when the last reference goes, and the listing by last use. Leaks and
+ * bytes coming back when the last reference goes, an expired empty=1 matrix forgotten by a
+ * refused reservation, and the listing by last use. Leaks and
  * use-after-free show under `make test-san`.
  */
 #include <setjmp.h>
@@ -129,7 +130,7 @@ static void test_budget(void **state)
 
 static void sleep_ms(int ms)
 {
-    struct timespec ts = {0, ms * 1000000L};
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
@@ -166,12 +167,40 @@ static void test_listing_by_last_use(void **state)
     gemm_engine_close(e);
 }
 
+/* An empty=1 matrix not filled within its ttl is forgotten by the next reservation, and
+ * its bytes come back even when that reservation is refused. */
+static void test_refused_frees_expired(void **state)
+{
+    (void)state;
+    gemm_engine *e = open_engine();
+    gemmd_matrices *s = gemmd_matrices_new(e, 1024, 3, 100, 1);
+    char a[GEMMD_JOB_ID_LEN + 1], b[GEMMD_JOB_ID_LEN + 1];
+    gemm_err err;
+    add_matrix(s, e, 8, 16, 0, a); /* 512 */
+    assert_int_equal(gemmd_matrices_reserve(s, 0, 256, &err), 0);
+    gemm_matrix m = make(e, 4, 16, 0.0f);
+    assert_int_equal(gemmd_matrices_add(s, &m, NULL, 0, 0, 0, 1, b, &err), 0); /* empty=1, never filled */
+    uint64_t bytes;
+    gemmd_matrices_usage(s, NULL, &bytes, NULL);
+    assert_int_equal(bytes, 512 + 256);
+    sleep_ms(1100); /* past its ttl of 1 s */
+    assert_int_equal(gemmd_matrices_reserve(s, 0, 600, &err), -1); /* 600 > 1024 - 512 */
+    assert_int_equal(err.status, 507);
+    int n;
+    gemmd_matrices_usage(s, &n, &bytes, NULL);
+    assert_int_equal(n, 1);
+    assert_int_equal(bytes, 512);
+    gemmd_matrices_free(s);
+    gemm_engine_close(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lifecycle_and_owner),
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_listing_by_last_use),
+        cmocka_unit_test(test_refused_frees_expired),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
