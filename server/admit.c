@@ -36,7 +36,8 @@ struct gemmd_admit {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_t thread;
-    int stop, kicked, joined;
+    int stop, joined;
+    _Atomic int kicked;        /* set without the lock by gemmd_admit_kick */
     client clients[GEMMD_CLIENTS];
     uint64_t share;            /* what one client's big requests may hold at once */
     uint64_t small;            /* a request this small is never held back by the share */
@@ -354,15 +355,13 @@ void gemmd_admit_done(gemmd_admit *a, const gemmd_admit_ticket *t, double held_s
 
 void gemmd_admit_kick(gemmd_admit *a)
 {
-    /* called on every release of memory: nothing to do (and no lock) while nobody waits;
-     * a kick missed in a race is made up by the thread's next tick */
+    /* Called on every release of memory, from any thread, and from inside the queue's own
+     * lock too: a reservation that lets the engine's cache go releases memory while the
+     * queue holds its lock. So no lock here: a flag and a signal. A signal lost in the race
+     * with the thread's wait is made up by its next tick (TICK_MS). */
     if (!a || atomic_load_explicit(&a->nwaiting, memory_order_relaxed) == 0) return;
-    pthread_mutex_lock(&a->mu);
-    if (a->waiting) {
-        a->kicked = 1;
-        pthread_cond_signal(&a->cv);
-    }
-    pthread_mutex_unlock(&a->mu);
+    atomic_store(&a->kicked, 1);
+    pthread_cond_signal(&a->cv);
 }
 
 void gemmd_admit_get_stats(gemmd_admit *a, gemmd_admit_stats *out)

@@ -379,6 +379,53 @@ static void test_expected_wait(void **state)
     gemmd_budget_free(b);
 }
 
+/* The engine's cache, as the budget's reclaim sees it: let go only once armed. */
+typedef struct {
+    gemmd_budget *b;
+    uint64_t held;
+    int armed;
+} cache;
+
+static uint64_t reclaim_cache(void *ctx)
+{
+    cache *c = ctx;
+    uint64_t n = c->armed ? c->held : 0;
+    c->held -= n;
+    gemmd_budget_release(c->b, GEMMD_MEM_CACHE, n); /* the release hook kicks the queue */
+    return n;
+}
+
+/* A waiting ticket that fits only once the cache is let go: the queue's thread reserves
+ * it under its lock, the reclaim releases memory, and the release hook kicks the queue
+ * again, from inside that lock. It must be admitted, not hang (it did with a cache on the
+ * GPU backend). */
+static void test_reclaim_inside_the_queue(void **state)
+{
+    (void)state;
+    gemmd_budget *b = gemmd_budget_new(64 * MIB, 1);
+    gemmd_admit *a = gemmd_admit_new(b, 8, 5.0, 100);
+    gemmd_budget_set_release_hook(b, (void (*)(void *))gemmd_admit_kick, a);
+    cache c = {b, 40 * MIB, 0};
+    gemmd_budget_set_reclaim(b, reclaim_cache, &c);
+    wakes w;
+    wakes_init(&w);
+    waiter x[2];
+    assert_int_equal(enter(a, &x[0], &w, 0, 1, 10 * MIB), 0);
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_CACHE, 40 * MIB), 0);
+    assert_int_equal(enter(a, &x[1], &w, 1, 2, 30 * MIB), 1); /* 80 of 56: waits, the cache kept */
+    c.armed = 1;
+    gemmd_budget_release(b, GEMMD_MEM_RESERVED, 10 * MIB);
+    gemmd_admit_done(a, &x[0].t, 0.1);
+    assert_int_equal(wait_for(&w, 1), 1);
+    gemm_err err;
+    int ra;
+    assert_int_equal(gemmd_admit_result(a, &x[1].t, &err, &ra), 0);
+    assert_int_equal(c.held, 0);
+    assert_int_equal(reserved(b), 30 * MIB);
+    gemmd_admit_free(a);
+    gemmd_budget_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -386,6 +433,7 @@ int main(void)
         cmocka_unit_test(test_deadline_and_full),      cmocka_unit_test(test_cancel_and_oldest_first),
         cmocka_unit_test(test_share),                  cmocka_unit_test(test_threads),
         cmocka_unit_test(test_close_says_shutting_down), cmocka_unit_test(test_expected_wait),
+        cmocka_unit_test(test_reclaim_inside_the_queue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
