@@ -1,15 +1,9 @@
 /*
- * direct.c - running where submitted (gemm_engine_submit_here).
- *
- * A product the inline backend takes (the host path, host.c) is computed by the submitting
- * thread itself, queued jobs or not: no queue place, no worker, no engine lock; it counts
- * like any job. close() stops admitting such runs and waits for the ones under way.
- *
- * Any other product, when nothing is queued and a worker of the slot it would go to is
- * idle: the submitting thread borrows that worker's backend state (stream, buffers,
- * library handles) and runs it itself, sparing the hand-off between threads that is most
- * of a small product's queue time when requests come one at a time. The lent worker counts
- * as busy and takes nothing until its state comes back; it never exits while lent.
+ * direct.c - running where submitted (gemm_engine_submit_here; docs/OPERATIONS.md, "The
+ * host path" and "The direct run"). A product the inline backend takes runs here, queued
+ * jobs or not, without the engine lock. Any other, when nothing is queued and a worker of
+ * its slot is idle, runs here on that worker's borrowed state; the lent worker counts as
+ * busy and takes nothing (nor exits) until its state comes back.
  */
 #include "engine_int.h"
 

@@ -1,9 +1,6 @@
 /*
- * engine_int.h - the engine's insides, shared by the files that each hold one mechanism,
- * each calling only those before it: backend.c (errors, job sizes, host memory), sched.c
- * (the queue, the workers, their slots, cancel), split.c (split products) and coalesce.c
- * (dynamic batching), rows sched.c calls through gemm_mechs, direct.c (runs on the
- * submitting thread), engine.c (the registry, open, close, reports). Not a public interface.
+ * engine_int.h - the engine's insides, shared by its files (docs/KERNELS.md, "The engine
+ * around the kernels", says which holds what). Not a public interface.
  */
 #ifndef GEMM_ENGINE_INT_H
 #define GEMM_ENGINE_INT_H
@@ -12,9 +9,8 @@
 
 #include "backend.h"
 
-/* One worker thread and, under mu, its backend state once worker_init returned, whether it
- * is between jobs (its state set and not in use) and whether a submitting thread has
- * borrowed that state (direct.c). */
+/* One worker thread; under mu: its backend state, whether it is between jobs, and whether
+ * a submitting thread has borrowed the state (direct.c). */
 typedef struct worker_arg {
     struct gemm_engine *e;
     int index, slot;
@@ -48,8 +44,7 @@ struct gemm_engine {
     int split_ways;       /* 0: one panel per usable slot */
     gemm_job *phead, *ptail; /* panels waiting for a worker of their slot */
 
-    /* Per device slot: its workers' condition variable, how many workers it has and how
-     * many run something (sched.c, "Which worker takes a job"). */
+    /* Per device slot: its workers' condition variable, its workers, the busy ones. */
     int nslots;
     pthread_cond_t slot_cv[GEMM_MAX_DEVICES];
     int slot_workers[GEMM_MAX_DEVICES];
@@ -97,24 +92,22 @@ static inline void gemm_list_unlink(gemm_job **head, gemm_job **tail, gemm_job *
     it->q_next = NULL;
 }
 
-/* sched.c: start the workers; stop (fail the queue, join); under mu, wake whom a queued job
- * or panel concerns (kick), or everyone; the slot whose worker should take the next queued
- * job (self -1: from submit), and whether a slot can run products now. */
+/* sched.c: the workers; under mu, wake whom a queued job concerns (kick) or everyone, the
+ * slot that should take the next queued job (self -1: from submit), whether a slot runs. */
 int gemm_sched_start(gemm_engine *e, gemm_engine_err *err);
 void gemm_sched_stop(gemm_engine *e);
 void gemm_sched_kick(gemm_engine *e);
 void gemm_sched_wake_all(gemm_engine *e);
 int gemm_sched_pick_slot(const gemm_engine *e, int self);
 int gemm_sched_slot_ok(const gemm_engine *e, int slot);
-/* Submitting: check the job (and clear its results), the backend's check, then under mu
- * admit (refused when closing or full) and queue (releases mu). 0 or -1 with *err. */
+/* Submitting: check (clears the results), validate, then under mu admit and queue (which
+ * releases mu). 0 or -1 with *err. */
 int gemm_sched_check(const gemm_engine *e, gemm_job *job, gemm_engine_err *err);
 int gemm_sched_validate(gemm_engine *e, gemm_job *job, gemm_engine_err *err);
 int gemm_sched_admit(gemm_engine *e, gemm_engine_err *err);
 void gemm_sched_queue(gemm_engine *e, gemm_job *job);
-/* Running: the backend's run of a RUNNING job unless a cancel came first; a run's end
- * (compute time, the error of a run that stopped without one, the state it comes to); the
- * job's end (that, the counters, the state, done()), and the same with running-- after. */
+/* Running: the backend's run unless a cancel came first; a run's end (compute time, error,
+ * state); the job's end (counters, state, done()), and the same with running-- after. */
 int gemm_sched_run(gemm_engine *e, void *worker, gemm_job *job);
 gemm_job_state gemm_sched_settle(gemm_engine *e, gemm_job *job, int rc, double t0, const char *what);
 void gemm_sched_finish(gemm_engine *e, gemm_job *job, int rc, double t0);
