@@ -1,13 +1,6 @@
 /*
- * cpu.c - the CPU backend: the products of cpu_gemm.c, `cpu_workers` jobs at once.
- *
- * Threads: `threads` (0 = every online core) is the backend's whole CPU budget; each worker
- * gets threads / cpu_workers of it (at least one), for OpenBLAS (a process-wide setting)
- * and for the int32 loop. A running job's cancel is seen before its product (after the
- * cpu_delay_ms sleep) and, for int32, before every k-slice; OpenBLAS calls run to the end.
- *
- * Test hooks (fault_inject, listed in engine.h): cpu_lost does what a CUDA device does when
- * its context cannot be rebuilt after a sticky error.
+ * cpu.c - the CPU backend: the products of cpu_gemm.c, `cpu_workers` jobs at once, each
+ * with threads / cpu_workers threads (at least one). Its fault hooks: engine.h.
  */
 #include "cpu_gemm.h"
 

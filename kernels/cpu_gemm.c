@@ -1,13 +1,10 @@
 /*
- * cpu_gemm.c - products computed on the host, for the CPU backend and the host path:
- * OpenBLAS for float32 and float64 (float16 / bfloat16 widened to float32), our own
- * cache-blocked loop for int32, a batch as a loop of products.
+ * cpu_gemm.c - products computed on the host: OpenBLAS for float32 and float64 (float16 /
+ * bfloat16 widened to float32), a cache-blocked loop for int32.
  *
- * The int32 loop, per thread (rows [r0, r1)): for each KC-slice of k, each NC-slice of n,
- * each group of 4 rows of A: C[i..i+3][j-slice] += A[i..i+3][p] * B[p][j-slice]. The B panel
- * stays in L2 while all rows pass over it, four rows share each B load, and the inner loop
- * runs over contiguous j and vectorizes. uint32_t throughout: sums wrap mod 2^32, which is
- * two's complement int32 without undefined behaviour. A cancel is seen before each k-slice.
+ * The int32 loop, per thread's rows: for each KC-slice of k and NC-slice of n, four rows of
+ * A at a time share each load of B, whose panel stays in L2; the inner loop over contiguous
+ * j vectorizes. uint32_t throughout: wraps mod 2^32 without undefined behaviour.
  */
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #pragma GCC optimize("O3")

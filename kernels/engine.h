@@ -315,7 +315,7 @@ int gemm_engine_submit_here(gemm_engine *e, gemm_job *job, gemm_engine_err *err)
 int gemm_engine_runs_on_host(const gemm_engine *e, const gemm_job *job);
 
 /* Cancels a job: a queued one is dequeued and done() called here (returns 1); a running
- * one stops at its next stage boundary (a kernel is never interrupted), then done() once,
+ * one stops at its next stage boundary (docs/API.md, DELETE /v1/jobs), then done() once,
  * CANCELLED; a finished or unknown one: nothing (0). */
 int gemm_engine_cancel(gemm_engine *e, gemm_job *job);
 

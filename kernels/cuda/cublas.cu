@@ -1,18 +1,11 @@
 /*
  * cublas.cu - cuBLAS as the yardstick, behind the same signature as our own kernels.
+ * Row-major C = A B is the column-major C^T = B^T A^T: B first (ld n), then A (ld k). fp32
+ * is CUBLAS_COMPUTE_32F with CUBLAS_DEFAULT_MATH (never TF32 behind the caller's back).
  *
- * Row-major C = A B is the column-major C^T = B^T A^T: a column-major GEMM of (n, m, k), B
- * first (ld n), then A (ld k), into C (ld n); no copy, no transpose flag. float32 fp32 is
- * CUBLAS_COMPUTE_32F with CUBLAS_DEFAULT_MATH (never TF32 behind the caller's back), tf32
- * and bf16 the FAST_TF32 / FAST_16BF compute types; float16 / bfloat16 operands run with
- * float32 sums and C in float32 or their own type (l->out_half). int32 is refused: cuBLAS
- * has no int32 GEMM that wraps modulo 2^32.
- *
- * Single products run through cublasLt when the worker gave its state (l->lt), with the
- * algorithm its heuristic picks for the *planned* shape (plan_m rows: the whole product a
- * panel belongs to), cached by shape: a panel's rows then come out to the bit as in the
- * whole product, which cublasGemmEx (choosing per call) does not promise. Without that
- * state, or where cublasLt has no algorithm, cublasGemmEx runs it.
+ * Single products run through cublasLt (l->lt) with the algorithm chosen for the planned
+ * shape (plan_m rows), cached by shape, so a panel's rows come out to the bit as in the
+ * whole product, which cublasGemmEx (choosing per call) does not promise.
  */
 #include <cublasLt.h>
 #include <cublas_v2.h>

@@ -1,11 +1,7 @@
 /*
- * gemm_async.cuh - what the optimized kernels (k03 onwards) share: cp.async copies with
- * zero fill, commit/wait, the multi-stage main loop of the tensor-core kernels, the check
- * that a matrix may be read in 16-byte vectors, and the launcher of a grid of block tiles.
- *
- * cp.async (sm_80+) copies global to shared memory without passing through registers, so
- * the next tile streams in while the current one is multiplied; an out-of-range element
- * is copied with src-size 0, which fills zeros: edge tiles are padded without a branch.
+ * gemm_async.cuh - what the optimized kernels (k03 onwards) share (docs/KERNELS.md, "Shared
+ * pieces"). An out-of-range element is copied with cp.async src-size 0, which fills zeros:
+ * edge tiles are padded without a branch.
  */
 #ifndef GEMM_ASYNC_CUH
 #define GEMM_ASYNC_CUH

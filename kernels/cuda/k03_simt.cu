@@ -1,16 +1,8 @@
 /*
  * k03_simt.cu - the tuned CUDA-core kernel: exact float32, float64 and int32. What it adds
- * over k02_tiled, each step with its reason and measurement, is in docs/KERNELS.md
- * ("k03_simt"): 2D register blocking (TM x TN outputs a thread), warp tiling with 128-bit
- * conflict-free shared loads, A transposed on its way into shared memory, a cp.async
- * multi-stage pipeline, unchecked copies of tiles wholly in range (fast_loader), grouped
- * block order for L2, and split-k for deep products with few output tiles (each piece
- * writes its partial C to device scratch, a second kernel adds them in a fixed order).
- *
- * Edges: tiles that cross an edge take the checked copy (cp.async src-size 0 zero-fills
- * out-of-range elements) and the store is bounds-checked, so any m, n, k >= 1 works.
- * int32 accumulates in uint32 (wraps). Tile parameters are template arguments checked by
- * static_asserts; `bench_kernels --tune` times the float32 variants against each other.
+ * over k02_tiled, each step with its reason and measurement: docs/KERNELS.md, "k03_simt".
+ * Tiles that cross an edge take the checked copy (zero fill) and the store is
+ * bounds-checked, so any m, n, k >= 1 works; int32 accumulates in uint32 (wraps).
  */
 #include <stdint.h>
 #include <string.h>

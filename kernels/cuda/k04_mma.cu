@@ -1,12 +1,9 @@
 /*
  * k04_mma.cu - tensor cores for float32 inputs through mma.sync (sm_80+): math=tf32 runs
  * m16n8k8 on TF32 operands, math=bf16 m16n8k16 on BF16 operands, both with float32
- * accumulators and output. The skeleton of k03_simt one level up: warp tiles are grids of
- * 16 x 8 mma tiles; A and B stay float32 in shared memory (a cp.async pipeline, 16-byte
- * copies where rows and pointers allow) and are rounded (cvt.rna.tf32.f32) or packed to
- * bf16 pairs as the fragments are read, so the rounding matches cuBLAS's modes. Row pads
- * put the 32 lanes of each fragment load in 32 banks (docs/KERNELS.md, "k04_mma"). The
- * store is bounds-checked: any m, n, k >= 1.
+ * accumulators and output; A and B stay float32 in shared memory and are rounded or packed
+ * as the fragments are read, so the rounding matches cuBLAS's modes (docs/KERNELS.md,
+ * "k04_mma"). The store is bounds-checked: any m, n, k >= 1.
  */
 #include <stdint.h>
 

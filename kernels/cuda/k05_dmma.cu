@@ -1,10 +1,7 @@
 /*
  * k05_dmma.cu - float64 on the tensor cores: mma.sync m8n8k4 f64 (DMMA, sm_80+) and
- * m16n8k16 (sm_90), exact IEEE float64 products and sums (each DMMA is a chain of fused
- * multiply-adds), the path cuBLAS DGEMM takes on the A100 and H100: there the tensor cores
- * run about twice the rate of the double FMA units. Structure as in k04_mma; row pads
- * LDA = LDB = 4 (mod 16 doubles) put each half-warp phase on 16 distinct bank pairs. The
- * store is bounds-checked.
+ * m16n8k16 (sm_90), exact IEEE float64 (docs/KERNELS.md, "k05_dmma"). Structure as in
+ * k04_mma; the store is bounds-checked.
  */
 #include <stdint.h>
 

@@ -1,18 +1,10 @@
 /*
  * k06_wgmma.cu - Hopper tensor cores through wgmma (sm_90a): float32 inputs with math=tf32
  * (m64n256k8) or bf16 (m64n256k16), float16 / bfloat16 inputs as they are (m64n256k16);
- * float32 accumulators, C float32 or, for half inputs, their own type. The design and its
- * measurements: docs/KERNELS.md, "k06_wgmma".
- *
- * float32 operands are first written into scratch as wgmma reads them (B^T K-major, A where
- * needed, rounded, rows padded to 16 bytes: kp). The main kernel: 128 x 256 block tiles, a
- * producer warpgroup issuing tensor copies into a 4-stage ring of "full" / "empty"
- * mbarriers, two consumer warpgroups of 64 rows each. The tensor maps carry the true sizes
- * and the copy engine zero-fills past them, so only the store to C is bounds-checked. A
- * shared-memory tile row is one 128-byte swizzle atom: chunk c of row r lands at chunk
- * c ^ (r % 8), the layout a K-major descriptor with 128-byte swizzle and 1024 bytes between
- * 8-row groups describes. The body exists only in the sm_90a build; the fallback body
- * declares a static shared array, by which the launcher tells it apart and refuses.
+ * float32 accumulators, C float32 or, for half inputs, their own type. The design (pre-pass,
+ * producer / consumer warpgroups, swizzled tiles) and its measurements: docs/KERNELS.md,
+ * "k06_wgmma". The body exists only in the sm_90a build; the fallback body declares a
+ * static shared array, by which the launcher tells it apart and refuses.
  */
 #include <stdint.h>
 
