@@ -50,11 +50,8 @@ __device__ __forceinline__ void copy_tile(T *dst, const T *__restrict__ src, int
     }
 }
 
-/* Starts the copy of one k-step's tiles: A rows [bm, bm+BM) x columns [k0, k0+BK) into As
- * (row stride Cfg::LDA) and B rows [k0, k0+BK) x columns [bn, bn+BN) into Bs (stride
- * Cfg::LDB). VEC: 16-byte copies (the caller checked alignment with gemm_vec_ok and that
- * k and n are multiples of the vector, so a vector is all in range or all out); otherwise
- * one element per copy. Out-of-range elements are zero-filled. */
+/* Starts the copy of one k-step's tiles of A and B into As and Bs (zero-filled out of
+ * range). VEC: 16-byte copies (the caller checked gemm_vec_ok), else one element a copy. */
 template <typename T, typename Cfg, bool VEC>
 __device__ __forceinline__ void load_tiles(T *As, T *Bs, const T *__restrict__ A, const T *__restrict__ B,
                                            int m, int n, int k, int bm, int bn, int k0)
@@ -64,12 +61,9 @@ __device__ __forceinline__ void load_tiles(T *As, T *Bs, const T *__restrict__ A
     copy_tile<T, Cfg::THREADS, Cfg::BK, Cfg::BN, Cfg::LDB, E, U>(Bs, B, k, n, k0, bn);
 }
 
-/* The multi-stage cp.async main loop of k04_mma and k05_dmma: STAGES - 1 k-tiles in flight
- * ahead of the one multiplied. Per k-tile: wait for its group, barrier (the tile is visible,
- * and every warp is done with the stage about to be refilled), start the copy of
- * kt + STAGES - 1 into that stage, step(kt % STAGES): the kernel's lambda, inlined, so its
- * accumulators stay in registers. A group is committed every iteration, copies or not, so
- * wait_group<STAGES - 2> always means "k-tile kt has landed". */
+/* The multi-stage cp.async main loop of k04_mma and k05_dmma: STAGES - 1 k-tiles in flight;
+ * step(kt % STAGES) is the kernel's lambda, inlined. A group is committed every iteration,
+ * copies or not, so wait_group<STAGES - 2> always means "k-tile kt has landed". */
 template <typename T, typename Cfg, bool VEC, typename Step>
 __device__ __forceinline__ void mainloop(T *As, T *Bs, const T *__restrict__ A, const T *__restrict__ B,
                                          int m, int n, int k, int bm, int bn, Step &&step)

@@ -199,18 +199,15 @@ simt_kernel(int m, int n, int k, const T *__restrict__ A, const T *__restrict__ 
 
     acc_t acc[Cfg::TM][Cfg::TN] = {};
 
-    /* This block's k-steps: KT of them from step kt0 (all of k without split-k). With
-     * split-k, piece blockIdx.y writes its partial product to slice blockIdx.y of C (the
-     * scratch, m x n each). Below, tile t is k-step kt0 + t. */
+    /* KT k-steps from kt0; tile t is k-step kt0 + t. Split-k: piece blockIdx.y writes its
+     * partial product to slice blockIdx.y of C (the scratch). */
     int KT = (k + Cfg::BK - 1) / Cfg::BK, kt0 = 0;
     if constexpr (SPLIT) {
         kt0 = blockIdx.y * kt_split;
         KT = min(KT - kt0, kt_split);
         C += (size_t)blockIdx.y * m * n;
     }
-    /* Tiles wholly in range take the fast copy; the rest (edge blocks, the last partial
-     * k-step) the checked one. Tiles are started in order, so the fast loader's pointers
-     * stay in step either way. */
+    /* Tiles wholly in range take the fast copy, the rest the checked one (fl skips them). */
     const bool interior = bm + Cfg::BM <= m && bn + Cfg::BN <= n;
     const int kfull = interior ? k / Cfg::BK - kt0 : 0;
     fast_loader<T, Cfg, VECB> fl(A, B, n, k, bm, bn, kt0 * Cfg::BK);
@@ -310,9 +307,8 @@ __global__ void __launch_bounds__(256) split_sum(const T *__restrict__ W, T *__r
  * whose C is small next to A and B. */
 constexpr size_t SPLIT_SCRATCH_MAX = 256u << 20;
 
-/* The pieces a launch of Cfg really cuts k into when asked for `splits`: whole k-steps per
- * piece, none empty, and scratch within SPLIT_SCRATCH_MAX. kt_split gets the k-steps per
- * piece. The launcher and the plan both ask this, so the answer reports what ran. */
+/* The pieces Cfg really cuts k into when asked for `splits` (whole k-steps, none empty,
+ * scratch within SPLIT_SCRATCH_MAX; *kt_split: k-steps a piece), for launcher and plan. */
 template <typename T, typename Cfg> int split_pieces(const gemm_launch *l, int splits, int *kt_split)
 {
     const int KT = (l->k + Cfg::BK - 1) / Cfg::BK;
@@ -328,8 +324,7 @@ template <typename T, typename Cfg> int split_pieces(const gemm_launch *l, int s
     return (KT + *kt_split - 1) / *kt_split;
 }
 
-/* Runs configuration Cfg with the k range cut into `splits` pieces (1: no split-k). Only
- * the configurations that may split (SPLIT) carry the split-k instance of the kernel. */
+/* Runs Cfg with k cut into `splits` pieces; only SPLIT configurations carry that instance. */
 template <typename T, typename Cfg, bool SPLIT = false>
 cudaError_t run_cfg(const gemm_launch *l, int splits)
 {
@@ -380,9 +375,8 @@ cudaError_t run_cfg(const gemm_launch *l, int splits)
     return e;
 }
 
-/* The float32 variants of the tuning sweep (bench_kernels --tune): name, split-k pieces,
- * configuration: the defaults, the runners-up, cuBLAS's own block shape, and the split-k
- * counts (docs/KERNELS.md has the earlier sweeps' variants and why they lost). */
+/* The float32 variants of the tuning sweep (bench_kernels --tune; docs/KERNELS.md): name,
+ * split-k pieces, configuration. */
 #define SIMT_F32_VARIANTS(X)                                                                  \
     X("128x128x8 warp64x32 thr8x8 st2", 1, simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 2>)     \
     X("128x128x8 warp64x32 thr8x8 st3", 1, simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 3>)     \
@@ -431,10 +425,8 @@ long long tile_count(const gemm_launch *l, int bm, int bn)
     return (long long)((l->m + bm - 1) / bm) * ((l->n + bn - 1) / bn);
 }
 
-/* Split-k pieces for `tiles` output tiles of the big block (1: none), for k >= SPLIT_MIN_K:
- * fewer tiles than SMs, as many pieces as fill one wave of two blocks an SM (each at least
- * SPLIT_MIN_DEPTH deep, at most SPLIT_MAX); several waves with the last mostly empty, two
- * pieces when that shortens the waves by 8% or more (docs/KERNELS.md, "Split-k rule"). */
+/* Split-k pieces for `tiles` output tiles of the big block (1: none): docs/KERNELS.md,
+ * "Split-k rule". */
 constexpr int SPLIT_MIN_K = 2048, SPLIT_MIN_DEPTH = 512, SPLIT_MAX = 32;
 int split_for(const gemm_launch *l, long long tiles, int sms)
 {
@@ -454,8 +446,7 @@ int split_for(const gemm_launch *l, long long tiles, int sms)
     return w2 * 100 <= w1 * 2 * 92 ? 2 : 1;
 }
 
-/* Which configuration simt_launch runs for l, and in how many k pieces: one choice, used by
- * the launcher and by simt_plan, so what the answer reports is what ran. */
+/* What simt_launch runs for l, in how many k pieces; simt_plan reports the same choice. */
 enum simt_pick { F32_BIG, F32_MID, F32_SMALL, F64_BIG, F64_SMALL, I32_BIG, I32_SMALL, PICK_NONE };
 struct simt_choice {
     simt_pick pick;
@@ -505,8 +496,7 @@ simt_choice simt_choose(const gemm_launch *panel)
     }
 }
 
-/* What each pick runs: its launcher, its k pieces (split_pieces), its block, and the tile
- * option that selects it (128x64 and the split are reached only by default: 0). */
+/* Each pick's launcher, k pieces, block and tile option (0: reached only by default). */
 struct simt_run {
     cudaError_t (*run)(const gemm_launch *, int);
     int (*pieces)(const gemm_launch *, int, int *);

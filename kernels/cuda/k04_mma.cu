@@ -104,8 +104,7 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
 
     float acc[Cfg::MI][Cfg::NI][4] = {};
 
-    /* One k-tile, in shared stage st (landed, after the barrier): the main loop around it
-     * is gemm_async::mainloop. */
+    /* One k-tile, in shared stage st, for gemm_async::mainloop. */
     gemm_async::mainloop<float, Cfg, VEC>(As, Bs, A, B, m, n, k, bm, bn, [&](const int st) {
         const float *as = As + st * Cfg::BM * Cfg::LDA + (wm + g) * Cfg::LDA;
         const float *bs = Bs + st * Cfg::BK * Cfg::LDB + wn + g;
@@ -171,10 +170,8 @@ template <typename Cfg> cudaError_t run_cfg(const gemm_launch *l)
     return gemm_async::launch_tiles<Cfg, float>(vec ? mma_kernel<Cfg, true> : mma_kernel<Cfg, false>, l);
 }
 
-/* The variants of the tuning sweep (bench_kernels --tune; docs/KERNELS.md), each in tf32 and
- * bf16. 64x64 warp tiles won in both modes, tf32 with the 128x256 block, bf16 with 256x128;
- * the 64x64 block where 128x128 ones would not fill the SMs once. Converting each tile once
- * in shared memory instead of every fragment lost 20-25% and is gone. */
+/* The variants of the tuning sweep, each in tf32 and bf16; which won where and why:
+ * docs/KERNELS.md, "k04_mma". */
 struct mma_variant {
     const char *name;
     cudaError_t (*tf32)(const gemm_launch *), (*bf16)(const gemm_launch *);

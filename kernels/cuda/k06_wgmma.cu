@@ -428,9 +428,8 @@ bool make_map(CUtensorMap *map, encode_tiled_fn enc, CUtensorMapDataType type, i
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* cudaSuccess when the current device has compute capability 9.0 or more and the binary
- * the runtime picks for it has kern's body (sm_90a code); cudaErrorNotSupported otherwise
- * (the body-less fallback is recognized by its static shared array). */
+/* cudaSuccess when the current device (cc >= 9.0) runs kern's sm_90a body, else
+ * cudaErrorNotSupported (the fallback has a static shared array). */
 typedef void (*kernel_fn)(CUtensorMap, CUtensorMap, void *, int, int, int, int, int, int);
 
 cudaError_t has_body(kernel_fn kern)
@@ -472,9 +471,8 @@ struct operand {
     int box_rows;
 };
 
-/* The main kernel on A and B after whatever came before it (e), then the scratch (if any)
- * back to the pool. C's stores: float32 pairs (n even, 8-byte aligned); a half C (half_c)
- * two pairs side by side (n a multiple of 4, 8-byte aligned) give 2, else single elements. */
+/* The main kernel after whatever came before it (e), then the scratch back to the pool.
+ * vec: float32 pairs (n even) or half pairs of pairs (n % 4 == 0), C 8-byte aligned. */
 cudaError_t main_pass(cudaError_t e, kernel_fn kern, encode_tiled_fn enc, CUtensorMapDataType type, int esize,
                       const gemm_launch *l, const operand &a, const operand &b, bool half_c, void *scratch)
 {
@@ -542,9 +540,8 @@ template <int MATH> cudaError_t run(const gemm_launch *l)
                      {Bt, n, k, (size_t)kp, BN}, false, scratch);
 }
 
-/* Half operands (float16 / bfloat16): A K-major and B MN-major as they lie, except one whose
- * rows are not whole 16 bytes or that starts unaligned: copied first into scratch with
- * padded rows (the padding is never read: the maps carry the true sizes). */
+/* Half operands: A K-major and B MN-major as they lie, unless rows are not whole 16 bytes
+ * or the start is unaligned: then copied first into padded scratch (padding never read). */
 template <int MATH> cudaError_t run_half(const gemm_launch *l)
 {
     const int esize = 2;
