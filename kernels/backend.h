@@ -20,7 +20,7 @@ typedef struct {
 
 typedef struct gemm_backend {
     const char *name;
-    int (*present)(void); /* auto: whether its device is here (NULL: always) */
+    int (*present)(void); /* auto: nonzero when its device is here (NULL: always) */
     /* State, or NULL with *err set when it cannot run here (a row with `takes`: NULL
      * without an error when the configuration leaves it off). */
     void *(*open)(const gemm_engine_config *cfg, gemm_engine_err *err);

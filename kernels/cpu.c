@@ -203,15 +203,10 @@ static int cpu_quick(void *self)
     return cb->delay_ms <= 0 && cb->stuck_ms <= 0;
 }
 
-static void cpu_close(void *self)
-{
-    free(self);
-}
-
 const gemm_backend gemm_backend_cpu = {
     .name = "cpu",
     .open = cpu_open,
-    .close = cpu_close,
+    .close = free,
     .workers = cpu_workers,
     .validate = cpu_validate,
     .run = cpu_run,

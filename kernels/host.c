@@ -33,11 +33,6 @@ static void *host_open(const gemm_engine_config *cfg, gemm_engine_err *err)
     return h;
 }
 
-static void host_close(void *self)
-{
-    free(self);
-}
-
 static int host_takes(void *self, const gemm_job *job)
 {
     const host_path *h = self;
@@ -60,7 +55,7 @@ static int host_run(void *self, void *worker, gemm_job *job)
 const gemm_backend gemm_backend_host = {
     .name = "host",
     .open = host_open,
-    .close = host_close,
+    .close = free,
     .run = host_run,
     .takes = host_takes,
 };

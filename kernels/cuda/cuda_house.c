@@ -70,8 +70,6 @@ int gemm_cuda_house_start(cuda_backend *cb)
     pthread_cond_init(&cb->house_cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&cb->house_mu, NULL);
-    cb->house_stop = 0;
-    cb->house_wake = 0;
     int rc = pthread_create(&cb->house, NULL, house_main, cb);
     if (rc != 0) {
         pthread_cond_destroy(&cb->house_cv);

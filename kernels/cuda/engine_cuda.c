@@ -398,14 +398,9 @@ static uint64_t cuda_trim_kept(void *self)
     return gemm_cuda_host_trim(((cuda_backend *)self)->host);
 }
 
-static int cuda_present(void)
-{
-    return gemm_cuda_device_count() > 0;
-}
-
 const gemm_backend gemm_backend_cuda = {
     .name = "cuda",
-    .present = cuda_present,
+    .present = gemm_cuda_device_count,
     .open = cuda_open,
     .close = cuda_close,
     .workers = cuda_workers,
