@@ -1,6 +1,6 @@
 /*
  * cpu.c - the CPU backend: the products of cpu_gemm.c, `cpu_workers` jobs at once, each
- * with threads / cpu_workers threads (at least one). Its fault hooks: engine.h.
+ * with threads / cpu_workers threads (at least one). Its fault hooks: config/gemmd.conf.
  */
 #include "cpu_gemm.h"
 

@@ -93,22 +93,9 @@ typedef struct {
 } gemm_engine_config;
 
 /* fault_inject: comma-separated hooks, each owned by one backend (its `faults` rows in
- * backend.h); a hook the backend in use does not take fails open with GEMM_E_BAD_CONFIG.
- * The daemon ignores fault_inject in a process it restarted itself (GEMMD_RESTARTS > 0).
- *   CPU backend (cpu.c):
- *     cpu_delay_ms:N  every job sleeps N ms before its product (a cancel ends the sleep)
- *     cpu_stuck_ms:N  every job spends N ms deaf to cancellation, as one long BLAS call
- *     cpu_fail:N      every Nth job fails (GEMM_E_BACKEND)
- *     cpu_lost:N      jobs 1..N-1 run, the Nth fails (GEMM_E_DEVICE), every later one with
- *                     GEMM_E_DEVICE_LOST, and gemm_engine_healthy() is 0 from the Nth on
- *   CUDA backend (cuda/cuda_device.c):
- *     oom:N           the Nth device-buffer allocation fails (GEMM_E_DEVICE_OOM)
- *     sticky:N        the Nth job launches a trapping kernel (a sticky error: device reset)
- *     lost:N          the Nth job fails (GEMM_E_DEVICE) and its device is reset and marked
- *                     lost, as after a reset that could not make a new context
- *     gpu_delay_ms:N  every job's kernel stage begins with N ms of device-side waiting
- *     copy_loop:1     copies go one call each, as when the driver declines a batched copy
- * With any hook set the host path is off and products never run on the submitting thread. */
+ * backend.h; what each does: config/gemmd.conf); a hook the backend in use does not take
+ * fails open with GEMM_E_BAD_CONFIG. With any hook set the host path is off and products
+ * never run on the submitting thread. */
 
 void gemm_engine_config_defaults(gemm_engine_config *cfg);
 

@@ -76,7 +76,7 @@ typedef struct cuda_backend {
     int warmup;                  /* workers warm up before their first job (no fault_inject) */
     int min_cc;                  /* oldest device: what every worker can run */
     int wgmma_ok;                /* every device runs wgmma */
-    long oom_at, sticky_at, lost_at, delay_ms, copy_loop; /* fault hooks (engine.h); 0 = off */
+    long oom_at, sticky_at, lost_at, delay_ms, copy_loop; /* fault hooks (config/gemmd.conf); 0 = off */
     pthread_mutex_t reset_mu;    /* one device resets at a time (cuda_device.c) */
     atomic_long allocs, jobs;
     gemm_cuda_host *host;

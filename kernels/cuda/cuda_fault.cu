@@ -1,5 +1,5 @@
 /*
- * cuda_fault.cu - the faults the engine's tests inject (fault_inject, engine.h): sticky:N,
+ * cuda_fault.cu - the faults the engine's tests inject (fault_inject, config/gemmd.conf): sticky:N,
  * a kernel that traps and so breaks the context as a real crash would; gpu_delay_ms:N, a
  * one-thread kernel that waits N ms of device time, a long kernel of known length on any GPU.
  */
