@@ -8,7 +8,6 @@
 #include "engine_int.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static int no_resident(const gemm_job *job)

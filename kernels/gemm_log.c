@@ -7,7 +7,6 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <string.h>
 #include <unistd.h>
 
 static pthread_mutex_t hook_mu = PTHREAD_MUTEX_INITIALIZER;

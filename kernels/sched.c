@@ -12,7 +12,6 @@
 
 #include <sys/prctl.h>
 #include <stddef.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

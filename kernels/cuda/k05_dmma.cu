@@ -3,8 +3,6 @@
  * m16n8k16 (sm_90), exact IEEE float64 (docs/KERNELS.md, "k05_dmma"). Structure as in
  * k04_mma; the store is bounds-checked.
  */
-#include <stdint.h>
-
 #include <atomic>
 
 #include "gemm_async.cuh"
