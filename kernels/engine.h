@@ -64,11 +64,7 @@ typedef struct {
 
 void gemm_engine_err_clear(gemm_engine_err *e);
 /* Sets code and the printf-formatted message; NULL e does nothing. Returns -1. */
-int gemm_engine_err_set(gemm_engine_err *e, gemm_ecode code, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
+int gemm_engine_err_set(gemm_engine_err *e, gemm_ecode code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- configuration (config/gemmd.conf, GEMMD_* and flags; key rows: gemm_engine_keys) ---- */
 

@@ -20,11 +20,7 @@ typedef void (*gemm_log_fn)(void *user, gemm_log_level level, const char *msg);
 /* Sets the hook (NULL: back to stderr). */
 void gemm_engine_set_log(gemm_log_fn fn, void *user);
 
-void gemm_engine_log(gemm_log_level level, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+void gemm_engine_log(gemm_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #ifdef __cplusplus
 }
