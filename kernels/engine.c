@@ -145,8 +145,7 @@ gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_
         engine_free(e);
         return NULL;
     }
-    /* Open returns once every worker is set up (and, on CUDA, warm): a daemon that listens
-     * after open never lets its first requests pay for it. */
+    /* Every worker set up (and warm) before open returns. */
     pthread_mutex_lock(&e->mu);
     while (e->ninited < e->nworkers) pthread_cond_wait(&e->inited, &e->mu);
     pthread_mutex_unlock(&e->mu);
@@ -157,8 +156,7 @@ void gemm_engine_close(gemm_engine *e)
 {
     if (!e) return;
     gemm_sched_stop(e);
-    /* Host runs that counted themselves before they saw closing end on their own thread;
-     * each is one small product. */
+    /* Host runs that counted themselves before closing end on their own (one small product). */
     while (atomic_load(&e->near_active) > 0) {
         struct timespec ts = {0, 100000};
         nanosleep(&ts, NULL);

@@ -30,9 +30,7 @@ struct gemm_engine {
     pthread_mutex_t mu;
     gemm_job *head, *tail;
     int queued, capacity;
-    /* Jobs taken and not yet past their done(): raised under mu (with queued lowered, so
-     * stats read the two together), lowered without it after done(). */
-    atomic_int running;
+    atomic_int running;   /* jobs taken and not yet past their done() (raised under mu) */
     atomic_int closing;   /* written under mu; read without it by the host path */
 
     /* coalescing (coalesce.c) */
@@ -63,8 +61,8 @@ struct gemm_engine {
     atomic_ullong splits, panels;
 };
 
-/* A job of the engine's own that runs (part of) job's product, in `state`: job's request
- * with what validate() resolved for it (a split product's panel, a coalesced group). */
+/* A job of the engine's own (a panel, a group) with job's request and what validate()
+ * resolved for it. */
 static inline void gemm_job_derive(gemm_job *d, const gemm_job *job, gemm_job_state state)
 {
     memset(d, 0, sizeof *d);
@@ -113,13 +111,10 @@ gemm_job_state gemm_sched_settle(gemm_engine *e, gemm_job *job, int rc, double t
 void gemm_sched_finish(gemm_engine *e, gemm_job *job, int rc, double t0);
 void gemm_sched_finish_one(gemm_engine *e, gemm_job *job, int rc, double t0);
 
-/* A mechanism beside the queue (split.c, coalesce.c): a row that the workers (sched.c) call
- * in the order of gemm_mechs (engine.c), and that calls sched's API. Under mu, take() says
- * how many jobs it took: a job a worker just took off the queue, then queued ones into g
- * (room for group_max, or NULL); under 2 the next row is offered it, after the last the
- * worker runs it alone. run() runs them without mu (parts: room for 3 * group_max); NULL:
- * they wait for workers, whom next() gives its work for their slot before the queue, to
- * run_next(). cancel(): a running job's cancel. */
+/* A mechanism beside the queue (split.c, coalesce.c), offered each job a worker takes in
+ * the order of gemm_mechs. Under mu, take() says how many jobs it took (the job, then queued
+ * ones into g; under 2: the next row's turn); run() runs them without mu, or (NULL) they
+ * wait for workers, whom next() gives them before the queue, to run_next(). */
 typedef struct gemm_mech {
     int (*take)(gemm_engine *e, gemm_job *job, int slot, double t0, gemm_job **g);
     void (*run)(gemm_engine *e, void *worker, gemm_job **g, int n, double t0, void **parts);

@@ -50,8 +50,8 @@ static int slot_idle(const gemm_engine *e, int s)
     return e->slot_workers[s] > e->slot_busy[s];
 }
 
-/* From slot `self`'s awake worker (-1: submit): the usable slot with an idle worker (or self)
- * and the fewest busy, self winning a tie, else the lowest; -1: none can take it now. */
+/* The usable slot with an idle worker (or self, -1: submit) and the fewest busy, self winning
+ * a tie, else the lowest; -1: none can take it now. */
 int gemm_sched_pick_slot(const gemm_engine *e, int self)
 {
     int best = -1, any_usable = 0;
@@ -115,8 +115,7 @@ int gemm_sched_run(gemm_engine *e, void *worker, gemm_job *job)
 
 /* ---- workers --------------------------------------------------------------- */
 
-/* Under mu: waits for a mechanism's work for this slot (returned, *from its row), a queued
- * job this slot should take, or close (NULL). */
+/* Under mu: a mechanism's work for this slot (*from: its row), else NULL for the queue. */
 static gemm_job *wait_for_work(gemm_engine *e, worker_arg *wa, const gemm_mech **from)
 {
     const int slot = wa->slot;

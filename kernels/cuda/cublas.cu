@@ -55,7 +55,6 @@ struct lt_state {
     lt_entry e[LT_CACHE];
 };
 
-
 unsigned ptr_align(const void *p)
 {
     uintptr_t v = (uintptr_t)p;
@@ -64,8 +63,7 @@ unsigned ptr_align(const void *p)
     return a;
 }
 
-/* The types of l's product for cublasLt and cublasGemmEx: compute, scale, A and B, C;
- * false for what cuBLAS does not take here (int32, an unknown math mode). */
+/* The types of l's product (compute, scale, A and B, C); false for int32 or an unknown math. */
 bool blas_types(const gemm_launch *l, cublasComputeType_t *ct, cudaDataType_t *scale, cudaDataType_t *ab,
               cudaDataType_t *c)
 {
@@ -118,8 +116,7 @@ void entry_clear(lt_entry *en)
 }
 
 /* Fills en for key: the heuristic's first algorithm for the planned shape, checked for the
- * launch's own rows. en->ok says whether it can run; a status other than success is an
- * error of cublasLt itself (out of memory and the like). */
+ * launch's own rows (en->ok); a failed status is cublasLt's own error. */
 cublasStatus_t entry_fill(lt_state *st, lt_entry *en, const lt_key &key, const gemm_launch *l)
 {
     cublasComputeType_t ct;
@@ -175,8 +172,7 @@ cublasStatus_t entry_fill(lt_state *st, lt_entry *en, const lt_key &key, const g
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* Runs l through cublasLt. *ran is false when cublasLt has no algorithm for it (the caller
- * then uses cublasGemmEx). */
+/* Runs l through cublasLt; *ran false when it has no algorithm for it. */
 cublasStatus_t lt_launch(lt_state *st, const gemm_launch *l, bool *ran)
 {
     *ran = false;
@@ -247,8 +243,7 @@ cudaError_t cublas_launch(const gemm_launch *l)
                         (double *)l->C, l->n);
         return from_cublas(s, "cublasDgemm");
     }
-    /* float32 (its math mode the compute type) and the half dtypes (half A and B, float32
-     * sums, C in float32 or in their type): the same types cublasLt is given above. */
+    /* float32 and the half dtypes: the same types cublasLt is given. */
     cublasComputeType_t ct;
     cudaDataType_t scale, ab, c;
     if (!blas_types(l, &ct, &scale, &ab, &c))

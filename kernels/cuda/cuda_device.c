@@ -147,8 +147,7 @@ static size_t round_cap(size_t need, uint64_t limit)
     return r;
 }
 
-/* Makes the three buffers at least need[i] bytes (on failure frees them all): the rest
- * grow to whole MiB, or all three to the exact sizes when that passes device_mem_limit. */
+/* Buffers of at least need[i] bytes (failure: none), whole MiB unless past device_mem_limit. */
 cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_cuda_site *site)
 {
     uint64_t limit = w->cb->mem_limit;

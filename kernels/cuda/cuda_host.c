@@ -135,8 +135,7 @@ static block_hdr *stash_remove_locked(stash *s, int i)
     return b;
 }
 
-/* From s, uncharged, the smallest block with capacity in [fresh, fresh + slack], the latest
- * given back of those (NULL: none). */
+/* From s, uncharged: the smallest fit in [fresh, fresh + slack], latest given back first. */
 static block_hdr *stash_take(stash *s, size_t fresh, size_t slack)
 {
     pthread_mutex_lock(&s->mu);
@@ -150,8 +149,7 @@ static block_hdr *stash_take(stash *s, size_t fresh, size_t slack)
     return b;
 }
 
-/* Keeps the registered block b in s if the hook takes its bytes (0: not kept); a full
- * stash pushes its oldest out (*pushed, uncharged, for the shared cache). */
+/* Keeps b in s if the hook takes it (0: not); a full stash pushes its oldest out (*pushed). */
 static int stash_put(gemm_cuda_host *h, stash *s, block_hdr *b, block_hdr **pushed)
 {
     int kept = 0;
@@ -209,8 +207,7 @@ static void cache_take_locked(gemm_cuda_host *h, block_hdr *b)
     h->cached_bytes -= b->cap;
 }
 
-/* Caller holds mu: the smallest cached block with capacity in [fresh, fresh + slack]
- * (NULL: none); classes are whole pages, the last one searched through. */
+/* Caller holds mu: the smallest cached fit in [fresh, fresh + slack] (NULL: none). */
 static block_hdr *cache_find_locked(gemm_cuda_host *h, size_t fresh, size_t slack)
 {
     for (size_t pages = (fresh + HDR) / PAGE; pages < CLASSES - 1; pages++) {

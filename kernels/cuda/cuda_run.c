@@ -202,9 +202,8 @@ static int enter(run_ctx *x)
     if (st != GO) return st;
     x->njob = atomic_fetch_add(&x->cb->jobs, 1) + 1;
     if (x->cb->lost_at > 0 && x->njob == x->cb->lost_at) {
-        /* Test hook: the device is marked lost at once (its workers take no more products)
-         * and reset on leaving, as when a reset cannot make a new context (only this
-         * device's context goes: see OPERATIONS.md on real traps). */
+        /* Test hook: marked lost at once, reset on leaving, as when a reset cannot make a
+         * new context. */
         d->lost_err = cudaErrorDevicesUnavailable;
         atomic_store(&d->lost, 1);
         x->broken = x->lose = 1;
@@ -215,8 +214,7 @@ static int enter(run_ctx *x)
     return GO;
 }
 
-/* Host blocks locked (a panel's: the product's blocks; a group's: each product's), and
- * resident operands from their device copies (making one counts as this job's H2D). */
+/* Host blocks locked, resident operands from their device copies (making one is H2D). */
 static int stage_inputs(run_ctx *x)
 {
     gemm_job *job = x->job;
@@ -271,8 +269,7 @@ static int copy_in(run_ctx *x)
     return GO;
 }
 
-/* The next stage's start: ev[end] back to back; staged, ev[end + 1] after waiting for
- * ev[end] and stopping for a cancel. */
+/* The next stage's start: ev[end], or staged ev[end + 1] after a wait and a cancel check. */
 static int stage_start(run_ctx *x, int end, cudaEvent_t *start, const char *before)
 {
     const cudaEvent_t done = x->w->ev[end], next = x->w->ev[end + 1];
@@ -287,8 +284,7 @@ static int stage_start(run_ctx *x, int end, cudaEvent_t *start, const char *befo
     return GEMM_CUDA_CHECK(&x->site, cudaEventRecord(next, x->w->stream)) == cudaSuccess ? GO : CUDA_FAILED;
 }
 
-/* The kernel: k0 .. ev[3]; a batch in one strided call (stride_b 0: a shared B) or, like a
- * group, one launch per product. */
+/* The kernel: k0 .. ev[3]; a batch strided (stride_b 0: shared B) or a launch per product. */
 static int launch(run_ctx *x)
 {
     gemm_job *job = x->job;

@@ -158,7 +158,6 @@ static void cuda_warm(cuda_backend *cb, cuda_worker *w)
                     w->index, w->dev->label, w->stream_index, ran, gemm_now_ms() - t0);
 }
 
-
 static void *cuda_worker_init(void *self, int index)
 {
     cuda_backend *cb = self;
@@ -252,8 +251,7 @@ static int cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
     if (job->plan_m > INT_MAX)
         return gemm_engine_err_set(err, GEMM_E_BAD_OPTION, "panel_of=%llu: the CUDA backend takes up to %d rows",
                                    (unsigned long long)job->plan_m, INT_MAX);
-    /* auto (auto.c): for the oldest device, a panel as its whole product; chosen here, from
-     * the request alone. */
+    /* auto (auto.c), for the oldest device, a panel as its whole product. */
     const char *name = !job->kernel[0] || strcmp(job->kernel, "auto") == 0
                            ? gemm_kernel_auto(job->dtype, job->math, (int)gemm_job_plan_rows(job), (int)job->n,
                                               (int)job->k, (int)gemm_job_batch(job), cb->min_cc, cb->wgmma_ok)
@@ -308,8 +306,7 @@ static void cuda_describe(void *self, gemm_engine_info *out)
     out->nkernels = n;
 }
 
-/* busy: the union of the jobs' time inside the device; mem_used: the streams' cached
- * buffers (not cuBLAS's workspace); mem_free: the last sample (at most ~1 s old). */
+/* busy: the union of the jobs' time inside; mem_used: the streams' cached buffers. */
 static void cuda_stats(void *self, gemm_engine_stats *out)
 {
     cuda_backend *cb = self;

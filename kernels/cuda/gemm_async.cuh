@@ -33,9 +33,8 @@ template <int N> __device__ __forceinline__ void wait_group()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/* One ROWS x COLS tile of a row-major matrix (nrows x ncols, leading dimension ncols) from
- * (r0, c0) into dst (row stride LD), E elements a copy, the loop unrolled UNROLL times
- * (0: fully). */
+/* One ROWS x COLS tile of a row-major nrows x ncols matrix from (r0, c0) into dst (row
+ * stride LD), E elements a copy, unrolled UNROLL times (0: fully). */
 template <typename T, int THREADS, int ROWS, int COLS, int LD, int E, int UNROLL>
 __device__ __forceinline__ void copy_tile(T *dst, const T *__restrict__ src, int nrows, int ncols, int r0, int c0)
 {
@@ -139,8 +138,7 @@ __device__ __forceinline__ void store_acc(T *C, T (&acc)[MI][NI][ACC], int m, in
     }
 }
 
-/* Launches kern over l's product, one block of Cfg::THREADS a BM x BN tile of C (blockIdx.x
- * in the kernel's grouped order), with Cfg::SMEM bytes of dynamic shared memory. */
+/* Launches kern with one block of Cfg::THREADS per BM x BN tile of C, Cfg::SMEM shared. */
 template <typename Cfg, typename T>
 cudaError_t launch_tiles(void (*kern)(int, int, int, const T *, const T *, T *, int, int), const gemm_launch *l)
 {
