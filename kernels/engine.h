@@ -219,7 +219,6 @@ static inline gemm_dtype gemm_job_c_dtype(const gemm_job *job)
 {
     return gemm_dtype_is_half(job->dtype) && !job->out_half ? GEMM_DTYPE_F32 : job->dtype;
 }
-/* Products in a job: batch, or 1 for a single product. */
 static inline uint64_t gemm_job_batch(const gemm_job *job)
 {
     return job->batch > 1 ? job->batch : 1;
@@ -309,9 +308,9 @@ void gemm_engine_close(gemm_engine *e);
 void *gemm_engine_host_alloc(gemm_engine *e, size_t bytes);
 void gemm_engine_host_free(gemm_engine *e, void *p);
 const gemm_allocator *gemm_engine_allocator(gemm_engine *e);
-/* Memory kept for reuse (CUDA: locked blocks) is charged to the caller: fn(ctx, +bytes)
- * before it is kept (nonzero: let go instead), fn(ctx, -bytes) when it leaves; from any
- * thread, under the allocator's lock (fn must not call into the engine). trim_kept: all go. */
+/* Memory kept for reuse (CUDA: locked blocks) is charged: fn(ctx, +bytes) before it is kept
+ * (nonzero: let go), fn(ctx, -bytes) when it leaves; under the allocator's lock (no engine
+ * call from fn). trim_kept lets it all go. */
 typedef int (*gemm_keep_charge_fn)(void *ctx, int64_t delta);
 void gemm_engine_set_keep_charge(gemm_engine *e, gemm_keep_charge_fn fn, void *ctx);
 uint64_t gemm_engine_trim_kept(gemm_engine *e);

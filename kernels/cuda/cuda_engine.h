@@ -112,16 +112,13 @@ void gemm_cuda_unhold(cuda_backend *cb, unsigned held);
 /* cudaMemGetInfo of the current device (d's) into d->mem_free / mem_total. */
 void gemm_cuda_sample_memory(cuda_dev *d);
 
-/* cuda_house.c: samples free memory every HOUSE_PERIOD_MS and unregisters the host blocks
- * the allocator queued, on its own thread. */
+/* cuda_house.c: samples free memory, unregisters the blocks the allocator queued. */
 int gemm_cuda_house_start(cuda_backend *cb);
 void gemm_cuda_house_stop(cuda_backend *cb);
 void gemm_cuda_house_wake(void *cb); /* the host allocator's notify hook */
 
-/* cuda_resident.c: resident operands' device copies. get (device entered at gen): 1 with
- * *p the copy (made now if needed, its upload added to *up_bytes / *up_ms), 0: read the
- * host. keep: a copy of src enqueued on s (NULL: none); publish makes it r's once s is
- * done. release: the backend's resident_free; drain frees what was released. */
+/* cuda_resident.c: get: 1 with *p the device copy (made now if needed, its upload added to
+ * *up_*), 0: read the host; keep: a copy of src on s (NULL: none), r's once published. */
 int gemm_cuda_resident_get(cuda_backend *cb, cuda_dev *d, unsigned gen, gemm_resident *r, cudaStream_t s,
                            void **p, size_t *up_bytes, double *up_ms);
 void *gemm_cuda_resident_keep(const void *src, size_t bytes, cudaStream_t s);

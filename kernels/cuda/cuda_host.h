@@ -27,17 +27,14 @@ gemm_allocator gemm_cuda_host_allocator(gemm_cuda_host *h);
 /* Called (without the allocator's lock) when a freed block was queued for unregistration. */
 void gemm_cuda_host_set_notify(gemm_cuda_host *h, void (*fn)(void *), void *arg);
 
-/* The cache's charge hook (gemm_engine_set_keep_charge): fn is called under one of the
- * allocator's locks, from several threads at once. What is cached now is charged to it. */
+/* The cache's charge hook (gemm_engine_set_keep_charge); what is cached now is charged. */
 void gemm_cuda_host_set_charge(gemm_cuda_host *h, int (*fn)(void *ctx, int64_t delta), void *ctx);
 /* Lets every cached block go (to be unregistered later); returns the bytes. */
 size_t gemm_cuda_host_trim(gemm_cuda_host *h);
 
-/* Worker side, with slot's device current and entered: locks the block holding p for
- * copies, registering it for `slot` unless it is. Returns the slot whose registration locks
- * it (another: hold that device, whose reset drops it, and ask again); GEMM_PIN_ELSEWHERE
- * when another worker's registration of this moment does; GEMM_PIN_PAGEABLE when
- * registration failed (warned once; copies are slower but right). */
+/* Worker side, slot's device current and entered: locks p's block, registering it for slot
+ * unless it is. Returns the slot whose registration locks it (another: hold that device and
+ * ask again), GEMM_PIN_ELSEWHERE (another worker's, this moment) or GEMM_PIN_PAGEABLE. */
 #define GEMM_PIN_PAGEABLE (-1)
 #define GEMM_PIN_ELSEWHERE (-2)
 int gemm_cuda_host_pin(gemm_cuda_host *h, void *p, int slot);

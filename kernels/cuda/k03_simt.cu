@@ -65,9 +65,8 @@ template <typename T> __device__ __forceinline__ const T *step_ptr(const T *p, s
     return q;
 }
 
-/* The copy of one k-step's tiles wholly in range: no predicates, no zero fill, every address
- * an immediate offset from a few row pointers that advance one tile per step (about 20
- * integer instructions a tile where addresses from (row, column) took 170; KERNELS.md). */
+/* The copy of one k-step's tiles wholly in range: no predicates, no zero fill, addresses as
+ * offsets from row pointers that advance a tile per step (docs/KERNELS.md, "k03_simt"). */
 template <typename T, typename Cfg, bool VECB> struct fast_loader {
     /* A: BK threads across a k-step, one element each per pass: whole 64-byte rows per pair
      * of warp lanes (four k values a thread, `amap0`, cost 33% excess sectors: KERNELS.md) */

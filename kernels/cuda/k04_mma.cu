@@ -45,10 +45,8 @@ __device__ __forceinline__ uint32_t to_tf32(float x)
     return r;
 }
 
-/* Four 8x4 float32 sub-tiles of shared memory in one instruction (ldmatrix treats each as
- * an 8x8 matrix of 16-bit halves: lane l gets row l/4, 32-bit column l%4 of each), which
- * is exactly the tf32 m16n8k8 A fragment when the four matrices are (rows 0-7 | 8-15) x
- * (k 0-3 | 4-7). */
+/* Four 8x4 float32 sub-tiles in one ldmatrix (lane l gets row l/4, 32-bit column l%4 of
+ * each): the tf32 m16n8k8 A fragment for matrices (rows 0-7 | 8-15) x (k 0-3 | 4-7). */
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *p)
 {
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);

@@ -153,10 +153,8 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr)
            ((uint64_t)1 << 62);
 }
 
-/* MN-major operand (B as it lies in memory: k rows of n), 128-byte swizzle. The stage holds
- * BN / 64 boxes of 64 columns x BK rows, each row 128 bytes; a swizzle atom is 64 columns
- * x 8 rows. Leading offset: bytes between atoms along N (one box, BK x 128); stride offset:
- * bytes between 8-row groups along K (1024). */
+/* MN-major operand (B as it lies), 128-byte swizzle: leading offset one box of 64 columns
+ * (box_bytes), 1024 bytes between 8-row groups (docs/KERNELS.md, "k06_wgmma"). */
 __device__ __forceinline__ uint64_t smem_desc_mn(uint32_t addr, uint32_t box_bytes)
 {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(box_bytes >> 4) << 16) |
@@ -196,9 +194,8 @@ __device__ __forceinline__ void fence_acc(float (&d)[128])
         WG_ACC8(56), WG_ACC8(64), WG_ACC8(72), WG_ACC8(80), WG_ACC8(88), WG_ACC8(96),        \
         WG_ACC8(104), WG_ACC8(112), WG_ACC8(120)
 
-/* d (64 x 256, this warpgroup's fragment) += A (64 x k-step) * B (k-step x 256), both from
- * shared memory, A K-major; B K-major (TRANS_B 0) or MN-major (1, 16-bit types only);
- * scale-d 1 (accumulate), no negation. */
+/* d (this warpgroup's 64 x 256) += A * B from shared memory, A K-major, B K-major (TRANS_B
+ * 0) or MN-major (1, 16-bit types only); scale-d 1 (accumulate), no negation. */
 template <int MATH, int TRANS_B>
 __device__ __forceinline__ void wgmma_step(float (&d)[128], uint64_t da, uint64_t db);
 
@@ -239,9 +236,8 @@ template <> struct c_store<WG_F16, OUT_HALF> {
 
 /* ------------------------------------------------------------------ main kernel */
 
-/* MATH: operand type on the tensor cores; BMN: B K-major (pre-pass) or MN-major (as in
- * memory); OUT: C float32 or half. vec: C rows allow wider stores (float32: pairs; half: 2
- * for four elements), 0 for single elements. */
+/* MATH: operand type; BMN: B K-major (pre-pass) or MN-major (as in memory); OUT: C float32
+ * or half; vec: C's wider stores (main_pass), 0 for single elements. */
 template <int MATH, int BMN, int OUT>
 __global__ void __launch_bounds__(THREADS, 1)
 wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -328,9 +324,8 @@ wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ 
         const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
         const int row0 = bm + cw * 64 + w * 16 + l / 4;
         if constexpr (OUT == OUT_HALF) {
-            /* Half C: a quad of lanes holds 16 columns (32 bytes) of a row in two 8-column
-             * groups; shuffled so that lane q writes columns 4q..4q+3 (8 bytes), each row's
-             * 32 bytes are one whole sector instead of two half-written ones. */
+            /* Half C: shuffled within the quad so that lane q writes columns 4q..4q+3 and
+             * each row's 32 bytes are one whole sector instead of two half-written ones. */
             const int q = l % 4, qa = q < 2 ? 2 * q : 2 * q - 4;
             const int src_a = (l & ~3) + qa, src_b = src_a + 1;
 #pragma unroll
