@@ -154,7 +154,6 @@ static int cpu_run(void *self, void *worker, gemm_job *job)
     return rc;
 }
 
-/* Host memory in bytes: _SC_PHYS_PAGES (total) or _SC_AVPHYS_PAGES (available now). */
 static uint64_t mem_bytes(int pages_name)
 {
     long pages = sysconf(pages_name), psize = sysconf(_SC_PAGESIZE);

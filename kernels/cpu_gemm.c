@@ -1,10 +1,8 @@
 /*
  * cpu_gemm.c - products computed on the host: OpenBLAS for float32 and float64 (float16 /
  * bfloat16 widened to float32), a cache-blocked loop for int32.
- *
- * The int32 loop, per thread's rows: for each KC-slice of k and NC-slice of n, four rows of
- * A at a time share each load of B, whose panel stays in L2; the inner loop over contiguous
- * j vectorizes. uint32_t throughout: wraps mod 2^32 without undefined behaviour.
+ * The int32 loop: four rows of A share each load of a B panel that stays in L2, uint32_t
+ * throughout (wraps mod 2^32 without undefined behaviour).
  */
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #pragma GCC optimize("O3")

@@ -3,10 +3,9 @@
  * cancellation, counters. One mutex guards the queue; counters are atomics. done() is
  * called without the lock, once per accepted job, and the job is not touched after it.
  *
- * Which worker takes a job: the least-loaded usable slot (docs/OPERATIONS.md, "CUDA
- * backend") with an idle worker; submit wakes a worker there, and a worker that finds a job
- * queued takes it only if no such slot is less busy than its own (a tie to the one awake),
- * else it wakes one there. With no usable slot any worker takes it and the backend fails it.
+ * A queued job goes to the least-loaded usable slot with an idle worker (docs/OPERATIONS.md,
+ * "CUDA backend"): a worker that finds it takes it only if no such slot is less busy than
+ * its own, else it wakes one there.
  */
 #include "engine_int.h"
 
@@ -24,7 +23,6 @@ static gemm_job *q_pop(gemm_engine *e)
     return job;
 }
 
-/* Unlinks job if it is queued; returns 1 if it was. */
 static int q_remove(gemm_engine *e, gemm_job *job)
 {
     gemm_job *prev = NULL;

@@ -1,12 +1,9 @@
 /*
  * split.c - split products (docs/OPERATIONS.md, "One big product on several engines").
  *
- * The worker that takes a big product cuts it into row panels of A (the first m%P one row
- * more), each with what validate() resolved for the whole shape, and lists them for the
- * workers to serve before the queue (panel i for usable slot i, round robin from the
- * taker's; after close any worker takes any). Whoever finishes the last panel fills in the
- * product's result and calls done(); a failed panel stops its siblings. Batches, and
- * products with a resident A or C (whole matrices on the device), are never split.
+ * The worker that takes a big product cuts it into row panels of A, each with what
+ * validate() resolved for the whole, for the workers of their slots to serve before the
+ * queue. Whoever finishes the last panel fills in the product's result and calls done().
  */
 #include "engine_int.h"
 

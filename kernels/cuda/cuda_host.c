@@ -2,14 +2,11 @@
  * cuda_host.c - host blocks for job buffers, locked by the workers, with a small cache
  * (cuda_host.h; its rules: docs/OPERATIONS.md, "Memory budget").
  *
- * A block's 64-byte header holds its capacity, the slot that registered it and that slot's
- * generation then (a reset bumps it), and its list links. Freed registered blocks join the
- * young end of the age list (a full cache pushes the oldest to the queue the housekeeping
- * thread drains) and their size class's list, so every step is O(1) under the lock. A busy
- * thread (gemm_alloc_mark_busy_thread) gets a stash with its own lock for its small blocks,
- * since that lock was the HTTP threads' most contended (bench/results/h100-2026-11-27-reads.md).
- * The mutex is taken before a stash's, never after, and never across a CUDA call;
- * registrations and generations are atomics, so a worker's check takes no lock.
+ * Cached blocks are on an age list and a size-class list, so every step is O(1) under the
+ * lock; a busy thread's small blocks go to its own stash, since that lock was the HTTP
+ * threads' most contended (bench/results/h100-2026-11-27-reads.md). The mutex is taken
+ * before a stash's, never after, and never across a CUDA call; registrations and the
+ * slots' generations (a reset bumps one) are atomics, so a worker's check takes no lock.
  */
 #include "cuda_host.h"
 

@@ -1,13 +1,9 @@
 /*
  * cuda_run.c - one product on a worker's stream in stages, then one unwind that tells an
- * out-of-memory (that product alone) from a broken context (reset on leaving). The kernel
- * is the one validate() resolved, so a product runs the same launch alone, lent, as a panel
- * or coalesced (docs/KERNELS.md, "kernel=auto"): a group's products sit at PART_ALIGN-byte
- * steps, the alignment a lone product's buffers have, each launched by itself.
- *
- * A long product (many flops or bytes, or gpu_delay_ms) runs staged: it waits for each
- * stage before it enqueues the next and checks for a cancel before each; a short one
- * enqueues all three back to back (a cancel is checked before the H2D copy only).
+ * out-of-memory (that product alone) from a broken context (reset on leaving). A product
+ * runs the same launch alone, lent, as a panel or coalesced (docs/KERNELS.md, "kernel=auto").
+ * A long product runs staged: it waits for each stage and checks for a cancel before the
+ * next; a short one enqueues all three back to back.
  */
 #include "cuda_engine.h"
 
@@ -23,7 +19,7 @@
 /* 64³ products kept their p50 at 47.6 us with this poll, while a worker waiting beside a
  * 500 ms kernel used 0.08% of a core (bench/results/h100-2026-11-23-hardening.md) */
 #define WAIT_SPIN_MS 0.05
-#define PART_ALIGN 256 /* what device allocations are aligned to, at least */
+#define PART_ALIGN 256 /* a group's products' steps: a lone product's buffer alignment */
 
 enum { GO, STOP, CUDA_FAILED }; /* a stage's answer; STOP: x->rc, CUDA_FAILED: x->site */
 

@@ -330,7 +330,6 @@ static const gemm_allocator *cuda_allocator(void *self)
     return &((cuda_backend *)self)->alloc;
 }
 
-/* Healthy while at least one of its devices can still run products. */
 static int cuda_healthy(void *self)
 {
     cuda_backend *cb = self;

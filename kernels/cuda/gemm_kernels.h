@@ -32,7 +32,6 @@ typedef struct {
     void *lt;              /* the worker's cublasLt state (cublas member; NULL: cublasGemmEx) */
 } gemm_launch;
 
-/* The rows a member plans for: plan_m when it is a panel of a larger product, else m. */
 static inline int gemm_plan_rows(const gemm_launch *l)
 {
     return l->plan_m > l->m ? l->plan_m : l->m;
