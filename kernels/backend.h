@@ -77,8 +77,7 @@ static inline int gemm_job_cancel_requested(gemm_job *job)
 /* Sets job->err to GEMM_E_CANCELLED, "... stopped before <stage>"; returns GEMM_RUN_CANCELLED. */
 int gemm_job_stop_cancelled(gemm_job *job, const char *stage);
 
-/* Reads spec (fault_inject) into state by the backend's hook rows; a hook it does not take,
- * or a value out of range: GEMM_E_BAD_CONFIG naming what it takes. */
+/* Reads fault_inject into state by be's hook rows; else GEMM_E_BAD_CONFIG naming them. */
 int gemm_faults_parse(const gemm_backend *be, const char *spec, void *state, gemm_engine_err *err);
 
 #ifdef __cplusplus

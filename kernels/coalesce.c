@@ -22,8 +22,7 @@ static int same_group(const gemm_job *a, const gemm_job *b)
            b->batch <= 1 && no_resident(b) && strcmp(a->kernel_used, b->kernel_used) == 0;
 }
 
-/* Under mu: job, then the queued jobs of its group, moved into g and marked running; 0
- * unless job is a small single product and the worker has room for a group (g). */
+/* Under mu: job and the queued jobs of its group into g, running (0: job is no group's). */
 static int coalesce_take(gemm_engine *e, gemm_job *job, int slot, double t0, gemm_job **g)
 {
     (void)slot;

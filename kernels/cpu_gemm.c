@@ -117,8 +117,7 @@ int gemm_cpu_gemm_i32_stop(const int32_t *a, const int32_t *b, int32_t *c, uint6
         if (r1 > m) r1 = (size_t)m;
         tasks[t] = (rows_task){ua, ub, uc, r0, r1, (size_t)k, (size_t)n, stop, 0};
     }
-    /* Threads 1..nt-1 on pthreads, share 0 here; a share whose thread cannot start runs
-     * inline, so the product is always complete. */
+    /* Shares 1..nt-1 on threads (here when one cannot start), share 0 here. */
     unsigned char joined[MAXT] = {0};
     for (size_t t = 1; t < nt; t++) {
         if (pthread_create(&tid[t], NULL, rows_thread, &tasks[t]) == 0)
@@ -152,8 +151,7 @@ int gemm_cpu_products(gemm_job *job, int threads)
     const size_t es = gemm_dtype_size(d), na = (size_t)job->m * job->k, nbel = (size_t)job->k * job->n,
                  nc = (size_t)job->m * job->n;
     const size_t sa = na * es, sb = job->b_shared ? 0 : nbel * es, sc = nc * gemm_dtype_size(gemm_job_c_dtype(job));
-    /* float16 / bfloat16: A and B widened to float32 (exactly), one cblas_sgemm, C rounded
-     * to the operands' dtype when it is asked for */
+    /* float16 / bfloat16: widened to float32 (exactly), C rounded back when asked for */
     float *fa = NULL, *fb = NULL, *fc = NULL;
     int rc = 0;
     const double t0 = gemm_now_ms();

@@ -1,7 +1,4 @@
-/*
- * cpu_gemm.h - products computed on the host (cpu_gemm.c), shared by the CPU backend
- * (cpu.c) and the host path (host.c).
- */
+/* cpu_gemm.h - products computed on the host, for the CPU backend and the host path. */
 #ifndef GEMM_CPU_GEMM_H
 #define GEMM_CPU_GEMM_H
 

@@ -1,7 +1,6 @@
 /*
- * engine.c - the registry of backends, the engine's configuration keys, open and close,
- * and what the engine reports (describe, stats, health). The mechanisms it opens and
- * names live beside it (engine_int.h): sched.c, split.c, coalesce.c, direct.c, host.c.
+ * engine.c - the registry of backends and mechanisms, the engine's configuration keys, open
+ * and close, and what the engine reports (describe, stats, health).
  */
 #include "engine_int.h"
 

@@ -155,8 +155,7 @@ typedef struct {
     double kernel_ms;
 } gemm_split_panel;
 
-/* A resident operand: its host copy (engine memory, the caller's, alive as long as the
- * handle) is the authority; a backend may keep a device copy per device (lost with a reset). */
+/* A resident operand: its host copy (alive as long as the handle) rules; devices copy it. */
 typedef struct gemm_resident {
     const void *host;
     size_t bytes;

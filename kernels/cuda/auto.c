@@ -48,8 +48,7 @@ static const auto_row ROWS[] = {
     {GEMM_DTYPE_BF16, GEMM_MATH_DEFAULT, SHAPE_ANY, {"cublas", "wgmma", NULL}},
 };
 
-/* align: elements per 16 bytes of a row (4 for 4-byte types, 8 for the half types): a
- * big shape with a dimension not a multiple of it is BIG_UNALIGNED. */
+/* align: elements per 16 bytes (BIG_UNALIGNED: a dimension not a multiple of it). */
 static shape_class classify(int rows, int cols, int inner, int align)
 {
     const long long tiles = (long long)((rows + 127) / 128) * ((cols + 127) / 128);

@@ -278,9 +278,8 @@ static void reset_locked(cuda_backend *cb, cuda_dev *d, int lose)
                     lose ? "fault_inject lost" : cudaGetErrorString(e));
 }
 
-/* Leaves the device; when `broken` (and nobody reset it since gen), resets it. One device
- * resets at a time (reset_mu): two resets each waiting for the other's jobs (which copy
- * through its registrations) would never end. */
+/* Leaves the device, resetting it when `broken` (and not reset since gen). One device resets
+ * at a time: two resets each waiting for the other's jobs would never end. */
 void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken, int lose)
 {
     pthread_mutex_lock(&d->busy_mu);

@@ -62,8 +62,7 @@ static cudaError_t wait_event(cudaEvent_t ev)
     return cudaEventSynchronize(ev);
 }
 
-/* Host <-> device copies queued in order, COPY_CHUNK at a time through one
- * cudaMemcpyBatchAsync (on an H100 as cheap as one copy of a gathered stack;
+/* Copies, COPY_CHUNK a cudaMemcpyBatchAsync (as cheap as one copy of a gathered stack:
  * bench/bench_small_path.cu), one by one where the driver declines it (or copy_loop:1). */
 enum { COPY_CHUNK = 64 };
 typedef struct {

@@ -117,9 +117,8 @@ static int cuda_workers(void *self)
     return ((cuda_backend *)self)->nworkers;
 }
 
-/* A worker's warm-up (docs/OPERATIONS.md, "CUDA backend"), through the same validate and
- * run as a request, counted nowhere (w->warming): 64^3 and 256^3 reach our own members,
- * 512^3 and the batch cuBLAS. */
+/* A worker's warm-up (docs/OPERATIONS.md, "CUDA backend") through validate and run as a
+ * request, counted nowhere: 64^3 and 256^3 reach our own members, the rest cuBLAS. */
 static void cuda_warm(cuda_backend *cb, cuda_worker *w)
 {
     static const gemm_dtype dtypes[] = {GEMM_DTYPE_F32, GEMM_DTYPE_F64, GEMM_DTYPE_I32, GEMM_DTYPE_F16,

@@ -23,8 +23,7 @@ typedef struct {
     int tile;              /* 0 = the kernel's default; else one of desc->tiles */
     cudaStream_t stream;
     void *cublas;          /* a cublasHandle_t bound to `stream` (only the cublas member uses it) */
-    /* batch_native members: batch products (0 or 1: one), product i's A at A + i*stride_a
-     * elements (and so on); stride_b 0 = one B for all. */
+    /* batch_native: product i at A + i*stride_a, B + i*stride_b (0: one B), C + i*stride_c */
     int batch;
     long long stride_a, stride_b, stride_c;
     int out_half;          /* float16 / bfloat16 A and B: C float32 (0) or in their dtype (1) */
@@ -37,8 +36,7 @@ static inline int gemm_plan_rows(const gemm_launch *l)
     return l->plan_m > l->m ? l->plan_m : l->m;
 }
 
-/* cublasLt state for the cublas member, one per worker: a handle, the caller's workspace,
- * a small cache of algorithms by shape. NULL when cublasLt cannot be set up. */
+/* cublasLt state for the cublas member, one per worker, with an algorithm cache (or NULL). */
 void *gemm_lt_create(void *workspace, size_t workspace_bytes);
 void gemm_lt_destroy(void *lt);
 /* The workspace a worker gives gemm_lt_create (and cuBLAS), in bytes. */
