@@ -1,7 +1,6 @@
 /*
- * backend.c - what the engine's files and every backend share, calling none of them: engine
- * errors, job states and sizes, the cancelled stop, host memory (the backend's allocator),
- * and the parsing of fault_inject by a backend's hook rows.
+ * backend.c - what the engine's files and every backend share, calling none of them: errors,
+ * job states and sizes, host memory, the parsing of fault_inject.
  */
 #include "engine_int.h"
 

@@ -1,9 +1,6 @@
 /*
- * backend.h - what a backend provides, and the registry the engine opens them from. A
- * backend is one row of functions; the engine calls it only through its row and never
- * names one (gemm_engine_open finds the row by name, `auto` the first whose device is
- * present). A row with `takes` runs products on the submitting thread and has no workers
- * (the host path, host.c); the engine opens it beside a backend with `offload` set.
+ * backend.h - what a backend provides (one row of functions), and the registry the engine
+ * opens them from (docs/KERNELS.md, "The engine around the kernels").
  */
 #ifndef GEMM_BACKEND_H
 #define GEMM_BACKEND_H
@@ -23,45 +20,36 @@ typedef struct {
 
 typedef struct gemm_backend {
     const char *name;
-    int (*present)(void); /* auto: whether its device is here (NULL: always) */
+    int (*present)(void); /* auto: nonzero when its device is here (NULL: always) */
     /* State, or NULL with *err set when it cannot run here (a row with `takes`: NULL
      * without an error when the configuration leaves it off). */
     void *(*open)(const gemm_engine_config *cfg, gemm_engine_err *err);
     void (*close)(void *self);
-    /* Worker threads the engine starts for it; each one's setup / teardown on its own
-     * thread (may be NULL). */
+    /* Worker threads; each one's setup / teardown on its own thread (may be NULL). */
     int (*workers)(void *self);
     void *(*worker_init)(void *self, int worker_index);
     void (*worker_fini)(void *self, void *worker);
     /* Before queueing: resolves "auto", refuses what cannot run. */
     int (*validate)(void *self, gemm_job *job, gemm_engine_err *err);
-    /* One job to completion on this worker: fills c, timing (not queue_ms), kernel_used,
-     * tile_used, math_used, device, stream; 0, -1 with job->err set, or GEMM_RUN_CANCELLED
-     * (gemm_job_stop_cancelled) at a stage boundary after a cancel. */
+    /* One job to completion: fills c and the results but queue_ms; 0, -1 with job->err
+     * set, or GEMM_RUN_CANCELLED (gemm_job_stop_cancelled). */
     int (*run)(void *self, void *worker, gemm_job *job);
     void (*describe)(void *self, gemm_engine_info *out);
     void (*stats)(void *self, gemm_engine_stats *out); /* devices, bytes, memory */
     const gemm_allocator *(*allocator)(void *self);  /* NULL: plain host memory */
     int (*healthy)(void *self); /* 0 once every device is lost (any thread; NULL: 1) */
     int batch_default;          /* batch_max when the configuration says 0 (1: off) */
-    /* 1: run() takes a coalesced group as a_parts / b_parts / c_parts; 0: the engine
-     * gathers it into stacks at a and b and scatters c itself. */
-    int run_parts;
+    int run_parts;              /* 1: run() takes a group's a_parts...; 0: stacks at a, b, c */
     /* Takes a resident handle whose device copies must go (NULL: the engine frees it). */
     void (*resident_free)(void *self, gemm_resident *r);
-    /* The device slot worker i runs on, and whether a slot can run products now (under the
-     * engine's lock). NULL: every worker on slot 0, every slot usable. */
+    /* Worker i's device slot; whether a slot runs now (NULL: slot 0; usable). */
     int (*worker_slot)(void *self, int worker_index);
     int (*slot_usable)(void *self, int slot);
     /* gemm_engine_set_keep_charge / gemm_engine_trim_kept (NULL: nothing kept). */
     void (*set_keep_charge)(void *self, gemm_keep_charge_fn fn, void *ctx);
     uint64_t (*trim_kept)(void *self);
-    /* 0 while a fault hook holds or breaks runs: such products must not run on the thread
-     * that submitted them (NULL: 1). */
-    int (*quick)(void *self);
-    /* 1: products cross a bus to a device; the engine opens the inline backend beside it
-     * for products too small to pay for the trip. */
-    int offload;
+    int (*quick)(void *self); /* 0 while a fault hook holds runs: none on the submitter */
+    int offload;              /* 1: products cross a bus; the inline backend runs beside it */
     /* An inline backend (no workers): whether it runs job on the submitting thread. */
     int (*takes)(void *self, const gemm_job *job);
     const gemm_fault_hook *faults; /* the fault_inject hooks it takes, NULL name last */
@@ -75,8 +63,7 @@ extern const gemm_backend gemm_backend_cuda;
 int gemm_cuda_device_count(void); /* usable CUDA devices (0: no driver or none) */
 #endif
 
-/* Opens an engine on the backend given; for tests of the engine with a backend of their
- * own (gemm_engine_open finds its row by name and comes here). */
+/* Opens an engine on the backend given (also for tests with a backend of their own). */
 gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_config *cfg,
                                       gemm_engine_err *err);
 
@@ -90,8 +77,7 @@ static inline int gemm_job_cancel_requested(gemm_job *job)
 /* Sets job->err to GEMM_E_CANCELLED, "... stopped before <stage>"; returns GEMM_RUN_CANCELLED. */
 int gemm_job_stop_cancelled(gemm_job *job, const char *stage);
 
-/* Reads spec (fault_inject) into state by the backend's hook rows; a hook it does not take,
- * or a value out of range: GEMM_E_BAD_CONFIG naming what it takes. */
+/* Reads fault_inject into state by be's hook rows; else GEMM_E_BAD_CONFIG naming them. */
 int gemm_faults_parse(const gemm_backend *be, const char *spec, void *state, gemm_engine_err *err);
 
 #ifdef __cplusplus

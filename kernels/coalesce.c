@@ -1,19 +1,13 @@
 /*
  * coalesce.c - dynamic batching: a worker that takes a small single product also takes the
- * products queued then with the same key (dtype, C's dtype, resolved math, kernel, tile,
- * plan rows, m, k, n), up to group_max (it waits for none), runs them as ONE batched job,
- * and gives each its own result fields, queue_ms and done().
- *
- * A backend with run_parts (CUDA) copies each product's own blocks to and from its device
- * stacks; for any other the inputs are gathered into one A and one B stack and C is
- * scattered back. A cancel that comes before the group starts stops that product; after,
- * it runs to the end. Products with a resident operand never join a group: their operands
- * live on the device, which a group's stacks cannot express.
+ * products queued then with the same key, up to group_max (it waits for none), runs them as
+ * one batched job (run_parts: from their own blocks; else gathered into stacks), and gives
+ * each its own results and done(). A cancel stops a product only before its group starts;
+ * products with a resident operand never join a group.
  */
 #include "engine_int.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static int no_resident(const gemm_job *job)
@@ -28,8 +22,7 @@ static int same_group(const gemm_job *a, const gemm_job *b)
            b->batch <= 1 && no_resident(b) && strcmp(a->kernel_used, b->kernel_used) == 0;
 }
 
-/* Under mu: job, then the queued jobs of its group, moved into g and marked running; 0
- * unless job is a small single product and the worker has room for a group (g). */
+/* Under mu: job and the queued jobs of its group into g, running (0: job is no group's). */
 static int coalesce_take(gemm_engine *e, gemm_job *job, int slot, double t0, gemm_job **g)
 {
     (void)slot;

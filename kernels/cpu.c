@@ -1,13 +1,6 @@
 /*
- * cpu.c - the CPU backend: the products of cpu_gemm.c, `cpu_workers` jobs at once.
- *
- * Threads: `threads` (0 = every online core) is the backend's whole CPU budget; each worker
- * gets threads / cpu_workers of it (at least one), for OpenBLAS (a process-wide setting)
- * and for the int32 loop. A running job's cancel is seen before its product (after the
- * cpu_delay_ms sleep) and, for int32, before every k-slice; OpenBLAS calls run to the end.
- *
- * Test hooks (fault_inject, listed in engine.h): cpu_lost does what a CUDA device does when
- * its context cannot be rebuilt after a sticky error.
+ * cpu.c - the CPU backend: the products of cpu_gemm.c, `cpu_workers` jobs at once, each
+ * with threads / cpu_workers threads (at least one). Its fault hooks: config/gemmd.conf.
  */
 #include "cpu_gemm.h"
 
@@ -161,7 +154,6 @@ static int cpu_run(void *self, void *worker, gemm_job *job)
     return rc;
 }
 
-/* Host memory in bytes: _SC_PHYS_PAGES (total) or _SC_AVPHYS_PAGES (available now). */
 static uint64_t mem_bytes(int pages_name)
 {
     long pages = sysconf(pages_name), psize = sysconf(_SC_PAGESIZE);
@@ -210,15 +202,10 @@ static int cpu_quick(void *self)
     return cb->delay_ms <= 0 && cb->stuck_ms <= 0;
 }
 
-static void cpu_close(void *self)
-{
-    free(self);
-}
-
 const gemm_backend gemm_backend_cpu = {
     .name = "cpu",
     .open = cpu_open,
-    .close = cpu_close,
+    .close = free,
     .workers = cpu_workers,
     .validate = cpu_validate,
     .run = cpu_run,

@@ -1,13 +1,8 @@
 /*
- * cpu_gemm.c - products computed on the host, for the CPU backend and the host path:
- * OpenBLAS for float32 and float64 (float16 / bfloat16 widened to float32), our own
- * cache-blocked loop for int32, a batch as a loop of products.
- *
- * The int32 loop, per thread (rows [r0, r1)): for each KC-slice of k, each NC-slice of n,
- * each group of 4 rows of A: C[i..i+3][j-slice] += A[i..i+3][p] * B[p][j-slice]. The B panel
- * stays in L2 while all rows pass over it, four rows share each B load, and the inner loop
- * runs over contiguous j and vectorizes. uint32_t throughout: sums wrap mod 2^32, which is
- * two's complement int32 without undefined behaviour. A cancel is seen before each k-slice.
+ * cpu_gemm.c - products computed on the host: OpenBLAS for float32 and float64 (float16 /
+ * bfloat16 widened to float32), a cache-blocked loop for int32.
+ * The int32 loop: four rows of A share each load of a B panel that stays in L2, uint32_t
+ * throughout (wraps mod 2^32 without undefined behaviour).
  */
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #pragma GCC optimize("O3")
@@ -122,8 +117,7 @@ int gemm_cpu_gemm_i32_stop(const int32_t *a, const int32_t *b, int32_t *c, uint6
         if (r1 > m) r1 = (size_t)m;
         tasks[t] = (rows_task){ua, ub, uc, r0, r1, (size_t)k, (size_t)n, stop, 0};
     }
-    /* Threads 1..nt-1 on pthreads, share 0 here; a share whose thread cannot start runs
-     * inline, so the product is always complete. */
+    /* Shares 1..nt-1 on threads (here when one cannot start), share 0 here. */
     unsigned char joined[MAXT] = {0};
     for (size_t t = 1; t < nt; t++) {
         if (pthread_create(&tid[t], NULL, rows_thread, &tasks[t]) == 0)
@@ -157,8 +151,7 @@ int gemm_cpu_products(gemm_job *job, int threads)
     const size_t es = gemm_dtype_size(d), na = (size_t)job->m * job->k, nbel = (size_t)job->k * job->n,
                  nc = (size_t)job->m * job->n;
     const size_t sa = na * es, sb = job->b_shared ? 0 : nbel * es, sc = nc * gemm_dtype_size(gemm_job_c_dtype(job));
-    /* float16 / bfloat16: A and B widened to float32 (exactly), one cblas_sgemm, C rounded
-     * to the operands' dtype when it is asked for */
+    /* float16 / bfloat16: widened to float32 (exactly), C rounded back when asked for */
     float *fa = NULL, *fb = NULL, *fc = NULL;
     int rc = 0;
     const double t0 = gemm_now_ms();

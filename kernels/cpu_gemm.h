@@ -1,7 +1,4 @@
-/*
- * cpu_gemm.h - products computed on the host (cpu_gemm.c), shared by the CPU backend
- * (cpu.c) and the host path (host.c).
- */
+/* cpu_gemm.h - products computed on the host, for the CPU backend and the host path. */
 #ifndef GEMM_CPU_GEMM_H
 #define GEMM_CPU_GEMM_H
 
@@ -9,11 +6,8 @@
 
 #include "backend.h"
 
-/* The int32 product C = A.B (m x k times k x n, row-major), in uint32_t so that overflow
- * wraps in two's complement. Splits the rows over up to `threads` pthreads (fewer for small
- * products; a share whose thread cannot start runs here) and stops early once *stop is
- * non-zero (checked by every thread before each panel of KC columns of A; NULL: never):
- * returns 1 when it stopped (c is then incomplete), else 0. */
+/* The int32 product C = A.B (row-major, wrapping) on up to `threads` threads; stops early
+ * once *stop is non-zero (NULL: never) and returns 1 then (c incomplete), else 0. */
 int gemm_cpu_gemm_i32_stop(const int32_t *a, const int32_t *b, int32_t *c, uint64_t m, uint64_t k,
                            uint64_t n, int threads, const _Atomic int *stop);
 
@@ -22,12 +16,10 @@ static inline const char *gemm_cpu_kernel(gemm_dtype d)
 {
     return d == GEMM_DTYPE_I32 ? "blocked" : "openblas";
 }
-/* Every product of a job, in a loop a cancel stops between products; the int32 loop on
- * `threads` (OpenBLAS on its process-wide setting). 0 with the timing filled (kernel_ms,
- * GFLOP/s), or GEMM_RUN_CANCELLED / -1 with job->err set. */
+/* Every product of a job (a cancel stops between them); the int32 loop on `threads`. 0 with
+ * the timing filled, or GEMM_RUN_CANCELLED / -1 with job->err set. */
 int gemm_cpu_products(gemm_job *job, int threads);
-/* Where a product computed here says it ran: device "cpu", stream -1, exact math, and the
- * dtype's kernel when none was chosen. */
+/* Where a product computed here ran: device "cpu", exact math, the dtype's kernel. */
 void gemm_cpu_ran_here(gemm_job *job);
 
 #endif /* GEMM_CPU_GEMM_H */

@@ -1,7 +1,6 @@
 /*
- * cuda_keys.c - the CUDA backend's configuration keys (engine.h, gemm_engine_keys), in
- * every build: a config file written for a GPU host reads on a CPU-only build too, where
- * the daemon says at start that these keys do nothing there.
+ * cuda_keys.c - the CUDA backend's configuration keys, in every build: a GPU host's config
+ * file reads on a CPU-only build too (the daemon says these keys do nothing there).
  */
 #include <stddef.h>
 

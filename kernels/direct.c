@@ -1,15 +1,9 @@
 /*
- * direct.c - running where submitted (gemm_engine_submit_here).
- *
- * A product the inline backend takes (the host path, host.c) is computed by the submitting
- * thread itself, queued jobs or not: no queue place, no worker, no engine lock; it counts
- * like any job. close() stops admitting such runs and waits for the ones under way.
- *
- * Any other product, when nothing is queued and a worker of the slot it would go to is
- * idle: the submitting thread borrows that worker's backend state (stream, buffers,
- * library handles) and runs it itself, sparing the hand-off between threads that is most
- * of a small product's queue time when requests come one at a time. The lent worker counts
- * as busy and takes nothing until its state comes back; it never exits while lent.
+ * direct.c - running where submitted (gemm_engine_submit_here; docs/OPERATIONS.md, "The
+ * host path" and "The direct run"). A product the inline backend takes runs here, queued
+ * jobs or not, without the engine lock. Any other, when nothing is queued and a worker of
+ * its slot is idle, runs here on that worker's borrowed state; the lent worker counts as
+ * busy and takes nothing (nor exits) until its state comes back.
  */
 #include "engine_int.h"
 
@@ -42,10 +36,9 @@ static int run_near(gemm_engine *e, gemm_job *job, gemm_engine_err *err)
     return 1;
 }
 
-/* The idle worker whose state may be borrowed: only when nothing is queued (a job run here
- * must not pass one that waits) and the job would not be split, of the slot a queued job
- * would go to, between jobs and past its set-up; the lowest index, so that one worker's
- * state (its pinned blocks, its caches) serves a run of requests. Callers hold mu. */
+/* Under mu: the idle worker of the slot a queued job would go to, when nothing waits (a
+ * job run here must not pass one) and job is not split; the lowest index, so that one
+ * worker's caches serve a run of requests. */
 static worker_arg *lendable(gemm_engine *e, const gemm_job *job)
 {
     if (e->head || e->phead || gemm_split_wants(e, job) || (e->be->quick && !e->be->quick(e->self))) return NULL;
@@ -58,8 +51,8 @@ static worker_arg *lendable(gemm_engine *e, const gemm_job *job)
     return NULL;
 }
 
-/* Runs job on the lent worker's state; gives the worker back only after done() and
- * running--, so that close (which joins the workers) cannot free the engine under it. */
+/* Runs job on the lent worker's state, given back only after done() and running-- (so
+ * that close, which joins the workers, cannot free the engine under it). */
 static void run_lent(gemm_engine *e, worker_arg *w, gemm_job *job)
 {
     double t0 = gemm_now_ms();

@@ -1,7 +1,6 @@
 /*
- * engine.c - the registry of backends, the engine's configuration keys, open and close,
- * and what the engine reports (describe, stats, health). The mechanisms it opens and
- * names live beside it (engine_int.h): sched.c, split.c, coalesce.c, direct.c, host.c.
+ * engine.c - the registry of backends and mechanisms, the engine's configuration keys, open
+ * and close, and what the engine reports (describe, stats, health).
  */
 #include "engine_int.h"
 
@@ -145,8 +144,7 @@ gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_
         engine_free(e);
         return NULL;
     }
-    /* Open returns once every worker is set up (and, on CUDA, warm): a daemon that listens
-     * after open never lets its first requests pay for it. */
+    /* Every worker set up (and warm) before open returns. */
     pthread_mutex_lock(&e->mu);
     while (e->ninited < e->nworkers) pthread_cond_wait(&e->inited, &e->mu);
     pthread_mutex_unlock(&e->mu);
@@ -157,8 +155,7 @@ void gemm_engine_close(gemm_engine *e)
 {
     if (!e) return;
     gemm_sched_stop(e);
-    /* Host runs that counted themselves before they saw closing end on their own thread;
-     * each is one small product. */
+    /* Host runs that counted themselves before closing end on their own (one small product). */
     while (atomic_load(&e->near_active) > 0) {
         struct timespec ts = {0, 100000};
         nanosleep(&ts, NULL);

@@ -1,17 +1,10 @@
 /*
  * engine.h - the compute engine: one asynchronous interface, backends behind it
- * (docs/KERNELS.md, "The engine around the kernels").
- *
- *   gemm_engine *e = gemm_engine_open(&cfg, &err);     // backend auto | cpu | cuda
- *   job->a = gemm_engine_host_alloc(e, bytes) ...      // inputs/outputs live in engine memory
- *   gemm_engine_submit(e, job, &err);                  // never blocks on compute
- *   ...  job->done(job) is called exactly once, from an engine thread ...
- *   gemm_engine_close(e);                              // drains, calls every pending done()
- *
- * The submitter owns a job and may free it once done() has been called. Errors are
- * gemm_ecode values, never HTTP statuses (the daemon maps them: server/engine_err.c).
- * submit, cancel, describe, get_stats, ready, healthy, host_alloc and host_free run on the
- * daemon's HTTP threads and never wait on a device or make a CUDA call.
+ * (docs/KERNELS.md, "The engine around the kernels"). open; buffers from host_alloc; submit
+ * (never blocks on compute); done(job) exactly once, from an engine thread, after which the
+ * submitter may free the job; close drains and calls every pending done(). Errors are
+ * gemm_ecode values (the daemon maps them: server/engine_err.c). submit, cancel, describe,
+ * get_stats, ready, healthy, host_alloc and host_free never wait on a device or call CUDA.
  */
 #ifndef GEMM_ENGINE_H
 #define GEMM_ENGINE_H
@@ -71,11 +64,7 @@ typedef struct {
 
 void gemm_engine_err_clear(gemm_engine_err *e);
 /* Sets code and the printf-formatted message; NULL e does nothing. Returns -1. */
-int gemm_engine_err_set(gemm_engine_err *e, gemm_ecode code, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
+int gemm_engine_err_set(gemm_engine_err *e, gemm_ecode code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- configuration (config/gemmd.conf, GEMMD_* and flags; key rows: gemm_engine_keys) ---- */
 
@@ -96,33 +85,17 @@ typedef struct {
     int streams_per_device;    /* streams (and workers) per device */
     uint64_t device_mem_limit; /* bytes of cached device buffers per stream (0 = no limit) */
     uint64_t host_cache_bytes; /* page-locked host blocks kept for reuse (0 or > 1 GiB: 1 GiB) */
-    /* the host path (host.c), beside a backend that offloads: products of batch*m*n*k up to
-     * this (at most GEMM_HOST_MAX_MNK; 0 = never) submitted with gemm_engine_submit_here */
-    uint64_t host_max_mnk;
+    uint64_t host_max_mnk;     /* the host path (host.c): batch*m*n*k up to this (0 = never) */
 } gemm_engine_config;
 
 /* fault_inject: comma-separated hooks, each owned by one backend (its `faults` rows in
- * backend.h); a hook the backend in use does not take fails open with GEMM_E_BAD_CONFIG.
- * The daemon ignores fault_inject in a process it restarted itself (GEMMD_RESTARTS > 0).
- *   CPU backend (cpu.c):
- *     cpu_delay_ms:N  every job sleeps N ms before its product (a cancel ends the sleep)
- *     cpu_stuck_ms:N  every job spends N ms deaf to cancellation, as one long BLAS call
- *     cpu_fail:N      every Nth job fails (GEMM_E_BACKEND)
- *     cpu_lost:N      jobs 1..N-1 run, the Nth fails (GEMM_E_DEVICE), every later one with
- *                     GEMM_E_DEVICE_LOST, and gemm_engine_healthy() is 0 from the Nth on
- *   CUDA backend (cuda/cuda_device.c):
- *     oom:N           the Nth device-buffer allocation fails (GEMM_E_DEVICE_OOM)
- *     sticky:N        the Nth job launches a trapping kernel (a sticky error: device reset)
- *     lost:N          the Nth job fails (GEMM_E_DEVICE) and its device is reset and marked
- *                     lost, as after a reset that could not make a new context
- *     gpu_delay_ms:N  every job's kernel stage begins with N ms of device-side waiting
- *     copy_loop:1     copies go one call each, as when the driver declines a batched copy
- * With any hook set the host path is off and products never run on the submitting thread. */
+ * backend.h; what each does: config/gemmd.conf); a hook the backend in use does not take
+ * fails open with GEMM_E_BAD_CONFIG. With any hook set the host path is off and products
+ * never run on the submitting thread. */
 
 void gemm_engine_config_defaults(gemm_engine_config *cfg);
 
-/* The configuration keys, in sections by owner ("engine", "cpu", "cuda", "host"), every
- * section in every build so that one config file serves them all. */
+/* The configuration keys by owner ("engine", "cpu", "cuda", "host"), all in every build. */
 typedef enum {
     GEMM_KEY_INT,     /* int field in [min, max] */
     GEMM_KEY_U64,     /* uint64_t field in [min, max] */
@@ -182,10 +155,7 @@ typedef struct {
     double kernel_ms;
 } gemm_split_panel;
 
-/* A resident operand: a matrix kept for many products. Its host copy (engine memory, owned
- * by the caller, alive as long as the handle) is the authority; a backend with device
- * memory keeps a copy per device, made by the first product that reads it there (C: by
- * the product that wrote it), lost with a reset, and read from the host when short. */
+/* A resident operand: its host copy (alive as long as the handle) rules; devices copy it. */
 typedef struct gemm_resident {
     const void *host;
     size_t bytes;
@@ -209,9 +179,7 @@ struct gemm_job {
     char kernel[GEMM_NAME_LEN]; /* "auto" (or "") or a kernel name from describe() */
     int tile;             /* tile for kernels that take one; 0 = kernel default */
     gemm_math math;
-    uint64_t plan_m;      /* rows of the whole product this one is a panel of (0 or m: none):
-                             kernel, block, k split and algorithm are chosen as for that many
-                             rows, so each row comes out as in the whole product (CUDA) */
+    uint64_t plan_m;      /* panel_of: rows of the whole product; the launch is chosen for it */
     int out_half;         /* float16 / bfloat16: 1 = C in their dtype, 0 = C in float32 */
     gemm_resident *a_res, *b_res; /* optional: A / B are resident (a / b: their host copies) */
     gemm_resident *c_res; /* optional: C (host copy at c) is kept on the device that made it */
@@ -228,14 +196,10 @@ struct gemm_job {
     gemm_math math_used;
     char device[GEMM_NAME_LEN]; /* "cpu" or e.g. "cuda:0 NVIDIA H100 80GB HBM3" */
     int stream;           /* stream index on that device (-1 on the CPU) */
-    uint64_t batched;     /* products of the launch(es) it ran in: its batch, the group's
-                             size when coalesced, 0 for a single product */
-    char batch_mode[32];  /* "strided" (one library call), "loop" (a launch per product),
-                             "coalesced loop" (a group: each product as alone), "" for a
-                             single product */
-    /* A split product (split_panels >= 2): split[0..panels) in row order; device, stream,
-     * tile_used and block are panel 0's, h2d/kernel/d2h the longest panel's, compute_ms
-     * from the taking worker to the end of the last panel. 0: not split. */
+    uint64_t batched;     /* its batch, or its group's size when coalesced (0: single) */
+    char batch_mode[32];  /* "strided", "loop", "coalesced loop" or "" (docs/API.md) */
+    /* A split product (split_panels >= 2): its panels in row order; device, stream, tile_used
+     * and block are panel 0's, h2d/kernel/d2h the longest panel's. 0: not split. */
     int split_panels;
     gemm_split_panel split[GEMM_SPLIT_MAX];
 
@@ -245,12 +209,8 @@ struct gemm_job {
     struct gemm_job *q_next;
     struct gemm_split *split_state; /* a split product's panels, or the split a panel is of */
     int panel_index, panel_slot;
-    /* A panel's a and c point inside the product's blocks; these are the blocks, for a
-     * backend that pins host memory by block. NULL for any other job. */
-    void *a_block, *b_block, *c_block;
-    /* A coalesced group run on a backend with run_parts: each product's own blocks, listed
-     * in place of stacks at a, b and c (NULL). NULL for any other job. */
-    void *const *a_parts, *const *b_parts, *const *c_parts;
+    void *a_block, *b_block, *c_block; /* a panel: the blocks its a and c point inside */
+    void *const *a_parts, *const *b_parts, *const *c_parts; /* a group (run_parts): each one's */
 };
 
 /* The dtype of C: float32 for half operands unless out_half asks for theirs. */
@@ -258,7 +218,6 @@ static inline gemm_dtype gemm_job_c_dtype(const gemm_job *job)
 {
     return gemm_dtype_is_half(job->dtype) && !job->out_half ? GEMM_DTYPE_F32 : job->dtype;
 }
-/* Products in a job: batch, or 1 for a single product. */
 static inline uint64_t gemm_job_batch(const gemm_job *job)
 {
     return job->batch > 1 ? job->batch : 1;
@@ -323,71 +282,52 @@ typedef struct {
     int slot_busy[GEMM_MAX_DEVICES]; /* workers of each slot running something now */
 } gemm_engine_stats;
 
-/* Opens the backend named by cfg->backend ("auto": the first of the registry's backends
- * that finds its device, CUDA before CPU) and returns once every worker is set up (CUDA:
- * and warmed up, unless fault_inject is set). NULL with *err set on failure. */
+/* Opens cfg->backend ("auto": CUDA when a device is present, else CPU); returns once every
+ * worker is set up (and warmed up). NULL with *err set on failure. */
 gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_engine_err *err);
 
-/* Queues a job. Never waits for compute. Returns 0, or -1 with *err set and done() NOT
- * called: GEMM_E_QUEUE_FULL, GEMM_E_SHUTTING_DOWN, or what the job or the backend's check
- * refuses (GEMM_E_EMPTY, GEMM_E_UNKNOWN_KERNEL, ...). */
+/* Queues a job; 0, or -1 with *err set and done() NOT called. */
 int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_engine_err *err);
 
-/* As gemm_engine_submit, but the job may run here, on the calling thread (direct.c): a
- * product the host path takes (gemm_engine_runs_on_host) always, queued jobs or not; any
- * other when nothing is queued and a worker of the slot it would go to is idle, on that
- * worker's backend state (the worker takes nothing meanwhile). Returns 1 when it ran here
- * (done() has been called, from this thread), 0 when it was queued, -1 as submit. Never
- * split; cancellation works as for a running job. */
+/* As gemm_engine_submit, but the job may run on the calling thread (direct.c): 1 when it
+ * ran here (done() has been called), 0 when it was queued, -1 as submit. */
 int gemm_engine_submit_here(gemm_engine *e, gemm_job *job, gemm_engine_err *err);
 /* Whether gemm_engine_submit_here would give job to the host path, by its request alone. */
 int gemm_engine_runs_on_host(const gemm_engine *e, const gemm_job *job);
 
-/* Asks for a job to be cancelled; returns 1 if it was dequeued, 0 otherwise.
- * - Queued: taken off the queue, done() called at once from the calling thread, CANCELLED.
- * - Running: noted; it stops at its next stage boundary (before it starts; CUDA: before the
- *   H2D copy and, staged, before the kernel and the D2H copy; CPU: before each product and,
- *   for int32, between k-slices; a coalesced product only before its group starts; a split
- *   product's panels each), then done() once, CANCELLED (c incomplete); a job past its
- *   last boundary completes. A running kernel is never interrupted.
- * - Finished, or not known to the engine: nothing happens. */
+/* Cancels a job: a queued one is dequeued and done() called here (returns 1); a running
+ * one stops at its next stage boundary (docs/API.md, DELETE /v1/jobs), then done() once,
+ * CANCELLED; a finished or unknown one: nothing (0). */
 int gemm_engine_cancel(gemm_engine *e, gemm_job *job);
 
-/* Stops accepting, lets running jobs finish, fails queued ones with GEMM_E_SHUTTING_DOWN
- * (their done() is called), joins the workers and frees the engine. */
+/* Lets running jobs finish, fails queued ones (GEMM_E_SHUTTING_DOWN), frees the engine. */
 void gemm_engine_close(gemm_engine *e);
 
 /* Memory for job inputs and outputs: page-locked on the CUDA backend. */
 void *gemm_engine_host_alloc(gemm_engine *e, size_t bytes);
 void gemm_engine_host_free(gemm_engine *e, void *p);
 const gemm_allocator *gemm_engine_allocator(gemm_engine *e);
-/* Memory the engine keeps for reuse after its owners freed it (the CUDA backend's locked
- * blocks) is charged to the caller: fn(ctx, +bytes) before bytes are kept (nonzero: let go
- * instead), fn(ctx, -bytes) when they leave; from any thread, under the allocator's lock
- * (fn must not call into the engine); NULL stops charging. trim_kept lets it all go now. */
+/* Memory kept for reuse (CUDA: locked blocks) is charged: fn(ctx, +bytes) before it is kept
+ * (nonzero: let go), fn(ctx, -bytes) when it leaves; under the allocator's lock (no engine
+ * call from fn). trim_kept lets it all go. */
 typedef int (*gemm_keep_charge_fn)(void *ctx, int64_t delta);
 void gemm_engine_set_keep_charge(gemm_engine *e, gemm_keep_charge_fn fn, void *ctx);
 uint64_t gemm_engine_trim_kept(gemm_engine *e);
 
-/* Resident operands: a handle for host bytes at host, and its release (device copies are
- * freed later, off the caller's thread). Neither makes a device call. new: NULL when out
- * of memory. */
+/* Resident operands: a handle for host bytes, and its release (no device call). */
 gemm_resident *gemm_engine_resident_new(gemm_engine *e, const void *host, size_t bytes);
 void gemm_engine_resident_free(gemm_engine *e, gemm_resident *r);
 
 void gemm_engine_describe(gemm_engine *e, gemm_engine_info *out);
 /* What the engine counts as a small product (batch_max_mnk, or its default). */
 uint64_t gemm_engine_small_mnk(const gemm_engine *e);
-/* Counters, and each device's live free memory (CUDA: sampled about every second by the
- * backend's housekeeping thread, never on the caller's thread; CPU: available RAM now). */
+/* Counters, and each device's free memory (CUDA: sampled about every second). */
 void gemm_engine_get_stats(gemm_engine *e, gemm_engine_stats *out);
 /* True when the engine is open, not closing, healthy, and its queue has room. */
 int gemm_engine_ready(gemm_engine *e);
 /* False once the backend has lost every device it uses (only a new process recovers). */
 int gemm_engine_healthy(gemm_engine *e);
-/* Whether the keys of section `owner` (gemm_engine_keys) act on this engine: the engine's
- * own always, a backend's when it is the one in use (the host path's beside a backend that
- * offloads). */
+/* Whether the keys of section `owner` (gemm_engine_keys) act on this engine. */
 int gemm_engine_key_applies(const gemm_engine *e, const char *owner);
 
 #ifdef __cplusplus

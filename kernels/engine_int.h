@@ -1,9 +1,6 @@
 /*
- * engine_int.h - the engine's insides, shared by the files that each hold one mechanism,
- * each calling only those before it: backend.c (errors, job sizes, host memory), sched.c
- * (the queue, the workers, their slots, cancel), split.c (split products) and coalesce.c
- * (dynamic batching), rows sched.c calls through gemm_mechs, direct.c (runs on the
- * submitting thread), engine.c (the registry, open, close, reports). Not a public interface.
+ * engine_int.h - the engine's insides, shared by its files (docs/KERNELS.md, "The engine
+ * around the kernels", says which holds what). Not a public interface.
  */
 #ifndef GEMM_ENGINE_INT_H
 #define GEMM_ENGINE_INT_H
@@ -12,9 +9,8 @@
 
 #include "backend.h"
 
-/* One worker thread and, under mu, its backend state once worker_init returned, whether it
- * is between jobs (its state set and not in use) and whether a submitting thread has
- * borrowed that state (direct.c). */
+/* One worker thread; under mu: its backend state, whether it is between jobs, and whether
+ * a submitting thread has borrowed the state (direct.c). */
 typedef struct worker_arg {
     struct gemm_engine *e;
     int index, slot;
@@ -34,9 +30,7 @@ struct gemm_engine {
     pthread_mutex_t mu;
     gemm_job *head, *tail;
     int queued, capacity;
-    /* Jobs taken and not yet past their done(): raised under mu (with queued lowered, so
-     * stats read the two together), lowered without it after done(). */
-    atomic_int running;
+    atomic_int running;   /* jobs taken and not yet past their done() (raised under mu) */
     atomic_int closing;   /* written under mu; read without it by the host path */
 
     /* coalescing (coalesce.c) */
@@ -48,8 +42,7 @@ struct gemm_engine {
     int split_ways;       /* 0: one panel per usable slot */
     gemm_job *phead, *ptail; /* panels waiting for a worker of their slot */
 
-    /* Per device slot: its workers' condition variable, how many workers it has and how
-     * many run something (sched.c, "Which worker takes a job"). */
+    /* Per device slot: its workers' condition variable, its workers, the busy ones. */
     int nslots;
     pthread_cond_t slot_cv[GEMM_MAX_DEVICES];
     int slot_workers[GEMM_MAX_DEVICES];
@@ -68,8 +61,8 @@ struct gemm_engine {
     atomic_ullong splits, panels;
 };
 
-/* A job of the engine's own that runs (part of) job's product, in `state`: job's request
- * with what validate() resolved for it (a split product's panel, a coalesced group). */
+/* A job of the engine's own (a panel, a group) with job's request and what validate()
+ * resolved for it. */
 static inline void gemm_job_derive(gemm_job *d, const gemm_job *job, gemm_job_state state)
 {
     memset(d, 0, sizeof *d);
@@ -97,36 +90,29 @@ static inline void gemm_list_unlink(gemm_job **head, gemm_job **tail, gemm_job *
     it->q_next = NULL;
 }
 
-/* sched.c: start the workers; stop (fail the queue, join); under mu, wake whom a queued job
- * or panel concerns (kick), or everyone; the slot whose worker should take the next queued
- * job (self -1: from submit), and whether a slot can run products now. */
+/* sched.c: the workers; under mu, wake whom a queued job concerns (kick) or everyone, the
+ * slot that should take the next queued job (self -1: from submit), whether a slot runs. */
 int gemm_sched_start(gemm_engine *e, gemm_engine_err *err);
 void gemm_sched_stop(gemm_engine *e);
 void gemm_sched_kick(gemm_engine *e);
 void gemm_sched_wake_all(gemm_engine *e);
 int gemm_sched_pick_slot(const gemm_engine *e, int self);
 int gemm_sched_slot_ok(const gemm_engine *e, int slot);
-/* Submitting: check the job (and clear its results), the backend's check, then under mu
- * admit (refused when closing or full) and queue (releases mu). 0 or -1 with *err. */
+/* Submitting: check, validate, then under mu admit and queue (releases mu); 0 or -1. */
 int gemm_sched_check(const gemm_engine *e, gemm_job *job, gemm_engine_err *err);
 int gemm_sched_validate(gemm_engine *e, gemm_job *job, gemm_engine_err *err);
 int gemm_sched_admit(gemm_engine *e, gemm_engine_err *err);
 void gemm_sched_queue(gemm_engine *e, gemm_job *job);
-/* Running: the backend's run of a RUNNING job unless a cancel came first; a run's end
- * (compute time, the error of a run that stopped without one, the state it comes to); the
- * job's end (that, the counters, the state, done()), and the same with running-- after. */
+/* Running: run unless cancelled; a run's end (state); the job's end (done()), then running--. */
 int gemm_sched_run(gemm_engine *e, void *worker, gemm_job *job);
 gemm_job_state gemm_sched_settle(gemm_engine *e, gemm_job *job, int rc, double t0, const char *what);
 void gemm_sched_finish(gemm_engine *e, gemm_job *job, int rc, double t0);
 void gemm_sched_finish_one(gemm_engine *e, gemm_job *job, int rc, double t0);
 
-/* A mechanism beside the queue (split.c, coalesce.c): a row that the workers (sched.c) call
- * in the order of gemm_mechs (engine.c), and that calls sched's API. Under mu, take() says
- * how many jobs it took: a job a worker just took off the queue, then queued ones into g
- * (room for group_max, or NULL); under 2 the next row is offered it, after the last the
- * worker runs it alone. run() runs them without mu (parts: room for 3 * group_max); NULL:
- * they wait for workers, whom next() gives its work for their slot before the queue, to
- * run_next(). cancel(): a running job's cancel. */
+/* A mechanism beside the queue (split.c, coalesce.c), offered each job a worker takes in
+ * the order of gemm_mechs. Under mu, take() says how many jobs it took (the job, then queued
+ * ones into g; under 2: the next row's turn); run() runs them without mu, or (NULL) they
+ * wait for workers, whom next() gives them before the queue, to run_next(). */
 typedef struct gemm_mech {
     int (*take)(gemm_engine *e, gemm_job *job, int slot, double t0, gemm_job **g);
     void (*run)(gemm_engine *e, void *worker, gemm_job **g, int n, double t0, void **parts);

@@ -1,13 +1,9 @@
-/*
- * gemm_log.c - the engine's logging hook (gemm_log.h): read under a mutex, called without
- * it (set once, read rarely: the engine logs faults and resets, never per product).
- */
+/* gemm_log.c - the engine's logging hook (gemm_log.h): read under a mutex, called without. */
 #include "gemm_log.h"
 
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <string.h>
 #include <unistd.h>
 
 static pthread_mutex_t hook_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -1,9 +1,7 @@
 /*
- * host.c - the host path: a backend row with no workers that computes, on the thread that
- * submitted it, a product too small for a device to pay for its trip (host_max_mnk):
- * float32 (exact), float64 or int32, kernel auto, no tile, no resident operand, not a
- * panel. OpenBLAS (set to one thread for the process: a GPU engine has no other use for
- * it) or the int32 loop; the answer says device "cpu". Off while fault_inject is set.
+ * host.c - the host path (docs/OPERATIONS.md, "The host path"): a backend row with no
+ * workers that computes on the submitting thread a product too small for a device to pay
+ * for its trip, with OpenBLAS (one thread for the process) or the int32 loop.
  */
 #include "cpu_gemm.h"
 
@@ -35,11 +33,6 @@ static void *host_open(const gemm_engine_config *cfg, gemm_engine_err *err)
     return h;
 }
 
-static void host_close(void *self)
-{
-    free(self);
-}
-
 static int host_takes(void *self, const gemm_job *job)
 {
     const host_path *h = self;
@@ -62,7 +55,7 @@ static int host_run(void *self, void *worker, gemm_job *job)
 const gemm_backend gemm_backend_host = {
     .name = "host",
     .open = host_open,
-    .close = host_close,
+    .close = free,
     .run = host_run,
     .takes = host_takes,
 };

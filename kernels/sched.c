@@ -1,32 +1,16 @@
 /*
- * sched.c - the bounded FIFO queue, the worker threads and the device slots they belong
- * to, cancellation, queue timing, counters.
+ * sched.c - the bounded FIFO queue, the worker threads and their device slots,
+ * cancellation, counters. One mutex guards the queue; counters are atomics. done() is
+ * called without the lock, once per accepted job, and the job is not touched after it.
  *
- * One mutex guards the queue; the counters and the count of running jobs are atomics, so a
- * finished job takes no lock. done() is called with the lock released, exactly once per
- * accepted job, and the engine never touches a job after it (the submitter may free it
- * from inside the callback).
- *
- * Which worker takes a job: every worker belongs to a device slot (the backend's
- * worker_slot) and sleeps on its slot's condition variable. A queued job goes to the
- * least-loaded usable slot: of the slots that can run products (slot_usable) and have an
- * idle worker (not running anything, asleep or not), the one with the fewest busy workers,
- * lowest index on a tie. Submit wakes a worker there; a worker that finds a job queued
- * takes it only if no such slot is less busy than its own (a tie goes to the worker
- * already awake), else it wakes one there and sleeps. So two products on an idle two-GPU
- * host run one per GPU, and a lost device's workers take nothing while another can (with
- * no usable slot at all any worker takes the job, and the backend fails it). Whoever takes
- * a job while more are queued wakes the next worker.
- *
- * Cancellation: a queued job is taken off the queue (done() at once); a running one is
- * flagged, and the worker checks the flag before it calls the backend, the backend at each
- * of its stage boundaries (gemm_job_cancel_requested).
+ * A queued job goes to the least-loaded usable slot with an idle worker (docs/OPERATIONS.md,
+ * "CUDA backend"): a worker that finds it takes it only if no such slot is less busy than
+ * its own, else it wakes one there.
  */
 #include "engine_int.h"
 
 #include <sys/prctl.h>
 #include <stddef.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,7 +23,6 @@ static gemm_job *q_pop(gemm_engine *e)
     return job;
 }
 
-/* Unlinks job if it is queued; returns 1 if it was. */
 static int q_remove(gemm_engine *e, gemm_job *job)
 {
     gemm_job *prev = NULL;
@@ -59,17 +42,14 @@ int gemm_sched_slot_ok(const gemm_engine *e, int s)
     return !e->be->slot_usable || e->be->slot_usable(e->self, s);
 }
 
-/* An idle worker is asleep (a signal wakes it) or awake (it looks at the queue before it
- * sleeps, so a signal it misses loses nothing). */
+/* An idle worker is asleep or about to look at the queue: a signal it misses loses nothing. */
 static int slot_idle(const gemm_engine *e, int s)
 {
     return e->slot_workers[s] > e->slot_busy[s];
 }
 
-/* Seen from a worker of slot `self` that is awake (-1: from submit): the usable slot with an
- * idle worker (or self) and the fewest busy workers, self winning a tie, else the lowest
- * index. -1 when a usable slot exists but none can take the job now. With no usable slot
- * at all, self or any slot with an idle worker: the backend fails the job. */
+/* The usable slot with an idle worker (or self, -1: submit) and the fewest busy, self winning
+ * a tie, else the lowest; -1: none can take it now. */
 int gemm_sched_pick_slot(const gemm_engine *e, int self)
 {
     int best = -1, any_usable = 0;
@@ -121,8 +101,7 @@ void gemm_sched_finish(gemm_engine *e, gemm_job *job, int rc, double t0)
 void gemm_sched_finish_one(gemm_engine *e, gemm_job *job, int rc, double t0)
 {
     gemm_sched_finish(e, job, rc, t0);
-    /* Only now is the job no longer running: a caller that waits for running == 0 before
-     * freeing what done() touches must not see zero while a callback is in flight. */
+    /* Only now: who waits for running == 0 must not see it during a callback. */
     atomic_fetch_sub(&e->running, 1);
 }
 
@@ -134,9 +113,7 @@ int gemm_sched_run(gemm_engine *e, void *worker, gemm_job *job)
 
 /* ---- workers --------------------------------------------------------------- */
 
-/* Under mu: waits until there is something for this worker (a mechanism's work for its
- * slot, a queued job its slot should take, or close); returns that work with *from its
- * row, or NULL for the queue. */
+/* Under mu: a mechanism's work for this slot (*from: its row), else NULL for the queue. */
 static gemm_job *wait_for_work(gemm_engine *e, worker_arg *wa, const gemm_mech **from)
 {
     const int slot = wa->slot;
@@ -304,8 +281,7 @@ int gemm_sched_check(const gemm_engine *e, gemm_job *job, gemm_engine_err *err)
                                    (unsigned long long)job->k, (unsigned long long)job->n);
     if (!job->a || !job->b || !job->c || !job->done)
         return gemm_engine_err_set(err, GEMM_E_INTERNAL, "a job needs its a, b and c buffers and a done callback");
-    /* Result and engine-private fields (from err on) start clean; validate() may fill
-     * kernel_used / math_used / tile_used. */
+    /* Results and engine-private fields (from err on) start clean. */
     memset(&job->err, 0, sizeof *job - offsetof(gemm_job, err));
     atomic_store(&job->cancel_requested, 0);
     job->stream = -1;

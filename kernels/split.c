@@ -1,20 +1,9 @@
 /*
- * split.c - split products (split_min_mnk, split_ways).
+ * split.c - split products (docs/OPERATIONS.md, "One big product on several engines").
  *
- * A big single product is queued as one job (one queue place, counted once). The worker
- * that takes it cuts it into P row panels of A (m/P rows, the first m%P one more; each
- * panel has the whole B and writes its rows of C in place), pins on every panel the
- * kernel, math and tile validate() resolved for the whole shape, and lists the panels for
- * workers to serve before the queue. Panels never count against the queue: at most
- * GEMM_SPLIT_MAX per product and one product per worker, so a full queue can neither
- * refuse nor deadlock them. Panel i is for device slot i (round robin over the usable
- * slots, from the taker's own); after close began any worker takes any panel.
- *
- * No worker waits for another: whoever finishes the last panel fills in the product's
- * result and calls its done(). A failed panel stops its siblings at their next stage
- * boundary and the product fails with its error; a product whose panels were cancelled
- * (none failed) ends CANCELLED. Batches are never split, nor products with a resident A or
- * C (their device copies are whole matrices); a resident B is read on each panel's device.
+ * The worker that takes a big product cuts it into row panels of A, each with what
+ * validate() resolved for the whole, for the workers of their slots to serve before the
+ * queue. Whoever finishes the last panel fills in the product's result and calls done().
  */
 #include "engine_int.h"
 
@@ -114,8 +103,7 @@ static int split_take(gemm_engine *e, gemm_job *job, int slot, double t0, gemm_j
     return ways;
 }
 
-/* The last panel finished: the product's result from its panels, then its done(). The split
- * state is already detached from the product (cancel no longer sees it). */
+/* The last panel finished (the split state is detached): the product's result, its done(). */
 static void split_finish(gemm_engine *e, struct gemm_split *sp)
 {
     gemm_job *job = sp->parent;

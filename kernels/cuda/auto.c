@@ -1,12 +1,7 @@
 /*
- * auto.c - kernel=auto: the fastest correct member for a product, by dtype, math mode and
- * shape class, from the measurements committed in bench/results/ (docs/KERNELS.md,
- * "kernel=auto", has the numbers behind each row).
- *
- * A table lookup, not a run-time probe, and no CUDA call (this runs on the HTTP threads):
- * the first row whose dtype, math and class match gives its first candidate the devices
- * support; nothing matched gives "tiled", which runs every dtype on every GPU. A small
- * single float32 product with exact math is taken before the table (small_single).
+ * auto.c - kernel=auto: a table lookup, no CUDA call (docs/KERNELS.md, "kernel=auto", has
+ * the numbers behind each row). The first row whose dtype, math and class match gives its
+ * first candidate the devices support; nothing matched gives "tiled", which runs everything.
  */
 #include <stddef.h>
 #include <string.h>
@@ -53,8 +48,7 @@ static const auto_row ROWS[] = {
     {GEMM_DTYPE_BF16, GEMM_MATH_DEFAULT, SHAPE_ANY, {"cublas", "wgmma", NULL}},
 };
 
-/* align: elements per 16 bytes of a row (4 for 4-byte types, 8 for the half types): a
- * big shape with a dimension not a multiple of it is BIG_UNALIGNED. */
+/* align: elements per 16 bytes (BIG_UNALIGNED: a dimension not a multiple of it). */
 static shape_class classify(int rows, int cols, int inner, int align)
 {
     const long long tiles = (long long)((rows + 127) / 128) * ((cols + 127) / 128);
@@ -66,9 +60,8 @@ static shape_class classify(int rows, int cols, int inner, int align)
     return SHAPE_LARGE;
 }
 
-/* A small single float32 product with exact math: cuBLAS's own host call costs more than
- * all its GPU work, and our members launch in a few microseconds (h100-2026-11-26-direct.md).
- * A batched request keeps cuBLAS's strided-batched call. */
+/* A small single float32 product with exact math, before the table: cuBLAS's own host call
+ * costs more than all its GPU work (h100-2026-11-26-direct.md). */
 #define SINGLE_TILED_MNK (64.0 * 64.0 * 64.0)
 #define SINGLE_SIMT_MNK (256.0 * 256.0 * 256.0)
 

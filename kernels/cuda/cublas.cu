@@ -1,18 +1,11 @@
 /*
  * cublas.cu - cuBLAS as the yardstick, behind the same signature as our own kernels.
+ * Row-major C = A B is the column-major C^T = B^T A^T: B first (ld n), then A (ld k). fp32
+ * is CUBLAS_COMPUTE_32F with CUBLAS_DEFAULT_MATH (never TF32 behind the caller's back).
  *
- * Row-major C = A B is the column-major C^T = B^T A^T: a column-major GEMM of (n, m, k), B
- * first (ld n), then A (ld k), into C (ld n); no copy, no transpose flag. float32 fp32 is
- * CUBLAS_COMPUTE_32F with CUBLAS_DEFAULT_MATH (never TF32 behind the caller's back), tf32
- * and bf16 the FAST_TF32 / FAST_16BF compute types; float16 / bfloat16 operands run with
- * float32 sums and C in float32 or their own type (l->out_half). int32 is refused: cuBLAS
- * has no int32 GEMM that wraps modulo 2^32.
- *
- * Single products run through cublasLt when the worker gave its state (l->lt), with the
- * algorithm its heuristic picks for the *planned* shape (plan_m rows: the whole product a
- * panel belongs to), cached by shape: a panel's rows then come out to the bit as in the
- * whole product, which cublasGemmEx (choosing per call) does not promise. Without that
- * state, or where cublasLt has no algorithm, cublasGemmEx runs it.
+ * Single products run through cublasLt (l->lt) with the algorithm chosen for the planned
+ * shape (plan_m rows), cached by shape, so a panel's rows come out to the bit as in the
+ * whole product, which cublasGemmEx (choosing per call) does not promise.
  */
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -62,7 +55,6 @@ struct lt_state {
     lt_entry e[LT_CACHE];
 };
 
-
 unsigned ptr_align(const void *p)
 {
     uintptr_t v = (uintptr_t)p;
@@ -71,8 +63,7 @@ unsigned ptr_align(const void *p)
     return a;
 }
 
-/* The types of l's product for cublasLt and cublasGemmEx: compute, scale, A and B, C;
- * false for what cuBLAS does not take here (int32, an unknown math mode). */
+/* The types of l's product (compute, scale, A and B, C); false for int32 or an unknown math. */
 bool blas_types(const gemm_launch *l, cublasComputeType_t *ct, cudaDataType_t *scale, cudaDataType_t *ab,
               cudaDataType_t *c)
 {
@@ -125,8 +116,7 @@ void entry_clear(lt_entry *en)
 }
 
 /* Fills en for key: the heuristic's first algorithm for the planned shape, checked for the
- * launch's own rows. en->ok says whether it can run; a status other than success is an
- * error of cublasLt itself (out of memory and the like). */
+ * launch's own rows (en->ok); a failed status is cublasLt's own error. */
 cublasStatus_t entry_fill(lt_state *st, lt_entry *en, const lt_key &key, const gemm_launch *l)
 {
     cublasComputeType_t ct;
@@ -182,8 +172,7 @@ cublasStatus_t entry_fill(lt_state *st, lt_entry *en, const lt_key &key, const g
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* Runs l through cublasLt. *ran is false when cublasLt has no algorithm for it (the caller
- * then uses cublasGemmEx). */
+/* Runs l through cublasLt; *ran false when it has no algorithm for it. */
 cublasStatus_t lt_launch(lt_state *st, const gemm_launch *l, bool *ran)
 {
     *ran = false;
@@ -254,8 +243,7 @@ cudaError_t cublas_launch(const gemm_launch *l)
                         (double *)l->C, l->n);
         return from_cublas(s, "cublasDgemm");
     }
-    /* float32 (its math mode the compute type) and the half dtypes (half A and B, float32
-     * sums, C in float32 or in their type): the same types cublasLt is given above. */
+    /* float32 and the half dtypes: the same types cublasLt is given. */
     cublasComputeType_t ct;
     cudaDataType_t scale, ab, c;
     if (!blas_types(l, &ct, &scale, &ab, &c))

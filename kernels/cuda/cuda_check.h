@@ -1,8 +1,6 @@
 /*
- * cuda_check.h - every CUDA and cuBLAS call checked with the place it was made:
- * `if (GEMM_CUDA_CHECK(&site, cudaMemcpyAsync(...)) != cudaSuccess) ...` keeps the first
- * failure (error, call, file, line) in the site for the job's message. cuBLAS statuses map
- * onto the nearest cudaError_t (an allocation failure stays one: out of memory).
+ * cuda_check.h - CUDA and cuBLAS calls checked with the place they were made: the site keeps
+ * the first failure for the job's message; cuBLAS statuses map onto the nearest cudaError_t.
  */
 #ifndef GEMM_CUDA_CHECK_H
 #define GEMM_CUDA_CHECK_H

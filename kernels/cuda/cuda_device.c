@@ -1,13 +1,8 @@
 /*
- * cuda_device.c - what the CUDA backend keeps per device and per worker: the device list
- * from the `devices` setting, the fault hooks, each worker's stream, cuBLAS handle, events
- * and cached device buffers, and the enter/leave protocol that lets one worker reset a
- * device whose context a sticky error broke while the others wait.
- *
- * Device buffers come from each device's stream-ordered pool (gemm_scratch.h), allocated
- * and freed in order on the worker's own stream: cudaMalloc and cudaFree synchronize the
- * whole device, which would stall every other stream's product whenever one worker grew
- * its buffers. A worker's buffers are kept between products and only grow.
+ * cuda_device.c - the device list, the fault hooks, each worker's stream, cuBLAS handle,
+ * events and device buffers (from the stream-ordered pool: docs/KERNELS.md, "Device memory
+ * on the worker path"), and the enter/leave protocol that lets one worker reset a device
+ * whose context a sticky error broke while the others wait.
  */
 #include "cuda_engine.h"
 
@@ -73,8 +68,7 @@ const gemm_fault_hook gemm_cuda_faults[] = {
 
 /* ---- worker resources --------------------------------------------------- */
 
-/* Back to the device's pool, in order after the stream's work (best effort: after a
- * sticky error the call fails, and the reset reclaims everything anyway). */
+/* Back to the pool after the stream's work (best effort: a reset reclaims it anyway). */
 static void buffer_free(cuda_worker *w, int i)
 {
     if (w->buf[i]) {
@@ -90,8 +84,7 @@ static void free_buffers(cuda_worker *w)
     for (int i = 0; i < 3; i++) buffer_free(w, i);
 }
 
-/* Frees what the worker holds on its device (best effort: after a sticky error the calls
- * fail, and cudaDeviceReset reclaims everything anyway). Caller has set the device. */
+/* Frees what the worker holds on its device, best effort. Caller has set the device. */
 void gemm_cuda_destroy_resources(cuda_worker *w)
 {
     free_buffers(w);
@@ -118,9 +111,7 @@ cudaError_t gemm_cuda_build_resources(cuda_worker *w, unsigned gen, gemm_cuda_si
         e = GEMM_CUDA_CHECK(site, cudaEventCreateWithFlags(&w->ev[i], cudaEventBlockingSync));
     if (e == cudaSuccess) e = GEMM_CUBLAS_CHECK(site, cublasCreate(&w->blas));
     if (e == cudaSuccess) e = GEMM_CUBLAS_CHECK(site, cublasSetStream(w->blas, w->stream));
-    /* One workspace for cuBLAS and cublasLt (the same stream uses it): cuBLAS would
-     * otherwise allocate its own. cublasLt picks the algorithm of a panel's whole product
-     * (gemm_launch.plan_m); without it (no memory, no cublasLt) cublasGemmEx runs everything. */
+    /* One workspace for cuBLAS and cublasLt (one stream); without it cublasGemmEx runs all. */
     if (e == cudaSuccess) {
         if (gemm_scratch_alloc(&w->lt_ws, GEMM_LT_WORKSPACE_BYTES, w->stream) == cudaSuccess) {
             e = GEMM_CUBLAS_CHECK(site, cublasSetWorkspace(w->blas, w->lt_ws, GEMM_LT_WORKSPACE_BYTES));
@@ -138,8 +129,7 @@ cudaError_t gemm_cuda_build_resources(cuda_worker *w, unsigned gen, gemm_cuda_si
     return cudaSuccess;
 }
 
-/* One device-buffer allocation from the pool, on the worker's stream, counted for the
- * oom:N hook. */
+/* One device-buffer allocation, counted for the oom:N hook. */
 static cudaError_t dev_malloc(cuda_worker *w, void **p, size_t bytes, gemm_cuda_site *site)
 {
     long n = atomic_fetch_add(&w->cb->allocs, 1) + 1;
@@ -157,9 +147,7 @@ static size_t round_cap(size_t need, uint64_t limit)
     return r;
 }
 
-/* Makes the three buffers at least need[i] bytes; on failure frees them all. Buffers
- * that are big enough are kept; the rest grow to whole MiB, unless the cache would then
- * exceed device_mem_limit, in which case all three are reallocated at their exact sizes. */
+/* Buffers of at least need[i] bytes (failure: none), whole MiB unless past device_mem_limit. */
 cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_cuda_site *site)
 {
     uint64_t limit = w->cb->mem_limit;
@@ -222,9 +210,7 @@ void gemm_cuda_pin(cuda_backend *cb, cuda_dev *d, void *p, unsigned *held)
     for (int tries = 0; tries < 3; tries++) {
         int s = gemm_cuda_host_pin(cb->host, p, d->slot);
         if (s < 0 || s == d->slot || (*held & (1u << s))) return;
-        /* Hold the device whose registration it is (lost or not: a lost one's reset may be
-         * pending), then look again: it may have been reset before we got in (then the
-         * block registers here). */
+        /* Hold the device whose registration it is, then look again (a reset meanwhile). */
         gemm_cuda_dev_enter_house(&cb->devs[s], 1);
         *held |= 1u << s;
     }
@@ -247,10 +233,8 @@ void gemm_cuda_sample_memory(cuda_dev *d)
     }
 }
 
-/* Called with d->mu held, resetting set and nobody inside: frees every stream, handle and
- * buffer of the device, resets it and (unless `lose`) makes a new context, trying for up to
- * RESET_WAIT_MS; marks the device lost when that fails. The host blocks it registered stop
- * counting as locked before the reset drops their registrations. */
+/* With d->mu held, resetting set and nobody inside: frees the workers' resources, resets
+ * the device and (unless `lose`) makes a new context within RESET_WAIT_MS, else marks it lost. */
 static void reset_locked(cuda_backend *cb, cuda_dev *d, int lose)
 {
     gemm_cuda_host_device_lost(cb->host, d->slot);
@@ -294,10 +278,8 @@ static void reset_locked(cuda_backend *cb, cuda_dev *d, int lose)
                     lose ? "fault_inject lost" : cudaGetErrorString(e));
 }
 
-/* Leaves the device; when `broken` (and nobody reset it since gen), resets it. One device
- * resets at a time (reset_mu, taken with nothing held): a job inside one device may wait
- * for another's reset (it copies through a block that device registered), and two resets
- * each waiting for the other's jobs would never end. */
+/* Leaves the device, resetting it when `broken` (and not reset since gen). One device resets
+ * at a time: two resets each waiting for the other's jobs would never end. */
 void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken, int lose)
 {
     pthread_mutex_lock(&d->busy_mu);

@@ -33,14 +33,12 @@ typedef struct {
     int wgmma;                   /* the build's sm_90a wgmma code runs here (asked at open) */
     char label[GEMM_NAME_LEN];   /* "cuda:N <name>", what a job's device says */
 
-    /* mu: the enter/leave protocol; a reset holds it throughout (up to RESET_WAIT_MS), so
-     * nothing the request path calls takes it (healthy reads `lost`, stats busy_mu). */
+    /* mu: enter/leave; a reset holds it throughout, so the request path never takes it. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     unsigned gen;                /* bumped by each reset; worker resources carry it */
     int resetting;
-    int active;                  /* threads inside (jobs, housekeeping, jobs of other devices
-                                    that copy through its host registrations): a reset waits for 0 */
+    int active;                  /* threads inside (gemm_cuda_dev_enter*): a reset waits for 0 */
     atomic_int lost;             /* reset done but no new context could be made */
     cudaError_t lost_err;        /* set before lost */
 
@@ -78,7 +76,7 @@ typedef struct cuda_backend {
     int warmup;                  /* workers warm up before their first job (no fault_inject) */
     int min_cc;                  /* oldest device: what every worker can run */
     int wgmma_ok;                /* every device runs wgmma */
-    long oom_at, sticky_at, lost_at, delay_ms, copy_loop; /* fault hooks (engine.h); 0 = off */
+    long oom_at, sticky_at, lost_at, delay_ms, copy_loop; /* fault hooks (config/gemmd.conf); 0 = off */
     pthread_mutex_t reset_mu;    /* one device resets at a time (cuda_device.c) */
     atomic_long allocs, jobs;
     gemm_cuda_host *host;
@@ -99,36 +97,28 @@ int gemm_cuda_parse_devices(cuda_backend *cb, const char *spec, int count, gemm_
 void gemm_cuda_destroy_resources(cuda_worker *w);
 cudaError_t gemm_cuda_build_resources(cuda_worker *w, unsigned gen, gemm_cuda_site *site);
 cudaError_t gemm_cuda_ensure_buffers(cuda_worker *w, const size_t need[3], gemm_cuda_site *site);
-/* A job enters the device (waits out a reset) and leaves it; a broken leave resets it, and
- * with `lose` (the lost:N hook) marks it lost after the reset instead of making a new
- * context. */
+/* A job enters the device (waits out a reset) and leaves it; a broken leave resets it
+ * (`lose`, the lost:N hook: marks it lost instead of making a new context). */
 unsigned gemm_cuda_dev_enter(cuda_dev *d);
 void gemm_cuda_dev_leave(cuda_backend *cb, cuda_dev *d, unsigned gen, int broken, int lose);
-/* The housekeeping thread (0: the device is lost, not entered), or a job that copies
- * through a host block this device registered (lost_too: always), enters and leaves;
- * counted so that no reset runs meanwhile, but not as busy time. */
+/* Enter and leave for the housekeeping thread (0: lost, not entered) or a job that copies
+ * through this device's host registration (lost_too): no reset meanwhile, not busy time. */
 int gemm_cuda_dev_enter_house(cuda_dev *d, int lost_too);
 void gemm_cuda_dev_leave_house(cuda_dev *d);
-/* Locks the host block of p for copies on d (gemm_cuda_host_pin) and, when another
- * device's registration locks it, enters that device (a bit per slot in *held) so that its
- * reset cannot drop the registration while d copies through it; unhold leaves them. */
+/* gemm_cuda_host_pin for d, entering the device whose registration locks the block (a bit
+ * per slot in *held) so that its reset cannot drop it meanwhile; unhold leaves them. */
 void gemm_cuda_pin(cuda_backend *cb, cuda_dev *d, void *p, unsigned *held);
 void gemm_cuda_unhold(cuda_backend *cb, unsigned held);
 /* cudaMemGetInfo of the current device (d's) into d->mem_free / mem_total. */
 void gemm_cuda_sample_memory(cuda_dev *d);
 
-/* cuda_house.c: samples free memory every HOUSE_PERIOD_MS and unregisters the host blocks
- * the allocator queued, on its own thread. */
+/* cuda_house.c: samples free memory, unregisters the blocks the allocator queued. */
 int gemm_cuda_house_start(cuda_backend *cb);
 void gemm_cuda_house_stop(cuda_backend *cb);
 void gemm_cuda_house_wake(void *cb); /* the host allocator's notify hook */
 
-/* cuda_resident.c: resident operands' device copies. get (on a worker, device entered
- * at gen, current device set): 1 with *p the device copy (made now if needed; what that
- * upload cost is added to *up_bytes / *up_ms), 0 when the product must read the host copy.
- * keep: a fresh device block with a copy of src enqueued on s (NULL when none can be had);
- * publish makes it r's copy once the stream has finished. release is the backend's
- * resident_free; drain (housekeeping thread, and close) frees what was released. */
+/* cuda_resident.c: get: 1 with *p the device copy (made now if needed, its upload added to
+ * *up_*), 0: read the host; keep: a copy of src on s (NULL: none), r's once published. */
 int gemm_cuda_resident_get(cuda_backend *cb, cuda_dev *d, unsigned gen, gemm_resident *r, cudaStream_t s,
                            void **p, size_t *up_bytes, double *up_ms);
 void *gemm_cuda_resident_keep(const void *src, size_t bytes, cudaStream_t s);
@@ -143,8 +133,7 @@ int gemm_cuda_run(void *self, void *worker, gemm_job *job);
 cudaError_t gemm_cuda_launch_trap(cudaStream_t stream);
 cudaError_t gemm_cuda_launch_delay(cudaStream_t stream, long ms);
 
-/* k06_wgmma.cu: whether the build's sm_90a code runs on the current device. Makes CUDA
- * calls: asked once per device at open, never per request. */
+/* k06_wgmma.cu: whether the build's sm_90a code runs on the current device (at open). */
 int gemm_wgmma_runnable(void);
 
 #endif /* GEMM_CUDA_ENGINE_H */

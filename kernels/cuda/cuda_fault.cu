@@ -1,7 +1,6 @@
 /*
- * cuda_fault.cu - the faults the engine's tests inject (fault_inject, engine.h): sticky:N,
- * a kernel that traps and so breaks the context as a real crash would; gpu_delay_ms:N, a
- * one-thread kernel that waits N ms of device time, a long kernel of known length on any GPU.
+ * cuda_fault.cu - the kernels of the sticky:N and gpu_delay_ms:N test hooks (fault_inject,
+ * config/gemmd.conf): one traps, as a real crash would; one waits N ms of device time.
  */
 #include <cuda_runtime.h>
 

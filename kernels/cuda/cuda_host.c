@@ -1,25 +1,12 @@
 /*
  * cuda_host.c - host blocks for job buffers, locked by the workers, with a small cache
- * (cuda_host.h).
+ * (cuda_host.h; its rules: docs/OPERATIONS.md, "Memory budget").
  *
- * A block carries a 64-byte header: its capacity, the device slot that registered it and
- * that slot's generation then (a reset bumps it; slot -1: not registered), a magic number
- * and list links. A request takes the smallest cached block at most an eighth and a page
- * bigger than a new block would be; a freed registered block joins the young end of the
- * age list and, when the cache is full, pushes the oldest out to the queue that the
- * housekeeping thread drains (a burst of small products must not leave a cache that every
- * big product misses). Each cached block is also on its size class's list (its pages), so
- * every step is O(1) under the lock: every request takes three blocks on an HTTP thread.
- *
- * Stashes: that lock was the HTTP threads' most contended, so a thread that says it is busy
- * (gemm_alloc_mark_busy_thread) gets a stash with its own lock: a small block it took
- * (up to STASH_MAX_CAP) goes back there, freed by whatever thread (up to STASH_BLOCKS, the
- * oldest pushed out to the shared cache), and the thread takes from it first. Stashed
- * blocks are cached blocks in every other respect (bench/results/h100-2026-11-27-reads.md).
- *
- * The mutex is taken before a stash's, never after, and never held across a CUDA call; a
- * block's registration and the slots' generations are atomics, so that the workers' check
- * that a block is locked already takes no lock.
+ * Cached blocks are on an age list and a size-class list, so every step is O(1) under the
+ * lock; a busy thread's small blocks go to its own stash, since that lock was the HTTP
+ * threads' most contended (bench/results/h100-2026-11-27-reads.md). The mutex is taken
+ * before a stash's, never after, and never across a CUDA call; registrations and the
+ * slots' generations (a reset bumps one) are atomics, so a worker's check takes no lock.
  */
 #include "cuda_host.h"
 
@@ -122,8 +109,7 @@ static int class_of(const block_hdr *b)
     return pages < CLASSES - 1 ? (int)pages : CLASSES - 1;
 }
 
-/* This thread's stash of h: NULL unless the thread is busy (gemm_alloc_busy_thread) and
- * one of the MAX_STASHES was left for it. */
+/* This thread's stash of h (NULL: not busy, or none left). */
 static stash *my_stash(gemm_cuda_host *h)
 {
     if (!gemm_alloc_busy_thread()) return NULL;
@@ -135,8 +121,7 @@ static stash *my_stash(gemm_cuda_host *h)
     return my_stash_ptr;
 }
 
-/* Caller holds s->mu: takes s->b[i] out, uncharged, keeping the others in the order they
- * came back. */
+/* Caller holds s->mu: takes s->b[i] out, uncharged, the others kept in order. */
 static block_hdr *stash_remove_locked(stash *s, int i)
 {
     block_hdr *b = s->b[i];
@@ -147,8 +132,7 @@ static block_hdr *stash_remove_locked(stash *s, int i)
     return b;
 }
 
-/* From s, the smallest block whose capacity is in [fresh, fresh + slack], of those the one
- * given back last (its lines may still be in the CPU's caches), uncharged (NULL: none). */
+/* From s, uncharged: the smallest fit in [fresh, fresh + slack], latest given back first. */
 static block_hdr *stash_take(stash *s, size_t fresh, size_t slack)
 {
     pthread_mutex_lock(&s->mu);
@@ -162,9 +146,7 @@ static block_hdr *stash_take(stash *s, size_t fresh, size_t slack)
     return b;
 }
 
-/* Keeps the registered block b in s if the hook takes its bytes; a full stash pushes its
- * oldest block out for it (*pushed, uncharged: the caller gives it to the shared cache, so
- * that a stash never stays full of blocks of a size no longer asked for). 0: b is not kept. */
+/* Keeps b in s if the hook takes it (0: not); a full stash pushes its oldest out (*pushed). */
 static int stash_put(gemm_cuda_host *h, stash *s, block_hdr *b, block_hdr **pushed)
 {
     int kept = 0;
@@ -222,9 +204,7 @@ static void cache_take_locked(gemm_cuda_host *h, block_hdr *b)
     h->cached_bytes -= b->cap;
 }
 
-/* Caller holds mu: the smallest cached block whose capacity is in [fresh, fresh + slack]
- * (NULL: none). Classes are whole pages, so the classes from fresh's up to fresh + slack's
- * are looked at in order, and the last class, of big blocks, is searched through. */
+/* Caller holds mu: the smallest cached fit in [fresh, fresh + slack] (NULL: none). */
 static block_hdr *cache_find_locked(gemm_cuda_host *h, size_t fresh, size_t slack)
 {
     for (size_t pages = (fresh + HDR) / PAGE; pages < CLASSES - 1; pages++) {
@@ -275,8 +255,7 @@ static void queue_locked(gemm_cuda_host *h, block_hdr *b)
     h->nqueued++;
 }
 
-/* Caller holds mu: the queued blocks that slot registered (stale_too: and those whose
- * registration is gone), taken off the queue as a list. */
+/* Caller holds mu: the queued blocks slot registered (stale_too: and stale ones), unqueued. */
 static block_hdr *unqueue_locked(gemm_cuda_host *h, int slot, int stale_too)
 {
     block_hdr *list = NULL, **link = &h->queue;
@@ -382,10 +361,8 @@ static void *host_alloc(void *ctx, size_t bytes)
     gemm_cuda_host *h = ctx;
     if (bytes == 0) bytes = 1;
     if (bytes > SIZE_MAX - HDR - PAGE) return NULL;
-    /* A cached block at most an eighth (and a page) bigger than a new one would be: a locked
-     * block is resident in full while the budget is charged what was asked, so the slack is
-     * small ("up to twice" let 8 MB answers take 16 MB blocks). Measured from the new block,
-     * not the request, so that requests under half a page reuse blocks too. */
+    /* A cached block at most an eighth (and a page) bigger than a new one would be: a
+     * locked block is resident in full, while the budget is charged what was asked. */
     const size_t fresh = (bytes + HDR + PAGE - 1) / PAGE * PAGE - HDR, slack = fresh / 8 + PAGE;
     stash *mine = fresh <= STASH_MAX_CAP ? my_stash(h) : NULL;
     block_hdr *b = mine ? stash_take(mine, fresh, slack) : NULL;
@@ -486,10 +463,8 @@ int gemm_cuda_host_pin(gemm_cuda_host *h, void *p, int slot)
     if (registered(h, b)) /* the common case, without the lock */
         return atomic_load_explicit(&b->slot, memory_order_relaxed);
     unsigned gen = atomic_load(&h->gen[slot]);
-    /* Not registered, or its registration goes with a reset of the device that made it.
-     * The driver may still hold it: that device's reset is under way (the slot it names, to
-     * be waited out), or another worker registered the block at this moment (the panels of
-     * a split product share theirs) and notes it next. */
+    /* Not registered (or going with a reset). The driver may still hold it: that device's
+     * reset is under way, or another worker registered it at this moment. */
     cudaError_t e = cudaHostRegister(b, HDR + b->cap, cudaHostRegisterPortable);
     if (e == cudaErrorHostMemoryAlreadyRegistered) {
         cudaGetLastError();
@@ -530,8 +505,7 @@ int gemm_cuda_host_drain(gemm_cuda_host *h, int slot)
             released++;
             continue;
         }
-        /* A broken context: the reset that follows drops the registration and with it
-         * this block (device_reset); until then it waits in the queue. */
+        /* A broken context: the reset that follows drops it; until then it stays queued. */
         cudaGetLastError();
         gemm_engine_log(GEMM_LOG_DEBUG, "cuda: cudaHostUnregister of %zu bytes failed (%s); retried later",
                         HDR + b->cap, cudaGetErrorString(e));
@@ -554,8 +528,7 @@ void gemm_cuda_host_set_charge(gemm_cuda_host *h, int (*fn)(void *ctx, int64_t d
 {
     const account to = {fn, ctx};
     pthread_mutex_lock(&h->mu);
-    /* The shared cache, then each stash under its own lock, move off the old account onto
-     * the new one; what the new one refuses stays off both (no hook) and is let go below. */
+    /* Cache and stashes move to the new account; what it refuses is let go below. */
     account_add(&h->acct, -(int64_t)h->cached_bytes);
     h->acct = to;
     int refused = account_add(&to, (int64_t)h->cached_bytes) != 0;

@@ -1,9 +1,6 @@
 /*
- * cuda_house.c - the CUDA calls that serve the request path but must not run on it, on a
- * thread of their own: every HOUSE_PERIOD_MS, and whenever the host allocator queues blocks,
- * it enters each device that is not lost (as a job does, so no reset runs meanwhile),
- * samples its free memory (stats and describe read it without a CUDA call), unregisters
- * the host blocks it registered that nobody keeps, and frees released resident copies.
+ * cuda_house.c - the housekeeping thread: the CUDA calls that serve the request path but
+ * must not run on it, each device entered as a job enters it (cuda_engine.h).
  */
 #include "cuda_engine.h"
 
@@ -73,8 +70,6 @@ int gemm_cuda_house_start(cuda_backend *cb)
     pthread_cond_init(&cb->house_cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&cb->house_mu, NULL);
-    cb->house_stop = 0;
-    cb->house_wake = 0;
     int rc = pthread_create(&cb->house, NULL, house_main, cb);
     if (rc != 0) {
         pthread_cond_destroy(&cb->house_cv);

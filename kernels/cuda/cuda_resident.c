@@ -1,10 +1,7 @@
 /*
- * cuda_resident.c - device copies of resident operands (engine.h, gemm_resident): made on
- * first use on a device (pool memory and an upload, synchronized before it is published,
- * under the handle's lock so that two streams never upload it twice), then read in place;
- * C's copy is made device-to-device and published once its product has finished. Short of
- * device memory, the product reads the host copy; a copy from before a reset is made
- * again. The housekeeping thread frees the copies of released handles.
+ * cuda_resident.c - device copies of resident operands (gemm_resident): uploaded on first
+ * use on a device under the handle's lock (so two streams never upload it twice); C's copy
+ * device-to-device, published once its product has finished.
  */
 #include "cuda_engine.h"
 #include "gemm_scratch.h"

@@ -1,22 +1,9 @@
 /*
- * cuda_run.c - one product on a worker's stream, stage by stage: plan (sizes, staging),
- * enter the device (buffers), stage the inputs (lock host blocks, resident operands), H2D,
- * kernel, D2H, finish (wait, timing, counters); one unwind after whichever stage stopped,
- * that tells an out-of-memory (that product alone) from a broken context (the device is
- * reset on leaving).
- *
- * The kernel is the one validate() resolved, so a product runs the same launch alone, lent,
- * as a panel or coalesced (docs/KERNELS.md, "kernel=auto"): a group (a_parts) is copied into
- * the device stacks at PART_ALIGN-byte steps, the alignment a lone product's buffers have,
- * and each of its products is launched by itself. A batched request runs strided (cuBLAS)
- * or as a loop.
- *
- * A cancel is checked before the H2D copy; a long product (many flops or bytes, or the
- * gpu_delay_ms hook) runs stage by stage, waiting for each stage before it enqueues the
- * next, and checks before the kernel and the D2H copy too; a short one enqueues its three
- * stages back to back. Each stage has its own start and end events, so the gap of a staged
- * wait is in no stage's time. A wait polls its event for WAIT_SPIN_MS, then sleeps in
- * cudaEventSynchronize (blocking-sync events).
+ * cuda_run.c - one product on a worker's stream in stages, then one unwind that tells an
+ * out-of-memory (that product alone) from a broken context (reset on leaving). A product
+ * runs the same launch alone, lent, as a panel or coalesced (docs/KERNELS.md, "kernel=auto").
+ * A long product runs staged: it waits for each stage and checks for a cancel before the
+ * next; a short one enqueues all three back to back.
  */
 #include "cuda_engine.h"
 
@@ -32,11 +19,9 @@
 /* 64³ products kept their p50 at 47.6 us with this poll, while a worker waiting beside a
  * 500 ms kernel used 0.08% of a core (bench/results/h100-2026-11-23-hardening.md) */
 #define WAIT_SPIN_MS 0.05
-#define PART_ALIGN 256 /* what device allocations are aligned to, at least */
+#define PART_ALIGN 256 /* a group's products' steps: a lone product's buffer alignment */
 
-/* What a stage says: go on, stop (ctx.rc says how the job ends), or a CUDA call failed
- * (ctx.site says which). */
-enum { GO, STOP, CUDA_FAILED };
+enum { GO, STOP, CUDA_FAILED }; /* a stage's answer; STOP: x->rc, CUDA_FAILED: x->site */
 
 typedef struct {
     cuda_backend *cb;
@@ -77,11 +62,8 @@ static cudaError_t wait_event(cudaEvent_t ev)
     return cudaEventSynchronize(ev);
 }
 
-/* Host <-> device copies queued on a stream in order, COPY_CHUNK at a time through one
- * cudaMemcpyBatchAsync (measured on an H100: a group of 4-11 small products copied part by
- * part in one call costs what one copy of a gathered stack does; bench/bench_small_path.cu).
- * A single range is one cudaMemcpyAsync. A driver that declines the batch call gets the
- * ranges one by one (so does the copy_loop:1 hook). The first failure stays in the site. */
+/* Copies, COPY_CHUNK a cudaMemcpyBatchAsync (as cheap as one copy of a gathered stack:
+ * bench/bench_small_path.cu), one by one where the driver declines it (or copy_loop:1). */
 enum { COPY_CHUNK = 64 };
 typedef struct {
     void *dst[COPY_CHUNK];
@@ -136,8 +118,7 @@ static int stop_with(run_ctx *x, int rc)
 
 /* ---- the stages ------------------------------------------------------------ */
 
-/* The kernel validate() resolved, the sizes (a group's products at PART_ALIGN steps), and
- * whether to stage. */
+/* The kernel, the sizes (a group's products at PART_ALIGN steps), whether to stage. */
 static int plan(run_ctx *x)
 {
     gemm_job *job = x->job;
@@ -174,8 +155,7 @@ static int plan(run_ctx *x)
     return GO;
 }
 
-/* The worker's buffers, at least need[]; one more try when the failed attempt gave cached
- * buffers back, then an out-of-memory that fails this product alone. */
+/* The worker's buffers; one more try when the failure gave cached buffers back. */
 static int buffers(run_ctx *x)
 {
     for (int tries = x->w->cap[0] + x->w->cap[1] + x->w->cap[2] > 0 ? 2 : 1; tries > 0; tries--) {
@@ -193,8 +173,7 @@ static int buffers(run_ctx *x)
                                             (unsigned long long)atomic_load(&x->d->mem_total)));
 }
 
-/* Enters the device (waits out a reset), its resources after a reset, the buffers, and the
- * lost:N hook. */
+/* Enters the device, (re)builds resources after a reset, the buffers, the lost:N hook. */
 static int enter(run_ctx *x)
 {
     cuda_dev *d = x->d;
@@ -218,9 +197,8 @@ static int enter(run_ctx *x)
     if (st != GO) return st;
     x->njob = atomic_fetch_add(&x->cb->jobs, 1) + 1;
     if (x->cb->lost_at > 0 && x->njob == x->cb->lost_at) {
-        /* Test hook: the device is marked lost at once (its workers take no more products)
-         * and reset on leaving, as when a reset cannot make a new context (only this
-         * device's context goes: see OPERATIONS.md on real traps). */
+        /* Test hook: marked lost at once, reset on leaving, as when a reset cannot make a
+         * new context. */
         d->lost_err = cudaErrorDevicesUnavailable;
         atomic_store(&d->lost, 1);
         x->broken = x->lose = 1;
@@ -231,9 +209,7 @@ static int enter(run_ctx *x)
     return GO;
 }
 
-/* Host blocks locked (once, cached by the allocator after; a panel pins the product's
- * blocks, a group each product's), and resident operands read from their device copies
- * (the first product on a device makes the copy; its cost counts as this job's H2D). */
+/* Host blocks locked, resident operands from their device copies (making one is H2D). */
 static int stage_inputs(run_ctx *x)
 {
     gemm_job *job = x->job;
@@ -288,9 +264,7 @@ static int copy_in(run_ctx *x)
     return GO;
 }
 
-/* The start event of the stage after the one that ends at ev[end]: ev[end] itself when the
- * stages run back to back; staged, its own ev[end + 1], recorded after waiting for ev[end]
- * and stopping for a cancel. */
+/* The next stage's start: ev[end], or staged ev[end + 1] after a wait and a cancel check. */
 static int stage_start(run_ctx *x, int end, cudaEvent_t *start, const char *before)
 {
     const cudaEvent_t done = x->w->ev[end], next = x->w->ev[end + 1];
@@ -305,9 +279,7 @@ static int stage_start(run_ctx *x, int end, cudaEvent_t *start, const char *befo
     return GEMM_CUDA_CHECK(&x->site, cudaEventRecord(next, x->w->stream)) == cudaSuccess ? GO : CUDA_FAILED;
 }
 
-/* The kernel: k0 .. ev[3] (k0 = ev[1] when the stages run back to back); a batched request
- * in one strided call (B's stride 0 broadcasts a shared B) or, like a group, one launch per
- * product. */
+/* The kernel: k0 .. ev[3]; a batch strided (stride_b 0: shared B) or a launch per product. */
 static int launch(run_ctx *x)
 {
     gemm_job *job = x->job;
@@ -378,8 +350,7 @@ static int copy_out(run_ctx *x)
     return GO;
 }
 
-/* Waits for the last event; timing (nothing crossed the bus when every operand was on the
- * device already), C's resident copy published, the byte counters (not while warming up). */
+/* Waits for the last event; timing, C's resident copy published, the byte counters. */
 static int finish(run_ctx *x)
 {
     gemm_job *job = x->job;
@@ -406,8 +377,7 @@ static int finish(run_ctx *x)
 
 /* ---- unwinding ------------------------------------------------------------- */
 
-/* Whether the device's context is broken (a sticky error): after a failure, a device-wide
- * synchronize and the last-error slot keep failing only then. */
+/* Whether the context is broken (a sticky error: synchronize keeps failing). */
 static int context_broken(void)
 {
     cudaGetLastError();
@@ -416,9 +386,7 @@ static int context_broken(void)
     return e != cudaSuccess;
 }
 
-/* A CUDA call failed: an allocation failure with the context intact fails this product
- * alone (device out of memory); anything else is a device error, and a broken context
- * resets the device when the job leaves it. */
+/* A CUDA call failed: out of memory with the context intact, or a device error. */
 static void cuda_failed(run_ctx *x)
 {
     const gemm_cuda_site *site = &x->site;

@@ -1,18 +1,8 @@
 /*
- * engine_cuda.c - the CUDA backend's row: every chosen device, `streams_per_device`
- * streams on each, one worker thread per stream (worker i on device i % ndev, so the first
- * workers to pick up jobs are spread over the devices). A worker owns its stream, cuBLAS
- * handle, events and cached device buffers (cuda_device.c); a job runs H2D -> kernel -> D2H
- * on that stream (cuda_run.c), so one job's copies overlap another's kernel.
- *
- * The request path makes no CUDA call: what validate() and describe() need is read once per
- * device at open, free memory is sampled by the housekeeping thread (cuda_house.c), and
- * host buffers are page-locked by the worker before their copies (cuda_host.h).
- *
- * Faults (docs/OPERATIONS.md, "Faults"): an allocation failure fails its job alone
- * (GEMM_E_DEVICE_OOM), any other CUDA error fails it with GEMM_E_DEVICE, and a broken
- * context resets the device (cuda_device.c); a device that gets no new context is lost
- * (GEMM_E_DEVICE_LOST at once), and with every device lost healthy() says 0.
+ * engine_cuda.c - the CUDA backend's row: `streams_per_device` worker threads per device,
+ * each owning a stream (worker i on device i % ndev). The request path makes no CUDA call:
+ * validate() and describe() read what open read once per device. Faults:
+ * docs/OPERATIONS.md, "Faults".
  */
 #include "cuda_engine.h"
 
@@ -79,8 +69,7 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
         snprintf(d->label, sizeof d->label, "cuda:%d %.38s", d->ordinal, d->info.name);
         d->gen = 1;
         atomic_init(&d->mem_total, (unsigned long long)p.totalGlobalMem); /* the rest: calloc's zeros */
-        /* What the request path will need, asked here once (this makes the device's
-         * context, which its workers would make anyway). */
+        /* What the request path will need, asked once (this makes the device's context). */
         if (cudaSetDevice(d->ordinal) == cudaSuccess) {
             d->wgmma = gemm_wgmma_runnable();
             gemm_cuda_sample_memory(d);
@@ -128,17 +117,12 @@ static int cuda_workers(void *self)
     return ((cuda_backend *)self)->nworkers;
 }
 
-/* A worker's warm-up before its first product (not while fault_inject is set), through the
- * same validate and run as a request: every dtype at 64^3, 256^3 and 512^3 with kernel
- * auto, and a batch of 4 64^3; counted nowhere (w->warming). The first launch of each
- * kernel loads its module and the first cuBLAS call of a shape family sets cuBLAS up:
- * 50-100 ms the first requests would pay (bench/results/h100-2026-11-23-warmup.md). */
+/* A worker's warm-up (docs/OPERATIONS.md, "CUDA backend") through validate and run as a
+ * request, counted nowhere: 64^3 and 256^3 reach our own members, the rest cuBLAS. */
 static void cuda_warm(cuda_backend *cb, cuda_worker *w)
 {
     static const gemm_dtype dtypes[] = {GEMM_DTYPE_F32, GEMM_DTYPE_F64, GEMM_DTYPE_I32, GEMM_DTYPE_F16,
                                         GEMM_DTYPE_BF16};
-    /* 64^3 and 256^3 alone run on our own members (kernel auto, auto.c), 512^3 and the
-     * batched 64^3 through cuBLAS */
     static const struct { uint64_t n, batch; } shapes[] = {{64, 0}, {256, 0}, {512, 0}, {64, 4}};
     double t0 = gemm_now_ms();
     int ran = 0;
@@ -172,7 +156,6 @@ static void cuda_warm(cuda_backend *cb, cuda_worker *w)
     gemm_engine_log(GEMM_LOG_DEBUG, "cuda: worker %d (%s, stream %d) warmed up: %d products in %.1f ms",
                     w->index, w->dev->label, w->stream_index, ran, gemm_now_ms() - t0);
 }
-
 
 static void *cuda_worker_init(void *self, int index)
 {
@@ -226,8 +209,7 @@ static const char *member_names(char *list, size_t cap, unsigned dtypes)
     return list;
 }
 
-/* The member k cannot run job (why: gemm_kernel_supports): the error that says what to ask
- * for instead. */
+/* The member k cannot run job (why): the error that says what to ask for instead. */
 static int refuse(const gemm_kernel_desc *k, const gemm_job *job, const char *why, gemm_engine_err *err)
 {
     const char *dt = gemm_dtype_name(job->dtype);
@@ -268,9 +250,7 @@ static int cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
     if (job->plan_m > INT_MAX)
         return gemm_engine_err_set(err, GEMM_E_BAD_OPTION, "panel_of=%llu: the CUDA backend takes up to %d rows",
                                    (unsigned long long)job->plan_m, INT_MAX);
-    /* auto: the member the committed measurements pick for this dtype, math, shape and batch
-     * (auto.c), for the oldest device a worker may run it on; a panel as its whole product.
-     * Chosen here, from the request: alone or coalesced, the product runs it (cuda_run.c). */
+    /* auto (auto.c), for the oldest device, a panel as its whole product. */
     const char *name = !job->kernel[0] || strcmp(job->kernel, "auto") == 0
                            ? gemm_kernel_auto(job->dtype, job->math, (int)gemm_job_plan_rows(job), (int)job->n,
                                               (int)job->k, (int)gemm_job_batch(job), cb->min_cc, cb->wgmma_ok)
@@ -289,8 +269,7 @@ static int cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
                                    "with CUDA_ARCHS including 90a); use kernel auto, mma or cublas",
                                    cb->ndev > 1 ? "every device" : "the device");
     snprintf(job->kernel_used, sizeof job->kernel_used, "%s", k->name);
-    /* What the tile resolves to depends on the device buffers too (alignment picks some
-     * blocks): run() asks the kernel's plan just before the launch. */
+    /* The block depends on the device buffers' alignment too: the launch asks plan(). */
     job->tile_used = job->tile;
     job->block[0] = '\0';
     job->math_used = job->dtype == GEMM_DTYPE_F32 ? (job->math == GEMM_MATH_DEFAULT ? GEMM_MATH_FP32 : job->math)
@@ -300,8 +279,7 @@ static int cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
 
 /* ---- describe / stats / close ------------------------------------------- */
 
-/* From what open read and the housekeeping thread sampled: no CUDA call (the daemon calls
- * this from HTTP threads, for /v1/info and /metrics). */
+/* From what open read and the housekeeping thread sampled: no CUDA call. */
 static void cuda_describe(void *self, gemm_engine_info *out)
 {
     cuda_backend *cb = self;
@@ -327,10 +305,7 @@ static void cuda_describe(void *self, gemm_engine_info *out)
     out->nkernels = n;
 }
 
-/* device_busy_seconds: the time at least one job was inside the device (union of the jobs'
- * intervals, so never more than wall time however many streams overlap); device_mem_used:
- * the cached device buffers of all its streams (cuBLAS's own workspace not counted);
- * device_mem_free: the last sample of the housekeeping thread (at most ~1 s old). */
+/* busy: the union of the jobs' time inside; mem_used: the streams' cached buffers. */
 static void cuda_stats(void *self, gemm_engine_stats *out)
 {
     cuda_backend *cb = self;
@@ -354,7 +329,6 @@ static const gemm_allocator *cuda_allocator(void *self)
     return &((cuda_backend *)self)->alloc;
 }
 
-/* Healthy while at least one of its devices can still run products. */
 static int cuda_healthy(void *self)
 {
     cuda_backend *cb = self;
@@ -377,8 +351,7 @@ static int cuda_slot_usable(void *self, int slot)
     return slot >= 0 && slot < cb->ndev && !atomic_load(&cb->devs[slot].lost);
 }
 
-/* Not while a hook holds runs (gpu_delay_ms) or breaks the device (sticky, lost): the
- * recovery of a device belongs on a worker, not on an HTTP thread. */
+/* Not while a hook holds runs or breaks the device: a recovery belongs on a worker. */
 static int cuda_quick(void *self)
 {
     const cuda_backend *cb = self;
@@ -420,14 +393,9 @@ static uint64_t cuda_trim_kept(void *self)
     return gemm_cuda_host_trim(((cuda_backend *)self)->host);
 }
 
-static int cuda_present(void)
-{
-    return gemm_cuda_device_count() > 0;
-}
-
 const gemm_backend gemm_backend_cuda = {
     .name = "cuda",
-    .present = cuda_present,
+    .present = gemm_cuda_device_count,
     .open = cuda_open,
     .close = cuda_close,
     .workers = cuda_workers,

@@ -1,11 +1,7 @@
 /*
- * gemm_async.cuh - what the optimized kernels (k03 onwards) share: cp.async copies with
- * zero fill, commit/wait, the multi-stage main loop of the tensor-core kernels, the check
- * that a matrix may be read in 16-byte vectors, and the launcher of a grid of block tiles.
- *
- * cp.async (sm_80+) copies global to shared memory without passing through registers, so
- * the next tile streams in while the current one is multiplied; an out-of-range element
- * is copied with src-size 0, which fills zeros: edge tiles are padded without a branch.
+ * gemm_async.cuh - what the optimized kernels (k03 onwards) share (docs/KERNELS.md, "Shared
+ * pieces"). An out-of-range element is copied with cp.async src-size 0, which fills zeros:
+ * edge tiles are padded without a branch.
  */
 #ifndef GEMM_ASYNC_CUH
 #define GEMM_ASYNC_CUH
@@ -37,9 +33,8 @@ template <int N> __device__ __forceinline__ void wait_group()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/* One ROWS x COLS tile of a row-major matrix (nrows x ncols, leading dimension ncols) from
- * (r0, c0) into dst (row stride LD), E elements a copy, the loop unrolled UNROLL times
- * (0: fully). */
+/* One ROWS x COLS tile of a row-major nrows x ncols matrix from (r0, c0) into dst (row
+ * stride LD), E elements a copy, unrolled UNROLL times (0: fully). */
 template <typename T, int THREADS, int ROWS, int COLS, int LD, int E, int UNROLL>
 __device__ __forceinline__ void copy_tile(T *dst, const T *__restrict__ src, int nrows, int ncols, int r0, int c0)
 {
@@ -54,11 +49,8 @@ __device__ __forceinline__ void copy_tile(T *dst, const T *__restrict__ src, int
     }
 }
 
-/* Starts the copy of one k-step's tiles: A rows [bm, bm+BM) x columns [k0, k0+BK) into As
- * (row stride Cfg::LDA) and B rows [k0, k0+BK) x columns [bn, bn+BN) into Bs (stride
- * Cfg::LDB). VEC: 16-byte copies (the caller checked alignment with gemm_vec_ok and that
- * k and n are multiples of the vector, so a vector is all in range or all out); otherwise
- * one element per copy. Out-of-range elements are zero-filled. */
+/* Starts the copy of one k-step's tiles of A and B into As and Bs (zero-filled out of
+ * range). VEC: 16-byte copies (the caller checked gemm_vec_ok), else one element a copy. */
 template <typename T, typename Cfg, bool VEC>
 __device__ __forceinline__ void load_tiles(T *As, T *Bs, const T *__restrict__ A, const T *__restrict__ B,
                                            int m, int n, int k, int bm, int bn, int k0)
@@ -68,12 +60,9 @@ __device__ __forceinline__ void load_tiles(T *As, T *Bs, const T *__restrict__ A
     copy_tile<T, Cfg::THREADS, Cfg::BK, Cfg::BN, Cfg::LDB, E, U>(Bs, B, k, n, k0, bn);
 }
 
-/* The multi-stage cp.async main loop of k04_mma and k05_dmma: STAGES - 1 k-tiles in flight
- * ahead of the one multiplied. Per k-tile: wait for its group, barrier (the tile is visible,
- * and every warp is done with the stage about to be refilled), start the copy of
- * kt + STAGES - 1 into that stage, step(kt % STAGES): the kernel's lambda, inlined, so its
- * accumulators stay in registers. A group is committed every iteration, copies or not, so
- * wait_group<STAGES - 2> always means "k-tile kt has landed". */
+/* The multi-stage cp.async main loop of k04_mma and k05_dmma: STAGES - 1 k-tiles in flight;
+ * step(kt % STAGES) is the kernel's lambda, inlined. A group is committed every iteration,
+ * copies or not, so wait_group<STAGES - 2> always means "k-tile kt has landed". */
 template <typename T, typename Cfg, bool VEC, typename Step>
 __device__ __forceinline__ void mainloop(T *As, T *Bs, const T *__restrict__ A, const T *__restrict__ B,
                                          int m, int n, int k, int bm, int bn, Step &&step)
@@ -149,8 +138,7 @@ __device__ __forceinline__ void store_acc(T *C, T (&acc)[MI][NI][ACC], int m, in
     }
 }
 
-/* Launches kern over l's product, one block of Cfg::THREADS a BM x BN tile of C (blockIdx.x
- * in the kernel's grouped order), with Cfg::SMEM bytes of dynamic shared memory. */
+/* Launches kern with one block of Cfg::THREADS per BM x BN tile of C, Cfg::SMEM shared. */
 template <typename Cfg, typename T>
 cudaError_t launch_tiles(void (*kern)(int, int, int, const T *, const T *, T *, int, int), const gemm_launch *l)
 {

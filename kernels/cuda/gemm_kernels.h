@@ -1,11 +1,7 @@
 /*
- * gemm_kernels.h - the CUDA kernel family: one signature, one dispatch table.
- *
- * Every member computes C = A * B on device memory, row-major (A m x k, B k x n, C m x n,
- * leading dimensions k, n, n), for any m, n, k >= 1, and enqueues its work on l->stream
- * without synchronizing; int32 wraps in two's complement. Each lives in its own file,
- * kernels/cuda/kNN_<name>.cu, in the order of the lesson, and exports one
- * `gemm_kernel_<name>`, listed in registry.c.
+ * gemm_kernels.h - the CUDA kernel family (docs/KERNELS.md): one signature, one dispatch
+ * table. Every member computes C = A * B on device memory, row-major, for any m, n, k >= 1,
+ * and enqueues its work on l->stream without synchronizing; int32 wraps.
  */
 #ifndef GEMM_KERNELS_H
 #define GEMM_KERNELS_H
@@ -27,27 +23,20 @@ typedef struct {
     int tile;              /* 0 = the kernel's default; else one of desc->tiles */
     cudaStream_t stream;
     void *cublas;          /* a cublasHandle_t bound to `stream` (only the cublas member uses it) */
-    /* batch_native members: batch products (0 or 1: one), product i's A at A + i*stride_a
-     * elements (and so on); stride_b 0 = one B for all. */
+    /* batch_native: product i at A + i*stride_a, B + i*stride_b (0: one B), C + i*stride_c */
     int batch;
     long long stride_a, stride_b, stride_c;
     int out_half;          /* float16 / bfloat16 A and B: C float32 (0) or in their dtype (1) */
-    /* The rows of the whole product this launch is a panel of (0, or m: it is whole). A
-     * member chooses its block, its k split and (cuBLAS) its algorithm as for plan_m rows,
-     * so that a row comes out to the bit as it does in the whole product. */
-    int plan_m;
+    int plan_m;            /* a panel's whole product's rows (0 or m: whole): the launch's plan */
     void *lt;              /* the worker's cublasLt state (cublas member; NULL: cublasGemmEx) */
 } gemm_launch;
 
-/* The rows a member plans for: plan_m when it is a panel of a larger product, else m. */
 static inline int gemm_plan_rows(const gemm_launch *l)
 {
     return l->plan_m > l->m ? l->plan_m : l->m;
 }
 
-/* cublasLt state for the cublas member, one per worker (single-threaded use): a handle, a
- * device workspace the caller owns (it may be the cublasHandle_t's too: one stream), and a
- * small cache of algorithms by shape. NULL when cublasLt cannot be set up. */
+/* cublasLt state for the cublas member, one per worker, with an algorithm cache (or NULL). */
 void *gemm_lt_create(void *workspace, size_t workspace_bytes);
 void gemm_lt_destroy(void *lt);
 /* The workspace a worker gives gemm_lt_create (and cuBLAS), in bytes. */
@@ -62,14 +51,10 @@ typedef struct {
     int min_cc;              /* lowest compute capability * 10 it needs (e.g. 90 for wgmma) */
     /* Enqueues the product; returns cudaSuccess or the launch error (cudaGetLastError). */
     cudaError_t (*launch)(const gemm_launch *l);
-    /* The block tile launch picks for l, written "BMxBNxBK" into out (tiled: "TxT"), and
-     * the tile option that selects it (0 when only the shape-based default reaches it).
-     * Made by the same choice as launch, so the answer reports what ran. NULL for members
-     * with no block tile of their own (naive, cublas). */
+    /* The block tile launch picks for l ("BMxBNxBK"; tiled: "TxT") and the tile option
+     * that selects it (0: only the default reaches it). NULL: no block tile (naive, cublas). */
     int (*plan)(const gemm_launch *l, char *out, size_t cap);
-    /* 1 when launch computes l->batch products in one call (cublas: strided-batched);
-     * the engine launches the others once per product of a batch. */
-    int batch_native;
+    int batch_native;        /* 1: launch computes l->batch products in one call */
 } gemm_kernel_desc;
 
 /* All members, in lesson order, NULL-terminated. */
@@ -80,11 +65,8 @@ const gemm_kernel_desc *gemm_kernel_find(const char *name);
 int gemm_kernel_supports(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m, int tile,
                          int cc, const char **why);
 
-/* The kernel `auto` resolves to for this product (batch: products of a batched request, 0
- * or 1 for a single one), chosen from committed measurements (kernels/cuda/auto.c), for
- * devices of compute capability cc (major * 10 + minor) on which the wgmma member's sm_90a
- * code runs or not (wgmma_ok, from gemm_wgmma_runnable at engine open). Never NULL: falls
- * back to a member that runs everything. No CUDA call. */
+/* The kernel `auto` resolves to (auto.c) for devices of compute capability cc (major * 10 +
+ * minor) that run the wgmma member or not. Never NULL. No CUDA call. */
 const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int batch, int cc,
                              int wgmma_ok);
 

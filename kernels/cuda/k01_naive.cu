@@ -3,8 +3,6 @@
  * column of B straight from global memory, any shape and dtype. threadIdx.x runs along a
  * row of C, so a warp reads B and writes C coalesced and reads one element of A.
  */
-#include <stdint.h>
-
 #include "gemm_kernels.h"
 
 namespace {

@@ -4,8 +4,6 @@
  * loaded from global memory is reused TILE times. Threads outside A or B load zeros;
  * threads outside C compute but do not store.
  */
-#include <stdint.h>
-
 #include "gemm_kernels.h"
 
 namespace {

@@ -1,16 +1,8 @@
 /*
  * k03_simt.cu - the tuned CUDA-core kernel: exact float32, float64 and int32. What it adds
- * over k02_tiled, each step with its reason and measurement, is in docs/KERNELS.md
- * ("k03_simt"): 2D register blocking (TM x TN outputs a thread), warp tiling with 128-bit
- * conflict-free shared loads, A transposed on its way into shared memory, a cp.async
- * multi-stage pipeline, unchecked copies of tiles wholly in range (fast_loader), grouped
- * block order for L2, and split-k for deep products with few output tiles (each piece
- * writes its partial C to device scratch, a second kernel adds them in a fixed order).
- *
- * Edges: tiles that cross an edge take the checked copy (cp.async src-size 0 zero-fills
- * out-of-range elements) and the store is bounds-checked, so any m, n, k >= 1 works.
- * int32 accumulates in uint32 (wraps). Tile parameters are template arguments checked by
- * static_asserts; `bench_kernels --tune` times the float32 variants against each other.
+ * over k02_tiled, each step with its reason and measurement: docs/KERNELS.md, "k03_simt".
+ * Tiles that cross an edge take the checked copy (zero fill) and the store is
+ * bounds-checked, so any m, n, k >= 1 works; int32 accumulates in uint32 (wraps).
  */
 #include <stdint.h>
 #include <string.h>
@@ -73,9 +65,8 @@ template <typename T> __device__ __forceinline__ const T *step_ptr(const T *p, s
     return q;
 }
 
-/* The copy of one k-step's tiles wholly in range: no predicates, no zero fill, every address
- * an immediate offset from a few row pointers that advance one tile per step (about 20
- * integer instructions a tile where addresses from (row, column) took 170; KERNELS.md). */
+/* The copy of one k-step's tiles wholly in range: no predicates, no zero fill, addresses as
+ * offsets from row pointers that advance a tile per step (docs/KERNELS.md, "k03_simt"). */
 template <typename T, typename Cfg, bool VECB> struct fast_loader {
     /* A: BK threads across a k-step, one element each per pass: whole 64-byte rows per pair
      * of warp lanes (four k values a thread, `amap0`, cost 33% excess sectors: KERNELS.md) */
@@ -207,18 +198,15 @@ simt_kernel(int m, int n, int k, const T *__restrict__ A, const T *__restrict__ 
 
     acc_t acc[Cfg::TM][Cfg::TN] = {};
 
-    /* This block's k-steps: KT of them from step kt0 (all of k without split-k). With
-     * split-k, piece blockIdx.y writes its partial product to slice blockIdx.y of C (the
-     * scratch, m x n each). Below, tile t is k-step kt0 + t. */
+    /* KT k-steps from kt0; tile t is k-step kt0 + t. Split-k: piece blockIdx.y writes its
+     * partial product to slice blockIdx.y of C (the scratch). */
     int KT = (k + Cfg::BK - 1) / Cfg::BK, kt0 = 0;
     if constexpr (SPLIT) {
         kt0 = blockIdx.y * kt_split;
         KT = min(KT - kt0, kt_split);
         C += (size_t)blockIdx.y * m * n;
     }
-    /* Tiles wholly in range take the fast copy; the rest (edge blocks, the last partial
-     * k-step) the checked one. Tiles are started in order, so the fast loader's pointers
-     * stay in step either way. */
+    /* Tiles wholly in range take the fast copy, the rest the checked one (fl skips them). */
     const bool interior = bm + Cfg::BM <= m && bn + Cfg::BN <= n;
     const int kfull = interior ? k / Cfg::BK - kt0 : 0;
     fast_loader<T, Cfg, VECB> fl(A, B, n, k, bm, bn, kt0 * Cfg::BK);
@@ -318,9 +306,8 @@ __global__ void __launch_bounds__(256) split_sum(const T *__restrict__ W, T *__r
  * whose C is small next to A and B. */
 constexpr size_t SPLIT_SCRATCH_MAX = 256u << 20;
 
-/* The pieces a launch of Cfg really cuts k into when asked for `splits`: whole k-steps per
- * piece, none empty, and scratch within SPLIT_SCRATCH_MAX. kt_split gets the k-steps per
- * piece. The launcher and the plan both ask this, so the answer reports what ran. */
+/* The pieces Cfg really cuts k into when asked for `splits` (whole k-steps, none empty,
+ * scratch within SPLIT_SCRATCH_MAX; *kt_split: k-steps a piece), for launcher and plan. */
 template <typename T, typename Cfg> int split_pieces(const gemm_launch *l, int splits, int *kt_split)
 {
     const int KT = (l->k + Cfg::BK - 1) / Cfg::BK;
@@ -336,8 +323,7 @@ template <typename T, typename Cfg> int split_pieces(const gemm_launch *l, int s
     return (KT + *kt_split - 1) / *kt_split;
 }
 
-/* Runs configuration Cfg with the k range cut into `splits` pieces (1: no split-k). Only
- * the configurations that may split (SPLIT) carry the split-k instance of the kernel. */
+/* Runs Cfg with k cut into `splits` pieces; only SPLIT configurations carry that instance. */
 template <typename T, typename Cfg, bool SPLIT = false>
 cudaError_t run_cfg(const gemm_launch *l, int splits)
 {
@@ -388,9 +374,8 @@ cudaError_t run_cfg(const gemm_launch *l, int splits)
     return e;
 }
 
-/* The float32 variants of the tuning sweep (bench_kernels --tune): name, split-k pieces,
- * configuration: the defaults, the runners-up, cuBLAS's own block shape, and the split-k
- * counts (docs/KERNELS.md has the earlier sweeps' variants and why they lost). */
+/* The float32 variants of the tuning sweep (bench_kernels --tune; docs/KERNELS.md): name,
+ * split-k pieces, configuration. */
 #define SIMT_F32_VARIANTS(X)                                                                  \
     X("128x128x8 warp64x32 thr8x8 st2", 1, simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 2>)     \
     X("128x128x8 warp64x32 thr8x8 st3", 1, simt_cfg<float, 128, 128, 8, 64, 32, 8, 8, 3>)     \
@@ -439,10 +424,8 @@ long long tile_count(const gemm_launch *l, int bm, int bn)
     return (long long)((l->m + bm - 1) / bm) * ((l->n + bn - 1) / bn);
 }
 
-/* Split-k pieces for `tiles` output tiles of the big block (1: none), for k >= SPLIT_MIN_K:
- * fewer tiles than SMs, as many pieces as fill one wave of two blocks an SM (each at least
- * SPLIT_MIN_DEPTH deep, at most SPLIT_MAX); several waves with the last mostly empty, two
- * pieces when that shortens the waves by 8% or more (docs/KERNELS.md, "Split-k rule"). */
+/* Split-k pieces for `tiles` output tiles of the big block (1: none): docs/KERNELS.md,
+ * "Split-k rule". */
 constexpr int SPLIT_MIN_K = 2048, SPLIT_MIN_DEPTH = 512, SPLIT_MAX = 32;
 int split_for(const gemm_launch *l, long long tiles, int sms)
 {
@@ -462,8 +445,7 @@ int split_for(const gemm_launch *l, long long tiles, int sms)
     return w2 * 100 <= w1 * 2 * 92 ? 2 : 1;
 }
 
-/* Which configuration simt_launch runs for l, and in how many k pieces: one choice, used by
- * the launcher and by simt_plan, so what the answer reports is what ran. */
+/* What simt_launch runs for l, in how many k pieces; simt_plan reports the same choice. */
 enum simt_pick { F32_BIG, F32_MID, F32_SMALL, F64_BIG, F64_SMALL, I32_BIG, I32_SMALL, PICK_NONE };
 struct simt_choice {
     simt_pick pick;
@@ -513,8 +495,7 @@ simt_choice simt_choose(const gemm_launch *panel)
     }
 }
 
-/* What each pick runs: its launcher, its k pieces (split_pieces), its block, and the tile
- * option that selects it (128x64 and the split are reached only by default: 0). */
+/* Each pick's launcher, k pieces, block and tile option (0: reached only by default). */
 struct simt_run {
     cudaError_t (*run)(const gemm_launch *, int);
     int (*pieces)(const gemm_launch *, int, int *);

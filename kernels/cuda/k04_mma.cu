@@ -1,12 +1,9 @@
 /*
  * k04_mma.cu - tensor cores for float32 inputs through mma.sync (sm_80+): math=tf32 runs
  * m16n8k8 on TF32 operands, math=bf16 m16n8k16 on BF16 operands, both with float32
- * accumulators and output. The skeleton of k03_simt one level up: warp tiles are grids of
- * 16 x 8 mma tiles; A and B stay float32 in shared memory (a cp.async pipeline, 16-byte
- * copies where rows and pointers allow) and are rounded (cvt.rna.tf32.f32) or packed to
- * bf16 pairs as the fragments are read, so the rounding matches cuBLAS's modes. Row pads
- * put the 32 lanes of each fragment load in 32 banks (docs/KERNELS.md, "k04_mma"). The
- * store is bounds-checked: any m, n, k >= 1.
+ * accumulators and output; A and B stay float32 in shared memory and are rounded or packed
+ * as the fragments are read, so the rounding matches cuBLAS's modes (docs/KERNELS.md,
+ * "k04_mma"). The store is bounds-checked: any m, n, k >= 1.
  */
 #include <stdint.h>
 
@@ -48,10 +45,8 @@ __device__ __forceinline__ uint32_t to_tf32(float x)
     return r;
 }
 
-/* Four 8x4 float32 sub-tiles of shared memory in one instruction (ldmatrix treats each as
- * an 8x8 matrix of 16-bit halves: lane l gets row l/4, 32-bit column l%4 of each), which
- * is exactly the tf32 m16n8k8 A fragment when the four matrices are (rows 0-7 | 8-15) x
- * (k 0-3 | 4-7). */
+/* Four 8x4 float32 sub-tiles in one ldmatrix (lane l gets row l/4, 32-bit column l%4 of
+ * each): the tf32 m16n8k8 A fragment for matrices (rows 0-7 | 8-15) x (k 0-3 | 4-7). */
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *p)
 {
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
@@ -107,8 +102,7 @@ mma_kernel(int m, int n, int k, const float *__restrict__ A, const float *__rest
 
     float acc[Cfg::MI][Cfg::NI][4] = {};
 
-    /* One k-tile, in shared stage st (landed, after the barrier): the main loop around it
-     * is gemm_async::mainloop. */
+    /* One k-tile, in shared stage st, for gemm_async::mainloop. */
     gemm_async::mainloop<float, Cfg, VEC>(As, Bs, A, B, m, n, k, bm, bn, [&](const int st) {
         const float *as = As + st * Cfg::BM * Cfg::LDA + (wm + g) * Cfg::LDA;
         const float *bs = Bs + st * Cfg::BK * Cfg::LDB + wn + g;
@@ -174,10 +168,8 @@ template <typename Cfg> cudaError_t run_cfg(const gemm_launch *l)
     return gemm_async::launch_tiles<Cfg, float>(vec ? mma_kernel<Cfg, true> : mma_kernel<Cfg, false>, l);
 }
 
-/* The variants of the tuning sweep (bench_kernels --tune; docs/KERNELS.md), each in tf32 and
- * bf16. 64x64 warp tiles won in both modes, tf32 with the 128x256 block, bf16 with 256x128;
- * the 64x64 block where 128x128 ones would not fill the SMs once. Converting each tile once
- * in shared memory instead of every fragment lost 20-25% and is gone. */
+/* The variants of the tuning sweep, each in tf32 and bf16; which won where and why:
+ * docs/KERNELS.md, "k04_mma". */
 struct mma_variant {
     const char *name;
     cudaError_t (*tf32)(const gemm_launch *), (*bf16)(const gemm_launch *);

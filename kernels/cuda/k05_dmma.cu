@@ -1,13 +1,8 @@
 /*
  * k05_dmma.cu - float64 on the tensor cores: mma.sync m8n8k4 f64 (DMMA, sm_80+) and
- * m16n8k16 (sm_90), exact IEEE float64 products and sums (each DMMA is a chain of fused
- * multiply-adds), the path cuBLAS DGEMM takes on the A100 and H100: there the tensor cores
- * run about twice the rate of the double FMA units. Structure as in k04_mma; row pads
- * LDA = LDB = 4 (mod 16 doubles) put each half-warp phase on 16 distinct bank pairs. The
- * store is bounds-checked.
+ * m16n8k16 (sm_90), exact IEEE float64 (docs/KERNELS.md, "k05_dmma"). Structure as in
+ * k04_mma; the store is bounds-checked.
  */
-#include <stdint.h>
-
 #include <atomic>
 
 #include "gemm_async.cuh"
@@ -49,9 +44,8 @@ __device__ __forceinline__ void dmma(double (&d)[2], double a, double b)
                  : "d"(a), "d"(b));
 }
 
-/* m16n8k16 f64 exists from sm_90 on (PTX 7.8). The host launches the DMMA_16816 variants
- * only on devices of compute capability 9.0 or newer (dmma_cc_ok); the sm_80 build of
- * those variants is never run, and has no instruction to emit. */
+/* m16n8k16 f64 exists from sm_90 on; the host launches it only there (dmma_cc_ok), so the
+ * sm_80 build of those variants, never run, has no instruction to emit. */
 __device__ __forceinline__ void dmma16(double (&d)[4], const double (&a)[8], const double (&b)[4])
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -92,8 +86,7 @@ dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__r
             for (int r = 0; r < Cfg::ACC; r++)
                 acc[i][j][r] = 0.0;
 
-    /* One k-tile, in shared stage st (landed, after the barrier): the main loop around it
-     * is gemm_async::mainloop. */
+    /* One k-tile, in shared stage st, for gemm_async::mainloop. */
     gemm_async::mainloop<double, Cfg, VEC>(As, Bs, A, B, m, n, k, bm, bn, [&](const int st) {
         const double *as = As + st * Cfg::BM * Cfg::LDA + (wm + g) * Cfg::LDA + t;
         const double *bs = Bs + st * Cfg::BK * Cfg::LDB + t * Cfg::LDB + wn + g;
@@ -175,11 +168,8 @@ bool dmma_cc_ok(void)
     return v - 1 >= 9;
 }
 
-/* The variants of the tuning sweep (bench_kernels --tune; docs/KERNELS.md); m16n8k16 needs
- * sm_90. With 16-byte rows the 64x128 m16n8k16 tile wins on big grids (8192^3: 82% of
- * cuBLAS vs 77%) but loses when it makes too few blocks (1024^3: 67% vs 82%), so it runs
- * only from 4 tiles per SM up; with element-wise copies (odd k or n) and on small grids
- * 64x64 won (4097). tile=128 asks for 128x128 (sm_80: 128x64). */
+/* The variants of the tuning sweep (m16n8k16 needs sm_90); which won where: docs/KERNELS.md,
+ * "k05_dmma". tile=128 asks for 128x128 (sm_80: 128x64). */
 struct dmma_variant {
     const char *name;
     cudaError_t (*run)(const gemm_launch *);

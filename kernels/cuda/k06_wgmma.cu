@@ -1,18 +1,10 @@
 /*
  * k06_wgmma.cu - Hopper tensor cores through wgmma (sm_90a): float32 inputs with math=tf32
  * (m64n256k8) or bf16 (m64n256k16), float16 / bfloat16 inputs as they are (m64n256k16);
- * float32 accumulators, C float32 or, for half inputs, their own type. The design and its
- * measurements: docs/KERNELS.md, "k06_wgmma".
- *
- * float32 operands are first written into scratch as wgmma reads them (B^T K-major, A where
- * needed, rounded, rows padded to 16 bytes: kp). The main kernel: 128 x 256 block tiles, a
- * producer warpgroup issuing tensor copies into a 4-stage ring of "full" / "empty"
- * mbarriers, two consumer warpgroups of 64 rows each. The tensor maps carry the true sizes
- * and the copy engine zero-fills past them, so only the store to C is bounds-checked. A
- * shared-memory tile row is one 128-byte swizzle atom: chunk c of row r lands at chunk
- * c ^ (r % 8), the layout a K-major descriptor with 128-byte swizzle and 1024 bytes between
- * 8-row groups describes. The body exists only in the sm_90a build; the fallback body
- * declares a static shared array, by which the launcher tells it apart and refuses.
+ * float32 accumulators, C float32 or, for half inputs, their own type. The design (pre-pass,
+ * producer / consumer warpgroups, swizzled tiles) and its measurements: docs/KERNELS.md,
+ * "k06_wgmma". The body exists only in the sm_90a build; the fallback body declares a
+ * static shared array, by which the launcher tells it apart and refuses.
  */
 #include <stdint.h>
 
@@ -161,10 +153,8 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr)
            ((uint64_t)1 << 62);
 }
 
-/* MN-major operand (B as it lies in memory: k rows of n), 128-byte swizzle. The stage holds
- * BN / 64 boxes of 64 columns x BK rows, each row 128 bytes; a swizzle atom is 64 columns
- * x 8 rows. Leading offset: bytes between atoms along N (one box, BK x 128); stride offset:
- * bytes between 8-row groups along K (1024). */
+/* MN-major operand (B as it lies), 128-byte swizzle: leading offset one box of 64 columns
+ * (box_bytes), 1024 bytes between 8-row groups (docs/KERNELS.md, "k06_wgmma"). */
 __device__ __forceinline__ uint64_t smem_desc_mn(uint32_t addr, uint32_t box_bytes)
 {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(box_bytes >> 4) << 16) |
@@ -204,9 +194,8 @@ __device__ __forceinline__ void fence_acc(float (&d)[128])
         WG_ACC8(56), WG_ACC8(64), WG_ACC8(72), WG_ACC8(80), WG_ACC8(88), WG_ACC8(96),        \
         WG_ACC8(104), WG_ACC8(112), WG_ACC8(120)
 
-/* d (64 x 256, this warpgroup's fragment) += A (64 x k-step) * B (k-step x 256), both from
- * shared memory, A K-major; B K-major (TRANS_B 0) or MN-major (1, 16-bit types only);
- * scale-d 1 (accumulate), no negation. */
+/* d (this warpgroup's 64 x 256) += A * B from shared memory, A K-major, B K-major (TRANS_B
+ * 0) or MN-major (1, 16-bit types only); scale-d 1 (accumulate), no negation. */
 template <int MATH, int TRANS_B>
 __device__ __forceinline__ void wgmma_step(float (&d)[128], uint64_t da, uint64_t db);
 
@@ -247,9 +236,8 @@ template <> struct c_store<WG_F16, OUT_HALF> {
 
 /* ------------------------------------------------------------------ main kernel */
 
-/* MATH: operand type on the tensor cores; BMN: B K-major (pre-pass) or MN-major (as in
- * memory); OUT: C float32 or half. vec: C rows allow wider stores (float32: pairs; half: 2
- * for four elements), 0 for single elements. */
+/* MATH: operand type; BMN: B K-major (pre-pass) or MN-major (as in memory); OUT: C float32
+ * or half; vec: C's wider stores (main_pass), 0 for single elements. */
 template <int MATH, int BMN, int OUT>
 __global__ void __launch_bounds__(THREADS, 1)
 wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -336,9 +324,8 @@ wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ 
         const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
         const int row0 = bm + cw * 64 + w * 16 + l / 4;
         if constexpr (OUT == OUT_HALF) {
-            /* Half C: a quad of lanes holds 16 columns (32 bytes) of a row in two 8-column
-             * groups; shuffled so that lane q writes columns 4q..4q+3 (8 bytes), each row's
-             * 32 bytes are one whole sector instead of two half-written ones. */
+            /* Half C: shuffled within the quad so that lane q writes columns 4q..4q+3 and
+             * each row's 32 bytes are one whole sector instead of two half-written ones. */
             const int q = l % 4, qa = q < 2 ? 2 * q : 2 * q - 4;
             const int src_a = (l & ~3) + qa, src_b = src_a + 1;
 #pragma unroll
@@ -436,9 +423,8 @@ bool make_map(CUtensorMap *map, encode_tiled_fn enc, CUtensorMapDataType type, i
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* cudaSuccess when the current device has compute capability 9.0 or more and the binary
- * the runtime picks for it has kern's body (sm_90a code); cudaErrorNotSupported otherwise
- * (the body-less fallback is recognized by its static shared array). */
+/* cudaSuccess when the current device (cc >= 9.0) runs kern's sm_90a body, else
+ * cudaErrorNotSupported (the fallback has a static shared array). */
 typedef void (*kernel_fn)(CUtensorMap, CUtensorMap, void *, int, int, int, int, int, int);
 
 cudaError_t has_body(kernel_fn kern)
@@ -480,9 +466,8 @@ struct operand {
     int box_rows;
 };
 
-/* The main kernel on A and B after whatever came before it (e), then the scratch (if any)
- * back to the pool. C's stores: float32 pairs (n even, 8-byte aligned); a half C (half_c)
- * two pairs side by side (n a multiple of 4, 8-byte aligned) give 2, else single elements. */
+/* The main kernel after whatever came before it (e), then the scratch back to the pool.
+ * vec: float32 pairs (n even) or half pairs of pairs (n % 4 == 0), C 8-byte aligned. */
 cudaError_t main_pass(cudaError_t e, kernel_fn kern, encode_tiled_fn enc, CUtensorMapDataType type, int esize,
                       const gemm_launch *l, const operand &a, const operand &b, bool half_c, void *scratch)
 {
@@ -550,9 +535,8 @@ template <int MATH> cudaError_t run(const gemm_launch *l)
                      {Bt, n, k, (size_t)kp, BN}, false, scratch);
 }
 
-/* Half operands (float16 / bfloat16): A K-major and B MN-major as they lie, except one whose
- * rows are not whole 16 bytes or that starts unaligned: copied first into scratch with
- * padded rows (the padding is never read: the maps carry the true sizes). */
+/* Half operands: A K-major and B MN-major as they lie, unless rows are not whole 16 bytes
+ * or the start is unaligned: then copied first into padded scratch (padding never read). */
 template <int MATH> cudaError_t run_half(const gemm_launch *l)
 {
     const int esize = 2;

@@ -1,7 +1,4 @@
-/*
- * registry.c - the kernel family's table: every member, in lesson order, looked up by
- * name. A member is added by declaring its descriptor here and listing it in the table.
- */
+/* registry.c - the kernel family's table, in lesson order: a member is a row. */
 #include <stddef.h>
 #include <string.h>
 
