@@ -1,21 +1,9 @@
 /*
- * blas_internal.h - what the files of libgemm_blas.so share. Not installed.
- *
- * libgemm_blas.so is an LD_PRELOAD library. It defines the gemm entry points of the table
- * below (and nothing else: client/blas/libgemm_blas.map exports exactly these names, libgemm
- * and the rest stay hidden) and sends products above a threshold to a gemmd server; the
- * rest runs on the host's own BLAS.
- *
- *   preload.c  the entry points, made from the table; argument checks, the decision, the log
- *   host.c     each name's host implementation (GEMM_BLAS_LIB, RTLD_NEXT, the libraries
- *              loaded, said at start and exit), the other API's routine or built-in loops
- *   offload.c  the remote product: settings from the environment, a pool of libgemm
- *              clients, the layout chosen, failure classes, warnings and back-off
- *   pack.c     operands into the wire's layout, the answer into C (alpha, beta)
- *
- * Every product is described once, in row-major terms, by gb_problem: a column-major
- * call C = op(A)·op(B) is the row-major product Cᵀ = op(B)ᵀ·op(A)ᵀ on the same memory, so
- * both orders (and Fortran) reach one code path without copying anything.
+ * blas_internal.h - what the files of libgemm_blas.so share (docs/BLAS.md). Not installed.
+ * preload.c defines the entry points, host.c finds and runs the host BLAS, offload.c sends
+ * a product to the server, pack.c moves operands and C. Every product is described once,
+ * in row-major terms (gb_problem): column-major C = op(A)·op(B) is row-major
+ * Cᵀ = op(B)ᵀ·op(A)ᵀ on the same memory.
  */
 #ifndef GEMM_BLAS_INTERNAL_H
 #define GEMM_BLAS_INTERNAL_H
@@ -23,10 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The entry points: one row per BLAS flavour, with its four names in this order (CBLAS
- * sgemm, CBLAS dgemm, Fortran sgemm, Fortran dgemm) and the type of its integer arguments.
- * A flavour is a row: the definitions, the host lookup, the log and the tests all read it;
- * libgemm_blas.map lists the same names (tests/e2e/test_blas.py checks that). */
+/* One row per BLAS flavour: CBLAS sgemm, CBLAS dgemm, Fortran sgemm, Fortran dgemm, and the
+ * type of its integers. libgemm_blas.map lists the same names (test_blas.py checks). */
 #define GB_FLAVOURS(X)                                                                          \
     /* LP64 BLAS: libblas.so.3 (reference, OpenBLAS, BLIS), MKL, conda's libblas/libcblas */    \
     X(cblas_sgemm, cblas_dgemm, sgemm_, dgemm_, int)                                            \
@@ -94,11 +80,7 @@ typedef struct {
 
 /* ---- the host BLAS (host.c) ------------------------------------------------------ */
 
-/* Runs the call on the host: the routine of the same name found in the process (or
- * GEMM_BLAS_LIB), else the other API's routine of the flavour, else built-in loops (which
- * report argument errors as the reference BLAS does). Calls made while it runs that come
- * back into this library (a host CBLAS that calls the Fortran routine, interposed) go
- * straight to the host too. */
+/* Runs the call on the host BLAS (docs/BLAS.md, "The host BLAS"). */
 void gb_host_run(const gb_call *call);
 
 /* Where the call's entry runs on the host, for messages ("/usr/lib/.../libblas.so.3"). */
@@ -108,8 +90,7 @@ const char *gb_host_name(gb_entry e);
 int gb_in_host(void);
 
 /* Argument checks in the reference BLAS order: 0 when valid, else the parameter number
- * xerbla reports (Fortran: 1 transa, 2 transb, 3 m, 4 n, 5 k, 8 lda, 10 ldb, 13 ldc; CBLAS
- * one more, after 1 order). */
+ * xerbla reports. */
 int gb_check(const gb_call *c);
 
 /* A transpose argument of the call as 'N' or 'T' (transpose and conjugate transpose alike,
@@ -140,8 +121,8 @@ typedef struct {
     int backoff;     /* not attempted: the server failed recently */
 } gb_result;
 
-/* Tries the product on the server; on failure *res says why and C is to be recomputed
- * by the caller on the host (C may have been written when beta == 0). */
+/* Tries the product on the server; on failure *res says why and the caller recomputes C
+ * on the host. */
 void gb_offload(const gb_problem *pr, gb_result *res);
 
 /* ---- packing (pack.c) --------------------------------------------------------------- */

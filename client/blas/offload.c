@@ -1,15 +1,8 @@
 /*
- * offload.c - one product on the gemmd server, through libgemm (raw binary over HTTP).
- *
- * Settings come from the environment, read once. Connections are reused: a pool of
- * libgemm clients (each one curl handle with its open connection) that a thread borrows
- * for one product and gives back; at most GB_POOL_IDLE idle ones are kept. A child made by
- * fork() never uses its parent's connections (they share the sockets).
- *
- * How a product travels (packed or not, Cᵀ asked for when both operands are transposed, the
- * answer straight into C or through one pass C = alpha·T + beta·C) and which failures start
- * the back-off: docs/BLAS.md, "How a product travels" and "When the server cannot take a
- * product". A failed product is recomputed on the host by the caller.
+ * offload.c - one product on the gemmd server, through libgemm: settings from the
+ * environment (read once), a pool of libgemm clients that a thread borrows for one product,
+ * the layout chosen and the failures (docs/BLAS.md, "How a product travels", "When the
+ * server cannot take a product", "Threads, connections, fork").
  */
 #include "blas_internal.h"
 #include "gemm.h"
@@ -24,12 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Default thresholds, from the break-even measured on the 2-core development machine
- * against a GPU server modelled behind 10 GbE (bench/results/blas-offload-cpu.md): offload
- * paid from n = 768 (float32) and n = 512 (float64), i.e. 2n^3 flops; the host BLAS ran at
- * 49 / 29 GFLOP/s, so a product must carry about 40 / 24 flops per byte on the wire
- * (host rate / 1.25 GB/s) before its transfer is paid back. docs/BLAS.md says how to
- * measure them for another host. */
+/* Default thresholds: the break-even measured in bench/results/blas-offload-cpu.md
+ * (docs/BLAS.md says how to measure them for another host). */
 #define GB_DEFAULT_MIN_FLOPS_F32 9.0e8
 #define GB_DEFAULT_MIN_FLOPS_F64 2.7e8
 #define GB_DEFAULT_MIN_INTENSITY_F32 40.0

@@ -1,10 +1,8 @@
 /*
- * preload.c - the symbols libgemm_blas.so defines: every entry point of the table in
- * blas_internal.h (GB_FLAVOURS), each with its flavour's integer width, all made by one
- * macro and all going through one path: to the server when the product is big enough
- * (docs/BLAS.md, "What it does"), else to the host BLAS unchanged. Calls with nothing to
- * multiply are answered here, reading neither A nor B (which may then be NULL: OpenBLAS
- * 0.3.21's small-matrix kernels would read them).
+ * preload.c - the entry points of GB_FLAVOURS, made by one macro, all going through one
+ * path: to the server when the product is big enough, else to the host BLAS unchanged
+ * (docs/BLAS.md, "What it does"). Calls with nothing to multiply are answered here without
+ * reading A or B (which may then be NULL).
  */
 #include "blas_internal.h"
 #include "gemm_types.h"

@@ -1,11 +1,6 @@
 /*
- * cli.h - the parts of the `gemm` command and how they depend on each other, without
- * cycles:
- *
- *   main.c       command line, help, dispatch  ->  the subcommands
- *   multiply.c, bench.c, info.c   the subcommands  ->  common.c, matfile.c
- *   common.c     client handle from the options, Ctrl-C and the bar, errors to exit codes
- *   matfile.c    matrix files (npy, raw, CSV/TSV)
+ * cli.h - the parts of the `gemm` command: main.c (command line) calls the subcommands
+ * (multiply.c, bench.c, info.c), which use common.c and matfile.c.
  */
 #ifndef GEMM_CLI_H
 #define GEMM_CLI_H

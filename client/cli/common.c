@@ -1,12 +1,7 @@
 /*
- * common.c - what every subcommand of the `gemm` command shares: a client handle made
- * from the command-line options, Ctrl-C and the progress bar, and library errors turned
- * into messages and exit codes.
- *
- * SIGINT only sets a flag; libgemm calls the progress callback many times a second during
- * a transfer (and while waiting to retry or polling a job), and the callback answers
- * "stop" once the flag is set, so curl aborts the transfer and the command can remove its
- * partial output and exit 130. A second Ctrl-C kills the process the usual way.
+ * common.c - what every subcommand of `gemm` shares: a client from the options, Ctrl-C and
+ * the progress bar, errors to exit codes. SIGINT only sets a flag, which the progress
+ * callback (called during transfers, retry waits and job polls) answers with "stop".
  */
 #include "cli.h"
 

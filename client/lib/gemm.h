@@ -1,20 +1,8 @@
 /*
- * gemm.h - libgemm, the C client of the gemmd matrix-multiplication service
- * (docs/CLIENT.md has an example program and every call).
- *
- * A client handle talks to one daemon (one URL) over HTTP through libcurl and keeps its
- * connection open between requests. Matrices travel in the raw binary format of the API
- * (POST /v1/matmul?m=&k=&n=&dtype=, body A then B, row-major, little-endian): the inputs
- * are sent from the caller's memory without a copy and the answer C is written straight
- * into memory the caller provides; its length is checked against the X-Gemm-Shape header.
- *
- * Threads: a gemm_client is not safe to use from two threads at once. Give each thread
- * its own handle (they are cheap: one curl easy handle each), or serialise the calls on a
- * shared handle with a mutex. Library-wide set-up (curl_global_init) happens once, on the
- * first gemm_client_new(), and is thread-safe. Link with `pkg-config --libs gemm`.
- *
- * The shared library exports exactly the gemm_client_* functions of this header and
- * gemm_util.h (client/lib/libgemm.map); nothing else in it is visible to a program.
+ * gemm.h - libgemm, the C client of the gemmd matrix-multiplication service; docs/CLIENT.md
+ * has an example program and every call. A gemm_client is one curl handle with its kept-alive
+ * connection: not safe to use from two threads at once. The shared library exports exactly
+ * the gemm_client_* functions of this header and gemm_util.h (libgemm.map).
  */
 #ifndef GEMM_CLIENT_H
 #define GEMM_CLIENT_H
@@ -137,25 +125,15 @@ typedef struct {
  * with *err set (C's contents are then unspecified). t may be NULL. */
 int gemm_client_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, gemm_client_error *err);
 
-/* A batch of `batch` products in one request (the server's ?batch=): r->a holds batch m x k
- * matrices back to back, r->b batch k x n matrices, or one k x n matrix used by every
- * product when b_shared is non-zero, and r->c receives batch m x n matrices. 1 <= batch <=
- * 1000000. Returns 0, or -1 with *err set. t describes the whole request. */
+/* A batch of `batch` products in one request (?batch=): r->a, r->b (or one B for all when
+ * b_shared) and r->c hold batch matrices back to back. t describes the whole request. */
 int gemm_client_multiply_batch(gemm_client *c, const gemm_request *r, uint64_t batch, int b_shared,
                                gemm_timing *t, gemm_client_error *err);
-/* The same product over several connections at once: B is uploaded once as a resident
- * matrix (POST /v1/matrices), A is cut into `streams` row panels sent in parallel, each
- * answering its rows of C straight into r->c, and B is deleted afterwards. Each panel
- * says panel_of=m, so a CUDA server runs the whole product's algorithm on its rows and C
- * is the same bytes as gemm_client_multiply()'s (a CPU server: int32 the same bytes,
- * floats within rounding: OpenBLAS chooses per call). streams 0 chooses from the size
- * (gemm_client_auto_streams); 1, or a product too small to split, is one request. The
- * progress callback (on the caller's thread) sees the panels' bytes added up, and a
- * non-zero return stops them all. Needs a server with /v1/matrices. */
+/* The same product over `streams` connections at once, A in row panels, B uploaded once as
+ * a resident matrix (docs/CLIENT.md). streams 0 chooses from the size; 1 is one request. */
 int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int streams, gemm_timing *t,
                                  gemm_client_error *err);
-/* The number of connections gemm_client_multiply_streams uses for streams = 0: 1 when A, B
- * and C together are under 64 MiB (one connection is as fast), else 4. */
+/* The connections gemm_client_multiply_streams uses for streams = 0. */
 int gemm_client_auto_streams(const gemm_request *r);
 
 /* ---- asynchronous jobs ------------------------------------------------- */
@@ -191,9 +169,8 @@ int gemm_client_job_status(gemm_client *c, const char *id, gemm_job_info *info, 
  * error in *err (kind SERVER). poll_ms: first interval (default 20), doubling up to 500. */
 int gemm_client_job_wait(gemm_client *c, const char *id, long poll_ms, long timeout_ms,
                          gemm_job_info *info, gemm_client_error *err);
-/* GET /v1/jobs/{id}/result as raw binary into c_out, which holds m*n elements of dtype (C's:
- * gemm_request_c_dtype() of the request)
- * (checked against the answer's X-Gemm-Shape and length). */
+/* GET /v1/jobs/{id}/result as raw binary into c_out: m*n elements of dtype (C's:
+ * gemm_request_c_dtype() of the request), checked against the answer. */
 int gemm_client_job_fetch(gemm_client *c, const char *id, gemm_dtype dtype, uint64_t m, uint64_t n,
                           void *c_out, gemm_timing *t, gemm_client_error *err);
 /* DELETE /v1/jobs/{id}: cancels a queued job or forgets a finished one. */

@@ -1,7 +1,6 @@
 /*
- * gemm_util.h - helpers of libgemm that the `gemm` command and tests use too: parsing of
- * shapes ("MxK"), of the Server-Timing and Retry-After headers, and matrices as CSV/TSV
- * text. All are pure functions of their arguments (no network).
+ * gemm_util.h - helpers of libgemm that the `gemm` command uses too (docs/CLIENT.md,
+ * "Helpers"): pure functions of their arguments, no network.
  */
 #ifndef GEMM_UTIL_H
 #define GEMM_UTIL_H
@@ -31,11 +30,8 @@ int gemm_client_parse_server_timing(const char *s, gemm_timing *t);
  * now_epoch_s. Returns -1 when it cannot be parsed. */
 long gemm_client_parse_retry_after(const char *s, double now_epoch_s);
 
-/* ---- CSV / TSV text matrices -------------------------------------------
- * One row a line, values separated by the delimiter (',' or '\t'; 0 = guess from the first
- * line: tab if it has one, else comma, else whitespace). Blank lines and lines starting
- * with '#' are skipped; '\r' is ignored; spaces around values are allowed. Every row must
- * have the same number of values. int32 values must be integers in range. */
+/* ---- CSV / TSV text matrices: one row a line; delim ',', '\t', ' ' or 0 (guessed from the
+ * first line); blank lines and '#' comments skipped; every row as long as the first. */
 typedef struct {
     int line;          /* 1-based line of the problem, 0 when none */
     char message[256];

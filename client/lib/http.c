@@ -1,9 +1,7 @@
 /*
- * http.c - the client handle and one HTTP exchange over libcurl: the body is streamed
- * from the caller's buffers by a read callback (no copy of A or B), a binary answer is
- * written by the write callback straight into the caller's C (after its X-Gemm-Shape and
- * Content-Length were checked), other answers are kept as text; 503 answers are retried
- * after Retry-After (capped).
+ * http.c - the client handle and one HTTP exchange over libcurl: the body streamed from the
+ * caller's buffers, a binary answer written straight into the caller's C once its headers
+ * were checked, other answers kept as text, 503 retried after Retry-After.
  */
 #define _GNU_SOURCE /* asprintf */
 #include "client_internal.h"

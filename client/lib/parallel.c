@@ -1,9 +1,6 @@
 /*
- * parallel.c - one large product over several connections at once (docs/CLIENT.md,
- * gemm_client_multiply_streams): B becomes an empty resident matrix whose rows each
- * connection PUTs a share of; once every share is in (a barrier) each sends its row panel
- * of A (POST /v1/matmul?b=ID&panel_of=m) and its panel of C is written straight into place;
- * B is deleted afterwards. A server without empty matrices (400) gets B whole first.
+ * parallel.c - one product over several connections (docs/CLIENT.md,
+ * gemm_client_multiply_streams).
  */
 #include "client_internal.h"
 
