@@ -28,7 +28,7 @@ typedef struct {
     long timeout_ms;          /* --timeout SECONDS (0 = none) */
     long connect_timeout_ms;  /* --connect-timeout SECONDS */
     int retries;              /* --retries N (-1: the library's default) */
-    int verbose;
+    int verbose, help;
     /* multiply */
     const char *out, *format, *out_format; /* --format: inputs and output; --out-format: output */
     const char *dtype, *out_dtype, *shape, *kernel, *math;
