@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 
+#include "client_internal.h" /* the stages of gemm_timing */
 #include "gemm_util.h"
 
 #include <stddef.h>
@@ -20,20 +21,17 @@ static void print_ms(const char *name, double v)
     if (v >= 0) fprintf(stderr, "  %-16s %10.3f ms\n", name, v);
 }
 
-static void print_timing(const gemm_timing *t, const gemm_request *r, int async, double wall_ms)
+static void print_timing(gemm_timing *t, const gemm_request *r, int async, double wall_ms)
 {
     fprintf(stderr, "gemm: %llux%llux%llu %s, kernel %s%s%s%s%s\n", (unsigned long long)r->m,
             (unsigned long long)r->k, (unsigned long long)r->n, gemm_dtype_name(r->dtype),
             t->kernel[0] ? t->kernel : "?", t->math[0] ? ", math " : "", t->math,
             t->device[0] ? ", on " : "", t->device);
-    print_ms("server recv", t->recv_ms);
-    print_ms("server decode", t->decode_ms);
-    print_ms("server queue", t->queue_ms);
-    print_ms("server h2d", t->h2d_ms);
-    print_ms("server kernel", t->kernel_ms);
-    print_ms("server d2h", t->d2h_ms);
-    print_ms("server encode", t->encode_ms);
-    print_ms("server total", t->total_ms);
+    for (int i = 0; i < GEMM_STAGES; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "server %s", gemm_stage_names[i]);
+        print_ms(name, *gemm_timing_stage(t, i));
+    }
     /* async: submit + polls + fetch; the transfer line is then that minus the server's
      * total, which includes the polling interval's slack */
     print_ms(async ? "client job" : "client request", t->client_total_ms);
