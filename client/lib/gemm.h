@@ -36,9 +36,7 @@ typedef struct {
     gemm_client_error_kind kind;
     int http_status;     /* HTTP status of the last answer, 0 when none arrived */
     int curl_code;       /* CURLcode of a transport failure, 0 otherwise */
-    char code[48];       /* the server's error code ("shape_mismatch", "queue_full", ...) or a
-                            client code: "connect_failed", "timeout", "aborted", "bad_response",
-                            "bad_argument", "out_of_memory" */
+    char code[48];       /* the server's error code ("shape_mismatch", ...) or the client's */
     char message[512];   /* the server's message, or the client's / curl's explanation */
     int retries;         /* 503 answers retried before this outcome */
 } gemm_client_error;
@@ -48,9 +46,7 @@ const char *gemm_client_error_kind_name(gemm_client_error_kind k);
 
 /* ---- client ------------------------------------------------------------ */
 
-/* Transfer progress: bytes sent and received so far and their totals (0 when unknown).
- * Return 0 to go on, non-zero to abort the transfer (the call then fails with
- * GEMM_CLIENT_E_ABORTED). Called often, from the calling thread. */
+/* Transfer progress (totals 0 when unknown), from the calling thread: non-zero aborts. */
 typedef int (*gemm_progress_fn)(void *ctx, uint64_t up_now, uint64_t up_total,
                                 uint64_t down_now, uint64_t down_total);
 
@@ -64,25 +60,22 @@ typedef struct {
     gemm_progress_fn progress;  /* optional */
     void *progress_ctx;
     int verbose;                /* non-zero: curl prints the exchange on stderr */
-    const char *ca_file;        /* https: PEM bundle to verify the server with (a self-signed
-                                   gemmd certificate); NULL = the system's store */
+    const char *ca_file;        /* https: PEM bundle to verify the server; NULL = the system's */
 } gemm_client_options;
 
 void gemm_client_options_init(gemm_client_options *o);
 
 typedef struct gemm_client gemm_client;
 
-/* url: "http://host:port", "https://host:port" (a server with TLS), or "host:port" /
- * "[v6addr]:port" for http (a trailing "/" is fine); another scheme is refused.
- * The options are copied (the token too). Returns NULL with *err set on failure. */
+/* url: http://host:port, https://host:port, or host:port for http. The options are copied.
+ * Returns NULL with *err set on failure. */
 gemm_client *gemm_client_new(const char *url, const gemm_client_options *o, gemm_client_error *err);
 void gemm_client_free(gemm_client *c); /* NULL is fine */
 
 /* ---- one product ------------------------------------------------------- */
 
 typedef struct {
-    gemm_dtype dtype;     /* float32, float64, int32, float16 or bfloat16 (2-byte elements,
-                             IEEE binary16 / the top half of a float32) */
+    gemm_dtype dtype;     /* float32, float64, int32, float16 or bfloat16 */
     uint64_t m, k, n;     /* A is m x k, B is k x n, C is m x n */
     const void *a;        /* m*k elements, row-major; only read */
     const void *b;        /* k*n elements, row-major; only read */
@@ -90,14 +83,12 @@ typedef struct {
     const char *kernel;   /* NULL = server default ("auto") */
     gemm_math math;       /* GEMM_MATH_DEFAULT = not sent */
     int tile;             /* 0 = not sent */
-    int out_half;         /* float16 / bfloat16: 1 = C in that dtype (out_dtype), 0 = C in
-                             float32 (the server's default); ignored for other dtypes */
+    int out_half;         /* float16 / bfloat16: 1 = C in that dtype, 0 = C in float32 */
 } gemm_request;
 
 #define GEMM_REQUEST_INIT {GEMM_DTYPE_F32, 0, 0, 0, NULL, NULL, NULL, NULL, GEMM_MATH_DEFAULT, 0, 0}
 
-/* The dtype of C for this request: float32 for float16 / bfloat16 operands unless out_half,
- * else the operands' dtype. r->c holds m*n elements of it. */
+/* The dtype of C for this request: r->c holds m*n elements of it. */
 static inline gemm_dtype gemm_request_c_dtype(const gemm_request *r)
 {
     return (r->dtype == GEMM_DTYPE_F16 || r->dtype == GEMM_DTYPE_BF16) && !r->out_half ? GEMM_DTYPE_F32 : r->dtype;
@@ -106,14 +97,11 @@ static inline gemm_dtype gemm_request_c_dtype(const gemm_request *r)
 /* Durations in milliseconds. Server stages are -1 when the server did not report them. */
 typedef struct {
     double recv_ms, decode_ms, queue_ms, h2d_ms, kernel_ms, d2h_ms, encode_ms,
-        total_ms;             /* Server-Timing: receiving the body, decoding it, waiting in the
-                                 queue, host-to-device copy, kernel, device-to-host copy,
-                                 encoding C, and the server's whole time for the request */
+        total_ms;             /* Server-Timing (docs/API.md, "Timing") */
     double client_total_ms;   /* the whole exchange as the client saw it */
     double client_connect_ms; /* time to connect (0 when the connection was reused) */
     double client_first_byte_ms; /* start until the first byte of the answer */
-    double client_transfer_ms; /* client_total_ms minus the server's total: time on the wire
-                                  and in the client (-1 when the server gave no total) */
+    double client_transfer_ms; /* client_total_ms - total_ms (-1 without total_ms) */
     uint64_t bytes_sent, bytes_received;
     char kernel[48];          /* X-Gemm-Kernel: the kernel that ran ("" if not reported) */
     char math[16];            /* X-Gemm-Math when sent, else "" */
@@ -164,9 +152,8 @@ int gemm_client_job_submit(gemm_client *c, const gemm_request *r, char *id, size
                            gemm_client_error *err);
 /* GET /v1/jobs/{id}. */
 int gemm_client_job_status(gemm_client *c, const char *id, gemm_job_info *info, gemm_client_error *err);
-/* Polls the status until the job is done, failed or cancelled, or timeout_ms passes
- * (0 = no limit; GEMM_CLIENT_E_TIMEOUT then). A failed job returns -1 with the job's
- * error in *err (kind SERVER). poll_ms: first interval (default 20), doubling up to 500. */
+/* Polls (from poll_ms, default 20, doubling up to 500) until the job finished or timeout_ms
+ * (0 = none) passed; a failed job returns -1 with its error in *err (kind SERVER). */
 int gemm_client_job_wait(gemm_client *c, const char *id, long poll_ms, long timeout_ms,
                          gemm_job_info *info, gemm_client_error *err);
 /* GET /v1/jobs/{id}/result as raw binary into c_out: m*n elements of dtype (C's:
@@ -178,22 +165,9 @@ int gemm_client_job_delete(gemm_client *c, const char *id, gemm_client_error *er
 
 /* ---- service ----------------------------------------------------------- */
 
-/* GET path (e.g. "/v1/info", "/healthz", "/readyz", "/metrics"): the body as a
- * NUL-terminated string in *body (free() it) and the status in *status. HTTP errors are
- * not failures here: only transport errors return -1. */
+/* GET path ("/v1/info", ...): the body as a string in *body (free() it), the status in
+ * *status; only transport errors return -1. */
 int gemm_client_get(gemm_client *c, const char *path, char **body, int *status, gemm_client_error *err);
-
-/* ---- names of 0.1 -------------------------------------------------------
- * The calls above were gemm_multiply, gemm_job_submit ... gemm_get before libgemm.so
- * exported only gemm_client_* names. These macros keep code written against those names
- * building; they add no symbol to the library. New code uses gemm_client_*. */
-#define gemm_multiply gemm_client_multiply
-#define gemm_job_submit gemm_client_job_submit
-#define gemm_job_status gemm_client_job_status
-#define gemm_job_wait gemm_client_job_wait
-#define gemm_job_fetch gemm_client_job_fetch
-#define gemm_job_delete gemm_client_job_delete
-#define gemm_get gemm_client_get
 
 #ifdef __cplusplus
 }
