@@ -143,10 +143,8 @@ typedef struct {
             for (int64_t i = lo; i < hi; i++) {                                                 \
                 T *ci = c + i * ldc;                                                            \
                 const T *ti = t + i * n;                                                        \
-                if (beta == 0)                                                                  \
-                    for (int64_t j = 0; j < n; j++) ci[j] = alpha * ti[j];                      \
-                else                                                                            \
-                    for (int64_t j = 0; j < n; j++) ci[j] = alpha * ti[j] + beta * ci[j];       \
+                for (int64_t j = 0; j < n; j++)                                                 \
+                    ci[j] = beta == 0 ? alpha * ti[j] : alpha * ti[j] + beta * ci[j];           \
             }                                                                                   \
             return;                                                                             \
         }                                                                                       \

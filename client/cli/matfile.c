@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,12 +203,9 @@ static size_t output_bytes(const gemm_cli_output *o)
 static int open_tmp(gemm_cli_output *o, char *msg, size_t cap)
 {
     size_t tlen = strlen(o->path) + 32;
-    char *dirbuf = strdup(o->path), *basebuf = strdup(o->path);
-    o->tmp_path = dirbuf && basebuf ? malloc(tlen) : NULL;
-    if (o->tmp_path) snprintf(o->tmp_path, tlen, "%s/.%s.partXXXXXX", dirname(dirbuf), basename(basebuf));
-    free(dirbuf);
-    free(basebuf);
-    if (!o->tmp_path) return fail(msg, cap, "out of memory");
+    const char *slash = strrchr(o->path, '/'), *base = slash ? slash + 1 : o->path;
+    if (!(o->tmp_path = malloc(tlen))) return fail(msg, cap, "out of memory");
+    snprintf(o->tmp_path, tlen, "%.*s.%s.partXXXXXX", (int)(base - o->path), o->path, base);
     if ((o->fd = mkstemp(o->tmp_path)) < 0) {
         free(o->tmp_path);
         o->tmp_path = NULL;
