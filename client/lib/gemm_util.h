@@ -21,9 +21,8 @@ int gemm_client_parse_shape(const char *s, uint64_t dims[3]);
 /* Two numbers out of an X-Gemm-Shape value ("512x256", "512,256", "[512, 256]"). 0 or -1. */
 int gemm_client_parse_shape_header(const char *s, uint64_t *rows, uint64_t *cols);
 
-/* Fills the server stages of *t from a Server-Timing value
- * ("recv;dur=1.2, queue;dur=0.02, h2d;dur=1.21, kernel;dur=2.67, d2h;dur=1.18, total;dur=5.3").
- * Stages not named are left as they are. Returns how many stages were recognised. */
+/* The stages of *t named in a Server-Timing value ("recv;dur=1.2, queue;dur=0.02, ...");
+ * the others are left as they are. Returns how many stages were recognised. */
 int gemm_client_parse_server_timing(const char *s, gemm_timing *t);
 
 /* Retry-After: delay-seconds ("3", "0.5") -> milliseconds, or an HTTP date relative to
@@ -42,9 +41,7 @@ typedef struct {
 int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype dtype,
                            uint64_t *rows, uint64_t *cols, void **data, gemm_text_error *e);
 
-/* Writes a rows x cols matrix as text with delim between values (float32 with 9
- * significant digits, float64 with 17, so values read back exactly). Returns 0, or -1
- * on a write error (errno set). */
+/* Writes a rows x cols matrix as text, values that read back exactly. 0, or -1 (errno set). */
 int gemm_client_text_write(FILE *f, char delim, gemm_dtype dtype, uint64_t rows, uint64_t cols,
                            const void *data);
 
