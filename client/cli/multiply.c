@@ -56,9 +56,8 @@ static void cancel_job(const gemm_cli_opts *o, const char *id)
     gemm_client_free(c);
 }
 
-/* Submit, poll, fetch. The client time reported is the whole of it, from the first byte of
- * the submit to the last byte of the result: it encloses everything the server did for the
- * job, so it is never smaller than the server's total (the fetch alone would be). */
+/* Submit, poll, fetch. The client time is the whole of it, so that it encloses the server's
+ * total (the fetch alone would be smaller). */
 static int run_async(const gemm_cli_opts *o, gemm_client *c, const gemm_request *r, gemm_timing *t,
                      gemm_client_error *err)
 {
@@ -99,7 +98,6 @@ static int open_inputs(const gemm_cli_opts *o, gemm_cli_format fa, gemm_cli_form
     int nshape = 0;
     if (o->shape && (nshape = gemm_client_parse_shape(o->shape, shape)) < 0)
         return gemm_cli_say(GEMM_EXIT_USAGE, "--shape \"%s\": expected MxK or MxKxN (whole numbers >= 1)", o->shape);
-    /* Binary inputs first: a text input without --dtype takes the other input's dtype. */
     int a_first = !(is_text(fa) && !is_text(fb));
     for (int pass = 0; pass < 2; pass++) {
         int doing_a = (pass == 0) == a_first;
@@ -113,7 +111,6 @@ static int open_inputs(const gemm_cli_opts *o, gemm_cli_format fa, gemm_cli_form
         } else {
             uint64_t rows = nshape >= 2 ? shape[1] : A->data ? A->cols : 0;
             uint64_t cols = nshape == 3 ? shape[2] : 0;
-            if (fb == GEMM_FMT_RAW && rows == 0 && A->data) rows = A->cols;
             ok = gemm_cli_input_open(B, pb, fb, fb == GEMM_FMT_NPY ? dtype : want, rows, cols, msg, sizeof msg);
             if (ok != 0 && fb == GEMM_FMT_RAW && rows == 0)
                 snprintf(msg, sizeof msg, "%s: raw binary B needs --shape MxKxN (or A's shape from A)", pb);
