@@ -11,16 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One row per BLAS flavour: CBLAS sgemm, CBLAS dgemm, Fortran sgemm, Fortran dgemm, and the
- * type of its integers. libgemm_blas.map lists the same names (test_blas.py checks). */
+/* One row per BLAS flavour (docs/BLAS.md, "What it does", says whose): CBLAS sgemm, CBLAS
+ * dgemm, Fortran sgemm, Fortran dgemm, and the type of its integers. libgemm_blas.map lists
+ * the same names (test_blas.py checks). */
 #define GB_FLAVOURS(X)                                                                          \
-    /* LP64 BLAS: libblas.so.3 (reference, OpenBLAS, BLIS), MKL, conda's libblas/libcblas */    \
     X(cblas_sgemm, cblas_dgemm, sgemm_, dgemm_, int)                                            \
-    /* OpenBLAS ILP64 built with SYMBOLSUFFIX=64_; NumPy 1.x wheels (libopenblas64_p) */        \
     X(cblas_sgemm64_, cblas_dgemm64_, sgemm_64_, dgemm_64_, int64_t)                            \
-    /* NumPy 2.x wheels (scipy-openblas64) */                                                   \
     X(scipy_cblas_sgemm64_, scipy_cblas_dgemm64_, scipy_sgemm_64_, scipy_dgemm_64_, int64_t)    \
-    /* SciPy wheels (scipy-openblas32) */                                                       \
     X(scipy_cblas_sgemm, scipy_cblas_dgemm, scipy_sgemm_, scipy_dgemm_, int)
 
 #define GB_ENUM(cs, cd, fs, fd, IT) GB_E_##cs, GB_E_##cd, GB_E_##fs, GB_E_##fd,

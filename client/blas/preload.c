@@ -11,9 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The call as a row-major problem (see blas_internal.h). Column-major C = op(A)·op(B) is
- * row-major Cᵀ = op(B)ᵀ·op(A)ᵀ on the same memory: swap the operands and m with n; an
- * operand not transposed in the call is then stored exactly as the row-major side needs. */
+/* The call as a row-major problem (blas_internal.h): column-major swaps the operands and m, n. */
 static void to_problem(gb_problem *pr, const gb_call *c, int ta_t, int tb_t)
 {
     int row = c->order == GB_ROW_MAJOR;
