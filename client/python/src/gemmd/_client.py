@@ -246,7 +246,7 @@ class Client:
             "/v1/matmul", a, b, _options(kernel, math, tile), dtype, out_dtype, out, "application/octet-stream")
         if resp.status != 200:
             raise self._error(resp, conn, retries)
-        return self._read_product(resp, conn, shape, c_name, out, 2.0 * float(np.prod(shape)) * k, t0, retries)
+        return self._read_product(resp, conn, shape, c_name, out, k, t0, retries)
 
     def submit(self, a: npt.ArrayLike, b: npt.ArrayLike, *, kernel: Optional[str] = None,
                math: Optional[str] = None, tile: Optional[int] = None,
@@ -467,7 +467,7 @@ class Client:
 
     def _read_product(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
                       shape: Optional[Tuple[int, ...]], dtype: Optional[str], out: Optional[npt.NDArray[Any]],
-                      flops: float, t0: float, retries: int, job_id: Optional[str] = None) -> Product:
+                      k: int, t0: float, retries: int, job_id: Optional[str] = None) -> Product:
         """Reads a raw C straight into an ndarray (``out`` or a new one), checked against the request."""
         with self._reading(conn, "C"):
             st = resp.status
@@ -509,7 +509,8 @@ class Client:
         h = {k: resp.getheader("X-Gemm-" + k.capitalize()) or "" for k in
              ("kernel", "block", "math", "device", "instance", "batched")}
         return Product(c=c, tile=int(tile) if tile.lstrip("-").isdigit() else 0,
-                       timing=Timing.from_server_timing(resp.getheader("Server-Timing"), flops,
+                       timing=Timing.from_server_timing(resp.getheader("Server-Timing"),
+                                                        2.0 * float(np.prod(got_shape)) * k,
                                                         (time.perf_counter() - t0) * 1e3),
                        retries=retries, job_id=job_id, **h)
 
@@ -587,9 +588,7 @@ class Job:
         resp, conn, retries = c._call("GET", c._prefix + self._path("/result"), accept="application/octet-stream")
         if resp.status != 200:
             raise c._error(resp, conn, retries)
-        shape = self._shape or [int(x) for x in (resp.getheader("X-Gemm-Shape") or "").split(",") if x.isdigit()]
-        flops = 2.0 * float(np.prod(shape)) * (self._k or 0)
-        return c._read_product(resp, conn, self._shape, self._dtype, out, flops, t0, retries, self.id)
+        return c._read_product(resp, conn, self._shape, self._dtype, out, self._k or 0, t0, retries, self.id)
 
     def cancel(self) -> bool:
         """``DELETE /v1/jobs/{id}``: cancels or forgets the job; False when the server does not know it."""

@@ -122,11 +122,8 @@ class JobStatus:
             err = GemmError(str(e.get("message", "")), status if isinstance(status, int) else None,
                             str(e["code"]) if e.get("code") is not None else None)
         exp = obj.get("expires_in_s")
-        return cls(id=str(obj.get("id", "")), state=str(obj.get("state", "")),
-                   shape=(int(shape[0]), int(shape[1])), k=int(obj.get("k", 0)),
-                   dtype=str(obj.get("dtype", "")), kernel=str(obj.get("kernel", "")),
-                   tile=int(obj.get("tile", 0)), block=str(obj.get("block", "")),
-                   math=str(obj.get("math", "")), device=str(obj.get("device", "")),
+        text = {key: str(obj.get(key, "")) for key in ("id", "state", "dtype", "kernel", "block", "math", "device")}
+        return cls(shape=(int(shape[0]), int(shape[1])), k=int(obj.get("k", 0)), tile=int(obj.get("tile", 0)),
                    timing=Timing.from_json(obj.get("timing")),
                    expires_in_s=float(exp) if isinstance(exp, (int, float)) else None,
-                   error=err, raw=dict(obj), out_dtype=str(obj.get("out_dtype", obj.get("dtype", ""))))
+                   error=err, raw=dict(obj), out_dtype=str(obj.get("out_dtype", obj.get("dtype", ""))), **text)
