@@ -134,8 +134,6 @@ static void dispatch(const gb_call *c)
  * name (the host's) with a call's arguments, converted back to the entry's own types. */
 #define GB_CBLAS(name, IT, FT)                                                                          \
     void name(int order, int ta, int tb, IT m, IT n, IT k, FT alpha, const FT *a, IT lda, const FT *b, IT ldb, \
-              FT beta, FT *c, IT ldc);                                                                  \
-    void name(int order, int ta, int tb, IT m, IT n, IT k, FT alpha, const FT *a, IT lda, const FT *b, IT ldb, \
               FT beta, FT *c, IT ldc)                                                                   \
     {                                                                                                   \
         gb_call call = {GB_E_##name, order, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c};      \
@@ -149,8 +147,6 @@ static void dispatch(const gb_call *c)
     }
 
 #define GB_F77(name, IT, FT)                                                                            \
-    void name(const char *ta, const char *tb, const IT *m, const IT *n, const IT *k, const FT *alpha,  \
-              const FT *a, const IT *lda, const FT *b, const IT *ldb, const FT *beta, FT *c, const IT *ldc); \
     void name(const char *ta, const char *tb, const IT *m, const IT *n, const IT *k, const FT *alpha,  \
               const FT *a, const IT *lda, const FT *b, const IT *ldb, const FT *beta, FT *c, const IT *ldc) \
     {                                                                                                   \
