@@ -29,10 +29,10 @@
 static struct {
     pthread_once_t once;
     gb_settings pub;
-    char *url, *token, *kernel;
+    char *url, *kernel;
     gemm_math math;
-    long timeout_ms, connect_timeout_ms, backoff_ms;
-    int retries;
+    long backoff_ms;
+    gemm_client_options client; /* of every client in the pool */
 } cfg = {.once = PTHREAD_ONCE_INIT};
 
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -138,7 +138,6 @@ static void settings_init(void)
     env_pair("GEMM_OFFLOAD_MIN_INTENSITY", s->min_intensity, GB_DEFAULT_MIN_INTENSITY_F32,
              GB_DEFAULT_MIN_INTENSITY_F64);
     cfg.url = env_dup("GEMM_SERVER");
-    cfg.token = env_dup("GEMM_TOKEN");
     cfg.kernel = env_dup("GEMM_OFFLOAD_KERNEL");
     cfg.math = GEMM_MATH_DEFAULT;
     const char *m = getenv("GEMM_OFFLOAD_MATH");
@@ -147,10 +146,15 @@ static void settings_init(void)
                      "using the server's default", m);
         cfg.math = GEMM_MATH_DEFAULT;
     }
-    cfg.timeout_ms = (long)env_num("GEMM_OFFLOAD_TIMEOUT_MS", 300000, 1, 0, 86400000L);
-    cfg.connect_timeout_ms = (long)env_num("GEMM_OFFLOAD_CONNECT_TIMEOUT_MS", 3000, 1, 1, 600000L);
     cfg.backoff_ms = (long)env_num("GEMM_OFFLOAD_BACKOFF_MS", 10000, 1, 0, 86400000L);
-    cfg.retries = (int)env_num("GEMM_OFFLOAD_RETRIES", 2, 1, 0, 100);
+    gemm_client_options *o = &cfg.client;
+    gemm_client_options_init(o);
+    o->token = env_dup("GEMM_TOKEN");
+    o->timeout_ms = (long)env_num("GEMM_OFFLOAD_TIMEOUT_MS", 300000, 1, 0, 86400000L);
+    o->connect_timeout_ms = (long)env_num("GEMM_OFFLOAD_CONNECT_TIMEOUT_MS", 3000, 1, 1, 600000L);
+    o->max_retries = (int)env_num("GEMM_OFFLOAD_RETRIES", 2, 1, 0, 100);
+    o->max_retry_wait_ms = 2000;
+    o->default_retry_wait_ms = 200;
     s->enabled = cfg.url != NULL;
     if (!s->enabled)
         gb_warn_once("no_server", "GEMM_SERVER is not set: every product runs on the host BLAS");
@@ -171,16 +175,7 @@ static gemm_client *pool_take(gemm_client_error *err)
     pthread_mutex_lock(&pool_mu);
     if (pool_n > 0) c = pool[--pool_n];
     pthread_mutex_unlock(&pool_mu);
-    if (c) return c;
-    gemm_client_options o;
-    gemm_client_options_init(&o);
-    o.token = cfg.token;
-    o.connect_timeout_ms = cfg.connect_timeout_ms;
-    o.timeout_ms = cfg.timeout_ms;
-    o.max_retries = cfg.retries;
-    o.max_retry_wait_ms = 2000;
-    o.default_retry_wait_ms = 200;
-    return gemm_client_new(cfg.url, &o, err);
+    return c ? c : gemm_client_new(cfg.url, &cfg.client, err);
 }
 
 static void pool_give(gemm_client *c)

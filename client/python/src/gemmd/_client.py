@@ -308,11 +308,9 @@ class Client:
         if conn is not None and conn.sock is not None:
             return conn, True
         if conn is None:
-            if self._https:
-                conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.connect_timeout,
-                                                   context=self._ssl)
-            else:
-                conn = http.client.HTTPConnection(self._host, self._port, timeout=self.connect_timeout)
+            conn = (http.client.HTTPSConnection(self._host, self._port, timeout=self.connect_timeout,
+                                                context=self._ssl) if self._https
+                    else http.client.HTTPConnection(self._host, self._port, timeout=self.connect_timeout))
             self._local.conn = conn
             with self._conns_lock:
                 self._conns.add(conn)
