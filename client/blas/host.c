@@ -136,15 +136,6 @@ static void run_scan(scan *s)
     if (entry_re_ok) dl_iterate_phdr(one_object, s);
 }
 
-/* The address of `name` in a library loaded in the process (not the program, not this
- * library), its path in path[size]; NULL when none defines it. */
-static void *scan_find(const char *name, char *path, size_t size)
-{
-    scan s = {name, NULL, path, size, 0, 0};
-    run_scan(&s);
-    return s.addr;
-}
-
 __attribute__((constructor)) static void at_start(void)
 {
     if (!gb_log_wanted()) return;
@@ -203,9 +194,11 @@ static void *lookup(gb_entry e)
         how = "GEMM_BLAS_LIB";
         fn = host.lib ? dlsym(host.lib, name) : NULL;
         snprintf(where, sizeof host.where[e], "%s", lib);
-    } else if (!(fn = dlsym(RTLD_NEXT, name))) {
+    } else if (!(fn = dlsym(RTLD_NEXT, name))) { /* a library loaded privately defines it? */
+        scan s = {name, NULL, where, sizeof host.where[e], 0, 0};
+        run_scan(&s);
         how = "a library loaded privately";
-        fn = scan_find(name, where, sizeof host.where[e]);
+        fn = s.addr;
     }
     if (fn && dladdr(fn, &di) && di.dli_fname) snprintf(where, sizeof host.where[e], "%s", di.dli_fname);
     if (fn && is_ours(where)) {

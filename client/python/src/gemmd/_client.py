@@ -32,8 +32,7 @@ _USER_AGENT = "gemmd-python/" + _VERSION
 _WIRE: Dict[str, "np.dtype[Any]"] = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int32": np.dtype("<i4"),
                                      "float16": np.dtype("<f2")}
 
-# NumPy has no bfloat16; the ml_dtypes package (optional) gives one. Without it bfloat16
-# arrays cannot be represented here, so they can be neither sent nor received.
+# NumPy has no bfloat16: the optional ml_dtypes package gives one (README, "float16 and bfloat16").
 try:
     import ml_dtypes as _ml_dtypes  # type: ignore[import-not-found, unused-ignore]
     _BF16: Optional["np.dtype[Any]"] = np.dtype(_ml_dtypes.bfloat16)
