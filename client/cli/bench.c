@@ -1,7 +1,6 @@
 /*
- * bench.c - `gemm bench`: C threads, each with its own client handle (its own keep-alive
- * connection) and its own C buffer, send the same random A and B R times each, after the
- * first answer was checked against a float64 computation of sampled elements.
+ * bench.c - `gemm bench` (docs/CLIENT.md): C threads, each with its own client and C buffer,
+ * send the same random product R times, after a first answer was checked.
  */
 #include "cli.h"
 #include "gemm_half.h"

@@ -118,7 +118,7 @@ int gemm_cli_output_create(gemm_cli_output *o, const char *path, gemm_cli_format
                            uint64_t batch, uint64_t rows, uint64_t cols, char *msg, size_t cap);
 /* Writes text formats, flushes and renames into place. 0 or -1 with msg. */
 int gemm_cli_output_commit(gemm_cli_output *o, char *msg, size_t cap);
-/* Removes the partial file. Safe after commit (does nothing then). */
+/* Removes the partial file and frees what the output holds; called after commit too. */
 void gemm_cli_output_abort(gemm_cli_output *o);
 
 /* ---- subcommands ---------------------------------------------------------- */

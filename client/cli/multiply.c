@@ -1,7 +1,6 @@
 /*
- * multiply.c - `gemm multiply A B -o C`: open the inputs (mapped), create the output at
- * its final size, send the product (synchronously, or as a job with --async) and commit
- * the output only when everything succeeded.
+ * multiply.c - `gemm multiply A B -o C` (docs/CLIENT.md): the output is committed only when
+ * everything succeeded.
  */
 #include "cli.h"
 
