@@ -54,9 +54,8 @@ typedef struct {
 
 extern const gb_entry_info gb_entries[GB_ENTRY_COUNT];
 
-/* One operand as the row-major product sees it: the logical matrix is rows x cols. Its
- * storage is row-major with row stride ld; `trans` says the storage holds the transpose
- * (then storage is cols x rows with stride ld). */
+/* One operand as the row-major product sees it, rows x cols: stored row-major with row stride
+ * ld, or (trans) its transpose stored so. */
 typedef struct {
     const void *p;
     int64_t rows, cols, ld;
@@ -128,9 +127,8 @@ void gb_offload(const gb_problem *pr, gb_result *res);
  * row-major matrix, or its transpose when want_t. */
 double gb_pack_cost(const gb_operand *x, int want_t);
 
-/* The operand (or its transpose, want_t) as contiguous row-major memory: the caller's own
- * when it already is, else a packed copy in *owned (free it). NULL when out of memory.
- * The caller has checked that the size does not overflow. */
+/* The operand (or its transpose, want_t) as contiguous row-major memory: the caller's own, or
+ * a copy in *owned (free it) whose size the caller checked; NULL when out of memory. */
 const void *gb_pack(const gb_operand *x, int want_t, size_t esz, void **owned);
 
 /* C (m x n, row stride ldc) = alpha·T + beta·C, where T is m x n contiguous, or (trans_t)

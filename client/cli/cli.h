@@ -92,9 +92,8 @@ typedef struct {
     void *owned;
 } gemm_cli_input;
 
-/* Opens an input. dtype: GEMM_DTYPE_INVALID when not forced (npy carries its own; text
- * defaults to float64; raw needs one). rows/cols: the raw shape (cols 0 = from the file
- * size). Returns 0 or -1 with msg. */
+/* Opens an input; dtype GEMM_DTYPE_INVALID when not forced (text then float64), rows/cols the
+ * raw shape (cols 0: from the file size). 0 or -1 with msg. */
 int gemm_cli_input_open(gemm_cli_input *m, const char *path, gemm_cli_format fmt, gemm_dtype dtype,
                         uint64_t rows, uint64_t cols, char *msg, size_t cap);
 void gemm_cli_input_close(gemm_cli_input *m);

@@ -26,9 +26,8 @@ int gemm_client_auto_streams(const gemm_request *r)
     return (uint64_t)ab + bb + cb < AUTO_MIN_BYTES || r->m < 2 * AUTO_STREAMS ? 1 : AUTO_STREAMS;
 }
 
-/* What the panels share with the caller's thread: their progress, and a stop asked by the
- * caller's progress callback (which only that thread calls: the panels' own callback just
- * counts and reports the stop). */
+/* What the panels share with the caller's thread, whose progress callback alone may ask them
+ * to stop (the panels' own callback counts bytes and reports the stop). */
 typedef struct {
     _Atomic int stop;
     _Atomic int finished;
