@@ -1,21 +1,9 @@
 /*
- * blas_internal.h - what the files of libgemm_blas.so share. Not installed.
- *
- * libgemm_blas.so is an LD_PRELOAD library. It defines the gemm entry points of the table
- * below (and nothing else: client/blas/libgemm_blas.map exports exactly these names, libgemm
- * and the rest stay hidden) and sends products above a threshold to a gemmd server; the
- * rest runs on the host's own BLAS.
- *
- *   preload.c  the entry points, made from the table; argument checks, the decision, the log
- *   host.c     each name's host implementation (GEMM_BLAS_LIB, RTLD_NEXT, the libraries
- *              loaded, said at start and exit), the other API's routine or built-in loops
- *   offload.c  the remote product: settings from the environment, a pool of libgemm
- *              clients, the layout chosen, failure classes, warnings and back-off
- *   pack.c     operands into the wire's layout, the answer into C (alpha, beta)
- *
- * Every product is described once, in row-major terms, by gb_problem: a column-major
- * call C = op(A)·op(B) is the row-major product Cᵀ = op(B)ᵀ·op(A)ᵀ on the same memory, so
- * both orders (and Fortran) reach one code path without copying anything.
+ * blas_internal.h - what the files of libgemm_blas.so share (docs/BLAS.md). Not installed.
+ * preload.c defines the entry points, host.c finds and runs the host BLAS, offload.c sends
+ * a product to the server, pack.c moves operands and C. Every product is described once,
+ * in row-major terms (gb_problem): column-major C = op(A)·op(B) is row-major
+ * Cᵀ = op(B)ᵀ·op(A)ᵀ on the same memory.
  */
 #ifndef GEMM_BLAS_INTERNAL_H
 #define GEMM_BLAS_INTERNAL_H
@@ -23,18 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The entry points: one row per BLAS flavour, with its four names in this order (CBLAS
- * sgemm, CBLAS dgemm, Fortran sgemm, Fortran dgemm) and the type of its integer arguments.
- * A flavour is a row: the definitions, the host lookup, the log and the tests all read it;
- * libgemm_blas.map lists the same names (tests/e2e/test_blas.py checks that). */
+/* One row per BLAS flavour (docs/BLAS.md, "What it does", says whose): CBLAS sgemm, CBLAS
+ * dgemm, Fortran sgemm, Fortran dgemm, and the type of its integers. libgemm_blas.map lists
+ * the same names (test_blas.py checks). */
 #define GB_FLAVOURS(X)                                                                          \
-    /* LP64 BLAS: libblas.so.3 (reference, OpenBLAS, BLIS), MKL, conda's libblas/libcblas */    \
     X(cblas_sgemm, cblas_dgemm, sgemm_, dgemm_, int)                                            \
-    /* OpenBLAS ILP64 built with SYMBOLSUFFIX=64_; NumPy 1.x wheels (libopenblas64_p) */        \
     X(cblas_sgemm64_, cblas_dgemm64_, sgemm_64_, dgemm_64_, int64_t)                            \
-    /* NumPy 2.x wheels (scipy-openblas64) */                                                   \
     X(scipy_cblas_sgemm64_, scipy_cblas_dgemm64_, scipy_sgemm_64_, scipy_dgemm_64_, int64_t)    \
-    /* SciPy wheels (scipy-openblas32) */                                                       \
     X(scipy_cblas_sgemm, scipy_cblas_dgemm, scipy_sgemm_, scipy_dgemm_, int)
 
 #define GB_ENUM(cs, cd, fs, fd, IT) GB_E_##cs, GB_E_##cd, GB_E_##fs, GB_E_##fd,
@@ -71,9 +54,8 @@ typedef struct {
 
 extern const gb_entry_info gb_entries[GB_ENTRY_COUNT];
 
-/* One operand as the row-major product sees it: the logical matrix is rows x cols. Its
- * storage is row-major with row stride ld; `trans` says the storage holds the transpose
- * (then storage is cols x rows with stride ld). */
+/* One operand as the row-major product sees it, rows x cols: stored row-major with row stride
+ * ld, or (trans) its transpose stored so. */
 typedef struct {
     const void *p;
     int64_t rows, cols, ld;
@@ -94,11 +76,7 @@ typedef struct {
 
 /* ---- the host BLAS (host.c) ------------------------------------------------------ */
 
-/* Runs the call on the host: the routine of the same name found in the process (or
- * GEMM_BLAS_LIB), else the other API's routine of the flavour, else built-in loops (which
- * report argument errors as the reference BLAS does). Calls made while it runs that come
- * back into this library (a host CBLAS that calls the Fortran routine, interposed) go
- * straight to the host too. */
+/* Runs the call on the host BLAS (docs/BLAS.md, "The host BLAS"). */
 void gb_host_run(const gb_call *call);
 
 /* Where the call's entry runs on the host, for messages ("/usr/lib/.../libblas.so.3"). */
@@ -108,8 +86,7 @@ const char *gb_host_name(gb_entry e);
 int gb_in_host(void);
 
 /* Argument checks in the reference BLAS order: 0 when valid, else the parameter number
- * xerbla reports (Fortran: 1 transa, 2 transb, 3 m, 4 n, 5 k, 8 lda, 10 ldb, 13 ldc; CBLAS
- * one more, after 1 order). */
+ * xerbla reports. */
 int gb_check(const gb_call *c);
 
 /* A transpose argument of the call as 'N' or 'T' (transpose and conjugate transpose alike,
@@ -140,8 +117,8 @@ typedef struct {
     int backoff;     /* not attempted: the server failed recently */
 } gb_result;
 
-/* Tries the product on the server; on failure *res says why and C is to be recomputed
- * by the caller on the host (C may have been written when beta == 0). */
+/* Tries the product on the server; on failure *res says why and the caller recomputes C
+ * on the host. */
 void gb_offload(const gb_problem *pr, gb_result *res);
 
 /* ---- packing (pack.c) --------------------------------------------------------------- */
@@ -150,9 +127,8 @@ void gb_offload(const gb_problem *pr, gb_result *res);
  * row-major matrix, or its transpose when want_t. */
 double gb_pack_cost(const gb_operand *x, int want_t);
 
-/* The operand (or its transpose, want_t) as contiguous row-major memory: the caller's own
- * when it already is, else a packed copy in *owned (free it). NULL when out of memory.
- * The caller has checked that the size does not overflow. */
+/* The operand (or its transpose, want_t) as contiguous row-major memory: the caller's own, or
+ * a copy in *owned (free it) whose size the caller checked; NULL when out of memory. */
 const void *gb_pack(const gb_operand *x, int want_t, size_t esz, void **owned);
 
 /* C (m x n, row stride ldc) = alpha·T + beta·C, where T is m x n contiguous, or (trans_t)

@@ -1,20 +1,10 @@
 /*
- * host.c - the host's own BLAS, which computes every product this library does not send
- * to the server: each entry's routine of the same name, found at its first call in
- * GEMM_BLAS_LIB (dlopen'ed RTLD_LOCAL: the global scope holds this library's definitions
- * first), else after this library in the global scope (RTLD_NEXT), else in a library loaded
- * privately (below); never this library itself. Without one, the other API's routine of the
- * flavour runs it; without either, plain reference loops do, after one warning: slow, never
- * wrong.
- *
- * RTLD_DEEPBIND is not used: it cannot take back bindings of a library that is already
- * loaded, and the sanitizer runtimes refuse it. Instead a thread-local flag marks "inside
- * the host BLAS": a host whose CBLAS calls its Fortran routine through the PLT (netlib's
- * does) comes back into our sgemm_/dgemm_, which then go straight to the host.
- *
- * A call with bad arguments is handed to the host unchanged, so its xerbla reports it;
- * only the built-in loops and the other API's routine check here (the reference message,
- * then return where the reference XERBLA would stop the program).
+ * host.c - the host's own BLAS, which computes every product this library does not send:
+ * the lookup order, the scan of the loaded libraries and the built-in loops are in
+ * docs/BLAS.md, "The host BLAS". A thread-local flag marks "inside the host BLAS", so a host
+ * CBLAS that calls its Fortran routine through the PLT reaches the host directly (not
+ * RTLD_DEEPBIND: it cannot rebind loaded libraries and the sanitizers refuse it). Bad
+ * arguments go to the host unchanged, so its xerbla reports them.
  */
 #define _GNU_SOURCE 1
 #include "blas_internal.h"
@@ -30,17 +20,9 @@
 
 /* ---------------------------------------------------------------- the libraries loaded
  *
- * Their dynamic symbol tables (dl_iterate_phdr) say where a name's routine is when its
- * library is not in the global scope (NumPy's and SciPy's wheels, conda's libcblas: loaded
- * RTLD_LOCAL with an extension module, so dlsym(RTLD_NEXT) does not see them). A gemm entry
- * point is a defined function named [word_][cblas_]{s,d}gemm with no suffix or one of
- * _ 64 64_ _64 _64_ (sgemm_, cblas_dgemm64_, scipy_sgemm_64_, MKL's sgemm_64); the kernels
- * OpenBLAS exports (dgemm_nn, sgemm_incopy_HASWELL, ...) are not. A library that defines
- * one under a name the table of blas_internal.h lacks is reached by the program without
- * this library: that is warned about once per library, at every scan (a routine's first
- * lookup, and at exit). With GEMM_OFFLOAD_LOG=1 the start says which names this library
- * defines and which BLAS libraries are loaded then (those loaded later, as NumPy's, are
- * named at their routines' first call).
+ * Their dynamic symbol tables (dl_iterate_phdr) find a routine in a library loaded
+ * RTLD_LOCAL (NumPy's and SciPy's wheels), where dlsym(RTLD_NEXT) does not look, and name
+ * the gemm entry points that the table of blas_internal.h lacks (warned once per library).
  */
 #ifndef ElfW /* link.h has it; for tools that do not read system headers */
 #define ElfW(type) Elf64_##type
@@ -154,15 +136,6 @@ static void run_scan(scan *s)
     if (entry_re_ok) dl_iterate_phdr(one_object, s);
 }
 
-/* The address of `name` in a library loaded in the process (not the program, not this
- * library), its path in path[size]; NULL when none defines it. */
-static void *scan_find(const char *name, char *path, size_t size)
-{
-    scan s = {name, NULL, path, size, 0, 0};
-    run_scan(&s);
-    return s.addr;
-}
-
 __attribute__((constructor)) static void at_start(void)
 {
     if (!gb_log_wanted()) return;
@@ -221,9 +194,11 @@ static void *lookup(gb_entry e)
         how = "GEMM_BLAS_LIB";
         fn = host.lib ? dlsym(host.lib, name) : NULL;
         snprintf(where, sizeof host.where[e], "%s", lib);
-    } else if (!(fn = dlsym(RTLD_NEXT, name))) {
+    } else if (!(fn = dlsym(RTLD_NEXT, name))) { /* a library loaded privately defines it? */
+        scan s = {name, NULL, where, sizeof host.where[e], 0, 0};
+        run_scan(&s);
         how = "a library loaded privately";
-        fn = scan_find(name, where, sizeof host.where[e]);
+        fn = s.addr;
     }
     if (fn && dladdr(fn, &di) && di.dli_fname) snprintf(where, sizeof host.where[e], "%s", di.dli_fname);
     if (fn && is_ours(where)) {

@@ -1,15 +1,8 @@
 /*
- * offload.c - one product on the gemmd server, through libgemm (raw binary over HTTP).
- *
- * Settings come from the environment, read once. Connections are reused: a pool of
- * libgemm clients (each one curl handle with its open connection) that a thread borrows
- * for one product and gives back; at most GB_POOL_IDLE idle ones are kept. A child made by
- * fork() never uses its parent's connections (they share the sockets).
- *
- * How a product travels (packed or not, Cᵀ asked for when both operands are transposed, the
- * answer straight into C or through one pass C = alpha·T + beta·C) and which failures start
- * the back-off: docs/BLAS.md, "How a product travels" and "When the server cannot take a
- * product". A failed product is recomputed on the host by the caller.
+ * offload.c - one product on the gemmd server, through libgemm: settings from the
+ * environment (read once), a pool of libgemm clients that a thread borrows for one product,
+ * the layout chosen and the failures (docs/BLAS.md, "How a product travels", "When the
+ * server cannot take a product", "Threads, connections, fork").
  */
 #include "blas_internal.h"
 #include "gemm.h"
@@ -24,12 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Default thresholds, from the break-even measured on the 2-core development machine
- * against a GPU server modelled behind 10 GbE (bench/results/blas-offload-cpu.md): offload
- * paid from n = 768 (float32) and n = 512 (float64), i.e. 2n^3 flops; the host BLAS ran at
- * 49 / 29 GFLOP/s, so a product must carry about 40 / 24 flops per byte on the wire
- * (host rate / 1.25 GB/s) before its transfer is paid back. docs/BLAS.md says how to
- * measure them for another host. */
+/* Default thresholds: the break-even measured in bench/results/blas-offload-cpu.md
+ * (docs/BLAS.md says how to measure them for another host). */
 #define GB_DEFAULT_MIN_FLOPS_F32 9.0e8
 #define GB_DEFAULT_MIN_FLOPS_F64 2.7e8
 #define GB_DEFAULT_MIN_INTENSITY_F32 40.0
@@ -40,10 +29,10 @@
 static struct {
     pthread_once_t once;
     gb_settings pub;
-    char *url, *token, *kernel;
+    char *url, *kernel;
     gemm_math math;
-    long timeout_ms, connect_timeout_ms, backoff_ms;
-    int retries;
+    long backoff_ms;
+    gemm_client_options client; /* of every client in the pool */
 } cfg = {.once = PTHREAD_ONCE_INIT};
 
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -149,7 +138,6 @@ static void settings_init(void)
     env_pair("GEMM_OFFLOAD_MIN_INTENSITY", s->min_intensity, GB_DEFAULT_MIN_INTENSITY_F32,
              GB_DEFAULT_MIN_INTENSITY_F64);
     cfg.url = env_dup("GEMM_SERVER");
-    cfg.token = env_dup("GEMM_TOKEN");
     cfg.kernel = env_dup("GEMM_OFFLOAD_KERNEL");
     cfg.math = GEMM_MATH_DEFAULT;
     const char *m = getenv("GEMM_OFFLOAD_MATH");
@@ -158,10 +146,15 @@ static void settings_init(void)
                      "using the server's default", m);
         cfg.math = GEMM_MATH_DEFAULT;
     }
-    cfg.timeout_ms = (long)env_num("GEMM_OFFLOAD_TIMEOUT_MS", 300000, 1, 0, 86400000L);
-    cfg.connect_timeout_ms = (long)env_num("GEMM_OFFLOAD_CONNECT_TIMEOUT_MS", 3000, 1, 1, 600000L);
     cfg.backoff_ms = (long)env_num("GEMM_OFFLOAD_BACKOFF_MS", 10000, 1, 0, 86400000L);
-    cfg.retries = (int)env_num("GEMM_OFFLOAD_RETRIES", 2, 1, 0, 100);
+    gemm_client_options *o = &cfg.client;
+    gemm_client_options_init(o);
+    o->token = env_dup("GEMM_TOKEN");
+    o->timeout_ms = (long)env_num("GEMM_OFFLOAD_TIMEOUT_MS", 300000, 1, 0, 86400000L);
+    o->connect_timeout_ms = (long)env_num("GEMM_OFFLOAD_CONNECT_TIMEOUT_MS", 3000, 1, 1, 600000L);
+    o->max_retries = (int)env_num("GEMM_OFFLOAD_RETRIES", 2, 1, 0, 100);
+    o->max_retry_wait_ms = 2000;
+    o->default_retry_wait_ms = 200;
     s->enabled = cfg.url != NULL;
     if (!s->enabled)
         gb_warn_once("no_server", "GEMM_SERVER is not set: every product runs on the host BLAS");
@@ -182,16 +175,7 @@ static gemm_client *pool_take(gemm_client_error *err)
     pthread_mutex_lock(&pool_mu);
     if (pool_n > 0) c = pool[--pool_n];
     pthread_mutex_unlock(&pool_mu);
-    if (c) return c;
-    gemm_client_options o;
-    gemm_client_options_init(&o);
-    o.token = cfg.token;
-    o.connect_timeout_ms = cfg.connect_timeout_ms;
-    o.timeout_ms = cfg.timeout_ms;
-    o.max_retries = cfg.retries;
-    o.max_retry_wait_ms = 2000;
-    o.default_retry_wait_ms = 200;
-    return gemm_client_new(cfg.url, &o, err);
+    return c ? c : gemm_client_new(cfg.url, &cfg.client, err);
 }
 
 static void pool_give(gemm_client *c)

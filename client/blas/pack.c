@@ -1,12 +1,7 @@
 /*
- * pack.c - operands into the wire's layout (contiguous, row-major: padding dropped row by
- * row, a transposed operand through a blocked transpose whose 16 x 16 tiles keep the rows
- * read and written in L1), and the answer into C in one pass, straight or transposed.
- *
- * Large matrices are split by rows over a few threads (at most GB_PACK_THREADS, one per
- * GB_PACK_MIN_BYTES of data, never more than the machine's processors): a transpose runs
- * at a fraction of memory bandwidth on one core, and NumPy's `a.T @ b` (TN) is common.
- * If a thread cannot be started, the calling thread does that part itself.
+ * pack.c - operands into the wire's layout (row-major, no padding; a transpose in 16 x 16
+ * tiles) and the answer into C in one pass; large matrices split by rows over a few threads
+ * (NumPy's `a.T @ b` is common and one core transposes at a fraction of memory bandwidth).
  */
 #include "blas_internal.h"
 
@@ -148,10 +143,8 @@ typedef struct {
             for (int64_t i = lo; i < hi; i++) {                                                 \
                 T *ci = c + i * ldc;                                                            \
                 const T *ti = t + i * n;                                                        \
-                if (beta == 0)                                                                  \
-                    for (int64_t j = 0; j < n; j++) ci[j] = alpha * ti[j];                      \
-                else                                                                            \
-                    for (int64_t j = 0; j < n; j++) ci[j] = alpha * ti[j] + beta * ci[j];       \
+                for (int64_t j = 0; j < n; j++)                                                 \
+                    ci[j] = beta == 0 ? alpha * ti[j] : alpha * ti[j] + beta * ci[j];           \
             }                                                                                   \
             return;                                                                             \
         }                                                                                       \

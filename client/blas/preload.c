@@ -1,10 +1,8 @@
 /*
- * preload.c - the symbols libgemm_blas.so defines: every entry point of the table in
- * blas_internal.h (GB_FLAVOURS), each with its flavour's integer width, all made by one
- * macro and all going through one path: to the server when the product is big enough
- * (docs/BLAS.md, "What it does"), else to the host BLAS unchanged. Calls with nothing to
- * multiply are answered here, reading neither A nor B (which may then be NULL: OpenBLAS
- * 0.3.21's small-matrix kernels would read them).
+ * preload.c - the entry points of GB_FLAVOURS, made by one macro, all going through one
+ * path: to the server when the product is big enough, else to the host BLAS unchanged
+ * (docs/BLAS.md, "What it does"). Calls with nothing to multiply are answered here without
+ * reading A or B (which may then be NULL).
  */
 #include "blas_internal.h"
 #include "gemm_types.h"
@@ -13,9 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The call as a row-major problem (see blas_internal.h). Column-major C = op(A)·op(B) is
- * row-major Cᵀ = op(B)ᵀ·op(A)ᵀ on the same memory: swap the operands and m with n; an
- * operand not transposed in the call is then stored exactly as the row-major side needs. */
+/* The call as a row-major problem (blas_internal.h): column-major swaps the operands and m, n. */
 static void to_problem(gb_problem *pr, const gb_call *c, int ta_t, int tb_t)
 {
     int row = c->order == GB_ROW_MAJOR;
@@ -138,8 +134,6 @@ static void dispatch(const gb_call *c)
  * name (the host's) with a call's arguments, converted back to the entry's own types. */
 #define GB_CBLAS(name, IT, FT)                                                                          \
     void name(int order, int ta, int tb, IT m, IT n, IT k, FT alpha, const FT *a, IT lda, const FT *b, IT ldb, \
-              FT beta, FT *c, IT ldc);                                                                  \
-    void name(int order, int ta, int tb, IT m, IT n, IT k, FT alpha, const FT *a, IT lda, const FT *b, IT ldb, \
               FT beta, FT *c, IT ldc)                                                                   \
     {                                                                                                   \
         gb_call call = {GB_E_##name, order, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c};      \
@@ -153,8 +147,6 @@ static void dispatch(const gb_call *c)
     }
 
 #define GB_F77(name, IT, FT)                                                                            \
-    void name(const char *ta, const char *tb, const IT *m, const IT *n, const IT *k, const FT *alpha,  \
-              const FT *a, const IT *lda, const FT *b, const IT *ldb, const FT *beta, FT *c, const IT *ldc); \
     void name(const char *ta, const char *tb, const IT *m, const IT *n, const IT *k, const FT *alpha,  \
               const FT *a, const IT *lda, const FT *b, const IT *ldb, const FT *beta, FT *c, const IT *ldc) \
     {                                                                                                   \

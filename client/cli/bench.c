@@ -1,7 +1,6 @@
 /*
- * bench.c - `gemm bench`: C threads, each with its own client handle (its own keep-alive
- * connection) and its own C buffer, send the same random A and B R times each, after the
- * first answer was checked against a float64 computation of sampled elements.
+ * bench.c - `gemm bench` (docs/CLIENT.md): C threads, each with its own client and C buffer,
+ * send the same random product R times, after a first answer was checked.
  */
 #include "cli.h"
 #include "gemm_half.h"
@@ -22,6 +21,7 @@ typedef struct {
     gemm_client_error err;
     gemm_cli_progress bar; /* never drawn; makes Ctrl-C stop the transfers */
     pthread_barrier_t *start; /* after the warm-up, every thread and main meet here */
+    pthread_t tid;
 } worker;
 
 static void *run_worker(void *arg)
@@ -149,8 +149,7 @@ int gemm_cli_bench(const gemm_cli_opts *o)
     size_t total = (size_t)nt * (size_t)rep;
     void *A = malloc(ab), *B = malloc(bb);
     worker *ws = calloc((size_t)nt, sizeof *ws);
-    pthread_t *tids = calloc((size_t)nt, sizeof *tids);
-    double *lat = calloc(total, sizeof *lat), *srv = calloc(total, sizeof *srv), *ker = calloc(total, sizeof *ker);
+    double *lat = calloc(3 * total, sizeof *lat), *srv = lat ? lat + total : NULL, *ker = lat ? srv + total : NULL;
     req.a = A;
     req.b = B;
     for (int i = 0; ws && i < nt; i++) {
@@ -158,7 +157,7 @@ int gemm_cli_bench(const gemm_cli_opts *o)
                          .kernel_ms = ker + (size_t)i * rep};
         if (!(ws[i].req.c = malloc(cb))) break;
     }
-    if (!A || !B || !ws || !tids || !lat || !srv || !ker || !ws[nt - 1].req.c) {
+    if (!A || !B || !ws || !lat || !ws[nt - 1].req.c) {
         rc = gemm_cli_say(GEMM_EXIT_IO, "out of memory for the matrices");
         goto out;
     }
@@ -192,14 +191,14 @@ int gemm_cli_bench(const gemm_cli_opts *o)
     }
     for (int i = 0; i < nt; i++) {
         ws[i].start = &barrier;
-        if (pthread_create(&tids[i], NULL, run_worker, &ws[i]) != 0) {
+        if (pthread_create(&ws[i].tid, NULL, run_worker, &ws[i]) != 0) {
             fprintf(stderr, "gemm: bench: cannot start thread %d of %d\n", i + 1, nt);
             exit(GEMM_EXIT_IO); /* the others wait at the barrier for ever */
         }
     }
     pthread_barrier_wait(&barrier);
     double t0 = gemm_now_ms();
-    for (int i = 0; i < nt; i++) pthread_join(tids[i], NULL);
+    for (int i = 0; i < nt; i++) pthread_join(ws[i].tid, NULL);
     double window_s = (gemm_now_ms() - t0) / 1000.0; /* from the end of the warm-up to the last answer */
     pthread_barrier_destroy(&barrier);
     if (gemm_cli_interrupted) {
@@ -232,10 +231,7 @@ int gemm_cli_bench(const gemm_cli_opts *o)
 out:
     for (int i = 0; ws && i < nt; i++) free(ws[i].req.c);
     free(ws);
-    free(tids);
     free(lat);
-    free(srv);
-    free(ker);
     free(A);
     free(B);
     return rc;

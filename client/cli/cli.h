@@ -1,11 +1,6 @@
 /*
- * cli.h - the parts of the `gemm` command and how they depend on each other, without
- * cycles:
- *
- *   main.c       command line, help, dispatch  ->  the subcommands
- *   multiply.c, bench.c, info.c   the subcommands  ->  common.c, matfile.c
- *   common.c     client handle from the options, Ctrl-C and the bar, errors to exit codes
- *   matfile.c    matrix files (npy, raw, CSV/TSV)
+ * cli.h - the parts of the `gemm` command: main.c (command line) calls the subcommands
+ * (multiply.c, bench.c, info.c), which use common.c and matfile.c.
  */
 #ifndef GEMM_CLI_H
 #define GEMM_CLI_H
@@ -33,7 +28,7 @@ typedef struct {
     long timeout_ms;          /* --timeout SECONDS (0 = none) */
     long connect_timeout_ms;  /* --connect-timeout SECONDS */
     int retries;              /* --retries N (-1: the library's default) */
-    int verbose;
+    int verbose, help;
     /* multiply */
     const char *out, *format, *out_format; /* --format: inputs and output; --out-format: output */
     const char *dtype, *out_dtype, *shape, *kernel, *math;
@@ -97,9 +92,8 @@ typedef struct {
     void *owned;
 } gemm_cli_input;
 
-/* Opens an input. dtype: GEMM_DTYPE_INVALID when not forced (npy carries its own; text
- * defaults to float64; raw needs one). rows/cols: the raw shape (cols 0 = from the file
- * size). Returns 0 or -1 with msg. */
+/* Opens an input; dtype GEMM_DTYPE_INVALID when not forced (text then float64), rows/cols the
+ * raw shape (cols 0: from the file size). 0 or -1 with msg. */
 int gemm_cli_input_open(gemm_cli_input *m, const char *path, gemm_cli_format fmt, gemm_dtype dtype,
                         uint64_t rows, uint64_t cols, char *msg, size_t cap);
 void gemm_cli_input_close(gemm_cli_input *m);
@@ -123,7 +117,7 @@ int gemm_cli_output_create(gemm_cli_output *o, const char *path, gemm_cli_format
                            uint64_t batch, uint64_t rows, uint64_t cols, char *msg, size_t cap);
 /* Writes text formats, flushes and renames into place. 0 or -1 with msg. */
 int gemm_cli_output_commit(gemm_cli_output *o, char *msg, size_t cap);
-/* Removes the partial file. Safe after commit (does nothing then). */
+/* Removes the partial file and frees what the output holds; called after commit too. */
 void gemm_cli_output_abort(gemm_cli_output *o);
 
 /* ---- subcommands ---------------------------------------------------------- */

@@ -1,12 +1,7 @@
 /*
- * common.c - what every subcommand of the `gemm` command shares: a client handle made
- * from the command-line options, Ctrl-C and the progress bar, and library errors turned
- * into messages and exit codes.
- *
- * SIGINT only sets a flag; libgemm calls the progress callback many times a second during
- * a transfer (and while waiting to retry or polling a job), and the callback answers
- * "stop" once the flag is set, so curl aborts the transfer and the command can remove its
- * partial output and exit 130. A second Ctrl-C kills the process the usual way.
+ * common.c - what every subcommand of `gemm` shares: a client from the options, Ctrl-C and
+ * the progress bar, errors to exit codes. SIGINT only sets a flag, which the progress
+ * callback (called during transfers, retry waits and job polls) answers with "stop".
  */
 #include "cli.h"
 
@@ -95,15 +90,14 @@ static int progress_cb(void *ctx, uint64_t up_now, uint64_t up_total, uint64_t d
     if (!p || !p->enabled || (up_total < (64u << 20) && down_total < (64u << 20)) || now_ms - p->last_draw_ms < 100)
         return 0;
     p->last_draw_ms = now_ms;
-    int upload = up_total > 0 && up_now < up_total, width = 30;
+    int upload = up_total > 0 && up_now < up_total;
     uint64_t now = upload ? up_now : down_now, total = upload ? up_total : down_total;
     double frac = total > 0 ? (double)now / (double)total : 0.0;
     if (frac > 1) frac = 1;
-    char bar[64];
-    for (int i = 0; i < width; i++) bar[i] = i < (int)(frac * width) ? '#' : '.';
-    bar[width] = '\0';
-    fprintf(stderr, "\r%s [%s] %5.1f%%  %.1f / %.1f MB   ", upload ? "sending  " : "receiving", bar,
-            frac * 100.0, now / 1e6, total / 1e6);
+    int done = (int)(frac * 30); /* of the bar's 30 places */
+    fprintf(stderr, "\r%s [%.*s%.*s] %5.1f%%  %.1f / %.1f MB   ", upload ? "sending  " : "receiving", done,
+            "##############################", 30 - done, "..............................", frac * 100.0, now / 1e6,
+            total / 1e6);
     fflush(stderr);
     p->drawn = 1;
     return 0;

@@ -50,28 +50,21 @@ static void print_scalar(FILE *f, const cJSON *v, const char *key)
     }
 }
 
-static void print_list(FILE *f, const cJSON *arr)
-{
-    const cJSON *e;
-    if (!arr->child) fputs("(none)", f);
-    cJSON_ArrayForEach(e, arr) {
-        if (e != arr->child) fputs(", ", f);
-        print_scalar(f, e, NULL);
-    }
-}
-
 static void print_value(FILE *f, const cJSON *v, int indent);
 
 /* What follows "key:" (sep " ") or "- " (sep ""): a value or a list of values on the same
  * line, "(none)" for an empty object after a key, else the parts below at indent. */
 static void print_rest(FILE *f, const cJSON *v, const char *key, const char *sep, int indent)
 {
-    if (is_scalar(v)) {
+    const cJSON *e;
+    if (is_scalar(v) || (cJSON_IsArray(v) && all_scalars(v))) { /* a value, or a list of them */
         fputs(sep, f);
-        print_scalar(f, v, key);
-    } else if (cJSON_IsArray(v) && all_scalars(v)) {
-        fputs(sep, f);
-        print_list(f, v);
+        if (is_scalar(v)) print_scalar(f, v, key);
+        else if (!v->child) fputs("(none)", f);
+        cJSON_ArrayForEach(e, v) { /* a scalar has no child */
+            fputs(e == v->child ? "" : ", ", f);
+            print_scalar(f, e, NULL);
+        }
     } else if (cJSON_IsObject(v) && !v->child && *sep) {
         fputs(" (none)", f);
     } else {

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,60 +150,85 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 
 /* ---------------------------------------------------------------- options */
 
-enum {
-    OPT_TIMEOUT = 256, OPT_CONNECT_TIMEOUT, OPT_RETRIES, OPT_OUT_FORMAT, OPT_OUT_DTYPE, OPT_SHAPE, OPT_MATH,
-    OPT_TILE, OPT_CACERT, OPT_ASYNC, OPT_TIMING, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_M, OPT_K, OPT_N,
-    OPT_JSON, OPT_LIVE, OPT_STREAMS
-};
+#define DIM_MSG "a dimension must be a whole number >= 1 (got \"%s\")"
+#define AT(field) offsetof(gemm_cli_opts, field)
 
-static const struct option longopts[] = {
-    {"server", required_argument, NULL, 's'}, {"token", required_argument, NULL, 't'},
-    {"timeout", required_argument, NULL, OPT_TIMEOUT},
-    {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
-    {"retries", required_argument, NULL, OPT_RETRIES}, {"cacert", required_argument, NULL, OPT_CACERT},
-    {"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
-    {"output", required_argument, NULL, 'o'}, {"format", required_argument, NULL, 'f'},
-    {"out-format", required_argument, NULL, OPT_OUT_FORMAT}, {"out-dtype", required_argument, NULL, OPT_OUT_DTYPE},
-    {"dtype", required_argument, NULL, 'd'}, {"shape", required_argument, NULL, OPT_SHAPE},
-    {"kernel", required_argument, NULL, 'k'}, {"math", required_argument, NULL, OPT_MATH},
-    {"tile", required_argument, NULL, OPT_TILE}, {"async", no_argument, NULL, OPT_ASYNC},
-    {"streams", required_argument, NULL, OPT_STREAMS}, {"timing", no_argument, NULL, OPT_TIMING},
-    {"progress", no_argument, NULL, OPT_PROGRESS}, {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
-    {"size", required_argument, NULL, 'n'}, {"m", required_argument, NULL, OPT_M},
-    {"k", required_argument, NULL, OPT_K}, {"n", required_argument, NULL, OPT_N},
-    {"repeat", required_argument, NULL, 'r'}, {"concurrency", required_argument, NULL, 'c'},
-    {"warmup", required_argument, NULL, 'w'}, {"json", no_argument, NULL, OPT_JSON},
-    {"live", no_argument, NULL, OPT_LIVE}, {NULL, 0, NULL, 0},
-};
-
-/* The options that take a whole number: its range, and the message when it is not in it. */
+/* Every option, read the way its kind says into its field of gemm_cli_opts: 's' a string,
+ * 'f' a flag set to lo, 't' seconds (>= lo) into milliseconds, 'i' an int and 'u' a
+ * uint64_t in lo..hi; msg says a value out of range. */
 static const struct {
-    int opt;
+    const char *name;
+    int letter; /* its short option, or 0 */
+    char kind;
+    size_t off;
     long lo, hi;
     const char *msg;
-} int_opts[] = {
-    {OPT_RETRIES, 0, 100, "--retries: \"%s\" is not 0..100"},
-    {OPT_TILE, 1, 1024, "--tile: \"%s\" is not 1..1024"},
-    {OPT_STREAMS, 1, 16, "--streams: \"%s\" is not 1..16"},
-    {'n', 1, 1L << 40, "a dimension must be a whole number >= 1 (got \"%s\")"},
-    {OPT_M, 1, 1L << 40, "a dimension must be a whole number >= 1 (got \"%s\")"},
-    {OPT_K, 1, 1L << 40, "a dimension must be a whole number >= 1 (got \"%s\")"},
-    {OPT_N, 1, 1L << 40, "a dimension must be a whole number >= 1 (got \"%s\")"},
-    {'r', 1, 10000000, "--repeat: \"%s\" is not >= 1"},
-    {'c', 1, 1024, "--concurrency: \"%s\" is not 1..1024"},
-    {'w', 0, 1000000, "--warmup: \"%s\" is not >= 0"},
+} opts[] = {
+    {"server", 's', 's', AT(server), 0, 0, NULL},
+    {"token", 't', 's', AT(token), 0, 0, NULL},
+    {"timeout", 0, 't', AT(timeout_ms), 0, 0, "--timeout: \"%s\" is not a number of seconds"},
+    {"connect-timeout", 0, 't', AT(connect_timeout_ms), 1, 0,
+     "--connect-timeout: \"%s\" is not a positive number of seconds"},
+    {"retries", 0, 'i', AT(retries), 0, 100, "--retries: \"%s\" is not 0..100"},
+    {"cacert", 0, 's', AT(cacert), 0, 0, NULL},
+    {"verbose", 'v', 'f', AT(verbose), 1, 0, NULL},
+    {"help", 'h', 'f', AT(help), 1, 0, NULL},
+    {"output", 'o', 's', AT(out), 0, 0, NULL},
+    {"format", 'f', 's', AT(format), 0, 0, NULL},
+    {"out-format", 0, 's', AT(out_format), 0, 0, NULL},
+    {"out-dtype", 0, 's', AT(out_dtype), 0, 0, NULL},
+    {"dtype", 'd', 's', AT(dtype), 0, 0, NULL},
+    {"shape", 0, 's', AT(shape), 0, 0, NULL},
+    {"kernel", 'k', 's', AT(kernel), 0, 0, NULL},
+    {"math", 0, 's', AT(math), 0, 0, NULL},
+    {"tile", 0, 'i', AT(tile), 1, 1024, "--tile: \"%s\" is not 1..1024"},
+    {"async", 0, 'f', AT(async), 1, 0, NULL},
+    {"streams", 0, 'i', AT(streams), 1, 16, "--streams: \"%s\" is not 1..16"},
+    {"timing", 0, 'f', AT(timing), 1, 0, NULL},
+    {"progress", 0, 'f', AT(progress), 1, 0, NULL},
+    {"no-progress", 0, 'f', AT(progress), 0, 0, NULL},
+    {"size", 'n', 'u', AT(size), 1, 1L << 40, DIM_MSG},
+    {"m", 0, 'u', AT(m), 1, 1L << 40, DIM_MSG},
+    {"k", 0, 'u', AT(k), 1, 1L << 40, DIM_MSG},
+    {"n", 0, 'u', AT(n), 1, 1L << 40, DIM_MSG},
+    {"repeat", 'r', 'i', AT(repeat), 1, 10000000, "--repeat: \"%s\" is not >= 1"},
+    {"concurrency", 'c', 'i', AT(concurrency), 1, 1024, "--concurrency: \"%s\" is not 1..1024"},
+    {"warmup", 'w', 'i', AT(warmup), 0, 1000000, "--warmup: \"%s\" is not >= 0"},
+    {"json", 0, 'f', AT(json), 1, 0, NULL},
+    {"live", 0, 'f', AT(live), 1, 0, NULL},
 };
+enum { NOPTS = sizeof opts / sizeof opts[0], LONG_ONLY = 256 /* getopt's value of row i without a letter: + i */ };
+
+/* The value of option `row` into its field of *o: 0, or -1 when it is not one. */
+static int set_option(gemm_cli_opts *o, int row, const char *arg)
+{
+    void *field = (char *)o + opts[row].off;
+    long v = 0;
+    switch (opts[row].kind) {
+    case 's': *(const char **)field = arg; return 0;
+    case 'f': *(int *)field = (int)opts[row].lo; return 0;
+    case 't': return parse_seconds(arg, field) != 0 || *(long *)field < opts[row].lo ? -1 : 0;
+    }
+    if (parse_int(arg, opts[row].lo, opts[row].hi, &v) != 0) return -1;
+    if (opts[row].kind == 'u') *(uint64_t *)field = (uint64_t)v;
+    else *(int *)field = (int)v;
+    return 0;
+}
 
 /* The command line into *o and *cmd; options may come before or after the command.
  * Returns -1, or the exit status of a usage error (said on stderr). */
-static int parse_args(int argc, char **argv, gemm_cli_opts *o, command *cmd, int *help)
+static int parse_args(int argc, char **argv, gemm_cli_opts *o, command *cmd)
 {
-    long v = 0;
+    struct option longopts[NOPTS + 1];
+    memset(longopts, 0, sizeof longopts);
+    for (int i = 0; i < NOPTS; i++)
+        longopts[i] = (struct option){opts[i].name, opts[i].kind == 'f' ? no_argument : required_argument, NULL,
+                                      opts[i].letter ? opts[i].letter : LONG_ONLY + i};
     opterr = 0;
     optind = 1;
     /* "+": stop at the first non-option so positional arguments keep their order */
     while (optind < argc) {
-        int opt = getopt_long(argc, argv, "+:s:t:vho:f:d:k:n:r:c:w:", longopts, NULL);
+        int opt = getopt_long(argc, argv, "+:s:t:vho:f:d:k:n:r:c:w:", longopts, NULL), row = 0;
         if (opt == -1) {
             const char *a = argv[optind++];
             if (*cmd == CMD_NONE) {
@@ -214,51 +240,11 @@ static int parse_args(int argc, char **argv, gemm_cli_opts *o, command *cmd, int
             }
             continue;
         }
-        const char *arg = optarg;
-        for (size_t i = 0; i < sizeof int_opts / sizeof int_opts[0]; i++)
-            if (opt == int_opts[i].opt && parse_int(arg, int_opts[i].lo, int_opts[i].hi, &v) != 0)
-                return usage_error(*cmd, int_opts[i].msg, arg);
-        switch (opt) {
-        case 's': o->server = arg; break;
-        case 't': o->token = arg; break;
-        case OPT_TIMEOUT:
-            if (parse_seconds(arg, &o->timeout_ms) != 0)
-                return usage_error(*cmd, "--timeout: \"%s\" is not a number of seconds", arg);
-            break;
-        case OPT_CONNECT_TIMEOUT:
-            if (parse_seconds(arg, &o->connect_timeout_ms) != 0 || o->connect_timeout_ms == 0)
-                return usage_error(*cmd, "--connect-timeout: \"%s\" is not a positive number of seconds", arg);
-            break;
-        case OPT_RETRIES: o->retries = (int)v; break;
-        case OPT_CACERT: o->cacert = arg; break;
-        case 'v': o->verbose = 1; break;
-        case 'h': *help = 1; break;
-        case 'o': o->out = arg; break;
-        case 'f': o->format = arg; break;
-        case OPT_OUT_FORMAT: o->out_format = arg; break;
-        case OPT_OUT_DTYPE: o->out_dtype = arg; break;
-        case 'd': o->dtype = arg; break;
-        case OPT_SHAPE: o->shape = arg; break;
-        case 'k': o->kernel = arg; break;
-        case OPT_MATH: o->math = arg; break;
-        case OPT_TILE: o->tile = (int)v; break;
-        case OPT_ASYNC: o->async = 1; break;
-        case OPT_STREAMS: o->streams = (int)v; break;
-        case OPT_TIMING: o->timing = 1; break;
-        case OPT_PROGRESS: o->progress = 1; break;
-        case OPT_NO_PROGRESS: o->progress = 0; break;
-        case OPT_JSON: o->json = 1; break;
-        case OPT_LIVE: o->live = 1; break;
-        case 'n': o->size = (uint64_t)v; break;
-        case OPT_M: o->m = (uint64_t)v; break;
-        case OPT_K: o->k = (uint64_t)v; break;
-        case OPT_N: o->n = (uint64_t)v; break;
-        case 'r': o->repeat = (int)v; break;
-        case 'c': o->concurrency = (int)v; break;
-        case 'w': o->warmup = (int)v; break;
-        case ':': return usage_error(*cmd, "option %s needs a value", argv[optind - 1]);
-        default: return usage_error(*cmd, "unknown option \"%s\"", argv[optind - 1]);
-        }
+        while (row < NOPTS && longopts[row].val != opt) row++;
+        if (row == NOPTS)
+            return usage_error(*cmd, opt == ':' ? "option %s needs a value" : "unknown option \"%s\"",
+                               argv[optind - 1]);
+        if (set_option(o, row, optarg) != 0) return usage_error(*cmd, opts[row].msg, optarg);
     }
     return -1;
 }
@@ -270,7 +256,7 @@ int main(int argc, char **argv)
                        .concurrency = 1, .warmup = 1, .size = 1024};
     if (!o.server || !*o.server) o.server = DEFAULT_SERVER;
     command cmd = CMD_NONE;
-    int help = 0, rc = parse_args(argc, argv, &o, &cmd, &help);
+    int rc = parse_args(argc, argv, &o, &cmd);
     if (rc >= 0) return rc;
     if (cmd == CMD_HELP) {
         command about = o.npos > 0 ? command_of(o.pos[0]) : CMD_NONE;
@@ -278,7 +264,7 @@ int main(int argc, char **argv)
         usage_of(about, stdout);
         return GEMM_EXIT_OK;
     }
-    if (help) {
+    if (o.help) {
         usage_of(cmd, stdout);
         return GEMM_EXIT_OK;
     }

@@ -1,8 +1,7 @@
 /*
- * matfile.c - matrix files of the `gemm` command. Inputs are mmap'ed and sent as they are
- * (a fortran_order .npy is transposed, text parsed, into a buffer); .npy and raw outputs
- * are mmap'ed temporary files of their final size that the transfer writes into, renamed
- * into place only when the product succeeded, so a failed run leaves no partial output.
+ * matfile.c - matrix files of the `gemm` command: inputs mapped (a fortran_order .npy
+ * transposed, text parsed, into a buffer); .npy and raw outputs mapped temporary files that
+ * the transfer writes into, renamed into place only when the product succeeded.
  */
 #include "cli.h"
 
@@ -11,7 +10,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,12 +202,9 @@ static size_t output_bytes(const gemm_cli_output *o)
 static int open_tmp(gemm_cli_output *o, char *msg, size_t cap)
 {
     size_t tlen = strlen(o->path) + 32;
-    char *dirbuf = strdup(o->path), *basebuf = strdup(o->path);
-    o->tmp_path = dirbuf && basebuf ? malloc(tlen) : NULL;
-    if (o->tmp_path) snprintf(o->tmp_path, tlen, "%s/.%s.partXXXXXX", dirname(dirbuf), basename(basebuf));
-    free(dirbuf);
-    free(basebuf);
-    if (!o->tmp_path) return fail(msg, cap, "out of memory");
+    const char *slash = strrchr(o->path, '/'), *base = slash ? slash + 1 : o->path;
+    if (!(o->tmp_path = malloc(tlen))) return fail(msg, cap, "out of memory");
+    snprintf(o->tmp_path, tlen, "%.*s.%s.partXXXXXX", (int)(base - o->path), o->path, base);
     if ((o->fd = mkstemp(o->tmp_path)) < 0) {
         free(o->tmp_path);
         o->tmp_path = NULL;
@@ -295,23 +290,16 @@ static int write_text(gemm_cli_output *o, FILE *f, const char *name, char *msg, 
 int gemm_cli_output_commit(gemm_cli_output *o, char *msg, size_t cap)
 {
     size_t bytes = output_bytes(o);
-    if (o->to_stdout) {
-        int rc;
-        if (delim_of(o->fmt)) {
-            rc = write_text(o, stdout, "standard output", msg, cap);
-        } else {
-            unsigned char hdr[256];
-            size_t hlen = o->fmt == GEMM_FMT_NPY
-                              ? gemm_npy_write_header3(hdr, sizeof hdr, o->dtype, o->batch, o->rows, o->cols)
-                              : 0;
-            rc = (o->fmt == GEMM_FMT_NPY && hlen == 0) || write_all(1, hdr, hlen) != 0 ||
-                         write_all(1, o->data, bytes) != 0
-                     ? fail(msg, cap, "standard output: %s", strerror(errno))
-                     : 0;
-        }
-        free(o->owned);
-        o->owned = NULL;
-        return rc;
+    if (o->to_stdout && delim_of(o->fmt)) return write_text(o, stdout, "standard output", msg, cap);
+    if (o->to_stdout) { /* C is freed by gemm_cli_output_abort, as every output's memory */
+        unsigned char hdr[256];
+        size_t hlen = o->fmt == GEMM_FMT_NPY
+                          ? gemm_npy_write_header3(hdr, sizeof hdr, o->dtype, o->batch, o->rows, o->cols)
+                          : 0;
+        return (o->fmt == GEMM_FMT_NPY && hlen == 0) || write_all(1, hdr, hlen) != 0 ||
+                       write_all(1, o->data, bytes) != 0
+                   ? fail(msg, cap, "standard output: %s", strerror(errno))
+                   : 0;
     }
     if (!o->map) { /* text output: written through a temporary file too */
         if (open_tmp(o, msg, cap) != 0) return -1;

@@ -1,10 +1,10 @@
 /*
- * multiply.c - `gemm multiply A B -o C`: open the inputs (mapped), create the output at
- * its final size, send the product (synchronously, or as a job with --async) and commit
- * the output only when everything succeeded.
+ * multiply.c - `gemm multiply A B -o C` (docs/CLIENT.md): the output is committed only when
+ * everything succeeded.
  */
 #include "cli.h"
 
+#include "client_internal.h" /* the stages of gemm_timing */
 #include "gemm_util.h"
 
 #include <stddef.h>
@@ -20,20 +20,17 @@ static void print_ms(const char *name, double v)
     if (v >= 0) fprintf(stderr, "  %-16s %10.3f ms\n", name, v);
 }
 
-static void print_timing(const gemm_timing *t, const gemm_request *r, int async, double wall_ms)
+static void print_timing(gemm_timing *t, const gemm_request *r, int async, double wall_ms)
 {
     fprintf(stderr, "gemm: %llux%llux%llu %s, kernel %s%s%s%s%s\n", (unsigned long long)r->m,
             (unsigned long long)r->k, (unsigned long long)r->n, gemm_dtype_name(r->dtype),
             t->kernel[0] ? t->kernel : "?", t->math[0] ? ", math " : "", t->math,
             t->device[0] ? ", on " : "", t->device);
-    print_ms("server recv", t->recv_ms);
-    print_ms("server decode", t->decode_ms);
-    print_ms("server queue", t->queue_ms);
-    print_ms("server h2d", t->h2d_ms);
-    print_ms("server kernel", t->kernel_ms);
-    print_ms("server d2h", t->d2h_ms);
-    print_ms("server encode", t->encode_ms);
-    print_ms("server total", t->total_ms);
+    for (int i = 0; i < GEMM_STAGES; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "server %s", gemm_stage_names[i]);
+        print_ms(name, *gemm_timing_stage(t, i));
+    }
     /* async: submit + polls + fetch; the transfer line is then that minus the server's
      * total, which includes the polling interval's slack */
     print_ms(async ? "client job" : "client request", t->client_total_ms);
@@ -58,9 +55,8 @@ static void cancel_job(const gemm_cli_opts *o, const char *id)
     gemm_client_free(c);
 }
 
-/* Submit, poll, fetch. The client time reported is the whole of it, from the first byte of
- * the submit to the last byte of the result: it encloses everything the server did for the
- * job, so it is never smaller than the server's total (the fetch alone would be). */
+/* Submit, poll, fetch. The client time is the whole of it, so that it encloses the server's
+ * total (the fetch alone would be smaller). */
 static int run_async(const gemm_cli_opts *o, gemm_client *c, const gemm_request *r, gemm_timing *t,
                      gemm_client_error *err)
 {
@@ -101,7 +97,6 @@ static int open_inputs(const gemm_cli_opts *o, gemm_cli_format fa, gemm_cli_form
     int nshape = 0;
     if (o->shape && (nshape = gemm_client_parse_shape(o->shape, shape)) < 0)
         return gemm_cli_say(GEMM_EXIT_USAGE, "--shape \"%s\": expected MxK or MxKxN (whole numbers >= 1)", o->shape);
-    /* Binary inputs first: a text input without --dtype takes the other input's dtype. */
     int a_first = !(is_text(fa) && !is_text(fb));
     for (int pass = 0; pass < 2; pass++) {
         int doing_a = (pass == 0) == a_first;
@@ -115,7 +110,6 @@ static int open_inputs(const gemm_cli_opts *o, gemm_cli_format fa, gemm_cli_form
         } else {
             uint64_t rows = nshape >= 2 ? shape[1] : A->data ? A->cols : 0;
             uint64_t cols = nshape == 3 ? shape[2] : 0;
-            if (fb == GEMM_FMT_RAW && rows == 0 && A->data) rows = A->cols;
             ok = gemm_cli_input_open(B, pb, fb, fb == GEMM_FMT_NPY ? dtype : want, rows, cols, msg, sizeof msg);
             if (ok != 0 && fb == GEMM_FMT_RAW && rows == 0)
                 snprintf(msg, sizeof msg, "%s: raw binary B needs --shape MxKxN (or A's shape from A)", pb);

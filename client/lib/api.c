@@ -99,7 +99,7 @@ static gemm_client_job_state state_from_name(const char *s)
 {
     for (int i = GEMM_CLIENT_JOB_QUEUED; s && i <= GEMM_CLIENT_JOB_CANCELLED; i++)
         if (strcmp(s, state_names[i]) == 0) return (gemm_client_job_state)i;
-    return s && strcmp(s, "canceled") == 0 ? GEMM_CLIENT_JOB_CANCELLED : GEMM_CLIENT_JOB_UNKNOWN;
+    return GEMM_CLIENT_JOB_UNKNOWN;
 }
 
 static void copy_str(char *dst, size_t cap, const cJSON *o, const char *key)
@@ -123,7 +123,6 @@ int gemm_client_job_submit(gemm_client *c, const gemm_request *r, char *id, size
     if (rc == 0) {
         id[0] = '\0';
         copy_str(id, cap, j, "id");
-        if (!id[0]) copy_str(id, cap, cJSON_GetObjectItemCaseSensitive(j, "job"), "id");
         if (!id[0] && x.h.location[0]) {
             const char *slash = strrchr(x.h.location, '/');
             snprintf(id, cap, "%s", slash ? slash + 1 : x.h.location);
@@ -147,8 +146,7 @@ static int read_status(const cJSON *j, const char *id, gemm_job_info *info, gemm
     gemm_timing_unset(t);
     if (!cJSON_IsObject(j))
         return gemm_client_err(err, GEMM_CLIENT_E_PROTOCOL, "bad_response", "job status is not a JSON object");
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
-    if (!cJSON_IsString(st)) st = cJSON_GetObjectItemCaseSensitive(j, "state");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "state");
     info->state = state_from_name(cJSON_IsString(st) ? st->valuestring : NULL);
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(j, "shape");
     if (cJSON_IsArray(shape) && cJSON_GetArraySize(shape) == 2) {
@@ -161,11 +159,10 @@ static int read_status(const cJSON *j, const char *id, gemm_job_info *info, gemm
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
     if (cJSON_IsString(dt)) gemm_dtype_from_name(dt->valuestring, &info->dtype);
     const cJSON *tm = cJSON_GetObjectItemCaseSensitive(j, "timing");
-    for (int i = 0; cJSON_IsObject(tm) && i < GEMM_STAGES; i++) { /* "queue" or "queue_ms" */
+    for (int i = 0; cJSON_IsObject(tm) && i < GEMM_STAGES; i++) { /* "queue_ms", ... */
         char key[16];
         snprintf(key, sizeof key, "%s_ms", gemm_stage_names[i]);
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(tm, gemm_stage_names[i]);
-        if (!cJSON_IsNumber(v)) v = cJSON_GetObjectItemCaseSensitive(tm, key);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(tm, key);
         *gemm_timing_stage(t, i) = cJSON_IsNumber(v) ? v->valuedouble : -1;
     }
     copy_str(t->kernel, sizeof t->kernel, j, "kernel");

@@ -1,7 +1,4 @@
-/*
- * client_internal.h - what the files of libgemm share: the client handle and one HTTP
- * exchange (gemm_xfer). Not installed, not part of the API.
- */
+/* client_internal.h - what the files of libgemm share: the handle and one HTTP exchange. */
 #ifndef GEMM_CLIENT_INTERNAL_H
 #define GEMM_CLIENT_INTERNAL_H
 
@@ -21,8 +18,7 @@ struct gemm_client {
 
 typedef enum { GEMM_HTTP_GET, GEMM_HTTP_POST, GEMM_HTTP_DELETE, GEMM_HTTP_PUT } gemm_http_method;
 
-/* One request and its answer. The caller fills the request part (a designated initializer:
- * zero is every field's default) and calls gemm_xfer_run() or gemm_xfer_call(). */
+/* One request and its answer: the caller fills the request part (zero is every default). */
 typedef struct {
     /* request */
     gemm_client *cl;
@@ -55,18 +51,15 @@ typedef struct {
     char protocol_msg[256];
 } gemm_xfer;
 
-/* Runs the exchange (with 503 retries). Returns 0 when a complete answer arrived, whatever
- * its status; -1 with *err set on transport, timeout, abort or protocol failures. t (may be
- * NULL) receives the client-side timing and the server's stages. */
+/* Runs the exchange (with 503 retries): 0 when a complete answer arrived, whatever its
+ * status, else -1 with *err set. t (may be NULL) receives the timing. */
 int gemm_xfer_run(gemm_xfer *x, gemm_timing *t, gemm_client_error *err);
 
-/* gemm_xfer_run, then a non-2xx answer turned into *err (kind SERVER, the JSON error's code
- * and message) and -1. With json, a 2xx body parsed as JSON into *json (NULL when it is not
- * JSON; cJSON_Delete it). x->text is freed. */
+/* gemm_xfer_run, then a non-2xx answer into *err (kind SERVER) and -1; with json, a 2xx body
+ * parsed into *json (NULL when not JSON; cJSON_Delete it). x->text is freed. */
 int gemm_xfer_call(gemm_xfer *x, cJSON **json, gemm_timing *t, gemm_client_error *err);
 
-/* Sleeps ms milliseconds in small steps, asking the progress callback whether to stop:
- * 0, or -1 when it said stop. */
+/* Sleeps ms milliseconds, asking the progress callback whether to stop: 0, or -1 (stop). */
 int gemm_client_pause(gemm_client *c, long ms);
 
 /* Sets *err; returns -1. */
@@ -84,8 +77,7 @@ int gemm_client_err(gemm_client_error *err, gemm_client_error_kind kind, const c
  * it goes into a URL as it is. */
 int gemm_url_safe(const char *s);
 
-/* Builds "?m=..&k=..&n=..&dtype=..[&kernel=..][&math=..][&tile=..][&out_dtype=..]" for a
- * request into buf. Returns -1 (err set) when it does not fit. */
+/* path and r's query ("?m=..&k=..&n=..&dtype=..", options) into buf; -1 (err set) when too long. */
 int gemm_request_query(const gemm_request *r, const char *path, char *buf, size_t cap,
                        gemm_client_error *err);
 

@@ -1,20 +1,8 @@
 /*
- * gemm.h - libgemm, the C client of the gemmd matrix-multiplication service
- * (docs/CLIENT.md has an example program and every call).
- *
- * A client handle talks to one daemon (one URL) over HTTP through libcurl and keeps its
- * connection open between requests. Matrices travel in the raw binary format of the API
- * (POST /v1/matmul?m=&k=&n=&dtype=, body A then B, row-major, little-endian): the inputs
- * are sent from the caller's memory without a copy and the answer C is written straight
- * into memory the caller provides; its length is checked against the X-Gemm-Shape header.
- *
- * Threads: a gemm_client is not safe to use from two threads at once. Give each thread
- * its own handle (they are cheap: one curl easy handle each), or serialise the calls on a
- * shared handle with a mutex. Library-wide set-up (curl_global_init) happens once, on the
- * first gemm_client_new(), and is thread-safe. Link with `pkg-config --libs gemm`.
- *
- * The shared library exports exactly the gemm_client_* functions of this header and
- * gemm_util.h (client/lib/libgemm.map); nothing else in it is visible to a program.
+ * gemm.h - libgemm, the C client of the gemmd matrix-multiplication service; docs/CLIENT.md
+ * has an example program and every call. A gemm_client is one curl handle with its kept-alive
+ * connection: not safe to use from two threads at once. The shared library exports exactly
+ * the gemm_client_* functions of this header and gemm_util.h (libgemm.map).
  */
 #ifndef GEMM_CLIENT_H
 #define GEMM_CLIENT_H
@@ -48,9 +36,7 @@ typedef struct {
     gemm_client_error_kind kind;
     int http_status;     /* HTTP status of the last answer, 0 when none arrived */
     int curl_code;       /* CURLcode of a transport failure, 0 otherwise */
-    char code[48];       /* the server's error code ("shape_mismatch", "queue_full", ...) or a
-                            client code: "connect_failed", "timeout", "aborted", "bad_response",
-                            "bad_argument", "out_of_memory" */
+    char code[48];       /* the server's error code ("shape_mismatch", ...) or the client's */
     char message[512];   /* the server's message, or the client's / curl's explanation */
     int retries;         /* 503 answers retried before this outcome */
 } gemm_client_error;
@@ -60,9 +46,7 @@ const char *gemm_client_error_kind_name(gemm_client_error_kind k);
 
 /* ---- client ------------------------------------------------------------ */
 
-/* Transfer progress: bytes sent and received so far and their totals (0 when unknown).
- * Return 0 to go on, non-zero to abort the transfer (the call then fails with
- * GEMM_CLIENT_E_ABORTED). Called often, from the calling thread. */
+/* Transfer progress (totals 0 when unknown), from the calling thread: non-zero aborts. */
 typedef int (*gemm_progress_fn)(void *ctx, uint64_t up_now, uint64_t up_total,
                                 uint64_t down_now, uint64_t down_total);
 
@@ -76,25 +60,22 @@ typedef struct {
     gemm_progress_fn progress;  /* optional */
     void *progress_ctx;
     int verbose;                /* non-zero: curl prints the exchange on stderr */
-    const char *ca_file;        /* https: PEM bundle to verify the server with (a self-signed
-                                   gemmd certificate); NULL = the system's store */
+    const char *ca_file;        /* https: PEM bundle to verify the server; NULL = the system's */
 } gemm_client_options;
 
 void gemm_client_options_init(gemm_client_options *o);
 
 typedef struct gemm_client gemm_client;
 
-/* url: "http://host:port", "https://host:port" (a server with TLS), or "host:port" /
- * "[v6addr]:port" for http (a trailing "/" is fine); another scheme is refused.
- * The options are copied (the token too). Returns NULL with *err set on failure. */
+/* url: http://host:port, https://host:port, or host:port for http. The options are copied.
+ * Returns NULL with *err set on failure. */
 gemm_client *gemm_client_new(const char *url, const gemm_client_options *o, gemm_client_error *err);
 void gemm_client_free(gemm_client *c); /* NULL is fine */
 
 /* ---- one product ------------------------------------------------------- */
 
 typedef struct {
-    gemm_dtype dtype;     /* float32, float64, int32, float16 or bfloat16 (2-byte elements,
-                             IEEE binary16 / the top half of a float32) */
+    gemm_dtype dtype;     /* float32, float64, int32, float16 or bfloat16 */
     uint64_t m, k, n;     /* A is m x k, B is k x n, C is m x n */
     const void *a;        /* m*k elements, row-major; only read */
     const void *b;        /* k*n elements, row-major; only read */
@@ -102,14 +83,12 @@ typedef struct {
     const char *kernel;   /* NULL = server default ("auto") */
     gemm_math math;       /* GEMM_MATH_DEFAULT = not sent */
     int tile;             /* 0 = not sent */
-    int out_half;         /* float16 / bfloat16: 1 = C in that dtype (out_dtype), 0 = C in
-                             float32 (the server's default); ignored for other dtypes */
+    int out_half;         /* float16 / bfloat16: 1 = C in that dtype, 0 = C in float32 */
 } gemm_request;
 
 #define GEMM_REQUEST_INIT {GEMM_DTYPE_F32, 0, 0, 0, NULL, NULL, NULL, NULL, GEMM_MATH_DEFAULT, 0, 0}
 
-/* The dtype of C for this request: float32 for float16 / bfloat16 operands unless out_half,
- * else the operands' dtype. r->c holds m*n elements of it. */
+/* The dtype of C for this request: r->c holds m*n elements of it. */
 static inline gemm_dtype gemm_request_c_dtype(const gemm_request *r)
 {
     return (r->dtype == GEMM_DTYPE_F16 || r->dtype == GEMM_DTYPE_BF16) && !r->out_half ? GEMM_DTYPE_F32 : r->dtype;
@@ -118,14 +97,11 @@ static inline gemm_dtype gemm_request_c_dtype(const gemm_request *r)
 /* Durations in milliseconds. Server stages are -1 when the server did not report them. */
 typedef struct {
     double recv_ms, decode_ms, queue_ms, h2d_ms, kernel_ms, d2h_ms, encode_ms,
-        total_ms;             /* Server-Timing: receiving the body, decoding it, waiting in the
-                                 queue, host-to-device copy, kernel, device-to-host copy,
-                                 encoding C, and the server's whole time for the request */
+        total_ms;             /* Server-Timing (docs/API.md, "Timing") */
     double client_total_ms;   /* the whole exchange as the client saw it */
     double client_connect_ms; /* time to connect (0 when the connection was reused) */
     double client_first_byte_ms; /* start until the first byte of the answer */
-    double client_transfer_ms; /* client_total_ms minus the server's total: time on the wire
-                                  and in the client (-1 when the server gave no total) */
+    double client_transfer_ms; /* client_total_ms - total_ms (-1 without total_ms) */
     uint64_t bytes_sent, bytes_received;
     char kernel[48];          /* X-Gemm-Kernel: the kernel that ran ("" if not reported) */
     char math[16];            /* X-Gemm-Math when sent, else "" */
@@ -137,25 +113,15 @@ typedef struct {
  * with *err set (C's contents are then unspecified). t may be NULL. */
 int gemm_client_multiply(gemm_client *c, const gemm_request *r, gemm_timing *t, gemm_client_error *err);
 
-/* A batch of `batch` products in one request (the server's ?batch=): r->a holds batch m x k
- * matrices back to back, r->b batch k x n matrices, or one k x n matrix used by every
- * product when b_shared is non-zero, and r->c receives batch m x n matrices. 1 <= batch <=
- * 1000000. Returns 0, or -1 with *err set. t describes the whole request. */
+/* A batch of `batch` products in one request (?batch=): r->a, r->b (or one B for all when
+ * b_shared) and r->c hold batch matrices back to back. t describes the whole request. */
 int gemm_client_multiply_batch(gemm_client *c, const gemm_request *r, uint64_t batch, int b_shared,
                                gemm_timing *t, gemm_client_error *err);
-/* The same product over several connections at once: B is uploaded once as a resident
- * matrix (POST /v1/matrices), A is cut into `streams` row panels sent in parallel, each
- * answering its rows of C straight into r->c, and B is deleted afterwards. Each panel
- * says panel_of=m, so a CUDA server runs the whole product's algorithm on its rows and C
- * is the same bytes as gemm_client_multiply()'s (a CPU server: int32 the same bytes,
- * floats within rounding: OpenBLAS chooses per call). streams 0 chooses from the size
- * (gemm_client_auto_streams); 1, or a product too small to split, is one request. The
- * progress callback (on the caller's thread) sees the panels' bytes added up, and a
- * non-zero return stops them all. Needs a server with /v1/matrices. */
+/* The same product over `streams` connections at once, A in row panels, B uploaded once as
+ * a resident matrix (docs/CLIENT.md). streams 0 chooses from the size; 1 is one request. */
 int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int streams, gemm_timing *t,
                                  gemm_client_error *err);
-/* The number of connections gemm_client_multiply_streams uses for streams = 0: 1 when A, B
- * and C together are under 64 MiB (one connection is as fast), else 4. */
+/* The connections gemm_client_multiply_streams uses for streams = 0. */
 int gemm_client_auto_streams(const gemm_request *r);
 
 /* ---- asynchronous jobs ------------------------------------------------- */
@@ -186,14 +152,12 @@ int gemm_client_job_submit(gemm_client *c, const gemm_request *r, char *id, size
                            gemm_client_error *err);
 /* GET /v1/jobs/{id}. */
 int gemm_client_job_status(gemm_client *c, const char *id, gemm_job_info *info, gemm_client_error *err);
-/* Polls the status until the job is done, failed or cancelled, or timeout_ms passes
- * (0 = no limit; GEMM_CLIENT_E_TIMEOUT then). A failed job returns -1 with the job's
- * error in *err (kind SERVER). poll_ms: first interval (default 20), doubling up to 500. */
+/* Polls (from poll_ms, default 20, doubling up to 500) until the job finished or timeout_ms
+ * (0 = none) passed; a failed job returns -1 with its error in *err (kind SERVER). */
 int gemm_client_job_wait(gemm_client *c, const char *id, long poll_ms, long timeout_ms,
                          gemm_job_info *info, gemm_client_error *err);
-/* GET /v1/jobs/{id}/result as raw binary into c_out, which holds m*n elements of dtype (C's:
- * gemm_request_c_dtype() of the request)
- * (checked against the answer's X-Gemm-Shape and length). */
+/* GET /v1/jobs/{id}/result as raw binary into c_out: m*n elements of dtype (C's:
+ * gemm_request_c_dtype() of the request), checked against the answer. */
 int gemm_client_job_fetch(gemm_client *c, const char *id, gemm_dtype dtype, uint64_t m, uint64_t n,
                           void *c_out, gemm_timing *t, gemm_client_error *err);
 /* DELETE /v1/jobs/{id}: cancels a queued job or forgets a finished one. */
@@ -201,22 +165,9 @@ int gemm_client_job_delete(gemm_client *c, const char *id, gemm_client_error *er
 
 /* ---- service ----------------------------------------------------------- */
 
-/* GET path (e.g. "/v1/info", "/healthz", "/readyz", "/metrics"): the body as a
- * NUL-terminated string in *body (free() it) and the status in *status. HTTP errors are
- * not failures here: only transport errors return -1. */
+/* GET path ("/v1/info", ...): the body as a string in *body (free() it), the status in
+ * *status; only transport errors return -1. */
 int gemm_client_get(gemm_client *c, const char *path, char **body, int *status, gemm_client_error *err);
-
-/* ---- names of 0.1 -------------------------------------------------------
- * The calls above were gemm_multiply, gemm_job_submit ... gemm_get before libgemm.so
- * exported only gemm_client_* names. These macros keep code written against those names
- * building; they add no symbol to the library. New code uses gemm_client_*. */
-#define gemm_multiply gemm_client_multiply
-#define gemm_job_submit gemm_client_job_submit
-#define gemm_job_status gemm_client_job_status
-#define gemm_job_wait gemm_client_job_wait
-#define gemm_job_fetch gemm_client_job_fetch
-#define gemm_job_delete gemm_client_job_delete
-#define gemm_get gemm_client_get
 
 #ifdef __cplusplus
 }

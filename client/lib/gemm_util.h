@@ -1,7 +1,6 @@
 /*
- * gemm_util.h - helpers of libgemm that the `gemm` command and tests use too: parsing of
- * shapes ("MxK"), of the Server-Timing and Retry-After headers, and matrices as CSV/TSV
- * text. All are pure functions of their arguments (no network).
+ * gemm_util.h - helpers of libgemm that the `gemm` command uses too (docs/CLIENT.md,
+ * "Helpers"): pure functions of their arguments, no network.
  */
 #ifndef GEMM_UTIL_H
 #define GEMM_UTIL_H
@@ -22,20 +21,16 @@ int gemm_client_parse_shape(const char *s, uint64_t dims[3]);
 /* Two numbers out of an X-Gemm-Shape value ("512x256", "512,256", "[512, 256]"). 0 or -1. */
 int gemm_client_parse_shape_header(const char *s, uint64_t *rows, uint64_t *cols);
 
-/* Fills the server stages of *t from a Server-Timing value
- * ("recv;dur=1.2, queue;dur=0.02, h2d;dur=1.21, kernel;dur=2.67, d2h;dur=1.18, total;dur=5.3").
- * Stages not named are left as they are. Returns how many stages were recognised. */
+/* The stages of *t named in a Server-Timing value ("recv;dur=1.2, queue;dur=0.02, ...");
+ * the others are left as they are. Returns how many stages were recognised. */
 int gemm_client_parse_server_timing(const char *s, gemm_timing *t);
 
 /* Retry-After: delay-seconds ("3", "0.5") -> milliseconds, or an HTTP date relative to
  * now_epoch_s. Returns -1 when it cannot be parsed. */
 long gemm_client_parse_retry_after(const char *s, double now_epoch_s);
 
-/* ---- CSV / TSV text matrices -------------------------------------------
- * One row a line, values separated by the delimiter (',' or '\t'; 0 = guess from the first
- * line: tab if it has one, else comma, else whitespace). Blank lines and lines starting
- * with '#' are skipped; '\r' is ignored; spaces around values are allowed. Every row must
- * have the same number of values. int32 values must be integers in range. */
+/* ---- CSV / TSV text matrices: one row a line; delim ',', '\t', ' ' or 0 (guessed from the
+ * first line); blank lines and '#' comments skipped; every row as long as the first. */
 typedef struct {
     int line;          /* 1-based line of the problem, 0 when none */
     char message[256];
@@ -46,9 +41,7 @@ typedef struct {
 int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype dtype,
                            uint64_t *rows, uint64_t *cols, void **data, gemm_text_error *e);
 
-/* Writes a rows x cols matrix as text with delim between values (float32 with 9
- * significant digits, float64 with 17, so values read back exactly). Returns 0, or -1
- * on a write error (errno set). */
+/* Writes a rows x cols matrix as text, values that read back exactly. 0, or -1 (errno set). */
 int gemm_client_text_write(FILE *f, char delim, gemm_dtype dtype, uint64_t rows, uint64_t cols,
                            const void *data);
 

@@ -1,15 +1,13 @@
 /*
- * http.c - the client handle and one HTTP exchange over libcurl: the body is streamed
- * from the caller's buffers by a read callback (no copy of A or B), a binary answer is
- * written by the write callback straight into the caller's C (after its X-Gemm-Shape and
- * Content-Length were checked), other answers are kept as text; 503 answers are retried
- * after Retry-After (capped).
+ * http.c - the client handle and one HTTP exchange over libcurl: the body streamed from the
+ * caller's buffers, a binary answer written straight into the caller's C once its headers
+ * were checked, other answers kept as text, 503 retried after Retry-After.
  */
 #define _GNU_SOURCE /* asprintf */
 #include "client_internal.h"
 #include "gemm_util.h"
+#include "options.h" /* gemm_parse_u64 */
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -218,10 +216,7 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud)
         x->h.retry_after_ms = gemm_client_parse_retry_after(tmp, (double)time(NULL));
     } else if (IS("Content-Length")) {
         copy_value(tmp, sizeof tmp, v, vlen);
-        char *end;
-        errno = 0;
-        x->h.content_length = strtoull(tmp, &end, 10);
-        x->h.have_length = errno == 0 && end != tmp && *end == '\0';
+        x->h.have_length = gemm_parse_u64(tmp, &x->h.content_length) == 0;
     }
 #undef IS
     return len;
@@ -282,7 +277,6 @@ static size_t write_cb(char *buf, size_t size, size_t nitems, void *ud)
         x->got += len;
         return len;
     }
-    /* text: error bodies, JSON; bounded */
     size_t limit = x->text_limit ? x->text_limit : 1u << 20;
     if (x->text_len + len + 1 > x->text_cap) {
         if (x->text_len + len + 1 > limit) {

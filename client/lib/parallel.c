@@ -1,9 +1,6 @@
 /*
- * parallel.c - one large product over several connections at once (docs/CLIENT.md,
- * gemm_client_multiply_streams): B becomes an empty resident matrix whose rows each
- * connection PUTs a share of; once every share is in (a barrier) each sends its row panel
- * of A (POST /v1/matmul?b=ID&panel_of=m) and its panel of C is written straight into place;
- * B is deleted afterwards. A server without empty matrices (400) gets B whole first.
+ * parallel.c - one product over several connections (docs/CLIENT.md,
+ * gemm_client_multiply_streams).
  */
 #include "client_internal.h"
 
@@ -29,9 +26,8 @@ int gemm_client_auto_streams(const gemm_request *r)
     return (uint64_t)ab + bb + cb < AUTO_MIN_BYTES || r->m < 2 * AUTO_STREAMS ? 1 : AUTO_STREAMS;
 }
 
-/* What the panels share with the caller's thread: their progress, and a stop asked by the
- * caller's progress callback (which only that thread calls: the panels' own callback just
- * counts and reports the stop). */
+/* What the panels share with the caller's thread, whose progress callback alone may ask them
+ * to stop (the panels' own callback counts bytes and reports the stop). */
 typedef struct {
     _Atomic int stop;
     _Atomic int finished;
@@ -43,24 +39,10 @@ typedef struct {
 } shared_state;
 
 typedef struct {
-    shared_state *sh;
-    _Atomic unsigned long long up, down;
-    unsigned long long up_base; /* bytes of this panel's earlier requests (its share of B) */
-} panel_progress;
-
-static int panel_progress_cb(void *ctx, uint64_t up_now, uint64_t up_total, uint64_t down_now, uint64_t down_total)
-{
-    (void)up_total;
-    (void)down_total;
-    panel_progress *pp = ctx;
-    atomic_store(&pp->up, pp->up_base + (unsigned long long)up_now);
-    atomic_store(&pp->down, (unsigned long long)down_now);
-    return atomic_load(&pp->sh->stop);
-}
-
-typedef struct {
     gemm_client *cl;
-    panel_progress pp;
+    shared_state *sh;
+    _Atomic unsigned long long up, down; /* its progress */
+    unsigned long long up_base; /* bytes of this panel's earlier requests (its share of B) */
     gemm_request r;   /* this panel: m rows of A and C */
     uint64_t whole_m; /* the rows of the whole product (panel_of: chosen as for it) */
     const char *b_id;
@@ -71,9 +53,18 @@ typedef struct {
     int rc;
 } panel;
 
-/* Faults in the pages of C this panel will write, before its bytes arrive (a fresh
- * mapping of an output file would otherwise take a fault per page while receiving).
- * Only whole pages inside the range; best effort (kernels before 5.14 lack it). */
+static int panel_progress_cb(void *ctx, uint64_t up_now, uint64_t up_total, uint64_t down_now, uint64_t down_total)
+{
+    (void)up_total;
+    (void)down_total;
+    panel *p = ctx;
+    atomic_store(&p->up, p->up_base + (unsigned long long)up_now);
+    atomic_store(&p->down, (unsigned long long)down_now);
+    return atomic_load(&p->sh->stop);
+}
+
+/* Faults in the whole pages of C this panel will write before its bytes arrive (a fresh
+ * mapping of an output file would take a fault per page); kernels before 5.14 lack it. */
 static void prefault(void *p, size_t len)
 {
 #ifdef MADV_POPULATE_WRITE
@@ -99,7 +90,7 @@ static int put_b_share(panel *p)
                    .part = {(const unsigned char *)p->r.b + p->b_row0 * row_bytes},
                    .part_len = {(size_t)p->b_rows * row_bytes}};
     int rc = gemm_xfer_call(&x, NULL, NULL, &p->err);
-    p->pp.up_base += (unsigned long long)p->b_rows * row_bytes; /* what the progress adds to its PUT's */
+    p->up_base += (unsigned long long)p->b_rows * row_bytes; /* what the progress adds to its PUT's */
     return rc;
 }
 
@@ -107,7 +98,7 @@ static int put_b_share(panel *p)
  * a stop. 0, or -1 (stopped). */
 static int barrier_wait(panel *p, size_t c_bytes)
 {
-    shared_state *sh = p->pp.sh;
+    shared_state *sh = p->sh;
     prefault(p->r.c, c_bytes);
     pthread_mutex_lock(&sh->mu);
     sh->arrived++;
@@ -155,7 +146,7 @@ static void *run_panel(void *arg)
         gemm_matrix_bytes(p->r.m, p->r.k, p->r.dtype, &x.part_len[0]);
         p->rc = gemm_xfer_call(&x, NULL, &p->t, &p->err);
     }
-    notify(p->pp.sh, stop, 1);
+    notify(p->sh, stop, 1);
     return NULL;
 }
 
@@ -213,8 +204,8 @@ static void watch(gemm_client *c, const gemm_request *r, int parts, panel *p, in
         pthread_mutex_unlock(&sh->mu);
         uint64_t up = 0, down = 0;
         for (int i = 0; i < nstarted; i++) {
-            up += atomic_load(&p[i].pp.up);
-            down += atomic_load(&p[i].pp.down);
+            up += atomic_load(&p[i].up);
+            down += atomic_load(&p[i].down);
         }
         if (c->o.progress(c->o.progress_ctx, up, up_total, down, down_total)) notify(sh, 1, 0);
         pthread_mutex_lock(&sh->mu);
@@ -263,10 +254,10 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
             p[i].b_rows = r->k / (uint64_t)n + ((uint64_t)i < r->k % (uint64_t)n ? 1 : 0);
             p[i].b_row0 = i ? p[i - 1].b_row0 + p[i - 1].b_rows : 0;
         }
-        p[i].pp.sh = &sh;
+        p[i].sh = &sh;
         gemm_client_options o = c->o; /* a handle of its own (its own connection), same settings */
         o.progress = panel_progress_cb;
-        o.progress_ctx = &p[i].pp;
+        o.progress_ctx = &p[i];
         gemm_client_error e;
         if (!(p[i].cl = gemm_client_new(c->base, &o, &e)))
             rc = gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory for a connection");

@@ -128,12 +128,9 @@ long gemm_client_parse_retry_after(const char *s, double now_epoch_s)
         }
     }
     /* HTTP-date: "Sun, 06 Nov 1994 08:49:37 GMT" */
-    struct tm tm;
-    memset(&tm, 0, sizeof tm);
-    const char *r = strptime(s, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-    if (!r) return -1;
-    double when = (double)timegm(&tm);
-    double d = when - now_epoch_s;
+    struct tm tm = {0};
+    if (!strptime(s, "%a, %d %b %Y %H:%M:%S GMT", &tm)) return -1;
+    double d = (double)timegm(&tm) - now_epoch_s;
     if (d < 0) d = 0;
     if (d > 86400) d = 86400;
     return (long)(d * 1000.0);

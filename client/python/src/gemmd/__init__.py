@@ -1,11 +1,6 @@
-"""gemmd: offload matrix products from Python to a gemmd server.
+"""gemmd: offload matrix products from Python to a gemmd server (client/python/README.md).
 
-    client = gemmd.Client()                 # $GEMM_SERVER / $GEMM_TOKEN, or url=, token=
-    c = client.matmul(a, b)                 # an ndarray, C = A·B computed by the server
-    c = client.submit(a, b).result(timeout=60)  # the same as a job
-
-A and B travel as raw bytes straight from their buffers, C is read straight into its
-ndarray; errors are :class:`GemmError` and its subclasses (client/python/README.md).
+    c = gemmd.Client().matmul(a, b)         # $GEMM_SERVER / $GEMM_TOKEN, or url=, token=
 """
 
 from ._client import DEFAULT_URL, Client, Job, prepare, wire_dtype

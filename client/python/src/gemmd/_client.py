@@ -22,8 +22,6 @@ from ._errors import (GemmBusyError, GemmConnectionError, GemmError, GemmProtoco
                       GemmTimeoutError)
 from ._types import JobStatus, Product, Timing
 
-__all__ = ["Client", "Job", "DEFAULT_URL", "wire_dtype", "prepare"]
-
 #: Where the client goes without a url argument or ``GEMM_SERVER`` (the daemon's default).
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -34,8 +32,7 @@ _USER_AGENT = "gemmd-python/" + _VERSION
 _WIRE: Dict[str, "np.dtype[Any]"] = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int32": np.dtype("<i4"),
                                      "float16": np.dtype("<f2")}
 
-# NumPy has no bfloat16; the ml_dtypes package (optional) gives one. Without it bfloat16
-# arrays cannot be represented here, so they can be neither sent nor received.
+# NumPy has no bfloat16: the optional ml_dtypes package gives one (README, "float16 and bfloat16").
 try:
     import ml_dtypes as _ml_dtypes  # type: ignore[import-not-found, unused-ignore]
     _BF16: Optional["np.dtype[Any]"] = np.dtype(_ml_dtypes.bfloat16)
@@ -65,9 +62,7 @@ def _x(shape: Sequence[int]) -> str:
 # ------------------------------------------------------------------------------ inputs
 
 def wire_dtype(dtype: npt.DTypeLike) -> str:
-    """The server's name for ``dtype`` (``"float32"``, ``"float64"``, ``"int32"``,
-    ``"float16"``, or ``"bfloat16"`` with ml_dtypes installed; any byte order), or
-    ``TypeError`` saying what the server takes."""
+    """The server's name for ``dtype`` (any byte order), or ``TypeError`` saying what it takes."""
     if isinstance(dtype, str) and dtype.lower() in ("bfloat16", "bf16") and _BF16 is None:
         raise TypeError(_NO_BF16)
     dt = np.dtype(dtype)
@@ -93,10 +88,8 @@ def _out_name(in_name: str, out_dtype: Optional[npt.DTypeLike]) -> Tuple[str, Li
 
 def prepare(a: npt.ArrayLike, b: npt.ArrayLike,
             dtype: Optional[npt.DTypeLike] = None) -> Tuple[npt.NDArray[Any], npt.NDArray[Any], str]:
-    """(A, B, dtype name) as the server takes them: C-contiguous, little-endian, one dtype
-    (NumPy's promotion, or ``dtype``), copied only when they are not so already. A is m×k
-    and B k×n, or A a stack (b, m, k) with B a stack (b, k, n) or one k×n matrix for all;
-    shapes are checked here, before anything is sent."""
+    """(A, B, dtype name) as the server takes them (client/python/README.md, "Products"):
+    shapes checked, C-contiguous, little-endian, one dtype, copied only when needed."""
     a_arr = np.asarray(a)
     b_arr = np.asarray(b)
     for name, x in (("A", a_arr), ("B", b_arr)):
@@ -165,12 +158,6 @@ def _retry_after(value: Optional[str], default: float, cap: float) -> float:
     return max(0.0, min(wait, cap))
 
 
-def _c_shape(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> Tuple[Tuple[int, ...], int]:
-    """C's shape, (m, n) or (b, m, n), and k."""
-    mn = (int(a.shape[-2]), int(b.shape[-1]))
-    return ((int(a.shape[0]),) + mn if a.ndim == 3 else mn), int(a.shape[-1])
-
-
 def _check_out(out: Optional[npt.NDArray[Any]], shape: Tuple[int, ...], dtype: str) -> None:
     if out is None:
         return
@@ -186,9 +173,7 @@ def _check_out(out: Optional[npt.NDArray[Any]], shape: Tuple[int, ...], dtype: s
 # ------------------------------------------------------------------------------ client
 
 class Client:
-    """A connection to a gemmd server: ``url`` (default ``$GEMM_SERVER``), ``token``
-    (``$GEMM_TOKEN``), timeouts, 503 retries and TLS as client/python/README.md says. Each
-    thread gets its own kept-alive connection; ``close()`` closes them."""
+    """A connection to a gemmd server per thread that uses it (client/python/README.md)."""
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None, *,
                  timeout: Timeout = 300.0, connect_timeout: float = 10.0, retries: int = 3,
@@ -248,28 +233,24 @@ class Client:
                math: Optional[str] = None, tile: Optional[int] = None,
                dtype: Optional[npt.DTypeLike] = None, out: Optional[npt.NDArray[Any]] = None,
                out_dtype: Optional[npt.DTypeLike] = None) -> npt.NDArray[Any]:
-        """C = A·B computed by the server, as an ndarray (``out`` when given): A and B as
-        :func:`prepare` takes them; ``kernel``, ``math`` and ``tile`` go to the server as they
-        are; ``out_dtype`` picks C's dtype for float16 / bfloat16 operands (float32 by default)."""
+        """C = A·B computed by the server, as an ndarray (``out`` when given)."""
         return self.product(a, b, kernel=kernel, math=math, tile=tile, dtype=dtype, out=out, out_dtype=out_dtype).c
 
     def product(self, a: npt.ArrayLike, b: npt.ArrayLike, *, kernel: Optional[str] = None,
                 math: Optional[str] = None, tile: Optional[int] = None,
                 dtype: Optional[npt.DTypeLike] = None, out: Optional[npt.NDArray[Any]] = None,
                 out_dtype: Optional[npt.DTypeLike] = None) -> Product:
-        """Like :meth:`matmul`, but returns a :class:`Product`: C (``.c``) with the kernel,
-        tile, block, math mode and device that ran and the server's ``timing``."""
+        """Like :meth:`matmul`, but returns a :class:`Product`: C with what the server reported."""
         shape, k, c_name, t0, (resp, conn, retries) = self._post(
             "/v1/matmul", a, b, _options(kernel, math, tile), dtype, out_dtype, out, "application/octet-stream")
         if resp.status != 200:
             raise self._error(resp, conn, retries)
-        return self._read_product(resp, conn, shape, c_name, out, 2.0 * float(np.prod(shape)) * k, t0, retries)
+        return self._read_product(resp, conn, shape, c_name, out, k, t0, retries)
 
     def submit(self, a: npt.ArrayLike, b: npt.ArrayLike, *, kernel: Optional[str] = None,
                math: Optional[str] = None, tile: Optional[int] = None,
                dtype: Optional[npt.DTypeLike] = None, out_dtype: Optional[npt.DTypeLike] = None) -> "Job":
-        """Queues C = A·B as a job (``POST /v1/jobs``) and returns at once with a :class:`Job`.
-        Arguments as for :meth:`matmul`."""
+        """Queues C = A·B as a job (``POST /v1/jobs``) and returns at once with a :class:`Job`."""
         shape, k, c_name, _, (resp, conn, retries) = self._post(
             "/v1/jobs", a, b, _options(kernel, math, tile), dtype, out_dtype, None, "application/json")
         if resp.status != 202:
@@ -289,20 +270,16 @@ class Client:
     # ---------------------------------------------------------------- service
 
     def info(self) -> Dict[str, Any]:
-        """``GET /v1/info``: version, backend, devices, kernels (with their dtypes, maths and
-        tiles), dtypes, formats, limits."""
-        return self._get_object("/v1/info")
+        """``GET /v1/info`` as a dict."""
+        return self._get_json("/v1/info")[1]
 
     def health(self) -> Dict[str, Any]:
-        """``GET /healthz``: ``{"status": "ok"}`` while the server serves; raises
-        :class:`GemmError` otherwise (503 ``device_lost``: restart it)."""
-        return self._get_object("/healthz", retry_busy=False)
+        """``GET /healthz``: ``{"status": "ok"}``, or :class:`GemmError` (503 ``device_lost``)."""
+        return self._get_json("/healthz", retry_busy=False)[1]
 
     def ready(self) -> bool:
-        """``GET /readyz``: True when the server takes products now, False when it answers
-        503 (engine stopping, devices lost or queue full). Raises when it cannot be reached."""
-        status, _, _ = self._get_json("/readyz", retry_busy=False, ok=(200, 503))
-        return status == 200
+        """``GET /readyz``: True when the server takes products now, False when it answers 503."""
+        return self._get_json("/readyz", retry_busy=False, ok=(200, 503))[0] == 200
 
     # ---------------------------------------------------------------- internals
 
@@ -310,11 +287,11 @@ class Client:
               dtype: Optional[npt.DTypeLike], out_dtype: Optional[npt.DTypeLike], out: Optional[npt.NDArray[Any]],
               accept: str) -> Tuple[Tuple[int, ...], int, str, float,
                                     Tuple[http.client.HTTPResponse, http.client.HTTPConnection, int]]:
-        """Sends A and B in raw binary to route (``?batch=`` for stacks); returns C's shape,
-        k, C's dtype name, the time it started and the answer."""
+        """Sends A and B in raw binary to route; returns C's shape, k, C's dtype, the start and the answer."""
         a_w, b_w, name = prepare(a, b, dtype)
         c_name, out_opt = _out_name(name, out_dtype)
-        shape, k = _c_shape(a_w, b_w)
+        k = int(a_w.shape[-1])
+        shape = a_w.shape[:-1] + b_w.shape[-1:]
         _check_out(out, shape, c_name)
         q = [("m", str(a_w.shape[-2])), ("k", str(k)), ("n", str(b_w.shape[-1])), ("dtype", name)]
         if a_w.ndim == 3:
@@ -330,11 +307,9 @@ class Client:
         if conn is not None and conn.sock is not None:
             return conn, True
         if conn is None:
-            if self._https:
-                conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.connect_timeout,
-                                                   context=self._ssl)
-            else:
-                conn = http.client.HTTPConnection(self._host, self._port, timeout=self.connect_timeout)
+            conn = (http.client.HTTPSConnection(self._host, self._port, timeout=self.connect_timeout,
+                                                context=self._ssl) if self._https
+                    else http.client.HTTPConnection(self._host, self._port, timeout=self.connect_timeout))
             self._local.conn = conn
             with self._conns_lock:
                 self._conns.add(conn)
@@ -356,8 +331,7 @@ class Client:
 
     def _send(self, method: str, path: str, body: Sequence[memoryview], content_type: Optional[str],
               accept: str) -> Tuple[http.client.HTTPResponse, http.client.HTTPConnection]:
-        """One request on this thread's connection; returns the answer with its head read.
-        A kept-alive connection that the server closed meanwhile is reopened once."""
+        """One request on this thread's connection (reopened once if the server closed it idle)."""
         closed = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
         for attempt in (0, 1):
             conn, reused = self._open()
@@ -419,8 +393,7 @@ class Client:
 
     @contextlib.contextmanager
     def _reading(self, conn: http.client.HTTPConnection, what: str) -> Iterator[None]:
-        """Reading an answer: any failure closes the connection, and a socket's timeout or
-        error becomes a GemmTimeoutError or GemmConnectionError about ``what``."""
+        """Reading an answer: a failure closes the connection and becomes a GemmError about ``what``."""
         try:
             yield
         except _TIMEOUTS:
@@ -435,8 +408,7 @@ class Client:
             raise
 
     def _drain(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> bytes:
-        """Reads a small answer whole (the connection stays usable), or closes the connection
-        when it is too large to be worth reading."""
+        """Reads a small answer whole (the connection stays usable), or closes a large one's."""
         if resp.length is not None and resp.length > _MAX_SMALL_BODY:
             conn.close()
             resp.close()
@@ -481,23 +453,19 @@ class Client:
                                     resp.status) from None
 
     def _get_json(self, path: str, retry_busy: bool = True,
-                  ok: Iterable[int] = (200,)) -> Tuple[int, Any, http.client.HTTPResponse]:
+                  ok: Iterable[int] = (200,)) -> Tuple[int, Dict[str, Any], http.client.HTTPResponse]:
         resp, conn, retries = self._call("GET", self._prefix + path, retry_busy=retry_busy)
         if resp.status not in tuple(ok):
             raise self._error(resp, conn, retries)
-        return resp.status, self._read_json(resp, conn), resp
-
-    def _get_object(self, path: str, retry_busy: bool = True) -> Dict[str, Any]:
-        _, obj, _ = self._get_json(path, retry_busy)
+        obj = self._read_json(resp, conn)
         if not isinstance(obj, dict):
-            raise GemmProtocolError("%s did not answer a JSON object" % path, 200)
-        return obj
+            raise GemmProtocolError("%s did not answer a JSON object: %r" % (path, obj), resp.status)
+        return resp.status, obj, resp
 
     def _read_product(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
                       shape: Optional[Tuple[int, ...]], dtype: Optional[str], out: Optional[npt.NDArray[Any]],
-                      flops: float, t0: float, retries: int, job_id: Optional[str] = None) -> Product:
-        """Reads a raw (octet-stream) C straight into an ndarray (``out`` or a new one),
-        checking its shape, dtype and length against the headers and the request."""
+                      k: int, t0: float, retries: int, job_id: Optional[str] = None) -> Product:
+        """Reads a raw C straight into an ndarray (``out`` or a new one), checked against the request."""
         with self._reading(conn, "C"):
             st = resp.status
             ctype = (resp.getheader("Content-Type") or "").split(";")[0].strip().lower()
@@ -538,7 +506,8 @@ class Client:
         h = {k: resp.getheader("X-Gemm-" + k.capitalize()) or "" for k in
              ("kernel", "block", "math", "device", "instance", "batched")}
         return Product(c=c, tile=int(tile) if tile.lstrip("-").isdigit() else 0,
-                       timing=Timing.from_server_timing(resp.getheader("Server-Timing"), flops,
+                       timing=Timing.from_server_timing(resp.getheader("Server-Timing"),
+                                                        2.0 * float(np.prod(got_shape)) * k,
                                                         (time.perf_counter() - t0) * 1e3),
                        retries=retries, job_id=job_id, **h)
 
@@ -546,8 +515,7 @@ class Client:
 # ------------------------------------------------------------------------------ jobs
 
 class Job:
-    """A product queued with :meth:`Client.submit` (or found again with :meth:`Client.job`);
-    as a context manager, cancelled or forgotten when the block ends."""
+    """A product queued with :meth:`Client.submit`; a context manager that cancels it at the end."""
 
     def __init__(self, client: Client, job_id: str, shape: Optional[Tuple[int, ...]], k: Optional[int],
                  dtype: Optional[str]) -> None:
@@ -575,8 +543,6 @@ class Job:
 
     def _status(self) -> Tuple[JobStatus, Optional[str]]:
         _, obj, resp = self.client._get_json(self._path())
-        if not isinstance(obj, dict):
-            raise GemmProtocolError("a job's status is not a JSON object: %r" % (obj,), 200)
         st = JobStatus.from_json(obj)
         if self._k is None and st.k > 0:
             # A job found by its id: C's shape comes from the answer (a batch's count is
@@ -589,8 +555,7 @@ class Job:
         return self._status()[0]
 
     def wait(self, timeout: Timeout = None) -> JobStatus:
-        """Polls (20 ms doubling to 0.5 s, or the server's ``Retry-After``) until the job has
-        finished, and returns its last status; :class:`GemmTimeoutError` after ``timeout`` s."""
+        """Polls until the job has finished and returns its last status (README, "Jobs")."""
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = 0.02
         while True:
@@ -607,8 +572,7 @@ class Job:
             interval = min(interval * 2, 0.5)
 
     def result(self, timeout: Timeout = None, *, out: Optional[npt.NDArray[Any]] = None) -> npt.NDArray[Any]:
-        """Waits for the job (see :meth:`wait`) and returns C; a failed or cancelled job
-        raises its error as a :class:`GemmError`."""
+        """Waits for the job and returns C; a failed or cancelled job raises its GemmError."""
         return self.product(timeout, out=out).c
 
     def product(self, timeout: Timeout = None, *, out: Optional[npt.NDArray[Any]] = None) -> Product:
@@ -621,13 +585,10 @@ class Job:
         resp, conn, retries = c._call("GET", c._prefix + self._path("/result"), accept="application/octet-stream")
         if resp.status != 200:
             raise c._error(resp, conn, retries)
-        shape = self._shape or [int(x) for x in (resp.getheader("X-Gemm-Shape") or "").split(",") if x.isdigit()]
-        flops = 2.0 * float(np.prod(shape)) * (self._k or 0)
-        return c._read_product(resp, conn, self._shape, self._dtype, out, flops, t0, retries, self.id)
+        return c._read_product(resp, conn, self._shape, self._dtype, out, self._k or 0, t0, retries, self.id)
 
     def cancel(self) -> bool:
-        """``DELETE /v1/jobs/{id}``: cancels a queued or running job or forgets a finished one;
-        False when the server does not know it (forgotten, expired, or another token's)."""
+        """``DELETE /v1/jobs/{id}``: cancels or forgets the job; False when the server does not know it."""
         c = self.client
         resp, conn, retries = c._call("DELETE", c._prefix + self._path())
         if resp.status not in (200, 204):

@@ -1,6 +1,4 @@
-"""Exceptions raised by the gemmd client: every failure that involves the server is a
-:class:`GemmError`; mistakes found before anything is sent are ``ValueError`` / ``TypeError``.
-"""
+"""Exceptions raised by the gemmd client (client/python/README.md, "Errors")."""
 
 from __future__ import annotations
 
@@ -8,9 +6,7 @@ from typing import Optional
 
 
 class GemmError(Exception):
-    """The server refused a request, or a job failed: ``status`` (HTTP, None without an
-    answer), the server's stable ``code`` (``"shape_mismatch"``, ...; None when it gave
-    none) and ``message``, a sentence for a person."""
+    """The server refused a request, or a job failed: ``status`` (HTTP), ``code`` and ``message``."""
 
     def __init__(self, message: str, status: Optional[int] = None, code: Optional[str] = None) -> None:
         super().__init__(message)
@@ -28,18 +24,15 @@ class GemmError(Exception):
 
 
 class GemmConnectionError(GemmError):
-    """No answer: the server could not be reached, refused the connection, closed it
-    mid-answer, or its TLS certificate could not be verified."""
+    """No answer: unreachable, refused, closed mid-answer, or an unverified TLS certificate."""
 
 
 class GemmTimeoutError(GemmError):
-    """A connect, send or wait for the answer took longer than the client's timeout, or
-    a job did not finish within the time given to ``Job.result()`` / ``Job.wait()``."""
+    """A request, or a job's wait, took longer than its timeout."""
 
 
 class GemmBusyError(GemmError):
-    """503 (queue full, job store full, shutting down, device unavailable) still answered
-    after the client's retries. ``retries`` says how many 503 answers were waited out."""
+    """503 still answered after ``retries`` retries."""
 
     def __init__(self, message: str, status: Optional[int] = None, code: Optional[str] = None,
                  retries: int = 0) -> None:
@@ -48,5 +41,4 @@ class GemmBusyError(GemmError):
 
 
 class GemmProtocolError(GemmError):
-    """The answer did not match the request (shape, dtype, length or content type), or
-    was not what the API promises. The connection is closed."""
+    """The answer did not match the request, or was not what the API promises."""

@@ -17,10 +17,7 @@ _STAGES = ("recv", "decode", "queue", "h2d", "kernel", "d2h", "encode", "total")
 
 @dataclass(frozen=True)
 class Timing:
-    """The server's stages of one product in milliseconds (``docs/API.md``, "Timing"),
-    ``gflops`` (2·m·n·k over the kernel time; 0 when unknown) and ``wall_ms``, this
-    client's whole call from the first byte sent to the last of C read (None for timing
-    read from a job's status)."""
+    """The server's stages of one product in ms, ``gflops`` and the client's ``wall_ms`` (README, "Timing")."""
 
     recv_ms: float = 0.0
     decode_ms: float = 0.0
@@ -36,8 +33,7 @@ class Timing:
     @classmethod
     def from_server_timing(cls, header: Optional[str], flops: float = 0.0,
                            wall_ms: Optional[float] = None) -> "Timing":
-        """Parses ``Server-Timing: recv;dur=0.06, ..., kernel;dur=2.1;desc="...", total;dur=5``.
-        Unknown entries are ignored, missing ones are 0."""
+        """Parses a ``Server-Timing`` header; unknown entries are ignored, missing ones are 0."""
         durs: Dict[str, float] = {}
         for entry in (header or "").split(","):
             fields = [f.strip() for f in entry.split(";")]
@@ -63,10 +59,7 @@ class Timing:
 
 @dataclass(frozen=True, eq=False)
 class Product:
-    """C and what the server reported about computing it: the ``kernel``, ``tile``,
-    ``block``, ``math`` and ``device`` that ran (``X-Gemm-*`` headers, "" when not said),
-    the ``instance`` that answered, how a batch ran (``batched``), the server's
-    ``timing``, the 503 answers waited out first (``retries``) and, from a job, its id."""
+    """C and what the server reported about computing it (README, "Products")."""
 
     c: npt.NDArray[Any]
     kernel: str
@@ -95,9 +88,7 @@ JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
 
 @dataclass(frozen=True)
 class JobStatus:
-    """One ``GET /v1/jobs/{id}``: the job's state and, once it ran, its kernel and timing;
-    ``error`` (a :class:`GemmError`) for a failed or cancelled job, ``expires_in_s`` how
-    long a finished one is kept, ``raw`` the whole JSON answer."""
+    """One ``GET /v1/jobs/{id}`` (README, "Jobs"); ``raw`` is the whole JSON answer."""
 
     id: str
     state: str
@@ -131,11 +122,8 @@ class JobStatus:
             err = GemmError(str(e.get("message", "")), status if isinstance(status, int) else None,
                             str(e["code"]) if e.get("code") is not None else None)
         exp = obj.get("expires_in_s")
-        return cls(id=str(obj.get("id", "")), state=str(obj.get("state", "")),
-                   shape=(int(shape[0]), int(shape[1])), k=int(obj.get("k", 0)),
-                   dtype=str(obj.get("dtype", "")), kernel=str(obj.get("kernel", "")),
-                   tile=int(obj.get("tile", 0)), block=str(obj.get("block", "")),
-                   math=str(obj.get("math", "")), device=str(obj.get("device", "")),
+        text = {key: str(obj.get(key, "")) for key in ("id", "state", "dtype", "kernel", "block", "math", "device")}
+        return cls(shape=(int(shape[0]), int(shape[1])), k=int(obj.get("k", 0)), tile=int(obj.get("tile", 0)),
                    timing=Timing.from_json(obj.get("timing")),
                    expires_in_s=float(exp) if isinstance(exp, (int, float)) else None,
-                   error=err, raw=dict(obj), out_dtype=str(obj.get("out_dtype", obj.get("dtype", ""))))
+                   error=err, raw=dict(obj), out_dtype=str(obj.get("out_dtype", obj.get("dtype", ""))), **text)
