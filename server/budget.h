@@ -1,19 +1,9 @@
 /*
- * budget.h - the daemon's memory budget (max_inflight_mb).
- *
- * Every byte a client can make the daemon hold is admitted here before it is allocated. A
- * charge that does not fit is refused at once (the caller answers 503 over_budget,
- * Retry-After from the rate memory was given back lately); requests wait for memory in
- * admit.h's queue, before their bodies, by reserving it here. Large charges may not take
- * the last eighth of the budget (the reserve): however many big bodies or answers are in
- * flight, small products still get through.
- *
- * Matrix buffers are charged through gemmd_budget_allocator(), which remembers each
- * buffer's charge and kind, so that whoever frees it gives back exactly what was taken, and
- * a buffer can change hands (retag: a body becomes a product's input, C a kept result or an
- * answer) without being counted twice.
- *
- * Lock-free counters; the buffer table is in 16 shards with a small mutex each.
+ * budget.h - the daemon's memory budget (max_inflight_mb; docs/OPERATIONS.md, "Memory
+ * budget"): every byte a client can make the daemon hold is admitted here before it is
+ * allocated. Matrix buffers are charged through gemmd_budget_allocator(), which remembers
+ * each buffer's charge and kind, so that it is given back exactly and can change hands
+ * (retag) without being counted twice. Lock-free counters; the buffer table in 16 shards.
  */
 #ifndef GEMMD_BUDGET_H
 #define GEMMD_BUDGET_H

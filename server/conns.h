@@ -1,30 +1,11 @@
 /*
- * conns.h - every connection's deadlines, and fair limits on how many are open.
+ * conns.h - every connection's deadlines, and fair limits on how many are open
+ * (docs/OPERATIONS.md, "Connections and deadlines").
  *
- * libmicrohttpd's own timeout is an idle timer (a client sending one byte a second keeps
- * a connection forever), and its connection limits close the connections over them
- * unanswered. Here each connection is registered when MHD accepts it and the access
- * handler reports where its request is; a watchdog thread looks at all of them every
- * WATCH_MS and shuts down the socket of one past its deadline (shutdown(2): MHD then sees
- * the end of the stream and cleans up on its own thread). The deadlines (docs/OPERATIONS.md):
- * header_timeout for a request head (not while bytes the client sent wait unread: then
- * MHD is behind, not the client); request_timeout for head and body, and min_rate once
- * header_timeout has passed; none while a product runs (the connection is suspended);
- * send_timeout plus a second per min_rate bytes taken for an answer.
- *
- * Limits: MHD is given room over connection_limit, so that connections over a limit are
- * answered 503 instead of closed unanswered. When all places are taken, a newcomer
- * displaces the connection that has waited longest for a request head among the address
- * that holds the most (if it holds more than the newcomer's): idle floods and slow heads
- * cannot lock others out. Connections that have not sent a request yet (TLS handshakes,
- * refused connections) may fill only a quarter of the room: MHD stops accepting at its own
- * limit (new connections then wait in the backlog, /healthz too).
- *
- * Lingering close: when MHD closes a connection whose client has not closed its side, the
- * socket is kept a moment (at most 2 s and 64 MiB; LINGER_MAX at once) and what the client
- * still sends is read and dropped: a close with unread data would reset the connection,
- * and a client still sending its body would lose the answer.
- *
+ * libmicrohttpd's own timeout is an idle timer (one byte a second keeps a connection
+ * forever) and its limits close connections unanswered; so each connection is registered
+ * here, and a watchdog thread shuts down (shutdown(2)) the socket of one past its deadline,
+ * answers 503 over a limit, and lingers on a close so that unread bytes cause no reset.
  * Thread-safe: one mutex for the registry; the per-request hooks are lock-free.
  */
 #ifndef GEMMD_CONNS_H

@@ -1,22 +1,12 @@
 /*
  * jobs.h - the store of asynchronous jobs (POST /v1/jobs ... GET /v1/jobs/{id}/result).
  *
- *   j = gemmd_jobs_reserve(store, client, input_bytes, result_bytes, &err); // id, memory
- *   j->job.a/b/c/dtype/m/k/n/... = ...; j->owner = ...;                   // by the caller
- *   gemmd_jobs_submit(store, j, &err);                                    // engine owns it
- *   j = gemmd_jobs_get_owned(store, id, owner); gemmd_jobs_view(store, j, &v); gemmd_jobs_put(store, j);
- *
- * Entries are reference counted: the store's list holds one reference, a job on the engine
- * one, every reader (a status or a result being sent) one; DELETE of a running job only
- * unlinks it and asks the engine to cancel it, and its done() frees it. The inputs and the
- * result are reserved at submit against mem_bytes (job_mem_mb); the inputs go when the
- * product is done, the result ttl_s after. A sweeper thread forgets expired jobs when their
- * time comes, whether or not requests arrive.
- *
- * A job reads queued or running until its done() has run under the store's lock; only then
- * does it read done, failed or cancelled, with `finished`: a status that says done always
- * comes with a fetchable result. With tokens a job belongs to its token (owner =
- * gemmd_auth_identify() + 1; 0 without tokens): another token's lookups find nothing.
+ * Entries are reference counted (the store's list, the engine, every reader): DELETE of a
+ * running job only unlinks it and cancels it, and its done() frees it. Inputs and result
+ * are reserved against job_mem_mb at submit; a sweeper thread forgets expired jobs. A job
+ * reads done only once its done() has run under the store's lock, so a status that says
+ * done always comes with a fetchable result. With tokens a job belongs to its token
+ * (owner = gemmd_auth_identify() + 1; 0 without): another token's lookups find nothing.
  */
 #ifndef GEMMD_JOBS_H
 #define GEMMD_JOBS_H

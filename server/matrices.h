@@ -1,17 +1,9 @@
 /*
- * matrices.h - the store of resident matrices (/v1/matrices): operands kept between
- * requests, so that a product can name A or B by id instead of sending it again, and keep
- * its C for the next product of a chain.
- *
- *   gemmd_matrices_reserve(store, client, bytes, &err);  // 507 when resident_mb is full
- *   gemmd_matrices_add(store, &m, NULL, owner, client, family, 0, id, &err); // takes m.data
- *   e = gemmd_matrices_get(store, id, owner); ... read e->m ... gemmd_matrices_put(store, e);
- *
- * A matrix is kept in the engine's host memory (pinned on the CUDA backend); its bytes
- * count against resident_mb from its reservation until the last reference goes (DELETE
- * only unlinks: a product reading it finishes first). Nothing is evicted behind a
- * client's back: a full store answers 507. Owners work as for jobs (jobs.h). Thread-safe;
- * one mutex, never held while calling the engine.
+ * matrices.h - the store of resident matrices (/v1/matrices; docs/API.md): operands kept
+ * between requests, named by id in later products. Bytes count against resident_mb from
+ * their reservation until the last reference goes (DELETE only unlinks); nothing is
+ * evicted behind a client's back: a full store answers 507. Owners work as for jobs.
+ * Thread-safe; one mutex, never held while calling the engine.
  */
 #ifndef GEMMD_MATRICES_H
 #define GEMMD_MATRICES_H

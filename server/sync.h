@@ -1,26 +1,18 @@
 /*
  * sync.h - a request that waits for the engine: the suspend/resume handshake of a
- * synchronous product, the requests' reference counts, and shutdown's view of what
- * waits.
+ * synchronous product, the requests' reference counts, and shutdown's view of what waits.
  *
- * A synchronous product's connection waits suspended while the engine runs it. The
- * product is listed as pending before it is submitted (so that shutdown finds it); the
- * connection is suspended only if done() has not already run, and done() resumes only a
- * connection that was suspended, so the resume never comes before the suspend. All of it
- * is under the request's stripe lock (one of a few the requests are spread over by
- * address; no lock is shared by all). A request is reference counted: the connection's
- * reference (until NOTIFY_COMPLETED), the engine's (submit until done()), short holds.
+ * The product is listed before it is submitted (shutdown finds it); the connection is
+ * suspended only if done() has not run yet, and done() resumes only a suspended one: the
+ * resume never comes before the suspend. All under the request's stripe lock.
  *
- *   gemmd_sync_begin(req, job)         listed, the engine's reference taken
- *   gemm_engine_submit[_here](...)     (gemmd_sync_refused(req) if it refuses)
- *   switch (gemmd_sync_wait(req))      DONE: answer now; SUSPENDED: resumed later;
- *                                      ABANDONED: shutdown gave up, answer 503
- *   ... done(): gemmd_sync_done(req, offload) resumes the connection ...
+ *   gemmd_sync_begin(req, job); gemm_engine_submit[_here](...) (else gemmd_sync_refused)
+ *   switch (gemmd_sync_wait(req))  DONE: answer now; SUSPENDED: resumed later by done();
+ *                                  ABANDONED: shutdown gave up, answer 503
  *
- * Lock order: a stripe's lock is never held while calling the engine or another lock's
- * owner, and never with another stripe's, except that gemmd_sync_stop takes all of them
- * in index order to set stopping. (gemmd_sync_done may start an offload under it: the
- * offload queue's own lock is taken after it, never the other way.)
+ * Lock order: a stripe's lock is never held while calling the engine, nor with another
+ * stripe's (gemmd_sync_stop takes all in index order); the offload queue's lock may be
+ * taken under it, never the other way.
  */
 #ifndef GEMMD_SYNC_H
 #define GEMMD_SYNC_H
