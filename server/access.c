@@ -1,10 +1,7 @@
 /*
  * access.c - the access handler: a request's life from its head to MHD's NOTIFY_COMPLETED.
- *
- * The handler is called once with the headers (the route is looked up in the route table,
- * routes.h; method, auth, limits and media type are checked there, so 4xx answers go out
- * before a byte of the body is read), once per body chunk, once at the end of the body,
- * and once more after a suspended request is resumed (sync.h).
+ * Route, method, auth, limits and media type are checked on the first call, so 4xx
+ * answers go out before a byte of the body is read.
  */
 #include "access.h"
 
@@ -370,18 +367,15 @@ void gemmd_access_completed(void *cls, struct MHD_Connection *conn, void **con_c
     if (!req) return;
     *con_cls = NULL;
     double ms = gemm_now_ms() - req->t_start_ms;
-    static const char *const why[] = {"ok", "error", "timeout", "shutdown", "read_error", "client_abort"};
-    const char *reason = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : "other";
+    static const char *const why[] = {"", " ended=error", " ended=timeout", " ended=shutdown", " ended=read_error",
+                                      " ended=client_abort"};
+    const char *reason = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : " ended=other";
     char lp[176], job[GEMMD_INSTANCE_MAX + 24] = "";
     log_path(req, lp, sizeof lp);
     int mat = req->route && strncmp(req->route->pattern, "/v1/matrices", 12) == 0;
     if (req->job_id[0]) snprintf(job, sizeof job, " %s=%.*s", mat ? "matrix" : "job", GEMMD_JOB_LOG_ID(req->job_id));
-    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f", req->method, lp, job,
-                 req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms);
-    else
-        LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f ended=%s", req->method, lp, job,
-                 req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms, reason);
+    LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f%s", req->method, lp, job, req->status,
+             (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms, reason);
     gemmd_metrics_request(gemmd_route_slot(req->route), req->owner, req->status, ms / 1000.0, req->bytes_in,
                           toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? req->bytes_out : 0);
     unwatch(req);

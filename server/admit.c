@@ -66,7 +66,7 @@ static int fits_client(const gemmd_admit *a, const client *c, uint64_t bytes)
 static int try_admit_locked(gemmd_admit *a, gemmd_admit_ticket *t)
 {
     client *c = &a->clients[t->client];
-    if (!fits_client(a, c, t->bytes) || gemmd_budget_reserve(a->budget, t->bytes) != 0) return -1;
+    if (!fits_client(a, c, t->bytes) || gemmd_budget_charge(a->budget, GEMMD_MEM_RESERVED, t->bytes) != 0) return -1;
     c->inflight += t->bytes;
     a->st.admitted++;
     return 0;

@@ -46,11 +46,10 @@ uint64_t gemmd_budget_limit(uint64_t configured);
 /* Makes freed buffers go back to the system at once (glibc's malloc: a fixed mmap
  * threshold), so that what the budget gives back the process gives back too. Process-wide. */
 void gemmd_budget_tune_malloc(void);
-/* Called every 50 ms from one thread off the hot path (the connection watchdog): once
- * GEMMD_TRIM_MIN bytes have been given back and the charges have not grown for
- * GEMMD_TRIM_QUIET_MS, the heaps' free pages go back to the system (malloc_trim), at most
- * every GEMMD_TRIM_EVERY_MS: smaller blocks live in the heaps of the threads that took
- * them, and freeing them leaves the pages resident. Returns 1 when it trimmed. */
+/* Every 50 ms from the connection watchdog: once GEMMD_TRIM_MIN bytes were given back and
+ * the charges have not grown for GEMMD_TRIM_QUIET_MS, malloc_trim (at most every
+ * GEMMD_TRIM_EVERY_MS): small blocks freed leave their threads' heap pages resident.
+ * Returns 1 when it trimmed. */
 int gemmd_budget_tick(gemmd_budget *b, int64_t now_ms);
 #define GEMMD_TRIM_MIN (16ull << 20)
 #define GEMMD_TRIM_QUIET_MS 1000
@@ -69,11 +68,6 @@ void gemmd_budget_set_release_hook(gemmd_budget *b, void (*fn)(void *ctx), void 
 /* Charges bytes of kind k: 0, or -1 when they do not fit (nothing is charged). */
 int gemmd_budget_charge(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes);
 void gemmd_budget_release(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes);
-/* A reservation (admit.h): bytes charged as GEMMD_MEM_RESERVED, admitted as one charge. */
-static inline int gemmd_budget_reserve(gemmd_budget *b, uint64_t bytes)
-{
-    return gemmd_budget_charge(b, GEMMD_MEM_RESERVED, bytes);
-}
 /* Changes a charge from old_bytes to new_bytes without releasing it first; a growth that
  * does not fit returns -1 and changes nothing. */
 int gemmd_budget_adjust(gemmd_budget *b, gemmd_mem_kind k, uint64_t old_bytes, uint64_t new_bytes);

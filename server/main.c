@@ -1,20 +1,12 @@
 /*
  * main.c - gemmd: read the configuration, open the engine, serve HTTP until SIGINT or
- * SIGTERM, then stop accepting, fail queued work, let running work finish and its
- * answers go out, free everything and exit 0.
+ * SIGTERM, then stop gracefully (docs/OPERATIONS.md, "Start, stop, signals").
  *
- * SIGINT and SIGTERM go through a self-pipe that the main thread reads: a signal can be
- * delivered to any thread, including the BLAS library's, which starts its threads before
- * main() and so never inherits a signal mask set here (sigwait() would then miss it and
- * the default action would kill the process).
- *
- * The main thread also watches the engine (every WATCH_MS): once it has lost every device
- * (a GPU context that cannot be rebuilt in this process), the daemon restarts itself in
- * place when restart_on_device_loss allows: the same graceful stop, but the listening
- * socket stays open and is handed to a fresh exec of this binary (restart.c), so the pid
- * and the port stay and new connections wait in the backlog. Without a restart (key off,
- * or GEMMD_RESTART_MAX restarts within GEMMD_RESTART_WINDOW_S) it stays up unhealthy:
- * /healthz and /readyz answer 503 so that an orchestrator restarts it.
+ * The signals go through a self-pipe: the BLAS library starts its threads before main(),
+ * so they never inherit a signal mask set here and sigwait() could miss a signal.
+ * The main thread also watches the engine: once it has lost every device, the daemon
+ * restarts in place (restart.h) when restart_on_device_loss allows, else stays up with
+ * /healthz and /readyz answering 503 (docs/OPERATIONS.md, "Faults").
  */
 #include <errno.h>
 #include <fcntl.h>

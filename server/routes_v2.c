@@ -1,22 +1,11 @@
 /*
- * routes_v2.c - the Open Inference Protocol (KServe v2) over HTTP: health, metadata and
+ * routes_v2.c - the Open Inference Protocol (KServe v2; docs/V2.md): health, metadata and
  * inference of the one model "matmul" (A, B -> C = A.B).
  *
- * An inference body is read as it arrives: the JSON header (the whole body, or its first
- * Inference-Header-Content-Length bytes) is buffered up to max_json_mb and parsed as soon
- * as it is complete; A and B are then allocated from the engine (after the shapes, the
- * limits and Content-Length are checked) and the binary tensor bytes that follow are
- * written straight into them, in the order the inputs are listed. The product goes the
- * way of POST /v1/matmul (gemmd_route_matmul: submit, suspend, resume; its answer step
- * hands v2 requests to gemmd_v2_answer), and C is answered
- * as JSON tensor data or, when asked for, as binary tensor data sent from C itself.
- *
- * Memory, as on /v1 (budget.h): the declared body is admitted before a byte is read; the
- * header buffer is charged as it grows (kind bodies), and so is the parse of the header
- * (its JSON tensor data is converted from the text, never held as a tree: v2_codec.h),
- * both given back once A and B are filled; A, B and C come from the charging allocator
- * (inputs); the answer is charged until MHD has sent it (answers): the JSON text at its
- * largest before it is written, or the header and C of a binary answer.
+ * The JSON header (the whole body, or its first Inference-Header-Content-Length bytes) is
+ * buffered, charged as it grows, and parsed once complete; the binary tensor bytes that
+ * follow go straight into A and B. The product takes the path of POST /v1/matmul, and its
+ * answer comes back through gemmd_v2_answer.
  */
 #include <stdatomic.h>
 

@@ -250,7 +250,7 @@ static void test_reservation(void **state)
     (void)state;
     gemmd_budget *b = gemmd_budget_new(64 * MIB, 7);
     gemmd_resv r = {b, 0, 0};
-    assert_int_equal(gemmd_budget_reserve(b, 10 * MIB), 0);
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_RESERVED, 10 * MIB), 0);
     atomic_store(&r.total, 10 * MIB);
     gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, &r};
     gemm_allocator al = gemmd_budget_allocator(&ctx);
@@ -288,7 +288,7 @@ static void test_reservation(void **state)
     assert_int_equal(st.used, 0);
     /* a need that does not fit takes nothing */
     gemmd_resv r2 = {b, 0, 0};
-    assert_int_equal(gemmd_budget_reserve(b, 4 * MIB), 0);
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_RESERVED, 4 * MIB), 0);
     atomic_store(&r2.total, 4 * MIB);
     assert_int_equal(gemmd_resv_take(&r2, b, GEMMD_MEM_BODY, 100 * MIB, &outside), -1);
     assert_int_equal(atomic_load(&r2.used), 0);
