@@ -48,10 +48,9 @@ typedef struct {
 /* max_waiting: requests that may wait at once (>= 1); max_wait_s: how long one may;
  * share_pct: what one client's requests may hold together (1..100). */
 gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s, int share_pct);
-/* Refuses whatever still waits (wake is called for each) and every request from now on,
- * and stops the thread; the queue can still be asked about its tickets. */
+/* close: refuses what waits (wake is called for each) and every request from now on, and
+ * stops the thread; tickets can still be asked about. free closes it if need be. */
 void gemmd_admit_close(gemmd_admit *a);
-/* Closes it if need be, and frees it. */
 void gemmd_admit_free(gemmd_admit *a);
 
 /* See above. client_key: who asks (taken modulo GEMMD_CLIENTS). On -1, *err is 503
@@ -63,15 +62,13 @@ static inline int gemmd_admit_decided(gemmd_admit_ticket *t) { return atomic_loa
 /* A decided ticket: 0 admitted (its bytes are reserved), or -1 with *err (503
  * over_budget, or shutting_down once the queue was closed) and *retry_after_s. */
 int gemmd_admit_result(gemmd_admit *a, const gemmd_admit_ticket *t, gemm_err *err, int *retry_after_s);
-/* Takes a waiting ticket out of the queue (the client went away): 1 when it was still
- * waiting (wake will not be called), 0 when it had been decided already (wake is called,
- * or has been; an admitted ticket's bytes are reserved and must be released). */
+/* The client went away: 1 when t was still waiting (wake will not be called), 0 when it
+ * was decided already (wake comes; an admitted ticket's bytes must be released). */
 int gemmd_admit_cancel(gemmd_admit *a, gemmd_admit_ticket *t);
 /* t's admitted reservation ended after held_s seconds (released by its holder): its
  * client holds that much less, and how long reservations last goes into the expected wait. */
 void gemmd_admit_done(gemmd_admit *a, const gemmd_admit_ticket *t, double held_s);
-/* Memory was given back: the queue's thread looks for waiting requests that fit now. */
-void gemmd_admit_kick(gemmd_admit *a);
+void gemmd_admit_kick(gemmd_admit *a); /* memory was given back */
 
 void gemmd_admit_get_stats(gemmd_admit *a, gemmd_admit_stats *out);
 
