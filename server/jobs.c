@@ -66,7 +66,6 @@ static void free_buffers(gemmd_jobs *s, gemmd_job_entry *j, int inputs_only)
     }
 }
 
-/* Drops one reference (lock held); returns 1 when the caller must destroy it. */
 /* bytes of j's reservation go back (lock held) */
 static void give_back_locked(gemmd_jobs *s, gemmd_job_entry *j, uint64_t bytes)
 {
@@ -75,6 +74,7 @@ static void give_back_locked(gemmd_jobs *s, gemmd_job_entry *j, uint64_t bytes)
     j->reserved -= bytes;
 }
 
+/* Drops one reference (lock held); returns 1 when the caller must destroy it. */
 static int unref_locked(gemmd_jobs *s, gemmd_job_entry *j)
 {
     if (--j->refs > 0) return 0;

@@ -72,6 +72,7 @@ int gemmd_matrices_ready(gemmd_matrices *s, const gemmd_matrix_entry *e);
  * taken and its last use set to now; NULL when unknown, deleted or another owner's. */
 gemmd_matrix_entry *gemmd_matrices_get(gemmd_matrices *s, const char *id, int owner);
 void gemmd_matrices_put(gemmd_matrices *s, gemmd_matrix_entry *e);
+void gemmd_matrix_release(void *entry); /* gemmd_matrices_put, as an answer's release() */
 /* Counts a product that read it. */
 void gemmd_matrices_note_use(gemmd_matrices *s, gemmd_matrix_entry *e);
 /* Unlinks it (freed when the last reference goes). 0, or -1 when owner has no such one. */

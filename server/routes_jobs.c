@@ -203,12 +203,6 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
     }
 }
 
-static void release_matrix(void *ctx)
-{
-    gemmd_matrix_entry *e = ctx;
-    gemmd_matrices_put(e->store, e);
-}
-
 /* store=1: C joins the resident matrices (201, Location); with return=1 it is also sent in
  * the negotiated format, else the answer describes it in JSON. */
 static enum MHD_Result stored_answer(gemmd_request *req)
@@ -228,7 +222,7 @@ static enum MHD_Result stored_answer(gemmd_request *req)
         return gemmd_respond_errorf(req, 410, "matrix_gone", "C was stored as %s and deleted before the answer", id);
     gemmd_product_meta meta = {.job = job, .matrix_id = e->id};
     if (op->return_c)
-        return gemmd_respond_product(req, 201, op->answer, e->m.data, job->m, job->n, &meta, release_matrix, e);
+        return gemmd_respond_product(req, 201, op->answer, e->m.data, job->m, job->n, &meta, gemmd_matrix_release, e);
     gemm_buf b = {0};
     gemmd_matrices_describe_json(srv->matrices, e, &b);
     /* {"id":..., ...} then the product's own fields */
