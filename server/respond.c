@@ -106,6 +106,25 @@ int gemmd_check_json_answer(const gemmd_services *srv, uint64_t rows, uint64_t c
 
 /* ---- timing ------------------------------------------------------------------ */
 
+void gemmd_ran_fields_json(gemm_buf *b, const char *pre, const char *kernel, int tile, const char *block,
+                           const char *math, const char *device)
+{
+    gemm_buf_printf(b, "%s\"kernel\":", pre);
+    gemm_buf_json_string(b, kernel);
+    gemm_buf_printf(b, ",\"tile\":%d,\"block\":", tile);
+    gemm_buf_json_string(b, block);
+    gemm_buf_puts(b, ",\"math\":");
+    gemm_buf_json_string(b, math);
+    gemm_buf_puts(b, ",\"device\":");
+    gemm_buf_json_string(b, device);
+}
+
+void gemmd_ran_json(gemm_buf *b, const char *pre, const gemm_job *job)
+{
+    gemmd_ran_fields_json(b, pre, job->kernel_used, job->tile_used, job->block,
+                          gemm_math_report_name(job->dtype, job->math_used), job->device);
+}
+
 void gemmd_timing_from_job(gemmd_timing *t, const gemm_job_timing *jt)
 {
     t->queue_ms = jt->queue_ms;
@@ -682,14 +701,8 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
         gemm_buf_printf(&b, ",\"shape\":[%llu,%llu],\"dtype\":", (unsigned long long)rows, (unsigned long long)cols);
     }
     gemm_buf_json_string(&b, gemm_dtype_name(dt));
-    gemm_buf_puts(&b, ",\"kernel\":");
-    gemm_buf_json_string(&b, job ? job->kernel_used : "");
-    gemm_buf_printf(&b, ",\"tile\":%d,\"block\":", job ? job->tile_used : 0);
-    gemm_buf_json_string(&b, job ? job->block : "");
-    gemm_buf_puts(&b, ",\"math\":");
-    gemm_buf_json_string(&b, job ? gemm_math_report_name(job->dtype, job->math_used) : "");
-    gemm_buf_puts(&b, ",\"device\":");
-    gemm_buf_json_string(&b, job ? job->device : "");
+    if (job) gemmd_ran_json(&b, ",", job);
+    else gemmd_ran_fields_json(&b, ",", "", 0, "", "", "");
     if (job && job->batched) {
         gemm_buf_printf(&b, ",\"batched\":{\"products\":%llu,\"mode\":", (unsigned long long)job->batched);
         gemm_buf_json_string(&b, job->batch_mode);

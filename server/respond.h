@@ -30,6 +30,10 @@ int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d);
 
 /* Fills the engine's part of *t from a finished job. */
 void gemmd_timing_from_job(gemmd_timing *t, const gemm_job_timing *jt);
+/* Appends pre then "kernel", "tile", "block", "math" and "device": what ran where. */
+void gemmd_ran_fields_json(gemm_buf *b, const char *pre, const char *kernel, int tile, const char *block,
+                           const char *math, const char *device);
+void gemmd_ran_json(gemm_buf *b, const char *pre, const gemm_job *job);
 /* Appends "timing"'s object (recv_ms ... gflops). */
 void gemmd_timing_json(gemm_buf *b, const gemmd_timing *t);
 /* A synchronous product left the engine: what ran where and its timing go into req's

@@ -358,14 +358,7 @@ enum MHD_Result gemmd_route_job_status(gemmd_request *req)
     gemm_buf_json_string(&b, gemm_dtype_name(v.dtype));
     gemm_buf_puts(&b, ",\"out_dtype\":");
     gemm_buf_json_string(&b, gemm_dtype_name(v.c_dtype));
-    gemm_buf_puts(&b, ",\"kernel\":");
-    gemm_buf_json_string(&b, v.kernel);
-    gemm_buf_printf(&b, ",\"tile\":%d,\"block\":", v.tile);
-    gemm_buf_json_string(&b, v.block);
-    gemm_buf_puts(&b, ",\"math\":");
-    gemm_buf_json_string(&b, gemm_math_report_name(v.dtype, v.math));
-    gemm_buf_puts(&b, ",\"device\":");
-    gemm_buf_json_string(&b, v.device);
+    gemmd_ran_fields_json(&b, ",", v.kernel, v.tile, v.block, gemm_math_report_name(v.dtype, v.math), v.device);
     gemm_buf_printf(&b, ",\"location\":\"/v1/jobs/%s\",\"result\":\"/v1/jobs/%s/result\"", v.id, v.id);
     if (v.finished) gemm_buf_printf(&b, ",\"expires_in_s\":%.1f", v.expires_in_s);
     if (v.finished && v.state != GEMM_JOB_DONE) {

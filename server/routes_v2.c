@@ -412,14 +412,7 @@ enum MHD_Result gemmd_v2_infer(gemmd_request *req)
 /* The answer's "parameters": what ran where, and the timing (ms) of each stage. */
 static void answer_parameters(gemm_buf *b, const gemm_job *job, const gemmd_timing *t)
 {
-    gemm_buf_puts(b, ",\"parameters\":{\"kernel\":");
-    gemm_buf_json_string(b, job->kernel_used);
-    gemm_buf_printf(b, ",\"tile\":%d,\"block\":", job->tile_used);
-    gemm_buf_json_string(b, job->block);
-    gemm_buf_puts(b, ",\"math\":");
-    gemm_buf_json_string(b, gemm_math_report_name(job->dtype, job->math_used));
-    gemm_buf_puts(b, ",\"device\":");
-    gemm_buf_json_string(b, job->device);
+    gemmd_ran_json(b, ",\"parameters\":{", job);
     if (job->split_panels >= 2) { /* the protocol's parameters are scalars: the split as three */
         int np = job->split_panels > GEMM_SPLIT_MAX ? GEMM_SPLIT_MAX : job->split_panels;
         gemm_buf_printf(b, ",\"split_panels\":%d,\"split_rows\":\"", np);
