@@ -45,12 +45,20 @@ static void on_signal(int sig)
     errno = saved;
 }
 
+/* SIG_BLOCK or SIG_UNBLOCK SIGINT and SIGTERM on this thread. */
+static int mask_stop_signals(int how)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    return pthread_sigmask(how, &set, NULL);
+}
+
 static int install_signals(void)
 {
     if (pipe(signal_pipe) != 0) return -1;
-    for (int i = 0; i < 2; i++) {
-        fcntl(signal_pipe[i], F_SETFD, FD_CLOEXEC);
-    }
+    for (int i = 0; i < 2; i++) fcntl(signal_pipe[i], F_SETFD, FD_CLOEXEC);
     fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -61,11 +69,7 @@ static int install_signals(void)
     signal(SIGPIPE, SIG_IGN);
     /* A restart blocks these before exec, so that one arriving meanwhile stays pending
      * for the new process, which takes it here. */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    return pthread_sigmask(SIG_UNBLOCK, &set, NULL) == 0 ? 0 : -1;
+    return mask_stop_signals(SIG_UNBLOCK) == 0 ? 0 : -1;
 }
 
 /* The next signal, or DEVICE_LOST when `engine` (if not NULL) has become unhealthy. */
@@ -199,11 +203,7 @@ int main(int argc, char **argv)
                       info.backend, devices, restarts + 1);
             int keep = gemmd_http_shutdown_keep_socket(srv);
             gemm_engine_close(engine);
-            sigset_t set;
-            sigemptyset(&set);
-            sigaddset(&set, SIGINT);
-            sigaddset(&set, SIGTERM);
-            pthread_sigmask(SIG_BLOCK, &set, NULL);
+            mask_stop_signals(SIG_BLOCK);
             if (signal_pending()) {
                 LOG_INFO("received a stop signal while restarting: stopped");
                 if (keep >= 0) close(keep);
