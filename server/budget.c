@@ -512,19 +512,6 @@ gemm_allocator gemmd_budget_allocator(gemmd_budget_alloc_ctx *ctx)
     return a;
 }
 
-void gemmd_budget_retag(gemmd_budget *b, void *p, gemmd_mem_kind k)
-{
-    if (!b || !p) return;
-    buf_shard *sh = shard_of(b, p);
-    pthread_mutex_lock(&sh->mu);
-    buf_entry *e = find_locked(sh, p);
-    if (e && e->kind != k) {
-        gemmd_budget_move(b, (gemmd_mem_kind)e->kind, k, e->charged);
-        e->kind = (unsigned char)k;
-    }
-    pthread_mutex_unlock(&sh->mu);
-}
-
 void gemmd_budget_adopt(gemmd_budget *b, void *p, gemmd_mem_kind k, gemmd_resv *r)
 {
     if (!b || !p) return;

@@ -3,7 +3,8 @@
  * budget"): every byte a client can make the daemon hold is admitted here before it is
  * allocated. Matrix buffers are charged through gemmd_budget_allocator(), which remembers
  * each buffer's charge and kind, so that it is given back exactly and can change hands
- * (retag) without being counted twice. Lock-free counters; the buffer table in 16 shards.
+ * (gemmd_budget_adopt) without being counted twice. Lock-free counters; the buffer table
+ * in 16 shards.
  */
 #ifndef GEMMD_BUDGET_H
 #define GEMMD_BUDGET_H
@@ -130,11 +131,9 @@ typedef struct {
 
 gemm_allocator gemmd_budget_allocator(gemmd_budget_alloc_ctx *ctx);
 
-/* The buffer's charge moves to kind k (no-op for unknown pointers). */
-void gemmd_budget_retag(gemmd_budget *b, void *p, gemmd_mem_kind k);
-/* p outlives the request that allocated it (a kept result, a resident matrix): what of it
- * was taken from the request's reservation r is charged as kind k on its own, and r
- * shrinks by as much (the total does not change). Other buffers are only retagged. */
+/* The buffer's charge moves to kind k (no-op for unknown pointers). With r, p outlives the
+ * request that allocated it (a kept result, a resident matrix): what of it was taken from
+ * r is charged as kind k on its own, and r shrinks by as much (the total does not change). */
 void gemmd_budget_adopt(gemmd_budget *b, void *p, gemmd_mem_kind k, gemmd_resv *r);
 /* p leaves the budget (its charge is given back, the buffer is not freed): another
  * accountant owns it from now on (a resident matrix counts against resident_mb). */

@@ -334,7 +334,7 @@ static void on_done(gemm_job *job)
         give_back_locked(s, j, j->reserved);
     } else {
         give_back_locked(s, j, j->reserved_inputs); /* the inputs are gone; the result stays */
-        gemmd_budget_retag(s->budget, j->job.c, GEMMD_MEM_RESULT);
+        gemmd_budget_adopt(s->budget, j->job.c, GEMMD_MEM_RESULT, NULL);
     }
     j->state = (gemm_job_state)st;
     j->reserved_inputs = 0;

@@ -251,7 +251,7 @@ enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
     if (req->op->store_c) return stored_answer(req);
     void *c = job->c;
     job->c = NULL; /* the answer owns C now */
-    gemmd_budget_retag(req->svc->budget, c, GEMMD_MEM_ANSWER);
+    gemmd_budget_adopt(req->svc->budget, c, GEMMD_MEM_ANSWER, NULL);
     gemmd_product_meta meta = {.job = job, .free_with = &req->svc->alloc};
     return gemmd_respond_product(req, 200, req->op->answer, c, job->m, job->n, &meta, NULL, NULL);
 }

@@ -474,7 +474,7 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
     gemm_matrix_bytes(c.rows, c.cols, c.dtype, &c_len);
     char hl[24];
     snprintf(hl, sizeof hl, "%zu", b.len);
-    gemmd_budget_retag(req->svc->budget, job->c, GEMMD_MEM_ANSWER);
+    gemmd_budget_adopt(req->svc->budget, job->c, GEMMD_MEM_ANSWER, NULL);
     job->c = NULL; /* the answer owns the header text and C from here on */
     return gemmd_respond_parts(req, 200, "application/octet-stream", &b, charge, c.data, c_len, &req->svc->alloc,
                                "Inference-Header-Content-Length", hl);

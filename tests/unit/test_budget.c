@@ -224,7 +224,7 @@ static void test_allocator(void **state)
     assert_int_equal(st.by_kind[GEMMD_MEM_INPUT], 3 * MIB);
     assert_int_equal(gemmd_budget_charged(b, p), 3 * MIB);
     assert_int_equal(st.buffers, 1);
-    gemmd_budget_retag(b, p, GEMMD_MEM_ANSWER);
+    gemmd_budget_adopt(b, p, GEMMD_MEM_ANSWER, NULL);
     gemmd_budget_get_stats(b, &st);
     assert_int_equal(st.by_kind[GEMMD_MEM_INPUT], 0);
     assert_int_equal(st.by_kind[GEMMD_MEM_ANSWER], 3 * MIB);
@@ -396,7 +396,7 @@ static void *churner(void *arg)
         int s = (int)(r % LIVE);
         if (p[s]) {
             if (gemmd_budget_charged(w->b, p[s]) != sz[s]) w->bad++;
-            if (r & 0x100) gemmd_budget_retag(w->b, p[s], GEMMD_MEM_RESULT);
+            if (r & 0x100) gemmd_budget_adopt(w->b, p[s], GEMMD_MEM_RESULT, NULL);
             if (gemmd_budget_charged(w->b, p[s]) != sz[s]) w->bad++;
             gemm_free(&w->al, p[s]);
             p[s] = NULL;
