@@ -501,8 +501,7 @@ static void budget_free(void *ctx, void *p)
 {
     gemmd_budget_alloc_ctx *c = ctx;
     if (!p) return;
-    buf_entry e;
-    if (take_entry(c->budget, p, &e) == 0) gemmd_budget_release(c->budget, (gemmd_mem_kind)e.kind, e.charged);
+    gemmd_budget_forget(c->budget, p);
     gemm_free(&c->base, p);
 }
 

@@ -422,8 +422,6 @@ int gemmd_config_http_threads(const gemmd_config *c)
     return t < 4 ? 4 : t > 16 ? 16 : (int)t;
 }
 
-void gemmd_config_resolve_http_threads(gemmd_config *c) { c->http_threads = gemmd_config_http_threads(c); }
-
 void gemmd_config_warn_idle(const gemmd_config *c, gemm_engine *e)
 {
     gemmd_config d;

@@ -135,7 +135,7 @@ int main(int argc, char **argv)
     const char *labels[GEMMD_METRIC_ROUTES];
     gemmd_metrics_init(labels, gemmd_routes_labels(labels, GEMMD_METRIC_ROUTES));
     gemmd_config_resolve_instance(&cfg);
-    gemmd_config_resolve_http_threads(&cfg);
+    cfg.http_threads = gemmd_config_http_threads(&cfg); /* the log and /v1/info show it */
     if (gemmd_instance_set(cfg.instance_id) != 0) { /* a derived name is always valid */
         fprintf(stderr, "gemmd: instance_id: '%s' is not valid\n", cfg.instance_id);
         return 2;
