@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "options.h"
 
 static double mono_s(void)
 {
@@ -26,15 +27,11 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Non-negative decimal integer that fits in an int; -1 otherwise. */
+/* Decimal digits up to 10^9 (what gemmd_restart_exec writes); -1 otherwise. */
 static int parse_nonneg(const char *s)
 {
-    if (!s || !*s) return -1;
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || v < 0 || v > 1000000000L || end == s) return -1;
-    return (int)v;
+    uint64_t v;
+    return gemm_parse_u64(s, &v) == 0 && v <= 1000000000u ? (int)v : -1;
 }
 
 int gemmd_restart_count(void)
