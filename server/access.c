@@ -24,11 +24,6 @@
 
 /* ---- routing ------------------------------------------------------------------ */
 
-static int is_hex(char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
 /* Cuts every run of 16 or more hex digits in s (in place) to its first
  * GEMMD_JOB_SHORT_LEN digits and "...": whatever a log line quotes, a job id in it (a
  * bearer capability) never appears whole. */
@@ -37,7 +32,7 @@ static void scrub_ids(char *s)
     char *w = s;
     for (const char *r = s; *r;) {
         size_t n = 0;
-        while (is_hex(r[n])) n++;
+        while (gemmd_is_hex(r[n])) n++;
         if (n >= 16) {
             memmove(w, r, GEMMD_JOB_SHORT_LEN);
             memcpy(w + GEMMD_JOB_SHORT_LEN, "...", 3); /* 11 <= 16: never longer */
