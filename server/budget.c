@@ -7,7 +7,6 @@
  */
 #include "budget.h"
 
-#include <inttypes.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>

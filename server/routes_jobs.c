@@ -8,7 +8,6 @@
  * connection before the product ended.
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "body.h"

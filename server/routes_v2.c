@@ -7,8 +7,6 @@
  * follow go straight into A and B. The product takes the path of POST /v1/matmul, and its
  * answer comes back through gemmd_v2_answer.
  */
-#include <stdatomic.h>
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +18,6 @@
 #include "respond.h"
 #include "routes.h"
 #include "v2_codec.h"
-
 
 struct gemmd_v2 {
     char *json;               /* the JSON header, json_cap bytes charged (kind bodies) */
