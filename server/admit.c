@@ -47,13 +47,6 @@ struct gemmd_admit {
     gemmd_admit_stats st;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* A client's requests fit its share: always the first and the small ones (they may take
  * the budget's last eighth, kept for them), the rest within the share. */
 static int fits_client(const gemmd_admit *a, const client *c, uint64_t bytes)
@@ -200,13 +193,13 @@ static void *run(void *arg)
             pthread_cond_timedwait(&a->cv, &a->mu, &ts);
         }
         a->kicked = 0;
-        double now = now_s();
+        double now = gemm_now_ms() / 1000.0;
         gemmd_admit_ticket *woken = expire_locked(a, now, admit_locked(a, now));
         pthread_mutex_unlock(&a->mu);
         wake_all(woken);
         pthread_mutex_lock(&a->mu);
     }
-    gemmd_admit_ticket *woken = expire_locked(a, now_s(), NULL);
+    gemmd_admit_ticket *woken = expire_locked(a, gemm_now_ms() / 1000.0, NULL);
     pthread_mutex_unlock(&a->mu);
     wake_all(woken);
     return NULL;
@@ -294,7 +287,7 @@ int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, int client_key, uin
                                  : "this client already has as many requests waiting for memory as it may",
                             *retry_after_s);
     }
-    double now = now_s();
+    double now = gemm_now_ms() / 1000.0;
     t->t_enter = now;
     t->deadline = now + a->max_wait_s;
     client *cl = &a->clients[c];

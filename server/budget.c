@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -72,12 +71,7 @@ const char *gemmd_mem_kind_name(gemmd_mem_kind k)
     return (unsigned)k < GEMMD_MEM_NKINDS ? kind_names[k] : "other";
 }
 
-static int64_t now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec;
-}
+static int64_t now_s(void) { return (int64_t)(gemm_now_ms() / 1000.0); }
 
 gemmd_budget *gemmd_budget_new(uint64_t limit, unsigned fallback_s)
 {

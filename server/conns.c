@@ -25,9 +25,9 @@
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "gemm_types.h"
 #include "log.h"
 
 #define WATCH_MS 50
@@ -95,12 +95,7 @@ static void wake(gemmd_conns *c)
     (void)n;
 }
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
+static int64_t now_us(void) { return (int64_t)(gemm_now_ms() * 1000.0); }
 
 static unsigned limit_of(const gemmd_conns_config *cfg)
 {
