@@ -144,9 +144,6 @@ int gemmd_request_read_length(gemmd_request *req);
 /* What every body reader checks first: gemmd_request_read_length, the length against the
  * limit (413 body_too_large), and the query's options into *opt. 0 or -1 (req->err). */
 int gemmd_request_begin_body(gemmd_request *req, gemm_options *opt);
-/* The query door: applies every argument that is an option (options.h), with the sizes MHD
- * decoded (an encoded NUL is refused). 0 or -1 with *err set. */
-int gemmd_request_query_options(gemmd_request *req, gemm_options *opt, gemm_err *err);
 /* 503 over_budget for bytes the budget refused (req->err, req->retry_after_s). Returns -1. */
 int gemmd_request_refuse(gemmd_request *req, uint64_t bytes, const char *what);
 /* bytes from req's charging allocator; NULL with req->err set (503 over_budget naming what,

@@ -21,7 +21,7 @@
 
 /* ---- Accept ----------------------------------------------------------------- */
 
-const char *gemmd_format_mime(gemmd_format f)
+static const char *format_mime(gemmd_format f)
 {
     switch (f) {
     case GEMMD_FMT_JSON: return "application/json";
@@ -750,7 +750,7 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
     req->timing.total_ms = req->timing.total_base_ms + gemm_now_ms() - req->t_start_ms;
     struct MHD_Response *r = payload_response(req, p, 0);
     if (r) {
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, gemmd_format_mime(fmt));
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, format_mime(fmt));
         add_product_headers(r, rows, cols, meta);
     }
     return gemmd_respond_queue(req, status, r);

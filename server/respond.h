@@ -16,7 +16,6 @@
 gemmd_format gemmd_negotiate(const char *accept, gemmd_format family);
 /* gemmd_negotiate on req's Accept: 0 with *fmt, or -1 with req->err (406 not_acceptable). */
 int gemmd_accept(gemmd_request *req, gemmd_format family, gemmd_format *fmt);
-const char *gemmd_format_mime(gemmd_format f);
 
 /* 422 answer_too_large when C's JSON could pass max_json_bytes (JSON answers are built
  * whole), before it is computed or sent. 0 or -1 with *err. */
