@@ -686,20 +686,15 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
     if (meta->matrix_id)
         gemm_buf_printf(&b, "\"matrix_id\":\"%s\",\"location\":\"/v1/matrices/%s\",", meta->matrix_id,
                         meta->matrix_id);
-    gemm_buf_puts(&b, "\"c\":");
-    if (batch) { /* nested 3-D: one matrix after the other */
-        gemm_buf_puts(&b, "[");
-        for (uint64_t i = 0; i < batch; i++) {
-            if (i) gemm_buf_puts(&b, ",");
-            c.data = (char *)data + i * one;
-            gemm_json_write_matrix(&b, &c);
-        }
-        gemm_buf_printf(&b, "],\"shape\":[%llu,%llu,%llu],\"dtype\":", (unsigned long long)batch,
-                        (unsigned long long)rows, (unsigned long long)cols);
-    } else {
+    gemm_buf_puts(&b, batch ? "\"c\":[" : "\"c\":"); /* a batch: nested 3-D, one matrix after the other */
+    for (uint64_t i = 0; i < nb; i++) {
+        if (i) gemm_buf_puts(&b, ",");
+        c.data = (char *)data + i * one;
         gemm_json_write_matrix(&b, &c);
-        gemm_buf_printf(&b, ",\"shape\":[%llu,%llu],\"dtype\":", (unsigned long long)rows, (unsigned long long)cols);
     }
+    gemm_buf_puts(&b, batch ? "],\"shape\":[" : ",\"shape\":[");
+    if (batch) gemm_buf_printf(&b, "%llu,", (unsigned long long)batch);
+    gemm_buf_printf(&b, "%llu,%llu],\"dtype\":", (unsigned long long)rows, (unsigned long long)cols);
     gemm_buf_json_string(&b, gemm_dtype_name(dt));
     if (job) gemmd_ran_json(&b, ",", job);
     else gemmd_ran_fields_json(&b, ",", "", 0, "", "", "");
