@@ -445,13 +445,16 @@ gemmd_conn *gemmd_conn_of(struct MHD_Connection *conn)
 
 /* ---- the request's hooks ------------------------------------------------------------ */
 
-void gemmd_conn_head(gemmd_conn *x)
+/* A new stage (BODY: the head is complete; SEND: an answer is queued) starts now. */
+static void mark(gemmd_conn *x, int state)
 {
     if (!x) return;
     atomic_store(&x->bytes, 0);
     atomic_store(&x->t_mark_us, now_us());
-    atomic_store(&x->state, ST_BODY);
+    atomic_store(&x->state, state);
 }
+
+void gemmd_conn_head(gemmd_conn *x) { mark(x, ST_BODY); }
 
 void gemmd_conn_body(gemmd_conn *x, uint64_t bytes)
 {
@@ -463,13 +466,7 @@ void gemmd_conn_wait(gemmd_conn *x)
     if (x) atomic_store(&x->state, ST_WAIT);
 }
 
-void gemmd_conn_answer(gemmd_conn *x)
-{
-    if (!x) return;
-    atomic_store(&x->bytes, 0);
-    atomic_store(&x->t_mark_us, now_us());
-    atomic_store(&x->state, ST_SEND);
-}
+void gemmd_conn_answer(gemmd_conn *x) { mark(x, ST_SEND); }
 
 int gemmd_answer_needs_progress(const gemmd_conns_config *cfg, uint64_t bytes)
 {
