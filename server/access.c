@@ -5,10 +5,8 @@
  */
 #include "access.h"
 
-#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "auth.h"
 #include "framing.h"
@@ -79,29 +77,6 @@ static enum MHD_Result body_complete(gemmd_request *req);
 
 /* ---- admission (admit.h) ----------------------------------------------------------- */
 
-/* Who asks, for fairness and shares (admit.h): the token, or without tokens the address,
- * hashed into GEMMD_CLIENTS groups. */
-static void client_of(gemmd_request *req)
-{
-    if (req->owner) {
-        req->client = req->owner % GEMMD_CLIENTS;
-        return;
-    }
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
-    const unsigned char *p = NULL;
-    size_t n = 0;
-    if (sa && sa->sa_family == AF_INET) {
-        p = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
-        n = 4;
-    } else if (sa && sa->sa_family == AF_INET6) {
-        p = (const unsigned char *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
-        n = 16;
-    }
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
-    req->client = (int)(h % GEMMD_CLIENTS);
-}
 
 /* The admitted request's body reader allocates what it planned; then the body is read
  * (a request started at its end, without a body, is complete already). */
@@ -242,7 +217,8 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
     if ((route->flags & GEMMD_STOPS) && atomic_load(&svc->stopping))
         return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
     if (!route->body) return route->handler(req);
-    client_of(req);
+    /* who asks, for fairness and shares (admit.h): the token, or without tokens the address */
+    req->client = req->owner ? req->owner % GEMMD_CLIENTS : (int)(gemmd_conn_addr_hash(req->cx) % GEMMD_CLIENTS);
     if (route->body->begin(req) != 0) {
         LOG_DEBUG("request refused before its body: %d %s", req->err.status, req->err.code);
         return gemmd_respond_error(req, &req->err);

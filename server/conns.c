@@ -161,11 +161,16 @@ static void addr_key(const struct sockaddr *sa, unsigned char key[16], char *tex
     }
 }
 
-static size_t ip_home(const gemmd_conns *c, const unsigned char *k)
+static uint64_t addr_hash(const unsigned char *k) /* FNV-1a */
 {
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < 16; i++) h = (h ^ k[i]) * 1099511628211ull;
-    return (size_t)h & (c->ip_cap - 1);
+    return h;
+}
+
+static size_t ip_home(const gemmd_conns *c, const unsigned char *k)
+{
+    return (size_t)addr_hash(k) & (c->ip_cap - 1);
 }
 
 static ip_slot *ip_find(gemmd_conns *c, const unsigned char *k)
@@ -501,6 +506,11 @@ void gemmd_conn_set_target(gemmd_conn *x, int verdict)
 int gemmd_conn_take_target(gemmd_conn *x)
 {
     return x ? atomic_exchange(&x->target, 0) : 0;
+}
+
+uint64_t gemmd_conn_addr_hash(const gemmd_conn *x)
+{
+    return x ? addr_hash(x->addr) : 0;
 }
 
 const char *gemmd_conn_refusal(gemmd_conn *x, const char **message)

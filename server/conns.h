@@ -76,6 +76,9 @@ int gemmd_conn_unwatch(gemmd_conn *c);
 void gemmd_conn_set_target(gemmd_conn *c, int verdict);
 int gemmd_conn_take_target(gemmd_conn *c);
 
+/* A hash of the client's address (0 for a connection the registry does not know). */
+uint64_t gemmd_conn_addr_hash(const gemmd_conn *x);
+
 /* Over a limit: NULL when admitted, else the error code to answer 503 with
  * ("too_many_connections" or "too_many_connections_from_address") and *message. */
 const char *gemmd_conn_refusal(gemmd_conn *c, const char **message);
