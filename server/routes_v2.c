@@ -63,8 +63,6 @@ void gemmd_v2_end(gemmd_request *req)
     gemmd_operands_end(req);
 }
 
-static gemmd_v2 *state(gemmd_request *req) { return req->v2; }
-
 /* ---- routing: the model named in the path -------------------------------------------- */
 
 #define V2_ROUTES "/v2, /v2/health/{live,ready} and /v2/models/" GEMM_V2_MODEL "[/versions/" GEMM_V2_MODEL_VERSION \
@@ -179,7 +177,7 @@ static const gemm_limits *limits(gemmd_request *req) { return &req->svc->cfg.lim
 
 static int begin_infer(gemmd_request *req)
 {
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     const gemmd_config *cfg = &req->svc->cfg;
     gemm_err *err = &req->err;
     const char *ce = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_ENCODING);
@@ -239,7 +237,7 @@ static gemmd_budget *budget(gemmd_request *req) { return req->svc->budget; }
  * hold both. */
 static int json_append(gemmd_request *req, const char *data, size_t len)
 {
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     if (v->json_len + len + 1 > v->json_cap) {
         size_t old = v->json_cap, cap = old ? old : 4096;
         while (cap < v->json_len + len + 1) cap *= 2;
@@ -269,7 +267,7 @@ static int json_append(gemmd_request *req, const char *data, size_t len)
 static int admit_parse(void *user, uint64_t bytes, gemm_err *err)
 {
     gemmd_request *req = user;
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     uint64_t outside;
     if (gemmd_resv_take(&req->resv, budget(req), GEMMD_MEM_BODY, bytes, &outside) != 0)
         return gemmd_budget_refuse(budget(req), bytes, "parsing the JSON header", err, &req->retry_after_s);
@@ -282,7 +280,7 @@ static int admit_parse(void *user, uint64_t bytes, gemm_err *err)
  * inputs), fills the JSON inputs and lays out where the binary bytes go. 0 or -1. */
 static int take_inputs(gemmd_request *req)
 {
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     gemm_err *err = &req->err;
     gemm_v2_request *r = &v->r;
     uint64_t bin = 0;
@@ -325,7 +323,7 @@ static int take_inputs(gemmd_request *req)
  * parse are given back, whatever happened. 0 or -1 (req->err). */
 static int header_done(gemmd_request *req)
 {
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     int rc = gemm_v2_parse_request_admitted(v->json, v->json_len, v->has_header_len, limits(req), admit_parse, req,
                                             &v->r, &req->err);
     if (rc == 0) rc = take_inputs(req);
@@ -336,7 +334,7 @@ static int header_done(gemmd_request *req)
 
 void gemmd_v2_feed(gemmd_request *req, const char *data, size_t len)
 {
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     while (len && !req->failed) {
         if (!v->parsed) {
             size_t take = len;
@@ -372,7 +370,7 @@ void gemmd_v2_feed(gemmd_request *req, const char *data, size_t len)
 
 int gemmd_v2_finish(gemmd_request *req)
 {
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     gemm_err *err = &req->err;
     req->t_body_ms = gemm_now_ms();
     if (!v->parsed) {
@@ -430,7 +428,7 @@ static void answer_parameters(gemm_buf *b, const gemm_job *job, const gemmd_timi
  * until MHD is done with them: the text at its largest before it is written). */
 enum MHD_Result gemmd_v2_answer(gemmd_request *req)
 {
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     gemm_job *job = req->job;
     gemmd_timing *t = &req->timing;
     if (gemmd_product_outcome(req, job) != 0) return gemmd_respond_error(req, &req->err);
