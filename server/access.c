@@ -250,11 +250,7 @@ static enum MHD_Result body_complete(gemmd_request *req)
 static enum MHD_Result resumed(gemmd_request *req)
 {
     unwatch(req);
-    switch (gemmd_sync_status(req)) {
-    case GEMMD_SYNC_DONE: return req->route->answer(req);
-    case GEMMD_SYNC_ABANDONED: return gemmd_respond_abandoned(req);
-    default: return MHD_YES;
-    }
+    return gemmd_respond_waited(req, gemmd_sync_status(req));
 }
 
 /* A connection over connection_limit or per_ip_limit. On plain HTTP the 503 was written

@@ -398,11 +398,16 @@ enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err)
     return gemmd_respond_queue(req, status, r);
 }
 
-enum MHD_Result gemmd_respond_abandoned(gemmd_request *req)
+enum MHD_Result gemmd_respond_waited(gemmd_request *req, int sync_state)
 {
-    return gemmd_respond_errorf(req, 503, "shutting_down",
-                                "the server is shutting down and the product did not finish within "
-                                "shutdown_timeout; retry elsewhere");
+    switch (sync_state) {
+    case GEMMD_SYNC_DONE: return req->route->answer(req);
+    case GEMMD_SYNC_ABANDONED:
+        return gemmd_respond_errorf(req, 503, "shutting_down",
+                                    "the server is shutting down and the product did not finish within "
+                                    "shutdown_timeout; retry elsewhere");
+    default: return MHD_YES; /* suspended: answered once resumed */
+    }
 }
 
 enum MHD_Result gemmd_respond_errorf(gemmd_request *req, int status, const char *code, const char *fmt, ...)

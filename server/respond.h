@@ -40,8 +40,9 @@ void gemmd_timing_json(gemm_buf *b, const gemmd_timing *t);
 int gemmd_product_outcome(gemmd_request *req, const gemm_job *job);
 
 enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err);
-/* 503 shutting_down for a product shutdown gave up on. */
-enum MHD_Result gemmd_respond_abandoned(gemmd_request *req);
+/* After gemmd_sync_wait or _status (sync.h): the route's answer when its product is done,
+ * 503 shutting_down when shutdown gave up on it, else nothing yet. */
+enum MHD_Result gemmd_respond_waited(gemmd_request *req, int sync_state);
 enum MHD_Result gemmd_respond_errorf(gemmd_request *req, int status, const char *code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))

@@ -195,11 +195,7 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
     LOG_DEBUG("product %s %s %llux%llux%llu kernel=%s", ran ? "ran on its HTTP thread" : "queued",
               gemm_dtype_name(job->dtype), (unsigned long long)job->m, (unsigned long long)job->k,
               (unsigned long long)job->n, job->kernel);
-    switch (gemmd_sync_wait(req)) {
-    case GEMMD_SYNC_DONE: return req->route->answer(req); /* already finished: answer now */
-    case GEMMD_SYNC_ABANDONED: return gemmd_respond_abandoned(req);
-    default: return MHD_YES; /* suspended until done() */
-    }
+    return gemmd_respond_waited(req, gemmd_sync_wait(req));
 }
 
 /* store=1: C joins the resident matrices (201, Location); with return=1 it is also sent in
