@@ -469,7 +469,6 @@ void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *v)
         v->total_ms = v->age_ms + j->recv_ms + j->decode_ms;
         memcpy(v->kernel, j->job.kernel, sizeof v->kernel);
         v->tile = j->job.tile;
-        v->block[0] = '\0';
         v->math = j->job.math;
     }
     pthread_mutex_unlock(&s->mu);
