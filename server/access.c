@@ -1,17 +1,12 @@
 /*
  * access.c - the access handler: a request's life from its head to MHD's NOTIFY_COMPLETED.
- *
- * The handler is called once with the headers (the route is looked up in the route table,
- * routes.h; method, auth, limits and media type are checked there, so 4xx answers go out
- * before a byte of the body is read), once per body chunk, once at the end of the body,
- * and once more after a suspended request is resumed (sync.h).
+ * Route, method, auth, limits and media type are checked on the first call, so 4xx
+ * answers go out before a byte of the body is read.
  */
 #include "access.h"
 
-#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "auth.h"
 #include "framing.h"
@@ -27,11 +22,6 @@
 
 /* ---- routing ------------------------------------------------------------------ */
 
-static int is_hex(char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
 /* Cuts every run of 16 or more hex digits in s (in place) to its first
  * GEMMD_JOB_SHORT_LEN digits and "...": whatever a log line quotes, a job id in it (a
  * bearer capability) never appears whole. */
@@ -40,7 +30,7 @@ static void scrub_ids(char *s)
     char *w = s;
     for (const char *r = s; *r;) {
         size_t n = 0;
-        while (is_hex(r[n])) n++;
+        while (gemmd_is_hex(r[n])) n++;
         if (n >= 16) {
             memmove(w, r, GEMMD_JOB_SHORT_LEN);
             memcpy(w + GEMMD_JOB_SHORT_LEN, "...", 3); /* 11 <= 16: never longer */
@@ -87,29 +77,6 @@ static enum MHD_Result body_complete(gemmd_request *req);
 
 /* ---- admission (admit.h) ----------------------------------------------------------- */
 
-/* Who asks, for fairness and shares (admit.h): the token, or without tokens the address,
- * hashed into GEMMD_CLIENTS groups. */
-static void client_of(gemmd_request *req)
-{
-    if (req->owner) {
-        req->client = req->owner % GEMMD_CLIENTS;
-        return;
-    }
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
-    const unsigned char *p = NULL;
-    size_t n = 0;
-    if (sa && sa->sa_family == AF_INET) {
-        p = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
-        n = 4;
-    } else if (sa && sa->sa_family == AF_INET6) {
-        p = (const unsigned char *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
-        n = 16;
-    }
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
-    req->client = (int)(h % GEMMD_CLIENTS);
-}
 
 /* The admitted request's body reader allocates what it planned; then the body is read
  * (a request started at its end, without a body, is complete already). */
@@ -250,7 +217,8 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
     if ((route->flags & GEMMD_STOPS) && atomic_load(&svc->stopping))
         return gemmd_respond_errorf(req, 503, "shutting_down", "the server is shutting down; retry elsewhere");
     if (!route->body) return route->handler(req);
-    client_of(req);
+    /* who asks, for fairness and shares (admit.h): the token, or without tokens the address */
+    req->client = req->owner ? req->owner % GEMMD_CLIENTS : (int)(gemmd_conn_addr_hash(req->cx) % GEMMD_CLIENTS);
     if (route->body->begin(req) != 0) {
         LOG_DEBUG("request refused before its body: %d %s", req->err.status, req->err.code);
         return gemmd_respond_error(req, &req->err);
@@ -282,11 +250,7 @@ static enum MHD_Result body_complete(gemmd_request *req)
 static enum MHD_Result resumed(gemmd_request *req)
 {
     unwatch(req);
-    switch (gemmd_sync_status(req)) {
-    case GEMMD_SYNC_DONE: return req->route->answer(req);
-    case GEMMD_SYNC_ABANDONED: return gemmd_respond_abandoned(req);
-    default: return MHD_YES;
-    }
+    return gemmd_respond_waited(req, gemmd_sync_status(req));
 }
 
 /* A connection over connection_limit or per_ip_limit. On plain HTTP the 503 was written
@@ -370,18 +334,15 @@ void gemmd_access_completed(void *cls, struct MHD_Connection *conn, void **con_c
     if (!req) return;
     *con_cls = NULL;
     double ms = gemm_now_ms() - req->t_start_ms;
-    static const char *const why[] = {"ok", "error", "timeout", "shutdown", "read_error", "client_abort"};
-    const char *reason = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : "other";
+    static const char *const why[] = {"", " ended=error", " ended=timeout", " ended=shutdown", " ended=read_error",
+                                      " ended=client_abort"};
+    const char *reason = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : " ended=other";
     char lp[176], job[GEMMD_INSTANCE_MAX + 24] = "";
     log_path(req, lp, sizeof lp);
     int mat = req->route && strncmp(req->route->pattern, "/v1/matrices", 12) == 0;
     if (req->job_id[0]) snprintf(job, sizeof job, " %s=%.*s", mat ? "matrix" : "job", GEMMD_JOB_LOG_ID(req->job_id));
-    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f", req->method, lp, job,
-                 req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms);
-    else
-        LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f ended=%s", req->method, lp, job,
-                 req->status, (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms, reason);
+    LOG_INFO("request method=%s path=%s%s status=%d in=%llu out=%llu ms=%.3f%s", req->method, lp, job, req->status,
+             (unsigned long long)req->bytes_in, (unsigned long long)req->bytes_out, ms, reason);
     gemmd_metrics_request(gemmd_route_slot(req->route), req->owner, req->status, ms / 1000.0, req->bytes_in,
                           toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? req->bytes_out : 0);
     unwatch(req);

@@ -15,7 +15,6 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -49,13 +48,6 @@ struct gemmd_admit {
     gemmd_admit_stats st;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* A client's requests fit its share: always the first and the small ones (they may take
  * the budget's last eighth, kept for them), the rest within the share. */
 static int fits_client(const gemmd_admit *a, const client *c, uint64_t bytes)
@@ -67,7 +59,7 @@ static int fits_client(const gemmd_admit *a, const client *c, uint64_t bytes)
 static int try_admit_locked(gemmd_admit *a, gemmd_admit_ticket *t)
 {
     client *c = &a->clients[t->client];
-    if (!fits_client(a, c, t->bytes) || gemmd_budget_reserve(a->budget, t->bytes) != 0) return -1;
+    if (!fits_client(a, c, t->bytes) || gemmd_budget_charge(a->budget, GEMMD_MEM_RESERVED, t->bytes) != 0) return -1;
     c->inflight += t->bytes;
     a->st.admitted++;
     return 0;
@@ -202,13 +194,13 @@ static void *run(void *arg)
             pthread_cond_timedwait(&a->cv, &a->mu, &ts);
         }
         a->kicked = 0;
-        double now = now_s();
+        double now = gemm_now_ms() / 1000.0;
         gemmd_admit_ticket *woken = expire_locked(a, now, admit_locked(a, now));
         pthread_mutex_unlock(&a->mu);
         wake_all(woken);
         pthread_mutex_lock(&a->mu);
     }
-    gemmd_admit_ticket *woken = expire_locked(a, now_s(), NULL);
+    gemmd_admit_ticket *woken = expire_locked(a, gemm_now_ms() / 1000.0, NULL);
     pthread_mutex_unlock(&a->mu);
     wake_all(woken);
     return NULL;
@@ -296,7 +288,7 @@ int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, int client_key, uin
                                  : "this client already has as many requests waiting for memory as it may",
                             *retry_after_s);
     }
-    double now = now_s();
+    double now = gemm_now_ms() / 1000.0;
     t->t_enter = now;
     t->deadline = now + a->max_wait_s;
     client *cl = &a->clients[c];

@@ -1,32 +1,17 @@
 /*
- * admit.h - admission: before a byte of its body is read, a request reserves the memory
- * it will hold (gemmd_budget_reserve). When that does not fit now, the request waits in a
- * short queue, its connection parked, instead of being refused after it has sent its
- * body, or racing the others for memory as it arrives.
+ * admit.h - admission (docs/OPERATIONS.md, "Memory budget"): before a byte of its body is
+ * read, a request reserves the memory it will hold; when that does not fit now it waits in
+ * a short queue, its connection parked, instead of being refused after sending its body.
+ * The queue is bounded, FIFO per client and round robin across clients (the oldest request
+ * of all goes first once it has waited a moment); a client holds at most its share.
  *
- * The queue is bounded (max_waiting in all, a quarter of it for one client), FIFO for each
- * client (a token, or an address without tokens: a key from 0 to GEMMD_CLIENTS - 1) and
- * round robin across clients: memory given back goes to the next client in turn whose
- * oldest request fits, unless the oldest request of all has waited longer than a moment:
- * then it goes first, so that a big request is not passed over forever by small ones. A
- * client's requests together hold at most its share of the budget (share_pct of what one
- * request may hold; its first request always fits): one client's burst waits for its own
- * requests to end, not for everyone's. A request waits at most max_wait_s;
- * then, or when the queue is full, it is refused (503 over_budget) with a Retry-After of
- * the queue's expected wait: the bytes ahead of it over the rate at which the queue has
- * been admitting lately.
- *
- *   gemmd_admit_ticket t;                     // lives in the request
  *   switch (gemmd_admit_enter(a, &t, client_key, bytes, wake, req, &err, &retry_after)) {
- *   case 0:  admitted: bytes are reserved                      (release them when done)
- *   case 1:  waiting: park the connection; wake(req) is called later, from the queue's
- *            thread, once gemmd_admit_decided(&t) is set: gemmd_admit_result() says how
+ *   case 0:  admitted: bytes are reserved (release them when done)
+ *   case 1:  waiting: park; wake(req) comes from the queue's thread once decided
  *   case -1: refused now (queue full, or more than the budget can ever hold)
  *   }
- *   gemmd_admit_cancel(a, &t);                // the client left while it waited
  *
- * The queue's thread also looks after deadlines. gemmd_admit_kick() is called whenever
- * memory is given back (the budget's release hook). Thread-safe.
+ * gemmd_admit_kick() is called whenever memory is given back. Thread-safe.
  */
 #ifndef GEMMD_ADMIT_H
 #define GEMMD_ADMIT_H
@@ -63,10 +48,9 @@ typedef struct {
 /* max_waiting: requests that may wait at once (>= 1); max_wait_s: how long one may;
  * share_pct: what one client's requests may hold together (1..100). */
 gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s, int share_pct);
-/* Refuses whatever still waits (wake is called for each) and every request from now on,
- * and stops the thread; the queue can still be asked about its tickets. */
+/* close: refuses what waits (wake is called for each) and every request from now on, and
+ * stops the thread; tickets can still be asked about. free closes it if need be. */
 void gemmd_admit_close(gemmd_admit *a);
-/* Closes it if need be, and frees it. */
 void gemmd_admit_free(gemmd_admit *a);
 
 /* See above. client_key: who asks (taken modulo GEMMD_CLIENTS). On -1, *err is 503
@@ -78,15 +62,13 @@ static inline int gemmd_admit_decided(gemmd_admit_ticket *t) { return atomic_loa
 /* A decided ticket: 0 admitted (its bytes are reserved), or -1 with *err (503
  * over_budget, or shutting_down once the queue was closed) and *retry_after_s. */
 int gemmd_admit_result(gemmd_admit *a, const gemmd_admit_ticket *t, gemm_err *err, int *retry_after_s);
-/* Takes a waiting ticket out of the queue (the client went away): 1 when it was still
- * waiting (wake will not be called), 0 when it had been decided already (wake is called,
- * or has been; an admitted ticket's bytes are reserved and must be released). */
+/* The client went away: 1 when t was still waiting (wake will not be called), 0 when it
+ * was decided already (wake comes; an admitted ticket's bytes must be released). */
 int gemmd_admit_cancel(gemmd_admit *a, gemmd_admit_ticket *t);
 /* t's admitted reservation ended after held_s seconds (released by its holder): its
  * client holds that much less, and how long reservations last goes into the expected wait. */
 void gemmd_admit_done(gemmd_admit *a, const gemmd_admit_ticket *t, double held_s);
-/* Memory was given back: the queue's thread looks for waiting requests that fit now. */
-void gemmd_admit_kick(gemmd_admit *a);
+void gemmd_admit_kick(gemmd_admit *a); /* memory was given back */
 
 void gemmd_admit_get_stats(gemmd_admit *a, gemmd_admit_stats *out);
 

@@ -1,13 +1,9 @@
 /*
- * body.h - the operands a body carries: A, B and the options of a product (POST
- * /v1/matmul and /v1/jobs; the v2 inference fills them from its own reader), or the one
- * matrix of POST /v1/matrices. Read as the body arrives:
- *   raw   straight into A and B, allocated once Content-Length and the query's shapes are
- *         checked and the request is admitted (gemmd_body_open);
- *   json  decoded as it arrives (json_stream.h): elements straight into engine memory,
- *         the body itself never held (at most max_json_bytes of it);
- *   npy   multipart parts (or one bare .npy for a matrix) streamed into npy readers.
- * Only these routes have req->op; their begin() allocates it and gemmd_operands_end frees it.
+ * body.h - the operands a body carries: A, B and the options of a product (/v1/matmul,
+ * /v1/jobs; v2 fills them from its own reader), or the one matrix of POST /v1/matrices.
+ * Decoded as the body arrives, straight into engine memory: raw into A and B once
+ * admitted, JSON through json_stream.h (the body never held whole), npy and multipart
+ * through npy readers.
  */
 #ifndef GEMMD_BODY_H
 #define GEMMD_BODY_H

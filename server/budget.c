@@ -7,14 +7,12 @@
  */
 #include "budget.h"
 
-#include <inttypes.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -73,12 +71,7 @@ const char *gemmd_mem_kind_name(gemmd_mem_kind k)
     return (unsigned)k < GEMMD_MEM_NKINDS ? kind_names[k] : "other";
 }
 
-static int64_t now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec;
-}
+static int64_t now_s(void) { return (int64_t)(gemm_now_ms() / 1000.0); }
 
 gemmd_budget *gemmd_budget_new(uint64_t limit, unsigned fallback_s)
 {
@@ -501,8 +494,7 @@ static void budget_free(void *ctx, void *p)
 {
     gemmd_budget_alloc_ctx *c = ctx;
     if (!p) return;
-    buf_entry e;
-    if (take_entry(c->budget, p, &e) == 0) gemmd_budget_release(c->budget, (gemmd_mem_kind)e.kind, e.charged);
+    gemmd_budget_forget(c->budget, p);
     gemm_free(&c->base, p);
 }
 
@@ -510,19 +502,6 @@ gemm_allocator gemmd_budget_allocator(gemmd_budget_alloc_ctx *ctx)
 {
     gemm_allocator a = {budget_alloc, budget_free, ctx};
     return a;
-}
-
-void gemmd_budget_retag(gemmd_budget *b, void *p, gemmd_mem_kind k)
-{
-    if (!b || !p) return;
-    buf_shard *sh = shard_of(b, p);
-    pthread_mutex_lock(&sh->mu);
-    buf_entry *e = find_locked(sh, p);
-    if (e && e->kind != k) {
-        gemmd_budget_move(b, (gemmd_mem_kind)e->kind, k, e->charged);
-        e->kind = (unsigned char)k;
-    }
-    pthread_mutex_unlock(&sh->mu);
 }
 
 void gemmd_budget_adopt(gemmd_budget *b, void *p, gemmd_mem_kind k, gemmd_resv *r)

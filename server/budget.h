@@ -1,19 +1,10 @@
 /*
- * budget.h - the daemon's memory budget (max_inflight_mb).
- *
- * Every byte a client can make the daemon hold is admitted here before it is allocated. A
- * charge that does not fit is refused at once (the caller answers 503 over_budget,
- * Retry-After from the rate memory was given back lately); requests wait for memory in
- * admit.h's queue, before their bodies, by reserving it here. Large charges may not take
- * the last eighth of the budget (the reserve): however many big bodies or answers are in
- * flight, small products still get through.
- *
- * Matrix buffers are charged through gemmd_budget_allocator(), which remembers each
- * buffer's charge and kind, so that whoever frees it gives back exactly what was taken, and
- * a buffer can change hands (retag: a body becomes a product's input, C a kept result or an
- * answer) without being counted twice.
- *
- * Lock-free counters; the buffer table is in 16 shards with a small mutex each.
+ * budget.h - the daemon's memory budget (max_inflight_mb; docs/OPERATIONS.md, "Memory
+ * budget"): every byte a client can make the daemon hold is admitted here before it is
+ * allocated. Matrix buffers are charged through gemmd_budget_allocator(), which remembers
+ * each buffer's charge and kind, so that it is given back exactly and can change hands
+ * (gemmd_budget_adopt) without being counted twice. Lock-free counters; the buffer table
+ * in 16 shards.
  */
 #ifndef GEMMD_BUDGET_H
 #define GEMMD_BUDGET_H
@@ -56,11 +47,10 @@ uint64_t gemmd_budget_limit(uint64_t configured);
 /* Makes freed buffers go back to the system at once (glibc's malloc: a fixed mmap
  * threshold), so that what the budget gives back the process gives back too. Process-wide. */
 void gemmd_budget_tune_malloc(void);
-/* Called every 50 ms from one thread off the hot path (the connection watchdog): once
- * GEMMD_TRIM_MIN bytes have been given back and the charges have not grown for
- * GEMMD_TRIM_QUIET_MS, the heaps' free pages go back to the system (malloc_trim), at most
- * every GEMMD_TRIM_EVERY_MS: smaller blocks live in the heaps of the threads that took
- * them, and freeing them leaves the pages resident. Returns 1 when it trimmed. */
+/* Every 50 ms from the connection watchdog: once GEMMD_TRIM_MIN bytes were given back and
+ * the charges have not grown for GEMMD_TRIM_QUIET_MS, malloc_trim (at most every
+ * GEMMD_TRIM_EVERY_MS): small blocks freed leave their threads' heap pages resident.
+ * Returns 1 when it trimmed. */
 int gemmd_budget_tick(gemmd_budget *b, int64_t now_ms);
 #define GEMMD_TRIM_MIN (16ull << 20)
 #define GEMMD_TRIM_QUIET_MS 1000
@@ -79,11 +69,6 @@ void gemmd_budget_set_release_hook(gemmd_budget *b, void (*fn)(void *ctx), void 
 /* Charges bytes of kind k: 0, or -1 when they do not fit (nothing is charged). */
 int gemmd_budget_charge(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes);
 void gemmd_budget_release(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes);
-/* A reservation (admit.h): bytes charged as GEMMD_MEM_RESERVED, admitted as one charge. */
-static inline int gemmd_budget_reserve(gemmd_budget *b, uint64_t bytes)
-{
-    return gemmd_budget_charge(b, GEMMD_MEM_RESERVED, bytes);
-}
 /* Changes a charge from old_bytes to new_bytes without releasing it first; a growth that
  * does not fit returns -1 and changes nothing. */
 int gemmd_budget_adjust(gemmd_budget *b, gemmd_mem_kind k, uint64_t old_bytes, uint64_t new_bytes);
@@ -146,11 +131,9 @@ typedef struct {
 
 gemm_allocator gemmd_budget_allocator(gemmd_budget_alloc_ctx *ctx);
 
-/* The buffer's charge moves to kind k (no-op for unknown pointers). */
-void gemmd_budget_retag(gemmd_budget *b, void *p, gemmd_mem_kind k);
-/* p outlives the request that allocated it (a kept result, a resident matrix): what of it
- * was taken from the request's reservation r is charged as kind k on its own, and r
- * shrinks by as much (the total does not change). Other buffers are only retagged. */
+/* The buffer's charge moves to kind k (no-op for unknown pointers). With r, p outlives the
+ * request that allocated it (a kept result, a resident matrix): what of it was taken from
+ * r is charged as kind k on its own, and r shrinks by as much (the total does not change). */
 void gemmd_budget_adopt(gemmd_budget *b, void *p, gemmd_mem_kind k, gemmd_resv *r);
 /* p leaves the budget (its charge is given back, the buffer is not freed): another
  * accountant owns it from now on (a resident matrix counts against resident_mb). */

@@ -56,6 +56,7 @@ typedef enum {
 
 typedef struct {
     const char *name;
+    const char *def; /* the default, as a value of the key (daemon keys) */
     key_kind kind;
     size_t offset; /* into gemmd_config */
     size_t size;   /* string kinds: the buffer size */
@@ -64,61 +65,63 @@ typedef struct {
 } key_desc;
 
 static const key_desc daemon_keys[] = {
-    {"listen", K_LISTEN, OFF(listen), SZ(listen), 0, 0,
+    {"listen", "127.0.0.1", K_LISTEN, OFF(listen), SZ(listen), 0, 0,
      "address to bind (IPv4 or IPv6); binding beyond loopback without tokens_file warns"},
-    {"port", K_INT, OFF(port), 0, 1, 65535, "TCP port"},
-    {"http_threads", K_INT, OFF(http_threads), 0, 0, 1024, "HTTP threads (libmicrohttpd thread pool; 0 = half the CPUs, 4 to 16)"},
-    {"direct_run", K_BOOL, OFF(direct_run), 0, 0, 1,
+    {"port", "8080", K_INT, OFF(port), 0, 1, 65535, "TCP port"},
+    {"http_threads", "0", K_INT, OFF(http_threads), 0, 0, 1024,
+     "HTTP threads (libmicrohttpd thread pool; 0 = half the CPUs, 4 to 16)"},
+    {"direct_run", "true", K_BOOL, OFF(direct_run), 0, 0, 1,
      "an HTTP thread runs a small product (m*n*k up to batch_max_mnk) itself, on an idle stream, while "
      "few products are in flight and nothing is queued, instead of handing it to a worker"},
-    {"connection_limit", K_INT, OFF(connection_limit), 0, 1, 1000000, "connections open at once"},
-    {"per_ip_limit", K_INT, OFF(per_ip_limit), 0, 0, 1000000,
+    {"connection_limit", "256", K_INT, OFF(connection_limit), 0, 1, 1000000, "connections open at once"},
+    {"per_ip_limit", "64", K_INT, OFF(per_ip_limit), 0, 0, 1000000,
      "connections open at once from one address (0 = no limit)"},
-    {"connection_memory_kb", K_INT, OFF(connection_memory_kb), 0, 16, 16384,
+    {"connection_memory_kb", "64", K_INT, OFF(connection_memory_kb), 0, 16, 16384,
      "KiB of libmicrohttpd buffer per connection: request head, reads and writes"},
-    {"connection_timeout", K_INT, OFF(connection_timeout_s), 0, 0, 86400,
+    {"connection_timeout", "60", K_INT, OFF(connection_timeout_s), 0, 0, 86400,
      "seconds a connection may stay idle (0 = never time out)"},
-    {"header_timeout", K_INT, OFF(header_timeout_s), 0, 0, 86400,
+    {"header_timeout", "10", K_INT, OFF(header_timeout_s), 0, 0, 86400,
      "seconds a request head may take, from the connection or the previous answer (0 = none)"},
-    {"request_timeout", K_INT, OFF(request_timeout_s), 0, 0, 86400,
+    {"request_timeout", "600", K_INT, OFF(request_timeout_s), 0, 0, 86400,
      "seconds the whole request (head and body) may take (0 = none)"},
-    {"min_rate_kb", K_INT, OFF(min_rate_kb), 0, 0, 10485760,
+    {"min_rate_kb", "64", K_INT, OFF(min_rate_kb), 0, 0, 10485760,
      "KiB/s a body must average after header_timeout, and an answer must be taken at (0 = none)"},
-    {"send_timeout", K_INT, OFF(send_timeout_s), 0, 0, 86400,
+    {"send_timeout", "30", K_INT, OFF(send_timeout_s), 0, 0, 86400,
      "seconds an answer may wait for the client to take it, plus its size at min_rate_kb (0 = none)"},
-    {"max_inflight_mb", K_MB_U64, OFF(max_inflight_bytes), 0, 0, 16777216,
+    {"max_inflight_mb", "0", K_MB_U64, OFF(max_inflight_bytes), 0, 0, 16777216,
      "MiB of memory all requests in flight may hold: bodies, inputs, kept results, answers "
      "(0 = half of the host's or the container's memory)"},
-    {"max_dim", K_U64, OFF(limits.max_dim), 0, 1, 4294967295LL, "largest m, k or n accepted"},
-    {"max_elements", K_U64, OFF(limits.max_elements), 0, 1, 1099511627776LL,
+    {"max_dim", "65536", K_U64, OFF(limits.max_dim), 0, 1, 4294967295LL, "largest m, k or n accepted"},
+    {"max_elements", "268435456", K_U64, OFF(limits.max_elements), 0, 1, 1099511627776LL,
      "largest element count of A, B or C"},
-    {"max_body_mb", K_MB_SIZE, OFF(limits.max_body_bytes), 0, 1, 1048576,
+    {"max_body_mb", "2048", K_MB_SIZE, OFF(limits.max_body_bytes), 0, 1, 1048576,
      "largest request body in MiB (checked from Content-Length before reading)"},
-    {"max_json_mb", K_MB_U64, OFF(max_json_bytes), 0, 1, 65536,
+    {"max_json_mb", "256", K_MB_U64, OFF(max_json_bytes), 0, 1, 65536,
      "largest JSON body or answer in MiB (/v1 bodies are decoded as they arrive, /v2 bodies held whole)"},
-    {"job_ttl", K_INT, OFF(job_ttl_s), 0, 1, 2592000, "seconds a finished async job is kept"},
-    {"job_mem_mb", K_MB_U64, OFF(job_mem_bytes), 0, 1, 16777216, "MiB of memory all kept async jobs may hold"},
-    {"max_jobs", K_INT, OFF(max_jobs), 0, 1, 10000000, "async jobs kept at once"},
-    {"resident_mb", K_MB_U64, OFF(resident_bytes), 0, 0, 16777216, "MiB all resident matrices may hold (0: none)"},
-    {"max_matrices", K_INT, OFF(max_matrices), 0, 1, 10000000, "resident matrices kept at once"},
-    {"tokens_file", K_STR, OFF(tokens_file), SZ(tokens_file), 0, 0,
+    {"job_ttl", "600", K_INT, OFF(job_ttl_s), 0, 1, 2592000, "seconds a finished async job is kept"},
+    {"job_mem_mb", "2048", K_MB_U64, OFF(job_mem_bytes), 0, 1, 16777216, "MiB of memory all kept async jobs may hold"},
+    {"max_jobs", "1024", K_INT, OFF(max_jobs), 0, 1, 10000000, "async jobs kept at once"},
+    {"resident_mb", "4096", K_MB_U64, OFF(resident_bytes), 0, 0, 16777216,
+     "MiB all resident matrices may hold (0: none)"},
+    {"max_matrices", "4096", K_INT, OFF(max_matrices), 0, 1, 10000000, "resident matrices kept at once"},
+    {"tokens_file", "", K_STR, OFF(tokens_file), SZ(tokens_file), 0, 0,
      "file of bearer tokens, one a line, \"token\" or \"name token\" (empty = no authentication)"},
-    {"tls_cert", K_STR, OFF(tls_cert), SZ(tls_cert), 0, 0, "PEM certificate (with tls_key: serve HTTPS)"},
-    {"tls_key", K_STR, OFF(tls_key), SZ(tls_key), 0, 0, "PEM private key (with tls_cert: serve HTTPS)"},
-    {"tls_priorities", K_STR, OFF(tls_priorities), SZ(tls_priorities), 0, 0,
+    {"tls_cert", "", K_STR, OFF(tls_cert), SZ(tls_cert), 0, 0, "PEM certificate (with tls_key: serve HTTPS)"},
+    {"tls_key", "", K_STR, OFF(tls_key), SZ(tls_key), 0, 0, "PEM private key (with tls_cert: serve HTTPS)"},
+    {"tls_priorities", GEMMD_TLS_PRIORITIES_DEFAULT, K_STR, OFF(tls_priorities), SZ(tls_priorities), 0, 0,
      "GnuTLS priority string for HTTPS (protocol versions, ciphers); the default allows TLS 1.2 and 1.3 only"},
-    {"admit_wait", K_INT, OFF(admit_wait_s), 0, 1, 3600,
+    {"admit_wait", "30", K_INT, OFF(admit_wait_s), 0, 1, 3600,
      "seconds a request may wait for memory before its body is read; then 503 over_budget"},
-    {"token_share", K_INT, OFF(token_share), 0, 1, 100,
+    {"token_share", "50", K_INT, OFF(token_share), 0, 1, 100,
      "percent of what the daemon keeps (memory in flight, resident matrices, async jobs) one token, or "
      "one address without tokens, may hold"},
-    {"shutdown_timeout", K_INT, OFF(shutdown_timeout_s), 0, 0, 86400,
+    {"shutdown_timeout", "600", K_INT, OFF(shutdown_timeout_s), 0, 0, 86400,
      "seconds running products may take to finish after SIGTERM; then they are cancelled and their "
      "clients get 503"},
-    {"log_level", K_LOGLEVEL, OFF(log_level), SZ(log_level), 0, 0, "error, warn, info or debug"},
-    {"restart_on_device_loss", K_BOOL, OFF(restart_on_device_loss), 0, 0, 1,
+    {"log_level", "info", K_LOGLEVEL, OFF(log_level), SZ(log_level), 0, 0, "error, warn, info or debug"},
+    {"restart_on_device_loss", "true", K_BOOL, OFF(restart_on_device_loss), 0, 0, 1,
      "re-exec gemmd in place (same pid and port) when the engine has lost every device"},
-    {"instance_id", K_INSTANCE, OFF(instance_id), SZ(instance_id), 0, 0,
+    {"instance_id", "", K_INSTANCE, OFF(instance_id), SZ(instance_id), 0, 0,
      "this daemon's name among its peers, carried by job ids (empty = <short host name>-<port>)"},
 };
 
@@ -137,7 +140,7 @@ static void build_keys(void)
     for (const gemm_key_section *s = gemm_engine_keys; s->owner; s++)
         for (const gemm_key *k = s->keys; k->name && nall < sizeof all_keys / sizeof all_keys[0]; k++) {
             owners[nall] = s->owner;
-            all_keys[nall++] = (key_desc){k->name, kinds[k->kind], OFF(engine) + k->offset, k->size,
+            all_keys[nall++] = (key_desc){k->name, NULL, kinds[k->kind], OFF(engine) + k->offset, k->size,
                                           k->min, k->max, k->help};
         }
 }
@@ -163,37 +166,12 @@ static const key_desc *find_key(const char *name)
 
 void gemmd_config_defaults(gemmd_config *c)
 {
+    char msg[160];
     memset(c, 0, sizeof *c);
-    snprintf(c->listen, sizeof c->listen, "127.0.0.1");
-    c->port = 8080;
-    c->http_threads = 0; /* half the CPUs, 4 to 16 (gemmd_config_validate) */
-    c->direct_run = 1;
-    c->connection_limit = 256;
-    c->per_ip_limit = 64;
-    c->connection_memory_kb = 64;
-    c->connection_timeout_s = 60;
-    c->header_timeout_s = 10;
-    c->request_timeout_s = 600;
-    c->min_rate_kb = 64;
-    c->send_timeout_s = 30;
-    c->max_inflight_bytes = 0;
     gemm_engine_config_defaults(&c->engine);
     c->engine.host_max_mnk = 1ull << 20; /* about 101^3; the engine's own default is 0 */
-    c->limits.max_dim = 65536;
-    c->limits.max_elements = 268435456ull;
-    c->limits.max_body_bytes = (size_t)(2048 * MB);
-    c->max_json_bytes = 256 * MB;
-    c->job_ttl_s = 600;
-    c->job_mem_bytes = 2048 * MB;
-    c->max_jobs = 1024;
-    c->resident_bytes = 4096 * MB;
-    c->max_matrices = 4096;
-    snprintf(c->tls_priorities, sizeof c->tls_priorities, "%s", GEMMD_TLS_PRIORITIES_DEFAULT);
-    c->shutdown_timeout_s = 600;
-    c->admit_wait_s = 30;
-    c->token_share = 50;
-    snprintf(c->log_level, sizeof c->log_level, "info");
-    c->restart_on_device_loss = 1;
+    for (size_t i = 0; i < sizeof daemon_keys / sizeof daemon_keys[0]; i++)
+        gemmd_config_set(c, daemon_keys[i].name, daemon_keys[i].def, msg, sizeof msg);
 }
 
 /* ---------------------------------------------------------------- one value */
@@ -443,8 +421,6 @@ int gemmd_config_http_threads(const gemmd_config *c)
     long t = cpus > 0 ? cpus / 2 : 4;
     return t < 4 ? 4 : t > 16 ? 16 : (int)t;
 }
-
-void gemmd_config_resolve_http_threads(gemmd_config *c) { c->http_threads = gemmd_config_http_threads(c); }
 
 void gemmd_config_warn_idle(const gemmd_config *c, gemm_engine *e)
 {

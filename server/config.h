@@ -82,7 +82,6 @@ void gemmd_config_warn_idle(const gemmd_config *c, gemm_engine *e);
 /* Checks the values fit together (ports, limits, tls pair, token file readable). */
 int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen);
 /* The HTTP threads to run: http_threads, or for 0 half the CPUs online, at least 4, at
- * most 16; resolve writes that into c (the log and /v1/info then show it). */
+ * most 16. */
 int gemmd_config_http_threads(const gemmd_config *c);
-void gemmd_config_resolve_http_threads(gemmd_config *c);
 #endif

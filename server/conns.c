@@ -25,9 +25,9 @@
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "gemm_types.h"
 #include "log.h"
 
 #define WATCH_MS 50
@@ -95,12 +95,7 @@ static void wake(gemmd_conns *c)
     (void)n;
 }
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
+static int64_t now_us(void) { return (int64_t)(gemm_now_ms() * 1000.0); }
 
 static unsigned limit_of(const gemmd_conns_config *cfg)
 {
@@ -166,11 +161,16 @@ static void addr_key(const struct sockaddr *sa, unsigned char key[16], char *tex
     }
 }
 
-static size_t ip_home(const gemmd_conns *c, const unsigned char *k)
+static uint64_t addr_hash(const unsigned char *k) /* FNV-1a */
 {
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < 16; i++) h = (h ^ k[i]) * 1099511628211ull;
-    return (size_t)h & (c->ip_cap - 1);
+    return h;
+}
+
+static size_t ip_home(const gemmd_conns *c, const unsigned char *k)
+{
+    return (size_t)addr_hash(k) & (c->ip_cap - 1);
 }
 
 static ip_slot *ip_find(gemmd_conns *c, const unsigned char *k)
@@ -450,13 +450,16 @@ gemmd_conn *gemmd_conn_of(struct MHD_Connection *conn)
 
 /* ---- the request's hooks ------------------------------------------------------------ */
 
-void gemmd_conn_head(gemmd_conn *x)
+/* A new stage (BODY: the head is complete; SEND: an answer is queued) starts now. */
+static void mark(gemmd_conn *x, int state)
 {
     if (!x) return;
     atomic_store(&x->bytes, 0);
     atomic_store(&x->t_mark_us, now_us());
-    atomic_store(&x->state, ST_BODY);
+    atomic_store(&x->state, state);
 }
+
+void gemmd_conn_head(gemmd_conn *x) { mark(x, ST_BODY); }
 
 void gemmd_conn_body(gemmd_conn *x, uint64_t bytes)
 {
@@ -468,13 +471,7 @@ void gemmd_conn_wait(gemmd_conn *x)
     if (x) atomic_store(&x->state, ST_WAIT);
 }
 
-void gemmd_conn_answer(gemmd_conn *x)
-{
-    if (!x) return;
-    atomic_store(&x->bytes, 0);
-    atomic_store(&x->t_mark_us, now_us());
-    atomic_store(&x->state, ST_SEND);
-}
+void gemmd_conn_answer(gemmd_conn *x) { mark(x, ST_SEND); }
 
 int gemmd_answer_needs_progress(const gemmd_conns_config *cfg, uint64_t bytes)
 {
@@ -509,6 +506,11 @@ void gemmd_conn_set_target(gemmd_conn *x, int verdict)
 int gemmd_conn_take_target(gemmd_conn *x)
 {
     return x ? atomic_exchange(&x->target, 0) : 0;
+}
+
+uint64_t gemmd_conn_addr_hash(const gemmd_conn *x)
+{
+    return x ? addr_hash(x->addr) : 0;
 }
 
 const char *gemmd_conn_refusal(gemmd_conn *x, const char **message)

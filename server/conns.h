@@ -1,30 +1,11 @@
 /*
- * conns.h - every connection's deadlines, and fair limits on how many are open.
+ * conns.h - every connection's deadlines, and fair limits on how many are open
+ * (docs/OPERATIONS.md, "Connections and deadlines").
  *
- * libmicrohttpd's own timeout is an idle timer (a client sending one byte a second keeps
- * a connection forever), and its connection limits close the connections over them
- * unanswered. Here each connection is registered when MHD accepts it and the access
- * handler reports where its request is; a watchdog thread looks at all of them every
- * WATCH_MS and shuts down the socket of one past its deadline (shutdown(2): MHD then sees
- * the end of the stream and cleans up on its own thread). The deadlines (docs/OPERATIONS.md):
- * header_timeout for a request head (not while bytes the client sent wait unread: then
- * MHD is behind, not the client); request_timeout for head and body, and min_rate once
- * header_timeout has passed; none while a product runs (the connection is suspended);
- * send_timeout plus a second per min_rate bytes taken for an answer.
- *
- * Limits: MHD is given room over connection_limit, so that connections over a limit are
- * answered 503 instead of closed unanswered. When all places are taken, a newcomer
- * displaces the connection that has waited longest for a request head among the address
- * that holds the most (if it holds more than the newcomer's): idle floods and slow heads
- * cannot lock others out. Connections that have not sent a request yet (TLS handshakes,
- * refused connections) may fill only a quarter of the room: MHD stops accepting at its own
- * limit (new connections then wait in the backlog, /healthz too).
- *
- * Lingering close: when MHD closes a connection whose client has not closed its side, the
- * socket is kept a moment (at most 2 s and 64 MiB; LINGER_MAX at once) and what the client
- * still sends is read and dropped: a close with unread data would reset the connection,
- * and a client still sending its body would lose the answer.
- *
+ * libmicrohttpd's own timeout is an idle timer (one byte a second keeps a connection
+ * forever) and its limits close connections unanswered; so each connection is registered
+ * here, and a watchdog thread shuts down (shutdown(2)) the socket of one past its deadline,
+ * answers 503 over a limit, and lingers on a close so that unread bytes cause no reset.
  * Thread-safe: one mutex for the registry; the per-request hooks are lock-free.
  */
 #ifndef GEMMD_CONNS_H
@@ -51,33 +32,26 @@ typedef struct {
     void *tick_ctx;
 } gemmd_conns_config;
 
-/* MHD's connection limit for cfg: connection_limit plus room to answer the refused. */
+/* MHD's connection limit for cfg: connection_limit plus room to answer the refused.
+ * pending_room: how many may be open before a newcomer closes one that sent no request
+ * (a quarter of that room; the rest is for those MHD is still closing). */
 unsigned gemmd_conns_mhd_limit(const gemmd_conns_config *cfg);
-/* Connections open at most before a newcomer closes one that has not sent a request:
- * connection_limit plus a quarter of MHD's room over it (the rest is for those being
- * closed, which MHD counts until its thread has cleaned them up). */
 unsigned gemmd_conns_pending_room(const gemmd_conns_config *cfg);
 
+/* start: the watchdog thread (0 or -1); stop: before MHD_stop_daemon; free: after it. */
 gemmd_conns *gemmd_conns_new(const gemmd_conns_config *cfg);
-/* Starts the watchdog thread: 0 or -1. */
 int gemmd_conns_start(gemmd_conns *c);
-/* Stops the watchdog (before MHD_stop_daemon). */
 void gemmd_conns_stop(gemmd_conns *c);
-/* After MHD_stop_daemon (every connection is closed by then). */
 void gemmd_conns_free(gemmd_conns *c);
 
-/* A connection MHD accepted: registered and counted against the limits (refused, or
- * making room). NULL when out of memory (then it has no deadlines, but works).
- * gemmd_conns_close: MHD is about to close it; x is freed. gemmd_conns_notify calls both. */
-gemmd_conn *gemmd_conns_open(gemmd_conns *c, int fd, const struct sockaddr *client);
-void gemmd_conns_close(gemmd_conns *c, gemmd_conn *x);
-
-/* The MHD_OPTION_NOTIFY_CONNECTION callback (cls: the gemmd_conns). */
+/* The MHD_OPTION_NOTIFY_CONNECTION callback (cls: the gemmd_conns): open registers a
+ * connection and counts it against the limits (NULL when out of memory: no deadlines, but
+ * it works); close frees it as MHD is about to close it. */
 void gemmd_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                         enum MHD_ConnectionNotificationCode code);
-
-/* The record of an MHD connection (NULL if it has none). */
-gemmd_conn *gemmd_conn_of(struct MHD_Connection *conn);
+gemmd_conn *gemmd_conns_open(gemmd_conns *c, int fd, const struct sockaddr *client);
+void gemmd_conns_close(gemmd_conns *c, gemmd_conn *x);
+gemmd_conn *gemmd_conn_of(struct MHD_Connection *conn); /* NULL if it has no record */
 
 /* Where the connection's request is (c may be NULL: then they do nothing). */
 void gemmd_conn_head(gemmd_conn *c);                 /* the request head is complete */
@@ -85,26 +59,25 @@ void gemmd_conn_body(gemmd_conn *c, uint64_t bytes); /* body bytes arrived */
 void gemmd_conn_wait(gemmd_conn *c);                 /* suspended on the engine */
 void gemmd_conn_answer(gemmd_conn *c);               /* an answer is queued */
 void gemmd_conn_progress(gemmd_conn *c, uint64_t taken); /* bytes of the answer taken so far */
-/* Whether the send deadline of an answer of this size depends on gemmd_conn_progress: only
- * when it is larger than send_timeout x min_rate (a smaller one, taken at min_rate, is done
- * within send_timeout anyway); one that does not may be handed to MHD without a reader.
- * The same rule for a configuration, and 0 for a connection the registry does not know. */
+/* Whether the send deadline of an answer of this size needs gemmd_conn_progress: only
+ * past send_timeout x min_rate bytes; a smaller one may go to MHD without a reader. */
 int gemmd_conn_needs_progress(const gemmd_conn *c, uint64_t bytes);
 int gemmd_answer_needs_progress(const gemmd_conns_config *cfg, uint64_t bytes);
 void gemmd_conn_request_done(gemmd_conn *c);         /* the request ended (keep-alive: the
                                                         next head is waited for) */
 
-/* A suspended connection (its request waits for admission or the engine) does not notice
- * a client that goes away. Watched, the watchdog looks for it every round (a FIN, even
- * behind unread bytes) and then calls left(arg) once, from its thread, no lock held.
+/* A suspended connection does not notice a client that goes away: watched, the watchdog
+ * looks for a FIN every round and then calls left(arg) once, from its thread, no lock held.
  * unwatch: 1 when left has not been called (the caller keeps what it gave left), else 0. */
 void gemmd_conn_watch(gemmd_conn *c, void (*left)(void *arg), void *arg);
 int gemmd_conn_unwatch(gemmd_conn *c);
 
-/* The verdict on the request target (framing.h's GEMMD_TARGET_*), noted before the request's
- * first call and taken (cleared) by it. */
+/* The request target's verdict (framing.h), noted before the request's first call. */
 void gemmd_conn_set_target(gemmd_conn *c, int verdict);
 int gemmd_conn_take_target(gemmd_conn *c);
+
+/* A hash of the client's address (0 for a connection the registry does not know). */
+uint64_t gemmd_conn_addr_hash(const gemmd_conn *x);
 
 /* Over a limit: NULL when admitted, else the error code to answer 503 with
  * ("too_many_connections" or "too_many_connections_from_address") and *message. */

@@ -3,8 +3,6 @@
  */
 #include "engine_err.h"
 
-#include <stdio.h>
-
 static const struct {
     int status;
     const char *code;

@@ -15,7 +15,6 @@ void gemmd_util_init(gemmd_util *u, double t0_ms)
     memset(u, 0, sizeof *u);
     u->ring[0].t_ms = t0_ms;
     u->count = 1;
-    u->newest = 0;
 }
 
 static const gemmd_util_sample *at(const gemmd_util *u, int age) /* 0: newest */

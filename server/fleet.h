@@ -1,12 +1,8 @@
 /*
- * fleet.h - the load figures that a balancer or an autoscaler in front of several daemons
- * reads from /metrics: requests in flight, queue capacity, each device's busy fraction
- * over the last minute (also on the status page), and the instance's name.
- *
- * The busy fraction is derived from the engine's busy-seconds counters: samples taken
- * when /metrics or /v1/status is rendered (at most one a second, the last
- * GEMMD_UTIL_SAMPLES kept) give the busy time between the newest sample at least
- * GEMMD_UTIL_WINDOW_S old (or the oldest one, or the start) and now.
+ * fleet.h - the load figures a balancer or autoscaler reads from /metrics (docs/OPERATIONS.md,
+ * "Metrics for balancers and autoscalers"). The busy fraction comes from the engine's
+ * busy-seconds counters, sampled when /metrics or /v1/status is rendered (at most once a
+ * second, the last GEMMD_UTIL_SAMPLES kept), over the last GEMMD_UTIL_WINDOW_S.
  */
 #ifndef GEMMD_FLEET_H
 #define GEMMD_FLEET_H

@@ -1,20 +1,10 @@
 /*
- * framing.h - a request head is judged before anything else (RFC 9112): what libmicrohttpd
- * lets through is refused here, answered once, and the connection closed, so that this
- * server and a proxy in front of it never disagree on where a request ends.
- *
- * 400: several Content-Length headers, or one with Transfer-Encoding (501 for a coding other
- * than chunked alone); a header name that is not a token (whitespace before the colon); a
- * NUL, CR or other control byte in a value; obs-fold; whitespace or control bytes in the
- * request target. 414: a target over GEMMD_TARGET_MAX bytes or GEMMD_QUERY_MAX parameters.
- *
- * libmicrohttpd 1.0 refuses the malformed lines itself (MHD_OPTION_CLIENT_DISCIPLINE_LVL).
- * 0.9.75 (Debian 12) has no setting for them: STRICT_FOR_CLIENT 1 closes unanswered on a
- * space in the target, -1 refuses whitespace before a colon only through a reversed test.
- * It cuts a value at a NUL, keeps a bare CR, joins a folded line onto the header's name,
- * and stalls a connection whose query overflows its memory pool. So on 0.9 the head is
- * walked again as the library left it in its read buffer (gemmd_head_*), and the target is
- * judged before its query is split (gemmd_framing_on_target).
+ * framing.h - a request head is judged before anything else (RFC 9112; the cases are in
+ * docs/API.md): what libmicrohttpd lets through is refused here and the connection closed,
+ * so that this server and a proxy in front of it never disagree on where a request ends.
+ * libmicrohttpd 0.9.75 (Debian 12) cannot be told to refuse malformed lines itself, so on
+ * 0.9 the head is walked again as the library left it in its read buffer (gemmd_head_*),
+ * and the target judged before its query is split (gemmd_framing_on_target).
  */
 #ifndef GEMMD_FRAMING_H
 #define GEMMD_FRAMING_H

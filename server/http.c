@@ -38,8 +38,7 @@ struct gemmd_server {
     gemmd_conns_config conns_cfg;
 };
 
-/* The read increment for a connection buffer (see gemmd_http_start_fd): the whole buffer
- * before 1.0, the library's own default from 1.0 on. */
+/* The read increment for a connection buffer (see gemmd_http_start_fd). */
 #if MHD_VERSION < 0x01000000
 #define READ_INCREMENT(buffer) (buffer)
 #else
@@ -105,9 +104,8 @@ static int start_limits(gemmd_server *s, gemm_err *err)
     return 0;
 }
 
-/* A PEM file, whole (at most 16 MiB; "" when empty). */
-/* A PEM file, read straight into one buffer of its size: no stdio buffer or grown copy
- * keeps a private key's text in freed memory. */
+/* A PEM file (at most 16 MiB), read straight into one buffer of its size: no stdio buffer
+ * or grown copy keeps a private key's text in freed memory. */
 static char *read_file(const char *path, gemm_err *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -300,14 +298,12 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     if (listen_fd < 0 && (listen_fd = listen_on(&ss, sslen, host, cfg->port, err)) < 0) goto fail;
     struct MHD_OptionItem strict[2];
     gemmd_framing_options(strict);
-    /* HTTPS: certificate, key, and the protocol versions and ciphers offered. */
-    struct MHD_OptionItem tls_opts[4] = {{MHD_OPTION_END, 0, NULL}};
-    if (tls) {
-        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls_cert};
-        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls_key};
-        tls_opts[2] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)cfg->tls_priorities};
-        tls_opts[3] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    }
+    /* HTTPS: certificate, key, and the protocol versions and ciphers offered (plain HTTP:
+     * only the END item). */
+    struct MHD_OptionItem tls_opts[4] = {{MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls_cert},
+                                         {MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls_key},
+                                         {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)cfg->tls_priorities},
+                                         {MHD_OPTION_END, 0, NULL}};
     s->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, gemmd_access, &s->svc, MHD_OPTION_EXTERNAL_LOGGER,
         gemmd_access_log, NULL, MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_THREAD_POOL_SIZE, threads,
@@ -318,14 +314,12 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
         MHD_OPTION_NOTIFY_CONNECTION, gemmd_conns_notify, s->svc.conns,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)s->conns_cfg.mhd_buffer,
-        /* libmicrohttpd 0.9.7x reads into half of the connection's buffer and grows that
-         * only when it is full, which a body consumed as it arrives never makes it. With
-         * an increment of the whole buffer each read grows it until a few KiB are left, so
-         * a large body comes in reads of almost the whole buffer, in fewer passes of the
-         * event loop; small requests cost the same (the library clears the whole buffer
-         * between requests either way). 1.0 grows by other rules: its default is kept. */
+        /* 0.9.7x reads into half of the buffer and grows it only when full, which a body
+         * consumed as it arrives never makes it: an increment of the whole buffer lets a
+         * large body come in fewer, larger reads. 1.0 grows by other rules. */
         MHD_OPTION_CONNECTION_MEMORY_INCREMENT, READ_INCREMENT((size_t)s->conns_cfg.mhd_buffer),
-        MHD_OPTION_NOTIFY_COMPLETED, gemmd_access_completed, &s->svc, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, gemmd_access_completed, &s->svc,
+        MHD_OPTION_ARRAY, tls ? tls_opts : tls_opts + 3, MHD_OPTION_END);
     drop_key(s); /* GnuTLS holds the key now */
     if (!s->daemon) {
         gemm_err_set(err, 500, "internal_error", "libmicrohttpd did not start on %s port %d (see the log above)",

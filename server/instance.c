@@ -24,7 +24,7 @@ static int is_name_char(char c)
     return is_alnum(c) || c == '-' || c == '_' || c == '.';
 }
 
-static int is_hex(char c)
+int gemmd_is_hex(char c)
 {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
@@ -76,12 +76,8 @@ void gemmd_instance_default(char *out, size_t cap, int port)
 
 int gemmd_instance_set(const char *name)
 {
-    if (!name || !name[0]) {
-        instance[0] = '\0';
-        return 0;
-    }
-    if (check_name(name, strlen(name), NULL, 0) != 0) return -1;
-    snprintf(instance, sizeof instance, "%s", name);
+    if (name && name[0] && check_name(name, strlen(name), NULL, 0) != 0) return -1;
+    snprintf(instance, sizeof instance, "%s", name ? name : "");
     return 0;
 }
 
@@ -128,7 +124,7 @@ int gemmd_instance_id_valid(const char *s, size_t n)
     if (n < GEMMD_ID_RANDOM_HEX || n > GEMMD_ID_MAX) return 0;
     const char *r = s + n - GEMMD_ID_RANDOM_HEX;
     for (size_t i = 0; i < GEMMD_ID_RANDOM_HEX; i++)
-        if (!is_hex(r[i])) return 0;
+        if (!gemmd_is_hex(r[i])) return 0;
     if (n == GEMMD_ID_RANDOM_HEX) return 1;
     return n >= GEMMD_ID_RANDOM_HEX + 2 && r[-1] == '-' && check_name(s, n - GEMMD_ID_RANDOM_HEX - 1, NULL, 0) == 0;
 }

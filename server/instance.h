@@ -1,15 +1,8 @@
 /*
  * instance.h - the name of this daemon among its peers (instance_id), and the ids it hands
- * out so that a balancer in front of several daemons can send a request about an id to the
- * daemon that owns it.
- *
- * An id is "<instance_id>-<32 hex digits>" (128 random bits), or the 32 hex digits alone
- * when the instance has no name (a daemon that never called gemmd_instance_set, e.g. in a
- * unit test). An instance_id is 1 to GEMMD_INSTANCE_MAX characters of A-Z a-z 0-9 . _ -
- * that starts and ends with a letter or digit: safe in a URL path without escaping, and
- * the random part is always the last 32 characters, so the instance is everything before
- * the last 33 whatever it contains ("gemmd-7c9d-x2k9p-<32 hex>" names gemmd-7c9d-x2k9p).
- * Async jobs use these ids; resident matrices will use the same scheme.
+ * out, "<instance_id>-<32 hex digits>" (docs/OPERATIONS.md, "Instances and ids"), so that
+ * a balancer can send a request about an id to the daemon that owns it. The random part is
+ * always the last 32 characters: the instance is everything before the last 33.
  */
 #ifndef GEMMD_INSTANCE_H
 #define GEMMD_INSTANCE_H
@@ -40,6 +33,7 @@ const char *gemmd_instance_get(void);
  * when the random bytes cannot be drawn or cap is too small. */
 int gemmd_instance_new_id(char *out, size_t cap);
 
+int gemmd_is_hex(char c); /* 0-9 a-f A-F */
 /* Whether s[0..n) has the shape of an id (of any instance): [instance_id "-"] 32 hex. */
 int gemmd_instance_id_valid(const char *s, size_t n);
 

@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -66,7 +65,6 @@ static void free_buffers(gemmd_jobs *s, gemmd_job_entry *j, int inputs_only)
     }
 }
 
-/* Drops one reference (lock held); returns 1 when the caller must destroy it. */
 /* bytes of j's reservation go back (lock held) */
 static void give_back_locked(gemmd_jobs *s, gemmd_job_entry *j, uint64_t bytes)
 {
@@ -75,6 +73,7 @@ static void give_back_locked(gemmd_jobs *s, gemmd_job_entry *j, uint64_t bytes)
     j->reserved -= bytes;
 }
 
+/* Drops one reference (lock held); returns 1 when the caller must destroy it. */
 static int unref_locked(gemmd_jobs *s, gemmd_job_entry *j)
 {
     if (--j->refs > 0) return 0;
@@ -334,7 +333,7 @@ static void on_done(gemm_job *job)
         give_back_locked(s, j, j->reserved);
     } else {
         give_back_locked(s, j, j->reserved_inputs); /* the inputs are gone; the result stays */
-        gemmd_budget_retag(s->budget, j->job.c, GEMMD_MEM_RESULT);
+        gemmd_budget_adopt(s->budget, j->job.c, GEMMD_MEM_RESULT, NULL);
     }
     j->state = (gemm_job_state)st;
     j->reserved_inputs = 0;
@@ -470,7 +469,6 @@ void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *v)
         v->total_ms = v->age_ms + j->recv_ms + j->decode_ms;
         memcpy(v->kernel, j->job.kernel, sizeof v->kernel);
         v->tile = j->job.tile;
-        v->block[0] = '\0';
         v->math = j->job.math;
     }
     pthread_mutex_unlock(&s->mu);

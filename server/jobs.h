@@ -1,22 +1,12 @@
 /*
  * jobs.h - the store of asynchronous jobs (POST /v1/jobs ... GET /v1/jobs/{id}/result).
  *
- *   j = gemmd_jobs_reserve(store, client, input_bytes, result_bytes, &err); // id, memory
- *   j->job.a/b/c/dtype/m/k/n/... = ...; j->owner = ...;                   // by the caller
- *   gemmd_jobs_submit(store, j, &err);                                    // engine owns it
- *   j = gemmd_jobs_get_owned(store, id, owner); gemmd_jobs_view(store, j, &v); gemmd_jobs_put(store, j);
- *
- * Entries are reference counted: the store's list holds one reference, a job on the engine
- * one, every reader (a status or a result being sent) one; DELETE of a running job only
- * unlinks it and asks the engine to cancel it, and its done() frees it. The inputs and the
- * result are reserved at submit against mem_bytes (job_mem_mb); the inputs go when the
- * product is done, the result ttl_s after. A sweeper thread forgets expired jobs when their
- * time comes, whether or not requests arrive.
- *
- * A job reads queued or running until its done() has run under the store's lock; only then
- * does it read done, failed or cancelled, with `finished`: a status that says done always
- * comes with a fetchable result. With tokens a job belongs to its token (owner =
- * gemmd_auth_identify() + 1; 0 without tokens): another token's lookups find nothing.
+ * Entries are reference counted (the store's list, the engine, every reader): DELETE of a
+ * running job only unlinks it and cancels it, and its done() frees it. Inputs and result
+ * are reserved against job_mem_mb at submit; a sweeper thread forgets expired jobs. A job
+ * reads done only once its done() has run under the store's lock, so a status that says
+ * done always comes with a fetchable result. With tokens a job belongs to its token
+ * (owner = gemmd_auth_identify() + 1; 0 without): another token's lookups find nothing.
  */
 #ifndef GEMMD_JOBS_H
 #define GEMMD_JOBS_H
@@ -30,11 +20,9 @@
 
 typedef struct gemmd_budget gemmd_budget;
 
-/* Longest job id: "<instance_id>-" and 128 random bits in hex (instance.h). */
-#define GEMMD_JOB_ID_LEN GEMMD_ID_MAX
+#define GEMMD_JOB_ID_LEN GEMMD_ID_MAX /* instance.h */
 #define GEMMD_JOB_SHORT_LEN 8 /* the prefix that log lines carry, never the whole id */
-/* printf arguments for "%.*s": an id as log lines show it, its instance and the first
- * GEMMD_JOB_SHORT_LEN digits of its random part ("gemmd-a-8c1f02ab"). */
+/* printf arguments for "%.*s": an id as log lines show it ("gemmd-a-8c1f02ab"). */
 #define GEMMD_JOB_LOG_ID(id) gemmd_instance_id_log_len((id), GEMMD_JOB_SHORT_LEN), (id)
 #define GEMMD_OWNER_ANY (-1)  /* lookups that ignore the owner (tests, internal) */
 
@@ -90,14 +78,12 @@ void gemmd_jobs_set_memory(gemmd_jobs *s, const gemm_allocator *alloc, gemmd_bud
 /* Frees every entry and buffer, once the engine holds none of them (after shutdown). */
 void gemmd_jobs_free(gemmd_jobs *s);
 
-/* A fresh entry with a random id for client, its inputs' and result's bytes reserved. NULL
- * with 503 job_store_full (too many jobs kept, not enough of mem_bytes left, or the client
- * would pass its share), 413 too_large (more than mem_bytes), 503 shutting_down, or 500. */
+/* A fresh entry with a random id for client, its inputs' and result's bytes reserved;
+ * NULL with 503 job_store_full, 413 too_large, 503 shutting_down, or 500. */
 gemmd_job_entry *gemmd_jobs_reserve(gemmd_jobs *s, int client, size_t input_bytes, size_t result_bytes,
                                     gemm_err *err);
-/* Queues it on the engine and lists it: 0, or -1 with *err (the entry is given back). An
- * entry reserved but not submitted is given back with gemmd_jobs_put (with any of
- * job.a/b/c set on it). */
+/* Queues it on the engine and lists it: 0, or -1 with *err (the entry is given back). One
+ * reserved but not submitted goes back with gemmd_jobs_put (with its buffers). */
 int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err);
 
 /* The entry with that id made by owner, with a reference taken; NULL when unknown,
@@ -112,14 +98,11 @@ int gemmd_jobs_delete_owned(gemmd_jobs *s, const char *id, int owner);
 
 /* Forgets finished jobs older than the TTL (the sweeper and every lookup do it too). */
 void gemmd_jobs_sweep(gemmd_jobs *s);
-/* Refuses new jobs from now on, cancels the queued ones (their done() fires here) and
- * asks the engine to stop the running ones (nobody can fetch their results any more). */
+/* Refuses new jobs, cancels the queued ones and asks the engine to stop the running ones. */
 void gemmd_jobs_shutdown(gemmd_jobs *s);
-/* An honest Retry-After for job_store_full: seconds until the oldest finished job
- * expires, or the TTL when none has finished yet; at least 1. */
+/* Retry-After for job_store_full: until the oldest finished job expires (or the TTL). */
 int gemmd_jobs_retry_after_s(gemmd_jobs *s);
-/* Test hook: called at the start of every job's done(), after the engine stored the
- * job's final state and before the store has seen it (NULL: none). */
+/* Test hook: called first in every job's done(), before the store sees its state. */
 void gemmd_jobs_set_done_hook(gemmd_jobs *s, void (*hook)(gemmd_job_entry *j, void *arg), void *arg);
 
 #endif

@@ -1,20 +1,12 @@
 /*
  * main.c - gemmd: read the configuration, open the engine, serve HTTP until SIGINT or
- * SIGTERM, then stop accepting, fail queued work, let running work finish and its
- * answers go out, free everything and exit 0.
+ * SIGTERM, then stop gracefully (docs/OPERATIONS.md, "Start, stop, signals").
  *
- * SIGINT and SIGTERM go through a self-pipe that the main thread reads: a signal can be
- * delivered to any thread, including the BLAS library's, which starts its threads before
- * main() and so never inherits a signal mask set here (sigwait() would then miss it and
- * the default action would kill the process).
- *
- * The main thread also watches the engine (every WATCH_MS): once it has lost every device
- * (a GPU context that cannot be rebuilt in this process), the daemon restarts itself in
- * place when restart_on_device_loss allows: the same graceful stop, but the listening
- * socket stays open and is handed to a fresh exec of this binary (restart.c), so the pid
- * and the port stay and new connections wait in the backlog. Without a restart (key off,
- * or GEMMD_RESTART_MAX restarts within GEMMD_RESTART_WINDOW_S) it stays up unhealthy:
- * /healthz and /readyz answer 503 so that an orchestrator restarts it.
+ * The signals go through a self-pipe: the BLAS library starts its threads before main(),
+ * so they never inherit a signal mask set here and sigwait() could miss a signal.
+ * The main thread also watches the engine: once it has lost every device, the daemon
+ * restarts in place (restart.h) when restart_on_device_loss allows, else stays up with
+ * /healthz and /readyz answering 503 (docs/OPERATIONS.md, "Faults").
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -53,12 +45,20 @@ static void on_signal(int sig)
     errno = saved;
 }
 
+/* SIG_BLOCK or SIG_UNBLOCK SIGINT and SIGTERM on this thread. */
+static int mask_stop_signals(int how)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    return pthread_sigmask(how, &set, NULL);
+}
+
 static int install_signals(void)
 {
     if (pipe(signal_pipe) != 0) return -1;
-    for (int i = 0; i < 2; i++) {
-        fcntl(signal_pipe[i], F_SETFD, FD_CLOEXEC);
-    }
+    for (int i = 0; i < 2; i++) fcntl(signal_pipe[i], F_SETFD, FD_CLOEXEC);
     fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -69,11 +69,7 @@ static int install_signals(void)
     signal(SIGPIPE, SIG_IGN);
     /* A restart blocks these before exec, so that one arriving meanwhile stays pending
      * for the new process, which takes it here. */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    return pthread_sigmask(SIG_UNBLOCK, &set, NULL) == 0 ? 0 : -1;
+    return mask_stop_signals(SIG_UNBLOCK) == 0 ? 0 : -1;
 }
 
 /* The next signal, or DEVICE_LOST when `engine` (if not NULL) has become unhealthy. */
@@ -139,7 +135,7 @@ int main(int argc, char **argv)
     const char *labels[GEMMD_METRIC_ROUTES];
     gemmd_metrics_init(labels, gemmd_routes_labels(labels, GEMMD_METRIC_ROUTES));
     gemmd_config_resolve_instance(&cfg);
-    gemmd_config_resolve_http_threads(&cfg);
+    cfg.http_threads = gemmd_config_http_threads(&cfg); /* the log and /v1/info show it */
     if (gemmd_instance_set(cfg.instance_id) != 0) { /* a derived name is always valid */
         fprintf(stderr, "gemmd: instance_id: '%s' is not valid\n", cfg.instance_id);
         return 2;
@@ -207,11 +203,7 @@ int main(int argc, char **argv)
                       info.backend, devices, restarts + 1);
             int keep = gemmd_http_shutdown_keep_socket(srv);
             gemm_engine_close(engine);
-            sigset_t set;
-            sigemptyset(&set);
-            sigaddset(&set, SIGINT);
-            sigaddset(&set, SIGTERM);
-            pthread_sigmask(SIG_BLOCK, &set, NULL);
+            mask_stop_signals(SIG_BLOCK);
             if (signal_pending()) {
                 LOG_INFO("received a stop signal while restarting: stopped");
                 if (keep >= 0) close(keep);

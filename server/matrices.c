@@ -240,6 +240,12 @@ void gemmd_matrices_put(gemmd_matrices *s, gemmd_matrix_entry *e)
     if (last) destroy(s, e);
 }
 
+void gemmd_matrix_release(void *entry)
+{
+    gemmd_matrix_entry *e = entry;
+    gemmd_matrices_put(e->store, e);
+}
+
 void gemmd_matrices_note_use(gemmd_matrices *s, gemmd_matrix_entry *e)
 {
     pthread_mutex_lock(&s->mu);

@@ -1,17 +1,9 @@
 /*
- * matrices.h - the store of resident matrices (/v1/matrices): operands kept between
- * requests, so that a product can name A or B by id instead of sending it again, and keep
- * its C for the next product of a chain.
- *
- *   gemmd_matrices_reserve(store, client, bytes, &err);  // 507 when resident_mb is full
- *   gemmd_matrices_add(store, &m, NULL, owner, client, family, 0, id, &err); // takes m.data
- *   e = gemmd_matrices_get(store, id, owner); ... read e->m ... gemmd_matrices_put(store, e);
- *
- * A matrix is kept in the engine's host memory (pinned on the CUDA backend); its bytes
- * count against resident_mb from its reservation until the last reference goes (DELETE
- * only unlinks: a product reading it finishes first). Nothing is evicted behind a
- * client's back: a full store answers 507. Owners work as for jobs (jobs.h). Thread-safe;
- * one mutex, never held while calling the engine.
+ * matrices.h - the store of resident matrices (/v1/matrices; docs/API.md): operands kept
+ * between requests, named by id in later products. Bytes count against resident_mb from
+ * their reservation until the last reference goes (DELETE only unlinks); nothing is
+ * evicted behind a client's back: a full store answers 507. Owners work as for jobs.
+ * Thread-safe; one mutex, never held while calling the engine.
  */
 #ifndef GEMMD_MATRICES_H
 #define GEMMD_MATRICES_H
@@ -57,25 +49,20 @@ void gemmd_matrices_set_memory(gemmd_matrices *s, gemmd_budget *mem);
 /* Frees every matrix; no reference may be held any more. */
 void gemmd_matrices_free(gemmd_matrices *s);
 
-/* Sets aside bytes for a matrix about to be added by client (an upload, or C of a product
- * with store=1). 0, or -1 with 507 insufficient_storage (no room, max_matrices reached, or
- * the client would pass its share) or 413 too_large (more than the whole budget). */
+/* Sets aside bytes for a matrix client is about to add: 0, or -1 with 507
+ * insufficient_storage (no room, max_matrices, the client's share) or 413 too_large. */
 int gemmd_matrices_reserve(gemmd_matrices *s, int client, size_t bytes, gemm_err *err);
 void gemmd_matrices_unreserve(gemmd_matrices *s, int client, size_t bytes);
-/* Adds m (its data is taken over) with a fresh random id written to id_out, using bytes
- * reserved before. res: the engine handle for m.data when the caller has one (taken over
- * too), else NULL (one is made). empty: a matrix filled in parts (empty=1, then PUTs of
- * row ranges), which nothing may read until its last row is written (gemmd_matrices_ready).
+/* Adds m (data taken over; res too, when not NULL) with a fresh id in id_out, in bytes
+ * reserved before. empty: filled later by PUTs of rows, unreadable until the last one.
  * On failure (-1, *err) nothing is taken and the reservation stays with the caller. */
 int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
                        int empty, char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
 
-/* Claims rows [row0, row0 + rows) of e for one PUT: 0, or -1 with 409 matrix_complete
- * (e is not being filled), 422 bad_rows (out of range) or 409 rows_taken (a row of the
- * range is written or being written). */
+/* Claims rows [row0, row0 + rows) of e for one PUT: 0, or -1 with 409 matrix_complete,
+ * 422 bad_rows or 409 rows_taken. */
 int gemmd_matrices_claim_rows(gemmd_matrices *s, gemmd_matrix_entry *e, uint64_t row0, uint64_t rows, gemm_err *err);
-/* Ends a claim: written, its rows count as filled (the last one makes e ready); else they
- * are free again for another PUT. Returns the rows filled so far. */
+/* Ends a claim (written: the rows are filled, else free again); returns the rows filled. */
 uint64_t gemmd_matrices_release_rows(gemmd_matrices *s, gemmd_matrix_entry *e, uint64_t row0, uint64_t rows,
                                      int written);
 /* 1 when every row of e is there (always, for a matrix that came whole). */
@@ -85,6 +72,7 @@ int gemmd_matrices_ready(gemmd_matrices *s, const gemmd_matrix_entry *e);
  * taken and its last use set to now; NULL when unknown, deleted or another owner's. */
 gemmd_matrix_entry *gemmd_matrices_get(gemmd_matrices *s, const char *id, int owner);
 void gemmd_matrices_put(gemmd_matrices *s, gemmd_matrix_entry *e);
+void gemmd_matrix_release(void *entry); /* gemmd_matrices_put, as an answer's release() */
 /* Counts a product that read it. */
 void gemmd_matrices_note_use(gemmd_matrices *s, gemmd_matrix_entry *e);
 /* Unlinks it (freed when the last reference goes). 0, or -1 when owner has no such one. */

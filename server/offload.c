@@ -76,9 +76,7 @@ int gemmd_offload_run(gemmd_offload *o, void (*fn)(void *), void *arg)
 {
     task *t = malloc(sizeof *t);
     if (!t) return -1;
-    t->fn = fn;
-    t->arg = arg;
-    t->next = NULL;
+    *t = (task){fn, arg, NULL};
     pthread_mutex_lock(&o->mu);
     if (o->stopping) {
         pthread_mutex_unlock(&o->mu);

@@ -71,7 +71,8 @@ int gemmd_request_chunked(gemmd_request *req)
     return 0;
 }
 
-/* With the sizes MHD decoded: an encoded NUL (%00) inside a key or value is seen. */
+/* The query door: every argument that is an option (options.h), with the sizes MHD decoded,
+ * so that an encoded NUL (%00) inside a key or value is seen. */
 struct query_ctx {
     gemm_options *opt;
     gemm_err *err;
@@ -89,7 +90,7 @@ static enum MHD_Result query_arg(void *cls, enum MHD_ValueKind kind, const char 
     return MHD_NO;
 }
 
-int gemmd_request_query_options(gemmd_request *req, gemm_options *opt, gemm_err *err)
+static int query_options(gemmd_request *req, gemm_options *opt, gemm_err *err)
 {
     struct query_ctx q = {opt, err, 0};
     MHD_get_connection_values_n(req->conn, MHD_GET_ARGUMENT_KIND, query_arg, &q);
@@ -116,7 +117,7 @@ int gemmd_request_begin_body(gemmd_request *req, gemm_options *opt)
         return gemm_err_set(&req->err, 413, "body_too_large",
                             "the body has %llu bytes; this server takes at most %llu (max_body_mb)",
                             (unsigned long long)req->content_length, (unsigned long long)req->limit);
-    return gemmd_request_query_options(req, opt, &req->err);
+    return query_options(req, opt, &req->err);
 }
 
 int gemmd_request_refuse(gemmd_request *req, uint64_t bytes, const char *what)

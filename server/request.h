@@ -1,10 +1,8 @@
 /*
  * request.h - what routes work with: the daemon's services (gemmd_services), and the state
  * every HTTP request has, from the first call of the access handler to MHD's
- * NOTIFY_COMPLETED (gemmd_request_free). What a route reads from a body is its own state,
- * allocated by its body reader's begin() and freed by its end() (routes.h): the operands
- * of products and uploads (body.h), the rows of a PUT (routes_matrices.c), the v2 header
- * (routes_v2.c). A route without a body has none of them.
+ * NOTIFY_COMPLETED. What a route reads from a body is its own state (op, rows or v2),
+ * made by its body reader's begin() and freed by its end() (routes.h).
  */
 #ifndef GEMMD_REQUEST_H
 #define GEMMD_REQUEST_H
@@ -144,15 +142,11 @@ int gemmd_request_read_length(gemmd_request *req);
 /* What every body reader checks first: gemmd_request_read_length, the length against the
  * limit (413 body_too_large), and the query's options into *opt. 0 or -1 (req->err). */
 int gemmd_request_begin_body(gemmd_request *req, gemm_options *opt);
-/* The query door: applies every argument that is an option (options.h), with the sizes MHD
- * decoded (an encoded NUL is refused). 0 or -1 with *err set. */
-int gemmd_request_query_options(gemmd_request *req, gemm_options *opt, gemm_err *err);
 /* 503 over_budget for bytes the budget refused (req->err, req->retry_after_s). Returns -1. */
 int gemmd_request_refuse(gemmd_request *req, uint64_t bytes, const char *what);
 /* bytes from req's charging allocator; NULL with req->err set (503 over_budget naming what,
  * or 503 out_of_memory). */
 void *gemmd_request_alloc(gemmd_request *req, size_t bytes, const char *what);
-/* A header's value or NULL. */
 const char *gemmd_request_header(gemmd_request *req, const char *name);
 /* Whether the Content-Type ct is of media type (parameters after ';' aside). */
 int gemmd_media_is(const char *ct, const char *type);

@@ -21,7 +21,7 @@
 
 /* ---- Accept ----------------------------------------------------------------- */
 
-const char *gemmd_format_mime(gemmd_format f)
+static const char *format_mime(gemmd_format f)
 {
     switch (f) {
     case GEMMD_FMT_JSON: return "application/json";
@@ -105,6 +105,25 @@ int gemmd_check_json_answer(const gemmd_services *srv, uint64_t rows, uint64_t c
 }
 
 /* ---- timing ------------------------------------------------------------------ */
+
+void gemmd_ran_fields_json(gemm_buf *b, const char *pre, const char *kernel, int tile, const char *block,
+                           const char *math, const char *device)
+{
+    gemm_buf_printf(b, "%s\"kernel\":", pre);
+    gemm_buf_json_string(b, kernel);
+    gemm_buf_printf(b, ",\"tile\":%d,\"block\":", tile);
+    gemm_buf_json_string(b, block);
+    gemm_buf_puts(b, ",\"math\":");
+    gemm_buf_json_string(b, math);
+    gemm_buf_puts(b, ",\"device\":");
+    gemm_buf_json_string(b, device);
+}
+
+void gemmd_ran_json(gemm_buf *b, const char *pre, const gemm_job *job)
+{
+    gemmd_ran_fields_json(b, pre, job->kernel_used, job->tile_used, job->block,
+                          gemm_math_report_name(job->dtype, job->math_used), job->device);
+}
 
 void gemmd_timing_from_job(gemmd_timing *t, const gemm_job_timing *jt)
 {
@@ -379,11 +398,16 @@ enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err)
     return gemmd_respond_queue(req, status, r);
 }
 
-enum MHD_Result gemmd_respond_abandoned(gemmd_request *req)
+enum MHD_Result gemmd_respond_waited(gemmd_request *req, int sync_state)
 {
-    return gemmd_respond_errorf(req, 503, "shutting_down",
-                                "the server is shutting down and the product did not finish within "
-                                "shutdown_timeout; retry elsewhere");
+    switch (sync_state) {
+    case GEMMD_SYNC_DONE: return req->route->answer(req);
+    case GEMMD_SYNC_ABANDONED:
+        return gemmd_respond_errorf(req, 503, "shutting_down",
+                                    "the server is shutting down and the product did not finish within "
+                                    "shutdown_timeout; retry elsewhere");
+    default: return MHD_YES; /* suspended: answered once resumed */
+    }
 }
 
 enum MHD_Result gemmd_respond_errorf(gemmd_request *req, int status, const char *code, const char *fmt, ...)
@@ -667,29 +691,18 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
     if (meta->matrix_id)
         gemm_buf_printf(&b, "\"matrix_id\":\"%s\",\"location\":\"/v1/matrices/%s\",", meta->matrix_id,
                         meta->matrix_id);
-    gemm_buf_puts(&b, "\"c\":");
-    if (batch) { /* nested 3-D: one matrix after the other */
-        gemm_buf_puts(&b, "[");
-        for (uint64_t i = 0; i < batch; i++) {
-            if (i) gemm_buf_puts(&b, ",");
-            c.data = (char *)data + i * one;
-            gemm_json_write_matrix(&b, &c);
-        }
-        gemm_buf_printf(&b, "],\"shape\":[%llu,%llu,%llu],\"dtype\":", (unsigned long long)batch,
-                        (unsigned long long)rows, (unsigned long long)cols);
-    } else {
+    gemm_buf_puts(&b, batch ? "\"c\":[" : "\"c\":"); /* a batch: nested 3-D, one matrix after the other */
+    for (uint64_t i = 0; i < nb; i++) {
+        if (i) gemm_buf_puts(&b, ",");
+        c.data = (char *)data + i * one;
         gemm_json_write_matrix(&b, &c);
-        gemm_buf_printf(&b, ",\"shape\":[%llu,%llu],\"dtype\":", (unsigned long long)rows, (unsigned long long)cols);
     }
+    gemm_buf_puts(&b, batch ? "],\"shape\":[" : ",\"shape\":[");
+    if (batch) gemm_buf_printf(&b, "%llu,", (unsigned long long)batch);
+    gemm_buf_printf(&b, "%llu,%llu],\"dtype\":", (unsigned long long)rows, (unsigned long long)cols);
     gemm_buf_json_string(&b, gemm_dtype_name(dt));
-    gemm_buf_puts(&b, ",\"kernel\":");
-    gemm_buf_json_string(&b, job ? job->kernel_used : "");
-    gemm_buf_printf(&b, ",\"tile\":%d,\"block\":", job ? job->tile_used : 0);
-    gemm_buf_json_string(&b, job ? job->block : "");
-    gemm_buf_puts(&b, ",\"math\":");
-    gemm_buf_json_string(&b, job ? gemm_math_report_name(job->dtype, job->math_used) : "");
-    gemm_buf_puts(&b, ",\"device\":");
-    gemm_buf_json_string(&b, job ? job->device : "");
+    if (job) gemmd_ran_json(&b, ",", job);
+    else gemmd_ran_fields_json(&b, ",", "", 0, "", "", "");
     if (job && job->batched) {
         gemm_buf_printf(&b, ",\"batched\":{\"products\":%llu,\"mode\":", (unsigned long long)job->batched);
         gemm_buf_json_string(&b, job->batch_mode);
@@ -737,7 +750,7 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
     req->timing.total_ms = req->timing.total_base_ms + gemm_now_ms() - req->t_start_ms;
     struct MHD_Response *r = payload_response(req, p, 0);
     if (r) {
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, gemmd_format_mime(fmt));
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, format_mime(fmt));
         add_product_headers(r, rows, cols, meta);
     }
     return gemmd_respond_queue(req, status, r);

@@ -16,32 +16,33 @@
 gemmd_format gemmd_negotiate(const char *accept, gemmd_format family);
 /* gemmd_negotiate on req's Accept: 0 with *fmt, or -1 with req->err (406 not_acceptable). */
 int gemmd_accept(gemmd_request *req, gemmd_format family, gemmd_format *fmt);
-const char *gemmd_format_mime(gemmd_format f);
 
-/* JSON answers are built whole in memory: a C whose JSON would pass max_json_bytes is
- * refused (422 answer_too_large, naming the binary formats) before it is computed or sent.
- * Returns 0 or -1 with *err set. */
+/* 422 answer_too_large when C's JSON could pass max_json_bytes (JSON answers are built
+ * whole), before it is computed or sent. 0 or -1 with *err. */
 int gemmd_check_json_answer(const gemmd_services *srv, uint64_t rows, uint64_t cols, gemm_dtype d, gemm_err *err);
 /* The most bytes the JSON answer of a rows x cols C can take (UINT64_MAX on overflow). */
 uint64_t gemmd_json_answer_bytes(uint64_t rows, uint64_t cols, gemm_dtype d);
 /* The rows of m-row answers, batch of them (0: one): UINT64_MAX when that overflows. */
 uint64_t gemmd_answer_rows(uint64_t m, uint64_t batch);
-/* JSON answers of C too big to encode on an HTTP thread (its JSON may pass 1 MiB): they
- * are encoded on an offload thread while the connection is suspended. */
+/* JSON answers that may pass 1 MiB: encoded on an offload thread, not an HTTP thread. */
 int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d);
 
 /* Fills the engine's part of *t from a finished job. */
 void gemmd_timing_from_job(gemmd_timing *t, const gemm_job_timing *jt);
+/* Appends pre then "kernel", "tile", "block", "math" and "device": what ran where. */
+void gemmd_ran_fields_json(gemm_buf *b, const char *pre, const char *kernel, int tile, const char *block,
+                           const char *math, const char *device);
+void gemmd_ran_json(gemm_buf *b, const char *pre, const gemm_job *job);
 /* Appends "timing"'s object (recv_ms ... gflops). */
 void gemmd_timing_json(gemm_buf *b, const gemmd_timing *t);
-/* A synchronous product has left the engine: its kernel, device, split and timing go into
- * req's answer headers. 0 when it is done, else -1 with req->err (503 shutting_down for a
- * product shutdown cancelled, else the engine's error). */
+/* A synchronous product left the engine: what ran where and its timing go into req's
+ * headers. 0 when it is done, else -1 with req->err (503 shutting_down, or the engine's). */
 int gemmd_product_outcome(gemmd_request *req, const gemm_job *job);
 
 enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err);
-/* 503 shutting_down for a product shutdown gave up on. */
-enum MHD_Result gemmd_respond_abandoned(gemmd_request *req);
+/* After gemmd_sync_wait or _status (sync.h): the route's answer when its product is done,
+ * 503 shutting_down when shutdown gave up on it, else nothing yet. */
+enum MHD_Result gemmd_respond_waited(gemmd_request *req, int sync_state);
 enum MHD_Result gemmd_respond_errorf(gemmd_request *req, int status, const char *code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
@@ -64,17 +65,13 @@ typedef struct {
     const gemm_allocator *free_with; /* C is the answer's: freed with it once read (or NULL) */
 } gemmd_product_meta;
 
-/* Answers C (rows x cols, or the job's batch of such) in fmt. JSON is encoded here and
- * release(ctx) is called before returning; raw and npy bodies are sent from data without
- * a copy, and release(ctx) is called when MHD is done with it. req->timing must hold
- * everything but encode_ms and total_ms. */
+/* Answers C (rows x cols, or the job's batch of such) in fmt: JSON encoded here (then
+ * release(ctx)), raw and npy sent from data without a copy (release(ctx) once MHD is done). */
 enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_format fmt, const void *data,
                                       uint64_t rows, uint64_t cols, const gemmd_product_meta *meta,
                                       void (*release)(void *ctx), void *ctx);
-/* Encodes the JSON answer of C into *out, admitted against the memory budget first
- * (*charge: the bytes charged as an answer, given back when it is sent), and fills the
- * encode and total times of req->timing. release(ctx) is called once C has been read,
- * also on failure. 0, or -1 with *err (503 over_budget with req->retry_after_s, 500).
+/* The JSON answer of C into *out, admitted against the budget first (*charge, given back
+ * when it is sent); release(ctx) once C is read, also on failure. 0, or -1 with *err.
  * Any thread may call it while req's connection is suspended. */
 int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t rows, uint64_t cols,
                               const gemmd_product_meta *meta, void (*release)(void *ctx), void *ctx, gemm_buf *out,
@@ -84,12 +81,11 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
 enum MHD_Result gemmd_respond_encoded_json(gemmd_request *req, int status, gemm_buf *b, uint64_t charge,
                                            const char *matrix_id);
 
-/* An answer's text of at most est bytes, admitted against the budget (out of req's
- * reservation while it lasts) before it is written: 0 with *b allocated and *outside the
- * bytes charged on their own, or -1 with *err (503 over_budget). */
+/* An answer's text of at most est bytes, admitted before it is written: 0 with *b
+ * allocated and *outside the bytes charged beyond req's reservation, or -1 (503). */
 int gemmd_answer_text_begin(gemmd_request *req, uint64_t est, gemm_buf *b, uint64_t *outside, gemm_err *err);
-/* The text is written: shrunk to fit, and charged what it holds now (*charge). 0, or -1
- * (the text freed, nothing charged) when it could not be written. */
+/* The text is written: shrunk to fit and charged what it holds (*charge); -1 (freed,
+ * nothing charged) when it could not be written. */
 int gemmd_answer_text_end(gemmd_request *req, gemm_buf *b, uint64_t est, uint64_t outside, uint64_t *charge);
 /* Queues head (taken over: freed and its charge given back with the answer) then data
  * (freed with free_with once MHD is done with it) as one answer of mime, with one more

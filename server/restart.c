@@ -14,27 +14,17 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "gemm_types.h"
 #include "log.h"
+#include "options.h"
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Non-negative decimal integer that fits in an int; -1 otherwise. */
+/* Decimal digits up to 10^9 (what gemmd_restart_exec writes); -1 otherwise. */
 static int parse_nonneg(const char *s)
 {
-    if (!s || !*s) return -1;
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || v < 0 || v > 1000000000L || end == s) return -1;
-    return (int)v;
+    uint64_t v;
+    return gemm_parse_u64(s, &v) == 0 && v <= 1000000000u ? (int)v : -1;
 }
 
 int gemmd_restart_count(void)
@@ -105,7 +95,7 @@ static int recent_times(double now, double *out, int cap)
 int gemmd_restart_allowed(char *why, size_t whylen)
 {
     double t[64];
-    int n = recent_times(mono_s(), t, 64);
+    int n = recent_times(gemm_now_ms() / 1000.0, t, 64);
     if (n < GEMMD_RESTART_MAX) return 1;
     snprintf(why, whylen, "already restarted %d times within %d s (the limit)", n, GEMMD_RESTART_WINDOW_S);
     return 0;
@@ -132,7 +122,7 @@ static void cloexec_all_but(int keep)
 
 int gemmd_restart_exec(char **argv, int listen_fd)
 {
-    double now = mono_s(), t[64];
+    double now = gemm_now_ms() / 1000.0, t[64];
     int n = recent_times(now, t, 63);
     char times[64 * 24] = "", num[32];
     size_t used = 0;

@@ -1,24 +1,13 @@
 /*
- * routes.h - the route table: every route of the daemon is one row (method, path
- * pattern, auth, body reader, handler, metric label), read by the HTTP layer to resolve
- * a request, by /metrics for its labels and by the tests that check docs/openapi.yaml.
- * A new route is a row and a handler.
+ * routes.h - the route table: every route is one row (method, path pattern, auth, body
+ * reader, handler, metric label), read by the HTTP layer, by /metrics for its labels and
+ * by the tests that check docs/openapi.yaml. A new route is a row and a handler.
  *
- * A request is resolved once, from its method and path, before a byte of its body is
- * read: gemmd_routes_match() finds the row, or says 404 (no row has the path) or 405 (no
- * row with the path takes the method: *allow lists the methods that do). A row with a
- * body reader then goes:
- *
- *   begin(req)     after auth: allocates the route's own state, checks the headers and
- *                  the query (0, or -1 with req->err set: answered at once, body unread)
- *   open(req)      once admitted (admit.h): the allocations begin() planned (or NULL)
- *   feed(req, ..)  each chunk of the body as it arrives (req->failed: an error)
- *   finish(req)    the body is complete: 0, or -1 with req->err
- *   end(req)       frees the route's state, when the request is freed
- *
- * and every row: handler(req) once the request is complete; it answers, or suspends the
- * connection (sync.h) until answer(req) answers the finished product. Rows without a body
- * reader take no body (a GET, a DELETE).
+ * A request is resolved from method and path before its body is read (404, 405 with
+ * Allow). A body reader then runs begin (after auth: its state, headers and query), open
+ * (once admitted: the allocations begin planned), feed (each chunk), finish, and end
+ * (frees its state); then handler(req) answers, or suspends the connection (sync.h) until
+ * answer(req) answers the finished product.
  */
 #ifndef GEMMD_ROUTES_H
 #define GEMMD_ROUTES_H

@@ -3,7 +3,6 @@
  * (server/status.html, built in) and GET /v1/status (what it shows, as JSON).
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 

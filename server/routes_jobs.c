@@ -8,7 +8,6 @@
  * connection before the product ended.
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "body.h"
@@ -196,17 +195,7 @@ enum MHD_Result gemmd_route_matmul(gemmd_request *req)
     LOG_DEBUG("product %s %s %llux%llux%llu kernel=%s", ran ? "ran on its HTTP thread" : "queued",
               gemm_dtype_name(job->dtype), (unsigned long long)job->m, (unsigned long long)job->k,
               (unsigned long long)job->n, job->kernel);
-    switch (gemmd_sync_wait(req)) {
-    case GEMMD_SYNC_DONE: return req->route->answer(req); /* already finished: answer now */
-    case GEMMD_SYNC_ABANDONED: return gemmd_respond_abandoned(req);
-    default: return MHD_YES; /* suspended until done() */
-    }
-}
-
-static void release_matrix(void *ctx)
-{
-    gemmd_matrix_entry *e = ctx;
-    gemmd_matrices_put(e->store, e);
+    return gemmd_respond_waited(req, gemmd_sync_wait(req));
 }
 
 /* store=1: C joins the resident matrices (201, Location); with return=1 it is also sent in
@@ -228,7 +217,7 @@ static enum MHD_Result stored_answer(gemmd_request *req)
         return gemmd_respond_errorf(req, 410, "matrix_gone", "C was stored as %s and deleted before the answer", id);
     gemmd_product_meta meta = {.job = job, .matrix_id = e->id};
     if (op->return_c)
-        return gemmd_respond_product(req, 201, op->answer, e->m.data, job->m, job->n, &meta, release_matrix, e);
+        return gemmd_respond_product(req, 201, op->answer, e->m.data, job->m, job->n, &meta, gemmd_matrix_release, e);
     gemm_buf b = {0};
     gemmd_matrices_describe_json(srv->matrices, e, &b);
     /* {"id":..., ...} then the product's own fields */
@@ -257,7 +246,7 @@ enum MHD_Result gemmd_route_matmul_answer(gemmd_request *req)
     if (req->op->store_c) return stored_answer(req);
     void *c = job->c;
     job->c = NULL; /* the answer owns C now */
-    gemmd_budget_retag(req->svc->budget, c, GEMMD_MEM_ANSWER);
+    gemmd_budget_adopt(req->svc->budget, c, GEMMD_MEM_ANSWER, NULL);
     gemmd_product_meta meta = {.job = job, .free_with = &req->svc->alloc};
     return gemmd_respond_product(req, 200, req->op->answer, c, job->m, job->n, &meta, NULL, NULL);
 }
@@ -364,14 +353,7 @@ enum MHD_Result gemmd_route_job_status(gemmd_request *req)
     gemm_buf_json_string(&b, gemm_dtype_name(v.dtype));
     gemm_buf_puts(&b, ",\"out_dtype\":");
     gemm_buf_json_string(&b, gemm_dtype_name(v.c_dtype));
-    gemm_buf_puts(&b, ",\"kernel\":");
-    gemm_buf_json_string(&b, v.kernel);
-    gemm_buf_printf(&b, ",\"tile\":%d,\"block\":", v.tile);
-    gemm_buf_json_string(&b, v.block);
-    gemm_buf_puts(&b, ",\"math\":");
-    gemm_buf_json_string(&b, gemm_math_report_name(v.dtype, v.math));
-    gemm_buf_puts(&b, ",\"device\":");
-    gemm_buf_json_string(&b, v.device);
+    gemmd_ran_fields_json(&b, ",", v.kernel, v.tile, v.block, gemm_math_report_name(v.dtype, v.math), v.device);
     gemm_buf_printf(&b, ",\"location\":\"/v1/jobs/%s\",\"result\":\"/v1/jobs/%s/result\"", v.id, v.id);
     if (v.finished) gemm_buf_printf(&b, ",\"expires_in_s\":%.1f", v.expires_in_s);
     if (v.finished && v.state != GEMM_JOB_DONE) {
@@ -384,11 +366,7 @@ enum MHD_Result gemmd_route_job_status(gemmd_request *req)
     gemm_buf_puts(&b, ",\"timing\":");
     gemmd_timing_json(&b, &t);
     gemm_buf_puts(&b, "}\n");
-    req->timing = t;
-    req->timing.total_ms = 0; /* this request's own total in Server-Timing */
-    req->timing.have_compute = 0;
-    req->timing.recv_ms = req->timing.decode_ms = 0;
-    return gemmd_respond_json(req, 200, &b);
+    return gemmd_respond_json(req, 200, &b); /* Server-Timing: this request's own times */
 }
 
 /* ---- GET /v1/jobs/{id}/result ------------------------------------------------------ */

@@ -69,12 +69,6 @@ enum MHD_Result gemmd_route_matrix_list(gemmd_request *req)
     return gemmd_respond_json(req, 200, &b);
 }
 
-static void release_matrix(void *ctx)
-{
-    gemmd_matrix_entry *e = ctx;
-    gemmd_matrices_put(e->store, e);
-}
-
 enum MHD_Result gemmd_route_matrix_get(gemmd_request *req)
 {
     gemmd_services *srv = req->svc;
@@ -104,7 +98,7 @@ enum MHD_Result gemmd_route_matrix_get(gemmd_request *req)
     }
     gemmd_product_meta meta = {.dtype = e->m.dtype, .matrix_id = e->id};
     /* The entry (and its data) lives until the answer is sent: the reference goes with it. */
-    return gemmd_respond_product(req, 200, fmt, e->m.data, e->m.rows, e->m.cols, &meta, release_matrix, e);
+    return gemmd_respond_product(req, 200, fmt, e->m.data, e->m.rows, e->m.cols, &meta, gemmd_matrix_release, e);
 }
 
 enum MHD_Result gemmd_route_matrix_delete(gemmd_request *req)

@@ -1,25 +1,12 @@
 /*
- * routes_v2.c - the Open Inference Protocol (KServe v2) over HTTP: health, metadata and
+ * routes_v2.c - the Open Inference Protocol (KServe v2; docs/V2.md): health, metadata and
  * inference of the one model "matmul" (A, B -> C = A.B).
  *
- * An inference body is read as it arrives: the JSON header (the whole body, or its first
- * Inference-Header-Content-Length bytes) is buffered up to max_json_mb and parsed as soon
- * as it is complete; A and B are then allocated from the engine (after the shapes, the
- * limits and Content-Length are checked) and the binary tensor bytes that follow are
- * written straight into them, in the order the inputs are listed. The product goes the
- * way of POST /v1/matmul (gemmd_route_matmul: submit, suspend, resume; its answer step
- * hands v2 requests to gemmd_v2_answer), and C is answered
- * as JSON tensor data or, when asked for, as binary tensor data sent from C itself.
- *
- * Memory, as on /v1 (budget.h): the declared body is admitted before a byte is read; the
- * header buffer is charged as it grows (kind bodies), and so is the parse of the header
- * (its JSON tensor data is converted from the text, never held as a tree: v2_codec.h),
- * both given back once A and B are filled; A, B and C come from the charging allocator
- * (inputs); the answer is charged until MHD has sent it (answers): the JSON text at its
- * largest before it is written, or the header and C of a binary answer.
+ * The JSON header (the whole body, or its first Inference-Header-Content-Length bytes) is
+ * buffered, charged as it grows, and parsed once complete; the binary tensor bytes that
+ * follow go straight into A and B. The product takes the path of POST /v1/matmul, and its
+ * answer comes back through gemmd_v2_answer.
  */
-#include <stdatomic.h>
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +18,6 @@
 #include "respond.h"
 #include "routes.h"
 #include "v2_codec.h"
-
 
 struct gemmd_v2 {
     char *json;               /* the JSON header, json_cap bytes charged (kind bodies) */
@@ -76,8 +62,6 @@ void gemmd_v2_end(gemmd_request *req)
     }
     gemmd_operands_end(req);
 }
-
-static gemmd_v2 *state(gemmd_request *req) { return req->v2; }
 
 /* ---- routing: the model named in the path -------------------------------------------- */
 
@@ -193,7 +177,7 @@ static const gemm_limits *limits(gemmd_request *req) { return &req->svc->cfg.lim
 
 static int begin_infer(gemmd_request *req)
 {
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     const gemmd_config *cfg = &req->svc->cfg;
     gemm_err *err = &req->err;
     const char *ce = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_ENCODING);
@@ -253,7 +237,7 @@ static gemmd_budget *budget(gemmd_request *req) { return req->svc->budget; }
  * hold both. */
 static int json_append(gemmd_request *req, const char *data, size_t len)
 {
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     if (v->json_len + len + 1 > v->json_cap) {
         size_t old = v->json_cap, cap = old ? old : 4096;
         while (cap < v->json_len + len + 1) cap *= 2;
@@ -283,7 +267,7 @@ static int json_append(gemmd_request *req, const char *data, size_t len)
 static int admit_parse(void *user, uint64_t bytes, gemm_err *err)
 {
     gemmd_request *req = user;
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     uint64_t outside;
     if (gemmd_resv_take(&req->resv, budget(req), GEMMD_MEM_BODY, bytes, &outside) != 0)
         return gemmd_budget_refuse(budget(req), bytes, "parsing the JSON header", err, &req->retry_after_s);
@@ -296,7 +280,7 @@ static int admit_parse(void *user, uint64_t bytes, gemm_err *err)
  * inputs), fills the JSON inputs and lays out where the binary bytes go. 0 or -1. */
 static int take_inputs(gemmd_request *req)
 {
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     gemm_err *err = &req->err;
     gemm_v2_request *r = &v->r;
     uint64_t bin = 0;
@@ -339,7 +323,7 @@ static int take_inputs(gemmd_request *req)
  * parse are given back, whatever happened. 0 or -1 (req->err). */
 static int header_done(gemmd_request *req)
 {
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     int rc = gemm_v2_parse_request_admitted(v->json, v->json_len, v->has_header_len, limits(req), admit_parse, req,
                                             &v->r, &req->err);
     if (rc == 0) rc = take_inputs(req);
@@ -350,7 +334,7 @@ static int header_done(gemmd_request *req)
 
 void gemmd_v2_feed(gemmd_request *req, const char *data, size_t len)
 {
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     while (len && !req->failed) {
         if (!v->parsed) {
             size_t take = len;
@@ -386,7 +370,7 @@ void gemmd_v2_feed(gemmd_request *req, const char *data, size_t len)
 
 int gemmd_v2_finish(gemmd_request *req)
 {
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     gemm_err *err = &req->err;
     req->t_body_ms = gemm_now_ms();
     if (!v->parsed) {
@@ -423,14 +407,7 @@ enum MHD_Result gemmd_v2_infer(gemmd_request *req)
 /* The answer's "parameters": what ran where, and the timing (ms) of each stage. */
 static void answer_parameters(gemm_buf *b, const gemm_job *job, const gemmd_timing *t)
 {
-    gemm_buf_puts(b, ",\"parameters\":{\"kernel\":");
-    gemm_buf_json_string(b, job->kernel_used);
-    gemm_buf_printf(b, ",\"tile\":%d,\"block\":", job->tile_used);
-    gemm_buf_json_string(b, job->block);
-    gemm_buf_puts(b, ",\"math\":");
-    gemm_buf_json_string(b, gemm_math_report_name(job->dtype, job->math_used));
-    gemm_buf_puts(b, ",\"device\":");
-    gemm_buf_json_string(b, job->device);
+    gemmd_ran_json(b, ",\"parameters\":{", job);
     if (job->split_panels >= 2) { /* the protocol's parameters are scalars: the split as three */
         int np = job->split_panels > GEMM_SPLIT_MAX ? GEMM_SPLIT_MAX : job->split_panels;
         gemm_buf_printf(b, ",\"split_panels\":%d,\"split_rows\":\"", np);
@@ -451,7 +428,7 @@ static void answer_parameters(gemm_buf *b, const gemm_job *job, const gemmd_timi
  * until MHD is done with them: the text at its largest before it is written). */
 enum MHD_Result gemmd_v2_answer(gemmd_request *req)
 {
-    gemmd_v2 *v = state(req);
+    gemmd_v2 *v = req->v2;
     gemm_job *job = req->job;
     gemmd_timing *t = &req->timing;
     if (gemmd_product_outcome(req, job) != 0) return gemmd_respond_error(req, &req->err);
@@ -492,7 +469,7 @@ enum MHD_Result gemmd_v2_answer(gemmd_request *req)
     gemm_matrix_bytes(c.rows, c.cols, c.dtype, &c_len);
     char hl[24];
     snprintf(hl, sizeof hl, "%zu", b.len);
-    gemmd_budget_retag(req->svc->budget, job->c, GEMMD_MEM_ANSWER);
+    gemmd_budget_adopt(req->svc->budget, job->c, GEMMD_MEM_ANSWER, NULL);
     job->c = NULL; /* the answer owns the header text and C from here on */
     return gemmd_respond_parts(req, 200, "application/octet-stream", &b, charge, c.data, c_len, &req->svc->alloc,
                                "Inference-Header-Content-Length", hl);

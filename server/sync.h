@@ -1,26 +1,18 @@
 /*
  * sync.h - a request that waits for the engine: the suspend/resume handshake of a
- * synchronous product, the requests' reference counts, and shutdown's view of what
- * waits.
+ * synchronous product, the requests' reference counts, and shutdown's view of what waits.
  *
- * A synchronous product's connection waits suspended while the engine runs it. The
- * product is listed as pending before it is submitted (so that shutdown finds it); the
- * connection is suspended only if done() has not already run, and done() resumes only a
- * connection that was suspended, so the resume never comes before the suspend. All of it
- * is under the request's stripe lock (one of a few the requests are spread over by
- * address; no lock is shared by all). A request is reference counted: the connection's
- * reference (until NOTIFY_COMPLETED), the engine's (submit until done()), short holds.
+ * The product is listed before it is submitted (shutdown finds it); the connection is
+ * suspended only if done() has not run yet, and done() resumes only a suspended one: the
+ * resume never comes before the suspend. All under the request's stripe lock.
  *
- *   gemmd_sync_begin(req, job)         listed, the engine's reference taken
- *   gemm_engine_submit[_here](...)     (gemmd_sync_refused(req) if it refuses)
- *   switch (gemmd_sync_wait(req))      DONE: answer now; SUSPENDED: resumed later;
- *                                      ABANDONED: shutdown gave up, answer 503
- *   ... done(): gemmd_sync_done(req, offload) resumes the connection ...
+ *   gemmd_sync_begin(req, job); gemm_engine_submit[_here](...) (else gemmd_sync_refused)
+ *   switch (gemmd_sync_wait(req))  DONE: answer now; SUSPENDED: resumed later by done();
+ *                                  ABANDONED: shutdown gave up, answer 503
  *
- * Lock order: a stripe's lock is never held while calling the engine or another lock's
- * owner, and never with another stripe's, except that gemmd_sync_stop takes all of them
- * in index order to set stopping. (gemmd_sync_done may start an offload under it: the
- * offload queue's own lock is taken after it, never the other way.)
+ * Lock order: a stripe's lock is never held while calling the engine, nor with another
+ * stripe's (gemmd_sync_stop takes all in index order); the offload queue's lock may be
+ * taken under it, never the other way.
  */
 #ifndef GEMMD_SYNC_H
 #define GEMMD_SYNC_H
@@ -33,40 +25,33 @@
 typedef struct gemmd_request gemmd_request;
 typedef struct gemmd_sync gemmd_sync;
 
-/* The pending products of one server. stopping is set by gemmd_sync_stop (read by any
- * thread); direct: the direct_run key; small_mnk and few: a product of m*n*k (times its
+/* stopping: set by gemmd_sync_stop; direct (direct_run): a product of m*n*k (times its
  * batch) up to small_mnk may run on its HTTP thread while at most few others wait. */
 gemmd_sync *gemmd_sync_new(gemm_engine *engine, _Atomic int *stopping, int direct, uint64_t small_mnk, int few);
 void gemmd_sync_free(gemmd_sync *s);
 
-/* ---- shutdown ------------------------------------------------------------------- */
-/* Sets *stopping with every stripe's lock held: a product gemmd_sync_begin did not
- * refuse is on a list from then on. */
+/* Shutdown: stop sets *stopping under every stripe's lock (a product not refused by
+ * gemmd_sync_begin is listed from then on); cancel_pending cancels the queued products
+ * (and the running ones with running_too: they stop at their next stage boundary);
+ * abandon_pending resumes every suspended connection to answer 503 (the engine keeps its
+ * reference until done()). Both return how many. */
 void gemmd_sync_stop(gemmd_sync *s);
-/* Cancels the pending products (only the queued ones unless running_too): queued ones
- * are answered 503 at once by their done(), running ones stop at their next stage
- * boundary. Returns how many. */
 int gemmd_sync_cancel_pending(gemmd_sync *s, int running_too);
-/* Gives up on the pending products: each suspended connection is resumed to answer 503
- * (the engine keeps its reference until done()). Returns how many. */
 int gemmd_sync_abandon_pending(gemmd_sync *s);
 
 /* ---- a request's side --------------------------------------------------------------- */
 enum { GEMMD_SYNC_SUSPENDED = 0, GEMMD_SYNC_DONE = 1, GEMMD_SYNC_ABANDONED = 2 };
 
-/* Lists req as pending with its product job (req->job) and takes the engine's reference,
- * before gemm_engine_submit: 0, or -1 when shutdown has begun (nothing taken; answer 503). */
+/* Lists req's job as pending and takes the engine's reference, before submit: 0, or -1
+ * when shutdown has begun (nothing taken; answer 503). */
 int gemmd_sync_begin(gemmd_request *req, gemm_job *job);
 /* The engine refused the product: done() will not come; undoes gemmd_sync_begin. */
 void gemmd_sync_refused(gemmd_request *req);
-/* Whether req's product should run on this HTTP thread (gemm_engine_submit_here): the
- * engine computes it on the host (host_max_mnk), or direct_run is on, it is small and
- * few others are in flight. After gemmd_sync_begin. */
+/* Whether req's product should run on this HTTP thread (gemm_engine_submit_here): on the
+ * host (host_max_mnk), or small with direct_run while few others are in flight. */
 int gemmd_sync_direct(const gemmd_request *req);
-/* After a successful submit: DONE (done() already ran: answer now), ABANDONED or
- * SUSPENDED (the connection now waits for done()). */
+/* After a submit (see above); status: what a resumed connection finds. */
 int gemmd_sync_wait(gemmd_request *req);
-/* What a resumed connection finds (SUSPENDED meaning "not yet"). */
 int gemmd_sync_status(gemmd_request *req);
 /* done() of a synchronous product: unlists req; when offload is given and shutdown has
  * not abandoned req, offload(req) is tried under the lock (0: it took the answer over and

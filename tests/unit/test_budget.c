@@ -224,7 +224,7 @@ static void test_allocator(void **state)
     assert_int_equal(st.by_kind[GEMMD_MEM_INPUT], 3 * MIB);
     assert_int_equal(gemmd_budget_charged(b, p), 3 * MIB);
     assert_int_equal(st.buffers, 1);
-    gemmd_budget_retag(b, p, GEMMD_MEM_ANSWER);
+    gemmd_budget_adopt(b, p, GEMMD_MEM_ANSWER, NULL);
     gemmd_budget_get_stats(b, &st);
     assert_int_equal(st.by_kind[GEMMD_MEM_INPUT], 0);
     assert_int_equal(st.by_kind[GEMMD_MEM_ANSWER], 3 * MIB);
@@ -250,7 +250,7 @@ static void test_reservation(void **state)
     (void)state;
     gemmd_budget *b = gemmd_budget_new(64 * MIB, 7);
     gemmd_resv r = {b, 0, 0};
-    assert_int_equal(gemmd_budget_reserve(b, 10 * MIB), 0);
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_RESERVED, 10 * MIB), 0);
     atomic_store(&r.total, 10 * MIB);
     gemmd_budget_alloc_ctx ctx = {b, gemm_allocator_host, GEMMD_MEM_INPUT, &r};
     gemm_allocator al = gemmd_budget_allocator(&ctx);
@@ -288,7 +288,7 @@ static void test_reservation(void **state)
     assert_int_equal(st.used, 0);
     /* a need that does not fit takes nothing */
     gemmd_resv r2 = {b, 0, 0};
-    assert_int_equal(gemmd_budget_reserve(b, 4 * MIB), 0);
+    assert_int_equal(gemmd_budget_charge(b, GEMMD_MEM_RESERVED, 4 * MIB), 0);
     atomic_store(&r2.total, 4 * MIB);
     assert_int_equal(gemmd_resv_take(&r2, b, GEMMD_MEM_BODY, 100 * MIB, &outside), -1);
     assert_int_equal(atomic_load(&r2.used), 0);
@@ -396,7 +396,7 @@ static void *churner(void *arg)
         int s = (int)(r % LIVE);
         if (p[s]) {
             if (gemmd_budget_charged(w->b, p[s]) != sz[s]) w->bad++;
-            if (r & 0x100) gemmd_budget_retag(w->b, p[s], GEMMD_MEM_RESULT);
+            if (r & 0x100) gemmd_budget_adopt(w->b, p[s], GEMMD_MEM_RESULT, NULL);
             if (gemmd_budget_charged(w->b, p[s]) != sz[s]) w->bad++;
             gemm_free(&w->al, p[s]);
             p[s] = NULL;

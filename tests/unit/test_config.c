@@ -36,7 +36,7 @@ static void test_defaults(void **state)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int want = cpus / 2 < 4 ? 4 : cpus / 2 > 16 ? 16 : (int)(cpus / 2);
     assert_int_equal(gemmd_config_http_threads(&c), want);
-    gemmd_config_resolve_http_threads(&c);
+    c.http_threads = gemmd_config_http_threads(&c);
     assert_int_equal(c.http_threads, want);
     c.http_threads = 3; /* a set count stays */
     assert_int_equal(gemmd_config_http_threads(&c), 3);
