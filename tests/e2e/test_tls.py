@@ -138,7 +138,9 @@ def pending_handshakes(tap, tls):
 
 
 def key_in_memory(pid, needle):
-    """Whether needle is in the writable memory of process pid (None: not readable here)."""
+    """Whether needle is in the writable memory of process pid (None: not readable here).
+    Mappings over 4 GiB are address space reserved, not a heap (ASan's shadow, CUDA's):
+    reading them would take minutes."""
     try:
         with open("/proc/%d/maps" % pid) as maps, open("/proc/%d/mem" % pid, "rb", 0) as mem:
             for line in maps:
@@ -146,6 +148,8 @@ def key_in_memory(pid, needle):
                 if "rw" not in f[1] or (len(f) > 5 and f[5].startswith("/")):
                     continue
                 lo, hi = (int(x, 16) for x in f[0].split("-"))
+                if hi - lo > 4 << 30:
+                    continue
                 for at in range(lo, hi, 1 << 24):
                     try:
                         mem.seek(at)
@@ -201,8 +205,11 @@ def main(tap):
             tap.ok(res[0] == "refused", "default: %s refused (the control accepted it)" % label, res)
         lines = open(key).read().splitlines()
         needle = "\n".join(lines[2:4]).encode()  # two whole lines of the key's base64
-        found = key_in_memory(d.proc.pid, needle)
-        if found is None:
+        found = None if SLOW > 1 else key_in_memory(d.proc.pid, needle)
+        if SLOW > 1:
+            tap.skip("the private key's text is wiped once GnuTLS has it", "sanitizer build: ASan's heap is "
+                     "terabytes of reserved address space; the plain build checks it")
+        elif found is None:
             tap.skip("the private key's text is wiped once GnuTLS has it", "cannot read the daemon's memory")
         else:
             tap.ok(not found, "the private key's text is wiped once GnuTLS has it (not in the daemon's memory)")
