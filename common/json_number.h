@@ -114,36 +114,30 @@ static inline int64_t gemm_num_eight_digits(const char *p)
 #define GEMM_NUM_SWAR 0
 #endif
 
-/* The digits at *p taken into *w (*nd: digits in it so far), eight at a time where they can
- * be; 1 when the 20th is met (*p is past it), else 0 (*p at the first non-digit). */
-static inline int gemm_num_digits(const char **pp, const char *end, uint64_t *w, int *nd)
+/* The digits at *p taken into *w (*nd: digits met so far), eight at a time where they can
+ * be; past the 19th they are only counted (the careful scan then reads the number again).
+ * *p ends at the first non-digit. */
+static inline void gemm_num_digits(const char **pp, const char *end, uint64_t *w, int *nd)
 {
     const char *p = *pp;
 #if GEMM_NUM_SWAR
     for (int64_t v; end - p >= 8 && *nd <= 11 && (v = gemm_num_eight_digits(p)) >= 0; p += 8, *nd += 8)
         *w = *w * 100000000u + (uint64_t)v;
 #endif
-    for (; p < end && gemm_num_is_digit(*p); p++) {
-        *w = *w * 10 + (unsigned)(*p - '0');
-        if (++*nd > 19) {
-            *pp = p + 1;
-            return 1;
-        }
-    }
+    for (; p < end && gemm_num_is_digit(*p); p++)
+        if (++*nd <= 19) *w = *w * 10 + (unsigned)(*p - '0');
     *pp = p;
-    return 0;
 }
 
-/* The careful scan, for numbers with more than 19 digits: leading zeros do not count as
- * significant, digits past the 19th only set trunc (and move the exponent). The grammar
- * was already checked by the fast scan; this only computes w, q and trunc. */
+/* w, q and trunc of a number of more than 19 digits (its grammar checked): leading zeros
+ * are not significant, digits past the 19th only set trunc (and move the exponent). */
 void gemm_decimal_scan_long(const char *p, const char *end, gemm_decimal *d);
 
 static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, int at_eof, gemm_decimal *d)
 {
     const char *p = s;
     uint64_t w = 0;
-    int nd = 0;        /* digits taken into w (leading zeros included) */
+    int nd = 0;        /* digits met (leading zeros included); past 19: the careful scan */
     int32_t q = 0;
     int integer = 1;
 
@@ -157,7 +151,7 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
         p++;
         nd = 1;
     } else if (gemm_num_is_digit(*p)) {
-        if (gemm_num_digits(&p, end, &w, &nd)) goto long_number;
+        gemm_num_digits(&p, end, &w, &nd);
     } else {
         return -(ptrdiff_t)(1 + (p - s));
     }
@@ -167,7 +161,7 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
         if (++p == end) NEED_MORE();
         if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
         const char *f0 = p;
-        if (gemm_num_digits(&p, end, &w, &nd)) goto long_number;
+        gemm_num_digits(&p, end, &w, &nd);
         q = -(int32_t)(p - f0);
         if (p == end) goto at_end;
     }
@@ -188,32 +182,6 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
     }
     goto done;
 
-long_number:
-    /* More than 19 digits: finish the grammar check, then the careful scan. */
-    while (p < end && gemm_num_is_digit(*p)) p++;
-    if (p < end && *p == '.') {
-        if (!integer) goto done_long; /* second '.': the number ends before it */
-        integer = 0;
-        if (++p == end) NEED_MORE();
-        if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
-        while (p < end && gemm_num_is_digit(*p)) p++;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        integer = 0;
-        if (++p == end) NEED_MORE();
-        if (*p == '-' || *p == '+')
-            if (++p == end) NEED_MORE();
-        if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
-        while (p < end && gemm_num_is_digit(*p)) p++;
-    }
-done_long:
-    if (p == end && !at_eof) return 0;
-    d->integer = (uint8_t)integer;
-    d->text = s;
-    d->len = (size_t)(p - s);
-    gemm_decimal_scan_long(s, p, d);
-    return p - s;
-
 at_end:
     if (!at_eof) return 0;
 done:
@@ -223,6 +191,7 @@ done:
     d->integer = (uint8_t)integer;
     d->text = s;
     d->len = (size_t)(p - s);
+    if (nd > 19) gemm_decimal_scan_long(s, p, d);
     return p - s;
 #undef NEED_MORE
 }
