@@ -92,7 +92,9 @@ static const char *c_text(const gemm_decimal *d, char *buf)
 #if defined(__SIZEOF_INT128__)
 typedef unsigned __int128 u128;
 
-/* w * 10^q for w != 0, |q| <= 27, rounded to p bits exactly (see json_number.h). */
+/* w * 10^q for w != 0, |q| <= 27, rounded to p bits: w * 5^q is an exact product, or
+ * (w << 64) / 5^|q| a quotient with a remainder; the top 64 bits and a sticky bit round
+ * correctly to either precision, subnormals and overflow included. */
 static uint64_t exact_bits(uint64_t w, int q, int p, int emin, int emax)
 {
     if (q >= 0) {

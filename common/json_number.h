@@ -1,30 +1,9 @@
 /*
- * json_number.h - JSON numbers read into float64, float32 and int32 exactly as strtod and
- * strtof would round them, without calling them in the common cases.
- *
- * A number is first scanned (RFC 8259 grammar, strict: no leading zeros, no "1.", no ".5",
- * no "+1") into a gemm_decimal: up to 19 significant digits as an integer w and a power of
- * ten q, value = w * 10^q. Conversion then takes the first of these paths that applies:
- *
- *   float64, w <= 2^53 and |q| <= 22   w and 10^|q| are exact doubles: one multiplication
- *                                      or division rounds once, correctly (inline).
- *   float32, w <= 2^53 and |q| <= 22   w * 10^q within 2 units of the double's last place
- *                                      (a multiplication, inline), rounded to float unless a
- *                                      float32 midpoint is that close; then the division
- *                                      above, and when the double lies exactly halfway
- *                                      between two floats, the exact residual (fma) decides.
- *   float64, |q| <= 27 on x86          x87 extended precision: w < 2^64 and 10^27 are exact,
- *                                      one operation rounds to 64 bits, and the second
- *                                      rounding to 53 is right unless the 64-bit result is a
- *                                      binary64 midpoint (then the next path).
- *   |q| <= 27                          128-bit integers: w * 5^q is an exact product, or
- *                                      (w << 64) / 5^|q| a quotient with a remainder; the top
- *                                      64 bits and a sticky bit round correctly to either
- *                                      precision, subnormals and overflow included.
- *   anything else                      strtod / strtof (more than 19 significant digits,
- *                                      exponents beyond those ranges), which round correctly.
- *
- * Every path gives the bits strtod (float64) or strtof (float32) give for the same text.
+ * json_number.h - JSON numbers (RFC 8259, strict) read into float64, float32, the half types
+ * and int32 with exactly the bits strtod / strtof give, without calling them in the common
+ * cases: a scan into w * 10^q (at most 19 digits), then the first exact path that applies -
+ * one double operation (Clinger), x87 extended precision, 128-bit integers - else strtod.
+ * json_number.c says why each path rounds correctly.
  */
 #ifndef GEMM_JSON_NUMBER_H
 #define GEMM_JSON_NUMBER_H
