@@ -12,12 +12,13 @@
 static void shape_error(gemm_json_stream *s, int x)
 {
     if (s->single)
-        gemm_jsb_note(s, RK_STRUCT + 10 * x, 0, 400, "bad_matrix",
-             "%s.shape must be [rows, cols] with two non-negative integers", s->op[x].name);
+        bad_matrix(s, RK_STRUCT + 10 * x, "%s.shape must be [rows, cols] with two non-negative integers",
+                   s->op[x].name);
     else
-        gemm_jsb_note(s, RK_STRUCT + 10 * x, 0, 400, "bad_matrix",
-             "%s.shape must be [rows, cols] or [batch, rows, cols] (a batch of matrices), with non-negative "
-             "integers", s->op[x].name);
+        bad_matrix(s, RK_STRUCT + 10 * x,
+                   "%s.shape must be [rows, cols] or [batch, rows, cols] (a batch of matrices), with non-negative "
+                   "integers",
+                   s->op[x].name);
 }
 
 /* Operand x has just become 3-D (or a 3-D operand begins its matrix number mat): it is no
@@ -54,11 +55,10 @@ static void ref_value(gemm_json_stream *s, int x, enum vtype t, const char *str)
 {
     operand *o = &s->op[x];
     if (!s->refs.resolve) {
-        gemm_jsb_note(s, RK_REF + 10 * x, 0, 400, "bad_matrix", "%s.ref: references to resident matrices are not taken here",
-             o->name);
+        bad_matrix(s, RK_REF + 10 * x, "%s.ref: references to resident matrices are not taken here", o->name);
     } else if (t != T_STRING) {
-        gemm_jsb_note(s, RK_REF + 10 * x, 0, 400, "bad_matrix", "%s.ref is %s; expected a matrix id (a string)", o->name,
-             gemm_json_type_name((char)t));
+        bad_matrix(s, RK_REF + 10 * x, "%s.ref is %s; expected a matrix id (a string)", o->name,
+                   gemm_json_type_name((char)t));
     } else {
         snprintf(o->ref_id, sizeof o->ref_id, "%s", str ? str : "");
         o->ref_named = 1;
@@ -69,11 +69,11 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
 {
     if (s->depth == 0) {
         if (s->single)
-            gemm_jsb_note(s, RK_ROOT, 0, 400, "bad_matrix",
-                 "the body is %s; expected [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}", gemm_json_type_name((char)t));
+            bad_matrix(s, RK_ROOT, "the body is %s; expected [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}",
+                       gemm_json_type_name((char)t));
         else
-            gemm_jsb_note(s, RK_ROOT, 0, 400, "bad_matrix",
-                 "the body is %s; expected a JSON object {\"a\": [[..]], \"b\": [[..]]}", gemm_json_type_name((char)t));
+            bad_matrix(s, RK_ROOT, "the body is %s; expected a JSON object {\"a\": [[..]], \"b\": [[..]]}",
+                       gemm_json_type_name((char)t));
         return;
     }
     frame *f = &s->stack[s->depth - 1];
@@ -94,36 +94,37 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
         if (f->key == K_A || f->key == K_B) {
             o = &s->op[f->key - K_A];
             o->form = 'x';
-            gemm_jsb_note(s, RK_STRUCT + 10 * (f->key - K_A), 0, 400, "bad_matrix",
-                 "%s is %s; expected nested arrays [[..],[..]] or {\"shape\": [m,k], \"data\": [..]}", o->name,
-                 gemm_json_type_name((char)t));
+            bad_matrix(s, RK_STRUCT + 10 * (f->key - K_A),
+                       "%s is %s; expected nested arrays [[..],[..]] or {\"shape\": [m,k], \"data\": [..]}", o->name,
+                       gemm_json_type_name((char)t));
         } else if (f->key >= K_OPT) {
             option_value(s, f->key, t, d);
         }
         return;
     case R_ROWS:
         if (t == T_NUMBER && f->n == 0)
-            gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix",
-                 "%s is a 1-D array; a matrix is an array of rows, e.g. [[1,2],[3,4]]", o->name);
+            bad_matrix(s, RK_STRUCT + 10 * f->x, "%s is a 1-D array; a matrix is an array of rows, e.g. [[1,2],[3,4]]",
+                       o->name);
         else
-            gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "%s[%llu] is %s, expected an array (a row)", o->name,
-                 (unsigned long long)f->n, gemm_json_type_name((char)t));
+            bad_matrix(s, RK_STRUCT + 10 * f->x, "%s[%llu] is %s, expected an array (a row)", o->name,
+                       (unsigned long long)f->n, gemm_json_type_name((char)t));
         return;
     case R_MAT:
-        gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "%s[%llu][%llu] is %s, expected an array (a row)",
-             o->name, (unsigned long long)s->stack[s->depth - 2].n, (unsigned long long)f->n, gemm_json_type_name((char)t));
+        bad_matrix(s, RK_STRUCT + 10 * f->x, "%s[%llu][%llu] is %s, expected an array (a row)", o->name,
+                   (unsigned long long)s->stack[s->depth - 2].n, (unsigned long long)f->n,
+                   gemm_json_type_name((char)t));
         return;
     case R_STACK:
-        gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix",
-             "%s[%llu] is %s; %s is 3-D (a batch), each %s[i] a matrix: an array of rows", o->name,
-             (unsigned long long)f->n, gemm_json_type_name((char)t), o->name, o->name);
+        bad_matrix(s, RK_STRUCT + 10 * f->x,
+                   "%s[%llu] is %s; %s is 3-D (a batch), each %s[i] a matrix: an array of rows", o->name,
+                   (unsigned long long)f->n, gemm_json_type_name((char)t), o->name, o->name);
         return;
     case R_MATOBJ:
         if (f->key == K_SHAPE) {
             shape_error(s, f->x);
         } else if (f->key == K_DATA) {
-            gemm_jsb_note(s, RK_STRUCT + 10 * f->x + 1, 0, 400, "bad_matrix",
-                 "%s.data must be an array of numbers (row-major), not %s", o->name, gemm_json_type_name((char)t));
+            bad_matrix(s, RK_STRUCT + 10 * f->x + 1, "%s.data must be an array of numbers (row-major), not %s", o->name,
+                       gemm_json_type_name((char)t));
         } else if (f->key == K_REF) {
             ref_value(s, f->x, t, str);
         } else if (f->key >= K_OPT) {
@@ -254,13 +255,12 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
                 (s->limp && s->lim.max_dim && f->n > s->lim.max_dim))
                 gemm_jsb_kill(s, o);
         } else if (f->n != o->ncols && rows->role == R_MAT) {
-            gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix",
-                 "row %llu of %s[%llu] has %llu elements, row 0 of %s[0] has %llu", (unsigned long long)rows->n, o->name,
-                 (unsigned long long)s->stack[s->depth - 3].n, (unsigned long long)f->n, o->name,
-                 (unsigned long long)o->ncols);
+            bad_matrix(s, RK_STRUCT + 10 * f->x, "row %llu of %s[%llu] has %llu elements, row 0 of %s[0] has %llu",
+                       (unsigned long long)rows->n, o->name, (unsigned long long)s->stack[s->depth - 3].n,
+                       (unsigned long long)f->n, o->name, (unsigned long long)o->ncols);
         } else if (f->n != o->ncols) {
-            gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "row %llu of %s has %llu elements, row 0 has %llu",
-                 (unsigned long long)rows->n, o->name, (unsigned long long)f->n, (unsigned long long)o->ncols);
+            bad_matrix(s, RK_STRUCT + 10 * f->x, "row %llu of %s has %llu elements, row 0 has %llu",
+                       (unsigned long long)rows->n, o->name, (unsigned long long)f->n, (unsigned long long)o->ncols);
         }
         o->rows = rows->n + 1;
         return;
@@ -273,8 +273,8 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
                 (s->limp && s->lim.max_dim && f->n > s->lim.max_dim))
                 gemm_jsb_kill(s, o);
         } else if (f->n != o->mrows) {
-            gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "%s[%llu] has %llu rows, %s[0] has %llu", o->name,
-                 (unsigned long long)o->nmat, (unsigned long long)f->n, o->name, (unsigned long long)o->mrows);
+            bad_matrix(s, RK_STRUCT + 10 * f->x, "%s[%llu] has %llu rows, %s[0] has %llu", o->name,
+                       (unsigned long long)o->nmat, (unsigned long long)f->n, o->name, (unsigned long long)o->mrows);
         }
         o->nmat++;
         return;
@@ -319,8 +319,8 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
         if (s->single && o->seen_data && !o->seen_shape && o->form == '{' && o->data_array) {
             /* {"data": [..]} without a shape: rows expected, numbers found (or none at all) */
             if (o->count) {
-                gemm_jsb_note(s, RK_STRUCT, 0, 400, "bad_matrix",
-                     "%s is a 1-D array; a matrix is an array of rows, e.g. [[1,2],[3,4]]", o->name);
+                bad_matrix(s, RK_STRUCT, "%s is a 1-D array; a matrix is an array of rows, e.g. [[1,2],[3,4]]",
+                           o->name);
             } else {
                 o->form = '[';
                 o->rows = 0;
@@ -329,8 +329,8 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
         }
         if (o->shape_state != 1) shape_error(s, f->x);
         if (!o->seen_data)
-            gemm_jsb_note(s, RK_STRUCT + 10 * f->x + 1, 0, 400, "bad_matrix",
-                 "%s.data must be an array of numbers (row-major), not missing", o->name);
+            bad_matrix(s, RK_STRUCT + 10 * f->x + 1, "%s.data must be an array of numbers (row-major), not missing",
+                       o->name);
         return;
     default:
         return;
@@ -350,10 +350,10 @@ void gemm_jsb_key(gemm_json_stream *s)
         int x = k[0] - 'a';
         o = &s->op[x];
         if (s->seen_key[K_A + x]) {
-            gemm_jsb_note(s, RK_DUP, 0, 400, "bad_matrix", "\"%s\" is given twice; send it once", o->name);
+            bad_matrix(s, RK_DUP, "\"%s\" is given twice; send it once", o->name);
         } else if (o->given) { /* named in the query: its value is not read */
-            gemm_jsb_note(s, RK_STRUCT + 10 * x, 0, 400, "bad_matrix",
-                          "%s is named in the query (%s=ID) and given in the body too; send it once", o->name, o->name);
+            bad_matrix(s, RK_STRUCT + 10 * x,
+                       "%s is named in the query (%s=ID) and given in the body too; send it once", o->name, o->name);
         } else {
             o->present = 1;
             f->key = (uint8_t)(K_A + x);
@@ -365,7 +365,8 @@ void gemm_jsb_key(gemm_json_stream *s)
         if (o->has_ref) return; /* a reference: the rest of the object is not read */
         if (strcmp(k, "shape") == 0 || strcmp(k, "data") == 0) {
             int *seen = k[0] == 's' ? &o->seen_shape : &o->seen_data;
-            if (*seen) gemm_jsb_note(s, RK_DUP, 0, 400, "bad_matrix", "%s.%s is given twice; send it once", o->name, k);
+            if (*seen)
+                bad_matrix(s, RK_DUP, "%s.%s is given twice; send it once", o->name, k);
             else f->key = k[0] == 's' ? K_SHAPE : K_DATA;
             *seen = 1;
             return;
@@ -452,7 +453,7 @@ int gemm_jsb_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm
 {
     for (int x = 0; x < 2; x++)
         if (!s->op[x].present && !s->op[x].given)
-            gemm_jsb_note(s, RK_STRUCT + 10 * x, 0, 400, "bad_matrix", "the body has no \"%s\" matrix", s->op[x].name);
+            bad_matrix(s, RK_STRUCT + 10 * x, "the body has no \"%s\" matrix", s->op[x].name);
     /* references, resolved in the order a request is read: a's before b's structure counts */
     for (int x = 0; x < 2; x++) {
         operand *o = &s->op[x];
@@ -528,11 +529,11 @@ int gemm_jsb_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *
     if (gemm_jsb_best_rank(s) > RK_COUNT && rows_with_shape) {
         /* with a shape, data is flat: its elements are the rows read */
         if (o->rows != rows * cols)
-            gemm_jsb_note(s, RK_COUNT, 0, 400, "bad_matrix", "%s.data has %llu numbers but shape [%llu,%llu] needs %llu",
-                 o->name, (unsigned long long)o->rows, (unsigned long long)rows, (unsigned long long)cols,
-                 (unsigned long long)(rows * cols));
+            bad_matrix(s, RK_COUNT, "%s.data has %llu numbers but shape [%llu,%llu] needs %llu", o->name,
+                       (unsigned long long)o->rows, (unsigned long long)rows, (unsigned long long)cols,
+                       (unsigned long long)(rows * cols));
         else
-            gemm_jsb_note(s, RK_ELEM, 0, 400, "bad_matrix", "%s.data[0] is an array, expected a number", o->name);
+            bad_matrix(s, RK_ELEM, "%s.data[0] is an array, expected a number", o->name);
         o->has_bad = 1; /* nothing before it to look at */
         o->bad_index = 0;
     } else if (gemm_jsb_best_rank(s) > RK_COUNT && o->form == '{' && o->count != rows * cols) {

@@ -258,9 +258,11 @@ void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint
     uint64_t i = o->count++;
     char w[96];
     elem_error_at(s, x, i);
-    gemm_jsb_note(s, RK_ELEM + x, 0, 400, "bad_matrix", "%s is %s, expected a number%s", place(w, sizeof w, o, mat, row, col),
-         gemm_json_type_name((char)t),
-         o->batched && o->form == '[' && t == T_ARRAY ? " (an operand has at most three dimensions: batch, rows, cols)" : "");
+    bad_matrix(s, RK_ELEM + x, "%s is %s, expected a number%s", place(w, sizeof w, o, mat, row, col),
+               gemm_json_type_name((char)t),
+               o->batched && o->form == '[' && t == T_ARRAY
+                   ? " (an operand has at most three dimensions: batch, rows, cols)"
+                   : "");
     if (o->dead) return;
     if (!o->started) start_storage(s, o);
     if (!o->st.left && make_room(s, o, x)) return;
@@ -279,8 +281,8 @@ void gemm_jsb_count_error(gemm_json_stream *s, int x)
                  (unsigned long long)o->shape[2]);
     else
         snprintf(shape, sizeof shape, "[%llu,%llu]", (unsigned long long)o->shape[0], (unsigned long long)o->shape[1]);
-    gemm_jsb_note(s, RK_COUNT + x, 0, 400, "bad_matrix", "%s.data has %llu numbers but shape %s needs %llu", o->name,
-         (unsigned long long)o->count, shape, (unsigned long long)need);
+    bad_matrix(s, RK_COUNT + x, "%s.data has %llu numbers but shape %s needs %llu", o->name,
+               (unsigned long long)o->count, shape, (unsigned long long)need);
 }
 
 /* Operand o's elements are all read: in their final type they are assembled now, unless

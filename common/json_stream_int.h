@@ -149,6 +149,7 @@ void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const
     __attribute__((format(printf, 6, 7)))
 #endif
     ;
+#define bad_matrix(s, rank, ...) gemm_jsb_note(s, rank, 0, 400, "bad_matrix", __VA_ARGS__)
 /* The lowest rank noted anywhere (RK_NONE: none). */
 int gemm_jsb_best_rank(const gemm_json_stream *s);
 /* Stops storing operand o and gives its memory back. */
