@@ -119,13 +119,6 @@ static uint64_t exact_bits(uint64_t w, int q, int p, int emin, int emax)
 #define HAVE_EXACT 0
 #endif
 
-
-#if defined(__FLT_EVAL_METHOD__) && __FLT_EVAL_METHOD__ == 0
-#define HAVE_CLINGER 1 /* double arithmetic rounds once, to binary64 */
-#else
-#define HAVE_CLINGER 0
-#endif
-
 #if defined(LDBL_MANT_DIG) && LDBL_MANT_DIG == 64 && (defined(__x86_64__) || defined(__i386__))
 /* x87 extended precision: w < 2^64 is exact in a long double and so is 10^k for k <= 27
  * (5^27 < 2^64), so one multiplication or division rounds once, to 64 bits. Rounding that
@@ -188,22 +181,6 @@ float gemm_decimal_to_f32_hard(const gemm_decimal *d)
 {
     if (d->w == 0) return d->neg ? -0.0f : 0.0f;
     if (!d->trunc && d->q >= -27 && d->q <= 27) {
-#if HAVE_CLINGER
-        if (d->w <= (1ull << 53) && d->q >= -22 && d->q <= 22) {
-            /* one correct rounding to double; then float, which is wrong only when the
-             * double lies exactly halfway between two floats: the exact residual (fma)
-             * says which side of it the decimal lies (0: exactly on it, ties to even) */
-            double x = (double)d->w, p = gemm_num_p10[d->q >= 0 ? d->q : -d->q];
-            double v = d->q >= 0 ? x * p : x / p;
-            float f = (float)v;
-            if (gemm_f64_is_f32_midpoint(v)) {
-                double r = d->q >= 0 ? fma(x, p, -v) : fma(-v, p, x);
-                if (r > 0 && (double)f < v) f = nextafterf(f, INFINITY);
-                else if (r < 0 && (double)f > v) f = nextafterf(f, 0.0f);
-            }
-            return d->neg ? -f : f;
-        }
-#endif
 #if HAVE_EXACT
         uint32_t bits = (uint32_t)exact_bits(d->w, d->q, 24, -126, 127);
         float f;
