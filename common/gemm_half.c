@@ -50,12 +50,9 @@ static uint16_t round_f64(double v, int p, int emin, int emax)
     return (uint16_t)(sign | gemm_round_binary(m, (e ? e : 1) - 1075, 0, p, emin, emax));
 }
 
-uint16_t gemm_f64_to_f16(double v) { return round_f64(v, 11, -14, 15); }
-uint16_t gemm_f64_to_bf16(double v) { return round_f64(v, 8, -126, 127); }
-
 uint16_t gemm_f64_to_half(gemm_dtype d, double v)
 {
-    return d == GEMM_DTYPE_BF16 ? gemm_f64_to_bf16(v) : gemm_f64_to_f16(v);
+    return d == GEMM_DTYPE_BF16 ? round_f64(v, 8, -126, 127) : round_f64(v, 11, -14, 15);
 }
 
 int gemm_f64_is_half_midpoint(gemm_dtype d, double v)

@@ -92,10 +92,7 @@ static inline uint16_t gemm_f32_to_bf16(float f)
  * significand and normal exponents emin..emax (subnormals and overflow to infinity
  * included): the IEEE bits without the sign. */
 uint64_t gemm_round_binary(uint64_t m, int e, int sticky, int p, int emin, int emax);
-/* float64 -> float16 / bfloat16 with one rounding (no double rounding through float32). */
-uint16_t gemm_f64_to_f16(double v);
-uint16_t gemm_f64_to_bf16(double v);
-/* Either, by dtype (GEMM_DTYPE_F16 or GEMM_DTYPE_BF16). */
+/* float64 -> float16 / bfloat16 (dtype d) with one rounding (none through float32). */
 uint16_t gemm_f64_to_half(gemm_dtype d, double v);
 /* True when v lies exactly halfway between two neighbours of dtype d (GEMM_DTYPE_F16 or
  * GEMM_DTYPE_BF16): only then can rounding v differ from rounding the decimal it came from. */
