@@ -1,7 +1,5 @@
-/* json_body.c - what the values of a JSON body mean (see json_stream.h): the options (read
- * through the options' table, options.h), the two operands (or the one matrix), their
- * shapes and references, and the error the whole body deserves. The tokenizer
- * (json_stream.c) calls in here; the elements and the error slots are json_elements.c's. */
+/* json_body.c - what the values of a JSON body mean: options (options.h), the operands (or
+ * the one matrix), their shapes and references, and the error the whole body deserves. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>

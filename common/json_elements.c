@@ -1,8 +1,5 @@
-/* json_elements.c - the elements of the operands of a JSON body: where they are stored
- * (json_store.h) within what the limits and the other operand allow, their values in the
- * dtype, their conversion when the dtype is known only at the end (see json_stream.h), and
- * the error slots every part of the decoder notes errors in. The lowest part: it calls
- * neither json_body.c nor json_stream.c. */
+/* json_elements.c - the elements of a JSON body's operands (stored within what the limits and
+ * the other operand allow, in the dtype or converted at the end) and the error slots. */
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -113,7 +110,6 @@ int gemm_jsb_known_shape(const operand *o, uint64_t *batch, uint64_t *rows, uint
     return 0;
 }
 
-/* The elements a declared shape needs, in *n; -1 when that overflows. */
 int gemm_jsb_declared_count(const operand *o, uint64_t *n)
 {
     uint64_t r = o->shape[0];
@@ -251,7 +247,6 @@ void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d)
     }
 }
 
-/* The next element of operand x is not a number. */
 void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint64_t row, uint64_t col)
 {
     operand *o = &s->op[x];
@@ -269,7 +264,6 @@ void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint
     memset(gemm_json_store_next(&o->st), 0, o->st.es);
 }
 
-/* Operand x's data has a length its shape does not allow. */
 void gemm_jsb_count_error(gemm_json_stream *s, int x)
 {
     const operand *o = &s->op[x];
@@ -285,8 +279,7 @@ void gemm_jsb_count_error(gemm_json_stream *s, int x)
                (unsigned long long)o->count, shape, (unsigned long long)need);
 }
 
-/* Operand o's elements are all read: in their final type they are assembled now, unless
- * the body fails anyway (held as float64 for a later dtype: at the end). */
+/* Not when the body fails anyway, nor for float64 held for a later dtype (at the end). */
 void gemm_jsb_settle(gemm_json_stream *s, operand *o)
 {
     uint64_t bad;
@@ -310,7 +303,6 @@ static void convert(gemm_json_stream *s, int x, gemm_dtype d)
     else if (r < 0) out_of_memory(s, o);
 }
 
-/* Element values, and the safety net, of operand x stored from the body. */
 void gemm_jsb_last_checks(gemm_json_stream *s, int x, gemm_dtype d)
 {
     operand *o = &s->op[x];

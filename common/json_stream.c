@@ -1,16 +1,7 @@
-/* json_stream.c - the JSON request body decoded as it arrives (see json_stream.h).
- *
- * A pushdown tokenizer: `state` says what may come next, the stack holds one frame per
- * open array or object with the role it plays (the top object, a matrix as rows, one row, a
- * matrix object, its shape, its data, or something ignored). Tokens may be cut anywhere by
- * chunk ends: strings and literals keep their progress in the state, numbers cut by a chunk
- * end are copied into a small buffer and finished from there. Numbers inside a row or a
- * data array take a fast loop that stays inside the chunk.
- *
- * Errors other than syntax are noted with a rank (lower wins; equal ranks keep the first)
- * and reading goes on without storing, so that a later syntax error still wins and the
- * shapes in messages are whole (see json_stream.h for the order).
- */
+/* json_stream.c - the tokenizer of the JSON decoder (json_stream.h): a pushdown machine whose
+ * stack holds the role each open array or object plays. Chunk ends may cut any token: strings
+ * and literals keep their progress in the state, a cut number is copied into a small buffer
+ * and finished from there. Numbers inside a row or a data array take a fast loop. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
