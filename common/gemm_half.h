@@ -1,14 +1,7 @@
 /*
- * gemm_half.h - float16 and bfloat16 <-> float32 / float64 conversions, bit by bit.
- *
- * Widening (half -> float32) is exact. Narrowing rounds to nearest, ties to even, with
- * gradual underflow (float16 subnormals; bfloat16 keeps float32's range, so its subnormals
- * are float32's), overflow to +-infinity (float16: |x| >= 65520 rounds to infinity; bfloat16:
- * beyond 0x1.ffp127 plus half a unit), infinities kept, and NaN kept as a quiet NaN of the
- * same sign with the top bits of its payload. Signed zeros keep their sign.
- *
- * Elements are 2-byte little-endian values in memory (uint16_t on the little-endian hosts
- * gemmd runs on).
+ * gemm_half.h - float16 and bfloat16 <-> float32 / float64, bit by bit (uint16_t elements).
+ * Widening is exact; narrowing rounds to nearest even with subnormals, overflow to +-inf,
+ * NaN kept quiet with its sign and the top of its payload, signed zeros kept.
  */
 #ifndef GEMM_HALF_H
 #define GEMM_HALF_H
