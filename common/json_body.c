@@ -140,14 +140,10 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
     }
 }
 
-/* An array or object (c) opens in the rows f of a matrix: row f->n, unless it is an object. */
-static int row_begins(gemm_json_stream *s, frame *f, char c)
+/* An array opens in the rows f of a matrix: row f->n. */
+static int row_begins(gemm_json_stream *s, frame *f)
 {
     operand *o = &s->op[f->x];
-    if (c == '{') {
-        gemm_jsb_scalar(s, T_OBJECT, NULL, NULL);
-        return R_SKIP;
-    }
     if (!o->dead) {
         uint64_t ob, orows, ocols;
         if ((s->limp && s->lim.max_dim && f->n >= s->lim.max_dim) ||
@@ -159,85 +155,57 @@ static int row_begins(gemm_json_stream *s, frame *f, char c)
 
 int gemm_jsb_open(gemm_json_stream *s, char c, int *x)
 {
-    enum vtype t = c == '[' ? T_ARRAY : T_OBJECT;
-    *x = 0;
-    if (s->depth == 0) {
-        if (s->single) { /* the body is the matrix: rows, or an object with its fields */
-            s->op[0].present = 1;
-            s->op[0].form = c;
-            return c == '[' ? R_ROWS : R_MATOBJ;
-        }
-        if (c == '{') return R_ROOT;
-        gemm_jsb_scalar(s, t, NULL, NULL); /* the same message as for a scalar */
-        return R_SKIP;
+    *x = s->depth ? s->stack[s->depth - 1].x : 0;
+    if (s->depth == 0 && s->single) { /* the body is the matrix: rows, or an object with its fields */
+        s->op[0].present = 1;
+        s->op[0].form = c;
+        return c == '[' ? R_ROWS : R_MATOBJ;
     }
-    frame *f = &s->stack[s->depth - 1];
-    operand *o = &s->op[f->x];
-    *x = f->x;
-    switch (f->role) {
+    if (s->depth == 0 && c == '{') return R_ROOT;
+    frame *f = s->depth ? &s->stack[s->depth - 1] : NULL;
+    operand *o = f ? &s->op[f->x] : NULL;
+    switch (f ? f->role : R_SKIP) {
     case R_ROOT:
-        if (f->key == K_A || f->key == K_B) {
-            *x = f->key - K_A;
-            s->op[*x].form = c;
-            return c == '[' ? R_ROWS : R_MATOBJ;
-        }
-        if (f->key >= K_OPT) option_value(s, f->key, t, NULL);
-        return R_SKIP;
+        if (f->key != K_A && f->key != K_B) break;
+        *x = f->key - K_A;
+        s->op[*x].form = c;
+        return c == '[' ? R_ROWS : R_MATOBJ;
     case R_DATA:
         /* one matrix: {"data": [[..]]} without a shape before it holds rows */
-        if (!(s->single && c == '[' && f->n == 0 && !o->seen_shape)) {
-            gemm_jsb_other(s, f->x, t, 0, 0, f->n);
-            return R_SKIP;
-        }
+        if (!(s->single && c == '[' && f->n == 0 && !o->seen_shape)) break;
         f->role = R_ROWS;
         o->form = '[';
         o->data_rows = 1; /* and this is its first row */
         /* fall through */
     case R_ROWS:
     case R_MAT:
-        return row_begins(s, f, c);
+        if (c == '{') break;
+        return row_begins(s, f);
     case R_STACK:
-        if (c == '{') {
-            gemm_jsb_scalar(s, t, NULL, NULL);
-            return R_SKIP;
-        }
+        if (c == '{') break;
         check_batch_early(s, f->x, f->n); /* matrix f->n begins */
         return R_MAT;
     case R_ROW: {
         /* an array as the very first element: the operand is 3-D, its rows were matrices */
         frame *rows = &s->stack[s->depth - 2];
-        if (!s->single && c == '[' && f->n == 0 && rows->role == R_ROWS && rows->n == 0 && !o->batched) {
-            o->batched = 1;
-            rows->role = R_STACK;
-            f->role = R_MAT;
-            check_batch_early(s, f->x, 0);
-            return row_begins(s, f, c);
-        }
-        gemm_jsb_other(s, f->x, t, rows->role == R_MAT ? s->stack[s->depth - 3].n : 0, rows->n, f->n);
-        return R_SKIP;
+        if (s->single || c != '[' || f->n || rows->role != R_ROWS || rows->n || o->batched) break;
+        o->batched = 1;
+        rows->role = R_STACK;
+        f->role = R_MAT;
+        check_batch_early(s, f->x, 0);
+        return row_begins(s, f);
     }
     case R_MATOBJ:
-        if (f->key == K_SHAPE) {
-            if (c == '[') return R_SHAPE;
-            shape_error(s, f->x);
-        } else if (f->key == K_DATA) {
-            if (c == '[') {
-                o->data_array = 1;
-                return R_DATA;
-            }
-            gemm_jsb_scalar(s, t, NULL, NULL);
-        } else if (f->key == K_REF) {
-            ref_value(s, f->x, t, NULL);
-        } else if (f->key >= K_OPT) {
-            option_value(s, f->key, t, NULL);
+        if (c == '[' && f->key == K_SHAPE) return R_SHAPE;
+        if (c == '[' && f->key == K_DATA) {
+            o->data_array = 1;
+            return R_DATA;
         }
-        return R_SKIP;
-    case R_SHAPE:
-        o->shape_state = 2;
-        return R_SKIP;
-    default:
-        return R_SKIP;
+        break;
     }
+    /* no container that means something here: what a value of its type would do */
+    gemm_jsb_scalar(s, c == '[' ? T_ARRAY : T_OBJECT, NULL, NULL);
+    return R_SKIP;
 }
 
 void gemm_jsb_close(gemm_json_stream *s, frame *f)
