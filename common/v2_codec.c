@@ -355,24 +355,12 @@ static int scan_string(v2_scan *sc, char *key, size_t cap)
             memcpy(u, sc->s + p, sc->len - p < 4 ? sc->len - p : 4);
             if ((adv = gemm_utf8_seq(u)) == 0) break;
         } else if (cp == '\\') {
+            static const char from[] = "bfnrt\"\\/", to[] = "\b\f\n\r\t\"\\/";
             if (p + 1 >= sc->len) break;
-            char e = sc->s[p + 1];
+            const char *k = sc->s[p + 1] ? strchr(from, sc->s[p + 1]) : NULL;
             adv = 2;
-            switch (e) {
-            case 'b': cp = '\b'; break;
-            case 'f': cp = '\f'; break;
-            case 'n': cp = '\n'; break;
-            case 'r': cp = '\r'; break;
-            case 't': cp = '\t'; break;
-            case '"':
-            case '\\':
-            case '/': cp = (unsigned char)e; break;
-            case 'u':
-                if (p + 6 <= sc->len && hex4(sc->s + p + 2, &cp) == 0) adv = 6;
-                else cp = 0x80;
-                break;
-            default: cp = 0x80;
-            }
+            cp = k ? (unsigned char)to[k - from] : 0x80; /* 0x80: not a key's character */
+            if (sc->s[p + 1] == 'u' && p + 6 <= sc->len && hex4(sc->s + p + 2, &cp) == 0) adv = 6;
         }
         sc->str_nul |= cp == 0;
         if (key && !cut) {
