@@ -412,24 +412,14 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
             }
             break;
         }
-        case S_END:
-            for (; p < end; p++) {
-                if (s->nul_seen) {
-                    syntax_at(s, s->nul_off, NULL);
-                    break;
-                }
-                if (*p == '\0') {
-                    s->nul_seen = 1;
-                    s->nul_off = off_of(s, p);
-                } else if (is_ws(*p)) {
-                    if (*p == '\n') {
-                        s->line++;
-                        s->line_start = off_of(s, p) + 1;
-                    }
-                } else {
-                    syntax_at(s, off_of(s, p), NULL);
-                    break;
-                }
+        case S_END: /* whitespace, and one NUL at the very end (a C string's) */
+            if (!s->nul_seen) p = skip_ws(s, p, end);
+            if (p == end) break;
+            if (!s->nul_seen && *p == '\0') {
+                s->nul_seen = 1;
+                s->nul_off = off_of(s, p++);
+            } else {
+                syntax_at(s, s->nul_seen ? s->nul_off : off_of(s, p), NULL);
             }
             break;
         case S_STRING:
