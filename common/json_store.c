@@ -113,20 +113,17 @@ static uint64_t convert(gemm_json_store *st, const double *src, size_t n, uint64
         uint64_t idx = first + i;
         double v = src[i];
         int check = idx < upto;
+        while (*fl < st->nflips && st->flips[*fl].index < idx) (*fl)++;
+        const gemm_json_flip *flip = *fl < st->nflips && st->flips[*fl].index == idx ? &st->flips[*fl] : NULL;
         if (d == GEMM_DTYPE_F64) {
             if (check && !isfinite(v)) goto bad;
             if (dst) ((double *)dst)[i] = v;
         } else if (d == GEMM_DTYPE_F32) {
-            float f = (float)v;
-            while (*fl < st->nflips && st->flips[*fl].index < idx) (*fl)++;
-            if (*fl < st->nflips && st->flips[*fl].index == idx) f = st->flips[*fl].value;
+            float f = flip ? flip->value : (float)v;
             if (check && isinf(f)) goto bad;
             if (dst) ((float *)dst)[i] = f;
         } else if (gemm_dtype_is_half(d)) {
-            double w = v;
-            while (*fl < st->nflips && st->flips[*fl].index < idx) (*fl)++;
-            if (*fl < st->nflips && st->flips[*fl].index == idx && st->flips[*fl].side)
-                w = nextafter(v, st->flips[*fl].side > 0 ? INFINITY : -INFINITY);
+            double w = flip && flip->side ? nextafter(v, flip->side > 0 ? INFINITY : -INFINITY) : v;
             uint16_t h = gemm_f64_to_half(d, w);
             if (check && !isfinite(gemm_half_to_f32(d, h))) goto bad;
             if (dst) ((uint16_t *)dst)[i] = h;
