@@ -44,13 +44,8 @@ const char *gemm_math_name(gemm_math m)
 
 int gemm_math_from_name(const char *s, gemm_math *out)
 {
-    if (!s) return -1;
-    for (int i = 0; i < GEMM_MATH_COUNT; i++) {
-        if (strcasecmp(s, math_names[i]) == 0) {
-            *out = (gemm_math)i;
-            return 0;
-        }
-    }
+    for (int i = 0; s && i < GEMM_MATH_COUNT; i++)
+        if (strcasecmp(s, math_names[i]) == 0) return *out = (gemm_math)i, 0;
     return -1;
 }
 

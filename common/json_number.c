@@ -146,7 +146,6 @@ static int extended_f64(uint64_t w, int q, double *out)
 
 double gemm_decimal_to_f64_hard(const gemm_decimal *d)
 {
-    if (d->w == 0) return d->neg ? -0.0 : 0.0;
     if (!d->trunc && d->q >= -27 && d->q <= 27) { /* (what one double operation rounds right is inline) */
 #if HAVE_EXTENDED
         double x;
@@ -179,7 +178,6 @@ int gemm_f64_is_f32_midpoint(double v)
 
 float gemm_decimal_to_f32_hard(const gemm_decimal *d)
 {
-    if (d->w == 0) return d->neg ? -0.0f : 0.0f;
     if (!d->trunc && d->q >= -27 && d->q <= 27) {
 #if HAVE_EXACT
         uint32_t bits = (uint32_t)exact_bits(d->w, d->q, 24, -126, 127);

@@ -37,8 +37,7 @@ typedef struct {
  * from (v lies exactly halfway between two float32 values). */
 int gemm_f64_is_f32_midpoint(double v);
 
-/* The paths of the conversions below that are not inline: exact integer arithmetic,
- * extended precision, or strtod / strtof. */
+/* The paths of the conversions below that are not inline (d->w != 0). */
 double gemm_decimal_to_f64_hard(const gemm_decimal *d);
 float gemm_decimal_to_f32_hard(const gemm_decimal *d);
 
