@@ -154,8 +154,11 @@ static inline void gemm_free(const gemm_allocator *a, void *p) { if (p) a->free(
 /* CLOCK_MONOTONIC in milliseconds. */
 double gemm_now_ms(void);
 
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 when it is not one (an overlong
- * form, a surrogate, past U+10FFFF, or a truncated sequence: it stops at a NUL). */
+/* UTF-8 (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF). The lead
+ * byte c (>= 0x80): how many bytes follow and the range the next one must fall in; 0, or -1
+ * when c cannot begin a character (later ones are 0x80..0xbf). */
+int gemm_utf8_lead(unsigned char c, unsigned char *need, unsigned char *lo, unsigned char *hi);
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 (it stops at a NUL). */
 size_t gemm_utf8_seq(const unsigned char *p);
 
 #ifdef __cplusplus

@@ -198,25 +198,6 @@ static void capture_code(gemm_json_stream *s, uint32_t c)
     capture(s, u, n);
 }
 
-/* The first byte c (>= 0x80) of a UTF-8 character (RFC 3629): how many follow and the range
- * the next one must fall in (no overlong forms, surrogates or code points past U+10FFFF).
- * 0, or -1 when c cannot begin one. */
-static int utf8_lead(gemm_json_stream *s, unsigned char c)
-{
-    static const struct { unsigned char first, last, need, lo, hi; } lead[] = {
-        {0xc2, 0xdf, 1, 0x80, 0xbf}, {0xe0, 0xe0, 2, 0xa0, 0xbf}, {0xe1, 0xec, 2, 0x80, 0xbf},
-        {0xed, 0xed, 2, 0x80, 0x9f}, {0xee, 0xef, 2, 0x80, 0xbf}, {0xf0, 0xf0, 3, 0x90, 0xbf},
-        {0xf1, 0xf3, 3, 0x80, 0xbf}, {0xf4, 0xf4, 3, 0x80, 0x8f},
-    };
-    for (size_t i = 0; i < sizeof lead / sizeof lead[0]; i++) {
-        if (c >= lead[i].first && c <= lead[i].last) {
-            s->u8_need = lead[i].need, s->u8_lo = lead[i].lo, s->u8_hi = lead[i].hi;
-            return 0;
-        }
-    }
-    return -1;
-}
-
 /* Plain characters of a string from p, UTF-8 checked (a character may span chunks): where
  * they end (a quote, a backslash, a control character or a byte that is not UTF-8 there). */
 static const char *string_text(gemm_json_stream *s, const char *p, const char *end)
@@ -226,7 +207,7 @@ static const char *string_text(gemm_json_stream *s, const char *p, const char *e
         if (s->u8_need) {
             if (c < s->u8_lo || c > s->u8_hi) break;
             s->u8_need--, s->u8_lo = 0x80, s->u8_hi = 0xbf;
-        } else if (c == '"' || c == '\\' || c < 0x20 || (c >= 0x80 && utf8_lead(s, c) != 0)) {
+        } else if (c == '"' || c == '\\' || c < 0x20 || (c >= 0x80 && gemm_utf8_lead(c, &s->u8_need, &s->u8_lo, &s->u8_hi) != 0)) {
             break;
         }
     }
