@@ -12,12 +12,7 @@
 
 /* ---- gemm_buf ----------------------------------------------------------- */
 
-void gemm_buf_init(gemm_buf *b)
-{
-    b->data = NULL;
-    b->len = b->cap = 0;
-    b->failed = 0;
-}
+void gemm_buf_init(gemm_buf *b) { *b = (gemm_buf){0}; }
 
 void gemm_buf_free(gemm_buf *b)
 {

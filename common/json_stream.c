@@ -102,12 +102,6 @@ static int capture_value(const gemm_json_stream *s)
     return (f->role == R_ROOT && option) || (f->role == R_MATOBJ && (option || f->key == K_REF));
 }
 
-static void number_value(gemm_json_stream *s, const gemm_decimal *d)
-{
-    gemm_jsb_scalar(s, T_NUMBER, NULL, d);
-    value_done(s);
-}
-
 /* A byte where a value has just ended and none of ',', ']', '}' (or the end) came. */
 static int after_value_error(gemm_json_stream *s, uint64_t off)
 {
@@ -126,7 +120,10 @@ static ptrdiff_t number_text(gemm_json_stream *s, const char *t, size_t n, int a
     if (r < 0) return syntax_at(s, off + (uint64_t)(-r - 1), "not a valid number");
     if (r > GEMM_JSON_NUMBER_MAX || (r == 0 && n > GEMM_JSON_NUMBER_MAX))
         return syntax_at(s, off, "a number longer than " NUM_MAX_TEXT " characters");
-    if (r > 0) number_value(s, &d);
+    if (r > 0) {
+        gemm_jsb_scalar(s, T_NUMBER, NULL, &d);
+        value_done(s);
+    }
     return r;
 }
 

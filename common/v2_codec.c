@@ -59,13 +59,6 @@ static int is_count(const cJSON *v, uint64_t *out)
     return 1;
 }
 
-static uint64_t array_len(const cJSON *a)
-{
-    uint64_t n = 0;
-    for (const cJSON *e = a->child; e; e = e->next) n++;
-    return n;
-}
-
 static const char *input_name(int which) { return which == 0 ? "A" : "B"; }
 
 /* ---- request ------------------------------------------------------------------- */
@@ -169,10 +162,10 @@ static int parse_input(const cJSON *t, size_t pos, int binary_ok, const gemm_v2_
     if (!cJSON_IsArray(shape))
         return gemm_err_set(err, 400, "bad_shape", "input %s: shape is %s; expected [rows, cols]", input_name(which),
                             type_name(shape));
-    uint64_t ndim = array_len(shape);
+    int ndim = cJSON_GetArraySize(shape);
     if (ndim != 2)
-        return gemm_err_set(err, 400, "bad_shape", "input %s: shape has %llu dimensions; model '" GEMM_V2_MODEL
-                            "' takes matrices, shape [rows, cols]", input_name(which), (unsigned long long)ndim);
+        return gemm_err_set(err, 400, "bad_shape", "input %s: shape has %d dimensions; model '" GEMM_V2_MODEL
+                            "' takes matrices, shape [rows, cols]", input_name(which), ndim);
     if (!is_count(shape->child, &in->rows) || !is_count(shape->child->next, &in->cols))
         return gemm_err_set(err, 400, "bad_shape", "input %s: shape must hold two non-negative integers",
                             input_name(which));
