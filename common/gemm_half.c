@@ -55,15 +55,15 @@ uint16_t gemm_f64_to_half(gemm_dtype d, double v)
     return d == GEMM_DTYPE_BF16 ? round_f64(v, 8, -126, 127) : round_f64(v, 11, -14, 15);
 }
 
-int gemm_f64_is_half_midpoint(gemm_dtype d, double v)
+int gemm_f64_is_midpoint(gemm_dtype d, double v)
 {
+    int mbits = d == GEMM_DTYPE_F32 ? 23 : d == GEMM_DTYPE_BF16 ? 7 : 10, emin = d == GEMM_DTYPE_F16 ? -14 : -126, e;
     uint64_t bits;
     memcpy(&bits, &v, 8);
-    /* a midpoint has at most 12 significant bits (float16) or 9 (bfloat16): a float64 with
-     * any of its 41 lowest fraction bits set is none (the common case, decided here) */
-    if (bits & ((1ull << 41) - 1)) return 0;
+    /* a midpoint has at most mbits + 2 significant bits: a float64 with any of its 51 - mbits
+     * lowest fraction bits set is none (the common case, decided here) */
+    if (bits & ((1ull << (51 - mbits)) - 1)) return 0;
     if (!isfinite(v) || v == 0) return 0;
-    int mbits = d == GEMM_DTYPE_BF16 ? 7 : 10, emin = d == GEMM_DTYPE_BF16 ? -126 : -14, e;
     double a = fabs(v);
     (void)frexp(a, &e);
     int E = e - 1 < emin ? emin : e - 1;

@@ -87,9 +87,9 @@ static inline uint16_t gemm_f32_to_bf16(float f)
 uint64_t gemm_round_binary(uint64_t m, int e, int sticky, int p, int emin, int emax);
 /* float64 -> float16 / bfloat16 (dtype d) with one rounding (none through float32). */
 uint16_t gemm_f64_to_half(gemm_dtype d, double v);
-/* True when v lies exactly halfway between two neighbours of dtype d (GEMM_DTYPE_F16 or
- * GEMM_DTYPE_BF16): only then can rounding v differ from rounding the decimal it came from. */
-int gemm_f64_is_half_midpoint(gemm_dtype d, double v);
+/* True when v lies exactly halfway between two neighbours of dtype d (float32, float16 or
+ * bfloat16): only then can rounding v differ from rounding the decimal it came from. */
+int gemm_f64_is_midpoint(gemm_dtype d, double v);
 /* The float32 value of one element of dtype d (GEMM_DTYPE_F16 or GEMM_DTYPE_BF16). */
 static inline float gemm_half_to_f32(gemm_dtype d, uint16_t h)
 {

@@ -239,9 +239,9 @@ void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d)
     double v = gemm_decimal_to_f64(d);
     memcpy(slot, &v, 8);
     int side = 0;
-    if (gemm_f64_is_half_midpoint(GEMM_DTYPE_F16, v) || gemm_f64_is_half_midpoint(GEMM_DTYPE_BF16, v))
+    if (gemm_f64_is_midpoint(GEMM_DTYPE_F16, v) || gemm_f64_is_midpoint(GEMM_DTYPE_BF16, v))
         side = gemm_decimal_side(d, v);
-    if (side || gemm_f64_is_f32_midpoint(v)) {
+    if (side || gemm_f64_is_midpoint(GEMM_DTYPE_F32, v)) {
         float f = gemm_decimal_to_f32(d);
         if ((side || f != (float)v) && gemm_json_store_flip(&o->st, i, f, side)) out_of_memory(s, o);
     }

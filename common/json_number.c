@@ -162,20 +162,6 @@ double gemm_decimal_to_f64_hard(const gemm_decimal *d)
     return strtod(c_text(d, buf), NULL);
 }
 
-int gemm_f64_is_f32_midpoint(double v)
-{
-    uint64_t b;
-    v = fabs(v);
-    memcpy(&b, &v, 8);
-    int ex = (int)(b >> 52);
-    if (ex >= 1023 + 128) return 0; /* float32 overflow: +-inf whichever side */
-    if (ex >= 1023 - 126) /* float32 normal range (and above): 29 bits below float's 24 */
-        return (b & ((1ull << 29) - 1)) == (1ull << 28);
-    /* below float32's normal range: midpoints are odd multiples of 2^-150 */
-    double t = v * 0x1p150;
-    return t >= 1 && t == floor(t) && fmod(t, 2.0) == 1.0;
-}
-
 float gemm_decimal_to_f32_hard(const gemm_decimal *d)
 {
     if (!d->trunc && d->q >= -27 && d->q <= 27) {
@@ -212,7 +198,7 @@ int gemm_decimal_side(const gemm_decimal *d, double v)
 uint16_t gemm_decimal_to_half(const gemm_decimal *dec, gemm_dtype d)
 {
     double v = gemm_decimal_to_f64(dec);
-    if (gemm_f64_is_half_midpoint(d, v)) {
+    if (gemm_f64_is_midpoint(d, v)) {
         int side = gemm_decimal_side(dec, v);
         if (side) v = nextafter(v, side > 0 ? INFINITY : -INFINITY);
     }

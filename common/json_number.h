@@ -33,17 +33,13 @@ typedef struct {
     size_t len;
 } gemm_decimal;
 
-/* True when rounding the double v to float32 could differ from rounding the decimal it came
- * from (v lies exactly halfway between two float32 values). */
-int gemm_f64_is_f32_midpoint(double v);
-
 /* The paths of the conversions below that are not inline (d->w != 0). */
 double gemm_decimal_to_f64_hard(const gemm_decimal *d);
 float gemm_decimal_to_f32_hard(const gemm_decimal *d);
 
 /* Which side of v (the float64 the decimal rounds to) the decimal lies on: -1 below, 0 exactly
  * on it, +1 above. Slow (two directed-rounding strtod calls): for the rare element whose
- * float64 is halfway between two float16 or bfloat16 values (gemm_f64_is_half_midpoint). */
+ * float64 is halfway between two float16 or bfloat16 values (gemm_f64_is_midpoint). */
 int gemm_decimal_side(const gemm_decimal *d, double v);
 /* The decimal rounded to nearest-even float16 / bfloat16 (dtype d), with one rounding: its
  * float64 rounded, unless that lies exactly halfway between two neighbours; then the side of
