@@ -10,7 +10,7 @@
 
 /* ---- scanning ----------------------------------------------------------------- */
 
-void gemm_decimal_scan_long(const char *p, const char *end, gemm_decimal *d)
+void gemm_decimal_scan_long(const char *p, const char *end, int32_t exp10, gemm_decimal *d)
 {
     uint64_t w = 0;
     int64_t q = 0;
@@ -35,16 +35,7 @@ void gemm_decimal_scan_long(const char *p, const char *end, gemm_decimal *d)
             if (!frac) q++;
         }
     }
-    int64_t e = 0;
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        int eneg = 0;
-        p++;
-        if (*p == '-' || *p == '+') eneg = *p++ == '-';
-        for (; p < end && gemm_num_is_digit(*p); p++)
-            if (e < 100000000) e = e * 10 + (*p - '0');
-        if (eneg) e = -e;
-    }
-    q += e;
+    q += exp10;
     if (q > 100000000) q = 100000000;
     if (q < -100000000) q = -100000000;
     d->w = w;

@@ -103,16 +103,16 @@ static inline void gemm_num_digits(const char **pp, const char *end, uint64_t *w
     *pp = p;
 }
 
-/* w, q and trunc of a number of more than 19 digits (its grammar checked): leading zeros
- * are not significant, digits past the 19th only set trunc (and move the exponent). */
-void gemm_decimal_scan_long(const char *p, const char *end, gemm_decimal *d);
+/* w, q and trunc of a number of more than 19 digits (its grammar checked; its exponent
+ * exp10): leading zeros are not significant, digits past the 19th only set trunc. */
+void gemm_decimal_scan_long(const char *p, const char *end, int32_t exp10, gemm_decimal *d);
 
 static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, int at_eof, gemm_decimal *d)
 {
     const char *p = s;
     uint64_t w = 0;
     int nd = 0;        /* digits met (leading zeros included); past 19: the careful scan */
-    int32_t q = 0;
+    int32_t q = 0, exp10 = 0;
     int integer = 1;
 
 #define NEED_MORE() return at_eof ? -(ptrdiff_t)(1 + (p - s)) : 0
@@ -151,7 +151,8 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
         if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
         for (; p < end && gemm_num_is_digit(*p); p++)
             if (e < 100000000) e = e * 10 + (*p - '0');
-        q += eneg ? -e : e;
+        exp10 = eneg ? -e : e;
+        q += exp10;
         if (p == end) goto at_end;
     }
     goto done;
@@ -165,7 +166,7 @@ done:
     d->integer = (uint8_t)integer;
     d->text = s;
     d->len = (size_t)(p - s);
-    if (nd > 19) gemm_decimal_scan_long(s, p, d);
+    if (nd > 19) gemm_decimal_scan_long(s, p, exp10, d);
     return p - s;
 #undef NEED_MORE
 }
