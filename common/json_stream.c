@@ -540,5 +540,4 @@ void gemm_json_stream_free(gemm_json_stream *s)
     free(s);
 }
 
-size_t gemm_json_stream_held(const gemm_json_stream *s) { return s->mem.now; }
 size_t gemm_json_stream_peak(const gemm_json_stream *s) { return s->mem.peak; }
