@@ -402,15 +402,9 @@ int gemm_npy_reader_feed(gemm_npy_reader *r, const void *data, size_t len, gemm_
         int pr = npy_prefix(r->hbuf, r->hlen, &major, &minor, &at, &hl, err);
         if (pr < 0) return fail(r); /* a wrong magic is refused as soon as it shows */
         if (r->hlen < r->hwant) break;
-        if (pr == 0) {
-            r->hwant = major == 1 ? 10 : 12;
-            continue;
-        }
-        if (r->hlen < at + hl) {
-            r->hwant = at + hl;
-            continue;
-        }
-        if (header_complete(r, err)) return -1;
+        size_t want = pr == 0 ? (major == 1 ? 10 : 12) : at + hl; /* the length field, or all */
+        if (r->hlen < want) r->hwant = want;
+        else if (header_complete(r, err)) return -1;
     }
     if (len && r->state == R_DATA) {
         if (len > r->bytes - r->got) {
