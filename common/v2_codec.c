@@ -119,6 +119,18 @@ static int request_parameters(const cJSON *root, gemm_v2_request *r, int *binary
     return 0;
 }
 
+/* The "parameters" of tensor t (*p NULL when absent): an object, not naming shared memory. */
+static int tensor_params(const cJSON *t, const char *who, const char *instead, const cJSON **p, gemm_err *err)
+{
+    *p = cJSON_GetObjectItemCaseSensitive(t, "parameters");
+    if (*p && !cJSON_IsObject(*p))
+        return gemm_err_set(err, 400, "bad_parameter", "%s: parameters is %s; expected an object", who, type_name(*p));
+    if (*p && cJSON_GetObjectItemCaseSensitive(*p, "shared_memory_region"))
+        return gemm_err_set(err, 400, "unsupported", "%s: shared memory is not supported by this server; %s", who,
+                            instead);
+    return 0;
+}
+
 /* One entry of "inputs": name, datatype, shape, binary_data_size or data. */
 static int parse_input(const cJSON *t, size_t pos, int binary_ok, const gemm_v2_input spans[2], gemm_v2_request *r,
                        int seen[2], gemm_dtype dts[2], gemm_err *err)
@@ -170,17 +182,9 @@ static int parse_input(const cJSON *t, size_t pos, int binary_ok, const gemm_v2_
         return gemm_err_set(err, 400, "bad_shape", "input %s: shape must hold two non-negative integers",
                             input_name(which));
 
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(t, "parameters");
-    const cJSON *bds = NULL;
-    if (params) {
-        if (!cJSON_IsObject(params))
-            return gemm_err_set(err, 400, "bad_parameter", "input %s: parameters is %s; expected an object",
-                                input_name(which), type_name(params));
-        if (cJSON_GetObjectItemCaseSensitive(params, "shared_memory_region"))
-            return gemm_err_set(err, 400, "unsupported", "input %s: shared memory is not supported by this server; "
-                                "send the data in the body", input_name(which));
-        bds = cJSON_GetObjectItemCaseSensitive(params, "binary_data_size");
-    }
+    const cJSON *params;
+    if (tensor_params(t, which ? "input B" : "input A", "send the data in the body", &params, err)) return -1;
+    const cJSON *bds = cJSON_GetObjectItemCaseSensitive(params, "binary_data_size");
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(t, "data");
     if (bds) {
         uint64_t n;
@@ -264,14 +268,8 @@ static int parse_outputs(const cJSON *root, int binary_default, gemm_v2_request 
                                 "unexpected inference output '%s' for model '" GEMM_V2_MODEL "'; its output is C",
                                 gemm_shown(name->valuestring, strlen(name->valuestring), w, sizeof w));
         if (seen++) return gemm_err_set(err, 400, "bad_request", "output C is asked for twice");
-        const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "parameters");
-        if (!params) continue;
-        if (!cJSON_IsObject(params))
-            return gemm_err_set(err, 400, "bad_parameter", "output C: parameters is %s; expected an object",
-                                type_name(params));
-        if (cJSON_GetObjectItemCaseSensitive(params, "shared_memory_region"))
-            return gemm_err_set(err, 400, "unsupported",
-                                "output C: shared memory is not supported by this server; C comes in the answer");
+        const cJSON *params;
+        if (tensor_params(o, "output C", "C comes in the answer", &params, err)) return -1;
         if (cJSON_GetObjectItemCaseSensitive(params, "classification"))
             return gemm_err_set(err, 400, "unsupported", "output C: classification is not supported by model '"
                                 GEMM_V2_MODEL "'");
