@@ -424,10 +424,8 @@ int gemm_jsb_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm
     for (int x = 0; x < 2; x++) {
         operand *o = &s->op[x];
         if (!o->ref_named || gemm_jsb_best_rank(s) <= RK_REF + 10 * x) continue;
-        gemm_matrix m;
-        gemm_err e;
-        memset(&m, 0, sizeof m);
-        gemm_err_clear(&e);
+        gemm_matrix m = {0};
+        gemm_err e = {0};
         if (s->refs.resolve(s->refs.user, x, o->ref_id, &m, &e) != 0) {
             gemm_jsb_note(s, RK_REF + 10 * x, 0, e.status ? e.status : 404, e.code[0] ? e.code : "matrix_not_found", "%s",
                  e.message);

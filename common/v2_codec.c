@@ -606,10 +606,7 @@ int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, 
 {
     if (!json || len == 0)
         return gemm_err_set(err, 400, "bad_json", "the inference request is empty; expected a JSON object with \"inputs\"");
-    v2_scan sc;
-    memset(&sc, 0, sizeof sc);
-    sc.s = json;
-    sc.len = len;
+    v2_scan sc = {.s = json, .len = len};
     if (len >= 3 && memcmp(json, "\xef\xbb\xbf", 3) == 0) sc.p = 3; /* a byte order mark, as cJSON */
     skip_ws(&sc);
     size_t root_at = sc.p;
