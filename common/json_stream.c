@@ -37,12 +37,9 @@ static int syntax_at(gemm_json_stream *s, uint64_t off, const char *why)
     if (s->failed) return -1;
     s->failed = 1;
     uint64_t col = off >= s->line_start ? off - s->line_start + 1 : 1;
-    if (!why)
-        gemm_err_set(&s->syn, 400, "bad_json", "unexpected data after the JSON value at byte %llu (line %llu, column %llu)",
-                     (unsigned long long)off, (unsigned long long)s->line, (unsigned long long)col);
-    else
-        gemm_err_set(&s->syn, 400, "bad_json", "invalid JSON at byte %llu (line %llu, column %llu): %s",
-                     (unsigned long long)off, (unsigned long long)s->line, (unsigned long long)col, why);
+    gemm_err_set(&s->syn, 400, "bad_json", "%s at byte %llu (line %llu, column %llu)%s%s",
+                 why ? "invalid JSON" : "unexpected data after the JSON value", (unsigned long long)off,
+                 (unsigned long long)s->line, (unsigned long long)col, why ? ": " : "", why ? why : "");
     return -1;
 }
 
