@@ -9,14 +9,11 @@
 
 static void shape_error(gemm_json_stream *s, int x)
 {
-    if (s->single)
-        bad_matrix(s, RK_STRUCT + 10 * x, "%s.shape must be [rows, cols] with two non-negative integers",
-                   s->op[x].name);
-    else
-        bad_matrix(s, RK_STRUCT + 10 * x,
-                   "%s.shape must be [rows, cols] or [batch, rows, cols] (a batch of matrices), with non-negative "
-                   "integers",
-                   s->op[x].name);
+    bad_matrix(s, RK_STRUCT + 10 * x,
+               s->single ? "%s.shape must be [rows, cols] with two non-negative integers"
+                         : "%s.shape must be [rows, cols] or [batch, rows, cols] (a batch of matrices), with "
+                           "non-negative integers",
+               s->op[x].name);
 }
 
 /* Operand x has just become 3-D (or a 3-D operand begins its matrix number mat): it is no
@@ -66,12 +63,10 @@ static void ref_value(gemm_json_stream *s, int x, enum vtype t, const char *str)
 void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const gemm_decimal *d)
 {
     if (s->depth == 0) {
-        if (s->single)
-            bad_matrix(s, RK_ROOT, "the body is %s; expected [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}",
-                       gemm_json_type_name((char)t));
-        else
-            bad_matrix(s, RK_ROOT, "the body is %s; expected a JSON object {\"a\": [[..]], \"b\": [[..]]}",
-                       gemm_json_type_name((char)t));
+        bad_matrix(s, RK_ROOT,
+                   s->single ? "the body is %s; expected [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}"
+                             : "the body is %s; expected a JSON object {\"a\": [[..]], \"b\": [[..]]}",
+                   gemm_json_type_name((char)t));
         return;
     }
     frame *f = &s->stack[s->depth - 1];
