@@ -59,13 +59,12 @@ int gemm_out_dtype_resolve(gemm_dtype d, gemm_dtype out, gemm_dtype *c, gemm_err
         *c = out;
         return 0;
     }
-    if (gemm_dtype_is_half(d))
-        return gemm_err_set(err, 422, "bad_out_dtype",
-                            "out_dtype %s is not available for %s operands; use float32 (the default) or %s",
-                            gemm_dtype_name(out), gemm_dtype_name(d), gemm_dtype_name(d));
     return gemm_err_set(err, 422, "bad_out_dtype",
-                        "out_dtype %s is not available for %s operands: C is %s (out_dtype chooses between "
-                        "float32 and the input dtype for float16 and bfloat16 operands only)",
+                        gemm_dtype_is_half(d) ? "out_dtype %s is not available for %s operands; use float32 (the "
+                                                "default) or %s"
+                                              : "out_dtype %s is not available for %s operands: C is %s (out_dtype "
+                                                "chooses between float32 and the input dtype for float16 and "
+                                                "bfloat16 operands only)",
                         gemm_dtype_name(out), gemm_dtype_name(d), gemm_dtype_name(d));
 }
 
