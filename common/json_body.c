@@ -270,7 +270,7 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
     case R_DATA:
         if (o->shape_state == 1) { /* the length is known already: a wrong one fails now */
             uint64_t need;
-            if (!gemm_jsb_declared_count(o, &need) && need != o->count) gemm_jsb_count_error(s, f->x);
+            if (!gemm_jsb_declared_count(o, &need) && need != o->count) gemm_jsb_count_error(s, f->x, o->count);
         }
         gemm_jsb_settle(s, o);
         return;
@@ -452,7 +452,7 @@ int gemm_jsb_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm
         operand *o = &s->op[x];
         uint64_t need = 0;
         gemm_jsb_declared_count(o, &need); /* the product's checks passed: no overflow */
-        if (!o->is_ref && o->form == '{' && o->count != need) gemm_jsb_count_error(s, x);
+        if (!o->is_ref && o->form == '{' && o->count != need) gemm_jsb_count_error(s, x, o->count);
     }
     for (int x = 0; x < 2; x++)
         if (!s->op[x].is_ref) gemm_jsb_last_checks(s, x, d);
@@ -487,16 +487,13 @@ int gemm_jsb_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *
     }
     if (gemm_jsb_best_rank(s) > RK_COUNT && rows_with_shape) {
         /* with a shape, data is flat: its elements are the rows read */
-        if (o->rows != rows * cols)
-            bad_matrix(s, RK_COUNT, "%s.data has %llu numbers but shape [%llu,%llu] needs %llu", o->name,
-                       (unsigned long long)o->rows, (unsigned long long)rows, (unsigned long long)cols,
-                       (unsigned long long)(rows * cols));
+        if (o->rows != rows * cols) gemm_jsb_count_error(s, 0, o->rows);
         else
             bad_matrix(s, RK_ELEM, "%s.data[0] is an array, expected a number", o->name);
         o->has_bad = 1; /* nothing before it to look at */
         o->bad_index = 0;
     } else if (gemm_jsb_best_rank(s) > RK_COUNT && o->form == '{' && o->count != rows * cols) {
-        gemm_jsb_count_error(s, 0);
+        gemm_jsb_count_error(s, 0, o->count);
     }
     gemm_jsb_last_checks(s, 0, d);
     if (verdict(s, opt, err)) return -1;

@@ -264,7 +264,7 @@ void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint
     memset(gemm_json_store_next(&o->st), 0, o->st.es);
 }
 
-void gemm_jsb_count_error(gemm_json_stream *s, int x)
+void gemm_jsb_count_error(gemm_json_stream *s, int x, uint64_t count)
 {
     const operand *o = &s->op[x];
     char shape[80];
@@ -276,7 +276,7 @@ void gemm_jsb_count_error(gemm_json_stream *s, int x)
     else
         snprintf(shape, sizeof shape, "[%llu,%llu]", (unsigned long long)o->shape[0], (unsigned long long)o->shape[1]);
     bad_matrix(s, RK_COUNT + x, "%s.data has %llu numbers but shape %s needs %llu", o->name,
-               (unsigned long long)o->count, shape, (unsigned long long)need);
+               (unsigned long long)count, shape, (unsigned long long)need);
 }
 
 /* Not when the body fails anyway, nor for float64 held for a later dtype (at the end). */

@@ -161,8 +161,8 @@ void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d);
 int gemm_jsb_declared_count(const operand *o, uint64_t *n);
 /* The next element of operand x, at [mat][row][col], is not a number. */
 void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint64_t row, uint64_t col);
-/* Operand x's data has a length its shape does not allow. */
-void gemm_jsb_count_error(gemm_json_stream *s, int x);
+/* Operand x's data has count numbers, a length its shape does not allow. */
+void gemm_jsb_count_error(gemm_json_stream *s, int x, uint64_t count);
 /* Operand o's elements are all read: assembled in their final type. */
 void gemm_jsb_settle(gemm_json_stream *s, operand *o);
 /* Operand x once the body has ended: elements checked, converted to d; stopped: too large. */
