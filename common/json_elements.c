@@ -270,12 +270,10 @@ void gemm_jsb_count_error(gemm_json_stream *s, int x, uint64_t count)
     char shape[80];
     uint64_t need = 0;
     gemm_jsb_declared_count(o, &need); /* called once the shape was found valid: no overflow */
-    if (o->batched)
-        snprintf(shape, sizeof shape, "[%llu,%llu,%llu]", (unsigned long long)o->shape[0], (unsigned long long)o->shape[1],
-                 (unsigned long long)o->shape[2]);
-    else
-        snprintf(shape, sizeof shape, "[%llu,%llu]", (unsigned long long)o->shape[0], (unsigned long long)o->shape[1]);
-    bad_matrix(s, RK_COUNT + x, "%s.data has %llu numbers but shape %s needs %llu", o->name,
+    int n = snprintf(shape, sizeof shape, "[%llu", (unsigned long long)o->shape[0]);
+    for (int i = 1; i < 2 + o->batched; i++)
+        n += snprintf(shape + n, sizeof shape - (size_t)n, ",%llu", (unsigned long long)o->shape[i]);
+    bad_matrix(s, RK_COUNT + x, "%s.data has %llu numbers but shape %s] needs %llu", o->name,
                (unsigned long long)count, shape, (unsigned long long)need);
 }
 

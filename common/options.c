@@ -195,18 +195,12 @@ int gemm_option_apply(gemm_options *o, const gemm_option *d, const gemm_opt_valu
     val[len] = '\0';
     void *f = (char *)o + d->field;
     switch (d->type) {
-    case GEMM_OPT_DTYPE: {
-        gemm_dtype x;
-        if (gemm_dtype_from_name(val, &x)) goto bad;
-        *(gemm_dtype *)f = x;
+    case GEMM_OPT_DTYPE: /* the parsers write only what they accept */
+        if (gemm_dtype_from_name(val, (gemm_dtype *)f)) goto bad;
         break;
-    }
-    case GEMM_OPT_MATH: {
-        gemm_math x;
-        if (gemm_math_from_name(val, &x)) goto bad;
-        *(gemm_math *)f = x;
+    case GEMM_OPT_MATH:
+        if (gemm_math_from_name(val, (gemm_math *)f)) goto bad;
         break;
-    }
     case GEMM_OPT_KERNEL:
         if (!valid_kernel_name(val)) goto bad;
         memcpy(f, val, len + 1);
