@@ -90,15 +90,6 @@ static void pop(gemm_json_stream *s)
     value_done(s);
 }
 
-/* Is the value about to start an option's value (its string is kept)? */
-static int capture_value(const gemm_json_stream *s)
-{
-    if (s->depth == 0) return 0;
-    const frame *f = &s->stack[s->depth - 1];
-    int option = f->key >= K_OPT;
-    return (f->role == R_ROOT && option) || (f->role == R_MATOBJ && (option || f->key == K_REF));
-}
-
 /* A byte where a value has just ended and none of ',', ']', '}' (or the end) came. */
 static int after_value_error(gemm_json_stream *s, uint64_t off)
 {
@@ -284,9 +275,11 @@ static const char *string_run(gemm_json_stream *s, const char *p, const char *en
 
 static void string_start(gemm_json_stream *s, int key)
 {
+    const frame *f = s->depth ? &s->stack[s->depth - 1] : NULL;
     s->str_key = key;
-    int role = s->depth ? s->stack[s->depth - 1].role : R_SKIP;
-    s->str_capture = key ? (role == R_ROOT || role == R_MATOBJ) : capture_value(s);
+    /* kept: the keys of the objects that are read, and the values of options and references */
+    s->str_capture = f && (f->role == R_ROOT || f->role == R_MATOBJ) &&
+                     (key || f->key >= K_OPT || (f->role == R_MATOBJ && f->key == K_REF));
     s->str_over = 0;
     s->str_len = 0;
     s->str[0] = '\0';
