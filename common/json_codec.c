@@ -31,13 +31,7 @@ static int buf_reserve(gemm_buf *b, size_t n)
     }
     if (need <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 256;
-    while (cap < need) {
-        if (cap > SIZE_MAX / 2) {
-            cap = need;
-            break;
-        }
-        cap *= 2;
-    }
+    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
     char *p = realloc(b->data, cap);
     if (!p) {
         b->failed = 1;

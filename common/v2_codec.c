@@ -67,7 +67,6 @@ void gemm_v2_request_init(gemm_v2_request *r)
 {
     memset(r, 0, sizeof *r);
     r->dtype = GEMM_DTYPE_INVALID;
-    r->order[0] = 0;
     r->order[1] = 1;
     gemm_options_init(&r->opt);
 }
