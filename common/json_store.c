@@ -56,32 +56,22 @@ int gemm_json_store_room(gemm_json_store *st, uint64_t limit, int exact, uint64_
     uint64_t n = st->count;
     if (n >= limit || more == 0 || st->nblk == GEMM_JSON_STORE_BLOCKS) return 1;
     uint64_t most = limit - n < more ? limit - n : more; /* elements the rest can still bring */
-    size_t cap;
-    if (exact && st->nblk == 0 && limit - n <= more) {
-        /* the whole operand in one block: the inline elements move in, nothing moves again */
-        cap = (size_t)limit;
-        unsigned char *p = take(st, cap * st->es);
-        if (!p) return -1;
-        memcpy(p, st->inl, (size_t)n * st->es);
-        st->blk[0].p = p;
-        st->blk[0].cap = cap;
-        st->nblk = 1;
-        st->whole = 1;
-        st->cur = p + (size_t)n * st->es;
-        st->left = cap - (size_t)n;
-        return 0;
-    }
+    /* the whole operand in one block when its size is known (the inline elements move in,
+     * nothing moves again), else a block of half what is held, at least FIRST_BLOCK bytes */
+    int whole = exact && st->nblk == 0 && limit - n <= more;
     uint64_t want = n / 2;
     if (want < FIRST_BLOCK / st->es) want = FIRST_BLOCK / st->es;
     if (want > most || st->nblk == GEMM_JSON_STORE_BLOCKS - 1) want = most;
-    cap = (size_t)want;
+    size_t cap = whole ? (size_t)limit : (size_t)want, moved = whole ? (size_t)n : 0;
     unsigned char *p = take(st, cap * st->es);
     if (!p) return -1;
+    memcpy(p, st->inl, moved * st->es);
     st->blk[st->nblk].p = p;
     st->blk[st->nblk].cap = cap;
     st->nblk++;
-    st->cur = p;
-    st->left = cap;
+    st->whole |= whole;
+    st->cur = p + moved * st->es;
+    st->left = cap - moved;
     return 0;
 }
 
