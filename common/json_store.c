@@ -155,15 +155,8 @@ int gemm_json_store_assemble(gemm_json_store *st, gemm_dtype d, uint64_t upto, i
     uint64_t done = 0, b;
     int part = st->whole ? 0 : -1; /* -1: the inline elements */
     for (; done < n; part++) {
-        const void *src;
-        size_t cnt;
-        if (part < 0) {
-            src = st->inl;
-            cnt = GEMM_JSON_STORE_INLINE / st->es;
-        } else {
-            src = st->blk[part].p;
-            cnt = st->blk[part].cap;
-        }
+        const void *src = part < 0 ? st->inl : st->blk[part].p;
+        size_t cnt = part < 0 ? GEMM_JSON_STORE_INLINE / st->es : st->blk[part].cap;
         if (cnt > n - done) cnt = (size_t)(n - done);
         void *dst = out ? out + (size_t)done * es_out : NULL;
         if (st->deferred) {
