@@ -17,16 +17,9 @@ uint64_t gemm_round_binary(uint64_t m, int e, int sticky, int p, int emin, int e
         biased = 0;
         if (shift > 64) return 0; /* below half the smallest subnormal */
     }
-    uint64_t mant, rem, half;
-    if (shift == 64) {
-        mant = 0;
-        rem = m;
-        half = 1ull << 63;
-    } else {
-        mant = m >> shift;
-        rem = m & ((1ull << shift) - 1);
-        half = 1ull << (shift - 1);
-    }
+    /* (a shift by 64, the width, is no shift in C: shift 64 keeps nothing of m) */
+    uint64_t mant = shift == 64 ? 0 : m >> shift, half = 1ull << (shift - 1);
+    uint64_t rem = shift == 64 ? m : m & ((1ull << shift) - 1);
     if (rem > half || (rem == half && (sticky || (mant & 1)))) mant++;
     if (biased == 0) return mant; /* subnormal; 2^(p-1) after rounding is the smallest normal */
     if (mant == 1ull << p) {

@@ -471,14 +471,12 @@ int gemm_jsb_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *
     operand *o = &s->op[0];
     if (s->opt.dtype == GEMM_DTYPE_INVALID) s->opt.dtype = GEMM_DTYPE_F64;
     gemm_dtype d = s->opt.dtype;
-    uint64_t rows = 0, cols = 0;
+    uint64_t batch, rows = 0, cols = 0;
     int rows_with_shape = o->data_rows && o->shape_state == 1; /* {"data": [[..]], "shape": [..]} */
+    gemm_jsb_known_shape(o, &batch, &rows, &cols);
     if (rows_with_shape) {
         rows = o->shape[0];
         cols = o->shape[1];
-    } else {
-        uint64_t batch;
-        gemm_jsb_known_shape(o, &batch, &rows, &cols);
     }
     if (gemm_jsb_best_rank(s) > RK_PRODUCT) {
         gemm_err e;

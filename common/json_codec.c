@@ -187,14 +187,8 @@ static size_t put_g_exact(char *p, double v, int P)
     char *s = p;
     if (bits >> 63) *s++ = '-';
     int bexp = (int)((bits >> 52) & 0x7ff);
-    uint64_t m = bits & ((1ull << 52) - 1);
-    int e2;
-    if (bexp) {
-        m |= 1ull << 52;
-        e2 = bexp - 1075;
-    } else {
-        e2 = -1074;
-    }
+    uint64_t m = (bits & ((1ull << 52) - 1)) | (bexp ? 1ull << 52 : 0);
+    int e2 = bexp ? bexp - 1075 : -1074;
     int E = e2 + 63 - __builtin_clzll(m); /* v in [2^E, 2^(E+1)) */
     int e = E >= 0 ? (E * 78913) >> 18 : -((-E * 78913 + (1 << 18) - 1) >> 18); /* floor(E log10 2) */
     uint64_t ip;
