@@ -55,12 +55,8 @@ static const char *stop(gemm_json_stream *s, const char *p, const char *end, con
 /* A value has ended: back in the container (or at the end of the body). */
 static inline void value_done(gemm_json_stream *s)
 {
-    if (s->depth == 0) {
-        s->state = S_END;
-    } else {
-        s->stack[s->depth - 1].n++;
-        s->state = S_NEXT;
-    }
+    if (s->depth) s->stack[s->depth - 1].n++;
+    s->state = s->depth ? S_NEXT : S_END;
 }
 
 static int push(gemm_json_stream *s, const char *p, char c)

@@ -202,15 +202,11 @@ static int parse_dict(const char *text, size_t len, gemm_npy_header *hdr, gemm_e
         } else if (strcmp(key, "fortran_order") == 0 && !have_fortran) {
             have_fortran = 1;
             skip_ws(&c);
-            if ((size_t)(c.end - c.p) >= 4 && memcmp(c.p, "True", 4) == 0) {
-                hdr->fortran_order = 1;
-                c.p += 4;
-            } else if ((size_t)(c.end - c.p) >= 5 && memcmp(c.p, "False", 5) == 0) {
-                hdr->fortran_order = 0;
-                c.p += 5;
-            } else {
+            size_t left = (size_t)(c.end - c.p);
+            hdr->fortran_order = left >= 4 && memcmp(c.p, "True", 4) == 0;
+            if (!hdr->fortran_order && !(left >= 5 && memcmp(c.p, "False", 5) == 0))
                 return gemm_err_set(err, 400, "bad_npy", "the .npy fortran_order must be True or False");
-            }
+            c.p += hdr->fortran_order ? 4 : 5;
         } else if (strcmp(key, "shape") == 0 && !have_shape) {
             have_shape = 1;
             shape_nd = read_shape(&c, dims);
