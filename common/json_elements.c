@@ -129,14 +129,10 @@ static uint64_t max_elements(const gemm_json_stream *s, int x, int *exact)
     uint64_t m = (uint64_t)(SIZE_MAX / 8), obatch, orows, ocols, t;
     *exact = 0;
     if (s->limp && s->lim.max_elements) m = min_u64(m, s->lim.max_elements);
-    if (o->form == '{') {
-        if (o->shape_state == 1) {
-            uint64_t need;
-            if (gemm_jsb_declared_count(o, &need)) return m; /* overflows: stopped when declared */
-            *exact = 1;
-            return min_u64(m, need);
-        }
-        return m;
+    if (o->form == '{') { /* a declared shape is its size (one that overflows was stopped) */
+        uint64_t need = 0;
+        *exact = o->shape_state == 1 && !gemm_jsb_declared_count(o, &need);
+        return *exact ? min_u64(m, need) : m;
     }
     int other_known = gemm_jsb_known_shape(other, &obatch, &orows, &ocols);
     if (o->rows == 0 && o->nmat == 0) { /* row 0 is being read: its length is the column count */
