@@ -259,11 +259,7 @@ int gemm_npy_parse_header(const void *buf, size_t len, gemm_npy_header *hdr, gem
     int r = npy_prefix(p, len, &major, &minor, &hlen_at, &hlen, err);
     if (r <= 0) return r;
     if (len - hlen_at < hlen) return 0;
-    memset(hdr, 0, sizeof *hdr);
-    hdr->major = major;
-    hdr->minor = minor;
-    hdr->dtype = GEMM_DTYPE_INVALID;
-    hdr->data_offset = hlen_at + hlen;
+    *hdr = (gemm_npy_header){.major = major, .minor = minor, .dtype = GEMM_DTYPE_INVALID, .data_offset = hlen_at + hlen};
     /* 1.0 and 2.0 are latin-1, 3.0 UTF-8: the keys and values we accept are ASCII in
      * both, and any other byte is refused by the parser as it stands. */
     if (parse_dict((const char *)p + hlen_at, hlen, hdr, err)) return -1;

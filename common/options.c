@@ -77,11 +77,7 @@ const char *gemm_option_names(unsigned door, char *buf, size_t cap)
 
 void gemm_options_init(gemm_options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->dtype = GEMM_DTYPE_INVALID;
-    o->out_dtype = GEMM_DTYPE_INVALID;
-    snprintf(o->kernel, sizeof o->kernel, "auto");
-    o->math = GEMM_MATH_DEFAULT;
+    *o = (gemm_options){.dtype = GEMM_DTYPE_INVALID, .out_dtype = GEMM_DTYPE_INVALID, .kernel = "auto"};
 }
 
 void gemm_options_door(gemm_options *o) { o->door_given = 0; }

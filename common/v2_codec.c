@@ -65,9 +65,7 @@ static const char *input_name(int which) { return which == 0 ? "A" : "B"; }
 
 void gemm_v2_request_init(gemm_v2_request *r)
 {
-    memset(r, 0, sizeof *r);
-    r->dtype = GEMM_DTYPE_INVALID;
-    r->order[1] = 1;
+    *r = (gemm_v2_request){.dtype = GEMM_DTYPE_INVALID, .order = {0, 1}};
     gemm_options_init(&r->opt);
 }
 
