@@ -192,10 +192,8 @@ static int make_room(gemm_json_stream *s, operand *o, int x)
 static void elem_error_at(gemm_json_stream *s, int x, uint64_t i)
 {
     operand *o = &s->op[x];
-    if (!o->has_bad) {
-        o->has_bad = 1;
-        o->bad_index = i;
-    }
+    if (!o->has_bad) o->bad_index = i;
+    o->has_bad = 1;
 }
 
 /* A value out of the dtype's range (v is its float64 value). */

@@ -61,11 +61,8 @@ static inline void value_done(gemm_json_stream *s)
 
 static int push(gemm_json_stream *s, const char *p, char c)
 {
-    if (s->depth == GEMM_JSON_MAX_DEPTH) {
-        char why[64];
-        snprintf(why, sizeof why, "arrays and objects nested deeper than %d", GEMM_JSON_MAX_DEPTH);
-        return syntax_at(s, off_of(s, p), why);
-    }
+    if (s->depth == GEMM_JSON_MAX_DEPTH)
+        return syntax_at(s, off_of(s, p), "arrays and objects nested deeper than " STRINGIFY(GEMM_JSON_MAX_DEPTH));
     int x;
     int role = gemm_jsb_open(s, c, &x);
     frame *f = &s->stack[s->depth++];
