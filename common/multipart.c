@@ -9,6 +9,7 @@
 #include "multipart.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -109,10 +110,7 @@ gemm_multipart *gemm_multipart_new(const char *content_type, const gemm_multipar
     }
     if (cb) mp->cb = *cb;
     mp->user = user;
-    memcpy(mp->delim, "\r\n--", 4);
-    memcpy(mp->delim + 4, boundary, blen);
-    mp->dlen = 4 + blen;
-    mp->delim[mp->dlen] = '\0';
+    mp->dlen = (size_t)snprintf(mp->delim, sizeof mp->delim, "\r\n--%s", boundary);
     mp->state = S_PREAMBLE;
     mp->match = 2; /* the virtual CRLF before the body */
     return mp;

@@ -465,11 +465,8 @@ int gemm_npy_reader_finish(gemm_npy_reader *r, gemm_matrix *out, gemm_err *err)
         transpose(r->data, tmp, (size_t)r->hdr.rows, (size_t)r->hdr.cols, gemm_dtype_size(r->hdr.dtype));
         free(tmp);
     }
-    out->rows = r->hdr.rows;
-    out->cols = r->hdr.cols;
-    out->batch = r->hdr.batch;
-    out->dtype = r->hdr.dtype;
-    out->data = r->data;
+    *out = (gemm_matrix){.rows = r->hdr.rows, .cols = r->hdr.cols, .dtype = r->hdr.dtype, .data = r->data,
+                         .batch = r->hdr.batch};
     r->data = NULL;
     r->state = R_DONE;
     return 0;
