@@ -1,6 +1,5 @@
 /* json_body.c - what the values of a JSON body mean: options (options.h), the operands (or
  * the one matrix), their shapes and references, and the error the whole body deserves. */
-#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>

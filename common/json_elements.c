@@ -1,7 +1,6 @@
 /* json_elements.c - the elements of a JSON body's operands (stored within what the limits and
  * the other operand allow, in the dtype or converted at the end) and the error slots. */
 #include <float.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>

@@ -2,7 +2,6 @@
  * stack holds the role each open array or object plays. Chunk ends may cut any token: strings
  * and literals keep their progress in the state, a cut number is copied into a small buffer
  * and finished from there. Numbers inside a row or a data array take a fast loop. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

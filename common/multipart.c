@@ -8,7 +8,6 @@
  * over as a count. Part bodies go to the callbacks as they are scanned, never buffered. */
 #include "multipart.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -3,9 +3,7 @@
 #include "gemm_half.h"
 
 #include <cjson/cJSON.h>
-#include <float.h>
 #include <stdint.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
