@@ -50,13 +50,13 @@ uint16_t gemm_f64_to_half(gemm_dtype d, double v)
 
 int gemm_f64_is_midpoint(gemm_dtype d, double v)
 {
-    int mbits = d == GEMM_DTYPE_F32 ? 23 : d == GEMM_DTYPE_BF16 ? 7 : 10, emin = d == GEMM_DTYPE_F16 ? -14 : -126, e;
     uint64_t bits;
     memcpy(&bits, &v, 8);
-    /* a midpoint has at most mbits + 2 significant bits: a float64 with any of its 51 - mbits
-     * lowest fraction bits set is none (the common case, decided here) */
-    if (bits & ((1ull << (51 - mbits)) - 1)) return 0;
+    /* a midpoint has at most 25 significant bits (float32), 12 or 9: a float64 with any of its
+     * 28 (float32) or 41 lowest fraction bits set is none (the common case, decided here) */
+    if (bits & (d == GEMM_DTYPE_F32 ? (1ull << 28) - 1 : (1ull << 41) - 1)) return 0;
     if (!isfinite(v) || v == 0) return 0;
+    int mbits = d == GEMM_DTYPE_F32 ? 23 : d == GEMM_DTYPE_BF16 ? 7 : 10, emin = d == GEMM_DTYPE_F16 ? -14 : -126, e;
     double a = fabs(v);
     (void)frexp(a, &e);
     int E = e - 1 < emin ? emin : e - 1;
