@@ -17,16 +17,9 @@ uint64_t gemm_round_binary(uint64_t m, int e, int sticky, int p, int emin, int e
         biased = 0;
         if (shift > 64) return 0; /* below half the smallest subnormal */
     }
-    uint64_t mant, rem, half;
-    if (shift == 64) {
-        mant = 0;
-        rem = m;
-        half = 1ull << 63;
-    } else {
-        mant = m >> shift;
-        rem = m & ((1ull << shift) - 1);
-        half = 1ull << (shift - 1);
-    }
+    /* (a shift by 64, the width, is no shift in C: shift 64 keeps nothing of m) */
+    uint64_t mant = shift == 64 ? 0 : m >> shift, half = 1ull << (shift - 1);
+    uint64_t rem = shift == 64 ? m : m & ((1ull << shift) - 1);
     if (rem > half || (rem == half && (sticky || (mant & 1)))) mant++;
     if (biased == 0) return mant; /* subnormal; 2^(p-1) after rounding is the smallest normal */
     if (mant == 1ull << p) {
@@ -50,23 +43,20 @@ static uint16_t round_f64(double v, int p, int emin, int emax)
     return (uint16_t)(sign | gemm_round_binary(m, (e ? e : 1) - 1075, 0, p, emin, emax));
 }
 
-uint16_t gemm_f64_to_f16(double v) { return round_f64(v, 11, -14, 15); }
-uint16_t gemm_f64_to_bf16(double v) { return round_f64(v, 8, -126, 127); }
-
 uint16_t gemm_f64_to_half(gemm_dtype d, double v)
 {
-    return d == GEMM_DTYPE_BF16 ? gemm_f64_to_bf16(v) : gemm_f64_to_f16(v);
+    return d == GEMM_DTYPE_BF16 ? round_f64(v, 8, -126, 127) : round_f64(v, 11, -14, 15);
 }
 
-int gemm_f64_is_half_midpoint(gemm_dtype d, double v)
+int gemm_f64_is_midpoint(gemm_dtype d, double v)
 {
     uint64_t bits;
     memcpy(&bits, &v, 8);
-    /* a midpoint has at most 12 significant bits (float16) or 9 (bfloat16): a float64 with
-     * any of its 41 lowest fraction bits set is none (the common case, decided here) */
-    if (bits & ((1ull << 41) - 1)) return 0;
+    /* a midpoint has at most 25 significant bits (float32), 12 or 9: a float64 with any of its
+     * 28 (float32) or 41 lowest fraction bits set is none (the common case, decided here) */
+    if (bits & (d == GEMM_DTYPE_F32 ? (1ull << 28) - 1 : (1ull << 41) - 1)) return 0;
     if (!isfinite(v) || v == 0) return 0;
-    int mbits = d == GEMM_DTYPE_BF16 ? 7 : 10, emin = d == GEMM_DTYPE_BF16 ? -126 : -14, e;
+    int mbits = d == GEMM_DTYPE_F32 ? 23 : d == GEMM_DTYPE_BF16 ? 7 : 10, emin = d == GEMM_DTYPE_F16 ? -14 : -126, e;
     double a = fabs(v);
     (void)frexp(a, &e);
     int E = e - 1 < emin ? emin : e - 1;

@@ -1,14 +1,7 @@
 /*
- * gemm_half.h - float16 and bfloat16 <-> float32 / float64 conversions, bit by bit.
- *
- * Widening (half -> float32) is exact. Narrowing rounds to nearest, ties to even, with
- * gradual underflow (float16 subnormals; bfloat16 keeps float32's range, so its subnormals
- * are float32's), overflow to +-infinity (float16: |x| >= 65520 rounds to infinity; bfloat16:
- * beyond 0x1.ffp127 plus half a unit), infinities kept, and NaN kept as a quiet NaN of the
- * same sign with the top bits of its payload. Signed zeros keep their sign.
- *
- * Elements are 2-byte little-endian values in memory (uint16_t on the little-endian hosts
- * gemmd runs on).
+ * gemm_half.h - float16 and bfloat16 <-> float32 / float64, bit by bit (uint16_t elements).
+ * Widening is exact; narrowing rounds to nearest even with subnormals, overflow to +-inf,
+ * NaN kept quiet with its sign and the top of its payload, signed zeros kept.
  */
 #ifndef GEMM_HALF_H
 #define GEMM_HALF_H
@@ -92,14 +85,11 @@ static inline uint16_t gemm_f32_to_bf16(float f)
  * significand and normal exponents emin..emax (subnormals and overflow to infinity
  * included): the IEEE bits without the sign. */
 uint64_t gemm_round_binary(uint64_t m, int e, int sticky, int p, int emin, int emax);
-/* float64 -> float16 / bfloat16 with one rounding (no double rounding through float32). */
-uint16_t gemm_f64_to_f16(double v);
-uint16_t gemm_f64_to_bf16(double v);
-/* Either, by dtype (GEMM_DTYPE_F16 or GEMM_DTYPE_BF16). */
+/* float64 -> float16 / bfloat16 (dtype d) with one rounding (none through float32). */
 uint16_t gemm_f64_to_half(gemm_dtype d, double v);
-/* True when v lies exactly halfway between two neighbours of dtype d (GEMM_DTYPE_F16 or
- * GEMM_DTYPE_BF16): only then can rounding v differ from rounding the decimal it came from. */
-int gemm_f64_is_half_midpoint(gemm_dtype d, double v);
+/* True when v lies exactly halfway between two neighbours of dtype d (float32, float16 or
+ * bfloat16): only then can rounding v differ from rounding the decimal it came from. */
+int gemm_f64_is_midpoint(gemm_dtype d, double v);
 /* The float32 value of one element of dtype d (GEMM_DTYPE_F16 or GEMM_DTYPE_BF16). */
 static inline float gemm_half_to_f32(gemm_dtype d, uint16_t h)
 {

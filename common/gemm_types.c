@@ -44,13 +44,8 @@ const char *gemm_math_name(gemm_math m)
 
 int gemm_math_from_name(const char *s, gemm_math *out)
 {
-    if (!s) return -1;
-    for (int i = 0; i < GEMM_MATH_COUNT; i++) {
-        if (strcasecmp(s, math_names[i]) == 0) {
-            *out = (gemm_math)i;
-            return 0;
-        }
-    }
+    for (int i = 0; s && i < GEMM_MATH_COUNT; i++)
+        if (strcasecmp(s, math_names[i]) == 0) return *out = (gemm_math)i, 0;
     return -1;
 }
 
@@ -64,13 +59,12 @@ int gemm_out_dtype_resolve(gemm_dtype d, gemm_dtype out, gemm_dtype *c, gemm_err
         *c = out;
         return 0;
     }
-    if (gemm_dtype_is_half(d))
-        return gemm_err_set(err, 422, "bad_out_dtype",
-                            "out_dtype %s is not available for %s operands; use float32 (the default) or %s",
-                            gemm_dtype_name(out), gemm_dtype_name(d), gemm_dtype_name(d));
     return gemm_err_set(err, 422, "bad_out_dtype",
-                        "out_dtype %s is not available for %s operands: C is %s (out_dtype chooses between "
-                        "float32 and the input dtype for float16 and bfloat16 operands only)",
+                        gemm_dtype_is_half(d) ? "out_dtype %s is not available for %s operands; use float32 (the "
+                                                "default) or %s"
+                                              : "out_dtype %s is not available for %s operands: C is %s (out_dtype "
+                                                "chooses between float32 and the input dtype for float16 and "
+                                                "bfloat16 operands only)",
                         gemm_dtype_name(out), gemm_dtype_name(d), gemm_dtype_name(d));
 }
 
@@ -279,21 +273,28 @@ int gemm_check_batch_pair(uint64_t a_batch, uint64_t b_batch, gemm_err *err)
     return 0;
 }
 
+int gemm_utf8_lead(unsigned char c, unsigned char *need, unsigned char *lo, unsigned char *hi)
+{
+    static const struct { unsigned char first, last, need, lo, hi; } lead[] = {
+        {0xc2, 0xdf, 1, 0x80, 0xbf}, {0xe0, 0xe0, 2, 0xa0, 0xbf}, {0xe1, 0xec, 2, 0x80, 0xbf},
+        {0xed, 0xed, 2, 0x80, 0x9f}, {0xee, 0xef, 2, 0x80, 0xbf}, {0xf0, 0xf0, 3, 0x90, 0xbf},
+        {0xf1, 0xf3, 3, 0x80, 0xbf}, {0xf4, 0xf4, 3, 0x80, 0x8f},
+    };
+    for (size_t i = 0; i < sizeof lead / sizeof lead[0]; i++) {
+        if (c >= lead[i].first && c <= lead[i].last) {
+            *need = lead[i].need, *lo = lead[i].lo, *hi = lead[i].hi;
+            return 0;
+        }
+    }
+    return -1;
+}
+
 size_t gemm_utf8_seq(const unsigned char *p)
 {
-    unsigned char c = p[0];
-    if (c < 0x80) return 1;
-    size_t n;
-    uint32_t cp;
-    if (c >= 0xc2 && c <= 0xdf) n = 2, cp = c & 0x1f;
-    else if (c >= 0xe0 && c <= 0xef) n = 3, cp = c & 0x0f;
-    else if (c >= 0xf0 && c <= 0xf4) n = 4, cp = c & 0x07;
-    else return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0; /* also stops at the terminating NUL */
-        cp = (cp << 6) | (p[i] & 0x3f);
-    }
-    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return n;
+    unsigned char need, lo, hi;
+    if (p[0] < 0x80) return 1;
+    if (gemm_utf8_lead(p[0], &need, &lo, &hi)) return 0;
+    for (size_t i = 1; i <= need; i++, lo = 0x80, hi = 0xbf)
+        if (p[i] < lo || p[i] > hi) return 0; /* also stops at the terminating NUL */
+    return (size_t)need + 1;
 }

@@ -1,9 +1,6 @@
 /*
- * gemm_types.h - the vocabulary shared by the daemon, the engines and the client:
- * element types, math modes, checked size arithmetic, matrices, limits, the error
- * model and the allocator through which every matrix buffer is obtained.
- *
- * Matrices are always row-major (C order) in memory once decoded.
+ * gemm_types.h - the vocabulary shared by the daemon, the engines and the client: dtypes,
+ * math modes, checked sizes, row-major matrices, limits, errors and the allocator.
  */
 #ifndef GEMM_TYPES_H
 #define GEMM_TYPES_H
@@ -34,9 +31,7 @@ typedef struct {
     const char *v2;      /* the KServe v2 datatype: "FP32", "FP64", "INT32", "FP16", "BF16" */
     const char *npy;     /* the .npy descr: "<f4", "<f8", "<i4", "<f2", "<V2" (npy.h) */
     unsigned size;       /* bytes per element */
-    unsigned json_width; /* the widest JSON text of one element and its comma: float64
-                            "-1.2345678901234567e-308," (26), int32 (12), float32 and the half
-                            dtypes (written with float32's digits, 17) */
+    unsigned json_width; /* the widest JSON text of one element and its comma */
 } gemm_dtype_info;
 extern const gemm_dtype_info gemm_dtypes[GEMM_DTYPE_COUNT];
 
@@ -46,12 +41,9 @@ size_t gemm_dtype_size(gemm_dtype d);
 unsigned gemm_json_elem_width(gemm_dtype d);
 /* gemm_dtypes[d].name, "invalid" for GEMM_DTYPE_INVALID. */
 const char *gemm_dtype_name(gemm_dtype d);
-/* Accepts the canonical names and the aliases "f4"/"f8"/"i4"/"f2", "float"/"double"/"int"/
- * "half", "bf16", and the v2 datatype names ("FP32", "FP64", "INT32", "FP16", "BF16": names
- * are caseless). Returns 0 and sets *out, or -1 when the name is unknown. */
+/* The canonical names, the v2 datatypes and the aliases (f4, float, ...), caseless: 0, or -1. */
 int gemm_dtype_from_name(const char *s, gemm_dtype *out);
-/* True for the 2-byte floating types (float16, bfloat16): operands that are computed in
- * float32 and whose product C is float32 unless the input dtype is asked for (out_dtype). */
+/* float16, bfloat16: computed in float32, C float32 unless out_dtype asks for their own. */
 static inline bool gemm_dtype_is_half(gemm_dtype d) { return d == GEMM_DTYPE_F16 || d == GEMM_DTYPE_BF16; }
 
 /* ---- math modes (float32 only; float64 and int32 are always exact) ----- */
@@ -64,20 +56,16 @@ typedef enum {
     GEMM_MATH_COUNT = 4
 } gemm_math;
 
-/* "default", "fp32", "tf32", "bf16". */
 const char *gemm_math_name(gemm_math m);
 int gemm_math_from_name(const char *s, gemm_math *out);
-/* The mode actually used for a dtype: DEFAULT resolves to FP32 for float32; float64 and
- * int32 report "exact" through gemm_math_report_name(). */
+/* The mode a dtype is computed in: "fp32" for DEFAULT, "exact" for float64 and int32. */
 const char *gemm_math_report_name(gemm_dtype d, gemm_math m);
 
 /* ---- checked arithmetic ------------------------------------------------ */
 
-/* *out = a * b; returns false (and leaves *out untouched) on overflow. */
+/* a * b, a + b, the bytes of a rows x cols matrix: false on overflow (or a bad dtype). */
 bool gemm_mul_size(size_t a, size_t b, size_t *out);
-/* *out = a + b; returns false on overflow. */
 bool gemm_add_size(size_t a, size_t b, size_t *out);
-/* Bytes of a rows x cols matrix of dtype d; false on overflow or invalid dtype. */
 bool gemm_matrix_bytes(uint64_t rows, uint64_t cols, gemm_dtype d, size_t *out);
 
 /* ---- matrices ---------------------------------------------------------- */
@@ -101,9 +89,7 @@ typedef struct {
     size_t max_body_bytes; /* largest request body */
 } gemm_limits;
 
-/* ---- errors -------------------------------------------------------------
- * Every failure that can reach a user carries an HTTP status, a short stable
- * machine code (snake_case) and a sentence a person understands. */
+/* ---- errors: an HTTP status, a stable snake_case code, a sentence for a person ---- */
 
 typedef struct {
     int status;        /* HTTP status: 400, 404, 411, 413, 415, 422, 500, 503 ... */
@@ -112,9 +98,7 @@ typedef struct {
 } gemm_err;
 
 void gemm_err_clear(gemm_err *e);
-/* Sets all three fields; the message is printf-formatted and truncated to fit.
- * Safe to call with e == NULL (does nothing). Returns -1 so callers can
- * `return gemm_err_set(...)`. */
+/* Sets all three (e may be NULL); returns -1, for `return gemm_err_set(...)`. */
 int gemm_err_set(gemm_err *e, int status, const char *code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
@@ -125,42 +109,28 @@ int gemm_err_set(gemm_err *e, int status, const char *code, const char *fmt, ...
  * with "..." to fit cap. Returns buf. */
 const char *gemm_shown(const char *s, size_t len, char *buf, size_t cap);
 
-/* The dtype of C for inputs of dtype d: out when given (GEMM_DTYPE_INVALID: not given),
- * else float32 for the half types and d itself for the others. Returns 0, or -1 with 422
- * bad_out_dtype when out is not one d allows (half inputs: float32 or d; other inputs:
- * only d - the service converts nothing else). */
+/* The dtype of C for inputs of dtype d and out_dtype out (GEMM_DTYPE_INVALID: not given):
+ * 0, or -1 with 422 bad_out_dtype when d does not allow out (only the half types convert). */
 int gemm_out_dtype_resolve(gemm_dtype d, gemm_dtype out, gemm_dtype *c, gemm_err *err);
 
-/* Shape validation for C = A(m x k) . B(kb x n), done before anything is allocated:
- * every dimension >= 1 (422 empty_matrix), k == kb (422 shape_mismatch, message names
- * both shapes), each dimension <= max_dim and each of A, B, C <= max_elements
- * (413 too_large), and the byte sizes must not overflow (413 too_large).
- * Returns 0 or -1 with *err set. */
+/* Shapes and limits, checked before anything is allocated (statuses and codes: docs/API.md,
+ * "Errors"); 0 or -1 with *err. C = A(m x k) . B(kb x n): */
 int gemm_check_product(uint64_t m, uint64_t k, uint64_t kb, uint64_t n, gemm_dtype d,
                        const gemm_limits *lim, gemm_err *err);
 
-/* Validation of one matrix that arrives on its own (a .npy part, a JSON operand), before
- * its buffer is allocated: rows and cols >= 1 (422 empty_matrix), each <= max_dim and
- * rows*cols <= max_elements (413 too_large), and the byte size must not overflow (413
- * too_large). `what` names it in the message ("A", "part b"). Returns 0 or -1. */
+/* One matrix on its own (a .npy part, a JSON operand), `what` in the message: */
 int gemm_check_matrix(uint64_t rows, uint64_t cols, gemm_dtype d, const gemm_limits *lim,
                       const char *what, gemm_err *err);
 
-/* The same for a 3-D stack of batch such matrices (checked as above, then 1 <= batch <=
- * GEMM_MAX_BATCH and batch*rows*cols within max_elements and the address space: 413
- * too_large, 422 bad_batch for 0). */
+/* A 3-D stack of 1 to GEMM_MAX_BATCH such matrices: */
 int gemm_check_stack(uint64_t batch, uint64_t rows, uint64_t cols, gemm_dtype d,
                      const gemm_limits *lim, const char *what, gemm_err *err);
 
-/* The leading batch dimensions of A and B (0: 2-D) pair as NumPy `matmul` broadcasts them
- * for a batched request: A 3-D with B 3-D of as many matrices, or A 3-D with one 2-D B for
- * all (or both 2-D). A 2-D A with a 3-D B, or different counts: 422 batch_mismatch. */
+/* The batches of A and B (0: 2-D) as NumPy matmul pairs them (a 2-D B serves every A): */
 int gemm_check_batch_pair(uint64_t a_batch, uint64_t b_batch, gemm_err *err);
 
-/* ---- allocators ---------------------------------------------------------
- * Decoders never call malloc for matrix data directly: they ask the allocator they
- * were given, so that the CUDA engine can hand out pinned memory and raw bodies land
- * where the copy engine reads them. */
+/* ---- allocators: decoders take matrix buffers from the one they are given, so that the
+ * CUDA engine can hand out pinned memory that the copy engine reads from ---- */
 
 typedef struct {
     void *(*alloc)(void *ctx, size_t bytes); /* NULL on failure; 64-byte aligned */
@@ -181,11 +151,14 @@ int gemm_alloc_busy_thread(void);
 static inline void *gemm_alloc(const gemm_allocator *a, size_t bytes) { return a->alloc(a->ctx, bytes); }
 static inline void gemm_free(const gemm_allocator *a, void *p) { if (p) a->free(a->ctx, p); }
 
-/* Monotonic clock in milliseconds (CLOCK_MONOTONIC). */
+/* CLOCK_MONOTONIC in milliseconds. */
 double gemm_now_ms(void);
 
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 when it is not one (an overlong
- * form, a surrogate, past U+10FFFF, or a truncated sequence: it stops at a NUL). */
+/* UTF-8 (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF). The lead
+ * byte c (>= 0x80): how many bytes follow and the range the next one must fall in; 0, or -1
+ * when c cannot begin a character (later ones are 0x80..0xbf). */
+int gemm_utf8_lead(unsigned char c, unsigned char *need, unsigned char *lo, unsigned char *hi);
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 (it stops at a NUL). */
 size_t gemm_utf8_seq(const unsigned char *p);
 
 #ifdef __cplusplus

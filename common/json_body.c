@@ -1,8 +1,5 @@
-/* json_body.c - what the values of a JSON body mean (see json_stream.h): the options (read
- * through the options' table, options.h), the two operands (or the one matrix), their
- * shapes and references, and the error the whole body deserves. The tokenizer
- * (json_stream.c) calls in here; the elements and the error slots are json_elements.c's. */
-#include <math.h>
+/* json_body.c - what the values of a JSON body mean: options (options.h), the operands (or
+ * the one matrix), their shapes and references, and the error the whole body deserves. */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,13 +8,11 @@
 
 static void shape_error(gemm_json_stream *s, int x)
 {
-    if (s->single)
-        gemm_jsb_note(s, RK_STRUCT + 10 * x, 0, 400, "bad_matrix",
-             "%s.shape must be [rows, cols] with two non-negative integers", s->op[x].name);
-    else
-        gemm_jsb_note(s, RK_STRUCT + 10 * x, 0, 400, "bad_matrix",
-             "%s.shape must be [rows, cols] or [batch, rows, cols] (a batch of matrices), with non-negative "
-             "integers", s->op[x].name);
+    bad_matrix(s, RK_STRUCT + 10 * x,
+               s->single ? "%s.shape must be [rows, cols] with two non-negative integers"
+                         : "%s.shape must be [rows, cols] or [batch, rows, cols] (a batch of matrices), with "
+                           "non-negative integers",
+               s->op[x].name);
 }
 
 /* Operand x has just become 3-D (or a 3-D operand begins its matrix number mat): it is no
@@ -54,11 +49,10 @@ static void ref_value(gemm_json_stream *s, int x, enum vtype t, const char *str)
 {
     operand *o = &s->op[x];
     if (!s->refs.resolve) {
-        gemm_jsb_note(s, RK_REF + 10 * x, 0, 400, "bad_matrix", "%s.ref: references to resident matrices are not taken here",
-             o->name);
+        bad_matrix(s, RK_REF + 10 * x, "%s.ref: references to resident matrices are not taken here", o->name);
     } else if (t != T_STRING) {
-        gemm_jsb_note(s, RK_REF + 10 * x, 0, 400, "bad_matrix", "%s.ref is %s; expected a matrix id (a string)", o->name,
-             gemm_json_type_name((char)t));
+        bad_matrix(s, RK_REF + 10 * x, "%s.ref is %s; expected a matrix id (a string)", o->name,
+                   gemm_json_type_name((char)t));
     } else {
         snprintf(o->ref_id, sizeof o->ref_id, "%s", str ? str : "");
         o->ref_named = 1;
@@ -68,12 +62,10 @@ static void ref_value(gemm_json_stream *s, int x, enum vtype t, const char *str)
 void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const gemm_decimal *d)
 {
     if (s->depth == 0) {
-        if (s->single)
-            gemm_jsb_note(s, RK_ROOT, 0, 400, "bad_matrix",
-                 "the body is %s; expected [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}", gemm_json_type_name((char)t));
-        else
-            gemm_jsb_note(s, RK_ROOT, 0, 400, "bad_matrix",
-                 "the body is %s; expected a JSON object {\"a\": [[..]], \"b\": [[..]]}", gemm_json_type_name((char)t));
+        bad_matrix(s, RK_ROOT,
+                   s->single ? "the body is %s; expected [[..],[..]] or {\"shape\": [r,c], \"data\": [..]}"
+                             : "the body is %s; expected a JSON object {\"a\": [[..]], \"b\": [[..]]}",
+                   gemm_json_type_name((char)t));
         return;
     }
     frame *f = &s->stack[s->depth - 1];
@@ -94,36 +86,37 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
         if (f->key == K_A || f->key == K_B) {
             o = &s->op[f->key - K_A];
             o->form = 'x';
-            gemm_jsb_note(s, RK_STRUCT + 10 * (f->key - K_A), 0, 400, "bad_matrix",
-                 "%s is %s; expected nested arrays [[..],[..]] or {\"shape\": [m,k], \"data\": [..]}", o->name,
-                 gemm_json_type_name((char)t));
+            bad_matrix(s, RK_STRUCT + 10 * (f->key - K_A),
+                       "%s is %s; expected nested arrays [[..],[..]] or {\"shape\": [m,k], \"data\": [..]}", o->name,
+                       gemm_json_type_name((char)t));
         } else if (f->key >= K_OPT) {
             option_value(s, f->key, t, d);
         }
         return;
     case R_ROWS:
         if (t == T_NUMBER && f->n == 0)
-            gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix",
-                 "%s is a 1-D array; a matrix is an array of rows, e.g. [[1,2],[3,4]]", o->name);
+            bad_matrix(s, RK_STRUCT + 10 * f->x, "%s is a 1-D array; a matrix is an array of rows, e.g. [[1,2],[3,4]]",
+                       o->name);
         else
-            gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "%s[%llu] is %s, expected an array (a row)", o->name,
-                 (unsigned long long)f->n, gemm_json_type_name((char)t));
+            bad_matrix(s, RK_STRUCT + 10 * f->x, "%s[%llu] is %s, expected an array (a row)", o->name,
+                       (unsigned long long)f->n, gemm_json_type_name((char)t));
         return;
     case R_MAT:
-        gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "%s[%llu][%llu] is %s, expected an array (a row)",
-             o->name, (unsigned long long)s->stack[s->depth - 2].n, (unsigned long long)f->n, gemm_json_type_name((char)t));
+        bad_matrix(s, RK_STRUCT + 10 * f->x, "%s[%llu][%llu] is %s, expected an array (a row)", o->name,
+                   (unsigned long long)s->stack[s->depth - 2].n, (unsigned long long)f->n,
+                   gemm_json_type_name((char)t));
         return;
     case R_STACK:
-        gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix",
-             "%s[%llu] is %s; %s is 3-D (a batch), each %s[i] a matrix: an array of rows", o->name,
-             (unsigned long long)f->n, gemm_json_type_name((char)t), o->name, o->name);
+        bad_matrix(s, RK_STRUCT + 10 * f->x,
+                   "%s[%llu] is %s; %s is 3-D (a batch), each %s[i] a matrix: an array of rows", o->name,
+                   (unsigned long long)f->n, gemm_json_type_name((char)t), o->name, o->name);
         return;
     case R_MATOBJ:
         if (f->key == K_SHAPE) {
             shape_error(s, f->x);
         } else if (f->key == K_DATA) {
-            gemm_jsb_note(s, RK_STRUCT + 10 * f->x + 1, 0, 400, "bad_matrix",
-                 "%s.data must be an array of numbers (row-major), not %s", o->name, gemm_json_type_name((char)t));
+            bad_matrix(s, RK_STRUCT + 10 * f->x + 1, "%s.data must be an array of numbers (row-major), not %s", o->name,
+                       gemm_json_type_name((char)t));
         } else if (f->key == K_REF) {
             ref_value(s, f->x, t, str);
         } else if (f->key >= K_OPT) {
@@ -141,14 +134,10 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
     }
 }
 
-/* An array or object (c) opens in the rows f of a matrix: row f->n, unless it is an object. */
-static int row_begins(gemm_json_stream *s, frame *f, char c)
+/* An array opens in the rows f of a matrix: row f->n. */
+static int row_begins(gemm_json_stream *s, frame *f)
 {
     operand *o = &s->op[f->x];
-    if (c == '{') {
-        gemm_jsb_scalar(s, T_OBJECT, NULL, NULL);
-        return R_SKIP;
-    }
     if (!o->dead) {
         uint64_t ob, orows, ocols;
         if ((s->limp && s->lim.max_dim && f->n >= s->lim.max_dim) ||
@@ -160,85 +149,57 @@ static int row_begins(gemm_json_stream *s, frame *f, char c)
 
 int gemm_jsb_open(gemm_json_stream *s, char c, int *x)
 {
-    enum vtype t = c == '[' ? T_ARRAY : T_OBJECT;
-    *x = 0;
-    if (s->depth == 0) {
-        if (s->single) { /* the body is the matrix: rows, or an object with its fields */
-            s->op[0].present = 1;
-            s->op[0].form = c;
-            return c == '[' ? R_ROWS : R_MATOBJ;
-        }
-        if (c == '{') return R_ROOT;
-        gemm_jsb_scalar(s, t, NULL, NULL); /* the same message as for a scalar */
-        return R_SKIP;
+    *x = s->depth ? s->stack[s->depth - 1].x : 0;
+    if (s->depth == 0 && s->single) { /* the body is the matrix: rows, or an object with its fields */
+        s->op[0].present = 1;
+        s->op[0].form = c;
+        return c == '[' ? R_ROWS : R_MATOBJ;
     }
-    frame *f = &s->stack[s->depth - 1];
-    operand *o = &s->op[f->x];
-    *x = f->x;
-    switch (f->role) {
+    if (s->depth == 0 && c == '{') return R_ROOT;
+    frame *f = s->depth ? &s->stack[s->depth - 1] : NULL;
+    operand *o = f ? &s->op[f->x] : NULL;
+    switch (f ? f->role : R_SKIP) {
     case R_ROOT:
-        if (f->key == K_A || f->key == K_B) {
-            *x = f->key - K_A;
-            s->op[*x].form = c;
-            return c == '[' ? R_ROWS : R_MATOBJ;
-        }
-        if (f->key >= K_OPT) option_value(s, f->key, t, NULL);
-        return R_SKIP;
+        if (f->key != K_A && f->key != K_B) break;
+        *x = f->key - K_A;
+        s->op[*x].form = c;
+        return c == '[' ? R_ROWS : R_MATOBJ;
     case R_DATA:
         /* one matrix: {"data": [[..]]} without a shape before it holds rows */
-        if (!(s->single && c == '[' && f->n == 0 && !o->seen_shape)) {
-            gemm_jsb_other(s, f->x, t, 0, 0, f->n);
-            return R_SKIP;
-        }
+        if (!(s->single && c == '[' && f->n == 0 && !o->seen_shape)) break;
         f->role = R_ROWS;
         o->form = '[';
         o->data_rows = 1; /* and this is its first row */
         /* fall through */
     case R_ROWS:
     case R_MAT:
-        return row_begins(s, f, c);
+        if (c == '{') break;
+        return row_begins(s, f);
     case R_STACK:
-        if (c == '{') {
-            gemm_jsb_scalar(s, t, NULL, NULL);
-            return R_SKIP;
-        }
+        if (c == '{') break;
         check_batch_early(s, f->x, f->n); /* matrix f->n begins */
         return R_MAT;
     case R_ROW: {
         /* an array as the very first element: the operand is 3-D, its rows were matrices */
         frame *rows = &s->stack[s->depth - 2];
-        if (!s->single && c == '[' && f->n == 0 && rows->role == R_ROWS && rows->n == 0 && !o->batched) {
-            o->batched = 1;
-            rows->role = R_STACK;
-            f->role = R_MAT;
-            check_batch_early(s, f->x, 0);
-            return row_begins(s, f, c);
-        }
-        gemm_jsb_other(s, f->x, t, rows->role == R_MAT ? s->stack[s->depth - 3].n : 0, rows->n, f->n);
-        return R_SKIP;
+        if (s->single || c != '[' || f->n || rows->role != R_ROWS || rows->n || o->batched) break;
+        o->batched = 1;
+        rows->role = R_STACK;
+        f->role = R_MAT;
+        check_batch_early(s, f->x, 0);
+        return row_begins(s, f);
     }
     case R_MATOBJ:
-        if (f->key == K_SHAPE) {
-            if (c == '[') return R_SHAPE;
-            shape_error(s, f->x);
-        } else if (f->key == K_DATA) {
-            if (c == '[') {
-                o->data_array = 1;
-                return R_DATA;
-            }
-            gemm_jsb_scalar(s, t, NULL, NULL);
-        } else if (f->key == K_REF) {
-            ref_value(s, f->x, t, NULL);
-        } else if (f->key >= K_OPT) {
-            option_value(s, f->key, t, NULL);
+        if (c == '[' && f->key == K_SHAPE) return R_SHAPE;
+        if (c == '[' && f->key == K_DATA) {
+            o->data_array = 1;
+            return R_DATA;
         }
-        return R_SKIP;
-    case R_SHAPE:
-        o->shape_state = 2;
-        return R_SKIP;
-    default:
-        return R_SKIP;
+        break;
     }
+    /* no container that means something here: what a value of its type would do */
+    gemm_jsb_scalar(s, c == '[' ? T_ARRAY : T_OBJECT, NULL, NULL);
+    return R_SKIP;
 }
 
 void gemm_jsb_close(gemm_json_stream *s, frame *f)
@@ -254,13 +215,12 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
                 (s->limp && s->lim.max_dim && f->n > s->lim.max_dim))
                 gemm_jsb_kill(s, o);
         } else if (f->n != o->ncols && rows->role == R_MAT) {
-            gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix",
-                 "row %llu of %s[%llu] has %llu elements, row 0 of %s[0] has %llu", (unsigned long long)rows->n, o->name,
-                 (unsigned long long)s->stack[s->depth - 3].n, (unsigned long long)f->n, o->name,
-                 (unsigned long long)o->ncols);
+            bad_matrix(s, RK_STRUCT + 10 * f->x, "row %llu of %s[%llu] has %llu elements, row 0 of %s[0] has %llu",
+                       (unsigned long long)rows->n, o->name, (unsigned long long)s->stack[s->depth - 3].n,
+                       (unsigned long long)f->n, o->name, (unsigned long long)o->ncols);
         } else if (f->n != o->ncols) {
-            gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "row %llu of %s has %llu elements, row 0 has %llu",
-                 (unsigned long long)rows->n, o->name, (unsigned long long)f->n, (unsigned long long)o->ncols);
+            bad_matrix(s, RK_STRUCT + 10 * f->x, "row %llu of %s has %llu elements, row 0 has %llu",
+                       (unsigned long long)rows->n, o->name, (unsigned long long)f->n, (unsigned long long)o->ncols);
         }
         o->rows = rows->n + 1;
         return;
@@ -273,8 +233,8 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
                 (s->limp && s->lim.max_dim && f->n > s->lim.max_dim))
                 gemm_jsb_kill(s, o);
         } else if (f->n != o->mrows) {
-            gemm_jsb_note(s, RK_STRUCT + 10 * f->x, 0, 400, "bad_matrix", "%s[%llu] has %llu rows, %s[0] has %llu", o->name,
-                 (unsigned long long)o->nmat, (unsigned long long)f->n, o->name, (unsigned long long)o->mrows);
+            bad_matrix(s, RK_STRUCT + 10 * f->x, "%s[%llu] has %llu rows, %s[0] has %llu", o->name,
+                       (unsigned long long)o->nmat, (unsigned long long)f->n, o->name, (unsigned long long)o->mrows);
         }
         o->nmat++;
         return;
@@ -309,7 +269,7 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
     case R_DATA:
         if (o->shape_state == 1) { /* the length is known already: a wrong one fails now */
             uint64_t need;
-            if (!gemm_jsb_declared_count(o, &need) && need != o->count) gemm_jsb_count_error(s, f->x);
+            if (!gemm_jsb_declared_count(o, &need) && need != o->count) gemm_jsb_count_error(s, f->x, o->count);
         }
         gemm_jsb_settle(s, o);
         return;
@@ -319,8 +279,8 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
         if (s->single && o->seen_data && !o->seen_shape && o->form == '{' && o->data_array) {
             /* {"data": [..]} without a shape: rows expected, numbers found (or none at all) */
             if (o->count) {
-                gemm_jsb_note(s, RK_STRUCT, 0, 400, "bad_matrix",
-                     "%s is a 1-D array; a matrix is an array of rows, e.g. [[1,2],[3,4]]", o->name);
+                bad_matrix(s, RK_STRUCT, "%s is a 1-D array; a matrix is an array of rows, e.g. [[1,2],[3,4]]",
+                           o->name);
             } else {
                 o->form = '[';
                 o->rows = 0;
@@ -329,8 +289,8 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
         }
         if (o->shape_state != 1) shape_error(s, f->x);
         if (!o->seen_data)
-            gemm_jsb_note(s, RK_STRUCT + 10 * f->x + 1, 0, 400, "bad_matrix",
-                 "%s.data must be an array of numbers (row-major), not missing", o->name);
+            bad_matrix(s, RK_STRUCT + 10 * f->x + 1, "%s.data must be an array of numbers (row-major), not missing",
+                       o->name);
         return;
     default:
         return;
@@ -350,10 +310,10 @@ void gemm_jsb_key(gemm_json_stream *s)
         int x = k[0] - 'a';
         o = &s->op[x];
         if (s->seen_key[K_A + x]) {
-            gemm_jsb_note(s, RK_DUP, 0, 400, "bad_matrix", "\"%s\" is given twice; send it once", o->name);
+            bad_matrix(s, RK_DUP, "\"%s\" is given twice; send it once", o->name);
         } else if (o->given) { /* named in the query: its value is not read */
-            gemm_jsb_note(s, RK_STRUCT + 10 * x, 0, 400, "bad_matrix",
-                          "%s is named in the query (%s=ID) and given in the body too; send it once", o->name, o->name);
+            bad_matrix(s, RK_STRUCT + 10 * x,
+                       "%s is named in the query (%s=ID) and given in the body too; send it once", o->name, o->name);
         } else {
             o->present = 1;
             f->key = (uint8_t)(K_A + x);
@@ -365,7 +325,8 @@ void gemm_jsb_key(gemm_json_stream *s)
         if (o->has_ref) return; /* a reference: the rest of the object is not read */
         if (strcmp(k, "shape") == 0 || strcmp(k, "data") == 0) {
             int *seen = k[0] == 's' ? &o->seen_shape : &o->seen_data;
-            if (*seen) gemm_jsb_note(s, RK_DUP, 0, 400, "bad_matrix", "%s.%s is given twice; send it once", o->name, k);
+            if (*seen)
+                bad_matrix(s, RK_DUP, "%s.%s is given twice; send it once", o->name, k);
             else f->key = k[0] == 's' ? K_SHAPE : K_DATA;
             *seen = 1;
             return;
@@ -452,15 +413,13 @@ int gemm_jsb_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm
 {
     for (int x = 0; x < 2; x++)
         if (!s->op[x].present && !s->op[x].given)
-            gemm_jsb_note(s, RK_STRUCT + 10 * x, 0, 400, "bad_matrix", "the body has no \"%s\" matrix", s->op[x].name);
+            bad_matrix(s, RK_STRUCT + 10 * x, "the body has no \"%s\" matrix", s->op[x].name);
     /* references, resolved in the order a request is read: a's before b's structure counts */
     for (int x = 0; x < 2; x++) {
         operand *o = &s->op[x];
         if (!o->ref_named || gemm_jsb_best_rank(s) <= RK_REF + 10 * x) continue;
-        gemm_matrix m;
-        gemm_err e;
-        memset(&m, 0, sizeof m);
-        gemm_err_clear(&e);
+        gemm_matrix m = {0};
+        gemm_err e = {0};
         if (s->refs.resolve(s->refs.user, x, o->ref_id, &m, &e) != 0) {
             gemm_jsb_note(s, RK_REF + 10 * x, 0, e.status ? e.status : 404, e.code[0] ? e.code : "matrix_not_found", "%s",
                  e.message);
@@ -492,7 +451,7 @@ int gemm_jsb_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm
         operand *o = &s->op[x];
         uint64_t need = 0;
         gemm_jsb_declared_count(o, &need); /* the product's checks passed: no overflow */
-        if (!o->is_ref && o->form == '{' && o->count != need) gemm_jsb_count_error(s, x);
+        if (!o->is_ref && o->form == '{' && o->count != need) gemm_jsb_count_error(s, x, o->count);
     }
     for (int x = 0; x < 2; x++)
         if (!s->op[x].is_ref) gemm_jsb_last_checks(s, x, d);
@@ -511,14 +470,12 @@ int gemm_jsb_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *
     operand *o = &s->op[0];
     if (s->opt.dtype == GEMM_DTYPE_INVALID) s->opt.dtype = GEMM_DTYPE_F64;
     gemm_dtype d = s->opt.dtype;
-    uint64_t rows = 0, cols = 0;
+    uint64_t batch, rows = 0, cols = 0;
     int rows_with_shape = o->data_rows && o->shape_state == 1; /* {"data": [[..]], "shape": [..]} */
+    gemm_jsb_known_shape(o, &batch, &rows, &cols);
     if (rows_with_shape) {
         rows = o->shape[0];
         cols = o->shape[1];
-    } else {
-        uint64_t batch;
-        gemm_jsb_known_shape(o, &batch, &rows, &cols);
     }
     if (gemm_jsb_best_rank(s) > RK_PRODUCT) {
         gemm_err e;
@@ -527,16 +484,13 @@ int gemm_jsb_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *
     }
     if (gemm_jsb_best_rank(s) > RK_COUNT && rows_with_shape) {
         /* with a shape, data is flat: its elements are the rows read */
-        if (o->rows != rows * cols)
-            gemm_jsb_note(s, RK_COUNT, 0, 400, "bad_matrix", "%s.data has %llu numbers but shape [%llu,%llu] needs %llu",
-                 o->name, (unsigned long long)o->rows, (unsigned long long)rows, (unsigned long long)cols,
-                 (unsigned long long)(rows * cols));
+        if (o->rows != rows * cols) gemm_jsb_count_error(s, 0, o->rows);
         else
-            gemm_jsb_note(s, RK_ELEM, 0, 400, "bad_matrix", "%s.data[0] is an array, expected a number", o->name);
+            bad_matrix(s, RK_ELEM, "%s.data[0] is an array, expected a number", o->name);
         o->has_bad = 1; /* nothing before it to look at */
         o->bad_index = 0;
     } else if (gemm_jsb_best_rank(s) > RK_COUNT && o->form == '{' && o->count != rows * cols) {
-        gemm_jsb_count_error(s, 0);
+        gemm_jsb_count_error(s, 0, o->count);
     }
     gemm_jsb_last_checks(s, 0, d);
     if (verdict(s, opt, err)) return -1;

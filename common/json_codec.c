@@ -12,12 +12,7 @@
 
 /* ---- gemm_buf ----------------------------------------------------------- */
 
-void gemm_buf_init(gemm_buf *b)
-{
-    b->data = NULL;
-    b->len = b->cap = 0;
-    b->failed = 0;
-}
+void gemm_buf_init(gemm_buf *b) { *b = (gemm_buf){0}; }
 
 void gemm_buf_free(gemm_buf *b)
 {
@@ -36,13 +31,7 @@ static int buf_reserve(gemm_buf *b, size_t n)
     }
     if (need <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 256;
-    while (cap < need) {
-        if (cap > SIZE_MAX / 2) {
-            cap = need;
-            break;
-        }
-        cap *= 2;
-    }
+    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
     char *p = realloc(b->data, cap);
     if (!p) {
         b->failed = 1;
@@ -198,14 +187,8 @@ static size_t put_g_exact(char *p, double v, int P)
     char *s = p;
     if (bits >> 63) *s++ = '-';
     int bexp = (int)((bits >> 52) & 0x7ff);
-    uint64_t m = bits & ((1ull << 52) - 1);
-    int e2;
-    if (bexp) {
-        m |= 1ull << 52;
-        e2 = bexp - 1075;
-    } else {
-        e2 = -1074;
-    }
+    uint64_t m = (bits & ((1ull << 52) - 1)) | (bexp ? 1ull << 52 : 0);
+    int e2 = bexp ? bexp - 1075 : -1074;
     int E = e2 + 63 - __builtin_clzll(m); /* v in [2^E, 2^(E+1)) */
     int e = E >= 0 ? (E * 78913) >> 18 : -((-E * 78913 + (1 << 18) - 1) >> 18); /* floor(E log10 2) */
     uint64_t ip;

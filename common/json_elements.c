@@ -1,10 +1,6 @@
-/* json_elements.c - the elements of the operands of a JSON body: where they are stored
- * (json_store.h) within what the limits and the other operand allow, their values in the
- * dtype, their conversion when the dtype is known only at the end (see json_stream.h), and
- * the error slots every part of the decoder notes errors in. The lowest part: it calls
- * neither json_body.c nor json_stream.c. */
+/* json_elements.c - the elements of a JSON body's operands (stored within what the limits and
+ * the other operand allow, in the dtype or converted at the end) and the error slots. */
 #include <float.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -113,7 +109,6 @@ int gemm_jsb_known_shape(const operand *o, uint64_t *batch, uint64_t *rows, uint
     return 0;
 }
 
-/* The elements a declared shape needs, in *n; -1 when that overflows. */
 int gemm_jsb_declared_count(const operand *o, uint64_t *n)
 {
     uint64_t r = o->shape[0];
@@ -133,14 +128,10 @@ static uint64_t max_elements(const gemm_json_stream *s, int x, int *exact)
     uint64_t m = (uint64_t)(SIZE_MAX / 8), obatch, orows, ocols, t;
     *exact = 0;
     if (s->limp && s->lim.max_elements) m = min_u64(m, s->lim.max_elements);
-    if (o->form == '{') {
-        if (o->shape_state == 1) {
-            uint64_t need;
-            if (gemm_jsb_declared_count(o, &need)) return m; /* overflows: stopped when declared */
-            *exact = 1;
-            return min_u64(m, need);
-        }
-        return m;
+    if (o->form == '{') { /* a declared shape is its size (one that overflows was stopped) */
+        uint64_t need = 0;
+        *exact = o->shape_state == 1 && !gemm_jsb_declared_count(o, &need);
+        return *exact ? min_u64(m, need) : m;
     }
     int other_known = gemm_jsb_known_shape(other, &obatch, &orows, &ocols);
     if (o->rows == 0 && o->nmat == 0) { /* row 0 is being read: its length is the column count */
@@ -200,10 +191,8 @@ static int make_room(gemm_json_stream *s, operand *o, int x)
 static void elem_error_at(gemm_json_stream *s, int x, uint64_t i)
 {
     operand *o = &s->op[x];
-    if (!o->has_bad) {
-        o->has_bad = 1;
-        o->bad_index = i;
-    }
+    if (!o->has_bad) o->bad_index = i;
+    o->has_bad = 1;
 }
 
 /* A value out of the dtype's range (v is its float64 value). */
@@ -243,48 +232,45 @@ void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d)
     double v = gemm_decimal_to_f64(d);
     memcpy(slot, &v, 8);
     int side = 0;
-    if (gemm_f64_is_half_midpoint(GEMM_DTYPE_F16, v) || gemm_f64_is_half_midpoint(GEMM_DTYPE_BF16, v))
+    if (gemm_f64_is_midpoint(GEMM_DTYPE_F16, v) || gemm_f64_is_midpoint(GEMM_DTYPE_BF16, v))
         side = gemm_decimal_side(d, v);
-    if (side || gemm_f64_is_f32_midpoint(v)) {
+    if (side || gemm_f64_is_midpoint(GEMM_DTYPE_F32, v)) {
         float f = gemm_decimal_to_f32(d);
         if ((side || f != (float)v) && gemm_json_store_flip(&o->st, i, f, side)) out_of_memory(s, o);
     }
 }
 
-/* The next element of operand x is not a number. */
 void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint64_t row, uint64_t col)
 {
     operand *o = &s->op[x];
     uint64_t i = o->count++;
     char w[96];
     elem_error_at(s, x, i);
-    gemm_jsb_note(s, RK_ELEM + x, 0, 400, "bad_matrix", "%s is %s, expected a number%s", place(w, sizeof w, o, mat, row, col),
-         gemm_json_type_name((char)t),
-         o->batched && o->form == '[' && t == T_ARRAY ? " (an operand has at most three dimensions: batch, rows, cols)" : "");
+    bad_matrix(s, RK_ELEM + x, "%s is %s, expected a number%s", place(w, sizeof w, o, mat, row, col),
+               gemm_json_type_name((char)t),
+               o->batched && o->form == '[' && t == T_ARRAY
+                   ? " (an operand has at most three dimensions: batch, rows, cols)"
+                   : "");
     if (o->dead) return;
     if (!o->started) start_storage(s, o);
     if (!o->st.left && make_room(s, o, x)) return;
     memset(gemm_json_store_next(&o->st), 0, o->st.es);
 }
 
-/* Operand x's data has a length its shape does not allow. */
-void gemm_jsb_count_error(gemm_json_stream *s, int x)
+void gemm_jsb_count_error(gemm_json_stream *s, int x, uint64_t count)
 {
     const operand *o = &s->op[x];
     char shape[80];
     uint64_t need = 0;
     gemm_jsb_declared_count(o, &need); /* called once the shape was found valid: no overflow */
-    if (o->batched)
-        snprintf(shape, sizeof shape, "[%llu,%llu,%llu]", (unsigned long long)o->shape[0], (unsigned long long)o->shape[1],
-                 (unsigned long long)o->shape[2]);
-    else
-        snprintf(shape, sizeof shape, "[%llu,%llu]", (unsigned long long)o->shape[0], (unsigned long long)o->shape[1]);
-    gemm_jsb_note(s, RK_COUNT + x, 0, 400, "bad_matrix", "%s.data has %llu numbers but shape %s needs %llu", o->name,
-         (unsigned long long)o->count, shape, (unsigned long long)need);
+    int n = snprintf(shape, sizeof shape, "[%llu", (unsigned long long)o->shape[0]);
+    for (int i = 1; i < 2 + o->batched; i++)
+        n += snprintf(shape + n, sizeof shape - (size_t)n, ",%llu", (unsigned long long)o->shape[i]);
+    bad_matrix(s, RK_COUNT + x, "%s.data has %llu numbers but shape %s] needs %llu", o->name,
+               (unsigned long long)count, shape, (unsigned long long)need);
 }
 
-/* Operand o's elements are all read: in their final type they are assembled now, unless
- * the body fails anyway (held as float64 for a later dtype: at the end). */
+/* Not when the body fails anyway, nor for float64 held for a later dtype (at the end). */
 void gemm_jsb_settle(gemm_json_stream *s, operand *o)
 {
     uint64_t bad;
@@ -308,7 +294,6 @@ static void convert(gemm_json_stream *s, int x, gemm_dtype d)
     else if (r < 0) out_of_memory(s, o);
 }
 
-/* Element values, and the safety net, of operand x stored from the body. */
 void gemm_jsb_last_checks(gemm_json_stream *s, int x, gemm_dtype d)
 {
     operand *o = &s->op[x];

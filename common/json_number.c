@@ -10,7 +10,7 @@
 
 /* ---- scanning ----------------------------------------------------------------- */
 
-void gemm_decimal_scan_long(const char *p, const char *end, gemm_decimal *d)
+void gemm_decimal_scan_long(const char *p, const char *end, int32_t exp10, gemm_decimal *d)
 {
     uint64_t w = 0;
     int64_t q = 0;
@@ -35,16 +35,7 @@ void gemm_decimal_scan_long(const char *p, const char *end, gemm_decimal *d)
             if (!frac) q++;
         }
     }
-    int64_t e = 0;
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        int eneg = 0;
-        p++;
-        if (*p == '-' || *p == '+') eneg = *p++ == '-';
-        for (; p < end && gemm_num_is_digit(*p); p++)
-            if (e < 100000000) e = e * 10 + (*p - '0');
-        if (eneg) e = -e;
-    }
-    q += e;
+    q += exp10;
     if (q > 100000000) q = 100000000;
     if (q < -100000000) q = -100000000;
     d->w = w;
@@ -92,7 +83,9 @@ static const char *c_text(const gemm_decimal *d, char *buf)
 #if defined(__SIZEOF_INT128__)
 typedef unsigned __int128 u128;
 
-/* w * 10^q for w != 0, |q| <= 27, rounded to p bits exactly (see json_number.h). */
+/* w * 10^q for w != 0, |q| <= 27, rounded to p bits: w * 5^q is an exact product, or
+ * (w << 64) / 5^|q| a quotient with a remainder; the top 64 bits and a sticky bit round
+ * correctly to either precision, subnormals and overflow included. */
 static uint64_t exact_bits(uint64_t w, int q, int p, int emin, int emax)
 {
     if (q >= 0) {
@@ -115,13 +108,6 @@ static uint64_t exact_bits(uint64_t w, int q, int p, int emin, int emax)
 #define HAVE_EXACT 1
 #else
 #define HAVE_EXACT 0
-#endif
-
-
-#if defined(__FLT_EVAL_METHOD__) && __FLT_EVAL_METHOD__ == 0
-#define HAVE_CLINGER 1 /* double arithmetic rounds once, to binary64 */
-#else
-#define HAVE_CLINGER 0
 #endif
 
 #if defined(LDBL_MANT_DIG) && LDBL_MANT_DIG == 64 && (defined(__x86_64__) || defined(__i386__))
@@ -151,7 +137,6 @@ static int extended_f64(uint64_t w, int q, double *out)
 
 double gemm_decimal_to_f64_hard(const gemm_decimal *d)
 {
-    if (d->w == 0) return d->neg ? -0.0 : 0.0;
     if (!d->trunc && d->q >= -27 && d->q <= 27) { /* (what one double operation rounds right is inline) */
 #if HAVE_EXTENDED
         double x;
@@ -168,40 +153,9 @@ double gemm_decimal_to_f64_hard(const gemm_decimal *d)
     return strtod(c_text(d, buf), NULL);
 }
 
-int gemm_f64_is_f32_midpoint(double v)
-{
-    uint64_t b;
-    v = fabs(v);
-    memcpy(&b, &v, 8);
-    int ex = (int)(b >> 52);
-    if (ex >= 1023 + 128) return 0; /* float32 overflow: +-inf whichever side */
-    if (ex >= 1023 - 126) /* float32 normal range (and above): 29 bits below float's 24 */
-        return (b & ((1ull << 29) - 1)) == (1ull << 28);
-    /* below float32's normal range: midpoints are odd multiples of 2^-150 */
-    double t = v * 0x1p150;
-    return t >= 1 && t == floor(t) && fmod(t, 2.0) == 1.0;
-}
-
 float gemm_decimal_to_f32_hard(const gemm_decimal *d)
 {
-    if (d->w == 0) return d->neg ? -0.0f : 0.0f;
     if (!d->trunc && d->q >= -27 && d->q <= 27) {
-#if HAVE_CLINGER
-        if (d->w <= (1ull << 53) && d->q >= -22 && d->q <= 22) {
-            /* one correct rounding to double; then float, which is wrong only when the
-             * double lies exactly halfway between two floats: the exact residual (fma)
-             * says which side of it the decimal lies (0: exactly on it, ties to even) */
-            double x = (double)d->w, p = gemm_num_p10[d->q >= 0 ? d->q : -d->q];
-            double v = d->q >= 0 ? x * p : x / p;
-            float f = (float)v;
-            if (gemm_f64_is_f32_midpoint(v)) {
-                double r = d->q >= 0 ? fma(x, p, -v) : fma(-v, p, x);
-                if (r > 0 && (double)f < v) f = nextafterf(f, INFINITY);
-                else if (r < 0 && (double)f > v) f = nextafterf(f, 0.0f);
-            }
-            return d->neg ? -f : f;
-        }
-#endif
 #if HAVE_EXACT
         uint32_t bits = (uint32_t)exact_bits(d->w, d->q, 24, -126, 127);
         float f;
@@ -235,7 +189,7 @@ int gemm_decimal_side(const gemm_decimal *d, double v)
 uint16_t gemm_decimal_to_half(const gemm_decimal *dec, gemm_dtype d)
 {
     double v = gemm_decimal_to_f64(dec);
-    if (gemm_f64_is_half_midpoint(d, v)) {
+    if (gemm_f64_is_midpoint(d, v)) {
         int side = gemm_decimal_side(dec, v);
         if (side) v = nextafter(v, side > 0 ? INFINITY : -INFINITY);
     }

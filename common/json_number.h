@@ -1,30 +1,9 @@
 /*
- * json_number.h - JSON numbers read into float64, float32 and int32 exactly as strtod and
- * strtof would round them, without calling them in the common cases.
- *
- * A number is first scanned (RFC 8259 grammar, strict: no leading zeros, no "1.", no ".5",
- * no "+1") into a gemm_decimal: up to 19 significant digits as an integer w and a power of
- * ten q, value = w * 10^q. Conversion then takes the first of these paths that applies:
- *
- *   float64, w <= 2^53 and |q| <= 22   w and 10^|q| are exact doubles: one multiplication
- *                                      or division rounds once, correctly (inline).
- *   float32, w <= 2^53 and |q| <= 22   w * 10^q within 2 units of the double's last place
- *                                      (a multiplication, inline), rounded to float unless a
- *                                      float32 midpoint is that close; then the division
- *                                      above, and when the double lies exactly halfway
- *                                      between two floats, the exact residual (fma) decides.
- *   float64, |q| <= 27 on x86          x87 extended precision: w < 2^64 and 10^27 are exact,
- *                                      one operation rounds to 64 bits, and the second
- *                                      rounding to 53 is right unless the 64-bit result is a
- *                                      binary64 midpoint (then the next path).
- *   |q| <= 27                          128-bit integers: w * 5^q is an exact product, or
- *                                      (w << 64) / 5^|q| a quotient with a remainder; the top
- *                                      64 bits and a sticky bit round correctly to either
- *                                      precision, subnormals and overflow included.
- *   anything else                      strtod / strtof (more than 19 significant digits,
- *                                      exponents beyond those ranges), which round correctly.
- *
- * Every path gives the bits strtod (float64) or strtof (float32) give for the same text.
+ * json_number.h - JSON numbers (RFC 8259, strict) read into float64, float32, the half types
+ * and int32 with exactly the bits strtod / strtof give, without calling them in the common
+ * cases: a scan into w * 10^q (at most 19 digits), then the first exact path that applies -
+ * one double operation (Clinger), x87 extended precision, 128-bit integers - else strtod.
+ * json_number.c says why each path rounds correctly.
  */
 #ifndef GEMM_JSON_NUMBER_H
 #define GEMM_JSON_NUMBER_H
@@ -54,18 +33,13 @@ typedef struct {
     size_t len;
 } gemm_decimal;
 
-/* True when rounding the double v to float32 could differ from rounding the decimal it came
- * from (v lies exactly halfway between two float32 values). */
-int gemm_f64_is_f32_midpoint(double v);
-
-/* The paths of the conversions below that are not inline: exact integer arithmetic,
- * extended precision, or strtod / strtof. */
+/* The paths of the conversions below that are not inline (d->w != 0). */
 double gemm_decimal_to_f64_hard(const gemm_decimal *d);
 float gemm_decimal_to_f32_hard(const gemm_decimal *d);
 
 /* Which side of v (the float64 the decimal rounds to) the decimal lies on: -1 below, 0 exactly
  * on it, +1 above. Slow (two directed-rounding strtod calls): for the rare element whose
- * float64 is halfway between two float16 or bfloat16 values (gemm_f64_is_half_midpoint). */
+ * float64 is halfway between two float16 or bfloat16 values (gemm_f64_is_midpoint). */
 int gemm_decimal_side(const gemm_decimal *d, double v);
 /* The decimal rounded to nearest-even float16 / bfloat16 (dtype d), with one rounding: its
  * float64 rounded, unless that lies exactly halfway between two neighbours; then the side of
@@ -114,37 +88,31 @@ static inline int64_t gemm_num_eight_digits(const char *p)
 #define GEMM_NUM_SWAR 0
 #endif
 
-/* The digits at *p taken into *w (*nd: digits in it so far), eight at a time where they can
- * be; 1 when the 20th is met (*p is past it), else 0 (*p at the first non-digit). */
-static inline int gemm_num_digits(const char **pp, const char *end, uint64_t *w, int *nd)
+/* The digits at *p taken into *w (*nd: digits met so far), eight at a time where they can
+ * be; past the 19th they are only counted (the careful scan then reads the number again).
+ * *p ends at the first non-digit. */
+static inline void gemm_num_digits(const char **pp, const char *end, uint64_t *w, int *nd)
 {
     const char *p = *pp;
 #if GEMM_NUM_SWAR
     for (int64_t v; end - p >= 8 && *nd <= 11 && (v = gemm_num_eight_digits(p)) >= 0; p += 8, *nd += 8)
         *w = *w * 100000000u + (uint64_t)v;
 #endif
-    for (; p < end && gemm_num_is_digit(*p); p++) {
-        *w = *w * 10 + (unsigned)(*p - '0');
-        if (++*nd > 19) {
-            *pp = p + 1;
-            return 1;
-        }
-    }
+    for (; p < end && gemm_num_is_digit(*p); p++)
+        if (++*nd <= 19) *w = *w * 10 + (unsigned)(*p - '0');
     *pp = p;
-    return 0;
 }
 
-/* The careful scan, for numbers with more than 19 digits: leading zeros do not count as
- * significant, digits past the 19th only set trunc (and move the exponent). The grammar
- * was already checked by the fast scan; this only computes w, q and trunc. */
-void gemm_decimal_scan_long(const char *p, const char *end, gemm_decimal *d);
+/* w, q and trunc of a number of more than 19 digits (its grammar checked; its exponent
+ * exp10): leading zeros are not significant, digits past the 19th only set trunc. */
+void gemm_decimal_scan_long(const char *p, const char *end, int32_t exp10, gemm_decimal *d);
 
 static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, int at_eof, gemm_decimal *d)
 {
     const char *p = s;
     uint64_t w = 0;
-    int nd = 0;        /* digits taken into w (leading zeros included) */
-    int32_t q = 0;
+    int nd = 0;        /* digits met (leading zeros included); past 19: the careful scan */
+    int32_t q = 0, exp10 = 0;
     int integer = 1;
 
 #define NEED_MORE() return at_eof ? -(ptrdiff_t)(1 + (p - s)) : 0
@@ -157,7 +125,7 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
         p++;
         nd = 1;
     } else if (gemm_num_is_digit(*p)) {
-        if (gemm_num_digits(&p, end, &w, &nd)) goto long_number;
+        gemm_num_digits(&p, end, &w, &nd);
     } else {
         return -(ptrdiff_t)(1 + (p - s));
     }
@@ -167,7 +135,7 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
         if (++p == end) NEED_MORE();
         if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
         const char *f0 = p;
-        if (gemm_num_digits(&p, end, &w, &nd)) goto long_number;
+        gemm_num_digits(&p, end, &w, &nd);
         q = -(int32_t)(p - f0);
         if (p == end) goto at_end;
     }
@@ -183,36 +151,11 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
         if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
         for (; p < end && gemm_num_is_digit(*p); p++)
             if (e < 100000000) e = e * 10 + (*p - '0');
-        q += eneg ? -e : e;
+        exp10 = eneg ? -e : e;
+        q += exp10;
         if (p == end) goto at_end;
     }
     goto done;
-
-long_number:
-    /* More than 19 digits: finish the grammar check, then the careful scan. */
-    while (p < end && gemm_num_is_digit(*p)) p++;
-    if (p < end && *p == '.') {
-        if (!integer) goto done_long; /* second '.': the number ends before it */
-        integer = 0;
-        if (++p == end) NEED_MORE();
-        if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
-        while (p < end && gemm_num_is_digit(*p)) p++;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        integer = 0;
-        if (++p == end) NEED_MORE();
-        if (*p == '-' || *p == '+')
-            if (++p == end) NEED_MORE();
-        if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
-        while (p < end && gemm_num_is_digit(*p)) p++;
-    }
-done_long:
-    if (p == end && !at_eof) return 0;
-    d->integer = (uint8_t)integer;
-    d->text = s;
-    d->len = (size_t)(p - s);
-    gemm_decimal_scan_long(s, p, d);
-    return p - s;
 
 at_end:
     if (!at_eof) return 0;
@@ -223,6 +166,7 @@ done:
     d->integer = (uint8_t)integer;
     d->text = s;
     d->len = (size_t)(p - s);
+    if (nd > 19) gemm_decimal_scan_long(s, p, exp10, d);
     return p - s;
 #undef NEED_MORE
 }

@@ -56,32 +56,22 @@ int gemm_json_store_room(gemm_json_store *st, uint64_t limit, int exact, uint64_
     uint64_t n = st->count;
     if (n >= limit || more == 0 || st->nblk == GEMM_JSON_STORE_BLOCKS) return 1;
     uint64_t most = limit - n < more ? limit - n : more; /* elements the rest can still bring */
-    size_t cap;
-    if (exact && st->nblk == 0 && limit - n <= more) {
-        /* the whole operand in one block: the inline elements move in, nothing moves again */
-        cap = (size_t)limit;
-        unsigned char *p = take(st, cap * st->es);
-        if (!p) return -1;
-        memcpy(p, st->inl, (size_t)n * st->es);
-        st->blk[0].p = p;
-        st->blk[0].cap = cap;
-        st->nblk = 1;
-        st->whole = 1;
-        st->cur = p + (size_t)n * st->es;
-        st->left = cap - (size_t)n;
-        return 0;
-    }
+    /* the whole operand in one block when its size is known (the inline elements move in,
+     * nothing moves again), else a block of half what is held, at least FIRST_BLOCK bytes */
+    int whole = exact && st->nblk == 0 && limit - n <= more;
     uint64_t want = n / 2;
     if (want < FIRST_BLOCK / st->es) want = FIRST_BLOCK / st->es;
     if (want > most || st->nblk == GEMM_JSON_STORE_BLOCKS - 1) want = most;
-    cap = (size_t)want;
+    size_t cap = whole ? (size_t)limit : (size_t)want, moved = whole ? (size_t)n : 0;
     unsigned char *p = take(st, cap * st->es);
     if (!p) return -1;
+    memcpy(p, st->inl, moved * st->es);
     st->blk[st->nblk].p = p;
     st->blk[st->nblk].cap = cap;
     st->nblk++;
-    st->cur = p;
-    st->left = cap;
+    st->whole |= whole;
+    st->cur = p + moved * st->es;
+    st->left = cap - moved;
     return 0;
 }
 
@@ -113,20 +103,17 @@ static uint64_t convert(gemm_json_store *st, const double *src, size_t n, uint64
         uint64_t idx = first + i;
         double v = src[i];
         int check = idx < upto;
+        while (*fl < st->nflips && st->flips[*fl].index < idx) (*fl)++;
+        const gemm_json_flip *flip = *fl < st->nflips && st->flips[*fl].index == idx ? &st->flips[*fl] : NULL;
         if (d == GEMM_DTYPE_F64) {
             if (check && !isfinite(v)) goto bad;
             if (dst) ((double *)dst)[i] = v;
         } else if (d == GEMM_DTYPE_F32) {
-            float f = (float)v;
-            while (*fl < st->nflips && st->flips[*fl].index < idx) (*fl)++;
-            if (*fl < st->nflips && st->flips[*fl].index == idx) f = st->flips[*fl].value;
+            float f = flip ? flip->value : (float)v;
             if (check && isinf(f)) goto bad;
             if (dst) ((float *)dst)[i] = f;
         } else if (gemm_dtype_is_half(d)) {
-            double w = v;
-            while (*fl < st->nflips && st->flips[*fl].index < idx) (*fl)++;
-            if (*fl < st->nflips && st->flips[*fl].index == idx && st->flips[*fl].side)
-                w = nextafter(v, st->flips[*fl].side > 0 ? INFINITY : -INFINITY);
+            double w = flip && flip->side ? nextafter(v, flip->side > 0 ? INFINITY : -INFINITY) : v;
             uint16_t h = gemm_f64_to_half(d, w);
             if (check && !isfinite(gemm_half_to_f32(d, h))) goto bad;
             if (dst) ((uint16_t *)dst)[i] = h;
@@ -168,15 +155,8 @@ int gemm_json_store_assemble(gemm_json_store *st, gemm_dtype d, uint64_t upto, i
     uint64_t done = 0, b;
     int part = st->whole ? 0 : -1; /* -1: the inline elements */
     for (; done < n; part++) {
-        const void *src;
-        size_t cnt;
-        if (part < 0) {
-            src = st->inl;
-            cnt = GEMM_JSON_STORE_INLINE / st->es;
-        } else {
-            src = st->blk[part].p;
-            cnt = st->blk[part].cap;
-        }
+        const void *src = part < 0 ? st->inl : st->blk[part].p;
+        size_t cnt = part < 0 ? GEMM_JSON_STORE_INLINE / st->es : st->blk[part].cap;
         if (cnt > n - done) cnt = (size_t)(n - done);
         void *dst = out ? out + (size_t)done * es_out : NULL;
         if (st->deferred) {

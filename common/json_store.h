@@ -1,17 +1,11 @@
 /*
- * json_store.h - the elements of one JSON operand as they are read: typed, in blocks taken
- * from an allocator, assembled into one exact buffer when the operand is complete.
- *
- * The first 512 bytes of elements stay inside the store. Then room comes in blocks: one of
- * the exact size when the size is known (nothing is copied again), else blocks that add half
- * of what is held (at least 16 KiB), never beyond what the limits and the rest of the body
- * allow. Assembly copies (or converts) the blocks into the result one after the other,
- * giving each back as it is copied. So the allocator holds, while reading, the elements plus
- * at most a third of them unused (plus 16 KiB), and while assembling that plus the result.
- *
- * A store whose type is not known yet holds float64 (deferred) and notes the rare element
- * whose float64 lies exactly halfway between two float32 (or float16, bfloat16) values with
- * what its text rounds to: assembly then gives what rounding the text once gives.
+ * json_store.h - the elements of one JSON operand as they are read: typed, in blocks from an
+ * allocator (one of the exact size when the size is known, else blocks that add half of what
+ * is held, never beyond what the limits and the rest of the body allow), assembled into one
+ * exact buffer at the end, each block given back as it is copied: while reading at most a
+ * third more than the elements (plus 16 KiB) is held. A store whose dtype is not known yet
+ * holds float64 and notes the rare element whose float64 is a float32 (or half) midpoint
+ * with what its text rounds to, so that every element is still rounded once.
  */
 #ifndef GEMM_JSON_STORE_H
 #define GEMM_JSON_STORE_H
@@ -66,9 +60,8 @@ void gemm_json_store_init(gemm_json_store *st, const gemm_allocator *alloc, gemm
 void gemm_json_store_start(gemm_json_store *st, gemm_dtype type, int deferred);
 
 /* Room for the next element when st->left == 0. limit: the most elements the operand may
- * have (exact: its size); more: the most elements the rest of the body can still carry.
- * Returns 0, 1 when the next element would be over limit (nothing stored), -1 when the
- * allocator failed. */
+ * have (exact: its size); more: the most the rest of the body can carry. 0, 1 (over limit),
+ * -1 (memory). */
 int gemm_json_store_room(gemm_json_store *st, uint64_t limit, int exact, uint64_t more);
 
 /* The slot of the next element (st->left > 0): write es bytes there. */
@@ -81,16 +74,13 @@ static inline void *gemm_json_store_next(gemm_json_store *st)
     return p;
 }
 
-/* Element index holds v as float64 but its text rounds to f as float32, or v lies halfway
- * between two float16 / bfloat16 values and the text lies on side of it (+-1). 0 or -1
- * (memory). */
+/* Element index's text rounds to f as float32, and lies on side (+-1, 0) of its float64 for
+ * the half types (gemm_json_flip). 0 or -1 (memory). */
 int gemm_json_store_flip(gemm_json_store *st, uint64_t index, float f, int side);
 
-/* Assembles the elements into one buffer of type d (d == the held type, or any type from
- * a deferred store). Values of a deferred store are checked for d before index upto (float64
- * finite, float32 not rounding to infinity, int32 an integer in range); the first that is
- * not is returned in *bad (its float64 value in *bad_value), with 1. With build == 0 only
- * that check is made, nothing allocated. Returns 0, 1 (a bad value), -1 (memory). */
+/* Assembles the elements into one buffer of type d (the held type, or any from a deferred
+ * store, whose values before index upto are checked for d: the first bad one in *bad and
+ * *bad_value). build == 0: only that check. 0, 1 (a bad value), -1 (memory). */
 int gemm_json_store_assemble(gemm_json_store *st, gemm_dtype d, uint64_t upto, int build, uint64_t *bad,
                              double *bad_value);
 /* The assembled buffer, now the caller's (NULL when there is none). */

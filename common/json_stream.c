@@ -1,17 +1,7 @@
-/* json_stream.c - the JSON request body decoded as it arrives (see json_stream.h).
- *
- * A pushdown tokenizer: `state` says what may come next, the stack holds one frame per
- * open array or object with the role it plays (the top object, a matrix as rows, one row, a
- * matrix object, its shape, its data, or something ignored). Tokens may be cut anywhere by
- * chunk ends: strings and literals keep their progress in the state, numbers cut by a chunk
- * end are copied into a small buffer and finished from there. Numbers inside a row or a
- * data array take a fast loop that stays inside the chunk.
- *
- * Errors other than syntax are noted with a rank (lower wins; equal ranks keep the first)
- * and reading goes on without storing, so that a later syntax error still wins and the
- * shapes in messages are whole (see json_stream.h for the order).
- */
-#include <stdio.h>
+/* json_stream.c - the tokenizer of the JSON decoder (json_stream.h): a pushdown machine whose
+ * stack holds the role each open array or object plays. Chunk ends may cut any token: strings
+ * and literals keep their progress in the state, a cut number is copied into a small buffer
+ * and finished from there. Numbers inside a row or a data array take a fast loop. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,12 +36,9 @@ static int syntax_at(gemm_json_stream *s, uint64_t off, const char *why)
     if (s->failed) return -1;
     s->failed = 1;
     uint64_t col = off >= s->line_start ? off - s->line_start + 1 : 1;
-    if (!why)
-        gemm_err_set(&s->syn, 400, "bad_json", "unexpected data after the JSON value at byte %llu (line %llu, column %llu)",
-                     (unsigned long long)off, (unsigned long long)s->line, (unsigned long long)col);
-    else
-        gemm_err_set(&s->syn, 400, "bad_json", "invalid JSON at byte %llu (line %llu, column %llu): %s",
-                     (unsigned long long)off, (unsigned long long)s->line, (unsigned long long)col, why);
+    gemm_err_set(&s->syn, 400, "bad_json", "%s at byte %llu (line %llu, column %llu)%s%s",
+                 why ? "invalid JSON" : "unexpected data after the JSON value", (unsigned long long)off,
+                 (unsigned long long)s->line, (unsigned long long)col, why ? ": " : "", why ? why : "");
     return -1;
 }
 
@@ -67,21 +54,14 @@ static const char *stop(gemm_json_stream *s, const char *p, const char *end, con
 /* A value has ended: back in the container (or at the end of the body). */
 static inline void value_done(gemm_json_stream *s)
 {
-    if (s->depth == 0) {
-        s->state = S_END;
-    } else {
-        s->stack[s->depth - 1].n++;
-        s->state = S_NEXT;
-    }
+    if (s->depth) s->stack[s->depth - 1].n++;
+    s->state = s->depth ? S_NEXT : S_END;
 }
 
 static int push(gemm_json_stream *s, const char *p, char c)
 {
-    if (s->depth == GEMM_JSON_MAX_DEPTH) {
-        char why[64];
-        snprintf(why, sizeof why, "arrays and objects nested deeper than %d", GEMM_JSON_MAX_DEPTH);
-        return syntax_at(s, off_of(s, p), why);
-    }
+    if (s->depth == GEMM_JSON_MAX_DEPTH)
+        return syntax_at(s, off_of(s, p), "arrays and objects nested deeper than " STRINGIFY(GEMM_JSON_MAX_DEPTH));
     int x;
     int role = gemm_jsb_open(s, c, &x);
     frame *f = &s->stack[s->depth++];
@@ -99,21 +79,6 @@ static void pop(gemm_json_stream *s)
     frame f = s->stack[s->depth - 1];
     gemm_jsb_close(s, &f);
     s->depth--;
-    value_done(s);
-}
-
-/* Is the value about to start an option's value (its string is kept)? */
-static int capture_value(const gemm_json_stream *s)
-{
-    if (s->depth == 0) return 0;
-    const frame *f = &s->stack[s->depth - 1];
-    int option = f->key >= K_OPT;
-    return (f->role == R_ROOT && option) || (f->role == R_MATOBJ && (option || f->key == K_REF));
-}
-
-static void number_value(gemm_json_stream *s, const gemm_decimal *d)
-{
-    gemm_jsb_scalar(s, T_NUMBER, NULL, d);
     value_done(s);
 }
 
@@ -135,7 +100,10 @@ static ptrdiff_t number_text(gemm_json_stream *s, const char *t, size_t n, int a
     if (r < 0) return syntax_at(s, off + (uint64_t)(-r - 1), "not a valid number");
     if (r > GEMM_JSON_NUMBER_MAX || (r == 0 && n > GEMM_JSON_NUMBER_MAX))
         return syntax_at(s, off, "a number longer than " NUM_MAX_TEXT " characters");
-    if (r > 0) number_value(s, &d);
+    if (r > 0) {
+        gemm_jsb_scalar(s, T_NUMBER, NULL, &d);
+        value_done(s);
+    }
     return r;
 }
 
@@ -207,25 +175,6 @@ static void capture_code(gemm_json_stream *s, uint32_t c)
     capture(s, u, n);
 }
 
-/* The first byte c (>= 0x80) of a UTF-8 character (RFC 3629): how many follow and the range
- * the next one must fall in (no overlong forms, surrogates or code points past U+10FFFF).
- * 0, or -1 when c cannot begin one. */
-static int utf8_lead(gemm_json_stream *s, unsigned char c)
-{
-    static const struct { unsigned char first, last, need, lo, hi; } lead[] = {
-        {0xc2, 0xdf, 1, 0x80, 0xbf}, {0xe0, 0xe0, 2, 0xa0, 0xbf}, {0xe1, 0xec, 2, 0x80, 0xbf},
-        {0xed, 0xed, 2, 0x80, 0x9f}, {0xee, 0xef, 2, 0x80, 0xbf}, {0xf0, 0xf0, 3, 0x90, 0xbf},
-        {0xf1, 0xf3, 3, 0x80, 0xbf}, {0xf4, 0xf4, 3, 0x80, 0x8f},
-    };
-    for (size_t i = 0; i < sizeof lead / sizeof lead[0]; i++) {
-        if (c >= lead[i].first && c <= lead[i].last) {
-            s->u8_need = lead[i].need, s->u8_lo = lead[i].lo, s->u8_hi = lead[i].hi;
-            return 0;
-        }
-    }
-    return -1;
-}
-
 /* Plain characters of a string from p, UTF-8 checked (a character may span chunks): where
  * they end (a quote, a backslash, a control character or a byte that is not UTF-8 there). */
 static const char *string_text(gemm_json_stream *s, const char *p, const char *end)
@@ -235,7 +184,7 @@ static const char *string_text(gemm_json_stream *s, const char *p, const char *e
         if (s->u8_need) {
             if (c < s->u8_lo || c > s->u8_hi) break;
             s->u8_need--, s->u8_lo = 0x80, s->u8_hi = 0xbf;
-        } else if (c == '"' || c == '\\' || c < 0x20 || (c >= 0x80 && utf8_lead(s, c) != 0)) {
+        } else if (c == '"' || c == '\\' || c < 0x20 || (c >= 0x80 && gemm_utf8_lead(c, &s->u8_need, &s->u8_lo, &s->u8_hi) != 0)) {
             break;
         }
     }
@@ -318,9 +267,11 @@ static const char *string_run(gemm_json_stream *s, const char *p, const char *en
 
 static void string_start(gemm_json_stream *s, int key)
 {
+    const frame *f = s->depth ? &s->stack[s->depth - 1] : NULL;
     s->str_key = key;
-    int role = s->depth ? s->stack[s->depth - 1].role : R_SKIP;
-    s->str_capture = key ? (role == R_ROOT || role == R_MATOBJ) : capture_value(s);
+    /* kept: the keys of the objects that are read, and the values of options and references */
+    s->str_capture = f && (f->role == R_ROOT || f->role == R_MATOBJ) &&
+                     (key || f->key >= K_OPT || (f->role == R_MATOBJ && f->key == K_REF));
     s->str_over = 0;
     s->str_len = 0;
     s->str[0] = '\0';
@@ -421,24 +372,14 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
             }
             break;
         }
-        case S_END:
-            for (; p < end; p++) {
-                if (s->nul_seen) {
-                    syntax_at(s, s->nul_off, NULL);
-                    break;
-                }
-                if (*p == '\0') {
-                    s->nul_seen = 1;
-                    s->nul_off = off_of(s, p);
-                } else if (is_ws(*p)) {
-                    if (*p == '\n') {
-                        s->line++;
-                        s->line_start = off_of(s, p) + 1;
-                    }
-                } else {
-                    syntax_at(s, off_of(s, p), NULL);
-                    break;
-                }
+        case S_END: /* whitespace, and one NUL at the very end (a C string's) */
+            if (!s->nul_seen) p = skip_ws(s, p, end);
+            if (p == end) break;
+            if (!s->nul_seen && *p == '\0') {
+                s->nul_seen = 1;
+                s->nul_off = off_of(s, p++);
+            } else {
+                syntax_at(s, s->nul_seen ? s->nul_off : off_of(s, p), NULL);
             }
             break;
         case S_STRING:
@@ -581,5 +522,4 @@ void gemm_json_stream_free(gemm_json_stream *s)
     free(s);
 }
 
-size_t gemm_json_stream_held(const gemm_json_stream *s) { return s->mem.now; }
 size_t gemm_json_stream_peak(const gemm_json_stream *s) { return s->mem.peak; }

@@ -1,9 +1,7 @@
 /*
- * json_stream_int.h - the JSON decoder's state, shared by its parts: json_stream.c (the
- * tokenizer: JSON syntax across chunk ends), json_body.c (what the values mean: options,
- * operands, references, which error wins) and json_elements.c (the error slots, and the
- * elements: storage within the limits, values in the dtype). Each calls only the ones
- * after it. Not for use elsewhere.
+ * json_stream_int.h - the JSON decoder's state, shared by its parts: json_stream.c (syntax),
+ * json_body.c (what values mean) and json_elements.c (error slots, elements); each calls
+ * only the ones after it. Not for use elsewhere.
  */
 #ifndef GEMM_JSON_STREAM_INT_H
 #define GEMM_JSON_STREAM_INT_H
@@ -149,24 +147,25 @@ void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const
     __attribute__((format(printf, 6, 7)))
 #endif
     ;
+#define bad_matrix(s, rank, ...) gemm_jsb_note(s, rank, 0, 400, "bad_matrix", __VA_ARGS__)
 /* The lowest rank noted anywhere (RK_NONE: none). */
 int gemm_jsb_best_rank(const gemm_json_stream *s);
 /* Stops storing operand o and gives its memory back. */
 void gemm_jsb_kill(gemm_json_stream *s, operand *o);
 
-/* The shape of operand o once fully known and well formed (a reference's
- * included): 0 not known, 2 (rows x cols), 3 (batch matrices of rows x cols); the elements
- * a declared shape needs (-1 on overflow); elements that are not numbers (at [mat][row][col]);
- * a data length its shape does not allow; the elements assembled once all are read (in
- * their final type); the checks and conversion of operand x's elements when the body has
- * ended. */
+/* The shape of operand o once known and well formed: 0 not known, 2 or 3 (with a batch). */
 int gemm_jsb_known_shape(const operand *o, uint64_t *batch, uint64_t *rows, uint64_t *cols);
 /* The next element of operand x is the number d (called by the tokenizer too). */
 void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d);
+/* The elements a declared shape needs; -1 on overflow. */
 int gemm_jsb_declared_count(const operand *o, uint64_t *n);
+/* The next element of operand x, at [mat][row][col], is not a number. */
 void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint64_t row, uint64_t col);
-void gemm_jsb_count_error(gemm_json_stream *s, int x);
+/* Operand x's data has count numbers, a length its shape does not allow. */
+void gemm_jsb_count_error(gemm_json_stream *s, int x, uint64_t count);
+/* Operand o's elements are all read: assembled in their final type. */
 void gemm_jsb_settle(gemm_json_stream *s, operand *o);
+/* Operand x once the body has ended: elements checked, converted to d; stopped: too large. */
 void gemm_jsb_last_checks(gemm_json_stream *s, int x, gemm_dtype d);
 
 #endif

@@ -8,7 +8,7 @@
  * over as a count. Part bodies go to the callbacks as they are scanned, never buffered. */
 #include "multipart.h"
 
-#include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -109,10 +109,7 @@ gemm_multipart *gemm_multipart_new(const char *content_type, const gemm_multipar
     }
     if (cb) mp->cb = *cb;
     mp->user = user;
-    memcpy(mp->delim, "\r\n--", 4);
-    memcpy(mp->delim + 4, boundary, blen);
-    mp->dlen = 4 + blen;
-    mp->delim[mp->dlen] = '\0';
+    mp->dlen = (size_t)snprintf(mp->delim, sizeof mp->delim, "\r\n--%s", boundary);
     mp->state = S_PREAMBLE;
     mp->match = 2; /* the virtual CRLF before the body */
     return mp;
@@ -240,39 +237,26 @@ static size_t scan(gemm_multipart *mp, const char *p, size_t len, int *found, ge
     return i;
 }
 
-/* Whether byte c may come next after a delimiter, in state st. */
-static int after_delim_ok(int st, char c)
+/* The state byte c leads to in the rest of a delimiter line ("--" close, LWSP, CRLF), or -1. */
+static int after_delim_next(int st, char c)
 {
-    switch (st) {
-    case S_AFTER_DELIM: return c == '-' || c == ' ' || c == '\t' || c == '\r';
-    case S_CLOSE_DASH: return c == '-';
-    case S_LWSP: return c == ' ' || c == '\t' || c == '\r';
-    default: return c == '\n'; /* S_DELIM_CR */
-    }
+    if (st == S_CLOSE_DASH) return c == '-' ? S_EPILOGUE : -1;
+    if (st == S_DELIM_CR) return c == '\n' ? S_HEADERS : -1;
+    if (c == '-' && st == S_AFTER_DELIM) return S_CLOSE_DASH;
+    return c == ' ' || c == '\t' ? S_LWSP : c == '\r' ? S_DELIM_CR : -1;
 }
 
-/* One byte of the rest of a delimiter line: "--" (close), LWSP, CRLF. */
 static int after_delim(gemm_multipart *mp, char c, gemm_err *err)
 {
-    if (!after_delim_ok(mp->state, c))
+    int next = after_delim_next(mp->state, c);
+    if (next < 0)
         return failed(mp, err, mp->state == S_DELIM_CR ? "a multipart boundary line does not end with CRLF"
                                                        : "a multipart boundary line is followed by unexpected bytes");
-    switch (mp->state) {
-    case S_AFTER_DELIM:
-    case S_LWSP:
-        mp->state = c == '-' ? S_CLOSE_DASH : c == '\r' ? S_DELIM_CR : S_LWSP;
-        return 0;
-    case S_CLOSE_DASH:
-        if (end_part(mp, err)) return -1;
-        if (mp->parts == 0) return failed(mp, err, "the multipart body has no parts");
-        mp->state = S_EPILOGUE;
-        return 0;
-    default: /* S_DELIM_CR */
-        if (end_part(mp, err)) return -1;
-        mp->state = S_HEADERS;
-        mp->hlen = 0;
-        return 0;
-    }
+    if ((next == S_EPILOGUE || next == S_HEADERS) && end_part(mp, err)) return -1;
+    if (next == S_EPILOGUE && mp->parts == 0) return failed(mp, err, "the multipart body has no parts");
+    mp->state = next;
+    mp->hlen = 0;
+    return 0;
 }
 
 int gemm_multipart_feed(gemm_multipart *mp, const void *data, size_t len, gemm_err *err)
@@ -296,7 +280,7 @@ int gemm_multipart_feed(gemm_multipart *mp, const void *data, size_t len, gemm_e
         case S_LWSP:
         case S_DELIM_CR:
             /* In the preamble a boundary-like line that is not a delimiter is text. */
-            if (mp->parts == 0 && !after_delim_ok(mp->state, *p)) {
+            if (mp->parts == 0 && after_delim_next(mp->state, *p) < 0) {
                 mp->state = S_PREAMBLE;
                 break;
             }

@@ -202,15 +202,11 @@ static int parse_dict(const char *text, size_t len, gemm_npy_header *hdr, gemm_e
         } else if (strcmp(key, "fortran_order") == 0 && !have_fortran) {
             have_fortran = 1;
             skip_ws(&c);
-            if ((size_t)(c.end - c.p) >= 4 && memcmp(c.p, "True", 4) == 0) {
-                hdr->fortran_order = 1;
-                c.p += 4;
-            } else if ((size_t)(c.end - c.p) >= 5 && memcmp(c.p, "False", 5) == 0) {
-                hdr->fortran_order = 0;
-                c.p += 5;
-            } else {
+            size_t left = (size_t)(c.end - c.p);
+            hdr->fortran_order = left >= 4 && memcmp(c.p, "True", 4) == 0;
+            if (!hdr->fortran_order && !(left >= 5 && memcmp(c.p, "False", 5) == 0))
                 return gemm_err_set(err, 400, "bad_npy", "the .npy fortran_order must be True or False");
-            }
+            c.p += hdr->fortran_order ? 4 : 5;
         } else if (strcmp(key, "shape") == 0 && !have_shape) {
             have_shape = 1;
             shape_nd = read_shape(&c, dims);
@@ -263,11 +259,7 @@ int gemm_npy_parse_header(const void *buf, size_t len, gemm_npy_header *hdr, gem
     int r = npy_prefix(p, len, &major, &minor, &hlen_at, &hlen, err);
     if (r <= 0) return r;
     if (len - hlen_at < hlen) return 0;
-    memset(hdr, 0, sizeof *hdr);
-    hdr->major = major;
-    hdr->minor = minor;
-    hdr->dtype = GEMM_DTYPE_INVALID;
-    hdr->data_offset = hlen_at + hlen;
+    *hdr = (gemm_npy_header){.major = major, .minor = minor, .dtype = GEMM_DTYPE_INVALID, .data_offset = hlen_at + hlen};
     /* 1.0 and 2.0 are latin-1, 3.0 UTF-8: the keys and values we accept are ASCII in
      * both, and any other byte is refused by the parser as it stands. */
     if (parse_dict((const char *)p + hlen_at, hlen, hdr, err)) return -1;
@@ -402,15 +394,9 @@ int gemm_npy_reader_feed(gemm_npy_reader *r, const void *data, size_t len, gemm_
         int pr = npy_prefix(r->hbuf, r->hlen, &major, &minor, &at, &hl, err);
         if (pr < 0) return fail(r); /* a wrong magic is refused as soon as it shows */
         if (r->hlen < r->hwant) break;
-        if (pr == 0) {
-            r->hwant = major == 1 ? 10 : 12;
-            continue;
-        }
-        if (r->hlen < at + hl) {
-            r->hwant = at + hl;
-            continue;
-        }
-        if (header_complete(r, err)) return -1;
+        size_t want = pr == 0 ? (major == 1 ? 10 : 12) : at + hl; /* the length field, or all */
+        if (r->hlen < want) r->hwant = want;
+        else if (header_complete(r, err)) return -1;
     }
     if (len && r->state == R_DATA) {
         if (len > r->bytes - r->got) {
@@ -479,11 +465,8 @@ int gemm_npy_reader_finish(gemm_npy_reader *r, gemm_matrix *out, gemm_err *err)
         transpose(r->data, tmp, (size_t)r->hdr.rows, (size_t)r->hdr.cols, gemm_dtype_size(r->hdr.dtype));
         free(tmp);
     }
-    out->rows = r->hdr.rows;
-    out->cols = r->hdr.cols;
-    out->batch = r->hdr.batch;
-    out->dtype = r->hdr.dtype;
-    out->data = r->data;
+    *out = (gemm_matrix){.rows = r->hdr.rows, .cols = r->hdr.cols, .dtype = r->hdr.dtype, .data = r->data,
+                         .batch = r->hdr.batch};
     r->data = NULL;
     r->state = R_DONE;
     return 0;

@@ -77,11 +77,7 @@ const char *gemm_option_names(unsigned door, char *buf, size_t cap)
 
 void gemm_options_init(gemm_options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->dtype = GEMM_DTYPE_INVALID;
-    o->out_dtype = GEMM_DTYPE_INVALID;
-    snprintf(o->kernel, sizeof o->kernel, "auto");
-    o->math = GEMM_MATH_DEFAULT;
+    *o = (gemm_options){.dtype = GEMM_DTYPE_INVALID, .out_dtype = GEMM_DTYPE_INVALID, .kernel = "auto"};
 }
 
 void gemm_options_door(gemm_options *o) { o->door_given = 0; }
@@ -195,18 +191,12 @@ int gemm_option_apply(gemm_options *o, const gemm_option *d, const gemm_opt_valu
     val[len] = '\0';
     void *f = (char *)o + d->field;
     switch (d->type) {
-    case GEMM_OPT_DTYPE: {
-        gemm_dtype x;
-        if (gemm_dtype_from_name(val, &x)) goto bad;
-        *(gemm_dtype *)f = x;
+    case GEMM_OPT_DTYPE: /* the parsers write only what they accept */
+        if (gemm_dtype_from_name(val, (gemm_dtype *)f)) goto bad;
         break;
-    }
-    case GEMM_OPT_MATH: {
-        gemm_math x;
-        if (gemm_math_from_name(val, &x)) goto bad;
-        *(gemm_math *)f = x;
+    case GEMM_OPT_MATH:
+        if (gemm_math_from_name(val, (gemm_math *)f)) goto bad;
         break;
-    }
     case GEMM_OPT_KERNEL:
         if (!valid_kernel_name(val)) goto bad;
         memcpy(f, val, len + 1);

@@ -1,18 +1,8 @@
 /*
- * options.h - the options of a request: one table, a row per option, read by every door.
- *
- * A row (options.c) gives the name, how the value is read (type, range), the field of
- * gemm_options it sets, the status and code of a bad value, an example, a line of help and
- * the doors that take it: the query of a /v1 request, a text field of a form, a field of a
- * JSON body (the top object; one matrix: its object), the "parameters" of a v2 inference
- * request. A door finds the key (gemm_option_find) and applies the value as it has it
- * (gemm_option_apply); GET /v1/info lists the table. Nothing else knows option names.
- *
- * At every door: an option given twice is 400 duplicate_option (a body may repeat the
- * query: the body wins); text with a control byte is 400 with the row's code, text longer
- * than GEMM_OPTION_VALUE_MAX bytes a bad value; JSON and v2 numbers are numbers: integers
- * take an integer or a string of its digits, flags a boolean too, names only a string.
- * A key that is not an option of a door is ignored there (a form refuses it).
+ * options.h - the options of a request: one table (options.c), a row per option, read by
+ * every door (query, form, JSON body, v2 "parameters") and listed by GET /v1/info, so that
+ * nothing else knows option names and no door can honour an option another ignores. What
+ * each door takes and refuses is docs/API.md's ("Options").
  */
 #ifndef GEMM_OPTIONS_H
 #define GEMM_OPTIONS_H
@@ -70,8 +60,7 @@ typedef struct {
     const char *help;
 } gemm_option;
 
-/* A value as a door has it: text (len bytes, NULs included), a number, a boolean, or
- * another JSON type (type_name: "null", "an array", ...). */
+/* A value as a door has it (type_name: for another JSON type, "null", "an array", ...). */
 typedef enum { GEMM_VAL_TEXT, GEMM_VAL_NUMBER, GEMM_VAL_BOOL, GEMM_VAL_OTHER } gemm_val_kind;
 typedef struct {
     gemm_val_kind kind;
@@ -98,12 +87,10 @@ void gemm_options_door(gemm_options *o);
 /* Whether the option that sets this field (an offsetof) was given. */
 int gemm_options_given(const gemm_options *o, size_t field);
 
-/* Applies v to option d: 0, or -1 with *err (the row's status and code; 400
- * duplicate_option); a refused value changes nothing. */
+/* Applies v to option d: 0, or -1 with *err, nothing changed. */
 int gemm_option_apply(gemm_options *o, const gemm_option *d, const gemm_opt_value *v, gemm_err *err);
 /* A door of text (query, form): key=value, by length (value NULL: ""). As
- * gemm_option_apply when key is an option of door, else 1, or 400 bad_option when the key
- * or the value holds a control byte. */
+ * gemm_option_apply for an option of door; else 1, or -1 for a control byte. */
 int gemm_options_set(gemm_options *o, unsigned door, const char *key, size_t key_len, const char *value,
                      size_t value_len, gemm_err *err);
 

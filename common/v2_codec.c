@@ -3,9 +3,7 @@
 #include "gemm_half.h"
 
 #include <cjson/cJSON.h>
-#include <float.h>
 #include <stdint.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,23 +57,13 @@ static int is_count(const cJSON *v, uint64_t *out)
     return 1;
 }
 
-static uint64_t array_len(const cJSON *a)
-{
-    uint64_t n = 0;
-    for (const cJSON *e = a->child; e; e = e->next) n++;
-    return n;
-}
-
 static const char *input_name(int which) { return which == 0 ? "A" : "B"; }
 
 /* ---- request ------------------------------------------------------------------- */
 
 void gemm_v2_request_init(gemm_v2_request *r)
 {
-    memset(r, 0, sizeof *r);
-    r->dtype = GEMM_DTYPE_INVALID;
-    r->order[0] = 0;
-    r->order[1] = 1;
+    *r = (gemm_v2_request){.dtype = GEMM_DTYPE_INVALID, .order = {0, 1}};
     gemm_options_init(&r->opt);
 }
 
@@ -126,6 +114,18 @@ static int request_parameters(const cJSON *root, gemm_v2_request *r, int *binary
     return 0;
 }
 
+/* The "parameters" of tensor t (*p NULL when absent): an object, not naming shared memory. */
+static int tensor_params(const cJSON *t, const char *who, const char *instead, const cJSON **p, gemm_err *err)
+{
+    *p = cJSON_GetObjectItemCaseSensitive(t, "parameters");
+    if (*p && !cJSON_IsObject(*p))
+        return gemm_err_set(err, 400, "bad_parameter", "%s: parameters is %s; expected an object", who, type_name(*p));
+    if (*p && cJSON_GetObjectItemCaseSensitive(*p, "shared_memory_region"))
+        return gemm_err_set(err, 400, "unsupported", "%s: shared memory is not supported by this server; %s", who,
+                            instead);
+    return 0;
+}
+
 /* One entry of "inputs": name, datatype, shape, binary_data_size or data. */
 static int parse_input(const cJSON *t, size_t pos, int binary_ok, const gemm_v2_input spans[2], gemm_v2_request *r,
                        int seen[2], gemm_dtype dts[2], gemm_err *err)
@@ -169,25 +169,17 @@ static int parse_input(const cJSON *t, size_t pos, int binary_ok, const gemm_v2_
     if (!cJSON_IsArray(shape))
         return gemm_err_set(err, 400, "bad_shape", "input %s: shape is %s; expected [rows, cols]", input_name(which),
                             type_name(shape));
-    uint64_t ndim = array_len(shape);
+    int ndim = cJSON_GetArraySize(shape);
     if (ndim != 2)
-        return gemm_err_set(err, 400, "bad_shape", "input %s: shape has %llu dimensions; model '" GEMM_V2_MODEL
-                            "' takes matrices, shape [rows, cols]", input_name(which), (unsigned long long)ndim);
+        return gemm_err_set(err, 400, "bad_shape", "input %s: shape has %d dimensions; model '" GEMM_V2_MODEL
+                            "' takes matrices, shape [rows, cols]", input_name(which), ndim);
     if (!is_count(shape->child, &in->rows) || !is_count(shape->child->next, &in->cols))
         return gemm_err_set(err, 400, "bad_shape", "input %s: shape must hold two non-negative integers",
                             input_name(which));
 
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(t, "parameters");
-    const cJSON *bds = NULL;
-    if (params) {
-        if (!cJSON_IsObject(params))
-            return gemm_err_set(err, 400, "bad_parameter", "input %s: parameters is %s; expected an object",
-                                input_name(which), type_name(params));
-        if (cJSON_GetObjectItemCaseSensitive(params, "shared_memory_region"))
-            return gemm_err_set(err, 400, "unsupported", "input %s: shared memory is not supported by this server; "
-                                "send the data in the body", input_name(which));
-        bds = cJSON_GetObjectItemCaseSensitive(params, "binary_data_size");
-    }
+    const cJSON *params;
+    if (tensor_params(t, which ? "input B" : "input A", "send the data in the body", &params, err)) return -1;
+    const cJSON *bds = cJSON_GetObjectItemCaseSensitive(params, "binary_data_size");
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(t, "data");
     if (bds) {
         uint64_t n;
@@ -271,14 +263,8 @@ static int parse_outputs(const cJSON *root, int binary_default, gemm_v2_request 
                                 "unexpected inference output '%s' for model '" GEMM_V2_MODEL "'; its output is C",
                                 gemm_shown(name->valuestring, strlen(name->valuestring), w, sizeof w));
         if (seen++) return gemm_err_set(err, 400, "bad_request", "output C is asked for twice");
-        const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "parameters");
-        if (!params) continue;
-        if (!cJSON_IsObject(params))
-            return gemm_err_set(err, 400, "bad_parameter", "output C: parameters is %s; expected an object",
-                                type_name(params));
-        if (cJSON_GetObjectItemCaseSensitive(params, "shared_memory_region"))
-            return gemm_err_set(err, 400, "unsupported",
-                                "output C: shared memory is not supported by this server; C comes in the answer");
+        const cJSON *params;
+        if (tensor_params(o, "output C", "C comes in the answer", &params, err)) return -1;
         if (cJSON_GetObjectItemCaseSensitive(params, "classification"))
             return gemm_err_set(err, 400, "unsupported", "output C: classification is not supported by model '"
                                 GEMM_V2_MODEL "'");
@@ -355,24 +341,12 @@ static int scan_string(v2_scan *sc, char *key, size_t cap)
             memcpy(u, sc->s + p, sc->len - p < 4 ? sc->len - p : 4);
             if ((adv = gemm_utf8_seq(u)) == 0) break;
         } else if (cp == '\\') {
+            static const char from[] = "bfnrt\"\\/", to[] = "\b\f\n\r\t\"\\/";
             if (p + 1 >= sc->len) break;
-            char e = sc->s[p + 1];
+            const char *k = sc->s[p + 1] ? strchr(from, sc->s[p + 1]) : NULL;
             adv = 2;
-            switch (e) {
-            case 'b': cp = '\b'; break;
-            case 'f': cp = '\f'; break;
-            case 'n': cp = '\n'; break;
-            case 'r': cp = '\r'; break;
-            case 't': cp = '\t'; break;
-            case '"':
-            case '\\':
-            case '/': cp = (unsigned char)e; break;
-            case 'u':
-                if (p + 6 <= sc->len && hex4(sc->s + p + 2, &cp) == 0) adv = 6;
-                else cp = 0x80;
-                break;
-            default: cp = 0x80;
-            }
+            cp = k ? (unsigned char)to[k - from] : 0x80; /* 0x80: not a key's character */
+            if (sc->s[p + 1] == 'u' && p + 6 <= sc->len && hex4(sc->s + p + 2, &cp) == 0) adv = 6;
         }
         sc->str_nul |= cp == 0;
         if (key && !cut) {
@@ -627,10 +601,7 @@ int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, 
 {
     if (!json || len == 0)
         return gemm_err_set(err, 400, "bad_json", "the inference request is empty; expected a JSON object with \"inputs\"");
-    v2_scan sc;
-    memset(&sc, 0, sizeof sc);
-    sc.s = json;
-    sc.len = len;
+    v2_scan sc = {.s = json, .len = len};
     if (len >= 3 && memcmp(json, "\xef\xbb\xbf", 3) == 0) sc.p = 3; /* a byte order mark, as cJSON */
     skip_ws(&sc);
     size_t root_at = sc.p;

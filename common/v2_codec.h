@@ -1,17 +1,8 @@
 /*
  * v2_codec.h - bodies of the Open Inference Protocol (KServe v2, REST) for the one model
- * gemmd serves, "matmul": inputs A (m x k) and B (k x n), output C = A.B (m x n).
- *
- * The request (a JSON object, then binary tensor data when Inference-Header-Content-Length
- * says where the JSON ends), its datatypes and the answer are docs/V2.md's ("Inference").
- *
- *   gemm_v2_request r;
- *   gemm_v2_request_init(&r);
- *   if (gemm_v2_parse_request_admitted(json, len, 1, &limits, NULL, NULL, &r, &err) == 0) {
- *       ... allocate A and B (sizes are checked), gemm_v2_fill_input(&r, 0, a, &err) for JSON
- *       inputs, binary inputs from the bytes after the JSON, in r.order ...
- *   }
- *   gemm_v2_request_free(&r);
+ * gemmd serves, "matmul": C = A.B. The request, its datatypes, the answer and the errors
+ * are docs/V2.md's. Parse the header, allocate A and B, fill the JSON inputs (binary ones
+ * come from the bytes after the header, in r.order), free.
  */
 #ifndef GEMM_V2_CODEC_H
 #define GEMM_V2_CODEC_H
@@ -28,9 +19,8 @@ extern "C" {
 #define GEMM_V2_MODEL_VERSION "1"
 #define GEMM_V2_ID_MAX 1024 /* bytes of a request id */
 
-/* A dtype from its v2 datatype (gemm_dtypes[].v2, caseful): 0. -1 for the protocol's other
- * datatypes (BOOL, UINT8, ..., BYTES), which this model does not take; -2 for names that are
- * not v2 datatypes at all. */
+/* A dtype from its v2 datatype (caseful): 0; -1 for the protocol's others (BOOL, UINT8, ...),
+ * -2 for names that are none. */
 int gemm_v2_dtype_from_name(const char *s, gemm_dtype *out);
 /* gemm_dtypes[d].v2, "" for an invalid dtype. */
 const char *gemm_v2_dtype_name(gemm_dtype d);
@@ -64,42 +54,27 @@ typedef struct {
 void gemm_v2_request_init(gemm_v2_request *r);
 void gemm_v2_request_free(gemm_v2_request *r);
 
-/* Parses and checks a whole inference request header (len bytes of JSON). The "data" arrays
- * of the inputs are never parsed into a tree: a first pass, which allocates nothing, checks
- * the syntax of the whole header, measures each input's array (values, rows) and notes where
- * its text lies; the rest (small in any sane request) is parsed by cJSON. json must stay
- * valid until the JSON inputs are filled. binary_ok: the body carries binary tensor data after
- * the JSON (Inference-Header-Content-Length was given); without it an input with
- * binary_data_size is an error. Before anything is allocated, admit(user, bytes, err) (when
- * not NULL) is called with a strict upper bound of what the tree will take (its text, every
- * node and string, with the allocator's overhead): nonzero (err set, e.g. 503 over the memory
- * budget) stops the parse. Checks: the structure, input and output names (A, B; C),
- * datatypes, shapes ([rows, cols]), the product against lim (gemm_check_product), each
- * binary_data_size and each JSON "data" array's length against its shape. Errors (all 400
- * unless noted): bad_json, bad_request, unknown_input, duplicate_input, missing_input,
- * bad_datatype, dtype_mismatch, bad_shape, bad_data, bad_binary_size, unknown_output,
- * unsupported, bad_parameter, and gemm_check_product's. Returns 0 or -1 with *err set. */
+/* Parses and checks a whole request header (len bytes of JSON; it must stay valid until the
+ * JSON inputs are filled). The "data" arrays are never parsed into a tree: a first pass that
+ * allocates nothing checks the syntax and measures them; cJSON parses the rest. binary_ok:
+ * Inference-Header-Content-Length was given. admit (may be NULL) is first asked for a strict
+ * upper bound of what the tree will take; nonzero (err set) stops the parse. 0 or -1. */
 typedef int (*gemm_v2_admit_fn)(void *user, uint64_t bytes, gemm_err *err);
 int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, const gemm_limits *lim,
                                    gemm_v2_admit_fn admit, void *user, gemm_v2_request *r, gemm_err *err);
 
-/* Converts JSON input `which` (0 A, 1 B; not a binary one) into dst, room for rows * cols
- * elements of r->dtype, straight from the header's text (json_number.h: float32 rounded
- * from the decimal text, as strtof does). Errors: 400 bad_data (not a number, int32 not an
- * integer or out of range, beyond the float range), naming the element. 0 or -1. */
+/* JSON input `which` (0 A, 1 B) into dst (rows * cols elements of r->dtype), straight from
+ * the header's text, each element rounded once (json_number.h). 0, or -1 (400 bad_data). */
 int gemm_v2_fill_input(const gemm_v2_request *r, int which, void *dst, gemm_err *err);
 
-/* Frees the parsed JSON once the JSON inputs are filled (in[].data are dropped; the
- * caller may free the header text then). */
+/* Frees the tree once the JSON inputs are filled (then the header text may go too). */
 void gemm_v2_release_json(gemm_v2_request *r);
 
-/* Appends one output tensor object: {"name": name, "datatype": .., "shape": [rows, cols],
- * then "parameters": {"binary_data_size": N} when binary, else "data": [flat, row-major]}. */
+/* Appends one output tensor object, its data flat or its binary_data_size. */
 void gemm_v2_write_output(gemm_buf *b, const char *name, const gemm_matrix *c, int binary);
 
-/* Bytes of the JSON text of m's elements could take (an upper bound), for limits. */
+/* An upper bound of the bytes of the JSON text of rows x cols elements of d. */
 uint64_t gemm_v2_json_bytes_bound(uint64_t rows, uint64_t cols, gemm_dtype d);
-
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 
 #include "json_codec.h"
 #include "json_stream.h"
+#include "json_stream_int.h" /* what the decoder holds: s->mem */
 
 static const gemm_limits lim = {.max_dim = 1 << 12, .max_elements = 1 << 16, .max_body_bytes = 0};
 
@@ -68,7 +69,7 @@ static void decode(const char *body, size_t len, uint32_t seed, int pieces, outc
     if (o->rc == 0)
         o->rc = mode == 3 ? gemm_json_stream_finish_matrix(js, &o->opt, &o->a, &o->err)
                           : gemm_json_stream_finish(js, &o->opt, &o->a, &o->b, &o->err);
-    if (gemm_json_stream_held(js) != 0) abort(); /* finished: the matrices are the caller's */
+    if (js->mem.now != 0) abort(); /* finished: the matrices are the caller's */
     gemm_json_stream_free(js);
     if (o->rc && (o->err.status == 0 || o->err.code[0] == '\0' || o->a.data || o->b.data)) abort();
 }

@@ -209,23 +209,29 @@ static void test_f64_single_rounding(void **state)
 {
     (void)state;
     double mid16 = 1.0 + 0x1p-11, mid_bf = 1.0 + 0x1p-8;
-    assert_int_equal(gemm_f64_to_f16(mid16), 0x3c00);
-    assert_int_equal(gemm_f64_to_f16(mid16 + 0x1p-40), 0x3c01);
+    assert_int_equal(gemm_f64_to_half(GEMM_DTYPE_F16, mid16), 0x3c00);
+    assert_int_equal(gemm_f64_to_half(GEMM_DTYPE_F16, mid16 + 0x1p-40), 0x3c01);
     assert_int_equal(gemm_f32_to_f16((float)(mid16 + 0x1p-40)), 0x3c00); /* the double rounding it avoids */
-    assert_int_equal(gemm_f64_to_f16(mid16 - 0x1p-40), 0x3c00);
-    assert_int_equal(gemm_f64_to_bf16(mid_bf + 0x1p-40), 0x3f81);
-    assert_int_equal(gemm_f64_to_bf16(mid_bf), 0x3f80);
-    assert_int_equal(gemm_f64_to_f16(1e300), 0x7c00);
-    assert_int_equal(gemm_f64_to_f16(-1e-300), 0x8000);
-    assert_int_equal(gemm_f64_to_bf16(1e300), 0x7f80);
-    assert_int_equal(gemm_f64_to_bf16(1e-300), 0x0000);
-    assert_true(gemm_f64_is_half_midpoint(GEMM_DTYPE_F16, mid16));
-    assert_false(gemm_f64_is_half_midpoint(GEMM_DTYPE_F16, mid16 + 0x1p-40));
-    assert_false(gemm_f64_is_half_midpoint(GEMM_DTYPE_F16, 1.0));
-    assert_true(gemm_f64_is_half_midpoint(GEMM_DTYPE_F16, 65520.0));
-    assert_true(gemm_f64_is_half_midpoint(GEMM_DTYPE_F16, 0x1p-25));
-    assert_true(gemm_f64_is_half_midpoint(GEMM_DTYPE_BF16, mid_bf));
-    assert_false(gemm_f64_is_half_midpoint(GEMM_DTYPE_BF16, mid16));
+    assert_int_equal(gemm_f64_to_half(GEMM_DTYPE_F16, mid16 - 0x1p-40), 0x3c00);
+    assert_int_equal(gemm_f64_to_half(GEMM_DTYPE_BF16, mid_bf + 0x1p-40), 0x3f81);
+    assert_int_equal(gemm_f64_to_half(GEMM_DTYPE_BF16, mid_bf), 0x3f80);
+    assert_int_equal(gemm_f64_to_half(GEMM_DTYPE_F16, 1e300), 0x7c00);
+    assert_int_equal(gemm_f64_to_half(GEMM_DTYPE_F16, -1e-300), 0x8000);
+    assert_int_equal(gemm_f64_to_half(GEMM_DTYPE_BF16, 1e300), 0x7f80);
+    assert_int_equal(gemm_f64_to_half(GEMM_DTYPE_BF16, 1e-300), 0x0000);
+    assert_true(gemm_f64_is_midpoint(GEMM_DTYPE_F16, mid16));
+    assert_false(gemm_f64_is_midpoint(GEMM_DTYPE_F16, mid16 + 0x1p-40));
+    assert_false(gemm_f64_is_midpoint(GEMM_DTYPE_F16, 1.0));
+    assert_true(gemm_f64_is_midpoint(GEMM_DTYPE_F16, 65520.0));
+    assert_true(gemm_f64_is_midpoint(GEMM_DTYPE_F16, 0x1p-25));
+    assert_true(gemm_f64_is_midpoint(GEMM_DTYPE_BF16, mid_bf));
+    assert_false(gemm_f64_is_midpoint(GEMM_DTYPE_BF16, mid16));
+    /* float32: halfway between 1 and its successor; an odd multiple of 2^-150 (subnormal) */
+    assert_true(gemm_f64_is_midpoint(GEMM_DTYPE_F32, 1.0 + 0x1p-24));
+    assert_false(gemm_f64_is_midpoint(GEMM_DTYPE_F32, 1.0 + 0x1p-23));
+    assert_false(gemm_f64_is_midpoint(GEMM_DTYPE_F32, 1.0 + 0x1p-24 + 0x1p-40));
+    assert_true(gemm_f64_is_midpoint(GEMM_DTYPE_F32, 3 * 0x1p-150));
+    assert_false(gemm_f64_is_midpoint(GEMM_DTYPE_F32, 0x1p-149));
 }
 
 /* ---- JSON numbers: one rounding from the text ------------------------------------------ */
