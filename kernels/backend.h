@@ -55,7 +55,7 @@ typedef struct gemm_backend {
     const gemm_fault_hook *faults; /* the fault_inject hooks it takes, NULL name last */
 } gemm_backend;
 
-/* The registry: every backend of this build, NULL-terminated (engine.c). */
+/* The registry: every backend of this build, NULL-terminated (engine_open.c). */
 extern const gemm_backend *const gemm_backends[];
 extern const gemm_backend gemm_backend_cpu, gemm_backend_host;
 #ifdef GEMMD_HAVE_CUDA

@@ -20,6 +20,7 @@ typedef struct worker_arg {
 } worker_arg;
 
 struct gemm_engine {
+    const struct gemm_mech *const *mechs; /* offered a job in turn: gemm_mechs, set at open */
     const gemm_backend *be;
     void *self;
     /* the inline backend beside it (host path), or NULL, and its runs under way */

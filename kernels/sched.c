@@ -124,7 +124,7 @@ static gemm_job *wait_for_work(gemm_engine *e, worker_arg *wa, const gemm_mech *
             while (wa->lent) pthread_cond_wait(&wa->back, &e->mu);
             continue;
         }
-        for (const gemm_mech *const *m = gemm_mechs; *m; m++)
+        for (const gemm_mech *const *m = e->mechs; *m; m++)
             if ((*m)->next && (work = (*m)->next(e, slot))) return *from = *m, work;
         if (e->closing) return NULL;
         if (e->head) {
@@ -178,7 +178,7 @@ static void *worker_main(void *arg)
         double t0 = gemm_now_ms();
         job->timing.queue_ms = t0 - job->t_submit_ms;
         atomic_store(&job->state, GEMM_JOB_RUNNING); /* under the lock: cancel sees it */
-        const gemm_mech *const *m = gemm_mechs; /* the first row that takes it, if any */
+        const gemm_mech *const *m = e->mechs; /* the first row that takes it, if any */
         int n = 0;
         while (*m && (n = (*m)->take(e, job, slot, t0, g)) < 2) m++;
         if (e->head) gemm_sched_kick(e);
@@ -341,7 +341,7 @@ int gemm_engine_cancel(gemm_engine *e, gemm_job *job)
     int removed = q_remove(e, job);
     if (!removed) {
         atomic_store(&job->cancel_requested, 1); /* running: the worker stops it */
-        for (const gemm_mech *const *m = gemm_mechs; *m; m++)
+        for (const gemm_mech *const *m = e->mechs; *m; m++)
             if ((*m)->cancel) (*m)->cancel(job);
     }
     pthread_mutex_unlock(&e->mu);

@@ -1,5 +1,5 @@
 /*
- * test_sched.c - which worker takes a job (engine.c, "Which worker takes a job"), with a
+ * test_sched.c - which worker takes a job (docs/KERNELS.md, "The engine around the kernels"), with a
  * backend of the test's own: workers on several device slots, a run() that records the
  * slot it ran on and holds until the test opens a gate, and slots the test marks lost.
  *

@@ -1,5 +1,5 @@
 /*
- * test_split.c - split products on the CPU backend (engine.c, "Split products"): a single
+ * test_split.c - split products on the CPU backend (docs/API.md, "Split products"): a single
  * product cut into row panels of A that several workers run, answered as one product.
  *
  * Checked here: 2 and 3 panels, m not divisible by the panel count (rows m/P, the first

@@ -1,5 +1,5 @@
 /*
- * engine.c - the registry of backends and mechanisms, the engine's configuration keys, open
+ * engine_open.c - the registry of backends and mechanisms, the engine's configuration keys, open
  * and close, and what the engine reports (describe, stats, health).
  */
 #include "engine_int.h"
@@ -120,6 +120,7 @@ gemm_engine *gemm_engine_open_backend(const gemm_backend *be, const gemm_engine_
         return NULL;
     }
     e->be = be;
+    e->mechs = gemm_mechs;
     e->capacity = cfg->queue_depth > 0 ? cfg->queue_depth : 64;
     e->group_max = cfg->batch_max >= 1 ? cfg->batch_max : be->batch_default > 0 ? be->batch_default : 1;
     if (e->group_max > GEMM_COALESCE_MAX) e->group_max = GEMM_COALESCE_MAX;
