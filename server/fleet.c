@@ -103,13 +103,12 @@ void gemmd_fleet_render(gemm_buf *out, gemm_engine *engine, int in_flight)
     gemm_buf_puts(out, "gemmd_instance_info{instance_id=\"");
     gemmd_metrics_label_value(out, gemmd_instance_get());
     gemm_buf_puts(out, "\"} 1\n");
-    gemmd_metrics_header(out, "gemmd_requests_in_flight", "gauge",
-           "HTTP requests being read, computed or answered (this scrape left out).");
-    gemm_buf_printf(out, "gemmd_requests_in_flight %d\n", in_flight < 0 ? 0 : in_flight);
-    gemmd_metrics_header(out, "gemmd_queue_capacity", "gauge", "Products that may wait for a worker (queue_depth).");
-    gemm_buf_printf(out, "gemmd_queue_capacity %d\n", info.queue_capacity);
-    gemmd_metrics_header(out, "gemmd_workers", "gauge", "Engine workers: products computed at once.");
-    gemm_buf_printf(out, "gemmd_workers %d\n", info.workers);
+    gemmd_metrics_single(out, "gemmd_requests_in_flight", "gauge",
+                         "HTTP requests being read, computed or answered (this scrape left out).",
+                         in_flight < 0 ? 0 : in_flight);
+    gemmd_metrics_single(out, "gemmd_queue_capacity", "gauge",
+                         "Products that may wait for a worker (queue_depth).", info.queue_capacity);
+    gemmd_metrics_single(out, "gemmd_workers", "gauge", "Engine workers: products computed at once.", info.workers);
     gemmd_metrics_header(out, "gemmd_device_utilization", "gauge",
            "Fraction of the last 60 s each device spent running products (0 to 1).");
     for (int d = 0; d < nd; d++)

@@ -96,6 +96,13 @@ void gemmd_metrics_header(gemm_buf *out, const char *name, const char *type, con
 }
 #define header gemmd_metrics_header
 
+void gemmd_metrics_single(gemm_buf *out, const char *name, const char *type, const char *help, uint64_t v)
+{
+    header(out, name, type, help);
+    gemm_buf_printf(out, "%s %llu\n", name, (unsigned long long)v);
+}
+#define single gemmd_metrics_single
+
 static void render_requests(gemm_buf *out)
 {
     header(out, "gemmd_requests_total", "counter", "HTTP requests answered, by route and status code.");
@@ -135,11 +142,8 @@ static void render_requests(gemm_buf *out)
         gemm_buf_printf(out, "\"} %llu\n", (unsigned long long)total);
     }
 
-    header(out, "gemmd_bytes_received_total", "counter", "Request body bytes received.");
-    gemm_buf_printf(out, "gemmd_bytes_received_total %llu\n",
-                    (unsigned long long)atomic_load(&bytes_in_total));
-    header(out, "gemmd_bytes_sent_total", "counter", "Response body bytes sent.");
-    gemm_buf_printf(out, "gemmd_bytes_sent_total %llu\n", (unsigned long long)atomic_load(&bytes_out_total));
+    single(out, "gemmd_bytes_received_total", "counter", "Request body bytes received.", atomic_load(&bytes_in_total));
+    single(out, "gemmd_bytes_sent_total", "counter", "Response body bytes sent.", atomic_load(&bytes_out_total));
 }
 
 static const char *const state_names[5] = {"queued", "running", "done", "failed", "cancelled"};
@@ -150,17 +154,17 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
     memset(&st, 0, sizeof st);
     if (engine) gemm_engine_get_stats(engine, &st);
 
-    header(out, "gemmd_queue_depth", "gauge", "Products waiting for an engine worker.");
-    gemm_buf_printf(out, "gemmd_queue_depth %d\n", st.queued);
-    header(out, "gemmd_jobs_running", "gauge", "Products running on the engine (on a worker, or on the HTTP thread that received them: direct_run).");
-    gemm_buf_printf(out, "gemmd_jobs_running %d\n", st.running);
+    single(out, "gemmd_queue_depth", "gauge", "Products waiting for an engine worker.", st.queued);
+    single(out, "gemmd_jobs_running", "gauge",
+           "Products running on the engine (on a worker, or on the HTTP thread that received them: direct_run).",
+           st.running);
 
     header(out, "gemmd_jobs", "gauge", "Async jobs kept by the job store, by state.");
     for (int s = 0; s < 5; s++)
         gemm_buf_printf(out, "gemmd_jobs{state=\"%s\"} %d\n", state_names[s], atomic_load(&jobs_state[s]));
 
-    header(out, "gemmd_resident_matrices", "gauge", "Resident matrices kept (/v1/matrices).");
-    gemm_buf_printf(out, "gemmd_resident_matrices %d\n", atomic_load(&resident_count));
+    single(out, "gemmd_resident_matrices", "gauge",
+           "Resident matrices kept (/v1/matrices).", atomic_load(&resident_count));
     header(out, "gemmd_resident_bytes", "gauge",
            "Bytes held by resident matrices: host copies (reservations included) and, per device, "
            "the device copies the CUDA backend keeps.");
@@ -169,8 +173,7 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
     for (int i = 0; i < st.ndevices && i < GEMM_MAX_DEVICES; i++) /* device copies (CUDA) */
         gemm_buf_printf(out, "gemmd_resident_bytes{where=\"device\",device=\"%d\"} %llu\n", i,
                         (unsigned long long)st.resident_bytes[i]);
-    header(out, "gemmd_resident_budget_bytes", "gauge", "resident_mb in bytes.");
-    gemm_buf_printf(out, "gemmd_resident_budget_bytes %llu\n", (unsigned long long)atomic_load(&resident_budget));
+    single(out, "gemmd_resident_budget_bytes", "gauge", "resident_mb in bytes.", atomic_load(&resident_budget));
 
     header(out, "gemmd_engine_jobs_total", "counter", "Products the engine finished, by result.");
     gemm_buf_printf(out, "gemmd_engine_jobs_total{result=\"completed\"} %llu\n", (unsigned long long)st.completed);
@@ -178,24 +181,20 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
     gemm_buf_printf(out, "gemmd_engine_jobs_total{result=\"cancelled\"} %llu\n", (unsigned long long)st.cancelled);
     gemm_buf_printf(out, "gemmd_engine_jobs_total{result=\"rejected\"} %llu\n", (unsigned long long)st.rejected);
 
-    header(out, "gemmd_coalesced_launches_total", "counter",
-           "Groups of queued small products the engine ran as one batched job (dynamic batching).");
-    gemm_buf_printf(out, "gemmd_coalesced_launches_total %llu\n", (unsigned long long)st.coalesced_launches);
-    header(out, "gemmd_coalesced_products_total", "counter", "Products that ran in those groups.");
-    gemm_buf_printf(out, "gemmd_coalesced_products_total %llu\n", (unsigned long long)st.coalesced_products);
-    header(out, "gemmd_direct_runs_total", "counter",
-           "Products run by the HTTP thread that received them, on an idle stream (direct_run).");
-    gemm_buf_printf(out, "gemmd_direct_runs_total %llu\n", (unsigned long long)st.ran_here);
-    header(out, "gemmd_host_runs_total", "counter",
-           "Products computed on the host by the HTTP thread that received them (host_max_mnk; "
-           "also counted in gemmd_direct_runs_total).");
-    gemm_buf_printf(out, "gemmd_host_runs_total %llu\n", (unsigned long long)st.ran_host);
-    header(out, "gemmd_split_products_total", "counter",
-           "Products the engine cut into row panels run on several devices or workers at once "
-           "(each also counted once in gemmd_engine_jobs_total).");
-    gemm_buf_printf(out, "gemmd_split_products_total %llu\n", (unsigned long long)st.split_products);
-    header(out, "gemmd_split_panels_total", "counter", "Row panels those products ran as.");
-    gemm_buf_printf(out, "gemmd_split_panels_total %llu\n", (unsigned long long)st.split_panels);
+    single(out, "gemmd_coalesced_launches_total", "counter",
+           "Groups of queued small products the engine ran as one batched job (dynamic batching).",
+           st.coalesced_launches);
+    single(out, "gemmd_coalesced_products_total", "counter", "Products that ran in those groups.",
+           st.coalesced_products);
+    single(out, "gemmd_direct_runs_total", "counter",
+           "Products run by the HTTP thread that received them, on an idle stream (direct_run).", st.ran_here);
+    single(out, "gemmd_host_runs_total", "counter",
+           "Products computed on the host by the HTTP thread that received them (host_max_mnk; also counted in "
+           "gemmd_direct_runs_total).", st.ran_host);
+    single(out, "gemmd_split_products_total", "counter",
+           "Products the engine cut into row panels run on several devices or workers at once (each also counted "
+           "once in gemmd_engine_jobs_total).", st.split_products);
+    single(out, "gemmd_split_panels_total", "counter", "Row panels those products ran as.", st.split_panels);
 
     header(out, "gemmd_compute_seconds_total", "counter", "Seconds engine workers spent computing products.");
     gemm_buf_printf(out, "gemmd_compute_seconds_total %.6f\n", st.compute_seconds);
@@ -252,13 +251,10 @@ void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine)
 
 void gemmd_metrics_render_memory(gemm_buf *out, const gemmd_budget_stats *st)
 {
-    header(out, "gemmd_memory_budget_bytes", "gauge",
-           "The memory budget of requests in flight (max_inflight_mb).");
-    gemm_buf_printf(out, "gemmd_memory_budget_bytes %llu\n", (unsigned long long)st->limit);
-    header(out, "gemmd_memory_inflight_bytes", "gauge", "Bytes charged against the memory budget now.");
-    gemm_buf_printf(out, "gemmd_memory_inflight_bytes %llu\n", (unsigned long long)st->used);
-    header(out, "gemmd_memory_inflight_peak_bytes", "gauge", "The most bytes charged at once since start.");
-    gemm_buf_printf(out, "gemmd_memory_inflight_peak_bytes %llu\n", (unsigned long long)st->peak);
+    single(out, "gemmd_memory_budget_bytes", "gauge",
+           "The memory budget of requests in flight (max_inflight_mb).", st->limit);
+    single(out, "gemmd_memory_inflight_bytes", "gauge", "Bytes charged against the memory budget now.", st->used);
+    single(out, "gemmd_memory_inflight_peak_bytes", "gauge", "The most bytes charged at once since start.", st->peak);
     header(out, "gemmd_memory_held_bytes", "gauge",
            "Bytes charged now, by what holds them: request bodies being received, inputs of products "
            "decoded, queued or running, kept async results, answers being sent, the engine's cache, "
@@ -266,27 +262,24 @@ void gemmd_metrics_render_memory(gemm_buf *out, const gemmd_budget_stats *st)
     for (int k = 0; k < GEMMD_MEM_NKINDS; k++)
         gemm_buf_printf(out, "gemmd_memory_held_bytes{holder=\"%s\"} %llu\n", gemmd_mem_kind_name((gemmd_mem_kind)k),
                         (unsigned long long)st->by_kind[k]);
-    header(out, "gemmd_memory_refused_total", "counter", "Charges the memory budget refused (answered 503).");
-    gemm_buf_printf(out, "gemmd_memory_refused_total %llu\n", (unsigned long long)st->refused);
+    single(out, "gemmd_memory_refused_total", "counter",
+           "Charges the memory budget refused (answered 503).", st->refused);
 }
 
 void gemmd_metrics_render_connections(gemm_buf *out, const gemmd_conns_stats *st)
 {
-    header(out, "gemmd_connections_open", "gauge", "Connections open now (admitted and refused).");
-    gemm_buf_printf(out, "gemmd_connections_open %d\n", st->open);
-    header(out, "gemmd_connections_admitted", "gauge", "Connections counted against connection_limit now.");
-    gemm_buf_printf(out, "gemmd_connections_admitted %d\n", st->admitted);
-    header(out, "gemmd_connections_accepted_total", "counter", "Connections accepted since start.");
-    gemm_buf_printf(out, "gemmd_connections_accepted_total %llu\n", (unsigned long long)st->accepted);
+    single(out, "gemmd_connections_open", "gauge", "Connections open now (admitted and refused).", st->open);
+    single(out, "gemmd_connections_admitted", "gauge",
+           "Connections counted against connection_limit now.", st->admitted);
+    single(out, "gemmd_connections_accepted_total", "counter", "Connections accepted since start.", st->accepted);
     header(out, "gemmd_connections_refused_total", "counter",
            "Connections answered 503 and closed for being over a limit.");
     gemm_buf_printf(out, "gemmd_connections_refused_total{limit=\"connection_limit\"} %llu\n",
                     (unsigned long long)st->refused_limit);
     gemm_buf_printf(out, "gemmd_connections_refused_total{limit=\"per_ip_limit\"} %llu\n",
                     (unsigned long long)st->refused_ip);
-    header(out, "gemmd_connections_evicted_total", "counter",
-           "Connections waiting for a request head closed to make room for a newcomer.");
-    gemm_buf_printf(out, "gemmd_connections_evicted_total %llu\n", (unsigned long long)st->evicted);
+    single(out, "gemmd_connections_evicted_total", "counter",
+           "Connections waiting for a request head closed to make room for a newcomer.", st->evicted);
     header(out, "gemmd_connections_closed_total", "counter", "Connections closed at a deadline, by deadline.");
     gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"header\"} %llu\n",
                     (unsigned long long)st->closed_header);
@@ -296,18 +289,16 @@ void gemmd_metrics_render_connections(gemm_buf *out, const gemmd_conns_stats *st
                     (unsigned long long)st->closed_request);
     gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"send\"} %llu\n",
                     (unsigned long long)st->closed_send);
-    header(out, "gemmd_clients_left_total", "counter",
-           "Clients that left a request waiting for memory or the engine, or before its body was whole: "
-           "their work was stopped.");
-    gemm_buf_printf(out, "gemmd_clients_left_total %llu\n", (unsigned long long)st->left);
+    single(out, "gemmd_clients_left_total", "counter",
+           "Clients that left a request waiting for memory or the engine, or before its body was whole: their work "
+           "was stopped.", st->left);
 }
 
 void gemmd_metrics_render_admission(gemm_buf *out, const gemmd_admit_stats *st)
 {
-    header(out, "gemmd_admission_waiting", "gauge", "Requests waiting for memory before their bodies are read.");
-    gemm_buf_printf(out, "gemmd_admission_waiting %d\n", st->waiting);
-    header(out, "gemmd_admission_waiting_bytes", "gauge", "Bytes those requests wait for.");
-    gemm_buf_printf(out, "gemmd_admission_waiting_bytes %llu\n", (unsigned long long)st->waiting_bytes);
+    single(out, "gemmd_admission_waiting", "gauge",
+           "Requests waiting for memory before their bodies are read.", st->waiting);
+    single(out, "gemmd_admission_waiting_bytes", "gauge", "Bytes those requests wait for.", st->waiting_bytes);
     header(out, "gemmd_admission_total", "counter",
            "Requests that reserved memory before their bodies, by how: admitted (at once or after waiting), "
            "queued (waited), refused_full (the queue or the client's places were full), refused_wait (admit_wait "

@@ -36,6 +36,8 @@ void gemmd_metrics_render_admission(gemm_buf *out, const gemmd_admit_stats *st);
 
 /* Appends a metric's # HELP and # TYPE lines. */
 void gemmd_metrics_header(gemm_buf *out, const char *name, const char *type, const char *help);
+/* ...and then its one sample, "name v". */
+void gemmd_metrics_single(gemm_buf *out, const char *name, const char *type, const char *help, uint64_t v);
 /* Appends v escaped as a label value (backslash, double quote, newline). */
 void gemmd_metrics_label_value(gemm_buf *out, const char *v);
 #endif

@@ -371,19 +371,11 @@ enum MHD_Result gemmd_respond_error(gemmd_request *req, const gemm_err *err)
     utf8_clean(msg);
     gemmd_usage_error(req->owner, req->route ? req->route->metric : NULL, status, code);
     gemm_buf b = {0};
-    if (v2) {
-        gemm_buf_puts(&b, "{\"error\":");
-        gemm_buf_json_string(&b, msg);
-        gemm_buf_puts(&b, ",\"code\":");
-        gemm_buf_json_string(&b, code);
-        gemm_buf_puts(&b, "}\n");
-    } else {
-        gemm_buf_puts(&b, "{\"error\":{\"code\":");
-        gemm_buf_json_string(&b, code);
-        gemm_buf_puts(&b, ",\"message\":");
-        gemm_buf_json_string(&b, msg);
-        gemm_buf_puts(&b, "}}\n");
-    }
+    gemm_buf_puts(&b, v2 ? "{\"error\":" : "{\"error\":{\"code\":");
+    gemm_buf_json_string(&b, v2 ? msg : code);
+    gemm_buf_puts(&b, v2 ? ",\"code\":" : ",\"message\":");
+    gemm_buf_json_string(&b, v2 ? code : msg);
+    gemm_buf_puts(&b, v2 ? "}\n" : "}}\n");
     struct MHD_Response *r = from_buf(req, &b, "application/json");
     if (r) {
         if (status == 405 && req->allow[0]) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, req->allow);
