@@ -267,15 +267,11 @@ int gemm_npy_parse_header(const void *buf, size_t len, gemm_npy_header *hdr, gem
 size_t gemm_npy_write_header3(void *buf, size_t cap, gemm_dtype d, uint64_t batch, uint64_t rows,
                               uint64_t cols)
 {
-    char dict[192];
+    char dict[192], lead[24] = ""; /* lead: the batch axis, "b, " */
     if (d < 0 || d >= GEMM_DTYPE_COUNT) return 0;
-    const char *descr = gemm_dtypes[d].npy;
-    int n = batch ? snprintf(dict, sizeof dict,
-                             "{'descr': '%s', 'fortran_order': False, 'shape': (%llu, %llu, %llu), }",
-                             descr, (unsigned long long)batch, (unsigned long long)rows,
-                             (unsigned long long)cols)
-                  : snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%llu, %llu), }",
-                             descr, (unsigned long long)rows, (unsigned long long)cols);
+    if (batch) snprintf(lead, sizeof lead, "%llu, ", (unsigned long long)batch);
+    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%s%llu, %llu), }",
+                     gemm_dtypes[d].npy, lead, (unsigned long long)rows, (unsigned long long)cols);
     if (n < 0 || (size_t)n >= sizeof dict) return 0;
     /* Like NumPy (>= 1.23): room for the first axis to grow to 21 digits in place. */
     char digits[24];
