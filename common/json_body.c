@@ -238,12 +238,10 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
         }
         o->nmat++;
         return;
-    case R_STACK:
-        o->complete = 1;
-        gemm_jsb_settle(s, o);
-        return;
     case R_ROWS:
         o->rows = f->n;
+        /* fall through */
+    case R_STACK:
         o->complete = 1;
         gemm_jsb_settle(s, o);
         return;

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- gemm_buf ----------------------------------------------------------- */
 
 void gemm_buf_init(gemm_buf *b) { *b = (gemm_buf){0}; }
@@ -169,7 +168,6 @@ static char *put_g_layout(char *s, const char *dig, int P, int e)
     return s;
 }
 
-
 #if defined(__SIZEOF_INT128__)
 /* printf("%.<P>g") of v (finite, nonzero; P = 9 or 17) with exact integer arithmetic:
  * v = m * 2^e2, and for a decimal exponent e with k = P - 1 - e in 0..27, v * 10^k =
@@ -241,12 +239,6 @@ static size_t put_g_exact(char *p, double v, int P)
     }
     return (size_t)(put_g_layout(s, dig, P, e) - p);
 }
-#else
-static size_t put_g_exact(char *p, double v, int P)
-{
-    (void)p, (void)v, (void)P;
-    return 0;
-}
 #endif
 
 /* Writes one element (at most 32 bytes) at p; returns the length. */
@@ -264,8 +256,10 @@ static size_t put_double(char *p, double v, int digits)
         }
         return put_i64(p, (int64_t)v);
     }
+#if defined(__SIZEOF_INT128__)
     size_t fast = put_g_exact(p, v, digits);
     if (fast) return fast;
+#endif
     int n = snprintf(p, 32, "%.*g", digits, v);
     return n > 0 && n < 32 ? (size_t)n : 0;
 }

@@ -42,6 +42,14 @@ static int syntax_at(gemm_json_stream *s, uint64_t off, const char *why)
     return -1;
 }
 
+/* The body failed (s->syn says why): *err (err may be NULL) and nothing held. Returns -1. */
+static int give_up(gemm_json_stream *s, gemm_err *err)
+{
+    if (err) *err = s->syn;
+    gemm_jsb_release(s);
+    return -1;
+}
+
 /* A syntax error at p: reading stops at the end of the chunk. */
 static const char *stop(gemm_json_stream *s, const char *p, const char *end, const char *why)
 {
@@ -412,12 +420,7 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
         }
     }
     s->base += len;
-    if (s->failed) {
-        if (err) *err = s->syn;
-        gemm_jsb_release(s);
-        return -1;
-    }
-    return 0;
+    return s->failed ? give_up(s, err) : 0;
 }
 
 /* ---- the end --------------------------------------------------------------------------- */
@@ -426,20 +429,13 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
 static int end_of_body(gemm_json_stream *s, const char *expected, gemm_err *err)
 {
     if (!s->failed && s->state == S_NUMBER) number_finish(s);
-    if (!s->failed && s->state != S_END) {
-        if (s->base == 0) {
-            gemm_err_set(err, 400, "bad_json", "the body is empty; expected %s", expected);
-            gemm_jsb_release(s);
-            return -1;
-        }
+    if (!s->failed && s->state != S_END && s->base)
         syntax_at(s, s->base, s->state == S_STRING ? "the body ends inside a string" : "the body ends before the JSON value does");
+    else if (!s->failed && s->state != S_END) {
+        s->failed = 1;
+        gemm_err_set(&s->syn, 400, "bad_json", "the body is empty; expected %s", expected);
     }
-    if (s->failed) {
-        *err = s->syn;
-        gemm_jsb_release(s);
-        return -1;
-    }
-    return 0;
+    return s->failed ? give_up(s, err) : 0;
 }
 
 int gemm_json_stream_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm_matrix *b, gemm_err *err)

@@ -157,12 +157,10 @@ static int begin_part(gemm_multipart *mp, gemm_err *err)
             have_disp = 1;
             if (strncasecmp(v, "form-data", 9) != 0 || (v[9] && v[9] != ';' && v[9] != ' ' && v[9] != '\t'))
                 return failed(mp, err, "a multipart part's Content-Disposition is not form-data");
-            int r = header_param(v, "name", name, sizeof name);
-            if (r < 0) return failed(mp, err, "a multipart part's name is malformed or too long");
-            have_name = r;
-            r = header_param(v, "filename", filename, sizeof filename);
-            if (r < 0) return failed(mp, err, "a multipart part's filename is malformed or too long");
-            have_file = r;
+            if ((have_name = header_param(v, "name", name, sizeof name)) < 0)
+                return failed(mp, err, "a multipart part's name is malformed or too long");
+            if ((have_file = header_param(v, "filename", filename, sizeof filename)) < 0)
+                return failed(mp, err, "a multipart part's filename is malformed or too long");
         } else if (strcasecmp(line, "Content-Type") == 0) {
             if (vl >= sizeof ctype) return failed(mp, err, "a multipart part's Content-Type is too long");
             memcpy(ctype, v, vl + 1);

@@ -28,10 +28,8 @@ static int npy_prefix(const unsigned char *p, size_t len, int *major, int *minor
                             *major, *minor);
     *hlen_at = *major == 1 ? 10 : 12;
     if (len < *hlen_at) return 0;
-    if (*major == 1)
-        *hlen = (size_t)p[8] | (size_t)p[9] << 8;
-    else
-        *hlen = (size_t)p[8] | (size_t)p[9] << 8 | (size_t)p[10] << 16 | (size_t)p[11] << 24;
+    *hlen = 0;
+    for (size_t i = *hlen_at; i-- > 8;) *hlen = *hlen << 8 | p[i]; /* little-endian, 2 or 4 bytes */
     if (*hlen > GEMM_NPY_MAX_HEADER)
         return gemm_err_set(err, 400, "bad_npy", "the .npy header is %zu bytes; at most %d are accepted", *hlen,
                             GEMM_NPY_MAX_HEADER);
@@ -269,15 +267,11 @@ int gemm_npy_parse_header(const void *buf, size_t len, gemm_npy_header *hdr, gem
 size_t gemm_npy_write_header3(void *buf, size_t cap, gemm_dtype d, uint64_t batch, uint64_t rows,
                               uint64_t cols)
 {
-    char dict[192];
+    char dict[192], lead[24] = ""; /* lead: the batch axis, "b, " */
     if (d < 0 || d >= GEMM_DTYPE_COUNT) return 0;
-    const char *descr = gemm_dtypes[d].npy;
-    int n = batch ? snprintf(dict, sizeof dict,
-                             "{'descr': '%s', 'fortran_order': False, 'shape': (%llu, %llu, %llu), }",
-                             descr, (unsigned long long)batch, (unsigned long long)rows,
-                             (unsigned long long)cols)
-                  : snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%llu, %llu), }",
-                             descr, (unsigned long long)rows, (unsigned long long)cols);
+    if (batch) snprintf(lead, sizeof lead, "%llu, ", (unsigned long long)batch);
+    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%s%llu, %llu), }",
+                     gemm_dtypes[d].npy, lead, (unsigned long long)rows, (unsigned long long)cols);
     if (n < 0 || (size_t)n >= sizeof dict) return 0;
     /* Like NumPy (>= 1.23): room for the first axis to grow to 21 digits in place. */
     char digits[24];
@@ -330,37 +324,33 @@ gemm_npy_reader *gemm_npy_reader_new(const gemm_limits *lim, const gemm_allocato
     return r;
 }
 
-static int fail(gemm_npy_reader *r)
+/* The reader fails for good; rc (-1) is returned, for `return fail(r, gemm_err_set(...))`. */
+static int fail(gemm_npy_reader *r, int rc)
 {
     r->state = R_FAILED;
-    return -1;
+    return rc;
 }
 
 /* The whole header is in hbuf: parse it, check the shape, take the data buffer. */
 static int header_complete(gemm_npy_reader *r, gemm_err *err)
 {
     int rc = gemm_npy_parse_header(r->hbuf, r->hlen, &r->hdr, err);
-    if (rc < 0) return fail(r);
-    if (rc == 0) {
-        gemm_err_set(err, 500, "internal", "the .npy header was incomplete after reading it");
-        return fail(r);
-    }
+    if (rc <= 0)
+        return fail(r, rc < 0 ? -1
+                              : gemm_err_set(err, 500, "internal", "the .npy header was incomplete after reading it"));
     r->have_hdr = 1;
     const gemm_limits *lim = r->has_lim ? &r->lim : NULL;
     if (r->hdr.ndim == 3 ? gemm_check_stack(r->hdr.batch, r->hdr.rows, r->hdr.cols, r->hdr.dtype, lim,
                                         "the .npy array", err)
                      : gemm_check_matrix(r->hdr.rows, r->hdr.cols, r->hdr.dtype, lim, "the .npy array", err))
-        return fail(r);
+        return fail(r, -1);
     if (!gemm_matrix_bytes(r->hdr.rows, r->hdr.cols, r->hdr.dtype, &r->bytes) ||
-        (r->hdr.batch && !gemm_mul_size(r->bytes, (size_t)r->hdr.batch, &r->bytes))) {
-        gemm_err_set(err, 413, "too_large", "the .npy array is too large");
-        return fail(r);
-    }
+        (r->hdr.batch && !gemm_mul_size(r->bytes, (size_t)r->hdr.batch, &r->bytes)))
+        return fail(r, gemm_err_set(err, 413, "too_large", "the .npy array is too large"));
     r->data = gemm_alloc(&r->alloc, r->bytes);
-    if (!r->data) {
-        gemm_err_set(err, 500, "out_of_memory", "could not allocate %zu bytes for the .npy array", r->bytes);
-        return fail(r);
-    }
+    if (!r->data)
+        return fail(r, gemm_err_set(err, 500, "out_of_memory", "could not allocate %zu bytes for the .npy array",
+                                    r->bytes));
     free(r->hbuf);
     r->hbuf = NULL;
     r->state = R_DATA;
@@ -376,10 +366,8 @@ int gemm_npy_reader_feed(gemm_npy_reader *r, const void *data, size_t len, gemm_
         if (r->hcap < r->hwant) {
             /* hwant is at most 12 + GEMM_NPY_MAX_HEADER: npy_prefix checked the length */
             unsigned char *nb = realloc(r->hbuf, r->hwant);
-            if (!nb) {
-                gemm_err_set(err, 500, "out_of_memory", "could not allocate the .npy header buffer");
-                return fail(r);
-            }
+            if (!nb)
+                return fail(r, gemm_err_set(err, 500, "out_of_memory", "could not allocate the .npy header buffer"));
             r->hbuf = nb;
             r->hcap = r->hwant;
         }
@@ -392,20 +380,18 @@ int gemm_npy_reader_feed(gemm_npy_reader *r, const void *data, size_t len, gemm_
         int major = 0, minor;
         size_t at = 0, hl = 0;
         int pr = npy_prefix(r->hbuf, r->hlen, &major, &minor, &at, &hl, err);
-        if (pr < 0) return fail(r); /* a wrong magic is refused as soon as it shows */
+        if (pr < 0) return fail(r, -1); /* a wrong magic is refused as soon as it shows */
         if (r->hlen < r->hwant) break;
         size_t want = pr == 0 ? (major == 1 ? 10 : 12) : at + hl; /* the length field, or all */
         if (r->hlen < want) r->hwant = want;
         else if (header_complete(r, err)) return -1;
     }
     if (len && r->state == R_DATA) {
-        if (len > r->bytes - r->got) {
-            gemm_err_set(err, 400, "bad_npy",
-                         "the .npy file is longer than its header announces (%llux%llu %s = %zu bytes of data)",
-                         (unsigned long long)r->hdr.rows, (unsigned long long)r->hdr.cols,
-                         gemm_dtype_name(r->hdr.dtype), r->bytes);
-            return fail(r);
-        }
+        if (len > r->bytes - r->got)
+            return fail(r, gemm_err_set(err, 400, "bad_npy",
+                                        "the .npy file is longer than its header announces (%llux%llu %s = %zu bytes "
+                                        "of data)", (unsigned long long)r->hdr.rows, (unsigned long long)r->hdr.cols,
+                                        gemm_dtype_name(r->hdr.dtype), r->bytes));
         memcpy(r->data + r->got, p, len);
         r->got += len;
         len = 0;
@@ -444,23 +430,17 @@ int gemm_npy_reader_finish(gemm_npy_reader *r, gemm_matrix *out, gemm_err *err)
 {
     if (r->state == R_FAILED) return gemm_err_set(err, 400, "bad_npy", "the .npy reader already failed");
     if (r->state == R_DONE) return gemm_err_set(err, 500, "internal", "the .npy reader was already finished");
-    if (r->state == R_HEADER) {
-        gemm_err_set(err, 400, "truncated", "the .npy file ended inside its header (%zu bytes received)",
-                     r->hlen);
-        return fail(r);
-    }
-    if (r->got != r->bytes) {
-        gemm_err_set(err, 400, "truncated", "the .npy data is truncated: expected %zu bytes, got %zu", r->bytes,
-                     r->got);
-        return fail(r);
-    }
+    if (r->state == R_HEADER)
+        return fail(r, gemm_err_set(err, 400, "truncated", "the .npy file ended inside its header (%zu bytes "
+                                    "received)", r->hlen));
+    if (r->got != r->bytes)
+        return fail(r, gemm_err_set(err, 400, "truncated", "the .npy data is truncated: expected %zu bytes, got %zu",
+                                    r->bytes, r->got));
     if (r->hdr.fortran_order && r->hdr.rows > 1 && r->hdr.cols > 1) {
         void *tmp = malloc(r->bytes);
-        if (!tmp) {
-            gemm_err_set(err, 500, "out_of_memory", "could not allocate %zu bytes to transpose a Fortran-order array",
-                         r->bytes);
-            return fail(r);
-        }
+        if (!tmp)
+            return fail(r, gemm_err_set(err, 500, "out_of_memory", "could not allocate %zu bytes to transpose a "
+                                        "Fortran-order array", r->bytes));
         memcpy(tmp, r->data, r->bytes);
         transpose(r->data, tmp, (size_t)r->hdr.rows, (size_t)r->hdr.cols, gemm_dtype_size(r->hdr.dtype));
         free(tmp);

@@ -81,6 +81,17 @@ void gemm_v2_request_free(gemm_v2_request *r)
     r->id = NULL;
 }
 
+/* The parameter key of params (NULL: none) into *out, when it is given: true or false. */
+static int bool_param(const cJSON *params, const char *who, const char *key, int *out, gemm_err *err)
+{
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(params, key);
+    if (b && !cJSON_IsBool(b))
+        return gemm_err_set(err, 400, "bad_parameter", "%sparameters.%s is %s; expected true or false", who, key,
+                            type_name(b));
+    if (b) *out = cJSON_IsTrue(b);
+    return 0;
+}
+
 /* The request's "parameters": the options whose door is v2 (options.h; out_dtype takes the
  * datatype names, FP32 ...), and the protocol's binary_data_output. Other parameters are
  * the business of other models and servers; they are ignored. */
@@ -104,14 +115,7 @@ static int request_parameters(const cJSON *root, gemm_v2_request *r, int *binary
             return -1;
         }
     }
-    const cJSON *bdo = cJSON_GetObjectItemCaseSensitive(params, "binary_data_output");
-    if (bdo) {
-        if (!cJSON_IsBool(bdo))
-            return gemm_err_set(err, 400, "bad_parameter", "parameters.binary_data_output is %s; expected true or false",
-                                type_name(bdo));
-        *binary_default = cJSON_IsTrue(bdo);
-    }
-    return 0;
+    return bool_param(params, "", "binary_data_output", binary_default, err);
 }
 
 /* The "parameters" of tensor t (*p NULL when absent): an object, not naming shared memory. */
@@ -214,28 +218,22 @@ static int parse_input(const cJSON *t, size_t pos, int binary_ok, const gemm_v2_
 /* The data array's layout (measured by the first pass) against the (sane) shape. */
 static int check_data(const gemm_v2_input *in, int which, gemm_err *err)
 {
-    if (!in->nested) {
-        if (in->count != in->rows * in->cols)
-            return gemm_err_set(err, 400, "bad_data", "input %s: data has %llu elements but shape [%llu,%llu] needs %llu",
-                                input_name(which), (unsigned long long)in->count, (unsigned long long)in->rows,
-                                (unsigned long long)in->cols, (unsigned long long)(in->rows * in->cols));
-        return 0;
-    }
     /* the first row that is not an array or not of cols values */
     uint64_t bad_len_row = in->row_len != in->cols ? 1 : in->odd_row, bad_len = in->row_len != in->cols ? in->row_len
                                                                                                          : in->odd_len;
-    if (in->not_row && (!bad_len_row || in->not_row < bad_len_row))
+    if (in->nested && in->not_row && (!bad_len_row || in->not_row < bad_len_row))
         return gemm_err_set(err, 400, "bad_data", "input %s: data[%llu] is %s; nested data is an array of rows",
                             input_name(which), (unsigned long long)(in->not_row - 1), gemm_json_type_name(in->not_row_type));
-    if (bad_len_row)
+    if (in->nested && bad_len_row)
         return gemm_err_set(err, 400, "bad_data", "input %s: data[%llu] has %llu elements but shape [%llu,%llu] "
                             "has rows of %llu", input_name(which), (unsigned long long)(bad_len_row - 1),
                             (unsigned long long)bad_len, (unsigned long long)in->rows, (unsigned long long)in->cols,
                             (unsigned long long)in->cols);
-    if (in->count != in->rows)
-        return gemm_err_set(err, 400, "bad_data", "input %s: data has %llu rows but shape [%llu,%llu] needs %llu",
-                            input_name(which), (unsigned long long)in->count, (unsigned long long)in->rows,
-                            (unsigned long long)in->cols, (unsigned long long)in->rows);
+    uint64_t need = in->nested ? in->rows : in->rows * in->cols;
+    if (in->count != need)
+        return gemm_err_set(err, 400, "bad_data", "input %s: data has %llu %s but shape [%llu,%llu] needs %llu",
+                            input_name(which), (unsigned long long)in->count, in->nested ? "rows" : "elements",
+                            (unsigned long long)in->rows, (unsigned long long)in->cols, (unsigned long long)need);
     return 0;
 }
 
@@ -268,13 +266,7 @@ static int parse_outputs(const cJSON *root, int binary_default, gemm_v2_request 
         if (cJSON_GetObjectItemCaseSensitive(params, "classification"))
             return gemm_err_set(err, 400, "unsupported", "output C: classification is not supported by model '"
                                 GEMM_V2_MODEL "'");
-        const cJSON *bd = cJSON_GetObjectItemCaseSensitive(params, "binary_data");
-        if (bd) {
-            if (!cJSON_IsBool(bd))
-                return gemm_err_set(err, 400, "bad_parameter",
-                                    "output C: parameters.binary_data is %s; expected true or false", type_name(bd));
-            r->binary_output = cJSON_IsTrue(bd);
-        }
+        if (bool_param(params, "output C: ", "binary_data", &r->binary_output, err)) return -1;
     }
     return 0;
 }
