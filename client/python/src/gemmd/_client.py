@@ -249,8 +249,8 @@ class Client:
         """Queues C = A·B as a job (``POST /v1/jobs``) and returns at once with a :class:`Job`."""
         shape, k, c_name, _, (resp, conn, _) = self._post(
             "/v1/jobs", a, b, _options(kernel, math, tile), dtype, out_dtype, None, "application/json", 202)
-        obj = self._read_json(resp, conn)
-        job_id = obj.get("id") if isinstance(obj, dict) else None
+        obj = self._read_json(resp, conn, "/v1/jobs")
+        job_id = obj.get("id")
         if not isinstance(job_id, str) or not job_id:
             raise GemmProtocolError("202 for a job without an id: %r" % (obj,), resp.status)
         return Job(self, job_id, shape, k, c_name)
@@ -421,21 +421,21 @@ class Client:
             return GemmBusyError(message, status, code, retries)
         return GemmError(message, status, code)
 
-    def _read_json(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> Any:
+    def _read_json(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
+                   path: str) -> Dict[str, Any]:
         body = self._drain(resp, conn)
         try:
-            return json.loads(body.decode("utf-8"))
+            obj = json.loads(body.decode("utf-8"))
         except (ValueError, UnicodeDecodeError):
-            raise GemmProtocolError("the answer to a JSON request is not JSON: %r" % body[:200],
-                                    resp.status) from None
+            obj = None
+        if not isinstance(obj, dict):
+            raise GemmProtocolError("%s did not answer a JSON object: %r" % (path, body[:200]), resp.status)
+        return obj
 
     def _get_json(self, path: str, retry_busy: bool = True,
                   ok: Iterable[int] = (200,)) -> Tuple[Dict[str, Any], http.client.HTTPResponse]:
         resp, conn, _ = self._call("GET", path, retry_busy=retry_busy, ok=ok)
-        obj = self._read_json(resp, conn)
-        if not isinstance(obj, dict):
-            raise GemmProtocolError("%s did not answer a JSON object: %r" % (path, obj), resp.status)
-        return obj, resp
+        return self._read_json(resp, conn, path), resp
 
     def _read_product(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
                       shape: Optional[Tuple[int, ...]], dtype: Optional[str], out: Optional[npt.NDArray[Any]],
