@@ -386,12 +386,10 @@ class Client:
 
     def _drain(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> bytes:
         """Reads a small answer whole (the connection stays usable), or closes a large one's."""
-        if resp.length is not None and resp.length > _MAX_SMALL_BODY:
-            conn.close()
-            resp.close()
-            return b""
-        with self._failing(conn, "reading an answer from", self.timeout):
-            data = resp.read(_MAX_SMALL_BODY + 1)
+        data = b""
+        if resp.length is None or resp.length <= _MAX_SMALL_BODY:
+            with self._failing(conn, "reading an answer from", self.timeout):
+                data = resp.read(_MAX_SMALL_BODY + 1)
         if not resp.isclosed():
             conn.close()
             resp.close()
