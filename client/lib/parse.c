@@ -119,21 +119,15 @@ long gemm_client_parse_retry_after(const char *s, double now_epoch_s)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end != s && errno == 0) {
-        while (*end == ' ') end++;
-        if (*end == '\0') {
-            if (v < 0) return -1;
-            if (v > 86400) v = 86400;
-            return (long)(v * 1000.0 + 0.5);
-        }
+    while (end != s && *end == ' ') end++;
+    if (end == s || errno != 0 || *end) { /* not seconds: an HTTP-date, "Sun, 06 Nov 1994 08:49:37 GMT" */
+        struct tm tm = {0};
+        if (!strptime(s, "%a, %d %b %Y %H:%M:%S GMT", &tm)) return -1;
+        v = fmax(0, (double)timegm(&tm) - now_epoch_s);
+    } else if (v < 0) {
+        return -1;
     }
-    /* HTTP-date: "Sun, 06 Nov 1994 08:49:37 GMT" */
-    struct tm tm = {0};
-    if (!strptime(s, "%a, %d %b %Y %H:%M:%S GMT", &tm)) return -1;
-    double d = (double)timegm(&tm) - now_epoch_s;
-    if (d < 0) d = 0;
-    if (d > 86400) d = 86400;
-    return (long)(d * 1000.0);
+    return (long)(fmin(v, 86400) * 1000.0 + 0.5);
 }
 
 /* ---------------------------------------------------------------- CSV / TSV text */

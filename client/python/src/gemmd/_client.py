@@ -66,10 +66,8 @@ def wire_dtype(dtype: npt.DTypeLike) -> str:
     if isinstance(dtype, str) and dtype.lower() in ("bfloat16", "bf16") and _BF16 is None:
         raise TypeError(_NO_BF16)
     dt = np.dtype(dtype)
-    if _BF16 is not None and dt == _BF16:
-        return "bfloat16"
     for name, w in _WIRE.items():
-        if name != "bfloat16" and dt.kind == w.kind and dt.itemsize == w.itemsize:
+        if dt == w if name == "bfloat16" else (dt.kind, dt.itemsize) == (w.kind, w.itemsize):
             return name
     raise TypeError("gemmd computes in %s (ml_dtypes), not %s: %s the inputs" % (_TAKES, dt, _CONVERT))
 
@@ -242,21 +240,17 @@ class Client:
                 out_dtype: Optional[npt.DTypeLike] = None) -> Product:
         """Like :meth:`matmul`, but returns a :class:`Product`: C with what the server reported."""
         shape, k, c_name, t0, (resp, conn, retries) = self._post(
-            "/v1/matmul", a, b, _options(kernel, math, tile), dtype, out_dtype, out, "application/octet-stream")
-        if resp.status != 200:
-            raise self._error(resp, conn, retries)
+            "/v1/matmul", a, b, _options(kernel, math, tile), dtype, out_dtype, out, "application/octet-stream", 200)
         return self._read_product(resp, conn, shape, c_name, out, k, t0, retries)
 
     def submit(self, a: npt.ArrayLike, b: npt.ArrayLike, *, kernel: Optional[str] = None,
                math: Optional[str] = None, tile: Optional[int] = None,
                dtype: Optional[npt.DTypeLike] = None, out_dtype: Optional[npt.DTypeLike] = None) -> "Job":
         """Queues C = A·B as a job (``POST /v1/jobs``) and returns at once with a :class:`Job`."""
-        shape, k, c_name, _, (resp, conn, retries) = self._post(
-            "/v1/jobs", a, b, _options(kernel, math, tile), dtype, out_dtype, None, "application/json")
-        if resp.status != 202:
-            raise self._error(resp, conn, retries)
-        obj = self._read_json(resp, conn)
-        job_id = obj.get("id") if isinstance(obj, dict) else None
+        shape, k, c_name, _, (resp, conn, _) = self._post(
+            "/v1/jobs", a, b, _options(kernel, math, tile), dtype, out_dtype, None, "application/json", 202)
+        obj = self._read_json(resp, conn, "/v1/jobs")
+        job_id = obj.get("id")
         if not isinstance(job_id, str) or not job_id:
             raise GemmProtocolError("202 for a job without an id: %r" % (obj,), resp.status)
         return Job(self, job_id, shape, k, c_name)
@@ -271,21 +265,21 @@ class Client:
 
     def info(self) -> Dict[str, Any]:
         """``GET /v1/info`` as a dict."""
-        return self._get_json("/v1/info")[1]
+        return self._get_json("/v1/info")[0]
 
     def health(self) -> Dict[str, Any]:
         """``GET /healthz``: ``{"status": "ok"}``, or :class:`GemmError` (503 ``device_lost``)."""
-        return self._get_json("/healthz", retry_busy=False)[1]
+        return self._get_json("/healthz", retry_busy=False)[0]
 
     def ready(self) -> bool:
         """``GET /readyz``: True when the server takes products now, False when it answers 503."""
-        return self._get_json("/readyz", retry_busy=False, ok=(200, 503))[0] == 200
+        return self._get_json("/readyz", retry_busy=False, ok=(200, 503))[1].status == 200
 
     # ---------------------------------------------------------------- internals
 
     def _post(self, route: str, a: npt.ArrayLike, b: npt.ArrayLike, opts: List[Tuple[str, str]],
               dtype: Optional[npt.DTypeLike], out_dtype: Optional[npt.DTypeLike], out: Optional[npt.NDArray[Any]],
-              accept: str) -> Tuple[Tuple[int, ...], int, str, float,
+              accept: str, ok: int) -> Tuple[Tuple[int, ...], int, str, float,
                                     Tuple[http.client.HTTPResponse, http.client.HTTPConnection, int]]:
         """Sends A and B in raw binary to route; returns C's shape, k, C's dtype, the start and the answer."""
         a_w, b_w, name = prepare(a, b, dtype)
@@ -296,10 +290,10 @@ class Client:
         q = [("m", str(a_w.shape[-2])), ("k", str(k)), ("n", str(b_w.shape[-1])), ("dtype", name)]
         if a_w.ndim == 3:
             q += [("batch", str(a_w.shape[0]))] + ([("b_shared", "1")] if b_w.ndim == 2 else [])
-        path = self._prefix + route + "?" + urllib.parse.urlencode(q + opts + out_opt)
+        path = route + "?" + urllib.parse.urlencode(q + opts + out_opt)
         t0 = time.perf_counter()
         return shape, k, c_name, t0, self._call("POST", path, body=(_bytes_of(a_w), _bytes_of(b_w)),
-                                                content_type="application/octet-stream", accept=accept)
+                                                content_type="application/octet-stream", accept=accept, ok=(ok,))
 
     def _open(self) -> Tuple[http.client.HTTPConnection, bool]:
         """This thread's connection, connected; and whether it was already (kept alive)."""
@@ -313,18 +307,12 @@ class Client:
             self._local.conn = conn
             with self._conns_lock:
                 self._conns.add(conn)
-        try:
-            conn.connect()
-        except _TIMEOUTS:
-            conn.close()
-            raise GemmTimeoutError("connecting to %s took longer than %gs" % (self.url, self.connect_timeout)) from None
-        except ssl.SSLCertVerificationError as e:
-            conn.close()
-            raise GemmConnectionError("cannot verify the certificate of %s: %s (pass cafile= or set "
-                                      "GEMM_CACERT)" % (self.url, e.verify_message or e)) from e
-        except (OSError, ssl.SSLError) as e:
-            conn.close()
-            raise GemmConnectionError("cannot connect to %s: %s" % (self.url, e.strerror or e)) from e
+        with self._failing(conn, "connecting to", self.connect_timeout):
+            try:
+                conn.connect()
+            except ssl.SSLCertVerificationError as e:
+                raise GemmConnectionError("cannot verify the certificate of %s: %s (pass cafile= or set "
+                                          "GEMM_CACERT)" % (self.url, e.verify_message or e)) from e
         assert conn.sock is not None
         conn.sock.settimeout(self.timeout)
         return conn, False
@@ -332,89 +320,76 @@ class Client:
     def _send(self, method: str, path: str, body: Sequence[memoryview], content_type: Optional[str],
               accept: str) -> Tuple[http.client.HTTPResponse, http.client.HTTPConnection]:
         """One request on this thread's connection (reopened once if the server closed it idle)."""
-        closed = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
         for attempt in (0, 1):
             conn, reused = self._open()
-            sent = False
-            try:
-                conn.putrequest(method, path, skip_accept_encoding=True)
-                conn.putheader("User-Agent", _USER_AGENT)
-                conn.putheader("Accept", accept)
-                if self._token:
-                    conn.putheader("Authorization", "Bearer " + self._token)
-                if method in ("POST", "PUT"):
-                    if content_type:
-                        conn.putheader("Content-Type", content_type)
-                    conn.putheader("Content-Length", str(sum(len(p) for p in body)))
-                conn.endheaders()
+            with self._failing(conn, "%s %s to" % (method, path.split("?")[0]), self.timeout):
                 try:
-                    for p in body:
-                        conn.send(p)
-                except _TIMEOUTS:
-                    raise
-                except OSError:
-                    # The server may have answered early (an error it saw in the head) and
-                    # closed: read that answer if it is there.
-                    pass
-                sent = True
-                return conn.getresponse(), conn
-            except _TIMEOUTS:
-                conn.close()
-                raise GemmTimeoutError("%s %s: no answer within %gs" % (method, path.split("?")[0],
-                                                                      self.timeout or 0)) from None
-            except (OSError, http.client.HTTPException) as e:
-                conn.close()
-                # a kept-alive connection closed while idle (connection_timeout): once more, afresh
-                if reused and attempt == 0 and isinstance(e, closed if sent else (BrokenPipeError,
-                                                                                  ConnectionResetError)):
-                    continue
-                if sent and isinstance(e, closed):
-                    raise GemmConnectionError("%s closed the connection without an answer (%s)"
-                                              % (self.url, e)) from e
-                raise GemmConnectionError("%s %s: %s" % (method, path.split("?")[0], e)) from e
-            except BaseException:
-                conn.close()
-                raise
+                    conn.putrequest(method, self._prefix + path, skip_accept_encoding=True)
+                    conn.putheader("User-Agent", _USER_AGENT)
+                    conn.putheader("Accept", accept)
+                    if self._token:
+                        conn.putheader("Authorization", "Bearer " + self._token)
+                    if method in ("POST", "PUT"):
+                        if content_type:
+                            conn.putheader("Content-Type", content_type)
+                        conn.putheader("Content-Length", str(sum(len(p) for p in body)))
+                    conn.endheaders()
+                    try:
+                        for p in body:
+                            conn.send(p)
+                    except _TIMEOUTS:
+                        raise
+                    except OSError:
+                        # The server may have answered early (an error it saw in the head) and
+                        # closed: read that answer if it is there.
+                        pass
+                    return conn.getresponse(), conn
+                except ConnectionError:
+                    # a kept-alive connection closed while idle (connection_timeout): once more, afresh
+                    if not reused or attempt:
+                        raise
+                    conn.close()
         raise AssertionError("unreachable")
 
     def _call(self, method: str, path: str, *, body: Sequence[memoryview] = (),
               content_type: Optional[str] = None, accept: str = "application/json",
-              retry_busy: bool = True) -> Tuple[http.client.HTTPResponse, http.client.HTTPConnection, int]:
-        """``_send`` with 503 answers retried after their Retry-After (bounded)."""
+              retry_busy: bool = True,
+              ok: Iterable[int] = (200,)) -> Tuple[http.client.HTTPResponse, http.client.HTTPConnection, int]:
+        """``_send`` with 503 answers retried after their Retry-After (bounded); an answer not ok raises."""
         retries = 0
         while True:
             resp, conn = self._send(method, path, body, content_type, accept)
             if resp.status != 503 or not retry_busy or retries >= self.retries:
-                return resp, conn, retries
+                break
             wait = _retry_after(resp.getheader("Retry-After"), 1.0, self.max_retry_wait)
             self._drain(resp, conn)
             time.sleep(wait)
             retries += 1
+        if resp.status not in ok:
+            raise self._error(resp, conn, retries)
+        return resp, conn, retries
 
     @contextlib.contextmanager
-    def _reading(self, conn: http.client.HTTPConnection, what: str) -> Iterator[None]:
-        """Reading an answer: a failure closes the connection and becomes a GemmError about ``what``."""
+    def _failing(self, conn: http.client.HTTPConnection, what: str, limit: Timeout) -> Iterator[None]:
+        """A failure on conn closes it and becomes a GemmError about ``what`` (then the URL)."""
         try:
             yield
         except _TIMEOUTS:
             conn.close()
-            raise GemmTimeoutError("reading %s from %s took longer than %gs" % (what, self.url, self.timeout or 0)) \
-                from None
+            raise GemmTimeoutError("%s %s took longer than %gs" % (what, self.url, limit or 0)) from None
         except (OSError, http.client.HTTPException) as e:
             conn.close()
-            raise GemmConnectionError("reading %s from %s: %s" % (what, self.url, e)) from e
+            raise GemmConnectionError("%s %s: %s" % (what, self.url, e)) from e
         except BaseException:
             conn.close()
             raise
 
     def _drain(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> bytes:
         """Reads a small answer whole (the connection stays usable), or closes a large one's."""
-        if resp.length is not None and resp.length > _MAX_SMALL_BODY:
-            conn.close()
-            resp.close()
-            return b""
-        with self._reading(conn, "an answer"):
-            data = resp.read(_MAX_SMALL_BODY + 1)
+        data = b""
+        if resp.length is None or resp.length <= _MAX_SMALL_BODY:
+            with self._failing(conn, "reading an answer from", self.timeout):
+                data = resp.read(_MAX_SMALL_BODY + 1)
         if not resp.isclosed():
             conn.close()
             resp.close()
@@ -444,29 +419,27 @@ class Client:
             return GemmBusyError(message, status, code, retries)
         return GemmError(message, status, code)
 
-    def _read_json(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> Any:
+    def _read_json(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
+                   path: str) -> Dict[str, Any]:
         body = self._drain(resp, conn)
         try:
-            return json.loads(body.decode("utf-8"))
+            obj = json.loads(body.decode("utf-8"))
         except (ValueError, UnicodeDecodeError):
-            raise GemmProtocolError("the answer to a JSON request is not JSON: %r" % body[:200],
-                                    resp.status) from None
+            obj = None
+        if not isinstance(obj, dict):
+            raise GemmProtocolError("%s did not answer a JSON object: %r" % (path, body[:200]), resp.status)
+        return obj
 
     def _get_json(self, path: str, retry_busy: bool = True,
-                  ok: Iterable[int] = (200,)) -> Tuple[int, Dict[str, Any], http.client.HTTPResponse]:
-        resp, conn, retries = self._call("GET", self._prefix + path, retry_busy=retry_busy)
-        if resp.status not in tuple(ok):
-            raise self._error(resp, conn, retries)
-        obj = self._read_json(resp, conn)
-        if not isinstance(obj, dict):
-            raise GemmProtocolError("%s did not answer a JSON object: %r" % (path, obj), resp.status)
-        return resp.status, obj, resp
+                  ok: Iterable[int] = (200,)) -> Tuple[Dict[str, Any], http.client.HTTPResponse]:
+        resp, conn, _ = self._call("GET", path, retry_busy=retry_busy, ok=ok)
+        return self._read_json(resp, conn, path), resp
 
     def _read_product(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
                       shape: Optional[Tuple[int, ...]], dtype: Optional[str], out: Optional[npt.NDArray[Any]],
                       k: int, t0: float, retries: int, job_id: Optional[str] = None) -> Product:
         """Reads a raw C straight into an ndarray (``out`` or a new one), checked against the request."""
-        with self._reading(conn, "C"):
+        with self._failing(conn, "reading C from", self.timeout):
             st = resp.status
             ctype = (resp.getheader("Content-Type") or "").split(";")[0].strip().lower()
             if ctype != "application/octet-stream":
@@ -542,7 +515,7 @@ class Job:
         return "/v1/jobs/%s%s" % (urllib.parse.quote(self.id, safe=""), tail)
 
     def _status(self) -> Tuple[JobStatus, Optional[str]]:
-        _, obj, resp = self.client._get_json(self._path())
+        obj, resp = self.client._get_json(self._path())
         st = JobStatus.from_json(obj)
         if self._k is None and st.k > 0:
             # A job found by its id: C's shape comes from the answer (a batch's count is
@@ -580,21 +553,18 @@ class Job:
         st = self.wait(timeout)
         if st.error is not None and st.state != "done":
             raise st.error
-        c = self.client
         t0 = time.perf_counter()
-        resp, conn, retries = c._call("GET", c._prefix + self._path("/result"), accept="application/octet-stream")
-        if resp.status != 200:
-            raise c._error(resp, conn, retries)
-        return c._read_product(resp, conn, self._shape, self._dtype, out, self._k or 0, t0, retries, self.id)
+        resp, conn, retries = self.client._call("GET", self._path("/result"), accept="application/octet-stream")
+        return self.client._read_product(resp, conn, self._shape, self._dtype, out, self._k or 0, t0, retries,
+                                         self.id)
 
     def cancel(self) -> bool:
         """``DELETE /v1/jobs/{id}``: cancels or forgets the job; False when the server does not know it."""
-        c = self.client
-        resp, conn, retries = c._call("DELETE", c._prefix + self._path())
-        if resp.status not in (200, 204):
-            err = c._error(resp, conn, retries)
-            if resp.status == 404 and err.code == "job_not_found":
+        try:
+            resp, conn, _ = self.client._call("DELETE", self._path(), ok=(200, 204))
+        except GemmError as e:
+            if e.status == 404 and e.code == "job_not_found":
                 return False
-            raise err
-        c._drain(resp, conn)
+            raise
+        self.client._drain(resp, conn)
         return True
