@@ -19,13 +19,15 @@ warm-up, each answer compared with the host's:
   gemm      bin/gemm multiply A.bin B.bin --shape NxN -d DTYPE -o C.bin (raw files): the
             process's wall time
   python    gemmd.Client(url).matmul(a, b) (client/python) in the measuring process
-  preload   NumPy's a @ b in a process with LD_PRELOAD=lib/libgemm_blas.so and its default
-            thresholds; GEMM_OFFLOAD_LOG=1 tells whether it sent the product to the server or
-            kept it on the host
+  preload   NumPy's a @ b in a process with LD_PRELOAD=lib/libgemm_blas.so and its defaults
+            (the side it learned is faster); GEMM_OFFLOAD_LOG=1 tells where each product ran.
+            Its first two products learn the sides' costs (the server, then the host unless
+            even a host at its best would lose) and are listed apart; the median is of the
+            --reps products after them
   host      NumPy's a @ b on the host's BLAS, no preload (once per size and dtype: the link
             does not matter)
-"faster" is server when gemm or python beat the host, and "chosen" says whether the preload
-took that side.
+"faster" is server when gemm, python or the preload's products on the server beat the host,
+and "chosen" says whether the preload took that side after learning.
 
 --streams also times parallel transfer: bin/gemm multiply --streams N (B uploaded once as a
 resident matrix, A sent in N row panels over N connections at once) of a --streams-size
@@ -66,20 +68,22 @@ BIN = {x: os.path.join(REPO, p) for x, p in (("gemmd", "bin/gemmd"), ("gemm", "b
                                              ("preload", "lib/libgemm_blas.so"), ("bare", "build/bench/bare_mhd"))}
 NS, DEV, ADDR = ("gemmd-srv", "gemmd-cli"), ("gemmd-s", "gemmd-c"), ("10.89.0.1", "10.89.0.2")
 RATE = re.compile(r"(\d+(?:\.\d+)?)([kmgt]?)bit$")  # tc's rates: 10gbit, 2500mbit, ...
+LEARN = 2  # the preload's first products: the server's cost, then the host's (docs/BLAS.md)
 PRELOAD_RUN = """
+LEARN = %d
 import json, sys, time
 import numpy as np
 n, dtype, reps, d = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 a = np.fromfile(d + "/A.bin", dtype).reshape(n, n)
 b = np.fromfile(d + "/B.bin", dtype).reshape(n, n)
 ts = []
-for i in range(reps + 1):
+for i in range(LEARN + reps):
     t0 = time.perf_counter()
     c = a @ b
     ts.append((time.perf_counter() - t0) * 1e3)
 c.tofile(d + "/C-preload.bin")
-print(json.dumps(ts[1:]))
-"""
+print(json.dumps(ts))
+""" % LEARN
 
 
 def run(*cmd, check=True):
@@ -152,11 +156,18 @@ def measure(a):
                            capture_output=True, text=True)
         if p.returncode:
             raise RuntimeError("preload: " + p.stderr)
-        where = sorted({ln.split("-> ")[1].split()[0] for ln in p.stderr.splitlines() if "-> " in ln})
+        sides = [ln.split("-> ")[1].split()[0] for ln in p.stderr.splitlines() if "-> " in ln]
+        ts = json.loads(p.stdout)
+        if len(sides) != len(ts):
+            raise RuntimeError("preload: %d log lines for %d products" % (len(sides), len(ts)))
         err = rel_err(np.fromfile(d + "/C-preload.bin", dt).reshape(n, n), ref)
         if err > tol:
             raise RuntimeError("preload: relative error %g" % err)
-        out["preload"], out["chose"] = statistics.median(json.loads(p.stdout)), "+".join(where) or "?"
+        out["preload"] = statistics.median(ts[LEARN:])
+        out["chose"] = "+".join(sorted(set(sides[LEARN:])))
+        out["learning"] = ", ".join("%s %.0f" % (w, t) for w, t in zip(sides[:LEARN], ts[:LEARN]))
+        on_server = [t for w, t in zip(sides, ts) if w == "server"]
+        out["preload_server"] = statistics.median(on_server) if on_server else None
     print(json.dumps(out))
 
 
@@ -406,11 +417,11 @@ def main():
                     r = child(cns, "--measure", url=a.url, tmp=d, size=n, dtype=dt, reps=a.reps, ways=ways)
                     hosts.setdefault((n, dt), r.get("host"))
                     r["host"] = hosts[(n, dt)]
-                    server = min(r["gemm"], r["python"])
+                    server = min(x for x in (r["gemm"], r["python"], r["preload_server"]) if x is not None)
                     faster = "server" if server < r["host"] else "host"
-                    rows.append("| %d² | %s | %s | %.1f | %.1f | %.1f %s | %.1f | %s | %s |" % (
-                        n, dt, link, r["gemm"], r["python"], r["preload"], r["chose"], r["host"], faster,
-                        "yes" if r["chose"] == faster else "no"))
+                    rows.append("| %d² | %s | %s | %.1f | %.1f | %.1f %s | %s | %.1f | %s | %s |" % (
+                        n, dt, link, r["gemm"], r["python"], r["preload"], r["chose"], r["learning"], r["host"],
+                        faster, "yes" if r["chose"] == faster else "no"))
                     print(rows[-1], file=sys.stderr, flush=True)
             if a.streams:
                 r = child(cns, "--measure-streams", url=a.url, bare=a.bare, tmp=tmp.name, size=a.streams_size,
@@ -430,11 +441,14 @@ def main():
             L.teardown()
         tmp.cleanup()
     lines.append("- ways: gemm = `bin/gemm multiply` of raw files (process wall time), python = `gemmd.Client"
-                 ".matmul`, preload = NumPy `a @ b` under LD_PRELOAD=lib/libgemm_blas.so (default thresholds; "
-                 "where it sent the product), host = NumPy `a @ b` on the host BLAS; median of %d after a warm-up, "
-                 "in ms\n" % a.reps)
-    lines.append("| size | dtype | link | gemm ms | python ms | preload ms, its choice | host ms | faster | chosen |")
-    lines.append("| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |")
+                 ".matmul`, preload = NumPy `a @ b` under LD_PRELOAD=lib/libgemm_blas.so (its defaults: "
+                 "the side it learned is faster; the median of the %d products after its first %d, which learn the "
+                 "two sides' costs and are listed apart), host = NumPy `a @ b` on the host BLAS; faster = server "
+                 "when gemm, python or the preload's products on the server beat the host; median of %d after a "
+                 "warm-up, in ms\n" % (a.reps, LEARN, a.reps))
+    lines.append("| size | dtype | link | gemm ms | python ms | preload ms, its choice | preload's first %d "
+                 "(learning), ms | host ms | faster | chosen |" % LEARN)
+    lines.append("| --- | --- | --- | ---: | ---: | ---: | --- | ---: | --- | --- |")
     lines += rows
     if srows:
         lines.append("\n## Parallel transfer, %d² float32: `gemm multiply --streams N` against the bare server "

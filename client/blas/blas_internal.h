@@ -100,6 +100,7 @@ typedef struct {
     int log;                 /* GEMM_OFFLOAD_LOG */
     double min_flops[2];     /* per gb_type */
     double min_intensity[2]; /* flops per byte on the wire, per gb_type; 0 = no floor */
+    int learn;               /* GEMM_OFFLOAD_LEARN: above the floors, the faster side (choose.c) */
 } gb_settings;
 
 /* Reads the environment once (thread-safe; later calls return the same object). */
@@ -112,6 +113,7 @@ int gb_log_wanted(void);
 typedef struct {
     int ok;          /* C holds the result */
     double ms;       /* server: the whole exchange as the client saw it */
+    double kernel_ms; /* the server's kernel stage, -1 when not reported */
     char kernel[48]; /* the kernel the server ran */
     char why[160];   /* not ok: the reason in a few words ("connect_failed", ...) */
     int backoff;     /* not attempted: the server failed recently */
@@ -120,6 +122,20 @@ typedef struct {
 /* Tries the product on the server; on failure *res says why and the caller recomputes C
  * on the host. */
 void gb_offload(const gb_problem *pr, gb_result *res);
+
+/* ---- which side (choose.c) ------------------------------------------------------- */
+
+typedef struct {
+    int server;                /* else the host */
+    double host_ms, server_ms; /* the predictions (0 where a side is not measured yet) */
+    const char *why;
+} gb_choice;
+
+/* Where a product of this many flops and bytes on the wire (A, B out, C back) should run. */
+gb_choice gb_choose(gb_type t, double flops, double bytes);
+/* What a product above the floors took on each side (ms, the whole call). */
+void gb_learn_host(gb_type t, double flops, double ms);
+void gb_learn_server(gb_type t, double flops, double bytes, double ms, double kernel_ms);
 
 /* ---- packing (pack.c) --------------------------------------------------------------- */
 

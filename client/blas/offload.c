@@ -137,6 +137,7 @@ static void settings_init(void)
     env_pair("GEMM_OFFLOAD_MIN_FLOPS", s->min_flops, GB_DEFAULT_MIN_FLOPS_F32, GB_DEFAULT_MIN_FLOPS_F64);
     env_pair("GEMM_OFFLOAD_MIN_INTENSITY", s->min_intensity, GB_DEFAULT_MIN_INTENSITY_F32,
              GB_DEFAULT_MIN_INTENSITY_F64);
+    s->learn = (int)env_num("GEMM_OFFLOAD_LEARN", 1, 1, 0, 1);
     cfg.url = env_dup("GEMM_SERVER");
     cfg.kernel = env_dup("GEMM_OFFLOAD_KERNEL");
     cfg.math = GEMM_MATH_DEFAULT;
@@ -293,6 +294,7 @@ void gb_offload(const gb_problem *pr, gb_result *res)
     }
     if (own_t) gb_epilogue(pr->type, pr->c, pr->ldc, own_t, pr->m, pr->n, swap, pr->alpha, pr->beta);
     res->ok = 1;
+    res->kernel_ms = tm.kernel_ms;
     snprintf(res->kernel, sizeof res->kernel, "%s", tm.kernel);
 out:
     free(own_a);

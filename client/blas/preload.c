@@ -40,13 +40,19 @@ static void scale_c(const gb_problem *pr)
     }
 }
 
-/* Big enough to send: the flop count and the flops per byte on the wire (alpha = 1,
- * beta = 0: A and B out, C back). */
-static int worth_sending(const gb_settings *s, gb_type t, const gb_call *c)
+/* A call's flops and its bytes on the wire (alpha = 1, beta = 0: A and B out, C back). */
+static void size_of(gb_type t, const gb_call *c, double *flops, double *bytes)
 {
     double esz = t == GB_F32 ? 4 : 8, m = (double)c->m, n = (double)c->n, k = (double)c->k;
-    double flops = 2.0 * m * n * k;
-    double bytes = esz * (m * k + k * n + m * n);
+    *flops = 2.0 * m * n * k;
+    *bytes = esz * (m * k + k * n + m * n);
+}
+
+/* Above the floors: the flop count and the flops per byte on the wire. */
+static int worth_sending(const gb_settings *s, gb_type t, const gb_call *c)
+{
+    double flops, bytes;
+    size_of(t, c, &flops, &bytes);
     return flops >= s->min_flops[t] && flops >= s->min_intensity[t] * bytes;
 }
 
@@ -62,6 +68,8 @@ static void run(const gb_call *call, const gb_settings *s, gb_problem *pr, int v
     gb_result res;
     res.kernel[0] = '\0';
     go where = GO_HOST;
+    double flops = 0, bytes = 0; /* above the floors only */
+    gb_choice ch = {.server = 1, .why = "GEMM_OFFLOAD_LEARN=0"};
 
     if (!valid) {
         why = "invalid arguments";
@@ -77,31 +85,48 @@ static void run(const gb_call *call, const gb_settings *s, gb_problem *pr, int v
     } else if (!worth_sending(s, pr->type, call)) {
         why = "below threshold";
     } else {
-        char desc[160];
-        snprintf(desc, sizeof desc, "%s %" PRId64 "x%" PRId64 "x%" PRId64 " (m x k x n)", name, call->m, call->k,
-                 call->n);
-        pr->desc = desc;
-        pr->host = gb_host_name(call->entry);
-        gb_offload(pr, &res);
-        if (res.ok) {
-            where = GO_SERVER;
+        size_of(pr->type, call, &flops, &bytes);
+        ch = s->learn ? gb_choose(pr->type, flops, bytes) : ch;
+        if (ch.server) {
+            char desc[160];
+            snprintf(desc, sizeof desc, "%s %" PRId64 "x%" PRId64 "x%" PRId64 " (m x k x n)", name, call->m,
+                     call->k, call->n);
+            pr->desc = desc;
+            pr->host = gb_host_name(call->entry);
+            double t1 = gemm_now_ms();
+            gb_offload(pr, &res);
+            if (res.ok) {
+                where = GO_SERVER;
+                gb_learn_server(pr->type, flops, bytes, gemm_now_ms() - t1, res.kernel_ms);
+            } else {
+                snprintf(whybuf, sizeof whybuf, "%s%s", res.backoff ? "" : "fallback: ", res.why);
+                why = whybuf;
+            }
         } else {
-            snprintf(whybuf, sizeof whybuf, "%s%s", res.backoff ? "" : "fallback: ", res.why);
-            why = whybuf;
+            why = ch.why;
         }
     }
-    if (where == GO_HOST) gb_host_run(call);
+    if (where == GO_HOST) {
+        double t1 = gemm_now_ms();
+        gb_host_run(call);
+        if (flops > 0) gb_learn_host(pr->type, flops, gemm_now_ms() - t1);
+    }
     if (!s->log) return;
     double ms = gemm_now_ms() - t0;
     char shape[200];
     snprintf(shape, sizeof shape, "%s %s %c%c m=%" PRId64 " n=%" PRId64 " k=%" PRId64, name,
              call->order == GB_ROW_MAJOR ? "RowMajor" : call->order == GB_COL_MAJOR ? "ColMajor" : "?",
              ta_c ? ta_c : '?', tb_c ? tb_c : '?', call->m, call->n, call->k);
+    char guess[96] = "", hs[24] = "?", ss[24] = "?";
+    if (ch.host_ms > 0) snprintf(hs, sizeof hs, "%.3f ms", ch.host_ms);
+    if (ch.server_ms > 0) snprintf(ss, sizeof ss, "%.3f ms", ch.server_ms);
+    if (flops > 0 && s->learn) snprintf(guess, sizeof guess, "; predicted host %s, server %s", hs, ss);
     if (where == GO_SERVER)
-        gb_write_line("libgemm_blas: %s -> server %.3f ms (exchange %.3f ms, kernel %s)", shape, ms, res.ms,
-                      res.kernel[0] ? res.kernel : "?");
+        gb_write_line("libgemm_blas: %s -> server %.3f ms (exchange %.3f ms, kernel %s; %s%s)", shape, ms, res.ms,
+                      res.kernel[0] ? res.kernel : "?", ch.why, guess);
     else
-        gb_write_line("libgemm_blas: %s -> %s %.3f ms (%s)", shape, where == GO_HERE ? "here" : "host", ms, why);
+        gb_write_line("libgemm_blas: %s -> %s %.3f ms (%s%s)", shape, where == GO_HERE ? "here" : "host", ms, why,
+                      where == GO_HOST ? guess : "");
 }
 
 /* Every entry point comes here. The common case is kept short (it is all a small product

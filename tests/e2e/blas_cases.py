@@ -77,6 +77,7 @@ def child_env(server=None, preload=True, **extra):
     if server:
         e["GEMM_SERVER"] = server
     e["GEMM_OFFLOAD_LOG"] = "1"
+    e["GEMM_OFFLOAD_LEARN"] = "0"  # where a call runs follows the floors alone; test_learn sets 1
     for k, v in extra.items():
         e[k] = str(v)
     return e

@@ -29,6 +29,7 @@ heap checks.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,8 +38,8 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, Tap, free_port, run_guarded  # noqa: E402
-from blas_cases import (LP64, NETLIB, PRELOAD, PROGS, SAN, Case, child_env, flavours, log_lines,  # noqa: E402
+from harness import Daemon, Tap, free_port, metric, run_guarded  # noqa: E402
+from blas_cases import (LOG_RE, LP64, NETLIB, PRELOAD, PROGS, SAN, Case, child_env, flavours, log_lines,  # noqa: E402
                         map_names, numpy_pairs, numpy_wrong, offloadable, random_cases, run, run_calls,
                         run_invalid, sanitizer, start_lines, warnings, write_cases)
 
@@ -95,6 +96,53 @@ def test_offload(tap, d, rng):
             return "here"
         return "server" if 2.0 * cs.m * cs.n * cs.k >= inten * nbytes else "host"
     run_calls(tap, "GEMM_OFFLOAD_MIN_INTENSITY=%g" % inten, cases, env, rng, by_intensity)
+
+
+PRED_RE = re.compile(r"; predicted host (\S+)(?: ms)?, server (\S+)(?: ms)?$")
+
+
+def test_learn(tap, d, rng):
+    """GEMM_OFFLOAD_LEARN=1 (the default): above the floors a product runs where the costs
+    learned from earlier products predict it finishes first. The first one per dtype goes to
+    the server, the host is measured next (unless even a host at its best would lose), and
+    from then on each line's side is the smaller of its two predictions, apart from a
+    re-measure of a close loser now and then. Every C is right and the server's counter
+    moves once per product the log sends there."""
+    cases = [Case("cblas_sgemm", "R", "N", "N", 160, 150, 170, (0, 0, 0), 1.0, 0.0) for _ in range(40)] + \
+            [Case("dgemm_", "C", "N", "T", 130, 140, 120, (1, 0, 2), 1.0, 0.5) for _ in range(20)]
+    before = metric(d.metrics()[1], "gemmd_requests_total", route="/v1/matmul", code="200")
+    env = child_env(d.base, GEMM_OFFLOAD_MIN_FLOPS=0, GEMM_OFFLOAD_MIN_INTENSITY=0, GEMM_OFFLOAD_LEARN=1)
+    err = run_calls(tap, "learned side", cases, env, rng, lambda cs: None)
+    after = metric(d.metrics()[1], "gemmd_requests_total", route="/v1/matmul", code="200")
+    lines = [ln for ln in err.splitlines() if LOG_RE.match(ln)]
+    logs = log_lines(err)
+    if not tap.eq(len(logs), len(cases), "learned side: one log line per call"):
+        return
+    bad, seen = [], {}
+    for i, (ln, lg) in enumerate(zip(lines, logs)):
+        why = lg[8]
+        mt = PRED_RE.search(why)
+        host = float(mt.group(1)) if mt and mt.group(1) != "?" else None
+        server = float(mt.group(2)) if mt and mt.group(2) != "?" else None
+        nth = seen[lg[0]] = seen.get(lg[0], 0) + 1
+        if nth == 1:
+            ok = lg[7] == "server" and "server's speed is not known yet" in why
+        elif host is None:
+            ok = (lg[7], "host's speed is not known yet" in why or "slower even at its best" in why) in \
+                (("host", True), ("server", True))
+        elif "re-measuring" in why:
+            win, lose = sorted((host, server))
+            ok = lose < 1.5 * win and lg[7] == ("host" if host > server else "server")
+        else:
+            ok = lg[7] == ("server" if server < host else "host") and "predicted faster on the " + lg[7] in why
+        if not ok:
+            bad.append("call %d: %s" % (i, ln))
+    tap.ok(not bad, "learned side: the first call per dtype goes to the server, the host is measured next, "
+           "then each call runs on the side predicted faster", "\n".join(bad[:8]))
+    sent = sum(1 for lg in logs if lg[7] == "server")
+    tap.ok(0 < sent < len(cases) and after - before == sent,
+           "learned side: both sides ran (server %d, host %d) and the server counted exactly its %d"
+           % (sent, len(cases) - sent, sent), "counter %s -> %s" % (before, after))
 
 
 def test_invalid(tap, d, rng):
@@ -406,6 +454,7 @@ def main(tap):
     rng = np.random.default_rng(int(os.environ.get("GEMM_TEST_SEED", "20261123")))
     with Daemon(tap, config={"backend": "cpu"}) as d:
         test_offload(tap, d, rng)
+        test_learn(tap, d, rng)
         test_invalid(tap, d, rng)
         test_hosts(tap, d, rng)
         test_numpy(tap, d, rng)
