@@ -51,8 +51,9 @@ struct gemmd_conn {
     _Atomic uint64_t bytes;     /* BODY: body bytes; SEND: answer bytes taken */
     _Atomic int requests;       /* requests that ended on this connection */
     _Atomic int target;         /* the current request target's verdict (framing.h) */
+    _Atomic int refused;        /* set once, when it opens; read by its requests without the lock */
     /* under the registry lock: */
-    int refused, closing, counted;
+    int closing, counted;
     int watched;                /* gemmd_conn_watch: look for the client leaving */
     void (*left)(void *arg);    /* ...and then call this */
     void *left_arg;
@@ -517,9 +518,7 @@ const char *gemmd_conn_refusal(gemmd_conn *x, const char **message)
 {
     if (!x) return NULL;
     gemmd_conns *c = x->owner;
-    pthread_mutex_lock(&c->mu);
-    int why = x->refused;
-    pthread_mutex_unlock(&c->mu);
+    int why = atomic_load_explicit(&x->refused, memory_order_relaxed);
     if (why == REF_NONE) return NULL;
     static _Thread_local char m[200];
     refusal_message(c, why, m, sizeof m);

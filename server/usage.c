@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #define NCODES 24                        /* statuses kept apart per token; more share "other" */
 #define NSAMPLES 1024                    /* the latest products' times */
 #define MINUTE_STEPS (60 / GEMMD_USAGE_STEP_S)
+#define SHARDS 16
 
 typedef struct {
     uint64_t requests, errors, products, bytes_in, bytes_out;
@@ -46,16 +48,42 @@ typedef struct {
     int status, slot;
 } error_entry;
 
-static struct {
+/* The counters live in shards, one per group of threads (a thread keeps the shard it first
+ * wrote to): every request writes them, and one lock and one set of lines written by all
+ * the HTTP threads cost more than the additions. Readers sum the shards. */
+typedef struct {
     pthread_mutex_t mu;
     use total[NSLOTS];
     code_count codes[NSLOTS][NCODES];
     step steps[GEMMD_USAGE_STEPS];
-    sample_times sample[NSAMPLES];
+    sample_times sample[NSAMPLES / SHARDS];
     uint64_t nsamples;
+} shard;
+
+static shard S[SHARDS];
+static pthread_once_t S_once = PTHREAD_ONCE_INIT;
+static _Atomic unsigned S_next;
+static _Thread_local shard *S_mine;
+
+static struct {
+    pthread_mutex_t mu;
     error_entry err[GEMMD_USAGE_ERRORS];
     uint64_t nerrors;
-} U = {.mu = PTHREAD_MUTEX_INITIALIZER};
+} E = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void shards_init(void)
+{
+    for (int i = 0; i < SHARDS; i++) pthread_mutex_init(&S[i].mu, NULL);
+}
+
+/* This thread's shard, locked. */
+static shard *lock_mine(void)
+{
+    pthread_once(&S_once, shards_init);
+    if (!S_mine) S_mine = &S[atomic_fetch_add_explicit(&S_next, 1, memory_order_relaxed) % SHARDS];
+    pthread_mutex_lock(&S_mine->mu);
+    return S_mine;
+}
 
 static int slot_of(int who) { return who < 0 ? 0 : who <= GEMMD_USAGE_TOKENS ? who : NSLOTS - 1; }
 
@@ -67,11 +95,11 @@ static const char *slot_name(const gemmd_auth *auth, int s)
 
 static int64_t step_no(double now_ms) { return (int64_t)(now_ms / (GEMMD_USAGE_STEP_S * 1000.0)); }
 
-/* Under the lock: the step now, cleared when it starts a new round. */
-static step *step_now(void)
+/* Under the shard's lock: its step now, cleared when it starts a new round. */
+static step *step_now(shard *sh, double now_ms)
 {
-    int64_t no = step_no(gemm_now_ms());
-    step *st = &U.steps[no % GEMMD_USAGE_STEPS];
+    int64_t no = step_no(now_ms);
+    step *st = &sh->steps[no % GEMMD_USAGE_STEPS];
     if (st->stamp != no + 1) {
         memset(st, 0, sizeof *st);
         st->stamp = no + 1;
@@ -89,19 +117,26 @@ static void add(use *u, const use *d)
     u->compute_s += d->compute_s;
 }
 
+/* Adds one status to a token's list (the last entry counts the statuses past the list). */
+static void count_code(code_count *c, int status, uint64_t n)
+{
+    int i = 0;
+    while (status >= 0 && i < NCODES - 1 && c[i].n && c[i].status != status) i++;
+    if (status < 0) i = NCODES - 1; /* a shard's "other" */
+    c[i].status = i == NCODES - 1 && c[i].status != status ? -1 : status;
+    c[i].n += n;
+}
+
 void gemmd_usage_request(int who, int status, uint64_t bytes_in, uint64_t bytes_out)
 {
     int s = slot_of(who);
     use d = {.requests = 1, .errors = status >= 400, .bytes_in = bytes_in, .bytes_out = bytes_out};
-    pthread_mutex_lock(&U.mu);
-    add(&step_now()->slot[s], &d);
-    add(&U.total[s], &d);
-    code_count *c = U.codes[s];
-    int i = 0;
-    while (i < NCODES - 1 && c[i].n && c[i].status != status) i++;
-    c[i].status = i == NCODES - 1 && c[i].status != status ? -1 : status;
-    c[i].n++;
-    pthread_mutex_unlock(&U.mu);
+    double now = gemm_now_ms();
+    shard *sh = lock_mine();
+    add(&step_now(sh, now)->slot[s], &d);
+    add(&sh->total[s], &d);
+    count_code(sh->codes[s], status, 1);
+    pthread_mutex_unlock(&sh->mu);
 }
 
 void gemmd_usage_product(int who, const gemm_job *job)
@@ -110,29 +145,46 @@ void gemmd_usage_product(int who, const gemm_job *job)
     const gemm_job_timing *t = &job->timing;
     use d = {.products = done ? (job->batch ? job->batch : 1) : 0, .compute_s = t->compute_ms / 1000.0};
     double now = gemm_now_ms();
-    pthread_mutex_lock(&U.mu);
-    step *st = step_now();
+    shard *sh = lock_mine();
+    step *st = step_now(sh, now);
     add(&st->slot[s], &d);
-    add(&U.total[s], &d);
+    add(&sh->total[s], &d);
     if (done) {
         st->jobs++;
-        U.sample[U.nsamples++ % NSAMPLES] = (sample_times){now, t->queue_ms + t->compute_ms, t->queue_ms};
+        sh->sample[sh->nsamples++ % (NSAMPLES / SHARDS)] = (sample_times){now, t->queue_ms + t->compute_ms, t->queue_ms};
     }
-    pthread_mutex_unlock(&U.mu);
+    pthread_mutex_unlock(&sh->mu);
 }
 
 void gemmd_usage_error(int who, const char *route, int status, const char *code)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    pthread_mutex_lock(&U.mu);
-    error_entry *e = &U.err[U.nerrors++ % GEMMD_USAGE_ERRORS];
+    pthread_mutex_lock(&E.mu);
+    error_entry *e = &E.err[E.nerrors++ % GEMMD_USAGE_ERRORS];
     e->when = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
     snprintf(e->route, sizeof e->route, "%s", route ? route : "other");
     snprintf(e->code, sizeof e->code, "%s", code ? code : "");
     e->status = status;
     e->slot = slot_of(who);
-    pthread_mutex_unlock(&U.mu);
+    pthread_mutex_unlock(&E.mu);
+}
+
+/* The shards' totals and status counts, summed. */
+static void sum_totals(use total[NSLOTS], code_count codes[NSLOTS][NCODES])
+{
+    memset(total, 0, NSLOTS * sizeof *total);
+    if (codes) memset(codes, 0, NSLOTS * sizeof *codes);
+    pthread_once(&S_once, shards_init);
+    for (int i = 0; i < SHARDS; i++) {
+        pthread_mutex_lock(&S[i].mu);
+        for (int s = 0; s < NSLOTS; s++) {
+            add(&total[s], &S[i].total[s]);
+            for (int k = 0; codes && k < NCODES && S[i].codes[s][k].n; k++)
+                count_code(codes[s], S[i].codes[s][k].status, S[i].codes[s][k].n);
+        }
+        pthread_mutex_unlock(&S[i].mu);
+    }
 }
 
 /* ---- /metrics ------------------------------------------------------------------- */
@@ -144,17 +196,21 @@ void gemmd_usage_render(gemm_buf *out, const gemmd_auth *auth)
         {"gemmd_token_products_total", "Products computed for each token."},
         {"gemmd_token_compute_seconds_total", "Seconds engine workers spent on each token's products."},
         {"gemmd_token_bytes_total", "Body bytes received (in) and sent (out), by token."}};
-    pthread_mutex_lock(&U.mu);
+    static use total[NSLOTS]; /* under mu */
+    static code_count codes[NSLOTS][NCODES];
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    sum_totals(total, codes);
     for (int m = 0; m < 4; m++) {
         const char *fam = help[m][0];
         gemm_buf_printf(out, "# HELP %s %s\n# TYPE %s counter\n", fam, help[m][1], fam);
         for (int s = 0; s < NSLOTS; s++) {
-            const use *u = &U.total[s];
+            const use *u = &total[s];
             if (!u->requests && !u->products) continue; /* never used */
             const char *name = slot_name(auth, s);      /* [A-Za-z0-9_.-]: nothing to escape */
             switch (m) {
             case 0:
-                for (const code_count *c = U.codes[s]; c < U.codes[s] + NCODES && c->n; c++) {
+                for (const code_count *c = codes[s]; c < codes[s] + NCODES && c->n; c++) {
                     gemm_buf_printf(out, "%s{token=\"%s\",code=\"", fam, name);
                     if (c->status < 0) gemm_buf_puts(out, "other");
                     else gemm_buf_printf(out, "%d", c->status);
@@ -171,7 +227,7 @@ void gemmd_usage_render(gemm_buf *out, const gemmd_auth *auth)
             }
         }
     }
-    pthread_mutex_unlock(&U.mu);
+    pthread_mutex_unlock(&mu);
 }
 
 /* ---- /v1/status ------------------------------------------------------------------ */
@@ -200,7 +256,9 @@ static void use_json(gemm_buf *out, const char *key, const use *u)
 
 double gemmd_usage_json(gemm_buf *out, const gemmd_auth *auth, int queued, double uptime_s)
 {
-    static double engine[NSAMPLES], wait[NSAMPLES], wait_min[NSAMPLES]; /* under the lock */
+    static double engine[NSAMPLES], wait[NSAMPLES], wait_min[NSAMPLES]; /* under mu */
+    static use total[NSLOTS];
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     double now = gemm_now_ms(), window_s = GEMMD_USAGE_STEPS * GEMMD_USAGE_STEP_S;
     int64_t no = step_no(now);
     use win[NSLOTS], sum[GEMMD_USAGE_STEPS], minute = {0};
@@ -208,51 +266,58 @@ double gemmd_usage_json(gemm_buf *out, const gemmd_auth *auth, int queued, doubl
     memset(win, 0, sizeof win);
     memset(sum, 0, sizeof sum);
 
-    pthread_mutex_lock(&U.mu);
-    for (int age = 0; age < GEMMD_USAGE_STEPS && age <= no; age++) { /* sum[age]: age steps ago */
-        const step *st = &U.steps[(no - age) % GEMMD_USAGE_STEPS];
-        if (st->stamp != no - age + 1) continue;
-        for (int s = 0; s < NSLOTS; s++) {
-            add(&win[s], &st->slot[s]);
-            add(&sum[age], &st->slot[s]);
-        }
-        if (age < MINUTE_STEPS) {
-            add(&minute, &sum[age]);
-            jobs_min += st->jobs;
-        }
-    }
+    pthread_mutex_lock(&mu);
+    sum_totals(total, NULL);
     int n = 0, nmin = 0;
-    for (uint64_t i = U.nsamples > NSAMPLES ? U.nsamples - NSAMPLES : 0; i < U.nsamples; i++) {
-        const sample_times *x = &U.sample[i % NSAMPLES];
-        if (now - x->t_ms > window_s * 1000.0) continue;
-        engine[n] = x->engine_ms;
-        wait[n++] = x->queue_ms;
-        if (now - x->t_ms <= 60000.0) wait_min[nmin++] = x->queue_ms;
+    for (int i = 0; i < SHARDS; i++) {
+        shard *sh = &S[i];
+        pthread_mutex_lock(&sh->mu);
+        for (int age = 0; age < GEMMD_USAGE_STEPS && age <= no; age++) { /* sum[age]: age steps ago */
+            const step *st = &sh->steps[(no - age) % GEMMD_USAGE_STEPS];
+            if (st->stamp != no - age + 1) continue;
+            for (int s = 0; s < NSLOTS; s++) {
+                add(&win[s], &st->slot[s]);
+                add(&sum[age], &st->slot[s]);
+                if (age < MINUTE_STEPS) add(&minute, &st->slot[s]);
+            }
+            if (age < MINUTE_STEPS) jobs_min += st->jobs;
+        }
+        uint64_t kept = NSAMPLES / SHARDS;
+        for (uint64_t j = sh->nsamples > kept ? sh->nsamples - kept : 0; j < sh->nsamples; j++) {
+            const sample_times *x = &sh->sample[j % kept];
+            if (now - x->t_ms > window_s * 1000.0) continue;
+            engine[n] = x->engine_ms;
+            wait[n++] = x->queue_ms;
+            if (now - x->t_ms <= 60000.0) wait_min[nmin++] = x->queue_ms;
+        }
+        pthread_mutex_unlock(&sh->mu);
     }
     gemm_buf_puts(out, "\"tokens\":[");
     for (int s = 0, first = 1; s < NSLOTS; s++) {
-        if (!U.total[s].requests && !U.total[s].products) continue;
+        if (!total[s].requests && !total[s].products) continue;
         gemm_buf_printf(out, "%s{\"name\":\"%s\",", first ? "" : ",", slot_name(auth, s)); /* no escaping needed */
         use_json(out, "window", &win[s]);
         gemm_buf_puts(out, ",");
-        use_json(out, "total", &U.total[s]);
+        use_json(out, "total", &total[s]);
         gemm_buf_puts(out, "}");
         first = 0;
     }
     gemm_buf_puts(out, "],\"errors\":[");
-    for (uint64_t i = 0; i < U.nerrors && i < GEMMD_USAGE_ERRORS; i++) { /* newest first */
-        const error_entry *e = &U.err[(U.nerrors - 1 - i) % GEMMD_USAGE_ERRORS];
+    pthread_mutex_lock(&E.mu);
+    for (uint64_t i = 0; i < E.nerrors && i < GEMMD_USAGE_ERRORS; i++) { /* newest first */
+        const error_entry *e = &E.err[(E.nerrors - 1 - i) % GEMMD_USAGE_ERRORS];
         gemm_buf_printf(out, "%s{\"time\":%.3f,\"route\":", i ? "," : "", e->when);
         gemm_buf_json_string(out, e->route);
         gemm_buf_printf(out, ",\"status\":%d,\"code\":", e->status);
         gemm_buf_json_string(out, e->code);
         gemm_buf_printf(out, ",\"token\":\"%s\"}", slot_name(auth, e->slot));
     }
+    pthread_mutex_unlock(&E.mu);
     double mean = 0;
     for (int i = 0; i < n; i++) mean += engine[i] / n;
     double p50 = quantile(engine, n, 0.5), p95 = quantile(engine, n, 0.95);
     double q50 = quantile(wait, n, 0.5), q95 = quantile(wait, n, 0.95), q50_min = quantile(wait_min, nmin, 0.5);
-    pthread_mutex_unlock(&U.mu);
+    pthread_mutex_unlock(&mu);
 
     /* the last minute: the step now (begun (now % step) ago) and the 5 before it */
     double span_s = fmod(now / 1000.0, GEMMD_USAGE_STEP_S) + (MINUTE_STEPS - 1) * GEMMD_USAGE_STEP_S;

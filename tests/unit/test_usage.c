@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,11 +206,67 @@ static void test_bounds(void **state)
     gemmd_auth_free(auth);
 }
 
+/* Sum of token2's request samples (every code), and whether a code label repeats. */
+static double token2_requests(const char *text, int *repeated)
+{
+    const char *key = "\ngemmd_token_requests_total{token=\"token2\",code=\"";
+    char seen[64][16];
+    int n = 0;
+    double sum = 0;
+    *repeated = 0;
+    for (const char *p = strstr(text, key); p; p = strstr(p + 1, key)) {
+        const char *c = p + strlen(key), *q = strchr(c, '"');
+        for (int i = 0; i < n; i++)
+            if ((size_t)(q - c) == strlen(seen[i]) && !strncmp(seen[i], c, (size_t)(q - c))) *repeated = 1;
+        if (n < 64) snprintf(seen[n++], sizeof seen[0], "%.*s", (int)(q - c), c);
+        sum += strtod(strchr(q, ' ') + 1, NULL);
+    }
+    return sum;
+}
+
+static void *writer(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    for (int i = 0; i < 1000; i++) {
+        gemmd_usage_request(2, i % 2 ? 300 + t * 3 + i % 3 : 200, 1, 1);
+        if (i % 10 == 0) product(2, GEMM_JOB_DONE, 0.1, 0.1, 0);
+    }
+    return NULL;
+}
+
+/* Threads write their own shards; /metrics sums them: nothing lost, one series per code
+ * (25 statuses across the shards: the 24th on is "other"). Runs after the tests above. */
+static void test_shards(void **state)
+{
+    (void)state;
+    gemmd_auth *auth = tokens();
+    char *text = render(auth);
+    int rep;
+    double before = token2_requests(text, &rep), ok_before = sample(text, "gemmd_token_requests_total{token=\"token2\",code=\"200\"}");
+    double products = sample(text, "gemmd_token_products_total{token=\"token2\"}");
+    free(text);
+    pthread_t th[8];
+    for (int t = 0; t < 8; t++) assert_int_equal(pthread_create(&th[t], NULL, writer, (void *)(intptr_t)t), 0);
+    for (int t = 0; t < 8; t++) pthread_join(th[t], NULL);
+    text = render(auth);
+    assert_true(token2_requests(text, &rep) - before == 8000);
+    assert_false(rep);
+    assert_true(sample(text, "gemmd_token_requests_total{token=\"token2\",code=\"200\"}") - ok_before == 4000);
+    assert_true(sample(text, "gemmd_token_requests_total{token=\"token2\",code=\"other\"}") > 0);
+    assert_true(sample(text, "gemmd_token_products_total{token=\"token2\"}") - products == 800);
+    free(text);
+    cJSON *root = status(auth, 0, 100.0);
+    assert_true(num(token(root, "token2"), "window.requests") >= 8000);
+    cJSON_Delete(root);
+    gemmd_auth_free(auth);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_use),
         cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_shards),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
