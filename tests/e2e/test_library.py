@@ -122,11 +122,65 @@ int main(int argc, char **argv)
     if not tap.ok(cp.returncode == 0, "a program defining gemm_dtype_name() links against libgemm.so",
                   cp.stderr.decode()):
         return
+    # The progress of a product over several connections ends with its totals, however fast
+    # it was: the panels are reported every 20 ms, and a small product is done before that.
+    src2, exe2 = os.path.join(tmp.name, "streams.c"), os.path.join(tmp.name, "streams")
+    with open(src2, "w") as f:
+        f.write(r'''
+#include <stdio.h>
+#include <stdint.h>
+#include <gemm.h>
+static int calls;
+static uint64_t last[4];
+static int progress(void *ctx, uint64_t up, uint64_t up_total, uint64_t down, uint64_t down_total)
+{
+    (void)ctx;
+    calls++;
+    if (up_total == 0 && down_total == 0) return 0; /* the resident B's DELETE, after the panels */
+    last[0] = up; last[1] = up_total; last[2] = down; last[3] = down_total;
+    return 0;
+}
+int main(int argc, char **argv)
+{
+    static double a[64 * 32], b[32 * 48], c[64 * 48];
+    for (int i = 0; i < 64 * 32; i++) a[i] = i % 7;
+    for (int i = 0; i < 32 * 48; i++) b[i] = i % 5;
+    gemm_client_options o;
+    gemm_client_options_init(&o);
+    o.progress = progress;
+    gemm_client_error err;
+    gemm_client *cl = gemm_client_new(argc > 1 ? argv[1] : "", &o, &err);
+    if (!cl) { fprintf(stderr, "%s\n", err.message); return 2; }
+    gemm_request r = GEMM_REQUEST_INIT;
+    r.dtype = GEMM_DTYPE_F64; r.m = 64; r.k = 32; r.n = 48; r.a = a; r.b = b; r.c = c;
+    int rc = gemm_client_multiply_streams(cl, &r, 4, NULL, &err);
+    gemm_client_free(cl);
+    if (rc != 0) { fprintf(stderr, "%s: %s\n", err.code, err.message); return 1; }
+    double want = 0;
+    for (int p = 0; p < 32; p++) want += a[63 * 32 + p] * b[p * 48 + 47];
+    printf("%d %llu %llu %llu %llu %d\n", calls, (unsigned long long)last[0], (unsigned long long)last[1],
+           (unsigned long long)last[2], (unsigned long long)last[3], c[63 * 48 + 47] == want);
+    return 0;
+}
+''')
+    cp = subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", src2, "-o", exe2,
+                         "-I" + os.path.join(REPO, "client", "lib"), "-I" + os.path.join(REPO, "common"),
+                         "-L" + LIBDIR, "-lgemm", "-Wl,-rpath," + LIBDIR] + SAN_FLAGS,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    tap.ok(cp.returncode == 0, "a program using gemm_client_multiply_streams links", cp.stderr.decode())
     with Daemon(tap, config={"backend": "cpu"}) as d:
         p = subprocess.run([exe, d.base], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60 * SLOW)
         tap.ok(p.returncode == 0 and p.stdout.strip() == b"19 22 43 50",
                "the library's own calls do not bind to the program's gemm_dtype_name()",
                (p.returncode, p.stdout, p.stderr))
+        if cp.returncode == 0:
+            p = subprocess.run([exe2, d.base], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60 * SLOW)
+            f = p.stdout.split()
+            # up: A (64x32) and B (32x48) float64; down: C (64x48)
+            tap.ok(p.returncode == 0 and len(f) == 6 and int(f[0]) >= 1 and f[1] == f[2] == b"%d" % (8 * (64 * 32 + 32 * 48))
+                   and f[3] == f[4] == b"%d" % (8 * 64 * 48) and f[5] == b"1",
+                   "a product over 4 connections: C right, and its progress ends at its totals however fast it ran",
+                   (p.returncode, p.stdout, p.stderr))
     tmp.cleanup()
 
 
