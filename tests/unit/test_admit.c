@@ -87,12 +87,23 @@ static uint64_t reserved(gemmd_budget *b)
     return st.by_kind[GEMMD_MEM_RESERVED];
 }
 
+/* The release hook as the server sets it (http.c): every release kicks the queue. */
+static void kick(void *a) { gemmd_admit_kick(a); }
+
+/* A queue over a budget of mib MiB, wired as the server wires them. */
+static gemmd_admit *queue(gemmd_budget **b, uint64_t mib, int max_waiting, double max_wait_s, int share_pct)
+{
+    *b = gemmd_budget_new(mib * MIB, 1);
+    gemmd_admit *a = gemmd_admit_new(*b, max_waiting, max_wait_s, share_pct);
+    gemmd_budget_set_release_hook(*b, kick, a);
+    return a;
+}
+
 static void test_fits_at_once_and_waits(void **state)
 {
     (void)state;
-    gemmd_budget *b = gemmd_budget_new(64 * MIB, 1);
-    gemmd_admit *a = gemmd_admit_new(b, 8, 5.0, 100);
-    gemmd_budget_set_release_hook(b, (void (*)(void *))gemmd_admit_kick, a);
+    gemmd_budget *b;
+    gemmd_admit *a = queue(&b, 64, 8, 5.0, 100);
     wakes w;
     wakes_init(&w);
     waiter x[3];
@@ -123,9 +134,8 @@ static void test_fits_at_once_and_waits(void **state)
 static void test_clients_in_turn(void **state)
 {
     (void)state;
-    gemmd_budget *b = gemmd_budget_new(64 * MIB, 1);
-    gemmd_admit *a = gemmd_admit_new(b, 16, 5.0, 100);
-    gemmd_budget_set_release_hook(b, (void (*)(void *))gemmd_admit_kick, a);
+    gemmd_budget *b;
+    gemmd_admit *a = queue(&b, 64, 16, 5.0, 100);
     wakes w;
     wakes_init(&w);
     waiter x[7];
@@ -151,9 +161,8 @@ static void test_clients_in_turn(void **state)
 static void test_deadline_and_full(void **state)
 {
     (void)state;
-    gemmd_budget *b = gemmd_budget_new(64 * MIB, 1);
-    gemmd_admit *a = gemmd_admit_new(b, 4, 0.3, 100);
-    gemmd_budget_set_release_hook(b, (void (*)(void *))gemmd_admit_kick, a);
+    gemmd_budget *b;
+    gemmd_admit *a = queue(&b, 64, 4, 0.3, 100);
     wakes w;
     wakes_init(&w);
     waiter x[6];
@@ -193,9 +202,8 @@ static void test_deadline_and_full(void **state)
 static void test_cancel_and_oldest_first(void **state)
 {
     (void)state;
-    gemmd_budget *b = gemmd_budget_new(64 * MIB, 1);
-    gemmd_admit *a = gemmd_admit_new(b, 16, 10.0, 100);
-    gemmd_budget_set_release_hook(b, (void (*)(void *))gemmd_admit_kick, a);
+    gemmd_budget *b;
+    gemmd_admit *a = queue(&b, 64, 16, 10.0, 100);
     wakes w;
     wakes_init(&w);
     waiter x[5];
@@ -226,9 +234,8 @@ static void test_cancel_and_oldest_first(void **state)
 static void test_share(void **state)
 {
     (void)state;
-    gemmd_budget *b = gemmd_budget_new(64 * MIB, 1);
-    gemmd_admit *a = gemmd_admit_new(b, 16, 5.0, 50); /* a share: half of 56 MiB */
-    gemmd_budget_set_release_hook(b, (void (*)(void *))gemmd_admit_kick, a);
+    gemmd_budget *b;
+    gemmd_admit *a = queue(&b, 64, 16, 5.0, 50); /* a share: half of 56 MiB */
     wakes w;
     wakes_init(&w);
     waiter x[4];
@@ -298,9 +305,8 @@ static void *churner(void *arg)
 static void test_threads(void **state)
 {
     (void)state;
-    gemmd_budget *b = gemmd_budget_new(16 * MIB, 1);
-    gemmd_admit *a = gemmd_admit_new(b, 64, 5.0, 100);
-    gemmd_budget_set_release_hook(b, (void (*)(void *))gemmd_admit_kick, a);
+    gemmd_budget *b;
+    gemmd_admit *a = queue(&b, 16, 64, 5.0, 100);
     pthread_t th[8];
     churn_arg c[8];
     for (int i = 0; i < 8; i++) {
@@ -402,9 +408,8 @@ static uint64_t reclaim_cache(void *ctx)
 static void test_reclaim_inside_the_queue(void **state)
 {
     (void)state;
-    gemmd_budget *b = gemmd_budget_new(64 * MIB, 1);
-    gemmd_admit *a = gemmd_admit_new(b, 8, 5.0, 100);
-    gemmd_budget_set_release_hook(b, (void (*)(void *))gemmd_admit_kick, a);
+    gemmd_budget *b;
+    gemmd_admit *a = queue(&b, 64, 8, 5.0, 100);
     cache c = {b, 40 * MIB, 0};
     gemmd_budget_set_reclaim(b, reclaim_cache, &c);
     wakes w;
