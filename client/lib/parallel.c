@@ -181,8 +181,21 @@ static void delete_b(gemm_client *c, const char *id)
     gemm_xfer_call(&x, NULL, NULL, &e); /* best effort: a leftover is freed by the server's restart */
 }
 
+/* The panels' bytes so far, added up, to the caller's progress callback: its answer. */
+static int report(gemm_client *c, const panel *p, int nstarted, uint64_t up_total, uint64_t down_total)
+{
+    uint64_t up = 0, down = 0;
+    for (int i = 0; i < nstarted; i++) {
+        up += atomic_load(&p[i].up);
+        down += atomic_load(&p[i].down);
+    }
+    return c->o.progress(c->o.progress_ctx, up, up_total, down, down_total);
+}
+
 /* The caller's thread while the nstarted panels run: it reports their progress together
- * (waking every 20 ms, or when the last one ends, and once at the end) and passes a stop on. */
+ * (waking every 20 ms, or when the last one ends) and passes a stop on; then once more at
+ * the end, as one connection's transfer does, since a fast product may be done before the
+ * first 20 ms. */
 static void watch(gemm_client *c, const gemm_request *r, int parts, panel *p, int nstarted, shared_state *sh)
 {
     size_t up_total = 0, down_total = 0, b_total = 0;
@@ -202,22 +215,11 @@ static void watch(gemm_client *c, const gemm_request *r, int parts, panel *p, in
         }
         if (!c->o.progress || atomic_load(&sh->finished) >= nstarted) continue;
         pthread_mutex_unlock(&sh->mu);
-        uint64_t up = 0, down = 0;
-        for (int i = 0; i < nstarted; i++) {
-            up += atomic_load(&p[i].up);
-            down += atomic_load(&p[i].down);
-        }
-        if (c->o.progress(c->o.progress_ctx, up, up_total, down, down_total)) notify(sh, 1, 0);
+        if (report(c, p, nstarted, up_total, down_total)) notify(sh, 1, 0);
         pthread_mutex_lock(&sh->mu);
     }
     pthread_mutex_unlock(&sh->mu);
-    if (!c->o.progress) return;
-    uint64_t up = 0, down = 0; /* the end, once, as one connection's transfer reports it: a fast */
-    for (int i = 0; i < nstarted; i++) { /* product may finish before the first 20 ms */
-        up += atomic_load(&p[i].up);
-        down += atomic_load(&p[i].down);
-    }
-    c->o.progress(c->o.progress_ctx, up, up_total, down, down_total);
+    if (c->o.progress) report(c, p, nstarted, up_total, down_total);
 }
 
 int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int streams, gemm_timing *t,
