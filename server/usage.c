@@ -79,8 +79,10 @@ static void shards_init(void)
 /* This thread's shard, locked. */
 static shard *lock_mine(void)
 {
-    pthread_once(&S_once, shards_init);
-    if (!S_mine) S_mine = &S[atomic_fetch_add_explicit(&S_next, 1, memory_order_relaxed) % SHARDS];
+    if (!S_mine) { /* this thread's first count */
+        pthread_once(&S_once, shards_init);
+        S_mine = &S[atomic_fetch_add_explicit(&S_next, 1, memory_order_relaxed) % SHARDS];
+    }
     pthread_mutex_lock(&S_mine->mu);
     return S_mine;
 }
@@ -174,13 +176,13 @@ void gemmd_usage_error(int who, const char *route, int status, const char *code)
 static void sum_totals(use total[NSLOTS], code_count codes[NSLOTS][NCODES])
 {
     memset(total, 0, NSLOTS * sizeof *total);
-    if (codes) memset(codes, 0, NSLOTS * sizeof *codes);
+    memset(codes, 0, NSLOTS * sizeof *codes);
     pthread_once(&S_once, shards_init);
     for (int i = 0; i < SHARDS; i++) {
         pthread_mutex_lock(&S[i].mu);
         for (int s = 0; s < NSLOTS; s++) {
             add(&total[s], &S[i].total[s]);
-            for (int k = 0; codes && k < NCODES && S[i].codes[s][k].n; k++)
+            for (int k = 0; k < NCODES && S[i].codes[s][k].n; k++)
                 count_code(codes[s], S[i].codes[s][k].status, S[i].codes[s][k].n);
         }
         pthread_mutex_unlock(&S[i].mu);
@@ -257,21 +259,22 @@ static void use_json(gemm_buf *out, const char *key, const use *u)
 double gemmd_usage_json(gemm_buf *out, const gemmd_auth *auth, int queued, double uptime_s)
 {
     static double engine[NSAMPLES], wait[NSAMPLES], wait_min[NSAMPLES]; /* under mu */
-    static use total[NSLOTS];
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     double now = gemm_now_ms(), window_s = GEMMD_USAGE_STEPS * GEMMD_USAGE_STEP_S;
     int64_t no = step_no(now);
-    use win[NSLOTS], sum[GEMMD_USAGE_STEPS], minute = {0};
+    use total[NSLOTS], win[NSLOTS], sum[GEMMD_USAGE_STEPS], minute = {0};
     uint64_t jobs_min = 0;
+    memset(total, 0, sizeof total);
     memset(win, 0, sizeof win);
     memset(sum, 0, sizeof sum);
 
+    pthread_once(&S_once, shards_init);
     pthread_mutex_lock(&mu);
-    sum_totals(total, NULL);
     int n = 0, nmin = 0;
     for (int i = 0; i < SHARDS; i++) {
         shard *sh = &S[i];
         pthread_mutex_lock(&sh->mu);
+        for (int s = 0; s < NSLOTS; s++) add(&total[s], &sh->total[s]);
         for (int age = 0; age < GEMMD_USAGE_STEPS && age <= no; age++) { /* sum[age]: age steps ago */
             const step *st = &sh->steps[(no - age) % GEMMD_USAGE_STEPS];
             if (st->stamp != no - age + 1) continue;
