@@ -121,9 +121,10 @@ static uint64_t read_u64_file(const char *path)
     return v; /* 0 also for "max" (no limit) */
 }
 
-/* Half of the host's memory, or of the cgroup's memory limit when that is lower. */
-static uint64_t gemmd_budget_default_limit(void)
+uint64_t gemmd_budget_limit(uint64_t configured)
 {
+    if (configured) return configured;
+    /* half of the host's memory, or of the cgroup's memory limit when that is lower */
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     uint64_t host = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 8192 * MIB;
     uint64_t cg = read_u64_file("/sys/fs/cgroup/memory.max");                   /* cgroup v2 */
@@ -131,11 +132,6 @@ static uint64_t gemmd_budget_default_limit(void)
     if (cg && cg < host) host = cg;
     uint64_t lim = host / 2;
     return lim < 64 * MIB ? 64 * MIB : lim;
-}
-
-uint64_t gemmd_budget_limit(uint64_t configured)
-{
-    return configured ? configured : gemmd_budget_default_limit();
 }
 
 void gemmd_budget_tune_malloc(void)
@@ -236,10 +232,7 @@ static void note_drain(gemmd_budget *b, uint64_t bytes)
 
 int gemmd_budget_charge(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes)
 {
-    if (!b || bytes == 0) return 0;
-    if (take(b, k, bytes, bytes) != 0) return -1;
-    atomic_fetch_add_explicit(&b->by_kind[k], bytes, memory_order_relaxed);
-    return 0;
+    return gemmd_budget_adjust(b, k, 0, bytes);
 }
 
 void gemmd_budget_set_release_hook(gemmd_budget *b, void (*fn)(void *ctx), void *ctx)

@@ -128,18 +128,14 @@ gemmd_conns *gemmd_conns_new(const gemmd_conns_config *cfg)
     c->ip_cap = 64;
     while (c->ip_cap < need) c->ip_cap *= 2;
     c->ips = calloc(c->ip_cap, sizeof *c->ips);
-    if (!c->ips) {
-        free(c);
-        return NULL;
-    }
-    pthread_mutex_init(&c->mu, NULL);
     c->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (c->wake < 0) {
-        pthread_mutex_destroy(&c->mu);
+    if (!c->ips || c->wake < 0) {
+        if (c->wake >= 0) close(c->wake);
         free(c->ips);
         free(c);
         return NULL;
     }
+    pthread_mutex_init(&c->mu, NULL);
     return c;
 }
 
@@ -248,25 +244,26 @@ static void drain(int fd)
     }
 }
 
-/* Shuts the socket down so that MHD closes the connection; abort: reset at close and
- * drop what is unsent (a client that stopped reading or sending). Lock held. */
-static void shut(gemmd_conn *x, int abort)
-{
-    if (x->closing) return;
-    x->closing = 1;
-    if (abort) {
-        struct linger lg = {1, 0};
-        setsockopt(x->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-    }
-    shutdown(x->fd, SHUT_RDWR);
-}
-
 static void uncount(gemmd_conns *c, gemmd_conn *x)
 {
     if (!x->counted) return;
     x->counted = 0;
     c->st.admitted--;
     ip_del(c, x->addr);
+}
+
+/* Uncounts x and shuts its socket down so that MHD closes the connection; abort: reset at
+ * close and drop what is unsent (a client that stopped reading or sending). Lock held. */
+static void shut(gemmd_conns *c, gemmd_conn *x, int abort)
+{
+    if (x->closing) return;
+    x->closing = 1;
+    uncount(c, x);
+    if (abort) {
+        struct linger lg = {1, 0};
+        setsockopt(x->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    }
+    shutdown(x->fd, SHUT_RDWR);
 }
 
 /* ---- MHD's notifications ------------------------------------------------------------ */
@@ -335,8 +332,7 @@ static void evict(gemmd_conns *c, gemmd_conn *v, int answer, int abort, int64_t 
         write_canned(v->fd, 503, "Service Unavailable", "too_many_connections",
                      "the server is full and this connection had not sent a request; retry", 1);
     }
-    uncount(c, v);
-    shut(v, abort);
+    shut(c, v, abort);
     c->st.evicted++;
     LOG_DEBUG("connection from %s closed to make room: it had waited %.1f s for a request head", v->addr_text,
               (double)waited_us / 1e6);
@@ -516,12 +512,10 @@ uint64_t gemmd_conn_addr_hash(const gemmd_conn *x)
 
 const char *gemmd_conn_refusal(gemmd_conn *x, const char **message)
 {
-    if (!x) return NULL;
-    gemmd_conns *c = x->owner;
-    int why = atomic_load_explicit(&x->refused, memory_order_relaxed);
+    int why = x ? atomic_load_explicit(&x->refused, memory_order_relaxed) : REF_NONE;
     if (why == REF_NONE) return NULL;
     static _Thread_local char m[200];
-    refusal_message(c, why, m, sizeof m);
+    refusal_message(x->owner, why, m, sizeof m);
     if (message) *message = m;
     return refusal_code[why];
 }
@@ -547,7 +541,7 @@ static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
 {
     if (x->closing) return;
     if (x->refused) {
-        if (now - x->t_open_us >= REFUSED_LINGER_US) shut(x, 1);
+        if (now - x->t_open_us >= REFUSED_LINGER_US) shut(c, x, 1);
         return;
     }
     int st = atomic_load(&x->state);
@@ -567,8 +561,7 @@ static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
             }
             c->st.closed_header++;
             LOG_DEBUG("connection from %s closed: no request head within header_timeout", x->addr_text);
-            uncount(c, x);
-            shut(x, 0);
+            shut(c, x, 0);
         }
         return;
     }
@@ -592,8 +585,7 @@ static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
         } else {
             return;
         }
-        uncount(c, x);
-        shut(x, 1);
+        shut(c, x, 1);
         return;
     }
     if (st == ST_SEND && c->send_us > 0) {
@@ -609,8 +601,7 @@ static void check_locked(gemmd_conns *c, gemmd_conn *x, int64_t now)
             LOG_INFO("connection from %s closed: the client stopped taking its answer (%llu bytes taken in "
                      "%.1f s; send_timeout)", x->addr_text, (unsigned long long)taken,
                      (double)(now - atomic_load(&x->t_mark_us)) / 1e6);
-            uncount(c, x);
-            shut(x, 1);
+            shut(c, x, 1);
         }
     }
 }
@@ -676,15 +667,11 @@ typedef struct gone {
 static void watch_locked(gemmd_conns *c, gemmd_conn *x, gone **out)
 {
     if (!x->watched || x->closing || !client_left(x->fd)) return;
+    gone *g = malloc(sizeof *g);
+    if (!g) return; /* look again next round */
     x->watched = 0;
     LOG_DEBUG("connection from %s: the client left before its answer", x->addr_text);
     c->st.left++;
-    gone *g = malloc(sizeof *g);
-    if (!g) {
-        x->watched = 1; /* look again next round */
-        c->st.left--;
-        return;
-    }
     *g = (gone){x->left, x->left_arg, *out};
     *out = g;
     x->left = NULL;
@@ -769,11 +756,9 @@ void gemmd_conns_free(gemmd_conns *c)
     /* MHD_stop_daemon closed every connection (CLOSED for each); free any left. */
     for (int i = 0; i < c->nmine; i++) close(c->mine[i].fd);
     for (int i = 0; i < c->nfresh; i++) close(c->fresh[i].fd);
-    gemmd_conn *x = c->head;
-    while (x) {
-        gemmd_conn *n = x->next;
+    for (gemmd_conn *x = c->head, *next; x; x = next) {
+        next = x->next;
         free(x);
-        x = n;
     }
     close(c->wake);
     pthread_mutex_destroy(&c->mu);

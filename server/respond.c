@@ -21,16 +21,6 @@
 
 /* ---- Accept ----------------------------------------------------------------- */
 
-static const char *format_mime(gemmd_format f)
-{
-    switch (f) {
-    case GEMMD_FMT_JSON: return "application/json";
-    case GEMMD_FMT_RAW: return "application/octet-stream";
-    case GEMMD_FMT_NPY: return "application/x-npy";
-    default: return "application/json";
-    }
-}
-
 static gemmd_format media_format(const char *s, size_t n, gemmd_format family)
 {
 #define IS(lit) (n == sizeof(lit) - 1 && strncasecmp(s, lit, n) == 0)
@@ -742,7 +732,8 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
     req->timing.total_ms = req->timing.total_base_ms + gemm_now_ms() - req->t_start_ms;
     struct MHD_Response *r = payload_response(req, p, 0);
     if (r) {
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, format_mime(fmt));
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                fmt == GEMMD_FMT_NPY ? "application/x-npy" : "application/octet-stream");
         add_product_headers(r, rows, cols, meta);
     }
     return gemmd_respond_queue(req, status, r);

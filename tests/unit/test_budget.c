@@ -455,7 +455,7 @@ static void test_tick_trims(void **state)
 static void test_default_limit(void **state)
 {
     (void)state;
-    uint64_t lim = gemmd_budget_default_limit();
+    uint64_t lim = gemmd_budget_limit(0);
     assert_true(lim >= 64 * MIB);
 }
 
