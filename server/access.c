@@ -58,25 +58,9 @@ static const char *log_path(const gemmd_request *req, char *out, size_t cap)
     return out;
 }
 
-/* Matches the route; a path parameter {id} becomes req->job_id when it is a job or matrix
- * id ([instance_id-]32 hex digits), else "" (the handler answers 404). 0, or the status
- * (404, 405) to refuse the request with. */
-static int resolve(gemmd_request *req, const char *url, const char *method)
-{
-    int status = 0;
-    req->route = gemmd_routes_match(method, url, req->param, 2, &status, req->allow, sizeof req->allow);
-    if (!req->route) return status;
-    if (strstr(req->route->pattern, "{id}")) {
-        const char *id = req->param[0];
-        if (gemmd_instance_id_valid(id, strlen(id))) snprintf(req->job_id, sizeof req->job_id, "%s", id);
-    }
-    return 0;
-}
-
 static enum MHD_Result body_complete(gemmd_request *req);
 
 /* ---- admission (admit.h) ----------------------------------------------------------- */
-
 
 /* The admitted request's body reader allocates what it planned; then the body is read
  * (a request started at its end, without a body, is complete already). */
@@ -195,7 +179,9 @@ static enum MHD_Result admit(gemmd_request *req)
 static enum MHD_Result start_request(gemmd_request *req, const char *url, const char *method)
 {
     gemmd_services *svc = req->svc;
-    int r = resolve(req, url, method);
+    int r = 0;
+    const gemmd_route_desc *route = gemmd_routes_match(method, url, req->param, 2, &r, req->allow, sizeof req->allow);
+    req->route = route;
     if (r == 404 && strncmp(url, "/v2", 3) == 0 && (url[3] == '\0' || url[3] == '/'))
         return gemmd_v2_not_found(req, url);
     if (r == 404)
@@ -204,7 +190,10 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
     if (r == 405)
         return gemmd_respond_errorf(req, 405, "method_not_allowed", "%.60s does not take %s (allowed: %s)", url,
                                     method, req->allow);
-    const gemmd_route_desc *route = req->route;
+    /* a path parameter {id} that is a job or matrix id ([instance_id-]32 hex digits) becomes
+     * req->job_id, else "" stays (the handler answers 404) */
+    if (strstr(route->pattern, "{id}") && gemmd_instance_id_valid(req->param[0], strlen(req->param[0])))
+        snprintf(req->job_id, sizeof req->job_id, "%s", req->param[0]);
     if (svc->auth && !(route->flags & GEMMD_OPEN)) {
         int who = gemmd_auth_identify(svc->auth, gemmd_request_header(req, MHD_HTTP_HEADER_AUTHORIZATION));
         if (who < 0) {
@@ -228,13 +217,9 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
 
 static enum MHD_Result body_complete(gemmd_request *req)
 {
-    if (req->failed) {
+    if (req->failed || req->route->body->finish(req) != 0) {
         LOG_DEBUG("request body refused: %d %s after %llu bytes", req->err.status, req->err.code,
                   (unsigned long long)req->bytes_in);
-        return gemmd_respond_error(req, &req->err);
-    }
-    if (req->route->body->finish(req) != 0) {
-        LOG_DEBUG("request body refused: %d %s", req->err.status, req->err.code);
         return gemmd_respond_error(req, &req->err);
     }
     enum MHD_Result rc = req->route->handler(req);
@@ -359,8 +344,6 @@ void gemmd_access_log(void *cls, const char *fmt, va_list ap)
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
-    for (char *p = line; *p; p++)
-        if ((unsigned char)*p < 0x20) *p = ' ';
-    scrub_ids(line); /* its messages may quote a URL */
+    scrub_ids(line); /* its messages may quote a URL; gemmd_log blanks control characters */
     LOG_INFO("http: %s", line);
 }

@@ -265,8 +265,8 @@ int gemmd_check_math(const gemm_options *o, gemm_dtype dtype, gemm_err *err)
 
 gemm_dtype gemmd_c_dtype(const gemmd_operands *op)
 {
-    gemm_dtype c = op->a.dtype;
-    if (gemm_out_dtype_resolve(op->a.dtype, op->opt.out_dtype, &c, NULL) != 0) c = op->a.dtype;
+    gemm_dtype c = op->a.dtype; /* kept when out_dtype does not apply (checked before) */
+    (void)gemm_out_dtype_resolve(op->a.dtype, op->opt.out_dtype, &c, NULL);
     return c;
 }
 
@@ -317,20 +317,24 @@ static int begin_raw(gemmd_request *req)
     gemm_options *o = &op->opt;
     if (apply_ref_shapes(req) != 0 || check_raw_dimensions(req) != 0) return -1;
     if (o->dtype == GEMM_DTYPE_INVALID) o->dtype = GEMM_DTYPE_F32;
-    if (gemmd_check_math(o, o->dtype, err) != 0) return -1;
-    if (gemm_check_product(o->m, o->k, o->k, o->n, o->dtype, limits(req), err) != 0) return -1;
+    if (gemmd_check_math(o, o->dtype, err) != 0 ||
+        gemm_check_product(o->m, o->k, o->k, o->n, o->dtype, limits(req), err) != 0)
+        return -1;
     if (o->b_shared && !o->batch)
         return gemm_err_set(err, 400, "missing_dimension", "b_shared=1 needs batch=b in the query");
     if (o->batch && (op->ref[0] || op->ref[1]))
         return gemm_err_set(err, 400, "bad_option", "a batched request (batch=b) takes no resident operand (a=ID, b=ID)");
     if (o->batch && check_batch(req, o->batch, o->m, o->k, o->n, o->b_shared ? 0 : o->batch) != 0) return -1;
-    size_t a_bytes = 0, b_bytes = 0, total;
+    size_t a_bytes = 0, b_bytes = 0, c_bytes = 0, total, need;
     uint64_t nb = o->batch ? o->batch : 1, nbb = o->b_shared ? 1 : nb;
+    gemm_dtype cd = o->dtype;
+    (void)gemm_out_dtype_resolve(o->dtype, o->out_dtype, &cd, NULL); /* checked above */
     if ((!op->ref[0] && (!gemm_matrix_bytes(o->m, o->k, o->dtype, &a_bytes) ||
                          !gemm_mul_size(a_bytes, (size_t)nb, &a_bytes))) ||
         (!op->ref[1] && (!gemm_matrix_bytes(o->k, o->n, o->dtype, &b_bytes) ||
                          !gemm_mul_size(b_bytes, (size_t)nbb, &b_bytes))) ||
-        !gemm_add_size(a_bytes, b_bytes, &total))
+        !gemm_add_size(a_bytes, b_bytes, &total) || !gemm_matrix_bytes(o->m, o->n, cd, &c_bytes) ||
+        !gemm_mul_size(c_bytes, (size_t)nb, &c_bytes) || !gemm_add_size(total, c_bytes, &need))
         return gemm_err_set(err, 413, "too_large", "the matrices' byte sizes overflow");
     if (total && (!req->has_length || gemmd_request_chunked(req)))
         return gemm_err_set(err, 411, "length_required",
@@ -354,12 +358,6 @@ static int begin_raw(gemmd_request *req)
                             : op->ref[1] ? "A alone (B is resident)" : "A then B",
                             gemm_dtype_name(o->dtype), total,
                             op->ref[0] || op->ref[1] ? "" : " (A is m x k, B is k x n, from the query)");
-    size_t c_bytes = 0, need = 0;
-    gemm_dtype cd = o->dtype;
-    (void)gemm_out_dtype_resolve(o->dtype, o->out_dtype, &cd, NULL); /* checked above */
-    if (!gemm_matrix_bytes(o->m, o->n, cd, &c_bytes) || !gemm_mul_size(c_bytes, (size_t)nb, &c_bytes) ||
-        !gemm_add_size(total, c_bytes, &need))
-        return gemm_err_set(err, 413, "too_large", "the matrices' byte sizes overflow");
     req->need = need; /* A, B and C; a JSON answer adds its text (gemmd_matmul_begin) */
     op->admit_pending = 1; /* A and B are allocated once admitted (gemmd_body_open) */
     op->a = (gemm_matrix){o->m, o->k, o->dtype, op->a.data, o->batch};
@@ -505,15 +503,13 @@ static int begin(gemmd_request *req, int one_matrix)
         op->mp = gemm_multipart_new(ct, &mp_callbacks, req, err);
         return op->mp ? 0 : -1;
     }
-    if (one_matrix)
-        return gemm_err_set(err, 415, "unsupported_media_type",
-                            "Content-Type \"%.60s\" is not supported for a matrix; send application/json, "
-                            "application/octet-stream (rows, cols and dtype in the query), application/x-npy "
-                            "or multipart/form-data with one .npy part named matrix", ct ? ct : "(none)");
-    return gemm_err_set(err, 415, "unsupported_media_type",
-                        "Content-Type \"%.60s\" is not supported; send application/json, "
-                        "application/octet-stream (A then B, shapes in the query) or "
-                        "multipart/form-data with .npy parts a and b", ct ? ct : "(none)");
+    return gemm_err_set(err, 415, "unsupported_media_type", "Content-Type \"%.60s\" is not supported%s",
+                        ct ? ct : "(none)",
+                        one_matrix ? " for a matrix; send application/json, application/octet-stream (rows, cols "
+                                     "and dtype in the query), application/x-npy or multipart/form-data with one "
+                                     ".npy part named matrix"
+                                   : "; send application/json, application/octet-stream (A then B, shapes in the "
+                                     "query) or multipart/form-data with .npy parts a and b");
 }
 
 int gemmd_body_begin(gemmd_request *req)

@@ -56,7 +56,13 @@ static struct sync_stripe *stripe_of(const gemmd_request *req)
     return &req->svc->sync->stripe[(h >> 32) % SYNC_STRIPES];
 }
 
-static pthread_mutex_t *lock_of(const gemmd_request *req) { return &stripe_of(req)->mu; }
+/* Takes req's stripe lock; returns it, for the unlock. */
+static pthread_mutex_t *lock(const gemmd_request *req)
+{
+    pthread_mutex_t *mu = &stripe_of(req)->mu;
+    pthread_mutex_lock(mu);
+    return mu;
+}
 
 /* Caller holds req's stripe lock. */
 static void pending_unlink(gemmd_request *req)
@@ -77,8 +83,7 @@ static int unref_locked(gemmd_request *req) { return --req->refs == 0; }
 
 void gemmd_request_release(gemmd_request *req)
 {
-    pthread_mutex_t *mu = lock_of(req);
-    pthread_mutex_lock(mu);
+    pthread_mutex_t *mu = lock(req);
     int last = unref_locked(req);
     pthread_mutex_unlock(mu);
     if (last) gemmd_request_free(req);
@@ -86,16 +91,14 @@ void gemmd_request_release(gemmd_request *req)
 
 void gemmd_request_hold(gemmd_request *req)
 {
-    pthread_mutex_t *mu = lock_of(req);
-    pthread_mutex_lock(mu);
+    pthread_mutex_t *mu = lock(req);
     req->refs++;
     pthread_mutex_unlock(mu);
 }
 
 int gemmd_sync_park(gemmd_request *req, int (*ready)(gemmd_request *req))
 {
-    pthread_mutex_t *mu = lock_of(req);
-    pthread_mutex_lock(mu);
+    pthread_mutex_t *mu = lock(req);
     int go_on = ready(req);
     if (!go_on) {
         req->parked = 1;
@@ -107,8 +110,7 @@ int gemmd_sync_park(gemmd_request *req, int (*ready)(gemmd_request *req))
 
 void gemmd_sync_unpark(gemmd_request *req)
 {
-    pthread_mutex_t *mu = lock_of(req);
-    pthread_mutex_lock(mu);
+    pthread_mutex_t *mu = lock(req);
     int resume = req->parked; /* a late wake never resumes what a product suspended */
     req->parked = 0;
     pthread_mutex_unlock(mu);
@@ -147,8 +149,7 @@ int gemmd_sync_begin(gemmd_request *req, gemm_job *job)
 
 void gemmd_sync_refused(gemmd_request *req)
 {
-    pthread_mutex_t *mu = lock_of(req);
-    pthread_mutex_lock(mu);
+    pthread_mutex_t *mu = lock(req);
     pending_unlink(req);
     req->refs--; /* never the last: the connection's is held */
     req->phase = REQ_BODY;
@@ -176,8 +177,7 @@ int gemmd_sync_wait(gemmd_request *req)
     /* Shutdown began while it was being submitted: cancel it now (done() may run here).
      * req cannot go away meanwhile: this connection holds it and is ours until we return. */
     if (atomic_load(req->svc->sync->stopping)) gemm_engine_cancel(req->svc->engine, req->job);
-    pthread_mutex_t *mu = lock_of(req);
-    pthread_mutex_lock(mu);
+    pthread_mutex_t *mu = lock(req);
     int r = state_locked(req);
     if (r == GEMMD_SYNC_SUSPENDED) {
         req->suspended = 1;
@@ -189,8 +189,7 @@ int gemmd_sync_wait(gemmd_request *req)
 
 int gemmd_sync_status(gemmd_request *req)
 {
-    pthread_mutex_t *mu = lock_of(req);
-    pthread_mutex_lock(mu);
+    pthread_mutex_t *mu = lock(req);
     int r = state_locked(req);
     pthread_mutex_unlock(mu);
     return r;
@@ -198,8 +197,7 @@ int gemmd_sync_status(gemmd_request *req)
 
 void gemmd_sync_done(gemmd_request *req, int (*offload)(gemmd_request *req))
 {
-    pthread_mutex_t *mu = lock_of(req);
-    pthread_mutex_lock(mu);
+    pthread_mutex_t *mu = lock(req);
     pending_unlink(req);
     /* an offloaded answer resumes the connection and drops the engine's reference itself */
     int offloaded = offload && !req->abandoned && offload(req) == 0;
@@ -210,8 +208,7 @@ void gemmd_sync_done(gemmd_request *req, int (*offload)(gemmd_request *req))
 void gemmd_sync_resume(gemmd_request *req, int engine_ref)
 {
     struct MHD_Connection *conn = req->conn;
-    pthread_mutex_t *mu = lock_of(req);
-    pthread_mutex_lock(mu);
+    pthread_mutex_t *mu = lock(req);
     req->job_done = 1;
     int resume = req->suspended;
     req->suspended = 0;
@@ -226,8 +223,7 @@ void gemmd_sync_resume(gemmd_request *req, int engine_ref)
 
 int gemmd_sync_suspend_for(gemmd_request *req, int (*start)(gemmd_request *req))
 {
-    pthread_mutex_t *mu = lock_of(req);
-    pthread_mutex_lock(mu);
+    pthread_mutex_t *mu = lock(req);
     if (start(req) != 0) {
         pthread_mutex_unlock(mu);
         return -1;
