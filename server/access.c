@@ -5,6 +5,7 @@
  */
 #include "access.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,7 +31,7 @@ static void scrub_ids(char *s)
     char *w = s;
     for (const char *r = s; *r;) {
         size_t n = 0;
-        while (gemmd_is_hex(r[n])) n++;
+        while (isxdigit((unsigned char)r[n])) n++;
         if (n >= 16) {
             memmove(w, r, GEMMD_JOB_SHORT_LEN);
             memcpy(w + GEMMD_JOB_SHORT_LEN, "...", 3); /* 11 <= 16: never longer */
@@ -52,8 +53,7 @@ static void scrub_ids(char *s)
  * job= or matrix=), else the path with any long hex run cut. */
 static const char *log_path(const gemmd_request *req, char *out, size_t cap)
 {
-    if (req->route && strchr(req->route->pattern, '{')) snprintf(out, cap, "%s", req->route->pattern);
-    else snprintf(out, cap, "%s", req->path);
+    snprintf(out, cap, "%s", req->route && strchr(req->route->pattern, '{') ? req->route->pattern : req->path);
     scrub_ids(out);
     return out;
 }
@@ -230,14 +230,6 @@ static enum MHD_Result body_complete(gemmd_request *req)
     return rc;
 }
 
-/* A connection resumed after its product (or its answer's encoding) is done, or after
- * shutdown gave up on it. */
-static enum MHD_Result resumed(gemmd_request *req)
-{
-    unwatch(req);
-    return gemmd_respond_waited(req, gemmd_sync_status(req));
-}
-
 /* A connection over connection_limit or per_ip_limit. On plain HTTP the 503 was written
  * when it was accepted: close it now that its request head came. Over TLS it is answered
  * here, and closed after the answer. */
@@ -306,7 +298,10 @@ enum MHD_Result gemmd_access(void *cls, struct MHD_Connection *conn, const char 
     }
     if (req->phase == REQ_ADMIT) return admitted(req);
     if (req->phase == REQ_BODY) return body_complete(req);
-    if (req->phase == REQ_WAIT) return resumed(req);
+    if (req->phase == REQ_WAIT) { /* its product (or its answer's encoding) is done, or shutdown gave up */
+        unwatch(req);
+        return gemmd_respond_waited(req, gemmd_sync_status(req));
+    }
     return MHD_YES;
 }
 

@@ -87,10 +87,8 @@ int gemmd_fleet_utilization(const gemm_engine_stats *st, double *frac)
 
 void gemmd_fleet_render(gemm_buf *out, gemm_engine *engine, int in_flight)
 {
-    gemm_engine_stats st;
-    gemm_engine_info info;
-    memset(&st, 0, sizeof st);
-    memset(&info, 0, sizeof info);
+    gemm_engine_stats st = {0};
+    gemm_engine_info info = {0};
     if (engine) {
         gemm_engine_get_stats(engine, &st);
         gemm_engine_describe(engine, &info);

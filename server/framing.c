@@ -3,6 +3,7 @@
  */
 #include "framing.h"
 
+#include <ctype.h>
 #include <string.h>
 #include <strings.h>
 
@@ -52,11 +53,7 @@ void gemmd_framing_options(struct MHD_OptionItem *items)
 
 /* ---- the fields --------------------------------------------------------------------- */
 
-static int is_tchar(unsigned char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           (c && strchr("!#$%&'*+-.^_`|~", c));
-}
+static int is_tchar(unsigned char c) { return isalnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c)); }
 
 int gemmd_field_ok(const char *key, size_t klen, const char *val, size_t vlen)
 {

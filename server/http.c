@@ -376,8 +376,9 @@ static int wait_engine_idle(gemm_engine *e, double limit_ms)
  * suspended is resumed and answered 503, so that MHD_stop_daemon() never meets a
  * suspended connection. Only once the engine holds none of our jobs (their done()
  * touches the server and the store) is anything freed. */
-static int shutdown_server(gemmd_server *s, int keep_socket)
+int gemmd_http_shutdown(gemmd_server *s, int keep_socket)
 {
+    if (!s) return -1;
     s->quiesced = MHD_quiesce_daemon(s->daemon); /* no new connections */
 
     gemmd_sync_stop(s->svc.sync); /* no new products, from keep-alive connections either */
@@ -418,14 +419,4 @@ static int shutdown_server(gemmd_server *s, int keep_socket)
     }
     free_server(s);
     return kept;
-}
-
-void gemmd_http_shutdown(gemmd_server *s)
-{
-    if (s) shutdown_server(s, 0);
-}
-
-int gemmd_http_shutdown_keep_socket(gemmd_server *s)
-{
-    return s ? shutdown_server(s, 1) : -1;
 }

@@ -4,8 +4,8 @@
  *
  *   gemmd_server *s = gemmd_http_start_fd(&cfg, engine, -1, &err);
  *   ... SIGTERM ...
- *   gemmd_http_shutdown(s);   // stop accepting, cancel queued work, let running work
- *                             // finish and its answers flush, stop, free
+ *   gemmd_http_shutdown(s, 0); // stop accepting, cancel queued work, let running work
+ *                              // finish and its answers flush, stop, free
  *   gemm_engine_close(engine);
  */
 #ifndef GEMMD_HTTP_H
@@ -24,10 +24,9 @@ typedef struct gemmd_server gemmd_server;
 gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, int listen_fd, gemm_err *err);
 /* "http://127.0.0.1:8080" */
 const char *gemmd_http_url(const gemmd_server *s);
-void gemmd_http_shutdown(gemmd_server *s);
-/* gemmd_http_shutdown, but the listening socket stays open (connections arriving meanwhile
- * wait in the kernel's backlog) and is returned with FD_CLOEXEC cleared, for the process
- * that replaces this one through exec; -1 when it could not be kept. */
-int gemmd_http_shutdown_keep_socket(gemmd_server *s);
+/* With keep_socket, the listening socket stays open (connections arriving meanwhile wait in
+ * the kernel's backlog) and is returned with FD_CLOEXEC cleared, for the process that
+ * replaces this one through exec; else, or when it could not be kept, -1. */
+int gemmd_http_shutdown(gemmd_server *s, int keep_socket);
 
 #endif

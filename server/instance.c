@@ -6,6 +6,7 @@
  */
 #include "instance.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,20 +15,10 @@
 
 static char instance[GEMMD_INSTANCE_MAX + 1];
 
-static int is_alnum(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-}
+/* The daemon never leaves the C locale: isalnum is A-Z a-z 0-9. */
+static int is_alnum(char c) { return isalnum((unsigned char)c); }
 
-static int is_name_char(char c)
-{
-    return is_alnum(c) || c == '-' || c == '_' || c == '.';
-}
-
-int gemmd_is_hex(char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
+static int is_name_char(char c) { return is_alnum(c) || c == '-' || c == '_' || c == '.'; }
 
 /* 0 when s[0..n) is a valid instance_id, else -1 with why (when not NULL) set. */
 static int check_name(const char *s, size_t n, char *why, size_t whylen)
@@ -124,7 +115,7 @@ int gemmd_instance_id_valid(const char *s, size_t n)
     if (n < GEMMD_ID_RANDOM_HEX || n > GEMMD_ID_MAX) return 0;
     const char *r = s + n - GEMMD_ID_RANDOM_HEX;
     for (size_t i = 0; i < GEMMD_ID_RANDOM_HEX; i++)
-        if (!gemmd_is_hex(r[i])) return 0;
+        if (!isxdigit((unsigned char)r[i])) return 0;
     if (n == GEMMD_ID_RANDOM_HEX) return 1;
     return n >= GEMMD_ID_RANDOM_HEX + 2 && r[-1] == '-' && check_name(s, n - GEMMD_ID_RANDOM_HEX - 1, NULL, 0) == 0;
 }

@@ -33,7 +33,6 @@ const char *gemmd_instance_get(void);
  * when the random bytes cannot be drawn or cap is too small. */
 int gemmd_instance_new_id(char *out, size_t cap);
 
-int gemmd_is_hex(char c); /* 0-9 a-f A-F */
 /* Whether s[0..n) has the shape of an id (of any instance): [instance_id "-"] 32 hex. */
 int gemmd_instance_id_valid(const char *s, size_t n);
 

@@ -201,7 +201,7 @@ int main(int argc, char **argv)
                       "(restart %d; the listening socket is kept, queued work fails with 503, running work "
                       "finishes, async job results kept in memory are lost)",
                       info.backend, devices, restarts + 1);
-            int keep = gemmd_http_shutdown_keep_socket(srv);
+            int keep = gemmd_http_shutdown(srv, 1);
             gemm_engine_close(engine);
             mask_stop_signals(SIG_BLOCK);
             if (signal_pending()) {
@@ -221,7 +221,7 @@ int main(int argc, char **argv)
     }
     LOG_INFO("received %s: stopping (no new connections, queued work fails with 503, running work finishes)",
              sig == SIGINT ? "SIGINT" : "SIGTERM");
-    gemmd_http_shutdown(srv);
+    gemmd_http_shutdown(srv, 0);
     gemm_engine_close(engine);
     LOG_INFO("stopped");
     close(signal_pipe[0]);

@@ -235,37 +235,29 @@ int gemmd_sync_suspend_for(gemmd_request *req, int (*start)(gemmd_request *req))
     return 0;
 }
 
-/* The pending requests (all, or only those still queued), each with a hold taken, chained
- * on hold_next; gemmd_request_release() drops the holds. */
-static gemmd_request *hold_pending(gemmd_sync *s, int queued_only)
+int gemmd_sync_cancel_pending(gemmd_sync *s, int running_too)
 {
-    gemmd_request *held = NULL;
+    int n = 0;
+    gemmd_request *held = NULL; /* the products to cancel, each with a hold taken */
     for (int i = 0; i < SYNC_STRIPES; i++) {
         struct sync_stripe *st = &s->stripe[i];
         pthread_mutex_lock(&st->mu);
         for (gemmd_request *r = st->pending; r; r = r->pend_next) {
-            if (queued_only && atomic_load(&r->job->state) != GEMM_JOB_QUEUED) continue;
+            if (!running_too && atomic_load(&r->job->state) != GEMM_JOB_QUEUED) continue;
             r->refs++;
             r->hold_next = held;
             held = r;
+            n++;
         }
         pthread_mutex_unlock(&st->mu);
     }
-    return held;
-}
-
-int gemmd_sync_cancel_pending(gemmd_sync *s, int running_too)
-{
-    int n = 0;
-    gemmd_request *r = hold_pending(s, !running_too);
-    while (r) {
-        gemmd_request *next = r->hold_next;
+    while (held) {
+        gemmd_request *next = held->hold_next;
         /* Queued: done() runs right here (503 shutting_down). Running: asked to stop at
-         * its next stage boundary. No lock is held: done() takes r's stripe lock. */
-        gemm_engine_cancel(s->engine, r->job);
-        gemmd_request_release(r);
-        r = next;
-        n++;
+         * its next stage boundary. No lock is held: done() takes its stripe lock. */
+        gemm_engine_cancel(s->engine, held->job);
+        gemmd_request_release(held);
+        held = next;
     }
     return n;
 }
