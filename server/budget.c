@@ -314,12 +314,6 @@ void gemmd_budget_get_stats(gemmd_budget *b, gemmd_budget_stats *out)
     out->peak = atomic_load(&b->peak);
     out->refused = atomic_load(&b->refused);
     for (int k = 0; k < GEMMD_MEM_NKINDS; k++) out->by_kind[k] = atomic_load(&b->by_kind[k]);
-    for (int s = 0; s < SHARDS; s++) {
-        buf_shard *sh = &b->shard[s];
-        pthread_mutex_lock(&sh->mu);
-        out->buffers += sh->count;
-        pthread_mutex_unlock(&sh->mu);
-    }
 }
 
 uint64_t gemmd_budget_take_refusal(void)

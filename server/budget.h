@@ -90,7 +90,6 @@ typedef struct {
     uint64_t limit, used, peak;
     uint64_t by_kind[GEMMD_MEM_NKINDS];
     uint64_t refused;            /* charges refused since start */
-    uint64_t buffers;            /* buffers in the table */
 } gemmd_budget_stats;
 void gemmd_budget_get_stats(gemmd_budget *b, gemmd_budget_stats *out);
 

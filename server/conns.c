@@ -634,10 +634,11 @@ static int linger_step(gemmd_conns *c, int64_t now)
 }
 
 /* Waits until `until`: reads the lingering sockets as data comes, and takes the ones
- * handed over as they come (linger() wakes it). Returns 1 when the watchdog must stop. */
-static int wait_until(gemmd_conns *c, int64_t until)
+ * handed over as they come (linger() wakes it); closed: lingering sockets the caller closed.
+ * Returns 1 when the watchdog must stop. */
+static int wait_until(gemmd_conns *c, int64_t until, int closed)
 {
-    for (int closed = 0;;) {
+    for (;;) {
         pthread_mutex_lock(&c->mu);
         c->lingering -= closed;
         while (c->nfresh > 0) c->mine[c->nmine++] = c->fresh[--c->nfresh];
@@ -702,8 +703,9 @@ static void *watchdog(void *arg)
 {
     prctl(PR_SET_NAME, "gemmd-watchdog", 0, 0, 0); /* shows in top -H, ps -L, /proc */
     gemmd_conns *c = arg;
+    int closed = 0;
     for (int64_t next = now_us() + WATCH_MS * 1000;; next += WATCH_MS * 1000) {
-        if (wait_until(c, next)) break;
+        if (wait_until(c, next, closed)) break;
         pthread_mutex_lock(&c->mu);
         int64_t now = now_us();
         gone *left = NULL;
@@ -721,11 +723,8 @@ static void *watchdog(void *arg)
             left = after;
         }
         if (stop) break;
-        int closed = linger_step(c, now); /* the time and byte limits */
+        closed = linger_step(c, now); /* the time and byte limits */
         if (c->cfg.tick) c->cfg.tick(c->cfg.tick_ctx);
-        pthread_mutex_lock(&c->mu);
-        c->lingering -= closed;
-        pthread_mutex_unlock(&c->mu);
         if (next < now - WATCH_MS * 1000) next = now; /* late (a long tick): no rounds to catch up */
     }
     return NULL;
