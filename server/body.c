@@ -189,14 +189,9 @@ static const gemm_multipart_callbacks mp_callbacks = {part_begin, part_data, par
 
 /* ---- begin ---------------------------------------------------------------- */
 
-/* What a body of unknown shapes will hold, pct percent of its declared bytes (a chunked
- * body without a length: a guess of 16 MiB). A .npy body: about its bytes (100), and C of a
- * product, guessed as half of them (150: A and B of a square product are each as large as
- * C). A JSON body: its numbers, about 7 bytes of text each, are held as float64 (1.2 times
- * the text) in blocks that assembly copies into one buffer: the decoder peaks at twice the
- * text (200, json_store.h), and C comes next (250). At most what one request may hold: a big
- * body gets its chance alone. Decoded beyond that, a request is charged for the rest as it
- * goes, against whatever room is left. */
+/* What a body of unknown shapes will hold: pct percent of its declared bytes (chunked: as
+ * if 16 MiB), at most what one request may hold (the percentages: docs/OPERATIONS.md,
+ * "Memory budget"; beyond them a request is charged as it decodes). */
 static uint64_t guessed_need(const gemmd_request *req, unsigned pct)
 {
     uint64_t guess = (uint64_t)16 << 20, most = gemmd_budget_max_single(req->svc->budget);
@@ -368,9 +363,7 @@ static int begin_raw(gemmd_request *req)
 }
 
 /* The shape of a matrix named in the query of POST /v1/matrices: rows and cols (or m and
- * k), dtype (default float32), checked against the limits, and its byte size. 0, or -1
- * with req->err: 400 missing_dimension when one is absent, 422 empty_matrix when it is 0.
- * what / example: for the message. */
+ * k), dtype (default float32), checked, and its byte size. 0, or -1 with req->err. */
 static int matrix_query_shape(gemmd_request *req, const char *what, const char *example, size_t *bytes)
 {
     gemm_err *err = &req->err;
@@ -566,30 +559,28 @@ static int finish_npy(gemmd_request *req)
 {
     gemmd_operands *op = req->op;
     gemm_err *err = &req->err;
-    if (op->one_matrix) { /* the single .npy (bare body or one form part); no a=ID, b=ID */
+    int one = op->one_matrix;
+    if (one) { /* the single .npy (bare body or one form part); no a=ID, b=ID */
         if (op->mp ? gemm_multipart_finish(op->mp, err) != 0 : npy_done(req, 0, err) != 0) return -1;
         if (!op->have[0]) return gemm_err_set(err, 400, "missing_part", "the form needs a .npy part named matrix");
         if (op->a.batch)
             return gemm_err_set(err, 422, "bad_shape",
                                 "the .npy array is 3-D (a batch of %llu matrices); a resident matrix is 2-D",
                                 (unsigned long long)op->a.batch);
-        if (op->opt.dtype != GEMM_DTYPE_INVALID && op->opt.dtype != op->a.dtype)
-            return gemm_err_set(err, 422, "dtype_mismatch",
-                                "dtype %s was asked for but the .npy file holds %s; convert it or leave dtype out",
-                                gemm_dtype_name(op->opt.dtype), gemm_dtype_name(op->a.dtype));
-        return 0;
+    } else {
+        if (gemm_multipart_finish(op->mp, err) != 0 || take_refs(req, err) != 0) return -1;
+        if (!op->have[0] || !op->have[1])
+            return gemm_err_set(err, 400, "missing_part", "the form needs .npy parts a and b (missing %s)",
+                                !op->have[0] && !op->have[1] ? "both" : (!op->have[0] ? "a" : "b"));
+        if (op->a.dtype != op->b.dtype)
+            return gemm_err_set(err, 422, "dtype_mismatch", "A is %s but B is %s; send both in one dtype",
+                                gemm_dtype_name(op->a.dtype), gemm_dtype_name(op->b.dtype));
     }
-    if (gemm_multipart_finish(op->mp, err) != 0 || take_refs(req, err) != 0) return -1;
-    if (!op->have[0] || !op->have[1])
-        return gemm_err_set(err, 400, "missing_part", "the form needs .npy parts a and b (missing %s)",
-                            !op->have[0] && !op->have[1] ? "both" : (!op->have[0] ? "a" : "b"));
-    if (op->a.dtype != op->b.dtype)
-        return gemm_err_set(err, 422, "dtype_mismatch", "A is %s but B is %s; send both in one dtype",
-                            gemm_dtype_name(op->a.dtype), gemm_dtype_name(op->b.dtype));
     if (op->opt.dtype != GEMM_DTYPE_INVALID && op->opt.dtype != op->a.dtype)
-        return gemm_err_set(err, 422, "dtype_mismatch",
-                            "dtype %s was asked for but the .npy files hold %s; convert them or "
-                            "leave dtype out", gemm_dtype_name(op->opt.dtype), gemm_dtype_name(op->a.dtype));
+        return gemm_err_set(err, 422, "dtype_mismatch", "dtype %s was asked for but the .npy %s %s; convert %s or "
+                            "leave dtype out", gemm_dtype_name(op->opt.dtype), one ? "file holds" : "files hold",
+                            gemm_dtype_name(op->a.dtype), one ? "it" : "them");
+    if (one) return 0;
     op->opt.dtype = op->a.dtype;
     if (gemmd_check_math(&op->opt, op->a.dtype, err) != 0 ||
         gemm_check_product(op->a.rows, op->a.cols, op->b.rows, op->b.cols, op->a.dtype, limits(req), err) != 0 ||

@@ -136,10 +136,8 @@ uint64_t gemmd_budget_limit(uint64_t configured)
 
 void gemmd_budget_tune_malloc(void)
 {
-    /* glibc raises its mmap threshold to the size of each mapped block that is freed (up
-     * to 32 MiB), after which matrix-sized buffers come from heaps that keep freed memory:
-     * the process would hold memory the budget has long given back. A fixed threshold
-     * keeps every buffer of 1 MiB or more mapped, and unmapped when it is freed. */
+    /* glibc's threshold would grow with each mapped block freed (up to 32 MiB), and
+     * matrix-sized buffers would come from heaps that keep freed memory. */
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
     mallopt(M_TRIM_THRESHOLD, 4 << 20);
 }

@@ -47,10 +47,8 @@ uint64_t gemmd_budget_limit(uint64_t configured);
 /* Makes freed buffers go back to the system at once (glibc's malloc: a fixed mmap
  * threshold), so that what the budget gives back the process gives back too. Process-wide. */
 void gemmd_budget_tune_malloc(void);
-/* Every 50 ms from the connection watchdog: once GEMMD_TRIM_MIN bytes were given back and
- * the charges have not grown for GEMMD_TRIM_QUIET_MS, malloc_trim (at most every
- * GEMMD_TRIM_EVERY_MS): small blocks freed leave their threads' heap pages resident.
- * Returns 1 when it trimmed. */
+/* Every 50 ms from the connection watchdog: malloc_trim when it pays (docs/OPERATIONS.md,
+ * "Memory budget"). Returns 1 when it trimmed. */
 int gemmd_budget_tick(gemmd_budget *b, int64_t now_ms);
 #define GEMMD_TRIM_MIN (16ull << 20)
 #define GEMMD_TRIM_QUIET_MS 1000

@@ -52,7 +52,8 @@ static void admit_kick(void *admit) { gemmd_admit_kick(admit); }
 
 static void budget_tick(void *budget) { gemmd_budget_tick(budget, (int64_t)gemm_now_ms()); }
 
-/* The memory budget, the charging allocators and the connection limits and deadlines. */
+/* The memory budget, the charging allocators, the admission queue and the connection limits
+ * and deadlines (docs/OPERATIONS.md, "Memory budget", "Connections and deadlines"). */
 static int start_limits(gemmd_server *s, gemm_err *err)
 {
     const gemmd_config *cfg = &s->svc.cfg;
@@ -63,18 +64,14 @@ static int start_limits(gemmd_server *s, gemm_err *err)
     unsigned fallback = (unsigned)(cfg->header_timeout_s + cfg->send_timeout_s);
     s->svc.budget = gemmd_budget_new(limit, fallback ? fallback : 10);
     if (!s->svc.budget) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate the memory budget");
-    /* Memory the engine keeps for reuse (the CUDA engine's page-locked blocks) is resident
-     * too: it is charged as "cache", takes only room no request needs, and is let go when
-     * a request's charge would not fit otherwise. */
+    /* memory the engine keeps for reuse is charged as "cache" */
     gemmd_budget_set_reclaim(s->svc.budget, reclaim_kept, s->svc.engine);
     gemm_engine_set_keep_charge(s->svc.engine, gemmd_budget_keep_charge, s->svc.budget);
     const gemm_allocator *base = gemm_engine_allocator(s->svc.engine);
     s->svc.base_alloc = *base;
     s->alloc_ctx = (gemmd_budget_alloc_ctx){s->svc.budget, *base, GEMMD_MEM_INPUT, NULL};
     s->svc.alloc = gemmd_budget_allocator(&s->alloc_ctx);
-    /* Requests reserve their memory before their bodies, and wait for it in a queue of a
-     * quarter of the connections (at least 4), each at most admit_wait seconds; memory given
-     * back wakes the queue. */
+    /* a quarter of the connections (at least 4) may wait for memory */
     int waiting = cfg->connection_limit / 4 > 4 ? cfg->connection_limit / 4 : 4;
     s->svc.admit = gemmd_admit_new(s->svc.budget, waiting, cfg->admit_wait_s, cfg->token_share);
     if (!s->svc.admit) return gemm_err_set(err, 500, "out_of_memory", "cannot start the admission queue");

@@ -1,15 +1,9 @@
 /*
  * offload.h - a few threads for work too long for an HTTP thread: encoding a big JSON
  * answer takes a core for hundreds of milliseconds, and an HTTP thread busy with it
- * delays every other connection it serves (health probes included).
- *
- *   gemmd_offload *o = gemmd_offload_new(2);
- *   gemmd_offload_run(o, fn, arg);   // fn(arg) runs on an offload thread
- *   gemmd_offload_drain(o);          // runs what is queued, joins; run() refuses from now
- *   gemmd_offload_free(o);
- *
- * The caller suspends the request's connection before queueing and fn resumes it (the
- * same handshake as a product on the engine). Thread-safe.
+ * delays every other connection it serves (health probes included). The caller suspends
+ * the request's connection before queueing and fn resumes it (the same handshake as a
+ * product on the engine). Thread-safe.
  */
 #ifndef GEMMD_OFFLOAD_H
 #define GEMMD_OFFLOAD_H

@@ -395,7 +395,6 @@ enum MHD_Result gemmd_respond_waited(gemmd_request *req, int sync_state)
 enum MHD_Result gemmd_respond_errorf(gemmd_request *req, int status, const char *code, const char *fmt, ...)
 {
     gemm_err e;
-    gemm_err_clear(&e);
     e.status = status;
     snprintf(e.code, sizeof e.code, "%s", code);
     va_list ap;
