@@ -189,31 +189,24 @@ static const gemm_multipart_callbacks mp_callbacks = {part_begin, part_data, par
 
 /* ---- begin ---------------------------------------------------------------- */
 
-/* What a body of unknown shapes will hold: pct percent of its declared bytes (chunked: as
- * if 16 MiB), at most what one request may hold (the percentages: docs/OPERATIONS.md,
- * "Memory budget"; beyond them a request is charged as it decodes). */
-static uint64_t guessed_need(const gemmd_request *req, unsigned pct)
+/* A body of unknown shapes: req->need is what it will hold, pct percent of its declared
+ * bytes (chunked: as if 16 MiB), at most what one request may hold (the percentages:
+ * docs/OPERATIONS.md, "Memory budget"; beyond them a request is charged as it decodes).
+ * A matrix upload's length, an estimate of the matrix's bytes, is also reserved among the
+ * resident matrices, so that a client at its share is refused (507) before it sends; it is
+ * made exact once decoded (gemmd_route_matrix_create). A body over resident_mb may still
+ * hold a smaller matrix: that one is checked after. 0, or -1 with req->err. */
+static int guess_need(gemmd_request *req, unsigned pct)
 {
     uint64_t guess = (uint64_t)16 << 20, most = gemmd_budget_max_single(req->svc->budget);
     uint64_t body = req->has_length ? req->content_length : req->limit < guess ? req->limit : guess;
     uint64_t need = body / 100 * pct + body % 100 * pct / 100;
-    return need < most ? need : most;
-}
-
-/* A matrix upload whose shape comes with its body: the body's length, an estimate of the
- * matrix's bytes, is reserved among the resident matrices before the body is read, so that
- * a client at its share is refused (507) before it sends; the reservation is made exact
- * once the body is decoded (gemmd_route_matrix_create). A body over resident_mb may still
- * hold a smaller matrix: that one is checked after. 0, or -1 with req->err. */
-static int reserve_estimate(gemmd_request *req)
-{
-    if (!req->has_length || !req->content_length) return 0;
-    if (gemmd_matrices_reserve(req->svc->matrices, req->client, req->content_length, &req->err) == 0) {
+    req->need = need < most ? need : most;
+    if (!req->op->one_matrix || !req->has_length || !req->content_length) return 0;
+    if (gemmd_matrices_reserve(req->svc->matrices, req->client, req->content_length, &req->err) == 0)
         req->op->reserved = req->content_length;
-        return 0;
-    }
-    if (req->err.status != 413) return -1;
-    gemm_err_clear(&req->err);
+    else if (req->err.status != 413) return -1;
+    else gemm_err_clear(&req->err);
     return 0;
 }
 
@@ -446,9 +439,8 @@ static int begin(gemmd_request *req, int one_matrix)
         if (gemmd_media_is(ct, "application/x-npy")) {
             op->family = GEMMD_FMT_NPY;
             op->rd[0] = gemm_npy_reader_new(limits(req), &req->alloc);
-            req->need = guessed_need(req, 100);
             if (!op->rd[0]) return gemm_err_set(err, 500, "out_of_memory", "cannot allocate an npy reader");
-            return reserve_estimate(req);
+            return guess_need(req, 100);
         }
     } else if (!one_matrix) { /* the query's resident operands, store and return */
         if (take_refs(req, err) != 0) return -1;
@@ -470,8 +462,7 @@ static int begin(gemmd_request *req, int one_matrix)
                                 "the JSON body has %llu bytes; JSON bodies may have at most %llu "
                                 "(max_json_mb); send large matrices as raw or .npy",
                                 (unsigned long long)req->content_length, (unsigned long long)req->limit);
-        req->need = guessed_need(req, one_matrix ? 200 : 250);
-        if (one_matrix && reserve_estimate(req) != 0) return -1;
+        if (guess_need(req, one_matrix ? 200 : 250) != 0) return -1;
         /* Decoded as it arrives: matrices go straight into engine memory (out of the
          * request's reservation), the body is never held. */
         uint64_t body_max = req->has_length ? req->content_length : req->limit;
@@ -491,8 +482,7 @@ static int begin(gemmd_request *req, int one_matrix)
     }
     if (gemmd_media_is(ct, "multipart/form-data")) {
         op->family = GEMMD_FMT_NPY;
-        req->need = guessed_need(req, one_matrix ? 100 : 150);
-        if (one_matrix && reserve_estimate(req) != 0) return -1;
+        if (guess_need(req, one_matrix ? 100 : 150) != 0) return -1;
         op->mp = gemm_multipart_new(ct, &mp_callbacks, req, err);
         return op->mp ? 0 : -1;
     }

@@ -28,8 +28,6 @@ int gemmd_log_level_from_name(const char *name)
 
 void gemmd_log_set_level(gemmd_log_level level)
 {
-    if (level < GEMMD_LOG_ERROR) level = GEMMD_LOG_ERROR;
-    if (level > GEMMD_LOG_DEBUG) level = GEMMD_LOG_DEBUG;
     atomic_store(&current_level, (int)level);
 }
 

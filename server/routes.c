@@ -82,21 +82,17 @@ static int matches(const char *pattern, const char *path, char params[][64], int
     return *p == '\0' && *s == '\0';
 }
 
-static unsigned method_bit(const char *m)
-{
-    if (strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0) return GEMMD_GET;
-    if (strcmp(m, "POST") == 0) return GEMMD_POST;
-    if (strcmp(m, "PUT") == 0) return GEMMD_PUT;
-    if (strcmp(m, "DELETE") == 0) return GEMMD_DELETE;
-    return 0;
-}
+/* A row's methods, in the order Allow lists them (GET implies HEAD). */
+static const struct { const char *name; unsigned bit; } methods[] = {
+    {"GET", GEMMD_GET}, {"HEAD", GEMMD_GET}, {"POST", GEMMD_POST}, {"PUT", GEMMD_PUT}, {"DELETE", GEMMD_DELETE}};
+#define NMETHODS (sizeof methods / sizeof methods[0])
 
 const gemmd_route_desc *gemmd_routes_match(const char *method, const char *path, char params[][64], int nparams,
                                            int *status, char *allow, size_t allow_cap)
 {
-    static const struct { unsigned bit; const char *names; } names[] = {
-        {GEMMD_GET, "GET, HEAD"}, {GEMMD_POST, "POST"}, {GEMMD_PUT, "PUT"}, {GEMMD_DELETE, "DELETE"}};
-    unsigned want = method_bit(method), known = 0;
+    unsigned want = 0, known = 0;
+    for (size_t i = 0; i < NMETHODS; i++)
+        if (strcmp(method, methods[i].name) == 0) want = methods[i].bit;
     for (int i = 0; i < gemmd_nroutes; i++) {
         const gemmd_route_desc *r = &gemmd_routes[i];
         if (!matches(r->pattern, path, params, nparams)) continue;
@@ -105,10 +101,10 @@ const gemmd_route_desc *gemmd_routes_match(const char *method, const char *path,
     }
     *status = known ? 405 : 404;
     if (allow_cap) allow[0] = '\0';
-    for (size_t i = 0; known && i < sizeof names / sizeof names[0]; i++) {
-        if (!(known & names[i].bit)) continue;
+    for (size_t i = 0; known && i < NMETHODS; i++) {
+        if (!(known & methods[i].bit)) continue;
         size_t n = strlen(allow);
-        snprintf(allow + n, allow_cap - n, "%s%s", n ? ", " : "", names[i].names);
+        snprintf(allow + n, allow_cap - n, "%s%s", n ? ", " : "", methods[i].name);
     }
     return NULL;
 }

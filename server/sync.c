@@ -128,9 +128,7 @@ int gemmd_sync_begin(gemmd_request *req, gemm_job *job)
 {
     gemmd_sync *s = req->svc->sync;
     struct sync_stripe *st = stripe_of(req);
-    /* Listed before it is submitted, under a lock that shutdown holds while it sets
-     * stopping: a product shutdown does not refuse is one it will find in the lists. */
-    pthread_mutex_lock(&st->mu);
+    pthread_mutex_lock(&st->mu); /* the lock gemmd_sync_stop holds to set stopping */
     if (atomic_load(s->stopping)) {
         pthread_mutex_unlock(&st->mu);
         return -1;
