@@ -262,11 +262,16 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
                  "server; set tokens_file (one bearer token a line) or bind 127.0.0.1 !!!", cfg->listen);
     }
     if (start_limits(s, err) != 0) goto fail;
+    unsigned threads = (unsigned)gemmd_config_http_threads(cfg);
     s->svc.jobs = gemmd_jobs_new(engine, cfg->job_ttl_s, cfg->job_mem_bytes, cfg->max_jobs, cfg->token_share);
     s->svc.matrices = gemmd_matrices_new(engine, cfg->resident_bytes, cfg->max_matrices, cfg->token_share,
                                          cfg->job_ttl_s);
-    if (!s->svc.jobs || !s->svc.matrices) {
-        gemm_err_set(err, 500, "out_of_memory", "cannot allocate the job store");
+    /* direct_run: a product as small as the engine coalesces, while at most a quarter of
+     * the threads' worth of others wait */
+    s->svc.sync = gemmd_sync_new(engine, &s->svc.stopping, cfg->direct_run, gemm_engine_small_mnk(engine),
+                                 (int)(threads / 4));
+    if (!s->svc.jobs || !s->svc.matrices || !s->svc.sync) {
+        gemm_err_set(err, 500, "out_of_memory", "cannot allocate the job and matrix stores");
         goto fail;
     }
     gemmd_jobs_set_memory(s->svc.jobs, &s->svc.alloc, s->svc.budget);
@@ -281,16 +286,6 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         if (!s->tls_key || check_tls(cfg, s->tls_cert, s->tls_key, err) != 0) goto fail;
         flags |= MHD_USE_TLS;
     }
-    unsigned threads = (unsigned)gemmd_config_http_threads(cfg);
-    /* direct_run: a product as small as the engine coalesces, while at most a quarter of
-     * the threads' worth of others wait */
-    s->svc.sync = gemmd_sync_new(engine, &s->svc.stopping, cfg->direct_run, gemm_engine_small_mnk(engine),
-                                 (int)(threads / 4));
-    if (!s->svc.sync) {
-        gemm_err_set(err, 500, "out_of_memory", "cannot allocate the server");
-        goto fail;
-    }
-    unsigned mhd_limit = gemmd_conns_mhd_limit(&s->conns_cfg);
     /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
     if (listen_fd < 0 && (listen_fd = listen_on(&ss, sslen, host, cfg->port, err)) < 0) goto fail;
     struct MHD_OptionItem strict[2];
@@ -308,7 +303,7 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         /* framing.h: the request target is judged before its query is split */
         MHD_OPTION_URI_LOG_CALLBACK, gemmd_framing_on_target, NULL, MHD_OPTION_ARRAY, strict,
         /* room over connection_limit: gemmd answers the connections over its limits itself */
-        MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
+        MHD_OPTION_CONNECTION_LIMIT, gemmd_conns_mhd_limit(&s->conns_cfg), MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
         MHD_OPTION_NOTIFY_CONNECTION, gemmd_conns_notify, s->svc.conns,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)s->conns_cfg.mhd_buffer,
         /* 0.9.7x reads into half of the buffer and grows it only when full, which a body

@@ -303,12 +303,10 @@ static struct MHD_Response *from_buf(gemmd_request *req, gemm_buf *body, const c
 {
     struct MHD_Response *r = NULL;
     size_t len = body->len;
-    if (!body->failed && len == 0) {
-        r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    } else if (!body->failed) {
-        r = MHD_create_response_from_buffer(len, body->data, MHD_RESPMEM_MUST_FREE);
-        if (r) gemm_buf_init(body); /* MHD owns the bytes now */
-    }
+    if (!body->failed) /* an empty body: MHD is given "", and body's buffer (if any) freed below */
+        r = MHD_create_response_from_buffer(len, len ? body->data : (void *)"",
+                                            len ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (r && len) gemm_buf_init(body); /* MHD owns the bytes now */
     if (r) {
         req->bytes_out = len;
         if (mime) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, mime);
