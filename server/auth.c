@@ -95,8 +95,7 @@ gemmd_auth *gemmd_auth_load(const char *path, char *msg, size_t msglen)
         char *s = line;
         while (*s == ' ' || *s == '\t') s++;
         size_t len = strlen(s);
-        while (len && (s[len - 1] == '\n' || s[len - 1] == '\r' || s[len - 1] == ' ' || s[len - 1] == '\t'))
-            s[--len] = '\0';
+        while (len && strchr(" \t\r\n", s[len - 1])) s[--len] = '\0';
         if (len == 0 || s[0] == '#') continue;
         snprintf(where, sizeof where, "tokens_file %s line %d", path, lineno);
         if (add_line(a, &cap, s, where, msg, msglen) != 0) {

@@ -169,13 +169,6 @@ static uint64_t cap_for(const gemmd_budget *b, uint64_t bytes)
 
 uint64_t gemmd_budget_max_single(const gemmd_budget *b) { return b->limit - b->reserve; }
 
-static void note_peak(gemmd_budget *b, uint64_t used)
-{
-    uint64_t p = atomic_load_explicit(&b->peak, memory_order_relaxed);
-    while (used > p && !atomic_compare_exchange_weak(&b->peak, &p, used)) {
-    }
-}
-
 /* Adds bytes to used when the total stays within cap (cap_for(admitted_as)). */
 static int take_within(gemmd_budget *b, uint64_t bytes, uint64_t admitted_as)
 {
@@ -184,7 +177,9 @@ static int take_within(gemmd_budget *b, uint64_t bytes, uint64_t admitted_as)
     do {
         if (cur > cap || bytes > cap - cur) return -1;
     } while (!atomic_compare_exchange_weak(&b->used, &cur, cur + bytes));
-    note_peak(b, cur + bytes);
+    uint64_t peak = atomic_load_explicit(&b->peak, memory_order_relaxed);
+    while (cur + bytes > peak && !atomic_compare_exchange_weak(&b->peak, &peak, cur + bytes)) {
+    }
     return 0;
 }
 
@@ -469,7 +464,6 @@ static void *budget_alloc(void *ctx, size_t bytes)
         buf_entry e = {p, outside, bytes - outside, (unsigned char)c->kind};
         if (put(c->budget, &e) == 0) return p;
         gemm_free(&c->base, p);
-        p = NULL;
     }
     gemmd_budget_release(c->budget, c->kind, outside);
     return NULL;

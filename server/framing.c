@@ -185,9 +185,8 @@ static int judge(gemmd_request *req, const char *method, const char *version)
 
 int gemmd_framing_check(gemmd_request *req, const char *method, const char *version)
 {
-    if (judge(req, method, version) == 0) return 0;
-    req->close_conn = 1; /* nothing after a refused head on this connection can be trusted */
-    return -1;
+    req->close_conn = judge(req, method, version) != 0; /* nothing after a refused head can be trusted */
+    return req->close_conn ? -1 : 0;
 }
 
 int gemmd_framing_has_body(gemmd_request *req)

@@ -662,11 +662,7 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
     double t0 = gemm_now_ms();
     gemm_matrix c = {rows, cols, dt, (void *)data, 0};
     gemm_buf_puts(&b, "{");
-    if (meta->job_id) {
-        gemm_buf_puts(&b, "\"id\":");
-        gemm_buf_json_string(&b, meta->job_id);
-        gemm_buf_puts(&b, ",");
-    }
+    if (meta->job_id) gemm_buf_printf(&b, "\"id\":\"%s\",", meta->job_id); /* ids need no escaping */
     if (meta->matrix_id)
         gemm_buf_printf(&b, "\"matrix_id\":\"%s\",\"location\":\"/v1/matrices/%s\",", meta->matrix_id,
                         meta->matrix_id);
