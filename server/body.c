@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json_codec.h"
 #include "json_stream.h"
 #include "log.h"
 

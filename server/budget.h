@@ -10,7 +10,6 @@
 #define GEMMD_BUDGET_H
 
 #include <stdatomic.h>
-#include <stddef.h>
 #include <stdint.h>
 
 #include "gemm_types.h"

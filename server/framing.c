@@ -159,16 +159,13 @@ static int check_length(gemmd_request *req, const struct field_scan *s)
 
 static int judge(gemmd_request *req, const char *method, const char *version)
 {
-    switch (gemmd_conn_take_target(req->cx)) {
-    case GEMMD_TARGET_BAD: return malformed(req, "the request target holds whitespace or a control character");
-    case GEMMD_TARGET_LONG:
+    int target = gemmd_conn_take_target(req->cx);
+    if (target == GEMMD_TARGET_BAD) return malformed(req, "the request target holds whitespace or a control character");
+    if (target == GEMMD_TARGET_LONG)
         return gemm_err_set(&req->err, 414, "uri_too_long", "the request target is longer than %d bytes",
                             GEMMD_TARGET_MAX);
-    case GEMMD_TARGET_PARAMS:
-        return gemm_err_set(&req->err, 414, "uri_too_long", "the query has more than %d parameters",
-                            GEMMD_QUERY_MAX);
-    default: break;
-    }
+    if (target == GEMMD_TARGET_PARAMS)
+        return gemm_err_set(&req->err, 414, "uri_too_long", "the query has more than %d parameters", GEMMD_QUERY_MAX);
     struct field_scan s = {0};
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
     gemmd_head_begin(&s.walk, method, ci ? ci->header_size : 0, version);
