@@ -32,7 +32,7 @@ static int valid_name(const char *s, size_t len)
 
 /* One line: "token" or "name token", trimmed. 0 (added, or a token already listed), or
  * -1 with msg set. */
-static int add_line(gemmd_auth *a, int *cap, char *s, const char *where, char *msg, size_t msglen)
+static int add_line(gemmd_auth *a, char *s, const char *where, char *msg, size_t msglen)
 {
     size_t nlen = strcspn(s, " \t");
     char *tok = s + nlen;
@@ -52,16 +52,12 @@ static int add_line(gemmd_auth *a, int *cap, char *s, const char *where, char *m
         snprintf(msg, msglen, "%s: token longer than %d bytes", where, GEMMD_TOKEN_MAX);
         return -1;
     }
-    if (a->n == *cap) {
-        int ncap = *cap ? *cap * 2 : 8;
-        void *p = realloc(a->e, (size_t)ncap * sizeof *a->e);
-        if (!p) {
-            snprintf(msg, msglen, "%s: out of memory", where);
-            return -1;
-        }
-        a->e = p;
-        *cap = ncap;
+    void *p = realloc(a->e, (size_t)(a->n + 1) * sizeof *a->e); /* a few lines: one at a time */
+    if (!p) {
+        snprintf(msg, msglen, "%s: out of memory", where);
+        return -1;
     }
+    a->e = p;
     entry *e = &a->e[a->n];
     memset(e, 0, sizeof *e);
     memcpy(e->token, tok, len);
@@ -88,7 +84,7 @@ gemmd_auth *gemmd_auth_load(const char *path, char *msg, size_t msglen)
         return NULL;
     }
     gemmd_auth *a = calloc(1, sizeof *a);
-    int cap = 0, lineno = 0;
+    int lineno = 0;
     char line[1024], where[300];
     while (a && fgets(line, sizeof line, f)) {
         lineno++;
@@ -98,7 +94,7 @@ gemmd_auth *gemmd_auth_load(const char *path, char *msg, size_t msglen)
         while (len && strchr(" \t\r\n", s[len - 1])) s[--len] = '\0';
         if (len == 0 || s[0] == '#') continue;
         snprintf(where, sizeof where, "tokens_file %s line %d", path, lineno);
-        if (add_line(a, &cap, s, where, msg, msglen) != 0) {
+        if (add_line(a, s, where, msg, msglen) != 0) {
             gemmd_auth_free(a);
             a = NULL;
         }
@@ -115,8 +111,7 @@ gemmd_auth *gemmd_auth_load(const char *path, char *msg, size_t msglen)
 /* Compares the whole fixed-size slot so the time does not depend on where they differ. */
 static int same(const char *tok, const char *slot)
 {
-    char given[GEMMD_TOKEN_MAX + 1];
-    memset(given, 0, sizeof given);
+    char given[GEMMD_TOKEN_MAX + 1] = {0};
     size_t len = strnlen(tok, GEMMD_TOKEN_MAX + 1);
     if (len > GEMMD_TOKEN_MAX) return 0;
     memcpy(given, tok, len);

@@ -124,7 +124,6 @@ static uint64_t read_u64_file(const char *path)
 uint64_t gemmd_budget_limit(uint64_t configured)
 {
     if (configured) return configured;
-    /* half of the host's memory, or of the cgroup's memory limit when that is lower */
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     uint64_t host = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 8192 * MIB;
     uint64_t cg = read_u64_file("/sys/fs/cgroup/memory.max");                   /* cgroup v2 */

@@ -14,17 +14,14 @@
 
 #include "gemm_types.h"
 
-/* What holds memory, as /metrics shows it. */
+/* What holds memory, as /metrics shows it (docs/OPERATIONS.md, "Memory budget"). */
 typedef enum {
     GEMMD_MEM_BODY = 0, /* request bodies being received (and buffers they fill) */
     GEMMD_MEM_INPUT,    /* A, B and room for C of products decoded, queued or running */
     GEMMD_MEM_RESULT,   /* finished async results kept in the job store */
     GEMMD_MEM_ANSWER,   /* answers being sent (JSON text, C of a synchronous product) */
-    GEMMD_MEM_CACHE,    /* memory the engine keeps for reuse (page-locked blocks): it takes
-                           only room nobody else needs, and gives it up (the reclaim hook)
-                           when a charge of any other kind would not fit */
-    GEMMD_MEM_RESERVED, /* reserved by requests at admission: what they hold inside it is
-                           not charged again */
+    GEMMD_MEM_CACHE,    /* what the engine keeps for reuse, let go first (the reclaim hook) */
+    GEMMD_MEM_RESERVED, /* reserved by requests at admission (what they hold inside it) */
     GEMMD_MEM_RESIDENT, /* resident matrices (within resident_mb as well) */
     GEMMD_MEM_NKINDS
 } gemmd_mem_kind;
@@ -78,9 +75,7 @@ uint64_t gemmd_budget_max_single(const gemmd_budget *b);
  * seconds, and a client told to wait longer would wait for nothing. */
 #define GEMMD_RETRY_MAX_S 10
 /* Fills *err with 503 over_budget naming what was asked and what is held, and
- * *retry_after_s (if not NULL): when bytes more should fit, from the rate memory was
- * given back over the last seconds (fallback_s when none was; 1..GEMMD_RETRY_MAX_S, 3600
- * when they never can). Returns -1. */
+ * *retry_after_s (if not NULL; 3600 when bytes can never fit). Returns -1. */
 int gemmd_budget_refuse(gemmd_budget *b, uint64_t bytes, const char *what, gemm_err *err, int *retry_after_s);
 
 typedef struct {
@@ -90,10 +85,7 @@ typedef struct {
 } gemmd_budget_stats;
 void gemmd_budget_get_stats(gemmd_budget *b, gemmd_budget_stats *out);
 
-/* ---- reservations ---------------------------------------------------------------
- * A request reserves what it will hold before its body is read (admit.h). What it then
- * allocates and charges comes out of the reservation while it lasts, and only the rest is
- * charged on its own; the reservation is given back whole when the request ends. */
+/* ---- reservations (admit.h; docs/OPERATIONS.md, "Memory budget": Admission) ------- */
 typedef struct {
     gemmd_budget *budget;
     _Atomic uint64_t total;      /* reserved (charged as GEMMD_MEM_RESERVED) */

@@ -56,14 +56,12 @@ void gemmd_util_update(gemmd_util *u, double now_ms, int nd, const double *busy_
 
 static pthread_mutex_t util_mu = PTHREAD_MUTEX_INITIALIZER;
 static gemmd_util util;
-static int util_started;
 static double started_ms;
 
 void gemmd_fleet_start(double now_ms)
 {
     pthread_mutex_lock(&util_mu);
     gemmd_util_init(&util, now_ms);
-    util_started = 1;
     started_ms = now_ms;
     pthread_mutex_unlock(&util_mu);
 }
@@ -74,12 +72,7 @@ int gemmd_fleet_utilization(const gemm_engine_stats *st, double *frac)
 {
     int nd = st->ndevices < 0 ? 0 : st->ndevices > GEMM_MAX_DEVICES ? GEMM_MAX_DEVICES : st->ndevices;
     double now = gemm_now_ms();
-    pthread_mutex_lock(&util_mu);
-    if (!util_started) { /* never started: the history begins now */
-        gemmd_util_init(&util, now);
-        memcpy(util.ring[0].busy_s, st->device_busy_seconds, sizeof util.ring[0].busy_s);
-        util_started = 1;
-    }
+    pthread_mutex_lock(&util_mu); /* the history began at gemmd_fleet_start (main.c, before any request) */
     gemmd_util_update(&util, now, nd, st->device_busy_seconds, frac);
     pthread_mutex_unlock(&util_mu);
     return nd;

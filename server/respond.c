@@ -16,7 +16,6 @@
 #include "npy.h"
 
 #define PAYLOAD_BLOCK (256 * 1024)
-/* JSON answers that may be larger than this are encoded on an offload thread. */
 #define GEMMD_JSON_OFFLOAD_BYTES (1u << 20)
 
 /* ---- Accept ----------------------------------------------------------------- */
