@@ -200,7 +200,6 @@ static int take(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes, uint64_t admi
 
 void gemmd_budget_set_reclaim(gemmd_budget *b, uint64_t (*fn)(void *ctx), void *ctx)
 {
-    if (!b) return;
     b->reclaim = fn;
     b->reclaim_ctx = ctx;
 }

@@ -82,10 +82,8 @@ void gemmd_fleet_render(gemm_buf *out, gemm_engine *engine, int in_flight)
 {
     gemm_engine_stats st = {0};
     gemm_engine_info info = {0};
-    if (engine) {
-        gemm_engine_get_stats(engine, &st);
-        gemm_engine_describe(engine, &info);
-    }
+    gemm_engine_get_stats(engine, &st);
+    gemm_engine_describe(engine, &info);
     double frac[GEMM_MAX_DEVICES] = {0};
     int nd = gemmd_fleet_utilization(&st, frac);
 

@@ -1,10 +1,7 @@
 /*
- * framing.h - a request head is judged before anything else (RFC 9112; the cases are in
- * docs/API.md): what libmicrohttpd lets through is refused here and the connection closed,
- * so that this server and a proxy in front of it never disagree on where a request ends.
- * libmicrohttpd 0.9.75 (Debian 12) cannot be told to refuse malformed lines itself, so on
- * 0.9 the head is walked again as the library left it in its read buffer (gemmd_head_*),
- * and the target judged before its query is split (gemmd_framing_on_target).
+ * framing.h - a request head is judged before anything else (RFC 9112; the cases and why:
+ * docs/OPERATIONS.md, "Security"): on 0.9 the head is walked again as libmicrohttpd left it
+ * in its read buffer (gemmd_head_*), and the target judged before its query is split.
  */
 #ifndef GEMMD_FRAMING_H
 #define GEMMD_FRAMING_H

@@ -1,8 +1,6 @@
 /*
  * instance.h - the name of this daemon among its peers (instance_id), and the ids it hands
- * out, "<instance_id>-<32 hex digits>" (docs/OPERATIONS.md, "Instances and ids"), so that
- * a balancer can send a request about an id to the daemon that owns it. The random part is
- * always the last 32 characters: the instance is everything before the last 33.
+ * out, "<instance_id>-<32 hex digits>" (docs/OPERATIONS.md, "Instances and ids").
  */
 #ifndef GEMMD_INSTANCE_H
 #define GEMMD_INSTANCE_H
@@ -16,9 +14,8 @@
 /* 0 when name is a valid instance_id, else -1 with why set ("... at position 3"). */
 int gemmd_instance_check(const char *name, char *why, size_t whylen);
 
-/* The instance_id a daemon takes when none is configured: its short host name (up to the
- * first '.', lower-cased, characters outside the set replaced by '-', cut to fit), '-'
- * and its port, e.g. "gpu01-8080"; "gemmd-8080" when the host name gives nothing. */
+/* The instance_id a daemon takes when none is configured (the docs' rule), e.g.
+ * "gpu01-8080"; "gemmd-8080" when the host name gives nothing. */
 void gemmd_instance_default(char *out, size_t cap, int port);
 /* The same from a given host name (for tests). */
 void gemmd_instance_from_host(char *out, size_t cap, const char *host, int port);

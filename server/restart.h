@@ -1,8 +1,6 @@
 /*
  * restart.h - the daemon restarts itself in place when its engine has lost every device
- * (a GPU context that cannot be rebuilt in the process that faulted): exec of its own
- * binary with the original argv, the listening socket handed over, so the pid and the
- * port stay and clients only see a short delay.
+ * (docs/OPERATIONS.md, "Faults").
  *
  * What travels through the environment:
  *   GEMMD_LISTEN_FD=N        the inherited listening socket (read once, then removed)
