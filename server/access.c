@@ -21,7 +21,7 @@
  * gets the error; past it the connection is closed. */
 #define GEMMD_DISCARD_MAX (64ull * 1024 * 1024)
 
-/* ---- routing ------------------------------------------------------------------ */
+/* ---- what log lines show ------------------------------------------------------ */
 
 /* Cuts every run of 16 or more hex digits in s (in place) to its first
  * GEMMD_JOB_SHORT_LEN digits and "...": whatever a log line quotes, a job id in it (a
@@ -56,32 +56,6 @@ static const char *log_path(const gemmd_request *req, char *out, size_t cap)
     snprintf(out, cap, "%s", req->route && strchr(req->route->pattern, '{') ? req->route->pattern : req->path);
     scrub_ids(out);
     return out;
-}
-
-static enum MHD_Result body_complete(gemmd_request *req);
-
-/* ---- admission (admit.h) ----------------------------------------------------------- */
-
-/* The admitted request's body reader allocates what it planned; then the body is read
- * (a request started at its end, without a body, is complete already). */
-static enum MHD_Result opened(gemmd_request *req)
-{
-    const gemmd_body_reader *body = req->route->body;
-    if (body->open && body->open(req) != 0) return gemmd_respond_error(req, &req->err);
-    req->phase = REQ_BODY;
-    const char *ct = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_TYPE);
-    LOG_DEBUG("request body admitted: %.*s length=%s%llu limit=%llu reserved=%llu", ct ? (int)strcspn(ct, "; ") : 4,
-              ct ? ct : "none", req->has_length ? "" : "chunked, at most ",
-              (unsigned long long)(req->has_length ? req->content_length : req->limit), (unsigned long long)req->limit,
-              (unsigned long long)req->need);
-    return req->deferred ? body_complete(req) : MHD_YES;
-}
-
-/* The queue reserved req->need: the request's own from now on, given back when it ends. */
-static void reserved(gemmd_request *req)
-{
-    uint64_t none = 0;
-    if (atomic_compare_exchange_strong(&req->resv.total, &none, req->need)) req->t_admitted = gemm_now_ms();
 }
 
 /* ---- clients that leave a waiting request (conns.h's watch) ---- */
@@ -119,6 +93,45 @@ static void left_engine(void *arg)
     LOG_DEBUG("product cancelled: its client left");
     gemm_engine_cancel(req->svc->engine, req->job);
     gemmd_request_release(req); /* the watch's */
+}
+
+static enum MHD_Result body_complete(gemmd_request *req)
+{
+    if (req->failed || req->route->body->finish(req) != 0) {
+        LOG_DEBUG("request body refused: %d %s after %llu bytes", req->err.status, req->err.code,
+                  (unsigned long long)req->bytes_in);
+        return gemmd_respond_error(req, &req->err);
+    }
+    enum MHD_Result rc = req->route->handler(req);
+    if (req->phase == REQ_WAIT) {
+        gemmd_conn_wait(req->cx); /* no deadline on the engine, but its client is watched */
+        if (req->job) watch(req, left_engine);
+    }
+    return rc;
+}
+
+/* ---- admission (admit.h) ----------------------------------------------------------- */
+
+/* The admitted request's body reader allocates what it planned; then the body is read
+ * (a request started at its end, without a body, is complete already). */
+static enum MHD_Result opened(gemmd_request *req)
+{
+    const gemmd_body_reader *body = req->route->body;
+    if (body->open && body->open(req) != 0) return gemmd_respond_error(req, &req->err);
+    req->phase = REQ_BODY;
+    const char *ct = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_TYPE);
+    LOG_DEBUG("request body admitted: %.*s length=%s%llu limit=%llu reserved=%llu", ct ? (int)strcspn(ct, "; ") : 4,
+              ct ? ct : "none", req->has_length ? "" : "chunked, at most ",
+              (unsigned long long)(req->has_length ? req->content_length : req->limit), (unsigned long long)req->limit,
+              (unsigned long long)req->need);
+    return req->deferred ? body_complete(req) : MHD_YES;
+}
+
+/* The queue reserved req->need: the request's own from now on, given back when it ends. */
+static void reserved(gemmd_request *req)
+{
+    uint64_t none = 0;
+    if (atomic_compare_exchange_strong(&req->resv.total, &none, req->need)) req->t_admitted = gemm_now_ms();
 }
 
 /* A waiting request's turn came, or its wait ended in vain (503 with the queue's expected
@@ -213,21 +226,6 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
         return gemmd_respond_error(req, &req->err);
     }
     return admit(req);
-}
-
-static enum MHD_Result body_complete(gemmd_request *req)
-{
-    if (req->failed || req->route->body->finish(req) != 0) {
-        LOG_DEBUG("request body refused: %d %s after %llu bytes", req->err.status, req->err.code,
-                  (unsigned long long)req->bytes_in);
-        return gemmd_respond_error(req, &req->err);
-    }
-    enum MHD_Result rc = req->route->handler(req);
-    if (req->phase == REQ_WAIT) {
-        gemmd_conn_wait(req->cx); /* no deadline on the engine, but its client is watched */
-        if (req->job) watch(req, left_engine);
-    }
-    return rc;
 }
 
 /* A connection over connection_limit or per_ip_limit. On plain HTTP the 503 was written

@@ -1,8 +1,7 @@
 /*
  * request.h - what routes work with: the daemon's services (gemmd_services), and the state
  * every HTTP request has, from the first call of the access handler to MHD's
- * NOTIFY_COMPLETED. What a route reads from a body is its own state (op, rows or v2),
- * made by its body reader's begin() and freed by its end() (routes.h).
+ * NOTIFY_COMPLETED.
  */
 #ifndef GEMMD_REQUEST_H
 #define GEMMD_REQUEST_H
@@ -126,7 +125,7 @@ struct gemmd_request {
     char hdr_device[GEMM_NAME_LEN];
     char hdr_split[GEMMD_SPLIT_HDR_LEN]; /* X-Gemm-Split of a split product, else "" */
 
-    /* the route's own state (NULL for the routes that do not read one) */
+    /* the route's own state, made by its body reader's begin(), freed by end() (routes.h) */
     gemmd_operands *op;
     gemmd_rows *rows;
     gemmd_v2 *v2;
