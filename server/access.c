@@ -233,7 +233,6 @@ static enum MHD_Result start_request(gemmd_request *req, const char *url, const 
  * here, and closed after the answer. */
 static enum MHD_Result refuse_connection(gemmd_request *req, const char *code, const char *msg)
 {
-    req->route = NULL;
     if (!req->svc->cfg.tls_cert[0]) return MHD_NO;
     req->close_conn = 1;
     return gemmd_respond_errorf(req, 503, code, "%s", msg);

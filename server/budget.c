@@ -221,6 +221,23 @@ static void note_drain(gemmd_budget *b, uint64_t bytes)
     atomic_fetch_add_explicit(&d->bytes, bytes, memory_order_relaxed);
 }
 
+/* A charge changed from old_bytes to new_bytes without releasing it first; a growth that
+ * does not fit returns -1 and changes nothing. */
+static int gemmd_budget_adjust(gemmd_budget *b, gemmd_mem_kind k, uint64_t old_bytes, uint64_t new_bytes)
+{
+    if (!b || new_bytes == old_bytes) return 0;
+    if (new_bytes < old_bytes) {
+        gemmd_budget_release(b, k, old_bytes - new_bytes);
+        return 0;
+    }
+    /* A growth is admitted by the size it grows to: a big body cannot creep into the
+     * reserve a few MiB at a time. */
+    uint64_t delta = new_bytes - old_bytes;
+    if (take(b, k, delta, new_bytes) != 0) return -1;
+    atomic_fetch_add_explicit(&b->by_kind[k], delta, memory_order_relaxed);
+    return 0;
+}
+
 int gemmd_budget_charge(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes)
 {
     return gemmd_budget_adjust(b, k, 0, bytes);
@@ -243,22 +260,8 @@ void gemmd_budget_release(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes)
     if (b->released) b->released(b->released_ctx);
 }
 
-int gemmd_budget_adjust(gemmd_budget *b, gemmd_mem_kind k, uint64_t old_bytes, uint64_t new_bytes)
-{
-    if (!b || new_bytes == old_bytes) return 0;
-    if (new_bytes < old_bytes) {
-        gemmd_budget_release(b, k, old_bytes - new_bytes);
-        return 0;
-    }
-    /* A growth is admitted by the size it grows to: a big body cannot creep into the
-     * reserve a few MiB at a time. */
-    uint64_t delta = new_bytes - old_bytes;
-    if (take(b, k, delta, new_bytes) != 0) return -1;
-    atomic_fetch_add_explicit(&b->by_kind[k], delta, memory_order_relaxed);
-    return 0;
-}
-
-void gemmd_budget_move(gemmd_budget *b, gemmd_mem_kind from, gemmd_mem_kind to, uint64_t bytes)
+/* bytes from one kind to another (no admission: the total does not change) */
+static void gemmd_budget_move(gemmd_budget *b, gemmd_mem_kind from, gemmd_mem_kind to, uint64_t bytes)
 {
     if (!b || bytes == 0 || from == to) return;
     atomic_fetch_add_explicit(&b->by_kind[to], bytes, memory_order_relaxed);

@@ -63,11 +63,6 @@ void gemmd_budget_set_release_hook(gemmd_budget *b, void (*fn)(void *ctx), void 
 /* Charges bytes of kind k: 0, or -1 when they do not fit (nothing is charged). */
 int gemmd_budget_charge(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes);
 void gemmd_budget_release(gemmd_budget *b, gemmd_mem_kind k, uint64_t bytes);
-/* Changes a charge from old_bytes to new_bytes without releasing it first; a growth that
- * does not fit returns -1 and changes nothing. */
-int gemmd_budget_adjust(gemmd_budget *b, gemmd_mem_kind k, uint64_t old_bytes, uint64_t new_bytes);
-/* Moves bytes from one kind to another (no admission: the total does not change). */
-void gemmd_budget_move(gemmd_budget *b, gemmd_mem_kind from, gemmd_mem_kind to, uint64_t bytes);
 /* The most one request may ever be charged (the budget less its reserve). */
 uint64_t gemmd_budget_max_single(const gemmd_budget *b);
 

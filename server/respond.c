@@ -442,10 +442,16 @@ static ssize_t payload_read(void *cls, uint64_t pos, char *buf, size_t max)
     return (ssize_t)n;
 }
 
+/* data has been read: freed with alloc (when set), and released. */
+static void done_with(const gemm_allocator *alloc, const void *data, void (*release)(void *ctx), void *ctx)
+{
+    if (alloc) gemm_free(alloc, (void *)data);
+    if (release) release(ctx);
+}
+
 static void let_go(payload *p)
 {
-    if (p->data_alloc) gemm_free(p->data_alloc, (void *)p->data);
-    if (p->release) p->release(p->ctx);
+    done_with(p->data_alloc, p->data, p->release, p->ctx);
     free(p->owned);
     gemmd_budget_release(p->budget, GEMMD_MEM_ANSWER, p->charge);
 }
@@ -629,13 +635,6 @@ int gemmd_answer_text_end(gemmd_request *req, gemm_buf *b, uint64_t est, uint64_
     return 0;
 }
 
-/* C has been read: freed, or released. */
-static void done_with(const gemmd_product_meta *meta, const void *data, void (*release)(void *ctx), void *ctx)
-{
-    if (meta->free_with) gemm_free(meta->free_with, (void *)data);
-    if (release) release(ctx);
-}
-
 int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t rows, uint64_t cols,
                               const gemmd_product_meta *meta, void (*release)(void *ctx), void *ctx, gemm_buf *out,
                               uint64_t *charge, gemm_err *err)
@@ -653,7 +652,7 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
     *charge = 0;
     gemm_buf b;
     if (gemmd_answer_text_begin(req, est, &b, &outside, err) != 0) {
-        done_with(meta, data, release, ctx);
+        done_with(meta->free_with, data, release, ctx);
         return -1;
     }
     size_t one = 0;
@@ -683,7 +682,7 @@ int gemmd_encode_product_json(gemmd_request *req, const void *data, uint64_t row
         gemm_buf_puts(&b, "}");
     }
     split_json(&b, job);
-    done_with(meta, data, release, ctx); /* job may be what ctx owns */
+    done_with(meta->free_with, data, release, ctx); /* job may be what ctx owns */
     double t1 = gemm_now_ms();
     req->timing.encode_ms = t1 - t0;
     req->timing.total_ms = req->timing.total_base_ms + t1 - req->t_start_ms;
