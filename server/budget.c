@@ -78,7 +78,6 @@ gemmd_budget *gemmd_budget_new(uint64_t limit, unsigned fallback_s)
     gemmd_budget *b = aligned_alloc(64, (sizeof *b + 63) / 64 * 64);
     if (!b) return NULL;
     memset(b, 0, sizeof *b);
-    if (limit < MIB) limit = MIB;
     b->limit = limit;
     b->reserve = limit / 8;
     b->small = limit / 64;

@@ -98,20 +98,16 @@ static void wake(gemmd_conns *c)
 
 static int64_t now_us(void) { return (int64_t)(gemm_now_ms() * 1000.0); }
 
-static unsigned limit_of(const gemmd_conns_config *cfg)
-{
-    return cfg->connection_limit > 0 ? (unsigned)cfg->connection_limit : 1;
-}
-
+/* connection_limit is at least 1 (config.c's range). */
 unsigned gemmd_conns_mhd_limit(const gemmd_conns_config *cfg)
 {
-    unsigned lim = limit_of(cfg);
+    unsigned lim = (unsigned)cfg->connection_limit;
     return lim + (lim / 2 < 64 ? 64 : lim / 2);
 }
 
 unsigned gemmd_conns_pending_room(const gemmd_conns_config *cfg)
 {
-    unsigned lim = limit_of(cfg);
+    unsigned lim = (unsigned)cfg->connection_limit;
     return lim + (gemmd_conns_mhd_limit(cfg) - lim) / 4; /* the rest: those being closed */
 }
 
@@ -120,7 +116,6 @@ gemmd_conns *gemmd_conns_new(const gemmd_conns_config *cfg)
     gemmd_conns *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->cfg = *cfg;
-    if (c->cfg.connection_limit < 1) c->cfg.connection_limit = 1;
     c->header_us = (int64_t)(cfg->header_timeout_s * 1e6);
     c->request_us = (int64_t)(cfg->request_timeout_s * 1e6);
     c->send_us = (int64_t)(cfg->send_timeout_s * 1e6);

@@ -14,7 +14,7 @@ typedef struct gemmd_conns gemmd_conns;
 typedef struct gemmd_conn gemmd_conn;
 
 typedef struct {
-    int connection_limit;      /* connections admitted at once */
+    int connection_limit;      /* connections admitted at once (at least 1) */
     int per_ip_limit;          /* from one address (0: no limit) */
     double header_timeout_s;   /* 0: none */
     double request_timeout_s;  /* 0: none */

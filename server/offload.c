@@ -53,7 +53,6 @@ gemmd_offload *gemmd_offload_new(int threads)
 {
     gemmd_offload *o = calloc(1, sizeof *o);
     if (!o) return NULL;
-    if (threads < 1) threads = 1;
     o->threads = calloc((size_t)threads, sizeof *o->threads);
     if (!o->threads) {
         free(o);

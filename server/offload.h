@@ -10,7 +10,7 @@
 
 typedef struct gemmd_offload gemmd_offload;
 
-gemmd_offload *gemmd_offload_new(int threads);
+gemmd_offload *gemmd_offload_new(int threads); /* threads >= 1 */
 /* Queues fn(arg): 0, or -1 when the pool is stopping or out of memory (not queued). */
 int gemmd_offload_run(gemmd_offload *o, void (*fn)(void *), void *arg);
 /* Stops taking work (gemmd_offload_run() returns -1 from now on: the caller does the work
