@@ -71,7 +71,6 @@ static int start_limits(gemmd_server *s, gemm_err *err)
     s->svc.base_alloc = *base;
     s->alloc_ctx = (gemmd_budget_alloc_ctx){s->svc.budget, *base, GEMMD_MEM_INPUT, NULL};
     s->svc.alloc = gemmd_budget_allocator(&s->alloc_ctx);
-    /* a quarter of the connections (at least 4) may wait for memory */
     int waiting = cfg->connection_limit / 4 > 4 ? cfg->connection_limit / 4 : 4;
     s->svc.admit = gemmd_admit_new(s->svc.budget, waiting, cfg->admit_wait_s, cfg->token_share);
     if (!s->svc.admit) return gemm_err_set(err, 500, "out_of_memory", "cannot start the admission queue");
@@ -286,7 +285,6 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         if (!s->tls_key || check_tls(cfg, s->tls_cert, s->tls_key, err) != 0) goto fail;
         flags |= MHD_USE_TLS;
     }
-    /* Bind cfg->listen, or adopt the socket a restarted daemon handed over. */
     if (listen_fd < 0 && (listen_fd = listen_on(&ss, sslen, host, cfg->port, err)) < 0) goto fail;
     struct MHD_OptionItem strict[2];
     gemmd_framing_options(strict);
@@ -391,7 +389,6 @@ int gemmd_http_shutdown(gemmd_server *s, int keep_socket)
      * just before stopping was set and not yet on the engine when it looked idle. */
     int n = gemmd_sync_abandon_pending(s->svc.sync);
     if (n) LOG_WARN("shutdown: answered %d waiting clients with 503; their products are left to end", n);
-    /* Give the answers in flight a moment to go out. */
     double t0 = gemm_now_ms();
     while (atomic_load(&s->svc.inflight) > 0 && gemm_now_ms() - t0 < 3000.0) sleep_ms(5);
     if (atomic_load(&s->svc.inflight) > 0)

@@ -133,19 +133,14 @@ static void split_header(const gemm_job *job, char *out, size_t cap)
     out[0] = '\0';
     if (!job || job->split_panels < 2) return;
     int np = job->split_panels > GEMM_SPLIT_MAX ? GEMM_SPLIT_MAX : job->split_panels;
-    size_t off = 0;
-#define PUT(...)                                                                 \
-    do {                                                                         \
-        int w_ = snprintf(out + off, off < cap ? cap - off : 0, __VA_ARGS__);    \
-        if (w_ > 0) off += (size_t)w_;                                           \
-    } while (0)
-    PUT("panels=%d; rows=", np);
-    for (int i = 0; i < np; i++) PUT("%s%llu", i ? "," : "", (unsigned long long)job->split[i].rows);
-    PUT("; devices=");
+    gemm_buf b = {0};
+    gemm_buf_printf(&b, "panels=%d; rows=", np);
+    for (int i = 0; i < np; i++) gemm_buf_printf(&b, "%s%llu", i ? "," : "", (unsigned long long)job->split[i].rows);
+    gemm_buf_puts(&b, "; devices=");
     for (int i = 0; i < np; i++)
-        PUT("%s%.*s", i ? "," : "", (int)strcspn(job->split[i].device, " "), job->split[i].device);
-#undef PUT
-    if (off >= cap) out[0] = '\0'; /* never a cut header: cap is sized for GEMM_SPLIT_MAX */
+        gemm_buf_printf(&b, "%s%.*s", i ? "," : "", (int)strcspn(job->split[i].device, " "), job->split[i].device);
+    if (!b.failed && b.len < cap) memcpy(out, b.data, b.len + 1); /* never cut: cap fits GEMM_SPLIT_MAX */
+    gemm_buf_free(&b);
 }
 
 /* What ran where, for the answer's headers. */
