@@ -1,10 +1,8 @@
 /*
  * budget.h - the daemon's memory budget (max_inflight_mb; docs/OPERATIONS.md, "Memory
  * budget"): every byte a client can make the daemon hold is admitted here before it is
- * allocated. Matrix buffers are charged through gemmd_budget_allocator(), which remembers
- * each buffer's charge and kind, so that it is given back exactly and can change hands
- * (gemmd_budget_adopt) without being counted twice. Lock-free counters; the buffer table
- * in 16 shards.
+ * allocated (matrix buffers through the charging allocator, below). Lock-free counters;
+ * the buffer table in 16 shards.
  */
 #ifndef GEMMD_BUDGET_H
 #define GEMMD_BUDGET_H

@@ -1,8 +1,6 @@
 /*
  * fleet.h - the load figures a balancer or autoscaler reads from /metrics (docs/OPERATIONS.md,
- * "Metrics for balancers and autoscalers"). The busy fraction comes from the engine's
- * busy-seconds counters, sampled when /metrics or /v1/status is rendered (at most once a
- * second, the last GEMMD_UTIL_SAMPLES kept), over the last GEMMD_UTIL_WINDOW_S.
+ * "Metrics for balancers and autoscalers", says how the busy fraction is sampled).
  */
 #ifndef GEMMD_FLEET_H
 #define GEMMD_FLEET_H

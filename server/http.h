@@ -1,12 +1,6 @@
 /*
  * http.h - the daemon's HTTP side: libmicrohttpd with its own polling thread (epoll, a
  * thread pool), suspend/resume so that no HTTP thread ever waits on compute.
- *
- *   gemmd_server *s = gemmd_http_start_fd(&cfg, engine, -1, &err);
- *   ... SIGTERM ...
- *   gemmd_http_shutdown(s, 0); // stop accepting, cancel queued work, let running work
- *                              // finish and its answers flush, stop, free
- *   gemm_engine_close(engine);
  */
 #ifndef GEMMD_HTTP_H
 #define GEMMD_HTTP_H
@@ -24,7 +18,8 @@ typedef struct gemmd_server gemmd_server;
 gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, int listen_fd, gemm_err *err);
 /* "http://127.0.0.1:8080" */
 const char *gemmd_http_url(const gemmd_server *s);
-/* With keep_socket, the listening socket stays open (connections arriving meanwhile wait in
+/* The graceful stop (http.c), then s is freed; the engine is closed after it. With
+ * keep_socket, the listening socket stays open (connections arriving meanwhile wait in
  * the kernel's backlog) and is returned with FD_CLOEXEC cleared, for the process that
  * replaces this one through exec; else, or when it could not be kept, -1. */
 int gemmd_http_shutdown(gemmd_server *s, int keep_socket);
