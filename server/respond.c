@@ -714,9 +714,7 @@ enum MHD_Result gemmd_respond_product(gemmd_request *req, int status, gemmd_form
         p->head = p->prefix;
         p->head_len = gemm_npy_write_header3(p->prefix, sizeof p->prefix, dt, batch, rows, cols);
     }
-    req->timing.encode_ms = 0;
-    req->timing.total_ms = req->timing.total_base_ms + gemm_now_ms() - req->t_start_ms;
-    struct MHD_Response *r = payload_response(req, p, 0);
+    struct MHD_Response *r = payload_response(req, p, 0); /* no encoding: the total is taken as it is queued */
     if (r) {
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                                 fmt == GEMMD_FMT_NPY ? "application/x-npy" : "application/octet-stream");

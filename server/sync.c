@@ -32,11 +32,7 @@ gemmd_sync *gemmd_sync_new(gemm_engine *engine, _Atomic int *stopping, int direc
 {
     gemmd_sync *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    s->engine = engine;
-    s->stopping = stopping;
-    s->direct = direct;
-    s->small_mnk = small_mnk;
-    s->few = few;
+    *s = (gemmd_sync){.engine = engine, .stopping = stopping, .direct = direct, .few = few, .small_mnk = small_mnk};
     for (int i = 0; i < SYNC_STRIPES; i++) pthread_mutex_init(&s->stripe[i].mu, NULL);
     return s;
 }
