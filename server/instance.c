@@ -89,11 +89,8 @@ int gemmd_instance_new_id(char *out, size_t cap)
     size_t got = 0;
     while (got < sizeof raw) {
         ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        got += (size_t)n;
+        if (n < 0 && errno != EINTR) return -1;
+        if (n > 0) got += (size_t)n;
     }
     char *w = out;
     if (plen) {

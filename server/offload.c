@@ -53,18 +53,14 @@ gemmd_offload *gemmd_offload_new(int threads)
 {
     gemmd_offload *o = calloc(1, sizeof *o);
     if (!o) return NULL;
-    o->threads = calloc((size_t)threads, sizeof *o->threads);
-    if (!o->threads) {
-        free(o);
-        return NULL;
-    }
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
-    for (int i = 0; i < threads; i++) {
+    o->threads = calloc((size_t)threads, sizeof *o->threads);
+    for (int i = 0; o->threads && i < threads; i++) {
         if (pthread_create(&o->threads[i], NULL, worker, o) != 0) break;
         o->nthreads++;
     }
-    if (o->nthreads == 0) {
+    if (o->nthreads == 0) { /* out of memory, or no thread started */
         gemmd_offload_free(o);
         return NULL;
     }

@@ -51,11 +51,10 @@ gemmd_format gemmd_negotiate(const char *accept, gemmd_format family)
         while (e < p + len && *e != ';' && *e != ' ' && *e != '\t') e++;
         double q = 1.0;
         for (const char *a = e; a < p + len; a++) {
-            if (*a == ';') {
-                const char *b = a + 1;
-                while (*b == ' ') b++;
-                if ((b[0] == 'q' || b[0] == 'Q') && b[1] == '=') q = strtod(b + 2, NULL);
-            }
+            if (*a != ';') continue;
+            const char *b = a + 1;
+            while (*b == ' ') b++;
+            if ((b[0] == 'q' || b[0] == 'Q') && b[1] == '=') q = strtod(b + 2, NULL);
         }
         if (e > s) ranges++;
         gemmd_format f = media_format(s, (size_t)(e - s), family);

@@ -218,15 +218,14 @@ void gemmd_sync_resume(gemmd_request *req, int engine_ref)
 int gemmd_sync_suspend_for(gemmd_request *req, int (*start)(gemmd_request *req))
 {
     pthread_mutex_t *mu = lock(req);
-    if (start(req) != 0) {
-        pthread_mutex_unlock(mu);
-        return -1;
+    int rc = start(req) == 0 ? 0 : -1;
+    if (rc == 0) {
+        req->phase = REQ_WAIT;
+        req->suspended = 1;
+        MHD_suspend_connection(req->conn);
     }
-    req->phase = REQ_WAIT;
-    req->suspended = 1;
-    MHD_suspend_connection(req->conn);
     pthread_mutex_unlock(mu);
-    return 0;
+    return rc;
 }
 
 int gemmd_sync_cancel_pending(gemmd_sync *s, int running_too)
