@@ -71,13 +71,7 @@ int gemm_engine_submit_here(gemm_engine *e, gemm_job *job, gemm_engine_err *err)
 {
     if (gemm_sched_check(e, job, err) != 0) return -1;
     if (gemm_engine_runs_on_host(e, job)) return run_near(e, job, err);
-    if (gemm_sched_validate(e, job, err) != 0) return -1;
-    pthread_mutex_lock(&e->mu);
-    if (gemm_sched_admit(e, err) != 0) {
-        pthread_mutex_unlock(&e->mu);
-        return -1;
-    }
-    job->t_submit_ms = gemm_now_ms();
+    if (gemm_sched_admit(e, job, err) != 0) return -1;
     worker_arg *w = lendable(e, job);
     if (!w) {
         gemm_sched_queue(e, job);
