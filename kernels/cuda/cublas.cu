@@ -296,4 +296,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_cublas = {
     cublas_launch,
     NULL,
     1,
+    NULL, 0,
 };

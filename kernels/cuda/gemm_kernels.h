@@ -42,6 +42,13 @@ void gemm_lt_destroy(void *lt);
 /* The workspace a worker gives gemm_lt_create (and cuBLAS), in bytes. */
 #define GEMM_LT_WORKSPACE_BYTES (32u << 20)
 
+/* One variant of a member's tuning sweep (bench_kernels --tune; docs/KERNELS.md). */
+typedef struct {
+    const char *name;
+    cudaError_t (*launch)(const gemm_launch *l); /* cudaErrorInvalidValue: not l's dtype or math */
+    int bm, bn, bk;                              /* its block tile */
+} gemm_kernel_variant;
+
 typedef struct {
     const char *name;        /* request name: "naive", "tiled", "cublas", ... */
     const char *description; /* one line: what this step of the lesson changes */
@@ -55,6 +62,8 @@ typedef struct {
      * that selects it (0: only the default reaches it). NULL: no block tile (naive, cublas). */
     int (*plan)(const gemm_launch *l, char *out, size_t cap);
     int batch_native;        /* 1: launch computes l->batch products in one call */
+    const gemm_kernel_variant *variants; /* the tuning sweep (NULL: none) */
+    int nvariants;
 } gemm_kernel_desc;
 
 /* All members, in lesson order, NULL-terminated. */

@@ -401,10 +401,10 @@ typedef simt_cfg<double, 64, 64, 8, 32, 32, 4, 8, 2> f64_small;
 typedef simt_cfg<int32_t, 128, 128, 8, 64, 32, 8, 8, 2> i32_big;
 typedef simt_cfg<int32_t, 64, 64, 16, 32, 32, 4, 8, 2> i32_small;
 
-/* Fixed split count, for the tuning sweep. */
-template <typename T, int SPLIT, typename Cfg> cudaError_t run_fixed(const gemm_launch *l)
+/* A float32 variant of the tuning sweep: k cut into SPLIT pieces. */
+template <int SPLIT, typename Cfg> cudaError_t run_fixed(const gemm_launch *l)
 {
-    return run_cfg<T, Cfg, (SPLIT > 1)>(l, SPLIT);
+    return l->dtype == GEMM_DTYPE_F32 ? run_cfg<float, Cfg, (SPLIT > 1)>(l, SPLIT) : cudaErrorInvalidValue;
 }
 
 /* The current device's SM count (132 on an H100 SXM when it cannot be read). */
@@ -531,29 +531,12 @@ int simt_plan(const gemm_launch *l, char *out, size_t cap)
     return tile;
 }
 
+#define SIMT_VARIANT(name, split, ...)                                                        \
+    {name, run_fixed<split, __VA_ARGS__>, __VA_ARGS__::BM, __VA_ARGS__::BN, __VA_ARGS__::BK},
+const gemm_kernel_variant variants[] = {SIMT_F32_VARIANTS(SIMT_VARIANT)};
+#undef SIMT_VARIANT
+
 } // namespace
-
-/* Tuning sweep entry points (float32 only), used by bench/bench_kernels.cu --tune. */
-#define SIMT_NAME(name, split, ...) name,
-static const char *const simt_variant_names[] = {SIMT_F32_VARIANTS(SIMT_NAME)};
-#undef SIMT_NAME
-static const int simt_variants = (int)(sizeof simt_variant_names / sizeof *simt_variant_names);
-
-extern "C" int gemm_simt_variant_count(void) { return simt_variants; }
-extern "C" const char *gemm_simt_variant_name(int v)
-{
-    return (v >= 0 && v < simt_variants) ? simt_variant_names[v] : "?";
-}
-extern "C" cudaError_t gemm_simt_variant_launch(int v, const gemm_launch *l)
-{
-    if (l->dtype != GEMM_DTYPE_F32 || v < 0 || v >= simt_variants)
-        return cudaErrorInvalidValue;
-    typedef cudaError_t (*launcher)(const gemm_launch *);
-#define SIMT_LAUNCHER(name, split, ...) run_fixed<float, split, __VA_ARGS__>,
-    static const launcher launchers[] = {SIMT_F32_VARIANTS(SIMT_LAUNCHER)};
-#undef SIMT_LAUNCHER
-    return launchers[v](l);
-}
 
 extern "C" const gemm_kernel_desc gemm_kernel_simt = {
     "simt",
@@ -566,4 +549,6 @@ extern "C" const gemm_kernel_desc gemm_kernel_simt = {
     simt_launch,
     simt_plan,
     0, /* batches: one launch per product */
+    variants,
+    sizeof variants / sizeof variants[0],
 };

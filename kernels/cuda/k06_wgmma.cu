@@ -624,4 +624,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_wgmma = {
     wgmma_launch,
     wgmma_plan,
     0, /* batches: one launch per product */
+    NULL, 0,
 };
