@@ -459,7 +459,7 @@ static void run_main(ctx &c, const std::vector<shape> &shapes)
                 /* cuBLAS first: the yardstick for the percentages. */
                 double cublas_ms = -1;
                 const gemm_kernel_desc *cb = gemm_kernel_find("cublas");
-                if (cb && gemm_kernel_supports(cb, d, md.m, 0, c.cc, nullptr)) {
+                if (cb && !gemm_kernel_unsupported(cb, d, md.m, 0, c.cc)) {
                     g_desc = cb;
                     result r = measure(c, desc_fn, 0, l, s, ref);
                     if (r.ok)
@@ -471,7 +471,7 @@ static void run_main(ctx &c, const std::vector<shape> &shapes)
                     const gemm_kernel_desc *k = gemm_kernel_table[i];
                     if (k == cb || !wanted(c, k->name))
                         continue;
-                    if (!gemm_kernel_supports(k, d, md.m, 0, c.cc, nullptr))
+                    if (gemm_kernel_unsupported(k, d, md.m, 0, c.cc))
                         continue;
                     const bool slow = !strcmp(k->name, "naive") || !strcmp(k->name, "tiled");
                     if (slow && std::max(s.m, std::max(s.n, s.k)) > c.slow_limit)

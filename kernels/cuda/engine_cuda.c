@@ -261,8 +261,8 @@ static int cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
         return gemm_engine_err_set(err, GEMM_E_UNKNOWN_KERNEL, "kernel \"%s\" is not available on the CUDA backend; "
                                    "it has auto%s", job->kernel, member_names(list, sizeof list, ~0u));
     }
-    const char *why = NULL;
-    if (!gemm_kernel_supports(k, job->dtype, job->math, job->tile, cb->min_cc, &why)) return refuse(k, job, why, err);
+    const char *why = gemm_kernel_unsupported(k, job->dtype, job->math, job->tile, cb->min_cc);
+    if (why) return refuse(k, job, why, err);
     if (strcmp(k->name, "wgmma") == 0 && !cb->wgmma_ok)
         return gemm_engine_err_set(err, GEMM_E_UNSUPPORTED,
                                    "kernel \"wgmma\" cannot run here: this build has no sm_90a code for %s (build "

@@ -70,9 +70,8 @@ typedef struct {
 extern const gemm_kernel_desc *const gemm_kernel_table[];
 /* By name; NULL when unknown. */
 const gemm_kernel_desc *gemm_kernel_find(const char *name);
-/* Whether desc can run (dtype, math, tile, compute capability); fills *why when not. */
-int gemm_kernel_supports(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m, int tile,
-                         int cc, const char **why);
+/* Why desc cannot run (dtype, math, tile, compute capability); NULL when it can. */
+const char *gemm_kernel_unsupported(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m, int tile, int cc);
 
 /* The kernel `auto` resolves to (auto.c) for devices of compute capability cc (major * 10 +
  * minor) that run the wgmma member or not. Never NULL. No CUDA call. */
