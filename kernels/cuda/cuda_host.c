@@ -183,9 +183,10 @@ static void cache_put_locked(gemm_cuda_host *h, block_hdr *b)
     h->cached_bytes += b->cap;
 }
 
-/* Caller holds mu: b leaves the cache (its bytes are uncharged by the caller). */
+/* Caller holds mu: b leaves the cache, its bytes uncharged. */
 static void cache_take_locked(gemm_cuda_host *h, block_hdr *b)
 {
+    account_add(&h->acct, -(int64_t)b->cap);
     if (b->older)
         b->older->newer = b->newer;
     else
@@ -277,7 +278,6 @@ static block_hdr *unqueue_locked(gemm_cuda_host *h, int slot, int stale_too)
 static size_t trim_locked(gemm_cuda_host *h)
 {
     size_t bytes = h->cached_bytes;
-    account_add(&h->acct, -(int64_t)bytes);
     while (h->oldest) {
         block_hdr *b = h->oldest;
         cache_take_locked(h, b);
@@ -332,7 +332,6 @@ void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
         next = b->newer;
         if (b->slot == slot) {
             cache_take_locked(h, b);
-            account_add(&h->acct, -(int64_t)b->cap);
             b->qnext = drop;
             drop = b;
         }
@@ -369,10 +368,7 @@ static void *host_alloc(void *ctx, size_t bytes)
     if (!b) {
         pthread_mutex_lock(&h->mu);
         b = cache_find_locked(h, fresh, slack);
-        if (b) {
-            cache_take_locked(h, b);
-            account_add(&h->acct, -(int64_t)b->cap);
-        }
+        if (b) cache_take_locked(h, b);
         pthread_mutex_unlock(&h->mu);
     }
     if (!b) {
@@ -408,22 +404,17 @@ static void cache_keep(gemm_cuda_host *h, block_hdr *b)
         free_block(b); /* its registration went with a reset meanwhile */
         return;
     }
-    if (b->cap <= h->max_cached) {
-        /* Keep it, pushing out the oldest for room. */
-        while (h->ncached > 0 && (h->ncached == MAX_CACHED || h->cached_bytes + b->cap > h->max_cached)) {
-            block_hdr *old = h->oldest;
-            cache_take_locked(h, old);
-            account_add(&h->acct, -(int64_t)old->cap);
-            queue_locked(h, old);
-            queued++;
-        }
-        if (account_add(&h->acct, (int64_t)b->cap) != 0) {
-            /* No room in the memory budget: requests come first, the block is let go. */
-            queue_locked(h, b);
-            queued++;
-        } else {
-            cache_put_locked(h, b);
-        }
+    /* Keep it, pushing out the oldest for room, unless it is too big or the memory budget
+     * refuses it (requests come first): then it is let go. */
+    const int fits = b->cap <= h->max_cached;
+    while (fits && h->ncached > 0 && (h->ncached == MAX_CACHED || h->cached_bytes + b->cap > h->max_cached)) {
+        block_hdr *old = h->oldest;
+        cache_take_locked(h, old);
+        queue_locked(h, old);
+        queued++;
+    }
+    if (fits && account_add(&h->acct, (int64_t)b->cap) == 0) {
+        cache_put_locked(h, b);
     } else {
         queue_locked(h, b);
         queued++;
