@@ -83,7 +83,6 @@ struct gemm_cuda_host {
     size_t cached_bytes;
     _Atomic size_t in_use;   /* bytes handed out */
     block_hdr *queue;        /* registered blocks waiting to be unregistered */
-    size_t nqueued;
     void (*notify)(void *);
     void *notify_arg;
     int warned;
@@ -253,7 +252,6 @@ static void queue_locked(gemm_cuda_host *h, block_hdr *b)
 {
     b->qnext = h->queue;
     h->queue = b;
-    h->nqueued++;
 }
 
 /* Caller holds mu: the queued blocks slot registered (stale_too: and stale ones), unqueued. */
@@ -267,11 +265,29 @@ static block_hdr *unqueue_locked(gemm_cuda_host *h, int slot, int stale_too)
             continue;
         }
         *link = b->qnext;
-        h->nqueued--;
         b->qnext = list;
         list = b;
     }
     return list;
+}
+
+/* Caller holds mu: the stashed blocks of slot (-1: all), uncharged, onto *list; their bytes. */
+static size_t stashes_take(gemm_cuda_host *h, int slot, block_hdr **list)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < MAX_STASHES; i++) {
+        stash *st = &h->stashes[i];
+        pthread_mutex_lock(&st->mu);
+        for (int j = st->n - 1; j >= 0; j--) {
+            if (slot >= 0 && st->b[j]->slot != slot) continue;
+            block_hdr *b = stash_remove_locked(st, j);
+            bytes += b->cap;
+            b->qnext = *list;
+            *list = b;
+        }
+        pthread_mutex_unlock(&st->mu);
+    }
+    return bytes;
 }
 
 /* Caller holds mu: every cached block to the unregistration queue; returns the bytes. */
@@ -283,16 +299,7 @@ static size_t trim_locked(gemm_cuda_host *h)
         cache_take_locked(h, b);
         queue_locked(h, b);
     }
-    for (int i = 0; i < MAX_STASHES; i++) {
-        stash *st = &h->stashes[i];
-        pthread_mutex_lock(&st->mu);
-        account_add(&st->acct, -(int64_t)st->bytes);
-        bytes += st->bytes;
-        while (st->n > 0) queue_locked(h, st->b[--st->n]);
-        st->bytes = 0;
-        pthread_mutex_unlock(&st->mu);
-    }
-    return bytes;
+    return bytes + stashes_take(h, -1, &h->queue);
 }
 
 void gemm_cuda_host_close(gemm_cuda_host *h)
@@ -302,7 +309,6 @@ void gemm_cuda_host_close(gemm_cuda_host *h)
     trim_locked(h);
     block_hdr *list = h->queue;
     h->queue = NULL;
-    h->nqueued = 0;
     pthread_mutex_unlock(&h->mu);
     while (list) {
         block_hdr *b = list;
@@ -336,17 +342,7 @@ void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
             drop = b;
         }
     }
-    for (int i = 0; i < MAX_STASHES; i++) {
-        stash *st = &h->stashes[i];
-        pthread_mutex_lock(&st->mu);
-        for (int j = st->n - 1; j >= 0; j--) {
-            if (st->b[j]->slot != slot) continue;
-            block_hdr *b = stash_remove_locked(st, j);
-            b->qnext = drop;
-            drop = b;
-        }
-        pthread_mutex_unlock(&st->mu);
-    }
+    stashes_take(h, slot, &drop);
     pthread_mutex_unlock(&h->mu);
     while (drop) { /* registrations are gone: just free */
         block_hdr *b = drop;
