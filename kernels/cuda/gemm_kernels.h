@@ -102,6 +102,28 @@ static inline int gemm_block_name_none(char *out, size_t cap)
     return 0;
 }
 #ifdef __cplusplus
+#include <atomic>
+
+/* Attribute A of the current device (SM count, compute capability), asked once per device
+ * (the workers of several devices launch at once); fallback when it cannot be read. */
+template <cudaDeviceAttr A> static inline int gemm_device_attr(int fallback)
+{
+    static std::atomic<int> plus1[64]; /* 0: not asked yet */
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+        cudaGetLastError();
+        return fallback;
+    }
+    if ((v = plus1[dev].load(std::memory_order_relaxed)) == 0) {
+        if (cudaDeviceGetAttribute(&v, A, dev) != cudaSuccess) {
+            cudaGetLastError();
+            return fallback;
+        }
+        plus1[dev].store(++v, std::memory_order_relaxed);
+    }
+    return v - 1;
+}
+
 /* The type a member sums in: int32 in uint32, so that overflow wraps (two's complement). */
 template <typename T> struct gemm_acc { typedef T type; };
 template <> struct gemm_acc<int32_t> { typedef uint32_t type; };

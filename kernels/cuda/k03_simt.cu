@@ -407,18 +407,6 @@ template <int SPLIT, typename Cfg> cudaError_t run_fixed(const gemm_launch *l)
     return l->dtype == GEMM_DTYPE_F32 ? run_cfg<float, Cfg, (SPLIT > 1)>(l, SPLIT) : cudaErrorInvalidValue;
 }
 
-/* The current device's SM count (132 on an H100 SXM when it cannot be read). */
-int sm_count()
-{
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) {
-        cudaGetLastError();
-        sms = 132;
-    }
-    return sms;
-}
-
 long long tile_count(const gemm_launch *l, int bm, int bn)
 {
     return (long long)((l->m + bm - 1) / bm) * ((l->n + bn - 1) / bn);
@@ -457,7 +445,7 @@ struct simt_choice {
 simt_choice big_or_small(const gemm_launch *l, int bm, int bn, simt_pick big, simt_pick small,
                          bool may_split)
 {
-    const int sms = sm_count();
+    const int sms = gemm_device_attr<cudaDevAttrMultiProcessorCount>(132); /* an H100 SXM's */
     const int s = may_split ? split_for(l, tile_count(l, bm, bn), sms) : 1;
     if (tile_count(l, bm, bn) >= sms || s > 1)
         return {big, s};

@@ -3,8 +3,6 @@
  * m16n8k16 (sm_90), exact IEEE float64 (docs/KERNELS.md, "k05_dmma"). Structure as in
  * k04_mma; the store is bounds-checked.
  */
-#include <atomic>
-
 #include "gemm_async.cuh"
 #include "gemm_kernels.h"
 
@@ -137,28 +135,10 @@ dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__r
     gemm_async::store_acc<Cfg::MT, VEC>(C, acc, m, n, bm + wm, bn + wn, g, t);
 }
 
-/* Whether the current device runs the sm_90 DMMA shapes (cached per device ordinal: the
- * workers of several devices call this at once, and a host may mix GPU generations). */
+/* Whether the current device runs the sm_90 DMMA shapes (a host may mix GPU generations). */
 bool dmma_cc_ok(void)
 {
-    constexpr int MAX_ORDINALS = 64;
-    static std::atomic<int> major_plus1[MAX_ORDINALS]; /* 0: not asked yet */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= MAX_ORDINALS) {
-        cudaGetLastError();
-        return false;
-    }
-    int v = major_plus1[dev].load(std::memory_order_relaxed);
-    if (v == 0) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-            cudaGetLastError();
-            return false;
-        }
-        v = major + 1;
-        major_plus1[dev].store(v, std::memory_order_relaxed);
-    }
-    return v - 1 >= 9;
+    return gemm_device_attr<cudaDevAttrComputeCapabilityMajor>(0) >= 9;
 }
 
 /* float64 only; the m16n8k16 shape only where the device runs it. */
