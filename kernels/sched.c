@@ -16,13 +16,6 @@
 
 /* ---- the queue (callers hold mu) ----------------------------------------- */
 
-static gemm_job *q_pop(gemm_engine *e)
-{
-    gemm_job *job = e->head;
-    if (job) gemm_list_unlink(&e->head, &e->tail, NULL, job), e->queued--;
-    return job;
-}
-
 static int q_remove(gemm_engine *e, gemm_job *job)
 {
     gemm_job *prev = NULL;
@@ -168,11 +161,12 @@ static void *worker_main(void *arg)
             from->run_next(e, worker, work);
             continue;
         }
-        gemm_job *job = q_pop(e);
+        gemm_job *job = e->head;
         if (!job) { /* closing and nothing left */
             pthread_mutex_unlock(&e->mu);
             break;
         }
+        q_remove(e, job);
         e->slot_busy[slot]++, took = 1;
         atomic_fetch_add(&e->running, 1);
         double t0 = gemm_now_ms();
