@@ -85,7 +85,7 @@ struct gemm_cuda_host {
     block_hdr *queue;        /* registered blocks waiting to be unregistered */
     void (*notify)(void *);
     void *notify_arg;
-    int warned;
+    atomic_int warned;
     account acct; /* charged the bytes of cached blocks */
     _Atomic int nstashes;
     stash stashes[MAX_STASHES];
@@ -466,11 +466,7 @@ int gemm_cuda_host_pin(gemm_cuda_host *h, void *p, int slot)
         return slot;
     }
     cudaGetLastError();
-    pthread_mutex_lock(&h->mu);
-    int warn = !h->warned;
-    h->warned = 1;
-    pthread_mutex_unlock(&h->mu);
-    if (warn)
+    if (!atomic_exchange(&h->warned, 1))
         gemm_engine_log(GEMM_LOG_WARN, "cuda: cudaHostRegister of %zu bytes failed (%s); job buffers stay "
                         "pageable and copies will be slower", HDR + b->cap, cudaGetErrorString(e));
     return GEMM_PIN_PAGEABLE;
