@@ -38,7 +38,7 @@ typedef struct {
     uint64_t nb, total;
     size_t need[3], upload[2], res_bytes;
     size_t one[3], step[3]; /* A, B, C of one product; bytes between products on the device */
-    double res_ms;
+    double res_ms, flops;
     void *A, *B, *C;     /* device operands */
     void *keep;          /* C's resident device copy, until published */
     cudaEvent_t k0, d0;  /* the kernel's and the D2H's start events */
@@ -148,10 +148,10 @@ static int plan(run_ctx *x)
                                                 "device_mem_limit allows %llu bytes per stream",
                                                 (unsigned long long)x->total, x->need[0], x->need[1], x->need[2],
                                                 (unsigned long long)x->cb->mem_limit));
-    const double flops = 2.0 * (double)x->nb * (double)job->m * (double)job->n * (double)job->k;
+    x->flops = 2.0 * (double)x->nb * (double)job->m * (double)job->n * (double)job->k;
     const int slow = strcmp(x->k->name, "naive") == 0 || strcmp(x->k->name, "tiled") == 0;
     x->staged = x->cb->delay_ms > 0 || x->total >= STAGED_MIN_BYTES ||
-                flops >= (slow ? STAGED_MIN_FLOP_SLOW : STAGED_MIN_FLOP);
+                x->flops >= (slow ? STAGED_MIN_FLOP_SLOW : STAGED_MIN_FLOP);
     return GO;
 }
 
@@ -366,8 +366,7 @@ static int finish(run_ctx *x)
         gemm_cuda_resident_publish(x->d, x->gen, job->c_res, x->keep);
         x->keep = NULL;
     }
-    double flops = 2.0 * (double)x->nb * (double)job->m * (double)job->n * (double)job->k;
-    job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
+    job->timing.gflops = job->timing.kernel_ms > 0 ? x->flops / (job->timing.kernel_ms * 1e6) : 0;
     if (!x->w->warming) {
         atomic_fetch_add(&x->d->bytes_h2d, (unsigned long long)up);
         atomic_fetch_add(&x->d->bytes_d2h, (unsigned long long)(x->one[2] * x->nb));

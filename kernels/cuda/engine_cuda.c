@@ -289,8 +289,7 @@ static void cuda_describe(void *self, gemm_engine_info *out)
         cuda_dev *d = &cb->devs[i];
         out->devices[i] = d->info;
         out->devices[i].free_mem = atomic_load(&d->mem_free);
-        unsigned long long total = atomic_load(&d->mem_total);
-        if (total) out->devices[i].total_mem = total;
+        out->devices[i].total_mem = atomic_load(&d->mem_total); /* set at open, then sampled */
     }
     int n = 0;
     for (int i = 0; gemm_kernel_table[i] && n < GEMM_MAX_KERNELS; i++) {
