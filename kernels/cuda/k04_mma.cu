@@ -206,10 +206,9 @@ cudaError_t mma_launch(const gemm_launch *l)
     return mma_pick(l, &tile)->launch(l);
 }
 
+/* Only after validate(), which gives mma tf32 or bf16 alone. */
 int mma_plan(const gemm_launch *l, char *out, size_t cap)
 {
-    if (!mma_math(l))
-        return gemm_block_name_none(out, cap);
     int tile;
     const gemm_kernel_variant *v = mma_pick(l, &tile);
     return gemm_block_dims(out, cap, v->bm, v->bn, v->bk, tile);
