@@ -271,7 +271,6 @@ static int cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
     snprintf(job->kernel_used, sizeof job->kernel_used, "%s", k->name);
     /* The block depends on the device buffers' alignment too: the launch asks plan(). */
     job->tile_used = job->tile;
-    job->block[0] = '\0';
     job->math_used = job->dtype == GEMM_DTYPE_F32 ? (job->math == GEMM_MATH_DEFAULT ? GEMM_MATH_FP32 : job->math)
                                                   : GEMM_MATH_DEFAULT;
     return 0;
@@ -283,7 +282,6 @@ static int cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
 static void cuda_describe(void *self, gemm_engine_info *out)
 {
     cuda_backend *cb = self;
-    snprintf(out->backend, sizeof out->backend, "cuda");
     out->ndevices = cb->ndev;
     for (int i = 0; i < cb->ndev; i++) {
         cuda_dev *d = &cb->devs[i];
