@@ -23,8 +23,7 @@ static int run_near(gemm_engine *e, gemm_job *job, gemm_engine_err *err)
         return gemm_engine_err_set(err, GEMM_E_SHUTTING_DOWN, "the server is shutting down; retry elsewhere");
     }
     double t0 = gemm_now_ms();
-    job->t_submit_ms = t0;
-    job->timing.queue_ms = 0;
+    job->t_submit_ms = t0; /* queue_ms stays 0 (gemm_sched_check cleared the timing) */
     atomic_fetch_add(&e->running, 1);
     atomic_fetch_add(&e->ran_here, 1);
     atomic_fetch_add(&e->ran_host, 1);
