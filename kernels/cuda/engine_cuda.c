@@ -160,8 +160,7 @@ static void cuda_warm(cuda_backend *cb, cuda_worker *w)
 static void *cuda_worker_init(void *self, int index)
 {
     cuda_backend *cb = self;
-    if (index < 0 || index >= cb->nworkers) return NULL;
-    cuda_worker *w = &cb->workers[index];
+    cuda_worker *w = &cb->workers[index]; /* index < nworkers: the engine asked workers() */
     cuda_dev *d = w->dev;
     gemm_cuda_site site = {0};
     pthread_mutex_lock(&d->mu);
@@ -337,9 +336,7 @@ static int cuda_healthy(void *self)
 /* Split products: worker i is on device slot i % ndev; a lost device takes no panel. */
 static int cuda_worker_slot(void *self, int worker_index)
 {
-    cuda_backend *cb = self;
-    if (worker_index < 0 || worker_index >= cb->nworkers) return 0;
-    return cb->workers[worker_index].dev->slot;
+    return ((cuda_backend *)self)->workers[worker_index].dev->slot; /* as worker_init's index */
 }
 
 static int cuda_slot_usable(void *self, int slot)
