@@ -320,7 +320,7 @@ static int launch(run_ctx *x)
     }
     if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[3], s)) != cudaSuccess) return CUDA_FAILED;
     if (x->nb <= 1 && job->c_res) /* C stays on the device for the next product (before the D2H) */
-        x->keep = gemm_cuda_resident_keep(x->w->buf[2], x->need[2], s);
+        x->keep = gemm_cuda_resident_keep(x->w->buf[2], x->need[2], s, cudaMemcpyDeviceToDevice);
     return GO;
 }
 
