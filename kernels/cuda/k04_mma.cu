@@ -168,15 +168,10 @@ template <typename Cfg> cudaError_t run_cfg(const gemm_launch *l)
     return gemm_async::launch_tiles<Cfg, float>(vec ? mma_kernel<Cfg, true> : mma_kernel<Cfg, false>, l);
 }
 
-bool mma_math(const gemm_launch *l)
-{
-    return l->math == GEMM_MATH_TF32 || l->math == GEMM_MATH_BF16;
-}
-
 /* A variant in l's math, tf32 or bf16. */
 template <int BM, int BN, int BK, int WM, int WN, int ST> cudaError_t run_math(const gemm_launch *l)
 {
-    if (l->dtype != GEMM_DTYPE_F32 || !mma_math(l))
+    if (l->dtype != GEMM_DTYPE_F32 || (l->math != GEMM_MATH_TF32 && l->math != GEMM_MATH_BF16))
         return cudaErrorInvalidValue;
     return l->math == GEMM_MATH_TF32 ? run_cfg<mma_cfg<MMA_TF32, BM, BN, BK, WM, WN, ST>>(l)
                                      : run_cfg<mma_cfg<MMA_BF16, BM, BN, BK, WM, WN, ST>>(l);
