@@ -95,12 +95,6 @@ static inline int gemm_block_dims(char *out, size_t cap, int bm, int bn, int bk,
     }
     return tile;
 }
-static inline int gemm_block_name_none(char *out, size_t cap)
-{
-    if (cap)
-        out[0] = '\0';
-    return 0;
-}
 #ifdef __cplusplus
 #include <atomic>
 
