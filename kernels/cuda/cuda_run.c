@@ -222,7 +222,7 @@ static int stage_inputs(run_ctx *x)
         }
     } else {
         gemm_cuda_pin(x->cb, d, job->a_block ? job->a_block : job->a, &x->held);
-        gemm_cuda_pin(x->cb, d, job->b_block ? job->b_block : job->b, &x->held);
+        gemm_cuda_pin(x->cb, d, job->b, &x->held); /* a panel has the whole B */
         gemm_cuda_pin(x->cb, d, job->c_block ? job->c_block : job->c, &x->held);
     }
     gemm_resident *const res[2] = {job->a_res, job->b_res};
