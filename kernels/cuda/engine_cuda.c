@@ -356,16 +356,11 @@ static void cuda_close(void *self)
 {
     cuda_backend *cb = self;
     if (!cb) return;
-    /* Workers have been joined and have freed their resources in worker_fini. */
+    /* Workers have been joined and have freed their resources in worker_fini (which runs
+     * on every worker thread that ran worker_init; the others built none). */
     if (cb->host) gemm_cuda_host_set_notify(cb->host, NULL, NULL);
     gemm_cuda_house_stop(cb);
     gemm_cuda_resident_drain(cb); /* handles released since its last round */
-    if (cb->workers)
-        for (int i = 0; i < cb->nworkers; i++)
-            if (cb->workers[i].gen != 0) {
-                cudaSetDevice(cb->workers[i].dev->ordinal);
-                gemm_cuda_destroy_resources(&cb->workers[i]);
-            }
     gemm_cuda_host_close(cb->host);
     for (int i = 0; i < cb->ndev; i++) {
         pthread_cond_destroy(&cb->devs[i].cv);
