@@ -29,8 +29,6 @@ typedef struct {
     int ordinal;                 /* CUDA ordinal (after CUDA_VISIBLE_DEVICES) */
     int slot;                    /* index in cuda_backend.devs */
     gemm_device_info info;       /* name, memory, SMs, cc, streams (read at open) */
-    int cc;                      /* major * 10 + minor */
-    int wgmma;                   /* the build's sm_90a wgmma code runs here (asked at open) */
     char label[GEMM_NAME_LEN];   /* "cuda:N <name>", what a job's device says */
 
     /* mu: enter/leave; a reset holds it throughout, so the request path never takes it. */

@@ -63,24 +63,25 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
         d->info = (gemm_device_info){.total_mem = p.totalGlobalMem, .sms = p.multiProcessorCount,
                                      .cc_major = p.major, .cc_minor = p.minor, .streams = cb->streams};
         snprintf(d->info.name, sizeof d->info.name, "%.47s", p.name);
-        d->cc = p.major * 10 + p.minor;
-        if (d->cc < cb->min_cc) cb->min_cc = d->cc;
+        const int cc = p.major * 10 + p.minor;
+        if (cc < cb->min_cc) cb->min_cc = cc;
         d->slot = i;
         snprintf(d->label, sizeof d->label, "cuda:%d %.38s", d->ordinal, d->info.name);
         d->gen = 1;
         atomic_init(&d->mem_total, (unsigned long long)p.totalGlobalMem); /* the rest: calloc's zeros */
         /* What the request path will need, asked once (this makes the device's context). */
+        int wgmma = 0; /* the build's sm_90a code runs here */
         if (cudaSetDevice(d->ordinal) == cudaSuccess) {
-            d->wgmma = gemm_wgmma_runnable();
+            wgmma = gemm_wgmma_runnable();
             gemm_cuda_sample_memory(d);
         }
         cudaGetLastError();
-        if (!d->wgmma) cb->wgmma_ok = 0;
+        if (!wgmma) cb->wgmma_ok = 0;
         gemm_engine_log(GEMM_LOG_DEBUG, "cuda: device %d: %s, cc %d.%d, %d SMs, %llu MiB (%llu free), wgmma %s",
                         d->ordinal, d->info.name, p.major, p.minor, d->info.sms,
                         (unsigned long long)(p.totalGlobalMem >> 20),
                         (unsigned long long)(atomic_load(&d->mem_free) >> 20),
-                        d->wgmma ? "runs" : "not in this build for this device");
+                        wgmma ? "runs" : "not in this build for this device");
     }
 
     cb->nworkers = cb->ndev * cb->streams;
