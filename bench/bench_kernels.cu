@@ -43,16 +43,6 @@
 
 #include "gemm_kernels.h"
 
-extern "C" int gemm_simt_variant_count(void);
-extern "C" const char *gemm_simt_variant_name(int v);
-extern "C" cudaError_t gemm_simt_variant_launch(int v, const gemm_launch *l);
-extern "C" int gemm_mma_variant_count(void);
-extern "C" const char *gemm_mma_variant_name(int v);
-extern "C" cudaError_t gemm_mma_variant_launch(int v, const gemm_launch *l);
-extern "C" int gemm_dmma_variant_count(void);
-extern "C" const char *gemm_dmma_variant_name(int v);
-extern "C" cudaError_t gemm_dmma_variant_launch(int v, const gemm_launch *l);
-
 #define CK(x)                                                                                \
     do {                                                                                     \
         cudaError_t e_ = (x);                                                                \
@@ -345,8 +335,9 @@ static result measure(ctx &c, launch_fn fn, int variant, gemm_launch l, const sh
     return r;
 }
 
-static const gemm_kernel_desc *g_desc; /* the member measure() launches through desc_fn */
+static const gemm_kernel_desc *g_desc; /* the member measure() launches through desc_fn, variant_fn */
 static cudaError_t desc_fn(int, const gemm_launch *l) { return g_desc->launch(l); }
+static cudaError_t variant_fn(int v, const gemm_launch *l) { return g_desc->variants[v].launch(l); }
 
 static const char *mode_name(gemm_dtype d, gemm_math m, int out_half = 0)
 {
@@ -468,7 +459,7 @@ static void run_main(ctx &c, const std::vector<shape> &shapes)
                 /* cuBLAS first: the yardstick for the percentages. */
                 double cublas_ms = -1;
                 const gemm_kernel_desc *cb = gemm_kernel_find("cublas");
-                if (cb && gemm_kernel_supports(cb, d, md.m, 0, c.cc, nullptr)) {
+                if (cb && !gemm_kernel_unsupported(cb, d, md.m, 0, c.cc)) {
                     g_desc = cb;
                     result r = measure(c, desc_fn, 0, l, s, ref);
                     if (r.ok)
@@ -480,7 +471,7 @@ static void run_main(ctx &c, const std::vector<shape> &shapes)
                     const gemm_kernel_desc *k = gemm_kernel_table[i];
                     if (k == cb || !wanted(c, k->name))
                         continue;
-                    if (!gemm_kernel_supports(k, d, md.m, 0, c.cc, nullptr))
+                    if (gemm_kernel_unsupported(k, d, md.m, 0, c.cc))
                         continue;
                     const bool slow = !strcmp(k->name, "naive") || !strcmp(k->name, "tiled");
                     if (slow && std::max(s.m, std::max(s.n, s.k)) > c.slow_limit)
@@ -510,14 +501,10 @@ static void run_tune(ctx &c, const std::vector<shape> &shapes)
             result rc = measure(c, desc_fn, 0, l, s, ref);
             const double cublas_ms = rc.ok ? rc.ms : -1;
             csv_row(c, "tune", "cublas", "-", GEMM_DTYPE_F32, m, s, rc, cublas_ms);
-            const bool simt = m == GEMM_MATH_FP32;
-            const int nv = simt ? gemm_simt_variant_count() : gemm_mma_variant_count();
-            for (int v = 0; v < nv; v++) {
-                result r = measure(c, simt ? gemm_simt_variant_launch : gemm_mma_variant_launch,
-                                   v, l, s, ref);
-                csv_row(c, "tune", simt ? "simt" : "mma",
-                        simt ? gemm_simt_variant_name(v) : gemm_mma_variant_name(v),
-                        GEMM_DTYPE_F32, m, s, r, cublas_ms);
+            g_desc = gemm_kernel_find(m == GEMM_MATH_FP32 ? "simt" : "mma");
+            for (int v = 0; v < g_desc->nvariants; v++) {
+                result r = measure(c, variant_fn, v, l, s, ref);
+                csv_row(c, "tune", g_desc->name, g_desc->variants[v].name, GEMM_DTYPE_F32, m, s, r, cublas_ms);
             }
         }
         free_bufs(b);
@@ -532,10 +519,11 @@ static void run_tune(ctx &c, const std::vector<shape> &shapes)
         result rc = measure(c, desc_fn, 0, l, s, ref);
         const double cublas_ms = rc.ok ? rc.ms : -1;
         csv_row(c, "tune", "cublas", "-", GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, s, rc, cublas_ms);
-        for (int v = 0; v < gemm_dmma_variant_count(); v++) {
-            result r = measure(c, gemm_dmma_variant_launch, v, l, s, ref);
-            csv_row(c, "tune", "dmma", gemm_dmma_variant_name(v), GEMM_DTYPE_F64,
-                    GEMM_MATH_DEFAULT, s, r, cublas_ms);
+        g_desc = gemm_kernel_find("dmma");
+        for (int v = 0; v < g_desc->nvariants; v++) {
+            result r = measure(c, variant_fn, v, l, s, ref);
+            csv_row(c, "tune", "dmma", g_desc->variants[v].name, GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, s, r,
+                    cublas_ms);
         }
         free_bufs(b);
     }

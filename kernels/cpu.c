@@ -97,7 +97,6 @@ static int cpu_validate(void *self, gemm_job *job, gemm_engine_err *err)
                                    (unsigned long long)job->n, INT_MAX);
     snprintf(job->kernel_used, sizeof job->kernel_used, "%s", use);
     job->math_used = job->dtype == GEMM_DTYPE_F32 ? GEMM_MATH_FP32 : GEMM_MATH_DEFAULT;
-    job->tile_used = 0;
     return 0;
 }
 
@@ -163,7 +162,6 @@ static uint64_t mem_bytes(int pages_name)
 static void cpu_describe(void *self, gemm_engine_info *out)
 {
     cpu_backend *cb = self;
-    snprintf(out->backend, sizeof out->backend, "cpu");
     out->ndevices = 1;
     out->devices[0] = (gemm_device_info){.total_mem = mem_bytes(_SC_PHYS_PAGES),
                                          .free_mem = mem_bytes(_SC_AVPHYS_PAGES), .streams = cb->workers};

@@ -199,7 +199,6 @@ int gemm_cpu_products(gemm_job *job, int threads)
         job->batched = nb;
         snprintf(job->batch_mode, sizeof job->batch_mode, "loop");
     }
-    job->timing.h2d_ms = job->timing.d2h_ms = 0; /* no copies */
     job->timing.kernel_ms = gemm_now_ms() - t0;
     double flops = 2.0 * (double)nb * (double)job->m * (double)job->n * (double)job->k;
     job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;

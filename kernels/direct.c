@@ -23,8 +23,7 @@ static int run_near(gemm_engine *e, gemm_job *job, gemm_engine_err *err)
         return gemm_engine_err_set(err, GEMM_E_SHUTTING_DOWN, "the server is shutting down; retry elsewhere");
     }
     double t0 = gemm_now_ms();
-    job->t_submit_ms = t0;
-    job->timing.queue_ms = 0;
+    job->t_submit_ms = t0; /* queue_ms stays 0 (gemm_sched_check cleared the timing) */
     atomic_fetch_add(&e->running, 1);
     atomic_fetch_add(&e->ran_here, 1);
     atomic_fetch_add(&e->ran_host, 1);
@@ -71,13 +70,7 @@ int gemm_engine_submit_here(gemm_engine *e, gemm_job *job, gemm_engine_err *err)
 {
     if (gemm_sched_check(e, job, err) != 0) return -1;
     if (gemm_engine_runs_on_host(e, job)) return run_near(e, job, err);
-    if (gemm_sched_validate(e, job, err) != 0) return -1;
-    pthread_mutex_lock(&e->mu);
-    if (gemm_sched_admit(e, err) != 0) {
-        pthread_mutex_unlock(&e->mu);
-        return -1;
-    }
-    job->t_submit_ms = gemm_now_ms();
+    if (gemm_sched_admit(e, job, err) != 0) return -1;
     worker_arg *w = lendable(e, job);
     if (!w) {
         gemm_sched_queue(e, job);

@@ -209,7 +209,7 @@ struct gemm_job {
     struct gemm_job *q_next;
     struct gemm_split *split_state; /* a split product's panels, or the split a panel is of */
     int panel_index, panel_slot;
-    void *a_block, *b_block, *c_block; /* a panel: the blocks its a and c point inside */
+    void *a_block, *c_block; /* a panel: the blocks its a and c point inside */
     void *const *a_parts, *const *b_parts, *const *c_parts; /* a group (run_parts): each one's */
 };
 

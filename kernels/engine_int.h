@@ -99,10 +99,10 @@ void gemm_sched_kick(gemm_engine *e);
 void gemm_sched_wake_all(gemm_engine *e);
 int gemm_sched_pick_slot(const gemm_engine *e, int self);
 int gemm_sched_slot_ok(const gemm_engine *e, int slot);
-/* Submitting: check, validate, then under mu admit and queue (releases mu); 0 or -1. */
+/* Submitting: check; admit validates, then takes mu (kept on success: 0) if the queue has
+ * room; queue releases it. 0 or -1. */
 int gemm_sched_check(const gemm_engine *e, gemm_job *job, gemm_engine_err *err);
-int gemm_sched_validate(gemm_engine *e, gemm_job *job, gemm_engine_err *err);
-int gemm_sched_admit(gemm_engine *e, gemm_engine_err *err);
+int gemm_sched_admit(gemm_engine *e, gemm_job *job, gemm_engine_err *err);
 void gemm_sched_queue(gemm_engine *e, gemm_job *job);
 /* Running: run unless cancelled; a run's end (state); the job's end (done()), then running--. */
 int gemm_sched_run(gemm_engine *e, void *worker, gemm_job *job);

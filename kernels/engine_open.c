@@ -207,7 +207,7 @@ void gemm_engine_describe(gemm_engine *e, gemm_engine_info *out)
     memset(out, 0, sizeof *out);
     if (!e) return;
     if (e->be->describe) e->be->describe(e->self, out);
-    if (!out->backend[0]) snprintf(out->backend, sizeof out->backend, "%s", e->be->name);
+    snprintf(out->backend, sizeof out->backend, "%s", e->be->name);
     out->workers = e->nworkers;
     out->queue_capacity = e->capacity;
 }

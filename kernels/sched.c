@@ -16,13 +16,6 @@
 
 /* ---- the queue (callers hold mu) ----------------------------------------- */
 
-static gemm_job *q_pop(gemm_engine *e)
-{
-    gemm_job *job = e->head;
-    if (job) gemm_list_unlink(&e->head, &e->tail, NULL, job), e->queued--;
-    return job;
-}
-
 static int q_remove(gemm_engine *e, gemm_job *job)
 {
     gemm_job *prev = NULL;
@@ -168,11 +161,12 @@ static void *worker_main(void *arg)
             from->run_next(e, worker, work);
             continue;
         }
-        gemm_job *job = q_pop(e);
+        gemm_job *job = e->head;
         if (!job) { /* closing and nothing left */
             pthread_mutex_unlock(&e->mu);
             break;
         }
+        q_remove(e, job);
         e->slot_busy[slot]++, took = 1;
         atomic_fetch_add(&e->running, 1);
         double t0 = gemm_now_ms();
@@ -288,14 +282,23 @@ int gemm_sched_check(const gemm_engine *e, gemm_job *job, gemm_engine_err *err)
     return 0;
 }
 
-int gemm_sched_admit(gemm_engine *e, gemm_engine_err *err)
+int gemm_sched_admit(gemm_engine *e, gemm_job *job, gemm_engine_err *err)
 {
+    if (e->be->validate && e->be->validate(e->self, job, err) != 0) {
+        if (err && err->code == GEMM_E_NONE)
+            gemm_engine_err_set(err, GEMM_E_UNSUPPORTED, "the %s backend cannot run this product", e->be->name);
+        return -1;
+    }
+    pthread_mutex_lock(&e->mu);
     if (e->closing || e->queued >= e->capacity) {
         atomic_fetch_add(&e->rejected, 1);
-        return e->closing ? gemm_engine_err_set(err, GEMM_E_SHUTTING_DOWN, "the server is shutting down; retry elsewhere")
-                          : gemm_engine_err_set(err, GEMM_E_QUEUE_FULL, "all %d queue places are taken; retry shortly",
-                                                e->capacity);
+        int rc = e->closing ? gemm_engine_err_set(err, GEMM_E_SHUTTING_DOWN, "the server is shutting down; retry elsewhere")
+                            : gemm_engine_err_set(err, GEMM_E_QUEUE_FULL, "all %d queue places are taken; retry shortly",
+                                                  e->capacity);
+        pthread_mutex_unlock(&e->mu);
+        return rc;
     }
+    job->t_submit_ms = gemm_now_ms();
     return 0;
 }
 
@@ -313,23 +316,9 @@ void gemm_sched_queue(gemm_engine *e, gemm_job *job)
     pthread_mutex_unlock(&e->mu);
 }
 
-int gemm_sched_validate(gemm_engine *e, gemm_job *job, gemm_engine_err *err)
-{
-    if (!e->be->validate || e->be->validate(e->self, job, err) == 0) return 0;
-    if (err && err->code == GEMM_E_NONE)
-        gemm_engine_err_set(err, GEMM_E_UNSUPPORTED, "the %s backend cannot run this product", e->be->name);
-    return -1;
-}
-
 int gemm_engine_submit(gemm_engine *e, gemm_job *job, gemm_engine_err *err)
 {
-    if (gemm_sched_check(e, job, err) != 0 || gemm_sched_validate(e, job, err) != 0) return -1;
-    pthread_mutex_lock(&e->mu);
-    if (gemm_sched_admit(e, err) != 0) {
-        pthread_mutex_unlock(&e->mu);
-        return -1;
-    }
-    job->t_submit_ms = gemm_now_ms();
+    if (gemm_sched_check(e, job, err) != 0 || gemm_sched_admit(e, job, err) != 0) return -1;
     gemm_sched_queue(e, job);
     return 0;
 }

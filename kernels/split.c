@@ -49,7 +49,7 @@ static void panel_init(gemm_job *p, const gemm_job *job, uint64_t row0, uint64_t
     p->c = (unsigned char *)job->c + (size_t)(row0 * job->n) * ces; /* C: its own dtype */
     p->plan_m = gemm_job_plan_rows(job); /* every panel chooses as for the whole product */
     p->b_res = job->b_res;               /* the whole B: each device keeps its own copy */
-    p->a_block = job->a, p->b_block = job->b, p->c_block = job->c;
+    p->a_block = job->a, p->c_block = job->c;
     memcpy(p->kernel, job->kernel_used, sizeof p->kernel);
     p->t_submit_ms = t0;
 }

@@ -71,7 +71,7 @@ static const char *small_single(gemm_dtype d, gemm_math r, int rows, int cols, i
     const double mnk = (double)rows * (double)cols * (double)inner;
     const char *name = mnk <= SINGLE_TILED_MNK ? "tiled" : mnk <= SINGLE_SIMT_MNK ? "simt" : NULL;
     const gemm_kernel_desc *k = name ? gemm_kernel_find(name) : NULL;
-    return k && gemm_kernel_supports(k, d, r, 0, cc, NULL) ? name : NULL;
+    return k && !gemm_kernel_unsupported(k, d, r, 0, cc) ? name : NULL;
 }
 
 const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int inner, int batch, int cc,
@@ -87,7 +87,7 @@ const char *gemm_kernel_auto(gemm_dtype d, gemm_math m, int rows, int cols, int 
         if (row->shape != SHAPE_ANY && row->shape != sc) continue;
         for (int c = 0; c < MAX_CANDIDATES && row->kernel[c]; c++) {
             const gemm_kernel_desc *k = gemm_kernel_find(row->kernel[c]);
-            if (k && gemm_kernel_supports(k, d, m, 0, cc, NULL) && (wgmma_ok || strcmp(k->name, "wgmma") != 0))
+            if (k && !gemm_kernel_unsupported(k, d, m, 0, cc) && (wgmma_ok || strcmp(k->name, "wgmma") != 0))
                 return row->kernel[c];
         }
     }

@@ -55,9 +55,9 @@ struct lt_state {
     lt_entry e[LT_CACHE];
 };
 
-unsigned ptr_align(const void *p)
+/* The alignment of address bits v: the largest power of two up to 256 dividing it. */
+unsigned ptr_align(uintptr_t v)
 {
-    uintptr_t v = (uintptr_t)p;
     unsigned a = 256;
     while (a > 1 && (v & (a - 1))) a >>= 1;
     return a;
@@ -180,8 +180,7 @@ cublasStatus_t lt_launch(lt_state *st, const gemm_launch *l, bool *ran)
     memset(&key, 0, sizeof key);
     key.dtype = (int)l->dtype, key.math = (int)l->math, key.out_half = l->out_half ? 1 : 0;
     key.plan_m = gemm_plan_rows(l), key.m = l->m, key.n = l->n, key.k = l->k;
-    unsigned a = ptr_align(l->A), b = ptr_align(l->B), c = ptr_align(l->C);
-    key.align = a < b ? (a < c ? a : c) : (b < c ? b : c);
+    key.align = ptr_align((uintptr_t)l->A | (uintptr_t)l->B | (uintptr_t)l->C); /* the least of the three */
     lt_entry *en = NULL, *victim = &st->e[0];
     for (int i = 0; i < LT_CACHE; i++) {
         if (st->e[i].used && memcmp(&st->e[i].key, &key, sizeof key) == 0) {
@@ -296,4 +295,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_cublas = {
     cublas_launch,
     NULL,
     1,
+    NULL, 0,
 };

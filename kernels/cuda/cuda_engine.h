@@ -29,8 +29,6 @@ typedef struct {
     int ordinal;                 /* CUDA ordinal (after CUDA_VISIBLE_DEVICES) */
     int slot;                    /* index in cuda_backend.devs */
     gemm_device_info info;       /* name, memory, SMs, cc, streams (read at open) */
-    int cc;                      /* major * 10 + minor */
-    int wgmma;                   /* the build's sm_90a wgmma code runs here (asked at open) */
     char label[GEMM_NAME_LEN];   /* "cuda:N <name>", what a job's device says */
 
     /* mu: enter/leave; a reset holds it throughout, so the request path never takes it. */
@@ -118,10 +116,10 @@ void gemm_cuda_house_stop(cuda_backend *cb);
 void gemm_cuda_house_wake(void *cb); /* the host allocator's notify hook */
 
 /* cuda_resident.c: get: 1 with *p the device copy (made now if needed, its upload added to
- * *up_*), 0: read the host; keep: a copy of src on s (NULL: none), r's once published. */
+ * *up_*), 0: read the host; keep: a device copy of src on s (NULL: none), r's once published. */
 int gemm_cuda_resident_get(cuda_backend *cb, cuda_dev *d, unsigned gen, gemm_resident *r, cudaStream_t s,
                            void **p, size_t *up_bytes, double *up_ms);
-void *gemm_cuda_resident_keep(const void *src, size_t bytes, cudaStream_t s);
+void *gemm_cuda_resident_keep(const void *src, size_t bytes, cudaStream_t s, enum cudaMemcpyKind kind);
 void gemm_cuda_resident_publish(cuda_dev *d, unsigned gen, gemm_resident *r, void *q);
 void gemm_cuda_resident_release(void *self, gemm_resident *r);
 void gemm_cuda_resident_drain(cuda_backend *cb);

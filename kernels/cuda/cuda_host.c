@@ -83,10 +83,9 @@ struct gemm_cuda_host {
     size_t cached_bytes;
     _Atomic size_t in_use;   /* bytes handed out */
     block_hdr *queue;        /* registered blocks waiting to be unregistered */
-    size_t nqueued;
     void (*notify)(void *);
     void *notify_arg;
-    int warned;
+    atomic_int warned;
     account acct; /* charged the bytes of cached blocks */
     _Atomic int nstashes;
     stash stashes[MAX_STASHES];
@@ -183,9 +182,10 @@ static void cache_put_locked(gemm_cuda_host *h, block_hdr *b)
     h->cached_bytes += b->cap;
 }
 
-/* Caller holds mu: b leaves the cache (its bytes are uncharged by the caller). */
+/* Caller holds mu: b leaves the cache, its bytes uncharged. */
 static void cache_take_locked(gemm_cuda_host *h, block_hdr *b)
 {
+    account_add(&h->acct, -(int64_t)b->cap);
     if (b->older)
         b->older->newer = b->newer;
     else
@@ -252,7 +252,6 @@ static void queue_locked(gemm_cuda_host *h, block_hdr *b)
 {
     b->qnext = h->queue;
     h->queue = b;
-    h->nqueued++;
 }
 
 /* Caller holds mu: the queued blocks slot registered (stale_too: and stale ones), unqueued. */
@@ -266,33 +265,41 @@ static block_hdr *unqueue_locked(gemm_cuda_host *h, int slot, int stale_too)
             continue;
         }
         *link = b->qnext;
-        h->nqueued--;
         b->qnext = list;
         list = b;
     }
     return list;
 }
 
+/* Caller holds mu: the stashed blocks of slot (-1: all), uncharged, onto *list; their bytes. */
+static size_t stashes_take(gemm_cuda_host *h, int slot, block_hdr **list)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < MAX_STASHES; i++) {
+        stash *st = &h->stashes[i];
+        pthread_mutex_lock(&st->mu);
+        for (int j = st->n - 1; j >= 0; j--) {
+            if (slot >= 0 && st->b[j]->slot != slot) continue;
+            block_hdr *b = stash_remove_locked(st, j);
+            bytes += b->cap;
+            b->qnext = *list;
+            *list = b;
+        }
+        pthread_mutex_unlock(&st->mu);
+    }
+    return bytes;
+}
+
 /* Caller holds mu: every cached block to the unregistration queue; returns the bytes. */
 static size_t trim_locked(gemm_cuda_host *h)
 {
     size_t bytes = h->cached_bytes;
-    account_add(&h->acct, -(int64_t)bytes);
     while (h->oldest) {
         block_hdr *b = h->oldest;
         cache_take_locked(h, b);
         queue_locked(h, b);
     }
-    for (int i = 0; i < MAX_STASHES; i++) {
-        stash *st = &h->stashes[i];
-        pthread_mutex_lock(&st->mu);
-        account_add(&st->acct, -(int64_t)st->bytes);
-        bytes += st->bytes;
-        while (st->n > 0) queue_locked(h, st->b[--st->n]);
-        st->bytes = 0;
-        pthread_mutex_unlock(&st->mu);
-    }
-    return bytes;
+    return bytes + stashes_take(h, -1, &h->queue);
 }
 
 void gemm_cuda_host_close(gemm_cuda_host *h)
@@ -302,7 +309,6 @@ void gemm_cuda_host_close(gemm_cuda_host *h)
     trim_locked(h);
     block_hdr *list = h->queue;
     h->queue = NULL;
-    h->nqueued = 0;
     pthread_mutex_unlock(&h->mu);
     while (list) {
         block_hdr *b = list;
@@ -332,22 +338,11 @@ void gemm_cuda_host_device_reset(gemm_cuda_host *h, int slot)
         next = b->newer;
         if (b->slot == slot) {
             cache_take_locked(h, b);
-            account_add(&h->acct, -(int64_t)b->cap);
             b->qnext = drop;
             drop = b;
         }
     }
-    for (int i = 0; i < MAX_STASHES; i++) {
-        stash *st = &h->stashes[i];
-        pthread_mutex_lock(&st->mu);
-        for (int j = st->n - 1; j >= 0; j--) {
-            if (st->b[j]->slot != slot) continue;
-            block_hdr *b = stash_remove_locked(st, j);
-            b->qnext = drop;
-            drop = b;
-        }
-        pthread_mutex_unlock(&st->mu);
-    }
+    stashes_take(h, slot, &drop);
     pthread_mutex_unlock(&h->mu);
     while (drop) { /* registrations are gone: just free */
         block_hdr *b = drop;
@@ -369,10 +364,7 @@ static void *host_alloc(void *ctx, size_t bytes)
     if (!b) {
         pthread_mutex_lock(&h->mu);
         b = cache_find_locked(h, fresh, slack);
-        if (b) {
-            cache_take_locked(h, b);
-            account_add(&h->acct, -(int64_t)b->cap);
-        }
+        if (b) cache_take_locked(h, b);
         pthread_mutex_unlock(&h->mu);
     }
     if (!b) {
@@ -408,22 +400,17 @@ static void cache_keep(gemm_cuda_host *h, block_hdr *b)
         free_block(b); /* its registration went with a reset meanwhile */
         return;
     }
-    if (b->cap <= h->max_cached) {
-        /* Keep it, pushing out the oldest for room. */
-        while (h->ncached > 0 && (h->ncached == MAX_CACHED || h->cached_bytes + b->cap > h->max_cached)) {
-            block_hdr *old = h->oldest;
-            cache_take_locked(h, old);
-            account_add(&h->acct, -(int64_t)old->cap);
-            queue_locked(h, old);
-            queued++;
-        }
-        if (account_add(&h->acct, (int64_t)b->cap) != 0) {
-            /* No room in the memory budget: requests come first, the block is let go. */
-            queue_locked(h, b);
-            queued++;
-        } else {
-            cache_put_locked(h, b);
-        }
+    /* Keep it, pushing out the oldest for room, unless it is too big or the memory budget
+     * refuses it (requests come first): then it is let go. */
+    const int fits = b->cap <= h->max_cached;
+    while (fits && h->ncached > 0 && (h->ncached == MAX_CACHED || h->cached_bytes + b->cap > h->max_cached)) {
+        block_hdr *old = h->oldest;
+        cache_take_locked(h, old);
+        queue_locked(h, old);
+        queued++;
+    }
+    if (fits && account_add(&h->acct, (int64_t)b->cap) == 0) {
+        cache_put_locked(h, b);
     } else {
         queue_locked(h, b);
         queued++;
@@ -479,11 +466,7 @@ int gemm_cuda_host_pin(gemm_cuda_host *h, void *p, int slot)
         return slot;
     }
     cudaGetLastError();
-    pthread_mutex_lock(&h->mu);
-    int warn = !h->warned;
-    h->warned = 1;
-    pthread_mutex_unlock(&h->mu);
-    if (warn)
+    if (!atomic_exchange(&h->warned, 1))
         gemm_engine_log(GEMM_LOG_WARN, "cuda: cudaHostRegister of %zu bytes failed (%s); job buffers stay "
                         "pageable and copies will be slower", HDR + b->cap, cudaGetErrorString(e));
     return GEMM_PIN_PAGEABLE;

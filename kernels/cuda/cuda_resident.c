@@ -24,23 +24,18 @@ int gemm_cuda_resident_get(cuda_backend *cb, cuda_dev *d, unsigned gen, gemm_res
         gemm_engine_log(GEMM_LOG_WARN, "%s was reset since a resident matrix was copied there: its device copy "
                         "is gone; copying it again from host memory", d->label);
     }
-    void *q = NULL;
-    if (gemm_scratch_alloc(&q, r->bytes, s) != cudaSuccess) {
-        cudaGetLastError(); /* short of device memory: the product reads the host copy */
-        goto out;
-    }
     unsigned held = 0; /* another device whose registration the copy goes through */
     gemm_cuda_pin(cb, d, (void *)r->host, &held);
     double t0 = gemm_now_ms();
-    int copied = cudaMemcpyAsync(q, r->host, r->bytes, cudaMemcpyHostToDevice, s) == cudaSuccess &&
-                 cudaStreamSynchronize(s) == cudaSuccess;
-    gemm_cuda_unhold(cb, held);
-    if (!copied) {
+    void *q = gemm_cuda_resident_keep(r->host, r->bytes, s, cudaMemcpyHostToDevice);
+    if (q && cudaStreamSynchronize(s) != cudaSuccess) {
         cudaGetLastError();
         gemm_scratch_free(q, s);
         cudaGetLastError();
-        goto out;
+        q = NULL;
     }
+    gemm_cuda_unhold(cb, held);
+    if (!q) goto out; /* short of device memory, or the copy failed: the product reads the host copy */
     *up_ms += gemm_now_ms() - t0;
     *up_bytes += r->bytes;
     r->dev[slot] = q;
@@ -53,14 +48,14 @@ out:
     return ok;
 }
 
-void *gemm_cuda_resident_keep(const void *src, size_t bytes, cudaStream_t s)
+void *gemm_cuda_resident_keep(const void *src, size_t bytes, cudaStream_t s, enum cudaMemcpyKind kind)
 {
     void *q = NULL;
     if (gemm_scratch_alloc(&q, bytes, s) != cudaSuccess) {
         cudaGetLastError();
         return NULL;
     }
-    if (cudaMemcpyAsync(q, src, bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess) {
+    if (cudaMemcpyAsync(q, src, bytes, kind, s) != cudaSuccess) {
         cudaGetLastError();
         gemm_scratch_free(q, s);
         cudaGetLastError();
@@ -90,9 +85,8 @@ void gemm_cuda_resident_release(void *self, gemm_resident *r)
     pthread_mutex_lock(&cb->house_mu);
     r->free_next = cb->res_free;
     cb->res_free = r;
-    cb->house_wake = 1;
-    pthread_cond_signal(&cb->house_cv);
     pthread_mutex_unlock(&cb->house_mu);
+    gemm_cuda_house_wake(cb);
 }
 
 void gemm_cuda_resident_drain(cuda_backend *cb)

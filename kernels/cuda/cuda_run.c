@@ -38,8 +38,8 @@ typedef struct {
     uint64_t nb, total;
     size_t need[3], upload[2], res_bytes;
     size_t one[3], step[3]; /* A, B, C of one product; bytes between products on the device */
-    double res_ms;
-    void *A, *B, *C;     /* device operands */
+    double res_ms, flops;
+    void *op[2];         /* device A and B: the worker's buffers or resident copies (C: buf[2]) */
     void *keep;          /* C's resident device copy, until published */
     cudaEvent_t k0, d0;  /* the kernel's and the D2H's start events */
 } run_ctx;
@@ -148,10 +148,10 @@ static int plan(run_ctx *x)
                                                 "device_mem_limit allows %llu bytes per stream",
                                                 (unsigned long long)x->total, x->need[0], x->need[1], x->need[2],
                                                 (unsigned long long)x->cb->mem_limit));
-    const double flops = 2.0 * (double)x->nb * (double)job->m * (double)job->n * (double)job->k;
+    x->flops = 2.0 * (double)x->nb * (double)job->m * (double)job->n * (double)job->k;
     const int slow = strcmp(x->k->name, "naive") == 0 || strcmp(x->k->name, "tiled") == 0;
     x->staged = x->cb->delay_ms > 0 || x->total >= STAGED_MIN_BYTES ||
-                flops >= (slow ? STAGED_MIN_FLOP_SLOW : STAGED_MIN_FLOP);
+                x->flops >= (slow ? STAGED_MIN_FLOP_SLOW : STAGED_MIN_FLOP);
     return GO;
 }
 
@@ -222,21 +222,17 @@ static int stage_inputs(run_ctx *x)
         }
     } else {
         gemm_cuda_pin(x->cb, d, job->a_block ? job->a_block : job->a, &x->held);
-        gemm_cuda_pin(x->cb, d, job->b_block ? job->b_block : job->b, &x->held);
+        gemm_cuda_pin(x->cb, d, job->b, &x->held); /* a panel has the whole B */
         gemm_cuda_pin(x->cb, d, job->c_block ? job->c_block : job->c, &x->held);
     }
-    x->A = x->w->buf[0];
-    x->B = x->w->buf[1];
-    x->C = x->w->buf[2];
-    x->upload[0] = x->one[0] * x->nb;
-    x->upload[1] = job->b_shared ? x->one[1] : x->one[1] * x->nb;
-    cudaStream_t s = x->w->stream;
-    if (x->nb <= 1 && job->a_res && gemm_cuda_resident_get(x->cb, d, x->gen, job->a_res, s, &x->A, &x->res_bytes,
-                                                          &x->res_ms))
-        x->upload[0] = 0;
-    if (x->nb <= 1 && job->b_res && gemm_cuda_resident_get(x->cb, d, x->gen, job->b_res, s, &x->B, &x->res_bytes,
-                                                          &x->res_ms))
-        x->upload[1] = 0;
+    gemm_resident *const res[2] = {job->a_res, job->b_res};
+    for (int i = 0; i < 2; i++) {
+        x->op[i] = x->w->buf[i];
+        x->upload[i] = i == 1 && job->b_shared ? x->one[1] : x->one[i] * x->nb;
+        if (x->nb <= 1 && res[i] &&
+            gemm_cuda_resident_get(x->cb, d, x->gen, res[i], x->w->stream, &x->op[i], &x->res_bytes, &x->res_ms))
+            x->upload[i] = 0;
+    }
     return GO;
 }
 
@@ -251,12 +247,12 @@ static int copy_in(run_ctx *x)
     if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[0], x->w->stream)) != cudaSuccess) return CUDA_FAILED;
     if (job->a_parts) {
         for (uint64_t i = 0; i < x->nb; i++) {
-            copies_add(&cp, (char *)x->A + i * x->step[0], job->a_parts[i], x->one[0]);
-            copies_add(&cp, (char *)x->B + i * x->step[1], job->b_parts[i], x->one[1]);
+            copies_add(&cp, (char *)x->op[0] + i * x->step[0], job->a_parts[i], x->one[0]);
+            copies_add(&cp, (char *)x->op[1] + i * x->step[1], job->b_parts[i], x->one[1]);
         }
     } else {
-        copies_add(&cp, x->A, job->a, x->upload[0]);
-        copies_add(&cp, x->B, job->b, x->upload[1]);
+        copies_add(&cp, x->op[0], job->a, x->upload[0]);
+        copies_add(&cp, x->op[1], job->b, x->upload[1]);
     }
     if (copies_flush(&cp) != cudaSuccess ||
         GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[1], x->w->stream)) != cudaSuccess)
@@ -296,7 +292,7 @@ static int launch(run_ctx *x)
     gemm_launch l = {
         .dtype = job->dtype, .math = job->math_used,
         .m = (int)job->m, .n = (int)job->n, .k = (int)job->k,
-        .A = x->A, .B = x->B, .C = x->C,
+        .A = x->op[0], .B = x->op[1], .C = x->w->buf[2],
         .tile = job->tile, /* 0: the kernel chooses by shape */
         .stream = s, .cublas = x->w->blas, .lt = x->w->lt,
         .out_half = job->out_half,
@@ -312,9 +308,9 @@ static int launch(run_ctx *x)
         if (GEMM_CUDA_CHECK(&x->site, x->k->launch(&l)) != cudaSuccess) return CUDA_FAILED;
     } else {
         for (uint64_t i = 0; i < x->nb; i++) { /* back to back on the stream */
-            l.A = (const char *)x->A + i * x->step[0];
-            l.B = (const char *)x->B + i * x->step[1];
-            l.C = (char *)x->C + i * x->step[2];
+            l.A = (const char *)x->op[0] + i * x->step[0];
+            l.B = (const char *)x->op[1] + i * x->step[1];
+            l.C = (char *)x->w->buf[2] + i * x->step[2];
             if (GEMM_CUDA_CHECK(&x->site, x->k->launch(&l)) != cudaSuccess) return CUDA_FAILED;
         }
     }
@@ -324,7 +320,7 @@ static int launch(run_ctx *x)
     }
     if (GEMM_CUDA_CHECK(&x->site, cudaEventRecord(ev[3], s)) != cudaSuccess) return CUDA_FAILED;
     if (x->nb <= 1 && job->c_res) /* C stays on the device for the next product (before the D2H) */
-        x->keep = gemm_cuda_resident_keep(x->w->buf[2], x->need[2], s);
+        x->keep = gemm_cuda_resident_keep(x->w->buf[2], x->need[2], s, cudaMemcpyDeviceToDevice);
     return GO;
 }
 
@@ -366,8 +362,7 @@ static int finish(run_ctx *x)
         gemm_cuda_resident_publish(x->d, x->gen, job->c_res, x->keep);
         x->keep = NULL;
     }
-    double flops = 2.0 * (double)x->nb * (double)job->m * (double)job->n * (double)job->k;
-    job->timing.gflops = job->timing.kernel_ms > 0 ? flops / (job->timing.kernel_ms * 1e6) : 0;
+    job->timing.gflops = job->timing.kernel_ms > 0 ? x->flops / (job->timing.kernel_ms * 1e6) : 0;
     if (!x->w->warming) {
         atomic_fetch_add(&x->d->bytes_h2d, (unsigned long long)up);
         atomic_fetch_add(&x->d->bytes_d2h, (unsigned long long)(x->one[2] * x->nb));

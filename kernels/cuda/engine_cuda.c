@@ -63,24 +63,25 @@ static void *cuda_open(const gemm_engine_config *cfg, gemm_engine_err *err)
         d->info = (gemm_device_info){.total_mem = p.totalGlobalMem, .sms = p.multiProcessorCount,
                                      .cc_major = p.major, .cc_minor = p.minor, .streams = cb->streams};
         snprintf(d->info.name, sizeof d->info.name, "%.47s", p.name);
-        d->cc = p.major * 10 + p.minor;
-        if (d->cc < cb->min_cc) cb->min_cc = d->cc;
+        const int cc = p.major * 10 + p.minor;
+        if (cc < cb->min_cc) cb->min_cc = cc;
         d->slot = i;
         snprintf(d->label, sizeof d->label, "cuda:%d %.38s", d->ordinal, d->info.name);
         d->gen = 1;
         atomic_init(&d->mem_total, (unsigned long long)p.totalGlobalMem); /* the rest: calloc's zeros */
         /* What the request path will need, asked once (this makes the device's context). */
+        int wgmma = 0; /* the build's sm_90a code runs here */
         if (cudaSetDevice(d->ordinal) == cudaSuccess) {
-            d->wgmma = gemm_wgmma_runnable();
+            wgmma = gemm_wgmma_runnable();
             gemm_cuda_sample_memory(d);
         }
         cudaGetLastError();
-        if (!d->wgmma) cb->wgmma_ok = 0;
+        if (!wgmma) cb->wgmma_ok = 0;
         gemm_engine_log(GEMM_LOG_DEBUG, "cuda: device %d: %s, cc %d.%d, %d SMs, %llu MiB (%llu free), wgmma %s",
                         d->ordinal, d->info.name, p.major, p.minor, d->info.sms,
                         (unsigned long long)(p.totalGlobalMem >> 20),
                         (unsigned long long)(atomic_load(&d->mem_free) >> 20),
-                        d->wgmma ? "runs" : "not in this build for this device");
+                        wgmma ? "runs" : "not in this build for this device");
     }
 
     cb->nworkers = cb->ndev * cb->streams;
@@ -160,8 +161,7 @@ static void cuda_warm(cuda_backend *cb, cuda_worker *w)
 static void *cuda_worker_init(void *self, int index)
 {
     cuda_backend *cb = self;
-    if (index < 0 || index >= cb->nworkers) return NULL;
-    cuda_worker *w = &cb->workers[index];
+    cuda_worker *w = &cb->workers[index]; /* index < nworkers: the engine asked workers() */
     cuda_dev *d = w->dev;
     gemm_cuda_site site = {0};
     pthread_mutex_lock(&d->mu);
@@ -261,8 +261,8 @@ static int cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
         return gemm_engine_err_set(err, GEMM_E_UNKNOWN_KERNEL, "kernel \"%s\" is not available on the CUDA backend; "
                                    "it has auto%s", job->kernel, member_names(list, sizeof list, ~0u));
     }
-    const char *why = NULL;
-    if (!gemm_kernel_supports(k, job->dtype, job->math, job->tile, cb->min_cc, &why)) return refuse(k, job, why, err);
+    const char *why = gemm_kernel_unsupported(k, job->dtype, job->math, job->tile, cb->min_cc);
+    if (why) return refuse(k, job, why, err);
     if (strcmp(k->name, "wgmma") == 0 && !cb->wgmma_ok)
         return gemm_engine_err_set(err, GEMM_E_UNSUPPORTED,
                                    "kernel \"wgmma\" cannot run here: this build has no sm_90a code for %s (build "
@@ -271,7 +271,6 @@ static int cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
     snprintf(job->kernel_used, sizeof job->kernel_used, "%s", k->name);
     /* The block depends on the device buffers' alignment too: the launch asks plan(). */
     job->tile_used = job->tile;
-    job->block[0] = '\0';
     job->math_used = job->dtype == GEMM_DTYPE_F32 ? (job->math == GEMM_MATH_DEFAULT ? GEMM_MATH_FP32 : job->math)
                                                   : GEMM_MATH_DEFAULT;
     return 0;
@@ -283,14 +282,12 @@ static int cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
 static void cuda_describe(void *self, gemm_engine_info *out)
 {
     cuda_backend *cb = self;
-    snprintf(out->backend, sizeof out->backend, "cuda");
     out->ndevices = cb->ndev;
     for (int i = 0; i < cb->ndev; i++) {
         cuda_dev *d = &cb->devs[i];
         out->devices[i] = d->info;
         out->devices[i].free_mem = atomic_load(&d->mem_free);
-        unsigned long long total = atomic_load(&d->mem_total);
-        if (total) out->devices[i].total_mem = total;
+        out->devices[i].total_mem = atomic_load(&d->mem_total); /* set at open, then sampled */
     }
     int n = 0;
     for (int i = 0; gemm_kernel_table[i] && n < GEMM_MAX_KERNELS; i++) {
@@ -340,9 +337,7 @@ static int cuda_healthy(void *self)
 /* Split products: worker i is on device slot i % ndev; a lost device takes no panel. */
 static int cuda_worker_slot(void *self, int worker_index)
 {
-    cuda_backend *cb = self;
-    if (worker_index < 0 || worker_index >= cb->nworkers) return 0;
-    return cb->workers[worker_index].dev->slot;
+    return ((cuda_backend *)self)->workers[worker_index].dev->slot; /* as worker_init's index */
 }
 
 static int cuda_slot_usable(void *self, int slot)
@@ -362,16 +357,11 @@ static void cuda_close(void *self)
 {
     cuda_backend *cb = self;
     if (!cb) return;
-    /* Workers have been joined and have freed their resources in worker_fini. */
+    /* Workers have been joined and have freed their resources in worker_fini (which runs
+     * on every worker thread that ran worker_init; the others built none). */
     if (cb->host) gemm_cuda_host_set_notify(cb->host, NULL, NULL);
     gemm_cuda_house_stop(cb);
     gemm_cuda_resident_drain(cb); /* handles released since its last round */
-    if (cb->workers)
-        for (int i = 0; i < cb->nworkers; i++)
-            if (cb->workers[i].gen != 0) {
-                cudaSetDevice(cb->workers[i].dev->ordinal);
-                gemm_cuda_destroy_resources(&cb->workers[i]);
-            }
     gemm_cuda_host_close(cb->host);
     for (int i = 0; i < cb->ndev; i++) {
         pthread_cond_destroy(&cb->devs[i].cv);

@@ -42,6 +42,13 @@ void gemm_lt_destroy(void *lt);
 /* The workspace a worker gives gemm_lt_create (and cuBLAS), in bytes. */
 #define GEMM_LT_WORKSPACE_BYTES (32u << 20)
 
+/* One variant of a member's tuning sweep (bench_kernels --tune; docs/KERNELS.md). */
+typedef struct {
+    const char *name;
+    cudaError_t (*launch)(const gemm_launch *l); /* cudaErrorInvalidValue: not l's dtype or math */
+    int bm, bn, bk;                              /* its block tile */
+} gemm_kernel_variant;
+
 typedef struct {
     const char *name;        /* request name: "naive", "tiled", "cublas", ... */
     const char *description; /* one line: what this step of the lesson changes */
@@ -55,15 +62,16 @@ typedef struct {
      * that selects it (0: only the default reaches it). NULL: no block tile (naive, cublas). */
     int (*plan)(const gemm_launch *l, char *out, size_t cap);
     int batch_native;        /* 1: launch computes l->batch products in one call */
+    const gemm_kernel_variant *variants; /* the tuning sweep (NULL: none) */
+    int nvariants;
 } gemm_kernel_desc;
 
 /* All members, in lesson order, NULL-terminated. */
 extern const gemm_kernel_desc *const gemm_kernel_table[];
 /* By name; NULL when unknown. */
 const gemm_kernel_desc *gemm_kernel_find(const char *name);
-/* Whether desc can run (dtype, math, tile, compute capability); fills *why when not. */
-int gemm_kernel_supports(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m, int tile,
-                         int cc, const char **why);
+/* Why desc cannot run (dtype, math, tile, compute capability); NULL when it can. */
+const char *gemm_kernel_unsupported(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m, int tile, int cc);
 
 /* The kernel `auto` resolves to (auto.c) for devices of compute capability cc (major * 10 +
  * minor) that run the wgmma member or not. Never NULL. No CUDA call. */
@@ -87,13 +95,29 @@ static inline int gemm_block_dims(char *out, size_t cap, int bm, int bn, int bk,
     }
     return tile;
 }
-static inline int gemm_block_name_none(char *out, size_t cap)
-{
-    if (cap)
-        out[0] = '\0';
-    return 0;
-}
 #ifdef __cplusplus
+#include <atomic>
+
+/* Attribute A of the current device (SM count, compute capability), asked once per device
+ * (the workers of several devices launch at once); fallback when it cannot be read. */
+template <cudaDeviceAttr A> static inline int gemm_device_attr(int fallback)
+{
+    static std::atomic<int> plus1[64]; /* 0: not asked yet */
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+        cudaGetLastError();
+        return fallback;
+    }
+    if ((v = plus1[dev].load(std::memory_order_relaxed)) == 0) {
+        if (cudaDeviceGetAttribute(&v, A, dev) != cudaSuccess) {
+            cudaGetLastError();
+            return fallback;
+        }
+        plus1[dev].store(++v, std::memory_order_relaxed);
+    }
+    return v - 1;
+}
+
 /* The type a member sums in: int32 in uint32, so that overflow wraps (two's complement). */
 template <typename T> struct gemm_acc { typedef T type; };
 template <> struct gemm_acc<int32_t> { typedef uint32_t type; };

@@ -51,4 +51,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_naive = {
     naive_launch,
     NULL,
     0, /* batches: one launch per product */
+    NULL, 0,
 };

@@ -71,4 +71,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_tiled = {
     tiled_launch,
     tiled_plan,
     0, /* batches: one launch per product */
+    NULL, 0,
 };

@@ -401,22 +401,10 @@ typedef simt_cfg<double, 64, 64, 8, 32, 32, 4, 8, 2> f64_small;
 typedef simt_cfg<int32_t, 128, 128, 8, 64, 32, 8, 8, 2> i32_big;
 typedef simt_cfg<int32_t, 64, 64, 16, 32, 32, 4, 8, 2> i32_small;
 
-/* Fixed split count, for the tuning sweep. */
-template <typename T, int SPLIT, typename Cfg> cudaError_t run_fixed(const gemm_launch *l)
+/* A float32 variant of the tuning sweep: k cut into SPLIT pieces. */
+template <int SPLIT, typename Cfg> cudaError_t run_fixed(const gemm_launch *l)
 {
-    return run_cfg<T, Cfg, (SPLIT > 1)>(l, SPLIT);
-}
-
-/* The current device's SM count (132 on an H100 SXM when it cannot be read). */
-int sm_count()
-{
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) {
-        cudaGetLastError();
-        sms = 132;
-    }
-    return sms;
+    return l->dtype == GEMM_DTYPE_F32 ? run_cfg<float, Cfg, (SPLIT > 1)>(l, SPLIT) : cudaErrorInvalidValue;
 }
 
 long long tile_count(const gemm_launch *l, int bm, int bn)
@@ -457,7 +445,7 @@ struct simt_choice {
 simt_choice big_or_small(const gemm_launch *l, int bm, int bn, simt_pick big, simt_pick small,
                          bool may_split)
 {
-    const int sms = sm_count();
+    const int sms = gemm_device_attr<cudaDevAttrMultiProcessorCount>(132); /* an H100 SXM's */
     const int s = may_split ? split_for(l, tile_count(l, bm, bn), sms) : 1;
     if (tile_count(l, bm, bn) >= sms || s > 1)
         return {big, s};
@@ -518,8 +506,8 @@ cudaError_t simt_launch(const gemm_launch *l)
 int simt_plan(const gemm_launch *l, char *out, size_t cap)
 {
     const simt_choice c = simt_choose(l);
-    if (c.pick == PICK_NONE)
-        return gemm_block_name_none(out, cap);
+    if (c.pick == PICK_NONE) /* a dtype validate() never lets through: out stays as it is */
+        return 0;
     const simt_run &r = runs[c.pick];
     int tile = gemm_block_dims(out, cap, r.bm, r.bn, r.bk, r.tile), kt_split, pieces;
     if (c.splits > 1 && (pieces = r.pieces(l, c.splits, &kt_split)) > 1) {
@@ -531,29 +519,12 @@ int simt_plan(const gemm_launch *l, char *out, size_t cap)
     return tile;
 }
 
+#define SIMT_VARIANT(name, split, ...)                                                        \
+    {name, run_fixed<split, __VA_ARGS__>, __VA_ARGS__::BM, __VA_ARGS__::BN, __VA_ARGS__::BK},
+const gemm_kernel_variant variants[] = {SIMT_F32_VARIANTS(SIMT_VARIANT)};
+#undef SIMT_VARIANT
+
 } // namespace
-
-/* Tuning sweep entry points (float32 only), used by bench/bench_kernels.cu --tune. */
-#define SIMT_NAME(name, split, ...) name,
-static const char *const simt_variant_names[] = {SIMT_F32_VARIANTS(SIMT_NAME)};
-#undef SIMT_NAME
-static const int simt_variants = (int)(sizeof simt_variant_names / sizeof *simt_variant_names);
-
-extern "C" int gemm_simt_variant_count(void) { return simt_variants; }
-extern "C" const char *gemm_simt_variant_name(int v)
-{
-    return (v >= 0 && v < simt_variants) ? simt_variant_names[v] : "?";
-}
-extern "C" cudaError_t gemm_simt_variant_launch(int v, const gemm_launch *l)
-{
-    if (l->dtype != GEMM_DTYPE_F32 || v < 0 || v >= simt_variants)
-        return cudaErrorInvalidValue;
-    typedef cudaError_t (*launcher)(const gemm_launch *);
-#define SIMT_LAUNCHER(name, split, ...) run_fixed<float, split, __VA_ARGS__>,
-    static const launcher launchers[] = {SIMT_F32_VARIANTS(SIMT_LAUNCHER)};
-#undef SIMT_LAUNCHER
-    return launchers[v](l);
-}
 
 extern "C" const gemm_kernel_desc gemm_kernel_simt = {
     "simt",
@@ -566,4 +537,6 @@ extern "C" const gemm_kernel_desc gemm_kernel_simt = {
     simt_launch,
     simt_plan,
     0, /* batches: one launch per product */
+    variants,
+    sizeof variants / sizeof variants[0],
 };

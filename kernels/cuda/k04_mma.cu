@@ -168,63 +168,48 @@ template <typename Cfg> cudaError_t run_cfg(const gemm_launch *l)
     return gemm_async::launch_tiles<Cfg, float>(vec ? mma_kernel<Cfg, true> : mma_kernel<Cfg, false>, l);
 }
 
+/* A variant in l's math, tf32 or bf16. */
+template <int BM, int BN, int BK, int WM, int WN, int ST> cudaError_t run_math(const gemm_launch *l)
+{
+    if (l->dtype != GEMM_DTYPE_F32 || (l->math != GEMM_MATH_TF32 && l->math != GEMM_MATH_BF16))
+        return cudaErrorInvalidValue;
+    return l->math == GEMM_MATH_TF32 ? run_cfg<mma_cfg<MMA_TF32, BM, BN, BK, WM, WN, ST>>(l)
+                                     : run_cfg<mma_cfg<MMA_BF16, BM, BN, BK, WM, WN, ST>>(l);
+}
+
 /* The variants of the tuning sweep, each in tf32 and bf16; which won where and why:
  * docs/KERNELS.md, "k04_mma". */
-struct mma_variant {
-    const char *name;
-    cudaError_t (*tf32)(const gemm_launch *), (*bf16)(const gemm_launch *);
-    int bm, bn, bk;
-};
 #define MMA_VARIANT(BM, BN, BK, WM, WN, ST)                                                   \
-    {#BM "x" #BN "x" #BK " warp" #WM "x" #WN " st" #ST, run_cfg<mma_cfg<MMA_TF32, BM, BN, BK, WM, WN, ST>>, \
-     run_cfg<mma_cfg<MMA_BF16, BM, BN, BK, WM, WN, ST>>, BM, BN, BK}
-const mma_variant variants[] = {
+    {#BM "x" #BN "x" #BK " warp" #WM "x" #WN " st" #ST, run_math<BM, BN, BK, WM, WN, ST>, BM, BN, BK}
+const gemm_kernel_variant variants[] = {
     MMA_VARIANT(128, 128, 32, 64, 32, 3), MMA_VARIANT(128, 256, 32, 64, 64, 3), MMA_VARIANT(128, 128, 16, 64, 32, 4),
     MMA_VARIANT(64, 64, 32, 32, 32, 3),   MMA_VARIANT(256, 128, 32, 64, 64, 3),
 };
 enum { V_TF32 = 1, V_SMALL = 3, V_BF16 = 4, NVARIANTS = sizeof variants / sizeof variants[0] };
 
 /* The variant l runs, and the tile option that selects it (a panel as its whole product). */
-const mma_variant *mma_pick(const gemm_launch *l, int *tile)
+const gemm_kernel_variant *mma_pick(const gemm_launch *l, int *tile)
 {
     const long long tiles = (long long)((gemm_plan_rows(l) + 127) / 128) * ((l->n + 127) / 128);
     *tile = (l->tile ? l->tile : tiles < 132 ? 64 : 128) == 64 ? 64 : 128;
     return &variants[*tile == 64 ? V_SMALL : l->math == GEMM_MATH_BF16 ? V_BF16 : V_TF32];
 }
 
-bool mma_math(const gemm_launch *l)
-{
-    return l->math == GEMM_MATH_TF32 || l->math == GEMM_MATH_BF16;
-}
-
 cudaError_t mma_launch(const gemm_launch *l)
 {
-    if (l->dtype != GEMM_DTYPE_F32 || !mma_math(l))
-        return cudaErrorInvalidValue;
     int tile;
-    const mma_variant *v = mma_pick(l, &tile);
-    return l->math == GEMM_MATH_TF32 ? v->tf32(l) : v->bf16(l);
+    return mma_pick(l, &tile)->launch(l);
 }
 
+/* Only after validate(), which gives mma tf32 or bf16 alone. */
 int mma_plan(const gemm_launch *l, char *out, size_t cap)
 {
-    if (!mma_math(l))
-        return gemm_block_name_none(out, cap);
     int tile;
-    const mma_variant *v = mma_pick(l, &tile);
+    const gemm_kernel_variant *v = mma_pick(l, &tile);
     return gemm_block_dims(out, cap, v->bm, v->bn, v->bk, tile);
 }
 
 } // namespace
-
-extern "C" int gemm_mma_variant_count(void) { return NVARIANTS; }
-extern "C" const char *gemm_mma_variant_name(int v) { return v >= 0 && v < NVARIANTS ? variants[v].name : "?"; }
-extern "C" cudaError_t gemm_mma_variant_launch(int v, const gemm_launch *l)
-{
-    if (l->dtype != GEMM_DTYPE_F32 || !mma_math(l) || v < 0 || v >= NVARIANTS)
-        return cudaErrorInvalidValue;
-    return l->math == GEMM_MATH_TF32 ? variants[v].tf32(l) : variants[v].bf16(l);
-}
 
 extern "C" const gemm_kernel_desc gemm_kernel_mma = {
     "mma",
@@ -237,4 +222,6 @@ extern "C" const gemm_kernel_desc gemm_kernel_mma = {
     mma_launch,
     mma_plan,
     0, /* batches: one launch per product */
+    variants,
+    NVARIANTS,
 };

@@ -3,8 +3,6 @@
  * m16n8k16 (sm_90), exact IEEE float64 (docs/KERNELS.md, "k05_dmma"). Structure as in
  * k04_mma; the store is bounds-checked.
  */
-#include <atomic>
-
 #include "gemm_async.cuh"
 #include "gemm_kernels.h"
 
@@ -137,49 +135,31 @@ dmma_kernel(int m, int n, int k, const double *__restrict__ A, const double *__r
     gemm_async::store_acc<Cfg::MT, VEC>(C, acc, m, n, bm + wm, bn + wn, g, t);
 }
 
+/* Whether the current device runs the sm_90 DMMA shapes (a host may mix GPU generations). */
+bool dmma_cc_ok(void)
+{
+    return gemm_device_attr<cudaDevAttrComputeCapabilityMajor>(0) >= 9;
+}
+
+/* float64 only; the m16n8k16 shape only where the device runs it. */
 template <typename Cfg> cudaError_t run_cfg(const gemm_launch *l)
 {
+    if (l->dtype != GEMM_DTYPE_F64)
+        return cudaErrorInvalidValue;
+    if (Cfg::SHAPE == DMMA_16816 && !dmma_cc_ok())
+        return cudaErrorNotSupported;
     const bool vec = gemm_vec_ok(l->A, l->k, 8, 16) && gemm_vec_ok(l->B, l->n, 8, 16) &&
                      gemm_vec_ok(l->C, l->n, 8, 16);
     return gemm_async::launch_tiles<Cfg, double>(vec ? dmma_kernel<Cfg, true> : dmma_kernel<Cfg, false>, l);
 }
 
-/* Whether the current device runs the sm_90 DMMA shapes (cached per device ordinal: the
- * workers of several devices call this at once, and a host may mix GPU generations). */
-bool dmma_cc_ok(void)
-{
-    constexpr int MAX_ORDINALS = 64;
-    static std::atomic<int> major_plus1[MAX_ORDINALS]; /* 0: not asked yet */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= MAX_ORDINALS) {
-        cudaGetLastError();
-        return false;
-    }
-    int v = major_plus1[dev].load(std::memory_order_relaxed);
-    if (v == 0) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-            cudaGetLastError();
-            return false;
-        }
-        v = major + 1;
-        major_plus1[dev].store(v, std::memory_order_relaxed);
-    }
-    return v - 1 >= 9;
-}
-
 /* The variants of the tuning sweep (m16n8k16 needs sm_90); which won where: docs/KERNELS.md,
  * "k05_dmma". tile=128 asks for 128x128 (sm_80: 128x64). */
-struct dmma_variant {
-    const char *name;
-    cudaError_t (*run)(const gemm_launch *);
-    int bm, bn, bk, sm90;
-};
 #define DMMA_VARIANT(SHAPE, BM, BN, BK, WM, WN, ST)                                            \
     {#SHAPE " " #BM "x" #BN "x" #BK " warp" #WM "x" #WN " st" #ST,                             \
-     run_cfg<dmma_cfg<SHAPE, BM, BN, BK, WM, WN, ST>>, BM, BN, BK, SHAPE == m16n8k16}
+     run_cfg<dmma_cfg<SHAPE, BM, BN, BK, WM, WN, ST>>, BM, BN, BK}
 enum { m8n8k4 = DMMA_884, m16n8k16 = DMMA_16816 };
-const dmma_variant variants[] = {
+const gemm_kernel_variant variants[] = {
     DMMA_VARIANT(m8n8k4, 128, 128, 16, 64, 32, 3),   DMMA_VARIANT(m8n8k4, 128, 128, 16, 32, 64, 3),
     DMMA_VARIANT(m8n8k4, 128, 64, 16, 32, 32, 3),    DMMA_VARIANT(m8n8k4, 64, 64, 16, 32, 32, 3),
     DMMA_VARIANT(m16n8k16, 128, 128, 16, 64, 32, 3), DMMA_VARIANT(m16n8k16, 128, 64, 16, 32, 32, 3),
@@ -204,7 +184,7 @@ int dmma_choose(const gemm_launch *l)
 
 cudaError_t dmma_launch(const gemm_launch *l)
 {
-    return l->dtype == GEMM_DTYPE_F64 ? variants[dmma_choose(l)].run(l) : cudaErrorInvalidValue;
+    return variants[dmma_choose(l)].launch(l);
 }
 
 /* tile=64 (or none) on sm_90 picks 64x128 or 64x64 by shape and alignment: both report 64. */
@@ -217,17 +197,6 @@ int dmma_plan(const gemm_launch *l, char *out, size_t cap)
 
 } // namespace
 
-extern "C" int gemm_dmma_variant_count(void) { return NVARIANTS; }
-extern "C" const char *gemm_dmma_variant_name(int v) { return v >= 0 && v < NVARIANTS ? variants[v].name : "?"; }
-extern "C" cudaError_t gemm_dmma_variant_launch(int v, const gemm_launch *l)
-{
-    if (l->dtype != GEMM_DTYPE_F64 || v < 0 || v >= NVARIANTS)
-        return cudaErrorInvalidValue;
-    if (variants[v].sm90 && !dmma_cc_ok())
-        return cudaErrorNotSupported;
-    return variants[v].run(l);
-}
-
 extern "C" const gemm_kernel_desc gemm_kernel_dmma = {
     "dmma",
     "float64 on the tensor cores: mma.sync m8n8k4 (DMMA), cp.async multi-stage pipeline",
@@ -238,4 +207,6 @@ extern "C" const gemm_kernel_desc gemm_kernel_dmma = {
     dmma_launch,
     dmma_plan,
     0, /* batches: one launch per product */
+    variants,
+    NVARIANTS,
 };

@@ -429,15 +429,10 @@ typedef void (*kernel_fn)(CUtensorMap, CUtensorMap, void *, int, int, int, int, 
 
 cudaError_t has_body(kernel_fn kern)
 {
-    int dev = 0, major = 0;
-    cudaFuncAttributes fa;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    if (e == cudaSuccess && major < 9)
+    if (gemm_device_attr<cudaDevAttrComputeCapabilityMajor>(0) < 9)
         return cudaErrorNotSupported;
-    if (e == cudaSuccess)
-        e = cudaFuncGetAttributes(&fa, kern);
+    cudaFuncAttributes fa;
+    const cudaError_t e = cudaFuncGetAttributes(&fa, kern);
     return e != cudaSuccess ? e : fa.sharedSizeBytes != 0 ? cudaErrorNotSupported : cudaSuccess;
 }
 
@@ -624,4 +619,5 @@ extern "C" const gemm_kernel_desc gemm_kernel_wgmma = {
     wgmma_launch,
     wgmma_plan,
     0, /* batches: one launch per product */
+    NULL, 0,
 };

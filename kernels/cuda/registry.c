@@ -31,8 +31,7 @@ const gemm_kernel_desc *gemm_kernel_find(const char *name)
     return NULL;
 }
 
-/* Why desc cannot run the product (NULL: it can). */
-static const char *unsupported(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m, int tile, int cc)
+const char *gemm_kernel_unsupported(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m, int tile, int cc)
 {
     if (!desc) return "unknown kernel";
     if ((int)d < 0 || d >= GEMM_DTYPE_COUNT || !(desc->dtypes & (1u << d))) return "this kernel does not run this dtype";
@@ -47,11 +46,4 @@ static const char *unsupported(const gemm_kernel_desc *desc, gemm_dtype d, gemm_
     if (!ok) return desc->tiles[0] ? "this tile size is not offered by this kernel" : "this kernel takes no tile option";
     if (cc > 0 && cc < desc->min_cc) return "this kernel needs a newer GPU (compute capability too low)";
     return NULL;
-}
-
-int gemm_kernel_supports(const gemm_kernel_desc *desc, gemm_dtype d, gemm_math m, int tile, int cc, const char **why)
-{
-    const char *w = unsupported(desc, d, m, tile, cc);
-    if (why) *why = w;
-    return w == NULL;
 }

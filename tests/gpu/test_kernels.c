@@ -133,12 +133,11 @@ int main(int argc, char **argv)
     tap(nk >= 3 && gemm_kernel_find("naive") && gemm_kernel_find("tiled") && gemm_kernel_find("cublas"),
         "table lists naive, tiled and cublas (%d members)", nk);
     tap(gemm_kernel_find("no-such-kernel") == NULL, "unknown name is not found");
-    const char *why = NULL;
-    tap(!gemm_kernel_supports(gemm_kernel_find("cublas"), GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, 0, cc, &why) && why,
-        "cublas refuses int32 (%s)", why ? why : "no reason");
-    tap(!gemm_kernel_supports(gemm_kernel_find("tiled"), GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, 8, cc, &why),
+    const char *why = gemm_kernel_unsupported(gemm_kernel_find("cublas"), GEMM_DTYPE_I32, GEMM_MATH_DEFAULT, 0, cc);
+    tap(why != NULL, "cublas refuses int32 (%s)", why ? why : "no reason");
+    tap(gemm_kernel_unsupported(gemm_kernel_find("tiled"), GEMM_DTYPE_F32, GEMM_MATH_DEFAULT, 8, cc) != NULL,
         "tiled refuses tile 8");
-    tap(!gemm_kernel_supports(gemm_kernel_find("tiled"), GEMM_DTYPE_F32, GEMM_MATH_TF32, 0, cc, &why),
+    tap(gemm_kernel_unsupported(gemm_kernel_find("tiled"), GEMM_DTYPE_F32, GEMM_MATH_TF32, 0, cc) != NULL,
         "tiled refuses math tf32");
 
     const shape *list = small ? small_shapes : shapes;

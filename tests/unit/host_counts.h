@@ -19,7 +19,9 @@ static void gemm_cuda_host_counts(gemm_cuda_host *h, size_t *cached_blocks, size
     }
     if (cached_blocks) *cached_blocks = n;
     if (bytes_in_use) *bytes_in_use = atomic_load(&h->in_use);
-    if (queued_blocks) *queued_blocks = h->nqueued;
+    size_t q = 0;
+    for (const block_hdr *b = h->queue; b; b = b->qnext) q++;
+    if (queued_blocks) *queued_blocks = q;
     pthread_mutex_unlock(&h->mu);
 }
 
