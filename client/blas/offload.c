@@ -220,16 +220,6 @@ static void failed(const gb_problem *pr, const gemm_client_error *e, gb_result *
                  pr->desc, cfg.url, res->why, e->message, e->retries ? " after retries" : "", pr->host, when);
 }
 
-/* A failure found here, before or without the server. */
-static void failed_here(const gb_problem *pr, gemm_client_error_kind kind, const char *code, const char *msg,
-                        gb_result *res)
-{
-    gemm_client_error e = {.kind = kind};
-    snprintf(e.code, sizeof e.code, "%s", code);
-    snprintf(e.message, sizeof e.message, "%s", msg);
-    failed(pr, &e, res);
-}
-
 /* ---------------------------------------------------------------- the product */
 
 void gb_offload(const gb_problem *pr, gb_result *res)
@@ -247,7 +237,8 @@ void gb_offload(const gb_problem *pr, gb_result *res)
     if (!gemm_matrix_bytes((uint64_t)pr->m, (uint64_t)pr->n, dt, &bytes_c) ||
         !gemm_matrix_bytes((uint64_t)pr->m, (uint64_t)pr->k, dt, &bytes) ||
         !gemm_matrix_bytes((uint64_t)pr->k, (uint64_t)pr->n, dt, &bytes)) {
-        failed_here(pr, GEMM_CLIENT_E_ARGUMENT, "too_large", "the matrices' sizes overflow", res);
+        failed(pr, &(gemm_client_error){.kind = GEMM_CLIENT_E_ARGUMENT, .code = "too_large",
+                                        .message = "the matrices' sizes overflow"}, res);
         return;
     }
     double mn = (double)pr->m * (double)pr->n;
@@ -262,7 +253,8 @@ void gb_offload(const gb_problem *pr, gb_result *res)
     void *t = pr->c;
     if (swap || !tight_c) t = own_t = malloc(bytes_c);
     if (!a || !b || !t) {
-        failed_here(pr, GEMM_CLIENT_E_NOMEM, "out_of_memory", "packing the operands", res);
+        failed(pr, &(gemm_client_error){.kind = GEMM_CLIENT_E_NOMEM, .code = "out_of_memory",
+                                        .message = "packing the operands"}, res);
         goto out;
     }
 
