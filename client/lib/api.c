@@ -253,10 +253,10 @@ int gemm_client_get(gemm_client *c, const char *path, char **body, int *status, 
     if (rc == 0) {
         if (status) *status = x.status;
         err->http_status = x.status;
-        *body = x.text ? x.text : calloc(1, 1);
-        x.text = NULL;
+        *body = x.text.data ? x.text.data : calloc(1, 1);
+        x.text.data = NULL;
         if (!*body) rc = gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory");
     }
-    free(x.text);
+    gemm_buf_free(&x.text);
     return rc;
 }

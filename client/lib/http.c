@@ -125,9 +125,9 @@ static void reset_head(gemm_xfer *x)
 static void reset_answer(gemm_xfer *x)
 {
     x->upart = x->status = 0;
-    x->uoff = x->got = x->text_len = 0;
+    x->uoff = x->got = x->text.len = 0;
     reset_head(x);
-    if (x->text) x->text[0] = '\0';
+    if (x->text.data) x->text.data[0] = '\0';
     x->header_checked = x->protocol_error = x->nomem = 0;
     x->protocol_msg[0] = '\0';
 }
@@ -157,16 +157,13 @@ static int seek_cb(void *ud, curl_off_t offset, int origin)
     gemm_xfer *x = ud;
     if (origin != SEEK_SET || offset < 0) return CURL_SEEKFUNC_CANTSEEK;
     size_t off = (size_t)offset;
-    if (off <= x->part_len[0]) {
-        x->upart = 0;
-        x->uoff = off;
-    } else if (off - x->part_len[0] <= x->part_len[1]) {
-        x->upart = 1;
-        x->uoff = off - x->part_len[0];
-    } else {
-        return CURL_SEEKFUNC_FAIL;
-    }
-    return CURL_SEEKFUNC_OK;
+    for (int i = 0; i < 2; off -= x->part_len[i++])
+        if (off <= x->part_len[i]) {
+            x->upart = i;
+            x->uoff = off;
+            return CURL_SEEKFUNC_OK;
+        }
+    return CURL_SEEKFUNC_FAIL;
 }
 
 static void copy_value(char *dst, size_t cap, const char *v, size_t len)
@@ -278,26 +275,10 @@ static size_t write_cb(char *buf, size_t size, size_t nitems, void *ud)
         return len;
     }
     size_t limit = x->text_limit ? x->text_limit : 1u << 20;
-    if (x->text_len + len + 1 > x->text_cap) {
-        if (x->text_len + len + 1 > limit) {
-            size_t room = limit > x->text_len + 1 ? limit - x->text_len - 1 : 0;
-            len = len < room ? len : room; /* keep what fits, drop the rest */
-            if (len == 0) return size * nitems;
-        }
-        size_t cap = x->text_cap ? x->text_cap : 4096;
-        while (cap < x->text_len + len + 1) cap *= 2;
-        char *p = realloc(x->text, cap);
-        if (!p) {
-            x->nomem = 1;
-            return 0;
-        }
-        x->text = p;
-        x->text_cap = cap;
-    }
-    memcpy(x->text + x->text_len, buf, len);
-    x->text_len += len;
-    x->text[x->text_len] = '\0';
-    return size * nitems;
+    size_t room = limit > x->text.len + 1 ? limit - x->text.len - 1 : 0;
+    gemm_buf_append(&x->text, buf, len < room ? len : room); /* keep what fits, drop the rest */
+    if (x->text.failed) x->nomem = 1;
+    return x->text.failed ? 0 : size * nitems;
 }
 
 static int xferinfo_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
@@ -477,17 +458,17 @@ static int server_error(const gemm_xfer *x, gemm_client_error *err)
     err->curl_code = 0;
     snprintf(err->code, sizeof err->code, "http_%d", x->status);
     snprintf(err->message, sizeof err->message, "HTTP %d from %s%s", x->status, x->cl->base, x->path_query);
-    cJSON *j = x->text ? cJSON_ParseWithLength(x->text, x->text_len) : NULL;
+    cJSON *j = x->text.data ? cJSON_ParseWithLength(x->text.data, x->text.len) : NULL;
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
     const cJSON *code = cJSON_GetObjectItemCaseSensitive(e, "code");
     const cJSON *msg = cJSON_GetObjectItemCaseSensitive(e, "message");
     if (cJSON_IsString(code)) snprintf(err->code, sizeof err->code, "%s", code->valuestring);
     if (cJSON_IsString(msg)) {
         snprintf(err->message, sizeof err->message, "%s", msg->valuestring);
-    } else if (x->text && x->text_len > 0) { /* not our JSON (a proxy?): the start of what came */
+    } else if (x->text.len > 0) { /* not our JSON (a proxy?): the start of what came */
         char shown[208];
         snprintf(err->message, sizeof err->message, "HTTP %d: %s", x->status,
-                 gemm_shown(x->text, x->text_len, shown, sizeof shown));
+                 gemm_shown(x->text.data, x->text.len, shown, sizeof shown));
     }
     cJSON_Delete(j);
     return -1;
@@ -498,8 +479,7 @@ int gemm_xfer_call(gemm_xfer *x, cJSON **json, gemm_timing *t, gemm_client_error
     int rc = gemm_xfer_run(x, t, err);
     if (rc == 0 && !is_success(x->status)) rc = server_error(x, err);
     if (rc == 0) err->http_status = x->status;
-    if (rc == 0 && json) *json = x->text ? cJSON_ParseWithLength(x->text, x->text_len) : NULL;
-    free(x->text);
-    x->text = NULL;
+    if (rc == 0 && json) *json = x->text.data ? cJSON_ParseWithLength(x->text.data, x->text.len) : NULL;
+    gemm_buf_free(&x->text);
     return rc;
 }

@@ -198,18 +198,6 @@ static int parse_value(const char *s, gemm_dtype d, void *dst, size_t idx)
     return 0;
 }
 
-/* *p holds at least need elements of es bytes (cap of them, doubling from first). 0 or -1. */
-static int grow(void **p, size_t *cap, size_t need, size_t es, size_t first)
-{
-    size_t nc = *cap ? *cap : first, bytes;
-    while (nc < need) nc *= 2;
-    void *q = nc == *cap ? *p : gemm_mul_size(nc, es, &bytes) ? realloc(*p, bytes) : NULL;
-    if (!q) return -1;
-    *p = q;
-    *cap = nc;
-    return 0;
-}
-
 int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype dtype,
                            uint64_t *rows, uint64_t *cols, void **data, gemm_text_error *e)
 {
@@ -218,8 +206,8 @@ int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype 
     if (es == 0) return text_err(e, 0, "unknown dtype");
     *data = NULL;
     uint64_t nrows = 0, ncols = 0;
-    size_t cap = 0, count = 0, line_cap = 0, pos = 0;
-    void *buf = NULL, *line_buf = NULL;
+    size_t count = 0, pos = 0;
+    gemm_buf vals = {0}, line_buf = {0}; /* the values; the line being read, NUL-terminated */
     int lineno = 0;
     while (pos < len) {
         const char *start = text + pos;
@@ -233,10 +221,10 @@ int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype 
             goto fail;
         }
         if (delim == 0) delim = guess_delim(start, llen);
-        if (grow(&line_buf, &line_cap, llen + 1, 1, 256) != 0) goto nomem;
-        char *line = line_buf;
-        memcpy(line, start, llen);
-        line[llen] = '\0';
+        line_buf.len = 0;
+        gemm_buf_append(&line_buf, start, llen);
+        if (line_buf.failed) goto nomem;
+        char *line = line_buf.data;
         for (size_t i = 0; i < llen; i++)
             if (line[i] == '\r') line[i] = ' ';
         uint64_t ncol = 0;
@@ -255,8 +243,9 @@ int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype 
             }
             int last = *sep == '\0';
             *sep = '\0';
-            if (grow(&buf, &cap, count + 1, es, 1024) != 0) goto nomem;
-            if (parse_value(field, dtype, buf, count) != 0) {
+            gemm_buf_append(&vals, "\0\0\0\0\0\0\0", es); /* room for the value */
+            if (vals.failed) goto nomem;
+            if (parse_value(field, dtype, vals.data, count) != 0) {
                 while (*field == ' ' || *field == '\t') field++;
                 text_err(e, lineno, "value %llu (\"%.40s\") is not a valid %s",
                          (unsigned long long)ncol + 1, field, gemm_dtype_name(dtype));
@@ -276,20 +265,20 @@ int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype 
         }
         nrows++;
     }
-    free(line_buf);
+    gemm_buf_free(&line_buf);
     if (nrows == 0) {
-        free(buf);
+        gemm_buf_free(&vals);
         return text_err(e, 0, "no values (empty matrix)");
     }
     *rows = nrows;
     *cols = ncols;
-    *data = buf;
+    *data = vals.data;
     return 0;
 nomem:
     text_err(e, lineno, "out of memory");
 fail:
-    free(line_buf);
-    free(buf);
+    gemm_buf_free(&line_buf);
+    gemm_buf_free(&vals);
     return -1;
 }
 
