@@ -270,9 +270,7 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
         gemm_client_error e;
         if (!(p[i].cl = gemm_client_new(c->base, &o, &e)))
             rc = gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory for a connection");
-    }
-    while (rc == 0 && nstarted < n) {
-        if (pthread_create(&th[nstarted], NULL, run_panel, &p[nstarted]) != 0)
+        else if (pthread_create(&th[i], NULL, run_panel, &p[i]) != 0)
             rc = gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "thread", "cannot start a transfer thread");
         else
             nstarted++;
