@@ -258,16 +258,9 @@ void gb_offload(const gb_problem *pr, gb_result *res)
         goto out;
     }
 
-    gemm_request r = GEMM_REQUEST_INIT;
-    r.dtype = dt;
-    r.m = (uint64_t)(swap ? pr->n : pr->m);
-    r.n = (uint64_t)(swap ? pr->m : pr->n);
-    r.k = (uint64_t)pr->k;
-    r.a = a;
-    r.b = b;
-    r.c = t;
-    r.kernel = cfg.kernel;
-    r.math = cfg.math;
+    gemm_request r = {.dtype = dt, .m = (uint64_t)(swap ? pr->n : pr->m), .k = (uint64_t)pr->k,
+                      .n = (uint64_t)(swap ? pr->m : pr->n), .a = a, .b = b, .c = t, .kernel = cfg.kernel,
+                      .math = cfg.math};
     gemm_client_error err;
     gemm_client *cl = pool_take(&err);
     if (!cl) {
