@@ -86,21 +86,18 @@ static void print_members(FILE *f, const cJSON *obj, int indent, int first_inden
     }
 }
 
+/* An object or an array (print_rest prints scalars itself). */
 static void print_value(FILE *f, const cJSON *v, int indent)
 {
     const cJSON *e;
     if (cJSON_IsObject(v)) {
         print_members(f, v, indent, indent);
-    } else if (cJSON_IsArray(v)) {
-        cJSON_ArrayForEach(e, v) {
-            fprintf(f, "%*s- ", indent, "");
-            if (cJSON_IsObject(e) && e->child) print_members(f, e, indent + 2, 0);
-            else print_rest(f, e, NULL, "", indent + 2);
-        }
-    } else {
-        fprintf(f, "%*s", indent, "");
-        print_scalar(f, v, NULL);
-        fputc('\n', f);
+        return;
+    }
+    cJSON_ArrayForEach(e, v) {
+        fprintf(f, "%*s- ", indent, "");
+        if (cJSON_IsObject(e) && e->child) print_members(f, e, indent + 2, 0);
+        else print_rest(f, e, NULL, "", indent + 2);
     }
 }
 
