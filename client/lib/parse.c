@@ -79,33 +79,19 @@ void gemm_timing_unset(gemm_timing *t)
 int gemm_client_parse_server_timing(const char *s, gemm_timing *t)
 {
     int found = 0;
-    if (!s) return 0;
-    const char *p = s;
-    while (*p) {
-        while (*p == ' ' || *p == '\t' || *p == ',') p++;
-        if (!*p) break;
-        const char *name = p;
-        while (*p && *p != ';' && *p != ',' && *p != ' ') p++;
-        size_t nlen = (size_t)(p - name);
+    for (const char *p = s; p && *p; p += strcspn(p, ",")) {
+        p += strspn(p, " \t,");
+        size_t nlen = strcspn(p, ";, "), len = strcspn(p, ","); /* the name; the entry, up to its ',' */
         double dur = -1;
-        /* parameters up to the next ',' */
-        while (*p && *p != ',') {
-            if (*p == ';') {
-                p++;
-                while (*p == ' ') p++;
-                if (strncasecmp(p, "dur=", 4) == 0) {
-                    char *end;
-                    errno = 0;
-                    double v = strtod(p + 4, &end);
-                    if (end != p + 4 && errno == 0 && v >= 0) dur = v;
-                    p = end > p + 4 ? end : p + 4;
-                }
-                continue; /* p is at the next character to look at (maybe the NUL) */
-            }
-            p++;
+        for (const char *q = memchr(p, ';', len); q; q = memchr(q, ';', (size_t)(p + len - q))) {
+            q += 1 + strspn(q + 1, " ");
+            char *end = NULL;
+            errno = 0;
+            double v = strncasecmp(q, "dur=", 4) == 0 ? strtod(q + 4, &end) : -1;
+            if (v >= 0 && end != q + 4 && errno == 0) dur = v;
         }
         for (int i = 0; dur >= 0 && i < GEMM_STAGES; i++)
-            if (nlen == strlen(gemm_stage_names[i]) && strncasecmp(name, gemm_stage_names[i], nlen) == 0) {
+            if (nlen == strlen(gemm_stage_names[i]) && strncasecmp(p, gemm_stage_names[i], nlen) == 0) {
                 *gemm_timing_stage(t, i) = dur;
                 found++;
             }
