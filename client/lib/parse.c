@@ -153,14 +153,9 @@ static int parse_value(const char *s, gemm_dtype d, void *dst, size_t idx)
     if (d == GEMM_DTYPE_I32) {
         long long v = strtoll(s, &end, 10);
         if (end == s || errno) return -1;
-        while (*end == ' ' || *end == '\t') end++;
-        /* allow "3.0" style integers written by float formatters */
-        if (*end == '.') {
-            end++;
-            while (*end == '0') end++;
-            while (*end == ' ' || *end == '\t') end++;
-        }
-        if (*end) return -1;
+        end += strspn(end, " \t");
+        if (*end == '.') end += 1 + strspn(end + 1, "0"); /* "3.0": integers written by float formatters */
+        if (end[strspn(end, " \t")]) return -1;
         if (v < INT32_MIN || v > INT32_MAX) return -1;
         ((int32_t *)dst)[idx] = (int32_t)v;
         return 0;
@@ -168,8 +163,7 @@ static int parse_value(const char *s, gemm_dtype d, void *dst, size_t idx)
     double v = strtod(s, &end);
     if (end == s) return -1;
     if (errno == ERANGE && fabs(v) > 1.0) return -1; /* overflow; underflow to 0 is fine */
-    while (*end == ' ' || *end == '\t') end++;
-    if (*end) return -1;
+    if (end[strspn(end, " \t")]) return -1;
     if (d == GEMM_DTYPE_F32) {
         float f = (float)v;
         if (isfinite(v) && isinf(f)) return -1; /* rounds beyond FLT_MAX */
@@ -216,25 +210,16 @@ int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype 
         uint64_t ncol = 0;
         char *p = line;
         for (;;) {
-            char *field = p;
-            char *sep;
-            if (delim == ' ') {
-                while (*field == ' ' || *field == '\t') field++;
-                if (!*field) break;
-                sep = field;
-                while (*sep && *sep != ' ' && *sep != '\t') sep++;
-            } else {
-                sep = strchr(field, delim);
-                if (!sep) sep = field + strlen(field);
-            }
+            char *field = delim == ' ' ? p + strspn(p, " \t") : p;
+            if (delim == ' ' && !*field) break;
+            char *sep = field + strcspn(field, delim == ' ' ? " \t" : (const char[]){delim, '\0'});
             int last = *sep == '\0';
             *sep = '\0';
             gemm_buf_append(&vals, "\0\0\0\0\0\0\0", es); /* room for the value */
             if (vals.failed) goto nomem;
             if (parse_value(field, dtype, vals.data, count) != 0) {
-                while (*field == ' ' || *field == '\t') field++;
                 text_err(e, lineno, "value %llu (\"%.40s\") is not a valid %s",
-                         (unsigned long long)ncol + 1, field, gemm_dtype_name(dtype));
+                         (unsigned long long)ncol + 1, field + strspn(field, " \t"), gemm_dtype_name(dtype));
                 goto fail;
             }
             count++;
