@@ -104,12 +104,8 @@ void gemm_client_free(gemm_client *c)
     if (c->curl) curl_easy_cleanup(c->curl);
     free(c->base);
     free(c->ca_file);
-    if (c->auth_header) {
-        /* the token is a secret: do not leave it in freed memory */
-        volatile char *p = c->auth_header;
-        while (*p) *p++ = 0;
-        free(c->auth_header);
-    }
+    if (c->auth_header) explicit_bzero(c->auth_header, strlen(c->auth_header)); /* a secret: not left in freed memory */
+    free(c->auth_header);
     free(c);
 }
 
