@@ -168,12 +168,9 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
     gemm_client_error err;
     gemm_cli_bar.enabled = o->progress > 0 || (o->progress < 0 && isatty(2));
     gemm_client *cl = gemm_cli_client(o, &gemm_cli_bar, &err);
-    if (!cl) {
-        rc = gemm_cli_fail(&err, "multiply");
-        goto out;
-    }
     gemm_timing t;
-    int r = A.batch   ? gemm_client_multiply_batch(cl, &req, A.batch, B.batch == 0, &t, &err)
+    int r = !cl       ? -1 /* err says why */
+            : A.batch  ? gemm_client_multiply_batch(cl, &req, A.batch, B.batch == 0, &t, &err)
             : o->async ? run_async(o, cl, &req, &t, &err)
                        : gemm_client_multiply_streams(cl, &req, o->streams, &t, &err);
     gemm_client_free(cl);
