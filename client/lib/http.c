@@ -164,12 +164,9 @@ static int seek_cb(void *ud, curl_off_t offset, int origin)
 
 static void copy_value(char *dst, size_t cap, const char *v, size_t len)
 {
-    while (len > 0 && (v[len - 1] == '\r' || v[len - 1] == '\n' || v[len - 1] == ' ' || v[len - 1] == '\t'))
-        len--;
+    while (len > 0 && memchr("\r\n \t", v[len - 1], 4)) len--;
     while (len > 0 && (*v == ' ' || *v == '\t')) v++, len--;
-    if (len >= cap) len = cap - 1;
-    memcpy(dst, v, len);
-    dst[len] = '\0';
+    snprintf(dst, cap, "%.*s", (int)len, v);
 }
 
 static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud)

@@ -139,9 +139,8 @@ static int blank_or_comment(const char *s, size_t len)
 
 static char guess_delim(const char *s, size_t len)
 {
-    if (memchr(s, '\t', len)) return '\t';
-    if (memchr(s, ',', len)) return ',';
-    if (memchr(s, ';', len)) return ';';
+    for (const char *d = "\t,;"; *d; d++) /* in this order */
+        if (memchr(s, *d, len)) return *d;
     return ' ';
 }
 
