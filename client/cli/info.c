@@ -109,27 +109,24 @@ int gemm_cli_info(const gemm_cli_opts *o)
     gemm_client *c = gemm_cli_client(o, &gemm_cli_bar, &err);
     if (!c) return gemm_cli_fail(&err, "info");
     char *body = NULL;
-    int status = 0;
-    int rc = GEMM_EXIT_OK;
-    if (gemm_client_get(c, "/v1/info", &body, &status, &err) != 0) {
+    int status = 0, rc = GEMM_EXIT_OK, got = gemm_client_get(c, "/v1/info", &body, &status, &err);
+    cJSON *j = body ? cJSON_Parse(body) : NULL;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "error"), "message");
+    if (got != 0) {
         rc = gemm_cli_fail(&err, "info");
     } else if (status < 200 || status >= 300) {
-        cJSON *j = cJSON_Parse(body);
-        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
         fprintf(stderr, "gemm: info: server error %d: %s\n", status, cJSON_IsString(m) ? m->valuestring : body);
-        cJSON_Delete(j);
         rc = GEMM_EXIT_SERVER;
     } else if (o->json) {
         size_t n = strlen(body);
         fputs(body, stdout);
         if (n == 0 || body[n - 1] != '\n') fputc('\n', stdout);
+    } else if (!cJSON_IsObject(j)) {
+        rc = gemm_cli_say(GEMM_EXIT_SERVER, "info: the server's answer is not a JSON object");
     } else {
-        cJSON *j = cJSON_Parse(body);
-        if (!cJSON_IsObject(j)) rc = gemm_cli_say(GEMM_EXIT_SERVER, "info: the server's answer is not a JSON object");
-        else print_value(stdout, j, 0);
-        cJSON_Delete(j);
+        print_value(stdout, j, 0);
     }
+    cJSON_Delete(j);
     free(body);
     gemm_client_free(c);
     if (fflush(stdout) != 0 && rc == GEMM_EXIT_OK) rc = GEMM_EXIT_IO;
