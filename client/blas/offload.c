@@ -140,7 +140,6 @@ static void settings_init(void)
     s->learn = (int)env_num("GEMM_OFFLOAD_LEARN", 1, 1, 0, 1);
     cfg.url = env_dup("GEMM_SERVER");
     cfg.kernel = env_dup("GEMM_OFFLOAD_KERNEL");
-    cfg.math = GEMM_MATH_DEFAULT;
     const char *m = getenv("GEMM_OFFLOAD_MATH");
     if (m && *m && gemm_math_from_name(m, &cfg.math) != 0) {
         gb_warn_once("GEMM_OFFLOAD_MATH", "GEMM_OFFLOAD_MATH=\"%s\" is not one of default, fp32, tf32, bf16; "
