@@ -174,7 +174,6 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud)
     gemm_xfer *x = ud;
     size_t len = size * nitems;
     if (len >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
-        /* a new status line (after "100 Continue" or a retry): forget earlier headers */
         const char *sp = memchr(buf, ' ', len);
         x->status = sp ? atoi(sp + 1) : 0;
         reset_head(x);
@@ -312,25 +311,16 @@ static int setup(gemm_xfer *x, struct curl_slist **hdrs, char *url, size_t urlca
 #define ADD(s) do { t = curl_slist_append(l, s); if (!t) goto nomem; l = t; } while (0)
     ADD(x->dst ? "Accept: application/octet-stream" : "Accept: application/json, */*;q=0.5");
     if (c->auth_header) ADD(c->auth_header);
-    switch (x->method) {
-    case GEMM_HTTP_GET:
-        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-        break;
-    case GEMM_HTTP_DELETE:
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
-        break;
-    case GEMM_HTTP_POST:
-    case GEMM_HTTP_PUT:
+    if (x->method == GEMM_HTTP_DELETE || x->method == GEMM_HTTP_PUT) /* else GET, after the reset, or POST */
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, x->method == GEMM_HTTP_PUT ? "PUT" : "DELETE");
+    if (x->method == GEMM_HTTP_POST || x->method == GEMM_HTTP_PUT) { /* the body from x's parts */
         ADD("Content-Type: application/octet-stream");
         curl_easy_setopt(h, CURLOPT_POST, 1L);
-        if (x->method == GEMM_HTTP_PUT) curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
-                         (curl_off_t)(x->part_len[0] + x->part_len[1]));
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(x->part_len[0] + x->part_len[1]));
         curl_easy_setopt(h, CURLOPT_READFUNCTION, read_cb);
         curl_easy_setopt(h, CURLOPT_READDATA, x);
         curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, seek_cb);
         curl_easy_setopt(h, CURLOPT_SEEKDATA, x);
-        break;
     }
 #undef ADD
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, l);
