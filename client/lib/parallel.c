@@ -287,8 +287,7 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
             }
     if (rc == 0 && t) {
         *t = p[0].t;
-        t->bytes_sent = t->bytes_received = 0;
-        for (int i = 0; i < n; i++) {
+        for (int i = 1; i < n; i++) {
             t->bytes_sent += p[i].t.bytes_sent;
             t->bytes_received += p[i].t.bytes_received;
             if (p[i].t.kernel_ms > t->kernel_ms) t->kernel_ms = p[i].t.kernel_ms;
