@@ -12,7 +12,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <stdio.h>
 #include <unistd.h>
 
 /* A host at its best, per core (ms per flop): 100 and 50 GFLOP/s per core, about the peak

@@ -19,7 +19,6 @@ typedef struct {
     double *kernel_ms;    /* and kernel */
     int failed;
     gemm_client_error err;
-    gemm_cli_progress bar; /* never drawn; makes Ctrl-C stop the transfers */
     pthread_barrier_t *start; /* after the warm-up, every thread and main meet here */
     pthread_t tid;
 } worker;
@@ -27,7 +26,7 @@ typedef struct {
 static void *run_worker(void *arg)
 {
     worker *w = arg;
-    gemm_client *c = gemm_cli_client(w->o, &w->bar, &w->err);
+    gemm_client *c = gemm_cli_client(w->o, &gemm_cli_bar, &w->err); /* not enabled: Ctrl-C only */
     gemm_timing t;
     w->failed = !c;
     for (int i = 0; c && !w->failed && i < w->o->warmup && !gemm_cli_interrupted; i++)
@@ -166,7 +165,7 @@ int gemm_cli_bench(const gemm_cli_opts *o)
 
     /* correctness first: one product, checked */
     gemm_client_error err;
-    gemm_client *c = gemm_cli_client(o, &ws[0].bar, &err);
+    gemm_client *c = gemm_cli_client(o, &gemm_cli_bar, &err);
     gemm_timing t;
     int r = c ? gemm_client_multiply(c, &ws[0].req, &t, &err) : -1;
     gemm_client_free(c);
