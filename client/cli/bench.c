@@ -49,14 +49,11 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Nearest-rank percentile of a sorted array. */
+/* Nearest-rank percentile p (0 < p <= 100) of a sorted array of n >= 1 (--repeat and
+ * --concurrency are >= 1): the rank is from 1 to n. */
 static double pct(const double *v, size_t n, double p)
 {
-    if (n == 0) return NAN;
-    size_t r = (size_t)ceil(p / 100.0 * (double)n);
-    if (r < 1) r = 1;
-    if (r > n) r = n;
-    return v[r - 1];
+    return v[(size_t)ceil(p / 100.0 * (double)n) - 1];
 }
 
 static double median_of(double *v, size_t n)
