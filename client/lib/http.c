@@ -405,13 +405,11 @@ int gemm_xfer_run(gemm_xfer *x, gemm_timing *t, gemm_client_error *err)
         curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, NULL);
         if (t) fill_timing(x, t, retries);
         err->retries = retries;
-        if (rc != CURLE_OK) {
-            /* A server that answers 503 before reading the body may close the connection
-             * while we still send: curl then reports a send error although a complete
-             * answer arrived. Treat that as the 503 it is. */
-            if (!(x->status == 503 && (rc == CURLE_SEND_ERROR || rc == CURLE_RECV_ERROR)))
-                return transport_error(x, rc, err);
-        }
+        /* A server that answers 503 before reading the body may close the connection while we
+         * still send: curl then reports a send error although a complete answer arrived. Treat
+         * that as the 503 it is. */
+        if (rc != CURLE_OK && !(x->status == 503 && (rc == CURLE_SEND_ERROR || rc == CURLE_RECV_ERROR)))
+            return transport_error(x, rc, err);
         if (x->dst && is_success(x->status) && x->got != x->dst_len) {
             err->http_status = x->status;
             return gemm_client_err(err, GEMM_CLIENT_E_PROTOCOL, "bad_response",
