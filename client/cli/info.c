@@ -40,7 +40,7 @@ static void print_scalar(FILE *f, const cJSON *v, const char *key)
         fputs("-", f);
     } else if (cJSON_IsNumber(v)) {
         double d = v->valuedouble;
-        if (d == (double)(long long)d && d > -9.0e15 && d < 9.0e15)
+        if (d > -9.0e15 && d < 9.0e15 && d == (double)(long long)d) /* in range before the cast */
             fprintf(f, "%lld", (long long)d);
         else
             fprintf(f, "%.6g", d);
@@ -147,8 +147,7 @@ int gemm_cli_health(const gemm_cli_opts *o)
         char *body = NULL;
         int status = 0;
         if (gemm_client_get(c, paths[i], &body, &status, &err) != 0) {
-            rc = gemm_cli_fail(&err, paths[i] + 1);
-            free(body);
+            rc = gemm_cli_fail(&err, paths[i] + 1); /* body is NULL */
             break;
         }
         size_t n = strlen(body);
