@@ -249,14 +249,10 @@ int main(int argc, char **argv)
     command cmd = CMD_NONE;
     int rc = parse_args(argc, argv, &o, &cmd);
     if (rc >= 0) return rc;
-    if (cmd == CMD_HELP) {
-        command about = o.npos > 0 ? command_of(o.pos[0]) : CMD_NONE;
-        if (o.npos > 0 && about == CMD_NONE) return usage_error(CMD_NONE, "no command \"%s\"", o.pos[0]);
-        usage_of(about, stdout);
-        return GEMM_EXIT_OK;
-    }
-    if (o.help) {
-        usage_of(cmd, stdout);
+    if (cmd == CMD_HELP && o.npos > 0 && command_of(o.pos[0]) == CMD_NONE)
+        return usage_error(CMD_NONE, "no command \"%s\"", o.pos[0]);
+    if (cmd == CMD_HELP || o.help) { /* usage_of(CMD_HELP) is the general help */
+        usage_of(cmd == CMD_HELP && o.npos > 0 ? command_of(o.pos[0]) : cmd, stdout);
         return GEMM_EXIT_OK;
     }
     if (cmd == CMD_NONE) {
