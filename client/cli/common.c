@@ -56,7 +56,6 @@ int gemm_cli_out_half(gemm_dtype out_dtype, gemm_request *r)
 {
     gemm_dtype cd;
     gemm_err oe;
-    if (out_dtype == GEMM_DTYPE_INVALID) return 0;
     if (gemm_out_dtype_resolve(r->dtype, out_dtype, &cd, &oe) != 0)
         return gemm_cli_say(GEMM_EXIT_USAGE, "--out-dtype: %s", oe.message);
     r->out_half = gemm_dtype_is_half(r->dtype) && cd == r->dtype;
