@@ -195,8 +195,7 @@ static void pool_give(gemm_client *c)
  * whole cannot take products right now. */
 static void failed(const gb_problem *pr, const gemm_client_error *e, gb_result *res)
 {
-    char key[64];
-    snprintf(key, sizeof key, "%s", e->code[0] ? e->code : gemm_client_error_kind_name(e->kind));
+    const char *key = e->code[0] ? e->code : gemm_client_error_kind_name(e->kind);
     snprintf(res->why, sizeof res->why, "%s", key);
     /* 503 (after retries), other 5xx, a refused token and a bad URL concern every product;
      * other 4xx (too large, an option the server does not take) and local limits this one */
