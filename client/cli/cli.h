@@ -102,7 +102,6 @@ typedef struct {
     gemm_cli_format fmt;
     gemm_dtype dtype;
     uint64_t rows, cols;
-    uint64_t batch;        /* C is batch rows x cols matrices (0: one matrix) */
     char *path, *tmp_path; /* written to tmp_path (same folder), renamed on commit */
     int fd;
     void *map, *owned;     /* the file mapped (.npy, raw), or memory (text, standard output) */

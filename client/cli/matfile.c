@@ -225,7 +225,7 @@ static int map_output(gemm_cli_output *o, char *msg, size_t cap)
 int gemm_cli_output_create(gemm_cli_output *o, const char *path, gemm_cli_format fmt, gemm_dtype dtype,
                            uint64_t batch, uint64_t rows, uint64_t cols, char *msg, size_t cap)
 {
-    *o = (gemm_cli_output){.fmt = fmt, .dtype = dtype, .rows = rows, .cols = cols, .batch = batch, .fd = -1};
+    *o = (gemm_cli_output){.fmt = fmt, .dtype = dtype, .rows = rows, .cols = cols, .fd = -1};
     int mapped = fmt == GEMM_FMT_NPY || fmt == GEMM_FMT_RAW;
     if (batch && !mapped)
         return fail(msg, cap, "%s: a batch of %llu products is written as .npy (3-D) or raw binary, not text", path,
