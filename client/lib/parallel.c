@@ -266,8 +266,7 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
         gemm_client_options o = c->o; /* a handle of its own (its own connection), same settings */
         o.progress = panel_progress_cb;
         o.progress_ctx = &p[i];
-        gemm_client_error e;
-        if (!(p[i].cl = gemm_client_new(c->base, &o, &e)))
+        if (!(p[i].cl = gemm_client_new(c->base, &o, NULL)))
             rc = gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory for a connection");
         else if (pthread_create(&th[i], NULL, run_panel, &p[i]) != 0)
             rc = gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "thread", "cannot start a transfer thread");
