@@ -47,7 +47,7 @@ typedef struct {
     } h;                           /* the headers of the last status line */
     size_t got;                    /* bytes written into dst */
     gemm_buf text;                 /* other bodies (gemm_buf_free it) */
-    int header_checked, protocol_error, nomem;
+    int header_checked, protocol_error;
     char protocol_msg[256];
 } gemm_xfer;
 

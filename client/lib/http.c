@@ -124,7 +124,7 @@ static void reset_answer(gemm_xfer *x)
     x->uoff = x->got = x->text.len = 0;
     reset_head(x);
     if (x->text.data) x->text.data[0] = '\0';
-    x->header_checked = x->protocol_error = x->nomem = 0;
+    x->header_checked = x->protocol_error = 0;
     x->protocol_msg[0] = '\0';
 }
 
@@ -269,7 +269,6 @@ static size_t write_cb(char *buf, size_t size, size_t nitems, void *ud)
     size_t limit = x->text_limit ? x->text_limit : 1u << 20;
     size_t room = limit > x->text.len + 1 ? limit - x->text.len - 1 : 0;
     gemm_buf_append(&x->text, buf, len < room ? len : room); /* keep what fits, drop the rest */
-    if (x->text.failed) x->nomem = 1;
     return x->text.failed ? 0 : size * nitems;
 }
 
@@ -371,7 +370,7 @@ static int transport_error(gemm_xfer *x, CURLcode rc, gemm_client_error *err)
     if (x->protocol_error)
         return gemm_client_err(err, GEMM_CLIENT_E_PROTOCOL, "bad_response", "%s (%s%s)",
                                x->protocol_msg, c->base, x->path_query);
-    if (x->nomem)
+    if (x->text.failed)
         return gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory reading the answer");
     switch (rc) {
     case CURLE_OPERATION_TIMEDOUT:
