@@ -71,12 +71,11 @@ static void on_sigint(int sig)
 {
     (void)sig;
     gemm_cli_interrupted = 1;
-    signal(SIGINT, SIG_DFL);
 }
 
 void gemm_cli_install_sigint(void)
 {
-    struct sigaction sa = {.sa_handler = on_sigint}; /* no SA_RESTART: blocking calls return EINTR */
+    struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESETHAND}; /* once; no SA_RESTART: EINTR */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
 }
