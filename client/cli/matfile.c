@@ -159,9 +159,8 @@ static int open_text(gemm_cli_input *m, const char *path, gemm_dtype dtype, char
                            : fail(msg, cap, "%s: %s", path, te.message);
     m->dtype = dtype;
     m->data = m->owned = data;
-    munmap(m->map, m->map_len); /* the text is no longer needed */
+    munmap(m->map, m->map_len); /* the text is no longer needed (map_len is read only with a map) */
     m->map = NULL;
-    m->map_len = 0;
     return 0;
 }
 

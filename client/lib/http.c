@@ -124,8 +124,7 @@ static void reset_answer(gemm_xfer *x)
     x->uoff = x->got = x->text.len = 0;
     reset_head(x);
     if (x->text.data) x->text.data[0] = '\0';
-    x->header_checked = x->protocol_error = 0;
-    x->protocol_msg[0] = '\0';
+    x->header_checked = x->protocol_error = 0; /* protocol_msg is read only when protocol_error is set */
 }
 
 static size_t read_cb(char *buf, size_t size, size_t nitems, void *ud)
