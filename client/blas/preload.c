@@ -131,15 +131,11 @@ static void run(const gb_call *call, const gb_settings *s, gb_problem *pr, int v
  * pays): no log, valid arguments, something to multiply, not worth sending. */
 static void dispatch(const gb_call *c)
 {
-    if (gb_in_host()) {
-        gb_host_run(c);
-        return;
-    }
     const gb_settings *s = gb_settings_get();
-    gb_type t = gb_entries[c->entry].type;
     int valid = gb_check(c) == 0;
-    if (!s->log && valid && c->m > 0 && c->n > 0 && c->k > 0 && c->alpha != 0 &&
-        (!s->enabled || !worth_sending(s, t, c))) {
+    /* a call from inside the host BLAS (its CBLAS calling its Fortran routine), or the common case */
+    if (gb_in_host() || (!s->log && valid && c->m > 0 && c->n > 0 && c->k > 0 && c->alpha != 0 &&
+                         (!s->enabled || !worth_sending(s, gb_entries[c->entry].type, c)))) {
         gb_host_run(c);
         return;
     }
