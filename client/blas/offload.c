@@ -68,14 +68,12 @@ void gb_warn_once(const char *key, const char *fmt, ...)
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static char seen[64][48];
     static int nseen;
+    int told = 0;
     pthread_mutex_lock(&mu);
-    for (int i = 0; i < nseen; i++)
-        if (strcmp(seen[i], key) == 0) {
-            pthread_mutex_unlock(&mu);
-            return;
-        }
-    if (nseen < 64) snprintf(seen[nseen++], sizeof seen[0], "%s", key);
+    for (int i = 0; i < nseen && !told; i++) told = strcmp(seen[i], key) == 0;
+    if (!told && nseen < 64) snprintf(seen[nseen++], sizeof seen[0], "%s", key);
     pthread_mutex_unlock(&mu);
+    if (told) return;
     char msg[900];
     va_list ap;
     va_start(ap, fmt);
