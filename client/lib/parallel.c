@@ -127,7 +127,6 @@ static void *run_panel(void *arg)
     char pq[400];
     size_t c_bytes = 0;
     gemm_matrix_bytes(p->r.m, p->r.n, gemm_request_c_dtype(&p->r), &c_bytes);
-    memset(&p->err, 0, sizeof p->err);
     int stop = 0;
     if (p->b_rows && put_b_share(p) != 0) {
         p->rc = stop = -1;
