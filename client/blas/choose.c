@@ -1,13 +1,9 @@
 /*
  * choose.c - which side finishes a product first, learned from the products each side ran
- * (docs/BLAS.md, "Which side runs a product"). Offloading pays when the host's arithmetic
- * takes longer than the bytes take on the link, and both rates belong to the machine and
- * its network, not to this library: a 16-core host behind 1 Gbit/s should never send a
- * 2048² product, a 2-core laptop on the GPU host's own loopback always should.
- *
- * Per dtype, three costs in ms: the host's per flop (h), the server's per byte sent and
- * received (w: the link, HTTP and the server's stages other than the kernel) and per flop of
- * its kernel (g). Each is the running mean (weight 1/2) of what the products showed.
+ * (docs/BLAS.md, "Which side runs a product", says why and how). Per dtype, three costs in
+ * ms: the host's per flop (h), the server's per byte sent and received (w: the link, HTTP and
+ * the server's stages other than the kernel) and per flop of its kernel (g), each the running
+ * mean (weight 1/2) of what the products showed.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity */
@@ -16,7 +12,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <stdio.h>
 #include <unistd.h>
 
 /* A host at its best, per core (ms per flop): 100 and 50 GFLOP/s per core, about the peak

@@ -28,8 +28,6 @@
 #define ElfW(type) Elf64_##type
 #endif
 
-enum { MAX_NAMES = 24 };
-
 typedef struct {
     const char *want; /* a name to find, or NULL */
     void *addr;       /* where it was found */
@@ -73,20 +71,41 @@ static size_t gnu_hash_count(const uint32_t *h)
     return last + 1;
 }
 
-static void one_library(scan *s, const char *path, const char **names, void *const *addrs, int n)
+static int one_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
-    char known[512] = "", unknown[512] = "";
-    for (int i = 0; i < n; i++) {
+    scan *s = arg;
+    const char *path = info->dlpi_name;
+    (void)size;
+    const ElfW(Dyn) *dyn = NULL;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dyn = (const void *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    if (!dyn || !path || !path[0] || is_ours(path)) return 0;
+    const ElfW(Sym) *sym = NULL;
+    const char *str = NULL;
+    size_t nsym = 0;
+    for (; dyn->d_tag != DT_NULL; dyn++) {
+        if (dyn->d_tag == DT_SYMTAB) sym = dyn_ptr(info, dyn->d_un.d_ptr);
+        else if (dyn->d_tag == DT_STRTAB) str = dyn_ptr(info, dyn->d_un.d_ptr);
+        else if (dyn->d_tag == DT_HASH) nsym = ((const uint32_t *)dyn_ptr(info, dyn->d_un.d_ptr))[1];
+        else if (dyn->d_tag == DT_GNU_HASH && !nsym) nsym = gnu_hash_count(dyn_ptr(info, dyn->d_un.d_ptr));
+    }
+    char known[512] = "", unknown[512] = ""; /* its gemm entry points: in the table, not in it */
+    for (size_t i = 1; sym && str && i < nsym; i++) {
+        const char *name = str + sym[i].st_name;
+        if (ELF32_ST_TYPE(sym[i].st_info) != STT_FUNC || sym[i].st_shndx == SHN_UNDEF || !strstr(name, "gemm") ||
+            regexec(&entry_re, name, 0, NULL, 0) != 0)
+            continue;
         int in_table = 0;
-        for (int e = 0; e < GB_ENTRY_COUNT && !in_table; e++) in_table = strcmp(names[i], gb_entries[e].name) == 0;
+        for (int e = 0; e < GB_ENTRY_COUNT && !in_table; e++) in_table = strcmp(name, gb_entries[e].name) == 0;
         char *list = in_table ? known : unknown;
         size_t len = strlen(list);
-        snprintf(list + len, sizeof known - len, "%s%s", len ? " " : "", names[i]);
-        if (s->want && !s->addr && strcmp(names[i], s->want) == 0) {
-            s->addr = addrs[i];
+        snprintf(list + len, sizeof known - len, "%s%s", len ? " " : "", name);
+        if (s->want && !s->addr && strcmp(name, s->want) == 0) {
+            s->addr = (void *)(info->dlpi_addr + sym[i].st_value);
             snprintf(s->path, s->size, "%s", path);
         }
     }
+    if (!known[0] && !unknown[0]) return 0;
     s->libs++;
     if (s->log)
         gb_write_line("libgemm_blas: BLAS in this process: %s (%s%s%s)", path, known[0] ? "interposed: " : "", known,
@@ -97,36 +116,6 @@ static void one_library(scan *s, const char *path, const char **names, void *con
                      "%s defines %s: gemm entry points this library does not interpose; products the program "
                      "computes through them are never offloaded (docs/BLAS.md lists the names it has)",
                      path, unknown);
-}
-
-static int one_object(struct dl_phdr_info *info, size_t size, void *arg)
-{
-    (void)size;
-    const ElfW(Dyn) *dyn = NULL;
-    for (int i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dyn = (const void *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-    if (!dyn || !info->dlpi_name || !info->dlpi_name[0] || is_ours(info->dlpi_name)) return 0;
-    const ElfW(Sym) *sym = NULL;
-    const char *str = NULL;
-    size_t nsym = 0;
-    for (; dyn->d_tag != DT_NULL; dyn++) {
-        if (dyn->d_tag == DT_SYMTAB) sym = dyn_ptr(info, dyn->d_un.d_ptr);
-        else if (dyn->d_tag == DT_STRTAB) str = dyn_ptr(info, dyn->d_un.d_ptr);
-        else if (dyn->d_tag == DT_HASH) nsym = ((const uint32_t *)dyn_ptr(info, dyn->d_un.d_ptr))[1];
-        else if (dyn->d_tag == DT_GNU_HASH && !nsym) nsym = gnu_hash_count(dyn_ptr(info, dyn->d_un.d_ptr));
-    }
-    const char *names[MAX_NAMES];
-    void *addrs[MAX_NAMES];
-    int n = 0;
-    for (size_t i = 1; sym && str && i < nsym && n < MAX_NAMES; i++) {
-        const char *name = str + sym[i].st_name;
-        if (ELF32_ST_TYPE(sym[i].st_info) != STT_FUNC || sym[i].st_shndx == SHN_UNDEF || !strstr(name, "gemm") ||
-            regexec(&entry_re, name, 0, NULL, 0) != 0)
-            continue;
-        names[n] = name;
-        addrs[n++] = (void *)(info->dlpi_addr + sym[i].st_value);
-    }
-    if (n) one_library(arg, info->dlpi_name, names, addrs, n);
     return 0;
 }
 

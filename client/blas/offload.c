@@ -68,14 +68,12 @@ void gb_warn_once(const char *key, const char *fmt, ...)
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static char seen[64][48];
     static int nseen;
+    int told = 0;
     pthread_mutex_lock(&mu);
-    for (int i = 0; i < nseen; i++)
-        if (strcmp(seen[i], key) == 0) {
-            pthread_mutex_unlock(&mu);
-            return;
-        }
-    if (nseen < 64) snprintf(seen[nseen++], sizeof seen[0], "%s", key);
+    for (int i = 0; i < nseen && !told; i++) told = strcmp(seen[i], key) == 0;
+    if (!told && nseen < 64) snprintf(seen[nseen++], sizeof seen[0], "%s", key);
     pthread_mutex_unlock(&mu);
+    if (told) return;
     char msg[900];
     va_list ap;
     va_start(ap, fmt);
@@ -140,7 +138,6 @@ static void settings_init(void)
     s->learn = (int)env_num("GEMM_OFFLOAD_LEARN", 1, 1, 0, 1);
     cfg.url = env_dup("GEMM_SERVER");
     cfg.kernel = env_dup("GEMM_OFFLOAD_KERNEL");
-    cfg.math = GEMM_MATH_DEFAULT;
     const char *m = getenv("GEMM_OFFLOAD_MATH");
     if (m && *m && gemm_math_from_name(m, &cfg.math) != 0) {
         gb_warn_once("GEMM_OFFLOAD_MATH", "GEMM_OFFLOAD_MATH=\"%s\" is not one of default, fp32, tf32, bf16; "
@@ -196,8 +193,7 @@ static void pool_give(gemm_client *c)
  * whole cannot take products right now. */
 static void failed(const gb_problem *pr, const gemm_client_error *e, gb_result *res)
 {
-    char key[64];
-    snprintf(key, sizeof key, "%s", e->code[0] ? e->code : gemm_client_error_kind_name(e->kind));
+    const char *key = e->code[0] ? e->code : gemm_client_error_kind_name(e->kind);
     snprintf(res->why, sizeof res->why, "%s", key);
     /* 503 (after retries), other 5xx, a refused token and a bad URL concern every product;
      * other 4xx (too large, an option the server does not take) and local limits this one */
@@ -220,16 +216,6 @@ static void failed(const gb_problem *pr, const gemm_client_error *e, gb_result *
                  pr->desc, cfg.url, res->why, e->message, e->retries ? " after retries" : "", pr->host, when);
 }
 
-/* A failure found here, before or without the server. */
-static void failed_here(const gb_problem *pr, gemm_client_error_kind kind, const char *code, const char *msg,
-                        gb_result *res)
-{
-    gemm_client_error e = {.kind = kind};
-    snprintf(e.code, sizeof e.code, "%s", code);
-    snprintf(e.message, sizeof e.message, "%s", msg);
-    failed(pr, &e, res);
-}
-
 /* ---------------------------------------------------------------- the product */
 
 void gb_offload(const gb_problem *pr, gb_result *res)
@@ -247,7 +233,8 @@ void gb_offload(const gb_problem *pr, gb_result *res)
     if (!gemm_matrix_bytes((uint64_t)pr->m, (uint64_t)pr->n, dt, &bytes_c) ||
         !gemm_matrix_bytes((uint64_t)pr->m, (uint64_t)pr->k, dt, &bytes) ||
         !gemm_matrix_bytes((uint64_t)pr->k, (uint64_t)pr->n, dt, &bytes)) {
-        failed_here(pr, GEMM_CLIENT_E_ARGUMENT, "too_large", "the matrices' sizes overflow", res);
+        failed(pr, &(gemm_client_error){.kind = GEMM_CLIENT_E_ARGUMENT, .code = "too_large",
+                                        .message = "the matrices' sizes overflow"}, res);
         return;
     }
     double mn = (double)pr->m * (double)pr->n;
@@ -262,29 +249,19 @@ void gb_offload(const gb_problem *pr, gb_result *res)
     void *t = pr->c;
     if (swap || !tight_c) t = own_t = malloc(bytes_c);
     if (!a || !b || !t) {
-        failed_here(pr, GEMM_CLIENT_E_NOMEM, "out_of_memory", "packing the operands", res);
+        failed(pr, &(gemm_client_error){.kind = GEMM_CLIENT_E_NOMEM, .code = "out_of_memory",
+                                        .message = "packing the operands"}, res);
         goto out;
     }
 
-    gemm_request r = GEMM_REQUEST_INIT;
-    r.dtype = dt;
-    r.m = (uint64_t)(swap ? pr->n : pr->m);
-    r.n = (uint64_t)(swap ? pr->m : pr->n);
-    r.k = (uint64_t)pr->k;
-    r.a = a;
-    r.b = b;
-    r.c = t;
-    r.kernel = cfg.kernel;
-    r.math = cfg.math;
+    gemm_request r = {.dtype = dt, .m = (uint64_t)(swap ? pr->n : pr->m), .k = (uint64_t)pr->k,
+                      .n = (uint64_t)(swap ? pr->m : pr->n), .a = a, .b = b, .c = t, .kernel = cfg.kernel,
+                      .math = cfg.math};
     gemm_client_error err;
-    gemm_client *cl = pool_take(&err);
-    if (!cl) {
-        failed(pr, &err, res);
-        goto out;
-    }
+    gemm_client *cl = pool_take(&err); /* NULL: err says why (not a server error) */
     gemm_timing tm;
     double t0 = gemm_now_ms();
-    int rc = gemm_client_multiply(cl, &r, &tm, &err);
+    int rc = cl ? gemm_client_multiply(cl, &r, &tm, &err) : -1;
     res->ms = gemm_now_ms() - t0;
     if (rc != 0 && err.kind != GEMM_CLIENT_E_SERVER) gemm_client_free(cl); /* the connection: in any state */
     else pool_give(cl);

@@ -9,7 +9,6 @@
 
 #include <inttypes.h>
 #include <stdio.h>
-#include <string.h>
 
 /* The call as a row-major problem (blas_internal.h): column-major swaps the operands and m, n. */
 static void to_problem(gb_problem *pr, const gb_call *c, int ta_t, int tb_t)
@@ -65,8 +64,7 @@ static void run(const gb_call *call, const gb_settings *s, gb_problem *pr, int v
     double t0 = s->log ? gemm_now_ms() : 0;
     const char *why = NULL;
     char whybuf[200];
-    gb_result res;
-    res.kernel[0] = '\0';
+    gb_result res = {0};
     go where = GO_HOST;
     double flops = 0, bytes = 0; /* above the floors only */
     gb_choice ch = {.server = 1, .why = "GEMM_OFFLOAD_LEARN=0"};
@@ -133,22 +131,15 @@ static void run(const gb_call *call, const gb_settings *s, gb_problem *pr, int v
  * pays): no log, valid arguments, something to multiply, not worth sending. */
 static void dispatch(const gb_call *c)
 {
-    if (gb_in_host()) {
-        gb_host_run(c);
-        return;
-    }
     const gb_settings *s = gb_settings_get();
-    gb_type t = gb_entries[c->entry].type;
     int valid = gb_check(c) == 0;
-    if (!s->log && valid && c->m > 0 && c->n > 0 && c->k > 0 && c->alpha != 0 &&
-        (!s->enabled || !worth_sending(s, t, c))) {
+    /* a call from inside the host BLAS (its CBLAS calling its Fortran routine), or the common case */
+    if (gb_in_host() || (!s->log && valid && c->m > 0 && c->n > 0 && c->k > 0 && c->alpha != 0 &&
+                         (!s->enabled || !worth_sending(s, gb_entries[c->entry].type, c)))) {
         gb_host_run(c);
         return;
     }
-    gb_problem pr;
-    memset(&pr, 0, sizeof pr);
-    pr.alpha = c->alpha;
-    pr.beta = c->beta;
+    gb_problem pr = {.alpha = c->alpha, .beta = c->beta};
     char ta = gb_trans(c, c->ta), tb = gb_trans(c, c->tb);
     if (valid) to_problem(&pr, c, ta != 'N', tb != 'N');
     run(c, s, &pr, valid, ta, tb);

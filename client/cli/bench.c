@@ -19,7 +19,6 @@ typedef struct {
     double *kernel_ms;    /* and kernel */
     int failed;
     gemm_client_error err;
-    gemm_cli_progress bar; /* never drawn; makes Ctrl-C stop the transfers */
     pthread_barrier_t *start; /* after the warm-up, every thread and main meet here */
     pthread_t tid;
 } worker;
@@ -27,7 +26,7 @@ typedef struct {
 static void *run_worker(void *arg)
 {
     worker *w = arg;
-    gemm_client *c = gemm_cli_client(w->o, &w->bar, &w->err);
+    gemm_client *c = gemm_cli_client(w->o, &gemm_cli_bar, &w->err); /* not enabled: Ctrl-C only */
     gemm_timing t;
     w->failed = !c;
     for (int i = 0; c && !w->failed && i < w->o->warmup && !gemm_cli_interrupted; i++)
@@ -50,14 +49,11 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Nearest-rank percentile of a sorted array. */
+/* Nearest-rank percentile p (0 < p <= 100) of a sorted array of n >= 1 (--repeat and
+ * --concurrency are >= 1): the rank is from 1 to n. */
 static double pct(const double *v, size_t n, double p)
 {
-    if (n == 0) return NAN;
-    size_t r = (size_t)ceil(p / 100.0 * (double)n);
-    if (r < 1) r = 1;
-    if (r > n) r = n;
-    return v[r - 1];
+    return v[(size_t)ceil(p / 100.0 * (double)n) - 1];
 }
 
 static double median_of(double *v, size_t n)
@@ -132,6 +128,62 @@ static int verify(const gemm_request *r, const void *c, char *msg, size_t cap)
     return 0;
 }
 
+/* The check, the timed requests and their report, once ws and lat (latencies, server totals
+ * and kernels, concurrency x repeat of each) are ready. Returns the exit status. */
+static int run_bench(const gemm_cli_opts *o, worker *ws, double *lat, double payload)
+{
+    const gemm_request *req = &ws[0].req;
+    int nt = o->concurrency, rep = o->repeat;
+    size_t total = (size_t)nt * (size_t)rep;
+    /* correctness first: one product, checked */
+    gemm_client_error err;
+    gemm_client *c = gemm_cli_client(o, &gemm_cli_bar, &err);
+    gemm_timing t;
+    int r = c ? gemm_client_multiply(c, req, &t, &err) : -1;
+    gemm_client_free(c);
+    char msg[256];
+    if (r != 0) return gemm_cli_interrupted ? GEMM_EXIT_INTERRUPTED : gemm_cli_fail(&err, "bench");
+    if (verify(req, req->c, msg, sizeof msg) != 0)
+        return gemm_cli_say(GEMM_EXIT_SERVER, "bench: wrong answer from the server (kernel %s): %s", t.kernel, msg);
+
+    pthread_barrier_t barrier;
+    if (pthread_barrier_init(&barrier, NULL, (unsigned)nt + 1) != 0)
+        return gemm_cli_say(GEMM_EXIT_IO, "bench: cannot make a barrier");
+    for (int i = 0; i < nt; i++) {
+        ws[i].start = &barrier;
+        if (pthread_create(&ws[i].tid, NULL, run_worker, &ws[i]) != 0) {
+            fprintf(stderr, "gemm: bench: cannot start thread %d of %d\n", i + 1, nt);
+            exit(GEMM_EXIT_IO); /* the others wait at the barrier for ever */
+        }
+    }
+    pthread_barrier_wait(&barrier);
+    double t0 = gemm_now_ms();
+    for (int i = 0; i < nt; i++) pthread_join(ws[i].tid, NULL);
+    double window_s = (gemm_now_ms() - t0) / 1000.0; /* from the end of the warm-up to the last answer */
+    pthread_barrier_destroy(&barrier);
+    if (gemm_cli_interrupted) return gemm_cli_say(GEMM_EXIT_INTERRUPTED, "bench interrupted");
+    for (int i = 0; i < nt; i++)
+        if (ws[i].failed) return gemm_cli_fail(&ws[i].err, "bench");
+    double sum_lat = 0, *srv = lat + total, *ker = srv + total;
+    for (size_t i = 0; i < total; i++) sum_lat += lat[i];
+    qsort(lat, total, sizeof *lat, cmp_double);
+    double flops = 2.0 * (double)req->m * (double)req->n * (double)req->k;
+    double med_srv = median_of(srv, total), med_ker = median_of(ker, total);
+    printf("gemm bench: %llux%llux%llu %s, kernel %s, %d thread%s x %d requests (+%d warm-up each), server %s\n",
+           (unsigned long long)req->m, (unsigned long long)req->k, (unsigned long long)req->n,
+           gemm_dtype_name(req->dtype), req->kernel ? req->kernel : "auto", nt, nt == 1 ? "" : "s", rep, o->warmup,
+           o->server);
+    printf("  latency ms     min %.3f  median %.3f  p99 %.3f  mean %.3f  max %.3f\n", lat[0],
+           pct(lat, total, 50), pct(lat, total, 99), sum_lat / (double)total, lat[total - 1]);
+    if (med_srv >= 0)
+        printf("  server ms      median total %.3f  median kernel %.3f  (client-side share of the median: %.3f)\n",
+               med_srv, med_ker, pct(lat, total, 50) - med_srv);
+    printf("  throughput     %.2f requests/s  %.2f GFLOP/s  %.1f MB/s payload (A+B+C = %.1f MB per request)\n",
+           (double)total / window_s, flops * (double)total / window_s / 1e9, payload * (double)total / window_s / 1e6,
+           payload / 1e6);
+    return GEMM_EXIT_OK;
+}
+
 int gemm_cli_bench(const gemm_cli_opts *o)
 {
     gemm_request req = GEMM_REQUEST_INIT;
@@ -159,76 +211,11 @@ int gemm_cli_bench(const gemm_cli_opts *o)
     }
     if (!A || !B || !ws || !lat || !ws[nt - 1].req.c) {
         rc = gemm_cli_say(GEMM_EXIT_IO, "out of memory for the matrices");
-        goto out;
+    } else {
+        fill_random(A, ab / gemm_dtype_size(req.dtype), req.dtype, 1);
+        fill_random(B, bb / gemm_dtype_size(req.dtype), req.dtype, 2);
+        rc = run_bench(o, ws, lat, (double)(ab + bb + cb));
     }
-    fill_random(A, ab / gemm_dtype_size(req.dtype), req.dtype, 1);
-    fill_random(B, bb / gemm_dtype_size(req.dtype), req.dtype, 2);
-
-    /* correctness first: one product, checked */
-    gemm_client_error err;
-    gemm_client *c = gemm_cli_client(o, &ws[0].bar, &err);
-    if (!c) {
-        rc = gemm_cli_fail(&err, "bench");
-        goto out;
-    }
-    gemm_timing t;
-    int r = gemm_client_multiply(c, &ws[0].req, &t, &err);
-    gemm_client_free(c);
-    char msg[256];
-    if (r != 0) {
-        rc = gemm_cli_interrupted ? GEMM_EXIT_INTERRUPTED : gemm_cli_fail(&err, "bench");
-        goto out;
-    }
-    if (verify(&ws[0].req, ws[0].req.c, msg, sizeof msg) != 0) {
-        rc = gemm_cli_say(GEMM_EXIT_SERVER, "bench: wrong answer from the server (kernel %s): %s", t.kernel, msg);
-        goto out;
-    }
-
-    pthread_barrier_t barrier;
-    if (pthread_barrier_init(&barrier, NULL, (unsigned)nt + 1) != 0) {
-        rc = gemm_cli_say(GEMM_EXIT_IO, "bench: cannot make a barrier");
-        goto out;
-    }
-    for (int i = 0; i < nt; i++) {
-        ws[i].start = &barrier;
-        if (pthread_create(&ws[i].tid, NULL, run_worker, &ws[i]) != 0) {
-            fprintf(stderr, "gemm: bench: cannot start thread %d of %d\n", i + 1, nt);
-            exit(GEMM_EXIT_IO); /* the others wait at the barrier for ever */
-        }
-    }
-    pthread_barrier_wait(&barrier);
-    double t0 = gemm_now_ms();
-    for (int i = 0; i < nt; i++) pthread_join(ws[i].tid, NULL);
-    double window_s = (gemm_now_ms() - t0) / 1000.0; /* from the end of the warm-up to the last answer */
-    pthread_barrier_destroy(&barrier);
-    if (gemm_cli_interrupted) {
-        rc = gemm_cli_say(GEMM_EXIT_INTERRUPTED, "bench interrupted");
-        goto out;
-    }
-    for (int i = 0; i < nt; i++)
-        if (ws[i].failed) {
-            rc = gemm_cli_fail(&ws[i].err, "bench");
-            goto out;
-        }
-    double sum_lat = 0;
-    for (size_t i = 0; i < total; i++) sum_lat += lat[i];
-    qsort(lat, total, sizeof *lat, cmp_double);
-    double flops = 2.0 * (double)req.m * (double)req.n * (double)req.k;
-    double payload = (double)(ab + bb + cb);
-    double med_srv = median_of(srv, total), med_ker = median_of(ker, total);
-    printf("gemm bench: %llux%llux%llu %s, kernel %s, %d thread%s x %d requests (+%d warm-up each), server %s\n",
-           (unsigned long long)req.m, (unsigned long long)req.k, (unsigned long long)req.n,
-           gemm_dtype_name(req.dtype), req.kernel ? req.kernel : "auto", nt, nt == 1 ? "" : "s", rep, o->warmup,
-           o->server);
-    printf("  latency ms     min %.3f  median %.3f  p99 %.3f  mean %.3f  max %.3f\n", lat[0],
-           pct(lat, total, 50), pct(lat, total, 99), sum_lat / (double)total, lat[total - 1]);
-    if (med_srv >= 0)
-        printf("  server ms      median total %.3f  median kernel %.3f  (client-side share of the median: %.3f)\n",
-               med_srv, med_ker, pct(lat, total, 50) - med_srv);
-    printf("  throughput     %.2f requests/s  %.2f GFLOP/s  %.1f MB/s payload (A+B+C = %.1f MB per request)\n",
-           (double)total / window_s, flops * (double)total / window_s / 1e9, payload * (double)total / window_s / 1e6,
-           payload / 1e6);
-out:
     for (int i = 0; ws && i < nt; i++) free(ws[i].req.c);
     free(ws);
     free(lat);

@@ -102,13 +102,11 @@ typedef struct {
     gemm_cli_format fmt;
     gemm_dtype dtype;
     uint64_t rows, cols;
-    uint64_t batch;        /* C is batch rows x cols matrices (0: one matrix) */
     char *path, *tmp_path; /* written to tmp_path (same folder), renamed on commit */
     int fd;
-    void *map;
-    size_t map_len;
-    void *data;            /* where C goes: inside the mapping, or owned */
-    void *owned;
+    void *map, *owned;     /* the file mapped (.npy, raw), or memory (text, standard output) */
+    size_t len;            /* their bytes: the .npy header, then C */
+    void *data;            /* where C goes, inside them */
     int to_stdout;
 } gemm_cli_output;
 

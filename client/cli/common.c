@@ -56,7 +56,6 @@ int gemm_cli_out_half(gemm_dtype out_dtype, gemm_request *r)
 {
     gemm_dtype cd;
     gemm_err oe;
-    if (out_dtype == GEMM_DTYPE_INVALID) return 0;
     if (gemm_out_dtype_resolve(r->dtype, out_dtype, &cd, &oe) != 0)
         return gemm_cli_say(GEMM_EXIT_USAGE, "--out-dtype: %s", oe.message);
     r->out_half = gemm_dtype_is_half(r->dtype) && cd == r->dtype;
@@ -72,12 +71,11 @@ static void on_sigint(int sig)
 {
     (void)sig;
     gemm_cli_interrupted = 1;
-    signal(SIGINT, SIG_DFL);
 }
 
 void gemm_cli_install_sigint(void)
 {
-    struct sigaction sa = {.sa_handler = on_sigint}; /* no SA_RESTART: blocking calls return EINTR */
+    struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESETHAND}; /* once; no SA_RESTART: EINTR */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
 }

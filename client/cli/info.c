@@ -40,7 +40,7 @@ static void print_scalar(FILE *f, const cJSON *v, const char *key)
         fputs("-", f);
     } else if (cJSON_IsNumber(v)) {
         double d = v->valuedouble;
-        if (d == (double)(long long)d && d > -9.0e15 && d < 9.0e15)
+        if (d > -9.0e15 && d < 9.0e15 && d == (double)(long long)d) /* in range before the cast */
             fprintf(f, "%lld", (long long)d);
         else
             fprintf(f, "%.6g", d);
@@ -86,21 +86,18 @@ static void print_members(FILE *f, const cJSON *obj, int indent, int first_inden
     }
 }
 
+/* An object or an array (print_rest prints scalars itself). */
 static void print_value(FILE *f, const cJSON *v, int indent)
 {
     const cJSON *e;
     if (cJSON_IsObject(v)) {
         print_members(f, v, indent, indent);
-    } else if (cJSON_IsArray(v)) {
-        cJSON_ArrayForEach(e, v) {
-            fprintf(f, "%*s- ", indent, "");
-            if (cJSON_IsObject(e) && e->child) print_members(f, e, indent + 2, 0);
-            else print_rest(f, e, NULL, "", indent + 2);
-        }
-    } else {
-        fprintf(f, "%*s", indent, "");
-        print_scalar(f, v, NULL);
-        fputc('\n', f);
+        return;
+    }
+    cJSON_ArrayForEach(e, v) {
+        fprintf(f, "%*s- ", indent, "");
+        if (cJSON_IsObject(e) && e->child) print_members(f, e, indent + 2, 0);
+        else print_rest(f, e, NULL, "", indent + 2);
     }
 }
 
@@ -112,27 +109,24 @@ int gemm_cli_info(const gemm_cli_opts *o)
     gemm_client *c = gemm_cli_client(o, &gemm_cli_bar, &err);
     if (!c) return gemm_cli_fail(&err, "info");
     char *body = NULL;
-    int status = 0;
-    int rc = GEMM_EXIT_OK;
-    if (gemm_client_get(c, "/v1/info", &body, &status, &err) != 0) {
+    int status = 0, rc = GEMM_EXIT_OK, got = gemm_client_get(c, "/v1/info", &body, &status, &err);
+    cJSON *j = body ? cJSON_Parse(body) : NULL;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "error"), "message");
+    if (got != 0) {
         rc = gemm_cli_fail(&err, "info");
     } else if (status < 200 || status >= 300) {
-        cJSON *j = cJSON_Parse(body);
-        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
         fprintf(stderr, "gemm: info: server error %d: %s\n", status, cJSON_IsString(m) ? m->valuestring : body);
-        cJSON_Delete(j);
         rc = GEMM_EXIT_SERVER;
     } else if (o->json) {
         size_t n = strlen(body);
         fputs(body, stdout);
         if (n == 0 || body[n - 1] != '\n') fputc('\n', stdout);
+    } else if (!cJSON_IsObject(j)) {
+        rc = gemm_cli_say(GEMM_EXIT_SERVER, "info: the server's answer is not a JSON object");
     } else {
-        cJSON *j = cJSON_Parse(body);
-        if (!cJSON_IsObject(j)) rc = gemm_cli_say(GEMM_EXIT_SERVER, "info: the server's answer is not a JSON object");
-        else print_value(stdout, j, 0);
-        cJSON_Delete(j);
+        print_value(stdout, j, 0);
     }
+    cJSON_Delete(j);
     free(body);
     gemm_client_free(c);
     if (fflush(stdout) != 0 && rc == GEMM_EXIT_OK) rc = GEMM_EXIT_IO;
@@ -153,8 +147,7 @@ int gemm_cli_health(const gemm_cli_opts *o)
         char *body = NULL;
         int status = 0;
         if (gemm_client_get(c, paths[i], &body, &status, &err) != 0) {
-            rc = gemm_cli_fail(&err, paths[i] + 1);
-            free(body);
+            rc = gemm_cli_fail(&err, paths[i] + 1); /* body is NULL */
             break;
         }
         size_t n = strlen(body);

@@ -3,6 +3,7 @@
  * live in their own files (see cli.h).
  */
 #include "cli.h"
+#include "options.h" /* gemm_parse_u64 */
 
 #include <errno.h>
 #include <getopt.h>
@@ -138,16 +139,6 @@ static int parse_seconds(const char *s, long *ms)
     return 0;
 }
 
-static int parse_int(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 /* ---------------------------------------------------------------- options */
 
 #define DIM_MSG "a dimension must be a whole number >= 1 (got \"%s\")"
@@ -203,14 +194,14 @@ enum { NOPTS = sizeof opts / sizeof opts[0], LONG_ONLY = 256 /* getopt's value o
 static int set_option(gemm_cli_opts *o, int row, const char *arg)
 {
     void *field = (char *)o + opts[row].off;
-    long v = 0;
+    uint64_t v = 0;
     switch (opts[row].kind) {
     case 's': *(const char **)field = arg; return 0;
     case 'f': *(int *)field = (int)opts[row].lo; return 0;
     case 't': return parse_seconds(arg, field) != 0 || *(long *)field < opts[row].lo ? -1 : 0;
     }
-    if (parse_int(arg, opts[row].lo, opts[row].hi, &v) != 0) return -1;
-    if (opts[row].kind == 'u') *(uint64_t *)field = (uint64_t)v;
+    if (gemm_parse_u64(arg, &v) != 0 || v < (uint64_t)opts[row].lo || v > (uint64_t)opts[row].hi) return -1;
+    if (opts[row].kind == 'u') *(uint64_t *)field = v;
     else *(int *)field = (int)v;
     return 0;
 }
@@ -258,14 +249,10 @@ int main(int argc, char **argv)
     command cmd = CMD_NONE;
     int rc = parse_args(argc, argv, &o, &cmd);
     if (rc >= 0) return rc;
-    if (cmd == CMD_HELP) {
-        command about = o.npos > 0 ? command_of(o.pos[0]) : CMD_NONE;
-        if (o.npos > 0 && about == CMD_NONE) return usage_error(CMD_NONE, "no command \"%s\"", o.pos[0]);
-        usage_of(about, stdout);
-        return GEMM_EXIT_OK;
-    }
-    if (o.help) {
-        usage_of(cmd, stdout);
+    if (cmd == CMD_HELP && o.npos > 0 && command_of(o.pos[0]) == CMD_NONE)
+        return usage_error(CMD_NONE, "no command \"%s\"", o.pos[0]);
+    if (cmd == CMD_HELP || o.help) { /* usage_of(CMD_HELP) is the general help */
+        usage_of(cmd == CMD_HELP && o.npos > 0 ? command_of(o.pos[0]) : cmd, stdout);
         return GEMM_EXIT_OK;
     }
     if (cmd == CMD_NONE) {

@@ -159,9 +159,8 @@ static int open_text(gemm_cli_input *m, const char *path, gemm_dtype dtype, char
                            : fail(msg, cap, "%s: %s", path, te.message);
     m->dtype = dtype;
     m->data = m->owned = data;
-    munmap(m->map, m->map_len); /* the text is no longer needed */
+    munmap(m->map, m->map_len); /* the text is no longer needed (map_len is read only with a map) */
     m->map = NULL;
-    m->map_len = 0;
     return 0;
 }
 
@@ -187,16 +186,6 @@ void gemm_cli_input_close(gemm_cli_input *m)
 
 /* ---------------------------------------------------------------- outputs */
 
-/* Bytes of o's C: batch matrices (or one); 0 on overflow. */
-static size_t output_bytes(const gemm_cli_output *o)
-{
-    size_t bytes = 0;
-    return gemm_matrix_bytes(o->rows, o->cols, o->dtype, &bytes) &&
-                   (!o->batch || gemm_mul_size(bytes, (size_t)o->batch, &bytes))
-               ? bytes
-               : 0;
-}
-
 /* Creates the hidden temporary file of o beside o->path (".C.npy.partXXXXXX") with the usual
  * mode (mkstemp makes it 0600). 0, or -1 with msg. */
 static int open_tmp(gemm_cli_output *o, char *msg, size_t cap)
@@ -216,51 +205,49 @@ static int open_tmp(gemm_cli_output *o, char *msg, size_t cap)
     return 0;
 }
 
-/* The file of a mapped output (.npy or raw) at its final size, mapped; C's place in it. */
-static int map_output(gemm_cli_output *o, size_t bytes, char *msg, size_t cap)
+/* The file of a mapped output (.npy or raw) at its final size, o->len, mapped. */
+static int map_output(gemm_cli_output *o, char *msg, size_t cap)
 {
-    unsigned char hdr[256];
-    size_t hlen = 0;
     if (open_tmp(o, msg, cap) != 0) return -1;
-    if (o->fmt == GEMM_FMT_NPY &&
-        (hlen = gemm_npy_write_header3(hdr, sizeof hdr, o->dtype, o->batch, o->rows, o->cols)) == 0)
-        return fail(msg, cap, "%s: cannot write the .npy header", o->path);
-    if (!gemm_add_size(hlen, bytes, &o->map_len)) return fail(msg, cap, "C is too large");
-    int e = posix_fallocate(o->fd, 0, (off_t)o->map_len);
+    int e = posix_fallocate(o->fd, 0, (off_t)o->len);
     if (e != 0 && e != EOPNOTSUPP && e != EINVAL)
-        return fail(msg, cap, "%s: cannot make room for %zu bytes: %s", o->path, o->map_len, strerror(e));
-    if (ftruncate(o->fd, (off_t)o->map_len) != 0) return fail(msg, cap, "%s: %s", o->path, strerror(errno));
-    o->map = mmap(NULL, o->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, o->fd, 0);
+        return fail(msg, cap, "%s: cannot make room for %zu bytes: %s", o->path, o->len, strerror(e));
+    if (ftruncate(o->fd, (off_t)o->len) != 0) return fail(msg, cap, "%s: %s", o->path, strerror(errno));
+    o->map = mmap(NULL, o->len, PROT_READ | PROT_WRITE, MAP_SHARED, o->fd, 0);
     if (o->map == MAP_FAILED) {
         o->map = NULL;
         return fail(msg, cap, "%s: mmap: %s", o->path, strerror(errno));
     }
-    memcpy(o->map, hdr, hlen);
-    o->data = (unsigned char *)o->map + hlen;
     return 0;
 }
 
 int gemm_cli_output_create(gemm_cli_output *o, const char *path, gemm_cli_format fmt, gemm_dtype dtype,
                            uint64_t batch, uint64_t rows, uint64_t cols, char *msg, size_t cap)
 {
-    *o = (gemm_cli_output){.fmt = fmt, .dtype = dtype, .rows = rows, .cols = cols, .batch = batch, .fd = -1};
+    *o = (gemm_cli_output){.fmt = fmt, .dtype = dtype, .rows = rows, .cols = cols, .fd = -1};
     int mapped = fmt == GEMM_FMT_NPY || fmt == GEMM_FMT_RAW;
     if (batch && !mapped)
         return fail(msg, cap, "%s: a batch of %llu products is written as .npy (3-D) or raw binary, not text", path,
                     (unsigned long long)batch);
-    size_t bytes = output_bytes(o);
-    if (bytes == 0)
+    unsigned char hdr[256];
+    size_t bytes, hlen = 0;
+    if (!gemm_matrix_bytes(rows, cols, dtype, &bytes) || (batch && !gemm_mul_size(bytes, (size_t)batch, &bytes)))
         return fail(msg, cap, "C (%llux%llu) is too large", (unsigned long long)rows, (unsigned long long)cols);
+    if (fmt == GEMM_FMT_NPY && (hlen = gemm_npy_write_header3(hdr, sizeof hdr, dtype, batch, rows, cols)) == 0)
+        return fail(msg, cap, "%s: cannot write the .npy header", path);
+    if (!gemm_add_size(hlen, bytes, &o->len)) return fail(msg, cap, "C is too large");
     o->to_stdout = strcmp(path, "-") == 0;
     if (!o->to_stdout && !(o->path = strdup(path))) return fail(msg, cap, "out of memory");
-    int rc = 0;
-    if (o->to_stdout || !mapped) { /* text, or standard output: C lands in memory, written out on commit */
-        if (!(o->data = o->owned = malloc(bytes))) rc = fail(msg, cap, "out of memory for C (%zu bytes)", bytes);
-    } else {
-        rc = map_output(o, bytes, msg, cap);
+    int in_memory = o->to_stdout || !mapped; /* text, or standard output: C is written out on commit */
+    if (in_memory ? !(o->owned = malloc(o->len)) : map_output(o, msg, cap) != 0) {
+        if (in_memory) fail(msg, cap, "out of memory for C (%zu bytes)", bytes);
+        gemm_cli_output_abort(o);
+        return -1;
     }
-    if (rc != 0) gemm_cli_output_abort(o);
-    return rc;
+    unsigned char *start = o->owned ? o->owned : o->map;
+    memcpy(start, hdr, hlen);
+    o->data = start + hlen;
+    return 0;
 }
 
 static int write_all(int fd, const void *p, size_t n)
@@ -289,18 +276,9 @@ static int write_text(gemm_cli_output *o, FILE *f, const char *name, char *msg, 
 
 int gemm_cli_output_commit(gemm_cli_output *o, char *msg, size_t cap)
 {
-    size_t bytes = output_bytes(o);
     if (o->to_stdout && delim_of(o->fmt)) return write_text(o, stdout, "standard output", msg, cap);
-    if (o->to_stdout) { /* C is freed by gemm_cli_output_abort, as every output's memory */
-        unsigned char hdr[256];
-        size_t hlen = o->fmt == GEMM_FMT_NPY
-                          ? gemm_npy_write_header3(hdr, sizeof hdr, o->dtype, o->batch, o->rows, o->cols)
-                          : 0;
-        return (o->fmt == GEMM_FMT_NPY && hlen == 0) || write_all(1, hdr, hlen) != 0 ||
-                       write_all(1, o->data, bytes) != 0
-                   ? fail(msg, cap, "standard output: %s", strerror(errno))
-                   : 0;
-    }
+    if (o->to_stdout) /* the header and C; freed by gemm_cli_output_abort, as every output's memory */
+        return write_all(1, o->owned, o->len) != 0 ? fail(msg, cap, "standard output: %s", strerror(errno)) : 0;
     if (!o->map) { /* text output: written through a temporary file too */
         if (open_tmp(o, msg, cap) != 0) return -1;
         FILE *f = fdopen(o->fd, "w");
@@ -310,7 +288,7 @@ int gemm_cli_output_commit(gemm_cli_output *o, char *msg, size_t cap)
         if (write_text(o, f, o->path, msg, cap) != 0) return -1;
     } else {
         int fd = o->fd;
-        if (munmap(o->map, o->map_len) != 0) return fail(msg, cap, "%s: munmap: %s", o->path, strerror(errno));
+        if (munmap(o->map, o->len) != 0) return fail(msg, cap, "%s: munmap: %s", o->path, strerror(errno));
         o->map = NULL;
         o->fd = -1;
         if (close(fd) != 0) return fail(msg, cap, "%s: %s", o->path, strerror(errno));
@@ -324,7 +302,7 @@ int gemm_cli_output_commit(gemm_cli_output *o, char *msg, size_t cap)
 
 void gemm_cli_output_abort(gemm_cli_output *o)
 {
-    if (o->map) munmap(o->map, o->map_len);
+    if (o->map) munmap(o->map, o->len);
     if (o->fd >= 0) close(o->fd);
     if (o->tmp_path) unlink(o->tmp_path);
     free(o->tmp_path);

@@ -48,10 +48,8 @@ static void cancel_job(const gemm_cli_opts *o, const char *id)
     gemm_cli_opts o2 = *o;
     o2.retries = 0;
     if (o2.timeout_ms == 0 || o2.timeout_ms > 5000) o2.timeout_ms = 5000;
-    gemm_client_error err;
-    gemm_client *c = gemm_cli_client(&o2, NULL, &err);
-    if (!c) return;
-    if (gemm_client_job_delete(c, id, &err) == 0) fprintf(stderr, "gemm: job %s cancelled\n", id);
+    gemm_client *c = gemm_cli_client(&o2, NULL, NULL); /* best effort; job_delete refuses a NULL c */
+    if (gemm_client_job_delete(c, id, NULL) == 0) fprintf(stderr, "gemm: job %s cancelled\n", id);
     gemm_client_free(c);
 }
 
@@ -81,8 +79,7 @@ static int run_async(const gemm_cli_opts *o, gemm_client *c, const gemm_request 
     }
     t->client_total_ms = gemm_now_ms() - t0;
     t->client_transfer_ms = t->total_ms >= 0 ? t->client_total_ms - t->total_ms : -1;
-    gemm_client_error derr;
-    gemm_client_job_delete(c, id, &derr); /* the result is ours now: let the server forget it */
+    gemm_client_job_delete(c, id, NULL); /* the result is ours now: let the server forget it */
     return 0;
 }
 
@@ -168,12 +165,9 @@ int gemm_cli_multiply(const gemm_cli_opts *o)
     gemm_client_error err;
     gemm_cli_bar.enabled = o->progress > 0 || (o->progress < 0 && isatty(2));
     gemm_client *cl = gemm_cli_client(o, &gemm_cli_bar, &err);
-    if (!cl) {
-        rc = gemm_cli_fail(&err, "multiply");
-        goto out;
-    }
     gemm_timing t;
-    int r = A.batch   ? gemm_client_multiply_batch(cl, &req, A.batch, B.batch == 0, &t, &err)
+    int r = !cl       ? -1 /* err says why */
+            : A.batch  ? gemm_client_multiply_batch(cl, &req, A.batch, B.batch == 0, &t, &err)
             : o->async ? run_async(o, cl, &req, &t, &err)
                        : gemm_client_multiply_streams(cl, &req, o->streams, &t, &err);
     gemm_client_free(cl);

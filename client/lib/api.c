@@ -139,9 +139,8 @@ int gemm_client_job_submit(gemm_client *c, const gemm_request *r, char *id, size
 /* The fields of a job's status into *info. 0, or -1 when it is not one. */
 static int read_status(const cJSON *j, const char *id, gemm_job_info *info, gemm_client_error *err)
 {
-    memset(info, 0, sizeof *info);
+    *info = (gemm_job_info){.dtype = GEMM_DTYPE_INVALID};
     snprintf(info->id, sizeof info->id, "%s", id);
-    info->dtype = GEMM_DTYPE_INVALID;
     gemm_timing *t = &info->timing;
     gemm_timing_unset(t);
     if (!cJSON_IsObject(j))
@@ -253,10 +252,10 @@ int gemm_client_get(gemm_client *c, const char *path, char **body, int *status, 
     if (rc == 0) {
         if (status) *status = x.status;
         err->http_status = x.status;
-        *body = x.text ? x.text : calloc(1, 1);
-        x.text = NULL;
+        *body = x.text.data ? x.text.data : calloc(1, 1);
+        x.text.data = NULL;
         if (!*body) rc = gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory");
     }
-    free(x.text);
+    gemm_buf_free(&x.text);
     return rc;
 }

@@ -6,6 +6,7 @@
 #include <curl/curl.h>
 
 #include "gemm.h"
+#include "json_codec.h" /* gemm_buf */
 
 struct gemm_client {
     CURL *curl;
@@ -45,9 +46,8 @@ typedef struct {
         uint64_t content_length;
     } h;                           /* the headers of the last status line */
     size_t got;                    /* bytes written into dst */
-    char *text;                    /* other bodies, NUL-terminated (malloc'ed: free it) */
-    size_t text_len, text_cap;
-    int header_checked, protocol_error, nomem;
+    gemm_buf text;                 /* other bodies (gemm_buf_free it) */
+    int header_checked, protocol_error;
     char protocol_msg[256];
 } gemm_xfer;
 

@@ -104,12 +104,8 @@ void gemm_client_free(gemm_client *c)
     if (c->curl) curl_easy_cleanup(c->curl);
     free(c->base);
     free(c->ca_file);
-    if (c->auth_header) {
-        /* the token is a secret: do not leave it in freed memory */
-        volatile char *p = c->auth_header;
-        while (*p) *p++ = 0;
-        free(c->auth_header);
-    }
+    if (c->auth_header) explicit_bzero(c->auth_header, strlen(c->auth_header)); /* a secret: not left in freed memory */
+    free(c->auth_header);
     free(c);
 }
 
@@ -125,11 +121,10 @@ static void reset_head(gemm_xfer *x)
 static void reset_answer(gemm_xfer *x)
 {
     x->upart = x->status = 0;
-    x->uoff = x->got = x->text_len = 0;
+    x->uoff = x->got = x->text.len = 0;
     reset_head(x);
-    if (x->text) x->text[0] = '\0';
-    x->header_checked = x->protocol_error = x->nomem = 0;
-    x->protocol_msg[0] = '\0';
+    if (x->text.data) x->text.data[0] = '\0';
+    x->header_checked = x->protocol_error = 0; /* protocol_msg is read only when protocol_error is set */
 }
 
 static size_t read_cb(char *buf, size_t size, size_t nitems, void *ud)
@@ -157,26 +152,20 @@ static int seek_cb(void *ud, curl_off_t offset, int origin)
     gemm_xfer *x = ud;
     if (origin != SEEK_SET || offset < 0) return CURL_SEEKFUNC_CANTSEEK;
     size_t off = (size_t)offset;
-    if (off <= x->part_len[0]) {
-        x->upart = 0;
-        x->uoff = off;
-    } else if (off - x->part_len[0] <= x->part_len[1]) {
-        x->upart = 1;
-        x->uoff = off - x->part_len[0];
-    } else {
-        return CURL_SEEKFUNC_FAIL;
-    }
-    return CURL_SEEKFUNC_OK;
+    for (int i = 0; i < 2; off -= x->part_len[i++])
+        if (off <= x->part_len[i]) {
+            x->upart = i;
+            x->uoff = off;
+            return CURL_SEEKFUNC_OK;
+        }
+    return CURL_SEEKFUNC_FAIL;
 }
 
 static void copy_value(char *dst, size_t cap, const char *v, size_t len)
 {
-    while (len > 0 && (v[len - 1] == '\r' || v[len - 1] == '\n' || v[len - 1] == ' ' || v[len - 1] == '\t'))
-        len--;
+    while (len > 0 && memchr("\r\n \t", v[len - 1], 4)) len--;
     while (len > 0 && (*v == ' ' || *v == '\t')) v++, len--;
-    if (len >= cap) len = cap - 1;
-    memcpy(dst, v, len);
-    dst[len] = '\0';
+    snprintf(dst, cap, "%.*s", (int)len, v);
 }
 
 static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud)
@@ -184,7 +173,6 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud)
     gemm_xfer *x = ud;
     size_t len = size * nitems;
     if (len >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
-        /* a new status line (after "100 Continue" or a retry): forget earlier headers */
         const char *sp = memchr(buf, ' ', len);
         x->status = sp ? atoi(sp + 1) : 0;
         reset_head(x);
@@ -278,26 +266,9 @@ static size_t write_cb(char *buf, size_t size, size_t nitems, void *ud)
         return len;
     }
     size_t limit = x->text_limit ? x->text_limit : 1u << 20;
-    if (x->text_len + len + 1 > x->text_cap) {
-        if (x->text_len + len + 1 > limit) {
-            size_t room = limit > x->text_len + 1 ? limit - x->text_len - 1 : 0;
-            len = len < room ? len : room; /* keep what fits, drop the rest */
-            if (len == 0) return size * nitems;
-        }
-        size_t cap = x->text_cap ? x->text_cap : 4096;
-        while (cap < x->text_len + len + 1) cap *= 2;
-        char *p = realloc(x->text, cap);
-        if (!p) {
-            x->nomem = 1;
-            return 0;
-        }
-        x->text = p;
-        x->text_cap = cap;
-    }
-    memcpy(x->text + x->text_len, buf, len);
-    x->text_len += len;
-    x->text[x->text_len] = '\0';
-    return size * nitems;
+    size_t room = limit > x->text.len + 1 ? limit - x->text.len - 1 : 0;
+    gemm_buf_append(&x->text, buf, len < room ? len : room); /* keep what fits, drop the rest */
+    return x->text.failed ? 0 : size * nitems;
 }
 
 static int xferinfo_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
@@ -338,25 +309,16 @@ static int setup(gemm_xfer *x, struct curl_slist **hdrs, char *url, size_t urlca
 #define ADD(s) do { t = curl_slist_append(l, s); if (!t) goto nomem; l = t; } while (0)
     ADD(x->dst ? "Accept: application/octet-stream" : "Accept: application/json, */*;q=0.5");
     if (c->auth_header) ADD(c->auth_header);
-    switch (x->method) {
-    case GEMM_HTTP_GET:
-        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-        break;
-    case GEMM_HTTP_DELETE:
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
-        break;
-    case GEMM_HTTP_POST:
-    case GEMM_HTTP_PUT:
+    if (x->method == GEMM_HTTP_DELETE || x->method == GEMM_HTTP_PUT) /* else GET, after the reset, or POST */
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, x->method == GEMM_HTTP_PUT ? "PUT" : "DELETE");
+    if (x->method == GEMM_HTTP_POST || x->method == GEMM_HTTP_PUT) { /* the body from x's parts */
         ADD("Content-Type: application/octet-stream");
         curl_easy_setopt(h, CURLOPT_POST, 1L);
-        if (x->method == GEMM_HTTP_PUT) curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
-                         (curl_off_t)(x->part_len[0] + x->part_len[1]));
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(x->part_len[0] + x->part_len[1]));
         curl_easy_setopt(h, CURLOPT_READFUNCTION, read_cb);
         curl_easy_setopt(h, CURLOPT_READDATA, x);
         curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, seek_cb);
         curl_easy_setopt(h, CURLOPT_SEEKDATA, x);
-        break;
     }
 #undef ADD
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, l);
@@ -407,7 +369,7 @@ static int transport_error(gemm_xfer *x, CURLcode rc, gemm_client_error *err)
     if (x->protocol_error)
         return gemm_client_err(err, GEMM_CLIENT_E_PROTOCOL, "bad_response", "%s (%s%s)",
                                x->protocol_msg, c->base, x->path_query);
-    if (x->nomem)
+    if (x->text.failed)
         return gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory reading the answer");
     switch (rc) {
     case CURLE_OPERATION_TIMEDOUT:
@@ -441,13 +403,11 @@ int gemm_xfer_run(gemm_xfer *x, gemm_timing *t, gemm_client_error *err)
         curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, NULL);
         if (t) fill_timing(x, t, retries);
         err->retries = retries;
-        if (rc != CURLE_OK) {
-            /* A server that answers 503 before reading the body may close the connection
-             * while we still send: curl then reports a send error although a complete
-             * answer arrived. Treat that as the 503 it is. */
-            if (!(x->status == 503 && (rc == CURLE_SEND_ERROR || rc == CURLE_RECV_ERROR)))
-                return transport_error(x, rc, err);
-        }
+        /* A server that answers 503 before reading the body may close the connection while we
+         * still send: curl then reports a send error although a complete answer arrived. Treat
+         * that as the 503 it is. */
+        if (rc != CURLE_OK && !(x->status == 503 && (rc == CURLE_SEND_ERROR || rc == CURLE_RECV_ERROR)))
+            return transport_error(x, rc, err);
         if (x->dst && is_success(x->status) && x->got != x->dst_len) {
             err->http_status = x->status;
             return gemm_client_err(err, GEMM_CLIENT_E_PROTOCOL, "bad_response",
@@ -477,17 +437,17 @@ static int server_error(const gemm_xfer *x, gemm_client_error *err)
     err->curl_code = 0;
     snprintf(err->code, sizeof err->code, "http_%d", x->status);
     snprintf(err->message, sizeof err->message, "HTTP %d from %s%s", x->status, x->cl->base, x->path_query);
-    cJSON *j = x->text ? cJSON_ParseWithLength(x->text, x->text_len) : NULL;
+    cJSON *j = x->text.data ? cJSON_ParseWithLength(x->text.data, x->text.len) : NULL;
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
     const cJSON *code = cJSON_GetObjectItemCaseSensitive(e, "code");
     const cJSON *msg = cJSON_GetObjectItemCaseSensitive(e, "message");
     if (cJSON_IsString(code)) snprintf(err->code, sizeof err->code, "%s", code->valuestring);
     if (cJSON_IsString(msg)) {
         snprintf(err->message, sizeof err->message, "%s", msg->valuestring);
-    } else if (x->text && x->text_len > 0) { /* not our JSON (a proxy?): the start of what came */
+    } else if (x->text.len > 0) { /* not our JSON (a proxy?): the start of what came */
         char shown[208];
         snprintf(err->message, sizeof err->message, "HTTP %d: %s", x->status,
-                 gemm_shown(x->text, x->text_len, shown, sizeof shown));
+                 gemm_shown(x->text.data, x->text.len, shown, sizeof shown));
     }
     cJSON_Delete(j);
     return -1;
@@ -498,8 +458,7 @@ int gemm_xfer_call(gemm_xfer *x, cJSON **json, gemm_timing *t, gemm_client_error
     int rc = gemm_xfer_run(x, t, err);
     if (rc == 0 && !is_success(x->status)) rc = server_error(x, err);
     if (rc == 0) err->http_status = x->status;
-    if (rc == 0 && json) *json = x->text ? cJSON_ParseWithLength(x->text, x->text_len) : NULL;
-    free(x->text);
-    x->text = NULL;
+    if (rc == 0 && json) *json = x->text.data ? cJSON_ParseWithLength(x->text.data, x->text.len) : NULL;
+    gemm_buf_free(&x->text);
     return rc;
 }

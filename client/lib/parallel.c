@@ -29,6 +29,8 @@ int gemm_client_auto_streams(const gemm_request *r)
 /* What the panels share with the caller's thread, whose progress callback alone may ask them
  * to stop (the panels' own callback counts bytes and reports the stop). */
 typedef struct {
+    uint64_t whole_m; /* the rows of the whole product (panel_of: chosen as for it) */
+    const char *b_id; /* B, resident */
     _Atomic int stop;
     _Atomic int finished;
     /* the barrier between B's shares and A's panels: each panel arrives once its share of
@@ -44,8 +46,6 @@ typedef struct {
     _Atomic unsigned long long up, down; /* its progress */
     unsigned long long up_base; /* bytes of this panel's earlier requests (its share of B) */
     gemm_request r;   /* this panel: m rows of A and C */
-    uint64_t whole_m; /* the rows of the whole product (panel_of: chosen as for it) */
-    const char *b_id;
     uint64_t b_row0, b_rows; /* this panel's share of B to PUT first (0 rows: B is in) */
     int stopped;             /* it stopped because another one failed */
     gemm_timing t;
@@ -79,12 +79,12 @@ static void prefault(void *p, size_t len)
 #endif
 }
 
-/* PUT rows [b_row0, b_row0 + b_rows) of B into the empty resident matrix b_id. */
+/* PUT rows [b_row0, b_row0 + b_rows) of B into the empty resident matrix. */
 static int put_b_share(panel *p)
 {
     char pq[200];
     size_t row_bytes = 0;
-    snprintf(pq, sizeof pq, "/v1/matrices/%s?row=%llu", p->b_id, (unsigned long long)p->b_row0);
+    snprintf(pq, sizeof pq, "/v1/matrices/%s?row=%llu", p->sh->b_id, (unsigned long long)p->b_row0);
     gemm_matrix_bytes(1, p->r.n, p->r.dtype, &row_bytes);
     gemm_xfer x = {.cl = p->cl, .method = GEMM_HTTP_PUT, .path_query = pq,
                    .part = {(const unsigned char *)p->r.b + p->b_row0 * row_bytes},
@@ -127,7 +127,6 @@ static void *run_panel(void *arg)
     char pq[400];
     size_t c_bytes = 0;
     gemm_matrix_bytes(p->r.m, p->r.n, gemm_request_c_dtype(&p->r), &c_bytes);
-    memset(&p->err, 0, sizeof p->err);
     int stop = 0;
     if (p->b_rows && put_b_share(p) != 0) {
         p->rc = stop = -1;
@@ -140,7 +139,7 @@ static void *run_panel(void *arg)
     } else {
         /* panel_of: the server runs the algorithm of the whole product on these rows, so that
          * they come out as in one request (a server that predates it ignores it) */
-        snprintf(pq + strlen(pq), 136, "&b=%s&panel_of=%llu", p->b_id, (unsigned long long)p->whole_m);
+        snprintf(pq + strlen(pq), 136, "&b=%s&panel_of=%llu", p->sh->b_id, (unsigned long long)p->sh->whole_m);
         gemm_xfer x = {.cl = p->cl, .method = GEMM_HTTP_POST, .path_query = pq, .part = {p->r.a},
                        .dst = p->r.c, .dst_len = c_bytes, .exp_m = p->r.m, .exp_n = p->r.n};
         gemm_matrix_bytes(p->r.m, p->r.k, p->r.dtype, &x.part_len[0]);
@@ -246,7 +245,8 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
         parts = 0;
         if (upload_b(c, r, 0, id, sizeof id, err) != 0) return -1;
     }
-    shared_state sh = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .expected = -1};
+    shared_state sh = {.whole_m = r->m, .b_id = id, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
+                       .expected = -1};
     panel p[MAX_STREAMS];
     pthread_t th[MAX_STREAMS];
     memset(p, 0, sizeof p);
@@ -255,10 +255,8 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
     for (int i = 0; i < n && rc == 0; row += p[i++].r.m) {
         p[i].r = *r;
         p[i].r.m = r->m / (uint64_t)n + ((uint64_t)i < r->m % (uint64_t)n ? 1 : 0);
-        p[i].whole_m = r->m;
         p[i].r.a = (const char *)r->a + row * r->k * es;
         p[i].r.c = (char *)r->c + row * r->n * esc;
-        p[i].b_id = id;
         if (parts) { /* B's rows shared out the same way */
             p[i].b_rows = r->k / (uint64_t)n + ((uint64_t)i < r->k % (uint64_t)n ? 1 : 0);
             p[i].b_row0 = i ? p[i - 1].b_row0 + p[i - 1].b_rows : 0;
@@ -267,12 +265,9 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
         gemm_client_options o = c->o; /* a handle of its own (its own connection), same settings */
         o.progress = panel_progress_cb;
         o.progress_ctx = &p[i];
-        gemm_client_error e;
-        if (!(p[i].cl = gemm_client_new(c->base, &o, &e)))
+        if (!(p[i].cl = gemm_client_new(c->base, &o, NULL)))
             rc = gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "out_of_memory", "out of memory for a connection");
-    }
-    while (rc == 0 && nstarted < n) {
-        if (pthread_create(&th[nstarted], NULL, run_panel, &p[nstarted]) != 0)
+        else if (pthread_create(&th[i], NULL, run_panel, &p[i]) != 0)
             rc = gemm_client_err(err, GEMM_CLIENT_E_NOMEM, "thread", "cannot start a transfer thread");
         else
             nstarted++;
@@ -289,8 +284,7 @@ int gemm_client_multiply_streams(gemm_client *c, const gemm_request *r, int stre
             }
     if (rc == 0 && t) {
         *t = p[0].t;
-        t->bytes_sent = t->bytes_received = 0;
-        for (int i = 0; i < n; i++) {
+        for (int i = 1; i < n; i++) {
             t->bytes_sent += p[i].t.bytes_sent;
             t->bytes_received += p[i].t.bytes_received;
             if (p[i].t.kernel_ms > t->kernel_ms) t->kernel_ms = p[i].t.kernel_ms;

@@ -79,33 +79,19 @@ void gemm_timing_unset(gemm_timing *t)
 int gemm_client_parse_server_timing(const char *s, gemm_timing *t)
 {
     int found = 0;
-    if (!s) return 0;
-    const char *p = s;
-    while (*p) {
-        while (*p == ' ' || *p == '\t' || *p == ',') p++;
-        if (!*p) break;
-        const char *name = p;
-        while (*p && *p != ';' && *p != ',' && *p != ' ') p++;
-        size_t nlen = (size_t)(p - name);
+    for (const char *p = s; p && *p; p += strcspn(p, ",")) {
+        p += strspn(p, " \t,");
+        size_t nlen = strcspn(p, ";, "), len = strcspn(p, ","); /* the name; the entry, up to its ',' */
         double dur = -1;
-        /* parameters up to the next ',' */
-        while (*p && *p != ',') {
-            if (*p == ';') {
-                p++;
-                while (*p == ' ') p++;
-                if (strncasecmp(p, "dur=", 4) == 0) {
-                    char *end;
-                    errno = 0;
-                    double v = strtod(p + 4, &end);
-                    if (end != p + 4 && errno == 0 && v >= 0) dur = v;
-                    p = end > p + 4 ? end : p + 4;
-                }
-                continue; /* p is at the next character to look at (maybe the NUL) */
-            }
-            p++;
+        for (const char *q = memchr(p, ';', len); q; q = memchr(q, ';', (size_t)(p + len - q))) {
+            q += 1 + strspn(q + 1, " ");
+            char *end = NULL;
+            errno = 0;
+            double v = strncasecmp(q, "dur=", 4) == 0 ? strtod(q + 4, &end) : -1;
+            if (v >= 0 && end != q + 4 && errno == 0) dur = v;
         }
         for (int i = 0; dur >= 0 && i < GEMM_STAGES; i++)
-            if (nlen == strlen(gemm_stage_names[i]) && strncasecmp(name, gemm_stage_names[i], nlen) == 0) {
+            if (nlen == strlen(gemm_stage_names[i]) && strncasecmp(p, gemm_stage_names[i], nlen) == 0) {
                 *gemm_timing_stage(t, i) = dur;
                 found++;
             }
@@ -153,9 +139,8 @@ static int blank_or_comment(const char *s, size_t len)
 
 static char guess_delim(const char *s, size_t len)
 {
-    if (memchr(s, '\t', len)) return '\t';
-    if (memchr(s, ',', len)) return ',';
-    if (memchr(s, ';', len)) return ';';
+    for (const char *d = "\t,;"; *d; d++) /* in this order */
+        if (memchr(s, *d, len)) return *d;
     return ' ';
 }
 
@@ -167,14 +152,9 @@ static int parse_value(const char *s, gemm_dtype d, void *dst, size_t idx)
     if (d == GEMM_DTYPE_I32) {
         long long v = strtoll(s, &end, 10);
         if (end == s || errno) return -1;
-        while (*end == ' ' || *end == '\t') end++;
-        /* allow "3.0" style integers written by float formatters */
-        if (*end == '.') {
-            end++;
-            while (*end == '0') end++;
-            while (*end == ' ' || *end == '\t') end++;
-        }
-        if (*end) return -1;
+        end += strspn(end, " \t");
+        if (*end == '.') end += 1 + strspn(end + 1, "0"); /* "3.0": integers written by float formatters */
+        if (end[strspn(end, " \t")]) return -1;
         if (v < INT32_MIN || v > INT32_MAX) return -1;
         ((int32_t *)dst)[idx] = (int32_t)v;
         return 0;
@@ -182,8 +162,7 @@ static int parse_value(const char *s, gemm_dtype d, void *dst, size_t idx)
     double v = strtod(s, &end);
     if (end == s) return -1;
     if (errno == ERANGE && fabs(v) > 1.0) return -1; /* overflow; underflow to 0 is fine */
-    while (*end == ' ' || *end == '\t') end++;
-    if (*end) return -1;
+    if (end[strspn(end, " \t")]) return -1;
     if (d == GEMM_DTYPE_F32) {
         float f = (float)v;
         if (isfinite(v) && isinf(f)) return -1; /* rounds beyond FLT_MAX */
@@ -198,18 +177,6 @@ static int parse_value(const char *s, gemm_dtype d, void *dst, size_t idx)
     return 0;
 }
 
-/* *p holds at least need elements of es bytes (cap of them, doubling from first). 0 or -1. */
-static int grow(void **p, size_t *cap, size_t need, size_t es, size_t first)
-{
-    size_t nc = *cap ? *cap : first, bytes;
-    while (nc < need) nc *= 2;
-    void *q = nc == *cap ? *p : gemm_mul_size(nc, es, &bytes) ? realloc(*p, bytes) : NULL;
-    if (!q) return -1;
-    *p = q;
-    *cap = nc;
-    return 0;
-}
-
 int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype dtype,
                            uint64_t *rows, uint64_t *cols, void **data, gemm_text_error *e)
 {
@@ -218,8 +185,8 @@ int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype 
     if (es == 0) return text_err(e, 0, "unknown dtype");
     *data = NULL;
     uint64_t nrows = 0, ncols = 0;
-    size_t cap = 0, count = 0, line_cap = 0, pos = 0;
-    void *buf = NULL, *line_buf = NULL;
+    size_t count = 0, pos = 0;
+    gemm_buf vals = {0}, line_buf = {0}; /* the values; the line being read, NUL-terminated */
     int lineno = 0;
     while (pos < len) {
         const char *start = text + pos;
@@ -233,33 +200,25 @@ int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype 
             goto fail;
         }
         if (delim == 0) delim = guess_delim(start, llen);
-        if (grow(&line_buf, &line_cap, llen + 1, 1, 256) != 0) goto nomem;
-        char *line = line_buf;
-        memcpy(line, start, llen);
-        line[llen] = '\0';
+        line_buf.len = 0;
+        gemm_buf_append(&line_buf, start, llen);
+        if (line_buf.failed) goto nomem;
+        char *line = line_buf.data;
         for (size_t i = 0; i < llen; i++)
             if (line[i] == '\r') line[i] = ' ';
         uint64_t ncol = 0;
         char *p = line;
         for (;;) {
-            char *field = p;
-            char *sep;
-            if (delim == ' ') {
-                while (*field == ' ' || *field == '\t') field++;
-                if (!*field) break;
-                sep = field;
-                while (*sep && *sep != ' ' && *sep != '\t') sep++;
-            } else {
-                sep = strchr(field, delim);
-                if (!sep) sep = field + strlen(field);
-            }
+            char *field = delim == ' ' ? p + strspn(p, " \t") : p;
+            if (delim == ' ' && !*field) break;
+            char *sep = field + strcspn(field, delim == ' ' ? " \t" : (const char[]){delim, '\0'});
             int last = *sep == '\0';
             *sep = '\0';
-            if (grow(&buf, &cap, count + 1, es, 1024) != 0) goto nomem;
-            if (parse_value(field, dtype, buf, count) != 0) {
-                while (*field == ' ' || *field == '\t') field++;
+            gemm_buf_append(&vals, "\0\0\0\0\0\0\0", es); /* room for the value */
+            if (vals.failed) goto nomem;
+            if (parse_value(field, dtype, vals.data, count) != 0) {
                 text_err(e, lineno, "value %llu (\"%.40s\") is not a valid %s",
-                         (unsigned long long)ncol + 1, field, gemm_dtype_name(dtype));
+                         (unsigned long long)ncol + 1, field + strspn(field, " \t"), gemm_dtype_name(dtype));
                 goto fail;
             }
             count++;
@@ -276,20 +235,20 @@ int gemm_client_text_parse(const char *text, size_t len, char delim, gemm_dtype 
         }
         nrows++;
     }
-    free(line_buf);
+    gemm_buf_free(&line_buf);
     if (nrows == 0) {
-        free(buf);
+        gemm_buf_free(&vals);
         return text_err(e, 0, "no values (empty matrix)");
     }
     *rows = nrows;
     *cols = ncols;
-    *data = buf;
+    *data = vals.data;
     return 0;
 nomem:
     text_err(e, lineno, "out of memory");
 fail:
-    free(line_buf);
-    free(buf);
+    gemm_buf_free(&line_buf);
+    gemm_buf_free(&vals);
     return -1;
 }
 

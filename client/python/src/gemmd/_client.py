@@ -374,14 +374,12 @@ class Client:
         """A failure on conn closes it and becomes a GemmError about ``what`` (then the URL)."""
         try:
             yield
-        except _TIMEOUTS:
+        except BaseException as e:
             conn.close()
-            raise GemmTimeoutError("%s %s took longer than %gs" % (what, self.url, limit or 0)) from None
-        except (OSError, http.client.HTTPException) as e:
-            conn.close()
-            raise GemmConnectionError("%s %s: %s" % (what, self.url, e)) from e
-        except BaseException:
-            conn.close()
+            if isinstance(e, _TIMEOUTS):
+                raise GemmTimeoutError("%s %s took longer than %gs" % (what, self.url, limit or 0)) from None
+            if isinstance(e, (OSError, http.client.HTTPException)):
+                raise GemmConnectionError("%s %s: %s" % (what, self.url, e)) from e
             raise
 
     def _drain(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> bytes:
