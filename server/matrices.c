@@ -96,7 +96,6 @@ static void expire_locked(gemmd_matrices *s, gemmd_matrix_entry **gone)
                  (unsigned long long)e->rows_filled, (unsigned long long)e->m.rows);
         *p = e->next;
         e->next = NULL;
-        e->linked = 0;
         s->count--;
         if (unref_locked(s, e)) {
             e->next = *gone;
@@ -179,7 +178,6 @@ int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, i
     e->family = family;
     e->store = s;
     e->refs = 1; /* the store's list */
-    e->linked = 1;
     e->t_created_ms = e->t_used_ms = gemm_now_ms();
     memcpy(id_out, e->id, strlen(e->id) + 1);
     pthread_mutex_lock(&s->mu);
@@ -266,7 +264,6 @@ int gemmd_matrices_delete(gemmd_matrices *s, const char *id, int owner)
     }
     *link = e->next;
     e->next = NULL;
-    e->linked = 0;
     s->count--;
     publish_locked(s);
     int last = unref_locked(s, e);

@@ -29,7 +29,6 @@ typedef struct gemmd_matrix_entry {
     /* ---- private to matrices.c, under the store's lock ---- */
     gemmd_matrices *store;
     int refs;
-    int linked;
     double t_created_ms, t_used_ms;
     uint64_t uses;        /* products that read it */
     unsigned char *row_state; /* a matrix filled in parts: per row 0 free, 1 being written,

@@ -249,7 +249,8 @@ void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine)
     gemm_buf_puts(out, "\"} 1\n");
 }
 
-void gemmd_metrics_render_memory(gemm_buf *out, const gemmd_budget_stats *st)
+void gemmd_metrics_render_limits(gemm_buf *out, const gemmd_budget_stats *st, const gemmd_conns_stats *cs,
+                                 const gemmd_admit_stats *as)
 {
     single(out, "gemmd_memory_budget_bytes", "gauge",
            "The memory budget of requests in flight (max_inflight_mb).", st->limit);
@@ -264,47 +265,38 @@ void gemmd_metrics_render_memory(gemm_buf *out, const gemmd_budget_stats *st)
                         (unsigned long long)st->by_kind[k]);
     single(out, "gemmd_memory_refused_total", "counter",
            "Charges the memory budget refused (answered 503).", st->refused);
-}
 
-void gemmd_metrics_render_connections(gemm_buf *out, const gemmd_conns_stats *st)
-{
-    single(out, "gemmd_connections_open", "gauge", "Connections open now (admitted and refused).", st->open);
+    single(out, "gemmd_connections_open", "gauge", "Connections open now (admitted and refused).", cs->open);
     single(out, "gemmd_connections_admitted", "gauge",
-           "Connections counted against connection_limit now.", st->admitted);
-    single(out, "gemmd_connections_accepted_total", "counter", "Connections accepted since start.", st->accepted);
+           "Connections counted against connection_limit now.", cs->admitted);
+    single(out, "gemmd_connections_accepted_total", "counter", "Connections accepted since start.", cs->accepted);
     header(out, "gemmd_connections_refused_total", "counter",
            "Connections answered 503 and closed for being over a limit.");
     gemm_buf_printf(out, "gemmd_connections_refused_total{limit=\"connection_limit\"} %llu\n",
-                    (unsigned long long)st->refused_limit);
+                    (unsigned long long)cs->refused_limit);
     gemm_buf_printf(out, "gemmd_connections_refused_total{limit=\"per_ip_limit\"} %llu\n",
-                    (unsigned long long)st->refused_ip);
+                    (unsigned long long)cs->refused_ip);
     single(out, "gemmd_connections_evicted_total", "counter",
-           "Connections waiting for a request head closed to make room for a newcomer.", st->evicted);
+           "Connections waiting for a request head closed to make room for a newcomer.", cs->evicted);
     header(out, "gemmd_connections_closed_total", "counter", "Connections closed at a deadline, by deadline.");
-    gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"header\"} %llu\n",
-                    (unsigned long long)st->closed_header);
-    gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"min_rate\"} %llu\n",
-                    (unsigned long long)st->closed_body);
-    gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"request\"} %llu\n",
-                    (unsigned long long)st->closed_request);
-    gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"send\"} %llu\n",
-                    (unsigned long long)st->closed_send);
+    static const char *const deadlines[] = {"header", "min_rate", "request", "send"};
+    const uint64_t closed[] = {cs->closed_header, cs->closed_body, cs->closed_request, cs->closed_send};
+    for (int i = 0; i < 4; i++)
+        gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"%s\"} %llu\n", deadlines[i],
+                        (unsigned long long)closed[i]);
     single(out, "gemmd_clients_left_total", "counter",
            "Clients that left a request waiting for memory or the engine, or before its body was whole: their work "
-           "was stopped.", st->left);
-}
+           "was stopped.", cs->left);
 
-void gemmd_metrics_render_admission(gemm_buf *out, const gemmd_admit_stats *st)
-{
     single(out, "gemmd_admission_waiting", "gauge",
-           "Requests waiting for memory before their bodies are read.", st->waiting);
-    single(out, "gemmd_admission_waiting_bytes", "gauge", "Bytes those requests wait for.", st->waiting_bytes);
+           "Requests waiting for memory before their bodies are read.", as->waiting);
+    single(out, "gemmd_admission_waiting_bytes", "gauge", "Bytes those requests wait for.", as->waiting_bytes);
     header(out, "gemmd_admission_total", "counter",
            "Requests that reserved memory before their bodies, by how: admitted (at once or after waiting), "
            "queued (waited), refused_full (the queue or the client's places were full), refused_wait (admit_wait "
            "passed), cancelled (the client left while waiting).");
     static const char *const names[] = {"admitted", "queued", "refused_full", "refused_wait", "cancelled"};
-    const uint64_t v[] = {st->admitted, st->queued, st->refused_full, st->refused_wait, st->cancelled};
+    const uint64_t v[] = {as->admitted, as->queued, as->refused_full, as->refused_wait, as->cancelled};
     for (int i = 0; i < 5; i++)
         gemm_buf_printf(out, "gemmd_admission_total{result=\"%s\"} %llu\n", names[i], (unsigned long long)v[i]);
 }

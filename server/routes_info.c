@@ -221,14 +221,12 @@ enum MHD_Result gemmd_route_metrics(gemmd_request *req)
     gemmd_metrics_render(&b, req->svc->engine);
     gemmd_fleet_render(&b, req->svc->engine, atomic_load(&req->svc->inflight) - 1);
     gemmd_budget_stats bs;
-    gemmd_budget_get_stats(req->svc->budget, &bs);
-    gemmd_metrics_render_memory(&b, &bs);
     gemmd_conns_stats cs;
-    gemmd_conns_get_stats(req->svc->conns, &cs);
-    gemmd_metrics_render_connections(&b, &cs);
     gemmd_admit_stats as;
+    gemmd_budget_get_stats(req->svc->budget, &bs);
+    gemmd_conns_get_stats(req->svc->conns, &cs);
     gemmd_admit_get_stats(req->svc->admit, &as);
-    gemmd_metrics_render_admission(&b, &as);
+    gemmd_metrics_render_limits(&b, &bs, &cs, &as);
     gemmd_usage_render(&b, req->svc->auth);
     return gemmd_respond_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b, NULL);
 }
