@@ -26,6 +26,8 @@
 #include "log.h"
 
 #define MB (1024ull * 1024ull)
+/* TLS 1.2 and 1.3 only; GnuTLS's NORMAL set of ciphers otherwise. */
+#define GEMMD_TLS_PRIORITIES_DEFAULT "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
 #define OFF(f) offsetof(gemmd_config, f)
 #define SZ(f) sizeof(((gemmd_config *)0)->f)
 

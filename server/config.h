@@ -15,9 +15,6 @@
 #define GEMMD_VERSION "0.1.0" /* printed by --version, /v1/info and gemmd_build_info */
 #endif
 
-/* TLS 1.2 and 1.3 only; GnuTLS's NORMAL set of ciphers otherwise. */
-#define GEMMD_TLS_PRIORITIES_DEFAULT "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
-
 typedef struct {               /* the keys of config.c's table, by the same names */
     char listen[64];            /* address to bind (127.0.0.1) */
     int port;

@@ -110,18 +110,16 @@ static int exit_code(const gemm_err *err)
     return strcmp(err->code, "bad_config") == 0 ? 2 : 1;
 }
 
-static void describe_devices(gemm_engine *engine, char *out, size_t cap)
+static void describe_devices(const gemm_engine_info *info, char *out, size_t cap)
 {
-    gemm_engine_info info;
-    gemm_engine_describe(engine, &info);
     size_t n = 0;
     out[0] = '\0';
-    for (int i = 0; i < info.ndevices && n + 1 < cap; i++) {
-        int w = snprintf(out + n, cap - n, "%s\"%s\"", i ? "," : "", info.devices[i].name);
+    for (int i = 0; i < info->ndevices && n + 1 < cap; i++) {
+        int w = snprintf(out + n, cap - n, "%s\"%s\"", i ? "," : "", info->devices[i].name);
         if (w < 0) break;
         n += (size_t)w;
     }
-    if (info.ndevices == 0) snprintf(out, cap, "\"%s\"", info.backend);
+    if (info->ndevices == 0) snprintf(out, cap, "\"%s\"", info->backend);
 }
 
 int main(int argc, char **argv)
@@ -184,7 +182,7 @@ int main(int argc, char **argv)
     gemm_engine_info info;
     gemm_engine_describe(engine, &info);
     char devices[512];
-    describe_devices(engine, devices, sizeof devices);
+    describe_devices(&info, devices, sizeof devices);
     char restarted[64] = "";
     if (restarts > 0)
         snprintf(restarted, sizeof restarted, " restart=%d listen_fd=%s", restarts, listen_fd >= 0 ? "inherited" : "new");

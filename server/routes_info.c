@@ -2,8 +2,6 @@
  * routes_info.c - GET /healthz, /readyz, /v1/info, /metrics, and the status page: GET /
  * (server/status.html, built in) and GET /v1/status (what it shows, as JSON).
  */
-#include <stdio.h>
-#include <string.h>
 #include <time.h>
 
 #include "fleet.h"
@@ -187,10 +185,8 @@ enum MHD_Result gemmd_route_status(gemmd_request *req)
     gemmd_budget_get_stats(srv->budget, &bs);
 
     gemm_buf b = {0};
-    gemm_buf_puts(&b, "{\"version\":");
-    gemm_buf_json_string(&b, GEMMD_VERSION);
-    gemm_buf_puts(&b, ",\"instance_id\":");
-    gemm_buf_json_string(&b, gemmd_instance_get());
+    member(&b, "{", "version", GEMMD_VERSION);
+    member(&b, ",", "instance_id", gemmd_instance_get());
     gemm_buf_printf(&b, ",\"backend\":\"%s\",\"uptime_s\":%.1f,\"time\":%.3f,\"busy_window_s\":%d,\"devices\":[",
                     in->backend, uptime, (double)now.tv_sec + (double)now.tv_nsec / 1e9, GEMMD_UTIL_WINDOW_S);
     for (int i = 0; i < in->ndevices; i++) {

@@ -173,8 +173,6 @@ enum MHD_Result gemmd_v2_model_meta(gemmd_request *req)
 
 /* ---- inference: the body ------------------------------------------------------------- */
 
-static const gemm_limits *limits(gemmd_request *req) { return &req->svc->cfg.limits; }
-
 static int begin_infer(gemmd_request *req)
 {
     gemmd_v2 *v = req->v2;
@@ -230,8 +228,6 @@ static int begin_infer(gemmd_request *req)
     return 0;
 }
 
-static gemmd_budget *budget(gemmd_request *req) { return req->svc->budget; }
-
 /* Appends to the JSON buffer, growing it (by doubling) towards what the headers announce.
  * Each growth is charged before it is made, old and new block together while realloc may
  * hold both. */
@@ -245,14 +241,14 @@ static int json_append(gemmd_request *req, const char *data, size_t len)
         if (whole && cap > whole + 1) cap = (size_t)whole + 1;
         if (cap < v->json_len + len + 1) cap = v->json_len + len + 1;
         uint64_t outside, old_outside = v->json_outside;
-        if (gemmd_resv_take(&req->resv, budget(req), GEMMD_MEM_BODY, cap, &outside) != 0)
+        if (gemmd_resv_take(&req->resv, req->svc->budget, GEMMD_MEM_BODY, cap, &outside) != 0)
             return gemmd_request_refuse(req, cap, "the JSON header");
         char *p = realloc(v->json, cap);
         if (!p) {
-            gemmd_resv_give(&req->resv, budget(req), GEMMD_MEM_BODY, cap, outside);
+            gemmd_resv_give(&req->resv, req->svc->budget, GEMMD_MEM_BODY, cap, outside);
             return gemm_err_set(&req->err, 503, "out_of_memory", "cannot buffer the JSON header now");
         }
-        gemmd_resv_give(&req->resv, budget(req), GEMMD_MEM_BODY, old, old_outside);
+        gemmd_resv_give(&req->resv, req->svc->budget, GEMMD_MEM_BODY, old, old_outside);
         v->json_outside = outside;
         v->json = p;
         v->json_cap = cap;
@@ -269,8 +265,8 @@ static int admit_parse(void *user, uint64_t bytes, gemm_err *err)
     gemmd_request *req = user;
     gemmd_v2 *v = req->v2;
     uint64_t outside;
-    if (gemmd_resv_take(&req->resv, budget(req), GEMMD_MEM_BODY, bytes, &outside) != 0)
-        return gemmd_budget_refuse(budget(req), bytes, "parsing the JSON header", err, &req->retry_after_s);
+    if (gemmd_resv_take(&req->resv, req->svc->budget, GEMMD_MEM_BODY, bytes, &outside) != 0)
+        return gemmd_budget_refuse(req->svc->budget, bytes, "parsing the JSON header", err, &req->retry_after_s);
     v->parse_bytes += bytes;
     v->parse_outside += outside;
     return 0;
@@ -324,8 +320,8 @@ static int take_inputs(gemmd_request *req)
 static int header_done(gemmd_request *req)
 {
     gemmd_v2 *v = req->v2;
-    int rc = gemm_v2_parse_request_admitted(v->json, v->json_len, v->has_header_len, limits(req), admit_parse, req,
-                                            &v->r, &req->err);
+    int rc = gemm_v2_parse_request_admitted(v->json, v->json_len, v->has_header_len, &req->svc->cfg.limits,
+                                            admit_parse, req, &v->r, &req->err);
     if (rc == 0) rc = take_inputs(req);
     gemm_v2_release_json(&v->r);
     give_back(req);
