@@ -503,39 +503,13 @@ void gemmd_config_usage(FILE *out)
     }
 }
 
-/* The config file to read: --config FILE (or --config=FILE), else $GEMMD_CONFIG, else
- * config/gemmd.conf when it exists. 0 (*path NULL: none), or -1. */
-static int config_path(int argc, char **argv, char **envp, const char **path)
-{
-    int explicit = 0;
-    *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strncmp(argv[i], "--config=", 9) == 0) {
-            *path = argv[i] + 9;
-            explicit = 1;
-        } else if (strcmp(argv[i], "--config") == 0) {
-            if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) {
-                fprintf(stderr, "gemmd: --config: missing value (a config file path)\n");
-                return -1;
-            }
-            *path = argv[++i];
-            explicit = 1;
-        }
-    }
-    const char *e = explicit ? NULL : env_lookup(envp, "GEMMD_CONFIG");
-    if (e && *e) *path = e;
-    else if (!explicit && access("config/gemmd.conf", F_OK) == 0) *path = "config/gemmd.conf";
-    if (explicit && !**path) {
-        fprintf(stderr, "gemmd: --config: empty path\n");
-        return -1;
-    }
-    return 0;
-}
-
+/* The flags are read twice: for --config first (the file comes before the environment),
+ * then for the others. */
 int gemmd_config_from_args(gemmd_config *c, int argc, char **argv, char **envp)
 {
     char msg[1024];
-    const char *path;
+    const char *path = NULL;
+    int explicit = 0;
     gemmd_config_defaults(c);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -547,35 +521,49 @@ int gemmd_config_from_args(gemmd_config *c, int argc, char **argv, char **envp)
             return 1;
         }
     }
-    if (config_path(argc, argv, envp, &path) != 0) return -1;
-    if ((path && gemmd_config_load_file(c, path, msg, sizeof msg) != 0) ||
-        gemmd_config_load_env(c, envp, msg, sizeof msg) != 0) {
-        fprintf(stderr, "gemmd: %s\n", msg);
-        return -1;
-    }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
-            fprintf(stderr, "gemmd: unexpected argument '%s' (options are --key value; see --help)\n", a);
-            return -1;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) { /* no --config: $GEMMD_CONFIG, else config/gemmd.conf when it exists */
+            const char *e = explicit ? NULL : env_lookup(envp, "GEMMD_CONFIG");
+            if (e && *e) path = e;
+            else if (!explicit && access("config/gemmd.conf", F_OK) == 0) path = "config/gemmd.conf";
+            if ((path && gemmd_config_load_file(c, path, msg, sizeof msg) != 0) ||
+                gemmd_config_load_env(c, envp, msg, sizeof msg) != 0) {
+                fprintf(stderr, "gemmd: %s\n", msg);
+                return -1;
+            }
         }
-        char name[96];
-        const char *eq = strchr(a + 2, '='), *value = eq ? eq + 1 : NULL;
-        snprintf(name, sizeof name, "%.*s", (int)(eq ? (size_t)(eq - (a + 2)) : strlen(a + 2)), a + 2);
-        if (!eq && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
-            fprintf(stderr, "gemmd: --%s: missing value (see --help)\n", name);
-            return -1;
-        }
-        if (!eq) value = argv[++i];
-        if (strcmp(name, "config") == 0) continue; /* read above */
-        const key_desc *k = find_key(name);
-        if (!k) {
-            fprintf(stderr, "gemmd: unknown option --%s (see --help for the list)\n", name);
-            return -1;
-        }
-        if (gemmd_config_set(c, k->name, value, msg, sizeof msg) != 0) {
-            fprintf(stderr, "gemmd: --%s: %s\n", name, msg);
-            return -1;
+        for (int i = 1; i < argc; i++) {
+            const char *a = argv[i];
+            if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+                fprintf(stderr, "gemmd: unexpected argument '%s' (options are --key value; see --help)\n", a);
+                return -1;
+            }
+            char name[96];
+            const char *eq = strchr(a + 2, '='), *value = eq ? eq + 1 : NULL;
+            snprintf(name, sizeof name, "%.*s", (int)(eq ? (size_t)(eq - (a + 2)) : strlen(a + 2)), a + 2);
+            if (!eq && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
+                fprintf(stderr, "gemmd: --%s: missing value (see --help)\n", name);
+                return -1;
+            }
+            if (!eq) value = argv[++i];
+            if (pass == 0 && strcmp(name, "config") == 0) {
+                if (!*value) {
+                    fprintf(stderr, "gemmd: --config: empty path\n");
+                    return -1;
+                }
+                path = value;
+                explicit = 1;
+            }
+            if (pass == 0 || strcmp(name, "config") == 0) continue;
+            const key_desc *k = find_key(name);
+            if (!k) {
+                fprintf(stderr, "gemmd: unknown option --%s (see --help for the list)\n", name);
+                return -1;
+            }
+            if (gemmd_config_set(c, k->name, value, msg, sizeof msg) != 0) {
+                fprintf(stderr, "gemmd: --%s: %s\n", name, msg);
+                return -1;
+            }
         }
     }
     if (gemmd_config_validate(c, msg, sizeof msg) == 0) return 0;
