@@ -306,16 +306,15 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
     j->owner = req->owner;
     j->recv_ms = req->t_body_ms - req->t_start_ms;
     j->decode_ms = req->t_decoded_ms - req->t_body_ms;
-    char id[GEMMD_JOB_ID_LEN + 1];
-    memcpy(id, j->id, sizeof id);
-    snprintf(req->job_id, sizeof req->job_id, "%s", id); /* the access log shows its prefix */
+    /* the access log shows its prefix; j may be done and even deleted once submitted: only
+     * this copy of its id is used below */
+    snprintf(req->job_id, sizeof req->job_id, "%s", j->id);
     if (gemmd_jobs_submit(srv->jobs, j, &req->err) != 0) return gemmd_respond_error(req, &req->err);
-    /* j may already be done and even deleted: only the copied id is used below. */
-    char location[sizeof "/v1/jobs/" + GEMMD_JOB_ID_LEN];
-    snprintf(location, sizeof location, "/v1/jobs/%s", id);
+    char location[sizeof "/v1/jobs/" + sizeof req->job_id];
+    snprintf(location, sizeof location, "/v1/jobs/%s", req->job_id);
     gemm_buf b = {0};
-    gemm_buf_printf(&b, "{\"id\":\"%s\",\"state\":\"queued\",\"location\":\"%s\",\"result\":\"%s/result\"}\n", id,
-                    location, location);
+    gemm_buf_printf(&b, "{\"id\":\"%s\",\"state\":\"queued\",\"location\":\"%s\",\"result\":\"%s/result\"}\n",
+                    req->job_id, location, location);
     return gemmd_respond_buf(req, 202, "application/json", &b, location);
 }
 
