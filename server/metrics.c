@@ -103,22 +103,24 @@ void gemmd_metrics_single(gemm_buf *out, const char *name, const char *type, con
 }
 #define single gemmd_metrics_single
 
+/* The route labels are the route table's own (routes.c: paths, methods, "other"): nothing
+ * in them to escape. */
 static void render_requests(gemm_buf *out)
 {
     header(out, "gemmd_requests_total", "counter", "HTTP requests answered, by route and status code.");
     for (int r = 0; r < nroutes; r++) {
         for (int c = 0; c < NCODES; c++) {
             uint64_t v = atomic_load_explicit(&routes[r].by_code[c], memory_order_relaxed);
-            if (!v) continue;
-            gemm_buf_puts(out, "gemmd_requests_total{route=\"");
-            gemmd_metrics_label_value(out, route_names[r]);
-            gemm_buf_printf(out, "\",code=\"%d\"} %llu\n", c, (unsigned long long)v);
+            if (v)
+                gemm_buf_printf(out, "gemmd_requests_total{route=\"%s\",code=\"%d\"} %llu\n", route_names[r], c,
+                                (unsigned long long)v);
         }
     }
 
     header(out, "gemmd_request_duration_seconds", "histogram",
            "Time from request start to the answer being queued, by route.");
     for (int r = 0; r < nroutes; r++) {
+        const char *route = route_names[r];
         uint64_t counts[NBUCKETS + 1], total = 0;
         for (size_t b = 0; b <= NBUCKETS; b++) {
             counts[b] = atomic_load_explicit(&routes[r].buckets[b], memory_order_relaxed);
@@ -128,18 +130,14 @@ static void render_requests(gemm_buf *out)
         uint64_t cum = 0;
         for (size_t b = 0; b <= NBUCKETS; b++) {
             cum += counts[b];
-            gemm_buf_puts(out, "gemmd_request_duration_seconds_bucket{route=\"");
-            gemmd_metrics_label_value(out, route_names[r]);
-            if (b < NBUCKETS) gemm_buf_printf(out, "\",le=\"%g\"} %llu\n", bucket_le[b], (unsigned long long)cum);
-            else gemm_buf_printf(out, "\",le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+            gemm_buf_printf(out, "gemmd_request_duration_seconds_bucket{route=\"%s\",le=\"", route);
+            if (b < NBUCKETS) gemm_buf_printf(out, "%g\"} %llu\n", bucket_le[b], (unsigned long long)cum);
+            else gemm_buf_printf(out, "+Inf\"} %llu\n", (unsigned long long)cum);
         }
         double sum = (double)atomic_load_explicit(&routes[r].sum_ns, memory_order_relaxed) / 1e9;
-        gemm_buf_puts(out, "gemmd_request_duration_seconds_sum{route=\"");
-        gemmd_metrics_label_value(out, route_names[r]);
-        gemm_buf_printf(out, "\"} %.9f\n", sum);
-        gemm_buf_puts(out, "gemmd_request_duration_seconds_count{route=\"");
-        gemmd_metrics_label_value(out, route_names[r]);
-        gemm_buf_printf(out, "\"} %llu\n", (unsigned long long)total);
+        gemm_buf_printf(out, "gemmd_request_duration_seconds_sum{route=\"%s\"} %.9f\n", route, sum);
+        gemm_buf_printf(out, "gemmd_request_duration_seconds_count{route=\"%s\"} %llu\n", route,
+                        (unsigned long long)total);
     }
 
     single(out, "gemmd_bytes_received_total", "counter", "Request body bytes received.", atomic_load(&bytes_in_total));

@@ -95,8 +95,10 @@ static void tensor_meta(gemm_buf *b, const char *name)
     gemm_buf_printf(b, "{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":[-1,-1]}", name);
 }
 
-static enum MHD_Result model_metadata(gemmd_request *req)
+enum MHD_Result gemmd_v2_model_meta(gemmd_request *req)
 {
+    gemm_err e;
+    if (check_model(req, &e) != 0) return gemmd_respond_error(req, &e);
     const gemm_engine_info *in = &req->svc->info;
     gemm_buf b = {0};
     gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"versions\":[\"" GEMM_V2_MODEL_VERSION "\"],"
@@ -162,13 +164,6 @@ enum MHD_Result gemmd_v2_model_ready(gemmd_request *req)
     gemm_err e;
     if (check_model(req, &e) != 0) return gemmd_respond_error(req, &e);
     return ready(req, GEMM_V2_MODEL);
-}
-
-enum MHD_Result gemmd_v2_model_meta(gemmd_request *req)
-{
-    gemm_err e;
-    if (check_model(req, &e) != 0) return gemmd_respond_error(req, &e);
-    return model_metadata(req);
 }
 
 /* ---- inference: the body ------------------------------------------------------------- */
