@@ -152,8 +152,8 @@ void gemmd_matrices_unreserve(gemmd_matrices *s, int client, size_t bytes)
     pthread_mutex_unlock(&s->mu);
 }
 
-int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
-                       int empty, char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
+gemmd_matrix_entry *gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client,
+                                       int family, int empty, gemm_err *err)
 {
     gemmd_matrix_entry *e = calloc(1, sizeof *e);
     if (!e || (empty && !(e->row_state = calloc(m->rows ? (size_t)m->rows : 1, 1)))) {
@@ -168,7 +168,7 @@ int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, i
     if (!e || !e->res) {
         if (e) free(e->row_state);
         free(e);
-        return -1;
+        return NULL;
     }
     if (res) *res = NULL;
     e->m = *m;
@@ -176,9 +176,8 @@ int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, i
     e->client = (int)((unsigned)client % GEMMD_CLIENTS);
     e->family = family;
     e->store = s;
-    e->refs = 1; /* the store's list */
+    e->refs = 2; /* the store's list and the caller's */
     e->t_created_ms = e->t_used_ms = gemm_now_ms();
-    memcpy(id_out, e->id, strlen(e->id) + 1);
     pthread_mutex_lock(&s->mu);
     e->next = s->head;
     s->head = e;
@@ -186,7 +185,7 @@ int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, i
     publish_locked(s);
     pthread_mutex_unlock(&s->mu);
     m->data = NULL;
-    return 0;
+    return e;
 }
 
 static gemmd_matrix_entry *find_locked(gemmd_matrices *s, const char *id, int owner, gemmd_matrix_entry ***link)

@@ -52,11 +52,12 @@ void gemmd_matrices_free(gemmd_matrices *s);
  * insufficient_storage (no room, max_matrices, the client's share) or 413 too_large. */
 int gemmd_matrices_reserve(gemmd_matrices *s, int client, size_t bytes, gemm_err *err);
 void gemmd_matrices_unreserve(gemmd_matrices *s, int client, size_t bytes);
-/* Adds m (data taken over; res too, when not NULL) with a fresh id in id_out, in bytes
- * reserved before. empty: filled later by PUTs of rows, unreadable until the last one.
- * On failure (-1, *err) nothing is taken and the reservation stays with the caller. */
-int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
-                       int empty, char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
+/* Adds m (data taken over; res too, when not NULL) with a fresh id, in bytes reserved
+ * before, and returns it with a reference for the caller. empty: filled later by PUTs of
+ * rows, unreadable until the last one. On failure (NULL, *err) nothing is taken and the
+ * reservation stays with the caller. */
+gemmd_matrix_entry *gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client,
+                                       int family, int empty, gemm_err *err);
 
 /* Claims rows [row0, row0 + rows) of e for one PUT: 0, or -1 with 409 matrix_complete,
  * 422 bad_rows or 409 rows_taken. */

@@ -206,15 +206,12 @@ static enum MHD_Result stored_answer(gemmd_request *req)
     gemmd_operands *op = req->op;
     gemm_job *job = req->job;
     gemm_matrix cm = {job->m, job->n, gemm_job_c_dtype(job), job->c, 0};
-    char id[GEMMD_JOB_ID_LEN + 1];
     gemmd_budget_adopt(srv->budget, cm.data, GEMMD_MEM_RESIDENT, &req->resv); /* it outlives the request */
-    if (gemmd_matrices_add(srv->matrices, &cm, &op->c_res, req->owner, req->client, (int)op->answer, 0, id, &req->err))
-        return gemmd_respond_error(req, &req->err); /* C is still the job's: freed with the request */
+    gemmd_matrix_entry *e = gemmd_matrices_add(srv->matrices, &cm, &op->c_res, req->owner, req->client,
+                                               (int)op->answer, 0, &req->err);
+    if (!e) return gemmd_respond_error(req, &req->err); /* C is still the job's: freed with the request */
     job->c = NULL;
     op->reserved = 0; /* the matrix holds those bytes now */
-    gemmd_matrix_entry *e = gemmd_matrices_get(srv->matrices, id, GEMMD_OWNER_ANY);
-    if (!e) /* deleted already by a guess of a 128-bit id: say what happened */
-        return gemmd_respond_errorf(req, 410, "matrix_gone", "C was stored as %s and deleted before the answer", id);
     gemmd_product_meta meta = {.job = job, .matrix_id = e->id};
     if (op->return_c)
         return gemmd_respond_product(req, 201, op->answer, e->m.data, job->m, job->n, &meta, gemmd_matrix_release, e);
