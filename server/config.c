@@ -1,6 +1,5 @@
 /*
- * config.c - the daemon's configuration: built-in defaults, then a key = value file,
- * then GEMMD_<KEY> environment variables, then --key value flags; later wins.
+ * config.c - the daemon's configuration (config.h).
  *
  * Every key is described once, in the table below (name, kind, range, help), and the
  * engine's backends add theirs (gemm_engine_keys). The file, environment and flag readers

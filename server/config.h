@@ -76,7 +76,7 @@ void gemmd_config_resolve_instance(gemmd_config *c);
  * backend e runs (streams_per_device on a CPU engine). */
 void gemmd_config_warn_idle(const gemmd_config *c, gemm_engine *e);
 
-/* Checks the values fit together (ports, limits, tls pair, token file readable). */
+/* Checks the values fit together (connection limits, the TLS pair, the files named). */
 int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen);
 /* The HTTP threads to run: http_threads, or for 0 half the CPUs online, at least 4, at
  * most 16. */

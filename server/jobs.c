@@ -1,11 +1,9 @@
 /*
- * jobs.c - the asynchronous job store: random ids, reference-counted entries, a TTL on
- * finished results, and caps on their count and on the memory they keep.
+ * jobs.c - the asynchronous job store (jobs.h).
  *
  * One mutex guards the list and every entry's private fields. The engine's done()
  * callback takes it too, so the engine (gemm_engine_submit, gemm_engine_cancel, which may
  * call done() on this thread) is always called without it, holding a reference instead.
- * A sweeper thread sleeps until the oldest finished job expires and frees it then.
  */
 #include "jobs.h"
 

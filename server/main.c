@@ -4,9 +4,8 @@
  *
  * The signals go through a self-pipe: the BLAS library starts its threads before main(),
  * so they never inherit a signal mask set here and sigwait() could miss a signal.
- * The main thread also watches the engine: once it has lost every device, the daemon
- * restarts in place (restart.h) when restart_on_device_loss allows, else stays up with
- * /healthz and /readyz answering 503 (docs/OPERATIONS.md, "Faults").
+ * The main thread also watches the engine for the loss of every device (restart.h;
+ * docs/OPERATIONS.md, "Faults").
  */
 #include <errno.h>
 #include <fcntl.h>

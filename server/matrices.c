@@ -1,7 +1,4 @@
-/*
- * matrices.c - the resident matrix store: random ids, owners, reference-counted
- * entries, a byte budget with reservations, and a listing by last use.
- */
+/* matrices.c - the resident matrix store (matrices.h). */
 #include "matrices.h"
 
 #include <errno.h>

@@ -79,7 +79,6 @@ void gemmd_metrics_resident(int count, uint64_t host_bytes, uint64_t budget_byte
     atomic_store(&resident_budget, budget_bytes);
 }
 
-/* Label values: backslash, double quote and newline are escaped (format 0.0.4). */
 void gemmd_metrics_label_value(gemm_buf *out, const char *v)
 {
     for (const char *p = v; *p; p++) {

@@ -1,11 +1,9 @@
 /*
  * routes_jobs.c - POST /v1/matmul (synchronous) and the /v1/jobs family (asynchronous).
  *
- * A synchronous product goes through sync.h's handshake: listed as pending, submitted
- * without any lock held, then answered at once (its done() already ran) or suspended until
- * done() resumes it; the MHD thread that picks the resumed connection up encodes C. The
- * engine's reference keeps the request alive if shutdown had to answer and close its
- * connection before the product ended.
+ * A synchronous product goes through sync.h's handshake; the MHD thread that picks the
+ * resumed connection up encodes C. The engine's reference keeps the request alive if
+ * shutdown had to answer and close its connection before the product ended.
  */
 #include <stdio.h>
 #include <string.h>

@@ -387,8 +387,6 @@ int gemmd_v2_finish(gemmd_request *req)
     return 0;
 }
 
-/* The body is complete: the product goes the engine path of POST /v1/matmul, and its
- * answer comes back through gemmd_v2_answer (the route's answer). */
 enum MHD_Result gemmd_v2_infer(gemmd_request *req)
 {
     req->op->answer = GEMMD_FMT_RAW;
