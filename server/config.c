@@ -41,18 +41,18 @@ static int say(char *msg, size_t msglen, const char *fmt, ...)
     return -1;
 }
 
-typedef enum {
-    K_INT,      /* int field, range [min, max] */
-    K_U64,      /* uint64_t field, range [min, max] */
-    K_MB_U64,   /* value in MiB, uint64_t field in bytes */
-    K_MB_SIZE,  /* value in MiB, size_t field in bytes */
-    K_STR,      /* free string (a path); may be empty */
-    K_LISTEN,   /* an IPv4 or IPv6 address */
-    K_BACKEND,  /* auto | cpu | cuda */
-    K_DEVICES,  /* all | comma list of ordinals */
-    K_LOGLEVEL, /* error | warn | info | debug */
-    K_BOOL,     /* true | false (also yes/no, on/off, 1/0); int field */
-    K_INSTANCE  /* an instance_id (instance.h), or empty */
+typedef enum { /* the engine's key kinds (engine.h), then the daemon's own */
+    K_INT = GEMM_KEY_INT,         /* int field, range [min, max] */
+    K_U64 = GEMM_KEY_U64,         /* uint64_t field, range [min, max] */
+    K_MB_U64 = GEMM_KEY_MB,       /* value in MiB, uint64_t field in bytes */
+    K_BOOL = GEMM_KEY_BOOL,       /* true | false (also yes/no, on/off, 1/0); int field */
+    K_STR = GEMM_KEY_STR,         /* free string (a path); may be empty */
+    K_BACKEND = GEMM_KEY_BACKEND, /* auto | cpu | cuda */
+    K_DEVICES = GEMM_KEY_DEVICES, /* all | comma list of ordinals */
+    K_MB_SIZE,                    /* value in MiB, size_t field in bytes */
+    K_LISTEN,                     /* an IPv4 or IPv6 address */
+    K_LOGLEVEL,                   /* error | warn | info | debug */
+    K_INSTANCE                    /* an instance_id (instance.h), or empty */
 } key_kind;
 
 typedef struct {
@@ -133,15 +133,11 @@ static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
 
 static void build_keys(void)
 {
-    static const key_kind kinds[] = {[GEMM_KEY_INT] = K_INT,         [GEMM_KEY_U64] = K_U64,
-                                     [GEMM_KEY_MB] = K_MB_U64,       [GEMM_KEY_BOOL] = K_BOOL,
-                                     [GEMM_KEY_STR] = K_STR,         [GEMM_KEY_BACKEND] = K_BACKEND,
-                                     [GEMM_KEY_DEVICES] = K_DEVICES};
     for (size_t i = 0; i < sizeof daemon_keys / sizeof daemon_keys[0]; i++) all_keys[nall++] = daemon_keys[i];
     for (const gemm_key_section *s = gemm_engine_keys; s->owner; s++)
         for (const gemm_key *k = s->keys; k->name && nall < sizeof all_keys / sizeof all_keys[0]; k++) {
             owners[nall] = s->owner;
-            all_keys[nall++] = (key_desc){k->name, NULL, kinds[k->kind], OFF(engine) + k->offset, k->size,
+            all_keys[nall++] = (key_desc){k->name, NULL, (key_kind)k->kind, OFF(engine) + k->offset, k->size,
                                           k->min, k->max, k->help};
         }
 }
