@@ -383,7 +383,6 @@ static void env_name(const char *key, char *out, size_t len)
     out[i] = '\0';
 }
 
-/* The value of variable name in envp; NULL if unset. */
 static const char *env_lookup(char **envp, const char *name)
 {
     size_t n = strlen(name);

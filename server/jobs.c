@@ -35,8 +35,6 @@ struct gemmd_jobs {
     gemmd_job_entry *head;
     const gemm_allocator *alloc; /* job buffers' allocator (NULL: the engine's) */
     gemmd_budget *budget;        /* a finished result's charge becomes a kept result */
-
-    /* the sweeper */
     pthread_t sweeper;
     pthread_cond_t tick;  /* a job finished while the sweeper had nothing to wait for, or stop */
     int sweeper_idle;     /* waiting without a deadline (no finished job listed) */

@@ -44,7 +44,6 @@ static void on_signal(int sig)
     errno = saved;
 }
 
-/* SIG_BLOCK or SIG_UNBLOCK SIGINT and SIGTERM on this thread. */
 static int mask_stop_signals(int how)
 {
     sigset_t set;

@@ -24,7 +24,6 @@ struct gemmd_v2 {
     size_t json_len, json_cap;
     /* memory the header takes from the request's reservation (or beyond it: outside) */
     uint64_t json_outside, parse_bytes, parse_outside;
-    /* inference body */
     int has_header_len;       /* Inference-Header-Content-Length was given */
     uint64_t header_len;
     int parsed;               /* the header is parsed and A, B are allocated */
