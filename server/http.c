@@ -265,15 +265,14 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
                  "server; set tokens_file (one bearer token a line) or bind 127.0.0.1 !!!", cfg->listen);
     }
     if (start_limits(s, err) != 0) goto fail;
-    s->svc.jobs = gemmd_jobs_new(engine, cfg->job_ttl_s, cfg->job_mem_bytes, cfg->max_jobs, cfg->token_share);
-    s->svc.matrices = gemmd_matrices_new(engine, cfg->resident_bytes, cfg->max_matrices, cfg->token_share,
-                                         cfg->job_ttl_s);
+    s->svc.jobs = gemmd_jobs_new(engine, &s->svc.alloc, s->svc.budget, cfg->job_ttl_s, cfg->job_mem_bytes,
+                                 cfg->max_jobs, cfg->token_share);
+    s->svc.matrices = gemmd_matrices_new(engine, s->svc.budget, cfg->resident_bytes, cfg->max_matrices,
+                                         cfg->token_share, cfg->job_ttl_s);
     if (!s->svc.jobs || !s->svc.matrices) {
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate the job store");
         goto fail;
     }
-    gemmd_jobs_set_memory(s->svc.jobs, &s->svc.alloc, s->svc.budget);
-    gemmd_matrices_set_memory(s->svc.matrices, s->svc.budget);
 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;

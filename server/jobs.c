@@ -197,7 +197,8 @@ static void *sweeper_main(void *arg)
     return NULL;
 }
 
-gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, int max_jobs, int share_pct)
+gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, const gemm_allocator *alloc, gemmd_budget *budget, int ttl_s,
+                          uint64_t mem_bytes, int max_jobs, int share_pct)
 {
     gemmd_jobs *s = calloc(1, sizeof *s);
     if (!s) return NULL;
@@ -208,6 +209,8 @@ gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, i
     pthread_cond_init(&s->tick, &ca);
     pthread_condattr_destroy(&ca);
     s->engine = engine;
+    s->alloc = alloc;
+    s->budget = budget;
     s->ttl_ms = (ttl_s > 0 ? ttl_s : 0) * 1000.0;
     s->mem_cap = mem_bytes;
     s->max_jobs = max_jobs > 0 ? max_jobs : 1;
@@ -221,12 +224,6 @@ gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, i
         return NULL;
     }
     return s;
-}
-
-void gemmd_jobs_set_memory(gemmd_jobs *s, const gemm_allocator *alloc, gemmd_budget *budget)
-{
-    s->alloc = alloc;
-    s->budget = budget;
 }
 
 void gemmd_jobs_set_done_hook(gemmd_jobs *s, void (*hook)(gemmd_job_entry *j, void *arg), void *arg)

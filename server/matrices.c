@@ -30,12 +30,13 @@ struct gemmd_matrices {
 
 static void publish_locked(gemmd_matrices *s) { gemmd_metrics_resident(s->count, s->held, s->budget); }
 
-gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, uint64_t budget_bytes, int max_count, int share_pct,
-                                   int fill_ttl_s)
+gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, gemmd_budget *mem, uint64_t budget_bytes, int max_count,
+                                   int share_pct, int fill_ttl_s)
 {
     gemmd_matrices *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->engine = engine;
+    s->mem = mem;
     s->budget = budget_bytes;
     s->max_count = max_count > 0 ? max_count : 1;
     share_pct = share_pct > 0 && share_pct <= 100 ? share_pct : 100;
@@ -46,8 +47,6 @@ gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, uint64_t budget_bytes, i
     publish_locked(s);
     return s;
 }
-
-void gemmd_matrices_set_memory(gemmd_matrices *s, gemmd_budget *mem) { s->mem = mem; }
 
 static void destroy(gemmd_matrices *s, gemmd_matrix_entry *e)
 {

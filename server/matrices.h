@@ -37,14 +37,13 @@ typedef struct gemmd_matrix_entry {
     struct gemmd_matrix_entry *next;
 } gemmd_matrix_entry;
 
-/* budget_bytes: resident_mb; max_count: matrices kept at once; share_pct: what one client
- * may keep of both (token_share); fill_ttl_s: how long an empty=1 matrix may take to be
- * filled before it is forgotten (job_ttl). */
-gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, uint64_t budget_bytes, int max_count, int share_pct,
-                                   int fill_ttl_s);
-/* The matrices' bytes are charged in mem (kind resident) from when the caller adopted them
- * (gemmd_budget_adopt) until they are freed. */
-void gemmd_matrices_set_memory(gemmd_matrices *s, gemmd_budget *mem);
+/* The matrices' bytes are charged in mem (kind resident, or NULL) from when the caller
+ * adopted them (gemmd_budget_adopt) until they are freed. budget_bytes: resident_mb;
+ * max_count: matrices kept at once; share_pct: what one client may keep of both
+ * (token_share); fill_ttl_s: how long an empty=1 matrix may take to be filled before it
+ * is forgotten (job_ttl). */
+gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, gemmd_budget *mem, uint64_t budget_bytes, int max_count,
+                                   int share_pct, int fill_ttl_s);
 /* Frees every matrix; no reference may be held any more. */
 void gemmd_matrices_free(gemmd_matrices *s);
 

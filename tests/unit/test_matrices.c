@@ -66,7 +66,7 @@ static void test_lifecycle_and_owner(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine();
-    gemmd_matrices *s = gemmd_matrices_new(e, 1 << 20, 16, 100, 0);
+    gemmd_matrices *s = gemmd_matrices_new(e, NULL, 1 << 20, 16, 100, 0);
     char id[GEMMD_JOB_ID_LEN + 1];
     add_matrix(s, e, 4, 8, 1, id);
     assert_int_equal(strlen(id), 32);
@@ -99,7 +99,7 @@ static void test_budget(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine();
-    gemmd_matrices *s = gemmd_matrices_new(e, 1024, 3, 100, 0);
+    gemmd_matrices *s = gemmd_matrices_new(e, NULL, 1024, 3, 100, 0);
     gemm_err err;
     assert_int_equal(gemmd_matrices_reserve(s, 0, 2048, &err), -1);
     assert_int_equal(err.status, 413);
@@ -141,7 +141,7 @@ static void test_listing_by_last_use(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine();
-    gemmd_matrices *s = gemmd_matrices_new(e, 1 << 20, 16, 100, 0);
+    gemmd_matrices *s = gemmd_matrices_new(e, NULL, 1 << 20, 16, 100, 0);
     char a[GEMMD_JOB_ID_LEN + 1], b[GEMMD_JOB_ID_LEN + 1], c[GEMMD_JOB_ID_LEN + 1], other[GEMMD_JOB_ID_LEN + 1];
     add_matrix(s, e, 2, 2, 5, a);
     sleep_ms(2);
@@ -176,7 +176,7 @@ static void test_refused_frees_expired(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine();
-    gemmd_matrices *s = gemmd_matrices_new(e, 1024, 3, 100, 1);
+    gemmd_matrices *s = gemmd_matrices_new(e, NULL, 1024, 3, 100, 1);
     char a[GEMMD_JOB_ID_LEN + 1], b[GEMMD_JOB_ID_LEN + 1];
     gemm_err err;
     add_matrix(s, e, 8, 16, 0, a); /* 512 */
