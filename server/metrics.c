@@ -226,11 +226,7 @@ void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine)
 
     gemm_engine_info info;
     memset(&info, 0, sizeof info);
-    char backend[16] = "none";
-    if (engine) {
-        gemm_engine_describe(engine, &info);
-        if (info.backend[0]) snprintf(backend, sizeof backend, "%s", info.backend);
-    }
+    if (engine) gemm_engine_describe(engine, &info);
     int nd = info.ndevices < 0 ? 0 : info.ndevices > GEMM_MAX_DEVICES ? GEMM_MAX_DEVICES : info.ndevices;
     header(out, "gemmd_device_info", "gauge", "The devices the engine computes on, by index and name (always 1).");
     for (int d = 0; d < nd; d++) {
@@ -242,7 +238,7 @@ void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine)
     gemm_buf_puts(out, "gemmd_build_info{version=\"");
     gemmd_metrics_label_value(out, GEMMD_VERSION);
     gemm_buf_puts(out, "\",backend=\"");
-    gemmd_metrics_label_value(out, backend);
+    gemmd_metrics_label_value(out, info.backend[0] ? info.backend : "none");
     gemm_buf_puts(out, "\"} 1\n");
 }
 
