@@ -10,7 +10,6 @@
 #include "metrics.h"
 
 #include <stdatomic.h>
-#include <string.h>
 
 #include "config.h" /* GEMMD_VERSION */
 
@@ -147,8 +146,7 @@ static const char *const state_names[5] = {"queued", "running", "done", "failed"
 
 static void render_engine(gemm_buf *out, gemm_engine *engine)
 {
-    gemm_engine_stats st;
-    memset(&st, 0, sizeof st);
+    gemm_engine_stats st = {0};
     if (engine) gemm_engine_get_stats(engine, &st);
 
     single(out, "gemmd_queue_depth", "gauge", "Products waiting for an engine worker.", st.queued);
@@ -224,8 +222,7 @@ void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine)
     render_requests(out);
     render_engine(out, engine);
 
-    gemm_engine_info info;
-    memset(&info, 0, sizeof info);
+    gemm_engine_info info = {0};
     if (engine) gemm_engine_describe(engine, &info);
     int nd = info.ndevices < 0 ? 0 : info.ndevices > GEMM_MAX_DEVICES ? GEMM_MAX_DEVICES : info.ndevices;
     header(out, "gemmd_device_info", "gauge", "The devices the engine computes on, by index and name (always 1).");

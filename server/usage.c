@@ -262,11 +262,8 @@ double gemmd_usage_json(gemm_buf *out, const gemmd_auth *auth, int queued, doubl
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     double now = gemm_now_ms(), window_s = GEMMD_USAGE_STEPS * GEMMD_USAGE_STEP_S;
     int64_t no = step_no(now);
-    use total[NSLOTS], win[NSLOTS], sum[GEMMD_USAGE_STEPS], minute = {0};
+    use total[NSLOTS] = {0}, win[NSLOTS] = {0}, sum[GEMMD_USAGE_STEPS] = {0}, minute = {0};
     uint64_t jobs_min = 0;
-    memset(total, 0, sizeof total);
-    memset(win, 0, sizeof win);
-    memset(sum, 0, sizeof sum);
 
     pthread_once(&S_once, shards_init);
     pthread_mutex_lock(&mu);
