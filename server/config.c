@@ -31,8 +31,7 @@
 #define SZ(f) sizeof(((gemmd_config *)0)->f)
 
 /* msg = the message; returns -1. */
-static int say(char *msg, size_t msglen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int say(char *msg, size_t msglen, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int say(char *msg, size_t msglen, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

@@ -243,8 +243,7 @@ void gemmd_jobs_free(gemmd_jobs *s)
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->sweeper, NULL);
     destroy_chain(s, s->head);
-    int zero[5] = {0};
-    gemmd_metrics_jobs_by_state(zero);
+    gemmd_metrics_jobs_by_state((const int[5]){0});
     pthread_cond_destroy(&s->tick);
     pthread_mutex_destroy(&s->mu);
     free(s);
