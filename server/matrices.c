@@ -323,9 +323,8 @@ int gemmd_matrices_ready(gemmd_matrices *s, const gemmd_matrix_entry *e)
 
 static void describe_locked(const gemmd_matrix_entry *e, double now, gemm_buf *out)
 {
-    gemm_buf_printf(out, "{\"id\":\"%s\",\"shape\":[%llu,%llu],\"dtype\":", e->id, (unsigned long long)e->m.rows,
-                    (unsigned long long)e->m.cols);
-    gemm_buf_json_string(out, gemm_dtype_name(e->m.dtype));
+    gemm_buf_printf(out, "{\"id\":\"%s\",\"shape\":[%llu,%llu],\"dtype\":\"%s\"", e->id, /* names need no escaping */
+                    (unsigned long long)e->m.rows, (unsigned long long)e->m.cols, gemm_dtype_name(e->m.dtype));
     gemm_buf_printf(out, ",\"bytes\":%zu,\"where\":\"host\",\"uses\":%llu,\"age_s\":%.3f,\"idle_s\":%.3f,"
                          "\"location\":\"/v1/matrices/%s\",\"state\":\"%s\",\"rows_filled\":%llu}",
                     e->bytes, (unsigned long long)e->uses, (now - e->t_created_ms) / 1000.0,

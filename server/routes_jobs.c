@@ -341,12 +341,10 @@ enum MHD_Result gemmd_route_job_status(gemmd_request *req)
     if (v.device[0]) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", v.device);
 
     gemm_buf b = {0};
-    gemm_buf_printf(&b, "{\"id\":\"%s\",\"state\":\"%s\",\"shape\":[%llu,%llu],\"k\":%llu,\"dtype\":", v.id,
-                    gemm_job_state_name(v.state), (unsigned long long)v.m, (unsigned long long)v.n,
-                    (unsigned long long)v.k);
-    gemm_buf_json_string(&b, gemm_dtype_name(v.dtype));
-    gemm_buf_puts(&b, ",\"out_dtype\":");
-    gemm_buf_json_string(&b, gemm_dtype_name(v.c_dtype));
+    gemm_buf_printf(&b, "{\"id\":\"%s\",\"state\":\"%s\",\"shape\":[%llu,%llu],\"k\":%llu,\"dtype\":\"%s\","
+                    "\"out_dtype\":\"%s\"", v.id, gemm_job_state_name(v.state), (unsigned long long)v.m,
+                    (unsigned long long)v.n, (unsigned long long)v.k, gemm_dtype_name(v.dtype),
+                    gemm_dtype_name(v.c_dtype)); /* the names need no escaping */
     gemmd_ran_fields_json(&b, ",", v.kernel, v.tile, v.block, gemm_math_report_name(v.dtype, v.math), v.device);
     gemm_buf_printf(&b, ",\"location\":\"/v1/jobs/%s\",\"result\":\"/v1/jobs/%s/result\"", v.id, v.id);
     if (v.finished) gemm_buf_printf(&b, ",\"expires_in_s\":%.1f", v.expires_in_s);

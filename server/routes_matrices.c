@@ -84,10 +84,8 @@ enum MHD_Result gemmd_route_matrix_get(gemmd_request *req)
     }
     if (fmt == GEMMD_FMT_JSON) { /* the same shape POST takes back: {"id", "shape", "dtype", "data": [[..]]} */
         gemm_buf b = {0};
-        gemm_buf_printf(&b, "{\"id\":\"%s\",\"shape\":[%llu,%llu],\"dtype\":", e->id, (unsigned long long)e->m.rows,
-                        (unsigned long long)e->m.cols);
-        gemm_buf_json_string(&b, gemm_dtype_name(e->m.dtype));
-        gemm_buf_puts(&b, ",\"data\":");
+        gemm_buf_printf(&b, "{\"id\":\"%s\",\"shape\":[%llu,%llu],\"dtype\":\"%s\",\"data\":", e->id,
+                        (unsigned long long)e->m.rows, (unsigned long long)e->m.cols, gemm_dtype_name(e->m.dtype));
         gemm_json_write_matrix(&b, &e->m);
         gemm_buf_puts(&b, "}\n");
         gemmd_matrices_put(srv->matrices, e);
