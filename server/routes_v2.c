@@ -110,10 +110,9 @@ enum MHD_Result gemmd_v2_model_meta(gemmd_request *req)
     /* The tensors' datatype is the default one; A and B may be any of these, alike (C: theirs,
      * or FP32 for FP16 / BF16 unless parameters.out_dtype asks for theirs). */
     gemm_buf_puts(&b, "],\"parameters\":{\"datatypes\":\"FP32,FP64,INT32,FP16,BF16\",\"out_dtypes\":"
-                      "\"FP16:FP32|FP16,BF16:FP32|BF16\",\"backend\":");
-    gemm_buf_json_string(&b, in->backend);
+                      "\"FP16:FP32|FP16,BF16:FP32|BF16\"");
+    gemm_buf_printf(&b, ",\"backend\":\"%s\",\"kernels\":\"auto", in->backend); /* names: nothing to escape */
     unsigned maths = 0; /* the modes some kernel of this engine takes */
-    gemm_buf_puts(&b, ",\"kernels\":\"auto");
     for (int i = 0; i < in->nkernels; i++) {
         gemm_buf_printf(&b, ",%s", in->kernels[i].name);
         maths |= in->kernels[i].maths;
@@ -128,9 +127,7 @@ enum MHD_Result gemmd_v2_model_meta(gemmd_request *req)
 enum MHD_Result gemmd_v2_server_meta(gemmd_request *req)
 {
     gemm_buf b = {0};
-    gemm_buf_puts(&b, "{\"name\":\"gemmd\",\"version\":");
-    gemm_buf_json_string(&b, GEMMD_VERSION);
-    gemm_buf_puts(&b, ",\"extensions\":[\"binary_tensor_data\"]}\n");
+    gemm_buf_puts(&b, "{\"name\":\"gemmd\",\"version\":\"" GEMMD_VERSION "\",\"extensions\":[\"binary_tensor_data\"]}\n");
     return gemmd_respond_json(req, 200, &b);
 }
 

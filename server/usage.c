@@ -306,11 +306,9 @@ double gemmd_usage_json(gemm_buf *out, const gemmd_auth *auth, int queued, doubl
     pthread_mutex_lock(&E.mu);
     for (uint64_t i = 0; i < E.nerrors && i < GEMMD_USAGE_ERRORS; i++) { /* newest first */
         const error_entry *e = &E.err[(E.nerrors - 1 - i) % GEMMD_USAGE_ERRORS];
-        gemm_buf_printf(out, "%s{\"time\":%.3f,\"route\":", i ? "," : "", e->when);
-        gemm_buf_json_string(out, e->route);
-        gemm_buf_printf(out, ",\"status\":%d,\"code\":", e->status);
-        gemm_buf_json_string(out, e->code);
-        gemm_buf_printf(out, ",\"token\":\"%s\"}", slot_name(auth, e->slot));
+        /* the route table's labels and error codes are identifiers: nothing to escape */
+        gemm_buf_printf(out, "%s{\"time\":%.3f,\"route\":\"%s\",\"status\":%d,\"code\":\"%s\",\"token\":\"%s\"}",
+                        i ? "," : "", e->when, e->route, e->status, e->code, slot_name(auth, e->slot));
     }
     pthread_mutex_unlock(&E.mu);
     double mean = 0;
