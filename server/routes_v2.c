@@ -89,10 +89,7 @@ static int check_model(const gemmd_request *req, gemm_err *err)
 
 /* ---- health and metadata ------------------------------------------------------------- */
 
-static void tensor_meta(gemm_buf *b, const char *name)
-{
-    gemm_buf_printf(b, "{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":[-1,-1]}", name);
-}
+#define TENSOR_META(name) "{\"name\":\"" name "\",\"datatype\":\"FP32\",\"shape\":[-1,-1]}"
 
 enum MHD_Result gemmd_v2_model_meta(gemmd_request *req)
 {
@@ -101,12 +98,8 @@ enum MHD_Result gemmd_v2_model_meta(gemmd_request *req)
     const gemm_engine_info *in = &req->svc->info;
     gemm_buf b = {0};
     gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"versions\":[\"" GEMM_V2_MODEL_VERSION "\"],"
-                      "\"platform\":\"gemmd\",\"inputs\":[");
-    tensor_meta(&b, "A");
-    gemm_buf_puts(&b, ",");
-    tensor_meta(&b, "B");
-    gemm_buf_puts(&b, "],\"outputs\":[");
-    tensor_meta(&b, "C");
+                      "\"platform\":\"gemmd\",\"inputs\":[" TENSOR_META("A") "," TENSOR_META("B") "],"
+                      "\"outputs\":[" TENSOR_META("C"));
     /* The tensors' datatype is the default one; A and B may be any of these, alike (C: theirs,
      * or FP32 for FP16 / BF16 unless parameters.out_dtype asks for theirs). */
     gemm_buf_puts(&b, "],\"parameters\":{\"datatypes\":\"FP32,FP64,INT32,FP16,BF16\",\"out_dtypes\":"
