@@ -57,11 +57,7 @@ static void names_of_bits(gemm_buf *b, const char *key, unsigned bits, int count
 {
     gemm_buf_printf(b, ",\"%s\":[", key);
     for (int i = 0, n = 0; i < count; i++)
-        if (bits & (1u << i)) {
-            gemm_buf_puts(b, n++ ? ",\"" : "\"");
-            gemm_buf_puts(b, name(i));
-            gemm_buf_puts(b, "\"");
-        }
+        if (bits & (1u << i)) gemm_buf_printf(b, "%s\"%s\"", n++ ? "," : "", name(i));
     gemm_buf_puts(b, "]");
 }
 
