@@ -232,11 +232,8 @@ void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine)
         gemm_buf_puts(out, "\"} 1\n");
     }
     header(out, "gemmd_build_info", "gauge", "Version and compute backend of this daemon (always 1).");
-    gemm_buf_puts(out, "gemmd_build_info{version=\"");
-    gemmd_metrics_label_value(out, GEMMD_VERSION);
-    gemm_buf_puts(out, "\",backend=\"");
-    gemmd_metrics_label_value(out, info.backend[0] ? info.backend : "none");
-    gemm_buf_puts(out, "\"} 1\n");
+    gemm_buf_printf(out, "gemmd_build_info{version=\"%s\",backend=\"%s\"} 1\n", GEMMD_VERSION, /* nothing to escape */
+                    info.backend[0] ? info.backend : "none");
 }
 
 void gemmd_metrics_render_limits(gemm_buf *out, const gemmd_budget_stats *st, const gemmd_conns_stats *cs,

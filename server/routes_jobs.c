@@ -349,9 +349,7 @@ enum MHD_Result gemmd_route_job_status(gemmd_request *req)
     gemm_buf_printf(&b, ",\"location\":\"/v1/jobs/%s\",\"result\":\"/v1/jobs/%s/result\"", v.id, v.id);
     if (v.finished) gemm_buf_printf(&b, ",\"expires_in_s\":%.1f", v.expires_in_s);
     if (v.finished && v.state != GEMM_JOB_DONE) {
-        gemm_buf_printf(&b, ",\"error\":{\"status\":%d,\"code\":", v.err.status);
-        gemm_buf_json_string(&b, v.err.code);
-        gemm_buf_puts(&b, ",\"message\":");
+        gemm_buf_printf(&b, ",\"error\":{\"status\":%d,\"code\":\"%s\",\"message\":", v.err.status, v.err.code);
         gemm_buf_json_string(&b, v.err.message);
         gemm_buf_puts(&b, "}");
     }
