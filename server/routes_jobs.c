@@ -332,9 +332,7 @@ enum MHD_Result gemmd_route_job_status(gemmd_request *req)
     gemmd_jobs_view(srv->jobs, j, &v);
     gemmd_jobs_put(srv->jobs, j);
 
-    gemmd_timing t = {0};
-    t.recv_ms = v.recv_ms;
-    t.decode_ms = v.decode_ms;
+    gemmd_timing t = {.recv_ms = v.recv_ms, .decode_ms = v.decode_ms};
     if (v.finished) gemmd_timing_from_job(&t, &v.timing);
     t.total_ms = v.total_ms;
     if (v.kernel[0] && v.finished) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", v.kernel);
