@@ -16,7 +16,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #define STARVE_S 0.5       /* the oldest ticket goes first once it has waited this long */
@@ -241,10 +240,7 @@ void gemmd_admit_free(gemmd_admit *a)
 int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, int client_key, uint64_t bytes,
                       void (*wake)(void *arg), void *arg, gemm_err *err, int *retry_after_s)
 {
-    memset(t, 0, sizeof *t);
-    t->bytes = bytes;
-    t->wake = wake;
-    t->arg = arg;
+    *t = (gemmd_admit_ticket){.bytes = bytes, .wake = wake, .arg = arg};
     *retry_after_s = 0;
     if (bytes > gemmd_budget_max_single(a->budget))
         return gemm_err_set(err, 413, "too_large",
