@@ -134,10 +134,11 @@ enum MHD_Result gemmd_v2_live(gemmd_request *req)
     return gemmd_respond_json(req, 200, &b);
 }
 
-/* GET /v2/health/ready (model NULL) and the model's /ready. */
-static enum MHD_Result ready(gemmd_request *req, const char *model)
+/* GET /v2/health/ready (model 0) and the model's /ready (model 1). */
+static enum MHD_Result ready(gemmd_request *req, int model)
 {
     gemm_err e;
+    if (model && check_model(req, &e) != 0) return gemmd_respond_error(req, &e);
     if (gemmd_not_ready(req, &e) != 0)
         return gemmd_respond_errorf(req, 400, "not_ready", "not ready: %s", e.message);
     gemm_buf b = {0};
@@ -146,14 +147,8 @@ static enum MHD_Result ready(gemmd_request *req, const char *model)
     return gemmd_respond_json(req, 200, &b);
 }
 
-enum MHD_Result gemmd_v2_ready(gemmd_request *req) { return ready(req, NULL); }
-
-enum MHD_Result gemmd_v2_model_ready(gemmd_request *req)
-{
-    gemm_err e;
-    if (check_model(req, &e) != 0) return gemmd_respond_error(req, &e);
-    return ready(req, GEMM_V2_MODEL);
-}
+enum MHD_Result gemmd_v2_ready(gemmd_request *req) { return ready(req, 0); }
+enum MHD_Result gemmd_v2_model_ready(gemmd_request *req) { return ready(req, 1); }
 
 /* ---- inference: the body ------------------------------------------------------------- */
 
