@@ -155,7 +155,6 @@ enum MHD_Result gemmd_v2_model_ready(gemmd_request *req) { return ready(req, 1);
 static int begin_infer(gemmd_request *req)
 {
     gemmd_v2 *v = req->v2;
-    const gemmd_config *cfg = &req->svc->cfg;
     gemm_err *err = &req->err;
     const char *ce = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_ENCODING);
     if (ce && strcasecmp(ce, "identity") != 0)
@@ -163,7 +162,7 @@ static int begin_infer(gemmd_request *req)
                             "Content-Encoding %.40s is not supported; send the request uncompressed", ce);
     if (gemmd_request_read_length(req) != 0) return -1;
     const char *hl = gemmd_request_header(req, "Inference-Header-Content-Length");
-    uint64_t json_max = cfg->max_json_bytes;
+    uint64_t json_max = req->svc->cfg.max_json_bytes;
     if (!hl) {
         /* All JSON: parsed whole, so the tighter of the two limits holds. */
         int json_tighter = json_max <= req->limit;
