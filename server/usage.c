@@ -293,14 +293,13 @@ double gemmd_usage_json(gemm_buf *out, const gemmd_auth *auth, int queued, doubl
         pthread_mutex_unlock(&sh->mu);
     }
     gemm_buf_puts(out, "\"tokens\":[");
-    for (int s = 0, first = 1; s < NSLOTS; s++) {
+    for (int s = 0, n = 0; s < NSLOTS; s++) {
         if (!total[s].requests && !total[s].products) continue;
-        gemm_buf_printf(out, "%s{\"name\":\"%s\",", first ? "" : ",", slot_name(auth, s)); /* no escaping needed */
+        gemm_buf_printf(out, "%s{\"name\":\"%s\",", n++ ? "," : "", slot_name(auth, s)); /* no escaping needed */
         use_json(out, "window", &win[s]);
         gemm_buf_puts(out, ",");
         use_json(out, "total", &total[s]);
         gemm_buf_puts(out, "}");
-        first = 0;
     }
     gemm_buf_puts(out, "],\"errors\":[");
     pthread_mutex_lock(&E.mu);
