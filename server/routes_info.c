@@ -126,14 +126,13 @@ enum MHD_Result gemmd_route_info(gemmd_request *req)
     gemm_buf_puts(&b, ",\"options\":["); /* the options' table (options.h) */
     for (int i = 0; i < gemm_option_count(); i++) {
         const gemm_option *d = gemm_option_at(i);
-        member(&b, i ? ",{" : "{", "name", d->name);
-        member(&b, ",", "type", gemm_option_types[d->type]);
+        gemm_buf_printf(&b, "%s{\"name\":\"%s\",\"type\":\"%s\"", i ? "," : "", d->name, /* identifiers */
+                        gemm_option_types[d->type]);
         names_of_bits(&b, "doors", d->doors, GEMM_DOOR_COUNT, door_name_i);
         if (d->type == GEMM_OPT_UINT) gemm_buf_printf(&b, ",\"min\":%llu", (unsigned long long)d->min);
         if (d->type == GEMM_OPT_UINT && d->max != UINT64_MAX)
             gemm_buf_printf(&b, ",\"max\":%llu", (unsigned long long)d->max);
-        gemm_buf_printf(&b, ",\"status\":%d", d->status);
-        member(&b, ",", "code", d->code);
+        gemm_buf_printf(&b, ",\"status\":%d,\"code\":\"%s\"", d->status, d->code);
         if (d->example) member(&b, ",", "example", d->example);
         member(&b, ",", "help", d->help);
         gemm_buf_puts(&b, "}");
