@@ -148,6 +148,7 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
 {
     gemm_engine_stats st = {0};
     if (engine) gemm_engine_get_stats(engine, &st);
+    int nd = st.ndevices < 0 ? 0 : st.ndevices > GEMM_MAX_DEVICES ? GEMM_MAX_DEVICES : st.ndevices;
 
     single(out, "gemmd_queue_depth", "gauge", "Products waiting for an engine worker.", st.queued);
     single(out, "gemmd_jobs_running", "gauge",
@@ -165,7 +166,7 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
            "the device copies the CUDA backend keeps.");
     gemm_buf_printf(out, "gemmd_resident_bytes{where=\"host\"} %llu\n",
                     (unsigned long long)atomic_load(&resident_host_bytes));
-    for (int i = 0; i < st.ndevices && i < GEMM_MAX_DEVICES; i++) /* device copies (CUDA) */
+    for (int i = 0; i < nd; i++) /* device copies (CUDA) */
         gemm_buf_printf(out, "gemmd_resident_bytes{where=\"device\",device=\"%d\"} %llu\n", i,
                         (unsigned long long)st.resident_bytes[i]);
     single(out, "gemmd_resident_budget_bytes", "gauge", "resident_mb in bytes.", atomic_load(&resident_budget));
@@ -194,9 +195,6 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
     header(out, "gemmd_compute_seconds_total", "counter", "Seconds engine workers spent computing products.");
     gemm_buf_printf(out, "gemmd_compute_seconds_total %.6f\n", st.compute_seconds);
 
-    int nd = st.ndevices;
-    if (nd < 0) nd = 0;
-    if (nd > GEMM_MAX_DEVICES) nd = GEMM_MAX_DEVICES;
     header(out, "gemmd_device_busy_seconds_total", "counter", "Seconds each device spent running products.");
     for (int d = 0; d < nd; d++)
         gemm_buf_printf(out, "gemmd_device_busy_seconds_total{device=\"%d\"} %.6f\n", d, st.device_busy_seconds[d]);
