@@ -165,11 +165,9 @@ static void *run(void *arg)
         if (!a->kicked && !a->stop) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += TICK_MS * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            long ns = ts.tv_nsec + TICK_MS * 1000000L;
+            ts.tv_sec += ns / 1000000000L;
+            ts.tv_nsec = ns % 1000000000L;
             pthread_cond_timedwait(&a->cv, &a->mu, &ts);
         }
         a->kicked = 0;
