@@ -16,7 +16,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #define STARVE_S 0.5       /* the oldest ticket goes first once it has waited this long */
@@ -46,6 +45,7 @@ struct gemmd_admit {
     uint64_t waiting_bytes;
     double hold_s;             /* how long a reservation lasts, a decaying average */
     gemmd_admit_stats st;
+    gemmd_admit_ticket *woken, **woken_tail; /* decided, to be woken outside the lock */
 };
 
 /* A client's requests fit its share: always the first and the small ones (they may take
@@ -97,21 +97,21 @@ static void unlink_locked(gemmd_admit *a, gemmd_admit_ticket *t)
     a->waiting_bytes -= t->bytes;
 }
 
-/* Decides t (unlinked already) and chains it on *woken, to be woken outside the lock. */
-static void decide_locked(gemmd_admit *a, gemmd_admit_ticket *t, int result, gemmd_admit_ticket **woken)
+/* Decides t (unlinked already) and appends it to the tickets to wake outside the lock. */
+static void decide_locked(gemmd_admit *a, gemmd_admit_ticket *t, int result)
 {
     t->result = result;
     if (result != 0) t->retry_after_s = expected_wait_locked(a, t->bytes);
     atomic_store(&t->decided, 1);
-    t->next = *woken;
-    *woken = t;
+    t->next = NULL;
+    *a->woken_tail = t;
+    a->woken_tail = &t->next;
 }
 
 /* Admits waiting tickets that fit: the oldest first once it has waited STARVE_S, else the
- * clients in turn, each its oldest. Returns the decided ones, chained. */
-static gemmd_admit_ticket *admit_locked(gemmd_admit *a, double now)
+ * clients in turn, each its oldest. */
+static void admit_locked(gemmd_admit *a, double now)
 {
-    gemmd_admit_ticket *woken = NULL;
     for (int progress = 1; progress && a->waiting;) {
         progress = 0;
         gemmd_admit_ticket *oldest = NULL;
@@ -123,7 +123,7 @@ static gemmd_admit_ticket *admit_locked(gemmd_admit *a, double now)
         if (oldest && now - oldest->t_enter >= STARVE_S) { /* it goes first, or nobody */
             if (try_admit_locked(a, oldest) != 0) break;
             unlink_locked(a, oldest);
-            decide_locked(a, oldest, 0, &woken);
+            decide_locked(a, oldest, 0);
             progress = 1;
             continue;
         }
@@ -132,16 +132,15 @@ static gemmd_admit_ticket *admit_locked(gemmd_admit *a, double now)
             gemmd_admit_ticket *h = a->clients[i].head;
             if (!h || try_admit_locked(a, h) != 0) continue;
             unlink_locked(a, h);
-            decide_locked(a, h, 0, &woken);
+            decide_locked(a, h, 0);
             a->rr = (i + 1) % GEMMD_CLIENTS;
             progress = 1;
         }
     }
-    return woken;
 }
 
 /* Refuses the tickets past their deadline (all of them when stopping). */
-static gemmd_admit_ticket *expire_locked(gemmd_admit *a, double now, gemmd_admit_ticket *woken)
+static void expire_locked(gemmd_admit *a, double now)
 {
     for (int i = 0; i < GEMMD_CLIENTS; i++) {
         gemmd_admit_ticket *t = a->clients[i].head;
@@ -149,61 +148,46 @@ static gemmd_admit_ticket *expire_locked(gemmd_admit *a, double now, gemmd_admit
             gemmd_admit_ticket *next = t->next;
             if (a->stop || now >= t->deadline) {
                 unlink_locked(a, t);
-                decide_locked(a, t, a->stop ? -2 : -1, &woken); /* -2: closed */
+                decide_locked(a, t, a->stop ? -2 : -1); /* -2: closed */
                 a->st.refused_wait++;
             }
             t = next;
         }
     }
-    return woken;
 }
 
-/* Wakes the chained tickets in the order they were decided (the chain has them the other
- * way round). */
-static void wake_all(gemmd_admit_ticket *t)
-{
-    gemmd_admit_ticket *in_order = NULL;
-    while (t) {
-        gemmd_admit_ticket *next = t->next;
-        t->next = in_order;
-        in_order = t;
-        t = next;
-    }
-    t = in_order;
-    while (t) {
-        gemmd_admit_ticket *next = t->next; /* t may be gone once woken */
-        t->next = NULL;
-        t->wake(t->arg);
-        t = next;
-    }
-}
-
+/* Once stopping, one last pass refuses whatever still waits (no ticket enters any more). */
 static void *run(void *arg)
 {
     gemmd_admit *a = arg;
     pthread_mutex_lock(&a->mu);
-    while (!a->stop) {
-        if (!a->kicked) {
+    for (;;) {
+        if (!a->kicked && !a->stop) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += TICK_MS * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            long ns = ts.tv_nsec + TICK_MS * 1000000L;
+            ts.tv_sec += ns / 1000000000L;
+            ts.tv_nsec = ns % 1000000000L;
             pthread_cond_timedwait(&a->cv, &a->mu, &ts);
         }
         a->kicked = 0;
+        int stop = a->stop;
         double now = gemm_now_ms() / 1000.0;
-        gemmd_admit_ticket *woken = expire_locked(a, now, admit_locked(a, now));
+        admit_locked(a, now);
+        expire_locked(a, now);
+        gemmd_admit_ticket *t = a->woken;
+        a->woken = NULL;
+        a->woken_tail = &a->woken;
         pthread_mutex_unlock(&a->mu);
-        wake_all(woken);
+        while (t) { /* in the order they were decided */
+            gemmd_admit_ticket *next = t->next; /* t may be gone once woken */
+            t->next = NULL;
+            t->wake(t->arg);
+            t = next;
+        }
+        if (stop) return NULL;
         pthread_mutex_lock(&a->mu);
     }
-    gemmd_admit_ticket *woken = expire_locked(a, gemm_now_ms() / 1000.0, NULL);
-    pthread_mutex_unlock(&a->mu);
-    wake_all(woken);
-    return NULL;
 }
 
 gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s, int share_pct)
@@ -219,6 +203,7 @@ gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s
     a->max_per_client = a->max_waiting / 4 > 1 ? a->max_waiting / 4 : 1;
     a->max_wait_s = max_wait_s > 0 ? max_wait_s : 1;
     a->hold_s = 1.0;
+    a->woken_tail = &a->woken;
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     if (pthread_create(&a->thread, NULL, run, a) != 0) {
@@ -253,10 +238,7 @@ void gemmd_admit_free(gemmd_admit *a)
 int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, int client_key, uint64_t bytes,
                       void (*wake)(void *arg), void *arg, gemm_err *err, int *retry_after_s)
 {
-    memset(t, 0, sizeof *t);
-    t->bytes = bytes;
-    t->wake = wake;
-    t->arg = arg;
+    *t = (gemmd_admit_ticket){.bytes = bytes, .wake = wake, .arg = arg};
     *retry_after_s = 0;
     if (bytes > gemmd_budget_max_single(a->budget))
         return gemm_err_set(err, 413, "too_large",

@@ -1,9 +1,7 @@
 /*
- * admit.h - admission (docs/OPERATIONS.md, "Memory budget"): before a byte of its body is
- * read, a request reserves the memory it will hold; when that does not fit now it waits in
- * a short queue, its connection parked, instead of being refused after sending its body.
- * The queue is bounded, FIFO per client and round robin across clients (the oldest request
- * of all goes first once it has waited a moment); a client holds at most its share.
+ * admit.h - admission (docs/OPERATIONS.md, "Memory budget", has the queue's rules): before
+ * a byte of its body is read, a request reserves the memory it will hold, or waits for it
+ * in a queue, its connection parked.
  *
  *   switch (gemmd_admit_enter(a, &t, client_key, bytes, wake, req, &err, &retry_after)) {
  *   case 0:  admitted: bytes are reserved (release them when done)

@@ -1,6 +1,5 @@
 /*
- * config.c - the daemon's configuration: built-in defaults, then a key = value file,
- * then GEMMD_<KEY> environment variables, then --key value flags; later wins.
+ * config.c - the daemon's configuration (config.h).
  *
  * Every key is described once, in the table below (name, kind, range, help), and the
  * engine's backends add theirs (gemm_engine_keys). The file, environment and flag readers
@@ -26,12 +25,13 @@
 #include "log.h"
 
 #define MB (1024ull * 1024ull)
+/* TLS 1.2 and 1.3 only; GnuTLS's NORMAL set of ciphers otherwise. */
+#define GEMMD_TLS_PRIORITIES_DEFAULT "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
 #define OFF(f) offsetof(gemmd_config, f)
 #define SZ(f) sizeof(((gemmd_config *)0)->f)
 
 /* msg = the message; returns -1. */
-static int say(char *msg, size_t msglen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int say(char *msg, size_t msglen, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int say(char *msg, size_t msglen, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -40,18 +40,18 @@ static int say(char *msg, size_t msglen, const char *fmt, ...)
     return -1;
 }
 
-typedef enum {
-    K_INT,      /* int field, range [min, max] */
-    K_U64,      /* uint64_t field, range [min, max] */
-    K_MB_U64,   /* value in MiB, uint64_t field in bytes */
-    K_MB_SIZE,  /* value in MiB, size_t field in bytes */
-    K_STR,      /* free string (a path); may be empty */
-    K_LISTEN,   /* an IPv4 or IPv6 address */
-    K_BACKEND,  /* auto | cpu | cuda */
-    K_DEVICES,  /* all | comma list of ordinals */
-    K_LOGLEVEL, /* error | warn | info | debug */
-    K_BOOL,     /* true | false (also yes/no, on/off, 1/0); int field */
-    K_INSTANCE  /* an instance_id (instance.h), or empty */
+typedef enum { /* the engine's key kinds (engine.h), then the daemon's own */
+    K_INT = GEMM_KEY_INT,         /* int field, range [min, max] */
+    K_U64 = GEMM_KEY_U64,         /* uint64_t field, range [min, max] */
+    K_MB_U64 = GEMM_KEY_MB,       /* value in MiB, uint64_t field in bytes */
+    K_BOOL = GEMM_KEY_BOOL,       /* true | false (also yes/no, on/off, 1/0); int field */
+    K_STR = GEMM_KEY_STR,         /* free string (a path); may be empty */
+    K_BACKEND = GEMM_KEY_BACKEND, /* auto | cpu | cuda */
+    K_DEVICES = GEMM_KEY_DEVICES, /* all | comma list of ordinals */
+    K_MB_SIZE,                    /* value in MiB, size_t field in bytes */
+    K_LISTEN,                     /* an IPv4 or IPv6 address */
+    K_LOGLEVEL,                   /* error | warn | info | debug */
+    K_INSTANCE                    /* an instance_id (instance.h), or empty */
 } key_kind;
 
 typedef struct {
@@ -132,15 +132,11 @@ static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
 
 static void build_keys(void)
 {
-    static const key_kind kinds[] = {[GEMM_KEY_INT] = K_INT,         [GEMM_KEY_U64] = K_U64,
-                                     [GEMM_KEY_MB] = K_MB_U64,       [GEMM_KEY_BOOL] = K_BOOL,
-                                     [GEMM_KEY_STR] = K_STR,         [GEMM_KEY_BACKEND] = K_BACKEND,
-                                     [GEMM_KEY_DEVICES] = K_DEVICES};
     for (size_t i = 0; i < sizeof daemon_keys / sizeof daemon_keys[0]; i++) all_keys[nall++] = daemon_keys[i];
     for (const gemm_key_section *s = gemm_engine_keys; s->owner; s++)
         for (const gemm_key *k = s->keys; k->name && nall < sizeof all_keys / sizeof all_keys[0]; k++) {
             owners[nall] = s->owner;
-            all_keys[nall++] = (key_desc){k->name, NULL, kinds[k->kind], OFF(engine) + k->offset, k->size,
+            all_keys[nall++] = (key_desc){k->name, NULL, (key_kind)k->kind, OFF(engine) + k->offset, k->size,
                                           k->min, k->max, k->help};
         }
 }
@@ -386,7 +382,6 @@ static void env_name(const char *key, char *out, size_t len)
     out[i] = '\0';
 }
 
-/* The value of variable name in envp; NULL if unset. */
 static const char *env_lookup(char **envp, const char *name)
 {
     size_t n = strlen(name);
@@ -440,14 +435,9 @@ void gemmd_config_warn_idle(const gemmd_config *c, gemm_engine *e)
     }
 }
 
+/* Each value's range and form were checked by gemmd_config_set, the only way in. */
 int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen)
 {
-    if (c->port < 1 || c->port > 65535)
-        return say(msg, msglen, "port: %d is out of range; accepted: 1 to 65535", c->port);
-    if (c->http_threads < 0) return say(msg, msglen, "http_threads: must be 0 (half the CPUs, 4 to 16) or at least 1");
-    if (c->engine.queue_depth < 1) return say(msg, msglen, "queue_depth: must be at least 1");
-    if (c->limits.max_dim < 1 || c->limits.max_elements < 1 || c->limits.max_body_bytes < 1)
-        return say(msg, msglen, "max_dim, max_elements and max_body_mb must be at least 1");
     if (c->per_ip_limit > c->connection_limit)
         return say(msg, msglen, "per_ip_limit (%d) is larger than connection_limit (%d)", c->per_ip_limit,
                    c->connection_limit);
@@ -466,9 +456,6 @@ int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen)
         if (files[i][0] && S_ISDIR(st.st_mode))
             return say(msg, msglen, "%s: '%s' is a directory, not a file", names[i], files[i]);
     }
-    if (gemmd_log_level_from_name(c->log_level) < 0)
-        return say(msg, msglen, "log_level: '%s' is not a log level; accepted: error, warn, info or debug",
-                   c->log_level);
     return 0;
 }
 
@@ -509,39 +496,13 @@ void gemmd_config_usage(FILE *out)
     }
 }
 
-/* The config file to read: --config FILE (or --config=FILE), else $GEMMD_CONFIG, else
- * config/gemmd.conf when it exists. 0 (*path NULL: none), or -1. */
-static int config_path(int argc, char **argv, char **envp, const char **path)
-{
-    int explicit = 0;
-    *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strncmp(argv[i], "--config=", 9) == 0) {
-            *path = argv[i] + 9;
-            explicit = 1;
-        } else if (strcmp(argv[i], "--config") == 0) {
-            if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) {
-                fprintf(stderr, "gemmd: --config: missing value (a config file path)\n");
-                return -1;
-            }
-            *path = argv[++i];
-            explicit = 1;
-        }
-    }
-    const char *e = explicit ? NULL : env_lookup(envp, "GEMMD_CONFIG");
-    if (e && *e) *path = e;
-    else if (!explicit && access("config/gemmd.conf", F_OK) == 0) *path = "config/gemmd.conf";
-    if (explicit && !**path) {
-        fprintf(stderr, "gemmd: --config: empty path\n");
-        return -1;
-    }
-    return 0;
-}
-
+/* The flags are read twice: for --config first (the file comes before the environment),
+ * then for the others. */
 int gemmd_config_from_args(gemmd_config *c, int argc, char **argv, char **envp)
 {
     char msg[1024];
-    const char *path;
+    const char *path = NULL;
+    int explicit = 0;
     gemmd_config_defaults(c);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -553,35 +514,49 @@ int gemmd_config_from_args(gemmd_config *c, int argc, char **argv, char **envp)
             return 1;
         }
     }
-    if (config_path(argc, argv, envp, &path) != 0) return -1;
-    if ((path && gemmd_config_load_file(c, path, msg, sizeof msg) != 0) ||
-        gemmd_config_load_env(c, envp, msg, sizeof msg) != 0) {
-        fprintf(stderr, "gemmd: %s\n", msg);
-        return -1;
-    }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
-            fprintf(stderr, "gemmd: unexpected argument '%s' (options are --key value; see --help)\n", a);
-            return -1;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) { /* no --config: $GEMMD_CONFIG, else config/gemmd.conf when it exists */
+            const char *e = explicit ? NULL : env_lookup(envp, "GEMMD_CONFIG");
+            if (e && *e) path = e;
+            else if (!explicit && access("config/gemmd.conf", F_OK) == 0) path = "config/gemmd.conf";
+            if ((path && gemmd_config_load_file(c, path, msg, sizeof msg) != 0) ||
+                gemmd_config_load_env(c, envp, msg, sizeof msg) != 0) {
+                fprintf(stderr, "gemmd: %s\n", msg);
+                return -1;
+            }
         }
-        char name[96];
-        const char *eq = strchr(a + 2, '='), *value = eq ? eq + 1 : NULL;
-        snprintf(name, sizeof name, "%.*s", (int)(eq ? (size_t)(eq - (a + 2)) : strlen(a + 2)), a + 2);
-        if (!eq && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
-            fprintf(stderr, "gemmd: --%s: missing value (see --help)\n", name);
-            return -1;
-        }
-        if (!eq) value = argv[++i];
-        if (strcmp(name, "config") == 0) continue; /* read above */
-        const key_desc *k = find_key(name);
-        if (!k) {
-            fprintf(stderr, "gemmd: unknown option --%s (see --help for the list)\n", name);
-            return -1;
-        }
-        if (gemmd_config_set(c, k->name, value, msg, sizeof msg) != 0) {
-            fprintf(stderr, "gemmd: --%s: %s\n", name, msg);
-            return -1;
+        for (int i = 1; i < argc; i++) {
+            const char *a = argv[i];
+            if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+                fprintf(stderr, "gemmd: unexpected argument '%s' (options are --key value; see --help)\n", a);
+                return -1;
+            }
+            char name[96];
+            const char *eq = strchr(a + 2, '='), *value = eq ? eq + 1 : NULL;
+            snprintf(name, sizeof name, "%.*s", (int)(eq ? (size_t)(eq - (a + 2)) : strlen(a + 2)), a + 2);
+            if (!eq && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
+                fprintf(stderr, "gemmd: --%s: missing value (see --help)\n", name);
+                return -1;
+            }
+            if (!eq) value = argv[++i];
+            if (pass == 0 && strcmp(name, "config") == 0) {
+                if (!*value) {
+                    fprintf(stderr, "gemmd: --config: empty path\n");
+                    return -1;
+                }
+                path = value;
+                explicit = 1;
+            }
+            if (pass == 0 || strcmp(name, "config") == 0) continue;
+            const key_desc *k = find_key(name);
+            if (!k) {
+                fprintf(stderr, "gemmd: unknown option --%s (see --help for the list)\n", name);
+                return -1;
+            }
+            if (gemmd_config_set(c, k->name, value, msg, sizeof msg) != 0) {
+                fprintf(stderr, "gemmd: --%s: %s\n", name, msg);
+                return -1;
+            }
         }
     }
     if (gemmd_config_validate(c, msg, sizeof msg) == 0) return 0;

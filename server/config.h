@@ -15,9 +15,6 @@
 #define GEMMD_VERSION "0.1.0" /* printed by --version, /v1/info and gemmd_build_info */
 #endif
 
-/* TLS 1.2 and 1.3 only; GnuTLS's NORMAL set of ciphers otherwise. */
-#define GEMMD_TLS_PRIORITIES_DEFAULT "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
-
 typedef struct {               /* the keys of config.c's table, by the same names */
     char listen[64];            /* address to bind (127.0.0.1) */
     int port;
@@ -79,7 +76,7 @@ void gemmd_config_resolve_instance(gemmd_config *c);
  * backend e runs (streams_per_device on a CPU engine). */
 void gemmd_config_warn_idle(const gemmd_config *c, gemm_engine *e);
 
-/* Checks the values fit together (ports, limits, tls pair, token file readable). */
+/* Checks the values fit together (connection limits, the TLS pair, the files named). */
 int gemmd_config_validate(const gemmd_config *c, char *msg, size_t msglen);
 /* The HTTP threads to run: http_threads, or for 0 half the CPUs online, at least 4, at
  * most 16. */

@@ -262,9 +262,10 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
     }
     if (start_limits(s, err) != 0) goto fail;
     unsigned threads = (unsigned)gemmd_config_http_threads(cfg);
-    s->svc.jobs = gemmd_jobs_new(engine, cfg->job_ttl_s, cfg->job_mem_bytes, cfg->max_jobs, cfg->token_share);
-    s->svc.matrices = gemmd_matrices_new(engine, cfg->resident_bytes, cfg->max_matrices, cfg->token_share,
-                                         cfg->job_ttl_s);
+    s->svc.jobs = gemmd_jobs_new(engine, &s->svc.alloc, s->svc.budget, cfg->job_ttl_s, cfg->job_mem_bytes,
+                                 cfg->max_jobs, cfg->token_share);
+    s->svc.matrices = gemmd_matrices_new(engine, s->svc.budget, cfg->resident_bytes, cfg->max_matrices,
+                                         cfg->token_share, cfg->job_ttl_s);
     /* direct_run: a product as small as the engine coalesces, while at most a quarter of
      * the threads' worth of others wait */
     s->svc.sync = gemmd_sync_new(engine, &s->svc.stopping, cfg->direct_run, gemm_engine_small_mnk(engine),
@@ -273,8 +274,6 @@ gemmd_server *gemmd_http_start_fd(const gemmd_config *cfg, gemm_engine *engine, 
         gemm_err_set(err, 500, "out_of_memory", "cannot allocate the job and matrix stores");
         goto fail;
     }
-    gemmd_jobs_set_memory(s->svc.jobs, &s->svc.alloc, s->svc.budget);
-    gemmd_matrices_set_memory(s->svc.matrices, s->svc.budget);
 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;

@@ -1,11 +1,9 @@
 /*
- * jobs.c - the asynchronous job store: random ids, reference-counted entries, a TTL on
- * finished results, and caps on their count and on the memory they keep.
+ * jobs.c - the asynchronous job store (jobs.h).
  *
  * One mutex guards the list and every entry's private fields. The engine's done()
  * callback takes it too, so the engine (gemm_engine_submit, gemm_engine_cancel, which may
  * call done() on this thread) is always called without it, holding a reference instead.
- * A sweeper thread sleeps until the oldest finished job expires and frees it then.
  */
 #include "jobs.h"
 
@@ -37,8 +35,6 @@ struct gemmd_jobs {
     gemmd_job_entry *head;
     const gemm_allocator *alloc; /* job buffers' allocator (NULL: the engine's) */
     gemmd_budget *budget;        /* a finished result's charge becomes a kept result */
-
-    /* the sweeper */
     pthread_t sweeper;
     pthread_cond_t tick;  /* a job finished while the sweeper had nothing to wait for, or stop */
     int sweeper_idle;     /* waiting without a deadline (no finished job listed) */
@@ -201,7 +197,8 @@ static void *sweeper_main(void *arg)
     return NULL;
 }
 
-gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, int max_jobs, int share_pct)
+gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, const gemm_allocator *alloc, gemmd_budget *budget, int ttl_s,
+                          uint64_t mem_bytes, int max_jobs, int share_pct)
 {
     gemmd_jobs *s = calloc(1, sizeof *s);
     if (!s) return NULL;
@@ -212,6 +209,8 @@ gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, i
     pthread_cond_init(&s->tick, &ca);
     pthread_condattr_destroy(&ca);
     s->engine = engine;
+    s->alloc = alloc;
+    s->budget = budget;
     s->ttl_ms = (ttl_s > 0 ? ttl_s : 0) * 1000.0;
     s->mem_cap = mem_bytes;
     s->max_jobs = max_jobs > 0 ? max_jobs : 1;
@@ -225,12 +224,6 @@ gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, i
         return NULL;
     }
     return s;
-}
-
-void gemmd_jobs_set_memory(gemmd_jobs *s, const gemm_allocator *alloc, gemmd_budget *budget)
-{
-    s->alloc = alloc;
-    s->budget = budget;
 }
 
 void gemmd_jobs_set_done_hook(gemmd_jobs *s, void (*hook)(gemmd_job_entry *j, void *arg), void *arg)
@@ -250,8 +243,7 @@ void gemmd_jobs_free(gemmd_jobs *s)
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->sweeper, NULL);
     destroy_chain(s, s->head);
-    int zero[5] = {0};
-    gemmd_metrics_jobs_by_state(zero);
+    gemmd_metrics_jobs_by_state((const int[5]){0});
     pthread_cond_destroy(&s->tick);
     pthread_mutex_destroy(&s->mu);
     free(s);

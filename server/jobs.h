@@ -70,11 +70,11 @@ typedef struct {
     char device[GEMM_NAME_LEN];
 } gemmd_job_view;
 
-/* share_pct: what one client may keep of max_jobs and mem_bytes (token_share). */
-gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, int ttl_s, uint64_t mem_bytes, int max_jobs, int share_pct);
-/* Job buffers are freed with alloc (the daemon's charged allocator) and a finished
- * result's charge is moved to "results" in budget. Call before the first job. */
-void gemmd_jobs_set_memory(gemmd_jobs *s, const gemm_allocator *alloc, gemmd_budget *budget);
+/* Job buffers are freed with alloc (the daemon's charged allocator; NULL: the engine's) and
+ * a finished result's charge is moved to "results" in budget. share_pct: what one client
+ * may keep of max_jobs and mem_bytes (token_share). */
+gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, const gemm_allocator *alloc, gemmd_budget *budget, int ttl_s,
+                          uint64_t mem_bytes, int max_jobs, int share_pct);
 /* Frees every entry and buffer, once the engine holds none of them (after shutdown). */
 void gemmd_jobs_free(gemmd_jobs *s);
 

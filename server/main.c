@@ -4,9 +4,8 @@
  *
  * The signals go through a self-pipe: the BLAS library starts its threads before main(),
  * so they never inherit a signal mask set here and sigwait() could miss a signal.
- * The main thread also watches the engine: once it has lost every device, the daemon
- * restarts in place (restart.h) when restart_on_device_loss allows, else stays up with
- * /healthz and /readyz answering 503 (docs/OPERATIONS.md, "Faults").
+ * The main thread also watches the engine for the loss of every device (restart.h;
+ * docs/OPERATIONS.md, "Faults").
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,7 +44,6 @@ static void on_signal(int sig)
     errno = saved;
 }
 
-/* SIG_BLOCK or SIG_UNBLOCK SIGINT and SIGTERM on this thread. */
 static int mask_stop_signals(int how)
 {
     sigset_t set;
@@ -60,8 +58,7 @@ static int install_signals(void)
     if (pipe(signal_pipe) != 0) return -1;
     for (int i = 0; i < 2; i++) fcntl(signal_pipe[i], F_SETFD, FD_CLOEXEC);
     fcntl(signal_pipe[1], F_SETFL, O_NONBLOCK);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
+    struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
@@ -110,18 +107,16 @@ static int exit_code(const gemm_err *err)
     return strcmp(err->code, "bad_config") == 0 ? 2 : 1;
 }
 
-static void describe_devices(gemm_engine *engine, char *out, size_t cap)
+static void describe_devices(const gemm_engine_info *info, char *out, size_t cap)
 {
-    gemm_engine_info info;
-    gemm_engine_describe(engine, &info);
     size_t n = 0;
     out[0] = '\0';
-    for (int i = 0; i < info.ndevices && n + 1 < cap; i++) {
-        int w = snprintf(out + n, cap - n, "%s\"%s\"", i ? "," : "", info.devices[i].name);
+    for (int i = 0; i < info->ndevices && n + 1 < cap; i++) {
+        int w = snprintf(out + n, cap - n, "%s\"%s\"", i ? "," : "", info->devices[i].name);
         if (w < 0) break;
         n += (size_t)w;
     }
-    if (info.ndevices == 0) snprintf(out, cap, "\"%s\"", info.backend);
+    if (info->ndevices == 0) snprintf(out, cap, "\"%s\"", info->backend);
 }
 
 int main(int argc, char **argv)
@@ -184,7 +179,7 @@ int main(int argc, char **argv)
     gemm_engine_info info;
     gemm_engine_describe(engine, &info);
     char devices[512];
-    describe_devices(engine, devices, sizeof devices);
+    describe_devices(&info, devices, sizeof devices);
     char restarted[64] = "";
     if (restarts > 0)
         snprintf(restarted, sizeof restarted, " restart=%d listen_fd=%s", restarts, listen_fd >= 0 ? "inherited" : "new");

@@ -1,12 +1,8 @@
-/*
- * matrices.c - the resident matrix store: random ids, owners, reference-counted
- * entries, a byte budget with reservations, and a listing by last use.
- */
+/* matrices.c - the resident matrix store (matrices.h). */
 #include "matrices.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,12 +30,13 @@ struct gemmd_matrices {
 
 static void publish_locked(gemmd_matrices *s) { gemmd_metrics_resident(s->count, s->held, s->budget); }
 
-gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, uint64_t budget_bytes, int max_count, int share_pct,
-                                   int fill_ttl_s)
+gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, gemmd_budget *mem, uint64_t budget_bytes, int max_count,
+                                   int share_pct, int fill_ttl_s)
 {
     gemmd_matrices *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->engine = engine;
+    s->mem = mem;
     s->budget = budget_bytes;
     s->max_count = max_count > 0 ? max_count : 1;
     share_pct = share_pct > 0 && share_pct <= 100 ? share_pct : 100;
@@ -50,8 +47,6 @@ gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, uint64_t budget_bytes, i
     publish_locked(s);
     return s;
 }
-
-void gemmd_matrices_set_memory(gemmd_matrices *s, gemmd_budget *mem) { s->mem = mem; }
 
 static void destroy(gemmd_matrices *s, gemmd_matrix_entry *e)
 {
@@ -96,7 +91,6 @@ static void expire_locked(gemmd_matrices *s, gemmd_matrix_entry **gone)
                  (unsigned long long)e->rows_filled, (unsigned long long)e->m.rows);
         *p = e->next;
         e->next = NULL;
-        e->linked = 0;
         s->count--;
         if (unref_locked(s, e)) {
             e->next = *gone;
@@ -154,8 +148,8 @@ void gemmd_matrices_unreserve(gemmd_matrices *s, int client, size_t bytes)
     pthread_mutex_unlock(&s->mu);
 }
 
-int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
-                       int empty, char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err)
+gemmd_matrix_entry *gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client,
+                                       int family, int empty, gemm_err *err)
 {
     gemmd_matrix_entry *e = calloc(1, sizeof *e);
     if (!e || (empty && !(e->row_state = calloc(m->rows ? (size_t)m->rows : 1, 1)))) {
@@ -170,7 +164,7 @@ int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, i
     if (!e || !e->res) {
         if (e) free(e->row_state);
         free(e);
-        return -1;
+        return NULL;
     }
     if (res) *res = NULL;
     e->m = *m;
@@ -178,10 +172,8 @@ int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, i
     e->client = (int)((unsigned)client % GEMMD_CLIENTS);
     e->family = family;
     e->store = s;
-    e->refs = 1; /* the store's list */
-    e->linked = 1;
+    e->refs = 2; /* the store's list and the caller's */
     e->t_created_ms = e->t_used_ms = gemm_now_ms();
-    memcpy(id_out, e->id, strlen(e->id) + 1);
     pthread_mutex_lock(&s->mu);
     e->next = s->head;
     s->head = e;
@@ -189,7 +181,7 @@ int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, i
     publish_locked(s);
     pthread_mutex_unlock(&s->mu);
     m->data = NULL;
-    return 0;
+    return e;
 }
 
 static gemmd_matrix_entry *find_locked(gemmd_matrices *s, const char *id, int owner, gemmd_matrix_entry ***link)
@@ -266,7 +258,6 @@ int gemmd_matrices_delete(gemmd_matrices *s, const char *id, int owner)
     }
     *link = e->next;
     e->next = NULL;
-    e->linked = 0;
     s->count--;
     publish_locked(s);
     int last = unref_locked(s, e);
@@ -332,9 +323,8 @@ int gemmd_matrices_ready(gemmd_matrices *s, const gemmd_matrix_entry *e)
 
 static void describe_locked(const gemmd_matrix_entry *e, double now, gemm_buf *out)
 {
-    gemm_buf_printf(out, "{\"id\":\"%s\",\"shape\":[%llu,%llu],\"dtype\":", e->id, (unsigned long long)e->m.rows,
-                    (unsigned long long)e->m.cols);
-    gemm_buf_json_string(out, gemm_dtype_name(e->m.dtype));
+    gemm_buf_printf(out, "{\"id\":\"%s\",\"shape\":[%llu,%llu],\"dtype\":\"%s\"", e->id, /* names need no escaping */
+                    (unsigned long long)e->m.rows, (unsigned long long)e->m.cols, gemm_dtype_name(e->m.dtype));
     gemm_buf_printf(out, ",\"bytes\":%zu,\"where\":\"host\",\"uses\":%llu,\"age_s\":%.3f,\"idle_s\":%.3f,"
                          "\"location\":\"/v1/matrices/%s\",\"state\":\"%s\",\"rows_filled\":%llu}",
                     e->bytes, (unsigned long long)e->uses, (now - e->t_created_ms) / 1000.0,

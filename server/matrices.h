@@ -29,7 +29,6 @@ typedef struct gemmd_matrix_entry {
     /* ---- private to matrices.c, under the store's lock ---- */
     gemmd_matrices *store;
     int refs;
-    int linked;
     double t_created_ms, t_used_ms;
     uint64_t uses;        /* products that read it */
     unsigned char *row_state; /* a matrix filled in parts: per row 0 free, 1 being written,
@@ -38,14 +37,13 @@ typedef struct gemmd_matrix_entry {
     struct gemmd_matrix_entry *next;
 } gemmd_matrix_entry;
 
-/* budget_bytes: resident_mb; max_count: matrices kept at once; share_pct: what one client
- * may keep of both (token_share); fill_ttl_s: how long an empty=1 matrix may take to be
- * filled before it is forgotten (job_ttl). */
-gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, uint64_t budget_bytes, int max_count, int share_pct,
-                                   int fill_ttl_s);
-/* The matrices' bytes are charged in mem (kind resident) from when the caller adopted them
- * (gemmd_budget_adopt) until they are freed. */
-void gemmd_matrices_set_memory(gemmd_matrices *s, gemmd_budget *mem);
+/* The matrices' bytes are charged in mem (kind resident, or NULL) from when the caller
+ * adopted them (gemmd_budget_adopt) until they are freed. budget_bytes: resident_mb;
+ * max_count: matrices kept at once; share_pct: what one client may keep of both
+ * (token_share); fill_ttl_s: how long an empty=1 matrix may take to be filled before it
+ * is forgotten (job_ttl). */
+gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, gemmd_budget *mem, uint64_t budget_bytes, int max_count,
+                                   int share_pct, int fill_ttl_s);
 /* Frees every matrix; no reference may be held any more. */
 void gemmd_matrices_free(gemmd_matrices *s);
 
@@ -53,11 +51,12 @@ void gemmd_matrices_free(gemmd_matrices *s);
  * insufficient_storage (no room, max_matrices, the client's share) or 413 too_large. */
 int gemmd_matrices_reserve(gemmd_matrices *s, int client, size_t bytes, gemm_err *err);
 void gemmd_matrices_unreserve(gemmd_matrices *s, int client, size_t bytes);
-/* Adds m (data taken over; res too, when not NULL) with a fresh id in id_out, in bytes
- * reserved before. empty: filled later by PUTs of rows, unreadable until the last one.
- * On failure (-1, *err) nothing is taken and the reservation stays with the caller. */
-int gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client, int family,
-                       int empty, char id_out[GEMMD_JOB_ID_LEN + 1], gemm_err *err);
+/* Adds m (data taken over; res too, when not NULL) with a fresh id, in bytes reserved
+ * before, and returns it with a reference for the caller. empty: filled later by PUTs of
+ * rows, unreadable until the last one. On failure (NULL, *err) nothing is taken and the
+ * reservation stays with the caller. */
+gemmd_matrix_entry *gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_resident **res, int owner, int client,
+                                       int family, int empty, gemm_err *err);
 
 /* Claims rows [row0, row0 + rows) of e for one PUT: 0, or -1 with 409 matrix_complete,
  * 422 bad_rows or 409 rows_taken. */

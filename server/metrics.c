@@ -10,7 +10,6 @@
 #include "metrics.h"
 
 #include <stdatomic.h>
-#include <string.h>
 
 #include "config.h" /* GEMMD_VERSION */
 
@@ -79,7 +78,6 @@ void gemmd_metrics_resident(int count, uint64_t host_bytes, uint64_t budget_byte
     atomic_store(&resident_budget, budget_bytes);
 }
 
-/* Label values: backslash, double quote and newline are escaped (format 0.0.4). */
 void gemmd_metrics_label_value(gemm_buf *out, const char *v)
 {
     for (const char *p = v; *p; p++) {
@@ -103,22 +101,24 @@ void gemmd_metrics_single(gemm_buf *out, const char *name, const char *type, con
 }
 #define single gemmd_metrics_single
 
+/* The route labels are the route table's own (routes.c: paths, methods, "other"): nothing
+ * in them to escape. */
 static void render_requests(gemm_buf *out)
 {
     header(out, "gemmd_requests_total", "counter", "HTTP requests answered, by route and status code.");
     for (int r = 0; r < nroutes; r++) {
         for (int c = 0; c < NCODES; c++) {
             uint64_t v = atomic_load_explicit(&routes[r].by_code[c], memory_order_relaxed);
-            if (!v) continue;
-            gemm_buf_puts(out, "gemmd_requests_total{route=\"");
-            gemmd_metrics_label_value(out, route_names[r]);
-            gemm_buf_printf(out, "\",code=\"%d\"} %llu\n", c, (unsigned long long)v);
+            if (v)
+                gemm_buf_printf(out, "gemmd_requests_total{route=\"%s\",code=\"%d\"} %llu\n", route_names[r], c,
+                                (unsigned long long)v);
         }
     }
 
     header(out, "gemmd_request_duration_seconds", "histogram",
            "Time from request start to the answer being queued, by route.");
     for (int r = 0; r < nroutes; r++) {
+        const char *route = route_names[r];
         uint64_t counts[NBUCKETS + 1], total = 0;
         for (size_t b = 0; b <= NBUCKETS; b++) {
             counts[b] = atomic_load_explicit(&routes[r].buckets[b], memory_order_relaxed);
@@ -128,18 +128,14 @@ static void render_requests(gemm_buf *out)
         uint64_t cum = 0;
         for (size_t b = 0; b <= NBUCKETS; b++) {
             cum += counts[b];
-            gemm_buf_puts(out, "gemmd_request_duration_seconds_bucket{route=\"");
-            gemmd_metrics_label_value(out, route_names[r]);
-            if (b < NBUCKETS) gemm_buf_printf(out, "\",le=\"%g\"} %llu\n", bucket_le[b], (unsigned long long)cum);
-            else gemm_buf_printf(out, "\",le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+            gemm_buf_printf(out, "gemmd_request_duration_seconds_bucket{route=\"%s\",le=\"", route);
+            if (b < NBUCKETS) gemm_buf_printf(out, "%g\"} %llu\n", bucket_le[b], (unsigned long long)cum);
+            else gemm_buf_printf(out, "+Inf\"} %llu\n", (unsigned long long)cum);
         }
         double sum = (double)atomic_load_explicit(&routes[r].sum_ns, memory_order_relaxed) / 1e9;
-        gemm_buf_puts(out, "gemmd_request_duration_seconds_sum{route=\"");
-        gemmd_metrics_label_value(out, route_names[r]);
-        gemm_buf_printf(out, "\"} %.9f\n", sum);
-        gemm_buf_puts(out, "gemmd_request_duration_seconds_count{route=\"");
-        gemmd_metrics_label_value(out, route_names[r]);
-        gemm_buf_printf(out, "\"} %llu\n", (unsigned long long)total);
+        gemm_buf_printf(out, "gemmd_request_duration_seconds_sum{route=\"%s\"} %.9f\n", route, sum);
+        gemm_buf_printf(out, "gemmd_request_duration_seconds_count{route=\"%s\"} %llu\n", route,
+                        (unsigned long long)total);
     }
 
     single(out, "gemmd_bytes_received_total", "counter", "Request body bytes received.", atomic_load(&bytes_in_total));
@@ -150,9 +146,9 @@ static const char *const state_names[5] = {"queued", "running", "done", "failed"
 
 static void render_engine(gemm_buf *out, gemm_engine *engine)
 {
-    gemm_engine_stats st;
-    memset(&st, 0, sizeof st);
+    gemm_engine_stats st = {0};
     if (engine) gemm_engine_get_stats(engine, &st);
+    int nd = st.ndevices < 0 ? 0 : st.ndevices > GEMM_MAX_DEVICES ? GEMM_MAX_DEVICES : st.ndevices;
 
     single(out, "gemmd_queue_depth", "gauge", "Products waiting for an engine worker.", st.queued);
     single(out, "gemmd_jobs_running", "gauge",
@@ -170,7 +166,7 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
            "the device copies the CUDA backend keeps.");
     gemm_buf_printf(out, "gemmd_resident_bytes{where=\"host\"} %llu\n",
                     (unsigned long long)atomic_load(&resident_host_bytes));
-    for (int i = 0; i < st.ndevices && i < GEMM_MAX_DEVICES; i++) /* device copies (CUDA) */
+    for (int i = 0; i < nd; i++) /* device copies (CUDA) */
         gemm_buf_printf(out, "gemmd_resident_bytes{where=\"device\",device=\"%d\"} %llu\n", i,
                         (unsigned long long)st.resident_bytes[i]);
     single(out, "gemmd_resident_budget_bytes", "gauge", "resident_mb in bytes.", atomic_load(&resident_budget));
@@ -199,9 +195,6 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
     header(out, "gemmd_compute_seconds_total", "counter", "Seconds engine workers spent computing products.");
     gemm_buf_printf(out, "gemmd_compute_seconds_total %.6f\n", st.compute_seconds);
 
-    int nd = st.ndevices;
-    if (nd < 0) nd = 0;
-    if (nd > GEMM_MAX_DEVICES) nd = GEMM_MAX_DEVICES;
     header(out, "gemmd_device_busy_seconds_total", "counter", "Seconds each device spent running products.");
     for (int d = 0; d < nd; d++)
         gemm_buf_printf(out, "gemmd_device_busy_seconds_total{device=\"%d\"} %.6f\n", d, st.device_busy_seconds[d]);
@@ -227,13 +220,8 @@ void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine)
     render_requests(out);
     render_engine(out, engine);
 
-    gemm_engine_info info;
-    memset(&info, 0, sizeof info);
-    char backend[16] = "none";
-    if (engine) {
-        gemm_engine_describe(engine, &info);
-        if (info.backend[0]) snprintf(backend, sizeof backend, "%s", info.backend);
-    }
+    gemm_engine_info info = {0};
+    if (engine) gemm_engine_describe(engine, &info);
     int nd = info.ndevices < 0 ? 0 : info.ndevices > GEMM_MAX_DEVICES ? GEMM_MAX_DEVICES : info.ndevices;
     header(out, "gemmd_device_info", "gauge", "The devices the engine computes on, by index and name (always 1).");
     for (int d = 0; d < nd; d++) {
@@ -242,14 +230,12 @@ void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine)
         gemm_buf_puts(out, "\"} 1\n");
     }
     header(out, "gemmd_build_info", "gauge", "Version and compute backend of this daemon (always 1).");
-    gemm_buf_puts(out, "gemmd_build_info{version=\"");
-    gemmd_metrics_label_value(out, GEMMD_VERSION);
-    gemm_buf_puts(out, "\",backend=\"");
-    gemmd_metrics_label_value(out, backend);
-    gemm_buf_puts(out, "\"} 1\n");
+    gemm_buf_printf(out, "gemmd_build_info{version=\"%s\",backend=\"%s\"} 1\n", GEMMD_VERSION, /* nothing to escape */
+                    info.backend[0] ? info.backend : "none");
 }
 
-void gemmd_metrics_render_memory(gemm_buf *out, const gemmd_budget_stats *st)
+void gemmd_metrics_render_limits(gemm_buf *out, const gemmd_budget_stats *st, const gemmd_conns_stats *cs,
+                                 const gemmd_admit_stats *as)
 {
     single(out, "gemmd_memory_budget_bytes", "gauge",
            "The memory budget of requests in flight (max_inflight_mb).", st->limit);
@@ -264,47 +250,38 @@ void gemmd_metrics_render_memory(gemm_buf *out, const gemmd_budget_stats *st)
                         (unsigned long long)st->by_kind[k]);
     single(out, "gemmd_memory_refused_total", "counter",
            "Charges the memory budget refused (answered 503).", st->refused);
-}
 
-void gemmd_metrics_render_connections(gemm_buf *out, const gemmd_conns_stats *st)
-{
-    single(out, "gemmd_connections_open", "gauge", "Connections open now (admitted and refused).", st->open);
+    single(out, "gemmd_connections_open", "gauge", "Connections open now (admitted and refused).", cs->open);
     single(out, "gemmd_connections_admitted", "gauge",
-           "Connections counted against connection_limit now.", st->admitted);
-    single(out, "gemmd_connections_accepted_total", "counter", "Connections accepted since start.", st->accepted);
+           "Connections counted against connection_limit now.", cs->admitted);
+    single(out, "gemmd_connections_accepted_total", "counter", "Connections accepted since start.", cs->accepted);
     header(out, "gemmd_connections_refused_total", "counter",
            "Connections answered 503 and closed for being over a limit.");
     gemm_buf_printf(out, "gemmd_connections_refused_total{limit=\"connection_limit\"} %llu\n",
-                    (unsigned long long)st->refused_limit);
+                    (unsigned long long)cs->refused_limit);
     gemm_buf_printf(out, "gemmd_connections_refused_total{limit=\"per_ip_limit\"} %llu\n",
-                    (unsigned long long)st->refused_ip);
+                    (unsigned long long)cs->refused_ip);
     single(out, "gemmd_connections_evicted_total", "counter",
-           "Connections waiting for a request head closed to make room for a newcomer.", st->evicted);
+           "Connections waiting for a request head closed to make room for a newcomer.", cs->evicted);
     header(out, "gemmd_connections_closed_total", "counter", "Connections closed at a deadline, by deadline.");
-    gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"header\"} %llu\n",
-                    (unsigned long long)st->closed_header);
-    gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"min_rate\"} %llu\n",
-                    (unsigned long long)st->closed_body);
-    gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"request\"} %llu\n",
-                    (unsigned long long)st->closed_request);
-    gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"send\"} %llu\n",
-                    (unsigned long long)st->closed_send);
+    static const char *const deadlines[] = {"header", "min_rate", "request", "send"};
+    const uint64_t closed[] = {cs->closed_header, cs->closed_body, cs->closed_request, cs->closed_send};
+    for (int i = 0; i < 4; i++)
+        gemm_buf_printf(out, "gemmd_connections_closed_total{deadline=\"%s\"} %llu\n", deadlines[i],
+                        (unsigned long long)closed[i]);
     single(out, "gemmd_clients_left_total", "counter",
            "Clients that left a request waiting for memory or the engine, or before its body was whole: their work "
-           "was stopped.", st->left);
-}
+           "was stopped.", cs->left);
 
-void gemmd_metrics_render_admission(gemm_buf *out, const gemmd_admit_stats *st)
-{
     single(out, "gemmd_admission_waiting", "gauge",
-           "Requests waiting for memory before their bodies are read.", st->waiting);
-    single(out, "gemmd_admission_waiting_bytes", "gauge", "Bytes those requests wait for.", st->waiting_bytes);
+           "Requests waiting for memory before their bodies are read.", as->waiting);
+    single(out, "gemmd_admission_waiting_bytes", "gauge", "Bytes those requests wait for.", as->waiting_bytes);
     header(out, "gemmd_admission_total", "counter",
            "Requests that reserved memory before their bodies, by how: admitted (at once or after waiting), "
            "queued (waited), refused_full (the queue or the client's places were full), refused_wait (admit_wait "
            "passed), cancelled (the client left while waiting).");
     static const char *const names[] = {"admitted", "queued", "refused_full", "refused_wait", "cancelled"};
-    const uint64_t v[] = {st->admitted, st->queued, st->refused_full, st->refused_wait, st->cancelled};
+    const uint64_t v[] = {as->admitted, as->queued, as->refused_full, as->refused_wait, as->cancelled};
     for (int i = 0; i < 5; i++)
         gemm_buf_printf(out, "gemmd_admission_total{result=\"%s\"} %llu\n", names[i], (unsigned long long)v[i]);
 }

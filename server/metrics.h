@@ -30,9 +30,8 @@ void gemmd_metrics_resident(int count, uint64_t host_bytes, uint64_t budget_byte
 /* Append the exposition (docs/OPERATIONS.md lists it): the requests, the engine's and the
  * stores' figures, and the memory budget, the connections and the admission queue. */
 void gemmd_metrics_render(gemm_buf *out, gemm_engine *engine);
-void gemmd_metrics_render_memory(gemm_buf *out, const gemmd_budget_stats *st);
-void gemmd_metrics_render_connections(gemm_buf *out, const gemmd_conns_stats *st);
-void gemmd_metrics_render_admission(gemm_buf *out, const gemmd_admit_stats *st);
+void gemmd_metrics_render_limits(gemm_buf *out, const gemmd_budget_stats *st, const gemmd_conns_stats *cs,
+                                 const gemmd_admit_stats *as);
 
 /* Appends a metric's # HELP and # TYPE lines. */
 void gemmd_metrics_header(gemm_buf *out, const char *name, const char *type, const char *help);

@@ -2,8 +2,6 @@
  * routes_info.c - GET /healthz, /readyz, /v1/info, /metrics, and the status page: GET /
  * (server/status.html, built in) and GET /v1/status (what it shows, as JSON).
  */
-#include <stdio.h>
-#include <string.h>
 #include <time.h>
 
 #include "fleet.h"
@@ -59,11 +57,7 @@ static void names_of_bits(gemm_buf *b, const char *key, unsigned bits, int count
 {
     gemm_buf_printf(b, ",\"%s\":[", key);
     for (int i = 0, n = 0; i < count; i++)
-        if (bits & (1u << i)) {
-            gemm_buf_puts(b, n++ ? ",\"" : "\"");
-            gemm_buf_puts(b, name(i));
-            gemm_buf_puts(b, "\"");
-        }
+        if (bits & (1u << i)) gemm_buf_printf(b, "%s\"%s\"", n++ ? "," : "", name(i));
     gemm_buf_puts(b, "]");
 }
 
@@ -132,14 +126,13 @@ enum MHD_Result gemmd_route_info(gemmd_request *req)
     gemm_buf_puts(&b, ",\"options\":["); /* the options' table (options.h) */
     for (int i = 0; i < gemm_option_count(); i++) {
         const gemm_option *d = gemm_option_at(i);
-        member(&b, i ? ",{" : "{", "name", d->name);
-        member(&b, ",", "type", gemm_option_types[d->type]);
+        gemm_buf_printf(&b, "%s{\"name\":\"%s\",\"type\":\"%s\"", i ? "," : "", d->name, /* identifiers */
+                        gemm_option_types[d->type]);
         names_of_bits(&b, "doors", d->doors, GEMM_DOOR_COUNT, door_name_i);
         if (d->type == GEMM_OPT_UINT) gemm_buf_printf(&b, ",\"min\":%llu", (unsigned long long)d->min);
         if (d->type == GEMM_OPT_UINT && d->max != UINT64_MAX)
             gemm_buf_printf(&b, ",\"max\":%llu", (unsigned long long)d->max);
-        gemm_buf_printf(&b, ",\"status\":%d", d->status);
-        member(&b, ",", "code", d->code);
+        gemm_buf_printf(&b, ",\"status\":%d,\"code\":\"%s\"", d->status, d->code);
         if (d->example) member(&b, ",", "example", d->example);
         member(&b, ",", "help", d->help);
         gemm_buf_puts(&b, "}");
@@ -187,10 +180,8 @@ enum MHD_Result gemmd_route_status(gemmd_request *req)
     gemmd_budget_get_stats(srv->budget, &bs);
 
     gemm_buf b = {0};
-    gemm_buf_puts(&b, "{\"version\":");
-    gemm_buf_json_string(&b, GEMMD_VERSION);
-    gemm_buf_puts(&b, ",\"instance_id\":");
-    gemm_buf_json_string(&b, gemmd_instance_get());
+    member(&b, "{", "version", GEMMD_VERSION);
+    member(&b, ",", "instance_id", gemmd_instance_get());
     gemm_buf_printf(&b, ",\"backend\":\"%s\",\"uptime_s\":%.1f,\"time\":%.3f,\"busy_window_s\":%d,\"devices\":[",
                     in->backend, uptime, (double)now.tv_sec + (double)now.tv_nsec / 1e9, GEMMD_UTIL_WINDOW_S);
     for (int i = 0; i < in->ndevices; i++) {
@@ -221,14 +212,12 @@ enum MHD_Result gemmd_route_metrics(gemmd_request *req)
     gemmd_metrics_render(&b, req->svc->engine);
     gemmd_fleet_render(&b, req->svc->engine, atomic_load(&req->svc->inflight) - 1);
     gemmd_budget_stats bs;
-    gemmd_budget_get_stats(req->svc->budget, &bs);
-    gemmd_metrics_render_memory(&b, &bs);
     gemmd_conns_stats cs;
-    gemmd_conns_get_stats(req->svc->conns, &cs);
-    gemmd_metrics_render_connections(&b, &cs);
     gemmd_admit_stats as;
+    gemmd_budget_get_stats(req->svc->budget, &bs);
+    gemmd_conns_get_stats(req->svc->conns, &cs);
     gemmd_admit_get_stats(req->svc->admit, &as);
-    gemmd_metrics_render_admission(&b, &as);
+    gemmd_metrics_render_limits(&b, &bs, &cs, &as);
     gemmd_usage_render(&b, req->svc->auth);
     return gemmd_respond_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b, NULL);
 }

@@ -1,11 +1,9 @@
 /*
  * routes_jobs.c - POST /v1/matmul (synchronous) and the /v1/jobs family (asynchronous).
  *
- * A synchronous product goes through sync.h's handshake: listed as pending, submitted
- * without any lock held, then answered at once (its done() already ran) or suspended until
- * done() resumes it; the MHD thread that picks the resumed connection up encodes C. The
- * engine's reference keeps the request alive if shutdown had to answer and close its
- * connection before the product ended.
+ * A synchronous product goes through sync.h's handshake; the MHD thread that picks the
+ * resumed connection up encodes C. The engine's reference keeps the request alive if
+ * shutdown had to answer and close its connection before the product ended.
  */
 #include <stdio.h>
 #include <string.h>
@@ -206,15 +204,12 @@ static enum MHD_Result stored_answer(gemmd_request *req)
     gemmd_operands *op = req->op;
     gemm_job *job = req->job;
     gemm_matrix cm = {job->m, job->n, gemm_job_c_dtype(job), job->c, 0};
-    char id[GEMMD_JOB_ID_LEN + 1];
     gemmd_budget_adopt(srv->budget, cm.data, GEMMD_MEM_RESIDENT, &req->resv); /* it outlives the request */
-    if (gemmd_matrices_add(srv->matrices, &cm, &op->c_res, req->owner, req->client, (int)op->answer, 0, id, &req->err))
-        return gemmd_respond_error(req, &req->err); /* C is still the job's: freed with the request */
+    gemmd_matrix_entry *e = gemmd_matrices_add(srv->matrices, &cm, &op->c_res, req->owner, req->client,
+                                               (int)op->answer, 0, &req->err);
+    if (!e) return gemmd_respond_error(req, &req->err); /* C is still the job's: freed with the request */
     job->c = NULL;
     op->reserved = 0; /* the matrix holds those bytes now */
-    gemmd_matrix_entry *e = gemmd_matrices_get(srv->matrices, id, GEMMD_OWNER_ANY);
-    if (!e) /* deleted already by a guess of a 128-bit id: say what happened */
-        return gemmd_respond_errorf(req, 410, "matrix_gone", "C was stored as %s and deleted before the answer", id);
     gemmd_product_meta meta = {.job = job, .matrix_id = e->id};
     if (op->return_c)
         return gemmd_respond_product(req, 201, op->answer, e->m.data, job->m, job->n, &meta, gemmd_matrix_release, e);
@@ -306,16 +301,15 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
     j->owner = req->owner;
     j->recv_ms = req->t_body_ms - req->t_start_ms;
     j->decode_ms = req->t_decoded_ms - req->t_body_ms;
-    char id[GEMMD_JOB_ID_LEN + 1];
-    memcpy(id, j->id, sizeof id);
-    snprintf(req->job_id, sizeof req->job_id, "%s", id); /* the access log shows its prefix */
+    /* the access log shows its prefix; j may be done and even deleted once submitted: only
+     * this copy of its id is used below */
+    snprintf(req->job_id, sizeof req->job_id, "%s", j->id);
     if (gemmd_jobs_submit(srv->jobs, j, &req->err) != 0) return gemmd_respond_error(req, &req->err);
-    /* j may already be done and even deleted: only the copied id is used below. */
-    char location[sizeof "/v1/jobs/" + GEMMD_JOB_ID_LEN];
-    snprintf(location, sizeof location, "/v1/jobs/%s", id);
+    char location[sizeof "/v1/jobs/" + sizeof req->job_id];
+    snprintf(location, sizeof location, "/v1/jobs/%s", req->job_id);
     gemm_buf b = {0};
-    gemm_buf_printf(&b, "{\"id\":\"%s\",\"state\":\"queued\",\"location\":\"%s\",\"result\":\"%s/result\"}\n", id,
-                    location, location);
+    gemm_buf_printf(&b, "{\"id\":\"%s\",\"state\":\"queued\",\"location\":\"%s\",\"result\":\"%s/result\"}\n",
+                    req->job_id, location, location);
     return gemmd_respond_buf(req, 202, "application/json", &b, location);
 }
 
@@ -338,28 +332,22 @@ enum MHD_Result gemmd_route_job_status(gemmd_request *req)
     gemmd_jobs_view(srv->jobs, j, &v);
     gemmd_jobs_put(srv->jobs, j);
 
-    gemmd_timing t = {0};
-    t.recv_ms = v.recv_ms;
-    t.decode_ms = v.decode_ms;
+    gemmd_timing t = {.recv_ms = v.recv_ms, .decode_ms = v.decode_ms};
     if (v.finished) gemmd_timing_from_job(&t, &v.timing);
     t.total_ms = v.total_ms;
     if (v.kernel[0] && v.finished) snprintf(req->hdr_kernel, sizeof req->hdr_kernel, "%s", v.kernel);
     if (v.device[0]) snprintf(req->hdr_device, sizeof req->hdr_device, "%s", v.device);
 
     gemm_buf b = {0};
-    gemm_buf_printf(&b, "{\"id\":\"%s\",\"state\":\"%s\",\"shape\":[%llu,%llu],\"k\":%llu,\"dtype\":", v.id,
-                    gemm_job_state_name(v.state), (unsigned long long)v.m, (unsigned long long)v.n,
-                    (unsigned long long)v.k);
-    gemm_buf_json_string(&b, gemm_dtype_name(v.dtype));
-    gemm_buf_puts(&b, ",\"out_dtype\":");
-    gemm_buf_json_string(&b, gemm_dtype_name(v.c_dtype));
+    gemm_buf_printf(&b, "{\"id\":\"%s\",\"state\":\"%s\",\"shape\":[%llu,%llu],\"k\":%llu,\"dtype\":\"%s\","
+                    "\"out_dtype\":\"%s\"", v.id, gemm_job_state_name(v.state), (unsigned long long)v.m,
+                    (unsigned long long)v.n, (unsigned long long)v.k, gemm_dtype_name(v.dtype),
+                    gemm_dtype_name(v.c_dtype)); /* the names need no escaping */
     gemmd_ran_fields_json(&b, ",", v.kernel, v.tile, v.block, gemm_math_report_name(v.dtype, v.math), v.device);
     gemm_buf_printf(&b, ",\"location\":\"/v1/jobs/%s\",\"result\":\"/v1/jobs/%s/result\"", v.id, v.id);
     if (v.finished) gemm_buf_printf(&b, ",\"expires_in_s\":%.1f", v.expires_in_s);
     if (v.finished && v.state != GEMM_JOB_DONE) {
-        gemm_buf_printf(&b, ",\"error\":{\"status\":%d,\"code\":", v.err.status);
-        gemm_buf_json_string(&b, v.err.code);
-        gemm_buf_puts(&b, ",\"message\":");
+        gemm_buf_printf(&b, ",\"error\":{\"status\":%d,\"code\":\"%s\",\"message\":", v.err.status, v.err.code);
         gemm_buf_json_string(&b, v.err.message);
         gemm_buf_puts(&b, "}");
     }

@@ -46,16 +46,13 @@ enum MHD_Result gemmd_route_matrix_create(gemmd_request *req)
             return gemmd_respond_error(req, &req->err);
         op->reserved = bytes;
     }
-    char id[GEMMD_JOB_ID_LEN + 1];
     gemmd_budget_adopt(srv->budget, op->a.data, GEMMD_MEM_RESIDENT, &req->resv); /* it outlives the request */
-    if (gemmd_matrices_add(srv->matrices, &op->a, NULL, req->owner, req->client, (int)op->family, op->matrix_empty,
-                           id, &req->err) != 0)
-        return gemmd_respond_error(req, &req->err);
+    gemmd_matrix_entry *e = gemmd_matrices_add(srv->matrices, &op->a, NULL, req->owner, req->client, (int)op->family,
+                                               op->matrix_empty, &req->err);
+    if (!e) return gemmd_respond_error(req, &req->err);
     op->reserved = 0;
-    snprintf(req->job_id, sizeof req->job_id, "%s", id); /* the access log shows its prefix */
-    gemmd_matrix_entry *e = gemmd_matrices_get(srv->matrices, id, GEMMD_OWNER_ANY);
-    if (!e) return gemmd_respond_errorf(req, 410, "matrix_gone", "the matrix was deleted before the answer");
-    LOG_DEBUG("matrix %.*s stored: %llux%llu %s", GEMMD_JOB_LOG_ID(id), (unsigned long long)e->m.rows,
+    snprintf(req->job_id, sizeof req->job_id, "%s", e->id); /* the access log shows its prefix */
+    LOG_DEBUG("matrix %.*s stored: %llux%llu %s", GEMMD_JOB_LOG_ID(e->id), (unsigned long long)e->m.rows,
               (unsigned long long)e->m.cols, gemm_dtype_name(e->m.dtype));
     enum MHD_Result rc = describe(req, 201, e);
     gemmd_matrices_put(srv->matrices, e);
@@ -87,10 +84,8 @@ enum MHD_Result gemmd_route_matrix_get(gemmd_request *req)
     }
     if (fmt == GEMMD_FMT_JSON) { /* the same shape POST takes back: {"id", "shape", "dtype", "data": [[..]]} */
         gemm_buf b = {0};
-        gemm_buf_printf(&b, "{\"id\":\"%s\",\"shape\":[%llu,%llu],\"dtype\":", e->id, (unsigned long long)e->m.rows,
-                        (unsigned long long)e->m.cols);
-        gemm_buf_json_string(&b, gemm_dtype_name(e->m.dtype));
-        gemm_buf_puts(&b, ",\"data\":");
+        gemm_buf_printf(&b, "{\"id\":\"%s\",\"shape\":[%llu,%llu],\"dtype\":\"%s\",\"data\":", e->id,
+                        (unsigned long long)e->m.rows, (unsigned long long)e->m.cols, gemm_dtype_name(e->m.dtype));
         gemm_json_write_matrix(&b, &e->m);
         gemm_buf_puts(&b, "}\n");
         gemmd_matrices_put(srv->matrices, e);

@@ -24,7 +24,6 @@ struct gemmd_v2 {
     size_t json_len, json_cap;
     /* memory the header takes from the request's reservation (or beyond it: outside) */
     uint64_t json_outside, parse_bytes, parse_outside;
-    /* inference body */
     int has_header_len;       /* Inference-Header-Content-Length was given */
     uint64_t header_len;
     int parsed;               /* the header is parsed and A, B are allocated */
@@ -90,29 +89,23 @@ static int check_model(const gemmd_request *req, gemm_err *err)
 
 /* ---- health and metadata ------------------------------------------------------------- */
 
-static void tensor_meta(gemm_buf *b, const char *name)
-{
-    gemm_buf_printf(b, "{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":[-1,-1]}", name);
-}
+#define TENSOR_META(name) "{\"name\":\"" name "\",\"datatype\":\"FP32\",\"shape\":[-1,-1]}"
 
-static enum MHD_Result model_metadata(gemmd_request *req)
+enum MHD_Result gemmd_v2_model_meta(gemmd_request *req)
 {
+    gemm_err e;
+    if (check_model(req, &e) != 0) return gemmd_respond_error(req, &e);
     const gemm_engine_info *in = &req->svc->info;
     gemm_buf b = {0};
     gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"versions\":[\"" GEMM_V2_MODEL_VERSION "\"],"
-                      "\"platform\":\"gemmd\",\"inputs\":[");
-    tensor_meta(&b, "A");
-    gemm_buf_puts(&b, ",");
-    tensor_meta(&b, "B");
-    gemm_buf_puts(&b, "],\"outputs\":[");
-    tensor_meta(&b, "C");
+                      "\"platform\":\"gemmd\",\"inputs\":[" TENSOR_META("A") "," TENSOR_META("B") "],"
+                      "\"outputs\":[" TENSOR_META("C"));
     /* The tensors' datatype is the default one; A and B may be any of these, alike (C: theirs,
      * or FP32 for FP16 / BF16 unless parameters.out_dtype asks for theirs). */
     gemm_buf_puts(&b, "],\"parameters\":{\"datatypes\":\"FP32,FP64,INT32,FP16,BF16\",\"out_dtypes\":"
-                      "\"FP16:FP32|FP16,BF16:FP32|BF16\",\"backend\":");
-    gemm_buf_json_string(&b, in->backend);
+                      "\"FP16:FP32|FP16,BF16:FP32|BF16\"");
+    gemm_buf_printf(&b, ",\"backend\":\"%s\",\"kernels\":\"auto", in->backend); /* names: nothing to escape */
     unsigned maths = 0; /* the modes some kernel of this engine takes */
-    gemm_buf_puts(&b, ",\"kernels\":\"auto");
     for (int i = 0; i < in->nkernels; i++) {
         gemm_buf_printf(&b, ",%s", in->kernels[i].name);
         maths |= in->kernels[i].maths;
@@ -127,9 +120,7 @@ static enum MHD_Result model_metadata(gemmd_request *req)
 enum MHD_Result gemmd_v2_server_meta(gemmd_request *req)
 {
     gemm_buf b = {0};
-    gemm_buf_puts(&b, "{\"name\":\"gemmd\",\"version\":");
-    gemm_buf_json_string(&b, GEMMD_VERSION);
-    gemm_buf_puts(&b, ",\"extensions\":[\"binary_tensor_data\"]}\n");
+    gemm_buf_puts(&b, "{\"name\":\"gemmd\",\"version\":\"" GEMMD_VERSION "\",\"extensions\":[\"binary_tensor_data\"]}\n");
     return gemmd_respond_json(req, 200, &b);
 }
 
@@ -143,10 +134,11 @@ enum MHD_Result gemmd_v2_live(gemmd_request *req)
     return gemmd_respond_json(req, 200, &b);
 }
 
-/* GET /v2/health/ready (model NULL) and the model's /ready. */
-static enum MHD_Result ready(gemmd_request *req, const char *model)
+/* GET /v2/health/ready (model 0) and the model's /ready (model 1). */
+static enum MHD_Result ready(gemmd_request *req, int model)
 {
     gemm_err e;
+    if (model && check_model(req, &e) != 0) return gemmd_respond_error(req, &e);
     if (gemmd_not_ready(req, &e) != 0)
         return gemmd_respond_errorf(req, 400, "not_ready", "not ready: %s", e.message);
     gemm_buf b = {0};
@@ -155,30 +147,14 @@ static enum MHD_Result ready(gemmd_request *req, const char *model)
     return gemmd_respond_json(req, 200, &b);
 }
 
-enum MHD_Result gemmd_v2_ready(gemmd_request *req) { return ready(req, NULL); }
-
-enum MHD_Result gemmd_v2_model_ready(gemmd_request *req)
-{
-    gemm_err e;
-    if (check_model(req, &e) != 0) return gemmd_respond_error(req, &e);
-    return ready(req, GEMM_V2_MODEL);
-}
-
-enum MHD_Result gemmd_v2_model_meta(gemmd_request *req)
-{
-    gemm_err e;
-    if (check_model(req, &e) != 0) return gemmd_respond_error(req, &e);
-    return model_metadata(req);
-}
+enum MHD_Result gemmd_v2_ready(gemmd_request *req) { return ready(req, 0); }
+enum MHD_Result gemmd_v2_model_ready(gemmd_request *req) { return ready(req, 1); }
 
 /* ---- inference: the body ------------------------------------------------------------- */
-
-static const gemm_limits *limits(gemmd_request *req) { return &req->svc->cfg.limits; }
 
 static int begin_infer(gemmd_request *req)
 {
     gemmd_v2 *v = req->v2;
-    const gemmd_config *cfg = &req->svc->cfg;
     gemm_err *err = &req->err;
     const char *ce = gemmd_request_header(req, MHD_HTTP_HEADER_CONTENT_ENCODING);
     if (ce && strcasecmp(ce, "identity") != 0)
@@ -186,7 +162,7 @@ static int begin_infer(gemmd_request *req)
                             "Content-Encoding %.40s is not supported; send the request uncompressed", ce);
     if (gemmd_request_read_length(req) != 0) return -1;
     const char *hl = gemmd_request_header(req, "Inference-Header-Content-Length");
-    uint64_t json_max = cfg->max_json_bytes;
+    uint64_t json_max = req->svc->cfg.max_json_bytes;
     if (!hl) {
         /* All JSON: parsed whole, so the tighter of the two limits holds. */
         int json_tighter = json_max <= req->limit;
@@ -230,8 +206,6 @@ static int begin_infer(gemmd_request *req)
     return 0;
 }
 
-static gemmd_budget *budget(gemmd_request *req) { return req->svc->budget; }
-
 /* Appends to the JSON buffer, growing it (by doubling) towards what the headers announce.
  * Each growth is charged before it is made, old and new block together while realloc may
  * hold both. */
@@ -245,14 +219,14 @@ static int json_append(gemmd_request *req, const char *data, size_t len)
         if (whole && cap > whole + 1) cap = (size_t)whole + 1;
         if (cap < v->json_len + len + 1) cap = v->json_len + len + 1;
         uint64_t outside, old_outside = v->json_outside;
-        if (gemmd_resv_take(&req->resv, budget(req), GEMMD_MEM_BODY, cap, &outside) != 0)
+        if (gemmd_resv_take(&req->resv, req->svc->budget, GEMMD_MEM_BODY, cap, &outside) != 0)
             return gemmd_request_refuse(req, cap, "the JSON header");
         char *p = realloc(v->json, cap);
         if (!p) {
-            gemmd_resv_give(&req->resv, budget(req), GEMMD_MEM_BODY, cap, outside);
+            gemmd_resv_give(&req->resv, req->svc->budget, GEMMD_MEM_BODY, cap, outside);
             return gemm_err_set(&req->err, 503, "out_of_memory", "cannot buffer the JSON header now");
         }
-        gemmd_resv_give(&req->resv, budget(req), GEMMD_MEM_BODY, old, old_outside);
+        gemmd_resv_give(&req->resv, req->svc->budget, GEMMD_MEM_BODY, old, old_outside);
         v->json_outside = outside;
         v->json = p;
         v->json_cap = cap;
@@ -269,8 +243,8 @@ static int admit_parse(void *user, uint64_t bytes, gemm_err *err)
     gemmd_request *req = user;
     gemmd_v2 *v = req->v2;
     uint64_t outside;
-    if (gemmd_resv_take(&req->resv, budget(req), GEMMD_MEM_BODY, bytes, &outside) != 0)
-        return gemmd_budget_refuse(budget(req), bytes, "parsing the JSON header", err, &req->retry_after_s);
+    if (gemmd_resv_take(&req->resv, req->svc->budget, GEMMD_MEM_BODY, bytes, &outside) != 0)
+        return gemmd_budget_refuse(req->svc->budget, bytes, "parsing the JSON header", err, &req->retry_after_s);
     v->parse_bytes += bytes;
     v->parse_outside += outside;
     return 0;
@@ -324,8 +298,8 @@ static int take_inputs(gemmd_request *req)
 static int header_done(gemmd_request *req)
 {
     gemmd_v2 *v = req->v2;
-    int rc = gemm_v2_parse_request_admitted(v->json, v->json_len, v->has_header_len, limits(req), admit_parse, req,
-                                            &v->r, &req->err);
+    int rc = gemm_v2_parse_request_admitted(v->json, v->json_len, v->has_header_len, &req->svc->cfg.limits,
+                                            admit_parse, req, &v->r, &req->err);
     if (rc == 0) rc = take_inputs(req);
     gemm_v2_release_json(&v->r);
     give_back(req);
@@ -396,8 +370,6 @@ int gemmd_v2_finish(gemmd_request *req)
     return 0;
 }
 
-/* The body is complete: the product goes the engine path of POST /v1/matmul, and its
- * answer comes back through gemmd_v2_answer (the route's answer). */
 enum MHD_Result gemmd_v2_infer(gemmd_request *req)
 {
     req->op->answer = GEMMD_FMT_RAW;

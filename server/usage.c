@@ -262,11 +262,8 @@ double gemmd_usage_json(gemm_buf *out, const gemmd_auth *auth, int queued, doubl
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     double now = gemm_now_ms(), window_s = GEMMD_USAGE_STEPS * GEMMD_USAGE_STEP_S;
     int64_t no = step_no(now);
-    use total[NSLOTS], win[NSLOTS], sum[GEMMD_USAGE_STEPS], minute = {0};
+    use total[NSLOTS] = {0}, win[NSLOTS] = {0}, sum[GEMMD_USAGE_STEPS] = {0}, minute = {0};
     uint64_t jobs_min = 0;
-    memset(total, 0, sizeof total);
-    memset(win, 0, sizeof win);
-    memset(sum, 0, sizeof sum);
 
     pthread_once(&S_once, shards_init);
     pthread_mutex_lock(&mu);
@@ -296,24 +293,21 @@ double gemmd_usage_json(gemm_buf *out, const gemmd_auth *auth, int queued, doubl
         pthread_mutex_unlock(&sh->mu);
     }
     gemm_buf_puts(out, "\"tokens\":[");
-    for (int s = 0, first = 1; s < NSLOTS; s++) {
+    for (int s = 0, n = 0; s < NSLOTS; s++) {
         if (!total[s].requests && !total[s].products) continue;
-        gemm_buf_printf(out, "%s{\"name\":\"%s\",", first ? "" : ",", slot_name(auth, s)); /* no escaping needed */
+        gemm_buf_printf(out, "%s{\"name\":\"%s\",", n++ ? "," : "", slot_name(auth, s)); /* no escaping needed */
         use_json(out, "window", &win[s]);
         gemm_buf_puts(out, ",");
         use_json(out, "total", &total[s]);
         gemm_buf_puts(out, "}");
-        first = 0;
     }
     gemm_buf_puts(out, "],\"errors\":[");
     pthread_mutex_lock(&E.mu);
     for (uint64_t i = 0; i < E.nerrors && i < GEMMD_USAGE_ERRORS; i++) { /* newest first */
         const error_entry *e = &E.err[(E.nerrors - 1 - i) % GEMMD_USAGE_ERRORS];
-        gemm_buf_printf(out, "%s{\"time\":%.3f,\"route\":", i ? "," : "", e->when);
-        gemm_buf_json_string(out, e->route);
-        gemm_buf_printf(out, ",\"status\":%d,\"code\":", e->status);
-        gemm_buf_json_string(out, e->code);
-        gemm_buf_printf(out, ",\"token\":\"%s\"}", slot_name(auth, e->slot));
+        /* the route table's labels and error codes are identifiers: nothing to escape */
+        gemm_buf_printf(out, "%s{\"time\":%.3f,\"route\":\"%s\",\"status\":%d,\"code\":\"%s\",\"token\":\"%s\"}",
+                        i ? "," : "", e->when, e->route, e->status, e->code, slot_name(auth, e->slot));
     }
     pthread_mutex_unlock(&E.mu);
     double mean = 0;

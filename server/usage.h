@@ -6,8 +6,7 @@
  * who is a request's owner: 0 without a known token ("anonymous"), i for the i-th token
  * of tokens_file, shown by its name (auth.h). The first GEMMD_USAGE_TOKENS tokens have
  * counters of their own; the rest share "other", so /metrics' label set stays bounded.
- * Thread-safe: a thread adds to its own shard of the counters, under that shard's lock;
- * readers sum the shards.
+ * Thread-safe.
  */
 #ifndef GEMMD_USAGE_H
 #define GEMMD_USAGE_H

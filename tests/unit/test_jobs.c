@@ -179,7 +179,7 @@ static void test_ids_are_random_hex(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1 << 20, 16, 100);
     gemm_err err;
     gemmd_job_entry *j1 = gemmd_jobs_reserve(s, 0, 0, 16, &err);
     gemmd_job_entry *j2 = gemmd_jobs_reserve(s, 0, 0, 16, &err);
@@ -200,7 +200,7 @@ static void test_result_and_inputs_freed(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1 << 20, 16, 100);
     gemm_err err;
     gemmd_job_entry *j = make_job(e, s, 5, 7, 3, 1, &err);
     assert_non_null(j);
@@ -236,7 +236,7 @@ static void test_memory_cap(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 100, 16, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 100, 16, 100);
     gemm_err err;
     gemmd_job_entry *j1 = gemmd_jobs_reserve(s, 0, 0, 64, &err);
     assert_non_null(j1);
@@ -263,7 +263,7 @@ static void test_inputs_count_until_done(void **state)
     (void)state;
     gemm_engine *e = open_engine(8);
     /* 8x8 int32: A and B 512 bytes together, C 256 */
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1100, 16, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1100, 16, 100);
     gate g;
     gate_close(e, &g);
     gemm_err err;
@@ -305,7 +305,7 @@ static void test_count_cap_and_delete_frees_room(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 2, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1 << 20, 2, 100);
     gemm_err err;
     char ids[2][GEMMD_JOB_ID_LEN + 1];
     for (int i = 0; i < 2; i++) {
@@ -334,7 +334,7 @@ static void test_delete_queued_job(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1 << 20, 16, 100);
     gate g;
     gate_close(e, &g);
     gemm_err err;
@@ -371,7 +371,7 @@ static void test_reader_keeps_deleted_result(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1 << 20, 16, 100);
     gemm_err err;
     gemmd_job_entry *j = make_job(e, s, 4, 4, 4, 3, &err);
     char id[GEMMD_JOB_ID_LEN + 1];
@@ -405,7 +405,7 @@ static void test_ttl_expiry(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 0, 1 << 20, 16, 100); /* finished jobs expire at once */
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 0, 1 << 20, 16, 100); /* finished jobs expire at once */
     gate g;
     gate_close(e, &g); /* keeps the job queued, so it is surely listed below */
     gemm_err err;
@@ -434,7 +434,7 @@ static void test_sweeper_frees_without_calls(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 1, 1 << 20, 16, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 1, 1 << 20, 16, 100);
     gemm_err err;
     gemmd_job_entry *j = make_job(e, s, 8, 8, 8, 0, &err);
     assert_non_null(j);
@@ -515,7 +515,7 @@ static void test_state_and_finished_change_together(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1 << 20, 16, 100);
     done_gate d;
     gemmd_job_entry *r = held_job(e, s, &d);
     /* Look, then let the worker go before checking: a failed check must not leave it
@@ -548,7 +548,7 @@ static void test_delete_running_asks_engine(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1 << 20, 16, 100);
     done_gate d;
     gemmd_job_entry *r = held_job(e, s, &d);
     char id[GEMMD_JOB_ID_LEN + 1];
@@ -575,7 +575,7 @@ static void test_cancelled_after_running(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1 << 20, 16, 100);
     done_gate d;
     done_gate_init(&d);
     d.make_cancelled = 1;
@@ -610,7 +610,7 @@ static void test_shutdown_asks_running_to_stop(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1 << 20, 16, 100);
     done_gate d;
     gemmd_job_entry *r = held_job(e, s, &d);
     gemmd_jobs_shutdown(s);
@@ -626,7 +626,7 @@ static void test_owner(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1 << 20, 16, 100);
     gemm_err err;
     gemmd_job_entry *j = make_job(e, s, 2, 2, 2, 0, &err);
     j->owner = 2;
@@ -657,7 +657,7 @@ static void test_retry_after(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 1, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1 << 20, 1, 100);
     gate g;
     gate_close(e, &g);
     gemm_err err;
@@ -684,7 +684,7 @@ static void test_submit_failure_frees_entry(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(1);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1 << 20, 16, 100);
     gate g;
     gate_close(e, &g);
     gemm_err err;
@@ -713,7 +713,7 @@ static void test_shutdown_cancels_queued(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(8);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 16, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1 << 20, 16, 100);
     gate g;
     gate_close(e, &g);
     gemm_err err;
@@ -776,7 +776,7 @@ static void test_threads(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine(256);
-    gemmd_jobs *s = gemmd_jobs_new(e, 600, 1 << 20, 1024, 100);
+    gemmd_jobs *s = gemmd_jobs_new(e, NULL, NULL, 600, 1 << 20, 1024, 100);
     pthread_t t[4];
     worker_arg w[4];
     for (int i = 0; i < 4; i++) {

@@ -55,15 +55,18 @@ static void add_matrix(gemmd_matrices *s, gemm_engine *e, uint64_t rows, uint64_
     gemm_err err;
     assert_int_equal(gemmd_matrices_reserve(s, 0, rows * cols * 4, &err), 0);
     gemm_matrix m = make(e, rows, cols, 1.0f);
-    assert_int_equal(gemmd_matrices_add(s, &m, NULL, owner, 0, 0, 0, id, &err), 0);
+    gemmd_matrix_entry *me = gemmd_matrices_add(s, &m, NULL, owner, 0, 0, 0, &err);
+    assert_non_null(me);
     assert_null(m.data); /* taken over */
+    memcpy(id, me->id, GEMMD_JOB_ID_LEN + 1);
+    gemmd_matrices_put(s, me);
 }
 
 static void test_lifecycle_and_owner(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine();
-    gemmd_matrices *s = gemmd_matrices_new(e, 1 << 20, 16, 100, 0);
+    gemmd_matrices *s = gemmd_matrices_new(e, NULL, 1 << 20, 16, 100, 0);
     char id[GEMMD_JOB_ID_LEN + 1];
     add_matrix(s, e, 4, 8, 1, id);
     assert_int_equal(strlen(id), 32);
@@ -96,7 +99,7 @@ static void test_budget(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine();
-    gemmd_matrices *s = gemmd_matrices_new(e, 1024, 3, 100, 0);
+    gemmd_matrices *s = gemmd_matrices_new(e, NULL, 1024, 3, 100, 0);
     gemm_err err;
     assert_int_equal(gemmd_matrices_reserve(s, 0, 2048, &err), -1);
     assert_int_equal(err.status, 413);
@@ -138,7 +141,7 @@ static void test_listing_by_last_use(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine();
-    gemmd_matrices *s = gemmd_matrices_new(e, 1 << 20, 16, 100, 0);
+    gemmd_matrices *s = gemmd_matrices_new(e, NULL, 1 << 20, 16, 100, 0);
     char a[GEMMD_JOB_ID_LEN + 1], b[GEMMD_JOB_ID_LEN + 1], c[GEMMD_JOB_ID_LEN + 1], other[GEMMD_JOB_ID_LEN + 1];
     add_matrix(s, e, 2, 2, 5, a);
     sleep_ms(2);
@@ -173,13 +176,16 @@ static void test_refused_frees_expired(void **state)
 {
     (void)state;
     gemm_engine *e = open_engine();
-    gemmd_matrices *s = gemmd_matrices_new(e, 1024, 3, 100, 1);
+    gemmd_matrices *s = gemmd_matrices_new(e, NULL, 1024, 3, 100, 1);
     char a[GEMMD_JOB_ID_LEN + 1], b[GEMMD_JOB_ID_LEN + 1];
     gemm_err err;
     add_matrix(s, e, 8, 16, 0, a); /* 512 */
     assert_int_equal(gemmd_matrices_reserve(s, 0, 256, &err), 0);
     gemm_matrix m = make(e, 4, 16, 0.0f);
-    assert_int_equal(gemmd_matrices_add(s, &m, NULL, 0, 0, 0, 1, b, &err), 0); /* empty=1, never filled */
+    gemmd_matrix_entry *me = gemmd_matrices_add(s, &m, NULL, 0, 0, 0, 1, &err); /* empty=1, never filled */
+    assert_non_null(me);
+    memcpy(b, me->id, GEMMD_JOB_ID_LEN + 1);
+    gemmd_matrices_put(s, me);
     uint64_t bytes;
     gemmd_matrices_usage(s, NULL, &bytes, NULL);
     assert_int_equal(bytes, 512 + 256);
