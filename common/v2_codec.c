@@ -282,7 +282,7 @@ static int parse_outputs(const cJSON *root, int binary_default, gemm_v2_request 
 #define V2_MAX_DEPTH 1000   /* cJSON's nesting limit */
 #define V2_ALLOC_SLACK 32   /* a malloc'd block takes at most its size and this much more */
 
-enum { V2_SKIP, V2_ROOT, V2_INPUTS, V2_INPUT, V2_PARAMS };
+enum { V2_SKIP, V2_ROOT, V2_INPUTS, V2_INPUT, V2_PARAMS, V2_DATA, V2_ROW };
 
 typedef struct {
     const char *s;
@@ -421,18 +421,42 @@ static int next_or_close(v2_scan *sc, char close)
     return bad(sc);
 }
 
-/* A row of nested data: its values counted into *n. */
-static int scan_row(v2_scan *sc, uint64_t *n)
+static int scan_array(v2_scan *sc, int role, uint64_t *n, gemm_v2_input *d);
+
+/* Entry i of an array of this role; d: the data array being measured (V2_DATA). */
+static int scan_entry(v2_scan *sc, int role, uint64_t i, gemm_v2_input *d)
 {
-    *n = 0;
-    int e = open_container(sc, ']');
-    if (e) return e < 0 ? -1 : 0;
-    for (;;) {
-        if (scan_element(sc)) return -1;
-        (*n)++;
-        int k = next_or_close(sc, ']');
-        if (k <= 0) return k;
+    if (role == V2_ROW) return scan_element(sc);
+    if (role != V2_DATA) return scan_value(sc, role == V2_INPUTS ? V2_INPUT : V2_SKIP, i < 2 ? (int)i : 2);
+    if (i == 0) d->nested = at(sc, '[');
+    if (d->nested && at(sc, '[')) {
+        uint64_t n;
+        if (scan_array(sc, V2_ROW, &n, NULL)) return -1;
+        if (i == 0) d->row_len = n;
+        else if (n != d->row_len && !d->odd_row) {
+            d->odd_row = i + 1;
+            d->odd_len = n;
+        }
+        return 0;
     }
+    if (d->nested && !d->not_row) {
+        d->not_row = i + 1;
+        d->not_row_type = sc->p < sc->len ? sc->s[sc->p] : 0; /* the text may end here */
+    }
+    return scan_element(sc);
+}
+
+/* An array at p: its entries (each as scan_entry scans it) counted into *n. */
+static int scan_array(v2_scan *sc, int role, uint64_t *n, gemm_v2_input *d)
+{
+    int e = open_container(sc, ']');
+    *n = 0;
+    if (e) return e < 0 ? -1 : 0;
+    for (int more = 1; more; (*n)++) {
+        if (scan_entry(sc, role, *n, d)) return -1;
+        if ((more = next_or_close(sc, ']')) < 0) return -1;
+    }
+    return 0;
 }
 
 /* The "data" array of input pos: measured, its text noted; the tree gets an empty one. */
@@ -441,32 +465,7 @@ static int scan_data(v2_scan *sc, int pos)
     gemm_v2_input *d = &sc->span[pos];
     memset(d, 0, sizeof *d);
     size_t start = sc->p;
-    int e = open_container(sc, ']');
-    if (e < 0) return -1;
-    if (e == 0) {
-        for (uint64_t i = 0;; i++) {
-            if (i == 0) d->nested = at(sc, '[');
-            if (d->nested && at(sc, '[')) {
-                uint64_t n;
-                if (scan_row(sc, &n)) return -1;
-                if (i == 0) d->row_len = n;
-                else if (n != d->row_len && !d->odd_row) {
-                    d->odd_row = i + 1;
-                    d->odd_len = n;
-                }
-            } else {
-                if (d->nested && !d->not_row) {
-                    d->not_row = i + 1;
-                    d->not_row_type = sc->p < sc->len ? sc->s[sc->p] : 0; /* the text may end here */
-                }
-                if (scan_element(sc)) return -1;
-            }
-            d->count++;
-            int k = next_or_close(sc, ']');
-            if (k < 0) return -1;
-            if (k == 0) break;
-        }
-    }
+    if (scan_array(sc, V2_DATA, &d->count, d)) return -1;
     d->data = sc->s + start;
     d->data_len = sc->p - start;
     sc->nodes++; /* the stand-in */
@@ -508,17 +507,6 @@ static int scan_object(v2_scan *sc, int role, int pos)
     }
 }
 
-static int scan_array(v2_scan *sc, int role)
-{
-    int e = open_container(sc, ']');
-    if (e) return e < 0 ? -1 : 0;
-    for (uint64_t i = 0;; i++) {
-        if (scan_value(sc, role == V2_INPUTS ? V2_INPUT : V2_SKIP, i < 2 ? (int)i : 2)) return -1;
-        int k = next_or_close(sc, ']');
-        if (k <= 0) return k;
-    }
-}
-
 static int scan_value(v2_scan *sc, int role, int pos)
 {
     if (sc->p >= sc->len) return bad(sc);
@@ -526,7 +514,10 @@ static int scan_value(v2_scan *sc, int role, int pos)
     sc->nodes++;
     switch (c) {
     case '{': return scan_object(sc, role, pos);
-    case '[': return scan_array(sc, role);
+    case '[': {
+        uint64_t n;
+        return scan_array(sc, role, &n, NULL);
+    }
     case '"': return scan_string(sc, NULL, 0);
     case 't': return scan_literal(sc, "true");
     case 'f': return scan_literal(sc, "false");
