@@ -26,7 +26,7 @@ static void check_batch_early(gemm_json_stream *s, int x, uint64_t mat)
     if (o->dead) return;
     int nd = gemm_jsb_known_shape(other, &ob, &orows, &ocols);
     if (other->is_ref || other->has_ref || (x == 1 && nd == 2) || (nd == 3 && mat >= ob) || mat >= GEMM_MAX_BATCH)
-        gemm_jsb_kill(s, o);
+        gemm_jsb_kill(o);
 }
 
 /* ---- what values mean ----------------------------------------------------------------- */
@@ -142,7 +142,7 @@ static int row_begins(gemm_json_stream *s, frame *f)
         uint64_t ob, orows, ocols;
         if ((s->limp && s->lim.max_dim && f->n >= s->lim.max_dim) ||
             (f->x == 1 && gemm_jsb_known_shape(&s->op[0], &ob, &orows, &ocols) && f->n >= ocols))
-            gemm_jsb_kill(s, o); /* one row too many */
+            gemm_jsb_kill(o); /* one row too many */
     }
     return R_ROW;
 }
@@ -213,7 +213,7 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
             uint64_t ob, orows, ocols;
             if ((f->x == 0 && gemm_jsb_known_shape(&s->op[1], &ob, &orows, &ocols) && f->n != orows) ||
                 (s->limp && s->lim.max_dim && f->n > s->lim.max_dim))
-                gemm_jsb_kill(s, o);
+                gemm_jsb_kill(o);
         } else if (f->n != o->ncols && rows->role == R_MAT) {
             bad_matrix(s, RK_STRUCT + 10 * f->x, "row %llu of %s[%llu] has %llu elements, row 0 of %s[0] has %llu",
                        (unsigned long long)rows->n, o->name, (unsigned long long)s->stack[s->depth - 3].n,
@@ -231,7 +231,7 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
             uint64_t ob, orows, ocols;
             if ((f->x == 1 && gemm_jsb_known_shape(&s->op[0], &ob, &orows, &ocols) && f->n != ocols) ||
                 (s->limp && s->lim.max_dim && f->n > s->lim.max_dim))
-                gemm_jsb_kill(s, o);
+                gemm_jsb_kill(o);
         } else if (f->n != o->mrows) {
             bad_matrix(s, RK_STRUCT + 10 * f->x, "%s[%llu] has %llu rows, %s[0] has %llu", o->name,
                        (unsigned long long)o->nmat, (unsigned long long)f->n, o->name, (unsigned long long)o->mrows);
@@ -259,7 +259,7 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
         gemm_dtype d = s->body_dtype ? s->opt.dtype : GEMM_DTYPE_F64;
         if (o->batched ? gemm_check_stack(o->shape[0], o->shape[1], o->shape[2], d, s->limp, o->name, &e)
                        : gemm_check_matrix(o->shape[0], o->shape[1], d, s->limp, o->name, &e))
-            gemm_jsb_kill(s, o);
+            gemm_jsb_kill(o);
         else if (o->batched)
             check_batch_early(s, f->x, o->shape[0] - 1);
         return;
@@ -334,7 +334,7 @@ void gemm_jsb_key(gemm_json_stream *s)
             o->has_ref = 1;
             o->rank = RK_NONE;
             o->has_bad = 0;
-            gemm_jsb_kill(s, o);
+            gemm_jsb_kill(o);
             f->key = K_REF;
             return;
         }
@@ -350,8 +350,8 @@ void gemm_jsb_key(gemm_json_stream *s)
 
 void gemm_jsb_release(gemm_json_stream *s)
 {
-    gemm_jsb_kill(s, &s->op[0]);
-    gemm_jsb_kill(s, &s->op[1]);
+    gemm_jsb_kill(&s->op[0]);
+    gemm_jsb_kill(&s->op[1]);
 }
 
 /* The body has been judged: 0 and its options, or -1 with the error it gets (the lowest rank

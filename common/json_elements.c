@@ -10,9 +10,8 @@
 
 /* ---- error slots and places ----------------------------------------------------- */
 
-void gemm_jsb_kill(gemm_json_stream *s, operand *o)
+void gemm_jsb_kill(operand *o)
 {
-    (void)s;
     o->dead = 1;
     gemm_json_store_release(&o->st);
 }
@@ -51,8 +50,8 @@ void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const
     *slot_rank = rank;
     gemm_err_set(slot, status, code, "%s", msg);
     if (rank < RK_ELEM) {
-        if (x != 1) gemm_jsb_kill(s, &s->op[0]);
-        if (x != 0) gemm_jsb_kill(s, &s->op[1]);
+        if (x != 1) gemm_jsb_kill(&s->op[0]);
+        if (x != 0) gemm_jsb_kill(&s->op[1]);
     }
 }
 
@@ -168,7 +167,7 @@ static void out_of_memory(gemm_json_stream *s, operand *o)
 {
     gemm_jsb_note(s, RK_MEMORY, 0, 503, "out_of_memory", "cannot allocate memory for %s now (%zu bytes held); retry later",
          o->name, s->mem.now);
-    gemm_jsb_kill(s, o);
+    gemm_jsb_kill(o);
 }
 
 /* Room for element index i of operand x (its store is full). 0, or -1 when x stops being
@@ -183,7 +182,7 @@ static int make_room(gemm_json_stream *s, operand *o, int x)
     int r = gemm_json_store_room(&o->st, limit, exact, more);
     if (r == 0) return 0;
     if (r < 0) out_of_memory(s, o);
-    else gemm_jsb_kill(s, o);
+    else gemm_jsb_kill(o);
     return -1;
 }
 

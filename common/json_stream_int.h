@@ -151,7 +151,7 @@ void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const
 /* The lowest rank noted anywhere (RK_NONE: none). */
 int gemm_jsb_best_rank(const gemm_json_stream *s);
 /* Stops storing operand o and gives its memory back. */
-void gemm_jsb_kill(gemm_json_stream *s, operand *o);
+void gemm_jsb_kill(operand *o);
 
 /* The shape of operand o once known and well formed: 0 not known, 2 or 3 (with a batch). */
 int gemm_jsb_known_shape(const operand *o, uint64_t *batch, uint64_t *rows, uint64_t *cols);

@@ -85,26 +85,21 @@ gemm_multipart *gemm_multipart_new(const char *content_type, const gemm_multipar
                                    gemm_err *err)
 {
     char boundary[MP_MAX_BOUNDARY + 2];
-    if (!content_type || strncasecmp(content_type, "multipart/", 10) != 0) {
-        gemm_err_set(err, 400, "bad_multipart", "the Content-Type is not multipart/form-data");
-        return NULL;
-    }
-    int r = header_param(content_type, "boundary", boundary, sizeof boundary);
-    if (r <= 0) {
-        gemm_err_set(err, 400, "bad_multipart",
-                     r == 0 ? "the multipart Content-Type has no boundary parameter"
-                            : "the multipart boundary is malformed or longer than 70 characters");
-        return NULL;
-    }
-    size_t blen = strlen(boundary);
-    if (blen < 1 || blen > MP_MAX_BOUNDARY || strspn(boundary, bchars) != blen || boundary[blen - 1] == ' ') {
-        gemm_err_set(err, 400, "bad_multipart",
-                     "the multipart boundary must be 1 to 70 characters from RFC 2046's set, not ending in a space");
-        return NULL;
-    }
-    gemm_multipart *mp = calloc(1, sizeof *mp);
+    const char *why = NULL; /* a 400 bad_multipart */
+    size_t blen;
+    int r;
+    if (!content_type || strncasecmp(content_type, "multipart/", 10) != 0)
+        why = "the Content-Type is not multipart/form-data";
+    else if ((r = header_param(content_type, "boundary", boundary, sizeof boundary)) <= 0)
+        why = r == 0 ? "the multipart Content-Type has no boundary parameter"
+                     : "the multipart boundary is malformed or longer than 70 characters";
+    else if ((blen = strlen(boundary)) < 1 || blen > MP_MAX_BOUNDARY || strspn(boundary, bchars) != blen ||
+             boundary[blen - 1] == ' ')
+        why = "the multipart boundary must be 1 to 70 characters from RFC 2046's set, not ending in a space";
+    gemm_multipart *mp = why ? NULL : calloc(1, sizeof *mp);
     if (!mp) {
-        gemm_err_set(err, 500, "out_of_memory", "could not allocate the multipart parser");
+        gemm_err_set(err, why ? 400 : 500, why ? "bad_multipart" : "out_of_memory", "%s",
+                     why ? why : "could not allocate the multipart parser");
         return NULL;
     }
     if (cb) mp->cb = *cb;
