@@ -185,49 +185,27 @@ static int end_part(gemm_multipart *mp, gemm_err *err)
  * *found when a whole delimiter ended at that point. */
 static size_t scan(gemm_multipart *mp, const char *p, size_t len, int *found, gemm_err *err)
 {
-    size_t i = 0, run = 0; /* body bytes [run, i) not yet emitted */
-    *found = 0;
-    /* A partial match carried over from the previous chunk. */
-    if (mp->match) {
-        while (i < len && mp->match < mp->dlen && p[i] == mp->delim[mp->match]) {
-            mp->match++;
+    size_t i = 0, m = mp->match; /* the m bytes before p[i] match the delimiter (some may be carried over) */
+    mp->match = 0;
+    for (;;) {
+        while (i < len && m < mp->dlen && p[i] == mp->delim[m]) {
             i++;
+            m++;
         }
-        if (mp->match == mp->dlen) {
-            mp->match = 0;
-            *found = 1;
+        *found = m == mp->dlen;
+        if (*found || i == len) { /* the body before it goes; a match cut by the chunk's end is kept */
+            if (emit(mp, p, i >= m ? i - m : 0, err)) return (size_t)-1;
+            if (!*found) mp->match = m;
             return i;
         }
-        if (i == len) return i; /* still partial */
-        /* Broken: the carried bytes were body bytes; rescan from p[i]. */
-        size_t carried = mp->match;
-        mp->match = 0;
-        if (emit(mp, mp->delim, carried, err)) return (size_t)-1;
-        run = i;
+        /* Broken: the bytes matched were body bytes, and only their CR can begin another match;
+         * those carried over from the previous chunk go now, the rest with this chunk's. */
+        if (m > i && emit(mp, mp->delim, m - i, err)) return (size_t)-1;
+        size_t from = m && m <= i ? i - m + 1 : i;
+        const char *cr = memchr(p + from, '\r', len - from);
+        i = cr ? (size_t)(cr - p) : len;
+        m = 0;
     }
-    while (i < len) {
-        const char *cr = memchr(p + i, '\r', len - i);
-        if (!cr) {
-            i = len;
-            break;
-        }
-        size_t at = (size_t)(cr - p), m = 0;
-        while (at + m < len && m < mp->dlen && p[at + m] == mp->delim[m]) m++;
-        if (m == mp->dlen) {
-            if (emit(mp, p + run, at - run, err)) return (size_t)-1;
-            *found = 1;
-            return at + m;
-        }
-        if (at + m == len) {
-            /* A possible delimiter cut by the end of the chunk. */
-            if (emit(mp, p + run, at - run, err)) return (size_t)-1;
-            mp->match = m;
-            return len;
-        }
-        i = at + 1;
-    }
-    if (emit(mp, p + run, i - run, err)) return (size_t)-1;
-    return i;
 }
 
 /* The state byte c leads to in the rest of a delimiter line ("--" close, LWSP, CRLF), or -1. */
