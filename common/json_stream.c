@@ -323,6 +323,8 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
     const char *p = data, *end = data + len;
     s->data = data;
     while (p < end && !s->failed) {
+        /* between tokens: whitespace (after the value, until a NUL ends the body) */
+        if (s->state < S_STRING && !(s->state == S_END && s->nul_seen) && (p = skip_ws(s, p, end)) == end) break;
         switch (s->state) {
         case S_VALUE:
         case S_ARR_FIRST: {
@@ -331,8 +333,6 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
                 p = number_run(s, p, end);
                 if (p == end || s->state == S_NEXT) break;
             }
-            p = skip_ws(s, p, end);
-            if (p == end) break;
             if (*p == ']' && s->state == S_ARR_FIRST) {
                 pop(s);
                 p++;
@@ -343,8 +343,6 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
         }
         case S_OBJ_FIRST:
         case S_KEY:
-            p = skip_ws(s, p, end);
-            if (p == end) break;
             if (*p == '}' && s->state == S_OBJ_FIRST) {
                 pop(s);
                 p++;
@@ -356,8 +354,6 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
             }
             break;
         case S_COLON:
-            p = skip_ws(s, p, end);
-            if (p == end) break;
             if (*p != ':') {
                 syntax_at(s, off_of(s, p), "expected ':' after a key");
                 break;
@@ -366,8 +362,6 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
             p++;
             break;
         case S_NEXT: {
-            p = skip_ws(s, p, end);
-            if (p == end) break;
             frame *f = &s->stack[s->depth - 1];
             if (*p == ',') {
                 s->state = f->kind == '[' ? S_VALUE : S_KEY;
@@ -380,9 +374,7 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
             }
             break;
         }
-        case S_END: /* whitespace, and one NUL at the very end (a C string's) */
-            if (!s->nul_seen) p = skip_ws(s, p, end);
-            if (p == end) break;
+        case S_END: /* one NUL at the very end (a C string's) */
             if (!s->nul_seen && *p == '\0') {
                 s->nul_seen = 1;
                 s->nul_off = off_of(s, p++);
