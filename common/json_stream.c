@@ -301,21 +301,16 @@ static const char *value_start(gemm_json_stream *s, const char *p, const char *e
         string_start(s, 0);
         return p + 1;
     case 't':
-        s->lit = "true", s->lit_type = T_BOOL;
-        break;
     case 'f':
-        s->lit = "false", s->lit_type = T_BOOL;
-        break;
     case 'n':
-        s->lit = "null", s->lit_type = T_NULL;
-        break;
+        s->lit = c == 't' ? "true" : c == 'f' ? "false" : "null";
+        s->lit_pos = 1;
+        s->state = S_LITERAL;
+        return p + 1;
     default:
         if (c == '-' || gemm_num_is_digit(c)) return number_start(s, p, end);
         return stop(s, p, end, "expected a value");
     }
-    s->lit_pos = 1;
-    s->state = S_LITERAL;
-    return p + 1;
 }
 
 int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gemm_err *err)
@@ -405,7 +400,7 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
                 s->lit_pos++;
             }
             if (!s->failed && !s->lit[s->lit_pos]) {
-                gemm_jsb_scalar(s, s->lit_type, NULL, NULL);
+                gemm_jsb_scalar(s, s->lit[0] == 'n' ? T_NULL : T_BOOL, NULL, NULL);
                 value_done(s);
             }
             break;

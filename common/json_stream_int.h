@@ -102,7 +102,6 @@ struct gemm_json_stream {
                                             range the next one must fall in */
     const char *lit;
     int lit_pos;
-    enum vtype lit_type;
     size_t num_len;
     uint64_t num_off;
     char num[GEMM_JSON_NUMBER_MAX + 2]; /* a cut number: up to one character more than allowed */
