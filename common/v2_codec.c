@@ -368,9 +368,13 @@ static int scan_literal(v2_scan *sc, const char *lit)
     return 0;
 }
 
-/* A number of the tensor data: RFC 8259, at most GEMM_JSON_NUMBER_MAX characters. */
-static int scan_number_strict(v2_scan *sc)
+static int is_number_start(char c) { return c == '-' || gemm_num_is_digit(c); }
+
+/* One value inside a data array: a number (strict: RFC 8259, at most GEMM_JSON_NUMBER_MAX
+ * characters) or anything else (a bad_data later). */
+static int scan_element(v2_scan *sc)
 {
+    if (sc->p >= sc->len || !is_number_start(sc->s[sc->p])) return scan_value(sc, V2_SKIP, 0);
     gemm_decimal d;
     ptrdiff_t r = gemm_json_scan_number(sc->s + sc->p, sc->s + sc->len, 1, &d);
     if (r <= 0) {
@@ -380,15 +384,6 @@ static int scan_number_strict(v2_scan *sc)
     if (r > GEMM_JSON_NUMBER_MAX) return bad(sc);
     sc->p += (size_t)r;
     return 0;
-}
-
-static int is_number_start(char c) { return c == '-' || gemm_num_is_digit(c); }
-
-/* One value inside a data array: a number (strict) or anything else (a bad_data later). */
-static int scan_element(v2_scan *sc)
-{
-    if (sc->p < sc->len && is_number_start(sc->s[sc->p])) return scan_number_strict(sc);
-    return scan_value(sc, V2_SKIP, 0);
 }
 
 /* Opens a container at p: 1 when it closes at once (close), 0 when a value follows (then
@@ -459,19 +454,6 @@ static int scan_array(v2_scan *sc, int role, uint64_t *n, gemm_v2_input *d)
     return 0;
 }
 
-/* The "data" array of input pos: measured, its text noted; the tree gets an empty one. */
-static int scan_data(v2_scan *sc, int pos)
-{
-    gemm_v2_input *d = &sc->span[pos];
-    memset(d, 0, sizeof *d);
-    size_t start = sc->p;
-    if (scan_array(sc, V2_DATA, &d->count, d)) return -1;
-    d->data = sc->s + start;
-    d->data_len = sc->p - start;
-    sc->nodes++; /* the stand-in */
-    return 0;
-}
-
 static int scan_object(v2_scan *sc, int role, int pos)
 {
     int seen_data = 0, e = open_container(sc, '}');
@@ -494,8 +476,14 @@ static int scan_object(v2_scan *sc, int role, int pos)
             vrole = V2_PARAMS;
         } else if (role == V2_INPUT && !seen_data && strcmp(key, "data") == 0) {
             seen_data = 1;
-            if (pos < 2 && at(sc, '[')) {
-                if (scan_data(sc, pos)) return -1;
+            if (pos < 2 && at(sc, '[')) { /* measured, its text noted; the tree gets an empty one */
+                gemm_v2_input *d = &sc->span[pos];
+                memset(d, 0, sizeof *d);
+                size_t start = sc->p;
+                if (scan_array(sc, V2_DATA, &d->count, d)) return -1;
+                d->data = sc->s + start;
+                d->data_len = sc->p - start;
+                sc->nodes++; /* the stand-in */
                 done = 1;
             }
         }
