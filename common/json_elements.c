@@ -278,25 +278,19 @@ void gemm_jsb_settle(gemm_json_stream *s, operand *o)
     if (gemm_json_store_assemble(&o->st, o->st.type, 0, 1, &bad, &v)) out_of_memory(s, o);
 }
 
-/* Operand x held as float64 gets the final dtype d; element values are checked before the
- * first non-number element (which is already noted). When the body fails anyway, only
- * checked, nothing allocated. */
-static void convert(gemm_json_stream *s, int x, gemm_dtype d)
-{
-    operand *o = &s->op[x];
-    if (o->dead || !o->started || !o->st.deferred || o->count == 0) return;
-    uint64_t bad;
-    double v;
-    int r = gemm_json_store_assemble(&o->st, d, o->has_bad ? o->bad_index : o->count, gemm_jsb_best_rank(s) >= RK_NONE, &bad,
-                                     &v);
-    if (r > 0) bad_value(s, x, d, bad, v, 1);
-    else if (r < 0) out_of_memory(s, o);
-}
-
 void gemm_jsb_last_checks(gemm_json_stream *s, int x, gemm_dtype d)
 {
     operand *o = &s->op[x];
-    if (gemm_jsb_best_rank(s) >= RK_ELEM + x) convert(s, x, d);
+    uint64_t bad;
+    double v;
+    int r = 0;
+    /* held as float64: values before the first non-number element (noted already) checked for
+     * d, and converted unless the body fails anyway */
+    if (gemm_jsb_best_rank(s) >= RK_ELEM + x && !o->dead && o->started && o->st.deferred && o->count)
+        r = gemm_json_store_assemble(&o->st, d, o->has_bad ? o->bad_index : o->count, gemm_jsb_best_rank(s) >= RK_NONE,
+                                     &bad, &v);
+    if (r > 0) bad_value(s, x, d, bad, v, 1);
+    else if (r < 0) out_of_memory(s, o);
     if (gemm_jsb_best_rank(s) < RK_NONE) return;
     /* stopped for its size without a limit saying so (no limits: byte sizes beyond memory) */
     if (o->dead || !o->started || o->count == 0) gemm_jsb_note(s, 500, 0, 413, "too_large", "%s is too large", o->name);

@@ -173,14 +173,6 @@ static int begin_part(gemm_multipart *mp, gemm_err *err)
     return 0;
 }
 
-static int end_part(gemm_multipart *mp, gemm_err *err)
-{
-    if (!mp->in_part) return 0;
-    mp->in_part = 0;
-    if (mp->cb.part_end && mp->cb.part_end(mp->user, err)) return failed(mp, err, NULL);
-    return 0;
-}
-
 /* Scans body or preamble bytes for the delimiter. Returns the bytes consumed; sets
  * *found when a whole delimiter ended at that point. */
 static size_t scan(gemm_multipart *mp, const char *p, size_t len, int *found, gemm_err *err)
@@ -223,7 +215,10 @@ static int after_delim(gemm_multipart *mp, char c, gemm_err *err)
     if (next < 0)
         return failed(mp, err, mp->state == S_DELIM_CR ? "a multipart boundary line does not end with CRLF"
                                                        : "a multipart boundary line is followed by unexpected bytes");
-    if ((next == S_EPILOGUE || next == S_HEADERS) && end_part(mp, err)) return -1;
+    if ((next == S_EPILOGUE || next == S_HEADERS) && mp->in_part) { /* the part before it ends */
+        mp->in_part = 0;
+        if (mp->cb.part_end && mp->cb.part_end(mp->user, err)) return failed(mp, err, NULL);
+    }
     if (next == S_EPILOGUE && mp->parts == 0) return failed(mp, err, "the multipart body has no parts");
     mp->state = next;
     mp->hlen = 0;

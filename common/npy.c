@@ -168,13 +168,6 @@ static int dtype_error(const char *raw, gemm_err *err)
                         "float16 ('<f2') or bfloat16 ('<V2', as ml_dtypes saves it), e.g. a.astype('<f8')", descr);
 }
 
-static int descr_dtype(const char *descr, gemm_dtype *out)
-{
-    for (int d = 0; (descr[0] == '<' || descr[0] == '=') && d < GEMM_DTYPE_COUNT; d++)
-        if (strcmp(descr + 1, gemm_dtypes[d].npy + 1) == 0) return *out = (gemm_dtype)d, 0;
-    return -1;
-}
-
 static int parse_dict(const char *text, size_t len, gemm_npy_header *hdr, gemm_err *err)
 {
     cursor c = {text, text + len};
@@ -231,7 +224,9 @@ static int parse_dict(const char *text, size_t len, gemm_npy_header *hdr, gemm_e
         return gemm_err_set(err, 415, "unsupported_dtype",
                             "structured arrays are not supported; send a plain float32 ('<f4'), float64 ('<f8') "
                             "or int32 ('<i4') array");
-    if (descr_dtype(descr, &hdr->dtype)) return dtype_error(descr, err);
+    for (int d = 0; (descr[0] == '<' || descr[0] == '=') && d < GEMM_DTYPE_COUNT; d++) /* hdr->dtype was invalid */
+        if (strcmp(descr + 1, gemm_dtypes[d].npy + 1) == 0) hdr->dtype = (gemm_dtype)d;
+    if (hdr->dtype == GEMM_DTYPE_INVALID) return dtype_error(descr, err);
     if (shape_ovf)
         return gemm_err_set(err, 413, "too_large", "the .npy shape has a dimension too large to represent");
     if (shape_nd != 2 && shape_nd != 3)
