@@ -16,16 +16,6 @@ void gemm_jsb_kill(operand *o)
     gemm_json_store_release(&o->st);
 }
 
-/* The operand whose own slot an error of this rank goes to, or -1 (the body's). */
-static int rank_operand(int rank)
-{
-    for (int x = 0; x < 2; x++)
-        if (rank == RK_REF + 10 * x || rank == RK_STRUCT + 10 * x || rank == RK_STRUCT + 10 * x + 1 ||
-            rank == RK_COUNT + x || rank == RK_ELEM + x)
-            return x;
-    return -1;
-}
-
 int gemm_jsb_best_rank(const gemm_json_stream *s)
 {
     int r = s->rank;
@@ -36,8 +26,12 @@ int gemm_jsb_best_rank(const gemm_json_stream *s)
 
 void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const char *code, const char *fmt, ...)
 {
-    int x = rank_operand(rank);
-    operand *o = x == 0 ? &s->op[0] : x == 1 ? &s->op[1] : NULL;
+    int x = -1; /* the operand whose own slot this rank goes to, or -1 (the body's) */
+    for (int i = 0; i < 2; i++)
+        if (rank == RK_REF + 10 * i || rank == RK_STRUCT + 10 * i || rank == RK_STRUCT + 10 * i + 1 ||
+            rank == RK_COUNT + i || rank == RK_ELEM + i)
+            x = i;
+    operand *o = x < 0 ? NULL : &s->op[x];
     if (o && o->has_ref && rank != RK_REF + 10 * x) return;
     int *slot_rank = o ? &o->rank : &s->rank;
     gemm_err *slot = o ? &o->err : &s->err;

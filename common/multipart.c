@@ -209,22 +209,6 @@ static int after_delim_next(int st, char c)
     return c == ' ' || c == '\t' ? S_LWSP : c == '\r' ? S_DELIM_CR : -1;
 }
 
-static int after_delim(gemm_multipart *mp, char c, gemm_err *err)
-{
-    int next = after_delim_next(mp->state, c);
-    if (next < 0)
-        return failed(mp, err, mp->state == S_DELIM_CR ? "a multipart boundary line does not end with CRLF"
-                                                       : "a multipart boundary line is followed by unexpected bytes");
-    if ((next == S_EPILOGUE || next == S_HEADERS) && mp->in_part) { /* the part before it ends */
-        mp->in_part = 0;
-        if (mp->cb.part_end && mp->cb.part_end(mp->user, err)) return failed(mp, err, NULL);
-    }
-    if (next == S_EPILOGUE && mp->parts == 0) return failed(mp, err, "the multipart body has no parts");
-    mp->state = next;
-    mp->hlen = 0;
-    return 0;
-}
-
 int gemm_multipart_feed(gemm_multipart *mp, const void *data, size_t len, gemm_err *err)
 {
     const char *p = data;
@@ -244,15 +228,26 @@ int gemm_multipart_feed(gemm_multipart *mp, const void *data, size_t len, gemm_e
         case S_AFTER_DELIM:
         case S_CLOSE_DASH:
         case S_LWSP:
-        case S_DELIM_CR:
-            /* In the preamble a boundary-like line that is not a delimiter is text. */
-            if (mp->parts == 0 && after_delim_next(mp->state, *p) < 0) {
+        case S_DELIM_CR: {
+            int next = after_delim_next(mp->state, *p);
+            if (next < 0 && mp->parts == 0) { /* in the preamble, a boundary-like line that is not one is text */
                 mp->state = S_PREAMBLE;
                 break;
             }
-            if (after_delim(mp, *p, err)) return -1;
+            if (next < 0)
+                return failed(mp, err,
+                              mp->state == S_DELIM_CR ? "a multipart boundary line does not end with CRLF"
+                                                      : "a multipart boundary line is followed by unexpected bytes");
+            if ((next == S_EPILOGUE || next == S_HEADERS) && mp->in_part) { /* the part before it ends */
+                mp->in_part = 0;
+                if (mp->cb.part_end && mp->cb.part_end(mp->user, err)) return failed(mp, err, NULL);
+            }
+            if (next == S_EPILOGUE && mp->parts == 0) return failed(mp, err, "the multipart body has no parts");
+            mp->state = next;
+            mp->hlen = 0;
             p++, len--;
             break;
+        }
         case S_HEADERS: {
             /* Copy up to the end of the header block ("\r\n" alone, or "\r\n\r\n"). */
             while (len) {
