@@ -44,21 +44,6 @@ static void option_value(gemm_json_stream *s, int key, enum vtype t, const gemm_
     else if (def->field == offsetof(gemm_options, dtype)) s->body_dtype = 1;
 }
 
-/* The value of operand x's "ref" field (str: the string's text). */
-static void ref_value(gemm_json_stream *s, int x, enum vtype t, const char *str)
-{
-    operand *o = &s->op[x];
-    if (!s->refs.resolve) {
-        bad_matrix(s, RK_REF + 10 * x, "%s.ref: references to resident matrices are not taken here", o->name);
-    } else if (t != T_STRING) {
-        bad_matrix(s, RK_REF + 10 * x, "%s.ref is %s; expected a matrix id (a string)", o->name,
-                   gemm_json_type_name((char)t));
-    } else {
-        snprintf(o->ref_id, sizeof o->ref_id, "%s", str ? str : "");
-        o->ref_named = 1;
-    }
-}
-
 void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const gemm_decimal *d)
 {
     if (s->depth == 0) {
@@ -117,8 +102,14 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
         } else if (f->key == K_DATA) {
             bad_matrix(s, RK_STRUCT + 10 * f->x + 1, "%s.data must be an array of numbers (row-major), not %s", o->name,
                        gemm_json_type_name((char)t));
+        } else if (f->key == K_REF && !s->refs.resolve) {
+            bad_matrix(s, RK_REF + 10 * f->x, "%s.ref: references to resident matrices are not taken here", o->name);
+        } else if (f->key == K_REF && t != T_STRING) {
+            bad_matrix(s, RK_REF + 10 * f->x, "%s.ref is %s; expected a matrix id (a string)", o->name,
+                       gemm_json_type_name((char)t));
         } else if (f->key == K_REF) {
-            ref_value(s, f->x, t, str);
+            snprintf(o->ref_id, sizeof o->ref_id, "%s", str ? str : "");
+            o->ref_named = 1;
         } else if (f->key >= K_OPT) {
             option_value(s, f->key, t, d);
         }

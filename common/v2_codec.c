@@ -27,18 +27,6 @@ const char *gemm_v2_dtype_name(gemm_dtype d) { return d >= 0 && d < GEMM_DTYPE_C
 
 /* ---- small helpers ------------------------------------------------------------ */
 
-/* A copy of s in which every byte that is not part of valid UTF-8 is '?' (malloc). */
-static char *utf8_dup(const char *s)
-{
-    char *out = strdup(s);
-    for (unsigned char *p = (unsigned char *)out; p && *p;) {
-        size_t n = gemm_utf8_seq(p);
-        if (n) p += n;
-        else *p++ = '?';
-    }
-    return out;
-}
-
 static const char *type_name(const cJSON *v)
 {
     return !v ? "missing"
@@ -608,8 +596,13 @@ int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, 
             return gemm_err_set(err, 400, "bad_request", "\"id\" is %s; expected a string", type_name(id));
         if (strlen(id->valuestring) > GEMM_V2_ID_MAX)
             return gemm_err_set(err, 400, "bad_request", "\"id\" is longer than %d bytes", GEMM_V2_ID_MAX);
-        r->id = utf8_dup(id->valuestring);
+        r->id = strdup(id->valuestring);
         if (!r->id) return gemm_err_set(err, 503, "out_of_memory", "cannot copy the request id now");
+        for (unsigned char *p = (unsigned char *)r->id; *p;) { /* bytes that are not valid UTF-8 become '?' */
+            size_t n = gemm_utf8_seq(p);
+            if (n) p += n;
+            else *p++ = '?';
+        }
     }
     int binary_default;
     if (request_parameters(root, r, &binary_default, err) != 0) return -1;
