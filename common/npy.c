@@ -329,10 +329,7 @@ static int fail(gemm_npy_reader *r, int rc)
 /* The whole header is in hbuf: parse it, check the shape, take the data buffer. */
 static int header_complete(gemm_npy_reader *r, gemm_err *err)
 {
-    int rc = gemm_npy_parse_header(r->hbuf, r->hlen, &r->hdr, err);
-    if (rc <= 0)
-        return fail(r, rc < 0 ? -1
-                              : gemm_err_set(err, 500, "internal", "the .npy header was incomplete after reading it"));
+    if (gemm_npy_parse_header(r->hbuf, r->hlen, &r->hdr, err) < 0) return fail(r, -1); /* whole: never 0 */
     r->have_hdr = 1;
     const gemm_limits *lim = r->has_lim ? &r->lim : NULL;
     if (r->hdr.ndim == 3 ? gemm_check_stack(r->hdr.batch, r->hdr.rows, r->hdr.cols, r->hdr.dtype, lim,
