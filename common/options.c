@@ -112,14 +112,6 @@ static const char *control_byte(const char *s, size_t len)
     return NULL;
 }
 
-static int valid_kernel_name(const char *s)
-{
-    size_t n = 0;
-    for (; s[n]; n++)
-        if (!((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= '0' && s[n] <= '9') || s[n] == '_')) return 0;
-    return n >= 1 && n <= 47;
-}
-
 static int parse_flag(const char *v, int *out)
 {
     static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off"};
@@ -198,7 +190,7 @@ int gemm_option_apply(gemm_options *o, const gemm_option *d, const gemm_opt_valu
         if (gemm_math_from_name(val, (gemm_math *)f)) goto bad;
         break;
     case GEMM_OPT_KERNEL:
-        if (!valid_kernel_name(val)) goto bad;
+        if (len < 1 || len > 47 || strspn(val, "abcdefghijklmnopqrstuvwxyz0123456789_") != len) goto bad;
         memcpy(f, val, len + 1);
         break;
     case GEMM_OPT_UINT: {
