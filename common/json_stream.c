@@ -9,17 +9,14 @@
 
 #define STRINGIFY_(x) #x
 #define STRINGIFY(x) STRINGIFY_(x)
-#define NUM_MAX_TEXT STRINGIFY(GEMM_JSON_NUMBER_MAX)
 
 /* ---- small helpers ------------------------------------------------------------ */
-
-static inline int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 static inline uint64_t off_of(const gemm_json_stream *s, const char *p) { return s->base + (uint64_t)(p - s->data); }
 
 static inline const char *skip_ws(gemm_json_stream *s, const char *p, const char *end)
 {
-    while (p < end && is_ws(*p)) {
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) {
         if (*p == '\n') {
             s->line++;
             s->line_start = off_of(s, p) + 1;
@@ -107,7 +104,7 @@ static ptrdiff_t number_text(gemm_json_stream *s, const char *t, size_t n, int a
     ptrdiff_t r = gemm_json_scan_number(t, t + n, at_eof, &d);
     if (r < 0) return syntax_at(s, off + (uint64_t)(-r - 1), "not a valid number");
     if (r > GEMM_JSON_NUMBER_MAX || (r == 0 && n > GEMM_JSON_NUMBER_MAX))
-        return syntax_at(s, off, "a number longer than " NUM_MAX_TEXT " characters");
+        return syntax_at(s, off, "a number longer than " STRINGIFY(GEMM_JSON_NUMBER_MAX) " characters");
     if (r > 0) {
         gemm_jsb_scalar(s, T_NUMBER, NULL, &d);
         value_done(s);
