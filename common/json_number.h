@@ -117,17 +117,15 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
     } else {
         return -(ptrdiff_t)(1 + (p - s));
     }
-    if (p == end) goto at_end;
-    if (*p == '.') {
+    if (p < end && *p == '.') {
         integer = 0;
         if (++p == end) NEED_MORE();
         if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
         const char *f0 = p;
         gemm_num_digits(&p, end, &w, &nd);
         q = -(int32_t)(p - f0);
-        if (p == end) goto at_end;
     }
-    if (*p == 'e' || *p == 'E') {
+    if (p < end && (*p == 'e' || *p == 'E')) {
         integer = 0;
         int eneg = 0;
         int32_t e = 0;
@@ -141,13 +139,8 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
             if (e < 100000000) e = e * 10 + (*p - '0');
         exp10 = eneg ? -e : e;
         q += exp10;
-        if (p == end) goto at_end;
     }
-    goto done;
-
-at_end:
-    if (!at_eof) return 0;
-done:
+    if (p == end && !at_eof) return 0; /* it may go on in the next chunk */
     d->w = w;
     d->q = q;
     d->trunc = 0;
