@@ -515,22 +515,21 @@ static int scan_value(v2_scan *sc, int role, int pos)
  * request cJSON stopped, or SIZE_MAX when memory ran out. */
 static cJSON *parse_rest(const v2_scan *sc, size_t root_at, size_t skel_len, size_t *fail_at)
 {
-    const gemm_v2_input *sp[2] = {&sc->span[0], &sc->span[1]}; /* in the order they come */
-    if (sp[0]->data && sp[1]->data && sp[1]->data < sp[0]->data) sp[0] = &sc->span[1], sp[1] = &sc->span[0];
+    const gemm_v2_input *sp = sc->span; /* inputs[0]'s, inputs[1]'s: in the order they come */
     char *skel = malloc(skel_len + 1);
     *fail_at = SIZE_MAX;
     if (!skel) return NULL;
     const char *from = sc->s + root_at;
     size_t k = 0;
     for (int i = 0; i < 3; i++) {
-        const char *to = i < 2 ? sp[i]->data : sc->s + sc->p;
+        const char *to = i < 2 ? sp[i].data : sc->s + sc->p;
         if (!to) continue;
         memcpy(skel + k, from, (size_t)(to - from));
         k += (size_t)(to - from);
         if (i == 2) break;
         memcpy(skel + k, "[]", 2);
         k += 2;
-        from = to + sp[i]->data_len;
+        from = to + sp[i].data_len;
     }
     skel[k] = '\0';
     const char *end = NULL;
@@ -539,10 +538,10 @@ static cJSON *parse_rest(const v2_scan *sc, size_t root_at, size_t skel_len, siz
         size_t in_skel = end && end >= skel && end <= skel + k ? (size_t)(end - skel) : 0, removed = 0;
         *fail_at = root_at + in_skel;
         for (int i = 0; i < 2; i++) {
-            if (!sp[i]->data) continue;
-            if (in_skel < (size_t)(sp[i]->data - sc->s) - root_at - removed + 2) break; /* before its [] ends */
-            *fail_at += sp[i]->data_len - 2;
-            removed += sp[i]->data_len - 2;
+            if (!sp[i].data) continue;
+            if (in_skel < (size_t)(sp[i].data - sc->s) - root_at - removed + 2) break; /* before its [] ends */
+            *fail_at += sp[i].data_len - 2;
+            removed += sp[i].data_len - 2;
         }
     }
     free(skel);
