@@ -501,5 +501,3 @@ void gemm_json_stream_free(gemm_json_stream *s)
     gemm_jsb_release(s);
     free(s);
 }
-
-size_t gemm_json_stream_peak(const gemm_json_stream *s) { return s->mem.peak; }
