@@ -131,7 +131,7 @@ static int row_begins(gemm_json_stream *s, frame *f)
     operand *o = &s->op[f->x];
     if (!o->dead) {
         uint64_t ob, orows, ocols;
-        if ((s->limp && s->lim.max_dim && f->n >= s->lim.max_dim) ||
+        if ((s->lim.max_dim && f->n >= s->lim.max_dim) ||
             (f->x == 1 && gemm_jsb_known_shape(&s->op[0], &ob, &orows, &ocols) && f->n >= ocols))
             gemm_jsb_kill(o); /* one row too many */
     }
@@ -203,7 +203,7 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
             o->ncols = f->n;
             uint64_t ob, orows, ocols;
             if ((f->x == 0 && gemm_jsb_known_shape(&s->op[1], &ob, &orows, &ocols) && f->n != orows) ||
-                (s->limp && s->lim.max_dim && f->n > s->lim.max_dim))
+                (s->lim.max_dim && f->n > s->lim.max_dim))
                 gemm_jsb_kill(o);
         } else if (f->n != o->ncols && rows->role == R_MAT) {
             bad_matrix(s, RK_STRUCT + 10 * f->x, "row %llu of %s[%llu] has %llu elements, row 0 of %s[0] has %llu",
@@ -221,7 +221,7 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
             o->mrows = f->n;
             uint64_t ob, orows, ocols;
             if ((f->x == 1 && gemm_jsb_known_shape(&s->op[0], &ob, &orows, &ocols) && f->n != ocols) ||
-                (s->limp && s->lim.max_dim && f->n > s->lim.max_dim))
+                (s->lim.max_dim && f->n > s->lim.max_dim))
                 gemm_jsb_kill(o);
         } else if (f->n != o->mrows) {
             bad_matrix(s, RK_STRUCT + 10 * f->x, "%s[%llu] has %llu rows, %s[0] has %llu", o->name,
@@ -248,8 +248,8 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
         /* declared sizes are checked before anything is allocated for them */
         gemm_err e;
         gemm_dtype d = s->body_dtype ? s->opt.dtype : GEMM_DTYPE_F64;
-        if (o->batched ? gemm_check_stack(o->shape[0], o->shape[1], o->shape[2], d, s->limp, o->name, &e)
-                       : gemm_check_matrix(o->shape[0], o->shape[1], d, s->limp, o->name, &e))
+        if (o->batched ? gemm_check_stack(o->shape[0], o->shape[1], o->shape[2], d, &s->lim, o->name, &e)
+                       : gemm_check_matrix(o->shape[0], o->shape[1], d, &s->lim, o->name, &e))
             gemm_jsb_kill(o);
         else if (o->batched)
             check_batch_early(s, f->x, o->shape[0] - 1);
@@ -386,14 +386,14 @@ static int check_product(const gemm_json_stream *s, const int nd[2], const uint6
                             "%s is 3-D (a batch of %llu matrices) and %s is a resident matrix; a batched request takes "
                             "no resident operand (a=ID, b=ID or {\"ref\": ID}): send both in the body",
                             s->op[x3].name, (unsigned long long)bt[x3], s->op[1 - x3].name);
-    if (gemm_check_product(r[0], c[0], r[1], c[1], d, s->limp, e)) return -1;
+    if (gemm_check_product(r[0], c[0], r[1], c[1], d, &s->lim, e)) return -1;
     if (x3 < 0) return 0;
     for (int x = 0; x < 2; x++)
-        if (nd[x] == 3 && bt[x] == 0) return gemm_check_stack(0, r[x], c[x], d, s->limp, up[x], e); /* 422 bad_batch */
+        if (nd[x] == 3 && bt[x] == 0) return gemm_check_stack(0, r[x], c[x], d, &s->lim, up[x], e); /* 422 bad_batch */
     if (gemm_check_batch_pair(nd[0] == 3 ? bt[0] : 0, nd[1] == 3 ? bt[1] : 0, e)) return -1;
-    if (gemm_check_stack(bt[0], r[0], c[0], d, s->limp, "A", e) ||
-        (nd[1] == 3 && gemm_check_stack(bt[1], r[1], c[1], d, s->limp, "B", e)) ||
-        gemm_check_stack(bt[0], r[0], c[1], d, s->limp, "C", e))
+    if (gemm_check_stack(bt[0], r[0], c[0], d, &s->lim, "A", e) ||
+        (nd[1] == 3 && gemm_check_stack(bt[1], r[1], c[1], d, &s->lim, "B", e)) ||
+        gemm_check_stack(bt[0], r[0], c[1], d, &s->lim, "C", e))
         return -1;
     return 0;
 }
@@ -468,7 +468,7 @@ int gemm_jsb_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *
     }
     if (gemm_jsb_best_rank(s) > RK_PRODUCT) {
         gemm_err e;
-        if (gemm_check_matrix(rows, cols, d, s->limp, "the matrix", &e))
+        if (gemm_check_matrix(rows, cols, d, &s->lim, "the matrix", &e))
             gemm_jsb_note(s, RK_PRODUCT, 0, e.status, e.code, "%s", e.message);
     }
     if (gemm_jsb_best_rank(s) > RK_COUNT && rows_with_shape) {

@@ -120,7 +120,7 @@ static uint64_t max_elements(const gemm_json_stream *s, int x, int *exact)
     const operand *o = &s->op[x], *other = &s->op[1 - x];
     uint64_t m = (uint64_t)(SIZE_MAX / 8), obatch, orows, ocols, t;
     *exact = 0;
-    if (s->limp && s->lim.max_elements) m = min_u64(m, s->lim.max_elements);
+    if (s->lim.max_elements) m = min_u64(m, s->lim.max_elements);
     if (o->form == '{') { /* a declared shape is its size (one that overflows was stopped) */
         uint64_t need = 0;
         *exact = o->shape_state == 1 && !gemm_jsb_declared_count(o, &need);
@@ -128,7 +128,7 @@ static uint64_t max_elements(const gemm_json_stream *s, int x, int *exact)
     }
     int other_known = gemm_jsb_known_shape(other, &obatch, &orows, &ocols);
     if (o->rows == 0 && o->nmat == 0) { /* row 0 is being read: its length is the column count */
-        if (s->limp && s->lim.max_dim) m = min_u64(m, s->lim.max_dim);
+        if (s->lim.max_dim) m = min_u64(m, s->lim.max_dim);
         if (x == 0 && other_known) m = min_u64(m, orows); /* A's columns are B's rows */
         return m;
     }
@@ -145,7 +145,7 @@ static uint64_t max_elements(const gemm_json_stream *s, int x, int *exact)
         *exact = 1;
         return ocols * o->ncols;
     }
-    if (s->limp && s->lim.max_dim && o->ncols && s->lim.max_dim <= m / o->ncols) m = min_u64(m, s->lim.max_dim * o->ncols);
+    if (s->lim.max_dim && o->ncols && s->lim.max_dim <= m / o->ncols) m = min_u64(m, s->lim.max_dim * o->ncols);
     return m;
 }
 

@@ -449,10 +449,7 @@ gemm_json_stream *gemm_json_stream_new(const gemm_limits *lim, const gemm_alloca
 {
     gemm_json_stream *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    if (lim) {
-        s->lim = *lim;
-        s->limp = &s->lim;
-    }
+    if (lim) s->lim = *lim; /* else none: zeros */
     s->alloc = alloc ? alloc : &gemm_allocator_host;
     if (opt) s->opt = *opt;
     else gemm_options_init(&s->opt);

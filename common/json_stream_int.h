@@ -76,8 +76,7 @@ typedef struct {
 } operand;
 
 struct gemm_json_stream {
-    gemm_limits lim;
-    const gemm_limits *limp;
+    gemm_limits lim;         /* zeros: no limits */
     const gemm_allocator *alloc;
     gemm_options opt;
     int single;              /* one matrix on its own, not a request with a and b */

@@ -292,8 +292,7 @@ size_t gemm_npy_write_header3(void *buf, size_t cap, gemm_dtype d, uint64_t batc
 enum { R_HEADER, R_DATA, R_DONE, R_FAILED };
 
 struct gemm_npy_reader {
-    gemm_limits lim;
-    int has_lim;
+    gemm_limits lim; /* zeros: no limits */
     gemm_allocator alloc;
     int state;
     unsigned char *hbuf; /* header bytes so far */
@@ -309,10 +308,7 @@ gemm_npy_reader *gemm_npy_reader_new(const gemm_limits *lim, const gemm_allocato
 {
     gemm_npy_reader *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    if (lim) {
-        r->lim = *lim;
-        r->has_lim = 1;
-    }
+    if (lim) r->lim = *lim;
     r->alloc = alloc ? *alloc : gemm_allocator_host;
     r->state = R_HEADER;
     r->hwant = 8; /* magic and version first: they say how long the length field is */
@@ -331,10 +327,9 @@ static int header_complete(gemm_npy_reader *r, gemm_err *err)
 {
     if (gemm_npy_parse_header(r->hbuf, r->hlen, &r->hdr, err) < 0) return fail(r, -1); /* whole: never 0 */
     r->have_hdr = 1;
-    const gemm_limits *lim = r->has_lim ? &r->lim : NULL;
-    if (r->hdr.ndim == 3 ? gemm_check_stack(r->hdr.batch, r->hdr.rows, r->hdr.cols, r->hdr.dtype, lim,
+    if (r->hdr.ndim == 3 ? gemm_check_stack(r->hdr.batch, r->hdr.rows, r->hdr.cols, r->hdr.dtype, &r->lim,
                                         "the .npy array", err)
-                     : gemm_check_matrix(r->hdr.rows, r->hdr.cols, r->hdr.dtype, lim, "the .npy array", err))
+                     : gemm_check_matrix(r->hdr.rows, r->hdr.cols, r->hdr.dtype, &r->lim, "the .npy array", err))
         return fail(r, -1);
     if (!gemm_matrix_bytes(r->hdr.rows, r->hdr.cols, r->hdr.dtype, &r->bytes) ||
         (r->hdr.batch && !gemm_mul_size(r->bytes, (size_t)r->hdr.batch, &r->bytes)))
