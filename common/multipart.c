@@ -35,8 +35,7 @@ struct gemm_multipart {
     size_t dlen;
     size_t match; /* bytes of delim matched so far, carried across chunks */
     int state;
-    int in_part;
-    int parts;
+    int parts; /* begun so far; after the first, each delimiter ends one */
     char hdr[MP_MAX_HEADERS + 1];
     size_t hlen;
 };
@@ -165,7 +164,6 @@ static int begin_part(gemm_multipart *mp, gemm_err *err)
     }
     if (!have_name) return failed(mp, err, "a multipart part has no Content-Disposition: form-data; name=\"...\"");
     mp->parts++;
-    mp->in_part = 1;
     mp->state = S_BODY;
     if (mp->cb.part_begin &&
         mp->cb.part_begin(mp->user, name, have_file ? filename : NULL, have_ctype ? ctype : NULL, err))
@@ -238,10 +236,9 @@ int gemm_multipart_feed(gemm_multipart *mp, const void *data, size_t len, gemm_e
                 return failed(mp, err,
                               mp->state == S_DELIM_CR ? "a multipart boundary line does not end with CRLF"
                                                       : "a multipart boundary line is followed by unexpected bytes");
-            if ((next == S_EPILOGUE || next == S_HEADERS) && mp->in_part) { /* the part before it ends */
-                mp->in_part = 0;
-                if (mp->cb.part_end && mp->cb.part_end(mp->user, err)) return failed(mp, err, NULL);
-            }
+            if ((next == S_EPILOGUE || next == S_HEADERS) && mp->parts && mp->cb.part_end &&
+                mp->cb.part_end(mp->user, err)) /* the part before it ends */
+                return failed(mp, err, NULL);
             if (next == S_EPILOGUE && mp->parts == 0) return failed(mp, err, "the multipart body has no parts");
             mp->state = next;
             mp->hlen = 0;
