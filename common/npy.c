@@ -298,7 +298,6 @@ struct gemm_npy_reader {
     unsigned char *hbuf; /* header bytes so far */
     size_t hlen, hwant;  /* have, and how many we need next */
     size_t hcap;
-    int have_hdr;        /* the header parsed (even if the limits then refused it) */
     gemm_npy_header hdr;
     unsigned char *data;
     size_t bytes, got;
@@ -326,7 +325,6 @@ static int fail(gemm_npy_reader *r, int rc)
 static int header_complete(gemm_npy_reader *r, gemm_err *err)
 {
     if (gemm_npy_parse_header(r->hbuf, r->hlen, &r->hdr, err) < 0) return fail(r, -1); /* whole: never 0 */
-    r->have_hdr = 1;
     if (r->hdr.ndim == 3 ? gemm_check_stack(r->hdr.batch, r->hdr.rows, r->hdr.cols, r->hdr.dtype, &r->lim,
                                         "the .npy array", err)
                      : gemm_check_matrix(r->hdr.rows, r->hdr.cols, r->hdr.dtype, &r->lim, "the .npy array", err))
@@ -390,7 +388,7 @@ int gemm_npy_reader_feed(gemm_npy_reader *r, const void *data, size_t len, gemm_
 
 const gemm_npy_header *gemm_npy_reader_header(const gemm_npy_reader *r)
 {
-    return r && r->have_hdr ? &r->hdr : NULL;
+    return r && r->hdr.ndim ? &r->hdr : NULL; /* ndim: 2 or 3 once parsed (even if the limits refused it) */
 }
 
 /* dst (rows x cols, row-major) = src (cols x rows, row-major), in cache-sized blocks; elements of
