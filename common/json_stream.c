@@ -69,12 +69,7 @@ static int push(gemm_json_stream *s, const char *p, char c)
         return syntax_at(s, off_of(s, p), "arrays and objects nested deeper than " STRINGIFY(GEMM_JSON_MAX_DEPTH));
     int x;
     int role = gemm_jsb_open(s, c, &x);
-    frame *f = &s->stack[s->depth++];
-    f->kind = (uint8_t)c;
-    f->role = (uint8_t)role;
-    f->x = (uint8_t)x;
-    f->key = K_NONE;
-    f->n = 0;
+    s->stack[s->depth++] = (frame){.kind = (uint8_t)c, .role = (uint8_t)role, .x = (uint8_t)x, .key = K_NONE};
     s->state = c == '{' ? S_OBJ_FIRST : S_ARR_FIRST;
     return 0;
 }
