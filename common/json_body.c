@@ -324,7 +324,7 @@ void gemm_jsb_key(gemm_json_stream *s)
             /* {"ref": ID}: a resident matrix, whatever else the object says */
             o->has_ref = 1;
             o->rank = RK_NONE;
-            o->has_bad = 0;
+            o->first_bad = UINT64_MAX;
             gemm_jsb_kill(o);
             f->key = K_REF;
             return;
@@ -476,8 +476,7 @@ int gemm_jsb_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *
         if (o->rows != rows * cols) gemm_jsb_count_error(s, 0, o->rows);
         else
             bad_matrix(s, RK_ELEM, "%s.data[0] is an array, expected a number", o->name);
-        o->has_bad = 1; /* nothing before it to look at */
-        o->bad_index = 0;
+        o->first_bad = 0; /* nothing before it to look at */
     } else if (gemm_jsb_best_rank(s) > RK_COUNT && o->form == '{' && o->count != rows * cols) {
         gemm_jsb_count_error(s, 0, o->count);
     }

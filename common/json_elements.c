@@ -180,14 +180,6 @@ static int make_room(gemm_json_stream *s, operand *o, int x)
     return -1;
 }
 
-/* The element error at index i of operand x: noted if it is the first. */
-static void elem_error_at(gemm_json_stream *s, int x, uint64_t i)
-{
-    operand *o = &s->op[x];
-    if (!o->has_bad) o->bad_index = i;
-    o->has_bad = 1;
-}
-
 /* A value out of the dtype's range (v is its float64 value). */
 static void bad_value(gemm_json_stream *s, int x, gemm_dtype d, uint64_t idx, double v, int replace)
 {
@@ -216,7 +208,7 @@ void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d)
     void *slot = gemm_json_store_next(&o->st);
     if (!o->st.deferred) {
         if (gemm_decimal_store(d, o->st.type, slot)) {
-            elem_error_at(s, x, i);
+            if (i < o->first_bad) o->first_bad = i;
             bad_value(s, x, o->st.type, i, gemm_decimal_to_f64(d), 0);
         }
         return;
@@ -238,7 +230,7 @@ void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint
     operand *o = &s->op[x];
     uint64_t i = o->count++;
     char w[96];
-    elem_error_at(s, x, i);
+    if (i < o->first_bad) o->first_bad = i;
     bad_matrix(s, RK_ELEM + x, "%s is %s, expected a number%s", place(w, sizeof w, o, mat, row, col),
                gemm_json_type_name((char)t),
                o->batched && o->form == '[' && t == T_ARRAY
@@ -281,8 +273,7 @@ void gemm_jsb_last_checks(gemm_json_stream *s, int x, gemm_dtype d)
     /* held as float64: values before the first non-number element (noted already) checked for
      * d, and converted unless the body fails anyway */
     if (gemm_jsb_best_rank(s) >= RK_ELEM + x && !o->dead && o->started && o->st.deferred && o->count)
-        r = gemm_json_store_assemble(&o->st, d, o->has_bad ? o->bad_index : o->count, gemm_jsb_best_rank(s) >= RK_NONE,
-                                     &bad, &v);
+        r = gemm_json_store_assemble(&o->st, d, o->first_bad, gemm_jsb_best_rank(s) >= RK_NONE, &bad, &v);
     if (r > 0) bad_value(s, x, d, bad, v, 1);
     else if (r < 0) out_of_memory(s, o);
     if (gemm_jsb_best_rank(s) < RK_NONE) return;

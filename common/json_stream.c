@@ -457,6 +457,7 @@ gemm_json_stream *gemm_json_stream_new(const gemm_limits *lim, const gemm_alloca
     for (int x = 0; x < 2; x++) {
         s->op[x].name = x ? "b" : "a";
         s->op[x].rank = RK_NONE;
+        s->op[x].first_bad = UINT64_MAX;
         gemm_json_store_init(&s->op[x].st, s->alloc, &s->mem);
     }
     return s;

@@ -60,8 +60,7 @@ typedef struct {
     uint64_t count;       /* elements read (stored or not): the index of the next one */
     int started;          /* storing has begun (the element type is chosen) */
     int dead;             /* no longer stored */
-    int has_bad;          /* an element error is noted at bad_index */
-    uint64_t bad_index;
+    uint64_t first_bad;   /* the index of its first element error (UINT64_MAX: none) */
     int rank;             /* its own error (RK_NONE: none) */
     gemm_err err;
     int given;            /* named in the query: known, not in the body */
