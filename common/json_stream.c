@@ -311,7 +311,7 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
     s->data = data;
     while (p < end && !s->failed) {
         /* between tokens: whitespace (after the value, until a NUL ends the body) */
-        if (s->state < S_STRING && !(s->state == S_END && s->nul_seen) && (p = skip_ws(s, p, end)) == end) break;
+        if (s->state < S_STRING && !(s->state == S_END && s->nul_off) && (p = skip_ws(s, p, end)) == end) break;
         switch (s->state) {
         case S_VALUE:
         case S_ARR_FIRST: {
@@ -362,12 +362,8 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
             break;
         }
         case S_END: /* one NUL at the very end (a C string's) */
-            if (!s->nul_seen && *p == '\0') {
-                s->nul_seen = 1;
-                s->nul_off = off_of(s, p++);
-            } else {
-                syntax_at(s, s->nul_seen ? s->nul_off : off_of(s, p), NULL);
-            }
+            if (!s->nul_off && *p == '\0') s->nul_off = off_of(s, p++);
+            else syntax_at(s, s->nul_off ? s->nul_off : off_of(s, p), NULL);
             break;
         case S_STRING:
             p = string_run(s, p, end);

@@ -108,8 +108,7 @@ struct gemm_json_stream {
     gemm_err syn;
     int rank;
     gemm_err err;
-    int nul_seen;
-    uint64_t nul_off;
+    uint64_t nul_off;        /* where a NUL ended the body (0: none; a value came first) */
     gemm_json_mem mem;       /* what the stores hold from the allocator */
     operand op[2];
 };
