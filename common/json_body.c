@@ -142,7 +142,6 @@ int gemm_jsb_open(gemm_json_stream *s, char c, int *x)
 {
     *x = s->depth ? s->stack[s->depth - 1].x : 0;
     if (s->depth == 0 && s->single) { /* the body is the matrix: rows, or an object with its fields */
-        s->op[0].present = 1;
         s->op[0].form = c;
         return c == '[' ? R_ROWS : R_MATOBJ;
     }
@@ -304,7 +303,6 @@ void gemm_jsb_key(gemm_json_stream *s)
             bad_matrix(s, RK_STRUCT + 10 * x,
                        "%s is named in the query (%s=ID) and given in the body too; send it once", o->name, o->name);
         } else {
-            o->present = 1;
             f->key = (uint8_t)(K_A + x);
         }
         s->seen_key[K_A + x] = 1;
@@ -401,7 +399,7 @@ static int check_product(const gemm_json_stream *s, const int nd[2], const uint6
 int gemm_jsb_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm_matrix *b, gemm_err *err)
 {
     for (int x = 0; x < 2; x++)
-        if (!s->op[x].present && !s->op[x].given)
+        if (!s->op[x].form && !s->op[x].given) /* a key taken is followed by its value */
             bad_matrix(s, RK_STRUCT + 10 * x, "the body has no \"%s\" matrix", s->op[x].name);
     /* references, resolved in the order a request is read: a's before b's structure counts */
     for (int x = 0; x < 2; x++) {

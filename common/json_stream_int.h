@@ -48,8 +48,7 @@ typedef struct {
 
 typedef struct {
     const char *name;
-    int present;          /* the key was given (the first time) */
-    int form;             /* 0 none yet, '[' rows, '{' shape/data, other: wrong type */
+    int form;             /* 0 none yet (not given), '[' rows, '{' shape/data, other: wrong type */
     int complete;         /* its value has closed */
     uint64_t rows, ncols; /* rows form: rows closed so far (in the current matrix), elements of row 0 */
     int batched;          /* 3-D: nested three deep, or a shape of three entries */
