@@ -32,6 +32,7 @@
 
 #include "json_codec.h"
 #include "json_stream.h"
+#include "json_stream_int.h" /* the decoder's state: the most it held, s->mem.peak */
 #include "multipart.h"
 #include "npy.h"
 
@@ -94,7 +95,7 @@ static double json_stream_of(ctx *c, const gemm_buf *body, size_t chunk, int ver
         if (gemm_json_stream_feed(js, body->data + off, body->len - off < chunk ? body->len - off : chunk, &err))
             die("json stream", &err);
     if (gemm_json_stream_finish(js, &opt, &a, &b, &err)) die("json stream finish", &err);
-    c->peak = gemm_json_stream_peak(js);
+    c->peak = js->mem.peak;
     gemm_json_stream_free(js);
     double ms = cpu_ms() - t0;
     done_with(c, &a, 0, verify), done_with(c, &b, 1, verify);

@@ -29,9 +29,10 @@ uint64_t gemm_round_binary(uint64_t m, int e, int sticky, int p, int emin, int e
     return ((uint64_t)biased << (p - 1)) | (mant & ((1ull << (p - 1)) - 1));
 }
 
-/* v rounded once to a 2-byte format of p significand bits and normal exponents emin..emax. */
-static uint16_t round_f64(double v, int p, int emin, int emax)
+uint16_t gemm_f64_to_half(gemm_dtype d, double v)
 {
+    /* rounded once to p significand bits and normal exponents emin..emax */
+    int p = d == GEMM_DTYPE_BF16 ? 8 : 11, emin = d == GEMM_DTYPE_BF16 ? -126 : -14, emax = 1 - emin;
     uint64_t b, m;
     memcpy(&b, &v, 8);
     uint16_t sign = (uint16_t)((b >> 48) & 0x8000u), inf = (uint16_t)((emax - emin + 2) << (p - 1));
@@ -41,11 +42,6 @@ static uint16_t round_f64(double v, int p, int emin, int emax)
     if (e == 0 && m == 0) return sign;
     if (e) m |= 1ull << 52;
     return (uint16_t)(sign | gemm_round_binary(m, (e ? e : 1) - 1075, 0, p, emin, emax));
-}
-
-uint16_t gemm_f64_to_half(gemm_dtype d, double v)
-{
-    return d == GEMM_DTYPE_BF16 ? round_f64(v, 8, -126, 127) : round_f64(v, 11, -14, 15);
 }
 
 int gemm_f64_is_midpoint(gemm_dtype d, double v)

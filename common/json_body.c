@@ -26,7 +26,7 @@ static void check_batch_early(gemm_json_stream *s, int x, uint64_t mat)
     if (o->dead) return;
     int nd = gemm_jsb_known_shape(other, &ob, &orows, &ocols);
     if (other->is_ref || other->has_ref || (x == 1 && nd == 2) || (nd == 3 && mat >= ob) || mat >= GEMM_MAX_BATCH)
-        gemm_jsb_kill(s, o);
+        gemm_jsb_kill(o);
 }
 
 /* ---- what values mean ----------------------------------------------------------------- */
@@ -42,21 +42,6 @@ static void option_value(gemm_json_stream *s, int key, enum vtype t, const gemm_
     gemm_err e;
     if (gemm_option_apply(&s->opt, def, &v, &e) < 0) gemm_jsb_note(s, RK_OPT, 0, e.status, e.code, "%s", e.message);
     else if (def->field == offsetof(gemm_options, dtype)) s->body_dtype = 1;
-}
-
-/* The value of operand x's "ref" field (str: the string's text). */
-static void ref_value(gemm_json_stream *s, int x, enum vtype t, const char *str)
-{
-    operand *o = &s->op[x];
-    if (!s->refs.resolve) {
-        bad_matrix(s, RK_REF + 10 * x, "%s.ref: references to resident matrices are not taken here", o->name);
-    } else if (t != T_STRING) {
-        bad_matrix(s, RK_REF + 10 * x, "%s.ref is %s; expected a matrix id (a string)", o->name,
-                   gemm_json_type_name((char)t));
-    } else {
-        snprintf(o->ref_id, sizeof o->ref_id, "%s", str ? str : "");
-        o->ref_named = 1;
-    }
 }
 
 void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const gemm_decimal *d)
@@ -117,8 +102,14 @@ void gemm_jsb_scalar(gemm_json_stream *s, enum vtype t, const char *str, const g
         } else if (f->key == K_DATA) {
             bad_matrix(s, RK_STRUCT + 10 * f->x + 1, "%s.data must be an array of numbers (row-major), not %s", o->name,
                        gemm_json_type_name((char)t));
+        } else if (f->key == K_REF && !s->refs.resolve) {
+            bad_matrix(s, RK_REF + 10 * f->x, "%s.ref: references to resident matrices are not taken here", o->name);
+        } else if (f->key == K_REF && t != T_STRING) {
+            bad_matrix(s, RK_REF + 10 * f->x, "%s.ref is %s; expected a matrix id (a string)", o->name,
+                       gemm_json_type_name((char)t));
         } else if (f->key == K_REF) {
-            ref_value(s, f->x, t, str);
+            snprintf(o->ref_id, sizeof o->ref_id, "%s", str ? str : "");
+            o->ref_named = 1;
         } else if (f->key >= K_OPT) {
             option_value(s, f->key, t, d);
         }
@@ -140,9 +131,9 @@ static int row_begins(gemm_json_stream *s, frame *f)
     operand *o = &s->op[f->x];
     if (!o->dead) {
         uint64_t ob, orows, ocols;
-        if ((s->limp && s->lim.max_dim && f->n >= s->lim.max_dim) ||
+        if ((s->lim.max_dim && f->n >= s->lim.max_dim) ||
             (f->x == 1 && gemm_jsb_known_shape(&s->op[0], &ob, &orows, &ocols) && f->n >= ocols))
-            gemm_jsb_kill(s, o); /* one row too many */
+            gemm_jsb_kill(o); /* one row too many */
     }
     return R_ROW;
 }
@@ -151,7 +142,6 @@ int gemm_jsb_open(gemm_json_stream *s, char c, int *x)
 {
     *x = s->depth ? s->stack[s->depth - 1].x : 0;
     if (s->depth == 0 && s->single) { /* the body is the matrix: rows, or an object with its fields */
-        s->op[0].present = 1;
         s->op[0].form = c;
         return c == '[' ? R_ROWS : R_MATOBJ;
     }
@@ -212,8 +202,8 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
             o->ncols = f->n;
             uint64_t ob, orows, ocols;
             if ((f->x == 0 && gemm_jsb_known_shape(&s->op[1], &ob, &orows, &ocols) && f->n != orows) ||
-                (s->limp && s->lim.max_dim && f->n > s->lim.max_dim))
-                gemm_jsb_kill(s, o);
+                (s->lim.max_dim && f->n > s->lim.max_dim))
+                gemm_jsb_kill(o);
         } else if (f->n != o->ncols && rows->role == R_MAT) {
             bad_matrix(s, RK_STRUCT + 10 * f->x, "row %llu of %s[%llu] has %llu elements, row 0 of %s[0] has %llu",
                        (unsigned long long)rows->n, o->name, (unsigned long long)s->stack[s->depth - 3].n,
@@ -230,8 +220,8 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
             o->mrows = f->n;
             uint64_t ob, orows, ocols;
             if ((f->x == 1 && gemm_jsb_known_shape(&s->op[0], &ob, &orows, &ocols) && f->n != ocols) ||
-                (s->limp && s->lim.max_dim && f->n > s->lim.max_dim))
-                gemm_jsb_kill(s, o);
+                (s->lim.max_dim && f->n > s->lim.max_dim))
+                gemm_jsb_kill(o);
         } else if (f->n != o->mrows) {
             bad_matrix(s, RK_STRUCT + 10 * f->x, "%s[%llu] has %llu rows, %s[0] has %llu", o->name,
                        (unsigned long long)o->nmat, (unsigned long long)f->n, o->name, (unsigned long long)o->mrows);
@@ -257,9 +247,9 @@ void gemm_jsb_close(gemm_json_stream *s, frame *f)
         /* declared sizes are checked before anything is allocated for them */
         gemm_err e;
         gemm_dtype d = s->body_dtype ? s->opt.dtype : GEMM_DTYPE_F64;
-        if (o->batched ? gemm_check_stack(o->shape[0], o->shape[1], o->shape[2], d, s->limp, o->name, &e)
-                       : gemm_check_matrix(o->shape[0], o->shape[1], d, s->limp, o->name, &e))
-            gemm_jsb_kill(s, o);
+        if (o->batched ? gemm_check_stack(o->shape[0], o->shape[1], o->shape[2], d, &s->lim, o->name, &e)
+                       : gemm_check_matrix(o->shape[0], o->shape[1], d, &s->lim, o->name, &e))
+            gemm_jsb_kill(o);
         else if (o->batched)
             check_batch_early(s, f->x, o->shape[0] - 1);
         return;
@@ -313,7 +303,6 @@ void gemm_jsb_key(gemm_json_stream *s)
             bad_matrix(s, RK_STRUCT + 10 * x,
                        "%s is named in the query (%s=ID) and given in the body too; send it once", o->name, o->name);
         } else {
-            o->present = 1;
             f->key = (uint8_t)(K_A + x);
         }
         s->seen_key[K_A + x] = 1;
@@ -333,8 +322,8 @@ void gemm_jsb_key(gemm_json_stream *s)
             /* {"ref": ID}: a resident matrix, whatever else the object says */
             o->has_ref = 1;
             o->rank = RK_NONE;
-            o->has_bad = 0;
-            gemm_jsb_kill(s, o);
+            o->first_bad = UINT64_MAX;
+            gemm_jsb_kill(o);
             f->key = K_REF;
             return;
         }
@@ -350,8 +339,8 @@ void gemm_jsb_key(gemm_json_stream *s)
 
 void gemm_jsb_release(gemm_json_stream *s)
 {
-    gemm_jsb_kill(s, &s->op[0]);
-    gemm_jsb_kill(s, &s->op[1]);
+    gemm_jsb_kill(&s->op[0]);
+    gemm_jsb_kill(&s->op[1]);
 }
 
 /* The body has been judged: 0 and its options, or -1 with the error it gets (the lowest rank
@@ -395,14 +384,14 @@ static int check_product(const gemm_json_stream *s, const int nd[2], const uint6
                             "%s is 3-D (a batch of %llu matrices) and %s is a resident matrix; a batched request takes "
                             "no resident operand (a=ID, b=ID or {\"ref\": ID}): send both in the body",
                             s->op[x3].name, (unsigned long long)bt[x3], s->op[1 - x3].name);
-    if (gemm_check_product(r[0], c[0], r[1], c[1], d, s->limp, e)) return -1;
+    if (gemm_check_product(r[0], c[0], r[1], c[1], d, &s->lim, e)) return -1;
     if (x3 < 0) return 0;
     for (int x = 0; x < 2; x++)
-        if (nd[x] == 3 && bt[x] == 0) return gemm_check_stack(0, r[x], c[x], d, s->limp, up[x], e); /* 422 bad_batch */
+        if (nd[x] == 3 && bt[x] == 0) return gemm_check_stack(0, r[x], c[x], d, &s->lim, up[x], e); /* 422 bad_batch */
     if (gemm_check_batch_pair(nd[0] == 3 ? bt[0] : 0, nd[1] == 3 ? bt[1] : 0, e)) return -1;
-    if (gemm_check_stack(bt[0], r[0], c[0], d, s->limp, "A", e) ||
-        (nd[1] == 3 && gemm_check_stack(bt[1], r[1], c[1], d, s->limp, "B", e)) ||
-        gemm_check_stack(bt[0], r[0], c[1], d, s->limp, "C", e))
+    if (gemm_check_stack(bt[0], r[0], c[0], d, &s->lim, "A", e) ||
+        (nd[1] == 3 && gemm_check_stack(bt[1], r[1], c[1], d, &s->lim, "B", e)) ||
+        gemm_check_stack(bt[0], r[0], c[1], d, &s->lim, "C", e))
         return -1;
     return 0;
 }
@@ -410,7 +399,7 @@ static int check_product(const gemm_json_stream *s, const int nd[2], const uint6
 int gemm_jsb_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm_matrix *b, gemm_err *err)
 {
     for (int x = 0; x < 2; x++)
-        if (!s->op[x].present && !s->op[x].given)
+        if (!s->op[x].form && !s->op[x].given) /* a key taken is followed by its value */
             bad_matrix(s, RK_STRUCT + 10 * x, "the body has no \"%s\" matrix", s->op[x].name);
     /* references, resolved in the order a request is read: a's before b's structure counts */
     for (int x = 0; x < 2; x++) {
@@ -477,7 +466,7 @@ int gemm_jsb_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *
     }
     if (gemm_jsb_best_rank(s) > RK_PRODUCT) {
         gemm_err e;
-        if (gemm_check_matrix(rows, cols, d, s->limp, "the matrix", &e))
+        if (gemm_check_matrix(rows, cols, d, &s->lim, "the matrix", &e))
             gemm_jsb_note(s, RK_PRODUCT, 0, e.status, e.code, "%s", e.message);
     }
     if (gemm_jsb_best_rank(s) > RK_COUNT && rows_with_shape) {
@@ -485,8 +474,7 @@ int gemm_jsb_finish_matrix(gemm_json_stream *s, gemm_options *opt, gemm_matrix *
         if (o->rows != rows * cols) gemm_jsb_count_error(s, 0, o->rows);
         else
             bad_matrix(s, RK_ELEM, "%s.data[0] is an array, expected a number", o->name);
-        o->has_bad = 1; /* nothing before it to look at */
-        o->bad_index = 0;
+        o->first_bad = 0; /* nothing before it to look at */
     } else if (gemm_jsb_best_rank(s) > RK_COUNT && o->form == '{' && o->count != rows * cols) {
         gemm_jsb_count_error(s, 0, o->count);
     }

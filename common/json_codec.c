@@ -227,16 +227,11 @@ static size_t put_g_exact(char *p, double v, int P)
         d = lo_lim;
         e++;
     }
-    char dig[17];
-    if (P == 9) {
-        dig[0] = (char)('0' + d / 100000000);
-        put_8digits(dig + 1, (uint32_t)(d % 100000000));
-    } else {
-        uint64_t hi = d / 100000000;
-        dig[0] = (char)('0' + hi / 100000000);
-        put_8digits(dig + 1, (uint32_t)(hi % 100000000));
-        put_8digits(dig + 9, (uint32_t)(d % 100000000));
-    }
+    char dig[17]; /* P digits: the first, (P = 17) the next eight, the last eight */
+    uint64_t first = P == 17 ? d / 10000000000000000ull : d / 100000000;
+    dig[0] = (char)('0' + first);
+    if (P == 17) put_8digits(dig + 1, (uint32_t)(d / 100000000 % 100000000));
+    put_8digits(dig + P - 8, (uint32_t)(d % 100000000));
     return (size_t)(put_g_layout(s, dig, P, e) - p);
 }
 #endif

@@ -10,21 +10,10 @@
 
 /* ---- error slots and places ----------------------------------------------------- */
 
-void gemm_jsb_kill(gemm_json_stream *s, operand *o)
+void gemm_jsb_kill(operand *o)
 {
-    (void)s;
     o->dead = 1;
     gemm_json_store_release(&o->st);
-}
-
-/* The operand whose own slot an error of this rank goes to, or -1 (the body's). */
-static int rank_operand(int rank)
-{
-    for (int x = 0; x < 2; x++)
-        if (rank == RK_REF + 10 * x || rank == RK_STRUCT + 10 * x || rank == RK_STRUCT + 10 * x + 1 ||
-            rank == RK_COUNT + x || rank == RK_ELEM + x)
-            return x;
-    return -1;
 }
 
 int gemm_jsb_best_rank(const gemm_json_stream *s)
@@ -37,8 +26,12 @@ int gemm_jsb_best_rank(const gemm_json_stream *s)
 
 void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const char *code, const char *fmt, ...)
 {
-    int x = rank_operand(rank);
-    operand *o = x == 0 ? &s->op[0] : x == 1 ? &s->op[1] : NULL;
+    int x = -1; /* the operand whose own slot this rank goes to, or -1 (the body's) */
+    for (int i = 0; i < 2; i++)
+        if (rank == RK_REF + 10 * i || rank == RK_STRUCT + 10 * i || rank == RK_STRUCT + 10 * i + 1 ||
+            rank == RK_COUNT + i || rank == RK_ELEM + i)
+            x = i;
+    operand *o = x < 0 ? NULL : &s->op[x];
     if (o && o->has_ref && rank != RK_REF + 10 * x) return;
     int *slot_rank = o ? &o->rank : &s->rank;
     gemm_err *slot = o ? &o->err : &s->err;
@@ -51,8 +44,8 @@ void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const
     *slot_rank = rank;
     gemm_err_set(slot, status, code, "%s", msg);
     if (rank < RK_ELEM) {
-        if (x != 1) gemm_jsb_kill(s, &s->op[0]);
-        if (x != 0) gemm_jsb_kill(s, &s->op[1]);
+        if (x != 1) gemm_jsb_kill(&s->op[0]);
+        if (x != 0) gemm_jsb_kill(&s->op[1]);
     }
 }
 
@@ -127,7 +120,7 @@ static uint64_t max_elements(const gemm_json_stream *s, int x, int *exact)
     const operand *o = &s->op[x], *other = &s->op[1 - x];
     uint64_t m = (uint64_t)(SIZE_MAX / 8), obatch, orows, ocols, t;
     *exact = 0;
-    if (s->limp && s->lim.max_elements) m = min_u64(m, s->lim.max_elements);
+    if (s->lim.max_elements) m = min_u64(m, s->lim.max_elements);
     if (o->form == '{') { /* a declared shape is its size (one that overflows was stopped) */
         uint64_t need = 0;
         *exact = o->shape_state == 1 && !gemm_jsb_declared_count(o, &need);
@@ -135,7 +128,7 @@ static uint64_t max_elements(const gemm_json_stream *s, int x, int *exact)
     }
     int other_known = gemm_jsb_known_shape(other, &obatch, &orows, &ocols);
     if (o->rows == 0 && o->nmat == 0) { /* row 0 is being read: its length is the column count */
-        if (s->limp && s->lim.max_dim) m = min_u64(m, s->lim.max_dim);
+        if (s->lim.max_dim) m = min_u64(m, s->lim.max_dim);
         if (x == 0 && other_known) m = min_u64(m, orows); /* A's columns are B's rows */
         return m;
     }
@@ -152,7 +145,7 @@ static uint64_t max_elements(const gemm_json_stream *s, int x, int *exact)
         *exact = 1;
         return ocols * o->ncols;
     }
-    if (s->limp && s->lim.max_dim && o->ncols && s->lim.max_dim <= m / o->ncols) m = min_u64(m, s->lim.max_dim * o->ncols);
+    if (s->lim.max_dim && o->ncols && s->lim.max_dim <= m / o->ncols) m = min_u64(m, s->lim.max_dim * o->ncols);
     return m;
 }
 
@@ -168,7 +161,7 @@ static void out_of_memory(gemm_json_stream *s, operand *o)
 {
     gemm_jsb_note(s, RK_MEMORY, 0, 503, "out_of_memory", "cannot allocate memory for %s now (%zu bytes held); retry later",
          o->name, s->mem.now);
-    gemm_jsb_kill(s, o);
+    gemm_jsb_kill(o);
 }
 
 /* Room for element index i of operand x (its store is full). 0, or -1 when x stops being
@@ -183,16 +176,8 @@ static int make_room(gemm_json_stream *s, operand *o, int x)
     int r = gemm_json_store_room(&o->st, limit, exact, more);
     if (r == 0) return 0;
     if (r < 0) out_of_memory(s, o);
-    else gemm_jsb_kill(s, o);
+    else gemm_jsb_kill(o);
     return -1;
-}
-
-/* The element error at index i of operand x: noted if it is the first. */
-static void elem_error_at(gemm_json_stream *s, int x, uint64_t i)
-{
-    operand *o = &s->op[x];
-    if (!o->has_bad) o->bad_index = i;
-    o->has_bad = 1;
 }
 
 /* A value out of the dtype's range (v is its float64 value). */
@@ -223,7 +208,7 @@ void gemm_jsb_number(gemm_json_stream *s, int x, const gemm_decimal *d)
     void *slot = gemm_json_store_next(&o->st);
     if (!o->st.deferred) {
         if (gemm_decimal_store(d, o->st.type, slot)) {
-            elem_error_at(s, x, i);
+            if (i < o->first_bad) o->first_bad = i;
             bad_value(s, x, o->st.type, i, gemm_decimal_to_f64(d), 0);
         }
         return;
@@ -245,7 +230,7 @@ void gemm_jsb_other(gemm_json_stream *s, int x, enum vtype t, uint64_t mat, uint
     operand *o = &s->op[x];
     uint64_t i = o->count++;
     char w[96];
-    elem_error_at(s, x, i);
+    if (i < o->first_bad) o->first_bad = i;
     bad_matrix(s, RK_ELEM + x, "%s is %s, expected a number%s", place(w, sizeof w, o, mat, row, col),
                gemm_json_type_name((char)t),
                o->batched && o->form == '[' && t == T_ARRAY
@@ -279,25 +264,18 @@ void gemm_jsb_settle(gemm_json_stream *s, operand *o)
     if (gemm_json_store_assemble(&o->st, o->st.type, 0, 1, &bad, &v)) out_of_memory(s, o);
 }
 
-/* Operand x held as float64 gets the final dtype d; element values are checked before the
- * first non-number element (which is already noted). When the body fails anyway, only
- * checked, nothing allocated. */
-static void convert(gemm_json_stream *s, int x, gemm_dtype d)
-{
-    operand *o = &s->op[x];
-    if (o->dead || !o->started || !o->st.deferred || o->count == 0) return;
-    uint64_t bad;
-    double v;
-    int r = gemm_json_store_assemble(&o->st, d, o->has_bad ? o->bad_index : o->count, gemm_jsb_best_rank(s) >= RK_NONE, &bad,
-                                     &v);
-    if (r > 0) bad_value(s, x, d, bad, v, 1);
-    else if (r < 0) out_of_memory(s, o);
-}
-
 void gemm_jsb_last_checks(gemm_json_stream *s, int x, gemm_dtype d)
 {
     operand *o = &s->op[x];
-    if (gemm_jsb_best_rank(s) >= RK_ELEM + x) convert(s, x, d);
+    uint64_t bad;
+    double v;
+    int r = 0;
+    /* held as float64: values before the first non-number element (noted already) checked for
+     * d, and converted unless the body fails anyway */
+    if (gemm_jsb_best_rank(s) >= RK_ELEM + x && !o->dead && o->started && o->st.deferred && o->count)
+        r = gemm_json_store_assemble(&o->st, d, o->first_bad, gemm_jsb_best_rank(s) >= RK_NONE, &bad, &v);
+    if (r > 0) bad_value(s, x, d, bad, v, 1);
+    else if (r < 0) out_of_memory(s, o);
     if (gemm_jsb_best_rank(s) < RK_NONE) return;
     /* stopped for its size without a limit saying so (no limits: byte sizes beyond memory) */
     if (o->dead || !o->started || o->count == 0) gemm_jsb_note(s, 500, 0, 413, "too_large", "%s is too large", o->name);

@@ -45,15 +45,10 @@ void gemm_decimal_scan_long(const char *p, const char *end, int32_t exp10, gemm_
 
 const char *gemm_json_type_name(char c)
 {
-    switch (c) {
-    case '"': return "a string";
-    case '[': return "an array";
-    case '{': return "an object";
-    case 't':
-    case 'f': return "a boolean";
-    case 'n': return "null";
-    default: return "a number";
-    }
+    static const char first[] = "\"[{tfn";
+    static const char *const names[] = {"a string", "an array", "an object", "a boolean", "a boolean", "null"};
+    const char *k = c ? strchr(first, c) : NULL;
+    return k ? names[k - first] : "a number";
 }
 
 /* ---- conversion ------------------------------------------------------------------ */

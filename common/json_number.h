@@ -65,38 +65,26 @@ static inline int gemm_hex_digit(char c)
     return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define GEMM_NUM_SWAR 1
-/* Eight ASCII digits at p (p[0] the most significant) as their value, or -1 when one of
- * them is not a digit. Little-endian: p[0] is the lowest byte of the word. */
-static inline int64_t gemm_num_eight_digits(const char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    /* every byte 0x30..0x3f, and still below 0x40 after adding 6: every byte '0'..'9' */
-    if ((v & 0xf0f0f0f0f0f0f0f0ull) != 0x3030303030303030ull ||
-        ((v + 0x0606060606060606ull) & 0xf0f0f0f0f0f0f0f0ull) != 0x3030303030303030ull)
-        return -1;
-    v -= 0x3030303030303030ull;
-    /* pairs, then quads, then all eight: each step scales the more significant half */
-    v = (v * 10 + (v >> 8)) & 0x00ff00ff00ff00ffull;
-    v = (v * 100 + (v >> 16)) & 0x0000ffff0000ffffull;
-    v = (v * 10000 + (v >> 32)) & 0xffffffffull;
-    return (int64_t)v;
-}
-#else
-#define GEMM_NUM_SWAR 0
-#endif
-
 /* The digits at *p taken into *w (*nd: digits met so far), eight at a time where they can
  * be; past the 19th they are only counted (the careful scan then reads the number again).
  * *p ends at the first non-digit. */
 static inline void gemm_num_digits(const char **pp, const char *end, uint64_t *w, int *nd)
 {
     const char *p = *pp;
-#if GEMM_NUM_SWAR
-    for (int64_t v; end - p >= 8 && *nd <= 11 && (v = gemm_num_eight_digits(p)) >= 0; p += 8, *nd += 8)
-        *w = *w * 100000000u + (uint64_t)v;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ /* p[0]: a word's lowest byte */
+    for (uint64_t v; end - p >= 8 && *nd <= 11; p += 8, *nd += 8) {
+        memcpy(&v, p, 8);
+        /* every byte 0x30..0x3f, and still below 0x40 after adding 6: every byte '0'..'9' */
+        if ((v & 0xf0f0f0f0f0f0f0f0ull) != 0x3030303030303030ull ||
+            ((v + 0x0606060606060606ull) & 0xf0f0f0f0f0f0f0f0ull) != 0x3030303030303030ull)
+            break;
+        v -= 0x3030303030303030ull;
+        /* pairs, then quads, then all eight: each step scales the more significant half */
+        v = (v * 10 + (v >> 8)) & 0x00ff00ff00ff00ffull;
+        v = (v * 100 + (v >> 16)) & 0x0000ffff0000ffffull;
+        v = (v * 10000 + (v >> 32)) & 0xffffffffull;
+        *w = *w * 100000000u + v;
+    }
 #endif
     for (; p < end && gemm_num_is_digit(*p); p++)
         if (++*nd <= 19) *w = *w * 10 + (unsigned)(*p - '0');
@@ -129,17 +117,15 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
     } else {
         return -(ptrdiff_t)(1 + (p - s));
     }
-    if (p == end) goto at_end;
-    if (*p == '.') {
+    if (p < end && *p == '.') {
         integer = 0;
         if (++p == end) NEED_MORE();
         if (!gemm_num_is_digit(*p)) return -(ptrdiff_t)(1 + (p - s));
         const char *f0 = p;
         gemm_num_digits(&p, end, &w, &nd);
         q = -(int32_t)(p - f0);
-        if (p == end) goto at_end;
     }
-    if (*p == 'e' || *p == 'E') {
+    if (p < end && (*p == 'e' || *p == 'E')) {
         integer = 0;
         int eneg = 0;
         int32_t e = 0;
@@ -153,13 +139,8 @@ static inline ptrdiff_t gemm_json_scan_number(const char *s, const char *end, in
             if (e < 100000000) e = e * 10 + (*p - '0');
         exp10 = eneg ? -e : e;
         q += exp10;
-        if (p == end) goto at_end;
     }
-    goto done;
-
-at_end:
-    if (!at_eof) return 0;
-done:
+    if (p == end && !at_eof) return 0; /* it may go on in the next chunk */
     d->w = w;
     d->q = q;
     d->trunc = 0;

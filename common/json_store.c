@@ -86,10 +86,7 @@ int gemm_json_store_flip(gemm_json_store *st, uint64_t index, float f, int side)
         st->flips = p;
         st->flips_cap = ncap;
     }
-    st->flips[st->nflips].index = index;
-    st->flips[st->nflips].value = f;
-    st->flips[st->nflips].side = (signed char)side;
-    st->nflips++;
+    st->flips[st->nflips++] = (gemm_json_flip){.index = index, .value = f, .side = (signed char)side};
     return 0;
 }
 

@@ -9,17 +9,14 @@
 
 #define STRINGIFY_(x) #x
 #define STRINGIFY(x) STRINGIFY_(x)
-#define NUM_MAX_TEXT STRINGIFY(GEMM_JSON_NUMBER_MAX)
 
 /* ---- small helpers ------------------------------------------------------------ */
-
-static inline int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 static inline uint64_t off_of(const gemm_json_stream *s, const char *p) { return s->base + (uint64_t)(p - s->data); }
 
 static inline const char *skip_ws(gemm_json_stream *s, const char *p, const char *end)
 {
-    while (p < end && is_ws(*p)) {
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) {
         if (*p == '\n') {
             s->line++;
             s->line_start = off_of(s, p) + 1;
@@ -72,12 +69,7 @@ static int push(gemm_json_stream *s, const char *p, char c)
         return syntax_at(s, off_of(s, p), "arrays and objects nested deeper than " STRINGIFY(GEMM_JSON_MAX_DEPTH));
     int x;
     int role = gemm_jsb_open(s, c, &x);
-    frame *f = &s->stack[s->depth++];
-    f->kind = (uint8_t)c;
-    f->role = (uint8_t)role;
-    f->x = (uint8_t)x;
-    f->key = K_NONE;
-    f->n = 0;
+    s->stack[s->depth++] = (frame){.kind = (uint8_t)c, .role = (uint8_t)role, .x = (uint8_t)x, .key = K_NONE};
     s->state = c == '{' ? S_OBJ_FIRST : S_ARR_FIRST;
     return 0;
 }
@@ -107,7 +99,7 @@ static ptrdiff_t number_text(gemm_json_stream *s, const char *t, size_t n, int a
     ptrdiff_t r = gemm_json_scan_number(t, t + n, at_eof, &d);
     if (r < 0) return syntax_at(s, off + (uint64_t)(-r - 1), "not a valid number");
     if (r > GEMM_JSON_NUMBER_MAX || (r == 0 && n > GEMM_JSON_NUMBER_MAX))
-        return syntax_at(s, off, "a number longer than " NUM_MAX_TEXT " characters");
+        return syntax_at(s, off, "a number longer than " STRINGIFY(GEMM_JSON_NUMBER_MAX) " characters");
     if (r > 0) {
         gemm_jsb_scalar(s, T_NUMBER, NULL, &d);
         value_done(s);
@@ -301,21 +293,16 @@ static const char *value_start(gemm_json_stream *s, const char *p, const char *e
         string_start(s, 0);
         return p + 1;
     case 't':
-        s->lit = "true", s->lit_type = T_BOOL;
-        break;
     case 'f':
-        s->lit = "false", s->lit_type = T_BOOL;
-        break;
     case 'n':
-        s->lit = "null", s->lit_type = T_NULL;
-        break;
+        s->lit = c == 't' ? "true" : c == 'f' ? "false" : "null";
+        s->lit_pos = 1;
+        s->state = S_LITERAL;
+        return p + 1;
     default:
         if (c == '-' || gemm_num_is_digit(c)) return number_start(s, p, end);
         return stop(s, p, end, "expected a value");
     }
-    s->lit_pos = 1;
-    s->state = S_LITERAL;
-    return p + 1;
 }
 
 int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gemm_err *err)
@@ -323,6 +310,8 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
     const char *p = data, *end = data + len;
     s->data = data;
     while (p < end && !s->failed) {
+        /* between tokens: whitespace (after the value, until a NUL ends the body) */
+        if (s->state < S_STRING && !(s->state == S_END && s->nul_off) && (p = skip_ws(s, p, end)) == end) break;
         switch (s->state) {
         case S_VALUE:
         case S_ARR_FIRST: {
@@ -331,8 +320,6 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
                 p = number_run(s, p, end);
                 if (p == end || s->state == S_NEXT) break;
             }
-            p = skip_ws(s, p, end);
-            if (p == end) break;
             if (*p == ']' && s->state == S_ARR_FIRST) {
                 pop(s);
                 p++;
@@ -343,8 +330,6 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
         }
         case S_OBJ_FIRST:
         case S_KEY:
-            p = skip_ws(s, p, end);
-            if (p == end) break;
             if (*p == '}' && s->state == S_OBJ_FIRST) {
                 pop(s);
                 p++;
@@ -356,8 +341,6 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
             }
             break;
         case S_COLON:
-            p = skip_ws(s, p, end);
-            if (p == end) break;
             if (*p != ':') {
                 syntax_at(s, off_of(s, p), "expected ':' after a key");
                 break;
@@ -366,8 +349,6 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
             p++;
             break;
         case S_NEXT: {
-            p = skip_ws(s, p, end);
-            if (p == end) break;
             frame *f = &s->stack[s->depth - 1];
             if (*p == ',') {
                 s->state = f->kind == '[' ? S_VALUE : S_KEY;
@@ -380,15 +361,9 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
             }
             break;
         }
-        case S_END: /* whitespace, and one NUL at the very end (a C string's) */
-            if (!s->nul_seen) p = skip_ws(s, p, end);
-            if (p == end) break;
-            if (!s->nul_seen && *p == '\0') {
-                s->nul_seen = 1;
-                s->nul_off = off_of(s, p++);
-            } else {
-                syntax_at(s, s->nul_seen ? s->nul_off : off_of(s, p), NULL);
-            }
+        case S_END: /* one NUL at the very end (a C string's) */
+            if (!s->nul_off && *p == '\0') s->nul_off = off_of(s, p++);
+            else syntax_at(s, s->nul_off ? s->nul_off : off_of(s, p), NULL);
             break;
         case S_STRING:
             p = string_run(s, p, end);
@@ -413,7 +388,7 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
                 s->lit_pos++;
             }
             if (!s->failed && !s->lit[s->lit_pos]) {
-                gemm_jsb_scalar(s, s->lit_type, NULL, NULL);
+                gemm_jsb_scalar(s, s->lit[0] == 'n' ? T_NULL : T_BOOL, NULL, NULL);
                 value_done(s);
             }
             break;
@@ -465,10 +440,7 @@ gemm_json_stream *gemm_json_stream_new(const gemm_limits *lim, const gemm_alloca
 {
     gemm_json_stream *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    if (lim) {
-        s->lim = *lim;
-        s->limp = &s->lim;
-    }
+    if (lim) s->lim = *lim; /* else none: zeros */
     s->alloc = alloc ? alloc : &gemm_allocator_host;
     if (opt) s->opt = *opt;
     else gemm_options_init(&s->opt);
@@ -481,6 +453,7 @@ gemm_json_stream *gemm_json_stream_new(const gemm_limits *lim, const gemm_alloca
     for (int x = 0; x < 2; x++) {
         s->op[x].name = x ? "b" : "a";
         s->op[x].rank = RK_NONE;
+        s->op[x].first_bad = UINT64_MAX;
         gemm_json_store_init(&s->op[x].st, s->alloc, &s->mem);
     }
     return s;
@@ -517,5 +490,3 @@ void gemm_json_stream_free(gemm_json_stream *s)
     gemm_jsb_release(s);
     free(s);
 }
-
-size_t gemm_json_stream_peak(const gemm_json_stream *s) { return s->mem.peak; }

@@ -56,9 +56,6 @@ int gemm_json_stream_feed(gemm_json_stream *s, const char *data, size_t len, gem
 int gemm_json_stream_finish(gemm_json_stream *s, gemm_options *opt, gemm_matrix *a, gemm_matrix *b,
                             gemm_err *err);
 
-/* The most bytes the decoder has held from the allocator at once. */
-size_t gemm_json_stream_peak(const gemm_json_stream *s);
-
 #ifdef __cplusplus
 }
 #endif

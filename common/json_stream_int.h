@@ -48,8 +48,7 @@ typedef struct {
 
 typedef struct {
     const char *name;
-    int present;          /* the key was given (the first time) */
-    int form;             /* 0 none yet, '[' rows, '{' shape/data, other: wrong type */
+    int form;             /* 0 none yet (not given), '[' rows, '{' shape/data, other: wrong type */
     int complete;         /* its value has closed */
     uint64_t rows, ncols; /* rows form: rows closed so far (in the current matrix), elements of row 0 */
     int batched;          /* 3-D: nested three deep, or a shape of three entries */
@@ -60,8 +59,7 @@ typedef struct {
     uint64_t count;       /* elements read (stored or not): the index of the next one */
     int started;          /* storing has begun (the element type is chosen) */
     int dead;             /* no longer stored */
-    int has_bad;          /* an element error is noted at bad_index */
-    uint64_t bad_index;
+    uint64_t first_bad;   /* the index of its first element error (UINT64_MAX: none) */
     int rank;             /* its own error (RK_NONE: none) */
     gemm_err err;
     int given;            /* named in the query: known, not in the body */
@@ -76,8 +74,7 @@ typedef struct {
 } operand;
 
 struct gemm_json_stream {
-    gemm_limits lim;
-    const gemm_limits *limp;
+    gemm_limits lim;         /* zeros: no limits */
     const gemm_allocator *alloc;
     gemm_options opt;
     int single;              /* one matrix on its own, not a request with a and b */
@@ -102,7 +99,6 @@ struct gemm_json_stream {
                                             range the next one must fall in */
     const char *lit;
     int lit_pos;
-    enum vtype lit_type;
     size_t num_len;
     uint64_t num_off;
     char num[GEMM_JSON_NUMBER_MAX + 2]; /* a cut number: up to one character more than allowed */
@@ -111,8 +107,7 @@ struct gemm_json_stream {
     gemm_err syn;
     int rank;
     gemm_err err;
-    int nul_seen;
-    uint64_t nul_off;
+    uint64_t nul_off;        /* where a NUL ended the body (0: none; a value came first) */
     gemm_json_mem mem;       /* what the stores hold from the allocator */
     operand op[2];
 };
@@ -151,7 +146,7 @@ void gemm_jsb_note(gemm_json_stream *s, int rank, int replace, int status, const
 /* The lowest rank noted anywhere (RK_NONE: none). */
 int gemm_jsb_best_rank(const gemm_json_stream *s);
 /* Stops storing operand o and gives its memory back. */
-void gemm_jsb_kill(gemm_json_stream *s, operand *o);
+void gemm_jsb_kill(operand *o);
 
 /* The shape of operand o once known and well formed: 0 not known, 2 or 3 (with a batch). */
 int gemm_jsb_known_shape(const operand *o, uint64_t *batch, uint64_t *rows, uint64_t *cols);

@@ -35,8 +35,7 @@ struct gemm_multipart {
     size_t dlen;
     size_t match; /* bytes of delim matched so far, carried across chunks */
     int state;
-    int in_part;
-    int parts;
+    int parts; /* begun so far; after the first, each delimiter ends one */
     char hdr[MP_MAX_HEADERS + 1];
     size_t hlen;
 };
@@ -85,26 +84,21 @@ gemm_multipart *gemm_multipart_new(const char *content_type, const gemm_multipar
                                    gemm_err *err)
 {
     char boundary[MP_MAX_BOUNDARY + 2];
-    if (!content_type || strncasecmp(content_type, "multipart/", 10) != 0) {
-        gemm_err_set(err, 400, "bad_multipart", "the Content-Type is not multipart/form-data");
-        return NULL;
-    }
-    int r = header_param(content_type, "boundary", boundary, sizeof boundary);
-    if (r <= 0) {
-        gemm_err_set(err, 400, "bad_multipart",
-                     r == 0 ? "the multipart Content-Type has no boundary parameter"
-                            : "the multipart boundary is malformed or longer than 70 characters");
-        return NULL;
-    }
-    size_t blen = strlen(boundary);
-    if (blen < 1 || blen > MP_MAX_BOUNDARY || strspn(boundary, bchars) != blen || boundary[blen - 1] == ' ') {
-        gemm_err_set(err, 400, "bad_multipart",
-                     "the multipart boundary must be 1 to 70 characters from RFC 2046's set, not ending in a space");
-        return NULL;
-    }
-    gemm_multipart *mp = calloc(1, sizeof *mp);
+    const char *why = NULL; /* a 400 bad_multipart */
+    size_t blen;
+    int r;
+    if (!content_type || strncasecmp(content_type, "multipart/", 10) != 0)
+        why = "the Content-Type is not multipart/form-data";
+    else if ((r = header_param(content_type, "boundary", boundary, sizeof boundary)) <= 0)
+        why = r == 0 ? "the multipart Content-Type has no boundary parameter"
+                     : "the multipart boundary is malformed or longer than 70 characters";
+    else if ((blen = strlen(boundary)) < 1 || blen > MP_MAX_BOUNDARY || strspn(boundary, bchars) != blen ||
+             boundary[blen - 1] == ' ')
+        why = "the multipart boundary must be 1 to 70 characters from RFC 2046's set, not ending in a space";
+    gemm_multipart *mp = why ? NULL : calloc(1, sizeof *mp);
     if (!mp) {
-        gemm_err_set(err, 500, "out_of_memory", "could not allocate the multipart parser");
+        gemm_err_set(err, why ? 400 : 500, why ? "bad_multipart" : "out_of_memory", "%s",
+                     why ? why : "could not allocate the multipart parser");
         return NULL;
     }
     if (cb) mp->cb = *cb;
@@ -170,7 +164,6 @@ static int begin_part(gemm_multipart *mp, gemm_err *err)
     }
     if (!have_name) return failed(mp, err, "a multipart part has no Content-Disposition: form-data; name=\"...\"");
     mp->parts++;
-    mp->in_part = 1;
     mp->state = S_BODY;
     if (mp->cb.part_begin &&
         mp->cb.part_begin(mp->user, name, have_file ? filename : NULL, have_ctype ? ctype : NULL, err))
@@ -178,61 +171,31 @@ static int begin_part(gemm_multipart *mp, gemm_err *err)
     return 0;
 }
 
-static int end_part(gemm_multipart *mp, gemm_err *err)
-{
-    if (!mp->in_part) return 0;
-    mp->in_part = 0;
-    if (mp->cb.part_end && mp->cb.part_end(mp->user, err)) return failed(mp, err, NULL);
-    return 0;
-}
-
 /* Scans body or preamble bytes for the delimiter. Returns the bytes consumed; sets
  * *found when a whole delimiter ended at that point. */
 static size_t scan(gemm_multipart *mp, const char *p, size_t len, int *found, gemm_err *err)
 {
-    size_t i = 0, run = 0; /* body bytes [run, i) not yet emitted */
-    *found = 0;
-    /* A partial match carried over from the previous chunk. */
-    if (mp->match) {
-        while (i < len && mp->match < mp->dlen && p[i] == mp->delim[mp->match]) {
-            mp->match++;
+    size_t i = 0, m = mp->match; /* the m bytes before p[i] match the delimiter (some may be carried over) */
+    mp->match = 0;
+    for (;;) {
+        while (i < len && m < mp->dlen && p[i] == mp->delim[m]) {
             i++;
+            m++;
         }
-        if (mp->match == mp->dlen) {
-            mp->match = 0;
-            *found = 1;
+        *found = m == mp->dlen;
+        if (*found || i == len) { /* the body before it goes; a match cut by the chunk's end is kept */
+            if (emit(mp, p, i >= m ? i - m : 0, err)) return (size_t)-1;
+            if (!*found) mp->match = m;
             return i;
         }
-        if (i == len) return i; /* still partial */
-        /* Broken: the carried bytes were body bytes; rescan from p[i]. */
-        size_t carried = mp->match;
-        mp->match = 0;
-        if (emit(mp, mp->delim, carried, err)) return (size_t)-1;
-        run = i;
+        /* Broken: the bytes matched were body bytes, and only their CR can begin another match;
+         * those carried over from the previous chunk go now, the rest with this chunk's. */
+        if (m > i && emit(mp, mp->delim, m - i, err)) return (size_t)-1;
+        size_t from = m && m <= i ? i - m + 1 : i;
+        const char *cr = memchr(p + from, '\r', len - from);
+        i = cr ? (size_t)(cr - p) : len;
+        m = 0;
     }
-    while (i < len) {
-        const char *cr = memchr(p + i, '\r', len - i);
-        if (!cr) {
-            i = len;
-            break;
-        }
-        size_t at = (size_t)(cr - p), m = 0;
-        while (at + m < len && m < mp->dlen && p[at + m] == mp->delim[m]) m++;
-        if (m == mp->dlen) {
-            if (emit(mp, p + run, at - run, err)) return (size_t)-1;
-            *found = 1;
-            return at + m;
-        }
-        if (at + m == len) {
-            /* A possible delimiter cut by the end of the chunk. */
-            if (emit(mp, p + run, at - run, err)) return (size_t)-1;
-            mp->match = m;
-            return len;
-        }
-        i = at + 1;
-    }
-    if (emit(mp, p + run, i - run, err)) return (size_t)-1;
-    return i;
 }
 
 /* The state byte c leads to in the rest of a delimiter line ("--" close, LWSP, CRLF), or -1. */
@@ -242,19 +205,6 @@ static int after_delim_next(int st, char c)
     if (st == S_DELIM_CR) return c == '\n' ? S_HEADERS : -1;
     if (c == '-' && st == S_AFTER_DELIM) return S_CLOSE_DASH;
     return c == ' ' || c == '\t' ? S_LWSP : c == '\r' ? S_DELIM_CR : -1;
-}
-
-static int after_delim(gemm_multipart *mp, char c, gemm_err *err)
-{
-    int next = after_delim_next(mp->state, c);
-    if (next < 0)
-        return failed(mp, err, mp->state == S_DELIM_CR ? "a multipart boundary line does not end with CRLF"
-                                                       : "a multipart boundary line is followed by unexpected bytes");
-    if ((next == S_EPILOGUE || next == S_HEADERS) && end_part(mp, err)) return -1;
-    if (next == S_EPILOGUE && mp->parts == 0) return failed(mp, err, "the multipart body has no parts");
-    mp->state = next;
-    mp->hlen = 0;
-    return 0;
 }
 
 int gemm_multipart_feed(gemm_multipart *mp, const void *data, size_t len, gemm_err *err)
@@ -276,15 +226,25 @@ int gemm_multipart_feed(gemm_multipart *mp, const void *data, size_t len, gemm_e
         case S_AFTER_DELIM:
         case S_CLOSE_DASH:
         case S_LWSP:
-        case S_DELIM_CR:
-            /* In the preamble a boundary-like line that is not a delimiter is text. */
-            if (mp->parts == 0 && after_delim_next(mp->state, *p) < 0) {
+        case S_DELIM_CR: {
+            int next = after_delim_next(mp->state, *p);
+            if (next < 0 && mp->parts == 0) { /* in the preamble, a boundary-like line that is not one is text */
                 mp->state = S_PREAMBLE;
                 break;
             }
-            if (after_delim(mp, *p, err)) return -1;
+            if (next < 0)
+                return failed(mp, err,
+                              mp->state == S_DELIM_CR ? "a multipart boundary line does not end with CRLF"
+                                                      : "a multipart boundary line is followed by unexpected bytes");
+            if ((next == S_EPILOGUE || next == S_HEADERS) && mp->parts && mp->cb.part_end &&
+                mp->cb.part_end(mp->user, err)) /* the part before it ends */
+                return failed(mp, err, NULL);
+            if (next == S_EPILOGUE && mp->parts == 0) return failed(mp, err, "the multipart body has no parts");
+            mp->state = next;
+            mp->hlen = 0;
             p++, len--;
             break;
+        }
         case S_HEADERS: {
             /* Copy up to the end of the header block ("\r\n" alone, or "\r\n\r\n"). */
             while (len) {

@@ -168,13 +168,6 @@ static int dtype_error(const char *raw, gemm_err *err)
                         "float16 ('<f2') or bfloat16 ('<V2', as ml_dtypes saves it), e.g. a.astype('<f8')", descr);
 }
 
-static int descr_dtype(const char *descr, gemm_dtype *out)
-{
-    for (int d = 0; (descr[0] == '<' || descr[0] == '=') && d < GEMM_DTYPE_COUNT; d++)
-        if (strcmp(descr + 1, gemm_dtypes[d].npy + 1) == 0) return *out = (gemm_dtype)d, 0;
-    return -1;
-}
-
 static int parse_dict(const char *text, size_t len, gemm_npy_header *hdr, gemm_err *err)
 {
     cursor c = {text, text + len};
@@ -231,7 +224,9 @@ static int parse_dict(const char *text, size_t len, gemm_npy_header *hdr, gemm_e
         return gemm_err_set(err, 415, "unsupported_dtype",
                             "structured arrays are not supported; send a plain float32 ('<f4'), float64 ('<f8') "
                             "or int32 ('<i4') array");
-    if (descr_dtype(descr, &hdr->dtype)) return dtype_error(descr, err);
+    for (int d = 0; (descr[0] == '<' || descr[0] == '=') && d < GEMM_DTYPE_COUNT; d++) /* hdr->dtype was invalid */
+        if (strcmp(descr + 1, gemm_dtypes[d].npy + 1) == 0) hdr->dtype = (gemm_dtype)d;
+    if (hdr->dtype == GEMM_DTYPE_INVALID) return dtype_error(descr, err);
     if (shape_ovf)
         return gemm_err_set(err, 413, "too_large", "the .npy shape has a dimension too large to represent");
     if (shape_nd != 2 && shape_nd != 3)
@@ -297,14 +292,12 @@ size_t gemm_npy_write_header3(void *buf, size_t cap, gemm_dtype d, uint64_t batc
 enum { R_HEADER, R_DATA, R_DONE, R_FAILED };
 
 struct gemm_npy_reader {
-    gemm_limits lim;
-    int has_lim;
+    gemm_limits lim; /* zeros: no limits */
     gemm_allocator alloc;
     int state;
     unsigned char *hbuf; /* header bytes so far */
     size_t hlen, hwant;  /* have, and how many we need next */
     size_t hcap;
-    int have_hdr;        /* the header parsed (even if the limits then refused it) */
     gemm_npy_header hdr;
     unsigned char *data;
     size_t bytes, got;
@@ -314,10 +307,7 @@ gemm_npy_reader *gemm_npy_reader_new(const gemm_limits *lim, const gemm_allocato
 {
     gemm_npy_reader *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    if (lim) {
-        r->lim = *lim;
-        r->has_lim = 1;
-    }
+    if (lim) r->lim = *lim;
     r->alloc = alloc ? *alloc : gemm_allocator_host;
     r->state = R_HEADER;
     r->hwant = 8; /* magic and version first: they say how long the length field is */
@@ -334,15 +324,10 @@ static int fail(gemm_npy_reader *r, int rc)
 /* The whole header is in hbuf: parse it, check the shape, take the data buffer. */
 static int header_complete(gemm_npy_reader *r, gemm_err *err)
 {
-    int rc = gemm_npy_parse_header(r->hbuf, r->hlen, &r->hdr, err);
-    if (rc <= 0)
-        return fail(r, rc < 0 ? -1
-                              : gemm_err_set(err, 500, "internal", "the .npy header was incomplete after reading it"));
-    r->have_hdr = 1;
-    const gemm_limits *lim = r->has_lim ? &r->lim : NULL;
-    if (r->hdr.ndim == 3 ? gemm_check_stack(r->hdr.batch, r->hdr.rows, r->hdr.cols, r->hdr.dtype, lim,
+    if (gemm_npy_parse_header(r->hbuf, r->hlen, &r->hdr, err) < 0) return fail(r, -1); /* whole: never 0 */
+    if (r->hdr.ndim == 3 ? gemm_check_stack(r->hdr.batch, r->hdr.rows, r->hdr.cols, r->hdr.dtype, &r->lim,
                                         "the .npy array", err)
-                     : gemm_check_matrix(r->hdr.rows, r->hdr.cols, r->hdr.dtype, lim, "the .npy array", err))
+                     : gemm_check_matrix(r->hdr.rows, r->hdr.cols, r->hdr.dtype, &r->lim, "the .npy array", err))
         return fail(r, -1);
     if (!gemm_matrix_bytes(r->hdr.rows, r->hdr.cols, r->hdr.dtype, &r->bytes) ||
         (r->hdr.batch && !gemm_mul_size(r->bytes, (size_t)r->hdr.batch, &r->bytes)))
@@ -403,7 +388,7 @@ int gemm_npy_reader_feed(gemm_npy_reader *r, const void *data, size_t len, gemm_
 
 const gemm_npy_header *gemm_npy_reader_header(const gemm_npy_reader *r)
 {
-    return r && r->have_hdr ? &r->hdr : NULL;
+    return r && r->hdr.ndim ? &r->hdr : NULL; /* ndim: 2 or 3 once parsed (even if the limits refused it) */
 }
 
 /* dst (rows x cols, row-major) = src (cols x rows, row-major), in cache-sized blocks; elements of

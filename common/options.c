@@ -112,24 +112,6 @@ static const char *control_byte(const char *s, size_t len)
     return NULL;
 }
 
-static int valid_kernel_name(const char *s)
-{
-    size_t n = 0;
-    for (; s[n]; n++)
-        if (!((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= '0' && s[n] <= '9') || s[n] == '_')) return 0;
-    return n >= 1 && n <= 47;
-}
-
-static int parse_flag(const char *v, int *out)
-{
-    static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off"};
-    for (int i = 0; i < 4; i++) {
-        if (strcasecmp(v, yes[i]) == 0) return *out = 1, 0;
-        if (strcasecmp(v, no[i]) == 0) return *out = 0, 0;
-    }
-    return -1;
-}
-
 /* What a row accepts, for messages. */
 static const char *accepted(const gemm_option *d, char *buf, size_t cap)
 {
@@ -198,7 +180,7 @@ int gemm_option_apply(gemm_options *o, const gemm_option *d, const gemm_opt_valu
         if (gemm_math_from_name(val, (gemm_math *)f)) goto bad;
         break;
     case GEMM_OPT_KERNEL:
-        if (!valid_kernel_name(val)) goto bad;
+        if (len < 1 || len > 47 || strspn(val, "abcdefghijklmnopqrstuvwxyz0123456789_") != len) goto bad;
         memcpy(f, val, len + 1);
         break;
     case GEMM_OPT_UINT: {
@@ -207,9 +189,14 @@ int gemm_option_apply(gemm_options *o, const gemm_option *d, const gemm_opt_valu
         *(uint64_t *)f = x;
         break;
     }
-    case GEMM_OPT_FLAG:
-        if (parse_flag(val, (int *)f)) goto bad;
+    case GEMM_OPT_FLAG: {
+        static const char *const words[] = {"1", "true", "yes", "on", "0", "false", "no", "off"}; /* 4 yes, 4 no */
+        int i = 0;
+        while (i < 8 && strcasecmp(val, words[i]) != 0) i++;
+        if (i == 8) goto bad;
+        *(int *)f = i < 4;
         break;
+    }
     default:
         if (!len) goto bad;
         memcpy(f, val, len + 1);

@@ -27,18 +27,6 @@ const char *gemm_v2_dtype_name(gemm_dtype d) { return d >= 0 && d < GEMM_DTYPE_C
 
 /* ---- small helpers ------------------------------------------------------------ */
 
-/* A copy of s in which every byte that is not part of valid UTF-8 is '?' (malloc). */
-static char *utf8_dup(const char *s)
-{
-    char *out = strdup(s);
-    for (unsigned char *p = (unsigned char *)out; p && *p;) {
-        size_t n = gemm_utf8_seq(p);
-        if (n) p += n;
-        else *p++ = '?';
-    }
-    return out;
-}
-
 static const char *type_name(const cJSON *v)
 {
     return !v ? "missing"
@@ -282,7 +270,7 @@ static int parse_outputs(const cJSON *root, int binary_default, gemm_v2_request 
 #define V2_MAX_DEPTH 1000   /* cJSON's nesting limit */
 #define V2_ALLOC_SLACK 32   /* a malloc'd block takes at most its size and this much more */
 
-enum { V2_SKIP, V2_ROOT, V2_INPUTS, V2_INPUT, V2_PARAMS };
+enum { V2_SKIP, V2_ROOT, V2_INPUTS, V2_INPUT, V2_PARAMS, V2_DATA, V2_ROW };
 
 typedef struct {
     const char *s;
@@ -368,9 +356,13 @@ static int scan_literal(v2_scan *sc, const char *lit)
     return 0;
 }
 
-/* A number of the tensor data: RFC 8259, at most GEMM_JSON_NUMBER_MAX characters. */
-static int scan_number_strict(v2_scan *sc)
+static int is_number_start(char c) { return c == '-' || gemm_num_is_digit(c); }
+
+/* One value inside a data array: a number (strict: RFC 8259, at most GEMM_JSON_NUMBER_MAX
+ * characters) or anything else (a bad_data later). */
+static int scan_element(v2_scan *sc)
 {
+    if (sc->p >= sc->len || !is_number_start(sc->s[sc->p])) return scan_value(sc, V2_SKIP, 0);
     gemm_decimal d;
     ptrdiff_t r = gemm_json_scan_number(sc->s + sc->p, sc->s + sc->len, 1, &d);
     if (r <= 0) {
@@ -380,15 +372,6 @@ static int scan_number_strict(v2_scan *sc)
     if (r > GEMM_JSON_NUMBER_MAX) return bad(sc);
     sc->p += (size_t)r;
     return 0;
-}
-
-static int is_number_start(char c) { return c == '-' || gemm_num_is_digit(c); }
-
-/* One value inside a data array: a number (strict) or anything else (a bad_data later). */
-static int scan_element(v2_scan *sc)
-{
-    if (sc->p < sc->len && is_number_start(sc->s[sc->p])) return scan_number_strict(sc);
-    return scan_value(sc, V2_SKIP, 0);
 }
 
 /* Opens a container at p: 1 when it closes at once (close), 0 when a value follows (then
@@ -421,55 +404,41 @@ static int next_or_close(v2_scan *sc, char close)
     return bad(sc);
 }
 
-/* A row of nested data: its values counted into *n. */
-static int scan_row(v2_scan *sc, uint64_t *n)
+static int scan_array(v2_scan *sc, int role, uint64_t *n, gemm_v2_input *d);
+
+/* Entry i of an array of this role; d: the data array being measured (V2_DATA). */
+static int scan_entry(v2_scan *sc, int role, uint64_t i, gemm_v2_input *d)
 {
-    *n = 0;
-    int e = open_container(sc, ']');
-    if (e) return e < 0 ? -1 : 0;
-    for (;;) {
-        if (scan_element(sc)) return -1;
-        (*n)++;
-        int k = next_or_close(sc, ']');
-        if (k <= 0) return k;
+    if (role == V2_ROW) return scan_element(sc);
+    if (role != V2_DATA) return scan_value(sc, role == V2_INPUTS ? V2_INPUT : V2_SKIP, i < 2 ? (int)i : 2);
+    if (i == 0) d->nested = at(sc, '[');
+    if (d->nested && at(sc, '[')) {
+        uint64_t n;
+        if (scan_array(sc, V2_ROW, &n, NULL)) return -1;
+        if (i == 0) d->row_len = n;
+        else if (n != d->row_len && !d->odd_row) {
+            d->odd_row = i + 1;
+            d->odd_len = n;
+        }
+        return 0;
     }
+    if (d->nested && !d->not_row) {
+        d->not_row = i + 1;
+        d->not_row_type = sc->p < sc->len ? sc->s[sc->p] : 0; /* the text may end here */
+    }
+    return scan_element(sc);
 }
 
-/* The "data" array of input pos: measured, its text noted; the tree gets an empty one. */
-static int scan_data(v2_scan *sc, int pos)
+/* An array at p: its entries (each as scan_entry scans it) counted into *n. */
+static int scan_array(v2_scan *sc, int role, uint64_t *n, gemm_v2_input *d)
 {
-    gemm_v2_input *d = &sc->span[pos];
-    memset(d, 0, sizeof *d);
-    size_t start = sc->p;
     int e = open_container(sc, ']');
-    if (e < 0) return -1;
-    if (e == 0) {
-        for (uint64_t i = 0;; i++) {
-            if (i == 0) d->nested = at(sc, '[');
-            if (d->nested && at(sc, '[')) {
-                uint64_t n;
-                if (scan_row(sc, &n)) return -1;
-                if (i == 0) d->row_len = n;
-                else if (n != d->row_len && !d->odd_row) {
-                    d->odd_row = i + 1;
-                    d->odd_len = n;
-                }
-            } else {
-                if (d->nested && !d->not_row) {
-                    d->not_row = i + 1;
-                    d->not_row_type = sc->p < sc->len ? sc->s[sc->p] : 0; /* the text may end here */
-                }
-                if (scan_element(sc)) return -1;
-            }
-            d->count++;
-            int k = next_or_close(sc, ']');
-            if (k < 0) return -1;
-            if (k == 0) break;
-        }
+    *n = 0;
+    if (e) return e < 0 ? -1 : 0;
+    for (int more = 1; more; (*n)++) {
+        if (scan_entry(sc, role, *n, d)) return -1;
+        if ((more = next_or_close(sc, ']')) < 0) return -1;
     }
-    d->data = sc->s + start;
-    d->data_len = sc->p - start;
-    sc->nodes++; /* the stand-in */
     return 0;
 }
 
@@ -495,8 +464,14 @@ static int scan_object(v2_scan *sc, int role, int pos)
             vrole = V2_PARAMS;
         } else if (role == V2_INPUT && !seen_data && strcmp(key, "data") == 0) {
             seen_data = 1;
-            if (pos < 2 && at(sc, '[')) {
-                if (scan_data(sc, pos)) return -1;
+            if (pos < 2 && at(sc, '[')) { /* measured, its text noted; the tree gets an empty one */
+                gemm_v2_input *d = &sc->span[pos];
+                memset(d, 0, sizeof *d);
+                size_t start = sc->p;
+                if (scan_array(sc, V2_DATA, &d->count, d)) return -1;
+                d->data = sc->s + start;
+                d->data_len = sc->p - start;
+                sc->nodes++; /* the stand-in */
                 done = 1;
             }
         }
@@ -508,17 +483,6 @@ static int scan_object(v2_scan *sc, int role, int pos)
     }
 }
 
-static int scan_array(v2_scan *sc, int role)
-{
-    int e = open_container(sc, ']');
-    if (e) return e < 0 ? -1 : 0;
-    for (uint64_t i = 0;; i++) {
-        if (scan_value(sc, role == V2_INPUTS ? V2_INPUT : V2_SKIP, i < 2 ? (int)i : 2)) return -1;
-        int k = next_or_close(sc, ']');
-        if (k <= 0) return k;
-    }
-}
-
 static int scan_value(v2_scan *sc, int role, int pos)
 {
     if (sc->p >= sc->len) return bad(sc);
@@ -526,7 +490,10 @@ static int scan_value(v2_scan *sc, int role, int pos)
     sc->nodes++;
     switch (c) {
     case '{': return scan_object(sc, role, pos);
-    case '[': return scan_array(sc, role);
+    case '[': {
+        uint64_t n;
+        return scan_array(sc, role, &n, NULL);
+    }
     case '"': return scan_string(sc, NULL, 0);
     case 't': return scan_literal(sc, "true");
     case 'f': return scan_literal(sc, "false");
@@ -548,22 +515,21 @@ static int scan_value(v2_scan *sc, int role, int pos)
  * request cJSON stopped, or SIZE_MAX when memory ran out. */
 static cJSON *parse_rest(const v2_scan *sc, size_t root_at, size_t skel_len, size_t *fail_at)
 {
-    const gemm_v2_input *sp[2] = {&sc->span[0], &sc->span[1]}; /* in the order they come */
-    if (sp[0]->data && sp[1]->data && sp[1]->data < sp[0]->data) sp[0] = &sc->span[1], sp[1] = &sc->span[0];
+    const gemm_v2_input *sp = sc->span; /* inputs[0]'s, inputs[1]'s: in the order they come */
     char *skel = malloc(skel_len + 1);
     *fail_at = SIZE_MAX;
     if (!skel) return NULL;
     const char *from = sc->s + root_at;
     size_t k = 0;
     for (int i = 0; i < 3; i++) {
-        const char *to = i < 2 ? sp[i]->data : sc->s + sc->p;
+        const char *to = i < 2 ? sp[i].data : sc->s + sc->p;
         if (!to) continue;
         memcpy(skel + k, from, (size_t)(to - from));
         k += (size_t)(to - from);
         if (i == 2) break;
         memcpy(skel + k, "[]", 2);
         k += 2;
-        from = to + sp[i]->data_len;
+        from = to + sp[i].data_len;
     }
     skel[k] = '\0';
     const char *end = NULL;
@@ -572,10 +538,10 @@ static cJSON *parse_rest(const v2_scan *sc, size_t root_at, size_t skel_len, siz
         size_t in_skel = end && end >= skel && end <= skel + k ? (size_t)(end - skel) : 0, removed = 0;
         *fail_at = root_at + in_skel;
         for (int i = 0; i < 2; i++) {
-            if (!sp[i]->data) continue;
-            if (in_skel < (size_t)(sp[i]->data - sc->s) - root_at - removed + 2) break; /* before its [] ends */
-            *fail_at += sp[i]->data_len - 2;
-            removed += sp[i]->data_len - 2;
+            if (!sp[i].data) continue;
+            if (in_skel < (size_t)(sp[i].data - sc->s) - root_at - removed + 2) break; /* before its [] ends */
+            *fail_at += sp[i].data_len - 2;
+            removed += sp[i].data_len - 2;
         }
     }
     free(skel);
@@ -629,8 +595,13 @@ int gemm_v2_parse_request_admitted(const char *json, size_t len, int binary_ok, 
             return gemm_err_set(err, 400, "bad_request", "\"id\" is %s; expected a string", type_name(id));
         if (strlen(id->valuestring) > GEMM_V2_ID_MAX)
             return gemm_err_set(err, 400, "bad_request", "\"id\" is longer than %d bytes", GEMM_V2_ID_MAX);
-        r->id = utf8_dup(id->valuestring);
+        r->id = strdup(id->valuestring);
         if (!r->id) return gemm_err_set(err, 503, "out_of_memory", "cannot copy the request id now");
+        for (unsigned char *p = (unsigned char *)r->id; *p;) { /* bytes that are not valid UTF-8 become '?' */
+            size_t n = gemm_utf8_seq(p);
+            if (n) p += n;
+            else *p++ = '?';
+        }
     }
     int binary_default;
     if (request_parameters(root, r, &binary_default, err) != 0) return -1;
