@@ -449,7 +449,7 @@ void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *v)
     if (j->finished) {
         gemmd_engine_err(&j->job.err, &v->err);
         v->timing = j->job.timing;
-        v->total_ms = j->t_finished_ms - j->t_created_ms + j->recv_ms + j->decode_ms;
+        v->total_ms = j->t_finished_ms - j->t_start_ms;
         double left = (j->t_finished_ms + s->ttl_ms - now) / 1000.0;
         v->expires_in_s = left > 0 ? left : 0;
         memcpy(v->kernel, j->job.kernel_used, sizeof v->kernel);
@@ -458,7 +458,7 @@ void gemmd_jobs_view(gemmd_jobs *s, gemmd_job_entry *j, gemmd_job_view *v)
         v->math = j->job.math_used;
         memcpy(v->device, j->job.device, sizeof v->device);
     } else {
-        v->total_ms = v->age_ms + j->recv_ms + j->decode_ms;
+        v->total_ms = now - j->t_start_ms;
         memcpy(v->kernel, j->job.kernel, sizeof v->kernel);
         v->tile = j->job.tile;
         v->math = j->job.math;

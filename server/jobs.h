@@ -36,6 +36,7 @@ typedef struct gemmd_job_entry {
     int client;           /* whose share it counts against (admit.h's client key) */
     double recv_ms;       /* set by the caller before submit */
     double decode_ms;
+    double t_start_ms;    /* the request's arrival: the job's total counts from it */
     /* ---- private to jobs.c, under the store's lock ---- */
     gemmd_jobs *store;
     int refs;

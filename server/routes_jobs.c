@@ -301,6 +301,7 @@ enum MHD_Result gemmd_route_jobs_submit(gemmd_request *req)
     j->owner = req->owner;
     j->recv_ms = req->t_body_ms - req->t_start_ms;
     j->decode_ms = req->t_decoded_ms - req->t_body_ms;
+    j->t_start_ms = req->t_start_ms; /* a raw job is created before its body: not t_created_ms */
     /* the access log shows its prefix; j may be done and even deleted once submitted: only
      * this copy of its id is used below */
     snprintf(req->job_id, sizeof req->job_id, "%s", j->id);

@@ -9,14 +9,15 @@ first, so "not done yet" and "queue full" are reached by construction, not by ti
 import json
 import os
 import re
+import socket
 import sys
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (SLOW, Daemon, Tap, compare, load_npy, metric, npy_bytes, random_matrix,  # noqa: E402
-                     reference, run_guarded)
+from harness import (SLOW, Daemon, Tap, _split_response, compare, load_npy, metric, npy_bytes,  # noqa: E402
+                     random_matrix, reference, run_guarded)
 
 ID_RE = re.compile(r"^/v1/jobs/([0-9A-Za-z_-]+)$")
 
@@ -129,6 +130,50 @@ def basic(tap, d, rng):
         tap.ok(r.status == 404 and code and msg, "GET %s -> 404 with an error body" % path[:60], r)
     r = d.curl("DELETE", "/v1/jobs/00000000000000000000000000000000")
     tap.eq(r.status, 404, "DELETE of an unknown id -> 404")
+
+
+def slow_upload(tap, d, rng):
+    """A raw job's place is taken before its body is read: the time the body took to come
+    counts once in the job's total, which the client's own window from connect to fetch
+    encloses (the 0.6 s pause dwarfs any scheduling noise)."""
+    a = random_matrix(rng, (16, 8), "float32")
+    b = random_matrix(rng, (8, 4), "float32")
+    body = a.tobytes() + b.tobytes()
+    head = ("POST /v1/jobs?m=16&k=8&n=4&dtype=float32 HTTP/1.1\r\nHost: x\r\n"
+            "Content-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n" % len(body)).encode()
+    t0 = time.monotonic()
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    try:
+        s.sendall(head + body[:100])
+        time.sleep(0.6)
+        s.sendall(body[100:])
+        raw = b""
+        while True:
+            st, h, got = _split_response(raw)
+            if st and len(got) >= int(h.get("content-length", 0)):
+                break
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            raw += chunk
+    finally:
+        s.close()
+    m = re.search(rb"Location: /v1/jobs/([0-9A-Za-z_-]+)", raw)
+    tap.ok(raw.startswith(b"HTTP/1.1 202") and m is not None, "a raw job sent slowly is queued", raw[:300])
+    jid = m.group(1).decode() if m else "x"
+    wait_state(d, jid)
+    r = d.curl("GET", "/v1/jobs/%s/result" % jid)
+    window_ms = (time.monotonic() - t0) * 1000
+    r2 = d.curl("GET", "/v1/jobs/" + jid)
+    t = (r2.json() or {}).get("timing") or {}
+    total, recv = t.get("total_ms"), t.get("recv_ms")
+    tap.ok(r.status == 200 and isinstance(total, (int, float)) and isinstance(recv, (int, float)),
+           "the slow job's result and timing", (r, t))
+    if isinstance(total, (int, float)) and isinstance(recv, (int, float)):
+        tap.ok(recv >= 500 and recv <= total <= window_ms,
+               "the job's total counts its upload once: recv %.1f <= total %.1f <= the client's %.1f ms"
+               % (recv, total, window_ms), t)
+    d.curl("DELETE", "/v1/jobs/" + jid)
 
 
 def ttl(tap, d, rng):
@@ -273,6 +318,7 @@ def main(tap):
     rng = np.random.default_rng(99)
     with Daemon(tap, config={"backend": "cpu", "job_ttl": 600}) as d:
         basic(tap, d, rng)
+        slow_upload(tap, d, rng)
     with Daemon(tap, config={"backend": "cpu", "job_ttl": 1}) as d:
         ttl(tap, d, rng)
     # token_share 100: the store's own caps, whoever fills them (test_quotas.py checks shares)
