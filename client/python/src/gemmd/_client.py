@@ -144,15 +144,11 @@ def _options(kernel: Optional[str], math: Optional[str], tile: Optional[int]) ->
 
 def _retry_after(value: Optional[str], default: float, cap: float) -> float:
     """Seconds to wait for a ``Retry-After`` (delta seconds or an HTTP date)."""
-    wait = default
     v = (value or "").strip()
-    if v.isdigit():
-        wait = float(v)
-    elif v:
-        try:
-            wait = max(0.0, email.utils.parsedate_to_datetime(v).timestamp() - time.time())
-        except (TypeError, ValueError, IndexError, OverflowError):
-            wait = default
+    try:  # absent or not a date: TypeError before Python 3.10, ValueError since
+        wait = float(v) if v.isdigit() else email.utils.parsedate_to_datetime(v).timestamp() - time.time()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        wait = default
     return max(0.0, min(wait, cap))
 
 
