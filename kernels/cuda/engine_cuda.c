@@ -134,18 +134,15 @@ static void cuda_warm(cuda_backend *cb, cuda_worker *w)
             size_t need[3];
             gemm_engine_err err;
             if (!gemm_job_bytes(&job, need) || cuda_validate(cb, &job, &err) != 0) continue;
-            job.a = cb->alloc.alloc(cb->alloc.ctx, need[0]);
-            job.b = cb->alloc.alloc(cb->alloc.ctx, need[1]);
-            job.c = cb->alloc.alloc(cb->alloc.ctx, need[2]);
+            void **buf[3] = {&job.a, &job.b, &job.c};
+            for (int b = 0; b < 3; b++) *buf[b] = cb->alloc.alloc(cb->alloc.ctx, need[b]);
             int rc = 0;
             if (job.a && job.b && job.c) {
                 memset(job.a, 0, need[0]);
                 memset(job.b, 0, need[1]);
                 ran += (rc = gemm_cuda_run(cb, w, &job)) == 0;
             }
-            cb->alloc.free(cb->alloc.ctx, job.a);
-            cb->alloc.free(cb->alloc.ctx, job.b);
-            cb->alloc.free(cb->alloc.ctx, job.c);
+            for (int b = 0; b < 3; b++) cb->alloc.free(cb->alloc.ctx, *buf[b]);
             if (rc != 0) { /* the first real job will meet (and report) the same trouble */
                 gemm_engine_log(GEMM_LOG_WARN, "cuda: worker %d: warm-up product %s %llu^3 (batch %llu) failed: %s",
                                 w->index, gemm_dtype_name(job.dtype), (unsigned long long)job.m,
@@ -183,8 +180,7 @@ static void *cuda_worker_init(void *self, int index)
 static void cuda_worker_fini(void *self, void *worker)
 {
     (void)self;
-    cuda_worker *w = worker;
-    if (!w) return;
+    cuda_worker *w = worker; /* worker_init's row, never NULL */
     cuda_dev *d = w->dev;
     pthread_mutex_lock(&d->mu);
     while (d->resetting) pthread_cond_wait(&d->cv, &d->mu);
