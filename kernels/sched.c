@@ -327,16 +327,13 @@ int gemm_engine_cancel(gemm_engine *e, gemm_job *job)
 {
     if (!e || !job) return 0;
     pthread_mutex_lock(&e->mu);
+    atomic_store(&job->cancel_requested, 1); /* running: the worker stops it */
     int removed = q_remove(e, job);
-    if (!removed) {
-        atomic_store(&job->cancel_requested, 1); /* running: the worker stops it */
-        for (const gemm_mech *const *m = e->mechs; *m; m++)
-            if ((*m)->cancel) (*m)->cancel(job);
-    }
+    for (const gemm_mech *const *m = e->mechs; *m && !removed; m++)
+        if ((*m)->cancel) (*m)->cancel(job);
     pthread_mutex_unlock(&e->mu);
     if (!removed) return 0;
     atomic_fetch_add(&e->cancelled, 1);
-    atomic_store(&job->cancel_requested, 1);
     job->timing.queue_ms = gemm_now_ms() - job->t_submit_ms;
     gemm_engine_err_set(&job->err, GEMM_E_CANCELLED, "the job was cancelled before it started");
     atomic_store(&job->state, GEMM_JOB_CANCELLED);

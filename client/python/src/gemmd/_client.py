@@ -25,8 +25,7 @@ from ._types import JobStatus, Product, Timing
 #: Where the client goes without a url argument or ``GEMM_SERVER`` (the daemon's default).
 DEFAULT_URL = "http://127.0.0.1:8080"
 
-_VERSION = "0.1.0"
-_USER_AGENT = "gemmd-python/" + _VERSION
+_USER_AGENT = "gemmd-python/0.1.0"  # the package's __version__
 
 # The dtypes the server computes in, as they travel: little-endian, row-major.
 _WIRE: Dict[str, "np.dtype[Any]"] = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int32": np.dtype("<i4"),
