@@ -10,6 +10,7 @@
 #include "engine_int.h"
 
 #include <sys/prctl.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,6 +276,10 @@ int gemm_sched_check(const gemm_engine *e, gemm_job *job, gemm_engine_err *err)
                                    (unsigned long long)job->k, (unsigned long long)job->n);
     if (!job->a || !job->b || !job->c || !job->done)
         return gemm_engine_err_set(err, GEMM_E_INTERNAL, "a job needs its a, b and c buffers and a done callback");
+    if (job->m > INT_MAX || job->k > INT_MAX || job->n > INT_MAX) /* cblas's and the launches' int */
+        return gemm_engine_err_set(err, GEMM_E_TOO_LARGE, "m=%llu k=%llu n=%llu: the %s backend takes dimensions up "
+                                   "to %d", (unsigned long long)job->m, (unsigned long long)job->k,
+                                   (unsigned long long)job->n, e->be->name, INT_MAX);
     /* Results and engine-private fields (from err on) start clean. */
     memset(&job->err, 0, sizeof *job - offsetof(gemm_job, err));
     atomic_store(&job->cancel_requested, 0);

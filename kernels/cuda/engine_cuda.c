@@ -238,12 +238,7 @@ static int refuse(const gemm_kernel_desc *k, const gemm_job *job, const char *wh
 static int cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
 {
     cuda_backend *cb = self;
-    if (job->m > INT_MAX || job->k > INT_MAX || job->n > INT_MAX)
-        return gemm_engine_err_set(err, GEMM_E_TOO_LARGE,
-                                   "m=%llu k=%llu n=%llu: the CUDA backend takes dimensions up to %d",
-                                   (unsigned long long)job->m, (unsigned long long)job->k,
-                                   (unsigned long long)job->n, INT_MAX);
-    if (job->plan_m > INT_MAX)
+    if (job->plan_m > INT_MAX) /* m, k and n: gemm_sched_check */
         return gemm_engine_err_set(err, GEMM_E_BAD_OPTION, "panel_of=%llu: the CUDA backend takes up to %d rows",
                                    (unsigned long long)job->plan_m, INT_MAX);
     /* auto (auto.c), for the oldest device, a panel as its whole product. */
