@@ -5,7 +5,6 @@
 #include "cpu_gemm.h"
 
 #include <cblas.h>
-#include <limits.h>
 #include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -89,12 +88,6 @@ static int cpu_validate(void *self, gemm_job *job, gemm_engine_err *err)
     if (job->tile != 0)
         return gemm_engine_err_set(err, GEMM_E_BAD_TILE, "kernel \"%s\" takes no tile option (tile=%d)", use,
                                    job->tile);
-    /* cblas takes int dimensions and leading dimensions. */
-    if (job->m > INT_MAX || job->k > INT_MAX || job->n > INT_MAX)
-        return gemm_engine_err_set(err, GEMM_E_TOO_LARGE,
-                                   "m=%llu k=%llu n=%llu: the CPU backend takes dimensions up to %d",
-                                   (unsigned long long)job->m, (unsigned long long)job->k,
-                                   (unsigned long long)job->n, INT_MAX);
     snprintf(job->kernel_used, sizeof job->kernel_used, "%s", use);
     job->math_used = job->dtype == GEMM_DTYPE_F32 ? GEMM_MATH_FP32 : GEMM_MATH_DEFAULT;
     return 0;

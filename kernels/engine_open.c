@@ -84,7 +84,6 @@ static const gemm_backend *find_backend(const char *want, gemm_engine_err *err)
 
 gemm_engine *gemm_engine_open(const gemm_engine_config *cfg, gemm_engine_err *err)
 {
-    gemm_engine_err_clear(err);
     const gemm_backend *be = find_backend(cfg && cfg->backend[0] ? cfg->backend : "auto", err);
     return be ? gemm_engine_open_backend(be, cfg, err) : NULL;
 }

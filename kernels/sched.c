@@ -10,6 +10,7 @@
 #include "engine_int.h"
 
 #include <sys/prctl.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,6 +276,10 @@ int gemm_sched_check(const gemm_engine *e, gemm_job *job, gemm_engine_err *err)
                                    (unsigned long long)job->k, (unsigned long long)job->n);
     if (!job->a || !job->b || !job->c || !job->done)
         return gemm_engine_err_set(err, GEMM_E_INTERNAL, "a job needs its a, b and c buffers and a done callback");
+    if (job->m > INT_MAX || job->k > INT_MAX || job->n > INT_MAX) /* cblas's and the launches' int */
+        return gemm_engine_err_set(err, GEMM_E_TOO_LARGE, "m=%llu k=%llu n=%llu: the %s backend takes dimensions up "
+                                   "to %d", (unsigned long long)job->m, (unsigned long long)job->k,
+                                   (unsigned long long)job->n, e->be->name, INT_MAX);
     /* Results and engine-private fields (from err on) start clean. */
     memset(&job->err, 0, sizeof *job - offsetof(gemm_job, err));
     atomic_store(&job->cancel_requested, 0);
@@ -327,16 +332,13 @@ int gemm_engine_cancel(gemm_engine *e, gemm_job *job)
 {
     if (!e || !job) return 0;
     pthread_mutex_lock(&e->mu);
+    atomic_store(&job->cancel_requested, 1); /* running: the worker stops it */
     int removed = q_remove(e, job);
-    if (!removed) {
-        atomic_store(&job->cancel_requested, 1); /* running: the worker stops it */
-        for (const gemm_mech *const *m = e->mechs; *m; m++)
-            if ((*m)->cancel) (*m)->cancel(job);
-    }
+    for (const gemm_mech *const *m = e->mechs; *m && !removed; m++)
+        if ((*m)->cancel) (*m)->cancel(job);
     pthread_mutex_unlock(&e->mu);
     if (!removed) return 0;
     atomic_fetch_add(&e->cancelled, 1);
-    atomic_store(&job->cancel_requested, 1);
     job->timing.queue_ms = gemm_now_ms() - job->t_submit_ms;
     gemm_engine_err_set(&job->err, GEMM_E_CANCELLED, "the job was cancelled before it started");
     atomic_store(&job->state, GEMM_JOB_CANCELLED);

@@ -72,7 +72,7 @@ const gemm_fault_hook gemm_cuda_faults[] = {
 static void buffer_free(cuda_worker *w, int i)
 {
     if (w->buf[i]) {
-        if (gemm_scratch_free(w->buf[i], w->stream) != cudaSuccess) cudaGetLastError();
+        if (cudaFreeAsync(w->buf[i], w->stream) != cudaSuccess) cudaGetLastError();
         atomic_fetch_sub(&w->dev->mem_used, (unsigned long long)w->cap[i]);
     }
     w->buf[i] = NULL;
@@ -91,7 +91,7 @@ void gemm_cuda_destroy_resources(cuda_worker *w)
     gemm_lt_destroy(w->lt);
     w->lt = NULL;
     if (w->blas) cublasDestroy(w->blas);
-    if (w->lt_ws && gemm_scratch_free(w->lt_ws, w->stream) != cudaSuccess) cudaGetLastError();
+    if (w->lt_ws && cudaFreeAsync(w->lt_ws, w->stream) != cudaSuccess) cudaGetLastError();
     w->lt_ws = NULL;
     for (int i = 0; i < WORKER_EVENTS; i++)
         if (w->ev[i]) cudaEventDestroy(w->ev[i]);

@@ -116,7 +116,8 @@ void gemm_cuda_house_stop(cuda_backend *cb);
 void gemm_cuda_house_wake(void *cb); /* the host allocator's notify hook */
 
 /* cuda_resident.c: get: 1 with *p the device copy (made now if needed, its upload added to
- * *up_*), 0: read the host; keep: a device copy of src on s (NULL: none), r's once published. */
+ * *up_*), 0: read the host; keep: a device copy of src on s (NULL: none; an upload from the
+ * host is waited for), r's once published. */
 int gemm_cuda_resident_get(cuda_backend *cb, cuda_dev *d, unsigned gen, gemm_resident *r, cudaStream_t s,
                            void **p, size_t *up_bytes, double *up_ms);
 void *gemm_cuda_resident_keep(const void *src, size_t bytes, cudaStream_t s, enum cudaMemcpyKind kind);

@@ -28,12 +28,6 @@ int gemm_cuda_resident_get(cuda_backend *cb, cuda_dev *d, unsigned gen, gemm_res
     gemm_cuda_pin(cb, d, (void *)r->host, &held);
     double t0 = gemm_now_ms();
     void *q = gemm_cuda_resident_keep(r->host, r->bytes, s, cudaMemcpyHostToDevice);
-    if (q && cudaStreamSynchronize(s) != cudaSuccess) {
-        cudaGetLastError();
-        gemm_scratch_free(q, s);
-        cudaGetLastError();
-        q = NULL;
-    }
     gemm_cuda_unhold(cb, held);
     if (!q) goto out; /* short of device memory, or the copy failed: the product reads the host copy */
     *up_ms += gemm_now_ms() - t0;
@@ -55,9 +49,10 @@ void *gemm_cuda_resident_keep(const void *src, size_t bytes, cudaStream_t s, enu
         cudaGetLastError();
         return NULL;
     }
-    if (cudaMemcpyAsync(q, src, bytes, kind, s) != cudaSuccess) {
+    if (cudaMemcpyAsync(q, src, bytes, kind, s) != cudaSuccess ||
+        (kind == cudaMemcpyHostToDevice && cudaStreamSynchronize(s) != cudaSuccess)) {
         cudaGetLastError();
-        gemm_scratch_free(q, s);
+        cudaFreeAsync(q, s);
         cudaGetLastError();
         return NULL;
     }
@@ -74,7 +69,7 @@ void gemm_cuda_resident_publish(cuda_dev *d, unsigned gen, gemm_resident *r, voi
     pthread_mutex_unlock(&r->mu);
     atomic_fetch_add(&d->resident_bytes, (unsigned long long)r->bytes);
     if (old) { /* C is written once; guard anyway */
-        if (old_gen == gen && gemm_scratch_free(old, NULL) != cudaSuccess) cudaGetLastError();
+        if (old_gen == gen && cudaFreeAsync(old, NULL) != cudaSuccess) cudaGetLastError();
         atomic_fetch_sub(&d->resident_bytes, (unsigned long long)r->bytes);
     }
 }
@@ -104,7 +99,7 @@ void gemm_cuda_resident_drain(cuda_backend *cb)
             if (gemm_cuda_dev_enter_house(d, 0)) {
                 /* entered: no reset runs now, so d->gen is stable */
                 /* its products have all finished: no stream uses it any more */
-                if (d->gen == r->gen[i] && cudaSetDevice(d->ordinal) == cudaSuccess) gemm_scratch_free(r->dev[i], NULL);
+                if (d->gen == r->gen[i] && cudaSetDevice(d->ordinal) == cudaSuccess) cudaFreeAsync(r->dev[i], NULL);
                 cudaGetLastError();
                 gemm_cuda_dev_leave_house(d);
             }

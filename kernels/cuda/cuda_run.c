@@ -409,7 +409,7 @@ static void cuda_failed(run_ctx *x)
 static int unwind(run_ctx *x, int st)
 {
     if (st == CUDA_FAILED) cuda_failed(x);
-    if (x->keep && !x->broken && gemm_scratch_free(x->keep, x->w->stream) != cudaSuccess)
+    if (x->keep && !x->broken && cudaFreeAsync(x->keep, x->w->stream) != cudaSuccess)
         cudaGetLastError(); /* not published: the product did not finish */
     gemm_cuda_unhold(x->cb, x->held);
     if (x->entered) gemm_cuda_dev_leave(x->cb, x->d, x->gen, x->broken, x->lose);
@@ -418,8 +418,7 @@ static int unwind(run_ctx *x, int st)
 
 int gemm_cuda_run(void *self, void *worker, gemm_job *job)
 {
-    cuda_worker *w = worker;
-    if (!w) return gemm_engine_err_set(&job->err, GEMM_E_BACKEND, "CUDA worker without a device");
+    cuda_worker *w = worker; /* never NULL: worker_init gives every worker its row */
     static int (*const stages[])(run_ctx *) = {plan, enter, stage_inputs, copy_in, launch, copy_out, finish};
     run_ctx x = {.cb = self, .w = w, .d = w->dev, .job = job, .stage = "setup"};
     int st = GO;

@@ -134,18 +134,15 @@ static void cuda_warm(cuda_backend *cb, cuda_worker *w)
             size_t need[3];
             gemm_engine_err err;
             if (!gemm_job_bytes(&job, need) || cuda_validate(cb, &job, &err) != 0) continue;
-            job.a = cb->alloc.alloc(cb->alloc.ctx, need[0]);
-            job.b = cb->alloc.alloc(cb->alloc.ctx, need[1]);
-            job.c = cb->alloc.alloc(cb->alloc.ctx, need[2]);
+            void **buf[3] = {&job.a, &job.b, &job.c};
+            for (int b = 0; b < 3; b++) *buf[b] = cb->alloc.alloc(cb->alloc.ctx, need[b]);
             int rc = 0;
             if (job.a && job.b && job.c) {
                 memset(job.a, 0, need[0]);
                 memset(job.b, 0, need[1]);
                 ran += (rc = gemm_cuda_run(cb, w, &job)) == 0;
             }
-            cb->alloc.free(cb->alloc.ctx, job.a);
-            cb->alloc.free(cb->alloc.ctx, job.b);
-            cb->alloc.free(cb->alloc.ctx, job.c);
+            for (int b = 0; b < 3; b++) cb->alloc.free(cb->alloc.ctx, *buf[b]);
             if (rc != 0) { /* the first real job will meet (and report) the same trouble */
                 gemm_engine_log(GEMM_LOG_WARN, "cuda: worker %d: warm-up product %s %llu^3 (batch %llu) failed: %s",
                                 w->index, gemm_dtype_name(job.dtype), (unsigned long long)job.m,
@@ -183,8 +180,7 @@ static void *cuda_worker_init(void *self, int index)
 static void cuda_worker_fini(void *self, void *worker)
 {
     (void)self;
-    cuda_worker *w = worker;
-    if (!w) return;
+    cuda_worker *w = worker; /* worker_init's row, never NULL */
     cuda_dev *d = w->dev;
     pthread_mutex_lock(&d->mu);
     while (d->resetting) pthread_cond_wait(&d->cv, &d->mu);
@@ -242,12 +238,7 @@ static int refuse(const gemm_kernel_desc *k, const gemm_job *job, const char *wh
 static int cuda_validate(void *self, gemm_job *job, gemm_engine_err *err)
 {
     cuda_backend *cb = self;
-    if (job->m > INT_MAX || job->k > INT_MAX || job->n > INT_MAX)
-        return gemm_engine_err_set(err, GEMM_E_TOO_LARGE,
-                                   "m=%llu k=%llu n=%llu: the CUDA backend takes dimensions up to %d",
-                                   (unsigned long long)job->m, (unsigned long long)job->k,
-                                   (unsigned long long)job->n, INT_MAX);
-    if (job->plan_m > INT_MAX)
+    if (job->plan_m > INT_MAX) /* m, k and n: gemm_sched_check */
         return gemm_engine_err_set(err, GEMM_E_BAD_OPTION, "panel_of=%llu: the CUDA backend takes up to %d rows",
                                    (unsigned long long)job->plan_m, INT_MAX);
     /* auto (auto.c), for the oldest device, a panel as its whole product. */

@@ -51,11 +51,6 @@ extern "C" cudaError_t gemm_scratch_alloc(void **p, size_t bytes, cudaStream_t s
     return e;
 }
 
-extern "C" cudaError_t gemm_scratch_free(void *p, cudaStream_t stream)
-{
-    return cudaFreeAsync(p, stream);
-}
-
 extern "C" void gemm_scratch_device_reset(int ordinal)
 {
     if (ordinal < 0 || ordinal >= MAX_DEVICES) return;

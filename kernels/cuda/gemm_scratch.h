@@ -11,9 +11,9 @@
 extern "C" {
 #endif
 
-/* On the current device, for work on `stream` after this call; free on the same stream. */
+/* On the current device, for work on `stream` after this call; cudaFreeAsync on the same
+ * stream gives it back. */
 cudaError_t gemm_scratch_alloc(void **p, size_t bytes, cudaStream_t stream);
-cudaError_t gemm_scratch_free(void *p, cudaStream_t stream);
 /* After cudaDeviceReset of `ordinal` (nothing running there): its pool went with it. */
 void gemm_scratch_device_reset(int ordinal);
 

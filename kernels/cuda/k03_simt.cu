@@ -367,7 +367,7 @@ cudaError_t run_cfg(const gemm_launch *l, int splits)
                 out, (T *)l->C, mn, splits);
             e = cudaGetLastError();
         }
-        const cudaError_t f = gemm_scratch_free(out, l->stream);
+        const cudaError_t f = cudaFreeAsync(out, l->stream);
         if (e == cudaSuccess)
             e = f;
     }

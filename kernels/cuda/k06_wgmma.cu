@@ -481,7 +481,7 @@ cudaError_t main_pass(cudaError_t e, kernel_fn kern, encode_tiled_fn enc, CUtens
         e = cudaGetLastError();
     }
     if (scratch) {
-        const cudaError_t f = gemm_scratch_free(scratch, l->stream);
+        const cudaError_t f = cudaFreeAsync(scratch, l->stream);
         if (e == cudaSuccess)
             e = f;
     }

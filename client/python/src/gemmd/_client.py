@@ -25,8 +25,7 @@ from ._types import JobStatus, Product, Timing
 #: Where the client goes without a url argument or ``GEMM_SERVER`` (the daemon's default).
 DEFAULT_URL = "http://127.0.0.1:8080"
 
-_VERSION = "0.1.0"
-_USER_AGENT = "gemmd-python/" + _VERSION
+_USER_AGENT = "gemmd-python/0.1.0"  # the package's __version__
 
 # The dtypes the server computes in, as they travel: little-endian, row-major.
 _WIRE: Dict[str, "np.dtype[Any]"] = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"), "int32": np.dtype("<i4"),
@@ -144,15 +143,11 @@ def _options(kernel: Optional[str], math: Optional[str], tile: Optional[int]) ->
 
 def _retry_after(value: Optional[str], default: float, cap: float) -> float:
     """Seconds to wait for a ``Retry-After`` (delta seconds or an HTTP date)."""
-    wait = default
     v = (value or "").strip()
-    if v.isdigit():
-        wait = float(v)
-    elif v:
-        try:
-            wait = max(0.0, email.utils.parsedate_to_datetime(v).timestamp() - time.time())
-        except (TypeError, ValueError, IndexError, OverflowError):
-            wait = default
+    try:  # absent or not a date: TypeError before Python 3.10, ValueError since
+        wait = float(v) if v.isdigit() else email.utils.parsedate_to_datetime(v).timestamp() - time.time()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        wait = default
     return max(0.0, min(wait, cap))
 
 
