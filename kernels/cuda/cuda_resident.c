@@ -80,8 +80,9 @@ void gemm_cuda_resident_release(void *self, gemm_resident *r)
     pthread_mutex_lock(&cb->house_mu);
     r->free_next = cb->res_free;
     cb->res_free = r;
+    cb->house_wake = 1;
+    pthread_cond_signal(&cb->house_cv);
     pthread_mutex_unlock(&cb->house_mu);
-    gemm_cuda_house_wake(cb);
 }
 
 void gemm_cuda_resident_drain(cuda_backend *cb)
