@@ -37,12 +37,11 @@ static void scrub_ids(char *s)
             memcpy(w + GEMMD_JOB_SHORT_LEN, "...", 3); /* 11 <= 16: never longer */
             w += GEMMD_JOB_SHORT_LEN + 3;
             r += n;
-        } else if (n) {
+        } else { /* a short run, or one other character */
+            n = n ? n : 1;
             memmove(w, r, n);
             w += n;
             r += n;
-        } else {
-            *w++ = *r++;
         }
     }
     *w = '\0';

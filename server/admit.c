@@ -196,8 +196,7 @@ gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s
     if (!a) return NULL;
     a->budget = b;
     uint64_t most = gemmd_budget_max_single(b);
-    uint64_t pct = share_pct > 0 && share_pct <= 100 ? (uint64_t)share_pct : 100;
-    a->share = most / 100 * pct + most % 100 * pct / 100;
+    a->share = most / 100 * (uint64_t)share_pct + most % 100 * (uint64_t)share_pct / 100;
     a->small = most / 56; /* as the budget's small charges: a 64th of the limit */
     a->max_waiting = max_waiting > 0 ? max_waiting : 1;
     a->max_per_client = a->max_waiting / 4 > 1 ? a->max_waiting / 4 : 1;

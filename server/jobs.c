@@ -213,8 +213,7 @@ gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, const gemm_allocator *alloc, gem
     s->budget = budget;
     s->ttl_ms = (ttl_s > 0 ? ttl_s : 0) * 1000.0;
     s->mem_cap = mem_bytes;
-    s->max_jobs = max_jobs > 0 ? max_jobs : 1;
-    share_pct = share_pct > 0 && share_pct <= 100 ? share_pct : 100;
+    s->max_jobs = max_jobs;
     s->share_mem = mem_bytes / 100 * (uint64_t)share_pct + mem_bytes % 100 * (uint64_t)share_pct / 100;
     s->share_jobs = (int)((int64_t)s->max_jobs * share_pct / 100);
     if (pthread_create(&s->sweeper, NULL, sweeper_main, s) != 0) {
