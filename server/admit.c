@@ -216,7 +216,6 @@ gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s
 
 void gemmd_admit_close(gemmd_admit *a)
 {
-    if (!a) return;
     pthread_mutex_lock(&a->mu);
     int joined = a->joined;
     a->stop = a->joined = 1;

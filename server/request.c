@@ -33,7 +33,6 @@ gemmd_request *gemmd_request_new(gemmd_services *svc, struct MHD_Connection *con
 
 void gemmd_request_free(gemmd_request *req)
 {
-    if (!req) return;
     if (req->route && req->route->body) req->route->body->end(req); /* the route's own state */
     if (req->prepared == 1) { /* encoded but never sent: the connection went away */
         gemm_buf_free(&req->prepared_buf);
