@@ -343,8 +343,7 @@ static void on_done(gemm_job *job)
 
 int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err)
 {
-    j->job.done = on_done;
-    j->job.user = j;
+    j->job.done = on_done; /* job.user is j since gemmd_jobs_reserve */
     pthread_mutex_lock(&s->mu);
     if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
