@@ -134,9 +134,10 @@ enum MHD_Result gemmd_v2_live(gemmd_request *req)
     return gemmd_respond_json(req, 200, &b);
 }
 
-/* GET /v2/health/ready (model 0) and the model's /ready (model 1). */
-static enum MHD_Result ready(gemmd_request *req, int model)
+/* GET /v2/health/ready, and the model's /ready (a path that names it). */
+enum MHD_Result gemmd_v2_ready(gemmd_request *req)
 {
+    int model = req->param[0][0] != '\0';
     gemm_err e;
     if (model && check_model(req, &e) != 0) return gemmd_respond_error(req, &e);
     if (gemmd_not_ready(req, &e) != 0)
@@ -146,9 +147,6 @@ static enum MHD_Result ready(gemmd_request *req, int model)
     else gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"ready\":true}\n");
     return gemmd_respond_json(req, 200, &b);
 }
-
-enum MHD_Result gemmd_v2_ready(gemmd_request *req) { return ready(req, 0); }
-enum MHD_Result gemmd_v2_model_ready(gemmd_request *req) { return ready(req, 1); }
 
 /* ---- inference: the body ------------------------------------------------------------- */
 
