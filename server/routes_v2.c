@@ -114,14 +114,14 @@ enum MHD_Result gemmd_v2_model_meta(gemmd_request *req)
     for (int i = 0, n = 0; i < GEMM_MATH_COUNT; i++)
         if (maths & (1u << i)) gemm_buf_printf(&b, "%s%s", n++ ? "," : "", gemm_math_name((gemm_math)i));
     gemm_buf_puts(&b, "\"}}\n");
-    return gemmd_respond_json(req, 200, &b);
+    return gemmd_respond_buf(req, 200, "application/json", &b, NULL);
 }
 
 enum MHD_Result gemmd_v2_server_meta(gemmd_request *req)
 {
     gemm_buf b = {0};
     gemm_buf_puts(&b, "{\"name\":\"gemmd\",\"version\":\"" GEMMD_VERSION "\",\"extensions\":[\"binary_tensor_data\"]}\n");
-    return gemmd_respond_json(req, 200, &b);
+    return gemmd_respond_buf(req, 200, "application/json", &b, NULL);
 }
 
 enum MHD_Result gemmd_v2_live(gemmd_request *req)
@@ -131,7 +131,7 @@ enum MHD_Result gemmd_v2_live(gemmd_request *req)
                                     "not live: the engine lost every device it uses; this process must be restarted");
     gemm_buf b = {0};
     gemm_buf_puts(&b, "{\"live\":true}\n");
-    return gemmd_respond_json(req, 200, &b);
+    return gemmd_respond_buf(req, 200, "application/json", &b, NULL);
 }
 
 /* GET /v2/health/ready, and the model's /ready (a path that names it). */
@@ -145,7 +145,7 @@ enum MHD_Result gemmd_v2_ready(gemmd_request *req)
     gemm_buf b = {0};
     if (!model) gemm_buf_puts(&b, "{\"ready\":true}\n");
     else gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"ready\":true}\n");
-    return gemmd_respond_json(req, 200, &b);
+    return gemmd_respond_buf(req, 200, "application/json", &b, NULL);
 }
 
 /* ---- inference: the body ------------------------------------------------------------- */
