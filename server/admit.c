@@ -4,12 +4,9 @@
  * deadlines. A decided ticket is woken outside the lock: wake() may take the waiter's own
  * locks.
  *
- * The expected wait: what must be given back before a request fits (the bytes waiting
- * ahead of it and its own, less what is free) over the rate at which reservations turn
- * over: the bytes reserved now over how long a reservation lasts (a decaying average of
- * the reservations released lately). Memory is given back in lumps, whole requests at a
- * time, so a rate of bytes freed over the last seconds says little; the turnover of what
- * is held says how soon the next lumps come.
+ * The expected wait (docs/OPERATIONS.md, "Memory budget") divides by the rate at which
+ * reservations turn over, not by the bytes freed lately: memory is given back in lumps,
+ * whole requests at a time, and the turnover of what is held says how soon the next come.
  */
 #include "admit.h"
 
