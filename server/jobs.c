@@ -530,8 +530,6 @@ int gemmd_jobs_retry_after_s(gemmd_jobs *s)
         for (gemmd_job_entry *j = s->head; j; j = j->next)
             if (j->in_engine && j->reserved_inputs) left_ms = 1000.0;
     pthread_mutex_unlock(&s->mu);
-    double secs = ceil(left_ms / 1000.0);
-    if (secs < 1) secs = 1;
-    if (secs > 86400.0 * 30) secs = 86400.0 * 30;
-    return (int)secs;
+    double secs = ceil(left_ms / 1000.0); /* at most job_ttl (config.c: 30 days) */
+    return secs < 1 ? 1 : (int)secs;
 }
