@@ -283,9 +283,8 @@ int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, int client_key, uin
     return 1;
 }
 
-int gemmd_admit_result(gemmd_admit *a, const gemmd_admit_ticket *t, gemm_err *err, int *retry_after_s)
+int gemmd_admit_result(const gemmd_admit_ticket *t, gemm_err *err, int *retry_after_s)
 {
-    (void)a;
     if (t->result == 0) return 0;
     *retry_after_s = t->result == -2 ? 1 : t->retry_after_s;
     if (t->result == -2) return gemm_err_set(err, 503, "shutting_down", "the server is shutting down; retry elsewhere");
