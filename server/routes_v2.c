@@ -218,7 +218,7 @@ static int json_append(gemmd_request *req, const char *data, size_t len)
         if (cap < v->json_len + len + 1) cap = v->json_len + len + 1;
         uint64_t outside, old_outside = v->json_outside;
         if (gemmd_resv_take(&req->resv, req->svc->budget, GEMMD_MEM_BODY, cap, &outside) != 0)
-            return gemmd_request_refuse(req, cap, "the JSON header");
+            return gemmd_budget_refuse(req->svc->budget, cap, "the JSON header", &req->err, &req->retry_after_s);
         char *p = realloc(v->json, cap);
         if (!p) {
             gemmd_resv_give(&req->resv, req->svc->budget, GEMMD_MEM_BODY, cap, outside);
