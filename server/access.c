@@ -37,12 +37,11 @@ static void scrub_ids(char *s)
             memcpy(w + GEMMD_JOB_SHORT_LEN, "...", 3); /* 11 <= 16: never longer */
             w += GEMMD_JOB_SHORT_LEN + 3;
             r += n;
-        } else if (n) {
+        } else { /* a short run, or one other character */
+            n = n ? n : 1;
             memmove(w, r, n);
             w += n;
             r += n;
-        } else {
-            *w++ = *r++;
         }
     }
     *w = '\0';
@@ -140,7 +139,7 @@ static enum MHD_Result admitted(gemmd_request *req)
 {
     unwatch(req);
     if (req->gone) return MHD_NO; /* its client left while it waited */
-    if (gemmd_admit_result(req->svc->admit, &req->ticket, &req->err, &req->retry_after_s) != 0) {
+    if (gemmd_admit_result(&req->ticket, &req->err, &req->retry_after_s) != 0) {
         LOG_DEBUG("request refused after waiting for memory: retry after %d s", req->retry_after_s);
         return gemmd_respond_error(req, &req->err);
     }

@@ -4,12 +4,9 @@
  * deadlines. A decided ticket is woken outside the lock: wake() may take the waiter's own
  * locks.
  *
- * The expected wait: what must be given back before a request fits (the bytes waiting
- * ahead of it and its own, less what is free) over the rate at which reservations turn
- * over: the bytes reserved now over how long a reservation lasts (a decaying average of
- * the reservations released lately). Memory is given back in lumps, whole requests at a
- * time, so a rate of bytes freed over the last seconds says little; the turnover of what
- * is held says how soon the next lumps come.
+ * The expected wait (docs/OPERATIONS.md, "Memory budget") divides by the rate at which
+ * reservations turn over, not by the bytes freed lately: memory is given back in lumps,
+ * whole requests at a time, and the turnover of what is held says how soon the next come.
  */
 #include "admit.h"
 
@@ -196,8 +193,7 @@ gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s
     if (!a) return NULL;
     a->budget = b;
     uint64_t most = gemmd_budget_max_single(b);
-    uint64_t pct = share_pct > 0 && share_pct <= 100 ? (uint64_t)share_pct : 100;
-    a->share = most / 100 * pct + most % 100 * pct / 100;
+    a->share = most / 100 * (uint64_t)share_pct + most % 100 * (uint64_t)share_pct / 100;
     a->small = most / 56; /* as the budget's small charges: a 64th of the limit */
     a->max_waiting = max_waiting > 0 ? max_waiting : 1;
     a->max_per_client = a->max_waiting / 4 > 1 ? a->max_waiting / 4 : 1;
@@ -217,7 +213,6 @@ gemmd_admit *gemmd_admit_new(gemmd_budget *b, int max_waiting, double max_wait_s
 
 void gemmd_admit_close(gemmd_admit *a)
 {
-    if (!a) return;
     pthread_mutex_lock(&a->mu);
     int joined = a->joined;
     a->stop = a->joined = 1;
@@ -288,9 +283,8 @@ int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, int client_key, uin
     return 1;
 }
 
-int gemmd_admit_result(gemmd_admit *a, const gemmd_admit_ticket *t, gemm_err *err, int *retry_after_s)
+int gemmd_admit_result(const gemmd_admit_ticket *t, gemm_err *err, int *retry_after_s)
 {
-    (void)a;
     if (t->result == 0) return 0;
     *retry_after_s = t->result == -2 ? 1 : t->retry_after_s;
     if (t->result == -2) return gemm_err_set(err, 503, "shutting_down", "the server is shutting down; retry elsewhere");

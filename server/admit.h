@@ -59,7 +59,7 @@ int gemmd_admit_enter(gemmd_admit *a, gemmd_admit_ticket *t, int client_key, uin
 static inline int gemmd_admit_decided(gemmd_admit_ticket *t) { return atomic_load(&t->decided) != 0; }
 /* A decided ticket: 0 admitted (its bytes are reserved), or -1 with *err (503
  * over_budget, or shutting_down once the queue was closed) and *retry_after_s. */
-int gemmd_admit_result(gemmd_admit *a, const gemmd_admit_ticket *t, gemm_err *err, int *retry_after_s);
+int gemmd_admit_result(const gemmd_admit_ticket *t, gemm_err *err, int *retry_after_s);
 /* The client went away: 1 when t was still waiting (wake will not be called), 0 when it
  * was decided already (wake comes; an admitted ticket's bytes must be released). */
 int gemmd_admit_cancel(gemmd_admit *a, gemmd_admit_ticket *t);

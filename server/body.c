@@ -537,7 +537,7 @@ void gemmd_body_feed(gemmd_request *req, const char *data, size_t len)
     } else if (op->mp ? gemm_multipart_feed(op->mp, data, len, &req->err) != 0
                       : gemm_npy_reader_feed(op->rd[0], data, len, &req->err) != 0) {
         uint64_t refused = gemmd_budget_take_refusal();
-        if (refused) gemmd_request_refuse(req, refused, "an .npy part");
+        if (refused) gemmd_budget_refuse(req->svc->budget, refused, "an .npy part", &req->err, &req->retry_after_s);
         rc = -1;
     }
     if (rc != 0) req->failed = 1;
@@ -591,7 +591,8 @@ int gemmd_body_finish(gemmd_request *req)
         gemm_json_stream_free(op->js);
         op->js = NULL;
         uint64_t refused = gemmd_budget_take_refusal();
-        if (rc != 0 && refused) gemmd_request_refuse(req, refused, "the decoded matrices");
+        if (rc != 0 && refused)
+            gemmd_budget_refuse(req->svc->budget, refused, "the decoded matrices", &req->err, &req->retry_after_s);
         if (rc == 0) {
             op->opt.dtype = op->a.dtype;
             rc = gemmd_check_math(&op->opt, op->a.dtype, &req->err);

@@ -25,8 +25,6 @@ static const gemmd_util_sample *at(const gemmd_util *u, int age) /* 0: newest */
 
 void gemmd_util_update(gemmd_util *u, double now_ms, int nd, const double *busy_s, double *frac)
 {
-    if (nd < 0) nd = 0;
-    if (nd > GEMM_MAX_DEVICES) nd = GEMM_MAX_DEVICES;
     /* The baseline: the newest sample at least a window old, else the oldest held. */
     const gemmd_util_sample *base = at(u, u->count - 1);
     for (int age = 0; age < u->count; age++) {

@@ -25,8 +25,8 @@ typedef struct {
 
 /* Starts the history at t0_ms with every device idle so far (busy 0). */
 void gemmd_util_init(gemmd_util *u, double t0_ms);
-/* Records the busy seconds of nd devices at now_ms and writes each device's busy fraction
- * (0..1) over the window into frac[nd]. Not thread-safe (the caller locks). */
+/* Records the busy seconds of nd (<= GEMM_MAX_DEVICES) devices at now_ms; writes each
+ * one's busy fraction (0..1) over the window into frac[nd]. Not thread-safe (caller locks). */
 void gemmd_util_update(gemmd_util *u, double now_ms, int nd, const double *busy_s, double *frac);
 
 /* Marks the start of this process's engine (the window's first baseline). */

@@ -367,7 +367,6 @@ static int wait_engine_idle(gemm_engine *e, double limit_ms)
  * touches the server and the store) is anything freed. */
 int gemmd_http_shutdown(gemmd_server *s, int keep_socket)
 {
-    if (!s) return -1;
     s->quiesced = MHD_quiesce_daemon(s->daemon); /* no new connections */
 
     gemmd_sync_stop(s->svc.sync); /* no new products, from keep-alive connections either */

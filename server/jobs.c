@@ -213,8 +213,7 @@ gemmd_jobs *gemmd_jobs_new(gemm_engine *engine, const gemm_allocator *alloc, gem
     s->budget = budget;
     s->ttl_ms = (ttl_s > 0 ? ttl_s : 0) * 1000.0;
     s->mem_cap = mem_bytes;
-    s->max_jobs = max_jobs > 0 ? max_jobs : 1;
-    share_pct = share_pct > 0 && share_pct <= 100 ? share_pct : 100;
+    s->max_jobs = max_jobs;
     s->share_mem = mem_bytes / 100 * (uint64_t)share_pct + mem_bytes % 100 * (uint64_t)share_pct / 100;
     s->share_jobs = (int)((int64_t)s->max_jobs * share_pct / 100);
     if (pthread_create(&s->sweeper, NULL, sweeper_main, s) != 0) {
@@ -344,8 +343,7 @@ static void on_done(gemm_job *job)
 
 int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err)
 {
-    j->job.done = on_done;
-    j->job.user = j;
+    j->job.done = on_done; /* job.user is j since gemmd_jobs_reserve */
     pthread_mutex_lock(&s->mu);
     if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
@@ -532,8 +530,6 @@ int gemmd_jobs_retry_after_s(gemmd_jobs *s)
         for (gemmd_job_entry *j = s->head; j; j = j->next)
             if (j->in_engine && j->reserved_inputs) left_ms = 1000.0;
     pthread_mutex_unlock(&s->mu);
-    double secs = ceil(left_ms / 1000.0);
-    if (secs < 1) secs = 1;
-    if (secs > 86400.0 * 30) secs = 86400.0 * 30;
-    return (int)secs;
+    double secs = ceil(left_ms / 1000.0); /* at most job_ttl (config.c: 30 days) */
+    return secs < 1 ? 1 : (int)secs;
 }

@@ -38,8 +38,7 @@ gemmd_matrices *gemmd_matrices_new(gemm_engine *engine, gemmd_budget *mem, uint6
     s->engine = engine;
     s->mem = mem;
     s->budget = budget_bytes;
-    s->max_count = max_count > 0 ? max_count : 1;
-    share_pct = share_pct > 0 && share_pct <= 100 ? share_pct : 100;
+    s->max_count = max_count;
     s->share_bytes = budget_bytes / 100 * (uint64_t)share_pct + budget_bytes % 100 * (uint64_t)share_pct / 100;
     s->share_count = (int)((int64_t)s->max_count * share_pct / 100);
     s->fill_ttl_ms = fill_ttl_s > 0 ? fill_ttl_s * 1000.0 : 1e18;
@@ -186,6 +185,7 @@ gemmd_matrix_entry *gemmd_matrices_add(gemmd_matrices *s, gemm_matrix *m, gemm_r
 
 static gemmd_matrix_entry *find_locked(gemmd_matrices *s, const char *id, int owner, gemmd_matrix_entry ***link)
 {
+    if (!id || !gemmd_instance_id_valid(id, strlen(id))) return NULL;
     for (gemmd_matrix_entry **p = &s->head; *p; p = &(*p)->next) {
         gemmd_matrix_entry *e = *p;
         if (strcmp(e->id, id) != 0) continue;
@@ -198,7 +198,6 @@ static gemmd_matrix_entry *find_locked(gemmd_matrices *s, const char *id, int ow
 
 gemmd_matrix_entry *gemmd_matrices_get(gemmd_matrices *s, const char *id, int owner)
 {
-    if (!id || !gemmd_instance_id_valid(id, strlen(id))) return NULL;
     gemmd_matrix_entry *gone = NULL;
     pthread_mutex_lock(&s->mu);
     expire_locked(s, &gone);
@@ -248,7 +247,6 @@ void gemmd_matrices_note_use(gemmd_matrices *s, gemmd_matrix_entry *e)
 
 int gemmd_matrices_delete(gemmd_matrices *s, const char *id, int owner)
 {
-    if (!id || !gemmd_instance_id_valid(id, strlen(id))) return -1;
     pthread_mutex_lock(&s->mu);
     gemmd_matrix_entry **link = NULL;
     gemmd_matrix_entry *e = find_locked(s, id, owner, &link);

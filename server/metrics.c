@@ -142,8 +142,6 @@ static void render_requests(gemm_buf *out)
     single(out, "gemmd_bytes_sent_total", "counter", "Response body bytes sent.", atomic_load(&bytes_out_total));
 }
 
-static const char *const state_names[5] = {"queued", "running", "done", "failed", "cancelled"};
-
 static void render_engine(gemm_buf *out, gemm_engine *engine)
 {
     gemm_engine_stats st = {0};
@@ -157,7 +155,8 @@ static void render_engine(gemm_buf *out, gemm_engine *engine)
 
     header(out, "gemmd_jobs", "gauge", "Async jobs kept by the job store, by state.");
     for (int s = 0; s < 5; s++)
-        gemm_buf_printf(out, "gemmd_jobs{state=\"%s\"} %d\n", state_names[s], atomic_load(&jobs_state[s]));
+        gemm_buf_printf(out, "gemmd_jobs{state=\"%s\"} %d\n", gemm_job_state_name((gemm_job_state)s),
+                        atomic_load(&jobs_state[s]));
 
     single(out, "gemmd_resident_matrices", "gauge",
            "Resident matrices kept (/v1/matrices).", atomic_load(&resident_count));

@@ -88,7 +88,6 @@ int gemmd_offload_run(gemmd_offload *o, void (*fn)(void *), void *arg)
 
 void gemmd_offload_drain(gemmd_offload *o)
 {
-    if (!o) return;
     pthread_mutex_lock(&o->mu);
     o->stopping = 1;
     pthread_cond_broadcast(&o->cv);

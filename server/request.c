@@ -33,7 +33,6 @@ gemmd_request *gemmd_request_new(gemmd_services *svc, struct MHD_Connection *con
 
 void gemmd_request_free(gemmd_request *req)
 {
-    if (!req) return;
     if (req->route && req->route->body) req->route->body->end(req); /* the route's own state */
     if (req->prepared == 1) { /* encoded but never sent: the connection went away */
         gemm_buf_free(&req->prepared_buf);
@@ -120,17 +119,13 @@ int gemmd_request_begin_body(gemmd_request *req, gemm_options *opt)
     return query_options(req, opt, &req->err);
 }
 
-int gemmd_request_refuse(gemmd_request *req, uint64_t bytes, const char *what)
-{
-    return gemmd_budget_refuse(req->svc->budget, bytes, what, &req->err, &req->retry_after_s);
-}
-
 void *gemmd_request_alloc(gemmd_request *req, size_t bytes, const char *what)
 {
     gemmd_budget_take_refusal();
     void *p = gemm_alloc(&req->alloc, bytes);
     if (p) return p;
-    if (gemmd_budget_take_refusal()) gemmd_request_refuse(req, bytes, what);
+    if (gemmd_budget_take_refusal())
+        gemmd_budget_refuse(req->svc->budget, bytes, what, &req->err, &req->retry_after_s);
     else
         gemm_err_set(&req->err, 503, "out_of_memory", "cannot allocate %zu bytes for %s now; retry later", bytes, what);
     return NULL;

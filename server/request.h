@@ -141,8 +141,6 @@ int gemmd_request_read_length(gemmd_request *req);
 /* What every body reader checks first: gemmd_request_read_length, the length against the
  * limit (413 body_too_large), and the query's options into *opt. 0 or -1 (req->err). */
 int gemmd_request_begin_body(gemmd_request *req, gemm_options *opt);
-/* 503 over_budget for bytes the budget refused (req->err, req->retry_after_s). Returns -1. */
-int gemmd_request_refuse(gemmd_request *req, uint64_t bytes, const char *what);
 /* bytes from req's charging allocator; NULL with req->err set (503 over_budget naming what,
  * or 503 out_of_memory). */
 void *gemmd_request_alloc(gemmd_request *req, size_t bytes, const char *what);

@@ -16,7 +16,6 @@
 #include "npy.h"
 
 #define PAYLOAD_BLOCK (256 * 1024)
-#define GEMMD_JSON_OFFLOAD_BYTES (1u << 20)
 
 /* ---- Accept ----------------------------------------------------------------- */
 
@@ -316,11 +315,6 @@ enum MHD_Result gemmd_respond_buf(gemmd_request *req, int status, const char *mi
     return gemmd_respond_queue(req, status, r);
 }
 
-enum MHD_Result gemmd_respond_json(gemmd_request *req, int status, gemm_buf *body)
-{
-    return gemmd_respond_buf(req, status, "application/json", body, NULL);
-}
-
 /* Messages quote what the client sent: bytes that are not UTF-8 become '?', so the
  * JSON answer is always valid UTF-8. */
 static void utf8_clean(char *s)
@@ -539,11 +533,6 @@ uint64_t gemmd_answer_rows(uint64_t m, uint64_t batch)
 {
     size_t rows;
     return gemm_mul_size(m, batch ? batch : 1, &rows) ? rows : UINT64_MAX;
-}
-
-int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d)
-{
-    return gemmd_json_answer_bytes(rows, cols, d) >= GEMMD_JSON_OFFLOAD_BYTES;
 }
 
 enum MHD_Result gemmd_respond_encoded_json(gemmd_request *req, int status, gemm_buf *b, uint64_t charge,

@@ -24,8 +24,9 @@ int gemmd_check_json_answer(const gemmd_services *srv, uint64_t rows, uint64_t c
 uint64_t gemmd_json_answer_bytes(uint64_t rows, uint64_t cols, gemm_dtype d);
 /* The rows of m-row answers, batch of them (0: one): UINT64_MAX when that overflows. */
 uint64_t gemmd_answer_rows(uint64_t m, uint64_t batch);
-/* JSON answers that may pass 1 MiB: encoded on an offload thread, not an HTTP thread. */
-int gemmd_json_answer_is_big(uint64_t rows, uint64_t cols, gemm_dtype d);
+/* JSON answers that may pass this (gemmd_json_answer_bytes) are encoded on an offload
+ * thread, not an HTTP thread. */
+#define GEMMD_JSON_OFFLOAD_BYTES (1u << 20)
 
 /* Fills the engine's part of *t from a finished job. */
 void gemmd_timing_from_job(gemmd_timing *t, const gemm_job_timing *jt);
@@ -52,7 +53,6 @@ enum MHD_Result gemmd_respond_errorf(gemmd_request *req, int status, const char 
  * header when location is not NULL. */
 enum MHD_Result gemmd_respond_buf(gemmd_request *req, int status, const char *mime, gemm_buf *body,
                                   const char *location);
-enum MHD_Result gemmd_respond_json(gemmd_request *req, int status, gemm_buf *body);
 /* Adds the common headers, queues and releases resp (NULL: answers 500 instead). */
 enum MHD_Result gemmd_respond_queue(gemmd_request *req, int status, struct MHD_Response *resp);
 

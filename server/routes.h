@@ -99,9 +99,8 @@ enum MHD_Result gemmd_route_status(gemmd_request *req);
 /* routes_v2.c: the Open Inference Protocol (KServe v2), model "matmul". */
 enum MHD_Result gemmd_v2_server_meta(gemmd_request *req);
 enum MHD_Result gemmd_v2_live(gemmd_request *req);
-enum MHD_Result gemmd_v2_ready(gemmd_request *req);
+enum MHD_Result gemmd_v2_ready(gemmd_request *req); /* /v2/health/ready and a model's /ready */
 enum MHD_Result gemmd_v2_model_meta(gemmd_request *req);
-enum MHD_Result gemmd_v2_model_ready(gemmd_request *req);
 int gemmd_v2_begin(gemmd_request *req);
 void gemmd_v2_feed(gemmd_request *req, const char *data, size_t len);
 int gemmd_v2_finish(gemmd_request *req);

@@ -23,7 +23,7 @@ enum MHD_Result gemmd_route_healthz(gemmd_request *req)
                                     "and must be restarted");
     gemm_buf b = {0};
     gemm_buf_puts(&b, "{\"status\":\"ok\"}\n");
-    return gemmd_respond_json(req, 200, &b);
+    return gemmd_respond_buf(req, 200, "application/json", &b, NULL);
 }
 
 int gemmd_not_ready(gemmd_request *req, gemm_err *err)
@@ -49,7 +49,7 @@ enum MHD_Result gemmd_route_readyz(gemmd_request *req)
     gemm_buf b = {0};
     gemm_buf_printf(&b, "{\"status\":\"ready\",\"queued\":%d,\"running\":%d,\"queue_capacity\":%d}\n", st.queued,
                     st.running, srv->info.queue_capacity);
-    return gemmd_respond_json(req, 200, &b);
+    return gemmd_respond_buf(req, 200, "application/json", &b, NULL);
 }
 
 /* ,"key":["name",...] for the bits set of count named ones */
@@ -148,7 +148,7 @@ enum MHD_Result gemmd_route_info(gemmd_request *req)
     int streams = 0;
     for (int i = 0; i < in->ndevices; i++) streams += in->devices[i].streams;
     gemm_buf_printf(&b, "],\"streams\":%d,\"auth\":%s}\n", streams, srv->auth ? "true" : "false");
-    return gemmd_respond_json(req, 200, &b);
+    return gemmd_respond_buf(req, 200, "application/json", &b, NULL);
 }
 
 /* The page is open (it asks for a token itself, for the JSON); the policy lets it fetch
@@ -202,7 +202,7 @@ enum MHD_Result gemmd_route_status(gemmd_request *req)
                     st.queued, st.running, in->queue_capacity, in->workers);
     if (wait < 0) gemm_buf_puts(&b, "null}}\n");
     else gemm_buf_printf(&b, "%.6f}}\n", wait);
-    return gemmd_respond_json(req, 200, &b);
+    return gemmd_respond_buf(req, 200, "application/json", &b, NULL);
 }
 
 enum MHD_Result gemmd_route_metrics(gemmd_request *req)

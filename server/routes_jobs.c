@@ -125,7 +125,8 @@ static void on_sync_done(gemm_job *job)
     const gemmd_operands *op = req->op;
     int big_json = atomic_load(&job->state) == GEMM_JOB_DONE && op->answer == GEMMD_FMT_JSON && !op->store_c &&
                    !(req->route->flags & GEMMD_V2) && srv->offload &&
-                   gemmd_json_answer_is_big(gemmd_answer_rows(job->m, job->batch), job->n, gemm_job_c_dtype(job));
+                   gemmd_json_answer_bytes(gemmd_answer_rows(job->m, job->batch), job->n, gemm_job_c_dtype(job)) >=
+                       GEMMD_JSON_OFFLOAD_BYTES;
     /* inputs go as soon as the product is done; resident ones are only borrowed */
     if (!op->ref[0]) gemm_free(&srv->alloc, job->a);
     if (!op->ref[1]) gemm_free(&srv->alloc, job->b);
@@ -355,7 +356,7 @@ enum MHD_Result gemmd_route_job_status(gemmd_request *req)
     gemm_buf_puts(&b, ",\"timing\":");
     gemmd_timing_json(&b, &t);
     gemm_buf_puts(&b, "}\n");
-    return gemmd_respond_json(req, 200, &b); /* Server-Timing: this request's own times */
+    return gemmd_respond_buf(req, 200, "application/json", &b, NULL); /* Server-Timing: this request's own times */
 }
 
 /* ---- GET /v1/jobs/{id}/result ------------------------------------------------------ */
@@ -388,7 +389,8 @@ enum MHD_Result gemmd_route_job_result(gemmd_request *req)
     req->timing.decode_ms = v.decode_ms;
     gemmd_timing_from_job(&req->timing, &v.timing);
     req->timing.total_base_ms = v.total_ms;
-    if (fmt == GEMMD_FMT_JSON && srv->offload && gemmd_json_answer_is_big(rows, v.n, v.c_dtype)) {
+    if (fmt == GEMMD_FMT_JSON && srv->offload &&
+        gemmd_json_answer_bytes(rows, v.n, v.c_dtype) >= GEMMD_JSON_OFFLOAD_BYTES) {
         /* Encoded on an offload thread while this connection waits suspended. */
         req->offload_entry = j;
         if (gemmd_sync_suspend_for(req, offload_result) == 0) {

@@ -63,7 +63,7 @@ enum MHD_Result gemmd_route_matrix_list(gemmd_request *req)
 {
     gemm_buf b = {0};
     gemmd_matrices_list_json(req->svc->matrices, req->owner, &b);
-    return gemmd_respond_json(req, 200, &b);
+    return gemmd_respond_buf(req, 200, "application/json", &b, NULL);
 }
 
 enum MHD_Result gemmd_route_matrix_get(gemmd_request *req)
@@ -89,7 +89,7 @@ enum MHD_Result gemmd_route_matrix_get(gemmd_request *req)
         gemm_json_write_matrix(&b, &e->m);
         gemm_buf_puts(&b, "}\n");
         gemmd_matrices_put(srv->matrices, e);
-        return gemmd_respond_json(req, 200, &b);
+        return gemmd_respond_buf(req, 200, "application/json", &b, NULL);
     }
     gemmd_product_meta meta = {.dtype = e->m.dtype, .matrix_id = e->id};
     /* The entry (and its data) lives until the answer is sent: the reference goes with it. */

@@ -114,14 +114,14 @@ enum MHD_Result gemmd_v2_model_meta(gemmd_request *req)
     for (int i = 0, n = 0; i < GEMM_MATH_COUNT; i++)
         if (maths & (1u << i)) gemm_buf_printf(&b, "%s%s", n++ ? "," : "", gemm_math_name((gemm_math)i));
     gemm_buf_puts(&b, "\"}}\n");
-    return gemmd_respond_json(req, 200, &b);
+    return gemmd_respond_buf(req, 200, "application/json", &b, NULL);
 }
 
 enum MHD_Result gemmd_v2_server_meta(gemmd_request *req)
 {
     gemm_buf b = {0};
     gemm_buf_puts(&b, "{\"name\":\"gemmd\",\"version\":\"" GEMMD_VERSION "\",\"extensions\":[\"binary_tensor_data\"]}\n");
-    return gemmd_respond_json(req, 200, &b);
+    return gemmd_respond_buf(req, 200, "application/json", &b, NULL);
 }
 
 enum MHD_Result gemmd_v2_live(gemmd_request *req)
@@ -131,12 +131,13 @@ enum MHD_Result gemmd_v2_live(gemmd_request *req)
                                     "not live: the engine lost every device it uses; this process must be restarted");
     gemm_buf b = {0};
     gemm_buf_puts(&b, "{\"live\":true}\n");
-    return gemmd_respond_json(req, 200, &b);
+    return gemmd_respond_buf(req, 200, "application/json", &b, NULL);
 }
 
-/* GET /v2/health/ready (model 0) and the model's /ready (model 1). */
-static enum MHD_Result ready(gemmd_request *req, int model)
+/* GET /v2/health/ready, and the model's /ready (a path that names it). */
+enum MHD_Result gemmd_v2_ready(gemmd_request *req)
 {
+    int model = req->param[0][0] != '\0';
     gemm_err e;
     if (model && check_model(req, &e) != 0) return gemmd_respond_error(req, &e);
     if (gemmd_not_ready(req, &e) != 0)
@@ -144,11 +145,8 @@ static enum MHD_Result ready(gemmd_request *req, int model)
     gemm_buf b = {0};
     if (!model) gemm_buf_puts(&b, "{\"ready\":true}\n");
     else gemm_buf_puts(&b, "{\"name\":\"" GEMM_V2_MODEL "\",\"ready\":true}\n");
-    return gemmd_respond_json(req, 200, &b);
+    return gemmd_respond_buf(req, 200, "application/json", &b, NULL);
 }
-
-enum MHD_Result gemmd_v2_ready(gemmd_request *req) { return ready(req, 0); }
-enum MHD_Result gemmd_v2_model_ready(gemmd_request *req) { return ready(req, 1); }
 
 /* ---- inference: the body ------------------------------------------------------------- */
 
@@ -220,7 +218,7 @@ static int json_append(gemmd_request *req, const char *data, size_t len)
         if (cap < v->json_len + len + 1) cap = v->json_len + len + 1;
         uint64_t outside, old_outside = v->json_outside;
         if (gemmd_resv_take(&req->resv, req->svc->budget, GEMMD_MEM_BODY, cap, &outside) != 0)
-            return gemmd_request_refuse(req, cap, "the JSON header");
+            return gemmd_budget_refuse(req->svc->budget, cap, "the JSON header", &req->err, &req->retry_after_s);
         char *p = realloc(v->json, cap);
         if (!p) {
             gemmd_resv_give(&req->resv, req->svc->budget, GEMMD_MEM_BODY, cap, outside);

@@ -124,8 +124,8 @@ static void test_fits_at_once_and_waits(void **state)
     assert_int_equal(w.order[1], 2);
     gemm_err err;
     int ra;
-    assert_int_equal(gemmd_admit_result(a, &x[1].t, &err, &ra), 0);
-    assert_int_equal(gemmd_admit_result(a, &x[2].t, &err, &ra), 0);
+    assert_int_equal(gemmd_admit_result(&x[1].t, &err, &ra), 0);
+    assert_int_equal(gemmd_admit_result(&x[2].t, &err, &ra), 0);
     assert_int_equal(reserved(b), 40 * MIB);
     gemmd_admit_free(a);
     gemmd_budget_free(b);
@@ -187,7 +187,7 @@ static void test_deadline_and_full(void **state)
     for (int i = 1; i <= 5; i++) {
         if (i == 2) continue;
         assert_true(gemmd_admit_decided(&x[i].t));
-        assert_int_equal(gemmd_admit_result(a, &x[i].t, &err, &ra), -1);
+        assert_int_equal(gemmd_admit_result(&x[i].t, &err, &ra), -1);
         assert_int_equal(err.status, 503);
         assert_true(ra >= 1 && ra <= 60);
     }
@@ -289,7 +289,7 @@ static void *churner(void *arg)
             pthread_mutex_lock(&o.mu);
             while (!o.done) pthread_cond_wait(&o.cv, &o.mu);
             pthread_mutex_unlock(&o.mu);
-            r = gemmd_admit_result(c->a, &t, &err, &ra);
+            r = gemmd_admit_result(&t, &err, &ra);
         }
         if (r == 0) {
             c->admitted++;
@@ -344,7 +344,7 @@ static void test_close_says_shutting_down(void **state)
     assert_int_equal(enter(a, &x[1], &w, 1, 2, 20 * MIB), 1);
     gemmd_admit_close(a);
     assert_int_equal(wait_for(&w, 1), 1);
-    assert_int_equal(gemmd_admit_result(a, &x[1].t, &err, &ra), -1);
+    assert_int_equal(gemmd_admit_result(&x[1].t, &err, &ra), -1);
     assert_int_equal(err.status, 503);
     assert_string_equal(err.code, "shutting_down");
     assert_int_equal(ra, 1);
@@ -424,7 +424,7 @@ static void test_reclaim_inside_the_queue(void **state)
     assert_int_equal(wait_for(&w, 1), 1);
     gemm_err err;
     int ra;
-    assert_int_equal(gemmd_admit_result(a, &x[1].t, &err, &ra), 0);
+    assert_int_equal(gemmd_admit_result(&x[1].t, &err, &ra), 0);
     assert_int_equal(c.held, 0);
     assert_int_equal(reserved(b), 30 * MIB);
     gemmd_admit_free(a);
