@@ -2,7 +2,8 @@
  * conns.h - every connection's deadlines, and fair limits on how many are open
  * (docs/OPERATIONS.md, "Connections and deadlines", says why libmicrohttpd's own do not do):
  * a watchdog thread shuts down the socket of one past its deadline, answers 503 over a
- * limit, and lingers on a close so that unread bytes cause no reset. Thread-safe: one mutex for the registry; the per-request hooks are lock-free.
+ * limit, and lingers on a close so that unread bytes cause no reset. Thread-safe: one mutex
+ * for the registry; the per-request hooks are lock-free.
  */
 #ifndef GEMMD_CONNS_H
 #define GEMMD_CONNS_H

@@ -117,6 +117,17 @@ int gemmd_instance_id_valid(const char *s, size_t n)
     return n >= GEMMD_ID_RANDOM_HEX + 2 && r[-1] == '-' && check_name(s, n - GEMMD_ID_RANDOM_HEX - 1, NULL, 0) == 0;
 }
 
+/* Ids are capabilities: compared in full, whatever byte differs. Their lengths differ only
+ * by the instance_id in front, which is no secret. */
+int gemmd_instance_id_same(const char *a, const char *b)
+{
+    size_t n = strnlen(a, GEMMD_ID_MAX + 1);
+    if (strnlen(b, GEMMD_ID_MAX + 1) != n) return 0;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
 int gemmd_instance_id_log_len(const char *id, int hex_digits)
 {
     size_t n = strnlen(id, GEMMD_ID_MAX + 1);

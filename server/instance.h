@@ -33,6 +33,9 @@ int gemmd_instance_new_id(char *out, size_t cap);
 /* Whether s[0..n) has the shape of an id (of any instance): [instance_id "-"] 32 hex. */
 int gemmd_instance_id_valid(const char *s, size_t n);
 
+/* Whether two ids are the same, in a time that does not depend on where they differ. */
+int gemmd_instance_id_same(const char *a, const char *b);
+
 /* How much of id a log line may show: its instance part (no secret) and the first hex
  * digits of its random part, at most hex_digits of them. */
 int gemmd_instance_id_log_len(const char *id, int hex_digits);

@@ -388,24 +388,13 @@ int gemmd_jobs_submit(gemmd_jobs *s, gemmd_job_entry *j, gemm_err *err)
     return 0;
 }
 
-/* Ids are capabilities: compared in full, whatever byte differs. Their lengths differ only
- * by the instance_id in front, which is no secret. */
-static int same_id(const char *a, const char *b)
-{
-    size_t n = strnlen(a, GEMMD_JOB_ID_LEN + 1);
-    if (strnlen(b, GEMMD_JOB_ID_LEN + 1) != n) return 0;
-    unsigned char diff = 0;
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(a[i] ^ b[i]);
-    return diff == 0;
-}
-
 gemmd_job_entry *gemmd_jobs_get_owned(gemmd_jobs *s, const char *id, int owner)
 {
     gemmd_job_entry *dead = NULL, *found = NULL;
     pthread_mutex_lock(&s->mu);
     sweep_locked(s, &dead);
     for (gemmd_job_entry *j = s->head; j; j = j->next) {
-        if (same_id(j->id, id)) {
+        if (gemmd_instance_id_same(j->id, id)) {
             if (owner == GEMMD_OWNER_ANY || owner == j->owner) {
                 j->refs++;
                 found = j;

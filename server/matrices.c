@@ -188,7 +188,7 @@ static gemmd_matrix_entry *find_locked(gemmd_matrices *s, const char *id, int ow
     if (!id || !gemmd_instance_id_valid(id, strlen(id))) return NULL;
     for (gemmd_matrix_entry **p = &s->head; *p; p = &(*p)->next) {
         gemmd_matrix_entry *e = *p;
-        if (strcmp(e->id, id) != 0) continue;
+        if (!gemmd_instance_id_same(e->id, id)) continue;
         if (owner != GEMMD_OWNER_ANY && e->owner != owner) return NULL;
         if (link) *link = p;
         return e;

@@ -136,6 +136,17 @@ static void test_id_shapes(void **state)
     snprintf(buf, sizeof buf, "%s/result", hex);
     assert_true(gemmd_instance_id_valid(buf, 32));
     assert_false(gemmd_instance_id_valid(buf, strlen(buf)));
+    /* the same id, or not: a byte anywhere, a prefix, an instance part in front */
+    snprintf(buf, sizeof buf, "%s", hex);
+    assert_true(gemmd_instance_id_same(buf, hex));
+    buf[31] = 'e';
+    assert_false(gemmd_instance_id_same(buf, hex));
+    buf[31] = 'F', buf[0] = '1';
+    assert_false(gemmd_instance_id_same(buf, hex));
+    assert_false(gemmd_instance_id_same("0123456789abcdef", hex));
+    snprintf(buf, sizeof buf, "a-%s", hex);
+    assert_false(gemmd_instance_id_same(buf, hex));
+    assert_true(gemmd_instance_id_same("", ""));
 }
 
 static void test_log_len(void **state)
