@@ -6,7 +6,7 @@
  *   GEMM_SERVER=URL LD_PRELOAD=lib/libgemm_blas.so build/bench/blas_offload offload [--sizes 2048,4096]
  *       [--repeats 7] [--small-repeats 51] [--dtypes float32,float64]
  *   GEMM_SERVER=URL build/bench/blas_offload breakeven [--sizes 64,96,...,2048] [--dtypes float32,float64]
- *       [--links 10GbE=1.25e9:0.1,1GbE=1.25e8:0.2] [--gpu-tflops F32,F64] [--budget-s 20]
+ *       [--budget-s 20]
  *
  * The host BLAS is GEMM_BLAS_LIB (default libblas.so.3), opened here; the preloaded
  * functions must come from libgemm_blas.so (checked).
@@ -35,16 +35,12 @@
  *
  * breakeven: from which n an n x n x n product is faster on the server than on the host.
  *   Per dtype and n: the host BLAS (cblas_*gemm RowMajor NN, minimum and median) and
- *   gemm_client_multiply over one kept-alive loopback connection (minimum and median, with
- *   the server's stages from Server-Timing and the bytes on the wire); each server answer
- *   is checked against the host's C. Links are modelled from that run as
- *     min(server total - server receive) + (bytes sent + received) / bandwidth + round trip
- *   (the server's own work as measured, the transfers at the link's speed), and with
- *   --gpu-tflops also with the kernel replaced by 2n^3 / (the given rate): an assumption for
- *   a server measured on a CPU. Repeats: as many as fit in --budget-s per measurement (3 to
- *   21). Then the break-even n per column (the smallest n from which offloading is faster at
- *   every larger n of the sweep), its 2n^3 (GEMM_OFFLOAD_MIN_FLOPS) and the host's GFLOP/s
- *   over each link's bandwidth: the flops per byte a product needs (GEMM_OFFLOAD_MIN_INTENSITY).
+ *   gemm_client_multiply over one kept-alive connection to GEMM_SERVER (minimum and median,
+ *   with the server's stages from Server-Timing and the bytes on the wire); each server
+ *   answer is checked against the host's C. Repeats: as many as fit in --budget-s per
+ *   measurement (3 to 21). Then the break-even n (the smallest n from which offloading is
+ *   faster at every larger n of the sweep) and its 2n^3 (GEMM_OFFLOAD_MIN_FLOPS). Other links
+ *   than this one: bench/offload.py measures them, shaped with tc.
  *
  * Output: Markdown tables on stdout.
  */
@@ -67,15 +63,15 @@ typedef void (*cblas_d_fn)(int, int, int, int, int, int, double, const void *, i
 typedef void (*f77_fn)(const char *, const char *, const int *, const int *, const int *, const void *, const void *,
                        const int *, const void *, const int *, const void *, void *, const int *);
 
-enum { MAX_REP = 101, MAX_LINKS = 6, MAX_SIZES = 32, PATHS = 5 };
+enum { MAX_REP = 101, MAX_SIZES = 32, PATHS = 5 };
 
 static int err_fd = 2; /* stderr, also while offload sends the preload's lines to a file */
 
 static struct {
-    const char *sizes, *dtypes, *links;
+    const char *sizes, *dtypes;
     int repeats, small_repeats;
-    double gpu_tf[2], budget_s;
-} opt = {NULL, "float32,float64", "10GbE=1.25e9:0.1,1GbE=1.25e8:0.2", 0, 51, {0, 0}, 20};
+    double budget_s;
+} opt = {NULL, "float32,float64", 0, 51, 20};
 
 static double now_ms(void)
 {
@@ -349,8 +345,7 @@ static int offload(void)
 
 typedef struct {
     int n;
-    double host, loop, work, work_nk, bytes; /* minima; bytes on the wire */
-    double link[2 * MAX_LINKS];              /* the links, then the links with the GPU model */
+    double host, loop; /* minima */
 } row;
 
 /* As many as fit in --budget-s, 3 to 21. */
@@ -362,25 +357,15 @@ static int reps_for(double one_ms)
 
 static int breakeven(void)
 {
-    struct { char name[32]; double bw, rtt_ms; } links[MAX_LINKS];
-    memset(links, 0, sizeof links);
-    int nl = 0;
-    for (const char *p = opt.links; *p && nl < MAX_LINKS; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p)) {
-        if (sscanf(p, "%31[^=]=%lf:%lf", links[nl].name, &links[nl].bw, &links[nl].rtt_ms) >= 2 && links[nl].bw > 0)
-            nl++;
-    }
     gemm_client *cl = client();
     int rc = 0;
     for (const char *dp = opt.dtypes; *dp; dp = strchr(dp, ',') ? strchr(dp, ',') + 1 : dp + strlen(dp)) {
-        int dbl = strncmp(dp, "float64", 7) == 0, ncol = nl * (opt.gpu_tf[dbl] > 0 ? 2 : 1), nr = 0;
+        int dbl = strncmp(dp, "float64", 7) == 0, nr = 0;
         void *host = sym(dbl ? "cblas_dgemm" : "cblas_sgemm", 0);
         row rows[MAX_SIZES];
-        printf("### %s\n\n| n | host ms, min (median) | loopback ms, min (median) | server total ms | server recv ms | "
-               "server kernel ms | MB on the wire |", dbl ? "float64" : "float32");
-        for (int l = 0; l < ncol; l++) printf(" %s%s ms |", links[l % nl].name, l < nl ? "" : ", GPU model");
-        printf("\n| --- | --- | --- | --- | --- | --- | --- |");
-        for (int l = 0; l < ncol; l++) printf(" --- |");
-        printf("\n");
+        printf("### %s\n\n| n | host ms, min (median) | server ms, min (median) | server total ms | server recv ms | "
+               "server kernel ms | MB on the wire |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+               dbl ? "float64" : "float32");
         for (const char *sp = opt.sizes ? opt.sizes : "64,96,128,192,256,384,512,768,1024,1536,2048";
              *sp && nr < MAX_SIZES;) {
             int n = next_int(&sp);
@@ -390,7 +375,6 @@ static int breakeven(void)
             void *ch = calloc(nn, dbl ? 8 : 4), *cs = calloc(nn, dbl ? 8 : 4);
             row *r = &rows[nr++];
             double th[MAX_REP] = {0}, tl[MAX_REP] = {0}, tt[MAX_REP] = {0}, tr[MAX_REP] = {0}, tk[MAX_REP] = {0};
-            double tw[MAX_REP] = {0}, tw2[MAX_REP] = {0};
             double t0 = now_ms(), hmed, lmed;
             product("cblas_", host, dbl, n, 0, a, b, 0, ch);
             int reps = reps_for(now_ms() - t0);
@@ -408,47 +392,25 @@ static int breakeven(void)
                 t0 = now_ms();
                 multiply(cl, dbl, n, a, b, cs, &tm);
                 tl[i] = now_ms() - t0, tt[i] = tm.total_ms, tr[i] = fmax(tm.recv_ms, 0), tk[i] = fmax(tm.kernel_ms, 0);
-                tw[i] = tt[i] - tr[i], tw2[i] = tw[i] - tk[i];
             }
             lmed = median_min(tl, reps, &r->loop);
-            median_min(tw, reps, &r->work), median_min(tw2, reps, &r->work_nk);
-            r->n = n, r->bytes = (double)tm.bytes_sent + (double)tm.bytes_received;
+            r->n = n;
             double diff = max_diff(cs, ch, nn, dbl), mag = 0;
             for (size_t i = 0; i < nn; i++) mag = fmax(mag, fabs(dbl ? ((double *)ch)[i] : ((float *)ch)[i]));
             if (!(diff <= (dbl ? 1e-10 : 1e-3) * (mag + 1)))
                 dprintf(err_fd, "blas_offload: n=%d: the server's C differs from the host's by %g\n", n, diff), rc = 1;
-            printf("| %d | %.3f (%.3f) | %.3f (%.3f) | %.3f | %.3f | %.3f | %.2f |", n, r->host, hmed, r->loop, lmed,
-                   median_min(tt, reps, NULL), median_min(tr, reps, NULL), median_min(tk, reps, NULL), r->bytes / 1e6);
-            for (int l = 0; l < ncol; l++) {
-                double wire = r->bytes / links[l % nl].bw * 1e3 + links[l % nl].rtt_ms;
-                r->link[l] = wire + (l < nl ? r->work : r->work_nk + 2.0 * n * n * n / (opt.gpu_tf[dbl] * 1e9));
-                printf(" %.3f |", r->link[l]);
-            }
-            printf("\n");
+            printf("| %d | %.3f (%.3f) | %.3f (%.3f) | %.3f | %.3f | %.3f | %.2f |\n", n, r->host, hmed, r->loop, lmed,
+                   median_min(tt, reps, NULL), median_min(tr, reps, NULL), median_min(tk, reps, NULL),
+                   ((double)tm.bytes_sent + (double)tm.bytes_received) / 1e6);
             fflush(stdout);
             free(a), free(b), free(ch), free(cs);
         }
         if (!nr) continue;
-        int big = rows[nr - 1].n;
-        double gfs = 2.0 * big * big * big / (rows[nr - 1].host * 1e6);
-        printf("\nhost BLAS at n=%d: %.1f GFLOP/s\n\n| offload over | break-even n | 2n^3 (GEMM_OFFLOAD_MIN_FLOPS) | "
-               "host GFLOP/s / link bandwidth (flops per byte) |\n| --- | --- | --- | --- |\n", big, gfs);
-        for (int col = -1; col < ncol; col++) {
-            int be = -1; /* the smallest n from which every larger n offloads faster */
-            for (int i = nr - 1; i >= 0 && (col < 0 ? rows[i].loop : rows[i].link[col]) < rows[i].host; i--)
-                be = rows[i].n;
-            char name[96], ben[32], fl[32] = "-", in[32] = "-";
-            if (col < 0) snprintf(name, sizeof name, "loopback (measured)");
-            else snprintf(name, sizeof name, "%s (modelled%s)", links[col % nl].name, col < nl ? "" : ", GPU model");
-            if (be < 0) snprintf(ben, sizeof ben, "> %d", big);
-            else snprintf(ben, sizeof ben, "%d", be), snprintf(fl, sizeof fl, "%.2g", 2.0 * be * (double)be * be);
-            if (col >= 0) snprintf(in, sizeof in, "%.0f", gfs * 1e9 / links[col % nl].bw);
-            printf("| %s | %s | %s | %s |\n", name, ben, fl, in);
-        }
-        if (opt.gpu_tf[dbl] > 0)
-            printf("\nGPU kernel model: %.1f TFLOP/s for %s (an assumption, not a measurement); H2D/D2H copies not "
-                   "modelled.\n", opt.gpu_tf[dbl], dbl ? "float64" : "float32");
-        printf("\n");
+        int big = rows[nr - 1].n, be = -1; /* the smallest n from which every larger n offloads faster */
+        for (int i = nr - 1; i >= 0 && rows[i].loop < rows[i].host; i--) be = rows[i].n;
+        printf("\nhost BLAS at n=%d: %.1f GFLOP/s; ", big, 2.0 * big * big * big / (rows[nr - 1].host * 1e6));
+        if (be < 0) printf("break-even n > %d\n\n", big);
+        else printf("break-even n = %d, 2n^3 = %.2g (GEMM_OFFLOAD_MIN_FLOPS)\n\n", be, 2.0 * be * (double)be * be);
         fflush(stdout);
     }
     gemm_client_free(cl);
@@ -462,18 +424,16 @@ int main(int argc, char **argv)
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--sizes")) opt.sizes = v;
         else if (!strcmp(k, "--dtypes")) opt.dtypes = v;
-        else if (!strcmp(k, "--links")) opt.links = v;
         else if (!strcmp(k, "--repeats")) opt.repeats = count(v);
         else if (!strcmp(k, "--small-repeats")) opt.small_repeats = count(v);
         else if (!strcmp(k, "--budget-s")) opt.budget_s = atof(v);
-        else if (!strcmp(k, "--gpu-tflops") && sscanf(v, "%lf,%lf", &opt.gpu_tf[0], &opt.gpu_tf[1]) == 2) continue;
         else mode = "";
     }
     if (!strcmp(mode, "tiny")) return tiny();
     if (!strcmp(mode, "offload")) return offload();
     if (!strcmp(mode, "breakeven")) return breakeven();
     fprintf(stderr, "usage: blas_offload tiny|offload|breakeven [--sizes N,N,...] [--dtypes float32,float64] "
-                    "[--repeats R] [--small-repeats R] [--links NAME=BYTES_PER_S:RTT_MS,...] [--gpu-tflops F32,F64] "
-                    "[--budget-s S] (see the comment at the top of bench/blas_offload.c)\n");
+                    "[--repeats R] [--small-repeats R] [--budget-s S] (see the comment at the top of "
+                    "bench/blas_offload.c)\n");
     return 2;
 }

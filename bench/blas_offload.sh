@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/blas_offload.sh - the BLAS preload's numbers on this host, as one Markdown report:
-#   breakeven  from which n an n^3 product is faster on the server than on this host's BLAS,
-#              over loopback and modelled links (build/bench/blas_offload breakeven);
+#   breakeven  from which n an n^3 product is faster on the server than on this host's BLAS
+#              (build/bench/blas_offload breakeven; other links: bench/offload.py);
 #   tiny       below the threshold: ns the preload adds per call (blas_offload tiny);
 #   offload    above it: the preload against gemm_client_multiply (blas_offload offload);
 #   numpy      NumPy from a wheel, `a @ b` at --numpy-sizes in float32 and float64: without
@@ -9,9 +9,8 @@
 #              Python client, client/python/src) on the same daemon.
 #
 #   bench/blas_offload.sh [--server URL] [--backend auto|cpu|cuda] [--parts breakeven,tiny,offload,numpy]
-#       [--sizes LIST] [--offload-sizes 256,512,2048,4096] [--repeats N] [--gpu-tflops F32,F64]
-#       [--links NAME=BYTES_PER_S:RTT_MS,...] [--numpy-wheels DIR] [--numpy-sizes 2048,4096,8192]
-#       [--out FILE.md]
+#       [--sizes LIST] [--offload-sizes 256,512,2048,4096] [--repeats N] [--numpy-wheels DIR]
+#       [--numpy-sizes 2048,4096,8192] [--out FILE.md]
 #
 # Without --server it starts bin/gemmd (--backend, default auto: CUDA when there is a GPU)
 # on a free loopback port and stops it at the end. The host BLAS is GEMM_BLAS_LIB (default
@@ -26,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SERVER="" BACKEND=auto PARTS=breakeven,tiny,offload,numpy SIZES="" OSIZES="256,512,2048,4096" REPEATS=7 GPU="" LINKS=""
+SERVER="" BACKEND=auto PARTS=breakeven,tiny,offload,numpy SIZES="" OSIZES="256,512,2048,4096" REPEATS=7
 OUT="" WHEELS=${NUMPY_WHEELS:-} NSIZES=2048,4096,8192 PY=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
     case $1 in
@@ -36,12 +35,10 @@ while [ $# -gt 0 ]; do
     --sizes) SIZES=$2; shift 2 ;;
     --offload-sizes) OSIZES=$2; shift 2 ;;
     --repeats) REPEATS=$2; shift 2 ;;
-    --gpu-tflops) GPU=$2; shift 2 ;;
-    --links) LINKS=$2; shift 2 ;;
     --numpy-wheels) WHEELS=$2; shift 2 ;;
     --numpy-sizes) NSIZES=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "blas_offload.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -152,8 +149,6 @@ report() {
     if part breakeven; then
         local args=()
         [ -n "$SIZES" ] && args+=(--sizes "$SIZES")
-        [ -n "$GPU" ] && args+=(--gpu-tflops "$GPU")
-        [ -n "$LINKS" ] && args+=(--links "$LINKS")
         echo "## Break-even"
         echo
         echo "\`GEMM_SERVER=$SERVER $PROG breakeven ${args[*]}\`"

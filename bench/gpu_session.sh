@@ -128,7 +128,7 @@ step_codec() { build/bench/bench_codec --sizes 256,1024,2048 --repeats 5; }
 step_blas() {
     bench/blas_offload.sh --backend cuda --offload-sizes 2048,4096 --repeats 7 --out "$1/blas-offload.md" \
         >"$1/blas.log" 2>&1; local rc=$?
-    grep -E 'break-even|^\| (loopback|2048|4096) ' "$1/blas-offload.md" | head -20; return $rc
+    grep -E 'break-even|^\| (2048|4096) ' "$1/blas-offload.md" | head -20; return $rc
 }
 step_soak() {
     "$PY" bench/soak.py --backend cuda -n "${SOAK_N:-1000000}" --procs 8 --max-seconds "${SOAK_SECONDS:-400}" \
