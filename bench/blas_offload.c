@@ -51,10 +51,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "gemm.h"
+#include "gemm_types.h"
 
 typedef void (*cblas_s_fn)(int, int, int, int, int, int, float, const void *, int, const void *, int, float, void *,
                            int);
@@ -72,13 +72,6 @@ static struct {
     int repeats, small_repeats;
     double budget_s;
 } opt = {NULL, "float32,float64", 0, 51, 20};
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -224,17 +217,17 @@ static int tiny(void)
         for (int k = 0; k < 4; k++) {
             int dbl = strstr(names[k], "dgemm") != NULL;
             void *fn[2] = {sym(names[k], 0), sym(names[k], 1)};
-            double t[2][MAX_REP], t0 = now_ms();
+            double t[2][MAX_REP], t0 = gemm_now_ms();
             long iters = 1000;
             for (long i = 0; i < iters; i++) product(names[k], fn[0], dbl, n, 0, ab[dbl][0], ab[dbl][1], 0, c);
-            double per = (now_ms() - t0) * 1e6 / iters;
+            double per = (gemm_now_ms() - t0) * 1e6 / iters;
             iters = per * 100 > 20e6 ? 100 : (long)(20e6 / (per > 1 ? per : 1)); /* about 20 ms a batch */
             for (int r = 0; r < batches; r++)
                 for (int side = 0; side < 2; side++) {
                     int s = (side + r) % 2; /* alternate which goes first */
-                    t0 = now_ms();
+                    t0 = gemm_now_ms();
                     for (long i = 0; i < iters; i++) product(names[k], fn[s], dbl, n, 0, ab[dbl][0], ab[dbl][1], 0, c);
-                    t[s][r] = (now_ms() - t0) * 1e6 / iters;
+                    t[s][r] = (gemm_now_ms() - t0) * 1e6 / iters;
                 }
             double hmin, omin, h = median_min(t[0], batches, &hmin), o = median_min(t[1], batches, &omin);
             printf("| %d | %s | %.1f, %.1f | %.1f, %.1f | %+.1f, %+.1f |\n", n, names[k], h, hmin, o, omin, o - h,
@@ -303,11 +296,11 @@ static int offload(void)
                 for (int q = 0; q < PATHS; q++) {
                     int p = (q + (r < 0 ? 0 : r)) % PATHS;
                     if (p == 4) memset(c[4], 0, nn * es); /* beta 1 adds to zeros: the same C */
-                    double t0 = now_ms();
+                    double t0 = gemm_now_ms();
                     if (p == 0) multiply(cl, dbl, n, a, b, c[0], NULL);
                     else if (p == 2) product(fo, ffo, dbl, n, 0, a, b, 0, c[p]);
                     else product(cb, fcb, dbl, n, p == 3, p == 3 ? at : a, b, p == 4, c[p]);
-                    if (r >= 0) t[p][r] = now_ms() - t0;
+                    if (r >= 0) t[p][r] = gemm_now_ms() - t0;
                     if (p) seq[nseq++] = r < 0 ? -p : p;
                 }
             int got = read_log(logfd, own, exch, nseq);
@@ -375,23 +368,23 @@ static int breakeven(void)
             void *ch = calloc(nn, dbl ? 8 : 4), *cs = calloc(nn, dbl ? 8 : 4);
             row *r = &rows[nr++];
             double th[MAX_REP] = {0}, tl[MAX_REP] = {0}, tt[MAX_REP] = {0}, tr[MAX_REP] = {0}, tk[MAX_REP] = {0};
-            double t0 = now_ms(), hmed, lmed;
+            double t0 = gemm_now_ms(), hmed, lmed;
             product("cblas_", host, dbl, n, 0, a, b, 0, ch);
-            int reps = reps_for(now_ms() - t0);
+            int reps = reps_for(gemm_now_ms() - t0);
             for (int i = 0; i < reps; i++) {
-                t0 = now_ms();
+                t0 = gemm_now_ms();
                 product("cblas_", host, dbl, n, 0, a, b, 0, ch);
-                th[i] = now_ms() - t0;
+                th[i] = gemm_now_ms() - t0;
             }
             hmed = median_min(th, reps, &r->host);
             gemm_timing tm;
-            t0 = now_ms();
+            t0 = gemm_now_ms();
             multiply(cl, dbl, n, a, b, cs, &tm);
-            reps = reps_for(now_ms() - t0);
+            reps = reps_for(gemm_now_ms() - t0);
             for (int i = 0; i < reps; i++) {
-                t0 = now_ms();
+                t0 = gemm_now_ms();
                 multiply(cl, dbl, n, a, b, cs, &tm);
-                tl[i] = now_ms() - t0, tt[i] = tm.total_ms, tr[i] = fmax(tm.recv_ms, 0), tk[i] = fmax(tm.kernel_ms, 0);
+                tl[i] = gemm_now_ms() - t0, tt[i] = tm.total_ms, tr[i] = fmax(tm.recv_ms, 0), tk[i] = fmax(tm.kernel_ms, 0);
             }
             lmed = median_min(tl, reps, &r->loop);
             r->n = n;
