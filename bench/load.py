@@ -62,7 +62,6 @@ import platform
 import re
 import shlex
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -72,17 +71,13 @@ import urllib.request
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
+from harness import free_port  # noqa: E402  (the tests' free loopback port)
 LUA = os.path.join(REPO, "bench", "wrk_post.lua")
 NPDT = {"float32": "<f4", "float64": "<f8", "int32": "<i4", "float16": "<f2", "bfloat16": "<u2"}
 EVENTS = ["task-clock", "context-switches"] + ["syscalls:sys_enter_" + s for s in
                                                ("futex", "epoll_wait", "epoll_ctl", "read", "write", "recvfrom",
                                                 "sendmsg")]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_up(url, procs):

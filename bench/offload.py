@@ -53,7 +53,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -64,6 +63,8 @@ import time
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
+from harness import free_port  # noqa: E402  (the tests' free loopback port)
 BIN = {x: os.path.join(REPO, p) for x, p in (("gemmd", "bin/gemmd"), ("gemm", "bin/gemm"),
                                              ("preload", "lib/libgemm_blas.so"), ("bare", "build/bench/bare_mhd"))}
 NS, DEV, ADDR = ("gemmd-srv", "gemmd-cli"), ("gemmd-s", "gemmd-c"), ("10.89.0.1", "10.89.0.2")
@@ -91,12 +92,6 @@ def run(*cmd, check=True):
     if check and p.returncode:
         raise RuntimeError("%s: %s" % (" ".join(cmd), p.stderr.strip()))
     return p
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rel_err(c, ref):
