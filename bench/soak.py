@@ -14,6 +14,7 @@ the fd count stayed within +-10% of their value at the 100,000th product (or at 
 the run when it is shorter).
 """
 import argparse
+import collections
 import datetime
 import json
 import multiprocessing as mp
@@ -63,7 +64,7 @@ def client_thread(port, src, cases, counter, lock, stats, target, async_every, r
         if async_every and i % async_every == 0:
             st, h, b = call("POST", path.replace("/v1/matmul", "/v1/jobs"), body, ctype, accept)
             if st != 202:
-                stats["err_%d" % st] = stats.get("err_%d" % st, 0) + 1
+                stats["err_%d" % st] += 1
                 continue
             jid = json.loads(b)["id"]
             for _ in range(2000):
@@ -72,16 +73,16 @@ def client_thread(port, src, cases, counter, lock, stats, target, async_every, r
                     break
                 time.sleep(0.002)
             call("DELETE", "/v1/jobs/" + jid)
-            stats["async"] = stats.get("async", 0) + 1
+            stats["async"] += 1
         else:
             st, h, b = call("POST", path, body, ctype, accept)
         if st == 200:
             if check(b):
-                stats["ok"] = stats.get("ok", 0) + 1
+                stats["ok"] += 1
             else:
-                stats["wrong"] = stats.get("wrong", 0) + 1
+                stats["wrong"] += 1
         else:
-            stats["err_%d" % st] = stats.get("err_%d" % st, 0) + 1
+            stats["err_%d" % st] += 1
             if st == 503:
                 time.sleep(0.05)
     if sock:
@@ -90,7 +91,7 @@ def client_thread(port, src, cases, counter, lock, stats, target, async_every, r
 
 def client_proc(idx, port, threads, counter, lock, target, async_every, max_dim, out_q):
     cases = make_cases(1000 + idx, 600, max_dim)
-    stats = [dict() for _ in range(threads)]
+    stats = [collections.Counter() for _ in range(threads)]
     ts = [threading.Thread(target=client_thread,
                            args=(port, "127.0.0.%d" % (60 + idx), cases, counter, lock, stats[t], target,
                                  async_every, random.Random(idx * 100 + t)), daemon=True)
@@ -99,11 +100,7 @@ def client_proc(idx, port, threads, counter, lock, target, async_every, max_dim,
         t.start()
     for t in ts:
         t.join()
-    total = {}
-    for s in stats:
-        for k, v in s.items():
-            total[k] = total.get(k, 0) + v
-    out_q.put(total)
+    out_q.put(sum(stats, collections.Counter()))
 
 
 def main():
@@ -162,10 +159,7 @@ def main():
         time.sleep(1.0)  # the clients are gone: the daemon at rest
         st = hostile.proc_status(pid)
         idle = (ran, time.monotonic() - t0, st.get("VmRSS", 0) / 1024.0, hostile.fd_count(pid))
-        totals = {}
-        for _ in procs:
-            for k, v in out_q.get(timeout=120).items():
-                totals[k] = totals.get(k, 0) + v
+        totals = sum((out_q.get(timeout=120) for _ in procs), collections.Counter())
         for p in procs:
             p.join(timeout=60)
         elapsed = time.monotonic() - t0
