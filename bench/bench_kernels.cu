@@ -91,39 +91,20 @@ __host__ __device__ inline double to_d(float x) { return x; }
 __host__ __device__ inline double to_d(double x) { return x; }
 __host__ __device__ inline double to_d(__half x) { return (double)__half2float(x); }
 __host__ __device__ inline double to_d(__nv_bfloat16 x) { return (double)__bfloat162float(x); }
+__host__ __device__ inline double to_d(uint32_t x) { return x; } /* exact: back to uint32_t as it was */
 
-/* float64-accumulating reference (float32/float64/float16/bfloat16 inputs), 16x16 shared
- * tiles. */
-template <typename T>
-__global__ void ref_kernel(int m, int n, int k, const T *A, const T *B, double *R)
+/* The reference product in 16x16 shared tiles: float64 sums of float32/float64/float16/
+ * bfloat16 inputs (Acc double), exact wrapping uint32 sums of int32 (T and Acc uint32_t). */
+template <typename T, typename Acc>
+__global__ void ref_kernel(int m, int n, int k, const T *A, const T *B, Acc *R)
 {
-    __shared__ double As[16][17], Bs[16][17];
+    __shared__ Acc As[16][17], Bs[16][17];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int row = blockIdx.y * 16 + ty, col = blockIdx.x * 16 + tx;
-    double s = 0;
+    Acc s = 0;
     for (int t = 0; t < k; t += 16) {
-        As[ty][tx] = (row < m && t + tx < k) ? to_d(A[(size_t)row * k + t + tx]) : 0.0;
-        Bs[ty][tx] = (t + ty < k && col < n) ? to_d(B[(size_t)(t + ty) * n + col]) : 0.0;
-        __syncthreads();
-#pragma unroll
-        for (int p = 0; p < 16; p++)
-            s = fma(As[ty][p], Bs[p][tx], s);
-        __syncthreads();
-    }
-    if (row < m && col < n)
-        R[(size_t)row * n + col] = s;
-}
-
-__global__ void ref_kernel_u32(int m, int n, int k, const uint32_t *A, const uint32_t *B,
-                               uint32_t *R)
-{
-    __shared__ uint32_t As[16][17], Bs[16][17];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int row = blockIdx.y * 16 + ty, col = blockIdx.x * 16 + tx;
-    uint32_t s = 0;
-    for (int t = 0; t < k; t += 16) {
-        As[ty][tx] = (row < m && t + tx < k) ? A[(size_t)row * k + t + tx] : 0u;
-        Bs[ty][tx] = (t + ty < k && col < n) ? B[(size_t)(t + ty) * n + col] : 0u;
+        As[ty][tx] = (row < m && t + tx < k) ? (Acc)to_d(A[(size_t)row * k + t + tx]) : (Acc)0;
+        Bs[ty][tx] = (t + ty < k && col < n) ? (Acc)to_d(B[(size_t)(t + ty) * n + col]) : (Acc)0;
         __syncthreads();
 #pragma unroll
         for (int p = 0; p < 16; p++)
@@ -219,20 +200,20 @@ static std::vector<unsigned char> reference(ctx &c, gemm_dtype d, const shape &s
     CK(cudaMalloc(&dR, mn * outsz));
     dim3 blk(16, 16), grd((s.n + 15) / 16, (s.m + 15) / 16);
     if (d == GEMM_DTYPE_F32)
-        ref_kernel<float><<<grd, blk, 0, c.stream>>>(s.m, s.n, s.k, (const float *)dA,
-                                                     (const float *)dB, (double *)dR);
+        ref_kernel<float, double><<<grd, blk, 0, c.stream>>>(s.m, s.n, s.k, (const float *)dA,
+                                                             (const float *)dB, (double *)dR);
     else if (d == GEMM_DTYPE_F64)
-        ref_kernel<double><<<grd, blk, 0, c.stream>>>(s.m, s.n, s.k, (const double *)dA,
-                                                      (const double *)dB, (double *)dR);
+        ref_kernel<double, double><<<grd, blk, 0, c.stream>>>(s.m, s.n, s.k, (const double *)dA,
+                                                              (const double *)dB, (double *)dR);
     else if (d == GEMM_DTYPE_F16)
-        ref_kernel<__half><<<grd, blk, 0, c.stream>>>(s.m, s.n, s.k, (const __half *)dA,
-                                                      (const __half *)dB, (double *)dR);
+        ref_kernel<__half, double><<<grd, blk, 0, c.stream>>>(s.m, s.n, s.k, (const __half *)dA,
+                                                              (const __half *)dB, (double *)dR);
     else if (d == GEMM_DTYPE_BF16)
-        ref_kernel<__nv_bfloat16><<<grd, blk, 0, c.stream>>>(s.m, s.n, s.k, (const __nv_bfloat16 *)dA,
-                                                             (const __nv_bfloat16 *)dB, (double *)dR);
+        ref_kernel<__nv_bfloat16, double><<<grd, blk, 0, c.stream>>>(
+            s.m, s.n, s.k, (const __nv_bfloat16 *)dA, (const __nv_bfloat16 *)dB, (double *)dR);
     else
-        ref_kernel_u32<<<grd, blk, 0, c.stream>>>(s.m, s.n, s.k, (const uint32_t *)dA,
-                                                  (const uint32_t *)dB, (uint32_t *)dR);
+        ref_kernel<uint32_t, uint32_t><<<grd, blk, 0, c.stream>>>(s.m, s.n, s.k, (const uint32_t *)dA,
+                                                                  (const uint32_t *)dB, (uint32_t *)dR);
     CK(cudaGetLastError());
     CK(cudaStreamSynchronize(c.stream));
     CK(cudaMemcpy(out.data(), dR, out.size(), cudaMemcpyDeviceToHost));
@@ -488,44 +469,36 @@ static void run_main(ctx &c, const std::vector<shape> &shapes)
 
 static void run_tune(ctx &c, const std::vector<shape> &shapes)
 {
+    /* The kernel whose variants are tuned in each mode, against cuBLAS in the same mode. */
+    static const struct { gemm_dtype d; gemm_math m; const char *kernel; } tuned[] = {
+        {GEMM_DTYPE_F32, GEMM_MATH_FP32, "simt"}, {GEMM_DTYPE_F32, GEMM_MATH_TF32, "mma"},
+        {GEMM_DTYPE_F32, GEMM_MATH_BF16, "mma"}, {GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, "dmma"}};
     for (const shape &s : shapes) {
-        bufs b = alloc_inputs(c, GEMM_DTYPE_F32, s, 99);
-        std::vector<unsigned char> ref = reference(c, GEMM_DTYPE_F32, s, b.A, b.B);
-        const gemm_math maths[] = {GEMM_MATH_FP32, GEMM_MATH_TF32, GEMM_MATH_BF16};
-        for (gemm_math m : maths) {
-            if (!wanted(c, m == GEMM_MATH_FP32 ? "simt" : "mma"))
+        for (gemm_dtype d : {GEMM_DTYPE_F32, GEMM_DTYPE_F64}) {
+            bool any = false;
+            for (const auto &t : tuned)
+                any = any || (t.d == d && wanted(c, t.kernel));
+            if (!any)
                 continue;
-            printf("== tune %s %dx%dx%d\n", mode_name(GEMM_DTYPE_F32, m), s.m, s.n, s.k);
-            gemm_launch l = make_launch(c, GEMM_DTYPE_F32, m, s, b);
-            g_desc = gemm_kernel_find("cublas");
-            result rc = measure(c, desc_fn, 0, l, s, ref);
-            const double cublas_ms = rc.ok ? rc.ms : -1;
-            csv_row(c, "tune", "cublas", "-", GEMM_DTYPE_F32, m, s, rc, cublas_ms);
-            g_desc = gemm_kernel_find(m == GEMM_MATH_FP32 ? "simt" : "mma");
-            for (int v = 0; v < g_desc->nvariants; v++) {
-                result r = measure(c, variant_fn, v, l, s, ref);
-                csv_row(c, "tune", g_desc->name, g_desc->variants[v].name, GEMM_DTYPE_F32, m, s, r, cublas_ms);
+            bufs b = alloc_inputs(c, d, s, d == GEMM_DTYPE_F32 ? 99 : 98);
+            std::vector<unsigned char> ref = reference(c, d, s, b.A, b.B);
+            for (const auto &t : tuned) {
+                if (t.d != d || !wanted(c, t.kernel))
+                    continue;
+                printf("== tune %s %dx%dx%d\n", mode_name(d, t.m), s.m, s.n, s.k);
+                gemm_launch l = make_launch(c, d, t.m, s, b);
+                g_desc = gemm_kernel_find("cublas");
+                result rc = measure(c, desc_fn, 0, l, s, ref);
+                const double cublas_ms = rc.ok ? rc.ms : -1;
+                csv_row(c, "tune", "cublas", "-", d, t.m, s, rc, cublas_ms);
+                g_desc = gemm_kernel_find(t.kernel);
+                for (int v = 0; v < g_desc->nvariants; v++) {
+                    result r = measure(c, variant_fn, v, l, s, ref);
+                    csv_row(c, "tune", t.kernel, g_desc->variants[v].name, d, t.m, s, r, cublas_ms);
+                }
             }
+            free_bufs(b);
         }
-        free_bufs(b);
-        if (!wanted(c, "dmma"))
-            continue;
-        /* float64: the DMMA variants. */
-        b = alloc_inputs(c, GEMM_DTYPE_F64, s, 98);
-        ref = reference(c, GEMM_DTYPE_F64, s, b.A, b.B);
-        printf("== tune float64 %dx%dx%d\n", s.m, s.n, s.k);
-        gemm_launch l = make_launch(c, GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, s, b);
-        g_desc = gemm_kernel_find("cublas");
-        result rc = measure(c, desc_fn, 0, l, s, ref);
-        const double cublas_ms = rc.ok ? rc.ms : -1;
-        csv_row(c, "tune", "cublas", "-", GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, s, rc, cublas_ms);
-        g_desc = gemm_kernel_find("dmma");
-        for (int v = 0; v < g_desc->nvariants; v++) {
-            result r = measure(c, variant_fn, v, l, s, ref);
-            csv_row(c, "tune", "dmma", g_desc->variants[v].name, GEMM_DTYPE_F64, GEMM_MATH_DEFAULT, s, r,
-                    cublas_ms);
-        }
-        free_bufs(b);
     }
 }
 
