@@ -288,7 +288,7 @@ def measure(a, s, ld, rnd):
 def first_products(url):
     """Latency (ms) of the first products on one kept-alive connection, each checked."""
     import http.client
-    c = http.client.HTTPConnection(url.split("//")[1].split(":")[0], int(url.rsplit(":", 1)[1]), timeout=120)
+    c = http.client.HTTPConnection(url.split("//")[1], timeout=120)  # "host:port"
     out, rng = [], np.random.default_rng(3)
     for dtype, n in (("float32", 64), ("float64", 64), ("int32", 64), ("float32", 256), ("float32", 64)):
         a, b = (rng.integers(-8, 8, (n, n)).astype(NPDT[dtype]) for _ in range(2))
