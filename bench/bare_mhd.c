@@ -128,32 +128,25 @@ static void usage(const char *argv0)
 
 int main(int argc, char **argv)
 {
-    int port = 8090, threads = 4, limit = 1024, timeout = 60, mem_kb = 64;
+    int port = 8090, threads = 4, limit = 1024, timeout = 60, mem_kb = 64, bad = 0;
     const char *listen = "127.0.0.1";
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = argv[i], *v = i + 1 < argc ? argv[++i] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(argv[0]);
             return 0;
         }
-        if (!v) {
-            usage(argv[0]);
-            return 2;
-        }
-        if (strcmp(a, "--port") == 0) port = atoi(v);
+        if (!v) bad = 1;
+        else if (strcmp(a, "--port") == 0) port = atoi(v);
         else if (strcmp(a, "--threads") == 0) threads = atoi(v);
         else if (strcmp(a, "--listen") == 0) listen = v;
         else if (strcmp(a, "--connection-limit") == 0) limit = atoi(v);
         else if (strcmp(a, "--timeout") == 0) timeout = atoi(v);
         else if (strcmp(a, "--connection-memory-kb") == 0) mem_kb = atoi(v);
-        else {
-            usage(argv[0]);
-            return 2;
-        }
-        i++;
+        else bad = 1;
     }
-    if (port < 0 || port > 65535 || threads < 1 || limit < 1 || timeout < 0 || mem_kb < 16 || mem_kb > 16384) {
+    if (bad || port < 0 || port > 65535 || threads < 1 || limit < 1 || timeout < 0 || mem_kb < 16 ||
+        mem_kb > 16384) {
         usage(argv[0]);
         return 2;
     }
