@@ -502,16 +502,25 @@ static void run_tune(ctx &c, const std::vector<shape> &shapes)
     }
 }
 
+/* The comma-separated items of s. */
+static std::vector<std::string> split(const std::string &s)
+{
+    std::vector<std::string> v;
+    size_t p = 0;
+    while (p <= s.size()) {
+        size_t e = s.find(',', p);
+        if (e == std::string::npos)
+            e = s.size();
+        v.push_back(s.substr(p, e - p));
+        p = e + 1;
+    }
+    return v;
+}
+
 static std::vector<shape> parse_shapes(const char *arg)
 {
     std::vector<shape> v;
-    std::string s(arg);
-    size_t pos = 0;
-    while (pos <= s.size()) {
-        size_t end = s.find(',', pos);
-        if (end == std::string::npos)
-            end = s.size();
-        std::string tok = s.substr(pos, end - pos);
+    for (const std::string &tok : split(arg)) {
         shape sh;
         if (sscanf(tok.c_str(), "%dx%dx%d", &sh.m, &sh.n, &sh.k) == 3 && sh.m > 0 && sh.n > 0 &&
             sh.k > 0)
@@ -523,7 +532,6 @@ static std::vector<shape> parse_shapes(const char *arg)
             fprintf(stderr, "bad shape '%s' (want N or MxNxK)\n", tok.c_str());
             exit(2);
         }
-        pos = end + 1;
     }
     return v;
 }
@@ -559,30 +567,17 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-main"))
             main_run = false;
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) {
-            std::string s(argv[++i]);
-            size_t p = 0;
-            while (p <= s.size()) {
-                size_t e = s.find(',', p);
-                if (e == std::string::npos)
-                    e = s.size();
-                c.only.push_back(s.substr(p, e - p));
-                p = e + 1;
-            }
+            for (const std::string &k : split(argv[++i]))
+                c.only.push_back(k);
         } else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc) {
-            std::string s(argv[++i]);
             c.dtypes = 0;
-            size_t p = 0;
-            while (p <= s.size()) {
-                size_t e = s.find(',', p);
-                if (e == std::string::npos)
-                    e = s.size();
+            for (const std::string &name : split(argv[++i])) {
                 gemm_dtype d;
-                if (gemm_dtype_from_name(s.substr(p, e - p).c_str(), &d) != 0) {
-                    fprintf(stderr, "unknown dtype in --dtypes: %s\n", s.substr(p, e - p).c_str());
+                if (gemm_dtype_from_name(name.c_str(), &d) != 0) {
+                    fprintf(stderr, "unknown dtype in --dtypes: %s\n", name.c_str());
                     return 2;
                 }
                 c.dtypes |= 1u << d;
-                p = e + 1;
             }
         } else {
             fprintf(stderr,
