@@ -14,13 +14,7 @@
  * each client has its own C. Printed: products/s and TFLOP/s; the latency from submit to
  * done() (p50, p99, max, us); products per launch (the engine's coalesced counters); the
  * devices' busy time over the wall (CUDA: 2.00 = two GPUs always busy); and this process's
- * CPU time per product and over the wall, which is mostly the workers' waiting. Questions
- * it answers:
- *   small products, many clients    --n 64 --clients 64 [--batch-max 1 | 32]
- *   what a worker's wait costs       --n 64 --clients 1 --streams 1, and with a long kernel:
- *                                    --fault-inject gpu_delay_ms:500 --clients 1 --ms 3000
- *                                    (CPU over the wall while it waits)
- *   several GPUs, nothing on a wire  --n 8192 --clients 8 --devices 0, then --devices all
+ * CPU time per product and over the wall, which is mostly the workers' waiting.
  * split: one n x n x n product at a time, whole (one worker) and split into row panels of A:
  * on one GPU as --ways engines (its streams), and one panel per GPU when there are two or
  * more (CPU: --cpu-workers workers sharing the threads). Printed: median and best wall from
@@ -28,7 +22,8 @@
  * panel's), the panels' devices, the speed-up over whole, and whether C equals whole's
  * byte for byte (said, not required: docs/API.md "Split products").
  * Every result is checked at sampled elements against a float64 dot product. A benchmark:
- * no timing is asserted.
+ * no timing is asserted. bench/gpu_session.sh's engine, split and multigpu steps hold the
+ * cases that bench/results/ reports.
  */
 #include <math.h>
 #include <pthread.h>

@@ -22,8 +22,7 @@
  * is reported. Inputs are uniform in [-1, 1) (floats) or full-range int32.
  *
  * --tune times the registered variants of the simt (float32), mma (tf32, bf16) and dmma
- * (float64) kernels
- * against each other at a few shapes: the sweep docs/KERNELS.md records.
+ * (float64) kernels against each other at a few shapes: the sweep docs/KERNELS.md records.
  * With --kernels, --tune times only the variants of the kernels named.
  * --slow-limit N: kernels named naive and tiled run only when max(m, n, k) <= N (default
  * 4096), so the sweep of the big shapes stays short.

@@ -158,7 +158,6 @@ for s in $steps; do
     case $s in build|gputests|offload) def=600 ;; soak|load) def=480 ;; kernels|multigpu|fleet|batch) def=300 ;; *) def=180 ;; esac
     lim=${!lim_var:-$def}
     t0=$SECONDS
-    # A step runs in its own shell under a time limit; what it printed goes into the summary.
     timeout "$lim" bash -c "$(declare -f medians "step_$s"); PY=$PY JOBS=$JOBS BASE=$BASE; step_$s \"\$1\"" _ "$out/$s" \
         >"$out/$s/step.out" 2>&1
     rc=$?

@@ -14,11 +14,8 @@ its peak RSS (VmHWM) so far, /healthz + /readyz latency (fresh connection each, 
 ms), the well-behaved client's answers (checked against NumPy float64) and latency, and
 what the attack got. Then: how fast each malformed request head is refused (framing), and,
 on an HTTPS daemon of its own, /healthz latency under 1,000 TLS handshakes that never
-finish (--no-tls leaves that out). --fairness adds the cases of tests/e2e/hostile_fair.py,
-each on a daemon of its own: 16 x 64 MiB uploads and 4 x 60 MiB JSON bodies at a 512 MiB
-budget from clients that honour Expect: 100-continue and Retry-After, 32 products of 4096^3
-abandoned by their clients, token A at its share of all that is kept while token B is
-served, 200 connections declaring 2 GiB bodies (VmSize); with RSS and VmSize after each.
+finish (--no-tls leaves that out). --fairness adds the cases of tests/e2e/hostile_fair.py
+(fairness() below lists them), each on a daemon of its own, with RSS and VmSize after each.
 """
 import argparse
 import datetime

@@ -8,7 +8,6 @@
                                     # two builds timed in alternating rounds: median TFLOP/s of each, new / old
 
 Only rows whose check passed are shown as figures; a failed check prints FAIL in its cell.
-bench/gpu_session.sh's kernels step writes these CSVs (with BASE set: both builds, alternating).
 """
 import argparse
 import csv
