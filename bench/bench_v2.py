@@ -78,9 +78,9 @@ def server_total(h):
 class Door:
     """One kept-alive http.client connection; send() returns (wall ms, body, response)."""
 
-    def __init__(self, host, port, token):
+    def __init__(self, host, port, auth):
         self.c = http.client.HTTPConnection(host, port, timeout=600)
-        self.auth = {"Authorization": "Bearer " + token} if token else {}
+        self.auth = auth
 
     def send(self, path, body, headers):
         t0 = time.perf_counter()
@@ -121,11 +121,10 @@ def part_a(args, host, port, rng, out):
     if args.triton:
         import tritonclient.http as th
         tc = th.InferenceServerClient("%s:%d" % (host, port), network_timeout=600.0, connection_timeout=600.0)
-    hdr = {"Authorization": "Bearer " + args.token} if args.token else None
     shapes = [(n, n, n) for n in args.sizes]
     if args.skew:
         shapes += [(max(args.sizes), max(args.sizes), 1), (max(args.sizes), 1, max(args.sizes))]
-    doors = {"v1": Door(host, port, args.token), "v2": Door(host, port, args.token)}
+    doors = {"v1": Door(host, port, args.auth), "v2": Door(host, port, args.auth)}
     out.append("## (a) v2 binary infer vs /v1/matmul raw, float32\n")
     out.append("%d repetitions of each, interleaved, after one warm-up: wall ms of one request, median and best; "
                "paired: the median over repetitions of v2 / v1 sent back to back; server: Server-Timing total; "
@@ -149,7 +148,7 @@ def part_a(args, host, port, rng, out):
                 if w == "tc":
                     if tc:
                         t0 = time.perf_counter()
-                        c = tc.infer("matmul", ins, outputs=outs, headers=dict(hdr) if hdr else None).as_numpy("C")
+                        c = tc.infer("matmul", ins, outputs=outs, headers=dict(args.auth)).as_numpy("C")
                         walls["tc"].append((time.perf_counter() - t0) * 1000)
                         check(c, a, b, rng)
                     continue
@@ -184,7 +183,6 @@ def part_b(args, host, port, rng, out):
     s = args.async_size
     a = rng.uniform(-1, 1, (s, s)).astype(np.float32)
     b = rng.uniform(-1, 1, (s, s)).astype(np.float32)
-    hdr = {"Authorization": "Bearer " + args.token} if args.token else None
     ins = [th.InferInput("A", [s, s], "FP32"), th.InferInput("B", [s, s], "FP32")]
     ins[0].set_data_from_numpy(a)
     ins[1].set_data_from_numpy(b)
@@ -198,7 +196,7 @@ def part_b(args, host, port, rng, out):
             async with sem:
                 t0 = time.perf_counter()
                 try:
-                    r = await client.infer("matmul", ins, outputs=outs, headers=dict(hdr) if hdr else None)
+                    r = await client.infer("matmul", ins, outputs=outs, headers=dict(args.auth))
                     c = r.as_numpy("C")
                     lat.append((time.perf_counter() - t0) * 1000)
                     if i % 97 == 0:
@@ -232,7 +230,7 @@ def part_b(args, host, port, rng, out):
     def worker(k):
         for _ in range(k):
             try:
-                c.async_infer("matmul", ins, outputs=outs, headers=dict(hdr) if hdr else None).get_result()
+                c.async_infer("matmul", ins, outputs=outs, headers=dict(args.auth)).get_result()
                 count[0] += 1
             except Exception:  # noqa: BLE001 - counted and reported
                 count[1] += 1
@@ -267,6 +265,7 @@ def main():
     ap.add_argument("--out")
     args = ap.parse_args()
     args.sizes = [int(x) for x in args.sizes.split(",") if x]
+    args.auth = {"Authorization": "Bearer " + args.token} if args.token else {}
     if args.triton:
         ensure_tritonclient(args.wheels)
     proc = None
@@ -281,7 +280,7 @@ def main():
         host, port = "127.0.0.1", proc.port
     try:
         c = http.client.HTTPConnection(host, port, timeout=30)
-        c.request("GET", "/v1/info", headers={"Authorization": "Bearer " + args.token} if args.token else {})
+        c.request("GET", "/v1/info", headers=args.auth)
         info = json.loads(c.getresponse().read() or b"{}")
         if args.triton:
             from importlib import metadata
