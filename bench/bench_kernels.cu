@@ -396,8 +396,7 @@ static void free_bufs(bufs &b)
 static gemm_launch make_launch(ctx &c, gemm_dtype d, gemm_math m, const shape &s, const bufs &b,
                                int out_half = 0)
 {
-    gemm_launch l;
-    memset(&l, 0, sizeof l);
+    gemm_launch l{}; /* zeroed */
     l.dtype = d;
     l.math = d == GEMM_DTYPE_F32 ? m : GEMM_MATH_DEFAULT;
     l.m = s.m;

@@ -395,9 +395,8 @@ def main():
         if keep:
             print("metrics at the end:\n" + "\n".join(keep))
     if args.out:
-        header = ("# Hostile load on the %s backend\n\n" % args.backend.upper() +
-                  "Host: %s, %d cores, %s. "
-                  "Loopback only.\n\n" % (platform.node() or "dev", os.cpu_count() or 0, platform.platform()))
+        header = ("# Hostile load on the %s backend\n\nHost: %s, %d cores, %s. Loopback only.\n\n"
+                  % (args.backend.upper(), platform.node() or "dev", os.cpu_count() or 0, platform.platform()))
         old = open(args.out).read() if os.path.exists(args.out) else header
         start = old.find("### %s\n" % args.label)
         section = "%s_Run %s._\n\n" % (text, datetime.date.today().isoformat())
