@@ -52,7 +52,6 @@ def client_thread(port, src, cases, counter, lock, stats, target, async_every, r
             if st == 0 and reused and attempt == 0:
                 continue  # a kept-alive connection closed while idle: once more, fresh
             return st, h, b
-        return st, h, b
 
     while True:
         with lock:
