@@ -20,7 +20,7 @@
  *
  * offload: what the preload adds to an offloaded product. Per size and dtype, interleaved
  *   over --repeats rounds (--small-repeats up to n = 1024), every product offloaded
- *   (GEMM_OFFLOAD_MIN_FLOPS=0):
+ *   (GEMM_OFFLOAD_MIN_FLOPS=0, GEMM_OFFLOAD_LEARN=0):
  *     gemm_client_multiply  libgemm directly, with the preload's client options;
  *     row NN       cblas_*gemm(RowMajor, N, N), alpha 1, beta 0: NumPy's a @ b, no copy;
  *     col NN       sgemm_/dgemm_('N', 'N'): a Fortran program, sent as the row-major
@@ -267,6 +267,7 @@ static int offload(void)
 {
     setenv("GEMM_OFFLOAD_MIN_FLOPS", "0", 1);
     setenv("GEMM_OFFLOAD_MIN_INTENSITY", "0", 1);
+    setenv("GEMM_OFFLOAD_LEARN", "0", 1);
     setenv("GEMM_OFFLOAD_LOG", "1", 1);
     char logpath[] = "/tmp/blas_offload-XXXXXX";
     int logfd = mkstemp(logpath); /* the preload's lines to a file, ours to stderr */
