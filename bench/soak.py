@@ -49,9 +49,8 @@ def client_thread(port, src, cases, counter, lock, stats, target, async_every, r
         for attempt in range(2):
             reused = sock is not None
             st, h, b, sock = hostile.request(port, src, method, path, body, ctype, accept, timeout=60, sock=sock)
-            if st == 0 and reused and attempt == 0:
-                continue  # a kept-alive connection closed while idle: once more, fresh
-            return st, h, b
+            if st != 0 or not reused or attempt:  # else a kept-alive connection closed while idle: again, fresh
+                return st, h, b
 
     while True:
         with lock:
