@@ -421,29 +421,33 @@ def raw_request(port, head, body=b"", read_timeout=10.0, close_after_send=False,
     """Sends bytes on a plain socket and reads the answer until the server closes or the
     timeout passes. Returns (status, headers, body, raw) with status 0 when no answer."""
     s = socket.create_connection(("127.0.0.1", port), timeout=read_timeout)
-    raw = b""
     try:
         s.sendall(head + body)
         if close_after_send:
             return 0, {}, b"", b""
         if shut_wr:
             s.shutdown(socket.SHUT_WR)
-        deadline = time.monotonic() + read_timeout
-        while time.monotonic() < deadline:
-            try:
-                chunk = s.recv(65536)
-            except socket.timeout:
-                break
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            raw += chunk
-            st, h, b = _split_response(raw)
-            if st and "content-length" in h and len(b) >= int(h["content-length"]):
-                break
+        return read_response(s, read_timeout)
     finally:
         s.close()
+
+
+def read_response(s, read_timeout=10.0):
+    """Reads one answer from socket s until its Content-Length is in, the server closes or
+    the timeout passes. Returns (status, headers, body, raw) with status 0 when no answer."""
+    raw = b""
+    deadline = time.monotonic() + read_timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = s.recv(65536)
+        except (socket.timeout, ConnectionResetError):
+            break
+        if not chunk:
+            break
+        raw += chunk
+        st, h, b = _split_response(raw)
+        if st and "content-length" in h and len(b) >= int(h["content-length"]):
+            break
     st, h, b = _split_response(raw)
     return st, h, b, raw
 

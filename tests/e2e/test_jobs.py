@@ -16,8 +16,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (SLOW, Daemon, Tap, _split_response, compare, load_npy, metric, npy_bytes,  # noqa: E402
-                     random_matrix, reference, run_guarded)
+from harness import (SLOW, Daemon, Tap, compare, load_npy, metric, npy_bytes, random_matrix,  # noqa: E402
+                     read_response, reference, run_guarded)
 
 ID_RE = re.compile(r"^/v1/jobs/([0-9A-Za-z_-]+)$")
 
@@ -147,20 +147,12 @@ def slow_upload(tap, d, rng):
         s.sendall(head + body[:100])
         time.sleep(0.6)
         s.sendall(body[100:])
-        raw = b""
-        while True:
-            st, h, got = _split_response(raw)
-            if st and len(got) >= int(h.get("content-length", 0)):
-                break
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            raw += chunk
+        status, hdrs, _, raw = read_response(s)
     finally:
         s.close()
-    m = re.search(rb"Location: /v1/jobs/([0-9A-Za-z_-]+)", raw)
-    tap.ok(raw.startswith(b"HTTP/1.1 202") and m is not None, "a raw job sent slowly is queued", raw[:300])
-    jid = m.group(1).decode() if m else "x"
+    m = ID_RE.match(hdrs.get("location", ""))
+    tap.ok(status == 202 and m is not None, "a raw job sent slowly is queued", raw[:300])
+    jid = m.group(1) if m else "x"
     wait_state(d, jid)
     r = d.curl("GET", "/v1/jobs/%s/result" % jid)
     window_ms = (time.monotonic() - t0) * 1000
